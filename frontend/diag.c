@@ -1,0 +1,98 @@
+/*
+ * diag.c: user-facing diagnostics.
+ *
+ * Library code records messages here and returns -1; only the driver prints
+ * them and picks the exit status. A message names the file, the JSON path and
+ * what was expected, so the user can go straight to the mistake.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+static void *xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n);
+  if (!q) {
+    fprintf(stderr, "axlc: out of memory\n");
+    abort();
+  }
+  return q;
+}
+
+void fe_diag_init(FeDiag *d) { memset(d, 0, sizeof *d); }
+
+void fe_diag_free(FeDiag *d) {
+  for (int i = 0; i < d->n; i++) free(d->msgs[i]);
+  for (int i = 0; i < d->npool; i++) free(d->pool[i]);
+  fe_origins_free(d);
+  free(d->msgs);
+  free(d->pool);
+  memset(d, 0, sizeof *d);
+}
+
+int fe_error(FeDiag *d, const char *file, const char *path, const char *fmt, ...) {
+  char body[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(body, sizeof body, fmt, ap);
+  va_end(ap);
+
+  char msg[1400];
+  snprintf(msg, sizeof msg, "%s%s%s%s%s", file ? file : "", file ? ": " : "",
+           path && *path ? path : "", path && *path ? ": " : "", body);
+  if (d->n == d->cap) {
+    d->cap = d->cap ? 2 * d->cap : 8;
+    d->msgs = xrealloc(d->msgs, (size_t)d->cap * sizeof *d->msgs);
+  }
+  d->msgs[d->n++] = strdup(msg);
+  return -1;
+}
+
+void fe_diag_print(const FeDiag *d, FILE *out) {
+  for (int i = 0; i < d->n; i++) fprintf(out, "error: %s\n", d->msgs[i]);
+}
+
+const char *fe_intern(FeDiag *d, const char *s) {
+  for (int i = 0; i < d->npool; i++)
+    if (strcmp(d->pool[i], s) == 0) return d->pool[i];
+  if (d->npool == d->cappool) {
+    d->cappool = d->cappool ? 2 * d->cappool : 8;
+    d->pool = xrealloc(d->pool, (size_t)d->cappool * sizeof *d->pool);
+  }
+  d->pool[d->npool] = strdup(s);
+  return d->pool[d->npool++];
+}
+
+/* Levenshtein distance, bounded to short identifiers. */
+static int edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 99;
+  int row[64];
+  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int prev = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int cur = row[j];
+      int sub = prev + (a[i - 1] != b[j - 1]);
+      int del = row[j] + 1, ins = row[j - 1] + 1;
+      row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+      prev = cur;
+    }
+  }
+  return row[lb];
+}
+
+const char *fe_nearest(const char *word, const char *const *cands, int n) {
+  const char *best = NULL;
+  int bestd = 1 << 30;
+  for (int i = 0; i < n; i++) {
+    int dd = edit_distance(word, cands[i]);
+    if (dd < bestd) bestd = dd, best = cands[i];
+  }
+  /* Close enough to be a typo: at most a third of the word, at least 2. */
+  int limit = (int)strlen(word) / 3;
+  if (limit < 2) limit = 2;
+  return bestd <= limit ? best : NULL;
+}

@@ -1,0 +1,258 @@
+/*
+ * frontend.h: configs, modifiers, module kinds and the parameter table.
+ *
+ * A training job is a JSON tree. Objects with a "kind" are modules; each kind
+ * registers a schema (one file per kind in frontend/modules/). Resolution turns a config file
+ * plus its base files, modifiers, the selected mesh rule, --apply files and
+ * --set overrides into one canonical tree: every field present, every default
+ * explicit, validated against the schemas. The module walk (fe_build) then
+ * hands each module what its parent decides (dims) and collects parameters.
+ *
+ * Library code never exits: every entry point returns 0 on success and -1 on
+ * a user error, with the messages in an FeDiag.
+ */
+#ifndef AXLC_FRONTEND_H
+#define AXLC_FRONTEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <json-c/json.h>
+
+/* ---- diag.c: diagnostics ------------------------------------------------ */
+
+/* Collects user-facing error messages. Each message reads
+ * "FILE: /json/path: what is wrong (expected ...)". */
+typedef struct FeDiag {
+  char **msgs;
+  int n, cap;
+  /* Interned strings (file names) and origin records owned by the diag,
+   * which is the context of one resolution. */
+  char **pool;
+  int npool, cappool;
+  struct FeOrigin **origins;
+  int norigins, caporigins;
+} FeDiag;
+
+void fe_diag_init(FeDiag *d);
+void fe_diag_free(FeDiag *d);
+/* Records an error; always returns -1 so callers can `return fe_error(...)`. */
+int fe_error(FeDiag *d, const char *file, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void fe_diag_print(const FeDiag *d, FILE *out);
+const char *fe_intern(FeDiag *d, const char *s);
+/* Frees the origin records (json.c); called by fe_diag_free. */
+void fe_origins_free(FeDiag *d);
+/* The candidate nearest to `word` by edit distance, or NULL if none is close. */
+const char *fe_nearest(const char *word, const char *const *cands, int n);
+
+/* ---- json.c: loading, origins, paths, canonical printing ---------------- */
+
+/* Parses a file; syntax errors name line and column. Every object and array
+ * remembers the file it came from, and each key of an object the file that
+ * last set it (a derived config over its base, a modifier, --set). */
+json_object *fe_json_load(FeDiag *d, const char *file);
+json_object *fe_json_parse(FeDiag *d, const char *text, size_t len, const char *origin);
+/* The file `o` came from (NULL for scalars and unknown). */
+const char *fe_origin(json_object *o);
+/* The file that set `key` of object `o`, else the object's own file. */
+const char *fe_origin_key(json_object *o, const char *key);
+void fe_set_origin(FeDiag *d, json_object *o, const char *file, bool deep);
+void fe_set_origin_key(FeDiag *d, json_object *o, const char *key, const char *file);
+/* Gives `dst` a copy of `src`'s origin record. */
+void fe_copy_origin(FeDiag *d, json_object *dst, json_object *src);
+/* Deep copy that keeps origins. */
+json_object *fe_json_copy(FeDiag *d, json_object *o);
+/* Looks up a "/a/b/0/c" path; returns NULL if absent. "" or "/" is the root. */
+json_object *fe_path_get(json_object *root, const char *path);
+/* Splits off the last component: parent object at *parent, key in key[]. */
+int fe_path_parent(FeDiag *d, json_object *root, const char *path, const char *file,
+                   json_object **parent, char *key, size_t keysz);
+/* Canonical text: keys sorted, two-space indent, floats that parse back to
+ * the same double and always look like floats. */
+char *fe_json_canonical(json_object *o);
+/* Appends "/key" or "/index" to a path buffer. */
+void fe_path_join(char *out, size_t outsz, const char *base, const char *key);
+void fe_path_join_index(char *out, size_t outsz, const char *base, int idx);
+const char *fe_json_type_name(json_object *o);
+/* Short rendering of a value for messages ("7", "\"gelu\"", "an object"). */
+void fe_json_brief(json_object *o, char *buf, size_t n);
+
+/* ---- schema.c: module kinds and validation ------------------------------ */
+
+typedef enum {
+  FT_INT,          /* JSON integer */
+  FT_FLOAT,        /* JSON number, stored as double */
+  FT_BOOL,
+  FT_STRING,
+  FT_ENUM,         /* string from `choices` ("a|b|c") */
+  FT_CHILD,        /* module config of one of the kinds in `choices`; "null" allowed if listed */
+  FT_INT_LIST,     /* array of integers */
+  FT_STRING_LIST,  /* array of strings */
+  FT_PSPECS,       /* {"param": [axis-or-null-or-[axes], ...], ...} */
+  FT_REMAT,        /* preset name or {"save": [regex...], "offload": [regex...]} */
+} FeFieldType;
+
+typedef struct FeField {
+  const char *name;
+  FeFieldType type;
+  const char *dflt;     /* default as JSON text; NULL means required */
+  double min, max;      /* FT_INT / FT_FLOAT inclusive range; min > max means unchecked */
+  const char *choices;  /* FT_ENUM values or FT_CHILD kinds, '|' separated */
+  const char *doc;
+} FeField;
+
+struct FeBuild;
+struct FeDims;
+
+typedef struct FeKind {
+  const char *name;
+  const char *doc;
+  const FeField *fields;
+  int nfields;
+  /* Names this kind accepts in param_partition_specs ('|' list), or NULL. */
+  const char *spec_names;
+  /* Semantic checks and parameter declarations for a resolved node, with
+   * what the parent decided in `in`; recurses into children. `cfg` is the
+   * node's config path ("/model/decoder/layer"), `prm` the parameter path
+   * prefix of this instance ("model/decoder/layer_3"). May be NULL. */
+  int (*build)(struct FeBuild *b, json_object *node, const char *cfg,
+               const char *prm, const struct FeDims *in);
+} FeKind;
+
+const FeKind *fe_kind_find(const char *name);
+const FeField *fe_kind_field(const FeKind *k, const char *name);
+/* All registered kinds, for listings and suggestions. */
+int fe_kind_count(void);
+const FeKind *fe_kind_at(int i);
+
+/* Validates a raw module tree rooted at a node whose kind is in `accept`
+ * ('|' list) and returns a new canonical tree with every default filled in,
+ * or NULL after recording errors. */
+json_object *fe_canonicalize(FeDiag *d, json_object *raw, const char *path,
+                             const char *accept);
+
+/* Field accessors for canonical nodes (the schema guarantees presence). */
+int64_t fe_get_int(json_object *node, const char *field);
+double fe_get_float(json_object *node, const char *field);
+bool fe_get_bool(json_object *node, const char *field);
+const char *fe_get_str(json_object *node, const char *field);
+json_object *fe_get_child(json_object *node, const char *field); /* NULL for null */
+const char *fe_node_kind(json_object *node);
+
+/* ---- modifiers.c: tree rewrites ----------------------------------------- */
+
+/* Applies one modifier (an object, or a string naming a modifier file
+ * relative to `dir`) to the raw tree *root. `file` names where it came from. */
+int fe_modifier_apply(FeDiag *d, json_object **root, json_object *mod,
+                      const char *file, const char *dir);
+/* `--set PATH=VALUE`: VALUE is JSON, or a bare string if it does not parse. */
+int fe_set_override(FeDiag *d, json_object *root, const char *assignment);
+
+/* ---- resolve.c: the resolution order ------------------------------------ */
+
+typedef struct FeOptions {
+  const char *target;          /* mesh rule selector, NULL for none */
+  const char **apply;          /* --apply files, in order */
+  int napply;
+  const char **sets;           /* --set PATH=VALUE, in order */
+  int nsets;
+} FeOptions;
+
+/* base -> config's modifiers -> mesh rule -> --apply -> --set -> defaults and
+ * validation -> module walk. Returns the canonical tree or NULL. `rule` (if
+ * not NULL) receives the matched rule's regex or NULL. */
+json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt,
+                        const char **rule);
+/* Number of devices a target name implies: "gpu-h100-256" -> 256,
+ * "gpu-h100-8x32" -> 256, "cpu" -> 1. */
+int64_t fe_target_devices(const char *target);
+
+/* ---- build.c: module walk and the parameter table ------------------------ */
+
+#define FE_MAX_RANK 4
+#define FE_MAX_MESH 8
+
+/* What a parent decides for its children. */
+typedef struct FeDims {
+  int64_t dim;         /* model width */
+  int64_t vocab_size;
+  int64_t num_layers;  /* for depth-scaled init */
+  int64_t seq_len;     /* training sequence length */
+  int64_t max_steps;   /* training length, for schedules */
+  const char *dtype;   /* parameter dtype name */
+} FeDims;
+
+typedef struct FeParam {
+  char *path;                        /* "model/decoder/layer_0/self_attention/q_proj/weight" */
+  int rank;
+  int64_t shape[FE_MAX_RANK];
+  const char *dtype;                 /* "f32", "bf16" */
+  const char *init;                  /* "normal", "zeros", "ones" */
+  double init_std;
+  /* Per dimension: mesh axes it is split over ('|'-joined), "" for none. */
+  char spec[FE_MAX_RANK][48];
+  double weight_decay_scale;
+  char *origin;                      /* config path of the declaring module */
+} FeParam;
+
+typedef struct FeMesh {
+  int n;
+  char axes[FE_MAX_MESH][16];
+  int64_t shape[FE_MAX_MESH];        /* -1 resolved against the target's devices */
+  int64_t devices;
+} FeMesh;
+
+typedef struct FeBuild {
+  FeDiag *diag;
+  const char *file;                  /* config file, for messages */
+  json_object *root;
+  FeMesh mesh;
+  FeParam *params;
+  int nparams, capparams;
+} FeBuild;
+
+/* Walks the canonical tree: checks what only makes sense with the parent's
+ * dims (divisibility, ranges across fields) and declares every parameter. */
+int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root,
+             int64_t devices);
+void fe_build_free(FeBuild *b);
+
+/* Helpers for module kinds. An error about `field` of `node` (config path
+ * `cfg`), naming the file that set the field. */
+int fe_field_error(FeBuild *b, json_object *node, const char *cfg, const char *field,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int fe_build_child(FeBuild *b, json_object *node, const char *field,
+                   const char *cfg, const char *prm, const FeDims *in);
+int fe_build_node(FeBuild *b, json_object *node, const char *cfg,
+                  const char *prm, const FeDims *in);
+/* Declares a parameter; `spec_name` picks its entry in the node's
+ * param_partition_specs (NULL: replicated); `lead_axis` (may be NULL)
+ * splits an extra leading dimension (experts). */
+int fe_param(FeBuild *b, json_object *node, const char *cfg,
+             const char *prm, const char *name, int rank,
+             const int64_t *shape, const char *init, double std,
+             const char *spec_name, const char *lead_axis, double wd_scale,
+             const FeDims *in);
+int64_t fe_param_numel(const FeParam *p);
+/* Devices a '|'-joined list of mesh axes spans. */
+int64_t fe_spec_split(const FeMesh *m, const char *spec);
+int fe_dtype_bytes(const char *dtype);
+void fe_params_print(const FeBuild *b, FILE *out);
+char *fe_params_json(const FeBuild *b);
+
+/* ---- schema tables (for frontend/modules/) ------------------------------ */
+
+#define FE_NOLIMIT 1, 0
+#define FE_ATLEAST(lo) (lo), 1e308
+#define FE_RANGE(lo, hi) (lo), (hi)
+#define F_INT(name, dflt, range, doc) {name, FT_INT, dflt, range, NULL, doc}
+#define F_FLOAT(name, dflt, range, doc) {name, FT_FLOAT, dflt, range, NULL, doc}
+#define F_BOOL(name, dflt, doc) {name, FT_BOOL, dflt, FE_NOLIMIT, NULL, doc}
+#define F_ENUM(name, dflt, choices, doc) {name, FT_ENUM, dflt, FE_NOLIMIT, choices, doc}
+#define F_CHILD(name, dflt, kinds, doc) {name, FT_CHILD, dflt, FE_NOLIMIT, kinds, doc}
+#define F_TYPED(name, type, dflt, doc) {name, type, dflt, FE_NOLIMIT, NULL, doc}
+#define FE_NFIELDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+#endif /* AXLC_FRONTEND_H */

@@ -1,0 +1,390 @@
+/*
+ * modifiers.c: config modifiers, the tree rewrites that turn features on
+ * across models without touching any module.
+ *
+ *   {"kind": "set",       "path": "/a/b", "value": V}
+ *   {"kind": "replace",   "target": "feed_forward", "config": {"kind": "moe", ...}}
+ *   {"kind": "mesh",      "shape": [...], "axes": [...]}          (axes optional)
+ *   {"kind": "remat",     "path": "/model/decoder", "policy": "save_qkvo"}
+ *   {"kind": "partition", "path": "/model/.../feed_forward", "specs": {"linear1": [...]}}
+ *   {"kind": "chain",     "modifiers": [MOD | "file.json", ...]}
+ *
+ * Modifiers act on the raw tree (before defaults are filled in), so
+ * `replace` keeps every field the old node set explicitly and the new kind
+ * also has, unless the replacement sets it itself. A path a modifier names
+ * must exist in the tree, or be a field the node's kind declares.
+ */
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+typedef struct {
+  FeDiag *d;
+  const char *file; /* where the modifier came from */
+  const char *dir;  /* for modifier files named by relative paths */
+  int depth;
+} Ctx;
+
+static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath);
+
+/* ---- modifier field checks ---------------------------------------------- */
+
+typedef struct {
+  const char *kind;
+  const char *required[3];
+  const char *optional[2];
+} ModSchema;
+
+static const ModSchema schemas[] = {
+    {"set", {"path", "value"}, {0}},
+    {"replace", {"target", "config"}, {0}},
+    {"mesh", {"shape"}, {"axes"}},
+    {"remat", {"path", "policy"}, {0}},
+    {"partition", {"path", "specs"}, {0}},
+    {"chain", {"modifiers"}, {0}},
+};
+enum { NSCHEMAS = sizeof schemas / sizeof schemas[0] };
+
+static bool listed(const char *const *list, int n, const char *s) {
+  for (int i = 0; i < n && list[i]; i++)
+    if (strcmp(list[i], s) == 0) return true;
+  return false;
+}
+
+static int check_mod_fields(Ctx *c, json_object *mod, const ModSchema *s, const char *mpath) {
+  char p[512];
+  int rc = 0;
+  json_object_object_foreach(mod, k, v) {
+    (void)v;
+    if (strcmp(k, "kind") == 0 || listed(s->required, 3, k) || listed(s->optional, 2, k)) continue;
+    const char *names[5];
+    int n = 0;
+    for (int i = 0; i < 3 && s->required[i]; i++) names[n++] = s->required[i];
+    for (int i = 0; i < 2 && s->optional[i]; i++) names[n++] = s->optional[i];
+    const char *near = fe_nearest(k, names, n);
+    fe_path_join(p, sizeof p, mpath, k);
+    rc = fe_error(c->d, c->file, p, "unknown field \"%s\" for modifier \"%s\"%s%s%s", k, s->kind,
+                  near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
+  }
+  for (int i = 0; i < 3 && s->required[i]; i++)
+    if (!json_object_object_get_ex(mod, s->required[i], NULL)) {
+      fe_path_join(p, sizeof p, mpath, s->required[i]);
+      rc = fe_error(c->d, c->file, p, "missing required field \"%s\" of modifier \"%s\"",
+                    s->required[i], s->kind);
+    }
+  return rc;
+}
+
+static const char *string_field(Ctx *c, json_object *mod, const char *field, const char *mpath) {
+  json_object *v = json_object_object_get(mod, field);
+  if (json_object_get_type(v) == json_type_string) return json_object_get_string(v);
+  char p[512], brief[96];
+  fe_path_join(p, sizeof p, mpath, field);
+  fe_json_brief(v, brief, sizeof brief);
+  fe_error(c->d, c->file, p, "value %s is %s (expected a string)", brief, fe_json_type_name(v));
+  return NULL;
+}
+
+/* ---- set ---------------------------------------------------------------- */
+
+/* Does `parent` have `key`, or declare it in its kind's schema? */
+static bool settable(json_object *parent, const char *key) {
+  if (json_object_object_get_ex(parent, key, NULL)) return true;
+  const char *kind = fe_node_kind(parent);
+  const FeKind *k = kind ? fe_kind_find(kind) : NULL;
+  return k && fe_kind_field(k, key);
+}
+
+static int set_in_array(Ctx *c, json_object *root, const char *path, json_object *value) {
+  const char *slash = strrchr(path, '/');
+  char ppath[512];
+  snprintf(ppath, sizeof ppath, "%.*s", (int)(slash - path), path);
+  json_object *arr = fe_path_get(root, ppath);
+  char *end;
+  long idx = strtol(slash + 1, &end, 10);
+  if (*end || idx < 0 || (size_t)idx >= json_object_array_length(arr))
+    return fe_error(c->d, c->file, path, "the config has no element %s in the list at %s",
+                    slash + 1, ppath);
+  json_object_array_put_idx(arr, (size_t)idx, fe_json_copy(c->d, value));
+  fe_set_origin(c->d, json_object_array_get_idx(arr, (size_t)idx), c->file, true);
+  return 0;
+}
+
+/* Sets `path` in the raw tree to a copy of `value`. */
+static int set_path(Ctx *c, json_object *root, const char *path, json_object *value) {
+  if (!path || path[0] != '/' || strlen(path) < 2)
+    return fe_error(c->d, c->file, path, "expected a path of the form /a/b/c");
+  const char *slash = strrchr(path, '/');
+  char ppath[512];
+  snprintf(ppath, sizeof ppath, "%.*s", (int)(slash - path), path);
+  json_object *pobj = ppath[0] ? fe_path_get(root, ppath) : root;
+  if (json_object_get_type(pobj) == json_type_array) return set_in_array(c, root, path, value);
+  json_object *parent;
+  char key[128];
+  if (fe_path_parent(c->d, root, path, c->file, &parent, key, sizeof key)) return -1;
+  if (!settable(parent, key)) {
+    const char *kind = fe_node_kind(parent);
+    return fe_error(c->d, c->file, path, "the config has no field \"%s\" here%s%s%s", key,
+                    kind ? " (and kind \"" : "", kind ? kind : "",
+                    kind ? "\" declares no such field)" : "");
+  }
+  json_object *copy = fe_json_copy(c->d, value);
+  fe_set_origin(c->d, copy, c->file, true);
+  json_object_object_add(parent, key, copy);
+  fe_set_origin_key(c->d, parent, key, c->file);
+  return 0;
+}
+
+static int mod_set(Ctx *c, json_object *root, json_object *mod, const char *mpath) {
+  const char *path = string_field(c, mod, "path", mpath);
+  return path ? set_path(c, root, path, json_object_object_get(mod, "value")) : -1;
+}
+
+/* ---- replace ------------------------------------------------------------ */
+
+typedef struct {
+  FeDiag *d;
+  const char *target;
+  json_object *config;
+  const FeKind *newk;
+  const char *file;
+  int count;
+} Replace;
+
+/* The replacement for `old`: the new config plus the fields `old` set that
+ * the new kind also has and the new config leaves unset. */
+static json_object *replacement(Replace *r, json_object *old) {
+  json_object *n = fe_json_copy(r->d, r->config);
+  fe_set_origin(r->d, n, r->file, true);
+  json_object_object_foreach(old, k, v) {
+    if (strcmp(k, "kind") == 0 || !fe_kind_field(r->newk, k)) continue;
+    if (json_object_object_get_ex(n, k, NULL)) continue;
+    json_object_object_add(n, k, fe_json_copy(r->d, v));
+    fe_set_origin_key(r->d, n, k, fe_origin_key(old, k));
+  }
+  r->count++;
+  return n;
+}
+
+static bool matches(Replace *r, json_object *o) {
+  const char *k = fe_node_kind(o);
+  return k && strcmp(k, r->target) == 0;
+}
+
+static void replace_walk(Replace *r, json_object *o) {
+  if (json_object_get_type(o) == json_type_object) {
+    json_object_object_foreach(o, k, v) {
+      if (matches(r, v)) json_object_object_add(o, k, replacement(r, v));
+      else replace_walk(r, v);
+    }
+  } else if (json_object_get_type(o) == json_type_array) {
+    for (size_t i = 0; i < json_object_array_length(o); i++) {
+      json_object *v = json_object_array_get_idx(o, i);
+      if (matches(r, v)) json_object_array_put_idx(o, i, replacement(r, v));
+      else replace_walk(r, v);
+    }
+  }
+}
+
+static const FeKind *kind_arg(Ctx *c, const char *name, const char *p) {
+  const FeKind *k = fe_kind_find(name);
+  if (k) return k;
+  const char *names[64];
+  int n = 0;
+  for (int i = 0; i < fe_kind_count() && n < 64; i++) names[n++] = fe_kind_at(i)->name;
+  const char *near = fe_nearest(name, names, n);
+  fe_error(c->d, c->file, p, "unknown module kind \"%s\"%s%s%s", name,
+           near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
+  return NULL;
+}
+
+static int mod_replace(Ctx *c, json_object **root, json_object *mod, const char *mpath) {
+  const char *target = string_field(c, mod, "target", mpath);
+  if (!target) return -1;
+  char p[512];
+  fe_path_join(p, sizeof p, mpath, "target");
+  if (!kind_arg(c, target, p)) return -1;
+  json_object *config = json_object_object_get(mod, "config");
+  fe_path_join(p, sizeof p, mpath, "config");
+  const char *nk = fe_node_kind(config);
+  if (!nk) return fe_error(c->d, c->file, p, "expected a module config object with a \"kind\"");
+  fe_path_join(p, sizeof p, p, "kind");
+  Replace r = {c->d, target, config, kind_arg(c, nk, p), c->file, 0};
+  if (!r.newk) return -1;
+  if (matches(&r, *root)) {
+    json_object *n = replacement(&r, *root);
+    json_object_put(*root);
+    *root = n;
+  } else {
+    replace_walk(&r, *root);
+  }
+  return 0;
+}
+
+/* ---- mesh, remat, partition --------------------------------------------- */
+
+static int mod_mesh(Ctx *c, json_object *root, json_object *mod) {
+  json_object *mesh = json_object_object_get(root, "mesh");
+  if (json_object_get_type(mesh) != json_type_object) {
+    mesh = json_object_new_object();
+    json_object_object_add(mesh, "kind", json_object_new_string("device_mesh"));
+    fe_set_origin(c->d, mesh, c->file, false);
+    json_object_object_add(root, "mesh", mesh);
+  }
+  json_object_object_add(mesh, "shape", fe_json_copy(c->d, json_object_object_get(mod, "shape")));
+  fe_set_origin_key(c->d, mesh, "shape", c->file);
+  json_object *axes = NULL;
+  if (json_object_object_get_ex(mod, "axes", &axes)) {
+    json_object_object_add(mesh, "axes", fe_json_copy(c->d, axes));
+    fe_set_origin_key(c->d, mesh, "axes", c->file);
+  }
+  return 0;
+}
+
+/* The module at `path` whose kind declares `field`. */
+static json_object *module_with(Ctx *c, json_object *root, const char *path, const char *field,
+                                const char *what) {
+  json_object *node = path ? fe_path_get(root, path) : NULL;
+  if (!path) return NULL;
+  if (!node) {
+    fe_error(c->d, c->file, path, "the config has nothing at this path");
+    return NULL;
+  }
+  const char *kind = fe_node_kind(node);
+  const FeKind *k = kind ? fe_kind_find(kind) : NULL;
+  if (!k || !fe_kind_field(k, field)) {
+    fe_error(c->d, c->file, path, "%s%s%s takes no %s (expected a module with a \"%s\" field)",
+             kind ? "kind \"" : "this value", kind ? kind : "", kind ? "\"" : "", what, field);
+    return NULL;
+  }
+  return node;
+}
+
+static int mod_remat(Ctx *c, json_object *root, json_object *mod, const char *mpath) {
+  const char *path = string_field(c, mod, "path", mpath);
+  json_object *node = module_with(c, root, path, "remat_policy", "remat policy");
+  if (!node) return -1;
+  json_object *policy = fe_json_copy(c->d, json_object_object_get(mod, "policy"));
+  fe_set_origin(c->d, policy, c->file, true);
+  json_object_object_add(node, "remat_policy", policy);
+  fe_set_origin_key(c->d, node, "remat_policy", c->file);
+  return 0;
+}
+
+static int mod_partition(Ctx *c, json_object *root, json_object *mod, const char *mpath) {
+  const char *path = string_field(c, mod, "path", mpath);
+  json_object *node = module_with(c, root, path, "param_partition_specs", "partition specs");
+  if (!node) return -1;
+  json_object *specs = json_object_object_get(mod, "specs");
+  if (json_object_get_type(specs) != json_type_object) {
+    char p[512];
+    fe_path_join(p, sizeof p, mpath, "specs");
+    return fe_error(c->d, c->file, p, "expected an object mapping parameter names to specs");
+  }
+  json_object *cur = json_object_object_get(node, "param_partition_specs");
+  if (json_object_get_type(cur) != json_type_object) {
+    cur = json_object_new_object();
+    fe_set_origin(c->d, cur, c->file, false);
+    json_object_object_add(node, "param_partition_specs", cur);
+  }
+  json_object_object_foreach(specs, k, v) {
+    json_object_object_add(cur, k, fe_json_copy(c->d, v));
+    fe_set_origin_key(c->d, cur, k, c->file);
+  }
+  return 0;
+}
+
+/* ---- chain and files ---------------------------------------------------- */
+
+static int mod_chain(Ctx *c, json_object **root, json_object *mod, const char *mpath) {
+  json_object *list = json_object_object_get(mod, "modifiers");
+  char p[512];
+  fe_path_join(p, sizeof p, mpath, "modifiers");
+  if (json_object_get_type(list) != json_type_array)
+    return fe_error(c->d, c->file, p, "expected a list of modifiers");
+  for (size_t i = 0; i < json_object_array_length(list); i++) {
+    char ip[512];
+    fe_path_join_index(ip, sizeof ip, p, (int)i);
+    if (apply(c, root, json_object_array_get_idx(list, i), ip)) return -1;
+  }
+  return 0;
+}
+
+static int apply_file(Ctx *c, json_object **root, const char *name, const char *mpath) {
+  char path[1024];
+  if (name[0] == '/' || !c->dir) snprintf(path, sizeof path, "%s", name);
+  else snprintf(path, sizeof path, "%s/%s", c->dir, name);
+  if (c->depth > 16)
+    return fe_error(c->d, c->file, mpath, "modifier files nested more than 16 deep (a cycle?)");
+  json_object *mod = fe_json_load(c->d, path);
+  if (!mod) return -1;
+  char dirbuf[1024];
+  snprintf(dirbuf, sizeof dirbuf, "%s", path);
+  Ctx sub = {c->d, fe_intern(c->d, path), fe_intern(c->d, dirname(dirbuf)), c->depth + 1};
+  int rc = apply(&sub, root, mod, "");
+  json_object_put(mod);
+  return rc;
+}
+
+static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath) {
+  if (json_object_get_type(mod) == json_type_string)
+    return apply_file(c, root, json_object_get_string(mod), mpath);
+  const char *kind = fe_node_kind(mod);
+  const char *names[NSCHEMAS];
+  for (int i = 0; i < NSCHEMAS; i++) names[i] = schemas[i].kind;
+  if (!kind)
+    return fe_error(c->d, c->file, mpath, "expected a modifier (an object with a \"kind\": "
+                    "set, replace, mesh, remat, partition or chain) or a modifier file name");
+  for (int i = 0; i < NSCHEMAS; i++) {
+    if (strcmp(kind, schemas[i].kind)) continue;
+    if (check_mod_fields(c, mod, &schemas[i], mpath)) return -1;
+    switch (i) {
+    case 0: return mod_set(c, *root, mod, mpath);
+    case 1: return mod_replace(c, root, mod, mpath);
+    case 2: return mod_mesh(c, *root, mod);
+    case 3: return mod_remat(c, *root, mod, mpath);
+    case 4: return mod_partition(c, *root, mod, mpath);
+    default: return mod_chain(c, root, mod, mpath);
+    }
+  }
+  const char *near = fe_nearest(kind, names, NSCHEMAS);
+  char p[512];
+  fe_path_join(p, sizeof p, mpath, "kind");
+  return fe_error(c->d, c->file, p, "unknown modifier kind \"%s\" (expected set, replace, mesh, "
+                  "remat, partition or chain)%s%s%s", kind, near ? "; did you mean \"" : "",
+                  near ? near : "", near ? "\"?" : "");
+}
+
+int fe_modifier_apply(FeDiag *d, json_object **root, json_object *mod, const char *file,
+                      const char *dir) {
+  Ctx c = {d, file ? fe_intern(d, file) : NULL, dir ? fe_intern(d, dir) : NULL, 0};
+  if (json_object_get_type(*root) != json_type_object)
+    return fe_error(d, file, NULL, "the config is not an object");
+  return apply(&c, root, mod, "");
+}
+
+int fe_set_override(FeDiag *d, json_object *root, const char *assignment) {
+  const char *eq = strchr(assignment, '=');
+  if (!eq || eq == assignment)
+    return fe_error(d, "--set", NULL, "\"%s\" is not PATH=VALUE", assignment);
+  char path[512];
+  snprintf(path, sizeof path, "%.*s", (int)(eq - assignment), assignment);
+  json_tokener *tok = json_tokener_new();
+  json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+  /* Include the terminating NUL so a bare number ends where the text does. */
+  size_t len = strlen(eq + 1);
+  json_object *value = json_tokener_parse_ex(tok, eq + 1, (int)len + 1);
+  bool ok = json_tokener_get_error(tok) == json_tokener_success &&
+            json_tokener_get_parse_end(tok) >= len && len > 0;
+  json_tokener_free(tok);
+  if (!ok) { /* not JSON: take it as a string */
+    json_object_put(value);
+    value = json_object_new_string(eq + 1);
+  }
+  Ctx c = {d, "--set", NULL, 0};
+  int rc = set_path(&c, root, path, value);
+  json_object_put(value);
+  return rc;
+}

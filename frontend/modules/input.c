@@ -1,0 +1,34 @@
+/*
+ * input.c: the trainer's non-model parts that are plain settings: the
+ * language-model input, the checkpoint policy and the device mesh.
+ * The mesh is interpreted by build.c (fe_build), before the module walk,
+ * because every parameter's partition spec is checked against it.
+ */
+#include "frontend/frontend.h"
+
+static const FeField input_fields[] = {
+    F_INT("seq_len", NULL, FE_ATLEAST(1), "tokens per sequence"),
+    F_INT("global_batch_size", NULL, FE_ATLEAST(1), "sequences per step over all devices"),
+};
+
+const FeKind fe_kind_lm_input = {"lm_input", "next-token prediction input", input_fields,
+                                 FE_NFIELDS(input_fields), NULL, NULL};
+
+static const FeField ckpt_fields[] = {
+    F_INT("every_n_steps", "0", FE_ATLEAST(0), "save every N steps; 0: only at the end"),
+    F_INT("keep_last", "3", FE_ATLEAST(1), "complete checkpoints to keep"),
+};
+
+const FeKind fe_kind_checkpointer = {"checkpointer", "checkpoint policy", ckpt_fields,
+                                     FE_NFIELDS(ckpt_fields), NULL, NULL};
+
+static const FeField mesh_fields[] = {
+    F_TYPED("axes", FT_STRING_LIST,
+            "[\"pipeline\", \"data\", \"expert\", \"fsdp\", \"seq\", \"model\"]",
+            "mesh axis names, outermost first"),
+    F_TYPED("shape", FT_INT_LIST, "[1, -1, 1, 1, 1, 1]",
+            "devices along each axis; one -1 takes whatever is left"),
+};
+
+const FeKind fe_kind_device_mesh = {"device_mesh", "logical device mesh", mesh_fields,
+                                    FE_NFIELDS(mesh_fields), NULL, NULL};

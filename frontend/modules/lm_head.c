@@ -1,0 +1,24 @@
+/*
+ * lm_head.c: projection from the model width to vocabulary logits, either
+ * tied to the token embedding (no parameters of its own) or a separate
+ * (vocab, dim) matrix.
+ */
+#include "frontend/frontend.h"
+
+static const FeField fields[] = {
+    F_BOOL("tied", "true", "reuse the token embedding table"),
+    F_FLOAT("init_std", "0.02", FE_ATLEAST(0), "standard deviation of the normal init"),
+    F_TYPED("param_partition_specs", FT_PSPECS, "{\"weight\": [null, \"model\"]}",
+            "partition spec of the (vocab, dim) matrix"),
+};
+
+static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm,
+                 const FeDims *in) {
+  if (fe_get_bool(node, "tied")) return 0;
+  int64_t shape[2] = {in->vocab_size, in->dim}; /* (V, D) */
+  return fe_param(b, node, cfg, prm, "weight", 2, shape, "normal", fe_get_float(node, "init_std"),
+                  "weight", NULL, 1.0, in);
+}
+
+const FeKind fe_kind_lm_head = {"lm_head", "output projection to the vocabulary", fields,
+                                FE_NFIELDS(fields), "weight", build};

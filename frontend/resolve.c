@@ -1,0 +1,261 @@
+/*
+ * resolve.c: from a config file to the canonical, validated tree.
+ *
+ * The order is fixed and is the one users reason about:
+ *   1. the `base` file, resolved the same way (recursively, cycles refused),
+ *      with this file's own keys merged on top (objects of the same kind
+ *      merge key by key; anything else replaces);
+ *   2. this file's `modifiers`, in order;
+ *   3. the first mesh rule whose `match` regex matches the whole --target;
+ *   4. --apply files, in order;
+ *   5. --set PATH=VALUE overrides, in order;
+ *   6. defaults filled in and every field validated (schema.c);
+ *   7. the module walk: dims, partition specs against the mesh (build.c).
+ * `base`, `modifiers` and `mesh_rules` are resolution keys, not config: they
+ * never reach the canonical tree. A file's `mesh_rules` (a list, or the name
+ * of a file holding one) replace its base's.
+ */
+#include <ctype.h>
+#include <libgen.h>
+#include <limits.h>
+#include <regex.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+#define MAX_BASE_DEPTH 16
+
+typedef struct {
+  json_object *tree;
+  json_object *rules;      /* list of {match, modifiers} or NULL */
+  const char *rules_file;  /* for messages and relative modifier files */
+} Loaded;
+
+static const char *dir_of(FeDiag *d, const char *file) {
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", file);
+  return fe_intern(d, dirname(buf));
+}
+
+static const char *relative(FeDiag *d, const char *dir, const char *name) {
+  char buf[2048];
+  if (name[0] == '/') return fe_intern(d, name);
+  snprintf(buf, sizeof buf, "%s/%s", dir, name);
+  return fe_intern(d, buf);
+}
+
+/* ---- merging a file onto its base -------------------------------------- */
+
+static void merge(FeDiag *d, json_object *dst, json_object *src) {
+  json_object_object_foreach(src, k, v) {
+    json_object *old = NULL;
+    bool both_objects = json_object_object_get_ex(dst, k, &old) &&
+                        json_object_get_type(old) == json_type_object &&
+                        json_object_get_type(v) == json_type_object;
+    const char *ok = both_objects ? fe_node_kind(old) : NULL, *nk = fe_node_kind(v);
+    if (both_objects && (!nk || (ok && strcmp(ok, nk) == 0))) {
+      merge(d, old, v);
+    } else {
+      json_object_object_add(dst, k, fe_json_copy(d, v));
+      fe_set_origin_key(d, dst, k, fe_origin_key(src, k));
+    }
+  }
+}
+
+/* Takes `key` out of `o`, returning it (owned by the caller) or NULL. */
+static json_object *take(json_object *o, const char *key) {
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, key, &v)) return NULL;
+  json_object_get(v);
+  json_object_object_del(o, key);
+  return v;
+}
+
+/* ---- mesh rules ---------------------------------------------------------- */
+
+static int load_rules(FeDiag *d, json_object *spec, const char *file, Loaded *out) {
+  if (json_object_get_type(spec) == json_type_string) {
+    const char *rf = relative(d, dir_of(d, file), json_object_get_string(spec));
+    json_object *list = fe_json_load(d, rf);
+    if (!list) return -1;
+    json_object_put(spec);
+    spec = list;
+    file = rf;
+  }
+  if (json_object_get_type(spec) != json_type_array) {
+    json_object_put(spec);
+    return fe_error(d, file, "/mesh_rules", "expected a list of {\"match\": REGEX, "
+                    "\"modifiers\": [...]} or the name of a file holding one");
+  }
+  json_object_put(out->rules);
+  out->rules = spec;
+  out->rules_file = file;
+  return 0;
+}
+
+static int check_rule(FeDiag *d, const char *file, json_object *rule, int i, regex_t *re) {
+  char p[64];
+  snprintf(p, sizeof p, "/mesh_rules/%d", i);
+  json_object *m = NULL, *mods = NULL;
+  if (json_object_get_type(rule) != json_type_object ||
+      !json_object_object_get_ex(rule, "match", &m) ||
+      json_object_get_type(m) != json_type_string ||
+      !json_object_object_get_ex(rule, "modifiers", &mods) ||
+      json_object_get_type(mods) != json_type_array || json_object_object_length(rule) != 2)
+    return fe_error(d, file, p, "expected {\"match\": REGEX, \"modifiers\": [...]}");
+  char pat[1024];
+  snprintf(pat, sizeof pat, "^(%s)$", json_object_get_string(m));
+  if (regcomp(re, pat, REG_EXTENDED | REG_NOSUB) != 0)
+    return fe_error(d, file, p, "match \"%s\" is not a valid extended regex",
+                    json_object_get_string(m));
+  return 0;
+}
+
+/* Applies the first rule matching `target`; *matched gets its regex. */
+static int apply_rules(FeDiag *d, Loaded *l, const char *target, const char **matched) {
+  *matched = NULL;
+  if (!l->rules) return 0;
+  for (size_t i = 0; i < json_object_array_length(l->rules); i++) {
+    json_object *rule = json_object_array_get_idx(l->rules, i);
+    regex_t re;
+    if (check_rule(d, l->rules_file, rule, (int)i, &re)) return -1;
+    bool hit = target && regexec(&re, target, 0, NULL, 0) == 0;
+    regfree(&re);
+    if (!hit) continue;
+    *matched = json_object_get_string(json_object_object_get(rule, "match"));
+    json_object *chain = json_object_new_object();
+    json_object_object_add(chain, "kind", json_object_new_string("chain"));
+    json_object_object_add(chain, "modifiers", json_object_get(json_object_object_get(rule, "modifiers")));
+    int rc = fe_modifier_apply(d, &l->tree, chain, l->rules_file, dir_of(d, l->rules_file));
+    json_object_put(chain);
+    return rc;
+  }
+  return 0;
+}
+
+/* ---- loading a file with its bases -------------------------------------- */
+
+static int load(FeDiag *d, const char *file, const char **stack, int depth, Loaded *out);
+
+static int check_cycle(FeDiag *d, const char *file, const char **stack, int depth,
+                       const char *real) {
+  for (int i = 0; i < depth; i++) {
+    if (strcmp(stack[i], real)) continue;
+    char chain[2048] = "";
+    for (int j = i; j < depth; j++) {
+      strncat(chain, stack[j], sizeof chain - strlen(chain) - 1);
+      strncat(chain, " -> ", sizeof chain - strlen(chain) - 1);
+    }
+    strncat(chain, real, sizeof chain - strlen(chain) - 1);
+    return fe_error(d, file, "/base", "base files form a cycle: %s", chain);
+  }
+  if (depth >= MAX_BASE_DEPTH)
+    return fe_error(d, file, "/base", "base files nested more than %d deep", MAX_BASE_DEPTH);
+  return 0;
+}
+
+static int load_base(FeDiag *d, const char *file, json_object *base, const char **stack,
+                     int depth, Loaded *out) {
+  if (json_object_get_type(base) != json_type_string)
+    return fe_error(d, file, "/base", "expected the name of a base config file");
+  return load(d, relative(d, dir_of(d, file), json_object_get_string(base)), stack, depth, out);
+}
+
+static int apply_own_modifiers(FeDiag *d, const char *file, json_object *mods, Loaded *out) {
+  if (!mods) return 0;
+  if (json_object_get_type(mods) != json_type_array)
+    return fe_error(d, file, "/modifiers", "expected a list of modifiers or modifier files");
+  json_object *chain = json_object_new_object();
+  json_object_object_add(chain, "kind", json_object_new_string("chain"));
+  json_object_object_add(chain, "modifiers", json_object_get(mods));
+  int rc = fe_modifier_apply(d, &out->tree, chain, file, dir_of(d, file));
+  json_object_put(chain);
+  return rc;
+}
+
+static int load(FeDiag *d, const char *file, const char **stack, int depth, Loaded *out) {
+  char realbuf[PATH_MAX];
+  const char *real = realpath(file, realbuf) ? fe_intern(d, realbuf) : fe_intern(d, file);
+  if (check_cycle(d, file, stack, depth, real)) return -1;
+  stack[depth] = real;
+  json_object *o = fe_json_load(d, file);
+  if (!o) return -1;
+  if (json_object_get_type(o) != json_type_object) {
+    json_object_put(o);
+    return fe_error(d, file, NULL, "expected a config object at the top level");
+  }
+  json_object *base = take(o, "base"), *mods = take(o, "modifiers"), *rules = take(o, "mesh_rules");
+  int rc = 0;
+  if (base) {
+    rc = load_base(d, file, base, stack, depth + 1, out);
+    if (rc == 0) merge(d, out->tree, o);
+    json_object_put(o);
+  } else {
+    out->tree = o;
+  }
+  if (rc == 0 && rules) rc = load_rules(d, json_object_get(rules), file, out);
+  if (rc == 0) rc = apply_own_modifiers(d, file, mods, out);
+  json_object_put(base);
+  json_object_put(mods);
+  json_object_put(rules);
+  return rc;
+}
+
+/* ---- the whole resolution ------------------------------------------------ */
+
+int64_t fe_target_devices(const char *target) {
+  if (!target) return 0;
+  const char *last = strrchr(target, '-');
+  const char *p = last ? last + 1 : target;
+  if (!isdigit((unsigned char)*p)) return 1;
+  int64_t n = 1;
+  while (*p) {
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v < 1 || v > (1LL << 24)) return 1;
+    n *= v;
+    if (*end == 'x') p = end + 1;
+    else if (*end == 0) p = end;
+    else return 1;
+  }
+  return n;
+}
+
+static int apply_cli(FeDiag *d, Loaded *l, const FeOptions *opt) {
+  for (int i = 0; i < opt->napply; i++) {
+    json_object *mod = fe_json_load(d, opt->apply[i]);
+    if (!mod) return -1;
+    int rc = fe_modifier_apply(d, &l->tree, mod, opt->apply[i], dir_of(d, opt->apply[i]));
+    json_object_put(mod);
+    if (rc) return -1;
+  }
+  for (int i = 0; i < opt->nsets; i++)
+    if (fe_set_override(d, l->tree, opt->sets[i])) return -1;
+  return 0;
+}
+
+json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const char **rule) {
+  static const FeOptions none = {0};
+  if (!opt) opt = &none;
+  const char *stack[MAX_BASE_DEPTH + 1];
+  Loaded l = {0};
+  const char *matched = NULL;
+  json_object *canon = NULL;
+  if (load(d, file, stack, 0, &l) == 0 && apply_rules(d, &l, opt->target, &matched) == 0 &&
+      apply_cli(d, &l, opt) == 0)
+    canon = fe_canonicalize(d, l.tree, "", "trainer");
+  if (canon) {
+    FeBuild b;
+    int rc = fe_build(&b, d, file, canon, fe_target_devices(opt->target));
+    fe_build_free(&b);
+    if (rc) {
+      json_object_put(canon);
+      canon = NULL;
+    }
+  }
+  if (rule) *rule = matched ? fe_intern(d, matched) : NULL;
+  json_object_put(l.tree);
+  json_object_put(l.rules);
+  return canon;
+}
