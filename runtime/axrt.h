@@ -1,0 +1,189 @@
+/*
+ * axrt.h: the public interface of libaxrt, the runtime every generated trainer links.
+ *
+ * This header ships with each trainer, so it names no compiler type: only C11 scalars,
+ * opaque runtime handles and the small value structs below. Every function that can fail
+ * returns 0 on success and -1 on failure, and then fills the caller's RtError with one line
+ * that names the file and says what was found and what was expected. The library never
+ * prints and never exits; only the trainer's main decides what to do with an error.
+ *
+ * One banner section per source file in runtime/, declaring only what that file exports.
+ * docs/runtime.md describes the on-disk formats.
+ */
+#ifndef AXRT_H
+#define AXRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define RT_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define RT_PRINTF(fmt, args)
+#endif
+
+/* ===== error.c: status messages ===================================================== */
+
+#define RT_ERROR_MAX 256
+
+/* One diagnostic line, e.g. "data/train.bin: token 50300 at position 17 >= vocabulary 50257". */
+typedef struct RtError {
+    char msg[RT_ERROR_MAX];
+} RtError;
+
+/* Formats into err (which may be NULL) and returns -1, so callers write `return rt_error_set(...)`. */
+int rt_error_set(RtError *err, const char *fmt, ...) RT_PRINTF(2, 3);
+
+/* CRC-32 (IEEE 802.3, as zlib's crc32): start with crc = 0, feed buffers in order. */
+uint32_t rt_crc32(uint32_t crc, const void *buf, size_t n);
+
+/* ===== data.c: memory-mapped token files and batching ================================= */
+
+typedef enum RtDataFormat {
+    RT_DATA_BYTES,      /* plain text: every byte is one token, vocabulary 256 */
+    RT_DATA_TOKENS_U16, /* llm.c token file, version 1: 256 x int32 header, uint16 tokens */
+    RT_DATA_TOKENS_U32, /* llm.c token file, version 2: 256 x int32 header, uint32 tokens */
+} RtDataFormat;
+
+#define RT_DATA_MAGIC 20240520
+#define RT_DATA_HEADER_INTS 256
+
+typedef struct RtData RtData; /* an open, validated token file and a read position */
+
+/* Maps `path`, detects its format by the magic number, checks the header and that every
+ * token is < vocab_size. The rank split starts as rank 0 of 1. */
+int rt_data_open(RtData **out, const char *path, int vocab_size, RtError *err);
+void rt_data_close(RtData *d);
+/* Data parallelism: rank `rank` of `world` reads windows [rank*B, rank*B+B) of each global
+ * batch of world*B windows. Every rank keeps the same global position. */
+int rt_data_set_rank(RtData *d, int rank, int world, RtError *err);
+RtDataFormat rt_data_format(const RtData *d);
+int64_t rt_data_num_tokens(const RtData *d);
+/* Fills this rank's slice of the next global batch. Window b starts at token
+ * pos + (rank*B + b)*T and holds T+1 tokens: inputs are its first T, targets its last T.
+ * The position then advances by world*B*T; a batch that would run past the end starts
+ * over at token 0 instead. Fails if the file holds fewer than world*B*T+1 tokens. */
+int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs /* (B, T) */,
+                       int32_t *targets /* (B, T) */, RtError *err);
+/* The global position (token index of the next batch), for checkpoints. */
+int64_t rt_data_position(const RtData *d);
+int rt_data_seek(RtData *d, int64_t position, RtError *err);
+
+/* ===== init.c: deterministic parameter initialization ================================= */
+
+typedef enum RtInitKind {
+    RT_INIT_ZEROS,
+    RT_INIT_ONES,
+    RT_INIT_CONSTANT,     /* value */
+    RT_INIT_NORMAL,       /* mean, std */
+    RT_INIT_UNIFORM,      /* [lo, hi) */
+    RT_INIT_TRUNC_NORMAL, /* mean, std, resampled until within [mean+lo*std, mean+hi*std] */
+} RtInitKind;
+
+typedef struct RtInit {
+    RtInitKind kind;
+    float value;    /* CONSTANT */
+    float mean;     /* NORMAL, TRUNC_NORMAL */
+    float std;      /* NORMAL, TRUNC_NORMAL; >= 0 */
+    float lo, hi;   /* UNIFORM bounds; TRUNC_NORMAL bounds in units of std (0, 0 means -2, 2) */
+} RtInit;
+
+/* Fills dst[i] with element offset+i of the parameter `path`. Element k's value depends only
+ * on (seed, path, k, init), so any sharding or backend gets the same weights. */
+int rt_init_fill(float *dst /* (n) */, int64_t n, int64_t offset, const char *path,
+                 uint64_t seed, const RtInit *init, RtError *err);
+/* The counter-based generator under rt_init_fill: the k-th 64-bit draw for element `index`
+ * of the stream (seed, path). Exposed so other code (dropout, tests) can share it. */
+uint64_t rt_rng_u64(uint64_t seed, const char *path, int64_t index, uint32_t k);
+uint64_t rt_fnv1a64(const char *s);
+
+/* ===== safetensors.c: the safetensors file format ===================================== */
+
+#define RT_MAX_DIMS 8
+
+typedef enum RtDtype {
+    RT_DT_BOOL, RT_DT_U8, RT_DT_I8, RT_DT_F8_E4M3, RT_DT_F8_E5M2,
+    RT_DT_I16, RT_DT_U16, RT_DT_F16, RT_DT_BF16,
+    RT_DT_I32, RT_DT_U32, RT_DT_F32,
+    RT_DT_I64, RT_DT_U64, RT_DT_F64,
+    RT_DT_COUNT
+} RtDtype;
+
+/* A named tensor. When writing, the caller fills every field but nbytes; when reading,
+ * data points into the read-only file mapping (not necessarily aligned). */
+typedef struct RtTensor {
+    const char *name;
+    RtDtype dtype;
+    int ndim;
+    int64_t shape[RT_MAX_DIMS];
+    const void *data;
+    int64_t nbytes;
+} RtTensor;
+
+/* One "__metadata__" entry (a string to string map in the header). */
+typedef struct RtMeta {
+    const char *key;
+    const char *value;
+} RtMeta;
+
+typedef struct RtSt RtSt; /* an open, fully validated safetensors file */
+
+const char *rt_dtype_name(RtDtype dt); /* "F32" */
+int rt_dtype_size(RtDtype dt);         /* bytes per element */
+
+/* Writes `path` atomically (temporary file, fsync, rename, fsync of the directory).
+ * crc (may be NULL) receives the CRC-32 and size of the bytes written. */
+int rt_st_write(const char *path, const RtTensor *tensors, int n_tensors, const RtMeta *meta,
+                int n_meta, uint32_t *crc, int64_t *size, RtError *err);
+int rt_st_open(RtSt **out, const char *path, RtError *err);
+void rt_st_close(RtSt *st);
+const char *rt_st_path(const RtSt *st);
+int rt_st_count(const RtSt *st);
+const RtTensor *rt_st_tensor(const RtSt *st, int i); /* sorted by data offset */
+const RtTensor *rt_st_find(const RtSt *st, const char *name); /* NULL if absent */
+const char *rt_st_meta(const RtSt *st, const char *key);      /* NULL if absent */
+/* The whole file as mapped, for checksums. */
+const void *rt_st_bytes(const RtSt *st, int64_t *size);
+/* Copies tensor `name` into dst as f32 (from F32, F16 or BF16) after checking its shape:
+ * "FILE: tensor 'w': shape [3,4], expected [4,4]". */
+int rt_st_read_f32(const RtSt *st, const char *name, const int64_t *shape, int ndim,
+                   float *dst, RtError *err);
+
+/* ===== ckpt.c: checkpoints ============================================================ */
+
+/* DIR/step_00000020/{state.safetensors, index.json}; index.json is written last and marks
+ * the checkpoint complete. */
+typedef struct RtCkptState {
+    int64_t step;
+    int64_t data_position;
+    uint64_t rng_state;
+    const char *config;       /* the resolved config text; may be NULL */
+    const RtTensor *tensors;  /* parameters by path, optimizer state as "opt/m/<path>", ... */
+    int n_tensors;
+} RtCkptState;
+
+typedef struct RtCkpt RtCkpt; /* an opened, verified checkpoint */
+
+#define RT_CKPT_ANY INT64_MAX
+
+/* Saves `state` as DIR/step_<step>/, then deletes all but the newest keep_last complete
+ * checkpoints (keep_last <= 0 keeps all). Refuses to replace a complete checkpoint of the
+ * same step. A failure leaves every earlier checkpoint as it was. */
+int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtError *err);
+/* Newest complete checkpoint with step < below (RT_CKPT_ANY for the newest).
+ * Returns 1 and sets *step if found, 0 if none, -1 on error. */
+int rt_ckpt_latest(const char *dir, int64_t below, int64_t *step, RtError *err);
+/* Opens and verifies (sizes, CRC-32s, step) the checkpoint of `step`. */
+int rt_ckpt_open(RtCkpt **out, const char *dir, int64_t step, RtError *err);
+/* Opens the newest checkpoint that verifies, falling back past damaged ones; `warn` (may be
+ * NULL) receives the last damage found, or an empty message. Returns 1 if one was opened,
+ * 0 if there is none, -1 on error. */
+int rt_ckpt_open_latest(RtCkpt **out, const char *dir, RtError *warn, RtError *err);
+void rt_ckpt_close(RtCkpt *ck);
+int64_t rt_ckpt_step(const RtCkpt *ck);
+int64_t rt_ckpt_data_position(const RtCkpt *ck);
+uint64_t rt_ckpt_rng_state(const RtCkpt *ck);
+const char *rt_ckpt_config(const RtCkpt *ck); /* "" if none was saved */
+const RtSt *rt_ckpt_tensors(const RtCkpt *ck);
+
+#endif /* AXRT_H */

@@ -1,0 +1,396 @@
+/*
+ * ckpt.c: checkpoints.
+ *
+ * A checkpoint of step S is the directory DIR/step_<S, 8 digits>/ holding
+ *   state.safetensors  parameters by path and optimizer state ("opt/m/<path>", ...); its
+ *                      __metadata__ holds axlc.step, axlc.data_position, axlc.rng_state and
+ *                      axlc.config (the resolved config text);
+ *   index.json         {"format": "axlc-checkpoint", "version": 1, "step": S,
+ *                       "files": [{"name": ..., "bytes": ..., "crc32": ...}]}.
+ * Every file is written under a temporary name, fsynced and renamed; index.json is written
+ * last, so a checkpoint is complete exactly when its index exists. Deleting removes the
+ * index first, so a half-deleted checkpoint is merely incomplete. Loading verifies every
+ * listed file's size and CRC-32 before anything is read from it.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rt_impl.h"
+
+#define STATE_FILE "state.safetensors"
+#define INDEX_FILE "index.json"
+#define PATH_CAP 4096
+
+struct RtCkpt {
+    int64_t step, data_position;
+    uint64_t rng_state;
+    const char *config; /* points into st's metadata */
+    RtSt *st;
+};
+
+/* ===== names ========================================================================== */
+
+static int step_path(char *buf, const char *dir, int64_t step, const char *file, RtError *err) {
+    int len = file ? snprintf(buf, PATH_CAP, "%s/step_%08lld/%s", dir, (long long)step, file)
+                   : snprintf(buf, PATH_CAP, "%s/step_%08lld", dir, (long long)step);
+    return len < PATH_CAP ? 0 : rt_error_set(err, "%s: checkpoint path too long", dir);
+}
+
+/* "step_00000020" -> 20; anything else (temporaries included) -> -1. */
+static int join_path(char *buf, const char *dir, const char *name, RtError *err) {
+    if (snprintf(buf, PATH_CAP, "%s/%s", dir, name) >= PATH_CAP)
+        return rt_error_set(err, "%s: path too long", dir);
+    return 0;
+}
+
+static int64_t parse_step_name(const char *name) {
+    if (strncmp(name, "step_", 5) != 0 || strlen(name) < 13 || strlen(name) > 23)
+        return -1;
+    int64_t step = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        step = step * 10 + (*p - '0');
+    }
+    return step;
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* ===== listing ======================================================================== */
+
+typedef struct StepList {
+    int64_t *steps; /* (n) newest first */
+    int n, cap;
+} StepList;
+
+static int list_push(StepList *l, int64_t step) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        int64_t *s = realloc(l->steps, (size_t)cap * sizeof *s);
+        if (!s)
+            return -1;
+        l->steps = s;
+        l->cap = cap;
+    }
+    l->steps[l->n++] = step;
+    return 0;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+static int is_complete(const char *dir, int64_t step) {
+    char index[PATH_CAP];
+    return step_path(index, dir, step, INDEX_FILE, NULL) == 0 && is_file(index);
+}
+
+/* Steps of the checkpoint directories in `dir` that are complete (or, with complete == 0,
+ * incomplete), newest first. A missing `dir` holds none. */
+static int list_steps(const char *dir, int complete, StepList *l, RtError *err) {
+    memset(l, 0, sizeof *l);
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0 : rt_error_set(err, "%s: cannot list: %s", dir, strerror(errno));
+    struct dirent *ent;
+    int rc = 0;
+    while (rc == 0 && (ent = readdir(d)) != NULL) {
+        int64_t step = parse_step_name(ent->d_name);
+        if (step >= 0 && is_complete(dir, step) == complete && list_push(l, step) != 0)
+            rc = rt_error_set(err, "%s: out of memory", dir);
+    }
+    if (closedir(d) != 0 && rc == 0)
+        rc = rt_error_set(err, "%s: cannot close directory: %s", dir, strerror(errno));
+    if (rc != 0)
+        free(l->steps);
+    else if (l->n > 1) /* steps is NULL when empty, and qsort wants a pointer */
+        qsort(l->steps, (size_t)l->n, sizeof *l->steps, cmp_desc);
+    return rc;
+}
+
+int rt_ckpt_latest(const char *dir, int64_t below, int64_t *step, RtError *err) {
+    StepList l;
+    if (list_steps(dir, 1, &l, err) != 0)
+        return -1;
+    int found = 0;
+    for (int i = 0; i < l.n && !found; i++)
+        if (l.steps[i] < below) {
+            *step = l.steps[i];
+            found = 1;
+        }
+    free(l.steps);
+    return found;
+}
+
+/* ===== deleting ======================================================================= */
+
+static int unlink_all(const char *sdir, RtError *err) {
+    DIR *d = opendir(sdir);
+    if (!d)
+        return rt_error_set(err, "%s: cannot list: %s", sdir, strerror(errno));
+    struct dirent *ent;
+    char path[PATH_CAP];
+    int rc = 0;
+    while (rc == 0 && (ent = readdir(d)) != NULL) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        if (join_path(path, sdir, ent->d_name, err) != 0)
+            rc = -1;
+        else if (unlink(path) != 0)
+            rc = rt_error_set(err, "%s: cannot delete: %s", path, strerror(errno));
+    }
+    if (closedir(d) != 0 && rc == 0)
+        rc = rt_error_set(err, "%s: cannot close directory: %s", sdir, strerror(errno));
+    return rc;
+}
+
+/* Index first (and made durable), so a crash mid-delete leaves an incomplete checkpoint. */
+static int remove_ckpt(const char *dir, int64_t step, RtError *err) {
+    char sdir[PATH_CAP], index[PATH_CAP];
+    if (step_path(sdir, dir, step, NULL, err) != 0 || step_path(index, dir, step, INDEX_FILE, err) != 0)
+        return -1;
+    if (unlink(index) != 0 && errno != ENOENT)
+        return rt_error_set(err, "%s: cannot delete: %s", index, strerror(errno));
+    if (rt_dir_fsync(sdir, err) != 0 || unlink_all(sdir, err) != 0)
+        return -1;
+    if (rmdir(sdir) != 0)
+        return rt_error_set(err, "%s: cannot remove directory: %s", sdir, strerror(errno));
+    return 0;
+}
+
+/* Keeps the newest keep_last complete checkpoints, and drops leftovers of failed saves
+ * older than `saved`. */
+static int prune(const char *dir, int keep_last, int64_t saved, RtError *err) {
+    StepList done, partial;
+    if (list_steps(dir, 1, &done, err) != 0)
+        return -1;
+    int rc = list_steps(dir, 0, &partial, err);
+    for (int i = keep_last; rc == 0 && keep_last > 0 && i < done.n; i++)
+        rc = remove_ckpt(dir, done.steps[i], err);
+    for (int i = 0; rc == 0 && i < partial.n; i++)
+        if (partial.steps[i] < saved)
+            rc = remove_ckpt(dir, partial.steps[i], err);
+    free(done.steps);
+    free(partial.steps);
+    return rc == 0 ? rt_dir_fsync(dir, err) : -1;
+}
+
+/* ===== saving ========================================================================= */
+
+static int make_dir(const char *path, RtError *err) {
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        return rt_error_set(err, "%s: cannot create directory: %s", path, strerror(errno));
+    return 0;
+}
+
+static int write_state(const char *dir, const RtCkptState *s, uint32_t *crc, int64_t *size, RtError *err) {
+    char path[PATH_CAP], step[32], pos[32], rng[32];
+    snprintf(step, sizeof step, "%lld", (long long)s->step);
+    snprintf(pos, sizeof pos, "%lld", (long long)s->data_position);
+    snprintf(rng, sizeof rng, "%llu", (unsigned long long)s->rng_state);
+    RtMeta meta[] = {
+        {"axlc.step", step}, {"axlc.data_position", pos}, {"axlc.rng_state", rng},
+        {"axlc.config", s->config ? s->config : ""},
+    };
+    if (step_path(path, dir, s->step, STATE_FILE, err) != 0)
+        return -1;
+    return rt_st_write(path, s->tensors, s->n_tensors, meta, 4, crc, size, err);
+}
+
+static int write_index(const char *dir, int64_t step, uint32_t crc, int64_t size, RtError *err) {
+    char path[PATH_CAP], text[512];
+    if (step_path(path, dir, step, INDEX_FILE, err) != 0)
+        return -1;
+    int len = snprintf(text, sizeof text,
+                       "{\"format\": \"axlc-checkpoint\", \"version\": 1, \"step\": %lld,\n"
+                       " \"files\": [{\"name\": \"%s\", \"bytes\": %lld, \"crc32\": %lu}]}\n",
+                       (long long)step, STATE_FILE, (long long)size, (unsigned long)crc);
+    RtWfile w;
+    if (rt_wfile_open(&w, path, err) != 0)
+        return -1;
+    if (rt_wfile_write(&w, text, (size_t)len, err) != 0) {
+        rt_wfile_abort(&w);
+        return -1;
+    }
+    return rt_wfile_commit(&w, err);
+}
+
+int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtError *err) {
+    char sdir[PATH_CAP];
+    if (state->step < 0)
+        return rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir, (long long)state->step);
+    if (step_path(sdir, dir, state->step, NULL, err) != 0)
+        return -1;
+    if (is_complete(dir, state->step))
+        return rt_error_set(err, "%s: a complete checkpoint of step %lld already exists", sdir,
+                            (long long)state->step);
+    uint32_t crc;
+    int64_t size;
+    if (make_dir(dir, err) != 0 || make_dir(sdir, err) != 0 || rt_dir_fsync(dir, err) != 0 ||
+        write_state(dir, state, &crc, &size, err) != 0 || write_index(dir, state->step, crc, size, err) != 0)
+        return -1;
+    RtError why;
+    if (prune(dir, keep_last, state->step, &why) != 0)
+        return rt_error_set(err, "step %lld saved, but deleting old checkpoints failed: %s",
+                            (long long)state->step, why.msg);
+    return 0;
+}
+
+/* ===== loading ======================================================================== */
+
+static json_object *read_json(const char *path, RtError *err) {
+    RtMapped m;
+    if (rt_file_map(path, &m, err) != 0)
+        return NULL;
+    json_tokener *tok = m.size > 0 && m.size < (1 << 20) ? json_tokener_new() : NULL;
+    json_object *root = tok ? json_tokener_parse_ex(tok, (const char *)m.data, (int)m.size) : NULL;
+    if (!root || !tok || json_tokener_get_error(tok) != json_tokener_success ||
+        !json_object_is_type(root, json_type_object)) {
+        rt_error_set(err, "%s: not a valid JSON object", path);
+        json_object_put(root);
+        root = NULL;
+    }
+    if (tok)
+        json_tokener_free(tok);
+    rt_file_unmap(&m);
+    return root;
+}
+
+static int64_t json_int(json_object *obj, const char *key) {
+    json_object *v;
+    if (!json_object_object_get_ex(obj, key, &v) || !json_object_is_type(v, json_type_int))
+        return -1;
+    return json_object_get_int64(v);
+}
+
+/* One entry of "files": its name must be a plain file name, its size and CRC-32 must match.
+ * *state is set when it is the state file. */
+static int verify_file(const char *sdir, const char *index, json_object *f, int *state, RtError *err) {
+    json_object *name;
+    if (!json_object_object_get_ex(f, "name", &name) || !json_object_is_type(name, json_type_string) ||
+        strchr(json_object_get_string(name), '/') || json_object_get_string(name)[0] == '.')
+        return rt_error_set(err, "%s: a \"files\" entry has no plain file name", index);
+    *state |= strcmp(json_object_get_string(name), STATE_FILE) == 0;
+    int64_t bytes = json_int(f, "bytes"), crc = json_int(f, "crc32");
+    char path[PATH_CAP];
+    RtMapped m;
+    if (join_path(path, sdir, json_object_get_string(name), err) != 0 || rt_file_map(path, &m, err) != 0)
+        return -1;
+    uint32_t have = m.size ? rt_crc32(0, m.data, (size_t)m.size) : 0;
+    int64_t size = m.size;
+    rt_file_unmap(&m);
+    if (size != bytes)
+        return rt_error_set(err, "%s: %lld bytes, index says %lld: checkpoint damaged", path,
+                            (long long)size, (long long)bytes);
+    if ((int64_t)have != crc)
+        return rt_error_set(err, "%s: CRC-32 %08lx, index says %08llx: checkpoint damaged", path,
+                            (unsigned long)have, (unsigned long long)crc);
+    return 0;
+}
+
+static int verify_index(const char *dir, int64_t step, RtError *err) {
+    char sdir[PATH_CAP], index[PATH_CAP];
+    if (step_path(sdir, dir, step, NULL, err) != 0 || step_path(index, dir, step, INDEX_FILE, err) != 0)
+        return -1;
+    if (!is_file(index))
+        return rt_error_set(err, "%s: missing: checkpoint of step %lld is incomplete", index, (long long)step);
+    json_object *root = read_json(index, err), *files;
+    if (!root)
+        return -1;
+    int rc = 0, state = 0;
+    if (json_int(root, "step") != step || !json_object_object_get_ex(root, "files", &files) ||
+        !json_object_is_type(files, json_type_array))
+        rc = rt_error_set(err, "%s: expected \"step\": %lld and a \"files\" array", index, (long long)step);
+    for (size_t i = 0; rc == 0 && i < json_object_array_length(files); i++)
+        rc = verify_file(sdir, index, json_object_array_get_idx(files, i), &state, err);
+    if (rc == 0 && !state)
+        rc = rt_error_set(err, "%s: does not list %s", index, STATE_FILE);
+    json_object_put(root);
+    return rc;
+}
+
+static int meta_int(const RtSt *st, const char *key, long long *out, RtError *err) {
+    const char *s = rt_st_meta(st, key);
+    char *end;
+    errno = 0;
+    if (s && *s)
+        *out = strtoll(s, &end, 10);
+    if (!s || !*s || *end || errno)
+        return rt_error_set(err, "%s: metadata '%s' missing or not an integer", rt_st_path(st), key);
+    return 0;
+}
+
+static int read_meta(RtCkpt *ck, int64_t step, RtError *err) {
+    long long v, pos;
+    const char *rng = rt_st_meta(ck->st, "axlc.rng_state");
+    char *end;
+    if (meta_int(ck->st, "axlc.step", &v, err) != 0 || meta_int(ck->st, "axlc.data_position", &pos, err) != 0)
+        return -1;
+    if (v != step)
+        return rt_error_set(err, "%s: metadata says step %lld, directory says %lld", rt_st_path(ck->st), v,
+                            (long long)step);
+    errno = 0;
+    ck->rng_state = rng ? strtoull(rng, &end, 10) : 0;
+    if (!rng || !*rng || *end || errno)
+        return rt_error_set(err, "%s: metadata 'axlc.rng_state' missing or not an integer", rt_st_path(ck->st));
+    ck->step = step;
+    ck->data_position = pos;
+    ck->config = rt_st_meta(ck->st, "axlc.config");
+    if (!ck->config)
+        ck->config = "";
+    return 0;
+}
+
+int rt_ckpt_open(RtCkpt **out, const char *dir, int64_t step, RtError *err) {
+    *out = NULL;
+    char state[PATH_CAP];
+    if (step_path(state, dir, step, STATE_FILE, err) != 0 || verify_index(dir, step, err) != 0)
+        return -1;
+    RtCkpt *ck = calloc(1, sizeof *ck);
+    if (!ck)
+        return rt_error_set(err, "%s: out of memory", state);
+    if (rt_st_open(&ck->st, state, err) != 0 || read_meta(ck, step, err) != 0) {
+        rt_ckpt_close(ck);
+        return -1;
+    }
+    *out = ck;
+    return 0;
+}
+
+int rt_ckpt_open_latest(RtCkpt **out, const char *dir, RtError *warn, RtError *err) {
+    *out = NULL;
+    if (warn)
+        warn->msg[0] = '\0';
+    int64_t below = RT_CKPT_ANY, step;
+    for (;;) {
+        int found = rt_ckpt_latest(dir, below, &step, err);
+        if (found <= 0)
+            return found;
+        if (rt_ckpt_open(out, dir, step, warn) == 0)
+            return 1;
+        below = step;
+    }
+}
+
+void rt_ckpt_close(RtCkpt *ck) {
+    if (!ck)
+        return;
+    rt_st_close(ck->st);
+    free(ck);
+}
+
+int64_t rt_ckpt_step(const RtCkpt *ck) { return ck->step; }
+int64_t rt_ckpt_data_position(const RtCkpt *ck) { return ck->data_position; }
+uint64_t rt_ckpt_rng_state(const RtCkpt *ck) { return ck->rng_state; }
+const char *rt_ckpt_config(const RtCkpt *ck) { return ck->config; }
+const RtSt *rt_ckpt_tensors(const RtCkpt *ck) { return ck->st; }

@@ -1,0 +1,175 @@
+/*
+ * data.c: training data. A token file is memory-mapped once and validated whole at open
+ * (format, header, every token below the vocabulary), so batching can never fail on content.
+ *
+ * Two formats, told apart by the first int32:
+ *   - plain text: every byte is a token (vocabulary 256);
+ *   - llm.c token files: 256 little-endian int32 of header, header[0] = 20240520 (magic),
+ *     header[1] = 1 (uint16 tokens) or 2 (uint32 tokens), header[2] = token count; then tokens.
+ *
+ * Batching follows llm.c: a global batch is world*B windows of T+1 consecutive tokens, each
+ * starting T after the previous one; rank r takes windows [r*B, r*B+B). All ranks share one
+ * global position, which is the only state a checkpoint needs to resume the data stream.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_impl.h"
+
+struct RtData {
+    char path[1024];
+    RtMapped map;
+    RtDataFormat format;
+    const unsigned char *tokens; /* first token byte in the mapping */
+    int64_t n;                   /* number of tokens */
+    int rank, world;
+    int64_t position;            /* global token index of the next batch */
+};
+
+/* ===== decoding ======================================================================= */
+
+static uint32_t le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t token_at(const RtData *d, int64_t i) {
+    switch (d->format) {
+    case RT_DATA_BYTES: return d->tokens[i];
+    case RT_DATA_TOKENS_U16: return (uint32_t)d->tokens[2 * i] | (uint32_t)d->tokens[2 * i + 1] << 8;
+    case RT_DATA_TOKENS_U32: return le32(d->tokens + 4 * i);
+    }
+    return 0;
+}
+
+/* ===== opening ======================================================================== */
+
+/* Reads the llm.c header and checks the file size against the token count it declares. */
+static int parse_header(RtData *d, RtError *err) {
+    const int64_t header_bytes = RT_DATA_HEADER_INTS * 4;
+    const unsigned char *p = d->map.data;
+    if (d->map.size < header_bytes)
+        return rt_error_set(err, "%s: token file header needs %lld bytes, file has %lld", d->path,
+                            (long long)header_bytes, (long long)d->map.size);
+    int32_t version = (int32_t)le32(p + 4), count = (int32_t)le32(p + 8);
+    if (version != 1 && version != 2)
+        return rt_error_set(err, "%s: token file version %d, expected 1 (uint16) or 2 (uint32)",
+                            d->path, (int)version);
+    if (count < 0)
+        return rt_error_set(err, "%s: token file header declares %d tokens", d->path, (int)count);
+    d->format = version == 1 ? RT_DATA_TOKENS_U16 : RT_DATA_TOKENS_U32;
+    int64_t width = version == 1 ? 2 : 4, want = header_bytes + (int64_t)count * width;
+    if (d->map.size < want)
+        return rt_error_set(err, "%s: truncated: header declares %d tokens (%lld bytes), file has %lld bytes",
+                            d->path, (int)count, (long long)want, (long long)d->map.size);
+    if (d->map.size > want)
+        return rt_error_set(err, "%s: %lld bytes after the %d tokens the header declares",
+                            d->path, (long long)(d->map.size - want), (int)count);
+    d->tokens = p + header_bytes;
+    d->n = count;
+    return 0;
+}
+
+static int detect_format(RtData *d, RtError *err) {
+    if (d->map.size == 0)
+        return rt_error_set(err, "%s: empty data file", d->path);
+    if (d->map.size >= 4 && le32(d->map.data) == RT_DATA_MAGIC)
+        return parse_header(d, err);
+    d->format = RT_DATA_BYTES;
+    d->tokens = d->map.data;
+    d->n = d->map.size;
+    return 0;
+}
+
+/* One pass over the whole file: a bad token is reported before the first step, with its position. */
+static int check_vocab(const RtData *d, int vocab_size, RtError *err) {
+    if (d->format == RT_DATA_BYTES && vocab_size >= 256)
+        return 0;
+    for (int64_t i = 0; i < d->n; i++) {
+        uint32_t t = token_at(d, i);
+        if (t >= (uint32_t)vocab_size)
+            return rt_error_set(err, "%s: token %u at position %lld is outside the vocabulary of size %d",
+                                d->path, t, (long long)i, vocab_size);
+    }
+    return 0;
+}
+
+static int open_checked(RtData *d, int vocab_size, RtError *err) {
+    if (rt_file_map(d->path, &d->map, err) != 0)
+        return -1;
+    if (detect_format(d, err) != 0)
+        return -1;
+    if (d->n < 2)
+        return rt_error_set(err, "%s: %lld token(s), need at least 2 (one input and its target)",
+                            d->path, (long long)d->n);
+    return check_vocab(d, vocab_size, err);
+}
+
+int rt_data_open(RtData **out, const char *path, int vocab_size, RtError *err) {
+    *out = NULL;
+    if (vocab_size <= 0)
+        return rt_error_set(err, "%s: vocabulary size %d, expected > 0", path, vocab_size);
+    RtData *d = calloc(1, sizeof *d);
+    if (!d)
+        return rt_error_set(err, "%s: out of memory", path);
+    snprintf(d->path, sizeof d->path, "%s", path);
+    d->world = 1;
+    if (open_checked(d, vocab_size, err) != 0) {
+        rt_data_close(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+void rt_data_close(RtData *d) {
+    if (!d)
+        return;
+    rt_file_unmap(&d->map);
+    free(d);
+}
+
+/* ===== batching ======================================================================= */
+
+int rt_data_set_rank(RtData *d, int rank, int world, RtError *err) {
+    if (world < 1 || rank < 0 || rank >= world)
+        return rt_error_set(err, "%s: rank %d of %d, expected 0 <= rank < world", d->path, rank, world);
+    d->rank = rank;
+    d->world = world;
+    return 0;
+}
+
+RtDataFormat rt_data_format(const RtData *d) { return d->format; }
+int64_t rt_data_num_tokens(const RtData *d) { return d->n; }
+int64_t rt_data_position(const RtData *d) { return d->position; }
+
+int rt_data_seek(RtData *d, int64_t position, RtError *err) {
+    if (position < 0 || position > d->n)
+        return rt_error_set(err, "%s: data position %lld, expected 0..%lld", d->path,
+                            (long long)position, (long long)d->n);
+    d->position = position;
+    return 0;
+}
+
+static void fill_window(const RtData *d, int64_t start, int T, int32_t *in, int32_t *tgt) {
+    for (int t = 0; t < T; t++) {
+        in[t] = (int32_t)token_at(d, start + t);
+        tgt[t] = (int32_t)token_at(d, start + t + 1);
+    }
+}
+
+int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs, int32_t *targets, RtError *err) {
+    if (B < 1 || T < 1)
+        return rt_error_set(err, "%s: batch %d x %d, expected positive sizes", d->path, B, T);
+    int64_t step = (int64_t)d->world * B * T;
+    if (step + 1 > d->n)
+        return rt_error_set(err, "%s: %lld tokens, too few for one global batch of %d x %d x %d+1 "
+                            "(ranks x batch x sequence+1) tokens", d->path, (long long)d->n,
+                            d->world, B, T);
+    if (d->position + step + 1 > d->n)
+        d->position = 0;
+    int64_t first = d->position + (int64_t)d->rank * B * T;
+    for (int b = 0; b < B; b++)
+        fill_window(d, first + (int64_t)b * T, T, inputs + (int64_t)b * T, targets + (int64_t)b * T);
+    d->position += step;
+    return 0;
+}

@@ -1,0 +1,42 @@
+/*
+ * error.c: the runtime's status convention and its checksum.
+ *
+ * Every fallible runtime function returns 0 or -1 and fills a caller-owned RtError; there is
+ * no global error state, so several trainers (or tests) can share a process.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "axrt.h"
+
+/* ===== errors ========================================================================= */
+
+int rt_error_set(RtError *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* ===== CRC-32 ========================================================================= */
+
+/* Bitwise CRC-32 (reflected, polynomial 0xEDB88320), one nibble at a time through a 16-entry
+ * table: no mutable table to build, and fast enough for checkpoint files. */
+uint32_t rt_crc32(uint32_t crc, const void *buf, size_t n) {
+    static const uint32_t nibble[16] = {
+        0x00000000, 0x1db71064, 0x3b6e20c8, 0x26d930ac, 0x76dc4190, 0x6b6b51f4,
+        0x4db26158, 0x5005713c, 0xedb88320, 0xf00f9344, 0xd6d6a3e8, 0xcb61b38c,
+        0x9b64c2b0, 0x86d3d2d4, 0xa00ae278, 0xbdbdf21c,
+    };
+    const unsigned char *p = buf;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        crc = (crc >> 4) ^ nibble[crc & 15];
+        crc = (crc >> 4) ^ nibble[crc & 15];
+    }
+    return ~crc;
+}

@@ -1,0 +1,145 @@
+/*
+ * file.c: the runtime's file access. Reads map a whole file read-only; writes go to
+ * "<path>.tmp", are fsynced, renamed over `path` and the directory is fsynced, so a reader
+ * sees either the old file or the complete new one, never a torn one. Every system call is
+ * checked here and reported with the path and strerror(errno).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rt_impl.h"
+
+/* ===== mapped reads =================================================================== */
+
+static int map_fd(int fd, const char *path, RtMapped *m, RtError *err) {
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return rt_error_set(err, "%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return rt_error_set(err, "%s: not a regular file", path);
+    m->size = (int64_t)st.st_size;
+    if (m->size == 0)
+        return 0;
+    void *p = mmap(NULL, (size_t)m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED)
+        return rt_error_set(err, "%s: cannot map %lld bytes: %s", path, (long long)m->size,
+                            strerror(errno));
+    m->data = p;
+    return 0;
+}
+
+int rt_file_map(const char *path, RtMapped *m, RtError *err) {
+    m->data = NULL;
+    m->size = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return rt_error_set(err, "%s: cannot open: %s", path, strerror(errno));
+    int rc = map_fd(fd, path, m, err);
+    if (close(fd) != 0 && rc == 0) {
+        rt_file_unmap(m);
+        return rt_error_set(err, "%s: cannot close: %s", path, strerror(errno));
+    }
+    return rc;
+}
+
+/* munmap fails only for arguments rt_file_map never produces, so its status is not needed. */
+void rt_file_unmap(RtMapped *m) {
+    if (m->data)
+        munmap((void *)m->data, (size_t)m->size);
+    m->data = NULL;
+    m->size = 0;
+}
+
+/* ===== atomic writes ================================================================== */
+
+int rt_wfile_open(RtWfile *w, const char *path, RtError *err) {
+    memset(w, 0, sizeof *w);
+    if (snprintf(w->path, sizeof w->path, "%s", path) >= (int)sizeof w->path ||
+        snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path) >= (int)sizeof w->tmp)
+        return rt_error_set(err, "%s: path too long", path);
+    w->f = fopen(w->tmp, "wb");
+    if (!w->f)
+        return rt_error_set(err, "%s: cannot create: %s", w->tmp, strerror(errno));
+    return 0;
+}
+
+int rt_wfile_write(RtWfile *w, const void *buf, size_t n, RtError *err) {
+    if (n == 0)
+        return 0;
+    if (fwrite(buf, 1, n, w->f) != n)
+        return rt_error_set(err, "%s: write failed: %s", w->tmp, strerror(errno));
+    w->crc = rt_crc32(w->crc, buf, n);
+    w->size += (int64_t)n;
+    return 0;
+}
+
+/* The directory part of `path` ("." if none), for fsync after a rename. */
+static void dir_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == path)
+        snprintf(dir, cap, "/");
+    else
+        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+static int flush_and_close(RtWfile *w, RtError *err) {
+    FILE *f = w->f;
+    w->f = NULL;
+    if (fflush(f) != 0) {
+        int e = errno;
+        fclose(f);
+        return rt_error_set(err, "%s: write failed: %s", w->tmp, strerror(e));
+    }
+    if (fsync(fileno(f)) != 0) {
+        int e = errno;
+        fclose(f);
+        return rt_error_set(err, "%s: fsync failed: %s", w->tmp, strerror(e));
+    }
+    if (fclose(f) != 0)
+        return rt_error_set(err, "%s: close failed: %s", w->tmp, strerror(errno));
+    return 0;
+}
+
+int rt_wfile_commit(RtWfile *w, RtError *err) {
+    if (flush_and_close(w, err) != 0) {
+        rt_wfile_abort(w);
+        return -1;
+    }
+    if (rename(w->tmp, w->path) != 0) {
+        int e = errno;
+        rt_wfile_abort(w);
+        return rt_error_set(err, "%s: cannot rename to %s: %s", w->tmp, w->path, strerror(e));
+    }
+    char dir[4096];
+    dir_of(w->path, dir, sizeof dir);
+    return rt_dir_fsync(dir, err);
+}
+
+/* Best effort: the write has already failed, and its error is the one to report. */
+void rt_wfile_abort(RtWfile *w) {
+    if (w->f)
+        fclose(w->f);
+    w->f = NULL;
+    if (w->tmp[0])
+        unlink(w->tmp);
+}
+
+int rt_dir_fsync(const char *dir, RtError *err) {
+    int fd = open(dir, O_RDONLY);
+    if (fd < 0)
+        return rt_error_set(err, "%s: cannot open directory: %s", dir, strerror(errno));
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return rt_error_set(err, "%s: fsync of directory failed: %s", dir, strerror(e));
+    }
+    if (close(fd) != 0)
+        return rt_error_set(err, "%s: cannot close directory: %s", dir, strerror(errno));
+    return 0;
+}

@@ -1,0 +1,41 @@
+/*
+ * rt_impl.h: helpers shared by the runtime's source files. Private: it is not installed
+ * with generated trainers, which see only axrt.h.
+ */
+#ifndef RT_IMPL_H
+#define RT_IMPL_H
+
+#include <stdio.h>
+
+#include "axrt.h"
+
+/* ===== file.c: mapped reads, atomic writes ============================================ */
+
+/* A whole file mapped read-only. size 0 gives data == NULL. */
+typedef struct RtMapped {
+    const unsigned char *data;
+    int64_t size;
+} RtMapped;
+
+int rt_file_map(const char *path, RtMapped *m, RtError *err);
+void rt_file_unmap(RtMapped *m);
+
+/* A file being written under a temporary name "<path>.tmp"; commit makes it appear at
+ * `path` atomically and durably, abort removes it. Either must end every open. */
+typedef struct RtWfile {
+    FILE *f;
+    char path[4096];
+    char tmp[4096];
+    uint32_t crc;  /* CRC-32 of the bytes written so far */
+    int64_t size;
+} RtWfile;
+
+int rt_wfile_open(RtWfile *w, const char *path, RtError *err);
+int rt_wfile_write(RtWfile *w, const void *buf, size_t n, RtError *err);
+int rt_wfile_commit(RtWfile *w, RtError *err);
+void rt_wfile_abort(RtWfile *w);
+
+/* fsync of a directory, so that renames and unlinks in it are durable. */
+int rt_dir_fsync(const char *dir, RtError *err);
+
+#endif /* RT_IMPL_H */
