@@ -60,13 +60,18 @@ static int mesh_shape(FeBuild *b, json_object *shape, int64_t devices) {
     if (s == -1 && wild >= 0)
       return fe_error(b->diag, b->file, p, "a second -1 (expected at most one axis sized -1)");
     if (s == -1) wild = i;
-    else if (s < 1 || s > (1 << 24))
+    else if (s < 1 || s > FE_MAX_DEVICES)
       return fe_error(b->diag, b->file, p, "size %lld (expected -1 or 1 to %d)", (long long)s,
-                      1 << 24);
+                      FE_MAX_DEVICES);
     else fixed *= s;
+    if (fixed > FE_MAX_DEVICES)
+      return fe_error(b->diag, b->file, "/mesh/shape", "more than %d devices", FE_MAX_DEVICES);
     m->shape[i] = s;
   }
   if (devices <= 0) devices = fixed; /* no target: the mesh's own size, -1 taking 1 */
+  if (devices > FE_MAX_DEVICES)
+    return fe_error(b->diag, b->file, "/mesh/shape", "the target has more than %d devices",
+                    FE_MAX_DEVICES);
   if (devices % fixed != 0 || (wild < 0 && devices != fixed))
     return fe_error(b->diag, b->file, "/mesh/shape", "the mesh needs %s%lld devices, but the "
                     "target has %lld (expected sizes whose product %s %lld)", wild >= 0 ? "a multiple of " : "",
@@ -91,8 +96,11 @@ int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root, int64_t
   b->file = file;
   b->root = root;
   json_object *mesh = fe_get_child(root, "mesh");
+  b->file = fe_origin_key(mesh, "axes") ? fe_origin_key(mesh, "axes") : file;
   if (mesh_axes(b, fe_get_child(mesh, "axes"))) return -1;
+  b->file = fe_origin_key(mesh, "shape") ? fe_origin_key(mesh, "shape") : file;
   if (mesh_shape(b, fe_get_child(mesh, "shape"), devices)) return -1;
+  b->file = file;
   FeDims in = {0};
   return fe_build_node(b, root, "", "", &in);
 }
@@ -255,6 +263,13 @@ static int apply_spec(FeBuild *b, FeParam *p, json_object *spec, int first, cons
 int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, const char *name,
              int rank, const int64_t *shape, const char *init, double std,
              const char *spec_name, const char *lead_axis, double wd_scale, const FeDims *in) {
+  double numel = 1;
+  for (int i = 0; i < rank; i++) numel *= (double)shape[i];
+  b->total_numel += numel;
+  if (numel > FE_MAX_PARAM_NUMEL || b->total_numel > FE_MAX_TOTAL_NUMEL)
+    return fe_error(b->diag, b->file, cfg, "parameter %s/%s makes the model too large "
+                    "(%.3g elements; expected at most %.3g in one tensor and %.3g in all)", prm,
+                    name, numel, FE_MAX_PARAM_NUMEL, FE_MAX_TOTAL_NUMEL);
   FeParam *p = param_new(b);
   size_t len = strlen(prm) + strlen(name) + 2;
   p->path = malloc(len);
@@ -314,8 +329,14 @@ static void fmt_shape(const FeParam *p, char *out, size_t n) {
 static void fmt_spec(const FeParam *p, char *out, size_t n) {
   size_t len = (size_t)snprintf(out, n, "(");
   for (int i = 0; i < p->rank && len < n; i++) {
-    const char *s = p->spec[i][0] ? p->spec[i] : "None";
-    len += (size_t)snprintf(out + len, n - len, "%s%s", i ? ", " : "", s);
+    /* Several axes on one dimension print as a tuple: (fsdp, data). */
+    char s[64];
+    snprintf(s, sizeof s, "%s", p->spec[i][0] ? p->spec[i] : "None");
+    bool multi = strchr(s, '|') != NULL;
+    len += (size_t)snprintf(out + len, n - len, "%s%s", i ? ", " : "", multi ? "(" : "");
+    for (char *sv = NULL, *t = strtok_r(s, "|", &sv); t && len < n; t = strtok_r(NULL, "|", &sv))
+      len += (size_t)snprintf(out + len, n - len, "%s%s", t == s ? "" : ", ", t);
+    if (multi && len < n) len += (size_t)snprintf(out + len, n - len, ")");
   }
   if (len < n) snprintf(out + len, n - len, ")");
 }

@@ -173,6 +173,10 @@ int64_t fe_target_devices(const char *target);
 
 #define FE_MAX_RANK 4
 #define FE_MAX_MESH 8
+#define FE_MAX_DEVICES (1 << 24)
+/* Bounds that keep every count and byte total exact in int64. */
+#define FE_MAX_PARAM_NUMEL 0x1p48
+#define FE_MAX_TOTAL_NUMEL 0x1p52
 
 /* What a parent decides for its children. */
 typedef struct FeDims {
@@ -211,6 +215,7 @@ typedef struct FeBuild {
   FeMesh mesh;
   FeParam *params;
   int nparams, capparams;
+  double total_numel;                /* running total, for the size bound */
 } FeBuild;
 
 /* Walks the canonical tree: checks what only makes sense with the parent's

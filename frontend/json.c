@@ -17,10 +17,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "frontend/frontend.h"
 
 /* ---- loading ------------------------------------------------------------ */
+
+#define FE_MAX_CONFIG_BYTES (64 << 20)
 
 static void line_col(const char *text, size_t off, int *line, int *col) {
   *line = 1, *col = 1;
@@ -76,19 +79,26 @@ json_object *fe_json_load(FeDiag *d, const char *file) {
     fe_error(d, file, NULL, "cannot open: %s", strerror(errno));
     return NULL;
   }
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    fe_error(d, file, NULL, "not a regular file (expected a JSON config file)");
+    return NULL;
+  }
   size_t cap = 4096, len = 0;
   char *buf = malloc(cap);
   for (;;) {
     if (len == cap) buf = realloc(buf, cap *= 2);
     size_t got = fread(buf + len, 1, cap - len, f);
     len += got;
-    if (got == 0) break;
+    if (got == 0 || len > FE_MAX_CONFIG_BYTES) break;
   }
   int rerr = ferror(f);
   fclose(f);
-  if (rerr) {
+  if (rerr || len > FE_MAX_CONFIG_BYTES) {
     free(buf);
-    fe_error(d, file, NULL, "read error");
+    fe_error(d, file, NULL, rerr ? "read error" : "larger than %d MiB (expected a config file)",
+             FE_MAX_CONFIG_BYTES >> 20);
     return NULL;
   }
   json_object *o = fe_json_parse(d, buf, len, file);

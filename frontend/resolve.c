@@ -213,8 +213,10 @@ int64_t fe_target_devices(const char *target) {
   while (*p) {
     char *end;
     long long v = strtoll(p, &end, 10);
-    if (end == p || v < 1 || v > (1LL << 24)) return 1;
+    if (end == p || v < 1) return 1;
+    if (v > FE_MAX_DEVICES) return FE_MAX_DEVICES + 1; /* the mesh check reports it */
     n *= v;
+    if (n > FE_MAX_DEVICES) return FE_MAX_DEVICES + 1; /* the mesh check reports it */
     if (*end == 'x') p = end + 1;
     else if (*end == 0) p = end;
     else return 1;

@@ -9,8 +9,8 @@
 #include "frontend/frontend.h"
 
 static const FeField fields[] = {
-    F_INT("num_heads", NULL, FE_ATLEAST(1), "number of query heads"),
-    F_INT("num_kv_heads", "0", FE_ATLEAST(0),
+    F_INT("num_heads", NULL, FE_RANGE(1, 65536), "number of query heads"),
+    F_INT("num_kv_heads", "0", FE_RANGE(0, 65536),
           "number of key/value heads (grouped-query attention); 0 means num_heads"),
     F_BOOL("causal", "true", "mask attention to future positions"),
     F_BOOL("bias", "false", "learn biases in the projections"),

@@ -9,8 +9,8 @@
 #include "frontend/frontend.h"
 
 static const FeField fields[] = {
-    F_INT("vocab_size", NULL, FE_ATLEAST(1), "number of token ids"),
-    F_INT("dim", NULL, FE_ATLEAST(1), "model width"),
+    F_INT("vocab_size", NULL, FE_RANGE(1, 1 << 24), "number of token ids"),
+    F_INT("dim", NULL, FE_RANGE(1, 1 << 20), "model width"),
     F_ENUM("dtype", "\"f32\"", "f32|bf16", "parameter dtype"),
     F_CHILD("emb", "{\"kind\": \"embedding\"}", "embedding", "token embedding"),
     F_CHILD("pos_emb", "null", "learned_pos_emb|null", "learned position embedding, or null"),

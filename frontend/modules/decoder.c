@@ -9,7 +9,7 @@
 #include "frontend/frontend.h"
 
 static const FeField fields[] = {
-    F_INT("num_layers", NULL, FE_ATLEAST(1), "number of layers"),
+    F_INT("num_layers", NULL, FE_RANGE(1, 4096), "number of layers"),
     F_CHILD("layer", NULL, "transformer_layer", "the layer config repeated num_layers times"),
     F_CHILD("output_norm", NULL, "layer_norm|rms_norm", "norm after the last layer"),
     F_TYPED("remat_policy", FT_REMAT, "\"none\"", "rematerialization policy for every layer"),

@@ -22,7 +22,7 @@ const FeKind fe_kind_embedding = {"embedding", "token embedding table", emb_fiel
                                   FE_NFIELDS(emb_fields), "weight", build_emb};
 
 static const FeField pos_fields[] = {
-    F_INT("max_len", NULL, FE_ATLEAST(1), "number of positions in the table"),
+    F_INT("max_len", NULL, FE_RANGE(1, 1 << 24), "number of positions in the table"),
     F_FLOAT("init_std", "0.01", FE_ATLEAST(0), "standard deviation of the normal init"),
     F_TYPED("param_partition_specs", FT_PSPECS, "{\"weight\": [null, \"model\"]}",
             "partition spec of the (max_len, dim) table"),

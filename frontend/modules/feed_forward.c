@@ -16,9 +16,9 @@
 #include "frontend/frontend.h"
 
 #define HIDDEN_FIELDS                                                                   \
-  F_INT("hidden_dim", "0", FE_ATLEAST(0), "hidden size; 0 means hidden_dim_scale * dim"), \
-  F_FLOAT("hidden_dim_scale", "4.0", FE_ATLEAST(0), "hidden size as a multiple of dim"),  \
-  F_INT("hidden_dim_multiple_of", "1", FE_ATLEAST(1), "round the scaled hidden size up"), \
+  F_INT("hidden_dim", "0", FE_RANGE(0, 1 << 24), "hidden size; 0 means hidden_dim_scale * dim"), \
+  F_FLOAT("hidden_dim_scale", "4.0", FE_RANGE(0, 1024), "hidden size as a multiple of dim"),  \
+  F_INT("hidden_dim_multiple_of", "1", FE_RANGE(1, 65536), "round the scaled hidden size up"), \
   F_ENUM("activation", "\"gelu\"", "gelu|relu|swiglu", "activation; swiglu is gated"),    \
   F_BOOL("bias", "false", "learn biases"),                                                \
   F_FLOAT("init_std", "0.02", FE_ATLEAST(0), "standard deviation of the normal init")
@@ -38,9 +38,9 @@ static int hidden_size(FeBuild *b, json_object *node, const char *cfg, const FeD
     double scaled = ceil(fe_get_float(node, "hidden_dim_scale") * (double)in->dim - 1e-9);
     *h = ((int64_t)scaled + m - 1) / m * m;
   }
-  if (*h < 1) {
-    return fe_field_error(b, node, cfg, "hidden_dim_scale", "hidden size is 0 (expected hidden_dim or "
-                    "hidden_dim_scale * dim of at least 1)");
+  if (*h < 1 || *h > (1 << 24)) {
+    return fe_field_error(b, node, cfg, "hidden_dim_scale", "hidden size %lld (expected "
+                    "hidden_dim or hidden_dim_scale * dim from 1 to %d)", (long long)*h, 1 << 24);
   }
   return 0;
 }
@@ -91,8 +91,8 @@ const FeKind fe_kind_feed_forward = {"feed_forward", "dense MLP (GELU, ReLU or S
 
 static const FeField moe_fields[] = {
     HIDDEN_FIELDS,
-    F_INT("num_experts", NULL, FE_ATLEAST(1), "number of experts"),
-    F_INT("top_k", "2", FE_ATLEAST(1), "experts each token is routed to"),
+    F_INT("num_experts", NULL, FE_RANGE(1, 65536), "number of experts"),
+    F_INT("top_k", "2", FE_RANGE(1, 65536), "experts each token is routed to"),
     F_FLOAT("load_balance_loss_weight", "0.01", FE_ATLEAST(0), "weight of the auxiliary loss"),
     F_FLOAT("capacity_factor", "2.0", FE_ATLEAST(0),
             "expert capacity as a multiple of the even share; 0 means no token is dropped"),

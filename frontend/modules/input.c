@@ -7,8 +7,8 @@
 #include "frontend/frontend.h"
 
 static const FeField input_fields[] = {
-    F_INT("seq_len", NULL, FE_ATLEAST(1), "tokens per sequence"),
-    F_INT("global_batch_size", NULL, FE_ATLEAST(1), "sequences per step over all devices"),
+    F_INT("seq_len", NULL, FE_RANGE(1, 1 << 24), "tokens per sequence"),
+    F_INT("global_batch_size", NULL, FE_RANGE(1, 1 << 30), "sequences per step over all devices"),
 };
 
 const FeKind fe_kind_lm_input = {"lm_input", "next-token prediction input", input_fields,
