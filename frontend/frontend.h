@@ -20,6 +20,8 @@
 
 #include <json-c/json.h>
 
+#include "ir/ir.h"
+
 /* ---- diag.c: diagnostics ------------------------------------------------ */
 
 /* Collects user-facing error messages. Each message reads
@@ -105,6 +107,7 @@ typedef struct FeField {
 
 struct FeBuild;
 struct FeDims;
+struct FeEmit;
 
 typedef struct FeKind {
   const char *name;
@@ -119,6 +122,11 @@ typedef struct FeKind {
    * prefix of this instance ("model/decoder/layer_3"). May be NULL. */
   int (*build)(struct FeBuild *b, json_object *node, const char *cfg,
                const char *prm, const struct FeDims *in);
+  /* Emits the forward computation of this node on `x` and returns the
+   * result's value (IR_NONE after an error recorded in the graph). Modules
+   * that are not on the forward path leave it NULL. */
+  int32_t (*emit)(struct FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                  const struct FeDims *in, int32_t x);
 } FeKind;
 
 const FeKind *fe_kind_find(const char *name);
@@ -246,6 +254,42 @@ int64_t fe_spec_split(const FeMesh *m, const char *spec);
 int fe_dtype_bytes(const char *dtype);
 void fe_params_print(const FeBuild *b, FILE *out);
 char *fe_params_json(const FeBuild *b);
+
+/* ---- compose.c: module tree -> forward IR -------------------------------- */
+
+typedef struct FeEmit {
+  IrGraph *g;
+  const FeBuild *b;       /* the parameter table of the tree being composed */
+  int32_t *param_vals;    /* (b->nparams) IR value of each parameter, IR_NONE until used */
+  int64_t batch, seq;     /* per-device batch size B and sequence length T */
+  int32_t ids, targets;   /* inputs: (B, T) i32 token ids and next-token targets */
+  int32_t aux_loss;       /* scalar sum of auxiliary losses (MoE), IR_NONE if none */
+} FeEmit;
+
+/* Composes the forward graph of a resolved, built trainer config: inputs
+ * "ids" and "targets" (B, T) i32, one parameter per FeParam (named by its
+ * path), and the scalar output "loss" (mean next-token cross-entropy plus
+ * auxiliary losses). B is the per-device batch. Returns NULL after
+ * recording an error in `d`. */
+IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b);
+
+/* Helpers for module emit functions. */
+int32_t fe_emit_node(FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                     const FeDims *in, int32_t x);
+int32_t fe_emit_child(FeEmit *e, json_object *node, const char *field, const char *cfg,
+                      const char *prm, const FeDims *in, int32_t x);
+/* The parameter prm/name as an IR value (created on first use). */
+int32_t fe_emit_param(FeEmit *e, const char *prm, const char *name);
+bool fe_has_param(const FeEmit *e, const char *prm, const char *name);
+/* x (..., K) @ prm/name/weight (K, N) [+ prm/name/bias], tagged `tag`. */
+int32_t fe_emit_linear(FeEmit *e, int32_t x, const char *prm, const char *name, const char *tag);
+/* A splat constant of x's shape and dtype. */
+int32_t fe_emit_like(FeEmit *e, int32_t x, double v);
+/* Broadcasts a lower-rank value to x's shape along trailing (or given) dims. */
+int32_t fe_emit_bcast(FeEmit *e, int32_t v, int32_t like, int32_t n, const int32_t *bdims);
+/* Softmax over the last axis. */
+int32_t fe_emit_softmax(FeEmit *e, int32_t x);
+const IrShape *fe_shape(const FeEmit *e, int32_t v);
 
 /* ---- schema tables (for frontend/modules/) ------------------------------ */
 

@@ -6,6 +6,9 @@
  * Parameters (D = dim, N = num_heads, K = num_kv_heads, H = dim / N):
  *   q_proj (D, N*H)  k_proj (D, K*H)  v_proj (D, K*H)  o_proj (N*H, D)
  */
+#include <math.h>
+#include <stdlib.h>
+
 #include "frontend/frontend.h"
 
 static const FeField fields[] = {
@@ -68,13 +71,93 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   return proj(b, node, cfg, prm, "o_proj", heads * hd, in->dim, in);
 }
 
-const FeKind fe_kind_attention = {"attention", "causal multi-head / grouped-query attention",
-                                  fields, FE_NFIELDS(fields), "q_proj|k_proj|v_proj|o_proj",
-                                  build};
-
 static const FeField rope_fields[] = {
     F_FLOAT("theta", "10000.0", FE_ATLEAST(1), "base of the rotary frequencies"),
 };
 
-const FeKind fe_kind_rope = {"rope", "rotary position embedding", rope_fields,
-                             FE_NFIELDS(rope_fields), NULL, NULL};
+/* Rotary embedding of x (B, T, N, H), rotating the two halves of each head:
+ * (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), angle t * theta^(-2i/H). */
+static int32_t emit_rope(FeEmit *e, json_object *rope, int32_t x) {
+  IrGraph *g = e->g;
+  const IrShape *s = fe_shape(e, x);
+  int64_t B = s->dims[0], T = s->dims[1], N = s->dims[2], H = s->dims[3], half = H / 2;
+  double theta = fe_get_float(rope, "theta");
+  double *freq = malloc((size_t)half * sizeof *freq);
+  for (int64_t i = 0; i < half; i++) freq[i] = pow(theta, -2.0 * (double)i / (double)H);
+  int64_t th[2] = {T, half};
+  int32_t f1 = 1;
+  int32_t angle = ir_mul(g, ir_iota(g, DT_F32, 2, th, 0),
+                         ir_broadcast(g, ir_const_data(g, DT_F32, freq, 1, &half), 2, th, &f1));
+  free(freq);
+  int32_t bd[2] = {1, 3};
+  int64_t out[4] = {B, T, N, half};
+  int32_t c = ir_broadcast(g, ir_cos(g, angle), 4, out, bd);
+  int32_t sn = ir_broadcast(g, ir_sin(g, angle), 4, out, bd);
+  int64_t z[4] = {0, 0, 0, 0}, mid[4] = {0, 0, 0, half};
+  int32_t x1 = ir_slice(g, x, z, out), x2 = ir_slice(g, x, mid, s->dims);
+  int32_t parts[2] = {ir_sub(g, ir_mul(g, x1, c), ir_mul(g, x2, sn)),
+                      ir_add(g, ir_mul(g, x2, c), ir_mul(g, x1, sn))};
+  return ir_concat(g, 2, parts, 3);
+}
+
+/* (B, T, heads*H) -> (B, N, T, H): split heads, repeat kv heads for GQA, heads first. */
+static int32_t heads_first(FeEmit *e, int32_t x, int64_t heads, int64_t n, int64_t H,
+                           json_object *rope) {
+  IrGraph *g = e->g;
+  int64_t B = e->batch, T = e->seq;
+  int64_t split[4] = {B, T, heads, H};
+  x = ir_reshape(g, x, 4, split);
+  if (rope) x = emit_rope(e, rope, x);
+  if (heads != n) { /* query head j uses kv head j / (n / heads) */
+    int64_t rep[5] = {B, T, heads, n / heads, H}, full[4] = {B, T, n, H};
+    int32_t bd[4] = {0, 1, 2, 4};
+    x = ir_reshape(g, ir_broadcast(g, x, 5, rep, bd), 4, full);
+  }
+  int32_t perm[4] = {0, 2, 1, 3};
+  return ir_transpose(g, x, perm);
+}
+
+static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                    const FeDims *in, int32_t x) {
+  (void)cfg;
+  IrGraph *g = e->g;
+  int64_t N = fe_get_int(node, "num_heads"), K = fe_get_int(node, "num_kv_heads");
+  if (K == 0) K = N;
+  int64_t H = in->dim / N, B = e->batch, T = e->seq;
+  json_object *rope = fe_get_child(node, "rope");
+  int32_t q = heads_first(e, fe_emit_linear(e, x, prm, "q_proj", "attention.q_proj"), N, N, H, rope);
+  int32_t k = heads_first(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, N, H, rope);
+  int32_t v = heads_first(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, N, H, NULL);
+  int32_t bb[2] = {0, 1}, c3 = 3, c2 = 2;
+  int32_t s = ir_dot(g, q, k, 2, bb, bb, 1, &c3, &c3); /* (B, N, T, T) */
+  s = ir_mul(g, s, fe_emit_like(e, s, 1.0 / sqrt((double)H)));
+  if (fe_get_bool(node, "causal")) {
+    int64_t tt[2] = {T, T}, bntt[4] = {B, N, T, T};
+    int32_t bd[2] = {2, 3};
+    int32_t allowed = ir_ge(g, ir_iota(g, DT_I32, 2, tt, 0), ir_iota(g, DT_I32, 2, tt, 1));
+    s = ir_select(g, ir_broadcast(g, allowed, 4, bntt, bd), s, fe_emit_like(e, s, -1e9));
+  }
+  int32_t ctx = ir_dot(g, fe_emit_softmax(e, s), v, 2, bb, bb, 1, &c3, &c2); /* (B, N, T, H) */
+  if (ctx != IR_NONE) ir_value_set_tag(g, ctx, "attention.context");
+  int32_t perm[4] = {0, 2, 1, 3};
+  int64_t merged[3] = {B, T, N * H};
+  ctx = ir_reshape(g, ir_transpose(g, ctx, perm), 3, merged);
+  return fe_emit_linear(e, ctx, prm, "o_proj", "attention.o_proj");
+}
+
+const FeKind fe_kind_attention = {
+    .name = "attention",
+    .doc = "causal multi-head / grouped-query attention",
+    .fields = fields,
+    .nfields = FE_NFIELDS(fields),
+    .spec_names = "q_proj|k_proj|v_proj|o_proj",
+    .build = build,
+    .emit = emit,
+};
+
+const FeKind fe_kind_rope = {
+    .name = "rope",
+    .doc = "rotary position embedding",
+    .fields = rope_fields,
+    .nfields = FE_NFIELDS(rope_fields),
+};

@@ -29,5 +29,24 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   return fe_build_child(b, node, "output_norm", cfg, prm, in);
 }
 
-const FeKind fe_kind_decoder = {"decoder", "stack of transformer layers", fields,
-                                FE_NFIELDS(fields), NULL, build};
+static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                    const FeDims *in, int32_t x) {
+  char lcfg[512], lprm[512];
+  fe_path_join(lcfg, sizeof lcfg, cfg, "layer");
+  json_object *layer = fe_get_child(node, "layer");
+  int64_t n = fe_get_int(node, "num_layers");
+  for (int64_t i = 0; i < n && x != IR_NONE; i++) {
+    snprintf(lprm, sizeof lprm, "%s/layer_%lld", prm, (long long)i);
+    x = fe_emit_node(e, layer, lcfg, lprm, in, x);
+  }
+  return fe_emit_child(e, node, "output_norm", cfg, prm, in, x);
+}
+
+const FeKind fe_kind_decoder = {
+    .name = "decoder",
+    .doc = "stack of transformer layers",
+    .fields = fields,
+    .nfields = FE_NFIELDS(fields),
+    .build = build,
+    .emit = emit,
+};

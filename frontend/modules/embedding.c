@@ -18,9 +18,6 @@ static int build_emb(FeBuild *b, json_object *node, const char *cfg, const char 
                   "weight", NULL, 1.0, in);
 }
 
-const FeKind fe_kind_embedding = {"embedding", "token embedding table", emb_fields,
-                                  FE_NFIELDS(emb_fields), "weight", build_emb};
-
 static const FeField pos_fields[] = {
     F_INT("max_len", NULL, FE_RANGE(1, 1 << 24), "number of positions in the table"),
     F_FLOAT("init_std", "0.01", FE_ATLEAST(0), "standard deviation of the normal init"),
@@ -42,5 +39,39 @@ static int build_pos(FeBuild *b, json_object *node, const char *cfg, const char 
                   "weight", NULL, 1.0, in);
 }
 
-const FeKind fe_kind_learned_pos_emb = {"learned_pos_emb", "learned position embedding",
-                                        pos_fields, FE_NFIELDS(pos_fields), "weight", build_pos};
+/* ids (B, T) i32 -> (B, T, D) rows of the table. */
+static int32_t emit_emb(FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                        const FeDims *in, int32_t ids) {
+  (void)node, (void)cfg, (void)in;
+  return ir_gather(e->g, fe_emit_param(e, prm, "weight"), ids);
+}
+
+/* x (B, T, D) + table[0:T] broadcast over the batch. */
+static int32_t emit_pos(FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                        const FeDims *in, int32_t x) {
+  (void)node, (void)cfg;
+  int64_t start[2] = {0, 0}, limit[2] = {e->seq, in->dim};
+  int32_t rows = ir_slice(e->g, fe_emit_param(e, prm, "weight"), start, limit); /* (T, D) */
+  int32_t bd[2] = {1, 2};
+  return ir_add(e->g, x, fe_emit_bcast(e, rows, x, 2, bd));
+}
+
+const FeKind fe_kind_embedding = {
+    .name = "embedding",
+    .doc = "token embedding table",
+    .fields = emb_fields,
+    .nfields = FE_NFIELDS(emb_fields),
+    .spec_names = "weight",
+    .build = build_emb,
+    .emit = emit_emb,
+};
+
+const FeKind fe_kind_learned_pos_emb = {
+    .name = "learned_pos_emb",
+    .doc = "learned position embedding",
+    .fields = pos_fields,
+    .nfields = FE_NFIELDS(pos_fields),
+    .spec_names = "weight",
+    .build = build_pos,
+    .emit = emit_pos,
+};

@@ -85,10 +85,6 @@ static int build_ffn(FeBuild *b, json_object *node, const char *cfg, const char 
   return mlp(b, node, cfg, prm, 0, in);
 }
 
-const FeKind fe_kind_feed_forward = {"feed_forward", "dense MLP (GELU, ReLU or SwiGLU)",
-                                     ffn_fields, FE_NFIELDS(ffn_fields), "linear1|linear2",
-                                     build_ffn};
-
 static const FeField moe_fields[] = {
     HIDDEN_FIELDS,
     F_INT("num_experts", NULL, FE_RANGE(1, 65536), "number of experts"),
@@ -119,5 +115,140 @@ static int build_moe(FeBuild *b, json_object *node, const char *cfg, const char 
   return mlp(b, node, cfg, prm, e, in);
 }
 
-const FeKind fe_kind_moe = {"moe", "mixture of experts with top-k routing", moe_fields,
-                            FE_NFIELDS(moe_fields), "gate|linear1|linear2", build_moe};
+/* GELU, tanh approximation (as GPT-2): 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))). */
+static int32_t gelu(FeEmit *e, int32_t a) {
+  IrGraph *g = e->g;
+  int32_t a3 = ir_mul(g, a, ir_mul(g, a, a));
+  int32_t inner = ir_mul(g, fe_emit_like(e, a, sqrt(2.0 / M_PI)),
+                         ir_add(g, a, ir_mul(g, fe_emit_like(e, a, 0.044715), a3)));
+  int32_t t = ir_add(g, fe_emit_like(e, a, 1.0), ir_tanh(g, inner));
+  return ir_mul(g, ir_mul(g, fe_emit_like(e, a, 0.5), a), t);
+}
+
+/* The activation between linear1 and linear2; `up` is linear1_1 for gated ones. */
+static int32_t activate(FeEmit *e, json_object *node, int32_t a, int32_t up) {
+  const char *act = fe_get_str(node, "activation");
+  if (!strcmp(act, "swiglu")) return ir_mul(e->g, ir_mul(e->g, a, ir_logistic(e->g, a)), up);
+  if (!strcmp(act, "relu")) return ir_max(e->g, a, fe_emit_like(e, a, 0.0));
+  return gelu(e, a);
+}
+
+static bool gated(json_object *node) { return !strcmp(fe_get_str(node, "activation"), "swiglu"); }
+
+static int32_t emit_ffn(FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                        const FeDims *in, int32_t x) {
+  (void)cfg, (void)in;
+  int32_t a, up = IR_NONE;
+  if (gated(node)) {
+    a = fe_emit_linear(e, x, prm, "linear1_0", "feed_forward.linear1_0");
+    up = fe_emit_linear(e, x, prm, "linear1_1", "feed_forward.linear1_1");
+  } else {
+    a = fe_emit_linear(e, x, prm, "linear1", "feed_forward.linear1_0");
+  }
+  return fe_emit_linear(e, activate(e, node, a, up), prm, "linear2", "feed_forward.linear2");
+}
+
+/* Every expert's first layer: x (B, T, D) . W (E, D, H) [+ b (E, H)] -> (B, T, E, H). */
+static int32_t expert_in(FeEmit *e, int32_t x, const char *prm, const char *name,
+                         const char *tag) {
+  char pp[512];
+  snprintf(pp, sizeof pp, "%s/%s", prm, name);
+  int32_t lc = 2, rc = 1;
+  int32_t y = ir_dot(e->g, x, fe_emit_param(e, pp, "weight"), 0, NULL, NULL, 1, &lc, &rc);
+  if (fe_has_param(e, pp, "bias")) {
+    int32_t bd[2] = {2, 3};
+    y = ir_add(e->g, y, fe_emit_bcast(e, fe_emit_param(e, pp, "bias"), y, 2, bd));
+  }
+  if (y != IR_NONE) ir_value_set_tag(e->g, y, tag);
+  return y;
+}
+
+/* Every expert's second layer: h (B, T, E, H) . W (E, H, D) [+ b (E, D)] -> (E, B, T, D). */
+static int32_t expert_out(FeEmit *e, int32_t h, const char *prm) {
+  char pp[512];
+  snprintf(pp, sizeof pp, "%s/linear2", prm);
+  int32_t lb = 2, rb = 0, lc = 3, rc = 1;
+  int32_t y = ir_dot(e->g, h, fe_emit_param(e, pp, "weight"), 1, &lb, &rb, 1, &lc, &rc);
+  if (fe_has_param(e, pp, "bias")) {
+    int32_t bd[2] = {0, 3};
+    y = ir_add(e->g, y, fe_emit_bcast(e, fe_emit_param(e, pp, "bias"), y, 2, bd));
+  }
+  if (y != IR_NONE) ir_value_set_tag(e->g, y, "feed_forward.linear2");
+  return y;
+}
+
+/* mask (B, T, E): 1 for the top_k experts of each token. */
+static int32_t route_mask(FeEmit *e, int32_t probs, int64_t k) {
+  IrGraph *g = e->g;
+  const IrShape *s = fe_shape(e, probs);
+  int64_t btke[4] = {s->dims[0], s->dims[1], k, s->dims[2]};
+  int32_t bd[3] = {0, 1, 2}, kaxis = 2;
+  int32_t idx = ir_top_k_indices(g, probs, k); /* (B, T, k) */
+  int32_t hit = ir_eq(g, ir_iota(g, DT_I32, 4, btke, 3), ir_broadcast(g, idx, 4, btke, bd));
+  return ir_reduce_sum(g, ir_cast(g, hit, DT_F32), 1, &kaxis);
+}
+
+/* Switch-style load balance: weight * E * sum_e (fraction routed to e) * (mean prob of e). */
+static void add_balance_loss(FeEmit *e, json_object *node, int32_t probs, int32_t mask) {
+  IrGraph *g = e->g;
+  const IrShape *s = fe_shape(e, probs);
+  int64_t E = s->dims[2], k = fe_get_int(node, "top_k"), tokens = s->dims[0] * s->dims[1];
+  double w = fe_get_float(node, "load_balance_loss_weight");
+  if (w == 0) return;
+  int32_t bt[2] = {0, 1}, ax0 = 0;
+  int32_t frac = ir_reduce_sum(g, mask, 2, bt), mean = ir_reduce_sum(g, probs, 2, bt); /* (E) */
+  double scale = w * (double)E / ((double)tokens * (double)k * (double)tokens);
+  int32_t aux = ir_mul(g, ir_reduce_sum(g, ir_mul(g, frac, mean), 1, &ax0),
+                       ir_const_scalar(g, DT_F32, scale, 0, NULL));
+  if (aux != IR_NONE) ir_value_set_tag(g, aux, "moe.load_balance_loss");
+  e->aux_loss = e->aux_loss == IR_NONE ? aux : ir_add(g, e->aux_loss, aux);
+}
+
+/* Dense MoE: every expert runs on every token, outputs weighted by the
+ * renormalized top-k router probabilities (capacity is not enforced here). */
+static int32_t emit_moe(FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                        const FeDims *in, int32_t x) {
+  (void)cfg, (void)in;
+  IrGraph *g = e->g;
+  char gp[512];
+  snprintf(gp, sizeof gp, "%s/gate", prm);
+  int32_t router = ir_matmul(g, x, fe_emit_param(e, gp, "weight")); /* (B, T, E) */
+  if (router != IR_NONE) ir_value_set_tag(g, router, "moe.router");
+  int32_t probs = fe_emit_softmax(e, router);
+  int32_t mask = route_mask(e, probs, fe_get_int(node, "top_k"));
+  add_balance_loss(e, node, probs, mask);
+  int32_t eaxis = 2, lead[2] = {0, 1};
+  int32_t w = ir_mul(g, probs, mask);
+  w = ir_div(g, w, fe_emit_bcast(e, ir_reduce_sum(g, w, 1, &eaxis), w, 2, lead));
+  int32_t a, up = IR_NONE;
+  if (gated(node)) {
+    a = expert_in(e, x, prm, "linear1_0", "feed_forward.linear1_0");
+    up = expert_in(e, x, prm, "linear1_1", "feed_forward.linear1_1");
+  } else {
+    a = expert_in(e, x, prm, "linear1", "feed_forward.linear1_0");
+  }
+  int32_t y = expert_out(e, activate(e, node, a, up), prm); /* (E, B, T, D) */
+  int32_t perm[3] = {2, 0, 1}, bd[3] = {0, 1, 2}, ax0 = 0;
+  int32_t wt = fe_emit_bcast(e, ir_transpose(g, w, perm), y, 3, bd);
+  return ir_reduce_sum(g, ir_mul(g, y, wt), 1, &ax0);
+}
+
+const FeKind fe_kind_feed_forward = {
+    .name = "feed_forward",
+    .doc = "dense MLP (GELU, ReLU or SwiGLU)",
+    .fields = ffn_fields,
+    .nfields = FE_NFIELDS(ffn_fields),
+    .spec_names = "linear1|linear2",
+    .build = build_ffn,
+    .emit = emit_ffn,
+};
+
+const FeKind fe_kind_moe = {
+    .name = "moe",
+    .doc = "mixture of experts with top-k routing",
+    .fields = moe_fields,
+    .nfields = FE_NFIELDS(moe_fields),
+    .spec_names = "gate|linear1|linear2",
+    .build = build_moe,
+    .emit = emit_moe,
+};

@@ -11,16 +11,10 @@ static const FeField input_fields[] = {
     F_INT("global_batch_size", NULL, FE_RANGE(1, 1 << 30), "sequences per step over all devices"),
 };
 
-const FeKind fe_kind_lm_input = {"lm_input", "next-token prediction input", input_fields,
-                                 FE_NFIELDS(input_fields), NULL, NULL};
-
 static const FeField ckpt_fields[] = {
     F_INT("every_n_steps", "0", FE_ATLEAST(0), "save every N steps; 0: only at the end"),
     F_INT("keep_last", "3", FE_ATLEAST(1), "complete checkpoints to keep"),
 };
-
-const FeKind fe_kind_checkpointer = {"checkpointer", "checkpoint policy", ckpt_fields,
-                                     FE_NFIELDS(ckpt_fields), NULL, NULL};
 
 static const FeField mesh_fields[] = {
     F_TYPED("axes", FT_STRING_LIST,
@@ -30,5 +24,23 @@ static const FeField mesh_fields[] = {
             "devices along each axis; one -1 takes whatever is left"),
 };
 
-const FeKind fe_kind_device_mesh = {"device_mesh", "logical device mesh", mesh_fields,
-                                    FE_NFIELDS(mesh_fields), NULL, NULL};
+const FeKind fe_kind_lm_input = {
+    .name = "lm_input",
+    .doc = "next-token prediction input",
+    .fields = input_fields,
+    .nfields = FE_NFIELDS(input_fields),
+};
+
+const FeKind fe_kind_checkpointer = {
+    .name = "checkpointer",
+    .doc = "checkpoint policy",
+    .fields = ckpt_fields,
+    .nfields = FE_NFIELDS(ckpt_fields),
+};
+
+const FeKind fe_kind_device_mesh = {
+    .name = "device_mesh",
+    .doc = "logical device mesh",
+    .fields = mesh_fields,
+    .nfields = FE_NFIELDS(mesh_fields),
+};

@@ -17,9 +17,6 @@ static int build_learner(FeBuild *b, json_object *node, const char *cfg, const c
   return fe_build_child(b, node, "schedule", cfg, prm, in);
 }
 
-const FeKind fe_kind_learner = {"learner", "optimizer, schedule and clipping", learner_fields,
-                                FE_NFIELDS(learner_fields), NULL, build_learner};
-
 static const FeField adamw_fields[] = {
     F_FLOAT("learning_rate", NULL, FE_ATLEAST(0), "peak learning rate"),
     F_FLOAT("b1", "0.9", FE_RANGE(0, 1), "first-moment decay"),
@@ -27,9 +24,6 @@ static const FeField adamw_fields[] = {
     F_FLOAT("eps", "1e-8", FE_ATLEAST(0), "added to the second-moment root"),
     F_FLOAT("weight_decay", "0.0", FE_ATLEAST(0), "decoupled weight decay (scaled per parameter)"),
 };
-
-const FeKind fe_kind_adamw = {"adamw", "AdamW with decoupled weight decay", adamw_fields,
-                              FE_NFIELDS(adamw_fields), NULL, NULL};
 
 static const FeField cosine_fields[] = {
     F_INT("warmup_steps", "0", FE_ATLEAST(0), "steps of linear warmup from 0"),
@@ -50,14 +44,36 @@ static int build_cosine(FeBuild *b, json_object *node, const char *cfg, const ch
   return 0;
 }
 
-const FeKind fe_kind_cosine_schedule = {"cosine_schedule", "linear warmup then cosine decay",
-                                        cosine_fields, FE_NFIELDS(cosine_fields), NULL,
-                                        build_cosine};
-
 static const FeField constant_fields[] = {
     F_INT("warmup_steps", "0", FE_ATLEAST(0), "steps of linear warmup from 0"),
 };
 
-const FeKind fe_kind_constant_schedule = {"constant_schedule", "linear warmup then constant",
-                                          constant_fields, FE_NFIELDS(constant_fields), NULL,
-                                          NULL};
+const FeKind fe_kind_learner = {
+    .name = "learner",
+    .doc = "optimizer, schedule and clipping",
+    .fields = learner_fields,
+    .nfields = FE_NFIELDS(learner_fields),
+    .build = build_learner,
+};
+
+const FeKind fe_kind_adamw = {
+    .name = "adamw",
+    .doc = "AdamW with decoupled weight decay",
+    .fields = adamw_fields,
+    .nfields = FE_NFIELDS(adamw_fields),
+};
+
+const FeKind fe_kind_cosine_schedule = {
+    .name = "cosine_schedule",
+    .doc = "linear warmup then cosine decay",
+    .fields = cosine_fields,
+    .nfields = FE_NFIELDS(cosine_fields),
+    .build = build_cosine,
+};
+
+const FeKind fe_kind_constant_schedule = {
+    .name = "constant_schedule",
+    .doc = "linear warmup then constant",
+    .fields = constant_fields,
+    .nfields = FE_NFIELDS(constant_fields),
+};

@@ -20,5 +20,20 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
                   "weight", NULL, 1.0, in);
 }
 
-const FeKind fe_kind_lm_head = {"lm_head", "output projection to the vocabulary", fields,
-                                FE_NFIELDS(fields), "weight", build};
+/* Untied head: (B, T, D) . (V, D) -> (B, T, V). Tied heads are emitted by the model. */
+static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                    const FeDims *in, int32_t x) {
+  (void)node, (void)cfg, (void)in;
+  int32_t lc = 2, rc = 1;
+  return ir_dot(e->g, x, fe_emit_param(e, prm, "weight"), 0, NULL, NULL, 1, &lc, &rc);
+}
+
+const FeKind fe_kind_lm_head = {
+    .name = "lm_head",
+    .doc = "output projection to the vocabulary",
+    .fields = fields,
+    .nfields = FE_NFIELDS(fields),
+    .spec_names = "weight",
+    .build = build,
+    .emit = emit,
+};

@@ -49,5 +49,10 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   return rc;
 }
 
-const FeKind fe_kind_trainer = {"trainer", "a training job", fields, FE_NFIELDS(fields), NULL,
-                                build};
+const FeKind fe_kind_trainer = {
+    .name = "trainer",
+    .doc = "a training job",
+    .fields = fields,
+    .nfields = FE_NFIELDS(fields),
+    .build = build,
+};

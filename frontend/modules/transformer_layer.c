@@ -26,5 +26,26 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   return fe_build_child(b, node, "feed_forward", cfg, prm, in);
 }
 
-const FeKind fe_kind_transformer_layer = {"transformer_layer", "pre-norm transformer layer",
-                                          fields, FE_NFIELDS(fields), NULL, build};
+static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                    const FeDims *in, int32_t x) {
+  if (x == IR_NONE) return IR_NONE;
+  ir_value_set_tag(e->g, x, "transformer_layer.input");
+  char ncfg[512], nprm[512];
+  fe_path_join(ncfg, sizeof ncfg, cfg, "norm");
+  json_object *norm = fe_get_child(node, "norm");
+  snprintf(nprm, sizeof nprm, "%s/attn_norm", prm);
+  int32_t h = fe_emit_node(e, norm, ncfg, nprm, in, x);
+  x = ir_add(e->g, x, fe_emit_child(e, node, "self_attention", cfg, prm, in, h));
+  snprintf(nprm, sizeof nprm, "%s/ffn_norm", prm);
+  h = fe_emit_node(e, norm, ncfg, nprm, in, x);
+  return ir_add(e->g, x, fe_emit_child(e, node, "feed_forward", cfg, prm, in, h));
+}
+
+const FeKind fe_kind_transformer_layer = {
+    .name = "transformer_layer",
+    .doc = "pre-norm transformer layer",
+    .fields = fields,
+    .nfields = FE_NFIELDS(fields),
+    .build = build,
+    .emit = emit,
+};

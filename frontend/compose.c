@@ -1,0 +1,148 @@
+/*
+ * compose.c: the composer, from a resolved module tree to the forward IR.
+ *
+ * fe_compose() walks the model the way fe_build() does, asking each kind to
+ * emit its forward computation (FeKind.emit, next to the kind's schema in
+ * frontend/modules/). Parameters come from the table fe_build() made, so
+ * the graph's parameters are exactly the ones `axlc params` lists, under
+ * the same paths. Every value a module emits carries the module's config
+ * path as its origin, so an error in any later pass still names the config.
+ *
+ * The graph is one device's program before sharding: inputs "ids" and
+ * "targets" of shape (B, T), with B the per-device batch.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+const IrShape *fe_shape(const FeEmit *e, int32_t v) { return &e->g->values[v].shape; }
+
+int32_t fe_emit_node(FeEmit *e, json_object *node, const char *cfg, const char *prm,
+                     const FeDims *in, int32_t x) {
+  if (!node) return x;
+  const FeKind *k = fe_kind_find(fe_node_kind(node));
+  if (!k || !k->emit) {
+    ir_graph_fail(e->g, "%s: kind %s has no forward computation", cfg, fe_node_kind(node));
+    return IR_NONE;
+  }
+  const char *saved = e->g->origin;
+  ir_graph_set_origin(e->g, cfg);
+  int32_t y = k->emit(e, node, cfg, prm, in, x);
+  ir_graph_set_origin(e->g, saved);
+  return y;
+}
+
+int32_t fe_emit_child(FeEmit *e, json_object *node, const char *field, const char *cfg,
+                      const char *prm, const FeDims *in, int32_t x) {
+  char c[512], p[512];
+  fe_path_join(c, sizeof c, cfg, field);
+  snprintf(p, sizeof p, "%s%s%s", prm, *prm ? "/" : "", field);
+  return fe_emit_node(e, fe_get_child(node, field), c, p, in, x);
+}
+
+static int find_param(const FeEmit *e, const char *prm, const char *name) {
+  size_t lp = strlen(prm);
+  for (int i = 0; i < e->b->nparams; i++) {
+    const char *path = e->b->params[i].path;
+    if (strncmp(path, prm, lp) == 0 && path[lp] == '/' && strcmp(path + lp + 1, name) == 0)
+      return i;
+  }
+  return -1;
+}
+
+bool fe_has_param(const FeEmit *e, const char *prm, const char *name) {
+  return find_param(e, prm, name) >= 0;
+}
+
+int32_t fe_emit_param(FeEmit *e, const char *prm, const char *name) {
+  int i = find_param(e, prm, name);
+  if (i < 0) {
+    ir_graph_fail(e->g, "internal: no parameter %s/%s in the parameter table", prm, name);
+    return IR_NONE;
+  }
+  if (e->param_vals[i] != IR_NONE) return e->param_vals[i];
+  const FeParam *p = &e->b->params[i];
+  const char *saved = e->g->origin;
+  ir_graph_set_origin(e->g, p->origin);
+  e->param_vals[i] = ir_param(e->g, p->path, DT_F32, p->rank, p->shape);
+  ir_graph_set_origin(e->g, saved);
+  return e->param_vals[i];
+}
+
+int32_t fe_emit_like(FeEmit *e, int32_t x, double v) {
+  if (x == IR_NONE) return IR_NONE;
+  const IrValue *xv = &e->g->values[x];
+  return ir_const_scalar(e->g, xv->dtype, v, xv->shape.rank, xv->shape.dims);
+}
+
+int32_t fe_emit_bcast(FeEmit *e, int32_t v, int32_t like, int32_t n, const int32_t *bdims) {
+  if (v == IR_NONE || like == IR_NONE) return IR_NONE;
+  const IrShape *s = fe_shape(e, like);
+  int32_t trailing[IR_MAX_RANK];
+  if (!bdims) { /* align v's dims with the trailing dims of `like` */
+    for (int i = 0; i < n; i++) trailing[i] = s->rank - n + i;
+    bdims = trailing;
+  }
+  return ir_broadcast(e->g, v, s->rank, s->dims, bdims);
+}
+
+int32_t fe_emit_linear(FeEmit *e, int32_t x, const char *prm, const char *name, const char *tag) {
+  char pp[512];
+  snprintf(pp, sizeof pp, "%s/%s", prm, name);
+  int32_t y = ir_matmul(e->g, x, fe_emit_param(e, pp, "weight"));
+  if (fe_has_param(e, pp, "bias")) {
+    int32_t b = fe_emit_param(e, pp, "bias");
+    y = ir_add(e->g, y, fe_emit_bcast(e, b, y, 1, NULL));
+  }
+  if (y != IR_NONE && tag) ir_value_set_tag(e->g, y, tag);
+  return y;
+}
+
+int32_t fe_emit_softmax(FeEmit *e, int32_t x) {
+  if (x == IR_NONE) return IR_NONE;
+  IrGraph *g = e->g;
+  int32_t last = fe_shape(e, x)->rank - 1;
+  int32_t lead[IR_MAX_RANK]; /* a reduced value's dims are x's leading dims */
+  for (int i = 0; i < last; i++) lead[i] = i;
+  int32_t m = ir_reduce_max(g, x, 1, &last);
+  int32_t z = ir_exp(g, ir_sub(g, x, fe_emit_bcast(e, m, x, last, lead)));
+  int32_t s = ir_reduce_sum(g, z, 1, &last);
+  return ir_div(g, z, fe_emit_bcast(e, s, x, last, lead));
+}
+
+/* The per-device batch: the global batch over the mesh's batch axes. */
+static int64_t device_batch(const FeBuild *b, json_object *cfg) {
+  int64_t split = 1;
+  for (int i = 0; i < b->mesh.n; i++)
+    if (!strcmp(b->mesh.axes[i], "data") || !strcmp(b->mesh.axes[i], "expert") ||
+        !strcmp(b->mesh.axes[i], "fsdp"))
+      split *= b->mesh.shape[i];
+  return fe_get_int(fe_get_child(cfg, "input"), "global_batch_size") / split;
+}
+
+IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b) {
+  IrGraph *g = ir_graph_new();
+  if (!g) {
+    fe_error(d, file, NULL, "out of memory");
+    return NULL;
+  }
+  FeEmit e = {g, b, malloc(((size_t)b->nparams + 1) * sizeof(int32_t)), device_batch(b, cfg),
+              fe_get_int(fe_get_child(cfg, "input"), "seq_len"), IR_NONE, IR_NONE, IR_NONE};
+  for (int i = 0; i < b->nparams; i++) e.param_vals[i] = IR_NONE;
+  int64_t bt[2] = {e.batch, e.seq};
+  e.ids = ir_input(g, "ids", DT_I32, 2, bt);
+  e.targets = ir_input(g, "targets", DT_I32, 2, bt);
+  FeDims in = {0};
+  in.seq_len = e.seq;
+  in.max_steps = fe_get_int(cfg, "max_steps");
+  int32_t loss = fe_emit_child(&e, cfg, "model", "", "", &in, IR_NONE);
+  free(e.param_vals);
+  if (loss == IR_NONE || ir_graph_add_output(g, "loss", loss) != IR_OK || ir_graph_error(g)) {
+    fe_error(d, file, NULL, "composing the model failed: %s",
+             ir_graph_error(g) ? ir_graph_error(g) : "unknown error");
+    ir_graph_free(g);
+    return NULL;
+  }
+  return g;
+}

@@ -1,0 +1,289 @@
+/* graph.c: the graph container, its arena, outputs, errors and the one entry point that appends
+ * a value (ir_graph_add).
+ *
+ * Invariants: values[0..nvalues) are in topological order (operands precede users); every string
+ * pointer in a value is non-NULL and lives in the arena; the first error recorded stays until
+ * ir_graph_clear_error. The values array grows by realloc, so hold indices, not IrValue pointers,
+ * across calls that add values.
+ */
+#include "ir/ir.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- arena: a list of blocks, bump allocation, freed together ---- */
+
+typedef struct ArenaBlock {
+  struct ArenaBlock *next;
+  size_t used, cap;
+  _Alignas(16) unsigned char data[];
+} ArenaBlock;
+
+struct IrArena {
+  ArenaBlock *head;
+};
+
+enum { ARENA_BLOCK = 64 * 1024 };
+
+void *ir_graph_alloc(IrGraph *g, size_t size) {
+  size = (size + 15) & ~(size_t)15;
+  ArenaBlock *b = g->arena->head;
+  if (!b || b->cap - b->used < size) {
+    size_t cap = size > ARENA_BLOCK ? size : ARENA_BLOCK;
+    b = malloc(sizeof *b + cap);
+    if (!b) return NULL;
+    b->next = g->arena->head;
+    b->used = 0;
+    b->cap = cap;
+    g->arena->head = b;
+  }
+  void *p = b->data + b->used;
+  b->used += size;
+  memset(p, 0, size);
+  return p;
+}
+
+/* Interning keeps repeated origins/tags to one copy only within a block scan of the recent
+ * values; exact dedup is not needed for correctness. */
+const char *ir_graph_intern(IrGraph *g, const char *s) {
+  if (!s || !*s) return "";
+  for (int32_t i = g->nvalues - 1; i >= 0 && i >= g->nvalues - 8; i--) {
+    if (strcmp(g->values[i].origin, s) == 0) return g->values[i].origin;
+    if (strcmp(g->values[i].tag, s) == 0) return g->values[i].tag;
+  }
+  size_t n = strlen(s) + 1;
+  char *p = ir_graph_alloc(g, n);
+  if (!p) return NULL;
+  memcpy(p, s, n);
+  return p;
+}
+
+/* ---- graph lifetime and errors ---- */
+
+IrGraph *ir_graph_new(void) {
+  IrGraph *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->arena = calloc(1, sizeof *g->arena);
+  if (!g->arena) {
+    free(g);
+    return NULL;
+  }
+  g->origin = "";
+  g->tag = "";
+  return g;
+}
+
+void ir_graph_free(IrGraph *g) {
+  if (!g) return;
+  for (ArenaBlock *b = g->arena->head, *next; b; b = next) {
+    next = b->next;
+    free(b);
+  }
+  free(g->arena);
+  free(g->values);
+  free(g->outputs);
+  free(g);
+}
+
+const char *ir_graph_error(const IrGraph *g) { return g->error[0] ? g->error : NULL; }
+void ir_graph_clear_error(IrGraph *g) { g->error[0] = 0; }
+
+int ir_graph_fail(IrGraph *g, const char *fmt, ...) {
+  if (g->error[0]) return IR_ERR;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g->error, sizeof g->error, fmt, ap);
+  va_end(ap);
+  if (!g->error[0]) snprintf(g->error, sizeof g->error, "error");
+  return IR_ERR;
+}
+
+void ir_graph_set_origin(IrGraph *g, const char *path) {
+  const char *s = ir_graph_intern(g, path);
+  g->origin = s ? s : "";
+}
+
+void ir_graph_set_tag(IrGraph *g, const char *tag) {
+  const char *s = ir_graph_intern(g, tag);
+  g->tag = s ? s : "";
+}
+
+void ir_value_set_tag(IrGraph *g, int32_t v, const char *tag) {
+  if (v < 0 || v >= g->nvalues) return;
+  const char *s = ir_graph_intern(g, tag);
+  g->values[v].tag = s ? s : "";
+}
+
+void ir_value_set_origin(IrGraph *g, int32_t v, const char *path) {
+  if (v < 0 || v >= g->nvalues) return;
+  const char *s = ir_graph_intern(g, path);
+  g->values[v].origin = s ? s : "";
+}
+
+int ir_graph_set_mesh(IrGraph *g, const IrMesh *mesh) {
+  if (mesh->naxes < 0 || mesh->naxes > IR_MAX_MESH_AXES)
+    return ir_graph_fail(g, "mesh: %d axes (at most %d)", mesh->naxes, IR_MAX_MESH_AXES);
+  for (int32_t i = 0; i < mesh->naxes; i++) {
+    if (mesh->sizes[i] < 1 || !mesh->names[i][0])
+      return ir_graph_fail(g, "mesh: axis %d needs a name and a size >= 1", i);
+    if (ir_mesh_axis(mesh, mesh->names[i]) != i)
+      return ir_graph_fail(g, "mesh: axis name '%s' repeats", mesh->names[i]);
+  }
+  g->mesh = *mesh;
+  return IR_OK;
+}
+
+/* ---- appending values ---- */
+
+static int graph_reserve(IrGraph *g) {
+  if (g->nvalues < g->cap) return IR_OK;
+  int32_t cap = g->cap ? g->cap * 2 : 64;
+  IrValue *p = realloc(g->values, (size_t)cap * sizeof *p);
+  if (!p) return ir_graph_fail(g, "out of memory");
+  g->values = p;
+  g->cap = cap;
+  return IR_OK;
+}
+
+static int value_check_operands(IrGraph *g, const IrValue *v) {
+  int32_t arity = ir_op_arity(v->op);
+  if (arity >= 0 ? v->nops != arity : v->nops < 1)
+    return ir_graph_fail(g, "%%%d (%s) at %s: %d operands, expected %d", g->nvalues,
+                         ir_op_name(v->op), *g->origin ? g->origin : "?", v->nops, arity);
+  for (int32_t i = 0; i < v->nops; i++) {
+    if (v->ops[i] < 0 || v->ops[i] >= g->nvalues)
+      return ir_graph_fail(g, "%%%d (%s) at %s: operand %d is %%%d, not an earlier value",
+                           g->nvalues, ir_op_name(v->op), *g->origin ? g->origin : "?", i,
+                           v->ops[i]);
+  }
+  return IR_OK;
+}
+
+/* Copies proto's strings, operand list and constant data into the arena. */
+static int value_copy_in(IrGraph *g, IrValue *dst, const IrValue *proto) {
+  *dst = *proto;
+  int32_t *ops = ir_graph_alloc(g, (size_t)(proto->nops ? proto->nops : 1) * sizeof *ops);
+  dst->name = ir_graph_intern(g, proto->name);
+  dst->origin = proto->origin ? ir_graph_intern(g, proto->origin) : g->origin;
+  dst->tag = proto->tag ? ir_graph_intern(g, proto->tag) : g->tag;
+  if (!ops || !dst->name || !dst->origin || !dst->tag) return ir_graph_fail(g, "out of memory");
+  if (proto->nops) memcpy(ops, proto->ops, (size_t)proto->nops * sizeof *ops);
+  dst->ops = ops;
+  for (int32_t i = 0; i < proto->attr.nmesh; i++) {
+    dst->attr.mesh[i] = ir_graph_intern(g, proto->attr.mesh[i]);
+    if (!dst->attr.mesh[i]) return ir_graph_fail(g, "out of memory");
+  }
+  if (proto->attr.data) {
+    IrShape sh = proto->shape;
+    bool ok = sh.rank >= 0 && sh.rank <= IR_MAX_RANK;
+    int64_t numel = 1;
+    for (int32_t i = 0; ok && i < sh.rank; i++) {
+      ok = sh.dims[i] >= 0 && sh.dims[i] <= ((int64_t)1 << 31);
+      numel *= ok ? sh.dims[i] : 1;
+      ok = ok && numel <= ((int64_t)1 << 31);
+    }
+    if (!ok) return ir_graph_fail(g, "%%%d (constant): bad shape for data", g->nvalues);
+    size_t n = (size_t)ir_shape_numel(&proto->shape) * sizeof(double);
+    double *d = ir_graph_alloc(g, n ? n : 1);
+    if (!d) return ir_graph_fail(g, "out of memory");
+    memcpy(d, proto->attr.data, n);
+    dst->attr.data = d;
+  }
+  return IR_OK;
+}
+
+int32_t ir_graph_add(IrGraph *g, const IrValue *proto) {
+  for (int32_t i = 0; i < proto->nops; i++)
+    if (proto->ops[i] == IR_NONE) return IR_NONE; /* an earlier builder call failed */
+  if (proto->op >= IR_OP_COUNT) {
+    ir_graph_fail(g, "%%%d: unknown op %d", g->nvalues, (int)proto->op);
+    return IR_NONE;
+  }
+  if (value_check_operands(g, proto) || graph_reserve(g)) return IR_NONE;
+  IrValue v;
+  if (value_copy_in(g, &v, proto)) return IR_NONE;
+  char msg[IR_ERR_LEN];
+  if (ir_value_infer(g, &v, &v.dtype, &v.shape, msg, sizeof msg)) {
+    ir_graph_fail(g, "%%%d (%s) at %s: %s", g->nvalues, ir_op_name(v.op),
+                  *v.origin ? v.origin : "?", msg);
+    return IR_NONE;
+  }
+  g->values[g->nvalues] = v;
+  return g->nvalues++;
+}
+
+/* ---- outputs and lookup ---- */
+
+int ir_graph_add_output(IrGraph *g, const char *name, int32_t v) {
+  if (v < 0 || v >= g->nvalues) return ir_graph_fail(g, "output '%s': no value %%%d", name, v);
+  if (ir_graph_output(g, name) != IR_NONE)
+    return ir_graph_fail(g, "output '%s' defined twice", name);
+  if (g->noutputs == g->outcap) {
+    int32_t cap = g->outcap ? g->outcap * 2 : 8;
+    IrOutput *p = realloc(g->outputs, (size_t)cap * sizeof *p);
+    if (!p) return ir_graph_fail(g, "out of memory");
+    g->outputs = p;
+    g->outcap = cap;
+  }
+  const char *s = ir_graph_intern(g, name);
+  if (!s) return ir_graph_fail(g, "out of memory");
+  g->outputs[g->noutputs++] = (IrOutput){s, v};
+  return IR_OK;
+}
+
+int32_t ir_graph_output(const IrGraph *g, const char *name) {
+  for (int32_t i = 0; i < g->noutputs; i++)
+    if (strcmp(g->outputs[i].name, name) == 0) return g->outputs[i].value;
+  return IR_NONE;
+}
+
+int32_t ir_graph_find(const IrGraph *g, IrOp op, const char *name) {
+  for (int32_t i = 0; i < g->nvalues; i++)
+    if (g->values[i].op == op && strcmp(g->values[i].name, name) == 0) return i;
+  return IR_NONE;
+}
+
+int ir_graph_copy_into(IrGraph *dst, const IrGraph *src) {
+  if (dst->nvalues || dst->noutputs) return ir_graph_fail(dst, "copy: destination not empty");
+  dst->mesh = src->mesh;
+  for (int32_t i = 0; i < src->nvalues; i++)
+    if (ir_graph_add(dst, &src->values[i]) != i) return IR_ERR;
+  for (int32_t i = 0; i < src->noutputs; i++)
+    if (ir_graph_add_output(dst, src->outputs[i].name, src->outputs[i].value)) return IR_ERR;
+  return IR_OK;
+}
+
+/* ---- shapes and meshes ---- */
+
+int64_t ir_shape_numel(const IrShape *s) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < s->rank; i++) n *= s->dims[i];
+  return n;
+}
+
+bool ir_shape_eq(const IrShape *a, const IrShape *b) {
+  if (a->rank != b->rank) return false;
+  for (int32_t i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+IrShape ir_shape_make(int32_t rank, const int64_t *dims) {
+  IrShape s = {0};
+  s.rank = rank;
+  for (int32_t i = 0; i < rank && i < IR_MAX_RANK; i++) s.dims[i] = dims[i];
+  return s;
+}
+
+int ir_mesh_axis(const IrMesh *m, const char *name) {
+  for (int32_t i = 0; i < m->naxes; i++)
+    if (strcmp(m->names[i], name) == 0) return i;
+  return -1;
+}
+
+int64_t ir_mesh_devices(const IrMesh *m) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < m->naxes; i++) n *= m->sizes[i];
+  return n;
+}

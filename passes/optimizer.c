@@ -1,0 +1,134 @@
+/* optimizer.c: the optimizer in the graph.
+ *
+ * Runs after autodiff, on a graph with the output "loss" and one "grad:P" output per trainable
+ * parameter P. It appends the rest of a training step, so that one graph maps (parameters,
+ * optimizer state, step, batch) to (new parameters, new state, loss):
+ *
+ *   inputs      "step" ()                 the 1-based step number t, as f32
+ *   parameters  "opt/m/P", "opt/v/P"      AdamW moments, shaped like P
+ *   outputs     "new:P", "new:opt/m/P", "new:opt/v/P", "grad_norm", "lr"
+ *
+ * Clipping by global norm: g *= c / max(|g|, c). Learning rate: peak * schedule(t), with linear
+ * warmup then cosine decay to min_ratio (or constant). AdamW with decoupled weight decay, as in
+ * PyTorch's torch.optim.AdamW:
+ *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+ *   P = P - lr (wd * wd_scale(P) * P + (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps))
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+static int32_t scalar(IrGraph *g, double v) { return ir_const_scalar(g, DT_F32, v, 0, NULL); }
+
+static int32_t like(IrGraph *g, int32_t x, double v) {
+  const IrValue *xv = &g->values[x];
+  return ir_const_scalar(g, xv->dtype, v, xv->shape.rank, xv->shape.dims);
+}
+
+static int32_t splat(IrGraph *g, int32_t s, int32_t x) { /* scalar s to x's shape */
+  const IrShape *sh = &g->values[x].shape;
+  return ir_broadcast(g, s, sh->rank, sh->dims, NULL);
+}
+
+static int32_t sum_all(IrGraph *g, int32_t x) {
+  const IrShape *sh = &g->values[x].shape;
+  int32_t axes[IR_MAX_RANK];
+  for (int i = 0; i < sh->rank; i++) axes[i] = i;
+  return sh->rank ? ir_reduce_sum(g, x, sh->rank, axes) : x;
+}
+
+/* Learning-rate multiplier at step t (a scalar value). */
+static int32_t schedule(IrGraph *g, const PassLearner *l, int32_t t) {
+  int32_t mult = scalar(g, 1.0);
+  if (l->decay_steps > l->warmup_steps && l->cosine) {
+    double span = (double)(l->decay_steps - l->warmup_steps);
+    int32_t prog = ir_div(g, ir_sub(g, t, scalar(g, (double)l->warmup_steps)), scalar(g, span));
+    prog = ir_min(g, ir_max(g, prog, scalar(g, 0.0)), scalar(g, 1.0));
+    int32_t c = ir_add(g, scalar(g, 1.0), ir_cos(g, ir_mul(g, prog, scalar(g, M_PI))));
+    mult = ir_add(g, scalar(g, l->min_ratio),
+                  ir_mul(g, scalar(g, 0.5 * (1.0 - l->min_ratio)), c));
+  }
+  if (l->warmup_steps > 0) {
+    int32_t warm = ir_div(g, t, scalar(g, (double)l->warmup_steps));
+    int32_t in_warmup = ir_le(g, t, scalar(g, (double)l->warmup_steps));
+    mult = ir_select(g, in_warmup, warm, mult);
+  }
+  return ir_mul(g, mult, scalar(g, l->learning_rate));
+}
+
+/* The clip factor c / max(|g|, c), or 1 when clipping is off; *norm gets |g|. */
+static int32_t clip_factor(IrGraph *g, const PassLearner *l, int32_t n, const int32_t *grads,
+                           int32_t *norm) {
+  int32_t sq = scalar(g, 0.0);
+  for (int32_t i = 0; i < n; i++) sq = ir_add(g, sq, sum_all(g, ir_mul(g, grads[i], grads[i])));
+  *norm = ir_sqrt(g, sq);
+  if (l->max_grad_norm <= 0) return scalar(g, 1.0);
+  int32_t c = scalar(g, l->max_grad_norm);
+  return ir_div(g, c, ir_max(g, *norm, c));
+}
+
+static double wd_scale(const PassLearner *l, const char *name) {
+  for (int32_t i = 0; i < l->nscales; i++)
+    if (strcmp(l->scale_names[i], name) == 0) return l->scales[i];
+  return 1.0;
+}
+
+/* AdamW update of parameter p with gradient gr; appends the three "new:" outputs. */
+static int adamw(IrGraph *g, const PassLearner *l, int32_t p, int32_t gr, int32_t lr, int32_t bc1,
+                 int32_t bc2) {
+  const IrValue *pv = &g->values[p];
+  const char *name = pv->name;
+  char buf[1024];
+  snprintf(buf, sizeof buf, "opt/m/%s", name);
+  int32_t m = ir_param(g, buf, pv->dtype, pv->shape.rank, pv->shape.dims);
+  snprintf(buf, sizeof buf, "opt/v/%s", name);
+  int32_t v = ir_param(g, buf, g->values[p].dtype, g->values[p].shape.rank, g->values[p].shape.dims);
+  if (m == IR_NONE || v == IR_NONE) return IR_ERR;
+  int32_t m2 = ir_add(g, ir_mul(g, like(g, m, l->b1), m), ir_mul(g, like(g, gr, 1 - l->b1), gr));
+  int32_t v2 = ir_add(g, ir_mul(g, like(g, v, l->b2), v),
+                      ir_mul(g, like(g, gr, 1 - l->b2), ir_mul(g, gr, gr)));
+  int32_t mhat = ir_div(g, m2, splat(g, bc1, m2));
+  int32_t vhat = ir_div(g, v2, splat(g, bc2, v2));
+  int32_t upd = ir_div(g, mhat, ir_add(g, ir_sqrt(g, vhat), like(g, vhat, l->eps)));
+  double wd = l->weight_decay * wd_scale(l, name);
+  if (wd != 0) upd = ir_add(g, upd, ir_mul(g, like(g, p, wd), p));
+  int32_t p2 = ir_sub(g, p, ir_mul(g, splat(g, lr, upd), upd));
+  snprintf(buf, sizeof buf, "new:%s", name);
+  if (ir_graph_add_output(g, buf, p2) != IR_OK) return IR_ERR;
+  snprintf(buf, sizeof buf, "new:opt/m/%s", name);
+  if (ir_graph_add_output(g, buf, m2) != IR_OK) return IR_ERR;
+  snprintf(buf, sizeof buf, "new:opt/v/%s", name);
+  return ir_graph_add_output(g, buf, v2);
+}
+
+int pass_optimizer(IrGraph *g, const PassOptions *opt) {
+  if (!opt || !opt->learner) return ir_graph_fail(g, "optimizer: no learner configuration");
+  const PassLearner *l = opt->learner;
+  /* The trainable parameters are the ones autodiff produced a gradient for. */
+  int32_t n = 0, params[4096], grads[4096];
+  for (int32_t i = 0; i < g->noutputs; i++) {
+    const char *name = g->outputs[i].name;
+    if (strncmp(name, "grad:", 5) != 0) continue;
+    if (n == 4096) return ir_graph_fail(g, "optimizer: more than 4096 parameters");
+    params[n] = ir_graph_find(g, IR_PARAMETER, name + 5);
+    grads[n] = g->outputs[i].value;
+    if (params[n] == IR_NONE) return ir_graph_fail(g, "optimizer: no parameter %s", name + 5);
+    n++;
+  }
+  if (n == 0) return ir_graph_fail(g, "optimizer: no gradients (run autodiff first)");
+  ir_graph_set_origin(g, "/learner");
+  int32_t t = ir_input(g, "step", DT_F32, 0, NULL);
+  int32_t lr = schedule(g, l, t), norm;
+  int32_t clip = clip_factor(g, l, n, grads, &norm);
+  int32_t bc1 = ir_sub(g, scalar(g, 1.0), ir_pow(g, scalar(g, l->b1), t));
+  int32_t bc2 = ir_sub(g, scalar(g, 1.0), ir_pow(g, scalar(g, l->b2), t));
+  for (int32_t i = 0; i < n; i++) {
+    int32_t gr = ir_mul(g, grads[i], splat(g, clip, grads[i]));
+    if (adamw(g, l, params[i], gr, lr, bc1, bc2) != IR_OK) return IR_ERR;
+  }
+  if (ir_graph_add_output(g, "grad_norm", norm) != IR_OK) return IR_ERR;
+  if (ir_graph_add_output(g, "lr", lr) != IR_OK) return IR_ERR;
+  return ir_graph_error(g) ? IR_ERR : IR_OK;
+}

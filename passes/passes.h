@@ -1,0 +1,63 @@
+/* passes.h: graph-to-graph passes, the one header of passes/.
+ *
+ * Every pass has the same signature, int pass_<name>(IrGraph *g, const PassOptions *opt), rewrites
+ * g in place, and returns IR_OK or IR_ERR with the reason recorded in the graph (ir_graph_error).
+ * The driver calls them in one straight list and verifies the graph after each. opt may be NULL for
+ * the defaults.
+ */
+#ifndef AXLC_PASSES_H
+#define AXLC_PASSES_H
+
+#include "ir/ir.h"
+
+/* What the optimizer pass needs from the learner config (see optimizer.c). */
+typedef struct PassLearner {
+  double learning_rate, b1, b2, eps, weight_decay, max_grad_norm;
+  bool cosine;                    /* cosine decay after warmup; else constant */
+  int64_t warmup_steps, decay_steps;
+  double min_ratio;               /* cosine: final multiplier */
+  int32_t nscales;                /* per-parameter weight-decay scales (default 1) */
+  const char *const *scale_names; /* (nscales) */
+  const double *scales;           /* (nscales) */
+} PassLearner;
+
+typedef struct PassOptions {
+  const char *loss;          /* autodiff: name of the scalar output to differentiate; NULL: "loss" */
+  int32_t nwrt;              /* autodiff: number of parameter names in wrt; 0: every parameter */
+  const char *const *wrt;    /* (nwrt) parameter names */
+  int64_t fold_limit;        /* simplify: largest constant (elements) folding creates; 0: 4096 */
+  const PassLearner *learner; /* optimizer */
+} PassOptions;
+
+/* ======================================================================== autodiff.c */
+
+/* Appends the gradient of output opt->loss with respect to each chosen parameter P as output
+ * "grad:P" (zeros when the loss does not depend on P). The loss must have one element and a float
+ * dtype. Under a mesh, the loss differentiated is the sum of the per-device losses. */
+int pass_autodiff(IrGraph *g, const PassOptions *opt);
+/* The same for any values: grads[i] gets d(y)/d(wrt[i]), appended to g. */
+int pass_autodiff_values(IrGraph *g, int32_t y, int32_t nwrt, const int32_t *wrt, int32_t *grads);
+bool pass_autodiff_has_rule(IrOp op);
+
+/* ======================================================================== simplify.c */
+
+/* Runs fold, algebra, cse and dce until nothing changes. */
+int pass_simplify(IrGraph *g, const PassOptions *opt);
+/* Removes values no output depends on (parameters and inputs stay: they are the interface). */
+int pass_dce(IrGraph *g, const PassOptions *opt);
+/* Merges values with the same op, operands, attributes and type (the first one's origin stays). */
+int pass_cse(IrGraph *g, const PassOptions *opt);
+/* Replaces values whose operands are all constants by constants (up to opt->fold_limit elements). */
+int pass_fold(IrGraph *g, const PassOptions *opt);
+/* Algebraic identities: x*1, 1*x, x+0, 0+x, x-0, x/1, neg(neg x), cast to the same dtype,
+ * reshape of reshape, reshape/broadcast to the same shape, transpose of transpose. */
+int pass_algebra(IrGraph *g, const PassOptions *opt);
+
+/* ======================================================================== optimizer.c */
+
+/* Appends clipping, the learning-rate schedule and AdamW after autodiff: input "step", state
+ * parameters "opt/m/P" and "opt/v/P", outputs "new:P", "new:opt/m/P", "new:opt/v/P", "grad_norm"
+ * and "lr". */
+int pass_optimizer(IrGraph *g, const PassOptions *opt);
+
+#endif
