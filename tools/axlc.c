@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/frontend.h"
+#include "driver/driver.h"
 
 #define MAX_LIST 64
 
@@ -19,6 +19,9 @@ typedef struct {
   const char *apply[MAX_LIST];
   const char *sets[MAX_LIST];
   bool json;
+  const char *after;       /* ir: stop after this pass */
+  const char *format;      /* ir: text or dot */
+  DrvTrainOptions train;   /* run */
 } Args;
 
 static void usage(FILE *out) {
@@ -29,6 +32,11 @@ static void usage(FILE *out) {
           "  config MODEL.json   print the resolved config (canonical JSON, every default explicit)\n"
           "  params MODEL.json   print every parameter: path, shape, dtype, init, partition spec\n"
           "  kinds [KIND]        list module kinds, or one kind's fields\n"
+          "  ir MODEL.json       print the IR of the training step [--after PASS] [--format text|dot]\n"
+          "                      passes: compose, autodiff, optimizer, simplify\n"
+          "  run MODEL.json      train; --target interp runs the reference interpreter\n"
+          "                      --data FILE (text bytes or llm.c tokens) [--steps N] [--seed S]\n"
+          "                      [--init W.safetensors] [--dump OUT.safetensors]\n"
           "\n"
           "options:\n"
           "  --target T          select the first mesh rule matching T (cpu, cpu-4,\n"
@@ -56,6 +64,7 @@ static int add(const char **list, int *n, const char *v, const char *flag) {
 
 static int parse_args(int argc, char **argv, Args *a) {
   memset(a, 0, sizeof *a);
+  a->train.seed = -1;
   a->fe.apply = a->apply;
   a->fe.sets = a->sets;
   for (int i = 1; i < argc; i++) {
@@ -72,6 +81,25 @@ static int parse_args(int argc, char **argv, Args *a) {
       if (need_value(i, argc, argv) || add(a->sets, &a->fe.nsets, argv[++i], s)) return -1;
     } else if (!strcmp(s, "--json")) {
       a->json = true;
+    } else if (!strcmp(s, "--after") || !strcmp(s, "--format") || !strcmp(s, "--data") ||
+               !strcmp(s, "--init") || !strcmp(s, "--dump")) {
+      if (need_value(i, argc, argv)) return -1;
+      const char **slot = !strcmp(s, "--after")    ? &a->after
+                          : !strcmp(s, "--format") ? &a->format
+                          : !strcmp(s, "--data")   ? &a->train.data
+                          : !strcmp(s, "--init")   ? &a->train.init
+                                                   : &a->train.dump;
+      *slot = argv[++i];
+    } else if (!strcmp(s, "--steps") || !strcmp(s, "--seed")) {
+      if (need_value(i, argc, argv)) return -1;
+      char *end;
+      long long v = strtoll(argv[++i], &end, 10);
+      if (*end || end == argv[i] || v < 0 || v > (1LL << 40)) {
+        fprintf(stderr, "error: %s %s: expected a non-negative integer\n", s, argv[i]);
+        return -1;
+      }
+      if (!strcmp(s, "--steps")) a->train.steps = v;
+      else a->train.seed = v;
     } else if (s[0] == '-') {
       fprintf(stderr, "error: unknown option %s (see axlc --help)\n", s);
       return -1;
@@ -175,12 +203,61 @@ static int cmd_kinds(const Args *a) {
   return 0;
 }
 
+/* Loads and lowers the model; prints diagnostics on failure. */
+static int lower(DrvJob *j, const Args *a, const char *after) {
+  if (!a->model) {
+    fprintf(stderr, "error: axlc %s needs a MODEL.json\n", a->command);
+    return -1;
+  }
+  if (drv_load(j, a->model, &a->fe) || drv_lower(j, after)) {
+    fe_diag_print(&j->diag, stderr);
+    return -1;
+  }
+  return 0;
+}
+
+static int cmd_ir(const Args *a) {
+  const char *format = a->format ? a->format : "text";
+  if (strcmp(format, "text") && strcmp(format, "dot")) {
+    fprintf(stderr, "error: --format %s: expected text or dot\n", format);
+    return 1;
+  }
+  DrvJob j;
+  int rc = lower(&j, a, a->after) ? 1 : 0;
+  if (rc == 0 && !strcmp(format, "dot")) ir_graph_print_dot(j.graph, stdout);
+  else if (rc == 0) ir_graph_print(j.graph, stdout);
+  drv_free(&j);
+  return rc;
+}
+
+static int cmd_run(const Args *a) {
+  if (!a->fe.target || strcmp(a->fe.target, "interp") != 0) {
+    fprintf(stderr, "error: axlc run: --target %s is not available yet (expected --target "
+            "interp, the reference interpreter)\n", a->fe.target ? a->fe.target : "(none)");
+    return 1;
+  }
+  DrvJob j;
+  int rc = lower(&j, a, NULL) ? 1 : 0;
+  if (rc == 0) {
+    DrvTrainOptions o = a->train;
+    o.log = stdout;
+    if (drv_train_interp(&j, &o)) {
+      fe_diag_print(&j.diag, stderr);
+      rc = 1;
+    }
+  }
+  drv_free(&j);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   Args a;
   if (parse_args(argc, argv, &a)) return 1;
   if (!strcmp(a.command, "config")) return cmd_config(&a);
   if (!strcmp(a.command, "params")) return cmd_params(&a);
   if (!strcmp(a.command, "kinds")) return cmd_kinds(&a);
+  if (!strcmp(a.command, "ir")) return cmd_ir(&a);
+  if (!strcmp(a.command, "run")) return cmd_run(&a);
   fprintf(stderr, "error: unknown command \"%s\" (see axlc --help)\n", a.command);
   return 1;
 }

@@ -1,0 +1,123 @@
+/*
+ * pipeline.c: from a config file to a training-step graph, in one straight
+ * list of passes:
+ *
+ *   compose    module tree -> forward graph (inputs ids, targets; output loss)
+ *   autodiff   + "grad:P" for every parameter
+ *   optimizer  + clipping, schedule, AdamW: the whole step in one graph
+ *   simplify   folding, identities, CSE, dead code
+ *
+ * Each later pass (shard, remat, fuse, schedule, memplan) joins this list.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/driver.h"
+#include "passes/passes.h"
+
+const char *const drv_pass_names[] = {"compose", "autodiff", "optimizer", "simplify"};
+const int drv_npasses = (int)(sizeof drv_pass_names / sizeof drv_pass_names[0]);
+
+int drv_load(DrvJob *j, const char *file, const FeOptions *opt) {
+  memset(j, 0, sizeof *j);
+  j->file = file;
+  fe_diag_init(&j->diag);
+  j->cfg = fe_resolve(&j->diag, file, opt, NULL);
+  if (!j->cfg) return -1;
+  if (fe_build(&j->build, &j->diag, file, j->cfg, fe_target_devices(opt ? opt->target : NULL)))
+    return -1;
+  j->built = true;
+  return 0;
+}
+
+void drv_free(DrvJob *j) {
+  if (j->built) fe_build_free(&j->build);
+  json_object_put(j->cfg);
+  ir_graph_free(j->graph);
+  fe_diag_free(&j->diag);
+  memset(j, 0, sizeof *j);
+}
+
+static bool verify_enabled(void) {
+#ifndef NDEBUG
+  return true;
+#else
+  return getenv("AXLC_VERIFY") != NULL;
+#endif
+}
+
+/* The learner's settings and per-parameter weight-decay scales for the optimizer pass. */
+static void learner_options(const DrvJob *j, PassLearner *l, const char **names, double *scales) {
+  json_object *learner = fe_get_child(j->cfg, "learner");
+  json_object *adam = fe_get_child(learner, "optimizer"), *sched = fe_get_child(learner, "schedule");
+  memset(l, 0, sizeof *l);
+  l->learning_rate = fe_get_float(adam, "learning_rate");
+  l->b1 = fe_get_float(adam, "b1");
+  l->b2 = fe_get_float(adam, "b2");
+  l->eps = fe_get_float(adam, "eps");
+  l->weight_decay = fe_get_float(adam, "weight_decay");
+  l->max_grad_norm = fe_get_float(learner, "max_grad_norm");
+  l->warmup_steps = fe_get_int(sched, "warmup_steps");
+  l->cosine = strcmp(fe_node_kind(sched), "cosine_schedule") == 0;
+  if (l->cosine) {
+    l->decay_steps = fe_get_int(sched, "decay_steps");
+    if (l->decay_steps == 0) l->decay_steps = fe_get_int(j->cfg, "max_steps");
+    l->min_ratio = fe_get_float(sched, "min_ratio");
+  }
+  for (int i = 0; i < j->build.nparams; i++) {
+    names[i] = j->build.params[i].path;
+    scales[i] = j->build.params[i].weight_decay_scale;
+  }
+  l->nscales = j->build.nparams;
+  l->scale_names = names;
+  l->scales = scales;
+}
+
+static int run_pass(DrvJob *j, int i, const PassOptions *po) {
+  IrGraph *g = j->graph;
+  int rc = IR_OK;
+  switch (i) {
+  case 0: return j->graph ? 0 : -1; /* compose ran before the list */
+  case 1: rc = pass_autodiff(g, po); break;
+  case 2: rc = pass_optimizer(g, po); break;
+  case 3: rc = pass_simplify(g, po); break;
+  }
+  if (rc != IR_OK)
+    return fe_error(&j->diag, j->file, NULL, "pass %s failed: %s", drv_pass_names[i],
+                    ir_graph_error(g) ? ir_graph_error(g) : "unknown error");
+  return 0;
+}
+
+static int verify(DrvJob *j, const char *pass) {
+  char msg[1024];
+  if (!verify_enabled() || ir_graph_verify(j->graph, msg, sizeof msg) == IR_OK) return 0;
+  return fe_error(&j->diag, j->file, NULL, "internal: the graph after %s does not verify: %s",
+                  pass, msg);
+}
+
+int drv_lower(DrvJob *j, const char *stop_after) {
+  int last = drv_npasses - 1;
+  if (stop_after) {
+    for (last = 0; last < drv_npasses && strcmp(drv_pass_names[last], stop_after); last++) {}
+    if (last == drv_npasses)
+      return fe_error(&j->diag, NULL, NULL, "unknown pass \"%s\" (expected compose, autodiff, "
+                      "optimizer or simplify)", stop_after);
+  }
+  j->graph = fe_compose(&j->diag, j->file, j->cfg, &j->build);
+  if (!j->graph) return -1;
+  const char **names = malloc(((size_t)j->build.nparams + 1) * sizeof *names);
+  double *scales = malloc(((size_t)j->build.nparams + 1) * sizeof *scales);
+  PassLearner learner;
+  learner_options(j, &learner, names, scales);
+  PassOptions po = {0};
+  po.learner = &learner;
+  int rc = 0;
+  for (int i = 0; i <= last && rc == 0; i++) {
+    rc = run_pass(j, i, &po);
+    if (rc == 0) rc = verify(j, drv_pass_names[i]);
+    if (rc == 0) j->last_pass = drv_pass_names[i];
+  }
+  free(names);
+  free(scales);
+  return rc;
+}

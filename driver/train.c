@@ -1,0 +1,219 @@
+/*
+ * train.c: training with the reference interpreter (`axlc run --target
+ * interp`). Slow and exact: the oracle that compiled trainers are checked
+ * against, and a way to train small models without any backend.
+ *
+ * State lives in the interpreter between steps: after each step the outputs
+ * "new:P" are bound back as the parameters P (model parameters and the
+ * optimizer's opt/m, opt/v alike). Parameters start from the runtime's
+ * deterministic init (seed, path), or from a safetensors file (--init).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/driver.h"
+#include "runtime/axrt.h"
+
+typedef struct {
+  DrvJob *j;
+  const DrvTrainOptions *o;
+  IrInterp *it;
+  RtData *data;
+  int64_t batch, seq;
+  int32_t *ids, *targets; /* (B, T) */
+  double *buf;            /* scratch, as large as the largest parameter */
+  float *fbuf;
+  float *losses;          /* (steps) */
+} Trainer;
+
+static int fail(Trainer *t, const char *file, const char *msg) {
+  return fe_error(&t->j->diag, file, NULL, "%s", msg);
+}
+
+static RtInit param_init(const FeParam *p) {
+  RtInit init = {0};
+  if (!strcmp(p->init, "ones")) init.kind = RT_INIT_ONES;
+  else if (!strcmp(p->init, "zeros")) init.kind = RT_INIT_ZEROS;
+  else init.kind = RT_INIT_NORMAL, init.std = (float)p->init_std;
+  return init;
+}
+
+/* Fills t->fbuf with parameter p's initial values. */
+static int init_values(Trainer *t, const FeParam *p, const RtSt *st, uint64_t seed) {
+  RtError err;
+  int64_t n = fe_param_numel(p);
+  if (st) {
+    if (rt_st_read_f32(st, p->path, p->shape, p->rank, t->fbuf, &err))
+      return fail(t, t->o->init, err.msg);
+    return 0;
+  }
+  RtInit init = param_init(p);
+  if (rt_init_fill(t->fbuf, n, 0, p->path, seed, &init, &err)) return fail(t, NULL, err.msg);
+  return 0;
+}
+
+static int bind(Trainer *t, const char *name, const IrShape *s, const double *data) {
+  if (ir_interp_set(t->it, -1, name, s->rank, s->dims, data) != IR_OK)
+    return fail(t, NULL, ir_interp_error(t->it));
+  return 0;
+}
+
+/* Binds every parameter and zeroed optimizer state. */
+static int init_params(Trainer *t, uint64_t seed) {
+  RtSt *st = NULL;
+  RtError err;
+  if (t->o->init && rt_st_open(&st, t->o->init, &err)) return fail(t, t->o->init, err.msg);
+  int rc = 0;
+  for (int i = 0; i < t->j->build.nparams && rc == 0; i++) {
+    const FeParam *p = &t->j->build.params[i];
+    IrShape s = ir_shape_make(p->rank, p->shape);
+    int64_t n = fe_param_numel(p);
+    rc = init_values(t, p, st, seed);
+    for (int64_t k = 0; k < n && rc == 0; k++) t->buf[k] = t->fbuf[k];
+    if (rc == 0) rc = bind(t, p->path, &s, t->buf);
+    memset(t->buf, 0, (size_t)n * sizeof *t->buf);
+    char name[1024];
+    snprintf(name, sizeof name, "opt/m/%s", p->path);
+    if (rc == 0) rc = bind(t, name, &s, t->buf);
+    snprintf(name, sizeof name, "opt/v/%s", p->path);
+    if (rc == 0) rc = bind(t, name, &s, t->buf);
+  }
+  rt_st_close(st);
+  return rc;
+}
+
+static int bind_batch(Trainer *t, int64_t step) {
+  RtError err;
+  if (rt_data_next_batch(t->data, (int)t->batch, (int)t->seq, t->ids, t->targets, &err))
+    return fail(t, t->o->data, err.msg);
+  int64_t n = t->batch * t->seq, dims[2] = {t->batch, t->seq};
+  IrShape s = ir_shape_make(2, dims);
+  for (int64_t k = 0; k < n; k++) t->buf[k] = t->ids[k];
+  if (bind(t, "ids", &s, t->buf)) return -1;
+  for (int64_t k = 0; k < n; k++) t->buf[k] = t->targets[k];
+  if (bind(t, "targets", &s, t->buf)) return -1;
+  double st = (double)step;
+  IrShape scalar = ir_shape_make(0, NULL);
+  return bind(t, "step", &scalar, &st);
+}
+
+/* Binds every "new:X" output back as X. */
+static int carry_state(Trainer *t) {
+  const IrGraph *g = t->j->graph;
+  for (int32_t i = 0; i < g->noutputs; i++) {
+    const char *name = g->outputs[i].name;
+    if (strncmp(name, "new:", 4) != 0) continue;
+    IrShape s;
+    const double *v = ir_interp_output(t->it, 0, name, &s);
+    if (!v) return fail(t, NULL, ir_interp_error(t->it));
+    int64_t n = ir_shape_numel(&s);
+    memcpy(t->buf, v, (size_t)n * sizeof *v); /* the output buffer is the interpreter's */
+    if (bind(t, name + 4, &s, t->buf)) return -1;
+  }
+  return 0;
+}
+
+static int run_step(Trainer *t, int64_t step) {
+  if (bind_batch(t, step)) return -1;
+  if (ir_interp_run(t->it) != IR_OK) return fail(t, NULL, ir_interp_error(t->it));
+  IrShape s;
+  const double *loss = ir_interp_output(t->it, 0, "loss", &s);
+  const double *lr = ir_interp_output(t->it, 0, "lr", &s);
+  const double *gn = ir_interp_output(t->it, 0, "grad_norm", &s);
+  if (!loss || !lr || !gn) return fail(t, NULL, ir_interp_error(t->it));
+  t->losses[step - 1] = (float)*loss;
+  if (t->o->log)
+    fprintf(t->o->log, "step %lld loss %.6f grad_norm %.4f lr %.3g\n", (long long)step, *loss,
+            *gn, *lr);
+  if (!isfinite(*loss)) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "the loss is not finite at step %lld; stopping", (long long)step);
+    return fail(t, NULL, msg);
+  }
+  return 0;
+}
+
+/* ---- --dump: loss per step, the last step's gradients, the new parameters - */
+
+static float *to_float(const double *v, int64_t n) {
+  float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+  for (int64_t k = 0; k < n; k++) f[k] = (float)v[k];
+  return f;
+}
+
+static int dump(Trainer *t, int64_t steps) {
+  const IrGraph *g = t->j->graph;
+  RtTensor *ts = calloc((size_t)g->noutputs + 1, sizeof *ts);
+  int n = 0;
+  ts[n++] = (RtTensor){.name = "loss", .dtype = RT_DT_F32, .ndim = 1, .shape = {steps},
+                       .data = t->losses};
+  for (int32_t i = 0; i < g->noutputs; i++) {
+    const char *name = g->outputs[i].name;
+    bool want = !strncmp(name, "grad:", 5) ||
+                (!strncmp(name, "new:", 4) && strncmp(name, "new:opt/", 8) != 0);
+    if (!want) continue;
+    IrShape s;
+    const double *v = ir_interp_output(t->it, 0, name, &s);
+    if (!v) continue;
+    RtTensor *tt = &ts[n++];
+    tt->name = name;
+    tt->dtype = RT_DT_F32;
+    tt->ndim = s.rank;
+    memcpy(tt->shape, s.dims, sizeof(int64_t) * (size_t)s.rank);
+    tt->data = to_float(v, ir_shape_numel(&s));
+  }
+  RtError err;
+  int rc = rt_st_write(t->o->dump, ts, n, NULL, 0, NULL, NULL, &err);
+  for (int i = 1; i < n; i++) free((void *)ts[i].data);
+  free(ts);
+  return rc ? fail(t, t->o->dump, err.msg) : 0;
+}
+
+static int64_t max_numel(const DrvJob *j, int64_t floor) {
+  int64_t m = floor;
+  for (int i = 0; i < j->build.nparams; i++)
+    if (fe_param_numel(&j->build.params[i]) > m) m = fe_param_numel(&j->build.params[i]);
+  return m;
+}
+
+static int setup(Trainer *t, int64_t steps) {
+  json_object *model = fe_get_child(t->j->cfg, "model");
+  RtError err;
+  if (!t->o->data) return fail(t, NULL, "--data FILE is required (a text or llm.c token file)");
+  if (rt_data_open(&t->data, t->o->data, (int)fe_get_int(model, "vocab_size"), &err))
+    return fail(t, t->o->data, err.msg);
+  int32_t ids = ir_graph_find(t->j->graph, IR_INPUT, "ids");
+  t->batch = t->j->graph->values[ids].shape.dims[0];
+  t->seq = t->j->graph->values[ids].shape.dims[1];
+  int64_t n = max_numel(t->j, t->batch * t->seq);
+  t->buf = malloc((size_t)n * sizeof *t->buf);
+  t->fbuf = malloc((size_t)n * sizeof *t->fbuf);
+  t->ids = malloc((size_t)(t->batch * t->seq) * sizeof *t->ids);
+  t->targets = malloc((size_t)(t->batch * t->seq) * sizeof *t->targets);
+  t->losses = calloc((size_t)steps, sizeof *t->losses);
+  t->it = ir_interp_new(t->j->graph, NULL);
+  if (!t->it) return fail(t, NULL, "out of memory");
+  return 0;
+}
+
+int drv_train_interp(DrvJob *j, const DrvTrainOptions *o) {
+  int64_t steps = o->steps > 0 ? o->steps : fe_get_int(j->cfg, "max_steps");
+  uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : fe_get_int(j->cfg, "seed"));
+  Trainer t = {.j = j, .o = o};
+  int rc = setup(&t, steps);
+  if (rc == 0) rc = init_params(&t, seed);
+  for (int64_t s = 1; s <= steps && rc == 0; s++) {
+    rc = run_step(&t, s);
+    if (rc == 0 && s < steps) rc = carry_state(&t);
+  }
+  if (rc == 0 && o->dump) rc = dump(&t, steps);
+  ir_interp_free(t.it);
+  rt_data_close(t.data);
+  free(t.buf);
+  free(t.fbuf);
+  free(t.ids);
+  free(t.targets);
+  free(t.losses);
+  return rc;
+}
