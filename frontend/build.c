@@ -138,7 +138,8 @@ static int check_spec_names(FeBuild *b, json_object *node, const char *cfg, cons
       char path[512];
       const char *near = fe_nearest(name, names, n);
       snprintf(path, sizeof path, "%s/param_partition_specs/%s", cfg, name);
-      rc = fe_error(b->diag, b->file, path, "kind \"%s\" has no parameter \"%s\" (expected one "
+      const char *file = fe_origin_key(specs, name);
+      rc = fe_error(b->diag, file ? file : b->file, path, "kind \"%s\" has no parameter \"%s\" (expected one "
                     "of %s)%s%s%s", k->name, name, k->spec_names ? k->spec_names : "none",
                     near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
     }
@@ -228,11 +229,14 @@ int64_t fe_spec_split(const FeMesh *m, const char *spec) {
   return n;
 }
 
-static int check_divides(FeBuild *b, const FeParam *p, const char *epath) {
+static int check_divides(FeBuild *b, const FeParam *p, int first, const char *lead_path,
+                         const char *epath) {
   for (int d = 0; d < p->rank; d++) {
+    /* The expert dimension's split comes from expert_axis, the rest from the spec. */
+    const char *where = d < first ? lead_path : epath;
     int64_t n = fe_spec_split(&b->mesh, p->spec[d]);
     if (p->shape[d] % n != 0)
-      return fe_error(b->diag, b->file, epath, "mesh axes %s (%lld devices) do not divide "
+      return fe_error(b->diag, b->file, where, "mesh axes %s (%lld devices) do not divide "
                       "dimension %d (size %lld) of parameter %s (expected a divisor of %lld)",
                       p->spec[d], (long long)n, d, (long long)p->shape[d], p->path,
                       (long long)p->shape[d]);
@@ -244,8 +248,9 @@ static int check_divides(FeBuild *b, const FeParam *p, const char *epath) {
 static int apply_spec(FeBuild *b, FeParam *p, json_object *spec, int first, const char *epath) {
   int want = p->rank - first;
   if ((int)json_object_array_length(spec) != want)
-    return fe_error(b->diag, b->file, epath, "%d entries for parameter %s of rank %d "
-                    "(expected %d)", (int)json_object_array_length(spec), p->path, want, want);
+    return fe_error(b->diag, b->file, epath, "%d entries for parameter %s of rank %d%s "
+                    "(expected %d)", (int)json_object_array_length(spec), p->path, want,
+                    first ? " per expert" : "", want);
   for (int i = 0; i < want; i++) {
     json_object *e = json_object_array_get_idx(spec, i);
     if (json_object_get_type(e) == json_type_string) {
@@ -281,12 +286,12 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
   p->init = init;
   p->init_std = std;
   p->weight_decay_scale = wd_scale;
-  char epath[512];
+  char epath[512], lead_path[512];
   snprintf(epath, sizeof epath, "%s", cfg);
+  snprintf(lead_path, sizeof lead_path, "%s/expert_axis", cfg);
   int first = 0;
   if (lead_axis) {
-    snprintf(epath, sizeof epath, "%s/expert_axis", cfg);
-    if (split_dim(b, p, 0, lead_axis, epath)) return -1;
+    if (split_dim(b, p, 0, lead_axis, lead_path)) return -1;
     first = 1;
   }
   json_object *specs = NULL, *spec = NULL;
@@ -295,11 +300,12 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
     snprintf(epath, sizeof epath, "%s/param_partition_specs/%s", cfg, spec_name);
     const char *saved = b->file;
     if (fe_origin_key(specs, spec_name)) b->file = fe_origin_key(specs, spec_name);
-    int rc = apply_spec(b, p, spec, first, epath) ? -1 : check_divides(b, p, epath);
+    int rc = apply_spec(b, p, spec, first, epath) ? -1
+                                                  : check_divides(b, p, first, lead_path, epath);
     b->file = saved;
     return rc;
   }
-  return check_divides(b, p, epath);
+  return check_divides(b, p, first, lead_path, epath);
 }
 
 int64_t fe_param_numel(const FeParam *p) {

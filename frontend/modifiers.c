@@ -97,18 +97,27 @@ static bool settable(json_object *parent, const char *key) {
   return k && fe_kind_field(k, key);
 }
 
+/* Sets element `idx` of the list at the parent path; the list then counts
+ * as set by this modifier (its key in the enclosing object records it). */
 static int set_in_array(Ctx *c, json_object *root, const char *path, json_object *value) {
   const char *slash = strrchr(path, '/');
   char ppath[512];
   snprintf(ppath, sizeof ppath, "%.*s", (int)(slash - path), path);
   json_object *arr = fe_path_get(root, ppath);
-  char *end;
-  long idx = strtol(slash + 1, &end, 10);
-  if (*end || idx < 0 || (size_t)idx >= json_object_array_length(arr))
-    return fe_error(c->d, c->file, path, "the config has no element %s in the list at %s",
-                    slash + 1, ppath);
-  json_object_array_put_idx(arr, (size_t)idx, fe_json_copy(c->d, value));
-  fe_set_origin(c->d, json_object_array_get_idx(arr, (size_t)idx), c->file, true);
+  const char *digits = slash + 1;
+  bool numeric = *digits && strspn(digits, "0123456789") == strlen(digits) && strlen(digits) < 10;
+  size_t idx = numeric ? (size_t)atol(digits) : 0;
+  if (!numeric || idx >= json_object_array_length(arr))
+    return fe_error(c->d, c->file, path, "the config has no element \"%s\" in the list at %s "
+                    "(expected an index below %zu)", digits, ppath, json_object_array_length(arr));
+  json_object_array_put_idx(arr, idx, fe_json_copy(c->d, value));
+  fe_set_origin(c->d, json_object_array_get_idx(arr, idx), c->file, true);
+  json_object *owner;
+  char key[128];
+  if (strchr(ppath + 1, '/') && fe_path_parent(c->d, root, ppath, c->file, &owner, key, sizeof key) == 0)
+    fe_set_origin_key(c->d, owner, key, c->file);
+  else if (!strchr(ppath + 1, '/'))
+    fe_set_origin_key(c->d, root, ppath + 1, c->file);
   return 0;
 }
 
@@ -210,8 +219,9 @@ static int mod_replace(Ctx *c, json_object **root, json_object *mod, const char 
   fe_path_join(p, sizeof p, mpath, "config");
   const char *nk = fe_node_kind(config);
   if (!nk) return fe_error(c->d, c->file, p, "expected a module config object with a \"kind\"");
-  fe_path_join(p, sizeof p, p, "kind");
-  Replace r = {c->d, target, config, kind_arg(c, nk, p), c->file, 0};
+  char kp[512];
+  fe_path_join(kp, sizeof kp, p, "kind");
+  Replace r = {c->d, target, config, kind_arg(c, nk, kp), c->file, 0};
   if (!r.newk) return -1;
   if (matches(&r, *root)) {
     json_object *n = replacement(&r, *root);
@@ -285,8 +295,10 @@ static int mod_partition(Ctx *c, json_object *root, json_object *mod, const char
   }
   json_object *cur = json_object_object_get(node, "param_partition_specs");
   if (json_object_get_type(cur) != json_type_object) {
-    cur = json_object_new_object();
-    fe_set_origin(c->d, cur, c->file, false);
+    /* Start from the kind's defaults: the modifier changes only what it names. */
+    const FeField *f = fe_kind_field(fe_kind_find(fe_node_kind(node)), "param_partition_specs");
+    cur = json_tokener_parse(f->dflt);
+    fe_set_origin(c->d, cur, fe_origin(node), false);
     json_object_object_add(node, "param_partition_specs", cur);
   }
   json_object_object_foreach(specs, k, v) {

@@ -1,0 +1,229 @@
+/*
+ * test_models.c: the shipped models (models/<name>.json, found through
+ * AXLC_MODELS_DIR or argv's --models DIR): published parameter counts,
+ * canonical round trips, and the rope / moe modifiers on every model.
+ */
+#include <dirent.h>
+#include <stdlib.h>
+
+#include "tests/frontend/fe_test.h"
+
+static const char *models_dir = AXLC_MODELS_DIR;
+
+static char mpath[16384 + 256];
+static const char *model(const char *name) {
+  snprintf(mpath, sizeof mpath, "%s/%s", models_dir, name);
+  return mpath;
+}
+
+/* Sorted names of models/<name>.json; returns the count. */
+static int list_models(char names[][256], int max) {
+  DIR *d = opendir(models_dir);
+  if (!d) {
+    fe_t_fail(__FILE__, __LINE__, "cannot open %s", models_dir);
+    CU_FAIL_FATAL("models dir");
+  }
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < max) {
+    size_t l = strlen(e->d_name);
+    if (l > 5 && strcmp(e->d_name + l - 5, ".json") == 0 && l < 256)
+      snprintf(names[n++], 256, "%s", e->d_name);
+  }
+  closedir(d);
+  qsort(names, (size_t)n, 256, (int (*)(const void *, const void *))strcmp);
+  return n;
+}
+
+static const char *const *mods_for(int which, char bufs[2][4096], const char *list[3]) {
+  int n = 0;
+  if (which & 1) snprintf(bufs[n], 4096, "%s/modifiers/rope.json", models_dir), list[n] = bufs[n], n++;
+  if (which & 2) snprintf(bufs[n], 4096, "%s/modifiers/moe.json", models_dir), list[n] = bufs[n], n++;
+  list[n] = NULL;
+  return list;
+}
+
+/* ---- published counts --------------------------------------------------------- */
+
+static int64_t count(const char *name, const char *const *apply) {
+  FeT t;
+  fe_t_resolve(&t, model(name), NULL, apply, NULL);
+  if (!t.tree) {
+    fe_t_fail(__FILE__, __LINE__, "%s did not resolve:\n%s", name, t.msgs);
+    fe_t_done(&t);
+    return -1;
+  }
+  int64_t n = fe_t_params(&t, 0, NULL);
+  if (n < 0) fe_t_fail(__FILE__, __LINE__, "%s did not build:\n%s", name, t.msgs);
+  fe_t_done(&t);
+  return n;
+}
+
+static void test_published_counts(void) {
+  EXPECT_INT(count("gpt2-124m.json", NULL), 124439808LL);
+  EXPECT_INT(count("llama2-7b.json", NULL), 6738415616LL);
+  EXPECT_INT(count("llama2-70b.json", NULL), 68976648192LL);
+  EXPECT_INT(count("mixtral-8x7b.json", NULL), 46702792704LL);
+  EXPECT_INT(count("tiny-lm.json", NULL), FE_T_TINY_PARAMS);
+}
+
+static void test_tiny_lm_with_moe(void) {
+  char bufs[2][4096];
+  const char *list[3];
+  /* moe.json: 8 experts, activation and hidden_dim_scale kept (gelu, 4 -> 256):
+   * per layer the 2*64*256 MLP becomes 8 * 2*64*256 plus a (64, 8) router. */
+  int64_t want = FE_T_TINY_PARAMS + 2 * (8 * 2 * 64 * 256 + 64 * 8 - 2 * 64 * 256);
+  EXPECT_INT(want, 583296);
+  EXPECT_INT(count("tiny-lm.json", mods_for(2, bufs, list)), want);
+  /* rope adds no parameters */
+  EXPECT_INT(count("tiny-lm.json", mods_for(1, bufs, list)), FE_T_TINY_PARAMS);
+  EXPECT_INT(count("tiny-lm.json", mods_for(3, bufs, list)), want);
+}
+
+/* Counts nodes of `kind` in a tree. */
+static int count_kind(json_object *o, const char *kind) {
+  int n = 0;
+  if (json_object_get_type(o) == json_type_object) {
+    const char *k = fe_node_kind(o);
+    if (k && strcmp(k, kind) == 0) n++;
+    json_object_object_foreach(o, key, v) {
+      (void)key;
+      n += count_kind(v, kind);
+    }
+  } else if (json_object_get_type(o) == json_type_array) {
+    for (size_t i = 0; i < json_object_array_length(o); i++)
+      n += count_kind(json_object_array_get_idx(o, i), kind);
+  }
+  return n;
+}
+
+/* Every shipped model resolves with rope.json, moe.json and both; with
+ * moe.json every feed_forward is a moe, and the count grows by what the
+ * architecture says: per layer (E-1) copies of the dense MLP plus a (D, E)
+ * router. */
+static void test_modifiers_on_every_model(void) {
+  char names[64][256], bufs[2][4096];
+  const char *list[3];
+  int n = list_models(names, 64);
+  EXPECT(n >= 10);
+  for (int i = 0; i < n; i++) {
+    FeT t;
+    fe_t_resolve(&t, model(names[i]), NULL, NULL, NULL);
+    if (!t.tree) fe_t_fail(__FILE__, __LINE__, "%s:\n%s", names[i], t.msgs);
+    CU_ASSERT_FATAL(t.tree != NULL);
+    int dense_ffn = count_kind(t.tree, "feed_forward");
+    int64_t dim = fe_t_int(t.tree, "/model/dim"), layers = fe_t_int(t.tree, "/model/decoder/num_layers");
+    FeBuild b;
+    int64_t base = fe_t_params(&t, 0, &b);
+    EXPECT(base > 0);
+    int64_t mlp = 0; /* dense MLP parameters over all layers */
+    for (int p = 0; p < b.nparams; p++)
+      if (strstr(b.params[p].path, "/feed_forward/")) mlp += fe_param_numel(&b.params[p]);
+    if (base > 0) fe_build_free(&b);
+    fe_t_done(&t);
+
+    for (int which = 1; which <= 3; which++) {
+      fe_t_resolve(&t, model(names[i]), NULL, mods_for(which, bufs, list), NULL);
+      if (!t.tree) fe_t_fail(__FILE__, __LINE__, "%s with modifiers %d:\n%s", names[i], which, t.msgs);
+      CU_ASSERT(t.tree != NULL);
+      if (!t.tree) {
+        fe_t_done(&t);
+        continue;
+      }
+      if (which & 1) /* the replacement's explicit rope wins over the model's */
+        EXPECT(fe_t_float(t.tree, "/model/decoder/layer/self_attention/rope/theta") == 10000.0);
+      int64_t got = fe_t_params(&t, 0, NULL);
+      if (which & 2) {
+        EXPECT_INT(count_kind(t.tree, "feed_forward"), 0);
+        EXPECT(count_kind(t.tree, "moe") >= 1);
+        if (dense_ffn) {
+          EXPECT_INT(fe_t_int(t.tree, "/model/decoder/layer/feed_forward/num_experts"), 8);
+          int64_t want = base + 7 * mlp + layers * dim * 8;
+          if (got != want) fe_t_fail(__FILE__, __LINE__, "model %s", names[i]);
+          EXPECT_INT(got, want);
+        } else {
+          EXPECT_INT(got, base); /* already a mixture of experts: untouched */
+        }
+      } else {
+        EXPECT_INT(got, base);
+      }
+      fe_t_done(&t);
+    }
+  }
+}
+
+/* ---- canonical round trip ------------------------------------------------------ */
+
+/* Resolves `file`, writes its canonical text, resolves that and compares. */
+static void round_trip(const char *file, const char *const *apply, const char *label) {
+  FeT t;
+  fe_t_resolve(&t, file, NULL, apply, NULL);
+  if (!t.tree) fe_t_fail(__FILE__, __LINE__, "%s:\n%s", label, t.msgs);
+  CU_ASSERT_FATAL(t.tree != NULL);
+  char *first = fe_json_canonical(t.tree);
+  fe_t_done(&t);
+  char copy[4096];
+  snprintf(copy, sizeof copy, "%s", fe_t_write("canonical.json", first));
+  fe_t_resolve(&t, copy, NULL, NULL, NULL);
+  if (!t.tree) fe_t_fail(__FILE__, __LINE__, "%s, canonical text:\n%s", label, t.msgs);
+  CU_ASSERT_FATAL(t.tree != NULL);
+  char *second = fe_json_canonical(t.tree);
+  if (strcmp(first, second) != 0) fe_t_fail(__FILE__, __LINE__, "%s round trip differs", label);
+  EXPECT_STR(second, first);
+  /* and the library parses its own text to the same text */
+  FeDiag d;
+  fe_diag_init(&d);
+  json_object *o = fe_json_parse(&d, first, strlen(first), "mem");
+  char *third = o ? fe_json_canonical(o) : NULL;
+  EXPECT_STR(third, first);
+  free(third);
+  json_object_put(o);
+  fe_diag_free(&d);
+  free(first);
+  free(second);
+  fe_t_done(&t);
+}
+
+static void test_round_trip_every_model(void) {
+  char names[64][256], bufs[2][4096];
+  const char *list[3];
+  int n = list_models(names, 64);
+  EXPECT(n >= 10);
+  for (int i = 0; i < n; i++) {
+    round_trip(model(names[i]), NULL, names[i]);
+    round_trip(model(names[i]), mods_for(3, bufs, list), names[i]);
+  }
+}
+
+static void test_canonical_text(void) {
+  /* floats stay floats, shortest text that reads back, keys sorted */
+  FeDiag d;
+  fe_diag_init(&d);
+  const char *in = "{\"b\": 4.0, \"a\": [1, 2.5, 1e-8, 2.6666666666666665, 500000.0, \"x\\n\"],"
+                   " \"c\": {}, \"d\": [], \"e\": null}";
+  json_object *o = fe_json_parse(&d, in, strlen(in), "mem");
+  CU_ASSERT_FATAL(o != NULL);
+  char *s = fe_json_canonical(o);
+  EXPECT_STR(s, "{\n  \"a\": [1, 2.5, 1e-08, 2.6666666666666665, 5e+05, \"x\\n\"],\n  \"b\": 4.0,\n"
+                "  \"c\": {},\n  \"d\": [],\n  \"e\": null\n}\n");
+  free(s);
+  json_object_put(o);
+  fe_diag_free(&d);
+}
+
+static const FeTCase cases[] = {
+    {"published_counts", test_published_counts},
+    {"tiny_lm_with_moe", test_tiny_lm_with_moe},
+    {"modifiers_on_every_model", test_modifiers_on_every_model},
+    {"round_trip_every_model", test_round_trip_every_model},
+    {"canonical_text", test_canonical_text},
+};
+
+int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "--models") == 0) {
+    models_dir = argv[2];
+    argv[2] = argv[0];
+    argc -= 2, argv += 2;
+  }
+  return fe_t_main(argc, argv, "frontend_models", cases, (int)(sizeof cases / sizeof cases[0]));
+}
