@@ -16,7 +16,7 @@
 
 #include "frontend/frontend.h"
 
-const IrShape *fe_shape(const FeEmit *e, int32_t v) { return &e->g->values[v].shape; }
+IrShape fe_shape(const FeEmit *e, int32_t v) { return e->g->values[v].shape; }
 
 int32_t fe_emit_node(FeEmit *e, json_object *node, const char *cfg, const char *prm,
                      const FeDims *in, int32_t x) {
@@ -72,19 +72,19 @@ int32_t fe_emit_param(FeEmit *e, const char *prm, const char *name) {
 
 int32_t fe_emit_like(FeEmit *e, int32_t x, double v) {
   if (x == IR_NONE) return IR_NONE;
-  const IrValue *xv = &e->g->values[x];
-  return ir_const_scalar(e->g, xv->dtype, v, xv->shape.rank, xv->shape.dims);
+  IrValue xv = e->g->values[x]; /* a copy: adding a value may move the array */
+  return ir_const_scalar(e->g, xv.dtype, v, xv.shape.rank, xv.shape.dims);
 }
 
 int32_t fe_emit_bcast(FeEmit *e, int32_t v, int32_t like, int32_t n, const int32_t *bdims) {
   if (v == IR_NONE || like == IR_NONE) return IR_NONE;
-  const IrShape *s = fe_shape(e, like);
+  IrShape s = fe_shape(e, like);
   int32_t trailing[IR_MAX_RANK];
   if (!bdims) { /* align v's dims with the trailing dims of `like` */
-    for (int i = 0; i < n; i++) trailing[i] = s->rank - n + i;
+    for (int i = 0; i < n; i++) trailing[i] = s.rank - n + i;
     bdims = trailing;
   }
-  return ir_broadcast(e->g, v, s->rank, s->dims, bdims);
+  return ir_broadcast(e->g, v, s.rank, s.dims, bdims);
 }
 
 int32_t fe_emit_linear(FeEmit *e, int32_t x, const char *prm, const char *name, const char *tag) {
@@ -102,7 +102,7 @@ int32_t fe_emit_linear(FeEmit *e, int32_t x, const char *prm, const char *name, 
 int32_t fe_emit_softmax(FeEmit *e, int32_t x) {
   if (x == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
-  int32_t last = fe_shape(e, x)->rank - 1;
+  int32_t last = fe_shape(e, x).rank - 1;
   int32_t lead[IR_MAX_RANK]; /* a reduced value's dims are x's leading dims */
   for (int i = 0; i < last; i++) lead[i] = i;
   int32_t m = ir_reduce_max(g, x, 1, &last);

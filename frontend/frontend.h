@@ -289,7 +289,8 @@ int32_t fe_emit_like(FeEmit *e, int32_t x, double v);
 int32_t fe_emit_bcast(FeEmit *e, int32_t v, int32_t like, int32_t n, const int32_t *bdims);
 /* Softmax over the last axis. */
 int32_t fe_emit_softmax(FeEmit *e, int32_t x);
-const IrShape *fe_shape(const FeEmit *e, int32_t v);
+/* A copy: the graph's value array moves as values are added. */
+IrShape fe_shape(const FeEmit *e, int32_t v);
 
 /* ---- schema tables (for frontend/modules/) ------------------------------ */
 

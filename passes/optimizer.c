@@ -23,20 +23,19 @@
 static int32_t scalar(IrGraph *g, double v) { return ir_const_scalar(g, DT_F32, v, 0, NULL); }
 
 static int32_t like(IrGraph *g, int32_t x, double v) {
-  const IrValue *xv = &g->values[x];
-  return ir_const_scalar(g, xv->dtype, v, xv->shape.rank, xv->shape.dims);
+  IrValue xv = g->values[x]; /* a copy: adding a value may move the array */
+  return ir_const_scalar(g, xv.dtype, v, xv.shape.rank, xv.shape.dims);
 }
 
 static int32_t splat(IrGraph *g, int32_t s, int32_t x) { /* scalar s to x's shape */
-  const IrShape *sh = &g->values[x].shape;
-  return ir_broadcast(g, s, sh->rank, sh->dims, NULL);
+  IrShape sh = g->values[x].shape;
+  return ir_broadcast(g, s, sh.rank, sh.dims, NULL);
 }
 
 static int32_t sum_all(IrGraph *g, int32_t x) {
-  const IrShape *sh = &g->values[x].shape;
-  int32_t axes[IR_MAX_RANK];
-  for (int i = 0; i < sh->rank; i++) axes[i] = i;
-  return sh->rank ? ir_reduce_sum(g, x, sh->rank, axes) : x;
+  int32_t rank = g->values[x].shape.rank, axes[IR_MAX_RANK];
+  for (int i = 0; i < rank; i++) axes[i] = i;
+  return rank ? ir_reduce_sum(g, x, rank, axes) : x;
 }
 
 /* Learning-rate multiplier at step t (a scalar value). */
@@ -78,13 +77,13 @@ static double wd_scale(const PassLearner *l, const char *name) {
 /* AdamW update of parameter p with gradient gr; appends the three "new:" outputs. */
 static int adamw(IrGraph *g, const PassLearner *l, int32_t p, int32_t gr, int32_t lr, int32_t bc1,
                  int32_t bc2) {
-  const IrValue *pv = &g->values[p];
-  const char *name = pv->name;
+  IrValue pv = g->values[p]; /* a copy: adding values moves the array */
+  const char *name = pv.name;
   char buf[1024];
   snprintf(buf, sizeof buf, "opt/m/%s", name);
-  int32_t m = ir_param(g, buf, pv->dtype, pv->shape.rank, pv->shape.dims);
+  int32_t m = ir_param(g, buf, pv.dtype, pv.shape.rank, pv.shape.dims);
   snprintf(buf, sizeof buf, "opt/v/%s", name);
-  int32_t v = ir_param(g, buf, g->values[p].dtype, g->values[p].shape.rank, g->values[p].shape.dims);
+  int32_t v = ir_param(g, buf, pv.dtype, pv.shape.rank, pv.shape.dims);
   if (m == IR_NONE || v == IR_NONE) return IR_ERR;
   int32_t m2 = ir_add(g, ir_mul(g, like(g, m, l->b1), m), ir_mul(g, like(g, gr, 1 - l->b1), gr));
   int32_t v2 = ir_add(g, ir_mul(g, like(g, v, l->b2), v),

@@ -59,5 +59,25 @@ int pass_algebra(IrGraph *g, const PassOptions *opt);
  * parameters "opt/m/P" and "opt/v/P", outputs "new:P", "new:opt/m/P", "new:opt/v/P", "grad_norm"
  * and "lr". */
 int pass_optimizer(IrGraph *g, const PassOptions *opt);
+/* ======================================================================== memplan.c */
+
+/* Where every value of a step graph lives in the runtime's one slab, and the numbers the
+ * memory report prints. Parameters, their optimizer state and the step's inputs come first, at
+ * fixed offsets; "new:X" outputs are written over X (in place) when nothing reads X after
+ * them; the other values share the rest of the slab by liveness. */
+typedef struct MemPlan {
+  int32_t nvalues;
+  int64_t *offset;        /* (nvalues) byte offset of each value's buffer, 64-byte aligned */
+  int64_t *bytes;         /* (nvalues) its size */
+  int64_t slab_bytes;     /* the whole slab */
+  int64_t param_bytes;    /* model parameters */
+  int64_t opt_bytes;      /* optimizer state (opt/...) */
+  int64_t input_bytes;    /* batch and step */
+  int64_t peak_temp_bytes;/* most bytes of other values live at once */
+} MemPlan;
+
+/* Plans g in its current order (values are executed in index order). */
+int pass_memplan(IrGraph *g, MemPlan *plan);
+void pass_memplan_free(MemPlan *plan);
 
 #endif

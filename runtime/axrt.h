@@ -186,4 +186,59 @@ uint64_t rt_ckpt_rng_state(const RtCkpt *ck);
 const char *rt_ckpt_config(const RtCkpt *ck); /* "" if none was saved */
 const RtSt *rt_ckpt_tensors(const RtCkpt *ck);
 
+/* ===== pool.c: the thread pool generated kernels are split across ======================= */
+
+typedef struct RtPool RtPool;
+
+/* A pool of `threads` workers (the caller's thread counts as one). */
+int rt_pool_new(RtPool **out, int threads, RtError *err);
+void rt_pool_free(RtPool *pool);
+int rt_pool_threads(const RtPool *pool);
+/* Calls fn(ctx, lo, hi) on disjoint chunks covering [0, n), in parallel, and returns when all
+ * are done. A NULL pool runs fn(ctx, 0, n) on the calling thread. Deterministic: the result
+ * must not depend on how [0, n) is chunked (each index is owned by exactly one call). */
+void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi),
+                     void *ctx);
+
+/* ===== train.c: the compiled step and the training loop ================================= */
+
+/* The contract between generated code and the runtime. A compiled trainer defines one
+ * RtProgram named `axlc_program`; the JIT builds one in memory. Every buffer of the step lives
+ * in one slab of slab_bytes (64-byte aligned); offsets are in bytes. The step reads the
+ * parameters, optimizer state, batch and step number at their offsets and writes the new
+ * parameters and state over the old ones (in place) and the loss, gradient norm and learning
+ * rate at theirs. */
+#define RT_ABI_VERSION 1
+#define RT_MAX_PARAM_RANK 4
+
+typedef struct RtParamSlot {
+    const char *path;                 /* "model/decoder/layer_0/self_attention/q_proj/weight" */
+    int32_t rank;
+    int64_t shape[RT_MAX_PARAM_RANK];
+    RtInit init;                      /* deterministic init from (seed, path) */
+    int64_t offset;                   /* f32 parameter */
+    int64_t m_offset, v_offset;       /* f32 AdamW moments, same shape */
+} RtParamSlot;
+
+typedef struct RtProgram {
+    int32_t abi_version;              /* RT_ABI_VERSION */
+    const char *config;               /* the resolved config, canonical JSON */
+    int64_t slab_bytes;
+    int32_t nparams;
+    const RtParamSlot *params;
+    int64_t batch, seq, vocab;        /* per-device batch B, sequence T, vocabulary */
+    int64_t ids_offset, targets_offset; /* i32 (B, T) */
+    int64_t step_offset;              /* f32 scalar: the 1-based step number */
+    int64_t loss_offset, grad_norm_offset, lr_offset; /* f32 scalars the step writes */
+    int64_t max_steps;                /* the config's defaults for the trainer options */
+    uint64_t seed;
+    int64_t ckpt_every;
+    int32_t ckpt_keep;
+    void (*step)(char *slab, RtPool *pool);
+} RtProgram;
+
+/* The trainer's main: parses the trainer options (--help lists them) and trains. Returns the
+ * process exit status. */
+int rt_train_main(const RtProgram *p, int argc, char **argv);
+
 #endif /* AXRT_H */

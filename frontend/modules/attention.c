@@ -79,8 +79,8 @@ static const FeField rope_fields[] = {
  * (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), angle t * theta^(-2i/H). */
 static int32_t emit_rope(FeEmit *e, json_object *rope, int32_t x) {
   IrGraph *g = e->g;
-  const IrShape *s = fe_shape(e, x);
-  int64_t B = s->dims[0], T = s->dims[1], N = s->dims[2], H = s->dims[3], half = H / 2;
+  IrShape s = fe_shape(e, x);
+  int64_t B = s.dims[0], T = s.dims[1], N = s.dims[2], H = s.dims[3], half = H / 2;
   double theta = fe_get_float(rope, "theta");
   double *freq = malloc((size_t)half * sizeof *freq);
   for (int64_t i = 0; i < half; i++) freq[i] = pow(theta, -2.0 * (double)i / (double)H);
@@ -94,7 +94,7 @@ static int32_t emit_rope(FeEmit *e, json_object *rope, int32_t x) {
   int32_t c = ir_broadcast(g, ir_cos(g, angle), 4, out, bd);
   int32_t sn = ir_broadcast(g, ir_sin(g, angle), 4, out, bd);
   int64_t z[4] = {0, 0, 0, 0}, mid[4] = {0, 0, 0, half};
-  int32_t x1 = ir_slice(g, x, z, out), x2 = ir_slice(g, x, mid, s->dims);
+  int32_t x1 = ir_slice(g, x, z, out), x2 = ir_slice(g, x, mid, s.dims);
   int32_t parts[2] = {ir_sub(g, ir_mul(g, x1, c), ir_mul(g, x2, sn)),
                       ir_add(g, ir_mul(g, x2, c), ir_mul(g, x1, sn))};
   return ir_concat(g, 2, parts, 3);

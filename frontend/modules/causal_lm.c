@@ -35,16 +35,16 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
 /* Mean next-token cross-entropy of logits (B, T, V) against targets (B, T). */
 static int32_t cross_entropy(FeEmit *e, int32_t logits, int32_t targets) {
   IrGraph *g = e->g;
-  const IrShape *s = fe_shape(e, logits);
+  IrShape s = fe_shape(e, logits);
   int32_t last = 2, lead[2] = {0, 1}, both[2] = {0, 1};
   int32_t m = ir_reduce_max(g, logits, 1, &last);                      /* (B, T) */
   int32_t z = ir_sub(g, logits, fe_emit_bcast(e, m, logits, 2, lead)); /* (B, T, V) */
   int32_t lse = ir_log(g, ir_reduce_sum(g, ir_exp(g, z), 1, &last));   /* (B, T) */
-  int32_t iota = ir_iota(g, DT_I32, 3, s->dims, 2);
-  int32_t hit = ir_eq(g, iota, ir_broadcast(g, targets, 3, s->dims, lead));
+  int32_t iota = ir_iota(g, DT_I32, 3, s.dims, 2);
+  int32_t hit = ir_eq(g, iota, ir_broadcast(g, targets, 3, s.dims, lead));
   int32_t tl = ir_reduce_sum(g, ir_mul(g, z, ir_cast(g, hit, DT_F32)), 1, &last);
   int32_t nll = ir_sub(g, lse, tl);                                    /* (B, T) */
-  double inv = 1.0 / (double)(s->dims[0] * s->dims[1]);
+  double inv = 1.0 / (double)(s.dims[0] * s.dims[1]);
   int32_t sum = ir_reduce_sum(g, nll, 2, both);
   return ir_mul(g, sum, ir_const_scalar(g, DT_F32, inv, 0, NULL));
 }

@@ -180,8 +180,8 @@ static int32_t expert_out(FeEmit *e, int32_t h, const char *prm) {
 /* mask (B, T, E): 1 for the top_k experts of each token. */
 static int32_t route_mask(FeEmit *e, int32_t probs, int64_t k) {
   IrGraph *g = e->g;
-  const IrShape *s = fe_shape(e, probs);
-  int64_t btke[4] = {s->dims[0], s->dims[1], k, s->dims[2]};
+  IrShape s = fe_shape(e, probs);
+  int64_t btke[4] = {s.dims[0], s.dims[1], k, s.dims[2]};
   int32_t bd[3] = {0, 1, 2}, kaxis = 2;
   int32_t idx = ir_top_k_indices(g, probs, k); /* (B, T, k) */
   int32_t hit = ir_eq(g, ir_iota(g, DT_I32, 4, btke, 3), ir_broadcast(g, idx, 4, btke, bd));
@@ -191,8 +191,8 @@ static int32_t route_mask(FeEmit *e, int32_t probs, int64_t k) {
 /* Switch-style load balance: weight * E * sum_e (fraction routed to e) * (mean prob of e). */
 static void add_balance_loss(FeEmit *e, json_object *node, int32_t probs, int32_t mask) {
   IrGraph *g = e->g;
-  const IrShape *s = fe_shape(e, probs);
-  int64_t E = s->dims[2], k = fe_get_int(node, "top_k"), tokens = s->dims[0] * s->dims[1];
+  IrShape s = fe_shape(e, probs);
+  int64_t E = s.dims[2], k = fe_get_int(node, "top_k"), tokens = s.dims[0] * s.dims[1];
   double w = fe_get_float(node, "load_balance_loss_weight");
   if (w == 0) return;
   int32_t bt[2] = {0, 1}, ax0 = 0;

@@ -31,19 +31,19 @@ static int build_rms(FeBuild *b, json_object *node, const char *cfg, const char 
 /* x (B, T, D) -> (B, T, D) normalized over D, times scale (D,), plus bias. */
 static int32_t emit_norm(FeEmit *e, json_object *node, const char *prm, int32_t x, bool center) {
   IrGraph *g = e->g;
-  const IrShape *s = fe_shape(e, x);
-  int32_t last = s->rank - 1, lead[IR_MAX_RANK];
+  IrShape s = fe_shape(e, x);
+  int32_t last = s.rank - 1, lead[IR_MAX_RANK];
   for (int i = 0; i < last; i++) lead[i] = i;
-  double inv_d = 1.0 / (double)s->dims[last];
+  double inv_d = 1.0 / (double)s.dims[last];
   int32_t xc = x;
   if (center) {
     int32_t mean = ir_mul(g, ir_reduce_sum(g, x, 1, &last),
-                          ir_const_scalar(g, DT_F32, inv_d, last, s->dims));
+                          ir_const_scalar(g, DT_F32, inv_d, last, s.dims));
     xc = ir_sub(g, x, fe_emit_bcast(e, mean, x, last, lead));
   }
   int32_t var = ir_mul(g, ir_reduce_sum(g, ir_mul(g, xc, xc), 1, &last),
-                       ir_const_scalar(g, DT_F32, inv_d, last, s->dims));
-  int32_t eps = ir_const_scalar(g, DT_F32, fe_get_float(node, "eps"), last, s->dims);
+                       ir_const_scalar(g, DT_F32, inv_d, last, s.dims));
+  int32_t eps = ir_const_scalar(g, DT_F32, fe_get_float(node, "eps"), last, s.dims);
   int32_t y = ir_mul(g, xc, fe_emit_bcast(e, ir_rsqrt(g, ir_add(g, var, eps)), x, last, lead));
   y = ir_mul(g, y, fe_emit_bcast(e, fe_emit_param(e, prm, "scale"), x, 1, NULL));
   if (fe_has_param(e, prm, "bias"))

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "driver/driver.h"
+#include "passes/passes.h"
 #include "runtime/axrt.h"
 
 #define CHECK_MSG(cond, ...)                                                \
@@ -202,6 +203,68 @@ static void test_roundtrip_all_models(void) {
   CU_ASSERT(n >= 10);
 }
 
+
+/* ---- memory plans of real step graphs ------------------------------------ */
+
+/* Pairs of values whose buffers overlap while both are live (in-place updates aside). */
+static int64_t plan_conflicts(const IrGraph *g, const MemPlan *p) {
+  int32_t n = g->nvalues, *last = malloc((size_t)n * sizeof *last);
+  for (int32_t v = 0; v < n; v++) last[v] = v;
+  for (int32_t v = 0; v < n; v++)
+    for (int32_t k = 0; k < g->values[v].nops; k++) last[g->values[v].ops[k]] = v;
+  for (int32_t i = 0; i < g->noutputs; i++) last[g->outputs[i].value] = n;
+  int64_t conflicts = 0;
+  for (int32_t a = 0; a < n; a++) {
+    bool fixed_a = g->values[a].op == IR_PARAMETER || g->values[a].op == IR_INPUT;
+    for (int32_t b = a + 1; b < n; b++) {
+      if (!p->bytes[a] || !p->bytes[b]) continue;
+      bool bytes = p->offset[a] < p->offset[b] + p->bytes[b] &&
+                   p->offset[b] < p->offset[a] + p->bytes[a];
+      bool time = fixed_a || b <= last[a];
+      bool in_place = fixed_a && p->offset[a] == p->offset[b];
+      if (bytes && time && !in_place) conflicts++;
+    }
+  }
+  free(last);
+  return conflicts;
+}
+
+static void memplan_model(const char *model) {
+  DrvJob j;
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", AXLC_MODELS, model);
+  const char *sets[] = {"/input/global_batch_size=2", "/input/seq_len=16"};
+  FeOptions opt = {0};
+  opt.sets = sets;
+  opt.nsets = 2;
+  if (drv_load(&j, path, &opt) || drv_lower(&j, NULL)) {
+    print_diag(&j);
+    CHECK_MSG(0, "%s did not lower", model);
+    drv_free(&j);
+    return;
+  }
+  MemPlan p;
+  int rc = pass_memplan(j.graph, &p);
+  CHECK_MSG(rc == IR_OK, "%s: memplan failed: %s", model, ir_graph_error(j.graph));
+  if (rc == IR_OK) {
+    int64_t c = plan_conflicts(j.graph, &p);
+    CHECK_MSG(c == 0, "%s: %lld overlapping live buffers", model, (long long)c);
+    /* parameters + AdamW state: the state is exactly twice the parameters */
+    CHECK_MSG(p.opt_bytes == 2 * p.param_bytes, "%s: opt %lld vs params %lld", model,
+              (long long)p.opt_bytes, (long long)p.param_bytes);
+    printf(" %s: slab %.1f MiB, temps %.1f MiB;", model, p.slab_bytes / 1048576.0,
+           p.peak_temp_bytes / 1048576.0);
+    pass_memplan_free(&p);
+  }
+  drv_free(&j);
+}
+
+static void test_memplan_models(void) {
+  memplan_model("tiny-lm.json");
+  memplan_model("moe-test.json");
+  memplan_model("fuji-test.json");
+}
+
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("step", NULL, NULL);
@@ -209,6 +272,7 @@ int main(void) {
   CU_add_test(s, "gradcheck fuji-test (rope, gqa, swiglu, rms)", test_gradcheck_fuji_test);
   CU_add_test(s, "gradcheck moe", test_gradcheck_moe);
   CU_add_test(s, "text round trip of every model's step graph", test_roundtrip_all_models);
+  CU_add_test(s, "memory plans of model steps", test_memplan_models);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   int fails = (int)CU_get_number_of_failures();

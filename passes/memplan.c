@@ -1,0 +1,199 @@
+/* memplan.c: one offset per buffer in a single slab.
+ *
+ * The step executes values in index order. The slab starts with the fixed region: every
+ * parameter (model parameters, then the optimizer's opt/... state, in graph order) and every
+ * input, each at its own offset for the whole run, since the runtime fills them before a step
+ * and reads them after. The rest of the slab holds the other values, each from the step that
+ * computes it to its last use (outputs: to the end), placed first-fit in the gaps that values
+ * no longer live have left.
+ *
+ * In-place updates: an output "new:X", X a parameter, is written over X's buffer. That is safe
+ * when the value is elementwise (element i reads only element i of its operands) and nothing
+ * after it reads X; the pass checks both and refuses a graph where they fail, rather than plan
+ * a wrong program.
+ *
+ * Invariants: every offset is 64-byte aligned; two values share bytes only if their live
+ * ranges do not overlap, or one is an in-place "new:X" over X.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+#define ALIGN 64
+
+static int64_t align_up(int64_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static int64_t value_bytes(const IrValue *v) {
+  return ir_shape_numel(&v->shape) * (int64_t)ir_dtype_size(v->dtype);
+}
+
+/* ---- the free list: disjoint [off, off + len) gaps, sorted by offset ---------------------- */
+
+typedef struct {
+  int64_t off, len;
+} Gap;
+
+typedef struct {
+  Gap *gaps;
+  int32_t n, cap;
+  int64_t top; /* end of the slab so far */
+} Heap;
+
+static int64_t heap_alloc(Heap *h, int64_t len) {
+  for (int32_t i = 0; i < h->n; i++) {
+    if (h->gaps[i].len < len) continue;
+    int64_t off = h->gaps[i].off;
+    h->gaps[i].off += len;
+    h->gaps[i].len -= len;
+    if (h->gaps[i].len == 0) {
+      memmove(&h->gaps[i], &h->gaps[i + 1], (size_t)(h->n - i - 1) * sizeof *h->gaps);
+      h->n--;
+    }
+    return off;
+  }
+  int64_t off = h->top;
+  h->top += len;
+  return off;
+}
+
+static void heap_free(Heap *h, int64_t off, int64_t len) {
+  if (h->n == h->cap) {
+    h->cap = h->cap ? 2 * h->cap : 64;
+    h->gaps = realloc(h->gaps, (size_t)h->cap * sizeof *h->gaps);
+  }
+  int32_t i = 0;
+  while (i < h->n && h->gaps[i].off < off) i++;
+  memmove(&h->gaps[i + 1], &h->gaps[i], (size_t)(h->n - i) * sizeof *h->gaps);
+  h->gaps[i] = (Gap){off, len};
+  h->n++;
+  /* coalesce with the neighbours */
+  if (i + 1 < h->n && h->gaps[i].off + h->gaps[i].len == h->gaps[i + 1].off) {
+    h->gaps[i].len += h->gaps[i + 1].len;
+    memmove(&h->gaps[i + 1], &h->gaps[i + 2], (size_t)(h->n - i - 2) * sizeof *h->gaps);
+    h->n--;
+  }
+  if (i > 0 && h->gaps[i - 1].off + h->gaps[i - 1].len == h->gaps[i].off) {
+    h->gaps[i - 1].len += h->gaps[i].len;
+    memmove(&h->gaps[i], &h->gaps[i + 1], (size_t)(h->n - i - 1) * sizeof *h->gaps);
+    h->n--;
+  }
+  /* a gap that reaches the top shrinks the slab instead */
+  if (h->n && h->gaps[h->n - 1].off + h->gaps[h->n - 1].len == h->top) {
+    h->top = h->gaps[h->n - 1].off;
+    h->n--;
+  }
+}
+
+/* ---- liveness ------------------------------------------------------------------------------ */
+
+/* last[v]: the index of the last value reading v; outputs live to g->nvalues. */
+static void last_uses(const IrGraph *g, int32_t *last) {
+  for (int32_t v = 0; v < g->nvalues; v++) last[v] = v;
+  for (int32_t v = 0; v < g->nvalues; v++)
+    for (int32_t k = 0; k < g->values[v].nops; k++) last[g->values[v].ops[k]] = v;
+  for (int32_t i = 0; i < g->noutputs; i++) last[g->outputs[i].value] = g->nvalues;
+}
+
+/* For each value, the parameter it updates in place (new:X over X), or IR_NONE. */
+static int in_place_targets(IrGraph *g, const int32_t *last, int32_t *target) {
+  for (int32_t v = 0; v < g->nvalues; v++) target[v] = IR_NONE;
+  for (int32_t i = 0; i < g->noutputs; i++) {
+    const char *name = g->outputs[i].name;
+    int32_t v = g->outputs[i].value;
+    if (strncmp(name, "new:", 4) != 0) continue;
+    int32_t x = ir_graph_find(g, IR_PARAMETER, name + 4);
+    if (x == IR_NONE) return ir_graph_fail(g, "memplan: output %s updates no parameter", name);
+    if (v == x) continue; /* unchanged: nothing to write */
+    if (!(ir_op_flags(g->values[v].op) & IR_ELEMENTWISE) || !ir_shape_eq(&g->values[v].shape, &g->values[x].shape))
+      return ir_graph_fail(g, "memplan: %%%d (%s) for %s is not elementwise over %s; cannot update "
+                           "in place", v, ir_op_name(g->values[v].op), name, name + 4);
+    /* Readers of X after v would see the new value. (v's own read is element by element.) */
+    for (int32_t u = v + 1; u < g->nvalues; u++)
+      for (int32_t k = 0; k < g->values[u].nops; k++)
+        if (g->values[u].ops[k] == x)
+          return ir_graph_fail(g, "memplan: %%%d reads %s after its update %%%d", u, name + 4, v);
+    (void)last;
+    target[v] = x;
+  }
+  return IR_OK;
+}
+
+/* ---- the plan ------------------------------------------------------------------------------- */
+
+static bool is_fixed(const IrValue *v) { return v->op == IR_PARAMETER || v->op == IR_INPUT; }
+
+/* Parameters and inputs at the start of the slab, in graph order. */
+static int64_t place_fixed(const IrGraph *g, MemPlan *p) {
+  int64_t top = 0;
+  for (int32_t v = 0; v < g->nvalues; v++) {
+    const IrValue *val = &g->values[v];
+    if (!is_fixed(val)) continue;
+    p->offset[v] = top;
+    top += align_up(p->bytes[v]);
+    if (val->op == IR_INPUT) p->input_bytes += p->bytes[v];
+    else if (strncmp(val->name, "opt/", 4) == 0) p->opt_bytes += p->bytes[v];
+    else p->param_bytes += p->bytes[v];
+  }
+  return top;
+}
+
+int pass_memplan(IrGraph *g, MemPlan *p) {
+  memset(p, 0, sizeof *p);
+  int32_t n = g->nvalues;
+  p->nvalues = n;
+  p->offset = calloc((size_t)n + 1, sizeof *p->offset);
+  p->bytes = calloc((size_t)n + 1, sizeof *p->bytes);
+  int32_t *last = malloc(((size_t)n + 1) * sizeof *last);
+  int32_t *target = malloc(((size_t)n + 1) * sizeof *target);
+  int32_t **frees = calloc((size_t)n + 2, sizeof *frees); /* values whose last use is i */
+  int32_t *nfree = calloc((size_t)n + 2, sizeof *nfree);
+  for (int32_t v = 0; v < n; v++) p->bytes[v] = value_bytes(&g->values[v]);
+  last_uses(g, last);
+  int rc = in_place_targets(g, last, target);
+  Heap h = {0};
+  h.top = place_fixed(g, p);
+  int64_t base = h.top, live = 0;
+  for (int32_t v = 0; v < n && rc == IR_OK; v++) {
+    if (is_fixed(&g->values[v])) continue;
+    if (target[v] != IR_NONE) {
+      p->offset[v] = p->offset[target[v]];
+    } else {
+      p->offset[v] = heap_alloc(&h, align_up(p->bytes[v]));
+      live += align_up(p->bytes[v]);
+      if (live > p->peak_temp_bytes) p->peak_temp_bytes = live;
+      int32_t l = last[v];
+      frees[l] = realloc(frees[l], ((size_t)nfree[l] + 1) * sizeof **frees);
+      frees[l][nfree[l]++] = v;
+    }
+    for (int32_t k = 0; k < nfree[v]; k++) { /* values last read by v die after v */
+      int32_t d = frees[v][k];
+      if (d == v) continue; /* computed and never read: dies right away, below */
+      heap_free(&h, p->offset[d], align_up(p->bytes[d]));
+      live -= align_up(p->bytes[d]);
+    }
+    if (last[v] == v) {
+      heap_free(&h, p->offset[v], align_up(p->bytes[v]));
+      live -= align_up(p->bytes[v]);
+    }
+  }
+  p->slab_bytes = h.top > base ? h.top : base;
+  /* The top only shrinks when gaps reach it; the slab is the most it ever reached. */
+  for (int32_t v = 0; v < n; v++)
+    if (p->offset[v] + align_up(p->bytes[v]) > p->slab_bytes)
+      p->slab_bytes = p->offset[v] + align_up(p->bytes[v]);
+  for (int32_t i = 0; i <= n + 1; i++) free(frees[i]);
+  free(frees);
+  free(nfree);
+  free(h.gaps);
+  free(last);
+  free(target);
+  if (rc != IR_OK) pass_memplan_free(p);
+  return rc;
+}
+
+void pass_memplan_free(MemPlan *p) {
+  free(p->offset);
+  free(p->bytes);
+  memset(p, 0, sizeof *p);
+}

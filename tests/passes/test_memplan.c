@@ -1,0 +1,120 @@
+/* test_memplan.c: the memory planner on IR text: fixed region, reuse by liveness, in-place
+ * parameter updates, refusal of unsafe in-place updates, and on a whole model step a brute-force
+ * check that no two live buffers overlap. */
+#include "passes/passes.h"
+#include "tests/ir/ir_test.h"
+
+static IrGraph *parse(const char *text) {
+  char msg[IR_ERR_LEN] = "";
+  IrGraph *g = ir_graph_parse(text, msg, sizeof msg);
+  if (!g) fprintf(stderr, "parse: %s\n", msg);
+  return g;
+}
+
+/* No two values overlap in the slab while both are live, except an in-place update over the
+ * parameter it replaces. Brute force over all pairs. */
+static int count_conflicts(const IrGraph *g, const MemPlan *p) {
+  int32_t n = g->nvalues, *last = malloc((size_t)n * sizeof *last);
+  for (int32_t v = 0; v < n; v++) last[v] = v;
+  for (int32_t v = 0; v < n; v++)
+    for (int32_t k = 0; k < g->values[v].nops; k++) last[g->values[v].ops[k]] = v;
+  for (int32_t i = 0; i < g->noutputs; i++) last[g->outputs[i].value] = n;
+  for (int32_t v = 0; v < n; v++) /* parameters and inputs live for the whole step */
+    if (g->values[v].op == IR_PARAMETER || g->values[v].op == IR_INPUT) last[v] = n;
+  int conflicts = 0;
+  for (int32_t a = 0; a < n; a++) {
+    int32_t born_a = g->values[a].op == IR_PARAMETER || g->values[a].op == IR_INPUT ? -1 : a;
+    for (int32_t b = a + 1; b < n; b++) {
+      bool overlap_bytes = p->offset[a] < p->offset[b] + p->bytes[b] &&
+                           p->offset[b] < p->offset[a] + p->bytes[a];
+      bool overlap_time = b <= last[a] && born_a <= last[b];
+      bool in_place = p->offset[a] == p->offset[b] && g->values[a].op == IR_PARAMETER;
+      if (overlap_bytes && overlap_time && !in_place && p->bytes[a] && p->bytes[b]) conflicts++;
+    }
+  }
+  free(last);
+  return conflicts;
+}
+
+static void test_fixed_region_and_reuse(void) {
+  IrGraph *g = parse("%0 = parameter \"w\" : f32[16]\n"
+                     "%1 = input \"x\" : f32[16]\n"
+                     "%2 = mul %0, %1 : f32[16]\n"
+                     "%3 = exp %2 : f32[16]\n"
+                     "%4 = exp %3 : f32[16]\n"
+                     "%5 = exp %4 : f32[16]\n"
+                     "output \"y\" = %5\n");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  MemPlan p;
+  CU_ASSERT_EQUAL_FATAL(pass_memplan(g, &p), IR_OK);
+  CU_ASSERT_EQUAL(p.offset[0], 0);
+  CU_ASSERT_EQUAL(p.offset[1], 64);
+  CU_ASSERT_EQUAL(p.param_bytes, 64);
+  CU_ASSERT_EQUAL(p.input_bytes, 64);
+  /* %2 dies at %3, so %4 can take %2's place; %3 dies at %4, so %5 takes %3's. */
+  CU_ASSERT_EQUAL(p.offset[4], p.offset[2]);
+  CU_ASSERT_EQUAL(p.offset[5], p.offset[3]);
+  CU_ASSERT_EQUAL(p.peak_temp_bytes, 128);
+  CU_ASSERT_EQUAL(p.slab_bytes, 256);
+  CU_ASSERT_EQUAL(count_conflicts(g, &p), 0);
+  pass_memplan_free(&p);
+  ir_graph_free(g);
+}
+
+static void test_in_place_update(void) {
+  IrGraph *g = parse("%0 = parameter \"w\" : f32[8]\n"
+                     "%1 = parameter \"opt/m/w\" : f32[8]\n"
+                     "%2 = input \"x\" : f32[8]\n"
+                     "%3 = mul %0, %2 : f32[8]\n"
+                     "%4 = add %1, %3 : f32[8]\n"
+                     "%5 = sub %0, %4 : f32[8]\n"
+                     "output \"new:opt/m/w\" = %4\n"
+                     "output \"new:w\" = %5\n"
+                     "output \"loss\" = %3\n");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  MemPlan p;
+  CU_ASSERT_EQUAL_FATAL(pass_memplan(g, &p), IR_OK);
+  CU_ASSERT_EQUAL(p.offset[5], p.offset[0]); /* new:w over w */
+  CU_ASSERT_EQUAL(p.offset[4], p.offset[1]); /* new:opt/m/w over opt/m/w */
+  CU_ASSERT_EQUAL(p.opt_bytes, 32);
+  CU_ASSERT_EQUAL(p.param_bytes, 32);
+  CU_ASSERT_EQUAL(count_conflicts(g, &p), 0);
+  pass_memplan_free(&p);
+  ir_graph_free(g);
+}
+
+static void test_refuses_read_after_update(void) {
+  IrGraph *g = parse("%0 = parameter \"w\" : f32[4]\n"
+                     "%1 = exp %0 : f32[4]\n"
+                     "%2 = mul %0, %0 : f32[4]\n"
+                     "output \"new:w\" = %1\n"
+                     "output \"y\" = %2\n");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  MemPlan p;
+  CU_ASSERT_EQUAL(pass_memplan(g, &p), IR_ERR);
+  CU_ASSERT_PTR_NOT_NULL(strstr(ir_graph_error(g), "%2 reads w after its update %1"));
+  ir_graph_free(g);
+}
+
+static void test_refuses_non_elementwise_update(void) {
+  IrGraph *g = parse("%0 = parameter \"w\" : f32[2,2]\n"
+                     "%1 = transpose %0 perm=[1,0] : f32[2,2]\n"
+                     "output \"new:w\" = %1\n");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  MemPlan p;
+  CU_ASSERT_EQUAL(pass_memplan(g, &p), IR_ERR);
+  CU_ASSERT_PTR_NOT_NULL(strstr(ir_graph_error(g), "not elementwise"));
+  ir_graph_free(g);
+}
+
+int main(void) {
+  CU_TestInfo tests[] = {
+      {"fixed_region_and_reuse", test_fixed_region_and_reuse},
+      {"in_place_update", test_in_place_update},
+      {"refuses_read_after_update", test_refuses_read_after_update},
+      {"refuses_non_elementwise_update", test_refuses_non_elementwise_update},
+      CU_TEST_INFO_NULL,
+  };
+  CU_SuiteInfo suites[] = {{.pName = "memplan", .pTests = tests}, CU_SUITE_INFO_NULL};
+  return test_main(suites);
+}
