@@ -27,8 +27,8 @@ typedef struct {
   float *losses;          /* (steps) */
 } Trainer;
 
-static int fail(Trainer *t, const char *file, const char *msg) {
-  return fe_error(&t->j->diag, file, NULL, "%s", msg);
+static int fail(Trainer *t, const char *msg) {
+  return fe_error(&t->j->diag, NULL, NULL, "%s", msg);
 }
 
 static RtInit param_init(const FeParam *p) {
@@ -45,17 +45,17 @@ static int init_values(Trainer *t, const FeParam *p, const RtSt *st, uint64_t se
   int64_t n = fe_param_numel(p);
   if (st) {
     if (rt_st_read_f32(st, p->path, p->shape, p->rank, t->fbuf, &err))
-      return fail(t, t->o->init, err.msg);
+      return fail(t, err.msg);
     return 0;
   }
   RtInit init = param_init(p);
-  if (rt_init_fill(t->fbuf, n, 0, p->path, seed, &init, &err)) return fail(t, NULL, err.msg);
+  if (rt_init_fill(t->fbuf, n, 0, p->path, seed, &init, &err)) return fail(t, err.msg);
   return 0;
 }
 
 static int bind(Trainer *t, const char *name, const IrShape *s, const double *data) {
   if (ir_interp_set(t->it, -1, name, s->rank, s->dims, data) != IR_OK)
-    return fail(t, NULL, ir_interp_error(t->it));
+    return fail(t, ir_interp_error(t->it));
   return 0;
 }
 
@@ -63,7 +63,7 @@ static int bind(Trainer *t, const char *name, const IrShape *s, const double *da
 static int init_params(Trainer *t, uint64_t seed) {
   RtSt *st = NULL;
   RtError err;
-  if (t->o->init && rt_st_open(&st, t->o->init, &err)) return fail(t, t->o->init, err.msg);
+  if (t->o->init && rt_st_open(&st, t->o->init, &err)) return fail(t, err.msg);
   int rc = 0;
   for (int i = 0; i < t->j->build.nparams && rc == 0; i++) {
     const FeParam *p = &t->j->build.params[i];
@@ -86,7 +86,7 @@ static int init_params(Trainer *t, uint64_t seed) {
 static int bind_batch(Trainer *t, int64_t step) {
   RtError err;
   if (rt_data_next_batch(t->data, (int)t->batch, (int)t->seq, t->ids, t->targets, &err))
-    return fail(t, t->o->data, err.msg);
+    return fail(t, err.msg);
   int64_t n = t->batch * t->seq, dims[2] = {t->batch, t->seq};
   IrShape s = ir_shape_make(2, dims);
   for (int64_t k = 0; k < n; k++) t->buf[k] = t->ids[k];
@@ -106,7 +106,7 @@ static int carry_state(Trainer *t) {
     if (strncmp(name, "new:", 4) != 0) continue;
     IrShape s;
     const double *v = ir_interp_output(t->it, 0, name, &s);
-    if (!v) return fail(t, NULL, ir_interp_error(t->it));
+    if (!v) return fail(t, ir_interp_error(t->it));
     int64_t n = ir_shape_numel(&s);
     memcpy(t->buf, v, (size_t)n * sizeof *v); /* the output buffer is the interpreter's */
     if (bind(t, name + 4, &s, t->buf)) return -1;
@@ -116,12 +116,12 @@ static int carry_state(Trainer *t) {
 
 static int run_step(Trainer *t, int64_t step) {
   if (bind_batch(t, step)) return -1;
-  if (ir_interp_run(t->it) != IR_OK) return fail(t, NULL, ir_interp_error(t->it));
+  if (ir_interp_run(t->it) != IR_OK) return fail(t, ir_interp_error(t->it));
   IrShape s;
   const double *loss = ir_interp_output(t->it, 0, "loss", &s);
   const double *lr = ir_interp_output(t->it, 0, "lr", &s);
   const double *gn = ir_interp_output(t->it, 0, "grad_norm", &s);
-  if (!loss || !lr || !gn) return fail(t, NULL, ir_interp_error(t->it));
+  if (!loss || !lr || !gn) return fail(t, ir_interp_error(t->it));
   t->losses[step - 1] = (float)*loss;
   if (t->o->log)
     fprintf(t->o->log, "step %lld loss %.6f grad_norm %.4f lr %.3g\n", (long long)step, *loss,
@@ -129,7 +129,7 @@ static int run_step(Trainer *t, int64_t step) {
   if (!isfinite(*loss)) {
     char msg[128];
     snprintf(msg, sizeof msg, "the loss is not finite at step %lld; stopping", (long long)step);
-    return fail(t, NULL, msg);
+    return fail(t, msg);
   }
   return 0;
 }
@@ -167,7 +167,7 @@ static int dump(Trainer *t, int64_t steps) {
   int rc = rt_st_write(t->o->dump, ts, n, NULL, 0, NULL, NULL, &err);
   for (int i = 1; i < n; i++) free((void *)ts[i].data);
   free(ts);
-  return rc ? fail(t, t->o->dump, err.msg) : 0;
+  return rc ? fail(t, err.msg) : 0;
 }
 
 static int64_t max_numel(const DrvJob *j, int64_t floor) {
@@ -180,9 +180,9 @@ static int64_t max_numel(const DrvJob *j, int64_t floor) {
 static int setup(Trainer *t, int64_t steps) {
   json_object *model = fe_get_child(t->j->cfg, "model");
   RtError err;
-  if (!t->o->data) return fail(t, NULL, "--data FILE is required (a text or llm.c token file)");
+  if (!t->o->data) return fail(t, "--data FILE is required (a text or llm.c token file)");
   if (rt_data_open(&t->data, t->o->data, (int)fe_get_int(model, "vocab_size"), &err))
-    return fail(t, t->o->data, err.msg);
+    return fail(t, err.msg);
   int32_t ids = ir_graph_find(t->j->graph, IR_INPUT, "ids");
   t->batch = t->j->graph->values[ids].shape.dims[0];
   t->seq = t->j->graph->values[ids].shape.dims[1];
@@ -193,7 +193,7 @@ static int setup(Trainer *t, int64_t steps) {
   t->targets = malloc((size_t)(t->batch * t->seq) * sizeof *t->targets);
   t->losses = calloc((size_t)steps, sizeof *t->losses);
   t->it = ir_interp_new(t->j->graph, NULL);
-  if (!t->it) return fail(t, NULL, "out of memory");
+  if (!t->it) return fail(t, "out of memory");
   return 0;
 }
 

@@ -160,6 +160,85 @@ help)
   run -h
   expect_rc 0
   ;;
+ir_text)
+  run ir "$MODELS/tiny-lm.json" --after compose
+  expect_rc 0
+  expect_in "$T/out" 'input "ids" : i32[8,64]'
+  expect_in "$T/out" 'output "loss" = '
+  grep -q 'grad:' "$T/out" && fail "--after compose printed gradients"
+  run ir "$MODELS/tiny-lm.json"
+  expect_rc 0
+  expect_in "$T/out" 'output "new:model/emb/weight" = '
+  expect_in "$T/out" '#"attention.q_proj"'
+  run ir "$MODELS/tiny-lm.json" --after compose --format dot
+  expect_rc 0
+  expect_in "$T/out" 'digraph'
+  run ir "$MODELS/tiny-lm.json" --after fuse2
+  expect_user_error 'unknown pass "fuse2"'
+  ;;
+run_loss_falls)
+  # tiny-lm, narrowed so the interpreter runs fast, on English prose from the source tree
+  cat "$SRC/README.md" "$SRC/docs/config.md" "$SRC/docs/design.md" > "$T/text.txt"
+  run run "$MODELS/tiny-lm.json" --target interp --data "$T/text.txt" --steps 30 \
+    --set /input/seq_len=32 --set /input/global_batch_size=4 --set /learner/schedule/warmup_steps=3
+  expect_rc 0
+  first=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/out")
+  last=$(awk '$1 == "step" && $2 == 30 { print $4 }' "$T/out")
+  [ -n "$first" ] && [ -n "$last" ] || fail "no loss lines"
+  # the first loss is about ln(256) = 5.55; 30 steps must take at least 1.5 nats off
+  awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 5.4 && a < 5.7 && b < a - 1.5) }' ||
+    fail "loss went from $first to $last"
+  ;;
+run_bad_data)
+  run run "$MODELS/tiny-lm.json" --target interp --data "$T/missing.txt" --steps 1
+  expect_user_error "missing.txt"
+  printf 'too short' > "$T/short.txt"
+  run run "$MODELS/tiny-lm.json" --target interp --data "$T/short.txt" --steps 1
+  expect_user_error "short.txt"
+  # an llm.c token file whose header claims more tokens than it holds
+  python3 -c 'import struct,sys; sys.stdout.buffer.write(struct.pack("<256i", 20240520, 1, 1000, *([0]*253)) + struct.pack("<10H", *range(10)))' > "$T/trunc.bin"
+  run run "$MODELS/tiny-lm.json" --target interp --data "$T/trunc.bin" --steps 1
+  expect_user_error "trunc.bin"
+  # tokens beyond tiny-lm's vocabulary of 256
+  python3 -c 'import struct,sys; n=5000; sys.stdout.buffer.write(struct.pack("<256i", 20240520, 1, n, *([0]*253)) + struct.pack("<%dH" % n, *[(i * 7) % 300 for i in range(n)]))' > "$T/vocab.bin"
+  run run "$MODELS/tiny-lm.json" --target interp --data "$T/vocab.bin" --steps 1
+  expect_user_error "vocab.bin"
+  expect_in "$T/err" "256"
+  run run "$MODELS/tiny-lm.json" --target interp --steps 1
+  expect_user_error "--data FILE is required"
+  run run "$MODELS/tiny-lm.json" --target interp --data "$T/text.txt" --steps abc
+  expect_user_error "--steps abc"
+  ;;
+run_init_dump)
+  cat "$SRC/README.md" > "$T/text.txt"
+  set -- --target interp --data "$T/text.txt" --steps 2 --set /input/seq_len=16 \
+    --set /input/global_batch_size=2
+  run run "$MODELS/tiny-lm.json" "$@" --dump "$T/a.safetensors"
+  expect_rc 0
+  # the dump holds the losses, gradients and new parameters; it loads back as initial weights
+  run run "$MODELS/tiny-lm.json" "$@" --init "$T/a.safetensors" --steps 1
+  expect_user_error "model/emb/weight"
+  # initial weights by parameter path: zeros (norm scales one) make every logit 0,
+  # so the first loss is exactly ln(256)
+  run params "$MODELS/tiny-lm.json" --json
+  python3 - "$T/out" "$T/zero.safetensors" <<'PY'
+import json, struct, sys
+params = json.load(open(sys.argv[1]))["params"]
+header, blobs, off = {}, [], 0
+for p in params:
+    n = p["count"]
+    blob = struct.pack("<%df" % n, *([1.0 if p["init"] == "ones" else 0.0] * n))
+    header[p["path"]] = {"dtype": "F32", "shape": p["shape"], "data_offsets": [off, off + len(blob)]}
+    blobs.append(blob)
+    off += len(blob)
+h = json.dumps(header).encode()
+with open(sys.argv[2], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+PY
+  run run "$MODELS/tiny-lm.json" "$@" --init "$T/zero.safetensors" --steps 1
+  expect_rc 0
+  expect_in "$T/out" "step 1 loss 5.545177"
+  ;;
 *)
   fail "unknown case"
   ;;
