@@ -197,3 +197,24 @@ void pass_memplan_free(MemPlan *p) {
   free(p->bytes);
   memset(p, 0, sizeof *p);
 }
+
+/* ---- checking a plan ----------------------------------------------------------------------- */
+
+int64_t pass_memplan_conflicts(const IrGraph *g, const MemPlan *p) {
+  int32_t n = g->nvalues, *last = malloc(((size_t)n + 1) * sizeof *last);
+  last_uses(g, last);
+  int64_t conflicts = 0;
+  for (int32_t a = 0; a < n; a++) {
+    bool fixed_a = is_fixed(&g->values[a]);
+    for (int32_t b = a + 1; b < n; b++) {
+      if (!p->bytes[a] || !p->bytes[b]) continue;
+      bool bytes = p->offset[a] < p->offset[b] + p->bytes[b] &&
+                   p->offset[b] < p->offset[a] + p->bytes[a];
+      bool time = fixed_a || b <= last[a];
+      bool in_place = fixed_a && p->offset[a] == p->offset[b];
+      if (bytes && time && !in_place) conflicts++;
+    }
+  }
+  free(last);
+  return conflicts;
+}

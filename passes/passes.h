@@ -79,5 +79,8 @@ typedef struct MemPlan {
 /* Plans g in its current order (values are executed in index order). */
 int pass_memplan(IrGraph *g, MemPlan *plan);
 void pass_memplan_free(MemPlan *plan);
+/* Pairs of values whose buffers overlap while both are live (in-place updates aside): 0 for a
+ * correct plan. Quadratic; for tests and debugging. */
+int64_t pass_memplan_conflicts(const IrGraph *g, const MemPlan *plan);
 
 #endif

@@ -206,29 +206,6 @@ static void test_roundtrip_all_models(void) {
 
 /* ---- memory plans of real step graphs ------------------------------------ */
 
-/* Pairs of values whose buffers overlap while both are live (in-place updates aside). */
-static int64_t plan_conflicts(const IrGraph *g, const MemPlan *p) {
-  int32_t n = g->nvalues, *last = malloc((size_t)n * sizeof *last);
-  for (int32_t v = 0; v < n; v++) last[v] = v;
-  for (int32_t v = 0; v < n; v++)
-    for (int32_t k = 0; k < g->values[v].nops; k++) last[g->values[v].ops[k]] = v;
-  for (int32_t i = 0; i < g->noutputs; i++) last[g->outputs[i].value] = n;
-  int64_t conflicts = 0;
-  for (int32_t a = 0; a < n; a++) {
-    bool fixed_a = g->values[a].op == IR_PARAMETER || g->values[a].op == IR_INPUT;
-    for (int32_t b = a + 1; b < n; b++) {
-      if (!p->bytes[a] || !p->bytes[b]) continue;
-      bool bytes = p->offset[a] < p->offset[b] + p->bytes[b] &&
-                   p->offset[b] < p->offset[a] + p->bytes[a];
-      bool time = fixed_a || b <= last[a];
-      bool in_place = fixed_a && p->offset[a] == p->offset[b];
-      if (bytes && time && !in_place) conflicts++;
-    }
-  }
-  free(last);
-  return conflicts;
-}
-
 static void memplan_model(const char *model) {
   DrvJob j;
   char path[1024];
@@ -247,7 +224,7 @@ static void memplan_model(const char *model) {
   int rc = pass_memplan(j.graph, &p);
   CHECK_MSG(rc == IR_OK, "%s: memplan failed: %s", model, ir_graph_error(j.graph));
   if (rc == IR_OK) {
-    int64_t c = plan_conflicts(j.graph, &p);
+    int64_t c = pass_memplan_conflicts(j.graph, &p);
     CHECK_MSG(c == 0, "%s: %lld overlapping live buffers", model, (long long)c);
     /* parameters + AdamW state: the state is exactly twice the parameters */
     CHECK_MSG(p.opt_bytes == 2 * p.param_bytes, "%s: opt %lld vs params %lld", model,
