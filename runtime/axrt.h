@@ -207,7 +207,16 @@ void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, 
  * in one slab of slab_bytes (64-byte aligned); offsets are in bytes. The step reads the
  * parameters, optimizer state, batch and step number at their offsets and writes the new
  * parameters and state over the old ones (in place) and the loss, gradient norm and learning
- * rate at theirs. */
+ * rate at theirs.
+ *
+ * Who writes what: the runtime zeroes the slab once, then fills the parameters (init, --init
+ * or a checkpoint) and the moments (zero or a checkpoint); before every call it writes ids,
+ * targets and the step number (1 for the first step; a resumed run continues the count).
+ * Every other slab byte belongs to the step. The loss is that of the parameters the step
+ * read, before its update (eval relies on this). The step must be deterministic: the same
+ * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
+ * this). train.c checks every offset against slab_bytes and 4-byte alignment before the
+ * first step; docs/runtime.md has the whole contract. */
 #define RT_ABI_VERSION 1
 #define RT_MAX_PARAM_RANK 4
 

@@ -1,0 +1,718 @@
+/*
+ * train.c: the trainer every generated program runs: options, initialization or resume, the
+ * step loop, evaluation, progress, metrics and checkpoints.
+ *
+ * The compiled step (RtProgram.step) owns the math; this file owns everything around it. All
+ * of the step's buffers live in one slab; before each step the loop writes the next batch
+ * (ids, targets) and the 1-based step number into it, calls the step, which updates the
+ * parameters and AdamW moments in place, and reads back loss, gradient norm and learning
+ * rate. The step is deterministic, so the run is a function of (parameters, moments, data
+ * position, step number): exactly what a checkpoint stores, which makes a resumed run
+ * continue bit for bit.
+ *
+ * Evaluation must not change the run. Since a step always updates, eval runs the step on a
+ * second slab, a fresh copy of the training slab for every eval batch, and keeps only the
+ * loss (computed from the parameters before the update). That costs one extra slab of
+ * memory while --eval-data is given, and no assumption about which slab bytes are scratch.
+ *
+ * This is the trainer's main, so unlike the rest of libaxrt it prints: progress and results
+ * on stdout, problems on stderr. It still never exits; it returns the exit status.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "axrt.h"
+
+#define MAX_THREADS 1024
+
+#if defined(__GNUC__)
+/* OpenBLAS, when the trainer links it: its threads follow --threads. */
+extern void openblas_set_num_threads(int) __attribute__((weak));
+#define HAVE_WEAK_OPENBLAS 1
+#endif
+
+/* ===== options ======================================================================== */
+
+typedef struct TrainOpts {
+    const char *data, *eval_data, *init, *ckpt_dir, *metrics;
+    int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every;
+    uint64_t seed;
+    int resume, help, config;
+} TrainOpts;
+
+typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_FLAG } OptKind;
+
+/* One trainer option; --help prints this table. */
+typedef struct OptSpec {
+    const char *name, *arg;
+    OptKind kind;
+    size_t field; /* offset in TrainOpts */
+    int64_t min, max;
+    const char *help;
+} OptSpec;
+
+#define F(x) offsetof(TrainOpts, x)
+static const OptSpec OPTS[] = {
+    {"--data", "FILE", OPT_STR, F(data), 0, 0, "training tokens: plain text (bytes) or an llm.c token file"},
+    {"--steps", "N", OPT_INT, F(steps), 0, INT64_MAX, "train until step N (default: the config's max_steps)"},
+    {"--seed", "S", OPT_U64, F(seed), 0, 0, "parameter init seed (default: the config's)"},
+    {"--init", "FILE", OPT_STR, F(init), 0, 0, "initial parameters from a safetensors file, by path"},
+    {"--eval-data", "FILE", OPT_STR, F(eval_data), 0, 0, "evaluation tokens (same formats as --data)"},
+    {"--eval-every", "N", OPT_INT, F(eval_every), 0, INT64_MAX, "evaluate every N steps (0: after the last)"},
+    {"--eval-batches", "N", OPT_INT, F(eval_batches), 1, 1 << 20, "batches per evaluation"},
+    {"--ckpt-dir", "DIR", OPT_STR, F(ckpt_dir), 0, 0, "save checkpoints in DIR (none without it)"},
+    {"--ckpt-every", "N", OPT_INT, F(ckpt_every), 0, INT64_MAX, "checkpoint every N steps and at the end "
+                                                               "(0: at the end only)"},
+    {"--keep", "N", OPT_INT, F(keep), 0, INT32_MAX, "keep the newest N checkpoints (0: all)"},
+    {"--resume", NULL, OPT_FLAG, F(resume), 0, 0, "continue from the newest checkpoint in --ckpt-dir that "
+                                                  "verifies"},
+    {"--metrics", "FILE", OPT_STR, F(metrics), 0, 0, "append one JSON object per step (truncated unless "
+                                                     "--resume)"},
+    {"--threads", "N", OPT_INT, F(threads), 1, MAX_THREADS, "CPU threads (default: all online CPUs)"},
+    {"--log-every", "N", OPT_INT, F(log_every), 1, INT64_MAX, "log line every N steps when not a terminal"},
+    {"--config", NULL, OPT_FLAG, F(config), 0, 0, "print the resolved config and exit"},
+    {"--help", NULL, OPT_FLAG, F(help), 0, 0, "print this help and exit"},
+};
+#undef F
+#define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
+
+static void print_help(FILE *f, const char *prog, const TrainOpts *defaults) {
+    fprintf(f, "usage: %s --data FILE [options]\n\noptions:\n", prog);
+    for (int i = 0; i < N_OPTS; i++) {
+        const OptSpec *o = &OPTS[i];
+        const char *field = (const char *)defaults + o->field;
+        char head[40], dflt[48] = "";
+        snprintf(head, sizeof head, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        if (o->kind == OPT_INT)
+            snprintf(dflt, sizeof dflt, " [%lld]", (long long)*(const int64_t *)field);
+        else if (o->kind == OPT_U64)
+            snprintf(dflt, sizeof dflt, " [%llu]", (unsigned long long)*(const uint64_t *)field);
+        fprintf(f, "  %-22s %s%s\n", head, o->help, dflt);
+    }
+}
+
+static int parse_int(const OptSpec *o, const char *s, int64_t *out, RtError *err) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno == ERANGE)
+        return rt_error_set(err, "%s: '%s' is not an integer", o->name, s);
+    if (v < o->min || v > o->max)
+        return rt_error_set(err, "%s: %lld is out of range, expected %lld..%lld", o->name, v,
+                            (long long)o->min, (long long)o->max);
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const OptSpec *o, const char *s, uint64_t *out, RtError *err) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *s == '-' || *s == '+' || *end || errno == ERANGE)
+        return rt_error_set(err, "%s: '%s' is not an unsigned 64-bit integer", o->name, s);
+    *out = v;
+    return 0;
+}
+
+static int set_opt(TrainOpts *o, const OptSpec *spec, const char *val, RtError *err) {
+    char *field = (char *)o + spec->field;
+    switch (spec->kind) {
+    case OPT_STR:
+        if (!*val)
+            return rt_error_set(err, "%s: empty value", spec->name);
+        *(const char **)field = val;
+        return 0;
+    case OPT_INT: return parse_int(spec, val, (int64_t *)field, err);
+    case OPT_U64: return parse_u64(spec, val, (uint64_t *)field, err);
+    case OPT_FLAG: *(int *)field = 1; return 0;
+    }
+    return 0;
+}
+
+static const OptSpec *find_opt(const char *arg, size_t len) {
+    for (int i = 0; i < N_OPTS; i++)
+        if (strlen(OPTS[i].name) == len && strncmp(OPTS[i].name, arg, len) == 0)
+            return &OPTS[i];
+    return NULL;
+}
+
+/* Accepts "--opt VALUE" and "--opt=VALUE"; a later repetition wins. */
+static int parse_args(TrainOpts *o, int argc, char **argv, RtError *err) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const OptSpec *spec = strncmp(arg, "--", 2) == 0 ? find_opt(arg, len) : NULL;
+        if (!spec)
+            return rt_error_set(err, "unknown %s '%s' (--help lists the options)",
+                                arg[0] == '-' ? "option" : "argument", arg);
+        const char *val = eq ? eq + 1 : NULL;
+        if (spec->kind == OPT_FLAG && val)
+            return rt_error_set(err, "%s takes no value", spec->name);
+        if (spec->kind != OPT_FLAG && !val) {
+            if (i + 1 >= argc)
+                return rt_error_set(err, "%s needs a value: %s %s", spec->name, spec->name, spec->arg);
+            val = argv[++i];
+        }
+        if (set_opt(o, spec, val, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int check_opts(const TrainOpts *o, RtError *err) {
+    if (!o->data)
+        return rt_error_set(err, "--data FILE is required (--help lists the options)");
+    if (o->resume && !o->ckpt_dir)
+        return rt_error_set(err, "--resume needs --ckpt-dir DIR");
+    if (o->eval_every > 0 && !o->eval_data)
+        return rt_error_set(err, "--eval-every needs --eval-data FILE");
+    return 0;
+}
+
+static int64_t online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
+}
+
+static void default_opts(TrainOpts *o, const RtProgram *p) {
+    memset(o, 0, sizeof *o);
+    o->steps = p->max_steps;
+    o->seed = p->seed;
+    o->ckpt_every = p->ckpt_every > 0 ? p->ckpt_every : 0;
+    o->keep = p->ckpt_keep > 0 ? p->ckpt_keep : 0;
+    o->eval_batches = 4;
+    o->threads = online_cpus();
+    o->log_every = 1;
+}
+
+/* ===== the program ==================================================================== */
+
+static int64_t slot_numel(const RtParamSlot *s) {
+    int64_t n = 1;
+    for (int d = 0; d < s->rank; d++)
+        n = s->shape[d] < 0 || (s->shape[d] > 0 && n > INT64_MAX / 4 / s->shape[d]) ? -1 : n * s->shape[d];
+    return n;
+}
+
+/* `bytes` at `off` lie in the slab, 4-byte aligned. */
+static int check_region(const RtProgram *p, const char *what, const char *path, int64_t off, int64_t bytes,
+                        RtError *err) {
+    if (bytes < 0 || off < 0 || off % 4 != 0 || off > p->slab_bytes - bytes)
+        return rt_error_set(err, "program: %s%s%s: %lld bytes at offset %lld, slab holds %lld (4-byte "
+                            "aligned offsets expected)", what, path ? " of " : "", path ? path : "",
+                            (long long)bytes, (long long)off, (long long)p->slab_bytes);
+    return 0;
+}
+
+static int check_slot(const RtProgram *p, const RtParamSlot *s, RtError *err) {
+    if (!s->path || !s->path[0] || s->rank < 0 || s->rank > RT_MAX_PARAM_RANK)
+        return rt_error_set(err, "program: a parameter has no path or rank %d", (int)s->rank);
+    int64_t bytes = slot_numel(s) * 4;
+    if (bytes < 0)
+        return rt_error_set(err, "program: parameter %s has a negative or huge shape", s->path);
+    if (check_region(p, "parameter", s->path, s->offset, bytes, err) != 0 ||
+        check_region(p, "first moment", s->path, s->m_offset, bytes, err) != 0 ||
+        check_region(p, "second moment", s->path, s->v_offset, bytes, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* The generated program is trusted less than the runtime: a bad table is reported, not run. */
+static int check_program(const RtProgram *p, RtError *err) {
+    if (p->abi_version != RT_ABI_VERSION)
+        return rt_error_set(err, "program: ABI version %d, this runtime implements %d", (int)p->abi_version,
+                            RT_ABI_VERSION);
+    if (!p->step || p->slab_bytes <= 0 || p->nparams < 0 || (p->nparams > 0 && !p->params))
+        return rt_error_set(err, "program: no step function, slab, or parameter table");
+    if (p->batch < 1 || p->seq < 1 || p->vocab < 1 || p->batch > INT32_MAX / p->seq || p->vocab > INT32_MAX)
+        return rt_error_set(err, "program: batch %lld x sequence %lld, vocabulary %lld: expected positive "
+                            "sizes", (long long)p->batch, (long long)p->seq, (long long)p->vocab);
+    int64_t bt = p->batch * p->seq * 4;
+    if (check_region(p, "ids", NULL, p->ids_offset, bt, err) != 0 ||
+        check_region(p, "targets", NULL, p->targets_offset, bt, err) != 0 ||
+        check_region(p, "step", NULL, p->step_offset, 4, err) != 0 ||
+        check_region(p, "loss", NULL, p->loss_offset, 4, err) != 0 ||
+        check_region(p, "grad_norm", NULL, p->grad_norm_offset, 4, err) != 0 ||
+        check_region(p, "lr", NULL, p->lr_offset, 4, err) != 0)
+        return -1;
+    for (int i = 0; i < p->nparams; i++)
+        if (check_slot(p, &p->params[i], err) != 0)
+            return -1;
+    return 0;
+}
+
+/* ===== the trainer ==================================================================== */
+
+/* Checkpoint tensor k*nparams + i: k = 0 the parameter (name = path), 1 "opt/m/<path>",
+ * 2 "opt/v/<path>". Coupled with slot_data. */
+static const char *const TENSOR_PREFIX[3] = {"", "opt/m/", "opt/v/"};
+
+typedef struct Trainer {
+    const RtProgram *p;
+    TrainOpts o;
+    const char *prog;     /* for messages */
+    char *slab;           /* (slab_bytes) */
+    char *eval_slab;      /* (slab_bytes), only with --eval-data */
+    RtPool *pool;
+    RtData *data, *eval;
+    FILE *metrics;
+    RtTensor *tensors;    /* (3 * nparams), data pointing into slab */
+    char **names;         /* (3 * nparams) */
+    int64_t step;         /* completed steps */
+    int64_t saved;        /* step of the newest checkpoint on disk from this run or resumed; -1 */
+    int tty;
+    double run_ms;        /* time in steps this run, for the ETA */
+    int64_t run_steps;
+} Trainer;
+
+static float *slab_f32(char *slab, int64_t off) { return (float *)(void *)(slab + off); }
+static int32_t *slab_i32(char *slab, int64_t off) { return (int32_t *)(void *)(slab + off); }
+
+static float *slot_data(const Trainer *t, char *slab, int i, int k) {
+    const RtParamSlot *s = &t->p->params[i];
+    return slab_f32(slab, k == 0 ? s->offset : k == 1 ? s->m_offset : s->v_offset);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static char *slab_new(int64_t bytes) {
+    size_t size = ((size_t)bytes + 63) / 64 * 64;
+    char *s = aligned_alloc(64, size);
+    if (s)
+        memset(s, 0, size);
+    return s;
+}
+
+static int tensors_make(Trainer *t, RtError *err) {
+    int n = t->p->nparams;
+    t->tensors = calloc((size_t)n * 3 + 1, sizeof *t->tensors);
+    t->names = calloc((size_t)n * 3 + 1, sizeof *t->names);
+    if (!t->tensors || !t->names)
+        return rt_error_set(err, "out of memory");
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < n; i++) {
+            const RtParamSlot *s = &t->p->params[i];
+            size_t len = strlen(TENSOR_PREFIX[k]) + strlen(s->path) + 1;
+            char *name = t->names[k * n + i] = malloc(len);
+            if (!name)
+                return rt_error_set(err, "out of memory");
+            snprintf(name, len, "%s%s", TENSOR_PREFIX[k], s->path);
+            RtTensor *ts = &t->tensors[k * n + i];
+            *ts = (RtTensor){.name = name, .dtype = RT_DT_F32, .ndim = s->rank, .data = slot_data(t, t->slab, i, k)};
+            memcpy(ts->shape, s->shape, sizeof s->shape);
+        }
+    return 0;
+}
+
+static void trainer_free(Trainer *t) {
+    for (int i = 0; t->names && i < 3 * t->p->nparams; i++)
+        free(t->names[i]);
+    free(t->names);
+    free(t->tensors);
+    if (t->metrics)
+        fclose(t->metrics);
+    rt_data_close(t->eval);
+    rt_data_close(t->data);
+    rt_pool_free(t->pool);
+    free(t->eval_slab);
+    free(t->slab);
+}
+
+static void warn(const Trainer *t, const char *fmt, ...) RT_PRINTF(2, 3);
+static void warn(const Trainer *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    fprintf(stderr, "%s: ", t->prog);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ===== parameters: init, --init, checkpoints ========================================== */
+
+static int params_seed(Trainer *t, RtError *err) {
+    for (int i = 0; i < t->p->nparams; i++) {
+        const RtParamSlot *s = &t->p->params[i];
+        if (rt_init_fill(slot_data(t, t->slab, i, 0), slot_numel(s), 0, s->path, t->o.seed, &s->init, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Reads tensors [0, count) of the checkpoint table from st into the slab. */
+static int tensors_read(Trainer *t, const RtSt *st, int count, RtError *err) {
+    int n = t->p->nparams;
+    for (int j = 0; j < count; j++) {
+        const RtTensor *ts = &t->tensors[j];
+        if (rt_st_read_f32(st, ts->name, ts->shape, ts->ndim, slot_data(t, t->slab, j % n, j / n), err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int params_load(Trainer *t, RtError *err) {
+    RtSt *st;
+    RtError why;
+    if (rt_st_open(&st, t->o.init, &why) != 0)
+        return rt_error_set(err, "--init: %s", why.msg);
+    int rc = tensors_read(t, st, t->p->nparams, &why);
+    rt_st_close(st);
+    return rc == 0 ? 0 : rt_error_set(err, "--init: %s", why.msg);
+}
+
+static int ckpt_save(Trainer *t, RtError *err) {
+    RtCkptState s = {
+        .step = t->step, .data_position = rt_data_position(t->data), .rng_state = t->o.seed,
+        .config = t->p->config, .tensors = t->tensors, .n_tensors = 3 * t->p->nparams,
+    };
+    if (rt_ckpt_save(t->o.ckpt_dir, &s, (int)t->o.keep, err) != 0)
+        return -1;
+    t->saved = t->step;
+    return 0;
+}
+
+/* Complete checkpoints newer than the one resumed failed to verify; rt_ckpt_save would refuse
+ * to write their steps again. They are renamed to step_<S>.damaged (kept for inspection,
+ * invisible to the checkpoint code) rather than deleted. The name follows ckpt.c. */
+static int set_aside_newer(Trainer *t, int64_t resumed, RtError *err) {
+    int64_t step;
+    int found;
+    while ((found = rt_ckpt_latest(t->o.ckpt_dir, RT_CKPT_ANY, &step, err)) == 1 && step > resumed) {
+        char from[4096], to[4096 + 16];
+        snprintf(from, sizeof from, "%s/step_%08lld", t->o.ckpt_dir, (long long)step);
+        snprintf(to, sizeof to, "%s.damaged", from);
+        if (access(to, F_OK) == 0)
+            return rt_error_set(err, "%s: cannot set the damaged checkpoint aside: %s exists", from, to);
+        if (rename(from, to) != 0)
+            return rt_error_set(err, "%s: cannot rename to %s: %s", from, to, strerror(errno));
+        warn(t, "set the damaged checkpoint aside as %s", to);
+    }
+    return found < 0 ? -1 : 0;
+}
+
+static int ckpt_restore(Trainer *t, RtCkpt *ck, RtError *err) {
+    if (tensors_read(t, rt_ckpt_tensors(ck), 3 * t->p->nparams, err) != 0 ||
+        rt_data_seek(t->data, rt_ckpt_data_position(ck), err) != 0)
+        return -1;
+    t->step = t->saved = rt_ckpt_step(ck);
+    t->o.seed = rt_ckpt_rng_state(ck);
+    if (t->p->config && strcmp(rt_ckpt_config(ck), t->p->config) != 0)
+        warn(t, "note: the checkpoint was saved with a different config; continuing with this one");
+    return 0;
+}
+
+/* Returns 1 if resumed, 0 if the directory holds no checkpoint (start from scratch). */
+static int resume(Trainer *t, RtError *err) {
+    RtCkpt *ck;
+    RtError damage;
+    int found = rt_ckpt_open_latest(&ck, t->o.ckpt_dir, &damage, err);
+    if (found < 0)
+        return -1;
+    if (damage.msg[0])
+        warn(t, "skipping a damaged checkpoint: %s", damage.msg);
+    if (found == 0 && damage.msg[0])
+        return rt_error_set(err, "--resume: no checkpoint in %s verifies; refusing to start over next to "
+                            "them (move them away to start from scratch)", t->o.ckpt_dir);
+    if (found == 0)
+        return 0;
+    int rc = ckpt_restore(t, ck, err);
+    rt_ckpt_close(ck);
+    if (rc != 0 || set_aside_newer(t, t->step, err) != 0)
+        return -1;
+    return 1;
+}
+
+/* Without --resume, a directory that already holds checkpoints is left alone. */
+static int check_fresh_dir(Trainer *t, RtError *err) {
+    int64_t step;
+    int found = rt_ckpt_latest(t->o.ckpt_dir, RT_CKPT_ANY, &step, err);
+    if (found == 1)
+        return rt_error_set(err, "--ckpt-dir %s already holds checkpoints (newest: step %lld); pass --resume "
+                            "to continue from it, or choose another directory", t->o.ckpt_dir, (long long)step);
+    return found;
+}
+
+static int init_state(Trainer *t, RtError *err) {
+    if (t->o.ckpt_dir && !t->o.resume && check_fresh_dir(t, err) != 0)
+        return -1;
+    int resumed = t->o.resume ? resume(t, err) : 0;
+    if (resumed < 0)
+        return -1;
+    if (resumed) {
+        printf("%s: resumed from %s/step_%08lld\n", t->prog, t->o.ckpt_dir, (long long)t->step);
+        if (t->o.init)
+            warn(t, "note: --init is ignored when resuming from a checkpoint");
+        return 0;
+    }
+    if (t->o.init)
+        return params_load(t, err);
+    return params_seed(t, err);
+}
+
+/* ===== setup ========================================================================== */
+
+static int open_data(RtData **d, const char *opt, const char *path, const RtProgram *p, RtError *err) {
+    RtError why;
+    if (rt_data_open(d, path, (int)p->vocab, &why) != 0)
+        return rt_error_set(err, "%s: %s", opt, why.msg);
+    if ((int64_t)rt_data_num_tokens(*d) < p->batch * p->seq + 1)
+        return rt_error_set(err, "%s: %s holds %lld tokens, one batch needs %lld x %lld + 1", opt, path,
+                            (long long)rt_data_num_tokens(*d), (long long)p->batch, (long long)p->seq);
+    return 0;
+}
+
+static int open_metrics(Trainer *t, RtError *err) {
+    if (!t->o.metrics)
+        return 0;
+    t->metrics = fopen(t->o.metrics, t->o.resume ? "a" : "w");
+    if (!t->metrics)
+        return rt_error_set(err, "--metrics: %s: cannot open: %s", t->o.metrics, strerror(errno));
+    return 0;
+}
+
+static int setup(Trainer *t, RtError *err) {
+    const RtProgram *p = t->p;
+    if (check_program(p, err) != 0 || open_data(&t->data, "--data", t->o.data, p, err) != 0)
+        return -1;
+    if (t->o.eval_data && open_data(&t->eval, "--eval-data", t->o.eval_data, p, err) != 0)
+        return -1;
+    t->slab = slab_new(p->slab_bytes);
+    t->eval_slab = t->o.eval_data ? slab_new(p->slab_bytes) : NULL;
+    if (!t->slab || (t->o.eval_data && !t->eval_slab))
+        return rt_error_set(err, "cannot allocate the %lld-byte slab%s", (long long)p->slab_bytes,
+                            t->o.eval_data ? " (twice, for eval)" : "");
+    if (rt_pool_new(&t->pool, (int)t->o.threads, err) != 0 || tensors_make(t, err) != 0)
+        return -1;
+#ifdef HAVE_WEAK_OPENBLAS
+    if (openblas_set_num_threads)
+        openblas_set_num_threads((int)t->o.threads);
+#endif
+    return 0;
+}
+
+/* ===== steps ========================================================================== */
+
+typedef struct StepOut {
+    float loss, grad_norm, lr;
+    double ms;
+} StepOut;
+
+/* Loads the next batch of `d` into `slab` and runs step number `number` (1-based) on it. */
+static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *out, RtError *err) {
+    const RtProgram *p = t->p;
+    double t0 = now_ms();
+    if (rt_data_next_batch(d, (int)p->batch, (int)p->seq, slab_i32(slab, p->ids_offset),
+                           slab_i32(slab, p->targets_offset), err) != 0)
+        return -1;
+    *slab_f32(slab, p->step_offset) = (float)number;
+    p->step(slab, t->pool);
+    out->loss = *slab_f32(slab, p->loss_offset);
+    out->grad_norm = *slab_f32(slab, p->grad_norm_offset);
+    out->lr = *slab_f32(slab, p->lr_offset);
+    out->ms = now_ms() - t0;
+    return 0;
+}
+
+/* Mean loss over the first eval_batches batches of --eval-data, each on a fresh copy of the
+ * training slab, so the parameters and moments of the run are untouched. */
+static int run_eval(Trainer *t, double *mean, RtError *err) {
+    double sum = 0;
+    StepOut out;
+    if (rt_data_seek(t->eval, 0, err) != 0)
+        return -1;
+    for (int64_t b = 0; b < t->o.eval_batches; b++) {
+        memcpy(t->eval_slab, t->slab, (size_t)t->p->slab_bytes);
+        if (run_step(t, t->eval_slab, t->eval, t->step + 1, &out, err) != 0)
+            return -1;
+        sum += out.loss;
+    }
+    *mean = sum / (double)t->o.eval_batches;
+    return 0;
+}
+
+/* ===== reporting ====================================================================== */
+
+static void json_num(FILE *f, const char *key, double v, const char *fmt) {
+    fprintf(f, ", \"%s\": ", key);
+    if (isfinite(v))
+        fprintf(f, fmt, v);
+    else
+        fputs("null", f);
+}
+
+static void write_metrics(Trainer *t, const StepOut *s, double tok_s, const double *eval) {
+    if (!t->metrics)
+        return;
+    fprintf(t->metrics, "{\"step\": %lld", (long long)t->step);
+    json_num(t->metrics, "loss", s->loss, "%.9g");
+    json_num(t->metrics, "grad_norm", s->grad_norm, "%.9g");
+    json_num(t->metrics, "lr", s->lr, "%.9g");
+    json_num(t->metrics, "tokens_per_s", tok_s, "%.1f");
+    json_num(t->metrics, "step_ms", s->ms, "%.3f");
+    if (eval)
+        json_num(t->metrics, "eval_loss", *eval, "%.9g");
+    fputs("}\n", t->metrics);
+    fflush(t->metrics);
+}
+
+static void format_eta(char *buf, size_t cap, double ms) {
+    long long s = (long long)(ms / 1e3 + 0.5);
+    snprintf(buf, cap, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+}
+
+static void print_progress(Trainer *t, const StepOut *s, double tok_s, const double *eval) {
+    if (t->tty) {
+        char eta[32];
+        format_eta(eta, sizeof eta, t->run_ms / (double)t->run_steps * (double)(t->o.steps - t->step));
+        if (eval)
+            printf("\r\033[Keval step %lld loss %.6f\n", (long long)t->step, *eval);
+        printf("\rstep %lld/%lld  loss %.4f  %.0f tok/s  ETA %s\033[K", (long long)t->step,
+               (long long)t->o.steps, s->loss, tok_s, eta);
+    } else {
+        if (t->step % t->o.log_every == 0 || t->step == t->o.steps || t->run_steps == 1)
+            printf("step %lld loss %.6f grad_norm %.4f lr %.4e tok/s %.0f\n", (long long)t->step, s->loss,
+                   s->grad_norm, s->lr, tok_s);
+        if (eval)
+            printf("eval step %lld loss %.6f\n", (long long)t->step, *eval);
+    }
+    fflush(stdout);
+}
+
+static void report_nonfinite(Trainer *t, const StepOut *s) {
+    if (t->tty)
+        printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "%s: step %lld: loss %g, grad_norm %g: not finite; training stopped, nothing saved for "
+            "this step.\n", t->prog, (long long)t->step, s->loss, s->grad_norm);
+    if (!t->o.ckpt_dir)
+        fprintf(stderr, "%s: no checkpoint to go back to (no --ckpt-dir)\n", t->prog);
+    else if (t->saved < 0)
+        fprintf(stderr, "%s: no checkpoint was saved in %s yet\n", t->prog, t->o.ckpt_dir);
+    else
+        fprintf(stderr, "%s: last good checkpoint: %s/step_%08lld (step %lld); --resume continues from it\n",
+                t->prog, t->o.ckpt_dir, (long long)t->saved, (long long)t->saved);
+}
+
+/* ===== the loop ======================================================================= */
+
+static int eval_due(const Trainer *t) {
+    if (!t->eval)
+        return 0;
+    return t->o.eval_every > 0 ? t->step % t->o.eval_every == 0 : t->step == t->o.steps;
+}
+
+/* One training step and everything that follows it. Returns 1 on a non-finite loss. */
+static int train_one(Trainer *t, RtError *err) {
+    StepOut s;
+    if (run_step(t, t->slab, t->data, t->step + 1, &s, err) != 0)
+        return -1;
+    t->step++;
+    t->run_ms += s.ms;
+    t->run_steps++;
+    double tok_s = s.ms > 0 ? (double)(t->p->batch * t->p->seq) * 1e3 / s.ms : 0, eval;
+    int finite = isfinite(s.loss) && isfinite(s.grad_norm);
+    int do_eval = finite && eval_due(t);
+    if (do_eval && run_eval(t, &eval, err) != 0)
+        return -1;
+    write_metrics(t, &s, tok_s, do_eval ? &eval : NULL);
+    if (!finite) {
+        report_nonfinite(t, &s);
+        return 1;
+    }
+    print_progress(t, &s, tok_s, do_eval ? &eval : NULL);
+    if (t->o.ckpt_dir && t->o.ckpt_every > 0 && t->step % t->o.ckpt_every == 0 && ckpt_save(t, err) != 0)
+        return -1;
+    return 0;
+}
+
+static int train_loop(Trainer *t, RtError *err) {
+    while (t->step < t->o.steps) {
+        int rc = train_one(t, err);
+        if (rc != 0)
+            return rc;
+    }
+    if (t->tty && t->run_steps > 0)
+        printf("\n");
+    if (t->o.ckpt_dir && t->saved != t->step && ckpt_save(t, err) != 0)
+        return -1;
+    if (t->metrics && ferror(t->metrics))
+        return rt_error_set(err, "--metrics: %s: write failed", t->o.metrics);
+    return 0;
+}
+
+static void print_banner(const Trainer *t) {
+    int64_t elems = 0;
+    for (int i = 0; i < t->p->nparams; i++)
+        elems += slot_numel(&t->p->params[i]);
+    printf("%s: %d parameters (%lld values), slab %.3f MiB, %lld x %lld tokens per step, %lld threads, "
+           "steps %lld..%lld\n", t->prog, (int)t->p->nparams, (long long)elems,
+           (double)t->p->slab_bytes / (1 << 20), (long long)t->p->batch, (long long)t->p->seq,
+           (long long)t->o.threads, (long long)t->step + 1, (long long)t->o.steps);
+    fflush(stdout);
+}
+
+static const char *prog_name(int argc, char **argv) {
+    if (argc < 1 || !argv[0] || !argv[0][0])
+        return "trainer";
+    const char *slash = strrchr(argv[0], '/');
+    return slash ? slash + 1 : argv[0];
+}
+
+static int train(Trainer *t, RtError *err) {
+    if (setup(t, err) != 0 || init_state(t, err) != 0)
+        return -1;
+    if (t->step >= t->o.steps && t->saved == t->step) {
+        printf("%s: checkpoint step %lld already reaches --steps %lld; nothing to do\n", t->prog,
+               (long long)t->step, (long long)t->o.steps);
+        return 0;
+    }
+    if (open_metrics(t, err) != 0)
+        return -1;
+    print_banner(t);
+    int rc = train_loop(t, err);
+    if (rc == 0)
+        printf("%s: done at step %lld%s%s\n", t->prog, (long long)t->step, t->o.ckpt_dir ? ", checkpoint in " : "",
+               t->o.ckpt_dir ? t->o.ckpt_dir : "");
+    return rc;
+}
+
+int rt_train_main(const RtProgram *p, int argc, char **argv) {
+    Trainer t = {.p = p, .prog = prog_name(argc, argv), .saved = -1, .tty = isatty(STDOUT_FILENO)};
+    RtError err = {{0}};
+    default_opts(&t.o, p);
+    if (parse_args(&t.o, argc, argv, &err) != 0) {
+        fprintf(stderr, "%s: %s\n", t.prog, err.msg);
+        return 1;
+    }
+    if (t.o.help || t.o.config) {
+        if (t.o.help) {
+            TrainOpts defaults;
+            default_opts(&defaults, p);
+            print_help(stdout, t.prog, &defaults);
+        } else {
+            printf("%s\n", p->config ? p->config : "");
+        }
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
+    int rc = check_opts(&t.o, &err) == 0 ? train(&t, &err) : -1;
+    if (rc < 0) {
+        if (t.tty && t.run_steps > 0)
+            printf("\n");
+        fflush(stdout);
+        fprintf(stderr, "%s: %s\n", t.prog, err.msg);
+    }
+    trainer_free(&t);
+    return rc == 0 ? 0 : 1;
+}
