@@ -12,6 +12,9 @@
  * after it reads X; the pass checks both and refuses a graph where they fail, rather than plan
  * a wrong program.
  *
+ * Fusion: a value the backend computes inside its consumer's loop (materialized[v] false) gets
+ * no buffer, and its operands stay live until that consumer runs.
+ *
  * Invariants: every offset is 64-byte aligned; two values share bytes only if their live
  * ranges do not overlap, or one is an in-place "new:X" over X.
  */
@@ -87,12 +90,31 @@ static void heap_free(Heap *h, int64_t off, int64_t len) {
 
 /* ---- liveness ------------------------------------------------------------------------------ */
 
-/* last[v]: the index of the last value reading v; outputs live to g->nvalues. */
-static void last_uses(const IrGraph *g, int32_t *last) {
-  for (int32_t v = 0; v < g->nvalues; v++) last[v] = v;
-  for (int32_t v = 0; v < g->nvalues; v++)
-    for (int32_t k = 0; k < g->values[v].nops; k++) last[g->values[v].ops[k]] = v;
-  for (int32_t i = 0; i < g->noutputs; i++) last[g->outputs[i].value] = g->nvalues;
+/* at[v]: where v's operands are read. A materialized value reads them at its own index; a
+ * fused one (computed inside its consumer's loop) at its consumer's, which is later. */
+static void read_points(const IrGraph *g, const bool *mat, int32_t *at) {
+  int32_t n = g->nvalues;
+  for (int32_t v = 0; v < n; v++) at[v] = v;
+  if (!mat) return;
+  for (int32_t u = n - 1; u >= 0; u--) /* consumers come after: their at[] is final */
+    for (int32_t k = 0; k < g->values[u].nops; k++) {
+      int32_t o = g->values[u].ops[k];
+      if (!mat[o] && at[u] > at[o]) at[o] = at[u];
+    }
+}
+
+/* last[v]: the latest point at which v is read; outputs live to g->nvalues. */
+static void last_uses(const IrGraph *g, const bool *mat, int32_t *last) {
+  int32_t n = g->nvalues, *at = malloc(((size_t)n + 1) * sizeof *at);
+  read_points(g, mat, at);
+  for (int32_t v = 0; v < n; v++) last[v] = at[v];
+  for (int32_t v = 0; v < n; v++)
+    for (int32_t k = 0; k < g->values[v].nops; k++) {
+      int32_t o = g->values[v].ops[k];
+      if (at[v] > last[o]) last[o] = at[v];
+    }
+  for (int32_t i = 0; i < g->noutputs; i++) last[g->outputs[i].value] = n;
+  free(at);
 }
 
 /* For each value, the parameter it updates in place (new:X over X), or IR_NONE. */
@@ -138,7 +160,9 @@ static int64_t place_fixed(const IrGraph *g, MemPlan *p) {
   return top;
 }
 
-int pass_memplan(IrGraph *g, MemPlan *p) {
+int pass_memplan(IrGraph *g, MemPlan *p) { return pass_memplan_fused(g, NULL, p); }
+
+int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) {
   memset(p, 0, sizeof *p);
   int32_t n = g->nvalues;
   p->nvalues = n;
@@ -148,8 +172,9 @@ int pass_memplan(IrGraph *g, MemPlan *p) {
   int32_t *target = malloc(((size_t)n + 1) * sizeof *target);
   int32_t **frees = calloc((size_t)n + 2, sizeof *frees); /* values whose last use is i */
   int32_t *nfree = calloc((size_t)n + 2, sizeof *nfree);
-  for (int32_t v = 0; v < n; v++) p->bytes[v] = value_bytes(&g->values[v]);
-  last_uses(g, last);
+  for (int32_t v = 0; v < n; v++)
+    p->bytes[v] = !mat || mat[v] || is_fixed(&g->values[v]) ? value_bytes(&g->values[v]) : 0;
+  last_uses(g, mat, last);
   int rc = in_place_targets(g, last, target);
   Heap h = {0};
   h.top = place_fixed(g, p);
@@ -158,6 +183,8 @@ int pass_memplan(IrGraph *g, MemPlan *p) {
     if (is_fixed(&g->values[v])) continue;
     if (target[v] != IR_NONE) {
       p->offset[v] = p->offset[target[v]];
+    } else if (p->bytes[v] == 0) {
+      p->offset[v] = 0; /* fused into its consumer: no buffer */
     } else {
       p->offset[v] = heap_alloc(&h, align_up(p->bytes[v]));
       live += align_up(p->bytes[v]);
@@ -172,7 +199,7 @@ int pass_memplan(IrGraph *g, MemPlan *p) {
       heap_free(&h, p->offset[d], align_up(p->bytes[d]));
       live -= align_up(p->bytes[d]);
     }
-    if (last[v] == v) {
+    if (last[v] == v && p->bytes[v] && target[v] == IR_NONE) {
       heap_free(&h, p->offset[v], align_up(p->bytes[v]));
       live -= align_up(p->bytes[v]);
     }
@@ -200,9 +227,9 @@ void pass_memplan_free(MemPlan *p) {
 
 /* ---- checking a plan ----------------------------------------------------------------------- */
 
-int64_t pass_memplan_conflicts(const IrGraph *g, const MemPlan *p) {
+int64_t pass_memplan_conflicts(const IrGraph *g, const bool *mat, const MemPlan *p) {
   int32_t n = g->nvalues, *last = malloc(((size_t)n + 1) * sizeof *last);
-  last_uses(g, last);
+  last_uses(g, mat, last);
   int64_t conflicts = 0;
   for (int32_t a = 0; a < n; a++) {
     bool fixed_a = is_fixed(&g->values[a]);

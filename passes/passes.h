@@ -78,9 +78,12 @@ typedef struct MemPlan {
 
 /* Plans g in its current order (values are executed in index order). */
 int pass_memplan(IrGraph *g, MemPlan *plan);
+/* The same when the backend fuses: values with materialized[v] false are computed inside their
+ * consumer's loop, get no buffer (bytes 0), and keep their operands live until the consumer. */
+int pass_memplan_fused(IrGraph *g, const bool *materialized, MemPlan *plan);
 void pass_memplan_free(MemPlan *plan);
 /* Pairs of values whose buffers overlap while both are live (in-place updates aside): 0 for a
  * correct plan. Quadratic; for tests and debugging. */
-int64_t pass_memplan_conflicts(const IrGraph *g, const MemPlan *plan);
+int64_t pass_memplan_conflicts(const IrGraph *g, const bool *materialized, const MemPlan *plan);
 
 #endif

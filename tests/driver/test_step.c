@@ -224,7 +224,7 @@ static void memplan_model(const char *model) {
   int rc = pass_memplan(j.graph, &p);
   CHECK_MSG(rc == IR_OK, "%s: memplan failed: %s", model, ir_graph_error(j.graph));
   if (rc == IR_OK) {
-    int64_t c = pass_memplan_conflicts(j.graph, &p);
+    int64_t c = pass_memplan_conflicts(j.graph, NULL, &p);
     CHECK_MSG(c == 0, "%s: %lld overlapping live buffers", model, (long long)c);
     /* parameters + AdamW state: the state is exactly twice the parameters */
     CHECK_MSG(p.opt_bytes == 2 * p.param_bytes, "%s: opt %lld vs params %lld", model,

@@ -31,7 +31,7 @@ static void test_fixed_region_and_reuse(void) {
   CU_ASSERT_EQUAL(p.offset[5], p.offset[3]);
   CU_ASSERT_EQUAL(p.peak_temp_bytes, 128);
   CU_ASSERT_EQUAL(p.slab_bytes, 256);
-  CU_ASSERT_EQUAL(pass_memplan_conflicts(g, &p), 0);
+  CU_ASSERT_EQUAL(pass_memplan_conflicts(g, NULL, &p), 0);
   pass_memplan_free(&p);
   ir_graph_free(g);
 }
@@ -53,7 +53,7 @@ static void test_in_place_update(void) {
   CU_ASSERT_EQUAL(p.offset[4], p.offset[1]); /* new:opt/m/w over opt/m/w */
   CU_ASSERT_EQUAL(p.opt_bytes, 32);
   CU_ASSERT_EQUAL(p.param_bytes, 32);
-  CU_ASSERT_EQUAL(pass_memplan_conflicts(g, &p), 0);
+  CU_ASSERT_EQUAL(pass_memplan_conflicts(g, NULL, &p), 0);
   pass_memplan_free(&p);
   ir_graph_free(g);
 }
@@ -82,12 +82,36 @@ static void test_refuses_non_elementwise_update(void) {
   ir_graph_free(g);
 }
 
+static void test_fused_values_keep_operands_live(void) {
+  IrGraph *g = parse("%0 = input \"x\" : f32[16]\n"
+                     "%1 = exp %0 : f32[16]\n"
+                     "%2 = neg %1 : f32[16]\n"
+                     "%3 = exp %0 : f32[16]\n"
+                     "%4 = add %2, %3 : f32[16]\n"
+                     "output \"y\" = %4\n");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  /* %2 is computed inside %4's loop: it reads %1 only when %4 runs */
+  bool mat[5] = {true, true, false, true, true};
+  MemPlan p;
+  CU_ASSERT_EQUAL_FATAL(pass_memplan_fused(g, mat, &p), IR_OK);
+  EXPECT_INT(p.bytes[2], 0);
+  CU_ASSERT_NOT_EQUAL(p.offset[3], p.offset[1]); /* %1 is still live when %3 is computed */
+  EXPECT_INT(pass_memplan_conflicts(g, mat, &p), 0);
+  pass_memplan_free(&p);
+  /* without fusion %1 dies at %2, and %3 takes its place */
+  CU_ASSERT_EQUAL_FATAL(pass_memplan(g, &p), IR_OK);
+  EXPECT_INT(p.offset[3], p.offset[1]);
+  pass_memplan_free(&p);
+  ir_graph_free(g);
+}
+
 int main(void) {
   CU_TestInfo tests[] = {
       {"fixed_region_and_reuse", test_fixed_region_and_reuse},
       {"in_place_update", test_in_place_update},
       {"refuses_read_after_update", test_refuses_read_after_update},
       {"refuses_non_elementwise_update", test_refuses_non_elementwise_update},
+      {"fused_values_keep_operands_live", test_fused_values_keep_operands_live},
       CU_TEST_INFO_NULL,
   };
   CU_SuiteInfo suites[] = {{.pName = "memplan", .pTests = tests}, CU_SUITE_INFO_NULL};
