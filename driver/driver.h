@@ -16,6 +16,11 @@
 
 #include "frontend/frontend.h"
 #include "ir/ir.h"
+#include "passes/passes.h"
+#include "runtime/axrt.h"
+#ifdef AXLC_HAVE_LLVM
+#include "backends/llvm/llvm.h"
+#endif
 
 /* ---- pipeline.c ---------------------------------------------------------- */
 
@@ -39,6 +44,32 @@ int drv_load(DrvJob *j, const char *file, const FeOptions *opt);
  * `stop_after` (NULL: all). Unknown pass names are an error. */
 int drv_lower(DrvJob *j, const char *stop_after);
 void drv_free(DrvJob *j);
+
+/* How the runtime initializes parameter p (its init kind and std). */
+RtInit drv_param_init(const FeParam *p);
+
+/* ---- compile.c: the CPU backend (when built with LLVM) -------------------- */
+
+#ifdef AXLC_HAVE_LLVM
+typedef struct DrvCompileOptions {
+  const char *cpu, *features; /* code generation target; NULL: the host's */
+  bool no_fuse, no_threads;   /* turn off elementwise fusion, multithreaded kernels */
+} DrvCompileOptions;
+
+typedef struct DrvCompiled {
+  MemPlan plan;
+  LlvmModule *module;
+  LlvmProgramInfo info;       /* what the trainer's program table holds */
+  LlvmParamInfo *params;
+  char *config;               /* canonical config text, embedded in the trainer */
+} DrvCompiled;
+
+/* Plans memory and generates code for j (lowered through every pass). */
+int drv_compile_cpu(DrvJob *j, const DrvCompileOptions *o, DrvCompiled *c);
+/* Writes the object and links it with the runtime into the executable `out`. */
+int drv_link_trainer(DrvJob *j, DrvCompiled *c, const char *out);
+void drv_compiled_free(DrvCompiled *c);
+#endif
 
 /* ---- train.c: training with the reference interpreter -------------------- */
 

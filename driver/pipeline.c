@@ -38,6 +38,14 @@ void drv_free(DrvJob *j) {
   memset(j, 0, sizeof *j);
 }
 
+RtInit drv_param_init(const FeParam *p) {
+  RtInit init = {0};
+  if (!strcmp(p->init, "ones")) init.kind = RT_INIT_ONES;
+  else if (!strcmp(p->init, "zeros")) init.kind = RT_INIT_ZEROS;
+  else init.kind = RT_INIT_NORMAL, init.std = (float)p->init_std;
+  return init;
+}
+
 static bool verify_enabled(void) {
 #ifndef NDEBUG
   return true;

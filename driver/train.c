@@ -31,14 +31,6 @@ static int fail(Trainer *t, const char *msg) {
   return fe_error(&t->j->diag, NULL, NULL, "%s", msg);
 }
 
-static RtInit param_init(const FeParam *p) {
-  RtInit init = {0};
-  if (!strcmp(p->init, "ones")) init.kind = RT_INIT_ONES;
-  else if (!strcmp(p->init, "zeros")) init.kind = RT_INIT_ZEROS;
-  else init.kind = RT_INIT_NORMAL, init.std = (float)p->init_std;
-  return init;
-}
-
 /* Fills t->fbuf with parameter p's initial values. */
 static int init_values(Trainer *t, const FeParam *p, const RtSt *st, uint64_t seed) {
   RtError err;
@@ -48,7 +40,7 @@ static int init_values(Trainer *t, const FeParam *p, const RtSt *st, uint64_t se
       return fail(t, err.msg);
     return 0;
   }
-  RtInit init = param_init(p);
+  RtInit init = drv_param_init(p);
   if (rt_init_fill(t->fbuf, n, 0, p->path, seed, &init, &err)) return fail(t, err.msg);
   return 0;
 }

@@ -21,7 +21,11 @@ typedef struct {
   bool json;
   const char *after;       /* ir: stop after this pass */
   const char *format;      /* ir: text or dot */
-  DrvTrainOptions train;   /* run */
+  const char *emit;        /* compile: exe (default), obj, llvm or asm */
+  const char *output;      /* compile: -o */
+  const char *cpu, *features; /* compile, run: code generation target */
+  const char *rest[MAX_LIST]; /* run: the trainer's options, passed through */
+  int nrest;
 } Args;
 
 static void usage(FILE *out) {
@@ -34,9 +38,13 @@ static void usage(FILE *out) {
           "  kinds [KIND]        list module kinds, or one kind's fields\n"
           "  ir MODEL.json       print the IR of the training step [--after PASS] [--format text|dot]\n"
           "                      passes: compose, autodiff, optimizer, simplify\n"
-          "  run MODEL.json      train; --target interp runs the reference interpreter\n"
-          "                      --data FILE (text bytes or llm.c tokens) [--steps N] [--seed S]\n"
-          "                      [--init W.safetensors] [--dump OUT.safetensors]\n"
+          "  compile MODEL.json  --target cpu -o TRAINER: a native trainer executable\n"
+          "                      [--emit exe|obj|llvm|asm] [--cpu NAME] [--features +avx2,...]\n"
+          "  run MODEL.json      train in process: --target cpu compiles with the LLVM JIT and\n"
+          "                      takes the trainer's options (axlc run M --target cpu --help);\n"
+          "                      --target interp runs the reference interpreter with\n"
+          "                      --data FILE [--steps N] [--seed S] [--init W.safetensors]\n"
+          "                      [--dump OUT.safetensors]\n"
           "\n"
           "options:\n"
           "  --target T          select the first mesh rule matching T (cpu, cpu-4,\n"
@@ -64,12 +72,13 @@ static int add(const char **list, int *n, const char *v, const char *flag) {
 
 static int parse_args(int argc, char **argv, Args *a) {
   memset(a, 0, sizeof *a);
-  a->train.seed = -1;
   a->fe.apply = a->apply;
   a->fe.sets = a->sets;
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
-    if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+    if ((!strcmp(s, "-h") || !strcmp(s, "--help")) && a->command && !strcmp(a->command, "run")) {
+      if (add(a->rest, &a->nrest, s, "trainer")) return -1; /* the trainer's help */
+    } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
       usage(stdout);
       exit(0);
     } else if (!strcmp(s, "--target")) {
@@ -81,25 +90,23 @@ static int parse_args(int argc, char **argv, Args *a) {
       if (need_value(i, argc, argv) || add(a->sets, &a->fe.nsets, argv[++i], s)) return -1;
     } else if (!strcmp(s, "--json")) {
       a->json = true;
-    } else if (!strcmp(s, "--after") || !strcmp(s, "--format") || !strcmp(s, "--data") ||
-               !strcmp(s, "--init") || !strcmp(s, "--dump")) {
+    } else if (!strcmp(s, "--after") || !strcmp(s, "--format") || !strcmp(s, "--emit") ||
+               !strcmp(s, "-o") || !strcmp(s, "--cpu") || !strcmp(s, "--features")) {
       if (need_value(i, argc, argv)) return -1;
       const char **slot = !strcmp(s, "--after")    ? &a->after
                           : !strcmp(s, "--format") ? &a->format
-                          : !strcmp(s, "--data")   ? &a->train.data
-                          : !strcmp(s, "--init")   ? &a->train.init
-                                                   : &a->train.dump;
+                          : !strcmp(s, "--emit")   ? &a->emit
+                          : !strcmp(s, "-o")       ? &a->output
+                          : !strcmp(s, "--cpu")    ? &a->cpu
+                                                   : &a->features;
       *slot = argv[++i];
-    } else if (!strcmp(s, "--steps") || !strcmp(s, "--seed")) {
-      if (need_value(i, argc, argv)) return -1;
-      char *end;
-      long long v = strtoll(argv[++i], &end, 10);
-      if (*end || end == argv[i] || v < 0 || v > (1LL << 40)) {
-        fprintf(stderr, "error: %s %s: expected a non-negative integer\n", s, argv[i]);
+    } else if (s[0] == '-' && a->command && !strcmp(a->command, "run")) {
+      /* the trainer's option and its value, unless it is a flag */
+      if (add(a->rest, &a->nrest, s, "trainer")) return -1;
+      bool flag = !strcmp(s, "--resume") || !strcmp(s, "--config") || strchr(s, '=');
+      if (!flag && i + 1 < argc && argv[i + 1][0] != '-' &&
+          add(a->rest, &a->nrest, argv[++i], "trainer"))
         return -1;
-      }
-      if (!strcmp(s, "--steps")) a->train.steps = v;
-      else a->train.seed = v;
     } else if (s[0] == '-') {
       fprintf(stderr, "error: unknown option %s (see axlc --help)\n", s);
       return -1;
@@ -230,16 +237,45 @@ static int cmd_ir(const Args *a) {
   return rc;
 }
 
-static int cmd_run(const Args *a) {
-  if (!a->fe.target || strcmp(a->fe.target, "interp") != 0) {
-    fprintf(stderr, "error: axlc run: --target %s is not available yet (expected --target "
-            "interp, the reference interpreter)\n", a->fe.target ? a->fe.target : "(none)");
-    return 1;
+/* The interpreter's options, from the run command's pass-through list. */
+static int parse_interp_options(const Args *a, DrvTrainOptions *o) {
+  memset(o, 0, sizeof *o);
+  o->seed = -1;
+  for (int i = 0; i < a->nrest; i++) {
+    const char *s = a->rest[i], *v = i + 1 < a->nrest ? a->rest[i + 1] : NULL;
+    bool text = !strcmp(s, "--data") || !strcmp(s, "--init") || !strcmp(s, "--dump");
+    bool num = !strcmp(s, "--steps") || !strcmp(s, "--seed");
+    if (!text && !num) {
+      fprintf(stderr, "error: %s is not an option of --target interp (it takes --data, --steps, "
+              "--seed, --init, --dump; --target cpu takes the trainer's options)\n", s);
+      return -1;
+    }
+    if (!v || v[0] == '-') {
+      fprintf(stderr, "error: %s needs a value\n", s);
+      return -1;
+    }
+    i++;
+    if (text) {
+      *(!strcmp(s, "--data") ? &o->data : !strcmp(s, "--init") ? &o->init : &o->dump) = v;
+      continue;
+    }
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    if (*end || end == v || n < 0 || n > (1LL << 40)) {
+      fprintf(stderr, "error: %s %s: expected a non-negative integer\n", s, v);
+      return -1;
+    }
+    *(!strcmp(s, "--steps") ? &o->steps : &o->seed) = n;
   }
+  return 0;
+}
+
+static int run_interp(const Args *a) {
+  DrvTrainOptions o;
+  if (parse_interp_options(a, &o)) return 1;
   DrvJob j;
   int rc = lower(&j, a, NULL) ? 1 : 0;
   if (rc == 0) {
-    DrvTrainOptions o = a->train;
     o.log = stdout;
     if (drv_train_interp(&j, &o)) {
       fe_diag_print(&j.diag, stderr);
@@ -250,6 +286,101 @@ static int cmd_run(const Args *a) {
   return rc;
 }
 
+#ifdef AXLC_HAVE_LLVM
+static DrvCompileOptions compile_options(const Args *a) {
+  DrvCompileOptions o = {0};
+  o.cpu = a->cpu;
+  o.features = a->features;
+  return o;
+}
+
+/* The JIT: compiles in memory and hands the program to the runtime's trainer main. */
+static int run_cpu(const Args *a) {
+  DrvJob j;
+  DrvCompiled c = {0};
+  DrvCompileOptions co = compile_options(a);
+  int rc = 1;
+  if (lower(&j, a, NULL) == 0 && drv_compile_cpu(&j, &co, &c) == 0) {
+    char err[1024];
+    LlvmStepFn step;
+    LlvmJit *jit = NULL;
+    if (llvm_jit(c.module, &step, &jit, err, sizeof err)) {
+      fprintf(stderr, "error: JIT compilation failed: %s\n", err);
+    } else {
+      char *argv[MAX_LIST + 2] = {"axlc run"};
+      for (int i = 0; i < a->nrest; i++) argv[i + 1] = (char *)a->rest[i];
+      rc = rt_train_main(llvm_jit_program(jit), a->nrest + 1, argv);
+    }
+    llvm_jit_free(jit);
+  } else {
+    fe_diag_print(&j.diag, stderr);
+  }
+  drv_compiled_free(&c);
+  drv_free(&j);
+  return rc;
+}
+
+static int emit_text(DrvJob *j, DrvCompiled *c, const char *what, const char *out) {
+  FILE *f = out ? fopen(out, "w") : stdout;
+  char err[1024];
+  if (!f) {
+    fprintf(stderr, "error: %s: cannot open for writing\n", out);
+    return 1;
+  }
+  int rc = llvm_emit_text(c->module, f, !strcmp(what, "asm"), err, sizeof err);
+  if (out && fclose(f) != 0) rc = -1;
+  if (rc) fe_error(&j->diag, out, NULL, "writing %s failed: %s", what, rc ? err : "");
+  return rc ? 1 : 0;
+}
+
+static int cmd_compile(const Args *a) {
+  const char *emit = a->emit ? a->emit : "exe";
+  if (strcmp(emit, "exe") && strcmp(emit, "obj") && strcmp(emit, "llvm") && strcmp(emit, "asm")) {
+    fprintf(stderr, "error: --emit %s: expected exe, obj, llvm or asm\n", emit);
+    return 1;
+  }
+  if (!a->fe.target || strcmp(a->fe.target, "cpu") != 0) {
+    fprintf(stderr, "error: axlc compile: --target %s is not available (expected --target cpu)\n",
+            a->fe.target ? a->fe.target : "(none)");
+    return 1;
+  }
+  if (!a->output && (!strcmp(emit, "exe") || !strcmp(emit, "obj"))) {
+    fprintf(stderr, "error: axlc compile needs -o FILE\n");
+    return 1;
+  }
+  DrvJob j;
+  DrvCompiled c = {0};
+  DrvCompileOptions co = compile_options(a);
+  int rc = 1;
+  char err[1024];
+  if (lower(&j, a, NULL) == 0 && drv_compile_cpu(&j, &co, &c) == 0) {
+    if (!strcmp(emit, "exe")) rc = drv_link_trainer(&j, &c, a->output) ? 1 : 0;
+    else if (!strcmp(emit, "obj"))
+      rc = llvm_emit_object(c.module, a->output, NULL, NULL, err, sizeof err)
+               ? fe_error(&j.diag, a->output, NULL, "%s", err), 1
+               : 0;
+    else rc = emit_text(&j, &c, emit, a->output);
+  }
+  if (rc) fe_diag_print(&j.diag, stderr);
+  drv_compiled_free(&c);
+  drv_free(&j);
+  return rc;
+}
+#endif
+
+static int cmd_run(const Args *a) {
+  if (a->fe.target && !strcmp(a->fe.target, "interp")) return run_interp(a);
+#ifdef AXLC_HAVE_LLVM
+  if (a->fe.target && !strcmp(a->fe.target, "cpu")) return run_cpu(a);
+  fprintf(stderr, "error: axlc run: --target %s is not available (expected cpu, or interp for "
+          "the reference interpreter)\n", a->fe.target ? a->fe.target : "(none)");
+#else
+  fprintf(stderr, "error: axlc run: --target %s is not available (this axlc was built without "
+          "LLVM; expected --target interp)\n", a->fe.target ? a->fe.target : "(none)");
+#endif
+  return 1;
+}
+
 int main(int argc, char **argv) {
   Args a;
   if (parse_args(argc, argv, &a)) return 1;
@@ -258,6 +389,14 @@ int main(int argc, char **argv) {
   if (!strcmp(a.command, "kinds")) return cmd_kinds(&a);
   if (!strcmp(a.command, "ir")) return cmd_ir(&a);
   if (!strcmp(a.command, "run")) return cmd_run(&a);
+#ifdef AXLC_HAVE_LLVM
+  if (!strcmp(a.command, "compile")) return cmd_compile(&a);
+#else
+  if (!strcmp(a.command, "compile")) {
+    fprintf(stderr, "error: axlc compile: this axlc was built without the LLVM backend\n");
+    return 1;
+  }
+#endif
   fprintf(stderr, "error: unknown command \"%s\" (see axlc --help)\n", a.command);
   return 1;
 }
