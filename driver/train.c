@@ -186,6 +186,7 @@ static int setup(Trainer *t, int64_t steps) {
   t->losses = calloc((size_t)steps, sizeof *t->losses);
   t->it = ir_interp_new(t->j->graph, NULL);
   if (!t->it) return fail(t, "out of memory");
+  ir_interp_set_keep_all(t->it, false); /* only the outputs are read back */
   return 0;
 }
 

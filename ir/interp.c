@@ -19,6 +19,7 @@ struct IrInterp {
   IrMesh mesh;
   int64_t ndev;
   bool round;
+  bool keep_all;   /* keep every value after a run (default); else only the outputs */
   double **vals;   /* (ndev * nvalues) results of the last run */
   double **bound;  /* (ndev * nvalues) data bound to parameters and inputs */
   char error[IR_ERR_LEN];
@@ -413,6 +414,7 @@ IrInterp *ir_interp_new(const IrGraph *g, const IrMesh *mesh) {
   it->mesh = mesh ? *mesh : g->mesh;
   it->ndev = ir_mesh_devices(&it->mesh);
   it->round = true;
+  it->keep_all = true;
   size_t n = (size_t)it->ndev * (size_t)(g->nvalues ? g->nvalues : 1);
   it->vals = calloc(n, sizeof *it->vals);
   it->bound = calloc(n, sizeof *it->bound);
@@ -443,6 +445,34 @@ void ir_interp_free(IrInterp *it) {
 const char *ir_interp_error(const IrInterp *it) { return it->error[0] ? it->error : NULL; }
 int64_t ir_interp_devices(const IrInterp *it) { return it->ndev; }
 void ir_interp_set_rounding(IrInterp *it, bool round) { it->round = round; }
+void ir_interp_set_keep_all(IrInterp *it, bool keep) { it->keep_all = keep; }
+
+static double **slot(const IrInterp *it, double **slots, int64_t dev, int32_t v);
+
+/* last[v]: the last value reading v, or nvalues for outputs (they are kept). */
+static int32_t *last_reads(const IrGraph *g) {
+  int32_t *last = malloc(((size_t)g->nvalues + 1) * sizeof *last);
+  if (!last) return NULL;
+  for (int32_t v = 0; v < g->nvalues; v++) last[v] = v;
+  for (int32_t v = 0; v < g->nvalues; v++)
+    for (int32_t k = 0; k < g->values[v].nops; k++) last[g->values[v].ops[k]] = v;
+  for (int32_t i = 0; i < g->noutputs; i++) last[g->outputs[i].value] = g->nvalues;
+  return last;
+}
+
+/* Frees, on every device, the operands of v that nothing after v reads. */
+static void release_dead(IrInterp *it, const int32_t *last, int32_t v) {
+  const IrValue *val = &it->g->values[v];
+  for (int32_t k = 0; k < val->nops; k++) {
+    int32_t o = val->ops[k];
+    if (last[o] != v) continue;
+    for (int64_t d = 0; d < it->ndev; d++) {
+      double **s = slot(it, it->vals, d, o);
+      free(*s);
+      *s = NULL;
+    }
+  }
+}
 
 static double **slot(const IrInterp *it, double **slots, int64_t dev, int32_t v) {
   return &slots[dev * it->g->nvalues + v];
@@ -616,15 +646,19 @@ int ir_interp_run(IrInterp *it) {
   char msg[IR_ERR_LEN];
   if (ir_graph_verify(it->g, msg, sizeof msg)) return interp_fail(it, "invalid graph: %s", msg);
   interp_clear(it, it->vals);
-  for (int32_t v = 0; v < it->g->nvalues; v++) {
+  int32_t *last = it->keep_all ? NULL : last_reads(it->g);
+  if (!it->keep_all && !last) return interp_fail(it, "out of memory");
+  int st = IR_OK;
+  for (int32_t v = 0; v < it->g->nvalues && st == IR_OK; v++) {
     if (ir_op_flags(it->g->values[v].op) & IR_COLLECTIVE) {
-      if (interp_collective(it, v)) return IR_ERR;
-      continue;
+      st = interp_collective(it, v);
+    } else {
+      for (int64_t d = 0; d < it->ndev && st == IR_OK; d++) st = interp_value(it, d, v);
     }
-    for (int64_t d = 0; d < it->ndev; d++)
-      if (interp_value(it, d, v)) return IR_ERR;
+    if (last) release_dead(it, last, v);
   }
-  return IR_OK;
+  free(last);
+  return st;
 }
 
 const double *ir_interp_output(IrInterp *it, int64_t device, const char *name, IrShape *shape) {

@@ -263,6 +263,9 @@ void ir_interp_free(IrInterp *it);
 const char *ir_interp_error(const IrInterp *it);
 int64_t ir_interp_devices(const IrInterp *it);
 void ir_interp_set_rounding(IrInterp *it, bool round);  /* round results to dtype; default on */
+/* keep false: a run frees each value once nothing reads it, keeping only the outputs (and
+ * ir_interp_value then answers NULL for the others). For large graphs; default true. */
+void ir_interp_set_keep_all(IrInterp *it, bool keep);
 /* Binds a parameter or input by name on one device (device < 0: every device); data is copied
  * and must have the value's shape. */
 int ir_interp_set(IrInterp *it, int64_t device, const char *name, int32_t rank,

@@ -118,8 +118,8 @@ err_unknown_option)
   expect_user_error "--set needs a value"
   ;;
 err_unknown_command)
-  run compile "$MODELS/tiny-lm.json"
-  expect_user_error 'unknown command "compile" (see axlc --help)'
+  run frobnicate "$MODELS/tiny-lm.json"
+  expect_user_error 'unknown command "frobnicate" (see axlc --help)'
   run
   expect_rc 1
   expect_in "$T/err" "usage: axlc"

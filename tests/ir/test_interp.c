@@ -335,8 +335,40 @@ static void test_rounding(void) {
   ir_graph_free(g);
 }
 
+/* keep_all false: outputs survive the run, dead intermediates are freed. */
+static void test_release_dead_values(void) {
+  char msg[IR_ERR_LEN] = "";
+  IrGraph *g = ir_graph_parse("%0 = input \"x\" : f32[3]\n"
+                              "%1 = exp %0 : f32[3]\n"
+                              "%2 = neg %1 : f32[3]\n"
+                              "%3 = add %2, %0 : f32[3]\n"
+                              "output \"y\" = %3\n"
+                              "output \"e\" = %1\n",
+                              msg, sizeof msg);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  IrInterp *it = ir_interp_new(g, NULL);
+  ir_interp_set_keep_all(it, false);
+  const double x[3] = {0, 1, 2};
+  int64_t dims[1] = {3};
+  CU_ASSERT_EQUAL(ir_interp_set(it, -1, "x", 1, dims, x), IR_OK);
+  CU_ASSERT_EQUAL_FATAL(ir_interp_run(it), IR_OK);
+  IrShape s;
+  const double *y = ir_interp_output(it, 0, "y", &s), *e = ir_interp_output(it, 0, "e", &s);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(y);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+  for (int i = 0; i < 3; i++) {
+    EXPECT_NEAR(y[i], (double)(float)-(float)exp(x[i]) + x[i], 1e-6);
+    EXPECT_NEAR(e[i], exp(x[i]), 1e-6);
+  }
+  CU_ASSERT_PTR_NULL(ir_interp_value(it, 0, 2)); /* read by %3 only: freed */
+  CU_ASSERT_PTR_NULL(ir_interp_value(it, 0, 0)); /* the input's copy too */
+  ir_interp_free(it);
+  ir_graph_free(g);
+}
+
 int main(void) {
   CU_TestInfo tests[] = {
+      {"release_dead_values", test_release_dead_values},
       {"unary", test_unary},
       {"binary_compare", test_binary},
       {"select_cast", test_select_cast},

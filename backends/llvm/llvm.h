@@ -1,0 +1,213 @@
+/* llvm.h: the LLVM backend, the one header of backends/llvm/.
+ *
+ * The backend turns a step graph (ir/ir.h) and its memory plan (passes/passes.h: MemPlan) into
+ * native code through LLVM 14's C API. The generated function
+ *
+ *     void axlc_step(char *slab, RtPool *pool)
+ *
+ * executes every value of the graph in index order, each value's buffer at slab + offset[v]
+ * (row-major; f32 values as float, i32 values as int32_t). Parameters and inputs are leaves the
+ * runtime fills before the step. Each value becomes a kernel: a loop nest over its output index
+ * space that computes one element from its operands (ir/interp.c is the spec), or a call to
+ * cblas_sgemm for dot_general. Elementwise values whose only consumer is another elementwise
+ * value are computed inline in the consumer's loop (llvm_fusion_plan). Large kernels are split
+ * over the runtime's threads with rt_parallel_for (runtime/axrt.h); BLAS calls stay on the
+ * calling thread. Outputs "new:X" land on X's buffer (the memory plan puts them there, or the
+ * step copies them at its end).
+ *
+ * The module can be written as an ELF object (with the `axlc_program` RtProgram the runtime's
+ * trainer main reads) or as LLVM IR / assembly text, or run in process through ORC LLJIT.
+ * Library code: every function returns 0 or -1 with a message in err, and never exits.
+ *
+ * Not supported (an error, not a crash): dtypes other than f32 and i32, and a multi-device mesh
+ * (collectives over a one-device group are copies).
+ */
+#ifndef AXLC_BACKENDS_LLVM_H
+#define AXLC_BACKENDS_LLVM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+#include "passes/passes.h"
+#include "runtime/axrt.h"
+
+/* ======================================================================== compile.c */
+
+/* What the driver knows and the graph does not: the config and the parameter table, for the
+ * `axlc_program` global of a trainer (runtime/axrt.h: RtProgram). Offsets come from the plan:
+ * parameter P is the graph's parameter named P, its moments "opt/m/P" and "opt/v/P"; the batch is
+ * input "ids" (B, T) and "targets", the step input "step"; outputs "loss", "grad_norm", "lr". */
+typedef struct LlvmParamInfo {
+  const char *path;                   /* parameter name in the graph */
+  RtInit init;                        /* how the runtime initializes it */
+} LlvmParamInfo;
+
+typedef struct LlvmProgramInfo {
+  const char *config;                 /* canonical JSON of the resolved config */
+  int32_t nparams;
+  const LlvmParamInfo *params;        /* (nparams); rank and shape come from the graph */
+  int64_t vocab;
+  int64_t max_steps, ckpt_every;
+  int32_t ckpt_keep;
+  uint64_t seed;
+} LlvmProgramInfo;
+
+typedef struct LlvmOptions {
+  int opt_level;                      /* 0: no LLVM optimization, 1..3: default<On> */
+  bool fuse;                          /* inline single-use elementwise values (llvm_fusion_plan) */
+  bool blas;                          /* dot_general through cblas_sgemm where layouts allow */
+  bool threads;                       /* split large kernels with rt_parallel_for */
+  int64_t parallel_min;               /* elements below which a kernel stays on one thread */
+  const char *cpu, *features;         /* target; NULL: the host's */
+  const LlvmProgramInfo *program;     /* NULL: no axlc_program global */
+} LlvmOptions;
+
+typedef struct LlvmModule LlvmModule;  /* an LLVM module holding axlc_step, in its own context */
+
+/* O3, fusion, BLAS, threads when the runtime has its pool, host CPU, no program. */
+LlvmOptions llvm_options_default(void);
+/* Builds and optimizes the module. mp plans g (pass_memplan); opt NULL: the defaults. */
+int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, LlvmModule **out,
+                 char *err, size_t cap);
+void llvm_module_free(LlvmModule *m);   /* NULL is fine */
+
+/* ======================================================================== fusion.c */
+
+/* materialized[v] (nvalues) is set when value v gets a buffer written by its own kernel; the
+ * others are computed inside their one consumer's loop and need no buffer (a plan may give them
+ * 0 bytes). Parameters, inputs, outputs and every operand of a non-elementwise value stay
+ * materialized. Returns 0, or -1 if an argument is NULL. */
+int llvm_fusion_plan(const IrGraph *g, bool *materialized);
+
+/* ======================================================================== emit.c */
+
+/* Writes an ELF object for cpu/features (NULL: those the module was compiled for). */
+int llvm_emit_object(LlvmModule *m, const char *path, const char *cpu, const char *features,
+                     char *err, size_t cap);
+/* Writes the module as LLVM IR text (as_asm false) or host assembly (as_asm true). */
+int llvm_emit_text(LlvmModule *m, FILE *out, bool as_asm, char *err, size_t cap);
+
+/* ======================================================================== jit.c */
+
+typedef struct LlvmJit LlvmJit;
+typedef void (*LlvmStepFn)(char *slab, RtPool *pool);
+
+/* Moves the module into an ORC LLJIT (m may be freed afterwards but not compiled again) and
+ * looks up axlc_step. cblas_sgemm, libm and runtime symbols resolve from this process. */
+int llvm_jit(LlvmModule *m, LlvmStepFn *step, LlvmJit **jit, char *err, size_t cap);
+/* The module's axlc_program (with step filled in), or NULL if it was compiled without one. */
+const RtProgram *llvm_jit_program(LlvmJit *jit);
+void llvm_jit_free(LlvmJit *jit);       /* NULL is fine */
+
+/* ======================================================================== internal
+ * Everything below is shared by the files of backends/llvm/ only; define AXLC_LLVM_INTERNAL
+ * before including this header to see it (it needs LLVM's C headers). */
+#ifdef AXLC_LLVM_INTERNAL
+#include <llvm-c/Core.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/TargetMachine.h>
+
+struct LlvmModule {
+  LLVMOrcThreadSafeContextRef tsctx;  /* owns ctx */
+  LLVMContextRef ctx;
+  LLVMModuleRef mod;                  /* NULL once moved into a JIT */
+  LLVMTargetMachineRef tm;
+  char *cpu, *features;
+  bool has_program;
+};
+
+/* The state of one compilation: the graph, its plan and where the builder stands. */
+typedef struct LlvmCtx {
+  const IrGraph *g;
+  const MemPlan *mp;
+  LlvmOptions opt;
+  LLVMContextRef c;
+  LLVMModuleRef m;
+  LLVMBuilderRef b;
+  LLVMTypeRef t_void, t_i1, t_i8, t_i8p, t_i32, t_i64, t_f32, t_f64, t_kernel;
+  LLVMValueRef fn;                    /* function being emitted */
+  LLVMValueRef slab;                  /* its slab argument (i8*) */
+  LLVMValueRef step, step_slab, pool; /* axlc_step and its arguments */
+  bool *mat;                          /* (nvalues) materialized values */
+  LLVMValueRef *cdata;                /* (nvalues) globals of data constants, made on demand */
+  char *err;
+  size_t cap;
+} LlvmCtx;
+
+/* A position in a value's index space: per-dimension indices (i64) and/or the row-major
+ * linear index. lin may be NULL until llvm_pos_lin computes it. */
+typedef struct LlvmPos {
+  bool has_idx;
+  LLVMValueRef idx[IR_MAX_RANK];
+  LLVMValueRef lin;
+} LlvmPos;
+
+/* A counted loop [lo, hi) with an i64 induction variable. */
+typedef struct LlvmLoop {
+  LLVMBasicBlockRef pre, header, body, exit;
+  LLVMValueRef iv, phi;
+} LlvmLoop;
+
+/* ---- compile.c ---- */
+int llvm_fail(LlvmCtx *C, const char *fmt, ...);
+LLVMTypeRef llvm_type_of(LlvmCtx *C, IrDType dt);
+
+/* ---- loop.c: loops, buffers, functions ---- */
+LLVMValueRef llvm_loop_begin(LlvmCtx *C, LlvmLoop *L, LLVMValueRef lo, LLVMValueRef hi,
+                             const char *name);
+void llvm_loop_end(LlvmCtx *C, LlvmLoop *L);
+LLVMValueRef llvm_i64(LlvmCtx *C, int64_t v);
+LLVMValueRef llvm_alloca_entry(LlvmCtx *C, LLVMTypeRef t, const char *name);
+LLVMValueRef llvm_buffer_ptr(LlvmCtx *C, int32_t v);     /* typed pointer to v's buffer */
+LLVMValueRef llvm_buffer_load(LlvmCtx *C, int32_t v, LLVMValueRef lin);
+void llvm_buffer_store(LlvmCtx *C, int32_t v, LLVMValueRef lin, LLVMValueRef x);
+LLVMValueRef llvm_pos_lin(LlvmCtx *C, const IrShape *s, LlvmPos *p);
+LLVMValueRef llvm_fn_get(LlvmCtx *C, const char *name, LLVMTypeRef ret, LLVMTypeRef *params,
+                         unsigned n);
+/* A new kernel function void name(i8* noalias slab, i64 lo, i64 hi); the builder is left in
+ * its entry block with C->fn and C->slab set. lo and hi are its params 1 and 2. kernel_end
+ * returns the builder to the end of axlc_step. */
+LLVMValueRef llvm_kernel_begin(LlvmCtx *C, const char *name);
+void llvm_kernel_end(LlvmCtx *C);
+/* From axlc_step: runs kernel fn over [0, n), split across the pool if parallel. */
+void llvm_kernel_call(LlvmCtx *C, LLVMValueRef fn, int64_t n, bool parallel);
+
+/* ---- scalar.c: the element semantics of elementwise ops ---- */
+LLVMValueRef llvm_scalar_unary(LlvmCtx *C, IrOp op, IrDType dt, LLVMValueRef x);
+LLVMValueRef llvm_scalar_binary(LlvmCtx *C, IrOp op, IrDType dt, LLVMValueRef a, LLVMValueRef b);
+LLVMValueRef llvm_scalar_select(LlvmCtx *C, IrDType pdt, LLVMValueRef p, LLVMValueRef a,
+                                LLVMValueRef b);
+LLVMValueRef llvm_scalar_cast(LlvmCtx *C, IrDType from, IrDType to, LLVMValueRef x);
+LLVMValueRef llvm_scalar_const(LlvmCtx *C, IrDType dt, double v);
+LLVMValueRef llvm_scalar_max_nan(LlvmCtx *C, IrDType dt, LLVMValueRef x, LLVMValueRef acc);
+
+/* ---- kernel.c: output-driven kernels (one element from its position) ---- */
+/* Element of v at p: a load when v is materialized, else computed inline. */
+LLVMValueRef llvm_elem_get(LlvmCtx *C, int32_t v, LlvmPos *p);
+/* Element of v at p computed from its operands (v's own op). */
+LLVMValueRef llvm_elem_compute(LlvmCtx *C, int32_t v, LlvmPos *p);
+/* Emits v's kernel and its call from axlc_step. */
+int llvm_kernel_emit(LlvmCtx *C, int32_t v);
+
+/* ---- reduce.c: reductions, dot fallback, top_k, scatter_add ---- */
+LLVMValueRef llvm_reduce_elem(LlvmCtx *C, int32_t v, LlvmPos *p);
+LLVMValueRef llvm_dot_elem(LlvmCtx *C, int32_t v, LlvmPos *p);
+int llvm_top_k_emit(LlvmCtx *C, int32_t v);
+int llvm_scatter_emit(LlvmCtx *C, int32_t v);
+
+/* ---- blas.c ---- */
+bool llvm_dot_blas_ok(const IrGraph *g, int32_t v);
+int llvm_dot_blas_emit(LlvmCtx *C, int32_t v);
+
+/* ---- fusion.c ---- */
+/* Materializes fused values whose inputs the plan lets other values overwrite before use. */
+int llvm_fusion_check(LlvmCtx *C);
+
+/* ---- program.c ---- */
+int llvm_program_emit(LlvmCtx *C, LLVMValueRef step);
+
+#endif /* AXLC_LLVM_INTERNAL */
+#endif /* AXLC_BACKENDS_LLVM_H */

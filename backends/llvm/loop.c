@@ -1,0 +1,150 @@
+/* loop.c: the building blocks every kernel is made of: counted loops, buffer addresses in the
+ * slab, row-major positions, and kernel functions and their calls.
+ *
+ * A kernel is an internal function void k(i8* noalias slab, i64 lo, i64 hi) that computes the
+ * rows [lo, hi) of its outermost loop, so axlc_step can run it whole or hand it to
+ * rt_parallel_for. Loops count an i64 phi from lo to hi with nsw/nuw steps, the shape LLVM's
+ * vectorizer and SCEV want. Loop-carried accumulators are allocas in the entry block, which
+ * mem2reg (part of every optimization level we run) turns into registers.
+ */
+#define AXLC_LLVM_INTERNAL
+#include "backends/llvm/llvm.h"
+
+#include <string.h>
+
+LLVMValueRef llvm_i64(LlvmCtx *C, int64_t v) {
+  return LLVMConstInt(C->t_i64, (unsigned long long)v, 1);
+}
+
+LLVMValueRef llvm_loop_begin(LlvmCtx *C, LlvmLoop *L, LLVMValueRef lo, LLVMValueRef hi,
+                             const char *name) {
+  L->pre = LLVMGetInsertBlock(C->b);
+  L->header = LLVMAppendBasicBlockInContext(C->c, C->fn, "loop");
+  L->body = LLVMAppendBasicBlockInContext(C->c, C->fn, "body");
+  L->exit = LLVMAppendBasicBlockInContext(C->c, C->fn, "done");
+  LLVMBuildBr(C->b, L->header);
+  LLVMPositionBuilderAtEnd(C->b, L->header);
+  L->phi = LLVMBuildPhi(C->b, C->t_i64, name);
+  LLVMAddIncoming(L->phi, &lo, &L->pre, 1);
+  LLVMBuildCondBr(C->b, LLVMBuildICmp(C->b, LLVMIntSLT, L->phi, hi, ""), L->body, L->exit);
+  LLVMPositionBuilderAtEnd(C->b, L->body);
+  L->iv = L->phi;
+  return L->iv;
+}
+
+void llvm_loop_end(LlvmCtx *C, LlvmLoop *L) {
+  LLVMValueRef next = LLVMBuildNUWAdd(C->b, L->phi, llvm_i64(C, 1), "");
+  LLVMBasicBlockRef latch = LLVMGetInsertBlock(C->b);
+  LLVMBuildBr(C->b, L->header);
+  LLVMAddIncoming(L->phi, &next, &latch, 1);
+  LLVMPositionBuilderAtEnd(C->b, L->exit);
+}
+
+LLVMValueRef llvm_alloca_entry(LlvmCtx *C, LLVMTypeRef t, const char *name) {
+  LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(C->fn);
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(C->c);
+  LLVMValueRef first = LLVMGetFirstInstruction(entry);
+  if (first) LLVMPositionBuilderBefore(b, first);
+  else LLVMPositionBuilderAtEnd(b, entry);
+  LLVMValueRef a = LLVMBuildAlloca(b, t, name);
+  LLVMDisposeBuilder(b);
+  return a;
+}
+
+LLVMValueRef llvm_buffer_ptr(LlvmCtx *C, int32_t v) {
+  LLVMValueRef off = llvm_i64(C, C->mp->offset[v]);
+  LLVMValueRef p = LLVMBuildInBoundsGEP2(C->b, C->t_i8, C->slab, &off, 1, "");
+  LLVMTypeRef et = llvm_type_of(C, C->g->values[v].dtype);
+  return LLVMBuildBitCast(C->b, p, LLVMPointerType(et, 0), "");
+}
+
+static LLVMValueRef element_ptr(LlvmCtx *C, int32_t v, LLVMValueRef lin) {
+  LLVMTypeRef et = llvm_type_of(C, C->g->values[v].dtype);
+  return LLVMBuildInBoundsGEP2(C->b, et, llvm_buffer_ptr(C, v), &lin, 1, "");
+}
+
+LLVMValueRef llvm_buffer_load(LlvmCtx *C, int32_t v, LLVMValueRef lin) {
+  LLVMTypeRef et = llvm_type_of(C, C->g->values[v].dtype);
+  LLVMValueRef x = LLVMBuildLoad2(C->b, et, element_ptr(C, v, lin), "");
+  LLVMSetAlignment(x, 4);
+  return x;
+}
+
+void llvm_buffer_store(LlvmCtx *C, int32_t v, LLVMValueRef lin, LLVMValueRef x) {
+  LLVMValueRef st = LLVMBuildStore(C->b, x, element_ptr(C, v, lin));
+  LLVMSetAlignment(st, 4);
+}
+
+/* Row-major linear index of p in shape s, computed once from the indices. */
+LLVMValueRef llvm_pos_lin(LlvmCtx *C, const IrShape *s, LlvmPos *p) {
+  if (p->lin) return p->lin;
+  LLVMValueRef lin = llvm_i64(C, 0);
+  int64_t stride = 1;
+  for (int32_t d = s->rank - 1; d >= 0; d--) {
+    LLVMValueRef t = LLVMBuildNSWMul(C->b, p->idx[d], llvm_i64(C, stride), "");
+    lin = LLVMBuildNSWAdd(C->b, lin, t, "");
+    stride *= s->dims[d];
+  }
+  p->lin = lin;
+  return lin;
+}
+
+LLVMValueRef llvm_fn_get(LlvmCtx *C, const char *name, LLVMTypeRef ret, LLVMTypeRef *params,
+                         unsigned n) {
+  LLVMValueRef f = LLVMGetNamedFunction(C->m, name);
+  if (f) return f;
+  return LLVMAddFunction(C->m, name, LLVMFunctionType(ret, params, n, 0));
+}
+
+LLVMValueRef llvm_kernel_begin(LlvmCtx *C, const char *name) {
+  LLVMValueRef f = LLVMAddFunction(C->m, name, C->t_kernel);
+  LLVMSetLinkage(f, LLVMInternalLinkage);
+  unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+  LLVMAddAttributeAtIndex(f, 1, LLVMCreateEnumAttribute(C->c, noalias, 0));
+  /* Kernels stay functions of their own: inlining hundreds of loop nests into axlc_step makes
+   * one huge function that takes LLVM several times longer to compile, for no speed. */
+  const char *fattrs[] = {"nounwind", "noinline"};
+  for (int i = 0; i < 2; i++) {
+    unsigned kind = LLVMGetEnumAttributeKindForName(fattrs[i], strlen(fattrs[i]));
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(C->c, kind, 0));
+  }
+  LLVMPositionBuilderAtEnd(C->b, LLVMAppendBasicBlockInContext(C->c, f, "entry"));
+  C->fn = f;
+  C->slab = LLVMGetParam(f, 0);
+  return f;
+}
+
+void llvm_kernel_end(LlvmCtx *C) {
+  LLVMBuildRetVoid(C->b);
+  C->fn = C->step;
+  C->slab = C->step_slab;
+  LLVMPositionBuilderAtEnd(C->b, LLVMGetLastBasicBlock(C->step));
+}
+
+/* rt_parallel_for(pool, n, fn, ctx) as declared in runtime/axrt.h. */
+static LLVMValueRef parallel_for_decl(LlvmCtx *C) {
+  LLVMTypeRef params[] = {C->t_i8p, C->t_i64, LLVMPointerType(C->t_kernel, 0), C->t_i8p};
+  return llvm_fn_get(C, "rt_parallel_for", C->t_void, params, 4);
+}
+
+void llvm_kernel_call(LlvmCtx *C, LLVMValueRef fn, int64_t n, bool parallel) {
+  LLVMValueRef args[] = {C->slab, llvm_i64(C, 0), llvm_i64(C, n)};
+  if (!parallel) {
+    LLVMBuildCall2(C->b, C->t_kernel, fn, args, 3, "");
+    return;
+  }
+  /* A NULL pool runs on this thread, as rt_parallel_for would, without the call. */
+  LLVMBasicBlockRef par = LLVMAppendBasicBlockInContext(C->c, C->fn, "par");
+  LLVMBasicBlockRef ser = LLVMAppendBasicBlockInContext(C->c, C->fn, "ser");
+  LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(C->c, C->fn, "join");
+  LLVMBuildCondBr(C->b, LLVMBuildIsNull(C->b, C->pool, ""), ser, par);
+  LLVMPositionBuilderAtEnd(C->b, par);
+  LLVMValueRef pf = parallel_for_decl(C);
+  LLVMValueRef pargs[] = {C->pool, llvm_i64(C, n), fn, C->slab};
+  LLVMBuildCall2(C->b, LLVMGlobalGetValueType(pf), pf, pargs, 4, "");
+  LLVMBuildBr(C->b, join);
+  LLVMPositionBuilderAtEnd(C->b, ser);
+  LLVMBuildCall2(C->b, C->t_kernel, fn, args, 3, "");
+  LLVMBuildBr(C->b, join);
+  LLVMPositionBuilderAtEnd(C->b, join);
+}

@@ -1,0 +1,276 @@
+/* test_ops.c: every op kind through the LLVM backend, against the interpreter.
+ *
+ * Each test builds a small graph with the IR builder, names its results as outputs, and lets
+ * bt_check run it fused at O3 (on a one-buffer-per-value plan and on pass_memplan's shared
+ * slab) and unfused at O0 without BLAS. Also: the errors for what the backend does not do.
+ */
+#include "backend_test.h"
+
+#define RTOL 1e-5
+#define OUT(g, name, v) CU_ASSERT_EQUAL(ir_graph_add_output((g), (name), (v)), IR_OK)
+
+static const int64_t D35[] = {3, 5};
+
+/* abs(x) + 0.5: a positive operand for log, sqrt, rsqrt, pow. */
+static int32_t positive(IrGraph *g, int32_t x) {
+  return ir_add(g, ir_abs(g, x), ir_const_scalar(g, DT_F32, 0.5, 2, D35));
+}
+
+static void test_unary(void) {
+  IrGraph *g = ir_graph_new();
+  int32_t x = ir_param(g, "x", DT_F32, 2, D35);
+  const IrOp ops[] = {IR_NEG, IR_EXP, IR_TANH, IR_ABS, IR_SIN, IR_COS, IR_ERF, IR_LOGISTIC};
+  char name[32];
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    snprintf(name, sizeof name, "%s", ir_op_name(ops[i]));
+    OUT(g, name, ir_unary(g, ops[i], x));
+  }
+  OUT(g, "log", ir_log(g, positive(g, x)));
+  OUT(g, "sqrt", ir_sqrt(g, positive(g, x)));
+  OUT(g, "rsqrt", ir_rsqrt(g, positive(g, x)));
+  bt_check(g, NULL, 0, RTOL);
+  ir_graph_free(g);
+}
+
+static void test_binary(void) {
+  IrGraph *g = ir_graph_new();
+  int32_t a = ir_param(g, "a", DT_F32, 2, D35), b = ir_param(g, "b", DT_F32, 2, D35);
+  double bd[15], ad[15];
+  for (int i = 0; i < 15; i++) {
+    ad[i] = (i % 5) - 2.0;
+    bd[i] = i % 3 == 0 ? ad[i] : 0.25 * i - 1.5; /* some ties for max/min/compares */
+  }
+  const IrOp ops[] = {IR_ADD, IR_SUB, IR_MUL, IR_DIV, IR_MAX, IR_MIN,
+                      IR_EQ, IR_NE, IR_LT, IR_LE, IR_GT, IR_GE};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) OUT(g, ir_op_name(ops[i]), ir_binary(g, ops[i], a, b));
+  OUT(g, "pow", ir_pow(g, positive(g, a), b));
+  OUT(g, "select", ir_select(g, ir_gt(g, a, b), a, b));
+  OUT(g, "cast", ir_cast(g, ir_cast(g, ir_mul(g, b, ir_const_scalar(g, DT_F32, 3.7, 2, D35)), DT_I32), DT_F32));
+  BtBind binds[] = {{"a", ad}, {"b", bd}};
+  bt_check(g, binds, 2, RTOL);
+  ir_graph_free(g);
+}
+
+static void test_i32(void) {
+  IrGraph *g = ir_graph_new();
+  int32_t a = ir_input(g, "a", DT_I32, 2, D35), b = ir_input(g, "b", DT_I32, 2, D35);
+  double ad[15], bd[15];
+  for (int i = 0; i < 15; i++) {
+    ad[i] = i * 7 - 50;
+    bd[i] = (i % 4) - 1; /* -1, 0, 1, 2: division by zero and by -1 */
+  }
+  const IrOp ops[] = {IR_ADD, IR_SUB, IR_MUL, IR_DIV, IR_MAX, IR_MIN, IR_EQ, IR_LT, IR_GE};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) OUT(g, ir_op_name(ops[i]), ir_binary(g, ops[i], a, b));
+  OUT(g, "neg", ir_neg(g, a));
+  OUT(g, "abs", ir_abs(g, a));
+  OUT(g, "tof32", ir_cast(g, a, DT_F32));
+  OUT(g, "select", ir_select(g, b, a, ir_neg(g, a)));
+  BtBind binds[] = {{"a", ad}, {"b", bd}};
+  bt_check(g, binds, 2, 0);
+  ir_graph_free(g);
+}
+
+static void test_layout(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t d3[] = {2, 3, 4}, d5[] = {5}, d2x12[] = {2, 12};
+  int32_t x = ir_param(g, "x", DT_F32, 3, d3), v = ir_param(g, "v", DT_F32, 1, d5);
+  const int32_t b1[] = {1}, b0[] = {0};
+  const int64_t d53[] = {5, 3};
+  OUT(g, "bcast_row", ir_broadcast(g, v, 2, d53, b0));
+  OUT(g, "bcast_col", ir_broadcast(g, v, 2, D35, b1));
+  int32_t s = ir_param(g, "s", DT_F32, 0, NULL);
+  OUT(g, "bcast_scalar", ir_broadcast(g, s, 3, d3, NULL));
+  OUT(g, "reshape", ir_reshape(g, x, 2, d2x12));
+  const int32_t perm[] = {2, 0, 1};
+  OUT(g, "transpose", ir_transpose(g, x, perm));
+  const int64_t lo[] = {1, 0, 1}, hi[] = {2, 3, 3};
+  OUT(g, "slice", ir_slice(g, x, lo, hi));
+  const int32_t parts[] = {x, ir_neg(g, x), x};
+  OUT(g, "concat", ir_concat(g, 3, parts, 1));
+  const int64_t pl[] = {0, 1, 2}, ph[] = {1, 0, 1};
+  OUT(g, "pad", ir_pad(g, x, pl, ph, -7.5));
+  OUT(g, "iota_f32", ir_iota(g, DT_F32, 3, d3, 1));
+  OUT(g, "iota_i32", ir_iota(g, DT_I32, 3, d3, 2));
+  double cd[5] = {1.5, -2, 3.25, 0, 9};
+  OUT(g, "const_data", ir_add(g, v, ir_const_data(g, DT_F32, cd, 1, d5)));
+  OUT(g, "const_splat", ir_const_scalar(g, DT_F32, 2.5, 3, d3));
+  bt_check(g, NULL, 0, RTOL);
+  ir_graph_free(g);
+}
+
+static void test_reduce(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t d3[] = {3, 4, 5};
+  int32_t x = ir_param(g, "x", DT_F32, 3, d3);
+  const int32_t a1[] = {1}, a02[] = {0, 2}, all[] = {0, 1, 2}, last[] = {2};
+  OUT(g, "sum1", ir_reduce_sum(g, x, 1, a1));
+  OUT(g, "sum02", ir_reduce_sum(g, x, 2, a02));
+  OUT(g, "sum_all", ir_reduce_sum(g, x, 3, all));
+  OUT(g, "max_last", ir_reduce_max(g, x, 1, last));
+  OUT(g, "max02", ir_reduce_max(g, x, 2, a02));
+  int32_t i = ir_cast(g, ir_mul(g, x, ir_const_scalar(g, DT_F32, 10, 3, d3)), DT_I32);
+  OUT(g, "isum", ir_reduce_sum(g, i, 1, last));
+  OUT(g, "imax", ir_reduce_max(g, i, 2, a02));
+  bt_check(g, NULL, 0, RTOL);
+  ir_graph_free(g);
+}
+
+static void test_dot(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t mk[] = {6, 8}, kn[] = {8, 5}, km[] = {8, 6}, nk[] = {5, 8}, bmk[] = {3, 6, 8},
+                bkn[] = {3, 8, 5}, mkp[] = {6, 8, 2};
+  int32_t A = ir_param(g, "A", DT_F32, 2, mk), B = ir_param(g, "B", DT_F32, 2, kn);
+  int32_t At = ir_param(g, "At", DT_F32, 2, km), Bt = ir_param(g, "Bt", DT_F32, 2, nk);
+  int32_t bA = ir_param(g, "bA", DT_F32, 3, bmk), bB = ir_param(g, "bB", DT_F32, 3, bkn);
+  int32_t P = ir_param(g, "P", DT_F32, 3, mkp);
+  const int32_t z[] = {0}, one[] = {1}, two[] = {2};
+  OUT(g, "mm", ir_matmul(g, A, B));
+  OUT(g, "ta", ir_dot(g, At, B, 0, NULL, NULL, 1, z, z));
+  OUT(g, "tb", ir_dot(g, A, Bt, 0, NULL, NULL, 1, one, one));
+  OUT(g, "tab", ir_dot(g, At, Bt, 0, NULL, NULL, 1, z, one));
+  OUT(g, "batched", ir_dot(g, bA, bB, 1, z, z, 1, two, one));
+  OUT(g, "middle_k", ir_dot(g, P, B, 0, NULL, NULL, 1, one, z)); /* loop-nest fallback */
+  OUT(g, "outer", ir_dot(g, A, B, 0, NULL, NULL, 0, NULL, NULL));
+  int32_t ia = ir_cast(g, ir_mul(g, A, ir_const_scalar(g, DT_F32, 5, 2, mk)), DT_I32);
+  int32_t ib = ir_cast(g, ir_mul(g, B, ir_const_scalar(g, DT_F32, 5, 2, kn)), DT_I32);
+  OUT(g, "i32", ir_matmul(g, ia, ib));
+  bt_check(g, NULL, 0, 1e-5);
+  ir_graph_free(g);
+}
+
+static void test_gather_scatter_topk(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t vd[] = {7, 4}, bt[] = {2, 3}, btd[] = {2, 3, 4}, bn[] = {3, 6};
+  int32_t table = ir_param(g, "table", DT_F32, 2, vd);
+  int32_t idx = ir_input(g, "idx", DT_I32, 2, bt);
+  int32_t upd = ir_param(g, "upd", DT_F32, 3, btd);
+  int32_t x = ir_param(g, "x", DT_F32, 2, bn);
+  double id[6] = {3, 0, 6, 3, 3, 1}; /* repeated rows accumulate */
+  double xd[18] = {1, 5, 5, 2, 0, 5, -1, -1, -1, -1, -1, -1, 3, 2, 1, 0, 9, 8};
+  OUT(g, "gather", ir_gather(g, table, idx));
+  OUT(g, "scatter", ir_scatter_add(g, idx, upd, 7));
+  OUT(g, "top3", ir_top_k_indices(g, x, 3));
+  OUT(g, "top1", ir_top_k_indices(g, ir_neg(g, x), 1));
+  BtBind binds[] = {{"idx", id}, {"x", xd}};
+  bt_check(g, binds, 2, RTOL);
+  ir_graph_free(g);
+}
+
+static void test_collectives_one_device(void) {
+  IrGraph *g = ir_graph_new();
+  IrMesh mesh = {.naxes = 1, .names = {"data"}, .sizes = {1}};
+  CU_ASSERT_EQUAL(ir_graph_set_mesh(g, &mesh), IR_OK);
+  int32_t x = ir_param(g, "x", DT_F32, 2, D35);
+  const char *axes[] = {"data"};
+  OUT(g, "all_reduce", ir_all_reduce(g, x, 1, axes));
+  OUT(g, "all_gather", ir_all_gather(g, ir_exp(g, x), 1, axes, 0));
+  OUT(g, "reduce_scatter", ir_reduce_scatter(g, x, 1, axes, 1));
+  OUT(g, "all_to_all", ir_all_to_all(g, x, 1, axes, 0, 1));
+  bt_check(g, NULL, 0, RTOL);
+  ir_graph_free(g);
+}
+
+/* A layer norm: broadcasts and elementwise chains that fusion turns into few loops. */
+static void test_fused_chain(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t d[] = {4, 16}, c[] = {16}, r[] = {4};
+  const int32_t last[] = {1}, b0[] = {0}, b1[] = {1};
+  int32_t x = ir_param(g, "x", DT_F32, 2, d), gamma = ir_param(g, "gamma", DT_F32, 1, c);
+  int32_t beta = ir_param(g, "beta", DT_F32, 1, c);
+  int32_t inv = ir_const_scalar(g, DT_F32, 1.0 / 16, 1, r);
+  int32_t mean = ir_mul(g, ir_reduce_sum(g, x, 1, last), inv);
+  int32_t xc = ir_sub(g, x, ir_broadcast(g, mean, 2, d, b0));
+  int32_t var = ir_mul(g, ir_reduce_sum(g, ir_mul(g, xc, xc), 1, last), inv);
+  int32_t rs = ir_rsqrt(g, ir_add(g, var, ir_const_scalar(g, DT_F32, 1e-5, 1, r)));
+  int32_t y = ir_mul(g, xc, ir_broadcast(g, rs, 2, d, b0));
+  y = ir_add(g, ir_mul(g, y, ir_broadcast(g, gamma, 2, d, b1)), ir_broadcast(g, beta, 2, d, b1));
+  OUT(g, "y", ir_tanh(g, y));
+  bool mat[64];
+  CU_ASSERT_EQUAL(llvm_fusion_plan(g, mat), 0);
+  int nmat = 0;
+  for (int32_t v = 0; v < g->nvalues; v++) nmat += mat[v];
+  CU_ASSERT(nmat < g->nvalues - 6); /* most of the chain needs no buffer */
+  bt_check(g, NULL, 0, RTOL);
+  ir_graph_free(g);
+}
+
+static void expect_error(IrGraph *g, const char *needle) {
+  MemPlan mp;
+  bt_plan_simple(g, &mp);
+  char err[512] = "";
+  LlvmModule *m = NULL;
+  CU_ASSERT_EQUAL(llvm_compile(g, &mp, NULL, &m, err, sizeof err), -1);
+  CU_ASSERT_PTR_NULL(m);
+  if (!strstr(err, needle)) fprintf(stderr, "error \"%s\" lacks \"%s\"\n", err, needle);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, needle));
+  free(mp.offset);
+  free(mp.bytes);
+}
+
+static void test_errors(void) {
+  IrGraph *g = ir_graph_new();
+  IrMesh mesh = {.naxes = 1, .names = {"data"}, .sizes = {2}};
+  ir_graph_set_mesh(g, &mesh);
+  const char *axes[] = {"data"};
+  OUT(g, "y", ir_all_reduce(g, ir_param(g, "x", DT_F32, 2, D35), 1, axes));
+  expect_error(g, "one device");
+  ir_graph_free(g);
+  g = ir_graph_new();
+  OUT(g, "y", ir_exp(g, ir_param(g, "x", DT_F64, 2, D35)));
+  expect_error(g, "f64");
+  ir_graph_free(g);
+}
+
+/* The object and text emitters on a small module. */
+static void test_emit(void) {
+  IrGraph *g = ir_graph_new();
+  OUT(g, "y", ir_exp(g, ir_param(g, "x", DT_F32, 2, D35)));
+  MemPlan mp;
+  bt_plan_simple(g, &mp);
+  char err[512];
+  LlvmModule *m;
+  CU_ASSERT_EQUAL_FATAL(llvm_compile(g, &mp, NULL, &m, err, sizeof err), 0);
+  char path[] = "/tmp/axlc_backend_XXXXXX";
+  int fd = mkstemp(path);
+  CU_ASSERT(fd >= 0);
+  CU_ASSERT_EQUAL(llvm_emit_object(m, path, NULL, NULL, err, sizeof err), 0);
+  FILE *f = fopen(path, "rb");
+  char magic[4] = {0};
+  CU_ASSERT(f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "\x7f" "ELF", 4));
+  if (f) fclose(f);
+  remove(path);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&text, &len);
+  CU_ASSERT_EQUAL(llvm_emit_text(m, mem, false, err, sizeof err), 0);
+  CU_ASSERT_EQUAL(llvm_emit_text(m, mem, true, err, sizeof err), 0);
+  fclose(mem);
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "define void @axlc_step"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "axlc_step:"));
+  free(text);
+  llvm_module_free(m);
+  free(mp.offset);
+  free(mp.bytes);
+  ir_graph_free(g);
+}
+
+int main(void) {
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite s = CU_add_suite("backend_ops", NULL, NULL);
+  CU_add_test(s, "unary", test_unary);
+  CU_add_test(s, "binary", test_binary);
+  CU_add_test(s, "i32", test_i32);
+  CU_add_test(s, "layout", test_layout);
+  CU_add_test(s, "reduce", test_reduce);
+  CU_add_test(s, "dot", test_dot);
+  CU_add_test(s, "gather_scatter_topk", test_gather_scatter_topk);
+  CU_add_test(s, "collectives_one_device", test_collectives_one_device);
+  CU_add_test(s, "fused_chain", test_fused_chain);
+  CU_add_test(s, "errors", test_errors);
+  CU_add_test(s, "emit", test_emit);
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  unsigned failed = CU_get_number_of_failures();
+  CU_cleanup_registry();
+  return failed ? 1 : 0;
+}
