@@ -21,8 +21,9 @@ ctest --test-dir "$top/build" --output-on-failure -j "$jobs"
 
 echo "== build with ASan + UBSan and test"
 build build-asan -DCMAKE_BUILD_TYPE=Debug -DAXLC_SANITIZE=ON
+# (tests labelled slow, the full-size interpreter runs, are left to the normal build)
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir "$top/build-asan" --output-on-failure -j "$jobs"
+  ctest --test-dir "$top/build-asan" --output-on-failure -j "$jobs" -LE slow
 
 if [ "${AXLC_FUZZ_SECONDS:-0}" -gt 0 ] && command -v clang > /dev/null; then
   echo "== fuzz the config frontend for ${AXLC_FUZZ_SECONDS}s"

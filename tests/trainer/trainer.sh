@@ -1,0 +1,102 @@
+#!/bin/sh
+# trainer.sh AXLC SRCDIR CASE: end-to-end tests of compiled trainers.
+#   equiv_MODEL  3 steps of `axlc run --target interp`, of the trainer from `axlc compile`,
+#                and of `axlc run --target cpu` (the JIT), from the same init and data: the
+#                compiled losses and parameters within 1e-4 relative of the interpreter's, and
+#                the JIT's bit-identical to the trainer's
+#   resume       20 steps straight = 10 steps, --resume, 10 more: identical losses and params
+#   damaged      a flipped byte or a truncated file in the newest checkpoint is refused and the
+#                previous one is used; bad options and files are clear errors
+set -u
+AXLC=$1 SRC=$2 CASE=$3
+PY=${TORCH_PYTHON:-/usr/bin/python3}
+T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-trainer.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
+must() { "$@" > "$T/log" 2>&1 || { fail "$*"; tail -20 "$T/log" >&2; }; }
+compare() { "$PY" "$SRC/tests/trainer/compare.py" "$@" || fail "compare $*"; }
+newest() { ls -d "$1"/step_* 2>/dev/null | sort | tail -1; }
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+  echo "SKIP: $PY cannot import numpy"
+  exit 77
+fi
+cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+
+# equiv MODEL SETS...: the interpreter, the compiled trainer and the JIT agree
+equiv() {
+  model=$1
+  shift
+  sets=""
+  for s in "$@"; do sets="$sets --set $s"; done
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$model" --target interp --data "$T/text.txt" --steps 3 $sets \
+    --dump "$T/interp.safetensors"
+  cp "$T/log" "$T/interp.txt"
+  # shellcheck disable=SC2086
+  must "$AXLC" compile "$model" --target cpu -o "$T/trainer" $sets
+  must "$T/trainer" --data "$T/text.txt" --steps 3 --ckpt-dir "$T/ck1" --metrics "$T/m1.jsonl"
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$model" --target cpu $sets --data "$T/text.txt" --steps 3 \
+    --ckpt-dir "$T/ck2" --metrics "$T/m2.jsonl"
+  compare losses "$T/m1.jsonl" "$T/interp.txt" 1e-4
+  compare close "$(newest "$T/ck1")/state.safetensors" "$T/interp.safetensors" 1e-4
+  compare losses "$T/m2.jsonl" "$T/m1.jsonl" 0
+  compare exact "$(newest "$T/ck2")/state.safetensors" "$(newest "$T/ck1")/state.safetensors"
+}
+
+case $CASE in
+equiv_tiny_lm) equiv "$SRC/models/tiny-lm.json" ;;
+equiv_moe) equiv "$SRC/models/moe-test.json" ;;
+equiv_gpt2)
+  # gpt2-124m in full, with a small batch so the interpreter takes minutes, not hours
+  equiv "$SRC/models/gpt2-124m.json" /input/global_batch_size=1 /input/seq_len=32
+  ;;
+resume)
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/trainer" \
+    --set /input/seq_len=32 --set /input/global_batch_size=4
+  must "$T/trainer" --data "$T/text.txt" --steps 20 --ckpt-dir "$T/a" --ckpt-every 10 \
+    --metrics "$T/a.jsonl"
+  must "$T/trainer" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --ckpt-every 10 \
+    --metrics "$T/b.jsonl"
+  must "$T/trainer" --data "$T/text.txt" --steps 20 --ckpt-dir "$T/b" --ckpt-every 10 --resume \
+    --metrics "$T/b2.jsonl"
+  cat "$T/b.jsonl" "$T/b2.jsonl" > "$T/b_all.jsonl"
+  compare losses "$T/b_all.jsonl" "$T/a.jsonl" 0
+  compare exact "$T/b/step_00000020/state.safetensors" "$T/a/step_00000020/state.safetensors"
+  cmp -s "$T/b/step_00000020/state.safetensors" "$T/a/step_00000020/state.safetensors" ||
+    fail "the step-20 checkpoints differ byte for byte"
+  ;;
+damaged)
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/trainer" \
+    --set /input/seq_len=32 --set /input/global_batch_size=4
+  must "$T/trainer" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/c" --ckpt-every 5
+  # flip one byte in the middle of the newest checkpoint's tensors
+  f="$T/c/step_00000010/state.safetensors"
+  size=$(wc -c < "$f")
+  printf '\377' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+  "$T/trainer" --data "$T/text.txt" --steps 12 --ckpt-dir "$T/c" --ckpt-every 5 --resume \
+    > "$T/out" 2> "$T/err"
+  rc=$?
+  [ "$rc" -eq 0 ] || { fail "resume past a damaged checkpoint exited $rc"; cat "$T/err" >&2; }
+  grep -q "step_00000010" "$T/err" "$T/out" || fail "the damaged checkpoint is not named"
+  grep -q "step 6 " "$T/out" || fail "training did not continue from step 5"
+  # a truncated newest file, and nothing older to fall back to
+  must "$T/trainer" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/d" --ckpt-every 5
+  f="$T/d/step_00000005/state.safetensors"
+  head -c 100 "$f" > "$T/cut" && cp "$T/cut" "$f"
+  "$T/trainer" --data "$T/text.txt" --steps 8 --ckpt-dir "$T/d" --resume > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] || fail "a run with only a truncated checkpoint did not exit 1"
+  grep -q "state.safetensors" "$T/err" || { fail "the truncated file is not named"; cat "$T/err" >&2; }
+  # bad options and files
+  "$T/trainer" --data "$T/missing.txt" > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && grep -q "missing.txt" "$T/err" || fail "a missing data file is not reported"
+  "$T/trainer" --steps abc > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && grep -q "steps" "$T/err" || fail "--steps abc is not reported"
+  "$T/trainer" --config > "$T/out" 2> "$T/err" || fail "--config failed"
+  grep -q '"kind": "trainer"' "$T/out" || fail "--config does not print the resolved config"
+  ;;
+*) fail "unknown case" ;;
+esac
+[ "$fails" -eq 0 ] || exit 1
+echo "ok [$CASE]"
