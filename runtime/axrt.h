@@ -200,6 +200,16 @@ int rt_pool_threads(const RtPool *pool);
 void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi),
                      void *ctx);
 
+/* ===== blas.c: matrix products for generated code ====================================== */
+
+/* For each b < batch: C_b (m, n) = op(A_b) (m, k) . op(B_b) (k, n), row-major, where
+ * X_b = X + b * stride_x and op transposes when ta / tb is set (A stored (k, m), B (n, k)).
+ * Split over the pool in items that depend only on the shapes, so the bits do not depend on
+ * the thread count. OpenBLAS itself should run single-threaded (rt_train_main sees to it). */
+void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k,
+              const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
+              int64_t stride_b, float *c, int64_t ldc, int64_t stride_c);
+
 /* ===== train.c: the compiled step and the training loop ================================= */
 
 /* The contract between generated code and the runtime. A compiled trainer defines one

@@ -32,11 +32,8 @@
 
 #define MAX_THREADS 1024
 
-#if defined(__GNUC__)
-/* OpenBLAS, when the trainer links it: its threads follow --threads. */
-extern void openblas_set_num_threads(int) __attribute__((weak));
-#define HAVE_WEAK_OPENBLAS 1
-#endif
+/* OpenBLAS (cblas.h does not declare it in every version). */
+extern void openblas_set_num_threads(int);
 
 /* ===== options ======================================================================== */
 
@@ -495,10 +492,9 @@ static int setup(Trainer *t, RtError *err) {
                             t->o.eval_data ? " (twice, for eval)" : "");
     if (rt_pool_new(&t->pool, (int)t->o.threads, err) != 0 || tensors_make(t, err) != 0)
         return -1;
-#ifdef HAVE_WEAK_OPENBLAS
-    if (openblas_set_num_threads)
-        openblas_set_num_threads((int)t->o.threads);
-#endif
+    /* The pool runs matrix products too (rt_sgemm); OpenBLAS's own spinning workers would
+     * compete with it for the cores. */
+    openblas_set_num_threads(1);
     return 0;
 }
 

@@ -5,15 +5,14 @@
  * right after the batch dims or at the end, so that per batch element the lhs is an (M, K) or
  * (K, M) row-major matrix and the rhs a (K, N) or (N, K) one; the transposed cases use
  * CblasTrans. The result (batch, lhs free, rhs free) is then (M, N) row-major per batch
- * element. Everything else takes the loop nest in reduce.c. The calls run on the calling thread:
- * OpenBLAS has its own threads.
+ * element. Everything else takes the loop nest in reduce.c. The products go to the runtime's
+ * rt_sgemm, which splits them over the pool (OpenBLAS runs single-threaded in a trainer).
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
 
 #include <limits.h>
 
-enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 }; /* cblas.h's values */
 
 typedef struct DotLayout {
   int64_t batch, m, n, k;
@@ -66,41 +65,35 @@ bool llvm_dot_blas_ok(const IrGraph *g, int32_t v) {
   return dot_layout(g, v, &L);
 }
 
+/* void rt_sgemm(RtPool*, i64 batch, i32 ta, i32 tb, i64 m, n, k, float *a, i64 lda, i64 sa,
+ *               float *b, i64 ldb, i64 sb, float *c, i64 ldc, i64 sc) */
 static LLVMValueRef sgemm_decl(LlvmCtx *C) {
-  LLVMTypeRef fp = LLVMPointerType(C->t_f32, 0), i = C->t_i32;
-  LLVMTypeRef p[] = {i, i, i, i, i, i, C->t_f32, fp, i, fp, i, C->t_f32, fp, i};
-  return llvm_fn_get(C, "cblas_sgemm", C->t_void, p, 14);
-}
-
-static LLVMValueRef at(LlvmCtx *C, int32_t v, LLVMValueRef b, int64_t stride) {
-  LLVMValueRef off = LLVMBuildNSWMul(C->b, b, llvm_i64(C, stride), "");
-  return LLVMBuildInBoundsGEP2(C->b, C->t_f32, llvm_buffer_ptr(C, v), &off, 1, "");
+  LLVMTypeRef fp = LLVMPointerType(C->t_f32, 0), l = C->t_i64, i = C->t_i32;
+  LLVMTypeRef p[] = {C->t_i8p, l, i, i, l, l, l, fp, l, l, fp, l, l, fp, l, l};
+  return llvm_fn_get(C, "rt_sgemm", C->t_void, p, 16);
 }
 
 static LLVMValueRef i32c(LlvmCtx *C, int64_t v) {
   return LLVMConstInt(C->t_i32, (unsigned long long)v, 0);
 }
 
+static LLVMValueRef buf(LlvmCtx *C, int32_t v) {
+  return LLVMBuildBitCast(C->b, llvm_buffer_ptr(C, v), LLVMPointerType(C->t_f32, 0), "");
+}
+
+/* One call from axlc_step: rt_sgemm splits the products over the pool. */
 int llvm_dot_blas_emit(LlvmCtx *C, int32_t v) {
   const IrValue *x = &C->g->values[v];
   DotLayout L;
   if (!dot_layout(C->g, v, &L)) return llvm_fail(C, "%%%d (dot_general): not a BLAS layout", v);
-  char name[64];
-  snprintf(name, sizeof name, "k%d_sgemm", v);
-  LLVMValueRef fn = llvm_kernel_begin(C, name);
-  LlvmLoop B;
-  LLVMValueRef b = llvm_loop_begin(C, &B, LLVMGetParam(fn, 1), LLVMGetParam(fn, 2), "b");
   int64_t lda = L.ta ? L.m : L.k, ldb = L.tb ? L.k : L.n;
+  LLVMValueRef pool = LLVMBuildBitCast(C->b, C->pool, C->t_i8p, "");
   LLVMValueRef args[] = {
-      i32c(C, CBLAS_ROW_MAJOR), i32c(C, L.ta ? CBLAS_TRANS : CBLAS_NO_TRANS),
-      i32c(C, L.tb ? CBLAS_TRANS : CBLAS_NO_TRANS), i32c(C, L.m), i32c(C, L.n), i32c(C, L.k),
-      LLVMConstReal(C->t_f32, 1.0), at(C, x->ops[0], b, L.m * L.k), i32c(C, lda > 1 ? lda : 1),
-      at(C, x->ops[1], b, L.k * L.n), i32c(C, ldb > 1 ? ldb : 1), LLVMConstReal(C->t_f32, 0.0),
-      at(C, v, b, L.m * L.n), i32c(C, L.n > 1 ? L.n : 1)};
+      pool, llvm_i64(C, L.batch), i32c(C, L.ta), i32c(C, L.tb), llvm_i64(C, L.m),
+      llvm_i64(C, L.n), llvm_i64(C, L.k), buf(C, x->ops[0]), llvm_i64(C, lda > 1 ? lda : 1),
+      llvm_i64(C, L.m * L.k), buf(C, x->ops[1]), llvm_i64(C, ldb > 1 ? ldb : 1),
+      llvm_i64(C, L.k * L.n), buf(C, v), llvm_i64(C, L.n > 1 ? L.n : 1), llvm_i64(C, L.m * L.n)};
   LLVMValueRef f = sgemm_decl(C);
-  LLVMBuildCall2(C->b, LLVMGlobalGetValueType(f), f, args, 14, "");
-  llvm_loop_end(C, &B);
-  llvm_kernel_end(C);
-  llvm_kernel_call(C, fn, L.batch, false);
+  LLVMBuildCall2(C->b, LLVMGlobalGetValueType(f), f, args, 16, "");
   return 0;
 }

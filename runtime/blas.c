@@ -1,0 +1,63 @@
+/*
+ * blas.c: matrix products for generated code, split over the runtime's pool.
+ *
+ * OpenBLAS runs single-threaded in a trainer (rt_train_main sets it so): its own worker
+ * threads spin between calls and would fight the pool's workers for the cores while the
+ * generated kernels run. Instead each product is cut into work items (one per batch element,
+ * or column or row blocks of one matrix), and the pool runs the items. The cut depends only on
+ * the shapes, never on the thread count, so a step computes the same bits on any --threads.
+ */
+#include <cblas.h>
+
+#include "runtime/axrt.h"
+
+typedef struct {
+    int64_t batch, m, n, k, split_m, split_n; /* items: batch x split_m x split_n */
+    int ta, tb;
+    const float *a, *b;
+    float *c;
+    int64_t lda, ldb, ldc, sa, sb, sc;
+} Gemm;
+
+/* Start and length of block i of n cut into `parts` blocks of multiples of 16. */
+static void block(int64_t n, int64_t parts, int64_t i, int64_t *start, int64_t *len) {
+    int64_t step = (n + parts - 1) / parts;
+    step = (step + 15) / 16 * 16;
+    *start = i * step < n ? i * step : n;
+    *len = *start + step <= n ? step : n - *start;
+}
+
+static void gemm_items(void *ctx, int64_t lo, int64_t hi) {
+    const Gemm *g = ctx;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t per = g->split_m * g->split_n, b = it / per, r = it % per;
+        int64_t m0, mlen, n0, nlen;
+        block(g->m, g->split_m, r / g->split_n, &m0, &mlen);
+        block(g->n, g->split_n, r % g->split_n, &n0, &nlen);
+        if (mlen <= 0 || nlen <= 0) continue;
+        /* op(A) rows m0..: row-major A (M, K) starts at row m0; A stored (K, M) at column m0 */
+        const float *a = g->a + b * g->sa + (g->ta ? m0 : m0 * g->lda);
+        const float *bb = g->b + b * g->sb + (g->tb ? n0 * g->ldb : n0);
+        float *c = g->c + b * g->sc + m0 * g->ldc + n0;
+        cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                    g->tb ? CblasTrans : CblasNoTrans, (int)mlen, (int)nlen, (int)g->k, 1.0f, a,
+                    (int)g->lda, bb, (int)g->ldb, 0.0f, c, (int)g->ldc);
+    }
+}
+
+/* Blocks of at least 128 along the larger side, at most 16. */
+static int64_t parts(int64_t n) {
+    int64_t p = n / 128;
+    return p < 1 ? 1 : p > 16 ? 16 : p;
+}
+
+void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k,
+              const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
+              int64_t stride_b, float *c, int64_t ldc, int64_t stride_c) {
+    Gemm g = {batch, m, n, k, 1, 1, ta, tb, a, b, c, lda, ldb, ldc, stride_a, stride_b, stride_c};
+    if (batch < 4) { /* few products: cut the larger side of each */
+        if (m >= n) g.split_m = parts(m);
+        else g.split_n = parts(n);
+    }
+    rt_parallel_for(pool, batch * g.split_m * g.split_n, gemm_items, &g);
+}

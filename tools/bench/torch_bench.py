@@ -1,0 +1,73 @@
+"""torch_bench.py: the PyTorch side of tools/bench: trains the same model as axlc (built
+from `axlc config` output by tests/torch/reference.py's Model, in float32) with
+torch.optim.AdamW and clip_grad_norm_, and prints milliseconds per step and tokens/s.
+
+    OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 torch_bench.py RESOLVED.json [--steps N]
+        [--warmup N] [--threads N]
+
+Random weights (std 0.02) and random tokens: the numbers measure speed, not learning.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tests", "torch"))
+from reference import Model, Schedule, param_table  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("config", help="the output of `axlc config MODEL.json`")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    with open(a.config) as f:
+        cfg = json.load(f)
+    params = {}
+    for path, shape, _ in param_table(cfg):
+        t = torch.ones(shape) if path.endswith("/scale") else torch.randn(shape) * 0.02
+        params[path] = t.requires_grad_(True)
+    opt_cfg = cfg["learner"]["optimizer"]
+    wd = float(opt_cfg["weight_decay"])
+    groups = {}
+    for path, _, scale in param_table(cfg):
+        groups.setdefault(scale, []).append(params[path])
+    opt = torch.optim.AdamW([{"params": ps, "weight_decay": wd * s} for s, ps in groups.items()],
+                            lr=float(opt_cfg["learning_rate"]),
+                            betas=(float(opt_cfg["b1"]), float(opt_cfg["b2"])),
+                            eps=float(opt_cfg["eps"]))
+    sched = Schedule(cfg)
+    model = Model(cfg, params)
+    B, T = int(cfg["input"]["global_batch_size"]), int(cfg["input"]["seq_len"])
+    V = int(cfg["model"]["vocab_size"])
+    max_norm = float(cfg["learner"]["max_grad_norm"])
+    times = []
+    for t in range(1, a.warmup + a.steps + 1):
+        ids = torch.randint(0, V, (B, T))
+        targets = torch.randint(0, V, (B, T))
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model.loss(ids, targets)
+        loss.backward()
+        if max_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params.values(), max_norm)
+        for g in opt.param_groups:
+            g["lr"] = sched(t)
+        opt.step()
+        if t > a.warmup:
+            times.append(time.perf_counter() - t0)
+    ms = 1000 * sorted(times)[len(times) // 2]
+    print(json.dumps({"ms_per_step": ms, "tokens_per_s": B * T / (ms / 1000), "loss": loss.item(),
+                      "threads": a.threads, "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
