@@ -97,7 +97,8 @@ int drv_link_trainer(DrvJob *j, DrvCompiled *c, const char *out) {
     return fe_error(&j->diag, obj, NULL, "writing the object failed: %s", err);
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   char *argv[] = {(char *)cc, "-o", (char *)out, obj, AXLC_RUNTIME_MAIN_LIB, AXLC_RUNTIME_LIB,
-                  "-lopenblas", "-ljson-c", "-lm", "-lpthread", NULL};
+                  "-lopenblas", "-ljson-c", "-lm", "-lpthread", AXLC_TRAINER_LDFLAGS, NULL};
+  if (!*AXLC_TRAINER_LDFLAGS) argv[10] = NULL;
   int rc = spawn(argv);
   unlink(obj);
   if (rc)
