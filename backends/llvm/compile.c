@@ -199,7 +199,8 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
                  char *err, size_t cap) {
   if (err && cap) err[0] = 0;
   *out = NULL;
-  LlvmCtx C = {.g = g, .mp = mp, .opt = opt ? *opt : llvm_options_default(), .err = err, .cap = cap};
+  LlvmCtx C = {.g = g, .mp = mp, .opt = opt ? *opt : llvm_options_default(), .kout = -1,
+               .err = err, .cap = cap};
   if (C.opt.parallel_min <= 0) C.opt.parallel_min = 1;
   LlvmModule *M = module_new();
   if (!M) return fail_buf(err, cap, "out of memory%s", NULL);

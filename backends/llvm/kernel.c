@@ -7,8 +7,9 @@
  * iota). Index-mapping ops (broadcast, transpose, slice, pad, concat) turn the position into
  * their operand's position; reshape and the one-device collectives read the same linear index.
  * A kernel whose whole expression needs only linear indices runs as one flat loop, which
- * vectorizes and splits best. Reductions, dot_general without BLAS, top_k and scatter_add live
- * in reduce.c; dot_general with BLAS in blas.c.
+ * vectorizes and splits best. A transpose that moves the last axis runs over tiles instead.
+ * Reductions, dot_general without BLAS, top_k and scatter_add live in reduce.c; dot_general
+ * with BLAS in blas.c.
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
@@ -235,10 +236,69 @@ static int map_kernel(LlvmCtx *C, int32_t v) {
   return 0;
 }
 
-int llvm_kernel_emit(LlvmCtx *C, int32_t v) {
+/* ---- transposes that move the last axis: tiles ---- */
+
+enum { TILE = 32 };
+
+/* Whether v is a transpose that makes its operand's last axis its own second-to-last (weight
+ * gradients' [1, 0], for one). Row by row it would read the operand a column at a time, a cache
+ * line per element; tiles of TILE x TILE read TILE lines and use them whole. */
+static bool transpose_tiles(const LlvmCtx *C, int32_t v) {
   const IrValue *x = val(C, v);
-  if (!C->mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT) return 0;
-  if (ir_shape_numel(&x->shape) == 0) return 0;
+  int32_t r = x->shape.rank;
+  return x->op == IR_TRANSPOSE && r >= 2 && x->attr.axes.v[r - 2] == r - 1 &&
+         x->shape.dims[r - 2] >= TILE && x->shape.dims[r - 1] >= TILE;
+}
+
+static LLVMValueRef min_i64(LlvmCtx *C, LLVMValueRef a, int64_t b) {
+  LLVMValueRef lt = LLVMBuildICmp(C->b, LLVMIntSLT, a, llvm_i64(C, b), "");
+  return LLVMBuildSelect(C->b, lt, a, llvm_i64(C, b), "");
+}
+
+/* Item it of (outer, row tile): the outer indices (row-major over dims[0 .. r-3]) into p, and
+ * the first row of the tile. */
+static LLVMValueRef tile_item(LlvmCtx *C, const IrShape *s, LLVMValueRef it, int64_t rtiles,
+                              LlvmPos *p) {
+  LLVMValueRef o = LLVMBuildSDiv(C->b, it, llvm_i64(C, rtiles), "");
+  for (int32_t d = s->rank - 3; d >= 0; d--) {
+    p->idx[d] = LLVMBuildSRem(C->b, o, llvm_i64(C, s->dims[d]), "");
+    o = LLVMBuildSDiv(C->b, o, llvm_i64(C, s->dims[d]), "");
+  }
+  LLVMValueRef rt = LLVMBuildSRem(C->b, it, llvm_i64(C, rtiles), "");
+  return LLVMBuildNSWMul(C->b, rt, llvm_i64(C, TILE), "");
+}
+
+/* Items are (outer index, tile of rows); each walks its row tile's column tiles, one tile at a
+ * time, the rows of the tile, then the tile's columns (contiguous stores). */
+static int transpose_tiles_kernel(LlvmCtx *C, int32_t v) {
+  const IrValue *x = val(C, v);
+  int32_t r = x->shape.rank;
+  int64_t R = x->shape.dims[r - 2], K = x->shape.dims[r - 1];
+  int64_t rtiles = (R + TILE - 1) / TILE, ctiles = (K + TILE - 1) / TILE;
+  int64_t items = ir_shape_numel(&x->shape) / (R * K) * rtiles;
+  char name[64];
+  snprintf(name, sizeof name, "k%d_%s", v, ir_op_name(x->op));
+  LLVMValueRef fn = llvm_kernel_begin(C, name);
+  LlvmLoop L[4];
+  LlvmPos p = {.has_idx = true};
+  LLVMValueRef it = llvm_loop_begin(C, &L[0], LLVMGetParam(fn, 1), LLVMGetParam(fn, 2), "it");
+  LLVMValueRef i0 = tile_item(C, &x->shape, it, rtiles, &p);
+  LLVMValueRef ct = llvm_loop_begin(C, &L[1], llvm_i64(C, 0), llvm_i64(C, ctiles), "ct");
+  LLVMValueRef j0 = LLVMBuildNSWMul(C->b, ct, llvm_i64(C, TILE), "");
+  LLVMValueRef i1 = min_i64(C, LLVMBuildNSWAdd(C->b, i0, llvm_i64(C, TILE), ""), R);
+  LLVMValueRef j1 = min_i64(C, LLVMBuildNSWAdd(C->b, j0, llvm_i64(C, TILE), ""), K);
+  p.idx[r - 2] = llvm_loop_begin(C, &L[2], i0, i1, "i");
+  p.idx[r - 1] = llvm_loop_begin(C, &L[3], j0, j1, "j");
+  llvm_buffer_store(C, v, llvm_pos_lin(C, &x->shape, &p), llvm_elem_compute(C, v, &p));
+  for (int k = 3; k >= 0; k--) llvm_loop_end(C, &L[k]);
+  llvm_kernel_end(C);
+  bool par = C->opt.threads && items > 1 && kernel_work(C, v) >= C->opt.parallel_min;
+  llvm_kernel_call(C, fn, items, par);
+  return 0;
+}
+
+static int kernel_emit(LlvmCtx *C, int32_t v) {
+  const IrValue *x = val(C, v);
   switch (x->op) {
   case IR_RESHAPE:
     if (C->mp->offset[v] == C->mp->offset[x->ops[0]]) return 0; /* an alias: nothing to do */
@@ -246,8 +306,21 @@ int llvm_kernel_emit(LlvmCtx *C, int32_t v) {
   case IR_DOT:
     if (C->opt.blas && llvm_dot_blas_ok(C->g, v)) return llvm_dot_blas_emit(C, v);
     return map_kernel(C, v);
+  case IR_REDUCE_SUM: case IR_REDUCE_MAX:
+    return llvm_reduce_cols_ok(C, v) ? llvm_reduce_cols_emit(C, v) : map_kernel(C, v);
+  case IR_TRANSPOSE: return transpose_tiles(C, v) ? transpose_tiles_kernel(C, v) : map_kernel(C, v);
   case IR_SCATTER_ADD: return llvm_scatter_emit(C, v);
   case IR_TOP_K_INDICES: return llvm_top_k_emit(C, v);
   default: return map_kernel(C, v);
   }
+}
+
+int llvm_kernel_emit(LlvmCtx *C, int32_t v) {
+  const IrValue *x = val(C, v);
+  if (!C->mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT) return 0;
+  if (ir_shape_numel(&x->shape) == 0) return 0;
+  C->kout = v; /* for the alias metadata of its loads and stores (loop.c) */
+  int rc = kernel_emit(C, v);
+  C->kout = -1;
+  return rc;
 }

@@ -131,6 +131,7 @@ typedef struct LlvmCtx {
   LLVMValueRef fn;                    /* function being emitted */
   LLVMValueRef slab;                  /* its slab argument (i8*) */
   LLVMValueRef step, step_slab, pool; /* axlc_step and its arguments */
+  int32_t kout;                       /* value whose kernel is being emitted, or -1 */
   bool *mat;                          /* (nvalues) materialized values */
   LLVMValueRef *cdata;                /* (nvalues) globals of data constants, made on demand */
   char *err;
@@ -164,6 +165,9 @@ LLVMValueRef llvm_alloca_entry(LlvmCtx *C, LLVMTypeRef t, const char *name);
 LLVMValueRef llvm_buffer_ptr(LlvmCtx *C, int32_t v);     /* typed pointer to v's buffer */
 LLVMValueRef llvm_buffer_load(LlvmCtx *C, int32_t v, LLVMValueRef lin);
 void llvm_buffer_store(LlvmCtx *C, int32_t v, LLVMValueRef lin, LLVMValueRef x);
+/* Alias metadata for a load from (store to) v's buffer in the kernel of C->kout; the two
+ * above add it themselves. */
+void llvm_buffer_tag(LlvmCtx *C, int32_t v, LLVMValueRef access, bool store);
 LLVMValueRef llvm_pos_lin(LlvmCtx *C, const IrShape *s, LlvmPos *p);
 LLVMValueRef llvm_fn_get(LlvmCtx *C, const char *name, LLVMTypeRef ret, LLVMTypeRef *params,
                          unsigned n);
@@ -184,6 +188,12 @@ LLVMValueRef llvm_scalar_cast(LlvmCtx *C, IrDType from, IrDType to, LLVMValueRef
 LLVMValueRef llvm_scalar_const(LlvmCtx *C, IrDType dt, double v);
 LLVMValueRef llvm_scalar_max_nan(LlvmCtx *C, IrDType dt, LLVMValueRef x, LLVMValueRef acc);
 
+/* ---- math.c: f32 exp, log, tanh, logistic as inline IR the loop vectorizer can widen ---- */
+LLVMValueRef llvm_math_exp(LlvmCtx *C, LLVMValueRef x);
+LLVMValueRef llvm_math_log(LlvmCtx *C, LLVMValueRef x);
+LLVMValueRef llvm_math_tanh(LlvmCtx *C, LLVMValueRef x);
+LLVMValueRef llvm_math_logistic(LlvmCtx *C, LLVMValueRef x);
+
 /* ---- kernel.c: output-driven kernels (one element from its position) ---- */
 /* Element of v at p: a load when v is materialized, else computed inline. */
 LLVMValueRef llvm_elem_get(LlvmCtx *C, int32_t v, LlvmPos *p);
@@ -194,6 +204,9 @@ int llvm_kernel_emit(LlvmCtx *C, int32_t v);
 
 /* ---- reduce.c: reductions, dot fallback, top_k, scatter_add ---- */
 LLVMValueRef llvm_reduce_elem(LlvmCtx *C, int32_t v, LlvmPos *p);
+/* A reduction over leading axes as its own kernel (VW columns at a time), when _ok says so. */
+bool llvm_reduce_cols_ok(const LlvmCtx *C, int32_t v);
+int llvm_reduce_cols_emit(LlvmCtx *C, int32_t v);
 LLVMValueRef llvm_dot_elem(LlvmCtx *C, int32_t v, LlvmPos *p);
 int llvm_top_k_emit(LlvmCtx *C, int32_t v);
 int llvm_scatter_emit(LlvmCtx *C, int32_t v);

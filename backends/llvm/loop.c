@@ -6,6 +6,13 @@
  * rt_parallel_for. Loops count an i64 phi from lo to hi with nsw/nuw steps, the shape LLVM's
  * vectorizer and SCEV want. Loop-carried accumulators are allocas in the entry block, which
  * mem2reg (part of every optimization level we run) turns into registers.
+ *
+ * Every buffer lies in the one noalias slab, so LLVM sees a kernel's loads and its store as
+ * accesses to one object at different offsets; where it cannot work out their distance (a
+ * broadcast operand read at stride 0 against the store at stride 1) it refuses to vectorize.
+ * Scoped-noalias metadata says what the plan knows: a store to v has scope "v", and a load
+ * from a buffer whose bytes do not overlap v's is noalias to it. A buffer that does overlap
+ * (an operand updated in place) gets no claim.
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
@@ -63,16 +70,42 @@ static LLVMValueRef element_ptr(LlvmCtx *C, int32_t v, LLVMValueRef lin) {
   return LLVMBuildInBoundsGEP2(C->b, et, llvm_buffer_ptr(C, v), &lin, 1, "");
 }
 
+/* The scope list {"axlc.buf<v>"} in the domain "axlc.slab". */
+static LLVMValueRef scope_list(LlvmCtx *C, int32_t v) {
+  char name[32];
+  int len = snprintf(name, sizeof name, "axlc.buf%d", v);
+  LLVMMetadataRef dom = LLVMMDStringInContext2(C->c, "axlc.slab", 9);
+  dom = LLVMMDNodeInContext2(C->c, &dom, 1);
+  LLVMMetadataRef ops[] = {LLVMMDStringInContext2(C->c, name, (size_t)len), dom};
+  LLVMMetadataRef scope = LLVMMDNodeInContext2(C->c, ops, 2);
+  return LLVMMetadataAsValue(C->c, LLVMMDNodeInContext2(C->c, &scope, 1));
+}
+
+static bool buffers_disjoint(const LlvmCtx *C, int32_t a, int32_t b) {
+  int64_t ea = C->mp->offset[a] + C->mp->bytes[a], eb = C->mp->offset[b] + C->mp->bytes[b];
+  return a != b && (ea <= C->mp->offset[b] || eb <= C->mp->offset[a]);
+}
+
+void llvm_buffer_tag(LlvmCtx *C, int32_t v, LLVMValueRef access, bool store) {
+  if (C->kout < 0) return;
+  if (store && v == C->kout)
+    LLVMSetMetadata(access, LLVMGetMDKindIDInContext(C->c, "alias.scope", 11), scope_list(C, v));
+  else if (!store && buffers_disjoint(C, v, C->kout))
+    LLVMSetMetadata(access, LLVMGetMDKindIDInContext(C->c, "noalias", 7), scope_list(C, C->kout));
+}
+
 LLVMValueRef llvm_buffer_load(LlvmCtx *C, int32_t v, LLVMValueRef lin) {
   LLVMTypeRef et = llvm_type_of(C, C->g->values[v].dtype);
   LLVMValueRef x = LLVMBuildLoad2(C->b, et, element_ptr(C, v, lin), "");
   LLVMSetAlignment(x, 4);
+  llvm_buffer_tag(C, v, x, false);
   return x;
 }
 
 void llvm_buffer_store(LlvmCtx *C, int32_t v, LLVMValueRef lin, LLVMValueRef x) {
   LLVMValueRef st = LLVMBuildStore(C->b, x, element_ptr(C, v, lin));
   LLVMSetAlignment(st, 4);
+  llvm_buffer_tag(C, v, st, true);
 }
 
 /* Row-major linear index of p in shape s, computed once from the indices. */

@@ -2,7 +2,14 @@
  *
  * reduce_sum/max and the loop-nest dot_general compute one output element by looping over the
  * reduced (contracting) axes in row-major order, the interpreter's order. f32 sums accumulate in
- * double like the interpreter, so results agree to rounding of the final value. top_k_indices
+ * double like the interpreter, so results agree to rounding of the final value. An f32
+ * reduction over trailing axes (norms, softmax, cross-entropy: each output element reduces one
+ * contiguous run of its operand) instead loads VW floats at a time into VW lanes (doubles for
+ * sums), combines the lanes pairwise and finishes the run's tail in scalar: LLVM's vectorizer
+ * would not reorder the sum for us (the C API sets no fast-math flags), and the dependent
+ * scalar chain ran at one add per four cycles. One over leading axes (bias and norm-weight
+ * gradients: an (R, m) operand reduced down its columns) gets its own kernel, whose items are
+ * blocks of VW columns, each summed over the rows in VW lanes at once, row by row. top_k_indices
  * is the interpreter's selection (k passes, ties to the lower index, NaN largest), one row per
  * outer iteration. scatter_add zeroes its result and accumulates the updates in index order on
  * one thread, so it is deterministic; an index outside 0..rows-1 is skipped.
@@ -39,8 +46,102 @@ static LLVMValueRef acc_init(LlvmCtx *C, IrDType dt, bool sum) {
                       : LLVMConstInt(C->t_i32, 0x80000000u, 0);
 }
 
+/* ---- f32 reductions of contiguous runs, with vector lanes ---- */
+
+/* Floats per vector step: 16 lanes are two to four registers, enough independent add chains to
+ * hide the add latency on AVX2 and AVX-512 (SSE gets eight chains of two). */
+enum { VW = 16 };
+
+/* Run length when every output element of f32 reduction v reduces a contiguous run of its
+ * (materialized) operand: the reduced axes are the operand's last ones. 0 otherwise, or when
+ * the run is too short for a vector step. */
+static int64_t contiguous_run(const LlvmCtx *C, int32_t v) {
+  const IrValue *x = val(C, v);
+  const IrShape *xs = &val(C, x->ops[0])->shape;
+  if (x->dtype != DT_F32 || !C->mat[x->ops[0]]) return 0;
+  int64_t run = 1;
+  for (int32_t d = xs->rank - x->attr.axes.n; d < xs->rank; d++) {
+    if (d < 0 || !has_axis(&x->attr.axes, d)) return 0;
+    run *= xs->dims[d];
+  }
+  return run >= VW ? run : 0;
+}
+
+/* The step of a sum (in double) or a max (NaN wins) on scalars or vectors alike. */
+static LLVMValueRef run_step(LlvmCtx *C, bool sum, LLVMValueRef acc, LLVMValueRef x) {
+  return sum ? LLVMBuildFAdd(C->b, acc, x, "") : llvm_scalar_max_nan(C, DT_F32, x, acc);
+}
+
+/* The lanes of vector a (n lanes, a power of two) combined pairwise into one scalar. */
+static LLVMValueRef lanes_combine(LlvmCtx *C, bool sum, LLVMValueRef a, int n) {
+  for (; n > 1; n /= 2) {
+    LLVMValueRef lo[VW / 2], hi[VW / 2];
+    for (int i = 0; i < n / 2; i++) {
+      lo[i] = LLVMConstInt(C->t_i32, (unsigned long long)i, 0);
+      hi[i] = LLVMConstInt(C->t_i32, (unsigned long long)(i + n / 2), 0);
+    }
+    LLVMValueRef u = LLVMGetUndef(LLVMTypeOf(a));
+    LLVMValueRef l = LLVMBuildShuffleVector(C->b, a, u, LLVMConstVector(lo, (unsigned)n / 2), "");
+    LLVMValueRef h = LLVMBuildShuffleVector(C->b, a, u, LLVMConstVector(hi, (unsigned)n / 2), "");
+    a = run_step(C, sum, l, h);
+  }
+  return LLVMBuildExtractElement(C->b, a, LLVMConstInt(C->t_i32, 0, 0), "");
+}
+
+/* A VW-lane accumulator, double lanes for a sum and float for a max, set to the identity. */
+static LLVMValueRef lanes_new(LlvmCtx *C, bool sum) {
+  LLVMTypeRef lt = sum ? C->t_f64 : C->t_f32;
+  LLVMValueRef init[VW];
+  for (int i = 0; i < VW; i++) init[i] = LLVMConstReal(lt, sum ? 0.0 : -__builtin_inf());
+  LLVMValueRef acc = llvm_alloca_entry(C, LLVMVectorType(lt, VW), "vacc");
+  LLVMBuildStore(C->b, LLVMConstVector(init, VW), acc);
+  return acc;
+}
+
+/* acc = step(acc, the VW floats of src's buffer from element off, widened for a sum). */
+static void lanes_add(LlvmCtx *C, LLVMValueRef acc, int32_t src, LLVMValueRef off, bool sum) {
+  LLVMTypeRef vf = LLVMVectorType(C->t_f32, VW), vt = LLVMVectorType(sum ? C->t_f64 : C->t_f32, VW);
+  LLVMValueRef ep = LLVMBuildInBoundsGEP2(C->b, C->t_f32, llvm_buffer_ptr(C, src), &off, 1, "");
+  LLVMValueRef e = LLVMBuildLoad2(C->b, vf, LLVMBuildBitCast(C->b, ep, LLVMPointerType(vf, 0), ""), "");
+  LLVMSetAlignment(e, 4);
+  llvm_buffer_tag(C, src, e, false);
+  if (sum) e = LLVMBuildFPExt(C->b, e, vt, "");
+  LLVMBuildStore(C->b, run_step(C, sum, LLVMBuildLoad2(C->b, vt, acc, ""), e), acc);
+}
+
+/* Lanes over run[0, n / VW * VW): lane l takes run[j * VW + l]; then the combined lanes. */
+static LLVMValueRef run_vector(LlvmCtx *C, int32_t src, LLVMValueRef base, int64_t n, bool sum) {
+  LLVMValueRef acc = lanes_new(C, sum);
+  LlvmLoop L;
+  LLVMValueRef j = llvm_loop_begin(C, &L, llvm_i64(C, 0), llvm_i64(C, n / VW), "v");
+  LLVMValueRef off = LLVMBuildNSWAdd(C->b, base, LLVMBuildNSWMul(C->b, j, llvm_i64(C, VW), ""), "");
+  lanes_add(C, acc, src, off, sum);
+  llvm_loop_end(C, &L);
+  LLVMTypeRef vt = LLVMVectorType(sum ? C->t_f64 : C->t_f32, VW);
+  return lanes_combine(C, sum, LLVMBuildLoad2(C->b, vt, acc, ""), VW);
+}
+
+/* Output element p of f32 reduction v over runs of length n: the vector part, then the tail. */
+static LLVMValueRef reduce_run(LlvmCtx *C, int32_t v, LlvmPos *p, int64_t n) {
+  const IrValue *x = val(C, v);
+  bool sum = x->op == IR_REDUCE_SUM;
+  LLVMValueRef base = LLVMBuildNSWMul(C->b, llvm_pos_lin(C, &x->shape, p), llvm_i64(C, n), "");
+  LLVMTypeRef lt = sum ? C->t_f64 : C->t_f32;
+  LLVMValueRef acc = llvm_alloca_entry(C, lt, "acc");
+  LLVMBuildStore(C->b, run_vector(C, x->ops[0], base, n, sum), acc);
+  LlvmLoop L;
+  LLVMValueRef i = llvm_loop_begin(C, &L, llvm_i64(C, n / VW * VW), llvm_i64(C, n), "t");
+  LLVMValueRef e = llvm_buffer_load(C, x->ops[0], LLVMBuildNSWAdd(C->b, base, i, ""));
+  if (sum) e = LLVMBuildFPExt(C->b, e, C->t_f64, "");
+  LLVMBuildStore(C->b, run_step(C, sum, LLVMBuildLoad2(C->b, lt, acc, ""), e), acc);
+  llvm_loop_end(C, &L);
+  return acc_result(C, x->dtype, sum, LLVMBuildLoad2(C->b, lt, acc, ""));
+}
+
 LLVMValueRef llvm_reduce_elem(LlvmCtx *C, int32_t v, LlvmPos *p) {
   const IrValue *x = val(C, v);
+  int64_t run = contiguous_run(C, v);
+  if (run) return reduce_run(C, v, p, run);
   const IrShape *xs = &val(C, x->ops[0])->shape;
   bool sum = x->op == IR_REDUCE_SUM;
   LLVMValueRef acc = llvm_alloca_entry(C, acc_type(C, x->dtype, sum), "acc");
@@ -60,6 +161,82 @@ LLVMValueRef llvm_reduce_elem(LlvmCtx *C, int32_t v, LlvmPos *p) {
   LLVMBuildStore(C->b, a, acc);
   while (nl > 0) llvm_loop_end(C, &loops[--nl]);
   return acc_result(C, x->dtype, sum, LLVMBuildLoad2(C->b, acc_type(C, x->dtype, sum), acc, ""));
+}
+
+/* ---- f32 reductions over leading axes: VW output columns at a time ---- */
+
+/* Whether f32 reduction v reduces its (materialized) operand's leading axes, so that it is a
+ * (R, m) matrix summed down its columns, with at least one vector block of columns. */
+bool llvm_reduce_cols_ok(const LlvmCtx *C, int32_t v) {
+  const IrValue *x = val(C, v);
+  const IrShape *xs = &val(C, x->ops[0])->shape;
+  if (x->op != IR_REDUCE_SUM && x->op != IR_REDUCE_MAX) return false;
+  if (x->dtype != DT_F32 || !C->mat[x->ops[0]] || x->attr.axes.n >= xs->rank) return false;
+  for (int32_t d = 0; d < x->attr.axes.n; d++)
+    if (!has_axis(&x->attr.axes, d)) return false;
+  return x->attr.axes.n > 0 && ir_shape_numel(&x->shape) >= VW;
+}
+
+/* Columns [c0, c0 + VW) of the (R, m) operand reduced into VW lanes, stored at out[c0]. */
+static void cols_vector(LlvmCtx *C, int32_t v, LLVMValueRef c0, int64_t R, int64_t m, bool sum) {
+  LLVMValueRef acc = lanes_new(C, sum);
+  LlvmLoop L;
+  LLVMValueRef r = llvm_loop_begin(C, &L, llvm_i64(C, 0), llvm_i64(C, R), "r");
+  LLVMValueRef off = LLVMBuildNSWAdd(C->b, LLVMBuildNSWMul(C->b, r, llvm_i64(C, m), ""), c0, "");
+  lanes_add(C, acc, val(C, v)->ops[0], off, sum);
+  llvm_loop_end(C, &L);
+  LLVMTypeRef vf = LLVMVectorType(C->t_f32, VW);
+  LLVMValueRef a = LLVMBuildLoad2(C->b, LLVMVectorType(sum ? C->t_f64 : C->t_f32, VW), acc, "");
+  if (sum) a = LLVMBuildFPTrunc(C->b, a, vf, "");
+  LLVMValueRef op = LLVMBuildInBoundsGEP2(C->b, C->t_f32, llvm_buffer_ptr(C, v), &c0, 1, "");
+  LLVMValueRef st = LLVMBuildStore(C->b, a, LLVMBuildBitCast(C->b, op, LLVMPointerType(vf, 0), ""));
+  LLVMSetAlignment(st, 4);
+  llvm_buffer_tag(C, v, st, true);
+}
+
+/* Column c of the (R, m) operand reduced in scalar, stored at out[c]. */
+static void cols_scalar(LlvmCtx *C, int32_t v, LLVMValueRef c, int64_t R, int64_t m, bool sum) {
+  LLVMTypeRef lt = sum ? C->t_f64 : C->t_f32;
+  LLVMValueRef acc = llvm_alloca_entry(C, lt, "acc");
+  LLVMBuildStore(C->b, LLVMConstReal(lt, sum ? 0.0 : -__builtin_inf()), acc);
+  LlvmLoop L;
+  LLVMValueRef r = llvm_loop_begin(C, &L, llvm_i64(C, 0), llvm_i64(C, R), "r");
+  LLVMValueRef off = LLVMBuildNSWAdd(C->b, LLVMBuildNSWMul(C->b, r, llvm_i64(C, m), ""), c, "");
+  LLVMValueRef e = llvm_buffer_load(C, val(C, v)->ops[0], off);
+  if (sum) e = LLVMBuildFPExt(C->b, e, C->t_f64, "");
+  LLVMBuildStore(C->b, run_step(C, sum, LLVMBuildLoad2(C->b, lt, acc, ""), e), acc);
+  llvm_loop_end(C, &L);
+  llvm_buffer_store(C, v, c, acc_result(C, DT_F32, sum, LLVMBuildLoad2(C->b, lt, acc, "")));
+}
+
+/* The kernel's items: m / VW vector blocks of columns, then one item per leftover column.
+ * Each column is summed over the rows in order, as the interpreter does. */
+int llvm_reduce_cols_emit(LlvmCtx *C, int32_t v) {
+  const IrValue *x = val(C, v);
+  bool sum = x->op == IR_REDUCE_SUM;
+  int64_t m = ir_shape_numel(&x->shape), R = ir_shape_numel(&val(C, x->ops[0])->shape) / m;
+  int64_t nvec = m / VW, items = nvec + m % VW;
+  char name[64];
+  snprintf(name, sizeof name, "k%d_%s", v, ir_op_name(x->op));
+  LLVMValueRef fn = llvm_kernel_begin(C, name);
+  LlvmLoop I;
+  LLVMValueRef i = llvm_loop_begin(C, &I, LLVMGetParam(fn, 1), LLVMGetParam(fn, 2), "i");
+  LLVMBasicBlockRef vb = LLVMAppendBasicBlockInContext(C->c, C->fn, "vec");
+  LLVMBasicBlockRef sb = LLVMAppendBasicBlockInContext(C->c, C->fn, "col");
+  LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(C->c, C->fn, "next");
+  LLVMBuildCondBr(C->b, LLVMBuildICmp(C->b, LLVMIntSLT, i, llvm_i64(C, nvec), ""), vb, sb);
+  LLVMPositionBuilderAtEnd(C->b, vb);
+  cols_vector(C, v, LLVMBuildNSWMul(C->b, i, llvm_i64(C, VW), ""), R, m, sum);
+  LLVMBuildBr(C->b, next);
+  LLVMPositionBuilderAtEnd(C->b, sb);
+  cols_scalar(C, v, LLVMBuildNSWAdd(C->b, i, llvm_i64(C, nvec * VW - nvec), ""), R, m, sum);
+  LLVMBuildBr(C->b, next);
+  LLVMPositionBuilderAtEnd(C->b, next);
+  llvm_loop_end(C, &I);
+  llvm_kernel_end(C);
+  bool par = C->opt.threads && items > 1 && R * m >= C->opt.parallel_min;
+  llvm_kernel_call(C, fn, items, par);
+  return 0;
 }
 
 /* ---- dot_general as a loop nest (any layout, any dtype) ---- */

@@ -2,7 +2,8 @@
  *
  * ir/interp.c is the spec (scalar_unary, scalar_binary, eval_select, ir_dtype_round). The
  * interpreter computes in double and rounds to f32 after every op; here f32 values compute in
- * float, which agrees exactly for + - * / sqrt and to the last bits for the library functions.
+ * float, which agrees exactly for + - * / sqrt and to the last bits for the library functions
+ * (exp, log, tanh and logistic are inline polynomials, math.c, within about 2 ulp).
  * Special cases kept exact: max/min pass a NaN first operand through and otherwise prefer a on
  * ties; compares give 1/0 in the operands' dtype; i32 division truncates and x/0 is 0; casts to
  * i32 truncate and saturate (NaN -> 0, as llvm.fptosi.sat does).
@@ -32,19 +33,16 @@ static LLVMValueRef unary_f32(LlvmCtx *C, IrOp op, LLVMValueRef x) {
   LLVMValueRef one = LLVMConstReal(C->t_f32, 1.0);
   switch (op) {
   case IR_NEG: return LLVMBuildFNeg(C->b, x, "");
-  case IR_EXP: return call_f1(C, "llvm.exp.f32", x);
-  case IR_LOG: return call_f1(C, "llvm.log.f32", x);
-  case IR_TANH: return call_f1(C, "tanhf", x);
+  case IR_EXP: return llvm_math_exp(C, x);
+  case IR_LOG: return llvm_math_log(C, x);
+  case IR_TANH: return llvm_math_tanh(C, x);
   case IR_SQRT: return call_f1(C, "llvm.sqrt.f32", x);
   case IR_RSQRT: return LLVMBuildFDiv(C->b, one, call_f1(C, "llvm.sqrt.f32", x), "");
   case IR_ABS: return call_f1(C, "llvm.fabs.f32", x);
   case IR_SIN: return call_f1(C, "llvm.sin.f32", x);
   case IR_COS: return call_f1(C, "llvm.cos.f32", x);
   case IR_ERF: return call_f1(C, "erff", x);
-  case IR_LOGISTIC: {
-    LLVMValueRef e = call_f1(C, "llvm.exp.f32", LLVMBuildFNeg(C->b, x, ""));
-    return LLVMBuildFDiv(C->b, one, LLVMBuildFAdd(C->b, one, e, ""), "");
-  }
+  case IR_LOGISTIC: return llvm_math_logistic(C, x);
   default: return NULL;
   }
 }

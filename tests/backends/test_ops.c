@@ -115,6 +115,52 @@ static void test_reduce(void) {
   ir_graph_free(g);
 }
 
+/* Runs long enough for reduce.c's vector lanes (16 floats a step), with scalar tails, a NaN in
+ * one row and -inf in another; and reductions over leading axes (16 columns at a time). */
+static void test_reduce_runs(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t d[] = {3, 4, 37}, d2[] = {5, 48};
+  int32_t x = ir_param(g, "x", DT_F32, 3, d), y = ir_param(g, "y", DT_F32, 2, d2);
+  const int32_t last[] = {2}, a12[] = {1, 2}, all[] = {0, 1, 2}, y1[] = {1}, y01[] = {0, 1};
+  OUT(g, "sum_last", ir_reduce_sum(g, x, 1, last));
+  OUT(g, "sum12", ir_reduce_sum(g, x, 2, a12));
+  OUT(g, "sum_all", ir_reduce_sum(g, x, 3, all));
+  OUT(g, "max_last", ir_reduce_max(g, x, 1, last));
+  OUT(g, "max12", ir_reduce_max(g, x, 2, a12));
+  OUT(g, "ysum", ir_reduce_sum(g, ir_exp(g, y), 1, y1));
+  OUT(g, "ymax", ir_reduce_max(g, y, 1, y1));
+  OUT(g, "ysum_all", ir_reduce_sum(g, y, 2, y01));
+  const int32_t a0[] = {0}, a01[] = {0, 1}; /* leading axes: blocks of columns, leftovers */
+  OUT(g, "sum0", ir_reduce_sum(g, x, 1, a0));
+  OUT(g, "sum01", ir_reduce_sum(g, x, 2, a01));
+  OUT(g, "max01", ir_reduce_max(g, x, 2, a01));
+  OUT(g, "ycolsum", ir_reduce_sum(g, y, 1, a0));
+  OUT(g, "ycolmax", ir_reduce_max(g, ir_neg(g, y), 1, a0));
+  double yd[5 * 48];
+  for (int i = 0; i < 5 * 48; i++) yd[i] = (double)(float)(0.37 * ((i * 7919) % 101) - 18.0);
+  yd[48 + 20] = NAN;       /* row 1: NaN wins the max and the sum */
+  yd[2 * 48 + 45] = NAN;   /* row 2: NaN in the scalar tail */
+  for (int i = 0; i < 48; i++) yd[3 * 48 + i] = -INFINITY; /* row 3: all -inf */
+  yd[4 * 48 + 47] = 1e30;  /* row 4: the max in the tail */
+  BtBind binds[] = {{"y", yd}};
+  bt_check(g, binds, 1, RTOL);
+  ir_graph_free(g);
+}
+
+/* Transposes that move the last axis run over 32 x 32 tiles (kernel.c): partial tiles at the
+ * edges, outer axes, and a fused operand. */
+static void test_transpose_tiles(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t d2[] = {40, 70}, d3[] = {33, 34, 35};
+  int32_t a = ir_param(g, "a", DT_F32, 2, d2), b = ir_param(g, "b", DT_F32, 3, d3);
+  const int32_t p10[] = {1, 0}, p120[] = {1, 2, 0}, p021[] = {0, 2, 1};
+  OUT(g, "t2", ir_transpose(g, a, p10));
+  OUT(g, "t120", ir_transpose(g, b, p120));
+  OUT(g, "t021_fused", ir_transpose(g, ir_exp(g, b), p021));
+  bt_check(g, NULL, 0, RTOL);
+  ir_graph_free(g);
+}
+
 static void test_dot(void) {
   IrGraph *g = ir_graph_new();
   const int64_t mk[] = {6, 8}, kn[] = {8, 5}, km[] = {8, 6}, nk[] = {5, 8}, bmk[] = {3, 6, 8},
@@ -262,6 +308,8 @@ int main(void) {
   CU_add_test(s, "i32", test_i32);
   CU_add_test(s, "layout", test_layout);
   CU_add_test(s, "reduce", test_reduce);
+  CU_add_test(s, "reduce_runs", test_reduce_runs);
+  CU_add_test(s, "transpose_tiles", test_transpose_tiles);
   CU_add_test(s, "dot", test_dot);
   CU_add_test(s, "gather_scatter_topk", test_gather_scatter_topk);
   CU_add_test(s, "collectives_one_device", test_collectives_one_device);
