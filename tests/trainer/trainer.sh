@@ -96,6 +96,23 @@ damaged)
   "$T/trainer" --config > "$T/out" 2> "$T/err" || fail "--config failed"
   grep -q '"kind": "trainer"' "$T/out" || fail "--config does not print the resolved config"
   ;;
+compile_cli)
+  m="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$m" --target cpu --emit llvm
+  grep -q "define.*@axlc_step" "$T/log" || fail "--emit llvm lacks axlc_step"
+  must "$AXLC" compile "$m" --target cpu --emit asm
+  grep -q "^axlc_step:" "$T/log" || fail "--emit asm lacks axlc_step"
+  must "$AXLC" compile "$m" --target cpu --emit obj -o "$T/step.o"
+  [ "$(head -c 4 "$T/step.o" | od -An -c | tr -d ' ')" = "177ELF" ] || fail "--emit obj is not ELF"
+  "$AXLC" compile "$m" --target gpu-h100-8 -o "$T/x" > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && grep -q "expected --target cpu" "$T/err" || fail "--target gpu-h100-8 accepted"
+  "$AXLC" compile "$m" --target cpu > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && grep -q "needs -o FILE" "$T/err" || fail "a missing -o is not reported"
+  "$AXLC" compile "$m" --target cpu --emit wasm -o "$T/x" > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && grep -q "expected exe, obj, llvm or asm" "$T/err" || fail "--emit wasm accepted"
+  "$AXLC" compile "$m" --target cpu -o "$T/x" --set '/mesh/shape=[1,4,1,1,1,1]' > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && grep -q "devices" "$T/err" || fail "a 4-device mesh was compiled for one CPU"
+  ;;
 *) fail "unknown case" ;;
 esac
 [ "$fails" -eq 0 ] || exit 1
