@@ -300,7 +300,8 @@ static int run_cpu(const Args *a) {
   DrvCompiled c = {0};
   DrvCompileOptions co = compile_options(a);
   int rc = 1;
-  if (lower(&j, a, NULL) == 0 && drv_compile_cpu(&j, &co, &c) == 0) {
+  bool lowered = lower(&j, a, NULL) == 0; /* lower() prints its own errors */
+  if (lowered && drv_compile_cpu(&j, &co, &c) == 0) {
     char err[1024];
     LlvmStepFn step;
     LlvmJit *jit = NULL;
@@ -312,7 +313,7 @@ static int run_cpu(const Args *a) {
       rc = rt_train_main(llvm_jit_program(jit), a->nrest + 1, argv);
     }
     llvm_jit_free(jit);
-  } else {
+  } else if (lowered) {
     fe_diag_print(&j.diag, stderr);
   }
   drv_compiled_free(&c);
@@ -353,7 +354,8 @@ static int cmd_compile(const Args *a) {
   DrvCompileOptions co = compile_options(a);
   int rc = 1;
   char err[1024];
-  if (lower(&j, a, NULL) == 0 && drv_compile_cpu(&j, &co, &c) == 0) {
+  bool lowered = lower(&j, a, NULL) == 0; /* lower() prints its own errors */
+  if (lowered && drv_compile_cpu(&j, &co, &c) == 0) {
     if (!strcmp(emit, "exe")) rc = drv_link_trainer(&j, &c, a->output) ? 1 : 0;
     else if (!strcmp(emit, "obj"))
       rc = llvm_emit_object(c.module, a->output, NULL, NULL, err, sizeof err)
@@ -361,7 +363,7 @@ static int cmd_compile(const Args *a) {
                : 0;
     else rc = emit_text(&j, &c, emit, a->output);
   }
-  if (rc) fe_diag_print(&j.diag, stderr);
+  if (rc && lowered) fe_diag_print(&j.diag, stderr);
   drv_compiled_free(&c);
   drv_free(&j);
   return rc;
