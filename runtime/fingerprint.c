@@ -144,14 +144,42 @@ static void shape_text(char *buf, size_t cap, const int64_t *shape, int rank) {
         snprintf(buf + len, cap - len, "]");
 }
 
+#define NAMES_SHOWN 3
+
+/* Appends one item for a group of parameter names: "N parameters WHAT: a, b, c and M more". */
+typedef struct Group {
+    const char *what;
+    int n;
+    char names[3 * 256];
+} Group;
+
+static void group_add(Group *g, const char *name) {
+    if (g->n++ < NAMES_SHOWN) {
+        size_t len = strlen(g->names);
+        snprintf(g->names + len, sizeof g->names - len, "%s%.200s", len ? ", " : "", name);
+    }
+}
+
+static void group_flush(Diff *d, const Group *g) {
+    if (g->n == 0)
+        return;
+    char more[48] = "";
+    if (g->n > NAMES_SHOWN)
+        snprintf(more, sizeof more, " and %d more", g->n - NAMES_SHOWN);
+    diff_add(d, "%d parameter%s %s: %s%s", g->n, g->n == 1 ? "" : "s", g->what, g->names, more);
+    d->count += g->n - 1;
+}
+
 /* Parameters missing from st, with another shape there, and tensors of st that are neither a
- * parameter nor an optimizer slot ("opt/...") of one. */
+ * parameter nor an optimizer slot ("opt/...") of one. Shape differences are listed one by one
+ * (with both shapes); missing and extra names by group. */
 static void diff_tensors(Diff *d, const RtParamSlot *params, int n, const RtSt *st) {
     char a[96], b[96];
+    Group missing = {.what = "not in the checkpoint"}, extra = {.what = "only in the checkpoint"};
     for (int i = 0; i < n; i++) {
         const RtTensor *t = rt_st_find(st, params[i].path);
         if (!t) {
-            diff_add(d, "parameter %s is not in the checkpoint", params[i].path);
+            group_add(&missing, params[i].path);
         } else if (t->ndim != params[i].rank ||
                    memcmp(t->shape, params[i].shape, (size_t)t->ndim * sizeof *t->shape) != 0) {
             shape_text(a, sizeof a, params[i].shape, params[i].rank);
@@ -165,19 +193,20 @@ static void diff_tensors(Diff *d, const RtParamSlot *params, int n, const RtSt *
         for (int i = 0; i < n && !known; i++)
             known = strcmp(name, params[i].path) == 0;
         if (!known)
-            diff_add(d, "the checkpoint has parameter %s, this model has not", name);
+            group_add(&extra, name);
     }
+    group_flush(d, &missing);
+    group_flush(d, &extra);
 }
 
 int rt_model_diff(const RtParamSlot *params, int n, const char *config, const RtSt *st, const char *ck_config,
                   char *out, size_t cap) {
     Diff d = {out, cap, 0, 0};
     out[0] = '\0';
-    diff_tensors(&d, params, n, st);
     diff_configs(&d, config, ck_config, 1);
+    diff_tensors(&d, params, n, st);
     return d.count;
 }
-
 int rt_config_diff_outside_model(const char *config, const char *ck_config, char *out, size_t cap) {
     Diff d = {out, cap, 0, 0};
     out[0] = '\0';
