@@ -74,12 +74,13 @@ static json_object *take(json_object *o, const char *key) {
 
 /* ---- mesh rules ---------------------------------------------------------- */
 
+/* Takes over `spec`: the list itself, or the name of a file holding one. */
 static int load_rules(FeDiag *d, json_object *spec, const char *file, Loaded *out) {
   if (json_object_get_type(spec) == json_type_string) {
     const char *rf = relative(d, dir_of(d, file), json_object_get_string(spec));
     json_object *list = fe_json_load(d, rf);
-    if (!list) return -1;
     json_object_put(spec);
+    if (!list) return -1;
     spec = list;
     file = rf;
   }

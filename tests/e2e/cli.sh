@@ -34,12 +34,14 @@ expect_empty() {
   [ ! -s "$1" ] || { fail "$(basename "$1") is not empty"; head -5 "$1" >&2; }
 }
 
-# A user error: status 1, nothing on stdout, an "error:" line with TEXT on stderr.
+# A user error: status 1, nothing on stdout, an "error:" line with TEXT on stderr, and no
+# sanitizer report (in the ASan build a leak on an error path keeps the status at 1).
 expect_user_error() {
   expect_rc 1
   expect_empty "$T/out"
   expect_in "$T/err" "error: "
   expect_in "$T/err" "$1"
+  ! grep -q "Sanitizer" "$T/err" || { fail "sanitizer report"; sed 's/^/  | /' "$T/err" | head -20 >&2; }
 }
 
 case $CASE in
@@ -102,6 +104,16 @@ err_missing_file)
   expect_user_error "$T/absent.json: cannot open: No such file or directory"
   run params "$T/absent.json"
   expect_user_error "$T/absent.json: cannot open"
+  ;;
+err_missing_rules)
+  # a mesh_rules file that is missing or broken: a clear error (and, in the ASan build, no leak)
+  printf '{"base": "%s", "mesh_rules": "rules/absent.json"}\n' "$MODELS/tiny-lm.json" >"$T/cfg.json"
+  run config "$T/cfg.json" --target cpu
+  expect_user_error "$T/rules/absent.json: cannot open: No such file or directory"
+  mkdir -p "$T/rules"
+  printf '[{"match": "cpu",]\n' >"$T/rules/absent.json"
+  run params "$T/cfg.json"
+  expect_user_error "$T/rules/absent.json:1:"
   ;;
 err_malformed_json)
   printf '{\n  "kind": "trainer",\n  "max_steps": 1,,\n}\n' >"$T/bad.json"
