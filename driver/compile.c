@@ -91,16 +91,20 @@ static int spawn(char *const *argv) {
 }
 
 int drv_link_trainer(DrvJob *j, DrvCompiled *c, const char *out) {
-  char obj[1024], err[1024];
-  snprintf(obj, sizeof obj, "%s.step.o", out);
-  if (llvm_emit_object(c->module, obj, NULL, NULL, err, sizeof err))
-    return fe_error(&j->diag, obj, NULL, "writing the object failed: %s", err);
+  char err[1024];
+  char *obj = fe_asprintf("%s.step.o", out); /* as long as `out` needs */
+  if (llvm_emit_object(c->module, obj, NULL, NULL, err, sizeof err)) {
+    fe_error(&j->diag, obj, NULL, "writing the object failed: %s", err);
+    free(obj);
+    return -1;
+  }
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   char *argv[] = {(char *)cc, "-o", (char *)out, obj, AXLC_RUNTIME_MAIN_LIB, AXLC_RUNTIME_LIB,
                   "-lopenblas", "-ljson-c", "-lm", "-lpthread", AXLC_TRAINER_LDFLAGS, NULL};
   if (!*AXLC_TRAINER_LDFLAGS) argv[10] = NULL;
   int rc = spawn(argv);
   unlink(obj);
+  free(obj);
   if (rc)
     return fe_error(&j->diag, out, NULL, "linking the trainer with %s failed (it needs "
                     "libopenblas-dev and libjson-c-dev)", cc);

@@ -164,14 +164,16 @@ int fe_build_node(FeBuild *b, json_object *node, const char *cfg, const char *pr
 
 int fe_field_error(FeBuild *b, json_object *node, const char *cfg, const char *field,
                    const char *fmt, ...) {
-  char path[512], msg[1024];
-  fe_path_join(path, sizeof path, cfg, field);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  char *msg = fe_vasprintf(fmt, ap);
   va_end(ap);
+  char *path = fe_asprintf("%s/%s", strcmp(cfg, "/") == 0 ? "" : cfg, field);
   const char *file = fe_origin_key(node, field);
-  return fe_error(b->diag, file ? file : b->file, path, "%s", msg);
+  fe_error(b->diag, file ? file : b->file, path, "%s", msg);
+  free(path);
+  free(msg);
+  return -1;
 }
 
 int fe_build_child(FeBuild *b, json_object *node, const char *field, const char *cfg,

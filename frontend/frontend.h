@@ -14,6 +14,7 @@
 #ifndef AXLC_FRONTEND_H
 #define AXLC_FRONTEND_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +45,10 @@ int fe_error(FeDiag *d, const char *file, const char *path, const char *fmt, ...
     __attribute__((format(printf, 4, 5)));
 void fe_diag_print(const FeDiag *d, FILE *out);
 const char *fe_intern(FeDiag *d, const char *s);
+/* A malloc'd formatted string, as long as it needs to be; aborts when out of
+ * memory, like every allocation of the diag. */
+char *fe_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *fe_vasprintf(const char *fmt, va_list ap);
 /* Frees the origin records (json.c); called by fe_diag_free. */
 void fe_origins_free(FeDiag *d);
 /* The candidate nearest to `word` by edit distance, or NULL if none is close. */
