@@ -10,17 +10,27 @@
  *
  * The graph is one device's program before sharding: inputs "ids" and
  * "targets" of shape (B, T), with B the per-device batch.
+ *
+ * A failed builder call records its error in the graph and returns IR_NONE,
+ * which later builder calls pass on. Emit code never reads a value it did
+ * not check: fe_shape() takes only real values, helpers return IR_NONE for
+ * IR_NONE, and once the graph holds an error no module emits anything more.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
 
-IrShape fe_shape(const FeEmit *e, int32_t v) { return e->g->values[v].shape; }
+IrShape fe_shape(const FeEmit *e, int32_t v) {
+  assert(v >= 0 && v < e->g->nvalues && "fe_shape of a failed builder call");
+  return e->g->values[v].shape;
+}
 
 int32_t fe_emit_node(FeEmit *e, json_object *node, const char *cfg, const char *prm,
                      const FeDims *in, int32_t x) {
   if (!node) return x;
+  if (ir_graph_error(e->g)) return IR_NONE; /* something failed already: stop */
   const FeKind *k = fe_kind_find(fe_node_kind(node));
   if (!k || !k->emit) {
     ir_graph_fail(e->g, "%s: kind %s has no forward computation", cfg, fe_node_kind(node));

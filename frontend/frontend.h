@@ -294,7 +294,8 @@ int32_t fe_emit_like(FeEmit *e, int32_t x, double v);
 int32_t fe_emit_bcast(FeEmit *e, int32_t v, int32_t like, int32_t n, const int32_t *bdims);
 /* Softmax over the last axis. */
 int32_t fe_emit_softmax(FeEmit *e, int32_t x);
-/* A copy: the graph's value array moves as values are added. */
+/* v's shape, a copy (the graph's value array moves as values are added).
+ * v must be a value, not IR_NONE: check builder results first. */
 IrShape fe_shape(const FeEmit *e, int32_t v);
 
 /* ---- schema tables (for frontend/modules/) ------------------------------ */

@@ -78,6 +78,7 @@ static const FeField rope_fields[] = {
 /* Rotary embedding of x (B, T, N, H), rotating the two halves of each head:
  * (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), angle t * theta^(-2i/H). */
 static int32_t emit_rope(FeEmit *e, json_object *rope, int32_t x) {
+  if (x == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
   IrShape s = fe_shape(e, x);
   int64_t B = s.dims[0], T = s.dims[1], N = s.dims[2], H = s.dims[3], half = H / 2;

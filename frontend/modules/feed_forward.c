@@ -179,6 +179,7 @@ static int32_t expert_out(FeEmit *e, int32_t h, const char *prm) {
 
 /* mask (B, T, E): 1 for the top_k experts of each token. */
 static int32_t route_mask(FeEmit *e, int32_t probs, int64_t k) {
+  if (probs == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
   IrShape s = fe_shape(e, probs);
   int64_t btke[4] = {s.dims[0], s.dims[1], k, s.dims[2]};
@@ -190,6 +191,7 @@ static int32_t route_mask(FeEmit *e, int32_t probs, int64_t k) {
 
 /* Switch-style load balance: weight * E * sum_e (fraction routed to e) * (mean prob of e). */
 static void add_balance_loss(FeEmit *e, json_object *node, int32_t probs, int32_t mask) {
+  if (probs == IR_NONE || mask == IR_NONE) return; /* the graph holds the error */
   IrGraph *g = e->g;
   IrShape s = fe_shape(e, probs);
   int64_t E = s.dims[2], k = fe_get_int(node, "top_k"), tokens = s.dims[0] * s.dims[1];
