@@ -111,7 +111,9 @@ void fe_build_free(FeBuild *b) {
     free(b->params[i].origin);
   }
   free(b->params);
+  free(b->step_error);
   b->params = NULL;
+  b->step_error = NULL;
   b->nparams = b->capparams = 0;
 }
 
@@ -273,10 +275,10 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
   double numel = 1;
   for (int i = 0; i < rank; i++) numel *= (double)shape[i];
   b->total_numel += numel;
-  if (numel > FE_MAX_PARAM_NUMEL || b->total_numel > FE_MAX_TOTAL_NUMEL)
+  if (numel > FE_MAX_TENSOR_NUMEL || b->total_numel > FE_MAX_TOTAL_NUMEL)
     return fe_error(b->diag, b->file, cfg, "parameter %s/%s makes the model too large "
                     "(%.3g elements; expected at most %.3g in one tensor and %.3g in all)", prm,
-                    name, numel, FE_MAX_PARAM_NUMEL, FE_MAX_TOTAL_NUMEL);
+                    name, numel, FE_MAX_TENSOR_NUMEL, FE_MAX_TOTAL_NUMEL);
   FeParam *p = param_new(b);
   size_t len = strlen(prm) + strlen(name) + 2;
   p->path = malloc(len);
@@ -308,6 +310,55 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
     return rc;
   }
   return check_divides(b, p, first, lead_path, epath);
+}
+
+/* ---- the training step's tensors ---------------------------------------- */
+
+int64_t fe_batch_split(const FeMesh *m) {
+  int64_t split = 1;
+  for (int i = 0; i < m->n; i++)
+    if (!strcmp(m->axes[i], "data") || !strcmp(m->axes[i], "expert") || !strcmp(m->axes[i], "fsdp"))
+      split *= m->shape[i];
+  return split;
+}
+
+/* "65536 x 4 x 16777216 x 16777216" */
+static char *fmt_dims(int rank, const int64_t *dims) {
+  char *s = fe_asprintf("%lld", (long long)dims[0]);
+  for (int i = 1; i < rank; i++) {
+    char *t = fe_asprintf("%s x %lld", s, (long long)dims[i]);
+    free(s);
+    s = t;
+  }
+  return s;
+}
+
+void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank,
+                    const int64_t *dims, json_object *node, const char *cfg, const char *field) {
+  double numel = 1;
+  for (int i = 0; i < rank; i++) numel *= (double)dims[i];
+  if (numel <= FE_MAX_TENSOR_NUMEL || numel <= b->step_numel) return;
+  /* A smaller batch (or more devices over it) helps unless one sequence is already too large. */
+  bool one_seq = numel / (double)dims[0] > FE_MAX_TENSOR_NUMEL;
+  if (!one_seq) {
+    node = fe_get_child(b->root, "input");
+    cfg = "/input";
+    field = "global_batch_size";
+  }
+  const char *file = fe_origin_key(node, field);
+  char *shape = fmt_dims(rank, dims);
+  free(b->step_error);
+  b->step_numel = numel;
+  b->step_error = fe_asprintf(
+      "%s: %s/%s: %s (%s = %s) would hold %.*g elements on each device, more than the limit "
+      "of %.0f in one tensor (expected a smaller %s%s)", file ? file : b->file, cfg, field,
+      what, names, shape, numel < 0x1p53 ? 16 : 4, numel, FE_MAX_TENSOR_NUMEL, field,
+      one_seq ? "" : ", or more devices on the mesh's data, expert and fsdp axes");
+  free(shape);
+}
+
+int fe_step_check(const FeBuild *b, FeDiag *d) {
+  return b->step_error ? fe_error(d, NULL, NULL, "%s", b->step_error) : 0;
 }
 
 int64_t fe_param_numel(const FeParam *p) {

@@ -123,15 +123,11 @@ int32_t fe_emit_softmax(FeEmit *e, int32_t x) {
 
 /* The per-device batch: the global batch over the mesh's batch axes. */
 static int64_t device_batch(const FeBuild *b, json_object *cfg) {
-  int64_t split = 1;
-  for (int i = 0; i < b->mesh.n; i++)
-    if (!strcmp(b->mesh.axes[i], "data") || !strcmp(b->mesh.axes[i], "expert") ||
-        !strcmp(b->mesh.axes[i], "fsdp"))
-      split *= b->mesh.shape[i];
-  return fe_get_int(fe_get_child(cfg, "input"), "global_batch_size") / split;
+  return fe_get_int(fe_get_child(cfg, "input"), "global_batch_size") / fe_batch_split(&b->mesh);
 }
 
 IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b) {
+  if (fe_step_check(b, d)) return NULL; /* a config error, before any graph */
   IrGraph *g = ir_graph_new();
   if (!g) {
     fe_error(d, file, NULL, "out of memory");

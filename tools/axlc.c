@@ -143,6 +143,14 @@ static json_object *resolve(FeDiag *d, const Args *a) {
   return cfg;
 }
 
+/* config and params describe the model, which is fine; the tensors of its
+ * training step (sized by batch and sequence) only exist in a graph, so a
+ * step too large is an error for ir, compile and run and a warning here. */
+static void warn_step(const FeBuild *b) {
+  if (b->step_error)
+    fprintf(stderr, "warning: axlc ir, compile and run refuse this config: %s\n", b->step_error);
+}
+
 static int cmd_config(const Args *a) {
   FeDiag d;
   fe_diag_init(&d);
@@ -152,6 +160,9 @@ static int cmd_config(const Args *a) {
     char *text = fe_json_canonical(cfg);
     fputs(text, stdout);
     free(text);
+    FeBuild b; /* resolution built it once, and succeeded */
+    if (fe_build(&b, &d, a->model, cfg, fe_target_devices(a->fe.target)) == 0) warn_step(&b);
+    fe_build_free(&b);
     json_object_put(cfg);
     rc = 0;
   }
@@ -173,6 +184,7 @@ static int cmd_params(const Args *a) {
     } else {
       fe_params_print(&b, stdout);
     }
+    warn_step(&b);
     rc = 0;
   } else if (cfg) {
     fe_diag_print(&d, stderr);

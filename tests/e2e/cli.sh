@@ -148,6 +148,25 @@ err_set_value)
   run config "$MODELS/tiny-lm.json" --set /model/decoder/layer/feed_forward/activation=gleu
   expect_user_error '--set: /model/decoder/layer/feed_forward/activation: value "gleu" is not allowed (expected one of gelu|relu|swiglu); did you mean "gelu"?'
   ;;
+err_step_too_large)
+  # tensors of the training step too large for any graph: a config error before composing
+  # (it used to be a heap-buffer-overflow in the composer), a warning for config and params
+  set -- --set /input/seq_len=16777216 --set /model/pos_emb/max_len=16777216 \
+    --set /input/global_batch_size=65536
+  msg='--set: /input/seq_len: the attention scores (batch x heads x seq x seq = 65536 x 4 x 16777216 x 16777216) would hold 7.379e+19 elements on each device, more than the limit of 281474976710656 in one tensor (expected a smaller seq_len)'
+  run ir "$MODELS/tiny-lm.json" "$@"
+  expect_user_error "error: $msg"
+  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" "$@"
+  expect_user_error "error: $msg"
+  run params "$MODELS/tiny-lm.json" "$@"
+  expect_rc 0
+  expect_in "$T/out" '24 tensors, 1,073,857,152 parameters'
+  expect_in "$T/err" "warning: axlc ir, compile and run refuse this config: $msg"
+  run config "$MODELS/tiny-lm.json" "$@"
+  expect_rc 0
+  expect_in "$T/out" '"seq_len": 16777216'
+  expect_in "$T/err" "warning: axlc ir, compile and run refuse this config: $msg"
+  ;;
 err_no_model)
   run config
   expect_user_error "axlc config needs a MODEL.json"

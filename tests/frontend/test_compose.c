@@ -1,6 +1,7 @@
 /*
  * test_compose.c: the composer (fe_compose and the kinds' emit functions)
- * on small configs: what happens when a builder call fails.
+ * on small configs: what happens when a builder call fails, and the bound
+ * on the size of the training step's tensors, checked before any graph.
  */
 #include <stdlib.h>
 
@@ -84,8 +85,97 @@ static void test_emit_failure_propagates(void) {
   }
 }
 
+/* Resolves and builds `file` (expected to succeed: the config itself is
+ * fine), then composes it: returns the messages of the composition, which
+ * is expected to fail before making a graph, and checks that the build
+ * kept the same message for the warning of config and params. */
+static void compose_fails(FeT *t, const char *file, const char *target,
+                          const char *const *apply, const char *const *sets) {
+  fe_t_resolve(t, file, target, apply, sets);
+  EXPECT_OK(t);
+  FeBuild b;
+  int64_t n = fe_t_params(t, fe_target_devices(target), &b);
+  CU_ASSERT_FATAL(n > 0);
+  IrGraph *g = fe_compose(&t->d, file, t->tree, &b);
+  EXPECT(g == NULL);
+  ir_graph_free(g);
+  t->msgs[0] = 0;
+  fe_t_collect(t);
+  EXPECT(b.step_error && strstr(t->msgs, b.step_error) != NULL);
+  fe_build_free(&b);
+}
+
+/* The composer built the attention scores (B, N, T, T) of tiny-lm with
+ * seq_len 2^24 and batch 65536 (2^66 elements): the IR builder failed deep
+ * in the graph ("%41 (constant) at /model/decoder/layer/self_attention: too
+ * many elements", after the overflow above). It is a config error, found
+ * before any graph, naming the field most responsible: seq_len, since even
+ * one sequence is too large. */
+static void test_step_too_large_seq(void) {
+  FeT t;
+  fe_t_write_tiny();
+  snprintf(cfg, sizeof cfg, "%s",
+           fe_t_write("cfg.json", "{\"base\": \"tiny.json\", \"input\": {\"kind\": \"lm_input\","
+                                  " \"seq_len\": 16777216, \"global_batch_size\": 65536}, \"model\":"
+                                  " {\"kind\": \"causal_lm\", \"pos_emb\": {\"kind\":"
+                                  " \"learned_pos_emb\", \"max_len\": 16777216}}}"));
+  compose_fails(&t, cfg, NULL, NULL, NULL);
+  char want[8192];
+  snprintf(want, sizeof want, "%s: /input/seq_len: the attention scores (batch x heads x seq x seq"
+           " = 65536 x 4 x 16777216 x 16777216) would hold 7.379e+19 elements on each device, more"
+           " than the limit of 281474976710656 in one tensor (expected a smaller seq_len)\n", cfg);
+  EXPECT_STR(t.msgs, want);
+  fe_t_done(&t);
+}
+
+/* When one sequence fits, the global batch is to blame, and more devices
+ * on the batch axes make the same config fine: 2^30 x 4 x 1024 x 1024
+ * elements is 2^52 on one device, 2^46 on each of 64. */
+static void test_step_too_large_batch(void) {
+  FeT t;
+  fe_t_write_tiny();
+  const char *sets[] = {"/input/seq_len=1024", "/model/pos_emb/max_len=1024",
+                        "/input/global_batch_size=1073741824", NULL};
+  compose_fails(&t, fe_t_path("tiny.json"), NULL, NULL, sets);
+  EXPECT_STR(t.msgs, "--set: /input/global_batch_size: the attention scores (batch x heads x seq x"
+             " seq = 1073741824 x 4 x 1024 x 1024) would hold 4503599627370496 elements on each"
+             " device, more than the limit of 281474976710656 in one tensor (expected a smaller"
+             " global_batch_size, or more devices on the mesh's data, expert and fsdp axes)\n");
+  fe_t_done(&t);
+  fe_t_resolve(&t, fe_t_path("tiny.json"), "cpu-64", NULL, sets);
+  EXPECT_OK(&t);
+  FeBuild b;
+  EXPECT_INT(fe_t_params(&t, 64, &b), FE_T_TINY_PARAMS + (1024 - 128) * 64);
+  EXPECT(b.step_error == NULL);
+  fe_build_free(&b);
+  fe_t_done(&t);
+}
+
+/* The largest tensor is the one reported, and a module's own field is
+ * blamed when one sequence alone is too large: the MoE routing mask
+ * (B, T, top_k, E) with 65536 experts all chosen, over 2^17 tokens. */
+static void test_step_too_large_experts(void) {
+  FeT t;
+  fe_t_write_tiny();
+  snprintf(moe, sizeof moe, "%s/modifiers/moe.json", AXLC_MODELS_DIR);
+  const char *apply[] = {moe, NULL};
+  const char *sets[] = {"/input/seq_len=131072", "/model/pos_emb/max_len=131072",
+                        "/input/global_batch_size=1",
+                        "/model/decoder/layer/feed_forward/num_experts=65536",
+                        "/model/decoder/layer/feed_forward/top_k=65536", NULL};
+  compose_fails(&t, fe_t_path("tiny.json"), NULL, apply, sets);
+  EXPECT_STR(t.msgs, "--set: /model/decoder/layer/feed_forward/num_experts: the routing mask"
+             " (batch x seq x top_k x experts = 1 x 131072 x 65536 x 65536) would hold"
+             " 562949953421312 elements on each device, more than the limit of 281474976710656 in"
+             " one tensor (expected a smaller num_experts)\n");
+  fe_t_done(&t);
+}
+
 static const FeTCase cases[] = {
     {"emit_failure_propagates", test_emit_failure_propagates},
+    {"step_too_large_seq", test_step_too_large_seq},
+    {"step_too_large_batch", test_step_too_large_batch},
+    {"step_too_large_experts", test_step_too_large_experts},
 };
 
 int main(int argc, char **argv) {
