@@ -90,6 +90,26 @@ static int mesh_axis_index(const FeMesh *m, const char *axis) {
 
 /* ---- the walk ----------------------------------------------------------- */
 
+static int by_path(const void *a, const void *b) {
+  return strcmp((*(const FeParam *const *)a)->path, (*(const FeParam *const *)b)->path);
+}
+
+/* The parameters in path order: the composer looks up every one by path, and
+ * a scan per lookup would be quadratic in the number of layers. */
+static void index_params(FeBuild *b) {
+  b->by_path = malloc(((size_t)b->nparams + 1) * sizeof *b->by_path);
+  for (int i = 0; i < b->nparams; i++) b->by_path[i] = &b->params[i];
+  qsort(b->by_path, (size_t)b->nparams, sizeof *b->by_path, by_path);
+}
+
+int fe_param_find(const FeBuild *b, const char *path) {
+  if (!b->by_path) return -1;
+  FeParam key = {.path = (char *)path};
+  const FeParam *kp = &key, **hit = bsearch(&kp, b->by_path, (size_t)b->nparams,
+                                             sizeof *b->by_path, by_path);
+  return hit ? (int)(*hit - b->params) : -1;
+}
+
 int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root, int64_t devices) {
   memset(b, 0, sizeof *b);
   b->diag = d;
@@ -102,7 +122,9 @@ int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root, int64_t
   if (mesh_shape(b, fe_get_child(mesh, "shape"), devices)) return -1;
   b->file = file;
   FeDims in = {0};
-  return fe_build_node(b, root, "", "", &in);
+  if (fe_build_node(b, root, "", "", &in)) return -1;
+  index_params(b);
+  return 0;
 }
 
 void fe_build_free(FeBuild *b) {
@@ -111,8 +133,10 @@ void fe_build_free(FeBuild *b) {
     free(b->params[i].origin);
   }
   free(b->params);
+  free(b->by_path);
   free(b->step_error);
   b->params = NULL;
+  b->by_path = NULL;
   b->step_error = NULL;
   b->nparams = b->capparams = 0;
 }

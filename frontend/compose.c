@@ -52,13 +52,10 @@ int32_t fe_emit_child(FeEmit *e, json_object *node, const char *field, const cha
 }
 
 static int find_param(const FeEmit *e, const char *prm, const char *name) {
-  size_t lp = strlen(prm);
-  for (int i = 0; i < e->b->nparams; i++) {
-    const char *path = e->b->params[i].path;
-    if (strncmp(path, prm, lp) == 0 && path[lp] == '/' && strcmp(path + lp + 1, name) == 0)
-      return i;
-  }
-  return -1;
+  char *path = fe_asprintf("%s/%s", prm, name);
+  int i = fe_param_find(e->b, path);
+  free(path);
+  return i;
 }
 
 bool fe_has_param(const FeEmit *e, const char *prm, const char *name) {

@@ -231,6 +231,7 @@ typedef struct FeBuild {
   FeMesh mesh;
   FeParam *params;
   int nparams, capparams;
+  const FeParam **by_path;           /* (nparams) in path order, once the walk succeeded */
   double total_numel;                /* running total, for the size bound */
   /* The largest tensor of the training step over FE_MAX_TENSOR_NUMEL
    * elements (fe_step_tensor), as an error message; NULL if none. */
@@ -261,6 +262,8 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg,
              const char *spec_name, const char *lead_axis, double wd_scale,
              const FeDims *in);
 int64_t fe_param_numel(const FeParam *p);
+/* Index of the parameter named `path` after a successful fe_build, or -1. */
+int fe_param_find(const FeBuild *b, const char *path);
 /* Notes a tensor the training step will compute on each device, of shape
  * `dims` (dims[0] the per-device batch; `names` says what each is, as
  * "batch x heads x seq x seq"). Only graphs hold such tensors, so a tensor
