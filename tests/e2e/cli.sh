@@ -167,6 +167,22 @@ err_step_too_large)
   expect_in "$T/out" '"seq_len": 16777216'
   expect_in "$T/err" "warning: axlc ir, compile and run refuse this config: $msg"
   ;;
+deep_model)
+  # 500 layers (5,004 parameters): what config and params accept, ir lowers through every
+  # pass (the optimizer used to stop at 4096 parameters); the one limit is the schema's
+  set -- --set /model/decoder/num_layers=500 --set /model/dim=8 \
+    --set /model/decoder/layer/self_attention/num_heads=1 --set /model/pos_emb/max_len=16 \
+    --set /input/seq_len=4 --set /input/global_batch_size=1
+  run params "$MODELS/tiny-lm.json" "$@"
+  expect_rc 0
+  expect_in "$T/out" '5004 tensors, 402,192 parameters'
+  run ir "$MODELS/tiny-lm.json" "$@"
+  expect_rc 0
+  expect_in "$T/out" 'output "new:model/decoder/layer_499/feed_forward/linear2/weight" = '
+  expect_in "$T/out" 'output "lr" = '
+  run params "$MODELS/tiny-lm.json" --set /model/decoder/num_layers=4097
+  expect_user_error "--set: /model/decoder/num_layers: value 4097 is out of range (expected 1 to 4096)"
+  ;;
 err_no_model)
   run config
   expect_user_error "axlc config needs a MODEL.json"
