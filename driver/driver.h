@@ -64,6 +64,10 @@ typedef struct DrvCompiled {
   char *config;               /* canonical config text, embedded in the trainer */
 } DrvCompiled;
 
+/* Checks, before compiling, that `path` can be written as an output file:
+ * not a directory, in a directory that exists and can be written in, and
+ * writable if it exists. -1 with the message in `d` naming the path. */
+int drv_check_output(FeDiag *d, const char *path);
 /* Plans memory and generates code for j (lowered through every pass). */
 int drv_compile_cpu(DrvJob *j, const DrvCompileOptions *o, DrvCompiled *c);
 /* Writes the object and links it with the runtime into the executable `out`. */

@@ -333,6 +333,15 @@ static int run_cpu(const Args *a) {
   return rc;
 }
 
+static int check_output(const char *out) {
+  FeDiag d;
+  fe_diag_init(&d);
+  int rc = drv_check_output(&d, out);
+  fe_diag_print(&d, stderr);
+  fe_diag_free(&d);
+  return rc;
+}
+
 static int emit_text(DrvJob *j, DrvCompiled *c, const char *what, const char *out) {
   FILE *f = out ? fopen(out, "w") : stdout;
   char err[1024];
@@ -361,6 +370,7 @@ static int cmd_compile(const Args *a) {
     fprintf(stderr, "error: axlc compile needs -o FILE\n");
     return 1;
   }
+  if (a->output && check_output(a->output)) return 1; /* before the long part */
   DrvJob j;
   DrvCompiled c = {0};
   DrvCompileOptions co = compile_options(a);
