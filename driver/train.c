@@ -184,6 +184,10 @@ static int setup(Trainer *t, int64_t steps) {
   t->ids = malloc((size_t)(t->batch * t->seq) * sizeof *t->ids);
   t->targets = malloc((size_t)(t->batch * t->seq) * sizeof *t->targets);
   t->losses = calloc((size_t)steps, sizeof *t->losses);
+  if (!t->losses) /* one per step, for --dump */
+    return fe_error(&t->j->diag, NULL, NULL, "--steps %lld: out of memory for a loss per step",
+                    (long long)steps);
+  if (!t->buf || !t->fbuf || !t->ids || !t->targets) return fail(t, "out of memory");
   t->it = ir_interp_new(t->j->graph, NULL);
   if (!t->it) return fail(t, "out of memory");
   ir_interp_set_keep_all(t->it, false); /* only the outputs are read back */

@@ -5,6 +5,8 @@
  * exit status: 0 on success, 1 for any user error (bad config, bad flag,
  * unreadable file). Only this file exits.
  */
+#include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,10 +103,11 @@ static int parse_args(int argc, char **argv, Args *a) {
                                                    : &a->features;
       *slot = argv[++i];
     } else if (s[0] == '-' && a->command && !strcmp(a->command, "run")) {
-      /* the trainer's option and its value, unless it is a flag */
+      /* the trainer's option and its value, unless it is a flag; options start with "--",
+       * so "-1" is a value (a bad one, which the option's parser reports) */
       if (add(a->rest, &a->nrest, s, "trainer")) return -1;
       bool flag = !strcmp(s, "--resume") || !strcmp(s, "--config") || strchr(s, '=');
-      if (!flag && i + 1 < argc && argv[i + 1][0] != '-' &&
+      if (!flag && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 &&
           add(a->rest, &a->nrest, argv[++i], "trainer"))
         return -1;
     } else if (s[0] == '-') {
@@ -249,6 +252,22 @@ static int cmd_ir(const Args *a) {
   return rc;
 }
 
+#define MAX_INTERP_COUNT (1LL << 40) /* --steps and --seed of the interpreter */
+
+/* A count option's value: digits only, at most MAX_INTERP_COUNT. */
+static int parse_count(const char *opt, const char *v, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (!isdigit((unsigned char)v[0]) || *end || errno == ERANGE || n > MAX_INTERP_COUNT) {
+    fprintf(stderr, "error: %s '%s': expected a non-negative integer up to %lld\n", opt, v,
+            MAX_INTERP_COUNT);
+    return -1;
+  }
+  *out = n;
+  return 0;
+}
+
 /* The interpreter's options, from the run command's pass-through list. */
 static int parse_interp_options(const Args *a, DrvTrainOptions *o) {
   memset(o, 0, sizeof *o);
@@ -262,22 +281,15 @@ static int parse_interp_options(const Args *a, DrvTrainOptions *o) {
               "--seed, --init, --dump; --target cpu takes the trainer's options)\n", s);
       return -1;
     }
-    if (!v || v[0] == '-') {
+    if (!v || !strncmp(v, "--", 2)) { /* the next option, not a value */
       fprintf(stderr, "error: %s needs a value\n", s);
       return -1;
     }
     i++;
-    if (text) {
+    if (text)
       *(!strcmp(s, "--data") ? &o->data : !strcmp(s, "--init") ? &o->init : &o->dump) = v;
-      continue;
-    }
-    char *end;
-    long long n = strtoll(v, &end, 10);
-    if (*end || end == v || n < 0 || n > (1LL << 40)) {
-      fprintf(stderr, "error: %s %s: expected a non-negative integer\n", s, v);
+    else if (parse_count(s, v, !strcmp(s, "--steps") ? &o->steps : &o->seed))
       return -1;
-    }
-    *(!strcmp(s, "--steps") ? &o->steps : &o->seed) = n;
   }
   return 0;
 }

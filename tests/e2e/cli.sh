@@ -254,7 +254,20 @@ run_bad_data)
   run run "$MODELS/tiny-lm.json" --target interp --steps 1
   expect_user_error "--data FILE is required"
   run run "$MODELS/tiny-lm.json" --target interp --data "$T/text.txt" --steps abc
-  expect_user_error "--steps abc"
+  expect_user_error "--steps 'abc'"
+  ;;
+err_numeric_options)
+  # the interpreter's counts: a negative number or a non-number is a bad value, not a missing one
+  for v in -1 abc 1.5 +3 '' 1099511627777 99999999999999999999; do
+    run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --steps "$v"
+    expect_user_error "error: --steps '$v': expected a non-negative integer up to 1099511627776"
+  done
+  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --seed -5
+  expect_user_error "error: --seed '-5': expected a non-negative integer up to 1099511627776"
+  run run "$MODELS/tiny-lm.json" --target interp --steps --data "$SRC/README.md"
+  expect_user_error "error: --steps needs a value"
+  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --seed
+  expect_user_error "error: --seed needs a value"
   ;;
 run_init_dump)
   cat "$SRC/README.md" > "$T/text.txt"
