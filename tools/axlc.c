@@ -318,8 +318,16 @@ static DrvCompileOptions compile_options(const Args *a) {
   return o;
 }
 
-/* The JIT: compiles in memory and hands the program to the runtime's trainer main. */
+/* The JIT: compiles in memory and hands the program to the runtime's trainer main. The
+ * trainer's options are checked first, as the trainer would, so a typo costs no compile. */
 static int run_cpu(const Args *a) {
+  char *argv[MAX_LIST + 2] = {"axlc run"};
+  for (int i = 0; i < a->nrest; i++) argv[i + 1] = (char *)a->rest[i];
+  RtError opt_err;
+  if (rt_train_check_args(a->nrest + 1, argv, &opt_err)) {
+    fprintf(stderr, "%s: %s\n", argv[0], opt_err.msg); /* as the trainer prints it */
+    return 1;
+  }
   DrvJob j;
   DrvCompiled c = {0};
   DrvCompileOptions co = compile_options(a);
@@ -332,8 +340,6 @@ static int run_cpu(const Args *a) {
     if (llvm_jit(c.module, &step, &jit, err, sizeof err)) {
       fprintf(stderr, "error: JIT compilation failed: %s\n", err);
     } else {
-      char *argv[MAX_LIST + 2] = {"axlc run"};
-      for (int i = 0; i < a->nrest; i++) argv[i + 1] = (char *)a->rest[i];
       rc = rt_train_main(llvm_jit_program(jit), a->nrest + 1, argv);
     }
     llvm_jit_free(jit);

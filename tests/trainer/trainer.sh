@@ -134,6 +134,19 @@ compile_cli)
     bad "$T/ro/trainer" "$T/ro/trainer: cannot write in the directory $T/ro: Permission denied"
     chmod 755 "$T/ro"
   fi
+  # axlc run --target cpu checks the trainer's options before compiling, with the trainer's
+  # messages: with the 4-device mesh, compiling would fail, so only the option's error shows
+  badrun() { # badrun MESSAGE ARGS...
+    msg=$1
+    shift
+    "$AXLC" run "$m" --target cpu --set '/mesh/shape=[1,4,1,1,1,1]' "$@" > "$T/out" 2> "$T/err"
+    [ $? -eq 1 ] && grep -qxF "axlc run: $msg" "$T/err" && ! grep -q "devices" "$T/err" ||
+      { fail "axlc run $*: expected only: axlc run: $msg"; cat "$T/err" >&2; }
+  }
+  badrun "--steps: -1 is out of range, expected 0..9223372036854775807" --data "$T/text.txt" --steps -1
+  badrun "unknown option '--stepz' (--help lists the options)" --data "$T/text.txt" --stepz 3
+  badrun "--data FILE is required (--help lists the options)" --steps 3
+  badrun "--resume needs --ckpt-dir DIR" --data "$T/text.txt" --resume
   # a long output path: the object file's name "$d/trainer.step.o" was cut at 1023 bytes, here
   # right after "$d/", a directory, so writing the object failed
   d="$T"
