@@ -90,6 +90,26 @@ static int mesh_axis_index(const FeMesh *m, const char *axis) {
 
 /* ---- the walk ----------------------------------------------------------- */
 
+static int by_path(const void *a, const void *b) {
+  return strcmp((*(const FeParam *const *)a)->path, (*(const FeParam *const *)b)->path);
+}
+
+/* The parameters in path order: the composer looks up every one by path, and
+ * a scan per lookup would be quadratic in the number of layers. */
+static void index_params(FeBuild *b) {
+  b->by_path = malloc(((size_t)b->nparams + 1) * sizeof *b->by_path);
+  for (int i = 0; i < b->nparams; i++) b->by_path[i] = &b->params[i];
+  qsort(b->by_path, (size_t)b->nparams, sizeof *b->by_path, by_path);
+}
+
+int fe_param_find(const FeBuild *b, const char *path) {
+  if (!b->by_path) return -1;
+  FeParam key = {.path = (char *)path};
+  const FeParam *kp = &key, **hit = bsearch(&kp, b->by_path, (size_t)b->nparams,
+                                             sizeof *b->by_path, by_path);
+  return hit ? (int)(*hit - b->params) : -1;
+}
+
 int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root, int64_t devices) {
   memset(b, 0, sizeof *b);
   b->diag = d;
@@ -102,7 +122,9 @@ int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root, int64_t
   if (mesh_shape(b, fe_get_child(mesh, "shape"), devices)) return -1;
   b->file = file;
   FeDims in = {0};
-  return fe_build_node(b, root, "", "", &in);
+  if (fe_build_node(b, root, "", "", &in)) return -1;
+  index_params(b);
+  return 0;
 }
 
 void fe_build_free(FeBuild *b) {
@@ -111,7 +133,11 @@ void fe_build_free(FeBuild *b) {
     free(b->params[i].origin);
   }
   free(b->params);
+  free(b->by_path);
+  free(b->step_error);
   b->params = NULL;
+  b->by_path = NULL;
+  b->step_error = NULL;
   b->nparams = b->capparams = 0;
 }
 
@@ -164,14 +190,16 @@ int fe_build_node(FeBuild *b, json_object *node, const char *cfg, const char *pr
 
 int fe_field_error(FeBuild *b, json_object *node, const char *cfg, const char *field,
                    const char *fmt, ...) {
-  char path[512], msg[1024];
-  fe_path_join(path, sizeof path, cfg, field);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  char *msg = fe_vasprintf(fmt, ap);
   va_end(ap);
+  char *path = fe_asprintf("%s/%s", strcmp(cfg, "/") == 0 ? "" : cfg, field);
   const char *file = fe_origin_key(node, field);
-  return fe_error(b->diag, file ? file : b->file, path, "%s", msg);
+  fe_error(b->diag, file ? file : b->file, path, "%s", msg);
+  free(path);
+  free(msg);
+  return -1;
 }
 
 int fe_build_child(FeBuild *b, json_object *node, const char *field, const char *cfg,
@@ -271,10 +299,10 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
   double numel = 1;
   for (int i = 0; i < rank; i++) numel *= (double)shape[i];
   b->total_numel += numel;
-  if (numel > FE_MAX_PARAM_NUMEL || b->total_numel > FE_MAX_TOTAL_NUMEL)
+  if (numel > FE_MAX_TENSOR_NUMEL || b->total_numel > FE_MAX_TOTAL_NUMEL)
     return fe_error(b->diag, b->file, cfg, "parameter %s/%s makes the model too large "
                     "(%.3g elements; expected at most %.3g in one tensor and %.3g in all)", prm,
-                    name, numel, FE_MAX_PARAM_NUMEL, FE_MAX_TOTAL_NUMEL);
+                    name, numel, FE_MAX_TENSOR_NUMEL, FE_MAX_TOTAL_NUMEL);
   FeParam *p = param_new(b);
   size_t len = strlen(prm) + strlen(name) + 2;
   p->path = malloc(len);
@@ -306,6 +334,55 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
     return rc;
   }
   return check_divides(b, p, first, lead_path, epath);
+}
+
+/* ---- the training step's tensors ---------------------------------------- */
+
+int64_t fe_batch_split(const FeMesh *m) {
+  int64_t split = 1;
+  for (int i = 0; i < m->n; i++)
+    if (!strcmp(m->axes[i], "data") || !strcmp(m->axes[i], "expert") || !strcmp(m->axes[i], "fsdp"))
+      split *= m->shape[i];
+  return split;
+}
+
+/* "65536 x 4 x 16777216 x 16777216" */
+static char *fmt_dims(int rank, const int64_t *dims) {
+  char *s = fe_asprintf("%lld", (long long)dims[0]);
+  for (int i = 1; i < rank; i++) {
+    char *t = fe_asprintf("%s x %lld", s, (long long)dims[i]);
+    free(s);
+    s = t;
+  }
+  return s;
+}
+
+void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank,
+                    const int64_t *dims, json_object *node, const char *cfg, const char *field) {
+  double numel = 1;
+  for (int i = 0; i < rank; i++) numel *= (double)dims[i];
+  if (numel <= FE_MAX_TENSOR_NUMEL || numel <= b->step_numel) return;
+  /* A smaller batch (or more devices over it) helps unless one sequence is already too large. */
+  bool one_seq = numel / (double)dims[0] > FE_MAX_TENSOR_NUMEL;
+  if (!one_seq) {
+    node = fe_get_child(b->root, "input");
+    cfg = "/input";
+    field = "global_batch_size";
+  }
+  const char *file = fe_origin_key(node, field);
+  char *shape = fmt_dims(rank, dims);
+  free(b->step_error);
+  b->step_numel = numel;
+  b->step_error = fe_asprintf(
+      "%s: %s/%s: %s (%s = %s) would hold %.*g elements on each device, more than the limit "
+      "of %.0f in one tensor (expected a smaller %s%s)", file ? file : b->file, cfg, field,
+      what, names, shape, numel < 0x1p53 ? 16 : 4, numel, FE_MAX_TENSOR_NUMEL, field,
+      one_seq ? "" : ", or more devices on the mesh's data, expert and fsdp axes");
+  free(shape);
+}
+
+int fe_step_check(const FeBuild *b, FeDiag *d) {
+  return b->step_error ? fe_error(d, NULL, NULL, "%s", b->step_error) : 0;
 }
 
 int64_t fe_param_numel(const FeParam *p) {

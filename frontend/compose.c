@@ -10,17 +10,27 @@
  *
  * The graph is one device's program before sharding: inputs "ids" and
  * "targets" of shape (B, T), with B the per-device batch.
+ *
+ * A failed builder call records its error in the graph and returns IR_NONE,
+ * which later builder calls pass on. Emit code never reads a value it did
+ * not check: fe_shape() takes only real values, helpers return IR_NONE for
+ * IR_NONE, and once the graph holds an error no module emits anything more.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
 
-IrShape fe_shape(const FeEmit *e, int32_t v) { return e->g->values[v].shape; }
+IrShape fe_shape(const FeEmit *e, int32_t v) {
+  assert(v >= 0 && v < e->g->nvalues && "fe_shape of a failed builder call");
+  return e->g->values[v].shape;
+}
 
 int32_t fe_emit_node(FeEmit *e, json_object *node, const char *cfg, const char *prm,
                      const FeDims *in, int32_t x) {
   if (!node) return x;
+  if (ir_graph_error(e->g)) return IR_NONE; /* something failed already: stop */
   const FeKind *k = fe_kind_find(fe_node_kind(node));
   if (!k || !k->emit) {
     ir_graph_fail(e->g, "%s: kind %s has no forward computation", cfg, fe_node_kind(node));
@@ -42,13 +52,10 @@ int32_t fe_emit_child(FeEmit *e, json_object *node, const char *field, const cha
 }
 
 static int find_param(const FeEmit *e, const char *prm, const char *name) {
-  size_t lp = strlen(prm);
-  for (int i = 0; i < e->b->nparams; i++) {
-    const char *path = e->b->params[i].path;
-    if (strncmp(path, prm, lp) == 0 && path[lp] == '/' && strcmp(path + lp + 1, name) == 0)
-      return i;
-  }
-  return -1;
+  char *path = fe_asprintf("%s/%s", prm, name);
+  int i = fe_param_find(e->b, path);
+  free(path);
+  return i;
 }
 
 bool fe_has_param(const FeEmit *e, const char *prm, const char *name) {
@@ -113,15 +120,11 @@ int32_t fe_emit_softmax(FeEmit *e, int32_t x) {
 
 /* The per-device batch: the global batch over the mesh's batch axes. */
 static int64_t device_batch(const FeBuild *b, json_object *cfg) {
-  int64_t split = 1;
-  for (int i = 0; i < b->mesh.n; i++)
-    if (!strcmp(b->mesh.axes[i], "data") || !strcmp(b->mesh.axes[i], "expert") ||
-        !strcmp(b->mesh.axes[i], "fsdp"))
-      split *= b->mesh.shape[i];
-  return fe_get_int(fe_get_child(cfg, "input"), "global_batch_size") / split;
+  return fe_get_int(fe_get_child(cfg, "input"), "global_batch_size") / fe_batch_split(&b->mesh);
 }
 
 IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b) {
+  if (fe_step_check(b, d)) return NULL; /* a config error, before any graph */
   IrGraph *g = ir_graph_new();
   if (!g) {
     fe_error(d, file, NULL, "out of memory");

@@ -31,21 +31,38 @@ void fe_diag_free(FeDiag *d) {
   memset(d, 0, sizeof *d);
 }
 
-int fe_error(FeDiag *d, const char *file, const char *path, const char *fmt, ...) {
-  char body[1024];
+char *fe_vasprintf(const char *fmt, va_list ap) {
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  char *s = xrealloc(NULL, n > 0 ? (size_t)n + 1 : 1);
+  vsnprintf(s, n > 0 ? (size_t)n + 1 : 1, fmt, again);
+  va_end(again);
+  return s;
+}
+
+char *fe_asprintf(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(body, sizeof body, fmt, ap);
+  char *s = fe_vasprintf(fmt, ap);
   va_end(ap);
+  return s;
+}
 
-  char msg[1400];
-  snprintf(msg, sizeof msg, "%s%s%s%s%s", file ? file : "", file ? ": " : "",
-           path && *path ? path : "", path && *path ? ": " : "", body);
+/* Messages are sized to fit: a long file name or path never cuts off the reason. */
+int fe_error(FeDiag *d, const char *file, const char *path, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *body = fe_vasprintf(fmt, ap);
+  va_end(ap);
+  char *msg = fe_asprintf("%s%s%s%s%s", file ? file : "", file ? ": " : "",
+                          path && *path ? path : "", path && *path ? ": " : "", body);
+  free(body);
   if (d->n == d->cap) {
     d->cap = d->cap ? 2 * d->cap : 8;
     d->msgs = xrealloc(d->msgs, (size_t)d->cap * sizeof *d->msgs);
   }
-  d->msgs[d->n++] = strdup(msg);
+  d->msgs[d->n++] = msg;
   return -1;
 }
 

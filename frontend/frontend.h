@@ -14,6 +14,7 @@
 #ifndef AXLC_FRONTEND_H
 #define AXLC_FRONTEND_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +45,10 @@ int fe_error(FeDiag *d, const char *file, const char *path, const char *fmt, ...
     __attribute__((format(printf, 4, 5)));
 void fe_diag_print(const FeDiag *d, FILE *out);
 const char *fe_intern(FeDiag *d, const char *s);
+/* A malloc'd formatted string, as long as it needs to be; aborts when out of
+ * memory, like every allocation of the diag. */
+char *fe_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *fe_vasprintf(const char *fmt, va_list ap);
 /* Frees the origin records (json.c); called by fe_diag_free. */
 void fe_origins_free(FeDiag *d);
 /* The candidate nearest to `word` by edit distance, or NULL if none is close. */
@@ -182,8 +187,10 @@ int64_t fe_target_devices(const char *target);
 #define FE_MAX_RANK 4
 #define FE_MAX_MESH 8
 #define FE_MAX_DEVICES (1 << 24)
-/* Bounds that keep every count and byte total exact in int64. */
-#define FE_MAX_PARAM_NUMEL 0x1p48
+/* Bounds that keep every count and byte total exact in int64: elements in
+ * any one tensor, a parameter or one the training step computes (even as
+ * f64, 2^51 bytes), and parameter elements in all. */
+#define FE_MAX_TENSOR_NUMEL 0x1p48
 #define FE_MAX_TOTAL_NUMEL 0x1p52
 
 /* What a parent decides for its children. */
@@ -192,6 +199,7 @@ typedef struct FeDims {
   int64_t vocab_size;
   int64_t num_layers;  /* for depth-scaled init */
   int64_t seq_len;     /* training sequence length */
+  int64_t batch;       /* per-device batch size */
   int64_t max_steps;   /* training length, for schedules */
   const char *dtype;   /* parameter dtype name */
 } FeDims;
@@ -223,7 +231,12 @@ typedef struct FeBuild {
   FeMesh mesh;
   FeParam *params;
   int nparams, capparams;
+  const FeParam **by_path;           /* (nparams) in path order, once the walk succeeded */
   double total_numel;                /* running total, for the size bound */
+  /* The largest tensor of the training step over FE_MAX_TENSOR_NUMEL
+   * elements (fe_step_tensor), as an error message; NULL if none. */
+  double step_numel;
+  char *step_error;
 } FeBuild;
 
 /* Walks the canonical tree: checks what only makes sense with the parent's
@@ -249,6 +262,22 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg,
              const char *spec_name, const char *lead_axis, double wd_scale,
              const FeDims *in);
 int64_t fe_param_numel(const FeParam *p);
+/* Index of the parameter named `path` after a successful fe_build, or -1. */
+int fe_param_find(const FeBuild *b, const char *path);
+/* Notes a tensor the training step will compute on each device, of shape
+ * `dims` (dims[0] the per-device batch; `names` says what each is, as
+ * "batch x heads x seq x seq"). Only graphs hold such tensors, so a tensor
+ * over FE_MAX_TENSOR_NUMEL does not fail the walk: the largest is kept for
+ * fe_step_check. Its message blames /input/global_batch_size, or `field`
+ * of `node` (at config path `cfg`) when one sequence alone is too large. */
+void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank,
+                    const int64_t *dims, json_object *node, const char *cfg, const char *field);
+/* -1 (the message recorded in `d`) if the training step would hold a
+ * tensor too large; every command that builds a graph calls it first. */
+int fe_step_check(const FeBuild *b, FeDiag *d);
+/* Devices the global batch is split over: the mesh's data, expert and fsdp
+ * axes. */
+int64_t fe_batch_split(const FeMesh *m);
 /* Devices a '|'-joined list of mesh axes spans. */
 int64_t fe_spec_split(const FeMesh *m, const char *spec);
 int fe_dtype_bytes(const char *dtype);
@@ -316,7 +345,8 @@ int32_t fe_emit_like(FeEmit *e, int32_t x, double v);
 int32_t fe_emit_bcast(FeEmit *e, int32_t v, int32_t like, int32_t n, const int32_t *bdims);
 /* Softmax over the last axis. */
 int32_t fe_emit_softmax(FeEmit *e, int32_t x);
-/* A copy: the graph's value array moves as values are added. */
+/* v's shape, a copy (the graph's value array moves as values are added).
+ * v must be a value, not IR_NONE: check builder results first. */
 IrShape fe_shape(const FeEmit *e, int32_t v);
 
 /* ---- schema tables (for frontend/modules/) ------------------------------ */

@@ -275,14 +275,12 @@ int fe_path_parent(FeDiag *d, json_object *root, const char *path, const char *f
   const char *slash = strrchr(path, '/');
   if (strlen(slash + 1) == 0 || strlen(slash + 1) >= keysz)
     return fe_error(d, file, path, "path has an empty or overlong last component");
-  char ppath[1024];
-  size_t plen = (size_t)(slash - path);
-  if (plen >= sizeof ppath) return fe_error(d, file, path, "path too long");
-  memcpy(ppath, path, plen);
-  ppath[plen] = 0;
-  json_object *p = plen ? fe_path_get(root, ppath) : root;
-  if (!p || json_object_get_type(p) != json_type_object)
-    return fe_error(d, file, path, "the config has no object at %s", plen ? ppath : "/");
+  char *ppath = fe_asprintf("%.*s", (int)(slash - path), path);
+  json_object *p = ppath[0] ? fe_path_get(root, ppath) : root;
+  bool found = p && json_object_get_type(p) == json_type_object;
+  if (!found) fe_error(d, file, path, "the config has no object at %s", ppath[0] ? ppath : "/");
+  free(ppath);
+  if (!found) return -1;
   *parent = p;
   snprintf(key, keysz, "%s", slash + 1);
   return 0;

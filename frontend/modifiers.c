@@ -99,12 +99,10 @@ static bool settable(json_object *parent, const char *key) {
 
 /* Sets element `idx` of the list at the parent path; the list then counts
  * as set by this modifier (its key in the enclosing object records it). */
-static int set_in_array(Ctx *c, json_object *root, const char *path, json_object *value) {
-  const char *slash = strrchr(path, '/');
-  char ppath[512];
-  snprintf(ppath, sizeof ppath, "%.*s", (int)(slash - path), path);
+static int set_in_array(Ctx *c, json_object *root, const char *path, const char *ppath,
+                        json_object *value) {
   json_object *arr = fe_path_get(root, ppath);
-  const char *digits = slash + 1;
+  const char *digits = strrchr(path, '/') + 1;
   bool numeric = *digits && strspn(digits, "0123456789") == strlen(digits) && strlen(digits) < 10;
   size_t idx = numeric ? (size_t)atol(digits) : 0;
   if (!numeric || idx >= json_object_array_length(arr))
@@ -125,11 +123,12 @@ static int set_in_array(Ctx *c, json_object *root, const char *path, json_object
 static int set_path(Ctx *c, json_object *root, const char *path, json_object *value) {
   if (!path || path[0] != '/' || strlen(path) < 2)
     return fe_error(c->d, c->file, path, "expected a path of the form /a/b/c");
-  const char *slash = strrchr(path, '/');
-  char ppath[512];
-  snprintf(ppath, sizeof ppath, "%.*s", (int)(slash - path), path);
+  char *ppath = fe_asprintf("%.*s", (int)(strrchr(path, '/') - path), path); /* the parent */
   json_object *pobj = ppath[0] ? fe_path_get(root, ppath) : root;
-  if (json_object_get_type(pobj) == json_type_array) return set_in_array(c, root, path, value);
+  bool in_array = json_object_get_type(pobj) == json_type_array;
+  int rc = in_array ? set_in_array(c, root, path, ppath, value) : 0;
+  free(ppath);
+  if (in_array) return rc;
   json_object *parent;
   char key[128];
   if (fe_path_parent(c->d, root, path, c->file, &parent, key, sizeof key)) return -1;
@@ -325,16 +324,15 @@ static int mod_chain(Ctx *c, json_object **root, json_object *mod, const char *m
 }
 
 static int apply_file(Ctx *c, json_object **root, const char *name, const char *mpath) {
-  char path[1024];
-  if (name[0] == '/' || !c->dir) snprintf(path, sizeof path, "%s", name);
-  else snprintf(path, sizeof path, "%s/%s", c->dir, name);
   if (c->depth > 16)
     return fe_error(c->d, c->file, mpath, "modifier files nested more than 16 deep (a cycle?)");
+  bool here = name[0] == '/' || !c->dir;
+  char *path = here ? fe_asprintf("%s", name) : fe_asprintf("%s/%s", c->dir, name);
   json_object *mod = fe_json_load(c->d, path);
+  Ctx sub = {c->d, fe_intern(c->d, path), NULL, c->depth + 1};
+  sub.dir = fe_intern(c->d, dirname(path)); /* dirname writes into path */
+  free(path);
   if (!mod) return -1;
-  char dirbuf[1024];
-  snprintf(dirbuf, sizeof dirbuf, "%s", path);
-  Ctx sub = {c->d, fe_intern(c->d, path), fe_intern(c->d, dirname(dirbuf)), c->depth + 1};
   int rc = apply(&sub, root, mod, "");
   json_object_put(mod);
   return rc;
@@ -381,8 +379,7 @@ int fe_set_override(FeDiag *d, json_object *root, const char *assignment) {
   const char *eq = strchr(assignment, '=');
   if (!eq || eq == assignment)
     return fe_error(d, "--set", NULL, "\"%s\" is not PATH=VALUE", assignment);
-  char path[512];
-  snprintf(path, sizeof path, "%.*s", (int)(eq - assignment), assignment);
+  char *path = fe_asprintf("%.*s", (int)(eq - assignment), assignment);
   json_tokener *tok = json_tokener_new();
   json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
   /* Include the terminating NUL so a bare number ends where the text does. */
@@ -398,5 +395,6 @@ int fe_set_override(FeDiag *d, json_object *root, const char *assignment) {
   Ctx c = {d, "--set", NULL, 0};
   int rc = set_path(&c, root, path, value);
   json_object_put(value);
+  free(path);
   return rc;
 }

@@ -32,17 +32,20 @@ typedef struct {
   const char *rules_file;  /* for messages and relative modifier files */
 } Loaded;
 
+/* File names can be as long as the system allows: no fixed buffers. */
 static const char *dir_of(FeDiag *d, const char *file) {
-  char buf[1024];
-  snprintf(buf, sizeof buf, "%s", file);
-  return fe_intern(d, dirname(buf));
+  char *buf = fe_asprintf("%s", file);
+  const char *dir = fe_intern(d, dirname(buf));
+  free(buf);
+  return dir;
 }
 
 static const char *relative(FeDiag *d, const char *dir, const char *name) {
-  char buf[2048];
   if (name[0] == '/') return fe_intern(d, name);
-  snprintf(buf, sizeof buf, "%s/%s", dir, name);
-  return fe_intern(d, buf);
+  char *buf = fe_asprintf("%s/%s", dir, name);
+  const char *path = fe_intern(d, buf);
+  free(buf);
+  return path;
 }
 
 /* ---- merging a file onto its base -------------------------------------- */
@@ -74,12 +77,13 @@ static json_object *take(json_object *o, const char *key) {
 
 /* ---- mesh rules ---------------------------------------------------------- */
 
+/* Takes over `spec`: the list itself, or the name of a file holding one. */
 static int load_rules(FeDiag *d, json_object *spec, const char *file, Loaded *out) {
   if (json_object_get_type(spec) == json_type_string) {
     const char *rf = relative(d, dir_of(d, file), json_object_get_string(spec));
     json_object *list = fe_json_load(d, rf);
-    if (!list) return -1;
     json_object_put(spec);
+    if (!list) return -1;
     spec = list;
     file = rf;
   }
@@ -142,13 +146,15 @@ static int check_cycle(FeDiag *d, const char *file, const char **stack, int dept
                        const char *real) {
   for (int i = 0; i < depth; i++) {
     if (strcmp(stack[i], real)) continue;
-    char chain[2048] = "";
-    for (int j = i; j < depth; j++) {
-      strncat(chain, stack[j], sizeof chain - strlen(chain) - 1);
-      strncat(chain, " -> ", sizeof chain - strlen(chain) - 1);
+    char *chain = fe_asprintf("%s", stack[i]);
+    for (int j = i + 1; j <= depth; j++) {
+      char *longer = fe_asprintf("%s -> %s", chain, j < depth ? stack[j] : real);
+      free(chain);
+      chain = longer;
     }
-    strncat(chain, real, sizeof chain - strlen(chain) - 1);
-    return fe_error(d, file, "/base", "base files form a cycle: %s", chain);
+    fe_error(d, file, "/base", "base files form a cycle: %s", chain);
+    free(chain);
+    return -1;
   }
   if (depth >= MAX_BASE_DEPTH)
     return fe_error(d, file, "/base", "base files nested more than %d deep", MAX_BASE_DEPTH);

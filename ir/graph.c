@@ -83,6 +83,7 @@ void ir_graph_free(IrGraph *g) {
   free(g->arena);
   free(g->values);
   free(g->outputs);
+  free(g->outindex);
   free(g);
 }
 
@@ -215,10 +216,42 @@ int32_t ir_graph_add(IrGraph *g, const IrValue *proto) {
 
 /* ---- outputs and lookup ---- */
 
+/* A step graph has a few outputs per parameter, tens of thousands in a deep model, so names are
+ * found through a hash index (open addressing, at most half full), not a scan per output. */
+static uint32_t name_hash(const char *s) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+/* The index slot of `name`: its output, or the free slot where it would go. */
+static int32_t *out_slot(const IrGraph *g, const char *name) {
+  uint32_t mask = (uint32_t)g->outindex_cap - 1;
+  for (uint32_t h = name_hash(name) & mask;; h = (h + 1) & mask) {
+    int32_t *slot = &g->outindex[h];
+    if (*slot < 0 || strcmp(g->outputs[*slot].name, name) == 0) return slot;
+  }
+}
+
+/* Makes room in the index for one more output. */
+static int out_index_reserve(IrGraph *g) {
+  if (2 * ((int64_t)g->noutputs + 1) <= g->outindex_cap) return IR_OK;
+  int32_t cap = g->outindex_cap ? 2 * g->outindex_cap : 16;
+  int32_t *index = malloc((size_t)cap * sizeof *index);
+  if (!index) return ir_graph_fail(g, "out of memory");
+  for (int32_t i = 0; i < cap; i++) index[i] = -1;
+  free(g->outindex);
+  g->outindex = index;
+  g->outindex_cap = cap;
+  for (int32_t i = 0; i < g->noutputs; i++) *out_slot(g, g->outputs[i].name) = i;
+  return IR_OK;
+}
+
 int ir_graph_add_output(IrGraph *g, const char *name, int32_t v) {
   if (v < 0 || v >= g->nvalues) return ir_graph_fail(g, "output '%s': no value %%%d", name, v);
-  if (ir_graph_output(g, name) != IR_NONE)
-    return ir_graph_fail(g, "output '%s' defined twice", name);
+  if (out_index_reserve(g)) return IR_ERR;
+  int32_t *slot = out_slot(g, name);
+  if (*slot >= 0) return ir_graph_fail(g, "output '%s' defined twice", name);
   if (g->noutputs == g->outcap) {
     int32_t cap = g->outcap ? g->outcap * 2 : 8;
     IrOutput *p = realloc(g->outputs, (size_t)cap * sizeof *p);
@@ -228,14 +261,15 @@ int ir_graph_add_output(IrGraph *g, const char *name, int32_t v) {
   }
   const char *s = ir_graph_intern(g, name);
   if (!s) return ir_graph_fail(g, "out of memory");
+  *slot = g->noutputs;
   g->outputs[g->noutputs++] = (IrOutput){s, v};
   return IR_OK;
 }
 
 int32_t ir_graph_output(const IrGraph *g, const char *name) {
-  for (int32_t i = 0; i < g->noutputs; i++)
-    if (strcmp(g->outputs[i].name, name) == 0) return g->outputs[i].value;
-  return IR_NONE;
+  if (g->outindex_cap == 0) return IR_NONE;
+  int32_t i = *out_slot(g, name);
+  return i < 0 ? IR_NONE : g->outputs[i].value;
 }
 
 int32_t ir_graph_find(const IrGraph *g, IrOp op, const char *name) {

@@ -16,6 +16,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes/passes.h"
@@ -68,15 +69,10 @@ static int32_t clip_factor(IrGraph *g, const PassLearner *l, int32_t n, const in
   return ir_div(g, c, ir_max(g, *norm, c));
 }
 
-static double wd_scale(const PassLearner *l, const char *name) {
-  for (int32_t i = 0; i < l->nscales; i++)
-    if (strcmp(l->scale_names[i], name) == 0) return l->scales[i];
-  return 1.0;
-}
-
-/* AdamW update of parameter p with gradient gr; appends the three "new:" outputs. */
-static int adamw(IrGraph *g, const PassLearner *l, int32_t p, int32_t gr, int32_t lr, int32_t bc1,
-                 int32_t bc2) {
+/* AdamW update of parameter p with gradient gr and weight decay wd; appends the three "new:"
+ * outputs. */
+static int adamw(IrGraph *g, const PassLearner *l, int32_t p, int32_t gr, double wd, int32_t lr,
+                 int32_t bc1, int32_t bc2) {
   IrValue pv = g->values[p]; /* a copy: adding values moves the array */
   const char *name = pv.name;
   char buf[1024];
@@ -91,7 +87,6 @@ static int adamw(IrGraph *g, const PassLearner *l, int32_t p, int32_t gr, int32_
   int32_t mhat = ir_div(g, m2, splat(g, bc1, m2));
   int32_t vhat = ir_div(g, v2, splat(g, bc2, v2));
   int32_t upd = ir_div(g, mhat, ir_add(g, ir_sqrt(g, vhat), like(g, vhat, l->eps)));
-  double wd = l->weight_decay * wd_scale(l, name);
   if (wd != 0) upd = ir_add(g, upd, ir_mul(g, like(g, p, wd), p));
   int32_t p2 = ir_sub(g, p, ir_mul(g, splat(g, lr, upd), upd));
   snprintf(buf, sizeof buf, "new:%s", name);
@@ -102,32 +97,88 @@ static int adamw(IrGraph *g, const PassLearner *l, int32_t p, int32_t gr, int32_
   return ir_graph_add_output(g, buf, v2);
 }
 
-int pass_optimizer(IrGraph *g, const PassOptions *opt) {
-  if (!opt || !opt->learner) return ir_graph_fail(g, "optimizer: no learner configuration");
-  const PassLearner *l = opt->learner;
-  /* The trainable parameters are the ones autodiff produced a gradient for. */
-  int32_t n = 0, params[4096], grads[4096];
-  for (int32_t i = 0; i < g->noutputs; i++) {
+typedef struct {
+  const char *name;
+  int32_t value;
+} Named;
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(((const Named *)a)->name, ((const Named *)b)->name);
+}
+
+/* The trainable parameters, the ones autodiff produced a gradient for: params[i] and grads[i]
+ * (each with room for g->noutputs). Returns their number, or -1 after recording an error. There
+ * are as many as the model's layers call for (no fixed limit), so they are looked up by name in
+ * a sorted index: a search of the graph per gradient would be quadratic. */
+static int32_t trainable(IrGraph *g, int32_t *params, int32_t *grads) {
+  Named *index = malloc(((size_t)g->nvalues + 1) * sizeof *index);
+  if (!index) return ir_graph_fail(g, "out of memory");
+  size_t nindex = 0;
+  for (int32_t v = 0; v < g->nvalues; v++)
+    if (g->values[v].op == IR_PARAMETER) index[nindex++] = (Named){g->values[v].name, v};
+  qsort(index, nindex, sizeof *index, by_name);
+  int32_t n = 0;
+  for (int32_t i = 0; i < g->noutputs && n >= 0; i++) {
     const char *name = g->outputs[i].name;
     if (strncmp(name, "grad:", 5) != 0) continue;
-    if (n == 4096) return ir_graph_fail(g, "optimizer: more than 4096 parameters");
-    params[n] = ir_graph_find(g, IR_PARAMETER, name + 5);
-    grads[n] = g->outputs[i].value;
-    if (params[n] == IR_NONE) return ir_graph_fail(g, "optimizer: no parameter %s", name + 5);
-    n++;
+    Named key = {name + 5, IR_NONE}, *p = bsearch(&key, index, nindex, sizeof *index, by_name);
+    if (!p) n = ir_graph_fail(g, "optimizer: no parameter %s", name + 5);
+    else params[n] = p->value, grads[n++] = g->outputs[i].value;
   }
-  if (n == 0) return ir_graph_fail(g, "optimizer: no gradients (run autodiff first)");
+  free(index);
+  return n;
+}
+
+/* Each trainable parameter's weight decay: the learner's times the parameter's scale (1 unless
+ * given), found through a sorted index of the scales' names, as for the parameters. */
+static double *weight_decays(const IrGraph *g, const PassLearner *l, int32_t n,
+                             const int32_t *params) {
+  Named *index = malloc(((size_t)l->nscales + 1) * sizeof *index);
+  double *wd = malloc(((size_t)n + 1) * sizeof *wd);
+  if (!index || !wd) return free(index), free(wd), NULL;
+  for (int32_t i = 0; i < l->nscales; i++) index[i] = (Named){l->scale_names[i], i};
+  qsort(index, (size_t)l->nscales, sizeof *index, by_name);
+  for (int32_t k = 0; k < n; k++) {
+    Named key = {g->values[params[k]].name, IR_NONE};
+    Named *s = bsearch(&key, index, (size_t)l->nscales, sizeof *index, by_name);
+    wd[k] = l->weight_decay * (s ? l->scales[s->value] : 1.0);
+  }
+  free(index);
+  return wd;
+}
+
+/* Clipping, the schedule and one AdamW update per trainable parameter. */
+static int update(IrGraph *g, const PassLearner *l, int32_t n, const int32_t *params,
+                  const int32_t *grads) {
+  double *wd = weight_decays(g, l, n, params);
+  if (!wd) return ir_graph_fail(g, "out of memory");
   ir_graph_set_origin(g, "/learner");
   int32_t t = ir_input(g, "step", DT_F32, 0, NULL);
   int32_t lr = schedule(g, l, t), norm;
   int32_t clip = clip_factor(g, l, n, grads, &norm);
   int32_t bc1 = ir_sub(g, scalar(g, 1.0), ir_pow(g, scalar(g, l->b1), t));
   int32_t bc2 = ir_sub(g, scalar(g, 1.0), ir_pow(g, scalar(g, l->b2), t));
-  for (int32_t i = 0; i < n; i++) {
+  int rc = IR_OK;
+  for (int32_t i = 0; i < n && rc == IR_OK; i++) {
     int32_t gr = ir_mul(g, grads[i], splat(g, clip, grads[i]));
-    if (adamw(g, l, params[i], gr, lr, bc1, bc2) != IR_OK) return IR_ERR;
+    rc = adamw(g, l, params[i], gr, wd[i], lr, bc1, bc2);
   }
-  if (ir_graph_add_output(g, "grad_norm", norm) != IR_OK) return IR_ERR;
-  if (ir_graph_add_output(g, "lr", lr) != IR_OK) return IR_ERR;
+  free(wd);
+  if (rc != IR_OK || ir_graph_add_output(g, "grad_norm", norm) != IR_OK ||
+      ir_graph_add_output(g, "lr", lr) != IR_OK)
+    return IR_ERR;
   return ir_graph_error(g) ? IR_ERR : IR_OK;
+}
+
+int pass_optimizer(IrGraph *g, const PassOptions *opt) {
+  if (!opt || !opt->learner) return ir_graph_fail(g, "optimizer: no learner configuration");
+  int32_t *params = malloc(((size_t)g->noutputs + 1) * sizeof *params);
+  int32_t *grads = malloc(((size_t)g->noutputs + 1) * sizeof *grads);
+  int32_t n = params && grads ? trainable(g, params, grads) : ir_graph_fail(g, "out of memory");
+  int rc = n < 0    ? IR_ERR
+           : n == 0 ? ir_graph_fail(g, "optimizer: no gradients (run autodiff first)")
+                    : update(g, opt->learner, n, params, grads);
+  free(params);
+  free(grads);
+  return rc;
 }

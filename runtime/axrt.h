@@ -290,5 +290,9 @@ typedef struct RtProgram {
 /* The trainer's main: parses the trainer options (--help lists them) and trains. Returns the
  * process exit status. */
 int rt_train_main(const RtProgram *p, int argc, char **argv);
+/* Parses and checks the options as rt_train_main does (argv[0] is the program's name), with the
+ * same messages, without a program and without touching any file: `axlc run` calls it before
+ * compiling. 0 if rt_train_main would accept them, else -1 with the message in err. */
+int rt_train_check_args(int argc, char **argv, RtError *err);
 
 #endif /* AXRT_H */

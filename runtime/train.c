@@ -931,6 +931,16 @@ static RunEnd train(Trainer *t, RtError *err) {
     return rc;
 }
 
+int rt_train_check_args(int argc, char **argv, RtError *err) {
+    /* The program gives only defaults (steps, seed, checkpoint policy), which no check reads. */
+    static const RtProgram none;
+    TrainOpts o;
+    default_opts(&o, &none);
+    if (parse_args(&o, argc, argv, err) != 0)
+        return -1;
+    return o.help || o.config ? 0 : check_opts(&o, err); /* --help, --config: nothing to check */
+}
+
 int rt_train_main(const RtProgram *p, int argc, char **argv) {
     Trainer t = {.p = p, .prog = prog_name(argc, argv), .saved = -1, .tty = isatty(STDOUT_FILENO)};
     RtError err = {{0}};

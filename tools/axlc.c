@@ -5,6 +5,8 @@
  * exit status: 0 on success, 1 for any user error (bad config, bad flag,
  * unreadable file). Only this file exits.
  */
+#include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,10 +109,11 @@ static int parse_args(int argc, char **argv, Args *a) {
                                                     : &a->features;
       *slot = argv[++i];
     } else if (s[0] == '-' && a->command && !strcmp(a->command, "run")) {
-      /* the trainer's option and its value, unless it is a flag */
+      /* the trainer's option and its value, unless it is a flag; options start with "--",
+       * so "-1" is a value (a bad one, which the option's parser reports) */
       if (add(a->rest, &a->nrest, s, "trainer")) return -1;
       bool flag = !strcmp(s, "--resume") || !strcmp(s, "--config") || strchr(s, '=');
-      if (!flag && i + 1 < argc && argv[i + 1][0] != '-' &&
+      if (!flag && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 &&
           add(a->rest, &a->nrest, argv[++i], "trainer"))
         return -1;
     } else if (s[0] == '-') {
@@ -149,6 +152,14 @@ static json_object *resolve(FeDiag *d, const Args *a) {
   return cfg;
 }
 
+/* config and params describe the model, which is fine; the tensors of its
+ * training step (sized by batch and sequence) only exist in a graph, so a
+ * step too large is an error for ir, compile and run and a warning here. */
+static void warn_step(const FeBuild *b) {
+  if (b->step_error)
+    fprintf(stderr, "warning: axlc ir, compile and run refuse this config: %s\n", b->step_error);
+}
+
 static int cmd_config(const Args *a) {
   FeDiag d;
   fe_diag_init(&d);
@@ -158,6 +169,9 @@ static int cmd_config(const Args *a) {
     char *text = fe_json_canonical(cfg);
     fputs(text, stdout);
     free(text);
+    FeBuild b; /* resolution built it once, and succeeded */
+    if (fe_build(&b, &d, a->model, cfg, fe_target_devices(a->fe.target)) == 0) warn_step(&b);
+    fe_build_free(&b);
     json_object_put(cfg);
     rc = 0;
   }
@@ -179,6 +193,7 @@ static int cmd_params(const Args *a) {
     } else {
       fe_params_print(&b, stdout);
     }
+    warn_step(&b);
     rc = 0;
   } else if (cfg) {
     fe_diag_print(&d, stderr);
@@ -325,6 +340,15 @@ static int cmd_run(Args *a) {
   return rc;
 }
 
+static int check_output(const char *out) {
+  FeDiag d;
+  fe_diag_init(&d);
+  int rc = drv_check_output(&d, out);
+  fe_diag_print(&d, stderr);
+  fe_diag_free(&d);
+  return rc;
+}
+
 /* The emit kind of compile, checked before any work. */
 static const BackendEmit *pick_emit(const Args *a, const Backend *b) {
   if (!b->compile) {
@@ -353,6 +377,7 @@ static int cmd_compile(Args *a) {
   const Backend *b = pick_backend(a);
   const BackendEmit *e = b ? pick_emit(a, b) : NULL;
   if (!e) return 1;
+  if (a->output && check_output(a->output)) return 1; /* before the long part */
   DrvJob j;
   int rc = 1;
   if (lower(&j, a, NULL) == 0) { /* lower() prints its own errors */

@@ -10,6 +10,8 @@
  * optimizer's opt/m, opt/v alike). Parameters start from the runtime's
  * deterministic init (seed, path), or from a safetensors file (--init).
  */
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +197,10 @@ static int setup(Trainer *t, int64_t steps) {
   t->ids = malloc((size_t)(t->batch * t->seq) * sizeof *t->ids);
   t->targets = malloc((size_t)(t->batch * t->seq) * sizeof *t->targets);
   t->losses = calloc((size_t)steps, sizeof *t->losses);
+  if (!t->losses) /* one per step, for --dump */
+    return fe_error(t->j->diag, NULL, NULL, "--steps %lld: out of memory for a loss per step",
+                    (long long)steps);
+  if (!t->buf || !t->fbuf || !t->ids || !t->targets) return fail(t, "out of memory");
   t->it = ir_interp_new(t->j->graph, NULL);
   if (!t->it) return fail(t, "out of memory");
   ir_interp_set_keep_all(t->it, false); /* only the outputs are read back */
@@ -224,6 +230,8 @@ static int train(const BackendJob *j, const InterpOptions *o) {
 
 /* ---- the backend ---- */
 
+#define MAX_COUNT (1LL << 40) /* --steps and --seed */
+
 /* --data, --steps, --seed, --init, --dump, each with a value. */
 static int parse_options(const BackendJob *j, int argc, char **argv, InterpOptions *o) {
   memset(o, 0, sizeof *o);
@@ -236,16 +244,19 @@ static int parse_options(const BackendJob *j, int argc, char **argv, InterpOptio
       return fe_error(j->diag, NULL, NULL, "%s is not an option of --backend interp (it takes "
                       "--data, --steps, --seed, --init, --dump; --backend llvm takes the "
                       "trainer's options)", s);
-    if (!v || v[0] == '-') return fe_error(j->diag, NULL, NULL, "%s needs a value", s);
+    if (!v || !strncmp(v, "--", 2)) /* the next option, not a value ("-1" is a bad value) */
+      return fe_error(j->diag, NULL, NULL, "%s needs a value", s);
     i++;
     if (text) {
       *(!strcmp(s, "--data") ? &o->data : !strcmp(s, "--init") ? &o->init : &o->dump) = v;
       continue;
     }
     char *end;
+    errno = 0;
     long long n = strtoll(v, &end, 10);
-    if (*end || end == v || n < 0 || n > (1LL << 40))
-      return fe_error(j->diag, NULL, NULL, "%s %s: expected a non-negative integer", s, v);
+    if (!isdigit((unsigned char)v[0]) || *end || errno == ERANGE || n > MAX_COUNT)
+      return fe_error(j->diag, NULL, NULL, "%s '%s': expected a non-negative integer up to %lld", s, v,
+                      MAX_COUNT);
     *(!strcmp(s, "--steps") ? &o->steps : &o->seed) = n;
   }
   return 0;

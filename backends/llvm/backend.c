@@ -103,16 +103,20 @@ static int spawn(char *const *argv) {
 
 /* Writes the object and links it with the runtime into the executable `out`. */
 static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
-  char obj[1024], err[1024];
-  snprintf(obj, sizeof obj, "%s.step.o", out);
-  if (llvm_emit_object(c->module, obj, NULL, NULL, err, sizeof err))
-    return fe_error(j->diag, obj, NULL, "writing the object failed: %s", err);
+  char err[1024];
+  char *obj = fe_asprintf("%s.step.o", out); /* as long as `out` needs */
+  if (llvm_emit_object(c->module, obj, NULL, NULL, err, sizeof err)) {
+    fe_error(j->diag, obj, NULL, "writing the object failed: %s", err);
+    free(obj);
+    return -1;
+  }
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   char *argv[] = {(char *)cc, "-o", (char *)out, obj, AXLC_RUNTIME_MAIN_LIB, AXLC_RUNTIME_LIB,
                   "-lopenblas", "-ljson-c", "-lm", "-lpthread", AXLC_TRAINER_LDFLAGS, NULL};
   if (!*AXLC_TRAINER_LDFLAGS) argv[10] = NULL;
   int rc = spawn(argv);
   unlink(obj);
+  free(obj);
   if (rc)
     return fe_error(j->diag, out, NULL, "linking the trainer with %s failed (it needs "
                     "libopenblas-dev and libjson-c-dev)", cc);
@@ -148,6 +152,11 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
 
 /* The JIT: compiles in memory and hands the program to the runtime's trainer main. */
 static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
+  RtError opt_err;
+  if (rt_train_check_args(argc, argv, &opt_err)) { /* before the long compile, as the trainer says it */
+    fprintf(stderr, "%s: %s\n", argc > 0 ? argv[0] : "axlc run", opt_err.msg);
+    return 1;
+  }
   Compiled c = {0};
   int rc = 1;
   if (compile_module(j, o, &c) == 0) {

@@ -65,6 +65,9 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   if (check_heads(b, node, cfg, in, &heads, &kv)) return -1;
   if (fe_build_child(b, node, "rope", cfg, prm, in)) return -1;
   int64_t hd = in->dim / heads;
+  int64_t scores[4] = {in->batch, heads, in->seq_len, in->seq_len}; /* (B, N, T, T) */
+  fe_step_tensor(b, "the attention scores", "batch x heads x seq x seq", 4, scores,
+                 fe_get_child(b->root, "input"), "/input", "seq_len");
   if (proj(b, node, cfg, prm, "q_proj", in->dim, heads * hd, in)) return -1;
   if (proj(b, node, cfg, prm, "k_proj", in->dim, kv * hd, in)) return -1;
   if (proj(b, node, cfg, prm, "v_proj", in->dim, kv * hd, in)) return -1;
@@ -78,6 +81,7 @@ static const FeField rope_fields[] = {
 /* Rotary embedding of x (B, T, N, H), rotating the two halves of each head:
  * (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), angle t * theta^(-2i/H). */
 static int32_t emit_rope(FeEmit *e, json_object *rope, int32_t x) {
+  if (x == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
   IrShape s = fe_shape(e, x);
   int64_t B = s.dims[0], T = s.dims[1], N = s.dims[2], H = s.dims[3], half = H / 2;

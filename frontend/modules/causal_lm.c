@@ -25,6 +25,9 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   d.vocab_size = fe_get_int(node, "vocab_size");
   d.dtype = fe_get_str(node, "dtype");
   d.num_layers = fe_get_int(fe_get_child(node, "decoder"), "num_layers");
+  int64_t btd[3] = {d.batch, d.seq_len, d.dim}, btv[3] = {d.batch, d.seq_len, d.vocab_size};
+  fe_step_tensor(b, "the activations", "batch x seq x dim", 3, btd, node, cfg, "dim");
+  fe_step_tensor(b, "the logits", "batch x seq x vocab", 3, btv, node, cfg, "vocab_size");
   int rc = 0;
   const char *children[] = {"emb", "pos_emb", "decoder", "lm_head"};
   for (int i = 0; i < 4; i++)

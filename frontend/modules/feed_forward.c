@@ -63,11 +63,34 @@ static int linear(FeBuild *b, json_object *node, const char *cfg, const char *pr
                   in);
 }
 
+/* The training step's largest tensors here: the hidden activations (B, T, H)
+ * of a dense MLP; with experts, (B, T, E, H), (B, T, E, D) and the routing
+ * mask (B, T, top_k, E). */
+static void step_tensors(FeBuild *b, json_object *node, const char *cfg, int64_t experts,
+                         int64_t h, const FeDims *in) {
+  const char *hfield = fe_get_int(node, "hidden_dim") ? "hidden_dim" : "hidden_dim_scale";
+  if (!experts) {
+    int64_t bth[3] = {in->batch, in->seq_len, h};
+    fe_step_tensor(b, "the hidden activations", "batch x seq x hidden", 3, bth, node, cfg, hfield);
+    return;
+  }
+  int64_t bteh[4] = {in->batch, in->seq_len, experts, h};
+  int64_t bted[4] = {in->batch, in->seq_len, experts, in->dim};
+  int64_t btke[4] = {in->batch, in->seq_len, fe_get_int(node, "top_k"), experts};
+  fe_step_tensor(b, "the experts' hidden activations", "batch x seq x experts x hidden", 4, bteh,
+                 node, cfg, "num_experts");
+  fe_step_tensor(b, "the experts' outputs", "batch x seq x experts x dim", 4, bted, node, cfg,
+                 "num_experts");
+  fe_step_tensor(b, "the routing mask", "batch x seq x top_k x experts", 4, btke, node, cfg,
+                 "num_experts");
+}
+
 /* The MLP's matrices; `experts` is 0 for a dense MLP. */
 static int mlp(FeBuild *b, json_object *node, const char *cfg, const char *prm,
                int64_t experts, const FeDims *in) {
   int64_t h;
   if (hidden_size(b, node, cfg, in, &h)) return -1;
+  step_tensors(b, node, cfg, experts, h, in);
   bool gated = strcmp(fe_get_str(node, "activation"), "swiglu") == 0;
   int rc = 0;
   if (gated) {
@@ -179,6 +202,7 @@ static int32_t expert_out(FeEmit *e, int32_t h, const char *prm) {
 
 /* mask (B, T, E): 1 for the top_k experts of each token. */
 static int32_t route_mask(FeEmit *e, int32_t probs, int64_t k) {
+  if (probs == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
   IrShape s = fe_shape(e, probs);
   int64_t btke[4] = {s.dims[0], s.dims[1], k, s.dims[2]};
@@ -190,6 +214,7 @@ static int32_t route_mask(FeEmit *e, int32_t probs, int64_t k) {
 
 /* Switch-style load balance: weight * E * sum_e (fraction routed to e) * (mean prob of e). */
 static void add_balance_loss(FeEmit *e, json_object *node, int32_t probs, int32_t mask) {
+  if (probs == IR_NONE || mask == IR_NONE) return; /* the graph holds the error */
   IrGraph *g = e->g;
   IrShape s = fe_shape(e, probs);
   int64_t E = s.dims[2], k = fe_get_int(node, "top_k"), tokens = s.dims[0] * s.dims[1];

@@ -30,6 +30,7 @@ static int build_rms(FeBuild *b, json_object *node, const char *cfg, const char 
 
 /* x (B, T, D) -> (B, T, D) normalized over D, times scale (D,), plus bias. */
 static int32_t emit_norm(FeEmit *e, json_object *node, const char *prm, int32_t x, bool center) {
+  if (x == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
   IrShape s = fe_shape(e, x);
   int32_t last = s.rank - 1, lead[IR_MAX_RANK];

@@ -20,14 +20,8 @@ static const FeField fields[] = {
     F_INT("seed", "0", FE_ATLEAST(0), "seed of parameter init and data order"),
 };
 
-/* Batch axes: the global batch is split over the product of their sizes. */
-static const char *const batch_axes[] = {"data", "expert", "fsdp"};
-
 static int check_batch(FeBuild *b, json_object *node) {
-  int64_t split = 1;
-  for (int i = 0; i < b->mesh.n; i++)
-    for (int j = 0; j < 3; j++)
-      if (strcmp(b->mesh.axes[i], batch_axes[j]) == 0) split *= b->mesh.shape[i];
+  int64_t split = fe_batch_split(&b->mesh);
   json_object *input = fe_get_child(node, "input");
   int64_t gbs = fe_get_int(input, "global_batch_size");
   if (split > 0 && gbs % split != 0)
@@ -42,6 +36,7 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
                  const FeDims *in) {
   FeDims d = *in;
   d.seq_len = fe_get_int(fe_get_child(node, "input"), "seq_len");
+  d.batch = fe_get_int(fe_get_child(node, "input"), "global_batch_size") / fe_batch_split(&b->mesh);
   d.max_steps = fe_get_int(node, "max_steps");
   int rc = check_batch(b, node);
   if (fe_build_child(b, node, "model", cfg, prm, &d)) rc = -1;

@@ -242,6 +242,37 @@ static void test_memplan_models(void) {
   memplan_model("fuji-test.json");
 }
 
+/* ---- a deep model -------------------------------------------------------- */
+
+/* passes/optimizer.c collected the parameters in arrays of 4096, so a model
+ * of more than about 409 layers passed `axlc config` and `axlc params` and
+ * then failed in `axlc ir` ("optimizer: more than 4096 parameters"). The
+ * config's bound of 4096 layers is now the only one: 500 layers of a
+ * narrow tiny-lm (5,004 parameters) lower through every pass. */
+static void test_deep_model(void) {
+  DrvJob j;
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tiny-lm.json", AXLC_MODELS);
+  const char *sets[] = {"/model/decoder/num_layers=500", "/model/dim=8",
+                        "/model/decoder/layer/self_attention/num_heads=1", "/input/seq_len=4",
+                        "/input/global_batch_size=1"};
+  FeOptions opt = {0};
+  opt.sets = sets;
+  opt.nsets = 5;
+  int rc = drv_load(&j, path, &opt);
+  if (rc == 0) rc = drv_lower(&j, NULL);
+  if (rc) print_diag(&j);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  CHECK_MSG(j.build.nparams == 5004, "%d parameters, expected 5004", j.build.nparams);
+  /* loss, a gradient and three new: per parameter, grad_norm, lr */
+  CHECK_MSG(j.graph->noutputs == 4 * 5004 + 3, "%d outputs, expected %d", j.graph->noutputs,
+            4 * 5004 + 3);
+  CU_ASSERT(ir_graph_output(j.graph, "new:model/decoder/layer_499/feed_forward/linear2/weight") !=
+            IR_NONE);
+  CU_ASSERT(ir_graph_output(j.graph, "new:opt/v/model/emb/weight") != IR_NONE);
+  drv_free(&j);
+}
+
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("step", NULL, NULL);
@@ -250,6 +281,7 @@ int main(void) {
   CU_add_test(s, "gradcheck moe", test_gradcheck_moe);
   CU_add_test(s, "text round trip of every model's step graph", test_roundtrip_all_models);
   CU_add_test(s, "memory plans of model steps", test_memplan_models);
+  CU_add_test(s, "a deep model (500 layers) lowers", test_deep_model);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   int fails = (int)CU_get_number_of_failures();

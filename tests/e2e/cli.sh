@@ -34,12 +34,14 @@ expect_empty() {
   [ ! -s "$1" ] || { fail "$(basename "$1") is not empty"; head -5 "$1" >&2; }
 }
 
-# A user error: status 1, nothing on stdout, an "error:" line with TEXT on stderr.
+# A user error: status 1, nothing on stdout, an "error:" line with TEXT on stderr, and no
+# sanitizer report (in the ASan build a leak on an error path keeps the status at 1).
 expect_user_error() {
   expect_rc 1
   expect_empty "$T/out"
   expect_in "$T/err" "error: "
   expect_in "$T/err" "$1"
+  ! grep -q "Sanitizer" "$T/err" || { fail "sanitizer report"; sed 's/^/  | /' "$T/err" | head -20 >&2; }
 }
 
 case $CASE in
@@ -103,6 +105,16 @@ err_missing_file)
   run params "$T/absent.json"
   expect_user_error "$T/absent.json: cannot open"
   ;;
+err_missing_rules)
+  # a mesh_rules file that is missing or broken: a clear error (and, in the ASan build, no leak)
+  printf '{"base": "%s", "mesh_rules": "rules/absent.json"}\n' "$MODELS/tiny-lm.json" >"$T/cfg.json"
+  run config "$T/cfg.json" --target cpu
+  expect_user_error "$T/rules/absent.json: cannot open: No such file or directory"
+  mkdir -p "$T/rules"
+  printf '[{"match": "cpu",]\n' >"$T/rules/absent.json"
+  run params "$T/cfg.json"
+  expect_user_error "$T/rules/absent.json:1:"
+  ;;
 err_malformed_json)
   printf '{\n  "kind": "trainer",\n  "max_steps": 1,,\n}\n' >"$T/bad.json"
   run config "$T/bad.json"
@@ -135,6 +147,41 @@ err_set_value)
   expect_user_error "--set: /model/decoder/layer/self_attention/num_heads: num_heads 5 does not divide dim 64 (expected a divisor of 64)"
   run config "$MODELS/tiny-lm.json" --set /model/decoder/layer/feed_forward/activation=gleu
   expect_user_error '--set: /model/decoder/layer/feed_forward/activation: value "gleu" is not allowed (expected one of gelu|relu|swiglu); did you mean "gelu"?'
+  ;;
+err_step_too_large)
+  # tensors of the training step too large for any graph: a config error before composing
+  # (it used to be a heap-buffer-overflow in the composer), a warning for config and params
+  set -- --set /input/seq_len=16777216 --set /model/pos_emb/max_len=16777216 \
+    --set /input/global_batch_size=65536
+  msg='--set: /input/seq_len: the attention scores (batch x heads x seq x seq = 65536 x 4 x 16777216 x 16777216) would hold 7.379e+19 elements on each device, more than the limit of 281474976710656 in one tensor (expected a smaller seq_len)'
+  run ir "$MODELS/tiny-lm.json" "$@"
+  expect_user_error "error: $msg"
+  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" "$@"
+  expect_user_error "error: $msg"
+  run params "$MODELS/tiny-lm.json" "$@"
+  expect_rc 0
+  expect_in "$T/out" '24 tensors, 1,073,857,152 parameters'
+  expect_in "$T/err" "warning: axlc ir, compile and run refuse this config: $msg"
+  run config "$MODELS/tiny-lm.json" "$@"
+  expect_rc 0
+  expect_in "$T/out" '"seq_len": 16777216'
+  expect_in "$T/err" "warning: axlc ir, compile and run refuse this config: $msg"
+  ;;
+deep_model)
+  # 500 layers (5,004 parameters): what config and params accept, ir lowers through every
+  # pass (the optimizer used to stop at 4096 parameters); the one limit is the schema's
+  set -- --set /model/decoder/num_layers=500 --set /model/dim=8 \
+    --set /model/decoder/layer/self_attention/num_heads=1 --set /model/pos_emb/max_len=16 \
+    --set /input/seq_len=4 --set /input/global_batch_size=1
+  run params "$MODELS/tiny-lm.json" "$@"
+  expect_rc 0
+  expect_in "$T/out" '5004 tensors, 402,192 parameters'
+  run ir "$MODELS/tiny-lm.json" "$@"
+  expect_rc 0
+  expect_in "$T/out" 'output "new:model/decoder/layer_499/feed_forward/linear2/weight" = '
+  expect_in "$T/out" 'output "lr" = '
+  run params "$MODELS/tiny-lm.json" --set /model/decoder/num_layers=4097
+  expect_user_error "--set: /model/decoder/num_layers: value 4097 is out of range (expected 1 to 4096)"
   ;;
 err_no_model)
   run config
@@ -207,7 +254,20 @@ run_bad_data)
   run run "$MODELS/tiny-lm.json" --target interp --steps 1
   expect_user_error "--data FILE is required"
   run run "$MODELS/tiny-lm.json" --target interp --data "$T/text.txt" --steps abc
-  expect_user_error "--steps abc"
+  expect_user_error "--steps 'abc'"
+  ;;
+err_numeric_options)
+  # the interpreter's counts: a negative number or a non-number is a bad value, not a missing one
+  for v in -1 abc 1.5 +3 '' 1099511627777 99999999999999999999; do
+    run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --steps "$v"
+    expect_user_error "error: --steps '$v': expected a non-negative integer up to 1099511627776"
+  done
+  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --seed -5
+  expect_user_error "error: --seed '-5': expected a non-negative integer up to 1099511627776"
+  run run "$MODELS/tiny-lm.json" --target interp --steps --data "$SRC/README.md"
+  expect_user_error "error: --steps needs a value"
+  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --seed
+  expect_user_error "error: --seed needs a value"
   ;;
 run_init_dump)
   cat "$SRC/README.md" > "$T/text.txt"

@@ -195,6 +195,28 @@ static void test_round_trip_every_model(void) {
   }
 }
 
+/* Every shipped model's training step, on one device and with the rope
+ * and moe modifiers, is within the bound on tensor sizes (so ir, compile
+ * and run accept them). */
+static void test_step_fits_every_model(void) {
+  char names[64][256], bufs[2][4096];
+  const char *list[3];
+  int n = list_models(names, 64);
+  for (int i = 0; i < n; i++)
+    for (int which = 0; which < 4; which += 3) {
+      FeT t;
+      FeBuild b;
+      fe_t_resolve(&t, model(names[i]), NULL, mods_for(which, bufs, list), NULL);
+      EXPECT_OK(&t);
+      int64_t nparams = fe_t_params(&t, 0, &b);
+      EXPECT(nparams > 0);
+      if (b.step_error) fe_t_fail(__FILE__, __LINE__, "%s: %s", names[i], b.step_error);
+      CU_ASSERT(b.step_error == NULL);
+      fe_build_free(&b);
+      fe_t_done(&t);
+    }
+}
+
 static void test_canonical_text(void) {
   /* floats stay floats, shortest text that reads back, keys sorted */
   FeDiag d;
@@ -216,6 +238,7 @@ static const FeTCase cases[] = {
     {"tiny_lm_with_moe", test_tiny_lm_with_moe},
     {"modifiers_on_every_model", test_modifiers_on_every_model},
     {"round_trip_every_model", test_round_trip_every_model},
+    {"step_fits_every_model", test_step_fits_every_model},
     {"canonical_text", test_canonical_text},
 };
 

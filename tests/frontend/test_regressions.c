@@ -120,12 +120,127 @@ static void test_partition_keeps_default_specs(void) {
   fe_t_done(&t);
 }
 
+/* frontend/resolve.c, load_rules: when the mesh_rules file cannot be read,
+ * the reference to the "mesh_rules" string is never released.
+ * Input: {"base": "tiny.json", "mesh_rules": "rules/absent.json"}.
+ * Expected: "rules/absent.json: cannot open: ..." and nothing leaked.
+ * Actual:   the message, and LeakSanitizer reports the string (this test
+ *           fails in the ASan build). The same for a rules file that does
+ *           not parse. */
+static void test_missing_rules_file_leak(void) {
+  FeT t;
+  fe_t_write_tiny();
+  snprintf(cfg, sizeof cfg, "%s",
+           fe_t_write("cfg.json", "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/absent.json\"}"));
+  fe_t_resolve(&t, cfg, "cpu", NULL, NULL);
+  EXPECT_FAILS(&t, "/rules/absent.json: cannot open: No such file or directory");
+  fe_t_done(&t);
+  fe_t_write("rules/bad.json", "[{\"match\": \"cpu\",]");
+  snprintf(cfg, sizeof cfg, "%s",
+           fe_t_write("cfg.json", "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/bad.json\"}"));
+  fe_t_resolve(&t, cfg, "cpu", NULL, NULL);
+  EXPECT_FAILS(&t, "/rules/bad.json:1:", "JSON syntax error");
+  fe_t_done(&t);
+}
+
+/* A directory name of 3,011 characters under the scratch dir, made of 12
+ * components of 250 (each below NAME_MAX). */
+static const char *deep_dir(void) {
+  static char dir[4096];
+  dir[0] = 0;
+  for (int i = 0; i < 12; i++) {
+    size_t len = strlen(dir);
+    snprintf(dir + len, sizeof dir - len, "%s%0250d", i ? "/" : "", i);
+  }
+  return dir;
+}
+
+/* frontend/diag.c, fe_error: the message was formatted into fixed buffers
+ * (1024 bytes of reason, 1400 in all), and resolve.c's dir_of/relative cut
+ * file names at 1024 and 2048 bytes.
+ * Input: cfg.json in a directory 3,011 characters deep, over tiny.json
+ *        next to it, with num_heads 5 and "mesh_rules": "rules/r.json".
+ * Expected: "DIR/cfg.json: /model/decoder/layer/self_attention/num_heads:
+ *           num_heads 5 does not divide dim 64 ..." with DIR in full, and
+ *           the rules file found next to the config.
+ * Actual:   "DIR/rules/r.json: cannot open" with DIR cut (and, without the
+ *           rules, the num_heads message cut before its reason). */
+static void test_long_file_name_keeps_reason(void) {
+  FeT t;
+  char sub[4200], rules[4200];
+  const char *dir = deep_dir();
+  snprintf(sub, sizeof sub, "%s/tiny.json", dir);
+  fe_t_write(sub, FE_T_TINY);
+  snprintf(rules, sizeof rules, "%s/rules/r.json", dir);
+  fe_t_write(rules, "[{\"match\": \"cpu\", \"modifiers\": []}]");
+  snprintf(sub, sizeof sub, "%s/cfg.json", dir);
+  snprintf(cfg, sizeof cfg, "%s",
+           fe_t_write(sub, "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/r.json\", \"model\":"
+                           " {\"kind\": \"causal_lm\", \"decoder\": {\"kind\": \"decoder\", \"layer\":"
+                           " {\"kind\": \"transformer_layer\", \"self_attention\": {\"kind\":"
+                           " \"attention\", \"num_heads\": 5}}}}}"));
+  EXPECT(strlen(cfg) > 3000);
+  fe_t_resolve(&t, cfg, "cpu", NULL, NULL);
+  char want[4600];
+  snprintf(want, sizeof want, "%s: /model/decoder/layer/self_attention/num_heads: num_heads 5 does "
+           "not divide dim 64 (expected a divisor of 64)\n", cfg);
+  EXPECT_STR(t.msgs, want);
+  fe_t_done(&t);
+  snprintf(sub, sizeof sub, "%s/ok.json", dir);
+  snprintf(cfg, sizeof cfg, "%s",
+           fe_t_write(sub, "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/r.json\"}"));
+  fe_t_resolve(&t, cfg, "cpu", NULL, NULL);
+  EXPECT_OK(&t);
+  EXPECT_STR(t.rule, "cpu");
+  fe_t_done(&t);
+}
+
+/* frontend/modifiers.c, fe_set_override and set_path: the PATH of --set was
+ * copied into 512-byte buffers, so a long path was looked up cut short and
+ * the message named the cut path.
+ * Input: --set /model/decoder/layer/a/a/.../a/b=1 (600 "a" components).
+ * Expected: "--set: PATH: the config has no object at PATH-without-/b",
+ *           both in full. */
+static void test_long_set_path_in_full(void) {
+  FeT t;
+  fe_t_write_tiny();
+  static char set[4200], parent[4096];
+  size_t len = (size_t)snprintf(parent, sizeof parent, "/model/decoder/layer");
+  for (int i = 0; i < 600; i++) len += (size_t)snprintf(parent + len, sizeof parent - len, "/a");
+  snprintf(set, sizeof set, "%s/b=1", parent);
+  const char *sets[] = {set, NULL};
+  fe_t_resolve(&t, fe_t_path("tiny.json"), NULL, NULL, sets);
+  static char want[8400];
+  snprintf(want, sizeof want, "--set: %s/b: the config has no object at %s\n", parent, parent);
+  EXPECT_STR(t.msgs, want);
+  fe_t_done(&t);
+}
+
+/* fe_error itself: a message longer than any fixed buffer arrives whole. */
+static void test_diag_message_not_cut(void) {
+  static char file[3001], path[2001], want[6000];
+  memset(file, 'f', sizeof file - 1);
+  memset(path, 'p', sizeof path - 1);
+  path[0] = '/';
+  FeDiag d;
+  fe_diag_init(&d);
+  EXPECT_INT(fe_error(&d, file, path, "the reason, at the end (%d)", 42), -1);
+  snprintf(want, sizeof want, "%s: %s: the reason, at the end (42)", file, path);
+  EXPECT_INT(d.n, 1);
+  EXPECT_STR(d.msgs[0], want);
+  fe_diag_free(&d);
+}
+
 static const FeTCase cases[] = {
     {"replace_config_kind_path", test_replace_config_kind_path},
     {"partition_unknown_param_origin", test_partition_unknown_param_origin},
     {"set_array_trailing_slash", test_set_array_trailing_slash},
     {"partition_keeps_default_specs", test_partition_keeps_default_specs},
     {"set_array_element_origin", test_set_array_element_origin},
+    {"missing_rules_file_leak", test_missing_rules_file_leak},
+    {"long_file_name_keeps_reason", test_long_file_name_keeps_reason},
+    {"long_set_path_in_full", test_long_set_path_in_full},
+    {"diag_message_not_cut", test_diag_message_not_cut},
 };
 
 int main(int argc, char **argv) {

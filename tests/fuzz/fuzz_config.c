@@ -3,8 +3,10 @@
  *
  * The input bytes are a config file. Resolution must never crash, leak or
  * hang, whatever the bytes; when it succeeds, the canonical text must
- * resolve again to exactly the same text (the round-trip oracle), and the
- * parameter table must build.
+ * resolve again to exactly the same text (the round-trip oracle), the
+ * parameter table must build, and the forward graph must compose and
+ * verify, unless the step's tensors are too large, which must then be
+ * refused with a message before any graph.
  *
  * Built two ways: with libFuzzer (clang, -DAXLC_FUZZ=ON) as `fuzz_config`,
  * and with replay.c's main() as the CTest test fuzz_config_corpus, so every
@@ -17,6 +19,16 @@
 #include "frontend/frontend.h"
 #include "fuzz.h"
 
+/* Composes a built config: a graph that verifies, or (only for a step too
+ * large) a refusal with a message. */
+static void compose(FeDiag *d, const char *path, json_object *cfg, const FeBuild *b) {
+  int before = d->n;
+  IrGraph *g = fe_compose(d, path, cfg, b);
+  if (!g && (!b->step_error || d->n == before)) abort();
+  if (g && (b->step_error || ir_graph_verify(g, NULL, 0) != IR_OK)) abort();
+  ir_graph_free(g);
+}
+
 /* Resolves `path`; returns its canonical text or NULL. */
 static char *resolve_text(const char *path) {
   FeDiag d;
@@ -27,6 +39,7 @@ static char *resolve_text(const char *path) {
     text = fe_json_canonical(cfg);
     FeBuild b;
     FUZZ_CHECK(fe_build(&b, &d, path, cfg, 0) == 0, "resolve built it, fe_build must too");
+    compose(&d, path, cfg, &b);
     fe_build_free(&b);
     json_object_put(cfg);
   } else {

@@ -69,6 +69,34 @@ static void test_duplicate_name(void) {
   expect_bad(g, "%1 (input) at /model/ffn:", "name 'x' already used by %0");
 }
 
+/* Three parameters named "w": the second is reported, naming the first; a third input or
+ * parameter of another name is no repeat. (The check sorts the names, not a scan per value.) */
+static void test_repeated_names(void) {
+  IrGraph *g = good_graph();
+  ir_param(g, "v", DT_F32, 1, (int64_t[]){4});
+  ir_graph_set_origin(g, "/model/head");
+  int32_t a = ir_param(g, "w2", DT_F32, 1, (int64_t[]){4});
+  int32_t b = ir_param(g, "w3", DT_F32, 1, (int64_t[]){4});
+  g->values[a].name = g->values[1].name;
+  g->values[b].name = g->values[1].name;
+  expect_bad(g, "%6 (parameter) at /model/head:", "name 'w' already used by %1");
+}
+
+static void test_duplicate_output(void) {
+  IrGraph *g = good_graph();
+  ir_graph_add_output(g, "z", 3);
+  ir_graph_add_output(g, "u", 2);
+  g->outputs[2].name = g->outputs[0].name; /* as a pass writing outputs directly might */
+  expect_bad(g, "output 'y'", "defined twice");
+  g = good_graph();
+  char msg[IR_ERR_LEN] = "";
+  CU_ASSERT_EQUAL(ir_graph_add_output(g, "y", 2), IR_ERR);
+  EXPECT_STR_HAS(ir_graph_error(g), "output 'y' defined twice");
+  CU_ASSERT_EQUAL(ir_graph_output(g, "y"), 4);
+  CU_ASSERT_EQUAL(ir_graph_verify(g, msg, sizeof msg), IR_OK);
+  ir_graph_free(g);
+}
+
 static void test_bad_output(void) {
   IrGraph *g = good_graph();
   g->outputs[0].value = 99;
@@ -95,6 +123,8 @@ static void test_bad_attr(void) {
 int main(void) {
   CU_TestInfo tests[] = {
       {"good", test_good},
+      {"repeated_names", test_repeated_names},
+      {"duplicate_output", test_duplicate_output},
       {"wrong_shape", test_wrong_shape},
       {"forward_reference", test_forward_reference},
       {"arity", test_arity},

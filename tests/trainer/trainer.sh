@@ -171,6 +171,53 @@ compile_cli)
   [ $? -eq 1 ] && grep -q "expected exe, obj, llvm or asm" "$T/err" || fail "--emit wasm accepted"
   "$AXLC" compile "$m" --target cpu -o "$T/x" --set '/mesh/shape=[1,4,1,1,1,1]' > "$T/out" 2> "$T/err"
   [ $? -eq 1 ] && grep -q "devices" "$T/err" || fail "a 4-device mesh was compiled for one CPU"
+  # the output path is checked before compiling: with the 4-device mesh above, compiling
+  # would fail on the mesh, so only the path's error shows
+  bad() { # bad OUT MESSAGE [--emit E]
+    out=$1 msg=$2
+    shift 2
+    "$AXLC" compile "$m" --target cpu -o "$out" "$@" --set '/mesh/shape=[1,4,1,1,1,1]' \
+      > "$T/out" 2> "$T/err"
+    [ $? -eq 1 ] && grep -qxF "error: $msg" "$T/err" && ! grep -q "devices" "$T/err" ||
+      { fail "-o $out: expected only: error: $msg"; cat "$T/err" >&2; }
+  }
+  mkdir -p "$T/dir" "$T/ro"
+  : > "$T/file"
+  bad "$T/dir" "$T/dir: is a directory (expected a file name for the output)"
+  bad "$T/dir" "$T/dir: is a directory (expected a file name for the output)" --emit obj
+  bad "$T/missing/trainer" "$T/missing/trainer: the directory $T/missing does not exist"
+  bad "$T/file/trainer" "$T/file/trainer: $T/file is not a directory"
+  bad "" '-o: expected a file name, got ""'
+  if [ "$(id -u)" != 0 ]; then # root may write anywhere
+    chmod 555 "$T/ro"
+    bad "$T/ro/trainer" "$T/ro/trainer: cannot write in the directory $T/ro: Permission denied"
+    chmod 755 "$T/ro"
+  fi
+  # axlc run --target cpu checks the trainer's options before compiling, with the trainer's
+  # messages: with the 4-device mesh, compiling would fail, so only the option's error shows
+  badrun() { # badrun MESSAGE ARGS...
+    msg=$1
+    shift
+    "$AXLC" run "$m" --target cpu --set '/mesh/shape=[1,4,1,1,1,1]' "$@" > "$T/out" 2> "$T/err"
+    [ $? -eq 1 ] && grep -qxF "axlc run: $msg" "$T/err" && ! grep -q "devices" "$T/err" ||
+      { fail "axlc run $*: expected only: axlc run: $msg"; cat "$T/err" >&2; }
+  }
+  badrun "--steps: -1 is out of range, expected 0..9223372036854775807" --data "$T/text.txt" --steps -1
+  badrun "unknown option '--stepz' (--help lists the options)" --data "$T/text.txt" --stepz 3
+  badrun "--data FILE is required (--help lists the options)" --steps 3
+  badrun "--resume needs --ckpt-dir DIR" --data "$T/text.txt" --resume
+  # a long output path: the object file's name "$d/trainer.step.o" was cut at 1023 bytes, here
+  # right after "$d/", a directory, so writing the object failed
+  d="$T"
+  while [ $((${#d} + 251)) -lt 1022 ]; do d="$d/$(printf '%0250d' 0)"; done
+  d="$d/$(printf '%0*d' $((1022 - ${#d} - 1)) 0)"
+  [ ${#d} -eq 1022 ] || fail "the long directory has ${#d} bytes, not 1022"
+  mkdir -p "$d"
+  must "$AXLC" compile "$m" --target cpu -o "$d/trainer" --set /model/decoder/num_layers=1 \
+    --set /model/dim=8 --set /model/decoder/layer/self_attention/num_heads=1 \
+    --set /input/seq_len=4 --set /input/global_batch_size=1
+  "$d/trainer" --config > "$T/out" 2> "$T/err" || fail "the trainer at a long path does not run"
+  [ ! -e "$d/trainer.step.o" ] || fail "the object file was left behind"
   ;;
 *) fail "unknown case" ;;
 esac
