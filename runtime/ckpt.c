@@ -394,9 +394,13 @@ static json_object *read_json(const char *path, RtError *err) {
         return NULL;
     json_tokener *tok = m.size > 0 && m.size < (1 << 20) ? json_tokener_new() : NULL;
     json_object *root = tok ? json_tokener_parse_ex(tok, (const char *)m.data, (int)m.size) : NULL;
+    size_t end = tok ? json_tokener_get_parse_end(tok) : 0;
+    while (end < (size_t)m.size && strchr(" \t\r\n", m.data[end]))
+        end++;
     if (!root || !tok || json_tokener_get_error(tok) != json_tokener_success ||
-        !json_object_is_type(root, json_type_object)) {
-        rt_error_set(err, "%s: not a valid JSON object", path);
+        !json_object_is_type(root, json_type_object) || end != (size_t)m.size) {
+        rt_error_set(err, "%s: not a valid JSON object%s", path,
+                     root && end != (size_t)m.size ? " (bytes after the object)" : "");
         json_object_put(root);
         root = NULL;
     }

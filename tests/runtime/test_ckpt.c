@@ -217,6 +217,8 @@ static void test_bad_index(void) {
     CHECK_FAIL(rt_ckpt_open(&ck, dir, 20, &err), "index.json: does not list state.safetensors");
     rt_test_write(p, "", 0);
     CHECK_FAIL(rt_ckpt_open(&ck, dir, 20, &err), "not a valid JSON object");
+    rt_test_write(p, "{\"step\": 20, \"files\": []} {}", 28);
+    CHECK_FAIL(rt_ckpt_open(&ck, dir, 20, &err), "not a valid JSON object (bytes after the object)");
     CHECK_INT(rt_ckpt_open_latest(&ck, dir, &warn, &err), 1);
     if (ck)
         CHECK_INT(rt_ckpt_step(ck), 10);
