@@ -1,6 +1,7 @@
 /*
- * driver.h: the compilation pipeline and the training loops, shared by the
- * axlc command line and the tests.
+ * driver.h: the compilation pipeline, shared by the axlc command line and
+ * the tests. What happens to the lowered graph is a backend's business
+ * (backends/backend.h); drv_backend_job() hands a job over to one.
  *
  * A DrvJob carries one compilation: the resolved config, its parameter
  * table and the IR graph as the passes rewrite it. drv_lower() runs the
@@ -17,10 +18,8 @@
 #include "frontend/frontend.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
+#include "backends/backend.h"
 #include "runtime/axrt.h"
-#ifdef AXLC_HAVE_LLVM
-#include "backends/llvm/llvm.h"
-#endif
 
 /* ---- pipeline.c ---------------------------------------------------------- */
 
@@ -29,6 +28,7 @@ typedef struct DrvJob {
   FeDiag diag;          /* every user error of the job */
   json_object *cfg;     /* canonical config */
   FeBuild build;        /* parameter table and mesh */
+  FeTrainFacts facts;   /* the config's training facts, read once */
   bool built;
   IrGraph *graph;       /* NULL until lowered */
   const char *last_pass; /* the pass the graph is after */
@@ -45,48 +45,7 @@ int drv_load(DrvJob *j, const char *file, const FeOptions *opt);
 int drv_lower(DrvJob *j, const char *stop_after);
 void drv_free(DrvJob *j);
 
-/* How the runtime initializes parameter p (its init kind and std). */
-RtInit drv_param_init(const FeParam *p);
-
-/* ---- compile.c: the CPU backend (when built with LLVM) -------------------- */
-
-#ifdef AXLC_HAVE_LLVM
-typedef struct DrvCompileOptions {
-  const char *cpu, *features; /* code generation target; NULL: the host's */
-  bool no_fuse, no_threads;   /* turn off elementwise fusion, multithreaded kernels */
-} DrvCompileOptions;
-
-typedef struct DrvCompiled {
-  MemPlan plan;
-  LlvmModule *module;
-  LlvmProgramInfo info;       /* what the trainer's program table holds */
-  LlvmParamInfo *params;
-  char *config;               /* canonical config text, embedded in the trainer */
-} DrvCompiled;
-
-/* Checks, before compiling, that `path` can be written as an output file:
- * not a directory, in a directory that exists and can be written in, and
- * writable if it exists. -1 with the message in `d` naming the path. */
-int drv_check_output(FeDiag *d, const char *path);
-/* Plans memory and generates code for j (lowered through every pass). */
-int drv_compile_cpu(DrvJob *j, const DrvCompileOptions *o, DrvCompiled *c);
-/* Writes the object and links it with the runtime into the executable `out`. */
-int drv_link_trainer(DrvJob *j, DrvCompiled *c, const char *out);
-void drv_compiled_free(DrvCompiled *c);
-#endif
-
-/* ---- train.c: training with the reference interpreter -------------------- */
-
-typedef struct DrvTrainOptions {
-  const char *data;       /* text or llm.c token file */
-  int64_t steps;          /* 0: the config's max_steps */
-  int64_t seed;           /* < 0: the config's seed */
-  const char *init;       /* safetensors with initial parameters, or NULL */
-  const char *dump;       /* safetensors to write after the last step, or NULL */
-  FILE *log;              /* per-step lines */
-} DrvTrainOptions;
-
-/* Trains j (lowered through every pass) with the interpreter. */
-int drv_train_interp(DrvJob *j, const DrvTrainOptions *o);
+/* The view of j (lowered through every pass) that a backend takes. */
+BackendJob drv_backend_job(DrvJob *j);
 
 #endif /* AXLC_DRIVER_H */

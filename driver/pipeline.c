@@ -27,6 +27,7 @@ int drv_load(DrvJob *j, const char *file, const FeOptions *opt) {
   if (fe_build(&j->build, &j->diag, file, j->cfg, fe_target_devices(opt ? opt->target : NULL)))
     return -1;
   j->built = true;
+  fe_train_facts(j->cfg, &j->facts);
   return 0;
 }
 
@@ -38,12 +39,9 @@ void drv_free(DrvJob *j) {
   memset(j, 0, sizeof *j);
 }
 
-RtInit drv_param_init(const FeParam *p) {
-  RtInit init = {0};
-  if (!strcmp(p->init, "ones")) init.kind = RT_INIT_ONES;
-  else if (!strcmp(p->init, "zeros")) init.kind = RT_INIT_ZEROS;
-  else init.kind = RT_INIT_NORMAL, init.std = (float)p->init_std;
-  return init;
+BackendJob drv_backend_job(DrvJob *j) {
+  return (BackendJob){.file = j->file, .diag = &j->diag, .cfg = j->cfg, .build = &j->build,
+                      .facts = &j->facts, .graph = j->graph};
 }
 
 static bool verify_enabled(void) {
@@ -56,22 +54,18 @@ static bool verify_enabled(void) {
 
 /* The learner's settings and per-parameter weight-decay scales for the optimizer pass. */
 static void learner_options(const DrvJob *j, PassLearner *l, const char **names, double *scales) {
-  json_object *learner = fe_get_child(j->cfg, "learner");
-  json_object *adam = fe_get_child(learner, "optimizer"), *sched = fe_get_child(learner, "schedule");
+  const FeLearnerFacts *f = &j->facts.learner;
   memset(l, 0, sizeof *l);
-  l->learning_rate = fe_get_float(adam, "learning_rate");
-  l->b1 = fe_get_float(adam, "b1");
-  l->b2 = fe_get_float(adam, "b2");
-  l->eps = fe_get_float(adam, "eps");
-  l->weight_decay = fe_get_float(adam, "weight_decay");
-  l->max_grad_norm = fe_get_float(learner, "max_grad_norm");
-  l->warmup_steps = fe_get_int(sched, "warmup_steps");
-  l->cosine = strcmp(fe_node_kind(sched), "cosine_schedule") == 0;
-  if (l->cosine) {
-    l->decay_steps = fe_get_int(sched, "decay_steps");
-    if (l->decay_steps == 0) l->decay_steps = fe_get_int(j->cfg, "max_steps");
-    l->min_ratio = fe_get_float(sched, "min_ratio");
-  }
+  l->learning_rate = f->learning_rate;
+  l->b1 = f->b1;
+  l->b2 = f->b2;
+  l->eps = f->eps;
+  l->weight_decay = f->weight_decay;
+  l->max_grad_norm = f->max_grad_norm;
+  l->warmup_steps = f->warmup_steps;
+  l->cosine = f->cosine;
+  l->decay_steps = f->decay_steps;
+  l->min_ratio = f->min_ratio;
   for (int i = 0; i < j->build.nparams; i++) {
     names[i] = j->build.params[i].path;
     scales[i] = j->build.params[i].weight_decay_scale;

@@ -284,6 +284,33 @@ int fe_dtype_bytes(const char *dtype);
 void fe_params_print(const FeBuild *b, FILE *out);
 char *fe_params_json(const FeBuild *b);
 
+/* ---- modules/trainer.c: the training facts ------------------------------ */
+
+/* What the trainer config says about training, as the backends and the
+ * pass pipeline need it: read once from the canonical tree, next to the
+ * trainer's schema, so no later layer looks fields up by name. */
+typedef struct FeLearnerFacts {
+  double learning_rate, b1, b2, eps, weight_decay; /* adamw */
+  double max_grad_norm;
+  bool cosine;                 /* cosine_schedule; else constant after warmup */
+  int64_t warmup_steps;
+  int64_t decay_steps;         /* cosine: 0 in the config means max_steps */
+  double min_ratio;            /* cosine: final multiplier */
+} FeLearnerFacts;
+
+typedef struct FeTrainFacts {
+  int64_t max_steps;
+  uint64_t seed;               /* parameter init and data order */
+  int64_t global_batch, seq_len; /* input: sequences per step over the mesh, tokens each */
+  int64_t vocab;               /* model vocab_size: token ids lie in [0, vocab) */
+  int64_t ckpt_every;          /* checkpointer: every N steps; 0: only at the end */
+  int32_t ckpt_keep;           /* complete checkpoints to keep */
+  FeLearnerFacts learner;
+} FeTrainFacts;
+
+/* Fills f from a canonical trainer tree (resolved and built without error). */
+void fe_train_facts(json_object *cfg, FeTrainFacts *f);
+
 /* ---- compose.c: module tree -> forward IR -------------------------------- */
 
 typedef struct FeEmit {

@@ -24,9 +24,11 @@
 
 /* ===== error.c: status messages ===================================================== */
 
-#define RT_ERROR_MAX 256
+#define RT_ERROR_MAX 8192
 
-/* One diagnostic line, e.g. "data/train.bin: token 50300 at position 17 >= vocabulary 50257". */
+/* One diagnostic line, e.g. "data/train.bin: token 50300 at position 17 >= vocabulary 50257".
+ * Room for two full paths and the reason; a longer message loses its middle, never its end
+ * (where the reason is). */
 typedef struct RtError {
     char msg[RT_ERROR_MAX];
 } RtError;
@@ -160,15 +162,26 @@ typedef struct RtCkptState {
     const char *config;       /* the resolved config text; may be NULL */
     const RtTensor *tensors;  /* parameters by path, optimizer state as "opt/m/<path>", ... */
     int n_tensors;
+    const char *fingerprint;  /* the model's (rt_fingerprint); may be NULL */
 } RtCkptState;
 
 typedef struct RtCkpt RtCkpt; /* an opened, verified checkpoint */
 
 #define RT_CKPT_ANY INT64_MAX
 
+typedef struct RtCkptLock RtCkptLock;
+
+/* Makes DIR (and its parents) ready for one writer before any work is done: takes an
+ * exclusive lock on DIR/.lock, held until rt_ckpt_unlock (a second trainer on DIR is refused,
+ * with the holder's pid), and checks that files can be created in DIR and that a checkpoint
+ * of need_bytes fits the free space and the file-size limit. */
+int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, RtError *err);
+void rt_ckpt_unlock(RtCkptLock *lk);
+
 /* Saves `state` as DIR/step_<step>/, then deletes all but the newest keep_last complete
  * checkpoints (keep_last <= 0 keeps all). Refuses to replace a complete checkpoint of the
- * same step. A failure leaves every earlier checkpoint as it was. */
+ * same step. A failure leaves every earlier checkpoint as it was and removes what it wrote.
+ * Returns 0, -1 (not saved), or 1: saved, but deleting old checkpoints failed (err says why). */
 int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtError *err);
 /* Newest complete checkpoint with step < below (RT_CKPT_ANY for the newest).
  * Returns 1 and sets *step if found, 0 if none, -1 on error. */
@@ -184,7 +197,25 @@ int64_t rt_ckpt_step(const RtCkpt *ck);
 int64_t rt_ckpt_data_position(const RtCkpt *ck);
 uint64_t rt_ckpt_rng_state(const RtCkpt *ck);
 const char *rt_ckpt_config(const RtCkpt *ck); /* "" if none was saved */
+const char *rt_ckpt_fingerprint(const RtCkpt *ck); /* "" if none was saved */
 const RtSt *rt_ckpt_tensors(const RtCkpt *ck);
+
+/* ===== fingerprint.c: what makes a checkpoint belong to a model ========================== */
+
+typedef struct RtParamSlot RtParamSlot; /* train.c */
+
+#define RT_FINGERPRINT_MAX 32
+
+/* "fnv1a64:<16 hex digits>" over the parameter table (path, shape, dtype of each, in order)
+ * and the "model" member of the config (may be NULL). */
+void rt_fingerprint(char out[RT_FINGERPRINT_MAX], const RtParamSlot *params, int n, const char *config);
+/* How a checkpoint's model (its tensors st, its config text) differs from this one: parameters
+ * missing there or shaped otherwise, parameters there that this model lacks, and config values
+ * under /model, as "; "-separated items in out (cut at cap bytes). Returns how many. */
+int rt_model_diff(const RtParamSlot *params, int n, const char *config, const RtSt *st, const char *ck_config,
+                  char *out, size_t cap);
+/* The same for the config outside /model (learner, input, ...): differences worth a note. */
+int rt_config_diff_outside_model(const char *config, const char *ck_config, char *out, size_t cap);
 
 /* ===== pool.c: the thread pool generated kernels are split across ======================= */
 
@@ -230,14 +261,14 @@ void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n,
 #define RT_ABI_VERSION 1
 #define RT_MAX_PARAM_RANK 4
 
-typedef struct RtParamSlot {
+struct RtParamSlot {
     const char *path;                 /* "model/decoder/layer_0/self_attention/q_proj/weight" */
     int32_t rank;
     int64_t shape[RT_MAX_PARAM_RANK];
     RtInit init;                      /* deterministic init from (seed, path) */
     int64_t offset;                   /* f32 parameter */
     int64_t m_offset, v_offset;       /* f32 AdamW moments, same shape */
-} RtParamSlot;
+};
 
 typedef struct RtProgram {
     int32_t abi_version;              /* RT_ABI_VERSION */

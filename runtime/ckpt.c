@@ -8,7 +8,9 @@
  *   index.json         {"format": "axlc-checkpoint", "version": 1, "step": S,
  *                       "files": [{"name": ..., "bytes": ..., "crc32": ...}]}.
  * Every file is written under a temporary name, fsynced and renamed; index.json is written
- * last, so a checkpoint is complete exactly when its index exists. Deleting removes the
+ * last, so a checkpoint is complete exactly when its index exists. A save that fails removes
+ * what it wrote. A trainer holds DIR/.lock (flock) while it uses DIR, so two never write one
+ * directory. Deleting removes the
  * index first, so a half-deleted checkpoint is merely incomplete. Loading verifies every
  * listed file's size and CRC-32 before anything is read from it.
  */
@@ -17,19 +19,24 @@
 #include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "rt_impl.h"
 
 #define STATE_FILE "state.safetensors"
 #define INDEX_FILE "index.json"
+#define LOCK_FILE ".lock"
 #define PATH_CAP 4096
 
 struct RtCkpt {
     int64_t step, data_position;
     uint64_t rng_state;
-    const char *config; /* points into st's metadata */
+    const char *config, *fingerprint; /* point into st's metadata */
     RtSt *st;
 };
 
@@ -41,23 +48,26 @@ static int step_path(char *buf, const char *dir, int64_t step, const char *file,
     return len < PATH_CAP ? 0 : rt_error_set(err, "%s: checkpoint path too long", dir);
 }
 
-/* "step_00000020" -> 20; anything else (temporaries included) -> -1. */
 static int join_path(char *buf, const char *dir, const char *name, RtError *err) {
     if (snprintf(buf, PATH_CAP, "%s/%s", dir, name) >= PATH_CAP)
         return rt_error_set(err, "%s: path too long", dir);
     return 0;
 }
 
+/* "step_00000020" -> 20. Only the name step_path gives a step counts: anything else
+ * (temporaries, "step_000000020", "step_00000020.damaged") -> -1, so no step is seen twice. */
 static int64_t parse_step_name(const char *name) {
     if (strncmp(name, "step_", 5) != 0 || strlen(name) < 13 || strlen(name) > 23)
         return -1;
     int64_t step = 0;
     for (const char *p = name + 5; *p; p++) {
-        if (*p < '0' || *p > '9')
+        if (*p < '0' || *p > '9' || step > (INT64_MAX - 9) / 10)
             return -1;
         step = step * 10 + (*p - '0');
     }
-    return step;
+    char canonical[32];
+    snprintf(canonical, sizeof canonical, "step_%08lld", (long long)step);
+    return strcmp(canonical, name) == 0 ? step : -1;
 }
 
 static int is_file(const char *path) {
@@ -90,6 +100,11 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 static int is_complete(const char *dir, int64_t step) {
     char index[PATH_CAP];
     return step_path(index, dir, step, INDEX_FILE, NULL) == 0 && is_file(index);
@@ -104,9 +119,12 @@ static int list_steps(const char *dir, int complete, StepList *l, RtError *err) 
         return errno == ENOENT ? 0 : rt_error_set(err, "%s: cannot list: %s", dir, strerror(errno));
     struct dirent *ent;
     int rc = 0;
+    char path[PATH_CAP];
     while (rc == 0 && (ent = readdir(d)) != NULL) {
         int64_t step = parse_step_name(ent->d_name);
-        if (step >= 0 && is_complete(dir, step) == complete && list_push(l, step) != 0)
+        if (step < 0 || join_path(path, dir, ent->d_name, NULL) != 0 || !is_dir(path))
+            continue; /* not a checkpoint: a stray file of that name is not ours to delete */
+        if (is_complete(dir, step) == complete && list_push(l, step) != 0)
             rc = rt_error_set(err, "%s: out of memory", dir);
     }
     if (closedir(d) != 0 && rc == 0)
@@ -200,21 +218,23 @@ static int write_state(const char *dir, const RtCkptState *s, uint32_t *crc, int
     snprintf(rng, sizeof rng, "%llu", (unsigned long long)s->rng_state);
     RtMeta meta[] = {
         {"axlc.step", step}, {"axlc.data_position", pos}, {"axlc.rng_state", rng},
-        {"axlc.config", s->config ? s->config : ""},
+        {"axlc.config", s->config ? s->config : ""}, {"axlc.fingerprint", s->fingerprint ? s->fingerprint : ""},
     };
     if (step_path(path, dir, s->step, STATE_FILE, err) != 0)
         return -1;
-    return rt_st_write(path, s->tensors, s->n_tensors, meta, 4, crc, size, err);
+    return rt_st_write(path, s->tensors, s->n_tensors, meta, 5, crc, size, err);
 }
 
-static int write_index(const char *dir, int64_t step, uint32_t crc, int64_t size, RtError *err) {
+static int write_index(const char *dir, const RtCkptState *s, uint32_t crc, int64_t size, RtError *err) {
     char path[PATH_CAP], text[512];
-    if (step_path(path, dir, step, INDEX_FILE, err) != 0)
+    if (step_path(path, dir, s->step, INDEX_FILE, err) != 0)
         return -1;
     int len = snprintf(text, sizeof text,
                        "{\"format\": \"axlc-checkpoint\", \"version\": 1, \"step\": %lld,\n"
+                       " \"fingerprint\": \"%.64s\",\n"
                        " \"files\": [{\"name\": \"%s\", \"bytes\": %lld, \"crc32\": %lu}]}\n",
-                       (long long)step, STATE_FILE, (long long)size, (unsigned long)crc);
+                       (long long)s->step, s->fingerprint ? s->fingerprint : "", STATE_FILE, (long long)size,
+                       (unsigned long)crc);
     RtWfile w;
     if (rt_wfile_open(&w, path, err) != 0)
         return -1;
@@ -236,14 +256,134 @@ int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtErr
                             (long long)state->step);
     uint32_t crc;
     int64_t size;
-    if (make_dir(dir, err) != 0 || make_dir(sdir, err) != 0 || rt_dir_fsync(dir, err) != 0 ||
-        write_state(dir, state, &crc, &size, err) != 0 || write_index(dir, state->step, crc, size, err) != 0)
+    if (make_dir(dir, err) != 0 || make_dir(sdir, err) != 0)
         return -1;
+    if (rt_dir_fsync(dir, err) != 0 || write_state(dir, state, &crc, &size, err) != 0 ||
+        write_index(dir, state, crc, size, err) != 0) {
+        remove_ckpt(dir, state->step, NULL); /* best effort: the incomplete directory is invisible anyway */
+        return -1;
+    }
     RtError why;
-    if (prune(dir, keep_last, state->step, &why) != 0)
-        return rt_error_set(err, "step %lld saved, but deleting old checkpoints failed: %s",
-                            (long long)state->step, why.msg);
+    if (prune(dir, keep_last, state->step, &why) != 0) {
+        rt_error_set(err, "step %lld saved, but deleting old checkpoints failed: %s", (long long)state->step,
+                     why.msg);
+        return 1;
+    }
     return 0;
+}
+
+/* ===== one writer per directory ======================================================= */
+
+struct RtCkptLock {
+    int fd; /* LOCK_FILE, flock()ed exclusively while open */
+};
+
+/* mkdir -p: every missing component of `dir`, each reported by name when it cannot be made. */
+static int make_dirs(const char *dir, RtError *err) {
+    char path[PATH_CAP];
+    if (snprintf(path, sizeof path, "%s", dir) >= PATH_CAP)
+        return rt_error_set(err, "%s: path too long", dir);
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/' && p[-1] != '/') {
+            *p = '\0';
+            int rc = make_dir(path, err);
+            *p = '/';
+            if (rc != 0)
+                return -1;
+        }
+    if (make_dir(path, err) != 0)
+        return -1;
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return rt_error_set(err, "%s: not a directory", dir);
+    return 0;
+}
+
+/* Another trainer holds the lock: say which, from the pid it wrote. */
+static int report_holder(int fd, const char *lock, RtError *err) {
+    char pid[32] = "";
+    ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+    pid[n > 0 ? n : 0] = '\0';
+    pid[strcspn(pid, "\n")] = '\0';
+    return rt_error_set(err, "%s: locked by another trainer%s%s%s; one checkpoint directory takes one writer "
+                        "(wait for it, or choose another --ckpt-dir)", lock, pid[0] ? " (pid " : "", pid,
+                        pid[0] ? ")" : "");
+}
+
+static int write_pid(int fd, const char *lock, RtError *err) {
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        return rt_error_set(err, "%s: cannot write: %s", lock, strerror(errno));
+    return 0;
+}
+
+/* The file system must take one checkpoint: free space, and the process's file-size limit
+ * (which would otherwise end the trainer mid-save with SIGXFSZ, or fail it with EFBIG). */
+static int check_room(const char *dir, int64_t need, RtError *err) {
+    struct statvfs vfs;
+    struct rlimit lim;
+    if (statvfs(dir, &vfs) != 0)
+        return rt_error_set(err, "%s: cannot read the free space: %s", dir, strerror(errno));
+    double avail = (double)vfs.f_bavail * (double)vfs.f_frsize, mib = 1024.0 * 1024.0;
+    if (avail < (double)need)
+        return rt_error_set(err, "%s: %.1f MiB free, one checkpoint needs %.1f MiB", dir, avail / mib,
+                            (double)need / mib);
+    if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && (double)lim.rlim_cur < (double)need)
+        return rt_error_set(err, "%s: the file-size limit (ulimit -f) is %.1f MiB, one checkpoint file needs "
+                            "%.1f MiB", dir, (double)lim.rlim_cur / mib, (double)need / mib);
+    return 0;
+}
+
+/* A file can be created, written and removed in `dir`. */
+static int check_writable(const char *dir, RtError *err) {
+    char probe[PATH_CAP];
+    if (snprintf(probe, sizeof probe, "%s/.axlc-probe-%ld", dir, (long)getpid()) >= PATH_CAP)
+        return rt_error_set(err, "%s: path too long", dir);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return rt_error_set(err, "%s: cannot create files in it: %s", dir, strerror(errno));
+    int ok = write(fd, "x", 1) == 1;
+    int e = errno;
+    close(fd);
+    unlink(probe);
+    return ok ? 0 : rt_error_set(err, "%s: cannot write files in it: %s", dir, strerror(e));
+}
+
+int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, RtError *err) {
+    *out = NULL;
+    char lock[PATH_CAP];
+    if (make_dirs(dir, err) != 0 || join_path(lock, dir, LOCK_FILE, err) != 0)
+        return -1;
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return rt_error_set(err, "%s: cannot create the lock file: %s", lock, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int rc = errno == EWOULDBLOCK ? report_holder(fd, lock, err)
+                                      : rt_error_set(err, "%s: cannot lock: %s", lock, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    RtCkptLock *lk = malloc(sizeof *lk);
+    if (!lk || write_pid(fd, lock, err) != 0 || check_writable(dir, err) != 0 ||
+        check_room(dir, need_bytes, err) != 0) {
+        if (!lk)
+            rt_error_set(err, "%s: out of memory", lock);
+        free(lk);
+        close(fd); /* releases the lock */
+        return -1;
+    }
+    lk->fd = fd;
+    *out = lk;
+    return 0;
+}
+
+/* The lock file stays: removing it would race with a trainer that has just opened it. */
+void rt_ckpt_unlock(RtCkptLock *lk) {
+    if (!lk)
+        return;
+    close(lk->fd);
+    free(lk);
 }
 
 /* ===== loading ======================================================================== */
@@ -346,8 +486,11 @@ static int read_meta(RtCkpt *ck, int64_t step, RtError *err) {
     ck->step = step;
     ck->data_position = pos;
     ck->config = rt_st_meta(ck->st, "axlc.config");
+    ck->fingerprint = rt_st_meta(ck->st, "axlc.fingerprint");
     if (!ck->config)
         ck->config = "";
+    if (!ck->fingerprint)
+        ck->fingerprint = "";
     return 0;
 }
 
@@ -393,4 +536,5 @@ int64_t rt_ckpt_step(const RtCkpt *ck) { return ck->step; }
 int64_t rt_ckpt_data_position(const RtCkpt *ck) { return ck->data_position; }
 uint64_t rt_ckpt_rng_state(const RtCkpt *ck) { return ck->rng_state; }
 const char *rt_ckpt_config(const RtCkpt *ck) { return ck->config; }
+const char *rt_ckpt_fingerprint(const RtCkpt *ck) { return ck->fingerprint; }
 const RtSt *rt_ckpt_tensors(const RtCkpt *ck) { return ck->st; }

@@ -3,7 +3,8 @@
  * (format, header, every token below the vocabulary), so batching can never fail on content.
  *
  * Two formats, told apart by the first int32:
- *   - plain text: every byte is a token (vocabulary 256);
+ *   - plain text: every byte is a token (vocabulary 256); a file that starts like a token
+ *     header without the magic number is refused rather than read as text;
  *   - llm.c token files: 256 little-endian int32 of header, header[0] = 20240520 (magic),
  *     header[1] = 1 (uint16 tokens) or 2 (uint32 tokens), header[2] = token count; then tokens.
  *
@@ -17,7 +18,7 @@
 #include "rt_impl.h"
 
 struct RtData {
-    char path[1024];
+    char path[4096]; /* PATH_MAX: a longer path cannot be opened */
     RtMapped map;
     RtDataFormat format;
     const unsigned char *tokens; /* first token byte in the mapping */
@@ -69,11 +70,39 @@ static int parse_header(RtData *d, RtError *err) {
     return 0;
 }
 
+static uint32_t bswap32(uint32_t x) {
+    return x >> 24 | (x >> 8 & 0xff00) | (x << 8 & 0xff0000) | x << 24;
+}
+
+/* Whether a file without the magic number still starts like an llm.c header: the magic
+ * byte-swapped, a zero-filled header tail (text never holds a thousand NULs), or a version
+ * and token count that match the file size exactly. Such a file is a damaged or foreign token
+ * file, and reading its bytes as text would train on garbage. */
+static int looks_like_header(const RtData *d) {
+    const unsigned char *p = d->map.data;
+    if (d->map.size < RT_DATA_HEADER_INTS * 4)
+        return 0;
+    if (bswap32(le32(p)) == RT_DATA_MAGIC)
+        return 1;
+    uint32_t version = le32(p + 4), count = le32(p + 8);
+    int64_t width = version == 1 ? 2 : version == 2 ? 4 : 0;
+    if (width && RT_DATA_HEADER_INTS * 4 + (int64_t)count * width == d->map.size)
+        return 1;
+    for (int64_t i = 12; i < RT_DATA_HEADER_INTS * 4; i++)
+        if (p[i] != 0)
+            return 0;
+    return 1;
+}
+
 static int detect_format(RtData *d, RtError *err) {
     if (d->map.size == 0)
         return rt_error_set(err, "%s: empty data file", d->path);
     if (d->map.size >= 4 && le32(d->map.data) == RT_DATA_MAGIC)
         return parse_header(d, err);
+    if (looks_like_header(d))
+        return rt_error_set(err, "%s: starts like an llm.c token file but its magic number is %u, expected "
+                            "%d; refusing to read it as plain text", d->path, (unsigned)le32(d->map.data),
+                            RT_DATA_MAGIC);
     d->format = RT_DATA_BYTES;
     d->tokens = d->map.data;
     d->n = d->map.size;

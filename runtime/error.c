@@ -6,18 +6,30 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "axrt.h"
 
 /* ===== errors ========================================================================= */
 
+/* A message too long for RtError keeps its head and its tail, joined by " ... ": the head
+ * names what failed, the tail says why. */
 int rt_error_set(RtError *err, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
+    if (!err)
+        return -1;
+    va_list ap, again;
+    va_start(ap, fmt);
+    va_copy(again, ap);
+    int len = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    char *whole = len >= (int)sizeof err->msg ? malloc((size_t)len + 1) : NULL;
+    if (whole) {
+        vsnprintf(whole, (size_t)len + 1, fmt, again);
+        const size_t keep = (sizeof err->msg - 6) / 2;
+        snprintf(err->msg, sizeof err->msg, "%.*s ... %s", (int)keep, whole, whole + len - keep);
+        free(whole);
     }
+    va_end(again);
     return -1;
 }
 

@@ -1,8 +1,10 @@
 /*
  * file.c: the runtime's file access. Reads map a whole file read-only; writes go to
  * "<path>.tmp", are fsynced, renamed over `path` and the directory is fsynced, so a reader
- * sees either the old file or the complete new one, never a torn one. Every system call is
- * checked here and reported with the path and strerror(errno).
+ * sees either the old file or the complete new one, never a torn one; a failed write removes
+ * its temporary. Every system call is checked here and reported with the path and
+ * strerror(errno). Only regular files are read: a FIFO or device is refused at once, never
+ * waited on.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +22,9 @@ static int map_fd(int fd, const char *path, RtMapped *m, RtError *err) {
     if (fstat(fd, &st) != 0)
         return rt_error_set(err, "%s: cannot stat: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return rt_error_set(err, "%s: not a regular file", path);
+        return rt_error_set(err, "%s: not a regular file (%s); expected a file that can be memory-mapped",
+                            path, S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                            : S_ISSOCK(st.st_mode) ? "a socket" : "a device");
     m->size = (int64_t)st.st_size;
     if (m->size == 0)
         return 0;
@@ -35,7 +39,8 @@ static int map_fd(int fd, const char *path, RtMapped *m, RtError *err) {
 int rt_file_map(const char *path, RtMapped *m, RtError *err) {
     m->data = NULL;
     m->size = 0;
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; map_fd then refuses it. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return rt_error_set(err, "%s: cannot open: %s", path, strerror(errno));
     int rc = map_fd(fd, path, m, err);

@@ -31,7 +31,7 @@ typedef struct Entry {
 } Entry;
 
 struct RtSt {
-    char path[1024];
+    char path[4096]; /* PATH_MAX: a longer path cannot be opened */
     RtMapped map;
     Entry *e;      /* (n) sorted by begin */
     int n;

@@ -15,11 +15,19 @@
  * loss (computed from the parameters before the update). That costs one extra slab of
  * memory while --eval-data is given, and no assumption about which slab bytes are scratch.
  *
+ * No mistake or fault may lose the run. Before step 1 the checkpoint directory is made,
+ * locked against a second trainer and checked for room; a checkpoint that fails to save
+ * mid-run is reported and tried again at the next one; SIGINT and SIGTERM end the run after
+ * the current step with a checkpoint; a checkpoint of another model is refused with what
+ * differs; parameters that are no longer finite are never saved. docs/runtime.md lists the
+ * guarantees and the tests behind each.
+ *
  * This is the trainer's main, so unlike the rest of libaxrt it prints: progress and results
  * on stdout, problems on stderr. It still never exits; it returns the exit status.
  */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -28,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "axrt.h"
+#include "rt_impl.h"
 
 #define MAX_THREADS 1024
 
@@ -41,7 +49,7 @@ typedef struct TrainOpts {
     const char *data, *eval_data, *init, *ckpt_dir, *metrics;
     int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every;
     uint64_t seed;
-    int resume, help, config;
+    int resume, partial, help, config;
 } TrainOpts;
 
 typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_FLAG } OptKind;
@@ -70,6 +78,8 @@ static const OptSpec OPTS[] = {
     {"--keep", "N", OPT_INT, F(keep), 0, INT32_MAX, "keep the newest N checkpoints (0: all)"},
     {"--resume", NULL, OPT_FLAG, F(resume), 0, 0, "continue from the newest checkpoint in --ckpt-dir that "
                                                   "verifies"},
+    {"--partial", NULL, OPT_FLAG, F(partial), 0, 0, "with --resume: accept a checkpoint of another model, load "
+                                                    "the parameters that match, start the rest fresh"},
     {"--metrics", "FILE", OPT_STR, F(metrics), 0, 0, "append one JSON object per step (truncated unless "
                                                      "--resume)"},
     {"--threads", "N", OPT_INT, F(threads), 1, MAX_THREADS, "CPU threads (default: all online CPUs)"},
@@ -168,6 +178,8 @@ static int check_opts(const TrainOpts *o, RtError *err) {
         return rt_error_set(err, "--data FILE is required (--help lists the options)");
     if (o->resume && !o->ckpt_dir)
         return rt_error_set(err, "--resume needs --ckpt-dir DIR");
+    if (o->partial && !o->resume)
+        return rt_error_set(err, "--partial needs --resume");
     if (o->eval_every > 0 && !o->eval_data)
         return rt_error_set(err, "--eval-every needs --eval-data FILE");
     return 0;
@@ -259,6 +271,8 @@ typedef struct Trainer {
     char *eval_slab;      /* (slab_bytes), only with --eval-data */
     RtPool *pool;
     RtData *data, *eval;
+    RtCkptLock *lock;     /* held on --ckpt-dir for the whole run */
+    char fingerprint[RT_FINGERPRINT_MAX];
     FILE *metrics;
     RtTensor *tensors;    /* (3 * nparams), data pointing into slab */
     char **names;         /* (3 * nparams) */
@@ -321,6 +335,7 @@ static void trainer_free(Trainer *t) {
         fclose(t->metrics);
     rt_data_close(t->eval);
     rt_data_close(t->data);
+    rt_ckpt_unlock(t->lock);
     rt_pool_free(t->pool);
     free(t->eval_slab);
     free(t->slab);
@@ -369,29 +384,107 @@ static int params_load(Trainer *t, RtError *err) {
     return rc == 0 ? 0 : rt_error_set(err, "--init: %s", why.msg);
 }
 
+/* "the last good checkpoint is DIR/step_N (step N); --resume continues from it", or why
+ * there is none: the end of every message about a run that stops or fails to save. */
+static const char *last_good(const Trainer *t, char *buf, size_t cap) {
+    if (!t->o.ckpt_dir)
+        snprintf(buf, cap, "no checkpoint to go back to (no --ckpt-dir)");
+    else if (t->saved < 0)
+        snprintf(buf, cap, "no checkpoint was saved in %s yet", t->o.ckpt_dir);
+    else
+        snprintf(buf, cap, "the last good checkpoint is %s/step_%08lld (step %lld); --resume continues from it",
+                 t->o.ckpt_dir, (long long)t->saved, (long long)t->saved);
+    return buf;
+}
+
+/* The first parameter or moment holding a NaN or an infinity, or NULL. Such a state is never
+ * saved: "last good checkpoint" must be good. */
+static const char *nonfinite_tensor(const Trainer *t) {
+    for (int j = 0; j < 3 * t->p->nparams; j++) {
+        const float *x = slot_data(t, t->slab, j % t->p->nparams, j / t->p->nparams);
+        for (int64_t k = 0, n = slot_numel(&t->p->params[j % t->p->nparams]); k < n; k++)
+            if (!isfinite(x[k]))
+                return t->names[j];
+    }
+    return NULL;
+}
+
+static void report_stop(Trainer *t, const char *what) {
+    char buf[RT_ERROR_MAX];
+    if (t->tty)
+        printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "%s: step %lld: %s: not finite; training stopped, nothing saved for this step.\n%s: %s\n",
+            t->prog, (long long)t->step, what, t->prog, last_good(t, buf, sizeof buf));
+}
+
+/* Returns 0 when saved, -1 when the save failed (err says why), 1 when the state is not
+ * finite (reported; nothing saved). */
 static int ckpt_save(Trainer *t, RtError *err) {
+    const char *bad = nonfinite_tensor(t);
+    if (bad) {
+        char what[1024];
+        snprintf(what, sizeof what, "%.900s after the update", bad);
+        report_stop(t, what);
+        return 1;
+    }
     RtCkptState s = {
         .step = t->step, .data_position = rt_data_position(t->data), .rng_state = t->o.seed,
         .config = t->p->config, .tensors = t->tensors, .n_tensors = 3 * t->p->nparams,
+        .fingerprint = t->fingerprint,
     };
-    if (rt_ckpt_save(t->o.ckpt_dir, &s, (int)t->o.keep, err) != 0)
-        return -1;
+    RtError why;
+    int rc = rt_ckpt_save(t->o.ckpt_dir, &s, (int)t->o.keep, &why);
+    if (rc < 0)
+        return rt_error_set(err, "%s", why.msg);
+    if (rc > 0)
+        warn(t, "%s", why.msg); /* saved; a stale checkpoint takes room but harms nothing */
     t->saved = t->step;
     return 0;
 }
 
+/* A periodic save that fails does not end the run: the work since the last checkpoint is
+ * still in memory, and the next save may succeed (space freed, disk remounted). */
+static int ckpt_save_periodic(Trainer *t) {
+    RtError why;
+    char buf[RT_ERROR_MAX];
+    int rc = ckpt_save(t, &why);
+    if (rc < 0)
+        warn(t, "step %lld: checkpoint not saved: %s; training goes on and saves again at step %lld; %s",
+             (long long)t->step, why.msg, (long long)(t->step + t->o.ckpt_every), last_good(t, buf, sizeof buf));
+    return rc > 0 ? 1 : 0;
+}
+
+/* The last save of a run (at its end, or when stopped by a signal): a failure is an error that
+ * names the last good checkpoint. 1 when the state is not finite (reported). */
+static int ckpt_save_final(Trainer *t, RtError *err) {
+    RtError why;
+    char buf[RT_ERROR_MAX];
+    if (!t->o.ckpt_dir || t->saved == t->step)
+        return 0;
+    int rc = ckpt_save(t, &why);
+    if (rc < 0)
+        return rt_error_set(err, "could not save the checkpoint of step %lld: %s; %s", (long long)t->step, why.msg,
+                            last_good(t, buf, sizeof buf));
+    return rc;
+}
+
 /* Complete checkpoints newer than the one resumed failed to verify; rt_ckpt_save would refuse
- * to write their steps again. They are renamed to step_<S>.damaged (kept for inspection,
- * invisible to the checkpoint code) rather than deleted. The name follows ckpt.c. */
+ * to write their steps again. They are renamed to step_<S>.damaged (or .damaged.2, ... when
+ * that exists: an earlier resume set one aside), kept for inspection and invisible to the
+ * checkpoint code, rather than deleted. The name follows ckpt.c. */
 static int set_aside_newer(Trainer *t, int64_t resumed, RtError *err) {
     int64_t step;
     int found;
     while ((found = rt_ckpt_latest(t->o.ckpt_dir, RT_CKPT_ANY, &step, err)) == 1 && step > resumed) {
-        char from[4096], to[4096 + 16];
+        char from[4096], to[4096 + 32];
         snprintf(from, sizeof from, "%s/step_%08lld", t->o.ckpt_dir, (long long)step);
         snprintf(to, sizeof to, "%s.damaged", from);
-        if (access(to, F_OK) == 0)
-            return rt_error_set(err, "%s: cannot set the damaged checkpoint aside: %s exists", from, to);
+        for (int k = 2; access(to, F_OK) == 0; k++)
+            if (k > 1000)
+                return rt_error_set(err, "%s: cannot set the damaged checkpoint aside: %s exists", from, to);
+            else
+                snprintf(to, sizeof to, "%s.damaged.%d", from, k);
         if (rename(from, to) != 0)
             return rt_error_set(err, "%s: cannot rename to %s: %s", from, to, strerror(errno));
         warn(t, "set the damaged checkpoint aside as %s", to);
@@ -399,14 +492,58 @@ static int set_aside_newer(Trainer *t, int64_t resumed, RtError *err) {
     return found < 0 ? -1 : 0;
 }
 
-static int ckpt_restore(Trainer *t, RtCkpt *ck, RtError *err) {
-    if (tensors_read(t, rt_ckpt_tensors(ck), 3 * t->p->nparams, err) != 0 ||
-        rt_data_seek(t->data, rt_ckpt_data_position(ck), err) != 0)
+/* The checkpoint must hold this model. A different one is refused with what differs, unless
+ * --partial asks to load what matches. Config changes outside /model (learning rate, input)
+ * are allowed, with a note. */
+static int check_model(Trainer *t, RtCkpt *ck, const char *where, RtError *err) {
+    char diff[RT_ERROR_MAX / 2];
+    const RtParamSlot *ps = t->p->params;
+    if (strcmp(rt_ckpt_fingerprint(ck), t->fingerprint) != 0 &&
+        rt_model_diff(ps, t->p->nparams, t->p->config, rt_ckpt_tensors(ck), rt_ckpt_config(ck), diff, sizeof diff) > 0) {
+        if (!t->o.partial)
+            return rt_error_set(err, "%s holds another model: %s; refusing to resume (--partial loads the parameters "
+                                "that match and starts the rest fresh)", where, diff);
+        warn(t, "--partial: %s holds another model: %s", where, diff);
+    }
+    if (rt_config_diff_outside_model(t->p->config, rt_ckpt_config(ck), diff, sizeof diff) > 0)
+        warn(t, "note: the config differs from the checkpoint's: %s; continuing with this one", diff);
+    return 0;
+}
+
+/* With --partial, each tensor whose name and shape match is loaded; the others keep their
+ * fresh values (the seeded init, zero moments). */
+static int tensors_read_partial(Trainer *t, const RtSt *st, RtError *err) {
+    int n = t->p->nparams, loaded = 0;
+    if (params_seed(t, err) != 0)
         return -1;
+    for (int j = 0; j < 3 * n; j++) {
+        const RtTensor *want = &t->tensors[j], *have = rt_st_find(st, want->name);
+        if (!have || have->ndim != want->ndim ||
+            memcmp(have->shape, want->shape, (size_t)want->ndim * sizeof *want->shape) != 0)
+            continue;
+        if (rt_st_read_f32(st, want->name, want->shape, want->ndim, slot_data(t, t->slab, j % n, j / n), err) != 0)
+            return -1;
+        loaded += j < n;
+    }
+    warn(t, "--partial: loaded %d of %d parameters from the checkpoint", loaded, n);
+    return 0;
+}
+
+static int ckpt_restore(Trainer *t, RtCkpt *ck, RtError *err) {
+    char where[4096];
+    snprintf(where, sizeof where, "%s/step_%08lld", t->o.ckpt_dir, (long long)rt_ckpt_step(ck));
+    if (check_model(t, ck, where, err) != 0)
+        return -1;
+    int rc = t->o.partial ? tensors_read_partial(t, rt_ckpt_tensors(ck), err)
+                          : tensors_read(t, rt_ckpt_tensors(ck), 3 * t->p->nparams, err);
+    if (rc != 0)
+        return -1;
+    if (rt_data_seek(t->data, rt_ckpt_data_position(ck), NULL) != 0)
+        return rt_error_set(err, "%s: data position %lld is past the end of --data %s (%lld tokens): the checkpoint "
+                            "was made with other data", where, (long long)rt_ckpt_data_position(ck), t->o.data,
+                            (long long)rt_data_num_tokens(t->data));
     t->step = t->saved = rt_ckpt_step(ck);
     t->o.seed = rt_ckpt_rng_state(ck);
-    if (t->p->config && strcmp(rt_ckpt_config(ck), t->p->config) != 0)
-        warn(t, "note: the checkpoint was saved with a different config; continuing with this one");
     return 0;
 }
 
@@ -470,18 +607,69 @@ static int open_data(RtData **d, const char *opt, const char *path, const RtProg
     return 0;
 }
 
+/* After --resume the metrics file keeps the lines of the steps the checkpoint covers and
+ * drops the rest (from a run that went on past its last checkpoint, or a torn last line):
+ * those steps are run and logged again. Rewritten atomically, and only when something goes. */
+static int trim_metrics(Trainer *t, RtError *err) {
+    RtMapped m;
+    if (access(t->o.metrics, F_OK) != 0)
+        return 0;
+    if (rt_file_map(t->o.metrics, &m, err) != 0)
+        return -1;
+    const char *text = (const char *)m.data, *at = text, *end = text + m.size, *nl;
+    while (at < end && (nl = memchr(at, '\n', (size_t)(end - at))) != NULL) {
+        long long step;
+        if (sscanf(at, "{\"step\": %lld", &step) == 1 && step > t->step)
+            break;
+        at = nl + 1;
+    }
+    int rc = 0;
+    if (at < end) {
+        RtWfile w;
+        rc = rt_wfile_open(&w, t->o.metrics, err);
+        if (rc == 0 && (rc = rt_wfile_write(&w, text, (size_t)(at - text), err)) != 0)
+            rt_wfile_abort(&w);
+        else if (rc == 0)
+            rc = rt_wfile_commit(&w, err);
+    }
+    rt_file_unmap(&m);
+    return rc;
+}
+
 static int open_metrics(Trainer *t, RtError *err) {
     if (!t->o.metrics)
         return 0;
+    RtError why;
+    if (t->o.resume && trim_metrics(t, &why) != 0)
+        return rt_error_set(err, "--metrics: %s", why.msg);
     t->metrics = fopen(t->o.metrics, t->o.resume ? "a" : "w");
     if (!t->metrics)
         return rt_error_set(err, "--metrics: %s: cannot open: %s", t->o.metrics, strerror(errno));
     return 0;
 }
 
+/* Bytes of one checkpoint: three f32 tensors per parameter, and a generous header. */
+static int64_t ckpt_bytes(const RtProgram *p) {
+    int64_t bytes = 65536 + (p->config ? (int64_t)strlen(p->config) : 0);
+    for (int i = 0; i < p->nparams; i++)
+        bytes += 3 * (4 * slot_numel(&p->params[i]) + (int64_t)strlen(p->params[i].path) + 128);
+    return bytes;
+}
+
+/* The checkpoint directory is ready before step 1, not found wanting after the work is done. */
+static int lock_ckpt_dir(Trainer *t, RtError *err) {
+    RtError why;
+    if (t->o.ckpt_dir && rt_ckpt_lock(&t->lock, t->o.ckpt_dir, ckpt_bytes(t->p), &why) != 0)
+        return rt_error_set(err, "--ckpt-dir: %s", why.msg);
+    return 0;
+}
+
 static int setup(Trainer *t, RtError *err) {
     const RtProgram *p = t->p;
     if (check_program(p, err) != 0 || open_data(&t->data, "--data", t->o.data, p, err) != 0)
+        return -1;
+    rt_fingerprint(t->fingerprint, p->params, p->nparams, p->config);
+    if (lock_ckpt_dir(t, err) != 0)
         return -1;
     if (t->o.eval_data && open_data(&t->eval, "--eval-data", t->o.eval_data, p, err) != 0)
         return -1;
@@ -586,21 +774,6 @@ static void print_progress(Trainer *t, const StepOut *s, double tok_s, const dou
     fflush(stdout);
 }
 
-static void report_nonfinite(Trainer *t, const StepOut *s) {
-    if (t->tty)
-        printf("\n");
-    fflush(stdout);
-    fprintf(stderr, "%s: step %lld: loss %g, grad_norm %g: not finite; training stopped, nothing saved for "
-            "this step.\n", t->prog, (long long)t->step, s->loss, s->grad_norm);
-    if (!t->o.ckpt_dir)
-        fprintf(stderr, "%s: no checkpoint to go back to (no --ckpt-dir)\n", t->prog);
-    else if (t->saved < 0)
-        fprintf(stderr, "%s: no checkpoint was saved in %s yet\n", t->prog, t->o.ckpt_dir);
-    else
-        fprintf(stderr, "%s: last good checkpoint: %s/step_%08lld (step %lld); --resume continues from it\n",
-                t->prog, t->o.ckpt_dir, (long long)t->saved, (long long)t->saved);
-}
-
 /* ===== the loop ======================================================================= */
 
 static int eval_due(const Trainer *t) {
@@ -609,11 +782,19 @@ static int eval_due(const Trainer *t) {
     return t->o.eval_every > 0 ? t->step % t->o.eval_every == 0 : t->step == t->o.steps;
 }
 
-/* One training step and everything that follows it. Returns 1 on a non-finite loss. */
-static int train_one(Trainer *t, RtError *err) {
+/* How a run ends; rt_train_main turns it into the exit status. */
+typedef enum RunEnd {
+    RUN_FAILED = -1, /* err says why */
+    RUN_DONE = 0,
+    RUN_NONFINITE,   /* reported */
+    RUN_STOPPED,     /* by SIGINT or SIGTERM, reported */
+} RunEnd;
+
+/* One training step and everything that follows it. */
+static RunEnd train_one(Trainer *t, RtError *err) {
     StepOut s;
     if (run_step(t, t->slab, t->data, t->step + 1, &s, err) != 0)
-        return -1;
+        return RUN_FAILED;
     t->step++;
     t->run_ms += s.ms;
     t->run_steps++;
@@ -621,31 +802,97 @@ static int train_one(Trainer *t, RtError *err) {
     int finite = isfinite(s.loss) && isfinite(s.grad_norm);
     int do_eval = finite && eval_due(t);
     if (do_eval && run_eval(t, &eval, err) != 0)
-        return -1;
+        return RUN_FAILED;
     write_metrics(t, &s, tok_s, do_eval ? &eval : NULL);
     if (!finite) {
-        report_nonfinite(t, &s);
-        return 1;
+        char what[96];
+        snprintf(what, sizeof what, "loss %g, grad_norm %g", s.loss, s.grad_norm);
+        report_stop(t, what);
+        return RUN_NONFINITE;
     }
     print_progress(t, &s, tok_s, do_eval ? &eval : NULL);
-    if (t->o.ckpt_dir && t->o.ckpt_every > 0 && t->step % t->o.ckpt_every == 0 && ckpt_save(t, err) != 0)
-        return -1;
-    return 0;
+    if (t->o.ckpt_dir && t->o.ckpt_every > 0 && t->step % t->o.ckpt_every == 0 && ckpt_save_periodic(t) != 0)
+        return RUN_NONFINITE;
+    return RUN_DONE;
 }
 
-static int train_loop(Trainer *t, RtError *err) {
-    while (t->step < t->o.steps) {
-        int rc = train_one(t, err);
-        if (rc != 0)
-            return rc;
+/* ===== signals ======================================================================== */
+
+/* The one piece of global state in libaxrt, because a signal handler can reach nothing else:
+ * the first SIGINT or SIGTERM received during rt_train_main. The loop reads it between steps. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig) {
+    static const char msg[] = "\nstopping after this step (signal again to quit at once, without saving)\n";
+    stop_signal = sig;
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+}
+
+typedef struct Signals {
+    struct sigaction intr, term, xfsz;
+} Signals;
+
+/* SIGINT and SIGTERM end the run cleanly after the current step; a second one takes the
+ * default action (SA_RESETHAND), so a stuck save can still be interrupted, and saves are
+ * atomic, so that loses nothing already saved. A SIGINT ignored by the parent (a background
+ * job of a script) stays ignored. SIGXFSZ is ignored: a write past the file-size limit then
+ * fails with EFBIG, and the save reports it, instead of the signal killing the trainer. */
+static void signals_install(Signals *old) {
+    struct sigaction sa, ign;
+    memset(&sa, 0, sizeof sa);
+    memset(&ign, 0, sizeof ign);
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    stop_signal = 0;
+    sigaction(SIGINT, NULL, &old->intr);
+    if (old->intr.sa_handler != SIG_IGN)
+        sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, &old->term);
+    sigaction(SIGXFSZ, &ign, &old->xfsz);
+}
+
+static void signals_restore(const Signals *old) {
+    sigaction(SIGINT, &old->intr, NULL);
+    sigaction(SIGTERM, &old->term, NULL);
+    sigaction(SIGXFSZ, &old->xfsz, NULL);
+}
+
+/* After a signal: save where the run stands, and say how to go on. */
+static RunEnd stop_run(Trainer *t, RtError *err) {
+    const char *name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+    RunEnd end = (RunEnd)ckpt_save_final(t, err);
+    if (end != RUN_DONE)
+        return end;
+    fflush(stdout);
+    if (t->o.ckpt_dir)
+        fprintf(stderr, "%s: %s: stopped after step %lld; checkpoint %s/step_%08lld; --resume continues from it\n",
+                t->prog, name, (long long)t->step, t->o.ckpt_dir, (long long)t->saved);
+    else
+        fprintf(stderr, "%s: %s: stopped after step %lld; nothing saved (no --ckpt-dir)\n", t->prog, name,
+                (long long)t->step);
+    return RUN_STOPPED;
+}
+
+static RunEnd train_loop(Trainer *t, RtError *err) {
+    while (t->step < t->o.steps && !stop_signal) {
+        RunEnd end = train_one(t, err);
+        if (end != RUN_DONE)
+            return end;
     }
     if (t->tty && t->run_steps > 0)
         printf("\n");
-    if (t->o.ckpt_dir && t->saved != t->step && ckpt_save(t, err) != 0)
-        return -1;
+    if (stop_signal)
+        return stop_run(t, err);
+    RunEnd end = (RunEnd)ckpt_save_final(t, err);
+    if (end != RUN_DONE)
+        return end;
     if (t->metrics && ferror(t->metrics))
         return rt_error_set(err, "--metrics: %s: write failed", t->o.metrics);
-    return 0;
+    return RUN_DONE;
 }
 
 static void print_banner(const Trainer *t) {
@@ -666,19 +913,19 @@ static const char *prog_name(int argc, char **argv) {
     return slash ? slash + 1 : argv[0];
 }
 
-static int train(Trainer *t, RtError *err) {
+static RunEnd train(Trainer *t, RtError *err) {
     if (setup(t, err) != 0 || init_state(t, err) != 0)
-        return -1;
+        return RUN_FAILED;
     if (t->step >= t->o.steps && t->saved == t->step) {
         printf("%s: checkpoint step %lld already reaches --steps %lld; nothing to do\n", t->prog,
                (long long)t->step, (long long)t->o.steps);
-        return 0;
+        return RUN_DONE;
     }
     if (open_metrics(t, err) != 0)
-        return -1;
+        return RUN_FAILED;
     print_banner(t);
-    int rc = train_loop(t, err);
-    if (rc == 0)
+    RunEnd rc = train_loop(t, err);
+    if (rc == RUN_DONE)
         printf("%s: done at step %lld%s%s\n", t->prog, (long long)t->step, t->o.ckpt_dir ? ", checkpoint in " : "",
                t->o.ckpt_dir ? t->o.ckpt_dir : "");
     return rc;
@@ -712,13 +959,17 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
         }
         return fflush(stdout) == 0 ? 0 : 1;
     }
-    int rc = check_opts(&t.o, &err) == 0 ? train(&t, &err) : -1;
-    if (rc < 0) {
+    Signals old;
+    signals_install(&old);
+    RunEnd end = check_opts(&t.o, &err) == 0 ? train(&t, &err) : RUN_FAILED;
+    if (end == RUN_FAILED) {
         if (t.tty && t.run_steps > 0)
             printf("\n");
         fflush(stdout);
         fprintf(stderr, "%s: %s\n", t.prog, err.msg);
     }
+    int status = end == RUN_DONE ? 0 : end == RUN_STOPPED ? 128 + stop_signal : 1;
     trainer_free(&t);
-    return rc == 0 ? 0 : 1;
+    signals_restore(&old);
+    return status;
 }

@@ -5,10 +5,12 @@
  * exit status: 0 on success, 1 for any user error (bad config, bad flag,
  * unreadable file). Only this file exits.
  */
-#include <ctype.h>
 #include <errno.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "driver/driver.h"
 
@@ -26,6 +28,7 @@ typedef struct {
   const char *emit;        /* compile: exe (default), obj, llvm or asm */
   const char *output;      /* compile: -o */
   const char *cpu, *features; /* compile, run: code generation target */
+  const char *backend;     /* compile, run: --backend */
   const char *rest[MAX_LIST]; /* run: the trainer's options, passed through */
   int nrest;
 } Args;
@@ -47,10 +50,13 @@ static void usage(FILE *out) {
           "                      --target interp runs the reference interpreter with\n"
           "                      --data FILE [--steps N] [--seed S] [--init W.safetensors]\n"
           "                      [--dump OUT.safetensors]\n"
+          "  backends            list the backends and what each can do\n"
           "\n"
           "options:\n"
           "  --target T          select the first mesh rule matching T (cpu, cpu-4,\n"
           "                      gpu-h100-256, tpu-v5p-512, ...) and size the mesh for it\n"
+          "  --backend NAME      (compile, run) the code generator; default: the target's\n"
+          "                      (cpu: llvm); --target interp is --target cpu --backend interp\n"
           "  --apply FILE        apply a modifier file (repeatable, in order)\n"
           "  --set PATH=VALUE    set a value, e.g. --set /model/decoder/num_layers=4\n"
           "  --json              (params) machine-readable output\n"
@@ -93,20 +99,23 @@ static int parse_args(int argc, char **argv, Args *a) {
     } else if (!strcmp(s, "--json")) {
       a->json = true;
     } else if (!strcmp(s, "--after") || !strcmp(s, "--format") || !strcmp(s, "--emit") ||
-               !strcmp(s, "-o") || !strcmp(s, "--cpu") || !strcmp(s, "--features")) {
+               !strcmp(s, "-o") || !strcmp(s, "--cpu") || !strcmp(s, "--features") ||
+               !strcmp(s, "--backend")) {
       if (need_value(i, argc, argv)) return -1;
-      const char **slot = !strcmp(s, "--after")    ? &a->after
-                          : !strcmp(s, "--format") ? &a->format
-                          : !strcmp(s, "--emit")   ? &a->emit
-                          : !strcmp(s, "-o")       ? &a->output
-                          : !strcmp(s, "--cpu")    ? &a->cpu
-                                                   : &a->features;
+      const char **slot = !strcmp(s, "--after")     ? &a->after
+                          : !strcmp(s, "--format")  ? &a->format
+                          : !strcmp(s, "--emit")    ? &a->emit
+                          : !strcmp(s, "-o")        ? &a->output
+                          : !strcmp(s, "--cpu")     ? &a->cpu
+                          : !strcmp(s, "--backend") ? &a->backend
+                                                    : &a->features;
       *slot = argv[++i];
     } else if (s[0] == '-' && a->command && !strcmp(a->command, "run")) {
       /* the trainer's option and its value, unless it is a flag; options start with "--",
        * so "-1" is a value (a bad one, which the option's parser reports) */
       if (add(a->rest, &a->nrest, s, "trainer")) return -1;
-      bool flag = !strcmp(s, "--resume") || !strcmp(s, "--config") || strchr(s, '=');
+      bool flag = !strcmp(s, "--resume") || !strcmp(s, "--partial") || !strcmp(s, "--config") ||
+                  strchr(s, '=');
       if (!flag && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 &&
           add(a->rest, &a->nrest, argv[++i], "trainer"))
         return -1;
@@ -252,175 +261,165 @@ static int cmd_ir(const Args *a) {
   return rc;
 }
 
-#define MAX_INTERP_COUNT (1LL << 40) /* --steps and --seed of the interpreter */
+/* ---- backends: run, compile ---- */
 
-/* A count option's value: digits only, at most MAX_INTERP_COUNT. */
-static int parse_count(const char *opt, const char *v, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long n = strtoll(v, &end, 10);
-  if (!isdigit((unsigned char)v[0]) || *end || errno == ERANGE || n > MAX_INTERP_COUNT) {
-    fprintf(stderr, "error: %s '%s': expected a non-negative integer up to %lld\n", opt, v,
-            MAX_INTERP_COUNT);
-    return -1;
+static void print_emits(const Backend *b, FILE *out) {
+  for (const BackendEmit *e = b->emits; e && e->name; e++) {
+    bool last = !e[1].name;
+    fprintf(out, "%s%s", e == b->emits ? "" : last ? " or " : ", ", e->name);
   }
-  *out = n;
-  return 0;
 }
 
-/* The interpreter's options, from the run command's pass-through list. */
-static int parse_interp_options(const Args *a, DrvTrainOptions *o) {
-  memset(o, 0, sizeof *o);
-  o->seed = -1;
-  for (int i = 0; i < a->nrest; i++) {
-    const char *s = a->rest[i], *v = i + 1 < a->nrest ? a->rest[i + 1] : NULL;
-    bool text = !strcmp(s, "--data") || !strcmp(s, "--init") || !strcmp(s, "--dump");
-    bool num = !strcmp(s, "--steps") || !strcmp(s, "--seed");
-    if (!text && !num) {
-      fprintf(stderr, "error: %s is not an option of --target interp (it takes --data, --steps, "
-              "--seed, --init, --dump; --target cpu takes the trainer's options)\n", s);
-      return -1;
-    }
-    if (!v || !strncmp(v, "--", 2)) { /* the next option, not a value */
-      fprintf(stderr, "error: %s needs a value\n", s);
-      return -1;
-    }
-    i++;
-    if (text)
-      *(!strcmp(s, "--data") ? &o->data : !strcmp(s, "--init") ? &o->init : &o->dump) = v;
-    else if (parse_count(s, v, !strcmp(s, "--steps") ? &o->steps : &o->seed))
-      return -1;
+static int cmd_backends(void) {
+  for (int i = 0; backend_table[i]; i++) {
+    const Backend *b = backend_table[i];
+    printf("%-8s %s\n", b->name, b->doc);
+    printf("         run: %s  compile: ", b->run ? "yes" : "no");
+    if (b->compile) print_emits(b, stdout);
+    else printf("no");
+    printf("  trainer executable: %s  dtypes:", b->standalone ? "yes" : "no");
+    for (int dt = 0; dt < DT_COUNT; dt++)
+      if (b->dtypes & 1u << dt) printf(" %s", ir_dtype_name((IrDType)dt));
+    printf("\n");
   }
   return 0;
 }
 
-static int run_interp(const Args *a) {
-  DrvTrainOptions o;
-  if (parse_interp_options(a, &o)) return 1;
-  DrvJob j;
-  int rc = lower(&j, a, NULL) ? 1 : 0;
-  if (rc == 0) {
-    o.log = stdout;
-    if (drv_train_interp(&j, &o)) {
-      fe_diag_print(&j.diag, stderr);
-      rc = 1;
+/* The backend of run and compile: --backend NAME, else the default of --target (cpu: llvm).
+ * --target interp is --backend interp with the cpu mesh rule; it rewrites a->fe.target. */
+static const Backend *pick_backend(Args *a) {
+  char names[256];
+  backend_names(names, sizeof names);
+  const char *name = a->backend;
+  if (a->fe.target && !strcmp(a->fe.target, "interp")) {
+    if (name && strcmp(name, "interp") != 0) {
+      fprintf(stderr, "error: --target interp means --backend interp, not --backend %s\n", name);
+      return NULL;
     }
+    name = "interp";
+    a->fe.target = "cpu";
+  } else if (name && !a->fe.target) {
+    a->fe.target = "cpu"; /* every backend here runs on the host */
   }
-  drv_free(&j);
-  return rc;
+  const Backend *b = name ? backend_find(name) : backend_for_target(a->fe.target);
+  if (name && !b)
+    fprintf(stderr, "error: unknown backend '%s' (expected one of: %s)\n", name, names);
+  else if (!b && backend_find("llvm"))
+    fprintf(stderr, "error: axlc %s: --target %s is not available (expected cpu, or interp for "
+            "the reference interpreter)\n", a->command, a->fe.target ? a->fe.target : "(none)");
+  else if (!b)
+    fprintf(stderr, "error: axlc %s: --target %s is not available (this axlc was built without "
+            "LLVM; expected --target interp)\n", a->command, a->fe.target ? a->fe.target : "(none)");
+  return b;
 }
 
-#ifdef AXLC_HAVE_LLVM
-static DrvCompileOptions compile_options(const Args *a) {
-  DrvCompileOptions o = {0};
+static BackendOptions backend_options(const Args *a) {
+  BackendOptions o = {0};
   o.cpu = a->cpu;
   o.features = a->features;
   return o;
 }
 
-/* The JIT: compiles in memory and hands the program to the runtime's trainer main. The
- * trainer's options are checked first, as the trainer would, so a typo costs no compile. */
-static int run_cpu(const Args *a) {
-  char *argv[MAX_LIST + 2] = {"axlc run"};
-  for (int i = 0; i < a->nrest; i++) argv[i + 1] = (char *)a->rest[i];
-  RtError opt_err;
-  if (rt_train_check_args(a->nrest + 1, argv, &opt_err)) {
-    fprintf(stderr, "%s: %s\n", argv[0], opt_err.msg); /* as the trainer prints it */
+static int cmd_run(Args *a) {
+  const Backend *b = pick_backend(a);
+  if (!b) return 1;
+  if (!b->run) {
+    fprintf(stderr, "error: backend %s cannot train in process; use axlc compile\n", b->name);
     return 1;
   }
-  DrvJob j;
-  DrvCompiled c = {0};
-  DrvCompileOptions co = compile_options(a);
-  int rc = 1;
-  bool lowered = lower(&j, a, NULL) == 0; /* lower() prints its own errors */
-  if (lowered && drv_compile_cpu(&j, &co, &c) == 0) {
-    char err[1024];
-    LlvmStepFn step;
-    LlvmJit *jit = NULL;
-    if (llvm_jit(c.module, &step, &jit, err, sizeof err)) {
-      fprintf(stderr, "error: JIT compilation failed: %s\n", err);
-    } else {
-      rc = rt_train_main(llvm_jit_program(jit), a->nrest + 1, argv);
-    }
-    llvm_jit_free(jit);
-  } else if (lowered) {
-    fe_diag_print(&j.diag, stderr);
+  char *argv[MAX_LIST + 2] = {"axlc run"};
+  for (int i = 0; i < a->nrest; i++) argv[i + 1] = (char *)a->rest[i];
+  if (b->check_run_args) { /* so a typo costs no lowering or compiling */
+    FeDiag d;
+    fe_diag_init(&d);
+    int bad = b->check_run_args(a->nrest + 1, argv, &d);
+    fe_diag_print(&d, stderr);
+    fe_diag_free(&d);
+    if (bad) return 1;
   }
-  drv_compiled_free(&c);
+  DrvJob j;
+  if (lower(&j, a, NULL)) { /* lower() prints its own errors */
+    drv_free(&j);
+    return 1;
+  }
+  BackendJob bj = drv_backend_job(&j);
+  BackendOptions o = backend_options(a);
+  int rc = b->run(&bj, &o, a->nrest + 1, argv);
+  fe_diag_print(&j.diag, stderr);
+  if (rc == 0 && j.diag.n) rc = 1;
   drv_free(&j);
   return rc;
 }
 
+/* The emit kind of compile, checked before any work. */
+static const BackendEmit *pick_emit(const Args *a, const Backend *b) {
+  if (!b->compile) {
+    fprintf(stderr, "error: backend %s cannot compile a trainer; use --backend llvm\n", b->name);
+    return NULL;
+  }
+  const BackendEmit *e = a->emit ? backend_emit_find(b, a->emit) : b->emits;
+  if (!e) {
+    fprintf(stderr, "error: --emit %s: expected ", a->emit);
+    print_emits(b, stderr);
+    fprintf(stderr, "\n");
+  } else if (!a->output && e->needs_file) {
+    fprintf(stderr, "error: axlc compile needs -o FILE\n");
+    return NULL;
+  }
+  return e;
+}
+
+/* Why `out` cannot be written, or NULL. Checked before any work: an existing directory, a
+ * missing parent or one that cannot be written in would otherwise fail at the very end. */
+static char *output_problem(const char *out) {
+  struct stat st;
+  if (!*out) return fe_asprintf("-o: expected a file name, got \"\"");
+  if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+    return fe_asprintf("%s: is a directory (expected a file name for the output)", out);
+  char *copy = fe_asprintf("%s", out), *why = NULL;
+  const char *dir = dirname(copy);
+  if (stat(dir, &st) != 0)
+    why = errno == ENOENT ? fe_asprintf("%s: the directory %s does not exist", out, dir)
+                          : fe_asprintf("%s: cannot use the directory %s: %s", out, dir,
+                                        strerror(errno));
+  else if (!S_ISDIR(st.st_mode))
+    why = fe_asprintf("%s: %s is not a directory", out, dir);
+  else if (access(dir, W_OK | X_OK) != 0)
+    why = fe_asprintf("%s: cannot write in the directory %s: %s", out, dir, strerror(errno));
+  else if (access(out, F_OK) == 0 && access(out, W_OK) != 0)
+    why = fe_asprintf("%s: cannot write: %s", out, strerror(errno));
+  free(copy);
+  return why;
+}
+
 static int check_output(const char *out) {
-  FeDiag d;
-  fe_diag_init(&d);
-  int rc = drv_check_output(&d, out);
-  fe_diag_print(&d, stderr);
-  fe_diag_free(&d);
-  return rc;
+  char *why = output_problem(out);
+  int bad = why != NULL;
+  if (bad) fprintf(stderr, "error: %s\n", why);
+  free(why);
+  return bad ? -1 : 0;
 }
 
-static int emit_text(DrvJob *j, DrvCompiled *c, const char *what, const char *out) {
-  FILE *f = out ? fopen(out, "w") : stdout;
-  char err[1024];
-  if (!f) {
-    fprintf(stderr, "error: %s: cannot open for writing\n", out);
-    return 1;
-  }
-  int rc = llvm_emit_text(c->module, f, !strcmp(what, "asm"), err, sizeof err);
-  if (out && fclose(f) != 0) rc = -1;
-  if (rc) fe_error(&j->diag, out, NULL, "writing %s failed: %s", what, rc ? err : "");
-  return rc ? 1 : 0;
-}
-
-static int cmd_compile(const Args *a) {
-  const char *emit = a->emit ? a->emit : "exe";
-  if (strcmp(emit, "exe") && strcmp(emit, "obj") && strcmp(emit, "llvm") && strcmp(emit, "asm")) {
-    fprintf(stderr, "error: --emit %s: expected exe, obj, llvm or asm\n", emit);
-    return 1;
-  }
-  if (!a->fe.target || strcmp(a->fe.target, "cpu") != 0) {
+static int cmd_compile(Args *a) {
+  bool cpu = a->fe.target && (!strcmp(a->fe.target, "cpu") || !strcmp(a->fe.target, "interp"));
+  if (!a->backend && !cpu) {
     fprintf(stderr, "error: axlc compile: --target %s is not available (expected --target cpu)\n",
             a->fe.target ? a->fe.target : "(none)");
     return 1;
   }
-  if (!a->output && (!strcmp(emit, "exe") || !strcmp(emit, "obj"))) {
-    fprintf(stderr, "error: axlc compile needs -o FILE\n");
-    return 1;
-  }
-  if (a->output && check_output(a->output)) return 1; /* before the long part */
+  const Backend *b = pick_backend(a);
+  const BackendEmit *e = b ? pick_emit(a, b) : NULL;
+  if (!e || (a->output && check_output(a->output))) return 1;
   DrvJob j;
-  DrvCompiled c = {0};
-  DrvCompileOptions co = compile_options(a);
   int rc = 1;
-  char err[1024];
-  bool lowered = lower(&j, a, NULL) == 0; /* lower() prints its own errors */
-  if (lowered && drv_compile_cpu(&j, &co, &c) == 0) {
-    if (!strcmp(emit, "exe")) rc = drv_link_trainer(&j, &c, a->output) ? 1 : 0;
-    else if (!strcmp(emit, "obj"))
-      rc = llvm_emit_object(c.module, a->output, NULL, NULL, err, sizeof err)
-               ? fe_error(&j.diag, a->output, NULL, "%s", err), 1
-               : 0;
-    else rc = emit_text(&j, &c, emit, a->output);
+  if (lower(&j, a, NULL) == 0) { /* lower() prints its own errors */
+    BackendJob bj = drv_backend_job(&j);
+    BackendOptions o = backend_options(a);
+    rc = b->compile(&bj, &o, e->name, a->output) ? 1 : 0;
+    fe_diag_print(&j.diag, stderr);
   }
-  if (rc && lowered) fe_diag_print(&j.diag, stderr);
-  drv_compiled_free(&c);
   drv_free(&j);
   return rc;
-}
-#endif
-
-static int cmd_run(const Args *a) {
-  if (a->fe.target && !strcmp(a->fe.target, "interp")) return run_interp(a);
-#ifdef AXLC_HAVE_LLVM
-  if (a->fe.target && !strcmp(a->fe.target, "cpu")) return run_cpu(a);
-  fprintf(stderr, "error: axlc run: --target %s is not available (expected cpu, or interp for "
-          "the reference interpreter)\n", a->fe.target ? a->fe.target : "(none)");
-#else
-  fprintf(stderr, "error: axlc run: --target %s is not available (this axlc was built without "
-          "LLVM; expected --target interp)\n", a->fe.target ? a->fe.target : "(none)");
-#endif
-  return 1;
 }
 
 int main(int argc, char **argv) {
@@ -430,15 +429,9 @@ int main(int argc, char **argv) {
   if (!strcmp(a.command, "params")) return cmd_params(&a);
   if (!strcmp(a.command, "kinds")) return cmd_kinds(&a);
   if (!strcmp(a.command, "ir")) return cmd_ir(&a);
+  if (!strcmp(a.command, "backends")) return cmd_backends();
   if (!strcmp(a.command, "run")) return cmd_run(&a);
-#ifdef AXLC_HAVE_LLVM
   if (!strcmp(a.command, "compile")) return cmd_compile(&a);
-#else
-  if (!strcmp(a.command, "compile")) {
-    fprintf(stderr, "error: axlc compile: this axlc was built without the LLVM backend\n");
-    return 1;
-  }
-#endif
   fprintf(stderr, "error: unknown command \"%s\" (see axlc --help)\n", a.command);
   return 1;
 }

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Runs the whole test suite: a normal build and an AddressSanitizer +
 # UndefinedBehaviorSanitizer build, each through CTest (CUnit unit tests,
-# end-to-end tests of the real binaries, golden configs, the fuzz corpus).
-# With AXLC_FUZZ_SECONDS=N it also fuzzes the config parser for N seconds.
+# end-to-end tests of the real binaries, golden configs, the fuzz corpora).
+# With AXLC_FUZZ_SECONDS=N it also runs each fuzz target (config parser,
+# safetensors reader, checkpoint index, token files) for N seconds.
 #   usage: tools/test.sh            (run from anywhere; builds under build/)
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,12 +26,23 @@ build build-asan -DCMAKE_BUILD_TYPE=Debug -DAXLC_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir "$top/build-asan" --output-on-failure -j "$jobs" -LE slow
 
-if [ "${AXLC_FUZZ_SECONDS:-0}" -gt 0 ] && command -v clang > /dev/null; then
-  echo "== fuzz the config frontend for ${AXLC_FUZZ_SECONDS}s"
-  CC=clang build build-fuzz -DAXLC_FUZZ=ON -DAXLC_WERROR=OFF
+# Fuzzes TARGET for AXLC_FUZZ_SECONDS, from a copy of its kept corpus (what it
+# finds is not kept; a crash input goes to build-fuzz/TARGET-crash-..., and the
+# script stops).
+fuzz() { # TARGET CORPUS-DIR DICT MAX-LEN
+  echo "== fuzz $1 for ${AXLC_FUZZ_SECONDS}s"
   corpus=$(mktemp -d)
-  cp "$top"/tests/fuzz/corpus/* "$corpus"/
-  (cd "$corpus" && "$top/build-fuzz/tests/fuzz/fuzz_config" -dict="$top/tests/fuzz/config.dict" \
-     -max_len=8192 -timeout=10 -rss_limit_mb=2048 -max_total_time="$AXLC_FUZZ_SECONDS" "$corpus")
+  cp "$top/tests/fuzz/$2"/* "$corpus"/
+  (cd "$corpus" && "$top/build-fuzz/tests/fuzz/$1" -dict="$top/tests/fuzz/$3" \
+     -max_len="$4" -timeout=10 -rss_limit_mb=2048 -max_total_time="$AXLC_FUZZ_SECONDS" \
+     -artifact_prefix="$top/build-fuzz/$1-" "$corpus")
   rm -rf "$corpus"
+}
+
+if [ "${AXLC_FUZZ_SECONDS:-0}" -gt 0 ] && command -v clang > /dev/null; then
+  CC=clang build build-fuzz -DAXLC_FUZZ=ON -DAXLC_WERROR=OFF
+  fuzz fuzz_config corpus config.dict 8192
+  fuzz fuzz_safetensors corpus-safetensors safetensors.dict 4096
+  fuzz fuzz_ckpt_index corpus-ckpt ckpt.dict 4096
+  fuzz fuzz_tokens corpus-tokens tokens.dict 4096
 fi

@@ -6,6 +6,8 @@
  * checks live: the batch must split over the mesh's batch axes, a learned
  * position table must cover the sequence length (handed to the model).
  */
+#include <string.h>
+
 #include "frontend/frontend.h"
 
 static const FeField fields[] = {
@@ -49,3 +51,35 @@ const FeKind fe_kind_trainer = {
     .nfields = FE_NFIELDS(fields),
     .build = build,
 };
+
+/* ---- the training facts (frontend.h: FeTrainFacts) ---- */
+
+static void learner_facts(json_object *learner, int64_t max_steps, FeLearnerFacts *l) {
+  json_object *adam = fe_get_child(learner, "optimizer"), *sched = fe_get_child(learner, "schedule");
+  l->learning_rate = fe_get_float(adam, "learning_rate");
+  l->b1 = fe_get_float(adam, "b1");
+  l->b2 = fe_get_float(adam, "b2");
+  l->eps = fe_get_float(adam, "eps");
+  l->weight_decay = fe_get_float(adam, "weight_decay");
+  l->max_grad_norm = fe_get_float(learner, "max_grad_norm");
+  l->warmup_steps = fe_get_int(sched, "warmup_steps");
+  l->cosine = strcmp(fe_node_kind(sched), "cosine_schedule") == 0;
+  if (l->cosine) {
+    l->decay_steps = fe_get_int(sched, "decay_steps");
+    if (l->decay_steps == 0) l->decay_steps = max_steps;
+    l->min_ratio = fe_get_float(sched, "min_ratio");
+  }
+}
+
+void fe_train_facts(json_object *cfg, FeTrainFacts *f) {
+  json_object *input = fe_get_child(cfg, "input"), *ckpt = fe_get_child(cfg, "checkpointer");
+  memset(f, 0, sizeof *f);
+  f->max_steps = fe_get_int(cfg, "max_steps");
+  f->seed = (uint64_t)fe_get_int(cfg, "seed");
+  f->global_batch = fe_get_int(input, "global_batch_size");
+  f->seq_len = fe_get_int(input, "seq_len");
+  f->vocab = fe_get_int(fe_get_child(cfg, "model"), "vocab_size");
+  f->ckpt_every = fe_get_int(ckpt, "every_n_steps");
+  f->ckpt_keep = (int32_t)fe_get_int(ckpt, "keep_last");
+  learner_facts(fe_get_child(cfg, "learner"), f->max_steps, &f->learner);
+}

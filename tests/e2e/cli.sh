@@ -268,6 +268,11 @@ err_numeric_options)
   expect_user_error "error: --steps needs a value"
   run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --seed
   expect_user_error "error: --seed needs a value"
+  # checked before lowering: this config's step is too large, but only the option is reported
+  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --steps -1 \
+    --set /input/seq_len=16777216 --set /model/pos_emb/max_len=16777216
+  expect_user_error "error: --steps '-1': expected a non-negative integer up to 1099511627776"
+  ! grep -q "seq_len" "$T/err" || fail "the config was lowered before the options were checked"
   ;;
 run_init_dump)
   cat "$SRC/README.md" > "$T/text.txt"
@@ -298,6 +303,47 @@ PY
   run run "$MODELS/tiny-lm.json" "$@" --init "$T/zero.safetensors" --steps 1
   expect_rc 0
   expect_in "$T/out" "step 1 loss 5.545177"
+  ;;
+backend_unknown)
+  run run "$MODELS/tiny-lm.json" --backend nosuch --steps 1
+  expect_user_error "unknown backend 'nosuch' (expected one of: interp"
+  run compile "$MODELS/tiny-lm.json" --backend nosuch -o "$T/x"
+  expect_user_error "unknown backend 'nosuch'"
+  run run "$MODELS/tiny-lm.json" --backend
+  expect_user_error "--backend needs a value"
+  run run "$MODELS/tiny-lm.json" --target interp --backend llvm
+  expect_user_error "--target interp means --backend interp"
+  ;;
+backend_interp_no_compile)
+  run compile "$MODELS/tiny-lm.json" --backend interp -o "$T/x"
+  expect_user_error "backend interp cannot compile a trainer; use --backend llvm"
+  run compile "$MODELS/tiny-lm.json" --target interp -o "$T/x"
+  expect_user_error "backend interp cannot compile a trainer; use --backend llvm"
+  [ ! -e "$T/x" ] || fail "a file was written"
+  ;;
+backend_interp_equals_target)
+  cat "$SRC/README.md" > "$T/text.txt"
+  set -- --data "$T/text.txt" --steps 2 --set /input/seq_len=16 --set /input/global_batch_size=2
+  run run "$MODELS/tiny-lm.json" --target interp "$@"
+  expect_rc 0
+  cp "$T/out" "$T/target.txt"
+  run run "$MODELS/tiny-lm.json" --backend interp "$@"
+  expect_rc 0
+  cmp -s "$T/target.txt" "$T/out" || { fail "--backend interp differs from --target interp"; diff "$T/target.txt" "$T/out" >&2; }
+  run run "$MODELS/tiny-lm.json" --target cpu --backend interp "$@"
+  expect_rc 0
+  cmp -s "$T/target.txt" "$T/out" || fail "--target cpu --backend interp differs from --target interp"
+  expect_in "$T/target.txt" "step 2 loss"
+  run run "$MODELS/tiny-lm.json" --backend interp --bogus 1
+  expect_user_error "--bogus is not an option of --backend interp"
+  ;;
+backends)
+  run backends
+  expect_rc 0
+  expect_in "$T/out" "interp "
+  expect_in "$T/out" "run: yes  compile: no"
+  run --help
+  expect_in "$T/out" "--backend NAME"
   ;;
 *)
   fail "unknown case"

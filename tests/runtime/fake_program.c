@@ -41,6 +41,7 @@ enum {
 };
 
 int fake_nan_at;
+void (*fake_after_step)(int64_t step, float *weight);
 
 static float *f32(char *slab, int off) { return (float *)(void *)(slab + off); }
 static int32_t *i32(char *slab, int off) { return (int32_t *)(void *)(slab + off); }
@@ -131,6 +132,8 @@ static void fake_step(char *slab, RtPool *pool) {
     *f32(slab, OFF_LOSS) = (int)t == fake_nan_at ? NAN : (float)(loss / N);
     *f32(slab, OFF_GN) = norm;
     *f32(slab, OFF_LR) = u.lr;
+    if (fake_after_step)
+        fake_after_step((int64_t)t, f32(slab, OFF_W));
 }
 
 static const RtParamSlot PARAMS[] = {

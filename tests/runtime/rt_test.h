@@ -11,7 +11,7 @@
 
 #include "runtime/axrt.h"
 
-#define RT_TEST_MSG 768
+#define RT_TEST_MSG 2048
 
 /* a == b as integers; prints both. */
 #define CHECK_INT(a, b)                                                                          \
@@ -38,7 +38,7 @@
         err.msg[0] = '\0';                                                                       \
         int rc_ = (expr);                                                                        \
         char m_[RT_TEST_MSG];                                                                    \
-        snprintf(m_, sizeof m_, "%s -> %d: %s", #expr, rc_, err.msg);                            \
+        snprintf(m_, sizeof m_, "%s -> %d: %.600s", #expr, rc_, err.msg);                         \
         CU_assertImplementation(rc_ == 0, __LINE__, m_, __FILE__, "", CU_FALSE);                 \
     } while (0)
 
@@ -48,7 +48,7 @@
         err.msg[0] = '\0';                                                                       \
         int rc_ = (expr);                                                                        \
         char m_[RT_TEST_MSG];                                                                    \
-        snprintf(m_, sizeof m_, "%s -> %d, message \"%s\" should contain \"%s\"", #expr, rc_,    \
+        snprintf(m_, sizeof m_, "%s -> %d, message \"%.600s\" should contain \"%s\"", #expr, rc_, \
                  err.msg, part);                                                                 \
         CU_assertImplementation(rc_ == -1 && strstr(err.msg, part) != NULL, __LINE__, m_,        \
                                 __FILE__, "", CU_FALSE);                                         \

@@ -1,9 +1,12 @@
 /*
  * test_ckpt.c: checkpoints: a full round trip, keep-last-N, incomplete and damaged
  * checkpoints (missing index, flipped byte, truncation, bad index) with fallback to the
- * previous one, and failed saves that must leave earlier checkpoints intact.
+ * previous one, failed saves that must leave earlier checkpoints intact and nothing of their
+ * own, stray directory names, and the one-writer lock with its up-front checks.
  */
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,7 +46,8 @@ static const char *ckpt_dir(char *buf, size_t cap, const char *name) {
 static int save(const char *dir, int64_t step, int keep, RtError *err) {
     Model md;
     model_make(&md, step);
-    RtCkptState s = {step, step * 1000, 0xdeadbeefcafebabeull + (uint64_t)step, "{\"lr\": 0.001}", md.t, 4};
+    RtCkptState s = {step, step * 1000, 0xdeadbeefcafebabeull + (uint64_t)step, "{\"lr\": 0.001}", md.t, 4,
+                     "fnv1a64:0123456789abcdef"};
     return rt_ckpt_save(dir, &s, keep, err);
 }
 
@@ -82,6 +86,7 @@ static void test_round_trip(void) {
     CHECK_INT(rt_ckpt_data_position(ck), 20000);
     CHECK_INT(rt_ckpt_rng_state(ck) == 0xdeadbeefcafebabeull + 20, 1);
     CHECK_INT(strcmp(rt_ckpt_config(ck), "{\"lr\": 0.001}"), 0);
+    CHECK_INT(strcmp(rt_ckpt_fingerprint(ck), "fnv1a64:0123456789abcdef"), 0);
     Model want;
     model_make(&want, 20);
     float x[6];
@@ -232,7 +237,7 @@ static void test_failed_save_keeps_old(void) {
     Model md;
     model_make(&md, 30);
     md.t[1].name = md.t[0].name; /* a duplicate name: the state file cannot be written */
-    RtCkptState s = {30, 0, 0, NULL, md.t, 4};
+    RtCkptState s = {30, 0, 0, NULL, md.t, 4, NULL};
     CHECK_FAIL(rt_ckpt_save(dir, &s, 1, &err), "appears twice");
     CHECK_FAIL(save(dir, 10, 1, &err), "a complete checkpoint of step 10 already exists");
     CHECK_INT(rt_ckpt_latest(dir, RT_CKPT_ANY, &step, &err), 1);
@@ -241,7 +246,92 @@ static void test_failed_save_keeps_old(void) {
     if (ck)
         CHECK_INT(rt_ckpt_data_position(ck), 10000);
     rt_ckpt_close(ck);
-    CHECK_FAIL(rt_ckpt_save(dir, &(RtCkptState){-1, 0, 0, NULL, NULL, 0}, 1, &err), "step -1");
+    CHECK_FAIL(rt_ckpt_save(dir, &(RtCkptState){.step = -1}, 1, &err), "step -1");
+}
+
+
+/* A directory whose name is not exactly step_path's ("step_000000030": nine digits) is not a
+ * checkpoint, even holding a copy of one: it neither counts toward keep_last (the real step 30
+ * would be counted twice) nor is deleted. */
+static void test_stray_names(void) {
+    RtError err;
+    char dir[512], p[700], stray[600];
+    int64_t step;
+    ckpt_dir(dir, sizeof dir, "stray");
+    for (int64_t s = 10; s <= 30; s += 10)
+        CHECK_OK(save(dir, s, 0, &err));
+    snprintf(stray, sizeof stray, "%s/step_000000030", dir);
+    CHECK_INT(mkdir(stray, 0777), 0);
+    size_t n;
+    unsigned char *index = rt_test_read(step_file(p, sizeof p, dir, 30, "index.json"), &n);
+    snprintf(p, sizeof p, "%s/index.json", stray);
+    rt_test_write(p, index, n);
+    free(index);
+    CHECK_OK(save(dir, 40, 2, &err));
+    CHECK_INT(rt_test_exists(step_file(p, sizeof p, dir, 30, "index.json")), 1);
+    CHECK_INT(rt_test_exists(step_file(p, sizeof p, dir, 40, "index.json")), 1);
+    CHECK_INT(rt_test_exists(step_file(p, sizeof p, dir, 20, NULL)), 0);
+    CHECK_INT(rt_test_exists(step_file(p, sizeof p, dir, 10, NULL)), 0);
+    snprintf(p, sizeof p, "%s/index.json", stray);
+    CHECK_INT(rt_test_exists(p), 1);
+    CHECK_INT(rt_ckpt_latest(dir, 40, &step, &err), 1);
+    CHECK_INT(step, 30);
+}
+
+/* A save that fails part-way (here the file-size limit, as a full disk would) leaves no
+ * temporary and no step directory behind, and the earlier checkpoint as it was. */
+static void test_failed_save_cleans_up(void) {
+    RtError err;
+    char dir[512], p[600];
+    int64_t step;
+    struct rlimit old, small;
+    ckpt_dir(dir, sizeof dir, "fsize");
+    CHECK_OK(save(dir, 10, 0, &err));
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &old);
+    small = old;
+    small.rlim_cur = 64;
+    CHECK_INT(setrlimit(RLIMIT_FSIZE, &small), 0);
+    int rc = save(dir, 20, 0, &err);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    CHECK_INT(rc, -1);
+    CHECK_INT(strstr(err.msg, "File too large") != NULL, 1);
+    CHECK_INT(rt_test_exists(step_file(p, sizeof p, dir, 20, NULL)), 0);
+    CHECK_INT(rt_ckpt_latest(dir, RT_CKPT_ANY, &step, &err), 1);
+    CHECK_INT(step, 10);
+}
+
+/* ===== the directory lock ============================================================= */
+
+static void test_lock(void) {
+    RtError err;
+    RtCkptLock *a = NULL, *b = NULL;
+    char dir[512], file[512], sub[600];
+    char want[64];
+    ckpt_dir(dir, sizeof dir, "locked/deeper/dir"); /* parents are made too */
+    CHECK_OK(rt_ckpt_lock(&a, dir, 1000, &err));
+    snprintf(want, sizeof want, "locked by another trainer (pid %ld)", (long)getpid());
+    CHECK_FAIL(rt_ckpt_lock(&b, dir, 1000, &err), want);
+    CHECK_INT(b == NULL, 1);
+    rt_ckpt_unlock(a);
+    CHECK_OK(rt_ckpt_lock(&b, dir, 1000, &err));
+    rt_ckpt_unlock(b);
+    /* Cannot be made, no room, a file-size limit too small for one checkpoint. */
+    rt_test_write(rt_test_path(file, sizeof file, "plainfile"), "x", 1);
+    snprintf(sub, sizeof sub, "%s/ckpt", file);
+    CHECK_FAIL(rt_ckpt_lock(&a, sub, 1000, &err), "cannot create directory");
+    CHECK_FAIL(rt_ckpt_lock(&a, dir, INT64_MAX / 2, &err), "MiB free, one checkpoint needs");
+    struct rlimit old, small;
+    getrlimit(RLIMIT_FSIZE, &old);
+    small = old;
+    small.rlim_cur = 1 << 20;
+    CHECK_INT(setrlimit(RLIMIT_FSIZE, &small), 0);
+    int rc = rt_ckpt_lock(&a, dir, 2 << 20, &err);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK_INT(rc, -1);
+    CHECK_INT(strstr(err.msg, "file-size limit (ulimit -f) is 1.0 MiB, one checkpoint file needs 2.0 MiB") != NULL, 1);
+    CHECK_INT(a == NULL, 1);
 }
 
 int main(void) {
@@ -255,6 +345,9 @@ int main(void) {
         {"truncated state", test_truncated_state},
         {"bad index", test_bad_index},
         {"failed save keeps old", test_failed_save_keeps_old},
+        {"stray step names ignored", test_stray_names},
+        {"failed save cleans up", test_failed_save_cleans_up},
+        {"directory lock and checks", test_lock},
         {NULL, NULL},
     };
     return rt_test_main("runtime_ckpt", cases);

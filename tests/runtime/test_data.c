@@ -3,6 +3,7 @@
  * wrap-around, the rank split and saving/restoring the position.
  */
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "rt_test.h"
 
@@ -100,18 +101,51 @@ static void test_u32_file(void) {
     rt_data_close(d);
 }
 
-/* A token file with a wrong magic is indistinguishable from text: it is read as bytes. */
-static void test_bad_magic_reads_as_bytes(void) {
+/* A file that starts like a token file without its magic number is refused, not read as
+ * text: a near-miss magic, a byte-swapped one, a header whose count matches the file size, a
+ * zero-filled header tail. Text of any length, NULs and all outside a header shape, is text. */
+static void test_bad_magic_refused(void) {
     RtError err;
     RtData *d;
     char path[512];
-    uint32_t t[4] = {1, 2, 3, 4};
-    write_tokens(rt_test_path(path, sizeof path, "magic.bin"), 20240521, 1, 4, t, 4, 2);
+    uint32_t t[300];
+    for (int i = 0; i < 300; i++)
+        t[i] = (uint32_t)(i % 200 + 1);
+    rt_test_path(path, sizeof path, "magic.bin");
+    write_tokens(path, 20240521, 1, 4, t, 4, 2); /* zero header tail */
+    CHECK_FAIL(rt_data_open(&d, path, 50257, &err), "magic number is 20240521, expected 20240520");
+    CHECK_FAIL(rt_data_open(&d, path, 256, &err), "refusing to read it as plain text");
+    write_tokens(path, 0x28d13401, 2, 4, t, 4, 4); /* 20240520 byte-swapped */
+    CHECK_FAIL(rt_data_open(&d, path, 50257, &err), "starts like an llm.c token file");
+    /* Count and size agree, header tail not zero. */
+    unsigned char *buf = calloc(1, 1024 + 600);
+    put32(buf, 7);
+    put32(buf + 4, 1);
+    put32(buf + 8, 300);
+    memset(buf + 12, 'x', 1012);
+    rt_test_write(path, buf, 1024 + 600);
+    CHECK_FAIL(rt_data_open(&d, path, 50257, &err), "magic number is 7");
+    /* The same bytes with one more byte: no header shape left, so it is text. */
+    buf = realloc(buf, 1024 + 601);
+    buf[1024 + 600] = 'y';
+    rt_test_write(path, buf, 1024 + 601);
     CHECK_OK(rt_data_open(&d, path, 256, &err));
     if (d)
         CHECK_INT(rt_data_format(d), RT_DATA_BYTES);
     rt_data_close(d);
-    CHECK_FAIL(rt_data_open(&d, path, 50, &err), "outside the vocabulary");
+    free(buf);
+}
+
+/* A FIFO (or any file that is not regular) is refused at once instead of waited on. */
+static void test_fifo_refused(void) {
+    RtError err;
+    RtData *d;
+    char path[512];
+    rt_test_path(path, sizeof path, "fifo");
+    CHECK_INT(mkfifo(path, 0600), 0);
+    CHECK_FAIL(rt_data_open(&d, path, 256, &err), "not a regular file (a FIFO)");
+    CHECK_FAIL(rt_data_open(&d, rt_test_path(path, sizeof path, ""), 256, &err), "(a directory)");
+    CHECK_FAIL(rt_data_open(&d, "/dev/null", 256, &err), "/dev/null: not a regular file (a device)");
 }
 
 /* ===== validation errors ============================================================== */
@@ -258,7 +292,8 @@ int main(void) {
         {"text file", test_text_file},
         {"uint16 token file", test_u16_file},
         {"uint32 token file", test_u32_file},
-        {"bad magic reads as bytes", test_bad_magic_reads_as_bytes},
+        {"near-miss token header refused", test_bad_magic_refused},
+        {"FIFO and devices refused", test_fifo_refused},
         {"open errors", test_open_errors},
         {"token outside vocabulary", test_token_outside_vocab},
         {"batch errors", test_batch_errors},

@@ -8,7 +8,10 @@
  */
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fake_program.h"
@@ -487,6 +490,291 @@ static void test_nonfinite(void) {
     fake_nan_at = 0;
 }
 
+
+/* ===== not losing the run ============================================================= */
+
+static int64_t hook_step;
+static int hook_signal;
+static void hook_raise(int64_t step, float *weight) {
+    (void)weight;
+    if (step == hook_step)
+        raise(hook_signal);
+}
+
+/* SIGINT ends the run after the current step with a checkpoint and status 130; resuming from
+ * it gives the bits of an uninterrupted run. SIGTERM without --ckpt-dir: status 143, and the
+ * message says nothing was saved. */
+static void test_signal_saves(void) {
+    char a[PATH_CAP], b[PATH_CAP], ma[PATH_CAP], mb[PATH_CAP], pa[PATH_CAP], pb[PATH_CAP];
+    Run r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-dir", scratch(a, "sig-straight"),
+                                 "--metrics", scratch(ma, "sig-straight.jsonl"), NULL});
+    CHECK_RUN(r, 0);
+    run_free(&r);
+    hook_step = 7, hook_signal = SIGINT, fake_after_step = hook_raise;
+    r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-dir", scratch(b, "sig-int"),
+                             "--metrics", scratch(mb, "sig-int.jsonl"), NULL});
+    fake_after_step = NULL;
+    CHECK_RUN(r, 130);
+    CHECK_HAS(r.err, "SIGINT: stopped after step 7; checkpoint");
+    CHECK_HAS(r.err, "step_00000007; --resume continues from it");
+    CHECK_INT(rt_test_exists(step_file(pb, b, 7, "index.json")), 1);
+    run_free(&r);
+    r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-dir", b, "--metrics", mb, "--resume",
+                             NULL});
+    CHECK_RUN(r, 0);
+    run_free(&r);
+    CHECK_INT(same_file(step_file(pa, a, 20, "state.safetensors"), step_file(pb, b, 20, "state.safetensors")), 1);
+    Metrics x = metrics_read(ma), y = metrics_read(mb);
+    CHECK_INT(y.n, 20);
+    CHECK_INT(same_heads(&x, 0, &y, 0, 20), 1);
+    free(x.text);
+    free(y.text);
+    hook_step = 3, hook_signal = SIGTERM, fake_after_step = hook_raise;
+    r = run((const char *[]){"--data", train_file(), "--steps", "20", NULL});
+    fake_after_step = NULL;
+    CHECK_RUN(r, 143);
+    CHECK_HAS(r.err, "SIGTERM: stopped after step 3; nothing saved (no --ckpt-dir)");
+    run_free(&r);
+}
+
+/* A save that fails mid-run is reported and training goes on; the next save succeeds. Here a
+ * stray file takes the name of step 10's directory. When the final save fails, the run fails
+ * and names the last good checkpoint. */
+static void test_failed_save_goes_on(void) {
+    char dir[PATH_CAP], p[PATH_CAP];
+    scratch(dir, "savefail");
+    CHECK_INT(mkdir(dir, 0777), 0);
+    rt_test_write(step_file(p, dir, 10, NULL), "x", 1);
+    rt_test_write(step_file(p, dir, 20, NULL), "x", 1);
+    Run r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-every", "5", "--keep", "0",
+                                 "--ckpt-dir", dir, NULL});
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "step 10: checkpoint not saved: ");
+    CHECK_HAS(r.err, "training goes on and saves again at step 15; the last good checkpoint is ");
+    CHECK_HAS(r.err, "could not save the checkpoint of step 20: ");
+    CHECK_HAS(r.err, "step_00000015 (step 15); --resume continues from it");
+    CHECK_INT(rt_test_exists(step_file(p, dir, 15, "index.json")), 1);
+    CHECK_INT(rt_test_exists(step_file(p, dir, 5, "index.json")), 1);
+    run_free(&r);
+}
+
+/* The file-size limit: too small for one checkpoint, refused before step 1; lowered during
+ * the run, the save fails with EFBIG (not SIGXFSZ, which would kill the trainer), leaves no
+ * temporary, and the run goes on. */
+static struct rlimit saved_limit;
+static void hook_fsize(int64_t step, float *weight) {
+    (void)weight;
+    struct rlimit small = saved_limit;
+    small.rlim_cur = 4096;
+    if (step == 8)
+        setrlimit(RLIMIT_FSIZE, &small);
+    if (step == 12)
+        setrlimit(RLIMIT_FSIZE, &saved_limit);
+}
+
+static void test_file_size_limit(void) {
+    char dir[PATH_CAP], p[PATH_CAP], mp[PATH_CAP];
+    getrlimit(RLIMIT_FSIZE, &saved_limit);
+    struct rlimit small = saved_limit;
+    small.rlim_cur = 20000;
+    setrlimit(RLIMIT_FSIZE, &small);
+    Run r = run((const char *[]){"--data", train_file(), "--steps", "5", "--ckpt-dir", scratch(dir, "fsize"),
+                                 "--metrics", scratch(mp, "fsize.jsonl"), NULL});
+    setrlimit(RLIMIT_FSIZE, &saved_limit);
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "--ckpt-dir: ");
+    CHECK_HAS(r.err, "the file-size limit (ulimit -f) is 0.0 MiB, one checkpoint file needs");
+    CHECK_INT(rt_test_exists(mp), 0); /* refused before anything was written */
+    run_free(&r);
+    fake_after_step = hook_fsize;
+    r = run((const char *[]){"--data", train_file(), "--steps", "15", "--ckpt-every", "5", "--keep", "0",
+                             "--ckpt-dir", scratch(dir, "fsize-mid"), NULL});
+    fake_after_step = NULL;
+    setrlimit(RLIMIT_FSIZE, &saved_limit);
+    CHECK_RUN(r, 0);
+    CHECK_HAS(r.err, "step 10: checkpoint not saved: ");
+    CHECK_HAS(r.err, "File too large");
+    CHECK_INT(rt_test_exists(step_file(p, dir, 10, NULL)), 0);
+    CHECK_INT(rt_test_exists(step_file(p, dir, 15, "index.json")), 1);
+    run_free(&r);
+}
+
+/* --ckpt-dir is made with its parents, or refused before step 1 when it cannot be. */
+static void test_ckpt_dir_up_front(void) {
+    char dir[PATH_CAP + 8], p[PATH_CAP], file[PATH_CAP], mp[PATH_CAP];
+    Run r = run((const char *[]){"--data", train_file(), "--steps", "3", "--ckpt-dir", scratch(dir, "new/nested/dir"),
+                                 NULL});
+    CHECK_RUN(r, 0);
+    CHECK_INT(rt_test_exists(step_file(p, dir, 3, "index.json")), 1);
+    run_free(&r);
+    rt_test_write(scratch(file, "a-file"), "x", 1);
+    snprintf(dir, sizeof dir, "%s/ckpt", file);
+    r = run((const char *[]){"--data", train_file(), "--steps", "3", "--ckpt-dir", dir, "--metrics",
+                             scratch(mp, "updir.jsonl"), NULL});
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "--ckpt-dir: ");
+    CHECK_HAS(r.err, "a-file/ckpt: cannot create directory: Not a directory");
+    CHECK_INT(rt_test_exists(mp), 0);
+    run_free(&r);
+}
+
+/* A second trainer on a directory in use is refused, and nothing in it is touched. */
+static void test_second_writer(void) {
+    char dir[PATH_CAP], p[PATH_CAP], want[64];
+    RtError err;
+    RtCkptLock *lock = NULL;
+    Run r = run((const char *[]){"--data", train_file(), "--steps", "4", "--ckpt-dir", scratch(dir, "twowriters"),
+                                 NULL});
+    CHECK_RUN(r, 0);
+    run_free(&r);
+    CHECK_OK(rt_ckpt_lock(&lock, dir, 0, &err)); /* the first trainer, still running */
+    r = run((const char *[]){"--data", train_file(), "--steps", "8", "--ckpt-dir", dir, "--resume", NULL});
+    CHECK_RUN(r, 1);
+    snprintf(want, sizeof want, "locked by another trainer (pid %ld)", (long)getpid());
+    CHECK_HAS(r.err, want);
+    CHECK_INT(rt_test_exists(step_file(p, dir, 8, NULL)), 0);
+    run_free(&r);
+    rt_ckpt_unlock(lock);
+    r = run((const char *[]){"--data", train_file(), "--steps", "8", "--ckpt-dir", dir, "--resume", NULL});
+    CHECK_RUN(r, 0);
+    run_free(&r);
+}
+
+/* A checkpoint of another model is refused with what differs, and kept; --partial loads what
+ * matches. A config change outside /model is a note. */
+static void test_other_model(void) {
+    char dir[PATH_CAP], p[PATH_CAP];
+    Run r = run((const char *[]){"--data", train_file(), "--steps", "4", "--keep", "1", "--ckpt-dir",
+                                 scratch(dir, "othermodel"), NULL});
+    CHECK_RUN(r, 0);
+    run_free(&r);
+    RtParamSlot params[2];
+    memcpy(params, axlc_program.params, sizeof params);
+    params[1].path = "model/bigram/offset";
+    RtProgram other = axlc_program;
+    other.params = params;
+    other.config = "{\"model\": {\"klass\": \"FakeBigram\", \"vocab_size\": 32, \"offsets\": true}, \"max_steps\": 30}";
+    r = run_program(&other, (const char *[]){"--data", train_file(), "--steps", "8", "--keep", "1", "--ckpt-dir", dir,
+                                             "--resume", NULL});
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "step_00000004 holds another model: ");
+    CHECK_HAS(r.err, "1 parameter not in the checkpoint: model/bigram/offset");
+    CHECK_HAS(r.err, "1 parameter only in the checkpoint: model/bigram/bias");
+    CHECK_HAS(r.err, "/model/offsets: true here, absent in the checkpoint");
+    CHECK_HAS(r.err, "refusing to resume (--partial");
+    CHECK_INT(rt_test_exists(step_file(p, dir, 4, "index.json")), 1);
+    run_free(&r);
+    r = run_program(&other, (const char *[]){"--data", train_file(), "--steps", "8", "--keep", "1", "--ckpt-dir", dir,
+                                             "--resume", "--partial", NULL});
+    CHECK_RUN(r, 0);
+    CHECK_HAS(r.err, "--partial: loaded 1 of 2 parameters");
+    CHECK_HAS(r.out, "resumed from");
+    run_free(&r);
+    other = axlc_program;
+    other.config = "{\"model\": {\"klass\": \"FakeBigram\", \"vocab_size\": 32}, \"max_steps\": 40}";
+    r = run_program(&other, (const char *[]){"--data", train_file(), "--steps", "10", "--ckpt-dir",
+                                             scratch(dir, "othermodel2"), NULL});
+    CHECK_RUN(r, 0);
+    run_free(&r);
+    r = run((const char *[]){"--data", train_file(), "--steps", "12", "--ckpt-dir", dir, "--resume", NULL});
+    CHECK_RUN(r, 0);
+    CHECK_HAS(r.err, "note: the config differs from the checkpoint's: /max_steps: 30 here, 40 in the checkpoint");
+    run_free(&r);
+    r = run((const char *[]){"--data", train_file(), "--partial", NULL});
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "--partial needs --resume");
+    run_free(&r);
+}
+
+/* Weights that stop being finite are never saved, and the report names the checkpoint before. */
+static void hook_spoil(int64_t step, float *weight) {
+    if (step == 10)
+        weight[5] = NAN;
+}
+
+static void test_nonfinite_weights(void) {
+    char dir[PATH_CAP], p[PATH_CAP];
+    fake_after_step = hook_spoil;
+    Run r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-every", "5", "--ckpt-dir",
+                                 scratch(dir, "spoiled"), NULL});
+    fake_after_step = NULL;
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "step 10: model/bigram/weight after the update: not finite");
+    CHECK_HAS(r.err, "the last good checkpoint is ");
+    CHECK_HAS(r.err, "step_00000005 (step 5)");
+    CHECK_INT(rt_test_exists(step_file(p, dir, 10, NULL)), 0);
+    run_free(&r);
+}
+
+/* Resuming past the end of the data blames the checkpoint; a damaged checkpoint set aside
+ * twice gets a second name; metrics of steps redone after a resume are not repeated. */
+static void test_resume_details(void) {
+    char dir[PATH_CAP], p[PATH_CAP], shortdata[PATH_CAP], mp[PATH_CAP], ms[PATH_CAP], aside[PATH_CAP + 32];
+    Run r = run((const char *[]){"--data", train_file(), "--steps", "10", "--ckpt-every", "5", "--keep", "0",
+                                 "--ckpt-dir", scratch(dir, "details"), "--metrics", scratch(mp, "details.jsonl"),
+                                 NULL});
+    CHECK_RUN(r, 0);
+    run_free(&r);
+    write_tokens(scratch(shortdata, "short.bin"), 200, 3, 0);
+    r = run((const char *[]){"--data", shortdata, "--steps", "12", "--ckpt-dir", dir, "--resume", NULL});
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "step_00000010: data position 640 is past the end of --data ");
+    CHECK_HAS(r.err, "(200 tokens): the checkpoint was made with other data");
+    run_free(&r);
+    /* Step 10 damaged, and an earlier step_00000010.damaged in the way. */
+    snprintf(aside, sizeof aside, "%s/step_00000010.damaged", dir);
+    CHECK_INT(mkdir(aside, 0777), 0);
+    unlink(step_file(p, dir, 10, "state.safetensors"));
+    rt_test_write(p, "junk", 4);
+    r = run((const char *[]){"--data", train_file(), "--steps", "10", "--ckpt-dir", dir, "--resume", "--metrics", mp,
+                             NULL});
+    CHECK_RUN(r, 0);
+    CHECK_HAS(r.err, "step_00000010.damaged.2");
+    run_free(&r);
+    Metrics m = metrics_read(mp);
+    CHECK_INT(m.n, 10);
+    for (int i = 0; i < m.n; i++)
+        CHECK_INT(metric(&m, i, "step"), i + 1);
+    free(m.text);
+    r = run((const char *[]){"--data", train_file(), "--steps", "10", "--metrics", scratch(ms, "details-s.jsonl"),
+                             NULL});
+    CHECK_RUN(r, 0);
+    run_free(&r);
+    Metrics x = metrics_read(ms), y = metrics_read(mp);
+    CHECK_INT(same_heads(&x, 0, &y, 0, 10), 1);
+    free(x.text);
+    free(y.text);
+}
+
+/* Data files that are not what they seem, and messages that keep their reason however long
+ * the path. */
+static void test_bad_data_files(void) {
+    char fifo[PATH_CAP], magic[PATH_CAP];
+    CHECK_INT(mkfifo(scratch(fifo, "data.fifo"), 0600), 0);
+    Run r = run((const char *[]){"--data", fifo, "--steps", "1", NULL});
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "data.fifo: not a regular file (a FIFO)");
+    run_free(&r);
+    unsigned char header[2048] = {0};
+    header[0] = 0x89; /* 20240521 = 0x0134d889: a near miss of the magic number */
+    header[1] = 0xd8, header[2] = 0x34, header[3] = 0x01, header[4] = 1, header[8] = 0x80;
+    rt_test_write(scratch(magic, "badmagic.bin"), header, sizeof header);
+    r = run((const char *[]){"--data", magic, "--steps", "1", NULL});
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "starts like an llm.c token file but its magic number is 20240521");
+    run_free(&r);
+    char *longpath = malloc(4200);
+    strcpy(longpath, "/tmp");
+    while (strlen(longpath) < 4000)
+        strcat(longpath, "/./.");
+    strcat(longpath, "/missing.bin");
+    r = run((const char *[]){"--data", longpath, "--steps", "1", NULL});
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "missing.bin: cannot open: ");
+    run_free(&r);
+    free(longpath);
+}
+
 typedef struct BadCase {
     const char *args[8];
     const char *expect;
@@ -572,6 +860,15 @@ int main(void) {
         {"eval leaves the run unchanged", test_eval_leaves_run},
         {"non-finite loss stops", test_nonfinite},
         {"bad options and files", test_bad_options},
+        {"SIGINT and SIGTERM stop cleanly", test_signal_saves},
+        {"a failed save: the run goes on", test_failed_save_goes_on},
+        {"file-size limit", test_file_size_limit},
+        {"--ckpt-dir checked up front", test_ckpt_dir_up_front},
+        {"one writer per directory", test_second_writer},
+        {"checkpoint of another model", test_other_model},
+        {"non-finite weights never saved", test_nonfinite_weights},
+        {"resume: data, .damaged, metrics", test_resume_details},
+        {"FIFO, bad magic, long paths", test_bad_data_files},
         {"bad program", test_bad_program},
         {"--help and --config", test_help_config},
         {NULL, NULL},

@@ -56,6 +56,7 @@ static const BadCase bad[] = {
     {{"--data=", NULL}, "--data: empty value"},
     {{"--steps", "3", NULL}, "--data FILE is required (--help lists the options)"},
     {{"--data", "d.bin", "--resume", NULL}, "--resume needs --ckpt-dir DIR"},
+    {{"--data", "d.bin", "--partial", NULL}, "--partial needs --resume"},
     {{"--data", "d.bin", "--eval-every", "2", NULL}, "--eval-every needs --eval-data FILE"},
 };
 
@@ -80,7 +81,7 @@ static void test_same_messages(void) {
             int rc;
             char *got = trainer_stderr(programs[k], argc, argv, &rc);
             char m[RT_TEST_MSG];
-            snprintf(m, sizeof m, "case %zu, program %d: trainer printed \"%.400s\", expected \"%s\"", i, k,
+            snprintf(m, sizeof m, "case %zu, program %d: trainer printed \"%.400s\", expected \"%.400s\"", i, k,
                      got, want);
             CU_assertImplementation(rc == 1 && strcmp(got, want) == 0, __LINE__, m, __FILE__, "", CU_FALSE);
             free(got);

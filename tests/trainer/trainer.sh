@@ -7,6 +7,8 @@
 #   resume       20 steps straight = 10 steps, --resume, 10 more: identical losses and params
 #   damaged      a flipped byte or a truncated file in the newest checkpoint is refused and the
 #                previous one is used; bad options and files are clear errors
+#   reliability  SIGTERM saves and resumes; a second trainer on one directory, a checkpoint of
+#                another model, a file-size limit and a FIFO are refused clearly
 set -u
 AXLC=$1 SRC=$2 CASE=$3
 PY=${TORCH_PYTHON:-/usr/bin/python3}
@@ -96,6 +98,63 @@ damaged)
   "$T/trainer" --config > "$T/out" 2> "$T/err" || fail "--config failed"
   grep -q '"kind": "trainer"' "$T/out" || fail "--config does not print the resolved config"
   ;;
+reliability)
+  # The run survives what users and machines do to it, with the real trainer binary.
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/trainer" \
+    --set /input/seq_len=32 --set /input/global_batch_size=4
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/trainer1" \
+    --set /input/seq_len=32 --set /input/global_batch_size=4 --set /model/decoder/num_layers=1
+  # SIGTERM mid-run: a checkpoint of the step it stopped at, status 143, and --resume goes on
+  "$T/trainer" --data "$T/text.txt" --steps 1000000 --ckpt-dir "$T/sig" --metrics "$T/sig.jsonl" \
+    > "$T/out" 2> "$T/err" &
+  pid=$!
+  i=0
+  while [ ! -s "$T/sig.jsonl" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  [ "$rc" -eq 143 ] || { fail "SIGTERM: exit $rc, expected 143"; cat "$T/err" >&2; }
+  grep -q "SIGTERM: stopped after step" "$T/err" || fail "SIGTERM: no message"
+  last=$(ls -d "$T/sig"/step_* 2>/dev/null | tail -1)
+  [ -n "$last" ] && [ -f "$last/index.json" ] || fail "SIGTERM: no complete checkpoint"
+  n=$(wc -l < "$T/sig.jsonl")
+  must "$T/trainer" --data "$T/text.txt" --steps $((n + 3)) --ckpt-dir "$T/sig" --resume \
+    --metrics "$T/sig.jsonl"
+  [ "$(wc -l < "$T/sig.jsonl")" -eq $((n + 3)) ] || fail "SIGTERM: metrics after resume"
+  # a second trainer on a directory in use is refused; the first finishes undisturbed
+  "$T/trainer" --data "$T/text.txt" --steps 1000000 --ckpt-dir "$T/two" --metrics "$T/two.jsonl" \
+    > "$T/out1" 2> "$T/err1" &
+  pid=$!
+  i=0
+  while [ ! -s "$T/two.jsonl" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  "$T/trainer" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/two" --resume > "$T/out" 2> "$T/err"
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "locked by another trainer (pid $pid)" "$T/err" ||
+    { fail "a second writer: exit $rc"; cat "$T/err" >&2; }
+  kill -TERM $pid
+  wait $pid
+  [ $? -eq 143 ] || fail "the first trainer did not stop cleanly"
+  # a 1-layer model does not resume a 2-layer checkpoint, which stays; --partial loads what matches
+  must "$T/trainer" --data "$T/text.txt" --steps 4 --ckpt-dir "$T/m" --keep 1
+  "$T/trainer1" --data "$T/text.txt" --steps 8 --ckpt-dir "$T/m" --keep 1 --resume > "$T/out" 2> "$T/err"
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "holds another model: /model/decoder/num_layers: 1 here, 2 in the checkpoint" "$T/err" &&
+    grep -q "10 parameters only in the checkpoint: model/decoder/layer_1/" "$T/err" ||
+    { fail "a 1-layer model resumed a 2-layer checkpoint (exit $rc)"; cat "$T/err" >&2; }
+  [ -f "$T/m/step_00000004/index.json" ] || fail "the 2-layer checkpoint was deleted"
+  must "$T/trainer1" --data "$T/text.txt" --steps 8 --ckpt-dir "$T/m" --keep 1 --resume --partial
+  # a file-size limit too small for a checkpoint: refused before step 1, not killed by SIGXFSZ
+  (ulimit -f 8 && exec "$T/trainer" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/fs") \
+    > "$T/out" 2> "$T/err"
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "file-size limit" "$T/err" || { fail "ulimit -f: exit $rc"; cat "$T/err" >&2; }
+  [ ! -d "$T/fs/step_00000005" ] || fail "ulimit -f: a checkpoint was attempted"
+  # a FIFO as --data is refused at once
+  mkfifo "$T/fifo"
+  timeout 10 "$T/trainer" --data "$T/fifo" --steps 1 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "not a regular file (a FIFO)" "$T/err" || fail "a FIFO as --data: exit $rc"
+  ;;
 compile_cli)
   m="$SRC/models/tiny-lm.json"
   must "$AXLC" compile "$m" --target cpu --emit llvm
@@ -140,8 +199,8 @@ compile_cli)
     msg=$1
     shift
     "$AXLC" run "$m" --target cpu --set '/mesh/shape=[1,4,1,1,1,1]' "$@" > "$T/out" 2> "$T/err"
-    [ $? -eq 1 ] && grep -qxF "axlc run: $msg" "$T/err" && ! grep -q "devices" "$T/err" ||
-      { fail "axlc run $*: expected only: axlc run: $msg"; cat "$T/err" >&2; }
+    [ $? -eq 1 ] && grep -qxF "error: $msg" "$T/err" && ! grep -q "devices" "$T/err" ||
+      { fail "axlc run $*: expected only: error: $msg"; cat "$T/err" >&2; }
   }
   badrun "--steps: -1 is out of range, expected 0..9223372036854775807" --data "$T/text.txt" --steps -1
   badrun "unknown option '--stepz' (--help lists the options)" --data "$T/text.txt" --stepz 3

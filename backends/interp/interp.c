@@ -1,23 +1,37 @@
 /*
- * train.c: training with the reference interpreter (`axlc run --target
- * interp`). Slow and exact: the oracle that compiled trainers are checked
- * against, and a way to train small models without any backend.
+ * interp.c: the interp backend, training with the reference interpreter
+ * (`axlc run --backend interp`, or `--target interp`). Slow and exact: the
+ * oracle that compiled trainers are checked against, and a way to train small
+ * models without code generation. It runs in process only: there is no
+ * trainer to compile.
  *
  * State lives in the interpreter between steps: after each step the outputs
  * "new:P" are bound back as the parameters P (model parameters and the
  * optimizer's opt/m, opt/v alike). Parameters start from the runtime's
  * deterministic init (seed, path), or from a safetensors file (--init).
  */
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver/driver.h"
+#include "backends/backend.h"
 #include "runtime/axrt.h"
 
+/* The options of `axlc run --backend interp`. */
+typedef struct InterpOptions {
+  const char *data;       /* text or llm.c token file */
+  int64_t steps;          /* 0: the config's max_steps */
+  int64_t seed;           /* < 0: the config's seed */
+  const char *init;       /* safetensors with initial parameters, or NULL */
+  const char *dump;       /* safetensors to write after the last step, or NULL */
+  FILE *log;              /* per-step lines */
+} InterpOptions;
+
 typedef struct {
-  DrvJob *j;
-  const DrvTrainOptions *o;
+  const BackendJob *j;
+  const InterpOptions *o;
   IrInterp *it;
   RtData *data;
   int64_t batch, seq;
@@ -28,7 +42,7 @@ typedef struct {
 } Trainer;
 
 static int fail(Trainer *t, const char *msg) {
-  return fe_error(&t->j->diag, NULL, NULL, "%s", msg);
+  return fe_error(t->j->diag, NULL, NULL, "%s", msg);
 }
 
 /* Fills t->fbuf with parameter p's initial values. */
@@ -40,7 +54,7 @@ static int init_values(Trainer *t, const FeParam *p, const RtSt *st, uint64_t se
       return fail(t, err.msg);
     return 0;
   }
-  RtInit init = drv_param_init(p);
+  RtInit init = backend_param_init(p);
   if (rt_init_fill(t->fbuf, n, 0, p->path, seed, &init, &err)) return fail(t, err.msg);
   return 0;
 }
@@ -57,8 +71,8 @@ static int init_params(Trainer *t, uint64_t seed) {
   RtError err;
   if (t->o->init && rt_st_open(&st, t->o->init, &err)) return fail(t, err.msg);
   int rc = 0;
-  for (int i = 0; i < t->j->build.nparams && rc == 0; i++) {
-    const FeParam *p = &t->j->build.params[i];
+  for (int i = 0; i < t->j->build->nparams && rc == 0; i++) {
+    const FeParam *p = &t->j->build->params[i];
     IrShape s = ir_shape_make(p->rank, p->shape);
     int64_t n = fe_param_numel(p);
     rc = init_values(t, p, st, seed);
@@ -162,18 +176,17 @@ static int dump(Trainer *t, int64_t steps) {
   return rc ? fail(t, err.msg) : 0;
 }
 
-static int64_t max_numel(const DrvJob *j, int64_t floor) {
+static int64_t max_numel(const BackendJob *j, int64_t floor) {
   int64_t m = floor;
-  for (int i = 0; i < j->build.nparams; i++)
-    if (fe_param_numel(&j->build.params[i]) > m) m = fe_param_numel(&j->build.params[i]);
+  for (int i = 0; i < j->build->nparams; i++)
+    if (fe_param_numel(&j->build->params[i]) > m) m = fe_param_numel(&j->build->params[i]);
   return m;
 }
 
 static int setup(Trainer *t, int64_t steps) {
-  json_object *model = fe_get_child(t->j->cfg, "model");
   RtError err;
   if (!t->o->data) return fail(t, "--data FILE is required (a text or llm.c token file)");
-  if (rt_data_open(&t->data, t->o->data, (int)fe_get_int(model, "vocab_size"), &err))
+  if (rt_data_open(&t->data, t->o->data, (int)t->j->facts->vocab, &err))
     return fail(t, err.msg);
   int32_t ids = ir_graph_find(t->j->graph, IR_INPUT, "ids");
   t->batch = t->j->graph->values[ids].shape.dims[0];
@@ -185,7 +198,7 @@ static int setup(Trainer *t, int64_t steps) {
   t->targets = malloc((size_t)(t->batch * t->seq) * sizeof *t->targets);
   t->losses = calloc((size_t)steps, sizeof *t->losses);
   if (!t->losses) /* one per step, for --dump */
-    return fe_error(&t->j->diag, NULL, NULL, "--steps %lld: out of memory for a loss per step",
+    return fe_error(t->j->diag, NULL, NULL, "--steps %lld: out of memory for a loss per step",
                     (long long)steps);
   if (!t->buf || !t->fbuf || !t->ids || !t->targets) return fail(t, "out of memory");
   t->it = ir_interp_new(t->j->graph, NULL);
@@ -194,9 +207,9 @@ static int setup(Trainer *t, int64_t steps) {
   return 0;
 }
 
-int drv_train_interp(DrvJob *j, const DrvTrainOptions *o) {
-  int64_t steps = o->steps > 0 ? o->steps : fe_get_int(j->cfg, "max_steps");
-  uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : fe_get_int(j->cfg, "seed"));
+static int train(const BackendJob *j, const InterpOptions *o) {
+  int64_t steps = o->steps > 0 ? o->steps : j->facts->max_steps;
+  uint64_t seed = o->seed >= 0 ? (uint64_t)o->seed : j->facts->seed;
   Trainer t = {.j = j, .o = o};
   int rc = setup(&t, steps);
   if (rc == 0) rc = init_params(&t, seed);
@@ -214,3 +227,74 @@ int drv_train_interp(DrvJob *j, const DrvTrainOptions *o) {
   free(t.losses);
   return rc;
 }
+
+/* ---- the backend ---- */
+
+#define MAX_COUNT (1LL << 40) /* --steps and --seed */
+
+/* A count option's value: digits only, at most MAX_COUNT. */
+static int parse_count(FeDiag *d, const char *opt, const char *v, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (!isdigit((unsigned char)v[0]) || *end || errno == ERANGE || n > MAX_COUNT)
+    return fe_error(d, NULL, NULL, "%s '%s': expected a non-negative integer up to %lld", opt, v,
+                    MAX_COUNT);
+  *out = n;
+  return 0;
+}
+
+/* --data, --steps, --seed, --init, --dump, each with a value. */
+static int parse_options(FeDiag *d, int argc, char **argv, InterpOptions *o) {
+  memset(o, 0, sizeof *o);
+  o->seed = -1;
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    bool text = !strcmp(s, "--data") || !strcmp(s, "--init") || !strcmp(s, "--dump");
+    bool num = !strcmp(s, "--steps") || !strcmp(s, "--seed");
+    if (!text && !num)
+      return fe_error(d, NULL, NULL, "%s is not an option of --backend interp (it takes "
+                      "--data, --steps, --seed, --init, --dump; --backend llvm takes the "
+                      "trainer's options)", s);
+    if (!v || !strncmp(v, "--", 2)) /* the next option, not a value */
+      return fe_error(d, NULL, NULL, "%s needs a value", s);
+    i++;
+    if (text)
+      *(!strcmp(s, "--data") ? &o->data : !strcmp(s, "--init") ? &o->init : &o->dump) = v;
+    else if (parse_count(d, s, v, !strcmp(s, "--steps") ? &o->steps : &o->seed))
+      return -1;
+  }
+  return 0;
+}
+
+static int interp_check_run_args(int argc, char **argv, FeDiag *d) {
+  InterpOptions o;
+  return parse_options(d, argc, argv, &o);
+}
+
+static int interp_run(const BackendJob *j, const BackendOptions *bo, int argc, char **argv) {
+  (void)bo;
+  InterpOptions o;
+  if (parse_options(j->diag, argc, argv, &o)) return 1;
+  o.log = stdout;
+  return train(j, &o) ? 1 : 0;
+}
+
+/* The interpreter computes every op of ops.def in double, whatever the dtype. */
+static bool interp_supports_op(IrOp op, IrDType dt) {
+  return (unsigned)op < IR_OP_COUNT && (unsigned)dt < DT_COUNT;
+}
+
+const Backend backend_interp = {
+    .name = "interp",
+    .doc = "the reference interpreter: slow and exact, trains in process (axlc run)",
+    .targets = NULL, /* `--target interp` is an alias the command line resolves */
+    .dtypes = (1u << DT_COUNT) - 1,
+    .emits = NULL,
+    .standalone = false,
+    .supports_op = interp_supports_op,
+    .plan = NULL,
+    .compile = NULL,
+    .run = interp_run,
+    .check_run_args = interp_check_run_args,
+};

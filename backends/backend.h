@@ -1,0 +1,107 @@
+/*
+ * backend.h: the backend interface and the registry, the one header of
+ * backends/ outside its per-backend folders.
+ *
+ * A backend is a const struct of capability data and functions, chosen by
+ * name from backend_table (registry.c), in the manner of QBE's Target and
+ * ggml's backend interface. It receives a step graph lowered through every
+ * pass (driver/pipeline.c) together with the parameter table and the
+ * training facts of the config (frontend.h: FeTrainFacts), and either trains
+ * in this process (run) or writes an artifact (compile): a trainer
+ * executable, an object, or text. Members marked optional may be NULL.
+ *
+ * Backends sit below the driver: they see a BackendJob, never a DrvJob, and
+ * report user errors into the job's FeDiag. Adding one is its own folder,
+ * one line in registry.c and its add_subdirectory (docs/design.md).
+ */
+#ifndef AXLC_BACKENDS_BACKEND_H
+#define AXLC_BACKENDS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frontend/frontend.h"
+#include "ir/ir.h"
+#include "runtime/axrt.h"
+
+/* ======================================================================== the interface */
+
+/* One compilation as a backend sees it. The backend may rewrite nothing but
+ * the graph (and reads even that only, today). */
+typedef struct BackendJob {
+  const char *file;            /* the config file, for messages */
+  FeDiag *diag;                /* user errors of the job */
+  json_object *cfg;            /* canonical config: trainers embed it */
+  const FeBuild *build;        /* parameter table and mesh */
+  const FeTrainFacts *facts;   /* steps, seed, batch, vocabulary, checkpoints, learner */
+  IrGraph *graph;              /* the step graph after every pass */
+} BackendJob;
+
+/* Code generation settings from the command line; a backend ignores those
+ * it has no use for. */
+typedef struct BackendOptions {
+  const char *cpu, *features;  /* code generation target; NULL: the host's */
+  bool no_fuse, no_threads;    /* no elementwise fusion, no multithreaded kernels */
+} BackendOptions;
+
+/* One kind of artifact compile can write (`axlc compile --emit NAME`). */
+typedef struct BackendEmit {
+  const char *name;            /* "exe", "obj", "llvm", "asm", ... */
+  bool needs_file;             /* written to -o FILE only; else -o or stdout */
+  const char *doc;
+} BackendEmit;
+
+typedef struct Backend {
+  const char *name;            /* `--backend NAME` */
+  const char *doc;             /* one line for `axlc backends` */
+  /* The --target names (POSIX ERE, whole name) this backend is the default
+   * for, or NULL: only chosen by --backend. */
+  const char *targets;
+  uint32_t dtypes;             /* bit (1u << dt) for each IrDType it computes */
+  const BackendEmit *emits;    /* what compile writes, {NULL}-terminated, the first the
+                                * default; NULL when compile is NULL */
+  bool standalone;             /* compile's default emit runs without axlc (a trainer) */
+
+  /* Whether it can compute op on values of dtype dt. Never NULL. */
+  bool (*supports_op)(IrOp op, IrDType dt);
+  /* Optional: its fusion plan. Sets materialized[v] (g->nvalues) for every
+   * value that needs its own buffer (passes/passes.h: pass_memplan_fused). */
+  int (*plan)(const IrGraph *g, bool *materialized);
+  /* Optional: writes the artifact `emit` (one of emits) to out (NULL: stdout,
+   * for emits without needs_file). 0, or -1 with the reason in j->diag. */
+  int (*compile)(const BackendJob *j, const BackendOptions *o, const char *emit,
+                 const char *out);
+  /* Optional: trains in this process with the trainer options argv[1..argc)
+   * (argv[0] names the program). Returns the exit status; the reasons of a
+   * failure are in j->diag, or already printed by the runtime. */
+  int (*run)(const BackendJob *j, const BackendOptions *o, int argc, char **argv);
+  /* Optional (with run): checks run's options argv[1..argc) as run would, with its messages,
+   * before anything is lowered or compiled. 0, or -1 with the reason in d. */
+  int (*check_run_args)(int argc, char **argv, FeDiag *d);
+} Backend;
+
+/* ======================================================================== registry.c */
+
+/* Every backend built into this axlc, NULL-terminated, in listing order. */
+extern const Backend *const backend_table[];
+
+/* The backend named `name`, or NULL. */
+const Backend *backend_find(const char *name);
+/* The default backend for --target `target` (see Backend.targets), or NULL. */
+const Backend *backend_for_target(const char *target);
+/* Writes "interp, llvm", the names in table order, into buf (cap bytes). */
+void backend_names(char *buf, size_t cap);
+/* The emit kind `name` of b, or NULL. */
+const BackendEmit *backend_emit_find(const Backend *b, const char *name);
+/* How the runtime initializes parameter p (its init kind and std). */
+RtInit backend_param_init(const FeParam *p);
+
+/* ======================================================================== the backends */
+
+extern const Backend backend_interp;  /* interp/interp.c */
+#ifdef AXLC_HAVE_LLVM
+extern const Backend backend_llvm;    /* llvm/backend.c */
+#endif
+
+#endif /* AXLC_BACKENDS_BACKEND_H */

@@ -1,0 +1,202 @@
+/*
+ * backend.c: the llvm backend object (backends/backend.h): the end of the
+ * pipeline for the host CPU.
+ *
+ *   step graph -> fusion plan -> memory plan -> LLVM module -> object file + runtime -> trainer
+ *                                                           -> JIT -> rt_train_main in process
+ *
+ * The trainer executable is the generated object (the step function and the `axlc_program`
+ * table), libaxrt_main (main) and libaxrt, linked by the system C compiler with OpenBLAS,
+ * json-c and libm. Nothing of axlc, LLVM or the config file is needed at run time: the resolved
+ * config is embedded (`./trainer --config`).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/backend.h"
+#include "backends/llvm/llvm.h"
+
+#ifndef AXLC_RUNTIME_LIB
+#error "AXLC_RUNTIME_LIB (the path of libaxrt.a) must be defined by the build"
+#endif
+
+/* One compilation's products. */
+typedef struct Compiled {
+  MemPlan plan;
+  LlvmModule *module;
+  LlvmProgramInfo info;       /* what the trainer's program table holds */
+  LlvmParamInfo *params;
+  char *config;               /* canonical config text, embedded in the trainer */
+} Compiled;
+
+static void compiled_free(Compiled *c) {
+  llvm_module_free(c->module);
+  pass_memplan_free(&c->plan);
+  free(c->params);
+  free(c->config);
+  memset(c, 0, sizeof *c);
+}
+
+/* The program table's facts that the graph does not hold. */
+static void program_info(const BackendJob *j, Compiled *c) {
+  c->params = calloc((size_t)j->build->nparams + 1, sizeof *c->params);
+  for (int i = 0; i < j->build->nparams; i++) {
+    c->params[i].path = j->build->params[i].path;
+    c->params[i].init = backend_param_init(&j->build->params[i]);
+  }
+  c->config = fe_json_canonical(j->cfg);
+  c->info = (LlvmProgramInfo){
+      .config = c->config,
+      .nparams = j->build->nparams,
+      .params = c->params,
+      .vocab = j->facts->vocab,
+      .max_steps = j->facts->max_steps,
+      .ckpt_every = j->facts->ckpt_every,
+      .ckpt_keep = j->facts->ckpt_keep,
+      .seed = j->facts->seed,
+  };
+}
+
+/* Plans memory and generates code for j. */
+static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled *c) {
+  memset(c, 0, sizeof *c);
+  if (j->build->mesh.devices > 1)
+    return fe_error(j->diag, j->file, "/mesh", "the cpu backend runs one device; this mesh has "
+                    "%lld (sharding over several devices is not implemented yet)",
+                    (long long)j->build->mesh.devices);
+  LlvmOptions lo = llvm_options_default();
+  if (o) {
+    if (o->cpu) lo.cpu = o->cpu;
+    if (o->features) lo.features = o->features;
+    if (o->no_fuse) lo.fuse = false;
+    if (o->no_threads) lo.threads = false;
+  }
+  bool *mat = malloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
+  if (lo.fuse) llvm_fusion_plan(j->graph, mat);
+  int rc = pass_memplan_fused(j->graph, lo.fuse ? mat : NULL, &c->plan);
+  free(mat);
+  if (rc != IR_OK)
+    return fe_error(j->diag, j->file, NULL, "memory planning failed: %s",
+                    ir_graph_error(j->graph));
+  program_info(j, c);
+  lo.program = &c->info;
+  char err[1024];
+  if (llvm_compile(j->graph, &c->plan, &lo, &c->module, err, sizeof err))
+    return fe_error(j->diag, j->file, NULL, "code generation failed: %s", err);
+  return 0;
+}
+
+/* Runs argv (NULL-terminated) and waits; 0 if it exited 0. */
+static int spawn(char *const *argv) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* Writes the object and links it with the runtime into the executable `out`. */
+static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
+  char err[1024];
+  char *obj = fe_asprintf("%s.step.o", out); /* as long as `out` needs */
+  if (llvm_emit_object(c->module, obj, NULL, NULL, err, sizeof err)) {
+    fe_error(j->diag, obj, NULL, "writing the object failed: %s", err);
+    free(obj);
+    return -1;
+  }
+  const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  char *argv[] = {(char *)cc, "-o", (char *)out, obj, AXLC_RUNTIME_MAIN_LIB, AXLC_RUNTIME_LIB,
+                  "-lopenblas", "-ljson-c", "-lm", "-lpthread", AXLC_TRAINER_LDFLAGS, NULL};
+  if (!*AXLC_TRAINER_LDFLAGS) argv[10] = NULL;
+  int rc = spawn(argv);
+  unlink(obj);
+  free(obj);
+  if (rc)
+    return fe_error(j->diag, out, NULL, "linking the trainer with %s failed (it needs "
+                    "libopenblas-dev and libjson-c-dev)", cc);
+  return 0;
+}
+
+/* ---- the backend ---- */
+
+static int emit_text(const BackendJob *j, Compiled *c, const char *what, const char *out) {
+  FILE *f = out ? fopen(out, "w") : stdout;
+  char err[1024] = "";
+  if (!f) return fe_error(j->diag, out, NULL, "cannot open for writing");
+  int rc = llvm_emit_text(c->module, f, !strcmp(what, "asm"), err, sizeof err);
+  if (out && fclose(f) != 0) rc = -1;
+  if (rc) return fe_error(j->diag, out, NULL, "writing %s failed: %s", what, err);
+  return 0;
+}
+
+static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, const char *emit,
+                                const char *out) {
+  Compiled c = {0};
+  char err[1024];
+  int rc = compile_module(j, o, &c);
+  if (rc == 0 && !strcmp(emit, "exe")) rc = link_trainer(j, &c, out);
+  else if (rc == 0 && !strcmp(emit, "obj") &&
+           llvm_emit_object(c.module, out, NULL, NULL, err, sizeof err))
+    rc = fe_error(j->diag, out, NULL, "%s", err);
+  else if (rc == 0 && (!strcmp(emit, "llvm") || !strcmp(emit, "asm")))
+    rc = emit_text(j, &c, emit, out);
+  compiled_free(&c);
+  return rc;
+}
+
+/* The JIT: compiles in memory and hands the program to the runtime's trainer main. */
+static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
+  Compiled c = {0};
+  int rc = 1;
+  if (compile_module(j, o, &c) == 0) {
+    char err[1024];
+    LlvmStepFn step;
+    LlvmJit *jit = NULL;
+    if (llvm_jit(c.module, &step, &jit, err, sizeof err))
+      fe_error(j->diag, NULL, NULL, "JIT compilation failed: %s", err);
+    else
+      rc = rt_train_main(llvm_jit_program(jit), argc, argv);
+    llvm_jit_free(jit);
+  }
+  compiled_free(&c);
+  return rc;
+}
+
+/* The trainer's options, checked by the runtime as rt_train_main will check them. */
+static int llvm_backend_check_run_args(int argc, char **argv, FeDiag *d) {
+  RtError err;
+  return rt_train_check_args(argc, argv, &err) ? fe_error(d, NULL, NULL, "%s", err.msg) : 0;
+}
+
+/* Every op, in f32 and i32 (llvm.h); other dtypes are refused at compile time. */
+static bool llvm_backend_supports_op(IrOp op, IrDType dt) {
+  return (unsigned)op < IR_OP_COUNT && (dt == DT_F32 || dt == DT_I32);
+}
+
+static const BackendEmit emits[] = {
+    {"exe", true, "a trainer executable linked with libaxrt"},
+    {"obj", true, "the step function and program table as an ELF object"},
+    {"llvm", false, "LLVM IR text"},
+    {"asm", false, "host assembly"},
+    {NULL, false, NULL},
+};
+
+const Backend backend_llvm = {
+    .name = "llvm",
+    .doc = "native code for the host CPU through LLVM 14: trainer executables, or the JIT in process",
+    .targets = "cpu",
+    .dtypes = 1u << DT_F32 | 1u << DT_I32,
+    .emits = emits,
+    .standalone = true,
+    .supports_op = llvm_backend_supports_op,
+    .plan = llvm_fusion_plan,
+    .compile = llvm_backend_compile,
+    .run = llvm_backend_run,
+    .check_run_args = llvm_backend_check_run_args,
+};

@@ -1,0 +1,138 @@
+/* test_registry.c: the backend registry (backends/backend.h): lookups by name and target, the
+ * capability data of every backend against its functions, and the interp backend's run on a
+ * real job (its option errors, its training facts). Runs with or without LLVM. */
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "driver/driver.h"
+
+#define CHECK_MSG(cond, ...)                                                \
+  do {                                                                      \
+    char m_[1024];                                                          \
+    snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
+    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);  \
+  } while (0)
+
+static void test_find(void) {
+  const Backend *b = backend_find("interp");
+  CU_ASSERT_PTR_EQUAL(b, &backend_interp);
+  CU_ASSERT_STRING_EQUAL(b->name, "interp");
+#ifdef AXLC_HAVE_LLVM
+  CU_ASSERT_PTR_EQUAL(backend_find("llvm"), &backend_llvm);
+  CU_ASSERT_PTR_EQUAL(backend_for_target("cpu"), &backend_llvm);
+#endif
+  for (int i = 0; backend_table[i]; i++)
+    CHECK_MSG(backend_find(backend_table[i]->name) == backend_table[i], "backend_find(\"%s\")",
+              backend_table[i]->name);
+}
+
+static void test_unknown(void) {
+  CU_ASSERT_PTR_NULL(backend_find("nosuch"));
+  CU_ASSERT_PTR_NULL(backend_find(""));
+  CU_ASSERT_PTR_NULL(backend_find(NULL));
+  CU_ASSERT_PTR_NULL(backend_find("LLVM")); /* names are exact */
+  CU_ASSERT_PTR_NULL(backend_for_target("gpu-h100-8"));
+  CU_ASSERT_PTR_NULL(backend_for_target("cpux")); /* a whole-name match */
+  CU_ASSERT_PTR_NULL(backend_for_target("interp")); /* an alias of the command line */
+  CU_ASSERT_PTR_NULL(backend_for_target(NULL));
+}
+
+static void test_names(void) {
+  char buf[256];
+  backend_names(buf, sizeof buf);
+#ifdef AXLC_HAVE_LLVM
+  CHECK_MSG(!strcmp(buf, "interp, llvm"), "backend_names: \"%s\", expected \"interp, llvm\"", buf);
+#else
+  CHECK_MSG(!strcmp(buf, "interp"), "backend_names: \"%s\", expected \"interp\"", buf);
+#endif
+  char small[4];
+  backend_names(small, sizeof small); /* truncates, terminated */
+  CU_ASSERT(strlen(small) < sizeof small);
+}
+
+/* Every backend answers for every op and dtype, only for dtypes it lists, and its capability
+ * data agrees with the functions it has. */
+static void test_capabilities(void) {
+  for (int i = 0; backend_table[i]; i++) {
+    const Backend *b = backend_table[i];
+    CHECK_MSG(b->name && b->doc && b->supports_op, "%s: name, doc and supports_op are required",
+              b->name ? b->name : "?");
+    CHECK_MSG(b->run || b->compile, "%s: neither run nor compile", b->name);
+    CHECK_MSG(!b->compile == !b->emits, "%s: emits without compile, or compile without emits",
+              b->name);
+    CHECK_MSG(!b->standalone || b->compile, "%s: standalone but cannot compile", b->name);
+    CHECK_MSG(b->dtypes && b->dtypes < (1u << DT_COUNT), "%s: dtypes 0x%x", b->name, b->dtypes);
+    for (const BackendEmit *e = b->emits; e && e->name; e++)
+      CHECK_MSG(backend_emit_find(b, e->name) == e, "%s: emit %s", b->name, e->name);
+    if (b->compile) CU_ASSERT_PTR_NULL(backend_emit_find(b, "wasm"));
+    for (int op = 0; op < IR_OP_COUNT; op++)
+      for (int dt = 0; dt < DT_COUNT; dt++) {
+        bool yes = b->supports_op((IrOp)op, (IrDType)dt);
+        CHECK_MSG(!yes || (b->dtypes & 1u << dt), "%s supports %s on %s, not in its dtypes",
+                  b->name, ir_op_name((IrOp)op), ir_dtype_name((IrDType)dt));
+      }
+    /* f32 is what every model trains in */
+    CHECK_MSG(b->supports_op(IR_ADD, DT_F32) && b->supports_op(IR_DOT, DT_F32),
+              "%s: no f32 add or dot", b->name);
+  }
+}
+
+static void test_interp_supports_all(void) {
+  for (int op = 0; op < IR_OP_COUNT; op++)
+    for (int dt = 0; dt < DT_COUNT; dt++)
+      CHECK_MSG(backend_interp.supports_op((IrOp)op, (IrDType)dt), "interp lacks %s on %s",
+                ir_op_name((IrOp)op), ir_dtype_name((IrDType)dt));
+  CU_ASSERT_PTR_NULL(backend_interp.compile);
+  CU_ASSERT_PTR_NOT_NULL(backend_interp.run);
+}
+
+/* tiny-lm lowered, its facts read once; then run() with bad options reports them. */
+static void test_interp_run_errors(void) {
+  DrvJob j;
+  FeOptions opt = {0};
+  const char *sets[] = {"/max_steps=70", "/seed=11",
+                        "/checkpointer={\"kind\": \"checkpointer\", \"keep_last\": 5}"};
+  opt.sets = sets;
+  opt.nsets = 3;
+  if (drv_load(&j, AXLC_MODELS "/tiny-lm.json", &opt) || drv_lower(&j, NULL)) {
+    fe_diag_print(&j.diag, stderr);
+    CU_FAIL("tiny-lm did not load");
+    drv_free(&j);
+    return;
+  }
+  CU_ASSERT_EQUAL(j.facts.max_steps, 70);
+  CU_ASSERT_EQUAL(j.facts.seed, 11);
+  CU_ASSERT_EQUAL(j.facts.ckpt_keep, 5);
+  CU_ASSERT_EQUAL(j.facts.vocab, 256);
+  CU_ASSERT(j.facts.seq_len > 0 && j.facts.global_batch > 0);
+  BackendJob bj = drv_backend_job(&j);
+  BackendOptions o = {0};
+  char *bogus[] = {"run", "--bogus", "1"};
+  CU_ASSERT_EQUAL(backend_interp.run(&bj, &o, 3, bogus), 1);
+  CHECK_MSG(j.diag.n == 1 && strstr(j.diag.msgs[0], "--bogus"), "diag: %s",
+            j.diag.n ? j.diag.msgs[0] : "(none)");
+  char *nodata[] = {"run", "--steps", "1"};
+  CU_ASSERT_EQUAL(backend_interp.run(&bj, &o, 3, nodata), 1);
+  CHECK_MSG(j.diag.n == 2 && strstr(j.diag.msgs[1], "--data FILE is required"), "diag: %s",
+            j.diag.n > 1 ? j.diag.msgs[1] : "(none)");
+  drv_free(&j);
+}
+
+int main(void) {
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite s = CU_add_suite("registry", NULL, NULL);
+  CU_add_test(s, "find by name and target", test_find);
+  CU_add_test(s, "unknown names and targets", test_unknown);
+  CU_add_test(s, "names for messages", test_names);
+  CU_add_test(s, "capabilities of every backend", test_capabilities);
+  CU_add_test(s, "interp supports every op and dtype", test_interp_supports_all);
+  CU_add_test(s, "interp run: option errors, training facts", test_interp_run_errors);
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  int fails = (int)CU_get_number_of_failures();
+  CU_cleanup_registry();
+  return fails ? 1 : 0;
+}
