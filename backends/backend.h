@@ -76,6 +76,9 @@ typedef struct Backend {
    * (argv[0] names the program). Returns the exit status; the reasons of a
    * failure are in j->diag, or already printed by the runtime. */
   int (*run)(const BackendJob *j, const BackendOptions *o, int argc, char **argv);
+  /* Optional (with run): checks run's options argv[1..argc) as run would, with its messages,
+   * before anything is lowered or compiled. 0, or -1 with the reason in d. */
+  int (*check_run_args)(int argc, char **argv, FeDiag *d);
 } Backend;
 
 /* ======================================================================== registry.c */

@@ -48,9 +48,4 @@ void drv_free(DrvJob *j);
 /* The view of j (lowered through every pass) that a backend takes. */
 BackendJob drv_backend_job(DrvJob *j);
 
-/* Checks, before compiling, that `path` can be written as an output file:
- * not a directory, in a directory that exists and can be written in, and
- * writable if it exists. -1 with the message in `d` naming the path. */
-int drv_check_output(FeDiag *d, const char *path);
-
 #endif /* AXLC_DRIVER_H */

@@ -9,12 +9,8 @@
  *
  * Each later pass (shard, remat, fuse, schedule, memplan) joins this list.
  */
-#include <errno.h>
-#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "driver/driver.h"
 #include "passes/passes.h"
@@ -125,27 +121,5 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   }
   free(names);
   free(scales);
-  return rc;
-}
-
-int drv_check_output(FeDiag *d, const char *path) {
-  struct stat st;
-  if (!*path) return fe_error(d, NULL, NULL, "-o: expected a file name, got \"\"");
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-    return fe_error(d, path, NULL, "is a directory (expected a file name for the output)");
-  char *copy = fe_asprintf("%s", path);
-  const char *dir = dirname(copy);
-  int rc = 0, err = stat(dir, &st) == 0 ? 0 : errno;
-  if (err == ENOENT)
-    rc = fe_error(d, path, NULL, "the directory %s does not exist", dir);
-  else if (err)
-    rc = fe_error(d, path, NULL, "cannot use the directory %s: %s", dir, strerror(err));
-  else if (!S_ISDIR(st.st_mode))
-    rc = fe_error(d, path, NULL, "%s is not a directory", dir);
-  else if (access(dir, W_OK | X_OK) != 0)
-    rc = fe_error(d, path, NULL, "cannot write in the directory %s: %s", dir, strerror(errno));
-  else if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
-    rc = fe_error(d, path, NULL, "cannot write: %s", strerror(errno));
-  free(copy);
   return rc;
 }

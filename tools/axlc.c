@@ -5,10 +5,12 @@
  * exit status: 0 on success, 1 for any user error (bad config, bad flag,
  * unreadable file). Only this file exits.
  */
-#include <ctype.h>
 #include <errno.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "driver/driver.h"
 
@@ -112,7 +114,8 @@ static int parse_args(int argc, char **argv, Args *a) {
       /* the trainer's option and its value, unless it is a flag; options start with "--",
        * so "-1" is a value (a bad one, which the option's parser reports) */
       if (add(a->rest, &a->nrest, s, "trainer")) return -1;
-      bool flag = !strcmp(s, "--resume") || !strcmp(s, "--config") || strchr(s, '=');
+      bool flag = !strcmp(s, "--resume") || !strcmp(s, "--partial") || !strcmp(s, "--config") ||
+                  strchr(s, '=');
       if (!flag && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 &&
           add(a->rest, &a->nrest, argv[++i], "trainer"))
         return -1;
@@ -324,28 +327,27 @@ static int cmd_run(Args *a) {
     fprintf(stderr, "error: backend %s cannot train in process; use axlc compile\n", b->name);
     return 1;
   }
+  char *argv[MAX_LIST + 2] = {"axlc run"};
+  for (int i = 0; i < a->nrest; i++) argv[i + 1] = (char *)a->rest[i];
+  if (b->check_run_args) { /* so a typo costs no lowering or compiling */
+    FeDiag d;
+    fe_diag_init(&d);
+    int bad = b->check_run_args(a->nrest + 1, argv, &d);
+    fe_diag_print(&d, stderr);
+    fe_diag_free(&d);
+    if (bad) return 1;
+  }
   DrvJob j;
   if (lower(&j, a, NULL)) { /* lower() prints its own errors */
     drv_free(&j);
     return 1;
   }
-  char *argv[MAX_LIST + 2] = {"axlc run"};
-  for (int i = 0; i < a->nrest; i++) argv[i + 1] = (char *)a->rest[i];
   BackendJob bj = drv_backend_job(&j);
   BackendOptions o = backend_options(a);
   int rc = b->run(&bj, &o, a->nrest + 1, argv);
   fe_diag_print(&j.diag, stderr);
   if (rc == 0 && j.diag.n) rc = 1;
   drv_free(&j);
-  return rc;
-}
-
-static int check_output(const char *out) {
-  FeDiag d;
-  fe_diag_init(&d);
-  int rc = drv_check_output(&d, out);
-  fe_diag_print(&d, stderr);
-  fe_diag_free(&d);
   return rc;
 }
 
@@ -367,6 +369,37 @@ static const BackendEmit *pick_emit(const Args *a, const Backend *b) {
   return e;
 }
 
+/* Why `out` cannot be written, or NULL. Checked before any work: an existing directory, a
+ * missing parent or one that cannot be written in would otherwise fail at the very end. */
+static char *output_problem(const char *out) {
+  struct stat st;
+  if (!*out) return fe_asprintf("-o: expected a file name, got \"\"");
+  if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+    return fe_asprintf("%s: is a directory (expected a file name for the output)", out);
+  char *copy = fe_asprintf("%s", out), *why = NULL;
+  const char *dir = dirname(copy);
+  if (stat(dir, &st) != 0)
+    why = errno == ENOENT ? fe_asprintf("%s: the directory %s does not exist", out, dir)
+                          : fe_asprintf("%s: cannot use the directory %s: %s", out, dir,
+                                        strerror(errno));
+  else if (!S_ISDIR(st.st_mode))
+    why = fe_asprintf("%s: %s is not a directory", out, dir);
+  else if (access(dir, W_OK | X_OK) != 0)
+    why = fe_asprintf("%s: cannot write in the directory %s: %s", out, dir, strerror(errno));
+  else if (access(out, F_OK) == 0 && access(out, W_OK) != 0)
+    why = fe_asprintf("%s: cannot write: %s", out, strerror(errno));
+  free(copy);
+  return why;
+}
+
+static int check_output(const char *out) {
+  char *why = output_problem(out);
+  int bad = why != NULL;
+  if (bad) fprintf(stderr, "error: %s\n", why);
+  free(why);
+  return bad ? -1 : 0;
+}
+
 static int cmd_compile(Args *a) {
   bool cpu = a->fe.target && (!strcmp(a->fe.target, "cpu") || !strcmp(a->fe.target, "interp"));
   if (!a->backend && !cpu) {
@@ -376,8 +409,7 @@ static int cmd_compile(Args *a) {
   }
   const Backend *b = pick_backend(a);
   const BackendEmit *e = b ? pick_emit(a, b) : NULL;
-  if (!e) return 1;
-  if (a->output && check_output(a->output)) return 1; /* before the long part */
+  if (!e || (a->output && check_output(a->output))) return 1;
   DrvJob j;
   int rc = 1;
   if (lower(&j, a, NULL) == 0) { /* lower() prints its own errors */

@@ -232,8 +232,20 @@ static int train(const BackendJob *j, const InterpOptions *o) {
 
 #define MAX_COUNT (1LL << 40) /* --steps and --seed */
 
+/* A count option's value: digits only, at most MAX_COUNT. */
+static int parse_count(FeDiag *d, const char *opt, const char *v, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (!isdigit((unsigned char)v[0]) || *end || errno == ERANGE || n > MAX_COUNT)
+    return fe_error(d, NULL, NULL, "%s '%s': expected a non-negative integer up to %lld", opt, v,
+                    MAX_COUNT);
+  *out = n;
+  return 0;
+}
+
 /* --data, --steps, --seed, --init, --dump, each with a value. */
-static int parse_options(const BackendJob *j, int argc, char **argv, InterpOptions *o) {
+static int parse_options(FeDiag *d, int argc, char **argv, InterpOptions *o) {
   memset(o, 0, sizeof *o);
   o->seed = -1;
   for (int i = 1; i < argc; i++) {
@@ -241,31 +253,29 @@ static int parse_options(const BackendJob *j, int argc, char **argv, InterpOptio
     bool text = !strcmp(s, "--data") || !strcmp(s, "--init") || !strcmp(s, "--dump");
     bool num = !strcmp(s, "--steps") || !strcmp(s, "--seed");
     if (!text && !num)
-      return fe_error(j->diag, NULL, NULL, "%s is not an option of --backend interp (it takes "
+      return fe_error(d, NULL, NULL, "%s is not an option of --backend interp (it takes "
                       "--data, --steps, --seed, --init, --dump; --backend llvm takes the "
                       "trainer's options)", s);
-    if (!v || !strncmp(v, "--", 2)) /* the next option, not a value ("-1" is a bad value) */
-      return fe_error(j->diag, NULL, NULL, "%s needs a value", s);
+    if (!v || !strncmp(v, "--", 2)) /* the next option, not a value */
+      return fe_error(d, NULL, NULL, "%s needs a value", s);
     i++;
-    if (text) {
+    if (text)
       *(!strcmp(s, "--data") ? &o->data : !strcmp(s, "--init") ? &o->init : &o->dump) = v;
-      continue;
-    }
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (!isdigit((unsigned char)v[0]) || *end || errno == ERANGE || n > MAX_COUNT)
-      return fe_error(j->diag, NULL, NULL, "%s '%s': expected a non-negative integer up to %lld", s, v,
-                      MAX_COUNT);
-    *(!strcmp(s, "--steps") ? &o->steps : &o->seed) = n;
+    else if (parse_count(d, s, v, !strcmp(s, "--steps") ? &o->steps : &o->seed))
+      return -1;
   }
   return 0;
+}
+
+static int interp_check_run_args(int argc, char **argv, FeDiag *d) {
+  InterpOptions o;
+  return parse_options(d, argc, argv, &o);
 }
 
 static int interp_run(const BackendJob *j, const BackendOptions *bo, int argc, char **argv) {
   (void)bo;
   InterpOptions o;
-  if (parse_options(j, argc, argv, &o)) return 1;
+  if (parse_options(j->diag, argc, argv, &o)) return 1;
   o.log = stdout;
   return train(j, &o) ? 1 : 0;
 }
@@ -286,4 +296,5 @@ const Backend backend_interp = {
     .plan = NULL,
     .compile = NULL,
     .run = interp_run,
+    .check_run_args = interp_check_run_args,
 };

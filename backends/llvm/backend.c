@@ -152,11 +152,6 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
 
 /* The JIT: compiles in memory and hands the program to the runtime's trainer main. */
 static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
-  RtError opt_err;
-  if (rt_train_check_args(argc, argv, &opt_err)) { /* before the long compile, as the trainer says it */
-    fprintf(stderr, "%s: %s\n", argc > 0 ? argv[0] : "axlc run", opt_err.msg);
-    return 1;
-  }
   Compiled c = {0};
   int rc = 1;
   if (compile_module(j, o, &c) == 0) {
@@ -171,6 +166,12 @@ static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int ar
   }
   compiled_free(&c);
   return rc;
+}
+
+/* The trainer's options, checked by the runtime as rt_train_main will check them. */
+static int llvm_backend_check_run_args(int argc, char **argv, FeDiag *d) {
+  RtError err;
+  return rt_train_check_args(argc, argv, &err) ? fe_error(d, NULL, NULL, "%s", err.msg) : 0;
 }
 
 /* Every op, in f32 and i32 (llvm.h); other dtypes are refused at compile time. */
@@ -197,4 +198,5 @@ const Backend backend_llvm = {
     .plan = llvm_fusion_plan,
     .compile = llvm_backend_compile,
     .run = llvm_backend_run,
+    .check_run_args = llvm_backend_check_run_args,
 };

@@ -268,6 +268,11 @@ err_numeric_options)
   expect_user_error "error: --steps needs a value"
   run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --seed
   expect_user_error "error: --seed needs a value"
+  # checked before lowering: this config's step is too large, but only the option is reported
+  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --steps -1 \
+    --set /input/seq_len=16777216 --set /model/pos_emb/max_len=16777216
+  expect_user_error "error: --steps '-1': expected a non-negative integer up to 1099511627776"
+  ! grep -q "seq_len" "$T/err" || fail "the config was lowered before the options were checked"
   ;;
 run_init_dump)
   cat "$SRC/README.md" > "$T/text.txt"

@@ -24,8 +24,12 @@
 static void compose(FeDiag *d, const char *path, json_object *cfg, const FeBuild *b) {
   int before = d->n;
   IrGraph *g = fe_compose(d, path, cfg, b);
-  if (!g && (!b->step_error || d->n == before)) abort();
-  if (g && (b->step_error || ir_graph_verify(g, NULL, 0) != IR_OK)) abort();
+  char msg[IR_ERR_LEN] = "";
+  FUZZ_CHECK(g || (b->step_error && d->n > before), "only a step too large may fail to compose: %s",
+             d->n > before ? d->msgs[d->n - 1] : "(no message)");
+  FUZZ_CHECK(!g || !b->step_error, "a step too large was composed: %s", b->step_error);
+  FUZZ_CHECK(!g || ir_graph_verify(g, msg, sizeof msg) == IR_OK, "the graph does not verify: %s",
+             msg);
   ir_graph_free(g);
 }
 

@@ -56,6 +56,7 @@ static const BadCase bad[] = {
     {{"--data=", NULL}, "--data: empty value"},
     {{"--steps", "3", NULL}, "--data FILE is required (--help lists the options)"},
     {{"--data", "d.bin", "--resume", NULL}, "--resume needs --ckpt-dir DIR"},
+    {{"--data", "d.bin", "--partial", NULL}, "--partial needs --resume"},
     {{"--data", "d.bin", "--eval-every", "2", NULL}, "--eval-every needs --eval-data FILE"},
 };
 

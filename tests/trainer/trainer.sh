@@ -199,8 +199,8 @@ compile_cli)
     msg=$1
     shift
     "$AXLC" run "$m" --target cpu --set '/mesh/shape=[1,4,1,1,1,1]' "$@" > "$T/out" 2> "$T/err"
-    [ $? -eq 1 ] && grep -qxF "axlc run: $msg" "$T/err" && ! grep -q "devices" "$T/err" ||
-      { fail "axlc run $*: expected only: axlc run: $msg"; cat "$T/err" >&2; }
+    [ $? -eq 1 ] && grep -qxF "error: $msg" "$T/err" && ! grep -q "devices" "$T/err" ||
+      { fail "axlc run $*: expected only: error: $msg"; cat "$T/err" >&2; }
   }
   badrun "--steps: -1 is out of range, expected 0..9223372036854775807" --data "$T/text.txt" --steps -1
   badrun "unknown option '--stepz' (--help lists the options)" --data "$T/text.txt" --stepz 3
