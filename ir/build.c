@@ -265,6 +265,10 @@ int32_t ir_reduce_scatter(IrGraph *g, int32_t x, int32_t naxes, const char *cons
   return build_collective(g, IR_REDUCE_SCATTER, x, naxes, axes, axis, 0);
 }
 
+int32_t ir_local_slice(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes, int32_t axis) {
+  return build_collective(g, IR_LOCAL_SLICE, x, naxes, axes, axis, 0);
+}
+
 int32_t ir_all_to_all(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes,
                       int32_t split_axis, int32_t concat_axis) {
   return build_collective(g, IR_ALL_TO_ALL, x, naxes, axes, split_axis, concat_axis);

@@ -321,3 +321,29 @@ int64_t ir_mesh_devices(const IrMesh *m) {
   for (int32_t i = 0; i < m->naxes; i++) n *= m->sizes[i];
   return n;
 }
+
+bool ir_split_any(const IrSplit *s) {
+  for (int32_t d = 0; d < IR_MAX_RANK; d++)
+    if (s->axes[d][0]) return true;
+  return false;
+}
+
+int64_t ir_split_count(const IrMesh *m, const IrSplit *s, int32_t d) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < IR_MAX_SPLIT_AXES && s->axes[d][i]; i++) n *= m->sizes[s->axes[d][i] - 1];
+  return n;
+}
+
+int64_t ir_split_index(const IrMesh *m, const IrSplit *s, int32_t d, int64_t dev) {
+  int64_t c[IR_MAX_MESH_AXES];
+  for (int32_t i = m->naxes - 1; i >= 0; i--) {
+    c[i] = dev % m->sizes[i];
+    dev /= m->sizes[i];
+  }
+  int64_t k = 0;
+  for (int32_t i = 0; i < IR_MAX_SPLIT_AXES && s->axes[d][i]; i++) {
+    int a = s->axes[d][i] - 1;
+    k = k * m->sizes[a] + c[a];
+  }
+  return k;
+}

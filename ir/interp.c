@@ -550,6 +550,11 @@ static int collective_one(const IrInterp *it, int32_t vi, const Group *gr, doubl
   int32_t axis = (int32_t)v->attr.axis;
   int64_t n = ir_shape_numel(&v->shape), chunk;
   for (int64_t i = 0; i < n; i++) out[i] = 0;
+  if (v->op == IR_LOCAL_SLICE) { /* this device's own chunk, no traffic */
+    const double *x = *slot(it, it->vals, gr->member[gr->rank], v->ops[0]);
+    block_copy(x, xs, out, &v->shape, axis, gr->rank * v->shape.dims[axis], 0, v->shape.dims[axis]);
+    return IR_OK;
+  }
   for (int64_t j = 0; j < gr->n; j++) {
     const double *x = *slot(it, it->vals, gr->member[j], v->ops[0]);
     switch (v->op) {

@@ -104,6 +104,15 @@ typedef struct IrAttrs { /* ops.def says which fields an op uses; the rest stay 
   const char *mesh[IR_MAX_MESH_AXES];
 } IrAttrs;
 
+/* How pass_shard cut a value of the global program over the mesh. Dim d of the global value is
+ * split into chunks over the mesh axes axes[d][0], axes[d][1], ... (mesh axis index + 1, major
+ * first; 0 ends the list), and each device holds the chunk of its coordinates on those axes.
+ * All zero: every device holds the whole value (and so does every graph before pass_shard). */
+#define IR_MAX_SPLIT_AXES 4
+typedef struct IrSplit {
+  uint8_t axes[IR_MAX_RANK][IR_MAX_SPLIT_AXES];
+} IrSplit;
+
 typedef struct IrValue {
   IrOp op;
   IrDType dtype;
@@ -114,6 +123,7 @@ typedef struct IrValue {
   const char *name;      /* parameter/input name, else "" */
   const char *origin;    /* config path of the emitting module, e.g. "/model/decoder/layer", or "" */
   const char *tag;       /* remat tag, e.g. "attention.q_proj", or "" */
+  IrSplit split;         /* set by pass_shard: this value is one device's chunk (shape is local) */
 } IrValue;
 
 typedef struct IrOutput {
@@ -168,6 +178,10 @@ bool ir_shape_eq(const IrShape *a, const IrShape *b);
 IrShape ir_shape_make(int32_t rank, const int64_t *dims);
 int ir_mesh_axis(const IrMesh *m, const char *name);     /* index or -1 */
 int64_t ir_mesh_devices(const IrMesh *m);
+bool ir_split_any(const IrSplit *s);                              /* some dim is split */
+int64_t ir_split_count(const IrMesh *m, const IrSplit *s, int32_t d); /* chunks along dim d */
+/* Which chunk of dim d device `dev` (row-major over the mesh) holds. */
+int64_t ir_split_index(const IrMesh *m, const IrSplit *s, int32_t d, int64_t dev);
 
 /* ======================================================================== shape.c: shape rules */
 
@@ -235,6 +249,7 @@ int32_t ir_all_gather(IrGraph *g, int32_t x, int32_t naxes, const char *const *a
                       int32_t axis);
 int32_t ir_reduce_scatter(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes,
                           int32_t axis);
+int32_t ir_local_slice(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes, int32_t axis);
 int32_t ir_all_to_all(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes,
                       int32_t split_axis, int32_t concat_axis);
 

@@ -146,6 +146,16 @@ static void print_value(Buf *b, const IrGraph *g, int32_t i) {
   buf_printf(b, " : %s[", ir_dtype_name(v->dtype));
   for (int32_t d = 0; d < v->shape.rank; d++) buf_printf(b, "%s%lld", d ? "," : "", (long long)v->shape.dims[d]);
   buf_printf(b, "]");
+  if (ir_split_any(&v->split)) { /* after pass_shard: which chunk of the global value this is */
+    buf_printf(b, " split=[");
+    for (int32_t d = 0; d < v->shape.rank; d++) {
+      buf_printf(b, "%s", d ? "," : "");
+      if (!v->split.axes[d][0]) buf_printf(b, "_");
+      for (int32_t k = 0; k < IR_MAX_SPLIT_AXES && v->split.axes[d][k]; k++)
+        buf_printf(b, "%s%s", k ? "." : "", g->mesh.names[v->split.axes[d][k] - 1]);
+    }
+    buf_printf(b, "]");
+  }
   if (*v->origin) {
     buf_printf(b, " @");
     print_string(b, v->origin);
@@ -436,9 +446,44 @@ static int parse_operands(Parser *ps, IrValue *v, ValueText *t) {
   return IR_OK;
 }
 
+/* split=[data.expert,_,model]: per dim, '_' or mesh axis names joined by '.' */
+static int parse_split(Parser *ps, IrValue *v) {
+  if (expect(ps, '=') || expect(ps, '[')) return IR_ERR;
+  for (int32_t d = 0;; d++) {
+    if (d == v->shape.rank) return perr(ps, "split has more entries than the type has dims");
+    const char *s;
+    size_t n = ident(ps, &s);
+    if (!n) return perr(ps, "expected mesh axis names or '_'");
+    for (int32_t k = 0; !(n == 1 && *s == '_');) { /* names joined by '.', major first */
+      size_t len = 0;
+      while (len < n && s[len] != '.') len++;
+      if (k == IR_MAX_SPLIT_AXES) return perr(ps, "more than %d axes split one dim", IR_MAX_SPLIT_AXES);
+      int a = -1;
+      for (int32_t i = 0; i < ps->g->mesh.naxes; i++)
+        if (strlen(ps->g->mesh.names[i]) == len && memcmp(ps->g->mesh.names[i], s, len) == 0) a = i;
+      if (a < 0) return ps->p = s, perr(ps, "'%.*s' is not an axis of the graph's mesh", (int)len, s);
+      v->split.axes[d][k++] = (uint8_t)(a + 1);
+      if (len == n) break;
+      s += len + 1;
+      n -= len + 1;
+    }
+    skip_blank(ps);
+    if (accept(ps, ']')) {
+      if (d + 1 != v->shape.rank) return perr(ps, "split has %d entries, the type has %d dims", d + 1, v->shape.rank);
+      return IR_OK;
+    }
+    if (expect(ps, ',')) return IR_ERR;
+  }
+}
+
 static int parse_suffix(Parser *ps, IrValue *v, ValueText *t) {
   v->origin = "";
   v->tag = "";
+  skip_blank(ps);
+  if (strncmp(ps->p, "split", 5) == 0) {
+    ps->p += 5;
+    if (parse_split(ps, v)) return IR_ERR;
+  }
   if (accept(ps, '@')) {
     if (parse_string(ps, t->origin, sizeof t->origin)) return IR_ERR;
     v->origin = t->origin;

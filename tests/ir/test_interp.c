@@ -291,6 +291,7 @@ static void test_collectives_4(void) {
   int32_t x4 = ir_concat(g, 2, (int32_t[]){x, x}, 0);
   ir_graph_add_output(g, "a2a_both", ir_all_to_all(g, x4, 2, both, 0, 0));
   ir_graph_add_output(g, "rs_both", ir_reduce_scatter(g, x4, 2, both, 0));
+  ir_graph_add_output(g, "ls_both", ir_local_slice(g, x4, 2, both, 0));
   CU_ASSERT_PTR_NULL_FATAL(ir_graph_error(g));
   IrInterp *it = ir_interp_new(g, NULL);
   EXPECT_INT(ir_interp_devices(it), 4);
@@ -302,6 +303,8 @@ static void test_collectives_4(void) {
   /* x4 on dev = [x0, x1, x0, x1]; a2a chunk r of each member; device 2 has group rank 1 */
   EXPECT_ARRAY(ir_interp_output(it, 2, "a2a_both", NULL), ((double[]){1, 21, 11, 31}), 4, 0);
   EXPECT_ARRAY(ir_interp_output(it, 1, "rs_both", NULL), ((double[]){60}), 1, 0); /* rank 2: x0 sum */
+  EXPECT_ARRAY(ir_interp_output(it, 1, "ls_both", NULL), ((double[]){10}), 1, 0); /* rank 2: x0 */
+  EXPECT_ARRAY(ir_interp_output(it, 2, "ls_both", NULL), ((double[]){21}), 1, 0); /* rank 1: x1 */
   (void)d4;
   ir_interp_free(it);
   ir_graph_free(g);

@@ -70,6 +70,7 @@ static bool values_equal(const IrValue *a, const IrValue *b) {
        x->axis == y->axis && x->axis2 == y->axis2 && x->k == y->k && x->value == y->value &&
        x->nmesh == y->nmesh && !x->data == !y->data;
   for (int32_t i = 0; eq && i < x->nmesh; i++) eq = strcmp(x->mesh[i], y->mesh[i]) == 0;
+  eq = eq && memcmp(&a->split, &b->split, sizeof a->split) == 0;
   for (int64_t i = 0; eq && x->data && i < ir_shape_numel(&a->shape); i++) eq = x->data[i] == y->data[i];
   return eq;
 }
@@ -106,6 +107,39 @@ static void test_round_trip(void) {
   free(t2);
   ir_graph_free(h);
   ir_graph_free(g);
+}
+
+/* pass_shard's per-device values carry which chunk of the global value they are. */
+static void test_split(void) {
+  const char *text = "mesh data=2 expert=2 model=2\n"
+                     "%0 = parameter \"w\" : f32[2,8,3] split=[data.expert,_,model]\n"
+                     "%1 = local_slice %0 axis=1 mesh_axes=[model] : f32[2,4,3] split=[data.expert,model,model]\n"
+                     "output \"y\" = %1\n";
+  char msg[IR_ERR_LEN] = "";
+  IrGraph *g = ir_graph_parse(text, msg, sizeof msg);
+  if (!g) fprintf(stderr, "%s\n", msg);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  char *t = ir_graph_to_string(g);
+  CU_ASSERT_STRING_EQUAL(t, text);
+  free(t);
+  const IrSplit *s = &g->values[0].split;
+  EXPECT_INT(ir_split_count(&g->mesh, s, 0), 4);
+  EXPECT_INT(ir_split_count(&g->mesh, s, 1), 1);
+  EXPECT_INT(ir_split_count(&g->mesh, s, 2), 2);
+  EXPECT_INT(ir_split_index(&g->mesh, s, 0, 5), 2);  /* device 5 = (data 1, expert 0, model 1) */
+  EXPECT_INT(ir_split_index(&g->mesh, s, 2, 5), 1);
+  EXPECT_INT(ir_split_index(&g->mesh, s, 1, 5), 0);
+  ir_graph_free(g);
+  static const char *bad[] = {
+      "mesh data=2\n%0 = parameter \"w\" : f32[2] split=[fsdp]\n",
+      "mesh data=2\n%0 = parameter \"w\" : f32[2] split=[data,_]\n",
+      "mesh data=2\n%0 = parameter \"w\" : f32[2,2] split=[data]\n",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    IrGraph *h = ir_graph_parse(bad[i], msg, sizeof msg);
+    CU_ASSERT_PTR_NULL(h);
+    ir_graph_free(h);
+  }
 }
 
 static void test_parse_extras(void) {
@@ -180,6 +214,7 @@ static void test_dot_output(void) {
 int main(void) {
   CU_TestInfo tests[] = {
       {"round_trip_attention", test_round_trip},
+      {"split", test_split},
       {"parse_extras", test_parse_extras},
       {"parse_errors", test_parse_errors},
       {"dot_output", test_dot_output},
