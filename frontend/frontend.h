@@ -322,6 +322,9 @@ typedef struct FeEmit {
   int32_t aux_loss;       /* scalar sum of auxiliary losses (MoE), IR_NONE if none */
 } FeEmit;
 
+/* Slots per expert per sequence of S tokens (feed_forward.c, the MoE with capacity). */
+int64_t fe_moe_capacity(double capacity_factor, int64_t S, int64_t k, int64_t E);
+
 /* Composes the forward graph of a resolved, built trainer config: inputs
  * "ids" and "targets" (B, T) i32, one parameter per FeParam (named by its
  * path), and the scalar output "loss" (mean next-token cross-entropy plus

@@ -81,6 +81,19 @@ static uint32_t dim_axes(const IrSplit *s, int32_t d) {
   return u;
 }
 
+/* Keeps the longest prefix of dim d's axes that uses none of `used`; returns the kept axes. */
+static uint32_t keep_prefix(IrSplit *s, int32_t d, uint32_t used) {
+  uint32_t kept = 0;
+  int k = 0;
+  for (; k < IR_MAX_SPLIT_AXES && s->axes[d][k]; k++) {
+    uint32_t b = 1u << (s->axes[d][k] - 1);
+    if (b & used) break;
+    kept |= b;
+  }
+  memset(s->axes[d] + k, 0, (size_t)(IR_MAX_SPLIT_AXES - k));
+  return kept;
+}
+
 static int64_t count(const Ctx *c, const IrSplit *s, int32_t d) { return ir_split_count(c->m, s, d); }
 
 /* The local shape of a global shape under s. */
@@ -439,21 +452,16 @@ static int dot(Ctx *c, int32_t v, Sh *out) {
   /* batch pairs: the lhs's split, else the rhs's */
   for (int32_t i = 0; i < at->lb.n; i++) {
     int32_t dl = (int32_t)at->lb.v[i], dr = (int32_t)at->rb.v[i];
-    const uint8_t *src = nax(&L0.s, dl) ? L0.s.axes[dl] : R0.s.axes[dr];
-    uint32_t bits = 0;
-    for (int k = 0; k < IR_MAX_SPLIT_AXES && src[k]; k++) bits |= 1u << (src[k] - 1);
-    if (bits & used) continue;
-    memcpy(L.s.axes[dl], src, IR_MAX_SPLIT_AXES);
-    memcpy(R.s.axes[dr], src, IR_MAX_SPLIT_AXES);
-    used |= bits;
+    memcpy(L.s.axes[dl], nax(&L0.s, dl) ? L0.s.axes[dl] : R0.s.axes[dr], IR_MAX_SPLIT_AXES);
+    used |= keep_prefix(&L.s, dl, used);
+    memcpy(R.s.axes[dr], L.s.axes[dl], IR_MAX_SPLIT_AXES);
   }
-  /* lhs free dims */
+  /* lhs free dims: as much of their split as uses no axis taken (an axis the batch dims took
+   * moves there by an all_to_all, the way expert dispatch moves tokens) */
   for (int32_t d = 0; d < ls->rank; d++) {
     if (in_dims(&at->lb, d) || in_dims(&at->lc, d)) continue;
-    uint32_t bits = dim_axes(&L0.s, d);
-    if (bits & used) continue;
     memcpy(L.s.axes[d], L0.s.axes[d], IR_MAX_SPLIT_AXES);
-    used |= bits;
+    used |= keep_prefix(&L.s, d, used);
   }
   /* contracting pairs: split alike on both sides, or not at all. When only one side is split,
    * the split is taken (slicing the other side) unless the rhs's free dims want that axis:
@@ -465,23 +473,23 @@ static int dot(Ctx *c, int32_t v, Sh *out) {
   uint32_t partial = 0;
   for (int32_t i = 0; i < at->lc.n; i++) {
     int32_t dl = (int32_t)at->lc.v[i], dr = (int32_t)at->rc.v[i];
-    bool alike = nax(&L0.s, dl) == nax(&R0.s, dr) && !memcmp(L0.s.axes[dl], R0.s.axes[dr], IR_MAX_SPLIT_AXES);
-    const uint8_t *src = nax(&L0.s, dl) >= nax(&R0.s, dr) ? L0.s.axes[dl] : R0.s.axes[dr];
-    uint32_t bits = 0;
-    for (int k = 0; k < IR_MAX_SPLIT_AXES && src[k]; k++) bits |= 1u << (src[k] - 1);
-    if (!bits || (bits & used) || (!alike && (bits & rhs_free))) continue;
-    memcpy(L.s.axes[dl], src, IR_MAX_SPLIT_AXES);
-    memcpy(R.s.axes[dr], src, IR_MAX_SPLIT_AXES);
+    IrSplit cand = {0};
+    memcpy(cand.axes[0], nax(&L0.s, dl) >= nax(&R0.s, dr) ? L0.s.axes[dl] : R0.s.axes[dr], IR_MAX_SPLIT_AXES);
+    uint32_t bits = keep_prefix(&cand, 0, used);
+    int n = nax(&cand, 0);
+    bool alike = nax(&L0.s, dl) >= n && nax(&R0.s, dr) >= n && !memcmp(L0.s.axes[dl], cand.axes[0], (size_t)n) &&
+                 !memcmp(R0.s.axes[dr], cand.axes[0], (size_t)n);
+    if (!bits || (!alike && (bits & rhs_free))) continue;
+    memcpy(L.s.axes[dl], cand.axes[0], IR_MAX_SPLIT_AXES);
+    memcpy(R.s.axes[dr], cand.axes[0], IR_MAX_SPLIT_AXES);
     used |= bits;
     partial |= bits;
   }
   /* rhs free dims */
   for (int32_t d = 0; d < rs->rank; d++) {
     if (in_dims(&at->rb, d) || in_dims(&at->rc, d)) continue;
-    uint32_t bits = dim_axes(&R0.s, d);
-    if (bits & used) continue;
     memcpy(R.s.axes[d], R0.s.axes[d], IR_MAX_SPLIT_AXES);
-    used |= bits;
+    used |= keep_prefix(&R.s, d, used);
   }
   /* output: batch dims, lhs free dims, rhs free dims */
   memset(out, 0, sizeof *out);
@@ -582,9 +590,7 @@ static int gather(Ctx *c, int32_t v, Sh *out) {
   I.partial = T.partial = 0;
   memset(T.s.axes[0], 0, IR_MAX_SPLIT_AXES);
   uint32_t used = used_axes(&I.s, ir);
-  for (int32_t d = 1; d < tr; d++)
-    if (dim_axes(&T.s, d) & used) memset(T.s.axes[d], 0, IR_MAX_SPLIT_AXES);
-    else used |= dim_axes(&T.s, d);
+  for (int32_t d = 1; d < tr; d++) used |= keep_prefix(&T.s, d, used);
   memset(out, 0, sizeof *out);
   for (int32_t d = 0; d < ir; d++) memcpy(out->s.axes[d], I.s.axes[d], IR_MAX_SPLIT_AXES);
   for (int32_t d = 1; d < tr; d++) memcpy(out->s.axes[ir + d - 1], T.s.axes[d], IR_MAX_SPLIT_AXES);
@@ -604,9 +610,7 @@ static int scatter_add(Ctx *c, int32_t v, Sh *out) {
   I.partial = U.partial = 0;
   for (int32_t d = 0; d < ir; d++) memcpy(U.s.axes[d], I.s.axes[d], IR_MAX_SPLIT_AXES);
   uint32_t used = used_axes(&I.s, ir);
-  for (int32_t d = ir; d < ur; d++)
-    if (dim_axes(&U.s, d) & used) memset(U.s.axes[d], 0, IR_MAX_SPLIT_AXES);
-    else used |= dim_axes(&U.s, d);
+  for (int32_t d = ir; d < ur; d++) used |= keep_prefix(&U.s, d, used);
   memset(out, 0, sizeof *out);
   for (int32_t d = ir; d < ur; d++) memcpy(out->s.axes[d - ir + 1], U.s.axes[d], IR_MAX_SPLIT_AXES);
   out->partial = used_axes(&I.s, ir);

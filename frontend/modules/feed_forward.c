@@ -229,8 +229,98 @@ static void add_balance_loss(FeEmit *e, json_object *node, int32_t probs, int32_
   e->aux_loss = e->aux_loss == IR_NONE ? aux : ir_add(g, e->aux_loss, aux);
 }
 
-/* Dense MoE: every expert runs on every token, outputs weighted by the
- * renormalized top-k router probabilities (capacity is not enforced here). */
+/* The capacity of each expert in each group of S tokens: capacity_factor times the even share
+ * S k / E, rounded up, and at most S (a token goes to an expert at most once). */
+int64_t fe_moe_capacity(double capacity_factor, int64_t S, int64_t k, int64_t E) {
+  double c = ceil(capacity_factor * (double)S * (double)k / (double)E - 1e-9);
+  return c < 1 ? 1 : c > (double)S ? S : (int64_t)c;
+}
+
+/* GShard's dispatch (B, T, E, C): 1 where token t of sequence b takes slot c of expert e. A
+ * sequence is a group: each expert takes at most C of its tokens, in priority order (every
+ * token's first choice, in token order, then every token's second choice, ...), and drops the
+ * rest (the residual carries a dropped token on). */
+static int32_t dispatch_mask(FeEmit *e, int32_t probs, int64_t k, int64_t C) {
+  if (probs == IR_NONE) return IR_NONE;
+  IrGraph *g = e->g;
+  IrShape s = fe_shape(e, probs);
+  int64_t B = s.dims[0], T = s.dims[1], E = s.dims[2], KT = k * T;
+  int64_t btke[4] = {B, T, k, E};
+  int32_t bd3[3] = {0, 1, 2};
+  int32_t idx = ir_top_k_indices(g, probs, k); /* (B, T, k) */
+  int32_t hit = ir_cast(g, ir_eq(g, ir_iota(g, DT_I32, 4, btke, 3), ir_broadcast(g, idx, 4, btke, bd3)),
+                        DT_F32);
+  int32_t perm[4] = {0, 2, 1, 3}; /* priority order: (B, k, T, E) -> (B, k*T, E) */
+  int64_t bje[3] = {B, KT, E};
+  int32_t m = ir_reshape(g, ir_transpose(g, hit, perm), 3, bje);
+  /* slot of each assignment: how many assignments to the same expert come before it */
+  int64_t jj[2] = {KT, KT};
+  int32_t earlier = ir_cast(g, ir_lt(g, ir_iota(g, DT_I32, 2, jj, 1), ir_iota(g, DT_I32, 2, jj, 0)), DT_F32);
+  int32_t c1 = 1, one = 1;
+  int32_t pos = ir_dot(g, m, earlier, 0, NULL, NULL, 1, &c1, &one); /* (B, E, KT) */
+  int32_t back[3] = {0, 2, 1};
+  pos = ir_transpose(g, pos, back);                                  /* (B, KT, E) */
+  int64_t bjec[4] = {B, KT, E, C};
+  int32_t slot = ir_cast(g, ir_eq(g, ir_iota(g, DT_F32, 4, bjec, 3), ir_broadcast(g, pos, 4, bjec, bd3)), DT_F32);
+  int32_t d = ir_mul(g, slot, ir_broadcast(g, m, 4, bjec, bd3));       /* slot >= C: none */
+  int64_t bktec[5] = {B, k, T, E, C};
+  int32_t kaxis = 1;
+  d = ir_reduce_sum(g, ir_reshape(g, d, 5, bktec), 1, &kaxis);        /* (B, T, E, C) */
+  if (d != IR_NONE) ir_value_set_tag(g, d, "moe.dispatch");
+  return d;
+}
+
+/* MoE with capacity (capacity_factor > 0), GShard's formulation: tokens go to (E, B, C) expert
+ * buffers through the dispatch mask, each expert runs on its buffer, and the combine weights
+ * (dispatch times the renormalized top-k router probability) bring the outputs back. Under an
+ * expert axis the shard pass moves the buffers between devices with all_to_all. */
+static int32_t emit_moe_capacity(FeEmit *e, json_object *node, const char *prm, int32_t x,
+                                 int32_t probs, int32_t w) {
+  IrGraph *g = e->g;
+  IrShape s = fe_shape(e, probs);
+  int64_t T = s.dims[1], E = s.dims[2], k = fe_get_int(node, "top_k");
+  int64_t C = fe_moe_capacity(fe_get_float(node, "capacity_factor"), T, k, E);
+  int32_t disp = dispatch_mask(e, probs, k, C);                      /* (B, T, E, C) */
+  int32_t b0 = 0, t1 = 1;
+  int32_t xin = ir_dot(g, disp, x, 1, &b0, &b0, 1, &t1, &t1);         /* (B, E, C, D) */
+  int32_t ebc[4] = {1, 0, 2, 3};
+  xin = ir_transpose(g, xin, ebc);                                   /* (E, B, C, D) */
+  if (xin != IR_NONE) ir_value_set_tag(g, xin, "moe.expert_inputs");
+  int32_t a, up = IR_NONE;
+  int32_t eb = 0, lc = 3, rc = 1;
+  char pp[512];
+  const char *n1 = gated(node) ? "linear1_0" : "linear1";
+  snprintf(pp, sizeof pp, "%s/%s", prm, n1);
+  a = ir_dot(g, xin, fe_emit_param(e, pp, "weight"), 1, &eb, &eb, 1, &lc, &rc); /* (E, B, C, H) */
+  if (fe_has_param(e, pp, "bias")) {
+    int32_t bd[2] = {0, 3};
+    a = ir_add(g, a, fe_emit_bcast(e, fe_emit_param(e, pp, "bias"), a, 2, bd));
+  }
+  if (gated(node)) {
+    snprintf(pp, sizeof pp, "%s/linear1_1", prm);
+    up = ir_dot(g, xin, fe_emit_param(e, pp, "weight"), 1, &eb, &eb, 1, &lc, &rc);
+    if (fe_has_param(e, pp, "bias")) {
+      int32_t bd[2] = {0, 3};
+      up = ir_add(g, up, fe_emit_bcast(e, fe_emit_param(e, pp, "bias"), up, 2, bd));
+    }
+  }
+  snprintf(pp, sizeof pp, "%s/linear2", prm);
+  int32_t y = ir_dot(g, activate(e, node, a, up), fe_emit_param(e, pp, "weight"), 1, &eb, &eb, 1,
+                     &lc, &rc);                                      /* (E, B, C, D) */
+  if (fe_has_param(e, pp, "bias")) {
+    int32_t bd[2] = {0, 3};
+    y = ir_add(g, y, fe_emit_bcast(e, fe_emit_param(e, pp, "bias"), y, 2, bd));
+  }
+  if (y != IR_NONE) ir_value_set_tag(g, y, "feed_forward.linear2");
+  int32_t bd3[3] = {0, 1, 2};
+  IrShape ds = disp == IR_NONE ? s : fe_shape(e, disp);
+  int32_t comb = ir_mul(g, disp, ir_broadcast(g, w, 4, ds.dims, bd3)); /* (B, T, E, C) */
+  int32_t lb = 0, rb = 1, lcs[2] = {2, 3}, rcs[2] = {0, 2};
+  return ir_dot(g, comb, y, 1, &lb, &rb, 2, lcs, rcs);                 /* (B, T, D) */
+}
+
+/* MoE: outputs weighted by the renormalized top-k router probabilities. With capacity_factor 0
+ * every expert runs on every token (dense, nothing dropped); otherwise emit_moe_capacity. */
 static int32_t emit_moe(FeEmit *e, json_object *node, const char *cfg, const char *prm,
                         const FeDims *in, int32_t x) {
   (void)cfg, (void)in;
@@ -245,6 +335,7 @@ static int32_t emit_moe(FeEmit *e, json_object *node, const char *cfg, const cha
   int32_t eaxis = 2, lead[2] = {0, 1};
   int32_t w = ir_mul(g, probs, mask);
   w = ir_div(g, w, fe_emit_bcast(e, ir_reduce_sum(g, w, 1, &eaxis), w, 2, lead));
+  if (fe_get_float(node, "capacity_factor") > 0) return emit_moe_capacity(e, node, prm, x, probs, w);
   int32_t a, up = IR_NONE;
   if (gated(node)) {
     a = expert_in(e, x, prm, "linear1_0", "feed_forward.linear1_0");

@@ -67,7 +67,7 @@ static int count_op(const IrGraph *g, IrOp op) {
 typedef struct Expect { /* what a layout's per-device program must hold */
   int devices;
   int min_all_reduce, min_all_gather, min_reduce_scatter, min_all_to_all;
-  bool no_gather; /* pure data parallelism gathers nothing */
+  bool no_gather; /* pure data parallelism gathers nothing; expert parallelism moves tokens */
 } Expect;
 
 /* Lowers `model` for `target` (+ sets) both ways and compares every output. */
@@ -92,7 +92,8 @@ static void check_layout(const char *model, const char *target, const char **set
   CHECK_MSG(count_op(s, IR_ALL_TO_ALL) >= ex.min_all_to_all, "%s: %d all_to_all", label, count_op(s, IR_ALL_TO_ALL));
   if (ex.no_gather)
     CHECK_MSG(count_op(s, IR_ALL_GATHER) == 0 && count_op(s, IR_REDUCE_SCATTER) == 0,
-              "%s: pure data parallelism moved parameters", label);
+              "%s: parameters moved (%d all_gather, %d reduce_scatter)", label,
+              count_op(s, IR_ALL_GATHER), count_op(s, IR_REDUCE_SCATTER));
   int64_t vocab = fe_get_int(fe_get_child(G.cfg, "model"), "vocab_size");
 
   IrInterp *gi = ir_interp_new(g, NULL), *si = ir_interp_new(s, NULL);
@@ -197,13 +198,91 @@ static void test_llama_style(void) { /* RoPE, GQA, SwiGLU, RMSNorm */
 
 static void test_moe(void) {
   const char *expert[] = {SMALL, MESH(1, 2, 1, 1)};
-  check_layout("moe-test.json", "cpu-2", expert, 3, (Expect){2, 1, 0, 0, 0, false});
+  check_layout("moe-test.json", "cpu-2", expert, 3, (Expect){2, 1, 0, 0, 8, true});
   const char *data[] = {SMALL, MESH(2, 1, 1, 1)};
   check_layout("moe-test.json", "cpu-2", data, 3, (Expect){2, 10, 0, 0, 0, true});
   const char *em[] = {SMALL, MESH(1, 2, 1, 2)};
-  check_layout("moe-test.json", "cpu-4", em, 3, (Expect){4, 1, 0, 0, 0, false});
+  check_layout("moe-test.json", "cpu-4", em, 3, (Expect){4, 1, 0, 0, 8, false});
+  const char *de[] = {SMALL, MESH(2, 2, 1, 1)};
+  check_layout("moe-test.json", "cpu-4", de, 3, (Expect){4, 1, 0, 0, 8, true});
   const char *fsdp[] = {SMALL, MESH(1, 1, 2, 1)};
   check_layout("moe-test.json", "cpu-2", fsdp, 3, (Expect){2, 1, 4, 4, 0, false});
+}
+
+/* Runs the forward graph of moe-test (2 layers) with capacity_factor cf on one device; returns
+ * the loss, and counts the assignments the first layer drops. Checks every (sequence, expert)
+ * keeps min(assigned, C) tokens, first choices before second choices. */
+static double moe_forward(const char *cf, int64_t *dropped) {
+  DrvJob j;
+  char set[64];
+  snprintf(set, sizeof set, "/model/decoder/layer/feed_forward/capacity_factor=%s", cf);
+  const char *sets[] = {SMALL, set};
+  if (lower(&j, "moe-test.json", "cpu", sets, 3, "compose")) {
+    CU_FAIL("moe-test did not lower");
+    return NAN;
+  }
+  const IrGraph *g = j.graph;
+  IrInterp *it = ir_interp_new(g, NULL);
+  ir_interp_set_rounding(it, false);
+  ir_interp_set_keep_all(it, true);
+  for (int32_t v = 0; v < g->nvalues; v++)
+    if (g->values[v].op == IR_PARAMETER || g->values[v].op == IR_INPUT) {
+      double *d = leaf_values(&g->values[v], &g->values[v].shape, 256);
+      ir_interp_set(it, 0, g->values[v].name, g->values[v].shape.rank, g->values[v].shape.dims, d);
+      free(d);
+    }
+  CU_ASSERT_EQUAL_FATAL(ir_interp_run(it), IR_OK);
+  double loss = ir_interp_output(it, 0, "loss", NULL)[0];
+  *dropped = -1;
+  int32_t disp = IR_NONE, topk = IR_NONE;
+  for (int32_t v = 0; v < g->nvalues && disp == IR_NONE; v++) {
+    if (g->values[v].op == IR_TOP_K_INDICES && topk == IR_NONE) topk = v;
+    if (!strcmp(g->values[v].tag, "moe.dispatch")) disp = v;
+  }
+  if (disp != IR_NONE && topk != IR_NONE) {
+    const IrShape *ds = &g->values[disp].shape, *ks = &g->values[topk].shape;
+    int64_t B = ds->dims[0], T = ds->dims[1], E = ds->dims[2], C = ds->dims[3], K = ks->dims[2];
+    const double *d = ir_interp_value(it, 0, disp), *idx = ir_interp_value(it, 0, topk);
+    *dropped = 0;
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t e = 0; e < E; e++) {
+        int64_t assigned = 0, kept = 0, first = 0, first_kept = 0;
+        for (int64_t t = 0; t < T; t++) {
+          for (int64_t k = 0; k < K; k++)
+            if ((int64_t)idx[(b * T + t) * K + k] == e) assigned++, first += k == 0;
+          double slots = 0;
+          for (int64_t c = 0; c < C; c++) slots += d[((b * T + t) * E + e) * C + c];
+          CU_ASSERT(slots == 0 || slots == 1);
+          kept += (int64_t)slots;
+          if (slots && (int64_t)idx[(b * T + t) * K] == e) first_kept++;
+        }
+        CHECK_MSG(kept == (assigned < C ? assigned : C), "cf %s: sequence %lld expert %lld keeps %lld "
+                  "of %lld (capacity %lld)", cf, (long long)b, (long long)e, (long long)kept,
+                  (long long)assigned, (long long)C);
+        CHECK_MSG(first_kept == (first < C ? first : C), "cf %s: first choices not first", cf);
+        *dropped += assigned - kept;
+      }
+  }
+  ir_interp_free(it);
+  drv_free(&j);
+  return loss;
+}
+
+/* capacity_factor: 0 is the dense layer; a large one drops nothing and gives the same loss;
+ * a small one drops what the capacity says. */
+static void test_moe_capacity(void) {
+  int64_t dropped;
+  double dense = moe_forward("0", &dropped);
+  CU_ASSERT_EQUAL(dropped, -1); /* no dispatch in the dense layer */
+  double roomy = moe_forward("2.0", &dropped);
+  CU_ASSERT_EQUAL(dropped, 0);
+  CHECK_MSG(fabs(roomy - dense) <= 1e-12 * fabs(dense), "capacity 2: loss %.15g, dense %.15g", roomy, dense);
+  double tight = moe_forward("0.5", &dropped);
+  if (getenv("AXLC_TEST_VERBOSE"))
+    fprintf(stderr, "capacity 0.5: %lld assignments dropped of %d, loss %.6f (dense %.6f)\n",
+            (long long)dropped, 8 * 16 * 2, tight, dense);
+  CHECK_MSG(dropped > 0, "capacity 0.5 dropped nothing");
+  CHECK_MSG(tight != dense, "capacity 0.5: the same loss as the dense layer");
 }
 
 /* One device: the pass leaves the graph alone. */
@@ -249,6 +328,7 @@ int main(void) {
   CU_add_test(s, "tiny_lm", test_tiny_lm);
   CU_add_test(s, "llama_style", test_llama_style);
   CU_add_test(s, "moe", test_moe);
+  CU_add_test(s, "moe_capacity", test_moe_capacity);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   unsigned failed = CU_get_number_of_failures();
