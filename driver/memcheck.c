@@ -389,7 +389,7 @@ char *drv_memreport_json(const DrvJob *j, const DrvDevice *dev, const DrvMemRepo
 /* ---- the plot ----------------------------------------------------------------------------- */
 
 int drv_memreport_svg(const DrvJob *j, const DrvDevice *dev, const DrvMemReport *r, FILE *out) {
-  const double W = 900, H = 420, L = 80, R = 20, T = 50, B = 60;
+  const double W = 900, H = 430, L = 80, R = 20, T = 60, B = 60;
   double pw = W - L - R, ph = H - T - B;
   double top = (double)r->fixed + (double)(r->nvalues ? r->timeline[r->peak_at] : 0);
   bool show_cap = dev->memory <= 1.5 * top;
@@ -413,7 +413,7 @@ int drv_memreport_svg(const DrvJob *j, const DrvDevice *dev, const DrvMemReport 
     fprintf(out, "<rect x=\"%.1f\" y=\"%.0f\" width=\"%.1f\" height=\"%.0f\" fill=\"%s\"/>\n", x0, T,
             x1 - x0, ph, fill[p]);
     if (x1 - x0 > 60)
-      fprintf(out, "<text x=\"%.1f\" y=\"%.0f\" fill=\"#555\">%s</text>\n", x0 + 4, T + 14, label[p]);
+      fprintf(out, "<text x=\"%.1f\" y=\"%.0f\" fill=\"#555\">%s</text>\n", x0 + 4, T - 6, label[p]);
     v = e;
   }
   /* axes and ticks */
