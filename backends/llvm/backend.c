@@ -62,10 +62,10 @@ static void program_info(const BackendJob *j, Compiled *c) {
 /* Plans memory and generates code for j. */
 static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled *c) {
   memset(c, 0, sizeof *c);
-  if (j->build->mesh.devices > 1)
-    return fe_error(j->diag, j->file, "/mesh", "the cpu backend runs one device; this mesh has "
-                    "%lld (sharding over several devices is not implemented yet)",
-                    (long long)j->build->mesh.devices);
+  if (ir_mesh_devices(&j->graph->mesh) != (j->build->mesh.devices > 1 ? j->build->mesh.devices : 1))
+    return fe_error(j->diag, j->file, "/mesh", "the mesh has %lld devices, but the step graph was not "
+                    "sharded for them (its mesh has %lld): the shard pass did not run",
+                    (long long)j->build->mesh.devices, (long long)ir_mesh_devices(&j->graph->mesh));
   LlvmOptions lo = llvm_options_default();
   if (o) {
     if (o->cpu) lo.cpu = o->cpu;
@@ -111,12 +111,19 @@ static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
     return -1;
   }
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-  char *argv[] = {(char *)cc, "-o", (char *)out, obj, AXLC_RUNTIME_MAIN_LIB, AXLC_RUNTIME_LIB,
-                  "-lopenblas", "-ljson-c", "-lm", "-lpthread", AXLC_TRAINER_LDFLAGS, NULL};
-  if (!*AXLC_TRAINER_LDFLAGS) argv[10] = NULL;
+  /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
+  char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
+  char *argv[32] = {(char *)cc, "-o", (char *)out, obj, AXLC_RUNTIME_MAIN_LIB, AXLC_RUNTIME_LIB,
+                    "-lopenblas", "-ljson-c", "-lm", "-lpthread"};
+  int n = 10;
+  if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
+  for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < 31; lib = strtok(NULL, ";"))
+    argv[n++] = lib;
+  argv[n] = NULL;
   int rc = spawn(argv);
   unlink(obj);
   free(obj);
+  free(mpi);
   if (rc)
     return fe_error(j->diag, out, NULL, "linking the trainer with %s failed (it needs "
                     "libopenblas-dev and libjson-c-dev)", cc);
