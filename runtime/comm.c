@@ -190,9 +190,10 @@ static int group_split(RtComm *c, Group *g, RtError *err) {
 
 static int check_coll(const RtComm *c, int32_t i, RtError *err) {
     const RtCollective *k = &c->colls[i];
+    int axis_ok = k->kind == RT_COLL_ALL_REDUCE || (k->axis >= 0 && k->axis < k->rank);
+    int axis2_ok = k->kind != RT_COLL_ALL_TO_ALL || (k->axis2 >= 0 && k->axis2 < k->rank);
     if (k->kind < 0 || k->kind >= RT_COLL_KIND_COUNT || (k->dtype != RT_DT_F32 && k->dtype != RT_DT_I32) ||
-        k->naxes < 0 || k->naxes > c->mesh.naxes || k->rank < 1 || k->rank > RT_MAX_DIMS ||
-        k->axis < 0 || k->axis >= k->rank || k->axis2 < 0 || k->axis2 >= k->rank)
+        k->naxes < 0 || k->naxes > c->mesh.naxes || k->rank < 0 || k->rank > RT_MAX_DIMS || !axis_ok || !axis2_ok)
         return rt_error_set(err, "program: collective %d: bad kind, dtype, axes or rank", i);
     for (int a = 0; a < k->naxes; a++)
         if (k->axes[a] < 0 || k->axes[a] >= c->mesh.naxes)
@@ -284,7 +285,7 @@ int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int
     c->ncolls = colls ? ncolls : 0;
     c->size = 1;
     c->timeout_s = env_timeout(timeout_s);
-    int64_t devices = mesh_devices(&c->mesh);
+    int64_t devices = c->mesh.naxes >= 0 && c->mesh.naxes <= RT_MAX_MESH_AXES ? mesh_devices(&c->mesh) : 0;
     if (c->mesh.naxes < 0 || c->mesh.naxes > RT_MAX_MESH_AXES || devices < 1 || devices > (1 << 20)) {
         int naxes = (int)c->mesh.naxes;
         free(c);

@@ -276,7 +276,7 @@ static int check_collectives(const RtProgram *p, RtError *err) {
         return rt_error_set(err, "program: no collective table");
     for (int32_t i = 0; i < p->ncollectives; i++) {
         const RtCollective *k = &p->collectives[i];
-        if (k->rank < 1 || k->rank > RT_MAX_DIMS)
+        if (k->rank < 0 || k->rank > RT_MAX_DIMS)
             return rt_error_set(err, "program: collective %d has rank %d", i, (int)k->rank);
         int64_t in = 4, out = 4;
         for (int d = 0; d < k->rank; d++) {
