@@ -284,7 +284,7 @@ static char *regions_text(const RtCkptState *s) {
         json_object_object_add(r, "start", int_array(s->regions[i].start, s->tensors[i].ndim));
         json_object_object_add(root, s->tensors[i].name, r);
     }
-    char *text = root ? strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN)) : NULL;
+    char *text = root ? strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)) : NULL;
     json_object_put(root);
     return text;
 }
@@ -388,7 +388,7 @@ static int write_index_v2(const char *dir, const RtCkptState *s, const int64_t *
     }
     json_object_object_add(root, "files", files);
     json_object_object_add(root, "tensors", tensors);
-    const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_SPACED);
+    const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
     RtWfile w;
     int rc = rt_wfile_open(&w, path, err);
     if (rc == 0 && (rt_wfile_write(&w, text, strlen(text), err) != 0 || rt_wfile_write(&w, "\n", 1, err) != 0)) {

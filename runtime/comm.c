@@ -519,10 +519,13 @@ static void exchange(RtComm *c, Group *g, int32_t index, const char *send, int s
         die(c, "collective %d: MPI error %d posting messages; aborting the job", index, rc);
     char what[160];
     const RtCollective *k = index >= 0 ? &c->colls[index] : NULL;
-    if (k)
-        snprintf(what, sizeof what, "collective %d (%s over %d mesh ax%s)", index, KIND_NAME[k->kind], k->naxes,
-                 k->naxes == 1 ? "is" : "es");
-    else
+    if (k) {
+        int len = snprintf(what, sizeof what, "collective %d (%s over [", index, KIND_NAME[k->kind]);
+        for (int a = 0; a < k->naxes && len < (int)sizeof what - 40; a++)
+            len += snprintf(what + len, sizeof what - (size_t)len, "%s%s", a ? "," : "",
+                            c->mesh.names[k->axes[a]] ? c->mesh.names[k->axes[a]] : "?");
+        snprintf(what + len, sizeof what - (size_t)len, "])");
+    } else
         snprintf(what, sizeof what, "a barrier of all ranks");
     wait_all(c, reqs, nr, peers, what);
     free(reqs);
