@@ -224,6 +224,10 @@ void rt_comm_collective(RtComm *c, int32_t index, char *slab);
 int rt_comm_sum_i64(RtComm *c, int64_t *v, int n, RtError *err);
 /* Bytes this device has sent in collectives so far (counters for benchmarks). */
 int64_t rt_comm_bytes_sent(const RtComm *c);
+/* Bytes this device sends when every collective of the table runs once (one step), as the
+ * table predicts: (G-1) times the operand for all_reduce and all_gather, (G-1) chunks of it for
+ * reduce_scatter and all_to_all, nothing for local_slice. */
+int64_t rt_comm_step_bytes(const RtComm *c);
 /* Ends every process of the job at once with status `code` (MPI_Abort); returns without MPI. */
 void rt_comm_abort(RtComm *c, int code);
 

@@ -107,6 +107,20 @@ int rt_comm_size(const RtComm *c) { return c ? c->size : 1; }
 int64_t rt_comm_coord(const RtComm *c, int a) { return c && a >= 0 && a < c->mesh.naxes ? c->coords[a] : 0; }
 int64_t rt_comm_bytes_sent(const RtComm *c) { return c ? c->bytes_sent : 0; }
 
+static int64_t numel(const int64_t *shape, int rank);
+
+int64_t rt_comm_step_bytes(const RtComm *c) {
+    int64_t sum = 0;
+    for (int32_t i = 0; c && i < c->ncolls; i++) {
+        const RtCollective *k = &c->colls[i];
+        int64_t g = c->groups[c->coll_group[i]].n, bytes = numel(k->in_shape, k->rank) * 4;
+        if (k->kind == RT_COLL_REDUCE_SCATTER || k->kind == RT_COLL_ALL_TO_ALL)
+            bytes /= g;
+        sum += k->kind == RT_COLL_LOCAL_SLICE ? 0 : (g - 1) * bytes;
+    }
+    return sum;
+}
+
 int rt_comm_have_mpi(void) {
 #ifdef AXRT_HAVE_MPI
     return 1;

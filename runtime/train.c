@@ -916,6 +916,7 @@ static int setup(Trainer *t, RtError *err) {
 typedef struct StepOut {
     float loss, grad_norm, lr;
     double ms;
+    int64_t comm_bytes;   /* sent by this device in the step's collectives */
 } StepOut;
 
 /* Loads the next batch of `d` into `slab` and runs step number `number` (1-based) on it. */
@@ -926,7 +927,9 @@ static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *
                            slab_i32(slab, p->targets_offset), err) != 0)
         return -1;
     *slab_f32(slab, p->step_offset) = (float)number;
+    int64_t sent = rt_comm_bytes_sent(t->comm);
     p->step(slab, t->pool, t->comm);
+    out->comm_bytes = rt_comm_bytes_sent(t->comm) - sent;
     out->loss = *slab_f32(slab, p->loss_offset);
     out->grad_norm = *slab_f32(slab, p->grad_norm_offset);
     out->lr = *slab_f32(slab, p->lr_offset);
@@ -970,6 +973,8 @@ static void write_metrics(Trainer *t, const StepOut *s, double tok_s, const doub
     json_num(t->metrics, "lr", s->lr, "%.9g");
     json_num(t->metrics, "tokens_per_s", tok_s, "%.1f");
     json_num(t->metrics, "step_ms", s->ms, "%.3f");
+    if (t->world > 1)
+        json_num(t->metrics, "comm_bytes", (double)s->comm_bytes, "%.0f");
     if (eval)
         json_num(t->metrics, "eval_loss", *eval, "%.9g");
     fputs("}\n", t->metrics);
@@ -1161,7 +1166,8 @@ static void print_banner(const Trainer *t) {
         printf(", %d devices (", t->world);
         for (int a = 0; a < t->p->mesh.naxes; a++)
             printf("%s%s=%lld", a ? " " : "", t->p->mesh.names[a], (long long)t->p->mesh.sizes[a]);
-        printf(")");
+        printf("), %d collectives sending %lld bytes per device per step", (int)t->p->ncollectives,
+               (long long)rt_comm_step_bytes(t->comm));
     }
     printf("\n");
     fflush(stdout);
