@@ -6,8 +6,9 @@
  *   autodiff   + "grad:P" for every parameter
  *   optimizer  + clipping, schedule, AdamW: the whole step in one graph
  *   simplify   folding, identities, CSE, dead code
+ *   shard      the global step -> the program each device of the mesh runs
  *
- * Each later pass (shard, remat, fuse, schedule, memplan) joins this list.
+ * Each later pass (remat, fuse, schedule, memplan) joins this list.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 #include "driver/driver.h"
 #include "passes/passes.h"
 
-const char *const drv_pass_names[] = {"compose", "autodiff", "optimizer", "simplify"};
+const char *const drv_pass_names[] = {"compose", "autodiff", "optimizer", "simplify", "shard"};
 const int drv_npasses = (int)(sizeof drv_pass_names / sizeof drv_pass_names[0]);
 
 int drv_load(DrvJob *j, const char *file, const FeOptions *opt) {
@@ -75,6 +76,52 @@ static void learner_options(const DrvJob *j, PassLearner *l, const char **names,
   l->scales = scales;
 }
 
+/* The mesh axes of size > 1, in mesh order: what the shard pass and the per-device program know. */
+static int shard_mesh(DrvJob *j, IrMesh *m) {
+  const FeMesh *fm = &j->build.mesh;
+  memset(m, 0, sizeof *m);
+  for (int i = 0; i < fm->n; i++) {
+    if (fm->shape[i] <= 1) continue;
+    if (!strcmp(fm->axes[i], "seq") || !strcmp(fm->axes[i], "pipeline"))
+      return fe_error(&j->diag, j->file, "/mesh/shape", "mesh axis %s has %lld devices: %s "
+                      "parallelism is not supported yet (expected 1 on %s)", fm->axes[i],
+                      (long long)fm->shape[i], !strcmp(fm->axes[i], "seq") ? "sequence" : "pipeline",
+                      fm->axes[i]);
+    snprintf(m->names[m->naxes], IR_MAX_AXIS_NAME, "%s", fm->axes[i]);
+    m->sizes[m->naxes++] = fm->shape[i];
+  }
+  return 0;
+}
+
+/* Appends the axes of a '|'-joined spec that are in m (axes of size 1 split nothing). */
+static void spec_axes(const IrMesh *m, const char *spec, uint8_t *axes) {
+  int n = 0;
+  char tmp[64];
+  snprintf(tmp, sizeof tmp, "%s", spec);
+  for (char *sv = NULL, *t = strtok_r(tmp, "|", &sv); t; t = strtok_r(NULL, "|", &sv)) {
+    int a = ir_mesh_axis(m, t);
+    if (a >= 0 && n < IR_MAX_SPLIT_AXES) axes[n++] = (uint8_t)(a + 1);
+  }
+}
+
+/* The shard pass's leaves: every parameter by its partition spec, and the batch (dim 0 of ids
+ * and targets) over the data, expert and fsdp axes, in mesh order. */
+static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n) {
+  PassShardLeaf *l = calloc((size_t)j->build.nparams + 2, sizeof *l);
+  if (!l) return NULL;
+  for (int i = 0; i < j->build.nparams; i++) {
+    const FeParam *p = &j->build.params[i];
+    l[i].name = p->path;
+    for (int d = 0; d < p->rank; d++) spec_axes(m, p->spec[d], l[i].split.axes[d]);
+  }
+  IrSplit batch = {0};
+  spec_axes(m, "data|expert|fsdp", batch.axes[0]);
+  l[j->build.nparams] = (PassShardLeaf){"ids", batch};
+  l[j->build.nparams + 1] = (PassShardLeaf){"targets", batch};
+  *n = j->build.nparams + 2;
+  return l;
+}
+
 static int run_pass(DrvJob *j, int i, const PassOptions *po) {
   IrGraph *g = j->graph;
   int rc = IR_OK;
@@ -83,6 +130,7 @@ static int run_pass(DrvJob *j, int i, const PassOptions *po) {
   case 1: rc = pass_autodiff(g, po); break;
   case 2: rc = pass_optimizer(g, po); break;
   case 3: rc = pass_simplify(g, po); break;
+  case 4: rc = pass_shard(g, po); break;
   }
   if (rc != IR_OK)
     return fe_error(&j->diag, j->file, NULL, "pass %s failed: %s", drv_pass_names[i],
@@ -103,7 +151,7 @@ int drv_lower(DrvJob *j, const char *stop_after) {
     for (last = 0; last < drv_npasses && strcmp(drv_pass_names[last], stop_after); last++) {}
     if (last == drv_npasses)
       return fe_error(&j->diag, NULL, NULL, "unknown pass \"%s\" (expected compose, autodiff, "
-                      "optimizer or simplify)", stop_after);
+                      "optimizer, simplify or shard)", stop_after);
   }
   j->graph = fe_compose(&j->diag, j->file, j->cfg, &j->build);
   if (!j->graph) return -1;
@@ -113,7 +161,13 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   learner_options(j, &learner, names, scales);
   PassOptions po = {0};
   po.learner = &learner;
-  int rc = 0;
+  PassShard shard = {0};
+  PassShardLeaf *leaves = NULL;
+  int rc = shard_mesh(j, &shard.mesh);
+  if (rc == 0 && !(leaves = shard_leaves(j, &shard.mesh, &shard.nleaves)))
+    rc = fe_error(&j->diag, j->file, NULL, "out of memory");
+  shard.leaves = leaves;
+  po.shard = &shard;
   for (int i = 0; i <= last && rc == 0; i++) {
     rc = run_pass(j, i, &po);
     if (rc == 0) rc = verify(j, drv_pass_names[i]);
@@ -121,5 +175,6 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   }
   free(names);
   free(scales);
+  free(leaves);
   return rc;
 }

@@ -8,8 +8,9 @@
  * the same paths. Every value a module emits carries the module's config
  * path as its origin, so an error in any later pass still names the config.
  *
- * The graph is one device's program before sharding: inputs "ids" and
- * "targets" of shape (B, T), with B the per-device batch.
+ * The graph is the global program, as if one device held everything:
+ * inputs "ids" and "targets" of shape (B, T), with B the global batch.
+ * pass_shard turns it into the per-device program of the mesh.
  *
  * A failed builder call records its error in the graph and returns IR_NONE,
  * which later builder calls pass on. Emit code never reads a value it did
@@ -118,11 +119,6 @@ int32_t fe_emit_softmax(FeEmit *e, int32_t x) {
   return ir_div(g, z, fe_emit_bcast(e, s, x, last, lead));
 }
 
-/* The per-device batch: the global batch over the mesh's batch axes. */
-static int64_t device_batch(const FeBuild *b, json_object *cfg) {
-  return fe_get_int(fe_get_child(cfg, "input"), "global_batch_size") / fe_batch_split(&b->mesh);
-}
-
 IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b) {
   if (fe_step_check(b, d)) return NULL; /* a config error, before any graph */
   IrGraph *g = ir_graph_new();
@@ -130,7 +126,8 @@ IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild
     fe_error(d, file, NULL, "out of memory");
     return NULL;
   }
-  FeEmit e = {g, b, malloc(((size_t)b->nparams + 1) * sizeof(int32_t)), device_batch(b, cfg),
+  FeEmit e = {g, b, malloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
+              fe_get_int(fe_get_child(cfg, "input"), "global_batch_size"),
               fe_get_int(fe_get_child(cfg, "input"), "seq_len"), IR_NONE, IR_NONE, IR_NONE};
   for (int i = 0; i < b->nparams; i++) e.param_vals[i] = IR_NONE;
   int64_t bt[2] = {e.batch, e.seq};

@@ -317,7 +317,7 @@ typedef struct FeEmit {
   IrGraph *g;
   const FeBuild *b;       /* the parameter table of the tree being composed */
   int32_t *param_vals;    /* (b->nparams) IR value of each parameter, IR_NONE until used */
-  int64_t batch, seq;     /* per-device batch size B and sequence length T */
+  int64_t batch, seq;     /* global batch size B and sequence length T */
   int32_t ids, targets;   /* inputs: (B, T) i32 token ids and next-token targets */
   int32_t aux_loss;       /* scalar sum of auxiliary losses (MoE), IR_NONE if none */
 } FeEmit;
@@ -325,7 +325,8 @@ typedef struct FeEmit {
 /* Composes the forward graph of a resolved, built trainer config: inputs
  * "ids" and "targets" (B, T) i32, one parameter per FeParam (named by its
  * path), and the scalar output "loss" (mean next-token cross-entropy plus
- * auxiliary losses). B is the per-device batch. Returns NULL after
+ * auxiliary losses). B is the global batch: the graph is the global program,
+ * which pass_shard splits over the mesh. Returns NULL after
  * recording an error in `d`. */
 IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b);
 

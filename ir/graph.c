@@ -347,3 +347,21 @@ int64_t ir_split_index(const IrMesh *m, const IrSplit *s, int32_t d, int64_t dev
   }
   return k;
 }
+
+void ir_split_copy(const IrMesh *m, const IrSplit *s, const IrShape *global, int64_t dev,
+                   double *global_data, double *local_data, bool to_global) {
+  int32_t r = global->rank;
+  int64_t ld[IR_MAX_RANK], off[IR_MAX_RANK], idx[IR_MAX_RANK] = {0}, n = 1;
+  for (int32_t d = 0; d < r; d++) {
+    ld[d] = global->dims[d] / ir_split_count(m, s, d);
+    off[d] = ir_split_index(m, s, d, dev) * ld[d];
+    n *= ld[d];
+  }
+  for (int64_t k = 0; k < n; k++) {
+    int64_t gi = 0;
+    for (int32_t d = 0; d < r; d++) gi = gi * global->dims[d] + off[d] + idx[d];
+    if (to_global) global_data[gi] = local_data[k];
+    else local_data[k] = global_data[gi];
+    for (int32_t d = r - 1; d >= 0 && ++idx[d] == ld[d]; d--) idx[d] = 0;
+  }
+}

@@ -182,6 +182,10 @@ bool ir_split_any(const IrSplit *s);                              /* some dim is
 int64_t ir_split_count(const IrMesh *m, const IrSplit *s, int32_t d); /* chunks along dim d */
 /* Which chunk of dim d device `dev` (row-major over the mesh) holds. */
 int64_t ir_split_index(const IrMesh *m, const IrSplit *s, int32_t d, int64_t dev);
+/* Copies device dev's chunk of the global tensor (shape `global`, row-major) into local_data, or
+ * with to_global the other way. For tests, the interpreter backend and checkpoints. */
+void ir_split_copy(const IrMesh *m, const IrSplit *s, const IrShape *global, int64_t dev,
+                   double *global_data, double *local_data, bool to_global);
 
 /* ======================================================================== shape.c: shape rules */
 

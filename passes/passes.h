@@ -21,12 +21,27 @@ typedef struct PassLearner {
   const double *scales;           /* (nscales) */
 } PassLearner;
 
+/* What the shard pass needs: the mesh (axes of size > 1 only) and the sharding of the leaves
+ * (parameters by name; "opt/m/P" and "opt/v/P" follow P; inputs "ids", "targets"); leaves not
+ * listed are whole on every device. */
+typedef struct PassShardLeaf {
+  const char *name;
+  IrSplit split;
+} PassShardLeaf;
+
+typedef struct PassShard {
+  IrMesh mesh;
+  int32_t nleaves;
+  const PassShardLeaf *leaves;
+} PassShard;
+
 typedef struct PassOptions {
   const char *loss;          /* autodiff: name of the scalar output to differentiate; NULL: "loss" */
   int32_t nwrt;              /* autodiff: number of parameter names in wrt; 0: every parameter */
   const char *const *wrt;    /* (nwrt) parameter names */
   int64_t fold_limit;        /* simplify: largest constant (elements) folding creates; 0: 4096 */
   const PassLearner *learner; /* optimizer */
+  const PassShard *shard;     /* shard; NULL or one device: nothing to do */
 } PassOptions;
 
 /* ======================================================================== autodiff.c */
@@ -59,6 +74,14 @@ int pass_algebra(IrGraph *g, const PassOptions *opt);
  * parameters "opt/m/P" and "opt/v/P", outputs "new:P", "new:opt/m/P", "new:opt/v/P", "grad_norm"
  * and "lr". */
 int pass_optimizer(IrGraph *g, const PassOptions *opt);
+/* ======================================================================== shard.c */
+
+/* Rewrites the global step graph into the program every device of opt->shard->mesh runs: local
+ * shapes, each value's IrSplit, and the collectives the shardings need (see shard.c). The
+ * per-device program computes the global step's numbers: the same loss, and each device's chunk
+ * of the same new parameters. */
+int pass_shard(IrGraph *g, const PassOptions *opt);
+
 /* ======================================================================== memplan.c */
 
 /* Where every value of a step graph lives in the runtime's one slab, and the numbers the

@@ -9,6 +9,11 @@
  * "new:P" are bound back as the parameters P (model parameters and the
  * optimizer's opt/m, opt/v alike). Parameters start from the runtime's
  * deterministic init (seed, path), or from a safetensors file (--init).
+ *
+ * A per-device program (a mesh of several devices, after pass_shard) runs on
+ * the interpreter's simulated mesh: every leaf is bound to each device as that
+ * device's chunk of the global value, each device keeps its own new state, and
+ * --dump writes the global tensors put back together.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -59,9 +64,48 @@ static int init_values(Trainer *t, const FeParam *p, const RtSt *st, uint64_t se
   return 0;
 }
 
+/* The global shape of value v of a per-device program. */
+static IrShape global_shape(const IrGraph *g, int32_t v) {
+  IrShape s = g->values[v].shape;
+  for (int32_t d = 0; d < s.rank; d++) s.dims[d] *= ir_split_count(&g->mesh, &g->values[v].split, d);
+  return s;
+}
+
+/* Binds the global value `data` (shape s) of leaf `name`: whole on one device, else each device
+ * its chunk. */
 static int bind(Trainer *t, const char *name, const IrShape *s, const double *data) {
-  if (ir_interp_set(t->it, -1, name, s->rank, s->dims, data) != IR_OK)
-    return fail(t, ir_interp_error(t->it));
+  const IrGraph *g = t->j->graph;
+  int32_t v = ir_graph_find(g, IR_PARAMETER, name);
+  if (v == IR_NONE) v = ir_graph_find(g, IR_INPUT, name);
+  int st = IR_OK;
+  if (v == IR_NONE || !g->mesh.naxes) {
+    st = ir_interp_set(t->it, -1, name, s->rank, s->dims, data);
+  } else {
+    const IrValue *x = &g->values[v];
+    int64_t n = ir_shape_numel(&x->shape);
+    double *l = malloc((size_t)(n ? n : 1) * sizeof *l);
+    if (!l) return fail(t, "out of memory");
+    for (int64_t dev = 0; dev < ir_mesh_devices(&g->mesh) && st == IR_OK; dev++) {
+      ir_split_copy(&g->mesh, &x->split, s, dev, (double *)data, l, false);
+      st = ir_interp_set(t->it, dev, name, x->shape.rank, x->shape.dims, l);
+    }
+    free(l);
+  }
+  return st != IR_OK ? fail(t, ir_interp_error(t->it)) : 0;
+}
+
+/* Output `name` as a global tensor in t->buf (shape *s). */
+static int gather_output(Trainer *t, const char *name, IrShape *s) {
+  const IrGraph *g = t->j->graph;
+  int32_t v = ir_graph_output(g, name);
+  if (v == IR_NONE) return fail(t, "internal: an output is missing");
+  *s = global_shape(g, v);
+  for (int64_t dev = 0; dev < (g->mesh.naxes ? ir_mesh_devices(&g->mesh) : 1); dev++) {
+    const double *x = ir_interp_output(t->it, dev, name, NULL);
+    if (!x) return fail(t, ir_interp_error(t->it));
+    if (g->mesh.naxes) ir_split_copy(&g->mesh, &g->values[v].split, s, dev, t->buf, (double *)x, true);
+    else memcpy(t->buf, x, (size_t)ir_shape_numel(s) * sizeof *x);
+  }
   return 0;
 }
 
@@ -104,18 +148,21 @@ static int bind_batch(Trainer *t, int64_t step) {
   return bind(t, "step", &scalar, &st);
 }
 
-/* Binds every "new:X" output back as X. */
+/* Binds every "new:X" output back as X, on each device its own. */
 static int carry_state(Trainer *t) {
   const IrGraph *g = t->j->graph;
   for (int32_t i = 0; i < g->noutputs; i++) {
     const char *name = g->outputs[i].name;
     if (strncmp(name, "new:", 4) != 0) continue;
-    IrShape s;
-    const double *v = ir_interp_output(t->it, 0, name, &s);
-    if (!v) return fail(t, ir_interp_error(t->it));
-    int64_t n = ir_shape_numel(&s);
-    memcpy(t->buf, v, (size_t)n * sizeof *v); /* the output buffer is the interpreter's */
-    if (bind(t, name + 4, &s, t->buf)) return -1;
+    for (int64_t dev = 0; dev < (g->mesh.naxes ? ir_mesh_devices(&g->mesh) : 1); dev++) {
+      IrShape s;
+      const double *v = ir_interp_output(t->it, dev, name, &s);
+      if (!v) return fail(t, ir_interp_error(t->it));
+      int64_t n = ir_shape_numel(&s);
+      memcpy(t->buf, v, (size_t)n * sizeof *v); /* the output buffer is the interpreter's */
+      if (ir_interp_set(t->it, g->mesh.naxes ? dev : -1, name + 4, s.rank, s.dims, t->buf) != IR_OK)
+        return fail(t, ir_interp_error(t->it));
+    }
   }
   return 0;
 }
@@ -160,14 +207,13 @@ static int dump(Trainer *t, int64_t steps) {
                 (!strncmp(name, "new:", 4) && strncmp(name, "new:opt/", 8) != 0);
     if (!want) continue;
     IrShape s;
-    const double *v = ir_interp_output(t->it, 0, name, &s);
-    if (!v) continue;
+    if (gather_output(t, name, &s)) continue;
     RtTensor *tt = &ts[n++];
     tt->name = name;
     tt->dtype = RT_DT_F32;
     tt->ndim = s.rank;
     memcpy(tt->shape, s.dims, sizeof(int64_t) * (size_t)s.rank);
-    tt->data = to_float(v, ir_shape_numel(&s));
+    tt->data = to_float(t->buf, ir_shape_numel(&s));
   }
   RtError err;
   int rc = rt_st_write(t->o->dump, ts, n, NULL, 0, NULL, NULL, &err);
@@ -189,8 +235,9 @@ static int setup(Trainer *t, int64_t steps) {
   if (rt_data_open(&t->data, t->o->data, (int)t->j->facts->vocab, &err))
     return fail(t, err.msg);
   int32_t ids = ir_graph_find(t->j->graph, IR_INPUT, "ids");
-  t->batch = t->j->graph->values[ids].shape.dims[0];
-  t->seq = t->j->graph->values[ids].shape.dims[1];
+  IrShape bt = global_shape(t->j->graph, ids); /* every device's batch: the global one */
+  t->batch = bt.dims[0];
+  t->seq = bt.dims[1];
   int64_t n = max_numel(t->j, t->batch * t->seq);
   t->buf = malloc((size_t)n * sizeof *t->buf);
   t->fbuf = malloc((size_t)n * sizeof *t->fbuf);

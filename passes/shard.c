@@ -1,0 +1,785 @@
+/* shard.c: from the global step graph to the per-device program.
+ *
+ * The composer, autodiff and the optimizer build the step as if one device held everything: the
+ * global batch, whole parameters. pass_shard rewrites that graph into the program each device
+ * of the mesh runs (SPMD: one program, every device its own chunk of the data), the way GSPMD
+ * does it, in one walk in graph order:
+ *
+ *   - Leaves get their sharding from the options: parameters from their partition specs, the
+ *     AdamW moments like their parameter, ids and targets split over the batch axes.
+ *   - Every other value's sharding follows from its operands' (rules per op below). Where an
+ *     op needs its operands in another sharding than they have, a reshard is inserted: an
+ *     all_gather to undo a split, a local_slice to make one (free: the device already holds the
+ *     data), an all_to_all to move an axis from one dim to another, and, for partial sums, an
+ *     all_reduce or a reduce_scatter.
+ *   - A value can be a partial sum over some mesh axes: each device holds a summand, as after a
+ *     matrix product whose contracting dim is split. Linear ops pass partial sums on; anything
+ *     else first reduces them. A value the graph names "grad:P" is brought to P's sharding at
+ *     once, so the data-parallel gradient reduction is an all_reduce, and under fsdp a
+ *     reduce_scatter, and the optimizer update runs on each device's chunk.
+ *   - Constants, iota and broadcasts (and elementwise ops of only those) are deferred: they are
+ *     emitted where a consumer needs them, directly in the sharding it needs, so a broadcast
+ *     into a split activation is computed at the local size, never sliced.
+ *   - Outputs "new:X" and "grad:X" leave in X's sharding, the rest replicated.
+ *
+ * The result's values have local shapes and carry their IrSplit (docs/ir.md). Mesh axes of size 1
+ * are left out of the graph's mesh; a mesh of one device leaves the graph as it is.
+ */
+#include "passes/passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A sharding: which mesh axes split each dim (IrSplit), and which axes the value is a partial
+ * sum over (bit a for mesh axis a). */
+typedef struct Sh {
+  IrSplit s;
+  uint32_t partial;
+} Sh;
+
+typedef struct Alt { /* a value already emitted in another sharding */
+  Sh sh;
+  int32_t h;
+  struct Alt *next;
+} Alt;
+
+typedef struct Ctx {
+  const IrGraph *g;     /* the global graph */
+  IrGraph *h;           /* the per-device graph being built */
+  const IrMesh *m;
+  const PassShard *opt;
+  int32_t *val;         /* (g->nvalues) value in h, or IR_NONE while deferred */
+  Sh *sh;               /* (g->nvalues) sharding of val */
+  bool *deferred;       /* (g->nvalues) emitted on demand */
+  Alt **alts;           /* (g->nvalues) reshards and deferred emissions made so far */
+  const Sh **want;      /* (g->nvalues) sharding a value must take at once ("grad:P"), or NULL */
+  Sh *wants;            /* storage for want */
+  int32_t n;            /* g->nvalues when the walk began */
+} Ctx;
+
+static int nax(const IrSplit *s, int32_t d) {
+  int n = 0;
+  while (n < IR_MAX_SPLIT_AXES && s->axes[d][n]) n++;
+  return n;
+}
+
+static bool sh_eq(const Sh *a, const Sh *b) {
+  return a->partial == b->partial && memcmp(&a->s, &b->s, sizeof a->s) == 0;
+}
+
+/* Bit set of the mesh axes that split some dim of s. */
+static uint32_t used_axes(const IrSplit *s, int32_t rank) {
+  uint32_t u = 0;
+  for (int32_t d = 0; d < rank; d++)
+    for (int k = 0; k < nax(s, d); k++) u |= 1u << (s->axes[d][k] - 1);
+  return u;
+}
+
+static uint32_t dim_axes(const IrSplit *s, int32_t d) {
+  uint32_t u = 0;
+  for (int k = 0; k < nax(s, d); k++) u |= 1u << (s->axes[d][k] - 1);
+  return u;
+}
+
+static int64_t count(const Ctx *c, const IrSplit *s, int32_t d) { return ir_split_count(c->m, s, d); }
+
+/* The local shape of a global shape under s. */
+static IrShape local_shape(const Ctx *c, const IrShape *global, const IrSplit *s) {
+  IrShape l = *global;
+  for (int32_t d = 0; d < l.rank; d++) l.dims[d] /= count(c, s, d);
+  return l;
+}
+
+/* The mesh axis names of a bit set or of a split dim, in mesh order / split order. */
+static int32_t axis_names(const Ctx *c, uint32_t bits, const char **names) {
+  int32_t n = 0;
+  for (int32_t a = 0; a < c->m->naxes; a++)
+    if (bits & (1u << a)) names[n++] = c->m->names[a];
+  return n;
+}
+
+static int32_t split_names(const Ctx *c, const uint8_t *axes, int n, const char **names) {
+  for (int k = 0; k < n; k++) names[k] = c->m->names[axes[k] - 1];
+  return n;
+}
+
+/* Records the sharding on h's value x (the builders leave it zero) and returns x. */
+static int32_t mark(Ctx *c, int32_t x, const IrSplit *s) {
+  if (x != IR_NONE) c->h->values[x].split = *s;
+  return x;
+}
+
+/* ---- resharding ---------------------------------------------------------------------- */
+
+/* x (in h, sharded as *from, of global shape gs) in sharding *to (to->partial must be 0). */
+static int32_t reshard(Ctx *c, int32_t x, Sh from, const Sh *to, const IrShape *gs) {
+  const char *names[IR_MAX_MESH_AXES];
+  int32_t rank = gs->rank;
+  /* 1. partial sums: a reduce_scatter where the target splits an unsplit dim over partial axes
+   *    only, an all_reduce over whatever is left */
+  for (int32_t d = 0; d < rank && from.partial; d++) {
+    uint32_t want = dim_axes(&to->s, d);
+    if (!want || nax(&from.s, d) || (want & ~from.partial) || gs->dims[d] % count(c, &to->s, d))
+      continue;
+    x = ir_reduce_scatter(c->h, x, split_names(c, to->s.axes[d], nax(&to->s, d), names), names, d);
+    memcpy(from.s.axes[d], to->s.axes[d], sizeof from.s.axes[d]);
+    from.partial &= ~want;
+    mark(c, x, &from.s);
+  }
+  if (from.partial) {
+    x = mark(c, ir_all_reduce(c->h, x, axis_names(c, from.partial, names), names), &from.s);
+    from.partial = 0;
+  }
+  /* 2. drop the axes the target does not have at the same place: an all_to_all when exactly one
+   *    axis moves to the end of another dim's list, else an all_gather */
+  for (int32_t d = 0; d < rank; d++) {
+    int nf = nax(&from.s, d), nt = nax(&to->s, d), cp = 0;
+    while (cp < nf && cp < nt && from.s.axes[d][cp] == to->s.axes[d][cp]) cp++;
+    if (cp == nf) continue;
+    if (nf - cp == 1) {
+      uint8_t a = from.s.axes[d][cp];
+      int32_t j = -1;
+      for (int32_t e = 0; e < rank && j < 0; e++) {
+        int ne = nax(&from.s, e);
+        if (e != d && nax(&to->s, e) == ne + 1 && to->s.axes[e][ne] == a &&
+            memcmp(from.s.axes[e], to->s.axes[e], (size_t)ne) == 0)
+          j = e;
+      }
+      if (j >= 0) {
+        const char *an = c->m->names[a - 1];
+        x = ir_all_to_all(c->h, x, 1, &an, j, d);
+        from.s.axes[d][cp] = 0;
+        from.s.axes[j][nax(&from.s, j)] = a;
+        mark(c, x, &from.s);
+        continue;
+      }
+    }
+    x = ir_all_gather(c->h, x, split_names(c, from.s.axes[d] + cp, nf - cp, names), names, d);
+    memset(from.s.axes[d] + cp, 0, (size_t)(IR_MAX_SPLIT_AXES - cp));
+    mark(c, x, &from.s);
+  }
+  /* 3. add the target's extra axes: every device keeps its chunk */
+  for (int32_t d = 0; d < rank; d++) {
+    int nf = nax(&from.s, d), nt = nax(&to->s, d);
+    if (nf == nt) continue;
+    if (gs->dims[d] % count(c, &to->s, d)) {
+      ir_graph_fail(c->h, "shard: dim %d (size %lld) does not divide over %lld devices", d,
+                    (long long)gs->dims[d], (long long)count(c, &to->s, d));
+      return IR_NONE;
+    }
+    x = ir_local_slice(c->h, x, split_names(c, to->s.axes[d] + nf, nt - nf, names), names, d);
+    memcpy(from.s.axes[d], to->s.axes[d], sizeof from.s.axes[d]);
+    mark(c, x, &from.s);
+  }
+  return x;
+}
+
+static int32_t emit_deferred(Ctx *c, int32_t v, const Sh *want);
+
+static Alt *alt_find(Ctx *c, int32_t v, const Sh *want) {
+  for (Alt *a = c->alts[v]; a; a = a->next)
+    if (sh_eq(&a->sh, want)) return a;
+  return NULL;
+}
+
+static int32_t alt_add(Ctx *c, int32_t v, const Sh *sh, int32_t h) {
+  if (h == IR_NONE) return IR_NONE;
+  Alt *a = malloc(sizeof *a);
+  if (!a) {
+    ir_graph_fail(c->h, "out of memory");
+    return IR_NONE;
+  }
+  *a = (Alt){*sh, h, c->alts[v]};
+  c->alts[v] = a;
+  return h;
+}
+
+/* Value v of g, in h, sharded as *want. */
+static int32_t get(Ctx *c, int32_t v, const Sh *want) {
+  if (!c->deferred[v] && sh_eq(&c->sh[v], want)) return c->val[v];
+  Alt *a = alt_find(c, v, want);
+  if (a) return a->h;
+  if (c->deferred[v]) return alt_add(c, v, want, emit_deferred(c, v, want));
+  if (c->val[v] == IR_NONE) return IR_NONE;
+  return alt_add(c, v, want, reshard(c, c->val[v], c->sh[v], want, &c->g->values[v].shape));
+}
+
+/* v as it is, partial sums reduced. */
+static Sh resolved(const Ctx *c, int32_t v) {
+  Sh s = c->sh[v];
+  s.partial = 0;
+  return s;
+}
+
+/* ---- deferred values: constants, iota, broadcasts and elementwise ops of them --------- */
+
+/* Deferred values never hold partial sums: a broadcast reduces a partial operand first (which
+ * costs less than reducing the broadcast). */
+static bool deferrable(const Ctx *c, int32_t v) {
+  const IrValue *x = &c->g->values[v];
+  if (x->op == IR_CONSTANT || x->op == IR_IOTA || x->op == IR_BROADCAST) return true;
+  if (!(ir_op_flags(x->op) & IR_ELEMENTWISE)) return false;
+  for (int32_t k = 0; k < x->nops; k++)
+    if (!c->deferred[x->ops[k]]) return false;
+  return true;
+}
+
+static void merge(Sh *cur, const Sh *s, int32_t rank);
+
+/* The sharding a deferred value takes when nothing asks for one: its operands' (widest). */
+static Sh natural(const Ctx *c, int32_t v) {
+  if (!c->deferred[v]) return c->sh[v];
+  const IrValue *x = &c->g->values[v];
+  Sh s = {0};
+  if (x->op == IR_BROADCAST) {
+    Sh o = natural(c, x->ops[0]);
+    const IrShape *os = &c->g->values[x->ops[0]].shape;
+    for (int32_t i = 0; i < os->rank; i++)
+      if (os->dims[i] == x->shape.dims[x->attr.axes.v[i]])
+        memcpy(s.s.axes[x->attr.axes.v[i]], o.s.axes[i], IR_MAX_SPLIT_AXES);
+  } else if (ir_op_flags(x->op) & IR_ELEMENTWISE) {
+    for (int32_t k = 0; k < x->nops; k++) {
+      Sh o = natural(c, x->ops[k]);
+      merge(&s, &o, x->shape.rank);
+    }
+  }
+  return s;
+}
+
+/* Whether every device's chunk of constant x under s holds the same numbers. */
+static bool same_chunks(const Ctx *c, const IrValue *x, const IrSplit *s) {
+  IrShape l = local_shape(c, &x->shape, s);
+  int64_t n = ir_shape_numel(&l), ndev = ir_mesh_devices(c->m);
+  double *a = malloc((size_t)(n ? n : 1) * sizeof *a), *b = malloc((size_t)(n ? n : 1) * sizeof *b);
+  bool same = a && b;
+  if (same) ir_split_copy(c->m, s, &x->shape, 0, (double *)x->attr.data, a, false);
+  for (int64_t dev = 1; dev < ndev && same; dev++) {
+    ir_split_copy(c->m, s, &x->shape, dev, (double *)x->attr.data, b, false);
+    same = memcmp(a, b, (size_t)n * sizeof *a) == 0;
+  }
+  free(a);
+  free(b);
+  return same;
+}
+
+static int32_t emit_deferred(Ctx *c, int32_t v, const Sh *want) {
+  const IrValue *x = &c->g->values[v];
+  if (want->partial) { /* no rule asks for this; a splat cannot be a partial sum */
+    ir_graph_fail(c->h, "shard: internal: %%%d (%s) asked for as a partial sum", v, ir_op_name(x->op));
+    return IR_NONE;
+  }
+  IrValue p = *x;
+  p.origin = x->origin;
+  p.tag = x->tag;
+  int32_t ops[IR_MAX_RANK + 4];
+  IrShape local = local_shape(c, &x->shape, &want->s);
+  if (x->op == IR_BROADCAST) {
+    const IrShape *os = &c->g->values[x->ops[0]].shape;
+    Sh o = {0};
+    for (int32_t i = 0; i < os->rank; i++)
+      if (os->dims[i] == x->shape.dims[x->attr.axes.v[i]])
+        memcpy(o.s.axes[i], want->s.axes[x->attr.axes.v[i]], IR_MAX_SPLIT_AXES);
+    /* a size-1 operand dim broadcast over a split dim stays whole: it has one element */
+    ops[0] = get(c, x->ops[0], &o);
+    p.ops = ops;
+    p.shape = local;
+    p.split = want->s;
+    return ir_graph_add(c->h, &p);
+  }
+  bool whole_iota = x->op == IR_IOTA && nax(&want->s, (int32_t)x->attr.axis);
+  if (x->op == IR_CONSTANT && x->attr.data && same_chunks(c, x, &want->s)) {
+    /* folded broadcasts: every device's chunk holds the same numbers, so it is a constant */
+    double *d = malloc((size_t)(ir_shape_numel(&local) ? ir_shape_numel(&local) : 1) * sizeof *d);
+    if (!d) {
+      ir_graph_fail(c->h, "out of memory");
+      return IR_NONE;
+    }
+    ir_split_copy(c->m, &want->s, &x->shape, 0, (double *)x->attr.data, d, false);
+    p.attr.data = d;
+    p.shape = local;
+    p.split = want->s;
+    int32_t r = ir_graph_add(c->h, &p);
+    free(d);
+    return r;
+  }
+  if ((x->op == IR_CONSTANT && x->attr.data) || whole_iota) {
+    /* the values depend on the position: build the global value, keep this device's chunk */
+    Sh none = {0};
+    int32_t full = alt_find(c, v, &none) ? alt_find(c, v, &none)->h : IR_NONE;
+    if (full == IR_NONE) {
+      p.split = none.s;
+      full = alt_add(c, v, &none, ir_graph_add(c->h, &p));
+    }
+    return reshard(c, full, none, want, &x->shape);
+  }
+  if (x->op == IR_CONSTANT || x->op == IR_IOTA) {
+    p.shape = local;
+    p.split = want->s;
+    return ir_graph_add(c->h, &p);
+  }
+  /* elementwise over deferred operands: each operand in the same sharding */
+  for (int32_t k = 0; k < x->nops; k++) ops[k] = get(c, x->ops[k], want);
+  p.ops = ops;
+  p.split = want->s;
+  return ir_graph_add(c->h, &p);
+}
+
+/* ---- per-op rules ---------------------------------------------------------------------- */
+
+/* Widens cur by the splits of s where they extend cur's (the more a value is split, the less
+ * each device computes; a slice costs no traffic), unless an axis would be used twice. */
+static void merge(Sh *cur, const Sh *s, int32_t rank) {
+  uint32_t used = used_axes(&cur->s, rank);
+  for (int32_t d = 0; d < rank; d++) {
+    int nc = nax(&cur->s, d), ns = nax(&s->s, d);
+    if (ns <= nc || memcmp(cur->s.axes[d], s->s.axes[d], (size_t)nc)) continue;
+    uint32_t extra = 0;
+    for (int k = nc; k < ns; k++) extra |= 1u << (s->s.axes[d][k] - 1);
+    if (extra & used) continue;
+    memcpy(cur->s.axes[d], s->s.axes[d], IR_MAX_SPLIT_AXES);
+    used |= extra;
+  }
+}
+
+/* Emits value v of g with operands ops (in h) as sharded *out. */
+static int32_t emit_as(Ctx *c, int32_t v, const int32_t *ops, const Sh *out) {
+  IrValue p = c->g->values[v];
+  p.ops = ops;
+  p.shape = local_shape(c, &c->g->values[v].shape, &out->s);
+  p.split = out->s;
+  return ir_graph_add(c->h, &p);
+}
+
+static int32_t *op_buf(Ctx *c, int32_t n, int32_t *small, int32_t cap) {
+  if (n <= cap) return small;
+  int32_t *b = malloc((size_t)n * sizeof *b);
+  if (!b) ir_graph_fail(c->h, "out of memory");
+  return b;
+}
+
+static int elementwise(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  int32_t small[8], *ops = op_buf(c, x->nops, small, 8);
+  if (!ops) return IR_ERR;
+  /* linear ops keep partial sums: -p, p + q and p - q (same sharding), p * r, p / r (r whole) */
+  int npart = 0, ipart = -1;
+  for (int32_t k = 0; k < x->nops; k++)
+    if (!c->deferred[x->ops[k]] && c->sh[x->ops[k]].partial) npart++, ipart = k;
+  bool keep = false;
+  if (npart && (x->op == IR_NEG || x->op == IR_ADD || x->op == IR_SUB)) {
+    keep = true;
+    for (int32_t k = 0; k < x->nops; k++)
+      keep = keep && !c->deferred[x->ops[k]] && sh_eq(&c->sh[x->ops[k]], &c->sh[x->ops[0]]);
+  } else if (npart == 1 && (x->op == IR_MUL || (x->op == IR_DIV && ipart == 0))) {
+    keep = true;
+  }
+  if (keep) {
+    *out = c->sh[x->ops[ipart]];
+    Sh whole = *out;
+    whole.partial = 0;
+    for (int32_t k = 0; k < x->nops; k++)
+      ops[k] = get(c, x->ops[k], k == ipart || x->op == IR_NEG || x->op == IR_ADD || x->op == IR_SUB
+                                      ? &c->sh[x->ops[k]] : &whole);
+  } else {
+    memset(out, 0, sizeof *out);
+    for (int32_t k = 0; k < x->nops; k++)
+      if (!c->deferred[x->ops[k]]) {
+        Sh s = resolved(c, x->ops[k]);
+        merge(out, &s, x->shape.rank);
+      }
+    for (int32_t k = 0; k < x->nops; k++) ops[k] = get(c, x->ops[k], out);
+  }
+  c->val[v] = emit_as(c, v, ops, out);
+  if (ops != small) free(ops);
+  return IR_OK;
+}
+
+static int reduce(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  int32_t a = x->ops[0];
+  const IrShape *is = &c->g->values[a].shape;
+  Sh in = x->op == IR_REDUCE_SUM ? (c->deferred[a] ? natural(c, a) : c->sh[a]) : resolved(c, a);
+  bool red[IR_MAX_RANK] = {false};
+  for (int32_t i = 0; i < x->attr.axes.n; i++) red[x->attr.axes.v[i]] = true;
+  memset(out, 0, sizeof *out);
+  out->partial = in.partial;
+  for (int32_t d = 0, o = 0; d < is->rank; d++) {
+    if (!red[d]) {
+      memcpy(out->s.axes[o++], in.s.axes[d], IR_MAX_SPLIT_AXES);
+    } else if (x->op == IR_REDUCE_SUM) {
+      out->partial |= dim_axes(&in.s, d); /* each device sums its chunk */
+    } else {
+      memset(in.s.axes[d], 0, IR_MAX_SPLIT_AXES); /* max needs the whole dim */
+    }
+  }
+  int32_t op = get(c, a, &in);
+  c->val[v] = emit_as(c, v, &op, out);
+  return IR_OK;
+}
+
+static bool in_dims(const IrDims *d, int64_t i) {
+  for (int32_t k = 0; k < d->n; k++)
+    if (d->v[k] == i) return true;
+  return false;
+}
+
+/* dot_general: batch dims pair up, contracting dims pair up (a shared split makes a partial sum),
+ * the rest are free. The lhs keeps its batch and free splits; a contracting split and the rhs's
+ * free splits are kept where they use no axis already taken. */
+static int dot(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  const IrAttrs *at = &x->attr;
+  int32_t l = x->ops[0], r = x->ops[1];
+  const IrShape *ls = &c->g->values[l].shape, *rs = &c->g->values[r].shape;
+  Sh L0 = resolved(c, l), R0 = resolved(c, r);
+  if (c->deferred[l]) L0 = natural(c, l), L0.partial = 0;
+  if (c->deferred[r]) R0 = natural(c, r), R0.partial = 0;
+  Sh L = {0}, R = {0};
+  uint32_t used = 0;
+  /* batch pairs: the lhs's split, else the rhs's */
+  for (int32_t i = 0; i < at->lb.n; i++) {
+    int32_t dl = (int32_t)at->lb.v[i], dr = (int32_t)at->rb.v[i];
+    const uint8_t *src = nax(&L0.s, dl) ? L0.s.axes[dl] : R0.s.axes[dr];
+    uint32_t bits = 0;
+    for (int k = 0; k < IR_MAX_SPLIT_AXES && src[k]; k++) bits |= 1u << (src[k] - 1);
+    if (bits & used) continue;
+    memcpy(L.s.axes[dl], src, IR_MAX_SPLIT_AXES);
+    memcpy(R.s.axes[dr], src, IR_MAX_SPLIT_AXES);
+    used |= bits;
+  }
+  /* lhs free dims */
+  for (int32_t d = 0; d < ls->rank; d++) {
+    if (in_dims(&at->lb, d) || in_dims(&at->lc, d)) continue;
+    uint32_t bits = dim_axes(&L0.s, d);
+    if (bits & used) continue;
+    memcpy(L.s.axes[d], L0.s.axes[d], IR_MAX_SPLIT_AXES);
+    used |= bits;
+  }
+  /* contracting pairs: split alike on both sides, or not at all. When only one side is split,
+   * the split is taken (slicing the other side) unless the rhs's free dims want that axis:
+   * gathering the split side then beats a partial sum of the whole output (Megatron's column
+   * split after a hidden-split activation). */
+  uint32_t rhs_free = 0;
+  for (int32_t d = 0; d < rs->rank; d++)
+    if (!in_dims(&at->rb, d) && !in_dims(&at->rc, d)) rhs_free |= dim_axes(&R0.s, d);
+  uint32_t partial = 0;
+  for (int32_t i = 0; i < at->lc.n; i++) {
+    int32_t dl = (int32_t)at->lc.v[i], dr = (int32_t)at->rc.v[i];
+    bool alike = nax(&L0.s, dl) == nax(&R0.s, dr) && !memcmp(L0.s.axes[dl], R0.s.axes[dr], IR_MAX_SPLIT_AXES);
+    const uint8_t *src = nax(&L0.s, dl) >= nax(&R0.s, dr) ? L0.s.axes[dl] : R0.s.axes[dr];
+    uint32_t bits = 0;
+    for (int k = 0; k < IR_MAX_SPLIT_AXES && src[k]; k++) bits |= 1u << (src[k] - 1);
+    if (!bits || (bits & used) || (!alike && (bits & rhs_free))) continue;
+    memcpy(L.s.axes[dl], src, IR_MAX_SPLIT_AXES);
+    memcpy(R.s.axes[dr], src, IR_MAX_SPLIT_AXES);
+    used |= bits;
+    partial |= bits;
+  }
+  /* rhs free dims */
+  for (int32_t d = 0; d < rs->rank; d++) {
+    if (in_dims(&at->rb, d) || in_dims(&at->rc, d)) continue;
+    uint32_t bits = dim_axes(&R0.s, d);
+    if (bits & used) continue;
+    memcpy(R.s.axes[d], R0.s.axes[d], IR_MAX_SPLIT_AXES);
+    used |= bits;
+  }
+  /* output: batch dims, lhs free dims, rhs free dims */
+  memset(out, 0, sizeof *out);
+  int32_t o = 0;
+  for (int32_t i = 0; i < at->lb.n; i++) memcpy(out->s.axes[o++], L.s.axes[at->lb.v[i]], IR_MAX_SPLIT_AXES);
+  for (int32_t d = 0; d < ls->rank; d++)
+    if (!in_dims(&at->lb, d) && !in_dims(&at->lc, d)) memcpy(out->s.axes[o++], L.s.axes[d], IR_MAX_SPLIT_AXES);
+  for (int32_t d = 0; d < rs->rank; d++)
+    if (!in_dims(&at->rb, d) && !in_dims(&at->rc, d)) memcpy(out->s.axes[o++], R.s.axes[d], IR_MAX_SPLIT_AXES);
+  out->partial = partial;
+  int32_t ops[2] = {get(c, l, &L), get(c, r, &R)};
+  c->val[v] = emit_as(c, v, ops, out);
+  return IR_OK;
+}
+
+/* reshape: dims regroup (a run of input dims holds the same elements as a run of output dims).
+ * A split survives on the major dim of a group (its first dim larger than 1) when it divides the
+ * group's major output dim; any other split is gathered first. Reshape is linear: partial sums
+ * stay partial. */
+static int reshape(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  int32_t a = x->ops[0];
+  const IrShape *is = &c->g->values[a].shape, *os = &x->shape;
+  Sh in = c->deferred[a] ? natural(c, a) : c->sh[a];
+  Sh need = {0};
+  memset(out, 0, sizeof *out);
+  need.partial = out->partial = in.partial;
+  int32_t i = 0, o = 0;
+  while (i < is->rank || o < os->rank) {
+    int32_t i0 = i, o0 = o;
+    int64_t pi = i < is->rank ? is->dims[i++] : 1, po = o < os->rank ? os->dims[o++] : 1;
+    while (pi != po) {
+      if (pi < po && i < is->rank) pi *= is->dims[i++];
+      else if (po < pi && o < os->rank) po *= os->dims[o++];
+      else break; /* cannot happen for equal element counts */
+    }
+    int32_t mi = i0, mo = o0;
+    while (mi < i && is->dims[mi] == 1) mi++;
+    while (mo < o && os->dims[mo] == 1) mo++;
+    if (mi < i && mo < o && nax(&in.s, mi) && os->dims[mo] % count(c, &in.s, mi) == 0) {
+      memcpy(need.s.axes[mi], in.s.axes[mi], IR_MAX_SPLIT_AXES);
+      memcpy(out->s.axes[mo], in.s.axes[mi], IR_MAX_SPLIT_AXES);
+    }
+  }
+  int32_t op = get(c, a, &need);
+  c->val[v] = emit_as(c, v, &op, out);
+  return IR_OK;
+}
+
+static int transpose(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  int32_t a = x->ops[0];
+  Sh in = c->deferred[a] ? natural(c, a) : c->sh[a];
+  memset(out, 0, sizeof *out);
+  out->partial = in.partial;
+  for (int32_t d = 0; d < x->shape.rank; d++) memcpy(out->s.axes[d], in.s.axes[x->attr.axes.v[d]], IR_MAX_SPLIT_AXES);
+  int32_t op = get(c, a, &in);
+  c->val[v] = emit_as(c, v, &op, out);
+  return IR_OK;
+}
+
+/* slice, pad, concat: dims they change are whole; the others keep their split. */
+static int shaping(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  int32_t small[8], *ops = op_buf(c, x->nops, small, 8);
+  if (!ops) return IR_ERR;
+  memset(out, 0, sizeof *out);
+  for (int32_t k = 0; k < x->nops; k++)
+    if (!c->deferred[x->ops[k]]) {
+      Sh s = resolved(c, x->ops[k]);
+      merge(out, &s, x->shape.rank);
+    }
+  const IrShape *is = &c->g->values[x->ops[0]].shape;
+  for (int32_t d = 0; d < x->shape.rank; d++) {
+    bool changed = x->op == IR_CONCAT ? d == x->attr.axis : is->dims[d] != x->shape.dims[d];
+    if (changed) memset(out->s.axes[d], 0, IR_MAX_SPLIT_AXES);
+  }
+  for (int32_t k = 0; k < x->nops; k++) ops[k] = get(c, x->ops[k], out);
+  IrValue p = *x;
+  p.ops = ops;
+  p.shape = local_shape(c, &x->shape, &out->s);
+  p.split = out->s;
+  if (x->op == IR_SLICE) /* a split dim is sliced whole: its limit is the local size */
+    for (int32_t d = 0; d < x->shape.rank; d++)
+      if (nax(&out->s, d)) p.attr.hi.v[d] = p.shape.dims[d];
+  c->val[v] = ir_graph_add(c->h, &p);
+  if (ops != small) free(ops);
+  return IR_OK;
+}
+
+/* gather(table (V, D...), idx (I...)) -> (I..., D...): rows whole, idx and D splits kept. */
+static int gather(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  int32_t t = x->ops[0], ix = x->ops[1];
+  int32_t ir = c->g->values[ix].shape.rank, tr = c->g->values[t].shape.rank;
+  Sh I = c->deferred[ix] ? natural(c, ix) : resolved(c, ix);
+  Sh T = c->deferred[t] ? natural(c, t) : resolved(c, t);
+  I.partial = T.partial = 0;
+  memset(T.s.axes[0], 0, IR_MAX_SPLIT_AXES);
+  uint32_t used = used_axes(&I.s, ir);
+  for (int32_t d = 1; d < tr; d++)
+    if (dim_axes(&T.s, d) & used) memset(T.s.axes[d], 0, IR_MAX_SPLIT_AXES);
+    else used |= dim_axes(&T.s, d);
+  memset(out, 0, sizeof *out);
+  for (int32_t d = 0; d < ir; d++) memcpy(out->s.axes[d], I.s.axes[d], IR_MAX_SPLIT_AXES);
+  for (int32_t d = 1; d < tr; d++) memcpy(out->s.axes[ir + d - 1], T.s.axes[d], IR_MAX_SPLIT_AXES);
+  int32_t ops[2] = {get(c, t, &T), get(c, ix, &I)};
+  c->val[v] = emit_as(c, v, ops, out);
+  return IR_OK;
+}
+
+/* scatter_add(idx (I...), upd (I..., D...)) -> (rows, D...): each device adds its updates, so a
+ * split of I makes a partial sum; rows whole, D splits kept. */
+static int scatter_add(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  int32_t ix = x->ops[0], u = x->ops[1];
+  int32_t ir = c->g->values[ix].shape.rank, ur = c->g->values[u].shape.rank;
+  Sh I = c->deferred[ix] ? natural(c, ix) : resolved(c, ix);
+  Sh U = c->deferred[u] ? natural(c, u) : resolved(c, u);
+  I.partial = U.partial = 0;
+  for (int32_t d = 0; d < ir; d++) memcpy(U.s.axes[d], I.s.axes[d], IR_MAX_SPLIT_AXES);
+  uint32_t used = used_axes(&I.s, ir);
+  for (int32_t d = ir; d < ur; d++)
+    if (dim_axes(&U.s, d) & used) memset(U.s.axes[d], 0, IR_MAX_SPLIT_AXES);
+    else used |= dim_axes(&U.s, d);
+  memset(out, 0, sizeof *out);
+  for (int32_t d = ir; d < ur; d++) memcpy(out->s.axes[d - ir + 1], U.s.axes[d], IR_MAX_SPLIT_AXES);
+  out->partial = used_axes(&I.s, ir);
+  int32_t ops[2] = {get(c, ix, &I), get(c, u, &U)};
+  c->val[v] = emit_as(c, v, ops, out);
+  return IR_OK;
+}
+
+/* top_k_indices along the last dim: that dim whole. */
+static int top_k(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  int32_t a = x->ops[0];
+  Sh in = c->deferred[a] ? natural(c, a) : resolved(c, a);
+  in.partial = 0;
+  memset(in.s.axes[x->shape.rank - 1], 0, IR_MAX_SPLIT_AXES);
+  *out = in;
+  int32_t op = get(c, a, &in);
+  c->val[v] = emit_as(c, v, &op, out);
+  return IR_OK;
+}
+
+/* ---- leaves -------------------------------------------------------------------------- */
+
+static const PassShardLeaf *leaf_find(const PassShard *o, const char *name) {
+  for (int32_t i = 0; i < o->nleaves; i++)
+    if (strcmp(o->leaves[i].name, name) == 0) return &o->leaves[i];
+  return NULL;
+}
+
+static int leaf(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  const char *name = x->name;
+  if (!strncmp(name, "opt/m/", 6) || !strncmp(name, "opt/v/", 6)) name += 6;
+  const PassShardLeaf *lf = leaf_find(c->opt, name);
+  memset(out, 0, sizeof *out);
+  if (lf) out->s = lf->split;
+  for (int32_t d = 0; d < x->shape.rank; d++)
+    if (x->shape.dims[d] % count(c, &out->s, d))
+      return ir_graph_fail(c->h, "shard: %s '%s': dim %d (size %lld) does not divide over %lld "
+                           "devices", ir_op_name(x->op), x->name, d, (long long)x->shape.dims[d],
+                           (long long)count(c, &out->s, d));
+  IrValue p = *x;
+  p.shape = local_shape(c, &x->shape, &out->s);
+  p.split = out->s;
+  c->val[v] = ir_graph_add(c->h, &p);
+  return IR_OK;
+}
+
+/* ---- the walk ------------------------------------------------------------------------ */
+
+static int shard_value(Ctx *c, int32_t v) {
+  const IrValue *x = &c->g->values[v];
+  Sh out = {0};
+  int st;
+  const char *saved = c->h->origin;
+  ir_graph_set_origin(c->h, x->origin);
+  if (x->op == IR_PARAMETER || x->op == IR_INPUT) {
+    st = leaf(c, v, &out);
+  } else if (deferrable(c, v)) {
+    c->deferred[v] = true;
+    ir_graph_set_origin(c->h, saved);
+    return IR_OK;
+  } else if (ir_op_flags(x->op) & IR_COLLECTIVE) {
+    st = ir_graph_fail(c->h, "shard: %%%d (%s) at %s: the graph is already per-device", v,
+                       ir_op_name(x->op), *x->origin ? x->origin : "?");
+  } else if (ir_op_flags(x->op) & IR_ELEMENTWISE) {
+    st = elementwise(c, v, &out);
+  } else {
+    switch (x->op) {
+    case IR_REDUCE_SUM:
+    case IR_REDUCE_MAX: st = reduce(c, v, &out); break;
+    case IR_DOT: st = dot(c, v, &out); break;
+    case IR_RESHAPE: st = reshape(c, v, &out); break;
+    case IR_TRANSPOSE: st = transpose(c, v, &out); break;
+    case IR_SLICE:
+    case IR_PAD:
+    case IR_CONCAT: st = shaping(c, v, &out); break;
+    case IR_GATHER: st = gather(c, v, &out); break;
+    case IR_SCATTER_ADD: st = scatter_add(c, v, &out); break;
+    case IR_TOP_K_INDICES: st = top_k(c, v, &out); break;
+    default:
+      st = ir_graph_fail(c->h, "shard: %%%d (%s): no sharding rule", v, ir_op_name(x->op));
+    }
+  }
+  ir_graph_set_origin(c->h, saved);
+  if (st != IR_OK || c->val[v] == IR_NONE) return IR_ERR;
+  c->sh[v] = out;
+  if (c->want[v] && !sh_eq(c->want[v], &out)) { /* a gradient: to its parameter's sharding now */
+    int32_t r = reshard(c, c->val[v], out, c->want[v], &x->shape);
+    if (r == IR_NONE) return IR_ERR;
+    c->val[v] = r;
+    c->sh[v] = *c->want[v];
+  }
+  return IR_OK;
+}
+
+/* The sharding output `name` leaves in: X's for "new:X" and "grad:X", else whole. */
+static Sh output_sharding(const Ctx *c, const char *name, int32_t v) {
+  Sh s = {0};
+  const char *leafname = !strncmp(name, "new:", 4) ? name + 4 : !strncmp(name, "grad:", 5) ? name + 5 : NULL;
+  if (!leafname) return s;
+  int32_t lv = ir_graph_find(c->g, IR_PARAMETER, leafname);
+  if (lv != IR_NONE && ir_shape_eq(&c->g->values[lv].shape, &c->g->values[v].shape)) {
+    const char *n = leafname;
+    if (!strncmp(n, "opt/m/", 6) || !strncmp(n, "opt/v/", 6)) n += 6;
+    const PassShardLeaf *lf = leaf_find(c->opt, n);
+    if (lf) s.s = lf->split;
+  }
+  return s;
+}
+
+static void ctx_free(Ctx *c) {
+  if (c->alts)
+    for (int32_t v = 0; v < c->n; v++)
+      for (Alt *a = c->alts[v], *n; a; a = n) n = a->next, free(a);
+  free(c->alts);
+  free(c->val);
+  free(c->sh);
+  free(c->deferred);
+  free(c->want);
+  free(c->wants);
+  ir_graph_free(c->h);
+}
+
+int pass_shard(IrGraph *g, const PassOptions *opt) {
+  const PassShard *o = opt ? opt->shard : NULL;
+  if (!o || ir_mesh_devices(&o->mesh) <= 1) return IR_OK;
+  for (int32_t a = 0; a < o->mesh.naxes; a++)
+    if (o->mesh.sizes[a] < 2) return ir_graph_fail(g, "shard: mesh axis %s has size %lld (leave axes of size 1 out)",
+                                                    o->mesh.names[a], (long long)o->mesh.sizes[a]);
+  if (g->mesh.naxes) return ir_graph_fail(g, "shard: the graph is already per-device");
+  int32_t n = g->nvalues;
+  Ctx c = {.g = g, .m = &o->mesh, .opt = o, .n = n};
+  c.h = ir_graph_new();
+  c.val = malloc((size_t)(n + 1) * sizeof *c.val);
+  c.sh = calloc((size_t)n + 1, sizeof *c.sh);
+  c.deferred = calloc((size_t)n + 1, sizeof *c.deferred);
+  c.alts = calloc((size_t)n + 1, sizeof *c.alts);
+  c.want = calloc((size_t)n + 1, sizeof *c.want);
+  c.wants = calloc((size_t)g->noutputs + 1, sizeof *c.wants);
+  if (!c.h || !c.val || !c.sh || !c.deferred || !c.alts || !c.want || !c.wants) {
+    ctx_free(&c);
+    return ir_graph_fail(g, "out of memory");
+  }
+  for (int32_t v = 0; v < n; v++) c.val[v] = IR_NONE;
+  if (ir_graph_set_mesh(c.h, &o->mesh)) {
+    ir_graph_fail(g, "%s", ir_graph_error(c.h));
+    ctx_free(&c);
+    return IR_ERR;
+  }
+  for (int32_t k = 0; k < g->noutputs; k++)
+    if (!strncmp(g->outputs[k].name, "grad:", 5)) {
+      c.wants[k] = output_sharding(&c, g->outputs[k].name, g->outputs[k].value);
+      c.want[g->outputs[k].value] = &c.wants[k];
+    }
+  int st = IR_OK;
+  for (int32_t v = 0; v < n && st == IR_OK; v++) st = shard_value(&c, v);
+  for (int32_t k = 0; k < g->noutputs && st == IR_OK; k++) {
+    int32_t v = g->outputs[k].value;
+    Sh want = output_sharding(&c, g->outputs[k].name, v);
+    int32_t hv = get(&c, v, &want);
+    st = hv == IR_NONE ? IR_ERR : ir_graph_add_output(c.h, g->outputs[k].name, hv);
+  }
+  if (st != IR_OK || ir_graph_error(c.h)) {
+    ir_graph_fail(g, "%s", ir_graph_error(c.h) ? ir_graph_error(c.h) : "shard: failed");
+    ctx_free(&c);
+    return IR_ERR;
+  }
+  ir_graph_set_origin(c.h, g->origin);
+  ir_graph_set_tag(c.h, g->tag);
+  IrGraph tmp = *g;
+  *g = *c.h;
+  *c.h = tmp;
+  ctx_free(&c);
+  return pass_dce(g, opt);
+}

@@ -1,0 +1,257 @@
+/*
+ * test_shard.c: the shard pass against the unsharded step, in the reference interpreter.
+ *
+ * For each model and mesh layout, the same config is lowered twice: to the global step (after
+ * simplify) and to the per-device program (after shard). The global step runs on one device;
+ * the per-device program runs on the simulated mesh, each device bound to its chunk of the same
+ * parameters, moments and batch. Every output must agree: the loss, gradient norm and learning
+ * rate on every device, and every device's chunk of every new parameter and moment. The
+ * interpreter computes in double without rounding, so the only differences are the order of
+ * sums (1e-9 relative is plenty).
+ *
+ * The test also checks the collectives each layout must (and must not) use, and that the
+ * per-device parameter bytes agree with `axlc params` (fe's per-device numbers).
+ */
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/driver.h"
+#include "passes/passes.h"
+#include "runtime/axrt.h"
+
+#define CHECK_MSG(cond, ...)                                                \
+  do {                                                                      \
+    char m_[1024];                                                          \
+    snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
+    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);  \
+  } while (0)
+
+static int lower(DrvJob *j, const char *model, const char *target, const char **sets, int nsets,
+                 const char *after) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", AXLC_MODELS, model);
+  FeOptions opt = {.target = target, .sets = sets, .nsets = nsets};
+  if (drv_load(j, path, &opt) || drv_lower(j, after)) {
+    fe_diag_print(&j->diag, stderr);
+    return -1;
+  }
+  return 0;
+}
+
+/* Deterministic values for leaf `name` of global shape s: parameters near their init scale,
+ * moments small and positive where they must be (opt/v), tokens in the vocabulary. */
+static double *leaf_values(const IrValue *v, const IrShape *s, int64_t vocab) {
+  int64_t n = ir_shape_numel(s);
+  double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+  uint64_t h = rt_fnv1a64(v->name);
+  for (int64_t k = 0; k < n; k++) {
+    double u = (double)(rt_rng_u64(7, v->name, k, 0) >> 11) / 9007199254740992.0;
+    if (v->op == IR_INPUT && strcmp(v->name, "step") == 0) d[k] = 3;
+    else if (v->op == IR_INPUT) d[k] = (double)((k * 37 + (int64_t)(h % 101)) % vocab);
+    else if (!strncmp(v->name, "opt/v/", 6)) d[k] = 1e-4 * u;
+    else if (!strncmp(v->name, "opt/m/", 6)) d[k] = 1e-2 * (u - 0.5);
+    else d[k] = 0.6 * (u - 0.5) + (strstr(v->name, "scale") ? 1.0 : 0.0);
+  }
+  return d;
+}
+
+static int count_op(const IrGraph *g, IrOp op) {
+  int n = 0;
+  for (int32_t v = 0; v < g->nvalues; v++) n += g->values[v].op == op;
+  return n;
+}
+
+typedef struct Expect { /* what a layout's per-device program must hold */
+  int devices;
+  int min_all_reduce, min_all_gather, min_reduce_scatter, min_all_to_all;
+  bool no_gather; /* pure data parallelism gathers nothing */
+} Expect;
+
+/* Lowers `model` for `target` (+ sets) both ways and compares every output. */
+static void check_layout(const char *model, const char *target, const char **sets, int nsets,
+                         Expect ex) {
+  DrvJob G, S;
+  char label[512];
+  snprintf(label, sizeof label, "%s %s %s", model, target, nsets ? sets[nsets - 1] : "");
+  if (lower(&G, model, target, sets, nsets, "simplify") || lower(&S, model, target, sets, nsets, "shard")) {
+    CHECK_MSG(0, "%s: did not lower", label);
+    drv_free(&G);
+    drv_free(&S);
+    return;
+  }
+  const IrGraph *g = G.graph, *s = S.graph;
+  int64_t ndev = ir_mesh_devices(&s->mesh);
+  CHECK_MSG(ndev == ex.devices, "%s: %lld devices, expected %d", label, (long long)ndev, ex.devices);
+  CHECK_MSG(count_op(s, IR_ALL_REDUCE) >= ex.min_all_reduce, "%s: %d all_reduce", label, count_op(s, IR_ALL_REDUCE));
+  CHECK_MSG(count_op(s, IR_ALL_GATHER) >= ex.min_all_gather, "%s: %d all_gather", label, count_op(s, IR_ALL_GATHER));
+  CHECK_MSG(count_op(s, IR_REDUCE_SCATTER) >= ex.min_reduce_scatter, "%s: %d reduce_scatter", label,
+            count_op(s, IR_REDUCE_SCATTER));
+  CHECK_MSG(count_op(s, IR_ALL_TO_ALL) >= ex.min_all_to_all, "%s: %d all_to_all", label, count_op(s, IR_ALL_TO_ALL));
+  if (ex.no_gather)
+    CHECK_MSG(count_op(s, IR_ALL_GATHER) == 0 && count_op(s, IR_REDUCE_SCATTER) == 0,
+              "%s: pure data parallelism moved parameters", label);
+  int64_t vocab = fe_get_int(fe_get_child(G.cfg, "model"), "vocab_size");
+
+  IrInterp *gi = ir_interp_new(g, NULL), *si = ir_interp_new(s, NULL);
+  ir_interp_set_rounding(gi, false);
+  ir_interp_set_rounding(si, false);
+  /* every leaf: the whole value to the global step, each device's chunk to the sharded one */
+  int64_t local_param_bytes = 0;
+  for (int32_t v = 0; v < g->nvalues; v++) {
+    const IrValue *x = &g->values[v];
+    if (x->op != IR_PARAMETER && x->op != IR_INPUT) continue;
+    double *d = leaf_values(x, &x->shape, vocab);
+    CU_ASSERT_EQUAL(ir_interp_set(gi, 0, x->name, x->shape.rank, x->shape.dims, d), IR_OK);
+    int32_t sv = ir_graph_find(s, x->op, x->name);
+    CHECK_MSG(sv != IR_NONE, "%s: leaf %s missing after shard", label, x->name);
+    if (sv != IR_NONE) {
+      const IrValue *y = &s->values[sv];
+      int64_t n = ir_shape_numel(&y->shape);
+      if (x->op == IR_PARAMETER && strncmp(x->name, "opt/", 4)) local_param_bytes += 4 * n;
+      double *l = malloc((size_t)(n ? n : 1) * sizeof *l);
+      for (int64_t dev = 0; dev < ndev; dev++) {
+        ir_split_copy(&s->mesh, &y->split, &x->shape, dev, d, l, false);
+        CU_ASSERT_EQUAL(ir_interp_set(si, dev, y->name, y->shape.rank, y->shape.dims, l), IR_OK);
+      }
+      free(l);
+    }
+    free(d);
+  }
+  /* per-device parameter bytes agree with the frontend's table (axlc params) */
+  int64_t fe_bytes = 0;
+  for (int i = 0; i < G.build.nparams; i++) {
+    const FeParam *p = &G.build.params[i];
+    int64_t n = 1;
+    for (int d = 0; d < p->rank; d++) n *= p->shape[d] / fe_spec_split(&G.build.mesh, p->spec[d]);
+    fe_bytes += 4 * n;
+  }
+  CHECK_MSG(fe_bytes == local_param_bytes, "%s: per-device parameter bytes %lld, axlc params says %lld",
+            label, (long long)local_param_bytes, (long long)fe_bytes);
+  if (ir_interp_run(gi) || ir_interp_run(si)) {
+    CHECK_MSG(0, "%s: run: %s %s", label, ir_interp_error(gi), ir_interp_error(si));
+  } else {
+    double worst = 0;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+      const char *name = g->outputs[k].name;
+      IrShape gs;
+      const double *want = ir_interp_output(gi, 0, name, &gs);
+      int32_t sv = ir_graph_output(s, name);
+      CHECK_MSG(sv != IR_NONE, "%s: output %s missing after shard", label, name);
+      if (sv == IR_NONE) continue;
+      const IrValue *y = &s->values[sv];
+      int64_t n = ir_shape_numel(&y->shape);
+      double *chunk = malloc((size_t)(n ? n : 1) * sizeof *chunk);
+      for (int64_t dev = 0; dev < ndev; dev++) {
+        const double *got = ir_interp_output(si, dev, name, NULL);
+        ir_split_copy(&s->mesh, &y->split, &gs, dev, (double *)want, chunk, false);
+        for (int64_t e = 0; e < n; e++) {
+          double err = fabs(got[e] - chunk[e]) / fmax(1e-6, fabs(chunk[e]));
+          if (err > worst) worst = err;
+          if (err > 1e-9) {
+            CHECK_MSG(0, "%s: %s[%lld] on device %lld: %.12g, unsharded %.12g", label, name,
+                      (long long)e, (long long)dev, got[e], chunk[e]);
+            e = n, dev = ndev; /* one message per output */
+          }
+        }
+      }
+      free(chunk);
+    }
+    if (getenv("AXLC_TEST_VERBOSE")) fprintf(stderr, "%s: worst relative difference %.3g\n", label, worst);
+  }
+  ir_interp_free(gi);
+  ir_interp_free(si);
+  drv_free(&G);
+  drv_free(&S);
+}
+
+/* Small enough that the interpreter runs 8 devices in a second. */
+#define SMALL "/input/seq_len=16", "/input/global_batch_size=8"
+#define MESH(d, e, f, m) "/mesh/shape=[1," #d "," #e "," #f ",1," #m "]"
+
+static void test_tiny_lm(void) {
+  const char *data[] = {SMALL, MESH(4, 1, 1, 1)};
+  check_layout("tiny-lm.json", "cpu-4", data, 3, (Expect){4, 10, 0, 0, 0, true});
+  const char *fsdp[] = {SMALL, MESH(1, 1, 4, 1)};
+  check_layout("tiny-lm.json", "cpu-4", fsdp, 3, (Expect){4, 1, 8, 8, 0, false});
+  const char *model[] = {SMALL, MESH(1, 1, 1, 2)};
+  check_layout("tiny-lm.json", "cpu-2", model, 3, (Expect){2, 4, 0, 0, 0, false});
+  const char *dm[] = {SMALL, MESH(2, 1, 1, 2)};
+  check_layout("tiny-lm.json", "cpu-4", dm, 3, (Expect){4, 10, 0, 0, 0, false});
+  const char *dfm[] = {SMALL, MESH(2, 1, 2, 2)};
+  check_layout("tiny-lm.json", "cpu-8", dfm, 3, (Expect){8, 10, 8, 8, 0, false});
+}
+
+static void test_llama_style(void) { /* RoPE, GQA, SwiGLU, RMSNorm */
+  const char *data[] = {SMALL, MESH(4, 1, 1, 1)};
+  check_layout("fuji-test.json", "cpu-4", data, 3, (Expect){4, 10, 0, 0, 0, true});
+  const char *fsdp[] = {SMALL, MESH(1, 1, 4, 1)};
+  check_layout("fuji-test.json", "cpu-4", fsdp, 3, (Expect){4, 1, 8, 8, 0, false});
+  const char *model[] = {SMALL, MESH(1, 1, 1, 2)};
+  check_layout("fuji-test.json", "cpu-2", model, 3, (Expect){2, 4, 0, 0, 0, false});
+  const char *dm[] = {SMALL, MESH(2, 1, 1, 2)};
+  check_layout("fuji-test.json", "cpu-4", dm, 3, (Expect){4, 10, 0, 0, 0, false});
+}
+
+static void test_moe(void) {
+  const char *expert[] = {SMALL, MESH(1, 2, 1, 1)};
+  check_layout("moe-test.json", "cpu-2", expert, 3, (Expect){2, 1, 0, 0, 0, false});
+  const char *data[] = {SMALL, MESH(2, 1, 1, 1)};
+  check_layout("moe-test.json", "cpu-2", data, 3, (Expect){2, 10, 0, 0, 0, true});
+  const char *em[] = {SMALL, MESH(1, 2, 1, 2)};
+  check_layout("moe-test.json", "cpu-4", em, 3, (Expect){4, 1, 0, 0, 0, false});
+  const char *fsdp[] = {SMALL, MESH(1, 1, 2, 1)};
+  check_layout("moe-test.json", "cpu-2", fsdp, 3, (Expect){2, 1, 4, 4, 0, false});
+}
+
+/* One device: the pass leaves the graph alone. */
+static void test_one_device(void) {
+  DrvJob a, b;
+  const char *sets[] = {SMALL};
+  CU_ASSERT_EQUAL_FATAL(lower(&a, "tiny-lm.json", "cpu", sets, 2, "simplify"), 0);
+  CU_ASSERT_EQUAL_FATAL(lower(&b, "tiny-lm.json", "cpu", sets, 2, "shard"), 0);
+  char *ta = ir_graph_to_string(a.graph), *tb = ir_graph_to_string(b.graph);
+  CU_ASSERT_STRING_EQUAL(ta, tb);
+  CU_ASSERT_EQUAL(b.graph->mesh.naxes, 0);
+  free(ta);
+  free(tb);
+  drv_free(&a);
+  drv_free(&b);
+}
+
+/* seq and pipeline parallelism are refused with the config path. */
+static void test_unsupported_axes(void) {
+  DrvJob j;
+  const char *sets[] = {SMALL, MESH(1, 1, 1, 1), "/mesh/shape=[1,1,1,1,2,1]"};
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tiny-lm.json", AXLC_MODELS);
+  FeOptions opt = {.target = "cpu-2", .sets = sets, .nsets = 4};
+  CU_ASSERT_EQUAL(drv_load(&j, path, &opt), 0);
+  CU_ASSERT_NOT_EQUAL(drv_lower(&j, "shard"), 0);
+  char *msg = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&msg, &len);
+  fe_diag_print(&j.diag, f);
+  fclose(f);
+  CU_ASSERT_PTR_NOT_NULL(strstr(msg, "/mesh/shape"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(msg, "not supported yet"));
+  free(msg);
+  drv_free(&j);
+}
+
+int main(void) {
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite s = CU_add_suite("shard", NULL, NULL);
+  CU_add_test(s, "one_device", test_one_device);
+  CU_add_test(s, "unsupported_axes", test_unsupported_axes);
+  CU_add_test(s, "tiny_lm", test_tiny_lm);
+  CU_add_test(s, "llama_style", test_llama_style);
+  CU_add_test(s, "moe", test_moe);
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  unsigned failed = CU_get_number_of_failures();
+  CU_cleanup_registry();
+  return failed ? 1 : 0;
+}
