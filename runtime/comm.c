@@ -473,10 +473,10 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Waits for reqs[0..n) (2 per peer: receive, send); past the deadline names the peers whose
- * messages have not arrived (peers[i/2] are world ranks) and aborts the job. */
-static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, const char *what) {
-    double deadline = now_s() + c->timeout_s;
+/* Waits for reqs[0..n) (2 per peer: receive, send); past the deadline (timeout_s) names the
+ * peers whose messages have not arrived (peers[i/2] are world ranks) and aborts the job. */
+static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, const char *what, double timeout_s) {
+    double deadline = now_s() + timeout_s;
     long spins = 0;
     for (;;) {
         int done = 0;
@@ -501,7 +501,7 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
             len += (size_t)snprintf(names + len, sizeof names - len, "%s%d", len ? ", " : "", peers[i / 2]);
     }
     die(c, "%s: no answer from rank %s for %.0f s (dead or hung); aborting the job. The last complete checkpoint "
-        "stays valid: --resume continues from it", what, names[0] ? names : "?", c->timeout_s);
+        "stays valid: --resume continues from it", what, names[0] ? names : "?", timeout_s);
 }
 #endif
 
@@ -539,9 +539,12 @@ static void exchange(RtComm *c, Group *g, int32_t index, const char *send, int s
             len += snprintf(what + len, sizeof what - (size_t)len, "%s%s", a ? "," : "",
                             c->mesh.names[k->axes[a]] ? c->mesh.names[k->axes[a]] : "?");
         snprintf(what + len, sizeof what - (size_t)len, "])");
-    } else
+    } else {
         snprintf(what, sizeof what, "a barrier of all ranks");
-    wait_all(c, reqs, nr, peers, what);
+    }
+    /* Barriers wait for work that may be slow and uneven (writing checkpoint shards): ten times
+     * longer than a collective inside a step. */
+    wait_all(c, reqs, nr, peers, what, k ? c->timeout_s : 10 * c->timeout_s);
     free(reqs);
     free(peers);
 #else

@@ -185,8 +185,19 @@ static int check_opts(const TrainOpts *o, RtError *err) {
     return 0;
 }
 
+/* The CPUs of this machine, shared by the ranks of a job that run on it (Open MPI, MPICH and
+ * Slurm say how many there are), so that N processes on one machine do not each take them all. */
 static int64_t online_cpus(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
+    static const char *const local[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++) {
+        const char *s = getenv(local[i]);
+        long k = s ? strtol(s, NULL, 10) : 0;
+        if (k > 1) {
+            n /= k;
+            break;
+        }
+    }
     return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
 }
 
