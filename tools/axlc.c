@@ -415,9 +415,11 @@ static int check_output(const char *out) {
 }
 
 static int cmd_compile(Args *a) {
-  bool cpu = a->fe.target && (!strcmp(a->fe.target, "cpu") || !strcmp(a->fe.target, "interp"));
+  const char *t = a->fe.target;
+  bool cpu = t && (!strcmp(t, "cpu") || !strcmp(t, "interp") ||
+                   (!strncmp(t, "cpu-", 4) && t[4] && strspn(t + 4, "0123456789") == strlen(t + 4)));
   if (!a->backend && !cpu) {
-    fprintf(stderr, "error: axlc compile: --target %s is not available (expected --target cpu)\n",
+    fprintf(stderr, "error: axlc compile: --target %s is not available (expected --target cpu or cpu-N)\n",
             a->fe.target ? a->fe.target : "(none)");
     return 1;
   }
