@@ -36,7 +36,7 @@
 
 #include "rt_impl.h"
 
-#define DEFAULT_TIMEOUT_S 30.0
+#define DEFAULT_TIMEOUT_S 20.0
 
 typedef struct Group {
     int32_t naxes;
@@ -542,9 +542,10 @@ static void exchange(RtComm *c, Group *g, int32_t index, const char *send, int s
     } else {
         snprintf(what, sizeof what, "a barrier of all ranks");
     }
-    /* Barriers wait for work that may be slow and uneven (writing checkpoint shards): ten times
-     * longer than a collective inside a step. */
-    wait_all(c, reqs, nr, peers, what, k ? c->timeout_s : 10 * c->timeout_s);
+    /* Barriers (around checkpoint saves) wait as long as collectives: a hung rank must end the
+     * job within the deadline wherever it stops. A job whose shards take longer to write than
+     * the deadline raises AXLC_COMM_TIMEOUT. */
+    wait_all(c, reqs, nr, peers, what, c->timeout_s);
     free(reqs);
     free(peers);
 #else
