@@ -24,6 +24,7 @@ const int drv_npasses = (int)(sizeof drv_pass_names / sizeof drv_pass_names[0]);
 int drv_load(DrvJob *j, const char *file, const FeOptions *opt) {
   memset(j, 0, sizeof *j);
   j->file = file;
+  j->target = opt ? opt->target : NULL;
   fe_diag_init(&j->diag);
   j->cfg = fe_resolve(&j->diag, file, opt, NULL);
   if (!j->cfg) return -1;

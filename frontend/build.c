@@ -440,11 +440,12 @@ static void fmt_count(int64_t v, char *out, size_t n) {
   out[j] = 0;
 }
 
-static void fmt_bytes(double v, char *out, size_t n) {
+const char *fe_human_bytes(double v, char *out, size_t n) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   while (v >= 1024 && u < 4) v /= 1024, u++;
   snprintf(out, n, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+  return out;
 }
 
 void fe_params_print(const FeBuild *b, FILE *out) {
@@ -468,8 +469,8 @@ void fe_params_print(const FeBuild *b, FILE *out) {
   }
   char cnt[48], bt[32], dbt[32];
   fmt_count(total, cnt, sizeof cnt);
-  fmt_bytes((double)bytes, bt, sizeof bt);
-  fmt_bytes((double)dev_bytes, dbt, sizeof dbt);
+  fe_human_bytes((double)bytes, bt, sizeof bt);
+  fe_human_bytes((double)dev_bytes, dbt, sizeof dbt);
   fprintf(out, "\n%d tensors, %s parameters, %s", b->nparams, cnt, bt);
   fprintf(out, "; %s per device on a mesh of %lld devices (", dbt, (long long)b->mesh.devices);
   for (int i = 0; i < b->mesh.n; i++)

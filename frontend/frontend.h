@@ -262,6 +262,8 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg,
              const char *spec_name, const char *lead_axis, double wd_scale,
              const FeDims *in);
 int64_t fe_param_numel(const FeParam *p);
+/* "482.50 KiB": bytes in binary units, into out (returned). */
+const char *fe_human_bytes(double bytes, char *out, size_t n);
 /* Index of the parameter named `path` after a successful fe_build, or -1. */
 int fe_param_find(const FeBuild *b, const char *path);
 /* Notes a tensor the training step will compute on each device, of shape

@@ -84,6 +84,7 @@ void ir_graph_free(IrGraph *g) {
   free(g->values);
   free(g->outputs);
   free(g->outindex);
+  free(g->leafindex);
   free(g);
 }
 
@@ -194,6 +195,8 @@ static int value_copy_in(IrGraph *g, IrValue *dst, const IrValue *proto) {
   return IR_OK;
 }
 
+static int leaf_index_add(IrGraph *g, int32_t v);
+
 int32_t ir_graph_add(IrGraph *g, const IrValue *proto) {
   for (int32_t i = 0; i < proto->nops; i++)
     if (proto->ops[i] == IR_NONE) return IR_NONE; /* an earlier builder call failed */
@@ -211,6 +214,7 @@ int32_t ir_graph_add(IrGraph *g, const IrValue *proto) {
     return IR_NONE;
   }
   g->values[g->nvalues] = v;
+  if ((v.op == IR_PARAMETER || v.op == IR_INPUT) && leaf_index_add(g, g->nvalues) != IR_OK) return IR_NONE;
   return g->nvalues++;
 }
 
@@ -272,10 +276,48 @@ int32_t ir_graph_output(const IrGraph *g, const char *name) {
   return i < 0 ? IR_NONE : g->outputs[i].value;
 }
 
+/* Parameters and inputs by (op, name), through a hash index as for outputs: passes look a
+ * parameter up per output, and a deep model has tens of thousands of each. */
+static uint32_t leaf_hash(IrOp op, const char *name) { return name_hash(name) * 31u + (uint32_t)op; }
+
+static int32_t *leaf_slot(const IrGraph *g, IrOp op, const char *name) {
+  uint32_t mask = (uint32_t)g->leafindex_cap - 1;
+  for (uint32_t h = leaf_hash(op, name) & mask;; h = (h + 1) & mask) {
+    int32_t *slot = &g->leafindex[h];
+    if (*slot < 0 || (g->values[*slot].op == op && strcmp(g->values[*slot].name, name) == 0)) return slot;
+  }
+}
+
+static int leaf_index_add(IrGraph *g, int32_t v) {
+  if (2 * ((int64_t)g->nleaves + 1) > g->leafindex_cap) {
+    int32_t cap = g->leafindex_cap ? 2 * g->leafindex_cap : 64;
+    int32_t *index = malloc((size_t)cap * sizeof *index);
+    if (!index) return ir_graph_fail(g, "out of memory");
+    for (int32_t i = 0; i < cap; i++) index[i] = -1;
+    int32_t *old = g->leafindex, oldcap = g->leafindex_cap;
+    g->leafindex = index;
+    g->leafindex_cap = cap;
+    for (int32_t i = 0; i < oldcap; i++)
+      if (old[i] >= 0) *leaf_slot(g, g->values[old[i]].op, g->values[old[i]].name) = old[i];
+    free(old);
+  }
+  int32_t *slot = leaf_slot(g, g->values[v].op, g->values[v].name);
+  if (*slot < 0) { /* the first of a name stays the one found */
+    *slot = v;
+    g->nleaves++;
+  }
+  return IR_OK;
+}
+
 int32_t ir_graph_find(const IrGraph *g, IrOp op, const char *name) {
-  for (int32_t i = 0; i < g->nvalues; i++)
-    if (g->values[i].op == op && strcmp(g->values[i].name, name) == 0) return i;
-  return IR_NONE;
+  if (op != IR_PARAMETER && op != IR_INPUT) {
+    for (int32_t i = 0; i < g->nvalues; i++)
+      if (g->values[i].op == op && strcmp(g->values[i].name, name) == 0) return i;
+    return IR_NONE;
+  }
+  if (!g->leafindex_cap) return IR_NONE;
+  int32_t i = *leaf_slot(g, op, name);
+  return i < 0 ? IR_NONE : i;
 }
 
 int ir_graph_copy_into(IrGraph *dst, const IrGraph *src) {

@@ -146,6 +146,8 @@ typedef struct IrGraph { /* read freely; change only through ir/ functions */
   int32_t noutputs, outcap;
   int32_t *outindex;     /* (outindex_cap) hash of output names: an index into outputs, or -1 */
   int32_t outindex_cap;
+  int32_t *leafindex;    /* (leafindex_cap) hash of parameter and input names: a value, or -1 */
+  int32_t leafindex_cap, nleaves;
   IrMesh mesh;           /* naxes == 0: one device */
   const char *origin;    /* current origin for new values */
   const char *tag;       /* current remat tag for new values */

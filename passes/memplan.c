@@ -118,8 +118,12 @@ static void last_uses(const IrGraph *g, const bool *mat, int32_t *last) {
 }
 
 /* For each value, the parameter it updates in place (new:X over X), or IR_NONE. */
-static int in_place_targets(IrGraph *g, const int32_t *last, int32_t *target) {
-  for (int32_t v = 0; v < g->nvalues; v++) target[v] = IR_NONE;
+static int in_place_targets(IrGraph *g, int32_t *target) {
+  int32_t n = g->nvalues, *reader = malloc(((size_t)n + 1) * sizeof *reader);
+  if (!reader) return ir_graph_fail(g, "out of memory");
+  for (int32_t v = 0; v < n; v++) target[v] = reader[v] = IR_NONE;
+  for (int32_t u = 0; u < n; u++) /* the last value that reads each value */
+    for (int32_t k = 0; k < g->values[u].nops; k++) reader[g->values[u].ops[k]] = u;
   for (int32_t i = 0; i < g->noutputs; i++) {
     const char *name = g->outputs[i].name;
     int32_t v = g->outputs[i].value;
@@ -127,17 +131,20 @@ static int in_place_targets(IrGraph *g, const int32_t *last, int32_t *target) {
     int32_t x = ir_graph_find(g, IR_PARAMETER, name + 4);
     if (x == IR_NONE) return ir_graph_fail(g, "memplan: output %s updates no parameter", name);
     if (v == x) continue; /* unchanged: nothing to write */
-    if (!(ir_op_flags(g->values[v].op) & IR_ELEMENTWISE) || !ir_shape_eq(&g->values[v].shape, &g->values[x].shape))
+    if (!(ir_op_flags(g->values[v].op) & IR_ELEMENTWISE) || !ir_shape_eq(&g->values[v].shape, &g->values[x].shape)) {
+      free(reader);
       return ir_graph_fail(g, "memplan: %%%d (%s) for %s is not elementwise over %s; cannot update "
                            "in place", v, ir_op_name(g->values[v].op), name, name + 4);
+    }
     /* Readers of X after v would see the new value. (v's own read is element by element.) */
-    for (int32_t u = v + 1; u < g->nvalues; u++)
-      for (int32_t k = 0; k < g->values[u].nops; k++)
-        if (g->values[u].ops[k] == x)
-          return ir_graph_fail(g, "memplan: %%%d reads %s after its update %%%d", u, name + 4, v);
-    (void)last;
+    if (reader[x] > v) {
+      int32_t u = reader[x];
+      free(reader);
+      return ir_graph_fail(g, "memplan: %%%d reads %s after its update %%%d", u, name + 4, v);
+    }
     target[v] = x;
   }
+  free(reader);
   return IR_OK;
 }
 
@@ -175,10 +182,11 @@ int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) {
   for (int32_t v = 0; v < n; v++)
     p->bytes[v] = !mat || mat[v] || is_fixed(&g->values[v]) ? value_bytes(&g->values[v]) : 0;
   last_uses(g, mat, last);
-  int rc = in_place_targets(g, last, target);
+  int rc = in_place_targets(g, target);
   Heap h = {0};
   h.top = place_fixed(g, p);
   int64_t base = h.top, live = 0;
+  p->fixed_bytes = base;
   for (int32_t v = 0; v < n && rc == IR_OK; v++) {
     if (is_fixed(&g->values[v])) continue;
     if (target[v] != IR_NONE) {
@@ -213,8 +221,8 @@ int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) {
   free(frees);
   free(nfree);
   free(h.gaps);
-  free(last);
   free(target);
+  p->last = last;
   if (rc != IR_OK) pass_memplan_free(p);
   return rc;
 }
@@ -222,6 +230,7 @@ int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) {
 void pass_memplan_free(MemPlan *p) {
   free(p->offset);
   free(p->bytes);
+  free(p->last);
   memset(p, 0, sizeof *p);
 }
 

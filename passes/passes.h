@@ -120,6 +120,10 @@ typedef struct MemPlan {
   int64_t opt_bytes;      /* optimizer state (opt/...) */
   int64_t input_bytes;    /* batch and step */
   int64_t peak_temp_bytes;/* most bytes of other values live at once */
+  int64_t fixed_bytes;    /* the fixed region (parameters, state, inputs) at the slab's start;
+                           * a non-leaf value placed below it is an in-place update */
+  int32_t *last;          /* (nvalues) index of the last value that reads each value (its own
+                           * index if none; g->nvalues for outputs): live from v to last[v] */
 } MemPlan;
 
 /* Plans g in its current order (values are executed in index order). */

@@ -151,10 +151,98 @@ const void *rt_st_bytes(const RtSt *st, int64_t *size);
 int rt_st_read_f32(const RtSt *st, const char *name, const int64_t *shape, int ndim,
                    float *dst, RtError *err);
 
+/* ===== comm.c: collectives over the device mesh (MPI) =================================== */
+
+/* A program's mesh: devices are numbered row-major over the axes, and device d is MPI rank d of
+ * MPI_COMM_WORLD. naxes == 0: one device. */
+#define RT_MAX_MESH_AXES 8
+#define RT_MAX_SPLIT_AXES 4
+
+typedef struct RtMesh {
+    int32_t naxes;
+    const char *names[RT_MAX_MESH_AXES]; /* "data", "fsdp", "model", ... */
+    int64_t sizes[RT_MAX_MESH_AXES];
+} RtMesh;
+
+/* Which chunk of a global tensor a device holds: dim d is cut into chunks over the mesh axes
+ * axes[d][0], axes[d][1], ... (mesh axis index + 1, major first, 0 ends the list). All zero:
+ * every device holds the whole tensor. Mirrors the compiler's IrSplit. */
+typedef struct RtSplit {
+    uint8_t axes[RT_MAX_DIMS][RT_MAX_SPLIT_AXES];
+} RtSplit;
+
+typedef enum RtCollKind {
+    RT_COLL_ALL_REDUCE,     /* sum over the group, added in group-rank order */
+    RT_COLL_ALL_GATHER,     /* members' operands joined along axis in group-rank order */
+    RT_COLL_REDUCE_SCATTER, /* sum, then member r keeps chunk r of axis */
+    RT_COLL_ALL_TO_ALL,     /* chunk j of axis to member j; received chunks joined along axis2 */
+    RT_COLL_LOCAL_SLICE,    /* member r keeps chunk r of axis of its own operand; no traffic */
+    RT_COLL_KIND_COUNT
+} RtCollKind;
+
+/* One collective of the step, as the compiler placed it in the slab. The group of a device is
+ * the devices that differ from it only on `axes`; a member's group rank is row-major over
+ * `axes` in the order listed. Semantics are ir/interp.c's. */
+typedef struct RtCollective {
+    int32_t kind;                        /* RtCollKind */
+    int32_t dtype;                       /* RT_DT_F32 or RT_DT_I32 */
+    int32_t naxes;
+    int32_t axes[RT_MAX_MESH_AXES];      /* mesh axis indices, group order */
+    int32_t axis, axis2;                 /* axis: gather/scatter/slice/split axis; axis2: concat */
+    int32_t rank;                        /* of both operand and result */
+    int64_t in_shape[RT_MAX_DIMS]; /* the operand (local) */
+    int64_t out_shape[RT_MAX_DIMS];/* the result (local) */
+    int64_t in_offset, out_offset;       /* slab byte offsets; they may overlap */
+} RtCollective;
+
+typedef struct RtComm RtComm;
+
+/* Whether libaxrt was built with MPI. */
+int rt_comm_have_mpi(void);
+/* Whether the environment says this process was started by mpirun, mpiexec or srun. */
+int rt_comm_launched(void);
+/* Joins the job: with MPI (initialized here unless already), rank and size of MPI_COMM_WORLD;
+ * without, rank 0 of 1. Fails, with how to launch, when the world size is not `devices`.
+ * timeout_s bounds every wait for another rank; past it the job is aborted with the names of
+ * the silent ranks (0: the default, 30 s, or AXLC_COMM_TIMEOUT). */
+int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int32_t ncolls,
+                double timeout_s, RtError *err);
+/* Leaves the job (MPI_Finalize when rt_comm_new initialized MPI). NULL is fine. */
+void rt_comm_free(RtComm *c);
+int rt_comm_rank(const RtComm *c);
+int rt_comm_size(const RtComm *c);
+/* Coordinate of this device on mesh axis a. */
+int64_t rt_comm_coord(const RtComm *c, int a);
+/* Which chunk of a tensor split by `axes` (mesh axis index + 1, 0 ends) device `dev` holds,
+ * and how many chunks there are. */
+int64_t rt_mesh_chunk(const RtMesh *m, const uint8_t axes[RT_MAX_SPLIT_AXES], int64_t dev, int64_t *count);
+/* Collective `index` of the table on the slab; called by the generated step. Aborts the job
+ * (MPI_Abort, with a message naming the silent ranks) when a member does not answer in time. */
+void rt_comm_collective(RtComm *c, int32_t index, char *slab);
+/* Every rank passes v (n values) and gets the element-wise sum over all ranks (world); a
+ * barrier with data. The same deadline applies. */
+int rt_comm_sum_i64(RtComm *c, int64_t *v, int n, RtError *err);
+/* Bytes this device has sent in collectives so far (counters for benchmarks). */
+int64_t rt_comm_bytes_sent(const RtComm *c);
+/* Bytes this device sends when every collective of the table runs once (one step), as the
+ * table predicts: (G-1) times the operand for all_reduce and all_gather, (G-1) chunks of it for
+ * reduce_scatter and all_to_all, nothing for local_slice. */
+int64_t rt_comm_step_bytes(const RtComm *c);
+/* Ends every process of the job at once with status `code` (MPI_Abort); returns without MPI. */
+void rt_comm_abort(RtComm *c, int code);
+
 /* ===== ckpt.c: checkpoints ============================================================ */
 
 /* DIR/step_00000020/{state.safetensors, index.json}; index.json is written last and marks
  * the checkpoint complete. */
+/* Where a rank's tensor lies in the global tensor (sharded checkpoints): its shape is the
+ * tensor's own, `start` its first element's global index per dim. */
+typedef struct RtCkptRegion {
+    int64_t shape[RT_MAX_DIMS];  /* the global tensor's shape */
+    int64_t start[RT_MAX_DIMS];
+    int32_t owner;               /* 1: this rank writes it; 0: another rank holds the same chunk */
+} RtCkptRegion;
+
 typedef struct RtCkptState {
     int64_t step;
     int64_t data_position;
@@ -163,6 +251,12 @@ typedef struct RtCkptState {
     const RtTensor *tensors;  /* parameters by path, optimizer state as "opt/m/<path>", ... */
     int n_tensors;
     const char *fingerprint;  /* the model's (rt_fingerprint); may be NULL */
+    /* Sharded (format version 2) when comm has more than one rank: every rank calls
+     * rt_ckpt_save with its own tensors and their regions (n_tensors), writes
+     * state-rank<5 digits>.safetensors holding the ones it owns, and after a barrier rank 0
+     * writes the index. NULL: one process, format version 1 (state.safetensors). */
+    RtComm *comm;
+    const RtCkptRegion *regions;
 } RtCkptState;
 
 typedef struct RtCkpt RtCkpt; /* an opened, verified checkpoint */
@@ -198,7 +292,18 @@ int64_t rt_ckpt_data_position(const RtCkpt *ck);
 uint64_t rt_ckpt_rng_state(const RtCkpt *ck);
 const char *rt_ckpt_config(const RtCkpt *ck); /* "" if none was saved */
 const char *rt_ckpt_fingerprint(const RtCkpt *ck); /* "" if none was saved */
+/* Format version 1: the state file; version 2: rank 0's file (metadata, and its shards only). */
 const RtSt *rt_ckpt_tensors(const RtCkpt *ck);
+/* The checkpoint's tensors, whichever files hold them: name, dtype, global rank and shape
+ * (data NULL). */
+int rt_ckpt_count(const RtCkpt *ck);
+const RtTensor *rt_ckpt_tensor(const RtCkpt *ck, int i);
+const RtTensor *rt_ckpt_find(const RtCkpt *ck, const char *name); /* NULL if absent */
+/* Copies the box [start, start + count) of global tensor `name` (checked against `shape`) into
+ * dst (row-major over count) as f32, from the shard files that hold it. start NULL: the whole
+ * tensor. Resharding: the box need not match how the checkpoint was cut. */
+int rt_ckpt_read_f32(const RtCkpt *ck, const char *name, const int64_t *shape, int ndim,
+                     const int64_t *start, const int64_t *count, float *dst, RtError *err);
 
 /* ===== fingerprint.c: what makes a checkpoint belong to a model ========================== */
 
@@ -206,13 +311,13 @@ typedef struct RtParamSlot RtParamSlot; /* train.c */
 
 #define RT_FINGERPRINT_MAX 32
 
-/* "fnv1a64:<16 hex digits>" over the parameter table (path, shape, dtype of each, in order)
+/* "fnv1a64:<16 hex digits>" over the parameter table (path, global shape, dtype of each, in order)
  * and the "model" member of the config (may be NULL). */
 void rt_fingerprint(char out[RT_FINGERPRINT_MAX], const RtParamSlot *params, int n, const char *config);
 /* How a checkpoint's model (its tensors st, its config text) differs from this one: parameters
  * missing there or shaped otherwise, parameters there that this model lacks, and config values
  * under /model, as "; "-separated items in out (cut at cap bytes). Returns how many. */
-int rt_model_diff(const RtParamSlot *params, int n, const char *config, const RtSt *st, const char *ck_config,
+int rt_model_diff(const RtParamSlot *params, int n, const char *config, const RtCkpt *ck, const char *ck_config,
                   char *out, size_t cap);
 /* The same for the config outside /model (learner, input, ...): differences worth a note. */
 int rt_config_diff_outside_model(const char *config, const char *ck_config, char *out, size_t cap);
@@ -258,13 +363,15 @@ void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n,
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION 1
+#define RT_ABI_VERSION 2
 #define RT_MAX_PARAM_RANK 4
 
 struct RtParamSlot {
     const char *path;                 /* "model/decoder/layer_0/self_attention/q_proj/weight" */
     int32_t rank;
-    int64_t shape[RT_MAX_PARAM_RANK];
+    int64_t shape[RT_MAX_PARAM_RANK]; /* this device's chunk */
+    int64_t global_shape[RT_MAX_PARAM_RANK]; /* the whole parameter: shape times the split's counts */
+    uint8_t split[RT_MAX_PARAM_RANK][RT_MAX_SPLIT_AXES]; /* RtSplit of the parameter and its moments */
     RtInit init;                      /* deterministic init from (seed, path) */
     int64_t offset;                   /* f32 parameter */
     int64_t m_offset, v_offset;       /* f32 AdamW moments, same shape */
@@ -277,6 +384,7 @@ typedef struct RtProgram {
     int32_t nparams;
     const RtParamSlot *params;
     int64_t batch, seq, vocab;        /* per-device batch B, sequence T, vocabulary */
+    uint8_t batch_split[RT_MAX_SPLIT_AXES]; /* mesh axes (index + 1) dim 0 of ids/targets is cut over */
     int64_t ids_offset, targets_offset; /* i32 (B, T) */
     int64_t step_offset;              /* f32 scalar: the 1-based step number */
     int64_t loss_offset, grad_norm_offset, lr_offset; /* f32 scalars the step writes */
@@ -284,7 +392,10 @@ typedef struct RtProgram {
     uint64_t seed;
     int64_t ckpt_every;
     int32_t ckpt_keep;
-    void (*step)(char *slab, RtPool *pool);
+    RtMesh mesh;                      /* naxes 0: one device */
+    int32_t ncollectives;
+    const RtCollective *collectives;  /* (ncollectives) the step calls rt_comm_collective(comm, i, slab) */
+    void (*step)(char *slab, RtPool *pool, RtComm *comm);
 } RtProgram;
 
 /* The trainer's main: parses the trainer options (--help lists them) and trains. Returns the

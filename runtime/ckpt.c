@@ -15,6 +15,7 @@
  * listed file's size and CRC-32 before anything is read from it.
  */
 #include <dirent.h>
+#include <stddef.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <stdlib.h>
@@ -33,11 +34,27 @@
 #define LOCK_FILE ".lock"
 #define PATH_CAP 4096
 
+/* One stored piece of a tensor: all of it (format 1) or one rank's chunk (format 2). */
+typedef struct Shard {
+    const RtTensor *t;            /* in its file; t->shape is the piece's shape */
+    int64_t start[RT_MAX_DIMS];   /* where it lies in the global tensor */
+} Shard;
+
+typedef struct CkTensor {
+    RtTensor g;                   /* name, dtype, global rank and shape; data NULL */
+    Shard *shards;
+    int nshards, cap;
+} CkTensor;
+
 struct RtCkpt {
     int64_t step, data_position;
     uint64_t rng_state;
     const char *config, *fingerprint; /* point into st's metadata */
-    RtSt *st;
+    RtSt *st;                     /* the state file (format 1) or rank 0's (format 2) */
+    RtSt **files;                 /* (nfiles) every tensor file, st among them */
+    int nfiles;
+    CkTensor *tensors;            /* (ntensors) */
+    int ntensors;
 };
 
 /* ===== names ========================================================================== */
@@ -245,8 +262,216 @@ static int write_index(const char *dir, const RtCkptState *s, uint32_t crc, int6
     return rt_wfile_commit(&w, err);
 }
 
+/* ===== saving a sharded checkpoint (format 2) ========================================= */
+
+static void rank_file(char *buf, size_t cap, int rank) { snprintf(buf, cap, "state-rank%05d.safetensors", rank); }
+
+static json_object *int_array(const int64_t *v, int n) {
+    json_object *a = json_object_new_array();
+    for (int i = 0; a && i < n; i++)
+        json_object_array_add(a, json_object_new_int64(v[i]));
+    return a;
+}
+
+/* {"name": {"shape": [global], "start": [...]}, ...} for the tensors this rank owns. */
+static char *regions_text(const RtCkptState *s) {
+    json_object *root = json_object_new_object();
+    for (int i = 0; root && i < s->n_tensors; i++) {
+        if (!s->regions[i].owner)
+            continue;
+        json_object *r = json_object_new_object();
+        json_object_object_add(r, "shape", int_array(s->regions[i].shape, s->tensors[i].ndim));
+        json_object_object_add(r, "start", int_array(s->regions[i].start, s->tensors[i].ndim));
+        json_object_object_add(root, s->tensors[i].name, r);
+    }
+    char *text = root ? strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)) : NULL;
+    json_object_put(root);
+    return text;
+}
+
+/* This rank's file: the tensors it owns, with their regions in the metadata. *size 0: it owns
+ * none and writes nothing. */
+static int write_rank_state(const char *dir, const RtCkptState *s, int rank, uint32_t *crc, int64_t *size,
+                            RtError *err) {
+    char path[PATH_CAP], name[64], step[32], pos[32], rng[32];
+    *size = 0;
+    *crc = 0;
+    RtTensor *own = calloc((size_t)s->n_tensors + 1, sizeof *own);
+    char *regions = regions_text(s);
+    int n = 0, rc = 0;
+    if (!own || !regions)
+        rc = rt_error_set(err, "%s: out of memory", dir);
+    for (int i = 0; rc == 0 && i < s->n_tensors; i++)
+        if (s->regions[i].owner)
+            own[n++] = s->tensors[i];
+    snprintf(step, sizeof step, "%lld", (long long)s->step);
+    snprintf(pos, sizeof pos, "%lld", (long long)s->data_position);
+    snprintf(rng, sizeof rng, "%llu", (unsigned long long)s->rng_state);
+    rank_file(name, sizeof name, rank);
+    RtMeta meta[] = {
+        {"axlc.step", step}, {"axlc.data_position", pos}, {"axlc.rng_state", rng},
+        {"axlc.config", s->config ? s->config : ""}, {"axlc.fingerprint", s->fingerprint ? s->fingerprint : ""},
+        {"axlc.regions", regions ? regions : "{}"},
+    };
+    if (rc == 0 && n > 0 && step_path(path, dir, s->step, name, err) == 0)
+        rc = rt_st_write(path, own, n, meta, 6, crc, size, err);
+    else if (rc == 0 && n > 0)
+        rc = -1;
+    free(own);
+    free(regions);
+    return rc;
+}
+
+/* The "tensors" member of the index: each tensor's global shape and the region of each file
+ * holding part of it, read back from the files' own metadata. */
+static json_object *index_tensors(const char *sdir, const int64_t *info, int world, RtError *err) {
+    json_object *tensors = json_object_new_object();
+    for (int r = 0; tensors && r < world; r++) {
+        if (info[3 * r + 1] == 0)
+            continue;
+        char name[64], path[PATH_CAP];
+        rank_file(name, sizeof name, r);
+        RtSt *st;
+        if (join_path(path, sdir, name, err) != 0 || rt_st_open(&st, path, err) != 0) {
+            json_object_put(tensors);
+            return NULL;
+        }
+        json_object *regions = json_tokener_parse(rt_st_meta(st, "axlc.regions") ? rt_st_meta(st, "axlc.regions") : "");
+        for (int i = 0; regions && i < rt_st_count(st); i++) {
+            const RtTensor *t = rt_st_tensor(st, i);
+            json_object *reg, *shape, *start, *entry, *shards;
+            if (!json_object_object_get_ex(regions, t->name, &reg) || !json_object_object_get_ex(reg, "shape", &shape) ||
+                !json_object_object_get_ex(reg, "start", &start))
+                continue;
+            if (!json_object_object_get_ex(tensors, t->name, &entry)) {
+                entry = json_object_new_object();
+                json_object_object_add(entry, "shape", json_object_get(shape));
+                json_object_object_add(entry, "shards", json_object_new_array());
+                json_object_object_add(tensors, t->name, entry);
+            }
+            json_object_object_get_ex(entry, "shards", &shards);
+            json_object *sh = json_object_new_object();
+            json_object_object_add(sh, "file", json_object_new_string(name));
+            json_object_object_add(sh, "start", json_object_get(start));
+            json_object_object_add(sh, "shape", int_array(t->shape, t->ndim));
+            json_object_array_add(shards, sh);
+        }
+        json_object_put(regions);
+        rt_st_close(st);
+    }
+    return tensors;
+}
+
+/* info: per rank (failed, bytes, crc32). */
+static int write_index_v2(const char *dir, const RtCkptState *s, const int64_t *info, int world, RtError *err) {
+    char path[PATH_CAP], sdir[PATH_CAP], name[64];
+    if (step_path(path, dir, s->step, INDEX_FILE, err) != 0 || step_path(sdir, dir, s->step, NULL, err) != 0)
+        return -1;
+    json_object *tensors = index_tensors(sdir, info, world, err);
+    if (!tensors)
+        return -1;
+    json_object *root = json_object_new_object(), *files = json_object_new_array();
+    json_object_object_add(root, "format", json_object_new_string("axlc-checkpoint"));
+    json_object_object_add(root, "version", json_object_new_int(2));
+    json_object_object_add(root, "step", json_object_new_int64(s->step));
+    json_object_object_add(root, "fingerprint", json_object_new_string(s->fingerprint ? s->fingerprint : ""));
+    json_object_object_add(root, "ranks", json_object_new_int(world));
+    for (int r = 0; r < world; r++) {
+        if (info[3 * r + 1] == 0)
+            continue;
+        json_object *f = json_object_new_object();
+        rank_file(name, sizeof name, r);
+        json_object_object_add(f, "name", json_object_new_string(name));
+        json_object_object_add(f, "bytes", json_object_new_int64(info[3 * r + 1]));
+        json_object_object_add(f, "crc32", json_object_new_int64(info[3 * r + 2]));
+        json_object_array_add(files, f);
+    }
+    json_object_object_add(root, "files", files);
+    json_object_object_add(root, "tensors", tensors);
+    const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
+    RtWfile w;
+    int rc = rt_wfile_open(&w, path, err);
+    if (rc == 0 && (rt_wfile_write(&w, text, strlen(text), err) != 0 || rt_wfile_write(&w, "\n", 1, err) != 0)) {
+        rt_wfile_abort(&w);
+        rc = -1;
+    } else if (rc == 0) {
+        rc = rt_wfile_commit(&w, err);
+    }
+    json_object_put(root);
+    return rc;
+}
+
+/* Every rank learns `v` of rank 0 (a status), by a sum where the others add 0. */
+static int64_t from_rank0(RtComm *c, int64_t v, RtError *err) {
+    int64_t x = rt_comm_rank(c) == 0 ? v : 0;
+    return rt_comm_sum_i64(c, &x, 1, err) == 0 ? x : -1;
+}
+
+static int save_sharded(const char *dir, const RtCkptState *s, int keep_last, RtError *err) {
+    RtComm *c = s->comm;
+    int rank = rt_comm_rank(c), world = rt_comm_size(c), rc = 0;
+    char sdir[PATH_CAP];
+    RtError why = {{0}};
+    if (step_path(sdir, dir, s->step, NULL, err) != 0)
+        return -1;
+    /* rank 0 makes the step directory; the others write into it once it exists */
+    if (rank == 0 && is_complete(dir, s->step))
+        rc = rt_error_set(&why, "%s: a complete checkpoint of step %lld already exists", sdir, (long long)s->step);
+    else if (rank == 0 && (make_dir(dir, &why) != 0 || make_dir(sdir, &why) != 0 || rt_dir_fsync(dir, &why) != 0))
+        rc = -1;
+    if (from_rank0(c, rc, err) != 0)
+        return rank == 0 ? rt_error_set(err, "%s", why.msg)
+                         : rt_error_set(err, "%s: rank 0 could not prepare the checkpoint directory", sdir);
+    int64_t *info = calloc(3 * (size_t)world, sizeof *info);
+    if (!info)
+        return rt_error_set(err, "%s: out of memory", sdir); /* the others will wait in vain: the watchdog */
+    uint32_t crc;
+    int64_t size;
+    info[3 * rank] = write_rank_state(dir, s, rank, &crc, &size, &why) != 0;
+    info[3 * rank + 1] = size;
+    info[3 * rank + 2] = crc;
+    if (rt_comm_sum_i64(c, info, 3 * world, err) != 0) {
+        free(info);
+        return -1;
+    }
+    int failed = -1;
+    for (int r = world - 1; r >= 0; r--)
+        if (info[3 * r])
+            failed = r;
+    rc = 0;
+    if (failed >= 0) {
+        if (rank == 0)
+            remove_ckpt(dir, s->step, NULL);
+        rc = info[3 * rank] ? rt_error_set(err, "%s", why.msg)
+                            : rt_error_set(err, "%s: rank %d could not write its shard (its message says why)", sdir,
+                                           failed);
+        free(info);
+        return rc;
+    }
+    if (rank == 0 && write_index_v2(dir, s, info, world, &why) != 0) {
+        remove_ckpt(dir, s->step, NULL);
+        rc = -1;
+    } else if (rank == 0 && prune(dir, keep_last, s->step, &why) != 0) {
+        rc = 1;
+    }
+    free(info);
+    int64_t agreed = from_rank0(c, rc, err);
+    if (agreed < 0 && rank == 0)
+        return rt_error_set(err, "%s", why.msg);
+    if (agreed < 0)
+        return rt_error_set(err, "%s: rank 0 could not write the index", sdir);
+    if (agreed > 0)
+        rt_error_set(err, "step %lld saved, but deleting old checkpoints failed: %s", (long long)s->step,
+                     rank == 0 ? why.msg : "see rank 0");
+    return (int)agreed;
+}
+
 int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtError *err) {
     char sdir[PATH_CAP];
+    if (state->comm && rt_comm_size(state->comm) > 1 && state->regions)
+        return state->step < 0 ? rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir,
+                                              (long long)state->step)
+                               : save_sharded(dir, state, keep_last, err);
     if (state->step < 0)
         return rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir, (long long)state->step);
     if (step_path(sdir, dir, state->step, NULL, err) != 0)
@@ -442,7 +667,9 @@ static int verify_file(const char *sdir, const char *index, json_object *f, int 
     return 0;
 }
 
-static int verify_index(const char *dir, int64_t step, RtError *err) {
+/* Verifies the index of `step` and every file it lists; *version is 2 for a sharded checkpoint,
+ * whose tensor files are then all those listed (the first is rank 0's), else 1. */
+static int verify_index(const char *dir, int64_t step, int *version, char ***names, int *nnames, RtError *err) {
     char sdir[PATH_CAP], index[PATH_CAP];
     if (step_path(sdir, dir, step, NULL, err) != 0 || step_path(index, dir, step, INDEX_FILE, err) != 0)
         return -1;
@@ -457,10 +684,150 @@ static int verify_index(const char *dir, int64_t step, RtError *err) {
         rc = rt_error_set(err, "%s: expected \"step\": %lld and a \"files\" array", index, (long long)step);
     for (size_t i = 0; rc == 0 && i < json_object_array_length(files); i++)
         rc = verify_file(sdir, index, json_object_array_get_idx(files, i), &state, err);
-    if (rc == 0 && !state)
+    *version = json_int(root, "version") == 2 ? 2 : 1;
+    size_t nf = rc == 0 ? json_object_array_length(files) : 0;
+    if (rc == 0 && *version == 1 && !state)
         rc = rt_error_set(err, "%s: does not list %s", index, STATE_FILE);
+    if (rc == 0 && *version == 2 && nf == 0)
+        rc = rt_error_set(err, "%s: lists no files", index);
+    *names = rc == 0 ? calloc(nf + 1, sizeof **names) : NULL;
+    if (rc == 0 && !*names)
+        rc = rt_error_set(err, "%s: out of memory", index);
+    *nnames = 0;
+    for (size_t i = 0; rc == 0 && i < nf; i++) {
+        json_object *name;
+        json_object_object_get_ex(json_object_array_get_idx(files, i), "name", &name);
+        const char *n = json_object_get_string(name);
+        if (*version == 1 && strcmp(n, STATE_FILE) != 0)
+            continue; /* format 1: only the state file holds tensors */
+        if (!((*names)[(*nnames)++] = strdup(n)))
+            rc = rt_error_set(err, "%s: out of memory", index);
+    }
     json_object_put(root);
     return rc;
+}
+
+/* ===== the tensors of a checkpoint, over its files ====================================== */
+
+static CkTensor *tensor_entry(RtCkpt *ck, const RtTensor *t, int ndim, const int64_t *shape) {
+    for (int i = 0; i < ck->ntensors; i++)
+        if (strcmp(ck->tensors[i].g.name, t->name) == 0)
+            return &ck->tensors[i];
+    if ((ck->ntensors & (ck->ntensors - 1)) == 0) { /* grow at powers of two */
+        CkTensor *n = realloc(ck->tensors, (size_t)(ck->ntensors ? 2 * ck->ntensors : 1) * sizeof *n);
+        if (!n)
+            return NULL;
+        ck->tensors = n;
+    }
+    CkTensor *e = &ck->tensors[ck->ntensors++];
+    memset(e, 0, sizeof *e);
+    e->g = (RtTensor){.name = t->name, .dtype = t->dtype, .ndim = ndim};
+    memcpy(e->g.shape, shape, (size_t)ndim * sizeof *shape);
+    return e;
+}
+
+/* A JSON array of n non-negative integers into v. */
+static int json_dims(json_object *a, int n, int64_t *v) {
+    if (!json_object_is_type(a, json_type_array) || (int)json_object_array_length(a) != n)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        json_object *x = json_object_array_get_idx(a, i);
+        if (!json_object_is_type(x, json_type_int) || (v[i] = json_object_get_int64(x)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Tensor t of file st: its region from the file's "axlc.regions" metadata, or (format 1, or a
+ * tensor without one) the whole tensor. */
+static int add_shard(RtCkpt *ck, const RtSt *st, const RtTensor *t, json_object *regions, RtError *err) {
+    int64_t shape[RT_MAX_DIMS], start[RT_MAX_DIMS] = {0};
+    json_object *reg, *js, *jt;
+    memcpy(shape, t->shape, sizeof shape);
+    if (regions && json_object_object_get_ex(regions, t->name, &reg)) {
+        if (!json_object_object_get_ex(reg, "shape", &js) || !json_object_object_get_ex(reg, "start", &jt) ||
+            json_dims(js, t->ndim, shape) != 0 || json_dims(jt, t->ndim, start) != 0)
+            return rt_error_set(err, "%s: tensor '%s': a bad region in axlc.regions", rt_st_path(st), t->name);
+        for (int d = 0; d < t->ndim; d++)
+            if (start[d] > shape[d] || t->shape[d] > shape[d] - start[d])
+                return rt_error_set(err, "%s: tensor '%s': its region lies outside the global shape", rt_st_path(st),
+                                    t->name);
+    }
+    CkTensor *e = tensor_entry(ck, t, t->ndim, shape);
+    if (!e)
+        return rt_error_set(err, "%s: out of memory", rt_st_path(st));
+    if (e->g.ndim != t->ndim || memcmp(e->g.shape, shape, (size_t)t->ndim * sizeof *shape) != 0 ||
+        e->g.dtype != t->dtype)
+        return rt_error_set(err, "%s: tensor '%s': its global shape or dtype differs from another file's",
+                            rt_st_path(st), t->name);
+    if (e->nshards == e->cap) {
+        int cap = e->cap ? 2 * e->cap : 4;
+        Shard *n = realloc(e->shards, (size_t)cap * sizeof *n);
+        if (!n)
+            return rt_error_set(err, "%s: out of memory", rt_st_path(st));
+        e->shards = n;
+        e->cap = cap;
+    }
+    Shard *sh = &e->shards[e->nshards++];
+    sh->t = t;
+    memcpy(sh->start, start, sizeof start);
+    return 0;
+}
+
+static int64_t box_volume(const int64_t *count, int n) {
+    int64_t v = 1;
+    for (int d = 0; d < n; d++)
+        v *= count[d];
+    return v;
+}
+
+/* The shards of each tensor tile it: inside it (add_shard), pairwise disjoint, volumes adding up. */
+static int check_tiling(const RtCkpt *ck, const char *where, RtError *err) {
+    for (int i = 0; i < ck->ntensors; i++) {
+        const CkTensor *e = &ck->tensors[i];
+        int64_t sum = 0;
+        for (int a = 0; a < e->nshards; a++) {
+            sum += box_volume(e->shards[a].t->shape, e->g.ndim);
+            for (int b = 0; b < a; b++) {
+                int apart = 0;
+                for (int d = 0; d < e->g.ndim && !apart; d++)
+                    apart = e->shards[a].start[d] >= e->shards[b].start[d] + e->shards[b].t->shape[d] ||
+                            e->shards[b].start[d] >= e->shards[a].start[d] + e->shards[a].t->shape[d];
+                if (!apart && box_volume(e->shards[a].t->shape, e->g.ndim) && box_volume(e->shards[b].t->shape, e->g.ndim))
+                    return rt_error_set(err, "%s: tensor '%s': two files hold overlapping parts", where, e->g.name);
+            }
+        }
+        if (sum != box_volume(e->g.shape, e->g.ndim))
+            return rt_error_set(err, "%s: tensor '%s': its files hold %lld of its %lld values", where, e->g.name,
+                                (long long)sum, (long long)box_volume(e->g.shape, e->g.ndim));
+    }
+    return 0;
+}
+
+static int open_files(RtCkpt *ck, const char *sdir, char **names, int n, RtError *err) {
+    ck->files = calloc((size_t)n + 1, sizeof *ck->files);
+    if (!ck->files)
+        return rt_error_set(err, "%s: out of memory", sdir);
+    for (int f = 0; f < n; f++) {
+        char path[PATH_CAP];
+        if (join_path(path, sdir, names[f], err) != 0 || rt_st_open(&ck->files[f], path, err) != 0)
+            return -1;
+        ck->nfiles++;
+        const char *text = rt_st_meta(ck->files[f], "axlc.regions");
+        json_object *regions = text ? json_tokener_parse(text) : NULL;
+        if (text && !json_object_is_type(regions, json_type_object)) {
+            json_object_put(regions);
+            return rt_error_set(err, "%s: metadata 'axlc.regions' is not a JSON object", path);
+        }
+        int rc = 0;
+        for (int i = 0; rc == 0 && i < rt_st_count(ck->files[f]); i++)
+            rc = add_shard(ck, ck->files[f], rt_st_tensor(ck->files[f], i), regions, err);
+        json_object_put(regions);
+        if (rc != 0)
+            return -1;
+    }
+    ck->st = ck->files[0];
+    return check_tiling(ck, sdir, err);
 }
 
 static int meta_int(const RtSt *st, const char *key, long long *out, RtError *err) {
@@ -500,17 +867,97 @@ static int read_meta(RtCkpt *ck, int64_t step, RtError *err) {
 
 int rt_ckpt_open(RtCkpt **out, const char *dir, int64_t step, RtError *err) {
     *out = NULL;
-    char state[PATH_CAP];
-    if (step_path(state, dir, step, STATE_FILE, err) != 0 || verify_index(dir, step, err) != 0)
+    char sdir[PATH_CAP];
+    char **names = NULL;
+    int version, n = 0;
+    if (step_path(sdir, dir, step, NULL, err) != 0)
         return -1;
-    RtCkpt *ck = calloc(1, sizeof *ck);
-    if (!ck)
-        return rt_error_set(err, "%s: out of memory", state);
-    if (rt_st_open(&ck->st, state, err) != 0 || read_meta(ck, step, err) != 0) {
+    RtCkpt *ck = verify_index(dir, step, &version, &names, &n, err) == 0 ? calloc(1, sizeof *ck) : NULL;
+    int rc = ck ? open_files(ck, sdir, names, n, err) : -1;
+    if (ck && rc == 0)
+        rc = read_meta(ck, step, err);
+    if (names && !ck)
+        rt_error_set(err, "%s: out of memory", sdir);
+    for (int i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+    if (rc != 0) {
         rt_ckpt_close(ck);
         return -1;
     }
     *out = ck;
+    return 0;
+}
+
+int rt_ckpt_count(const RtCkpt *ck) { return ck->ntensors; }
+const RtTensor *rt_ckpt_tensor(const RtCkpt *ck, int i) { return &ck->tensors[i].g; }
+
+const RtTensor *rt_ckpt_find(const RtCkpt *ck, const char *name) {
+    for (int i = 0; i < ck->ntensors; i++)
+        if (strcmp(ck->tensors[i].g.name, name) == 0)
+            return &ck->tensors[i].g;
+    return NULL;
+}
+
+static const CkTensor *find_entry(const RtCkpt *ck, const char *name) {
+    const RtTensor *t = rt_ckpt_find(ck, name);
+    return t ? (const CkTensor *)(const void *)((const char *)t - offsetof(CkTensor, g)) : NULL;
+}
+
+/* Copies the part of shard sh inside the box [start, start + count) into dst (row-major over
+ * count); returns the number of values copied. */
+static int64_t copy_shard(const Shard *sh, int ndim, const int64_t *start, const int64_t *count, float *dst) {
+    int64_t lo[RT_MAX_DIMS], n[RT_MAX_DIMS], idx[RT_MAX_DIMS] = {0}, rows = 1;
+    for (int d = 0; d < ndim; d++) {
+        int64_t a = start[d] > sh->start[d] ? start[d] : sh->start[d];
+        int64_t b = start[d] + count[d] < sh->start[d] + sh->t->shape[d] ? start[d] + count[d]
+                                                                         : sh->start[d] + sh->t->shape[d];
+        if (b <= a)
+            return 0;
+        lo[d] = a;
+        n[d] = b - a;
+        if (d + 1 < ndim)
+            rows *= n[d];
+    }
+    int64_t len = ndim ? n[ndim - 1] : 1;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t src = 0, out = 0;
+        for (int d = 0; d < ndim; d++) {
+            int64_t g = lo[d] + (d + 1 < ndim ? idx[d] : 0);
+            src = src * sh->t->shape[d] + (g - sh->start[d]);
+            out = out * count[d] + (g - start[d]);
+        }
+        rt_st_convert_run(sh->t, src, len, dst + out);
+        for (int d = ndim - 2; d >= 0 && ++idx[d] == n[d]; d--)
+            idx[d] = 0;
+    }
+    return rows * len;
+}
+
+int rt_ckpt_read_f32(const RtCkpt *ck, const char *name, const int64_t *shape, int ndim, const int64_t *start,
+                     const int64_t *count, float *dst, RtError *err) {
+    const CkTensor *e = find_entry(ck, name);
+    if (!e)
+        return rt_error_set(err, "%s: no tensor '%s'", rt_st_path(ck->st), name);
+    if (e->g.ndim != ndim || memcmp(e->g.shape, shape, (size_t)ndim * sizeof *shape) != 0)
+        return rt_error_set(err, "%s: tensor '%s': rank %d global shape differs from the expected one (rank %d)",
+                            rt_st_path(ck->st), name, e->g.ndim, ndim);
+    if (e->g.dtype != RT_DT_F32 && e->g.dtype != RT_DT_F16 && e->g.dtype != RT_DT_BF16)
+        return rt_error_set(err, "%s: tensor '%s': dtype %s, expected F32, F16 or BF16", rt_st_path(ck->st), name,
+                            rt_dtype_name(e->g.dtype));
+    int64_t zero[RT_MAX_DIMS] = {0}, got = 0;
+    if (!start) {
+        start = zero;
+        count = shape;
+    }
+    for (int d = 0; d < ndim; d++)
+        if (start[d] < 0 || count[d] < 0 || start[d] > shape[d] || count[d] > shape[d] - start[d])
+            return rt_error_set(err, "%s: tensor '%s': a region outside it was asked for", rt_st_path(ck->st), name);
+    for (int i = 0; i < e->nshards; i++)
+        got += copy_shard(&e->shards[i], ndim, start, count, dst);
+    if (got != box_volume(count, ndim))
+        return rt_error_set(err, "%s: tensor '%s': its files hold %lld of the %lld values asked for", rt_st_path(ck->st),
+                            name, (long long)got, (long long)box_volume(count, ndim));
     return 0;
 }
 
@@ -532,7 +979,12 @@ int rt_ckpt_open_latest(RtCkpt **out, const char *dir, RtError *warn, RtError *e
 void rt_ckpt_close(RtCkpt *ck) {
     if (!ck)
         return;
-    rt_st_close(ck->st);
+    for (int f = 0; f < ck->nfiles; f++)
+        rt_st_close(ck->files[f]);
+    for (int i = 0; i < ck->ntensors; i++)
+        free(ck->tensors[i].shards);
+    free(ck->tensors);
+    free(ck->files);
     free(ck);
 }
 

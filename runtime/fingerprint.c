@@ -40,7 +40,7 @@ void rt_fingerprint(char out[RT_FINGERPRINT_MAX], const RtParamSlot *params, int
         char line[64];
         h = fnv1a(h, params[i].path, strlen(params[i].path) + 1);
         for (int d = 0; d < params[i].rank; d++) {
-            int len = snprintf(line, sizeof line, "%lld,", (long long)params[i].shape[d]);
+            int len = snprintf(line, sizeof line, "%lld,", (long long)params[i].global_shape[d]);
             h = fnv1a(h, line, (size_t)len);
         }
         h = fnv1a(h, "F32;", 4); /* every parameter is f32 in the slab (RtParamSlot) */
@@ -173,22 +173,22 @@ static void group_flush(Diff *d, const Group *g) {
 /* Parameters missing from st, with another shape there, and tensors of st that are neither a
  * parameter nor an optimizer slot ("opt/...") of one. Shape differences are listed one by one
  * (with both shapes); missing and extra names by group. */
-static void diff_tensors(Diff *d, const RtParamSlot *params, int n, const RtSt *st) {
+static void diff_tensors(Diff *d, const RtParamSlot *params, int n, const RtCkpt *ck) {
     char a[96], b[96];
     Group missing = {.what = "not in the checkpoint"}, extra = {.what = "only in the checkpoint"};
     for (int i = 0; i < n; i++) {
-        const RtTensor *t = rt_st_find(st, params[i].path);
+        const RtTensor *t = rt_ckpt_find(ck, params[i].path);
         if (!t) {
             group_add(&missing, params[i].path);
         } else if (t->ndim != params[i].rank ||
-                   memcmp(t->shape, params[i].shape, (size_t)t->ndim * sizeof *t->shape) != 0) {
-            shape_text(a, sizeof a, params[i].shape, params[i].rank);
+                   memcmp(t->shape, params[i].global_shape, (size_t)t->ndim * sizeof *t->shape) != 0) {
+            shape_text(a, sizeof a, params[i].global_shape, params[i].rank);
             shape_text(b, sizeof b, t->shape, t->ndim);
             diff_add(d, "parameter %s: shape %s here, %s in the checkpoint", params[i].path, a, b);
         }
     }
-    for (int j = 0; j < rt_st_count(st); j++) {
-        const char *name = rt_st_tensor(st, j)->name;
+    for (int j = 0; j < rt_ckpt_count(ck); j++) {
+        const char *name = rt_ckpt_tensor(ck, j)->name;
         int known = strncmp(name, "opt/", 4) == 0;
         for (int i = 0; i < n && !known; i++)
             known = strcmp(name, params[i].path) == 0;
@@ -199,12 +199,12 @@ static void diff_tensors(Diff *d, const RtParamSlot *params, int n, const RtSt *
     group_flush(d, &extra);
 }
 
-int rt_model_diff(const RtParamSlot *params, int n, const char *config, const RtSt *st, const char *ck_config,
+int rt_model_diff(const RtParamSlot *params, int n, const char *config, const RtCkpt *ck, const char *ck_config,
                   char *out, size_t cap) {
     Diff d = {out, cap, 0, 0};
     out[0] = '\0';
     diff_configs(&d, config, ck_config, 1);
-    diff_tensors(&d, params, n, st);
+    diff_tensors(&d, params, n, ck);
     return d.count;
 }
 int rt_config_diff_outside_model(const char *config, const char *ck_config, char *out, size_t cap) {

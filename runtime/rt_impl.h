@@ -38,4 +38,9 @@ void rt_wfile_abort(RtWfile *w);
 /* fsync of a directory, so that renames and unlinks in it are durable. */
 int rt_dir_fsync(const char *dir, RtError *err);
 
+/* ===== safetensors.c ================================================================== */
+
+/* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32. */
+void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t n, float *dst);
+
 #endif /* RT_IMPL_H */

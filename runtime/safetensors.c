@@ -346,17 +346,19 @@ static float bf16_to_f32(uint16_t b) {
     return v;
 }
 
-static void convert(const RtTensor *t, int64_t numel, float *dst) {
+void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t numel, float *dst) {
     if (t->dtype == RT_DT_F32) {
-        memcpy(dst, t->data, (size_t)numel * sizeof(float));
+        memcpy(dst, (const char *)t->data + first * 4, (size_t)numel * sizeof(float));
         return;
     }
-    const unsigned char *p = t->data;
+    const unsigned char *p = (const unsigned char *)t->data + first * 2;
     for (int64_t i = 0; i < numel; i++) {
         uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
         dst[i] = t->dtype == RT_DT_F16 ? f16_to_f32(h) : bf16_to_f32(h);
     }
 }
+
+static void convert(const RtTensor *t, int64_t numel, float *dst) { rt_st_convert_run(t, 0, numel, dst); }
 
 static int same_shape(const RtTensor *t, const int64_t *shape, int ndim) {
     if (t->ndim != ndim)

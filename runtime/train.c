@@ -185,8 +185,19 @@ static int check_opts(const TrainOpts *o, RtError *err) {
     return 0;
 }
 
+/* The CPUs of this machine, shared by the ranks of a job that run on it (Open MPI, MPICH and
+ * Slurm say how many there are), so that N processes on one machine do not each take them all. */
 static int64_t online_cpus(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
+    static const char *const local[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++) {
+        const char *s = getenv(local[i]);
+        long k = s ? strtol(s, NULL, 10) : 0;
+        if (k > 1) {
+            n /= k;
+            break;
+        }
+    }
     return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
 }
 
@@ -220,9 +231,33 @@ static int check_region(const RtProgram *p, const char *what, const char *path, 
     return 0;
 }
 
+/* A split names mesh axes (index + 1) of the mesh, each at most once, 0 ending the list. */
+static int check_split(const RtProgram *p, const uint8_t axes[RT_MAX_SPLIT_AXES], int64_t *count) {
+    *count = 1;
+    for (int i = 0, end = 0; i < RT_MAX_SPLIT_AXES; i++) {
+        if (!axes[i]) {
+            end = 1;
+            continue;
+        }
+        if (end || axes[i] > p->mesh.naxes)
+            return -1;
+        for (int j = 0; j < i; j++)
+            if (axes[j] == axes[i])
+                return -1;
+        *count *= p->mesh.sizes[axes[i] - 1];
+    }
+    return 0;
+}
+
 static int check_slot(const RtProgram *p, const RtParamSlot *s, RtError *err) {
     if (!s->path || !s->path[0] || s->rank < 0 || s->rank > RT_MAX_PARAM_RANK)
         return rt_error_set(err, "program: a parameter has no path or rank %d", (int)s->rank);
+    for (int d = 0; d < s->rank; d++) {
+        int64_t count;
+        if (check_split(p, s->split[d], &count) != 0 || s->shape[d] < 0 || s->global_shape[d] != s->shape[d] * count)
+            return rt_error_set(err, "program: parameter %s: dim %d holds %lld of %lld over a bad split", s->path, d,
+                                (long long)s->shape[d], (long long)s->global_shape[d]);
+    }
     int64_t bytes = slot_numel(s) * 4;
     if (bytes < 0)
         return rt_error_set(err, "program: parameter %s has a negative or huge shape", s->path);
@@ -230,6 +265,44 @@ static int check_slot(const RtProgram *p, const RtParamSlot *s, RtError *err) {
         check_region(p, "first moment", s->path, s->m_offset, bytes, err) != 0 ||
         check_region(p, "second moment", s->path, s->v_offset, bytes, err) != 0)
         return -1;
+    return 0;
+}
+
+static int check_mesh(const RtProgram *p, RtError *err) {
+    int64_t devices = 1, count;
+    if (p->mesh.naxes < 0 || p->mesh.naxes > RT_MAX_MESH_AXES)
+        return rt_error_set(err, "program: a mesh of %d axes", (int)p->mesh.naxes);
+    for (int a = 0; a < p->mesh.naxes; a++) {
+        if (!p->mesh.names[a] || p->mesh.sizes[a] < 1 || p->mesh.sizes[a] > (1 << 20) / devices)
+            return rt_error_set(err, "program: mesh axis %d has no name or a bad size", a);
+        devices *= p->mesh.sizes[a];
+    }
+    if (check_split(p, p->batch_split, &count) != 0)
+        return rt_error_set(err, "program: the batch split names an axis outside the mesh");
+    return 0;
+}
+
+static int check_collectives(const RtProgram *p, RtError *err) {
+    if (p->ncollectives < 0 || (p->ncollectives > 0 && !p->collectives))
+        return rt_error_set(err, "program: no collective table");
+    for (int32_t i = 0; i < p->ncollectives; i++) {
+        const RtCollective *k = &p->collectives[i];
+        if (k->rank < 0 || k->rank > RT_MAX_DIMS)
+            return rt_error_set(err, "program: collective %d has rank %d", i, (int)k->rank);
+        int64_t in = 4, out = 4;
+        for (int d = 0; d < k->rank; d++) {
+            if (k->in_shape[d] < 0 || k->out_shape[d] < 0 || (k->in_shape[d] && in > INT64_MAX / 8 / k->in_shape[d]) ||
+                (k->out_shape[d] && out > INT64_MAX / 8 / k->out_shape[d]))
+                return rt_error_set(err, "program: collective %d has a bad shape", i);
+            in *= k->in_shape[d];
+            out *= k->out_shape[d];
+        }
+        char what[48];
+        snprintf(what, sizeof what, "collective %d", i);
+        if (check_region(p, what, "its operand", k->in_offset, in, err) != 0 ||
+            check_region(p, what, "its result", k->out_offset, out, err) != 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -243,6 +316,8 @@ static int check_program(const RtProgram *p, RtError *err) {
     if (p->batch < 1 || p->seq < 1 || p->vocab < 1 || p->batch > INT32_MAX / p->seq || p->vocab > INT32_MAX)
         return rt_error_set(err, "program: batch %lld x sequence %lld, vocabulary %lld: expected positive "
                             "sizes", (long long)p->batch, (long long)p->seq, (long long)p->vocab);
+    if (check_mesh(p, err) != 0)
+        return -1;
     int64_t bt = p->batch * p->seq * 4;
     if (check_region(p, "ids", NULL, p->ids_offset, bt, err) != 0 ||
         check_region(p, "targets", NULL, p->targets_offset, bt, err) != 0 ||
@@ -254,7 +329,7 @@ static int check_program(const RtProgram *p, RtError *err) {
     for (int i = 0; i < p->nparams; i++)
         if (check_slot(p, &p->params[i], err) != 0)
             return -1;
-    return 0;
+    return check_collectives(p, err);
 }
 
 /* ===== the trainer ==================================================================== */
@@ -271,7 +346,11 @@ typedef struct Trainer {
     char *eval_slab;      /* (slab_bytes), only with --eval-data */
     RtPool *pool;
     RtData *data, *eval;
-    RtCkptLock *lock;     /* held on --ckpt-dir for the whole run */
+    RtCkptLock *lock;     /* held on --ckpt-dir for the whole run (by rank 0) */
+    RtComm *comm;         /* the mesh: rank and size, collectives */
+    int rank, world;      /* this process's device, and the device count */
+    int64_t batch_index, batch_count; /* which part of each global batch this rank reads */
+    RtCkptRegion *regions; /* (3 * nparams) where this rank's tensors lie in the global ones */
     char fingerprint[RT_FINGERPRINT_MAX];
     FILE *metrics;
     RtTensor *tensors;    /* (3 * nparams), data pointing into slab */
@@ -279,6 +358,7 @@ typedef struct Trainer {
     int64_t step;         /* completed steps */
     int64_t saved;        /* step of the newest checkpoint on disk from this run or resumed; -1 */
     int tty;
+    int alone;            /* failed where the other ranks may not have: the job must be ended */
     double run_ms;        /* time in steps this run, for the ETA */
     int64_t run_steps;
 } Trainer;
@@ -305,11 +385,31 @@ static char *slab_new(int64_t bytes) {
     return s;
 }
 
+/* Where this rank's chunk of parameter s lies in the whole one. The chunk is written to a
+ * checkpoint by the first device holding it: the one whose coordinates off the split's axes are
+ * all zero. */
+static void slot_region(const Trainer *t, const RtParamSlot *s, RtCkptRegion *r) {
+    const RtMesh *m = &t->p->mesh;
+    int used[RT_MAX_MESH_AXES] = {0};
+    memset(r, 0, sizeof *r);
+    for (int d = 0; d < s->rank; d++) {
+        r->shape[d] = s->global_shape[d];
+        r->start[d] = rt_mesh_chunk(m, s->split[d], t->rank, NULL) * s->shape[d];
+        for (int i = 0; i < RT_MAX_SPLIT_AXES && s->split[d][i]; i++)
+            used[s->split[d][i] - 1] = 1;
+    }
+    r->owner = 1;
+    for (int a = 0; a < m->naxes; a++)
+        if (!used[a] && rt_comm_coord(t->comm, a) != 0)
+            r->owner = 0;
+}
+
 static int tensors_make(Trainer *t, RtError *err) {
     int n = t->p->nparams;
     t->tensors = calloc((size_t)n * 3 + 1, sizeof *t->tensors);
     t->names = calloc((size_t)n * 3 + 1, sizeof *t->names);
-    if (!t->tensors || !t->names)
+    t->regions = calloc((size_t)n * 3 + 1, sizeof *t->regions);
+    if (!t->tensors || !t->names || !t->regions)
         return rt_error_set(err, "out of memory");
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < n; i++) {
@@ -322,6 +422,7 @@ static int tensors_make(Trainer *t, RtError *err) {
             RtTensor *ts = &t->tensors[k * n + i];
             *ts = (RtTensor){.name = name, .dtype = RT_DT_F32, .ndim = s->rank, .data = slot_data(t, t->slab, i, k)};
             memcpy(ts->shape, s->shape, sizeof s->shape);
+            slot_region(t, s, &t->regions[k * n + i]);
         }
     return 0;
 }
@@ -331,6 +432,7 @@ static void trainer_free(Trainer *t) {
         free(t->names[i]);
     free(t->names);
     free(t->tensors);
+    free(t->regions);
     if (t->metrics)
         fclose(t->metrics);
     rt_data_close(t->eval);
@@ -346,7 +448,10 @@ static void warn(const Trainer *t, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fflush(stdout);
-    fprintf(stderr, "%s: ", t->prog);
+    if (t->world > 1)
+        fprintf(stderr, "%s: rank %d: ", t->prog, t->rank);
+    else
+        fprintf(stderr, "%s: ", t->prog);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -354,21 +459,98 @@ static void warn(const Trainer *t, const char *fmt, ...) {
 
 /* ===== parameters: init, --init, checkpoints ========================================== */
 
+/* Calls fn on each contiguous run of the box [start, start + count) of a row-major tensor of
+ * shape `shape`: the run's offset in the box and in the whole tensor, and its length. */
+static int for_runs(int rank, const int64_t *shape, const int64_t *start, const int64_t *count,
+                    int (*fn)(void *ctx, int64_t local, int64_t global, int64_t n, RtError *err), void *ctx,
+                    RtError *err) {
+    int64_t idx[RT_MAX_DIMS] = {0}, rows = 1, len = rank ? count[rank - 1] : 1;
+    for (int d = 0; d + 1 < rank; d++)
+        rows *= count[d];
+    if (len == 0)
+        return 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t g = 0;
+        for (int d = 0; d < rank; d++)
+            g = g * shape[d] + start[d] + (d + 1 < rank ? idx[d] : 0);
+        if (fn(ctx, r * len, g, len, err) != 0)
+            return -1;
+        for (int d = rank - 2; d >= 0 && ++idx[d] == count[d]; d--)
+            idx[d] = 0;
+    }
+    return 0;
+}
+
+typedef struct SeedRun {
+    float *dst;
+    const RtParamSlot *s;
+    uint64_t seed;
+} SeedRun;
+
+static int seed_run(void *ctx, int64_t local, int64_t global, int64_t n, RtError *err) {
+    SeedRun *r = ctx;
+    return rt_init_fill(r->dst + local, n, global, r->s->path, r->seed, &r->s->init, err);
+}
+
+/* Each rank fills its chunk of the unsharded init: a sharded run starts from the same weights. */
 static int params_seed(Trainer *t, RtError *err) {
     for (int i = 0; i < t->p->nparams; i++) {
         const RtParamSlot *s = &t->p->params[i];
-        if (rt_init_fill(slot_data(t, t->slab, i, 0), slot_numel(s), 0, s->path, t->o.seed, &s->init, err) != 0)
+        SeedRun r = {slot_data(t, t->slab, i, 0), s, t->o.seed};
+        if (for_runs(s->rank, s->global_shape, t->regions[i].start, s->shape, seed_run, &r, err) != 0)
             return -1;
     }
     return 0;
 }
 
+typedef struct CopyRun {
+    float *dst;
+    const float *src;
+} CopyRun;
+
+static int copy_run(void *ctx, int64_t local, int64_t global, int64_t n, RtError *err) {
+    (void)err;
+    CopyRun *r = ctx;
+    memcpy(r->dst + local, r->src + global, (size_t)n * sizeof *r->dst);
+    return 0;
+}
+
+/* Tensor j of the table (its whole global form) from st into this rank's chunk. */
+static int tensor_read_st(Trainer *t, const RtSt *st, int j, RtError *err) {
+    const RtTensor *ts = &t->tensors[j];
+    const RtCkptRegion *rg = &t->regions[j];
+    float *dst = slot_data(t, t->slab, j % t->p->nparams, j / t->p->nparams);
+    if (t->world == 1)
+        return rt_st_read_f32(st, ts->name, ts->shape, ts->ndim, dst, err);
+    int64_t n = 1;
+    for (int d = 0; d < ts->ndim; d++)
+        n *= rg->shape[d];
+    float *whole = malloc((size_t)(n ? n : 1) * sizeof *whole);
+    if (!whole)
+        return rt_error_set(err, "%s: out of memory", ts->name);
+    int rc = rt_st_read_f32(st, ts->name, rg->shape, ts->ndim, whole, err);
+    CopyRun r = {dst, whole};
+    if (rc == 0)
+        rc = for_runs(ts->ndim, rg->shape, rg->start, ts->shape, copy_run, &r, err);
+    free(whole);
+    return rc;
+}
+
 /* Reads tensors [0, count) of the checkpoint table from st into the slab. */
 static int tensors_read(Trainer *t, const RtSt *st, int count, RtError *err) {
+    for (int j = 0; j < count; j++)
+        if (tensor_read_st(t, st, j, err) != 0)
+            return -1;
+    return 0;
+}
+
+/* Tensors [0, count) from a checkpoint, each rank its own chunk, whichever files hold it. */
+static int tensors_read_ckpt(Trainer *t, const RtCkpt *ck, int count, RtError *err) {
     int n = t->p->nparams;
     for (int j = 0; j < count; j++) {
         const RtTensor *ts = &t->tensors[j];
-        if (rt_st_read_f32(st, ts->name, ts->shape, ts->ndim, slot_data(t, t->slab, j % n, j / n), err) != 0)
+        if (rt_ckpt_read_f32(ck, ts->name, t->regions[j].shape, ts->ndim, t->regions[j].start, ts->shape,
+                             slot_data(t, t->slab, j % n, j / n), err) != 0)
             return -1;
     }
     return 0;
@@ -414,30 +596,46 @@ static void report_stop(Trainer *t, const char *what) {
     if (t->tty)
         printf("\n");
     fflush(stdout);
-    fprintf(stderr, "%s: step %lld: %s: not finite; training stopped, nothing saved for this step.\n%s: %s\n",
-            t->prog, (long long)t->step, what, t->prog, last_good(t, buf, sizeof buf));
+    if (t->world > 1)
+        fprintf(stderr, "%s: rank %d: step %lld: %s: not finite; training stopped, nothing saved for this step.\n"
+                "%s: %s\n", t->prog, t->rank, (long long)t->step, what, t->prog, last_good(t, buf, sizeof buf));
+    else
+        fprintf(stderr, "%s: step %lld: %s: not finite; training stopped, nothing saved for this step.\n%s: %s\n",
+                t->prog, (long long)t->step, what, t->prog, last_good(t, buf, sizeof buf));
+}
+
+/* The sum over all ranks of one number (each rank's own when there is one rank). A failed
+ * exchange has already ended the job (comm.c), so this returns only agreed values. */
+static int64_t agree_sum(Trainer *t, int64_t v) {
+    RtError why;
+    if (t->world > 1 && rt_comm_sum_i64(t->comm, &v, 1, &why) != 0) {
+        warn(t, "%s", why.msg);
+        rt_comm_abort(t->comm, 1);
+    }
+    return v;
 }
 
 /* Returns 0 when saved, -1 when the save failed (err says why), 1 when the state is not
  * finite (reported; nothing saved). */
 static int ckpt_save(Trainer *t, RtError *err) {
     const char *bad = nonfinite_tensor(t);
-    if (bad) {
+    if (agree_sum(t, bad != NULL) > 0) {
         char what[1024];
-        snprintf(what, sizeof what, "%.900s after the update", bad);
-        report_stop(t, what);
+        snprintf(what, sizeof what, "%.900s after the update", bad ? bad : "a parameter of another rank");
+        if (bad || t->rank == 0)
+            report_stop(t, what);
         return 1;
     }
     RtCkptState s = {
         .step = t->step, .data_position = rt_data_position(t->data), .rng_state = t->o.seed,
         .config = t->p->config, .tensors = t->tensors, .n_tensors = 3 * t->p->nparams,
-        .fingerprint = t->fingerprint,
+        .fingerprint = t->fingerprint, .comm = t->world > 1 ? t->comm : NULL, .regions = t->regions,
     };
     RtError why;
     int rc = rt_ckpt_save(t->o.ckpt_dir, &s, (int)t->o.keep, &why);
     if (rc < 0)
         return rt_error_set(err, "%s", why.msg);
-    if (rc > 0)
+    if (rc > 0 && t->rank == 0)
         warn(t, "%s", why.msg); /* saved; a stale checkpoint takes room but harms nothing */
     t->saved = t->step;
     return 0;
@@ -449,7 +647,7 @@ static int ckpt_save_periodic(Trainer *t) {
     RtError why;
     char buf[RT_ERROR_MAX];
     int rc = ckpt_save(t, &why);
-    if (rc < 0)
+    if (rc < 0 && t->rank == 0)
         warn(t, "step %lld: checkpoint not saved: %s; training goes on and saves again at step %lld; %s",
              (long long)t->step, why.msg, (long long)(t->step + t->o.ckpt_every), last_good(t, buf, sizeof buf));
     return rc > 0 ? 1 : 0;
@@ -499,33 +697,37 @@ static int check_model(Trainer *t, RtCkpt *ck, const char *where, RtError *err) 
     char diff[RT_ERROR_MAX / 2];
     const RtParamSlot *ps = t->p->params;
     if (strcmp(rt_ckpt_fingerprint(ck), t->fingerprint) != 0 &&
-        rt_model_diff(ps, t->p->nparams, t->p->config, rt_ckpt_tensors(ck), rt_ckpt_config(ck), diff, sizeof diff) > 0) {
+        rt_model_diff(ps, t->p->nparams, t->p->config, ck, rt_ckpt_config(ck), diff, sizeof diff) > 0) {
         if (!t->o.partial)
             return rt_error_set(err, "%s holds another model: %s; refusing to resume (--partial loads the parameters "
                                 "that match and starts the rest fresh)", where, diff);
-        warn(t, "--partial: %s holds another model: %s", where, diff);
+        if (t->rank == 0)
+            warn(t, "--partial: %s holds another model: %s", where, diff);
     }
-    if (rt_config_diff_outside_model(t->p->config, rt_ckpt_config(ck), diff, sizeof diff) > 0)
+    if (rt_config_diff_outside_model(t->p->config, rt_ckpt_config(ck), diff, sizeof diff) > 0 && t->rank == 0)
         warn(t, "note: the config differs from the checkpoint's: %s; continuing with this one", diff);
     return 0;
 }
 
 /* With --partial, each tensor whose name and shape match is loaded; the others keep their
  * fresh values (the seeded init, zero moments). */
-static int tensors_read_partial(Trainer *t, const RtSt *st, RtError *err) {
+static int tensors_read_partial(Trainer *t, const RtCkpt *ck, RtError *err) {
     int n = t->p->nparams, loaded = 0;
     if (params_seed(t, err) != 0)
         return -1;
     for (int j = 0; j < 3 * n; j++) {
-        const RtTensor *want = &t->tensors[j], *have = rt_st_find(st, want->name);
+        const RtTensor *want = &t->tensors[j], *have = rt_ckpt_find(ck, want->name);
+        const RtCkptRegion *rg = &t->regions[j];
         if (!have || have->ndim != want->ndim ||
-            memcmp(have->shape, want->shape, (size_t)want->ndim * sizeof *want->shape) != 0)
+            memcmp(have->shape, rg->shape, (size_t)want->ndim * sizeof *want->shape) != 0)
             continue;
-        if (rt_st_read_f32(st, want->name, want->shape, want->ndim, slot_data(t, t->slab, j % n, j / n), err) != 0)
+        if (rt_ckpt_read_f32(ck, want->name, rg->shape, want->ndim, rg->start, want->shape,
+                             slot_data(t, t->slab, j % n, j / n), err) != 0)
             return -1;
         loaded += j < n;
     }
-    warn(t, "--partial: loaded %d of %d parameters from the checkpoint", loaded, n);
+    if (t->rank == 0)
+        warn(t, "--partial: loaded %d of %d parameters from the checkpoint", loaded, n);
     return 0;
 }
 
@@ -534,8 +736,7 @@ static int ckpt_restore(Trainer *t, RtCkpt *ck, RtError *err) {
     snprintf(where, sizeof where, "%s/step_%08lld", t->o.ckpt_dir, (long long)rt_ckpt_step(ck));
     if (check_model(t, ck, where, err) != 0)
         return -1;
-    int rc = t->o.partial ? tensors_read_partial(t, rt_ckpt_tensors(ck), err)
-                          : tensors_read(t, rt_ckpt_tensors(ck), 3 * t->p->nparams, err);
+    int rc = t->o.partial ? tensors_read_partial(t, ck, err) : tensors_read_ckpt(t, ck, 3 * t->p->nparams, err);
     if (rc != 0)
         return -1;
     if (rt_data_seek(t->data, rt_ckpt_data_position(ck), NULL) != 0)
@@ -554,7 +755,7 @@ static int resume(Trainer *t, RtError *err) {
     int found = rt_ckpt_open_latest(&ck, t->o.ckpt_dir, &damage, err);
     if (found < 0)
         return -1;
-    if (damage.msg[0])
+    if (damage.msg[0] && t->rank == 0)
         warn(t, "skipping a damaged checkpoint: %s", damage.msg);
     if (found == 0 && damage.msg[0])
         return rt_error_set(err, "--resume: no checkpoint in %s verifies; refusing to start over next to "
@@ -563,7 +764,10 @@ static int resume(Trainer *t, RtError *err) {
         return 0;
     int rc = ckpt_restore(t, ck, err);
     rt_ckpt_close(ck);
-    if (rc != 0 || set_aside_newer(t, t->step, err) != 0)
+    /* Every rank has chosen its checkpoint before rank 0 renames the damaged ones. */
+    if (agree_sum(t, rc != 0) > 0)
+        return rc != 0 ? -1 : rt_error_set(err, "--resume: another rank could not load the checkpoint");
+    if (t->rank == 0 && set_aside_newer(t, t->step, err) != 0)
         return -1;
     return 1;
 }
@@ -585,8 +789,9 @@ static int init_state(Trainer *t, RtError *err) {
     if (resumed < 0)
         return -1;
     if (resumed) {
-        printf("%s: resumed from %s/step_%08lld\n", t->prog, t->o.ckpt_dir, (long long)t->step);
-        if (t->o.init)
+        if (t->rank == 0)
+            printf("%s: resumed from %s/step_%08lld\n", t->prog, t->o.ckpt_dir, (long long)t->step);
+        if (t->o.init && t->rank == 0)
             warn(t, "note: --init is ignored when resuming from a checkpoint");
         return 0;
     }
@@ -597,13 +802,19 @@ static int init_state(Trainer *t, RtError *err) {
 
 /* ===== setup ========================================================================== */
 
-static int open_data(RtData **d, const char *opt, const char *path, const RtProgram *p, RtError *err) {
+/* Each rank reads its part of every global batch: the ranks that differ only on axes the
+ * batch is not split over read the same part. */
+static int open_data(Trainer *t, RtData **d, const char *opt, const char *path, RtError *err) {
     RtError why;
+    const RtProgram *p = t->p;
     if (rt_data_open(d, path, (int)p->vocab, &why) != 0)
         return rt_error_set(err, "%s: %s", opt, why.msg);
-    if ((int64_t)rt_data_num_tokens(*d) < p->batch * p->seq + 1)
+    if ((int64_t)rt_data_num_tokens(*d) < t->batch_count * p->batch * p->seq + 1)
         return rt_error_set(err, "%s: %s holds %lld tokens, one batch needs %lld x %lld + 1", opt, path,
-                            (long long)rt_data_num_tokens(*d), (long long)p->batch, (long long)p->seq);
+                            (long long)rt_data_num_tokens(*d), (long long)(t->batch_count * p->batch),
+                            (long long)p->seq);
+    if (rt_data_set_rank(*d, (int)t->batch_index, (int)t->batch_count, &why) != 0)
+        return rt_error_set(err, "%s: %s", opt, why.msg);
     return 0;
 }
 
@@ -637,7 +848,7 @@ static int trim_metrics(Trainer *t, RtError *err) {
 }
 
 static int open_metrics(Trainer *t, RtError *err) {
-    if (!t->o.metrics)
+    if (!t->o.metrics || t->rank != 0)
         return 0;
     RtError why;
     if (t->o.resume && trim_metrics(t, &why) != 0)
@@ -648,30 +859,55 @@ static int open_metrics(Trainer *t, RtError *err) {
     return 0;
 }
 
-/* Bytes of one checkpoint: three f32 tensors per parameter, and a generous header. */
-static int64_t ckpt_bytes(const RtProgram *p) {
-    int64_t bytes = 65536 + (p->config ? (int64_t)strlen(p->config) : 0);
+static int64_t global_numel(const RtParamSlot *s) {
+    int64_t n = 1;
+    for (int d = 0; d < s->rank; d++)
+        n *= s->global_shape[d];
+    return n;
+}
+
+/* Bytes of one checkpoint (all ranks' files): three f32 tensors per parameter, and a generous
+ * header per file. */
+static int64_t ckpt_bytes(const Trainer *t) {
+    const RtProgram *p = t->p;
+    int64_t bytes = (65536 + (p->config ? (int64_t)strlen(p->config) : 0)) * t->world;
     for (int i = 0; i < p->nparams; i++)
-        bytes += 3 * (4 * slot_numel(&p->params[i]) + (int64_t)strlen(p->params[i].path) + 128);
+        bytes += 3 * (4 * global_numel(&p->params[i]) + (int64_t)strlen(p->params[i].path) + 128);
     return bytes;
 }
 
-/* The checkpoint directory is ready before step 1, not found wanting after the work is done. */
+/* The checkpoint directory is ready before step 1, not found wanting after the work is done.
+ * The ranks share the directory; rank 0 holds the lock for all of them. */
 static int lock_ckpt_dir(Trainer *t, RtError *err) {
     RtError why;
-    if (t->o.ckpt_dir && rt_ckpt_lock(&t->lock, t->o.ckpt_dir, ckpt_bytes(t->p), &why) != 0)
+    if (t->o.ckpt_dir && t->rank == 0 && rt_ckpt_lock(&t->lock, t->o.ckpt_dir, ckpt_bytes(t), &why) != 0)
         return rt_error_set(err, "--ckpt-dir: %s", why.msg);
+    return 0;
+}
+
+/* Joins the mesh: the rank decides the part of the data and of each parameter. */
+static int join_mesh(Trainer *t, RtError *err) {
+    const RtProgram *p = t->p;
+    if (rt_comm_new(&t->comm, &p->mesh, p->collectives, p->ncollectives, 0, err) != 0)
+        return -1;
+    t->rank = rt_comm_rank(t->comm);
+    t->world = rt_comm_size(t->comm);
+    t->batch_index = rt_mesh_chunk(&p->mesh, p->batch_split, t->rank, &t->batch_count);
+    if (t->rank != 0)
+        t->tty = 0;
     return 0;
 }
 
 static int setup(Trainer *t, RtError *err) {
     const RtProgram *p = t->p;
-    if (check_program(p, err) != 0 || open_data(&t->data, "--data", t->o.data, p, err) != 0)
+    if (check_program(p, err) != 0 || join_mesh(t, err) != 0)
+        return -1;
+    if (open_data(t, &t->data, "--data", t->o.data, err) != 0)
         return -1;
     rt_fingerprint(t->fingerprint, p->params, p->nparams, p->config);
     if (lock_ckpt_dir(t, err) != 0)
         return -1;
-    if (t->o.eval_data && open_data(&t->eval, "--eval-data", t->o.eval_data, p, err) != 0)
+    if (t->o.eval_data && open_data(t, &t->eval, "--eval-data", t->o.eval_data, err) != 0)
         return -1;
     t->slab = slab_new(p->slab_bytes);
     t->eval_slab = t->o.eval_data ? slab_new(p->slab_bytes) : NULL;
@@ -691,6 +927,7 @@ static int setup(Trainer *t, RtError *err) {
 typedef struct StepOut {
     float loss, grad_norm, lr;
     double ms;
+    int64_t comm_bytes;   /* sent by this device in the step's collectives */
 } StepOut;
 
 /* Loads the next batch of `d` into `slab` and runs step number `number` (1-based) on it. */
@@ -701,7 +938,9 @@ static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *
                            slab_i32(slab, p->targets_offset), err) != 0)
         return -1;
     *slab_f32(slab, p->step_offset) = (float)number;
-    p->step(slab, t->pool);
+    int64_t sent = rt_comm_bytes_sent(t->comm);
+    p->step(slab, t->pool, t->comm);
+    out->comm_bytes = rt_comm_bytes_sent(t->comm) - sent;
     out->loss = *slab_f32(slab, p->loss_offset);
     out->grad_norm = *slab_f32(slab, p->grad_norm_offset);
     out->lr = *slab_f32(slab, p->lr_offset);
@@ -737,7 +976,7 @@ static void json_num(FILE *f, const char *key, double v, const char *fmt) {
 }
 
 static void write_metrics(Trainer *t, const StepOut *s, double tok_s, const double *eval) {
-    if (!t->metrics)
+    if (!t->metrics || t->rank != 0)
         return;
     fprintf(t->metrics, "{\"step\": %lld", (long long)t->step);
     json_num(t->metrics, "loss", s->loss, "%.9g");
@@ -745,6 +984,8 @@ static void write_metrics(Trainer *t, const StepOut *s, double tok_s, const doub
     json_num(t->metrics, "lr", s->lr, "%.9g");
     json_num(t->metrics, "tokens_per_s", tok_s, "%.1f");
     json_num(t->metrics, "step_ms", s->ms, "%.3f");
+    if (t->world > 1)
+        json_num(t->metrics, "comm_bytes", (double)s->comm_bytes, "%.0f");
     if (eval)
         json_num(t->metrics, "eval_loss", *eval, "%.9g");
     fputs("}\n", t->metrics);
@@ -757,6 +998,8 @@ static void format_eta(char *buf, size_t cap, double ms) {
 }
 
 static void print_progress(Trainer *t, const StepOut *s, double tok_s, const double *eval) {
+    if (t->rank != 0)
+        return;
     if (t->tty) {
         char eta[32];
         format_eta(eta, sizeof eta, t->run_ms / (double)t->run_steps * (double)(t->o.steps - t->step));
@@ -793,21 +1036,26 @@ typedef enum RunEnd {
 /* One training step and everything that follows it. */
 static RunEnd train_one(Trainer *t, RtError *err) {
     StepOut s;
-    if (run_step(t, t->slab, t->data, t->step + 1, &s, err) != 0)
+    if (run_step(t, t->slab, t->data, t->step + 1, &s, err) != 0) {
+        t->alone = 1;
         return RUN_FAILED;
+    }
     t->step++;
     t->run_ms += s.ms;
     t->run_steps++;
-    double tok_s = s.ms > 0 ? (double)(t->p->batch * t->p->seq) * 1e3 / s.ms : 0, eval;
+    double tok_s = s.ms > 0 ? (double)(t->batch_count * t->p->batch * t->p->seq) * 1e3 / s.ms : 0, eval;
     int finite = isfinite(s.loss) && isfinite(s.grad_norm);
     int do_eval = finite && eval_due(t);
-    if (do_eval && run_eval(t, &eval, err) != 0)
+    if (do_eval && run_eval(t, &eval, err) != 0) {
+        t->alone = 1;
         return RUN_FAILED;
+    }
     write_metrics(t, &s, tok_s, do_eval ? &eval : NULL);
     if (!finite) {
         char what[96];
         snprintf(what, sizeof what, "loss %g, grad_norm %g", s.loss, s.grad_norm);
-        report_stop(t, what);
+        if (t->rank == 0)
+            report_stop(t, what);
         return RUN_NONFINITE;
     }
     print_progress(t, &s, tok_s, do_eval ? &eval : NULL);
@@ -868,7 +1116,9 @@ static RunEnd stop_run(Trainer *t, RtError *err) {
     if (end != RUN_DONE)
         return end;
     fflush(stdout);
-    if (t->o.ckpt_dir)
+    if (t->rank != 0)
+        ;
+    else if (t->o.ckpt_dir)
         fprintf(stderr, "%s: %s: stopped after step %lld; checkpoint %s/step_%08lld; --resume continues from it\n",
                 t->prog, name, (long long)t->step, t->o.ckpt_dir, (long long)t->saved);
     else
@@ -877,8 +1127,26 @@ static RunEnd stop_run(Trainer *t, RtError *err) {
     return RUN_STOPPED;
 }
 
+/* A signal may reach some ranks and not others (or at another step): all stop together, after
+ * the same step, or none does. */
+static void agree_stop(Trainer *t) {
+    if (t->world == 1)
+        return;
+    int64_t v[2] = {stop_signal != 0, stop_signal == SIGINT};
+    RtError why;
+    if (rt_comm_sum_i64(t->comm, v, 2, &why) != 0) {
+        warn(t, "%s", why.msg);
+        rt_comm_abort(t->comm, 1);
+    }
+    if (v[0] > 0)
+        stop_signal = v[1] > 0 ? SIGINT : SIGTERM;
+}
+
 static RunEnd train_loop(Trainer *t, RtError *err) {
-    while (t->step < t->o.steps && !stop_signal) {
+    for (;;) {
+        agree_stop(t);
+        if (t->step >= t->o.steps || stop_signal)
+            break;
         RunEnd end = train_one(t, err);
         if (end != RUN_DONE)
             return end;
@@ -897,12 +1165,22 @@ static RunEnd train_loop(Trainer *t, RtError *err) {
 
 static void print_banner(const Trainer *t) {
     int64_t elems = 0;
+    if (t->rank != 0)
+        return;
     for (int i = 0; i < t->p->nparams; i++)
-        elems += slot_numel(&t->p->params[i]);
+        elems += global_numel(&t->p->params[i]);
     printf("%s: %d parameters (%lld values), slab %.3f MiB, %lld x %lld tokens per step, %lld threads, "
-           "steps %lld..%lld\n", t->prog, (int)t->p->nparams, (long long)elems,
-           (double)t->p->slab_bytes / (1 << 20), (long long)t->p->batch, (long long)t->p->seq,
+           "steps %lld..%lld", t->prog, (int)t->p->nparams, (long long)elems,
+           (double)t->p->slab_bytes / (1 << 20), (long long)(t->batch_count * t->p->batch), (long long)t->p->seq,
            (long long)t->o.threads, (long long)t->step + 1, (long long)t->o.steps);
+    if (t->world > 1) {
+        printf(", %d devices (", t->world);
+        for (int a = 0; a < t->p->mesh.naxes; a++)
+            printf("%s%s=%lld", a ? " " : "", t->p->mesh.names[a], (long long)t->p->mesh.sizes[a]);
+        printf("), %d collectives sending %lld bytes per device per step", (int)t->p->ncollectives,
+               (long long)rt_comm_step_bytes(t->comm));
+    }
+    printf("\n");
     fflush(stdout);
 }
 
@@ -913,22 +1191,31 @@ static const char *prog_name(int argc, char **argv) {
     return slash ? slash + 1 : argv[0];
 }
 
+/* Setup and init fail on one rank or on all; either way every rank stops, before the first
+ * collective would wait for the one that failed. */
 static RunEnd train(Trainer *t, RtError *err) {
-    if (setup(t, err) != 0 || init_state(t, err) != 0)
+    int rc = setup(t, err);
+    if (rc == 0)
+        rc = init_state(t, err);
+    if (t->comm && agree_sum(t, rc != 0) > 0)
+        return rc != 0 ? RUN_FAILED : (RunEnd)rt_error_set(err, "stopping: another rank failed to start (see its "
+                                                           "message)");
+    if (rc != 0)
         return RUN_FAILED;
     if (t->step >= t->o.steps && t->saved == t->step) {
-        printf("%s: checkpoint step %lld already reaches --steps %lld; nothing to do\n", t->prog,
+        if (t->rank == 0)
+            printf("%s: checkpoint step %lld already reaches --steps %lld; nothing to do\n", t->prog,
                (long long)t->step, (long long)t->o.steps);
         return RUN_DONE;
     }
     if (open_metrics(t, err) != 0)
         return RUN_FAILED;
     print_banner(t);
-    RunEnd rc = train_loop(t, err);
-    if (rc == RUN_DONE)
+    RunEnd end = train_loop(t, err);
+    if (end == RUN_DONE && t->rank == 0)
         printf("%s: done at step %lld%s%s\n", t->prog, (long long)t->step, t->o.ckpt_dir ? ", checkpoint in " : "",
                t->o.ckpt_dir ? t->o.ckpt_dir : "");
-    return rc;
+    return end;
 }
 
 int rt_train_check_args(int argc, char **argv, RtError *err) {
@@ -942,7 +1229,7 @@ int rt_train_check_args(int argc, char **argv, RtError *err) {
 }
 
 int rt_train_main(const RtProgram *p, int argc, char **argv) {
-    Trainer t = {.p = p, .prog = prog_name(argc, argv), .saved = -1, .tty = isatty(STDOUT_FILENO)};
+    Trainer t = {.p = p, .prog = prog_name(argc, argv), .saved = -1, .tty = isatty(STDOUT_FILENO), .world = 1};
     RtError err = {{0}};
     default_opts(&t.o, p);
     if (parse_args(&t.o, argc, argv, &err) != 0) {
@@ -966,10 +1253,18 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
         if (t.tty && t.run_steps > 0)
             printf("\n");
         fflush(stdout);
-        fprintf(stderr, "%s: %s\n", t.prog, err.msg);
+        if (t.world > 1)
+            fprintf(stderr, "%s: rank %d: %s\n", t.prog, t.rank, err.msg);
+        else
+            fprintf(stderr, "%s: %s\n", t.prog, err.msg);
+        if (t.alone && t.world > 1) {
+            fflush(stderr);
+            rt_comm_abort(t.comm, 1); /* the others would wait for this rank at the next collective */
+        }
     }
     int status = end == RUN_DONE ? 0 : end == RUN_STOPPED ? 128 + stop_signal : 1;
     trainer_free(&t);
+    rt_comm_free(t.comm);
     signals_restore(&old);
     return status;
 }

@@ -31,6 +31,9 @@ typedef struct {
   const char *backend;     /* compile, run: --backend */
   const char *rest[MAX_LIST]; /* run: the trainer's options, passed through */
   int nrest;
+  const char *plot;        /* memcheck: --plot FILE.svg */
+  const char *devices;     /* memcheck, compile: --devices FILE (the device table) */
+  bool no_memcheck;        /* compile: --no-memcheck */
 } Args;
 
 static void usage(FILE *out) {
@@ -50,6 +53,9 @@ static void usage(FILE *out) {
           "                      --target interp runs the reference interpreter with\n"
           "                      --data FILE [--steps N] [--seed S] [--init W.safetensors]\n"
           "                      [--dump OUT.safetensors]\n"
+          "  memcheck MODEL.json --target T: will the job fit each device? where the memory goes,\n"
+          "                      FLOPs and bytes sent per step [--json] [--plot FILE.svg]\n"
+          "                      [--devices FILE]  (the device table; default models/rules/devices.json)\n"
           "  backends            list the backends and what each can do\n"
           "\n"
           "options:\n"
@@ -59,7 +65,8 @@ static void usage(FILE *out) {
           "                      (cpu: llvm); --target interp is --target cpu --backend interp\n"
           "  --apply FILE        apply a modifier file (repeatable, in order)\n"
           "  --set PATH=VALUE    set a value, e.g. --set /model/decoder/num_layers=4\n"
-          "  --json              (params) machine-readable output\n"
+          "  --json              (params, memcheck) machine-readable output\n"
+          "  --no-memcheck       (compile) compile even when the job does not fit the target\n"
           "  -h, --help          this help\n");
 }
 
@@ -98,6 +105,11 @@ static int parse_args(int argc, char **argv, Args *a) {
       if (need_value(i, argc, argv) || add(a->sets, &a->fe.nsets, argv[++i], s)) return -1;
     } else if (!strcmp(s, "--json")) {
       a->json = true;
+    } else if (!strcmp(s, "--no-memcheck")) {
+      a->no_memcheck = true;
+    } else if (!strcmp(s, "--plot") || !strcmp(s, "--devices")) {
+      if (need_value(i, argc, argv)) return -1;
+      *(!strcmp(s, "--plot") ? &a->plot : &a->devices) = argv[++i];
     } else if (!strcmp(s, "--after") || !strcmp(s, "--format") || !strcmp(s, "--emit") ||
                !strcmp(s, "-o") || !strcmp(s, "--cpu") || !strcmp(s, "--features") ||
                !strcmp(s, "--backend")) {
@@ -261,6 +273,8 @@ static int cmd_ir(const Args *a) {
   return rc;
 }
 
+static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out);
+
 /* ---- backends: run, compile ---- */
 
 static void print_emits(const Backend *b, FILE *out) {
@@ -401,9 +415,11 @@ static int check_output(const char *out) {
 }
 
 static int cmd_compile(Args *a) {
-  bool cpu = a->fe.target && (!strcmp(a->fe.target, "cpu") || !strcmp(a->fe.target, "interp"));
+  const char *t = a->fe.target;
+  bool cpu = t && (!strcmp(t, "cpu") || !strcmp(t, "interp") ||
+                   (!strncmp(t, "cpu-", 4) && t[4] && strspn(t + 4, "0123456789") == strlen(t + 4)));
   if (!a->backend && !cpu) {
-    fprintf(stderr, "error: axlc compile: --target %s is not available (expected --target cpu)\n",
+    fprintf(stderr, "error: axlc compile: --target %s is not available (expected --target cpu or cpu-N)\n",
             a->fe.target ? a->fe.target : "(none)");
     return 1;
   }
@@ -413,11 +429,154 @@ static int cmd_compile(Args *a) {
   DrvJob j;
   int rc = 1;
   if (lower(&j, a, NULL) == 0) { /* lower() prints its own errors */
-    BackendJob bj = drv_backend_job(&j);
-    BackendOptions o = backend_options(a);
-    rc = b->compile(&bj, &o, e->name, a->output) ? 1 : 0;
-    fe_diag_print(&j.diag, stderr);
+    int fit = 0;
+    if (!a->no_memcheck) { /* a job that cannot fit its target is not worth a trainer */
+      char *text = NULL;
+      size_t len = 0;
+      FILE *mem = open_memstream(&text, &len);
+      Args q = *a;
+      q.json = false;
+      q.plot = NULL;
+      fit = mem ? memcheck_job(&q, &j, true, mem) : 0;
+      if (mem) fclose(mem);
+      if (fit == 1)
+        fprintf(stderr, "error: the job does not fit --target %s (compile anyway with "
+                "--no-memcheck):\n%s", a->fe.target ? a->fe.target : "cpu", text);
+      free(text);
+    }
+    if (fit == 0) {
+      BackendJob bj = drv_backend_job(&j);
+      BackendOptions o = backend_options(a);
+      rc = b->compile(&bj, &o, e->name, a->output) ? 1 : 0;
+      fe_diag_print(&j.diag, stderr);
+    }
   }
+  drv_free(&j);
+  return rc;
+}
+
+/* ---- memcheck ---- */
+
+/* The device table: --devices, else devices.json next to the model, else the source tree's. */
+static const char *devices_file(const Args *a, char *buf, size_t cap) {
+  if (a->devices) return a->devices;
+  char *copy = fe_asprintf("%s", a->model);
+  snprintf(buf, cap, "%s/rules/devices.json", dirname(copy));
+  free(copy);
+  if (access(buf, R_OK) == 0) return buf;
+#ifdef AXLC_SOURCE_MODELS
+  snprintf(buf, cap, "%s/rules/devices.json", AXLC_SOURCE_MODELS);
+  if (access(buf, R_OK) == 0) return buf;
+#endif
+  return buf; /* the error names the first place looked */
+}
+
+/* Lowers a copy of the job with extra --set options and returns its peak, or -1. */
+static int64_t peak_with(const Args *a, const char *const *extra, int nextra) {
+  Args b = *a;
+  const char *sets[MAX_LIST + 4];
+  int n = 0;
+  for (int i = 0; i < a->fe.nsets && n < MAX_LIST; i++) sets[n++] = a->sets[i];
+  for (int i = 0; i < nextra; i++) sets[n++] = extra[i];
+  b.fe.sets = sets;
+  b.fe.nsets = n;
+  DrvJob j;
+  int64_t peak = -1;
+  DrvMemReport r;
+  if (drv_load(&j, b.model, &b.fe) == 0 && drv_lower(&j, NULL) == 0 && drv_memcheck(&j, &r) == 0) {
+    peak = r.peak + r.code;
+    drv_memreport_free(&r);
+  }
+  drv_free(&j);
+  return peak;
+}
+
+/* When the job does not fit: lowers it again under each remat preset and a few mesh changes,
+ * and says which fit (tried, not guessed). */
+static void suggest_fixes(const Args *a, const DrvJob *j, const DrvDevice *dev, FILE *out) {
+  static const char *const presets[] = {"save_qkvo", "save_dots", "full"};
+  char set[128], a1[32], a2[32];
+  int found = 0;
+  fprintf(out, "\nwhat would fit (each lowered and planned again):\n");
+  for (int i = 0; i < 3; i++) {
+    snprintf(set, sizeof set, "/model/decoder/remat_policy=\"%s\"", presets[i]);
+    const char *extra[] = {set};
+    int64_t peak = peak_with(a, extra, 1);
+    if (peak >= 0 && peak <= dev->memory) {
+      fprintf(out, "  --set '%s': peak %s, headroom %s\n", set, fe_human_bytes((double)peak, a1, sizeof a1),
+              fe_human_bytes(dev->memory - (double)peak, a2, sizeof a2));
+      found++;
+    }
+  }
+  /* mesh changes: every batch device on fsdp; twice the model axis, taken from data or fsdp */
+  const FeMesh *m = &j->build.mesh;
+  int di = -1, fi = -1, mi = -1, ei = -1;
+  for (int i = 0; i < m->n; i++) {
+    if (!strcmp(m->axes[i], "data")) di = i;
+    if (!strcmp(m->axes[i], "fsdp")) fi = i;
+    if (!strcmp(m->axes[i], "model")) mi = i;
+    if (!strcmp(m->axes[i], "expert")) ei = i;
+  }
+  (void)ei;
+  for (int c = 0; c < 3 && di >= 0 && fi >= 0 && mi >= 0; c++) {
+    int64_t shape[FE_MAX_MESH];
+    memcpy(shape, m->shape, sizeof shape);
+    if (c == 0 && shape[di] > 1) shape[fi] *= shape[di], shape[di] = 1;
+    else if (c == 1 && shape[fi] % 2 == 0) shape[fi] /= 2, shape[mi] *= 2;
+    else if (c == 2 && shape[di] % 2 == 0) shape[di] /= 2, shape[mi] *= 2;
+    else continue;
+    size_t len = (size_t)snprintf(set, sizeof set, "/mesh/shape=[");
+    for (int i = 0; i < m->n; i++) len += (size_t)snprintf(set + len, sizeof set - len, "%s%lld", i ? "," : "", (long long)shape[i]);
+    snprintf(set + len, sizeof set - len, "]");
+    const char *extra[] = {set};
+    int64_t peak = peak_with(a, extra, 1);
+    if (peak >= 0 && peak <= dev->memory) {
+      fprintf(out, "  --set '%s': peak %s, headroom %s\n", set, fe_human_bytes((double)peak, a1, sizeof a1),
+              fe_human_bytes(dev->memory - (double)peak, a2, sizeof a2));
+      found++;
+    }
+  }
+  if (!found) fprintf(out, "  none of the remat presets or mesh changes tried fits; try more devices\n");
+}
+
+/* Runs the report on a lowered job: prints it (text or JSON), writes the plot; 0 when it fits. */
+static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
+  char buf[4096];
+  DrvDevice dev;
+  DrvMemReport r;
+  if (drv_device_lookup(&j->diag, devices_file(a, buf, sizeof buf), a->fe.target, &dev) ||
+      drv_memcheck(j, &r)) {
+    fe_diag_print(&j->diag, stderr);
+    return -1;
+  }
+  bool fits = (double)(r.peak + r.code) <= dev.memory;
+  if (a->json) {
+    char *s = drv_memreport_json(j, &dev, &r, 20);
+    fputs(s, out);
+    free(s);
+  } else {
+    drv_memreport_print(j, &dev, &r, 12, out);
+    if (!fits && suggest) suggest_fixes(a, j, &dev, out);
+  }
+  int rc = fits ? 0 : 1;
+  if (a->plot) {
+    FILE *f = fopen(a->plot, "w");
+    if (!f || drv_memreport_svg(j, &dev, &r, f) || fclose(f)) {
+      fprintf(stderr, "error: %s: cannot write the plot: %s\n", a->plot, strerror(errno));
+      rc = -1;
+    }
+  }
+  drv_memreport_free(&r);
+  return rc;
+}
+
+static int cmd_memcheck(const Args *a) {
+  if (!a->fe.target) {
+    fprintf(stderr, "error: axlc memcheck needs --target (cpu, cpu-4, gpu-h100-256, tpu-v5p-512, ...)\n");
+    return 1;
+  }
+  DrvJob j;
+  int rc = lower(&j, a, NULL) ? 1 : memcheck_job(a, &j, true, stdout) ? 1 : 0;
   drv_free(&j);
   return rc;
 }
@@ -430,6 +589,7 @@ int main(int argc, char **argv) {
   if (!strcmp(a.command, "kinds")) return cmd_kinds(&a);
   if (!strcmp(a.command, "ir")) return cmd_ir(&a);
   if (!strcmp(a.command, "backends")) return cmd_backends();
+  if (!strcmp(a.command, "memcheck")) return cmd_memcheck(&a);
   if (!strcmp(a.command, "run")) return cmd_run(&a);
   if (!strcmp(a.command, "compile")) return cmd_compile(&a);
   fprintf(stderr, "error: unknown command \"%s\" (see axlc --help)\n", a.command);

@@ -11,3 +11,12 @@ for model in "$top"/models/*.json; do
   "$axlc" config "$model" > "$top/tests/golden/$name.json"
   echo "wrote tests/golden/$name.json"
 done
+# Memory reports of the big models on an H100 and a TPU v5p target (tests/golden/memcheck_check.sh).
+cd "$top"
+for model in llama2-7b llama2-70b fuji-70b mixtral-8x7b; do
+  for target in gpu-h100-256 tpu-v5p-512; do
+    "$axlc" memcheck "models/$model.json" --target "$target" --json \
+      > "tests/golden/memcheck/$model@$target.json" || [ $? -eq 1 ]
+    echo "wrote tests/golden/memcheck/$model@$target.json"
+  done
+done

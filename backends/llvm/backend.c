@@ -10,6 +10,7 @@
  * json-c and libm. Nothing of axlc, LLVM or the config file is needed at run time: the resolved
  * config is embedded (`./trainer --config`).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -62,10 +63,10 @@ static void program_info(const BackendJob *j, Compiled *c) {
 /* Plans memory and generates code for j. */
 static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled *c) {
   memset(c, 0, sizeof *c);
-  if (j->build->mesh.devices > 1)
-    return fe_error(j->diag, j->file, "/mesh", "the cpu backend runs one device; this mesh has "
-                    "%lld (sharding over several devices is not implemented yet)",
-                    (long long)j->build->mesh.devices);
+  if (ir_mesh_devices(&j->graph->mesh) != (j->build->mesh.devices > 1 ? j->build->mesh.devices : 1))
+    return fe_error(j->diag, j->file, "/mesh", "the mesh has %lld devices, but the step graph was not "
+                    "sharded for them (its mesh has %lld): the shard pass did not run",
+                    (long long)j->build->mesh.devices, (long long)ir_mesh_devices(&j->graph->mesh));
   LlvmOptions lo = llvm_options_default();
   if (o) {
     if (o->cpu) lo.cpu = o->cpu;
@@ -111,12 +112,19 @@ static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
     return -1;
   }
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-  char *argv[] = {(char *)cc, "-o", (char *)out, obj, AXLC_RUNTIME_MAIN_LIB, AXLC_RUNTIME_LIB,
-                  "-lopenblas", "-ljson-c", "-lm", "-lpthread", AXLC_TRAINER_LDFLAGS, NULL};
-  if (!*AXLC_TRAINER_LDFLAGS) argv[10] = NULL;
+  /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
+  char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
+  char *argv[32] = {(char *)cc, "-o", (char *)out, obj, AXLC_RUNTIME_MAIN_LIB, AXLC_RUNTIME_LIB,
+                    "-lopenblas", "-ljson-c", "-lm", "-lpthread"};
+  int n = 10;
+  if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
+  for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < 31; lib = strtok(NULL, ";"))
+    argv[n++] = lib;
+  argv[n] = NULL;
   int rc = spawn(argv);
   unlink(obj);
   free(obj);
+  free(mpi);
   if (rc)
     return fe_error(j->diag, out, NULL, "linking the trainer with %s failed (it needs "
                     "libopenblas-dev and libjson-c-dev)", cc);
@@ -150,11 +158,95 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
   return rc;
 }
 
-/* The JIT: compiles in memory and hands the program to the runtime's trainer main. */
+/* The full path of `name` on PATH, or NULL. */
+static char *find_on_path(const char *name) {
+  const char *path = getenv("PATH");
+  char *dirs = strdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin"), *save = NULL;
+  for (char *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
+    char *full = fe_asprintf("%s/%s", *d ? d : ".", name);
+    if (access(full, X_OK) == 0) {
+      free(dirs);
+      return full;
+    }
+    free(full);
+  }
+  free(dirs);
+  return NULL;
+}
+
+/* Runs argv and returns its exit status (128 + signal when killed), or -1 if it did not start. */
+static int spawn_status(char *const *argv) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* A program for N > 1 devices runs as N processes: a trainer compiled to a temporary directory,
+ * started by `mpirun -np N` with the trainer options (--oversubscribe when the machine has fewer
+ * cores). Without mpirun, says how to do it by hand. */
+static int run_mpirun(const BackendJob *j, Compiled *c, int argc, char **argv) {
+  long long n = (long long)ir_mesh_devices(&j->graph->mesh);
+  char *mpirun = find_on_path("mpirun");
+  if (!mpirun) mpirun = find_on_path("mpiexec");
+  if (!mpirun) {
+    fe_error(j->diag, j->file, "/mesh", "this job runs on %lld devices, one process each, and mpirun was not "
+             "found on PATH (Debian: apt-get install openmpi-bin); or compile it with `axlc compile %s --target "
+             "cpu-%lld -o trainer` and start `mpirun -np %lld ./trainer --data FILE ...` or `srun -n %lld "
+             "./trainer ...`", n, j->file ? j->file : "MODEL", n, n, n);
+    return 1;
+  }
+  const char *tmp = getenv("TMPDIR");
+  char *base = fe_asprintf("%s/axlc-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int rc = 1;
+  if (!mkdtemp(base)) {
+    fe_error(j->diag, base, NULL, "cannot create a temporary directory for the trainer");
+  } else {
+    char *exe = fe_asprintf("%s/trainer", base);
+    if (link_trainer(j, c, exe) == 0) {
+      char np[32];
+      snprintf(np, sizeof np, "%lld", n);
+      char **args = calloc((size_t)argc + 8, sizeof *args);
+      int k = 0;
+      args[k++] = mpirun;
+      args[k++] = "-np";
+      args[k++] = np;
+      if (n > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
+      args[k++] = exe;
+      for (int i = 1; i < argc; i++) args[k++] = argv[i];
+      fflush(stdout);
+      fflush(stderr);
+      rc = spawn_status(args);
+      if (rc < 0) {
+        fe_error(j->diag, mpirun, NULL, "could not start it");
+        rc = 1;
+      }
+      free(args);
+      unlink(exe);
+    }
+    rmdir(base);
+    free(exe);
+  }
+  free(base);
+  free(mpirun);
+  return rc;
+}
+
+/* The JIT: compiles in memory and hands the program to the runtime's trainer main. A program
+ * for several devices runs under mpirun instead, unless this process already is one of its
+ * ranks (`mpirun -np 4 axlc run ...`): then each rank JIT-compiles and trains as its device. */
 static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
   Compiled c = {0};
   int rc = 1;
-  if (compile_module(j, o, &c) == 0) {
+  if (compile_module(j, o, &c) == 0 && ir_mesh_devices(&j->graph->mesh) > 1 && !rt_comm_launched()) {
+    rc = run_mpirun(j, &c, argc, argv);
+  } else if (c.module) {
     char err[1024];
     LlvmStepFn step;
     LlvmJit *jit = NULL;
@@ -190,7 +282,7 @@ static const BackendEmit emits[] = {
 const Backend backend_llvm = {
     .name = "llvm",
     .doc = "native code for the host CPU through LLVM 14: trainer executables, or the JIT in process",
-    .targets = "cpu",
+    .targets = "cpu(-[0-9]+)?",
     .dtypes = 1u << DT_F32 | 1u << DT_I32,
     .emits = emits,
     .standalone = true,

@@ -1,6 +1,6 @@
 /* compile.c: from a step graph and its memory plan to an optimized LLVM module.
  *
- * llvm_compile checks what the backend supports (f32 and i32 values, one device, a plan that
+ * llvm_compile checks what the backend supports (f32 and i32 values, a plan that
  * covers every value), decides which values get buffers (fusion.c), then emits axlc_step: one
  * kernel call per materialized value in index order (kernel.c, reduce.c, blas.c), and at the end
  * a copy of every "new:X" output the plan did not place over X. The module is verified, then
@@ -66,9 +66,6 @@ static int check_value(LlvmCtx *C, int32_t v) {
 }
 
 static int check_graph(LlvmCtx *C) {
-  if (ir_mesh_devices(&C->g->mesh) > 1)
-    return llvm_fail(C, "the LLVM backend runs one device; the graph's mesh has %lld",
-                     (long long)ir_mesh_devices(&C->g->mesh));
   if (C->mp->nvalues != C->g->nvalues)
     return llvm_fail(C, "the memory plan has %d values, the graph %d", C->mp->nvalues,
                      C->g->nvalues);
@@ -136,14 +133,15 @@ static void copy_back(LlvmCtx *C) {
 }
 
 static int emit_step(LlvmCtx *C) {
-  LLVMTypeRef p[] = {C->t_i8p, C->t_i8p};
-  LLVMValueRef f = LLVMAddFunction(C->m, "axlc_step", LLVMFunctionType(C->t_void, p, 2, 0));
+  LLVMTypeRef p[] = {C->t_i8p, C->t_i8p, C->t_i8p};
+  LLVMValueRef f = LLVMAddFunction(C->m, "axlc_step", LLVMFunctionType(C->t_void, p, 3, 0));
   unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
   LLVMAddAttributeAtIndex(f, 1, LLVMCreateEnumAttribute(C->c, noalias, 0));
   LLVMPositionBuilderAtEnd(C->b, LLVMAppendBasicBlockInContext(C->c, f, "entry"));
   C->step = C->fn = f;
   C->step_slab = C->slab = LLVMGetParam(f, 0);
   C->pool = LLVMGetParam(f, 1);
+  C->comm = LLVMGetParam(f, 2);
   for (int32_t v = 0; v < C->g->nvalues; v++)
     if (llvm_kernel_emit(C, v)) return -1;
   copy_back(C);
@@ -187,7 +185,11 @@ static LlvmModule *module_new(void) {
 static int build(LlvmCtx *C) {
   C->mat = malloc((size_t)C->g->nvalues + 1);
   C->cdata = calloc((size_t)C->g->nvalues + 1, sizeof *C->cdata);
-  if (!C->mat || !C->cdata) return llvm_fail(C, "out of memory");
+  C->coll = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->coll);
+  if (!C->mat || !C->cdata || !C->coll) return llvm_fail(C, "out of memory");
+  bool multi = llvm_multi_device(C->g);
+  for (int32_t v = 0; v < C->g->nvalues; v++)
+    C->coll[v] = multi && (ir_op_flags(C->g->values[v].op) & IR_COLLECTIVE) ? C->ncoll++ : -1;
   if (C->opt.fuse) llvm_fusion_plan(C->g, C->mat);
   else memset(C->mat, 1, (size_t)C->g->nvalues);
   if (check_graph(C) || (C->opt.fuse && llvm_fusion_check(C))) return -1;
@@ -215,6 +217,7 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
   }
   free(C.mat);
   free(C.cdata);
+  free(C.coll);
   if (rc == 0) rc = optimize(M, C.opt.opt_level, err, cap);
   if (rc) {
     llvm_module_free(M);

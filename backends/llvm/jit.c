@@ -38,7 +38,7 @@ typedef struct {
 
 static int define_host_symbols(LLVMOrcLLJITRef J, LLVMOrcJITDylibRef jd, char *err, size_t cap) {
   const HostSym syms[] = {
-      {"rt_sgemm", (void *)rt_sgemm}, {"expf", (void *)expf}, {"logf", (void *)logf},
+      {"rt_sgemm", (void *)rt_sgemm}, {"rt_comm_collective", (void *)rt_comm_collective}, {"expf", (void *)expf}, {"logf", (void *)logf},
       {"tanhf", (void *)tanhf}, {"erff", (void *)erff}, {"sinf", (void *)sinf},
       {"cosf", (void *)cosf}, {"powf", (void *)powf}, {"sqrtf", (void *)sqrtf},
 #if AXLC_HAVE_RT_POOL

@@ -174,7 +174,7 @@ LLVMValueRef llvm_elem_compute(LlvmCtx *C, int32_t v, LlvmPos *p) {
   case IR_REDUCE_SUM: case IR_REDUCE_MAX: return llvm_reduce_elem(C, v, p);
   case IR_DOT: return llvm_dot_elem(C, v, p);
   case IR_RESHAPE: case IR_ALL_REDUCE: case IR_ALL_GATHER: case IR_REDUCE_SCATTER:
-  case IR_ALL_TO_ALL: return copy_elem(C, v, p);
+  case IR_ALL_TO_ALL: case IR_LOCAL_SLICE: return copy_elem(C, v, p);
   default: return elementwise_elem(C, v, p);
   }
 }
@@ -192,7 +192,7 @@ static bool needs_idx(const LlvmCtx *C, int32_t v, bool root) {
   if (!root && C->mat[v]) return false;
   switch (x->op) {
   case IR_CONSTANT: case IR_GATHER: case IR_RESHAPE: case IR_ALL_REDUCE: case IR_ALL_GATHER:
-  case IR_REDUCE_SCATTER: case IR_ALL_TO_ALL:
+  case IR_REDUCE_SCATTER: case IR_ALL_TO_ALL: case IR_LOCAL_SLICE:
     return false;
   default:
     if (!(ir_op_flags(x->op) & IR_ELEMENTWISE)) return true;
@@ -299,6 +299,7 @@ static int transpose_tiles_kernel(LlvmCtx *C, int32_t v) {
 
 static int kernel_emit(LlvmCtx *C, int32_t v) {
   const IrValue *x = val(C, v);
+  if (C->coll[v] >= 0) return llvm_collective_emit(C, v);
   switch (x->op) {
   case IR_RESHAPE:
     if (C->mp->offset[v] == C->mp->offset[x->ops[0]]) return 0; /* an alias: nothing to do */

@@ -3,7 +3,7 @@
  * The backend turns a step graph (ir/ir.h) and its memory plan (passes/passes.h: MemPlan) into
  * native code through LLVM 14's C API. The generated function
  *
- *     void axlc_step(char *slab, RtPool *pool)
+ *     void axlc_step(char *slab, RtPool *pool, RtComm *comm)
  *
  * executes every value of the graph in index order, each value's buffer at slab + offset[v]
  * (row-major; f32 values as float, i32 values as int32_t). Parameters and inputs are leaves the
@@ -19,8 +19,10 @@
  * trainer main reads) or as LLVM IR / assembly text, or run in process through ORC LLJIT.
  * Library code: every function returns 0 or -1 with a message in err, and never exits.
  *
- * Not supported (an error, not a crash): dtypes other than f32 and i32, and a multi-device mesh
- * (collectives over a one-device group are copies).
+ * Not supported (an error, not a crash): dtypes other than f32 and i32. On a mesh of more than one
+ * device, each collective is a call rt_comm_collective(comm, index, slab) into the runtime
+ * (runtime/comm.c) with its entry of the program's collective table; on one device collectives
+ * are copies.
  */
 #ifndef AXLC_BACKENDS_LLVM_H
 #define AXLC_BACKENDS_LLVM_H
@@ -93,7 +95,7 @@ int llvm_emit_text(LlvmModule *m, FILE *out, bool as_asm, char *err, size_t cap)
 /* ======================================================================== jit.c */
 
 typedef struct LlvmJit LlvmJit;
-typedef void (*LlvmStepFn)(char *slab, RtPool *pool);
+typedef void (*LlvmStepFn)(char *slab, RtPool *pool, RtComm *comm);
 
 /* Moves the module into an ORC LLJIT (m may be freed afterwards but not compiled again) and
  * looks up axlc_step. cblas_sgemm, libm and runtime symbols resolve from this process. */
@@ -130,7 +132,9 @@ typedef struct LlvmCtx {
   LLVMTypeRef t_void, t_i1, t_i8, t_i8p, t_i32, t_i64, t_f32, t_f64, t_kernel;
   LLVMValueRef fn;                    /* function being emitted */
   LLVMValueRef slab;                  /* its slab argument (i8*) */
-  LLVMValueRef step, step_slab, pool; /* axlc_step and its arguments */
+  LLVMValueRef step, step_slab, pool, comm; /* axlc_step and its arguments */
+  int32_t *coll;                      /* (nvalues) index in the program's collective table, or -1 */
+  int32_t ncoll;
   int32_t kout;                       /* value whose kernel is being emitted, or -1 */
   bool *mat;                          /* (nvalues) materialized values */
   LLVMValueRef *cdata;                /* (nvalues) globals of data constants, made on demand */
@@ -221,6 +225,10 @@ int llvm_fusion_check(LlvmCtx *C);
 
 /* ---- program.c ---- */
 int llvm_program_emit(LlvmCtx *C, LLVMValueRef step);
+/* Whether the graph's collectives go through the runtime (a mesh of more than one device). */
+bool llvm_multi_device(const IrGraph *g);
+/* Emits the call of collective v (C->coll[v] >= 0) from axlc_step. */
+int llvm_collective_emit(LlvmCtx *C, int32_t v);
 
 #endif /* AXLC_LLVM_INTERNAL */
 #endif /* AXLC_BACKENDS_LLVM_H */

@@ -15,33 +15,64 @@
 #include <string.h>
 
 typedef struct ProgTypes {
-  LLVMTypeRef init, slot, prog;
+  LLVMTypeRef init, slot, mesh, coll, prog, split;
 } ProgTypes;
 
-/* Coupled with RtInit, RtParamSlot and RtProgram in runtime/axrt.h. */
+/* Coupled with RtInit, RtParamSlot, RtMesh, RtCollective and RtProgram in runtime/axrt.h. */
 static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
   ProgTypes t;
   LLVMTypeRef f = C->t_f32, i32 = C->t_i32, i64 = C->t_i64, p = C->t_i8p;
   LLVMTypeRef init[] = {i32, f, f, f, f, f};
   t.init = LLVMStructTypeInContext(C->c, init, 6, 0);
-  LLVMTypeRef slot[] = {p, i32, LLVMArrayType(i64, RT_MAX_PARAM_RANK), t.init, i64, i64, i64};
-  t.slot = LLVMStructTypeInContext(C->c, slot, 7, 0);
-  LLVMTypeRef prog[] = {i32, p, i64, i32, LLVMPointerType(t.slot, 0), i64, i64, i64, i64, i64,
-                        i64, i64, i64, i64, i64, i64, i64, i32, step_ptr};
-  t.prog = LLVMStructTypeInContext(C->c, prog, 19, 0);
+  t.split = LLVMArrayType(C->t_i8, RT_MAX_SPLIT_AXES);
+  LLVMTypeRef slot[] = {p, i32, LLVMArrayType(i64, RT_MAX_PARAM_RANK),
+                        LLVMArrayType(i64, RT_MAX_PARAM_RANK),
+                        LLVMArrayType(t.split, RT_MAX_PARAM_RANK), t.init, i64, i64, i64};
+  t.slot = LLVMStructTypeInContext(C->c, slot, 9, 0);
+  LLVMTypeRef mesh[] = {i32, LLVMArrayType(p, RT_MAX_MESH_AXES), LLVMArrayType(i64, RT_MAX_MESH_AXES)};
+  t.mesh = LLVMStructTypeInContext(C->c, mesh, 3, 0);
+  LLVMTypeRef coll[] = {i32, i32, i32, LLVMArrayType(i32, RT_MAX_MESH_AXES), i32, i32, i32,
+                        LLVMArrayType(i64, RT_MAX_DIMS), LLVMArrayType(i64, RT_MAX_DIMS), i64, i64};
+  t.coll = LLVMStructTypeInContext(C->c, coll, 11, 0);
+  LLVMTypeRef prog[] = {i32, p, i64, i32, LLVMPointerType(t.slot, 0), i64, i64, i64, t.split,
+                        i64, i64, i64, i64, i64, i64, i64, i64, i64, i32, t.mesh, i32,
+                        LLVMPointerType(t.coll, 0), step_ptr};
+  t.prog = LLVMStructTypeInContext(C->c, prog, 23, 0);
   return t;
 }
 
 static int program_check(LlvmCtx *C, const ProgTypes *t) {
   LLVMTargetDataRef dl = LLVMGetModuleDataLayout(C->m);
   bool ok = LLVMABISizeOfType(dl, t->slot) == sizeof(RtParamSlot) &&
-            LLVMOffsetOfElement(dl, t->slot, 3) == offsetof(RtParamSlot, init) &&
-            LLVMOffsetOfElement(dl, t->slot, 6) == offsetof(RtParamSlot, v_offset) &&
+            LLVMOffsetOfElement(dl, t->slot, 4) == offsetof(RtParamSlot, split) &&
+            LLVMOffsetOfElement(dl, t->slot, 5) == offsetof(RtParamSlot, init) &&
+            LLVMOffsetOfElement(dl, t->slot, 8) == offsetof(RtParamSlot, v_offset) &&
+            LLVMABISizeOfType(dl, t->mesh) == sizeof(RtMesh) &&
+            LLVMABISizeOfType(dl, t->coll) == sizeof(RtCollective) &&
+            LLVMOffsetOfElement(dl, t->coll, 7) == offsetof(RtCollective, in_shape) &&
+            LLVMOffsetOfElement(dl, t->coll, 10) == offsetof(RtCollective, out_offset) &&
             LLVMABISizeOfType(dl, t->prog) == sizeof(RtProgram) &&
             LLVMOffsetOfElement(dl, t->prog, 5) == offsetof(RtProgram, batch) &&
-            LLVMOffsetOfElement(dl, t->prog, 17) == offsetof(RtProgram, ckpt_keep) &&
-            LLVMOffsetOfElement(dl, t->prog, 18) == offsetof(RtProgram, step);
+            LLVMOffsetOfElement(dl, t->prog, 8) == offsetof(RtProgram, batch_split) &&
+            LLVMOffsetOfElement(dl, t->prog, 9) == offsetof(RtProgram, ids_offset) &&
+            LLVMOffsetOfElement(dl, t->prog, 18) == offsetof(RtProgram, ckpt_keep) &&
+            LLVMOffsetOfElement(dl, t->prog, 19) == offsetof(RtProgram, mesh) &&
+            LLVMOffsetOfElement(dl, t->prog, 21) == offsetof(RtProgram, collectives) &&
+            LLVMOffsetOfElement(dl, t->prog, 22) == offsetof(RtProgram, step);
   return ok ? 0 : llvm_fail(C, "internal: RtProgram in runtime/axrt.h changed; update program.c");
+}
+
+bool llvm_multi_device(const IrGraph *g) { return ir_mesh_devices(&g->mesh) > 1; }
+
+static LLVMValueRef i8c(LlvmCtx *C, int64_t v) {
+  return LLVMConstInt(C->t_i8, (unsigned long long)v, 0);
+}
+
+/* An IrSplit's axis list of one dim as [RT_MAX_SPLIT_AXES x i8]. */
+static LLVMValueRef split_const(LlvmCtx *C, const uint8_t *axes) {
+  LLVMValueRef a[RT_MAX_SPLIT_AXES];
+  for (int i = 0; i < RT_MAX_SPLIT_AXES; i++) a[i] = i8c(C, i < IR_MAX_SPLIT_AXES ? axes[i] : 0);
+  return LLVMConstArray(C->t_i8, a, RT_MAX_SPLIT_AXES);
 }
 
 static LLVMValueRef cstr(LlvmCtx *C, const char *s) {
@@ -77,17 +108,25 @@ static int64_t output_offset(LlvmCtx *C, const char *name) {
 static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const LlvmParamInfo *pi,
                                int32_t v) {
   const IrShape *s = &C->g->values[v].shape;
-  LLVMValueRef dims[RT_MAX_PARAM_RANK];
-  for (int32_t d = 0; d < RT_MAX_PARAM_RANK; d++) dims[d] = i64c(C, d < s->rank ? s->dims[d] : 0);
+  const IrSplit *sp = &C->g->values[v].split;
+  static const uint8_t none[IR_MAX_SPLIT_AXES];
+  LLVMValueRef dims[RT_MAX_PARAM_RANK], gdims[RT_MAX_PARAM_RANK], split[RT_MAX_PARAM_RANK];
+  for (int32_t d = 0; d < RT_MAX_PARAM_RANK; d++) {
+    dims[d] = i64c(C, d < s->rank ? s->dims[d] : 0);
+    gdims[d] = i64c(C, d < s->rank ? s->dims[d] * ir_split_count(&C->g->mesh, sp, d) : 0);
+    split[d] = split_const(C, d < s->rank ? sp->axes[d] : none);
+  }
   const RtInit *in = &pi->init;
   LLVMValueRef init[] = {i32c(C, in->kind), f32c(C, in->value), f32c(C, in->mean),
                          f32c(C, in->std), f32c(C, in->lo), f32c(C, in->hi)};
   LLVMValueRef f[] = {cstr(C, pi->path), i32c(C, s->rank),
                       LLVMConstArray(C->t_i64, dims, RT_MAX_PARAM_RANK),
+                      LLVMConstArray(C->t_i64, gdims, RT_MAX_PARAM_RANK),
+                      LLVMConstArray(t->split, split, RT_MAX_PARAM_RANK),
                       LLVMConstNamedStruct(t->init, init, 6), i64c(C, C->mp->offset[v]),
                       i64c(C, named_offset(C, IR_PARAMETER, "opt/m/", pi->path)),
                       i64c(C, named_offset(C, IR_PARAMETER, "opt/v/", pi->path))};
-  return LLVMConstNamedStruct(t->slot, f, 7);
+  return LLVMConstNamedStruct(t->slot, f, 9);
 }
 
 static LLVMValueRef slots_global(LlvmCtx *C, const ProgTypes *t) {
@@ -113,26 +152,99 @@ static LLVMValueRef slots_global(LlvmCtx *C, const ProgTypes *t) {
   return LLVMConstBitCast(gl, LLVMPointerType(t->slot, 0));
 }
 
+static LLVMValueRef mesh_const(LlvmCtx *C, const ProgTypes *t) {
+  const IrMesh *m = &C->g->mesh;
+  bool multi = llvm_multi_device(C->g);
+  LLVMValueRef names[RT_MAX_MESH_AXES], sizes[RT_MAX_MESH_AXES];
+  for (int a = 0; a < RT_MAX_MESH_AXES; a++) {
+    bool on = multi && a < m->naxes;
+    names[a] = on ? cstr(C, m->names[a]) : LLVMConstNull(C->t_i8p);
+    sizes[a] = i64c(C, on ? m->sizes[a] : 0);
+  }
+  LLVMValueRef f[] = {i32c(C, multi ? m->naxes : 0), LLVMConstArray(C->t_i8p, names, RT_MAX_MESH_AXES),
+                      LLVMConstArray(C->t_i64, sizes, RT_MAX_MESH_AXES)};
+  return LLVMConstNamedStruct(t->mesh, f, 3);
+}
+
+static int32_t coll_kind(IrOp op) {
+  switch (op) {
+  case IR_ALL_REDUCE: return RT_COLL_ALL_REDUCE;
+  case IR_ALL_GATHER: return RT_COLL_ALL_GATHER;
+  case IR_REDUCE_SCATTER: return RT_COLL_REDUCE_SCATTER;
+  case IR_ALL_TO_ALL: return RT_COLL_ALL_TO_ALL;
+  default: return RT_COLL_LOCAL_SLICE;
+  }
+}
+
+static LLVMValueRef shape_const(LlvmCtx *C, const IrShape *s) {
+  LLVMValueRef d[RT_MAX_DIMS];
+  for (int i = 0; i < RT_MAX_DIMS; i++) d[i] = i64c(C, i < s->rank ? s->dims[i] : 0);
+  return LLVMConstArray(C->t_i64, d, RT_MAX_DIMS);
+}
+
+/* Collective v as an RtCollective (runtime/axrt.h). */
+static LLVMValueRef coll_const(LlvmCtx *C, const ProgTypes *t, int32_t v) {
+  const IrValue *x = &C->g->values[v];
+  LLVMValueRef axes[RT_MAX_MESH_AXES];
+  for (int i = 0; i < RT_MAX_MESH_AXES; i++)
+    axes[i] = i32c(C, i < x->attr.nmesh ? ir_mesh_axis(&C->g->mesh, x->attr.mesh[i]) : 0);
+  bool a2a = x->op == IR_ALL_TO_ALL, reduce = x->op == IR_ALL_REDUCE;
+  LLVMValueRef f[] = {i32c(C, coll_kind(x->op)), i32c(C, x->dtype == DT_I32 ? RT_DT_I32 : RT_DT_F32),
+                      i32c(C, x->attr.nmesh), LLVMConstArray(C->t_i32, axes, RT_MAX_MESH_AXES),
+                      i32c(C, reduce ? 0 : x->attr.axis), i32c(C, a2a ? x->attr.axis2 : 0),
+                      i32c(C, x->shape.rank), shape_const(C, &C->g->values[x->ops[0]].shape),
+                      shape_const(C, &x->shape), i64c(C, C->mp->offset[x->ops[0]]),
+                      i64c(C, C->mp->offset[v])};
+  return LLVMConstNamedStruct(t->coll, f, 11);
+}
+
+static LLVMValueRef colls_global(LlvmCtx *C, const ProgTypes *t) {
+  if (C->ncoll == 0) return LLVMConstNull(LLVMPointerType(t->coll, 0));
+  LLVMValueRef *c = calloc((size_t)C->ncoll, sizeof *c);
+  if (!c) return NULL;
+  for (int32_t v = 0; v < C->g->nvalues; v++)
+    if (C->coll[v] >= 0) c[C->coll[v]] = coll_const(C, t, v);
+  LLVMValueRef arr = LLVMConstArray(t->coll, c, (unsigned)C->ncoll);
+  free(c);
+  LLVMValueRef gl = LLVMAddGlobal(C->m, LLVMTypeOf(arr), "axlc_collectives");
+  LLVMSetInitializer(gl, arr);
+  LLVMSetGlobalConstant(gl, 1);
+  LLVMSetLinkage(gl, LLVMPrivateLinkage);
+  return LLVMConstBitCast(gl, LLVMPointerType(t->coll, 0));
+}
+
+int llvm_collective_emit(LlvmCtx *C, int32_t v) {
+  const IrValue *x = &C->g->values[v];
+  if (x->attr.nmesh > RT_MAX_MESH_AXES || x->shape.rank > RT_MAX_DIMS)
+    return llvm_fail(C, "%%%d (%s): too many mesh axes or dims for the runtime", v, ir_op_name(x->op));
+  LLVMTypeRef p[] = {C->t_i8p, C->t_i32, C->t_i8p};
+  LLVMValueRef fn = llvm_fn_get(C, "rt_comm_collective", C->t_void, p, 3);
+  LLVMValueRef args[] = {C->comm, i32c(C, C->coll[v]), C->step_slab};
+  LLVMBuildCall2(C->b, LLVMGlobalGetValueType(fn), fn, args, 3, "");
+  return 0;
+}
+
 int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
   const LlvmProgramInfo *P = C->opt.program;
   if (!P) return 0;
   ProgTypes t = prog_types(C, LLVMTypeOf(step));
   if (program_check(C, &t)) return -1;
   LLVMValueRef slots = slots_global(C, &t);
-  if (!slots) return -1;
+  LLVMValueRef colls = slots ? colls_global(C, &t) : NULL;
+  if (!slots || !colls) return -1;
   int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids");
   const IrShape *is = ids == IR_NONE ? NULL : &C->g->values[ids].shape;
   if (!is || is->rank != 2) return llvm_fail(C, "program: the graph has no input ids (B, T)");
   LLVMValueRef f[] = {
       i32c(C, RT_ABI_VERSION), cstr(C, P->config), i64c(C, C->mp->slab_bytes),
       i32c(C, P->nparams), slots, i64c(C, is->dims[0]), i64c(C, is->dims[1]), i64c(C, P->vocab),
-      i64c(C, C->mp->offset[ids]), i64c(C, named_offset(C, IR_INPUT, "", "targets")),
+      split_const(C, C->g->values[ids].split.axes[0]), i64c(C, C->mp->offset[ids]), i64c(C, named_offset(C, IR_INPUT, "", "targets")),
       i64c(C, named_offset(C, IR_INPUT, "", "step")), i64c(C, output_offset(C, "loss")),
       i64c(C, output_offset(C, "grad_norm")), i64c(C, output_offset(C, "lr")),
       i64c(C, P->max_steps), i64c(C, (int64_t)P->seed), i64c(C, P->ckpt_every),
-      i32c(C, P->ckpt_keep), step};
+      i32c(C, P->ckpt_keep), mesh_const(C, &t), i32c(C, C->ncoll), colls, step};
   LLVMValueRef gl = LLVMAddGlobal(C->m, t.prog, "axlc_program");
-  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 19));
+  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 23));
   LLVMSetGlobalConstant(gl, 1);
   return 0;
 }

@@ -132,7 +132,7 @@ static inline char *bt_run_backend(const IrGraph *g, const MemPlan *mp, const Ll
   memset(slab, 0xff, (size_t)bt_align(mp->slab_bytes + 1));
   for (int32_t v = 0; v < g->nvalues; v++)
     if (leaf[v]) bt_slab_put(g, mp, slab, v, leaf[v]);
-  step(slab, pool);
+  step(slab, pool, NULL);
   llvm_jit_free(jit);
   return slab;
 }

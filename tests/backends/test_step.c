@@ -119,7 +119,7 @@ static void run_step(DrvJob *j, int reps, int plan) {
   CU_ASSERT_EQUAL_FATAL(rc, 0);
   llvm_module_free(m);
   char *slab = aligned_alloc(64, (size_t)bt_align(mp.slab_bytes));
-  step(slab, NULL); /* first call: the JIT materializes the code */
+  step(slab, NULL, NULL); /* first call: the JIT materializes the code */
   double t_compile = now() - t0;
   check_program(j, &mp, llvm_jit_program(jit));
   /* Best of reps on this thread, then on a pool (whose result is the one compared). */
@@ -133,7 +133,7 @@ static void run_step(DrvJob *j, int reps, int plan) {
     for (int32_t v = 0; v < g->nvalues; v++)
       if (leaf[v]) bt_slab_put(g, &mp, slab, v, leaf[v]);
     t0 = now();
-    step(slab, r < reps ? NULL : pool);
+    step(slab, r < reps ? NULL : pool, NULL);
     t_step[r >= reps] = fmin(t_step[r >= reps], now() - t0);
   }
   int64_t nnew = 0;

@@ -345,6 +345,58 @@ backends)
   run --help
   expect_in "$T/out" "--backend NAME"
   ;;
+memcheck)
+  run memcheck "$MODELS/tiny-lm.json" --target cpu --plot "$T/mem.svg"
+  expect_rc 0
+  expect_in "$T/out" "verdict: fits, with"
+  expect_in "$T/out" "saved activations"
+  expect_in "$T/out" "largest values live at the peak:"
+  expect_in "$T/out" "#feed_forward.linear1_0"
+  expect_in "$T/mem.svg" "<polyline"
+  expect_in "$T/mem.svg" "backward"
+  python3 -c "import sys, xml.dom.minidom as m; m.parse(sys.argv[1])" "$T/mem.svg" ||
+    fail "the plot is not well-formed XML"
+  # the per-device program of a sharded mesh, as JSON: fewer parameter bytes per device
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-4 --set '/mesh/shape=[1,1,1,4,1,1]' --json
+  expect_rc 0
+  python3 - "$T/out" <<'PY' || fail "memcheck --json on fsdp=4"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["devices"] == 4 and r["mesh"]["fsdp"] == 4, r["mesh"]
+assert r["fits"] is True
+b = r["breakdown_in_bytes"]
+assert b["optimizer_state"] == 2 * b["parameters"], b
+assert r["peak_memory_in_bytes"] >= r["argument_size_in_bytes"] + r["temp_size_in_bytes"] - 64 * 1024
+assert r["bytes_sent"] > 0 and r["flops"] > 0
+assert all(k in r for k in ("argument_size_in_bytes", "temp_size_in_bytes", "generated_code_size_in_bytes"))
+PY
+  # a job that cannot fit: the verdict, exit 1, and what was tried
+  run memcheck "$MODELS/llama2-7b.json" --target cpu
+  expect_rc 1
+  expect_in "$T/out" "verdict: does not fit: over by"
+  expect_in "$T/out" "what would fit"
+  ;;
+memcheck_errors)
+  run memcheck "$MODELS/tiny-lm.json"
+  expect_user_error "axlc memcheck needs --target"
+  run memcheck "$MODELS/tiny-lm.json" --target nosuch-8
+  expect_rc 1
+  expect_in "$T/err" 'no device kind "nosuch" for --target nosuch-8 (expected one of: cpu, opencl, gpu-a100-40gb'
+  printf '{"cpu": {"memory": -3}}' > "$T/dev.json"
+  run memcheck "$MODELS/tiny-lm.json" --target cpu --devices "$T/dev.json"
+  expect_rc 1
+  expect_in "$T/err" "/cpu/memory: expected a positive number"
+  run memcheck "$MODELS/tiny-lm.json" --target cpu --devices "$T/missing.json"
+  expect_rc 1
+  expect_in "$T/err" "missing.json"
+  ;;
+compile_refuses_too_big)
+  run compile "$MODELS/llama2-7b.json" --target cpu -o "$T/trainer"
+  expect_rc 1
+  expect_in "$T/err" "error: the job does not fit --target cpu (compile anyway with --no-memcheck)"
+  expect_in "$T/err" "verdict: does not fit"
+  [ ! -e "$T/trainer" ] || fail "a trainer was written"
+  ;;
 *)
   fail "unknown case"
   ;;

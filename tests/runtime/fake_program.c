@@ -115,7 +115,8 @@ static float schedule(float t) {
     return (float)(LR_MAX * (0.1 + 0.9 * 0.5 * (1 + cos(3.14159265358979323846 * x))));
 }
 
-static void fake_step(char *slab, RtPool *pool) {
+static void fake_step(char *slab, RtPool *pool, RtComm *comm) {
+    (void)comm;
     float t = *f32(slab, OFF_STEP);
     rt_parallel_for(pool, N, forward_rows, slab);
     rt_parallel_for(pool, V + 1, grad_rows, slab);
@@ -137,8 +138,10 @@ static void fake_step(char *slab, RtPool *pool) {
 }
 
 static const RtParamSlot PARAMS[] = {
-    {"model/bigram/weight", 2, {V, V}, {.kind = RT_INIT_NORMAL, .std = 0.02f}, OFF_W, OFF_MW, OFF_VW},
-    {"model/bigram/bias", 1, {V}, {.kind = RT_INIT_ZEROS}, OFF_B, OFF_MB, OFF_VB},
+    {.path = "model/bigram/weight", .rank = 2, .shape = {V, V}, .global_shape = {V, V},
+     .init = {.kind = RT_INIT_NORMAL, .std = 0.02f}, .offset = OFF_W, .m_offset = OFF_MW, .v_offset = OFF_VW},
+    {.path = "model/bigram/bias", .rank = 1, .shape = {V}, .global_shape = {V}, .init = {.kind = RT_INIT_ZEROS},
+     .offset = OFF_B, .m_offset = OFF_MB, .v_offset = OFF_VB},
 };
 
 const RtProgram axlc_program = {

@@ -1,0 +1,610 @@
+/*
+ * comm.c: the device mesh and its collectives, on MPI.
+ *
+ * Device d of the mesh is rank d of MPI_COMM_WORLD (devices are numbered row-major over the
+ * mesh axes). Each collective of the step acts within a group: the devices that differ from
+ * this one only on the collective's axes, ranked row-major over those axes in the order
+ * listed. Every distinct axis list gets its own communicator (MPI_Comm_split with color = the
+ * coordinates off the axes, key = the group rank), so group rank == communicator rank.
+ *
+ * Every collective is the same exchange: member r sends block j of its operand to member j and
+ * receives member j's block r, with point-to-point messages; then it combines what it has in
+ * group-rank order. all_reduce and all_gather send the whole operand; reduce_scatter and
+ * all_to_all send chunk j of the axis. Sums run in double in group-rank order and are rounded
+ * to f32 once, which is what the reference interpreter (ir/interp.c) does, so every member gets
+ * the same bits and the interpreter's. A gather-then-sum costs (G-1) times the bandwidth of a
+ * ring on big groups; determinism and bit-exact resume are worth it at these sizes.
+ *
+ * Nothing waits forever: each exchange polls (MPI_Testsome) against a deadline; when it passes,
+ * the ranks that have not answered are named on stderr and the job is ended with MPI_Abort. A
+ * rank that dies is caught by mpirun (or srun) itself, which ends the job.
+ *
+ * Built without MPI (AXRT_HAVE_MPI undefined), or run as one process, the world is rank 0 of 1
+ * and every group has one member: collectives are copies.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef AXRT_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include "rt_impl.h"
+
+#define DEFAULT_TIMEOUT_S 30.0
+
+typedef struct Group {
+    int32_t naxes;
+    int32_t axes[RT_MAX_MESH_AXES]; /* mesh axis indices, group order */
+    int n, rank;                    /* size, this device's group rank */
+    int *members;                   /* (n) world ranks in group order */
+#ifdef AXRT_HAVE_MPI
+    MPI_Comm comm;
+#endif
+} Group;
+
+struct RtComm {
+    int rank, size;
+    int mpi;                         /* MPI is initialized and in use */
+    int finalize;                    /* rt_comm_new initialized MPI and finalizes it */
+    RtMesh mesh;
+    int64_t coords[RT_MAX_MESH_AXES];
+    const RtCollective *colls;
+    int32_t ncolls;
+    int32_t *coll_group;             /* (ncolls) index into groups */
+    Group *groups;
+    int ngroups;
+    double timeout_s;
+    int64_t bytes_sent;
+    char *buf;                       /* (cap) send and receive blocks */
+    size_t cap;
+    int *pending;                    /* (2 * size) scratch for the watchdog */
+};
+
+/* ===== the mesh ======================================================================= */
+
+static int64_t mesh_devices(const RtMesh *m) {
+    int64_t n = 1;
+    for (int i = 0; i < m->naxes; i++)
+        n *= m->sizes[i];
+    return n;
+}
+
+static void mesh_coords(const RtMesh *m, int64_t dev, int64_t *c) {
+    for (int i = m->naxes - 1; i >= 0; i--) {
+        c[i] = dev % m->sizes[i];
+        dev /= m->sizes[i];
+    }
+}
+
+static int64_t mesh_device(const RtMesh *m, const int64_t *c) {
+    int64_t d = 0;
+    for (int i = 0; i < m->naxes; i++)
+        d = d * m->sizes[i] + c[i];
+    return d;
+}
+
+int64_t rt_mesh_chunk(const RtMesh *m, const uint8_t axes[RT_MAX_SPLIT_AXES], int64_t dev, int64_t *count) {
+    int64_t c[RT_MAX_MESH_AXES], k = 0, n = 1;
+    mesh_coords(m, dev, c);
+    for (int i = 0; i < RT_MAX_SPLIT_AXES && axes[i]; i++) {
+        int a = axes[i] - 1;
+        k = k * m->sizes[a] + c[a];
+        n *= m->sizes[a];
+    }
+    if (count)
+        *count = n;
+    return k;
+}
+
+int rt_comm_rank(const RtComm *c) { return c ? c->rank : 0; }
+int rt_comm_size(const RtComm *c) { return c ? c->size : 1; }
+int64_t rt_comm_coord(const RtComm *c, int a) { return c && a >= 0 && a < c->mesh.naxes ? c->coords[a] : 0; }
+int64_t rt_comm_bytes_sent(const RtComm *c) { return c ? c->bytes_sent : 0; }
+
+static int64_t numel(const int64_t *shape, int rank);
+
+int64_t rt_comm_step_bytes(const RtComm *c) {
+    int64_t sum = 0;
+    for (int32_t i = 0; c && i < c->ncolls; i++) {
+        const RtCollective *k = &c->colls[i];
+        int64_t g = c->groups[c->coll_group[i]].n, bytes = numel(k->in_shape, k->rank) * 4;
+        if (k->kind == RT_COLL_REDUCE_SCATTER || k->kind == RT_COLL_ALL_TO_ALL)
+            bytes /= g;
+        sum += k->kind == RT_COLL_LOCAL_SLICE ? 0 : (g - 1) * bytes;
+    }
+    return sum;
+}
+
+int rt_comm_have_mpi(void) {
+#ifdef AXRT_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int rt_comm_launched(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_ID",
+                                       "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]))
+            return 1;
+    return 0;
+}
+
+/* ===== groups ========================================================================= */
+
+static int same_axes(const Group *g, const RtCollective *k) {
+    if (g->naxes != k->naxes)
+        return 0;
+    for (int i = 0; i < k->naxes; i++)
+        if (g->axes[i] != k->axes[i])
+            return 0;
+    return 1;
+}
+
+/* This device's group for the axes of k: its rank and the world ranks of the members. */
+static int group_fill(RtComm *c, Group *g, const RtCollective *k, RtError *err) {
+    g->naxes = k->naxes;
+    g->n = 1;
+    g->rank = 0;
+    for (int i = 0; i < k->naxes; i++) {
+        g->axes[i] = k->axes[i];
+        g->n *= (int)c->mesh.sizes[k->axes[i]];
+        g->rank = g->rank * (int)c->mesh.sizes[k->axes[i]] + (int)c->coords[k->axes[i]];
+    }
+    g->members = calloc((size_t)g->n, sizeof *g->members);
+    if (!g->members)
+        return rt_error_set(err, "comm: out of memory");
+    int64_t co[RT_MAX_MESH_AXES];
+    for (int j = 0; j < g->n; j++) {
+        memcpy(co, c->coords, sizeof co);
+        for (int i = k->naxes - 1, r = j; i >= 0; i--) {
+            co[k->axes[i]] = r % c->mesh.sizes[k->axes[i]];
+            r /= (int)c->mesh.sizes[k->axes[i]];
+        }
+        g->members[j] = (int)mesh_device(&c->mesh, co);
+    }
+    return 0;
+}
+
+#ifdef AXRT_HAVE_MPI
+static int mpi_fail(RtError *err, const char *what, int rc) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS)
+        snprintf(s, sizeof s, "error %d", rc);
+    return rt_error_set(err, "MPI: %s: %s", what, s);
+}
+
+/* color: the coordinates off the group's axes; key: the group rank. */
+static int group_split(RtComm *c, Group *g, RtError *err) {
+    int64_t co[RT_MAX_MESH_AXES];
+    memcpy(co, c->coords, sizeof co);
+    for (int i = 0; i < g->naxes; i++)
+        co[g->axes[i]] = 0;
+    int rc = MPI_Comm_split(MPI_COMM_WORLD, (int)mesh_device(&c->mesh, co), g->rank, &g->comm);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, "MPI_Comm_split", rc);
+    int r = -1, n = 0;
+    MPI_Comm_rank(g->comm, &r);
+    MPI_Comm_size(g->comm, &n);
+    if (r != g->rank || n != g->n)
+        return rt_error_set(err, "comm: group over %d axes: rank %d of %d, expected %d of %d", g->naxes, r, n,
+                            g->rank, g->n);
+    return 0;
+}
+#endif
+
+static int check_coll(const RtComm *c, int32_t i, RtError *err) {
+    const RtCollective *k = &c->colls[i];
+    int axis_ok = k->kind == RT_COLL_ALL_REDUCE || (k->axis >= 0 && k->axis < k->rank);
+    int axis2_ok = k->kind != RT_COLL_ALL_TO_ALL || (k->axis2 >= 0 && k->axis2 < k->rank);
+    if (k->kind < 0 || k->kind >= RT_COLL_KIND_COUNT || (k->dtype != RT_DT_F32 && k->dtype != RT_DT_I32) ||
+        k->naxes < 0 || k->naxes > c->mesh.naxes || k->rank < 0 || k->rank > RT_MAX_DIMS || !axis_ok || !axis2_ok)
+        return rt_error_set(err, "program: collective %d: bad kind, dtype, axes or rank", i);
+    for (int a = 0; a < k->naxes; a++)
+        if (k->axes[a] < 0 || k->axes[a] >= c->mesh.naxes)
+            return rt_error_set(err, "program: collective %d: mesh axis %d outside the mesh", i, k->axes[a]);
+    return 0;
+}
+
+static int groups_make(RtComm *c, RtError *err) {
+    c->coll_group = calloc((size_t)c->ncolls + 1, sizeof *c->coll_group);
+    c->groups = calloc((size_t)c->ncolls + 1, sizeof *c->groups);
+    if (!c->coll_group || !c->groups)
+        return rt_error_set(err, "comm: out of memory");
+    for (int32_t i = 0; i < c->ncolls; i++) {
+        if (check_coll(c, i, err) != 0)
+            return -1;
+        int g = 0;
+        while (g < c->ngroups && !same_axes(&c->groups[g], &c->colls[i]))
+            g++;
+        c->coll_group[i] = g;
+        if (g < c->ngroups)
+            continue;
+        c->ngroups++;
+        if (group_fill(c, &c->groups[g], &c->colls[i], err) != 0)
+            return -1;
+#ifdef AXRT_HAVE_MPI
+        c->groups[g].comm = MPI_COMM_NULL;
+        if (c->mpi && group_split(c, &c->groups[g], err) != 0)
+            return -1;
+#endif
+    }
+    return 0;
+}
+
+/* ===== joining and leaving ============================================================= */
+
+static double env_timeout(double t) {
+    const char *s = getenv("AXLC_COMM_TIMEOUT");
+    char *end;
+    if (t > 0)
+        return t;
+    double v = s && *s ? strtod(s, &end) : 0;
+    return s && *s && !*end && v > 0 ? v : DEFAULT_TIMEOUT_S;
+}
+
+#ifdef AXRT_HAVE_MPI
+static int join_mpi(RtComm *c, int64_t devices, RtError *err) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited && devices <= 1 && !rt_comm_launched())
+        return 0; /* one device, started by hand: no MPI at all */
+    if (!inited) {
+        int provided, rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, "MPI_Init", rc);
+        c->finalize = 1;
+    }
+    c->mpi = 1;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    return 0;
+}
+#endif
+
+static int check_size(const RtComm *c, int64_t devices, RtError *err) {
+    if (c->size == devices)
+        return 0;
+    if (devices > 1 && !rt_comm_have_mpi())
+        return rt_error_set(err, "this program runs on %lld devices (one process each), but libaxrt was built "
+                            "without MPI; rebuild axlc with libopenmpi-dev installed, then launch it with "
+                            "`mpirun -np %lld TRAINER ...` or `srun -n %lld TRAINER ...`", (long long)devices,
+                            (long long)devices, (long long)devices);
+    return rt_error_set(err, "this program runs on %lld devices, one process each, but %d process%s started; "
+                        "launch it with `mpirun -np %lld TRAINER ...` (add --oversubscribe when the machine has "
+                        "fewer cores) or `srun -n %lld TRAINER ...`, or compile it for --target cpu-%d",
+                        (long long)devices, c->size, c->size == 1 ? " was" : "es were", (long long)devices,
+                        (long long)devices, c->size);
+}
+
+int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int32_t ncolls, double timeout_s,
+                RtError *err) {
+    *out = NULL;
+    RtComm *c = calloc(1, sizeof *c);
+    if (!c)
+        return rt_error_set(err, "comm: out of memory");
+    static const RtMesh none;
+    c->mesh = mesh ? *mesh : none;
+    c->colls = colls;
+    c->ncolls = colls ? ncolls : 0;
+    c->size = 1;
+    c->timeout_s = env_timeout(timeout_s);
+    int64_t devices = c->mesh.naxes >= 0 && c->mesh.naxes <= RT_MAX_MESH_AXES ? mesh_devices(&c->mesh) : 0;
+    if (c->mesh.naxes < 0 || c->mesh.naxes > RT_MAX_MESH_AXES || devices < 1 || devices > (1 << 20)) {
+        int naxes = (int)c->mesh.naxes;
+        free(c);
+        return rt_error_set(err, "program: a mesh of %d axes and %lld devices", naxes, (long long)devices);
+    }
+    int rc = 0;
+#ifdef AXRT_HAVE_MPI
+    rc = join_mpi(c, devices, err);
+#endif
+    if (rc == 0)
+        rc = check_size(c, devices, err);
+    if (rc == 0) {
+        mesh_coords(&c->mesh, c->rank, c->coords);
+        c->pending = calloc(2 * (size_t)c->size, sizeof *c->pending);
+        rc = c->pending ? groups_make(c, err) : rt_error_set(err, "comm: out of memory");
+    }
+    if (rc != 0) {
+        rt_comm_free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void rt_comm_free(RtComm *c) {
+    if (!c)
+        return;
+    for (int g = 0; g < c->ngroups; g++) {
+#ifdef AXRT_HAVE_MPI
+        if (c->groups[g].comm != MPI_COMM_NULL)
+            MPI_Comm_free(&c->groups[g].comm);
+#endif
+        free(c->groups[g].members);
+    }
+#ifdef AXRT_HAVE_MPI
+    if (c->finalize)
+        MPI_Finalize();
+#endif
+    free(c->groups);
+    free(c->coll_group);
+    free(c->pending);
+    free(c->buf);
+    free(c);
+}
+
+void rt_comm_abort(RtComm *c, int code) {
+#ifdef AXRT_HAVE_MPI
+    if (c && c->mpi && c->size > 1)
+        MPI_Abort(MPI_COMM_WORLD, code);
+#else
+    (void)c;
+    (void)code;
+#endif
+}
+
+/* ===== blocks ========================================================================= */
+
+static int64_t numel(const int64_t *shape, int rank) {
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    return n;
+}
+
+static int64_t prod(const int64_t *shape, int lo, int hi) {
+    int64_t n = 1;
+    for (int d = lo; d < hi; d++)
+        n *= shape[d];
+    return n;
+}
+
+/* Copies `len` slices of axis: src[.., src_at + i, ..] -> dst[.., dst_at + i, ..] (4-byte
+ * elements; the shapes agree off the axis). */
+static void block_copy(const char *src, const int64_t *ss, char *dst, const int64_t *ds, int rank, int axis,
+                       int64_t src_at, int64_t dst_at, int64_t len) {
+    int64_t outer = prod(ss, 0, axis), inner = prod(ss, axis + 1, rank) * 4;
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(dst + ((o * ds[axis] + dst_at) * inner), src + ((o * ss[axis] + src_at) * inner),
+               (size_t)(len * inner));
+}
+
+static void sum_blocks(const RtCollective *k, const char *blocks, int n, int64_t count, char *out) {
+    if (k->dtype == RT_DT_F32) {
+        for (int64_t i = 0; i < count; i++) {
+            double s = 0;
+            for (int j = 0; j < n; j++)
+                s += ((const float *)(const void *)blocks)[(int64_t)j * count + i];
+            ((float *)(void *)out)[i] = (float)s;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        int64_t s = 0;
+        for (int j = 0; j < n; j++)
+            s += ((const int32_t *)(const void *)blocks)[(int64_t)j * count + i];
+        ((int32_t *)(void *)out)[i] = s > INT32_MAX ? INT32_MAX : s < INT32_MIN ? INT32_MIN : (int32_t)s;
+    }
+}
+
+/* Block j that this member sends to member j (bs elements): the operand, or chunk j of axis. */
+static void pack(const RtCollective *k, const char *in, int n, int64_t bs, char *send) {
+    if (k->kind == RT_COLL_ALL_REDUCE || k->kind == RT_COLL_ALL_GATHER) {
+        memcpy(send, in, (size_t)bs * 4);
+        return;
+    }
+    int64_t piece[RT_MAX_DIMS], chunk = k->in_shape[k->axis] / n;
+    memcpy(piece, k->in_shape, sizeof piece);
+    piece[k->axis] = chunk;
+    for (int j = 0; j < n; j++)
+        block_copy(in, k->in_shape, send + (int64_t)j * bs * 4, piece, k->rank, k->axis, j * chunk, 0, chunk);
+}
+
+/* The result from the received blocks (block j from member j, in group order). */
+static void combine(const RtCollective *k, const char *recv, int n, int64_t bs, char *out) {
+    switch (k->kind) {
+    case RT_COLL_ALL_REDUCE:
+    case RT_COLL_REDUCE_SCATTER:
+        sum_blocks(k, recv, n, bs, out);
+        return;
+    case RT_COLL_ALL_GATHER: {
+        int64_t len = k->in_shape[k->axis];
+        for (int j = 0; j < n; j++)
+            block_copy(recv + (int64_t)j * bs * 4, k->in_shape, out, k->out_shape, k->rank, k->axis, 0, j * len, len);
+        return;
+    }
+    default: { /* all_to_all: block j is member j's chunk of the split axis, j-th along concat */
+        int64_t piece[RT_MAX_DIMS];
+        memcpy(piece, k->in_shape, sizeof piece);
+        piece[k->axis] /= n;
+        int64_t len = piece[k->axis2];
+        for (int j = 0; j < n; j++)
+            block_copy(recv + (int64_t)j * bs * 4, piece, out, k->out_shape, k->rank, k->axis2, 0, j * len, len);
+    }
+    }
+}
+
+static char *scratch(RtComm *c, size_t bytes) {
+    if (bytes <= c->cap)
+        return c->buf;
+    char *b = realloc(c->buf, bytes);
+    if (!b)
+        return NULL;
+    c->buf = b;
+    c->cap = bytes;
+    return b;
+}
+
+/* ===== exchange and watchdog ============================================================ */
+
+static void die(RtComm *c, const char *fmt, ...) RT_PRINTF(2, 3);
+static void die(RtComm *c, const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "trainer: rank %d of %d: %s\n", c->rank, c->size, msg);
+    fflush(stderr);
+    rt_comm_abort(c, 1);
+    abort(); /* without MPI there is nobody to wait for; never reached */
+}
+
+static const char *const KIND_NAME[RT_COLL_KIND_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                          "all_to_all", "local_slice"};
+
+#ifdef AXRT_HAVE_MPI
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Waits for reqs[0..n) (2 per peer: receive, send); past the deadline (timeout_s) names the
+ * peers whose messages have not arrived (peers[i/2] are world ranks) and aborts the job. */
+static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, const char *what, double timeout_s) {
+    double deadline = now_s() + timeout_s;
+    long spins = 0;
+    for (;;) {
+        int done = 0;
+        int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS)
+            die(c, "%s: MPI error %d (another rank has probably died); aborting the job", what, rc);
+        if (done)
+            return;
+        if (++spins > 1000) {
+            struct timespec ts = {0, spins > 100000 ? 1000000 : 50000};
+            nanosleep(&ts, NULL);
+        }
+        if ((spins & 63) == 0 && now_s() > deadline)
+            break;
+    }
+    char names[1024] = "";
+    size_t len = 0;
+    for (int i = 0; i < n; i += 2) {
+        int flag = 0;
+        MPI_Request_get_status(reqs[i], &flag, MPI_STATUS_IGNORE);
+        if (!flag && len < sizeof names - 16)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%d", len ? ", " : "", peers[i / 2]);
+    }
+    die(c, "%s: no answer from rank %s for %.0f s (dead or hung); aborting the job. The last complete checkpoint "
+        "stays valid: --resume continues from it", what, names[0] ? names : "?", timeout_s);
+}
+#endif
+
+/* Member r sends send[j] to member j and receives member j's block into recv[j]; its own
+ * block is copied. Blocks are bs elements of 4 bytes. */
+static void exchange(RtComm *c, Group *g, int32_t index, const char *send, int send_stride, char *recv,
+                     int64_t bs) {
+    size_t bytes = (size_t)bs * 4;
+    memcpy(recv + (size_t)g->rank * bytes, send + (size_t)(send_stride ? g->rank : 0) * bytes, bytes);
+    if (g->n == 1)
+        return;
+#ifdef AXRT_HAVE_MPI
+    MPI_Request *reqs = malloc(2 * (size_t)g->n * sizeof *reqs);
+    int *peers = malloc((size_t)g->n * sizeof *peers), nr = 0;
+    if (!reqs || !peers || bytes > (size_t)INT32_MAX)
+        die(c, "collective %d: out of memory or a message over 2 GiB", index);
+    int tag = index < 0 ? 32001 : index % 32000, rc = MPI_SUCCESS;
+    for (int j = 0; j < g->n && rc == MPI_SUCCESS; j++) {
+        if (j == g->rank)
+            continue;
+        peers[nr / 2] = g->members[j];
+        rc = MPI_Irecv(recv + (size_t)j * bytes, (int)bytes, MPI_BYTE, j, tag, g->comm, &reqs[nr++]);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Isend(send + (size_t)(send_stride ? j : 0) * bytes, (int)bytes, MPI_BYTE, j, tag, g->comm,
+                           &reqs[nr++]);
+        c->bytes_sent += (int64_t)bytes;
+    }
+    if (rc != MPI_SUCCESS)
+        die(c, "collective %d: MPI error %d posting messages; aborting the job", index, rc);
+    char what[160];
+    const RtCollective *k = index >= 0 ? &c->colls[index] : NULL;
+    if (k) {
+        int len = snprintf(what, sizeof what, "collective %d (%s over [", index, KIND_NAME[k->kind]);
+        for (int a = 0; a < k->naxes && len < (int)sizeof what - 40; a++)
+            len += snprintf(what + len, sizeof what - (size_t)len, "%s%s", a ? "," : "",
+                            c->mesh.names[k->axes[a]] ? c->mesh.names[k->axes[a]] : "?");
+        snprintf(what + len, sizeof what - (size_t)len, "])");
+    } else {
+        snprintf(what, sizeof what, "a barrier of all ranks");
+    }
+    /* Barriers wait for work that may be slow and uneven (writing checkpoint shards): ten times
+     * longer than a collective inside a step. */
+    wait_all(c, reqs, nr, peers, what, k ? c->timeout_s : 10 * c->timeout_s);
+    free(reqs);
+    free(peers);
+#else
+    (void)c;
+    (void)index;
+    (void)send_stride;
+#endif
+}
+
+void rt_comm_collective(RtComm *c, int32_t index, char *slab) {
+    const RtCollective *k = &c->colls[index];
+    Group *g = &c->groups[c->coll_group[index]];
+    char *in = slab + k->in_offset, *out = slab + k->out_offset;
+    int64_t n_in = numel(k->in_shape, k->rank), n = g->n;
+    if (k->kind == RT_COLL_LOCAL_SLICE) {
+        char *tmp = scratch(c, (size_t)n_in * 4 + 4);
+        if (!tmp)
+            die(c, "collective %d: out of memory", index);
+        memcpy(tmp, in, (size_t)n_in * 4);
+        int64_t len = k->out_shape[k->axis];
+        block_copy(tmp, k->in_shape, out, k->out_shape, k->rank, k->axis, g->rank * len, 0, len);
+        return;
+    }
+    int whole = k->kind == RT_COLL_ALL_REDUCE || k->kind == RT_COLL_ALL_GATHER;
+    int64_t bs = whole ? n_in : n_in / n;
+    size_t send_bytes = (size_t)(whole ? 1 : n) * (size_t)bs * 4;
+    char *buf = scratch(c, send_bytes + (size_t)n * (size_t)bs * 4 + 4);
+    if (!buf)
+        die(c, "collective %d: out of memory", index);
+    char *send = buf, *recv = buf + send_bytes;
+    pack(k, in, (int)n, bs, send);
+    exchange(c, g, index, send, !whole, recv, bs);
+    combine(k, recv, (int)n, bs, out);
+}
+
+int rt_comm_sum_i64(RtComm *c, int64_t *v, int n, RtError *err) {
+    if (!c || c->size == 1)
+        return 0;
+    Group world = {.n = c->size, .rank = c->rank, .members = NULL};
+    world.members = malloc((size_t)c->size * sizeof *world.members);
+    char *blocks = malloc((size_t)c->size * (size_t)n * 8 + 8);
+    if (!world.members || !blocks) {
+        free(world.members);
+        free(blocks);
+        return rt_error_set(err, "comm: out of memory");
+    }
+    for (int j = 0; j < c->size; j++)
+        world.members[j] = j;
+#ifdef AXRT_HAVE_MPI
+    world.comm = MPI_COMM_WORLD;
+#endif
+    /* 8-byte values as pairs of 4-byte elements */
+    exchange(c, &world, -1, (const char *)v, 0, blocks, 2 * (int64_t)n);
+    for (int i = 0; i < n; i++) {
+        int64_t s = 0;
+        for (int j = 0; j < c->size; j++)
+            s += ((const int64_t *)(const void *)blocks)[(size_t)j * (size_t)n + (size_t)i];
+        v[i] = s;
+    }
+    free(world.members);
+    free(blocks);
+    return 0;
+}

@@ -1,0 +1,138 @@
+#!/bin/sh
+# models.sh AXLC SRCDIR MPIRUN CKPT_DUMP WORKDIR CASE: compiled models on a mesh under mpirun,
+# against one process. Trainers and the one-process reference runs are kept in WORKDIR (per
+# model and mesh), so each test compiles at most what it needs.
+#   ref_MODEL          the one-process trainer, 10 steps: reference losses and parameters
+#   MODEL_MESH         the same 10 steps on MESH: losses and final parameters within 1e-4
+#   resume             tiny-lm: a data=2 x model=2 checkpoint of step 5 resumes under fsdp=4
+#                      and under one process on the same curve (1e-4), and under data=2 x
+#                      model=2 bit for bit (metrics and checkpoint files)
+# MODEL: tiny_lm, moe, fuji (fuji-test: llama-style, GQA with 4 heads and 2 kv heads).
+# MESH: data4, fsdp4, model2, data2model2, expert2.
+set -u
+AXLC=$1 SRC=$2 MPIRUN=$3 DUMP=$4 W=$5 CASE=$6
+PY=${TORCH_PYTHON:-/usr/bin/python3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-mpi-models.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
+must() { "$@" > "$T/log" 2>&1 || { fail "$*"; tail -20 "$T/log" >&2; }; }
+compare() { "$PY" "$SRC/tests/trainer/compare.py" "$@" || fail "compare $*"; }
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+  echo "SKIP: $PY cannot import numpy"
+  exit 77
+fi
+mkdir -p "$W"
+STEPS=10
+# tokens below 32 (fuji-test's vocabulary), an llm.c token file
+DATA="$W/tokens.bin"
+if [ ! -f "$DATA" ]; then
+  "$PY" - "$T/tokens.bin" <<'PYEOF'
+import random, struct, sys
+r = random.Random(7); n = 20000; toks = []; t = 0
+for i in range(n):
+    t = (t * 7 + 5) % 32 if r.random() < 0.7 else r.randrange(32)
+    toks.append(t)
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
+PYEOF
+  mv "$T/tokens.bin" "$DATA"
+fi
+
+model_file() {
+  case $1 in
+  tiny_lm) echo "$SRC/models/tiny-lm.json" ;;
+  moe) echo "$SRC/models/moe-test.json" ;;
+  fuji) echo "$SRC/models/fuji-test.json" ;;
+  esac
+}
+# mesh NAME: "DEVICES SHAPE" over [pipeline, data, expert, fsdp, seq, model]
+mesh() {
+  case $1 in
+  one) echo "1 [1,1,1,1,1,1]" ;;
+  data4) echo "4 [1,4,1,1,1,1]" ;;
+  fsdp4) echo "4 [1,1,1,4,1,1]" ;;
+  model2) echo "2 [1,1,1,1,1,2]" ;;
+  data2model2) echo "4 [1,2,1,1,1,2]" ;;
+  expert2) echo "2 [1,1,2,1,1,1]" ;;
+  esac
+}
+# trainer MODEL MESH: the path of its compiled trainer (compiled once, kept in $W)
+trainer() {
+  exe="$W/$1-$2.trainer"
+  if [ ! -x "$exe" ]; then
+    set -- "$1" "$2" $(mesh "$2")
+    target=cpu
+    [ "$3" -gt 1 ] && target=cpu-$3
+    "$AXLC" compile "$(model_file "$1")" --target $target --set "/mesh/shape=$4" --set /input/seq_len=16 \
+      -o "$T/exe" > "$T/compile.log" 2>&1 || { fail "compile $1 on $2"; cat "$T/compile.log" >&2; return 1; }
+    mv "$T/exe" "$exe"
+  fi
+  echo "$exe"
+}
+# train MODEL MESH DIR ARGS...: the trainer on its mesh, checkpoints and metrics in DIR
+train() {
+  exe=$(trainer "$1" "$2") || return 1
+  np=$(mesh "$2" | cut -d' ' -f1)
+  dir=$3
+  shift 3
+  mkdir -p "$dir"
+  if [ "$np" -eq 1 ]; then
+    "$exe" --data "$DATA" --threads 1 --ckpt-dir "$dir/ck" --metrics "$dir/m.jsonl" "$@"
+  else
+    "$MPIRUN" -np "$np" --oversubscribe "$exe" --data "$DATA" --threads 1 --ckpt-dir "$dir/ck" \
+      --metrics "$dir/m.jsonl" "$@"
+  fi
+}
+# reference MODEL: the one-process run, once
+reference() {
+  ref="$W/ref-$1"
+  if [ ! -f "$ref/params.safetensors" ]; then
+    rm -rf "$ref.tmp"
+    must train "$1" one "$ref.tmp" --steps $STEPS
+    must "$DUMP" "$ref.tmp/ck" "$ref.tmp/params.safetensors"
+    rm -rf "$ref" && mv "$ref.tmp" "$ref"
+  fi
+}
+
+case $CASE in
+ref_*)
+  # the fixture of every test of this model: trainers of an earlier build are stale
+  rm -rf "$W/ref-${CASE#ref_}" "$W/${CASE#ref_}"-*.trainer
+  reference "${CASE#ref_}"
+  ;;
+resume)
+  reference tiny_lm
+  must train tiny_lm data2model2 "$T/a" --steps $STEPS --ckpt-every 5 --keep 0
+  compare losses "$T/a/m.jsonl" "$W/ref-tiny_lm/m.jsonl" 1e-4
+  for m in fsdp4 one data2model2; do
+    mkdir -p "$T/$m/ck"
+    cp -r "$T/a/ck/step_00000005" "$T/$m/ck/"
+    head -5 "$T/a/m.jsonl" > "$T/$m/m.jsonl"
+    must train tiny_lm $m "$T/$m" --steps $STEPS --resume
+    grep -q "resumed from" "$T/log" || fail "$m: did not resume"
+    compare losses "$T/$m/m.jsonl" "$T/a/m.jsonl" 1e-4
+    must "$DUMP" "$T/$m/ck" "$T/$m.safetensors"
+    must "$DUMP" "$T/a/ck" "$T/a.safetensors"
+    compare close "$T/$m.safetensors" "$T/a.safetensors" 1e-4
+  done
+  compare losses "$T/data2model2/m.jsonl" "$T/a/m.jsonl" 0
+  for f in "$T/a/ck/step_00000010"/*; do
+    cmp -s "$f" "$T/data2model2/ck/step_00000010/${f##*/}" || fail "same-mesh resume: ${f##*/} differs"
+  done
+  ;;
+*_*)
+  model=${CASE%_*}
+  m=${CASE##*_}
+  reference "$model"
+  must train "$model" "$m" "$T/run" --steps $STEPS
+  must "$DUMP" "$T/run/ck" "$T/run.safetensors"
+  compare losses "$T/run/m.jsonl" "$W/ref-$model/m.jsonl" 1e-4
+  compare close "$T/run.safetensors" "$W/ref-$model/params.safetensors" 1e-4
+  "$PY" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; \
+print('%s: %.1f ms/step (median), %d bytes sent per device per step' % (sys.argv[2], \
+sorted(x['step_ms'] for x in r)[len(r)//2], r[-1].get('comm_bytes', 0)))" "$T/run/m.jsonl" "$CASE"
+  ;;
+esac
+[ $fails -eq 0 ] || exit 1
+echo "PASS [$CASE]"

@@ -1,0 +1,136 @@
+#!/bin/sh
+# mpi.sh SRCDIR TRAINER CKPT_DUMP MPIRUN CASE: a trainer under mpirun, with the hand-written
+# per-device step of fake_mesh_program.c (AXLC_FAKE_MESH="DATA,MODEL" picks the mesh).
+#   init      step 0 checkpoints of 1 process, data=2 x model=2 and model=4 hold the same weights
+#   data      10 steps on 1 process, data=4, data=2 x model=2, model=4: the same losses and
+#             final parameters within 1e-5
+#   ckpt      a data=2 x model=2 checkpoint resumes under model=4 and under one process on the
+#             same curve; under data=2 x model=2 bit for bit; a damaged shard is skipped
+#   mismatch  a program for 4 devices on 2 processes, or on 1 started by hand, says how to launch
+#   kill      SIGKILL of one rank ends the job within 30 s; a stopped (hung) rank is named by the
+#             others' watchdog; --resume continues from the last complete checkpoint
+set -u
+SRC=$1 TRAINER=$2 DUMP=$3 MPIRUN=$4 CASE=$5
+PY=${TORCH_PYTHON:-/usr/bin/python3}
+T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-mpi.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+fails=0
+fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
+must() { "$@" > "$T/log" 2>&1 || { fail "$*"; tail -20 "$T/log" >&2; }; }
+compare() { "$PY" "$SRC/tests/trainer/compare.py" "$@" || fail "compare $*"; }
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+  echo "SKIP: $PY cannot import numpy"
+  exit 77
+fi
+# 4000 tokens of a noisy cycle over 16 symbols, as an llm.c token file
+"$PY" - "$T/tok.bin" <<'PYEOF'
+import random, struct, sys
+r = random.Random(5); n = 4000; toks = []; t = 0
+for i in range(n):
+    t = (t * 5 + 3) % 16 if r.random() < 0.8 else r.randrange(16)
+    toks.append(t)
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
+PYEOF
+# run MESH NP ARGS...: the trainer on mesh MESH ("D,M") with NP processes (1: no mpirun)
+run() {
+  mesh=$1 np=$2
+  shift 2
+  if [ "$np" -eq 1 ]; then
+    AXLC_FAKE_MESH=$mesh "$TRAINER" --data "$T/tok.bin" --threads 1 "$@"
+  else
+    AXLC_FAKE_MESH=$mesh "$MPIRUN" -np "$np" --oversubscribe "$TRAINER" --data "$T/tok.bin" --threads 1 "$@"
+  fi
+}
+
+case $CASE in
+init)
+  for m in "1,1 1" "2,2 4" "1,4 4" "4,1 4"; do
+    set -- $m
+    must run "$1" "$2" --steps 0 --ckpt-dir "$T/i$1"
+    must "$DUMP" "$T/i$1" "$T/i$1.safetensors"
+  done
+  ls "$T/i2,2/step_00000000/" | grep -q "state-rank00001.safetensors" || fail "no shard of rank 1"
+  for m in 2,2 1,4 4,1; do compare exact "$T/i$m.safetensors" "$T/i1,1.safetensors"; done
+  ;;
+data)
+  must run 1,1 1 --steps 10 --metrics "$T/m1.jsonl" --ckpt-dir "$T/c1"
+  must "$DUMP" "$T/c1" "$T/c1.safetensors"
+  for m in "4,1" "2,2" "1,4"; do
+    must run "$m" 4 --steps 10 --metrics "$T/m$m.jsonl" --ckpt-dir "$T/c$m"
+    must "$DUMP" "$T/c$m" "$T/c$m.safetensors"
+    compare losses "$T/m$m.jsonl" "$T/m1.jsonl" 1e-5
+    compare close "$T/c$m.safetensors" "$T/c1.safetensors" 1e-5
+  done
+  # rank 0 alone writes metrics and prints progress
+  [ "$(wc -l < "$T/m2,2.jsonl")" -eq 10 ] || fail "metrics: not one line per step"
+  run 2,2 4 --steps 3 > "$T/out" 2> "$T/err"
+  [ "$(grep -c '^step 3 ' "$T/out")" -le 1 ] || fail "progress printed by more than one rank"
+  ;;
+ckpt)
+  must run 2,2 4 --steps 10 --ckpt-every 5 --keep 0 --metrics "$T/a.jsonl" --ckpt-dir "$T/a"
+  ls "$T/a/step_00000005" | grep -q index.json || fail "no index in the sharded checkpoint"
+  for m in "1,4 4" "1,1 1" "2,2 4"; do
+    set -- $m
+    d="$T/r$1"
+    mkdir -p "$d" && cp -r "$T/a/step_00000005" "$d/"
+    must run "$1" "$2" --steps 10 --resume --ckpt-dir "$d" --metrics "$T/r$1.jsonl"
+    grep -q "resumed from" "$T/log" || fail "mesh $1: did not resume"
+    head -5 "$T/a.jsonl" | cat - "$T/r$1.jsonl" > "$T/r$1_all.jsonl"
+    must "$DUMP" "$d" "$T/r$1.safetensors"
+    must "$DUMP" "$T/a" "$T/a.safetensors"
+    compare losses "$T/r$1_all.jsonl" "$T/a.jsonl" 1e-5
+    compare close "$T/r$1.safetensors" "$T/a.safetensors" 1e-5
+  done
+  # the same mesh: bit for bit, and the same files
+  compare losses "$T/r2,2_all.jsonl" "$T/a.jsonl" 0
+  for f in index.json state-rank00000.safetensors state-rank00001.safetensors; do
+    cmp -s "$T/r2,2/step_00000010/$f" "$T/a/step_00000010/$f" || fail "same-mesh resume: $f differs"
+  done
+  # a damaged shard of the newest checkpoint: the previous one is used
+  f="$T/a/step_00000010/state-rank00001.safetensors"
+  printf '\377' | dd of="$f" bs=1 seek=$(($(wc -c < "$f") / 2)) conv=notrunc 2>/dev/null
+  run 1,4 4 --steps 12 --resume --ckpt-dir "$T/a" > "$T/out" 2> "$T/err" || fail "resume past a damaged shard failed"
+  grep -q "step_00000010" "$T/err" || { fail "the damaged shard is not named"; cat "$T/err" >&2; }
+  grep -q "resumed from .*step_00000005" "$T/out" || fail "did not fall back to step 5"
+  ;;
+mismatch)
+  run 2,2 2 --steps 1 > "$T/out" 2> "$T/err"
+  [ $? -ne 0 ] || fail "4-device program on 2 processes did not fail"
+  grep -q "runs on 4 devices.*mpirun -np 4" "$T/err" || { fail "no launch advice"; cat "$T/err" >&2; }
+  run 2,2 1 --steps 1 > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] || fail "4-device program started by hand did not exit 1"
+  grep -q "runs on 4 devices.*1 process was started.*mpirun -np 4" "$T/err" || { fail "no launch advice (1)"; cat "$T/err" >&2; }
+  ;;
+kill)
+  for how in KILL STOP; do
+    d="$T/k$how"
+    AXLC_FAKE_MESH=2,2 AXLC_COMM_TIMEOUT=5 "$MPIRUN" -np 4 --oversubscribe "$TRAINER" --data "$T/tok.bin" \
+      --threads 1 --steps 100000000 --ckpt-every 50 --ckpt-dir "$d" > "$T/out" 2> "$T/err" &
+    mpi=$!
+    trap 'kill -9 $mpi 2>/dev/null; rm -rf "$T"' EXIT
+    i=0
+    while [ "$(ls -d "$d"/step_*/index.json 2>/dev/null | wc -l)" -lt 2 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    victim=$(pgrep -P $mpi -f fake_mesh_trainer | sed -n 2p)
+    [ -n "$victim" ] || { fail "$how: no rank to signal"; kill -9 $mpi; continue; }
+    t0=$(date +%s)
+    kill -$how "$victim"
+    wait $mpi
+    rc=$?
+    t1=$(date +%s)
+    [ "$how" = STOP ] && kill -9 "$victim" 2>/dev/null
+    [ $rc -ne 0 ] || fail "$how: the job exited 0"
+    [ $((t1 - t0)) -lt 30 ] || fail "$how: the job took $((t1 - t0)) s to end"
+    echo "$how of rank pid $victim: the job ended in $((t1 - t0)) s (status $rc)"
+    if [ $how = STOP ]; then
+      grep -q "no answer from rank" "$T/err" || { fail "STOP: the silent rank is not named"; tail -5 "$T/err" >&2; }
+    fi
+    last=$(ls -d "$d"/step_* | sort | tail -1)
+    must run 2,2 4 --steps 200 --ckpt-dir "$d" --resume
+    grep -q "resumed from" "$T/log" || fail "$how: no resume"
+  done
+  ;;
+*) fail "unknown case $CASE" ;;
+esac
+[ $fails -eq 0 ] || exit 1
+echo "PASS [$CASE]"
