@@ -7,8 +7,9 @@
  *   optimizer  + clipping, schedule, AdamW: the whole step in one graph
  *   simplify   folding, identities, CSE, dead code
  *   shard      the global step -> the program each device of the mesh runs
+ *   remat      forward values the remat policies do not save are recomputed in the backward
  *
- * Each later pass (remat, fuse, schedule, memplan) joins this list.
+ * Each later pass (fuse, schedule, memplan) joins this list.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,8 @@
 #include "driver/driver.h"
 #include "passes/passes.h"
 
-const char *const drv_pass_names[] = {"compose", "autodiff", "optimizer", "simplify", "shard"};
+const char *const drv_pass_names[] = {"compose", "autodiff", "optimizer", "simplify", "shard",
+                                      "remat"};
 const int drv_npasses = (int)(sizeof drv_pass_names / sizeof drv_pass_names[0]);
 
 int drv_load(DrvJob *j, const char *file, const FeOptions *opt) {
@@ -123,6 +125,63 @@ static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n)
   return l;
 }
 
+/* ---- remat scopes: every module of the config with a remat_policy ---- */
+
+typedef struct RematScopes {
+  int32_t n, cap;
+  PassRematScope *s;   /* (n) paths and save arrays malloc'd; the strings are the config's */
+} RematScopes;
+
+static int remat_scope_add(RematScopes *r, const char *path, json_object *pol) {
+  if (r->n == r->cap) {
+    r->cap = r->cap ? 2 * r->cap : 8;
+    PassRematScope *s = realloc(r->s, (size_t)r->cap * sizeof *s);
+    if (!s) return -1;
+    r->s = s;
+  }
+  PassRematScope *sc = &r->s[r->n];
+  memset(sc, 0, sizeof *sc);
+  if (!(sc->path = strdup(path))) return -1;
+  r->n++;
+  if (json_object_get_type(pol) == json_type_string) {
+    sc->preset = json_object_get_string(pol);
+    return 0;
+  }
+  json_object *save = json_object_object_get(pol, "save"), *off = json_object_object_get(pol, "offload");
+  sc->noffload = off ? (int32_t)json_object_array_length(off) : 0;
+  sc->nsave = save ? (int32_t)json_object_array_length(save) : 0;
+  if (!sc->nsave) return 0;
+  const char **sv = malloc((size_t)sc->nsave * sizeof *sv);
+  if (!sv) return -1;
+  for (int32_t i = 0; i < sc->nsave; i++)
+    sv[i] = json_object_get_string(json_object_array_get_idx(save, (size_t)i));
+  sc->save = sv;
+  return 0;
+}
+
+/* Walks the canonical config; a module's path is its JSON path ("/model/decoder"), which is
+ * the origin the composer gives the values it emits. */
+static int remat_scopes_walk(RematScopes *r, json_object *o, const char *path) {
+  if (json_object_get_type(o) != json_type_object) return 0;
+  json_object *pol = json_object_object_get(o, "remat_policy");
+  if (pol && remat_scope_add(r, *path ? path : "/", pol)) return -1;
+  json_object_object_foreach(o, k, v) {
+    char p[512];
+    fe_path_join(p, sizeof p, path, k);
+    if (remat_scopes_walk(r, v, p)) return -1;
+  }
+  return 0;
+}
+
+static void remat_scopes_free(RematScopes *r) {
+  for (int32_t i = 0; i < r->n; i++) {
+    free((char *)r->s[i].path);
+    free((void *)r->s[i].save);
+  }
+  free(r->s);
+  memset(r, 0, sizeof *r);
+}
+
 static int run_pass(DrvJob *j, int i, const PassOptions *po) {
   IrGraph *g = j->graph;
   int rc = IR_OK;
@@ -132,6 +191,7 @@ static int run_pass(DrvJob *j, int i, const PassOptions *po) {
   case 2: rc = pass_optimizer(g, po); break;
   case 3: rc = pass_simplify(g, po); break;
   case 4: rc = pass_shard(g, po); break;
+  case 5: rc = pass_remat(g, po); break;
   }
   if (rc != IR_OK)
     return fe_error(&j->diag, j->file, NULL, "pass %s failed: %s", drv_pass_names[i],
@@ -152,7 +212,7 @@ int drv_lower(DrvJob *j, const char *stop_after) {
     for (last = 0; last < drv_npasses && strcmp(drv_pass_names[last], stop_after); last++) {}
     if (last == drv_npasses)
       return fe_error(&j->diag, NULL, NULL, "unknown pass \"%s\" (expected compose, autodiff, "
-                      "optimizer, simplify or shard)", stop_after);
+                      "optimizer, simplify, shard or remat)", stop_after);
   }
   j->graph = fe_compose(&j->diag, j->file, j->cfg, &j->build);
   if (!j->graph) return -1;
@@ -169,6 +229,11 @@ int drv_lower(DrvJob *j, const char *stop_after) {
     rc = fe_error(&j->diag, j->file, NULL, "out of memory");
   shard.leaves = leaves;
   po.shard = &shard;
+  RematScopes scopes = {0};
+  if (rc == 0 && remat_scopes_walk(&scopes, j->cfg, ""))
+    rc = fe_error(&j->diag, j->file, NULL, "out of memory");
+  PassRemat remat = {scopes.n, scopes.s};
+  po.remat = &remat;
   for (int i = 0; i <= last && rc == 0; i++) {
     rc = run_pass(j, i, &po);
     if (rc == 0) rc = verify(j, drv_pass_names[i]);
@@ -177,5 +242,6 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   free(names);
   free(scales);
   free(leaves);
+  remat_scopes_free(&scopes);
   return rc;
 }

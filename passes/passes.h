@@ -35,6 +35,21 @@ typedef struct PassShard {
   const PassShardLeaf *leaves;
 } PassShard;
 
+/* What the remat pass needs: the modules with a remat policy, by config path. preset is a preset
+ * name ("none", "full", "save_dots", "save_qkvo", "offload_dots"), or NULL for a custom policy:
+ * save[] tag regexes (whole-tag matches), offload[] (refused for now). */
+typedef struct PassRematScope {
+  const char *path;          /* e.g. "/model/decoder": values whose origin is at or below it */
+  const char *preset;
+  int32_t nsave, noffload;
+  const char *const *save;   /* (nsave) */
+} PassRematScope;
+
+typedef struct PassRemat {
+  int32_t nscopes;
+  const PassRematScope *scopes; /* (nscopes) */
+} PassRemat;
+
 typedef struct PassOptions {
   const char *loss;          /* autodiff: name of the scalar output to differentiate; NULL: "loss" */
   int32_t nwrt;              /* autodiff: number of parameter names in wrt; 0: every parameter */
@@ -42,6 +57,7 @@ typedef struct PassOptions {
   int64_t fold_limit;        /* simplify: largest constant (elements) folding creates; 0: 4096 */
   const PassLearner *learner; /* optimizer */
   const PassShard *shard;     /* shard; NULL or one device: nothing to do */
+  const PassRemat *remat;     /* remat; NULL or no policy but "none": nothing to do */
 } PassOptions;
 
 /* ======================================================================== autodiff.c */
@@ -81,6 +97,13 @@ int pass_optimizer(IrGraph *g, const PassOptions *opt);
  * per-device program computes the global step's numbers: the same loss, and each device's chunk
  * of the same new parameters. */
 int pass_shard(IrGraph *g, const PassOptions *opt);
+
+/* ======================================================================== remat.c */
+
+/* Recomputes in the backward the forward values that the policies of opt->remat do not save
+ * (see remat.c), so they are not kept alive across the backward. The graph computes the same
+ * numbers. Runs after shard: what it clones is the per-device program, collectives included. */
+int pass_remat(IrGraph *g, const PassOptions *opt);
 
 /* ======================================================================== memplan.c */
 

@@ -45,7 +45,7 @@ static void usage(FILE *out) {
           "  params MODEL.json   print every parameter: path, shape, dtype, init, partition spec\n"
           "  kinds [KIND]        list module kinds, or one kind's fields\n"
           "  ir MODEL.json       print the IR of the training step [--after PASS] [--format text|dot]\n"
-          "                      passes: compose, autodiff, optimizer, simplify, shard\n"
+          "                      passes: compose, autodiff, optimizer, simplify, shard, remat\n"
           "  compile MODEL.json  --target cpu -o TRAINER: a native trainer executable\n"
           "                      [--emit exe|obj|llvm|asm] [--cpu NAME] [--features +avx2,...]\n"
           "  run MODEL.json      train in process: --target cpu compiles with the LLVM JIT and\n"
