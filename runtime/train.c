@@ -33,8 +33,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "rt_impl.h"
 
@@ -361,7 +365,34 @@ typedef struct Trainer {
     int alone;            /* failed where the other ranks may not have: the job must be ended */
     double run_ms;        /* time in steps this run, for the ETA */
     int64_t run_steps;
+    int64_t heap_base;    /* heap bytes in use when the trainer began (axlc run's compiler heap) */
+    int64_t heap_peak;    /* most heap bytes in use at a sample point (mem_sample) */
 } Trainer;
+
+/* The process's heap in use, as the C library counts it (the slab included: it is one large
+ * malloc'd block); 0 where the C library cannot say. */
+static int64_t heap_in_use(void) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 mi = mallinfo2();
+    return (int64_t)(mi.uordblks + mi.hblkhd);
+#else
+    return 0;
+#endif
+}
+
+/* Sampled after start-up, after every step and after every checkpoint save: what the trainer
+ * holds above the heap it began with is the measured side of `axlc memcheck`'s prediction. */
+static void mem_sample(Trainer *t) {
+    int64_t used = heap_in_use() - t->heap_base;
+    if (used > t->heap_peak)
+        t->heap_peak = used;
+}
+
+/* Peak resident set of the process (code, libraries and stacks included), in bytes. */
+static int64_t peak_rss(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : 0;
+}
 
 static float *slab_f32(char *slab, int64_t off) { return (float *)(void *)(slab + off); }
 static int32_t *slab_i32(char *slab, int64_t off) { return (int32_t *)(void *)(slab + off); }
@@ -633,6 +664,7 @@ static int ckpt_save(Trainer *t, RtError *err) {
     };
     RtError why;
     int rc = rt_ckpt_save(t->o.ckpt_dir, &s, (int)t->o.keep, &why);
+    mem_sample(t);
     if (rc < 0)
         return rt_error_set(err, "%s", why.msg);
     if (rc > 0 && t->rank == 0)
@@ -940,6 +972,7 @@ static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *
     *slab_f32(slab, p->step_offset) = (float)number;
     int64_t sent = rt_comm_bytes_sent(t->comm);
     p->step(slab, t->pool, t->comm);
+    mem_sample(t);
     out->comm_bytes = rt_comm_bytes_sent(t->comm) - sent;
     out->loss = *slab_f32(slab, p->loss_offset);
     out->grad_norm = *slab_f32(slab, p->grad_norm_offset);
@@ -1211,10 +1244,19 @@ static RunEnd train(Trainer *t, RtError *err) {
     if (open_metrics(t, err) != 0)
         return RUN_FAILED;
     print_banner(t);
+    mem_sample(t);
     RunEnd end = train_loop(t, err);
-    if (end == RUN_DONE && t->rank == 0)
+    if (end == RUN_DONE && t->rank == 0) {
         printf("%s: done at step %lld%s%s\n", t->prog, (long long)t->step, t->o.ckpt_dir ? ", checkpoint in " : "",
                t->o.ckpt_dir ? t->o.ckpt_dir : "");
+        int64_t planned = t->p->slab_bytes * (t->eval_slab ? 2 : 1);
+        if (t->heap_peak > 0)
+            printf("%s: memory: predicted %.2f MiB (the planned slab%s, as axlc memcheck reports it), measured "
+                   "%.2f MiB (heap the trainer held at its peak, %+.1f%%); peak RSS %.2f MiB (code and libraries "
+                   "included)\n", t->prog, (double)planned / 1048576, t->eval_slab ? "s of the step and eval" : "",
+                   (double)t->heap_peak / 1048576, 100.0 * ((double)t->heap_peak - (double)planned) / (double)planned,
+                   (double)peak_rss() / 1048576);
+    }
     return end;
 }
 
@@ -1229,7 +1271,8 @@ int rt_train_check_args(int argc, char **argv, RtError *err) {
 }
 
 int rt_train_main(const RtProgram *p, int argc, char **argv) {
-    Trainer t = {.p = p, .prog = prog_name(argc, argv), .saved = -1, .tty = isatty(STDOUT_FILENO), .world = 1};
+    Trainer t = {.p = p, .prog = prog_name(argc, argv), .saved = -1, .tty = isatty(STDOUT_FILENO), .world = 1,
+                 .heap_base = heap_in_use()};
     RtError err = {{0}};
     default_opts(&t.o, p);
     if (parse_args(&t.o, argc, argv, &err) != 0) {

@@ -277,6 +277,7 @@ static int32_t dispatch_mask(FeEmit *e, int32_t probs, int64_t k, int64_t C) {
 static int32_t emit_moe_capacity(FeEmit *e, json_object *node, const char *prm, int32_t x,
                                  int32_t probs, int32_t w) {
   IrGraph *g = e->g;
+  if (probs == IR_NONE) return IR_NONE;
   IrShape s = fe_shape(e, probs);
   int64_t T = s.dims[1], E = s.dims[2], k = fe_get_int(node, "top_k");
   int64_t C = fe_moe_capacity(fe_get_float(node, "capacity_factor"), T, k, E);

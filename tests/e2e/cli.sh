@@ -390,6 +390,32 @@ memcheck_errors)
   expect_rc 1
   expect_in "$T/err" "missing.json"
   ;;
+memcheck_matches_trainer)
+  # the prediction is the trainer's planned slab; what it measures is within 5%; remat lowers both
+  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+  for policy in none full; do
+    set -- --target cpu --set /input/seq_len=32 --set /input/global_batch_size=4 \
+      --set "/model/decoder/remat_policy=\"$policy\""
+    run memcheck "$MODELS/tiny-lm.json" "$@" --json
+    expect_rc 0
+    cp "$T/out" "$T/mem-$policy.json"
+    run run "$MODELS/tiny-lm.json" "$@" --data "$T/text.txt" --steps 2 --threads 1
+    expect_rc 0
+    expect_in "$T/out" "memory: predicted"
+    python3 - "$T/mem-$policy.json" "$T/out" "$policy" <<'PY' || fail "memcheck vs trainer ($policy)"
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+line = [l for l in open(sys.argv[2]) if "memory: predicted" in l][0]
+pred, meas = (float(x) for x in re.search(r"predicted ([0-9.]+) MiB.*measured ([0-9.]+) MiB", line).groups())
+want = r["peak_memory_in_bytes"] / 1048576
+assert abs(pred - want) < 0.01, (pred, want)
+assert abs(meas - pred) <= 0.05 * pred, (meas, pred)
+print("%s: memcheck %.2f MiB, trainer measured %.2f MiB (%+.2f%%)" % (sys.argv[3], want, meas, 100 * (meas - pred) / pred))
+PY
+  done
+  python3 -c "import json,sys; a,b=(json.load(open(f))['peak_memory_in_bytes'] for f in sys.argv[1:]); assert b < a, (a, b)" \
+    "$T/mem-none.json" "$T/mem-full.json" || fail "remat full does not lower the predicted peak"
+  ;;
 compile_refuses_too_big)
   run compile "$MODELS/llama2-7b.json" --target cpu -o "$T/trainer"
   expect_rc 1
