@@ -204,7 +204,7 @@ int rt_comm_launched(void);
 /* Joins the job: with MPI (initialized here unless already), rank and size of MPI_COMM_WORLD;
  * without, rank 0 of 1. Fails, with how to launch, when the world size is not `devices`.
  * timeout_s bounds every wait for another rank; past it the job is aborted with the names of
- * the silent ranks (0: the default, 30 s, or AXLC_COMM_TIMEOUT). */
+ * the silent ranks (0: the default, 20 s, or AXLC_COMM_TIMEOUT). */
 int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int32_t ncolls,
                 double timeout_s, RtError *err);
 /* Leaves the job (MPI_Finalize when rt_comm_new initialized MPI). NULL is fine. */

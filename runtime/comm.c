@@ -36,7 +36,7 @@
 
 #include "rt_impl.h"
 
-#define DEFAULT_TIMEOUT_S 30.0
+#define DEFAULT_TIMEOUT_S 20.0 /* a hung rank ends the job within 30 s */
 
 typedef struct Group {
     int32_t naxes;

@@ -62,6 +62,13 @@ data)
     compare losses "$T/m$m.jsonl" "$T/m1.jsonl" 1e-5
     compare close "$T/c$m.safetensors" "$T/c1.safetensors" 1e-5
   done
+  # eval on every rank, the same mean loss
+  must run 1,1 1 --steps 4 --eval-data "$T/tok.bin" --eval-every 2 --eval-batches 2 --metrics "$T/e1.jsonl"
+  must run 2,2 4 --steps 4 --eval-data "$T/tok.bin" --eval-every 2 --eval-batches 2 --metrics "$T/e4.jsonl"
+  "$PY" -c "import json,sys; a=[json.loads(l).get('eval_loss') for l in open(sys.argv[1])]; \
+b=[json.loads(l).get('eval_loss') for l in open(sys.argv[2])]; \
+sys.exit(0 if a[1] and all((x is None) == (y is None) and (x is None or abs(x - y) <= 1e-5 * abs(y)) \
+for x, y in zip(a, b)) else 'eval losses differ: %s vs %s' % (a, b))" "$T/e4.jsonl" "$T/e1.jsonl" || fail "eval"
   # rank 0 alone writes metrics and prints progress
   [ "$(wc -l < "$T/m2,2.jsonl")" -eq 10 ] || fail "metrics: not one line per step"
   run 2,2 4 --steps 3 > "$T/out" 2> "$T/err"
