@@ -60,6 +60,7 @@ struct RtComm {
     Group *groups;
     int ngroups;
     double timeout_s;
+    long spin, nap_ns;               /* polls before napping, and the nap */
     int64_t bytes_sent;
     char *buf;                       /* (cap) send and receive blocks */
     size_t cap;
@@ -299,6 +300,8 @@ int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int
     c->ncolls = colls ? ncolls : 0;
     c->size = 1;
     c->timeout_s = env_timeout(timeout_s);
+    c->spin = getenv("AXLC_COMM_SPIN") ? atol(getenv("AXLC_COMM_SPIN")) : 100;
+    c->nap_ns = getenv("AXLC_COMM_NAP") ? atol(getenv("AXLC_COMM_NAP")) : 20000;
     int64_t devices = c->mesh.naxes >= 0 && c->mesh.naxes <= RT_MAX_MESH_AXES ? mesh_devices(&c->mesh) : 0;
     if (c->mesh.naxes < 0 || c->mesh.naxes > RT_MAX_MESH_AXES || devices < 1 || devices > (1 << 20)) {
         int naxes = (int)c->mesh.naxes;
@@ -485,8 +488,8 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
             die(c, "%s: MPI error %d (another rank has probably died); aborting the job", what, rc);
         if (done)
             return;
-        if (++spins > 1000) {
-            struct timespec ts = {0, spins > 100000 ? 1000000 : 50000};
+        if (++spins > c->spin) { /* then give the core away: ranks often outnumber cores */
+            struct timespec ts = {0, spins > 100000 ? 1000000 : c->nap_ns};
             nanosleep(&ts, NULL);
         }
         if ((spins & 63) == 0 && now_s() > deadline)

@@ -191,17 +191,20 @@ static int spawn_status(char *const *argv) {
 /* A program for N > 1 devices runs as N processes: a trainer compiled to a temporary directory,
  * started by `mpirun -np N` with the trainer options (--oversubscribe when the machine has fewer
  * cores). Without mpirun, says how to do it by hand. */
-static int run_mpirun(const BackendJob *j, Compiled *c, int argc, char **argv) {
+static char *find_mpirun(const BackendJob *j) {
   long long n = (long long)ir_mesh_devices(&j->graph->mesh);
   char *mpirun = find_on_path("mpirun");
   if (!mpirun) mpirun = find_on_path("mpiexec");
-  if (!mpirun) {
+  if (!mpirun)
     fe_error(j->diag, j->file, "/mesh", "this job runs on %lld devices, one process each, and mpirun was not "
              "found on PATH (Debian: apt-get install openmpi-bin); or compile it with `axlc compile %s --target "
              "cpu-%lld -o trainer` and start `mpirun -np %lld ./trainer --data FILE ...` or `srun -n %lld "
              "./trainer ...`", n, j->file ? j->file : "MODEL", n, n, n);
-    return 1;
-  }
+  return mpirun;
+}
+
+static int run_mpirun(const BackendJob *j, Compiled *c, char *mpirun, int argc, char **argv) {
+  long long n = (long long)ir_mesh_devices(&j->graph->mesh);
   const char *tmp = getenv("TMPDIR");
   char *base = fe_asprintf("%s/axlc-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   int rc = 1;
@@ -234,7 +237,6 @@ static int run_mpirun(const BackendJob *j, Compiled *c, int argc, char **argv) {
     free(exe);
   }
   free(base);
-  free(mpirun);
   return rc;
 }
 
@@ -244,8 +246,11 @@ static int run_mpirun(const BackendJob *j, Compiled *c, int argc, char **argv) {
 static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
   Compiled c = {0};
   int rc = 1;
-  if (compile_module(j, o, &c) == 0 && ir_mesh_devices(&j->graph->mesh) > 1 && !rt_comm_launched()) {
-    rc = run_mpirun(j, &c, argc, argv);
+  bool spawn = ir_mesh_devices(&j->graph->mesh) > 1 && !rt_comm_launched();
+  char *mpirun = spawn ? find_mpirun(j) : NULL; /* before compiling: a missing mpirun costs nothing */
+  if (spawn && !mpirun) return 1;
+  if (compile_module(j, o, &c) == 0 && spawn) {
+    rc = run_mpirun(j, &c, mpirun, argc, argv);
   } else if (c.module) {
     char err[1024];
     LlvmStepFn step;
@@ -257,6 +262,7 @@ static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int ar
     llvm_jit_free(jit);
   }
   compiled_free(&c);
+  free(mpirun);
   return rc;
 }
 

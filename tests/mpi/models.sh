@@ -4,6 +4,7 @@
 # model and mesh), so each test compiles at most what it needs.
 #   ref_MODEL          the one-process trainer, 10 steps: reference losses and parameters
 #   MODEL_MESH         the same 10 steps on MESH: losses and final parameters within 1e-4
+#   run                axlc run --target cpu-2 starts mpirun itself; without mpirun, says how
 #   resume             tiny-lm: a data=2 x model=2 checkpoint of step 5 resumes under fsdp=4
 #                      and under one process on the same curve (1e-4), and under data=2 x
 #                      model=2 bit for bit (metrics and checkpoint files)
@@ -100,6 +101,18 @@ ref_*)
   # the fixture of every test of this model: trainers of an earlier build are stale
   rm -rf "$W/ref-${CASE#ref_}" "$W/${CASE#ref_}"-*.trainer
   reference "${CASE#ref_}"
+  ;;
+run)
+  # axlc run --target cpu-2 compiles a temporary trainer and starts mpirun itself
+  reference tiny_lm
+  must "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+    --set /input/seq_len=16 --data "$DATA" --steps 3 --threads 1 --metrics "$T/run.jsonl"
+  head -3 "$W/ref-tiny_lm/m.jsonl" > "$T/ref3.jsonl"
+  compare losses "$T/run.jsonl" "$T/ref3.jsonl" 1e-4
+  # without mpirun on PATH: how to launch by hand, before anything is compiled
+  PATH=/nonexistent "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+    --data "$DATA" > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && grep -q "mpirun was not found.*mpirun -np 2" "$T/err" || { fail "no mpirun: no advice"; cat "$T/err" >&2; }
   ;;
 resume)
   reference tiny_lm

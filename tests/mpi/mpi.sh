@@ -1,7 +1,8 @@
 #!/bin/sh
 # mpi.sh SRCDIR TRAINER CKPT_DUMP MPIRUN CASE: a trainer under mpirun, with the hand-written
 # per-device step of fake_mesh_program.c (AXLC_FAKE_MESH="DATA,MODEL" picks the mesh).
-#   init      step 0 checkpoints of 1 process, data=2 x model=2 and model=4 hold the same weights
+#   init      step 0 checkpoints of 1 process, data=2 x model=2 and model=4 hold the same weights;
+#             --init FILE on data=2 x model=2 starts from FILE
 #   data      10 steps on 1 process, data=4, data=2 x model=2, model=4: the same losses and
 #             final parameters within 1e-5
 #   ckpt      a data=2 x model=2 checkpoint resumes under model=4 and under one process on the
@@ -52,6 +53,12 @@ init)
   done
   ls "$T/i2,2/step_00000000/" | grep -q "state-rank00001.safetensors" || fail "no shard of rank 1"
   for m in 2,2 1,4 4,1; do compare exact "$T/i$m.safetensors" "$T/i1,1.safetensors"; done
+  # --init: whole tensors, each rank keeps its chunk
+  must run 1,1 1 --steps 3 --ckpt-dir "$T/w"
+  must "$DUMP" "$T/w" "$T/w.safetensors"
+  must run 2,2 4 --steps 0 --ckpt-dir "$T/iw" --init "$T/w.safetensors"
+  must "$DUMP" "$T/iw" "$T/iw.safetensors"
+  compare exact "$T/iw.safetensors" "$T/w.safetensors"
   ;;
 data)
   must run 1,1 1 --steps 10 --metrics "$T/m1.jsonl" --ckpt-dir "$T/c1"
@@ -62,6 +69,13 @@ data)
     compare losses "$T/m$m.jsonl" "$T/m1.jsonl" 1e-5
     compare close "$T/c$m.safetensors" "$T/c1.safetensors" 1e-5
   done
+  # eval on every rank, the same mean loss
+  must run 1,1 1 --steps 4 --eval-data "$T/tok.bin" --eval-every 2 --eval-batches 2 --metrics "$T/e1.jsonl"
+  must run 2,2 4 --steps 4 --eval-data "$T/tok.bin" --eval-every 2 --eval-batches 2 --metrics "$T/e4.jsonl"
+  "$PY" -c "import json,sys; a=[json.loads(l).get('eval_loss') for l in open(sys.argv[1])]; \
+b=[json.loads(l).get('eval_loss') for l in open(sys.argv[2])]; \
+sys.exit(0 if a[1] and all((x is None) == (y is None) and (x is None or abs(x - y) <= 1e-5 * abs(y)) \
+for x, y in zip(a, b)) else 'eval losses differ: %s vs %s' % (a, b))" "$T/e4.jsonl" "$T/e1.jsonl" || fail "eval"
   # rank 0 alone writes metrics and prints progress
   [ "$(wc -l < "$T/m2,2.jsonl")" -eq 10 ] || fail "metrics: not one line per step"
   run 2,2 4 --steps 3 > "$T/out" 2> "$T/err"
