@@ -103,18 +103,25 @@ static int spawn(char *const *argv) {
 }
 
 /* Writes the object and links it with the runtime into the executable `out`. */
-static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
+static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *c,
+                        const char *out) {
   char err[1024];
   char *obj = fe_asprintf("%s.step.o", out); /* as long as `out` needs */
+  char *rt = o->runtime_dir ? fe_asprintf("%s/libaxrt.a", o->runtime_dir)
+                            : fe_asprintf("%s", AXLC_RUNTIME_LIB);
+  char *rt_main = o->runtime_dir ? fe_asprintf("%s/libaxrt_main.a", o->runtime_dir)
+                                 : fe_asprintf("%s", AXLC_RUNTIME_MAIN_LIB);
   if (llvm_emit_object(c->module, obj, NULL, NULL, err, sizeof err)) {
     fe_error(j->diag, obj, NULL, "writing the object failed: %s", err);
     free(obj);
+    free(rt);
+    free(rt_main);
     return -1;
   }
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
   char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
-  char *argv[32] = {(char *)cc, "-o", (char *)out, obj, AXLC_RUNTIME_MAIN_LIB, AXLC_RUNTIME_LIB,
+  char *argv[32] = {(char *)cc, "-o", (char *)out, obj, rt_main, rt,
                     "-lopenblas", "-ljson-c", "-lm", "-lpthread"};
   int n = 10;
   if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
@@ -125,6 +132,8 @@ static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
   unlink(obj);
   free(obj);
   free(mpi);
+  free(rt);
+  free(rt_main);
   if (rc)
     return fe_error(j->diag, out, NULL, "linking the trainer with %s failed (it needs "
                     "libopenblas-dev and libjson-c-dev)", cc);
@@ -148,7 +157,7 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
   Compiled c = {0};
   char err[1024];
   int rc = compile_module(j, o, &c);
-  if (rc == 0 && !strcmp(emit, "exe")) rc = link_trainer(j, &c, out);
+  if (rc == 0 && !strcmp(emit, "exe")) rc = link_trainer(j, o, &c, out);
   else if (rc == 0 && !strcmp(emit, "obj") &&
            llvm_emit_object(c.module, out, NULL, NULL, err, sizeof err))
     rc = fe_error(j->diag, out, NULL, "%s", err);

@@ -109,7 +109,8 @@ err_missing_rules)
   # a mesh_rules file that is missing or broken: a clear error (and, in the ASan build, no leak)
   printf '{"base": "%s", "mesh_rules": "rules/absent.json"}\n' "$MODELS/tiny-lm.json" >"$T/cfg.json"
   run config "$T/cfg.json" --target cpu
-  expect_user_error "$T/rules/absent.json: cannot open: No such file or directory"
+  # the message names the config, the key, the name, and every directory searched
+  expect_user_error "$T/cfg.json: /mesh_rules: rules/absent.json: no such file (looked in $T, "
   mkdir -p "$T/rules"
   printf '[{"match": "cpu",]\n' >"$T/rules/absent.json"
   run params "$T/cfg.json"
