@@ -134,6 +134,7 @@ static int parse_args(int argc, char **argv, Args *a) {
        * so "-1" is a value (a bad one, which the option's parser reports) */
       if (add(a->rest, &a->nrest, s, "trainer")) return -1;
       bool flag = !strcmp(s, "--resume") || !strcmp(s, "--partial") || !strcmp(s, "--config") ||
+                  !strcmp(s, "--init-allow-unused") ||
                   strchr(s, '=');
       if (!flag && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 &&
           add(a->rest, &a->nrest, argv[++i], "trainer"))

@@ -13,6 +13,8 @@
 #                previous one is used; bad options and files are clear errors
 #   reliability  SIGTERM saves and resumes; a second trainer on one directory, a checkpoint of
 #                another model, a file-size limit and a FIFO are refused clearly
+#   init_strict  --init: every missing and unused tensor listed, extras refused unless
+#                --init-allow-unused, PyTorch's (out, in) layout called out
 set -u
 AXLC=$1 SRC=$2 CASE=$3 SHARED=${4:-}
 PY=${TORCH_PYTHON:-/usr/bin/python3}
@@ -200,6 +202,67 @@ reliability)
   timeout 10 "$T/trainer" --data "$T/fifo" --steps 1 > "$T/out" 2> "$T/err"
   rc=$?
   [ "$rc" -eq 1 ] && grep -q "not a regular file (a FIFO)" "$T/err" || fail "a FIFO as --data: exit $rc"
+  ;;
+init_strict)
+  # --init lists every missing and every unused tensor, with the closest names, refuses extras
+  # unless --init-allow-unused, and calls out PyTorch's (out, in) layout
+  trainer tiny && cp "$TR" "$T/trainer"
+  must "$T/trainer" --data "$T/text.txt" --steps 0 --ckpt-dir "$T/c0"
+  st="$T/c0/step_00000000/state.safetensors"
+  mk() { # mk OUT PYTHON-EXPR-ON-t [METADATA]: t = the checkpoint's parameters (no opt/)
+    "$PY" - "$SRC/tests/torch" "$st" "$1" "$2" "${3:-}" <<'PYEOF' || fail "mk $1"
+import sys
+sys.path.insert(0, sys.argv[1])
+import stio
+t = {k: v for k, v in stio.read(sys.argv[2]).items() if not k.startswith("opt/")}
+exec(sys.argv[4])
+stio.write(sys.argv[3], t, {"format": sys.argv[5]} if sys.argv[5] else None)
+PYEOF
+  }
+  init() { # init FILE [OPTIONS]: the trainer's exit status in rc, stderr in $T/err
+    f=$1
+    shift
+    "$T/trainer" --data "$T/text.txt" --steps 1 --init "$f" "$@" > "$T/out" 2> "$T/err"
+    rc=$?
+  }
+  expect() { # expect RC TEXT...: the exit status, and each TEXT in stderr
+    want=$1
+    shift
+    [ "$rc" -eq "$want" ] || { fail "--init: exit $rc, expected $want"; cat "$T/err" >&2; }
+    for x in "$@"; do grep -qF -- "$x" "$T/err" || { fail "--init: stderr lacks: $x"; cat "$T/err" >&2; }; done
+  }
+  mk "$T/good.st" "pass"
+  init "$T/good.st"
+  expect 0
+  [ ! -s "$T/err" ] || { fail "--init of an exact file is not silent"; cat "$T/err" >&2; }
+  # the checkpoint itself: every opt/ tensor is unused (48 = 2 x 24 parameters)
+  init "$st"
+  expect 1 "trainer: --init: $st: 0 of 24 parameters missing, 0 in another shape, 48 tensors unused (--init-allow-unused accepts unused tensors)" \
+    "  unused: 'opt/m/model/emb/weight'" "  unused: 'opt/v/model/decoder/output_norm/bias'"
+  init "$st" --init-allow-unused
+  expect 0 "note: --init $st:" "  unused (allowed): 'opt/m/model/emb/weight'"
+  # renamed and deleted tensors: all listed, each with its closest counterpart
+  mk "$T/renamed.st" "t['model/embedding/weight'] = t.pop('model/emb/weight'); del t['model/pos_emb/weight']; t['model.decoder.layer_1.ffn_norm.scale'] = t.pop('model/decoder/layer_1/ffn_norm/scale')"
+  init "$T/renamed.st"
+  expect 1 "3 of 24 parameters missing, 0 in another shape, 2 tensors unused" \
+    "  missing: 'model/emb/weight' (closest unused tensor: 'model/embedding/weight')" \
+    "  missing: 'model/pos_emb/weight'" \
+    "  unused: 'model/embedding/weight' (did you mean 'model/emb/weight'?)" \
+    "  unused: 'model.decoder.layer_1.ffn_norm.scale' (did you mean 'model/decoder/layer_1/ffn_norm/scale'?)"
+  init "$T/renamed.st" --init-allow-unused
+  expect 1 "3 of 24 parameters missing"
+  # a (hidden, dim) matrix: PyTorch's layout of a (dim, hidden) projection
+  mk "$T/torch.st" "k = 'model/decoder/layer_0/feed_forward/linear1/weight'; t[k] = t[k].T.copy()"
+  init "$T/torch.st"
+  expect 1 "  tensor 'model/decoder/layer_0/feed_forward/linear1/weight': shape [256,64], expected [64,256]: PyTorch's nn.Linear (out, in) layout? axlc's projections are (in, out); transpose it" \
+    "square ones (dim x dim) need transposing too"
+  # right shapes, but a PyTorch export by its metadata: loaded, with the layout note
+  mk "$T/pt.st" "pass" pt
+  init "$T/pt.st"
+  expect 0 "note: --init $T/pt.st:" "the file's metadata says \"format\": \"pt\" (PyTorch)"
+  "$T/trainer" --data "$T/text.txt" --init-allow-unused > "$T/out" 2> "$T/err"
+  rc=$?
+  expect 1 "--init-allow-unused needs --init FILE"
   ;;
 compile_cli)
   m="$SRC/models/tiny-lm.json"
