@@ -1021,24 +1021,25 @@ static void write_metrics(Trainer *t, const StepOut *s, double tok_s, const doub
 }
 
 static void format_eta(char *buf, size_t cap, double ms) {
-    long long s = (long long)(ms / 1e3 + 0.5);
+    double secs = ms / 1e3 + 0.5;
+    long long s = secs < 1e12 ? (long long)secs : 999999999999ll; /* no overflowing cast */
     snprintf(buf, cap, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
 }
 
 static void print_progress(Trainer *t, const StepOut *s, double tok_s, const double *eval) {
     if (t->rank != 0)
         return;
+    char eta[32];
+    format_eta(eta, sizeof eta, t->run_ms / (double)t->run_steps * (double)(t->o.steps - t->step));
     if (t->tty) {
-        char eta[32];
-        format_eta(eta, sizeof eta, t->run_ms / (double)t->run_steps * (double)(t->o.steps - t->step));
         if (eval)
             printf("\r\033[Keval step %lld loss %.6f\n", (long long)t->step, *eval);
         printf("\rstep %lld/%lld  loss %.4f  %.0f tok/s  ETA %s\033[K", (long long)t->step,
                (long long)t->o.steps, s->loss, tok_s, eta);
     } else {
         if (t->step % t->o.log_every == 0 || t->step == t->o.steps || t->run_steps == 1)
-            printf("step %lld loss %.6f grad_norm %.4f lr %.4e tok/s %.0f\n", (long long)t->step, s->loss,
-                   s->grad_norm, s->lr, tok_s);
+            printf("step %lld loss %.6f grad_norm %.4f lr %.4e tok/s %.0f eta %s\n", (long long)t->step, s->loss,
+                   s->grad_norm, s->lr, tok_s, eta);
         if (eval)
             printf("eval step %lld loss %.6f\n", (long long)t->step, *eval);
     }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "driver/driver.h"
+#include "tools/plot.h"
 
 #define MAX_LIST 64
 
@@ -61,6 +62,8 @@ static void usage(FILE *out) {
           "  memcheck MODEL.json --target T: will the job fit each device? where the memory goes,\n"
           "                      FLOPs and bytes sent per step [--json] [--plot FILE.svg]\n"
           "                      [--devices FILE]  (the device table; default models/rules/devices.json)\n"
+          "  plot METRICS.jsonl  -o FILE.svg: draw a trainer's --metrics (loss, eval loss,\n"
+          "                      learning rate, gradient norm, tokens/s against the step)\n"
           "  backends            list the backends and what each can do\n"
           "\n"
           "options:\n"
@@ -634,7 +637,17 @@ static int cmd_memcheck(const Args *a) {
   return rc;
 }
 
+static int cmd_plot(const Args *a) {
+  if (!a->model || !a->output) {
+    fprintf(stderr, "error: usage: axlc plot METRICS.jsonl -o FILE.svg\n");
+    return 1;
+  }
+  if (check_output(a->output)) return 1;
+  return plot_metrics(a->model, a->output) ? 1 : 0;
+}
+
 static int dispatch(Args *a) {
+  if (!strcmp(a->command, "plot")) return cmd_plot(a);
   if (!strcmp(a->command, "config")) return cmd_config(a);
   if (!strcmp(a->command, "params")) return cmd_params(a);
   if (!strcmp(a->command, "kinds")) return cmd_kinds(a);
