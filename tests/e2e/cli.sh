@@ -397,6 +397,7 @@ compile_refuses_too_big)
   expect_in "$T/err" "error: the job does not fit --target cpu (compile anyway with --no-memcheck)"
   expect_in "$T/err" "verdict: does not fit"
   [ ! -e "$T/trainer" ] || fail "a trainer was written"
+  ;;
 plot)
   # 60 steps of metrics as a trainer writes them: eval every 20 steps, a non-finite grad_norm
   awk 'BEGIN { for (i = 1; i <= 60; i++) {
