@@ -519,12 +519,12 @@ static const char *devices_file(const Args *a, char *buf, size_t cap) {
   snprintf(buf, cap, "%s/rules/devices.json", dirname(copy));
   free(copy);
   if (access(buf, R_OK) == 0) return buf;
-  char first[4096];
-  snprintf(first, sizeof first, "%s", buf);
-  snprintf(buf, cap, "%s/rules/devices.json", a->share);
-  if (access(buf, R_OK) == 0) return buf;
-  snprintf(buf, cap, "%s", first);
-  return buf; /* the error names the first place looked */
+  char *first = fe_asprintf("%s", buf);
+  bool fits = snprintf(buf, cap, "%s/rules/devices.json", a->share) < (int)cap;
+  if (!fits || access(buf, R_OK) != 0)
+    snprintf(buf, cap, "%s", first); /* the error names the first place looked */
+  free(first);
+  return buf;
 }
 
 /* Lowers a copy of the job with extra --set options and returns its peak, or -1. */

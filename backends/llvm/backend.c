@@ -200,7 +200,7 @@ static int spawn_status(char *const *argv) {
 /* A program for N > 1 devices runs as N processes: a trainer compiled to a temporary directory,
  * started by `mpirun -np N` with the trainer options (--oversubscribe when the machine has fewer
  * cores). Without mpirun, says how to do it by hand. */
-static int run_mpirun(const BackendJob *j, Compiled *c, int argc, char **argv) {
+static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c, int argc, char **argv) {
   long long n = (long long)ir_mesh_devices(&j->graph->mesh);
   char *mpirun = find_on_path("mpirun");
   if (!mpirun) mpirun = find_on_path("mpiexec");
@@ -218,7 +218,7 @@ static int run_mpirun(const BackendJob *j, Compiled *c, int argc, char **argv) {
     fe_error(j->diag, base, NULL, "cannot create a temporary directory for the trainer");
   } else {
     char *exe = fe_asprintf("%s/trainer", base);
-    if (link_trainer(j, c, exe) == 0) {
+    if (link_trainer(j, o, c, exe) == 0) {
       char np[32];
       snprintf(np, sizeof np, "%lld", n);
       char **args = calloc((size_t)argc + 8, sizeof *args);
@@ -254,7 +254,7 @@ static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int ar
   Compiled c = {0};
   int rc = 1;
   if (compile_module(j, o, &c) == 0 && ir_mesh_devices(&j->graph->mesh) > 1 && !rt_comm_launched()) {
-    rc = run_mpirun(j, &c, argc, argv);
+    rc = run_mpirun(j, o, &c, argc, argv);
   } else if (c.module) {
     char err[1024];
     LlvmStepFn step;
