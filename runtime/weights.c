@@ -70,8 +70,7 @@ static int distance(const char *a, const char *b) {
 }
 
 /* The closest of names[i] with used[i] == want (NULL if none is within half its length). */
-static const char *closest(const char *name, const char *const *names, const char *used, char want,
-                           int n) {
+static const char *closest(const char *name, const char *const *names, const char *used, char want, int n) {
     const char *best = NULL;
     int bd = (int)strnlen(name, 255) / 2 + 1;
     for (int i = 0; i < n; i++) {
@@ -108,8 +107,8 @@ static int same_shape(const RtTensor *t, const RtParamSlot *p) {
 }
 
 /* Missing parameters and shape mismatches; used[j] marks the file's tensors that match. */
-static void check_params(const RtParamSlot *params, int n, const RtSt *st, char *used, char *pmiss,
-                         Report *r, RtInitCheck *c) {
+static void check_params(const RtParamSlot *params, int n, const RtSt *st, char *used, char *pmiss, Report *r,
+                         RtInitCheck *c) {
     int nt = rt_st_count(st);
     for (int i = 0; i < n; i++) {
         const RtParamSlot *p = &params[i];
@@ -128,8 +127,10 @@ static void check_params(const RtParamSlot *params, int n, const RtSt *st, char 
         c->mismatched++;
         if (reversed_2d(t, p)) {
             c->transposed++;
-            report_add(r, "  tensor '%s': shape %s, expected %s: PyTorch's nn.Linear (out, in) layout? "
-                          "axlc's projections are (in, out); transpose it", p->path, got, want);
+            report_add(r,
+                       "  tensor '%s': shape %s, expected %s: PyTorch's nn.Linear (out, in) layout? "
+                       "axlc's projections are (in, out); transpose it",
+                       p->path, got, want);
         } else {
             report_add(r, "  tensor '%s': shape %s, expected %s", p->path, got, want);
         }
@@ -157,8 +158,8 @@ int rt_init_check(const RtParamSlot *params, int n, const RtSt *st, int allow_un
             continue;
         c->missing++;
         const char *near = closest(pnames[i], tnames, used, 0, nt);
-        report_add(&r, "  missing: '%s'%s%s%s", pnames[i], near ? " (closest unused tensor: '" : "",
-                   near ? near : "", near ? "')" : "");
+        report_add(&r, "  missing: '%s'%s%s%s", pnames[i], near ? " (closest unused tensor: '" : "", near ? near : "",
+                   near ? "')" : "");
     }
     for (int j = 0; j < nt; j++) {
         if (used[j])
@@ -171,8 +172,9 @@ int rt_init_check(const RtParamSlot *params, int n, const RtSt *st, int allow_un
     const char *fmt = rt_st_meta(st, "format");
     c->pytorch = (fmt && strcmp(fmt, "pt") == 0) || c->transposed > 0;
     if (c->pytorch)
-        report_add(&r, "  note: %s; axlc stores projections (in, out) and nn.Linear weights are (out, in): "
-                       "square ones (dim x dim) need transposing too, and their shape cannot show it",
+        report_add(&r,
+                   "  note: %s; axlc stores projections (in, out) and nn.Linear weights are (out, in): "
+                   "square ones (dim x dim) need transposing too, and their shape cannot show it",
                    c->transposed ? "some tensors are in PyTorch's (out, in) layout"
                                  : "the file's metadata says \"format\": \"pt\" (PyTorch)");
     c->report = r.s;

@@ -22,18 +22,18 @@ enum { COL_LOSS, COL_EVAL, COL_LR, COL_GNORM, COL_TOKS, NCOL };
 static const char *const COL_KEY[NCOL] = {"loss", "eval_loss", "lr", "grad_norm", "tokens_per_s"};
 
 typedef struct Series {
-  double *step;        /* (n) */
-  double *v[NCOL];     /* (n) each; NAN where absent or null */
+  double *step;    /* (n) */
+  double *v[NCOL]; /* (n) each; NAN where absent or null */
   int n, cap;
 } Series;
 
 /* Page geometry, in SVG user units. */
-#define W 960.0
+#define W       960.0
 #define PANEL_H 210.0
-#define LEFT 90.0
-#define RIGHT 30.0
-#define TOP 64.0
-#define GAP 40.0
+#define LEFT    90.0
+#define RIGHT   30.0
+#define TOP     64.0
+#define GAP     40.0
 
 static int series_push(Series *s) {
   if (s->n == s->cap) {
@@ -78,8 +78,9 @@ static int parse_line(Series *s, const char *line, char *why, size_t cap) {
   s->step[i] = (double)json_object_get_int64(step);
   for (int c = 0; c < NCOL; c++) {
     json_object *v = NULL;
-    bool num = json_object_object_get_ex(o, COL_KEY[c], &v) &&
-               (json_object_get_type(v) == json_type_double || json_object_get_type(v) == json_type_int);
+    bool num =
+        json_object_object_get_ex(o, COL_KEY[c], &v) &&
+        (json_object_get_type(v) == json_type_double || json_object_get_type(v) == json_type_int);
     s->v[c][i] = num ? json_object_get_double(v) : NAN;
   }
   json_object_put(o);
@@ -105,7 +106,8 @@ static int read_metrics(const char *path, Series *s) {
   free(line);
   fclose(f);
   if (rc == 0 && s->n == 0) {
-    fprintf(stderr, "error: %s: no metrics lines (expected the file a trainer writes with --metrics)\n",
+    fprintf(stderr,
+            "error: %s: no metrics lines (expected the file a trainer writes with --metrics)\n",
             path);
     rc = -1;
   }
@@ -137,8 +139,12 @@ typedef struct Panel {
   double xlo, xhi, ylo, yhi; /* data range */
 } Panel;
 
-static double px(const Panel *p, double x) { return p->x0 + (x - p->xlo) / (p->xhi - p->xlo) * p->w; }
-static double py(const Panel *p, double y) { return p->y0 + p->h - (y - p->ylo) / (p->yhi - p->ylo) * p->h; }
+static double px(const Panel *p, double x) {
+  return p->x0 + (x - p->xlo) / (p->xhi - p->xlo) * p->w;
+}
+static double py(const Panel *p, double y) {
+  return p->y0 + p->h - (y - p->ylo) / (p->yhi - p->ylo) * p->h;
+}
 
 static void draw_axes(FILE *f, const Panel *p, const char *title, bool xlabels) {
   fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='#fafafa' stroke='#888'/>\n",
@@ -152,8 +158,10 @@ static void draw_axes(FILE *f, const Panel *p, const char *title, bool xlabels) 
             p->x0 + p->w, yy);
     double v = fabs(y) < dy * 1e-9 ? 0 : y;
     /* whole numbers in full (tokens/s: 35000, not 3.5e+04) */
-    fprintf(f, dy >= 1 && fabs(v) < 1e9 ? "<text x='%.1f' y='%.1f' font-size='12' text-anchor='end'>%.0f</text>\n"
-                                        : "<text x='%.1f' y='%.1f' font-size='12' text-anchor='end'>%.4g</text>\n",
+    fprintf(f,
+            dy >= 1 && fabs(v) < 1e9
+                ? "<text x='%.1f' y='%.1f' font-size='12' text-anchor='end'>%.0f</text>\n"
+                : "<text x='%.1f' y='%.1f' font-size='12' text-anchor='end'>%.4g</text>\n",
             p->x0 - 6, yy + 4, v);
   }
   double dx = tick_step(p->xlo, p->xhi);
@@ -169,7 +177,8 @@ static void draw_axes(FILE *f, const Panel *p, const char *title, bool xlabels) 
 }
 
 /* Column c as polylines (a non-finite value ends one) and, for sparse columns, dots. */
-static void draw_line(FILE *f, const Panel *p, const Series *s, int c, const char *color, bool dots) {
+static void draw_line(FILE *f, const Panel *p, const Series *s, int c, const char *color,
+                      bool dots) {
   bool open = false;
   for (int i = 0; i < s->n; i++) {
     double v = s->v[c][i];
@@ -178,8 +187,7 @@ static void draw_line(FILE *f, const Panel *p, const Series *s, int c, const cha
       open = false;
       continue;
     }
-    if (!open)
-      fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", color);
+    if (!open) fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", color);
     fprintf(f, "%.1f,%.1f ", px(p, s->step[i]), py(p, v));
     open = true;
   }
@@ -198,8 +206,10 @@ static void draw_legend(FILE *f, const Panel *p, const char *color, const char *
 }
 
 static void draw_empty(FILE *f, const Panel *p) {
-  fprintf(f, "<text x='%.1f' y='%.1f' font-size='14' text-anchor='middle' fill='#888'>no finite "
-          "values</text>\n", p->x0 + p->w / 2, p->y0 + p->h / 2);
+  fprintf(f,
+          "<text x='%.1f' y='%.1f' font-size='14' text-anchor='middle' fill='#888'>no finite "
+          "values</text>\n",
+          p->x0 + p->w / 2, p->y0 + p->h / 2);
 }
 
 /* Panel k (0 at the top) of columns c0..c1. */
@@ -233,8 +243,10 @@ static int write_svg(const Series *s, const char *src, const char *out) {
   if (xlo == xhi) xlo -= 1, xhi += 1;
   int nk = 4;
   double h = TOP + nk * (PANEL_H + GAP) + 10;
-  fprintf(f, "<?xml version='1.0' encoding='UTF-8'?>\n<svg xmlns='http://www.w3.org/2000/svg' "
-          "width='%.0f' height='%.0f' viewBox='0 0 %.0f %.0f' font-family='sans-serif'>\n", W, h, W, h);
+  fprintf(f,
+          "<?xml version='1.0' encoding='UTF-8'?>\n<svg xmlns='http://www.w3.org/2000/svg' "
+          "width='%.0f' height='%.0f' viewBox='0 0 %.0f %.0f' font-family='sans-serif'>\n",
+          W, h, W, h);
   fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n");
   const char *base = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
   fprintf(f, "<text x='%.1f' y='24' font-size='17'>", LEFT);

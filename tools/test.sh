@@ -21,6 +21,9 @@ build() { # DIR CMAKE-ARGS...
   cmake --build "$top/$1" -j "$jobs"
 }
 
+stage "format of the files in .clang-format-files"
+"$top/tools/check-format.sh"
+
 stage "build (RelWithDebInfo) and test"
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ctest --test-dir "$top/build" --output-on-failure -j "$jobs"
