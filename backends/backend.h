@@ -43,6 +43,8 @@ typedef struct BackendJob {
 typedef struct BackendOptions {
   const char *cpu, *features;  /* code generation target; NULL: the host's */
   bool no_fuse, no_threads;    /* no elementwise fusion, no multithreaded kernels */
+  const char *runtime_dir;     /* libaxrt.a and libaxrt_main.a for trainers (an installed
+                                  axlc's lib/); NULL: the ones of the build tree */
 } BackendOptions;
 
 /* One kind of artifact compile can write (`axlc compile --emit NAME`). */

@@ -154,12 +154,28 @@ const char *fe_get_str(json_object *node, const char *field);
 json_object *fe_get_child(json_object *node, const char *field); /* NULL for null */
 const char *fe_node_kind(json_object *node);
 
+/* ---- find.c: where named config files are read from --------------------- */
+
+/* Directories searched, in order, for a config file not found next to the file naming it. */
+typedef struct FeSearch {
+  const char *const *dirs;
+  int ndirs;
+} FeSearch;
+
+/* The path of the file `name` (named at `jpath` of `file`, which is in `dir`; dir NULL: the
+ * current directory): dir/NAME, then each search directory's; NAME.json too when NAME lacks
+ * ".json", and with `modifier`, a bare NAME also as modifiers/NAME[.json]. An absolute name
+ * is returned as is. A miss records an error listing where it looked and returns NULL. */
+const char *fe_find_file(FeDiag *d, const char *file, const char *jpath, const char *dir,
+                         const char *name, const FeSearch *s, bool modifier);
+
 /* ---- modifiers.c: tree rewrites ----------------------------------------- */
 
-/* Applies one modifier (an object, or a string naming a modifier file
- * relative to `dir`) to the raw tree *root. `file` names where it came from. */
+/* Applies one modifier (an object, or a string naming a modifier file, found
+ * by fe_find_file from `dir`) to the raw tree *root. `file` names where it
+ * came from. */
 int fe_modifier_apply(FeDiag *d, json_object **root, json_object *mod,
-                      const char *file, const char *dir);
+                      const char *file, const char *dir, const FeSearch *search);
 /* `--set PATH=VALUE`: VALUE is JSON, or a bare string if it does not parse. */
 int fe_set_override(FeDiag *d, json_object *root, const char *assignment);
 
@@ -171,6 +187,7 @@ typedef struct FeOptions {
   int napply;
   const char **sets;           /* --set PATH=VALUE, in order */
   int nsets;
+  FeSearch search;             /* for files not next to the file naming them */
 } FeOptions;
 
 /* base -> config's modifiers -> mesh rule -> --apply -> --set -> defaults and

@@ -24,6 +24,7 @@ typedef struct {
   FeDiag *d;
   const char *file; /* where the modifier came from */
   const char *dir;  /* for modifier files named by relative paths */
+  const FeSearch *search; /* then these directories */
   int depth;
 } Ctx;
 
@@ -161,17 +162,29 @@ typedef struct {
   int count;
 } Replace;
 
+/* Gives `n` (part of the replacement) the fields of `old` it leaves unset, and
+ * does the same inside each child module that both set with the same kind: so
+ * rope.json's {"rope": {"kind": "rope"}} keeps a model's own rope theta. */
+static void keep_old_fields(Replace *r, json_object *n, json_object *old, const FeKind *k) {
+  json_object_object_foreach(old, key, v) {
+    json_object *nv = NULL;
+    if (strcmp(key, "kind") == 0 || (k && !fe_kind_field(k, key))) continue;
+    if (!json_object_object_get_ex(n, key, &nv)) {
+      json_object_object_add(n, key, fe_json_copy(r->d, v));
+      fe_set_origin_key(r->d, n, key, fe_origin_key(old, key));
+      continue;
+    }
+    const char *ok = fe_node_kind(v), *nk = fe_node_kind(nv);
+    if (ok && nk && strcmp(ok, nk) == 0) keep_old_fields(r, nv, v, fe_kind_find(nk));
+  }
+}
+
 /* The replacement for `old`: the new config plus the fields `old` set that
  * the new kind also has and the new config leaves unset. */
 static json_object *replacement(Replace *r, json_object *old) {
   json_object *n = fe_json_copy(r->d, r->config);
   fe_set_origin(r->d, n, r->file, true);
-  json_object_object_foreach(old, k, v) {
-    if (strcmp(k, "kind") == 0 || !fe_kind_field(r->newk, k)) continue;
-    if (json_object_object_get_ex(n, k, NULL)) continue;
-    json_object_object_add(n, k, fe_json_copy(r->d, v));
-    fe_set_origin_key(r->d, n, k, fe_origin_key(old, k));
-  }
+  keep_old_fields(r, n, old, r->newk);
   r->count++;
   return n;
 }
@@ -326,10 +339,11 @@ static int mod_chain(Ctx *c, json_object **root, json_object *mod, const char *m
 static int apply_file(Ctx *c, json_object **root, const char *name, const char *mpath) {
   if (c->depth > 16)
     return fe_error(c->d, c->file, mpath, "modifier files nested more than 16 deep (a cycle?)");
-  bool here = name[0] == '/' || !c->dir;
-  char *path = here ? fe_asprintf("%s", name) : fe_asprintf("%s/%s", c->dir, name);
+  const char *found = fe_find_file(c->d, c->file, mpath, c->dir, name, c->search, true);
+  if (!found) return -1;
+  char *path = fe_asprintf("%s", found);
   json_object *mod = fe_json_load(c->d, path);
-  Ctx sub = {c->d, fe_intern(c->d, path), NULL, c->depth + 1};
+  Ctx sub = {c->d, found, NULL, c->search, c->depth + 1};
   sub.dir = fe_intern(c->d, dirname(path)); /* dirname writes into path */
   free(path);
   if (!mod) return -1;
@@ -368,8 +382,8 @@ static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath
 }
 
 int fe_modifier_apply(FeDiag *d, json_object **root, json_object *mod, const char *file,
-                      const char *dir) {
-  Ctx c = {d, file ? fe_intern(d, file) : NULL, dir ? fe_intern(d, dir) : NULL, 0};
+                      const char *dir, const FeSearch *search) {
+  Ctx c = {d, file ? fe_intern(d, file) : NULL, dir ? fe_intern(d, dir) : NULL, search, 0};
   if (json_object_get_type(*root) != json_type_object)
     return fe_error(d, file, NULL, "the config is not an object");
   return apply(&c, root, mod, "");
@@ -392,7 +406,7 @@ int fe_set_override(FeDiag *d, json_object *root, const char *assignment) {
     json_object_put(value);
     value = json_object_new_string(eq + 1);
   }
-  Ctx c = {d, "--set", NULL, 0};
+  Ctx c = {d, "--set", NULL, NULL, 0};
   int rc = set_path(&c, root, path, value);
   json_object_put(value);
   free(path);

@@ -30,6 +30,7 @@ typedef struct {
   json_object *tree;
   json_object *rules;      /* list of {match, modifiers} or NULL */
   const char *rules_file;  /* for messages and relative modifier files */
+  const FeSearch *search;  /* for files not next to the file naming them */
 } Loaded;
 
 /* File names can be as long as the system allows: no fixed buffers. */
@@ -40,13 +41,6 @@ static const char *dir_of(FeDiag *d, const char *file) {
   return dir;
 }
 
-static const char *relative(FeDiag *d, const char *dir, const char *name) {
-  if (name[0] == '/') return fe_intern(d, name);
-  char *buf = fe_asprintf("%s/%s", dir, name);
-  const char *path = fe_intern(d, buf);
-  free(buf);
-  return path;
-}
 
 /* ---- merging a file onto its base -------------------------------------- */
 
@@ -80,8 +74,9 @@ static json_object *take(json_object *o, const char *key) {
 /* Takes over `spec`: the list itself, or the name of a file holding one. */
 static int load_rules(FeDiag *d, json_object *spec, const char *file, Loaded *out) {
   if (json_object_get_type(spec) == json_type_string) {
-    const char *rf = relative(d, dir_of(d, file), json_object_get_string(spec));
-    json_object *list = fe_json_load(d, rf);
+    const char *rf = fe_find_file(d, file, "/mesh_rules", dir_of(d, file),
+                                  json_object_get_string(spec), out->search, false);
+    json_object *list = rf ? fe_json_load(d, rf) : NULL;
     json_object_put(spec);
     if (!list) return -1;
     spec = list;
@@ -131,7 +126,8 @@ static int apply_rules(FeDiag *d, Loaded *l, const char *target, const char **ma
     json_object *chain = json_object_new_object();
     json_object_object_add(chain, "kind", json_object_new_string("chain"));
     json_object_object_add(chain, "modifiers", json_object_get(json_object_object_get(rule, "modifiers")));
-    int rc = fe_modifier_apply(d, &l->tree, chain, l->rules_file, dir_of(d, l->rules_file));
+    int rc = fe_modifier_apply(d, &l->tree, chain, l->rules_file, dir_of(d, l->rules_file),
+                               l->search);
     json_object_put(chain);
     return rc;
   }
@@ -165,7 +161,9 @@ static int load_base(FeDiag *d, const char *file, json_object *base, const char 
                      int depth, Loaded *out) {
   if (json_object_get_type(base) != json_type_string)
     return fe_error(d, file, "/base", "expected the name of a base config file");
-  return load(d, relative(d, dir_of(d, file), json_object_get_string(base)), stack, depth, out);
+  const char *found = fe_find_file(d, file, "/base", dir_of(d, file),
+                                   json_object_get_string(base), out->search, false);
+  return found ? load(d, found, stack, depth, out) : -1;
 }
 
 static int apply_own_modifiers(FeDiag *d, const char *file, json_object *mods, Loaded *out) {
@@ -175,7 +173,7 @@ static int apply_own_modifiers(FeDiag *d, const char *file, json_object *mods, L
   json_object *chain = json_object_new_object();
   json_object_object_add(chain, "kind", json_object_new_string("chain"));
   json_object_object_add(chain, "modifiers", json_object_get(mods));
-  int rc = fe_modifier_apply(d, &out->tree, chain, file, dir_of(d, file));
+  int rc = fe_modifier_apply(d, &out->tree, chain, file, dir_of(d, file), out->search);
   json_object_put(chain);
   return rc;
 }
@@ -232,9 +230,10 @@ int64_t fe_target_devices(const char *target) {
 
 static int apply_cli(FeDiag *d, Loaded *l, const FeOptions *opt) {
   for (int i = 0; i < opt->napply; i++) {
-    json_object *mod = fe_json_load(d, opt->apply[i]);
+    const char *file = fe_find_file(d, "--apply", NULL, NULL, opt->apply[i], &opt->search, true);
+    json_object *mod = file ? fe_json_load(d, file) : NULL;
     if (!mod) return -1;
-    int rc = fe_modifier_apply(d, &l->tree, mod, opt->apply[i], dir_of(d, opt->apply[i]));
+    int rc = fe_modifier_apply(d, &l->tree, mod, file, dir_of(d, file), &opt->search);
     json_object_put(mod);
     if (rc) return -1;
   }
@@ -247,10 +246,12 @@ json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const
   static const FeOptions none = {0};
   if (!opt) opt = &none;
   const char *stack[MAX_BASE_DEPTH + 1];
-  Loaded l = {0};
+  Loaded l = {.search = &opt->search};
   const char *matched = NULL;
   json_object *canon = NULL;
-  if (load(d, file, stack, 0, &l) == 0 && apply_rules(d, &l, opt->target, &matched) == 0 &&
+  if (file && file[0] != '/' && !strchr(file, '/'))
+    file = fe_find_file(d, NULL, NULL, NULL, file, &opt->search, false);
+  if (file && load(d, file, stack, 0, &l) == 0 && apply_rules(d, &l, opt->target, &matched) == 0 &&
       apply_cli(d, &l, opt) == 0)
     canon = fe_canonicalize(d, l.tree, "", "trainer");
   if (canon) {

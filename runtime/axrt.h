@@ -322,6 +322,25 @@ int rt_model_diff(const RtParamSlot *params, int n, const char *config, const Rt
 /* The same for the config outside /model (learner, input, ...): differences worth a note. */
 int rt_config_diff_outside_model(const char *config, const char *ck_config, char *out, size_t cap);
 
+/* ===== weights.c: an --init file against the parameter table ============================ */
+
+/* What rt_init_check found. */
+typedef struct RtInitCheck {
+    int missing;     /* parameters the file lacks */
+    int unused;      /* tensors of the file no parameter uses */
+    int mismatched;  /* parameters present in another shape */
+    int transposed;  /* of those, 2-D ones with the shape reversed: PyTorch's (out, in) */
+    int pytorch;     /* transposed > 0, or the file's metadata says "format": "pt" */
+    char *report;    /* one indented line per problem and a note on layouts; NULL if none;
+                        the caller frees it */
+} RtInitCheck;
+
+/* Compares the file `st` with the parameters: every one missing, every unused tensor (each
+ * with the closest name on the other side), every shape mismatch. The file is usable when
+ * missing + mismatched == 0 and (unused == 0 or allow_unused); the report lists allowed
+ * extras too. -1 only when out of memory. */
+int rt_init_check(const RtParamSlot *params, int n, const RtSt *st, int allow_unused, RtInitCheck *c);
+
 /* ===== pool.c: the thread pool generated kernels are split across ======================= */
 
 typedef struct RtPool RtPool;

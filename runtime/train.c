@@ -53,7 +53,7 @@ typedef struct TrainOpts {
     const char *data, *eval_data, *init, *ckpt_dir, *metrics;
     int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every;
     uint64_t seed;
-    int resume, partial, help, config;
+    int resume, partial, help, config, init_allow_unused;
 } TrainOpts;
 
 typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_FLAG } OptKind;
@@ -73,6 +73,8 @@ static const OptSpec OPTS[] = {
     {"--steps", "N", OPT_INT, F(steps), 0, INT64_MAX, "train until step N (default: the config's max_steps)"},
     {"--seed", "S", OPT_U64, F(seed), 0, 0, "parameter init seed (default: the config's)"},
     {"--init", "FILE", OPT_STR, F(init), 0, 0, "initial parameters from a safetensors file, by path"},
+    {"--init-allow-unused", NULL, OPT_FLAG, F(init_allow_unused), 0, 0, "with --init: accept a file with "
+                                                                       "tensors no parameter uses"},
     {"--eval-data", "FILE", OPT_STR, F(eval_data), 0, 0, "evaluation tokens (same formats as --data)"},
     {"--eval-every", "N", OPT_INT, F(eval_every), 0, INT64_MAX, "evaluate every N steps (0: after the last)"},
     {"--eval-batches", "N", OPT_INT, F(eval_batches), 1, 1 << 20, "batches per evaluation"},
@@ -184,6 +186,8 @@ static int check_opts(const TrainOpts *o, RtError *err) {
         return rt_error_set(err, "--resume needs --ckpt-dir DIR");
     if (o->partial && !o->resume)
         return rt_error_set(err, "--partial needs --resume");
+    if (o->init_allow_unused && !o->init)
+        return rt_error_set(err, "--init-allow-unused needs --init FILE");
     if (o->eval_every > 0 && !o->eval_data)
         return rt_error_set(err, "--eval-every needs --eval-data FILE");
     return 0;
@@ -587,11 +591,35 @@ static int tensors_read_ckpt(Trainer *t, const RtCkpt *ck, int count, RtError *e
     return 0;
 }
 
+/* Every problem of an --init file is listed (weights.c), then refused in one line. */
+static int init_file_check(Trainer *t, const RtSt *st, RtError *err) {
+    RtInitCheck c;
+    if (rt_init_check(t->p->params, t->p->nparams, st, t->o.init_allow_unused, &c) != 0)
+        return rt_error_set(err, "--init: %s: out of memory", t->o.init);
+    int bad = c.missing || c.mismatched || (c.unused && !t->o.init_allow_unused);
+    size_t len = c.report ? strlen(c.report) : 0;
+    if (len && c.report[len - 1] == '\n')
+        c.report[len - 1] = 0; /* warn() ends the line */
+    if (c.report)
+        warn(t, "%s --init %s:\n%s", bad ? "error:" : "note:", t->o.init, c.report);
+    free(c.report);
+    if (!bad)
+        return 0;
+    return rt_error_set(err, "--init: %s: %d of %d parameters missing, %d in another shape, %d tensors unused%s",
+                        t->o.init, c.missing, t->p->nparams, c.mismatched, c.unused,
+                        c.unused && !t->o.init_allow_unused ? " (--init-allow-unused accepts unused tensors)"
+                                                             : "");
+}
+
 static int params_load(Trainer *t, RtError *err) {
     RtSt *st;
     RtError why;
     if (rt_st_open(&st, t->o.init, &why) != 0)
         return rt_error_set(err, "--init: %s", why.msg);
+    if (init_file_check(t, st, err) != 0) {
+        rt_st_close(st);
+        return -1;
+    }
     int rc = tensors_read(t, st, t->p->nparams, &why);
     rt_st_close(st);
     return rc == 0 ? 0 : rt_error_set(err, "--init: %s", why.msg);
@@ -1026,24 +1054,25 @@ static void write_metrics(Trainer *t, const StepOut *s, double tok_s, const doub
 }
 
 static void format_eta(char *buf, size_t cap, double ms) {
-    long long s = (long long)(ms / 1e3 + 0.5);
+    double secs = ms / 1e3 + 0.5;
+    long long s = secs < 1e12 ? (long long)secs : 999999999999ll; /* no overflowing cast */
     snprintf(buf, cap, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
 }
 
 static void print_progress(Trainer *t, const StepOut *s, double tok_s, const double *eval) {
     if (t->rank != 0)
         return;
+    char eta[32];
+    format_eta(eta, sizeof eta, t->run_ms / (double)t->run_steps * (double)(t->o.steps - t->step));
     if (t->tty) {
-        char eta[32];
-        format_eta(eta, sizeof eta, t->run_ms / (double)t->run_steps * (double)(t->o.steps - t->step));
         if (eval)
             printf("\r\033[Keval step %lld loss %.6f\n", (long long)t->step, *eval);
         printf("\rstep %lld/%lld  loss %.4f  %.0f tok/s  ETA %s\033[K", (long long)t->step,
                (long long)t->o.steps, s->loss, tok_s, eta);
     } else {
         if (t->step % t->o.log_every == 0 || t->step == t->o.steps || t->run_steps == 1)
-            printf("step %lld loss %.6f grad_norm %.4f lr %.4e tok/s %.0f\n", (long long)t->step, s->loss,
-                   s->grad_norm, s->lr, tok_s);
+            printf("step %lld loss %.6f grad_norm %.4f lr %.4e tok/s %.0f eta %s\n", (long long)t->step, s->loss,
+                   s->grad_norm, s->lr, tok_s, eta);
         if (eval)
             printf("eval step %lld loss %.6f\n", (long long)t->step, *eval);
     }

@@ -7,12 +7,14 @@
  */
 #include <errno.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "driver/driver.h"
+#include "tools/plot.h"
 
 #define MAX_LIST 64
 
@@ -34,6 +36,10 @@ typedef struct {
   const char *plot;        /* memcheck: --plot FILE.svg */
   const char *devices;     /* memcheck, compile: --devices FILE (the device table) */
   bool no_memcheck;        /* compile: --no-memcheck */
+  const char *search[MAX_LIST]; /* AXLC_PATH's directories, then the shipped configs' */
+  char *axlc_path;         /* a copy of AXLC_PATH that search[] points into */
+  char share[PATH_MAX + 16]; /* installed: PREFIX/share/axlc; in a build: the source's models/ */
+  char lib[PATH_MAX + 16];   /* installed: PREFIX/lib (libaxrt.a); in a build: empty */
 } Args;
 
 static void usage(FILE *out) {
@@ -56,6 +62,8 @@ static void usage(FILE *out) {
           "  memcheck MODEL.json --target T: will the job fit each device? where the memory goes,\n"
           "                      FLOPs and bytes sent per step [--json] [--plot FILE.svg]\n"
           "                      [--devices FILE]  (the device table; default models/rules/devices.json)\n"
+          "  plot METRICS.jsonl  -o FILE.svg: draw a trainer's --metrics (loss, eval loss,\n"
+          "                      learning rate, gradient norm, tokens/s against the step)\n"
           "  backends            list the backends and what each can do\n"
           "\n"
           "options:\n"
@@ -63,7 +71,9 @@ static void usage(FILE *out) {
           "                      gpu-h100-256, tpu-v5p-512, ...) and size the mesh for it\n"
           "  --backend NAME      (compile, run) the code generator; default: the target's\n"
           "                      (cpu: llvm); --target interp is --target cpu --backend interp\n"
-          "  --apply FILE        apply a modifier file (repeatable, in order)\n"
+          "  --apply MOD         apply a modifier file (repeatable, in order); a name not\n"
+          "                      found is looked up in AXLC_PATH and the shipped modifiers\n"
+          "                      (--apply moe, --apply rope)\n"
           "  --set PATH=VALUE    set a value, e.g. --set /model/decoder/num_layers=4\n"
           "  --json              (params, memcheck) machine-readable output\n"
           "  --no-memcheck       (compile) compile even when the job does not fit the target\n"
@@ -127,6 +137,7 @@ static int parse_args(int argc, char **argv, Args *a) {
        * so "-1" is a value (a bad one, which the option's parser reports) */
       if (add(a->rest, &a->nrest, s, "trainer")) return -1;
       bool flag = !strcmp(s, "--resume") || !strcmp(s, "--partial") || !strcmp(s, "--config") ||
+                  !strcmp(s, "--init-allow-unused") ||
                   strchr(s, '=');
       if (!flag && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 &&
           add(a->rest, &a->nrest, argv[++i], "trainer"))
@@ -147,6 +158,48 @@ static int parse_args(int argc, char **argv, Args *a) {
     usage(stderr);
     return -1;
   }
+  return 0;
+}
+
+static bool is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Where the shipped configs and the runtime are. An installed axlc is PREFIX/bin/axlc next to
+ * PREFIX/share/axlc and PREFIX/lib; one run from the build tree uses the source tree's models/
+ * and the runtime it was built with. */
+static void find_installation(Args *a) {
+  char exe[PATH_MAX], prefix[PATH_MAX], path[PATH_MAX + 32];
+  if (realpath("/proc/self/exe", exe)) {
+    snprintf(path, sizeof path, "%s/..", dirname(exe)); /* PREFIX/bin/.. */
+    struct stat st;
+    if (realpath(path, prefix) &&
+        snprintf(path, sizeof path, "%s/lib/libaxrt.a", prefix) < (int)sizeof path &&
+        stat(path, &st) == 0 &&
+        snprintf(a->share, sizeof a->share, "%s/share/axlc", prefix) < (int)sizeof a->share &&
+        is_dir(a->share)) {
+      snprintf(a->lib, sizeof a->lib, "%s/lib", prefix);
+      return;
+    }
+  }
+  a->lib[0] = 0;
+  snprintf(a->share, sizeof a->share, "%s", AXLC_SOURCE_MODELS);
+}
+
+/* The search path of config files (frontend/find.c): AXLC_PATH (':'-separated), then share. */
+static int search_path(Args *a) {
+  find_installation(a);
+  const char *env = getenv("AXLC_PATH");
+  a->axlc_path = fe_asprintf("%s", env ? env : "");
+  int n = 0;
+  for (char *p = a->axlc_path, *next; p; p = next) {
+    next = strchr(p, ':');
+    if (next) *next++ = 0;
+    if (*p && add(a->search, &n, p, "AXLC_PATH directory")) return -1;
+  }
+  if (is_dir(a->share) && add(a->search, &n, a->share, "AXLC_PATH directory")) return -1;
+  a->fe.search = (FeSearch){a->search, n};
   return 0;
 }
 
@@ -331,6 +384,7 @@ static BackendOptions backend_options(const Args *a) {
   BackendOptions o = {0};
   o.cpu = a->cpu;
   o.features = a->features;
+  o.runtime_dir = a->lib[0] ? a->lib : NULL;
   return o;
 }
 
@@ -457,18 +511,20 @@ static int cmd_compile(Args *a) {
 
 /* ---- memcheck ---- */
 
-/* The device table: --devices, else devices.json next to the model, else the source tree's. */
+/* The device table: --devices, else devices.json next to the model, else the shipped one
+ * (the installed share/axlc, or the source tree's models/). */
 static const char *devices_file(const Args *a, char *buf, size_t cap) {
   if (a->devices) return a->devices;
   char *copy = fe_asprintf("%s", a->model);
   snprintf(buf, cap, "%s/rules/devices.json", dirname(copy));
   free(copy);
   if (access(buf, R_OK) == 0) return buf;
-#ifdef AXLC_SOURCE_MODELS
-  snprintf(buf, cap, "%s/rules/devices.json", AXLC_SOURCE_MODELS);
-  if (access(buf, R_OK) == 0) return buf;
-#endif
-  return buf; /* the error names the first place looked */
+  char *first = fe_asprintf("%s", buf);
+  bool fits = snprintf(buf, cap, "%s/rules/devices.json", a->share) < (int)cap;
+  if (!fits || access(buf, R_OK) != 0)
+    snprintf(buf, cap, "%s", first); /* the error names the first place looked */
+  free(first);
+  return buf;
 }
 
 /* Lowers a copy of the job with extra --set options and returns its peak, or -1. */
@@ -581,17 +637,33 @@ static int cmd_memcheck(const Args *a) {
   return rc;
 }
 
-int main(int argc, char **argv) {
-  Args a;
-  if (parse_args(argc, argv, &a)) return 1;
-  if (!strcmp(a.command, "config")) return cmd_config(&a);
-  if (!strcmp(a.command, "params")) return cmd_params(&a);
-  if (!strcmp(a.command, "kinds")) return cmd_kinds(&a);
-  if (!strcmp(a.command, "ir")) return cmd_ir(&a);
-  if (!strcmp(a.command, "backends")) return cmd_backends();
-  if (!strcmp(a.command, "memcheck")) return cmd_memcheck(&a);
-  if (!strcmp(a.command, "run")) return cmd_run(&a);
-  if (!strcmp(a.command, "compile")) return cmd_compile(&a);
-  fprintf(stderr, "error: unknown command \"%s\" (see axlc --help)\n", a.command);
+static int cmd_plot(const Args *a) {
+  if (!a->model || !a->output) {
+    fprintf(stderr, "error: usage: axlc plot METRICS.jsonl -o FILE.svg\n");
+    return 1;
+  }
+  if (check_output(a->output)) return 1;
+  return plot_metrics(a->model, a->output) ? 1 : 0;
+}
+
+static int dispatch(Args *a) {
+  if (!strcmp(a->command, "plot")) return cmd_plot(a);
+  if (!strcmp(a->command, "config")) return cmd_config(a);
+  if (!strcmp(a->command, "params")) return cmd_params(a);
+  if (!strcmp(a->command, "kinds")) return cmd_kinds(a);
+  if (!strcmp(a->command, "ir")) return cmd_ir(a);
+  if (!strcmp(a->command, "backends")) return cmd_backends();
+  if (!strcmp(a->command, "memcheck")) return cmd_memcheck(a);
+  if (!strcmp(a->command, "run")) return cmd_run(a);
+  if (!strcmp(a->command, "compile")) return cmd_compile(a);
+  fprintf(stderr, "error: unknown command \"%s\" (see axlc --help)\n", a->command);
   return 1;
+}
+
+int main(int argc, char **argv) {
+  static Args a; /* large (paths); static keeps it off the stack */
+  if (parse_args(argc, argv, &a)) return 1;
+  int rc = search_path(&a) ? 1 : dispatch(&a);
+  free(a.axlc_path);
+  return rc;
 }

@@ -8,19 +8,27 @@
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc 2>/dev/null || echo 2)
+t0=$(date +%s)
+stage() { echo "== $* (at $(($(date +%s) - t0)) s)"; }
 
-build() { # DIR CMAKE-ARGS...
+configure() { # DIR CMAKE-ARGS...
   dir=$1; shift
   cmake -S "$top" -B "$top/$dir" "$@" > "$top/$dir.configure.log" 2>&1 ||
     { cat "$top/$dir.configure.log"; exit 1; }
-  cmake --build "$top/$dir" -j "$jobs"
+}
+build() { # DIR CMAKE-ARGS...
+  configure "$@"
+  cmake --build "$top/$1" -j "$jobs"
 }
 
-echo "== build (RelWithDebInfo) and test"
+stage "format of the files in .clang-format-files"
+"$top/tools/check-format.sh"
+
+stage "build (RelWithDebInfo) and test"
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ctest --test-dir "$top/build" --output-on-failure -j "$jobs"
 
-echo "== build with ASan + UBSan and test"
+stage "build with ASan + UBSan and test"
 build build-asan -DCMAKE_BUILD_TYPE=Debug -DAXLC_SANITIZE=ON
 # (tests labelled slow, the full-size interpreter runs, are left to the normal build)
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -30,7 +38,7 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 # finds is not kept; a crash input goes to build-fuzz/TARGET-crash-..., and the
 # script stops).
 fuzz() { # TARGET CORPUS-DIR DICT MAX-LEN
-  echo "== fuzz $1 for ${AXLC_FUZZ_SECONDS}s"
+  stage "fuzz $1 for ${AXLC_FUZZ_SECONDS}s"
   corpus=$(mktemp -d)
   cp "$top/tests/fuzz/$2"/* "$corpus"/
   (cd "$corpus" && "$top/build-fuzz/tests/fuzz/$1" -dict="$top/tests/fuzz/$3" \
@@ -40,9 +48,13 @@ fuzz() { # TARGET CORPUS-DIR DICT MAX-LEN
 }
 
 if [ "${AXLC_FUZZ_SECONDS:-0}" -gt 0 ] && command -v clang > /dev/null; then
-  CC=clang build build-fuzz -DAXLC_FUZZ=ON -DAXLC_WERROR=OFF
+  # only the fuzz targets: the rest of this instrumented build would never run
+  CC=clang configure build-fuzz -DAXLC_FUZZ=ON -DAXLC_WERROR=OFF
+  cmake --build "$top/build-fuzz" -j "$jobs" \
+    --target fuzz_config fuzz_safetensors fuzz_ckpt_index fuzz_tokens
   fuzz fuzz_config corpus config.dict 8192
   fuzz fuzz_safetensors corpus-safetensors safetensors.dict 4096
   fuzz fuzz_ckpt_index corpus-ckpt ckpt.dict 4096
   fuzz fuzz_tokens corpus-tokens tokens.dict 4096
 fi
+stage "done"

@@ -103,18 +103,25 @@ static int spawn(char *const *argv) {
 }
 
 /* Writes the object and links it with the runtime into the executable `out`. */
-static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
+static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *c,
+                        const char *out) {
   char err[1024];
   char *obj = fe_asprintf("%s.step.o", out); /* as long as `out` needs */
+  char *rt = o->runtime_dir ? fe_asprintf("%s/libaxrt.a", o->runtime_dir)
+                            : fe_asprintf("%s", AXLC_RUNTIME_LIB);
+  char *rt_main = o->runtime_dir ? fe_asprintf("%s/libaxrt_main.a", o->runtime_dir)
+                                 : fe_asprintf("%s", AXLC_RUNTIME_MAIN_LIB);
   if (llvm_emit_object(c->module, obj, NULL, NULL, err, sizeof err)) {
     fe_error(j->diag, obj, NULL, "writing the object failed: %s", err);
     free(obj);
+    free(rt);
+    free(rt_main);
     return -1;
   }
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
   char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
-  char *argv[32] = {(char *)cc, "-o", (char *)out, obj, AXLC_RUNTIME_MAIN_LIB, AXLC_RUNTIME_LIB,
+  char *argv[32] = {(char *)cc, "-o", (char *)out, obj, rt_main, rt,
                     "-lopenblas", "-ljson-c", "-lm", "-lpthread"};
   int n = 10;
   if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
@@ -125,6 +132,8 @@ static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
   unlink(obj);
   free(obj);
   free(mpi);
+  free(rt);
+  free(rt_main);
   if (rc)
     return fe_error(j->diag, out, NULL, "linking the trainer with %s failed (it needs "
                     "libopenblas-dev and libjson-c-dev)", cc);
@@ -148,7 +157,7 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
   Compiled c = {0};
   char err[1024];
   int rc = compile_module(j, o, &c);
-  if (rc == 0 && !strcmp(emit, "exe")) rc = link_trainer(j, &c, out);
+  if (rc == 0 && !strcmp(emit, "exe")) rc = link_trainer(j, o, &c, out);
   else if (rc == 0 && !strcmp(emit, "obj") &&
            llvm_emit_object(c.module, out, NULL, NULL, err, sizeof err))
     rc = fe_error(j->diag, out, NULL, "%s", err);
@@ -203,7 +212,8 @@ static char *find_mpirun(const BackendJob *j) {
   return mpirun;
 }
 
-static int run_mpirun(const BackendJob *j, Compiled *c, char *mpirun, int argc, char **argv) {
+static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c, char *mpirun, int argc,
+                      char **argv) {
   long long n = (long long)ir_mesh_devices(&j->graph->mesh);
   const char *tmp = getenv("TMPDIR");
   char *base = fe_asprintf("%s/axlc-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -212,7 +222,7 @@ static int run_mpirun(const BackendJob *j, Compiled *c, char *mpirun, int argc, 
     fe_error(j->diag, base, NULL, "cannot create a temporary directory for the trainer");
   } else {
     char *exe = fe_asprintf("%s/trainer", base);
-    if (link_trainer(j, c, exe) == 0) {
+    if (link_trainer(j, o, c, exe) == 0) {
       char np[32];
       snprintf(np, sizeof np, "%lld", n);
       char **args = calloc((size_t)argc + 8, sizeof *args);
@@ -250,7 +260,7 @@ static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int ar
   char *mpirun = spawn ? find_mpirun(j) : NULL; /* before compiling: a missing mpirun costs nothing */
   if (spawn && !mpirun) return 1;
   if (compile_module(j, o, &c) == 0 && spawn) {
-    rc = run_mpirun(j, &c, mpirun, argc, argv);
+    rc = run_mpirun(j, o, &c, mpirun, argc, argv);
   } else if (c.module) {
     char err[1024];
     LlvmStepFn step;

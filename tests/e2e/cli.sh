@@ -109,7 +109,8 @@ err_missing_rules)
   # a mesh_rules file that is missing or broken: a clear error (and, in the ASan build, no leak)
   printf '{"base": "%s", "mesh_rules": "rules/absent.json"}\n' "$MODELS/tiny-lm.json" >"$T/cfg.json"
   run config "$T/cfg.json" --target cpu
-  expect_user_error "$T/rules/absent.json: cannot open: No such file or directory"
+  # the message names the config, the key, the name, and every directory searched
+  expect_user_error "$T/cfg.json: /mesh_rules: rules/absent.json: no such file (looked in $T, "
   mkdir -p "$T/rules"
   printf '[{"match": "cpu",]\n' >"$T/rules/absent.json"
   run params "$T/cfg.json"
@@ -422,6 +423,46 @@ compile_refuses_too_big)
   expect_in "$T/err" "error: the job does not fit --target cpu (compile anyway with --no-memcheck)"
   expect_in "$T/err" "verdict: does not fit"
   [ ! -e "$T/trainer" ] || fail "a trainer was written"
+  ;;
+plot)
+  # 60 steps of metrics as a trainer writes them: eval every 20 steps, a non-finite grad_norm
+  awk 'BEGIN { for (i = 1; i <= 60; i++) {
+    printf "{\"step\": %d, \"loss\": %.6f, \"grad_norm\": %s, \"lr\": %.6g, \"tokens_per_s\": %.1f, \"step_ms\": 1.0%s}\n",
+      i, 2.5 + 3 * exp(-i / 15), i == 33 ? "null" : sprintf("%.4f", 1 + 0.5 * sin(i)),
+      i <= 10 ? 0.003 * i / 10 : 0.003 * (1 - (i - 10) / 60), 30000 + 500 * (i % 7),
+      i % 20 == 0 ? sprintf(", \"eval_loss\": %.6f", 2.7 + 3 * exp(-i / 15)) : "" } }' > "$T/m.jsonl"
+  run plot "$T/m.jsonl" -o "$T/m.svg"
+  expect_rc 0
+  expect_empty "$T/err"
+  for x in ">loss<" ">learning rate<" ">gradient norm (before clipping)<" ">tokens per second<" \
+           ">eval_loss<" "m.jsonl: 60 steps (1 to 60)" ">step<"; do
+    expect_in "$T/m.svg" "$x"
+  done
+  # the null grad_norm at step 33 splits its line in two
+  [ "$(grep -c "polyline fill='none' stroke='#d62728'" "$T/m.svg")" -eq 2 ] || fail "grad_norm: expected 2 lines"
+  # mistakes: each names the file (and line)
+  run plot "$T/missing.jsonl" -o "$T/x.svg"
+  expect_user_error "$T/missing.jsonl: cannot open"
+  printf '{"step": 1, "loss": 2}\nnot json\n' > "$T/bad.jsonl"
+  run plot "$T/bad.jsonl" -o "$T/x.svg"
+  expect_user_error "$T/bad.jsonl:2: expected a JSON object with an integer \"step\""
+  : > "$T/empty.jsonl"
+  run plot "$T/empty.jsonl" -o "$T/x.svg"
+  expect_user_error "$T/empty.jsonl: no metrics lines"
+  run plot "$T/m.jsonl"
+  expect_user_error "usage: axlc plot METRICS.jsonl -o FILE.svg"
+  run plot "$T/m.jsonl" -o "$T/nodir/x.svg"
+  expect_user_error "the directory $T/nodir does not exist"
+  # rendered: a picture with every series' color in it
+  if ! command -v rsvg-convert > /dev/null; then
+    [ "$fails" -eq 0 ] || exit 1
+    echo "SKIP: no rsvg-convert (Debian: librsvg2-bin) to render the SVG"
+    exit 77
+  fi
+  rsvg-convert "$T/m.svg" -o "$T/m.png" 2> "$T/rsvg.err" || fail "rsvg-convert: $(cat "$T/rsvg.err")"
+  [ ! -s "$T/rsvg.err" ] || fail "rsvg-convert warned: $(cat "$T/rsvg.err")"
+  ${TORCH_PYTHON:-/usr/bin/python3} "$SRC/tests/e2e/pngcheck.py" "$T/m.png" '#1f77b4' '#ff7f0e' \
+    '#2ca02c' '#d62728' '#9467bd' || fail "the PNG is not the plot"
   ;;
 *)
   fail "unknown case"

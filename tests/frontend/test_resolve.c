@@ -96,8 +96,8 @@ static void test_base_missing(void) {
   FeT t;
   fe_t_write("cfg.json", "{\"base\": \"nowhere.json\"}");
   char want[4200];
-  snprintf(want, sizeof want, "%s/nowhere.json: cannot open: No such file or directory",
-           fe_t_dir());
+  snprintf(want, sizeof want, "%s/cfg.json: /base: nowhere.json: no such file (looked in %s;",
+           fe_t_dir(), fe_t_dir());
   fe_t_resolve(&t, P("cfg.json"), NULL, NULL, NULL);
   EXPECT_FAILS(&t, want);
   fe_t_done(&t);

@@ -1,5 +1,9 @@
 #!/bin/sh
-# trainer.sh AXLC SRCDIR CASE: end-to-end tests of compiled trainers.
+# trainer.sh AXLC SRCDIR CASE [SHARED]: end-to-end tests of compiled trainers.
+#   build        compiles the trainers the other cases share into SHARED (the CTest fixture
+#                trainer_build): tiny (tiny-lm, seq_len 32, batch 4) and tiny1 (the same with
+#                1 layer). A LLVM -O3 compile takes most of a case's time, so each is made once;
+#                without SHARED, a case compiles what it needs itself
 #   equiv_MODEL  3 steps of `axlc run --target interp`, of the trainer from `axlc compile`,
 #                and of `axlc run --target cpu` (the JIT), from the same init and data: the
 #                compiled losses and parameters within 1e-4 relative of the interpreter's, and
@@ -9,8 +13,10 @@
 #                previous one is used; bad options and files are clear errors
 #   reliability  SIGTERM saves and resumes; a second trainer on one directory, a checkpoint of
 #                another model, a file-size limit and a FIFO are refused clearly
+#   init_strict  --init: every missing and unused tensor listed, extras refused unless
+#                --init-allow-unused, PyTorch's (out, in) layout called out
 set -u
-AXLC=$1 SRC=$2 CASE=$3
+AXLC=$1 SRC=$2 CASE=$3 SHARED=${4:-}
 PY=${TORCH_PYTHON:-/usr/bin/python3}
 T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-trainer.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
@@ -24,6 +30,29 @@ if ! "$PY" -c 'import numpy' 2>/dev/null; then
   exit 77
 fi
 cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+TINY="--set /input/seq_len=32 --set /input/global_batch_size=4"
+
+# trainer NAME: TR= the shared trainer NAME (tiny, tiny1), compiled into $T without SHARED
+trainer() {
+  if [ -n "$SHARED" ]; then
+    TR=$SHARED/$1
+    [ -x "$TR" ] || { fail "$TR: missing (did the trainer_build fixture fail?)"; exit 1; }
+  else
+    build_one "$T" "$1"
+    TR=$T/$1
+  fi
+}
+
+# build_one DIR NAME: compiles the shared trainer NAME into DIR/NAME
+build_one() {
+  case $2 in
+  tiny) extra="" ;;
+  tiny1) extra="--set /model/decoder/num_layers=1" ;;
+  esac
+  # shellcheck disable=SC2086
+  "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$1/$2" $TINY $extra \
+    > "$T/build.log" 2>&1 || { fail "compile $2"; tail -20 "$T/build.log" >&2; exit 1; }
+}
 
 # equiv MODEL SETS...: the interpreter, the compiled trainer and the JIT agree
 equiv() {
@@ -36,7 +65,12 @@ equiv() {
     --dump "$T/interp.safetensors"
   cp "$T/log" "$T/interp.txt"
   # shellcheck disable=SC2086
-  must "$AXLC" compile "$model" --target cpu -o "$T/trainer" $sets
+  if [ -n "${EQUIV_TRAINER:-}" ]; then
+    cp "$EQUIV_TRAINER" "$T/trainer"
+  else
+    # shellcheck disable=SC2086
+    must "$AXLC" compile "$model" --target cpu -o "$T/trainer" $sets
+  fi
   must "$T/trainer" --data "$T/text.txt" --steps 3 --ckpt-dir "$T/ck1" --metrics "$T/m1.jsonl"
   # shellcheck disable=SC2086
   must "$AXLC" run "$model" --target cpu $sets --data "$T/text.txt" --steps 3 \
@@ -48,15 +82,32 @@ equiv() {
 }
 
 case $CASE in
-equiv_tiny_lm) equiv "$SRC/models/tiny-lm.json" ;;
-equiv_moe) equiv "$SRC/models/moe-test.json" ;;
+build)
+  [ -n "$SHARED" ] || { fail "build needs the SHARED directory"; exit 1; }
+  mkdir -p "$SHARED" && rm -f "$SHARED/tiny" "$SHARED/tiny1"
+  build_one "$SHARED" tiny
+  build_one "$SHARED" tiny1
+  ;;
+# The equivalence cases keep each model's structure (layers, widths, vocabulary) except where
+# noted, on a short sequence and a small batch: the interpreter's time grows with B*T, and
+# the code generated does not depend on them.
+equiv_tiny_lm)
+  # the shared tiny trainer is exactly this compile
+  trainer tiny
+  EQUIV_TRAINER=$TR
+  equiv "$SRC/models/tiny-lm.json" /input/seq_len=32 /input/global_batch_size=4
+  ;;
+equiv_moe) equiv "$SRC/models/moe-test.json" /input/seq_len=32 /input/global_batch_size=4 ;;
 equiv_gpt2)
-  # gpt2-124m in full, with a small batch so the interpreter takes minutes, not hours
-  equiv "$SRC/models/gpt2-124m.json" /input/global_batch_size=1 /input/seq_len=32
+  # gpt2-124m at its full width, heads and vocabulary (768, 12, 50257: its largest matrices),
+  # 2 of its 12 identical layers, one sequence of 8 tokens: the interpreter's time is in the
+  # (T, 768) x (768, 50257) products and AdamW over the 38.6M-entry embedding, so this takes
+  # about 2 minutes, not a quarter of an hour (12 layers, T=32)
+  equiv "$SRC/models/gpt2-124m.json" /input/global_batch_size=1 /input/seq_len=8 \
+    /model/decoder/num_layers=2
   ;;
 resume)
-  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/trainer" \
-    --set /input/seq_len=32 --set /input/global_batch_size=4
+  trainer tiny && cp "$TR" "$T/trainer"
   must "$T/trainer" --data "$T/text.txt" --steps 20 --ckpt-dir "$T/a" --ckpt-every 10 \
     --metrics "$T/a.jsonl"
   must "$T/trainer" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --ckpt-every 10 \
@@ -70,8 +121,7 @@ resume)
     fail "the step-20 checkpoints differ byte for byte"
   ;;
 damaged)
-  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/trainer" \
-    --set /input/seq_len=32 --set /input/global_batch_size=4
+  trainer tiny && cp "$TR" "$T/trainer"
   must "$T/trainer" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/c" --ckpt-every 5
   # flip one byte in the middle of the newest checkpoint's tensors
   f="$T/c/step_00000010/state.safetensors"
@@ -100,10 +150,8 @@ damaged)
   ;;
 reliability)
   # The run survives what users and machines do to it, with the real trainer binary.
-  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/trainer" \
-    --set /input/seq_len=32 --set /input/global_batch_size=4
-  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/trainer1" \
-    --set /input/seq_len=32 --set /input/global_batch_size=4 --set /model/decoder/num_layers=1
+  trainer tiny && cp "$TR" "$T/trainer"
+  trainer tiny1 && cp "$TR" "$T/trainer1"
   # SIGTERM mid-run: a checkpoint of the step it stopped at, status 143, and --resume goes on
   "$T/trainer" --data "$T/text.txt" --steps 1000000 --ckpt-dir "$T/sig" --metrics "$T/sig.jsonl" \
     > "$T/out" 2> "$T/err" &
@@ -155,13 +203,81 @@ reliability)
   rc=$?
   [ "$rc" -eq 1 ] && grep -q "not a regular file (a FIFO)" "$T/err" || fail "a FIFO as --data: exit $rc"
   ;;
+init_strict)
+  # --init lists every missing and every unused tensor, with the closest names, refuses extras
+  # unless --init-allow-unused, and calls out PyTorch's (out, in) layout
+  trainer tiny && cp "$TR" "$T/trainer"
+  must "$T/trainer" --data "$T/text.txt" --steps 0 --ckpt-dir "$T/c0"
+  st="$T/c0/step_00000000/state.safetensors"
+  mk() { # mk OUT PYTHON-EXPR-ON-t [METADATA]: t = the checkpoint's parameters (no opt/)
+    "$PY" - "$SRC/tests/torch" "$st" "$1" "$2" "${3:-}" <<'PYEOF' || fail "mk $1"
+import sys
+sys.path.insert(0, sys.argv[1])
+import stio
+t = {k: v for k, v in stio.read(sys.argv[2]).items() if not k.startswith("opt/")}
+exec(sys.argv[4])
+stio.write(sys.argv[3], t, {"format": sys.argv[5]} if sys.argv[5] else None)
+PYEOF
+  }
+  init() { # init FILE [OPTIONS]: the trainer's exit status in rc, stderr in $T/err
+    f=$1
+    shift
+    "$T/trainer" --data "$T/text.txt" --steps 1 --init "$f" "$@" > "$T/out" 2> "$T/err"
+    rc=$?
+  }
+  expect() { # expect RC TEXT...: the exit status, and each TEXT in stderr
+    want=$1
+    shift
+    [ "$rc" -eq "$want" ] || { fail "--init: exit $rc, expected $want"; cat "$T/err" >&2; }
+    for x in "$@"; do grep -qF -- "$x" "$T/err" || { fail "--init: stderr lacks: $x"; cat "$T/err" >&2; }; done
+  }
+  mk "$T/good.st" "pass"
+  init "$T/good.st"
+  expect 0
+  [ ! -s "$T/err" ] || { fail "--init of an exact file is not silent"; cat "$T/err" >&2; }
+  # the checkpoint itself: every opt/ tensor is unused (48 = 2 x 24 parameters)
+  init "$st"
+  expect 1 "trainer: --init: $st: 0 of 24 parameters missing, 0 in another shape, 48 tensors unused (--init-allow-unused accepts unused tensors)" \
+    "  unused: 'opt/m/model/emb/weight'" "  unused: 'opt/v/model/decoder/output_norm/bias'"
+  init "$st" --init-allow-unused
+  expect 0 "note: --init $st:" "  unused (allowed): 'opt/m/model/emb/weight'"
+  # renamed and deleted tensors: all listed, each with its closest counterpart
+  mk "$T/renamed.st" "t['model/embedding/weight'] = t.pop('model/emb/weight'); del t['model/pos_emb/weight']; t['model.decoder.layer_1.ffn_norm.scale'] = t.pop('model/decoder/layer_1/ffn_norm/scale')"
+  init "$T/renamed.st"
+  expect 1 "3 of 24 parameters missing, 0 in another shape, 2 tensors unused" \
+    "  missing: 'model/emb/weight' (closest unused tensor: 'model/embedding/weight')" \
+    "  missing: 'model/pos_emb/weight'" \
+    "  unused: 'model/embedding/weight' (did you mean 'model/emb/weight'?)" \
+    "  unused: 'model.decoder.layer_1.ffn_norm.scale' (did you mean 'model/decoder/layer_1/ffn_norm/scale'?)"
+  init "$T/renamed.st" --init-allow-unused
+  expect 1 "3 of 24 parameters missing"
+  # a (hidden, dim) matrix: PyTorch's layout of a (dim, hidden) projection
+  mk "$T/torch.st" "k = 'model/decoder/layer_0/feed_forward/linear1/weight'; t[k] = t[k].T.copy()"
+  init "$T/torch.st"
+  expect 1 "  tensor 'model/decoder/layer_0/feed_forward/linear1/weight': shape [256,64], expected [64,256]: PyTorch's nn.Linear (out, in) layout? axlc's projections are (in, out); transpose it" \
+    "square ones (dim x dim) need transposing too"
+  # right shapes, but a PyTorch export by its metadata: loaded, with the layout note
+  mk "$T/pt.st" "pass" pt
+  init "$T/pt.st"
+  expect 0 "note: --init $T/pt.st:" "the file's metadata says \"format\": \"pt\" (PyTorch)"
+  "$T/trainer" --data "$T/text.txt" --init-allow-unused > "$T/out" 2> "$T/err"
+  rc=$?
+  expect 1 "--init-allow-unused needs --init FILE"
+  ;;
 compile_cli)
   m="$SRC/models/tiny-lm.json"
-  must "$AXLC" compile "$m" --target cpu --emit llvm
+  # the output kinds, on tiny-lm narrowed to one small layer (a compile in seconds)
+  small="--set /model/decoder/num_layers=1 --set /model/dim=8
+    --set /model/decoder/layer/self_attention/num_heads=1 --set /input/seq_len=4
+    --set /input/global_batch_size=1"
+  # shellcheck disable=SC2086
+  must "$AXLC" compile "$m" --target cpu --emit llvm $small
   grep -q "define.*@axlc_step" "$T/log" || fail "--emit llvm lacks axlc_step"
-  must "$AXLC" compile "$m" --target cpu --emit asm
+  # shellcheck disable=SC2086
+  must "$AXLC" compile "$m" --target cpu --emit asm $small
   grep -q "^axlc_step:" "$T/log" || fail "--emit asm lacks axlc_step"
-  must "$AXLC" compile "$m" --target cpu --emit obj -o "$T/step.o"
+  # shellcheck disable=SC2086
+  must "$AXLC" compile "$m" --target cpu --emit obj -o "$T/step.o" $small
   [ "$(head -c 4 "$T/step.o" | od -An -c | tr -d ' ')" = "177ELF" ] || fail "--emit obj is not ELF"
   "$AXLC" compile "$m" --target gpu-h100-8 -o "$T/x" > "$T/out" 2> "$T/err"
   [ $? -eq 1 ] && grep -q "expected --target cpu" "$T/err" || fail "--target gpu-h100-8 accepted"
@@ -213,9 +329,8 @@ compile_cli)
   d="$d/$(printf '%0*d' $((1022 - ${#d} - 1)) 0)"
   [ ${#d} -eq 1022 ] || fail "the long directory has ${#d} bytes, not 1022"
   mkdir -p "$d"
-  must "$AXLC" compile "$m" --target cpu -o "$d/trainer" --set /model/decoder/num_layers=1 \
-    --set /model/dim=8 --set /model/decoder/layer/self_attention/num_heads=1 \
-    --set /input/seq_len=4 --set /input/global_batch_size=1
+  # shellcheck disable=SC2086
+  must "$AXLC" compile "$m" --target cpu -o "$d/trainer" $small
   "$d/trainer" --config > "$T/out" 2> "$T/err" || fail "the trainer at a long path does not run"
   [ ! -e "$d/trainer.step.o" ] || fail "the object file was left behind"
   ;;
