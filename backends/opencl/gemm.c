@@ -1,0 +1,120 @@
+/* gemm.c: matrix products as a tiled GEMM kernel.
+ *
+ * Applies to f32 dot_general whose batch dims lead in order on both sides and whose
+ * contracting dims are consecutive, right after the batch dims or at the end (the LLVM
+ * backend's BLAS rule, backends/llvm/blas.c): per batch element the lhs is an (M, K) or
+ * (K, M) matrix and the rhs a (K, N) or (N, K) one, read through strides, so transposed
+ * operands cost nothing extra. The result is (M, N) row-major per batch element.
+ *
+ * The kernel: work-groups of TS x TS work items, each computing one element of C; a group
+ * walks K in steps of TS, staging a TS x TS tile of A and of B in local memory. Dimension 0
+ * runs over n, so neighbouring work items read neighbouring elements of B and write
+ * neighbouring elements of C. Each product sums in f32 in K order (OpenBLAS sums in f32 too,
+ * in its own order). docs/bench.md compares it with OpenBLAS and CLBlast.
+ */
+#include <limits.h>
+
+#include "backends/opencl/opencl.h"
+
+enum { TS = 16 };
+
+typedef struct Layout {
+  int64_t batch, m, n, k;
+  int64_t sa, sam, sak;  /* lhs: batch stride, m stride, k stride (elements) */
+  int64_t sb, sbk, sbn;  /* rhs */
+} Layout;
+
+static int64_t prod(const IrShape *s, int32_t from, int32_t to) {
+  int64_t p = 1;
+  for (int32_t d = from; d < to; d++) p *= s->dims[d];
+  return p;
+}
+
+/* Batch dims [0, nb) in order; contracting dims c consecutive, first or last after them. */
+static bool side_ok(const IrShape *s, const IrDims *b, const IrDims *c, bool *contract_first) {
+  for (int32_t k = 0; k < b->n; k++)
+    if (b->v[k] != k) return false;
+  for (int32_t k = 1; k < c->n; k++)
+    if (c->v[k] != c->v[0] + k) return false;
+  *contract_first = false;
+  if (c->n == 0) return true;
+  bool last = c->v[c->n - 1] == s->rank - 1, first = c->v[0] == b->n;
+  *contract_first = !last;
+  return last || first;
+}
+
+static bool layout(const IrGraph *g, int32_t v, Layout *L) {
+  const IrValue *x = &g->values[v];
+  const IrShape *as = &g->values[x->ops[0]].shape, *bs = &g->values[x->ops[1]].shape;
+  bool akf, bkf;
+  if (x->dtype != DT_F32 || !side_ok(as, &x->attr.lb, &x->attr.lc, &akf) ||
+      !side_ok(bs, &x->attr.rb, &x->attr.rc, &bkf))
+    return false;
+  int32_t nb = x->attr.lb.n;
+  L->batch = prod(as, 0, nb);
+  L->k = 1;
+  for (int32_t k = 0; k < x->attr.lc.n; k++) L->k *= as->dims[x->attr.lc.v[k]];
+  if (L->k <= 0) return false;
+  L->m = prod(as, nb, as->rank) / L->k;
+  L->n = prod(bs, nb, bs->rank) / L->k;
+  L->sa = L->m * L->k;
+  L->sb = L->n * L->k;
+  /* lhs (M, K): m stride K, k stride 1; (K, M): m stride 1, k stride M */
+  L->sam = akf ? 1 : L->k;
+  L->sak = akf ? L->m : 1;
+  /* rhs (K, N): k stride N, n stride 1; (N, K): k stride 1, n stride K */
+  bool b_nk = !bkf && x->attr.rc.n > 0;
+  L->sbk = b_nk ? 1 : L->n;
+  L->sbn = b_nk ? L->k : 1;
+  return L->m < INT_MAX / 2 && L->n < INT_MAX / 2 && L->k < INT_MAX && L->batch < INT_MAX;
+}
+
+bool ocl_gemm_ok(const IrGraph *g, int32_t v) {
+  Layout L;
+  return g->values[v].op == IR_DOT && layout(g, v, &L);
+}
+
+void ocl_gemm_prelude(OclBuf *b) {
+  ocl_buf_printf(b,
+      "#define AX_TS %d\n"
+      "/* C (M, N) = A . B, A(m, k) at A[m*sam + k*sak], B(k, n) at B[k*sbk + n*sbn]; one element\n"
+      " * per work item, TS x TS tiles of A and B staged in local memory. */\n"
+      "void ax_gemm(__global const float *A, __global const float *B, __global float *C, int M, int N,\n"
+      "             int K, long sam, long sak, long sbk, long sbn, __local float *As, __local float *Bs) {\n"
+      "  int tn = get_local_id(0), tm = get_local_id(1);\n"
+      "  int n = get_group_id(0) * AX_TS + tn, m = get_group_id(1) * AX_TS + tm;\n"
+      "  float acc = 0.0f;\n"
+      "  for (int k0 = 0; k0 < K; k0 += AX_TS) {\n"
+      "    int ka = k0 + tn, kb = k0 + tm;\n"
+      "    As[tm * AX_TS + tn] = m < M && ka < K ? A[m * sam + ka * sak] : 0.0f;\n"
+      "    Bs[tm * AX_TS + tn] = kb < K && n < N ? B[kb * sbk + n * sbn] : 0.0f;\n"
+      "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+      "    for (int k = 0; k < AX_TS; k++) acc += As[tm * AX_TS + k] * Bs[k * AX_TS + tn];\n"
+      "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+      "  }\n"
+      "  if (m < M && n < N) C[(long)m * N + n] = acc;\n"
+      "}\n\n",
+      TS);
+}
+
+static int64_t round_up(int64_t x) { return (x + TS - 1) / TS * TS; }
+
+void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, const MemPlan *mp, int32_t v, const char *name,
+                     RtOclLaunch *R) {
+  Layout L;
+  layout(g, v, &L);
+  const IrValue *x = &g->values[v];
+  ocl_buf_printf(b,
+      "__kernel __attribute__((reqd_work_group_size(AX_TS, AX_TS, 1)))\n"
+      "void %s(__global uchar *slab) {\n"
+      "  __local float As[AX_TS * AX_TS], Bs[AX_TS * AX_TS];\n"
+      "  long bt = get_global_id(2);\n"
+      "  ax_gemm(AXF(%lldL) + bt * %lldL, AXF(%lldL) + bt * %lldL, AXF(%lldL) + bt * %lldL, %lld, %lld, %lld,\n"
+      "          %lldL, %lldL, %lldL, %lldL, As, Bs);\n"
+      "}\n\n",
+      name, (long long)mp->offset[x->ops[0]], (long long)L.sa, (long long)mp->offset[x->ops[1]],
+      (long long)L.sb, (long long)mp->offset[v], (long long)(L.m * L.n), (long long)L.m, (long long)L.n,
+      (long long)L.k, (long long)L.sam, (long long)L.sak, (long long)L.sbk, (long long)L.sbn);
+  *R = (RtOclLaunch){.kernel = R->kernel, .dims = 3,
+                     .global = {round_up(L.n), round_up(L.m), L.batch}, .local = {TS, TS, 1}};
+}
