@@ -350,12 +350,15 @@ void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n,
 
 /* One kernel launch of the step: the kernel named `kernel` in the program's source, over a
  * `dims`-dimensional range of global[] work items in work-groups of local[] (0: the
- * driver's choice). Every kernel takes one argument, the slab buffer (`__global uchar *`),
- * and finds its tensors at fixed offsets in it. */
+ * driver's choice). Every kernel takes the slab buffer (`__global uchar *`) and then nargs
+ * `long` byte offsets of its tensors in the slab, so that one kernel serves every launch that
+ * differs only in where its tensors live. */
 typedef struct RtOclLaunch {
     const char *kernel;
     int32_t dims;                     /* 1..3 */
     int64_t global[3], local[3];
+    int32_t nargs;
+    const int64_t *args;              /* (nargs) */
 } RtOclLaunch;
 
 /* ===== train.c: the compiled step and the training loop ================================= */

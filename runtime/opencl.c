@@ -57,6 +57,8 @@ typedef struct Session {
     cl_kernel *kernels;  /* (p->nlaunches) */
     SlabBuf slabs[MAX_SLABS];
     int failed;          /* an OpenCL call in a step failed (reported once) */
+    double *prof_ns;     /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
+    int64_t prof_steps;
     const char *name;    /* program name for messages */
 } Session;
 
@@ -338,10 +340,17 @@ static int make_kernels(Session *S, RtError *err) {
     if (!S->kernels) return rt_error_set(err, "out of memory");
     for (int32_t i = 0; i < S->p->nlaunches; i++) {
         cl_int e;
-        S->kernels[i] = clCreateKernel(S->prog, S->p->launches[i].kernel, &e);
+        const RtOclLaunch *L = &S->p->launches[i];
+        S->kernels[i] = clCreateKernel(S->prog, L->kernel, &e);
         if (e != CL_SUCCESS)
-            return rt_error_set(err, "clCreateKernel(%s): %d (%s)", S->p->launches[i].kernel, (int)e,
-                                cl_err_name(e));
+            return rt_error_set(err, "clCreateKernel(%s): %d (%s)", L->kernel, (int)e, cl_err_name(e));
+        for (int32_t a = 0; a < L->nargs; a++) {
+            cl_long off = (cl_long)L->args[a];
+            e = clSetKernelArg(S->kernels[i], (cl_uint)a + 1, sizeof off, &off);
+            if (e != CL_SUCCESS)
+                return rt_error_set(err, "clSetKernelArg(%s, %d): %d (%s)", L->kernel, a + 1, (int)e,
+                                    cl_err_name(e));
+        }
     }
     return 0;
 }
@@ -351,12 +360,33 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
     S->ctx = clCreateContext(props, 1, &d->device, NULL, NULL, &e);
     if (e != CL_SUCCESS) return rt_error_set(err, "%s: clCreateContext: %d (%s)", d->name, (int)e, cl_err_name(e));
-    S->q = clCreateCommandQueue(S->ctx, d->device, 0, &e);
+    const char *prof = getenv("AXLC_OPENCL_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") != 0) S->prof_ns = calloc((size_t)S->p->nlaunches + 1, sizeof *S->prof_ns);
+    S->q = clCreateCommandQueue(S->ctx, d->device, S->prof_ns ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
     if (e != CL_SUCCESS) return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
     return build_program(S, d, err) != 0 ? -1 : make_kernels(S, err);
 }
 
+/* AXLC_OPENCL_PROFILE: the launches that took the most device time, on stderr. */
+static void profile_report(Session *S) {
+    if (!S->prof_ns || S->prof_steps == 0) return;
+    double total = 0;
+    for (int32_t i = 0; i < S->p->nlaunches; i++) total += S->prof_ns[i];
+    fprintf(stderr, "%s: OpenCL profile: %d launches, %.3f ms of device time per step; the most:\n", S->name,
+            S->p->nlaunches, total / 1e6 / (double)S->prof_steps);
+    for (int k = 0; k < 12; k++) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < S->p->nlaunches; i++)
+            if (S->prof_ns[i] >= 0 && (best < 0 || S->prof_ns[i] > S->prof_ns[best])) best = i;
+        if (best < 0) break;
+        fprintf(stderr, "  %8.3f ms  %s\n", S->prof_ns[best] / 1e6 / (double)S->prof_steps, S->p->launches[best].kernel);
+        S->prof_ns[best] = -1;
+    }
+}
+
 static void session_close(Session *S) {
+    profile_report(S);
+    free(S->prof_ns);
     /* The slabs are freed by now: buffers are released without unmapping, which would
      * write to the freed host memory on a driver that copies. */
     for (int i = 0; i < MAX_SLABS; i++)
@@ -410,8 +440,17 @@ static int launch(Session *S, cl_mem mem, int32_t i) {
     }
     cl_int e = clSetKernelArg(S->kernels[i], 0, sizeof mem, &mem);
     if (e != CL_SUCCESS) return step_fail(S, "clSetKernelArg", e);
+    cl_event ev = NULL;
     e = clEnqueueNDRangeKernel(S->q, S->kernels[i], (cl_uint)L->dims, NULL, g, has_local ? l : NULL, 0,
-                               NULL, NULL);
+                               NULL, S->prof_ns ? &ev : NULL);
+    if (ev) {
+        cl_ulong t0 = 0, t1 = 0;
+        clWaitForEvents(1, &ev);
+        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+        S->prof_ns[i] += (double)(t1 - t0);
+        clReleaseEvent(ev);
+    }
     if (e != CL_SUCCESS) {
         char what[300];
         snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", L->kernel);
@@ -431,6 +470,7 @@ static int run_launches(Session *S, char *slab) {
     }
     for (int32_t i = 0; i < S->p->nlaunches; i++)
         if (launch(S, b->mem, i) != 0) return -1;
+    S->prof_steps++;
     void *m = clEnqueueMapBuffer(S->q, b->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
                                  (size_t)S->p->base.slab_bytes, 0, NULL, NULL, &e);
     if (e != CL_SUCCESS) return step_fail(S, "clEnqueueMapBuffer", e);

@@ -47,6 +47,10 @@ static OclOptions options(const BackendOptions *bo) {
   if (bo && bo->no_fuse) o.fuse = false;
   const char *b = getenv("AXLC_OPENCL_BREAK_KERNEL");
   if (b && *b) o.break_kernel = atoi(b) > 0 ? atoi(b) : 1;
+  const char *gemm = getenv("AXLC_OPENCL_GEMM"); /* for measuring: tiled, blocked or loop */
+  if (gemm && !strcmp(gemm, "tiled")) o.gemm = OCL_GEMM_TILED;
+  if (gemm && !strcmp(gemm, "blocked")) o.gemm = OCL_GEMM_BLOCKED;
+  if (gemm && !strcmp(gemm, "loop")) o.gemm = OCL_GEMM_LOOP;
   return o;
 }
 

@@ -17,8 +17,12 @@
 /* The kernel holding source line `line`, or NULL (the shared prelude). */
 static const char *kernel_at(const OclKernels *k, unsigned line) {
   const char *name = NULL;
+  int32_t best = 0;
   for (int32_t i = 0; i < k->nlaunches; i++)
-    if ((unsigned)k->kernel_line[i] <= line) name = k->launches[i].kernel;
+    if ((unsigned)k->kernel_line[i] <= line && k->kernel_line[i] > best) {
+      best = k->kernel_line[i];
+      name = k->launches[i].kernel;
+    }
   return name;
 }
 

@@ -40,7 +40,9 @@ typedef struct Ctx {
   const MemPlan *mp;
   const bool *mat;
   OclOptions o;
-  OclBuf *b;
+  OclBuf *b;               /* the body of the kernel being printed */
+  int64_t *args;           /* (nargs) its offset arguments a0, a1, ...: byte offsets in the slab */
+  int32_t nargs, cargs;
   OclBuf consts;           /* __constant arrays of data constants, printed before the kernels */
   bool *const_done;        /* (nvalues) */
   int tmp;
@@ -138,9 +140,27 @@ static Pos pos_of_lin(const char *lin) {
 
 static void elem_get(Ctx *C, int32_t v, Pos *p, char *out);
 
-static void buf_ref(const Ctx *C, int32_t v, char *out, size_t cap) {
-  snprintf(out, cap, "%s(%lldL)", val(C, v)->dtype == DT_I32 ? "AXI" : "AXF",
-           (long long)C->mp->offset[v]);
+/* v's buffer in the current kernel: an offset argument, so that kernels that differ only in
+ * where their tensors live are one kernel in the source (see kernel_end). */
+static void buf_ref(Ctx *C, int32_t v, char *out, size_t cap) {
+  int64_t off = C->mp->offset[v];
+  int32_t a = 0;
+  while (a < C->nargs && C->args[a] != off) a++;
+  if (a == C->nargs) {
+    if (C->nargs == C->cargs) {
+      int32_t n = C->cargs ? 2 * C->cargs : 16;
+      int64_t *args = realloc(C->args, (size_t)n * sizeof *args);
+      if (!args) {
+        fail(C, "out of memory");
+        snprintf(out, cap, "0");
+        return;
+      }
+      C->args = args;
+      C->cargs = n;
+    }
+    C->args[C->nargs++] = off;
+  }
+  snprintf(out, cap, "%s(a%d)", val(C, v)->dtype == DT_I32 ? "AXI" : "AXF", a);
 }
 
 /* A __constant array for data constant v, printed once. */
@@ -512,71 +532,132 @@ static void elem_get(Ctx *C, int32_t v, Pos *p, char *out) {
 
 /* ---- kernels ---- */
 
+/* The kernels printed so far, without duplicates, and the launch list. */
 typedef struct Launches {
-  RtOclLaunch *v;
-  int32_t *line;
+  OclBuf text;             /* every distinct kernel, named */
+  char **bodies;           /* (nuniq) each distinct kernel's text without its name */
+  char **names;            /* (nuniq) */
+  uint64_t *hashes;        /* (nuniq) */
+  int32_t nuniq, cuniq;
+  RtOclLaunch *v;          /* (n) */
+  int32_t *line;           /* (n) first line of each launch's kernel in `text` */
+  int32_t *uline;          /* (nuniq) */
   int32_t n, cap;
-  int32_t lines;           /* newlines counted in the source so far */
-  size_t counted;          /* bytes of the source counted */
+  int32_t lines;           /* newlines in text */
 } Launches;
 
-static int32_t source_line(Ctx *C, Launches *L) {
-  for (; L->counted < C->b->n; L->counted++)
-    if (C->b->s[L->counted] == '\n') L->lines++;
-  return L->lines + 1;
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
 }
 
-static RtOclLaunch *launch_new(Ctx *C, Launches *L, const char *name) {
-  if (L->n == L->cap) {
-    int32_t cap = L->cap ? L->cap * 2 : 64;
-    RtOclLaunch *v = realloc(L->v, (size_t)cap * sizeof *v);
-    int32_t *ln = realloc(L->line, (size_t)cap * sizeof *ln);
-    if (v) L->v = v;
-    if (ln) L->line = ln;
-    if (!v || !ln) return fail(C, "out of memory"), NULL;
-    L->cap = cap;
+static void kernel_begin(Ctx *C, OclBuf *body) {
+  body->n = 0;
+  if (body->s) body->s[0] = 0;
+  C->b = body;
+  C->nargs = 0;
+  C->tmp = 0; /* names restart, so equal kernels print equal text */
+}
+
+static bool grow(Ctx *C, void **p, size_t elem, int32_t *cap, int32_t need) {
+  if (need <= *cap) return true;
+  int32_t n = *cap ? *cap * 2 : 64;
+  void *q = realloc(*p, (size_t)n * elem);
+  if (!q) return fail(C, "out of memory"), false;
+  *p = q;
+  *cap = n;
+  return true;
+}
+
+/* The kernel named like its text's first instance, or a new one named `name`; returns its
+ * index among the distinct kernels, or -1. */
+static int32_t kernel_unique(Ctx *C, Launches *L, const char *text, const char *name) {
+  uint64_t h = hash_str(text);
+  for (int32_t i = 0; i < L->nuniq; i++)
+    if (L->hashes[i] == h && !strcmp(L->bodies[i], text)) return i;
+  int32_t c = L->cuniq;
+  if (!grow(C, (void **)&L->bodies, sizeof *L->bodies, &c, L->nuniq + 1)) return -1;
+  c = L->cuniq;
+  if (!grow(C, (void **)&L->names, sizeof *L->names, &c, L->nuniq + 1)) return -1;
+  c = L->cuniq;
+  if (!grow(C, (void **)&L->hashes, sizeof *L->hashes, &c, L->nuniq + 1)) return -1;
+  if (!grow(C, (void **)&L->uline, sizeof *L->uline, &L->cuniq, L->nuniq + 1)) return -1;
+  int32_t u = L->nuniq++;
+  L->bodies[u] = strdup(text);
+  L->names[u] = strdup(name);
+  L->hashes[u] = h;
+  L->uline[u] = L->lines + 1;
+  if (!L->bodies[u] || !L->names[u]) return fail(C, "out of memory"), -1;
+  const char *at = strstr(text, "@NAME@");
+  ocl_buf_printf(&L->text, "%.*s%s%s", (int)(at - text), text, name, at + 6);
+  for (const char *p = text; *p; p++) L->lines += *p == '\n';
+  return u;
+}
+
+/* Ends the kernel whose body is in C->b: prints its header (attrs, the slab, the offset
+ * arguments), keeps it unless an identical kernel exists, and adds its launch. */
+static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs, RtOclLaunch shape) {
+  OclBuf t = {0};
+  ocl_buf_printf(&t, "__kernel %svoid @NAME@(__global uchar *slab", attrs);
+  for (int32_t a = 0; a < C->nargs; a++) ocl_buf_printf(&t, ", long a%d", a);
+  ocl_buf_printf(&t, ") {\n%s}\n\n", C->b->s ? C->b->s : "");
+  if (t.oom) fail(C, "out of memory");
+  int32_t u = C->failed ? -1 : kernel_unique(C, L, t.s, name);
+  ocl_buf_free(&t);
+  int32_t cap = L->cap;
+  if (u < 0 || !grow(C, (void **)&L->v, sizeof *L->v, &cap, L->n + 1) ||
+      !grow(C, (void **)&L->line, sizeof *L->line, &L->cap, L->n + 1))
+    return;
+  int64_t *args = malloc(((size_t)C->nargs + 1) * sizeof *args);
+  if (!args) {
+    fail(C, "out of memory");
+    return;
   }
-  L->line[L->n] = source_line(C, L);
-  RtOclLaunch *r = &L->v[L->n++];
-  *r = (RtOclLaunch){.kernel = strdup(name), .dims = 1};
-  if (!r->kernel) fail(C, "out of memory");
-  return r;
+  memcpy(args, C->args, (size_t)C->nargs * sizeof *args);
+  shape.kernel = L->names[u];
+  shape.nargs = C->nargs;
+  shape.args = args;
+  L->line[L->n] = L->uline[u];
+  L->v[L->n++] = shape;
 }
 
-static void kernel_open(Ctx *C, Launches *L, const char *name, int64_t n) {
-  RtOclLaunch *r = launch_new(C, L, name);
-  if (r) r->global[0] = n;
-  ocl_buf_printf(C->b, "__kernel void %s(__global uchar *slab) {\n", name);
+/* The prologue of a kernel over n work items: gid, and the test hook. */
+static void kernel_items(Ctx *C, const Launches *L, int64_t n) {
   line(C, "long gid = get_global_id(0);");
   line(C, "if (gid >= %lldL) return;", (long long)n);
-  if (C->o.break_kernel == L->n) line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
+  if (C->o.break_kernel == L->n + 1) line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
 }
+
+static RtOclLaunch items(int64_t n) { return (RtOclLaunch){.dims = 1, .global = {n, 1, 1}}; }
 
 static void kernel_name(const Ctx *C, int32_t v, const char *what, char *out) {
   snprintf(out, 64, "k%d_%s", v, what ? what : ir_op_name(val(C, v)->op));
 }
 
-static void map_kernel(Ctx *C, Launches *L, int32_t v) {
+static void map_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
   char name[64], e[NAME], ref[NAME];
   kernel_name(C, v, NULL, name);
-  kernel_open(C, L, name, ir_shape_numel(&x->shape));
+  kernel_begin(C, body);
+  kernel_items(C, L, ir_shape_numel(&x->shape));
   Pos p = pos_of_lin("gid");
   elem_compute(C, v, &p, e);
   buf_ref(C, v, ref, sizeof ref);
   line(C, "%s[gid] = %s;", ref, e);
-  ocl_buf_printf(C->b, "}\n\n");
+  kernel_end(C, L, name, "", items(ir_shape_numel(&x->shape)));
 }
 
 /* One row per work item: k passes of the interpreter's selection (NaN largest, ties to the
  * lower index). */
-static void top_k_kernel(Ctx *C, Launches *L, int32_t v) {
+static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v), *in = val(C, x->ops[0]);
   int64_t len = in->shape.dims[in->shape.rank - 1], k = x->attr.k;
   int64_t rows = ir_shape_numel(&in->shape) / (len ? len : 1);
   char name[64], xr[NAME], outr[NAME];
   kernel_name(C, v, "top_k", name);
-  kernel_open(C, L, name, rows);
+  kernel_begin(C, body);
+  kernel_items(C, L, rows);
   buf_ref(C, x->ops[0], xr, sizeof xr);
   buf_ref(C, v, outr, sizeof outr);
   line(C, "__global const %s *x = %s + gid * %lldL;", ctype(in->dtype), xr, (long long)len);
@@ -592,18 +673,19 @@ static void top_k_kernel(Ctx *C, Launches *L, int32_t v) {
   line(C, "  }");
   line(C, "  o[j] = (int)best;");
   line(C, "}");
-  ocl_buf_printf(C->b, "}\n\n");
+  kernel_end(C, L, name, "", items(rows));
 }
 
 /* One column j of the (rows, row) result per work item: zeroed, then the updates added in
  * index order (an index outside 0..rows-1 is skipped). */
-static void scatter_kernel(Ctx *C, Launches *L, int32_t v) {
+static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
   int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
   int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
   char name[64], ir[NAME], ur[NAME], outr[NAME];
   kernel_name(C, v, "scatter_add", name);
-  kernel_open(C, L, name, row);
+  kernel_begin(C, body);
+  kernel_items(C, L, row);
   buf_ref(C, x->ops[0], ir, sizeof ir);
   buf_ref(C, x->ops[1], ur, sizeof ur);
   buf_ref(C, v, outr, sizeof outr);
@@ -618,20 +700,27 @@ static void scatter_kernel(Ctx *C, Launches *L, int32_t v) {
          (long long)row, (long long)row, ur, (long long)row);
   else line(C, "  o[r * %lldL + gid] += %s[i * %lldL + gid];", (long long)row, ur, (long long)row);
   line(C, "}");
-  ocl_buf_printf(C->b, "}\n\n");
+  kernel_end(C, L, name, "", items(row));
 }
 
-static void gemm_kernel(Ctx *C, Launches *L, int32_t v) {
-  char name[64];
+static void gemm_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  char name[64], refs[3][NAME];
   kernel_name(C, v, "gemm", name);
-  RtOclLaunch *r = launch_new(C, L, name);
-  if (!r) return;
-  ocl_gemm_kernel(C->b, C->g, C->mp, v, name, r);
-  if (C->o.break_kernel == L->n) fail(C, "internal: AXLC_OPENCL_BREAK_KERNEL names a GEMM kernel");
+  kernel_begin(C, body);
+  const IrValue *x = val(C, v);
+  buf_ref(C, x->ops[0], refs[0], NAME);
+  buf_ref(C, x->ops[1], refs[1], NAME);
+  buf_ref(C, v, refs[2], NAME);
+  if (C->o.break_kernel == L->n + 1) line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
+  RtOclLaunch shape = {0};
+  const char *attrs = "";
+  ocl_gemm_kernel(C->b, C->g, v, (const char *[]){refs[0], refs[1], refs[2]},
+                  C->o.gemm == OCL_GEMM_TILED, &shape, &attrs);
+  kernel_end(C, L, name, attrs, shape);
 }
 
 /* "new:X" outputs the plan did not place over parameter X: copied onto X at the end. */
-static void copy_back(Ctx *C, Launches *L) {
+static void copy_back(Ctx *C, Launches *L, OclBuf *body) {
   for (int32_t i = 0; i < C->g->noutputs; i++) {
     const IrOutput *o = &C->g->outputs[i];
     if (strncmp(o->name, "new:", 4) != 0) continue;
@@ -645,29 +734,47 @@ static void copy_back(Ctx *C, Launches *L) {
     }
     char name[64], dst[NAME], src[NAME];
     kernel_name(C, x, "copy_back", name);
-    kernel_open(C, L, name, n);
+    kernel_begin(C, body);
+    kernel_items(C, L, n);
     buf_ref(C, x, dst, sizeof dst);
     buf_ref(C, o->value, src, sizeof src);
     line(C, "%s[gid] = %s[gid];", dst, src);
-    ocl_buf_printf(C->b, "}\n\n");
+    kernel_end(C, L, name, "", items(n));
   }
 }
 
-static void value_kernel(Ctx *C, Launches *L, int32_t v) {
+static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
   if (!C->mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT || ir_shape_numel(&x->shape) == 0) return;
   switch (x->op) {
   case IR_RESHAPE:
-    if (C->mp->offset[v] != C->mp->offset[x->ops[0]]) map_kernel(C, L, v);
+    if (C->mp->offset[v] != C->mp->offset[x->ops[0]]) map_kernel(C, L, body, v);
     return; /* else an alias: nothing to do */
   case IR_DOT:
-    if (C->o.gemm && ocl_gemm_ok(C->g, v)) gemm_kernel(C, L, v);
-    else map_kernel(C, L, v);
+    if (C->o.gemm != OCL_GEMM_LOOP && ocl_gemm_ok(C->g, v)) gemm_kernel(C, L, body, v);
+    else map_kernel(C, L, body, v);
     return;
-  case IR_TOP_K_INDICES: top_k_kernel(C, L, v); return;
-  case IR_SCATTER_ADD: scatter_kernel(C, L, v); return;
-  default: map_kernel(C, L, v); return;
+  case IR_TOP_K_INDICES: top_k_kernel(C, L, body, v); return;
+  case IR_SCATTER_ADD: scatter_kernel(C, L, body, v); return;
+  default: map_kernel(C, L, body, v); return;
   }
+}
+
+static void launches_free(Launches *L, bool keep_launches) {
+  for (int32_t i = 0; i < L->nuniq; i++) {
+    free(L->bodies[i]);
+    if (!keep_launches) free(L->names[i]);
+  }
+  free(L->bodies);
+  free(L->hashes);
+  free(L->uline);
+  if (!keep_launches) {
+    for (int32_t i = 0; i < L->n; i++) free((void *)L->v[i].args);
+    free(L->v);
+    free(L->line);
+    free(L->names);
+  }
+  ocl_buf_free(&L->text);
 }
 
 /* ---- checks and the whole program ---- */
@@ -713,43 +820,43 @@ static void prelude(OclBuf *b) {
 }
 
 OclOptions ocl_options_default(void) {
-  return (OclOptions){.fuse = true, .gemm = true, .break_kernel = 0};
+  return (OclOptions){.fuse = true, .gemm = OCL_GEMM_BLOCKED, .break_kernel = 0};
 }
 
 int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOptions *o,
              OclKernels *out, char *err, size_t cap) {
   memset(out, 0, sizeof *out);
   if (err && cap) err[0] = 0;
-  OclBuf kernels = {0};
-  Ctx C = {.g = g, .mp = mp, .mat = mat, .o = o ? *o : ocl_options_default(), .b = &kernels,
+  OclBuf body = {0};
+  Ctx C = {.g = g, .mp = mp, .mat = mat, .o = o ? *o : ocl_options_default(), .b = &body,
            .err = err, .cap = cap};
   C.const_done = calloc((size_t)g->nvalues + 1, sizeof *C.const_done);
   Launches L = {0};
   if (!C.const_done) fail(&C, "out of memory");
   else if (check_graph(&C) == 0) {
-    for (int32_t v = 0; v < g->nvalues && !C.failed; v++) value_kernel(&C, &L, v);
-    if (!C.failed) copy_back(&C, &L);
+    for (int32_t v = 0; v < g->nvalues && !C.failed; v++) value_kernel(&C, &L, &body, v);
+    if (!C.failed) copy_back(&C, &L, &body);
   }
   OclBuf all = {0};
   prelude(&all);
   ocl_gemm_prelude(&all);
-  int32_t head = 1;
+  if (C.consts.n) ocl_buf_printf(&all, "%s\n", C.consts.s);
+  int32_t head = 0;
   for (size_t i = 0; i < all.n; i++) head += all.s[i] == '\n';
-  if (C.consts.n) {
-    ocl_buf_printf(&all, "%s\n", C.consts.s);
-    for (size_t i = 0; i < C.consts.n; i++) head += C.consts.s[i] == '\n';
-    head++;
-  }
-  ocl_buf_printf(&all, "%s", kernels.s ? kernels.s : "");
-  if (kernels.oom || all.oom || C.consts.oom) fail(&C, "out of memory");
-  for (int32_t i = 0; i < L.n; i++) L.line[i] += head - 1;
+  ocl_buf_printf(&all, "%s", L.text.s ? L.text.s : "");
+  if (body.oom || all.oom || C.consts.oom || L.text.oom) fail(&C, "out of memory");
+  for (int32_t i = 0; i < L.n; i++) L.line[i] += head;
   out->source = all.s;
   out->nlaunches = L.n;
   out->launches = L.v;
   out->kernel_line = L.line;
-  ocl_buf_free(&kernels);
+  out->names = L.names;
+  out->nkernels = L.nuniq;
+  launches_free(&L, true);
+  ocl_buf_free(&body);
   ocl_buf_free(&C.consts);
   free(C.const_done);
+  free(C.args);
   if (C.failed) {
     ocl_kernels_free(out);
     return -1;
@@ -758,7 +865,9 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
 }
 
 void ocl_kernels_free(OclKernels *k) {
-  for (int32_t i = 0; i < k->nlaunches; i++) free((char *)k->launches[i].kernel);
+  for (int32_t i = 0; i < k->nlaunches; i++) free((void *)k->launches[i].args);
+  for (int32_t i = 0; i < k->nkernels; i++) free(k->names[i]);
+  free(k->names);
   free(k->launches);
   free(k->kernel_line);
   free(k->source);

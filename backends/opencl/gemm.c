@@ -99,22 +99,51 @@ void ocl_gemm_prelude(OclBuf *b) {
 
 static int64_t round_up(int64_t x) { return (x + TS - 1) / TS * TS; }
 
-void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, const MemPlan *mp, int32_t v, const char *name,
-                     RtOclLaunch *R) {
-  Layout L;
-  layout(g, v, &L);
-  const IrValue *x = &g->values[v];
+/* The tiled kernel: TS x TS work-groups staging tiles in local memory (GPUs). */
+static void tiled_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtOclLaunch *R,
+                         const char **attrs) {
   ocl_buf_printf(b,
-      "__kernel __attribute__((reqd_work_group_size(AX_TS, AX_TS, 1)))\n"
-      "void %s(__global uchar *slab) {\n"
       "  __local float As[AX_TS * AX_TS], Bs[AX_TS * AX_TS];\n"
       "  long bt = get_global_id(2);\n"
-      "  ax_gemm(AXF(%lldL) + bt * %lldL, AXF(%lldL) + bt * %lldL, AXF(%lldL) + bt * %lldL, %lld, %lld, %lld,\n"
-      "          %lldL, %lldL, %lldL, %lldL, As, Bs);\n"
-      "}\n\n",
-      name, (long long)mp->offset[x->ops[0]], (long long)L.sa, (long long)mp->offset[x->ops[1]],
-      (long long)L.sb, (long long)mp->offset[v], (long long)(L.m * L.n), (long long)L.m, (long long)L.n,
-      (long long)L.k, (long long)L.sam, (long long)L.sak, (long long)L.sbk, (long long)L.sbn);
-  *R = (RtOclLaunch){.kernel = R->kernel, .dims = 3,
-                     .global = {round_up(L.n), round_up(L.m), L.batch}, .local = {TS, TS, 1}};
+      "  ax_gemm(%s + bt * %lldL, %s + bt * %lldL, %s + bt * %lldL, %lld, %lld, %lld,\n"
+      "          %lldL, %lldL, %lldL, %lldL, As, Bs);\n",
+      r[0], (long long)L->sa, r[1], (long long)L->sb, r[2], (long long)(L->m * L->n), (long long)L->m,
+      (long long)L->n, (long long)L->k, (long long)L->sam, (long long)L->sak, (long long)L->sbk,
+      (long long)L->sbn);
+  *R = (RtOclLaunch){.dims = 3, .global = {round_up(L->n), round_up(L->m), L->batch},
+                     .local = {TS, TS, 1}};
+  *attrs = "__attribute__((reqd_work_group_size(AX_TS, AX_TS, 1))) ";
+}
+
+/* The register-blocked kernel: work item (n, row block) computes RB rows of column n, the
+ * sizes folded in; neighbouring work items read neighbouring elements of B, which a CPU
+ * device's work-group vectorizer (PoCL's) turns into vector loads. */
+enum { RB = 4 };
+static void blocked_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtOclLaunch *R) {
+  ocl_buf_printf(b,
+      "  long n = get_global_id(0), m0 = get_global_id(1) * %d, bt = get_global_id(2);\n"
+      "  if (n >= %lldL) return;\n"
+      "  __global const float *A = %s + bt * %lldL + m0 * %lldL;\n"
+      "  __global const float *B = %s + bt * %lldL + n * %lldL;\n"
+      "  __global float *C = %s + bt * %lldL + m0 * %lldL + n;\n"
+      "  float acc[%d] = {0};\n"
+      "  int rows = (int)min(%lldL - m0, (long)%d);\n"
+      "  for (long k = 0; k < %lldL; k++) {\n"
+      "    float bk = B[k * %lldL];\n"
+      "    for (int r = 0; r < %d; r++) acc[r] += A[(r < rows ? r : 0) * %lldL + k * %lldL] * bk;\n"
+      "  }\n"
+      "  for (int r = 0; r < rows; r++) C[r * %lldL] = acc[r];\n",
+      RB, (long long)L->n, r[0], (long long)L->sa, (long long)L->sam, r[1], (long long)L->sb,
+      (long long)L->sbn, r[2], (long long)(L->m * L->n), (long long)L->n, RB, (long long)L->m, RB,
+      (long long)L->k, (long long)L->sbk, RB, (long long)L->sam, (long long)L->sak, (long long)L->n);
+  *R = (RtOclLaunch){.dims = 3, .global = {L->n, (L->m + RB - 1) / RB, L->batch}};
+}
+
+void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, int32_t v, const char *const refs[3], bool tiled,
+                     RtOclLaunch *R, const char **attrs) {
+  Layout L;
+  layout(g, v, &L);
+  *attrs = "";
+  if (tiled) tiled_kernel(b, refs, &L, R, attrs);
+  else blocked_kernel(b, refs, &L, R);
 }

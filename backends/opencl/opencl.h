@@ -50,13 +50,21 @@ int ocl_fusion_plan(const IrGraph *g, bool *materialized);
 typedef struct OclKernels {
   char *source;            /* OpenCL C 1.2, every kernel */
   int32_t nlaunches;
-  RtOclLaunch *launches;   /* (nlaunches), kernel names owned here */
+  RtOclLaunch *launches;   /* (nlaunches); names and args owned here */
   int32_t *kernel_line;    /* (nlaunches) first source line of each launch's kernel */
+  int32_t nkernels;        /* distinct kernels: launches that differ only in offsets share one */
+  char **names;            /* (nkernels) */
 } OclKernels;
+
+typedef enum OclGemm {
+  OCL_GEMM_LOOP,           /* no GEMM kernel: the loop nest of any dot_general */
+  OCL_GEMM_BLOCKED,        /* register-blocked, no local memory (gemm.c) */
+  OCL_GEMM_TILED,          /* local-memory tiles (gemm.c) */
+} OclGemm;
 
 typedef struct OclOptions {
   bool fuse;               /* inline what the plan allows */
-  bool gemm;               /* tiled GEMM kernels for matrix products where the layout allows */
+  OclGemm gemm;            /* the kernel of matrix products whose layout allows a GEMM */
   int break_kernel;        /* test hook: > 0 breaks the source of that kernel (1-based) */
 } OclOptions;
 
@@ -72,9 +80,11 @@ void ocl_kernels_free(OclKernels *k);
 bool ocl_gemm_ok(const IrGraph *g, int32_t v);
 /* The shared GEMM routine, printed once before the kernels. */
 void ocl_gemm_prelude(OclBuf *b);
-/* Prints v's GEMM kernel named `name` and fills its launch. */
-void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, const MemPlan *mp, int32_t v, const char *name,
-                     RtOclLaunch *L);
+/* Prints the body of v's GEMM kernel (tiled: local-memory tiles; else register-blocked), whose
+ * operands and result are refs[0..2] (pointer expressions), and sets its launch's range and
+ * the kernel's attributes. */
+void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, int32_t v, const char *const refs[3], bool tiled,
+                     RtOclLaunch *L, const char **attrs);
 
 /* ======================================================================== check.c */
 
