@@ -115,28 +115,58 @@ static void tiled_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtO
   *attrs = "__attribute__((reqd_work_group_size(AX_TS, AX_TS, 1))) ";
 }
 
-/* The register-blocked kernel: work item (n, row block) computes RB rows of column n, the
- * sizes folded in; neighbouring work items read neighbouring elements of B, which a CPU
- * device's work-group vectorizer (PoCL's) turns into vector loads. */
+/* The register-blocked kernel: work item (i, j) computes the RB x RB block of C at rows
+ * RB*j.., columns RB*i.., in float4 registers, the sizes folded in: per k, one float4 of B
+ * (vload4 where B's rows are contiguous and N a multiple of RB) and RB scalars of A. Rows and
+ * columns past the edges are clamped on load and skipped on store. */
 enum { RB = 4 };
 static void blocked_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtOclLaunch *R) {
+  bool vec = L->sbn == 1 && L->n % RB == 0;
   ocl_buf_printf(b,
-      "  long n = get_global_id(0), m0 = get_global_id(1) * %d, bt = get_global_id(2);\n"
-      "  if (n >= %lldL) return;\n"
-      "  __global const float *A = %s + bt * %lldL + m0 * %lldL;\n"
-      "  __global const float *B = %s + bt * %lldL + n * %lldL;\n"
-      "  __global float *C = %s + bt * %lldL + m0 * %lldL + n;\n"
-      "  float acc[%d] = {0};\n"
-      "  int rows = (int)min(%lldL - m0, (long)%d);\n"
-      "  for (long k = 0; k < %lldL; k++) {\n"
-      "    float bk = B[k * %lldL];\n"
-      "    for (int r = 0; r < %d; r++) acc[r] += A[(r < rows ? r : 0) * %lldL + k * %lldL] * bk;\n"
-      "  }\n"
-      "  for (int r = 0; r < rows; r++) C[r * %lldL] = acc[r];\n",
-      RB, (long long)L->n, r[0], (long long)L->sa, (long long)L->sam, r[1], (long long)L->sb,
-      (long long)L->sbn, r[2], (long long)(L->m * L->n), (long long)L->n, RB, (long long)L->m, RB,
-      (long long)L->k, (long long)L->sbk, RB, (long long)L->sam, (long long)L->sak, (long long)L->n);
-  *R = (RtOclLaunch){.dims = 3, .global = {L->n, (L->m + RB - 1) / RB, L->batch}};
+      "  long n0 = get_global_id(0) * 4, m0 = get_global_id(1) * 4, bt = get_global_id(2);\n"
+      "  if (n0 >= %lldL || m0 >= %lldL) return;\n"
+      "  __global const float *A = %s + bt * %lldL, *B = %s + bt * %lldL;\n"
+      "  __global float *C = %s + bt * %lldL;\n"
+      "  long r1 = min(m0 + 1, %lldL) * %lldL, r2 = min(m0 + 2, %lldL) * %lldL, r3 = min(m0 + 3, %lldL) * %lldL;\n"
+      "  long r0 = m0 * %lldL;\n"
+      "  float4 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;\n"
+      "  for (long k = 0; k < %lldL; k++) {\n",
+      (long long)L->n, (long long)L->m, r[0], (long long)L->sa, r[1], (long long)L->sb, r[2],
+      (long long)(L->m * L->n), (long long)(L->m - 1), (long long)L->sam, (long long)(L->m - 1),
+      (long long)L->sam, (long long)(L->m - 1), (long long)L->sam, (long long)L->sam, (long long)L->k);
+  if (vec)
+    ocl_buf_printf(b, "    float4 bk = vload4(0, B + k * %lldL + n0);\n", (long long)L->sbk);
+  else
+    ocl_buf_printf(b,
+        "    __global const float *Bk = B + k * %lldL;\n"
+        "    float4 bk = (float4)(Bk[n0 * %lldL], Bk[min(n0 + 1, %lldL) * %lldL], Bk[min(n0 + 2, %lldL) * %lldL],\n"
+        "                         Bk[min(n0 + 3, %lldL) * %lldL]);\n",
+        (long long)L->sbk, (long long)L->sbn, (long long)(L->n - 1), (long long)L->sbn,
+        (long long)(L->n - 1), (long long)L->sbn, (long long)(L->n - 1), (long long)L->sbn);
+  ocl_buf_printf(b,
+      "    long ka = k * %lldL;\n"
+      "    c0 += A[r0 + ka] * bk;\n"
+      "    c1 += A[r1 + ka] * bk;\n"
+      "    c2 += A[r2 + ka] * bk;\n"
+      "    c3 += A[r3 + ka] * bk;\n"
+      "  }\n",
+      (long long)L->sak);
+  if (vec)
+    ocl_buf_printf(b,
+        "  vstore4(c0, 0, C + m0 * %lldL + n0);\n"
+        "  if (m0 + 1 < %lldL) vstore4(c1, 0, C + (m0 + 1) * %lldL + n0);\n"
+        "  if (m0 + 2 < %lldL) vstore4(c2, 0, C + (m0 + 2) * %lldL + n0);\n"
+        "  if (m0 + 3 < %lldL) vstore4(c3, 0, C + (m0 + 3) * %lldL + n0);\n",
+        (long long)L->n, (long long)L->m, (long long)L->n, (long long)L->m, (long long)L->n,
+        (long long)L->m, (long long)L->n);
+  else
+    ocl_buf_printf(b,
+        "  float c[4][4] = {{c0.x, c0.y, c0.z, c0.w}, {c1.x, c1.y, c1.z, c1.w}, {c2.x, c2.y, c2.z, c2.w},\n"
+        "                   {c3.x, c3.y, c3.z, c3.w}};\n"
+        "  for (int i = 0; i < 4 && m0 + i < %lldL; i++)\n"
+        "    for (int j = 0; j < 4 && n0 + j < %lldL; j++) C[(m0 + i) * %lldL + n0 + j] = c[i][j];\n",
+        (long long)L->m, (long long)L->n, (long long)L->n);
+  *R = (RtOclLaunch){.dims = 3, .global = {(L->n + RB - 1) / RB, (L->m + RB - 1) / RB, L->batch}};
 }
 
 void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, int32_t v, const char *const refs[3], bool tiled,
