@@ -506,7 +506,7 @@ static void elem_compute(Ctx *C, int32_t v, Pos *p, char *out) {
   case IR_REDUCE_SUM: case IR_REDUCE_MAX: reduce_elem(C, v, p, out); return;
   case IR_DOT: dot_elem(C, v, p, out); return;
   case IR_RESHAPE: case IR_ALL_REDUCE: case IR_ALL_GATHER: case IR_REDUCE_SCATTER:
-  case IR_ALL_TO_ALL: copy_elem(C, v, p, out); return;
+  case IR_ALL_TO_ALL: case IR_LOCAL_SLICE: copy_elem(C, v, p, out); return; /* one device */
   default:
     if (ir_op_flags(x->op) & IR_ELEMENTWISE) {
       elementwise_elem(C, v, p, out);

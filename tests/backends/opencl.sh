@@ -48,7 +48,13 @@ equiv() {
 }
 
 case $CASE in
-equiv_tiny_lm) equiv "$SRC/models/tiny-lm.json" ;;
+equiv_tiny_lm)
+  equiv "$SRC/models/tiny-lm.json"
+  # a device that is not there: said so, with the list of those that are
+  "$T/ocl" --data "$T/text.txt" --steps 1 --device 63 > "$T/out" 2>&1 && fail "--device 63 accepted"
+  grep -q "no such OpenCL device" "$T/out" && grep -q "^  0 (0:0)" "$T/out" ||
+    fail "--device 63: $(cat "$T/out")"
+  ;;
 equiv_moe) equiv "$SRC/models/moe-test.json" ;;
 equiv_llama) equiv "$SRC/tests/torch/llama-tiny.json" ;;
 handover)
