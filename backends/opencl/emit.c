@@ -13,7 +13,8 @@
  * reduced axes in row-major order, summing f32 in double where the device has cl_khr_fp64 (as
  * the interpreter and the LLVM backend do). top_k_indices runs one row per work item;
  * scatter_add one column per work item, over the indices in order (deterministic, no atomics).
- * Matrix products in row-major layouts use the tiled GEMM kernel (gemm.c).
+ * Matrix products in row-major layouts use the GEMM kernels (gemm.c). Kernels take their
+ * tensors' offsets as arguments, and kernels whose text is equal are printed once (kernel_end).
  *
  * Element semantics follow backends/llvm/scalar.c: max/min pass a NaN first operand, compares
  * give 1/0 in the operands' dtype, i32 arithmetic wraps, i32 x/0 is 0, casts to i32 truncate

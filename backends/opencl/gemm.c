@@ -6,11 +6,11 @@
  * (K, M) matrix and the rhs a (K, N) or (N, K) one, read through strides, so transposed
  * operands cost nothing extra. The result is (M, N) row-major per batch element.
  *
- * The kernel: work-groups of TS x TS work items, each computing one element of C; a group
- * walks K in steps of TS, staging a TS x TS tile of A and of B in local memory. Dimension 0
- * runs over n, so neighbouring work items read neighbouring elements of B and write
- * neighbouring elements of C. Each product sums in f32 in K order (OpenBLAS sums in f32 too,
- * in its own order). docs/bench.md compares it with OpenBLAS and CLBlast.
+ * Two kernels (docs/bench.md compares them with OpenBLAS and CLBlast): register-blocked, each
+ * work item a 4 x 4 block of C in float4 registers (the default: the fastest on PoCL), and
+ * tiled, TS x TS work-groups staging tiles of A and B in local memory (the usual GPU shape;
+ * AXLC_OPENCL_GEMM=tiled). Both sum in f32 in K order (OpenBLAS sums in f32 too, in its own
+ * order).
  */
 #include <limits.h>
 

@@ -2,10 +2,11 @@
  *
  * The backend prints the step graph (ir/ir.h) as OpenCL C 1.2: one kernel per value that gets a
  * buffer (the fusion plan, fusion.c, is the LLVM backend's rule: single-use elementwise values,
- * broadcasts, splat constants and iota are computed inside their consumer), plus a tiled GEMM
- * kernel per matrix product whose layout allows it, and a launch list in graph order. Every
- * kernel takes the slab as its one argument and finds its tensors at the memory plan's offsets,
- * so the runtime's slab layout, RtProgram table and checkpoints are the CPU trainer's.
+ * broadcasts, splat constants and iota are computed inside their consumer), plus a GEMM kernel
+ * per matrix product whose layout allows it (gemm.c), and a launch list in graph order. Every
+ * kernel takes the slab and the memory plan's byte offsets of its tensors as arguments, so
+ * kernels that differ only in where their tensors live are printed once, and the runtime's slab
+ * layout, RtProgram table and checkpoints are the CPU trainer's.
  *
  * compile checks the printed source with libclang (check.c), so a code generation bug is an
  * error at `axlc compile` time with the kernel's name, on a machine without any OpenCL device.
