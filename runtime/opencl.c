@@ -479,8 +479,9 @@ static int run_launches(Session *S, char *slab) {
     return 0;
 }
 
-static void ocl_step(char *slab, RtPool *pool) {
+static void ocl_step(char *slab, RtPool *pool, RtComm *comm) {
     (void)pool;
+    (void)comm; /* one device: meshes of more are refused at compile time */
     Session *S = active;
     if (!S) return; /* only rt_ocl_main's sessions run steps */
     if (S->failed || run_launches(S, slab) != 0) {

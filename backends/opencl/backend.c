@@ -130,13 +130,20 @@ static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
     return -1;
   }
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-  char *argv[] = {(char *)cc, "-std=c11", "-O1", "-w", "-I", AXLC_RUNTIME_INCLUDE, "-o", (char *)out,
-                  src, AXLC_RUNTIME_OPENCL_LIB, AXLC_RUNTIME_LIB, "-lOpenCL", "-lopenblas",
-                  "-ljson-c", "-lm", "-lpthread", AXLC_TRAINER_LDFLAGS, NULL};
-  if (!*AXLC_TRAINER_LDFLAGS) argv[16] = NULL;
+  /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
+  char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
+  char *argv[40] = {(char *)cc, "-std=c11", "-O1", "-w", "-I", AXLC_RUNTIME_INCLUDE, "-o", (char *)out,
+                    src, AXLC_RUNTIME_OPENCL_LIB, AXLC_RUNTIME_LIB, "-lOpenCL", "-lopenblas",
+                    "-ljson-c", "-lm", "-lpthread"};
+  int n = 16;
+  if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
+  for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < 39; lib = strtok(NULL, ";"))
+    argv[n++] = lib;
+  argv[n] = NULL;
   rc = spawn(argv);
   unlink(src);
   free(src);
+  free(mpi);
   if (rc)
     return fe_error(j->diag, out, NULL, "linking the trainer with %s failed (it needs the OpenCL "
                     "loader, ocl-icd-opencl-dev, libopenblas-dev and libjson-c-dev)", cc);
