@@ -105,5 +105,8 @@ extern const Backend backend_interp;  /* interp/interp.c */
 #ifdef AXLC_HAVE_LLVM
 extern const Backend backend_llvm;    /* llvm/backend.c */
 #endif
+#ifdef AXLC_HAVE_OPENCL
+extern const Backend backend_opencl;  /* opencl/backend.c */
+#endif
 
 #endif /* AXLC_BACKENDS_BACKEND_H */

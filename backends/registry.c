@@ -17,6 +17,9 @@ const Backend *const backend_table[] = {
 #ifdef AXLC_HAVE_LLVM
     &backend_llvm,
 #endif
+#ifdef AXLC_HAVE_OPENCL
+    &backend_opencl,
+#endif
     NULL,
 };
 

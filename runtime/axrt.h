@@ -365,6 +365,21 @@ void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n,
               const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
               int64_t stride_b, float *c, int64_t ldc, int64_t stride_c);
 
+/* ===== opencl.c: OpenCL trainers (library axrt_opencl, linked with the OpenCL loader) ===== */
+
+/* One kernel launch of the step: the kernel named `kernel` in the program's source, over a
+ * `dims`-dimensional range of global[] work items in work-groups of local[] (0: the
+ * driver's choice). Every kernel takes the slab buffer (`__global uchar *`) and then nargs
+ * `long` byte offsets of its tensors in the slab, so that one kernel serves every launch that
+ * differs only in where its tensors live. */
+typedef struct RtOclLaunch {
+    const char *kernel;
+    int32_t dims;                     /* 1..3 */
+    int64_t global[3], local[3];
+    int32_t nargs;
+    const int64_t *args;              /* (nargs) */
+} RtOclLaunch;
+
 /* ===== train.c: the compiled step and the training loop ================================= */
 
 /* The contract between generated code and the runtime. A compiled trainer defines one
@@ -416,6 +431,24 @@ typedef struct RtProgram {
     const RtCollective *collectives;  /* (ncollectives) the step calls rt_comm_collective(comm, i, slab) */
     void (*step)(char *slab, RtPool *pool, RtComm *comm);
 } RtProgram;
+
+/* An OpenCL trainer: the program table (its step is NULL: rt_ocl_main supplies it), the
+ * kernels' OpenCL C source and the launches of one step, in order. */
+typedef struct RtOclProgram {
+    RtProgram base;
+    const char *source;
+    const char *build_options;        /* for clBuildProgram; may be NULL */
+    int32_t nlaunches;
+    const RtOclLaunch *launches;
+} RtOclProgram;
+
+/* The OpenCL trainer's main (opencl.c): rt_train_main's options plus --device N|P:D and
+ * --list-devices. It builds the source for the device (or loads the binary cached for the same
+ * device, driver and source under $AXLC_CACHE_DIR, $XDG_CACHE_HOME/axlc or ~/.cache/axlc) and
+ * runs rt_train_main with a step that runs the launches on the device. */
+int rt_ocl_main(const RtOclProgram *p, int argc, char **argv);
+/* rt_train_check_args for rt_ocl_main's options. */
+int rt_ocl_check_args(int argc, char **argv, RtError *err);
 
 /* The trainer's main: parses the trainer options (--help lists them) and trains. Returns the
  * process exit status. */

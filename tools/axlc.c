@@ -472,7 +472,7 @@ static int cmd_compile(Args *a) {
   const char *t = a->fe.target;
   bool cpu = t && (!strcmp(t, "cpu") || !strcmp(t, "interp") ||
                    (!strncmp(t, "cpu-", 4) && t[4] && strspn(t + 4, "0123456789") == strlen(t + 4)));
-  if (!a->backend && !cpu) {
+  if (!a->backend && !cpu && !(t && backend_for_target(t))) {
     fprintf(stderr, "error: axlc compile: --target %s is not available (expected --target cpu or cpu-N)\n",
             a->fe.target ? a->fe.target : "(none)");
     return 1;

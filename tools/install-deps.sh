@@ -4,8 +4,8 @@
 set -eu
 pkgs="build-essential cmake pkg-config clang llvm-dev libclang-dev libclang-rt-dev
   libjson-c-dev libcunit1-dev libopenblas-dev
-  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libopenmpi-dev openmpi-bin
-  fortunes-min fortunes python3 python3-numpy python3-torch librsvg2-bin"
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev libopenmpi-dev openmpi-bin
+  fortunes-min fortunes python3 python3-numpy python3-torch librsvg2-bin clang-format"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -7,7 +7,11 @@ python3-torch, 2 threads, OMP_WAIT_POLICY=PASSIVE, AdamW) and prints ms/step, to
 model FLOP utilization against the machine's measured sgemm peak (sgemm_peak).
 
     /usr/bin/python3 tools/bench/bench.py --axlc build/tools/axlc --peak build/tools/bench/sgemm_peak
-        [--steps N] [--threads N] [--only NAME] [--no-torch]
+        [--steps N] [--threads N] [--only NAME] [--no-torch] [--opencl [--ocl-gemm PROGRAM]]
+
+--opencl also trains each model with `axlc compile --target opencl` on the first OpenCL device
+(PoCL's CPU device here) and, with --ocl-gemm (build/tools/bench/ocl_gemm), prints the matmul
+GFLOP/s of the OpenCL backend's GEMM kernel next to OpenBLAS (and CLBlast where built in).
 
 Model FLOPs per step: 6 * (matmul parameters) * tokens + 12 * layers * batch * seq^2 * dim
 (the attention score and context matmuls, forward and backward, without causal savings).
@@ -25,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
 
 BENCHMARKS = [
+    ("tiny-lm b8 s64", os.path.join(TOP, "models", "tiny-lm.json"), []),
     ("gpt2-124m b4 s64", os.path.join(TOP, "models", "gpt2-124m.json"),
      ["/input/global_batch_size=4", "/input/seq_len=64"]),
     ("small 4x256 b8 s256", os.path.join(HERE, "small.json"), []),
@@ -66,16 +71,16 @@ def token_file(path, vocab, n):
         f.write(struct.pack("<%dH" % n, *(rnd.randrange(vocab) for _ in range(n))))
 
 
-def bench_axlc(axlc, name, model, sets, cfg, steps, warmup, threads, work):
-    trainer = os.path.join(work, "trainer")
-    run([axlc, "compile", model, "--target", "cpu", "-o", trainer] +
+def bench_axlc(axlc, name, model, sets, cfg, steps, warmup, threads, work, target="cpu"):
+    trainer = os.path.join(work, "trainer-" + target)
+    run([axlc, "compile", model, "--target", target, "-o", trainer] +
         sum((["--set", s] for s in sets), []))
     data = os.path.join(work, "tokens.bin")
     B, T = cfg["input"]["global_batch_size"], cfg["input"]["seq_len"]
     token_file(data, cfg["model"]["vocab_size"], (steps + warmup + 1) * B * T + 1)
-    metrics = os.path.join(work, "metrics.jsonl")
-    run([trainer, "--data", data, "--steps", str(steps + warmup), "--metrics", metrics,
-         "--threads", str(threads)], cwd=work)
+    metrics = os.path.join(work, "metrics-%s.jsonl" % target)
+    run([trainer, "--data", data, "--steps", str(steps + warmup), "--metrics", metrics] +
+        (["--threads", str(threads)] if target == "cpu" else []), cwd=work)
     rows = [json.loads(line) for line in open(metrics)]
     return statistics.median(r["step_ms"] for r in rows[warmup:])
 
@@ -96,7 +101,13 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", help="run only benchmarks whose name contains this")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--opencl", action="store_true", help="also the OpenCL backend")
+    ap.add_argument("--ocl-gemm", help="the ocl_gemm program: OpenCL GEMM GFLOP/s")
     a = ap.parse_args()
+    if a.ocl_gemm:
+        for m, n, k in [(512, 512, 512), (512, 256, 64), (2048, 256, 256)]:
+            out = run([a.ocl_gemm, str(m), str(n), str(k), "--threads", str(a.threads)])
+            print("matmul GFLOP/s, " + " | ".join(out.strip().splitlines()))
     peak = float(run([a.peak, str(a.threads)]).strip())
     print(f"sgemm peak ({a.threads} threads): {peak:.1f} GFLOP/s")
     print(f"{'benchmark':22} {'impl':8} {'ms/step':>10} {'tokens/s':>10} {'MFU':>7}")
@@ -110,6 +121,9 @@ def main():
                 json.dump(cfg, f)
             results = [("axlc", bench_axlc(a.axlc, name, model, sets, cfg, a.steps, a.warmup,
                                            a.threads, work))]
+            if a.opencl:
+                results.append(("opencl", bench_axlc(a.axlc, name, model, sets, cfg, a.steps,
+                                                     a.warmup, a.threads, work, "opencl")))
             if not a.no_torch:
                 results.append(("pytorch", bench_torch(resolved, a.steps, a.warmup, a.threads)))
         for impl, ms in results:

@@ -1,0 +1,208 @@
+/*
+ * backend.c: the opencl backend object (backends/backend.h).
+ *
+ *   step graph -> fusion plan -> memory plan -> OpenCL C kernels + launch list
+ *              -> libclang check -> RtOclProgram -> rt_ocl_main in process (axlc run)
+ *                                                -> C file + libaxrt_opencl -> trainer
+ *
+ * Compiling needs no OpenCL device, platform or loader at run time: the kernels are checked
+ * with libclang here and built by the device's driver when the trainer starts.
+ * AXLC_OPENCL_BREAK_KERNEL=N (a test hook) breaks the N-th kernel's source, so that the check
+ * can be seen to work.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/backend.h"
+#include "backends/opencl/opencl.h"
+
+#ifndef AXLC_RUNTIME_LIB
+#error "AXLC_RUNTIME_LIB, AXLC_RUNTIME_OPENCL_LIB and AXLC_RUNTIME_INCLUDE must come from the build"
+#endif
+
+typedef struct Compiled {
+  MemPlan plan;
+  OclKernels kernels;
+  RtOclProgram prog;
+  RtParamSlot *slots;
+  const char **paths;       /* (nparams) */
+  RtInit *inits;            /* (nparams) */
+  char *config;
+} Compiled;
+
+static void compiled_free(Compiled *c) {
+  pass_memplan_free(&c->plan);
+  ocl_kernels_free(&c->kernels);
+  free(c->slots);
+  free(c->paths);
+  free(c->inits);
+  free(c->config);
+  memset(c, 0, sizeof *c);
+}
+
+static OclOptions options(const BackendOptions *bo) {
+  OclOptions o = ocl_options_default();
+  if (bo && bo->no_fuse) o.fuse = false;
+  const char *b = getenv("AXLC_OPENCL_BREAK_KERNEL");
+  if (b && *b) o.break_kernel = atoi(b) > 0 ? atoi(b) : 1;
+  const char *gemm = getenv("AXLC_OPENCL_GEMM"); /* for measuring: tiled, blocked or loop */
+  if (gemm && !strcmp(gemm, "tiled")) o.gemm = OCL_GEMM_TILED;
+  if (gemm && !strcmp(gemm, "blocked")) o.gemm = OCL_GEMM_BLOCKED;
+  if (gemm && !strcmp(gemm, "loop")) o.gemm = OCL_GEMM_LOOP;
+  return o;
+}
+
+static int program(const BackendJob *j, Compiled *c) {
+  int32_t n = j->build->nparams;
+  c->paths = calloc((size_t)n + 1, sizeof *c->paths);
+  c->inits = calloc((size_t)n + 1, sizeof *c->inits);
+  c->config = fe_json_canonical(j->cfg);
+  if (!c->paths || !c->inits || !c->config) return fe_error(j->diag, j->file, NULL, "out of memory");
+  for (int32_t i = 0; i < n; i++) {
+    c->paths[i] = j->build->params[i].path;
+    c->inits[i] = backend_param_init(&j->build->params[i]);
+  }
+  OclProgramInfo info = {.config = c->config, .nparams = n, .paths = c->paths, .inits = c->inits,
+                         .vocab = j->facts->vocab, .max_steps = j->facts->max_steps,
+                         .ckpt_every = j->facts->ckpt_every, .ckpt_keep = j->facts->ckpt_keep,
+                         .seed = j->facts->seed};
+  char err[1024];
+  if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, err, sizeof err))
+    return fe_error(j->diag, j->file, NULL, "%s", err);
+  return 0;
+}
+
+/* Plans memory, prints the kernels and checks them with libclang. */
+static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *c) {
+  memset(c, 0, sizeof *c);
+  if (j->build->mesh.devices > 1)
+    return fe_error(j->diag, j->file, "/mesh", "the opencl backend runs one device; this mesh has "
+                    "%lld (sharding over several devices is not implemented yet)",
+                    (long long)j->build->mesh.devices);
+  OclOptions o = options(bo);
+  bool *mat = malloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
+  if (!mat) return fe_error(j->diag, j->file, NULL, "out of memory");
+  if (o.fuse) ocl_fusion_plan(j->graph, mat);
+  else memset(mat, 1, (size_t)j->graph->nvalues * sizeof *mat);
+  int rc = pass_memplan_fused(j->graph, mat, &c->plan);
+  char err[4096];
+  if (rc != IR_OK) {
+    free(mat);
+    return fe_error(j->diag, j->file, NULL, "memory planning failed: %s", ir_graph_error(j->graph));
+  }
+  rc = ocl_emit(j->graph, &c->plan, mat, &o, &c->kernels, err, sizeof err);
+  free(mat);
+  if (rc) return fe_error(j->diag, j->file, NULL, "OpenCL code generation failed: %s", err);
+  if (ocl_check_source(&c->kernels, err, sizeof err))
+    return fe_error(j->diag, j->file, NULL, "the generated OpenCL C does not compile (libclang): %s", err);
+  return program(j, c);
+}
+
+/* Runs argv (NULL-terminated) and waits; 0 if it exited 0. */
+static int spawn(char *const *argv) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* Writes the program as C next to `out` and links it with the runtime into `out`. */
+static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
+  char *src = fe_asprintf("%s.opencl.c", out);
+  FILE *f = fopen(src, "w");
+  if (!f) {
+    fe_error(j->diag, src, NULL, "cannot open for writing");
+    free(src);
+    return -1;
+  }
+  int rc = ocl_program_write_c(f, &c->prog);
+  if (fclose(f) != 0 || rc) {
+    fe_error(j->diag, src, NULL, "writing the trainer's C source failed");
+    unlink(src);
+    free(src);
+    return -1;
+  }
+  const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
+  char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
+  char *argv[40] = {(char *)cc, "-std=c11", "-O1", "-w", "-I", AXLC_RUNTIME_INCLUDE, "-o", (char *)out,
+                    src, AXLC_RUNTIME_OPENCL_LIB, AXLC_RUNTIME_LIB, "-lOpenCL", "-lopenblas",
+                    "-ljson-c", "-lm", "-lpthread"};
+  int n = 16;
+  if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
+  for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < 39; lib = strtok(NULL, ";"))
+    argv[n++] = lib;
+  argv[n] = NULL;
+  rc = spawn(argv);
+  unlink(src);
+  free(src);
+  free(mpi);
+  if (rc)
+    return fe_error(j->diag, out, NULL, "linking the trainer with %s failed (it needs the OpenCL "
+                    "loader, ocl-icd-opencl-dev, libopenblas-dev and libjson-c-dev)", cc);
+  return 0;
+}
+
+static int write_text(const BackendJob *j, Compiled *c, const char *emit, const char *out) {
+  FILE *f = out ? fopen(out, "w") : stdout;
+  if (!f) return fe_error(j->diag, out, NULL, "cannot open for writing");
+  int rc = !strcmp(emit, "cl") ? (fputs(c->kernels.source, f) < 0 ? -1 : 0) : ocl_program_write_c(f, &c->prog);
+  if (out && fclose(f) != 0) rc = -1;
+  if (!out && fflush(f) != 0) rc = -1;
+  return rc ? fe_error(j->diag, out, NULL, "writing the %s output failed", emit) : 0;
+}
+
+static int ocl_backend_compile(const BackendJob *j, const BackendOptions *o, const char *emit,
+                               const char *out) {
+  Compiled c;
+  int rc = compile_all(j, o, &c);
+  if (rc == 0) rc = !strcmp(emit, "exe") ? link_trainer(j, &c, out) : write_text(j, &c, emit, out);
+  compiled_free(&c);
+  return rc;
+}
+
+static int ocl_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
+  Compiled c;
+  int rc = 1;
+  if (compile_all(j, o, &c) == 0) rc = rt_ocl_main(&c.prog, argc, argv);
+  compiled_free(&c);
+  return rc;
+}
+
+static int ocl_backend_check_run_args(int argc, char **argv, FeDiag *d) {
+  RtError err;
+  return rt_ocl_check_args(argc, argv, &err) ? fe_error(d, NULL, NULL, "%s", err.msg) : 0;
+}
+
+/* Every op, in f32 and i32 (emit.c); collectives only over one device. */
+static bool ocl_backend_supports_op(IrOp op, IrDType dt) {
+  return (unsigned)op < IR_OP_COUNT && (dt == DT_F32 || dt == DT_I32);
+}
+
+static const BackendEmit emits[] = {
+    {"exe", true, "a trainer executable: the kernels, built on the device at start-up, and libaxrt"},
+    {"cl", false, "the OpenCL C 1.2 source of the kernels"},
+    {"c", false, "the trainer's C source (program table, kernels, launch list)"},
+    {NULL, false, NULL},
+};
+
+const Backend backend_opencl = {
+    .name = "opencl",
+    .doc = "OpenCL C 1.2 kernels for any OpenCL device (checked with libclang at compile time)",
+    .targets = "opencl(-.*)?",
+    .dtypes = 1u << DT_F32 | 1u << DT_I32,
+    .emits = emits,
+    .standalone = true,
+    .supports_op = ocl_backend_supports_op,
+    .plan = ocl_fusion_plan,
+    .compile = ocl_backend_compile,
+    .run = ocl_backend_run,
+    .check_run_args = ocl_backend_check_run_args,
+};

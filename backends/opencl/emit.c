@@ -1,0 +1,876 @@
+/* emit.c: the step graph as OpenCL C 1.2 kernels and a launch list.
+ *
+ * Every value with a buffer (fusion.c) becomes one kernel, launched in graph order on one
+ * in-order queue. Most kernels are output-driven: work item `gid` computes element gid of the
+ * value from its operands (ir/interp.c is the spec, backends/llvm/kernel.c the same scheme in
+ * LLVM IR). An operand without a buffer is computed inline at the position asked for, so an
+ * elementwise chain and the broadcasts feeding it are one kernel. Positions are kept lazily as
+ * a linear index, per-dimension indices, or both; index-mapping ops (broadcast, transpose,
+ * slice, pad, concat, gather) turn the position into their operand's.
+ *
+ * The printer is statement-based: each computed element is a `float tN` / `int tN` local, so
+ * the source stays linear in the graph. Reductions and loop-nest matrix products loop over the
+ * reduced axes in row-major order, summing f32 in double where the device has cl_khr_fp64 (as
+ * the interpreter and the LLVM backend do). top_k_indices runs one row per work item;
+ * scatter_add one column per work item, over the indices in order (deterministic, no atomics).
+ * Matrix products in row-major layouts use the GEMM kernels (gemm.c). Kernels take their
+ * tensors' offsets as arguments, and kernels whose text is equal are printed once (kernel_end).
+ *
+ * Element semantics follow backends/llvm/scalar.c: max/min pass a NaN first operand, compares
+ * give 1/0 in the operands' dtype, i32 arithmetic wraps, i32 x/0 is 0, casts to i32 truncate
+ * and saturate (NaN -> 0: convert_int_sat), an out-of-range gather index reads a zero row.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/opencl/opencl.h"
+
+enum { NAME = 40 };
+
+/* A position in a value's index space (see the file comment); "" means not computed yet. */
+typedef struct Pos {
+  char lin[NAME];
+  bool has_idx;
+  char idx[IR_MAX_RANK][NAME];
+} Pos;
+
+typedef struct Ctx {
+  const IrGraph *g;
+  const MemPlan *mp;
+  const bool *mat;
+  OclOptions o;
+  OclBuf *b;               /* the body of the kernel being printed */
+  int64_t *args;           /* (nargs) its offset arguments a0, a1, ...: byte offsets in the slab */
+  int32_t nargs, cargs;
+  OclBuf consts;           /* __constant arrays of data constants, printed before the kernels */
+  bool *const_done;        /* (nvalues) */
+  int tmp;
+  char *err;
+  size_t cap;
+  bool failed;
+} Ctx;
+
+static const IrValue *val(const Ctx *C, int32_t v) { return &C->g->values[v]; }
+static const char *ctype(IrDType dt) { return dt == DT_I32 ? "int" : "float"; }
+
+static int fail(Ctx *C, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(Ctx *C, const char *fmt, ...) {
+  if (!C->failed && C->err && C->cap) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(C->err, C->cap, fmt, ap);
+    va_end(ap);
+  }
+  C->failed = true;
+  return -1;
+}
+
+static void newvar(Ctx *C, char *out) { snprintf(out, NAME, "t%d", C->tmp++); }
+
+/* One statement line of a kernel body. */
+static void line(Ctx *C, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line(Ctx *C, const char *fmt, ...) {
+  char s[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s, sizeof s, fmt, ap);
+  va_end(ap);
+  ocl_buf_printf(C->b, "  %s\n", s);
+}
+
+/* A literal of dtype dt that reads back as exactly (dt)v. */
+static void literal(IrDType dt, double v, char *out) {
+  if (dt == DT_I32) {
+    double c = v != v ? 0 : v < -2147483648.0 ? -2147483648.0 : v > 2147483647.0 ? 2147483647.0 : v;
+    long long i = (long long)c;
+    if (i == -2147483648LL) snprintf(out, NAME, "(-2147483647 - 1)");
+    else snprintf(out, NAME, "%lld", i);
+    return;
+  }
+  float f = (float)v;
+  if (isnan(f)) snprintf(out, NAME, "NAN");
+  else if (isinf(f)) snprintf(out, NAME, "%sINFINITY", f < 0 ? "-" : "");
+  else {
+    char s[32];
+    snprintf(s, sizeof s, "%.9g", (double)f);
+    snprintf(out, NAME, "%.32s%sf", s, strpbrk(s, ".e") ? "" : ".0");
+  }
+}
+
+/* ---- positions ---- */
+
+static void pos_lin(Ctx *C, const IrShape *s, Pos *p) {
+  if (p->lin[0]) return;
+  if (s->rank == 0) {
+    snprintf(p->lin, NAME, "0");
+    return;
+  }
+  /* Horner: ((i0 * d1 + i1) * d2 + i2) */
+  char e[1024];
+  size_t n = 0;
+  for (int32_t d = 0; d < s->rank - 1; d++) n += (size_t)snprintf(e + n, sizeof e - n, "(");
+  n += (size_t)snprintf(e + n, sizeof e - n, "%s", p->idx[0]);
+  for (int32_t d = 1; d < s->rank && n < sizeof e; d++)
+    n += (size_t)snprintf(e + n, sizeof e - n, " * %lldL + %s)", (long long)s->dims[d], p->idx[d]);
+  newvar(C, p->lin);
+  line(C, "long %s = %s;", p->lin, e);
+}
+
+static void pos_idx(Ctx *C, const IrShape *s, Pos *p) {
+  if (p->has_idx) return;
+  int64_t stride = 1;
+  for (int32_t d = s->rank - 1; d >= 0; d--) {
+    newvar(C, p->idx[d]);
+    if (d == 0) line(C, "long %s = %s / %lldL;", p->idx[d], p->lin, (long long)stride);
+    else line(C, "long %s = %s / %lldL %% %lldL;", p->idx[d], p->lin, (long long)stride,
+              (long long)s->dims[d]);
+    stride *= s->dims[d];
+  }
+  p->has_idx = true;
+}
+
+static Pos pos_of_lin(const char *lin) {
+  Pos q = {.has_idx = false};
+  snprintf(q.lin, NAME, "%s", lin);
+  return q;
+}
+
+/* ---- elements ---- */
+
+static void elem_get(Ctx *C, int32_t v, Pos *p, char *out);
+
+/* v's buffer in the current kernel: an offset argument, so that kernels that differ only in
+ * where their tensors live are one kernel in the source (see kernel_end). */
+static void buf_ref(Ctx *C, int32_t v, char *out, size_t cap) {
+  int64_t off = C->mp->offset[v];
+  int32_t a = 0;
+  while (a < C->nargs && C->args[a] != off) a++;
+  if (a == C->nargs) {
+    if (C->nargs == C->cargs) {
+      int32_t n = C->cargs ? 2 * C->cargs : 16;
+      int64_t *args = realloc(C->args, (size_t)n * sizeof *args);
+      if (!args) {
+        fail(C, "out of memory");
+        snprintf(out, cap, "0");
+        return;
+      }
+      C->args = args;
+      C->cargs = n;
+    }
+    C->args[C->nargs++] = off;
+  }
+  snprintf(out, cap, "%s(a%d)", val(C, v)->dtype == DT_I32 ? "AXI" : "AXF", a);
+}
+
+/* A __constant array for data constant v, printed once. */
+static void const_array(Ctx *C, int32_t v) {
+  if (C->const_done[v]) return;
+  C->const_done[v] = true;
+  const IrValue *x = val(C, v);
+  int64_t n = ir_shape_numel(&x->shape);
+  ocl_buf_printf(&C->consts, "__constant %s c%d[%lld] = {", ctype(x->dtype), v, (long long)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    char l[NAME];
+    literal(x->dtype, x->attr.data[i], l);
+    ocl_buf_printf(&C->consts, "%s%s%s", i ? "," : "", i && i % 16 == 0 ? "\n  " : i ? " " : "", l);
+  }
+  ocl_buf_printf(&C->consts, "%s};\n", n ? "" : "0");
+}
+
+static void constant_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  if (!x->attr.data) {
+    literal(x->dtype, x->attr.value, out);
+    return;
+  }
+  const_array(C, v);
+  pos_lin(C, &x->shape, p);
+  newvar(C, out);
+  line(C, "%s %s = c%d[%s];", ctype(x->dtype), out, v, p->lin);
+}
+
+static void broadcast_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  const IrShape *xs = &val(C, x->ops[0])->shape;
+  pos_idx(C, &x->shape, p);
+  Pos q = {.has_idx = true};
+  for (int32_t d = 0; d < xs->rank; d++)
+    snprintf(q.idx[d], NAME, "%s", xs->dims[d] == 1 ? "0L" : p->idx[x->attr.axes.v[d]]);
+  elem_get(C, x->ops[0], &q, out);
+}
+
+static void transpose_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  pos_idx(C, &x->shape, p);
+  Pos q = {.has_idx = true};
+  for (int32_t d = 0; d < x->shape.rank; d++) snprintf(q.idx[x->attr.axes.v[d]], NAME, "%s", p->idx[d]);
+  elem_get(C, x->ops[0], &q, out);
+}
+
+static void slice_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  pos_idx(C, &x->shape, p);
+  Pos q = {.has_idx = true};
+  for (int32_t d = 0; d < x->shape.rank; d++) {
+    newvar(C, q.idx[d]);
+    line(C, "long %s = %s + %lldL;", q.idx[d], p->idx[d], (long long)x->attr.lo.v[d]);
+  }
+  elem_get(C, x->ops[0], &q, out);
+}
+
+/* q = i - off clamped to [0, n-1]; *in names "whether it was inside" (may be NULL). */
+static void clamp_idx(Ctx *C, const char *i, int64_t off, int64_t n, char *q, char *in) {
+  char t[NAME];
+  newvar(C, t);
+  line(C, "long %s = %s - %lldL;", t, i, (long long)off);
+  if (in) {
+    newvar(C, in);
+    line(C, "int %s = %s >= 0 && %s < %lldL;", in, t, t, (long long)n);
+  }
+  newvar(C, q);
+  line(C, "long %s = clamp(%s, 0L, %lldL);", q, t, (long long)(n - 1));
+}
+
+static void pad_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  const IrShape *xs = &val(C, x->ops[0])->shape;
+  char fill[NAME];
+  literal(x->dtype, x->attr.value, fill);
+  if (ir_shape_numel(xs) == 0) {
+    snprintf(out, NAME, "%s", fill);
+    return;
+  }
+  pos_idx(C, &x->shape, p);
+  Pos q = {.has_idx = true};
+  char all[1024] = "1";
+  for (int32_t d = 0; d < xs->rank; d++) {
+    char in[NAME];
+    clamp_idx(C, p->idx[d], x->attr.lo.v[d], xs->dims[d], q.idx[d], in);
+    size_t n = strlen(all);
+    snprintf(all + n, sizeof all - n, " && %s", in);
+  }
+  char e[NAME];
+  elem_get(C, x->ops[0], &q, e);
+  newvar(C, out);
+  line(C, "%s %s = (%s) ? %s : %s;", ctype(x->dtype), out, all, e, fill);
+}
+
+/* Every operand read at its clamped position; the one whose range holds the index wins. */
+static void concat_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  int32_t axis = (int32_t)x->attr.axis;
+  pos_idx(C, &x->shape, p);
+  newvar(C, out);
+  line(C, "%s %s = 0;", ctype(x->dtype), out);
+  int64_t off = 0;
+  for (int32_t k = 0; k < x->nops; k++) {
+    int64_t len = val(C, x->ops[k])->shape.dims[axis];
+    if (len > 0) {
+      Pos q = {.has_idx = true};
+      for (int32_t d = 0; d < x->shape.rank; d++) snprintf(q.idx[d], NAME, "%s", p->idx[d]);
+      clamp_idx(C, p->idx[axis], off, len, q.idx[axis], NULL);
+      char e[NAME];
+      elem_get(C, x->ops[k], &q, e);
+      line(C, "if (%s >= %lldL && %s < %lldL) %s = %s;", p->idx[axis], (long long)off, p->idx[axis],
+           (long long)(off + len), out, e);
+    }
+    off += len;
+  }
+}
+
+/* reshape and one-device collectives: the same elements in the same order. */
+static void copy_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  pos_lin(C, &val(C, v)->shape, p);
+  Pos q = pos_of_lin(p->lin);
+  elem_get(C, val(C, v)->ops[0], &q, out);
+}
+
+/* (table (V, D...), idx (I...)) -> (I..., D...); an index outside 0..V-1 reads zeros. */
+static void gather_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  const IrShape *ts = &val(C, x->ops[0])->shape;
+  int64_t row = ir_shape_numel(ts) / (ts->dims[0] ? ts->dims[0] : 1);
+  pos_lin(C, &x->shape, p);
+  char i[NAME], j[NAME], t[NAME], ok[NAME], lin[NAME], e[NAME];
+  newvar(C, i);
+  line(C, "long %s = %s / %lldL;", i, p->lin, (long long)row);
+  newvar(C, j);
+  line(C, "long %s = %s %% %lldL;", j, p->lin, (long long)row);
+  Pos qi = pos_of_lin(i);
+  elem_get(C, x->ops[1], &qi, t);
+  newvar(C, ok);
+  line(C, "int %s = %s >= 0 && %s < %lld;", ok, t, t, (long long)ts->dims[0]);
+  newvar(C, lin);
+  line(C, "long %s = (long)clamp(%s, 0, %lld) * %lldL + %s;", lin, t, (long long)(ts->dims[0] - 1),
+       (long long)row, j);
+  Pos q = pos_of_lin(lin);
+  elem_get(C, x->ops[0], &q, e);
+  newvar(C, out);
+  line(C, "%s %s = %s ? %s : 0;", ctype(x->dtype), out, ok, e);
+}
+
+/* ---- reductions and the loop-nest matrix product ---- */
+
+static bool has_axis(const IrDims *axes, int32_t d) {
+  for (int32_t k = 0; k < axes->n; k++)
+    if (axes->v[k] == d) return true;
+  return false;
+}
+
+/* Declares the accumulator `acc` of a sum or max of dtype dt. */
+static void acc_begin(Ctx *C, IrDType dt, bool sum, char *acc) {
+  newvar(C, acc);
+  if (sum) line(C, "%s %s = 0;", dt == DT_I32 ? "int" : "axacc", acc);
+  else line(C, "%s %s = %s;", ctype(dt), acc, dt == DT_I32 ? "INT_MIN" : "-INFINITY");
+}
+
+static void acc_step(Ctx *C, IrDType dt, bool sum, const char *acc, const char *x) {
+  if (sum && dt == DT_I32) line(C, "%s = (int)((uint)%s + (uint)%s);", acc, acc, x);
+  else if (sum) line(C, "%s += (axacc)%s;", acc, x);
+  else if (dt == DT_I32) line(C, "if (%s > %s) %s = %s;", x, acc, acc, x);
+  else line(C, "if (!isnan(%s) && (isnan(%s) || %s > %s)) %s = %s;", acc, x, x, acc, acc, x);
+}
+
+static void acc_end(Ctx *C, IrDType dt, const char *acc, char *out) {
+  newvar(C, out);
+  line(C, "%s %s = (%s)%s;", ctype(dt), out, ctype(dt), acc);
+}
+
+static void reduce_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  const IrShape *xs = &val(C, x->ops[0])->shape;
+  bool sum = x->op == IR_REDUCE_SUM;
+  pos_idx(C, &x->shape, p);
+  char acc[NAME];
+  acc_begin(C, x->dtype, sum, acc);
+  Pos q = {.has_idx = true};
+  int32_t o = 0, loops = 0;
+  for (int32_t d = 0; d < xs->rank; d++) {
+    if (!has_axis(&x->attr.axes, d)) {
+      snprintf(q.idx[d], NAME, "%s", p->idx[o++]);
+      continue;
+    }
+    newvar(C, q.idx[d]);
+    line(C, "for (long %s = 0; %s < %lldL; %s++) {", q.idx[d], q.idx[d], (long long)xs->dims[d], q.idx[d]);
+    loops++;
+  }
+  char e[NAME];
+  elem_get(C, x->ops[0], &q, e);
+  acc_step(C, x->dtype, sum, acc, e);
+  for (int32_t k = 0; k < loops; k++) line(C, "}");
+  acc_end(C, x->dtype, acc, out);
+}
+
+/* Output position -> lhs and rhs positions, as the interpreter's dot_split_index. */
+static void dot_split(const IrValue *x, const IrShape *as, const IrShape *bs, const Pos *p, Pos *ap,
+                      Pos *bp) {
+  const IrAttrs *a = &x->attr;
+  int32_t o = 0;
+  for (int32_t k = 0; k < a->lb.n; k++, o++) {
+    snprintf(ap->idx[a->lb.v[k]], NAME, "%s", p->idx[o]);
+    snprintf(bp->idx[a->rb.v[k]], NAME, "%s", p->idx[o]);
+  }
+  for (int32_t d = 0; d < as->rank; d++)
+    if (!has_axis(&a->lb, d) && !has_axis(&a->lc, d)) snprintf(ap->idx[d], NAME, "%s", p->idx[o++]);
+  for (int32_t d = 0; d < bs->rank; d++)
+    if (!has_axis(&a->rb, d) && !has_axis(&a->rc, d)) snprintf(bp->idx[d], NAME, "%s", p->idx[o++]);
+}
+
+static void dot_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  const IrShape *as = &val(C, x->ops[0])->shape, *bs = &val(C, x->ops[1])->shape;
+  pos_idx(C, &x->shape, p);
+  char acc[NAME];
+  acc_begin(C, x->dtype, true, acc);
+  Pos ap = {.has_idx = true}, bp = {.has_idx = true};
+  dot_split(x, as, bs, p, &ap, &bp);
+  for (int32_t k = 0; k < x->attr.lc.n; k++) {
+    char i[NAME];
+    newvar(C, i);
+    line(C, "for (long %s = 0; %s < %lldL; %s++) {", i, i, (long long)as->dims[x->attr.lc.v[k]], i);
+    snprintf(ap.idx[x->attr.lc.v[k]], NAME, "%s", i);
+    snprintf(bp.idx[x->attr.rc.v[k]], NAME, "%s", i);
+  }
+  char ea[NAME], eb[NAME];
+  elem_get(C, x->ops[0], &ap, ea);
+  elem_get(C, x->ops[1], &bp, eb);
+  if (x->dtype == DT_I32) line(C, "%s = (int)((uint)%s + (uint)%s * (uint)%s);", acc, acc, ea, eb);
+  else line(C, "%s += (axacc)%s * (axacc)%s;", acc, ea, eb);
+  for (int32_t k = 0; k < x->attr.lc.n; k++) line(C, "}");
+  acc_end(C, x->dtype, acc, out);
+}
+
+/* ---- elementwise ---- */
+
+static const char *unary_f32(IrOp op) {
+  switch (op) {
+  case IR_NEG: return "(-%s)";
+  case IR_EXP: return "exp(%s)";
+  case IR_LOG: return "log(%s)";
+  case IR_TANH: return "tanh(%s)";
+  case IR_SQRT: return "sqrt(%s)";
+  case IR_RSQRT: return "(1.0f / sqrt(%s))";
+  case IR_ABS: return "fabs(%s)";
+  case IR_SIN: return "sin(%s)";
+  case IR_COS: return "cos(%s)";
+  case IR_ERF: return "erf(%s)";
+  case IR_LOGISTIC: return "(1.0f / (1.0f + exp(-%s)))";
+  default: return NULL;
+  }
+}
+
+static void unary(Ctx *C, IrOp op, IrDType dt, const char *a, char *e, size_t cap) {
+  if (dt == DT_I32 && op == IR_NEG) snprintf(e, cap, "(int)(0u - (uint)%s)", a);
+  else if (dt == DT_I32 && op == IR_ABS) snprintf(e, cap, "(%s < 0 ? (int)(0u - (uint)%s) : %s)", a, a, a);
+  else if (dt == DT_I32) {
+    /* the float functions on an i32 (the verifier rejects them): through f32 */
+    char f[256];
+    snprintf(f, sizeof f, "(float)%s", a);
+    char g[512];
+    snprintf(g, sizeof g, unary_f32(op) ? unary_f32(op) : "%s", f);
+    snprintf(e, cap, "convert_int_sat(%s)", g);
+  } else {
+    snprintf(e, cap, unary_f32(op) ? unary_f32(op) : "%s", a);
+    if (!unary_f32(op)) fail(C, "internal: unary op %s has no OpenCL form", ir_op_name(op));
+  }
+}
+
+static const char *compare_op(IrOp op) {
+  switch (op) {
+  case IR_EQ: return "==";
+  case IR_NE: return "!=";
+  case IR_LT: return "<";
+  case IR_LE: return "<=";
+  case IR_GT: return ">";
+  case IR_GE: return ">=";
+  default: return NULL;
+  }
+}
+
+static void binary(IrOp op, IrDType dt, const char *a, const char *b, char *e, size_t cap) {
+  bool i = dt == DT_I32;
+  const char *cmp = compare_op(op);
+  switch (op) {
+  case IR_ADD: snprintf(e, cap, i ? "(int)((uint)%s + (uint)%s)" : "(%s + %s)", a, b); return;
+  case IR_SUB: snprintf(e, cap, i ? "(int)((uint)%s - (uint)%s)" : "(%s - %s)", a, b); return;
+  case IR_MUL: snprintf(e, cap, i ? "(int)((uint)%s * (uint)%s)" : "(%s * %s)", a, b); return;
+  case IR_DIV: snprintf(e, cap, i ? "ax_idiv(%s, %s)" : "(%s / %s)", a, b); return;
+  case IR_MAX:
+    if (i) snprintf(e, cap, "(%s >= %s ? %s : %s)", a, b, a, b);
+    else snprintf(e, cap, "((%s >= %s || isnan(%s)) ? %s : %s)", a, b, a, a, b);
+    return;
+  case IR_MIN:
+    if (i) snprintf(e, cap, "(%s <= %s ? %s : %s)", a, b, a, b);
+    else snprintf(e, cap, "((%s <= %s || isnan(%s)) ? %s : %s)", a, b, a, a, b);
+    return;
+  case IR_POW:
+    if (i) snprintf(e, cap, "convert_int_sat(pow((float)%s, (float)%s))", a, b);
+    else snprintf(e, cap, "pow(%s, %s)", a, b);
+    return;
+  default:
+    snprintf(e, cap, "((%s %s %s) ? %s : %s)", a, cmp ? cmp : "==", b, i ? "1" : "1.0f", i ? "0" : "0.0f");
+    return;
+  }
+}
+
+static void elementwise_elem(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  char a[3][NAME], e[1024];
+  for (int32_t k = 0; k < x->nops && k < 3; k++) elem_get(C, x->ops[k], p, a[k]);
+  IrDType adt = val(C, x->ops[0])->dtype;
+  if (x->op == IR_SELECT)
+    snprintf(e, sizeof e, "((%s != %s) ? %s : %s)", a[0], adt == DT_I32 ? "0" : "0.0f", a[1], a[2]);
+  else if (x->op == IR_CAST && adt == x->dtype) snprintf(e, sizeof e, "%s", a[0]);
+  else if (x->op == IR_CAST) snprintf(e, sizeof e, x->dtype == DT_I32 ? "convert_int_sat(%s)" : "(float)%s", a[0]);
+  else if (x->nops == 1) unary(C, x->op, adt, a[0], e, sizeof e);
+  else binary(x->op, adt, a[0], a[1], e, sizeof e);
+  newvar(C, out);
+  line(C, "%s %s = %s;", ctype(x->dtype), out, e);
+}
+
+static void elem_compute(Ctx *C, int32_t v, Pos *p, char *out) {
+  const IrValue *x = val(C, v);
+  switch (x->op) {
+  case IR_CONSTANT: constant_elem(C, v, p, out); return;
+  case IR_IOTA:
+    pos_idx(C, &x->shape, p);
+    snprintf(out, NAME, "(%s)%s", ctype(x->dtype), p->idx[x->attr.axis]);
+    return;
+  case IR_BROADCAST: broadcast_elem(C, v, p, out); return;
+  case IR_TRANSPOSE: transpose_elem(C, v, p, out); return;
+  case IR_SLICE: slice_elem(C, v, p, out); return;
+  case IR_PAD: pad_elem(C, v, p, out); return;
+  case IR_CONCAT: concat_elem(C, v, p, out); return;
+  case IR_GATHER: gather_elem(C, v, p, out); return;
+  case IR_REDUCE_SUM: case IR_REDUCE_MAX: reduce_elem(C, v, p, out); return;
+  case IR_DOT: dot_elem(C, v, p, out); return;
+  case IR_RESHAPE: case IR_ALL_REDUCE: case IR_ALL_GATHER: case IR_REDUCE_SCATTER:
+  case IR_ALL_TO_ALL: case IR_LOCAL_SLICE: copy_elem(C, v, p, out); return; /* one device */
+  default:
+    if (ir_op_flags(x->op) & IR_ELEMENTWISE) {
+      elementwise_elem(C, v, p, out);
+      return;
+    }
+    fail(C, "%%%d (%s): no element form in the OpenCL backend", v, ir_op_name(x->op));
+    snprintf(out, NAME, "0");
+  }
+}
+
+static void elem_get(Ctx *C, int32_t v, Pos *p, char *out) {
+  if (!C->mat[v]) {
+    elem_compute(C, v, p, out);
+    return;
+  }
+  const IrValue *x = val(C, v);
+  char ref[NAME];
+  buf_ref(C, v, ref, sizeof ref);
+  pos_lin(C, &x->shape, p);
+  newvar(C, out);
+  line(C, "%s %s = %s[%s];", ctype(x->dtype), out, ref, p->lin);
+}
+
+/* ---- kernels ---- */
+
+/* The kernels printed so far, without duplicates, and the launch list. */
+typedef struct Launches {
+  OclBuf text;             /* every distinct kernel, named */
+  char **bodies;           /* (nuniq) each distinct kernel's text without its name */
+  char **names;            /* (nuniq) */
+  uint64_t *hashes;        /* (nuniq) */
+  int32_t nuniq, cuniq;
+  RtOclLaunch *v;          /* (n) */
+  int32_t *line;           /* (n) first line of each launch's kernel in `text` */
+  int32_t *uline;          /* (nuniq) */
+  int32_t n, cap;
+  int32_t lines;           /* newlines in text */
+} Launches;
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
+}
+
+static void kernel_begin(Ctx *C, OclBuf *body) {
+  body->n = 0;
+  if (body->s) body->s[0] = 0;
+  C->b = body;
+  C->nargs = 0;
+  C->tmp = 0; /* names restart, so equal kernels print equal text */
+}
+
+static bool grow(Ctx *C, void **p, size_t elem, int32_t *cap, int32_t need) {
+  if (need <= *cap) return true;
+  int32_t n = *cap ? *cap * 2 : 64;
+  void *q = realloc(*p, (size_t)n * elem);
+  if (!q) return fail(C, "out of memory"), false;
+  *p = q;
+  *cap = n;
+  return true;
+}
+
+/* The kernel named like its text's first instance, or a new one named `name`; returns its
+ * index among the distinct kernels, or -1. */
+static int32_t kernel_unique(Ctx *C, Launches *L, const char *text, const char *name) {
+  uint64_t h = hash_str(text);
+  for (int32_t i = 0; i < L->nuniq; i++)
+    if (L->hashes[i] == h && !strcmp(L->bodies[i], text)) return i;
+  int32_t c = L->cuniq;
+  if (!grow(C, (void **)&L->bodies, sizeof *L->bodies, &c, L->nuniq + 1)) return -1;
+  c = L->cuniq;
+  if (!grow(C, (void **)&L->names, sizeof *L->names, &c, L->nuniq + 1)) return -1;
+  c = L->cuniq;
+  if (!grow(C, (void **)&L->hashes, sizeof *L->hashes, &c, L->nuniq + 1)) return -1;
+  if (!grow(C, (void **)&L->uline, sizeof *L->uline, &L->cuniq, L->nuniq + 1)) return -1;
+  int32_t u = L->nuniq++;
+  L->bodies[u] = strdup(text);
+  L->names[u] = strdup(name);
+  L->hashes[u] = h;
+  L->uline[u] = L->lines + 1;
+  if (!L->bodies[u] || !L->names[u]) return fail(C, "out of memory"), -1;
+  const char *at = strstr(text, "@NAME@");
+  ocl_buf_printf(&L->text, "%.*s%s%s", (int)(at - text), text, name, at + 6);
+  for (const char *p = text; *p; p++) L->lines += *p == '\n';
+  return u;
+}
+
+/* Ends the kernel whose body is in C->b: prints its header (attrs, the slab, the offset
+ * arguments), keeps it unless an identical kernel exists, and adds its launch. */
+static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs, RtOclLaunch shape) {
+  OclBuf t = {0};
+  ocl_buf_printf(&t, "__kernel %svoid @NAME@(__global uchar *slab", attrs);
+  for (int32_t a = 0; a < C->nargs; a++) ocl_buf_printf(&t, ", long a%d", a);
+  ocl_buf_printf(&t, ") {\n%s}\n\n", C->b->s ? C->b->s : "");
+  if (t.oom) fail(C, "out of memory");
+  int32_t u = C->failed ? -1 : kernel_unique(C, L, t.s, name);
+  ocl_buf_free(&t);
+  int32_t cap = L->cap;
+  if (u < 0 || !grow(C, (void **)&L->v, sizeof *L->v, &cap, L->n + 1) ||
+      !grow(C, (void **)&L->line, sizeof *L->line, &L->cap, L->n + 1))
+    return;
+  int64_t *args = malloc(((size_t)C->nargs + 1) * sizeof *args);
+  if (!args) {
+    fail(C, "out of memory");
+    return;
+  }
+  memcpy(args, C->args, (size_t)C->nargs * sizeof *args);
+  shape.kernel = L->names[u];
+  shape.nargs = C->nargs;
+  shape.args = args;
+  L->line[L->n] = L->uline[u];
+  L->v[L->n++] = shape;
+}
+
+/* The prologue of a kernel over n work items: gid, and the test hook. */
+static void kernel_items(Ctx *C, const Launches *L, int64_t n) {
+  line(C, "long gid = get_global_id(0);");
+  line(C, "if (gid >= %lldL) return;", (long long)n);
+  if (C->o.break_kernel == L->n + 1) line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
+}
+
+static RtOclLaunch items(int64_t n) { return (RtOclLaunch){.dims = 1, .global = {n, 1, 1}}; }
+
+static void kernel_name(const Ctx *C, int32_t v, const char *what, char *out) {
+  snprintf(out, 64, "k%d_%s", v, what ? what : ir_op_name(val(C, v)->op));
+}
+
+static void map_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  const IrValue *x = val(C, v);
+  char name[64], e[NAME], ref[NAME];
+  kernel_name(C, v, NULL, name);
+  kernel_begin(C, body);
+  kernel_items(C, L, ir_shape_numel(&x->shape));
+  Pos p = pos_of_lin("gid");
+  elem_compute(C, v, &p, e);
+  buf_ref(C, v, ref, sizeof ref);
+  line(C, "%s[gid] = %s;", ref, e);
+  kernel_end(C, L, name, "", items(ir_shape_numel(&x->shape)));
+}
+
+/* One row per work item: k passes of the interpreter's selection (NaN largest, ties to the
+ * lower index). */
+static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  const IrValue *x = val(C, v), *in = val(C, x->ops[0]);
+  int64_t len = in->shape.dims[in->shape.rank - 1], k = x->attr.k;
+  int64_t rows = ir_shape_numel(&in->shape) / (len ? len : 1);
+  char name[64], xr[NAME], outr[NAME];
+  kernel_name(C, v, "top_k", name);
+  kernel_begin(C, body);
+  kernel_items(C, L, rows);
+  buf_ref(C, x->ops[0], xr, sizeof xr);
+  buf_ref(C, v, outr, sizeof outr);
+  line(C, "__global const %s *x = %s + gid * %lldL;", ctype(in->dtype), xr, (long long)len);
+  line(C, "__global int *o = %s + gid * %lldL;", outr, (long long)k);
+  line(C, "for (long j = 0; j < %lldL; j++) {", (long long)k);
+  line(C, "  long best = -1;");
+  line(C, "  for (long i = 0; i < %lldL; i++) {", (long long)len);
+  line(C, "    int taken = 0;");
+  line(C, "    for (long t = 0; t < j; t++) taken |= o[t] == (int)i;");
+  line(C, "    if (taken) continue;");
+  if (in->dtype == DT_I32) line(C, "    if (best < 0 || x[i] > x[best]) best = i;");
+  else line(C, "    if (best < 0 || (isnan(x[i]) ? !isnan(x[best]) : x[i] > x[best])) best = i;");
+  line(C, "  }");
+  line(C, "  o[j] = (int)best;");
+  line(C, "}");
+  kernel_end(C, L, name, "", items(rows));
+}
+
+/* One column j of the (rows, row) result per work item: zeroed, then the updates added in
+ * index order (an index outside 0..rows-1 is skipped). */
+static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  const IrValue *x = val(C, v);
+  int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
+  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
+  char name[64], ir[NAME], ur[NAME], outr[NAME];
+  kernel_name(C, v, "scatter_add", name);
+  kernel_begin(C, body);
+  kernel_items(C, L, row);
+  buf_ref(C, x->ops[0], ir, sizeof ir);
+  buf_ref(C, x->ops[1], ur, sizeof ur);
+  buf_ref(C, v, outr, sizeof outr);
+  const char *t = ctype(x->dtype);
+  line(C, "__global %s *o = %s;", t, outr);
+  line(C, "for (long r = 0; r < %lldL; r++) o[r * %lldL + gid] = 0;", (long long)rows, (long long)row);
+  line(C, "for (long i = 0; i < %lldL; i++) {", (long long)nidx);
+  line(C, "  int r = %s[i];", ir);
+  line(C, "  if (r < 0 || r >= %lld) continue;", (long long)rows);
+  if (x->dtype == DT_I32)
+    line(C, "  o[r * %lldL + gid] = (int)((uint)o[r * %lldL + gid] + (uint)%s[i * %lldL + gid]);",
+         (long long)row, (long long)row, ur, (long long)row);
+  else line(C, "  o[r * %lldL + gid] += %s[i * %lldL + gid];", (long long)row, ur, (long long)row);
+  line(C, "}");
+  kernel_end(C, L, name, "", items(row));
+}
+
+static void gemm_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  char name[64], refs[3][NAME];
+  kernel_name(C, v, "gemm", name);
+  kernel_begin(C, body);
+  const IrValue *x = val(C, v);
+  buf_ref(C, x->ops[0], refs[0], NAME);
+  buf_ref(C, x->ops[1], refs[1], NAME);
+  buf_ref(C, v, refs[2], NAME);
+  if (C->o.break_kernel == L->n + 1) line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
+  RtOclLaunch shape = {0};
+  const char *attrs = "";
+  ocl_gemm_kernel(C->b, C->g, v, (const char *[]){refs[0], refs[1], refs[2]},
+                  C->o.gemm == OCL_GEMM_TILED, &shape, &attrs);
+  kernel_end(C, L, name, attrs, shape);
+}
+
+/* "new:X" outputs the plan did not place over parameter X: copied onto X at the end. */
+static void copy_back(Ctx *C, Launches *L, OclBuf *body) {
+  for (int32_t i = 0; i < C->g->noutputs; i++) {
+    const IrOutput *o = &C->g->outputs[i];
+    if (strncmp(o->name, "new:", 4) != 0) continue;
+    int32_t x = ir_graph_find(C->g, IR_PARAMETER, o->name + 4);
+    if (x == IR_NONE || C->mp->offset[x] == C->mp->offset[o->value]) continue;
+    int64_t n = ir_shape_numel(&val(C, x)->shape), bytes = C->mp->bytes[x];
+    int64_t a = C->mp->offset[x], b = C->mp->offset[o->value];
+    if (a < b + bytes && b < a + bytes) {
+      fail(C, "internal: new:%s overlaps %s partly", o->name + 4, o->name + 4);
+      return;
+    }
+    char name[64], dst[NAME], src[NAME];
+    kernel_name(C, x, "copy_back", name);
+    kernel_begin(C, body);
+    kernel_items(C, L, n);
+    buf_ref(C, x, dst, sizeof dst);
+    buf_ref(C, o->value, src, sizeof src);
+    line(C, "%s[gid] = %s[gid];", dst, src);
+    kernel_end(C, L, name, "", items(n));
+  }
+}
+
+static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  const IrValue *x = val(C, v);
+  if (!C->mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT || ir_shape_numel(&x->shape) == 0) return;
+  switch (x->op) {
+  case IR_RESHAPE:
+    if (C->mp->offset[v] != C->mp->offset[x->ops[0]]) map_kernel(C, L, body, v);
+    return; /* else an alias: nothing to do */
+  case IR_DOT:
+    if (C->o.gemm != OCL_GEMM_LOOP && ocl_gemm_ok(C->g, v)) gemm_kernel(C, L, body, v);
+    else map_kernel(C, L, body, v);
+    return;
+  case IR_TOP_K_INDICES: top_k_kernel(C, L, body, v); return;
+  case IR_SCATTER_ADD: scatter_kernel(C, L, body, v); return;
+  default: map_kernel(C, L, body, v); return;
+  }
+}
+
+static void launches_free(Launches *L, bool keep_launches) {
+  for (int32_t i = 0; i < L->nuniq; i++) {
+    free(L->bodies[i]);
+    if (!keep_launches) free(L->names[i]);
+  }
+  free(L->bodies);
+  free(L->hashes);
+  free(L->uline);
+  if (!keep_launches) {
+    for (int32_t i = 0; i < L->n; i++) free((void *)L->v[i].args);
+    free(L->v);
+    free(L->line);
+    free(L->names);
+  }
+  ocl_buf_free(&L->text);
+}
+
+/* ---- checks and the whole program ---- */
+
+static int check_graph(Ctx *C) {
+  if (ir_mesh_devices(&C->g->mesh) > 1)
+    return fail(C, "the OpenCL backend runs one device; the graph's mesh has %lld",
+                (long long)ir_mesh_devices(&C->g->mesh));
+  if (C->mp->nvalues != C->g->nvalues)
+    return fail(C, "the memory plan has %d values, the graph %d", C->mp->nvalues, C->g->nvalues);
+  for (int32_t v = 0; v < C->g->nvalues; v++) {
+    const IrValue *x = val(C, v);
+    int64_t need = ir_shape_numel(&x->shape) * (int64_t)ir_dtype_size(x->dtype);
+    if (x->dtype != DT_F32 && x->dtype != DT_I32)
+      return fail(C, "%%%d (%s) at %s: dtype %s is not supported by the OpenCL backend (f32, i32)", v,
+                  ir_op_name(x->op), *x->origin ? x->origin : "?", ir_dtype_name(x->dtype));
+    if (C->mat[v] && need > 0 &&
+        (C->mp->bytes[v] < need || C->mp->offset[v] < 0 || C->mp->offset[v] + need > C->mp->slab_bytes))
+      return fail(C, "%%%d (%s): the memory plan gives it %lld bytes; it needs %lld", v,
+                  ir_op_name(x->op), (long long)C->mp->bytes[v], (long long)need);
+  }
+  return 0;
+}
+
+/* Shared by every kernel: the slab accessors, the f32 accumulator, i32 division. */
+static void prelude(OclBuf *b) {
+  ocl_buf_printf(b,
+      "/* generated by axlc (backends/opencl): the step graph as OpenCL C 1.2 kernels */\n"
+      "#ifdef cl_khr_fp64\n"
+      "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+      "typedef double axacc; /* f32 sums accumulate in double, as the interpreter's */\n"
+      "#else\n"
+      "typedef float axacc;\n"
+      "#endif\n"
+      "#define AXF(off) ((__global float *)(slab + (off)))\n"
+      "#define AXI(off) ((__global int *)(slab + (off)))\n"
+      "/* i32 division: truncates; x/0 = 0; INT_MIN/-1 saturates */\n"
+      "int ax_idiv(int a, int b) {\n"
+      "  if (b == 0) return 0;\n"
+      "  if (b == -1) return a == INT_MIN ? INT_MAX : -a;\n"
+      "  return a / b;\n"
+      "}\n\n");
+}
+
+OclOptions ocl_options_default(void) {
+  return (OclOptions){.fuse = true, .gemm = OCL_GEMM_BLOCKED, .break_kernel = 0};
+}
+
+int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOptions *o,
+             OclKernels *out, char *err, size_t cap) {
+  memset(out, 0, sizeof *out);
+  if (err && cap) err[0] = 0;
+  OclBuf body = {0};
+  Ctx C = {.g = g, .mp = mp, .mat = mat, .o = o ? *o : ocl_options_default(), .b = &body,
+           .err = err, .cap = cap};
+  C.const_done = calloc((size_t)g->nvalues + 1, sizeof *C.const_done);
+  Launches L = {0};
+  if (!C.const_done) fail(&C, "out of memory");
+  else if (check_graph(&C) == 0) {
+    for (int32_t v = 0; v < g->nvalues && !C.failed; v++) value_kernel(&C, &L, &body, v);
+    if (!C.failed) copy_back(&C, &L, &body);
+  }
+  OclBuf all = {0};
+  prelude(&all);
+  ocl_gemm_prelude(&all);
+  if (C.consts.n) ocl_buf_printf(&all, "%s\n", C.consts.s);
+  int32_t head = 0;
+  for (size_t i = 0; i < all.n; i++) head += all.s[i] == '\n';
+  ocl_buf_printf(&all, "%s", L.text.s ? L.text.s : "");
+  if (body.oom || all.oom || C.consts.oom || L.text.oom) fail(&C, "out of memory");
+  for (int32_t i = 0; i < L.n; i++) L.line[i] += head;
+  out->source = all.s;
+  out->nlaunches = L.n;
+  out->launches = L.v;
+  out->kernel_line = L.line;
+  out->names = L.names;
+  out->nkernels = L.nuniq;
+  launches_free(&L, true);
+  ocl_buf_free(&body);
+  ocl_buf_free(&C.consts);
+  free(C.const_done);
+  free(C.args);
+  if (C.failed) {
+    ocl_kernels_free(out);
+    return -1;
+  }
+  return 0;
+}
+
+void ocl_kernels_free(OclKernels *k) {
+  for (int32_t i = 0; i < k->nlaunches; i++) free((void *)k->launches[i].args);
+  for (int32_t i = 0; i < k->nkernels; i++) free(k->names[i]);
+  free(k->names);
+  free(k->launches);
+  free(k->kernel_line);
+  free(k->source);
+  memset(k, 0, sizeof *k);
+}

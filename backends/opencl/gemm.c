@@ -1,0 +1,179 @@
+/* gemm.c: matrix products as a tiled GEMM kernel.
+ *
+ * Applies to f32 dot_general whose batch dims lead in order on both sides and whose
+ * contracting dims are consecutive, right after the batch dims or at the end (the LLVM
+ * backend's BLAS rule, backends/llvm/blas.c): per batch element the lhs is an (M, K) or
+ * (K, M) matrix and the rhs a (K, N) or (N, K) one, read through strides, so transposed
+ * operands cost nothing extra. The result is (M, N) row-major per batch element.
+ *
+ * Two kernels (docs/bench.md compares them with OpenBLAS and CLBlast): register-blocked, each
+ * work item a 4 x 4 block of C in float4 registers (the default: the fastest on PoCL), and
+ * tiled, TS x TS work-groups staging tiles of A and B in local memory (the usual GPU shape;
+ * AXLC_OPENCL_GEMM=tiled). Both sum in f32 in K order (OpenBLAS sums in f32 too, in its own
+ * order).
+ */
+#include <limits.h>
+
+#include "backends/opencl/opencl.h"
+
+enum { TS = 16 };
+
+typedef struct Layout {
+  int64_t batch, m, n, k;
+  int64_t sa, sam, sak;  /* lhs: batch stride, m stride, k stride (elements) */
+  int64_t sb, sbk, sbn;  /* rhs */
+} Layout;
+
+static int64_t prod(const IrShape *s, int32_t from, int32_t to) {
+  int64_t p = 1;
+  for (int32_t d = from; d < to; d++) p *= s->dims[d];
+  return p;
+}
+
+/* Batch dims [0, nb) in order; contracting dims c consecutive, first or last after them. */
+static bool side_ok(const IrShape *s, const IrDims *b, const IrDims *c, bool *contract_first) {
+  for (int32_t k = 0; k < b->n; k++)
+    if (b->v[k] != k) return false;
+  for (int32_t k = 1; k < c->n; k++)
+    if (c->v[k] != c->v[0] + k) return false;
+  *contract_first = false;
+  if (c->n == 0) return true;
+  bool last = c->v[c->n - 1] == s->rank - 1, first = c->v[0] == b->n;
+  *contract_first = !last;
+  return last || first;
+}
+
+static bool layout(const IrGraph *g, int32_t v, Layout *L) {
+  const IrValue *x = &g->values[v];
+  const IrShape *as = &g->values[x->ops[0]].shape, *bs = &g->values[x->ops[1]].shape;
+  bool akf, bkf;
+  if (x->dtype != DT_F32 || !side_ok(as, &x->attr.lb, &x->attr.lc, &akf) ||
+      !side_ok(bs, &x->attr.rb, &x->attr.rc, &bkf))
+    return false;
+  int32_t nb = x->attr.lb.n;
+  L->batch = prod(as, 0, nb);
+  L->k = 1;
+  for (int32_t k = 0; k < x->attr.lc.n; k++) L->k *= as->dims[x->attr.lc.v[k]];
+  if (L->k <= 0) return false;
+  L->m = prod(as, nb, as->rank) / L->k;
+  L->n = prod(bs, nb, bs->rank) / L->k;
+  L->sa = L->m * L->k;
+  L->sb = L->n * L->k;
+  /* lhs (M, K): m stride K, k stride 1; (K, M): m stride 1, k stride M */
+  L->sam = akf ? 1 : L->k;
+  L->sak = akf ? L->m : 1;
+  /* rhs (K, N): k stride N, n stride 1; (N, K): k stride 1, n stride K */
+  bool b_nk = !bkf && x->attr.rc.n > 0;
+  L->sbk = b_nk ? 1 : L->n;
+  L->sbn = b_nk ? L->k : 1;
+  return L->m < INT_MAX / 2 && L->n < INT_MAX / 2 && L->k < INT_MAX && L->batch < INT_MAX;
+}
+
+bool ocl_gemm_ok(const IrGraph *g, int32_t v) {
+  Layout L;
+  return g->values[v].op == IR_DOT && layout(g, v, &L);
+}
+
+void ocl_gemm_prelude(OclBuf *b) {
+  ocl_buf_printf(b,
+      "#define AX_TS %d\n"
+      "/* C (M, N) = A . B, A(m, k) at A[m*sam + k*sak], B(k, n) at B[k*sbk + n*sbn]; one element\n"
+      " * per work item, TS x TS tiles of A and B staged in local memory. */\n"
+      "void ax_gemm(__global const float *A, __global const float *B, __global float *C, int M, int N,\n"
+      "             int K, long sam, long sak, long sbk, long sbn, __local float *As, __local float *Bs) {\n"
+      "  int tn = get_local_id(0), tm = get_local_id(1);\n"
+      "  int n = get_group_id(0) * AX_TS + tn, m = get_group_id(1) * AX_TS + tm;\n"
+      "  float acc = 0.0f;\n"
+      "  for (int k0 = 0; k0 < K; k0 += AX_TS) {\n"
+      "    int ka = k0 + tn, kb = k0 + tm;\n"
+      "    As[tm * AX_TS + tn] = m < M && ka < K ? A[m * sam + ka * sak] : 0.0f;\n"
+      "    Bs[tm * AX_TS + tn] = kb < K && n < N ? B[kb * sbk + n * sbn] : 0.0f;\n"
+      "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+      "    for (int k = 0; k < AX_TS; k++) acc += As[tm * AX_TS + k] * Bs[k * AX_TS + tn];\n"
+      "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+      "  }\n"
+      "  if (m < M && n < N) C[(long)m * N + n] = acc;\n"
+      "}\n\n",
+      TS);
+}
+
+static int64_t round_up(int64_t x) { return (x + TS - 1) / TS * TS; }
+
+/* The tiled kernel: TS x TS work-groups staging tiles in local memory (GPUs). */
+static void tiled_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtOclLaunch *R,
+                         const char **attrs) {
+  ocl_buf_printf(b,
+      "  __local float As[AX_TS * AX_TS], Bs[AX_TS * AX_TS];\n"
+      "  long bt = get_global_id(2);\n"
+      "  ax_gemm(%s + bt * %lldL, %s + bt * %lldL, %s + bt * %lldL, %lld, %lld, %lld,\n"
+      "          %lldL, %lldL, %lldL, %lldL, As, Bs);\n",
+      r[0], (long long)L->sa, r[1], (long long)L->sb, r[2], (long long)(L->m * L->n), (long long)L->m,
+      (long long)L->n, (long long)L->k, (long long)L->sam, (long long)L->sak, (long long)L->sbk,
+      (long long)L->sbn);
+  *R = (RtOclLaunch){.dims = 3, .global = {round_up(L->n), round_up(L->m), L->batch},
+                     .local = {TS, TS, 1}};
+  *attrs = "__attribute__((reqd_work_group_size(AX_TS, AX_TS, 1))) ";
+}
+
+/* The register-blocked kernel: work item (i, j) computes the RB x RB block of C at rows
+ * RB*j.., columns RB*i.., in float4 registers, the sizes folded in: per k, one float4 of B
+ * (vload4 where B's rows are contiguous and N a multiple of RB) and RB scalars of A. Rows and
+ * columns past the edges are clamped on load and skipped on store. */
+enum { RB = 4 };
+static void blocked_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtOclLaunch *R) {
+  bool vec = L->sbn == 1 && L->n % RB == 0;
+  ocl_buf_printf(b,
+      "  long n0 = get_global_id(0) * 4, m0 = get_global_id(1) * 4, bt = get_global_id(2);\n"
+      "  if (n0 >= %lldL || m0 >= %lldL) return;\n"
+      "  __global const float *A = %s + bt * %lldL, *B = %s + bt * %lldL;\n"
+      "  __global float *C = %s + bt * %lldL;\n"
+      "  long r1 = min(m0 + 1, %lldL) * %lldL, r2 = min(m0 + 2, %lldL) * %lldL, r3 = min(m0 + 3, %lldL) * %lldL;\n"
+      "  long r0 = m0 * %lldL;\n"
+      "  float4 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;\n"
+      "  for (long k = 0; k < %lldL; k++) {\n",
+      (long long)L->n, (long long)L->m, r[0], (long long)L->sa, r[1], (long long)L->sb, r[2],
+      (long long)(L->m * L->n), (long long)(L->m - 1), (long long)L->sam, (long long)(L->m - 1),
+      (long long)L->sam, (long long)(L->m - 1), (long long)L->sam, (long long)L->sam, (long long)L->k);
+  if (vec)
+    ocl_buf_printf(b, "    float4 bk = vload4(0, B + k * %lldL + n0);\n", (long long)L->sbk);
+  else
+    ocl_buf_printf(b,
+        "    __global const float *Bk = B + k * %lldL;\n"
+        "    float4 bk = (float4)(Bk[n0 * %lldL], Bk[min(n0 + 1, %lldL) * %lldL], Bk[min(n0 + 2, %lldL) * %lldL],\n"
+        "                         Bk[min(n0 + 3, %lldL) * %lldL]);\n",
+        (long long)L->sbk, (long long)L->sbn, (long long)(L->n - 1), (long long)L->sbn,
+        (long long)(L->n - 1), (long long)L->sbn, (long long)(L->n - 1), (long long)L->sbn);
+  ocl_buf_printf(b,
+      "    long ka = k * %lldL;\n"
+      "    c0 += A[r0 + ka] * bk;\n"
+      "    c1 += A[r1 + ka] * bk;\n"
+      "    c2 += A[r2 + ka] * bk;\n"
+      "    c3 += A[r3 + ka] * bk;\n"
+      "  }\n",
+      (long long)L->sak);
+  if (vec)
+    ocl_buf_printf(b,
+        "  vstore4(c0, 0, C + m0 * %lldL + n0);\n"
+        "  if (m0 + 1 < %lldL) vstore4(c1, 0, C + (m0 + 1) * %lldL + n0);\n"
+        "  if (m0 + 2 < %lldL) vstore4(c2, 0, C + (m0 + 2) * %lldL + n0);\n"
+        "  if (m0 + 3 < %lldL) vstore4(c3, 0, C + (m0 + 3) * %lldL + n0);\n",
+        (long long)L->n, (long long)L->m, (long long)L->n, (long long)L->m, (long long)L->n,
+        (long long)L->m, (long long)L->n);
+  else
+    ocl_buf_printf(b,
+        "  float c[4][4] = {{c0.x, c0.y, c0.z, c0.w}, {c1.x, c1.y, c1.z, c1.w}, {c2.x, c2.y, c2.z, c2.w},\n"
+        "                   {c3.x, c3.y, c3.z, c3.w}};\n"
+        "  for (int i = 0; i < 4 && m0 + i < %lldL; i++)\n"
+        "    for (int j = 0; j < 4 && n0 + j < %lldL; j++) C[(m0 + i) * %lldL + n0 + j] = c[i][j];\n",
+        (long long)L->m, (long long)L->n, (long long)L->n);
+  *R = (RtOclLaunch){.dims = 3, .global = {(L->n + RB - 1) / RB, (L->m + RB - 1) / RB, L->batch}};
+}
+
+void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, int32_t v, const char *const refs[3], bool tiled,
+                     RtOclLaunch *R, const char **attrs) {
+  Layout L;
+  layout(g, v, &L);
+  *attrs = "";
+  if (tiled) tiled_kernel(b, refs, &L, R, attrs);
+  else blocked_kernel(b, refs, &L, R);
+}

@@ -1,0 +1,117 @@
+/* opencl.h: the OpenCL backend, the one header of backends/opencl/.
+ *
+ * The backend prints the step graph (ir/ir.h) as OpenCL C 1.2: one kernel per value that gets a
+ * buffer (the fusion plan, fusion.c, is the LLVM backend's rule: single-use elementwise values,
+ * broadcasts, splat constants and iota are computed inside their consumer), plus a GEMM kernel
+ * per matrix product whose layout allows it (gemm.c), and a launch list in graph order. Every
+ * kernel takes the slab and the memory plan's byte offsets of its tensors as arguments, so
+ * kernels that differ only in where their tensors live are printed once, and the runtime's slab
+ * layout, RtProgram table and checkpoints are the CPU trainer's.
+ *
+ * compile checks the printed source with libclang (check.c), so a code generation bug is an
+ * error at `axlc compile` time with the kernel's name, on a machine without any OpenCL device.
+ * The trainer (program.c: a generated C file linked with libaxrt_opencl) and `axlc run`
+ * (backend.c: the same tables in memory) both hand an RtOclProgram to rt_ocl_main
+ * (runtime/opencl.c), which builds the source on the device and runs the CPU trainer's loop.
+ *
+ * Library code: functions return 0 or -1 with a message in err and never exit.
+ */
+#ifndef AXLC_BACKENDS_OPENCL_H
+#define AXLC_BACKENDS_OPENCL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+#include "passes/passes.h"
+#include "runtime/axrt.h"
+
+/* ======================================================================== buf.c */
+
+/* A growing string. */
+typedef struct OclBuf {
+  char *s;
+  size_t n, cap;
+  bool oom;
+} OclBuf;
+
+void ocl_buf_printf(OclBuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ocl_buf_free(OclBuf *b);
+
+/* ======================================================================== fusion.c */
+
+/* materialized[v] (nvalues): v gets a buffer and a kernel of its own (see llvm_fusion_plan,
+ * which this mirrors: both backends inline the same values). 0, or -1 on NULL arguments. */
+int ocl_fusion_plan(const IrGraph *g, bool *materialized);
+
+/* ======================================================================== emit.c */
+
+typedef struct OclKernels {
+  char *source;            /* OpenCL C 1.2, every kernel */
+  int32_t nlaunches;
+  RtOclLaunch *launches;   /* (nlaunches); names and args owned here */
+  int32_t *kernel_line;    /* (nlaunches) first source line of each launch's kernel */
+  int32_t nkernels;        /* distinct kernels: launches that differ only in offsets share one */
+  char **names;            /* (nkernels) */
+} OclKernels;
+
+typedef enum OclGemm {
+  OCL_GEMM_LOOP,           /* no GEMM kernel: the loop nest of any dot_general */
+  OCL_GEMM_BLOCKED,        /* register-blocked, no local memory (gemm.c) */
+  OCL_GEMM_TILED,          /* local-memory tiles (gemm.c) */
+} OclGemm;
+
+typedef struct OclOptions {
+  bool fuse;               /* inline what the plan allows */
+  OclGemm gemm;            /* the kernel of matrix products whose layout allows a GEMM */
+  int break_kernel;        /* test hook: > 0 breaks the source of that kernel (1-based) */
+} OclOptions;
+
+OclOptions ocl_options_default(void);
+/* Prints every kernel of g under the plan mp (which used mat). */
+int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOptions *o,
+             OclKernels *out, char *err, size_t cap);
+void ocl_kernels_free(OclKernels *k);
+
+/* ======================================================================== gemm.c */
+
+/* Whether dot_general v is a (batched) row-major product the GEMM kernel computes. */
+bool ocl_gemm_ok(const IrGraph *g, int32_t v);
+/* The shared GEMM routine, printed once before the kernels. */
+void ocl_gemm_prelude(OclBuf *b);
+/* Prints the body of v's GEMM kernel (tiled: local-memory tiles; else register-blocked), whose
+ * operands and result are refs[0..2] (pointer expressions), and sets its launch's range and
+ * the kernel's attributes. */
+void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, int32_t v, const char *const refs[3], bool tiled,
+                     RtOclLaunch *L, const char **attrs);
+
+/* ======================================================================== check.c */
+
+/* Parses the source as OpenCL C 1.2 with libclang. 0 if it has no error; else -1 and err
+ * names the kernel of the first errors, with line and message. */
+int ocl_check_source(const OclKernels *k, char *err, size_t cap);
+
+/* ======================================================================== program.c */
+
+/* The facts of the program table the graph does not hold (coupled with runtime/axrt.h). */
+typedef struct OclProgramInfo {
+  const char *config;      /* canonical config text */
+  int32_t nparams;
+  const char *const *paths;  /* (nparams) parameter names in the graph */
+  const RtInit *inits;     /* (nparams) */
+  int64_t vocab, max_steps, ckpt_every;
+  int32_t ckpt_keep;
+  uint64_t seed;
+} OclProgramInfo;
+
+/* The RtOclProgram of g in memory (for `axlc run`); *slots (free it) backs its parameter table.
+ * Pointers into info and k stay borrowed. */
+int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo *info,
+                      const OclKernels *k, RtOclProgram *out, RtParamSlot **slots, char *err,
+                      size_t cap);
+/* The same program as a C file whose main calls rt_ocl_main (for `axlc compile`). */
+int ocl_program_write_c(FILE *f, const RtOclProgram *p);
+
+#endif /* AXLC_BACKENDS_OPENCL_H */

@@ -1,0 +1,106 @@
+#!/bin/sh
+# opencl.sh AXLC SRCDIR CASE: the OpenCL backend end to end, against the CPU (LLVM) backend.
+#   equiv_MODEL   10 steps of the CPU trainer and of the OpenCL trainer from the same init and
+#                 data: losses within 1e-4 relative, final parameters within 1e-3
+#   handover      10 steps on CPU, --resume on OpenCL (axlc run) to 20, --resume on CPU to 30:
+#                 the curve and the parameters of 30 straight CPU steps
+#   no_platform   with no OpenCL platform (OCL_ICD_VENDORS: an empty directory) compiling
+#                 works; the trainer then says that it found no platform, and exits 1
+#   broken_kernel AXLC_OPENCL_BREAK_KERNEL breaks a kernel: axlc compile reports it (libclang)
+#                 with the kernel's name, and writes no trainer
+# The cases that train skip (77) when no OpenCL device is found.
+set -u
+AXLC=$1 SRC=$2 CASE=$3
+PY=${TORCH_PYTHON:-/usr/bin/python3}
+T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-opencl.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
+must() { "$@" > "$T/log" 2>&1 || { fail "$*"; tail -20 "$T/log" >&2; }; }
+compare() { "$PY" "$SRC/tests/trainer/compare.py" "$@" || fail "compare $*"; }
+cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+
+# needs_device TRAINER: skip unless the trainer finds an OpenCL device
+needs_device() {
+  if ! "$1" --list-devices > "$T/devices" 2>&1; then
+    echo "SKIP: no OpenCL device: $(cat "$T/devices")"
+    exit 77
+  fi
+  cat "$T/devices"
+  if ! "$PY" -c 'import numpy' 2>/dev/null; then
+    echo "SKIP: $PY cannot import numpy"
+    exit 77
+  fi
+}
+
+# equiv MODEL: 10 steps on each backend
+equiv() {
+  model=$1
+  must "$AXLC" compile "$model" --target cpu -o "$T/cpu"
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  must "$T/cpu" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/c" --metrics "$T/c.jsonl"
+  must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/o" --metrics "$T/o.jsonl"
+  cat "$T/log"
+  compare losses "$T/o.jsonl" "$T/c.jsonl" 1e-4
+  compare close "$T/o/step_00000010/state.safetensors" "$T/c/step_00000010/state.safetensors" 1e-3
+  grep -q '"step": 10' "$T/o.jsonl" || fail "no metrics for step 10"
+}
+
+case $CASE in
+equiv_tiny_lm)
+  equiv "$SRC/models/tiny-lm.json"
+  # a device that is not there: said so, with the list of those that are
+  "$T/ocl" --data "$T/text.txt" --steps 1 --device 63 > "$T/out" 2>&1 && fail "--device 63 accepted"
+  grep -q "no such OpenCL device" "$T/out" && grep -q "^  0 (0:0)" "$T/out" ||
+    fail "--device 63: $(cat "$T/out")"
+  ;;
+equiv_moe) equiv "$SRC/models/moe-test.json" ;;
+equiv_llama) equiv "$SRC/tests/torch/llama-tiny.json" ;;
+handover)
+  model="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$model" --target cpu -o "$T/cpu"
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  must "$T/cpu" --data "$T/text.txt" --steps 30 --ckpt-dir "$T/a" --ckpt-every 10 --metrics "$T/a.jsonl"
+  must "$T/cpu" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --metrics "$T/b.jsonl"
+  must "$AXLC" run "$model" --target opencl --data "$T/text.txt" --steps 20 --ckpt-dir "$T/b" \
+    --resume --metrics "$T/b.jsonl"
+  grep -q "resumed from" "$T/log" || fail "axlc run --target opencl did not resume"
+  must "$T/cpu" --data "$T/text.txt" --steps 30 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl"
+  [ "$(wc -l < "$T/b.jsonl")" -eq 30 ] || fail "metrics: $(wc -l < "$T/b.jsonl") lines, expected 30"
+  compare losses "$T/b.jsonl" "$T/a.jsonl" 1e-4
+  compare close "$T/b/step_00000020/state.safetensors" "$T/a/step_00000020/state.safetensors" 1e-3
+  compare close "$T/b/step_00000030/state.safetensors" "$T/a/step_00000030/state.safetensors" 1e-3
+  ;;
+no_platform)
+  mkdir "$T/vendors"
+  export OCL_ICD_VENDORS="$T/vendors"
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
+  [ -x "$T/ocl" ] || fail "no trainer written"
+  "$T/ocl" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "the trainer without a platform exited $rc, expected 1"
+  grep -q "no OpenCL platform found" "$T/out" || fail "no clear message: $(cat "$T/out")"
+  "$T/ocl" --help > "$T/out" 2>&1 || fail "--help needs no device"
+  grep -q -- "--device" "$T/out" || fail "--help does not list --device"
+  "$T/ocl" --data "$T/text.txt" --device x > "$T/out" 2>&1 && fail "--device x accepted"
+  grep -q "is not a device number" "$T/out" || fail "--device x: $(cat "$T/out")"
+  ;;
+broken_kernel)
+  AXLC_OPENCL_BREAK_KERNEL=3 "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl \
+    -o "$T/ocl" > "$T/out" 2>&1
+  rc=$?
+  cat "$T/out"
+  [ $rc -eq 1 ] || fail "a broken kernel compiled (exit $rc)"
+  grep -q "libclang.*kernel k[0-9]*_[a-z_]* (axlc_kernels.cl:[0-9]*:[0-9]*): use of undeclared identifier 'axlc_broken_on_purpose'" \
+    "$T/out" || fail "the message does not name the kernel and the error"
+  [ ! -e "$T/ocl" ] || fail "a trainer was written"
+  "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl --emit cl > "$T/k.cl" 2>&1 ||
+    fail "the unbroken kernels do not compile"
+  grep -q "__kernel" "$T/k.cl" || fail "--emit cl wrote no kernels"
+  ;;
+*) fail "unknown case $CASE" ;;
+esac
+[ $fails -eq 0 ] && echo "PASS [$CASE]"
+exit $((fails > 0))
