@@ -94,14 +94,14 @@ static void shape_text(char *buf, size_t cap, const int64_t *shape, int ndim) {
 }
 
 static int reversed_2d(const RtTensor *t, const RtParamSlot *p) {
-    return t->ndim == 2 && p->rank == 2 && t->shape[0] == p->shape[1] && t->shape[1] == p->shape[0];
+    return t->ndim == 2 && p->rank == 2 && t->shape[0] == p->global_shape[1] && t->shape[1] == p->global_shape[0];
 }
 
 static int same_shape(const RtTensor *t, const RtParamSlot *p) {
     if (t->ndim != p->rank)
         return 0;
     for (int i = 0; i < p->rank; i++)
-        if (t->shape[i] != p->shape[i])
+        if (t->shape[i] != p->global_shape[i]) /* whole tensors: each rank keeps its chunk */
             return 0;
     return 1;
 }
@@ -123,7 +123,7 @@ static void check_params(const RtParamSlot *params, int n, const RtSt *st, char 
             continue;
         char got[160], want[160];
         shape_text(got, sizeof got, t->shape, t->ndim);
-        shape_text(want, sizeof want, p->shape, p->rank);
+        shape_text(want, sizeof want, p->global_shape, p->rank);
         c->mismatched++;
         if (reversed_2d(t, p)) {
             c->transposed++;

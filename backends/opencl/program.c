@@ -42,7 +42,8 @@ static int make_slots(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
     RtParamSlot *p = &slots[i];
     p->path = info->paths[i];
     p->rank = s->rank;
-    for (int32_t d = 0; d < RT_MAX_PARAM_RANK; d++) p->shape[d] = d < s->rank ? s->dims[d] : 0;
+    for (int32_t d = 0; d < RT_MAX_PARAM_RANK; d++) /* one device: the chunk is the whole */
+      p->shape[d] = p->global_shape[d] = d < s->rank ? s->dims[d] : 0;
     p->init = info->inits[i];
     p->offset = mp->offset[v];
     p->m_offset = named_offset(g, mp, IR_PARAMETER, "opt/m/", info->paths[i]);
@@ -108,17 +109,22 @@ static void c_float(FILE *f, float x) {
   else fprintf(f, "(float)%.9g", (double)x);
 }
 
+/* One RtParamSlot initializer, by field name (the split stays empty: one device). */
 static void c_slot(FILE *f, const RtParamSlot *p) {
-  fputs("  {", f);
+  fputs("  {.path = ", f);
   c_string(f, p->path);
-  fprintf(f, ", %d, {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}, {%d, ", p->rank, p->shape[0],
-          p->shape[1], p->shape[2], p->shape[3], (int)p->init.kind);
+  fprintf(f, ", .rank = %d, .shape = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}", p->rank,
+          p->shape[0], p->shape[1], p->shape[2], p->shape[3]);
+  fprintf(f, ", .global_shape = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}, .init = {%d, ",
+          p->global_shape[0], p->global_shape[1], p->global_shape[2], p->global_shape[3],
+          (int)p->init.kind);
   const float in[] = {p->init.value, p->init.mean, p->init.std, p->init.lo, p->init.hi};
   for (int i = 0; i < 5; i++) {
     c_float(f, in[i]);
     fputs(i < 4 ? ", " : "}, ", f);
   }
-  fprintf(f, "%" PRId64 ", %" PRId64 ", %" PRId64 "},\n", p->offset, p->m_offset, p->v_offset);
+  fprintf(f, ".offset = %" PRId64 ", .m_offset = %" PRId64 ", .v_offset = %" PRId64 "},\n", p->offset,
+          p->m_offset, p->v_offset);
 }
 
 int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
