@@ -32,18 +32,18 @@
 typedef enum { LINK_SAME, LINK_TRANSPOSE, LINK_FUSED } LinkKind;
 
 typedef struct Link {
-  char hf[160];   /* Hugging Face name, without a prefix: "h.0.attn.c_attn.weight" */
+  char hf[160]; /* Hugging Face name, without a prefix: "h.0.attn.c_attn.weight" */
   LinkKind kind;
   int nparts;
-  int part[3];    /* FeBuild params: one, or q, k, v for FUSED */
+  int part[3]; /* FeBuild params: one, or q, k, v for FUSED */
 } Link;
 
 typedef struct Conv {
   const FeBuild *b;
-  const char *model;   /* the config file, for messages */
-  const char *in;      /* the input file, for messages */
-  bool gpt2;           /* else Llama */
-  const char *family;  /* "GPT-2" or "Llama" */
+  const char *model;  /* the config file, for messages */
+  const char *in;     /* the input file, for messages */
+  bool gpt2;          /* else Llama */
+  const char *family; /* "GPT-2" or "Llama" */
   Link *links;
   int nlinks, cap;
   int problems;
@@ -73,8 +73,8 @@ static const char *shape_text(char *buf, size_t cap, const int64_t *shape, int n
 
 /* An error about config field `path` (under /model) whose value `got` differs from `want`. */
 static int config_mismatch(const Conv *c, const char *path, const char *got, const char *want) {
-  fprintf(stderr, "error: %s: %s is %s; Hugging Face %s needs %s\n", c->model, path, got,
-          c->family, want);
+  fprintf(stderr, "error: %s: %s is %s; Hugging Face %s needs %s\n", c->model, path, got, c->family,
+          want);
   return -1;
 }
 
@@ -96,7 +96,8 @@ static int check_attention(const Conv *c, json_object *attn) {
   int64_t heads = fe_get_int(attn, "num_heads"), kv = fe_get_int(attn, "num_kv_heads");
   if (c->gpt2 && kv != 0 && kv != heads) {
     snprintf(path, sizeof path, "%s/num_kv_heads", p);
-    return config_mismatch(c, path, "below num_heads", "num_kv_heads 0 (no grouped-query attention)");
+    return config_mismatch(c, path, "below num_heads",
+                           "num_kv_heads 0 (no grouped-query attention)");
   }
   return 0;
 }
@@ -200,7 +201,8 @@ static void links_gpt2(Conv *c, int64_t layers) {
     char h[64], a[64], hx[128], ax[192];
     snprintf(h, sizeof h, "h.%lld", (long long)i);
     snprintf(a, sizeof a, "model/decoder/layer_%lld", (long long)i);
-#define AT(hs, as) (snprintf(hx, sizeof hx, "%s.%s", h, hs), snprintf(ax, sizeof ax, "%s/%s", a, as))
+#define AT(hs, as)                                                                                 \
+  (snprintf(hx, sizeof hx, "%s.%s", h, hs), snprintf(ax, sizeof ax, "%s/%s", a, as))
     AT("ln_1", "attn_norm"), link_norm(c, hx, ax);
     AT("attn.c_attn", "self_attention"), link_qkv(c, hx, ax);
     AT("attn.c_proj", "self_attention/o_proj"), link_linear(c, LINK_SAME, hx, ax);
@@ -237,16 +239,18 @@ static void links_llama(Conv *c, int64_t layers) {
 static int build_links(Conv *c) {
   json_object *dec = fe_get_child(fe_get_child(c->b->root, "model"), "decoder");
   int64_t layers = fe_get_int(dec, "num_layers");
-  if (c->gpt2) links_gpt2(c, layers);
-  else links_llama(c, layers);
+  if (c->gpt2)
+    links_gpt2(c, layers);
+  else
+    links_llama(c, layers);
   char *covered = calloc((size_t)c->b->nparams + 1, 1);
   for (int i = 0; i < c->nlinks; i++)
     for (int k = 0; k < c->links[i].nparts; k++) covered[c->links[i].part[k]] = 1;
   int bad = 0;
   for (int i = 0; i < c->b->nparams; i++)
     if (!covered[i] && bad++ < 20)
-      fprintf(stderr, "error: %s: parameter '%s' has no counterpart in Hugging Face %s\n",
-              c->model, c->b->params[i].path, c->family);
+      fprintf(stderr, "error: %s: parameter '%s' has no counterpart in Hugging Face %s\n", c->model,
+              c->b->params[i].path, c->family);
   free(covered);
   return bad ? -1 : 0;
 }
@@ -259,7 +263,8 @@ static int hf_shape(const Conv *c, const Link *l, int64_t *shape) {
   memcpy(shape, p->shape, sizeof(int64_t) * (size_t)p->rank);
   if (l->kind == LINK_TRANSPOSE) shape[0] = p->shape[1], shape[1] = p->shape[0];
   if (l->kind == LINK_FUSED)
-    for (int k = 1; k < l->nparts; k++) shape[p->rank - 1] += c->b->params[l->part[k]].shape[p->rank - 1];
+    for (int k = 1; k < l->nparts; k++)
+      shape[p->rank - 1] += c->b->params[l->part[k]].shape[p->rank - 1];
   return p->rank;
 }
 
@@ -270,7 +275,8 @@ static int64_t numel(const int64_t *shape, int ndim) {
 }
 
 /* src (rows, cols) -> dst (cols, rows), elements of `es` bytes. */
-static void transpose(const unsigned char *src, unsigned char *dst, int64_t rows, int64_t cols, int es) {
+static void transpose(const unsigned char *src, unsigned char *dst, int64_t rows, int64_t cols,
+                      int es) {
   for (int64_t r = 0; r < rows; r++)
     for (int64_t k = 0; k < cols; k++)
       memcpy(dst + (k * rows + r) * es, src + (r * cols + k) * es, (size_t)es);
@@ -286,7 +292,9 @@ static void columns(unsigned char *wide, unsigned char *narrow, int64_t rows, in
   }
 }
 
-static bool float_dtype(RtDtype dt) { return dt == RT_DT_F32 || dt == RT_DT_F16 || dt == RT_DT_BF16; }
+static bool float_dtype(RtDtype dt) {
+  return dt == RT_DT_F32 || dt == RT_DT_F16 || dt == RT_DT_BF16;
+}
 
 static bool same_shape(const RtTensor *t, const int64_t *shape, int ndim) {
   if (t->ndim != ndim) return false;
@@ -299,7 +307,8 @@ static bool same_shape(const RtTensor *t, const int64_t *shape, int ndim) {
 static int check_tensor(Conv *c, const RtTensor *t, const int64_t *want, int ndim) {
   char got[128], exp[128];
   if (!float_dtype(t->dtype)) {
-    problem(c, "tensor '%s': dtype %s, expected F32, F16 or BF16", t->name, rt_dtype_name(t->dtype));
+    problem(c, "tensor '%s': dtype %s, expected F32, F16 or BF16", t->name,
+            rt_dtype_name(t->dtype));
     return -1;
   }
   if (same_shape(t, want, ndim)) return 0;
@@ -307,15 +316,16 @@ static int check_tensor(Conv *c, const RtTensor *t, const int64_t *want, int ndi
   const char *hint = !reversed ? ""
                      : c->gpt2 ? " (transposed: GPT-2's Conv1D weights are (in, out))"
                                : " (transposed: Llama's nn.Linear weights are (out, in))";
-  problem(c, "tensor '%s': shape %s, expected %s%s", t->name, shape_text(got, sizeof got, t->shape, t->ndim),
-          shape_text(exp, sizeof exp, want, ndim), hint);
+  problem(c, "tensor '%s': shape %s, expected %s%s", t->name,
+          shape_text(got, sizeof got, t->shape, t->ndim), shape_text(exp, sizeof exp, want, ndim),
+          hint);
   return -1;
 }
 
 /* ===== the output ====================================================================== */
 
 typedef struct Out {
-  RtTensor *t;   /* (n) */
+  RtTensor *t; /* (n) */
   int n;
 } Out;
 
@@ -373,13 +383,17 @@ static bool hf_buffer(const char *name) {
 static void split_link(const Conv *c, const Link *l, const RtTensor *t, Out *o) {
   int es = rt_dtype_size(t->dtype);
   const unsigned char *src = t->data;
-  int64_t col = 0, total = t->shape[t->ndim - 1], rows = numel(t->shape, t->ndim) / (total ? total : 1);
+  int64_t col = 0, total = t->shape[t->ndim - 1],
+          rows = numel(t->shape, t->ndim) / (total ? total : 1);
   for (int k = 0; k < l->nparts; k++) {
     const FeParam *p = &c->b->params[l->part[k]];
     RtTensor *d = out_add(o, p->path, t->dtype, p->shape, p->rank);
-    if (l->kind == LINK_SAME) memcpy((void *)d->data, src, (size_t)t->nbytes);
-    else if (l->kind == LINK_TRANSPOSE) transpose(src, (void *)d->data, t->shape[0], t->shape[1], es);
-    else columns((void *)src, (void *)d->data, rows, total, col, p->shape[p->rank - 1], es, false);
+    if (l->kind == LINK_SAME)
+      memcpy((void *)d->data, src, (size_t)t->nbytes);
+    else if (l->kind == LINK_TRANSPOSE)
+      transpose(src, (void *)d->data, t->shape[0], t->shape[1], es);
+    else
+      columns((void *)src, (void *)d->data, rows, total, col, p->shape[p->rank - 1], es, false);
     col += p->shape[p->rank - 1];
   }
 }
@@ -393,8 +407,10 @@ static void tied_head(Conv *c, const RtSt *st, char *used) {
   mark_used(st, head, used);
   if (emb && (head->dtype != emb->dtype || !same_shape(head, emb->shape, emb->ndim) ||
               memcmp(head->data, emb->data, (size_t)emb->nbytes) != 0))
-    problem(c, "tensor 'lm_head.weight' differs from '%s', but %s ties the head to the embedding "
-            "(set /model/lm_head/tied to false to keep both)", emb->name, c->model);
+    problem(c,
+            "tensor 'lm_head.weight' differs from '%s', but %s ties the head to the embedding "
+            "(set /model/lm_head/tied to false to keep both)",
+            emb->name, c->model);
 }
 
 static void unknown_tensors(Conv *c, const RtSt *st, const char *used, bool from_hf) {
@@ -402,11 +418,16 @@ static void unknown_tensors(Conv *c, const RtSt *st, const char *used, bool from
     const char *name = rt_st_tensor(st, j)->name;
     if (used[j] || (from_hf && hf_buffer(name))) continue;
     if (from_hf && fe_param_find(c->b, name) >= 0)
-      problem(c, "unknown tensor '%s': an axlc parameter name (convert axlc weights with --to hf)", name);
+      problem(c, "unknown tensor '%s': an axlc parameter name (convert axlc weights with --to hf)",
+              name);
     else if (!from_hf && strchr(name, '.')) /* axlc's paths have no dots */
-      problem(c, "unknown tensor '%s': a Hugging Face name (convert Hugging Face weights with --from hf)", name);
+      problem(
+          c,
+          "unknown tensor '%s': a Hugging Face name (convert Hugging Face weights with --from hf)",
+          name);
     else
-      problem(c, "unknown tensor '%s': no parameter of %s (Hugging Face %s) takes it", name, c->model, c->family);
+      problem(c, "unknown tensor '%s': no parameter of %s (Hugging Face %s) takes it", name,
+              c->model, c->family);
   }
 }
 
@@ -468,7 +489,8 @@ static void to_hf(Conv *c, const RtSt *st, Out *o) {
       bad += check_tensor(c, parts[k], p->shape, p->rank) != 0;
       if (k > 0 && parts[0] && parts[k]->dtype != parts[0]->dtype && ++bad)
         problem(c, "tensor '%s': dtype %s, but '%s' is %s (they are fused into %s)", p->path,
-                rt_dtype_name(parts[k]->dtype), parts[0]->name, rt_dtype_name(parts[0]->dtype), l->hf);
+                rt_dtype_name(parts[k]->dtype), parts[0]->name, rt_dtype_name(parts[0]->dtype),
+                l->hf);
     }
     if (!bad) join_link(c, l, parts, o);
   }
@@ -494,13 +516,15 @@ int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const
   }
   if (to_hf_names) rt_st_dump_as_weights(st); /* an interpreter dump: its new parameters */
   Out o = {calloc((size_t)b->nparams + (size_t)c.nlinks + 1, sizeof *o.t), 0};
-  if (to_hf_names) to_hf(&c, st, &o);
-  else from_hf(&c, st, &o);
+  if (to_hf_names)
+    to_hf(&c, st, &o);
+  else
+    from_hf(&c, st, &o);
   int rc = 0;
   if (c.problems) {
     fprintf(stderr, "error: %s: %d problem%s converting %s Hugging Face %s%s; %s not written\n", in,
-            c.problems, c.problems == 1 ? "" : "s", to_hf_names ? "axlc weights to" : "from", c.family,
-            to_hf_names ? "" : " weights to axlc", out);
+            c.problems, c.problems == 1 ? "" : "s", to_hf_names ? "axlc weights to" : "from",
+            c.family, to_hf_names ? "" : " weights to axlc", out);
     rc = -1;
   } else {
     RtMeta meta = {"format", "pt"}; /* what transformers writes; weights.c reads it as (out, in) */
