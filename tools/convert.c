@@ -413,10 +413,20 @@ static void tied_head(Conv *c, const RtSt *st, char *used) {
             emb->name, c->model);
 }
 
+/* A checkpoint's optimizer moments ("opt/m/P", "opt/v/P"), which no Hugging Face file holds. */
+static bool optimizer_state(const char *name) {
+  return !strncmp(name, "opt/m/", 6) || !strncmp(name, "opt/v/", 6);
+}
+
 static void unknown_tensors(Conv *c, const RtSt *st, const char *used, bool from_hf) {
+  int moments = 0;
   for (int j = 0; j < rt_st_count(st); j++) {
     const char *name = rt_st_tensor(st, j)->name;
     if (used[j] || (from_hf && hf_buffer(name))) continue;
+    if (!from_hf && optimizer_state(name)) {
+      moments++;
+      continue;
+    }
     if (from_hf && fe_param_find(c->b, name) >= 0)
       problem(c, "unknown tensor '%s': an axlc parameter name (convert axlc weights with --to hf)",
               name);
@@ -426,9 +436,12 @@ static void unknown_tensors(Conv *c, const RtSt *st, const char *used, bool from
           "unknown tensor '%s': a Hugging Face name (convert Hugging Face weights with --from hf)",
           name);
     else
-      problem(c, "unknown tensor '%s': no parameter of %s (Hugging Face %s) takes it", name,
-              c->model, c->family);
+      problem(c, "unknown tensor '%s': no parameter of %s (Hugging Face %s) takes it%s", name,
+              c->model, c->family,
+              strstr(name, "bias") ? " (does the config turn that bias on?)" : "");
   }
+  if (moments)
+    fprintf(stderr, "note: %s: %d optimizer tensors (opt/m/, opt/v/) left out\n", c->in, moments);
 }
 
 static void from_hf(Conv *c, const RtSt *st, Out *o) {

@@ -204,6 +204,7 @@ help)
   run --help
   expect_rc 0
   expect_in "$T/out" "usage: axlc COMMAND [MODEL.json] [options]"
+  expect_in "$T/out" "convert MODEL.json  --from hf IN.safetensors -o OUT.safetensors"
   expect_empty "$T/err"
   run -h
   expect_rc 0

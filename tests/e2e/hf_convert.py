@@ -316,6 +316,18 @@ def dump():
     print(f"--init DUMP: step 1 loss {loss:.6f}; numpy forward of the dump converted to hf {ref:.6f}")
     if abs(loss - ref) > 2e-5 * max(1.0, abs(ref)):
         fail("--init of a dump does not start from the dump's new parameters")
+    # a checkpoint's state.safetensors: parameters and the optimizer moments, left out
+    init = stio.read(path("init.safetensors"))
+    state = {**init, **{"opt/m/" + k: v * 0 for k, v in init.items()}, **{"opt/v/" + k: v * 0 for k, v in init.items()}}
+    stio.write(path("state.safetensors"), state)
+    r = axlc("convert", MODEL, "--to", "hf", path("state.safetensors"), "-o", path("state-hf.safetensors"))
+    if f"{2 * len(init)} optimizer tensors (opt/m/, opt/v/) left out" not in r.stderr:
+        fail(f"no note on the optimizer tensors: {r.stderr}")
+    back = stio.read(path("state-hf.safetensors"))
+    if sorted(back) != sorted(w):
+        fail(f"checkpoint --to hf: names differ: {sorted(set(back) ^ set(w))}")
+    for k in w:
+        same(back[k], w[k], "checkpoint --to hf: " + k)
     first = axlc_loss(path("init.safetensors"))
     if abs(first - loss) < 1e-4:
         fail(f"the dump's weights give the initial loss {first:.6f}: were they trained?")
