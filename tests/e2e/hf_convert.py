@@ -295,6 +295,19 @@ def round_trip():
     cmp_files(path("hf2.safetensors"), path("hf3.safetensors"))
     print(f"to hf: {len(back)} tensors equal to the source; hf -> axlc -> hf -> axlc byte-identical")
 
+    # F16 stays F16 (bytes move, values do not), and --init reads it
+    w16 = {k: v.astype(np.float16) for k, v in w.items()}
+    stio.write(path("hf16.safetensors"), w16)
+    axlc("convert", MODEL, "--from", "hf", path("hf16.safetensors"), "-o", path("axlc16.safetensors"))
+    got16 = stio.read(path("axlc16.safetensors"))
+    for k, v in expected_axlc(w16).items():
+        same(got16[k], np.ascontiguousarray(v), "F16 " + k)
+    axlc("convert", MODEL, "--to", "hf", path("axlc16.safetensors"), "-o", path("hf16b.safetensors"))
+    for k, v in stio.read(path("hf16b.safetensors")).items():
+        same(v, w16[k], "F16 --to hf " + k)
+    axlc_loss(path("axlc16.safetensors"))
+    print("F16: converted as F16 both ways; --init reads it")
+
     ref, got_loss = hf_loss(w), axlc_loss(path("axlc.safetensors"))
     print(f"step 1 loss: axlc {got_loss:.6f}, numpy Hugging Face forward {ref:.6f}")
     if abs(got_loss - ref) > 2e-5 * max(1.0, abs(ref)):
