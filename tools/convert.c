@@ -303,7 +303,7 @@ static bool same_shape(const RtTensor *t, const int64_t *shape, int ndim) {
   return true;
 }
 
-/* Checks tensor t (the file's `name`) against the wanted shape; hint on a reversed 2-D one. */
+/* Checks the file's tensor t: a float dtype and the wanted shape (with a hint when reversed). */
 static int check_tensor(Conv *c, const RtTensor *t, const int64_t *want, int ndim) {
   char got[128], exp[128];
   if (!float_dtype(t->dtype)) {
