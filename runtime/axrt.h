@@ -150,6 +150,10 @@ const void *rt_st_bytes(const RtSt *st, int64_t *size);
  * "FILE: tensor 'w': shape [3,4], expected [4,4]". */
 int rt_st_read_f32(const RtSt *st, const char *name, const int64_t *shape, int ndim,
                    float *dst, RtError *err);
+/* An interpreter dump (axlc run --backend interp --dump) holds "loss", "grad:P" and "new:P".
+ * Used as weights (--init, axlc convert), it is its "new:P" tensors named P: this keeps only
+ * those, renamed, and returns how many; 0 (the file untouched) when `st` is not such a dump. */
+int rt_st_dump_as_weights(RtSt *st);
 
 /* ===== comm.c: collectives over the device mesh (MPI) =================================== */
 

@@ -329,6 +329,36 @@ const void *rt_st_bytes(const RtSt *st, int64_t *size) {
     return st->map.data;
 }
 
+/* ===== reading: an interpreter dump as weights ========================================= */
+
+static int dump_name(const char *name) {
+    return strcmp(name, "loss") == 0 || strncmp(name, "grad:", 5) == 0 || strncmp(name, "new:", 4) == 0;
+}
+
+/* Parameter paths hold no ':', so a file of only these names is a dump and nothing else. */
+int rt_st_dump_as_weights(RtSt *st) {
+    int news = 0;
+    for (int i = 0; i < st->n; i++) {
+        if (!dump_name(st->e[i].t.name))
+            return 0;
+        news += strncmp(st->e[i].t.name, "new:", 4) == 0;
+    }
+    if (news == 0)
+        return 0;
+    int kept = 0;
+    for (int i = 0; i < st->n; i++) {
+        char *name = (char *)st->e[i].t.name;
+        if (strncmp(name, "new:", 4) != 0) {
+            free(name);
+            continue;
+        }
+        memmove(name, name + 4, strlen(name + 4) + 1);
+        st->e[kept++] = st->e[i]; /* still sorted by offset; the gaps are never read */
+    }
+    st->n = kept;
+    return kept;
+}
+
 /* ===== reading: conversion to f32 ===================================================== */
 
 static float f16_to_f32(uint16_t h) {

@@ -616,6 +616,7 @@ static int params_load(Trainer *t, RtError *err) {
     RtError why;
     if (rt_st_open(&st, t->o.init, &why) != 0)
         return rt_error_set(err, "--init: %s", why.msg);
+    rt_st_dump_as_weights(st); /* an interpreter's --dump: its new parameters */
     if (init_file_check(t, st, err) != 0) {
         rt_st_close(st);
         return -1;

@@ -34,6 +34,8 @@ typedef struct {
   const char *rest[MAX_LIST]; /* run: the trainer's options, passed through */
   int nrest;
   const char *plot;        /* memcheck: --plot FILE.svg */
+  const char *from, *to;   /* convert: --from hf or --to hf */
+  const char *input;       /* convert: the weights file */
   const char *devices;     /* memcheck, compile: --devices FILE (the device table) */
   bool no_memcheck;        /* compile: --no-memcheck */
   const char *search[MAX_LIST]; /* AXLC_PATH's directories, then the shipped configs' */
@@ -64,6 +66,10 @@ static void usage(FILE *out) {
           "                      [--devices FILE]  (the device table; default models/rules/devices.json)\n"
           "  plot METRICS.jsonl  -o FILE.svg: draw a trainer's --metrics (loss, eval loss,\n"
           "                      learning rate, gradient norm, tokens/s against the step)\n"
+          "  convert MODEL.json  --from hf IN.safetensors -o OUT.safetensors: Hugging Face GPT-2\n"
+          "                      or Llama weights (as the config decides) to axlc's parameter\n"
+          "                      paths, for --init; --to hf: axlc weights (--init files, --dump\n"
+          "                      output) to Hugging Face's names and layouts\n"
           "  backends            list the backends and what each can do\n"
           "\n"
           "options:\n"
@@ -117,6 +123,9 @@ static int parse_args(int argc, char **argv, Args *a) {
       a->json = true;
     } else if (!strcmp(s, "--no-memcheck")) {
       a->no_memcheck = true;
+    } else if (!strcmp(s, "--from") || !strcmp(s, "--to")) {
+      if (need_value(i, argc, argv)) return -1;
+      *(!strcmp(s, "--from") ? &a->from : &a->to) = argv[++i];
     } else if (!strcmp(s, "--plot") || !strcmp(s, "--devices")) {
       if (need_value(i, argc, argv)) return -1;
       *(!strcmp(s, "--plot") ? &a->plot : &a->devices) = argv[++i];
@@ -149,6 +158,8 @@ static int parse_args(int argc, char **argv, Args *a) {
       a->command = s;
     } else if (!a->model) {
       a->model = s;
+    } else if (!a->input && !strcmp(a->command, "convert")) {
+      a->input = s;
     } else {
       fprintf(stderr, "error: unexpected argument %s\n", s);
       return -1;
@@ -646,7 +657,36 @@ static int cmd_plot(const Args *a) {
   return plot_metrics(a->model, a->output) ? 1 : 0;
 }
 
+static int cmd_convert(const Args *a) {
+  const char *fmt = a->from ? a->from : a->to;
+  if (!a->model || !a->input || !a->output || (a->from && a->to) || !fmt) {
+    fprintf(stderr, "error: usage: axlc convert MODEL.json (--from hf | --to hf) IN.safetensors "
+            "-o OUT.safetensors\n");
+    return 1;
+  }
+  if (strcmp(fmt, "hf") != 0) {
+    fprintf(stderr, "error: %s %s: expected hf (Hugging Face GPT-2 or Llama safetensors)\n",
+            a->from ? "--from" : "--to", fmt);
+    return 1;
+  }
+  if (check_output(a->output)) return 1;
+  FeDiag d;
+  fe_diag_init(&d);
+  json_object *cfg = resolve(&d, a);
+  int rc = 1;
+  FeBuild b;
+  if (cfg && fe_build(&b, &d, a->model, cfg, fe_target_devices(a->fe.target)) == 0)
+    rc = convert_weights(&b, a->model, a->to != NULL, a->input, a->output) ? 1 : 0;
+  else if (cfg)
+    fe_diag_print(&d, stderr);
+  if (cfg) fe_build_free(&b);
+  json_object_put(cfg);
+  fe_diag_free(&d);
+  return rc;
+}
+
 static int dispatch(Args *a) {
+  if (!strcmp(a->command, "convert")) return cmd_convert(a);
   if (!strcmp(a->command, "plot")) return cmd_plot(a);
   if (!strcmp(a->command, "config")) return cmd_config(a);
   if (!strcmp(a->command, "params")) return cmd_params(a);

@@ -2,11 +2,24 @@
 #ifndef AXLC_TOOLS_PLOT_H
 #define AXLC_TOOLS_PLOT_H
 
+#include <stdbool.h>
+
 /* ---- plot.c: `axlc plot` ------------------------------------------------- */
 
 /* Draws the --metrics file `metrics` as an SVG at `out`: loss and eval loss, learning rate,
  * gradient norm, tokens/s against the step. Prints an error naming the file (and line) and
  * returns -1 on a problem. */
 int plot_metrics(const char *metrics, const char *out);
+
+/* ---- convert.c: `axlc convert` ----------------------------------------------- */
+
+struct FeBuild;
+
+/* Converts the weights file `in` of the model built in `b` (config file `model`) to `out`:
+ * Hugging Face's names and layouts (GPT-2 or Llama, as the config decides) to axlc's
+ * parameter paths, or back when `to_hf` is true. Prints every problem, naming the file and
+ * the tensor, and returns -1 without writing `out`; `out` is written atomically. */
+int convert_weights(const struct FeBuild *b, const char *model, bool to_hf, const char *in,
+                    const char *out);
 
 #endif

@@ -114,6 +114,7 @@ static int init_params(Trainer *t, uint64_t seed) {
   RtSt *st = NULL;
   RtError err;
   if (t->o->init && rt_st_open(&st, t->o->init, &err)) return fail(t, err.msg);
+  if (st) rt_st_dump_as_weights(st); /* a --dump of an earlier run: its new parameters */
   int rc = 0;
   for (int i = 0; i < t->j->build->nparams && rc == 0; i++) {
     const FeParam *p = &t->j->build->params[i];

@@ -71,6 +71,22 @@ cat "$SRC/README.md" > text.txt
 run ./tr --data text.txt --steps 3
 ok "the trainer"
 has "$T/out" "step 3 loss"
+# weights out to Hugging Face's names and back in: an interpreter dump of the same model,
+# converted --to hf and --from hf by the installed axlc, starts the trainer
+small="--set /model/decoder/num_layers=1 --set /model/dim=8 --set /model/decoder/layer/self_attention/num_heads=1 --set /input/seq_len=8 --set /input/global_batch_size=2"
+# shellcheck disable=SC2086
+run "$AXLC" run tiny-lm --target interp $small --data text.txt --steps 1 --dump dump.st
+ok "interp --dump"
+# shellcheck disable=SC2086
+run "$AXLC" convert tiny-lm $small --to hf dump.st -o hf.st
+ok "convert --to hf"
+# shellcheck disable=SC2086
+run "$AXLC" convert tiny-lm $small --from hf hf.st -o back.st
+ok "convert --from hf"
+run ./tr --data text.txt --steps 1 --init back.st
+ok "the trainer from converted weights"
+run ./tr --data text.txt --steps 1 --init dump.st
+ok "the trainer from an interpreter dump"
 
 # pkg-config: a program of one's own against libaxrt
 cat > crc.c <<'C'

@@ -44,6 +44,42 @@ static const char *good_file(char *path, size_t cap, uint32_t *crc, int64_t *siz
     return path;
 }
 
+/* ===== an interpreter dump as weights ================================================= */
+
+static void test_dump_as_weights(void) {
+    RtError err;
+    RtSt *st;
+    char path[512];
+    float loss[2] = {5.5f, 5.2f}, g[6] = {0}, b[3] = {7, 8, 9};
+    RtTensor dump[] = {
+        {"loss", RT_DT_F32, 1, {2}, loss, 0},
+        {"grad:model/w", RT_DT_F32, 2, {2, 3}, g, 0},
+        {"new:model/w", RT_DT_F32, 2, {2, 3}, W, 0},
+        {"grad:model/b", RT_DT_F32, 1, {3}, g, 0},
+        {"new:model/b", RT_DT_F32, 1, {3}, b, 0},
+    };
+    CHECK_OK(rt_st_write(rt_test_path(path, sizeof path, "dump.safetensors"), dump, 5, NULL, 0, NULL, NULL, &err));
+    CHECK_OK(rt_st_open(&st, path, &err));
+    if (!st)
+        return;
+    CHECK_INT(rt_st_dump_as_weights(st), 2);
+    CHECK_INT(rt_st_count(st), 2);
+    CHECK_INT(rt_st_find(st, "loss") == NULL && rt_st_find(st, "new:model/w") == NULL, 1);
+    float x[6];
+    CHECK_OK(rt_st_read_f32(st, "model/w", (int64_t[]){2, 3}, 2, x, &err));
+    CHECK_INT(memcmp(x, W, sizeof W), 0);
+    CHECK_OK(rt_st_read_f32(st, "model/b", (int64_t[]){3}, 1, x, &err));
+    CHECK_NEAR(x[2], 9, 0);
+    rt_st_close(st);
+    /* a weights file (no ':' in its names) is left as it is */
+    CHECK_OK(rt_st_open(&st, good_file(path, sizeof path, NULL, NULL), &err));
+    if (!st)
+        return;
+    CHECK_INT(rt_st_dump_as_weights(st), 0);
+    CHECK_INT(rt_st_count(st), 6);
+    rt_st_close(st);
+}
+
 /* ===== round trips ==================================================================== */
 
 static void test_round_trip(void) {
@@ -260,6 +296,7 @@ int main(void) {
         {"bad lengths", test_bad_lengths},
         {"truncated", test_truncated},
         {"random damage", test_random_damage},
+        {"dump as weights", test_dump_as_weights},
         {NULL, NULL},
     };
     return rt_test_main("runtime_safetensors", cases);

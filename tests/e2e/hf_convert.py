@@ -1,0 +1,400 @@
+#!/usr/bin/python3
+"""hf_convert.py: `axlc convert` against files written here in Hugging Face's naming.
+
+usage: hf_convert.py AXLC MODEL.json WORKDIR MODE
+  MODE round_trip  random weights in Hugging Face's names and layouts (GPT-2 or Llama, as
+                   the config's family); --from hf must give each axlc parameter as the
+                   expected split/transpose of its source; --to hf must give back every source
+                   tensor; a second round trip is byte-identical; and the interpreter's step-1
+                   loss with --init of the converted file equals an independent numpy forward
+                   pass of the Hugging Face model on the Hugging Face weights.
+  MODE dump        an interpreter --dump is usable as --init (its new parameters), and
+                   --to hf of it gives weights whose numpy forward loss is the loss the
+                   interpreter reports when it starts from the dump.
+  MODE errors      missing, misshapen, unknown tensors, a bad file, a wrong config: each a
+                   clear error naming the file and the tensor, exit 1, output not touched.
+Exit 0 on success, 1 on a failure (printed), 77 when numpy is missing.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True
+try:
+    import numpy as np
+except ImportError:
+    print("SKIP: numpy is missing (apt-get install python3-numpy)")
+    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch"))
+import stio  # noqa: E402
+
+AXLC, MODEL, WORK, MODE = sys.argv[1:5]
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch", "data.txt")
+os.makedirs(WORK, exist_ok=True)
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def axlc(*args, ok=True):
+    r = subprocess.run([AXLC, *args], capture_output=True, text=True)
+    if ok and r.returncode != 0:
+        fail(f"axlc {' '.join(args)}: status {r.returncode}\n{r.stderr}")
+    return r
+
+
+def path(name):
+    return os.path.join(WORK, name)
+
+
+CFG = json.loads(axlc("config", MODEL).stdout)
+M = CFG["model"]
+LAYER = M["decoder"]["layer"]
+GPT2 = M.get("pos_emb") is not None
+V, D, L = M["vocab_size"], M["dim"], M["decoder"]["num_layers"]
+NH = LAYER["self_attention"]["num_heads"]
+KV = LAYER["self_attention"]["num_kv_heads"] or NH
+HD = D // NH
+PARAMS = {p["path"]: tuple(p["shape"]) for p in json.loads(axlc("params", MODEL, "--json").stdout)["params"]}
+TIED = M["lm_head"]["tied"]
+
+
+# ---- random weights in Hugging Face's naming -----------------------------------------
+
+def hf_weights(rng):
+    """{name: array} as transformers names and lays them out (no prefix)."""
+    w = {}
+
+    def rnd(*shape, std=0.2):
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    def norm(name, bias):
+        w[name + ".weight"] = (1 + rnd(D, std=0.1)).astype(np.float32)
+        if bias:
+            w[name + ".bias"] = rnd(D, std=0.1)
+
+    if GPT2:
+        F = PARAMS["model/decoder/layer_0/feed_forward/linear1/weight"][1]
+        w["wte.weight"] = rnd(V, D)
+        w["wpe.weight"] = rnd(PARAMS["model/pos_emb/weight"][0], D)
+        for i in range(L):
+            h = f"h.{i}."
+            norm(h + "ln_1", True)
+            w[h + "attn.c_attn.weight"] = rnd(D, 3 * D)   # Conv1D: (in, out)
+            w[h + "attn.c_attn.bias"] = rnd(3 * D, std=0.1)
+            w[h + "attn.c_proj.weight"] = rnd(D, D)
+            w[h + "attn.c_proj.bias"] = rnd(D, std=0.1)
+            norm(h + "ln_2", True)
+            w[h + "mlp.c_fc.weight"] = rnd(D, F)
+            w[h + "mlp.c_fc.bias"] = rnd(F, std=0.1)
+            w[h + "mlp.c_proj.weight"] = rnd(F, D)
+            w[h + "mlp.c_proj.bias"] = rnd(D, std=0.1)
+        norm("ln_f", True)
+    else:
+        F = PARAMS["model/decoder/layer_0/feed_forward/linear1_0/weight"][1]
+        w["model.embed_tokens.weight"] = rnd(V, D)
+        for i in range(L):
+            h = f"model.layers.{i}."
+            norm(h + "input_layernorm", False)
+            w[h + "self_attn.q_proj.weight"] = rnd(NH * HD, D)   # nn.Linear: (out, in)
+            w[h + "self_attn.k_proj.weight"] = rnd(KV * HD, D)
+            w[h + "self_attn.v_proj.weight"] = rnd(KV * HD, D)
+            w[h + "self_attn.o_proj.weight"] = rnd(D, NH * HD)
+            norm(h + "post_attention_layernorm", False)
+            w[h + "mlp.gate_proj.weight"] = rnd(F, D)
+            w[h + "mlp.up_proj.weight"] = rnd(F, D)
+            w[h + "mlp.down_proj.weight"] = rnd(D, F)
+        norm("model.norm", False)
+        if not TIED:
+            w["lm_head.weight"] = rnd(V, D)
+    return w
+
+
+def expected_axlc(w):
+    """The axlc tensors each Hugging Face tensor must become (written independently of
+    tools/convert.c's table: from the layouts in docs/convert.md)."""
+    e = {}
+    if GPT2:
+        e["model/emb/weight"] = w["wte.weight"]
+        e["model/pos_emb/weight"] = w["wpe.weight"]
+        for i in range(L):
+            h, a = f"h.{i}.", f"model/decoder/layer_{i}/"
+            for hn, an in (("ln_1", "attn_norm"), ("ln_2", "ffn_norm")):
+                e[a + an + "/scale"] = w[h + hn + ".weight"]
+                e[a + an + "/bias"] = w[h + hn + ".bias"]
+            cw, cb = w[h + "attn.c_attn.weight"], w[h + "attn.c_attn.bias"]
+            for k, x in enumerate("qkv"):
+                e[a + f"self_attention/{x}_proj/weight"] = cw[:, k * D:(k + 1) * D]
+                e[a + f"self_attention/{x}_proj/bias"] = cb[k * D:(k + 1) * D]
+            for hn, an in (("attn.c_proj", "self_attention/o_proj"), ("mlp.c_fc", "feed_forward/linear1"),
+                           ("mlp.c_proj", "feed_forward/linear2")):
+                e[a + an + "/weight"] = w[h + hn + ".weight"]
+                e[a + an + "/bias"] = w[h + hn + ".bias"]
+        e["model/decoder/output_norm/scale"] = w["ln_f.weight"]
+        e["model/decoder/output_norm/bias"] = w["ln_f.bias"]
+    else:
+        e["model/emb/weight"] = w["model.embed_tokens.weight"]
+        for i in range(L):
+            h, a = f"model.layers.{i}.", f"model/decoder/layer_{i}/"
+            e[a + "attn_norm/scale"] = w[h + "input_layernorm.weight"]
+            e[a + "ffn_norm/scale"] = w[h + "post_attention_layernorm.weight"]
+            for hn, an in (("self_attn.q_proj", "self_attention/q_proj"), ("self_attn.k_proj", "self_attention/k_proj"),
+                           ("self_attn.v_proj", "self_attention/v_proj"), ("self_attn.o_proj", "self_attention/o_proj"),
+                           ("mlp.gate_proj", "feed_forward/linear1_0"), ("mlp.up_proj", "feed_forward/linear1_1"),
+                           ("mlp.down_proj", "feed_forward/linear2")):
+                e[a + an + "/weight"] = w[h + hn + ".weight"].T
+        e["model/decoder/output_norm/scale"] = w["model.norm.weight"]
+        if not TIED:
+            e["model/lm_head/weight"] = w["lm_head.weight"]
+    return e
+
+
+# ---- an independent forward pass of the Hugging Face models (numpy, float64) ----------
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def attend(q, k, v):
+    """q (B, NH, T, HD), k and v (B, NH, T, HD): causal softmax attention."""
+    T = q.shape[2]
+    s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1])
+    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def heads(x, n):
+    B, T, _ = x.shape
+    return x.reshape(B, T, n, -1).transpose(0, 2, 1, 3)
+
+
+def merge(y):
+    B, N, T, H = y.shape
+    return y.transpose(0, 2, 1, 3).reshape(B, T, N * H)
+
+
+def gpt2_logits(w, ids):
+    """GPT2LMHeadModel: Conv1D (x @ W + b), gelu_new, tied head."""
+    g = {k: v.astype(np.float64) for k, v in w.items()}
+    eps = LAYER["norm"]["eps"]
+    T = ids.shape[1]
+    x = g["wte.weight"][ids] + g["wpe.weight"][:T]
+    for i in range(L):
+        h = f"h.{i}."
+        a = layer_norm(x, g[h + "ln_1.weight"], g[h + "ln_1.bias"], eps)
+        qkv = a @ g[h + "attn.c_attn.weight"] + g[h + "attn.c_attn.bias"]
+        q, k, v = (heads(t, NH) for t in np.split(qkv, 3, axis=-1))
+        x = x + merge(attend(q, k, v)) @ g[h + "attn.c_proj.weight"] + g[h + "attn.c_proj.bias"]
+        m = layer_norm(x, g[h + "ln_2.weight"], g[h + "ln_2.bias"], eps)
+        m = m @ g[h + "mlp.c_fc.weight"] + g[h + "mlp.c_fc.bias"]
+        m = 0.5 * m * (1 + np.tanh(math.sqrt(2 / math.pi) * (m + 0.044715 * m ** 3)))
+        x = x + m @ g[h + "mlp.c_proj.weight"] + g[h + "mlp.c_proj.bias"]
+    x = layer_norm(x, g["ln_f.weight"], g["ln_f.bias"], M["decoder"]["output_norm"]["eps"])
+    return x @ g["wte.weight"].T
+
+
+def rotate_half_rope(x, theta):
+    """transformers' apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, x (B, N, T, H)."""
+    T, H = x.shape[2], x.shape[3]
+    inv = 1.0 / theta ** (np.arange(0, H, 2) / H)
+    f = np.outer(np.arange(T), inv)
+    emb = np.concatenate([f, f], -1)
+    x1, x2 = x[..., :H // 2], x[..., H // 2:]
+    return x * np.cos(emb) + np.concatenate([-x2, x1], -1) * np.sin(emb)
+
+
+def llama_logits(w, ids):
+    """LlamaForCausalLM: nn.Linear (x @ W.T), RMSNorm, rotate_half RoPE, repeat_kv, SwiGLU."""
+    g = {k: v.astype(np.float64) for k, v in w.items()}
+    eps = LAYER["norm"]["eps"]
+    theta = LAYER["self_attention"]["rope"]["theta"]
+    x = g["model.embed_tokens.weight"][ids]
+    for i in range(L):
+        h = f"model.layers.{i}."
+        a = rms_norm(x, g[h + "input_layernorm.weight"], eps)
+        q = rotate_half_rope(heads(a @ g[h + "self_attn.q_proj.weight"].T, NH), theta)
+        k = rotate_half_rope(heads(a @ g[h + "self_attn.k_proj.weight"].T, KV), theta)
+        v = heads(a @ g[h + "self_attn.v_proj.weight"].T, KV)
+        k, v = np.repeat(k, NH // KV, axis=1), np.repeat(v, NH // KV, axis=1)   # repeat_kv
+        x = x + merge(attend(q, k, v)) @ g[h + "self_attn.o_proj.weight"].T
+        m = rms_norm(x, g[h + "post_attention_layernorm.weight"], eps)
+        gate, up = m @ g[h + "mlp.gate_proj.weight"].T, m @ g[h + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ g[h + "mlp.down_proj.weight"].T
+    x = rms_norm(x, g["model.norm.weight"], M["decoder"]["output_norm"]["eps"])
+    head = g["model.embed_tokens.weight"] if "lm_head.weight" not in g else g["lm_head.weight"]
+    return x @ head.T
+
+
+def hf_loss(w):
+    """Mean cross entropy of step 1's batch (runtime/data.c: window b starts at b*T)."""
+    B, T = CFG["input"]["global_batch_size"], CFG["input"]["seq_len"]
+    tok = np.frombuffer(open(DATA, "rb").read(), np.uint8).astype(np.int64)
+    win = np.stack([tok[b * T: b * T + T + 1] for b in range(B)])
+    logits = (gpt2_logits if GPT2 else llama_logits)(w, win[:, :T])
+    logits = logits - logits.max(-1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return -np.take_along_axis(logp, win[:, 1:, None], -1).mean()
+
+
+def axlc_loss(init, *extra):
+    r = axlc("run", MODEL, "--target", "interp", "--data", DATA, "--steps", "1", "--init", init, *extra)
+    for line in r.stdout.splitlines():
+        if line.startswith("step 1 loss "):
+            return float(line.split()[3])
+    fail(f"no step 1 loss in:\n{r.stdout}")
+
+
+def same(a, b, what):
+    if a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
+        fail(f"{what}: {a.dtype}{list(a.shape)} differs from the expected {b.dtype}{list(b.shape)}")
+
+
+def cmp_files(a, b):
+    if open(a, "rb").read() != open(b, "rb").read():
+        fail(f"{os.path.basename(a)} and {os.path.basename(b)} differ: the round trip is not byte-identical")
+
+
+# ---- the modes -----------------------------------------------------------------------
+
+def round_trip():
+    w = hf_weights(np.random.default_rng(7))
+    src = dict(w)
+    if GPT2:  # as GPT2LMHeadModel saves: a "transformer." prefix, the tied head, mask buffers
+        src = {"transformer." + k: v for k, v in w.items()}
+        src["lm_head.weight"] = w["wte.weight"]
+        src["transformer.h.0.attn.bias"] = np.tril(np.ones((1, 1, 4, 4), np.float32))
+    stio.write(path("hf.safetensors"), src, {"format": "pt"})
+    axlc("convert", MODEL, "--from", "hf", path("hf.safetensors"), "-o", path("axlc.safetensors"))
+    got, want = stio.read(path("axlc.safetensors")), expected_axlc(w)
+    if sorted(got) != sorted(PARAMS) or sorted(want) != sorted(PARAMS):
+        fail(f"converted names {sorted(set(got) ^ set(PARAMS))} differ from axlc params")
+    for k in want:
+        same(got[k], np.ascontiguousarray(want[k]), k)
+    print(f"from hf: {len(got)} tensors, each the expected split/transpose of its source")
+
+    axlc("convert", MODEL, "--to", "hf", path("axlc.safetensors"), "-o", path("hf2.safetensors"))
+    back = stio.read(path("hf2.safetensors"))
+    if sorted(back) != sorted(w):
+        fail(f"--to hf names differ: {sorted(set(back) ^ set(w))}")
+    for k in w:
+        same(back[k], w[k], k)
+    axlc("convert", MODEL, "--from", "hf", path("hf2.safetensors"), "-o", path("axlc2.safetensors"))
+    axlc("convert", MODEL, "--to", "hf", path("axlc2.safetensors"), "-o", path("hf3.safetensors"))
+    cmp_files(path("axlc.safetensors"), path("axlc2.safetensors"))
+    cmp_files(path("hf2.safetensors"), path("hf3.safetensors"))
+    print(f"to hf: {len(back)} tensors equal to the source; hf -> axlc -> hf -> axlc byte-identical")
+
+    # F16 stays F16 (bytes move, values do not), and --init reads it
+    w16 = {k: v.astype(np.float16) for k, v in w.items()}
+    stio.write(path("hf16.safetensors"), w16)
+    axlc("convert", MODEL, "--from", "hf", path("hf16.safetensors"), "-o", path("axlc16.safetensors"))
+    got16 = stio.read(path("axlc16.safetensors"))
+    for k, v in expected_axlc(w16).items():
+        same(got16[k], np.ascontiguousarray(v), "F16 " + k)
+    axlc("convert", MODEL, "--to", "hf", path("axlc16.safetensors"), "-o", path("hf16b.safetensors"))
+    for k, v in stio.read(path("hf16b.safetensors")).items():
+        same(v, w16[k], "F16 --to hf " + k)
+    axlc_loss(path("axlc16.safetensors"))
+    print("F16: converted as F16 both ways; --init reads it")
+
+    ref, got_loss = hf_loss(w), axlc_loss(path("axlc.safetensors"))
+    print(f"step 1 loss: axlc {got_loss:.6f}, numpy Hugging Face forward {ref:.6f}")
+    if abs(got_loss - ref) > 2e-5 * max(1.0, abs(ref)):
+        fail("the converted weights do not compute the Hugging Face model's loss")
+
+
+def dump():
+    w = hf_weights(np.random.default_rng(11))
+    stio.write(path("hf.safetensors"), w)
+    axlc("convert", MODEL, "--from", "hf", path("hf.safetensors"), "-o", path("init.safetensors"))
+    axlc("run", MODEL, "--target", "interp", "--data", DATA, "--steps", "2",
+         "--init", path("init.safetensors"), "--dump", path("dump.safetensors"))
+    d = stio.read(path("dump.safetensors"))
+    if not any(k.startswith("grad:") for k in d) or "loss" not in d:
+        fail("the dump lacks its losses and gradients")
+    loss = axlc_loss(path("dump.safetensors"))
+    axlc("convert", MODEL, "--to", "hf", path("dump.safetensors"), "-o", path("dump-hf.safetensors"))
+    ref = hf_loss(stio.read(path("dump-hf.safetensors")))
+    print(f"--init DUMP: step 1 loss {loss:.6f}; numpy forward of the dump converted to hf {ref:.6f}")
+    if abs(loss - ref) > 2e-5 * max(1.0, abs(ref)):
+        fail("--init of a dump does not start from the dump's new parameters")
+    # a checkpoint's state.safetensors: parameters and the optimizer moments, left out
+    init = stio.read(path("init.safetensors"))
+    state = {**init, **{"opt/m/" + k: v * 0 for k, v in init.items()}, **{"opt/v/" + k: v * 0 for k, v in init.items()}}
+    stio.write(path("state.safetensors"), state)
+    r = axlc("convert", MODEL, "--to", "hf", path("state.safetensors"), "-o", path("state-hf.safetensors"))
+    if f"{2 * len(init)} optimizer tensors (opt/m/, opt/v/) left out" not in r.stderr:
+        fail(f"no note on the optimizer tensors: {r.stderr}")
+    back = stio.read(path("state-hf.safetensors"))
+    if sorted(back) != sorted(w):
+        fail(f"checkpoint --to hf: names differ: {sorted(set(back) ^ set(w))}")
+    for k in w:
+        same(back[k], w[k], "checkpoint --to hf: " + k)
+    first = axlc_loss(path("init.safetensors"))
+    if abs(first - loss) < 1e-4:
+        fail(f"the dump's weights give the initial loss {first:.6f}: were they trained?")
+
+
+def errors():
+    w = hf_weights(np.random.default_rng(3))
+    out = path("out.safetensors")
+    with open(out, "wb") as f:
+        f.write(b"precious")
+
+    def expect(args, *texts):
+        r = axlc(*args, ok=False)
+        if r.returncode != 1:
+            fail(f"axlc {' '.join(args)}: status {r.returncode}, expected 1\n{r.stderr}")
+        for t in texts:
+            if t not in r.stderr:
+                fail(f"axlc {' '.join(args)}: stderr lacks {t!r}:\n{r.stderr}")
+        if "Sanitizer" in r.stderr:
+            fail("sanitizer report:\n" + r.stderr)
+        if open(out, "rb").read() != b"precious" or os.path.exists(out + ".tmp"):
+            fail("the existing output was touched")
+
+    def conv(name, tensors, *texts, direction="--from"):
+        f = path(name)
+        stio.write(f, tensors)
+        expect(["convert", MODEL, direction, "hf", f, "-o", out], f, *texts)
+
+    first = sorted(w)[0]
+    wide = "h.0.attn.c_attn.weight" if GPT2 else "model.layers.0.self_attn.k_proj.weight"
+    conv("missing.safetensors", {k: v for k, v in w.items() if k != wide}, f"missing tensor '{wide}'",
+         "not written")
+    conv("shape.safetensors", {**w, wide: w[wide].T.copy()}, f"tensor '{wide}': shape",
+         "transposed")
+    conv("unknown.safetensors", {**w, "extra.weight": w[first]}, "unknown tensor 'extra.weight'")
+    conv("dtype.safetensors", {**w, first: w[first].astype(np.int32)}, f"tensor '{first}': dtype I32")
+    # axlc weights given to --from hf, and Hugging Face weights given to --to hf
+    stio.write(path("hf.safetensors"), w)
+    axlc("convert", MODEL, "--from", "hf", path("hf.safetensors"), "-o", path("a.safetensors"))
+    expect(["convert", MODEL, "--from", "hf", path("a.safetensors"), "-o", out],
+           "an axlc parameter name (convert axlc weights with --to hf)")
+    expect(["convert", MODEL, "--to", "hf", path("hf.safetensors"), "-o", out],
+           "missing tensor 'model/emb/weight'", "a Hugging Face name")
+    with open(path("bad.safetensors"), "wb") as f:
+        f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    expect(["convert", MODEL, "--from", "hf", path("bad.safetensors"), "-o", out], "bad.safetensors: JSON header")
+    expect(["convert", MODEL, "--from", "hf", path("none.safetensors"), "-o", out], "none.safetensors")
+    expect(["convert", MODEL, "--from", "gguf", path("hf.safetensors"), "-o", out], "--from gguf: expected hf")
+    expect(["convert", MODEL, "--from", "hf", path("hf.safetensors")], "usage: axlc convert")
+    act = "relu" if GPT2 else "gelu"
+    expect(["convert", MODEL, "--set", f"/model/decoder/layer/feed_forward/activation=\"{act}\"", "--from",
+            "hf", path("hf.safetensors"), "-o", out], "/model/decoder/layer/feed_forward/activation is")
+    print("errors: each names the file and the tensor; the existing output is untouched")
+
+
+{"round_trip": round_trip, "dump": dump, "errors": errors}[MODE]()
+print("PASS")

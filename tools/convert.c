@@ -1,0 +1,553 @@
+/*
+ * convert.c: `axlc convert`, weights between Hugging Face's names and layouts and axlc's.
+ *
+ * The config decides the architecture: a model with a learned position embedding is
+ * GPT-2 (GPT2LMHeadModel), one without is Llama (LlamaForCausalLM); the rest of the config
+ * must compute what that Hugging Face model computes (norm kinds, activation, rotary
+ * embedding), or the conversion is refused with the config field that differs.
+ *
+ * One table of links serves both directions, so hf -> axlc -> hf gives back every tensor
+ * bit for bit. A link ties one Hugging Face tensor to one or three axlc parameters:
+ *   SAME       the same layout: embeddings, norms, biases, GPT-2's Conv1D weights (in, out)
+ *   TRANSPOSE  a Llama nn.Linear weight (out, in) against axlc's (in, out)
+ *   FUSED      GPT-2's c_attn (D, 3D): q, k and v side by side along the last dimension
+ * Conversion moves bytes only, so the dtype (F32, F16, BF16) is kept. axlc's rotary
+ * embedding rotates the two halves of each head, as Hugging Face's rotate_half does: Llama's
+ * q and k projections copy across without the row permutation that Meta's original
+ * (interleaved) checkpoints need. docs/convert.md has the whole name map.
+ *
+ * Every problem of the input (missing, unknown, misshapen tensors) is listed before
+ * anything is written; the output is written atomically (runtime/file.c), so an existing
+ * file is never left half-written.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/driver.h"
+#include "runtime/axrt.h"
+#include "tools/plot.h"
+
+typedef enum { LINK_SAME, LINK_TRANSPOSE, LINK_FUSED } LinkKind;
+
+typedef struct Link {
+  char hf[160]; /* Hugging Face name, without a prefix: "h.0.attn.c_attn.weight" */
+  LinkKind kind;
+  int nparts;
+  int part[3]; /* FeBuild params: one, or q, k, v for FUSED */
+} Link;
+
+typedef struct Conv {
+  const FeBuild *b;
+  const char *model;  /* the config file, for messages */
+  const char *in;     /* the input file, for messages */
+  bool gpt2;          /* else Llama */
+  const char *family; /* "GPT-2" or "Llama" */
+  Link *links;
+  int nlinks, cap;
+  int problems;
+} Conv;
+
+/* One problem line under the "error:" header. */
+static void problem(Conv *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(Conv *c, const char *fmt, ...) {
+  if (c->problems++ == 0) fprintf(stderr, "error: %s:\n", c->in);
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "  ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+}
+
+static const char *shape_text(char *buf, size_t cap, const int64_t *shape, int ndim) {
+  size_t len = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < ndim && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (len < cap) snprintf(buf + len, cap - len, "]");
+  return buf;
+}
+
+/* ===== the config: which Hugging Face model ============================================ */
+
+/* An error about config field `path` (under /model) whose value `got` differs from `want`. */
+static int config_mismatch(const Conv *c, const char *path, const char *got, const char *want) {
+  fprintf(stderr, "error: %s: %s is %s; Hugging Face %s needs %s\n", c->model, path, got, c->family,
+          want);
+  return -1;
+}
+
+static int check_norm(const Conv *c, json_object *norm, const char *path) {
+  const char *want = c->gpt2 ? "layer_norm" : "rms_norm";
+  if (strcmp(fe_node_kind(norm), want) == 0) return 0;
+  char got[64];
+  snprintf(got, sizeof got, "\"%s\"", fe_node_kind(norm));
+  return config_mismatch(c, path, got, want);
+}
+
+static int check_attention(const Conv *c, json_object *attn) {
+  const char *p = "/model/decoder/layer/self_attention";
+  char path[128];
+  snprintf(path, sizeof path, "%s/rope", p);
+  json_object *rope = fe_get_child(attn, "rope");
+  if (c->gpt2 && rope) return config_mismatch(c, path, "set", "null (learned positions)");
+  if (!c->gpt2 && !rope) return config_mismatch(c, path, "null", "a rope module");
+  int64_t heads = fe_get_int(attn, "num_heads"), kv = fe_get_int(attn, "num_kv_heads");
+  if (c->gpt2 && kv != 0 && kv != heads) {
+    snprintf(path, sizeof path, "%s/num_kv_heads", p);
+    return config_mismatch(c, path, "below num_heads",
+                           "num_kv_heads 0 (no grouped-query attention)");
+  }
+  return 0;
+}
+
+static int check_ffn(const Conv *c, json_object *ff) {
+  const char *p = "/model/decoder/layer/feed_forward";
+  if (strcmp(fe_node_kind(ff), "feed_forward") != 0) {
+    char got[64];
+    snprintf(got, sizeof got, "\"%s\"", fe_node_kind(ff));
+    return config_mismatch(c, p, got, "a dense feed_forward");
+  }
+  const char *act = fe_get_str(ff, "activation"), *want = c->gpt2 ? "gelu" : "swiglu";
+  if (strcmp(act, want) == 0) return 0;
+  char path[128], got[64];
+  snprintf(path, sizeof path, "%s/activation", p);
+  snprintf(got, sizeof got, "\"%s\"", act);
+  return config_mismatch(c, path, got, want);
+}
+
+/* GPT-2 when the model learns position embeddings, else Llama; the rest must agree. */
+static int check_config(Conv *c) {
+  json_object *model = fe_get_child(c->b->root, "model");
+  json_object *dec = fe_get_child(model, "decoder"), *layer = fe_get_child(dec, "layer");
+  c->gpt2 = fe_get_child(model, "pos_emb") != NULL;
+  c->family = c->gpt2 ? "GPT-2" : "Llama";
+  if (check_norm(c, fe_get_child(layer, "norm"), "/model/decoder/layer/norm") ||
+      check_norm(c, fe_get_child(dec, "output_norm"), "/model/decoder/output_norm") ||
+      check_attention(c, fe_get_child(layer, "self_attention")) ||
+      check_ffn(c, fe_get_child(layer, "feed_forward")))
+    return -1;
+  return 0;
+}
+
+/* ===== the links ======================================================================= */
+
+static Link *link_new(Conv *c, LinkKind kind, const char *hf) {
+  if (c->nlinks == c->cap) {
+    c->cap = c->cap ? 2 * c->cap : 64;
+    c->links = realloc(c->links, (size_t)c->cap * sizeof *c->links);
+    if (!c->links) {
+      fprintf(stderr, "error: out of memory\n");
+      exit(1);
+    }
+  }
+  Link *l = &c->links[c->nlinks++];
+  memset(l, 0, sizeof *l);
+  l->kind = kind;
+  snprintf(l->hf, sizeof l->hf, "%s", hf);
+  return l;
+}
+
+/* hf <-> the parameter `axlc`, when the model has it. */
+static void link1(Conv *c, LinkKind kind, const char *hf, const char *axlc) {
+  int i = fe_param_find(c->b, axlc);
+  if (i < 0) return;
+  Link *l = link_new(c, kind, hf);
+  l->nparts = 1;
+  l->part[0] = i;
+}
+
+/* hf.weight and hf.bias <-> axlc/scale and axlc/bias (a bias only where the model has one). */
+static void link_norm(Conv *c, const char *hf, const char *axlc) {
+  char h[160], a[256];
+  snprintf(h, sizeof h, "%s.weight", hf), snprintf(a, sizeof a, "%s/scale", axlc);
+  link1(c, LINK_SAME, h, a);
+  snprintf(h, sizeof h, "%s.bias", hf), snprintf(a, sizeof a, "%s/bias", axlc);
+  link1(c, LINK_SAME, h, a);
+}
+
+/* hf.weight (in the layout `kind`) and hf.bias <-> axlc/weight and axlc/bias. */
+static void link_linear(Conv *c, LinkKind kind, const char *hf, const char *axlc) {
+  char h[160], a[256];
+  snprintf(h, sizeof h, "%s.weight", hf), snprintf(a, sizeof a, "%s/weight", axlc);
+  link1(c, kind, h, a);
+  snprintf(h, sizeof h, "%s.bias", hf), snprintf(a, sizeof a, "%s/bias", axlc);
+  link1(c, LINK_SAME, h, a);
+}
+
+/* GPT-2's c_attn.{weight,bias} <-> {q,k,v}_proj/{weight,bias} of attention `attn`. */
+static void link_qkv(Conv *c, const char *hf, const char *attn) {
+  static const char *const leaf[2] = {"weight", "bias"};
+  for (int w = 0; w < 2; w++) {
+    char h[160], a[3][256];
+    int idx[3];
+    snprintf(h, sizeof h, "%s.%s", hf, leaf[w]);
+    for (int k = 0; k < 3; k++) {
+      snprintf(a[k], sizeof a[k], "%s/%c_proj/%s", attn, "qkv"[k], leaf[w]);
+      idx[k] = fe_param_find(c->b, a[k]);
+    }
+    if (idx[0] < 0 || idx[1] < 0 || idx[2] < 0) continue;
+    Link *l = link_new(c, LINK_FUSED, h);
+    l->nparts = 3;
+    memcpy(l->part, idx, sizeof idx);
+  }
+}
+
+static void links_gpt2(Conv *c, int64_t layers) {
+  link1(c, LINK_SAME, "wte.weight", "model/emb/weight");
+  link1(c, LINK_SAME, "wpe.weight", "model/pos_emb/weight");
+  for (int64_t i = 0; i < layers; i++) {
+    char h[64], a[64], hx[128], ax[192];
+    snprintf(h, sizeof h, "h.%lld", (long long)i);
+    snprintf(a, sizeof a, "model/decoder/layer_%lld", (long long)i);
+#define AT(hs, as)                                                                                 \
+  (snprintf(hx, sizeof hx, "%s.%s", h, hs), snprintf(ax, sizeof ax, "%s/%s", a, as))
+    AT("ln_1", "attn_norm"), link_norm(c, hx, ax);
+    AT("attn.c_attn", "self_attention"), link_qkv(c, hx, ax);
+    AT("attn.c_proj", "self_attention/o_proj"), link_linear(c, LINK_SAME, hx, ax);
+    AT("ln_2", "ffn_norm"), link_norm(c, hx, ax);
+    AT("mlp.c_fc", "feed_forward/linear1"), link_linear(c, LINK_SAME, hx, ax);
+    AT("mlp.c_proj", "feed_forward/linear2"), link_linear(c, LINK_SAME, hx, ax);
+  }
+  link_norm(c, "ln_f", "model/decoder/output_norm");
+  link1(c, LINK_SAME, "lm_head.weight", "model/lm_head/weight");
+}
+
+static void links_llama(Conv *c, int64_t layers) {
+  static const char *const proj[][2] = {
+      {"self_attn.q_proj", "self_attention/q_proj"}, {"self_attn.k_proj", "self_attention/k_proj"},
+      {"self_attn.v_proj", "self_attention/v_proj"}, {"self_attn.o_proj", "self_attention/o_proj"},
+      {"mlp.gate_proj", "feed_forward/linear1_0"},   {"mlp.up_proj", "feed_forward/linear1_1"},
+      {"mlp.down_proj", "feed_forward/linear2"}};
+  link1(c, LINK_SAME, "model.embed_tokens.weight", "model/emb/weight");
+  for (int64_t i = 0; i < layers; i++) {
+    char h[64], a[64], hx[128], ax[192];
+    snprintf(h, sizeof h, "model.layers.%lld", (long long)i);
+    snprintf(a, sizeof a, "model/decoder/layer_%lld", (long long)i);
+    AT("input_layernorm", "attn_norm"), link_norm(c, hx, ax);
+    for (int k = 0; k < 4; k++) AT(proj[k][0], proj[k][1]), link_linear(c, LINK_TRANSPOSE, hx, ax);
+    AT("post_attention_layernorm", "ffn_norm"), link_norm(c, hx, ax);
+    for (int k = 4; k < 7; k++) AT(proj[k][0], proj[k][1]), link_linear(c, LINK_TRANSPOSE, hx, ax);
+#undef AT
+  }
+  link_norm(c, "model.norm", "model/decoder/output_norm");
+  link1(c, LINK_SAME, "lm_head.weight", "model/lm_head/weight");
+}
+
+/* Builds the table; every parameter of the model must be in it. */
+static int build_links(Conv *c) {
+  json_object *dec = fe_get_child(fe_get_child(c->b->root, "model"), "decoder");
+  int64_t layers = fe_get_int(dec, "num_layers");
+  if (c->gpt2)
+    links_gpt2(c, layers);
+  else
+    links_llama(c, layers);
+  char *covered = calloc((size_t)c->b->nparams + 1, 1);
+  for (int i = 0; i < c->nlinks; i++)
+    for (int k = 0; k < c->links[i].nparts; k++) covered[c->links[i].part[k]] = 1;
+  int bad = 0;
+  for (int i = 0; i < c->b->nparams; i++)
+    if (!covered[i] && bad++ < 20)
+      fprintf(stderr, "error: %s: parameter '%s' has no counterpart in Hugging Face %s\n", c->model,
+              c->b->params[i].path, c->family);
+  free(covered);
+  return bad ? -1 : 0;
+}
+
+/* ===== shapes and bytes ================================================================ */
+
+/* The Hugging Face shape of link l, from its parameters' shapes. */
+static int hf_shape(const Conv *c, const Link *l, int64_t *shape) {
+  const FeParam *p = &c->b->params[l->part[0]];
+  memcpy(shape, p->shape, sizeof(int64_t) * (size_t)p->rank);
+  if (l->kind == LINK_TRANSPOSE) shape[0] = p->shape[1], shape[1] = p->shape[0];
+  if (l->kind == LINK_FUSED)
+    for (int k = 1; k < l->nparts; k++)
+      shape[p->rank - 1] += c->b->params[l->part[k]].shape[p->rank - 1];
+  return p->rank;
+}
+
+static int64_t numel(const int64_t *shape, int ndim) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+/* src (rows, cols) -> dst (cols, rows), elements of `es` bytes. */
+static void transpose(const unsigned char *src, unsigned char *dst, int64_t rows, int64_t cols,
+                      int es) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t k = 0; k < cols; k++)
+      memcpy(dst + (k * rows + r) * es, src + (r * cols + k) * es, (size_t)es);
+}
+
+/* Columns [col, col + w) of the (rows, total) matrix `wide` <-> the (rows, w) matrix
+ * `narrow`; to_wide picks the direction. */
+static void columns(unsigned char *wide, unsigned char *narrow, int64_t rows, int64_t total,
+                    int64_t col, int64_t w, int es, bool to_wide) {
+  for (int64_t r = 0; r < rows; r++) {
+    unsigned char *a = wide + (r * total + col) * es, *b = narrow + r * w * es;
+    memcpy(to_wide ? a : b, to_wide ? b : a, (size_t)(w * es));
+  }
+}
+
+static bool float_dtype(RtDtype dt) {
+  return dt == RT_DT_F32 || dt == RT_DT_F16 || dt == RT_DT_BF16;
+}
+
+static bool same_shape(const RtTensor *t, const int64_t *shape, int ndim) {
+  if (t->ndim != ndim) return false;
+  for (int i = 0; i < ndim; i++)
+    if (t->shape[i] != shape[i]) return false;
+  return true;
+}
+
+/* Checks the file's tensor t: a float dtype and the wanted shape (with a hint when reversed). */
+static int check_tensor(Conv *c, const RtTensor *t, const int64_t *want, int ndim) {
+  char got[128], exp[128];
+  if (!float_dtype(t->dtype)) {
+    problem(c, "tensor '%s': dtype %s, expected F32, F16 or BF16", t->name,
+            rt_dtype_name(t->dtype));
+    return -1;
+  }
+  if (same_shape(t, want, ndim)) return 0;
+  bool reversed = ndim == 2 && t->ndim == 2 && t->shape[0] == want[1] && t->shape[1] == want[0];
+  const char *hint = !reversed ? ""
+                     : c->gpt2 ? " (transposed: GPT-2's Conv1D weights are (in, out))"
+                               : " (transposed: Llama's nn.Linear weights are (out, in))";
+  problem(c, "tensor '%s': shape %s, expected %s%s", t->name,
+          shape_text(got, sizeof got, t->shape, t->ndim), shape_text(exp, sizeof exp, want, ndim),
+          hint);
+  return -1;
+}
+
+/* ===== the output ====================================================================== */
+
+typedef struct Out {
+  RtTensor *t; /* (n) */
+  int n;
+} Out;
+
+static RtTensor *out_add(Out *o, const char *name, RtDtype dt, const int64_t *shape, int ndim) {
+  RtTensor *t = &o->t[o->n++];
+  memset(t, 0, sizeof *t);
+  t->name = fe_asprintf("%s", name);
+  t->dtype = dt;
+  t->ndim = ndim;
+  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  int64_t bytes = numel(shape, ndim) * rt_dtype_size(dt);
+  t->data = malloc((size_t)(bytes ? bytes : 1));
+  if (!t->data) {
+    fprintf(stderr, "error: out of memory\n");
+    exit(1);
+  }
+  return t;
+}
+
+static void out_free(Out *o) {
+  for (int i = 0; i < o->n; i++) {
+    free((char *)o->t[i].name);
+    free((void *)o->t[i].data);
+  }
+  free(o->t);
+}
+
+/* ===== Hugging Face -> axlc ============================================================ */
+
+/* The file's tensor for Hugging Face name `hf`: as is, or under GPT2LMHeadModel's
+ * "transformer." prefix. */
+static const RtTensor *hf_find(const Conv *c, const RtSt *st, const char *hf) {
+  const RtTensor *t = rt_st_find(st, hf);
+  if (t || !c->gpt2 || !strcmp(hf, "lm_head.weight")) return t;
+  char name[192];
+  snprintf(name, sizeof name, "transformer.%s", hf);
+  return rt_st_find(st, name);
+}
+
+static void mark_used(const RtSt *st, const RtTensor *t, char *used) {
+  for (int j = 0; j < rt_st_count(st); j++)
+    if (rt_st_tensor(st, j) == t) used[j] = 1;
+}
+
+/* Hugging Face keeps some buffers among the weights: GPT-2's causal mask (h.N.attn.bias,
+ * h.N.attn.masked_bias) and old Llama files' rotary inverse frequencies. */
+static bool hf_buffer(const char *name) {
+  size_t n = strlen(name);
+#define ENDS(s) (n >= strlen(s) && strcmp(name + n - strlen(s), s) == 0)
+  return ENDS(".attn.bias") || ENDS(".attn.masked_bias") || ENDS(".rotary_emb.inv_freq");
+#undef ENDS
+}
+
+/* The parts of link l from the file's tensor t (already checked). */
+static void split_link(const Conv *c, const Link *l, const RtTensor *t, Out *o) {
+  int es = rt_dtype_size(t->dtype);
+  const unsigned char *src = t->data;
+  int64_t col = 0, total = t->shape[t->ndim - 1],
+          rows = numel(t->shape, t->ndim) / (total ? total : 1);
+  for (int k = 0; k < l->nparts; k++) {
+    const FeParam *p = &c->b->params[l->part[k]];
+    RtTensor *d = out_add(o, p->path, t->dtype, p->shape, p->rank);
+    if (l->kind == LINK_SAME)
+      memcpy((void *)d->data, src, (size_t)t->nbytes);
+    else if (l->kind == LINK_TRANSPOSE)
+      transpose(src, (void *)d->data, t->shape[0], t->shape[1], es);
+    else
+      columns((void *)src, (void *)d->data, rows, total, col, p->shape[p->rank - 1], es, false);
+    col += p->shape[p->rank - 1];
+  }
+}
+
+/* A tied head: lm_head.weight may be there, as a copy of the embedding. */
+static void tied_head(Conv *c, const RtSt *st, char *used) {
+  const RtTensor *head = rt_st_find(st, "lm_head.weight");
+  if (!head || fe_param_find(c->b, "model/lm_head/weight") >= 0) return;
+  const char *ename = c->gpt2 ? "wte.weight" : "model.embed_tokens.weight";
+  const RtTensor *emb = hf_find(c, st, ename);
+  mark_used(st, head, used);
+  if (emb && (head->dtype != emb->dtype || !same_shape(head, emb->shape, emb->ndim) ||
+              memcmp(head->data, emb->data, (size_t)emb->nbytes) != 0))
+    problem(c,
+            "tensor 'lm_head.weight' differs from '%s', but %s ties the head to the embedding "
+            "(set /model/lm_head/tied to false to keep both)",
+            emb->name, c->model);
+}
+
+/* A checkpoint's optimizer moments ("opt/m/P", "opt/v/P"), which no Hugging Face file holds. */
+static bool optimizer_state(const char *name) {
+  return !strncmp(name, "opt/m/", 6) || !strncmp(name, "opt/v/", 6);
+}
+
+static void unknown_tensors(Conv *c, const RtSt *st, const char *used, bool from_hf) {
+  int moments = 0;
+  for (int j = 0; j < rt_st_count(st); j++) {
+    const char *name = rt_st_tensor(st, j)->name;
+    if (used[j] || (from_hf && hf_buffer(name))) continue;
+    if (!from_hf && optimizer_state(name)) {
+      moments++;
+      continue;
+    }
+    if (from_hf && fe_param_find(c->b, name) >= 0)
+      problem(c, "unknown tensor '%s': an axlc parameter name (convert axlc weights with --to hf)",
+              name);
+    else if (!from_hf && strchr(name, '.')) /* axlc's paths have no dots */
+      problem(
+          c,
+          "unknown tensor '%s': a Hugging Face name (convert Hugging Face weights with --from hf)",
+          name);
+    else
+      problem(c, "unknown tensor '%s': no parameter of %s (Hugging Face %s) takes it%s", name,
+              c->model, c->family,
+              strstr(name, "bias") ? " (does the config turn that bias on?)" : "");
+  }
+  if (moments)
+    fprintf(stderr, "note: %s: %d optimizer tensors (opt/m/, opt/v/) left out\n", c->in, moments);
+}
+
+static void from_hf(Conv *c, const RtSt *st, Out *o) {
+  char *used = calloc((size_t)rt_st_count(st) + 1, 1);
+  for (int i = 0; i < c->nlinks; i++) {
+    const Link *l = &c->links[i];
+    const RtTensor *t = hf_find(c, st, l->hf);
+    if (!t) {
+      problem(c, "missing tensor '%s' (for %s%s)", l->hf, c->b->params[l->part[0]].path,
+              l->nparts > 1 ? " and its k, v" : "");
+      continue;
+    }
+    mark_used(st, t, used);
+    int64_t want[RT_MAX_DIMS];
+    int nd = hf_shape(c, l, want);
+    if (check_tensor(c, t, want, nd) == 0) split_link(c, l, t, o);
+  }
+  tied_head(c, st, used);
+  unknown_tensors(c, st, used, true);
+  free(used);
+}
+
+/* ===== axlc -> Hugging Face ============================================================ */
+
+static void join_link(const Conv *c, const Link *l, const RtTensor **parts, Out *o) {
+  int64_t shape[RT_MAX_DIMS];
+  int nd = hf_shape(c, l, shape), es = rt_dtype_size(parts[0]->dtype);
+  RtTensor *d = out_add(o, l->hf, parts[0]->dtype, shape, nd);
+  if (l->kind == LINK_SAME) {
+    memcpy((void *)d->data, parts[0]->data, (size_t)parts[0]->nbytes);
+  } else if (l->kind == LINK_TRANSPOSE) {
+    transpose(parts[0]->data, (void *)d->data, parts[0]->shape[0], parts[0]->shape[1], es);
+  } else {
+    int64_t total = shape[nd - 1], rows = numel(shape, nd) / (total ? total : 1), col = 0;
+    for (int k = 0; k < l->nparts; k++) {
+      int64_t w = parts[k]->shape[nd - 1];
+      columns((void *)d->data, (void *)parts[k]->data, rows, total, col, w, es, true);
+      col += w;
+    }
+  }
+}
+
+static void to_hf(Conv *c, const RtSt *st, Out *o) {
+  char *used = calloc((size_t)rt_st_count(st) + 1, 1);
+  for (int i = 0; i < c->nlinks; i++) {
+    const Link *l = &c->links[i];
+    const RtTensor *parts[3];
+    int bad = 0;
+    for (int k = 0; k < l->nparts; k++) {
+      const FeParam *p = &c->b->params[l->part[k]];
+      parts[k] = rt_st_find(st, p->path);
+      if (!parts[k]) {
+        problem(c, "missing tensor '%s' (for %s)", p->path, l->hf);
+        bad++;
+        continue;
+      }
+      mark_used(st, parts[k], used);
+      bad += check_tensor(c, parts[k], p->shape, p->rank) != 0;
+      if (k > 0 && parts[0] && parts[k]->dtype != parts[0]->dtype && ++bad)
+        problem(c, "tensor '%s': dtype %s, but '%s' is %s (they are fused into %s)", p->path,
+                rt_dtype_name(parts[k]->dtype), parts[0]->name, rt_dtype_name(parts[0]->dtype),
+                l->hf);
+    }
+    if (!bad) join_link(c, l, parts, o);
+  }
+  unknown_tensors(c, st, used, false);
+  free(used);
+}
+
+/* ===== the command ===================================================================== */
+
+int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const char *in,
+                    const char *out) {
+  Conv c = {.b = b, .model = model, .in = in};
+  if (check_config(&c) || build_links(&c)) {
+    free(c.links);
+    return -1;
+  }
+  RtSt *st;
+  RtError err;
+  if (rt_st_open(&st, in, &err)) {
+    fprintf(stderr, "error: %s\n", err.msg);
+    free(c.links);
+    return -1;
+  }
+  if (to_hf_names) rt_st_dump_as_weights(st); /* an interpreter dump: its new parameters */
+  Out o = {calloc((size_t)b->nparams + (size_t)c.nlinks + 1, sizeof *o.t), 0};
+  if (to_hf_names)
+    to_hf(&c, st, &o);
+  else
+    from_hf(&c, st, &o);
+  int rc = 0;
+  if (c.problems) {
+    fprintf(stderr, "error: %s: %d problem%s converting %s Hugging Face %s%s; %s not written\n", in,
+            c.problems, c.problems == 1 ? "" : "s", to_hf_names ? "axlc weights to" : "from",
+            c.family, to_hf_names ? "" : " weights to axlc", out);
+    rc = -1;
+  } else {
+    RtMeta meta = {"format", "pt"}; /* what transformers writes; weights.c reads it as (out, in) */
+    if (rt_st_write(out, o.t, o.n, &meta, to_hf_names ? 1 : 0, NULL, NULL, &err)) {
+      fprintf(stderr, "error: %s\n", err.msg);
+      rc = -1;
+    }
+  }
+  out_free(&o);
+  rt_st_close(st);
+  free(c.links);
+  return rc;
+}
