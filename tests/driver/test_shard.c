@@ -15,6 +15,8 @@
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -320,15 +322,26 @@ static void test_unsupported_axes(void) {
   drv_free(&j);
 }
 
-int main(void) {
+/* test_driver_shard [NAME...]: the named cases, or all of them. */
+int main(int argc, char **argv) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("shard", NULL, NULL);
-  CU_add_test(s, "one_device", test_one_device);
-  CU_add_test(s, "unsupported_axes", test_unsupported_axes);
-  CU_add_test(s, "tiny_lm", test_tiny_lm);
-  CU_add_test(s, "llama_style", test_llama_style);
-  CU_add_test(s, "moe", test_moe);
-  CU_add_test(s, "moe_capacity", test_moe_capacity);
+  static const struct {
+    const char *name;
+    CU_TestFunc fn;
+  } cases[] = {{"one_device", test_one_device}, {"unsupported_axes", test_unsupported_axes},
+               {"tiny_lm", test_tiny_lm},       {"llama_style", test_llama_style},
+               {"moe", test_moe},               {"moe_capacity", test_moe_capacity}};
+  int added = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bool want = argc <= 1;
+    for (int a = 1; a < argc; a++) want |= strcmp(argv[a], cases[i].name) == 0;
+    if (want) CU_add_test(s, cases[i].name, cases[i].fn), added++;
+  }
+  if (added != (argc <= 1 ? (int)(sizeof cases / sizeof cases[0]) : argc - 1)) {
+    fprintf(stderr, "test_driver_shard: an unknown case name among the arguments\n");
+    return 2;
+  }
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   unsigned failed = CU_get_number_of_failures();
