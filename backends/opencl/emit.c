@@ -496,7 +496,8 @@ static void elem_compute(Ctx *C, int32_t v, Pos *p, char *out) {
   case IR_CONSTANT: constant_elem(C, v, p, out); return;
   case IR_IOTA:
     pos_idx(C, &x->shape, p);
-    snprintf(out, NAME, "(%s)%s", ctype(x->dtype), p->idx[x->attr.axis]);
+    if (snprintf(out, NAME, "(%s)%s", ctype(x->dtype), p->idx[x->attr.axis]) >= NAME)
+      fail(C, "opencl: iota: the index expression %s is too long", p->idx[x->attr.axis]);
     return;
   case IR_BROADCAST: broadcast_elem(C, v, p, out); return;
   case IR_TRANSPOSE: transpose_elem(C, v, p, out); return;
