@@ -44,12 +44,13 @@ static int check_forward(const RtProgram *p, RtError *err) {
     const RtForward *f = p->forward;
     if (!f || !f->run)
         return rt_error_set(err, "--sample: this trainer has no sampling forward (OpenCL trainers do not sample yet; "
-                            "a CPU trainer compiled by this axlc does)");
+                                 "a CPU trainer compiled by this axlc does)");
     if (p->seq < 1 || p->vocab < 1 || p->vocab > INT32_MAX || p->seq > INT32_MAX / 4 ||
         p->seq > INT64_MAX / 4 / p->vocab || f->slab_bytes <= 0 || (p->nparams > 0 && !f->param_offsets))
-        return rt_error_set(err, "program: forward: sequence %lld, vocabulary %lld, slab %lld bytes: expected "
-                            "positive sizes and a parameter table", (long long)p->seq, (long long)p->vocab,
-                            (long long)f->slab_bytes);
+        return rt_error_set(err,
+                            "program: forward: sequence %lld, vocabulary %lld, slab %lld bytes: expected "
+                            "positive sizes and a parameter table",
+                            (long long)p->seq, (long long)p->vocab, (long long)f->slab_bytes);
     if (!region_ok(f, f->ids_offset, p->seq * 4) || !region_ok(f, f->logits_offset, p->seq * p->vocab * 4))
         return rt_error_set(err, "program: forward: ids or logits outside the %lld-byte slab",
                             (long long)f->slab_bytes);
@@ -65,11 +66,11 @@ static int check_forward(const RtProgram *p, RtError *err) {
 typedef struct Sampler {
     const RtProgram *p;
     const RtSampleOpts *o;
-    char *slab;            /* the forward's */
+    char *slab; /* the forward's */
     RtPool *pool;
-    int32_t *tokens;       /* (ntokens) prompt, then the output */
+    int32_t *tokens; /* (ntokens) prompt, then the output */
     int64_t ntokens, nprompt;
-    int bytes;             /* byte-level vocabulary: text in, text out */
+    int bytes; /* byte-level vocabulary: text in, text out */
 } Sampler;
 
 static float *param_data(const Sampler *s, int i) {
@@ -165,8 +166,10 @@ static int load_weights(Sampler *s, RtError *err) {
     if (!dir)
         return rt_error_set(err, "--sample needs weights: --ckpt-dir DIR (its newest checkpoint) or --init FILE");
     struct stat st;
-    return rt_error_set(err, "--sample: no checkpoint in %s%s, and no --init FILE: train with --ckpt-dir %s first, or "
-                        "give --init", dir, stat(dir, &st) != 0 ? " (it does not exist)" : "", dir);
+    return rt_error_set(err,
+                        "--sample: no checkpoint in %s%s, and no --init FILE: train with --ckpt-dir %s first, or "
+                        "give --init",
+                        dir, stat(dir, &st) != 0 ? " (it does not exist)" : "", dir);
 }
 
 /* The prompt as tokens: its bytes, or decimal ids separated by spaces or commas. No prompt: one
@@ -197,7 +200,8 @@ static int prompt_tokens(Sampler *s, RtError *err) {
         errno = 0;
         long long v = strtoll(at, &end, 10);
         if (end == at || errno == ERANGE || v < 0 || v >= vocab)
-            return rt_error_set(err, "--prompt: '%.*s' is not a token id of this vocabulary (0..%lld; the vocabulary "
+            return rt_error_set(err,
+                                "--prompt: '%.*s' is not a token id of this vocabulary (0..%lld; the vocabulary "
                                 "is not byte-level, so the prompt is token ids separated by spaces)",
                                 (int)strcspn(at, " ,\t\n"), at, (long long)vocab - 1);
         s->tokens[s->ntokens++] = (int32_t)v;
