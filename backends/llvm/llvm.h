@@ -15,6 +15,14 @@
  * calling thread. Outputs "new:X" land on X's buffer (the memory plan puts them there, or the
  * step copies them at its end).
  *
+ * With a sampling forward (LlvmOptions.forward: the model on one sequence, unsharded, with its
+ * own memory plan), the same module also holds
+ *
+ *     void axlc_forward(char *slab, RtPool *pool, RtComm *comm)
+ *
+ * emitted the same way over the forward's own slab, and the program's RtForward table points
+ * at it (trainer --sample, runtime/sample.c).
+ *
  * The module can be written as an ELF object (with the `axlc_program` RtProgram the runtime's
  * trainer main reads) or as LLVM IR / assembly text, or run in process through ORC LLJIT.
  * Library code: every function returns 0 or -1 with a message in err, and never exits.
