@@ -1,13 +1,17 @@
 #!/usr/bin/python3
-"""sample_ref.py: greedy continuation of a prompt by an independent forward of a checkpoint.
+"""sample_ref.py: the continuation of a prompt by an independent forward of a checkpoint.
 
-usage: sample_ref.py CONFIG.json STATE.safetensors PROMPT_FILE N
+usage: sample_ref.py CONFIG.json STATE.safetensors PROMPT_FILE N [TEMPERATURE SEED]
 
 CONFIG.json is the trainer's resolved config (`./trainer --config`: every default explicit),
 STATE.safetensors a checkpoint's state file, PROMPT_FILE the prompt's bytes (a byte-level
 vocabulary). Prints the N greedy next tokens as decimal ids, one per line, each computed from
 the last seq_len tokens of prompt and tokens so far; on stderr, the gap between the best and
 the second-best logit of each (a gap near 0 is a tie that f32 rounding may break either way).
+With a TEMPERATURE above 0, draws as `trainer --sample` documents (docs/runtime.md, Sampling):
+softmax(logits / TEMPERATURE) in index order against draw k of rt_rng_u64(SEED, "axlc.sample",
+k, 0), the generator of runtime/init.c written out here; on stderr, how far the draw fell from
+the nearest boundary between tokens, relative to the sum.
 
 Plain Python in float64, no numpy or torch, so that the test runs wherever python3 does: the
 model is rebuilt from the config with the math of tests/torch/reference.py (pre-norm
@@ -45,6 +49,43 @@ def read_safetensors(path):
         else:
             raise SystemExit(f"sample_ref.py: {name}: rank {len(shape)} (expected 1 or 2)")
     return out
+
+
+M64 = (1 << 64) - 1
+
+
+def mix(z):
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+    return z ^ (z >> 31)
+
+
+def fnv1a64(s):
+    h = 0xcbf29ce484222325
+    for c in s.encode():
+        h = ((h ^ c) * 0x100000001b3) & M64
+    return h
+
+
+def rng_u64(seed, path, index, k):
+    key = mix(mix(seed) ^ fnv1a64(path))
+    elem = mix(key ^ mix(index & M64))
+    return mix((elem + (k + 1) * 0x9e3779b97f4a7c15) & M64)
+
+
+def draw(logits, temperature, seed, k):
+    """The token and the draw's distance to the nearest boundary, relative to the sum."""
+    m = max(logits)
+    w = [math.exp((v - m) / temperature) for v in logits]
+    total = sum(w)
+    u = (rng_u64(seed, "axlc.sample", k, 0) >> 11) * 2.0 ** -53 * total
+    acc = 0.0
+    for i, x in enumerate(w):
+        lo = acc
+        acc += x
+        if u < acc and x > 0:
+            return i, min(u - lo, acc - u) / total
+    return logits.index(m), 0.0
 
 
 def transpose(m):
@@ -159,18 +200,25 @@ class Model:
 
 
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 7):
         raise SystemExit(__doc__)
+    temperature = float(sys.argv[5]) if len(sys.argv) == 7 else 0.0
+    seed = int(sys.argv[6]) if len(sys.argv) == 7 else 0
     cfg = json.load(open(sys.argv[1]))
     model = Model(cfg, read_safetensors(sys.argv[2]))
     tokens = list(open(sys.argv[3], "rb").read()) or [10]
     seq = int(cfg["input"]["seq_len"])
-    for _ in range(int(sys.argv[4])):
+    for k in range(int(sys.argv[4])):
         logits = model.last_logits(tokens[-seq:])
-        order = sorted(range(len(logits)), key=lambda i: (-logits[i], i))
-        print(order[0])
-        print(f"gap {logits[order[0]] - logits[order[1]]:.6f}", file=sys.stderr)
-        tokens.append(order[0])
+        if temperature > 0:
+            tok, margin = draw(logits, temperature, seed, k)
+            print(f"margin {margin:.3g}", file=sys.stderr)
+        else:
+            order = sorted(range(len(logits)), key=lambda i: (-logits[i], i))
+            tok = order[0]
+            print(f"gap {logits[order[0]] - logits[order[1]]:.6f}", file=sys.stderr)
+        print(tok)
+        tokens.append(tok)
 
 
 main()
