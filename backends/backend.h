@@ -36,6 +36,8 @@ typedef struct BackendJob {
   const FeBuild *build;        /* parameter table and mesh */
   const FeTrainFacts *facts;   /* steps, seed, batch, vocabulary, checkpoints, learner */
   IrGraph *graph;              /* the step graph after every pass */
+  IrGraph *forward;            /* the forward of one sequence, for sampling (driver.h); may
+                                  be NULL */
 } BackendJob;
 
 /* Code generation settings from the command line; a backend ignores those

@@ -32,6 +32,8 @@ typedef struct DrvJob {
   FeTrainFacts facts;   /* the config's training facts, read once */
   bool built;
   IrGraph *graph;       /* NULL until lowered */
+  IrGraph *forward;     /* the forward of one sequence for sampling (fe_compose_forward, then
+                           simplify), made when drv_lower runs every pass; never sharded */
   const char *last_pass; /* the pass the graph is after */
 } DrvJob;
 
@@ -42,7 +44,8 @@ extern const int drv_npasses;
 /* Resolves and builds `file`; errors are in j->diag. */
 int drv_load(DrvJob *j, const char *file, const FeOptions *opt);
 /* Composes the forward graph and runs the passes up to and including
- * `stop_after` (NULL: all). Unknown pass names are an error. */
+ * `stop_after` (NULL: all). Unknown pass names are an error. With every pass
+ * run, also composes j->forward, the graph trainers sample with. */
 int drv_lower(DrvJob *j, const char *stop_after);
 void drv_free(DrvJob *j);
 

@@ -39,13 +39,14 @@ void drv_free(DrvJob *j) {
   if (j->built) fe_build_free(&j->build);
   json_object_put(j->cfg);
   ir_graph_free(j->graph);
+  ir_graph_free(j->forward);
   fe_diag_free(&j->diag);
   memset(j, 0, sizeof *j);
 }
 
 BackendJob drv_backend_job(DrvJob *j) {
   return (BackendJob){.file = j->file, .diag = &j->diag, .cfg = j->cfg, .build = &j->build,
-                      .facts = &j->facts, .graph = j->graph};
+                      .facts = &j->facts, .graph = j->graph, .forward = j->forward};
 }
 
 static bool verify_enabled(void) {
@@ -206,6 +207,20 @@ static int verify(DrvJob *j, const char *pass) {
                   pass, msg);
 }
 
+/* The sampling forward: one sequence, unsharded, simplified (dead auxiliary losses go). */
+static int lower_forward(DrvJob *j) {
+  j->forward = fe_compose_forward(&j->diag, j->file, j->cfg, &j->build);
+  if (!j->forward) return -1;
+  PassOptions po = {0};
+  if (pass_simplify(j->forward, &po) != IR_OK)
+    return fe_error(&j->diag, j->file, NULL, "pass simplify failed on the forward graph: %s",
+                    ir_graph_error(j->forward) ? ir_graph_error(j->forward) : "unknown error");
+  char msg[1024];
+  if (verify_enabled() && ir_graph_verify(j->forward, msg, sizeof msg) != IR_OK)
+    return fe_error(&j->diag, j->file, NULL, "internal: the forward graph does not verify: %s", msg);
+  return 0;
+}
+
 int drv_lower(DrvJob *j, const char *stop_after) {
   int last = drv_npasses - 1;
   if (stop_after) {
@@ -243,5 +258,6 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   free(scales);
   free(leaves);
   remat_scopes_free(&scopes);
+  if (rc == 0 && last == drv_npasses - 1) rc = lower_forward(j);
   return rc;
 }

@@ -119,7 +119,8 @@ int32_t fe_emit_softmax(FeEmit *e, int32_t x) {
   return ir_div(g, z, fe_emit_bcast(e, s, x, last, lead));
 }
 
-IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b) {
+static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b,
+                        bool forward) {
   if (fe_step_check(b, d)) return NULL; /* a config error, before any graph */
   IrGraph *g = ir_graph_new();
   if (!g) {
@@ -127,22 +128,32 @@ IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild
     return NULL;
   }
   FeEmit e = {g, b, malloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
-              fe_get_int(fe_get_child(cfg, "input"), "global_batch_size"),
-              fe_get_int(fe_get_child(cfg, "input"), "seq_len"), IR_NONE, IR_NONE, IR_NONE};
+              forward ? 1 : fe_get_int(fe_get_child(cfg, "input"), "global_batch_size"),
+              fe_get_int(fe_get_child(cfg, "input"), "seq_len"), IR_NONE, IR_NONE, IR_NONE,
+              forward};
   for (int i = 0; i < b->nparams; i++) e.param_vals[i] = IR_NONE;
   int64_t bt[2] = {e.batch, e.seq};
   e.ids = ir_input(g, "ids", DT_I32, 2, bt);
-  e.targets = ir_input(g, "targets", DT_I32, 2, bt);
+  if (!forward) e.targets = ir_input(g, "targets", DT_I32, 2, bt);
   FeDims in = {0};
   in.seq_len = e.seq;
   in.max_steps = fe_get_int(cfg, "max_steps");
-  int32_t loss = fe_emit_child(&e, cfg, "model", "", "", &in, IR_NONE);
+  int32_t out = fe_emit_child(&e, cfg, "model", "", "", &in, IR_NONE);
   free(e.param_vals);
-  if (loss == IR_NONE || ir_graph_add_output(g, "loss", loss) != IR_OK || ir_graph_error(g)) {
-    fe_error(d, file, NULL, "composing the model failed: %s",
+  const char *name = forward ? "logits" : "loss";
+  if (out == IR_NONE || ir_graph_add_output(g, name, out) != IR_OK || ir_graph_error(g)) {
+    fe_error(d, file, NULL, "composing the model%s failed: %s", forward ? "'s forward" : "",
              ir_graph_error(g) ? ir_graph_error(g) : "unknown error");
     ir_graph_free(g);
     return NULL;
   }
   return g;
+}
+
+IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b) {
+  return compose(d, file, cfg, b, false);
+}
+
+IrGraph *fe_compose_forward(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b) {
+  return compose(d, file, cfg, b, true);
 }

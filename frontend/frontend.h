@@ -339,6 +339,7 @@ typedef struct FeEmit {
   int64_t batch, seq;     /* global batch size B and sequence length T */
   int32_t ids, targets;   /* inputs: (B, T) i32 token ids and next-token targets */
   int32_t aux_loss;       /* scalar sum of auxiliary losses (MoE), IR_NONE if none */
+  bool forward;           /* fe_compose_forward: the model returns its logits, no loss */
 } FeEmit;
 
 /* Slots per expert per sequence of S tokens (feed_forward.c, the MoE with capacity). */
@@ -351,6 +352,10 @@ int64_t fe_moe_capacity(double capacity_factor, int64_t S, int64_t k, int64_t E)
  * which pass_shard splits over the mesh. Returns NULL after
  * recording an error in `d`. */
 IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b);
+/* The forward of the model alone, for sampling: one sequence, input "ids" (1, T) i32 (T the
+ * config's seq_len), the same parameters, and the output "logits" (1, T, vocab) f32. No
+ * targets, no loss; auxiliary losses are dead code. The global program: never sharded. */
+IrGraph *fe_compose_forward(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b);
 
 /* Helpers for module emit functions. */
 int32_t fe_emit_node(FeEmit *e, json_object *node, const char *cfg, const char *prm,

@@ -401,7 +401,7 @@ typedef struct RtOclLaunch {
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION 2
+#define RT_ABI_VERSION 3
 #define RT_MAX_PARAM_RANK 4
 
 struct RtParamSlot {
@@ -414,6 +414,19 @@ struct RtParamSlot {
     int64_t offset;                   /* f32 parameter */
     int64_t m_offset, v_offset;       /* f32 AdamW moments, same shape */
 };
+
+/* The forward of one sequence (`--sample`), compiled next to the step: its own slab of
+ * slab_bytes (64-byte aligned), never sharded: parameter i of the program's table lies whole
+ * (global_shape) at param_offsets[i] (-1: the forward does not read it). The runtime writes
+ * the context into ids (seq tokens; positions past its end are padding the causal model never
+ * reads at the positions before them), calls run(slab, pool, NULL), and reads logits. */
+typedef struct RtForward {
+    int64_t slab_bytes;
+    int64_t ids_offset;               /* i32 (1, seq) */
+    int64_t logits_offset;            /* f32 (1, seq, vocab) */
+    const int64_t *param_offsets;     /* (nparams) */
+    void (*run)(char *slab, RtPool *pool, RtComm *comm);
+} RtForward;
 
 typedef struct RtProgram {
     int32_t abi_version;              /* RT_ABI_VERSION */
@@ -434,6 +447,7 @@ typedef struct RtProgram {
     int32_t ncollectives;
     const RtCollective *collectives;  /* (ncollectives) the step calls rt_comm_collective(comm, i, slab) */
     void (*step)(char *slab, RtPool *pool, RtComm *comm);
+    const RtForward *forward;         /* ABI 3: the sampling forward; NULL: this trainer cannot sample */
 } RtProgram;
 
 /* An OpenCL trainer: the program table (its step is NULL: rt_ocl_main supplies it), the

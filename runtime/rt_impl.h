@@ -43,4 +43,22 @@ int rt_dir_fsync(const char *dir, RtError *err);
 /* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32. */
 void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t n, float *dst);
 
+/* ===== sample.c: --sample, text from the program's forward ============================== */
+
+typedef struct RtSampleOpts {
+    const char *prog;           /* for messages */
+    int64_t count;              /* tokens to generate, >= 1 */
+    const char *prompt;         /* NULL: none */
+    double temperature;         /* 0: greedy */
+    uint64_t seed;              /* of the draws */
+    const char *ckpt_dir, *init; /* the weights: the newest checkpoint, else --init */
+    int init_allow_unused;
+    int64_t threads;
+} RtSampleOpts;
+
+/* Generates o->count tokens after the prompt and writes prompt and tokens to out (text for a
+ * byte-level vocabulary, else token ids); notes go to stderr. Reads the checkpoint directory
+ * and nothing else there. */
+int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError *err);
+
 #endif /* RT_IMPL_H */

@@ -50,13 +50,14 @@ extern void openblas_set_num_threads(int);
 /* ===== options ======================================================================== */
 
 typedef struct TrainOpts {
-    const char *data, *eval_data, *init, *ckpt_dir, *metrics;
-    int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every;
+    const char *data, *eval_data, *init, *ckpt_dir, *metrics, *prompt;
+    int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every, sample;
     uint64_t seed;
+    double temperature;   /* -1: not given (1) */
     int resume, partial, help, config, init_allow_unused;
 } TrainOpts;
 
-typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_FLAG } OptKind;
+typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_FLAG, OPT_DBL } OptKind;
 
 /* One trainer option; --help prints this table. */
 typedef struct OptSpec {
@@ -71,7 +72,7 @@ typedef struct OptSpec {
 static const OptSpec OPTS[] = {
     {"--data", "FILE", OPT_STR, F(data), 0, 0, "training tokens: plain text (bytes) or an llm.c token file"},
     {"--steps", "N", OPT_INT, F(steps), 0, INT64_MAX, "train until step N (default: the config's max_steps)"},
-    {"--seed", "S", OPT_U64, F(seed), 0, 0, "parameter init seed (default: the config's)"},
+    {"--seed", "S", OPT_U64, F(seed), 0, 0, "parameter init seed, or with --sample the draws' seed (default: the config's)"},
     {"--init", "FILE", OPT_STR, F(init), 0, 0, "initial parameters from a safetensors file, by path"},
     {"--init-allow-unused", NULL, OPT_FLAG, F(init_allow_unused), 0, 0, "with --init: accept a file with "
                                                                        "tensors no parameter uses"},
@@ -90,6 +91,11 @@ static const OptSpec OPTS[] = {
                                                      "--resume)"},
     {"--threads", "N", OPT_INT, F(threads), 1, MAX_THREADS, "CPU threads (default: all online CPUs)"},
     {"--log-every", "N", OPT_INT, F(log_every), 1, INT64_MAX, "log line every N steps when not a terminal"},
+    {"--sample", "N", OPT_INT, F(sample), 1, 1 << 30, "generate N tokens with the newest checkpoint of --ckpt-dir "
+                                                       "(or --init) instead of training"},
+    {"--prompt", "TEXT", OPT_STR, F(prompt), 0, 0, "with --sample: the text to continue (token ids unless the "
+                                                   "vocabulary is bytes)"},
+    {"--temperature", "T", OPT_DBL, F(temperature), 0, 0, "with --sample: softmax temperature, 0 greedy [1]"},
     {"--config", NULL, OPT_FLAG, F(config), 0, 0, "print the resolved config and exit"},
     {"--help", NULL, OPT_FLAG, F(help), 0, 0, "print this help and exit"},
 };
@@ -97,7 +103,8 @@ static const OptSpec OPTS[] = {
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
 static void print_help(FILE *f, const char *prog, const TrainOpts *defaults) {
-    fprintf(f, "usage: %s --data FILE [options]\n\noptions:\n", prog);
+    fprintf(f, "usage: %s --data FILE [options]\n       %s --sample N --ckpt-dir DIR|--init FILE [--prompt TEXT] "
+            "[--temperature T] [--seed S]\n\noptions:\n", prog, prog);
     for (int i = 0; i < N_OPTS; i++) {
         const OptSpec *o = &OPTS[i];
         const char *field = (const char *)defaults + o->field;
@@ -134,6 +141,18 @@ static int parse_u64(const OptSpec *o, const char *s, uint64_t *out, RtError *er
     return 0;
 }
 
+static int parse_dbl(const OptSpec *o, const char *s, double *out, RtError *err) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno == ERANGE || !isfinite(v))
+        return rt_error_set(err, "%s: '%s' is not a finite number", o->name, s);
+    if (v < 0)
+        return rt_error_set(err, "%s: %s is negative; expected 0 (greedy) or more", o->name, s);
+    *out = v;
+    return 0;
+}
+
 static int set_opt(TrainOpts *o, const OptSpec *spec, const char *val, RtError *err) {
     char *field = (char *)o + spec->field;
     switch (spec->kind) {
@@ -144,6 +163,7 @@ static int set_opt(TrainOpts *o, const OptSpec *spec, const char *val, RtError *
         return 0;
     case OPT_INT: return parse_int(spec, val, (int64_t *)field, err);
     case OPT_U64: return parse_u64(spec, val, (uint64_t *)field, err);
+    case OPT_DBL: return parse_dbl(spec, val, (double *)field, err);
     case OPT_FLAG: *(int *)field = 1; return 0;
     }
     return 0;
@@ -179,7 +199,24 @@ static int parse_args(TrainOpts *o, int argc, char **argv, RtError *err) {
     return 0;
 }
 
+/* --sample only reads weights: the options that train or write are mistakes next to it. */
+static int check_sample_opts(const TrainOpts *o, RtError *err) {
+    const char *train_only = o->data ? "--data" : o->eval_data ? "--eval-data" : o->resume ? "--resume"
+                           : o->partial ? "--partial" : o->metrics ? "--metrics" : NULL;
+    if (train_only)
+        return rt_error_set(err, "--sample generates text and does not train: %s is not used with it", train_only);
+    if (o->init_allow_unused && !o->init)
+        return rt_error_set(err, "--init-allow-unused needs --init FILE");
+    if (!o->ckpt_dir && !o->init)
+        return rt_error_set(err, "--sample needs weights: --ckpt-dir DIR (its newest checkpoint) or --init FILE");
+    return 0;
+}
+
 static int check_opts(const TrainOpts *o, RtError *err) {
+    if (o->sample > 0)
+        return check_sample_opts(o, err);
+    if (o->prompt || o->temperature >= 0)
+        return rt_error_set(err, "%s needs --sample N", o->prompt ? "--prompt" : "--temperature");
     if (!o->data)
         return rt_error_set(err, "--data FILE is required (--help lists the options)");
     if (o->resume && !o->ckpt_dir)
@@ -218,6 +255,7 @@ static void default_opts(TrainOpts *o, const RtProgram *p) {
     o->eval_batches = 4;
     o->threads = online_cpus();
     o->log_every = 1;
+    o->temperature = -1;
 }
 
 /* ===== the program ==================================================================== */
@@ -1318,6 +1356,17 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
             printf("%s\n", p->config ? p->config : "");
         }
         return fflush(stdout) == 0 ? 0 : 1;
+    }
+    if (t.o.sample > 0) {
+        RtSampleOpts so = {.prog = t.prog, .count = t.o.sample, .prompt = t.o.prompt,
+                           .temperature = t.o.temperature < 0 ? 1.0 : t.o.temperature, .seed = t.o.seed,
+                           .ckpt_dir = t.o.ckpt_dir, .init = t.o.init, .init_allow_unused = t.o.init_allow_unused,
+                           .threads = t.o.threads};
+        openblas_set_num_threads(1); /* the pool runs the matrix products (rt_sgemm) */
+        int rc = check_opts(&t.o, &err) == 0 ? rt_sample_run(p, &so, stdout, &err) : -1;
+        if (rc != 0)
+            fprintf(stderr, "%s: %s\n", t.prog, err.msg);
+        return rc == 0 ? 0 : 1;
     }
     Signals old;
     signals_install(&old);

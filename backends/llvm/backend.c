@@ -26,6 +26,7 @@
 /* One compilation's products. */
 typedef struct Compiled {
   MemPlan plan;
+  MemPlan fwd_plan;           /* of the sampling forward, when the job has one */
   LlvmModule *module;
   LlvmProgramInfo info;       /* what the trainer's program table holds */
   LlvmParamInfo *params;
@@ -35,6 +36,7 @@ typedef struct Compiled {
 static void compiled_free(Compiled *c) {
   llvm_module_free(c->module);
   pass_memplan_free(&c->plan);
+  pass_memplan_free(&c->fwd_plan);
   free(c->params);
   free(c->config);
   memset(c, 0, sizeof *c);
@@ -74,15 +76,22 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
     if (o->no_fuse) lo.fuse = false;
     if (o->no_threads) lo.threads = false;
   }
-  bool *mat = malloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
-  if (lo.fuse) llvm_fusion_plan(j->graph, mat);
-  int rc = pass_memplan_fused(j->graph, lo.fuse ? mat : NULL, &c->plan);
-  free(mat);
-  if (rc != IR_OK)
-    return fe_error(j->diag, j->file, NULL, "memory planning failed: %s",
-                    ir_graph_error(j->graph));
+  for (int k = 0; k < (j->forward ? 2 : 1); k++) {
+    IrGraph *g = k ? j->forward : j->graph;
+    bool *mat = malloc(((size_t)g->nvalues + 1) * sizeof *mat);
+    if (lo.fuse) llvm_fusion_plan(g, mat);
+    int rc = pass_memplan_fused(g, lo.fuse ? mat : NULL, k ? &c->fwd_plan : &c->plan);
+    free(mat);
+    if (rc != IR_OK)
+      return fe_error(j->diag, j->file, NULL, "memory planning%s failed: %s",
+                      k ? " of the sampling forward" : "", ir_graph_error(g));
+  }
   program_info(j, c);
   lo.program = &c->info;
+  if (j->forward) {
+    lo.forward = j->forward;
+    lo.forward_plan = &c->fwd_plan;
+  }
   char err[1024];
   if (llvm_compile(j->graph, &c->plan, &lo, &c->module, err, sizeof err))
     return fe_error(j->diag, j->file, NULL, "code generation failed: %s", err);
@@ -256,7 +265,10 @@ static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c,
 static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
   Compiled c = {0};
   int rc = 1;
-  bool spawn = ir_mesh_devices(&j->graph->mesh) > 1 && !rt_comm_launched();
+  bool sample = false; /* --sample runs the unsharded forward in this one process */
+  for (int i = 1; i < argc; i++)
+    sample = sample || !strcmp(argv[i], "--sample") || !strncmp(argv[i], "--sample=", 9);
+  bool spawn = ir_mesh_devices(&j->graph->mesh) > 1 && !rt_comm_launched() && !sample;
   char *mpirun = spawn ? find_mpirun(j) : NULL; /* before compiling: a missing mpirun costs nothing */
   if (spawn && !mpirun) return 1;
   if (compile_module(j, o, &c) == 0 && spawn) {

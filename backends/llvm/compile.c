@@ -132,9 +132,11 @@ static void copy_back(LlvmCtx *C) {
   }
 }
 
-static int emit_step(LlvmCtx *C) {
+/* axlc_step, or axlc_forward: void name(char *slab, RtPool *pool, RtComm *comm) running every
+ * value of C->g. */
+static LLVMValueRef emit_entry(LlvmCtx *C, const char *name) {
   LLVMTypeRef p[] = {C->t_i8p, C->t_i8p, C->t_i8p};
-  LLVMValueRef f = LLVMAddFunction(C->m, "axlc_step", LLVMFunctionType(C->t_void, p, 3, 0));
+  LLVMValueRef f = LLVMAddFunction(C->m, name, LLVMFunctionType(C->t_void, p, 3, 0));
   unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
   LLVMAddAttributeAtIndex(f, 1, LLVMCreateEnumAttribute(C->c, noalias, 0));
   LLVMPositionBuilderAtEnd(C->b, LLVMAppendBasicBlockInContext(C->c, f, "entry"));
@@ -143,10 +145,10 @@ static int emit_step(LlvmCtx *C) {
   C->pool = LLVMGetParam(f, 1);
   C->comm = LLVMGetParam(f, 2);
   for (int32_t v = 0; v < C->g->nvalues; v++)
-    if (llvm_kernel_emit(C, v)) return -1;
+    if (llvm_kernel_emit(C, v)) return NULL;
   copy_back(C);
   LLVMBuildRetVoid(C->b);
-  return llvm_program_emit(C, f);
+  return f;
 }
 
 static int optimize(LlvmModule *M, int level, char *err, size_t cap) {
@@ -181,11 +183,12 @@ static LlvmModule *module_new(void) {
   return M;
 }
 
-/* The emission proper, once the module and target exist. */
-static int build(LlvmCtx *C) {
+/* The per-graph state of C: which values get buffers, constants, collectives. */
+static int graph_begin(LlvmCtx *C) {
   C->mat = malloc((size_t)C->g->nvalues + 1);
   C->cdata = calloc((size_t)C->g->nvalues + 1, sizeof *C->cdata);
   C->coll = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->coll);
+  C->ncoll = 0;
   if (!C->mat || !C->cdata || !C->coll) return llvm_fail(C, "out of memory");
   bool multi = llvm_multi_device(C->g);
   for (int32_t v = 0; v < C->g->nvalues; v++)
@@ -193,8 +196,45 @@ static int build(LlvmCtx *C) {
   if (C->opt.fuse) llvm_fusion_plan(C->g, C->mat);
   else memset(C->mat, 1, (size_t)C->g->nvalues);
   if (check_graph(C) || (C->opt.fuse && llvm_fusion_check(C))) return -1;
+  return 0;
+}
+
+static void graph_end(LlvmCtx *C) {
+  free(C->mat);
+  free(C->cdata);
+  free(C->coll);
+  C->mat = NULL;
+  C->cdata = NULL;
+  C->coll = NULL;
+}
+
+/* axlc_forward and its RtForward table, from the forward graph (one device, no collectives);
+ * C's step state is kept and restored. */
+static int emit_forward(LlvmCtx *C) {
+  LlvmCtx S = *C;
+  C->g = C->opt.forward;
+  C->mp = C->opt.forward_plan;
+  if (C->g->nvalues && llvm_multi_device(C->g))
+    return llvm_fail(C, "the forward graph must be for one device");
+  int rc = graph_begin(C);
+  LLVMValueRef f = rc == 0 ? emit_entry(C, "axlc_forward") : NULL;
+  if (rc == 0 && !f) rc = -1;
+  if (rc == 0) rc = llvm_forward_emit(C, f);
+  graph_end(C);
+  LLVMValueRef table = C->fwd_table;
+  *C = S;
+  C->fwd_table = table;
+  return rc;
+}
+
+/* The emission proper, once the module and target exist. */
+static int build(LlvmCtx *C) {
   ctx_types(C);
-  return emit_step(C);
+  if (graph_begin(C)) return -1;
+  LLVMValueRef step = emit_entry(C, "axlc_step");
+  if (!step) return -1;
+  if (C->opt.forward && C->opt.forward_plan && C->opt.program && emit_forward(C)) return -1;
+  return llvm_program_emit(C, step);
 }
 
 int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, LlvmModule **out,
@@ -215,9 +255,7 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
     rc = build(&C);
     LLVMDisposeBuilder(C.b);
   }
-  free(C.mat);
-  free(C.cdata);
-  free(C.coll);
+  graph_end(&C);
   if (rc == 0) rc = optimize(M, C.opt.opt_level, err, cap);
   if (rc) {
     llvm_module_free(M);

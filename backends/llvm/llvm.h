@@ -15,6 +15,14 @@
  * calling thread. Outputs "new:X" land on X's buffer (the memory plan puts them there, or the
  * step copies them at its end).
  *
+ * With a sampling forward (LlvmOptions.forward: the model on one sequence, unsharded, with its
+ * own memory plan), the same module also holds
+ *
+ *     void axlc_forward(char *slab, RtPool *pool, RtComm *comm)
+ *
+ * emitted the same way over the forward's own slab, and the program's RtForward table points
+ * at it (trainer --sample, runtime/sample.c).
+ *
  * The module can be written as an ELF object (with the `axlc_program` RtProgram the runtime's
  * trainer main reads) or as LLVM IR / assembly text, or run in process through ORC LLJIT.
  * Library code: every function returns 0 or -1 with a message in err, and never exits.
@@ -65,6 +73,10 @@ typedef struct LlvmOptions {
   int64_t parallel_min;               /* elements below which a kernel stays on one thread */
   const char *cpu, *features;         /* target; NULL: the host's */
   const LlvmProgramInfo *program;     /* NULL: no axlc_program global */
+  /* The sampling forward (driver.h) and its plan: compiled into the same module as
+   * axlc_forward, with the program's RtForward table (runtime/axrt.h). NULL: none. */
+  const IrGraph *forward;
+  const MemPlan *forward_plan;
 } LlvmOptions;
 
 typedef struct LlvmModule LlvmModule;  /* an LLVM module holding axlc_step, in its own context */
@@ -132,7 +144,8 @@ typedef struct LlvmCtx {
   LLVMTypeRef t_void, t_i1, t_i8, t_i8p, t_i32, t_i64, t_f32, t_f64, t_kernel;
   LLVMValueRef fn;                    /* function being emitted */
   LLVMValueRef slab;                  /* its slab argument (i8*) */
-  LLVMValueRef step, step_slab, pool, comm; /* axlc_step and its arguments */
+  LLVMValueRef step, step_slab, pool, comm; /* axlc_step (or axlc_forward) and its arguments */
+  LLVMValueRef fwd_table;             /* the RtForward global, once emitted */
   int32_t *coll;                      /* (nvalues) index in the program's collective table, or -1 */
   int32_t ncoll;
   int32_t kout;                       /* value whose kernel is being emitted, or -1 */
@@ -225,6 +238,8 @@ int llvm_fusion_check(LlvmCtx *C);
 
 /* ---- program.c ---- */
 int llvm_program_emit(LlvmCtx *C, LLVMValueRef step);
+/* The RtForward table of the forward function, emitted while C holds the forward graph. */
+int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn);
 /* Whether the graph's collectives go through the runtime (a mesh of more than one device). */
 bool llvm_multi_device(const IrGraph *g);
 /* Emits the call of collective v (C->coll[v] >= 0) from axlc_step. */

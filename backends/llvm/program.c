@@ -15,10 +15,11 @@
 #include <string.h>
 
 typedef struct ProgTypes {
-  LLVMTypeRef init, slot, mesh, coll, prog, split;
+  LLVMTypeRef init, slot, mesh, coll, prog, split, fwd;
 } ProgTypes;
 
-/* Coupled with RtInit, RtParamSlot, RtMesh, RtCollective and RtProgram in runtime/axrt.h. */
+/* Coupled with RtInit, RtParamSlot, RtMesh, RtCollective, RtForward and RtProgram in
+ * runtime/axrt.h. */
 static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
   ProgTypes t;
   LLVMTypeRef f = C->t_f32, i32 = C->t_i32, i64 = C->t_i64, p = C->t_i8p;
@@ -34,10 +35,12 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
   LLVMTypeRef coll[] = {i32, i32, i32, LLVMArrayType(i32, RT_MAX_MESH_AXES), i32, i32, i32,
                         LLVMArrayType(i64, RT_MAX_DIMS), LLVMArrayType(i64, RT_MAX_DIMS), i64, i64};
   t.coll = LLVMStructTypeInContext(C->c, coll, 11, 0);
+  LLVMTypeRef fwd[] = {i64, i64, i64, LLVMPointerType(i64, 0), step_ptr};
+  t.fwd = LLVMStructTypeInContext(C->c, fwd, 5, 0);
   LLVMTypeRef prog[] = {i32, p, i64, i32, LLVMPointerType(t.slot, 0), i64, i64, i64, t.split,
                         i64, i64, i64, i64, i64, i64, i64, i64, i64, i32, t.mesh, i32,
-                        LLVMPointerType(t.coll, 0), step_ptr};
-  t.prog = LLVMStructTypeInContext(C->c, prog, 23, 0);
+                        LLVMPointerType(t.coll, 0), step_ptr, LLVMPointerType(t.fwd, 0)};
+  t.prog = LLVMStructTypeInContext(C->c, prog, 24, 0);
   return t;
 }
 
@@ -54,6 +57,10 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMABISizeOfType(dl, t->prog) == sizeof(RtProgram) &&
             LLVMOffsetOfElement(dl, t->prog, 5) == offsetof(RtProgram, batch) &&
             LLVMOffsetOfElement(dl, t->prog, 8) == offsetof(RtProgram, batch_split) &&
+            LLVMOffsetOfElement(dl, t->prog, 23) == offsetof(RtProgram, forward) &&
+            LLVMABISizeOfType(dl, t->fwd) == sizeof(RtForward) &&
+            LLVMOffsetOfElement(dl, t->fwd, 3) == offsetof(RtForward, param_offsets) &&
+            LLVMOffsetOfElement(dl, t->fwd, 4) == offsetof(RtForward, run) &&
             LLVMOffsetOfElement(dl, t->prog, 9) == offsetof(RtProgram, ids_offset) &&
             LLVMOffsetOfElement(dl, t->prog, 18) == offsetof(RtProgram, ckpt_keep) &&
             LLVMOffsetOfElement(dl, t->prog, 19) == offsetof(RtProgram, mesh) &&
@@ -224,6 +231,35 @@ int llvm_collective_emit(LlvmCtx *C, int32_t v) {
   return 0;
 }
 
+/* The RtForward of the forward function fn, while C->g and C->mp are the forward graph's. */
+int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
+  const LlvmProgramInfo *P = C->opt.program;
+  if (!P) return 0;
+  ProgTypes t = prog_types(C, LLVMTypeOf(fn));
+  int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids"), logits = ir_graph_output(C->g, "logits");
+  if (ids == IR_NONE || logits == IR_NONE)
+    return llvm_fail(C, "program: the forward graph has no input ids or output logits");
+  LLVMValueRef *offs = calloc((size_t)P->nparams + 1, sizeof *offs);
+  if (!offs) return llvm_fail(C, "out of memory");
+  for (int32_t i = 0; i < P->nparams; i++)
+    offs[i] = i64c(C, named_offset(C, IR_PARAMETER, "", P->params[i].path));
+  LLVMValueRef arr = LLVMConstArray(C->t_i64, offs, (unsigned)P->nparams);
+  free(offs);
+  LLVMValueRef gl = LLVMAddGlobal(C->m, LLVMTypeOf(arr), "axlc_forward_params");
+  LLVMSetInitializer(gl, arr);
+  LLVMSetGlobalConstant(gl, 1);
+  LLVMSetLinkage(gl, LLVMPrivateLinkage);
+  LLVMValueRef f[] = {i64c(C, C->mp->slab_bytes), i64c(C, C->mp->offset[ids]),
+                      i64c(C, C->mp->offset[logits]),
+                      LLVMConstBitCast(gl, LLVMPointerType(C->t_i64, 0)), fn};
+  LLVMValueRef tab = LLVMAddGlobal(C->m, t.fwd, "axlc_forward_table");
+  LLVMSetInitializer(tab, LLVMConstNamedStruct(t.fwd, f, 5));
+  LLVMSetGlobalConstant(tab, 1);
+  LLVMSetLinkage(tab, LLVMPrivateLinkage);
+  C->fwd_table = tab;
+  return 0;
+}
+
 int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
   const LlvmProgramInfo *P = C->opt.program;
   if (!P) return 0;
@@ -242,9 +278,10 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
       i64c(C, named_offset(C, IR_INPUT, "", "step")), i64c(C, output_offset(C, "loss")),
       i64c(C, output_offset(C, "grad_norm")), i64c(C, output_offset(C, "lr")),
       i64c(C, P->max_steps), i64c(C, (int64_t)P->seed), i64c(C, P->ckpt_every),
-      i32c(C, P->ckpt_keep), mesh_const(C, &t), i32c(C, C->ncoll), colls, step};
+      i32c(C, P->ckpt_keep), mesh_const(C, &t), i32c(C, C->ncoll), colls, step,
+      C->fwd_table ? C->fwd_table : LLVMConstNull(LLVMPointerType(t.fwd, 0))};
   LLVMValueRef gl = LLVMAddGlobal(C->m, t.prog, "axlc_program");
-  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 23));
+  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 24));
   LLVMSetGlobalConstant(gl, 1);
   return 0;
 }

@@ -36,7 +36,7 @@ static void emit_all_on_failure(json_object *tree, FeBuild *b) {
   for (int i = 0; i < b->nparams; i++) vals[i] = IR_NONE;
   int64_t bt[2] = {2, 8};
   FeEmit e = {g, b, vals, 2, 8, ir_input(g, "ids", DT_I32, 2, bt),
-              ir_input(g, "targets", DT_I32, 2, bt), IR_NONE};
+              ir_input(g, "targets", DT_I32, 2, bt), IR_NONE, false};
   ir_graph_fail(g, "injected failure");
   json_object *model = fe_path_get(tree, "/model");
   FeDims in = {.dim = fe_get_int(model, "dim"), .vocab_size = fe_get_int(model, "vocab_size"),

@@ -58,6 +58,17 @@ static const BadCase bad[] = {
     {{"--data", "d.bin", "--resume", NULL}, "--resume needs --ckpt-dir DIR"},
     {{"--data", "d.bin", "--partial", NULL}, "--partial needs --resume"},
     {{"--data", "d.bin", "--eval-every", "2", NULL}, "--eval-every needs --eval-data FILE"},
+    {{"--sample", "0", "--ckpt-dir", "ck", NULL}, "--sample: 0 is out of range, expected 1..1073741824"},
+    {{"--sample", "3", NULL}, "--sample needs weights: --ckpt-dir DIR (its newest checkpoint) or --init FILE"},
+    {{"--sample", "3", "--ckpt-dir", "ck", "--temperature", "-1", NULL},
+     "--temperature: -1 is negative; expected 0 (greedy) or more"},
+    {{"--sample", "3", "--ckpt-dir", "ck", "--temperature", "nan", NULL}, "--temperature: 'nan' is not a finite number"},
+    {{"--data", "d.bin", "--temperature", "0.5", NULL}, "--temperature needs --sample N"},
+    {{"--data", "d.bin", "--prompt", "hi", NULL}, "--prompt needs --sample N"},
+    {{"--sample", "3", "--ckpt-dir", "ck", "--data", "d.bin", NULL},
+     "--sample generates text and does not train: --data is not used with it"},
+    {{"--sample", "3", "--init", "w.st", "--metrics", "m.jsonl", NULL},
+     "--sample generates text and does not train: --metrics is not used with it"},
 };
 
 /* Each bad command line: the check's message, and the trainer's stderr is "trainer: " and
@@ -100,6 +111,8 @@ static void test_accepts(void) {
         {"--help", NULL},
         {"--config", NULL},
         {"--steps", "3", "--help", NULL},
+        {"--sample", "3", "--ckpt-dir", "/no/such/dir", "--prompt", "x", "--temperature", "0", NULL},
+        {"--sample=1", "--init", "w.safetensors", "--init-allow-unused", "--seed", "5", NULL},
     };
     for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
         char *argv[MAX_ARGS + 2];
@@ -109,10 +122,25 @@ static void test_accepts(void) {
     }
 }
 
+/* A program without a sampling forward (the fake one, like an OpenCL trainer's) says so. */
+static void test_no_forward(void) {
+    const char *const args[] = {"--sample", "3", "--ckpt-dir", "/no/such/dir", NULL};
+    char *argv[MAX_ARGS + 2];
+    int argc = make_argv(argv, args), rc;
+    char *got = trainer_stderr(&axlc_program, argc, argv, &rc);
+    CHECK_INT(rc, 1);
+    char m[RT_TEST_MSG];
+    snprintf(m, sizeof m, "trainer printed \"%.400s\"", got);
+    CU_assertImplementation(strstr(got, "trainer: --sample: this trainer has no sampling forward") != NULL, __LINE__,
+                            m, __FILE__, "", CU_FALSE);
+    free(got);
+}
+
 int main(void) {
     static const RtTestCase cases[] = {
         {"refused with the trainer's messages", test_same_messages},
         {"accepted without a program", test_accepts},
+        {"--sample needs the program's forward", test_no_forward},
         {NULL, NULL},
     };
     return rt_test_main("runtime_train_args", cases);

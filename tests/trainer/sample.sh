@@ -1,0 +1,184 @@
+#!/bin/sh
+# sample.sh AXLC SRCDIR CASE [SHARED]: `trainer --sample N` end to end.
+#   greedy   tiny-lm (seq_len 32, batch 4: the shared trainer of trainer_build, else compiled
+#            here) trained 30 steps on README.md + docs/*.md: the tokens for a short and for a
+#            longer-than-seq_len prompt, greedy and drawn (temperature 1, seed 5), equal those of
+#            an independent forward of the checkpoint (sample_ref.py, plain Python, with the
+#            documented draws); the same from --init; seeded draws repeat;
+#            a damaged newest checkpoint is skipped; the checkpoint directory is never modified;
+#            bad options are clear errors; a vocabulary of 300 reads and prints token ids;
+#            `axlc run MODEL --sample` (the JIT) prints what the compiled trainer prints
+#   english  the README's main job (tiny-lm, 200 steps on the fortunes corpus); its greedy tokens
+#            equal the reference's (their logit gaps are 0.3 to 1.4); then the share
+#            of sampled words (2+ letters) found in the corpus, against the same share for the
+#            untrained model (--steps 0): trained >= 0.5, untrained <= 0.1 (measured: about
+#            0.72 and 0.02 at temperature 0.3)
+set -u
+AXLC=$1 SRC=$2 CASE=$3 SHARED=${4:-}
+PY=/usr/bin/python3
+T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-sample.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
+must() { "$@" > "$T/log" 2>&1 || { fail "$*"; tail -20 "$T/log" >&2; }; }
+# bad MESSAGE ARGS...: the trainer exits 1 with MESSAGE on stderr and nothing on stdout
+bad() {
+  msg=$1
+  shift
+  "$TR" "$@" > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -qF -- "$msg" "$T/err" && [ ! -s "$T/out" ] ||
+    { fail "$TR $* (exit $rc): expected: $msg"; cat "$T/err" >&2; }
+}
+# state DIR: every file and directory under DIR with its size, mode, time and checksum
+state() {
+  find "$1" -printf '%p %s %m %T@\n' | sort
+  find "$1" -type f -exec md5sum {} + | sort
+}
+command -v "$PY" > /dev/null || { echo "SKIP: no $PY"; exit 77; }
+
+case $CASE in
+greedy)
+  if [ -n "$SHARED" ] && [ -x "$SHARED/tiny" ]; then
+    TR=$SHARED/tiny
+  else
+    TR=$T/tiny
+    must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$TR" \
+      --set /input/seq_len=32 --set /input/global_batch_size=4
+  fi
+  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+  ck=$T/ck
+  must "$TR" --data "$T/text.txt" --steps 30 --ckpt-every 15 --keep 0 --ckpt-dir "$ck"
+  "$TR" --config > "$T/config.json" || fail "--config"
+  state "$ck" > "$T/before"
+  # the tokens = the reference's, for a short prompt and one longer than seq_len (32), greedy
+  # and drawn at temperature 1 with seed 5
+  n=0
+  for prompt in "The trainer " "A config with a mistake exits with status 1. The message names the file"; do
+    n=$((n + 1))
+    printf '%s' "$prompt" > "$T/prompt$n"
+    for mode in "0 0" "1 5"; do
+      # shellcheck disable=SC2086
+      set -- $mode
+      "$TR" --sample 8 --ckpt-dir "$ck" --prompt "$prompt" --temperature "$1" --seed "$2" > "$T/out" 2> "$T/err" ||
+        { fail "--sample (prompt $n, temperature $1)"; cat "$T/err" >&2; }
+      grep -q "step_00000030 (step 30)" "$T/err" || fail "prompt $n: not sampled from step 30: $(cat "$T/err")"
+      head -c ${#prompt} "$T/out" | cmp -s - "$T/prompt$n" || fail "prompt $n is not echoed"
+      # the output is the prompt, the 8 tokens and a newline unless the last token is one
+      head -c $((${#prompt} + 8)) "$T/out" | tail -c 8 | od -An -tu1 -v | tr -s ' ' '\n' | grep . > "$T/got"
+      "$PY" "$SRC/tests/trainer/sample_ref.py" "$T/config.json" "$ck/step_00000030/state.safetensors" \
+        "$T/prompt$n" 8 "$1" "$2" > "$T/want" 2> "$T/margins" || fail "sample_ref.py (prompt $n)"
+      [ "$(wc -l < "$T/want")" -eq 8 ] || fail "the reference printed $(wc -l < "$T/want") tokens, not 8"
+      # equal up to the first token the rounding of f32 against f64 could decide (a logit gap or
+      # a draw's distance to a boundary below 1e-4); the first 4 must be decided
+      paste "$T/got" "$T/want" "$T/margins" | awk -v what="prompt $n, temperature $1" '
+        $1 != $2 && $4 + 0 >= 1e-4 { print "FAIL: " what ": token " NR ": " $1 ", the reference " $2 " (" $3 " " $4 ")"; bad = 1; exit }
+        $1 != $2 { if (NR <= 4) { print "FAIL: " what ": token " NR " undecided (" $3 " " $4 ")"; bad = 1 }
+                   else print "note: " what ": token " NR " undecided, " NR - 1 " compared"; exit }
+        END { exit bad }' || fail "the tokens differ from the reference's: $(tr '\n' ' ' < "$T/got")/ $(tr '\n' ' ' < "$T/want")"
+      [ "$1" = 0 ] && cp "$T/out" "$T/greedy$n"
+    done
+  done
+  # the checkpoint's state file as --init (its optimizer moments are unused tensors)
+  "$TR" --sample 8 --init "$ck/step_00000030/state.safetensors" --init-allow-unused \
+    --prompt "The trainer " --temperature 0 > "$T/init" 2> "$T/err" || { fail "--init"; cat "$T/err" >&2; }
+  cmp -s "$T/init" "$T/greedy1" || fail "--init: $(cat "$T/init") differs from the checkpoint's $(cat "$T/greedy1")"
+  bad "tensors unused" --sample 8 --init "$ck/step_00000030/state.safetensors"
+  # seeded draws: the same seed repeats, another seed differs
+  must "$TR" --sample 200 --ckpt-dir "$ck" --seed 7 --temperature 1
+  cp "$T/log" "$T/s7a"
+  must "$TR" --sample 200 --ckpt-dir "$ck" --seed 7 --temperature 1
+  cmp -s "$T/log" "$T/s7a" || fail "--seed 7 twice: different text"
+  must "$TR" --sample 200 --ckpt-dir "$ck" --seed 8 --temperature 1
+  cmp -s "$T/log" "$T/s7a" && fail "--seed 7 and --seed 8: the same text"
+  # mistakes
+  bad "--sample: no checkpoint in $T/none (it does not exist), and no --init FILE" --sample 5 \
+    --ckpt-dir "$T/none"
+  [ ! -e "$T/none" ] || fail "--sample created $T/none"
+  mkdir "$T/empty"
+  bad "--sample: no checkpoint in $T/empty, and no --init FILE" --sample 5 --ckpt-dir "$T/empty"
+  bad "--sample needs weights: --ckpt-dir DIR (its newest checkpoint) or --init FILE" --sample 5
+  bad "--sample: 0 is out of range, expected 1..1073741824" --sample 0 --ckpt-dir "$ck"
+  bad "--sample: -3 is out of range" --sample -3 --ckpt-dir "$ck"
+  bad "--temperature: -0.5 is negative; expected 0 (greedy) or more" --sample 5 --ckpt-dir "$ck" \
+    --temperature -0.5
+  bad "--temperature: 'hot' is not a finite number" --sample 5 --ckpt-dir "$ck" --temperature hot
+  bad "--prompt needs --sample N" --data "$T/text.txt" --prompt "x"
+  bad "--sample generates text and does not train: --data is not used with it" --sample 5 \
+    --ckpt-dir "$ck" --data "$T/text.txt"
+  bad "--sample generates text and does not train: --resume is not used with it" --sample 5 \
+    --ckpt-dir "$ck" --resume
+  # a damaged newest checkpoint is skipped and left as it is
+  state "$ck" > "$T/after"
+  cmp -s "$T/before" "$T/after" || { fail "sampling changed $ck"; diff "$T/before" "$T/after" >&2; }
+  printf 'X' | dd of="$ck/step_00000030/state.safetensors" bs=1 seek=200 conv=notrunc 2> /dev/null
+  state "$ck" > "$T/before"
+  "$TR" --sample 5 --ckpt-dir "$ck" --temperature 0 > "$T/out" 2> "$T/err" || fail "--sample past a damaged checkpoint"
+  grep -q "skipping a damaged checkpoint" "$T/err" && grep -q "step_00000015 (step 15)" "$T/err" ||
+    fail "a damaged step 30: $(cat "$T/err")"
+  state "$ck" > "$T/after"
+  cmp -s "$T/before" "$T/after" || { fail "sampling changed $ck (damaged)"; diff "$T/before" "$T/after" >&2; }
+  # a vocabulary that is not bytes (300): the prompt and the output are token ids; and
+  # axlc run --sample (the JIT) prints what the compiled trainer prints (a small model, quick to compile)
+  small="--set /model/decoder/num_layers=1 --set /model/dim=8 --set /model/decoder/layer/self_attention/num_heads=2 --set /input/seq_len=16 --set /input/global_batch_size=2 --set /model/vocab_size=300"
+  # shellcheck disable=SC2086
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/small" $small
+  must "$T/small" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/cks"
+  "$T/small" --sample 40 --ckpt-dir "$T/cks" --prompt "97 120, 108 299" --temperature 0.5 --seed 3 \
+    > "$T/small.out" 2> "$T/err" || { fail "--sample (vocabulary 300)"; cat "$T/err" >&2; }
+  [ "$(wc -l < "$T/small.out")" -eq 1 ] && grep -qE '^97 120 108 299( (1?[0-9]?[0-9]|2[0-9][0-9])){40}$' "$T/small.out" ||
+    fail "vocabulary 300: expected the prompt's 4 ids and 40 more on one line, got $(cat "$T/small.out")"
+  TR=$T/small
+  bad "--prompt: '300' is not a token id of this vocabulary (0..299" --sample 4 --ckpt-dir "$T/cks" --prompt "1 300"
+  bad "--prompt: 'hello' is not a token id" --sample 4 --ckpt-dir "$T/cks" --prompt "hello"
+  # shellcheck disable=SC2086
+  "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu $small --sample 40 --ckpt-dir "$T/cks" \
+    --prompt "97 120, 108 299" --temperature 0.5 --seed 3 > "$T/jit.out" 2> "$T/err" ||
+    { fail "axlc run --sample"; cat "$T/err" >&2; }
+  cmp -s "$T/small.out" "$T/jit.out" ||
+    fail "axlc run --sample printed $(cat "$T/jit.out"), the trainer $(cat "$T/small.out")"
+  ;;
+english)
+  F=/usr/share/games/fortunes
+  for f in fortunes literature wisdom science; do
+    [ -r "$F/$f" ] || { echo "SKIP: $F/$f missing (Debian: fortunes-min fortunes)"; exit 77; }
+  done
+  cat "$F/fortunes" "$F/literature" "$F/wisdom" "$F/science" > "$T/corpus.txt"
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/tiny"
+  must "$T/tiny" --data "$T/corpus.txt" --steps 200 --ckpt-dir "$T/trained"
+  must "$T/tiny" --data "$T/corpus.txt" --steps 0 --ckpt-dir "$T/untrained"
+  # greedy on the README's model = the reference (the trained model's tokens are not all spaces)
+  printf 'The meaning of life is' > "$T/prompt"
+  "$T/tiny" --config > "$T/config.json" || fail "--config"
+  "$T/tiny" --sample 6 --ckpt-dir "$T/trained" --prompt "The meaning of life is" --temperature 0 2> /dev/null |
+    head -c 28 | tail -c 6 | od -An -tu1 -v | tr -s ' ' '\n' | grep . > "$T/got"
+  "$PY" "$SRC/tests/trainer/sample_ref.py" "$T/config.json" "$T/trained/step_00000200/state.safetensors" \
+    "$T/prompt" 6 > "$T/want" 2> "$T/gaps" || fail "sample_ref.py"
+  cmp -s "$T/got" "$T/want" || fail "greedy $(tr '\n' ' ' < "$T/got")/ the reference $(tr '\n' ' ' < "$T/want")(gaps: $(tr '\n' ' ' < "$T/gaps"))"
+  for m in trained untrained; do
+    "$T/tiny" --sample 1500 --ckpt-dir "$T/$m" --prompt "The " --temperature 0.3 --seed 1 \
+      > "$T/$m.txt" 2> "$T/err" || { fail "--sample ($m)"; cat "$T/err" >&2; }
+  done
+  "$PY" - "$T/corpus.txt" "$T/trained.txt" "$T/untrained.txt" <<'EOF' || fail "word shares"
+import sys
+def words(path):
+    out = []
+    for w in open(path, encoding="latin-1").read().split():
+        w = w.strip(".,;:!?\"'()[]{}-*_`<>|/\\#=+~").lower()
+        if len(w) >= 2:
+            out.append(w)
+    return out
+vocab = set(words(sys.argv[1]))
+share = {}
+for name, path in (("trained", sys.argv[2]), ("untrained", sys.argv[3])):
+    ws = words(path)
+    share[name] = sum(w in vocab for w in ws) / max(1, len(ws))
+    print(f"{name}: {share[name]:.3f} of {len(ws)} words are in the corpus")
+print("trained sample:", open(sys.argv[2], encoding="latin-1").read()[:300].replace("\n", " | "))
+sys.exit(0 if share["trained"] >= 0.5 and share["untrained"] <= 0.1 else 1)
+EOF
+  ;;
+*) fail "unknown case" ;;
+esac
+[ "$fails" -eq 0 ] || exit 1
+echo "ok [$CASE]"
