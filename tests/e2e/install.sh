@@ -68,9 +68,16 @@ run "$AXLC" compile tiny-lm --target cpu -o tr --set /model/decoder/num_layers=1
   --set /input/seq_len=8 --set /input/global_batch_size=2
 ok "compile with the installed axlc"
 cat "$SRC/README.md" > text.txt
-run ./tr --data text.txt --steps 3
+run ./tr --data text.txt --steps 3 --metrics m.jsonl --ckpt-dir ck
 ok "the trainer"
 has "$T/out" "step 3 loss"
+# what happened, drawn by the installed axlc; the trained model speaks from its checkpoint
+run "$AXLC" plot m.jsonl -o m.svg
+ok "axlc plot"
+grep -q "<svg" m.svg || fail "axlc plot wrote no SVG"
+run ./tr --sample 20 --ckpt-dir ck --prompt "The " --temperature 0
+ok "trainer --sample"
+[ -s "$T/out" ] || fail "--sample printed nothing"
 # weights out to Hugging Face's names and back in: an interpreter dump of the same model,
 # converted --to hf and --from hf by the installed axlc, starts the trainer
 small="--set /model/decoder/num_layers=1 --set /model/dim=8 --set /model/decoder/layer/self_attention/num_heads=1 --set /input/seq_len=8 --set /input/global_batch_size=2"
