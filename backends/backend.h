@@ -30,42 +30,42 @@
 /* One compilation as a backend sees it. The backend may rewrite nothing but
  * the graph (and reads even that only, today). */
 typedef struct BackendJob {
-  const char *file;            /* the config file, for messages */
-  FeDiag *diag;                /* user errors of the job */
-  json_object *cfg;            /* canonical config: trainers embed it */
-  const FeBuild *build;        /* parameter table and mesh */
-  const FeTrainFacts *facts;   /* steps, seed, batch, vocabulary, checkpoints, learner */
-  IrGraph *graph;              /* the step graph after every pass */
-  IrGraph *forward;            /* the forward of one sequence, for sampling (driver.h); may
-                                  be NULL */
+  const char *file;          /* the config file, for messages */
+  FeDiag *diag;              /* user errors of the job */
+  json_object *cfg;          /* canonical config: trainers embed it */
+  const FeBuild *build;      /* parameter table and mesh */
+  const FeTrainFacts *facts; /* steps, seed, batch, vocabulary, checkpoints, learner */
+  IrGraph *graph;            /* the step graph after every pass */
+  IrGraph *forward;          /* the forward of one sequence, for sampling (driver.h); may
+                                be NULL */
 } BackendJob;
 
 /* Code generation settings from the command line; a backend ignores those
  * it has no use for. */
 typedef struct BackendOptions {
-  const char *cpu, *features;  /* code generation target; NULL: the host's */
-  bool no_fuse, no_threads;    /* no elementwise fusion, no multithreaded kernels */
-  const char *runtime_dir;     /* libaxrt.a and libaxrt_main.a for trainers (an installed
-                                  axlc's lib/); NULL: the ones of the build tree */
+  const char *cpu, *features; /* code generation target; NULL: the host's */
+  bool no_fuse, no_threads;   /* no elementwise fusion, no multithreaded kernels */
+  const char *runtime_dir;    /* libaxrt.a and libaxrt_main.a for trainers (an installed
+                                 axlc's lib/); NULL: the ones of the build tree */
 } BackendOptions;
 
 /* One kind of artifact compile can write (`axlc compile --emit NAME`). */
 typedef struct BackendEmit {
-  const char *name;            /* "exe", "obj", "llvm", "asm", ... */
-  bool needs_file;             /* written to -o FILE only; else -o or stdout */
+  const char *name; /* "exe", "obj", "llvm", "asm", ... */
+  bool needs_file;  /* written to -o FILE only; else -o or stdout */
   const char *doc;
 } BackendEmit;
 
 typedef struct Backend {
-  const char *name;            /* `--backend NAME` */
-  const char *doc;             /* one line for `axlc backends` */
+  const char *name; /* `--backend NAME` */
+  const char *doc;  /* one line for `axlc backends` */
   /* The --target names (POSIX ERE, whole name) this backend is the default
    * for, or NULL: only chosen by --backend. */
   const char *targets;
-  uint32_t dtypes;             /* bit (1u << dt) for each IrDType it computes */
-  const BackendEmit *emits;    /* what compile writes, {NULL}-terminated, the first the
-                                * default; NULL when compile is NULL */
-  bool standalone;             /* compile's default emit runs without axlc (a trainer) */
+  uint32_t dtypes;          /* bit (1u << dt) for each IrDType it computes */
+  const BackendEmit *emits; /* what compile writes, {NULL}-terminated, the first the
+                             * default; NULL when compile is NULL */
+  bool standalone;          /* compile's default emit runs without axlc (a trainer) */
 
   /* Whether it can compute op on values of dtype dt. Never NULL. */
   bool (*supports_op)(IrOp op, IrDType dt);
@@ -74,8 +74,7 @@ typedef struct Backend {
   int (*plan)(const IrGraph *g, bool *materialized);
   /* Optional: writes the artifact `emit` (one of emits) to out (NULL: stdout,
    * for emits without needs_file). 0, or -1 with the reason in j->diag. */
-  int (*compile)(const BackendJob *j, const BackendOptions *o, const char *emit,
-                 const char *out);
+  int (*compile)(const BackendJob *j, const BackendOptions *o, const char *emit, const char *out);
   /* Optional: trains in this process with the trainer options argv[1..argc)
    * (argv[0] names the program). Returns the exit status; the reasons of a
    * failure are in j->diag, or already printed by the runtime. */
@@ -103,12 +102,12 @@ RtInit backend_param_init(const FeParam *p);
 
 /* ======================================================================== the backends */
 
-extern const Backend backend_interp;  /* interp/interp.c */
+extern const Backend backend_interp; /* interp/interp.c */
 #ifdef AXLC_HAVE_LLVM
-extern const Backend backend_llvm;    /* llvm/backend.c */
+extern const Backend backend_llvm; /* llvm/backend.c */
 #endif
 #ifdef AXLC_HAVE_OPENCL
-extern const Backend backend_opencl;  /* opencl/backend.c */
+extern const Backend backend_opencl; /* opencl/backend.c */
 #endif
 
 #endif /* AXLC_BACKENDS_BACKEND_H */

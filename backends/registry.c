@@ -65,8 +65,11 @@ const BackendEmit *backend_emit_find(const Backend *b, const char *name) {
 
 RtInit backend_param_init(const FeParam *p) {
   RtInit init = {0};
-  if (!strcmp(p->init, "ones")) init.kind = RT_INIT_ONES;
-  else if (!strcmp(p->init, "zeros")) init.kind = RT_INIT_ZEROS;
-  else init.kind = RT_INIT_NORMAL, init.std = (float)p->init_std;
+  if (!strcmp(p->init, "ones"))
+    init.kind = RT_INIT_ONES;
+  else if (!strcmp(p->init, "zeros"))
+    init.kind = RT_INIT_ZEROS;
+  else
+    init.kind = RT_INIT_NORMAL, init.std = (float)p->init_std;
   return init;
 }

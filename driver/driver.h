@@ -15,25 +15,25 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "backends/backend.h"
 #include "frontend/frontend.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
-#include "backends/backend.h"
 #include "runtime/axrt.h"
 
 /* ---- pipeline.c ---------------------------------------------------------- */
 
 typedef struct DrvJob {
-  const char *file;     /* the config file */
-  const char *target;   /* --target, or NULL */
-  FeDiag diag;          /* every user error of the job */
-  json_object *cfg;     /* canonical config */
-  FeBuild build;        /* parameter table and mesh */
-  FeTrainFacts facts;   /* the config's training facts, read once */
+  const char *file;   /* the config file */
+  const char *target; /* --target, or NULL */
+  FeDiag diag;        /* every user error of the job */
+  json_object *cfg;   /* canonical config */
+  FeBuild build;      /* parameter table and mesh */
+  FeTrainFacts facts; /* the config's training facts, read once */
   bool built;
-  IrGraph *graph;       /* NULL until lowered */
-  IrGraph *forward;     /* the forward of one sequence for sampling (fe_compose_forward, then
-                           simplify), made when drv_lower runs every pass; never sharded */
+  IrGraph *graph;        /* NULL until lowered */
+  IrGraph *forward;      /* the forward of one sequence for sampling (fe_compose_forward, then
+                            simplify), made when drv_lower runs every pass; never sharded */
   const char *last_pass; /* the pass the graph is after */
 } DrvJob;
 
@@ -56,10 +56,10 @@ BackendJob drv_backend_job(DrvJob *j);
 
 /* One kind of device (models/rules/devices.json). */
 typedef struct DrvDevice {
-  char name[64];        /* "gpu-h100" */
-  char doc[160];        /* "NVIDIA H100 SXM5 80GB" */
-  double memory;        /* bytes per device */
-  bool host;            /* memory is this host's RAM */
+  char name[64];                /* "gpu-h100" */
+  char doc[160];                /* "NVIDIA H100 SXM5 80GB" */
+  double memory;                /* bytes per device */
+  bool host;                    /* memory is this host's RAM */
   double flops_f32, flops_bf16; /* peak FLOP/s */
   double mem_bw, link_bw;       /* bytes/s: memory, and sent to the other devices */
 } DrvDevice;
@@ -70,23 +70,23 @@ int drv_device_lookup(FeDiag *d, const char *file, const char *target, DrvDevice
 enum { DRV_MEM_SAVED, DRV_MEM_GRAD, DRV_MEM_TEMP, DRV_MEM_COMM };
 
 typedef struct DrvMemItem {
-  int32_t value;        /* in the job's graph */
+  int32_t value; /* in the job's graph */
   int64_t bytes;
-  int kind;             /* DRV_MEM_* */
+  int kind; /* DRV_MEM_* */
 } DrvMemItem;
 
 /* Per device, from the memory plan of the per-device program. */
 typedef struct DrvMemReport {
-  const char *fusion;   /* the backend whose fusion plan was applied, or "none" */
+  const char *fusion; /* the backend whose fusion plan was applied, or "none" */
   int64_t params, opt_state, inputs, fixed; /* the fixed region and its parts */
   int64_t grads, saved, temps, comm;        /* live at the peak, by kind */
   int64_t temp_peak, peak, slab, code;      /* peak = slab >= fixed + temp_peak; code: estimate */
   int32_t nvalues, peak_at;
-  int64_t *timeline;    /* (nvalues) live temporaries after each value */
-  uint8_t *phase;       /* (nvalues) 0 forward, 1 backward, 2 update */
-  DrvMemItem *items;    /* live at the peak, largest first */
+  int64_t *timeline; /* (nvalues) live temporaries after each value */
+  uint8_t *phase;    /* (nvalues) 0 forward, 1 backward, 2 update */
+  DrvMemItem *items; /* live at the peak, largest first */
   int32_t nitems;
-  double flops, matmul_flops, comm_bytes;   /* per step; bytes sent by a ring algorithm */
+  double flops, matmul_flops, comm_bytes; /* per step; bytes sent by a ring algorithm */
   int collectives;
 } DrvMemReport;
 

@@ -60,7 +60,8 @@ int drv_device_lookup(FeDiag *d, const char *file, const char *target, DrvDevice
   json_object *o;
   if (json_object_get_type(root) != json_type_object) {
     rc = fe_error(d, file, NULL, "expected an object of device kinds");
-  } else if (!json_object_object_get_ex(root, kind, &o) || json_object_get_type(o) != json_type_object) {
+  } else if (!json_object_object_get_ex(root, kind, &o) ||
+             json_object_get_type(o) != json_type_object) {
     char known[1024] = "";
     json_object_object_foreach(root, k, v) {
       (void)v;
@@ -68,9 +69,10 @@ int drv_device_lookup(FeDiag *d, const char *file, const char *target, DrvDevice
       size_t len = strlen(known);
       snprintf(known + len, sizeof known - len, "%s%s", len ? ", " : "", k);
     }
-    rc = fe_error(d, file, NULL, "no device kind \"%s\" for --target %s (expected one of: %s; "
-                  "a target is a kind and a device count, e.g. gpu-h100-256)", kind,
-                  target ? target : "cpu", known);
+    rc = fe_error(d, file, NULL,
+                  "no device kind \"%s\" for --target %s (expected one of: %s; "
+                  "a target is a kind and a device count, e.g. gpu-h100-256)",
+                  kind, target ? target : "cpu", known);
   } else {
     snprintf(out->name, sizeof out->name, "%s", kind);
     json_object *v, *fl;
@@ -86,7 +88,8 @@ int drv_device_lookup(FeDiag *d, const char *file, const char *target, DrvDevice
     if (rc == 0 && (!json_object_object_get_ex(o, "flops", &fl) ||
                     number_field(d, file, kind, fl, "f32", &out->flops_f32)))
       rc = rc ? rc : fe_error(d, file, NULL, "/%s/flops: expected {\"f32\": FLOP/s, ...}", kind);
-    if (rc == 0 && json_object_object_get_ex(fl, "bf16", &v)) out->flops_bf16 = json_object_get_double(v);
+    if (rc == 0 && json_object_object_get_ex(fl, "bf16", &v))
+      out->flops_bf16 = json_object_get_double(v);
     if (rc == 0 && (number_field(d, file, kind, o, "memory_bandwidth", &out->mem_bw) ||
                     number_field(d, file, kind, o, "link_bandwidth", &out->link_bw)))
       rc = -1;
@@ -139,7 +142,8 @@ static void phases(const IrGraph *g, uint8_t *phase) {
     memset(mark, 0, (size_t)n + 1);
     for (int32_t k = 0; k < g->noutputs; k++) {
       const char *name = g->outputs[k].name;
-      if (pass == 0 ? !strcmp(name, "loss") : !strncmp(name, "grad:", 5)) mark[g->outputs[k].value] = 1;
+      if (pass == 0 ? !strcmp(name, "loss") : !strncmp(name, "grad:", 5))
+        mark[g->outputs[k].value] = 1;
     }
     for (int32_t v = n - 1; v >= 0; v--)
       if (mark[v])
@@ -177,8 +181,10 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
   const Backend *b = backend_for_target(j->target ? j->target : "cpu");
   if (!b || !b->plan) b = backend_find("llvm");
   r->fusion = b && b->plan ? b->name : "none";
-  if (b && b->plan) b->plan(g, mat);
-  else for (int32_t v = 0; v < n; v++) mat[v] = true;
+  if (b && b->plan)
+    b->plan(g, mat);
+  else
+    for (int32_t v = 0; v < n; v++) mat[v] = true;
   MemPlan p;
   if (pass_memplan_fused(g, mat, &p) != IR_OK) {
     free(mat);
@@ -198,7 +204,8 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
   int64_t *delta = calloc((size_t)n + 2, sizeof *delta);
   for (int32_t v = 0; v < n; v++) {
     const IrValue *x = &g->values[v];
-    if (is_leaf(x) || !p.bytes[v] || p.offset[v] < p.fixed_bytes) continue; /* fixed, fused, in place */
+    if (is_leaf(x) || !p.bytes[v] || p.offset[v] < p.fixed_bytes)
+      continue; /* fixed, fused, in place */
     int64_t bytes = (p.bytes[v] + 63) / 64 * 64;
     delta[v] += bytes;
     delta[(p.last[v] > v ? p.last[v] : v) + 1] -= bytes;
@@ -220,10 +227,14 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
     DrvMemItem *it = &r->items[r->nitems++];
     it->value = v;
     it->bytes = (p.bytes[v] + 63) / 64 * 64;
-    if (ir_op_flags(x->op) & IR_COLLECTIVE) it->kind = DRV_MEM_COMM, r->comm += it->bytes;
-    else if (is_grad(g, v, grad_out)) it->kind = DRV_MEM_GRAD, r->grads += it->bytes;
-    else if (r->phase[v] == 0) it->kind = DRV_MEM_SAVED, r->saved += it->bytes;
-    else it->kind = DRV_MEM_TEMP, r->temps += it->bytes;
+    if (ir_op_flags(x->op) & IR_COLLECTIVE)
+      it->kind = DRV_MEM_COMM, r->comm += it->bytes;
+    else if (is_grad(g, v, grad_out))
+      it->kind = DRV_MEM_GRAD, r->grads += it->bytes;
+    else if (r->phase[v] == 0)
+      it->kind = DRV_MEM_SAVED, r->saved += it->bytes;
+    else
+      it->kind = DRV_MEM_TEMP, r->temps += it->bytes;
   }
   if (r->items) qsort(r->items, (size_t)r->nitems, sizeof *r->items, by_bytes_desc);
   /* cost of the step */
@@ -256,12 +267,17 @@ void drv_memreport_free(DrvMemReport *r) {
 
 /* ---- printing ----------------------------------------------------------------------------- */
 
-static const char *human(double bytes, char *buf, size_t cap) { return fe_human_bytes(bytes, buf, cap); }
+static const char *human(double bytes, char *buf, size_t cap) {
+  return fe_human_bytes(bytes, buf, cap);
+}
 
 static const char *seconds(double s, char *buf, size_t cap) {
-  if (s >= 1) snprintf(buf, cap, "%.2f s", s);
-  else if (s >= 1e-3) snprintf(buf, cap, "%.2f ms", s * 1e3);
-  else snprintf(buf, cap, "%.1f us", s * 1e6);
+  if (s >= 1)
+    snprintf(buf, cap, "%.2f s", s);
+  else if (s >= 1e-3)
+    snprintf(buf, cap, "%.2f ms", s * 1e3);
+  else
+    snprintf(buf, cap, "%.1f us", s * 1e6);
   return buf;
 }
 
@@ -281,11 +297,12 @@ void drv_memreport_print(const DrvJob *j, const DrvDevice *dev, const DrvMemRepo
   const IrGraph *g = j->graph;
   fprintf(out, "memcheck: %s on %s (%lld device%s: %s, %s of memory each)\n", j->file,
           j->target ? j->target : "cpu", (long long)j->build.mesh.devices,
-          j->build.mesh.devices == 1 ? "" : "s",
-          dev->doc[0] ? dev->doc : dev->name, human(dev->memory, a, sizeof a));
+          j->build.mesh.devices == 1 ? "" : "s", dev->doc[0] ? dev->doc : dev->name,
+          human(dev->memory, a, sizeof a));
   fprintf(out, "mesh:");
   for (int i = 0; i < j->build.mesh.n; i++)
-    if (j->build.mesh.shape[i] > 1) fprintf(out, " %s=%lld", j->build.mesh.axes[i], (long long)j->build.mesh.shape[i]);
+    if (j->build.mesh.shape[i] > 1)
+      fprintf(out, " %s=%lld", j->build.mesh.axes[i], (long long)j->build.mesh.shape[i]);
   if (j->build.mesh.devices <= 1) fprintf(out, " one device");
   fprintf(out, "; fusion plan: %s\n\nper device:\n", r->fusion);
   fprintf(out, "  parameters          %12s\n", human((double)r->params, a, sizeof a));
@@ -293,21 +310,25 @@ void drv_memreport_print(const DrvJob *j, const DrvDevice *dev, const DrvMemRepo
   fprintf(out, "  batch               %12s\n", human((double)r->inputs, a, sizeof a));
   fprintf(out, "  at the peak, %s of the step:\n",
           r->phase && r->nvalues ? (const char *[]){"in the forward pass", "in the backward pass",
-                                                    "in the update"}[r->phase[r->peak_at]] : "");
+                                                    "in the update"}[r->phase[r->peak_at]]
+                                 : "");
   fprintf(out, "    gradients         %12s\n", human((double)r->grads, a, sizeof a));
   fprintf(out, "    saved activations %12s\n", human((double)r->saved, a, sizeof a));
   fprintf(out, "    temporaries       %12s\n", human((double)r->temps, a, sizeof a));
   fprintf(out, "    communication     %12s\n", human((double)r->comm, a, sizeof a));
   fprintf(out, "  peak                %12s  (the slab a trainer allocates; %s live at once)\n",
-          human((double)r->peak, a, sizeof a), human((double)(r->fixed + r->temp_peak), b, sizeof b));
-  fprintf(out, "  generated code      %12s  (estimate, outside the slab)\n", human((double)r->code, a, sizeof a));
+          human((double)r->peak, a, sizeof a),
+          human((double)(r->fixed + r->temp_peak), b, sizeof b));
+  fprintf(out, "  generated code      %12s  (estimate, outside the slab)\n",
+          human((double)r->code, a, sizeof a));
   double total = (double)r->peak + (double)r->code;
   if (total <= dev->memory)
     fprintf(out, "verdict: fits, with %s headroom of %s\n", human(dev->memory - total, a, sizeof a),
             human(dev->memory, b, sizeof b));
   else
-    fprintf(out, "verdict: does not fit: over by %s (needs %s of %s)\n", human(total - dev->memory, a, sizeof a),
-            human(total, b, sizeof b), human(dev->memory, c, sizeof c));
+    fprintf(out, "verdict: does not fit: over by %s (needs %s of %s)\n",
+            human(total - dev->memory, a, sizeof a), human(total, b, sizeof b),
+            human(dev->memory, c, sizeof c));
   if (top > 0 && r->nitems) {
     fprintf(out, "\nlargest values live at the peak:\n");
     for (int i = 0; i < r->nitems && i < top; i++) {
@@ -315,19 +336,24 @@ void drv_memreport_print(const DrvJob *j, const DrvDevice *dev, const DrvMemRepo
       char shape[128] = "";
       size_t len = 0;
       for (int32_t d = 0; d < x->shape.rank; d++)
-        len += (size_t)snprintf(shape + len, sizeof shape - len, "%s%lld", d ? "," : "", (long long)x->shape.dims[d]);
-      fprintf(out, "  %10s  %-16s  %s[%s] %s  %s%s%s\n", human((double)r->items[i].bytes, a, sizeof a),
-              kind_name(r->items[i].kind), ir_dtype_name(x->dtype), shape, ir_op_name(x->op),
-              *x->origin ? x->origin : "?", *x->tag ? "  #" : "", x->tag);
+        len += (size_t)snprintf(shape + len, sizeof shape - len, "%s%lld", d ? "," : "",
+                                (long long)x->shape.dims[d]);
+      fprintf(out, "  %10s  %-16s  %s[%s] %s  %s%s%s\n",
+              human((double)r->items[i].bytes, a, sizeof a), kind_name(r->items[i].kind),
+              ir_dtype_name(x->dtype), shape, ir_op_name(x->op), *x->origin ? x->origin : "?",
+              *x->tag ? "  #" : "", x->tag);
     }
   }
   double rate = step_flops_rate(j, dev);
   double tc = r->flops / rate, tm = r->comm_bytes / dev->link_bw;
-  fprintf(out, "\nstep, per device: %.4g FLOPs (%.1f%% in matrix products), %s sent in %d collectives\n",
+  fprintf(out,
+          "\nstep, per device: %.4g FLOPs (%.1f%% in matrix products), %s sent in %d collectives\n",
           r->flops, r->flops > 0 ? 100 * r->matmul_flops / r->flops : 0.0,
           human(r->comm_bytes, a, sizeof a), r->collectives);
-  fprintf(out, "lower bound on the step time: %s (compute %s at %.3g FLOP/s f32; communication %s "
-          "at %.3g B/s)\n", seconds(fmax(tc, tm), a, sizeof a), seconds(tc, b, sizeof b), rate,
+  fprintf(out,
+          "lower bound on the step time: %s (compute %s at %.3g FLOP/s f32; communication %s "
+          "at %.3g B/s)\n",
+          seconds(fmax(tc, tm), a, sizeof a), seconds(tc, b, sizeof b), rate,
           seconds(tm, c, sizeof c), dev->link_bw);
 }
 
@@ -339,12 +365,15 @@ char *drv_memreport_json(const DrvJob *j, const DrvDevice *dev, const DrvMemRepo
   json_object_object_add(o, "devices", json_object_new_int64(j->build.mesh.devices));
   json_object *mesh = json_object_new_object();
   for (int i = 0; i < j->build.mesh.n; i++)
-    json_object_object_add(mesh, j->build.mesh.axes[i], json_object_new_int64(j->build.mesh.shape[i]));
+    json_object_object_add(mesh, j->build.mesh.axes[i],
+                           json_object_new_int64(j->build.mesh.shape[i]));
   json_object_object_add(o, "mesh", mesh);
   json_object_object_add(o, "device_memory_in_bytes", json_object_new_int64((int64_t)dev->memory));
   /* the names of XLA's CompiledMemoryStats, per device */
-  json_object_object_add(o, "argument_size_in_bytes", json_object_new_int64(r->params + r->opt_state + r->inputs));
-  json_object_object_add(o, "output_size_in_bytes", json_object_new_int64(r->params + r->opt_state));
+  json_object_object_add(o, "argument_size_in_bytes",
+                         json_object_new_int64(r->params + r->opt_state + r->inputs));
+  json_object_object_add(o, "output_size_in_bytes",
+                         json_object_new_int64(r->params + r->opt_state));
   json_object_object_add(o, "alias_size_in_bytes", json_object_new_int64(r->params + r->opt_state));
   json_object_object_add(o, "temp_size_in_bytes", json_object_new_int64(r->temp_peak));
   json_object_object_add(o, "generated_code_size_in_bytes", json_object_new_int64(r->code));
@@ -360,7 +389,8 @@ char *drv_memreport_json(const DrvJob *j, const DrvDevice *dev, const DrvMemRepo
   json_object_object_add(o, "breakdown_in_bytes", parts);
   double total = (double)r->peak + (double)r->code;
   json_object_object_add(o, "fits", json_object_new_boolean(total <= dev->memory));
-  json_object_object_add(o, "headroom_in_bytes", json_object_new_int64((int64_t)(dev->memory - total)));
+  json_object_object_add(o, "headroom_in_bytes",
+                         json_object_new_int64((int64_t)(dev->memory - total)));
   json_object_object_add(o, "flops", json_object_new_double(r->flops));
   json_object_object_add(o, "matmul_flops", json_object_new_double(r->matmul_flops));
   json_object_object_add(o, "bytes_sent", json_object_new_double(r->comm_bytes));
@@ -376,7 +406,8 @@ char *drv_memreport_json(const DrvJob *j, const DrvDevice *dev, const DrvMemRepo
     json_object_object_add(e, "config_path", json_object_new_string(x->origin));
     json_object_object_add(e, "tag", json_object_new_string(x->tag));
     json_object *shape = json_object_new_array();
-    for (int32_t d = 0; d < x->shape.rank; d++) json_object_array_add(shape, json_object_new_int64(x->shape.dims[d]));
+    for (int32_t d = 0; d < x->shape.rank; d++)
+      json_object_array_add(shape, json_object_new_int64(x->shape.dims[d]));
     json_object_object_add(e, "shape", shape);
     json_object_array_add(live, e);
   }
@@ -397,12 +428,15 @@ int drv_memreport_svg(const DrvJob *j, const DrvDevice *dev, const DrvMemReport 
   if (ymax <= 0) ymax = 1;
   int n = r->nvalues > 0 ? r->nvalues : 1;
   char a[32], b[32];
-  fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-          "font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+  fprintf(out,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+          "font-family=\"sans-serif\" font-size=\"12\">\n",
+          W, H);
   fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-  fprintf(out, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">Live memory per device: %s on %s "
-          "(peak %s)</text>\n", L, j->file, j->target ? j->target : "cpu",
-          human(top, a, sizeof a));
+  fprintf(out,
+          "<text x=\"%.0f\" y=\"22\" font-size=\"15\">Live memory per device: %s on %s "
+          "(peak %s)</text>\n",
+          L, j->file, j->target ? j->target : "cpu", human(top, a, sizeof a));
   /* phase bands */
   static const char *const fill[] = {"#e8f0fe", "#fdecea", "#e6f4ea"};
   static const char *const label[] = {"forward", "backward", "update"};
@@ -410,45 +444,62 @@ int drv_memreport_svg(const DrvJob *j, const DrvDevice *dev, const DrvMemReport 
     int p = r->phase[v], e = v;
     while (e < r->nvalues && r->phase[e] == p) e++;
     double x0 = L + pw * v / n, x1 = L + pw * e / n;
-    fprintf(out, "<rect x=\"%.1f\" y=\"%.0f\" width=\"%.1f\" height=\"%.0f\" fill=\"%s\"/>\n", x0, T,
-            x1 - x0, ph, fill[p]);
+    fprintf(out, "<rect x=\"%.1f\" y=\"%.0f\" width=\"%.1f\" height=\"%.0f\" fill=\"%s\"/>\n", x0,
+            T, x1 - x0, ph, fill[p]);
     if (x1 - x0 > 60)
-      fprintf(out, "<text x=\"%.1f\" y=\"%.0f\" fill=\"#555\">%s</text>\n", x0 + 4, T - 6, label[p]);
+      fprintf(out, "<text x=\"%.1f\" y=\"%.0f\" fill=\"#555\">%s</text>\n", x0 + 4, T - 6,
+              label[p]);
     v = e;
   }
   /* axes and ticks */
-  fprintf(out, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, T + ph, L + pw, T + ph);
-  fprintf(out, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, T, L, T + ph);
+  fprintf(out, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L,
+          T + ph, L + pw, T + ph);
+  fprintf(out, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, T,
+          L, T + ph);
   for (int i = 0; i <= 4; i++) {
     double yv = ymax * i / 4, y = T + ph - ph * i / 4;
-    fprintf(out, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ccc\"/>\n", L, y, L + pw, y);
-    fprintf(out, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", L - 6, y + 4, human(yv, a, sizeof a));
+    fprintf(out, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ccc\"/>\n", L, y,
+            L + pw, y);
+    fprintf(out, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", L - 6, y + 4,
+            human(yv, a, sizeof a));
   }
-  fprintf(out, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step, in execution order (%d values)</text>\n",
+  fprintf(out,
+          "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step, in execution order (%d "
+          "values)</text>\n",
           L + pw / 2, H - 20, r->nvalues);
   /* the fixed region, then fixed + live temporaries */
   double yf = T + ph - ph * (double)r->fixed / ymax;
-  fprintf(out, "<rect x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.1f\" fill=\"#9aa0a6\" opacity=\"0.5\"/>\n",
+  fprintf(out,
+          "<rect x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.1f\" fill=\"#9aa0a6\" "
+          "opacity=\"0.5\"/>\n",
           L, yf, pw, T + ph - yf);
-  fprintf(out, "<text x=\"%.0f\" y=\"%.1f\" fill=\"#333\">parameters, optimizer state, batch: %s</text>\n",
-          L + 6, fmin(yf + 14, T + ph - 4), human((double)r->fixed, a, sizeof a));
+  fprintf(
+      out,
+      "<text x=\"%.0f\" y=\"%.1f\" fill=\"#333\">parameters, optimizer state, batch: %s</text>\n",
+      L + 6, fmin(yf + 14, T + ph - 4), human((double)r->fixed, a, sizeof a));
   fprintf(out, "<polyline fill=\"none\" stroke=\"#1a73e8\" stroke-width=\"1.5\" points=\"");
   int stride = r->nvalues > 4000 ? r->nvalues / 2000 : 1;
   for (int v = 0; v < r->nvalues; v += stride) {
     int64_t m = r->timeline[v]; /* the most in this stride, so no peak is lost */
-    for (int k = v; k < v + stride && k < r->nvalues; k++) if (r->timeline[k] > m) m = r->timeline[k];
+    for (int k = v; k < v + stride && k < r->nvalues; k++)
+      if (r->timeline[k] > m) m = r->timeline[k];
     fprintf(out, "%.1f,%.1f ", L + pw * v / n, T + ph - ph * ((double)r->fixed + (double)m) / ymax);
   }
   fprintf(out, "\"/>\n");
   double xp = L + pw * r->peak_at / n, yp = T + ph - ph * top / ymax;
   fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d93025\"/>\n", xp, yp);
   fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#d93025\" text-anchor=\"%s\">peak %s</text>\n",
-          xp + (xp > L + pw * 0.8 ? -8 : 8), yp - 6, xp > L + pw * 0.8 ? "end" : "start", human(top, a, sizeof a));
+          xp + (xp > L + pw * 0.8 ? -8 : 8), yp - 6, xp > L + pw * 0.8 ? "end" : "start",
+          human(top, a, sizeof a));
   if (show_cap) {
     double yc = T + ph - ph * dev->memory / ymax;
-    fprintf(out, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#d93025\" stroke-dasharray=\"6,4\"/>\n",
+    fprintf(out,
+            "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#d93025\" "
+            "stroke-dasharray=\"6,4\"/>\n",
             L, yc, L + pw, yc);
-    fprintf(out, "<text x=\"%.0f\" y=\"%.1f\" fill=\"#d93025\" text-anchor=\"end\">device memory %s</text>\n",
+    fprintf(out,
+            "<text x=\"%.0f\" y=\"%.1f\" fill=\"#d93025\" text-anchor=\"end\">device memory "
+            "%s</text>\n",
             L + pw - 4, yc - 4, human(dev->memory, b, sizeof b));
   }
   fprintf(out, "</svg>\n");

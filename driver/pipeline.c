@@ -17,8 +17,8 @@
 #include "driver/driver.h"
 #include "passes/passes.h"
 
-const char *const drv_pass_names[] = {"compose", "autodiff", "optimizer", "simplify", "shard",
-                                      "remat"};
+const char *const drv_pass_names[] = {"compose",  "autodiff", "optimizer",
+                                      "simplify", "shard",    "remat"};
 const int drv_npasses = (int)(sizeof drv_pass_names / sizeof drv_pass_names[0]);
 
 int drv_load(DrvJob *j, const char *file, const FeOptions *opt) {
@@ -45,8 +45,13 @@ void drv_free(DrvJob *j) {
 }
 
 BackendJob drv_backend_job(DrvJob *j) {
-  return (BackendJob){.file = j->file, .diag = &j->diag, .cfg = j->cfg, .build = &j->build,
-                      .facts = &j->facts, .graph = j->graph, .forward = j->forward};
+  return (BackendJob){.file = j->file,
+                      .diag = &j->diag,
+                      .cfg = j->cfg,
+                      .build = &j->build,
+                      .facts = &j->facts,
+                      .graph = j->graph,
+                      .forward = j->forward};
 }
 
 static bool verify_enabled(void) {
@@ -87,10 +92,11 @@ static int shard_mesh(DrvJob *j, IrMesh *m) {
   for (int i = 0; i < fm->n; i++) {
     if (fm->shape[i] <= 1) continue;
     if (!strcmp(fm->axes[i], "seq") || !strcmp(fm->axes[i], "pipeline"))
-      return fe_error(&j->diag, j->file, "/mesh/shape", "mesh axis %s has %lld devices: %s "
-                      "parallelism is not supported yet (expected 1 on %s)", fm->axes[i],
-                      (long long)fm->shape[i], !strcmp(fm->axes[i], "seq") ? "sequence" : "pipeline",
-                      fm->axes[i]);
+      return fe_error(&j->diag, j->file, "/mesh/shape",
+                      "mesh axis %s has %lld devices: %s "
+                      "parallelism is not supported yet (expected 1 on %s)",
+                      fm->axes[i], (long long)fm->shape[i],
+                      !strcmp(fm->axes[i], "seq") ? "sequence" : "pipeline", fm->axes[i]);
     snprintf(m->names[m->naxes], IR_MAX_AXIS_NAME, "%s", fm->axes[i]);
     m->sizes[m->naxes++] = fm->shape[i];
   }
@@ -130,7 +136,7 @@ static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n)
 
 typedef struct RematScopes {
   int32_t n, cap;
-  PassRematScope *s;   /* (n) paths and save arrays malloc'd; the strings are the config's */
+  PassRematScope *s; /* (n) paths and save arrays malloc'd; the strings are the config's */
 } RematScopes;
 
 static int remat_scope_add(RematScopes *r, const char *path, json_object *pol) {
@@ -148,7 +154,8 @@ static int remat_scope_add(RematScopes *r, const char *path, json_object *pol) {
     sc->preset = json_object_get_string(pol);
     return 0;
   }
-  json_object *save = json_object_object_get(pol, "save"), *off = json_object_object_get(pol, "offload");
+  json_object *save = json_object_object_get(pol, "save"),
+              *off = json_object_object_get(pol, "offload");
   sc->noffload = off ? (int32_t)json_object_array_length(off) : 0;
   sc->nsave = save ? (int32_t)json_object_array_length(save) : 0;
   if (!sc->nsave) return 0;
@@ -203,8 +210,8 @@ static int run_pass(DrvJob *j, int i, const PassOptions *po) {
 static int verify(DrvJob *j, const char *pass) {
   char msg[1024];
   if (!verify_enabled() || ir_graph_verify(j->graph, msg, sizeof msg) == IR_OK) return 0;
-  return fe_error(&j->diag, j->file, NULL, "internal: the graph after %s does not verify: %s",
-                  pass, msg);
+  return fe_error(&j->diag, j->file, NULL, "internal: the graph after %s does not verify: %s", pass,
+                  msg);
 }
 
 /* The sampling forward: one sequence, unsharded, simplified (dead auxiliary losses go). */
@@ -217,17 +224,21 @@ static int lower_forward(DrvJob *j) {
                     ir_graph_error(j->forward) ? ir_graph_error(j->forward) : "unknown error");
   char msg[1024];
   if (verify_enabled() && ir_graph_verify(j->forward, msg, sizeof msg) != IR_OK)
-    return fe_error(&j->diag, j->file, NULL, "internal: the forward graph does not verify: %s", msg);
+    return fe_error(&j->diag, j->file, NULL, "internal: the forward graph does not verify: %s",
+                    msg);
   return 0;
 }
 
 int drv_lower(DrvJob *j, const char *stop_after) {
   int last = drv_npasses - 1;
   if (stop_after) {
-    for (last = 0; last < drv_npasses && strcmp(drv_pass_names[last], stop_after); last++) {}
+    for (last = 0; last < drv_npasses && strcmp(drv_pass_names[last], stop_after); last++) {
+    }
     if (last == drv_npasses)
-      return fe_error(&j->diag, NULL, NULL, "unknown pass \"%s\" (expected compose, autodiff, "
-                      "optimizer, simplify, shard or remat)", stop_after);
+      return fe_error(&j->diag, NULL, NULL,
+                      "unknown pass \"%s\" (expected compose, autodiff, "
+                      "optimizer, simplify, shard or remat)",
+                      stop_after);
   }
   j->graph = fe_compose(&j->diag, j->file, j->cfg, &j->build);
   if (!j->graph) return -1;

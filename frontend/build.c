@@ -33,9 +33,10 @@ static int mesh_axes(FeBuild *b, json_object *axes) {
     for (int j = 0; j < NKNOWN_AXES; j++) known |= strcmp(a, known_axes[j]) == 0;
     if (!known) {
       const char *near = fe_nearest(a, known_axes, NKNOWN_AXES);
-      return fe_error(b->diag, b->file, p, "unknown mesh axis \"%s\" (expected one of pipeline, "
-                      "data, expert, fsdp, seq, model)%s%s%s", a, near ? "; did you mean \"" : "",
-                      near ? near : "", near ? "\"?" : "");
+      return fe_error(b->diag, b->file, p,
+                      "unknown mesh axis \"%s\" (expected one of pipeline, "
+                      "data, expert, fsdp, seq, model)%s%s%s",
+                      a, near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
     }
     for (int j = 0; j < i; j++)
       if (strcmp(m->axes[j], a) == 0)
@@ -59,11 +60,13 @@ static int mesh_shape(FeBuild *b, json_object *shape, int64_t devices) {
     snprintf(p, sizeof p, "/mesh/shape/%d", i);
     if (s == -1 && wild >= 0)
       return fe_error(b->diag, b->file, p, "a second -1 (expected at most one axis sized -1)");
-    if (s == -1) wild = i;
+    if (s == -1)
+      wild = i;
     else if (s < 1 || s > FE_MAX_DEVICES)
       return fe_error(b->diag, b->file, p, "size %lld (expected -1 or 1 to %d)", (long long)s,
                       FE_MAX_DEVICES);
-    else fixed *= s;
+    else
+      fixed *= s;
     if (fixed > FE_MAX_DEVICES)
       return fe_error(b->diag, b->file, "/mesh/shape", "more than %d devices", FE_MAX_DEVICES);
     m->shape[i] = s;
@@ -73,10 +76,11 @@ static int mesh_shape(FeBuild *b, json_object *shape, int64_t devices) {
     return fe_error(b->diag, b->file, "/mesh/shape", "the target has more than %d devices",
                     FE_MAX_DEVICES);
   if (devices % fixed != 0 || (wild < 0 && devices != fixed))
-    return fe_error(b->diag, b->file, "/mesh/shape", "the mesh needs %s%lld devices, but the "
-                    "target has %lld (expected sizes whose product %s %lld)", wild >= 0 ? "a multiple of " : "",
-                    (long long)fixed, (long long)devices, wild >= 0 ? "divides" : "is",
-                    (long long)devices);
+    return fe_error(b->diag, b->file, "/mesh/shape",
+                    "the mesh needs %s%lld devices, but the "
+                    "target has %lld (expected sizes whose product %s %lld)",
+                    wild >= 0 ? "a multiple of " : "", (long long)fixed, (long long)devices,
+                    wild >= 0 ? "divides" : "is", (long long)devices);
   if (wild >= 0) m->shape[wild] = devices / fixed;
   m->devices = devices;
   return 0;
@@ -105,8 +109,8 @@ static void index_params(FeBuild *b) {
 int fe_param_find(const FeBuild *b, const char *path) {
   if (!b->by_path) return -1;
   FeParam key = {.path = (char *)path};
-  const FeParam *kp = &key, **hit = bsearch(&kp, b->by_path, (size_t)b->nparams,
-                                             sizeof *b->by_path, by_path);
+  const FeParam *kp = &key,
+                **hit = bsearch(&kp, b->by_path, (size_t)b->nparams, sizeof *b->by_path, by_path);
   return hit ? (int)(*hit - b->params) : -1;
 }
 
@@ -165,8 +169,10 @@ static int check_spec_names(FeBuild *b, json_object *node, const char *cfg, cons
       const char *near = fe_nearest(name, names, n);
       snprintf(path, sizeof path, "%s/param_partition_specs/%s", cfg, name);
       const char *file = fe_origin_key(specs, name);
-      rc = fe_error(b->diag, file ? file : b->file, path, "kind \"%s\" has no parameter \"%s\" (expected one "
-                    "of %s)%s%s%s", k->name, name, k->spec_names ? k->spec_names : "none",
+      rc = fe_error(b->diag, file ? file : b->file, path,
+                    "kind \"%s\" has no parameter \"%s\" (expected one "
+                    "of %s)%s%s%s",
+                    k->name, name, k->spec_names ? k->spec_names : "none",
                     near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
     }
   next:;
@@ -229,17 +235,19 @@ static int split_dim(FeBuild *b, FeParam *p, int dim, const char *axis, const ch
     const char *axes[FE_MAX_MESH];
     for (int i = 0; i < b->mesh.n; i++) axes[i] = b->mesh.axes[i];
     const char *near = fe_nearest(axis, axes, b->mesh.n);
-    return fe_error(b->diag, b->file, epath, "axis \"%s\" is not a mesh axis (the mesh has %d "
-                    "axes; see /mesh/axes)%s%s%s", axis, b->mesh.n, near ? "; did you mean \"" : "",
-                    near ? near : "", near ? "\"?" : "");
+    return fe_error(b->diag, b->file, epath,
+                    "axis \"%s\" is not a mesh axis (the mesh has %d "
+                    "axes; see /mesh/axes)%s%s%s",
+                    axis, b->mesh.n, near ? "; did you mean \"" : "", near ? near : "",
+                    near ? "\"?" : "");
   }
   for (int d = 0; d < p->rank; d++) {
     char tmp[64];
     snprintf(tmp, sizeof tmp, "%s", p->spec[d]);
     for (char *sv = NULL, *t = strtok_r(tmp, "|", &sv); t; t = strtok_r(NULL, "|", &sv))
       if (strcmp(t, axis) == 0)
-        return fe_error(b->diag, b->file, epath, "axis \"%s\" is used twice by parameter %s",
-                        axis, p->path);
+        return fe_error(b->diag, b->file, epath, "axis \"%s\" is used twice by parameter %s", axis,
+                        p->path);
   }
   size_t len = strlen(p->spec[dim]);
   snprintf(p->spec[dim] + len, sizeof p->spec[dim] - len, "%s%s", len ? "|" : "", axis);
@@ -264,7 +272,8 @@ static int check_divides(FeBuild *b, const FeParam *p, int first, const char *le
     const char *where = d < first ? lead_path : epath;
     int64_t n = fe_spec_split(&b->mesh, p->spec[d]);
     if (p->shape[d] % n != 0)
-      return fe_error(b->diag, b->file, where, "mesh axes %s (%lld devices) do not divide "
+      return fe_error(b->diag, b->file, where,
+                      "mesh axes %s (%lld devices) do not divide "
                       "dimension %d (size %lld) of parameter %s (expected a divisor of %lld)",
                       p->spec[d], (long long)n, d, (long long)p->shape[d], p->path,
                       (long long)p->shape[d]);
@@ -276,9 +285,11 @@ static int check_divides(FeBuild *b, const FeParam *p, int first, const char *le
 static int apply_spec(FeBuild *b, FeParam *p, json_object *spec, int first, const char *epath) {
   int want = p->rank - first;
   if ((int)json_object_array_length(spec) != want)
-    return fe_error(b->diag, b->file, epath, "%d entries for parameter %s of rank %d%s "
-                    "(expected %d)", (int)json_object_array_length(spec), p->path, want,
-                    first ? " per expert" : "", want);
+    return fe_error(b->diag, b->file, epath,
+                    "%d entries for parameter %s of rank %d%s "
+                    "(expected %d)",
+                    (int)json_object_array_length(spec), p->path, want, first ? " per expert" : "",
+                    want);
   for (int i = 0; i < want; i++) {
     json_object *e = json_object_array_get_idx(spec, i);
     if (json_object_get_type(e) == json_type_string) {
@@ -294,15 +305,16 @@ static int apply_spec(FeBuild *b, FeParam *p, json_object *spec, int first, cons
 }
 
 int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, const char *name,
-             int rank, const int64_t *shape, const char *init, double std,
-             const char *spec_name, const char *lead_axis, double wd_scale, const FeDims *in) {
+             int rank, const int64_t *shape, const char *init, double std, const char *spec_name,
+             const char *lead_axis, double wd_scale, const FeDims *in) {
   double numel = 1;
   for (int i = 0; i < rank; i++) numel *= (double)shape[i];
   b->total_numel += numel;
   if (numel > FE_MAX_TENSOR_NUMEL || b->total_numel > FE_MAX_TOTAL_NUMEL)
-    return fe_error(b->diag, b->file, cfg, "parameter %s/%s makes the model too large "
-                    "(%.3g elements; expected at most %.3g in one tensor and %.3g in all)", prm,
-                    name, numel, FE_MAX_TENSOR_NUMEL, FE_MAX_TOTAL_NUMEL);
+    return fe_error(b->diag, b->file, cfg,
+                    "parameter %s/%s makes the model too large "
+                    "(%.3g elements; expected at most %.3g in one tensor and %.3g in all)",
+                    prm, name, numel, FE_MAX_TENSOR_NUMEL, FE_MAX_TOTAL_NUMEL);
   FeParam *p = param_new(b);
   size_t len = strlen(prm) + strlen(name) + 2;
   p->path = malloc(len);
@@ -328,8 +340,8 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
     snprintf(epath, sizeof epath, "%s/param_partition_specs/%s", cfg, spec_name);
     const char *saved = b->file;
     if (fe_origin_key(specs, spec_name)) b->file = fe_origin_key(specs, spec_name);
-    int rc = apply_spec(b, p, spec, first, epath) ? -1
-                                                  : check_divides(b, p, first, lead_path, epath);
+    int rc =
+        apply_spec(b, p, spec, first, epath) ? -1 : check_divides(b, p, first, lead_path, epath);
     b->file = saved;
     return rc;
   }
@@ -357,8 +369,8 @@ static char *fmt_dims(int rank, const int64_t *dims) {
   return s;
 }
 
-void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank,
-                    const int64_t *dims, json_object *node, const char *cfg, const char *field) {
+void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank, const int64_t *dims,
+                    json_object *node, const char *cfg, const char *field) {
   double numel = 1;
   for (int i = 0; i < rank; i++) numel *= (double)dims[i];
   if (numel <= FE_MAX_TENSOR_NUMEL || numel <= b->step_numel) return;
@@ -375,8 +387,9 @@ void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank,
   b->step_numel = numel;
   b->step_error = fe_asprintf(
       "%s: %s/%s: %s (%s = %s) would hold %.*g elements on each device, more than the limit "
-      "of %.0f in one tensor (expected a smaller %s%s)", file ? file : b->file, cfg, field,
-      what, names, shape, numel < 0x1p53 ? 16 : 4, numel, FE_MAX_TENSOR_NUMEL, field,
+      "of %.0f in one tensor (expected a smaller %s%s)",
+      file ? file : b->file, cfg, field, what, names, shape, numel < 0x1p53 ? 16 : 4, numel,
+      FE_MAX_TENSOR_NUMEL, field,
       one_seq ? "" : ", or more devices on the mesh's data, expert and fsdp axes");
   free(shape);
 }
@@ -425,8 +438,10 @@ static void fmt_spec(const FeParam *p, char *out, size_t n) {
 }
 
 static void fmt_init(const FeParam *p, char *out, size_t n) {
-  if (strcmp(p->init, "normal") == 0) snprintf(out, n, "normal(%g)", p->init_std);
-  else snprintf(out, n, "%s", p->init);
+  if (strcmp(p->init, "normal") == 0)
+    snprintf(out, n, "normal(%g)", p->init_std);
+  else
+    snprintf(out, n, "%s", p->init);
 }
 
 static void fmt_count(int64_t v, char *out, size_t n) {

@@ -127,9 +127,14 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
     fe_error(d, file, NULL, "out of memory");
     return NULL;
   }
-  FeEmit e = {g, b, malloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
+  FeEmit e = {g,
+              b,
+              malloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
               forward ? 1 : fe_get_int(fe_get_child(cfg, "input"), "global_batch_size"),
-              fe_get_int(fe_get_child(cfg, "input"), "seq_len"), IR_NONE, IR_NONE, IR_NONE,
+              fe_get_int(fe_get_child(cfg, "input"), "seq_len"),
+              IR_NONE,
+              IR_NONE,
+              IR_NONE,
               forward};
   for (int i = 0; i < b->nparams; i++) e.param_vals[i] = IR_NONE;
   int64_t bt[2] = {e.batch, e.seq};

@@ -89,24 +89,24 @@ void fe_json_brief(json_object *o, char *buf, size_t n);
 /* ---- schema.c: module kinds and validation ------------------------------ */
 
 typedef enum {
-  FT_INT,          /* JSON integer */
-  FT_FLOAT,        /* JSON number, stored as double */
+  FT_INT,   /* JSON integer */
+  FT_FLOAT, /* JSON number, stored as double */
   FT_BOOL,
   FT_STRING,
-  FT_ENUM,         /* string from `choices` ("a|b|c") */
-  FT_CHILD,        /* module config of one of the kinds in `choices`; "null" allowed if listed */
-  FT_INT_LIST,     /* array of integers */
-  FT_STRING_LIST,  /* array of strings */
-  FT_PSPECS,       /* {"param": [axis-or-null-or-[axes], ...], ...} */
-  FT_REMAT,        /* preset name or {"save": [regex...], "offload": [regex...]} */
+  FT_ENUM,        /* string from `choices` ("a|b|c") */
+  FT_CHILD,       /* module config of one of the kinds in `choices`; "null" allowed if listed */
+  FT_INT_LIST,    /* array of integers */
+  FT_STRING_LIST, /* array of strings */
+  FT_PSPECS,      /* {"param": [axis-or-null-or-[axes], ...], ...} */
+  FT_REMAT,       /* preset name or {"save": [regex...], "offload": [regex...]} */
 } FeFieldType;
 
 typedef struct FeField {
   const char *name;
   FeFieldType type;
-  const char *dflt;     /* default as JSON text; NULL means required */
-  double min, max;      /* FT_INT / FT_FLOAT inclusive range; min > max means unchecked */
-  const char *choices;  /* FT_ENUM values or FT_CHILD kinds, '|' separated */
+  const char *dflt;    /* default as JSON text; NULL means required */
+  double min, max;     /* FT_INT / FT_FLOAT inclusive range; min > max means unchecked */
+  const char *choices; /* FT_ENUM values or FT_CHILD kinds, '|' separated */
   const char *doc;
 } FeField;
 
@@ -125,8 +125,8 @@ typedef struct FeKind {
    * what the parent decided in `in`; recurses into children. `cfg` is the
    * node's config path ("/model/decoder/layer"), `prm` the parameter path
    * prefix of this instance ("model/decoder/layer_3"). May be NULL. */
-  int (*build)(struct FeBuild *b, json_object *node, const char *cfg,
-               const char *prm, const struct FeDims *in);
+  int (*build)(struct FeBuild *b, json_object *node, const char *cfg, const char *prm,
+               const struct FeDims *in);
   /* Emits the forward computation of this node on `x` and returns the
    * result's value (IR_NONE after an error recorded in the graph). Modules
    * that are not on the forward path leave it NULL. */
@@ -143,8 +143,7 @@ const FeKind *fe_kind_at(int i);
 /* Validates a raw module tree rooted at a node whose kind is in `accept`
  * ('|' list) and returns a new canonical tree with every default filled in,
  * or NULL after recording errors. */
-json_object *fe_canonicalize(FeDiag *d, json_object *raw, const char *path,
-                             const char *accept);
+json_object *fe_canonicalize(FeDiag *d, json_object *raw, const char *path, const char *accept);
 
 /* Field accessors for canonical nodes (the schema guarantees presence). */
 int64_t fe_get_int(json_object *node, const char *field);
@@ -174,82 +173,81 @@ const char *fe_find_file(FeDiag *d, const char *file, const char *jpath, const c
 /* Applies one modifier (an object, or a string naming a modifier file, found
  * by fe_find_file from `dir`) to the raw tree *root. `file` names where it
  * came from. */
-int fe_modifier_apply(FeDiag *d, json_object **root, json_object *mod,
-                      const char *file, const char *dir, const FeSearch *search);
+int fe_modifier_apply(FeDiag *d, json_object **root, json_object *mod, const char *file,
+                      const char *dir, const FeSearch *search);
 /* `--set PATH=VALUE`: VALUE is JSON, or a bare string if it does not parse. */
 int fe_set_override(FeDiag *d, json_object *root, const char *assignment);
 
 /* ---- resolve.c: the resolution order ------------------------------------ */
 
 typedef struct FeOptions {
-  const char *target;          /* mesh rule selector, NULL for none */
-  const char **apply;          /* --apply files, in order */
+  const char *target; /* mesh rule selector, NULL for none */
+  const char **apply; /* --apply files, in order */
   int napply;
-  const char **sets;           /* --set PATH=VALUE, in order */
+  const char **sets; /* --set PATH=VALUE, in order */
   int nsets;
-  FeSearch search;             /* for files not next to the file naming them */
+  FeSearch search; /* for files not next to the file naming them */
 } FeOptions;
 
 /* base -> config's modifiers -> mesh rule -> --apply -> --set -> defaults and
  * validation -> module walk. Returns the canonical tree or NULL. `rule` (if
  * not NULL) receives the matched rule's regex or NULL. */
-json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt,
-                        const char **rule);
+json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const char **rule);
 /* Number of devices a target name implies: "gpu-h100-256" -> 256,
  * "gpu-h100-8x32" -> 256, "cpu" -> 1. */
 int64_t fe_target_devices(const char *target);
 
 /* ---- build.c: module walk and the parameter table ------------------------ */
 
-#define FE_MAX_RANK 4
-#define FE_MAX_MESH 8
+#define FE_MAX_RANK    4
+#define FE_MAX_MESH    8
 #define FE_MAX_DEVICES (1 << 24)
 /* Bounds that keep every count and byte total exact in int64: elements in
  * any one tensor, a parameter or one the training step computes (even as
  * f64, 2^51 bytes), and parameter elements in all. */
 #define FE_MAX_TENSOR_NUMEL 0x1p48
-#define FE_MAX_TOTAL_NUMEL 0x1p52
+#define FE_MAX_TOTAL_NUMEL  0x1p52
 
 /* What a parent decides for its children. */
 typedef struct FeDims {
-  int64_t dim;         /* model width */
+  int64_t dim; /* model width */
   int64_t vocab_size;
-  int64_t num_layers;  /* for depth-scaled init */
-  int64_t seq_len;     /* training sequence length */
-  int64_t batch;       /* per-device batch size */
-  int64_t max_steps;   /* training length, for schedules */
-  const char *dtype;   /* parameter dtype name */
+  int64_t num_layers; /* for depth-scaled init */
+  int64_t seq_len;    /* training sequence length */
+  int64_t batch;      /* per-device batch size */
+  int64_t max_steps;  /* training length, for schedules */
+  const char *dtype;  /* parameter dtype name */
 } FeDims;
 
 typedef struct FeParam {
-  char *path;                        /* "model/decoder/layer_0/self_attention/q_proj/weight" */
+  char *path; /* "model/decoder/layer_0/self_attention/q_proj/weight" */
   int rank;
   int64_t shape[FE_MAX_RANK];
-  const char *dtype;                 /* "f32", "bf16" */
-  const char *init;                  /* "normal", "zeros", "ones" */
+  const char *dtype; /* "f32", "bf16" */
+  const char *init;  /* "normal", "zeros", "ones" */
   double init_std;
   /* Per dimension: mesh axes it is split over ('|'-joined), "" for none. */
   char spec[FE_MAX_RANK][48];
   double weight_decay_scale;
-  char *origin;                      /* config path of the declaring module */
+  char *origin; /* config path of the declaring module */
 } FeParam;
 
 typedef struct FeMesh {
   int n;
   char axes[FE_MAX_MESH][16];
-  int64_t shape[FE_MAX_MESH];        /* -1 resolved against the target's devices */
+  int64_t shape[FE_MAX_MESH]; /* -1 resolved against the target's devices */
   int64_t devices;
 } FeMesh;
 
 typedef struct FeBuild {
   FeDiag *diag;
-  const char *file;                  /* config file, for messages */
+  const char *file; /* config file, for messages */
   json_object *root;
   FeMesh mesh;
   FeParam *params;
   int nparams, capparams;
-  const FeParam **by_path;           /* (nparams) in path order, once the walk succeeded */
-  double total_numel;                /* running total, for the size bound */
+  const FeParam **by_path; /* (nparams) in path order, once the walk succeeded */
+  double total_numel;      /* running total, for the size bound */
   /* The largest tensor of the training step over FE_MAX_TENSOR_NUMEL
    * elements (fe_step_tensor), as an error message; NULL if none. */
   double step_numel;
@@ -258,26 +256,23 @@ typedef struct FeBuild {
 
 /* Walks the canonical tree: checks what only makes sense with the parent's
  * dims (divisibility, ranges across fields) and declares every parameter. */
-int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root,
-             int64_t devices);
+int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root, int64_t devices);
 void fe_build_free(FeBuild *b);
 
 /* Helpers for module kinds. An error about `field` of `node` (config path
  * `cfg`), naming the file that set the field. */
 int fe_field_error(FeBuild *b, json_object *node, const char *cfg, const char *field,
                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-int fe_build_child(FeBuild *b, json_object *node, const char *field,
-                   const char *cfg, const char *prm, const FeDims *in);
-int fe_build_node(FeBuild *b, json_object *node, const char *cfg,
-                  const char *prm, const FeDims *in);
+int fe_build_child(FeBuild *b, json_object *node, const char *field, const char *cfg,
+                   const char *prm, const FeDims *in);
+int fe_build_node(FeBuild *b, json_object *node, const char *cfg, const char *prm,
+                  const FeDims *in);
 /* Declares a parameter; `spec_name` picks its entry in the node's
  * param_partition_specs (NULL: replicated); `lead_axis` (may be NULL)
  * splits an extra leading dimension (experts). */
-int fe_param(FeBuild *b, json_object *node, const char *cfg,
-             const char *prm, const char *name, int rank,
-             const int64_t *shape, const char *init, double std,
-             const char *spec_name, const char *lead_axis, double wd_scale,
-             const FeDims *in);
+int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, const char *name,
+             int rank, const int64_t *shape, const char *init, double std, const char *spec_name,
+             const char *lead_axis, double wd_scale, const FeDims *in);
 int64_t fe_param_numel(const FeParam *p);
 /* "482.50 KiB": bytes in binary units, into out (returned). */
 const char *fe_human_bytes(double bytes, char *out, size_t n);
@@ -289,8 +284,8 @@ int fe_param_find(const FeBuild *b, const char *path);
  * over FE_MAX_TENSOR_NUMEL does not fail the walk: the largest is kept for
  * fe_step_check. Its message blames /input/global_batch_size, or `field`
  * of `node` (at config path `cfg`) when one sequence alone is too large. */
-void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank,
-                    const int64_t *dims, json_object *node, const char *cfg, const char *field);
+void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank, const int64_t *dims,
+                    json_object *node, const char *cfg, const char *field);
 /* -1 (the message recorded in `d`) if the training step would hold a
  * tensor too large; every command that builds a graph calls it first. */
 int fe_step_check(const FeBuild *b, FeDiag *d);
@@ -311,19 +306,19 @@ char *fe_params_json(const FeBuild *b);
 typedef struct FeLearnerFacts {
   double learning_rate, b1, b2, eps, weight_decay; /* adamw */
   double max_grad_norm;
-  bool cosine;                 /* cosine_schedule; else constant after warmup */
+  bool cosine; /* cosine_schedule; else constant after warmup */
   int64_t warmup_steps;
-  int64_t decay_steps;         /* cosine: 0 in the config means max_steps */
-  double min_ratio;            /* cosine: final multiplier */
+  int64_t decay_steps; /* cosine: 0 in the config means max_steps */
+  double min_ratio;    /* cosine: final multiplier */
 } FeLearnerFacts;
 
 typedef struct FeTrainFacts {
   int64_t max_steps;
-  uint64_t seed;               /* parameter init and data order */
+  uint64_t seed;                 /* parameter init and data order */
   int64_t global_batch, seq_len; /* input: sequences per step over the mesh, tokens each */
-  int64_t vocab;               /* model vocab_size: token ids lie in [0, vocab) */
-  int64_t ckpt_every;          /* checkpointer: every N steps; 0: only at the end */
-  int32_t ckpt_keep;           /* complete checkpoints to keep */
+  int64_t vocab;                 /* model vocab_size: token ids lie in [0, vocab) */
+  int64_t ckpt_every;            /* checkpointer: every N steps; 0: only at the end */
+  int32_t ckpt_keep;             /* complete checkpoints to keep */
   FeLearnerFacts learner;
 } FeTrainFacts;
 
@@ -334,12 +329,12 @@ void fe_train_facts(json_object *cfg, FeTrainFacts *f);
 
 typedef struct FeEmit {
   IrGraph *g;
-  const FeBuild *b;       /* the parameter table of the tree being composed */
-  int32_t *param_vals;    /* (b->nparams) IR value of each parameter, IR_NONE until used */
-  int64_t batch, seq;     /* global batch size B and sequence length T */
-  int32_t ids, targets;   /* inputs: (B, T) i32 token ids and next-token targets */
-  int32_t aux_loss;       /* scalar sum of auxiliary losses (MoE), IR_NONE if none */
-  bool forward;           /* fe_compose_forward: the model returns its logits, no loss */
+  const FeBuild *b;     /* the parameter table of the tree being composed */
+  int32_t *param_vals;  /* (b->nparams) IR value of each parameter, IR_NONE until used */
+  int64_t batch, seq;   /* global batch size B and sequence length T */
+  int32_t ids, targets; /* inputs: (B, T) i32 token ids and next-token targets */
+  int32_t aux_loss;     /* scalar sum of auxiliary losses (MoE), IR_NONE if none */
+  bool forward;         /* fe_compose_forward: the model returns its logits, no loss */
 } FeEmit;
 
 /* Slots per expert per sequence of S tokens (feed_forward.c, the MoE with capacity). */
@@ -379,15 +374,21 @@ IrShape fe_shape(const FeEmit *e, int32_t v);
 
 /* ---- schema tables (for frontend/modules/) ------------------------------ */
 
-#define FE_NOLIMIT 1, 0
-#define FE_ATLEAST(lo) (lo), 1e308
+#define FE_NOLIMIT       1, 0
+#define FE_ATLEAST(lo)   (lo), 1e308
 #define FE_RANGE(lo, hi) (lo), (hi)
-#define F_INT(name, dflt, range, doc) {name, FT_INT, dflt, range, NULL, doc}
-#define F_FLOAT(name, dflt, range, doc) {name, FT_FLOAT, dflt, range, NULL, doc}
-#define F_BOOL(name, dflt, doc) {name, FT_BOOL, dflt, FE_NOLIMIT, NULL, doc}
-#define F_ENUM(name, dflt, choices, doc) {name, FT_ENUM, dflt, FE_NOLIMIT, choices, doc}
-#define F_CHILD(name, dflt, kinds, doc) {name, FT_CHILD, dflt, FE_NOLIMIT, kinds, doc}
-#define F_TYPED(name, type, dflt, doc) {name, type, dflt, FE_NOLIMIT, NULL, doc}
+#define F_INT(name, dflt, range, doc)                                                              \
+  { name, FT_INT, dflt, range, NULL, doc }
+#define F_FLOAT(name, dflt, range, doc)                                                            \
+  { name, FT_FLOAT, dflt, range, NULL, doc }
+#define F_BOOL(name, dflt, doc)                                                                    \
+  { name, FT_BOOL, dflt, FE_NOLIMIT, NULL, doc }
+#define F_ENUM(name, dflt, choices, doc)                                                           \
+  { name, FT_ENUM, dflt, FE_NOLIMIT, choices, doc }
+#define F_CHILD(name, dflt, kinds, doc)                                                            \
+  { name, FT_CHILD, dflt, FE_NOLIMIT, kinds, doc }
+#define F_TYPED(name, type, dflt, doc)                                                             \
+  { name, type, dflt, FE_NOLIMIT, NULL, doc }
 #define FE_NFIELDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 #endif /* AXLC_FRONTEND_H */

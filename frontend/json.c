@@ -28,8 +28,10 @@
 static void line_col(const char *text, size_t off, int *line, int *col) {
   *line = 1, *col = 1;
   for (size_t i = 0; i < off; i++) {
-    if (text[i] == '\n') (*line)++, *col = 1;
-    else (*col)++;
+    if (text[i] == '\n')
+      (*line)++, *col = 1;
+    else
+      (*col)++;
   }
 }
 
@@ -304,7 +306,9 @@ const char *fe_json_type_name(json_object *o) {
 void fe_json_brief(json_object *o, char *buf, size_t n) {
   switch (json_object_get_type(o)) {
   case json_type_null: snprintf(buf, n, "null"); break;
-  case json_type_boolean: snprintf(buf, n, "%s", json_object_get_boolean(o) ? "true" : "false"); break;
+  case json_type_boolean:
+    snprintf(buf, n, "%s", json_object_get_boolean(o) ? "true" : "false");
+    break;
   case json_type_int: snprintf(buf, n, "%lld", (long long)json_object_get_int64(o)); break;
   case json_type_double: snprintf(buf, n, "%.17g", json_object_get_double(o)); break;
   case json_type_string: snprintf(buf, n, "\"%.60s\"", json_object_get_string(o)); break;
@@ -356,14 +360,19 @@ static void put_string(Buf *b, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
     char tmp[8];
-    if (c == '"') puts_(b, "\\\"");
-    else if (c == '\\') puts_(b, "\\\\");
-    else if (c == '\n') puts_(b, "\\n");
-    else if (c == '\t') puts_(b, "\\t");
+    if (c == '"')
+      puts_(b, "\\\"");
+    else if (c == '\\')
+      puts_(b, "\\\\");
+    else if (c == '\n')
+      puts_(b, "\\n");
+    else if (c == '\t')
+      puts_(b, "\\t");
     else if (c < 0x20) {
       snprintf(tmp, sizeof tmp, "\\u%04x", c);
       puts_(b, tmp);
-    } else put(b, (const char *)&c, 1);
+    } else
+      put(b, (const char *)&c, 1);
   }
   puts_(b, "\"");
 }
@@ -410,8 +419,8 @@ static void put_array(Buf *b, json_object *o, int depth) {
   bool flat = true;
   for (size_t i = 0; i < n; i++) {
     json_object *e = json_object_array_get_idx(o, i);
-    if (!is_scalar(e) && !(json_object_get_type(e) == json_type_array &&
-                           json_object_array_length(e) <= 4))
+    if (!is_scalar(e) &&
+        !(json_object_get_type(e) == json_type_array && json_object_array_length(e) <= 4))
       flat = false;
   }
   if (flat) {

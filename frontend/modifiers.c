@@ -22,8 +22,8 @@
 
 typedef struct {
   FeDiag *d;
-  const char *file; /* where the modifier came from */
-  const char *dir;  /* for modifier files named by relative paths */
+  const char *file;       /* where the modifier came from */
+  const char *dir;        /* for modifier files named by relative paths */
   const FeSearch *search; /* then these directories */
   int depth;
 } Ctx;
@@ -39,12 +39,9 @@ typedef struct {
 } ModSchema;
 
 static const ModSchema schemas[] = {
-    {"set", {"path", "value"}, {0}},
-    {"replace", {"target", "config"}, {0}},
-    {"mesh", {"shape"}, {"axes"}},
-    {"remat", {"path", "policy"}, {0}},
-    {"partition", {"path", "specs"}, {0}},
-    {"chain", {"modifiers"}, {0}},
+    {"set", {"path", "value"}, {0}},       {"replace", {"target", "config"}, {0}},
+    {"mesh", {"shape"}, {"axes"}},         {"remat", {"path", "policy"}, {0}},
+    {"partition", {"path", "specs"}, {0}}, {"chain", {"modifiers"}, {0}},
 };
 enum { NSCHEMAS = sizeof schemas / sizeof schemas[0] };
 
@@ -107,13 +104,16 @@ static int set_in_array(Ctx *c, json_object *root, const char *path, const char 
   bool numeric = *digits && strspn(digits, "0123456789") == strlen(digits) && strlen(digits) < 10;
   size_t idx = numeric ? (size_t)atol(digits) : 0;
   if (!numeric || idx >= json_object_array_length(arr))
-    return fe_error(c->d, c->file, path, "the config has no element \"%s\" in the list at %s "
-                    "(expected an index below %zu)", digits, ppath, json_object_array_length(arr));
+    return fe_error(c->d, c->file, path,
+                    "the config has no element \"%s\" in the list at %s "
+                    "(expected an index below %zu)",
+                    digits, ppath, json_object_array_length(arr));
   json_object_array_put_idx(arr, idx, fe_json_copy(c->d, value));
   fe_set_origin(c->d, json_object_array_get_idx(arr, idx), c->file, true);
   json_object *owner;
   char key[128];
-  if (strchr(ppath + 1, '/') && fe_path_parent(c->d, root, ppath, c->file, &owner, key, sizeof key) == 0)
+  if (strchr(ppath + 1, '/') &&
+      fe_path_parent(c->d, root, ppath, c->file, &owner, key, sizeof key) == 0)
     fe_set_origin_key(c->d, owner, key, c->file);
   else if (!strchr(ppath + 1, '/'))
     fe_set_origin_key(c->d, root, ppath + 1, c->file);
@@ -197,14 +197,18 @@ static bool matches(Replace *r, json_object *o) {
 static void replace_walk(Replace *r, json_object *o) {
   if (json_object_get_type(o) == json_type_object) {
     json_object_object_foreach(o, k, v) {
-      if (matches(r, v)) json_object_object_add(o, k, replacement(r, v));
-      else replace_walk(r, v);
+      if (matches(r, v))
+        json_object_object_add(o, k, replacement(r, v));
+      else
+        replace_walk(r, v);
     }
   } else if (json_object_get_type(o) == json_type_array) {
     for (size_t i = 0; i < json_object_array_length(o); i++) {
       json_object *v = json_object_array_get_idx(o, i);
-      if (matches(r, v)) json_object_array_put_idx(o, i, replacement(r, v));
-      else replace_walk(r, v);
+      if (matches(r, v))
+        json_object_array_put_idx(o, i, replacement(r, v));
+      else
+        replace_walk(r, v);
     }
   }
 }
@@ -359,7 +363,8 @@ static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath
   const char *names[NSCHEMAS];
   for (int i = 0; i < NSCHEMAS; i++) names[i] = schemas[i].kind;
   if (!kind)
-    return fe_error(c->d, c->file, mpath, "expected a modifier (an object with a \"kind\": "
+    return fe_error(c->d, c->file, mpath,
+                    "expected a modifier (an object with a \"kind\": "
                     "set, replace, mesh, remat, partition or chain) or a modifier file name");
   for (int i = 0; i < NSCHEMAS; i++) {
     if (strcmp(kind, schemas[i].kind)) continue;
@@ -376,9 +381,10 @@ static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath
   const char *near = fe_nearest(kind, names, NSCHEMAS);
   char p[512];
   fe_path_join(p, sizeof p, mpath, "kind");
-  return fe_error(c->d, c->file, p, "unknown modifier kind \"%s\" (expected set, replace, mesh, "
-                  "remat, partition or chain)%s%s%s", kind, near ? "; did you mean \"" : "",
-                  near ? near : "", near ? "\"?" : "");
+  return fe_error(c->d, c->file, p,
+                  "unknown modifier kind \"%s\" (expected set, replace, mesh, "
+                  "remat, partition or chain)%s%s%s",
+                  kind, near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
 }
 
 int fe_modifier_apply(FeDiag *d, json_object **root, json_object *mod, const char *file,

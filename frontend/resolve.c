@@ -28,9 +28,9 @@
 
 typedef struct {
   json_object *tree;
-  json_object *rules;      /* list of {match, modifiers} or NULL */
-  const char *rules_file;  /* for messages and relative modifier files */
-  const FeSearch *search;  /* for files not next to the file naming them */
+  json_object *rules;     /* list of {match, modifiers} or NULL */
+  const char *rules_file; /* for messages and relative modifier files */
+  const FeSearch *search; /* for files not next to the file naming them */
 } Loaded;
 
 /* File names can be as long as the system allows: no fixed buffers. */
@@ -40,7 +40,6 @@ static const char *dir_of(FeDiag *d, const char *file) {
   free(buf);
   return dir;
 }
-
 
 /* ---- merging a file onto its base -------------------------------------- */
 
@@ -84,7 +83,8 @@ static int load_rules(FeDiag *d, json_object *spec, const char *file, Loaded *ou
   }
   if (json_object_get_type(spec) != json_type_array) {
     json_object_put(spec);
-    return fe_error(d, file, "/mesh_rules", "expected a list of {\"match\": REGEX, "
+    return fe_error(d, file, "/mesh_rules",
+                    "expected a list of {\"match\": REGEX, "
                     "\"modifiers\": [...]} or the name of a file holding one");
   }
   json_object_put(out->rules);
@@ -125,9 +125,10 @@ static int apply_rules(FeDiag *d, Loaded *l, const char *target, const char **ma
     *matched = json_object_get_string(json_object_object_get(rule, "match"));
     json_object *chain = json_object_new_object();
     json_object_object_add(chain, "kind", json_object_new_string("chain"));
-    json_object_object_add(chain, "modifiers", json_object_get(json_object_object_get(rule, "modifiers")));
-    int rc = fe_modifier_apply(d, &l->tree, chain, l->rules_file, dir_of(d, l->rules_file),
-                               l->search);
+    json_object_object_add(chain, "modifiers",
+                           json_object_get(json_object_object_get(rule, "modifiers")));
+    int rc =
+        fe_modifier_apply(d, &l->tree, chain, l->rules_file, dir_of(d, l->rules_file), l->search);
     json_object_put(chain);
     return rc;
   }
@@ -157,12 +158,12 @@ static int check_cycle(FeDiag *d, const char *file, const char **stack, int dept
   return 0;
 }
 
-static int load_base(FeDiag *d, const char *file, json_object *base, const char **stack,
-                     int depth, Loaded *out) {
+static int load_base(FeDiag *d, const char *file, json_object *base, const char **stack, int depth,
+                     Loaded *out) {
   if (json_object_get_type(base) != json_type_string)
     return fe_error(d, file, "/base", "expected the name of a base config file");
-  const char *found = fe_find_file(d, file, "/base", dir_of(d, file),
-                                   json_object_get_string(base), out->search, false);
+  const char *found = fe_find_file(d, file, "/base", dir_of(d, file), json_object_get_string(base),
+                                   out->search, false);
   return found ? load(d, found, stack, depth, out) : -1;
 }
 
@@ -221,9 +222,12 @@ int64_t fe_target_devices(const char *target) {
     if (v > FE_MAX_DEVICES) return FE_MAX_DEVICES + 1; /* the mesh check reports it */
     n *= v;
     if (n > FE_MAX_DEVICES) return FE_MAX_DEVICES + 1; /* the mesh check reports it */
-    if (*end == 'x') p = end + 1;
-    else if (*end == 0) p = end;
-    else return 1;
+    if (*end == 'x')
+      p = end + 1;
+    else if (*end == 0)
+      p = end;
+    else
+      return 1;
   }
   return n;
 }

@@ -16,11 +16,29 @@
 #include "frontend/frontend.h"
 
 /* Coupled with the definitions in frontend/modules/. Order is the listing order. */
-#define FE_KINDS(X)                                                              \
-  X(trainer) X(causal_lm) X(embedding) X(learned_pos_emb) X(decoder)             \
-  X(transformer_layer) X(attention) X(rope) X(feed_forward) X(moe) X(layer_norm) \
-  X(rms_norm) X(lm_head) X(learner) X(adamw) X(cosine_schedule)                  \
-  X(constant_schedule) X(lm_input) X(checkpointer) X(device_mesh)
+/* clang-format off */
+#define FE_KINDS(X) \
+  X(trainer) \
+  X(causal_lm) \
+  X(embedding) \
+  X(learned_pos_emb) \
+  X(decoder) \
+  X(transformer_layer) \
+  X(attention) \
+  X(rope) \
+  X(feed_forward) \
+  X(moe) \
+  X(layer_norm) \
+  X(rms_norm) \
+  X(lm_head) \
+  X(learner) \
+  X(adamw) \
+  X(cosine_schedule) \
+  X(constant_schedule) \
+  X(lm_input) \
+  X(checkpointer) \
+  X(device_mesh)
+/* clang-format on */
 
 #define DECLARE(k) extern const FeKind fe_kind_##k;
 FE_KINDS(DECLARE)
@@ -76,8 +94,10 @@ static int split_choices(const char *choices, char buf[][32], const char **ptrs,
 
 static void suggest(char *out, size_t n, const char *word, const char *const *cands, int nc) {
   const char *near = fe_nearest(word, cands, nc);
-  if (near) snprintf(out, n, "; did you mean \"%s\"?", near);
-  else out[0] = 0;
+  if (near)
+    snprintf(out, n, "; did you mean \"%s\"?", near);
+  else
+    out[0] = 0;
 }
 
 /* ---- field validation --------------------------------------------------- */
@@ -138,7 +158,8 @@ static int check_pspec(Ctx *c, const char *path, json_object *spec) {
     fe_path_join_index(p, sizeof p, path, (int)i);
     json_type t = json_object_get_type(e);
     if (t == json_type_null || t == json_type_string) continue;
-    if (t != json_type_array) return wrong_type(c, p, e, "null, an axis name or a list of axis names");
+    if (t != json_type_array)
+      return wrong_type(c, p, e, "null, an axis name or a list of axis names");
     for (size_t j = 0; j < json_object_array_length(e); j++)
       if (json_object_get_type(json_object_array_get_idx(e, j)) != json_type_string)
         return wrong_type(c, p, e, "a list of axis names");
@@ -200,16 +221,20 @@ static int canon_remat(Ctx *c, const char *path, json_object *v, json_object **o
     char p[512];
     fe_path_join(p, sizeof p, path, k);
     if (strcmp(k, "save") && strcmp(k, "offload"))
-      rc = fe_error(c->d, c->file, p, "unknown remat policy field (expected \"save\" or \"offload\")");
-    else if (check_regex_list(c, p, list)) rc = -1;
+      rc = fe_error(c->d, c->file, p,
+                    "unknown remat policy field (expected \"save\" or \"offload\")");
+    else if (check_regex_list(c, p, list))
+      rc = -1;
   }
   for (int i = 0; i < 2 && rc == 0; i++) {
     const char *k = i ? "offload" : "save";
     json_object *list = json_object_object_get(v, k);
     json_object_object_add(res, k, list ? fe_json_copy(c->d, list) : json_object_new_array());
   }
-  if (rc) json_object_put(res);
-  else *out = res;
+  if (rc)
+    json_object_put(res);
+  else
+    *out = res;
   return rc;
 }
 
@@ -317,14 +342,15 @@ static int check_unknown_fields(Ctx *c, json_object *raw, const char *path, cons
     char hint[96], p[512];
     suggest(hint, sizeof hint, key, names, n);
     fe_path_join(p, sizeof p, path, key);
-    rc = fe_error(c->d, fe_origin_key(raw, key) ? fe_origin_key(raw, key) : c->file, p, "unknown field \"%s\" for kind \"%s\"%s", key, k->name, hint);
+    rc = fe_error(c->d, fe_origin_key(raw, key) ? fe_origin_key(raw, key) : c->file, p,
+                  "unknown field \"%s\" for kind \"%s\"%s", key, k->name, hint);
   }
   return rc;
 }
 
 /* Fills one field from the raw node or its default. */
-static int fill_field(Ctx *c, json_object *raw, const char *path, const FeKind *k,
-                      const FeField *f, json_object *res) {
+static int fill_field(Ctx *c, json_object *raw, const char *path, const FeKind *k, const FeField *f,
+                      json_object *res) {
   char p[512];
   fe_path_join(p, sizeof p, path, f->name);
   json_object *v = NULL, *out = NULL;
@@ -397,8 +423,7 @@ json_object *fe_get_child(json_object *node, const char *field) {
 const char *fe_node_kind(json_object *node) {
   json_object *k = NULL;
   if (json_object_get_type(node) != json_type_object ||
-      !json_object_object_get_ex(node, "kind", &k) ||
-      json_object_get_type(k) != json_type_string)
+      !json_object_object_get_ex(node, "kind", &k) || json_object_get_type(k) != json_type_string)
     return NULL;
   return json_object_get_string(k);
 }

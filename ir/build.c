@@ -19,16 +19,18 @@ static IrValue proto_make(IrOp op, int32_t nops, const int32_t *ops) {
 
 /* Copies n dims (at most IR_MAX_RANK; more is reported by the caller's rank check). */
 static int dims_set(IrGraph *g, IrDims *d, int32_t n, const int64_t *v) {
-  if (n < 0 || n > IR_MAX_RANK) return ir_graph_fail(g, "at %s: %d dims (at most %d)",
-                                                     *g->origin ? g->origin : "?", n, IR_MAX_RANK);
+  if (n < 0 || n > IR_MAX_RANK)
+    return ir_graph_fail(g, "at %s: %d dims (at most %d)", *g->origin ? g->origin : "?", n,
+                         IR_MAX_RANK);
   d->n = n;
   for (int32_t i = 0; i < n; i++) d->v[i] = v[i];
   return IR_OK;
 }
 
 static int axes_set(IrGraph *g, IrDims *d, int32_t n, const int32_t *v) {
-  if (n < 0 || n > IR_MAX_RANK) return ir_graph_fail(g, "at %s: %d axes (at most %d)",
-                                                     *g->origin ? g->origin : "?", n, IR_MAX_RANK);
+  if (n < 0 || n > IR_MAX_RANK)
+    return ir_graph_fail(g, "at %s: %d axes (at most %d)", *g->origin ? g->origin : "?", n,
+                         IR_MAX_RANK);
   d->n = n;
   for (int32_t i = 0; i < n; i++) d->v[i] = v[i];
   return IR_OK;
@@ -36,8 +38,8 @@ static int axes_set(IrGraph *g, IrDims *d, int32_t n, const int32_t *v) {
 
 static int shape_set(IrGraph *g, IrValue *v, int32_t rank, const int64_t *dims) {
   if (rank < 0 || rank > IR_MAX_RANK)
-    return ir_graph_fail(g, "%%%d (%s) at %s: rank %d outside 0..%d", g->nvalues,
-                         ir_op_name(v->op), *g->origin ? g->origin : "?", rank, IR_MAX_RANK);
+    return ir_graph_fail(g, "%%%d (%s) at %s: rank %d outside 0..%d", g->nvalues, ir_op_name(v->op),
+                         *g->origin ? g->origin : "?", rank, IR_MAX_RANK);
   v->shape = ir_shape_make(rank, dims);
   return IR_OK;
 }
@@ -220,7 +222,9 @@ int32_t ir_matmul(IrGraph *g, int32_t a, int32_t b) {
 
 /* ---- embeddings and top-k ---- */
 
-int32_t ir_gather(IrGraph *g, int32_t table, int32_t idx) { return ir_binary(g, IR_GATHER, table, idx); }
+int32_t ir_gather(IrGraph *g, int32_t table, int32_t idx) {
+  return ir_binary(g, IR_GATHER, table, idx);
+}
 
 int32_t ir_scatter_add(IrGraph *g, int32_t idx, int32_t updates, int64_t rows) {
   int32_t ops[2] = {idx, updates};
@@ -265,7 +269,8 @@ int32_t ir_reduce_scatter(IrGraph *g, int32_t x, int32_t naxes, const char *cons
   return build_collective(g, IR_REDUCE_SCATTER, x, naxes, axes, axis, 0);
 }
 
-int32_t ir_local_slice(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes, int32_t axis) {
+int32_t ir_local_slice(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes,
+                       int32_t axis) {
   return build_collective(g, IR_LOCAL_SLICE, x, naxes, axes, axis, 0);
 }
 

@@ -22,7 +22,8 @@ static void dot_node(FILE *out, const IrGraph *g, int32_t i) {
     dot_escaped(out, v->name);
   }
   fprintf(out, "\\n%s[", ir_dtype_name(v->dtype));
-  for (int32_t d = 0; d < v->shape.rank; d++) fprintf(out, "%s%lld", d ? "," : "", (long long)v->shape.dims[d]);
+  for (int32_t d = 0; d < v->shape.rank; d++)
+    fprintf(out, "%s%lld", d ? "," : "", (long long)v->shape.dims[d]);
   fprintf(out, "]");
   if (*v->tag) {
     fprintf(out, "\\n#");
@@ -55,7 +56,8 @@ int ir_graph_print_dot(const IrGraph *g, FILE *out) {
   for (int32_t i = 0, id = 0; i < g->nvalues; i++)
     if (!origin_seen(g, i)) dot_cluster(out, g, i, id++);
   for (int32_t i = 0; i < g->nvalues; i++)
-    for (int32_t k = 0; k < g->values[i].nops; k++) fprintf(out, "  v%d -> v%d;\n", g->values[i].ops[k], i);
+    for (int32_t k = 0; k < g->values[i].nops; k++)
+      fprintf(out, "  v%d -> v%d;\n", g->values[i].ops[k], i);
   for (int32_t k = 0; k < g->noutputs; k++) {
     fprintf(out, "  out%d [shape=ellipse, label=\"", k);
     dot_escaped(out, g->outputs[k].name);

@@ -214,7 +214,8 @@ int32_t ir_graph_add(IrGraph *g, const IrValue *proto) {
     return IR_NONE;
   }
   g->values[g->nvalues] = v;
-  if ((v.op == IR_PARAMETER || v.op == IR_INPUT) && leaf_index_add(g, g->nvalues) != IR_OK) return IR_NONE;
+  if ((v.op == IR_PARAMETER || v.op == IR_INPUT) && leaf_index_add(g, g->nvalues) != IR_OK)
+    return IR_NONE;
   return g->nvalues++;
 }
 
@@ -278,13 +279,16 @@ int32_t ir_graph_output(const IrGraph *g, const char *name) {
 
 /* Parameters and inputs by (op, name), through a hash index as for outputs: passes look a
  * parameter up per output, and a deep model has tens of thousands of each. */
-static uint32_t leaf_hash(IrOp op, const char *name) { return name_hash(name) * 31u + (uint32_t)op; }
+static uint32_t leaf_hash(IrOp op, const char *name) {
+  return name_hash(name) * 31u + (uint32_t)op;
+}
 
 static int32_t *leaf_slot(const IrGraph *g, IrOp op, const char *name) {
   uint32_t mask = (uint32_t)g->leafindex_cap - 1;
   for (uint32_t h = leaf_hash(op, name) & mask;; h = (h + 1) & mask) {
     int32_t *slot = &g->leafindex[h];
-    if (*slot < 0 || (g->values[*slot].op == op && strcmp(g->values[*slot].name, name) == 0)) return slot;
+    if (*slot < 0 || (g->values[*slot].op == op && strcmp(g->values[*slot].name, name) == 0))
+      return slot;
   }
 }
 
@@ -402,8 +406,10 @@ void ir_split_copy(const IrMesh *m, const IrSplit *s, const IrShape *global, int
   for (int64_t k = 0; k < n; k++) {
     int64_t gi = 0;
     for (int32_t d = 0; d < r; d++) gi = gi * global->dims[d] + off[d] + idx[d];
-    if (to_global) global_data[gi] = local_data[k];
-    else local_data[k] = global_data[gi];
+    if (to_global)
+      global_data[gi] = local_data[k];
+    else
+      local_data[k] = global_data[gi];
     for (int32_t d = r - 1; d >= 0 && ++idx[d] == ld[d]; d--) idx[d] = 0;
   }
 }

@@ -19,9 +19,9 @@ struct IrInterp {
   IrMesh mesh;
   int64_t ndev;
   bool round;
-  bool keep_all;   /* keep every value after a run (default); else only the outputs */
-  double **vals;   /* (ndev * nvalues) results of the last run */
-  double **bound;  /* (ndev * nvalues) data bound to parameters and inputs */
+  bool keep_all;  /* keep every value after a run (default); else only the outputs */
+  double **vals;  /* (ndev * nvalues) results of the last run */
+  double **bound; /* (ndev * nvalues) data bound to parameters and inputs */
   char error[IR_ERR_LEN];
 };
 
@@ -119,7 +119,7 @@ typedef struct EvalCtx {
   const IrValue *v;
   const double *const *args;
   double *out;
-  int64_t n;           /* numel(v) */
+  int64_t n; /* numel(v) */
   char *msg;
   size_t cap;
 } EvalCtx;
@@ -129,7 +129,8 @@ static const IrShape *arg_shape(const EvalCtx *c, int32_t i) {
 }
 
 static int eval_constant(EvalCtx *c) {
-  for (int64_t i = 0; i < c->n; i++) c->out[i] = c->v->attr.data ? c->v->attr.data[i] : c->v->attr.value;
+  for (int64_t i = 0; i < c->n; i++)
+    c->out[i] = c->v->attr.data ? c->v->attr.data[i] : c->v->attr.value;
   return IR_OK;
 }
 
@@ -293,7 +294,8 @@ static int eval_dot(EvalCtx *c) {
         ai[a->lc.v[k]] = ci[k];
         bi[a->rc.v[k]] = ci[k];
       }
-      sum += c->args[0][index_ravel(ai, ast, as->rank)] * c->args[1][index_ravel(bi, bst, bs->rank)];
+      sum +=
+          c->args[0][index_ravel(ai, ast, as->rank)] * c->args[1][index_ravel(bi, bst, bs->rank)];
     }
     c->out[i] = sum;
   }
@@ -358,8 +360,8 @@ static void eval_round(const IrValue *v, double *out, int64_t n, bool round) {
   for (int64_t i = 0; i < n; i++) out[i] = ir_dtype_round(v->dtype, out[i]);
 }
 
-int ir_eval_value(const IrGraph *g, int32_t vi, const double *const *args, double *out,
-                  bool round, char *msg, size_t cap) {
+int ir_eval_value(const IrGraph *g, int32_t vi, const double *const *args, double *out, bool round,
+                  char *msg, size_t cap) {
   const IrValue *v = &g->values[vi];
   EvalCtx c = {g, v, args, out, ir_shape_numel(&v->shape), msg, cap};
   int st;
@@ -367,13 +369,15 @@ int ir_eval_value(const IrGraph *g, int32_t vi, const double *const *args, doubl
   case IR_CONSTANT: st = eval_constant(&c); break;
   case IR_IOTA: st = eval_iota(&c); break;
   case IR_SELECT: st = eval_select(&c); break;
-  case IR_CAST: case IR_RESHAPE: st = eval_copy(&c); break;
+  case IR_CAST:
+  case IR_RESHAPE: st = eval_copy(&c); break;
   case IR_BROADCAST: st = eval_broadcast(&c); break;
   case IR_TRANSPOSE: st = eval_transpose(&c); break;
   case IR_SLICE: st = eval_slice(&c); break;
   case IR_CONCAT: st = eval_concat(&c); break;
   case IR_PAD: st = eval_pad(&c); break;
-  case IR_REDUCE_SUM: case IR_REDUCE_MAX: st = eval_reduce(&c); break;
+  case IR_REDUCE_SUM:
+  case IR_REDUCE_MAX: st = eval_reduce(&c); break;
   case IR_DOT: st = eval_dot(&c); break;
   case IR_GATHER: st = eval_gather(&c); break;
   case IR_SCATTER_ADD: st = eval_scatter(&c); break;
@@ -483,19 +487,22 @@ static int interp_bind(IrInterp *it, int64_t dev, int32_t v, const double *data)
   int64_t n = ir_shape_numel(&val->shape);
   double *p = malloc((size_t)(n ? n : 1) * sizeof *p);
   if (!p) return interp_fail(it, "out of memory");
-  for (int64_t i = 0; i < n; i++) p[i] = it->round || val->dtype == DT_I32 ? ir_dtype_round(val->dtype, data[i]) : data[i];
+  for (int64_t i = 0; i < n; i++)
+    p[i] = it->round || val->dtype == DT_I32 ? ir_dtype_round(val->dtype, data[i]) : data[i];
   double **s = slot(it, it->bound, dev, v);
   free(*s);
   *s = p;
   return IR_OK;
 }
 
-int ir_interp_set(IrInterp *it, int64_t device, const char *name, int32_t rank,
-                  const int64_t *dims, const double *data) {
+int ir_interp_set(IrInterp *it, int64_t device, const char *name, int32_t rank, const int64_t *dims,
+                  const double *data) {
   int32_t v = ir_graph_find(it->g, IR_PARAMETER, name);
   if (v == IR_NONE) v = ir_graph_find(it->g, IR_INPUT, name);
   if (v == IR_NONE) return interp_fail(it, "no parameter or input named '%s'", name);
-  if (device >= it->ndev) return interp_fail(it, "device %lld outside 0..%lld", (long long)device, (long long)it->ndev - 1);
+  if (device >= it->ndev)
+    return interp_fail(it, "device %lld outside 0..%lld", (long long)device,
+                       (long long)it->ndev - 1);
   IrShape s = ir_shape_make(rank < 0 || rank > IR_MAX_RANK ? 0 : rank, dims);
   if ((rank < 0 || rank > IR_MAX_RANK) || !ir_shape_eq(&s, &it->g->values[v].shape))
     return interp_fail(it, "'%s': data shape does not match the value's shape (rank %d)", name,
@@ -508,8 +515,8 @@ int ir_interp_set(IrInterp *it, int64_t device, const char *name, int32_t rank,
 /* ---- collectives: groups of devices that differ only on the op's mesh axes ---- */
 
 typedef struct Group {
-  int64_t n;          /* group size */
-  int64_t rank;       /* this device's position in the group */
+  int64_t n;    /* group size */
+  int64_t rank; /* this device's position in the group */
   int64_t member[4096];
 } Group;
 
@@ -628,7 +635,9 @@ static int interp_value(IrInterp *it, int64_t dev, int32_t vi) {
   *slot(it, it->vals, dev, vi) = out;
   if (v->op == IR_PARAMETER || v->op == IR_INPUT) {
     const double *b = *slot(it, it->bound, dev, vi);
-    if (!b) return interp_fail(it, "%s '%s' is not set on device %lld", ir_op_name(v->op), v->name, (long long)dev);
+    if (!b)
+      return interp_fail(it, "%s '%s' is not set on device %lld", ir_op_name(v->op), v->name,
+                         (long long)dev);
     if (n) memcpy(out, b, (size_t)n * sizeof *out);
     return IR_OK;
   }
@@ -639,8 +648,9 @@ static int interp_value(IrInterp *it, int64_t dev, int32_t vi) {
   char msg[IR_ERR_LEN];
   int st = ir_eval_value(it->g, vi, argv, out, it->round, msg, sizeof msg);
   if (argv != args) free(argv);
-  if (st) return interp_fail(it, "%%%d (%s) at %s on device %lld: %s", vi, ir_op_name(v->op),
-                             *v->origin ? v->origin : "?", (long long)dev, msg);
+  if (st)
+    return interp_fail(it, "%%%d (%s) at %s on device %lld: %s", vi, ir_op_name(v->op),
+                       *v->origin ? v->origin : "?", (long long)dev, msg);
   return IR_OK;
 }
 
@@ -669,7 +679,8 @@ int ir_interp_run(IrInterp *it) {
 const double *ir_interp_output(IrInterp *it, int64_t device, const char *name, IrShape *shape) {
   int32_t v = ir_graph_output(it->g, name);
   if (v == IR_NONE) return interp_fail(it, "no output named '%s'", name), NULL;
-  if (device < 0 || device >= it->ndev) return interp_fail(it, "no device %lld", (long long)device), NULL;
+  if (device < 0 || device >= it->ndev)
+    return interp_fail(it, "no device %lld", (long long)device), NULL;
   if (shape) *shape = it->g->values[v].shape;
   return *slot(it, it->vals, device, v);
 }

@@ -8,8 +8,8 @@
  *
  * Library functions return a status (IR_OK = 0, IR_ERR = -1) or a value index, and never exit.
  * Builder functions record the first error in the graph (ir_graph_error) and return IR_NONE; any
- * builder given IR_NONE as an operand returns IR_NONE again, so a caller can emit a whole module and
- * check once. See docs/ir.md for op semantics, the text form and the interpreter.
+ * builder given IR_NONE as an operand returns IR_NONE again, so a caller can emit a whole module
+ * and check once. See docs/ir.md for op semantics, the text form and the interpreter.
  */
 #ifndef AXLC_IR_H
 #define AXLC_IR_H
@@ -19,44 +19,45 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define IR_MAX_RANK 8
+#define IR_MAX_RANK      8
 #define IR_MAX_MESH_AXES 8
 #define IR_MAX_AXIS_NAME 32
-#define IR_ERR_LEN 512
-#define IR_NONE (-1)
+#define IR_ERR_LEN       512
+#define IR_NONE          (-1)
 
 enum { IR_OK = 0, IR_ERR = -1 };
 
-/* ======================================================================== ops.c: op, dtype tables */
+/* ======================================================================== ops.c: op, dtype tables
+ */
 
 enum { /* op flags */
-  IR_ELEMENTWISE = 1u << 0,
-  IR_REDUCTION = 1u << 1,
-  IR_COLLECTIVE = 1u << 2,
-  IR_HAS_GRAD = 1u << 3,
-  IR_LEAF = 1u << 4,
+       IR_ELEMENTWISE = 1u << 0,
+       IR_REDUCTION = 1u << 1,
+       IR_COLLECTIVE = 1u << 2,
+       IR_HAS_GRAD = 1u << 3,
+       IR_LEAF = 1u << 4,
 };
 
 enum { /* attribute bits: which IrAttrs fields an op uses, and their text names */
-  IR_A_NAME = 1u << 0,   /* value name (parameter, input)          text: "NAME" */
-  IR_A_VALUE = 1u << 1,  /* attr.value or attr.data                text: value=V | data=[...] */
-  IR_A_AXIS = 1u << 2,   /* attr.axis                              text: axis=N */
-  IR_A_BDIMS = 1u << 3,  /* attr.axes as broadcast dims            text: bdims=[...] */
-  IR_A_PERM = 1u << 4,   /* attr.axes as permutation               text: perm=[...] */
-  IR_A_AXES = 1u << 5,   /* attr.axes as reduced axes              text: axes=[...] */
-  IR_A_START = 1u << 6,  /* attr.lo                                text: start=[...] */
-  IR_A_LIMIT = 1u << 7,  /* attr.hi                                text: limit=[...] */
-  IR_A_LOW = 1u << 8,    /* attr.lo                                text: low=[...] */
-  IR_A_HIGH = 1u << 9,   /* attr.hi                                text: high=[...] */
-  IR_A_LB = 1u << 10,    /* attr.lb                                text: lhs_batch=[...] */
-  IR_A_RB = 1u << 11,    /* attr.rb                                text: rhs_batch=[...] */
-  IR_A_LC = 1u << 12,    /* attr.lc                                text: lhs_contract=[...] */
-  IR_A_RC = 1u << 13,    /* attr.rc                                text: rhs_contract=[...] */
-  IR_A_ROWS = 1u << 14,  /* attr.k as row count                    text: rows=N */
-  IR_A_K = 1u << 15,     /* attr.k                                 text: k=N */
-  IR_A_MESH = 1u << 16,  /* attr.mesh axis names                   text: mesh_axes=[a,b] */
-  IR_A_SPLIT = 1u << 17, /* attr.axis as split axis                text: split_axis=N */
-  IR_A_CAT = 1u << 18,   /* attr.axis2 as concat axis              text: concat_axis=N */
+       IR_A_NAME = 1u << 0,  /* value name (parameter, input)          text: "NAME" */
+       IR_A_VALUE = 1u << 1, /* attr.value or attr.data                text: value=V | data=[...] */
+       IR_A_AXIS = 1u << 2,  /* attr.axis                              text: axis=N */
+       IR_A_BDIMS = 1u << 3, /* attr.axes as broadcast dims            text: bdims=[...] */
+       IR_A_PERM = 1u << 4,  /* attr.axes as permutation               text: perm=[...] */
+       IR_A_AXES = 1u << 5,  /* attr.axes as reduced axes              text: axes=[...] */
+       IR_A_START = 1u << 6, /* attr.lo                                text: start=[...] */
+       IR_A_LIMIT = 1u << 7, /* attr.hi                                text: limit=[...] */
+       IR_A_LOW = 1u << 8,   /* attr.lo                                text: low=[...] */
+       IR_A_HIGH = 1u << 9,  /* attr.hi                                text: high=[...] */
+       IR_A_LB = 1u << 10,   /* attr.lb                                text: lhs_batch=[...] */
+       IR_A_RB = 1u << 11,   /* attr.rb                                text: rhs_batch=[...] */
+       IR_A_LC = 1u << 12,   /* attr.lc                                text: lhs_contract=[...] */
+       IR_A_RC = 1u << 13,   /* attr.rc                                text: rhs_contract=[...] */
+       IR_A_ROWS = 1u << 14, /* attr.k as row count                    text: rows=N */
+       IR_A_K = 1u << 15,    /* attr.k                                 text: k=N */
+       IR_A_MESH = 1u << 16, /* attr.mesh axis names                   text: mesh_axes=[a,b] */
+       IR_A_SPLIT = 1u << 17, /* attr.axis as split axis                text: split_axis=N */
+       IR_A_CAT = 1u << 18,   /* attr.axis2 as concat axis              text: concat_axis=N */
 };
 
 typedef enum IrOp {
@@ -69,17 +70,19 @@ typedef enum IrOp {
 typedef enum IrDType { DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_COUNT } IrDType;
 
 const char *ir_op_name(IrOp op);
-int32_t ir_op_arity(IrOp op);   /* -1: variadic */
-uint32_t ir_op_flags(IrOp op);  /* IR_ELEMENTWISE | ... */
-uint32_t ir_op_attrs(IrOp op);  /* IR_A_* bits */
+int32_t ir_op_arity(IrOp op);  /* -1: variadic */
+uint32_t ir_op_flags(IrOp op); /* IR_ELEMENTWISE | ... */
+uint32_t ir_op_attrs(IrOp op); /* IR_A_* bits */
 int ir_op_lookup(const char *name, size_t len, IrOp *op);
 const char *ir_dtype_name(IrDType dt);
 int ir_dtype_lookup(const char *name, size_t len, IrDType *dt);
 bool ir_dtype_is_float(IrDType dt);
 size_t ir_dtype_size(IrDType dt);
-double ir_dtype_round(IrDType dt, double x); /* nearest representable, ties to even; i32 truncates */
+double ir_dtype_round(IrDType dt,
+                      double x); /* nearest representable, ties to even; i32 truncates */
 
-/* ======================================================================== graph.c: graph, values */
+/* ======================================================================== graph.c: graph, values
+ */
 
 typedef struct IrShape {
   int32_t rank;
@@ -118,20 +121,20 @@ typedef struct IrValue {
   IrDType dtype;
   IrShape shape;
   int32_t nops;
-  const int32_t *ops;    /* (nops) operand indices, all < this value's index */
+  const int32_t *ops; /* (nops) operand indices, all < this value's index */
   IrAttrs attr;
-  const char *name;      /* parameter/input name, else "" */
-  const char *origin;    /* config path of the emitting module, e.g. "/model/decoder/layer", or "" */
-  const char *tag;       /* remat tag, e.g. "attention.q_proj", or "" */
-  IrSplit split;         /* set by pass_shard: this value is one device's chunk (shape is local) */
+  const char *name;   /* parameter/input name, else "" */
+  const char *origin; /* config path of the emitting module, e.g. "/model/decoder/layer", or "" */
+  const char *tag;    /* remat tag, e.g. "attention.q_proj", or "" */
+  IrSplit split;      /* set by pass_shard: this value is one device's chunk (shape is local) */
 } IrValue;
 
 typedef struct IrOutput {
-  const char *name;      /* "loss", "grad:/model/...", ... */
+  const char *name; /* "loss", "grad:/model/...", ... */
   int32_t value;
 } IrOutput;
 
-typedef struct IrMesh {  /* devices are numbered row-major over the axes */
+typedef struct IrMesh { /* devices are numbered row-major over the axes */
   int32_t naxes;
   char names[IR_MAX_MESH_AXES][IR_MAX_AXIS_NAME];
   int64_t sizes[IR_MAX_MESH_AXES];
@@ -142,22 +145,22 @@ typedef struct IrArena IrArena;
 typedef struct IrGraph { /* read freely; change only through ir/ functions */
   IrValue *values;       /* (nvalues) in topological order */
   int32_t nvalues, cap;
-  IrOutput *outputs;     /* (noutputs) */
+  IrOutput *outputs; /* (noutputs) */
   int32_t noutputs, outcap;
-  int32_t *outindex;     /* (outindex_cap) hash of output names: an index into outputs, or -1 */
+  int32_t *outindex; /* (outindex_cap) hash of output names: an index into outputs, or -1 */
   int32_t outindex_cap;
-  int32_t *leafindex;    /* (leafindex_cap) hash of parameter and input names: a value, or -1 */
+  int32_t *leafindex; /* (leafindex_cap) hash of parameter and input names: a value, or -1 */
   int32_t leafindex_cap, nleaves;
-  IrMesh mesh;           /* naxes == 0: one device */
-  const char *origin;    /* current origin for new values */
-  const char *tag;       /* current remat tag for new values */
+  IrMesh mesh;        /* naxes == 0: one device */
+  const char *origin; /* current origin for new values */
+  const char *tag;    /* current remat tag for new values */
   IrArena *arena;
   char error[IR_ERR_LEN]; /* first recorded error, "" if none */
 } IrGraph;
 
-IrGraph *ir_graph_new(void);                   /* NULL when out of memory */
+IrGraph *ir_graph_new(void); /* NULL when out of memory */
 void ir_graph_free(IrGraph *g);
-const char *ir_graph_error(const IrGraph *g);  /* NULL if no error was recorded */
+const char *ir_graph_error(const IrGraph *g); /* NULL if no error was recorded */
 void ir_graph_clear_error(IrGraph *g);
 int ir_graph_fail(IrGraph *g, const char *fmt, ...); /* records (if first) and returns IR_ERR */
 void ir_graph_set_origin(IrGraph *g, const char *path);
@@ -165,22 +168,22 @@ void ir_graph_set_tag(IrGraph *g, const char *tag);
 int ir_graph_set_mesh(IrGraph *g, const IrMesh *mesh);
 void ir_value_set_tag(IrGraph *g, int32_t v, const char *tag);
 void ir_value_set_origin(IrGraph *g, int32_t v, const char *path);
-const char *ir_graph_intern(IrGraph *g, const char *s);   /* arena copy; NULL -> "" */
-void *ir_graph_alloc(IrGraph *g, size_t size);           /* zeroed arena memory */
+const char *ir_graph_intern(IrGraph *g, const char *s); /* arena copy; NULL -> "" */
+void *ir_graph_alloc(IrGraph *g, size_t size);          /* zeroed arena memory */
 /* Append a value: proto gives op, operands, attrs, name, and for ops whose result type is not
  * implied (leaves, cast, reshape, broadcast) its dtype and shape; origin/tag NULL take the current
  * ones. Runs the shape rule; on error records it (naming the config path) and returns IR_NONE. */
 int32_t ir_graph_add(IrGraph *g, const IrValue *proto);
 int ir_graph_add_output(IrGraph *g, const char *name, int32_t v);
-int32_t ir_graph_output(const IrGraph *g, const char *name);  /* value index or IR_NONE */
+int32_t ir_graph_output(const IrGraph *g, const char *name);        /* value index or IR_NONE */
 int32_t ir_graph_find(const IrGraph *g, IrOp op, const char *name); /* parameter/input by name */
-int ir_graph_copy_into(IrGraph *dst, const IrGraph *src); /* dst empty: deep copy */
+int ir_graph_copy_into(IrGraph *dst, const IrGraph *src);           /* dst empty: deep copy */
 int64_t ir_shape_numel(const IrShape *s);
 bool ir_shape_eq(const IrShape *a, const IrShape *b);
 IrShape ir_shape_make(int32_t rank, const int64_t *dims);
-int ir_mesh_axis(const IrMesh *m, const char *name);     /* index or -1 */
+int ir_mesh_axis(const IrMesh *m, const char *name); /* index or -1 */
 int64_t ir_mesh_devices(const IrMesh *m);
-bool ir_split_any(const IrSplit *s);                              /* some dim is split */
+bool ir_split_any(const IrSplit *s);                                  /* some dim is split */
 int64_t ir_split_count(const IrMesh *m, const IrSplit *s, int32_t d); /* chunks along dim d */
 /* Which chunk of dim d device `dev` (row-major over the mesh) holds. */
 int64_t ir_split_index(const IrMesh *m, const IrSplit *s, int32_t d, int64_t dev);
@@ -204,7 +207,7 @@ int32_t ir_param(IrGraph *g, const char *name, IrDType dt, int32_t rank, const i
 int32_t ir_input(IrGraph *g, const char *name, IrDType dt, int32_t rank, const int64_t *dims);
 int32_t ir_const_scalar(IrGraph *g, IrDType dt, double value, int32_t rank, const int64_t *dims);
 int32_t ir_const_data(IrGraph *g, IrDType dt, const double *data, int32_t rank,
-                      const int64_t *dims);            /* data: numel values, copied */
+                      const int64_t *dims); /* data: numel values, copied */
 int32_t ir_iota(IrGraph *g, IrDType dt, int32_t rank, const int64_t *dims, int32_t axis);
 int32_t ir_unary(IrGraph *g, IrOp op, int32_t x);
 int32_t ir_binary(IrGraph *g, IrOp op, int32_t a, int32_t b);
@@ -235,7 +238,7 @@ int32_t ir_ge(IrGraph *g, int32_t a, int32_t b);
 int32_t ir_select(IrGraph *g, int32_t pred, int32_t a, int32_t b);
 int32_t ir_cast(IrGraph *g, int32_t x, IrDType dt);
 int32_t ir_broadcast(IrGraph *g, int32_t x, int32_t rank, const int64_t *dims,
-                     const int32_t *bdims);            /* bdims: (rank of x) */
+                     const int32_t *bdims); /* bdims: (rank of x) */
 int32_t ir_reshape(IrGraph *g, int32_t x, int32_t rank, const int64_t *dims);
 int32_t ir_transpose(IrGraph *g, int32_t x, const int32_t *perm); /* perm: (rank of x) */
 int32_t ir_slice(IrGraph *g, int32_t x, const int64_t *start, const int64_t *limit);
@@ -251,8 +254,7 @@ int32_t ir_gather(IrGraph *g, int32_t table, int32_t idx);
 int32_t ir_scatter_add(IrGraph *g, int32_t idx, int32_t updates, int64_t rows);
 int32_t ir_top_k_indices(IrGraph *g, int32_t x, int64_t k);
 int32_t ir_all_reduce(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes);
-int32_t ir_all_gather(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes,
-                      int32_t axis);
+int32_t ir_all_gather(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes, int32_t axis);
 int32_t ir_reduce_scatter(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes,
                           int32_t axis);
 int32_t ir_local_slice(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes, int32_t axis);
@@ -268,7 +270,7 @@ int ir_graph_verify(const IrGraph *g, char *msg, size_t cap);
 /* ======================================================================== text.c: text form */
 
 int ir_graph_print(const IrGraph *g, FILE *out);
-char *ir_graph_to_string(const IrGraph *g);     /* malloc'd; NULL when out of memory */
+char *ir_graph_to_string(const IrGraph *g); /* malloc'd; NULL when out of memory */
 /* Parses text into a new graph; NULL on error with "line:col: what" in msg. */
 IrGraph *ir_graph_parse(const char *text, char *msg, size_t cap);
 
@@ -280,26 +282,27 @@ int ir_graph_print_dot(const IrGraph *g, FILE *out);
 
 typedef struct IrInterp IrInterp;
 
-/* mesh NULL: the graph's mesh. A given mesh must have every axis the graph's mesh has, same size. */
-IrInterp *ir_interp_new(const IrGraph *g, const IrMesh *mesh);  /* NULL when out of memory */
+/* mesh NULL: the graph's mesh. A given mesh must have every axis the graph's mesh has, same size.
+ */
+IrInterp *ir_interp_new(const IrGraph *g, const IrMesh *mesh); /* NULL when out of memory */
 void ir_interp_free(IrInterp *it);
 const char *ir_interp_error(const IrInterp *it);
 int64_t ir_interp_devices(const IrInterp *it);
-void ir_interp_set_rounding(IrInterp *it, bool round);  /* round results to dtype; default on */
+void ir_interp_set_rounding(IrInterp *it, bool round); /* round results to dtype; default on */
 /* keep false: a run frees each value once nothing reads it, keeping only the outputs (and
  * ir_interp_value then answers NULL for the others). For large graphs; default true. */
 void ir_interp_set_keep_all(IrInterp *it, bool keep);
 /* Binds a parameter or input by name on one device (device < 0: every device); data is copied
  * and must have the value's shape. */
-int ir_interp_set(IrInterp *it, int64_t device, const char *name, int32_t rank,
-                  const int64_t *dims, const double *data);
+int ir_interp_set(IrInterp *it, int64_t device, const char *name, int32_t rank, const int64_t *dims,
+                  const double *data);
 int ir_interp_run(IrInterp *it);
 /* Result of a named output on a device after a run; NULL (with an error) if unknown. */
 const double *ir_interp_output(IrInterp *it, int64_t device, const char *name, IrShape *shape);
 const double *ir_interp_value(const IrInterp *it, int64_t device, int32_t v);
 /* Evaluates one non-collective, non-input value from its operands' data (args[i]: numel of
  * operand i); used by the interpreter and constant folding. */
-int ir_eval_value(const IrGraph *g, int32_t v, const double *const *args, double *out,
-                  bool round, char *msg, size_t cap);
+int ir_eval_value(const IrGraph *g, int32_t v, const double *const *args, double *out, bool round,
+                  char *msg, size_t cap);
 
 #endif

@@ -1,7 +1,7 @@
 /* ops.c: tables generated from ops.def, and the dtype table.
  *
- * The op tables are built by expanding the X-macro; the dtype table is hand-written and checked by a
- * static_assert against DT_COUNT. ir_dtype_round is the single definition of "representable in a
+ * The op tables are built by expanding the X-macro; the dtype table is hand-written and checked by
+ * a static_assert against DT_COUNT. ir_dtype_round is the single definition of "representable in a
  * dtype" that the interpreter and constant folding share.
  */
 #include "ir/ir.h"
@@ -22,14 +22,15 @@ static const OpInfo op_info[] = {
 #include "ir/ops.def"
 #undef X
 };
-static_assert(sizeof op_info / sizeof op_info[0] == IR_OP_COUNT, "op_info out of step with ops.def");
+static_assert(sizeof op_info / sizeof op_info[0] == IR_OP_COUNT,
+              "op_info out of step with ops.def");
 
 typedef struct DTypeInfo {
   const char *name;
   size_t size;
-  int mant_bits;  /* significand bits including the implicit one; 0 for integers */
-  int min_exp;    /* exponent of the smallest normal, as frexp counts it */
-  double max;     /* largest finite value */
+  int mant_bits; /* significand bits including the implicit one; 0 for integers */
+  int min_exp;   /* exponent of the smallest normal, as frexp counts it */
+  double max;    /* largest finite value */
 } DTypeInfo;
 
 /* Coupled with IrDType. */

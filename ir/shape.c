@@ -57,7 +57,8 @@ static int check_axes(const IrDims *d, int32_t rank, bool increasing, const char
     if (d->v[i] < 0 || d->v[i] >= rank)
       return fail(msg, cap, "%s[%d] = %lld outside 0..%d", what, i, (long long)d->v[i], rank - 1);
     for (int32_t j = 0; j < i; j++) {
-      if (d->v[j] == d->v[i]) return fail(msg, cap, "%s repeats axis %lld", what, (long long)d->v[i]);
+      if (d->v[j] == d->v[i])
+        return fail(msg, cap, "%s repeats axis %lld", what, (long long)d->v[i]);
       if (increasing && d->v[j] > d->v[i]) return fail(msg, cap, "%s must increase", what);
     }
   }
@@ -318,7 +319,8 @@ static int shape_gather(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape
   const IrValue *t = operand(g, v, 0), *idx = operand(g, v, 1);
   if (idx->dtype != DT_I32) return fail(msg, cap, "indices must be i32");
   if (t->shape.rank < 1) return fail(msg, cap, "table must have rank >= 1");
-  if (idx->shape.rank + t->shape.rank - 1 > IR_MAX_RANK) return fail(msg, cap, "result rank too big");
+  if (idx->shape.rank + t->shape.rank - 1 > IR_MAX_RANK)
+    return fail(msg, cap, "result rank too big");
   *s = idx->shape;
   for (int32_t d = 1; d < t->shape.rank; d++) s->dims[s->rank++] = t->shape.dims[d];
   *dt = t->dtype;
@@ -371,12 +373,14 @@ int64_t ir_mesh_group_size(const IrMesh *m, const IrAttrs *a) {
 
 static int collective_group(const IrGraph *g, const IrValue *v, int64_t *n, char *msg, size_t cap) {
   const IrAttrs *a = &v->attr;
-  if (a->nmesh < 1 || a->nmesh > IR_MAX_MESH_AXES) return fail(msg, cap, "needs 1..%d mesh axes", IR_MAX_MESH_AXES);
+  if (a->nmesh < 1 || a->nmesh > IR_MAX_MESH_AXES)
+    return fail(msg, cap, "needs 1..%d mesh axes", IR_MAX_MESH_AXES);
   for (int32_t i = 0; i < a->nmesh; i++) {
     if (ir_mesh_axis(&g->mesh, a->mesh[i]) < 0)
       return fail(msg, cap, "mesh axis '%s' is not in the graph's mesh", a->mesh[i]);
     for (int32_t j = 0; j < i; j++)
-      if (strcmp(a->mesh[i], a->mesh[j]) == 0) return fail(msg, cap, "mesh axis '%s' repeats", a->mesh[i]);
+      if (strcmp(a->mesh[i], a->mesh[j]) == 0)
+        return fail(msg, cap, "mesh axis '%s' repeats", a->mesh[i]);
   }
   *n = ir_mesh_group_size(&g->mesh, a);
   return IR_OK;

@@ -21,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- attribute table: text name, kind and field, in print order (coupled with IR_A_* bits) ---- */
+/* ---- attribute table: text name, kind and field, in print order (coupled with IR_A_* bits) ----
+ */
 
 typedef enum { AK_LIST, AK_INT, AK_DOUBLE, AK_NAMES } AttrKind;
 
@@ -96,10 +97,14 @@ static void print_string(Buf *b, const char *s) {
   buf_printf(b, "\"");
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') buf_printf(b, "\\%c", c);
-    else if (c == '\n') buf_printf(b, "\\n");
-    else if (c < 0x20 || c == 0x7f) buf_printf(b, "\\x%02x", c);
-    else buf_printf(b, "%c", c);
+    if (c == '"' || c == '\\')
+      buf_printf(b, "\\%c", c);
+    else if (c == '\n')
+      buf_printf(b, "\\n");
+    else if (c < 0x20 || c == 0x7f)
+      buf_printf(b, "\\x%02x", c);
+    else
+      buf_printf(b, "%c", c);
   }
   buf_printf(b, "\"");
 }
@@ -128,7 +133,8 @@ static void print_attr(Buf *b, const IrValue *v, const AttrSpec *a) {
   case AK_DOUBLE: print_number(b, *(const double *)(const void *)field); break;
   case AK_NAMES:
     buf_printf(b, "[");
-    for (int32_t i = 0; i < v->attr.nmesh; i++) buf_printf(b, "%s%s", i ? "," : "", v->attr.mesh[i]);
+    for (int32_t i = 0; i < v->attr.nmesh; i++)
+      buf_printf(b, "%s%s", i ? "," : "", v->attr.mesh[i]);
     buf_printf(b, "]");
   }
 }
@@ -144,7 +150,8 @@ static void print_value(Buf *b, const IrGraph *g, int32_t i) {
   for (int k = 0; k < NATTR; k++)
     if (ir_op_attrs(v->op) & attr_specs[k].bit) print_attr(b, v, &attr_specs[k]);
   buf_printf(b, " : %s[", ir_dtype_name(v->dtype));
-  for (int32_t d = 0; d < v->shape.rank; d++) buf_printf(b, "%s%lld", d ? "," : "", (long long)v->shape.dims[d]);
+  for (int32_t d = 0; d < v->shape.rank; d++)
+    buf_printf(b, "%s%lld", d ? "," : "", (long long)v->shape.dims[d]);
   buf_printf(b, "]");
   if (ir_split_any(&v->split)) { /* after pass_shard: which chunk of the global value this is */
     buf_printf(b, " split=[");
@@ -200,13 +207,16 @@ int ir_graph_print(const IrGraph *g, FILE *out) {
 
 /* ---- parser ---- */
 
-typedef struct Label { int64_t label; int32_t value; } Label;
+typedef struct Label {
+  int64_t label;
+  int32_t value;
+} Label;
 
 typedef struct Parser {
   const char *p, *line_start;
   int line;
   IrGraph *g;
-  Label *labels;     /* open-addressing hash: label -> value index */
+  Label *labels; /* open-addressing hash: label -> value index */
   size_t nlabels_cap;
   char *msg;
   size_t cap;
@@ -272,8 +282,10 @@ static int parse_double(Parser *ps, double *out) {
 
 static int parse_escape(Parser *ps, char *c) {
   char e = *ps->p++;
-  if (e == 'n') *c = '\n';
-  else if (e == '"' || e == '\\') *c = e;
+  if (e == 'n')
+    *c = '\n';
+  else if (e == '"' || e == '\\')
+    *c = e;
   else if (e == 'x' && isxdigit((unsigned char)ps->p[0]) && isxdigit((unsigned char)ps->p[1])) {
     char hex[3] = {ps->p[0], ps->p[1], 0};
     *c = (char)strtol(hex, NULL, 16);
@@ -385,7 +397,8 @@ static int parse_ref(Parser *ps, int32_t *v) {
   const char *at = ps->p;
   if (expect(ps, '%') || parse_int(ps, &label)) return IR_ERR;
   *v = label_find(ps, label);
-  if (*v == IR_NONE) return ps->p = at, perr(ps, "%%%lld is not defined before this use", (long long)label);
+  if (*v == IR_NONE)
+    return ps->p = at, perr(ps, "%%%lld is not defined before this use", (long long)label);
   return IR_OK;
 }
 
@@ -401,7 +414,8 @@ typedef struct ValueText { /* what one value line holds besides the IrValue */
 
 static const AttrSpec *attr_lookup(const char *s, size_t n) {
   for (int k = 0; k < NATTR; k++)
-    if (strlen(attr_specs[k].name) == n && memcmp(attr_specs[k].name, s, n) == 0) return &attr_specs[k];
+    if (strlen(attr_specs[k].name) == n && memcmp(attr_specs[k].name, s, n) == 0)
+      return &attr_specs[k];
   return NULL;
 }
 
@@ -427,7 +441,8 @@ static int parse_attr(Parser *ps, IrValue *v, ValueText *t) {
 static int parse_type(Parser *ps, IrValue *v) {
   const char *s;
   size_t n = ident(ps, &s);
-  if (ir_dtype_lookup(s, n, &v->dtype)) return ps->p = s, perr(ps, "unknown dtype '%.*s'", (int)n, s);
+  if (ir_dtype_lookup(s, n, &v->dtype))
+    return ps->p = s, perr(ps, "unknown dtype '%.*s'", (int)n, s);
   IrDims d;
   if (parse_list(ps, &d)) return IR_ERR;
   v->shape = ir_shape_make(d.n, d.v);
@@ -437,7 +452,8 @@ static int parse_type(Parser *ps, IrValue *v) {
 static int parse_operands(Parser *ps, IrValue *v, ValueText *t) {
   skip_blank(ps);
   while (*ps->p == '%') {
-    if (v->nops == (int32_t)(sizeof t->ops / sizeof t->ops[0])) return perr(ps, "too many operands");
+    if (v->nops == (int32_t)(sizeof t->ops / sizeof t->ops[0]))
+      return perr(ps, "too many operands");
     if (parse_ref(ps, &t->ops[v->nops++])) return IR_ERR;
     if (!accept(ps, ',')) break;
     skip_blank(ps);
@@ -457,11 +473,13 @@ static int parse_split(Parser *ps, IrValue *v) {
     for (int32_t k = 0; !(n == 1 && *s == '_');) { /* names joined by '.', major first */
       size_t len = 0;
       while (len < n && s[len] != '.') len++;
-      if (k == IR_MAX_SPLIT_AXES) return perr(ps, "more than %d axes split one dim", IR_MAX_SPLIT_AXES);
+      if (k == IR_MAX_SPLIT_AXES)
+        return perr(ps, "more than %d axes split one dim", IR_MAX_SPLIT_AXES);
       int a = -1;
       for (int32_t i = 0; i < ps->g->mesh.naxes; i++)
         if (strlen(ps->g->mesh.names[i]) == len && memcmp(ps->g->mesh.names[i], s, len) == 0) a = i;
-      if (a < 0) return ps->p = s, perr(ps, "'%.*s' is not an axis of the graph's mesh", (int)len, s);
+      if (a < 0)
+        return ps->p = s, perr(ps, "'%.*s' is not an axis of the graph's mesh", (int)len, s);
       v->split.axes[d][k++] = (uint8_t)(a + 1);
       if (len == n) break;
       s += len + 1;
@@ -469,7 +487,8 @@ static int parse_split(Parser *ps, IrValue *v) {
     }
     skip_blank(ps);
     if (accept(ps, ']')) {
-      if (d + 1 != v->shape.rank) return perr(ps, "split has %d entries, the type has %d dims", d + 1, v->shape.rank);
+      if (d + 1 != v->shape.rank)
+        return perr(ps, "split has %d entries, the type has %d dims", d + 1, v->shape.rank);
       return IR_OK;
     }
     if (expect(ps, ',')) return IR_ERR;
@@ -587,7 +606,10 @@ static int parse_line(Parser *ps) {
 
 IrGraph *ir_graph_parse(const char *text, char *msg, size_t cap) {
   char dummy[8];
-  Parser ps = {.p = text, .line_start = text, .line = 1, .msg = msg ? msg : dummy,
+  Parser ps = {.p = text,
+               .line_start = text,
+               .line = 1,
+               .msg = msg ? msg : dummy,
                .cap = msg ? cap : sizeof dummy};
   ps.g = ir_graph_new();
   if (!ps.g) {

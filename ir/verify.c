@@ -15,7 +15,8 @@
 static int verify_fail(const IrGraph *g, int32_t i, char *msg, size_t cap, const char *fmt, ...) {
   if (!msg || !cap) return IR_ERR;
   const IrValue *v = &g->values[i];
-  int n = snprintf(msg, cap, "%%%d (%s) at %s: ", i, ir_op_name(v->op), *v->origin ? v->origin : "?");
+  int n =
+      snprintf(msg, cap, "%%%d (%s) at %s: ", i, ir_op_name(v->op), *v->origin ? v->origin : "?");
   if (n < 0 || (size_t)n >= cap) return IR_ERR;
   va_list ap;
   va_start(ap, fmt);
@@ -28,11 +29,12 @@ static int verify_operands(const IrGraph *g, int32_t i, char *msg, size_t cap) {
   const IrValue *v = &g->values[i];
   int32_t arity = ir_op_arity(v->op);
   if (arity >= 0 ? v->nops != arity : v->nops < 1)
-    return verify_fail(g, i, msg, cap, "%d operands, expected %s%d", v->nops, arity < 0 ? "at least " : "",
-                       arity < 0 ? 1 : arity);
+    return verify_fail(g, i, msg, cap, "%d operands, expected %s%d", v->nops,
+                       arity < 0 ? "at least " : "", arity < 0 ? 1 : arity);
   for (int32_t k = 0; k < v->nops; k++)
     if (v->ops[k] < 0 || v->ops[k] >= i)
-      return verify_fail(g, i, msg, cap, "operand %d is %%%d, which does not precede it", k, v->ops[k]);
+      return verify_fail(g, i, msg, cap, "operand %d is %%%d, which does not precede it", k,
+                         v->ops[k]);
   return IR_OK;
 }
 
@@ -114,7 +116,8 @@ static int verify_outputs(const IrGraph *g, char *msg, size_t cap) {
   for (int32_t k = 0; k < g->noutputs; k++) {
     const IrOutput *o = &g->outputs[k];
     if (o->value < 0 || o->value >= g->nvalues) {
-      if (msg && cap) snprintf(msg, cap, "output '%s' refers to %%%d, not a value", o->name, o->value);
+      if (msg && cap)
+        snprintf(msg, cap, "output '%s' refers to %%%d, not a value", o->name, o->value);
       return IR_ERR;
     }
     if (k == repeat) {

@@ -19,9 +19,9 @@
 
 typedef struct AdCtx {
   IrGraph *g;
-  int32_t nfwd;      /* values [0, nfwd) are the forward graph */
-  int32_t *grad;     /* (nfwd) accumulated cotangent or IR_NONE */
-  bool *need;        /* (nfwd) on a path from a wrt value to y, float */
+  int32_t nfwd;  /* values [0, nfwd) are the forward graph */
+  int32_t *grad; /* (nfwd) accumulated cotangent or IR_NONE */
+  bool *need;    /* (nfwd) on a path from a wrt value to y, float */
 } AdCtx;
 
 typedef void (*AdRule)(AdCtx *c, int32_t y, int32_t gy);
@@ -64,7 +64,9 @@ static int32_t dims_to_i32(const IrDims *d, int32_t *out) {
 
 static void ad_neg(AdCtx *c, int32_t y, int32_t gy) { ad_acc(c, arg(c, y, 0), ir_neg(c->g, gy)); }
 
-static void ad_exp(AdCtx *c, int32_t y, int32_t gy) { ad_acc(c, arg(c, y, 0), ir_mul(c->g, gy, y)); }
+static void ad_exp(AdCtx *c, int32_t y, int32_t gy) {
+  ad_acc(c, arg(c, y, 0), ir_mul(c->g, gy, y));
+}
 
 static void ad_log(AdCtx *c, int32_t y, int32_t gy) {
   ad_acc(c, arg(c, y, 0), ir_div(c->g, gy, arg(c, y, 0)));
@@ -284,8 +286,10 @@ static void ad_dot(AdCtx *c, int32_t y, int32_t gy) {
   int32_t ra = c->g->values[a].shape.rank, rb = c->g->values[b].shape.rank;
   int32_t nb = v.attr.lb.n, nfa = ra - nb - v.attr.lc.n;
   const IrAttrs *t = &v.attr;
-  if (need(c, a)) ad_acc(c, a, dot_side(c, gy, b, &t->lb, &t->lc, &t->rb, &t->rc, ra, nb, nb + nfa));
-  if (need(c, b)) ad_acc(c, b, dot_side(c, gy, a, &t->rb, &t->rc, &t->lb, &t->lc, rb, nb + nfa, nb));
+  if (need(c, a))
+    ad_acc(c, a, dot_side(c, gy, b, &t->lb, &t->lc, &t->rb, &t->rc, ra, nb, nb + nfa));
+  if (need(c, b))
+    ad_acc(c, b, dot_side(c, gy, a, &t->rb, &t->rc, &t->lb, &t->lc, rb, nb + nfa, nb));
 }
 
 /* ---- embeddings ---- */
@@ -318,8 +322,9 @@ static void ad_reduce_scatter(AdCtx *c, int32_t y, int32_t gy) {
 
 static void ad_all_to_all(AdCtx *c, int32_t y, int32_t gy) {
   IrValue v = c->g->values[y];
-  ad_acc(c, v.ops[0], ir_all_to_all(c->g, gy, v.attr.nmesh, v.attr.mesh, (int32_t)v.attr.axis2,
-                                    (int32_t)v.attr.axis));
+  ad_acc(c, v.ops[0],
+         ir_all_to_all(c->g, gy, v.attr.nmesh, v.attr.mesh, (int32_t)v.attr.axis2,
+                       (int32_t)v.attr.axis));
 }
 
 /* ---- the rule table, from ops.def's grad column ---- */
@@ -360,7 +365,8 @@ static int ad_check(IrGraph *g, int32_t y, int32_t nwrt, const int32_t *wrt) {
     return ir_graph_fail(g, "autodiff: %%%d (%s) at %s is not a float scalar", y, ir_op_name(v->op),
                          *v->origin ? v->origin : "?");
   for (int32_t i = 0; i < nwrt; i++)
-    if (wrt[i] < 0 || wrt[i] >= g->nvalues) return ir_graph_fail(g, "autodiff: no value %%%d", wrt[i]);
+    if (wrt[i] < 0 || wrt[i] >= g->nvalues)
+      return ir_graph_fail(g, "autodiff: no value %%%d", wrt[i]);
   return IR_OK;
 }
 
@@ -415,7 +421,8 @@ int pass_autodiff(IrGraph *g, const PassOptions *opt) {
   if (!wrt) return ir_graph_fail(g, "out of memory");
   for (int32_t i = 0; opt && i < opt->nwrt; i++) {
     wrt[n] = ir_graph_find(g, IR_PARAMETER, opt->wrt[i]);
-    if (wrt[n++] == IR_NONE) return free(wrt), ir_graph_fail(g, "autodiff: no parameter '%s'", opt->wrt[i]);
+    if (wrt[n++] == IR_NONE)
+      return free(wrt), ir_graph_fail(g, "autodiff: no parameter '%s'", opt->wrt[i]);
   }
   for (int32_t i = 0; (!opt || !opt->nwrt) && i < g->nvalues; i++)
     if (g->values[i].op == IR_PARAMETER) wrt[n++] = i;

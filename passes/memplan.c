@@ -131,10 +131,13 @@ static int in_place_targets(IrGraph *g, int32_t *target) {
     int32_t x = ir_graph_find(g, IR_PARAMETER, name + 4);
     if (x == IR_NONE) return ir_graph_fail(g, "memplan: output %s updates no parameter", name);
     if (v == x) continue; /* unchanged: nothing to write */
-    if (!(ir_op_flags(g->values[v].op) & IR_ELEMENTWISE) || !ir_shape_eq(&g->values[v].shape, &g->values[x].shape)) {
+    if (!(ir_op_flags(g->values[v].op) & IR_ELEMENTWISE) ||
+        !ir_shape_eq(&g->values[v].shape, &g->values[x].shape)) {
       free(reader);
-      return ir_graph_fail(g, "memplan: %%%d (%s) for %s is not elementwise over %s; cannot update "
-                           "in place", v, ir_op_name(g->values[v].op), name, name + 4);
+      return ir_graph_fail(g,
+                           "memplan: %%%d (%s) for %s is not elementwise over %s; cannot update "
+                           "in place",
+                           v, ir_op_name(g->values[v].op), name, name + 4);
     }
     /* Readers of X after v would see the new value. (v's own read is element by element.) */
     if (reader[x] > v) {
@@ -160,9 +163,12 @@ static int64_t place_fixed(const IrGraph *g, MemPlan *p) {
     if (!is_fixed(val)) continue;
     p->offset[v] = top;
     top += align_up(p->bytes[v]);
-    if (val->op == IR_INPUT) p->input_bytes += p->bytes[v];
-    else if (strncmp(val->name, "opt/", 4) == 0) p->opt_bytes += p->bytes[v];
-    else p->param_bytes += p->bytes[v];
+    if (val->op == IR_INPUT)
+      p->input_bytes += p->bytes[v];
+    else if (strncmp(val->name, "opt/", 4) == 0)
+      p->opt_bytes += p->bytes[v];
+    else
+      p->param_bytes += p->bytes[v];
   }
   return top;
 }
@@ -244,8 +250,8 @@ int64_t pass_memplan_conflicts(const IrGraph *g, const bool *mat, const MemPlan 
     bool fixed_a = is_fixed(&g->values[a]);
     for (int32_t b = a + 1; b < n; b++) {
       if (!p->bytes[a] || !p->bytes[b]) continue;
-      bool bytes = p->offset[a] < p->offset[b] + p->bytes[b] &&
-                   p->offset[b] < p->offset[a] + p->bytes[a];
+      bool bytes =
+          p->offset[a] < p->offset[b] + p->bytes[b] && p->offset[b] < p->offset[a] + p->bytes[a];
       bool time = fixed_a || b <= last[a];
       bool in_place = fixed_a && p->offset[a] == p->offset[b];
       if (bytes && time && !in_place) conflicts++;

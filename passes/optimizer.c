@@ -47,8 +47,7 @@ static int32_t schedule(IrGraph *g, const PassLearner *l, int32_t t) {
     int32_t prog = ir_div(g, ir_sub(g, t, scalar(g, (double)l->warmup_steps)), scalar(g, span));
     prog = ir_min(g, ir_max(g, prog, scalar(g, 0.0)), scalar(g, 1.0));
     int32_t c = ir_add(g, scalar(g, 1.0), ir_cos(g, ir_mul(g, prog, scalar(g, M_PI))));
-    mult = ir_add(g, scalar(g, l->min_ratio),
-                  ir_mul(g, scalar(g, 0.5 * (1.0 - l->min_ratio)), c));
+    mult = ir_add(g, scalar(g, l->min_ratio), ir_mul(g, scalar(g, 0.5 * (1.0 - l->min_ratio)), c));
   }
   if (l->warmup_steps > 0) {
     int32_t warm = ir_div(g, t, scalar(g, (double)l->warmup_steps));
@@ -122,8 +121,10 @@ static int32_t trainable(IrGraph *g, int32_t *params, int32_t *grads) {
     const char *name = g->outputs[i].name;
     if (strncmp(name, "grad:", 5) != 0) continue;
     Named key = {name + 5, IR_NONE}, *p = bsearch(&key, index, nindex, sizeof *index, by_name);
-    if (!p) n = ir_graph_fail(g, "optimizer: no parameter %s", name + 5);
-    else params[n] = p->value, grads[n++] = g->outputs[i].value;
+    if (!p)
+      n = ir_graph_fail(g, "optimizer: no parameter %s", name + 5);
+    else
+      params[n] = p->value, grads[n++] = g->outputs[i].value;
   }
   free(index);
   return n;

@@ -13,7 +13,7 @@
 /* What the optimizer pass needs from the learner config (see optimizer.c). */
 typedef struct PassLearner {
   double learning_rate, b1, b2, eps, weight_decay, max_grad_norm;
-  bool cosine;                    /* cosine decay after warmup; else constant */
+  bool cosine; /* cosine decay after warmup; else constant */
   int64_t warmup_steps, decay_steps;
   double min_ratio;               /* cosine: final multiplier */
   int32_t nscales;                /* per-parameter weight-decay scales (default 1) */
@@ -39,10 +39,10 @@ typedef struct PassShard {
  * name ("none", "full", "save_dots", "save_qkvo", "offload_dots"), or NULL for a custom policy:
  * save[] tag regexes (whole-tag matches), offload[] (refused for now). */
 typedef struct PassRematScope {
-  const char *path;          /* e.g. "/model/decoder": values whose origin is at or below it */
+  const char *path; /* e.g. "/model/decoder": values whose origin is at or below it */
   const char *preset;
   int32_t nsave, noffload;
-  const char *const *save;   /* (nsave) */
+  const char *const *save; /* (nsave) */
 } PassRematScope;
 
 typedef struct PassRemat {
@@ -51,10 +51,10 @@ typedef struct PassRemat {
 } PassRemat;
 
 typedef struct PassOptions {
-  const char *loss;          /* autodiff: name of the scalar output to differentiate; NULL: "loss" */
-  int32_t nwrt;              /* autodiff: number of parameter names in wrt; 0: every parameter */
-  const char *const *wrt;    /* (nwrt) parameter names */
-  int64_t fold_limit;        /* simplify: largest constant (elements) folding creates; 0: 4096 */
+  const char *loss;       /* autodiff: name of the scalar output to differentiate; NULL: "loss" */
+  int32_t nwrt;           /* autodiff: number of parameter names in wrt; 0: every parameter */
+  const char *const *wrt; /* (nwrt) parameter names */
+  int64_t fold_limit;     /* simplify: largest constant (elements) folding creates; 0: 4096 */
   const PassLearner *learner; /* optimizer */
   const PassShard *shard;     /* shard; NULL or one device: nothing to do */
   const PassRemat *remat;     /* remat; NULL or no policy but "none": nothing to do */
@@ -78,7 +78,8 @@ int pass_simplify(IrGraph *g, const PassOptions *opt);
 int pass_dce(IrGraph *g, const PassOptions *opt);
 /* Merges values with the same op, operands, attributes and type (the first one's origin stays). */
 int pass_cse(IrGraph *g, const PassOptions *opt);
-/* Replaces values whose operands are all constants by constants (up to opt->fold_limit elements). */
+/* Replaces values whose operands are all constants by constants (up to opt->fold_limit elements).
+ */
 int pass_fold(IrGraph *g, const PassOptions *opt);
 /* Algebraic identities: x*1, 1*x, x+0, 0+x, x-0, x/1, neg(neg x), cast to the same dtype,
  * reshape of reshape, reshape/broadcast to the same shape, transpose of transpose. */
@@ -113,17 +114,17 @@ int pass_remat(IrGraph *g, const PassOptions *opt);
  * them; the other values share the rest of the slab by liveness. */
 typedef struct MemPlan {
   int32_t nvalues;
-  int64_t *offset;        /* (nvalues) byte offset of each value's buffer, 64-byte aligned */
-  int64_t *bytes;         /* (nvalues) its size */
-  int64_t slab_bytes;     /* the whole slab */
-  int64_t param_bytes;    /* model parameters */
-  int64_t opt_bytes;      /* optimizer state (opt/...) */
-  int64_t input_bytes;    /* batch and step */
-  int64_t peak_temp_bytes;/* most bytes of other values live at once */
-  int64_t fixed_bytes;    /* the fixed region (parameters, state, inputs) at the slab's start;
-                           * a non-leaf value placed below it is an in-place update */
-  int32_t *last;          /* (nvalues) index of the last value that reads each value (its own
-                           * index if none; g->nvalues for outputs): live from v to last[v] */
+  int64_t *offset;         /* (nvalues) byte offset of each value's buffer, 64-byte aligned */
+  int64_t *bytes;          /* (nvalues) its size */
+  int64_t slab_bytes;      /* the whole slab */
+  int64_t param_bytes;     /* model parameters */
+  int64_t opt_bytes;       /* optimizer state (opt/...) */
+  int64_t input_bytes;     /* batch and step */
+  int64_t peak_temp_bytes; /* most bytes of other values live at once */
+  int64_t fixed_bytes;     /* the fixed region (parameters, state, inputs) at the slab's start;
+                            * a non-leaf value placed below it is an in-place update */
+  int32_t *last;           /* (nvalues) index of the last value that reads each value (its own
+                            * index if none; g->nvalues for outputs): live from v to last[v] */
 } MemPlan;
 
 /* Plans g in its current order (values are executed in index order). */

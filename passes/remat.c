@@ -37,12 +37,13 @@
 /* The presets, AXLearn style. Coupled with frontend/schema.c's remat_presets[] (the names). */
 static const struct {
   const char *name;
-  bool offload;            /* refused: offloading to host memory is not supported yet */
-  const char *save[8];     /* tag regexes, NULL-terminated */
+  bool offload;        /* refused: offloading to host memory is not supported yet */
+  const char *save[8]; /* tag regexes, NULL-terminated */
 } presets[] = {
-    {"none", false, {".*"}},            /* save everything: no remat */
-    {"full", false, {LAYER_INPUT}},     /* recompute the whole layer from its input */
-    {"save_dots", false,                /* keep the tagged matmul outputs */
+    {"none", false, {".*"}},        /* save everything: no remat */
+    {"full", false, {LAYER_INPUT}}, /* recompute the whole layer from its input */
+    {"save_dots",
+     false, /* keep the tagged matmul outputs */
      {LAYER_INPUT, "attention\\.(q|k|v|o)_proj", "attention\\.context", "feed_forward\\.linear.*",
       "moe\\.(router|expert_inputs)"}},
     {"save_qkvo", false, {LAYER_INPUT, "attention\\.(q|k|v|o)_proj"}},
@@ -57,13 +58,13 @@ typedef struct Scope {
 } Scope;
 
 typedef struct Remat {
-  const IrGraph *g;     /* the graph before */
-  IrGraph *ng;          /* the graph being built */
+  const IrGraph *g; /* the graph before */
+  IrGraph *ng;      /* the graph being built */
   int32_t nscopes;
-  Scope *scopes;        /* (nscopes) */
-  bool *recompute;      /* (g->nvalues) a forward value that backward users clone */
-  int32_t *map;         /* (g->nvalues) old value -> its copy in ng */
-  int32_t *clone;       /* (g->nvalues) old value -> its clone in ng, or IR_NONE */
+  Scope *scopes;         /* (nscopes) */
+  bool *recompute;       /* (g->nvalues) a forward value that backward users clone */
+  int32_t *map;          /* (g->nvalues) old value -> its copy in ng */
+  int32_t *clone;        /* (g->nvalues) old value -> its clone in ng, or IR_NONE */
   int32_t *stack, *list; /* (g->nvalues) work lists of clone_tree */
   int64_t nclones;
 } Remat;
@@ -78,7 +79,8 @@ static int scope_add_pattern(Remat *R, Scope *s, const char *pat) {
   int rc = regcomp(&s->pat[s->npat], anchored, REG_EXTENDED | REG_NOSUB);
   free(anchored);
   if (rc != 0)
-    return ir_graph_fail(R->ng, "remat policy at %s: \"%s\" is not a valid extended regex", s->path, pat);
+    return ir_graph_fail(R->ng, "remat policy at %s: \"%s\" is not a valid extended regex", s->path,
+                         pat);
   s->npat++;
   return IR_OK;
 }
@@ -88,8 +90,10 @@ static int scope_init(Remat *R, Scope *s, const PassRematScope *in) {
   s->path = in->path;
   s->len = strlen(in->path);
   if (in->noffload > 0)
-    return ir_graph_fail(R->ng, "remat policy at %s: offloading (\"offload\": [...]) is not "
-                         "supported yet; use \"save\" patterns", in->path);
+    return ir_graph_fail(R->ng,
+                         "remat policy at %s: offloading (\"offload\": [...]) is not "
+                         "supported yet; use \"save\" patterns",
+                         in->path);
   int32_t cap = in->preset ? 8 : in->nsave + 1;
   if (!(s->pat = calloc((size_t)cap, sizeof *s->pat))) return ir_graph_fail(R->ng, "out of memory");
   if (!in->preset) {
@@ -100,14 +104,18 @@ static int scope_init(Remat *R, Scope *s, const PassRematScope *in) {
   for (size_t p = 0; p < sizeof presets / sizeof *presets; p++) {
     if (strcmp(presets[p].name, in->preset) != 0) continue;
     if (presets[p].offload)
-      return ir_graph_fail(R->ng, "remat policy \"%s\" at %s: offloading is not supported yet "
-                           "(expected none, full, save_dots or save_qkvo)", in->preset, in->path);
+      return ir_graph_fail(R->ng,
+                           "remat policy \"%s\" at %s: offloading is not supported yet "
+                           "(expected none, full, save_dots or save_qkvo)",
+                           in->preset, in->path);
     for (int i = 0; presets[p].save[i]; i++)
       if (scope_add_pattern(R, s, presets[p].save[i])) return IR_ERR;
     return IR_OK;
   }
-  return ir_graph_fail(R->ng, "remat policy at %s: unknown preset \"%s\" (expected none, full, "
-                       "save_dots, save_qkvo or offload_dots)", in->path, in->preset);
+  return ir_graph_fail(R->ng,
+                       "remat policy at %s: unknown preset \"%s\" (expected none, full, "
+                       "save_dots, save_qkvo or offload_dots)",
+                       in->path, in->preset);
 }
 
 /* The innermost scope whose path is origin or a prefix of it at a '/', or NULL. */
@@ -115,7 +123,8 @@ static const Scope *scope_of(const Remat *R, const char *origin) {
   const Scope *best = NULL;
   for (int32_t i = 0; i < R->nscopes; i++) {
     const Scope *s = &R->scopes[i];
-    if (strncmp(origin, s->path, s->len) != 0 || (origin[s->len] && origin[s->len] != '/')) continue;
+    if (strncmp(origin, s->path, s->len) != 0 || (origin[s->len] && origin[s->len] != '/'))
+      continue;
     if (!best || s->len > best->len) best = s;
   }
   return best;
@@ -135,7 +144,8 @@ static int mark_forward(const IrGraph *g, bool *forward) {
   if (loss == IR_NONE) return IR_ERR;
   forward[loss] = true;
   for (int32_t v = loss; v >= 0; v--)
-    for (int32_t k = 0; forward[v] && k < g->values[v].nops; k++) forward[g->values[v].ops[k]] = true;
+    for (int32_t k = 0; forward[v] && k < g->values[v].nops; k++)
+      forward[g->values[v].ops[k]] = true;
   return IR_OK;
 }
 
@@ -243,7 +253,8 @@ static int remat_run(Remat *R, const PassRemat *in) {
     R->nscopes++;
   }
   if (st == IR_OK && mark_forward(R->g, forward))
-    st = ir_graph_fail(R->ng, "remat: the graph has no \"loss\" output to tell forward from backward");
+    st = ir_graph_fail(R->ng,
+                       "remat: the graph has no \"loss\" output to tell forward from backward");
   if (st == IR_OK) {
     for (int32_t v = 0; v < n; v++) R->clone[v] = IR_NONE;
     mark_recompute(R, forward);

@@ -44,17 +44,17 @@ typedef struct Alt { /* a value already emitted in another sharding */
 } Alt;
 
 typedef struct Ctx {
-  const IrGraph *g;     /* the global graph */
-  IrGraph *h;           /* the per-device graph being built */
+  const IrGraph *g; /* the global graph */
+  IrGraph *h;       /* the per-device graph being built */
   const IrMesh *m;
   const PassShard *opt;
-  int32_t *val;         /* (g->nvalues) value in h, or IR_NONE while deferred */
-  Sh *sh;               /* (g->nvalues) sharding of val */
-  bool *deferred;       /* (g->nvalues) emitted on demand */
-  Alt **alts;           /* (g->nvalues) reshards and deferred emissions made so far */
-  const Sh **want;      /* (g->nvalues) sharding a value must take at once ("grad:P"), or NULL */
-  Sh *wants;            /* storage for want */
-  int32_t n;            /* g->nvalues when the walk began */
+  int32_t *val;    /* (g->nvalues) value in h, or IR_NONE while deferred */
+  Sh *sh;          /* (g->nvalues) sharding of val */
+  bool *deferred;  /* (g->nvalues) emitted on demand */
+  Alt **alts;      /* (g->nvalues) reshards and deferred emissions made so far */
+  const Sh **want; /* (g->nvalues) sharding a value must take at once ("grad:P"), or NULL */
+  Sh *wants;       /* storage for want */
+  int32_t n;       /* g->nvalues when the walk began */
 } Ctx;
 
 static int nax(const IrSplit *s, int32_t d) {
@@ -94,7 +94,9 @@ static uint32_t keep_prefix(IrSplit *s, int32_t d, uint32_t used) {
   return kept;
 }
 
-static int64_t count(const Ctx *c, const IrSplit *s, int32_t d) { return ir_split_count(c->m, s, d); }
+static int64_t count(const Ctx *c, const IrSplit *s, int32_t d) {
+  return ir_split_count(c->m, s, d);
+}
 
 /* The local shape of a global shape under s. */
 static IrShape local_shape(const Ctx *c, const IrShape *global, const IrSplit *s) {
@@ -278,7 +280,8 @@ static bool same_chunks(const Ctx *c, const IrValue *x, const IrSplit *s) {
 static int32_t emit_deferred(Ctx *c, int32_t v, const Sh *want) {
   const IrValue *x = &c->g->values[v];
   if (want->partial) { /* no rule asks for this; a splat cannot be a partial sum */
-    ir_graph_fail(c->h, "shard: internal: %%%d (%s) asked for as a partial sum", v, ir_op_name(x->op));
+    ir_graph_fail(c->h, "shard: internal: %%%d (%s) asked for as a partial sum", v,
+                  ir_op_name(x->op));
     return IR_NONE;
   }
   IrValue p = *x;
@@ -391,8 +394,10 @@ static int elementwise(Ctx *c, int32_t v, Sh *out) {
     Sh whole = *out;
     whole.partial = 0;
     for (int32_t k = 0; k < x->nops; k++)
-      ops[k] = get(c, x->ops[k], k == ipart || x->op == IR_NEG || x->op == IR_ADD || x->op == IR_SUB
-                                      ? &c->sh[x->ops[k]] : &whole);
+      ops[k] = get(c, x->ops[k],
+                   k == ipart || x->op == IR_NEG || x->op == IR_ADD || x->op == IR_SUB
+                       ? &c->sh[x->ops[k]]
+                       : &whole);
   } else {
     memset(out, 0, sizeof *out);
     for (int32_t k = 0; k < x->nops; k++)
@@ -474,10 +479,12 @@ static int dot(Ctx *c, int32_t v, Sh *out) {
   for (int32_t i = 0; i < at->lc.n; i++) {
     int32_t dl = (int32_t)at->lc.v[i], dr = (int32_t)at->rc.v[i];
     IrSplit cand = {0};
-    memcpy(cand.axes[0], nax(&L0.s, dl) >= nax(&R0.s, dr) ? L0.s.axes[dl] : R0.s.axes[dr], IR_MAX_SPLIT_AXES);
+    memcpy(cand.axes[0], nax(&L0.s, dl) >= nax(&R0.s, dr) ? L0.s.axes[dl] : R0.s.axes[dr],
+           IR_MAX_SPLIT_AXES);
     uint32_t bits = keep_prefix(&cand, 0, used);
     int n = nax(&cand, 0);
-    bool alike = nax(&L0.s, dl) >= n && nax(&R0.s, dr) >= n && !memcmp(L0.s.axes[dl], cand.axes[0], (size_t)n) &&
+    bool alike = nax(&L0.s, dl) >= n && nax(&R0.s, dr) >= n &&
+                 !memcmp(L0.s.axes[dl], cand.axes[0], (size_t)n) &&
                  !memcmp(R0.s.axes[dr], cand.axes[0], (size_t)n);
     if (!bits || (!alike && (bits & rhs_free))) continue;
     memcpy(L.s.axes[dl], cand.axes[0], IR_MAX_SPLIT_AXES);
@@ -494,11 +501,14 @@ static int dot(Ctx *c, int32_t v, Sh *out) {
   /* output: batch dims, lhs free dims, rhs free dims */
   memset(out, 0, sizeof *out);
   int32_t o = 0;
-  for (int32_t i = 0; i < at->lb.n; i++) memcpy(out->s.axes[o++], L.s.axes[at->lb.v[i]], IR_MAX_SPLIT_AXES);
+  for (int32_t i = 0; i < at->lb.n; i++)
+    memcpy(out->s.axes[o++], L.s.axes[at->lb.v[i]], IR_MAX_SPLIT_AXES);
   for (int32_t d = 0; d < ls->rank; d++)
-    if (!in_dims(&at->lb, d) && !in_dims(&at->lc, d)) memcpy(out->s.axes[o++], L.s.axes[d], IR_MAX_SPLIT_AXES);
+    if (!in_dims(&at->lb, d) && !in_dims(&at->lc, d))
+      memcpy(out->s.axes[o++], L.s.axes[d], IR_MAX_SPLIT_AXES);
   for (int32_t d = 0; d < rs->rank; d++)
-    if (!in_dims(&at->rb, d) && !in_dims(&at->rc, d)) memcpy(out->s.axes[o++], R.s.axes[d], IR_MAX_SPLIT_AXES);
+    if (!in_dims(&at->rb, d) && !in_dims(&at->rc, d))
+      memcpy(out->s.axes[o++], R.s.axes[d], IR_MAX_SPLIT_AXES);
   out->partial = partial;
   int32_t ops[2] = {get(c, l, &L), get(c, r, &R)};
   c->val[v] = emit_as(c, v, ops, out);
@@ -522,9 +532,12 @@ static int reshape(Ctx *c, int32_t v, Sh *out) {
     int32_t i0 = i, o0 = o;
     int64_t pi = i < is->rank ? is->dims[i++] : 1, po = o < os->rank ? os->dims[o++] : 1;
     while (pi != po) {
-      if (pi < po && i < is->rank) pi *= is->dims[i++];
-      else if (po < pi && o < os->rank) po *= os->dims[o++];
-      else break; /* cannot happen for equal element counts */
+      if (pi < po && i < is->rank)
+        pi *= is->dims[i++];
+      else if (po < pi && o < os->rank)
+        po *= os->dims[o++];
+      else
+        break; /* cannot happen for equal element counts */
     }
     int32_t mi = i0, mo = o0;
     while (mi < i && is->dims[mi] == 1) mi++;
@@ -545,7 +558,8 @@ static int transpose(Ctx *c, int32_t v, Sh *out) {
   Sh in = c->deferred[a] ? natural(c, a) : c->sh[a];
   memset(out, 0, sizeof *out);
   out->partial = in.partial;
-  for (int32_t d = 0; d < x->shape.rank; d++) memcpy(out->s.axes[d], in.s.axes[x->attr.axes.v[d]], IR_MAX_SPLIT_AXES);
+  for (int32_t d = 0; d < x->shape.rank; d++)
+    memcpy(out->s.axes[d], in.s.axes[x->attr.axes.v[d]], IR_MAX_SPLIT_AXES);
   int32_t op = get(c, a, &in);
   c->val[v] = emit_as(c, v, &op, out);
   return IR_OK;
@@ -649,8 +663,10 @@ static int leaf(Ctx *c, int32_t v, Sh *out) {
   if (lf) out->s = lf->split;
   for (int32_t d = 0; d < x->shape.rank; d++)
     if (x->shape.dims[d] % count(c, &out->s, d))
-      return ir_graph_fail(c->h, "shard: %s '%s': dim %d (size %lld) does not divide over %lld "
-                           "devices", ir_op_name(x->op), x->name, d, (long long)x->shape.dims[d],
+      return ir_graph_fail(c->h,
+                           "shard: %s '%s': dim %d (size %lld) does not divide over %lld "
+                           "devices",
+                           ir_op_name(x->op), x->name, d, (long long)x->shape.dims[d],
                            (long long)count(c, &out->s, d));
   IrValue p = *x;
   p.shape = local_shape(c, &x->shape, &out->s);
@@ -691,8 +707,7 @@ static int shard_value(Ctx *c, int32_t v) {
     case IR_GATHER: st = gather(c, v, &out); break;
     case IR_SCATTER_ADD: st = scatter_add(c, v, &out); break;
     case IR_TOP_K_INDICES: st = top_k(c, v, &out); break;
-    default:
-      st = ir_graph_fail(c->h, "shard: %%%d (%s): no sharding rule", v, ir_op_name(x->op));
+    default: st = ir_graph_fail(c->h, "shard: %%%d (%s): no sharding rule", v, ir_op_name(x->op));
     }
   }
   ir_graph_set_origin(c->h, saved);
@@ -710,7 +725,9 @@ static int shard_value(Ctx *c, int32_t v) {
 /* The sharding output `name` leaves in: X's for "new:X" and "grad:X", else whole. */
 static Sh output_sharding(const Ctx *c, const char *name, int32_t v) {
   Sh s = {0};
-  const char *leafname = !strncmp(name, "new:", 4) ? name + 4 : !strncmp(name, "grad:", 5) ? name + 5 : NULL;
+  const char *leafname = !strncmp(name, "new:", 4)    ? name + 4
+                         : !strncmp(name, "grad:", 5) ? name + 5
+                                                      : NULL;
   if (!leafname) return s;
   int32_t lv = ir_graph_find(c->g, IR_PARAMETER, leafname);
   if (lv != IR_NONE && ir_shape_eq(&c->g->values[lv].shape, &c->g->values[v].shape)) {
@@ -739,8 +756,9 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
   const PassShard *o = opt ? opt->shard : NULL;
   if (!o || ir_mesh_devices(&o->mesh) <= 1) return IR_OK;
   for (int32_t a = 0; a < o->mesh.naxes; a++)
-    if (o->mesh.sizes[a] < 2) return ir_graph_fail(g, "shard: mesh axis %s has size %lld (leave axes of size 1 out)",
-                                                    o->mesh.names[a], (long long)o->mesh.sizes[a]);
+    if (o->mesh.sizes[a] < 2)
+      return ir_graph_fail(g, "shard: mesh axis %s has size %lld (leave axes of size 1 out)",
+                           o->mesh.names[a], (long long)o->mesh.sizes[a]);
   if (g->mesh.naxes) return ir_graph_fail(g, "shard: the graph is already per-device");
   int32_t n = g->nvalues;
   Ctx c = {.g = g, .m = &o->mesh, .opt = o, .n = n};

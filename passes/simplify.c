@@ -43,7 +43,8 @@ static int graph_rebuild(IrGraph *g, const int32_t *repl, const bool *keep) {
     int32_t r = repl_find(repl, i);
     map[i] = r != i ? map[r] : !keep[i] ? IR_NONE : rebuild_value(ng, g, i, map);
     if (r == i && keep[i] && map[i] == IR_NONE)
-      st = ir_graph_fail(g, "simplify: rebuilding %%%d: %s", i, ir_graph_error(ng) ? ir_graph_error(ng) : "?");
+      st = ir_graph_fail(g, "simplify: rebuilding %%%d: %s", i,
+                         ir_graph_error(ng) ? ir_graph_error(ng) : "?");
   }
   for (int32_t k = 0; k < g->noutputs && st == IR_OK; k++)
     st = ir_graph_add_output(ng, g->outputs[k].name, map[repl_find(repl, g->outputs[k].value)]);
@@ -112,16 +113,19 @@ static bool attrs_same(const IrValue *x, const IrValue *y) {
   if (!dims_same(&a->axes, &b->axes) || !dims_same(&a->lo, &b->lo) || !dims_same(&a->hi, &b->hi) ||
       !dims_same(&a->lb, &b->lb) || !dims_same(&a->rb, &b->rb) || !dims_same(&a->lc, &b->lc) ||
       !dims_same(&a->rc, &b->rc) || a->axis != b->axis || a->axis2 != b->axis2 || a->k != b->k ||
-      memcmp(&a->value, &b->value, sizeof a->value) != 0 || a->nmesh != b->nmesh || !a->data != !b->data)
+      memcmp(&a->value, &b->value, sizeof a->value) != 0 || a->nmesh != b->nmesh ||
+      !a->data != !b->data)
     return false;
   for (int32_t i = 0; i < a->nmesh; i++)
     if (strcmp(a->mesh[i], b->mesh[i]) != 0) return false;
-  return !a->data || memcmp(a->data, b->data, (size_t)ir_shape_numel(&x->shape) * sizeof(double)) == 0;
+  return !a->data ||
+         memcmp(a->data, b->data, (size_t)ir_shape_numel(&x->shape) * sizeof(double)) == 0;
 }
 
 static bool values_same(const IrGraph *g, int32_t i, int32_t j, const int32_t *repl) {
   const IrValue *a = &g->values[i], *b = &g->values[j];
-  if (a->op != b->op || a->dtype != b->dtype || !ir_shape_eq(&a->shape, &b->shape) || a->nops != b->nops)
+  if (a->op != b->op || a->dtype != b->dtype || !ir_shape_eq(&a->shape, &b->shape) ||
+      a->nops != b->nops)
     return false;
   for (int32_t k = 0; k < a->nops; k++)
     if (repl_find(repl, a->ops[k]) != repl_find(repl, b->ops[k])) return false;
@@ -131,8 +135,10 @@ static bool values_same(const IrGraph *g, int32_t i, int32_t j, const int32_t *r
 static uint64_t value_hash(const IrGraph *g, int32_t i, const int32_t *repl) {
   const IrValue *v = &g->values[i];
   uint64_t h = 1469598103934665603ull ^ (uint64_t)v->op * 31 ^ (uint64_t)v->dtype << 8;
-  for (int32_t d = 0; d < v->shape.rank; d++) h = (h ^ (uint64_t)v->shape.dims[d]) * 1099511628211ull;
-  for (int32_t k = 0; k < v->nops; k++) h = (h ^ (uint64_t)repl_find(repl, v->ops[k])) * 1099511628211ull;
+  for (int32_t d = 0; d < v->shape.rank; d++)
+    h = (h ^ (uint64_t)v->shape.dims[d]) * 1099511628211ull;
+  for (int32_t k = 0; k < v->nops; k++)
+    h = (h ^ (uint64_t)repl_find(repl, v->ops[k])) * 1099511628211ull;
   uint64_t bits;
   memcpy(&bits, &v->attr.value, sizeof bits);
   return (h ^ bits ^ (uint64_t)v->attr.axis) * 1099511628211ull;
@@ -151,9 +157,12 @@ static int cse_run(IrGraph *g) {
     IrOp op = g->values[i].op;
     if (op == IR_PARAMETER || op == IR_INPUT) continue;
     size_t h = value_hash(g, i, w.repl) & (cap - 1);
-    for (; table[h] != IR_NONE && !values_same(g, table[h], i, w.repl); h = (h + 1) & (cap - 1)) {}
-    if (table[h] == IR_NONE) table[h] = i;
-    else w.repl[i] = table[h], changes++;
+    for (; table[h] != IR_NONE && !values_same(g, table[h], i, w.repl); h = (h + 1) & (cap - 1)) {
+    }
+    if (table[h] == IR_NONE)
+      table[h] = i;
+    else
+      w.repl[i] = table[h], changes++;
   }
   free(table);
   return work_finish(g, &w, changes);
@@ -200,7 +209,8 @@ static int fold_value(IrGraph *g, int32_t i, int64_t limit) {
     args[k] = malloc((size_t)(ir_shape_numel(&g->values[x].shape) + 1) * sizeof *args[k]);
     st = args[k] ? ir_eval_value(g, x, NULL, args[k], true, msg, sizeof msg) : IR_ERR;
   }
-  if (st == IR_OK) st = ir_eval_value(g, i, (const double *const *)args, out, true, msg, sizeof msg);
+  if (st == IR_OK)
+    st = ir_eval_value(g, i, (const double *const *)args, out, true, msg, sizeof msg);
   if (st == IR_OK) st = make_constant(g, i, out, ir_shape_numel(&g->values[i].shape));
   for (int32_t k = 0; k < 64; k++) free(args[k]);
   free(out);

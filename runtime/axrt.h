@@ -47,7 +47,7 @@ typedef enum RtDataFormat {
     RT_DATA_TOKENS_U32, /* llm.c token file, version 2: 256 x int32 header, uint32 tokens */
 } RtDataFormat;
 
-#define RT_DATA_MAGIC 20240520
+#define RT_DATA_MAGIC       20240520
 #define RT_DATA_HEADER_INTS 256
 
 typedef struct RtData RtData; /* an open, validated token file and a read position */
@@ -65,8 +65,8 @@ int64_t rt_data_num_tokens(const RtData *d);
  * pos + (rank*B + b)*T and holds T+1 tokens: inputs are its first T, targets its last T.
  * The position then advances by world*B*T; a batch that would run past the end starts
  * over at token 0 instead. Fails if the file holds fewer than world*B*T+1 tokens. */
-int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs /* (B, T) */,
-                       int32_t *targets /* (B, T) */, RtError *err);
+int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs /* (B, T) */, int32_t *targets /* (B, T) */,
+                       RtError *err);
 /* The global position (token index of the next batch), for checkpoints. */
 int64_t rt_data_position(const RtData *d);
 int rt_data_seek(RtData *d, int64_t position, RtError *err);
@@ -84,16 +84,16 @@ typedef enum RtInitKind {
 
 typedef struct RtInit {
     RtInitKind kind;
-    float value;    /* CONSTANT */
-    float mean;     /* NORMAL, TRUNC_NORMAL */
-    float std;      /* NORMAL, TRUNC_NORMAL; >= 0 */
-    float lo, hi;   /* UNIFORM bounds; TRUNC_NORMAL bounds in units of std (0, 0 means -2, 2) */
+    float value;  /* CONSTANT */
+    float mean;   /* NORMAL, TRUNC_NORMAL */
+    float std;    /* NORMAL, TRUNC_NORMAL; >= 0 */
+    float lo, hi; /* UNIFORM bounds; TRUNC_NORMAL bounds in units of std (0, 0 means -2, 2) */
 } RtInit;
 
 /* Fills dst[i] with element offset+i of the parameter `path`. Element k's value depends only
  * on (seed, path, k, init), so any sharding or backend gets the same weights. */
-int rt_init_fill(float *dst /* (n) */, int64_t n, int64_t offset, const char *path,
-                 uint64_t seed, const RtInit *init, RtError *err);
+int rt_init_fill(float *dst /* (n) */, int64_t n, int64_t offset, const char *path, uint64_t seed, const RtInit *init,
+                 RtError *err);
 /* The counter-based generator under rt_init_fill: the k-th 64-bit draw for element `index`
  * of the stream (seed, path). Exposed so other code (dropout, tests) can share it. */
 uint64_t rt_rng_u64(uint64_t seed, const char *path, int64_t index, uint32_t k);
@@ -104,10 +104,21 @@ uint64_t rt_fnv1a64(const char *s);
 #define RT_MAX_DIMS 8
 
 typedef enum RtDtype {
-    RT_DT_BOOL, RT_DT_U8, RT_DT_I8, RT_DT_F8_E4M3, RT_DT_F8_E5M2,
-    RT_DT_I16, RT_DT_U16, RT_DT_F16, RT_DT_BF16,
-    RT_DT_I32, RT_DT_U32, RT_DT_F32,
-    RT_DT_I64, RT_DT_U64, RT_DT_F64,
+    RT_DT_BOOL,
+    RT_DT_U8,
+    RT_DT_I8,
+    RT_DT_F8_E4M3,
+    RT_DT_F8_E5M2,
+    RT_DT_I16,
+    RT_DT_U16,
+    RT_DT_F16,
+    RT_DT_BF16,
+    RT_DT_I32,
+    RT_DT_U32,
+    RT_DT_F32,
+    RT_DT_I64,
+    RT_DT_U64,
+    RT_DT_F64,
     RT_DT_COUNT
 } RtDtype;
 
@@ -135,21 +146,20 @@ int rt_dtype_size(RtDtype dt);         /* bytes per element */
 
 /* Writes `path` atomically (temporary file, fsync, rename, fsync of the directory).
  * crc (may be NULL) receives the CRC-32 and size of the bytes written. */
-int rt_st_write(const char *path, const RtTensor *tensors, int n_tensors, const RtMeta *meta,
-                int n_meta, uint32_t *crc, int64_t *size, RtError *err);
+int rt_st_write(const char *path, const RtTensor *tensors, int n_tensors, const RtMeta *meta, int n_meta, uint32_t *crc,
+                int64_t *size, RtError *err);
 int rt_st_open(RtSt **out, const char *path, RtError *err);
 void rt_st_close(RtSt *st);
 const char *rt_st_path(const RtSt *st);
 int rt_st_count(const RtSt *st);
-const RtTensor *rt_st_tensor(const RtSt *st, int i); /* sorted by data offset */
+const RtTensor *rt_st_tensor(const RtSt *st, int i);          /* sorted by data offset */
 const RtTensor *rt_st_find(const RtSt *st, const char *name); /* NULL if absent */
 const char *rt_st_meta(const RtSt *st, const char *key);      /* NULL if absent */
 /* The whole file as mapped, for checksums. */
 const void *rt_st_bytes(const RtSt *st, int64_t *size);
 /* Copies tensor `name` into dst as f32 (from F32, F16 or BF16) after checking its shape:
  * "FILE: tensor 'w': shape [3,4], expected [4,4]". */
-int rt_st_read_f32(const RtSt *st, const char *name, const int64_t *shape, int ndim,
-                   float *dst, RtError *err);
+int rt_st_read_f32(const RtSt *st, const char *name, const int64_t *shape, int ndim, float *dst, RtError *err);
 /* An interpreter dump (axlc run --backend interp --dump) holds "loss", "grad:P" and "new:P".
  * Used as weights (--init, axlc convert), it is its "new:P" tensors named P: this keeps only
  * those, renamed, and returns how many; 0 (the file untouched) when `st` is not such a dump. */
@@ -159,7 +169,7 @@ int rt_st_dump_as_weights(RtSt *st);
 
 /* A program's mesh: devices are numbered row-major over the axes, and device d is MPI rank d of
  * MPI_COMM_WORLD. naxes == 0: one device. */
-#define RT_MAX_MESH_AXES 8
+#define RT_MAX_MESH_AXES  8
 #define RT_MAX_SPLIT_AXES 4
 
 typedef struct RtMesh {
@@ -188,15 +198,15 @@ typedef enum RtCollKind {
  * the devices that differ from it only on `axes`; a member's group rank is row-major over
  * `axes` in the order listed. Semantics are ir/interp.c's. */
 typedef struct RtCollective {
-    int32_t kind;                        /* RtCollKind */
-    int32_t dtype;                       /* RT_DT_F32 or RT_DT_I32 */
+    int32_t kind;  /* RtCollKind */
+    int32_t dtype; /* RT_DT_F32 or RT_DT_I32 */
     int32_t naxes;
-    int32_t axes[RT_MAX_MESH_AXES];      /* mesh axis indices, group order */
-    int32_t axis, axis2;                 /* axis: gather/scatter/slice/split axis; axis2: concat */
-    int32_t rank;                        /* of both operand and result */
-    int64_t in_shape[RT_MAX_DIMS]; /* the operand (local) */
-    int64_t out_shape[RT_MAX_DIMS];/* the result (local) */
-    int64_t in_offset, out_offset;       /* slab byte offsets; they may overlap */
+    int32_t axes[RT_MAX_MESH_AXES]; /* mesh axis indices, group order */
+    int32_t axis, axis2;            /* axis: gather/scatter/slice/split axis; axis2: concat */
+    int32_t rank;                   /* of both operand and result */
+    int64_t in_shape[RT_MAX_DIMS];  /* the operand (local) */
+    int64_t out_shape[RT_MAX_DIMS]; /* the result (local) */
+    int64_t in_offset, out_offset;  /* slab byte offsets; they may overlap */
 } RtCollective;
 
 typedef struct RtComm RtComm;
@@ -209,8 +219,8 @@ int rt_comm_launched(void);
  * without, rank 0 of 1. Fails, with how to launch, when the world size is not `devices`.
  * timeout_s bounds every wait for another rank; past it the job is aborted with the names of
  * the silent ranks (0: the default, 20 s, or AXLC_COMM_TIMEOUT). */
-int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int32_t ncolls,
-                double timeout_s, RtError *err);
+int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int32_t ncolls, double timeout_s,
+                RtError *err);
 /* Leaves the job (MPI_Finalize when rt_comm_new initialized MPI). NULL is fine. */
 void rt_comm_free(RtComm *c);
 int rt_comm_rank(const RtComm *c);
@@ -242,19 +252,19 @@ void rt_comm_abort(RtComm *c, int code);
 /* Where a rank's tensor lies in the global tensor (sharded checkpoints): its shape is the
  * tensor's own, `start` its first element's global index per dim. */
 typedef struct RtCkptRegion {
-    int64_t shape[RT_MAX_DIMS];  /* the global tensor's shape */
+    int64_t shape[RT_MAX_DIMS]; /* the global tensor's shape */
     int64_t start[RT_MAX_DIMS];
-    int32_t owner;               /* 1: this rank writes it; 0: another rank holds the same chunk */
+    int32_t owner; /* 1: this rank writes it; 0: another rank holds the same chunk */
 } RtCkptRegion;
 
 typedef struct RtCkptState {
     int64_t step;
     int64_t data_position;
     uint64_t rng_state;
-    const char *config;       /* the resolved config text; may be NULL */
-    const RtTensor *tensors;  /* parameters by path, optimizer state as "opt/m/<path>", ... */
+    const char *config;      /* the resolved config text; may be NULL */
+    const RtTensor *tensors; /* parameters by path, optimizer state as "opt/m/<path>", ... */
     int n_tensors;
-    const char *fingerprint;  /* the model's (rt_fingerprint); may be NULL */
+    const char *fingerprint; /* the model's (rt_fingerprint); may be NULL */
     /* Sharded (format version 2) when comm has more than one rank: every rank calls
      * rt_ckpt_save with its own tensors and their regions (n_tensors), writes
      * state-rank<5 digits>.safetensors holding the ones it owns, and after a barrier rank 0
@@ -294,7 +304,7 @@ void rt_ckpt_close(RtCkpt *ck);
 int64_t rt_ckpt_step(const RtCkpt *ck);
 int64_t rt_ckpt_data_position(const RtCkpt *ck);
 uint64_t rt_ckpt_rng_state(const RtCkpt *ck);
-const char *rt_ckpt_config(const RtCkpt *ck); /* "" if none was saved */
+const char *rt_ckpt_config(const RtCkpt *ck);      /* "" if none was saved */
 const char *rt_ckpt_fingerprint(const RtCkpt *ck); /* "" if none was saved */
 /* Format version 1: the state file; version 2: rank 0's file (metadata, and its shards only). */
 const RtSt *rt_ckpt_tensors(const RtCkpt *ck);
@@ -306,8 +316,8 @@ const RtTensor *rt_ckpt_find(const RtCkpt *ck, const char *name); /* NULL if abs
 /* Copies the box [start, start + count) of global tensor `name` (checked against `shape`) into
  * dst (row-major over count) as f32, from the shard files that hold it. start NULL: the whole
  * tensor. Resharding: the box need not match how the checkpoint was cut. */
-int rt_ckpt_read_f32(const RtCkpt *ck, const char *name, const int64_t *shape, int ndim,
-                     const int64_t *start, const int64_t *count, float *dst, RtError *err);
+int rt_ckpt_read_f32(const RtCkpt *ck, const char *name, const int64_t *shape, int ndim, const int64_t *start,
+                     const int64_t *count, float *dst, RtError *err);
 
 /* ===== fingerprint.c: what makes a checkpoint belong to a model ========================== */
 
@@ -330,13 +340,13 @@ int rt_config_diff_outside_model(const char *config, const char *ck_config, char
 
 /* What rt_init_check found. */
 typedef struct RtInitCheck {
-    int missing;     /* parameters the file lacks */
-    int unused;      /* tensors of the file no parameter uses */
-    int mismatched;  /* parameters present in another shape */
-    int transposed;  /* of those, 2-D ones with the shape reversed: PyTorch's (out, in) */
-    int pytorch;     /* transposed > 0, or the file's metadata says "format": "pt" */
-    char *report;    /* one indented line per problem and a note on layouts; NULL if none;
-                        the caller frees it */
+    int missing;    /* parameters the file lacks */
+    int unused;     /* tensors of the file no parameter uses */
+    int mismatched; /* parameters present in another shape */
+    int transposed; /* of those, 2-D ones with the shape reversed: PyTorch's (out, in) */
+    int pytorch;    /* transposed > 0, or the file's metadata says "format": "pt" */
+    char *report;   /* one indented line per problem and a note on layouts; NULL if none;
+                       the caller frees it */
 } RtInitCheck;
 
 /* Compares the file `st` with the parameters: every one missing, every unused tensor (each
@@ -356,8 +366,7 @@ int rt_pool_threads(const RtPool *pool);
 /* Calls fn(ctx, lo, hi) on disjoint chunks covering [0, n), in parallel, and returns when all
  * are done. A NULL pool runs fn(ctx, 0, n) on the calling thread. Deterministic: the result
  * must not depend on how [0, n) is chunked (each index is owned by exactly one call). */
-void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi),
-                     void *ctx);
+void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);
 
 /* ===== blas.c: matrix products for generated code ====================================== */
 
@@ -365,9 +374,8 @@ void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, 
  * X_b = X + b * stride_x and op transposes when ta / tb is set (A stored (k, m), B (n, k)).
  * Split over the pool in items that depend only on the shapes, so the bits do not depend on
  * the thread count. OpenBLAS itself should run single-threaded (rt_train_main sees to it). */
-void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k,
-              const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
-              int64_t stride_b, float *c, int64_t ldc, int64_t stride_c);
+void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+              int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float *c, int64_t ldc, int64_t stride_c);
 
 /* ===== opencl.c: OpenCL trainers (library axrt_opencl, linked with the OpenCL loader) ===== */
 
@@ -378,10 +386,10 @@ void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n,
  * differs only in where its tensors live. */
 typedef struct RtOclLaunch {
     const char *kernel;
-    int32_t dims;                     /* 1..3 */
+    int32_t dims; /* 1..3 */
     int64_t global[3], local[3];
     int32_t nargs;
-    const int64_t *args;              /* (nargs) */
+    const int64_t *args; /* (nargs) */
 } RtOclLaunch;
 
 /* ===== train.c: the compiled step and the training loop ================================= */
@@ -401,18 +409,18 @@ typedef struct RtOclLaunch {
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION 3
+#define RT_ABI_VERSION    3
 #define RT_MAX_PARAM_RANK 4
 
 struct RtParamSlot {
-    const char *path;                 /* "model/decoder/layer_0/self_attention/q_proj/weight" */
+    const char *path; /* "model/decoder/layer_0/self_attention/q_proj/weight" */
     int32_t rank;
-    int64_t shape[RT_MAX_PARAM_RANK]; /* this device's chunk */
-    int64_t global_shape[RT_MAX_PARAM_RANK]; /* the whole parameter: shape times the split's counts */
+    int64_t shape[RT_MAX_PARAM_RANK];                    /* this device's chunk */
+    int64_t global_shape[RT_MAX_PARAM_RANK];             /* the whole parameter: shape times the split's counts */
     uint8_t split[RT_MAX_PARAM_RANK][RT_MAX_SPLIT_AXES]; /* RtSplit of the parameter and its moments */
-    RtInit init;                      /* deterministic init from (seed, path) */
-    int64_t offset;                   /* f32 parameter */
-    int64_t m_offset, v_offset;       /* f32 AdamW moments, same shape */
+    RtInit init;                                         /* deterministic init from (seed, path) */
+    int64_t offset;                                      /* f32 parameter */
+    int64_t m_offset, v_offset;                          /* f32 AdamW moments, same shape */
 };
 
 /* The forward of one sequence (`--sample`), compiled next to the step: its own slab of
@@ -422,32 +430,32 @@ struct RtParamSlot {
  * reads at the positions before them), calls run(slab, pool, NULL), and reads logits. */
 typedef struct RtForward {
     int64_t slab_bytes;
-    int64_t ids_offset;               /* i32 (1, seq) */
-    int64_t logits_offset;            /* f32 (1, seq, vocab) */
-    const int64_t *param_offsets;     /* (nparams) */
+    int64_t ids_offset;           /* i32 (1, seq) */
+    int64_t logits_offset;        /* f32 (1, seq, vocab) */
+    const int64_t *param_offsets; /* (nparams) */
     void (*run)(char *slab, RtPool *pool, RtComm *comm);
 } RtForward;
 
 typedef struct RtProgram {
-    int32_t abi_version;              /* RT_ABI_VERSION */
-    const char *config;               /* the resolved config, canonical JSON */
+    int32_t abi_version; /* RT_ABI_VERSION */
+    const char *config;  /* the resolved config, canonical JSON */
     int64_t slab_bytes;
     int32_t nparams;
     const RtParamSlot *params;
-    int64_t batch, seq, vocab;        /* per-device batch B, sequence T, vocabulary */
-    uint8_t batch_split[RT_MAX_SPLIT_AXES]; /* mesh axes (index + 1) dim 0 of ids/targets is cut over */
-    int64_t ids_offset, targets_offset; /* i32 (B, T) */
-    int64_t step_offset;              /* f32 scalar: the 1-based step number */
+    int64_t batch, seq, vocab;                        /* per-device batch B, sequence T, vocabulary */
+    uint8_t batch_split[RT_MAX_SPLIT_AXES];           /* mesh axes (index + 1) dim 0 of ids/targets is cut over */
+    int64_t ids_offset, targets_offset;               /* i32 (B, T) */
+    int64_t step_offset;                              /* f32 scalar: the 1-based step number */
     int64_t loss_offset, grad_norm_offset, lr_offset; /* f32 scalars the step writes */
-    int64_t max_steps;                /* the config's defaults for the trainer options */
+    int64_t max_steps;                                /* the config's defaults for the trainer options */
     uint64_t seed;
     int64_t ckpt_every;
     int32_t ckpt_keep;
-    RtMesh mesh;                      /* naxes 0: one device */
+    RtMesh mesh; /* naxes 0: one device */
     int32_t ncollectives;
-    const RtCollective *collectives;  /* (ncollectives) the step calls rt_comm_collective(comm, i, slab) */
+    const RtCollective *collectives; /* (ncollectives) the step calls rt_comm_collective(comm, i, slab) */
     void (*step)(char *slab, RtPool *pool, RtComm *comm);
-    const RtForward *forward;         /* ABI 3: the sampling forward; NULL: this trainer cannot sample */
+    const RtForward *forward; /* ABI 3: the sampling forward; NULL: this trainer cannot sample */
 } RtProgram;
 
 /* An OpenCL trainer: the program table (its step is NULL: rt_ocl_main supplies it), the
@@ -455,7 +463,7 @@ typedef struct RtProgram {
 typedef struct RtOclProgram {
     RtProgram base;
     const char *source;
-    const char *build_options;        /* for clBuildProgram; may be NULL */
+    const char *build_options; /* for clBuildProgram; may be NULL */
     int32_t nlaunches;
     const RtOclLaunch *launches;
 } RtOclProgram;

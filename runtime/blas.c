@@ -34,14 +34,14 @@ static void gemm_items(void *ctx, int64_t lo, int64_t hi) {
         int64_t m0, mlen, n0, nlen;
         block(g->m, g->split_m, r / g->split_n, &m0, &mlen);
         block(g->n, g->split_n, r % g->split_n, &n0, &nlen);
-        if (mlen <= 0 || nlen <= 0) continue;
+        if (mlen <= 0 || nlen <= 0)
+            continue;
         /* op(A) rows m0..: row-major A (M, K) starts at row m0; A stored (K, M) at column m0 */
         const float *a = g->a + b * g->sa + (g->ta ? m0 : m0 * g->lda);
         const float *bb = g->b + b * g->sb + (g->tb ? n0 * g->ldb : n0);
         float *c = g->c + b * g->sc + m0 * g->ldc + n0;
-        cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
-                    g->tb ? CblasTrans : CblasNoTrans, (int)mlen, (int)nlen, (int)g->k, 1.0f, a,
-                    (int)g->lda, bb, (int)g->ldb, 0.0f, c, (int)g->ldc);
+        cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, (int)mlen,
+                    (int)nlen, (int)g->k, 1.0f, a, (int)g->lda, bb, (int)g->ldb, 0.0f, c, (int)g->ldc);
     }
 }
 
@@ -51,13 +51,15 @@ static int64_t parts(int64_t n) {
     return p < 1 ? 1 : p > 16 ? 16 : p;
 }
 
-void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k,
-              const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
-              int64_t stride_b, float *c, int64_t ldc, int64_t stride_c) {
+void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+              int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float *c, int64_t ldc,
+              int64_t stride_c) {
     Gemm g = {batch, m, n, k, 1, 1, ta, tb, a, b, c, lda, ldb, ldc, stride_a, stride_b, stride_c};
     if (batch < 4) { /* few products: cut the larger side of each */
-        if (m >= n) g.split_m = parts(m);
-        else g.split_n = parts(n);
+        if (m >= n)
+            g.split_m = parts(m);
+        else
+            g.split_n = parts(n);
     }
     rt_parallel_for(pool, batch * g.split_m * g.split_n, gemm_items, &g);
 }

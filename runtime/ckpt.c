@@ -15,12 +15,12 @@
  * listed file's size and CRC-32 before anything is read from it.
  */
 #include <dirent.h>
-#include <stddef.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <json-c/json.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -31,17 +31,17 @@
 
 #define STATE_FILE "state.safetensors"
 #define INDEX_FILE "index.json"
-#define LOCK_FILE ".lock"
-#define PATH_CAP 4096
+#define LOCK_FILE  ".lock"
+#define PATH_CAP   4096
 
 /* One stored piece of a tensor: all of it (format 1) or one rank's chunk (format 2). */
 typedef struct Shard {
-    const RtTensor *t;            /* in its file; t->shape is the piece's shape */
-    int64_t start[RT_MAX_DIMS];   /* where it lies in the global tensor */
+    const RtTensor *t;          /* in its file; t->shape is the piece's shape */
+    int64_t start[RT_MAX_DIMS]; /* where it lies in the global tensor */
 } Shard;
 
 typedef struct CkTensor {
-    RtTensor g;                   /* name, dtype, global rank and shape; data NULL */
+    RtTensor g; /* name, dtype, global rank and shape; data NULL */
     Shard *shards;
     int nshards, cap;
 } CkTensor;
@@ -50,10 +50,10 @@ struct RtCkpt {
     int64_t step, data_position;
     uint64_t rng_state;
     const char *config, *fingerprint; /* point into st's metadata */
-    RtSt *st;                     /* the state file (format 1) or rank 0's (format 2) */
-    RtSt **files;                 /* (nfiles) every tensor file, st among them */
+    RtSt *st;                         /* the state file (format 1) or rank 0's (format 2) */
+    RtSt **files;                     /* (nfiles) every tensor file, st among them */
     int nfiles;
-    CkTensor *tensors;            /* (ntensors) */
+    CkTensor *tensors; /* (ntensors) */
     int ntensors;
 };
 
@@ -234,8 +234,11 @@ static int write_state(const char *dir, const RtCkptState *s, uint32_t *crc, int
     snprintf(pos, sizeof pos, "%lld", (long long)s->data_position);
     snprintf(rng, sizeof rng, "%llu", (unsigned long long)s->rng_state);
     RtMeta meta[] = {
-        {"axlc.step", step}, {"axlc.data_position", pos}, {"axlc.rng_state", rng},
-        {"axlc.config", s->config ? s->config : ""}, {"axlc.fingerprint", s->fingerprint ? s->fingerprint : ""},
+        {"axlc.step", step},
+        {"axlc.data_position", pos},
+        {"axlc.rng_state", rng},
+        {"axlc.config", s->config ? s->config : ""},
+        {"axlc.fingerprint", s->fingerprint ? s->fingerprint : ""},
     };
     if (step_path(path, dir, s->step, STATE_FILE, err) != 0)
         return -1;
@@ -264,7 +267,9 @@ static int write_index(const char *dir, const RtCkptState *s, uint32_t crc, int6
 
 /* ===== saving a sharded checkpoint (format 2) ========================================= */
 
-static void rank_file(char *buf, size_t cap, int rank) { snprintf(buf, cap, "state-rank%05d.safetensors", rank); }
+static void rank_file(char *buf, size_t cap, int rank) {
+    snprintf(buf, cap, "state-rank%05d.safetensors", rank);
+}
 
 static json_object *int_array(const int64_t *v, int n) {
     json_object *a = json_object_new_array();
@@ -284,7 +289,9 @@ static char *regions_text(const RtCkptState *s) {
         json_object_object_add(r, "start", int_array(s->regions[i].start, s->tensors[i].ndim));
         json_object_object_add(root, s->tensors[i].name, r);
     }
-    char *text = root ? strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)) : NULL;
+    char *text =
+        root ? strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE))
+             : NULL;
     json_object_put(root);
     return text;
 }
@@ -309,8 +316,11 @@ static int write_rank_state(const char *dir, const RtCkptState *s, int rank, uin
     snprintf(rng, sizeof rng, "%llu", (unsigned long long)s->rng_state);
     rank_file(name, sizeof name, rank);
     RtMeta meta[] = {
-        {"axlc.step", step}, {"axlc.data_position", pos}, {"axlc.rng_state", rng},
-        {"axlc.config", s->config ? s->config : ""}, {"axlc.fingerprint", s->fingerprint ? s->fingerprint : ""},
+        {"axlc.step", step},
+        {"axlc.data_position", pos},
+        {"axlc.rng_state", rng},
+        {"axlc.config", s->config ? s->config : ""},
+        {"axlc.fingerprint", s->fingerprint ? s->fingerprint : ""},
         {"axlc.regions", regions ? regions : "{}"},
     };
     if (rc == 0 && n > 0 && step_path(path, dir, s->step, name, err) == 0)
@@ -340,8 +350,8 @@ static json_object *index_tensors(const char *sdir, const int64_t *info, int wor
         for (int i = 0; regions && i < rt_st_count(st); i++) {
             const RtTensor *t = rt_st_tensor(st, i);
             json_object *reg, *shape, *start, *entry, *shards;
-            if (!json_object_object_get_ex(regions, t->name, &reg) || !json_object_object_get_ex(reg, "shape", &shape) ||
-                !json_object_object_get_ex(reg, "start", &start))
+            if (!json_object_object_get_ex(regions, t->name, &reg) ||
+                !json_object_object_get_ex(reg, "shape", &shape) || !json_object_object_get_ex(reg, "start", &start))
                 continue;
             if (!json_object_object_get_ex(tensors, t->name, &entry)) {
                 entry = json_object_new_object();
@@ -442,9 +452,9 @@ static int save_sharded(const char *dir, const RtCkptState *s, int keep_last, Rt
     if (failed >= 0) {
         if (rank == 0)
             remove_ckpt(dir, s->step, NULL);
-        rc = info[3 * rank] ? rt_error_set(err, "%s", why.msg)
-                            : rt_error_set(err, "%s: rank %d could not write its shard (its message says why)", sdir,
-                                           failed);
+        rc = info[3 * rank]
+                 ? rt_error_set(err, "%s", why.msg)
+                 : rt_error_set(err, "%s: rank %d could not write its shard (its message says why)", sdir, failed);
         free(info);
         return rc;
     }
@@ -469,16 +479,15 @@ static int save_sharded(const char *dir, const RtCkptState *s, int keep_last, Rt
 int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtError *err) {
     char sdir[PATH_CAP];
     if (state->comm && rt_comm_size(state->comm) > 1 && state->regions)
-        return state->step < 0 ? rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir,
-                                              (long long)state->step)
-                               : save_sharded(dir, state, keep_last, err);
+        return state->step < 0
+                   ? rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir, (long long)state->step)
+                   : save_sharded(dir, state, keep_last, err);
     if (state->step < 0)
         return rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir, (long long)state->step);
     if (step_path(sdir, dir, state->step, NULL, err) != 0)
         return -1;
     if (is_complete(dir, state->step))
-        return rt_error_set(err, "%s: a complete checkpoint of step %lld already exists", sdir,
-                            (long long)state->step);
+        return rt_error_set(err, "%s: a complete checkpoint of step %lld already exists", sdir, (long long)state->step);
     uint32_t crc;
     int64_t size;
     if (make_dir(dir, err) != 0 || make_dir(sdir, err) != 0)
@@ -490,8 +499,7 @@ int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtErr
     }
     RtError why;
     if (prune(dir, keep_last, state->step, &why) != 0) {
-        rt_error_set(err, "step %lld saved, but deleting old checkpoints failed: %s", (long long)state->step,
-                     why.msg);
+        rt_error_set(err, "step %lld saved, but deleting old checkpoints failed: %s", (long long)state->step, why.msg);
         return 1;
     }
     return 0;
@@ -530,9 +538,10 @@ static int report_holder(int fd, const char *lock, RtError *err) {
     ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
     pid[n > 0 ? n : 0] = '\0';
     pid[strcspn(pid, "\n")] = '\0';
-    return rt_error_set(err, "%s: locked by another trainer%s%s%s; one checkpoint directory takes one writer "
-                        "(wait for it, or choose another --ckpt-dir)", lock, pid[0] ? " (pid " : "", pid,
-                        pid[0] ? ")" : "");
+    return rt_error_set(err,
+                        "%s: locked by another trainer%s%s%s; one checkpoint directory takes one writer "
+                        "(wait for it, or choose another --ckpt-dir)",
+                        lock, pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
 }
 
 static int write_pid(int fd, const char *lock, RtError *err) {
@@ -555,8 +564,10 @@ static int check_room(const char *dir, int64_t need, RtError *err) {
         return rt_error_set(err, "%s: %.1f MiB free, one checkpoint needs %.1f MiB", dir, avail / mib,
                             (double)need / mib);
     if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && (double)lim.rlim_cur < (double)need)
-        return rt_error_set(err, "%s: the file-size limit (ulimit -f) is %.1f MiB, one checkpoint file needs "
-                            "%.1f MiB", dir, (double)lim.rlim_cur / mib, (double)need / mib);
+        return rt_error_set(err,
+                            "%s: the file-size limit (ulimit -f) is %.1f MiB, one checkpoint file needs "
+                            "%.1f MiB",
+                            dir, (double)lim.rlim_cur / mib, (double)need / mib);
     return 0;
 }
 
@@ -659,11 +670,11 @@ static int verify_file(const char *sdir, const char *index, json_object *f, int 
     int64_t size = m.size;
     rt_file_unmap(&m);
     if (size != bytes)
-        return rt_error_set(err, "%s: %lld bytes, index says %lld: checkpoint damaged", path,
-                            (long long)size, (long long)bytes);
+        return rt_error_set(err, "%s: %lld bytes, index says %lld: checkpoint damaged", path, (long long)size,
+                            (long long)bytes);
     if ((int64_t)have != crc)
-        return rt_error_set(err, "%s: CRC-32 %08lx, index says %08llx: checkpoint damaged", path,
-                            (unsigned long)have, (unsigned long long)crc);
+        return rt_error_set(err, "%s: CRC-32 %08lx, index says %08llx: checkpoint damaged", path, (unsigned long)have,
+                            (unsigned long long)crc);
     return 0;
 }
 
@@ -793,7 +804,8 @@ static int check_tiling(const RtCkpt *ck, const char *where, RtError *err) {
                 for (int d = 0; d < e->g.ndim && !apart; d++)
                     apart = e->shards[a].start[d] >= e->shards[b].start[d] + e->shards[b].t->shape[d] ||
                             e->shards[b].start[d] >= e->shards[a].start[d] + e->shards[a].t->shape[d];
-                if (!apart && box_volume(e->shards[a].t->shape, e->g.ndim) && box_volume(e->shards[b].t->shape, e->g.ndim))
+                if (!apart && box_volume(e->shards[a].t->shape, e->g.ndim) &&
+                    box_volume(e->shards[b].t->shape, e->g.ndim))
                     return rt_error_set(err, "%s: tensor '%s': two files hold overlapping parts", where, e->g.name);
             }
         }
@@ -889,8 +901,12 @@ int rt_ckpt_open(RtCkpt **out, const char *dir, int64_t step, RtError *err) {
     return 0;
 }
 
-int rt_ckpt_count(const RtCkpt *ck) { return ck->ntensors; }
-const RtTensor *rt_ckpt_tensor(const RtCkpt *ck, int i) { return &ck->tensors[i].g; }
+int rt_ckpt_count(const RtCkpt *ck) {
+    return ck->ntensors;
+}
+const RtTensor *rt_ckpt_tensor(const RtCkpt *ck, int i) {
+    return &ck->tensors[i].g;
+}
 
 const RtTensor *rt_ckpt_find(const RtCkpt *ck, const char *name) {
     for (int i = 0; i < ck->ntensors; i++)
@@ -910,8 +926,8 @@ static int64_t copy_shard(const Shard *sh, int ndim, const int64_t *start, const
     int64_t lo[RT_MAX_DIMS], n[RT_MAX_DIMS], idx[RT_MAX_DIMS] = {0}, rows = 1;
     for (int d = 0; d < ndim; d++) {
         int64_t a = start[d] > sh->start[d] ? start[d] : sh->start[d];
-        int64_t b = start[d] + count[d] < sh->start[d] + sh->t->shape[d] ? start[d] + count[d]
-                                                                         : sh->start[d] + sh->t->shape[d];
+        int64_t b =
+            start[d] + count[d] < sh->start[d] + sh->t->shape[d] ? start[d] + count[d] : sh->start[d] + sh->t->shape[d];
         if (b <= a)
             return 0;
         lo[d] = a;
@@ -956,8 +972,8 @@ int rt_ckpt_read_f32(const RtCkpt *ck, const char *name, const int64_t *shape, i
     for (int i = 0; i < e->nshards; i++)
         got += copy_shard(&e->shards[i], ndim, start, count, dst);
     if (got != box_volume(count, ndim))
-        return rt_error_set(err, "%s: tensor '%s': its files hold %lld of the %lld values asked for", rt_st_path(ck->st),
-                            name, (long long)got, (long long)box_volume(count, ndim));
+        return rt_error_set(err, "%s: tensor '%s': its files hold %lld of the %lld values asked for",
+                            rt_st_path(ck->st), name, (long long)got, (long long)box_volume(count, ndim));
     return 0;
 }
 
@@ -988,9 +1004,21 @@ void rt_ckpt_close(RtCkpt *ck) {
     free(ck);
 }
 
-int64_t rt_ckpt_step(const RtCkpt *ck) { return ck->step; }
-int64_t rt_ckpt_data_position(const RtCkpt *ck) { return ck->data_position; }
-uint64_t rt_ckpt_rng_state(const RtCkpt *ck) { return ck->rng_state; }
-const char *rt_ckpt_config(const RtCkpt *ck) { return ck->config; }
-const char *rt_ckpt_fingerprint(const RtCkpt *ck) { return ck->fingerprint; }
-const RtSt *rt_ckpt_tensors(const RtCkpt *ck) { return ck->st; }
+int64_t rt_ckpt_step(const RtCkpt *ck) {
+    return ck->step;
+}
+int64_t rt_ckpt_data_position(const RtCkpt *ck) {
+    return ck->data_position;
+}
+uint64_t rt_ckpt_rng_state(const RtCkpt *ck) {
+    return ck->rng_state;
+}
+const char *rt_ckpt_config(const RtCkpt *ck) {
+    return ck->config;
+}
+const char *rt_ckpt_fingerprint(const RtCkpt *ck) {
+    return ck->fingerprint;
+}
+const RtSt *rt_ckpt_tensors(const RtCkpt *ck) {
+    return ck->st;
+}

@@ -50,21 +50,21 @@ typedef struct Group {
 
 struct RtComm {
     int rank, size;
-    int mpi;                         /* MPI is initialized and in use */
-    int finalize;                    /* rt_comm_new initialized MPI and finalizes it */
+    int mpi;      /* MPI is initialized and in use */
+    int finalize; /* rt_comm_new initialized MPI and finalizes it */
     RtMesh mesh;
     int64_t coords[RT_MAX_MESH_AXES];
     const RtCollective *colls;
     int32_t ncolls;
-    int32_t *coll_group;             /* (ncolls) index into groups */
+    int32_t *coll_group; /* (ncolls) index into groups */
     Group *groups;
     int ngroups;
     double timeout_s;
-    long spin, nap_ns;               /* polls before napping, and the nap */
+    long spin, nap_ns; /* polls before napping, and the nap */
     int64_t bytes_sent;
-    char *buf;                       /* (cap) send and receive blocks */
+    char *buf; /* (cap) send and receive blocks */
     size_t cap;
-    int *pending;                    /* (2 * size) scratch for the watchdog */
+    int *pending; /* (2 * size) scratch for the watchdog */
 };
 
 /* ===== the mesh ======================================================================= */
@@ -103,10 +103,18 @@ int64_t rt_mesh_chunk(const RtMesh *m, const uint8_t axes[RT_MAX_SPLIT_AXES], in
     return k;
 }
 
-int rt_comm_rank(const RtComm *c) { return c ? c->rank : 0; }
-int rt_comm_size(const RtComm *c) { return c ? c->size : 1; }
-int64_t rt_comm_coord(const RtComm *c, int a) { return c && a >= 0 && a < c->mesh.naxes ? c->coords[a] : 0; }
-int64_t rt_comm_bytes_sent(const RtComm *c) { return c ? c->bytes_sent : 0; }
+int rt_comm_rank(const RtComm *c) {
+    return c ? c->rank : 0;
+}
+int rt_comm_size(const RtComm *c) {
+    return c ? c->size : 1;
+}
+int64_t rt_comm_coord(const RtComm *c, int a) {
+    return c && a >= 0 && a < c->mesh.naxes ? c->coords[a] : 0;
+}
+int64_t rt_comm_bytes_sent(const RtComm *c) {
+    return c ? c->bytes_sent : 0;
+}
 
 static int64_t numel(const int64_t *shape, int rank);
 
@@ -131,8 +139,8 @@ int rt_comm_have_mpi(void) {
 }
 
 int rt_comm_launched(void) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_ID",
-                                       "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"};
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",        "PMIX_RANK",
+                                       "SLURM_STEP_ID",        "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         if (getenv(vars[i]))
             return 1;
@@ -197,8 +205,8 @@ static int group_split(RtComm *c, Group *g, RtError *err) {
     MPI_Comm_rank(g->comm, &r);
     MPI_Comm_size(g->comm, &n);
     if (r != g->rank || n != g->n)
-        return rt_error_set(err, "comm: group over %d axes: rank %d of %d, expected %d of %d", g->naxes, r, n,
-                            g->rank, g->n);
+        return rt_error_set(err, "comm: group over %d axes: rank %d of %d, expected %d of %d", g->naxes, r, n, g->rank,
+                            g->n);
     return 0;
 }
 #endif
@@ -277,11 +285,13 @@ static int check_size(const RtComm *c, int64_t devices, RtError *err) {
     if (c->size == devices)
         return 0;
     if (devices > 1 && !rt_comm_have_mpi())
-        return rt_error_set(err, "this program runs on %lld devices (one process each), but libaxrt was built "
+        return rt_error_set(err,
+                            "this program runs on %lld devices (one process each), but libaxrt was built "
                             "without MPI; rebuild axlc with libopenmpi-dev installed, then launch it with "
-                            "`mpirun -np %lld TRAINER ...` or `srun -n %lld TRAINER ...`", (long long)devices,
-                            (long long)devices, (long long)devices);
-    return rt_error_set(err, "this program runs on %lld devices, one process each, but %d process%s started; "
+                            "`mpirun -np %lld TRAINER ...` or `srun -n %lld TRAINER ...`",
+                            (long long)devices, (long long)devices, (long long)devices);
+    return rt_error_set(err,
+                        "this program runs on %lld devices, one process each, but %d process%s started; "
                         "launch it with `mpirun -np %lld TRAINER ...` (add --oversubscribe when the machine has "
                         "fewer cores) or `srun -n %lld TRAINER ...`, or compile it for --target cpu-%d",
                         (long long)devices, c->size, c->size == 1 ? " was" : "es were", (long long)devices,
@@ -380,8 +390,7 @@ static void block_copy(const char *src, const int64_t *ss, char *dst, const int6
                        int64_t src_at, int64_t dst_at, int64_t len) {
     int64_t outer = prod(ss, 0, axis), inner = prod(ss, axis + 1, rank) * 4;
     for (int64_t o = 0; o < outer; o++)
-        memcpy(dst + ((o * ds[axis] + dst_at) * inner), src + ((o * ss[axis] + src_at) * inner),
-               (size_t)(len * inner));
+        memcpy(dst + ((o * ds[axis] + dst_at) * inner), src + ((o * ss[axis] + src_at) * inner), (size_t)(len * inner));
 }
 
 static void sum_blocks(const RtCollective *k, const char *blocks, int n, int64_t count, char *out) {
@@ -419,9 +428,7 @@ static void pack(const RtCollective *k, const char *in, int n, int64_t bs, char 
 static void combine(const RtCollective *k, const char *recv, int n, int64_t bs, char *out) {
     switch (k->kind) {
     case RT_COLL_ALL_REDUCE:
-    case RT_COLL_REDUCE_SCATTER:
-        sum_blocks(k, recv, n, bs, out);
-        return;
+    case RT_COLL_REDUCE_SCATTER: sum_blocks(k, recv, n, bs, out); return;
     case RT_COLL_ALL_GATHER: {
         int64_t len = k->in_shape[k->axis];
         for (int j = 0; j < n; j++)
@@ -466,8 +473,8 @@ static void die(RtComm *c, const char *fmt, ...) {
     abort(); /* without MPI there is nobody to wait for; never reached */
 }
 
-static const char *const KIND_NAME[RT_COLL_KIND_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                          "all_to_all", "local_slice"};
+static const char *const KIND_NAME[RT_COLL_KIND_COUNT] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                                          "local_slice"};
 
 #ifdef AXRT_HAVE_MPI
 static double now_s(void) {
@@ -503,15 +510,16 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
         if (!flag && len < sizeof names - 16)
             len += (size_t)snprintf(names + len, sizeof names - len, "%s%d", len ? ", " : "", peers[i / 2]);
     }
-    die(c, "%s: no answer from rank %s for %.0f s (dead or hung); aborting the job. The last complete checkpoint "
-        "stays valid: --resume continues from it", what, names[0] ? names : "?", timeout_s);
+    die(c,
+        "%s: no answer from rank %s for %.0f s (dead or hung); aborting the job. The last complete checkpoint "
+        "stays valid: --resume continues from it",
+        what, names[0] ? names : "?", timeout_s);
 }
 #endif
 
 /* Member r sends send[j] to member j and receives member j's block into recv[j]; its own
  * block is copied. Blocks are bs elements of 4 bytes. */
-static void exchange(RtComm *c, Group *g, int32_t index, const char *send, int send_stride, char *recv,
-                     int64_t bs) {
+static void exchange(RtComm *c, Group *g, int32_t index, const char *send, int send_stride, char *recv, int64_t bs) {
     size_t bytes = (size_t)bs * 4;
     memcpy(recv + (size_t)g->rank * bytes, send + (size_t)(send_stride ? g->rank : 0) * bytes, bytes);
     if (g->n == 1)

@@ -24,7 +24,7 @@ struct RtData {
     const unsigned char *tokens; /* first token byte in the mapping */
     int64_t n;                   /* number of tokens */
     int rank, world;
-    int64_t position;            /* global token index of the next batch */
+    int64_t position; /* global token index of the next batch */
 };
 
 /* ===== decoding ======================================================================= */
@@ -53,18 +53,17 @@ static int parse_header(RtData *d, RtError *err) {
                             (long long)header_bytes, (long long)d->map.size);
     int32_t version = (int32_t)le32(p + 4), count = (int32_t)le32(p + 8);
     if (version != 1 && version != 2)
-        return rt_error_set(err, "%s: token file version %d, expected 1 (uint16) or 2 (uint32)",
-                            d->path, (int)version);
+        return rt_error_set(err, "%s: token file version %d, expected 1 (uint16) or 2 (uint32)", d->path, (int)version);
     if (count < 0)
         return rt_error_set(err, "%s: token file header declares %d tokens", d->path, (int)count);
     d->format = version == 1 ? RT_DATA_TOKENS_U16 : RT_DATA_TOKENS_U32;
     int64_t width = version == 1 ? 2 : 4, want = header_bytes + (int64_t)count * width;
     if (d->map.size < want)
-        return rt_error_set(err, "%s: truncated: header declares %d tokens (%lld bytes), file has %lld bytes",
-                            d->path, (int)count, (long long)want, (long long)d->map.size);
+        return rt_error_set(err, "%s: truncated: header declares %d tokens (%lld bytes), file has %lld bytes", d->path,
+                            (int)count, (long long)want, (long long)d->map.size);
     if (d->map.size > want)
-        return rt_error_set(err, "%s: %lld bytes after the %d tokens the header declares",
-                            d->path, (long long)(d->map.size - want), (int)count);
+        return rt_error_set(err, "%s: %lld bytes after the %d tokens the header declares", d->path,
+                            (long long)(d->map.size - want), (int)count);
     d->tokens = p + header_bytes;
     d->n = count;
     return 0;
@@ -100,9 +99,10 @@ static int detect_format(RtData *d, RtError *err) {
     if (d->map.size >= 4 && le32(d->map.data) == RT_DATA_MAGIC)
         return parse_header(d, err);
     if (looks_like_header(d))
-        return rt_error_set(err, "%s: starts like an llm.c token file but its magic number is %u, expected "
-                            "%d; refusing to read it as plain text", d->path, (unsigned)le32(d->map.data),
-                            RT_DATA_MAGIC);
+        return rt_error_set(err,
+                            "%s: starts like an llm.c token file but its magic number is %u, expected "
+                            "%d; refusing to read it as plain text",
+                            d->path, (unsigned)le32(d->map.data), RT_DATA_MAGIC);
     d->format = RT_DATA_BYTES;
     d->tokens = d->map.data;
     d->n = d->map.size;
@@ -116,8 +116,8 @@ static int check_vocab(const RtData *d, int vocab_size, RtError *err) {
     for (int64_t i = 0; i < d->n; i++) {
         uint32_t t = token_at(d, i);
         if (t >= (uint32_t)vocab_size)
-            return rt_error_set(err, "%s: token %u at position %lld is outside the vocabulary of size %d",
-                                d->path, t, (long long)i, vocab_size);
+            return rt_error_set(err, "%s: token %u at position %lld is outside the vocabulary of size %d", d->path, t,
+                                (long long)i, vocab_size);
     }
     return 0;
 }
@@ -128,8 +128,8 @@ static int open_checked(RtData *d, int vocab_size, RtError *err) {
     if (detect_format(d, err) != 0)
         return -1;
     if (d->n < 2)
-        return rt_error_set(err, "%s: %lld token(s), need at least 2 (one input and its target)",
-                            d->path, (long long)d->n);
+        return rt_error_set(err, "%s: %lld token(s), need at least 2 (one input and its target)", d->path,
+                            (long long)d->n);
     return check_vocab(d, vocab_size, err);
 }
 
@@ -167,14 +167,20 @@ int rt_data_set_rank(RtData *d, int rank, int world, RtError *err) {
     return 0;
 }
 
-RtDataFormat rt_data_format(const RtData *d) { return d->format; }
-int64_t rt_data_num_tokens(const RtData *d) { return d->n; }
-int64_t rt_data_position(const RtData *d) { return d->position; }
+RtDataFormat rt_data_format(const RtData *d) {
+    return d->format;
+}
+int64_t rt_data_num_tokens(const RtData *d) {
+    return d->n;
+}
+int64_t rt_data_position(const RtData *d) {
+    return d->position;
+}
 
 int rt_data_seek(RtData *d, int64_t position, RtError *err) {
     if (position < 0 || position > d->n)
-        return rt_error_set(err, "%s: data position %lld, expected 0..%lld", d->path,
-                            (long long)position, (long long)d->n);
+        return rt_error_set(err, "%s: data position %lld, expected 0..%lld", d->path, (long long)position,
+                            (long long)d->n);
     d->position = position;
     return 0;
 }
@@ -191,9 +197,10 @@ int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs, int32_t *target
         return rt_error_set(err, "%s: batch %d x %d, expected positive sizes", d->path, B, T);
     int64_t step = (int64_t)d->world * B * T;
     if (step + 1 > d->n)
-        return rt_error_set(err, "%s: %lld tokens, too few for one global batch of %d x %d x %d+1 "
-                            "(ranks x batch x sequence+1) tokens", d->path, (long long)d->n,
-                            d->world, B, T);
+        return rt_error_set(err,
+                            "%s: %lld tokens, too few for one global batch of %d x %d x %d+1 "
+                            "(ranks x batch x sequence+1) tokens",
+                            d->path, (long long)d->n, d->world, B, T);
     if (d->position + step + 1 > d->n)
         d->position = 0;
     int64_t first = d->position + (int64_t)d->rank * B * T;

@@ -22,16 +22,17 @@ static int map_fd(int fd, const char *path, RtMapped *m, RtError *err) {
     if (fstat(fd, &st) != 0)
         return rt_error_set(err, "%s: cannot stat: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return rt_error_set(err, "%s: not a regular file (%s); expected a file that can be memory-mapped",
-                            path, S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
-                            : S_ISSOCK(st.st_mode) ? "a socket" : "a device");
+        return rt_error_set(err, "%s: not a regular file (%s); expected a file that can be memory-mapped", path,
+                            S_ISDIR(st.st_mode)    ? "a directory"
+                            : S_ISFIFO(st.st_mode) ? "a FIFO"
+                            : S_ISSOCK(st.st_mode) ? "a socket"
+                                                   : "a device");
     m->size = (int64_t)st.st_size;
     if (m->size == 0)
         return 0;
     void *p = mmap(NULL, (size_t)m->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED)
-        return rt_error_set(err, "%s: cannot map %lld bytes: %s", path, (long long)m->size,
-                            strerror(errno));
+        return rt_error_set(err, "%s: cannot map %lld bytes: %s", path, (long long)m->size, strerror(errno));
     m->data = p;
     return 0;
 }

@@ -16,7 +16,7 @@
 
 #include "axrt.h"
 
-#define GOLDEN 0x9e3779b97f4a7c15ull
+#define GOLDEN          0x9e3779b97f4a7c15ull
 #define TRUNC_MAX_TRIES 64 /* then clamp; only bounds far in one tail need that many */
 
 /* ===== counter-based generator ======================================================== */
@@ -34,7 +34,9 @@ uint64_t rt_fnv1a64(const char *s) {
     return h;
 }
 
-static uint64_t stream_key(uint64_t seed, const char *path) { return mix(mix(seed) ^ rt_fnv1a64(path)); }
+static uint64_t stream_key(uint64_t seed, const char *path) {
+    return mix(mix(seed) ^ rt_fnv1a64(path));
+}
 
 static uint64_t draw(uint64_t key, int64_t index, uint32_t j) {
     uint64_t elem = mix(key ^ mix((uint64_t)index));
@@ -47,7 +49,9 @@ uint64_t rt_rng_u64(uint64_t seed, const char *path, int64_t index, uint32_t k) 
 
 /* ===== distributions ================================================================== */
 
-static double unit(uint64_t bits) { return (double)(bits >> 11) * 0x1.0p-53; } /* [0, 1) */
+static double unit(uint64_t bits) {
+    return (double)(bits >> 11) * 0x1.0p-53;
+} /* [0, 1) */
 
 static double normal(uint64_t key, int64_t index, uint32_t attempt) {
     double u1 = 1.0 - unit(draw(key, index, 2 * attempt)); /* (0, 1]: log is finite */
@@ -89,24 +93,24 @@ static int check_init(const char *path, const RtInit *in, RtError *err) {
         return rt_error_set(err, "parameter '%s': unknown initializer kind %d", path, (int)in->kind);
     if ((in->kind == RT_INIT_NORMAL || in->kind == RT_INIT_TRUNC_NORMAL) &&
         !(in->std >= 0 && isfinite(in->std) && isfinite(in->mean)))
-        return rt_error_set(err, "parameter '%s': normal init mean %g std %g, expected finite, std >= 0",
-                            path, in->mean, in->std);
+        return rt_error_set(err, "parameter '%s': normal init mean %g std %g, expected finite, std >= 0", path,
+                            in->mean, in->std);
     if (in->kind == RT_INIT_UNIFORM && !(in->lo < in->hi && isfinite(in->lo) && isfinite(in->hi)))
-        return rt_error_set(err, "parameter '%s': uniform init [%g, %g), expected finite lo < hi",
-                            path, in->lo, in->hi);
+        return rt_error_set(err, "parameter '%s': uniform init [%g, %g), expected finite lo < hi", path, in->lo,
+                            in->hi);
     if (in->kind == RT_INIT_TRUNC_NORMAL && !(in->lo == 0 && in->hi == 0) && !(in->lo < in->hi))
-        return rt_error_set(err, "parameter '%s': truncated normal bounds [%g, %g] std, expected lo < hi",
-                            path, in->lo, in->hi);
+        return rt_error_set(err, "parameter '%s': truncated normal bounds [%g, %g] std, expected lo < hi", path, in->lo,
+                            in->hi);
     return 0;
 }
 
-int rt_init_fill(float *dst, int64_t n, int64_t offset, const char *path, uint64_t seed,
-                 const RtInit *init, RtError *err) {
+int rt_init_fill(float *dst, int64_t n, int64_t offset, const char *path, uint64_t seed, const RtInit *init,
+                 RtError *err) {
     if (!path || !init)
         return rt_error_set(err, "rt_init_fill: no parameter path or initializer");
     if (n < 0 || offset < 0 || (n > 0 && !dst))
-        return rt_error_set(err, "parameter '%s': fill of %lld elements at offset %lld into %p",
-                            path, (long long)n, (long long)offset, (void *)dst);
+        return rt_error_set(err, "parameter '%s': fill of %lld elements at offset %lld into %p", path, (long long)n,
+                            (long long)offset, (void *)dst);
     if (check_init(path, init, err) != 0)
         return -1;
     uint64_t key = stream_key(seed, path);

@@ -7,4 +7,6 @@
 
 extern const RtProgram axlc_program;
 
-int main(int argc, char **argv) { return rt_train_main(&axlc_program, argc, argv); }
+int main(int argc, char **argv) {
+    return rt_train_main(&axlc_program, argc, argv);
+}

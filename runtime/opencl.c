@@ -34,19 +34,19 @@
 #include "rt_impl.h"
 
 #define MAX_DEVICES 64
-#define MAX_SLABS 4
+#define MAX_SLABS   4
 
 typedef struct DevInfo {
     cl_platform_id platform;
     cl_device_id device;
-    int pi, di;          /* platform index, device index within it */
+    int pi, di; /* platform index, device index within it */
     char name[256], platform_name[256], version[256], driver[256], type[16];
 } DevInfo;
 
 typedef struct SlabBuf {
-    char *host;          /* the runtime's slab */
-    cl_mem mem;          /* CL_MEM_USE_HOST_PTR over it */
-    int mapped;          /* mapped for the host (true between steps) */
+    char *host; /* the runtime's slab */
+    cl_mem mem; /* CL_MEM_USE_HOST_PTR over it */
+    int mapped; /* mapped for the host (true between steps) */
 } SlabBuf;
 
 typedef struct Session {
@@ -54,12 +54,12 @@ typedef struct Session {
     cl_context ctx;
     cl_command_queue q;
     cl_program prog;
-    cl_kernel *kernels;  /* (p->nlaunches) */
+    cl_kernel *kernels; /* (p->nlaunches) */
     SlabBuf slabs[MAX_SLABS];
-    int failed;          /* an OpenCL call in a step failed (reported once) */
-    double *prof_ns;     /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
+    int failed;      /* an OpenCL call in a step failed (reported once) */
+    double *prof_ns; /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
     int64_t prof_steps;
-    const char *name;    /* program name for messages */
+    const char *name; /* program name for messages */
 } Session;
 
 /* The session rt_train_main's steps run in (see the file comment). */
@@ -68,25 +68,29 @@ static Session *active;
 /* ---- options ---- */
 
 typedef struct OclOpts {
-    const char *device;  /* --device, or NULL */
-    int list;            /* --list-devices */
-    int help, config;    /* --help, --config: handled without a device */
-    int argc;            /* the rest, for rt_train_main */
-    char **argv;         /* (argc + 2): argv[0], --threads=1, the rest */
+    const char *device; /* --device, or NULL */
+    int list;           /* --list-devices */
+    int help, config;   /* --help, --config: handled without a device */
+    int argc;           /* the rest, for rt_train_main */
+    char **argv;        /* (argc + 2): argv[0], --threads=1, the rest */
 } OclOpts;
 
 static int parse_device(const char *s, int *pi, int *di) {
     char *end;
     errno = 0;
     long a = strtol(s, &end, 10);
-    if (end == s || a < 0 || a >= MAX_DEVICES || errno) return -1;
+    if (end == s || a < 0 || a >= MAX_DEVICES || errno)
+        return -1;
     *pi = -1;
     *di = (int)a;
-    if (*end == 0) return 0;
-    if (*end != ':') return -1;
+    if (*end == 0)
+        return 0;
+    if (*end != ':')
+        return -1;
     const char *s2 = end + 1;
     long b = strtol(s2, &end, 10);
-    if (end == s2 || *end || b < 0 || b >= MAX_DEVICES) return -1;
+    if (end == s2 || *end || b < 0 || b >= MAX_DEVICES)
+        return -1;
     *pi = (int)a;
     *di = (int)b;
     return 0;
@@ -98,7 +102,8 @@ static int parse_device(const char *s, int *pi, int *di) {
 static int split_args(OclOpts *o, int argc, char **argv, RtError *err) {
     memset(o, 0, sizeof *o);
     o->argv = calloc((size_t)argc + 2, sizeof *o->argv);
-    if (!o->argv) return rt_error_set(err, "out of memory");
+    if (!o->argv)
+        return rt_error_set(err, "out of memory");
     o->argv[o->argc++] = argc > 0 ? argv[0] : "trainer";
     o->argv[o->argc++] = "--threads=1";
     for (int i = 1; i < argc; i++) {
@@ -110,14 +115,19 @@ static int split_args(OclOpts *o, int argc, char **argv, RtError *err) {
         } else if (!strcmp(a, "--device") || !strncmp(a, "--device=", 9)) {
             const char *v = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
             int pi, di;
-            if (!v) return rt_error_set(err, "--device needs a value: --device N or --device PLATFORM:DEVICE");
+            if (!v)
+                return rt_error_set(err, "--device needs a value: --device N or --device PLATFORM:DEVICE");
             if (parse_device(v, &pi, &di) != 0)
-                return rt_error_set(err, "--device: '%s' is not a device number N or PLATFORM:DEVICE "
-                                    "(--list-devices lists them)", v);
+                return rt_error_set(err,
+                                    "--device: '%s' is not a device number N or PLATFORM:DEVICE "
+                                    "(--list-devices lists them)",
+                                    v);
             o->device = v;
         } else {
-            if (!strcmp(a, "--help")) o->help = 1;
-            if (!strcmp(a, "--config")) o->config = 1;
+            if (!strcmp(a, "--help"))
+                o->help = 1;
+            if (!strcmp(a, "--config"))
+                o->config = 1;
             o->argv[o->argc++] = argv[i];
         }
     }
@@ -127,7 +137,8 @@ static int split_args(OclOpts *o, int argc, char **argv, RtError *err) {
 int rt_ocl_check_args(int argc, char **argv, RtError *err) {
     OclOpts o;
     int rc = split_args(&o, argc, argv, err);
-    if (rc == 0 && !o.list) rc = rt_train_check_args(o.argc, o.argv, err);
+    if (rc == 0 && !o.list)
+        rc = rt_train_check_args(o.argc, o.argv, err);
     free(o.argv);
     return rc;
 }
@@ -155,7 +166,8 @@ static const char *cl_err_name(cl_int e) {
 }
 
 static void dev_string(cl_device_id d, cl_device_info what, char *out, size_t cap) {
-    if (clGetDeviceInfo(d, what, cap, out, NULL) != CL_SUCCESS) snprintf(out, cap, "?");
+    if (clGetDeviceInfo(d, what, cap, out, NULL) != CL_SUCCESS)
+        snprintf(out, cap, "?");
     out[cap - 1] = 0;
 }
 
@@ -166,14 +178,17 @@ static int list_devices(DevInfo *out, RtError *err) {
     cl_uint np = 0;
     cl_int e = clGetPlatformIDs(16, plats, &np);
     if (e != CL_SUCCESS || np == 0)
-        return rt_error_set(err, "no OpenCL platform found (clGetPlatformIDs: %d, %s); install one "
+        return rt_error_set(err,
+                            "no OpenCL platform found (clGetPlatformIDs: %d, %s); install one "
                             "(pocl-opencl-icd gives a CPU device) or check OCL_ICD_VENDORS",
-                            (int)e, cl_err_name(e)), 0;
+                            (int)e, cl_err_name(e)),
+               0;
     int n = 0;
     for (cl_uint p = 0; p < np && p < 16; p++) {
         cl_device_id devs[MAX_DEVICES];
         cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devs, &nd) != CL_SUCCESS) continue;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devs, &nd) != CL_SUCCESS)
+            continue;
         for (cl_uint d = 0; d < nd && n < MAX_DEVICES; d++, n++) {
             DevInfo *x = &out[n];
             x->platform = plats[p];
@@ -183,15 +198,17 @@ static int list_devices(DevInfo *out, RtError *err) {
             dev_string(devs[d], CL_DEVICE_NAME, x->name, sizeof x->name);
             dev_string(devs[d], CL_DEVICE_VERSION, x->version, sizeof x->version);
             dev_string(devs[d], CL_DRIVER_VERSION, x->driver, sizeof x->driver);
-            if (clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof x->platform_name, x->platform_name,
-                                  NULL) != CL_SUCCESS)
+            if (clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof x->platform_name, x->platform_name, NULL) !=
+                CL_SUCCESS)
                 snprintf(x->platform_name, sizeof x->platform_name, "?");
             x->platform_name[sizeof x->platform_name - 1] = 0;
             cl_device_type t = 0;
             clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof t, &t, NULL);
-            snprintf(x->type, sizeof x->type, "%s", t & CL_DEVICE_TYPE_GPU ? "GPU"
-                     : t & CL_DEVICE_TYPE_CPU ? "CPU" : t & CL_DEVICE_TYPE_ACCELERATOR ? "accelerator"
-                     : "other");
+            snprintf(x->type, sizeof x->type, "%s",
+                     t & CL_DEVICE_TYPE_GPU           ? "GPU"
+                     : t & CL_DEVICE_TYPE_CPU         ? "CPU"
+                     : t & CL_DEVICE_TYPE_ACCELERATOR ? "accelerator"
+                                                      : "other");
         }
     }
     if (n == 0)
@@ -201,8 +218,8 @@ static int list_devices(DevInfo *out, RtError *err) {
 
 static void print_devices(FILE *f, const DevInfo *d, int n) {
     for (int i = 0; i < n; i++)
-        fprintf(f, "  %d (%d:%d)  %s  [%s, %s, %s, driver %s]\n", i, d[i].pi, d[i].di, d[i].name,
-                d[i].platform_name, d[i].type, d[i].version, d[i].driver);
+        fprintf(f, "  %d (%d:%d)  %s  [%s, %s, %s, driver %s]\n", i, d[i].pi, d[i].di, d[i].name, d[i].platform_name,
+                d[i].type, d[i].version, d[i].driver);
 }
 
 /* The device --device names (NULL: the first), or NULL with err set. */
@@ -211,7 +228,8 @@ static const DevInfo *pick_device(const DevInfo *d, int n, const char *spec, RtE
     if (spec && parse_device(spec, &pi, &di) != 0)
         return rt_error_set(err, "--device: '%s' is not a device", spec), NULL;
     for (int i = 0; i < n; i++)
-        if (pi < 0 ? i == di : d[i].pi == pi && d[i].di == di) return &d[i];
+        if (pi < 0 ? i == di : d[i].pi == pi && d[i].di == di)
+            return &d[i];
     rt_error_set(err, "--device %s: no such OpenCL device; found %d", spec, n);
     return NULL;
 }
@@ -220,17 +238,22 @@ static const DevInfo *pick_device(const DevInfo *d, int n, const char *spec, RtE
 
 static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
     const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 0x100000001b3ull;
     return h;
 }
 
 /* "$AXLC_CACHE_DIR", else "$XDG_CACHE_HOME/axlc", else "$HOME/.cache/axlc"; "" if none. */
 static void cache_dir(char *out, size_t cap) {
     const char *a = getenv("AXLC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    if (a && *a) snprintf(out, cap, "%s", a);
-    else if (x && *x) snprintf(out, cap, "%s/axlc", x);
-    else if (h && *h) snprintf(out, cap, "%s/.cache/axlc", h);
-    else out[0] = 0;
+    if (a && *a)
+        snprintf(out, cap, "%s", a);
+    else if (x && *x)
+        snprintf(out, cap, "%s/axlc", x);
+    else if (h && *h)
+        snprintf(out, cap, "%s/.cache/axlc", h);
+    else
+        out[0] = 0;
 }
 
 static void mkdirs(const char *dir) {
@@ -255,9 +278,10 @@ static void cache_path(const Session *S, const DevInfo *d, char *out, size_t cap
         return;
     }
     uint64_t h = 0xcbf29ce484222325ull;
-    const char *parts[] = {d->platform_name, d->name, d->version, d->driver,
-                           S->p->build_options ? S->p->build_options : "", S->p->source};
-    for (int i = 0; i < 6; i++) h = fnv_bytes(h, parts[i], strlen(parts[i]) + 1);
+    const char *parts[] = {
+        d->platform_name, d->name, d->version, d->driver, S->p->build_options ? S->p->build_options : "", S->p->source};
+    for (int i = 0; i < 6; i++)
+        h = fnv_bytes(h, parts[i], strlen(parts[i]) + 1);
     snprintf(out, cap, "%s/ocl-%016llx.bin", dir, (unsigned long long)h);
 }
 
@@ -270,14 +294,16 @@ static void build_log(cl_program prog, cl_device_id dev, char *out, size_t cap) 
 
 static int build_from_binary(Session *S, const DevInfo *d, const char *path) {
     RtMapped m = {0};
-    if (rt_file_map(path, &m, NULL) != 0 || m.size == 0) return -1;
+    if (rt_file_map(path, &m, NULL) != 0 || m.size == 0)
+        return -1;
     size_t len = (size_t)m.size;
     const unsigned char *bin = m.data;
     cl_int st, e;
     S->prog = clCreateProgramWithBinary(S->ctx, 1, &d->device, &len, &bin, &st, &e);
     rt_file_unmap(&m);
     if (e != CL_SUCCESS || st != CL_SUCCESS) {
-        if (S->prog) clReleaseProgram(S->prog);
+        if (S->prog)
+            clReleaseProgram(S->prog);
         S->prog = NULL;
         return -1;
     }
@@ -292,18 +318,22 @@ static int build_from_binary(Session *S, const DevInfo *d, const char *path) {
 /* Saves the built binary; a failure costs only the next start's build time. */
 static void cache_save(Session *S, const char *path) {
     size_t len = 0;
-    if (clGetProgramInfo(S->prog, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL) != CL_SUCCESS || !len) return;
+    if (clGetProgramInfo(S->prog, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL) != CL_SUCCESS || !len)
+        return;
     unsigned char *bin = malloc(len);
     RtWfile w;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
+    if (slash)
+        *slash = 0;
     mkdirs(dir);
     if (bin && clGetProgramInfo(S->prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS &&
         rt_wfile_open(&w, path, NULL) == 0) {
-        if (rt_wfile_write(&w, bin, len, NULL) == 0) rt_wfile_commit(&w, NULL);
-        else rt_wfile_abort(&w);
+        if (rt_wfile_write(&w, bin, len, NULL) == 0)
+            rt_wfile_commit(&w, NULL);
+        else
+            rt_wfile_abort(&w);
     }
     free(bin);
 }
@@ -318,15 +348,17 @@ static int build_program(Session *S, const DevInfo *d, RtError *err) {
         cl_int e;
         const char *src = S->p->source;
         S->prog = clCreateProgramWithSource(S->ctx, 1, &src, NULL, &e);
-        if (e != CL_SUCCESS) return rt_error_set(err, "clCreateProgramWithSource: %d (%s)", (int)e, cl_err_name(e));
+        if (e != CL_SUCCESS)
+            return rt_error_set(err, "clCreateProgramWithSource: %d (%s)", (int)e, cl_err_name(e));
         e = clBuildProgram(S->prog, 1, &d->device, S->p->build_options, NULL, NULL);
         if (e != CL_SUCCESS) {
             char log[4096];
             build_log(S->prog, d->device, log, sizeof log);
-            return rt_error_set(err, "%s: building the kernels failed (%d, %s): %s", d->name, (int)e,
-                                cl_err_name(e), log);
+            return rt_error_set(err, "%s: building the kernels failed (%d, %s): %s", d->name, (int)e, cl_err_name(e),
+                                log);
         }
-        if (*path) cache_save(S, path);
+        if (*path)
+            cache_save(S, path);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -337,7 +369,8 @@ static int build_program(Session *S, const DevInfo *d, RtError *err) {
 
 static int make_kernels(Session *S, RtError *err) {
     S->kernels = calloc((size_t)S->p->nlaunches + 1, sizeof *S->kernels);
-    if (!S->kernels) return rt_error_set(err, "out of memory");
+    if (!S->kernels)
+        return rt_error_set(err, "out of memory");
     for (int32_t i = 0; i < S->p->nlaunches; i++) {
         cl_int e;
         const RtOclLaunch *L = &S->p->launches[i];
@@ -348,8 +381,7 @@ static int make_kernels(Session *S, RtError *err) {
             cl_long off = (cl_long)L->args[a];
             e = clSetKernelArg(S->kernels[i], (cl_uint)a + 1, sizeof off, &off);
             if (e != CL_SUCCESS)
-                return rt_error_set(err, "clSetKernelArg(%s, %d): %d (%s)", L->kernel, a + 1, (int)e,
-                                    cl_err_name(e));
+                return rt_error_set(err, "clSetKernelArg(%s, %d): %d (%s)", L->kernel, a + 1, (int)e, cl_err_name(e));
         }
     }
     return 0;
@@ -359,27 +391,35 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     cl_int e;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
     S->ctx = clCreateContext(props, 1, &d->device, NULL, NULL, &e);
-    if (e != CL_SUCCESS) return rt_error_set(err, "%s: clCreateContext: %d (%s)", d->name, (int)e, cl_err_name(e));
+    if (e != CL_SUCCESS)
+        return rt_error_set(err, "%s: clCreateContext: %d (%s)", d->name, (int)e, cl_err_name(e));
     const char *prof = getenv("AXLC_OPENCL_PROFILE");
-    if (prof && *prof && strcmp(prof, "0") != 0) S->prof_ns = calloc((size_t)S->p->nlaunches + 1, sizeof *S->prof_ns);
+    if (prof && *prof && strcmp(prof, "0") != 0)
+        S->prof_ns = calloc((size_t)S->p->nlaunches + 1, sizeof *S->prof_ns);
     S->q = clCreateCommandQueue(S->ctx, d->device, S->prof_ns ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
-    if (e != CL_SUCCESS) return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
+    if (e != CL_SUCCESS)
+        return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
     return build_program(S, d, err) != 0 ? -1 : make_kernels(S, err);
 }
 
 /* AXLC_OPENCL_PROFILE: the launches that took the most device time, on stderr. */
 static void profile_report(Session *S) {
-    if (!S->prof_ns || S->prof_steps == 0) return;
+    if (!S->prof_ns || S->prof_steps == 0)
+        return;
     double total = 0;
-    for (int32_t i = 0; i < S->p->nlaunches; i++) total += S->prof_ns[i];
+    for (int32_t i = 0; i < S->p->nlaunches; i++)
+        total += S->prof_ns[i];
     fprintf(stderr, "%s: OpenCL profile: %d launches, %.3f ms of device time per step; the most:\n", S->name,
             S->p->nlaunches, total / 1e6 / (double)S->prof_steps);
     for (int k = 0; k < 12; k++) {
         int32_t best = -1;
         for (int32_t i = 0; i < S->p->nlaunches; i++)
-            if (S->prof_ns[i] >= 0 && (best < 0 || S->prof_ns[i] > S->prof_ns[best])) best = i;
-        if (best < 0) break;
-        fprintf(stderr, "  %8.3f ms  %s\n", S->prof_ns[best] / 1e6 / (double)S->prof_steps, S->p->launches[best].kernel);
+            if (S->prof_ns[i] >= 0 && (best < 0 || S->prof_ns[i] > S->prof_ns[best]))
+                best = i;
+        if (best < 0)
+            break;
+        fprintf(stderr, "  %8.3f ms  %s\n", S->prof_ns[best] / 1e6 / (double)S->prof_steps,
+                S->p->launches[best].kernel);
         S->prof_ns[best] = -1;
     }
 }
@@ -390,33 +430,40 @@ static void session_close(Session *S) {
     /* The slabs are freed by now: buffers are released without unmapping, which would
      * write to the freed host memory on a driver that copies. */
     for (int i = 0; i < MAX_SLABS; i++)
-        if (S->slabs[i].mem) clReleaseMemObject(S->slabs[i].mem);
+        if (S->slabs[i].mem)
+            clReleaseMemObject(S->slabs[i].mem);
     for (int32_t i = 0; S->kernels && i < S->p->nlaunches; i++)
-        if (S->kernels[i]) clReleaseKernel(S->kernels[i]);
+        if (S->kernels[i])
+            clReleaseKernel(S->kernels[i]);
     free(S->kernels);
-    if (S->prog) clReleaseProgram(S->prog);
-    if (S->q) clReleaseCommandQueue(S->q);
-    if (S->ctx) clReleaseContext(S->ctx);
+    if (S->prog)
+        clReleaseProgram(S->prog);
+    if (S->q)
+        clReleaseCommandQueue(S->q);
+    if (S->ctx)
+        clReleaseContext(S->ctx);
 }
 
 /* ---- the step ---- */
 
 static int step_fail(Session *S, const char *what, cl_int e) {
     if (!S->failed)
-        fprintf(stderr, "%s: OpenCL: %s failed: %d (%s); the step's loss is set to NaN\n", S->name, what,
-                (int)e, cl_err_name(e));
+        fprintf(stderr, "%s: OpenCL: %s failed: %d (%s); the step's loss is set to NaN\n", S->name, what, (int)e,
+                cl_err_name(e));
     S->failed = 1;
     return -1;
 }
 
 static SlabBuf *slab_buf(Session *S, char *slab) {
     for (int i = 0; i < MAX_SLABS; i++)
-        if (S->slabs[i].mem && S->slabs[i].host == slab) return &S->slabs[i];
+        if (S->slabs[i].mem && S->slabs[i].host == slab)
+            return &S->slabs[i];
     for (int i = 0; i < MAX_SLABS; i++) {
-        if (S->slabs[i].mem) continue;
+        if (S->slabs[i].mem)
+            continue;
         cl_int e;
-        S->slabs[i].mem = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
-                                         (size_t)S->p->base.slab_bytes, slab, &e);
+        S->slabs[i].mem =
+            clCreateBuffer(S->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, (size_t)S->p->base.slab_bytes, slab, &e);
         if (e != CL_SUCCESS) {
             step_fail(S, "clCreateBuffer over the slab", e);
             S->slabs[i].mem = NULL;
@@ -439,10 +486,11 @@ static int launch(Session *S, cl_mem mem, int32_t i) {
         has_local |= L->local[d] > 0;
     }
     cl_int e = clSetKernelArg(S->kernels[i], 0, sizeof mem, &mem);
-    if (e != CL_SUCCESS) return step_fail(S, "clSetKernelArg", e);
+    if (e != CL_SUCCESS)
+        return step_fail(S, "clSetKernelArg", e);
     cl_event ev = NULL;
-    e = clEnqueueNDRangeKernel(S->q, S->kernels[i], (cl_uint)L->dims, NULL, g, has_local ? l : NULL, 0,
-                               NULL, S->prof_ns ? &ev : NULL);
+    e = clEnqueueNDRangeKernel(S->q, S->kernels[i], (cl_uint)L->dims, NULL, g, has_local ? l : NULL, 0, NULL,
+                               S->prof_ns ? &ev : NULL);
     if (ev) {
         cl_ulong t0 = 0, t1 = 0;
         clWaitForEvents(1, &ev);
@@ -461,21 +509,26 @@ static int launch(Session *S, cl_mem mem, int32_t i) {
 
 static int run_launches(Session *S, char *slab) {
     SlabBuf *b = slab_buf(S, slab);
-    if (!b) return -1;
+    if (!b)
+        return -1;
     cl_int e;
     if (b->mapped) {
         e = clEnqueueUnmapMemObject(S->q, b->mem, b->host, 0, NULL, NULL);
-        if (e != CL_SUCCESS) return step_fail(S, "clEnqueueUnmapMemObject", e);
+        if (e != CL_SUCCESS)
+            return step_fail(S, "clEnqueueUnmapMemObject", e);
         b->mapped = 0;
     }
     for (int32_t i = 0; i < S->p->nlaunches; i++)
-        if (launch(S, b->mem, i) != 0) return -1;
+        if (launch(S, b->mem, i) != 0)
+            return -1;
     S->prof_steps++;
-    void *m = clEnqueueMapBuffer(S->q, b->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
-                                 (size_t)S->p->base.slab_bytes, 0, NULL, NULL, &e);
-    if (e != CL_SUCCESS) return step_fail(S, "clEnqueueMapBuffer", e);
+    void *m = clEnqueueMapBuffer(S->q, b->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, (size_t)S->p->base.slab_bytes, 0,
+                                 NULL, NULL, &e);
+    if (e != CL_SUCCESS)
+        return step_fail(S, "clEnqueueMapBuffer", e);
     b->mapped = 1;
-    if (m != (void *)slab) return step_fail(S, "mapping the slab at its own address", CL_MAP_FAILURE);
+    if (m != (void *)slab)
+        return step_fail(S, "mapping the slab at its own address", CL_MAP_FAILURE);
     return 0;
 }
 
@@ -483,7 +536,8 @@ static void ocl_step(char *slab, RtPool *pool, RtComm *comm) {
     (void)pool;
     (void)comm; /* one device: meshes of more are refused at compile time */
     Session *S = active;
-    if (!S) return; /* only rt_ocl_main's sessions run steps */
+    if (!S)
+        return; /* only rt_ocl_main's sessions run steps */
     if (S->failed || run_launches(S, slab) != 0) {
         float nan = NAN;
         memcpy(slab + S->p->base.loss_offset, &nan, sizeof nan);
@@ -526,7 +580,8 @@ static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const c
 static int with_device(const RtOclProgram *p, OclOpts *o, const char *name) {
     RtError err = {{0}};
     DevInfo *devs = calloc(MAX_DEVICES, sizeof *devs);
-    if (!devs) return fprintf(stderr, "%s: out of memory\n", name), 1;
+    if (!devs)
+        return fprintf(stderr, "%s: out of memory\n", name), 1;
     int n = list_devices(devs, &err), rc = 1;
     const DevInfo *d = NULL;
     if (n == 0) {
@@ -556,7 +611,8 @@ int rt_ocl_main(const RtOclProgram *p, int argc, char **argv) {
         RtProgram prog = p->base;
         prog.step = ocl_step;
         rc = rt_train_main(&prog, o.argc, o.argv);
-        if (o.help && rc == 0) print_ocl_help();
+        if (o.help && rc == 0)
+            print_ocl_help();
     } else if (!o.list && rt_train_check_args(o.argc, o.argv, &err) != 0) {
         fprintf(stderr, "%s: %s\n", name, err.msg); /* before looking for a device */
     } else {

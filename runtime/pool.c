@@ -36,8 +36,8 @@ typedef struct PoolWorker {
 
 struct RtPool {
     int threads;
-    PoolWorker *workers; /* (threads - 1) */
-    int started;         /* workers whose thread exists */
+    PoolWorker *workers;  /* (threads - 1) */
+    int started;          /* workers whose thread exists */
     pthread_mutex_t busy; /* held by the caller of the job in flight */
     pthread_mutex_t mu;   /* guards everything below */
     pthread_cond_t wake, done;
@@ -103,8 +103,7 @@ static int start_workers(RtPool *p, RtError *err) {
         p->workers[i] = (PoolWorker){.pool = p, .index = i + 1};
         int rc = pthread_create(&p->workers[i].thread, NULL, worker_main, &p->workers[i]);
         if (rc != 0)
-            return rt_error_set(err, "thread pool: cannot start thread %d of %d: %s", i + 2, p->threads,
-                                strerror(rc));
+            return rt_error_set(err, "thread pool: cannot start thread %d of %d: %s", i + 2, p->threads, strerror(rc));
         p->started++;
     }
     return 0;
@@ -144,7 +143,9 @@ void rt_pool_free(RtPool *pool) {
     free(pool);
 }
 
-int rt_pool_threads(const RtPool *pool) { return pool ? pool->threads : 1; }
+int rt_pool_threads(const RtPool *pool) {
+    return pool ? pool->threads : 1;
+}
 
 /* ===== parallel for =================================================================== */
 

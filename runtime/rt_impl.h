@@ -26,7 +26,7 @@ typedef struct RtWfile {
     FILE *f;
     char path[4096];
     char tmp[4096];
-    uint32_t crc;  /* CRC-32 of the bytes written so far */
+    uint32_t crc; /* CRC-32 of the bytes written so far */
     int64_t size;
 } RtWfile;
 
@@ -46,11 +46,11 @@ void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t n, float *dst);
 /* ===== sample.c: --sample, text from the program's forward ============================== */
 
 typedef struct RtSampleOpts {
-    const char *prog;           /* for messages */
-    int64_t count;              /* tokens to generate, >= 1 */
-    const char *prompt;         /* NULL: none */
-    double temperature;         /* 0: greedy */
-    uint64_t seed;              /* of the draws */
+    const char *prog;            /* for messages */
+    int64_t count;               /* tokens to generate, >= 1 */
+    const char *prompt;          /* NULL: none */
+    double temperature;          /* 0: greedy */
+    uint64_t seed;               /* of the draws */
     const char *ckpt_dir, *init; /* the weights: the newest checkpoint, else --init */
     int init_allow_unused;
     int64_t threads;

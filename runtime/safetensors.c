@@ -26,33 +26,39 @@
 #define HEADER_MAX (100 * 1000 * 1000) /* the reference implementation's limit */
 
 typedef struct Entry {
-    RtTensor t;       /* first, so &entry->t is what rt_st_tensor hands out */
+    RtTensor t;         /* first, so &entry->t is what rt_st_tensor hands out */
     int64_t begin, end; /* data_offsets */
 } Entry;
 
 struct RtSt {
     char path[4096]; /* PATH_MAX: a longer path cannot be opened */
     RtMapped map;
-    Entry *e;      /* (n) sorted by begin */
+    Entry *e; /* (n) sorted by begin */
     int n;
-    RtMeta *meta;  /* (n_meta) owned strings */
+    RtMeta *meta; /* (n_meta) owned strings */
     int n_meta;
 };
 
 /* ===== dtypes ========================================================================= */
 
-static const struct { const char *name; int size; } DTYPES[RT_DT_COUNT] = {
+static const struct {
+    const char *name;
+    int size;
+} DTYPES[RT_DT_COUNT] = {
     /* coupled with enum RtDtype in axrt.h, in the same order */
-    [RT_DT_BOOL] = {"BOOL", 1},       [RT_DT_U8] = {"U8", 1},     [RT_DT_I8] = {"I8", 1},
-    [RT_DT_F8_E4M3] = {"F8_E4M3", 1}, [RT_DT_F8_E5M2] = {"F8_E5M2", 1},
-    [RT_DT_I16] = {"I16", 2},         [RT_DT_U16] = {"U16", 2},   [RT_DT_F16] = {"F16", 2},
-    [RT_DT_BF16] = {"BF16", 2},       [RT_DT_I32] = {"I32", 4},   [RT_DT_U32] = {"U32", 4},
-    [RT_DT_F32] = {"F32", 4},         [RT_DT_I64] = {"I64", 8},   [RT_DT_U64] = {"U64", 8},
-    [RT_DT_F64] = {"F64", 8},
+    [RT_DT_BOOL] = {"BOOL", 1},       [RT_DT_U8] = {"U8", 1},           [RT_DT_I8] = {"I8", 1},
+    [RT_DT_F8_E4M3] = {"F8_E4M3", 1}, [RT_DT_F8_E5M2] = {"F8_E5M2", 1}, [RT_DT_I16] = {"I16", 2},
+    [RT_DT_U16] = {"U16", 2},         [RT_DT_F16] = {"F16", 2},         [RT_DT_BF16] = {"BF16", 2},
+    [RT_DT_I32] = {"I32", 4},         [RT_DT_U32] = {"U32", 4},         [RT_DT_F32] = {"F32", 4},
+    [RT_DT_I64] = {"I64", 8},         [RT_DT_U64] = {"U64", 8},         [RT_DT_F64] = {"F64", 8},
 };
 
-const char *rt_dtype_name(RtDtype dt) { return (unsigned)dt < RT_DT_COUNT ? DTYPES[dt].name : "?"; }
-int rt_dtype_size(RtDtype dt) { return (unsigned)dt < RT_DT_COUNT ? DTYPES[dt].size : 0; }
+const char *rt_dtype_name(RtDtype dt) {
+    return (unsigned)dt < RT_DT_COUNT ? DTYPES[dt].name : "?";
+}
+int rt_dtype_size(RtDtype dt) {
+    return (unsigned)dt < RT_DT_COUNT ? DTYPES[dt].size : 0;
+}
 
 static int dtype_parse(const char *s, RtDtype *dt) {
     for (int i = 0; i < RT_DT_COUNT; i++)
@@ -98,18 +104,16 @@ static int parse_shape(const RtSt *st, const char *name, json_object *v, RtTenso
         return rt_error_set(err, "%s: tensor '%s': \"shape\" missing or not an array", st->path, name);
     size_t nd = json_object_array_length(v);
     if (nd > RT_MAX_DIMS)
-        return rt_error_set(err, "%s: tensor '%s': %zu dimensions, at most %d supported", st->path, name,
-                            nd, RT_MAX_DIMS);
+        return rt_error_set(err, "%s: tensor '%s': %zu dimensions, at most %d supported", st->path, name, nd,
+                            RT_MAX_DIMS);
     t->ndim = (int)nd;
     for (size_t i = 0; i < nd; i++)
         if (get_int(json_object_array_get_idx(v, i), &t->shape[i]) != 0)
-            return rt_error_set(err, "%s: tensor '%s': shape[%zu] is not a non-negative integer",
-                                st->path, name, i);
+            return rt_error_set(err, "%s: tensor '%s': shape[%zu] is not a non-negative integer", st->path, name, i);
     return 0;
 }
 
-static int parse_offsets(const RtSt *st, const char *name, json_object *v, Entry *e, int64_t data_size,
-                         RtError *err) {
+static int parse_offsets(const RtSt *st, const char *name, json_object *v, Entry *e, int64_t data_size, RtError *err) {
     if (!v || !json_object_is_type(v, json_type_array) || json_object_array_length(v) != 2 ||
         get_int(json_object_array_get_idx(v, 0), &e->begin) != 0 ||
         get_int(json_object_array_get_idx(v, 1), &e->end) != 0)
@@ -125,13 +129,11 @@ static int parse_dtype(const RtSt *st, const char *name, json_object *v, RtTenso
     if (!v || !json_object_is_type(v, json_type_string))
         return rt_error_set(err, "%s: tensor '%s': \"dtype\" missing or not a string", st->path, name);
     if (dtype_parse(json_object_get_string(v), &t->dtype) != 0)
-        return rt_error_set(err, "%s: tensor '%s': unknown dtype '%.32s'", st->path, name,
-                            json_object_get_string(v));
+        return rt_error_set(err, "%s: tensor '%s': unknown dtype '%.32s'", st->path, name, json_object_get_string(v));
     return 0;
 }
 
-static int parse_entry(const RtSt *st, const char *name, json_object *v, Entry *e, int64_t data_size,
-                       RtError *err) {
+static int parse_entry(const RtSt *st, const char *name, json_object *v, Entry *e, int64_t data_size, RtError *err) {
     if (!json_object_is_type(v, json_type_object))
         return rt_error_set(err, "%s: tensor '%s': expected an object", st->path, name);
     json_object *dtype = NULL, *shape = NULL, *offsets = NULL;
@@ -200,8 +202,7 @@ static int check_tiling(const RtSt *st, int64_t data_size, RtError *err) {
     return 0;
 }
 
-static int parse_tensors(RtSt *st, json_object *root, const unsigned char *data, int64_t data_size,
-                         RtError *err) {
+static int parse_tensors(RtSt *st, json_object *root, const unsigned char *data, int64_t data_size, RtError *err) {
     st->e = calloc((size_t)json_object_object_length(root) + 1, sizeof *st->e);
     if (!st->e)
         return rt_error_set(err, "%s: out of memory", st->path);
@@ -241,8 +242,7 @@ static json_object *parse_json(const RtSt *st, const char *text, size_t len, RtE
     if (jerr != json_tokener_success || !json_object_is_type(root, json_type_object) ||
         strspn(text + end, " \t\r\n") != len - end) {
         rt_error_set(err, "%s: JSON header is not one valid object (%s, near byte %zu of %zu)", st->path,
-                     jerr != json_tokener_success ? json_tokener_error_desc(jerr) : "unexpected content",
-                     end, len);
+                     jerr != json_tokener_success ? json_tokener_error_desc(jerr) : "unexpected content", end, len);
         json_object_put(root);
         return NULL;
     }
@@ -306,9 +306,15 @@ void rt_st_close(RtSt *st) {
 
 /* ===== reading: lookups =============================================================== */
 
-const char *rt_st_path(const RtSt *st) { return st->path; }
-int rt_st_count(const RtSt *st) { return st->n; }
-const RtTensor *rt_st_tensor(const RtSt *st, int i) { return i >= 0 && i < st->n ? &st->e[i].t : NULL; }
+const char *rt_st_path(const RtSt *st) {
+    return st->path;
+}
+int rt_st_count(const RtSt *st) {
+    return st->n;
+}
+const RtTensor *rt_st_tensor(const RtSt *st, int i) {
+    return i >= 0 && i < st->n ? &st->e[i].t : NULL;
+}
 
 const RtTensor *rt_st_find(const RtSt *st, const char *name) {
     for (int i = 0; i < st->n; i++)
@@ -388,7 +394,9 @@ void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t numel, float *d
     }
 }
 
-static void convert(const RtTensor *t, int64_t numel, float *dst) { rt_st_convert_run(t, 0, numel, dst); }
+static void convert(const RtTensor *t, int64_t numel, float *dst) {
+    rt_st_convert_run(t, 0, numel, dst);
+}
 
 static int same_shape(const RtTensor *t, const int64_t *shape, int ndim) {
     if (t->ndim != ndim)
@@ -399,8 +407,7 @@ static int same_shape(const RtTensor *t, const int64_t *shape, int ndim) {
     return 1;
 }
 
-int rt_st_read_f32(const RtSt *st, const char *name, const int64_t *shape, int ndim, float *dst,
-                   RtError *err) {
+int rt_st_read_f32(const RtSt *st, const char *name, const int64_t *shape, int ndim, float *dst, RtError *err) {
     const RtTensor *t = rt_st_find(st, name);
     if (!t)
         return rt_error_set(err, "%s: no tensor '%s'", st->path, name);
@@ -433,8 +440,7 @@ static int check_tensor(const char *path, const RtTensor *ts, int i, RtError *er
 }
 
 static json_object *entry_json(const RtTensor *t, int64_t begin, int64_t end) {
-    json_object *e = json_object_new_object(), *shape = json_object_new_array(),
-                *offs = json_object_new_array();
+    json_object *e = json_object_new_object(), *shape = json_object_new_array(), *offs = json_object_new_array();
     for (int d = 0; d < t->ndim; d++)
         json_object_array_add(shape, json_object_new_int64(t->shape[d]));
     json_object_array_add(offs, json_object_new_int64(begin));
@@ -479,8 +485,8 @@ static int write_body(RtWfile *w, const char *hdr, const RtTensor *ts, int n, Rt
     return 0;
 }
 
-int rt_st_write(const char *path, const RtTensor *tensors, int n_tensors, const RtMeta *meta, int n_meta,
-                uint32_t *crc, int64_t *size, RtError *err) {
+int rt_st_write(const char *path, const RtTensor *tensors, int n_tensors, const RtMeta *meta, int n_meta, uint32_t *crc,
+                int64_t *size, RtError *err) {
     for (int i = 0; i < n_tensors; i++)
         if (check_tensor(path, tensors, i, err) != 0)
             return -1;

@@ -53,7 +53,7 @@ typedef struct TrainOpts {
     const char *data, *eval_data, *init, *ckpt_dir, *metrics, *prompt;
     int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every, sample;
     uint64_t seed;
-    double temperature;   /* -1: not given (1) */
+    double temperature; /* -1: not given (1) */
     int resume, partial, help, config, init_allow_unused;
 } TrainOpts;
 
@@ -72,29 +72,37 @@ typedef struct OptSpec {
 static const OptSpec OPTS[] = {
     {"--data", "FILE", OPT_STR, F(data), 0, 0, "training tokens: plain text (bytes) or an llm.c token file"},
     {"--steps", "N", OPT_INT, F(steps), 0, INT64_MAX, "train until step N (default: the config's max_steps)"},
-    {"--seed", "S", OPT_U64, F(seed), 0, 0, "parameter init seed, or with --sample the draws' seed (default: the config's)"},
+    {"--seed", "S", OPT_U64, F(seed), 0, 0,
+     "parameter init seed, or with --sample the draws' seed (default: the config's)"},
     {"--init", "FILE", OPT_STR, F(init), 0, 0, "initial parameters from a safetensors file, by path"},
-    {"--init-allow-unused", NULL, OPT_FLAG, F(init_allow_unused), 0, 0, "with --init: accept a file with "
-                                                                       "tensors no parameter uses"},
+    {"--init-allow-unused", NULL, OPT_FLAG, F(init_allow_unused), 0, 0,
+     "with --init: accept a file with "
+     "tensors no parameter uses"},
     {"--eval-data", "FILE", OPT_STR, F(eval_data), 0, 0, "evaluation tokens (same formats as --data)"},
     {"--eval-every", "N", OPT_INT, F(eval_every), 0, INT64_MAX, "evaluate every N steps (0: after the last)"},
     {"--eval-batches", "N", OPT_INT, F(eval_batches), 1, 1 << 20, "batches per evaluation"},
     {"--ckpt-dir", "DIR", OPT_STR, F(ckpt_dir), 0, 0, "save checkpoints in DIR (none without it)"},
-    {"--ckpt-every", "N", OPT_INT, F(ckpt_every), 0, INT64_MAX, "checkpoint every N steps and at the end "
-                                                               "(0: at the end only)"},
+    {"--ckpt-every", "N", OPT_INT, F(ckpt_every), 0, INT64_MAX,
+     "checkpoint every N steps and at the end "
+     "(0: at the end only)"},
     {"--keep", "N", OPT_INT, F(keep), 0, INT32_MAX, "keep the newest N checkpoints (0: all)"},
-    {"--resume", NULL, OPT_FLAG, F(resume), 0, 0, "continue from the newest checkpoint in --ckpt-dir that "
-                                                  "verifies"},
-    {"--partial", NULL, OPT_FLAG, F(partial), 0, 0, "with --resume: accept a checkpoint of another model, load "
-                                                    "the parameters that match, start the rest fresh"},
-    {"--metrics", "FILE", OPT_STR, F(metrics), 0, 0, "append one JSON object per step (truncated unless "
-                                                     "--resume)"},
+    {"--resume", NULL, OPT_FLAG, F(resume), 0, 0,
+     "continue from the newest checkpoint in --ckpt-dir that "
+     "verifies"},
+    {"--partial", NULL, OPT_FLAG, F(partial), 0, 0,
+     "with --resume: accept a checkpoint of another model, load "
+     "the parameters that match, start the rest fresh"},
+    {"--metrics", "FILE", OPT_STR, F(metrics), 0, 0,
+     "append one JSON object per step (truncated unless "
+     "--resume)"},
     {"--threads", "N", OPT_INT, F(threads), 1, MAX_THREADS, "CPU threads (default: all online CPUs)"},
     {"--log-every", "N", OPT_INT, F(log_every), 1, INT64_MAX, "log line every N steps when not a terminal"},
-    {"--sample", "N", OPT_INT, F(sample), 1, 1 << 30, "generate N tokens with the newest checkpoint of --ckpt-dir "
-                                                       "(or --init) instead of training"},
-    {"--prompt", "TEXT", OPT_STR, F(prompt), 0, 0, "with --sample: the text to continue (token ids unless the "
-                                                   "vocabulary is bytes)"},
+    {"--sample", "N", OPT_INT, F(sample), 1, 1 << 30,
+     "generate N tokens with the newest checkpoint of --ckpt-dir "
+     "(or --init) instead of training"},
+    {"--prompt", "TEXT", OPT_STR, F(prompt), 0, 0,
+     "with --sample: the text to continue (token ids unless the "
+     "vocabulary is bytes)"},
     {"--temperature", "T", OPT_DBL, F(temperature), 0, 0, "with --sample: softmax temperature, 0 greedy [1]"},
     {"--config", NULL, OPT_FLAG, F(config), 0, 0, "print the resolved config and exit"},
     {"--help", NULL, OPT_FLAG, F(help), 0, 0, "print this help and exit"},
@@ -103,8 +111,10 @@ static const OptSpec OPTS[] = {
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
 static void print_help(FILE *f, const char *prog, const TrainOpts *defaults) {
-    fprintf(f, "usage: %s --data FILE [options]\n       %s --sample N --ckpt-dir DIR|--init FILE [--prompt TEXT] "
-            "[--temperature T] [--seed S]\n\noptions:\n", prog, prog);
+    fprintf(f,
+            "usage: %s --data FILE [options]\n       %s --sample N --ckpt-dir DIR|--init FILE [--prompt TEXT] "
+            "[--temperature T] [--seed S]\n\noptions:\n",
+            prog, prog);
     for (int i = 0; i < N_OPTS; i++) {
         const OptSpec *o = &OPTS[i];
         const char *field = (const char *)defaults + o->field;
@@ -125,8 +135,8 @@ static int parse_int(const OptSpec *o, const char *s, int64_t *out, RtError *err
     if (!*s || *end || errno == ERANGE)
         return rt_error_set(err, "%s: '%s' is not an integer", o->name, s);
     if (v < o->min || v > o->max)
-        return rt_error_set(err, "%s: %lld is out of range, expected %lld..%lld", o->name, v,
-                            (long long)o->min, (long long)o->max);
+        return rt_error_set(err, "%s: %lld is out of range, expected %lld..%lld", o->name, v, (long long)o->min,
+                            (long long)o->max);
     *out = v;
     return 0;
 }
@@ -201,8 +211,12 @@ static int parse_args(TrainOpts *o, int argc, char **argv, RtError *err) {
 
 /* --sample only reads weights: the options that train or write are mistakes next to it. */
 static int check_sample_opts(const TrainOpts *o, RtError *err) {
-    const char *train_only = o->data ? "--data" : o->eval_data ? "--eval-data" : o->resume ? "--resume"
-                           : o->partial ? "--partial" : o->metrics ? "--metrics" : NULL;
+    const char *train_only = o->data        ? "--data"
+                             : o->eval_data ? "--eval-data"
+                             : o->resume    ? "--resume"
+                             : o->partial   ? "--partial"
+                             : o->metrics   ? "--metrics"
+                                            : NULL;
     if (train_only)
         return rt_error_set(err, "--sample generates text and does not train: %s is not used with it", train_only);
     if (o->init_allow_unused && !o->init)
@@ -271,9 +285,11 @@ static int64_t slot_numel(const RtParamSlot *s) {
 static int check_region(const RtProgram *p, const char *what, const char *path, int64_t off, int64_t bytes,
                         RtError *err) {
     if (bytes < 0 || off < 0 || off % 4 != 0 || off > p->slab_bytes - bytes)
-        return rt_error_set(err, "program: %s%s%s: %lld bytes at offset %lld, slab holds %lld (4-byte "
-                            "aligned offsets expected)", what, path ? " of " : "", path ? path : "",
-                            (long long)bytes, (long long)off, (long long)p->slab_bytes);
+        return rt_error_set(err,
+                            "program: %s%s%s: %lld bytes at offset %lld, slab holds %lld (4-byte "
+                            "aligned offsets expected)",
+                            what, path ? " of " : "", path ? path : "", (long long)bytes, (long long)off,
+                            (long long)p->slab_bytes);
     return 0;
 }
 
@@ -360,8 +376,10 @@ static int check_program(const RtProgram *p, RtError *err) {
     if (!p->step || p->slab_bytes <= 0 || p->nparams < 0 || (p->nparams > 0 && !p->params))
         return rt_error_set(err, "program: no step function, slab, or parameter table");
     if (p->batch < 1 || p->seq < 1 || p->vocab < 1 || p->batch > INT32_MAX / p->seq || p->vocab > INT32_MAX)
-        return rt_error_set(err, "program: batch %lld x sequence %lld, vocabulary %lld: expected positive "
-                            "sizes", (long long)p->batch, (long long)p->seq, (long long)p->vocab);
+        return rt_error_set(err,
+                            "program: batch %lld x sequence %lld, vocabulary %lld: expected positive "
+                            "sizes",
+                            (long long)p->batch, (long long)p->seq, (long long)p->vocab);
     if (check_mesh(p, err) != 0)
         return -1;
     int64_t bt = p->batch * p->seq * 4;
@@ -387,28 +405,28 @@ static const char *const TENSOR_PREFIX[3] = {"", "opt/m/", "opt/v/"};
 typedef struct Trainer {
     const RtProgram *p;
     TrainOpts o;
-    const char *prog;     /* for messages */
-    char *slab;           /* (slab_bytes) */
-    char *eval_slab;      /* (slab_bytes), only with --eval-data */
+    const char *prog; /* for messages */
+    char *slab;       /* (slab_bytes) */
+    char *eval_slab;  /* (slab_bytes), only with --eval-data */
     RtPool *pool;
     RtData *data, *eval;
-    RtCkptLock *lock;     /* held on --ckpt-dir for the whole run (by rank 0) */
-    RtComm *comm;         /* the mesh: rank and size, collectives */
-    int rank, world;      /* this process's device, and the device count */
+    RtCkptLock *lock;                 /* held on --ckpt-dir for the whole run (by rank 0) */
+    RtComm *comm;                     /* the mesh: rank and size, collectives */
+    int rank, world;                  /* this process's device, and the device count */
     int64_t batch_index, batch_count; /* which part of each global batch this rank reads */
-    RtCkptRegion *regions; /* (3 * nparams) where this rank's tensors lie in the global ones */
+    RtCkptRegion *regions;            /* (3 * nparams) where this rank's tensors lie in the global ones */
     char fingerprint[RT_FINGERPRINT_MAX];
     FILE *metrics;
-    RtTensor *tensors;    /* (3 * nparams), data pointing into slab */
-    char **names;         /* (3 * nparams) */
-    int64_t step;         /* completed steps */
-    int64_t saved;        /* step of the newest checkpoint on disk from this run or resumed; -1 */
+    RtTensor *tensors; /* (3 * nparams), data pointing into slab */
+    char **names;      /* (3 * nparams) */
+    int64_t step;      /* completed steps */
+    int64_t saved;     /* step of the newest checkpoint on disk from this run or resumed; -1 */
     int tty;
-    int alone;            /* failed where the other ranks may not have: the job must be ended */
-    double run_ms;        /* time in steps this run, for the ETA */
+    int alone;     /* failed where the other ranks may not have: the job must be ended */
+    double run_ms; /* time in steps this run, for the ETA */
     int64_t run_steps;
-    int64_t heap_base;    /* heap bytes in use when the trainer began (axlc run's compiler heap) */
-    int64_t heap_peak;    /* most heap bytes in use at a sample point (mem_sample) */
+    int64_t heap_base; /* heap bytes in use when the trainer began (axlc run's compiler heap) */
+    int64_t heap_peak; /* most heap bytes in use at a sample point (mem_sample) */
 } Trainer;
 
 /* The process's heap in use, as the C library counts it (the slab included: it is one large
@@ -436,8 +454,12 @@ static int64_t peak_rss(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : 0;
 }
 
-static float *slab_f32(char *slab, int64_t off) { return (float *)(void *)(slab + off); }
-static int32_t *slab_i32(char *slab, int64_t off) { return (int32_t *)(void *)(slab + off); }
+static float *slab_f32(char *slab, int64_t off) {
+    return (float *)(void *)(slab + off);
+}
+static int32_t *slab_i32(char *slab, int64_t off) {
+    return (int32_t *)(void *)(slab + off);
+}
 
 static float *slot_data(const Trainer *t, char *slab, int i, int k) {
     const RtParamSlot *s = &t->p->params[i];
@@ -645,8 +667,7 @@ static int init_file_check(Trainer *t, const RtSt *st, RtError *err) {
         return 0;
     return rt_error_set(err, "--init: %s: %d of %d parameters missing, %d in another shape, %d tensors unused%s",
                         t->o.init, c.missing, t->p->nparams, c.mismatched, c.unused,
-                        c.unused && !t->o.init_allow_unused ? " (--init-allow-unused accepts unused tensors)"
-                                                             : "");
+                        c.unused && !t->o.init_allow_unused ? " (--init-allow-unused accepts unused tensors)" : "");
 }
 
 static int params_load(Trainer *t, RtError *err) {
@@ -695,8 +716,10 @@ static void report_stop(Trainer *t, const char *what) {
         printf("\n");
     fflush(stdout);
     if (t->world > 1)
-        fprintf(stderr, "%s: rank %d: step %lld: %s: not finite; training stopped, nothing saved for this step.\n"
-                "%s: %s\n", t->prog, t->rank, (long long)t->step, what, t->prog, last_good(t, buf, sizeof buf));
+        fprintf(stderr,
+                "%s: rank %d: step %lld: %s: not finite; training stopped, nothing saved for this step.\n"
+                "%s: %s\n",
+                t->prog, t->rank, (long long)t->step, what, t->prog, last_good(t, buf, sizeof buf));
     else
         fprintf(stderr, "%s: step %lld: %s: not finite; training stopped, nothing saved for this step.\n%s: %s\n",
                 t->prog, (long long)t->step, what, t->prog, last_good(t, buf, sizeof buf));
@@ -725,9 +748,15 @@ static int ckpt_save(Trainer *t, RtError *err) {
         return 1;
     }
     RtCkptState s = {
-        .step = t->step, .data_position = rt_data_position(t->data), .rng_state = t->o.seed,
-        .config = t->p->config, .tensors = t->tensors, .n_tensors = 3 * t->p->nparams,
-        .fingerprint = t->fingerprint, .comm = t->world > 1 ? t->comm : NULL, .regions = t->regions,
+        .step = t->step,
+        .data_position = rt_data_position(t->data),
+        .rng_state = t->o.seed,
+        .config = t->p->config,
+        .tensors = t->tensors,
+        .n_tensors = 3 * t->p->nparams,
+        .fingerprint = t->fingerprint,
+        .comm = t->world > 1 ? t->comm : NULL,
+        .regions = t->regions,
     };
     RtError why;
     int rc = rt_ckpt_save(t->o.ckpt_dir, &s, (int)t->o.keep, &why);
@@ -798,8 +827,10 @@ static int check_model(Trainer *t, RtCkpt *ck, const char *where, RtError *err) 
     if (strcmp(rt_ckpt_fingerprint(ck), t->fingerprint) != 0 &&
         rt_model_diff(ps, t->p->nparams, t->p->config, ck, rt_ckpt_config(ck), diff, sizeof diff) > 0) {
         if (!t->o.partial)
-            return rt_error_set(err, "%s holds another model: %s; refusing to resume (--partial loads the parameters "
-                                "that match and starts the rest fresh)", where, diff);
+            return rt_error_set(err,
+                                "%s holds another model: %s; refusing to resume (--partial loads the parameters "
+                                "that match and starts the rest fresh)",
+                                where, diff);
         if (t->rank == 0)
             warn(t, "--partial: %s holds another model: %s", where, diff);
     }
@@ -839,8 +870,10 @@ static int ckpt_restore(Trainer *t, RtCkpt *ck, RtError *err) {
     if (rc != 0)
         return -1;
     if (rt_data_seek(t->data, rt_ckpt_data_position(ck), NULL) != 0)
-        return rt_error_set(err, "%s: data position %lld is past the end of --data %s (%lld tokens): the checkpoint "
-                            "was made with other data", where, (long long)rt_ckpt_data_position(ck), t->o.data,
+        return rt_error_set(err,
+                            "%s: data position %lld is past the end of --data %s (%lld tokens): the checkpoint "
+                            "was made with other data",
+                            where, (long long)rt_ckpt_data_position(ck), t->o.data,
                             (long long)rt_data_num_tokens(t->data));
     t->step = t->saved = rt_ckpt_step(ck);
     t->o.seed = rt_ckpt_rng_state(ck);
@@ -857,8 +890,10 @@ static int resume(Trainer *t, RtError *err) {
     if (damage.msg[0] && t->rank == 0)
         warn(t, "skipping a damaged checkpoint: %s", damage.msg);
     if (found == 0 && damage.msg[0])
-        return rt_error_set(err, "--resume: no checkpoint in %s verifies; refusing to start over next to "
-                            "them (move them away to start from scratch)", t->o.ckpt_dir);
+        return rt_error_set(err,
+                            "--resume: no checkpoint in %s verifies; refusing to start over next to "
+                            "them (move them away to start from scratch)",
+                            t->o.ckpt_dir);
     if (found == 0)
         return 0;
     int rc = ckpt_restore(t, ck, err);
@@ -876,8 +911,10 @@ static int check_fresh_dir(Trainer *t, RtError *err) {
     int64_t step;
     int found = rt_ckpt_latest(t->o.ckpt_dir, RT_CKPT_ANY, &step, err);
     if (found == 1)
-        return rt_error_set(err, "--ckpt-dir %s already holds checkpoints (newest: step %lld); pass --resume "
-                            "to continue from it, or choose another directory", t->o.ckpt_dir, (long long)step);
+        return rt_error_set(err,
+                            "--ckpt-dir %s already holds checkpoints (newest: step %lld); pass --resume "
+                            "to continue from it, or choose another directory",
+                            t->o.ckpt_dir, (long long)step);
     return found;
 }
 
@@ -1026,7 +1063,7 @@ static int setup(Trainer *t, RtError *err) {
 typedef struct StepOut {
     float loss, grad_norm, lr;
     double ms;
-    int64_t comm_bytes;   /* sent by this device in the step's collectives */
+    int64_t comm_bytes; /* sent by this device in the step's collectives */
 } StepOut;
 
 /* Loads the next batch of `d` into `slab` and runs step number `number` (1-based) on it. */
@@ -1106,8 +1143,8 @@ static void print_progress(Trainer *t, const StepOut *s, double tok_s, const dou
     if (t->tty) {
         if (eval)
             printf("\r\033[Keval step %lld loss %.6f\n", (long long)t->step, *eval);
-        printf("\rstep %lld/%lld  loss %.4f  %.0f tok/s  ETA %s\033[K", (long long)t->step,
-               (long long)t->o.steps, s->loss, tok_s, eta);
+        printf("\rstep %lld/%lld  loss %.4f  %.0f tok/s  ETA %s\033[K", (long long)t->step, (long long)t->o.steps,
+               s->loss, tok_s, eta);
     } else {
         if (t->step % t->o.log_every == 0 || t->step == t->o.steps || t->run_steps == 1)
             printf("step %lld loss %.6f grad_norm %.4f lr %.4e tok/s %.0f eta %s\n", (long long)t->step, s->loss,
@@ -1130,8 +1167,8 @@ static int eval_due(const Trainer *t) {
 typedef enum RunEnd {
     RUN_FAILED = -1, /* err says why */
     RUN_DONE = 0,
-    RUN_NONFINITE,   /* reported */
-    RUN_STOPPED,     /* by SIGINT or SIGTERM, reported */
+    RUN_NONFINITE, /* reported */
+    RUN_STOPPED,   /* by SIGINT or SIGTERM, reported */
 } RunEnd;
 
 /* One training step and everything that follows it. */
@@ -1271,9 +1308,10 @@ static void print_banner(const Trainer *t) {
     for (int i = 0; i < t->p->nparams; i++)
         elems += global_numel(&t->p->params[i]);
     printf("%s: %d parameters (%lld values), slab %.3f MiB, %lld x %lld tokens per step, %lld threads, "
-           "steps %lld..%lld", t->prog, (int)t->p->nparams, (long long)elems,
-           (double)t->p->slab_bytes / (1 << 20), (long long)(t->batch_count * t->p->batch), (long long)t->p->seq,
-           (long long)t->o.threads, (long long)t->step + 1, (long long)t->o.steps);
+           "steps %lld..%lld",
+           t->prog, (int)t->p->nparams, (long long)elems, (double)t->p->slab_bytes / (1 << 20),
+           (long long)(t->batch_count * t->p->batch), (long long)t->p->seq, (long long)t->o.threads,
+           (long long)t->step + 1, (long long)t->o.steps);
     if (t->world > 1) {
         printf(", %d devices (", t->world);
         for (int a = 0; a < t->p->mesh.naxes; a++)
@@ -1299,14 +1337,15 @@ static RunEnd train(Trainer *t, RtError *err) {
     if (rc == 0)
         rc = init_state(t, err);
     if (t->comm && agree_sum(t, rc != 0) > 0)
-        return rc != 0 ? RUN_FAILED : (RunEnd)rt_error_set(err, "stopping: another rank failed to start (see its "
-                                                           "message)");
+        return rc != 0 ? RUN_FAILED
+                       : (RunEnd)rt_error_set(err, "stopping: another rank failed to start (see its "
+                                                   "message)");
     if (rc != 0)
         return RUN_FAILED;
     if (t->step >= t->o.steps && t->saved == t->step) {
         if (t->rank == 0)
             printf("%s: checkpoint step %lld already reaches --steps %lld; nothing to do\n", t->prog,
-               (long long)t->step, (long long)t->o.steps);
+                   (long long)t->step, (long long)t->o.steps);
         return RUN_DONE;
     }
     if (open_metrics(t, err) != 0)
@@ -1321,7 +1360,8 @@ static RunEnd train(Trainer *t, RtError *err) {
         if (t->heap_peak > 0)
             printf("%s: memory: predicted %.2f MiB (the planned slab%s, as axlc memcheck reports it), measured "
                    "%.2f MiB (heap the trainer held at its peak, %+.1f%%); peak RSS %.2f MiB (code and libraries "
-                   "included)\n", t->prog, (double)planned / 1048576, t->eval_slab ? "s of the step and eval" : "",
+                   "included)\n",
+                   t->prog, (double)planned / 1048576, t->eval_slab ? "s of the step and eval" : "",
                    (double)t->heap_peak / 1048576, 100.0 * ((double)t->heap_peak - (double)planned) / (double)planned,
                    (double)peak_rss() / 1048576);
     }
@@ -1339,7 +1379,11 @@ int rt_train_check_args(int argc, char **argv, RtError *err) {
 }
 
 int rt_train_main(const RtProgram *p, int argc, char **argv) {
-    Trainer t = {.p = p, .prog = prog_name(argc, argv), .saved = -1, .tty = isatty(STDOUT_FILENO), .world = 1,
+    Trainer t = {.p = p,
+                 .prog = prog_name(argc, argv),
+                 .saved = -1,
+                 .tty = isatty(STDOUT_FILENO),
+                 .world = 1,
                  .heap_base = heap_in_use()};
     RtError err = {{0}};
     default_opts(&t.o, p);
@@ -1358,9 +1402,14 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
         return fflush(stdout) == 0 ? 0 : 1;
     }
     if (t.o.sample > 0) {
-        RtSampleOpts so = {.prog = t.prog, .count = t.o.sample, .prompt = t.o.prompt,
-                           .temperature = t.o.temperature < 0 ? 1.0 : t.o.temperature, .seed = t.o.seed,
-                           .ckpt_dir = t.o.ckpt_dir, .init = t.o.init, .init_allow_unused = t.o.init_allow_unused,
+        RtSampleOpts so = {.prog = t.prog,
+                           .count = t.o.sample,
+                           .prompt = t.o.prompt,
+                           .temperature = t.o.temperature < 0 ? 1.0 : t.o.temperature,
+                           .seed = t.o.seed,
+                           .ckpt_dir = t.o.ckpt_dir,
+                           .init = t.o.init,
+                           .init_allow_unused = t.o.init_allow_unused,
                            .threads = t.o.threads};
         openblas_set_num_threads(1); /* the pool runs the matrix products (rt_sgemm) */
         int rc = check_opts(&t.o, &err) == 0 ? rt_sample_run(p, &so, stdout, &err) : -1;

@@ -25,65 +25,67 @@ typedef struct {
   const char *apply[MAX_LIST];
   const char *sets[MAX_LIST];
   bool json;
-  const char *after;       /* ir: stop after this pass */
-  const char *format;      /* ir: text or dot */
-  const char *emit;        /* compile: exe (default), obj, llvm or asm */
-  const char *output;      /* compile: -o */
+  const char *after;          /* ir: stop after this pass */
+  const char *format;         /* ir: text or dot */
+  const char *emit;           /* compile: exe (default), obj, llvm or asm */
+  const char *output;         /* compile: -o */
   const char *cpu, *features; /* compile, run: code generation target */
-  const char *backend;     /* compile, run: --backend */
+  const char *backend;        /* compile, run: --backend */
   const char *rest[MAX_LIST]; /* run: the trainer's options, passed through */
   int nrest;
-  const char *plot;        /* memcheck: --plot FILE.svg */
-  const char *from, *to;   /* convert: --from hf or --to hf */
-  const char *input;       /* convert: the weights file */
-  const char *devices;     /* memcheck, compile: --devices FILE (the device table) */
-  bool no_memcheck;        /* compile: --no-memcheck */
+  const char *plot;             /* memcheck: --plot FILE.svg */
+  const char *from, *to;        /* convert: --from hf or --to hf */
+  const char *input;            /* convert: the weights file */
+  const char *devices;          /* memcheck, compile: --devices FILE (the device table) */
+  bool no_memcheck;             /* compile: --no-memcheck */
   const char *search[MAX_LIST]; /* AXLC_PATH's directories, then the shipped configs' */
-  char *axlc_path;         /* a copy of AXLC_PATH that search[] points into */
-  char share[PATH_MAX + 16]; /* installed: PREFIX/share/axlc; in a build: the source's models/ */
-  char lib[PATH_MAX + 16];   /* installed: PREFIX/lib (libaxrt.a); in a build: empty */
+  char *axlc_path;              /* a copy of AXLC_PATH that search[] points into */
+  char share[PATH_MAX + 16];    /* installed: PREFIX/share/axlc; in a build: the source's models/ */
+  char lib[PATH_MAX + 16];      /* installed: PREFIX/lib (libaxrt.a); in a build: empty */
 } Args;
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: axlc COMMAND [MODEL.json] [options]\n"
-          "\n"
-          "commands:\n"
-          "  config MODEL.json   print the resolved config (canonical JSON, every default explicit)\n"
-          "  params MODEL.json   print every parameter: path, shape, dtype, init, partition spec\n"
-          "  kinds [KIND]        list module kinds, or one kind's fields\n"
-          "  ir MODEL.json       print the IR of the training step [--after PASS] [--format text|dot]\n"
-          "                      passes: compose, autodiff, optimizer, simplify, shard, remat\n"
-          "  compile MODEL.json  --target cpu -o TRAINER: a native trainer executable\n"
-          "                      [--emit exe|obj|llvm|asm] [--cpu NAME] [--features +avx2,...]\n"
-          "  run MODEL.json      train in process: --target cpu compiles with the LLVM JIT and\n"
-          "                      takes the trainer's options (axlc run M --target cpu --help);\n"
-          "                      --target interp runs the reference interpreter with\n"
-          "                      --data FILE [--steps N] [--seed S] [--init W.safetensors]\n"
-          "                      [--dump OUT.safetensors]\n"
-          "  memcheck MODEL.json --target T: will the job fit each device? where the memory goes,\n"
-          "                      FLOPs and bytes sent per step [--json] [--plot FILE.svg]\n"
-          "                      [--devices FILE]  (the device table; default models/rules/devices.json)\n"
-          "  plot METRICS.jsonl  -o FILE.svg: draw a trainer's --metrics (loss, eval loss,\n"
-          "                      learning rate, gradient norm, tokens/s against the step)\n"
-          "  convert MODEL.json  --from hf IN.safetensors -o OUT.safetensors: Hugging Face GPT-2\n"
-          "                      or Llama weights (as the config decides) to axlc's parameter\n"
-          "                      paths, for --init; --to hf: axlc weights (--init files, --dump\n"
-          "                      output) to Hugging Face's names and layouts\n"
-          "  backends            list the backends and what each can do\n"
-          "\n"
-          "options:\n"
-          "  --target T          select the first mesh rule matching T (cpu, cpu-4,\n"
-          "                      gpu-h100-256, tpu-v5p-512, ...) and size the mesh for it\n"
-          "  --backend NAME      (compile, run) the code generator; default: the target's\n"
-          "                      (cpu: llvm); --target interp is --target cpu --backend interp\n"
-          "  --apply MOD         apply a modifier file (repeatable, in order); a name not\n"
-          "                      found is looked up in AXLC_PATH and the shipped modifiers\n"
-          "                      (--apply moe, --apply rope)\n"
-          "  --set PATH=VALUE    set a value, e.g. --set /model/decoder/num_layers=4\n"
-          "  --json              (params, memcheck) machine-readable output\n"
-          "  --no-memcheck       (compile) compile even when the job does not fit the target\n"
-          "  -h, --help          this help\n");
+  fprintf(
+      out,
+      "usage: axlc COMMAND [MODEL.json] [options]\n"
+      "\n"
+      "commands:\n"
+      "  config MODEL.json   print the resolved config (canonical JSON, every default explicit)\n"
+      "  params MODEL.json   print every parameter: path, shape, dtype, init, partition spec\n"
+      "  kinds [KIND]        list module kinds, or one kind's fields\n"
+      "  ir MODEL.json       print the IR of the training step [--after PASS] [--format text|dot]\n"
+      "                      passes: compose, autodiff, optimizer, simplify, shard, remat\n"
+      "  compile MODEL.json  --target cpu -o TRAINER: a native trainer executable\n"
+      "                      [--emit exe|obj|llvm|asm] [--cpu NAME] [--features +avx2,...]\n"
+      "  run MODEL.json      train in process: --target cpu compiles with the LLVM JIT and\n"
+      "                      takes the trainer's options (axlc run M --target cpu --help);\n"
+      "                      --target interp runs the reference interpreter with\n"
+      "                      --data FILE [--steps N] [--seed S] [--init W.safetensors]\n"
+      "                      [--dump OUT.safetensors]\n"
+      "  memcheck MODEL.json --target T: will the job fit each device? where the memory goes,\n"
+      "                      FLOPs and bytes sent per step [--json] [--plot FILE.svg]\n"
+      "                      [--devices FILE]  (the device table; default "
+      "models/rules/devices.json)\n"
+      "  plot METRICS.jsonl  -o FILE.svg: draw a trainer's --metrics (loss, eval loss,\n"
+      "                      learning rate, gradient norm, tokens/s against the step)\n"
+      "  convert MODEL.json  --from hf IN.safetensors -o OUT.safetensors: Hugging Face GPT-2\n"
+      "                      or Llama weights (as the config decides) to axlc's parameter\n"
+      "                      paths, for --init; --to hf: axlc weights (--init files, --dump\n"
+      "                      output) to Hugging Face's names and layouts\n"
+      "  backends            list the backends and what each can do\n"
+      "\n"
+      "options:\n"
+      "  --target T          select the first mesh rule matching T (cpu, cpu-4,\n"
+      "                      gpu-h100-256, tpu-v5p-512, ...) and size the mesh for it\n"
+      "  --backend NAME      (compile, run) the code generator; default: the target's\n"
+      "                      (cpu: llvm); --target interp is --target cpu --backend interp\n"
+      "  --apply MOD         apply a modifier file (repeatable, in order); a name not\n"
+      "                      found is looked up in AXLC_PATH and the shipped modifiers\n"
+      "                      (--apply moe, --apply rope)\n"
+      "  --set PATH=VALUE    set a value, e.g. --set /model/decoder/num_layers=4\n"
+      "  --json              (params, memcheck) machine-readable output\n"
+      "  --no-memcheck       (compile) compile even when the job does not fit the target\n"
+      "  -h, --help          this help\n");
 }
 
 static int need_value(int i, int argc, char **argv) {
@@ -146,8 +148,7 @@ static int parse_args(int argc, char **argv, Args *a) {
        * so "-1" is a value (a bad one, which the option's parser reports) */
       if (add(a->rest, &a->nrest, s, "trainer")) return -1;
       bool flag = !strcmp(s, "--resume") || !strcmp(s, "--partial") || !strcmp(s, "--config") ||
-                  !strcmp(s, "--init-allow-unused") ||
-                  strchr(s, '=');
+                  !strcmp(s, "--init-allow-unused") || strchr(s, '=');
       if (!flag && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 &&
           add(a->rest, &a->nrest, argv[++i], "trainer"))
         return -1;
@@ -222,7 +223,8 @@ static json_object *resolve(FeDiag *d, const Args *a) {
   }
   const char *rule = NULL;
   json_object *cfg = fe_resolve(d, a->model, &a->fe, &rule);
-  if (!cfg) fe_diag_print(d, stderr);
+  if (!cfg)
+    fe_diag_print(d, stderr);
   else if (a->fe.target && rule)
     fprintf(stderr, "note: target %s matched mesh rule \"%s\"\n", a->fe.target, rule);
   else if (a->fe.target)
@@ -284,8 +286,9 @@ static int cmd_params(const Args *a) {
 }
 
 static const char *type_name(const FeField *f) {
-  static const char *const names[] = {"int", "float", "bool", "string", "enum", "module",
-                                      "int list", "string list", "partition specs", "remat"};
+  static const char *const names[] = {
+      "int",    "float",    "bool",        "string",          "enum",
+      "module", "int list", "string list", "partition specs", "remat"};
   return names[f->type];
 }
 
@@ -331,8 +334,10 @@ static int cmd_ir(const Args *a) {
   }
   DrvJob j;
   int rc = lower(&j, a, a->after) ? 1 : 0;
-  if (rc == 0 && !strcmp(format, "dot")) ir_graph_print_dot(j.graph, stdout);
-  else if (rc == 0) ir_graph_print(j.graph, stdout);
+  if (rc == 0 && !strcmp(format, "dot"))
+    ir_graph_print_dot(j.graph, stdout);
+  else if (rc == 0)
+    ir_graph_print(j.graph, stdout);
   drv_free(&j);
   return rc;
 }
@@ -353,8 +358,10 @@ static int cmd_backends(void) {
     const Backend *b = backend_table[i];
     printf("%-8s %s\n", b->name, b->doc);
     printf("         run: %s  compile: ", b->run ? "yes" : "no");
-    if (b->compile) print_emits(b, stdout);
-    else printf("no");
+    if (b->compile)
+      print_emits(b, stdout);
+    else
+      printf("no");
     printf("  trainer executable: %s  dtypes:", b->standalone ? "yes" : "no");
     for (int dt = 0; dt < DT_COUNT; dt++)
       if (b->dtypes & 1u << dt) printf(" %s", ir_dtype_name((IrDType)dt));
@@ -383,11 +390,15 @@ static const Backend *pick_backend(Args *a) {
   if (name && !b)
     fprintf(stderr, "error: unknown backend '%s' (expected one of: %s)\n", name, names);
   else if (!b && backend_find("llvm"))
-    fprintf(stderr, "error: axlc %s: --target %s is not available (expected cpu, or interp for "
-            "the reference interpreter)\n", a->command, a->fe.target ? a->fe.target : "(none)");
+    fprintf(stderr,
+            "error: axlc %s: --target %s is not available (expected cpu, or interp for "
+            "the reference interpreter)\n",
+            a->command, a->fe.target ? a->fe.target : "(none)");
   else if (!b)
-    fprintf(stderr, "error: axlc %s: --target %s is not available (this axlc was built without "
-            "LLVM; expected --target interp)\n", a->command, a->fe.target ? a->fe.target : "(none)");
+    fprintf(stderr,
+            "error: axlc %s: --target %s is not available (this axlc was built without "
+            "LLVM; expected --target interp)\n",
+            a->command, a->fe.target ? a->fe.target : "(none)");
   return b;
 }
 
@@ -458,9 +469,9 @@ static char *output_problem(const char *out) {
   char *copy = fe_asprintf("%s", out), *why = NULL;
   const char *dir = dirname(copy);
   if (stat(dir, &st) != 0)
-    why = errno == ENOENT ? fe_asprintf("%s: the directory %s does not exist", out, dir)
-                          : fe_asprintf("%s: cannot use the directory %s: %s", out, dir,
-                                        strerror(errno));
+    why = errno == ENOENT
+              ? fe_asprintf("%s: the directory %s does not exist", out, dir)
+              : fe_asprintf("%s: cannot use the directory %s: %s", out, dir, strerror(errno));
   else if (!S_ISDIR(st.st_mode))
     why = fe_asprintf("%s: %s is not a directory", out, dir);
   else if (access(dir, W_OK | X_OK) != 0)
@@ -481,10 +492,12 @@ static int check_output(const char *out) {
 
 static int cmd_compile(Args *a) {
   const char *t = a->fe.target;
-  bool cpu = t && (!strcmp(t, "cpu") || !strcmp(t, "interp") ||
-                   (!strncmp(t, "cpu-", 4) && t[4] && strspn(t + 4, "0123456789") == strlen(t + 4)));
+  bool cpu =
+      t && (!strcmp(t, "cpu") || !strcmp(t, "interp") ||
+            (!strncmp(t, "cpu-", 4) && t[4] && strspn(t + 4, "0123456789") == strlen(t + 4)));
   if (!a->backend && !cpu && !(t && backend_for_target(t))) {
-    fprintf(stderr, "error: axlc compile: --target %s is not available (expected --target cpu or cpu-N)\n",
+    fprintf(stderr,
+            "error: axlc compile: --target %s is not available (expected --target cpu or cpu-N)\n",
             a->fe.target ? a->fe.target : "(none)");
     return 1;
   }
@@ -505,8 +518,10 @@ static int cmd_compile(Args *a) {
       fit = mem ? memcheck_job(&q, &j, true, mem) : 0;
       if (mem) fclose(mem);
       if (fit == 1)
-        fprintf(stderr, "error: the job does not fit --target %s (compile anyway with "
-                "--no-memcheck):\n%s", a->fe.target ? a->fe.target : "cpu", text);
+        fprintf(stderr,
+                "error: the job does not fit --target %s (compile anyway with "
+                "--no-memcheck):\n%s",
+                a->fe.target ? a->fe.target : "cpu", text);
       free(text);
     }
     if (fit == 0) {
@@ -570,7 +585,8 @@ static void suggest_fixes(const Args *a, const DrvJob *j, const DrvDevice *dev, 
     const char *extra[] = {set};
     int64_t peak = peak_with(a, extra, 1);
     if (peak >= 0 && peak <= dev->memory) {
-      fprintf(out, "  --set '%s': peak %s, headroom %s\n", set, fe_human_bytes((double)peak, a1, sizeof a1),
+      fprintf(out, "  --set '%s': peak %s, headroom %s\n", set,
+              fe_human_bytes((double)peak, a1, sizeof a1),
               fe_human_bytes(dev->memory - (double)peak, a2, sizeof a2));
       found++;
     }
@@ -588,22 +604,30 @@ static void suggest_fixes(const Args *a, const DrvJob *j, const DrvDevice *dev, 
   for (int c = 0; c < 3 && di >= 0 && fi >= 0 && mi >= 0; c++) {
     int64_t shape[FE_MAX_MESH];
     memcpy(shape, m->shape, sizeof shape);
-    if (c == 0 && shape[di] > 1) shape[fi] *= shape[di], shape[di] = 1;
-    else if (c == 1 && shape[fi] % 2 == 0) shape[fi] /= 2, shape[mi] *= 2;
-    else if (c == 2 && shape[di] % 2 == 0) shape[di] /= 2, shape[mi] *= 2;
-    else continue;
+    if (c == 0 && shape[di] > 1)
+      shape[fi] *= shape[di], shape[di] = 1;
+    else if (c == 1 && shape[fi] % 2 == 0)
+      shape[fi] /= 2, shape[mi] *= 2;
+    else if (c == 2 && shape[di] % 2 == 0)
+      shape[di] /= 2, shape[mi] *= 2;
+    else
+      continue;
     size_t len = (size_t)snprintf(set, sizeof set, "/mesh/shape=[");
-    for (int i = 0; i < m->n; i++) len += (size_t)snprintf(set + len, sizeof set - len, "%s%lld", i ? "," : "", (long long)shape[i]);
+    for (int i = 0; i < m->n; i++)
+      len += (size_t)snprintf(set + len, sizeof set - len, "%s%lld", i ? "," : "",
+                              (long long)shape[i]);
     snprintf(set + len, sizeof set - len, "]");
     const char *extra[] = {set};
     int64_t peak = peak_with(a, extra, 1);
     if (peak >= 0 && peak <= dev->memory) {
-      fprintf(out, "  --set '%s': peak %s, headroom %s\n", set, fe_human_bytes((double)peak, a1, sizeof a1),
+      fprintf(out, "  --set '%s': peak %s, headroom %s\n", set,
+              fe_human_bytes((double)peak, a1, sizeof a1),
               fe_human_bytes(dev->memory - (double)peak, a2, sizeof a2));
       found++;
     }
   }
-  if (!found) fprintf(out, "  none of the remat presets or mesh changes tried fits; try more devices\n");
+  if (!found)
+    fprintf(out, "  none of the remat presets or mesh changes tried fits; try more devices\n");
 }
 
 /* Runs the report on a lowered job: prints it (text or JSON), writes the plot; 0 when it fits. */
@@ -639,7 +663,8 @@ static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
 
 static int cmd_memcheck(const Args *a) {
   if (!a->fe.target) {
-    fprintf(stderr, "error: axlc memcheck needs --target (cpu, cpu-4, gpu-h100-256, tpu-v5p-512, ...)\n");
+    fprintf(stderr,
+            "error: axlc memcheck needs --target (cpu, cpu-4, gpu-h100-256, tpu-v5p-512, ...)\n");
     return 1;
   }
   DrvJob j;
@@ -661,7 +686,7 @@ static int cmd_convert(const Args *a) {
   const char *fmt = a->from ? a->from : a->to;
   if (!a->model || !a->input || !a->output || (a->from && a->to) || !fmt) {
     fprintf(stderr, "error: usage: axlc convert MODEL.json (--from hf | --to hf) IN.safetensors "
-            "-o OUT.safetensors\n");
+                    "-o OUT.safetensors\n");
     return 1;
   }
   if (strcmp(fmt, "hf") != 0) {

@@ -1,17 +1,20 @@
 #!/bin/sh
-# Checks that the C files listed in .clang-format-files are formatted as .clang-format
-# (2 spaces) and runtime/.clang-format (4 spaces) say: prints clang-format's diff and exits 1
-# otherwise. The list holds the files already formatted; the rest of the tree joins it in one
-# reformatting commit (done by the lead when no branch is in flight), after which this script
-# checks every *.c and *.h.
-#   usage: tools/check-format.sh [FILE...]   (default: the files in .clang-format-files)
+# Checks that every C file of the tree (*.c, *.h) is formatted as .clang-format (2 spaces)
+# and runtime/.clang-format (4 spaces) say: prints clang-format's diff and exits 1 otherwise.
+#   usage: tools/check-format.sh [FILE...]   (default: every *.c and *.h that git tracks)
 set -eu
 cd "$(dirname "$0")/.."
 if ! command -v clang-format > /dev/null; then
   echo "check-format: clang-format not found (Debian: clang-format); skipped"
   exit 0
 fi
-[ $# -gt 0 ] || set -- $(grep -v '^#' .clang-format-files)
+if [ $# -eq 0 ]; then
+  if git rev-parse --git-dir > /dev/null 2>&1; then
+    set -- $(git ls-files '*.c' '*.h')
+  else
+    set -- $(find . -name '*.[ch]' -not -path './build*' | sort)
+  fi
+fi
 bad=0
 for f in "$@"; do
   if ! clang-format --dry-run --Werror "$f" 2> /dev/null; then

@@ -21,7 +21,7 @@ build() { # DIR CMAKE-ARGS...
   cmake --build "$top/$1" -j "$jobs"
 }
 
-stage "format of the files in .clang-format-files"
+stage "format: every C file as .clang-format says"
 "$top/tools/check-format.sh"
 
 stage "build (RelWithDebInfo) and test"

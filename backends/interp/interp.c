@@ -26,12 +26,12 @@
 
 /* The options of `axlc run --backend interp`. */
 typedef struct InterpOptions {
-  const char *data;       /* text or llm.c token file */
-  int64_t steps;          /* 0: the config's max_steps */
-  int64_t seed;           /* < 0: the config's seed */
-  const char *init;       /* safetensors with initial parameters, or NULL */
-  const char *dump;       /* safetensors to write after the last step, or NULL */
-  FILE *log;              /* per-step lines */
+  const char *data; /* text or llm.c token file */
+  int64_t steps;    /* 0: the config's max_steps */
+  int64_t seed;     /* < 0: the config's seed */
+  const char *init; /* safetensors with initial parameters, or NULL */
+  const char *dump; /* safetensors to write after the last step, or NULL */
+  FILE *log;        /* per-step lines */
 } InterpOptions;
 
 typedef struct {
@@ -43,20 +43,17 @@ typedef struct {
   int32_t *ids, *targets; /* (B, T) */
   double *buf;            /* scratch, as large as the largest parameter */
   float *fbuf;
-  float *losses;          /* (steps) */
+  float *losses; /* (steps) */
 } Trainer;
 
-static int fail(Trainer *t, const char *msg) {
-  return fe_error(t->j->diag, NULL, NULL, "%s", msg);
-}
+static int fail(Trainer *t, const char *msg) { return fe_error(t->j->diag, NULL, NULL, "%s", msg); }
 
 /* Fills t->fbuf with parameter p's initial values. */
 static int init_values(Trainer *t, const FeParam *p, const RtSt *st, uint64_t seed) {
   RtError err;
   int64_t n = fe_param_numel(p);
   if (st) {
-    if (rt_st_read_f32(st, p->path, p->shape, p->rank, t->fbuf, &err))
-      return fail(t, err.msg);
+    if (rt_st_read_f32(st, p->path, p->shape, p->rank, t->fbuf, &err)) return fail(t, err.msg);
     return 0;
   }
   RtInit init = backend_param_init(p);
@@ -67,7 +64,8 @@ static int init_values(Trainer *t, const FeParam *p, const RtSt *st, uint64_t se
 /* The global shape of value v of a per-device program. */
 static IrShape global_shape(const IrGraph *g, int32_t v) {
   IrShape s = g->values[v].shape;
-  for (int32_t d = 0; d < s.rank; d++) s.dims[d] *= ir_split_count(&g->mesh, &g->values[v].split, d);
+  for (int32_t d = 0; d < s.rank; d++)
+    s.dims[d] *= ir_split_count(&g->mesh, &g->values[v].split, d);
   return s;
 }
 
@@ -103,8 +101,10 @@ static int gather_output(Trainer *t, const char *name, IrShape *s) {
   for (int64_t dev = 0; dev < (g->mesh.naxes ? ir_mesh_devices(&g->mesh) : 1); dev++) {
     const double *x = ir_interp_output(t->it, dev, name, NULL);
     if (!x) return fail(t, ir_interp_error(t->it));
-    if (g->mesh.naxes) ir_split_copy(&g->mesh, &g->values[v].split, s, dev, t->buf, (double *)x, true);
-    else memcpy(t->buf, x, (size_t)ir_shape_numel(s) * sizeof *x);
+    if (g->mesh.naxes)
+      ir_split_copy(&g->mesh, &g->values[v].split, s, dev, t->buf, (double *)x, true);
+    else
+      memcpy(t->buf, x, (size_t)ir_shape_numel(s) * sizeof *x);
   }
   return 0;
 }
@@ -178,8 +178,8 @@ static int run_step(Trainer *t, int64_t step) {
   if (!loss || !lr || !gn) return fail(t, ir_interp_error(t->it));
   t->losses[step - 1] = (float)*loss;
   if (t->o->log)
-    fprintf(t->o->log, "step %lld loss %.6f grad_norm %.4f lr %.3g\n", (long long)step, *loss,
-            *gn, *lr);
+    fprintf(t->o->log, "step %lld loss %.6f grad_norm %.4f lr %.3g\n", (long long)step, *loss, *gn,
+            *lr);
   if (!isfinite(*loss)) {
     char msg[128];
     snprintf(msg, sizeof msg, "the loss is not finite at step %lld; stopping", (long long)step);
@@ -200,8 +200,8 @@ static int dump(Trainer *t, int64_t steps) {
   const IrGraph *g = t->j->graph;
   RtTensor *ts = calloc((size_t)g->noutputs + 1, sizeof *ts);
   int n = 0;
-  ts[n++] = (RtTensor){.name = "loss", .dtype = RT_DT_F32, .ndim = 1, .shape = {steps},
-                       .data = t->losses};
+  ts[n++] = (RtTensor){
+      .name = "loss", .dtype = RT_DT_F32, .ndim = 1, .shape = {steps}, .data = t->losses};
   for (int32_t i = 0; i < g->noutputs; i++) {
     const char *name = g->outputs[i].name;
     bool want = !strncmp(name, "grad:", 5) ||
@@ -233,8 +233,7 @@ static int64_t max_numel(const BackendJob *j, int64_t floor) {
 static int setup(Trainer *t, int64_t steps) {
   RtError err;
   if (!t->o->data) return fail(t, "--data FILE is required (a text or llm.c token file)");
-  if (rt_data_open(&t->data, t->o->data, (int)t->j->facts->vocab, &err))
-    return fail(t, err.msg);
+  if (rt_data_open(&t->data, t->o->data, (int)t->j->facts->vocab, &err)) return fail(t, err.msg);
   int32_t ids = ir_graph_find(t->j->graph, IR_INPUT, "ids");
   IrShape bt = global_shape(t->j->graph, ids); /* every device's batch: the global one */
   t->batch = bt.dims[0];
@@ -301,9 +300,11 @@ static int parse_options(FeDiag *d, int argc, char **argv, InterpOptions *o) {
     bool text = !strcmp(s, "--data") || !strcmp(s, "--init") || !strcmp(s, "--dump");
     bool num = !strcmp(s, "--steps") || !strcmp(s, "--seed");
     if (!text && !num)
-      return fe_error(d, NULL, NULL, "%s is not an option of --backend interp (it takes "
+      return fe_error(d, NULL, NULL,
+                      "%s is not an option of --backend interp (it takes "
                       "--data, --steps, --seed, --init, --dump; --backend llvm takes the "
-                      "trainer's options)", s);
+                      "trainer's options)",
+                      s);
     if (!v || !strncmp(v, "--", 2)) /* the next option, not a value */
       return fe_error(d, NULL, NULL, "%s needs a value", s);
     i++;

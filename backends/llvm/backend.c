@@ -26,11 +26,11 @@
 /* One compilation's products. */
 typedef struct Compiled {
   MemPlan plan;
-  MemPlan fwd_plan;           /* of the sampling forward, when the job has one */
+  MemPlan fwd_plan; /* of the sampling forward, when the job has one */
   LlvmModule *module;
-  LlvmProgramInfo info;       /* what the trainer's program table holds */
+  LlvmProgramInfo info; /* what the trainer's program table holds */
   LlvmParamInfo *params;
-  char *config;               /* canonical config text, embedded in the trainer */
+  char *config; /* canonical config text, embedded in the trainer */
 } Compiled;
 
 static void compiled_free(Compiled *c) {
@@ -66,7 +66,8 @@ static void program_info(const BackendJob *j, Compiled *c) {
 static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled *c) {
   memset(c, 0, sizeof *c);
   if (ir_mesh_devices(&j->graph->mesh) != (j->build->mesh.devices > 1 ? j->build->mesh.devices : 1))
-    return fe_error(j->diag, j->file, "/mesh", "the mesh has %lld devices, but the step graph was not "
+    return fe_error(j->diag, j->file, "/mesh",
+                    "the mesh has %lld devices, but the step graph was not "
                     "sharded for them (its mesh has %lld): the shard pass did not run",
                     (long long)j->build->mesh.devices, (long long)ir_mesh_devices(&j->graph->mesh));
   LlvmOptions lo = llvm_options_default();
@@ -130,8 +131,8 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
   char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
-  char *argv[32] = {(char *)cc, "-o", (char *)out, obj, rt_main, rt,
-                    "-lopenblas", "-ljson-c", "-lm", "-lpthread"};
+  char *argv[32] = {(char *)cc, "-o",         (char *)out, obj,   rt_main,
+                    rt,         "-lopenblas", "-ljson-c",  "-lm", "-lpthread"};
   int n = 10;
   if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
   for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < 31; lib = strtok(NULL, ";"))
@@ -144,8 +145,10 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
   free(rt);
   free(rt_main);
   if (rc)
-    return fe_error(j->diag, out, NULL, "linking the trainer with %s failed (it needs "
-                    "libopenblas-dev and libjson-c-dev)", cc);
+    return fe_error(j->diag, out, NULL,
+                    "linking the trainer with %s failed (it needs "
+                    "libopenblas-dev and libjson-c-dev)",
+                    cc);
   return 0;
 }
 
@@ -166,7 +169,8 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
   Compiled c = {0};
   char err[1024];
   int rc = compile_module(j, o, &c);
-  if (rc == 0 && !strcmp(emit, "exe")) rc = link_trainer(j, o, &c, out);
+  if (rc == 0 && !strcmp(emit, "exe"))
+    rc = link_trainer(j, o, &c, out);
   else if (rc == 0 && !strcmp(emit, "obj") &&
            llvm_emit_object(c.module, out, NULL, NULL, err, sizeof err))
     rc = fe_error(j->diag, out, NULL, "%s", err);
@@ -214,15 +218,19 @@ static char *find_mpirun(const BackendJob *j) {
   char *mpirun = find_on_path("mpirun");
   if (!mpirun) mpirun = find_on_path("mpiexec");
   if (!mpirun)
-    fe_error(j->diag, j->file, "/mesh", "this job runs on %lld devices, one process each, and mpirun was not "
-             "found on PATH (Debian: apt-get install openmpi-bin); or compile it with `axlc compile %s --target "
-             "cpu-%lld -o trainer` and start `mpirun -np %lld ./trainer --data FILE ...` or `srun -n %lld "
-             "./trainer ...`", n, j->file ? j->file : "MODEL", n, n, n);
+    fe_error(j->diag, j->file, "/mesh",
+             "this job runs on %lld devices, one process each, and mpirun was not "
+             "found on PATH (Debian: apt-get install openmpi-bin); or compile it with `axlc "
+             "compile %s --target "
+             "cpu-%lld -o trainer` and start `mpirun -np %lld ./trainer --data FILE ...` or `srun "
+             "-n %lld "
+             "./trainer ...`",
+             n, j->file ? j->file : "MODEL", n, n, n);
   return mpirun;
 }
 
-static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c, char *mpirun, int argc,
-                      char **argv) {
+static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c, char *mpirun,
+                      int argc, char **argv) {
   long long n = (long long)ir_mesh_devices(&j->graph->mesh);
   const char *tmp = getenv("TMPDIR");
   char *base = fe_asprintf("%s/axlc-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -269,7 +277,8 @@ static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int ar
   for (int i = 1; i < argc; i++)
     sample = sample || !strcmp(argv[i], "--sample") || !strncmp(argv[i], "--sample=", 9);
   bool spawn = ir_mesh_devices(&j->graph->mesh) > 1 && !rt_comm_launched() && !sample;
-  char *mpirun = spawn ? find_mpirun(j) : NULL; /* before compiling: a missing mpirun costs nothing */
+  char *mpirun =
+      spawn ? find_mpirun(j) : NULL; /* before compiling: a missing mpirun costs nothing */
   if (spawn && !mpirun) return 1;
   if (compile_module(j, o, &c) == 0 && spawn) {
     rc = run_mpirun(j, o, &c, mpirun, argc, argv);
@@ -309,7 +318,8 @@ static const BackendEmit emits[] = {
 
 const Backend backend_llvm = {
     .name = "llvm",
-    .doc = "native code for the host CPU through LLVM 14: trainer executables, or the JIT in process",
+    .doc =
+        "native code for the host CPU through LLVM 14: trainer executables, or the JIT in process",
     .targets = "cpu(-[0-9]+)?",
     .dtypes = 1u << DT_F32 | 1u << DT_I32,
     .emits = emits,

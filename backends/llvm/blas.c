@@ -13,7 +13,6 @@
 
 #include <limits.h>
 
-
 typedef struct DotLayout {
   int64_t batch, m, n, k;
   bool ta, tb; /* lhs stored (K, M) / rhs stored (N, K) */
@@ -55,7 +54,7 @@ static bool dot_layout(const IrGraph *g, int32_t v, DotLayout *L) {
   for (int32_t k = 0; k < x->attr.lc.n; k++) L->k *= as->dims[x->attr.lc.v[k]];
   L->m = prod(as, nb, as->rank) / (L->k ? L->k : 1);
   L->n = prod(bs, nb, bs->rank) / (L->k ? L->k : 1);
-  L->ta = a_kfirst; /* lhs (K, M): transposed */
+  L->ta = a_kfirst;                      /* lhs (K, M): transposed */
   L->tb = !b_kfirst && x->attr.rc.n > 0; /* rhs (N, K): transposed */
   return L->k > 0 && L->m < INT_MAX && L->n < INT_MAX && L->k < INT_MAX;
 }
@@ -88,11 +87,22 @@ int llvm_dot_blas_emit(LlvmCtx *C, int32_t v) {
   if (!dot_layout(C->g, v, &L)) return llvm_fail(C, "%%%d (dot_general): not a BLAS layout", v);
   int64_t lda = L.ta ? L.m : L.k, ldb = L.tb ? L.k : L.n;
   LLVMValueRef pool = LLVMBuildBitCast(C->b, C->pool, C->t_i8p, "");
-  LLVMValueRef args[] = {
-      pool, llvm_i64(C, L.batch), i32c(C, L.ta), i32c(C, L.tb), llvm_i64(C, L.m),
-      llvm_i64(C, L.n), llvm_i64(C, L.k), buf(C, x->ops[0]), llvm_i64(C, lda > 1 ? lda : 1),
-      llvm_i64(C, L.m * L.k), buf(C, x->ops[1]), llvm_i64(C, ldb > 1 ? ldb : 1),
-      llvm_i64(C, L.k * L.n), buf(C, v), llvm_i64(C, L.n > 1 ? L.n : 1), llvm_i64(C, L.m * L.n)};
+  LLVMValueRef args[] = {pool,
+                         llvm_i64(C, L.batch),
+                         i32c(C, L.ta),
+                         i32c(C, L.tb),
+                         llvm_i64(C, L.m),
+                         llvm_i64(C, L.n),
+                         llvm_i64(C, L.k),
+                         buf(C, x->ops[0]),
+                         llvm_i64(C, lda > 1 ? lda : 1),
+                         llvm_i64(C, L.m * L.k),
+                         buf(C, x->ops[1]),
+                         llvm_i64(C, ldb > 1 ? ldb : 1),
+                         llvm_i64(C, L.k * L.n),
+                         buf(C, v),
+                         llvm_i64(C, L.n > 1 ? L.n : 1),
+                         llvm_i64(C, L.m * L.n)};
   LLVMValueRef f = sgemm_decl(C);
   LLVMBuildCall2(C->b, LLVMGlobalGetValueType(f), f, args, 16, "");
   return 0;

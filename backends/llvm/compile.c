@@ -57,11 +57,12 @@ static int check_value(LlvmCtx *C, int32_t v) {
     return llvm_fail(C, "%%%d (%s) at %s: dtype %s is not supported by the LLVM backend (f32, i32)",
                      v, ir_op_name(x->op), *x->origin ? x->origin : "?", ir_dtype_name(x->dtype));
   if (!C->mat[v] || need == 0) return 0;
-  if (C->mp->bytes[v] < need || C->mp->offset[v] < 0 ||
-      C->mp->offset[v] + need > C->mp->slab_bytes)
-    return llvm_fail(C, "%%%d (%s): the memory plan gives it %lld bytes at %lld of a %lld-byte "
-                     "slab; it needs %lld", v, ir_op_name(x->op), (long long)C->mp->bytes[v],
-                     (long long)C->mp->offset[v], (long long)C->mp->slab_bytes, (long long)need);
+  if (C->mp->bytes[v] < need || C->mp->offset[v] < 0 || C->mp->offset[v] + need > C->mp->slab_bytes)
+    return llvm_fail(C,
+                     "%%%d (%s): the memory plan gives it %lld bytes at %lld of a %lld-byte "
+                     "slab; it needs %lld",
+                     v, ir_op_name(x->op), (long long)C->mp->bytes[v], (long long)C->mp->offset[v],
+                     (long long)C->mp->slab_bytes, (long long)need);
   return 0;
 }
 
@@ -96,7 +97,8 @@ static int make_target(LlvmModule *M, const LlvmOptions *o, char *err, size_t ca
                                   LLVMRelocPIC, LLVMCodeModelDefault);
   LLVMSetTarget(M->mod, triple);
   LLVMDisposeMessage(triple);
-  if (!M->tm || !M->cpu || !M->features) return fail_buf(err, cap, "LLVM: no target machine%s", NULL);
+  if (!M->tm || !M->cpu || !M->features)
+    return fail_buf(err, cap, "LLVM: no target machine%s", NULL);
   LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(M->tm);
   LLVMSetModuleDataLayout(M->mod, dl);
   LLVMDisposeTargetData(dl);
@@ -125,7 +127,8 @@ static void copy_back(LlvmCtx *C) {
     if (strncmp(o->name, "new:", 4) != 0) continue;
     int32_t x = ir_graph_find(C->g, IR_PARAMETER, o->name + 4);
     if (x == IR_NONE || C->mp->offset[x] == C->mp->offset[o->value]) continue;
-    int64_t n = ir_shape_numel(&C->g->values[x].shape) * (int64_t)ir_dtype_size(C->g->values[x].dtype);
+    int64_t n =
+        ir_shape_numel(&C->g->values[x].shape) * (int64_t)ir_dtype_size(C->g->values[x].dtype);
     LLVMValueRef dst = LLVMBuildBitCast(C->b, llvm_buffer_ptr(C, x), C->t_i8p, "");
     LLVMValueRef src = LLVMBuildBitCast(C->b, llvm_buffer_ptr(C, o->value), C->t_i8p, "");
     LLVMBuildMemMove(C->b, dst, 4, src, 4, llvm_i64(C, n));
@@ -193,8 +196,10 @@ static int graph_begin(LlvmCtx *C) {
   bool multi = llvm_multi_device(C->g);
   for (int32_t v = 0; v < C->g->nvalues; v++)
     C->coll[v] = multi && (ir_op_flags(C->g->values[v].op) & IR_COLLECTIVE) ? C->ncoll++ : -1;
-  if (C->opt.fuse) llvm_fusion_plan(C->g, C->mat);
-  else memset(C->mat, 1, (size_t)C->g->nvalues);
+  if (C->opt.fuse)
+    llvm_fusion_plan(C->g, C->mat);
+  else
+    memset(C->mat, 1, (size_t)C->g->nvalues);
   if (check_graph(C) || (C->opt.fuse && llvm_fusion_check(C))) return -1;
   return 0;
 }
@@ -241,8 +246,12 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
                  char *err, size_t cap) {
   if (err && cap) err[0] = 0;
   *out = NULL;
-  LlvmCtx C = {.g = g, .mp = mp, .opt = opt ? *opt : llvm_options_default(), .kout = -1,
-               .err = err, .cap = cap};
+  LlvmCtx C = {.g = g,
+               .mp = mp,
+               .opt = opt ? *opt : llvm_options_default(),
+               .kout = -1,
+               .err = err,
+               .cap = cap};
   if (C.opt.parallel_min <= 0) C.opt.parallel_min = 1;
   LlvmModule *M = module_new();
   if (!M) return fail_buf(err, cap, "out of memory%s", NULL);

@@ -21,9 +21,9 @@ static LLVMTargetMachineRef machine_for(LlvmModule *M, const char *cpu, const ch
   if ((!cpu || !strcmp(cpu, M->cpu)) && (!features || !strcmp(features, M->features))) return M->tm;
   LLVMTargetRef target = LLVMGetTargetMachineTarget(M->tm);
   char *triple = LLVMGetTargetMachineTriple(M->tm);
-  LLVMTargetMachineRef tm = LLVMCreateTargetMachine(
-      target, triple, cpu ? cpu : M->cpu, features ? features : M->features,
-      LLVMCodeGenLevelAggressive, LLVMRelocPIC, LLVMCodeModelDefault);
+  LLVMTargetMachineRef tm =
+      LLVMCreateTargetMachine(target, triple, cpu ? cpu : M->cpu, features ? features : M->features,
+                              LLVMCodeGenLevelAggressive, LLVMRelocPIC, LLVMCodeModelDefault);
   LLVMDisposeMessage(triple);
   *own = tm != NULL;
   return tm;
@@ -31,7 +31,8 @@ static LLVMTargetMachineRef machine_for(LlvmModule *M, const char *cpu, const ch
 
 int llvm_emit_object(LlvmModule *M, const char *path, const char *cpu, const char *features,
                      char *err, size_t cap) {
-  if (!M || !M->mod) return fail(err, cap, "llvm_emit_object: the module was moved into a JIT", NULL);
+  if (!M || !M->mod)
+    return fail(err, cap, "llvm_emit_object: the module was moved into a JIT", NULL);
   bool own;
   LLVMTargetMachineRef tm = machine_for(M, cpu, features, &own);
   if (!tm) return fail(err, cap, "LLVM: no target machine for that CPU", NULL);

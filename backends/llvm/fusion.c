@@ -57,7 +57,8 @@ int llvm_fusion_plan(const IrGraph *g, bool *mat) {
 
 static bool overlap(const MemPlan *mp, int32_t a, int32_t b) {
   if (mp->bytes[a] == 0 || mp->bytes[b] == 0) return false;
-  return mp->offset[a] < mp->offset[b] + mp->bytes[b] && mp->offset[b] < mp->offset[a] + mp->bytes[a];
+  return mp->offset[a] < mp->offset[b] + mp->bytes[b] &&
+         mp->offset[b] < mp->offset[a] + mp->bytes[a];
 }
 
 /* Whether a buffer leaf L read by root r's kernel stays intact until r, and r's result does not
@@ -92,11 +93,13 @@ static int materialize_tree(LlvmCtx *C, int32_t v) {
   for (int32_t k = 0; k < x->nops; k++) {
     int32_t o = x->ops[k];
     if (C->mat[o]) continue;
-    int64_t need = ir_shape_numel(&C->g->values[o].shape) * (int64_t)ir_dtype_size(C->g->values[o].dtype);
+    int64_t need =
+        ir_shape_numel(&C->g->values[o].shape) * (int64_t)ir_dtype_size(C->g->values[o].dtype);
     if (C->mp->bytes[o] < need)
-      return llvm_fail(C, "%%%d (%s): fused into %%%d, but the memory plan lets its inputs be "
-                       "overwritten first and gives it no buffer", o,
-                       ir_op_name(C->g->values[o].op), v);
+      return llvm_fail(C,
+                       "%%%d (%s): fused into %%%d, but the memory plan lets its inputs be "
+                       "overwritten first and gives it no buffer",
+                       o, ir_op_name(C->g->values[o].op), v);
     C->mat[o] = true;
     if (materialize_tree(C, o)) return -1;
   }

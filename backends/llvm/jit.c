@@ -38,11 +38,18 @@ typedef struct {
 
 static int define_host_symbols(LLVMOrcLLJITRef J, LLVMOrcJITDylibRef jd, char *err, size_t cap) {
   const HostSym syms[] = {
-      {"rt_sgemm", (void *)rt_sgemm}, {"rt_comm_collective", (void *)rt_comm_collective}, {"expf", (void *)expf}, {"logf", (void *)logf},
-      {"tanhf", (void *)tanhf}, {"erff", (void *)erff}, {"sinf", (void *)sinf},
-      {"cosf", (void *)cosf}, {"powf", (void *)powf}, {"sqrtf", (void *)sqrtf},
+    {"rt_sgemm", (void *)rt_sgemm},
+    {"rt_comm_collective", (void *)rt_comm_collective},
+    {"expf", (void *)expf},
+    {"logf", (void *)logf},
+    {"tanhf", (void *)tanhf},
+    {"erff", (void *)erff},
+    {"sinf", (void *)sinf},
+    {"cosf", (void *)cosf},
+    {"powf", (void *)powf},
+    {"sqrtf", (void *)sqrtf},
 #if AXLC_HAVE_RT_POOL
-      {"rt_parallel_for", (void *)rt_parallel_for},
+    {"rt_parallel_for", (void *)rt_parallel_for},
 #endif
   };
   enum { N = sizeof syms / sizeof syms[0] };
@@ -50,7 +57,8 @@ static int define_host_symbols(LLVMOrcLLJITRef J, LLVMOrcJITDylibRef jd, char *e
   for (size_t i = 0; i < N; i++) {
     pairs[i].Name = LLVMOrcLLJITMangleAndIntern(J, syms[i].name);
     pairs[i].Sym.Address = (LLVMOrcExecutorAddress)(uintptr_t)syms[i].addr;
-    pairs[i].Sym.Flags.GenericFlags = LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
+    pairs[i].Sym.Flags.GenericFlags =
+        LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
     pairs[i].Sym.Flags.TargetFlags = 0;
   }
   LLVMErrorRef e = LLVMOrcJITDylibDefine(jd, LLVMOrcAbsoluteSymbols(pairs, N));

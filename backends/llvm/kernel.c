@@ -171,10 +171,15 @@ LLVMValueRef llvm_elem_compute(LlvmCtx *C, int32_t v, LlvmPos *p) {
   case IR_PAD: return pad_elem(C, v, p);
   case IR_CONCAT: return concat_elem(C, v, p);
   case IR_GATHER: return gather_elem(C, v, p);
-  case IR_REDUCE_SUM: case IR_REDUCE_MAX: return llvm_reduce_elem(C, v, p);
+  case IR_REDUCE_SUM:
+  case IR_REDUCE_MAX: return llvm_reduce_elem(C, v, p);
   case IR_DOT: return llvm_dot_elem(C, v, p);
-  case IR_RESHAPE: case IR_ALL_REDUCE: case IR_ALL_GATHER: case IR_REDUCE_SCATTER:
-  case IR_ALL_TO_ALL: case IR_LOCAL_SLICE: return copy_elem(C, v, p);
+  case IR_RESHAPE:
+  case IR_ALL_REDUCE:
+  case IR_ALL_GATHER:
+  case IR_REDUCE_SCATTER:
+  case IR_ALL_TO_ALL:
+  case IR_LOCAL_SLICE: return copy_elem(C, v, p);
   default: return elementwise_elem(C, v, p);
   }
 }
@@ -191,9 +196,14 @@ static bool needs_idx(const LlvmCtx *C, int32_t v, bool root) {
   const IrValue *x = val(C, v);
   if (!root && C->mat[v]) return false;
   switch (x->op) {
-  case IR_CONSTANT: case IR_GATHER: case IR_RESHAPE: case IR_ALL_REDUCE: case IR_ALL_GATHER:
-  case IR_REDUCE_SCATTER: case IR_ALL_TO_ALL: case IR_LOCAL_SLICE:
-    return false;
+  case IR_CONSTANT:
+  case IR_GATHER:
+  case IR_RESHAPE:
+  case IR_ALL_REDUCE:
+  case IR_ALL_GATHER:
+  case IR_REDUCE_SCATTER:
+  case IR_ALL_TO_ALL:
+  case IR_LOCAL_SLICE: return false;
   default:
     if (!(ir_op_flags(x->op) & IR_ELEMENTWISE)) return true;
     for (int32_t k = 0; k < x->nops; k++)
@@ -307,7 +317,8 @@ static int kernel_emit(LlvmCtx *C, int32_t v) {
   case IR_DOT:
     if (C->opt.blas && llvm_dot_blas_ok(C->g, v)) return llvm_dot_blas_emit(C, v);
     return map_kernel(C, v);
-  case IR_REDUCE_SUM: case IR_REDUCE_MAX:
+  case IR_REDUCE_SUM:
+  case IR_REDUCE_MAX:
     return llvm_reduce_cols_ok(C, v) ? llvm_reduce_cols_emit(C, v) : map_kernel(C, v);
   case IR_TRANSPOSE: return transpose_tiles(C, v) ? transpose_tiles_kernel(C, v) : map_kernel(C, v);
   case IR_SCATTER_ADD: return llvm_scatter_emit(C, v);

@@ -51,14 +51,14 @@
  * parameter P is the graph's parameter named P, its moments "opt/m/P" and "opt/v/P"; the batch is
  * input "ids" (B, T) and "targets", the step input "step"; outputs "loss", "grad_norm", "lr". */
 typedef struct LlvmParamInfo {
-  const char *path;                   /* parameter name in the graph */
-  RtInit init;                        /* how the runtime initializes it */
+  const char *path; /* parameter name in the graph */
+  RtInit init;      /* how the runtime initializes it */
 } LlvmParamInfo;
 
 typedef struct LlvmProgramInfo {
-  const char *config;                 /* canonical JSON of the resolved config */
+  const char *config; /* canonical JSON of the resolved config */
   int32_t nparams;
-  const LlvmParamInfo *params;        /* (nparams); rank and shape come from the graph */
+  const LlvmParamInfo *params; /* (nparams); rank and shape come from the graph */
   int64_t vocab;
   int64_t max_steps, ckpt_every;
   int32_t ckpt_keep;
@@ -66,27 +66,27 @@ typedef struct LlvmProgramInfo {
 } LlvmProgramInfo;
 
 typedef struct LlvmOptions {
-  int opt_level;                      /* 0: no LLVM optimization, 1..3: default<On> */
-  bool fuse;                          /* inline single-use elementwise values (llvm_fusion_plan) */
-  bool blas;                          /* dot_general through cblas_sgemm where layouts allow */
-  bool threads;                       /* split large kernels with rt_parallel_for */
-  int64_t parallel_min;               /* elements below which a kernel stays on one thread */
-  const char *cpu, *features;         /* target; NULL: the host's */
-  const LlvmProgramInfo *program;     /* NULL: no axlc_program global */
+  int opt_level;                  /* 0: no LLVM optimization, 1..3: default<On> */
+  bool fuse;                      /* inline single-use elementwise values (llvm_fusion_plan) */
+  bool blas;                      /* dot_general through cblas_sgemm where layouts allow */
+  bool threads;                   /* split large kernels with rt_parallel_for */
+  int64_t parallel_min;           /* elements below which a kernel stays on one thread */
+  const char *cpu, *features;     /* target; NULL: the host's */
+  const LlvmProgramInfo *program; /* NULL: no axlc_program global */
   /* The sampling forward (driver.h) and its plan: compiled into the same module as
    * axlc_forward, with the program's RtForward table (runtime/axrt.h). NULL: none. */
   const IrGraph *forward;
   const MemPlan *forward_plan;
 } LlvmOptions;
 
-typedef struct LlvmModule LlvmModule;  /* an LLVM module holding axlc_step, in its own context */
+typedef struct LlvmModule LlvmModule; /* an LLVM module holding axlc_step, in its own context */
 
 /* O3, fusion, BLAS, threads when the runtime has its pool, host CPU, no program. */
 LlvmOptions llvm_options_default(void);
 /* Builds and optimizes the module. mp plans g (pass_memplan); opt NULL: the defaults. */
 int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, LlvmModule **out,
                  char *err, size_t cap);
-void llvm_module_free(LlvmModule *m);   /* NULL is fine */
+void llvm_module_free(LlvmModule *m); /* NULL is fine */
 
 /* ======================================================================== fusion.c */
 
@@ -114,7 +114,7 @@ typedef void (*LlvmStepFn)(char *slab, RtPool *pool, RtComm *comm);
 int llvm_jit(LlvmModule *m, LlvmStepFn *step, LlvmJit **jit, char *err, size_t cap);
 /* The module's axlc_program (with step filled in), or NULL if it was compiled without one. */
 const RtProgram *llvm_jit_program(LlvmJit *jit);
-void llvm_jit_free(LlvmJit *jit);       /* NULL is fine */
+void llvm_jit_free(LlvmJit *jit); /* NULL is fine */
 
 /* ======================================================================== internal
  * Everything below is shared by the files of backends/llvm/ only; define AXLC_LLVM_INTERNAL
@@ -125,9 +125,9 @@ void llvm_jit_free(LlvmJit *jit);       /* NULL is fine */
 #include <llvm-c/TargetMachine.h>
 
 struct LlvmModule {
-  LLVMOrcThreadSafeContextRef tsctx;  /* owns ctx */
+  LLVMOrcThreadSafeContextRef tsctx; /* owns ctx */
   LLVMContextRef ctx;
-  LLVMModuleRef mod;                  /* NULL once moved into a JIT */
+  LLVMModuleRef mod; /* NULL once moved into a JIT */
   LLVMTargetMachineRef tm;
   char *cpu, *features;
   bool has_program;
@@ -142,15 +142,15 @@ typedef struct LlvmCtx {
   LLVMModuleRef m;
   LLVMBuilderRef b;
   LLVMTypeRef t_void, t_i1, t_i8, t_i8p, t_i32, t_i64, t_f32, t_f64, t_kernel;
-  LLVMValueRef fn;                    /* function being emitted */
-  LLVMValueRef slab;                  /* its slab argument (i8*) */
+  LLVMValueRef fn;                          /* function being emitted */
+  LLVMValueRef slab;                        /* its slab argument (i8*) */
   LLVMValueRef step, step_slab, pool, comm; /* axlc_step (or axlc_forward) and its arguments */
-  LLVMValueRef fwd_table;             /* the RtForward global, once emitted */
-  int32_t *coll;                      /* (nvalues) index in the program's collective table, or -1 */
+  LLVMValueRef fwd_table;                   /* the RtForward global, once emitted */
+  int32_t *coll; /* (nvalues) index in the program's collective table, or -1 */
   int32_t ncoll;
-  int32_t kout;                       /* value whose kernel is being emitted, or -1 */
-  bool *mat;                          /* (nvalues) materialized values */
-  LLVMValueRef *cdata;                /* (nvalues) globals of data constants, made on demand */
+  int32_t kout;        /* value whose kernel is being emitted, or -1 */
+  bool *mat;           /* (nvalues) materialized values */
+  LLVMValueRef *cdata; /* (nvalues) globals of data constants, made on demand */
   char *err;
   size_t cap;
 } LlvmCtx;
@@ -179,7 +179,7 @@ LLVMValueRef llvm_loop_begin(LlvmCtx *C, LlvmLoop *L, LLVMValueRef lo, LLVMValue
 void llvm_loop_end(LlvmCtx *C, LlvmLoop *L);
 LLVMValueRef llvm_i64(LlvmCtx *C, int64_t v);
 LLVMValueRef llvm_alloca_entry(LlvmCtx *C, LLVMTypeRef t, const char *name);
-LLVMValueRef llvm_buffer_ptr(LlvmCtx *C, int32_t v);     /* typed pointer to v's buffer */
+LLVMValueRef llvm_buffer_ptr(LlvmCtx *C, int32_t v); /* typed pointer to v's buffer */
 LLVMValueRef llvm_buffer_load(LlvmCtx *C, int32_t v, LLVMValueRef lin);
 void llvm_buffer_store(LlvmCtx *C, int32_t v, LLVMValueRef lin, LLVMValueRef x);
 /* Alias metadata for a load from (store to) v's buffer in the kernel of C->kout; the two

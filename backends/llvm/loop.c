@@ -51,8 +51,10 @@ LLVMValueRef llvm_alloca_entry(LlvmCtx *C, LLVMTypeRef t, const char *name) {
   LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(C->fn);
   LLVMBuilderRef b = LLVMCreateBuilderInContext(C->c);
   LLVMValueRef first = LLVMGetFirstInstruction(entry);
-  if (first) LLVMPositionBuilderBefore(b, first);
-  else LLVMPositionBuilderAtEnd(b, entry);
+  if (first)
+    LLVMPositionBuilderBefore(b, first);
+  else
+    LLVMPositionBuilderAtEnd(b, entry);
   LLVMValueRef a = LLVMBuildAlloca(b, t, name);
   LLVMDisposeBuilder(b);
   return a;

@@ -69,7 +69,7 @@ LLVMValueRef llvm_math_exp(LlvmCtx *C, LLVMValueRef x) {
   LLVMValueRef half = sel(C, fcmp(C, LLVMRealOLT, t, 0), kf(C, -0.5), kf(C, 0.5));
   LLVMValueRef n = LLVMBuildFPToSI(C->b, LLVMBuildFAdd(C->b, t, half, ""), C->t_i32, "");
   LLVMValueRef fn = LLVMBuildSIToFP(C->b, n, C->t_f32, "");
-  LLVMValueRef r = fmuladd(C, fn, kf(C, -0.693359375), xc);  /* Cody-Waite: ln 2 = C1 + C2 */
+  LLVMValueRef r = fmuladd(C, fn, kf(C, -0.693359375), xc); /* Cody-Waite: ln 2 = C1 + C2 */
   r = fmuladd(C, fn, kf(C, 2.12194440e-4), r);
   LLVMValueRef y = horner(C, r, P, 6);
   y = fmuladd(C, y, LLVMBuildFMul(C->b, r, r, ""), r);
@@ -82,17 +82,17 @@ LLVMValueRef llvm_math_exp(LlvmCtx *C, LLVMValueRef x) {
 /* log(x) = e ln 2 + log(1 + m), x = 2^e (1 + m), sqrt(1/2) <= 1 + m < sqrt(2). Subnormals are
  * scaled by 2^23 first. x <= 0, inf and NaN are selects at the end. */
 LLVMValueRef llvm_math_log(LlvmCtx *C, LLVMValueRef x) {
-  static const double P[] = {7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1,
-                             -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
-                             2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1};
+  static const double P[] = {7.0376836292e-2,  -1.1514610310e-1, 1.1676998740e-1,
+                             -1.2420140846e-1, 1.4249322787e-1,  -1.6668057665e-1,
+                             2.0000714765e-1,  -2.4999993993e-1, 3.3333331174e-1};
   LLVMValueRef sub = fcmp(C, LLVMRealOLT, x, 1.17549435e-38);
   LLVMValueRef xs = sel(C, sub, LLVMBuildFMul(C->b, x, kf(C, 8388608.0), ""), x);
   LLVMValueRef bits = LLVMBuildBitCast(C->b, xs, C->t_i32, "");
   LLVMValueRef e = LLVMBuildAnd(C->b, LLVMBuildLShr(C->b, bits, ki(C, 23), ""), ki(C, 0xff), "");
   e = LLVMBuildSub(C->b, e, sel(C, sub, ki(C, 126 + 23), ki(C, 126)), "");
-  LLVMValueRef mb = LLVMBuildOr(C->b, LLVMBuildAnd(C->b, bits, ki(C, 0x007fffff), ""),
-                                ki(C, 0x3f000000), "");
-  LLVMValueRef m = LLVMBuildBitCast(C->b, mb, C->t_f32, "");  /* [0.5, 1) */
+  LLVMValueRef mb =
+      LLVMBuildOr(C->b, LLVMBuildAnd(C->b, bits, ki(C, 0x007fffff), ""), ki(C, 0x3f000000), "");
+  LLVMValueRef m = LLVMBuildBitCast(C->b, mb, C->t_f32, ""); /* [0.5, 1) */
   LLVMValueRef fe = LLVMBuildSIToFP(C->b, e, C->t_f32, "");
   LLVMValueRef lo = fcmp(C, LLVMRealOLT, m, 0.707106781186547524);
   fe = sel(C, lo, LLVMBuildFSub(C->b, fe, kf(C, 1.0), ""), fe);

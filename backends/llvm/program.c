@@ -26,20 +26,57 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
   LLVMTypeRef init[] = {i32, f, f, f, f, f};
   t.init = LLVMStructTypeInContext(C->c, init, 6, 0);
   t.split = LLVMArrayType(C->t_i8, RT_MAX_SPLIT_AXES);
-  LLVMTypeRef slot[] = {p, i32, LLVMArrayType(i64, RT_MAX_PARAM_RANK),
+  LLVMTypeRef slot[] = {p,
+                        i32,
                         LLVMArrayType(i64, RT_MAX_PARAM_RANK),
-                        LLVMArrayType(t.split, RT_MAX_PARAM_RANK), t.init, i64, i64, i64};
+                        LLVMArrayType(i64, RT_MAX_PARAM_RANK),
+                        LLVMArrayType(t.split, RT_MAX_PARAM_RANK),
+                        t.init,
+                        i64,
+                        i64,
+                        i64};
   t.slot = LLVMStructTypeInContext(C->c, slot, 9, 0);
-  LLVMTypeRef mesh[] = {i32, LLVMArrayType(p, RT_MAX_MESH_AXES), LLVMArrayType(i64, RT_MAX_MESH_AXES)};
+  LLVMTypeRef mesh[] = {i32, LLVMArrayType(p, RT_MAX_MESH_AXES),
+                        LLVMArrayType(i64, RT_MAX_MESH_AXES)};
   t.mesh = LLVMStructTypeInContext(C->c, mesh, 3, 0);
-  LLVMTypeRef coll[] = {i32, i32, i32, LLVMArrayType(i32, RT_MAX_MESH_AXES), i32, i32, i32,
-                        LLVMArrayType(i64, RT_MAX_DIMS), LLVMArrayType(i64, RT_MAX_DIMS), i64, i64};
+  LLVMTypeRef coll[] = {i32,
+                        i32,
+                        i32,
+                        LLVMArrayType(i32, RT_MAX_MESH_AXES),
+                        i32,
+                        i32,
+                        i32,
+                        LLVMArrayType(i64, RT_MAX_DIMS),
+                        LLVMArrayType(i64, RT_MAX_DIMS),
+                        i64,
+                        i64};
   t.coll = LLVMStructTypeInContext(C->c, coll, 11, 0);
   LLVMTypeRef fwd[] = {i64, i64, i64, LLVMPointerType(i64, 0), step_ptr};
   t.fwd = LLVMStructTypeInContext(C->c, fwd, 5, 0);
-  LLVMTypeRef prog[] = {i32, p, i64, i32, LLVMPointerType(t.slot, 0), i64, i64, i64, t.split,
-                        i64, i64, i64, i64, i64, i64, i64, i64, i64, i32, t.mesh, i32,
-                        LLVMPointerType(t.coll, 0), step_ptr, LLVMPointerType(t.fwd, 0)};
+  LLVMTypeRef prog[] = {i32,
+                        p,
+                        i64,
+                        i32,
+                        LLVMPointerType(t.slot, 0),
+                        i64,
+                        i64,
+                        i64,
+                        t.split,
+                        i64,
+                        i64,
+                        i64,
+                        i64,
+                        i64,
+                        i64,
+                        i64,
+                        i64,
+                        i64,
+                        i32,
+                        t.mesh,
+                        i32,
+                        LLVMPointerType(t.coll, 0),
+                        step_ptr,
+                        LLVMPointerType(t.fwd, 0)};
   t.prog = LLVMStructTypeInContext(C->c, prog, 24, 0);
   return t;
 }
@@ -112,8 +149,7 @@ static int64_t output_offset(LlvmCtx *C, const char *name) {
   return v == IR_NONE ? -1 : C->mp->offset[v];
 }
 
-static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const LlvmParamInfo *pi,
-                               int32_t v) {
+static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const LlvmParamInfo *pi, int32_t v) {
   const IrShape *s = &C->g->values[v].shape;
   const IrSplit *sp = &C->g->values[v].split;
   static const uint8_t none[IR_MAX_SPLIT_AXES];
@@ -125,12 +161,14 @@ static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const LlvmParamIn
   }
   const RtInit *in = &pi->init;
   LLVMValueRef init[] = {i32c(C, in->kind), f32c(C, in->value), f32c(C, in->mean),
-                         f32c(C, in->std), f32c(C, in->lo), f32c(C, in->hi)};
-  LLVMValueRef f[] = {cstr(C, pi->path), i32c(C, s->rank),
+                         f32c(C, in->std),  f32c(C, in->lo),    f32c(C, in->hi)};
+  LLVMValueRef f[] = {cstr(C, pi->path),
+                      i32c(C, s->rank),
                       LLVMConstArray(C->t_i64, dims, RT_MAX_PARAM_RANK),
                       LLVMConstArray(C->t_i64, gdims, RT_MAX_PARAM_RANK),
                       LLVMConstArray(t->split, split, RT_MAX_PARAM_RANK),
-                      LLVMConstNamedStruct(t->init, init, 6), i64c(C, C->mp->offset[v]),
+                      LLVMConstNamedStruct(t->init, init, 6),
+                      i64c(C, C->mp->offset[v]),
                       i64c(C, named_offset(C, IR_PARAMETER, "opt/m/", pi->path)),
                       i64c(C, named_offset(C, IR_PARAMETER, "opt/v/", pi->path))};
   return LLVMConstNamedStruct(t->slot, f, 9);
@@ -168,7 +206,8 @@ static LLVMValueRef mesh_const(LlvmCtx *C, const ProgTypes *t) {
     names[a] = on ? cstr(C, m->names[a]) : LLVMConstNull(C->t_i8p);
     sizes[a] = i64c(C, on ? m->sizes[a] : 0);
   }
-  LLVMValueRef f[] = {i32c(C, multi ? m->naxes : 0), LLVMConstArray(C->t_i8p, names, RT_MAX_MESH_AXES),
+  LLVMValueRef f[] = {i32c(C, multi ? m->naxes : 0),
+                      LLVMConstArray(C->t_i8p, names, RT_MAX_MESH_AXES),
                       LLVMConstArray(C->t_i64, sizes, RT_MAX_MESH_AXES)};
   return LLVMConstNamedStruct(t->mesh, f, 3);
 }
@@ -196,11 +235,16 @@ static LLVMValueRef coll_const(LlvmCtx *C, const ProgTypes *t, int32_t v) {
   for (int i = 0; i < RT_MAX_MESH_AXES; i++)
     axes[i] = i32c(C, i < x->attr.nmesh ? ir_mesh_axis(&C->g->mesh, x->attr.mesh[i]) : 0);
   bool a2a = x->op == IR_ALL_TO_ALL, reduce = x->op == IR_ALL_REDUCE;
-  LLVMValueRef f[] = {i32c(C, coll_kind(x->op)), i32c(C, x->dtype == DT_I32 ? RT_DT_I32 : RT_DT_F32),
-                      i32c(C, x->attr.nmesh), LLVMConstArray(C->t_i32, axes, RT_MAX_MESH_AXES),
-                      i32c(C, reduce ? 0 : x->attr.axis), i32c(C, a2a ? x->attr.axis2 : 0),
-                      i32c(C, x->shape.rank), shape_const(C, &C->g->values[x->ops[0]].shape),
-                      shape_const(C, &x->shape), i64c(C, C->mp->offset[x->ops[0]]),
+  LLVMValueRef f[] = {i32c(C, coll_kind(x->op)),
+                      i32c(C, x->dtype == DT_I32 ? RT_DT_I32 : RT_DT_F32),
+                      i32c(C, x->attr.nmesh),
+                      LLVMConstArray(C->t_i32, axes, RT_MAX_MESH_AXES),
+                      i32c(C, reduce ? 0 : x->attr.axis),
+                      i32c(C, a2a ? x->attr.axis2 : 0),
+                      i32c(C, x->shape.rank),
+                      shape_const(C, &C->g->values[x->ops[0]].shape),
+                      shape_const(C, &x->shape),
+                      i64c(C, C->mp->offset[x->ops[0]]),
                       i64c(C, C->mp->offset[v])};
   return LLVMConstNamedStruct(t->coll, f, 11);
 }
@@ -223,7 +267,8 @@ static LLVMValueRef colls_global(LlvmCtx *C, const ProgTypes *t) {
 int llvm_collective_emit(LlvmCtx *C, int32_t v) {
   const IrValue *x = &C->g->values[v];
   if (x->attr.nmesh > RT_MAX_MESH_AXES || x->shape.rank > RT_MAX_DIMS)
-    return llvm_fail(C, "%%%d (%s): too many mesh axes or dims for the runtime", v, ir_op_name(x->op));
+    return llvm_fail(C, "%%%d (%s): too many mesh axes or dims for the runtime", v,
+                     ir_op_name(x->op));
   LLVMTypeRef p[] = {C->t_i8p, C->t_i32, C->t_i8p};
   LLVMValueRef fn = llvm_fn_get(C, "rt_comm_collective", C->t_void, p, 3);
   LLVMValueRef args[] = {C->comm, i32c(C, C->coll[v]), C->step_slab};
@@ -271,15 +316,30 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
   int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids");
   const IrShape *is = ids == IR_NONE ? NULL : &C->g->values[ids].shape;
   if (!is || is->rank != 2) return llvm_fail(C, "program: the graph has no input ids (B, T)");
-  LLVMValueRef f[] = {
-      i32c(C, RT_ABI_VERSION), cstr(C, P->config), i64c(C, C->mp->slab_bytes),
-      i32c(C, P->nparams), slots, i64c(C, is->dims[0]), i64c(C, is->dims[1]), i64c(C, P->vocab),
-      split_const(C, C->g->values[ids].split.axes[0]), i64c(C, C->mp->offset[ids]), i64c(C, named_offset(C, IR_INPUT, "", "targets")),
-      i64c(C, named_offset(C, IR_INPUT, "", "step")), i64c(C, output_offset(C, "loss")),
-      i64c(C, output_offset(C, "grad_norm")), i64c(C, output_offset(C, "lr")),
-      i64c(C, P->max_steps), i64c(C, (int64_t)P->seed), i64c(C, P->ckpt_every),
-      i32c(C, P->ckpt_keep), mesh_const(C, &t), i32c(C, C->ncoll), colls, step,
-      C->fwd_table ? C->fwd_table : LLVMConstNull(LLVMPointerType(t.fwd, 0))};
+  LLVMValueRef f[] = {i32c(C, RT_ABI_VERSION),
+                      cstr(C, P->config),
+                      i64c(C, C->mp->slab_bytes),
+                      i32c(C, P->nparams),
+                      slots,
+                      i64c(C, is->dims[0]),
+                      i64c(C, is->dims[1]),
+                      i64c(C, P->vocab),
+                      split_const(C, C->g->values[ids].split.axes[0]),
+                      i64c(C, C->mp->offset[ids]),
+                      i64c(C, named_offset(C, IR_INPUT, "", "targets")),
+                      i64c(C, named_offset(C, IR_INPUT, "", "step")),
+                      i64c(C, output_offset(C, "loss")),
+                      i64c(C, output_offset(C, "grad_norm")),
+                      i64c(C, output_offset(C, "lr")),
+                      i64c(C, P->max_steps),
+                      i64c(C, (int64_t)P->seed),
+                      i64c(C, P->ckpt_every),
+                      i32c(C, P->ckpt_keep),
+                      mesh_const(C, &t),
+                      i32c(C, C->ncoll),
+                      colls,
+                      step,
+                      C->fwd_table ? C->fwd_table : LLVMConstNull(LLVMPointerType(t.fwd, 0))};
   LLVMValueRef gl = LLVMAddGlobal(C->m, t.prog, "axlc_program");
   LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 24));
   LLVMSetGlobalConstant(gl, 1);

@@ -102,7 +102,8 @@ static LLVMValueRef lanes_new(LlvmCtx *C, bool sum) {
 static void lanes_add(LlvmCtx *C, LLVMValueRef acc, int32_t src, LLVMValueRef off, bool sum) {
   LLVMTypeRef vf = LLVMVectorType(C->t_f32, VW), vt = LLVMVectorType(sum ? C->t_f64 : C->t_f32, VW);
   LLVMValueRef ep = LLVMBuildInBoundsGEP2(C->b, C->t_f32, llvm_buffer_ptr(C, src), &off, 1, "");
-  LLVMValueRef e = LLVMBuildLoad2(C->b, vf, LLVMBuildBitCast(C->b, ep, LLVMPointerType(vf, 0), ""), "");
+  LLVMValueRef e =
+      LLVMBuildLoad2(C->b, vf, LLVMBuildBitCast(C->b, ep, LLVMPointerType(vf, 0), ""), "");
   LLVMSetAlignment(e, 4);
   llvm_buffer_tag(C, src, e, false);
   if (sum) e = LLVMBuildFPExt(C->b, e, vt, "");
@@ -271,9 +272,10 @@ LLVMValueRef llvm_dot_elem(LlvmCtx *C, int32_t v, LlvmPos *p) {
     bp.idx[x->attr.rc.v[k]] = i;
   }
   LLVMValueRef ea = llvm_elem_get(C, x->ops[0], &ap), eb = llvm_elem_get(C, x->ops[1], &bp);
-  LLVMValueRef prod = x->dtype == DT_I32 ? LLVMBuildMul(C->b, ea, eb, "")
-                                          : LLVMBuildFMul(C->b, LLVMBuildFPExt(C->b, ea, C->t_f64, ""),
-                                                          LLVMBuildFPExt(C->b, eb, C->t_f64, ""), "");
+  LLVMValueRef prod = x->dtype == DT_I32
+                          ? LLVMBuildMul(C->b, ea, eb, "")
+                          : LLVMBuildFMul(C->b, LLVMBuildFPExt(C->b, ea, C->t_f64, ""),
+                                          LLVMBuildFPExt(C->b, eb, C->t_f64, ""), "");
   LLVMValueRef a = LLVMBuildLoad2(C->b, acc_type(C, x->dtype, true), acc, "");
   a = x->dtype == DT_I32 ? LLVMBuildAdd(C->b, a, prod, "") : LLVMBuildFAdd(C->b, a, prod, "");
   LLVMBuildStore(C->b, a, acc);
@@ -355,8 +357,8 @@ int llvm_top_k_emit(LlvmCtx *C, int32_t v) {
 
 static void scatter_zero(LlvmCtx *C, int32_t v) {
   LlvmLoop L;
-  LLVMValueRef i = llvm_loop_begin(C, &L, llvm_i64(C, 0),
-                                   llvm_i64(C, ir_shape_numel(&val(C, v)->shape)), "z");
+  LLVMValueRef i =
+      llvm_loop_begin(C, &L, llvm_i64(C, 0), llvm_i64(C, ir_shape_numel(&val(C, v)->shape)), "z");
   llvm_buffer_store(C, v, i, llvm_scalar_const(C, val(C, v)->dtype, 0));
   llvm_loop_end(C, &L);
 }

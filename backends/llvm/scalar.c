@@ -102,9 +102,9 @@ static LLVMValueRef div_i32(LlvmCtx *C, LLVMValueRef a, LLVMValueRef b) {
   LLVMValueRef safe = LLVMBuildSelect(C->b, LLVMBuildOr(C->b, bz, bm1, ""), one, b, "");
   LLVMValueRef q = LLVMBuildSDiv(C->b, a, safe, "");
   LLVMValueRef imin = LLVMConstInt(C->t_i32, 0x80000000u, 0);
-  LLVMValueRef neg = LLVMBuildSelect(C->b, LLVMBuildICmp(C->b, LLVMIntEQ, a, imin, ""),
-                                     LLVMConstInt(C->t_i32, 0x7fffffff, 0),
-                                     LLVMBuildSub(C->b, zero, a, ""), "");
+  LLVMValueRef neg =
+      LLVMBuildSelect(C->b, LLVMBuildICmp(C->b, LLVMIntEQ, a, imin, ""),
+                      LLVMConstInt(C->t_i32, 0x7fffffff, 0), LLVMBuildSub(C->b, zero, a, ""), "");
   return LLVMBuildSelect(C->b, bz, zero, LLVMBuildSelect(C->b, bm1, neg, q, ""), "");
 }
 
@@ -118,7 +118,8 @@ static LLVMValueRef binary_i32(LlvmCtx *C, IrOp op, LLVMValueRef a, LLVMValueRef
   case IR_MAX: return LLVMBuildSelect(C->b, LLVMBuildICmp(C->b, LLVMIntSGE, a, b, ""), a, b, "");
   case IR_MIN: return LLVMBuildSelect(C->b, LLVMBuildICmp(C->b, LLVMIntSLE, a, b, ""), a, b, "");
   case IR_POW: {
-    LLVMValueRef fa = LLVMBuildSIToFP(C->b, a, C->t_f32, ""), fb = LLVMBuildSIToFP(C->b, b, C->t_f32, "");
+    LLVMValueRef fa = LLVMBuildSIToFP(C->b, a, C->t_f32, ""),
+                 fb = LLVMBuildSIToFP(C->b, b, C->t_f32, "");
     return llvm_scalar_cast(C, DT_F32, DT_I32, call_f2(C, "llvm.pow.f32", fa, fb));
   }
   case IR_EQ: p = LLVMIntEQ; break;
@@ -159,6 +160,7 @@ LLVMValueRef llvm_scalar_max_nan(LlvmCtx *C, IrDType dt, LLVMValueRef x, LLVMVal
   LLVMValueRef accnan = LLVMBuildFCmp(C->b, LLVMRealUNO, acc, acc, "");
   LLVMValueRef xnan = LLVMBuildFCmp(C->b, LLVMRealUNO, x, x, "");
   /* UGT is also true when only acc is NaN; then the interpreter keeps acc. */
-  LLVMValueRef take = LLVMBuildAnd(C->b, gt, LLVMBuildOr(C->b, xnan, LLVMBuildNot(C->b, accnan, ""), ""), "");
+  LLVMValueRef take =
+      LLVMBuildAnd(C->b, gt, LLVMBuildOr(C->b, xnan, LLVMBuildNot(C->b, accnan, ""), ""), "");
   return LLVMBuildSelect(C->b, take, x, acc, "");
 }

@@ -27,8 +27,8 @@ typedef struct Compiled {
   OclKernels kernels;
   RtOclProgram prog;
   RtParamSlot *slots;
-  const char **paths;       /* (nparams) */
-  RtInit *inits;            /* (nparams) */
+  const char **paths; /* (nparams) */
+  RtInit *inits;      /* (nparams) */
   char *config;
 } Compiled;
 
@@ -59,17 +59,24 @@ static int program(const BackendJob *j, Compiled *c) {
   c->paths = calloc((size_t)n + 1, sizeof *c->paths);
   c->inits = calloc((size_t)n + 1, sizeof *c->inits);
   c->config = fe_json_canonical(j->cfg);
-  if (!c->paths || !c->inits || !c->config) return fe_error(j->diag, j->file, NULL, "out of memory");
+  if (!c->paths || !c->inits || !c->config)
+    return fe_error(j->diag, j->file, NULL, "out of memory");
   for (int32_t i = 0; i < n; i++) {
     c->paths[i] = j->build->params[i].path;
     c->inits[i] = backend_param_init(&j->build->params[i]);
   }
-  OclProgramInfo info = {.config = c->config, .nparams = n, .paths = c->paths, .inits = c->inits,
-                         .vocab = j->facts->vocab, .max_steps = j->facts->max_steps,
-                         .ckpt_every = j->facts->ckpt_every, .ckpt_keep = j->facts->ckpt_keep,
+  OclProgramInfo info = {.config = c->config,
+                         .nparams = n,
+                         .paths = c->paths,
+                         .inits = c->inits,
+                         .vocab = j->facts->vocab,
+                         .max_steps = j->facts->max_steps,
+                         .ckpt_every = j->facts->ckpt_every,
+                         .ckpt_keep = j->facts->ckpt_keep,
                          .seed = j->facts->seed};
   char err[1024];
-  if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, err, sizeof err))
+  if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, err,
+                        sizeof err))
     return fe_error(j->diag, j->file, NULL, "%s", err);
   return 0;
 }
@@ -78,14 +85,17 @@ static int program(const BackendJob *j, Compiled *c) {
 static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *c) {
   memset(c, 0, sizeof *c);
   if (j->build->mesh.devices > 1)
-    return fe_error(j->diag, j->file, "/mesh", "the opencl backend runs one device; this mesh has "
+    return fe_error(j->diag, j->file, "/mesh",
+                    "the opencl backend runs one device; this mesh has "
                     "%lld (sharding over several devices is not implemented yet)",
                     (long long)j->build->mesh.devices);
   OclOptions o = options(bo);
   bool *mat = malloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
   if (!mat) return fe_error(j->diag, j->file, NULL, "out of memory");
-  if (o.fuse) ocl_fusion_plan(j->graph, mat);
-  else memset(mat, 1, (size_t)j->graph->nvalues * sizeof *mat);
+  if (o.fuse)
+    ocl_fusion_plan(j->graph, mat);
+  else
+    memset(mat, 1, (size_t)j->graph->nvalues * sizeof *mat);
   int rc = pass_memplan_fused(j->graph, mat, &c->plan);
   char err[4096];
   if (rc != IR_OK) {
@@ -96,7 +106,8 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
   free(mat);
   if (rc) return fe_error(j->diag, j->file, NULL, "OpenCL code generation failed: %s", err);
   if (ocl_check_source(&c->kernels, err, sizeof err))
-    return fe_error(j->diag, j->file, NULL, "the generated OpenCL C does not compile (libclang): %s", err);
+    return fe_error(j->diag, j->file, NULL,
+                    "the generated OpenCL C does not compile (libclang): %s", err);
   return program(j, c);
 }
 
@@ -132,9 +143,11 @@ static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
   char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
-  char *argv[40] = {(char *)cc, "-std=c11", "-O1", "-w", "-I", AXLC_RUNTIME_INCLUDE, "-o", (char *)out,
-                    src, AXLC_RUNTIME_OPENCL_LIB, AXLC_RUNTIME_LIB, "-lOpenCL", "-lopenblas",
-                    "-ljson-c", "-lm", "-lpthread"};
+  char *argv[40] = {
+      (char *)cc,           "-std=c11", "-O1",        "-w",       "-I",
+      AXLC_RUNTIME_INCLUDE, "-o",       (char *)out,  src,        AXLC_RUNTIME_OPENCL_LIB,
+      AXLC_RUNTIME_LIB,     "-lOpenCL", "-lopenblas", "-ljson-c", "-lm",
+      "-lpthread"};
   int n = 16;
   if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
   for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < 39; lib = strtok(NULL, ";"))
@@ -145,15 +158,18 @@ static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
   free(src);
   free(mpi);
   if (rc)
-    return fe_error(j->diag, out, NULL, "linking the trainer with %s failed (it needs the OpenCL "
-                    "loader, ocl-icd-opencl-dev, libopenblas-dev and libjson-c-dev)", cc);
+    return fe_error(j->diag, out, NULL,
+                    "linking the trainer with %s failed (it needs the OpenCL "
+                    "loader, ocl-icd-opencl-dev, libopenblas-dev and libjson-c-dev)",
+                    cc);
   return 0;
 }
 
 static int write_text(const BackendJob *j, Compiled *c, const char *emit, const char *out) {
   FILE *f = out ? fopen(out, "w") : stdout;
   if (!f) return fe_error(j->diag, out, NULL, "cannot open for writing");
-  int rc = !strcmp(emit, "cl") ? (fputs(c->kernels.source, f) < 0 ? -1 : 0) : ocl_program_write_c(f, &c->prog);
+  int rc = !strcmp(emit, "cl") ? (fputs(c->kernels.source, f) < 0 ? -1 : 0)
+                               : ocl_program_write_c(f, &c->prog);
   if (out && fclose(f) != 0) rc = -1;
   if (!out && fflush(f) != 0) rc = -1;
   return rc ? fe_error(j->diag, out, NULL, "writing the %s output failed", emit) : 0;
@@ -187,7 +203,8 @@ static bool ocl_backend_supports_op(IrOp op, IrDType dt) {
 }
 
 static const BackendEmit emits[] = {
-    {"exe", true, "a trainer executable: the kernels, built on the device at start-up, and libaxrt"},
+    {"exe", true,
+     "a trainer executable: the kernels, built on the device at start-up, and libaxrt"},
     {"cl", false, "the OpenCL C 1.2 source of the kernels"},
     {"c", false, "the trainer's C source (program table, kernels, launch list)"},
     {NULL, false, NULL},

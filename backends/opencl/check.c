@@ -47,7 +47,7 @@ int ocl_check_source(const OclKernels *k, char *err, size_t cap) {
   const char *args[] = {"-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header"};
   CXTranslationUnit tu = NULL;
   enum CXErrorCode e = clang_parseTranslationUnit2(index, SOURCE_NAME, args, 5, &file, 1,
-                                                    CXTranslationUnit_None, &tu);
+                                                   CXTranslationUnit_None, &tu);
   int errors = 0;
   if (e != CXError_Success || !tu) {
     snprintf(err, cap, "libclang could not parse the kernels (CXErrorCode %d)", (int)e);
@@ -56,7 +56,8 @@ int ocl_check_source(const OclKernels *k, char *err, size_t cap) {
     unsigned n = clang_getNumDiagnostics(tu);
     for (unsigned i = 0; i < n; i++) {
       CXDiagnostic d = clang_getDiagnostic(tu, i);
-      if (clang_getDiagnosticSeverity(d) >= CXDiagnostic_Error && errors < 3) report(k, d, errors, err, cap);
+      if (clang_getDiagnosticSeverity(d) >= CXDiagnostic_Error && errors < 3)
+        report(k, d, errors, err, cap);
       if (clang_getDiagnosticSeverity(d) >= CXDiagnostic_Error) errors++;
       clang_disposeDiagnostic(d);
     }

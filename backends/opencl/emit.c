@@ -41,11 +41,11 @@ typedef struct Ctx {
   const MemPlan *mp;
   const bool *mat;
   OclOptions o;
-  OclBuf *b;               /* the body of the kernel being printed */
-  int64_t *args;           /* (nargs) its offset arguments a0, a1, ...: byte offsets in the slab */
+  OclBuf *b;     /* the body of the kernel being printed */
+  int64_t *args; /* (nargs) its offset arguments a0, a1, ...: byte offsets in the slab */
   int32_t nargs, cargs;
-  OclBuf consts;           /* __constant arrays of data constants, printed before the kernels */
-  bool *const_done;        /* (nvalues) */
+  OclBuf consts;    /* __constant arrays of data constants, printed before the kernels */
+  bool *const_done; /* (nvalues) */
   int tmp;
   char *err;
   size_t cap;
@@ -85,13 +85,17 @@ static void literal(IrDType dt, double v, char *out) {
   if (dt == DT_I32) {
     double c = v != v ? 0 : v < -2147483648.0 ? -2147483648.0 : v > 2147483647.0 ? 2147483647.0 : v;
     long long i = (long long)c;
-    if (i == -2147483648LL) snprintf(out, NAME, "(-2147483647 - 1)");
-    else snprintf(out, NAME, "%lld", i);
+    if (i == -2147483648LL)
+      snprintf(out, NAME, "(-2147483647 - 1)");
+    else
+      snprintf(out, NAME, "%lld", i);
     return;
   }
   float f = (float)v;
-  if (isnan(f)) snprintf(out, NAME, "NAN");
-  else if (isinf(f)) snprintf(out, NAME, "%sINFINITY", f < 0 ? "-" : "");
+  if (isnan(f))
+    snprintf(out, NAME, "NAN");
+  else if (isinf(f))
+    snprintf(out, NAME, "%sINFINITY", f < 0 ? "-" : "");
   else {
     char s[32];
     snprintf(s, sizeof s, "%.9g", (double)f);
@@ -123,9 +127,11 @@ static void pos_idx(Ctx *C, const IrShape *s, Pos *p) {
   int64_t stride = 1;
   for (int32_t d = s->rank - 1; d >= 0; d--) {
     newvar(C, p->idx[d]);
-    if (d == 0) line(C, "long %s = %s / %lldL;", p->idx[d], p->lin, (long long)stride);
-    else line(C, "long %s = %s / %lldL %% %lldL;", p->idx[d], p->lin, (long long)stride,
-              (long long)s->dims[d]);
+    if (d == 0)
+      line(C, "long %s = %s / %lldL;", p->idx[d], p->lin, (long long)stride);
+    else
+      line(C, "long %s = %s / %lldL %% %lldL;", p->idx[d], p->lin, (long long)stride,
+           (long long)s->dims[d]);
     stride *= s->dims[d];
   }
   p->has_idx = true;
@@ -170,7 +176,8 @@ static void const_array(Ctx *C, int32_t v) {
   C->const_done[v] = true;
   const IrValue *x = val(C, v);
   int64_t n = ir_shape_numel(&x->shape);
-  ocl_buf_printf(&C->consts, "__constant %s c%d[%lld] = {", ctype(x->dtype), v, (long long)(n ? n : 1));
+  ocl_buf_printf(&C->consts, "__constant %s c%d[%lld] = {", ctype(x->dtype), v,
+                 (long long)(n ? n : 1));
   for (int64_t i = 0; i < n; i++) {
     char l[NAME];
     literal(x->dtype, x->attr.data[i], l);
@@ -205,7 +212,8 @@ static void transpose_elem(Ctx *C, int32_t v, Pos *p, char *out) {
   const IrValue *x = val(C, v);
   pos_idx(C, &x->shape, p);
   Pos q = {.has_idx = true};
-  for (int32_t d = 0; d < x->shape.rank; d++) snprintf(q.idx[x->attr.axes.v[d]], NAME, "%s", p->idx[d]);
+  for (int32_t d = 0; d < x->shape.rank; d++)
+    snprintf(q.idx[x->attr.axes.v[d]], NAME, "%s", p->idx[d]);
   elem_get(C, x->ops[0], &q, out);
 }
 
@@ -322,15 +330,21 @@ static bool has_axis(const IrDims *axes, int32_t d) {
 /* Declares the accumulator `acc` of a sum or max of dtype dt. */
 static void acc_begin(Ctx *C, IrDType dt, bool sum, char *acc) {
   newvar(C, acc);
-  if (sum) line(C, "%s %s = 0;", dt == DT_I32 ? "int" : "axacc", acc);
-  else line(C, "%s %s = %s;", ctype(dt), acc, dt == DT_I32 ? "INT_MIN" : "-INFINITY");
+  if (sum)
+    line(C, "%s %s = 0;", dt == DT_I32 ? "int" : "axacc", acc);
+  else
+    line(C, "%s %s = %s;", ctype(dt), acc, dt == DT_I32 ? "INT_MIN" : "-INFINITY");
 }
 
 static void acc_step(Ctx *C, IrDType dt, bool sum, const char *acc, const char *x) {
-  if (sum && dt == DT_I32) line(C, "%s = (int)((uint)%s + (uint)%s);", acc, acc, x);
-  else if (sum) line(C, "%s += (axacc)%s;", acc, x);
-  else if (dt == DT_I32) line(C, "if (%s > %s) %s = %s;", x, acc, acc, x);
-  else line(C, "if (!isnan(%s) && (isnan(%s) || %s > %s)) %s = %s;", acc, x, x, acc, acc, x);
+  if (sum && dt == DT_I32)
+    line(C, "%s = (int)((uint)%s + (uint)%s);", acc, acc, x);
+  else if (sum)
+    line(C, "%s += (axacc)%s;", acc, x);
+  else if (dt == DT_I32)
+    line(C, "if (%s > %s) %s = %s;", x, acc, acc, x);
+  else
+    line(C, "if (!isnan(%s) && (isnan(%s) || %s > %s)) %s = %s;", acc, x, x, acc, acc, x);
 }
 
 static void acc_end(Ctx *C, IrDType dt, const char *acc, char *out) {
@@ -353,7 +367,8 @@ static void reduce_elem(Ctx *C, int32_t v, Pos *p, char *out) {
       continue;
     }
     newvar(C, q.idx[d]);
-    line(C, "for (long %s = 0; %s < %lldL; %s++) {", q.idx[d], q.idx[d], (long long)xs->dims[d], q.idx[d]);
+    line(C, "for (long %s = 0; %s < %lldL; %s++) {", q.idx[d], q.idx[d], (long long)xs->dims[d],
+         q.idx[d]);
     loops++;
   }
   char e[NAME];
@@ -396,8 +411,10 @@ static void dot_elem(Ctx *C, int32_t v, Pos *p, char *out) {
   char ea[NAME], eb[NAME];
   elem_get(C, x->ops[0], &ap, ea);
   elem_get(C, x->ops[1], &bp, eb);
-  if (x->dtype == DT_I32) line(C, "%s = (int)((uint)%s + (uint)%s * (uint)%s);", acc, acc, ea, eb);
-  else line(C, "%s += (axacc)%s * (axacc)%s;", acc, ea, eb);
+  if (x->dtype == DT_I32)
+    line(C, "%s = (int)((uint)%s + (uint)%s * (uint)%s);", acc, acc, ea, eb);
+  else
+    line(C, "%s += (axacc)%s * (axacc)%s;", acc, ea, eb);
   for (int32_t k = 0; k < x->attr.lc.n; k++) line(C, "}");
   acc_end(C, x->dtype, acc, out);
 }
@@ -422,8 +439,10 @@ static const char *unary_f32(IrOp op) {
 }
 
 static void unary(Ctx *C, IrOp op, IrDType dt, const char *a, char *e, size_t cap) {
-  if (dt == DT_I32 && op == IR_NEG) snprintf(e, cap, "(int)(0u - (uint)%s)", a);
-  else if (dt == DT_I32 && op == IR_ABS) snprintf(e, cap, "(%s < 0 ? (int)(0u - (uint)%s) : %s)", a, a, a);
+  if (dt == DT_I32 && op == IR_NEG)
+    snprintf(e, cap, "(int)(0u - (uint)%s)", a);
+  else if (dt == DT_I32 && op == IR_ABS)
+    snprintf(e, cap, "(%s < 0 ? (int)(0u - (uint)%s) : %s)", a, a, a);
   else if (dt == DT_I32) {
     /* the float functions on an i32 (the verifier rejects them): through f32 */
     char f[256];
@@ -458,19 +477,26 @@ static void binary(IrOp op, IrDType dt, const char *a, const char *b, char *e, s
   case IR_MUL: snprintf(e, cap, i ? "(int)((uint)%s * (uint)%s)" : "(%s * %s)", a, b); return;
   case IR_DIV: snprintf(e, cap, i ? "ax_idiv(%s, %s)" : "(%s / %s)", a, b); return;
   case IR_MAX:
-    if (i) snprintf(e, cap, "(%s >= %s ? %s : %s)", a, b, a, b);
-    else snprintf(e, cap, "((%s >= %s || isnan(%s)) ? %s : %s)", a, b, a, a, b);
+    if (i)
+      snprintf(e, cap, "(%s >= %s ? %s : %s)", a, b, a, b);
+    else
+      snprintf(e, cap, "((%s >= %s || isnan(%s)) ? %s : %s)", a, b, a, a, b);
     return;
   case IR_MIN:
-    if (i) snprintf(e, cap, "(%s <= %s ? %s : %s)", a, b, a, b);
-    else snprintf(e, cap, "((%s <= %s || isnan(%s)) ? %s : %s)", a, b, a, a, b);
+    if (i)
+      snprintf(e, cap, "(%s <= %s ? %s : %s)", a, b, a, b);
+    else
+      snprintf(e, cap, "((%s <= %s || isnan(%s)) ? %s : %s)", a, b, a, a, b);
     return;
   case IR_POW:
-    if (i) snprintf(e, cap, "convert_int_sat(pow((float)%s, (float)%s))", a, b);
-    else snprintf(e, cap, "pow(%s, %s)", a, b);
+    if (i)
+      snprintf(e, cap, "convert_int_sat(pow((float)%s, (float)%s))", a, b);
+    else
+      snprintf(e, cap, "pow(%s, %s)", a, b);
     return;
   default:
-    snprintf(e, cap, "((%s %s %s) ? %s : %s)", a, cmp ? cmp : "==", b, i ? "1" : "1.0f", i ? "0" : "0.0f");
+    snprintf(e, cap, "((%s %s %s) ? %s : %s)", a, cmp ? cmp : "==", b, i ? "1" : "1.0f",
+             i ? "0" : "0.0f");
     return;
   }
 }
@@ -482,10 +508,14 @@ static void elementwise_elem(Ctx *C, int32_t v, Pos *p, char *out) {
   IrDType adt = val(C, x->ops[0])->dtype;
   if (x->op == IR_SELECT)
     snprintf(e, sizeof e, "((%s != %s) ? %s : %s)", a[0], adt == DT_I32 ? "0" : "0.0f", a[1], a[2]);
-  else if (x->op == IR_CAST && adt == x->dtype) snprintf(e, sizeof e, "%s", a[0]);
-  else if (x->op == IR_CAST) snprintf(e, sizeof e, x->dtype == DT_I32 ? "convert_int_sat(%s)" : "(float)%s", a[0]);
-  else if (x->nops == 1) unary(C, x->op, adt, a[0], e, sizeof e);
-  else binary(x->op, adt, a[0], a[1], e, sizeof e);
+  else if (x->op == IR_CAST && adt == x->dtype)
+    snprintf(e, sizeof e, "%s", a[0]);
+  else if (x->op == IR_CAST)
+    snprintf(e, sizeof e, x->dtype == DT_I32 ? "convert_int_sat(%s)" : "(float)%s", a[0]);
+  else if (x->nops == 1)
+    unary(C, x->op, adt, a[0], e, sizeof e);
+  else
+    binary(x->op, adt, a[0], a[1], e, sizeof e);
   newvar(C, out);
   line(C, "%s %s = %s;", ctype(x->dtype), out, e);
 }
@@ -505,10 +535,15 @@ static void elem_compute(Ctx *C, int32_t v, Pos *p, char *out) {
   case IR_PAD: pad_elem(C, v, p, out); return;
   case IR_CONCAT: concat_elem(C, v, p, out); return;
   case IR_GATHER: gather_elem(C, v, p, out); return;
-  case IR_REDUCE_SUM: case IR_REDUCE_MAX: reduce_elem(C, v, p, out); return;
+  case IR_REDUCE_SUM:
+  case IR_REDUCE_MAX: reduce_elem(C, v, p, out); return;
   case IR_DOT: dot_elem(C, v, p, out); return;
-  case IR_RESHAPE: case IR_ALL_REDUCE: case IR_ALL_GATHER: case IR_REDUCE_SCATTER:
-  case IR_ALL_TO_ALL: case IR_LOCAL_SLICE: copy_elem(C, v, p, out); return; /* one device */
+  case IR_RESHAPE:
+  case IR_ALL_REDUCE:
+  case IR_ALL_GATHER:
+  case IR_REDUCE_SCATTER:
+  case IR_ALL_TO_ALL:
+  case IR_LOCAL_SLICE: copy_elem(C, v, p, out); return; /* one device */
   default:
     if (ir_op_flags(x->op) & IR_ELEMENTWISE) {
       elementwise_elem(C, v, p, out);
@@ -536,16 +571,16 @@ static void elem_get(Ctx *C, int32_t v, Pos *p, char *out) {
 
 /* The kernels printed so far, without duplicates, and the launch list. */
 typedef struct Launches {
-  OclBuf text;             /* every distinct kernel, named */
-  char **bodies;           /* (nuniq) each distinct kernel's text without its name */
-  char **names;            /* (nuniq) */
-  uint64_t *hashes;        /* (nuniq) */
+  OclBuf text;      /* every distinct kernel, named */
+  char **bodies;    /* (nuniq) each distinct kernel's text without its name */
+  char **names;     /* (nuniq) */
+  uint64_t *hashes; /* (nuniq) */
   int32_t nuniq, cuniq;
-  RtOclLaunch *v;          /* (n) */
-  int32_t *line;           /* (n) first line of each launch's kernel in `text` */
-  int32_t *uline;          /* (nuniq) */
+  RtOclLaunch *v; /* (n) */
+  int32_t *line;  /* (n) first line of each launch's kernel in `text` */
+  int32_t *uline; /* (nuniq) */
   int32_t n, cap;
-  int32_t lines;           /* newlines in text */
+  int32_t lines; /* newlines in text */
 } Launches;
 
 static uint64_t hash_str(const char *s) {
@@ -599,7 +634,8 @@ static int32_t kernel_unique(Ctx *C, Launches *L, const char *text, const char *
 
 /* Ends the kernel whose body is in C->b: prints its header (attrs, the slab, the offset
  * arguments), keeps it unless an identical kernel exists, and adds its launch. */
-static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs, RtOclLaunch shape) {
+static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs,
+                       RtOclLaunch shape) {
   OclBuf t = {0};
   ocl_buf_printf(&t, "__kernel %svoid @NAME@(__global uchar *slab", attrs);
   for (int32_t a = 0; a < C->nargs; a++) ocl_buf_printf(&t, ", long a%d", a);
@@ -628,7 +664,8 @@ static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs,
 static void kernel_items(Ctx *C, const Launches *L, int64_t n) {
   line(C, "long gid = get_global_id(0);");
   line(C, "if (gid >= %lldL) return;", (long long)n);
-  if (C->o.break_kernel == L->n + 1) line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
+  if (C->o.break_kernel == L->n + 1)
+    line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
 }
 
 static RtOclLaunch items(int64_t n) { return (RtOclLaunch){.dims = 1, .global = {n, 1, 1}}; }
@@ -670,8 +707,10 @@ static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "    int taken = 0;");
   line(C, "    for (long t = 0; t < j; t++) taken |= o[t] == (int)i;");
   line(C, "    if (taken) continue;");
-  if (in->dtype == DT_I32) line(C, "    if (best < 0 || x[i] > x[best]) best = i;");
-  else line(C, "    if (best < 0 || (isnan(x[i]) ? !isnan(x[best]) : x[i] > x[best])) best = i;");
+  if (in->dtype == DT_I32)
+    line(C, "    if (best < 0 || x[i] > x[best]) best = i;");
+  else
+    line(C, "    if (best < 0 || (isnan(x[i]) ? !isnan(x[best]) : x[i] > x[best])) best = i;");
   line(C, "  }");
   line(C, "  o[j] = (int)best;");
   line(C, "}");
@@ -693,14 +732,16 @@ static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   buf_ref(C, v, outr, sizeof outr);
   const char *t = ctype(x->dtype);
   line(C, "__global %s *o = %s;", t, outr);
-  line(C, "for (long r = 0; r < %lldL; r++) o[r * %lldL + gid] = 0;", (long long)rows, (long long)row);
+  line(C, "for (long r = 0; r < %lldL; r++) o[r * %lldL + gid] = 0;", (long long)rows,
+       (long long)row);
   line(C, "for (long i = 0; i < %lldL; i++) {", (long long)nidx);
   line(C, "  int r = %s[i];", ir);
   line(C, "  if (r < 0 || r >= %lld) continue;", (long long)rows);
   if (x->dtype == DT_I32)
     line(C, "  o[r * %lldL + gid] = (int)((uint)o[r * %lldL + gid] + (uint)%s[i * %lldL + gid]);",
          (long long)row, (long long)row, ur, (long long)row);
-  else line(C, "  o[r * %lldL + gid] += %s[i * %lldL + gid];", (long long)row, ur, (long long)row);
+  else
+    line(C, "  o[r * %lldL + gid] += %s[i * %lldL + gid];", (long long)row, ur, (long long)row);
   line(C, "}");
   kernel_end(C, L, name, "", items(row));
 }
@@ -713,7 +754,8 @@ static void gemm_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   buf_ref(C, x->ops[0], refs[0], NAME);
   buf_ref(C, x->ops[1], refs[1], NAME);
   buf_ref(C, v, refs[2], NAME);
-  if (C->o.break_kernel == L->n + 1) line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
+  if (C->o.break_kernel == L->n + 1)
+    line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
   RtOclLaunch shape = {0};
   const char *attrs = "";
   ocl_gemm_kernel(C->b, C->g, v, (const char *[]){refs[0], refs[1], refs[2]},
@@ -747,14 +789,17 @@ static void copy_back(Ctx *C, Launches *L, OclBuf *body) {
 
 static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
-  if (!C->mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT || ir_shape_numel(&x->shape) == 0) return;
+  if (!C->mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT || ir_shape_numel(&x->shape) == 0)
+    return;
   switch (x->op) {
   case IR_RESHAPE:
     if (C->mp->offset[v] != C->mp->offset[x->ops[0]]) map_kernel(C, L, body, v);
     return; /* else an alias: nothing to do */
   case IR_DOT:
-    if (C->o.gemm != OCL_GEMM_LOOP && ocl_gemm_ok(C->g, v)) gemm_kernel(C, L, body, v);
-    else map_kernel(C, L, body, v);
+    if (C->o.gemm != OCL_GEMM_LOOP && ocl_gemm_ok(C->g, v))
+      gemm_kernel(C, L, body, v);
+    else
+      map_kernel(C, L, body, v);
     return;
   case IR_TOP_K_INDICES: top_k_kernel(C, L, body, v); return;
   case IR_SCATTER_ADD: scatter_kernel(C, L, body, v); return;
@@ -791,10 +836,11 @@ static int check_graph(Ctx *C) {
     const IrValue *x = val(C, v);
     int64_t need = ir_shape_numel(&x->shape) * (int64_t)ir_dtype_size(x->dtype);
     if (x->dtype != DT_F32 && x->dtype != DT_I32)
-      return fail(C, "%%%d (%s) at %s: dtype %s is not supported by the OpenCL backend (f32, i32)", v,
-                  ir_op_name(x->op), *x->origin ? x->origin : "?", ir_dtype_name(x->dtype));
+      return fail(C, "%%%d (%s) at %s: dtype %s is not supported by the OpenCL backend (f32, i32)",
+                  v, ir_op_name(x->op), *x->origin ? x->origin : "?", ir_dtype_name(x->dtype));
     if (C->mat[v] && need > 0 &&
-        (C->mp->bytes[v] < need || C->mp->offset[v] < 0 || C->mp->offset[v] + need > C->mp->slab_bytes))
+        (C->mp->bytes[v] < need || C->mp->offset[v] < 0 ||
+         C->mp->offset[v] + need > C->mp->slab_bytes))
       return fail(C, "%%%d (%s): the memory plan gives it %lld bytes; it needs %lld", v,
                   ir_op_name(x->op), (long long)C->mp->bytes[v], (long long)need);
   }
@@ -803,22 +849,22 @@ static int check_graph(Ctx *C) {
 
 /* Shared by every kernel: the slab accessors, the f32 accumulator, i32 division. */
 static void prelude(OclBuf *b) {
-  ocl_buf_printf(b,
-      "/* generated by axlc (backends/opencl): the step graph as OpenCL C 1.2 kernels */\n"
-      "#ifdef cl_khr_fp64\n"
-      "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
-      "typedef double axacc; /* f32 sums accumulate in double, as the interpreter's */\n"
-      "#else\n"
-      "typedef float axacc;\n"
-      "#endif\n"
-      "#define AXF(off) ((__global float *)(slab + (off)))\n"
-      "#define AXI(off) ((__global int *)(slab + (off)))\n"
-      "/* i32 division: truncates; x/0 = 0; INT_MIN/-1 saturates */\n"
-      "int ax_idiv(int a, int b) {\n"
-      "  if (b == 0) return 0;\n"
-      "  if (b == -1) return a == INT_MIN ? INT_MAX : -a;\n"
-      "  return a / b;\n"
-      "}\n\n");
+  ocl_buf_printf(
+      b, "/* generated by axlc (backends/opencl): the step graph as OpenCL C 1.2 kernels */\n"
+         "#ifdef cl_khr_fp64\n"
+         "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+         "typedef double axacc; /* f32 sums accumulate in double, as the interpreter's */\n"
+         "#else\n"
+         "typedef float axacc;\n"
+         "#endif\n"
+         "#define AXF(off) ((__global float *)(slab + (off)))\n"
+         "#define AXI(off) ((__global int *)(slab + (off)))\n"
+         "/* i32 division: truncates; x/0 = 0; INT_MIN/-1 saturates */\n"
+         "int ax_idiv(int a, int b) {\n"
+         "  if (b == 0) return 0;\n"
+         "  if (b == -1) return a == INT_MIN ? INT_MAX : -a;\n"
+         "  return a / b;\n"
+         "}\n\n");
 }
 
 OclOptions ocl_options_default(void) {
@@ -830,11 +876,17 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
   memset(out, 0, sizeof *out);
   if (err && cap) err[0] = 0;
   OclBuf body = {0};
-  Ctx C = {.g = g, .mp = mp, .mat = mat, .o = o ? *o : ocl_options_default(), .b = &body,
-           .err = err, .cap = cap};
+  Ctx C = {.g = g,
+           .mp = mp,
+           .mat = mat,
+           .o = o ? *o : ocl_options_default(),
+           .b = &body,
+           .err = err,
+           .cap = cap};
   C.const_done = calloc((size_t)g->nvalues + 1, sizeof *C.const_done);
   Launches L = {0};
-  if (!C.const_done) fail(&C, "out of memory");
+  if (!C.const_done)
+    fail(&C, "out of memory");
   else if (check_graph(&C) == 0) {
     for (int32_t v = 0; v < g->nvalues && !C.failed; v++) value_kernel(&C, &L, &body, v);
     if (!C.failed) copy_back(&C, &L, &body);

@@ -20,8 +20,8 @@ enum { TS = 16 };
 
 typedef struct Layout {
   int64_t batch, m, n, k;
-  int64_t sa, sam, sak;  /* lhs: batch stride, m stride, k stride (elements) */
-  int64_t sb, sbk, sbn;  /* rhs */
+  int64_t sa, sam, sak; /* lhs: batch stride, m stride, k stride (elements) */
+  int64_t sb, sbk, sbn; /* rhs */
 } Layout;
 
 static int64_t prod(const IrShape *s, int32_t from, int32_t to) {
@@ -75,12 +75,15 @@ bool ocl_gemm_ok(const IrGraph *g, int32_t v) {
 }
 
 void ocl_gemm_prelude(OclBuf *b) {
-  ocl_buf_printf(b,
+  ocl_buf_printf(
+      b,
       "#define AX_TS %d\n"
       "/* C (M, N) = A . B, A(m, k) at A[m*sam + k*sak], B(k, n) at B[k*sbk + n*sbn]; one element\n"
       " * per work item, TS x TS tiles of A and B staged in local memory. */\n"
-      "void ax_gemm(__global const float *A, __global const float *B, __global float *C, int M, int N,\n"
-      "             int K, long sam, long sak, long sbk, long sbn, __local float *As, __local float *Bs) {\n"
+      "void ax_gemm(__global const float *A, __global const float *B, __global float *C, int M, "
+      "int N,\n"
+      "             int K, long sam, long sak, long sbk, long sbn, __local float *As, __local "
+      "float *Bs) {\n"
       "  int tn = get_local_id(0), tm = get_local_id(1);\n"
       "  int n = get_group_id(0) * AX_TS + tn, m = get_group_id(1) * AX_TS + tm;\n"
       "  float acc = 0.0f;\n"
@@ -103,15 +106,15 @@ static int64_t round_up(int64_t x) { return (x + TS - 1) / TS * TS; }
 static void tiled_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtOclLaunch *R,
                          const char **attrs) {
   ocl_buf_printf(b,
-      "  __local float As[AX_TS * AX_TS], Bs[AX_TS * AX_TS];\n"
-      "  long bt = get_global_id(2);\n"
-      "  ax_gemm(%s + bt * %lldL, %s + bt * %lldL, %s + bt * %lldL, %lld, %lld, %lld,\n"
-      "          %lldL, %lldL, %lldL, %lldL, As, Bs);\n",
-      r[0], (long long)L->sa, r[1], (long long)L->sb, r[2], (long long)(L->m * L->n), (long long)L->m,
-      (long long)L->n, (long long)L->k, (long long)L->sam, (long long)L->sak, (long long)L->sbk,
-      (long long)L->sbn);
-  *R = (RtOclLaunch){.dims = 3, .global = {round_up(L->n), round_up(L->m), L->batch},
-                     .local = {TS, TS, 1}};
+                 "  __local float As[AX_TS * AX_TS], Bs[AX_TS * AX_TS];\n"
+                 "  long bt = get_global_id(2);\n"
+                 "  ax_gemm(%s + bt * %lldL, %s + bt * %lldL, %s + bt * %lldL, %lld, %lld, %lld,\n"
+                 "          %lldL, %lldL, %lldL, %lldL, As, Bs);\n",
+                 r[0], (long long)L->sa, r[1], (long long)L->sb, r[2], (long long)(L->m * L->n),
+                 (long long)L->m, (long long)L->n, (long long)L->k, (long long)L->sam,
+                 (long long)L->sak, (long long)L->sbk, (long long)L->sbn);
+  *R = (RtOclLaunch){
+      .dims = 3, .global = {round_up(L->n), round_up(L->m), L->batch}, .local = {TS, TS, 1}};
   *attrs = "__attribute__((reqd_work_group_size(AX_TS, AX_TS, 1))) ";
 }
 
@@ -122,50 +125,57 @@ static void tiled_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtO
 enum { RB = 4 };
 static void blocked_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtOclLaunch *R) {
   bool vec = L->sbn == 1 && L->n % RB == 0;
-  ocl_buf_printf(b,
+  ocl_buf_printf(
+      b,
       "  long n0 = get_global_id(0) * 4, m0 = get_global_id(1) * 4, bt = get_global_id(2);\n"
       "  if (n0 >= %lldL || m0 >= %lldL) return;\n"
       "  __global const float *A = %s + bt * %lldL, *B = %s + bt * %lldL;\n"
       "  __global float *C = %s + bt * %lldL;\n"
-      "  long r1 = min(m0 + 1, %lldL) * %lldL, r2 = min(m0 + 2, %lldL) * %lldL, r3 = min(m0 + 3, %lldL) * %lldL;\n"
+      "  long r1 = min(m0 + 1, %lldL) * %lldL, r2 = min(m0 + 2, %lldL) * %lldL, r3 = min(m0 + 3, "
+      "%lldL) * %lldL;\n"
       "  long r0 = m0 * %lldL;\n"
       "  float4 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;\n"
       "  for (long k = 0; k < %lldL; k++) {\n",
       (long long)L->n, (long long)L->m, r[0], (long long)L->sa, r[1], (long long)L->sb, r[2],
       (long long)(L->m * L->n), (long long)(L->m - 1), (long long)L->sam, (long long)(L->m - 1),
-      (long long)L->sam, (long long)(L->m - 1), (long long)L->sam, (long long)L->sam, (long long)L->k);
+      (long long)L->sam, (long long)(L->m - 1), (long long)L->sam, (long long)L->sam,
+      (long long)L->k);
   if (vec)
     ocl_buf_printf(b, "    float4 bk = vload4(0, B + k * %lldL + n0);\n", (long long)L->sbk);
   else
     ocl_buf_printf(b,
-        "    __global const float *Bk = B + k * %lldL;\n"
-        "    float4 bk = (float4)(Bk[n0 * %lldL], Bk[min(n0 + 1, %lldL) * %lldL], Bk[min(n0 + 2, %lldL) * %lldL],\n"
-        "                         Bk[min(n0 + 3, %lldL) * %lldL]);\n",
-        (long long)L->sbk, (long long)L->sbn, (long long)(L->n - 1), (long long)L->sbn,
-        (long long)(L->n - 1), (long long)L->sbn, (long long)(L->n - 1), (long long)L->sbn);
+                   "    __global const float *Bk = B + k * %lldL;\n"
+                   "    float4 bk = (float4)(Bk[n0 * %lldL], Bk[min(n0 + 1, %lldL) * %lldL], "
+                   "Bk[min(n0 + 2, %lldL) * %lldL],\n"
+                   "                         Bk[min(n0 + 3, %lldL) * %lldL]);\n",
+                   (long long)L->sbk, (long long)L->sbn, (long long)(L->n - 1), (long long)L->sbn,
+                   (long long)(L->n - 1), (long long)L->sbn, (long long)(L->n - 1),
+                   (long long)L->sbn);
   ocl_buf_printf(b,
-      "    long ka = k * %lldL;\n"
-      "    c0 += A[r0 + ka] * bk;\n"
-      "    c1 += A[r1 + ka] * bk;\n"
-      "    c2 += A[r2 + ka] * bk;\n"
-      "    c3 += A[r3 + ka] * bk;\n"
-      "  }\n",
-      (long long)L->sak);
+                 "    long ka = k * %lldL;\n"
+                 "    c0 += A[r0 + ka] * bk;\n"
+                 "    c1 += A[r1 + ka] * bk;\n"
+                 "    c2 += A[r2 + ka] * bk;\n"
+                 "    c3 += A[r3 + ka] * bk;\n"
+                 "  }\n",
+                 (long long)L->sak);
   if (vec)
     ocl_buf_printf(b,
-        "  vstore4(c0, 0, C + m0 * %lldL + n0);\n"
-        "  if (m0 + 1 < %lldL) vstore4(c1, 0, C + (m0 + 1) * %lldL + n0);\n"
-        "  if (m0 + 2 < %lldL) vstore4(c2, 0, C + (m0 + 2) * %lldL + n0);\n"
-        "  if (m0 + 3 < %lldL) vstore4(c3, 0, C + (m0 + 3) * %lldL + n0);\n",
-        (long long)L->n, (long long)L->m, (long long)L->n, (long long)L->m, (long long)L->n,
-        (long long)L->m, (long long)L->n);
+                   "  vstore4(c0, 0, C + m0 * %lldL + n0);\n"
+                   "  if (m0 + 1 < %lldL) vstore4(c1, 0, C + (m0 + 1) * %lldL + n0);\n"
+                   "  if (m0 + 2 < %lldL) vstore4(c2, 0, C + (m0 + 2) * %lldL + n0);\n"
+                   "  if (m0 + 3 < %lldL) vstore4(c3, 0, C + (m0 + 3) * %lldL + n0);\n",
+                   (long long)L->n, (long long)L->m, (long long)L->n, (long long)L->m,
+                   (long long)L->n, (long long)L->m, (long long)L->n);
   else
     ocl_buf_printf(b,
-        "  float c[4][4] = {{c0.x, c0.y, c0.z, c0.w}, {c1.x, c1.y, c1.z, c1.w}, {c2.x, c2.y, c2.z, c2.w},\n"
-        "                   {c3.x, c3.y, c3.z, c3.w}};\n"
-        "  for (int i = 0; i < 4 && m0 + i < %lldL; i++)\n"
-        "    for (int j = 0; j < 4 && n0 + j < %lldL; j++) C[(m0 + i) * %lldL + n0 + j] = c[i][j];\n",
-        (long long)L->m, (long long)L->n, (long long)L->n);
+                   "  float c[4][4] = {{c0.x, c0.y, c0.z, c0.w}, {c1.x, c1.y, c1.z, c1.w}, {c2.x, "
+                   "c2.y, c2.z, c2.w},\n"
+                   "                   {c3.x, c3.y, c3.z, c3.w}};\n"
+                   "  for (int i = 0; i < 4 && m0 + i < %lldL; i++)\n"
+                   "    for (int j = 0; j < 4 && n0 + j < %lldL; j++) C[(m0 + i) * %lldL + n0 + j] "
+                   "= c[i][j];\n",
+                   (long long)L->m, (long long)L->n, (long long)L->n);
   *R = (RtOclLaunch){.dims = 3, .global = {(L->n + RB - 1) / RB, (L->m + RB - 1) / RB, L->batch}};
 }
 
@@ -174,6 +184,8 @@ void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, int32_t v, const char *const r
   Layout L;
   layout(g, v, &L);
   *attrs = "";
-  if (tiled) tiled_kernel(b, refs, &L, R, attrs);
-  else blocked_kernel(b, refs, &L, R);
+  if (tiled)
+    tiled_kernel(b, refs, &L, R, attrs);
+  else
+    blocked_kernel(b, refs, &L, R);
 }

@@ -49,24 +49,24 @@ int ocl_fusion_plan(const IrGraph *g, bool *materialized);
 /* ======================================================================== emit.c */
 
 typedef struct OclKernels {
-  char *source;            /* OpenCL C 1.2, every kernel */
+  char *source; /* OpenCL C 1.2, every kernel */
   int32_t nlaunches;
-  RtOclLaunch *launches;   /* (nlaunches); names and args owned here */
-  int32_t *kernel_line;    /* (nlaunches) first source line of each launch's kernel */
-  int32_t nkernels;        /* distinct kernels: launches that differ only in offsets share one */
-  char **names;            /* (nkernels) */
+  RtOclLaunch *launches; /* (nlaunches); names and args owned here */
+  int32_t *kernel_line;  /* (nlaunches) first source line of each launch's kernel */
+  int32_t nkernels;      /* distinct kernels: launches that differ only in offsets share one */
+  char **names;          /* (nkernels) */
 } OclKernels;
 
 typedef enum OclGemm {
-  OCL_GEMM_LOOP,           /* no GEMM kernel: the loop nest of any dot_general */
-  OCL_GEMM_BLOCKED,        /* register-blocked, no local memory (gemm.c) */
-  OCL_GEMM_TILED,          /* local-memory tiles (gemm.c) */
+  OCL_GEMM_LOOP,    /* no GEMM kernel: the loop nest of any dot_general */
+  OCL_GEMM_BLOCKED, /* register-blocked, no local memory (gemm.c) */
+  OCL_GEMM_TILED,   /* local-memory tiles (gemm.c) */
 } OclGemm;
 
 typedef struct OclOptions {
-  bool fuse;               /* inline what the plan allows */
-  OclGemm gemm;            /* the kernel of matrix products whose layout allows a GEMM */
-  int break_kernel;        /* test hook: > 0 breaks the source of that kernel (1-based) */
+  bool fuse;        /* inline what the plan allows */
+  OclGemm gemm;     /* the kernel of matrix products whose layout allows a GEMM */
+  int break_kernel; /* test hook: > 0 breaks the source of that kernel (1-based) */
 } OclOptions;
 
 OclOptions ocl_options_default(void);
@@ -97,10 +97,10 @@ int ocl_check_source(const OclKernels *k, char *err, size_t cap);
 
 /* The facts of the program table the graph does not hold (coupled with runtime/axrt.h). */
 typedef struct OclProgramInfo {
-  const char *config;      /* canonical config text */
+  const char *config; /* canonical config text */
   int32_t nparams;
-  const char *const *paths;  /* (nparams) parameter names in the graph */
-  const RtInit *inits;     /* (nparams) */
+  const char *const *paths; /* (nparams) parameter names in the graph */
+  const RtInit *inits;      /* (nparams) */
   int64_t vocab, max_steps, ckpt_every;
   int32_t ckpt_keep;
   uint64_t seed;

@@ -31,25 +31,28 @@ static int check_heads(FeBuild *b, json_object *node, const char *cfg, const FeD
   *kv = fe_get_int(node, "num_kv_heads");
   if (*kv == 0) *kv = *heads;
   if (in->dim % *heads != 0) {
-    return fe_field_error(b, node, cfg, "num_heads", "num_heads %lld does not divide dim %lld "
-                    "(expected a divisor of %lld)", (long long)*heads, (long long)in->dim,
-                    (long long)in->dim);
+    return fe_field_error(b, node, cfg, "num_heads",
+                          "num_heads %lld does not divide dim %lld "
+                          "(expected a divisor of %lld)",
+                          (long long)*heads, (long long)in->dim, (long long)in->dim);
   }
   if (*kv > *heads || *heads % *kv != 0) {
-    return fe_field_error(b, node, cfg, "num_kv_heads", "num_heads %lld is not a multiple of num_kv_heads %lld "
-                    "(expected a divisor of %lld)", (long long)*heads, (long long)*kv,
-                    (long long)*heads);
+    return fe_field_error(b, node, cfg, "num_kv_heads",
+                          "num_heads %lld is not a multiple of num_kv_heads %lld "
+                          "(expected a divisor of %lld)",
+                          (long long)*heads, (long long)*kv, (long long)*heads);
   }
   if (fe_get_child(node, "rope") && (in->dim / *heads) % 2 != 0) {
-    return fe_field_error(b, node, cfg, "rope", "rotary embedding needs an even head dim, got %lld "
-                    "(dim %lld / num_heads %lld)", (long long)(in->dim / *heads),
-                    (long long)in->dim, (long long)*heads);
+    return fe_field_error(b, node, cfg, "rope",
+                          "rotary embedding needs an even head dim, got %lld "
+                          "(dim %lld / num_heads %lld)",
+                          (long long)(in->dim / *heads), (long long)in->dim, (long long)*heads);
   }
   return 0;
 }
 
-static int proj(FeBuild *b, json_object *node, const char *cfg, const char *prm,
-                const char *name, int64_t rows, int64_t cols, const FeDims *in) {
+static int proj(FeBuild *b, json_object *node, const char *cfg, const char *prm, const char *name,
+                int64_t rows, int64_t cols, const FeDims *in) {
   char pp[512];
   snprintf(pp, sizeof pp, "%s/%s", prm, name);
   int64_t w[2] = {rows, cols};
@@ -129,9 +132,12 @@ static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *p
   if (K == 0) K = N;
   int64_t H = in->dim / N, B = e->batch, T = e->seq;
   json_object *rope = fe_get_child(node, "rope");
-  int32_t q = heads_first(e, fe_emit_linear(e, x, prm, "q_proj", "attention.q_proj"), N, N, H, rope);
-  int32_t k = heads_first(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, N, H, rope);
-  int32_t v = heads_first(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, N, H, NULL);
+  int32_t q =
+      heads_first(e, fe_emit_linear(e, x, prm, "q_proj", "attention.q_proj"), N, N, H, rope);
+  int32_t k =
+      heads_first(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, N, H, rope);
+  int32_t v =
+      heads_first(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, N, H, NULL);
   int32_t bb[2] = {0, 1}, c3 = 3, c2 = 2;
   int32_t s = ir_dot(g, q, k, 2, bb, bb, 1, &c3, &c3); /* (B, N, T, T) */
   s = ir_mul(g, s, fe_emit_like(e, s, 1.0 / sqrt((double)H)));

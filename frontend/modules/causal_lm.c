@@ -46,7 +46,7 @@ static int32_t cross_entropy(FeEmit *e, int32_t logits, int32_t targets) {
   int32_t iota = ir_iota(g, DT_I32, 3, s.dims, 2);
   int32_t hit = ir_eq(g, iota, ir_broadcast(g, targets, 3, s.dims, lead));
   int32_t tl = ir_reduce_sum(g, ir_mul(g, z, ir_cast(g, hit, DT_F32)), 1, &last);
-  int32_t nll = ir_sub(g, lse, tl);                                    /* (B, T) */
+  int32_t nll = ir_sub(g, lse, tl); /* (B, T) */
   double inv = 1.0 / (double)(s.dims[0] * s.dims[1]);
   int32_t sum = ir_reduce_sum(g, nll, 2, both);
   return ir_mul(g, sum, ir_const_scalar(g, DT_F32, inv, 0, NULL));

@@ -30,9 +30,9 @@ static int build_pos(FeBuild *b, json_object *node, const char *cfg, const char 
   int64_t max_len = fe_get_int(node, "max_len");
   if (in->seq_len > max_len) {
     return fe_field_error(b, node, cfg, "max_len",
-                    "max_len %lld is shorter than the input's seq_len %lld "
-                    "(expected at least %lld)",
-                    (long long)max_len, (long long)in->seq_len, (long long)in->seq_len);
+                          "max_len %lld is shorter than the input's seq_len %lld "
+                          "(expected at least %lld)",
+                          (long long)max_len, (long long)in->seq_len, (long long)in->seq_len);
   }
   int64_t shape[2] = {max_len, in->dim}; /* (P, D) */
   return fe_param(b, node, cfg, prm, "weight", 2, shape, "normal", fe_get_float(node, "init_std"),

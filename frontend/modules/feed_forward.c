@@ -15,13 +15,13 @@
 
 #include "frontend/frontend.h"
 
-#define HIDDEN_FIELDS                                                                   \
-  F_INT("hidden_dim", "0", FE_RANGE(0, 1 << 24), "hidden size; 0 means hidden_dim_scale * dim"), \
-  F_FLOAT("hidden_dim_scale", "4.0", FE_RANGE(0, 1024), "hidden size as a multiple of dim"),  \
-  F_INT("hidden_dim_multiple_of", "1", FE_RANGE(1, 65536), "round the scaled hidden size up"), \
-  F_ENUM("activation", "\"gelu\"", "gelu|relu|swiglu", "activation; swiglu is gated"),    \
-  F_BOOL("bias", "false", "learn biases"),                                                \
-  F_FLOAT("init_std", "0.02", FE_ATLEAST(0), "standard deviation of the normal init")
+#define HIDDEN_FIELDS                                                                              \
+  F_INT("hidden_dim", "0", FE_RANGE(0, 1 << 24), "hidden size; 0 means hidden_dim_scale * dim"),   \
+      F_FLOAT("hidden_dim_scale", "4.0", FE_RANGE(0, 1024), "hidden size as a multiple of dim"),   \
+      F_INT("hidden_dim_multiple_of", "1", FE_RANGE(1, 65536), "round the scaled hidden size up"), \
+      F_ENUM("activation", "\"gelu\"", "gelu|relu|swiglu", "activation; swiglu is gated"),         \
+      F_BOOL("bias", "false", "learn biases"),                                                     \
+      F_FLOAT("init_std", "0.02", FE_ATLEAST(0), "standard deviation of the normal init")
 
 static const FeField ffn_fields[] = {
     HIDDEN_FIELDS,
@@ -39,16 +39,17 @@ static int hidden_size(FeBuild *b, json_object *node, const char *cfg, const FeD
     *h = ((int64_t)scaled + m - 1) / m * m;
   }
   if (*h < 1 || *h > (1 << 24)) {
-    return fe_field_error(b, node, cfg, "hidden_dim_scale", "hidden size %lld (expected "
-                    "hidden_dim or hidden_dim_scale * dim from 1 to %d)", (long long)*h, 1 << 24);
+    return fe_field_error(b, node, cfg, "hidden_dim_scale",
+                          "hidden size %lld (expected "
+                          "hidden_dim or hidden_dim_scale * dim from 1 to %d)",
+                          (long long)*h, 1 << 24);
   }
   return 0;
 }
 
 /* One linear layer `name` of shape (lead?, rows, cols) with optional bias. */
-static int linear(FeBuild *b, json_object *node, const char *cfg, const char *prm,
-                  const char *name, const char *spec, int64_t lead, int64_t rows,
-                  int64_t cols, const FeDims *in) {
+static int linear(FeBuild *b, json_object *node, const char *cfg, const char *prm, const char *name,
+                  const char *spec, int64_t lead, int64_t rows, int64_t cols, const FeDims *in) {
   char pp[512];
   snprintf(pp, sizeof pp, "%s/%s", prm, name);
   int64_t w[3] = {lead, rows, cols}, bs[2] = {lead, cols};
@@ -66,8 +67,8 @@ static int linear(FeBuild *b, json_object *node, const char *cfg, const char *pr
 /* The training step's largest tensors here: the hidden activations (B, T, H)
  * of a dense MLP; with experts, (B, T, E, H), (B, T, E, D) and the routing
  * mask (B, T, top_k, E). */
-static void step_tensors(FeBuild *b, json_object *node, const char *cfg, int64_t experts,
-                         int64_t h, const FeDims *in) {
+static void step_tensors(FeBuild *b, json_object *node, const char *cfg, int64_t experts, int64_t h,
+                         const FeDims *in) {
   const char *hfield = fe_get_int(node, "hidden_dim") ? "hidden_dim" : "hidden_dim_scale";
   if (!experts) {
     int64_t bth[3] = {in->batch, in->seq_len, h};
@@ -86,8 +87,8 @@ static void step_tensors(FeBuild *b, json_object *node, const char *cfg, int64_t
 }
 
 /* The MLP's matrices; `experts` is 0 for a dense MLP. */
-static int mlp(FeBuild *b, json_object *node, const char *cfg, const char *prm,
-               int64_t experts, const FeDims *in) {
+static int mlp(FeBuild *b, json_object *node, const char *cfg, const char *prm, int64_t experts,
+               const FeDims *in) {
   int64_t h;
   if (hidden_size(b, node, cfg, in, &h)) return -1;
   step_tensors(b, node, cfg, experts, h, in);
@@ -126,8 +127,9 @@ static int build_moe(FeBuild *b, json_object *node, const char *cfg, const char 
                      const FeDims *in) {
   int64_t e = fe_get_int(node, "num_experts"), k = fe_get_int(node, "top_k");
   if (k > e) {
-    return fe_field_error(b, node, cfg, "top_k", "top_k %lld exceeds num_experts %lld (expected 1 to %lld)",
-                    (long long)k, (long long)e, (long long)e);
+    return fe_field_error(b, node, cfg, "top_k",
+                          "top_k %lld exceeds num_experts %lld (expected 1 to %lld)", (long long)k,
+                          (long long)e, (long long)e);
   }
   char pp[512];
   snprintf(pp, sizeof pp, "%s/gate", prm);
@@ -172,8 +174,7 @@ static int32_t emit_ffn(FeEmit *e, json_object *node, const char *cfg, const cha
 }
 
 /* Every expert's first layer: x (B, T, D) . W (E, D, H) [+ b (E, H)] -> (B, T, E, H). */
-static int32_t expert_in(FeEmit *e, int32_t x, const char *prm, const char *name,
-                         const char *tag) {
+static int32_t expert_in(FeEmit *e, int32_t x, const char *prm, const char *name, const char *tag) {
   char pp[512];
   snprintf(pp, sizeof pp, "%s/%s", prm, name);
   int32_t lc = 2, rc = 1;
@@ -248,24 +249,26 @@ static int32_t dispatch_mask(FeEmit *e, int32_t probs, int64_t k, int64_t C) {
   int64_t btke[4] = {B, T, k, E};
   int32_t bd3[3] = {0, 1, 2};
   int32_t idx = ir_top_k_indices(g, probs, k); /* (B, T, k) */
-  int32_t hit = ir_cast(g, ir_eq(g, ir_iota(g, DT_I32, 4, btke, 3), ir_broadcast(g, idx, 4, btke, bd3)),
-                        DT_F32);
+  int32_t hit = ir_cast(
+      g, ir_eq(g, ir_iota(g, DT_I32, 4, btke, 3), ir_broadcast(g, idx, 4, btke, bd3)), DT_F32);
   int32_t perm[4] = {0, 2, 1, 3}; /* priority order: (B, k, T, E) -> (B, k*T, E) */
   int64_t bje[3] = {B, KT, E};
   int32_t m = ir_reshape(g, ir_transpose(g, hit, perm), 3, bje);
   /* slot of each assignment: how many assignments to the same expert come before it */
   int64_t jj[2] = {KT, KT};
-  int32_t earlier = ir_cast(g, ir_lt(g, ir_iota(g, DT_I32, 2, jj, 1), ir_iota(g, DT_I32, 2, jj, 0)), DT_F32);
+  int32_t earlier =
+      ir_cast(g, ir_lt(g, ir_iota(g, DT_I32, 2, jj, 1), ir_iota(g, DT_I32, 2, jj, 0)), DT_F32);
   int32_t c1 = 1, one = 1;
   int32_t pos = ir_dot(g, m, earlier, 0, NULL, NULL, 1, &c1, &one); /* (B, E, KT) */
   int32_t back[3] = {0, 2, 1};
-  pos = ir_transpose(g, pos, back);                                  /* (B, KT, E) */
+  pos = ir_transpose(g, pos, back); /* (B, KT, E) */
   int64_t bjec[4] = {B, KT, E, C};
-  int32_t slot = ir_cast(g, ir_eq(g, ir_iota(g, DT_F32, 4, bjec, 3), ir_broadcast(g, pos, 4, bjec, bd3)), DT_F32);
-  int32_t d = ir_mul(g, slot, ir_broadcast(g, m, 4, bjec, bd3));       /* slot >= C: none */
+  int32_t slot = ir_cast(
+      g, ir_eq(g, ir_iota(g, DT_F32, 4, bjec, 3), ir_broadcast(g, pos, 4, bjec, bd3)), DT_F32);
+  int32_t d = ir_mul(g, slot, ir_broadcast(g, m, 4, bjec, bd3)); /* slot >= C: none */
   int64_t bktec[5] = {B, k, T, E, C};
   int32_t kaxis = 1;
-  d = ir_reduce_sum(g, ir_reshape(g, d, 5, bktec), 1, &kaxis);        /* (B, T, E, C) */
+  d = ir_reduce_sum(g, ir_reshape(g, d, 5, bktec), 1, &kaxis); /* (B, T, E, C) */
   if (d != IR_NONE) ir_value_set_tag(g, d, "moe.dispatch");
   return d;
 }
@@ -281,11 +284,11 @@ static int32_t emit_moe_capacity(FeEmit *e, json_object *node, const char *prm, 
   IrShape s = fe_shape(e, probs);
   int64_t T = s.dims[1], E = s.dims[2], k = fe_get_int(node, "top_k");
   int64_t C = fe_moe_capacity(fe_get_float(node, "capacity_factor"), T, k, E);
-  int32_t disp = dispatch_mask(e, probs, k, C);                      /* (B, T, E, C) */
+  int32_t disp = dispatch_mask(e, probs, k, C); /* (B, T, E, C) */
   int32_t b0 = 0, t1 = 1;
-  int32_t xin = ir_dot(g, disp, x, 1, &b0, &b0, 1, &t1, &t1);         /* (B, E, C, D) */
+  int32_t xin = ir_dot(g, disp, x, 1, &b0, &b0, 1, &t1, &t1); /* (B, E, C, D) */
   int32_t ebc[4] = {1, 0, 2, 3};
-  xin = ir_transpose(g, xin, ebc);                                   /* (E, B, C, D) */
+  xin = ir_transpose(g, xin, ebc); /* (E, B, C, D) */
   if (xin != IR_NONE) ir_value_set_tag(g, xin, "moe.expert_inputs");
   int32_t a, up = IR_NONE;
   int32_t eb = 0, lc = 3, rc = 1;
@@ -307,7 +310,7 @@ static int32_t emit_moe_capacity(FeEmit *e, json_object *node, const char *prm, 
   }
   snprintf(pp, sizeof pp, "%s/linear2", prm);
   int32_t y = ir_dot(g, activate(e, node, a, up), fe_emit_param(e, pp, "weight"), 1, &eb, &eb, 1,
-                     &lc, &rc);                                      /* (E, B, C, D) */
+                     &lc, &rc); /* (E, B, C, D) */
   if (fe_has_param(e, pp, "bias")) {
     int32_t bd[2] = {0, 3};
     y = ir_add(g, y, fe_emit_bcast(e, fe_emit_param(e, pp, "bias"), y, 2, bd));
@@ -317,7 +320,7 @@ static int32_t emit_moe_capacity(FeEmit *e, json_object *node, const char *prm, 
   IrShape ds = disp == IR_NONE ? s : fe_shape(e, disp);
   int32_t comb = ir_mul(g, disp, ir_broadcast(g, w, 4, ds.dims, bd3)); /* (B, T, E, C) */
   int32_t lb = 0, rb = 1, lcs[2] = {2, 3}, rcs[2] = {0, 2};
-  return ir_dot(g, comb, y, 1, &lb, &rb, 2, lcs, rcs);                 /* (B, T, D) */
+  return ir_dot(g, comb, y, 1, &lb, &rb, 2, lcs, rcs); /* (B, T, D) */
 }
 
 /* MoE: outputs weighted by the renormalized top-k router probabilities. With capacity_factor 0
@@ -336,7 +339,8 @@ static int32_t emit_moe(FeEmit *e, json_object *node, const char *cfg, const cha
   int32_t eaxis = 2, lead[2] = {0, 1};
   int32_t w = ir_mul(g, probs, mask);
   w = ir_div(g, w, fe_emit_bcast(e, ir_reduce_sum(g, w, 1, &eaxis), w, 2, lead));
-  if (fe_get_float(node, "capacity_factor") > 0) return emit_moe_capacity(e, node, prm, x, probs, w);
+  if (fe_get_float(node, "capacity_factor") > 0)
+    return emit_moe_capacity(e, node, prm, x, probs, w);
   int32_t a, up = IR_NONE;
   if (gated(node)) {
     a = expert_in(e, x, prm, "linear1_0", "feed_forward.linear1_0");

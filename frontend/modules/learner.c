@@ -37,9 +37,10 @@ static int build_cosine(FeBuild *b, json_object *node, const char *cfg, const ch
   int64_t warm = fe_get_int(node, "warmup_steps"), decay = fe_get_int(node, "decay_steps");
   if (decay == 0) decay = in->max_steps;
   if (warm > decay) {
-    return fe_field_error(b, node, cfg, "warmup_steps", "warmup_steps %lld exceeds the decay length %lld "
-                    "(expected at most %lld)", (long long)warm, (long long)decay,
-                    (long long)decay);
+    return fe_field_error(b, node, cfg, "warmup_steps",
+                          "warmup_steps %lld exceeds the decay length %lld "
+                          "(expected at most %lld)",
+                          (long long)warm, (long long)decay, (long long)decay);
   }
   return 0;
 }

@@ -38,8 +38,8 @@ static int32_t emit_norm(FeEmit *e, json_object *node, const char *prm, int32_t 
   double inv_d = 1.0 / (double)s.dims[last];
   int32_t xc = x;
   if (center) {
-    int32_t mean = ir_mul(g, ir_reduce_sum(g, x, 1, &last),
-                          ir_const_scalar(g, DT_F32, inv_d, last, s.dims));
+    int32_t mean =
+        ir_mul(g, ir_reduce_sum(g, x, 1, &last), ir_const_scalar(g, DT_F32, inv_d, last, s.dims));
     xc = ir_sub(g, x, fe_emit_bcast(e, mean, x, last, lead));
   }
   int32_t var = ir_mul(g, ir_reduce_sum(g, ir_mul(g, xc, xc), 1, &last),

@@ -26,9 +26,9 @@ static int check_batch(FeBuild *b, json_object *node) {
   int64_t gbs = fe_get_int(input, "global_batch_size");
   if (split > 0 && gbs % split != 0)
     return fe_field_error(b, input, "/input", "global_batch_size",
-                    "global batch size %lld does not divide over the mesh's batch axes "
-                    "(data x expert x fsdp = %lld devices; expected a multiple of %lld)",
-                    (long long)gbs, (long long)split, (long long)split);
+                          "global batch size %lld does not divide over the mesh's batch axes "
+                          "(data x expert x fsdp = %lld devices; expected a multiple of %lld)",
+                          (long long)gbs, (long long)split, (long long)split);
   return 0;
 }
 
@@ -55,7 +55,8 @@ const FeKind fe_kind_trainer = {
 /* ---- the training facts (frontend.h: FeTrainFacts) ---- */
 
 static void learner_facts(json_object *learner, int64_t max_steps, FeLearnerFacts *l) {
-  json_object *adam = fe_get_child(learner, "optimizer"), *sched = fe_get_child(learner, "schedule");
+  json_object *adam = fe_get_child(learner, "optimizer"),
+              *sched = fe_get_child(learner, "schedule");
   l->learning_rate = fe_get_float(adam, "learning_rate");
   l->b1 = fe_get_float(adam, "b1");
   l->b2 = fe_get_float(adam, "b2");

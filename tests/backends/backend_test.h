@@ -63,28 +63,34 @@ static inline double **bt_leaf_data(const IrGraph *g, const BtBind *b, int nb) {
     int64_t n = ir_shape_numel(&x->shape);
     d[v] = malloc((size_t)(n ? n : 1) * sizeof **d);
     const double *given = bt_bound(b, nb, x->name);
-    if (given) memcpy(d[v], given, (size_t)n * sizeof **d);
-    else bt_random(x, d[v], &seed);
+    if (given)
+      memcpy(d[v], given, (size_t)n * sizeof **d);
+    else
+      bt_random(x, d[v], &seed);
   }
   return d;
 }
 
-static inline void bt_slab_put(const IrGraph *g, const MemPlan *mp, char *slab, int32_t v, const double *d) {
+static inline void bt_slab_put(const IrGraph *g, const MemPlan *mp, char *slab, int32_t v,
+                               const double *d) {
   int64_t n = ir_shape_numel(&g->values[v].shape);
   for (int64_t i = 0; i < n; i++) {
-    if (g->values[v].dtype == DT_I32) ((int32_t *)(slab + mp->offset[v]))[i] = (int32_t)d[i];
-    else ((float *)(slab + mp->offset[v]))[i] = (float)d[i];
+    if (g->values[v].dtype == DT_I32)
+      ((int32_t *)(slab + mp->offset[v]))[i] = (int32_t)d[i];
+    else
+      ((float *)(slab + mp->offset[v]))[i] = (float)d[i];
   }
 }
 
-static inline double bt_slab_get(const IrGraph *g, const MemPlan *mp, const char *slab, int32_t v, int64_t i) {
+static inline double bt_slab_get(const IrGraph *g, const MemPlan *mp, const char *slab, int32_t v,
+                                 int64_t i) {
   if (g->values[v].dtype == DT_I32) return ((const int32_t *)(slab + mp->offset[v]))[i];
   return ((const float *)(slab + mp->offset[v]))[i];
 }
 
 /* Compares output o against want (numel n): |got - want| <= rtol * (|want| + max|want| / 100). */
-static inline int bt_compare(const IrGraph *g, const MemPlan *mp, const char *slab, const IrOutput *o,
-                      const double *want, double rtol, const char *what) {
+static inline int bt_compare(const IrGraph *g, const MemPlan *mp, const char *slab,
+                             const IrOutput *o, const double *want, double rtol, const char *what) {
   int32_t v = o->value;
   int64_t n = ir_shape_numel(&g->values[v].shape), bad = 0;
   double scale = 0;
@@ -117,7 +123,7 @@ static inline IrInterp *bt_interp(const IrGraph *g, double **leaf) {
 
 /* Compiles, JITs and runs one step of g on a slab filled from leaf; NULL on failure. */
 static inline char *bt_run_backend(const IrGraph *g, const MemPlan *mp, const LlvmOptions *o,
-                            double **leaf, RtPool *pool, const char *what) {
+                                   double **leaf, RtPool *pool, const char *what) {
   char err[1024];
   LlvmModule *m;
   LlvmJit *jit;
@@ -172,8 +178,8 @@ static inline void bt_pool_free(RtPool *p) { (void)p; }
 #endif
 
 /* The whole check for one plan and option set. */
-static inline void bt_check_with(IrGraph *g, const BtBind *b, int nb, const LlvmOptions *o, int plan,
-                          double rtol, const char *what) {
+static inline void bt_check_with(IrGraph *g, const BtBind *b, int nb, const LlvmOptions *o,
+                                 int plan, double rtol, const char *what) {
   bool memplan = plan != BT_PLAN_SIMPLE;
   double **leaf = bt_leaf_data(g, b, nb);
   IrInterp *it = bt_interp(g, leaf);
@@ -185,10 +191,15 @@ static inline void bt_check_with(IrGraph *g, const BtBind *b, int nb, const Llvm
   char *slab = bt_run_backend(g, &mp, o, leaf, pool, what);
   bt_pool_free(pool);
   for (int32_t i = 0; slab && i < g->noutputs; i++)
-    bt_compare(g, &mp, slab, &g->outputs[i], ir_interp_value(it, 0, g->outputs[i].value), rtol, what);
+    bt_compare(g, &mp, slab, &g->outputs[i], ir_interp_value(it, 0, g->outputs[i].value), rtol,
+               what);
   free(slab);
-  if (memplan) pass_memplan_free(&mp);
-  else { free(mp.offset); free(mp.bytes); }
+  if (memplan)
+    pass_memplan_free(&mp);
+  else {
+    free(mp.offset);
+    free(mp.bytes);
+  }
   for (int32_t v = 0; v < g->nvalues; v++) free(leaf[v]);
   free(leaf);
   ir_interp_free(it);

@@ -37,9 +37,10 @@ static uint64_t next(uint64_t *s) {
 /* Inputs for op: uniform over the interesting range, plus every binade near zero (log: every
  * positive float's exponent, subnormals included), plus special values at the front. */
 static void fill(IrOp op, double *x, uint64_t seed) {
-  static const double special[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1.0, -1.0, 88.72283,
-                                   88.7228394, 89.0, -87.33655, -103.972, -104.0, -110.0, 1e-30,
-                                   -1e-30, 0.625, -0.625, 9.0, -9.0, 1e-45, 1.17549435e-38};
+  static const double special[] = {0.0,    -0.0,     INFINITY,   -INFINITY,     NAN,       1.0,
+                                   -1.0,   88.72283, 88.7228394, 89.0,          -87.33655, -103.972,
+                                   -104.0, -110.0,   1e-30,      -1e-30,        0.625,     -0.625,
+                                   9.0,    -9.0,     1e-45,      1.17549435e-38};
   int ns = (int)(sizeof special / sizeof special[0]);
   for (int i = 0; i < ns; i++) x[i] = (float)special[i]; /* what the f32 kernel sees */
   for (int64_t i = ns; i < N; i++) {
@@ -107,8 +108,8 @@ static void test_accuracy(void) {
   for (int c = 0; slab && c < NC; c++) {
     const float *got = (const float *)(slab + mp.offset[g->outputs[c].value]);
     double rel, u = max_ulp(&cases[c], data[c], got, &rel);
-    printf("\n    %-8s max error %.2f ulp, max relative error %.3g (normal results)",
-           cases[c].name, u, rel);
+    printf("\n    %-8s max error %.2f ulp, max relative error %.3g (normal results)", cases[c].name,
+           u, rel);
     CU_ASSERT(u <= MAX_ULP);
   }
   printf("\n");

@@ -6,7 +6,7 @@
  */
 #include "backend_test.h"
 
-#define RTOL 1e-5
+#define RTOL            1e-5
 #define OUT(g, name, v) CU_ASSERT_EQUAL(ir_graph_add_output((g), (name), (v)), IR_OK)
 
 static const int64_t D35[] = {3, 5};
@@ -41,11 +41,14 @@ static void test_binary(void) {
     bd[i] = i % 3 == 0 ? ad[i] : 0.25 * i - 1.5; /* some ties for max/min/compares */
   }
   const IrOp ops[] = {IR_ADD, IR_SUB, IR_MUL, IR_DIV, IR_MAX, IR_MIN,
-                      IR_EQ, IR_NE, IR_LT, IR_LE, IR_GT, IR_GE};
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) OUT(g, ir_op_name(ops[i]), ir_binary(g, ops[i], a, b));
+                      IR_EQ,  IR_NE,  IR_LT,  IR_LE,  IR_GT,  IR_GE};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    OUT(g, ir_op_name(ops[i]), ir_binary(g, ops[i], a, b));
   OUT(g, "pow", ir_pow(g, positive(g, a), b));
   OUT(g, "select", ir_select(g, ir_gt(g, a, b), a, b));
-  OUT(g, "cast", ir_cast(g, ir_cast(g, ir_mul(g, b, ir_const_scalar(g, DT_F32, 3.7, 2, D35)), DT_I32), DT_F32));
+  OUT(g, "cast",
+      ir_cast(g, ir_cast(g, ir_mul(g, b, ir_const_scalar(g, DT_F32, 3.7, 2, D35)), DT_I32),
+              DT_F32));
   BtBind binds[] = {{"a", ad}, {"b", bd}};
   bt_check(g, binds, 2, RTOL);
   ir_graph_free(g);
@@ -60,7 +63,8 @@ static void test_i32(void) {
     bd[i] = (i % 4) - 1; /* -1, 0, 1, 2: division by zero and by -1 */
   }
   const IrOp ops[] = {IR_ADD, IR_SUB, IR_MUL, IR_DIV, IR_MAX, IR_MIN, IR_EQ, IR_LT, IR_GE};
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) OUT(g, ir_op_name(ops[i]), ir_binary(g, ops[i], a, b));
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    OUT(g, ir_op_name(ops[i]), ir_binary(g, ops[i], a, b));
   OUT(g, "neg", ir_neg(g, a));
   OUT(g, "abs", ir_abs(g, a));
   OUT(g, "tof32", ir_cast(g, a, DT_F32));
@@ -138,10 +142,10 @@ static void test_reduce_runs(void) {
   OUT(g, "ycolmax", ir_reduce_max(g, ir_neg(g, y), 1, a0));
   double yd[5 * 48];
   for (int i = 0; i < 5 * 48; i++) yd[i] = (double)(float)(0.37 * ((i * 7919) % 101) - 18.0);
-  yd[48 + 20] = NAN;       /* row 1: NaN wins the max and the sum */
-  yd[2 * 48 + 45] = NAN;   /* row 2: NaN in the scalar tail */
+  yd[48 + 20] = NAN;                                       /* row 1: NaN wins the max and the sum */
+  yd[2 * 48 + 45] = NAN;                                   /* row 2: NaN in the scalar tail */
   for (int i = 0; i < 48; i++) yd[3 * 48 + i] = -INFINITY; /* row 3: all -inf */
-  yd[4 * 48 + 47] = 1e30;  /* row 4: the max in the tail */
+  yd[4 * 48 + 47] = 1e30;                                  /* row 4: the max in the tail */
   BtBind binds[] = {{"y", yd}};
   bt_check(g, binds, 1, RTOL);
   ir_graph_free(g);
@@ -298,7 +302,11 @@ static void test_emit(void) {
   CU_ASSERT_EQUAL(llvm_emit_object(m, path, NULL, NULL, err, sizeof err), 0);
   FILE *f = fopen(path, "rb");
   char magic[4] = {0};
-  CU_ASSERT(f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "\x7f" "ELF", 4));
+  CU_ASSERT(f && fread(magic, 1, 4, f) == 4 &&
+            !memcmp(magic,
+                    "\x7f"
+                    "ELF",
+                    4));
   if (f) fclose(f);
   remove(path);
   char *text = NULL;

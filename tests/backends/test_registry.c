@@ -9,11 +9,11 @@
 #include "backends/backend.h"
 #include "driver/driver.h"
 
-#define CHECK_MSG(cond, ...)                                                \
-  do {                                                                      \
-    char m_[1024];                                                          \
-    snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
-    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);  \
+#define CHECK_MSG(cond, ...)                                                                       \
+  do {                                                                                             \
+    char m_[1024];                                                                                 \
+    snprintf(m_, sizeof m_, __VA_ARGS__);                                                          \
+    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);                         \
   } while (0)
 
 static void test_find(void) {
@@ -35,7 +35,7 @@ static void test_unknown(void) {
   CU_ASSERT_PTR_NULL(backend_find(NULL));
   CU_ASSERT_PTR_NULL(backend_find("LLVM")); /* names are exact */
   CU_ASSERT_PTR_NULL(backend_for_target("gpu-h100-8"));
-  CU_ASSERT_PTR_NULL(backend_for_target("cpux")); /* a whole-name match */
+  CU_ASSERT_PTR_NULL(backend_for_target("cpux"));   /* a whole-name match */
   CU_ASSERT_PTR_NULL(backend_for_target("interp")); /* an alias of the command line */
   CU_ASSERT_PTR_NULL(backend_for_target(NULL));
 }

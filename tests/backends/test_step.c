@@ -2,12 +2,13 @@
  * backend against the interpreter.
  *
  * The step graph comes from the driver (models/tiny-lm.json shrunk with --set overrides), the
- * memory plan from pass_memplan (and again from pass_memplan_fused, told what the backend fuses). Both run one step from the same parameters (the runtime's
- * deterministic init), zero optimizer state and the same batch; the loss, gradient norm,
- * learning rate and every "new:P" output (written in place over P) must agree within 1e-4
- * relative. The axlc_program global is checked against the plan. `test_backend_step --bench
- * [SETS...]` times a step of the full tiny-lm (or one shrunk by the given sets) both ways.
- * AXLC_BT_TRACE=1 (or =fuse) first prints the values that disagree on a one-buffer-per-value plan.
+ * memory plan from pass_memplan (and again from pass_memplan_fused, told what the backend fuses).
+ * Both run one step from the same parameters (the runtime's deterministic init), zero optimizer
+ * state and the same batch; the loss, gradient norm, learning rate and every "new:P" output
+ * (written in place over P) must agree within 1e-4 relative. The axlc_program global is checked
+ * against the plan. `test_backend_step --bench [SETS...]` times a step of the full tiny-lm (or one
+ * shrunk by the given sets) both ways. AXLC_BT_TRACE=1 (or =fuse) first prints the values that
+ * disagree on a one-buffer-per-value plan.
  */
 #include <time.h>
 
@@ -49,8 +50,10 @@ static double **step_leaves(DrvJob *j) {
     int64_t n = ir_shape_numel(&x->shape);
     d[v] = calloc((size_t)(n ? n : 1), sizeof **d);
     if (!strcmp(x->name, "step")) d[v][0] = 1;
-    for (int64_t k = 0; k < n && !strcmp(x->name, "ids"); k++) d[v][k] = (double)((k * 37 + 11) % vocab);
-    for (int64_t k = 0; k < n && !strcmp(x->name, "targets"); k++) d[v][k] = (double)((k * 53 + 5) % vocab);
+    for (int64_t k = 0; k < n && !strcmp(x->name, "ids"); k++)
+      d[v][k] = (double)((k * 37 + 11) % vocab);
+    for (int64_t k = 0; k < n && !strcmp(x->name, "targets"); k++)
+      d[v][k] = (double)((k * 53 + 5) % vocab);
   }
   for (int i = 0; i < j->build.nparams; i++) {
     const FeParam *p = &j->build.params[i];
@@ -71,8 +74,14 @@ static LlvmParamInfo *program_info(DrvJob *j, LlvmProgramInfo *P) {
     pi[i].path = j->build.params[i].path;
     pi[i].init = param_init(&j->build.params[i]);
   }
-  *P = (LlvmProgramInfo){.config = "{}", .nparams = j->build.nparams, .params = pi, .vocab = 32,
-                         .max_steps = 200, .ckpt_every = 50, .ckpt_keep = 3, .seed = 7};
+  *P = (LlvmProgramInfo){.config = "{}",
+                         .nparams = j->build.nparams,
+                         .params = pi,
+                         .vocab = 32,
+                         .max_steps = 200,
+                         .ckpt_every = 50,
+                         .ckpt_keep = 3,
+                         .seed = 7};
   return pi;
 }
 
@@ -143,11 +152,13 @@ static void run_step(DrvJob *j, int reps, int plan) {
         strncmp(name, "new:", 4))
       continue;
     nnew += !strncmp(name, "new:", 4);
-    bt_compare(g, &mp, slab, &g->outputs[i], ir_interp_value(it, 0, g->outputs[i].value), 1e-4, "step");
+    bt_compare(g, &mp, slab, &g->outputs[i], ir_interp_value(it, 0, g->outputs[i].value), 1e-4,
+               "step");
   }
   CU_ASSERT(nnew >= 3 * j->build.nparams);
   printf("\n  %s: %d values, slab %.2f MB: interpreter step %.3f s, LLVM compile+JIT %.3f s, "
-         "LLVM step %.3f ms (best of %d; %.3f ms on a %d-thread pool)\n", plan == BT_PLAN_FUSED ? "memplan_fused" : "memplan", g->nvalues, mp.slab_bytes / 1e6,
+         "LLVM step %.3f ms (best of %d; %.3f ms on a %d-thread pool)\n",
+         plan == BT_PLAN_FUSED ? "memplan_fused" : "memplan", g->nvalues, mp.slab_bytes / 1e6,
          t_interp, t_compile, t_step[0] * 1e3, reps, t_step[1] * 1e3,
          pool ? rt_pool_threads(pool) : 1);
   free(slab);
@@ -185,7 +196,8 @@ static void trace(DrvJob *j) {
     for (int64_t i = 0; i < n; i++)
       worst = fmax(worst, fabs(bt_slab_get(g, &mp, slab, v, i) - want[i]) / (scale + 1e-30));
     if (worst > 1e-3 && scale > 1e-6) {
-      printf("%%%d %s: worst error %.3g of scale %.3g\n", v, ir_op_name(g->values[v].op), worst, scale);
+      printf("%%%d %s: worst error %.3g of scale %.3g\n", v, ir_op_name(g->values[v].op), worst,
+             scale);
       shown++;
     }
   }

@@ -22,15 +22,16 @@
 #include "passes/passes.h"
 #include "runtime/axrt.h"
 
-#define CHECK_MSG(cond, ...)                                                \
-  do {                                                                      \
-    char m_[1024];                                                          \
-    snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
-    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);  \
+#define CHECK_MSG(cond, ...)                                                                       \
+  do {                                                                                             \
+    char m_[1024];                                                                                 \
+    snprintf(m_, sizeof m_, __VA_ARGS__);                                                          \
+    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);                         \
   } while (0)
 
-static const char *const policies[] = {"\"full\"", "\"save_dots\"", "\"save_qkvo\"",
-                                       "{\"save\": [\"attention\\\\.context\", \"feed_forward\\\\..*\"]}"};
+static const char *const policies[] = {
+    "\"full\"", "\"save_dots\"", "\"save_qkvo\"",
+    "{\"save\": [\"attention\\\\.context\", \"feed_forward\\\\..*\"]}"};
 #define NPOLICIES ((int)(sizeof policies / sizeof *policies))
 
 /* Lowers model (a path under AXLC_MODELS, or under the source tree if it starts with "../")
@@ -58,11 +59,16 @@ static double *leaf_values(const IrValue *v, int64_t vocab) {
   uint64_t h = rt_fnv1a64(v->name);
   for (int64_t k = 0; k < n; k++) {
     double u = (double)(rt_rng_u64(11, v->name, k, 0) >> 11) / 9007199254740992.0;
-    if (v->op == IR_INPUT && strcmp(v->name, "step") == 0) d[k] = 3;
-    else if (v->op == IR_INPUT) d[k] = (double)((k * 37 + (int64_t)(h % 101)) % vocab);
-    else if (!strncmp(v->name, "opt/v/", 6)) d[k] = 1e-4 * u;
-    else if (!strncmp(v->name, "opt/m/", 6)) d[k] = 1e-2 * (u - 0.5);
-    else d[k] = 0.6 * (u - 0.5) + (strstr(v->name, "scale") ? 1.0 : 0.0);
+    if (v->op == IR_INPUT && strcmp(v->name, "step") == 0)
+      d[k] = 3;
+    else if (v->op == IR_INPUT)
+      d[k] = (double)((k * 37 + (int64_t)(h % 101)) % vocab);
+    else if (!strncmp(v->name, "opt/v/", 6))
+      d[k] = 1e-4 * u;
+    else if (!strncmp(v->name, "opt/m/", 6))
+      d[k] = 1e-2 * (u - 0.5);
+    else
+      d[k] = 0.6 * (u - 0.5) + (strstr(v->name, "scale") ? 1.0 : 0.0);
   }
   return d;
 }
@@ -100,7 +106,8 @@ static void compare_outputs(const char *label, IrInterp *a, IrInterp *b, const I
       IrShape sa, sb;
       const double *x = ir_interp_output(a, dev, g->outputs[k].name, &sa);
       const double *y = ir_interp_output(b, dev, g->outputs[k].name, &sb);
-      CHECK_MSG(x && y && ir_shape_eq(&sa, &sb), "%s: output %s missing", label, g->outputs[k].name);
+      CHECK_MSG(x && y && ir_shape_eq(&sa, &sb), "%s: output %s missing", label,
+                g->outputs[k].name);
       if (!x || !y) continue;
       int64_t n = ir_shape_numel(&sa), diff = 0;
       for (int64_t i = 0; i < n; i++) diff += memcmp(&x[i], &y[i], sizeof *x) != 0;
@@ -157,8 +164,9 @@ static void check_same(const char *model, const char *target, const char **sets,
     if (lower(&r, model, target, sets, nsets, policies[p], NULL, false)) {
       CHECK_MSG(0, "%s: did not lower", label);
     } else {
-      CHECK_MSG(r.graph->nvalues > base.graph->nvalues, "%s: nothing recomputed (%d values, %d without)",
-                label, r.graph->nvalues, base.graph->nvalues);
+      CHECK_MSG(r.graph->nvalues > base.graph->nvalues,
+                "%s: nothing recomputed (%d values, %d without)", label, r.graph->nvalues,
+                base.graph->nvalues);
       if (ir_mesh_devices(&r.graph->mesh) > 1 && count_op(base.graph, IR_ALL_GATHER) > 0)
         CHECK_MSG(count_op(r.graph, IR_ALL_GATHER) > count_op(base.graph, IR_ALL_GATHER),
                   "%s: no all_gather recomputed", label);
@@ -209,7 +217,8 @@ static void test_structure(void) {
             read_by_backward(q.graph, "attention.q_proj"));
   CHECK_MSG(read_by_backward(q.graph, "attention.v_proj") == 2, "save_qkvo: %d v_proj read",
             read_by_backward(q.graph, "attention.v_proj"));
-  CHECK_MSG(read_by_backward(q.graph, "attention.context") == 0, "save_qkvo: context read in backward");
+  CHECK_MSG(read_by_backward(q.graph, "attention.context") == 0,
+            "save_qkvo: context read in backward");
   CHECK_MSG(read_by_backward(q.graph, "") == 0, "save_qkvo: untagged values read in backward");
   /* the pass is reachable by name, and "none" changes nothing */
   CU_ASSERT_STRING_EQUAL(n.last_pass, "remat");
@@ -225,9 +234,9 @@ static void test_structure(void) {
 /* ---- memory ---- */
 
 typedef struct Peak {
-  int64_t temp;   /* memplan's peak_temp_bytes: the whole step */
-  int64_t fb;     /* peak of temporaries up to the last gradient: forward and backward */
-  int64_t saved;  /* forward values still live when the forward ends: saved activations */
+  int64_t temp;  /* memplan's peak_temp_bytes: the whole step */
+  int64_t fb;    /* peak of temporaries up to the last gradient: forward and backward */
+  int64_t saved; /* forward values still live when the forward ends: saved activations */
 } Peak;
 
 /* Live bytes per step from the plan: a value lives from its index to its last reader, a fused
@@ -252,7 +261,8 @@ static Peak measure(const IrGraph *g, const bool *mat, const MemPlan *p) {
     }
   int32_t fb_end = 0, fwd_end = 0;
   for (int32_t k = 0; k < g->noutputs; k++)
-    if (!strncmp(g->outputs[k].name, "grad:", 5) && g->outputs[k].value > fb_end) fb_end = g->outputs[k].value;
+    if (!strncmp(g->outputs[k].name, "grad:", 5) && g->outputs[k].value > fb_end)
+      fb_end = g->outputs[k].value;
   while (fwd_end < n && (fwd[fwd_end] || (ir_op_flags(g->values[fwd_end].op) & IR_LEAF))) fwd_end++;
   fwd_end--; /* the last value before the first one of the backward */
   Peak pk = {.temp = p->peak_temp_bytes};
@@ -309,14 +319,16 @@ static void check_peak(const char *label, const char *model, const char **sets, 
       return;
     }
     Peak b = peak(j.graph);
-    printf("\n    %-12s %9.2f %9.2f %9.2f", presets[p] ? presets[p] : "none", mib(b.temp), mib(b.fb),
-           mib(b.saved));
-    if (p == 0) none = b;
-    else CHECK_MSG(b.temp <= none.temp && b.fb <= none.fb && b.saved < none.saved &&
-                   (!peak_falls || (b.temp < none.temp && b.fb < none.fb)),
-                   "%s %s: peaks %lld %lld saved %lld; without remat %lld %lld saved %lld", label,
-                   presets[p], (long long)b.temp, (long long)b.fb, (long long)b.saved,
-                   (long long)none.temp, (long long)none.fb, (long long)none.saved);
+    printf("\n    %-12s %9.2f %9.2f %9.2f", presets[p] ? presets[p] : "none", mib(b.temp),
+           mib(b.fb), mib(b.saved));
+    if (p == 0)
+      none = b;
+    else
+      CHECK_MSG(b.temp <= none.temp && b.fb <= none.fb && b.saved < none.saved &&
+                    (!peak_falls || (b.temp < none.temp && b.fb < none.fb)),
+                "%s %s: peaks %lld %lld saved %lld; without remat %lld %lld saved %lld", label,
+                presets[p], (long long)b.temp, (long long)b.fb, (long long)b.saved,
+                (long long)none.temp, (long long)none.fb, (long long)none.saved);
     drv_free(&j);
   }
 }
@@ -333,7 +345,8 @@ static void test_peak(void) {
 
 static void expect_error(const char *policy, const char *text) {
   DrvJob j;
-  CHECK_MSG(lower(&j, "tiny-lm.json", "cpu", small, 2, policy, NULL, true) != 0, "%s lowered", policy);
+  CHECK_MSG(lower(&j, "tiny-lm.json", "cpu", small, 2, policy, NULL, true) != 0, "%s lowered",
+            policy);
   char *msg = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&msg, &len);
@@ -345,8 +358,10 @@ static void expect_error(const char *policy, const char *text) {
 }
 
 static void test_errors(void) {
-  expect_error("\"offload_dots\"", "remat policy \"offload_dots\" at /model/decoder: offloading is not supported yet");
-  expect_error("{\"save\": [], \"offload\": [\"attention\\\\..*\"]}", "offloading (\"offload\": [...]) is not supported yet");
+  expect_error("\"offload_dots\"",
+               "remat policy \"offload_dots\" at /model/decoder: offloading is not supported yet");
+  expect_error("{\"save\": [], \"offload\": [\"attention\\\\..*\"]}",
+               "offloading (\"offload\": [...]) is not supported yet");
 }
 
 int main(void) {

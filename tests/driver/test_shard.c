@@ -24,11 +24,11 @@
 #include "passes/passes.h"
 #include "runtime/axrt.h"
 
-#define CHECK_MSG(cond, ...)                                                \
-  do {                                                                      \
-    char m_[1024];                                                          \
-    snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
-    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);  \
+#define CHECK_MSG(cond, ...)                                                                       \
+  do {                                                                                             \
+    char m_[1024];                                                                                 \
+    snprintf(m_, sizeof m_, __VA_ARGS__);                                                          \
+    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);                         \
   } while (0)
 
 static int lower(DrvJob *j, const char *model, const char *target, const char **sets, int nsets,
@@ -51,11 +51,16 @@ static double *leaf_values(const IrValue *v, const IrShape *s, int64_t vocab) {
   uint64_t h = rt_fnv1a64(v->name);
   for (int64_t k = 0; k < n; k++) {
     double u = (double)(rt_rng_u64(7, v->name, k, 0) >> 11) / 9007199254740992.0;
-    if (v->op == IR_INPUT && strcmp(v->name, "step") == 0) d[k] = 3;
-    else if (v->op == IR_INPUT) d[k] = (double)((k * 37 + (int64_t)(h % 101)) % vocab);
-    else if (!strncmp(v->name, "opt/v/", 6)) d[k] = 1e-4 * u;
-    else if (!strncmp(v->name, "opt/m/", 6)) d[k] = 1e-2 * (u - 0.5);
-    else d[k] = 0.6 * (u - 0.5) + (strstr(v->name, "scale") ? 1.0 : 0.0);
+    if (v->op == IR_INPUT && strcmp(v->name, "step") == 0)
+      d[k] = 3;
+    else if (v->op == IR_INPUT)
+      d[k] = (double)((k * 37 + (int64_t)(h % 101)) % vocab);
+    else if (!strncmp(v->name, "opt/v/", 6))
+      d[k] = 1e-4 * u;
+    else if (!strncmp(v->name, "opt/m/", 6))
+      d[k] = 1e-2 * (u - 0.5);
+    else
+      d[k] = 0.6 * (u - 0.5) + (strstr(v->name, "scale") ? 1.0 : 0.0);
   }
   return d;
 }
@@ -78,7 +83,8 @@ static void check_layout(const char *model, const char *target, const char **set
   DrvJob G, S;
   char label[512];
   snprintf(label, sizeof label, "%s %s %s", model, target, nsets ? sets[nsets - 1] : "");
-  if (lower(&G, model, target, sets, nsets, "simplify") || lower(&S, model, target, sets, nsets, "shard")) {
+  if (lower(&G, model, target, sets, nsets, "simplify") ||
+      lower(&S, model, target, sets, nsets, "shard")) {
     CHECK_MSG(0, "%s: did not lower", label);
     drv_free(&G);
     drv_free(&S);
@@ -86,12 +92,16 @@ static void check_layout(const char *model, const char *target, const char **set
   }
   const IrGraph *g = G.graph, *s = S.graph;
   int64_t ndev = ir_mesh_devices(&s->mesh);
-  CHECK_MSG(ndev == ex.devices, "%s: %lld devices, expected %d", label, (long long)ndev, ex.devices);
-  CHECK_MSG(count_op(s, IR_ALL_REDUCE) >= ex.min_all_reduce, "%s: %d all_reduce", label, count_op(s, IR_ALL_REDUCE));
-  CHECK_MSG(count_op(s, IR_ALL_GATHER) >= ex.min_all_gather, "%s: %d all_gather", label, count_op(s, IR_ALL_GATHER));
+  CHECK_MSG(ndev == ex.devices, "%s: %lld devices, expected %d", label, (long long)ndev,
+            ex.devices);
+  CHECK_MSG(count_op(s, IR_ALL_REDUCE) >= ex.min_all_reduce, "%s: %d all_reduce", label,
+            count_op(s, IR_ALL_REDUCE));
+  CHECK_MSG(count_op(s, IR_ALL_GATHER) >= ex.min_all_gather, "%s: %d all_gather", label,
+            count_op(s, IR_ALL_GATHER));
   CHECK_MSG(count_op(s, IR_REDUCE_SCATTER) >= ex.min_reduce_scatter, "%s: %d reduce_scatter", label,
             count_op(s, IR_REDUCE_SCATTER));
-  CHECK_MSG(count_op(s, IR_ALL_TO_ALL) >= ex.min_all_to_all, "%s: %d all_to_all", label, count_op(s, IR_ALL_TO_ALL));
+  CHECK_MSG(count_op(s, IR_ALL_TO_ALL) >= ex.min_all_to_all, "%s: %d all_to_all", label,
+            count_op(s, IR_ALL_TO_ALL));
   if (ex.no_gather)
     CHECK_MSG(count_op(s, IR_ALL_GATHER) == 0 && count_op(s, IR_REDUCE_SCATTER) == 0,
               "%s: parameters moved (%d all_gather, %d reduce_scatter)", label,
@@ -131,8 +141,9 @@ static void check_layout(const char *model, const char *target, const char **set
     for (int d = 0; d < p->rank; d++) n *= p->shape[d] / fe_spec_split(&G.build.mesh, p->spec[d]);
     fe_bytes += 4 * n;
   }
-  CHECK_MSG(fe_bytes == local_param_bytes, "%s: per-device parameter bytes %lld, axlc params says %lld",
-            label, (long long)local_param_bytes, (long long)fe_bytes);
+  CHECK_MSG(fe_bytes == local_param_bytes,
+            "%s: per-device parameter bytes %lld, axlc params says %lld", label,
+            (long long)local_param_bytes, (long long)fe_bytes);
   if (ir_interp_run(gi) || ir_interp_run(si)) {
     CHECK_MSG(0, "%s: run: %s %s", label, ir_interp_error(gi), ir_interp_error(si));
   } else {
@@ -162,7 +173,8 @@ static void check_layout(const char *model, const char *target, const char **set
       }
       free(chunk);
     }
-    if (getenv("AXLC_TEST_VERBOSE")) fprintf(stderr, "%s: worst relative difference %.3g\n", label, worst);
+    if (getenv("AXLC_TEST_VERBOSE"))
+      fprintf(stderr, "%s: worst relative difference %.3g\n", label, worst);
   }
   ir_interp_free(gi);
   ir_interp_free(si);
@@ -171,7 +183,7 @@ static void check_layout(const char *model, const char *target, const char **set
 }
 
 /* Small enough that the interpreter runs 8 devices in a second. */
-#define SMALL "/input/seq_len=16", "/input/global_batch_size=8"
+#define SMALL            "/input/seq_len=16", "/input/global_batch_size=8"
 #define MESH(d, e, f, m) "/mesh/shape=[1," #d "," #e "," #f ",1," #m "]"
 
 static void test_tiny_lm(void) {
@@ -258,9 +270,11 @@ static double moe_forward(const char *cf, int64_t *dropped) {
           kept += (int64_t)slots;
           if (slots && (int64_t)idx[(b * T + t) * K] == e) first_kept++;
         }
-        CHECK_MSG(kept == (assigned < C ? assigned : C), "cf %s: sequence %lld expert %lld keeps %lld "
-                  "of %lld (capacity %lld)", cf, (long long)b, (long long)e, (long long)kept,
-                  (long long)assigned, (long long)C);
+        CHECK_MSG(kept == (assigned < C ? assigned : C),
+                  "cf %s: sequence %lld expert %lld keeps %lld "
+                  "of %lld (capacity %lld)",
+                  cf, (long long)b, (long long)e, (long long)kept, (long long)assigned,
+                  (long long)C);
         CHECK_MSG(first_kept == (first < C ? first : C), "cf %s: first choices not first", cf);
         *dropped += assigned - kept;
       }
@@ -278,7 +292,8 @@ static void test_moe_capacity(void) {
   CU_ASSERT_EQUAL(dropped, -1); /* no dispatch in the dense layer */
   double roomy = moe_forward("2.0", &dropped);
   CU_ASSERT_EQUAL(dropped, 0);
-  CHECK_MSG(fabs(roomy - dense) <= 1e-12 * fabs(dense), "capacity 2: loss %.15g, dense %.15g", roomy, dense);
+  CHECK_MSG(fabs(roomy - dense) <= 1e-12 * fabs(dense), "capacity 2: loss %.15g, dense %.15g",
+            roomy, dense);
   double tight = moe_forward("0.5", &dropped);
   if (getenv("AXLC_TEST_VERBOSE"))
     fprintf(stderr, "capacity 0.5: %lld assignments dropped of %d, loss %.6f (dense %.6f)\n",
@@ -329,9 +344,12 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     CU_TestFunc fn;
-  } cases[] = {{"one_device", test_one_device}, {"unsupported_axes", test_unsupported_axes},
-               {"tiny_lm", test_tiny_lm},       {"llama_style", test_llama_style},
-               {"moe", test_moe},               {"moe_capacity", test_moe_capacity}};
+  } cases[] = {{"one_device", test_one_device},
+               {"unsupported_axes", test_unsupported_axes},
+               {"tiny_lm", test_tiny_lm},
+               {"llama_style", test_llama_style},
+               {"moe", test_moe},
+               {"moe_capacity", test_moe_capacity}};
   int added = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     bool want = argc <= 1;

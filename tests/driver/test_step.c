@@ -22,11 +22,11 @@
 #include "passes/passes.h"
 #include "runtime/axrt.h"
 
-#define CHECK_MSG(cond, ...)                                                \
-  do {                                                                      \
-    char m_[1024];                                                          \
-    snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
-    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);  \
+#define CHECK_MSG(cond, ...)                                                                       \
+  do {                                                                                             \
+    char m_[1024];                                                                                 \
+    snprintf(m_, sizeof m_, __VA_ARGS__);                                                          \
+    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);                         \
   } while (0)
 
 static void print_diag(const DrvJob *j) { fe_diag_print(&j->diag, stderr); }
@@ -116,7 +116,8 @@ static double gradcheck(const char *model, const char **sets, int nsets) {
     snprintf(gname, sizeof gname, "grad:%s", p->path);
     IrShape s;
     grads[i] = malloc((size_t)fe_param_numel(p) * sizeof **grads);
-    memcpy(grads[i], ir_interp_output(it, 0, gname, &s), (size_t)fe_param_numel(p) * sizeof **grads);
+    memcpy(grads[i], ir_interp_output(it, 0, gname, &s),
+           (size_t)fe_param_numel(p) * sizeof **grads);
   }
   double worst = 0;
   for (int i = 0; i < j.build.nparams; i++) {
@@ -130,8 +131,8 @@ static double gradcheck(const char *model, const char **sets, int nsets) {
       double num = numeric_grad(it, p, vals, k);
       double err = fabs(num - grad[k]) / fmax(fabs(num), 1e-4);
       if (err > worst) worst = err;
-      CHECK_MSG(err < 1e-5, "%s: %s[%lld]: autodiff %.10g, finite difference %.10g", model,
-                p->path, (long long)k, grad[k], num);
+      CHECK_MSG(err < 1e-5, "%s: %s[%lld]: autodiff %.10g, finite difference %.10g", model, p->path,
+                (long long)k, grad[k], num);
     }
     free(grad);
     free(vals);
@@ -155,8 +156,11 @@ static void test_gradcheck_fuji_test(void) {
 }
 
 static void test_gradcheck_moe(void) {
-  const char *sets[] = {"/model/dim=16", "/model/decoder/num_layers=1", "/input/seq_len=6",
-                        "/input/global_batch_size=2", "/model/vocab_size=32",
+  const char *sets[] = {"/model/dim=16",
+                        "/model/decoder/num_layers=1",
+                        "/input/seq_len=6",
+                        "/input/global_batch_size=2",
+                        "/model/vocab_size=32",
                         "/model/decoder/layer/feed_forward/hidden_dim=12",
                         "/model/decoder/layer/feed_forward/load_balance_loss_weight=0.5"};
   printf(" worst %.2e ", gradcheck("moe-test.json", sets, 7));
@@ -202,7 +206,6 @@ static void test_roundtrip_all_models(void) {
   closedir(dp);
   CU_ASSERT(n >= 10);
 }
-
 
 /* ---- memory plans of real step graphs ------------------------------------ */
 

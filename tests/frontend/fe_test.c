@@ -131,8 +131,10 @@ int64_t fe_t_params(FeT *t, int64_t devices, FeBuild *out) {
   }
   int64_t total = 0;
   for (int i = 0; i < b.nparams; i++) total += fe_param_numel(&b.params[i]);
-  if (out) *out = b;
-  else fe_build_free(&b);
+  if (out)
+    *out = b;
+  else
+    fe_build_free(&b);
   return total;
 }
 
@@ -185,8 +187,8 @@ static void test_teardown(void) {
 
 int fe_t_main(int argc, char **argv, const char *suite, const FeTCase *cases, int n) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 2;
-  CU_pSuite s = CU_add_suite_with_setup_and_teardown(suite, setup, teardown, test_setup,
-                                                     test_teardown);
+  CU_pSuite s =
+      CU_add_suite_with_setup_and_teardown(suite, setup, teardown, test_setup, test_teardown);
   int added = 0;
   for (int i = 0; i < n; i++) {
     bool want = argc <= 1;

@@ -63,68 +63,66 @@ void fe_t_collect(FeT *t);
 void fe_t_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define EXPECT(cond)                                                                 \
-  do {                                                                               \
-    if (!(cond)) fe_t_fail(__FILE__, __LINE__, "expected %s", #cond);                \
-    CU_ASSERT(cond);                                                                 \
+#define EXPECT(cond)                                                                               \
+  do {                                                                                             \
+    if (!(cond)) fe_t_fail(__FILE__, __LINE__, "expected %s", #cond);                              \
+    CU_ASSERT(cond);                                                                               \
   } while (0)
 
-#define EXPECT_INT(got, want)                                                        \
-  do {                                                                               \
-    long long g_ = (long long)(got), w_ = (long long)(want);                         \
-    if (g_ != w_)                                                                    \
-      fe_t_fail(__FILE__, __LINE__, "%s == %s\n    got:  %lld\n    want: %lld", #got, \
-                #want, g_, w_);                                                      \
-    CU_ASSERT(g_ == w_);                                                             \
+#define EXPECT_INT(got, want)                                                                      \
+  do {                                                                                             \
+    long long g_ = (long long)(got), w_ = (long long)(want);                                       \
+    if (g_ != w_)                                                                                  \
+      fe_t_fail(__FILE__, __LINE__, "%s == %s\n    got:  %lld\n    want: %lld", #got, #want, g_,   \
+                w_);                                                                               \
+    CU_ASSERT(g_ == w_);                                                                           \
   } while (0)
 
-#define EXPECT_STR(got, want)                                                        \
-  do {                                                                               \
-    const char *g_ = (got), *w_ = (want);                                            \
-    int ok_ = g_ && w_ ? strcmp(g_, w_) == 0 : g_ == w_;                             \
-    if (!ok_)                                                                        \
-      fe_t_fail(__FILE__, __LINE__, "%s == %s\n    got:  %s\n    want: %s", #got, #want, \
-                g_ ? g_ : "(null)", w_ ? w_ : "(null)");                             \
-    CU_ASSERT(ok_);                                                                  \
+#define EXPECT_STR(got, want)                                                                      \
+  do {                                                                                             \
+    const char *g_ = (got), *w_ = (want);                                                          \
+    int ok_ = g_ && w_ ? strcmp(g_, w_) == 0 : g_ == w_;                                           \
+    if (!ok_)                                                                                      \
+      fe_t_fail(__FILE__, __LINE__, "%s == %s\n    got:  %s\n    want: %s", #got, #want,           \
+                g_ ? g_ : "(null)", w_ ? w_ : "(null)");                                           \
+    CU_ASSERT(ok_);                                                                                \
   } while (0)
 
 /* `hay` contains every one of the NULL-terminated needles. */
-#define EXPECT_HAS(hay, ...)                                                         \
-  do {                                                                               \
-    const char *nd_[] = {__VA_ARGS__, NULL};                                         \
-    const char *h_ = (hay);                                                          \
-    for (int i_ = 0; nd_[i_]; i_++) {                                                \
-      int ok_ = h_ && strstr(h_, nd_[i_]) != NULL;                                   \
-      if (!ok_)                                                                      \
-        fe_t_fail(__FILE__, __LINE__, "%s contains \"%s\"\n    got: %s", #hay, nd_[i_], \
-                  h_ ? h_ : "(null)");                                               \
-      CU_ASSERT(ok_);                                                                \
-    }                                                                                \
+#define EXPECT_HAS(hay, ...)                                                                       \
+  do {                                                                                             \
+    const char *nd_[] = {__VA_ARGS__, NULL};                                                       \
+    const char *h_ = (hay);                                                                        \
+    for (int i_ = 0; nd_[i_]; i_++) {                                                              \
+      int ok_ = h_ && strstr(h_, nd_[i_]) != NULL;                                                 \
+      if (!ok_)                                                                                    \
+        fe_t_fail(__FILE__, __LINE__, "%s contains \"%s\"\n    got: %s", #hay, nd_[i_],            \
+                  h_ ? h_ : "(null)");                                                             \
+      CU_ASSERT(ok_);                                                                              \
+    }                                                                                              \
   } while (0)
 
-#define EXPECT_LACKS(hay, needle)                                                    \
-  do {                                                                               \
-    const char *h_ = (hay), *n_ = (needle);                                          \
-    int ok_ = !h_ || strstr(h_, n_) == NULL;                                         \
-    if (!ok_)                                                                        \
-      fe_t_fail(__FILE__, __LINE__, "%s does not contain \"%s\"\n    got: %s", #hay, n_, h_); \
-    CU_ASSERT(ok_);                                                                  \
+#define EXPECT_LACKS(hay, needle)                                                                  \
+  do {                                                                                             \
+    const char *h_ = (hay), *n_ = (needle);                                                        \
+    int ok_ = !h_ || strstr(h_, n_) == NULL;                                                       \
+    if (!ok_)                                                                                      \
+      fe_t_fail(__FILE__, __LINE__, "%s does not contain \"%s\"\n    got: %s", #hay, n_, h_);      \
+    CU_ASSERT(ok_);                                                                                \
   } while (0)
 
 /* Resolution of `file` failed, and its messages contain every needle. */
-#define EXPECT_FAILS(t, ...)                                                         \
-  do {                                                                               \
-    if ((t)->tree)                                                                   \
-      fe_t_fail(__FILE__, __LINE__, "resolution was expected to fail");              \
-    CU_ASSERT((t)->tree == NULL);                                                    \
-    EXPECT_HAS((t)->msgs, __VA_ARGS__);                                              \
+#define EXPECT_FAILS(t, ...)                                                                       \
+  do {                                                                                             \
+    if ((t)->tree) fe_t_fail(__FILE__, __LINE__, "resolution was expected to fail");               \
+    CU_ASSERT((t)->tree == NULL);                                                                  \
+    EXPECT_HAS((t)->msgs, __VA_ARGS__);                                                            \
   } while (0)
 
-#define EXPECT_OK(t)                                                                 \
-  do {                                                                               \
-    if (!(t)->tree)                                                                  \
-      fe_t_fail(__FILE__, __LINE__, "resolution failed:\n%s", (t)->msgs);            \
-    CU_ASSERT_FATAL((t)->tree != NULL);                                              \
+#define EXPECT_OK(t)                                                                               \
+  do {                                                                                             \
+    if (!(t)->tree) fe_t_fail(__FILE__, __LINE__, "resolution failed:\n%s", (t)->msgs);            \
+    CU_ASSERT_FATAL((t)->tree != NULL);                                                            \
   } while (0)
 
 /* Integer / string value at a path of a resolved tree. */

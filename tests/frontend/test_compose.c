@@ -35,12 +35,23 @@ static void emit_all_on_failure(json_object *tree, FeBuild *b) {
   int32_t *vals = malloc((size_t)b->nparams * sizeof *vals);
   for (int i = 0; i < b->nparams; i++) vals[i] = IR_NONE;
   int64_t bt[2] = {2, 8};
-  FeEmit e = {g, b, vals, 2, 8, ir_input(g, "ids", DT_I32, 2, bt),
-              ir_input(g, "targets", DT_I32, 2, bt), IR_NONE, false};
+  FeEmit e = {g,
+              b,
+              vals,
+              2,
+              8,
+              ir_input(g, "ids", DT_I32, 2, bt),
+              ir_input(g, "targets", DT_I32, 2, bt),
+              IR_NONE,
+              false};
   ir_graph_fail(g, "injected failure");
   json_object *model = fe_path_get(tree, "/model");
-  FeDims in = {.dim = fe_get_int(model, "dim"), .vocab_size = fe_get_int(model, "vocab_size"),
-               .num_layers = 2, .seq_len = 8, .max_steps = 10, .dtype = "f32"};
+  FeDims in = {.dim = fe_get_int(model, "dim"),
+               .vocab_size = fe_get_int(model, "vocab_size"),
+               .num_layers = 2,
+               .seq_len = 8,
+               .max_steps = 10,
+               .dtype = "f32"};
   for (size_t i = 0; i < sizeof sites / sizeof sites[0]; i++) {
     json_object *node = fe_path_get(tree, sites[i].cfg);
     const FeKind *k = fe_kind_find(fe_node_kind(node));
@@ -68,10 +79,9 @@ static void test_emit_failure_propagates(void) {
   snprintf(moe, sizeof moe, "%s/modifiers/moe.json", AXLC_MODELS_DIR);
   snprintf(rope, sizeof rope, "%s/modifiers/rope.json", AXLC_MODELS_DIR);
   const char *none[] = {NULL}, *both[] = {moe, rope, NULL};
-  const char *plain[] = {NULL},
-             *variant[] = {"/model/decoder/layer/norm={\"kind\": \"rms_norm\"}",
-                           "/model/lm_head/tied=false", NULL};
-  const char *const *applies[2] = {none, both}, *const *sets[2] = {plain, variant};
+  const char *plain[] = {NULL}, *variant[] = {"/model/decoder/layer/norm={\"kind\": \"rms_norm\"}",
+                                              "/model/lm_head/tied=false", NULL};
+  const char *const *applies[2] = {none, both}, *const * sets[2] = {plain, variant};
   for (int c = 0; c < 2; c++) {
     FeT t;
     FeBuild b;
@@ -89,8 +99,8 @@ static void test_emit_failure_propagates(void) {
  * fine), then composes it: returns the messages of the composition, which
  * is expected to fail before making a graph, and checks that the build
  * kept the same message for the warning of config and params. */
-static void compose_fails(FeT *t, const char *file, const char *target,
-                          const char *const *apply, const char *const *sets) {
+static void compose_fails(FeT *t, const char *file, const char *target, const char *const *apply,
+                          const char *const *sets) {
   fe_t_resolve(t, file, target, apply, sets);
   EXPECT_OK(t);
   FeBuild b;
@@ -115,15 +125,18 @@ static void test_step_too_large_seq(void) {
   FeT t;
   fe_t_write_tiny();
   snprintf(cfg, sizeof cfg, "%s",
-           fe_t_write("cfg.json", "{\"base\": \"tiny.json\", \"input\": {\"kind\": \"lm_input\","
-                                  " \"seq_len\": 16777216, \"global_batch_size\": 65536}, \"model\":"
-                                  " {\"kind\": \"causal_lm\", \"pos_emb\": {\"kind\":"
-                                  " \"learned_pos_emb\", \"max_len\": 16777216}}}"));
+           fe_t_write("cfg.json",
+                      "{\"base\": \"tiny.json\", \"input\": {\"kind\": \"lm_input\","
+                      " \"seq_len\": 16777216, \"global_batch_size\": 65536}, \"model\":"
+                      " {\"kind\": \"causal_lm\", \"pos_emb\": {\"kind\":"
+                      " \"learned_pos_emb\", \"max_len\": 16777216}}}"));
   compose_fails(&t, cfg, NULL, NULL, NULL);
   char want[8192];
-  snprintf(want, sizeof want, "%s: /input/seq_len: the attention scores (batch x heads x seq x seq"
+  snprintf(want, sizeof want,
+           "%s: /input/seq_len: the attention scores (batch x heads x seq x seq"
            " = 65536 x 4 x 16777216 x 16777216) would hold 7.379e+19 elements on each device, more"
-           " than the limit of 281474976710656 in one tensor (expected a smaller seq_len)\n", cfg);
+           " than the limit of 281474976710656 in one tensor (expected a smaller seq_len)\n",
+           cfg);
   EXPECT_STR(t.msgs, want);
   fe_t_done(&t);
 }
@@ -137,7 +150,8 @@ static void test_step_too_large_batch(void) {
   const char *sets[] = {"/input/seq_len=1024", "/model/pos_emb/max_len=1024",
                         "/input/global_batch_size=1073741824", NULL};
   compose_fails(&t, fe_t_path("tiny.json"), NULL, NULL, sets);
-  EXPECT_STR(t.msgs, "--set: /input/global_batch_size: the attention scores (batch x heads x seq x"
+  EXPECT_STR(t.msgs,
+             "--set: /input/global_batch_size: the attention scores (batch x heads x seq x"
              " seq = 1073741824 x 4 x 1024 x 1024) would hold 4503599627370496 elements on each"
              " device, more than the limit of 281474976710656 in one tensor (expected a smaller"
              " global_batch_size, or more devices on the mesh's data, expert and fsdp axes)\n");
@@ -159,12 +173,15 @@ static void test_step_too_large_experts(void) {
   fe_t_write_tiny();
   snprintf(moe, sizeof moe, "%s/modifiers/moe.json", AXLC_MODELS_DIR);
   const char *apply[] = {moe, NULL};
-  const char *sets[] = {"/input/seq_len=131072", "/model/pos_emb/max_len=131072",
+  const char *sets[] = {"/input/seq_len=131072",
+                        "/model/pos_emb/max_len=131072",
                         "/input/global_batch_size=1",
                         "/model/decoder/layer/feed_forward/num_experts=65536",
-                        "/model/decoder/layer/feed_forward/top_k=65536", NULL};
+                        "/model/decoder/layer/feed_forward/top_k=65536",
+                        NULL};
   compose_fails(&t, fe_t_path("tiny.json"), NULL, apply, sets);
-  EXPECT_STR(t.msgs, "--set: /model/decoder/layer/feed_forward/num_experts: the routing mask"
+  EXPECT_STR(t.msgs,
+             "--set: /model/decoder/layer/feed_forward/num_experts: the routing mask"
              " (batch x seq x top_k x experts = 1 x 131072 x 65536 x 65536) would hold"
              " 562949953421312 elements on each device, more than the limit of 281474976710656 in"
              " one tensor (expected a smaller num_experts)\n");

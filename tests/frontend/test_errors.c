@@ -35,15 +35,15 @@ static void full(FeT *t, const char *from, const char *to, const char *target) {
 }
 
 /* The failure names bad.json, not the base it builds on. */
-#define EXPECT_BAD(t, ...)                     \
-  do {                                         \
-    EXPECT_FAILS(t, badpath, __VA_ARGS__);     \
-    EXPECT_LACKS((t)->msgs, "tiny.json");      \
+#define EXPECT_BAD(t, ...)                                                                         \
+  do {                                                                                             \
+    EXPECT_FAILS(t, badpath, __VA_ARGS__);                                                         \
+    EXPECT_LACKS((t)->msgs, "tiny.json");                                                          \
   } while (0)
 
-#define LAYER "\"model\": {\"decoder\": {\"layer\": "
+#define LAYER   "\"model\": {\"decoder\": {\"layer\": "
 #define ATTN(x) LAYER "{\"self_attention\": " x "}}}"
-#define FFN(x) LAYER "{\"feed_forward\": " x "}}}"
+#define FFN(x)  LAYER "{\"feed_forward\": " x "}}}"
 
 /* ---- JSON ------------------------------------------------------------------ */
 
@@ -154,7 +154,8 @@ static void test_kind_not_allowed(void) {
              "(expected one of feed_forward|moe)");
   fe_t_done(&t);
   full(&t, "\"kind\": \"trainer\"", "\"kind\": \"causal_lm\"", NULL);
-  EXPECT_FAILS(&t, badpath, ": /kind: kind \"causal_lm\" does not fit here (expected one of trainer)");
+  EXPECT_FAILS(&t, badpath,
+               ": /kind: kind \"causal_lm\" does not fit here (expected one of trainer)");
   fe_t_done(&t);
   /* a module slot given a plain value */
   bad(&t, FFN("7"), NULL, NULL);
@@ -215,11 +216,13 @@ static void test_out_of_range(void) {
 static void test_missing_required(void) {
   FeT t;
   full(&t, "\"dim\": 64,", "", NULL);
-  EXPECT_FAILS(&t, badpath, ": /model/dim: missing required field \"dim\" of kind \"causal_lm\" "
-                            "(model width)");
+  EXPECT_FAILS(&t, badpath,
+               ": /model/dim: missing required field \"dim\" of kind \"causal_lm\" "
+               "(model width)");
   fe_t_done(&t);
   full(&t, "\"max_steps\": 200,", "", NULL);
-  EXPECT_FAILS(&t, badpath, ": /max_steps: missing required field \"max_steps\" of kind \"trainer\"");
+  EXPECT_FAILS(&t, badpath,
+               ": /max_steps: missing required field \"max_steps\" of kind \"trainer\"");
   fe_t_done(&t);
 }
 
@@ -258,8 +261,10 @@ static void test_kv_heads(void) {
 
 static void test_rope_odd_head_dim(void) {
   FeT t;
-  bad(&t, "\"model\": {\"dim\": 60, \"decoder\": {\"layer\": {\"self_attention\": "
-          "{\"rope\": {\"kind\": \"rope\"}}}}}", NULL, NULL);
+  bad(&t,
+      "\"model\": {\"dim\": 60, \"decoder\": {\"layer\": {\"self_attention\": "
+      "{\"rope\": {\"kind\": \"rope\"}}}}}",
+      NULL, NULL);
   EXPECT_BAD(&t, ": /model/decoder/layer/self_attention/rope: rotary embedding needs an even head "
                  "dim, got 15 (dim 60 / num_heads 4)");
   fe_t_done(&t);
@@ -283,14 +288,18 @@ static void test_pos_table_too_short(void) {
 
 static void test_batch_not_divisible(void) {
   FeT t;
-  bad(&t, "\"input\": {\"global_batch_size\": 10}, "
-          "\"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 2, 1, 2, 1, 1]}", "cpu-4", NULL);
+  bad(&t,
+      "\"input\": {\"global_batch_size\": 10}, "
+      "\"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 2, 1, 2, 1, 1]}",
+      "cpu-4", NULL);
   EXPECT_BAD(&t, ": /input/global_batch_size: global batch size 10 does not divide over the mesh's "
                  "batch axes (data x expert x fsdp = 4 devices; expected a multiple of 4)");
   fe_t_done(&t);
   /* the model axis does not split the batch */
-  bad(&t, "\"input\": {\"global_batch_size\": 10}, "
-          "\"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 2, 1, 1, 1, 2]}", "cpu-4", NULL);
+  bad(&t,
+      "\"input\": {\"global_batch_size\": 10}, "
+      "\"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 2, 1, 1, 1, 2]}",
+      "cpu-4", NULL);
   EXPECT_OK(&t);
   fe_t_done(&t);
 }
@@ -303,15 +312,19 @@ static void test_spec_unknown_axis(void) {
                  "mean \"model\"?");
   fe_t_done(&t);
   /* an axis the mesh does not have, though it is a known axis name */
-  bad(&t, "\"mesh\": {\"kind\": \"device_mesh\", \"axes\": [\"data\", \"model\"], \"shape\": [-1, 1]}, "
-          LAYER "{\"self_attention\": {\"param_partition_specs\": {\"q_proj\": [\"data\", \"model\"]}},"
-          " \"feed_forward\": {\"param_partition_specs\": {\"linear1\": [null, \"model\"]}}}}}",
+  bad(&t,
+      "\"mesh\": {\"kind\": \"device_mesh\", \"axes\": [\"data\", \"model\"], \"shape\": [-1, "
+      "1]}, " LAYER
+      "{\"self_attention\": {\"param_partition_specs\": {\"q_proj\": [\"data\", \"model\"]}},"
+      " \"feed_forward\": {\"param_partition_specs\": {\"linear1\": [null, \"model\"]}}}}}",
       NULL, NULL);
   EXPECT_OK(&t);
   fe_t_done(&t);
-  bad(&t, "\"mesh\": {\"kind\": \"device_mesh\", \"axes\": [\"data\", \"model\"], \"shape\": [-1, 1]}, "
-          FFN("{\"param_partition_specs\": {\"linear1\": [\"fsdp\", \"model\"], "
-              "\"linear2\": [\"model\", null]}}"), NULL, NULL);
+  bad(&t,
+      "\"mesh\": {\"kind\": \"device_mesh\", \"axes\": [\"data\", \"model\"], \"shape\": [-1, "
+      "1]}, " FFN("{\"param_partition_specs\": {\"linear1\": [\"fsdp\", \"model\"], "
+                  "\"linear2\": [\"model\", null]}}"),
+      NULL, NULL);
   /* the attention's default specs name fsdp first */
   EXPECT_FAILS(&t, "axis \"fsdp\" is not a mesh axis (the mesh has 2 axes; see /mesh/axes)");
   fe_t_done(&t);
@@ -322,20 +335,25 @@ static void test_spec_unknown_axis(void) {
   fe_t_done(&t);
   /* the same axis on two dimensions */
   bad(&t, ATTN("{\"param_partition_specs\": {\"q_proj\": [\"model\", \"model\"]}}"), NULL, NULL);
-  EXPECT_BAD(&t, ": /model/decoder/layer/self_attention/param_partition_specs/q_proj: axis "
-                 "\"model\" is used twice by parameter model/decoder/layer_0/self_attention/q_proj/weight");
+  EXPECT_BAD(
+      &t,
+      ": /model/decoder/layer/self_attention/param_partition_specs/q_proj: axis "
+      "\"model\" is used twice by parameter model/decoder/layer_0/self_attention/q_proj/weight");
   fe_t_done(&t);
 }
 
 static void test_spec_rank_mismatch(void) {
   FeT t;
   bad(&t, ATTN("{\"param_partition_specs\": {\"q_proj\": [\"fsdp\"]}}"), NULL, NULL);
-  EXPECT_BAD(&t, ": /model/decoder/layer/self_attention/param_partition_specs/q_proj: 1 entries for "
-                 "parameter model/decoder/layer_0/self_attention/q_proj/weight of rank 2 (expected 2)");
+  EXPECT_BAD(&t,
+             ": /model/decoder/layer/self_attention/param_partition_specs/q_proj: 1 entries for "
+             "parameter model/decoder/layer_0/self_attention/q_proj/weight of rank 2 (expected 2)");
   fe_t_done(&t);
   /* moe weights: the expert axis takes the leading dimension */
-  bad(&t, FFN("{\"kind\": \"moe\", \"num_experts\": 2, \"param_partition_specs\": "
-              "{\"linear1\": [null, null, \"model\"]}}"), NULL, NULL);
+  bad(&t,
+      FFN("{\"kind\": \"moe\", \"num_experts\": 2, \"param_partition_specs\": "
+          "{\"linear1\": [null, null, \"model\"]}}"),
+      NULL, NULL);
   EXPECT_BAD(&t, ": /model/decoder/layer/feed_forward/param_partition_specs/linear1: 3 entries for "
                  "parameter model/decoder/layer_0/feed_forward/linear1/weight of rank 2 per expert "
                  "(expected 2)");
@@ -348,13 +366,16 @@ static void test_axis_does_not_divide_param(void) {
   full(&t, "\"max_steps\": 200,",
        "\"max_steps\": 200, \"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 1, 1, 1, 1, 3]},",
        "cpu-3");
-  EXPECT_FAILS(&t, badpath, ": /model/emb/param_partition_specs/weight: mesh axes model (3 devices) "
-                            "do not divide dimension 1 (size 64) of parameter model/emb/weight "
-                            "(expected a divisor of 64)");
+  EXPECT_FAILS(&t, badpath,
+               ": /model/emb/param_partition_specs/weight: mesh axes model (3 devices) "
+               "do not divide dimension 1 (size 64) of parameter model/emb/weight "
+               "(expected a divisor of 64)");
   fe_t_done(&t);
   /* expert axis over the experts' leading dimension */
-  bad(&t, "\"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 1, 4, 1, 1, 1]}, "
-          FFN("{\"kind\": \"moe\", \"num_experts\": 6}"), "cpu-4", NULL);
+  bad(&t,
+      "\"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 1, 4, 1, 1, 1]}, " FFN(
+          "{\"kind\": \"moe\", \"num_experts\": 6}"),
+      "cpu-4", NULL);
   EXPECT_FAILS(&t, badpath, ": /model/decoder/layer/feed_forward/",
                "mesh axes expert (4 devices) do not divide dimension 0 (size 6) of parameter "
                "model/decoder/layer_0/feed_forward/linear1/weight (expected a divisor of 6)");
@@ -363,12 +384,14 @@ static void test_axis_does_not_divide_param(void) {
 
 static void test_mesh_axes(void) {
   FeT t;
-  bad(&t, "\"mesh\": {\"kind\": \"device_mesh\", \"axes\": [\"data\", \"modle\"], \"shape\": [1, 1]}",
+  bad(&t,
+      "\"mesh\": {\"kind\": \"device_mesh\", \"axes\": [\"data\", \"modle\"], \"shape\": [1, 1]}",
       NULL, NULL);
   EXPECT_BAD(&t, ": /mesh/axes/1: unknown mesh axis \"modle\" (expected one of pipeline, data, "
                  "expert, fsdp, seq, model); did you mean \"model\"?");
   fe_t_done(&t);
-  bad(&t, "\"mesh\": {\"kind\": \"device_mesh\", \"axes\": [\"data\", \"data\"], \"shape\": [1, 1]}",
+  bad(&t,
+      "\"mesh\": {\"kind\": \"device_mesh\", \"axes\": [\"data\", \"data\"], \"shape\": [1, 1]}",
       NULL, NULL);
   EXPECT_BAD(&t, ": /mesh/axes/1: mesh axis \"data\" appears twice");
   fe_t_done(&t);
@@ -395,15 +418,18 @@ static void test_remat_policy_errors(void) {
                  "full, save_dots, save_qkvo, offload_dots, or {\"save\": [...], \"offload\": "
                  "[...]}); did you mean \"save_dots\"?");
   fe_t_done(&t);
-  bad(&t, "\"model\": {\"decoder\": {\"remat_policy\": {\"save\": [\"q_proj\", \"(k\"]}}}", NULL, NULL);
+  bad(&t, "\"model\": {\"decoder\": {\"remat_policy\": {\"save\": [\"q_proj\", \"(k\"]}}}", NULL,
+      NULL);
   EXPECT_BAD(&t, ": /model/decoder/remat_policy/save/1: \"(k\" is not a valid extended regex");
   fe_t_done(&t);
   bad(&t, "\"model\": {\"decoder\": {\"remat_policy\": {\"keep\": []}}}", NULL, NULL);
-  EXPECT_BAD(&t, ": /model/decoder/remat_policy/keep: unknown remat policy field (expected \"save\" "
-                 "or \"offload\")");
+  EXPECT_BAD(&t,
+             ": /model/decoder/remat_policy/keep: unknown remat policy field (expected \"save\" "
+             "or \"offload\")");
   fe_t_done(&t);
   bad(&t, "\"model\": {\"decoder\": {\"remat_policy\": 3}}", NULL, NULL);
-  EXPECT_BAD(&t, ": /model/decoder/remat_policy: value 3 is an integer (expected a remat preset name");
+  EXPECT_BAD(&t,
+             ": /model/decoder/remat_policy: value 3 is an integer (expected a remat preset name");
   fe_t_done(&t);
 }
 
@@ -425,10 +451,12 @@ static void test_apply_file_errors(void) {
   fe_t_resolve(&t, cfg, NULL, apply, NULL);
   EXPECT_FAILS(&t, mod, ": /kind: unknown modifier kind \"replac\"", "did you mean \"replace\"?");
   fe_t_done(&t);
-  fe_t_write("mod.json", "{\"kind\": \"set\", \"path\": \"/model/decoder/num_layers\", \"value\": 0}");
+  fe_t_write("mod.json",
+             "{\"kind\": \"set\", \"path\": \"/model/decoder/num_layers\", \"value\": 0}");
   fe_t_resolve(&t, cfg, NULL, apply, NULL);
   /* the value came from mod.json: reported against it */
-  EXPECT_FAILS(&t, mod, ": /model/decoder/num_layers: value 0 is out of range (expected 1 to 4096)");
+  EXPECT_FAILS(&t, mod,
+               ": /model/decoder/num_layers: value 0 is out of range (expected 1 to 4096)");
   fe_t_done(&t);
   snprintf(mod, sizeof mod, "%s/nope.json", fe_t_dir());
   fe_t_resolve(&t, cfg, NULL, apply, NULL);
@@ -462,7 +490,8 @@ static void test_origin_set(void) {
   FeT t;
   const char *sets[] = {"/model/decoder/num_layers=0", NULL};
   bad(&t, "\"max_steps\": 10", NULL, sets);
-  EXPECT_FAILS(&t, "--set: /model/decoder/num_layers: value 0 is out of range (expected 1 to 4096)");
+  EXPECT_FAILS(&t,
+               "--set: /model/decoder/num_layers: value 0 is out of range (expected 1 to 4096)");
   EXPECT_LACKS(t.msgs, "bad.json");
   fe_t_done(&t);
   const char *sets2[] = {"/model/decoder/layer/self_attention/num_heads=5", NULL};
@@ -471,7 +500,8 @@ static void test_origin_set(void) {
                    "divide dim 64 (expected a divisor of 64)");
   fe_t_done(&t);
   const char *sets3[] = {"/model/decoder/layer/feed_forward={\"kind\": \"moe\", \"num_experts\": 1,"
-                         " \"top_k\": 2}", NULL};
+                         " \"top_k\": 2}",
+                         NULL};
   bad(&t, "\"max_steps\": 10", NULL, sets3);
   EXPECT_FAILS(&t, "--set: /model/decoder/layer/feed_forward/top_k: top_k 2 exceeds num_experts 1");
   fe_t_done(&t);
@@ -481,7 +511,8 @@ static void test_origin_set(void) {
                    "allowed (expected one of gelu|relu|swiglu); did you mean \"gelu\"?");
   fe_t_done(&t);
   /* the mesh is checked before the module walk: still reported against --set */
-  const char *sets6[] = {"/mesh/axes=[\"data\", \"fsdp\", \"modle\"]", "/mesh/shape=[1, 1, 1]", NULL};
+  const char *sets6[] = {"/mesh/axes=[\"data\", \"fsdp\", \"modle\"]", "/mesh/shape=[1, 1, 1]",
+                         NULL};
   bad(&t, "\"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, -1, 1, 1, 1, 1]}", NULL, sets6);
   EXPECT_FAILS(&t, "--set: /mesh/axes/2: unknown mesh axis \"modle\"", "did you mean \"model\"?");
   EXPECT_LACKS(t.msgs, "bad.json");

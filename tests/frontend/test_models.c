@@ -37,8 +37,10 @@ static int list_models(char names[][256], int max) {
 
 static const char *const *mods_for(int which, char bufs[2][4096], const char *list[3]) {
   int n = 0;
-  if (which & 1) snprintf(bufs[n], 4096, "%s/modifiers/rope.json", models_dir), list[n] = bufs[n], n++;
-  if (which & 2) snprintf(bufs[n], 4096, "%s/modifiers/moe.json", models_dir), list[n] = bufs[n], n++;
+  if (which & 1)
+    snprintf(bufs[n], 4096, "%s/modifiers/rope.json", models_dir), list[n] = bufs[n], n++;
+  if (which & 2)
+    snprintf(bufs[n], 4096, "%s/modifiers/moe.json", models_dir), list[n] = bufs[n], n++;
   list[n] = NULL;
   return list;
 }
@@ -117,7 +119,8 @@ static void test_modifiers_on_every_model(void) {
     double theta = json_object_get_type(rope) == json_type_object
                        ? json_object_get_double(json_object_object_get(rope, "theta"))
                        : 10000.0;
-    int64_t dim = fe_t_int(t.tree, "/model/dim"), layers = fe_t_int(t.tree, "/model/decoder/num_layers");
+    int64_t dim = fe_t_int(t.tree, "/model/dim"),
+            layers = fe_t_int(t.tree, "/model/decoder/num_layers");
     FeBuild b;
     int64_t base = fe_t_params(&t, 0, &b);
     EXPECT(base > 0);
@@ -129,7 +132,8 @@ static void test_modifiers_on_every_model(void) {
 
     for (int which = 1; which <= 3; which++) {
       fe_t_resolve(&t, model(names[i]), NULL, mods_for(which, bufs, list), NULL);
-      if (!t.tree) fe_t_fail(__FILE__, __LINE__, "%s with modifiers %d:\n%s", names[i], which, t.msgs);
+      if (!t.tree)
+        fe_t_fail(__FILE__, __LINE__, "%s with modifiers %d:\n%s", names[i], which, t.msgs);
       CU_ASSERT(t.tree != NULL);
       if (!t.tree) {
         fe_t_done(&t);
@@ -138,7 +142,8 @@ static void test_modifiers_on_every_model(void) {
       if (which & 1) { /* a model's own theta stays (mixtral 1e6, fuji-1b 5e5) */
         double got_theta = fe_t_float(t.tree, "/model/decoder/layer/self_attention/rope/theta");
         if (got_theta != theta)
-          fe_t_fail(__FILE__, __LINE__, "%s: rope theta %g, expected %g", names[i], got_theta, theta);
+          fe_t_fail(__FILE__, __LINE__, "%s: rope theta %g, expected %g", names[i], got_theta,
+                    theta);
       }
       int64_t got = fe_t_params(&t, 0, NULL);
       if (which & 2) {

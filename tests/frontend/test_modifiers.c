@@ -40,12 +40,13 @@ static void test_set_existing_key(void) {
 
 static void test_set_schema_key_not_present(void) {
   FeT t;
-  resolve_mods(&t,
-               "[{\"kind\": \"set\", \"path\": \"/seed\", \"value\": 7},"
-               " {\"kind\": \"set\", \"path\": \"/model/decoder/remat_policy\", \"value\": \"full\"},"
-               " {\"kind\": \"set\", \"path\": \"/model/decoder/layer/self_attention/num_kv_heads\","
-               "  \"value\": 2}]",
-               NULL, NULL);
+  resolve_mods(
+      &t,
+      "[{\"kind\": \"set\", \"path\": \"/seed\", \"value\": 7},"
+      " {\"kind\": \"set\", \"path\": \"/model/decoder/remat_policy\", \"value\": \"full\"},"
+      " {\"kind\": \"set\", \"path\": \"/model/decoder/layer/self_attention/num_kv_heads\","
+      "  \"value\": 2}]",
+      NULL, NULL);
   EXPECT_OK(&t);
   EXPECT_INT(fe_t_int(t.tree, "/seed"), 7);
   EXPECT_STR(fe_t_str(t.tree, "/model/decoder/remat_policy"), "full");
@@ -58,14 +59,15 @@ static void test_set_schema_key_not_present(void) {
 static void test_set_array_element(void) {
   FeT t;
   fe_t_write_tiny();
-  fe_t_write("cfg.json",
-             "{\"base\": \"tiny.json\",\n"
-             " \"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, -1, 1, 1, 1, 1]},\n"
-             " \"modifiers\": [{\"kind\": \"set\", \"path\": \"/mesh/shape/3\", \"value\": 2},\n"
-             "                 {\"kind\": \"set\", \"path\": \"/mesh/axes\",\n"
-             "                  \"value\": [\"pipeline\", \"data\", \"expert\", \"fsdp\", \"seq\", "
-             "\"model\"]},\n"
-             "                 {\"kind\": \"set\", \"path\": \"/mesh/axes/4\", \"value\": \"seq\"}]}\n");
+  fe_t_write(
+      "cfg.json",
+      "{\"base\": \"tiny.json\",\n"
+      " \"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, -1, 1, 1, 1, 1]},\n"
+      " \"modifiers\": [{\"kind\": \"set\", \"path\": \"/mesh/shape/3\", \"value\": 2},\n"
+      "                 {\"kind\": \"set\", \"path\": \"/mesh/axes\",\n"
+      "                  \"value\": [\"pipeline\", \"data\", \"expert\", \"fsdp\", \"seq\", "
+      "\"model\"]},\n"
+      "                 {\"kind\": \"set\", \"path\": \"/mesh/axes/4\", \"value\": \"seq\"}]}\n");
   fe_t_resolve(&t, cfg_file(), "cpu-4", NULL, NULL);
   EXPECT_OK(&t);
   char *shape = fe_t_canon_at(t.tree, "/mesh/shape");
@@ -84,7 +86,8 @@ static void test_set_array_element(void) {
              " \"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, -1, 1, 1, 1, 1]},\n"
              " \"modifiers\": [{\"kind\": \"set\", \"path\": \"/mesh/shape/6\", \"value\": 2}]}\n");
   fe_t_resolve(&t, cfg_file(), NULL, NULL, NULL);
-  EXPECT_FAILS(&t, cfg_file(), "/mesh/shape/6", "no element \"6\" in the list at /mesh/shape (expected an index below 6)");
+  EXPECT_FAILS(&t, cfg_file(), "/mesh/shape/6",
+               "no element \"6\" in the list at /mesh/shape (expected an index below 6)");
   fe_t_done(&t);
 }
 
@@ -140,14 +143,15 @@ static void test_replace_keeps_explicit_fields(void) {
   FeT t;
   fe_t_write_tiny();
   /* layer_norm set eps and bias explicitly; rms_norm has eps but no bias */
-  fe_t_write("cfg.json",
-             "{\"base\": \"tiny.json\",\n"
-             " \"model\": {\"decoder\": {\"layer\": {\"norm\": {\"kind\": \"layer_norm\", \"eps\": 1e-6,"
-             " \"bias\": false}}}},\n"
-             " \"modifiers\": [{\"kind\": \"replace\", \"target\": \"layer_norm\",\n"
-             "                  \"config\": {\"kind\": \"rms_norm\"}},\n"
-             "                 {\"kind\": \"replace\", \"target\": \"feed_forward\",\n"
-             "                  \"config\": {\"kind\": \"moe\", \"num_experts\": 4}}]}\n");
+  fe_t_write(
+      "cfg.json",
+      "{\"base\": \"tiny.json\",\n"
+      " \"model\": {\"decoder\": {\"layer\": {\"norm\": {\"kind\": \"layer_norm\", \"eps\": 1e-6,"
+      " \"bias\": false}}}},\n"
+      " \"modifiers\": [{\"kind\": \"replace\", \"target\": \"layer_norm\",\n"
+      "                  \"config\": {\"kind\": \"rms_norm\"}},\n"
+      "                 {\"kind\": \"replace\", \"target\": \"feed_forward\",\n"
+      "                  \"config\": {\"kind\": \"moe\", \"num_experts\": 4}}]}\n");
   fe_t_resolve(&t, cfg_file(), NULL, NULL, NULL);
   EXPECT_OK(&t);
   EXPECT_STR(fe_t_str(t.tree, "/model/decoder/layer/norm/kind"), "rms_norm");
@@ -239,9 +243,9 @@ static void test_mesh_modifier(void) {
   fe_t_done(&t);
 
   const char *apply[] = {NULL, NULL};
-  apply[0] = fe_t_write("mesh2.json",
-                        "{\"kind\": \"mesh\", \"axes\": [\"data\", \"fsdp\", \"model\"],"
-                        " \"shape\": [-1, 1, 2]}");
+  apply[0] =
+      fe_t_write("mesh2.json", "{\"kind\": \"mesh\", \"axes\": [\"data\", \"fsdp\", \"model\"],"
+                               " \"shape\": [-1, 1, 2]}");
   char a0[4096];
   snprintf(a0, sizeof a0, "%s", apply[0]);
   apply[0] = a0;
@@ -303,15 +307,17 @@ static const FeParam *find_param(const FeBuild *b, const char *path) {
 static void test_partition_merges(void) {
   FeT t;
   fe_t_write_tiny();
-  fe_t_write("cfg.json",
-             "{\"base\": \"tiny.json\",\n"
-             " \"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 1, 1, 2, 1, 2]},\n"
-             " \"model\": {\"decoder\": {\"layer\": {\"self_attention\": {\"param_partition_specs\":\n"
-             "   {\"q_proj\": [\"fsdp\", \"model\"], \"k_proj\": [\"fsdp\", \"model\"],\n"
-             "    \"v_proj\": [\"fsdp\", \"model\"], \"o_proj\": [\"model\", \"fsdp\"]}}}}}}\n");
-  fe_t_write("part.json",
-             "{\"kind\": \"partition\", \"path\": \"/model/decoder/layer/self_attention\",\n"
-             " \"specs\": {\"q_proj\": [null, [\"fsdp\", \"model\"]], \"k_proj\": [\"model\", null]}}\n");
+  fe_t_write(
+      "cfg.json",
+      "{\"base\": \"tiny.json\",\n"
+      " \"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 1, 1, 2, 1, 2]},\n"
+      " \"model\": {\"decoder\": {\"layer\": {\"self_attention\": {\"param_partition_specs\":\n"
+      "   {\"q_proj\": [\"fsdp\", \"model\"], \"k_proj\": [\"fsdp\", \"model\"],\n"
+      "    \"v_proj\": [\"fsdp\", \"model\"], \"o_proj\": [\"model\", \"fsdp\"]}}}}}}\n");
+  fe_t_write(
+      "part.json",
+      "{\"kind\": \"partition\", \"path\": \"/model/decoder/layer/self_attention\",\n"
+      " \"specs\": {\"q_proj\": [null, [\"fsdp\", \"model\"]], \"k_proj\": [\"model\", null]}}\n");
   char apply0[4096];
   snprintf(apply0, sizeof apply0, "%s/part.json", fe_t_dir());
   const char *apply[] = {apply0, NULL};
@@ -374,9 +380,8 @@ static void test_chain_nested_files(void) {
              "  {\"kind\": \"chain\", \"modifiers\": [\n"
              "    {\"kind\": \"set\", \"path\": \"/seed\", \"value\": 5},\n"
              "    {\"kind\": \"chain\", \"modifiers\": [\"sub/deeper/c.json\"]}]}]}\n");
-  fe_t_write("mods/sub/b.json",
-             "{\"kind\": \"chain\", \"modifiers\": [\"deeper/c.json\","
-             " {\"kind\": \"set\", \"path\": \"/max_steps\", \"value\": 77}]}");
+  fe_t_write("mods/sub/b.json", "{\"kind\": \"chain\", \"modifiers\": [\"deeper/c.json\","
+                                " {\"kind\": \"set\", \"path\": \"/max_steps\", \"value\": 77}]}");
   fe_t_write("mods/sub/deeper/c.json",
              "{\"kind\": \"set\", \"path\": \"/model/decoder/num_layers\", \"value\": 1}");
   /* from a config's modifiers: relative to the config */
@@ -402,8 +407,10 @@ static void test_chain_nested_files(void) {
   fe_t_write("mods/sub/b.json", "{\"kind\": \"chain\", \"modifiers\": [\"sub/deeper/c.json\"]}");
   fe_t_resolve(&t, cfg_file(), NULL, NULL, NULL);
   char missing[4096];
-  snprintf(missing, sizeof missing, "%s/mods/sub/b.json: /modifiers/0: sub/deeper/c.json: no "
-           "such file (looked in %s/mods/sub;", fe_t_dir(), fe_t_dir());
+  snprintf(missing, sizeof missing,
+           "%s/mods/sub/b.json: /modifiers/0: sub/deeper/c.json: no "
+           "such file (looked in %s/mods/sub;",
+           fe_t_dir(), fe_t_dir());
   EXPECT_FAILS(&t, missing);
   fe_t_done(&t);
 }
@@ -420,8 +427,7 @@ static void test_modifier_schema(void) {
   FeT t;
   resolve_mods(&t, "[{\"kind\": \"sett\", \"path\": \"/seed\", \"value\": 1}]", NULL, NULL);
   EXPECT_FAILS(&t, cfg_file(), ": /modifiers/0/kind: unknown modifier kind \"sett\"",
-               "(expected set, replace, mesh, remat, partition or chain)",
-               "did you mean \"set\"?");
+               "(expected set, replace, mesh, remat, partition or chain)", "did you mean \"set\"?");
   fe_t_done(&t);
   resolve_mods(&t, "[{\"kind\": \"set\", \"path\": \"/seed\", \"vaule\": 1}]", NULL, NULL);
   EXPECT_FAILS(&t, ": /modifiers/0/vaule: unknown field \"vaule\" for modifier \"set\"",
@@ -459,6 +465,5 @@ static const FeTCase cases[] = {
 };
 
 int main(int argc, char **argv) {
-  return fe_t_main(argc, argv, "frontend_modifiers", cases,
-                   (int)(sizeof cases / sizeof cases[0]));
+  return fe_t_main(argc, argv, "frontend_modifiers", cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -89,7 +89,8 @@ static void test_set_array_element_origin(void) {
                                   " \"shape\": [1, -1, 1, 1, 1, 1]}}"));
   const char *sets[] = {"/mesh/shape/3=3", NULL};
   fe_t_resolve(&t, cfg, "cpu-4", NULL, sets);
-  EXPECT_FAILS(&t, "--set: /mesh/shape: the mesh needs a multiple of 3 devices, but the target has 4");
+  EXPECT_FAILS(&t,
+               "--set: /mesh/shape: the mesh needs a multiple of 3 devices, but the target has 4");
   fe_t_done(&t);
 }
 
@@ -114,7 +115,8 @@ static void test_partition_keeps_default_specs(void) {
   const char *apply[] = {part, NULL};
   fe_t_resolve(&t, cfg, NULL, apply, NULL);
   EXPECT_OK(&t);
-  char *k = fe_t_canon_at(t.tree, "/model/decoder/layer/self_attention/param_partition_specs/k_proj");
+  char *k =
+      fe_t_canon_at(t.tree, "/model/decoder/layer/self_attention/param_partition_specs/k_proj");
   EXPECT_STR(k, "[\"fsdp\", \"model\"]\n");
   free(k);
   fe_t_done(&t);
@@ -130,8 +132,9 @@ static void test_partition_keeps_default_specs(void) {
 static void test_missing_rules_file_leak(void) {
   FeT t;
   fe_t_write_tiny();
-  snprintf(cfg, sizeof cfg, "%s",
-           fe_t_write("cfg.json", "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/absent.json\"}"));
+  snprintf(
+      cfg, sizeof cfg, "%s",
+      fe_t_write("cfg.json", "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/absent.json\"}"));
   fe_t_resolve(&t, cfg, "cpu", NULL, NULL);
   EXPECT_FAILS(&t, "/cfg.json: /mesh_rules: rules/absent.json: no such file (looked in ");
   fe_t_done(&t);
@@ -175,15 +178,18 @@ static void test_long_file_name_keeps_reason(void) {
   fe_t_write(rules, "[{\"match\": \"cpu\", \"modifiers\": []}]");
   snprintf(sub, sizeof sub, "%s/cfg.json", dir);
   snprintf(cfg, sizeof cfg, "%s",
-           fe_t_write(sub, "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/r.json\", \"model\":"
-                           " {\"kind\": \"causal_lm\", \"decoder\": {\"kind\": \"decoder\", \"layer\":"
-                           " {\"kind\": \"transformer_layer\", \"self_attention\": {\"kind\":"
-                           " \"attention\", \"num_heads\": 5}}}}}"));
+           fe_t_write(sub,
+                      "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/r.json\", \"model\":"
+                      " {\"kind\": \"causal_lm\", \"decoder\": {\"kind\": \"decoder\", \"layer\":"
+                      " {\"kind\": \"transformer_layer\", \"self_attention\": {\"kind\":"
+                      " \"attention\", \"num_heads\": 5}}}}}"));
   EXPECT(strlen(cfg) > 3000);
   fe_t_resolve(&t, cfg, "cpu", NULL, NULL);
   char want[4600];
-  snprintf(want, sizeof want, "%s: /model/decoder/layer/self_attention/num_heads: num_heads 5 does "
-           "not divide dim 64 (expected a divisor of 64)\n", cfg);
+  snprintf(want, sizeof want,
+           "%s: /model/decoder/layer/self_attention/num_heads: num_heads 5 does "
+           "not divide dim 64 (expected a divisor of 64)\n",
+           cfg);
   EXPECT_STR(t.msgs, want);
   fe_t_done(&t);
   snprintf(sub, sizeof sub, "%s/ok.json", dir);
@@ -244,5 +250,6 @@ static const FeTCase cases[] = {
 };
 
 int main(int argc, char **argv) {
-  return fe_t_main(argc, argv, "frontend_regressions", cases, (int)(sizeof cases / sizeof cases[0]));
+  return fe_t_main(argc, argv, "frontend_regressions", cases,
+                   (int)(sizeof cases / sizeof cases[0]));
 }

@@ -48,9 +48,8 @@ static void test_base_nested_and_kind_change(void) {
              " {\"norm\": {\"kind\": \"layer_norm\", \"eps\": 1e-6, \"bias\": false},"
              "  \"feed_forward\": {\"bias\": true}}}}}");
   /* an object without a kind merges into the base's */
-  fe_t_write("merge.json",
-             "{\"base\": \"sub/mid.json\", \"model\": {\"decoder\": {\"layer\":"
-             " {\"norm\": {\"eps\": 1e-4}}}}}");
+  fe_t_write("merge.json", "{\"base\": \"sub/mid.json\", \"model\": {\"decoder\": {\"layer\":"
+                           " {\"norm\": {\"eps\": 1e-4}}}}}");
   fe_t_resolve(&t, P("merge.json"), NULL, NULL, NULL);
   EXPECT_OK(&t);
   EXPECT_INT(fe_t_int(t.tree, "/max_steps"), 300);
@@ -121,8 +120,10 @@ static void write_rules_cfg(const char *rules) {
 
 static void test_rules_first_match_wins(void) {
   FeT t;
-  write_rules_cfg("[{\"match\": \"tpu-.*\", \"modifiers\": [" SET_STEPS(10) "]},"
-                  " {\"match\": \"cpu-.*\", \"modifiers\": [" SET_STEPS(11) "]},"
+  write_rules_cfg("[{\"match\": \"tpu-.*\", \"modifiers\": [" SET_STEPS(
+      10) "]},"
+          " {\"match\": \"cpu-.*\", \"modifiers\": [" SET_STEPS(
+              11) "]},"
                   " {\"match\": \"cpu-4\", \"modifiers\": [" SET_STEPS(22) "]}]");
   fe_t_resolve(&t, P("cfg.json"), "cpu-4", NULL, NULL);
   EXPECT_OK(&t);
@@ -138,8 +139,10 @@ static void test_rules_first_match_wins(void) {
 
 static void test_rules_whole_name(void) {
   FeT t;
-  write_rules_cfg("[{\"match\": \"cpu\", \"modifiers\": [" SET_STEPS(11) "]},"
-                  " {\"match\": \"pu-4\", \"modifiers\": [" SET_STEPS(12) "]},"
+  write_rules_cfg("[{\"match\": \"cpu\", \"modifiers\": [" SET_STEPS(
+      11) "]},"
+          " {\"match\": \"pu-4\", \"modifiers\": [" SET_STEPS(
+              12) "]},"
                   " {\"match\": \"cpu-[0-9]\", \"modifiers\": [" SET_STEPS(13) "]}]");
   fe_t_resolve(&t, P("cfg.json"), "cpu", NULL, NULL);
   EXPECT_OK(&t);
@@ -171,11 +174,10 @@ static void test_rules_whole_name(void) {
 static void test_rules_no_match_keeps_mesh(void) {
   FeT t;
   fe_t_write_tiny();
-  fe_t_write("cfg.json",
-             "{\"base\": \"tiny.json\", \"input\": {\"global_batch_size\": 32},\n"
-             " \"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 2, 1, 1, 1, 1]},\n"
-             " \"mesh_rules\": [{\"match\": \"tpu-.*\", \"modifiers\":"
-             " [{\"kind\": \"mesh\", \"shape\": [1, -1, 1, 16, 1, 1]}]}]}");
+  fe_t_write("cfg.json", "{\"base\": \"tiny.json\", \"input\": {\"global_batch_size\": 32},\n"
+                         " \"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 2, 1, 1, 1, 1]},\n"
+                         " \"mesh_rules\": [{\"match\": \"tpu-.*\", \"modifiers\":"
+                         " [{\"kind\": \"mesh\", \"shape\": [1, -1, 1, 16, 1, 1]}]}]}");
   fe_t_resolve(&t, P("cfg.json"), "cpu-2", NULL, NULL);
   EXPECT_OK(&t);
   EXPECT_STR(t.rule, NULL);
@@ -200,9 +202,8 @@ static void test_rules_from_file(void) {
   FeT t;
   fe_t_write_tiny();
   /* the rules file names a modifier file relative to itself */
-  fe_t_write("rules/r.json",
-             "[{\"match\": \"cpu(-[0-9]+)?\", \"modifiers\": [\"steps.json\","
-             " {\"kind\": \"mesh\", \"shape\": [1, 1, 1, -1, 1, 1]}]}]");
+  fe_t_write("rules/r.json", "[{\"match\": \"cpu(-[0-9]+)?\", \"modifiers\": [\"steps.json\","
+                             " {\"kind\": \"mesh\", \"shape\": [1, 1, 1, -1, 1, 1]}]}]");
   fe_t_write("rules/steps.json", SET_STEPS(42));
   fe_t_write("cfg.json", "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/r.json\"}");
   fe_t_resolve(&t, P("cfg.json"), "cpu-8", NULL, NULL);
@@ -232,7 +233,8 @@ static void test_rules_malformed(void) {
   FeT t;
   write_rules_cfg("[{\"match\": \"cpu\"}]");
   fe_t_resolve(&t, P("cfg.json"), "cpu", NULL, NULL);
-  EXPECT_FAILS(&t, P("cfg.json"), ": /mesh_rules/0: expected {\"match\": REGEX, \"modifiers\": [...]}");
+  EXPECT_FAILS(&t, P("cfg.json"),
+               ": /mesh_rules/0: expected {\"match\": REGEX, \"modifiers\": [...]}");
   fe_t_done(&t);
   write_rules_cfg("[{\"match\": \"cpu\", \"modifiers\": [], \"extra\": 1}]");
   fe_t_resolve(&t, P("cfg.json"), "cpu", NULL, NULL);
@@ -333,10 +335,12 @@ static void test_resolution_order(void) {
   FeT t;
   fe_t_write_tiny();
   fe_t_write("base.json", "{\"base\": \"tiny.json\", \"max_steps\": 101}");
-  fe_t_write("cfg.json",
-             "{\"base\": \"base.json\", \"max_steps\": 106,\n"
-             " \"modifiers\": [" SET_STEPS(102) "],\n"
-             " \"mesh_rules\": [{\"match\": \"cpu-2\", \"modifiers\": [" SET_STEPS(103) "]}]}");
+  fe_t_write(
+      "cfg.json",
+      "{\"base\": \"base.json\", \"max_steps\": 106,\n"
+      " \"modifiers\": [" SET_STEPS(
+          102) "],\n"
+               " \"mesh_rules\": [{\"match\": \"cpu-2\", \"modifiers\": [" SET_STEPS(103) "]}]}");
   fe_t_write("apply4.json", SET_STEPS(104));
   fe_t_write("apply5.json", SET_STEPS(105));
   char a4[4096], a5[4096], cfg[4096];

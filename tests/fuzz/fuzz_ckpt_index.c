@@ -27,17 +27,17 @@
 #include "runtime/axrt.h"
 
 #define OLD_STEP 10
-#define STEP 20
+#define STEP     20
 #define STEP_DIR "step_00000020"
 
 /* The scratch checkpoint directory, made on the first input and removed at exit (libFuzzer
  * hands a target no context, so this is the one piece of state a run keeps). */
 static struct {
-  char *root;            /* fuzz_temp_dir() */
-  char dir[512];         /* root/ck, the checkpoint directory */
-  char sdir[600];        /* dir/step_00000020 */
-  char index[700];       /* sdir/index.json */
-  int64_t state_bytes;   /* of sdir/state.safetensors */
+  char *root;          /* fuzz_temp_dir() */
+  char dir[512];       /* root/ck, the checkpoint directory */
+  char sdir[600];      /* dir/step_00000020 */
+  char index[700];     /* sdir/index.json */
+  int64_t state_bytes; /* of sdir/state.safetensors */
   uint32_t state_crc;
 } fx;
 
@@ -46,12 +46,17 @@ static const float W[6] = {1, -2, 3.5f, 0, 1e-3f, 7};
 /* ===== the fixture ==================================================================== */
 
 static void save(int64_t step) {
-  RtTensor t[] = {{"model/w", RT_DT_F32, 2, {2, 3}, W, 0}, {"opt/m/model/w", RT_DT_F32, 2, {2, 3}, W, 0}};
-  RtCkptState s = {.step = step, .data_position = 100 + step, .rng_state = 7, .config = "{}",
-                   .tensors = t, .n_tensors = 2};
+  RtTensor t[] = {{"model/w", RT_DT_F32, 2, {2, 3}, W, 0},
+                  {"opt/m/model/w", RT_DT_F32, 2, {2, 3}, W, 0}};
+  RtCkptState s = {.step = step,
+                   .data_position = 100 + step,
+                   .rng_state = 7,
+                   .config = "{}",
+                   .tensors = t,
+                   .n_tensors = 2};
   RtError err = {{0}};
-  FUZZ_CHECK(rt_ckpt_save(fx.dir, &s, 0, &err) == 0, "harness: cannot save step %lld: %s", (long long)step,
-             err.msg);
+  FUZZ_CHECK(rt_ckpt_save(fx.dir, &s, 0, &err) == 0, "harness: cannot save step %lld: %s",
+             (long long)step, err.msg);
 }
 
 /* Size and CRC-32 of a file, read without the runtime; -1 if it cannot be read. */
@@ -61,7 +66,8 @@ static int64_t file_crc(const char *path, uint32_t *crc) {
   unsigned char buf[4096];
   int64_t size = 0;
   *crc = 0;
-  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0; size += (int64_t)n) *crc = rt_crc32(*crc, buf, n);
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0; size += (int64_t)n)
+    *crc = rt_crc32(*crc, buf, n);
   fclose(f);
   return size;
 }
@@ -117,7 +123,8 @@ static const uint8_t *split_name(const uint8_t *data, size_t *size, char *name, 
   if (!nl) return data;
   size_t len = (size_t)(nl - data - 1);
   if (len >= cap) len = cap - 1;
-  for (size_t i = 0; i < len; i++) name[i] = data[1 + i] == '/' || data[1 + i] == 0 ? '_' : (char)data[1 + i];
+  for (size_t i = 0; i < len; i++)
+    name[i] = data[1 + i] == '/' || data[1 + i] == 0 ? '_' : (char)data[1 + i];
   name[len] = '\0';
   *size -= (size_t)(nl + 1 - data);
   return nl + 1;
@@ -136,7 +143,9 @@ static int64_t json_int(json_object *obj, const char *key) {
  * and CRC-32; *state is set if it is state.safetensors. */
 static int entry_matches(json_object *f, int *state) {
   json_object *jname;
-  if (!json_object_object_get_ex(f, "name", &jname) || !json_object_is_type(jname, json_type_string)) return 0;
+  if (!json_object_object_get_ex(f, "name", &jname) ||
+      !json_object_is_type(jname, json_type_string))
+    return 0;
   const char *name = json_object_get_string(jname);
   if (!name[0] || name[0] == '.' || strchr(name, '/')) return 0;
   char path[1024];
@@ -154,7 +163,8 @@ static int index_matches(const char *index, size_t len) {
   json_object *root = json_tokener_parse_ex(tok, index, (int)len), *files;
   json_tokener_free(tok);
   int ok = json_object_is_type(root, json_type_object) && json_int(root, "step") == STEP &&
-           json_object_object_get_ex(root, "files", &files) && json_object_is_type(files, json_type_array);
+           json_object_object_get_ex(root, "files", &files) &&
+           json_object_is_type(files, json_type_array);
   int state = 0;
   for (size_t i = 0; ok && i < json_object_array_length(files); i++)
     ok = entry_matches(json_object_array_get_idx(files, i), &state);
@@ -166,10 +176,10 @@ static int index_matches(const char *index, size_t len) {
 static void check_state(const RtCkpt *ck, int64_t step) {
   float w[6];
   RtError err = {{0}};
-  FUZZ_CHECK(rt_ckpt_step(ck) == step && rt_ckpt_data_position(ck) == 100 + step && rt_ckpt_rng_state(ck) == 7 &&
-                 strcmp(rt_ckpt_config(ck), "{}") == 0,
-             "opened step %lld, data position %lld: not what was saved as step %lld", (long long)rt_ckpt_step(ck),
-             (long long)rt_ckpt_data_position(ck), (long long)step);
+  FUZZ_CHECK(rt_ckpt_step(ck) == step && rt_ckpt_data_position(ck) == 100 + step &&
+                 rt_ckpt_rng_state(ck) == 7 && strcmp(rt_ckpt_config(ck), "{}") == 0,
+             "opened step %lld, data position %lld: not what was saved as step %lld",
+             (long long)rt_ckpt_step(ck), (long long)rt_ckpt_data_position(ck), (long long)step);
   FUZZ_CHECK(rt_st_read_f32(rt_ckpt_tensors(ck), "model/w", (int64_t[]){2, 3}, 2, w, &err) == 0 &&
                  memcmp(w, W, sizeof W) == 0,
              "step %lld: parameters differ from what was saved: %s", (long long)step, err.msg);
@@ -180,12 +190,13 @@ static int check_open(int canonical, const char *index, size_t len) {
   RtCkpt *ck = NULL;
   RtError err = {{0}};
   if (rt_ckpt_open(&ck, fx.dir, STEP, &err) != 0) {
-    FUZZ_CHECK(ck == NULL && strstr(err.msg, fx.dir), "a refusal must name the checkpoint: '%s'", err.msg);
+    FUZZ_CHECK(ck == NULL && strstr(err.msg, fx.dir), "a refusal must name the checkpoint: '%s'",
+               err.msg);
     return 0;
   }
   FUZZ_CHECK(canonical, "step %d opened from a directory that is not " STEP_DIR, STEP);
-  FUZZ_CHECK(index_matches(index, len), "opened with an index that does not match the files:\n%.*s", (int)len,
-             index);
+  FUZZ_CHECK(index_matches(index, len), "opened with an index that does not match the files:\n%.*s",
+             (int)len, index);
   check_state(ck, STEP);
   rt_ckpt_close(ck);
   return 1;
@@ -195,12 +206,13 @@ static void check_open_latest(int canonical, int opened) {
   RtCkpt *ck = NULL;
   RtError warn = {{0}}, err = {{0}};
   int found = rt_ckpt_open_latest(&ck, fx.dir, &warn, &err);
-  FUZZ_CHECK(found == 1, "no checkpoint opened, but step %d is intact: %d, '%s'", OLD_STEP, found, err.msg);
+  FUZZ_CHECK(found == 1, "no checkpoint opened, but step %d is intact: %d, '%s'", OLD_STEP, found,
+             err.msg);
   check_state(ck, opened ? STEP : OLD_STEP);
   rt_ckpt_close(ck);
   if (canonical)
-    FUZZ_CHECK(opened == !warn.msg[0], "step %d %s, but the warning is '%s'", STEP, opened ? "opened" : "is damaged",
-               warn.msg);
+    FUZZ_CHECK(opened == !warn.msg[0], "step %d %s, but the warning is '%s'", STEP,
+               opened ? "opened" : "is damaged", warn.msg);
 }
 
 /* ===== the target ===================================================================== */

@@ -63,8 +63,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *again = resolve_text(again_path);
   unlink(again_path);
   free(again_path);
-  FUZZ_CHECK(again && strcmp(text, again) == 0, "the canonical form must round-trip:\n%s\n--- resolved again:\n%s",
-             text, again ? again : "(an error)");
+  FUZZ_CHECK(again && strcmp(text, again) == 0,
+             "the canonical form must round-trip:\n%s\n--- resolved again:\n%s", text,
+             again ? again : "(an error)");
   free(text);
   free(again);
   return 0;

@@ -83,7 +83,8 @@ static int64_t numel(const RtTensor *t) {
 static void check_layout(const RtSt *st, const uint8_t *data, size_t size) {
   int64_t mapped;
   const uint8_t *bytes = rt_st_bytes(st, &mapped);
-  FUZZ_CHECK(mapped == (int64_t)size && memcmp(bytes, data, size) == 0, "mapping differs from the input");
+  FUZZ_CHECK(mapped == (int64_t)size && memcmp(bytes, data, size) == 0,
+             "mapping differs from the input");
   const uint8_t *at = bytes + 8 + le64(data), *end = bytes + size;
   for (int i = 0; i < rt_st_count(st); i++) {
     const RtTensor *t = rt_st_tensor(st, i);
@@ -92,7 +93,8 @@ static void check_layout(const RtSt *st, const uint8_t *data, size_t size) {
                (long long)t->nbytes);
     FUZZ_CHECK((const uint8_t *)t->data == at && t->nbytes <= end - at,
                "tensor '%s' at file offset %lld (+%lld), expected at %lld of %zu", t->name,
-               (long long)((const uint8_t *)t->data - bytes), (long long)t->nbytes, (long long)(at - bytes), size);
+               (long long)((const uint8_t *)t->data - bytes), (long long)t->nbytes,
+               (long long)(at - bytes), size);
     FUZZ_CHECK(rt_st_find(st, t->name) != NULL, "tensor '%s' not found by name", t->name);
     at += t->nbytes;
   }
@@ -110,10 +112,12 @@ static void check_read(const RtSt *st, const RtTensor *t) {
   if (is_float) {
     FUZZ_CHECK(rc == 0, "tensor '%s' does not read with its own shape: %s", t->name, err.msg);
     for (int64_t i = 0; i < n; i++)
-      FUZZ_CHECK(same_float(dst[i], expected_f32(t, i)), "tensor '%s' element %lld: %a, expected %a", t->name,
-                 (long long)i, dst[i], expected_f32(t, i));
+      FUZZ_CHECK(same_float(dst[i], expected_f32(t, i)),
+                 "tensor '%s' element %lld: %a, expected %a", t->name, (long long)i, dst[i],
+                 expected_f32(t, i));
   } else {
-    FUZZ_CHECK(rc == -1 && err.msg[0], "tensor '%s' of dtype %s read as f32", t->name, rt_dtype_name(t->dtype));
+    FUZZ_CHECK(rc == -1 && err.msg[0], "tensor '%s' of dtype %s read as f32", t->name,
+               rt_dtype_name(t->dtype));
   }
   memcpy(wrong, t->shape, sizeof t->shape);
   wrong[t->ndim] = 1;
@@ -144,8 +148,9 @@ static RtMeta *collect_meta(const RtSt *st, json_object *meta, int *n) {
   if (!meta) return out;
   json_object_object_foreach(meta, key, val) {
     const char *v = rt_st_meta(st, key);
-    FUZZ_CHECK(v != NULL && strcmp(v, json_object_get_string(val)) == 0, "metadata '%s': '%s', header says '%s'",
-               key, v ? v : "(absent)", json_object_get_string(val));
+    FUZZ_CHECK(v != NULL && strcmp(v, json_object_get_string(val)) == 0,
+               "metadata '%s': '%s', header says '%s'", key, v ? v : "(absent)",
+               json_object_get_string(val));
     out[(*n)++] = (RtMeta){key, v};
   }
   return out;
@@ -154,8 +159,8 @@ static RtMeta *collect_meta(const RtSt *st, json_object *meta, int *n) {
 /* ===== the round trip ================================================================= */
 
 static void check_same(const RtSt *a, const RtSt *b, const RtMeta *meta, int n_meta) {
-  FUZZ_CHECK(rt_st_count(a) == rt_st_count(b), "%d tensors, %d after the round trip", rt_st_count(a),
-             rt_st_count(b));
+  FUZZ_CHECK(rt_st_count(a) == rt_st_count(b), "%d tensors, %d after the round trip",
+             rt_st_count(a), rt_st_count(b));
   for (int i = 0; i < rt_st_count(a); i++) {
     const RtTensor *x = rt_st_tensor(a, i), *y = rt_st_find(b, x->name);
     FUZZ_CHECK(y != NULL, "tensor '%s' lost in the round trip", x->name);
@@ -166,20 +171,22 @@ static void check_same(const RtSt *a, const RtSt *b, const RtMeta *meta, int n_m
   }
   for (int i = 0; i < n_meta; i++) {
     const char *v = rt_st_meta(b, meta[i].key);
-    FUZZ_CHECK(v && strcmp(v, meta[i].value) == 0, "metadata '%s' changed in the round trip", meta[i].key);
+    FUZZ_CHECK(v && strcmp(v, meta[i].value) == 0, "metadata '%s' changed in the round trip",
+               meta[i].key);
   }
 }
 
 /* Writes the tensors of `st` (in offset order) and `meta` to a new file; returns its path. */
-static char *write_back(const RtSt *st, const RtMeta *meta, int n_meta, uint32_t *crc, int64_t *size) {
+static char *write_back(const RtSt *st, const RtMeta *meta, int n_meta, uint32_t *crc,
+                        int64_t *size) {
   int n = rt_st_count(st);
   RtTensor *ts = malloc((size_t)n * sizeof *ts + 1);
   FUZZ_CHECK(ts != NULL, "out of memory");
   for (int i = 0; i < n; i++) ts[i] = *rt_st_tensor(st, i);
   char *path = fuzz_temp_file(NULL, 0);
   RtError err = {{0}};
-  FUZZ_CHECK(rt_st_write(path, ts, n, meta, n_meta, crc, size, &err) == 0, "what opened does not write back: %s",
-             err.msg);
+  FUZZ_CHECK(rt_st_write(path, ts, n, meta, n_meta, crc, size, &err) == 0,
+             "what opened does not write back: %s", err.msg);
   free(ts);
   return path;
 }
@@ -192,7 +199,8 @@ static void check_round_trip(const RtSt *st, const RtMeta *meta, int n_meta) {
   char *path = write_back(st, meta, n_meta, &crc, &size);
   RtSt *again;
   RtError err = {{0}};
-  FUZZ_CHECK(rt_st_open(&again, path, &err) == 0, "what rt_st_write wrote does not open: %s", err.msg);
+  FUZZ_CHECK(rt_st_open(&again, path, &err) == 0, "what rt_st_write wrote does not open: %s",
+             err.msg);
   check_same(st, again, meta, n_meta);
   char *path2 = write_back(again, meta, n_meta, &crc2, &size2);
   FUZZ_CHECK(crc == crc2 && size == size2, "writing the reopened file gives other bytes");
@@ -224,7 +232,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_open(st, data, size);
     rt_st_close(st);
   } else {
-    FUZZ_CHECK(st == NULL && strstr(err.msg, path) == err.msg, "a refusal must name the file: '%s'", err.msg);
+    FUZZ_CHECK(st == NULL && strstr(err.msg, path) == err.msg, "a refusal must name the file: '%s'",
+               err.msg);
   }
   unlink(path);
   free(path);

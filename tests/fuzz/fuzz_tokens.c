@@ -61,7 +61,8 @@ static int printable_text(const Input *in) {
 static uint32_t max_token(const Input *in, int width) {
   uint32_t max = 0;
   for (size_t at = HEADER_BYTES; at < in->size; at += (size_t)width) {
-    uint32_t t = width == 2 ? (uint32_t)(in->data[at] | in->data[at + 1] << 8) : le32(in->data + at);
+    uint32_t t =
+        width == 2 ? (uint32_t)(in->data[at] | in->data[at + 1] << 8) : le32(in->data + at);
     if (t > max) max = t;
   }
   return max;
@@ -82,13 +83,15 @@ static void check_format(const RtData *d, const Input *in) {
   RtDataFormat f = rt_data_format(d);
   FUZZ_CHECK(n >= 2, "opened with %lld tokens", (long long)n);
   if (f == RT_DATA_BYTES) {
-    FUZZ_CHECK(n == (int64_t)in->size, "text of %zu bytes opened with %lld tokens", in->size, (long long)n);
+    FUZZ_CHECK(n == (int64_t)in->size, "text of %zu bytes opened with %lld tokens", in->size,
+               (long long)n);
     return;
   }
   int width = f == RT_DATA_TOKENS_U16 ? 2 : 4;
   FUZZ_CHECK(f == RT_DATA_TOKENS_U16 || f == RT_DATA_TOKENS_U32, "format %d", (int)f);
   FUZZ_CHECK(valid_token_file(in) == width && le32(in->data + 8) == (uint64_t)n,
-             "opened as a %d-byte token file with %lld tokens, but the file is not one", width, (long long)n);
+             "opened as a %d-byte token file with %lld tokens, but the file is not one", width,
+             (long long)n);
 }
 
 static uint32_t token_at(const Input *in, RtDataFormat f, int64_t i) {
@@ -103,17 +106,18 @@ static uint32_t token_at(const Input *in, RtDataFormat f, int64_t i) {
 
 /* Window b of rank `rank` starts at pos + (rank*B + b)*T: inputs its first T tokens,
  * targets its last T. */
-static void check_windows(const RtData *d, const Input *in, int64_t pos, int rank, int B, int T, const int32_t *x,
-                          const int32_t *y, int vocab) {
+static void check_windows(const RtData *d, const Input *in, int64_t pos, int rank, int B, int T,
+                          const int32_t *x, const int32_t *y, int vocab) {
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       int64_t at = pos + ((int64_t)rank * B + b) * T + t, k = (int64_t)b * T + t;
-      uint32_t want_x = token_at(in, rt_data_format(d), at), want_y = token_at(in, rt_data_format(d), at + 1);
+      uint32_t want_x = token_at(in, rt_data_format(d), at),
+               want_y = token_at(in, rt_data_format(d), at + 1);
       FUZZ_CHECK(x[k] >= 0 && x[k] < vocab && y[k] >= 0 && y[k] < vocab,
                  "batch token outside the vocabulary of %d: %d, %d", vocab, (int)x[k], (int)y[k]);
       FUZZ_CHECK((uint32_t)x[k] == want_x && (uint32_t)y[k] == want_y,
-                 "window %d (of %d x %d at %lld, rank %d) position %d: %d -> %d, file has %u -> %u", b, B, T,
-                 (long long)pos, rank, t, (int)x[k], (int)y[k], want_x, want_y);
+                 "window %d (of %d x %d at %lld, rank %d) position %d: %d -> %d, file has %u -> %u",
+                 b, B, T, (long long)pos, rank, t, (int)x[k], (int)y[k], want_x, want_y);
     }
 }
 
@@ -123,29 +127,32 @@ static void check_batches(RtData *d, const Input *in, int B, int T, int world, i
   int64_t n = rt_data_num_tokens(d), step = (int64_t)world * B * T, pos = 0;
   int rank = world - 1;
   int32_t x[16], y[16];
-  FUZZ_CHECK(rt_data_seek(d, 0, &err) == 0 && rt_data_set_rank(d, rank, world, &err) == 0, "%s", err.msg);
+  FUZZ_CHECK(rt_data_seek(d, 0, &err) == 0 && rt_data_set_rank(d, rank, world, &err) == 0, "%s",
+             err.msg);
   for (int i = 0; i < 3; i++) {
     int rc = rt_data_next_batch(d, B, T, x, y, &err);
-    FUZZ_CHECK(rc == (step + 1 <= n ? 0 : -1), "batch %d x %d x %d of %lld tokens: %d, '%s'", world, B, T,
-               (long long)n, rc, err.msg);
+    FUZZ_CHECK(rc == (step + 1 <= n ? 0 : -1), "batch %d x %d x %d of %lld tokens: %d, '%s'", world,
+               B, T, (long long)n, rc, err.msg);
     if (rc != 0) {
-      FUZZ_CHECK(strstr(err.msg, in->path) != NULL, "the message must name the file: '%s'", err.msg);
+      FUZZ_CHECK(strstr(err.msg, in->path) != NULL, "the message must name the file: '%s'",
+                 err.msg);
       break;
     }
     if (pos + step + 1 > n) pos = 0;
     check_windows(d, in, pos, rank, B, T, x, y, vocab);
     pos += step;
-    FUZZ_CHECK(rt_data_position(d) == pos, "position %lld, expected %lld", (long long)rt_data_position(d),
-               (long long)pos);
+    FUZZ_CHECK(rt_data_position(d) == pos, "position %lld, expected %lld",
+               (long long)rt_data_position(d), (long long)pos);
   }
 }
 
 static void check_seek(RtData *d) {
   RtError err = {{0}};
   int64_t n = rt_data_num_tokens(d);
-  FUZZ_CHECK(rt_data_seek(d, n, &err) == 0 && rt_data_position(d) == n, "seek to the end: %s", err.msg);
-  FUZZ_CHECK(rt_data_seek(d, n + 1, &err) == -1 && rt_data_seek(d, -1, &err) == -1, "seek outside 0..%lld",
-             (long long)n);
+  FUZZ_CHECK(rt_data_seek(d, n, &err) == 0 && rt_data_position(d) == n, "seek to the end: %s",
+             err.msg);
+  FUZZ_CHECK(rt_data_seek(d, n + 1, &err) == -1 && rt_data_seek(d, -1, &err) == -1,
+             "seek outside 0..%lld", (long long)n);
 }
 
 /* ===== the target ===================================================================== */
@@ -154,7 +161,8 @@ static void check_vocab(const Input *in, int vocab) {
   RtData *d = NULL;
   RtError err = {{0}};
   if (rt_data_open(&d, in->path, vocab, &err) != 0) {
-    FUZZ_CHECK(d == NULL && strstr(err.msg, in->path), "a refusal must name the file: '%s'", err.msg);
+    FUZZ_CHECK(d == NULL && strstr(err.msg, in->path), "a refusal must name the file: '%s'",
+               err.msg);
     FUZZ_CHECK(!must_open(in, vocab), "refused with vocabulary %d: %s", vocab, err.msg);
     return;
   }

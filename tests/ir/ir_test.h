@@ -14,41 +14,41 @@
 
 #include "ir/ir.h"
 
-#define EXPECT_NEAR(a, b, tol)                                                                   \
-  do {                                                                                           \
-    double a_ = (a), b_ = (b);                                                                   \
-    if (!(fabs(a_ - b_) <= (tol)))                                                               \
-      fprintf(stderr, "%s:%d: %s = %.17g, %s = %.17g\n", __FILE__, __LINE__, #a, a_, #b, b_);   \
-    CU_ASSERT(fabs(a_ - b_) <= (tol));                                                           \
+#define EXPECT_NEAR(a, b, tol)                                                                     \
+  do {                                                                                             \
+    double a_ = (a), b_ = (b);                                                                     \
+    if (!(fabs(a_ - b_) <= (tol)))                                                                 \
+      fprintf(stderr, "%s:%d: %s = %.17g, %s = %.17g\n", __FILE__, __LINE__, #a, a_, #b, b_);      \
+    CU_ASSERT(fabs(a_ - b_) <= (tol));                                                             \
   } while (0)
 
-#define EXPECT_INT(a, b)                                                                         \
-  do {                                                                                           \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                          \
-    if (a_ != b_) fprintf(stderr, "%s:%d: %s = %lld, %s = %lld\n", __FILE__, __LINE__, #a, a_,   \
-                          #b, b_);                                                               \
-    CU_ASSERT(a_ == b_);                                                                         \
+#define EXPECT_INT(a, b)                                                                           \
+  do {                                                                                             \
+    long long a_ = (long long)(a), b_ = (long long)(b);                                            \
+    if (a_ != b_)                                                                                  \
+      fprintf(stderr, "%s:%d: %s = %lld, %s = %lld\n", __FILE__, __LINE__, #a, a_, #b, b_);        \
+    CU_ASSERT(a_ == b_);                                                                           \
   } while (0)
 
-#define EXPECT_STR_HAS(hay, needle)                                                              \
-  do {                                                                                           \
-    const char *h_ = (hay);                                                                      \
-    if (!h_ || !strstr(h_, (needle)))                                                            \
-      fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__,             \
-              h_ ? h_ : "(null)", (needle));                                                     \
-    CU_ASSERT(h_ && strstr(h_, (needle)));                                                       \
+#define EXPECT_STR_HAS(hay, needle)                                                                \
+  do {                                                                                             \
+    const char *h_ = (hay);                                                                        \
+    if (!h_ || !strstr(h_, (needle)))                                                              \
+      fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__,               \
+              h_ ? h_ : "(null)", (needle));                                                       \
+    CU_ASSERT(h_ &&strstr(h_, (needle)));                                                          \
   } while (0)
 
-#define EXPECT_ARRAY(got, want, n, tol)                                                          \
-  do {                                                                                           \
-    const double *g_ = (got), *w_ = (want);                                                      \
-    CU_ASSERT_PTR_NOT_NULL_FATAL(g_);                                                            \
-    for (int64_t i_ = 0; i_ < (int64_t)(n); i_++) {                                              \
-      if (!(fabs(g_[i_] - w_[i_]) <= (tol)))                                                     \
-        fprintf(stderr, "%s:%d: %s[%lld] = %.17g, %s[%lld] = %.17g\n", __FILE__, __LINE__, #got, \
-                (long long)i_, g_[i_], #want, (long long)i_, w_[i_]);                            \
-      CU_ASSERT(fabs(g_[i_] - w_[i_]) <= (tol));                                                 \
-    }                                                                                            \
+#define EXPECT_ARRAY(got, want, n, tol)                                                            \
+  do {                                                                                             \
+    const double *g_ = (got), *w_ = (want);                                                        \
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g_);                                                              \
+    for (int64_t i_ = 0; i_ < (int64_t)(n); i_++) {                                                \
+      if (!(fabs(g_[i_] - w_[i_]) <= (tol)))                                                       \
+        fprintf(stderr, "%s:%d: %s[%lld] = %.17g, %s[%lld] = %.17g\n", __FILE__, __LINE__, #got,   \
+                (long long)i_, g_[i_], #want, (long long)i_, w_[i_]);                              \
+      CU_ASSERT(fabs(g_[i_] - w_[i_]) <= (tol));                                                   \
+    }                                                                                              \
   } while (0)
 
 /* Binds name on every device with the value's own shape. */

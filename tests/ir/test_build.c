@@ -2,11 +2,13 @@
  * the config path; later calls given IR_NONE stay quiet). */
 #include "tests/ir/ir_test.h"
 
-static void expect_shape(const IrGraph *g, int32_t v, IrDType dt, int32_t rank, const int64_t *dims) {
+static void expect_shape(const IrGraph *g, int32_t v, IrDType dt, int32_t rank,
+                         const int64_t *dims) {
   CU_ASSERT_FATAL(v >= 0);
   EXPECT_INT(g->values[v].dtype, dt);
   EXPECT_INT(g->values[v].shape.rank, rank);
-  for (int32_t d = 0; d < rank && d < g->values[v].shape.rank; d++) EXPECT_INT(g->values[v].shape.dims[d], dims[d]);
+  for (int32_t d = 0; d < rank && d < g->values[v].shape.rank; d++)
+    EXPECT_INT(g->values[v].shape.dims[d], dims[d]);
 }
 
 static void test_result_types(void) {
@@ -15,12 +17,15 @@ static void test_result_types(void) {
   int32_t w = ir_param(g, "w", DT_BF16, 2, (int64_t[]){4, 5});
   expect_shape(g, ir_matmul(g, x, w), DT_BF16, 3, (int64_t[]){2, 3, 5});
   int32_t b = ir_param(g, "b", DT_BF16, 3, (int64_t[]){2, 6, 4});
-  expect_shape(g, ir_dot(g, x, b, 1, (int32_t[]){0}, (int32_t[]){0}, 1, (int32_t[]){2}, (int32_t[]){2}),
-               DT_BF16, 3, (int64_t[]){2, 3, 6});
+  expect_shape(
+      g, ir_dot(g, x, b, 1, (int32_t[]){0}, (int32_t[]){0}, 1, (int32_t[]){2}, (int32_t[]){2}),
+      DT_BF16, 3, (int64_t[]){2, 3, 6});
   expect_shape(g, ir_reduce_sum(g, x, 2, (int32_t[]){2, 0}), DT_BF16, 1, (int64_t[]){3});
   expect_shape(g, ir_transpose(g, x, (int32_t[]){1, 2, 0}), DT_BF16, 3, (int64_t[]){3, 4, 2});
-  expect_shape(g, ir_slice(g, x, (int64_t[]){0, 1, 0}, (int64_t[]){2, 3, 2}), DT_BF16, 3, (int64_t[]){2, 2, 2});
-  expect_shape(g, ir_pad(g, x, (int64_t[]){1, 0, 0}, (int64_t[]){0, 0, 3}, 0), DT_BF16, 3, (int64_t[]){3, 3, 7});
+  expect_shape(g, ir_slice(g, x, (int64_t[]){0, 1, 0}, (int64_t[]){2, 3, 2}), DT_BF16, 3,
+               (int64_t[]){2, 2, 2});
+  expect_shape(g, ir_pad(g, x, (int64_t[]){1, 0, 0}, (int64_t[]){0, 0, 3}, 0), DT_BF16, 3,
+               (int64_t[]){3, 3, 7});
   expect_shape(g, ir_concat(g, 2, (int32_t[]){x, x}, 1), DT_BF16, 3, (int64_t[]){2, 6, 4});
   int32_t idx = ir_input(g, "tok", DT_I32, 2, (int64_t[]){2, 7});
   int32_t emb = ir_gather(g, w, idx);
@@ -35,8 +40,8 @@ static void test_result_types(void) {
   const char *model[] = {"model"}, *both[] = {"data", "model"};
   expect_shape(g, ir_all_gather(g, x, 1, model, 2), DT_BF16, 3, (int64_t[]){2, 3, 16});
   expect_shape(g, ir_reduce_scatter(g, x, 1, model, 2), DT_BF16, 3, (int64_t[]){2, 3, 1});
-  expect_shape(g, ir_all_to_all(g, ir_concat(g, 2, (int32_t[]){x, x}, 2), 2, both, 2, 0), DT_BF16, 3,
-               (int64_t[]){16, 3, 1});
+  expect_shape(g, ir_all_to_all(g, ir_concat(g, 2, (int32_t[]){x, x}, 2), 2, both, 2, 0), DT_BF16,
+               3, (int64_t[]){16, 3, 1});
   CU_ASSERT_PTR_NULL(ir_graph_error(g));
   ir_graph_free(g);
 }
@@ -53,37 +58,60 @@ static void expect_error(int32_t (*build)(IrGraph *g), const char *want) {
 }
 
 static const int64_t d23[] = {2, 3}, d32[] = {3, 2}, d4[] = {4};
-static int32_t e_add(IrGraph *g) { return ir_add(g, ir_input(g, "a", DT_F32, 2, d23), ir_input(g, "b", DT_F32, 2, d32)); }
-static int32_t e_dtype(IrGraph *g) { return ir_mul(g, ir_input(g, "a", DT_F32, 2, d23), ir_input(g, "b", DT_F16, 2, d23)); }
-static int32_t e_dot(IrGraph *g) { return ir_matmul(g, ir_input(g, "a", DT_F32, 2, d23), ir_input(g, "b", DT_F32, 2, d23)); }
+static int32_t e_add(IrGraph *g) {
+  return ir_add(g, ir_input(g, "a", DT_F32, 2, d23), ir_input(g, "b", DT_F32, 2, d32));
+}
+static int32_t e_dtype(IrGraph *g) {
+  return ir_mul(g, ir_input(g, "a", DT_F32, 2, d23), ir_input(g, "b", DT_F16, 2, d23));
+}
+static int32_t e_dot(IrGraph *g) {
+  return ir_matmul(g, ir_input(g, "a", DT_F32, 2, d23), ir_input(g, "b", DT_F32, 2, d23));
+}
 static int32_t e_bcast(IrGraph *g) {
   return ir_broadcast(g, ir_input(g, "a", DT_F32, 1, d4), 2, d23, (int32_t[]){1});
 }
 static int32_t e_bcast_order(IrGraph *g) {
-  return ir_broadcast(g, ir_input(g, "a", DT_F32, 2, d23), 3, (int64_t[]){3, 2, 3}, (int32_t[]){2, 1});
+  return ir_broadcast(g, ir_input(g, "a", DT_F32, 2, d23), 3, (int64_t[]){3, 2, 3},
+                      (int32_t[]){2, 1});
 }
-static int32_t e_reshape(IrGraph *g) { return ir_reshape(g, ir_input(g, "a", DT_F32, 2, d23), 1, d4); }
-static int32_t e_perm(IrGraph *g) { return ir_transpose(g, ir_input(g, "a", DT_F32, 2, d23), (int32_t[]){1, 1}); }
+static int32_t e_reshape(IrGraph *g) {
+  return ir_reshape(g, ir_input(g, "a", DT_F32, 2, d23), 1, d4);
+}
+static int32_t e_perm(IrGraph *g) {
+  return ir_transpose(g, ir_input(g, "a", DT_F32, 2, d23), (int32_t[]){1, 1});
+}
 static int32_t e_slice(IrGraph *g) {
   return ir_slice(g, ir_input(g, "a", DT_F32, 2, d23), (int64_t[]){0, 2}, (int64_t[]){2, 4});
 }
 static int32_t e_concat(IrGraph *g) {
-  return ir_concat(g, 2, (int32_t[]){ir_input(g, "a", DT_F32, 2, d23), ir_input(g, "b", DT_F32, 2, d32)}, 0);
+  return ir_concat(
+      g, 2, (int32_t[]){ir_input(g, "a", DT_F32, 2, d23), ir_input(g, "b", DT_F32, 2, d32)}, 0);
 }
-static int32_t e_reduce(IrGraph *g) { return ir_reduce_max(g, ir_input(g, "a", DT_F32, 2, d23), 1, (int32_t[]){2}); }
-static int32_t e_gather(IrGraph *g) { return ir_gather(g, ir_input(g, "t", DT_F32, 2, d23), ir_input(g, "i", DT_F32, 1, d4)); }
-static int32_t e_topk(IrGraph *g) { return ir_top_k_indices(g, ir_input(g, "a", DT_F32, 2, d23), 4); }
+static int32_t e_reduce(IrGraph *g) {
+  return ir_reduce_max(g, ir_input(g, "a", DT_F32, 2, d23), 1, (int32_t[]){2});
+}
+static int32_t e_gather(IrGraph *g) {
+  return ir_gather(g, ir_input(g, "t", DT_F32, 2, d23), ir_input(g, "i", DT_F32, 1, d4));
+}
+static int32_t e_topk(IrGraph *g) {
+  return ir_top_k_indices(g, ir_input(g, "a", DT_F32, 2, d23), 4);
+}
 static int32_t e_log_int(IrGraph *g) { return ir_log(g, ir_input(g, "a", DT_I32, 2, d23)); }
-static int32_t e_rank(IrGraph *g) { return ir_input(g, "a", DT_F32, 9, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1}); }
+static int32_t e_rank(IrGraph *g) {
+  return ir_input(g, "a", DT_F32, 9, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1});
+}
 static int32_t e_noname(IrGraph *g) { return ir_param(g, "", DT_F32, 1, d4); }
-static int32_t e_axis(IrGraph *g) { return ir_all_reduce(g, ir_input(g, "a", DT_F32, 1, d4), 1, (const char *[]){"data"}); }
+static int32_t e_axis(IrGraph *g) {
+  return ir_all_reduce(g, ir_input(g, "a", DT_F32, 1, d4), 1, (const char *[]){"data"});
+}
 static int32_t e_divisible(IrGraph *g) {
   IrMesh m = {.naxes = 1, .names = {"data"}, .sizes = {3}};
   ir_graph_set_mesh(g, &m);
   return ir_reduce_scatter(g, ir_input(g, "a", DT_F32, 1, d4), 1, (const char *[]){"data"}, 0);
 }
 static int32_t e_select(IrGraph *g) {
-  return ir_select(g, ir_input(g, "p", DT_F32, 2, d32), ir_input(g, "a", DT_F32, 2, d23), ir_input(g, "b", DT_F32, 2, d23));
+  return ir_select(g, ir_input(g, "p", DT_F32, 2, d32), ir_input(g, "a", DT_F32, 2, d23),
+                   ir_input(g, "b", DT_F32, 2, d23));
 }
 static int32_t e_scatter(IrGraph *g) {
   return ir_scatter_add(g, ir_input(g, "i", DT_I32, 1, d4), ir_input(g, "u", DT_F32, 2, d23), 5);
@@ -118,9 +146,10 @@ static void test_first_error_kept(void) {
   ir_graph_set_origin(g, "/model/b");
   int32_t later = ir_exp(g, ir_neg(g, bad));
   EXPECT_INT(later, IR_NONE);
-  ir_matmul(g, ir_input(g, "c", DT_F32, 2, d23), ir_input(g, "d", DT_F32, 2, d23)); /* a second error */
+  ir_matmul(g, ir_input(g, "c", DT_F32, 2, d23),
+            ir_input(g, "d", DT_F32, 2, d23)); /* a second error */
   EXPECT_STR_HAS(ir_graph_error(g), "%2 (add) at /model/a:");
-  EXPECT_INT(g->nvalues, 4);  /* a, b, c, d: nothing half-built */
+  EXPECT_INT(g->nvalues, 4); /* a, b, c, d: nothing half-built */
   ir_graph_clear_error(g);
   CU_ASSERT_PTR_NULL(ir_graph_error(g));
   ir_graph_free(g);
@@ -155,11 +184,11 @@ static void test_op_table(void) {
   CU_ASSERT(ir_op_flags(IR_REDUCE_MAX) & IR_REDUCTION);
   CU_ASSERT(ir_op_flags(IR_ALL_GATHER) & IR_COLLECTIVE);
   CU_ASSERT(!(ir_op_flags(IR_EQ) & IR_HAS_GRAD));
-  EXPECT_NEAR(ir_dtype_round(DT_BF16, 1.00390625), 1.0, 0);         /* tie to even */
-  EXPECT_NEAR(ir_dtype_round(DT_BF16, 1.01171875), 1.015625, 0);     /* tie to even, up */
+  EXPECT_NEAR(ir_dtype_round(DT_BF16, 1.00390625), 1.0, 0);      /* tie to even */
+  EXPECT_NEAR(ir_dtype_round(DT_BF16, 1.01171875), 1.015625, 0); /* tie to even, up */
   EXPECT_NEAR(ir_dtype_round(DT_F16, 65519), 65504, 0);
   CU_ASSERT(isinf(ir_dtype_round(DT_F16, 65520)));
-  EXPECT_NEAR(ir_dtype_round(DT_F16, 1e-8), 0, 0);                   /* below half the smallest subnormal */
+  EXPECT_NEAR(ir_dtype_round(DT_F16, 1e-8), 0, 0); /* below half the smallest subnormal */
   EXPECT_NEAR(ir_dtype_round(DT_F16, 6e-8), 5.9604644775390625e-08, 0); /* smallest subnormal */
   EXPECT_NEAR(ir_dtype_round(DT_I32, -3.9), -3, 0);
 }

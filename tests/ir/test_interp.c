@@ -34,7 +34,8 @@ static void test_unary(void) {
   check_unary(IR_LOGISTIC, 0, 2, -1, 0.5, 0.8807970779778823, 0.2689414213699951);
 }
 
-static void check_binary(IrOp op, IrDType dt, const double *a, const double *b, const double *want) {
+static void check_binary(IrOp op, IrDType dt, const double *a, const double *b,
+                         const double *want) {
   IrGraph *g = ir_graph_new();
   int32_t x = ir_input(g, "a", dt, 1, d3), y = ir_input(g, "b", dt, 1, d3);
   ir_graph_add_output(g, "out", ir_binary(g, op, x, y));
@@ -108,7 +109,11 @@ static double *run_iota_input(IrGraph *g, int32_t x) {
 
 static void test_data_movement(void) {
   const int64_t d23[] = {2, 3}, d32[] = {3, 2}, d2[] = {2}, d13[] = {1, 3}, d6[] = {6};
-  struct { double *got; double want[24]; int n; } cases[8];
+  struct {
+    double *got;
+    double want[24];
+    int n;
+  } cases[8];
   int nc = 0;
   IrGraph *g;
 #define CASE(build, ...)                                                                           \
@@ -123,14 +128,20 @@ static void test_data_movement(void) {
     ir_graph_free(g);                                                                              \
   } while (0)
   CASE(ir_broadcast(g, ir_input(g, "x", DT_F64, 1, d2), 2, d23, (int32_t[]){0}), 0, 0, 0, 1, 1, 1);
-  CASE(ir_broadcast(g, ir_input(g, "x", DT_F64, 2, d13), 2, d23, (int32_t[]){0, 1}), 0, 1, 2, 0, 1, 2);
+  CASE(ir_broadcast(g, ir_input(g, "x", DT_F64, 2, d13), 2, d23, (int32_t[]){0, 1}), 0, 1, 2, 0, 1,
+       2);
   CASE(ir_reshape(g, ir_input(g, "x", DT_F64, 2, d23), 1, d6), 0, 1, 2, 3, 4, 5);
   CASE(ir_transpose(g, ir_input(g, "x", DT_F64, 2, d23), (int32_t[]){1, 0}), 0, 3, 1, 4, 2, 5);
   CASE(ir_slice(g, ir_input(g, "x", DT_F64, 2, d32), (int64_t[]){1, 1}, (int64_t[]){3, 2}), 3, 5);
-  CASE(ir_pad(g, ir_input(g, "x", DT_F64, 1, d2), (int64_t[]){1}, (int64_t[]){2}, -1), -1, 0, 1, -1, -1);
-  CASE(ir_concat(g, 2, ((int32_t[]){ir_input(g, "x", DT_F64, 2, d23), ir_const_scalar(g, DT_F64, 9, 2, d23)}), 1),
+  CASE(ir_pad(g, ir_input(g, "x", DT_F64, 1, d2), (int64_t[]){1}, (int64_t[]){2}, -1), -1, 0, 1, -1,
+       -1);
+  CASE(ir_concat(
+           g, 2,
+           ((int32_t[]){ir_input(g, "x", DT_F64, 2, d23), ir_const_scalar(g, DT_F64, 9, 2, d23)}),
+           1),
        0, 1, 2, 9, 9, 9, 3, 4, 5, 9, 9, 9);
-  CASE(ir_concat(g, 2, ((int32_t[]){ir_input(g, "x", DT_F64, 2, d23), ir_iota(g, DT_F64, 2, d23, 1)}), 0),
+  CASE(ir_concat(g, 2,
+                 ((int32_t[]){ir_input(g, "x", DT_F64, 2, d23), ir_iota(g, DT_F64, 2, d23, 1)}), 0),
        0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 2);
 #undef CASE
   for (int i = 0; i < nc; i++) {
@@ -171,12 +182,15 @@ static void test_dot(void) {
   g = ir_graph_new();
   a = ir_input(g, "x", DT_F64, 3, d223);
   b = ir_add(g, ir_transpose(g, a, (int32_t[]){0, 2, 1}), ir_const_scalar(g, DT_F64, 1, 3, d232));
-  ir_graph_add_output(g, "out", ir_dot(g, a, b, 1, (int32_t[]){0}, (int32_t[]){0}, 1, (int32_t[]){2},
-                                       (int32_t[]){1}));
+  ir_graph_add_output(
+      g, "out",
+      ir_dot(g, a, b, 1, (int32_t[]){0}, (int32_t[]){0}, 1, (int32_t[]){2}, (int32_t[]){1}));
   double *bm = run_iota_input(g, a);
   /* batch 0: rows r0=[0,1,2], r1=[3,4,5]; out[i][j] = r_i . r_j + sum(r_i) */
   /* batch 1: rows [6,7,8], [9,10,11] */
-  EXPECT_ARRAY(bm, ((double[]){5 + 3, 14 + 3, 14 + 12, 50 + 12, 149 + 21, 212 + 21, 212 + 30, 302 + 30}), 8, 0);
+  EXPECT_ARRAY(
+      bm, ((double[]){5 + 3, 14 + 3, 14 + 12, 50 + 12, 149 + 21, 212 + 21, 212 + 30, 302 + 30}), 8,
+      0);
   free(bm);
   ir_graph_free(g);
 }
@@ -213,7 +227,8 @@ static void test_errors(void) {
   const int64_t d2[] = {2}, d3x[] = {3}, d22[] = {2};
   IrGraph *g = ir_graph_new();
   int32_t t = ir_input(g, "x", DT_F64, 1, d2);
-  ir_graph_add_output(g, "out", ir_gather(g, t, ir_const_data(g, DT_I32, (double[]){1, 5}, 1, d22)));
+  ir_graph_add_output(g, "out",
+                      ir_gather(g, t, ir_const_data(g, DT_I32, (double[]){1, 5}, 1, d22)));
   IrInterp *it = ir_interp_new(g, NULL);
   CU_ASSERT_EQUAL(ir_interp_run(it), IR_ERR); /* x unset */
   EXPECT_STR_HAS(ir_interp_error(it), "input 'x' is not set");
@@ -296,13 +311,16 @@ static void test_collectives_4(void) {
   IrInterp *it = ir_interp_new(g, NULL);
   EXPECT_INT(ir_interp_devices(it), 4);
   run_mesh(it, g); /* device (d, m) = 2d + m holds [10 dev, 10 dev + 1] */
-  EXPECT_ARRAY(ir_interp_output(it, 1, "ar_data", NULL), ((double[]){40, 42}), 2, 0); /* dev 1 + 3 */
+  EXPECT_ARRAY(ir_interp_output(it, 1, "ar_data", NULL), ((double[]){40, 42}), 2,
+               0); /* dev 1 + 3 */
   EXPECT_ARRAY(ir_interp_output(it, 2, "ar_model", NULL), ((double[]){50, 52}), 2, 0); /* 2 + 3 */
   /* group order: model major, data minor -> devices 0, 2, 1, 3 */
-  EXPECT_ARRAY(ir_interp_output(it, 3, "ag_both", NULL), ((double[]){0, 1, 20, 21, 10, 11, 30, 31}), 8, 0);
+  EXPECT_ARRAY(ir_interp_output(it, 3, "ag_both", NULL), ((double[]){0, 1, 20, 21, 10, 11, 30, 31}),
+               8, 0);
   /* x4 on dev = [x0, x1, x0, x1]; a2a chunk r of each member; device 2 has group rank 1 */
   EXPECT_ARRAY(ir_interp_output(it, 2, "a2a_both", NULL), ((double[]){1, 21, 11, 31}), 4, 0);
-  EXPECT_ARRAY(ir_interp_output(it, 1, "rs_both", NULL), ((double[]){60}), 1, 0); /* rank 2: x0 sum */
+  EXPECT_ARRAY(ir_interp_output(it, 1, "rs_both", NULL), ((double[]){60}), 1,
+               0); /* rank 2: x0 sum */
   EXPECT_ARRAY(ir_interp_output(it, 1, "ls_both", NULL), ((double[]){10}), 1, 0); /* rank 2: x0 */
   EXPECT_ARRAY(ir_interp_output(it, 2, "ls_both", NULL), ((double[]){21}), 1, 0); /* rank 1: x1 */
   (void)d4;
@@ -315,7 +333,8 @@ static void test_mesh_mismatch(void) {
   IrMesh other = mesh_make(1, (const char *[]){"data"}, (int64_t[]){4});
   IrGraph *g = ir_graph_new();
   ir_graph_set_mesh(g, &m);
-  ir_graph_add_output(g, "out", ir_all_reduce(g, ir_input(g, "x", DT_F32, 0, NULL), 1, (const char *[]){"data"}));
+  ir_graph_add_output(
+      g, "out", ir_all_reduce(g, ir_input(g, "x", DT_F32, 0, NULL), 1, (const char *[]){"data"}));
   IrInterp *it = ir_interp_new(g, &other);
   CU_ASSERT_EQUAL(ir_interp_run(it), IR_ERR);
   EXPECT_STR_HAS(ir_interp_error(it), "mesh");

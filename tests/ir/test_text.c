@@ -16,8 +16,9 @@ static IrGraph *attention_graph(void) {
   int32_t x = ir_gather(g, table, tok); /* (2, 4, 8) */
   ir_graph_set_origin(g, "/model/decoder/layer/self_attention");
   int32_t proj[4];
-  const char *names[] = {"wq", "wk", "wv", "wo"}, *tags[] = {"attention.q_proj", "attention.k_proj",
-                                                                "attention.v_proj", "attention.o_proj"};
+  const char *names[] = {"wq", "wk", "wv", "wo"},
+             *tags[] = {"attention.q_proj", "attention.k_proj", "attention.v_proj",
+                        "attention.o_proj"};
   for (int i = 0; i < 3; i++) {
     int32_t w = ir_param(g, names[i], DT_F32, 2, cc);
     ir_graph_set_tag(g, tags[i]);
@@ -25,16 +26,18 @@ static IrGraph *attention_graph(void) {
     proj[i] = ir_transpose(g, p, (int32_t[]){0, 2, 1, 3}); /* (B, H, T, D) */
     ir_graph_set_tag(g, NULL);
   }
-  int32_t s = ir_dot(g, proj[0], proj[1], 2, (int32_t[]){0, 1}, (int32_t[]){0, 1}, 1, (int32_t[]){3},
-                     (int32_t[]){3}); /* (B, H, T, T) */
+  int32_t s = ir_dot(g, proj[0], proj[1], 2, (int32_t[]){0, 1}, (int32_t[]){0, 1}, 1,
+                     (int32_t[]){3}, (int32_t[]){3}); /* (B, H, T, T) */
   s = ir_mul(g, s, ir_const_scalar(g, DT_F32, 0.5, 4, bhtt));
   int32_t causal = ir_ge(g, ir_iota(g, DT_I32, 4, bhtt, 2), ir_iota(g, DT_I32, 4, bhtt, 3));
   s = ir_select(g, causal, s, ir_const_scalar(g, DT_F32, -1e30, 4, bhtt));
   int32_t mx = ir_reduce_max(g, s, 1, (int32_t[]){3});
   int32_t e = ir_exp(g, ir_sub(g, s, ir_broadcast(g, mx, 4, bhtt, (int32_t[]){0, 1, 2})));
-  int32_t p = ir_div(g, e, ir_broadcast(g, ir_reduce_sum(g, e, 1, (int32_t[]){3}), 4, bhtt, (int32_t[]){0, 1, 2}));
+  int32_t p = ir_div(
+      g, e, ir_broadcast(g, ir_reduce_sum(g, e, 1, (int32_t[]){3}), 4, bhtt, (int32_t[]){0, 1, 2}));
   ir_value_set_tag(g, p, "attention.probs");
-  int32_t o = ir_dot(g, p, proj[2], 2, (int32_t[]){0, 1}, (int32_t[]){0, 1}, 1, (int32_t[]){3}, (int32_t[]){2});
+  int32_t o = ir_dot(g, p, proj[2], 2, (int32_t[]){0, 1}, (int32_t[]){0, 1}, 1, (int32_t[]){3},
+                     (int32_t[]){2});
   o = ir_reshape(g, ir_transpose(g, o, (int32_t[]){0, 2, 1, 3}), 3, btc);
   proj[3] = ir_param(g, names[3], DT_F32, 2, cc);
   ir_graph_set_tag(g, tags[3]);
@@ -48,10 +51,13 @@ static IrGraph *attention_graph(void) {
   ir_graph_add_output(g, "hidden", cat);
   ir_graph_add_output(g, "top2", ir_top_k_indices(g, cat, 2));
   ir_graph_add_output(g, "w_scatter", ir_scatter_add(g, tok, x, 16));
-  ir_graph_add_output(g, "consts", ir_const_data(g, DT_F64, (double[]){0.1, -2.5e-300, 1e300, 3}, 1, (int64_t[]){4}));
+  ir_graph_add_output(
+      g, "consts",
+      ir_const_data(g, DT_F64, (double[]){0.1, -2.5e-300, 1e300, 3}, 1, (int64_t[]){4}));
   ir_graph_add_output(g, "a2a", ir_all_to_all(g, y, 1, (const char *[]){"data"}, 0, 2));
-  ir_graph_add_output(g, "ag", ir_reduce_scatter(g, ir_all_gather(g, y, 1, (const char *[]){"data"}, 1), 1,
-                                                 (const char *[]){"data"}, 1));
+  ir_graph_add_output(g, "ag",
+                      ir_reduce_scatter(g, ir_all_gather(g, y, 1, (const char *[]){"data"}, 1), 1,
+                                        (const char *[]){"data"}, 1));
   ir_graph_add_output(g, "cast", ir_cast(g, ir_logistic(g, y), DT_BF16));
   return g;
 }
@@ -61,17 +67,19 @@ static bool dims_eq(const IrDims *a, const IrDims *b) {
 }
 
 static bool values_equal(const IrValue *a, const IrValue *b) {
-  bool eq = a->op == b->op && a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape) && a->nops == b->nops &&
-            strcmp(a->name, b->name) == 0 && strcmp(a->origin, b->origin) == 0 && strcmp(a->tag, b->tag) == 0;
+  bool eq = a->op == b->op && a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape) &&
+            a->nops == b->nops && strcmp(a->name, b->name) == 0 &&
+            strcmp(a->origin, b->origin) == 0 && strcmp(a->tag, b->tag) == 0;
   for (int32_t k = 0; eq && k < a->nops; k++) eq = a->ops[k] == b->ops[k];
   const IrAttrs *x = &a->attr, *y = &b->attr;
   eq = eq && dims_eq(&x->axes, &y->axes) && dims_eq(&x->lo, &y->lo) && dims_eq(&x->hi, &y->hi) &&
-       dims_eq(&x->lb, &y->lb) && dims_eq(&x->rb, &y->rb) && dims_eq(&x->lc, &y->lc) && dims_eq(&x->rc, &y->rc) &&
-       x->axis == y->axis && x->axis2 == y->axis2 && x->k == y->k && x->value == y->value &&
-       x->nmesh == y->nmesh && !x->data == !y->data;
+       dims_eq(&x->lb, &y->lb) && dims_eq(&x->rb, &y->rb) && dims_eq(&x->lc, &y->lc) &&
+       dims_eq(&x->rc, &y->rc) && x->axis == y->axis && x->axis2 == y->axis2 && x->k == y->k &&
+       x->value == y->value && x->nmesh == y->nmesh && !x->data == !y->data;
   for (int32_t i = 0; eq && i < x->nmesh; i++) eq = strcmp(x->mesh[i], y->mesh[i]) == 0;
   eq = eq && memcmp(&a->split, &b->split, sizeof a->split) == 0;
-  for (int64_t i = 0; eq && x->data && i < ir_shape_numel(&a->shape); i++) eq = x->data[i] == y->data[i];
+  for (int64_t i = 0; eq && x->data && i < ir_shape_numel(&a->shape); i++)
+    eq = x->data[i] == y->data[i];
   return eq;
 }
 
@@ -98,9 +106,11 @@ static void test_round_trip(void) {
   /* spot checks of the syntax docs/ir.md describes */
   EXPECT_STR_HAS(t1, "mesh data=2 model=1\n");
   EXPECT_STR_HAS(t1, "= parameter \"wq\" : f32[8,8] @\"/model/decoder/layer/self_attention\"\n");
-  EXPECT_STR_HAS(t1, "lhs_batch=[0,1] rhs_batch=[0,1] lhs_contract=[3] rhs_contract=[3] : f32[2,2,4,4]");
+  EXPECT_STR_HAS(
+      t1, "lhs_batch=[0,1] rhs_batch=[0,1] lhs_contract=[3] rhs_contract=[3] : f32[2,2,4,4]");
   EXPECT_STR_HAS(t1, "#\"attention.probs\"");
-  EXPECT_STR_HAS(t1, "mesh_axes=[model] : f32[2,4,8] @\"/model/decoder/layer/self_attention\" #\"attention.o_proj\"");
+  EXPECT_STR_HAS(t1, "mesh_axes=[model] : f32[2,4,8] @\"/model/decoder/layer/self_attention\" "
+                     "#\"attention.o_proj\"");
   EXPECT_STR_HAS(t1, "data=[0.1,-2.5e-300,1e+300,3] : f64[4]");
   EXPECT_STR_HAS(t1, "value=-1e+30 : f32[2,2,4,4]");
   free(t1);
@@ -111,10 +121,11 @@ static void test_round_trip(void) {
 
 /* pass_shard's per-device values carry which chunk of the global value they are. */
 static void test_split(void) {
-  const char *text = "mesh data=2 expert=2 model=2\n"
-                     "%0 = parameter \"w\" : f32[2,8,3] split=[data.expert,_,model]\n"
-                     "%1 = local_slice %0 axis=1 mesh_axes=[model] : f32[2,4,3] split=[data.expert,model,model]\n"
-                     "output \"y\" = %1\n";
+  const char *text =
+      "mesh data=2 expert=2 model=2\n"
+      "%0 = parameter \"w\" : f32[2,8,3] split=[data.expert,_,model]\n"
+      "%1 = local_slice %0 axis=1 mesh_axes=[model] : f32[2,4,3] split=[data.expert,model,model]\n"
+      "output \"y\" = %1\n";
   char msg[IR_ERR_LEN] = "";
   IrGraph *g = ir_graph_parse(text, msg, sizeof msg);
   if (!g) fprintf(stderr, "%s\n", msg);
@@ -126,7 +137,7 @@ static void test_split(void) {
   EXPECT_INT(ir_split_count(&g->mesh, s, 0), 4);
   EXPECT_INT(ir_split_count(&g->mesh, s, 1), 1);
   EXPECT_INT(ir_split_count(&g->mesh, s, 2), 2);
-  EXPECT_INT(ir_split_index(&g->mesh, s, 0, 5), 2);  /* device 5 = (data 1, expert 0, model 1) */
+  EXPECT_INT(ir_split_index(&g->mesh, s, 0, 5), 2); /* device 5 = (data 1, expert 0, model 1) */
   EXPECT_INT(ir_split_index(&g->mesh, s, 2, 5), 1);
   EXPECT_INT(ir_split_index(&g->mesh, s, 1, 5), 0);
   ir_graph_free(g);
@@ -174,10 +185,14 @@ static void expect_parse_error(const char *text, const char *want) {
 }
 
 static void test_parse_errors(void) {
-  expect_parse_error("%0 = input \"x\" : f32[2]\n%1 = frobnicate %0 : f32[2]\n", "2:6: unknown op 'frobnicate'");
-  expect_parse_error("%0 = input \"x\" : f32[2]\n%1 = exp %5 : f32[2]\n", "2:10: %5 is not defined before this use");
-  expect_parse_error("%0 = input \"x\" : f32[2]\n%1 = exp %0 : f32[3]\n", "2:1: declared type does not match exp's rule");
-  expect_parse_error("%0 = input \"x\" : f32[2]\n%1 = exp %0 perm=[0] : f32[2]\n", "2:13: exp has no attribute 'perm'");
+  expect_parse_error("%0 = input \"x\" : f32[2]\n%1 = frobnicate %0 : f32[2]\n",
+                     "2:6: unknown op 'frobnicate'");
+  expect_parse_error("%0 = input \"x\" : f32[2]\n%1 = exp %5 : f32[2]\n",
+                     "2:10: %5 is not defined before this use");
+  expect_parse_error("%0 = input \"x\" : f32[2]\n%1 = exp %0 : f32[3]\n",
+                     "2:1: declared type does not match exp's rule");
+  expect_parse_error("%0 = input \"x\" : f32[2]\n%1 = exp %0 perm=[0] : f32[2]\n",
+                     "2:13: exp has no attribute 'perm'");
   expect_parse_error("%0 = input \"x\" : f33[2]\n", "1:18: unknown dtype 'f33'");
   expect_parse_error("%0 = input \"x : f32[2]\n", "unterminated string");
   expect_parse_error("%0 = input \"x\" : f32[2]\n%0 = exp %0 : f32[2]\n", "2:3: %0 defined twice");
@@ -213,12 +228,9 @@ static void test_dot_output(void) {
 
 int main(void) {
   CU_TestInfo tests[] = {
-      {"round_trip_attention", test_round_trip},
-      {"split", test_split},
-      {"parse_extras", test_parse_extras},
-      {"parse_errors", test_parse_errors},
-      {"dot_output", test_dot_output},
-      CU_TEST_INFO_NULL,
+      {"round_trip_attention", test_round_trip}, {"split", test_split},
+      {"parse_extras", test_parse_extras},       {"parse_errors", test_parse_errors},
+      {"dot_output", test_dot_output},           CU_TEST_INFO_NULL,
   };
   CU_SuiteInfo suites[] = {{.pName = "text", .pTests = tests}, CU_SUITE_INFO_NULL};
   return test_main(suites);

@@ -59,7 +59,8 @@ static void test_dtype(void) {
 static void test_shape_rule(void) {
   IrGraph *g = good_graph();
   g->values[1].shape.dims[0] = 7; /* w no longer fits x: the matmul's rule fails */
-  expect_bad(g, "%2 (dot_general) at /model/ffn/linear1:", "contracting dim 0: lhs dim 1 has 3, rhs dim 0 has 7");
+  expect_bad(g, "%2 (dot_general) at /model/ffn/linear1:",
+             "contracting dim 0: lhs dim 1 has 3, rhs dim 0 has 7");
 }
 
 static void test_duplicate_name(void) {
@@ -111,7 +112,8 @@ static void test_unknown_mesh_axis(void) {
   int32_t x = ir_input(g, "x", DT_F32, 1, (int64_t[]){4});
   ir_all_reduce(g, x, 1, (const char *[]){"data"});
   g->mesh.naxes = 0; /* a pass dropped the mesh */
-  expect_bad(g, "%1 (all_reduce) at /model/grad_sync:", "mesh axis 'data' is not in the graph's mesh");
+  expect_bad(g,
+             "%1 (all_reduce) at /model/grad_sync:", "mesh axis 'data' is not in the graph's mesh");
 }
 
 static void test_bad_attr(void) {

@@ -38,7 +38,8 @@ static const char *GRAPH =
     "%16 = all_reduce %1 mesh_axes=[model] : i32[4,2]\n"
     "%17 = all_to_all %1 mesh_axes=[model] split_axis=0 concat_axis=1 : i32[2,4]\n"
     "%18 = parameter \"w\" : f32[6,4]\n"
-    "%19 = dot_general %0, %18 lhs_batch=[] rhs_batch=[] lhs_contract=[1] rhs_contract=[0] : f32[4,4]\n"
+    "%19 = dot_general %0, %18 lhs_batch=[] rhs_batch=[] lhs_contract=[1] rhs_contract=[0] : "
+    "f32[4,4]\n"
     "%20 = all_gather %19 mesh_axes=[model] axis=1 : f32[4,8]\n"
     "%21 = tanh %20 : f32[4,8]\n"
     "%22 = reduce_sum %21 axes=[0,1] : f32[]\n"
@@ -89,8 +90,10 @@ static void fill_slab(IrGraph *g, const MemPlan *mp, char *slab) {
     double *d = malloc((size_t)n * sizeof *d + 8);
     leaf_data(x, rank, d);
     for (int64_t i = 0; i < n; i++) {
-      if (x->dtype == DT_I32) ((int32_t *)(void *)(slab + mp->offset[v]))[i] = (int32_t)d[i];
-      else ((float *)(void *)(slab + mp->offset[v]))[i] = (float)d[i];
+      if (x->dtype == DT_I32)
+        ((int32_t *)(void *)(slab + mp->offset[v]))[i] = (int32_t)d[i];
+      else
+        ((float *)(void *)(slab + mp->offset[v]))[i] = (float)d[i];
     }
     free(d);
   }
@@ -104,10 +107,11 @@ static int compare(const IrGraph *g, IrInterp *it, const MemPlan *mp, const char
   for (int64_t i = 0, n = ir_shape_numel(&x->shape); i < n && !bad; i++) {
     double have = x->dtype == DT_I32 ? ((const int32_t *)(const void *)(slab + mp->offset[v]))[i]
                                      : ((const float *)(const void *)(slab + mp->offset[v]))[i];
-    bool ok = v <= EXACT_LAST ? have == want[i] : fabs(have - want[i]) <= 1e-5 * (1 + fabs(want[i]));
+    bool ok =
+        v <= EXACT_LAST ? have == want[i] : fabs(have - want[i]) <= 1e-5 * (1 + fabs(want[i]));
     if (!ok) {
-      fprintf(stderr, "rank %d: %%%d (%s) element %lld: %.9g, interpreter %.9g\n", rank, v, ir_op_name(x->op),
-              (long long)i, have, want[i]);
+      fprintf(stderr, "rank %d: %%%d (%s) element %lld: %.9g, interpreter %.9g\n", rank, v,
+              ir_op_name(x->op), (long long)i, have, want[i]);
       bad = 1;
     }
   }

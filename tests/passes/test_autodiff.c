@@ -7,13 +7,13 @@
 typedef int32_t (*Build)(IrGraph *g, const int32_t *p);
 
 typedef struct FdCase {
-  IrOp op;                 /* the op whose rule this case covers */
-  Build build;             /* NULL: op applied to the parameters */
+  IrOp op;     /* the op whose rule this case covers */
+  Build build; /* NULL: op applied to the parameters */
   int np;
   int32_t rank[3];
   int64_t dims[3][4];
-  double lo, hi;           /* parameter values drawn from [lo, hi] */
-  int ndev;                /* 1, 2 (axis "x") or 4 ("x" by "y") */
+  double lo, hi; /* parameter values drawn from [lo, hi] */
+  int ndev;      /* 1, 2 (axis "x") or 4 ("x" by "y") */
 } FdCase;
 
 /* ---- builders for ops that need attributes ---- */
@@ -31,25 +31,38 @@ static int32_t b_cast(IrGraph *g, const int32_t *p) {
 static int32_t b_broadcast(IrGraph *g, const int32_t *p) {
   return ir_broadcast(g, p[0], 3, (int64_t[]){2, 3, 4}, (int32_t[]){0, 1});
 }
-static int32_t b_reshape(IrGraph *g, const int32_t *p) { return ir_reshape(g, p[0], 2, (int64_t[]){3, 2}); }
-static int32_t b_transpose(IrGraph *g, const int32_t *p) { return ir_transpose(g, p[0], (int32_t[]){2, 0, 1}); }
+static int32_t b_reshape(IrGraph *g, const int32_t *p) {
+  return ir_reshape(g, p[0], 2, (int64_t[]){3, 2});
+}
+static int32_t b_transpose(IrGraph *g, const int32_t *p) {
+  return ir_transpose(g, p[0], (int32_t[]){2, 0, 1});
+}
 static int32_t b_slice(IrGraph *g, const int32_t *p) {
   return ir_slice(g, p[0], (int64_t[]){1, 0}, (int64_t[]){3, 3});
 }
-static int32_t b_concat(IrGraph *g, const int32_t *p) { return ir_concat(g, 3, (int32_t[]){p[0], p[1], p[0]}, 1); }
+static int32_t b_concat(IrGraph *g, const int32_t *p) {
+  return ir_concat(g, 3, (int32_t[]){p[0], p[1], p[0]}, 1);
+}
 static int32_t b_pad(IrGraph *g, const int32_t *p) {
   return ir_pad(g, p[0], (int64_t[]){1, 0}, (int64_t[]){0, 2}, 0.5);
 }
-static int32_t b_sum(IrGraph *g, const int32_t *p) { return ir_reduce_sum(g, p[0], 2, (int32_t[]){0, 2}); }
-static int32_t b_max(IrGraph *g, const int32_t *p) { return ir_reduce_max(g, p[0], 1, (int32_t[]){1}); }
+static int32_t b_sum(IrGraph *g, const int32_t *p) {
+  return ir_reduce_sum(g, p[0], 2, (int32_t[]){0, 2});
+}
+static int32_t b_max(IrGraph *g, const int32_t *p) {
+  return ir_reduce_max(g, p[0], 1, (int32_t[]){1});
+}
 static int32_t b_dot_batched(IrGraph *g, const int32_t *p) { /* (2,3,4) x (2,5,3) -> (2,4,5) */
-  return ir_dot(g, p[0], p[1], 1, (int32_t[]){0}, (int32_t[]){0}, 1, (int32_t[]){1}, (int32_t[]){2});
+  return ir_dot(g, p[0], p[1], 1, (int32_t[]){0}, (int32_t[]){0}, 1, (int32_t[]){1},
+                (int32_t[]){2});
 }
 static int32_t b_dot_two(IrGraph *g, const int32_t *p) { /* (3,2,4) x (4,3,5), unsorted -> (2,5) */
   return ir_dot(g, p[0], p[1], 0, NULL, NULL, 2, (int32_t[]){0, 2}, (int32_t[]){1, 0});
 }
-static int32_t b_dot_mixed(IrGraph *g, const int32_t *p) { /* (4,2,3) x (3,2,5): batch 1/1 -> (2,4,5) */
-  return ir_dot(g, p[0], p[1], 1, (int32_t[]){1}, (int32_t[]){1}, 1, (int32_t[]){2}, (int32_t[]){0});
+static int32_t b_dot_mixed(IrGraph *g,
+                           const int32_t *p) { /* (4,2,3) x (3,2,5): batch 1/1 -> (2,4,5) */
+  return ir_dot(g, p[0], p[1], 1, (int32_t[]){1}, (int32_t[]){1}, 1, (int32_t[]){2},
+                (int32_t[]){0});
 }
 static int32_t b_gather(IrGraph *g, const int32_t *p) {
   int32_t idx = ir_const_data(g, DT_I32, (double[]){1, 3, 1, 0}, 2, (int64_t[]){2, 2});
@@ -59,16 +72,29 @@ static int32_t b_scatter(IrGraph *g, const int32_t *p) {
   int32_t idx = ir_const_data(g, DT_I32, (double[]){2, 0, 2}, 1, (int64_t[]){3});
   return ir_scatter_add(g, idx, p[0], 4);
 }
-static int32_t b_all_reduce(IrGraph *g, const int32_t *p) { return ir_all_reduce(g, ir_mul(g, p[0], p[0]), 1, ax_x); }
-static int32_t b_all_gather(IrGraph *g, const int32_t *p) { return ir_all_gather(g, p[0], 1, ax_x, 1); }
-static int32_t b_reduce_scatter(IrGraph *g, const int32_t *p) { return ir_reduce_scatter(g, p[0], 1, ax_x, 0); }
-static int32_t b_all_to_all(IrGraph *g, const int32_t *p) { return ir_all_to_all(g, p[0], 1, ax_x, 0, 1); }
+static int32_t b_all_reduce(IrGraph *g, const int32_t *p) {
+  return ir_all_reduce(g, ir_mul(g, p[0], p[0]), 1, ax_x);
+}
+static int32_t b_all_gather(IrGraph *g, const int32_t *p) {
+  return ir_all_gather(g, p[0], 1, ax_x, 1);
+}
+static int32_t b_reduce_scatter(IrGraph *g, const int32_t *p) {
+  return ir_reduce_scatter(g, p[0], 1, ax_x, 0);
+}
+static int32_t b_all_to_all(IrGraph *g, const int32_t *p) {
+  return ir_all_to_all(g, p[0], 1, ax_x, 0, 1);
+}
 static int32_t b_all_gather4(IrGraph *g, const int32_t *p) {
   return ir_all_gather(g, ir_sin(g, p[0]), 2, ax_xy, 0);
 }
-static int32_t b_all_to_all4(IrGraph *g, const int32_t *p) { return ir_all_to_all(g, p[0], 2, ax_xy, 1, 0); }
+static int32_t b_all_to_all4(IrGraph *g, const int32_t *p) {
+  return ir_all_to_all(g, p[0], 2, ax_xy, 1, 0);
+}
 
-#define SHAPE1(r, ...) 1, {r}, {{__VA_ARGS__}}
+#define SHAPE1(r, ...)                                                                             \
+  1, {r}, {                                                                                        \
+    { __VA_ARGS__ }                                                                                \
+  }
 
 static const FdCase cases[] = {
     {IR_NEG, NULL, SHAPE1(2, 2, 3), -1.5, 1.5, 1},
@@ -140,7 +166,7 @@ typedef struct Fd {
   int np;
   const char *names[3];
   int32_t pv[3];
-  double *vals[4][3];      /* [device][param] */
+  double *vals[4][3]; /* [device][param] */
 } Fd;
 
 static double total_loss(Fd *f) {
@@ -154,7 +180,8 @@ static double total_loss(Fd *f) {
     return NAN;
   }
   double sum = 0;
-  for (int64_t d = 0; d < ir_interp_devices(f->it); d++) sum += ir_interp_output(f->it, d, "loss", NULL)[0];
+  for (int64_t d = 0; d < ir_interp_devices(f->it); d++)
+    sum += ir_interp_output(f->it, d, "loss", NULL)[0];
   return sum;
 }
 
@@ -213,7 +240,8 @@ static int fd_run(const FdCase *k, Build build, const char *label) {
     f.names[i] = pnames[i];
     f.pv[i] = ir_param(g, pnames[i], DT_F64, k->rank[i], k->dims[i]);
   }
-  int32_t y = build ? build(g, f.pv) : ir_graph_add(g, &(IrValue){.op = k->op, .nops = k->np, .ops = f.pv});
+  int32_t y =
+      build ? build(g, f.pv) : ir_graph_add(g, &(IrValue){.op = k->op, .nops = k->np, .ops = f.pv});
   ir_graph_add_output(g, "loss", weighted_sum(g, y));
   CU_ASSERT_EQUAL(pass_autodiff(g, NULL), IR_OK);
   char msg[IR_ERR_LEN] = "";
@@ -251,8 +279,8 @@ static void test_every_op(void) {
   for (int op = 0; op < IR_OP_COUNT; op++) {
     bool has = (ir_op_flags((IrOp)op) & IR_HAS_GRAD) != 0;
     if (has != pass_autodiff_has_rule((IrOp)op) || covered[op] != has)
-      fprintf(stderr, "op %s: flag %d, rule %d, finite-difference case %d\n", ir_op_name((IrOp)op), has,
-              pass_autodiff_has_rule((IrOp)op), covered[op]);
+      fprintf(stderr, "op %s: flag %d, rule %d, finite-difference case %d\n", ir_op_name((IrOp)op),
+              has, pass_autodiff_has_rule((IrOp)op), covered[op]);
     CU_ASSERT_EQUAL(has, pass_autodiff_has_rule((IrOp)op));
     CU_ASSERT_EQUAL(has, covered[op]);
   }
@@ -265,16 +293,18 @@ static int32_t b_mlp_xent(IrGraph *g, const int32_t *p) { /* p: W1 (3,5), W2 (5,
   double xv[12];
   for (int i = 0; i < 12; i++) xv[i] = sin(0.7 * i) * 1.3;
   int32_t x = ir_const_data(g, DT_F64, xv, 2, (int64_t[]){4, 3});
-  int32_t h = ir_tanh(g, ir_matmul(g, x, p[0]));                         /* (4, 5) */
-  int32_t h2 = ir_mul(g, h, ir_logistic(g, h));                         /* silu-ish (4, 5) */
+  int32_t h = ir_tanh(g, ir_matmul(g, x, p[0])); /* (4, 5) */
+  int32_t h2 = ir_mul(g, h, ir_logistic(g, h));  /* silu-ish (4, 5) */
   int32_t logits = ir_add(g, ir_matmul(g, h2, p[1]),
                           ir_broadcast(g, p[2], 2, (int64_t[]){4, 4}, (int32_t[]){1})); /* (4, 4) */
-  int32_t m = ir_reduce_max(g, logits, 1, (int32_t[]){1});              /* (4) */
+  int32_t m = ir_reduce_max(g, logits, 1, (int32_t[]){1});                              /* (4) */
   int32_t z = ir_sub(g, logits, ir_broadcast(g, m, 2, (int64_t[]){4, 4}, (int32_t[]){0}));
   int32_t lse = ir_log(g, ir_reduce_sum(g, ir_exp(g, z), 1, (int32_t[]){1})); /* (4) */
   int32_t labels = ir_const_data(g, DT_I32, (double[]){2, 0, 3, 1}, 1, (int64_t[]){4});
-  int32_t onehot = ir_cast(g, ir_eq(g, ir_iota(g, DT_I32, 2, (int64_t[]){4, 4}, 1),
-                                    ir_broadcast(g, labels, 2, (int64_t[]){4, 4}, (int32_t[]){0})), DT_F64);
+  int32_t onehot = ir_cast(g,
+                           ir_eq(g, ir_iota(g, DT_I32, 2, (int64_t[]){4, 4}, 1),
+                                 ir_broadcast(g, labels, 2, (int64_t[]){4, 4}, (int32_t[]){0})),
+                           DT_F64);
   int32_t picked = ir_reduce_sum(g, ir_mul(g, onehot, z), 1, (int32_t[]){1});
   int32_t nll = ir_reduce_sum(g, ir_sub(g, lse, picked), 1, (int32_t[]){0});
   return ir_div(g, nll, ir_const_scalar(g, DT_F64, 4, 0, NULL));
@@ -289,14 +319,18 @@ static void test_mlp_cross_entropy(void) {
  * logits are 0 and the cross-entropy is log(4). */
 static void test_mlp_loss_value(void) {
   IrGraph *g = ir_graph_new();
-  int32_t p[3] = {ir_param(g, "w1", DT_F64, 2, (int64_t[]){3, 5}), ir_param(g, "w2", DT_F64, 2, (int64_t[]){5, 4}),
+  int32_t p[3] = {ir_param(g, "w1", DT_F64, 2, (int64_t[]){3, 5}),
+                  ir_param(g, "w2", DT_F64, 2, (int64_t[]){5, 4}),
                   ir_param(g, "b2", DT_F64, 1, (int64_t[]){4})};
   ir_graph_add_output(g, "loss", b_mlp_xent(g, p));
-  CU_ASSERT_EQUAL_FATAL(pass_autodiff(g, &(PassOptions){.nwrt = 1, .wrt = (const char *[]){"b2"}}), IR_OK);
+  CU_ASSERT_EQUAL_FATAL(pass_autodiff(g, &(PassOptions){.nwrt = 1, .wrt = (const char *[]){"b2"}}),
+                        IR_OK);
   CU_ASSERT_EQUAL(ir_graph_output(g, "grad:w1"), IR_NONE);
   double z[20] = {0};
-  double *loss = test_run(g, 3, (const char *[]){"w1", "w2", "b2"}, (const double *[]){z, z, z}, "loss");
-  double *gb = test_run(g, 3, (const char *[]){"w1", "w2", "b2"}, (const double *[]){z, z, z}, "grad:b2");
+  double *loss =
+      test_run(g, 3, (const char *[]){"w1", "w2", "b2"}, (const double *[]){z, z, z}, "loss");
+  double *gb =
+      test_run(g, 3, (const char *[]){"w1", "w2", "b2"}, (const double *[]){z, z, z}, "grad:b2");
   EXPECT_NEAR(loss[0], log(4.0), 1e-15);
   /* d/db softmax xent = mean(softmax - onehot) = 0.25 - 1/4 (each label once) = 0 */
   EXPECT_ARRAY(gb, ((double[]){0, 0, 0, 0}), 4, 1e-15);

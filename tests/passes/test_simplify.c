@@ -104,7 +104,8 @@ static void test_fold_respects_limit_and_collectives(void) {
                    "%1 = all_reduce %0 mesh_axes=[data] : f32[4]\n"
                    "output \"y\" = %1\n";
   check_pass(pass_fold, in, in);
-  IrGraph *g = ir_graph_parse("%0 = constant value=1 : f32[8]\n%1 = neg %0 : f32[8]\noutput \"y\" = %1\n", NULL, 0);
+  IrGraph *g = ir_graph_parse(
+      "%0 = constant value=1 : f32[8]\n%1 = neg %0 : f32[8]\noutput \"y\" = %1\n", NULL, 0);
   CU_ASSERT_EQUAL(pass_fold(g, &(PassOptions){.fold_limit = 4}), IR_OK);
   EXPECT_INT(g->nvalues, 2);
   EXPECT_INT(g->values[1].op, IR_NEG);

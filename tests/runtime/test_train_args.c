@@ -14,33 +14,32 @@
 
 /* {"trainer", args...}; args ends with NULL. Returns argc. */
 static int make_argv(char **argv, const char *const *args) {
-    int argc = 1;
-    argv[0] = "trainer";
-    for (; args[argc - 1] && argc <= MAX_ARGS; argc++)
-        argv[argc] = (char *)args[argc - 1];
-    return argc;
+  int argc = 1;
+  argv[0] = "trainer";
+  for (; args[argc - 1] && argc <= MAX_ARGS; argc++) argv[argc] = (char *)args[argc - 1];
+  return argc;
 }
 
 /* What rt_train_main(p, argv) prints on stderr (a malloc'd string), and its exit status. */
 static char *trainer_stderr(const RtProgram *p, int argc, char **argv, int *rc) {
-    char path[600];
-    rt_test_path(path, sizeof path, "stderr.txt");
-    fflush(stderr);
-    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    *rc = rt_train_main(p, argc, argv);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved), close(fd);
-    size_t n;
-    char *text = (char *)rt_test_read(path, &n);
-    text[n] = '\0';
-    return text;
+  char path[600];
+  rt_test_path(path, sizeof path, "stderr.txt");
+  fflush(stderr);
+  int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  dup2(fd, 2);
+  *rc = rt_train_main(p, argc, argv);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved), close(fd);
+  size_t n;
+  char *text = (char *)rt_test_read(path, &n);
+  text[n] = '\0';
+  return text;
 }
 
 typedef struct {
-    const char *args[MAX_ARGS + 1];
-    const char *msg; /* the whole message */
+  const char *args[MAX_ARGS + 1];
+  const char *msg; /* the whole message */
 } BadCase;
 
 static const BadCase bad[] = {
@@ -58,11 +57,14 @@ static const BadCase bad[] = {
     {{"--data", "d.bin", "--resume", NULL}, "--resume needs --ckpt-dir DIR"},
     {{"--data", "d.bin", "--partial", NULL}, "--partial needs --resume"},
     {{"--data", "d.bin", "--eval-every", "2", NULL}, "--eval-every needs --eval-data FILE"},
-    {{"--sample", "0", "--ckpt-dir", "ck", NULL}, "--sample: 0 is out of range, expected 1..1073741824"},
-    {{"--sample", "3", NULL}, "--sample needs weights: --ckpt-dir DIR (its newest checkpoint) or --init FILE"},
+    {{"--sample", "0", "--ckpt-dir", "ck", NULL},
+     "--sample: 0 is out of range, expected 1..1073741824"},
+    {{"--sample", "3", NULL},
+     "--sample needs weights: --ckpt-dir DIR (its newest checkpoint) or --init FILE"},
     {{"--sample", "3", "--ckpt-dir", "ck", "--temperature", "-1", NULL},
      "--temperature: -1 is negative; expected 0 (greedy) or more"},
-    {{"--sample", "3", "--ckpt-dir", "ck", "--temperature", "nan", NULL}, "--temperature: 'nan' is not a finite number"},
+    {{"--sample", "3", "--ckpt-dir", "ck", "--temperature", "nan", NULL},
+     "--temperature: 'nan' is not a finite number"},
     {{"--data", "d.bin", "--temperature", "0.5", NULL}, "--temperature needs --sample N"},
     {{"--data", "d.bin", "--prompt", "hi", NULL}, "--prompt needs --sample N"},
     {{"--sample", "3", "--ckpt-dir", "ck", "--data", "d.bin", NULL},
@@ -74,74 +76,76 @@ static const BadCase bad[] = {
 /* Each bad command line: the check's message, and the trainer's stderr is "trainer: " and
  * that message, for programs whose defaults differ (the check has no program). */
 static void test_same_messages(void) {
-    RtProgram other = axlc_program;
-    other.max_steps = 0;
-    other.seed = 7;
-    other.ckpt_every = 3;
-    other.ckpt_keep = 1;
-    const RtProgram *programs[] = {&axlc_program, &other};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        char *argv[MAX_ARGS + 2];
-        int argc = make_argv(argv, bad[i].args);
-        RtError err = {{0}};
-        CHECK_FAIL(rt_train_check_args(argc, argv, &err), bad[i].msg);
-        CHECK_INT(strcmp(err.msg, bad[i].msg), 0);
-        char want[RT_ERROR_MAX + 16];
-        snprintf(want, sizeof want, "trainer: %s\n", bad[i].msg);
-        for (int k = 0; k < 2; k++) {
-            int rc;
-            char *got = trainer_stderr(programs[k], argc, argv, &rc);
-            char m[RT_TEST_MSG];
-            snprintf(m, sizeof m, "case %zu, program %d: trainer printed \"%.400s\", expected \"%.400s\"", i, k,
-                     got, want);
-            CU_assertImplementation(rc == 1 && strcmp(got, want) == 0, __LINE__, m, __FILE__, "", CU_FALSE);
-            free(got);
-        }
+  RtProgram other = axlc_program;
+  other.max_steps = 0;
+  other.seed = 7;
+  other.ckpt_every = 3;
+  other.ckpt_keep = 1;
+  const RtProgram *programs[] = {&axlc_program, &other};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char *argv[MAX_ARGS + 2];
+    int argc = make_argv(argv, bad[i].args);
+    RtError err = {{0}};
+    CHECK_FAIL(rt_train_check_args(argc, argv, &err), bad[i].msg);
+    CHECK_INT(strcmp(err.msg, bad[i].msg), 0);
+    char want[RT_ERROR_MAX + 16];
+    snprintf(want, sizeof want, "trainer: %s\n", bad[i].msg);
+    for (int k = 0; k < 2; k++) {
+      int rc;
+      char *got = trainer_stderr(programs[k], argc, argv, &rc);
+      char m[RT_TEST_MSG];
+      snprintf(m, sizeof m, "case %zu, program %d: trainer printed \"%.400s\", expected \"%.400s\"",
+               i, k, got, want);
+      CU_assertImplementation(rc == 1 && strcmp(got, want) == 0, __LINE__, m, __FILE__, "",
+                              CU_FALSE);
+      free(got);
     }
+  }
 }
 
 /* Accepted: what only a run can check (the files) is not looked at; --help and --config need
  * nothing else, since the trainer prints and exits. */
 static void test_accepts(void) {
-    const char *const good[][MAX_ARGS + 1] = {
-        {"--data", "/no/such/file.bin", NULL},
-        {"--data=d.bin", "--steps", "0", "--seed", "18446744073709551615", NULL},
-        {"--data", "d.bin", "--ckpt-dir", "/no/such/dir", "--resume", "--keep", "0", NULL},
-        {"--data", "d.bin", "--eval-data", "e.bin", "--eval-every", "5", NULL},
-        {"--help", NULL},
-        {"--config", NULL},
-        {"--steps", "3", "--help", NULL},
-        {"--sample", "3", "--ckpt-dir", "/no/such/dir", "--prompt", "x", "--temperature", "0", NULL},
-        {"--sample=1", "--init", "w.safetensors", "--init-allow-unused", "--seed", "5", NULL},
-    };
-    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-        char *argv[MAX_ARGS + 2];
-        int argc = make_argv(argv, good[i]);
-        RtError err = {{0}};
-        CHECK_OK(rt_train_check_args(argc, argv, &err));
-    }
+  const char *const good[][MAX_ARGS + 1] = {
+      {"--data", "/no/such/file.bin", NULL},
+      {"--data=d.bin", "--steps", "0", "--seed", "18446744073709551615", NULL},
+      {"--data", "d.bin", "--ckpt-dir", "/no/such/dir", "--resume", "--keep", "0", NULL},
+      {"--data", "d.bin", "--eval-data", "e.bin", "--eval-every", "5", NULL},
+      {"--help", NULL},
+      {"--config", NULL},
+      {"--steps", "3", "--help", NULL},
+      {"--sample", "3", "--ckpt-dir", "/no/such/dir", "--prompt", "x", "--temperature", "0", NULL},
+      {"--sample=1", "--init", "w.safetensors", "--init-allow-unused", "--seed", "5", NULL},
+  };
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    char *argv[MAX_ARGS + 2];
+    int argc = make_argv(argv, good[i]);
+    RtError err = {{0}};
+    CHECK_OK(rt_train_check_args(argc, argv, &err));
+  }
 }
 
 /* A program without a sampling forward (the fake one, like an OpenCL trainer's) says so. */
 static void test_no_forward(void) {
-    const char *const args[] = {"--sample", "3", "--ckpt-dir", "/no/such/dir", NULL};
-    char *argv[MAX_ARGS + 2];
-    int argc = make_argv(argv, args), rc;
-    char *got = trainer_stderr(&axlc_program, argc, argv, &rc);
-    CHECK_INT(rc, 1);
-    char m[RT_TEST_MSG];
-    snprintf(m, sizeof m, "trainer printed \"%.400s\"", got);
-    CU_assertImplementation(strstr(got, "trainer: --sample: this trainer has no sampling forward") != NULL, __LINE__,
-                            m, __FILE__, "", CU_FALSE);
-    free(got);
+  const char *const args[] = {"--sample", "3", "--ckpt-dir", "/no/such/dir", NULL};
+  char *argv[MAX_ARGS + 2];
+  int argc = make_argv(argv, args), rc;
+  char *got = trainer_stderr(&axlc_program, argc, argv, &rc);
+  CHECK_INT(rc, 1);
+  char m[RT_TEST_MSG];
+  snprintf(m, sizeof m, "trainer printed \"%.400s\"", got);
+  CU_assertImplementation(strstr(got, "trainer: --sample: this trainer has no sampling forward") !=
+                              NULL,
+                          __LINE__, m, __FILE__, "", CU_FALSE);
+  free(got);
 }
 
 int main(void) {
-    static const RtTestCase cases[] = {
-        {"refused with the trainer's messages", test_same_messages},
-        {"accepted without a program", test_accepts},
-        {"--sample needs the program's forward", test_no_forward},
-        {NULL, NULL},
-    };
-    return rt_test_main("runtime_train_args", cases);
+  static const RtTestCase cases[] = {
+      {"refused with the trainer's messages", test_same_messages},
+      {"accepted without a program", test_accepts},
+      {"--sample needs the program's forward", test_no_forward},
+      {NULL, NULL},
+  };
+  return rt_test_main("runtime_train_args", cases);
 }

@@ -41,7 +41,8 @@ static Dev open_device(int want) {
   cl_platform_id plats[8];
   cl_uint np = 0;
   Dev D = {0};
-  if (clGetPlatformIDs(8, plats, &np) != CL_SUCCESS || np == 0) die("clGetPlatformIDs (no OpenCL platform)", -1);
+  if (clGetPlatformIDs(8, plats, &np) != CL_SUCCESS || np == 0)
+    die("clGetPlatformIDs (no OpenCL platform)", -1);
   int seen = 0;
   for (cl_uint p = 0; p < np; p++) {
     cl_device_id devs[16];
@@ -61,7 +62,8 @@ static Dev open_device(int want) {
 }
 
 /* The backend's kernels for C (M, N) = A (M, K) . B (K, N) under gemm variant g. */
-static void backend_kernels(int64_t M, int64_t N, int64_t K, OclGemm g, OclKernels *k, MemPlan *mp) {
+static void backend_kernels(int64_t M, int64_t N, int64_t K, OclGemm g, OclKernels *k,
+                            MemPlan *mp) {
   IrGraph *gr = ir_graph_new();
   int32_t a = ir_param(gr, "a", DT_F32, 2, (int64_t[]){M, K});
   int32_t b = ir_param(gr, "b", DT_F32, 2, (int64_t[]){K, N});
@@ -88,7 +90,8 @@ static double time_backend(Dev *D, int64_t M, int64_t N, int64_t K, OclGemm g) {
   cl_int e;
   const char *src = k.source;
   cl_program prog = clCreateProgramWithSource(D->ctx, 1, &src, NULL, &e);
-  if (e || clBuildProgram(prog, 1, &D->dev, "-cl-std=CL1.2", NULL, NULL)) die("building the kernels", e);
+  if (e || clBuildProgram(prog, 1, &D->dev, "-cl-std=CL1.2", NULL, NULL))
+    die("building the kernels", e);
   cl_mem slab = clCreateBuffer(D->ctx, CL_MEM_READ_WRITE, (size_t)mp.slab_bytes, NULL, &e);
   if (e) die("clCreateBuffer", e);
   cl_kernel *kern = calloc((size_t)k.nlaunches, sizeof *kern);
@@ -108,7 +111,8 @@ static double time_backend(Dev *D, int64_t M, int64_t N, int64_t K, OclGemm g) {
       const RtOclLaunch *L = &k.launches[i];
       size_t gl[3] = {(size_t)L->global[0], (size_t)L->global[1], (size_t)L->global[2]};
       size_t lo[3] = {(size_t)L->local[0], (size_t)L->local[1], (size_t)L->local[2]};
-      e = clEnqueueNDRangeKernel(D->q, kern[i], (cl_uint)L->dims, NULL, gl, L->local[0] ? lo : NULL, 0, NULL, NULL);
+      e = clEnqueueNDRangeKernel(D->q, kern[i], (cl_uint)L->dims, NULL, gl, L->local[0] ? lo : NULL,
+                                 0, NULL, NULL);
       if (e) die("clEnqueueNDRangeKernel", e);
     }
     clFinish(D->q);
@@ -125,12 +129,13 @@ static double time_backend(Dev *D, int64_t M, int64_t N, int64_t K, OclGemm g) {
 }
 
 static double time_openblas(int64_t M, int64_t N, int64_t K) {
-  float *a = calloc((size_t)(M * K), 4), *b = calloc((size_t)(K * N), 4), *c = calloc((size_t)(M * N), 4);
+  float *a = calloc((size_t)(M * K), 4), *b = calloc((size_t)(K * N), 4),
+        *c = calloc((size_t)(M * N), 4);
   double best = 0;
   for (int rep = 0; rep < 11; rep++) {
     double t0 = now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a, (int)K, b,
-                (int)N, 0.0f, c, (int)N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a, (int)K,
+                b, (int)N, 0.0f, c, (int)N);
     double gf = 2.0 * (double)M * (double)N * (double)K / (now() - t0) / 1e9;
     if (rep > 0 && gf > best) best = gf;
   }
@@ -149,9 +154,9 @@ static double time_clblast(Dev *D, int64_t M, int64_t N, int64_t K) {
   double best = 0;
   for (int rep = 0; rep < 11; rep++) {
     double t0 = now();
-    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, (size_t)M,
-                                       (size_t)N, (size_t)K, 1.0f, a, 0, (size_t)K, b, 0, (size_t)N, 0.0f, c, 0,
-                                       (size_t)N, &D->q, NULL);
+    CLBlastStatusCode s = CLBlastSgemm(
+        CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, (size_t)M, (size_t)N,
+        (size_t)K, 1.0f, a, 0, (size_t)K, b, 0, (size_t)N, 0.0f, c, 0, (size_t)N, &D->q, NULL);
     if (s != CLBlastSuccess) die("CLBlastSgemm", s);
     clFinish(D->q);
     double gf = 2.0 * (double)M * (double)N * (double)K / (now() - t0) / 1e9;
@@ -168,9 +173,12 @@ int main(int argc, char **argv) {
   int64_t dims[3] = {512, 512, 512};
   int nd = 0, threads = 2, device = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
-    else if (nd < 3 && atoll(argv[i]) > 0) dims[nd++] = atoll(argv[i]);
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+      device = atoi(argv[++i]);
+    else if (nd < 3 && atoll(argv[i]) > 0)
+      dims[nd++] = atoll(argv[i]);
     else {
       fprintf(stderr, "usage: ocl_gemm [M N K] [--threads T] [--device N]\n");
       return 1;
