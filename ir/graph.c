@@ -138,14 +138,18 @@ int ir_graph_set_mesh(IrGraph *g, const IrMesh *mesh) {
 
 /* ---- appending values ---- */
 
-static int graph_reserve(IrGraph *g) {
-  if (g->nvalues < g->cap) return IR_OK;
-  int32_t cap = g->cap ? g->cap * 2 : 64;
-  IrValue *p = realloc(g->values, (size_t)cap * sizeof *p);
+int ir_graph_reserve(IrGraph *g, int32_t n) {
+  if (n <= g->cap) return IR_OK;
+  IrValue *p = realloc(g->values, (size_t)n * sizeof *p);
   if (!p) return ir_graph_fail(g, "out of memory");
   g->values = p;
-  g->cap = cap;
+  g->cap = n;
   return IR_OK;
+}
+
+static int graph_reserve(IrGraph *g) {
+  if (g->nvalues < g->cap) return IR_OK;
+  return ir_graph_reserve(g, g->cap ? g->cap * 2 : 64);
 }
 
 static int value_check_operands(IrGraph *g, const IrValue *v) {

@@ -159,6 +159,9 @@ typedef struct IrGraph { /* read freely; change only through ir/ functions */
 } IrGraph;
 
 IrGraph *ir_graph_new(void); /* NULL when out of memory */
+/* Room for n values without growing (a pass rebuilding a graph of about n): IR_OK, or the
+ * graph's error when out of memory. */
+int ir_graph_reserve(IrGraph *g, int32_t n);
 void ir_graph_free(IrGraph *g);
 const char *ir_graph_error(const IrGraph *g); /* NULL if no error was recorded */
 void ir_graph_clear_error(IrGraph *g);

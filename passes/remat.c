@@ -273,7 +273,8 @@ int pass_remat(IrGraph *g, const PassOptions *opt) {
   Remat R = {.g = g, .ng = ir_graph_new()};
   if (!R.ng) return ir_graph_fail(g, "out of memory");
   R.ng->mesh = g->mesh;
-  int st = remat_run(&R, in);
+  int st = ir_graph_reserve(R.ng, g->nvalues + g->nvalues / 4); /* recomputed forward work */
+  if (st == IR_OK) st = remat_run(&R, in);
   if (st == IR_OK) {
     ir_graph_set_origin(R.ng, g->origin);
     ir_graph_set_tag(R.ng, g->tag);

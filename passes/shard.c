@@ -763,6 +763,10 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
   int32_t n = g->nvalues;
   Ctx c = {.g = g, .m = &o->mesh, .opt = o, .n = n};
   c.h = ir_graph_new();
+  if (c.h && ir_graph_reserve(c.h, n + n / 4)) { /* collectives and reshards come on top */
+    ir_graph_free(c.h);
+    c.h = NULL;
+  }
   c.val = malloc((size_t)(n + 1) * sizeof *c.val);
   c.sh = calloc((size_t)n + 1, sizeof *c.sh);
   c.deferred = calloc((size_t)n + 1, sizeof *c.deferred);

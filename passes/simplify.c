@@ -38,7 +38,7 @@ static int graph_rebuild(IrGraph *g, const int32_t *repl, const bool *keep) {
   int32_t *map = malloc((size_t)(g->nvalues + 1) * sizeof *map);
   if (!ng || !map) return free(map), ir_graph_free(ng), ir_graph_fail(g, "out of memory");
   ng->mesh = g->mesh;
-  int st = IR_OK;
+  int st = ir_graph_reserve(ng, g->nvalues);
   for (int32_t i = 0; i < g->nvalues && st == IR_OK; i++) {
     int32_t r = repl_find(repl, i);
     map[i] = r != i ? map[r] : !keep[i] ? IR_NONE : rebuild_value(ng, g, i, map);
