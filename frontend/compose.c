@@ -146,7 +146,11 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
   int32_t out = fe_emit_child(&e, cfg, "model", "", "", &in, IR_NONE);
   free(e.param_vals);
   const char *name = forward ? "logits" : "loss";
-  if (out == IR_NONE || ir_graph_add_output(g, name, out) != IR_OK || ir_graph_error(g)) {
+  /* the auxiliary (MoE load-balance) part of the loss, for the metrics: loss includes it */
+  bool aux_ok =
+      forward || e.aux_loss == IR_NONE || ir_graph_add_output(g, "aux_loss", e.aux_loss) == IR_OK;
+  if (out == IR_NONE || ir_graph_add_output(g, name, out) != IR_OK || !aux_ok ||
+      ir_graph_error(g)) {
     fe_error(d, file, NULL, "composing the model%s failed: %s", forward ? "'s forward" : "",
              ir_graph_error(g) ? ir_graph_error(g) : "unknown error");
     ir_graph_free(g);

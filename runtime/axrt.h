@@ -409,7 +409,7 @@ typedef struct RtOclLaunch {
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION    3
+#define RT_ABI_VERSION    4
 #define RT_MAX_PARAM_RANK 4
 
 struct RtParamSlot {
@@ -456,6 +456,8 @@ typedef struct RtProgram {
     const RtCollective *collectives; /* (ncollectives) the step calls rt_comm_collective(comm, i, slab) */
     void (*step)(char *slab, RtPool *pool, RtComm *comm);
     const RtForward *forward; /* ABI 3: the sampling forward; NULL: this trainer cannot sample */
+    int32_t has_aux_loss;     /* ABI 4: 1 when the loss includes an auxiliary part (MoE) ... */
+    int64_t aux_loss_offset;  /* ... an f32 scalar the step writes there: the metrics' aux_loss */
 } RtProgram;
 
 /* An OpenCL trainer: the program table (its step is NULL: rt_ocl_main supplies it), the

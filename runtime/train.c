@@ -388,7 +388,8 @@ static int check_program(const RtProgram *p, RtError *err) {
         check_region(p, "step", NULL, p->step_offset, 4, err) != 0 ||
         check_region(p, "loss", NULL, p->loss_offset, 4, err) != 0 ||
         check_region(p, "grad_norm", NULL, p->grad_norm_offset, 4, err) != 0 ||
-        check_region(p, "lr", NULL, p->lr_offset, 4, err) != 0)
+        check_region(p, "lr", NULL, p->lr_offset, 4, err) != 0 ||
+        (p->has_aux_loss && check_region(p, "aux_loss", NULL, p->aux_loss_offset, 4, err) != 0))
         return -1;
     for (int i = 0; i < p->nparams; i++)
         if (check_slot(p, &p->params[i], err) != 0)
@@ -1062,6 +1063,7 @@ static int setup(Trainer *t, RtError *err) {
 
 typedef struct StepOut {
     float loss, grad_norm, lr;
+    float aux_loss; /* the auxiliary part of loss (MoE load balance); NAN when the model has none */
     double ms;
     int64_t comm_bytes; /* sent by this device in the step's collectives */
 } StepOut;
@@ -1081,6 +1083,7 @@ static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *
     out->loss = *slab_f32(slab, p->loss_offset);
     out->grad_norm = *slab_f32(slab, p->grad_norm_offset);
     out->lr = *slab_f32(slab, p->lr_offset);
+    out->aux_loss = p->has_aux_loss ? *slab_f32(slab, p->aux_loss_offset) : NAN;
     out->ms = now_ms() - t0;
     return 0;
 }
@@ -1117,6 +1120,10 @@ static void write_metrics(Trainer *t, const StepOut *s, double tok_s, const doub
         return;
     fprintf(t->metrics, "{\"step\": %lld", (long long)t->step);
     json_num(t->metrics, "loss", s->loss, "%.9g");
+    if (t->p->has_aux_loss) { /* loss = ce_loss + aux_loss */
+        json_num(t->metrics, "ce_loss", s->loss - s->aux_loss, "%.9g");
+        json_num(t->metrics, "aux_loss", s->aux_loss, "%.9g");
+    }
     json_num(t->metrics, "grad_norm", s->grad_norm, "%.9g");
     json_num(t->metrics, "lr", s->lr, "%.9g");
     json_num(t->metrics, "tokens_per_s", tok_s, "%.1f");

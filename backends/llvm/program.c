@@ -76,8 +76,10 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
                         i32,
                         LLVMPointerType(t.coll, 0),
                         step_ptr,
-                        LLVMPointerType(t.fwd, 0)};
-  t.prog = LLVMStructTypeInContext(C->c, prog, 24, 0);
+                        LLVMPointerType(t.fwd, 0),
+                        i32,
+                        i64};
+  t.prog = LLVMStructTypeInContext(C->c, prog, 26, 0);
   return t;
 }
 
@@ -95,6 +97,7 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMOffsetOfElement(dl, t->prog, 5) == offsetof(RtProgram, batch) &&
             LLVMOffsetOfElement(dl, t->prog, 8) == offsetof(RtProgram, batch_split) &&
             LLVMOffsetOfElement(dl, t->prog, 23) == offsetof(RtProgram, forward) &&
+            LLVMOffsetOfElement(dl, t->prog, 25) == offsetof(RtProgram, aux_loss_offset) &&
             LLVMABISizeOfType(dl, t->fwd) == sizeof(RtForward) &&
             LLVMOffsetOfElement(dl, t->fwd, 3) == offsetof(RtForward, param_offsets) &&
             LLVMOffsetOfElement(dl, t->fwd, 4) == offsetof(RtForward, run) &&
@@ -339,9 +342,11 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
                       i32c(C, C->ncoll),
                       colls,
                       step,
-                      C->fwd_table ? C->fwd_table : LLVMConstNull(LLVMPointerType(t.fwd, 0))};
+                      C->fwd_table ? C->fwd_table : LLVMConstNull(LLVMPointerType(t.fwd, 0)),
+                      i32c(C, output_offset(C, "aux_loss") >= 0),
+                      i64c(C, output_offset(C, "aux_loss"))};
   LLVMValueRef gl = LLVMAddGlobal(C->m, t.prog, "axlc_program");
-  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 24));
+  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 26));
   LLVMSetGlobalConstant(gl, 1);
   return 0;
 }

@@ -78,6 +78,8 @@ int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
   p->loss_offset = output_offset(g, mp, "loss");
   p->grad_norm_offset = output_offset(g, mp, "grad_norm");
   p->lr_offset = output_offset(g, mp, "lr");
+  p->aux_loss_offset = output_offset(g, mp, "aux_loss");
+  p->has_aux_loss = p->aux_loss_offset >= 0;
   p->max_steps = info->max_steps;
   p->seed = info->seed;
   p->ckpt_every = info->ckpt_every;
@@ -167,22 +169,23 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
             L->local[2], L->nargs, nargs);
     nargs += L->nargs;
   }
-  fprintf(f,
-          "};\n\nstatic const RtOclProgram program = {\n"
-          "  .base = {.abi_version = %d, .config = config, .slab_bytes = %" PRId64
-          ", .nparams = %d,\n"
-          "           .params = params, .batch = %" PRId64 ", .seq = %" PRId64 ", .vocab = %" PRId64
-          ",\n"
-          "           .ids_offset = %" PRId64 ", .targets_offset = %" PRId64
-          ", .step_offset = %" PRId64 ",\n"
-          "           .loss_offset = %" PRId64 ", .grad_norm_offset = %" PRId64
-          ", .lr_offset = %" PRId64 ",\n"
-          "           .max_steps = %" PRId64 ", .seed = %" PRIu64 "u, .ckpt_every = %" PRId64 ",\n"
-          "           .ckpt_keep = %d, .step = 0},\n"
-          "  .source = source,\n  .build_options = ",
-          p->abi_version, p->slab_bytes, p->nparams, p->batch, p->seq, p->vocab, p->ids_offset,
-          p->targets_offset, p->step_offset, p->loss_offset, p->grad_norm_offset, p->lr_offset,
-          p->max_steps, p->seed, p->ckpt_every, p->ckpt_keep);
+  fprintf(
+      f,
+      "};\n\nstatic const RtOclProgram program = {\n"
+      "  .base = {.abi_version = %d, .config = config, .slab_bytes = %" PRId64 ", .nparams = %d,\n"
+      "           .params = params, .batch = %" PRId64 ", .seq = %" PRId64 ", .vocab = %" PRId64
+      ",\n"
+      "           .ids_offset = %" PRId64 ", .targets_offset = %" PRId64 ", .step_offset = %" PRId64
+      ",\n"
+      "           .loss_offset = %" PRId64 ", .grad_norm_offset = %" PRId64
+      ", .lr_offset = %" PRId64 ",\n"
+      "           .max_steps = %" PRId64 ", .seed = %" PRIu64 "u, .ckpt_every = %" PRId64 ",\n"
+      "           .ckpt_keep = %d, .step = 0, .has_aux_loss = %d, .aux_loss_offset = %" PRId64
+      "},\n"
+      "  .source = source,\n  .build_options = ",
+      p->abi_version, p->slab_bytes, p->nparams, p->batch, p->seq, p->vocab, p->ids_offset,
+      p->targets_offset, p->step_offset, p->loss_offset, p->grad_norm_offset, p->lr_offset,
+      p->max_steps, p->seed, p->ckpt_every, p->ckpt_keep, (int)p->has_aux_loss, p->aux_loss_offset);
   c_string(f, P->build_options ? P->build_options : "");
   fprintf(f,
           ",\n  .nlaunches = %d,\n  .launches = launches,\n};\n\n"

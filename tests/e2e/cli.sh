@@ -225,6 +225,27 @@ ir_text)
   run ir "$MODELS/tiny-lm.json" --after fuse2
   expect_user_error 'unknown pass "fuse2"'
   ;;
+metrics_aux_loss)
+  # a MoE model's metrics split the loss: ce_loss + aux_loss (load balance) = loss; at step 1
+  # (same weights) ce_loss is the loss of the same model without the load-balance term
+  cat "$SRC/README.md" > "$T/text.txt"
+  set -- "$MODELS/moe-test.json" --target cpu --data "$T/text.txt" --steps 2 --threads 1 \
+    --set /input/seq_len=16 --set /input/global_batch_size=2
+  run run "$@" --metrics "$T/w.jsonl"
+  expect_rc 0
+  run run "$@" --metrics "$T/0.jsonl" \
+    --set /model/decoder/layer/feed_forward/load_balance_loss_weight=0
+  expect_rc 0
+  python3 - "$T/w.jsonl" "$T/0.jsonl" <<'PY' || fail "aux_loss in the metrics"
+import json, sys
+w, z = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
+for m in w:
+    assert m["aux_loss"] > 0 and abs(m["ce_loss"] + m["aux_loss"] - m["loss"]) <= 1e-6 * m["loss"], m
+assert abs(w[0]["ce_loss"] - z[0]["loss"]) <= 1e-5 * z[0]["loss"], (w[0], z[0])
+assert "aux_loss" not in z[0] and "ce_loss" not in z[0], z[0]  # no auxiliary term: no split
+print("step 1: loss %.6f = ce %.6f + aux %.6f; without the term %.6f" % (w[0]["loss"], w[0]["ce_loss"], w[0]["aux_loss"], z[0]["loss"]))
+PY
+  ;;
 run_loss_falls)
   # tiny-lm, narrowed so the interpreter runs fast, on English prose from the source tree
   cat "$SRC/README.md" "$SRC/docs/config.md" "$SRC/docs/design.md" > "$T/text.txt"
