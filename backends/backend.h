@@ -47,6 +47,9 @@ typedef struct BackendOptions {
   bool no_fuse, no_threads;   /* no elementwise fusion, no multithreaded kernels */
   const char *runtime_dir;    /* libaxrt.a and libaxrt_main.a for trainers (an installed
                                  axlc's lib/); NULL: the ones of the build tree */
+  const char *cache_dir;      /* compiled code kept between compiles; NULL: none */
+  int jobs;                   /* compile threads; 0: one per online CPU */
+  bool progress;              /* say on stderr what a long compile is doing */
 } BackendOptions;
 
 /* One kind of artifact compile can write (`axlc compile --emit NAME`). */
@@ -97,6 +100,9 @@ const Backend *backend_for_target(const char *target);
 void backend_names(char *buf, size_t cap);
 /* The emit kind `name` of b, or NULL. */
 const BackendEmit *backend_emit_find(const Backend *b, const char *name);
+/* Where compiled code is kept between compiles: $AXLC_CACHE_DIR, else $XDG_CACHE_HOME/axlc,
+ * else ~/.cache/axlc; NULL when AXLC_NO_CACHE is set (to anything but "" or "0"). malloc'd. */
+char *backend_cache_dir_default(void);
 /* How the runtime initializes parameter p (its init kind and std). */
 RtInit backend_param_init(const FeParam *p);
 

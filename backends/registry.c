@@ -8,6 +8,7 @@
  */
 #include <regex.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/backend.h"
@@ -72,4 +73,21 @@ RtInit backend_param_init(const FeParam *p) {
   else
     init.kind = RT_INIT_NORMAL, init.std = (float)p->init_std;
   return init;
+}
+
+char *backend_cache_dir_default(void) {
+  const char *off = getenv("AXLC_NO_CACHE");
+  if (off && *off && strcmp(off, "0") != 0) return NULL;
+  const char *dir = getenv("AXLC_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
+  const char *home = getenv("HOME");
+  char buf[4096];
+  if (dir && *dir)
+    snprintf(buf, sizeof buf, "%s", dir);
+  else if (xdg && *xdg)
+    snprintf(buf, sizeof buf, "%s/axlc", xdg);
+  else if (home && *home)
+    snprintf(buf, sizeof buf, "%s/.cache/axlc", home);
+  else
+    return NULL;
+  return strdup(buf);
 }

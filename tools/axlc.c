@@ -41,6 +41,8 @@ typedef struct {
   const char *input;            /* convert: the weights file */
   const char *devices;          /* memcheck, compile: --devices FILE (the device table) */
   bool no_memcheck;             /* compile: --no-memcheck */
+  bool no_cache;                /* compile, run: --no-cache */
+  int jobs;                     /* compile, run: --jobs N (0: one per CPU) */
   const char *search[MAX_LIST]; /* AXLC_PATH's directories, then the shipped configs' */
   char *axlc_path;              /* a copy of AXLC_PATH that search[] points into */
   char share[PATH_MAX + 16];    /* installed: PREFIX/share/axlc; in a build: the source's models/ */
@@ -88,6 +90,10 @@ static void usage(FILE *out) {
       "  --set PATH=VALUE    set a value, e.g. --set /model/decoder/num_layers=4\n"
       "  --json              (params, memcheck) machine-readable output\n"
       "  --no-memcheck       (compile) compile even when the job does not fit the target\n"
+      "  --jobs N            (compile, run) generate code on N threads (default: one per CPU)\n"
+      "  --no-cache          (compile, run) neither use nor fill the compile cache\n"
+      "                      ($AXLC_CACHE_DIR, else ~/.cache/axlc; AXLC_NO_CACHE=1 is\n"
+      "                      the same as --no-cache)\n"
       "  -h, --help          this help\n");
 }
 
@@ -128,6 +134,17 @@ static int parse_args(int argc, char **argv, Args *a) {
       a->json = true;
     } else if (!strcmp(s, "--no-memcheck")) {
       a->no_memcheck = true;
+    } else if (!strcmp(s, "--no-cache")) {
+      a->no_cache = true;
+    } else if (!strcmp(s, "--jobs")) {
+      if (need_value(i, argc, argv)) return -1;
+      char *end;
+      long n = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || n < 1 || n > 64) {
+        fprintf(stderr, "error: --jobs %s: expected a whole number from 1 to 64\n", argv[i]);
+        return -1;
+      }
+      a->jobs = (int)n;
     } else if (!strcmp(s, "--from") || !strcmp(s, "--to")) {
       if (need_value(i, argc, argv)) return -1;
       *(!strcmp(s, "--from") ? &a->from : &a->to) = argv[++i];
@@ -410,6 +427,9 @@ static BackendOptions backend_options(const Args *a) {
   o.cpu = a->cpu;
   o.features = a->features;
   o.runtime_dir = a->lib[0] ? a->lib : NULL;
+  o.cache_dir = a->no_cache ? NULL : backend_cache_dir_default();
+  o.jobs = a->jobs;
+  o.progress = true;
   return o;
 }
 

@@ -5,10 +5,10 @@
  *   step graph -> fusion plan -> memory plan -> LLVM module -> object file + runtime -> trainer
  *                                                           -> JIT -> rt_train_main in process
  *
- * The trainer executable is the generated object (the step function and the `axlc_program`
- * table), libaxrt_main (main) and libaxrt, linked by the system C compiler with OpenBLAS,
- * json-c and libm. Nothing of axlc, LLVM or the config file is needed at run time: the resolved
- * config is embedded (`./trainer --config`).
+ * The trainer executable is the generated objects (the step function and the `axlc_program`
+ * table in one, each distinct kernel in its own: llvm.h, unit.c), libaxrt_main (main) and libaxrt,
+ * linked by the system C compiler with OpenBLAS, json-c and libm. Nothing of axlc, LLVM or the
+ * config file is needed at run time: the resolved config is embedded (`./trainer --config`).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -62,8 +62,19 @@ static void program_info(const BackendJob *j, Compiled *c) {
   };
 }
 
-/* Plans memory and generates code for j. */
-static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled *c) {
+/* Says what a compile that took more than two seconds did. */
+static void report(const BackendJob *j, const LlvmModule *m) {
+  const LlvmStats *s = llvm_module_stats(m);
+  if (s->emit_s + s->codegen_s < 2.0) return;
+  fprintf(stderr,
+          "axlc: %s: %d kernel calls, %d distinct units (%d from the cache), IR in %.1f s, "
+          "code in %.1f s on %d thread%s\n",
+          j->file ? j->file : "model", (int)s->kernels, (int)s->units, (int)s->cached, s->emit_s,
+          s->codegen_s, (int)s->jobs, s->jobs == 1 ? "" : "s");
+}
+
+/* Plans memory and generates code for j (keep_ir: for --emit llvm|asm). */
+static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled *c, bool keep_ir) {
   memset(c, 0, sizeof *c);
   if (ir_mesh_devices(&j->graph->mesh) != (j->build->mesh.devices > 1 ? j->build->mesh.devices : 1))
     return fe_error(j->diag, j->file, "/mesh",
@@ -76,7 +87,11 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
     if (o->features) lo.features = o->features;
     if (o->no_fuse) lo.fuse = false;
     if (o->no_threads) lo.threads = false;
+    lo.cache_dir = o->cache_dir;
+    lo.jobs = o->jobs;
+    lo.progress = o->progress;
   }
+  lo.keep_ir = keep_ir;
   for (int k = 0; k < (j->forward ? 2 : 1); k++) {
     IrGraph *g = k ? j->forward : j->graph;
     bool *mat = malloc(((size_t)g->nvalues + 1) * sizeof *mat);
@@ -96,6 +111,7 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
   char err[1024];
   if (llvm_compile(j->graph, &c->plan, &lo, &c->module, err, sizeof err))
     return fe_error(j->diag, j->file, NULL, "code generation failed: %s", err);
+  if (lo.progress) report(j, c->module);
   return 0;
 }
 
@@ -112,35 +128,51 @@ static int spawn(char *const *argv) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
-/* Writes the object and links it with the runtime into the executable `out`. */
+/* Links the program's objects with the runtime into the executable `out`. */
 static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *c,
                         const char *out) {
   char err[1024];
-  char *obj = fe_asprintf("%s.step.o", out); /* as long as `out` needs */
+  const char *tmp = getenv("TMPDIR");
+  char *dir = fe_asprintf("%s/axlc-link-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    fe_error(j->diag, dir, NULL, "cannot create a temporary directory for the objects");
+    free(dir);
+    return -1;
+  }
+  char **objs = NULL;
+  int nobj = 0;
+  if (llvm_object_files(c->module, dir, &objs, &nobj, err, sizeof err)) {
+    fe_error(j->diag, out, NULL, "writing the objects failed: %s", err);
+    rmdir(dir);
+    free(dir);
+    return -1;
+  }
   char *rt = o->runtime_dir ? fe_asprintf("%s/libaxrt.a", o->runtime_dir)
                             : fe_asprintf("%s", AXLC_RUNTIME_LIB);
   char *rt_main = o->runtime_dir ? fe_asprintf("%s/libaxrt_main.a", o->runtime_dir)
                                  : fe_asprintf("%s", AXLC_RUNTIME_MAIN_LIB);
-  if (llvm_emit_object(c->module, obj, NULL, NULL, err, sizeof err)) {
-    fe_error(j->diag, obj, NULL, "writing the object failed: %s", err);
-    free(obj);
-    free(rt);
-    free(rt_main);
-    return -1;
-  }
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
   char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
-  char *argv[32] = {(char *)cc, "-o",         (char *)out, obj,   rt_main,
-                    rt,         "-lopenblas", "-ljson-c",  "-lm", "-lpthread"};
-  int n = 10;
+  char **argv = calloc((size_t)nobj + 40, sizeof *argv);
+  int n = 0;
+  argv[n++] = (char *)cc;
+  argv[n++] = "-o";
+  argv[n++] = (char *)out;
+  for (int i = 0; i < nobj; i++) argv[n++] = objs[i];
+  const char *libs[] = {rt_main, rt, "-lopenblas", "-ljson-c", "-lm", "-lpthread"};
+  for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) argv[n++] = (char *)libs[i];
   if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
-  for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < 31; lib = strtok(NULL, ";"))
+  for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < nobj + 39; lib = strtok(NULL, ";"))
     argv[n++] = lib;
   argv[n] = NULL;
   int rc = spawn(argv);
-  unlink(obj);
-  free(obj);
+  for (int i = 0; i < nobj; i++)
+    if (!strncmp(objs[i], dir, strlen(dir))) unlink(objs[i]);
+  rmdir(dir);
+  llvm_paths_free(objs);
+  free(argv);
+  free(dir);
   free(mpi);
   free(rt);
   free(rt_main);
@@ -168,13 +200,13 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
                                 const char *out) {
   Compiled c = {0};
   char err[1024];
-  int rc = compile_module(j, o, &c);
+  bool text = !strcmp(emit, "llvm") || !strcmp(emit, "asm");
+  int rc = compile_module(j, o, &c, text);
   if (rc == 0 && !strcmp(emit, "exe"))
     rc = link_trainer(j, o, &c, out);
-  else if (rc == 0 && !strcmp(emit, "obj") &&
-           llvm_emit_object(c.module, out, NULL, NULL, err, sizeof err))
+  else if (rc == 0 && !strcmp(emit, "obj") && llvm_emit_object(c.module, out, err, sizeof err))
     rc = fe_error(j->diag, out, NULL, "%s", err);
-  else if (rc == 0 && (!strcmp(emit, "llvm") || !strcmp(emit, "asm")))
+  else if (rc == 0 && text)
     rc = emit_text(j, &c, emit, out);
   compiled_free(&c);
   return rc;
@@ -280,7 +312,7 @@ static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int ar
   char *mpirun =
       spawn ? find_mpirun(j) : NULL; /* before compiling: a missing mpirun costs nothing */
   if (spawn && !mpirun) return 1;
-  if (compile_module(j, o, &c) == 0 && spawn) {
+  if (compile_module(j, o, &c, false) == 0 && spawn) {
     rc = run_mpirun(j, o, &c, mpirun, argc, argv);
   } else if (c.module) {
     char err[1024];

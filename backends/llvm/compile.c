@@ -1,22 +1,21 @@
-/* compile.c: from a step graph and its memory plan to an optimized LLVM module.
+/* compile.c: from a step graph and its memory plan to compiled objects.
  *
  * llvm_compile checks what the backend supports (f32 and i32 values, a plan that
  * covers every value), decides which values get buffers (fusion.c), then emits axlc_step: one
  * kernel call per materialized value in index order (kernel.c, reduce.c, blas.c), and at the end
- * a copy of every "new:X" output the plan did not place over X. The module is verified, then
- * optimized with the new pass manager (default<O3>) for the target machine, which is the host
- * unless the options name a CPU. The module lives in its own thread-safe context so that the
- * JIT can take it over.
+ * a copy of every "new:X" output the plan did not place over X. Each kernel is a unit of its
+ * own, shared by every call that computes the same thing (unit.c); the units are then verified,
+ * optimized with the new pass manager (default<O3>) and turned into objects on several
+ * threads, for the host unless the options name a CPU, through the object cache if the options
+ * name one.
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
 
-#include <llvm-c/Analysis.h>
-#include <llvm-c/Target.h>
-#include <llvm-c/Transforms/PassBuilder.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef AXLC_HAVE_RT_POOL
 #define AXLC_HAVE_RT_POOL 0
@@ -75,37 +74,7 @@ static int check_graph(LlvmCtx *C) {
   return 0;
 }
 
-/* ---- target machine ---- */
-
-static int make_target(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap) {
-  if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter())
-    return fail_buf(err, cap, "LLVM has no native target%s", NULL);
-  char *triple = LLVMGetDefaultTargetTriple(), *msg = NULL;
-  LLVMTargetRef target;
-  if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
-    fail_buf(err, cap, "LLVM target: %s", msg);
-    LLVMDisposeMessage(msg);
-    LLVMDisposeMessage(triple);
-    return -1;
-  }
-  char *hcpu = LLVMGetHostCPUName(), *hfeat = LLVMGetHostCPUFeatures();
-  M->cpu = strdup(o->cpu ? o->cpu : hcpu);
-  M->features = strdup(o->features ? o->features : hfeat);
-  LLVMDisposeMessage(hcpu);
-  LLVMDisposeMessage(hfeat);
-  M->tm = LLVMCreateTargetMachine(target, triple, M->cpu, M->features, LLVMCodeGenLevelAggressive,
-                                  LLVMRelocPIC, LLVMCodeModelDefault);
-  LLVMSetTarget(M->mod, triple);
-  LLVMDisposeMessage(triple);
-  if (!M->tm || !M->cpu || !M->features)
-    return fail_buf(err, cap, "LLVM: no target machine%s", NULL);
-  LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(M->tm);
-  LLVMSetModuleDataLayout(M->mod, dl);
-  LLVMDisposeTargetData(dl);
-  return 0;
-}
-
-static void ctx_types(LlvmCtx *C) {
+void llvm_ctx_types(LlvmCtx *C) {
   C->t_void = LLVMVoidTypeInContext(C->c);
   C->t_i1 = LLVMInt1TypeInContext(C->c);
   C->t_i8 = LLVMInt8TypeInContext(C->c);
@@ -150,40 +119,9 @@ static LLVMValueRef emit_entry(LlvmCtx *C, const char *name) {
   for (int32_t v = 0; v < C->g->nvalues; v++)
     if (llvm_kernel_emit(C, v)) return NULL;
   copy_back(C);
+  llvm_kernel_args_done(C);
   LLVMBuildRetVoid(C->b);
   return f;
-}
-
-static int optimize(LlvmModule *M, int level, char *err, size_t cap) {
-  char *msg = NULL;
-  if (LLVMVerifyModule(M->mod, LLVMReturnStatusAction, &msg)) {
-    fail_buf(err, cap, "internal: the generated module does not verify: %.400s", msg);
-    LLVMDisposeMessage(msg);
-    return -1;
-  }
-  LLVMDisposeMessage(msg);
-  if (level <= 0) return 0;
-  char pipeline[32];
-  snprintf(pipeline, sizeof pipeline, "default<O%d>", level > 3 ? 3 : level);
-  LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
-  LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
-  LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
-  LLVMErrorRef e = LLVMRunPasses(M->mod, pipeline, M->tm, po);
-  LLVMDisposePassBuilderOptions(po);
-  if (!e) return 0;
-  char *em = LLVMGetErrorMessage(e);
-  fail_buf(err, cap, "LLVM passes: %s", em);
-  LLVMDisposeErrorMessage(em);
-  return -1;
-}
-
-static LlvmModule *module_new(void) {
-  LlvmModule *M = calloc(1, sizeof *M);
-  if (!M) return NULL;
-  M->tsctx = LLVMOrcCreateNewThreadSafeContext();
-  M->ctx = LLVMOrcThreadSafeContextGetContext(M->tsctx);
-  M->mod = LLVMModuleCreateWithNameInContext("axlc", M->ctx);
-  return M;
 }
 
 /* The per-graph state of C: which values get buffers, constants, collectives. */
@@ -191,8 +129,16 @@ static int graph_begin(LlvmCtx *C) {
   C->mat = malloc((size_t)C->g->nvalues + 1);
   C->cdata = calloc((size_t)C->g->nvalues + 1, sizeof *C->cdata);
   C->coll = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->coll);
+  C->cdata_unit = calloc((size_t)C->g->nvalues + 1, sizeof *C->cdata_unit);
+  C->slot_of = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_of);
+  C->slot_val = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_val);
+  C->slot_ptr = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_ptr);
   C->ncoll = 0;
-  if (!C->mat || !C->cdata || !C->coll) return llvm_fail(C, "out of memory");
+  C->nslots = 0;
+  if (!C->mat || !C->cdata || !C->coll || !C->cdata_unit || !C->slot_of || !C->slot_val ||
+      !C->slot_ptr)
+    return llvm_fail(C, "out of memory");
+  for (int32_t v = 0; v < C->g->nvalues; v++) C->slot_of[v] = -1;
   bool multi = llvm_multi_device(C->g);
   for (int32_t v = 0; v < C->g->nvalues; v++)
     C->coll[v] = multi && (ir_op_flags(C->g->values[v].op) & IR_COLLECTIVE) ? C->ncoll++ : -1;
@@ -208,9 +154,15 @@ static void graph_end(LlvmCtx *C) {
   free(C->mat);
   free(C->cdata);
   free(C->coll);
+  free(C->cdata_unit);
+  free(C->slot_of);
+  free(C->slot_val);
+  free(C->slot_ptr);
   C->mat = NULL;
   C->cdata = NULL;
   C->coll = NULL;
+  C->cdata_unit = C->slot_of = C->slot_val = NULL;
+  C->slot_ptr = NULL;
 }
 
 /* axlc_forward and its RtForward table, from the forward graph (one device, no collectives);
@@ -234,7 +186,7 @@ static int emit_forward(LlvmCtx *C) {
 
 /* The emission proper, once the module and target exist. */
 static int build(LlvmCtx *C) {
-  ctx_types(C);
+  llvm_ctx_types(C);
   if (graph_begin(C)) return -1;
   LLVMValueRef step = emit_entry(C, "axlc_step");
   if (!step) return -1;
@@ -242,10 +194,17 @@ static int build(LlvmCtx *C) {
   return llvm_program_emit(C, step);
 }
 
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, LlvmModule **out,
                  char *err, size_t cap) {
   if (err && cap) err[0] = 0;
   *out = NULL;
+  double t0 = now_s();
   LlvmCtx C = {.g = g,
                .mp = mp,
                .opt = opt ? *opt : llvm_options_default(),
@@ -253,33 +212,31 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
                .err = err,
                .cap = cap};
   if (C.opt.parallel_min <= 0) C.opt.parallel_min = 1;
-  LlvmModule *M = module_new();
+  LlvmModule *M = calloc(1, sizeof *M);
   if (!M) return fail_buf(err, cap, "out of memory%s", NULL);
   M->has_program = C.opt.program != NULL;
-  int rc = make_target(M, &C.opt, err, cap);
+  C.M = M;
+  int rc = llvm_units_begin(M, &C.opt, err, cap);
   if (rc == 0) {
-    C.c = M->ctx;
-    C.m = M->mod;
+    C.c = M->units[0].ctx;
+    C.m = M->units[0].mod;
     C.b = LLVMCreateBuilderInContext(C.c);
     rc = build(&C);
+    if (C.c != M->units[0].ctx) { /* failed inside a kernel */
+      LLVMDisposeBuilder(C.b);
+      LLVMDisposeModule(C.m);
+      LLVMContextDispose(C.c);
+      C.b = C.main_b;
+    }
     LLVMDisposeBuilder(C.b);
   }
   graph_end(&C);
-  if (rc == 0) rc = optimize(M, C.opt.opt_level, err, cap);
+  M->stats.emit_s = now_s() - t0;
+  if (rc == 0) rc = llvm_units_compile(M, &C.opt, err, cap);
   if (rc) {
     llvm_module_free(M);
     return -1;
   }
   *out = M;
   return 0;
-}
-
-void llvm_module_free(LlvmModule *M) {
-  if (!M) return;
-  if (M->mod) LLVMDisposeModule(M->mod);
-  if (M->tm) LLVMDisposeTargetMachine(M->tm);
-  if (M->tsctx) LLVMOrcDisposeThreadSafeContext(M->tsctx);
-  free(M->cpu);
-  free(M->features);
-  free(M);
 }

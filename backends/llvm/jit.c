@@ -1,4 +1,5 @@
-/* jit.c: running the module in this process through ORC's LLJIT.
+/* jit.c: running the compiled units in this process through ORC's LLJIT, which links their
+ * objects as the system linker would link a trainer.
  *
  * The functions generated code calls are bound to this process's definitions explicitly
  * (absolute symbols): cblas_sgemm, the libm functions LLVM's math intrinsics lower to, and the
@@ -80,21 +81,33 @@ static int lookup(LlvmJit *jit, const char *name, LLVMOrcJITTargetAddress *addr,
   return e ? fail_err(err, cap, name, e) : 0;
 }
 
+/* Every unit's object: from memory (the JIT takes the buffer) or from the cache file. */
 static int jit_setup(LlvmJit *jit, LlvmModule *M, char *err, size_t cap) {
   LLVMErrorRef e = LLVMOrcCreateLLJIT(&jit->j, NULL);
   if (e) return fail_err(err, cap, "cannot create", e);
   LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit->j);
   if (define_host_symbols(jit->j, jd, err, cap) || add_process_search(jit->j, jd, err, cap))
     return -1;
-  LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(M->mod, M->tsctx);
-  M->mod = NULL; /* the JIT owns it now */
-  e = LLVMOrcLLJITAddLLVMIRModule(jit->j, jd, tsm);
-  return e ? fail_err(err, cap, "cannot add the module", e) : 0;
+  for (int32_t i = 0; i < M->nunits; i++) {
+    LlvmUnit *u = &M->units[i];
+    LLVMMemoryBufferRef buf = u->obj;
+    char *msg = NULL;
+    if (buf) {
+      u->obj = NULL; /* the JIT owns it now */
+    } else if (!u->file || LLVMCreateMemoryBufferWithContentsOfFile(u->file, &buf, &msg)) {
+      if (err && cap) snprintf(err, cap, "LLVM JIT: unit %s: %s", u->name, msg ? msg : "no object");
+      LLVMDisposeMessage(msg);
+      return -1;
+    }
+    e = LLVMOrcLLJITAddObjectFile(jit->j, jd, buf);
+    if (e) return fail_err(err, cap, u->name, e);
+  }
+  return 0;
 }
 
 int llvm_jit(LlvmModule *M, LlvmStepFn *step, LlvmJit **out, char *err, size_t cap) {
   *out = NULL;
-  if (!M || !M->mod) return fail_err(err, cap, "the module was already moved into a JIT", NULL);
+  if (!M || !M->nunits) return fail_err(err, cap, "no module", NULL);
   LlvmJit *jit = calloc(1, sizeof *jit);
   if (!jit) return fail_err(err, cap, "out of memory", NULL);
   bool has_program = M->has_program;

@@ -24,7 +24,7 @@ static const IrShape *opshape(const LlvmCtx *C, int32_t v, int32_t k) {
 /* ---- constants and iota ---- */
 
 static LLVMValueRef data_global(LlvmCtx *C, int32_t v) {
-  if (C->cdata[v]) return C->cdata[v];
+  if (C->cdata[v] && C->cdata_unit[v] == C->unit_seq) return C->cdata[v];
   const IrValue *x = val(C, v);
   int64_t n = ir_shape_numel(&x->shape);
   LLVMValueRef *els = malloc((size_t)(n ? n : 1) * sizeof *els);
@@ -37,6 +37,7 @@ static LLVMValueRef data_global(LlvmCtx *C, int32_t v) {
   LLVMSetLinkage(gl, LLVMPrivateLinkage);
   free(els);
   C->cdata[v] = gl;
+  C->cdata_unit[v] = C->unit_seq;
   return gl;
 }
 
@@ -228,6 +229,7 @@ static int map_kernel(LlvmCtx *C, int32_t v) {
   char name[64];
   snprintf(name, sizeof name, "k%d_%s", v, ir_op_name(x->op));
   LLVMValueRef fn = llvm_kernel_begin(C, name);
+  if (!fn) return -1;
   LlvmLoop loops[IR_MAX_RANK];
   LlvmPos p = {.has_idx = !flat};
   for (int32_t d = 0; d < dom.rank; d++) {
@@ -240,7 +242,8 @@ static int map_kernel(LlvmCtx *C, int32_t v) {
   if (!e) return llvm_fail(C, "%%%d (%s): no element code", v, ir_op_name(x->op));
   llvm_buffer_store(C, v, llvm_pos_lin(C, &x->shape, &p), e);
   for (int32_t d = dom.rank - 1; d >= 0; d--) llvm_loop_end(C, &loops[d]);
-  llvm_kernel_end(C);
+  fn = llvm_kernel_end(C);
+  if (!fn) return -1;
   bool par = C->opt.threads && dom.dims[0] > 1 && kernel_work(C, v) >= C->opt.parallel_min;
   llvm_kernel_call(C, fn, dom.dims[0], par);
   return 0;
@@ -289,6 +292,7 @@ static int transpose_tiles_kernel(LlvmCtx *C, int32_t v) {
   char name[64];
   snprintf(name, sizeof name, "k%d_%s", v, ir_op_name(x->op));
   LLVMValueRef fn = llvm_kernel_begin(C, name);
+  if (!fn) return -1;
   LlvmLoop L[4];
   LlvmPos p = {.has_idx = true};
   LLVMValueRef it = llvm_loop_begin(C, &L[0], LLVMGetParam(fn, 1), LLVMGetParam(fn, 2), "it");
@@ -301,7 +305,8 @@ static int transpose_tiles_kernel(LlvmCtx *C, int32_t v) {
   p.idx[r - 1] = llvm_loop_begin(C, &L[3], j0, j1, "j");
   llvm_buffer_store(C, v, llvm_pos_lin(C, &x->shape, &p), llvm_elem_compute(C, v, &p));
   for (int k = 3; k >= 0; k--) llvm_loop_end(C, &L[k]);
-  llvm_kernel_end(C);
+  fn = llvm_kernel_end(C);
+  if (!fn) return -1;
   bool par = C->opt.threads && items > 1 && kernel_work(C, v) >= C->opt.parallel_min;
   llvm_kernel_call(C, fn, items, par);
   return 0;

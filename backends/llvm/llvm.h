@@ -77,9 +77,25 @@ typedef struct LlvmOptions {
    * axlc_forward, with the program's RtForward table (runtime/axrt.h). NULL: none. */
   const IrGraph *forward;
   const MemPlan *forward_plan;
+  int jobs;              /* threads that optimize and generate code; 0: one per online CPU */
+  const char *cache_dir; /* the persistent object cache (unit.c); NULL: none */
+  bool keep_ir;          /* keep every optimized module for llvm_emit_text (bypasses the cache) */
+  bool progress;         /* report on stderr when a compile takes more than a second or so */
 } LlvmOptions;
 
-typedef struct LlvmModule LlvmModule; /* an LLVM module holding axlc_step, in its own context */
+/* The compiled program: the main unit (axlc_step, axlc_forward, the program table) and one unit
+ * per distinct kernel, each an object file in memory or in the cache (unit.c). */
+typedef struct LlvmModule LlvmModule;
+
+/* What a compile did, for progress lines and tools/bench. */
+typedef struct LlvmStats {
+  int32_t kernels;  /* kernel calls in the step (and forward) */
+  int32_t units;    /* distinct kernels, plus the main unit */
+  int32_t cached;   /* units whose object came from the cache */
+  int32_t jobs;     /* threads that compiled the rest */
+  double emit_s;    /* building the IR */
+  double codegen_s; /* optimizing and generating code (wall) */
+} LlvmStats;
 
 /* O3, fusion, BLAS, threads when the runtime has its pool, host CPU, no program. */
 LlvmOptions llvm_options_default(void);
@@ -87,6 +103,7 @@ LlvmOptions llvm_options_default(void);
 int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, LlvmModule **out,
                  char *err, size_t cap);
 void llvm_module_free(LlvmModule *m); /* NULL is fine */
+const LlvmStats *llvm_module_stats(const LlvmModule *m);
 
 /* ======================================================================== fusion.c */
 
@@ -96,12 +113,16 @@ void llvm_module_free(LlvmModule *m); /* NULL is fine */
  * materialized. Returns 0, or -1 if an argument is NULL. */
 int llvm_fusion_plan(const IrGraph *g, bool *materialized);
 
-/* ======================================================================== emit.c */
+/* ======================================================================== unit.c */
 
-/* Writes an ELF object for cpu/features (NULL: those the module was compiled for). */
-int llvm_emit_object(LlvmModule *m, const char *path, const char *cpu, const char *features,
-                     char *err, size_t cap);
-/* Writes the module as LLVM IR text (as_asm false) or host assembly (as_asm true). */
+/* The program's object files, to link: objects in the cache are named where they lie, the others
+ * are written into dir. *paths (NULL-terminated, *n entries) is freed with llvm_paths_free. */
+int llvm_object_files(LlvmModule *m, const char *dir, char ***paths, int *n, char *err, size_t cap);
+void llvm_paths_free(char **paths);
+/* Writes one relocatable ELF object holding every unit (the units' objects joined by `cc -r`). */
+int llvm_emit_object(LlvmModule *m, const char *path, char *err, size_t cap);
+/* Writes every unit as LLVM IR text (as_asm false) or host assembly (as_asm true); the module
+ * must have been compiled with keep_ir. */
 int llvm_emit_text(LlvmModule *m, FILE *out, bool as_asm, char *err, size_t cap);
 
 /* ======================================================================== jit.c */
@@ -109,8 +130,8 @@ int llvm_emit_text(LlvmModule *m, FILE *out, bool as_asm, char *err, size_t cap)
 typedef struct LlvmJit LlvmJit;
 typedef void (*LlvmStepFn)(char *slab, RtPool *pool, RtComm *comm);
 
-/* Moves the module into an ORC LLJIT (m may be freed afterwards but not compiled again) and
- * looks up axlc_step. cblas_sgemm, libm and runtime symbols resolve from this process. */
+/* Loads the module's objects into an ORC LLJIT (m may be freed afterwards) and looks up
+ * axlc_step. cblas_sgemm, libm and runtime symbols resolve from this process. */
 int llvm_jit(LlvmModule *m, LlvmStepFn *step, LlvmJit **jit, char *err, size_t cap);
 /* The module's axlc_program (with step filled in), or NULL if it was compiled without one. */
 const RtProgram *llvm_jit_program(LlvmJit *jit);
@@ -124,13 +145,24 @@ void llvm_jit_free(LlvmJit *jit); /* NULL is fine */
 #include <llvm-c/Orc.h>
 #include <llvm-c/TargetMachine.h>
 
+/* One module in its own context, compiled on its own (unit.c). */
+typedef struct LlvmUnit {
+  char name[40];           /* the kernel's symbol (axk_<key>), or "main" */
+  char key[33];            /* hash of the unit's IR and the compile salt: its cache file name */
+  LLVMContextRef ctx;      /* owns mod; NULL once compiled, unless kept */
+  LLVMModuleRef mod;       /* NULL once compiled, unless kept */
+  LLVMMemoryBufferRef obj; /* the object in memory, or NULL when file holds it */
+  char *file;              /* the object in the cache, or NULL */
+  char *err;               /* why compiling it failed, or NULL */
+} LlvmUnit;
+
 struct LlvmModule {
-  LLVMOrcThreadSafeContextRef tsctx; /* owns ctx */
-  LLVMContextRef ctx;
-  LLVMModuleRef mod; /* NULL once moved into a JIT */
-  LLVMTargetMachineRef tm;
-  char *cpu, *features;
+  LlvmUnit *units; /* units[0] is the main unit */
+  int32_t nunits, cap;
+  char *cpu, *features, *triple, *layout;
+  char salt[256]; /* what besides the IR decides the object: versions, CPU, features, level */
   bool has_program;
+  LlvmStats stats;
 };
 
 /* The state of one compilation: the graph, its plan and where the builder stands. */
@@ -138,9 +170,21 @@ typedef struct LlvmCtx {
   const IrGraph *g;
   const MemPlan *mp;
   LlvmOptions opt;
-  LLVMContextRef c;
+  LlvmModule *M;
+  LLVMContextRef c; /* where emission stands: the main unit's, or a kernel's while one is open */
   LLVMModuleRef m;
   LLVMBuilderRef b;
+  LLVMContextRef main_c; /* the main unit, saved while a kernel is open */
+  LLVMModuleRef main_m;
+  LLVMBuilderRef main_b;
+  LLVMValueRef args; /* axlc_step's i8** array of kernel buffer pointers (kernel_call) */
+  int32_t max_slots;
+  /* The open kernel's buffers: slot k of its argument array is the buffer of value
+   * slot_val[k]; slot_of[v] is v's slot or -1. */
+  int32_t *slot_of, *slot_val, nslots;
+  LLVMValueRef *slot_ptr;
+  int32_t *cdata_unit; /* (nvalues) the kernel that cdata[v] belongs to */
+  int32_t unit_seq;    /* kernels opened so far */
   LLVMTypeRef t_void, t_i1, t_i8, t_i8p, t_i32, t_i64, t_f32, t_f64, t_kernel;
   LLVMValueRef fn;                          /* function being emitted */
   LLVMValueRef slab;                        /* its slab argument (i8*) */
@@ -172,6 +216,18 @@ typedef struct LlvmLoop {
 /* ---- compile.c ---- */
 int llvm_fail(LlvmCtx *C, const char *fmt, ...);
 LLVMTypeRef llvm_type_of(LlvmCtx *C, IrDType dt);
+void llvm_ctx_types(LlvmCtx *C); /* C->t_* for C->c */
+
+/* ---- unit.c: kernels as units of their own; compiling units on threads, with the cache ---- */
+/* Opens a kernel: a new context and module with the target of the main unit. */
+int llvm_unit_open(LlvmCtx *C);
+/* Closes the open kernel, whose one function is C->fn: names it by the hash of its IR, keeps it
+ * if no unit has that name yet, and returns its declaration in the main module. */
+LLVMValueRef llvm_unit_close(LlvmCtx *C);
+/* A new module (with the main unit's target) in a new context, as unit 0. */
+int llvm_units_begin(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap);
+/* Optimizes and generates code for every unit, on o->jobs threads, through the cache. */
+int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap);
 
 /* ---- loop.c: loops, buffers, functions ---- */
 LLVMValueRef llvm_loop_begin(LlvmCtx *C, LlvmLoop *L, LLVMValueRef lo, LLVMValueRef hi,
@@ -188,11 +244,14 @@ void llvm_buffer_tag(LlvmCtx *C, int32_t v, LLVMValueRef access, bool store);
 LLVMValueRef llvm_pos_lin(LlvmCtx *C, const IrShape *s, LlvmPos *p);
 LLVMValueRef llvm_fn_get(LlvmCtx *C, const char *name, LLVMTypeRef ret, LLVMTypeRef *params,
                          unsigned n);
-/* A new kernel function void name(i8* noalias slab, i64 lo, i64 hi); the builder is left in
- * its entry block with C->fn and C->slab set. lo and hi are its params 1 and 2. kernel_end
- * returns the builder to the end of axlc_step. */
+/* A new kernel function void k(i8** noalias args, i64 lo, i64 hi) in a unit of its own
+ * (unit.c); the builder is left in its entry block with C->fn and C->slab (args) set. lo and hi
+ * are its params 1 and 2; its buffers are pointers in args (llvm_buffer_ptr). kernel_end
+ * returns the builder to the end of axlc_step. name is only for reading the IR. */
 LLVMValueRef llvm_kernel_begin(LlvmCtx *C, const char *name);
-void llvm_kernel_end(LlvmCtx *C);
+LLVMValueRef llvm_kernel_end(LlvmCtx *C); /* the kernel to call from axlc_step */
+/* Sizes axlc_step's (or axlc_forward's) kernel argument array once every call is emitted. */
+void llvm_kernel_args_done(LlvmCtx *C);
 /* From axlc_step: runs kernel fn over [0, n), split across the pool if parallel. */
 void llvm_kernel_call(LlvmCtx *C, LLVMValueRef fn, int64_t n, bool parallel);
 

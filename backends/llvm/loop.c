@@ -1,18 +1,23 @@
-/* loop.c: the building blocks every kernel is made of: counted loops, buffer addresses in the
- * slab, row-major positions, and kernel functions and their calls.
+/* loop.c: the building blocks every kernel is made of: counted loops, buffer addresses,
+ * row-major positions, and kernel functions and their calls.
  *
- * A kernel is an internal function void k(i8* noalias slab, i64 lo, i64 hi) that computes the
- * rows [lo, hi) of its outermost loop, so axlc_step can run it whole or hand it to
- * rt_parallel_for. Loops count an i64 phi from lo to hi with nsw/nuw steps, the shape LLVM's
- * vectorizer and SCEV want. Loop-carried accumulators are allocas in the entry block, which
- * mem2reg (part of every optimization level we run) turns into registers.
+ * A kernel is a function void k(i8** noalias args, i64 lo, i64 hi) that computes the rows
+ * [lo, hi) of its outermost loop, so axlc_step can run it whole or hand it to rt_parallel_for.
+ * It lives in a unit of its own (unit.c) and knows nothing of the slab: its buffers are the
+ * pointers in args, in the order the kernel first used them (its slots), which axlc_step
+ * fills before the call. So a kernel that every layer repeats on other buffers is the same
+ * function, compiled once. Loops count an i64 phi from lo to hi with nsw/nuw steps, the shape
+ * LLVM's vectorizer and SCEV want. Loop-carried accumulators are allocas in the entry block,
+ * which mem2reg (part of every optimization level we run) turns into registers.
  *
- * Every buffer lies in the one noalias slab, so LLVM sees a kernel's loads and its store as
- * accesses to one object at different offsets; where it cannot work out their distance (a
- * broadcast operand read at stride 0 against the store at stride 1) it refuses to vectorize.
- * Scoped-noalias metadata says what the plan knows: a store to v has scope "v", and a load
- * from a buffer whose bytes do not overlap v's is noalias to it. A buffer that does overlap
- * (an operand updated in place) gets no claim.
+ * LLVM cannot tell whether two pointers loaded from args overlap, and where it cannot work out
+ * their distance (a broadcast operand read at stride 0 against the store at stride 1) it
+ * refuses to vectorize. Scoped-noalias metadata says what the plan knows: a store to the
+ * output has scope "axlc.buf<its slot>", and a load from a buffer whose bytes do not overlap
+ * the output's is noalias to it. A buffer that does overlap (an operand updated in place) gets
+ * no claim. The claims are part of the kernel's IR, so two kernels share a function only when
+ * they make the same claims. In axlc_step itself (BLAS calls, copies) buffers are the slab
+ * plus their offsets, and scopes are named by value.
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
@@ -60,9 +65,36 @@ LLVMValueRef llvm_alloca_entry(LlvmCtx *C, LLVMTypeRef t, const char *name) {
   return a;
 }
 
+/* v's slot in the open kernel, loaded from args at the top of the kernel on first use. */
+static int32_t slot(LlvmCtx *C, int32_t v) {
+  if (C->slot_of[v] >= 0) return C->slot_of[v];
+  int32_t k = C->nslots++;
+  C->slot_of[v] = k;
+  C->slot_val[k] = v;
+  /* right after args' bitcast, the kernel's first instruction but allocas */
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(C->c);
+  LLVMValueRef next = LLVMGetNextInstruction(C->slab);
+  if (next)
+    LLVMPositionBuilderBefore(b, next);
+  else
+    LLVMPositionBuilderAtEnd(b, LLVMGetInstructionParent(C->slab));
+  LLVMValueRef at = llvm_i64(C, k);
+  LLVMValueRef pp = LLVMBuildInBoundsGEP2(b, C->t_i8p, C->slab, &at, 1, "");
+  C->slot_ptr[k] = LLVMBuildLoad2(b, C->t_i8p, pp, "");
+  LLVMDisposeBuilder(b);
+  return k;
+}
+
+static bool in_kernel(const LlvmCtx *C) { return C->fn != C->step; }
+
 LLVMValueRef llvm_buffer_ptr(LlvmCtx *C, int32_t v) {
-  LLVMValueRef off = llvm_i64(C, C->mp->offset[v]);
-  LLVMValueRef p = LLVMBuildInBoundsGEP2(C->b, C->t_i8, C->slab, &off, 1, "");
+  LLVMValueRef p;
+  if (in_kernel(C)) {
+    p = C->slot_ptr[slot(C, v)];
+  } else {
+    LLVMValueRef off = llvm_i64(C, C->mp->offset[v]);
+    p = LLVMBuildInBoundsGEP2(C->b, C->t_i8, C->slab, &off, 1, "");
+  }
   LLVMTypeRef et = llvm_type_of(C, C->g->values[v].dtype);
   return LLVMBuildBitCast(C->b, p, LLVMPointerType(et, 0), "");
 }
@@ -72,10 +104,11 @@ static LLVMValueRef element_ptr(LlvmCtx *C, int32_t v, LLVMValueRef lin) {
   return LLVMBuildInBoundsGEP2(C->b, et, llvm_buffer_ptr(C, v), &lin, 1, "");
 }
 
-/* The scope list {"axlc.buf<v>"} in the domain "axlc.slab". */
+/* The scope list {"axlc.buf<k>"} in the domain "axlc.slab": k is v's slot in a kernel, v in
+ * axlc_step. */
 static LLVMValueRef scope_list(LlvmCtx *C, int32_t v) {
   char name[32];
-  int len = snprintf(name, sizeof name, "axlc.buf%d", v);
+  int len = snprintf(name, sizeof name, "axlc.buf%d", in_kernel(C) ? slot(C, v) : v);
   LLVMMetadataRef dom = LLVMMDStringInContext2(C->c, "axlc.slab", 9);
   dom = LLVMMDNodeInContext2(C->c, &dom, 1);
   LLVMMetadataRef ops[] = {LLVMMDStringInContext2(C->c, name, (size_t)len), dom};
@@ -132,8 +165,8 @@ LLVMValueRef llvm_fn_get(LlvmCtx *C, const char *name, LLVMTypeRef ret, LLVMType
 }
 
 LLVMValueRef llvm_kernel_begin(LlvmCtx *C, const char *name) {
+  if (llvm_unit_open(C)) return NULL;
   LLVMValueRef f = LLVMAddFunction(C->m, name, C->t_kernel);
-  LLVMSetLinkage(f, LLVMInternalLinkage);
   unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
   LLVMAddAttributeAtIndex(f, 1, LLVMCreateEnumAttribute(C->c, noalias, 0));
   /* Kernels stay functions of their own: inlining hundreds of loop nests into axlc_step makes
@@ -145,15 +178,56 @@ LLVMValueRef llvm_kernel_begin(LlvmCtx *C, const char *name) {
   }
   LLVMPositionBuilderAtEnd(C->b, LLVMAppendBasicBlockInContext(C->c, f, "entry"));
   C->fn = f;
-  C->slab = LLVMGetParam(f, 0);
+  C->slab = LLVMBuildBitCast(C->b, LLVMGetParam(f, 0), LLVMPointerType(C->t_i8p, 0), "");
   return f;
 }
 
-void llvm_kernel_end(LlvmCtx *C) {
+LLVMValueRef llvm_kernel_end(LlvmCtx *C) {
   LLVMBuildRetVoid(C->b);
+  LLVMValueRef decl = llvm_unit_close(C); /* back in the main unit */
   C->fn = C->step;
   C->slab = C->step_slab;
   LLVMPositionBuilderAtEnd(C->b, LLVMGetLastBasicBlock(C->step));
+  return decl;
+}
+
+/* Fills axlc_step's argument array with the open kernel's buffers (slab + offset, by slot). */
+static void fill_args(LlvmCtx *C) {
+  if (!C->args) {
+    /* One array for every call, sized when the step is complete (llvm_kernel_args_done). */
+    LLVMValueRef one = llvm_i64(C, 1);
+    LLVMValueRef keep = C->fn;
+    C->fn = C->step;
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(C->c);
+    LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(C->step);
+    LLVMValueRef first = LLVMGetFirstInstruction(entry);
+    if (first)
+      LLVMPositionBuilderBefore(b, first);
+    else
+      LLVMPositionBuilderAtEnd(b, entry);
+    C->args = LLVMBuildArrayAlloca(b, C->t_i8p, one, "args");
+    LLVMDisposeBuilder(b);
+    C->fn = keep;
+  }
+  if (C->nslots > C->max_slots) C->max_slots = C->nslots;
+  for (int32_t k = 0; k < C->nslots; k++) {
+    LLVMValueRef at = llvm_i64(C, k), off = llvm_i64(C, C->mp->offset[C->slot_val[k]]);
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(C->b, C->t_i8, C->slab, &off, 1, "");
+    LLVMBuildStore(C->b, p, LLVMBuildInBoundsGEP2(C->b, C->t_i8p, C->args, &at, 1, ""));
+  }
+}
+
+void llvm_kernel_args_done(LlvmCtx *C) {
+  if (!C->args) return;
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(C->c);
+  LLVMPositionBuilderBefore(b, C->args);
+  LLVMValueRef n = llvm_i64(C, C->max_slots > 0 ? C->max_slots : 1);
+  LLVMValueRef a = LLVMBuildArrayAlloca(b, C->t_i8p, n, "args");
+  LLVMDisposeBuilder(b);
+  LLVMReplaceAllUsesWith(C->args, a);
+  LLVMInstructionEraseFromParent(C->args);
+  C->args = NULL;
+  C->max_slots = 0;
 }
 
 /* rt_parallel_for(pool, n, fn, ctx) as declared in runtime/axrt.h. */
@@ -163,7 +237,9 @@ static LLVMValueRef parallel_for_decl(LlvmCtx *C) {
 }
 
 void llvm_kernel_call(LlvmCtx *C, LLVMValueRef fn, int64_t n, bool parallel) {
-  LLVMValueRef args[] = {C->slab, llvm_i64(C, 0), llvm_i64(C, n)};
+  fill_args(C);
+  LLVMValueRef ka = LLVMBuildBitCast(C->b, C->args, C->t_i8p, "");
+  LLVMValueRef args[] = {ka, llvm_i64(C, 0), llvm_i64(C, n)};
   if (!parallel) {
     LLVMBuildCall2(C->b, C->t_kernel, fn, args, 3, "");
     return;
@@ -175,7 +251,7 @@ void llvm_kernel_call(LlvmCtx *C, LLVMValueRef fn, int64_t n, bool parallel) {
   LLVMBuildCondBr(C->b, LLVMBuildIsNull(C->b, C->pool, ""), ser, par);
   LLVMPositionBuilderAtEnd(C->b, par);
   LLVMValueRef pf = parallel_for_decl(C);
-  LLVMValueRef pargs[] = {C->pool, llvm_i64(C, n), fn, C->slab};
+  LLVMValueRef pargs[] = {C->pool, llvm_i64(C, n), fn, ka};
   LLVMBuildCall2(C->b, LLVMGlobalGetValueType(pf), pf, pargs, 4, "");
   LLVMBuildBr(C->b, join);
   LLVMPositionBuilderAtEnd(C->b, ser);

@@ -220,6 +220,7 @@ int llvm_reduce_cols_emit(LlvmCtx *C, int32_t v) {
   char name[64];
   snprintf(name, sizeof name, "k%d_%s", v, ir_op_name(x->op));
   LLVMValueRef fn = llvm_kernel_begin(C, name);
+  if (!fn) return -1;
   LlvmLoop I;
   LLVMValueRef i = llvm_loop_begin(C, &I, LLVMGetParam(fn, 1), LLVMGetParam(fn, 2), "i");
   LLVMBasicBlockRef vb = LLVMAppendBasicBlockInContext(C->c, C->fn, "vec");
@@ -234,7 +235,8 @@ int llvm_reduce_cols_emit(LlvmCtx *C, int32_t v) {
   LLVMBuildBr(C->b, next);
   LLVMPositionBuilderAtEnd(C->b, next);
   llvm_loop_end(C, &I);
-  llvm_kernel_end(C);
+  fn = llvm_kernel_end(C);
+  if (!fn) return -1;
   bool par = C->opt.threads && items > 1 && R * m >= C->opt.parallel_min;
   llvm_kernel_call(C, fn, items, par);
   return 0;
@@ -341,13 +343,15 @@ int llvm_top_k_emit(LlvmCtx *C, int32_t v) {
   char name[64];
   snprintf(name, sizeof name, "k%d_top_k", v);
   LLVMValueRef fn = llvm_kernel_begin(C, name);
+  if (!fn) return -1;
   LlvmLoop R, J;
   LLVMValueRef r = llvm_loop_begin(C, &R, LLVMGetParam(fn, 1), LLVMGetParam(fn, 2), "row");
   LLVMValueRef j = llvm_loop_begin(C, &J, llvm_i64(C, 0), llvm_i64(C, x->attr.k), "j");
   top_k_pass(C, v, r, j);
   llvm_loop_end(C, &J);
   llvm_loop_end(C, &R);
-  llvm_kernel_end(C);
+  fn = llvm_kernel_end(C);
+  if (!fn) return -1;
   bool par = C->opt.threads && rows > 1 && ir_shape_numel(xs) * x->attr.k >= C->opt.parallel_min;
   llvm_kernel_call(C, fn, rows, par);
   return 0;
@@ -382,8 +386,7 @@ int llvm_scatter_emit(LlvmCtx *C, int32_t v) {
   int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
   char name[64];
   snprintf(name, sizeof name, "k%d_scatter_add", v);
-  llvm_kernel_begin(C, name);
-  LLVMValueRef fn = C->fn;
+  if (!llvm_kernel_begin(C, name)) return -1;
   scatter_zero(C, v);
   LlvmLoop L;
   LLVMValueRef i = llvm_loop_begin(C, &L, llvm_i64(C, 0), llvm_i64(C, nidx), "i");
@@ -398,7 +401,8 @@ int llvm_scatter_emit(LlvmCtx *C, int32_t v) {
   LLVMBuildBr(C->b, next);
   LLVMPositionBuilderAtEnd(C->b, next);
   llvm_loop_end(C, &L);
-  llvm_kernel_end(C);
+  LLVMValueRef fn = llvm_kernel_end(C);
+  if (!fn) return -1;
   llvm_kernel_call(C, fn, 1, false); /* one call does it all: lo and hi are unused */
   return 0;
 }

@@ -6,6 +6,8 @@
  */
 #include "backend_test.h"
 
+#include <unistd.h>
+
 #define RTOL            1e-5
 #define OUT(g, name, v) CU_ASSERT_EQUAL(ir_graph_add_output((g), (name), (v)), IR_OK)
 
@@ -268,7 +270,9 @@ static void test_errors(void) {
     bt_plan_simple(g, &mp);
     char err[512] = "";
     LlvmModule *m = NULL;
-    CU_ASSERT_EQUAL(llvm_compile(g, &mp, NULL, &m, err, sizeof err), 0);
+    LlvmOptions o = llvm_options_default();
+    o.keep_ir = true;
+    CU_ASSERT_EQUAL(llvm_compile(g, &mp, &o, &m, err, sizeof err), 0);
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -295,11 +299,16 @@ static void test_emit(void) {
   bt_plan_simple(g, &mp);
   char err[512];
   LlvmModule *m;
-  CU_ASSERT_EQUAL_FATAL(llvm_compile(g, &mp, NULL, &m, err, sizeof err), 0);
+  LlvmOptions o = llvm_options_default();
+  o.keep_ir = true;
+  CU_ASSERT_EQUAL_FATAL(llvm_compile(g, &mp, &o, &m, err, sizeof err), 0);
+  CU_ASSERT_EQUAL(llvm_module_stats(m)->units, 2); /* the step and the exp kernel */
   char path[] = "/tmp/axlc_backend_XXXXXX";
   int fd = mkstemp(path);
   CU_ASSERT(fd >= 0);
-  CU_ASSERT_EQUAL(llvm_emit_object(m, path, NULL, NULL, err, sizeof err), 0);
+  close(fd);
+  /* two units joined into one relocatable object */
+  CU_ASSERT_EQUAL(llvm_emit_object(m, path, err, sizeof err), 0);
   FILE *f = fopen(path, "rb");
   char magic[4] = {0};
   CU_ASSERT(f && fread(magic, 1, 4, f) == 4 &&

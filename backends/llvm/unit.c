@@ -1,0 +1,531 @@
+/* unit.c: a compiled program as units, each compiled once, on several threads, through a cache.
+ *
+ * A unit is one LLVM module in a context of its own. Unit 0, the main unit, holds axlc_step
+ * (and axlc_forward) and the program table; every kernel is a unit of one function
+ * (loop.c: llvm_kernel_begin). When a kernel is closed its IR is printed and hashed with the
+ * salt (axlc's unit format, LLVM's version, the triple, CPU, features and optimization level):
+ * the hash names the kernel (axk_<hash>), so the kernels that every layer repeats on other
+ * buffers are one unit, compiled once, and the step calls it from each layer.
+ *
+ * llvm_units_compile then optimizes and generates an object for each unit, on as many threads
+ * as the options say (contexts are independent, so units compile in parallel without locks).
+ * With a cache directory each object is also stored there as llvm-<hash>.o (written to a temporary
+ * name and renamed, so concurrent compiles never see half a file), and a later compile that
+ * produces a unit with the same hash takes the object from there instead of compiling it. The
+ * hash covers everything that decides the object, so a cached object is the object this
+ * compile would have produced.
+ */
+#define AXLC_LLVM_INTERNAL
+#include "backends/llvm/llvm.h"
+
+#include <errno.h>
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <llvm/Config/llvm-config.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Bump when something outside the IR text changes the objects (the pass pipeline, say). */
+#define UNIT_FORMAT "axlc-unit 1"
+
+static int fail(char *err, size_t cap, const char *fmt, const char *arg) {
+  if (err && cap) snprintf(err, cap, fmt, arg ? arg : "");
+  return -1;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- the hash: two 64-bit FNV-1a streams with different bases, each finished by a
+ * splitmix64 mix, as 32 hex digits ---- */
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void hash_key(const char *salt, const char *text, char out[33]) {
+  uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
+  const char *parts[] = {salt, "\n", text};
+  for (int k = 0; k < 3; k++)
+    for (const unsigned char *s = (const unsigned char *)parts[k]; *s; s++) {
+      a = (a ^ *s) * 0x100000001b3ull;
+      b = (b ^ *s) * 0x100000001b3ull;
+      b ^= b >> 29;
+    }
+  snprintf(out, 33, "%016llx%016llx", (unsigned long long)mix64(a), (unsigned long long)mix64(b));
+}
+
+/* ---- units ---- */
+
+static LlvmUnit *unit_add(LlvmModule *M) {
+  if (M->nunits == M->cap) {
+    int32_t cap = M->cap ? 2 * M->cap : 64;
+    LlvmUnit *u = realloc(M->units, (size_t)cap * sizeof *u);
+    if (!u) return NULL;
+    M->units = u;
+    M->cap = cap;
+  }
+  LlvmUnit *u = &M->units[M->nunits++];
+  memset(u, 0, sizeof *u);
+  return u;
+}
+
+static void unit_drop_ir(LlvmUnit *u) {
+  if (u->mod) LLVMDisposeModule(u->mod);
+  if (u->ctx) LLVMContextDispose(u->ctx);
+  u->mod = NULL;
+  u->ctx = NULL;
+}
+
+/* A module named name in a new context, for M's target. */
+static LLVMModuleRef module_for(LlvmModule *M, const char *name, LLVMContextRef *ctx) {
+  *ctx = LLVMContextCreate();
+  LLVMModuleRef m = LLVMModuleCreateWithNameInContext(name, *ctx);
+  LLVMSetTarget(m, M->triple);
+  LLVMSetDataLayout(m, M->layout);
+  return m;
+}
+
+static LLVMTargetMachineRef machine(const LlvmModule *M) {
+  LLVMTargetRef target;
+  char *msg = NULL;
+  if (LLVMGetTargetFromTriple(M->triple, &target, &msg)) {
+    LLVMDisposeMessage(msg);
+    return NULL;
+  }
+  return LLVMCreateTargetMachine(target, M->triple, M->cpu, M->features, LLVMCodeGenLevelAggressive,
+                                 LLVMRelocPIC, LLVMCodeModelDefault);
+}
+
+int llvm_units_begin(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap) {
+  if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter())
+    return fail(err, cap, "LLVM has no native target%s", NULL);
+  char *triple = LLVMGetDefaultTargetTriple();
+  char *hcpu = LLVMGetHostCPUName(), *hfeat = LLVMGetHostCPUFeatures();
+  M->triple = strdup(triple);
+  M->cpu = strdup(o->cpu ? o->cpu : hcpu);
+  M->features = strdup(o->features ? o->features : hfeat);
+  LLVMDisposeMessage(triple);
+  LLVMDisposeMessage(hcpu);
+  LLVMDisposeMessage(hfeat);
+  if (!M->triple || !M->cpu || !M->features) return fail(err, cap, "out of memory%s", NULL);
+  LLVMTargetMachineRef tm = machine(M);
+  if (!tm) return fail(err, cap, "LLVM: no target machine for %s", M->triple);
+  LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
+  M->layout = LLVMCopyStringRepOfTargetData(dl);
+  LLVMDisposeTargetData(dl);
+  LLVMDisposeTargetMachine(tm);
+  snprintf(M->salt, sizeof M->salt, UNIT_FORMAT "|LLVM " LLVM_VERSION_STRING "|%s|%s|%s|O%d",
+           M->triple, M->cpu, M->features, o->opt_level);
+  LlvmUnit *u = unit_add(M);
+  if (!u) return fail(err, cap, "out of memory%s", NULL);
+  snprintf(u->name, sizeof u->name, "main");
+  u->mod = module_for(M, "axlc", &u->ctx);
+  return 0;
+}
+
+int llvm_unit_open(LlvmCtx *C) {
+  if (C->c != C->M->units[0].ctx) return llvm_fail(C, "internal: a kernel inside a kernel");
+  C->main_c = C->c;
+  C->main_m = C->m;
+  C->main_b = C->b;
+  C->m = module_for(C->M, "axk", &C->c);
+  LLVMContextSetDiscardValueNames(C->c, 1); /* names would only tell kernels apart */
+  C->b = LLVMCreateBuilderInContext(C->c);
+  llvm_ctx_types(C);
+  for (int32_t k = 0; k < C->nslots; k++) C->slot_of[C->slot_val[k]] = -1;
+  C->nslots = 0;
+  C->unit_seq++;
+  return 0;
+}
+
+LLVMValueRef llvm_unit_close(LlvmCtx *C) {
+  LlvmModule *M = C->M;
+  char key[33], name[40];
+  LLVMSetValueName2(C->fn, "axk", 3);
+  char *text = LLVMPrintModuleToString(C->m);
+  hash_key(M->salt, text, key);
+  LLVMDisposeMessage(text);
+  snprintf(name, sizeof name, "axk_%s", key);
+  LLVMDisposeBuilder(C->b);
+  int32_t found = -1;
+  for (int32_t i = 1; i < M->nunits && found < 0; i++)
+    if (!strcmp(M->units[i].name, name)) found = i;
+  LlvmUnit *u = found < 0 ? unit_add(M) : NULL;
+  if (u) {
+    LLVMSetValueName2(C->fn, name, strlen(name));
+    memcpy(u->name, name, sizeof name);
+    memcpy(u->key, key, sizeof key);
+    u->ctx = C->c;
+    u->mod = C->m;
+  } else {
+    LLVMDisposeModule(C->m);
+    LLVMContextDispose(C->c);
+  }
+  C->c = C->main_c;
+  C->m = C->main_m;
+  C->b = C->main_b;
+  llvm_ctx_types(C);
+  M->stats.kernels++;
+  if (found < 0 && !u) {
+    llvm_fail(C, "out of memory");
+    return NULL;
+  }
+  LLVMValueRef f = LLVMGetNamedFunction(C->m, name);
+  if (!f) {
+    f = LLVMAddFunction(C->m, name, C->t_kernel);
+    unsigned kind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(C->c, kind, 0));
+  }
+  return f;
+}
+
+/* ---- the cache ---- */
+
+/* mkdir -p; 0 when dir exists afterwards. */
+static int make_dirs(const char *dir) {
+  char *p = strdup(dir);
+  if (!p) return -1;
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = 0;
+    if (mkdir(p, 0777) && errno != EEXIST) break;
+    *s = '/';
+  }
+  int rc = mkdir(p, 0777) && errno != EEXIST ? -1 : 0;
+  free(p);
+  return rc;
+}
+
+static char *cache_path(const char *dir, const char *key) {
+  size_t n = strlen(dir) + strlen(key) + 16;
+  char *p = malloc(n);
+  if (p) snprintf(p, n, "%s/llvm-%s.o", dir, key);
+  return p;
+}
+
+/* Whether path holds an ELF object (a cache entry, complete: it was renamed into place). */
+static bool cached_object(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  unsigned char magic[4] = {0};
+  bool ok = fread(magic, 1, 4, f) == 4 && !memcmp(magic,
+                                                  "\x7f"
+                                                  "ELF",
+                                                  4);
+  fclose(f);
+  return ok;
+}
+
+static int write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int rc = fwrite(data, 1, n, f) == n ? 0 : -1;
+  if (fclose(f) != 0) rc = -1;
+  if (rc) unlink(path);
+  return rc;
+}
+
+/* Stores u's object in the cache; on success the file replaces the copy in memory. */
+static void cache_store(LlvmUnit *u, const char *dir) {
+  char *path = cache_path(dir, u->key);
+  size_t n = strlen(dir) + 64;
+  char *tmp = malloc(n);
+  if (path && tmp) {
+    snprintf(tmp, n, "%s/.%s.%ld.%lx.tmp", dir, u->key, (long)getpid(),
+             (unsigned long)pthread_self());
+    if (write_file(tmp, LLVMGetBufferStart(u->obj), LLVMGetBufferSize(u->obj)) == 0) {
+      if (rename(tmp, path) == 0) {
+        LLVMDisposeMemoryBuffer(u->obj);
+        u->obj = NULL;
+        u->file = path;
+        path = NULL;
+      } else {
+        unlink(tmp);
+      }
+    }
+  }
+  free(path);
+  free(tmp);
+}
+
+/* ---- compiling ---- */
+
+typedef struct Work {
+  LlvmModule *M;
+  const LlvmOptions *o;
+  const char *cache_dir;
+  int32_t *todo, ntodo;
+  atomic_int next;
+  pthread_mutex_t lock;
+  int32_t done;
+  double t0;
+  bool tty, shown;
+} Work;
+
+/* Verifies, optimizes and generates u's object with tm. */
+static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
+  char *msg = NULL, buf[600];
+  if (LLVMVerifyModule(u->mod, LLVMReturnStatusAction, &msg)) {
+    snprintf(buf, sizeof buf, "internal: unit %s does not verify: %.400s", u->name, msg);
+    LLVMDisposeMessage(msg);
+    u->err = strdup(buf);
+    return;
+  }
+  LLVMDisposeMessage(msg);
+  msg = NULL;
+  if (w->o->opt_level > 0) {
+    char pipeline[32];
+    snprintf(pipeline, sizeof pipeline, "default<O%d>", w->o->opt_level > 3 ? 3 : w->o->opt_level);
+    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+    LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
+    LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
+    LLVMErrorRef e = LLVMRunPasses(u->mod, pipeline, tm, po);
+    LLVMDisposePassBuilderOptions(po);
+    if (e) {
+      char *em = LLVMGetErrorMessage(e);
+      snprintf(buf, sizeof buf, "LLVM passes: %s", em);
+      LLVMDisposeErrorMessage(em);
+      u->err = strdup(buf);
+      return;
+    }
+  }
+  if (LLVMTargetMachineEmitToMemoryBuffer(tm, u->mod, LLVMObjectFile, &msg, &u->obj)) {
+    snprintf(buf, sizeof buf, "LLVM code generation: %s", msg ? msg : "?");
+    LLVMDisposeMessage(msg);
+    u->err = strdup(buf);
+    return;
+  }
+  if (w->cache_dir) cache_store(u, w->cache_dir);
+  if (!w->o->keep_ir) unit_drop_ir(u);
+}
+
+static void progress(Work *w) {
+  pthread_mutex_lock(&w->lock);
+  w->done++;
+  if (w->o->progress && w->tty && now_s() - w->t0 > 1.0) {
+    fprintf(stderr, "\raxlc: generating code: %d of %d units", (int)w->done, (int)w->ntodo);
+    w->shown = true;
+  }
+  pthread_mutex_unlock(&w->lock);
+}
+
+static void *worker(void *arg) {
+  Work *w = arg;
+  LLVMTargetMachineRef tm = NULL;
+  for (int i; (i = atomic_fetch_add(&w->next, 1)) < w->ntodo;) {
+    LlvmUnit *u = &w->M->units[w->todo[i]];
+    if (!tm) tm = machine(w->M);
+    if (!tm)
+      u->err = strdup("LLVM: no target machine");
+    else
+      compile_unit(w, tm, u);
+    progress(w);
+  }
+  if (tm) LLVMDisposeTargetMachine(tm);
+  return NULL;
+}
+
+static int jobs_for(const LlvmOptions *o, int32_t ntodo) {
+  long n = o->jobs > 0 ? o->jobs : sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) n = 1;
+  if (n > ntodo) n = ntodo;
+  return (int)(n < 1 ? 1 : n);
+}
+
+int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap) {
+  double t0 = now_s();
+  M->stats.units = M->nunits;
+  /* The main unit's key: everything it holds, offsets and program table included. */
+  char *text = LLVMPrintModuleToString(M->units[0].mod);
+  hash_key(M->salt, text, M->units[0].key);
+  LLVMDisposeMessage(text);
+  const char *dir =
+      o->cache_dir && !o->keep_ir && make_dirs(o->cache_dir) == 0 ? o->cache_dir : NULL;
+  Work w = {.M = M, .o = o, .cache_dir = dir, .t0 = t0, .tty = isatty(2)};
+  w.todo = malloc((size_t)M->nunits * sizeof *w.todo);
+  if (!w.todo) return fail(err, cap, "out of memory%s", NULL);
+  for (int32_t i = 0; i < M->nunits; i++) {
+    LlvmUnit *u = &M->units[i];
+    char *path = dir ? cache_path(dir, u->key) : NULL;
+    if (path && cached_object(path)) {
+      u->file = path;
+      unit_drop_ir(u);
+      M->stats.cached++;
+      continue;
+    }
+    free(path);
+    w.todo[w.ntodo++] = i;
+  }
+  atomic_init(&w.next, 0);
+  pthread_mutex_init(&w.lock, NULL);
+  int nthreads = jobs_for(o, w.ntodo);
+  pthread_t th[64];
+  if (nthreads > 64) nthreads = 64;
+  int started = 0;
+  for (int t = 1; t < nthreads; t++)
+    if (pthread_create(&th[started], NULL, worker, &w) == 0) started++;
+  worker(&w);
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  pthread_mutex_destroy(&w.lock);
+  if (w.shown) fprintf(stderr, "\r\033[K");
+  free(w.todo);
+  M->stats.jobs = started + 1;
+  M->stats.codegen_s = now_s() - t0;
+  for (int32_t i = 0; i < M->nunits; i++)
+    if (M->units[i].err) return fail(err, cap, "%s", M->units[i].err);
+  return 0;
+}
+
+/* ---- the results ---- */
+
+void llvm_paths_free(char **paths) {
+  for (char **p = paths; p && *p; p++) free(*p);
+  free(paths);
+}
+
+int llvm_object_files(LlvmModule *M, const char *dir, char ***out, int *n, char *err, size_t cap) {
+  *out = NULL;
+  *n = 0;
+  char **paths = calloc((size_t)M->nunits + 1, sizeof *paths);
+  if (!paths) return fail(err, cap, "out of memory%s", NULL);
+  for (int32_t i = 0; i < M->nunits; i++) {
+    LlvmUnit *u = &M->units[i];
+    if (u->file) {
+      paths[i] = strdup(u->file);
+    } else if (u->obj) {
+      size_t len = strlen(dir) + strlen(u->name) + 8;
+      paths[i] = malloc(len);
+      if (paths[i]) snprintf(paths[i], len, "%s/%s.o", dir, u->name);
+      if (paths[i] && write_file(paths[i], LLVMGetBufferStart(u->obj), LLVMGetBufferSize(u->obj))) {
+        fail(err, cap, "%s: cannot write the object", paths[i]);
+        llvm_paths_free(paths);
+        return -1;
+      }
+    } else {
+      llvm_paths_free(paths);
+      return fail(err, cap, "unit %s has no object (was it compiled?)", u->name);
+    }
+    if (!paths[i]) {
+      llvm_paths_free(paths);
+      return fail(err, cap, "out of memory%s", NULL);
+    }
+  }
+  *out = paths;
+  *n = M->nunits;
+  return 0;
+}
+
+static int run_wait(char *const *argv) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+int llvm_emit_object(LlvmModule *M, const char *path, char *err, size_t cap) {
+  if (!M || !M->nunits) return fail(err, cap, "llvm_emit_object: no module%s", NULL);
+  if (M->nunits == 1 && M->units[0].obj)
+    return write_file(path, LLVMGetBufferStart(M->units[0].obj), LLVMGetBufferSize(M->units[0].obj))
+               ? fail(err, cap, "%s: cannot write the object", path)
+               : 0;
+  const char *tmp = getenv("TMPDIR");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/axlc-obj-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) return fail(err, cap, "%s: cannot create a temporary directory", dir);
+  char **objs;
+  int n, rc = llvm_object_files(M, dir, &objs, &n, err, cap);
+  if (rc == 0) {
+    const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+    char **argv = calloc((size_t)n + 8, sizeof *argv);
+    int k = 0;
+    if (argv) {
+      argv[k++] = (char *)cc;
+      argv[k++] = "-r";
+      argv[k++] = "-nostdlib";
+      argv[k++] = "-o";
+      argv[k++] = (char *)path;
+      for (int i = 0; i < n; i++) argv[k++] = objs[i];
+    }
+    rc = argv && run_wait(argv) == 0
+             ? 0
+             : fail(err, cap, "%s: `cc -r` failed to join the objects", path);
+    free(argv);
+    for (int i = 0; i < n; i++)
+      if (!strncmp(objs[i], dir, strlen(dir))) unlink(objs[i]);
+    llvm_paths_free(objs);
+  }
+  rmdir(dir);
+  return rc;
+}
+
+int llvm_emit_text(LlvmModule *M, FILE *out, bool as_asm, char *err, size_t cap) {
+  LLVMTargetMachineRef tm = as_asm ? machine(M) : NULL;
+  if (as_asm && !tm) return fail(err, cap, "LLVM: no target machine%s", NULL);
+  int rc = 0;
+  for (int32_t i = 0; i < M->nunits && rc == 0; i++) {
+    LlvmUnit *u = &M->units[i];
+    if (!u->mod) {
+      rc = fail(err, cap, "unit %s: its IR was not kept (compile with keep_ir)", u->name);
+      break;
+    }
+    if (!as_asm) {
+      char *s = LLVMPrintModuleToString(u->mod);
+      if (fprintf(out, "; ---- unit %s\n", u->name) < 0 || fputs(s, out) < 0)
+        rc = fail(err, cap, "cannot write the LLVM IR%s", NULL);
+      LLVMDisposeMessage(s);
+      continue;
+    }
+    LLVMMemoryBufferRef buf = NULL;
+    char *msg = NULL;
+    if (LLVMTargetMachineEmitToMemoryBuffer(tm, u->mod, LLVMAssemblyFile, &msg, &buf)) {
+      rc = fail(err, cap, "LLVM assembly: %s", msg);
+      LLVMDisposeMessage(msg);
+      break;
+    }
+    size_t n = LLVMGetBufferSize(buf);
+    if (fprintf(out, "# ---- unit %s\n", u->name) < 0 ||
+        fwrite(LLVMGetBufferStart(buf), 1, n, out) != n)
+      rc = fail(err, cap, "cannot write the assembly%s", NULL);
+    LLVMDisposeMemoryBuffer(buf);
+  }
+  if (tm) LLVMDisposeTargetMachine(tm);
+  return rc;
+}
+
+const LlvmStats *llvm_module_stats(const LlvmModule *M) { return &M->stats; }
+
+void llvm_module_free(LlvmModule *M) {
+  if (!M) return;
+  for (int32_t i = 0; i < M->nunits; i++) {
+    LlvmUnit *u = &M->units[i];
+    unit_drop_ir(u);
+    if (u->obj) LLVMDisposeMemoryBuffer(u->obj);
+    free(u->file);
+    free(u->err);
+  }
+  free(M->units);
+  free(M->cpu);
+  free(M->features);
+  free(M->triple);
+  if (M->layout) LLVMDisposeMessage(M->layout);
+  free(M);
+}
