@@ -104,24 +104,62 @@ static void copy_back(LlvmCtx *C) {
   }
 }
 
-/* axlc_step, or axlc_forward: void name(char *slab, RtPool *pool, RtComm *comm) running every
- * value of C->g. */
-static LLVMValueRef emit_entry(LlvmCtx *C, const char *name) {
+/* A step of thousands of kernel calls as one function takes LLVM's code generator minutes
+ * (its time grows faster than the function); in parts of PART_VALUES values each, it takes a
+ * second. */
+enum { PART_VALUES = 64 };
+
+/* A function void name(char *slab, RtPool *pool, RtComm *comm) whose entry block the builder
+ * is left in, as the function C emits into. */
+static LLVMValueRef begin_fn(LlvmCtx *C, const char *name, bool internal) {
   LLVMTypeRef p[] = {C->t_i8p, C->t_i8p, C->t_i8p};
   LLVMValueRef f = LLVMAddFunction(C->m, name, LLVMFunctionType(C->t_void, p, 3, 0));
   unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
   LLVMAddAttributeAtIndex(f, 1, LLVMCreateEnumAttribute(C->c, noalias, 0));
+  if (internal) {
+    LLVMSetLinkage(f, LLVMInternalLinkage);
+    unsigned kind = LLVMGetEnumAttributeKindForName("noinline", 8);
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(C->c, kind, 0));
+  }
   LLVMPositionBuilderAtEnd(C->b, LLVMAppendBasicBlockInContext(C->c, f, "entry"));
   C->step = C->fn = f;
   C->step_slab = C->slab = LLVMGetParam(f, 0);
   C->pool = LLVMGetParam(f, 1);
   C->comm = LLVMGetParam(f, 2);
-  for (int32_t v = 0; v < C->g->nvalues; v++)
-    if (llvm_kernel_emit(C, v)) return NULL;
-  copy_back(C);
+  return f;
+}
+
+static void end_fn(LlvmCtx *C) {
   llvm_kernel_args_done(C);
   LLVMBuildRetVoid(C->b);
-  return f;
+}
+
+/* axlc_step, or axlc_forward: void name(char *slab, RtPool *pool, RtComm *comm) running every
+ * value of C->g, in order, by calling its parts. */
+static LLVMValueRef emit_entry(LlvmCtx *C, const char *name) {
+  LLVMValueRef top = begin_fn(C, name, false);
+  LLVMBasicBlockRef top_bb = LLVMGetInsertBlock(C->b);
+  LLVMValueRef top_args[] = {C->slab, C->pool, C->comm};
+  for (int32_t v0 = 0, part = 0; v0 < C->g->nvalues; v0 += PART_VALUES, part++) {
+    char pname[96];
+    snprintf(pname, sizeof pname, "%s.part%d", name, part);
+    LLVMValueRef f = begin_fn(C, pname, true);
+    LLVMBasicBlockRef at = LLVMGetInsertBlock(C->b);
+    LLVMPositionBuilderAtEnd(C->b, top_bb);
+    LLVMBuildCall2(C->b, LLVMGlobalGetValueType(f), f, top_args, 3, "");
+    LLVMPositionBuilderAtEnd(C->b, at);
+    for (int32_t v = v0; v < C->g->nvalues && v < v0 + PART_VALUES; v++)
+      if (llvm_kernel_emit(C, v)) return NULL;
+    end_fn(C);
+  }
+  C->step = C->fn = top;
+  C->step_slab = C->slab = top_args[0];
+  C->pool = top_args[1];
+  C->comm = top_args[2];
+  LLVMPositionBuilderAtEnd(C->b, top_bb);
+  copy_back(C);
+  end_fn(C);
+  return top;
 }
 
 /* The per-graph state of C: which values get buffers, constants, collectives. */
