@@ -279,6 +279,29 @@ compile_cli)
   # shellcheck disable=SC2086
   must "$AXLC" compile "$m" --target cpu --emit obj -o "$T/step.o" $small
   [ "$(head -c 4 "$T/step.o" | od -An -c | tr -d ' ')" = "177ELF" ] || fail "--emit obj is not ELF"
+  # the compile cache: filled by the first compile, used whole by the second (the same
+  # trainer, byte for byte), untouched with --no-cache or AXLC_NO_CACHE=1
+  c="$T/cache"
+  # shellcheck disable=SC2086
+  must env AXLC_CACHE_DIR="$c" "$AXLC" compile "$m" --target cpu -o "$T/t1" $small
+  n=$(ls "$c" | grep -c '^llvm-.*\.o$')
+  [ "$n" -gt 2 ] || fail "the cache holds $n objects after a compile"
+  # shellcheck disable=SC2086
+  must env AXLC_CACHE_DIR="$c" "$AXLC" compile "$m" --target cpu -o "$T/t2" $small --jobs 1
+  cmp -s "$T/t1" "$T/t2" || fail "the trainer compiled from the cache differs"
+  [ "$(ls "$c" | grep -c '^llvm-.*\.o$')" -eq "$n" ] || fail "a compile from the cache added objects"
+  rm -rf "$c"
+  # shellcheck disable=SC2086
+  must env AXLC_CACHE_DIR="$c" "$AXLC" compile "$m" --target cpu -o "$T/t3" $small --no-cache
+  # shellcheck disable=SC2086
+  must env AXLC_CACHE_DIR="$c" AXLC_NO_CACHE=1 "$AXLC" compile "$m" --target cpu -o "$T/t3" $small
+  [ ! -e "$c" ] || fail "--no-cache or AXLC_NO_CACHE=1 wrote the cache"
+  cmp -s "$T/t1" "$T/t3" || fail "the trainer compiled without the cache differs"
+  for j in 0 65 x; do
+    "$AXLC" compile "$m" --target cpu -o "$T/x" --jobs $j > "$T/out" 2> "$T/err"
+    [ $? -eq 1 ] && grep -qxF "error: --jobs $j: expected a whole number from 1 to 64" "$T/err" ||
+      fail "--jobs $j accepted"
+  done
   "$AXLC" compile "$m" --target gpu-h100-8 -o "$T/x" > "$T/out" 2> "$T/err"
   [ $? -eq 1 ] && grep -q "expected --target cpu" "$T/err" || fail "--target gpu-h100-8 accepted"
   "$AXLC" compile "$m" --target cpu > "$T/out" 2> "$T/err"

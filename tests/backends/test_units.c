@@ -1,0 +1,147 @@
+/* test_units.c: kernels compiled once (unit.c), on threads, through the object cache.
+ *
+ * The same computation on other buffers (what every layer of a model repeats) must share one
+ * unit; another shape or another expression must not. A second compile through a cache
+ * directory takes every object from it and computes the same values; a damaged cache entry is
+ * compiled again, not used. All results are checked against the interpreter (bt_check_with).
+ */
+#include "backend_test.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define OUT(g, name, v) CU_ASSERT_EQUAL(ir_graph_add_output((g), (name), (v)), IR_OK)
+
+static const int64_t D35[] = {3, 5}, D45[] = {4, 5};
+
+/* tanh(x) * y + x on three pairs of buffers of one shape, and once on another shape. */
+static IrGraph *layers(void) {
+  IrGraph *g = ir_graph_new();
+  char xn[16], yn[16], on[16];
+  for (int l = 0; l < 4; l++) {
+    const int64_t *d = l < 3 ? D35 : D45;
+    snprintf(xn, sizeof xn, "x%d", l);
+    snprintf(yn, sizeof yn, "y%d", l);
+    snprintf(on, sizeof on, "out%d", l);
+    int32_t x = ir_param(g, xn, DT_F32, 2, d), y = ir_param(g, yn, DT_F32, 2, d);
+    OUT(g, on, ir_add(g, ir_mul(g, ir_tanh(g, x), y), x));
+  }
+  return g;
+}
+
+static const LlvmStats *compile_stats(IrGraph *g, const LlvmOptions *o, LlvmModule **m) {
+  MemPlan mp;
+  CU_ASSERT_EQUAL_FATAL(bt_plan_simple(g, &mp), 0);
+  char err[512] = "";
+  int rc = llvm_compile(g, &mp, o, m, err, sizeof err);
+  if (rc) fprintf(stderr, "compile: %s\n", err);
+  free(mp.offset);
+  free(mp.bytes);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  return llvm_module_stats(*m);
+}
+
+static void test_dedup(void) {
+  IrGraph *g = layers();
+  LlvmOptions o = llvm_options_default();
+  LlvmModule *m;
+  const LlvmStats *s = compile_stats(g, &o, &m);
+  CU_ASSERT_EQUAL(s->kernels, 4); /* one fused kernel per output */
+  /* The flat kernel does not depend on the shape (lo and hi are arguments), so all four
+   * outputs share it: the main unit and one kernel. */
+  CU_ASSERT_EQUAL(s->units, 2);
+  llvm_module_free(m);
+  bt_check_with(g, NULL, 0, &o, BT_PLAN_SIMPLE, 1e-6, "layers, deduplicated");
+  /* Another expression is another unit. */
+  int32_t x = ir_graph_find(g, IR_PARAMETER, "x0");
+  OUT(g, "other", ir_sub(g, ir_exp(g, x), x));
+  s = compile_stats(g, &o, &m);
+  CU_ASSERT_EQUAL(s->units, 3);
+  llvm_module_free(m);
+  ir_graph_free(g);
+}
+
+/* The number of llvm-*.o files in dir. */
+static int cache_entries(const char *dir, char *one, size_t cap) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));)
+    if (!strncmp(e->d_name, "llvm-", 5)) {
+      n++;
+      snprintf(one, cap, "%s/%s", dir, e->d_name);
+    }
+  if (d) closedir(d);
+  return n;
+}
+
+static void test_cache(void) {
+  char dir[] = "/tmp/axlc_units_XXXXXX";
+  CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+  char sub[64], one[512] = "";
+  snprintf(sub, sizeof sub, "%s/made/by/the/compile", dir); /* created on demand */
+  IrGraph *g = layers();
+  int32_t x = ir_graph_find(g, IR_PARAMETER, "x1");
+  OUT(g, "other", ir_sub(g, ir_exp(g, x), x));
+  LlvmOptions o = llvm_options_default();
+  o.cache_dir = sub;
+  LlvmModule *m;
+  const LlvmStats *s = compile_stats(g, &o, &m);
+  CU_ASSERT_EQUAL(s->cached, 0);
+  int32_t units = s->units;
+  llvm_module_free(m);
+  CU_ASSERT_EQUAL(cache_entries(sub, one, sizeof one), units);
+  s = compile_stats(g, &o, &m); /* warm: every object from the cache */
+  CU_ASSERT_EQUAL(s->cached, units);
+  llvm_module_free(m);
+  bt_check_with(g, NULL, 0, &o, BT_PLAN_SIMPLE, 1e-6, "from the cache");
+  /* A damaged entry is not an object: it is compiled again and replaced. */
+  FILE *f = fopen(one, "wb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fputs("not an object", f);
+  fclose(f);
+  s = compile_stats(g, &o, &m);
+  CU_ASSERT_EQUAL(s->cached, units - 1);
+  llvm_module_free(m);
+  s = compile_stats(g, &o, &m);
+  CU_ASSERT_EQUAL(s->cached, units);
+  llvm_module_free(m);
+  bt_check_with(g, NULL, 0, &o, BT_PLAN_SIMPLE, 1e-6, "after a damaged entry");
+  /* A cache directory that cannot be made is no cache, not an error. */
+  o.cache_dir = "/proc/axlc-cannot-be-here";
+  s = compile_stats(g, &o, &m);
+  CU_ASSERT_EQUAL(s->cached, 0);
+  llvm_module_free(m);
+  ir_graph_free(g);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
+/* One thread or four: the same units, the same values. */
+static void test_jobs(void) {
+  IrGraph *g = layers();
+  for (int jobs = 1; jobs <= 4; jobs += 3) {
+    LlvmOptions o = llvm_options_default();
+    o.jobs = jobs;
+    LlvmModule *m;
+    const LlvmStats *s = compile_stats(g, &o, &m);
+    CU_ASSERT_EQUAL(s->jobs, jobs == 1 ? 1 : 2); /* no more threads than units */
+    llvm_module_free(m);
+    bt_check_with(g, NULL, 0, &o, BT_PLAN_MEMPLAN, 1e-6, jobs == 1 ? "1 job" : "4 jobs");
+  }
+  ir_graph_free(g);
+}
+
+int main(void) {
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite s = CU_add_suite("backend_units", NULL, NULL);
+  CU_add_test(s, "dedup", test_dedup);
+  CU_add_test(s, "cache", test_cache);
+  CU_add_test(s, "jobs", test_jobs);
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  unsigned failed = CU_get_number_of_failures();
+  CU_cleanup_registry();
+  return failed ? 1 : 0;
+}
