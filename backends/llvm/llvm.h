@@ -147,7 +147,7 @@ void llvm_jit_free(LlvmJit *jit); /* NULL is fine */
 
 /* One module in its own context, compiled on its own (unit.c). */
 typedef struct LlvmUnit {
-  char name[40];           /* the kernel's symbol (axk_<key>), or "main" */
+  char name[72];           /* the kernel's symbol (axk_<op>_<key>), or "main" */
   char key[33];            /* hash of the unit's IR and the compile salt: its cache file name */
   LLVMContextRef ctx;      /* owns mod; NULL once compiled, unless kept */
   LLVMModuleRef mod;       /* NULL once compiled, unless kept */

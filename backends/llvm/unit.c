@@ -4,7 +4,7 @@
  * (and axlc_forward) and the program table; every kernel is a unit of one function
  * (loop.c: llvm_kernel_begin). When a kernel is closed its IR is printed and hashed with the
  * salt (axlc's unit format, LLVM's version, the triple, CPU, features and optimization level):
- * the hash names the kernel (axk_<hash>), so the kernels that every layer repeats on other
+ * the hash names the kernel (axk_<op>_<hash>), so the kernels that every layer repeats on other
  * buffers are one unit, compiled once, and the step calls it from each layer.
  *
  * llvm_units_compile then optimizes and generates an object for each unit, on as many threads
@@ -157,24 +157,30 @@ int llvm_unit_open(LlvmCtx *C) {
 
 LLVMValueRef llvm_unit_close(LlvmCtx *C) {
   LlvmModule *M = C->M;
-  char key[33], name[40];
-  LLVMSetValueName2(C->fn, "axk", 3);
+  char key[33], name[sizeof M->units[0].name];
+  /* Named axk_<op>_<hash>, the op for profiles to read; the op is part of the hashed text, so
+   * the name is a function of the hash (a cached object defines the name this compile calls). */
+  const char *given = LLVMGetValueName(C->fn), *op = strchr(given, '_');
+  snprintf(name, sizeof name, "axk_%.24s", op ? op + 1 : given);
+  LLVMSetValueName2(C->fn, name, strlen(name));
   char *text = LLVMPrintModuleToString(C->m);
   hash_key(M->salt, text, key);
   LLVMDisposeMessage(text);
-  snprintf(name, sizeof name, "axk_%s", key);
   LLVMDisposeBuilder(C->b);
   int32_t found = -1;
   for (int32_t i = 1; i < M->nunits && found < 0; i++)
-    if (!strcmp(M->units[i].name, name)) found = i;
+    if (!strcmp(M->units[i].key, key)) found = i;
   LlvmUnit *u = found < 0 ? unit_add(M) : NULL;
   if (u) {
+    size_t len = strlen(name);
+    snprintf(name + len, sizeof name - len, "_%s", key);
     LLVMSetValueName2(C->fn, name, strlen(name));
     memcpy(u->name, name, sizeof name);
     memcpy(u->key, key, sizeof key);
     u->ctx = C->c;
     u->mod = C->m;
   } else {
+    if (found >= 0) memcpy(name, M->units[found].name, sizeof name);
     LLVMDisposeModule(C->m);
     LLVMContextDispose(C->c);
   }
