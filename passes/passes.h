@@ -127,6 +127,11 @@ typedef struct MemPlan {
                             * index if none; g->nvalues for outputs): live from v to last[v] */
 } MemPlan;
 
+/* materialized[v] (nvalues) is set when value v gets a buffer written by its own kernel; the
+ * others are computed inside their consumers' loops (passes/fusion.c says which). Parameters,
+ * inputs, outputs and every operand of a non-elementwise value stay materialized. The plan of
+ * both code generators. Returns 0, or -1 if an argument is NULL or memory runs out. */
+int pass_fusion_plan(const IrGraph *g, bool *materialized);
 /* Plans g in its current order (values are executed in index order). */
 int pass_memplan(IrGraph *g, MemPlan *plan);
 /* The same when the backend fuses: values with materialized[v] false are computed inside their

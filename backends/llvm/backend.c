@@ -95,7 +95,7 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
   for (int k = 0; k < (j->forward ? 2 : 1); k++) {
     IrGraph *g = k ? j->forward : j->graph;
     bool *mat = malloc(((size_t)g->nvalues + 1) * sizeof *mat);
-    if (lo.fuse) llvm_fusion_plan(g, mat);
+    if (lo.fuse) pass_fusion_plan(g, mat);
     int rc = pass_memplan_fused(g, lo.fuse ? mat : NULL, k ? &c->fwd_plan : &c->plan);
     free(mat);
     if (rc != IR_OK)
@@ -357,7 +357,7 @@ const Backend backend_llvm = {
     .emits = emits,
     .standalone = true,
     .supports_op = llvm_backend_supports_op,
-    .plan = llvm_fusion_plan,
+    .plan = pass_fusion_plan,
     .compile = llvm_backend_compile,
     .run = llvm_backend_run,
     .check_run_args = llvm_backend_check_run_args,

@@ -181,7 +181,7 @@ static int graph_begin(LlvmCtx *C) {
   for (int32_t v = 0; v < C->g->nvalues; v++)
     C->coll[v] = multi && (ir_op_flags(C->g->values[v].op) & IR_COLLECTIVE) ? C->ncoll++ : -1;
   if (C->opt.fuse)
-    llvm_fusion_plan(C->g, C->mat);
+    pass_fusion_plan(C->g, C->mat);
   else
     memset(C->mat, 1, (size_t)C->g->nvalues);
   if (check_graph(C) || (C->opt.fuse && llvm_fusion_check(C))) return -1;

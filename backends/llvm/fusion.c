@@ -1,10 +1,4 @@
-/* fusion.c: which values get a buffer, and a check that the memory plan allows the rest.
- *
- * An elementwise value, broadcast, splat constant or iota whose consumers are all elementwise
- * values of its own shape is computed inside those consumers' loops (its element at the same
- * position) instead of being stored: elementwise chains, and the broadcasts feeding them, become
- * one loop. Only a single consumer may inline a value, except the cheap ones (splat constants,
- * iota), so nothing is computed twice.
+/* fusion.c: a check that the memory plan allows the fusion plan (passes/fusion.c).
  *
  * The memory plan may not know about fusion: it ends an operand's life at the fused value that
  * reads it, while the consumer really reads it later. llvm_fusion_check finds a fused kernel
@@ -14,44 +8,6 @@
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
-
-#include <stdlib.h>
-
-static bool inlinable(const IrValue *x) {
-  if (x->op == IR_CONSTANT) return x->attr.data == NULL;
-  return x->op == IR_BROADCAST || x->op == IR_IOTA || (ir_op_flags(x->op) & IR_ELEMENTWISE);
-}
-
-int llvm_fusion_plan(const IrGraph *g, bool *mat) {
-  if (!g || !mat) return -1;
-  int32_t n = g->nvalues;
-  int32_t *uses = calloc((size_t)n + 1, sizeof *uses);
-  bool *ok = malloc((size_t)n + 1);
-  if (!uses || !ok) {
-    free(uses);
-    free(ok);
-    return -1;
-  }
-  for (int32_t v = 0; v < n; v++) ok[v] = inlinable(&g->values[v]);
-  for (int32_t u = 0; u < n; u++) {
-    const IrValue *x = &g->values[u];
-    bool elementwise = ir_op_flags(x->op) & IR_ELEMENTWISE;
-    for (int32_t k = 0; k < x->nops; k++) {
-      int32_t o = x->ops[k];
-      uses[o]++;
-      if (!elementwise || !ir_shape_eq(&g->values[o].shape, &x->shape)) ok[o] = false;
-    }
-  }
-  for (int32_t i = 0; i < g->noutputs; i++) ok[g->outputs[i].value] = false;
-  for (int32_t v = 0; v < n; v++) {
-    const IrValue *x = &g->values[v];
-    bool cheap = x->op == IR_CONSTANT || x->op == IR_IOTA;
-    mat[v] = !(ok[v] && uses[v] >= 1 && (uses[v] == 1 || cheap));
-  }
-  free(uses);
-  free(ok);
-  return 0;
-}
 
 /* ---- the check against the plan ---- */
 

@@ -10,7 +10,7 @@
  * runtime fills before the step. Each value becomes a kernel: a loop nest over its output index
  * space that computes one element from its operands (ir/interp.c is the spec), or a call to
  * cblas_sgemm for dot_general. Elementwise values whose only consumer is another elementwise
- * value are computed inline in the consumer's loop (llvm_fusion_plan). Large kernels are split
+ * value are computed inline in the consumer's loop (pass_fusion_plan). Large kernels are split
  * over the runtime's threads with rt_parallel_for (runtime/axrt.h); BLAS calls stay on the
  * calling thread. Outputs "new:X" land on X's buffer (the memory plan puts them there, or the
  * step copies them at its end).
@@ -67,7 +67,7 @@ typedef struct LlvmProgramInfo {
 
 typedef struct LlvmOptions {
   int opt_level;                  /* 0: no LLVM optimization, 1..3: default<On> */
-  bool fuse;                      /* inline single-use elementwise values (llvm_fusion_plan) */
+  bool fuse;                      /* inline single-use elementwise values (pass_fusion_plan) */
   bool blas;                      /* dot_general through cblas_sgemm where layouts allow */
   bool threads;                   /* split large kernels with rt_parallel_for */
   int64_t parallel_min;           /* elements below which a kernel stays on one thread */
@@ -104,14 +104,6 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
                  char *err, size_t cap);
 void llvm_module_free(LlvmModule *m); /* NULL is fine */
 const LlvmStats *llvm_module_stats(const LlvmModule *m);
-
-/* ======================================================================== fusion.c */
-
-/* materialized[v] (nvalues) is set when value v gets a buffer written by its own kernel; the
- * others are computed inside their one consumer's loop and need no buffer (a plan may give them
- * 0 bytes). Parameters, inputs, outputs and every operand of a non-elementwise value stay
- * materialized. Returns 0, or -1 if an argument is NULL. */
-int llvm_fusion_plan(const IrGraph *g, bool *materialized);
 
 /* ======================================================================== unit.c */
 

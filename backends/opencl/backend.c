@@ -93,7 +93,7 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
   bool *mat = malloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
   if (!mat) return fe_error(j->diag, j->file, NULL, "out of memory");
   if (o.fuse)
-    ocl_fusion_plan(j->graph, mat);
+    pass_fusion_plan(j->graph, mat);
   else
     memset(mat, 1, (size_t)j->graph->nvalues * sizeof *mat);
   int rc = pass_memplan_fused(j->graph, mat, &c->plan);
@@ -218,7 +218,7 @@ const Backend backend_opencl = {
     .emits = emits,
     .standalone = true,
     .supports_op = ocl_backend_supports_op,
-    .plan = ocl_fusion_plan,
+    .plan = pass_fusion_plan,
     .compile = ocl_backend_compile,
     .run = ocl_backend_run,
     .check_run_args = ocl_backend_check_run_args,

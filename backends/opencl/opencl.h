@@ -40,12 +40,6 @@ typedef struct OclBuf {
 void ocl_buf_printf(OclBuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ocl_buf_free(OclBuf *b);
 
-/* ======================================================================== fusion.c */
-
-/* materialized[v] (nvalues): v gets a buffer and a kernel of its own (see llvm_fusion_plan,
- * which this mirrors: both backends inline the same values). 0, or -1 on NULL arguments. */
-int ocl_fusion_plan(const IrGraph *g, bool *materialized);
-
 /* ======================================================================== emit.c */
 
 typedef struct OclKernels {

@@ -145,12 +145,12 @@ static inline char *bt_run_backend(const IrGraph *g, const MemPlan *mp, const Ll
 
 enum { BT_PLAN_SIMPLE, BT_PLAN_MEMPLAN, BT_PLAN_FUSED };
 
-/* A plan of kind BT_PLAN_*; BT_PLAN_FUSED: pass_memplan_fused with llvm_fusion_plan. */
+/* A plan of kind BT_PLAN_*; BT_PLAN_FUSED: pass_memplan_fused with pass_fusion_plan. */
 static inline int bt_plan(IrGraph *g, int kind, MemPlan *mp) {
   if (kind == BT_PLAN_SIMPLE) return bt_plan_simple(g, mp);
   if (kind == BT_PLAN_MEMPLAN) return pass_memplan(g, mp);
   bool *mat = malloc((size_t)g->nvalues + 1);
-  int rc = llvm_fusion_plan(g, mat) ? -1 : pass_memplan_fused(g, mat, mp);
+  int rc = pass_fusion_plan(g, mat) ? -1 : pass_memplan_fused(g, mat, mp);
   if (rc == 0) CU_ASSERT_EQUAL(pass_memplan_conflicts(g, mat, mp), 0);
   free(mat);
   return rc;

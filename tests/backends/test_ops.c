@@ -238,7 +238,7 @@ static void test_fused_chain(void) {
   y = ir_add(g, ir_mul(g, y, ir_broadcast(g, gamma, 2, d, b1)), ir_broadcast(g, beta, 2, d, b1));
   OUT(g, "y", ir_tanh(g, y));
   bool mat[64];
-  CU_ASSERT_EQUAL(llvm_fusion_plan(g, mat), 0);
+  CU_ASSERT_EQUAL(pass_fusion_plan(g, mat), 0);
   int nmat = 0;
   for (int32_t v = 0; v < g->nvalues; v++) nmat += mat[v];
   CU_ASSERT(nmat < g->nvalues - 6); /* most of the chain needs no buffer */

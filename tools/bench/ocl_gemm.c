@@ -69,7 +69,7 @@ static void backend_kernels(int64_t M, int64_t N, int64_t K, OclGemm g, OclKerne
   int32_t b = ir_param(gr, "b", DT_F32, 2, (int64_t[]){K, N});
   ir_graph_add_output(gr, "c", ir_matmul(gr, a, b));
   bool *mat = calloc((size_t)gr->nvalues, 1);
-  ocl_fusion_plan(gr, mat);
+  pass_fusion_plan(gr, mat);
   char err[512];
   if (pass_memplan_fused(gr, mat, mp) != IR_OK) die("pass_memplan_fused", 0);
   OclOptions o = ocl_options_default();
