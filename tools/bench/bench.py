@@ -3,8 +3,8 @@ PyTorch, on this machine, in one invocation (issue 12: compile in seconds, train
 PyTorch).
 
     /usr/bin/python3 tools/bench/bench.py --axlc build/tools/axlc --peak build/tools/bench/sgemm_peak
-        [--steps N] [--warmup N] [--rounds R] [--threads N] [--only NAME] [--no-torch]
-        [--warm auto|always|never] [--json OUT] [--opencl [--ocl-gemm PROGRAM]]
+        [--steps N] [--warmup N] [--rounds R] [--threads N] [--only NAME] [--skip NAME]
+        [--no-torch] [--warm auto|always|never] [--json OUT] [--opencl [--ocl-gemm PROGRAM]]
 
 What it measures, in order:
 
@@ -43,7 +43,8 @@ Model FLOPs per step: 6 * (matmul parameters) * tokens + 12 * layers * batch * s
 Lookups (token embedding of an untied head, learned positions) are not matmuls.
 
 The machine is small and shared: run one bench at a time, and compare the ratio more than the
-absolute numbers. --only NAME keeps the benchmarks (and compile rows) whose name contains NAME.
+absolute numbers. --only NAME keeps the benchmarks (and compile rows) whose name contains NAME,
+--skip NAME leaves them out (--skip llama: no 7B compile, which takes minutes).
 """
 import argparse
 import datetime
@@ -99,7 +100,8 @@ def run(cmd, **kw):
 
 
 def timed(cmd, env):
-    """Runs cmd and returns (wall seconds, peak RSS in MiB) of it, from os.wait4's rusage."""
+    """Runs cmd and returns (wall seconds, peak RSS in MiB) of it, from os.wait4's rusage;
+    raises RuntimeError with the end of its stderr when it fails."""
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
@@ -108,8 +110,8 @@ def timed(cmd, env):
         p.returncode = os.waitstatus_to_exitcode(status)
         if p.returncode != 0:
             err.seek(0)
-            sys.exit(f"bench: {' '.join(cmd)} failed ({p.returncode}):\n"
-                     f"{err.read().decode(errors='replace')[-2000:]}")
+            raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n"
+                               f"{err.read().decode(errors='replace')[-2000:]}")
     return wall, ru.ru_maxrss / 1024.0  # ru_maxrss is in KiB on Linux
 
 
@@ -222,7 +224,7 @@ def fmt(x, spec, none="-"):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()),
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("--axlc", required=True, help="the axlc program (build/tools/axlc)")
@@ -233,6 +235,9 @@ def main():
                     help="runs of each implementation, alternating (3)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", help="run only benchmarks whose name contains this")
+    ap.add_argument("--skip", action="append", default=[], metavar="NAME",
+                    help="leave out benchmarks whose name contains NAME (repeatable; e.g. "
+                         "--skip llama: no llama2-7b compile)")
     ap.add_argument("--no-torch", action="store_true", help="train axlc only")
     ap.add_argument("--warm", choices=["auto", "always", "never"], default="auto",
                     help="the second (warm-cache) compile: auto skips it when the cold compile "
@@ -243,13 +248,14 @@ def main():
     a = ap.parse_args()
     a.axlc = os.path.abspath(a.axlc)
 
-    selected = lambda name: not a.only or a.only in name  # noqa: E731
+    def selected(name):
+        return (not a.only or a.only in name) and not any(k in name for k in a.skip)
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "cpus": os.cpu_count(), "git": git_rev(),
         "settings": {"steps": a.steps, "warmup": a.warmup, "rounds": a.rounds,
                      "threads": a.threads, "torch": not a.no_torch, "opencl": a.opencl,
-                     "only": a.only, "warm": a.warm},
+                     "only": a.only, "skip": a.skip, "warm": a.warm},
         "loadavg_start": list(os.getloadavg()), "goals": GOALS,
         "compile": [], "train": [], "ocl_gemm": [],
     }
@@ -271,7 +277,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="axlc-bench-") as top:
         # 2. Compile time and peak memory, every model first (the trainers are kept for 3).
         print("\ncompile (axlc compile --target cpu; cold: fresh AXLC_CACHE_DIR, warm: same dir again)")
-        print(f"{'model':22} {'cold s':>8} {'cold MiB':>9} {'cache':>12} {'warm s':>8} "
+        print(f"{'model':22} {'cold s':>8} {'cold MiB':>9} {'cache written':>18} {'warm s':>8} "
               f"{'warm MiB':>9}")
         trainers = {}
         for name, model, sets, flags in [b + ([],) for b in BENCHMARKS] + COMPILE_ONLY:
@@ -279,7 +285,16 @@ def main():
                 continue
             train = (name, model, sets) in BENCHMARKS
             out = os.path.join(top, "trainer-%d" % len(report["compile"]))
-            c = compile_bench(a.axlc, model, sets, flags, out, a.warm)
+            try:
+                c = compile_bench(a.axlc, model, sets, flags, out, a.warm)
+            except RuntimeError as e:
+                if train:
+                    sys.exit(f"bench: {e}")
+                print(f"{name:22} compile failed (compile only, the bench goes on): {e}")
+                report["compile"].append({"benchmark": name, "model": os.path.relpath(model, TOP),
+                                          "sets": sets, "flags": flags, "trained": False,
+                                          "error": str(e)})
+                continue
             if train:
                 trainers[name] = out
             else:
@@ -287,16 +302,16 @@ def main():
             cache = c["cache_after_cold"]
             w = c["warm"] or {}
             print(f"{name:22} {c['cold']['wall_s']:8.2f} {c['cold']['max_rss_mib']:9.0f} "
-                  f"{'%d f %.1fM' % (cache['files'], cache['bytes'] / 2**20):>12} "
+                  f"{'%d files %.1f MiB' % (cache['files'], cache['bytes'] / 2**20):>18} "
                   f"{fmt(w.get('wall_s'), '8.2f', 'skipped'):>8} "
                   f"{fmt(w.get('max_rss_mib'), '9.0f', '-'):>9}"
                   + ("" if train else "  (compile only)"))
             report["compile"].append(dict(c, benchmark=name, model=os.path.relpath(model, TOP),
                                           sets=sets, flags=flags, trained=train))
             sys.stdout.flush()
-        if report["compile"] and all(c["warm"] is None for c in report["compile"]):
-            reason = report["compile"][0].get("warm_skipped", "")
-            print(f"warm compiles skipped: {reason}")
+        reasons = sorted({c["warm_skipped"] for c in report["compile"] if "warm_skipped" in c})
+        if reasons:
+            print("warm compiles skipped: " + "; ".join(reasons))
 
         # 3. Training speed, axlc and PyTorch alternating.
         torch_version = None
