@@ -2,7 +2,8 @@
 PyTorch, on this machine, in one invocation (issue 12: compile in seconds, train faster than
 PyTorch).
 
-    /usr/bin/python3 tools/bench/bench.py --axlc build/tools/axlc --peak build/tools/bench/sgemm_peak
+    /usr/bin/python3 tools/bench/bench.py --axlc build/tools/axlc \
+        --peak build/tools/bench/sgemm_peak
         [--steps N] [--warmup N] [--rounds R] [--threads N] [--only NAME] [--skip NAME]
         [--no-torch] [--warm auto|always|never] [--json OUT] [--opencl [--ocl-gemm PROGRAM]]
 
@@ -223,6 +224,94 @@ def fmt(x, spec, none="-"):
     return none if x is None else format(x, spec)
 
 
+def bench_training(a, name, model, sets, trainer, peak, top):
+    """R rounds of (axlc, [OpenCL], PyTorch) on one benchmark; prints and returns its results."""
+    flops, tokens, cfg = model_flops(a.axlc, model, sets)
+    work = os.path.join(top, "work-" + name.split()[0])
+    os.makedirs(work)
+    resolved = os.path.join(work, "resolved.json")
+    with open(resolved, "w") as f:
+        json.dump(cfg, f)
+    B, T = cfg["input"]["global_batch_size"], cfg["input"]["seq_len"]
+    data = os.path.join(work, "tokens.bin")
+    token_file(data, cfg["model"]["vocab_size"], (a.steps + a.warmup + 1) * B * T + 1)
+    ocl = None
+    if a.opencl:
+        ocl = os.path.join(work, "trainer-opencl")
+        run([a.axlc, "compile", model, "--target", "opencl", "-o", ocl] + sets_args(sets))
+    impls = ["axlc"] + (["opencl"] if a.opencl else []) + ([] if a.no_torch else ["pytorch"])
+    steps = {i: [] for i in impls}
+    rounds = []
+    torch_version = None
+    print(f"\n{name}: {' '.join([os.path.relpath(model, TOP)] + sets)}, batch {B}, seq {T}, "
+          f"{flops / 1e9:.2f} GFLOP/step")
+    for r in range(a.rounds):
+        got, loss = {}, {}
+        got["axlc"], loss["axlc"] = run_trainer(trainer, data, a.steps, a.warmup, a.threads,
+                                                work, "cpu")
+        if a.opencl:
+            got["opencl"], loss["opencl"] = run_trainer(ocl, data, a.steps, a.warmup, 0, work,
+                                                        "opencl")
+        if not a.no_torch:
+            got["pytorch"], loss["pytorch"], torch_version = run_torch(resolved, a.steps,
+                                                                       a.warmup, a.threads)
+        for i in impls:
+            steps[i] += got[i]
+        rounds.append(dict(got, last_loss=loss))
+        print(f"  round {r + 1}/{a.rounds}: " + ", ".join(
+            f"{i} {statistics.median(got[i]):.1f}" for i in impls) + " ms/step (median); "
+            "last loss " + ", ".join(f"{loss[i]:.4f}" for i in impls))
+        sys.stdout.flush()
+    res = {"benchmark": name, "model": os.path.relpath(model, TOP), "sets": sets,
+           "batch": B, "seq": T, "tokens_per_step": tokens, "flops_per_step": flops,
+           "torch_version": torch_version, "rounds": rounds, "impls": {}}
+    for i in impls:
+        ms = statistics.median(steps[i])
+        res["impls"][i] = {
+            "ms_per_step": ms, "tokens_per_s": tokens / (ms / 1000),
+            "mfu": flops / (ms / 1000) / (peak * 1e9),
+            "round_medians": [statistics.median(g[i]) for g in rounds],
+            "measured_steps": len(steps[i])}
+    pt = res["impls"].get("pytorch")
+    res["ratio"] = pt["ms_per_step"] / res["impls"]["axlc"]["ms_per_step"] if pt else None
+    goal = goal_of(name)
+    res["goal"] = {"op": goal[0], "ratio": goal[1],
+                   "met": goal_met(goal, res["ratio"])} if goal else None
+    for i in impls:
+        x = res["impls"][i]
+        print(f"  {i:8} {x['ms_per_step']:10.1f} ms/step {x['tokens_per_s']:9.0f} tokens/s "
+              f"MFU {100 * x['mfu']:5.1f}%  (rounds: "
+              + " ".join("%.1f" % m for m in x["round_medians"]) + ")")
+    if res["ratio"] is not None:
+        print(f"  ratio PyTorch/axlc {res['ratio']:.2f}"
+              + (" (axlc faster)" if res["ratio"] > 1 else " (PyTorch faster)"))
+    sys.stdout.flush()
+    return res
+
+
+def print_summary(report):
+    """benchmark | axlc ms | PyTorch ms | ratio | MFU axlc | MFU torch | the issue's goal."""
+    print(f"\n{'benchmark':22} | {'axlc ms':>8} | {'PyTorch ms':>10} | {'ratio':>5} | "
+          f"{'MFU axlc':>8} | {'MFU torch':>9} | goal (ratio)")
+    for res in report["train"]:
+        ax, pt = res["impls"]["axlc"], res["impls"].get("pytorch")
+        g = res["goal"]
+        goal = "-" if g is None else f"{g['op']} {g['ratio']:.1f}: " + (
+            "not measured" if g["met"] is None else "met" if g["met"] else "NOT MET")
+        print(f"{res['benchmark']:22} | {ax['ms_per_step']:8.1f} | "
+              f"{fmt(pt and pt['ms_per_step'], '10.1f'):>10} | "
+              f"{fmt(res['ratio'], '5.2f'):>5} | {100 * ax['mfu']:7.1f}% | "
+              f"{fmt(pt and 100 * pt['mfu'], '8.1f') + ('%' if pt else ''):>9} | {goal}")
+
+
+def save(report, path):
+    """Writes the report so far to path (after each section: a failed run keeps what it got)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()),
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -262,6 +351,9 @@ def main():
     print(f"axlc {report['git']}, {report['cpus']} CPUs, load average "
           f"{report['loadavg_start'][0]:.2f}, {a.rounds} rounds of {a.warmup}+{a.steps} steps, "
           f"{a.threads} threads")
+    if report["loadavg_start"][0] > (os.cpu_count() or 1) - 0.5:
+        print("note: the machine is busy (load average near or above its CPU count): expect "
+              "noisy numbers, a low sgemm peak and so a high MFU; read the ratios")
 
     if a.ocl_gemm:
         for m, n, k in [(512, 512, 512), (512, 256, 64), (2048, 256, 256)]:
@@ -276,7 +368,8 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="axlc-bench-") as top:
         # 2. Compile time and peak memory, every model first (the trainers are kept for 3).
-        print("\ncompile (axlc compile --target cpu; cold: fresh AXLC_CACHE_DIR, warm: same dir again)")
+        print("\ncompile (axlc compile --target cpu; cold: fresh AXLC_CACHE_DIR, "
+              "warm: same dir again)")
         print(f"{'model':22} {'cold s':>8} {'cold MiB':>9} {'cache written':>18} {'warm s':>8} "
               f"{'warm MiB':>9}")
         trainers = {}
@@ -312,73 +405,14 @@ def main():
         reasons = sorted({c["warm_skipped"] for c in report["compile"] if "warm_skipped" in c})
         if reasons:
             print("warm compiles skipped: " + "; ".join(reasons))
+        save(report, a.json)
 
         # 3. Training speed, axlc and PyTorch alternating.
-        torch_version = None
         for name, model, sets in BENCHMARKS:
-            if not selected(name):
-                continue
-            flops, tokens, cfg = model_flops(a.axlc, model, sets)
-            work = os.path.join(top, "work-" + name.split()[0])
-            os.makedirs(work)
-            resolved = os.path.join(work, "resolved.json")
-            with open(resolved, "w") as f:
-                json.dump(cfg, f)
-            B, T = cfg["input"]["global_batch_size"], cfg["input"]["seq_len"]
-            data = os.path.join(work, "tokens.bin")
-            token_file(data, cfg["model"]["vocab_size"], (a.steps + a.warmup + 1) * B * T + 1)
-            ocl = None
-            if a.opencl:
-                ocl = os.path.join(work, "trainer-opencl")
-                run([a.axlc, "compile", model, "--target", "opencl", "-o", ocl] + sets_args(sets))
-            impls = ["axlc"] + (["opencl"] if a.opencl else []) + ([] if a.no_torch else ["pytorch"])
-            steps = {i: [] for i in impls}
-            rounds = []
-            print(f"\n{name}: {' '.join([os.path.relpath(model, TOP)] + sets)}, batch {B}, seq {T}, "
-                  f"{flops / 1e9:.2f} GFLOP/step")
-            for r in range(a.rounds):
-                got, loss = {}, {}
-                got["axlc"], loss["axlc"] = run_trainer(trainers[name], data, a.steps, a.warmup,
-                                                        a.threads, work, "cpu")
-                if a.opencl:
-                    got["opencl"], loss["opencl"] = run_trainer(ocl, data, a.steps, a.warmup, 0,
-                                                                work, "opencl")
-                if not a.no_torch:
-                    got["pytorch"], loss["pytorch"], torch_version = run_torch(
-                        resolved, a.steps, a.warmup, a.threads)
-                for i in impls:
-                    steps[i] += got[i]
-                rounds.append(dict(got, last_loss=loss))
-                print(f"  round {r + 1}/{a.rounds}: " + ", ".join(
-                    f"{i} {statistics.median(got[i]):.1f}" for i in impls) + " ms/step (median); "
-                    "last loss " + ", ".join(f"{loss[i]:.4f}" for i in impls))
-                sys.stdout.flush()
-            res = {"benchmark": name, "model": os.path.relpath(model, TOP), "sets": sets,
-                   "batch": B, "seq": T, "tokens_per_step": tokens, "flops_per_step": flops,
-                   "rounds": rounds, "impls": {}}
-            for i in impls:
-                ms = statistics.median(steps[i])
-                res["impls"][i] = {
-                    "ms_per_step": ms, "tokens_per_s": tokens / (ms / 1000),
-                    "mfu": flops / (ms / 1000) / (peak * 1e9),
-                    "round_medians": [statistics.median(g[i]) for g in rounds],
-                    "measured_steps": len(steps[i])}
-            pt = res["impls"].get("pytorch")
-            res["ratio"] = pt["ms_per_step"] / res["impls"]["axlc"]["ms_per_step"] if pt else None
-            goal = goal_of(name)
-            res["goal"] = {"op": goal[0], "ratio": goal[1],
-                           "met": goal_met(goal, res["ratio"])} if goal else None
-            for i in impls:
-                x = res["impls"][i]
-                print(f"  {i:8} {x['ms_per_step']:10.1f} ms/step {x['tokens_per_s']:9.0f} tokens/s "
-                      f"MFU {100 * x['mfu']:5.1f}%  (rounds: "
-                      + " ".join("%.1f" % m for m in x["round_medians"]) + ")")
-            if res["ratio"] is not None:
-                print(f"  ratio PyTorch/axlc {res['ratio']:.2f}"
-                      + (" (axlc faster)" if res["ratio"] > 1 else " (PyTorch faster)"))
-            report["train"].append(res)
-            sys.stdout.flush()
-        report["torch_version"] = torch_version
+            if selected(name):
+                report["train"].append(bench_training(a, name, model, sets, trainers[name],
+                                                      peak, top))
+                save(report, a.json)
 
     end_peak = float(run([a.peak, str(a.threads)]).strip())
     report["sgemm_peak_gflops"]["end"] = end_peak
@@ -389,21 +423,9 @@ def main():
 
     # 4. Summary, with the issue's goals.
     if report["train"]:
-        print(f"\n{'benchmark':22} | {'axlc ms':>8} | {'PyTorch ms':>10} | {'ratio':>5} | "
-              f"{'MFU axlc':>8} | {'MFU torch':>9} | goal (ratio)")
-        for res in report["train"]:
-            ax, pt = res["impls"]["axlc"], res["impls"].get("pytorch")
-            g = res["goal"]
-            goal = "-" if g is None else f"{g['op']} {g['ratio']:.1f}: " + (
-                "not measured" if g["met"] is None else "met" if g["met"] else "NOT MET")
-            print(f"{res['benchmark']:22} | {ax['ms_per_step']:8.1f} | "
-                  f"{fmt(pt and pt['ms_per_step'], '10.1f'):>10} | "
-                  f"{fmt(res['ratio'], '5.2f'):>5} | {100 * ax['mfu']:7.1f}% | "
-                  f"{fmt(pt and 100 * pt['mfu'], '8.1f') + ('%' if pt else ''):>9} | {goal}")
+        print_summary(report)
+    save(report, a.json)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=1)
-            f.write("\n")
         print(f"\nwrote {a.json}")
 
 
