@@ -1,6 +1,12 @@
 """torch_bench.py: the PyTorch side of tools/bench: trains the same model as axlc (built
 from `axlc config` output by tests/torch/reference.py's Model, in float32) with
-torch.optim.AdamW and clip_grad_norm_, and prints milliseconds per step and tokens/s.
+torch.optim.AdamW and clip_grad_norm_, and prints one JSON line: the median milliseconds per
+step and tokens/s over the measured steps, and every measured step's milliseconds (step_ms,
+so tools/bench/bench.py can take the median over several runs).
+
+A step is timed with time.perf_counter around zero_grad, forward, backward, gradient clipping
+and the optimizer update: the same work as one step of an axlc trainer (whose step_ms in
+--metrics also covers the whole compiled step). Fetching the random batch is outside it.
 
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 torch_bench.py RESOLVED.json [--steps N]
         [--warmup N] [--threads N]
@@ -66,7 +72,8 @@ def main():
             times.append(time.perf_counter() - t0)
     ms = 1000 * sorted(times)[len(times) // 2]
     print(json.dumps({"ms_per_step": ms, "tokens_per_s": B * T / (ms / 1000), "loss": loss.item(),
-                      "threads": a.threads, "torch": torch.__version__}))
+                      "threads": a.threads, "torch": torch.__version__,
+                      "step_ms": [round(1000 * t, 3) for t in times]}))
 
 
 if __name__ == "__main__":
