@@ -19,9 +19,10 @@ What it measures, in order:
    process (ru_maxrss from os.wait4 on it; Linux reports the largest of axlc and the children
    it waited for, such as the linker). Each model is compiled "cold", with AXLC_CACHE_DIR set to
    a fresh empty directory (and AXLC_NO_CACHE unset), then "warm": again with the same
-   directory. With --warm auto (the default) the warm compile is skipped when the cold one left
-   the directory empty, as it then cannot differ (axlc has no persistent compile cache yet);
-   --warm always forces it, --warm never skips it.
+   directory, when every distinct kernel comes from the compile cache. With --warm auto (the
+   default) the warm compile is skipped when the cold one left the directory empty (an axlc
+   without the cache, or a backend that does not use it); --warm always forces it, --warm
+   never skips it.
 
 3. Training speed, R rounds per benchmark (--rounds, default 3). Each round runs the axlc
    trainer once, then (with --opencl) the OpenCL trainer, then PyTorch once
