@@ -171,10 +171,11 @@ static int graph_begin(LlvmCtx *C) {
   C->slot_of = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_of);
   C->slot_val = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_val);
   C->slot_ptr = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_ptr);
+  C->slot_users = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_users);
   C->ncoll = 0;
-  C->nslots = 0;
+  C->nslots = C->nslot_users = 0;
   if (!C->mat || !C->cdata || !C->coll || !C->cdata_unit || !C->slot_of || !C->slot_val ||
-      !C->slot_ptr)
+      !C->slot_ptr || !C->slot_users)
     return llvm_fail(C, "out of memory");
   for (int32_t v = 0; v < C->g->nvalues; v++) C->slot_of[v] = -1;
   bool multi = llvm_multi_device(C->g);
@@ -196,10 +197,11 @@ static void graph_end(LlvmCtx *C) {
   free(C->slot_of);
   free(C->slot_val);
   free(C->slot_ptr);
+  free(C->slot_users);
   C->mat = NULL;
   C->cdata = NULL;
   C->coll = NULL;
-  C->cdata_unit = C->slot_of = C->slot_val = NULL;
+  C->cdata_unit = C->slot_of = C->slot_val = C->slot_users = NULL;
   C->slot_ptr = NULL;
 }
 

@@ -205,6 +205,9 @@ static bool needs_idx(const LlvmCtx *C, int32_t v, bool root) {
   case IR_REDUCE_SCATTER:
   case IR_ALL_TO_ALL:
   case IR_LOCAL_SLICE: return false;
+  case IR_BROADCAST: /* of one element: the same load at every position */
+    if (ir_shape_numel(opshape(C, v, 0)) == 1) return needs_idx(C, x->ops[0], false);
+    return true;
   default:
     if (!(ir_op_flags(x->op) & IR_ELEMENTWISE)) return true;
     for (int32_t k = 0; k < x->nops; k++)

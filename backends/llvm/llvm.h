@@ -174,6 +174,7 @@ typedef struct LlvmCtx {
   /* The open kernel's buffers: slot k of its argument array is the buffer of value
    * slot_val[k]; slot_of[v] is v's slot or -1. */
   int32_t *slot_of, *slot_val, nslots;
+  int32_t *slot_users, nslot_users; /* every value given a slot, to reset slot_of */
   LLVMValueRef *slot_ptr;
   int32_t *cdata_unit; /* (nvalues) the kernel that cdata[v] belongs to */
   int32_t unit_seq;    /* kernels opened so far */

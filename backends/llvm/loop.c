@@ -68,7 +68,17 @@ LLVMValueRef llvm_alloca_entry(LlvmCtx *C, LLVMTypeRef t, const char *name) {
 /* v's slot in the open kernel, loaded from args at the top of the kernel on first use. */
 static int32_t slot(LlvmCtx *C, int32_t v) {
   if (C->slot_of[v] >= 0) return C->slot_of[v];
+  /* A value at the same offset as one that has a slot is the same buffer (an update in place:
+   * AdamW's moments and parameters) and shares the slot: LLVM then sees one pointer, read and
+   * written at the same index, and vectorizes; two pointers that its run-time check finds
+   * equal would send the loop to its scalar version. */
+  for (int32_t j = 0; j < C->nslots; j++)
+    if (C->mp->offset[C->slot_val[j]] == C->mp->offset[v]) {
+      C->slot_users[C->nslot_users++] = v;
+      return C->slot_of[v] = j;
+    }
   int32_t k = C->nslots++;
+  C->slot_users[C->nslot_users++] = v;
   C->slot_of[v] = k;
   C->slot_val[k] = v;
   /* right after args' bitcast, the kernel's first instruction but allocas */

@@ -149,8 +149,8 @@ int llvm_unit_open(LlvmCtx *C) {
   LLVMContextSetDiscardValueNames(C->c, 1); /* names would only tell kernels apart */
   C->b = LLVMCreateBuilderInContext(C->c);
   llvm_ctx_types(C);
-  for (int32_t k = 0; k < C->nslots; k++) C->slot_of[C->slot_val[k]] = -1;
-  C->nslots = 0;
+  for (int32_t k = 0; k < C->nslot_users; k++) C->slot_of[C->slot_users[k]] = -1;
+  C->nslots = C->nslot_users = 0;
   C->unit_seq++;
   return 0;
 }
