@@ -412,6 +412,31 @@ static void test_simplify_folds_weight_gradient(void) {
   ir_graph_free(g);
 }
 
+/* Under a mesh pass_simplify leaves the fold to pass_shard (a dot with swapped operands would
+ * shard differently), which folds the per-device program, keeping the numbers. */
+static void test_transpose_dot_waits_for_shard(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t dx[] = {2, 3, 4}, dw[] = {4, 5};
+  int32_t x = ir_input(g, "x", DT_F32, 3, dx), w = ir_param(g, "w", DT_F32, 2, dw);
+  int32_t y = ir_tanh(g, ir_matmul(g, x, w));
+  ir_graph_add_output(g, "loss", ir_reduce_sum(g, ir_mul(g, y, y), 3, (int32_t[]){0, 1, 2}));
+  CU_ASSERT_EQUAL_FATAL(pass_autodiff(g, NULL), IR_OK);
+  double *g0 = run_leaves(g, "grad:w");
+  PassShard sh = {.mesh = {.naxes = 1, .names = {"data"}, .sizes = {2}}};
+  PassOptions opt = {.shard = &sh};
+  CU_ASSERT_EQUAL(pass_simplify(g, &opt), IR_OK);
+  int before = count_op(g, IR_TRANSPOSE);
+  CU_ASSERT(before > 0);
+  CU_ASSERT_EQUAL(pass_shard(g, &opt), IR_OK);
+  char msg[IR_ERR_LEN] = "";
+  CU_ASSERT_EQUAL(ir_graph_verify(g, msg, sizeof msg), IR_OK);
+  EXPECT_INT(count_op(g, IR_TRANSPOSE), 0);
+  double *g1 = run_leaves(g, "grad:w");
+  EXPECT_ARRAY(g1, g0, 20, 0);
+  free(g0), free(g1);
+  ir_graph_free(g);
+}
+
 int main(void) {
   CU_TestInfo tests[] = {
       {"dce", test_dce},
@@ -425,6 +450,7 @@ int main(void) {
       {"transpose_dot_cases", test_transpose_dot_cases},
       {"transpose_dot_text", test_transpose_dot_text},
       {"simplify_folds_weight_gradient", test_simplify_folds_weight_gradient},
+      {"transpose_dot_waits_for_shard", test_transpose_dot_waits_for_shard},
       CU_TEST_INFO_NULL,
   };
   CU_SuiteInfo suites[] = {{.pName = "simplify", .pTests = tests}, CU_SUITE_INFO_NULL};
