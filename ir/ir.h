@@ -201,6 +201,19 @@ void ir_split_copy(const IrMesh *m, const IrSplit *s, const IrShape *global, int
  * message (without the value prefix) to msg and returns IR_ERR. */
 int ir_value_infer(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape *shape, char *msg,
                    size_t cap);
+/* A dot_general as one row-major GEMM per batch element, C (M, N) = op(A) op(B) with A (M, K) or,
+ * transposed, (K, M), and B (K, N) or (N, K): the layout sgemm takes. */
+typedef struct IrGemm {
+  int64_t batch, m, n, k;
+  bool ta, tb; /* lhs stored (K, M) / rhs stored (N, K) */
+} IrGemm;
+/* Whether a dot_general of dtype dt with attributes a over operands of shapes lhs and rhs has
+ * that layout: f32; batch dims lead in order on both sides; each side's contracting dims are
+ * consecutive, in order, and sit right after the batch dims or at the end; sizes fit an int.
+ * Fills *out (if out) when it does. The LLVM backend's BLAS calls and the fold of transposes
+ * into dots (passes/simplify.c) share this rule. */
+bool ir_dot_sgemm(IrDType dt, const IrShape *lhs, const IrShape *rhs, const IrAttrs *a,
+                  IrGemm *out);
 /* The group size of a collective's mesh axes under mesh m, or -1 if an axis is unknown. */
 int64_t ir_mesh_group_size(const IrMesh *m, const IrAttrs *a);
 

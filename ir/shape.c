@@ -8,6 +8,7 @@
 #include "ir/ir.h"
 
 #include <assert.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -310,6 +311,46 @@ static int shape_dot(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape *s
   dot_free_dims(&b->shape, &at->rb, &at->rc, s);
   *dt = a->dtype;
   return IR_OK;
+}
+
+/* ---- dot_general as a GEMM ---- */
+
+static int64_t dims_prod(const IrShape *s, int32_t from, int32_t to) {
+  int64_t p = 1;
+  for (int32_t d = from; d < to; d++) p *= s->dims[d];
+  return p;
+}
+
+/* One operand: batch dims [0, nb) in order, contracting dims c consecutive and in order, right
+ * after the batch dims or at the end. *kfirst: they come first (and are not also last). */
+static bool gemm_side(const IrShape *s, const IrDims *b, const IrDims *c, bool *kfirst) {
+  for (int32_t k = 0; k < b->n; k++)
+    if (b->v[k] != k) return false;
+  for (int32_t k = 1; k < c->n; k++)
+    if (c->v[k] != c->v[0] + k) return false;
+  *kfirst = false;
+  if (c->n == 0) return true;
+  bool last = c->v[c->n - 1] == s->rank - 1, first = c->v[0] == b->n;
+  *kfirst = !last;
+  return last || first;
+}
+
+bool ir_dot_sgemm(IrDType dt, const IrShape *lhs, const IrShape *rhs, const IrAttrs *a,
+                  IrGemm *out) {
+  bool a_kfirst, b_kfirst;
+  if (dt != DT_F32 || !gemm_side(lhs, &a->lb, &a->lc, &a_kfirst) ||
+      !gemm_side(rhs, &a->rb, &a->rc, &b_kfirst))
+    return false;
+  int32_t nb = a->lb.n;
+  IrGemm L = {.batch = dims_prod(lhs, 0, nb), .k = 1};
+  for (int32_t k = 0; k < a->lc.n; k++) L.k *= lhs->dims[a->lc.v[k]];
+  if (L.k <= 0) return false;
+  L.m = dims_prod(lhs, nb, lhs->rank) / L.k;
+  L.n = dims_prod(rhs, nb, rhs->rank) / L.k;
+  L.ta = a_kfirst;                 /* lhs (K, M) */
+  L.tb = !b_kfirst && a->rc.n > 0; /* rhs (N, K) */
+  if (out) *out = L;
+  return L.m < INT_MAX && L.n < INT_MAX && L.k < INT_MAX;
 }
 
 /* ---- embeddings and top-k ---- */

@@ -72,7 +72,8 @@ bool pass_autodiff_has_rule(IrOp op);
 
 /* ======================================================================== simplify.c */
 
-/* Runs fold, algebra, cse and dce until nothing changes. */
+/* Runs fold, algebra, transpose_dot, cse and dce until nothing changes; transpose_dot only when
+ * opt->shard has one device (else pass_shard runs it on the per-device program). */
 int pass_simplify(IrGraph *g, const PassOptions *opt);
 /* Removes values no output depends on (parameters and inputs stay: they are the interface). */
 int pass_dce(IrGraph *g, const PassOptions *opt);
@@ -84,6 +85,11 @@ int pass_fold(IrGraph *g, const PassOptions *opt);
 /* Algebraic identities: x*1, 1*x, x+0, 0+x, x-0, x/1, neg(neg x), cast to the same dtype,
  * reshape of reshape, reshape/broadcast to the same shape, transpose of transpose. */
 int pass_algebra(IrGraph *g, const PassOptions *opt);
+/* Folds transposes into dot_general: a transpose read only by a dot becomes the dot's dimension
+ * numbers, and a transpose that only swaps the free dims of a dot read only by it becomes the
+ * dot of the swapped operands, wherever the new dot is one sgemm per batch element
+ * (ir_dot_sgemm), so no transpose copy is made. The numbers stay the same. */
+int pass_transpose_dot(IrGraph *g, const PassOptions *opt);
 
 /* ======================================================================== optimizer.c */
 
@@ -96,7 +102,7 @@ int pass_optimizer(IrGraph *g, const PassOptions *opt);
 /* Rewrites the global step graph into the program every device of opt->shard->mesh runs: local
  * shapes, each value's IrSplit, and the collectives the shardings need (see shard.c). The
  * per-device program computes the global step's numbers: the same loss, and each device's chunk
- * of the same new parameters. */
+ * of the same new parameters. Ends with pass_transpose_dot on the per-device program. */
 int pass_shard(IrGraph *g, const PassOptions *opt);
 
 /* ======================================================================== remat.c */

@@ -23,7 +23,9 @@
  *   - Outputs "new:X" and "grad:X" leave in X's sharding, the rest replicated.
  *
  * The result's values have local shapes and carry their IrSplit (docs/ir.md). Mesh axes of size 1
- * are left out of the graph's mesh; a mesh of one device leaves the graph as it is.
+ * are left out of the graph's mesh; a mesh of one device leaves the graph as it is. Last, the
+ * per-device program gets pass_transpose_dot, which pass_simplify leaves to this point under a
+ * mesh (a dot with swapped operands would shard differently).
  */
 #include "passes/passes.h"
 
@@ -807,5 +809,7 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
   *g = *c.h;
   *c.h = tmp;
   ctx_free(&c);
-  return pass_dce(g, opt);
+  /* pass_simplify left the transposes that feed or take a product to this per-device program */
+  if (pass_dce(g, opt) != IR_OK) return IR_ERR;
+  return pass_transpose_dot(g, opt);
 }

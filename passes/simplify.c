@@ -1,5 +1,5 @@
-/* simplify.c: constant folding, algebraic identities, common subexpression elimination and dead
- * code elimination.
+/* simplify.c: constant folding, algebraic identities, transposes folded into the products that
+ * read or make them, common subexpression elimination and dead code elimination.
  *
  * Rewrites either edit a value in place (folding turns it into a constant; reshape-of-reshape
  * points at the inner operand) or record a replacement repl[i] = j with j < i. graph_rebuild then
@@ -323,6 +323,133 @@ static int algebra_run(IrGraph *g) {
   return changes && dce_run(g) < 0 ? IR_ERR : changes;
 }
 
+/* ---- transposes into products ----
+ *
+ * A transpose read only by a dot_general is folded into the dot's dimension numbers (the dot reads
+ * the transpose's operand directly), and a dot read only by a transpose that swaps its lhs-free and
+ * rhs-free dims becomes the dot of the swapped operands. Either happens only when the new dot has
+ * the layout of one sgemm per batch element (ir_dot_sgemm): the transpose copy then goes, and the
+ * GEMM's transpose flags do its work. The dot's result keeps its shape and element order, so its
+ * readers are unchanged. uses[] counts readers (outputs included) and is kept up to date as values
+ * are rewritten in place; the dead values are left to dce.
+ */
+
+static const IrShape *shape_of(const IrGraph *g, int32_t v) { return &g->values[v].shape; }
+
+/* Maps one side's batch dims b and contracting dims c through transpose perm p, so they index
+ * the transpose's operand. False when the side's free dims would come out in another order (the
+ * dot's result would be permuted). */
+static bool permute_side(const IrDims *p, IrDims *b, IrDims *c) {
+  int64_t last = -1;
+  for (int32_t d = 0; d < p->n; d++) {
+    bool bound = false;
+    for (int32_t k = 0; k < b->n; k++) bound |= b->v[k] == d;
+    for (int32_t k = 0; k < c->n; k++) bound |= c->v[k] == d;
+    if (bound) continue;
+    if (p->v[d] < last) return false;
+    last = p->v[d];
+  }
+  for (int32_t k = 0; k < b->n; k++) b->v[k] = p->v[b->v[k]];
+  for (int32_t k = 0; k < c->n; k++) c->v[k] = p->v[c->v[k]];
+  return true;
+}
+
+static int set_operands2(IrGraph *g, int32_t i, int32_t a, int32_t b) {
+  int32_t *ops = ir_graph_alloc(g, 2 * sizeof *ops);
+  if (!ops) return ir_graph_fail(g, "out of memory");
+  ops[0] = a;
+  ops[1] = b;
+  g->values[i].ops = ops;
+  g->values[i].nops = 2;
+  return IR_OK;
+}
+
+/* Dot i reading the transposes of the sides in mask (bit 0 lhs, bit 1 rhs) through them: true
+ * when each is a transpose read only here and the new dot is one sgemm; fills ops and a. */
+static bool fold_sides(const IrGraph *g, int32_t i, unsigned mask, const int32_t *uses,
+                       int32_t *ops, IrAttrs *a) {
+  const IrValue *v = &g->values[i];
+  *a = v->attr;
+  for (int s = 0; s < 2; s++) {
+    const IrValue *t = &g->values[v->ops[s]];
+    ops[s] = v->ops[s];
+    if (!(mask >> s & 1)) continue;
+    if (t->op != IR_TRANSPOSE || uses[v->ops[s]] != 1 ||
+        !permute_side(&t->attr.axes, s ? &a->rb : &a->lb, s ? &a->rc : &a->lc))
+      return false;
+    ops[s] = t->ops[0];
+  }
+  return ir_dot_sgemm(v->dtype, shape_of(g, ops[0]), shape_of(g, ops[1]), a, NULL);
+}
+
+/* Folds transposed operands into dot i; returns 1 if it did. */
+static int dot_fold_operands(IrGraph *g, int32_t i, int32_t *uses) {
+  static const unsigned masks[] = {3, 1, 2}; /* both sides, else either one */
+  int32_t ops[2];
+  IrAttrs a;
+  for (int m = 0; m < 3; m++) {
+    if (!fold_sides(g, i, masks[m], uses, ops, &a)) continue;
+    const int32_t *old = g->values[i].ops;
+    for (int s = 0; s < 2; s++)
+      if (ops[s] != old[s]) uses[old[s]]--, uses[ops[s]]++;
+    if (set_operands2(g, i, ops[0], ops[1])) return IR_ERR;
+    g->values[i].attr = a;
+    return 1;
+  }
+  return 0;
+}
+
+/* perm == [batch dims, rhs free dims, lhs free dims] of a dot's (batch, lhs free, rhs free). */
+static bool perm_swaps_free(const IrDims *p, int32_t nb, int32_t fa, int32_t fb) {
+  for (int32_t d = 0; d < p->n; d++) {
+    int32_t want = d < nb ? d : d < nb + fb ? d + fa : d - fb;
+    if (p->v[d] != want) return false;
+  }
+  return fa > 0 && fb > 0;
+}
+
+/* Transpose i of a dot read only by it becomes the dot of the swapped operands; returns 1 if it
+ * did. The new dot keeps the old one's config path and remat tag. */
+static int dot_fold_result(IrGraph *g, int32_t i, int32_t *uses) {
+  int32_t d = g->values[i].ops[0];
+  const IrValue *x = &g->values[d];
+  if (x->op != IR_DOT || uses[d] != 1) return 0;
+  int32_t a = x->ops[0], b = x->ops[1], nb = x->attr.lb.n;
+  int32_t fa = shape_of(g, a)->rank - nb - x->attr.lc.n;
+  int32_t fb = shape_of(g, b)->rank - nb - x->attr.rc.n;
+  if (!perm_swaps_free(&g->values[i].attr.axes, nb, fa, fb)) return 0;
+  IrAttrs s = x->attr;
+  s.lb = x->attr.rb, s.rb = x->attr.lb, s.lc = x->attr.rc, s.rc = x->attr.lc;
+  if (!ir_dot_sgemm(x->dtype, shape_of(g, b), shape_of(g, a), &s, NULL)) return 0;
+  if (set_operands2(g, i, b, a)) return IR_ERR;
+  IrValue *v = &g->values[i];
+  v->op = IR_DOT;
+  v->attr = s;
+  v->origin = x->origin;
+  v->tag = x->tag;
+  uses[d]--; /* now dead: a and b trade its reads for this value's */
+  return 1;
+}
+
+static int transpose_dot_run(IrGraph *g) {
+  int32_t *uses = calloc((size_t)g->nvalues + 1, sizeof *uses);
+  if (!uses) return ir_graph_fail(g, "out of memory");
+  for (int32_t i = 0; i < g->nvalues; i++)
+    for (int32_t k = 0; k < g->values[i].nops; k++) uses[g->values[i].ops[k]]++;
+  for (int32_t k = 0; k < g->noutputs; k++) uses[g->outputs[k].value]++;
+  int changes = 0;
+  for (int32_t i = 0; i < g->nvalues && changes >= 0; i++) {
+    IrOp op = g->values[i].op;
+    int r = op == IR_DOT         ? dot_fold_operands(g, i, uses)
+            : op == IR_TRANSPOSE ? dot_fold_result(g, i, uses)
+                                 : 0;
+    changes = r < 0 ? IR_ERR : changes + r;
+  }
+  free(uses);
+  if (changes < 0) return IR_ERR;
+  return changes && dce_run(g) < 0 ? IR_ERR : changes;
+}
+
 /* ---- public passes ---- */
 
 static int64_t fold_limit(const PassOptions *opt) {
@@ -348,13 +475,26 @@ int pass_algebra(IrGraph *g, const PassOptions *opt) {
   return algebra_run(g) < 0 ? IR_ERR : IR_OK;
 }
 
+int pass_transpose_dot(IrGraph *g, const PassOptions *opt) {
+  (void)opt;
+  return transpose_dot_run(g) < 0 ? IR_ERR : IR_OK;
+}
+
+/* Under a mesh the fold waits for pass_shard, which runs it on the per-device program: pass_shard's
+ * dot rule favors the lhs's splits, so swapping a dot's operands here would change the collectives
+ * it picks (for llama2-7b on gpu-h100-256, 19% more bytes sent). */
+static bool sharded_later(const PassOptions *opt) {
+  return opt && opt->shard && ir_mesh_devices(&opt->shard->mesh) > 1;
+}
+
 int pass_simplify(IrGraph *g, const PassOptions *opt) {
   if (ir_graph_error(g)) return IR_ERR;
   for (int round = 0; round < 32; round++) {
     int f = fold_run(g, fold_limit(opt)), a = f < 0 ? -1 : algebra_run(g);
-    int c = a < 0 ? -1 : cse_run(g), d = c < 0 ? -1 : dce_run(g);
-    if (f < 0 || a < 0 || c < 0 || d < 0) return IR_ERR;
-    if (f + a + c + d == 0) return IR_OK;
+    int t = a < 0 ? -1 : sharded_later(opt) ? 0 : transpose_dot_run(g);
+    int c = t < 0 ? -1 : cse_run(g), d = c < 0 ? -1 : dce_run(g);
+    if (f < 0 || a < 0 || t < 0 || c < 0 || d < 0) return IR_ERR;
+    if (f + a + t + c + d == 0) return IR_OK;
   }
   return IR_OK;
 }

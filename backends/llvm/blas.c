@@ -11,56 +11,16 @@
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
 
-#include <limits.h>
-
-typedef struct DotLayout {
-  int64_t batch, m, n, k;
-  bool ta, tb; /* lhs stored (K, M) / rhs stored (N, K) */
-} DotLayout;
-
-static int64_t prod(const IrShape *s, int32_t from, int32_t to) {
-  int64_t p = 1;
-  for (int32_t d = from; d < to; d++) p *= s->dims[d];
-  return p;
-}
-
-/* One operand: batch dims [0, nb), contracting dims c (consecutive) first or last after them.
- * *trans: contracting dims first. */
-static bool side_ok(const IrShape *s, const IrDims *b, const IrDims *c, bool *contract_first) {
-  for (int32_t k = 0; k < b->n; k++)
-    if (b->v[k] != k) return false;
-  for (int32_t k = 1; k < c->n; k++)
-    if (c->v[k] != c->v[0] + k) return false;
-  int32_t nb = b->n;
-  if (c->n == 0) {
-    *contract_first = false;
-    return true;
-  }
-  bool last = c->v[c->n - 1] == s->rank - 1, first = c->v[0] == nb;
-  *contract_first = !last;
-  return last || first;
-}
-
-static bool dot_layout(const IrGraph *g, int32_t v, DotLayout *L) {
+/* The layout rule is ir_dot_sgemm's (ir/shape.c), which the pass folding transposes into dots
+ * (passes/simplify.c) shares. */
+static bool dot_layout(const IrGraph *g, int32_t v, IrGemm *L) {
   const IrValue *x = &g->values[v];
-  const IrShape *as = &g->values[x->ops[0]].shape, *bs = &g->values[x->ops[1]].shape;
-  if (x->dtype != DT_F32) return false;
-  bool a_kfirst, b_kfirst;
-  if (!side_ok(as, &x->attr.lb, &x->attr.lc, &a_kfirst)) return false;
-  if (!side_ok(bs, &x->attr.rb, &x->attr.rc, &b_kfirst)) return false;
-  int32_t nb = x->attr.lb.n;
-  L->batch = prod(as, 0, nb);
-  L->k = 1;
-  for (int32_t k = 0; k < x->attr.lc.n; k++) L->k *= as->dims[x->attr.lc.v[k]];
-  L->m = prod(as, nb, as->rank) / (L->k ? L->k : 1);
-  L->n = prod(bs, nb, bs->rank) / (L->k ? L->k : 1);
-  L->ta = a_kfirst;                      /* lhs (K, M): transposed */
-  L->tb = !b_kfirst && x->attr.rc.n > 0; /* rhs (N, K): transposed */
-  return L->k > 0 && L->m < INT_MAX && L->n < INT_MAX && L->k < INT_MAX;
+  return ir_dot_sgemm(x->dtype, &g->values[x->ops[0]].shape, &g->values[x->ops[1]].shape, &x->attr,
+                      L);
 }
 
 bool llvm_dot_blas_ok(const IrGraph *g, int32_t v) {
-  DotLayout L;
+  IrGemm L;
   return dot_layout(g, v, &L);
 }
 
@@ -83,7 +43,7 @@ static LLVMValueRef buf(LlvmCtx *C, int32_t v) {
 /* One call from axlc_step: rt_sgemm splits the products over the pool. */
 int llvm_dot_blas_emit(LlvmCtx *C, int32_t v) {
   const IrValue *x = &C->g->values[v];
-  DotLayout L;
+  IrGemm L;
   if (!dot_layout(C->g, v, &L)) return llvm_fail(C, "%%%d (dot_general): not a BLAS layout", v);
   int64_t lda = L.ta ? L.m : L.k, ldb = L.tb ? L.k : L.n;
   LLVMValueRef pool = LLVMBuildBitCast(C->b, C->pool, C->t_i8p, "");

@@ -189,6 +189,254 @@ static void test_simplify_preserves_results(void) {
   ir_graph_free(g);
 }
 
+/* ---- transposes into products ---- */
+
+/* Runs g with every parameter and input bound to fixed data; returns output out (malloc'd). */
+static double *run_leaves(const IrGraph *g, const char *out) {
+  const char *names[16];
+  double *data[16];
+  int n = 0;
+  for (int32_t i = 0; i < g->nvalues && n < 16; i++) {
+    const IrValue *v = &g->values[i];
+    if (v->op != IR_PARAMETER && v->op != IR_INPUT) continue;
+    int64_t numel = ir_shape_numel(&v->shape);
+    data[n] = malloc((size_t)(numel + 1) * sizeof *data[n]);
+    for (int64_t k = 0; k < numel; k++) data[n][k] = (double)(float)sin(0.7 * (double)k + i);
+    names[n++] = v->name;
+  }
+  double *r = test_run(g, n, names, (const double *const *)data, out);
+  for (int k = 0; k < n; k++) free(data[k]);
+  return r;
+}
+
+static int count_op(const IrGraph *g, IrOp op) {
+  int n = 0;
+  for (int32_t i = 0; i < g->nvalues; i++) n += g->values[i].op == op;
+  return n;
+}
+
+typedef struct FoldCase {
+  const char *name;
+  const char *ir; /* outputs "y" and perhaps "z" */
+  int transposes; /* left after pass_transpose_dot */
+} FoldCase;
+
+/* In every case pass_transpose_dot keeps each output's numbers exactly (the interpreter sums the
+ * same products in the same order) and leaves the transposes it must. */
+static const FoldCase fold_cases[] = {
+    {"lhs (K, M)",
+     "%0 = input \"x\" : f32[3,2]\n%1 = input \"w\" : f32[3,4]\n"
+     "%2 = transpose %0 perm=[1,0] : f32[2,3]\n"
+     "%3 = dot_general %2, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[1] rhs_contract=[0] : f32[2,4]\noutput \"y\" = %3\n",
+     0},
+    {"rhs (N, K)",
+     "%0 = input \"a\" : f32[2,3]\n%1 = parameter \"w\" : f32[4,3]\n"
+     "%2 = transpose %1 perm=[1,0] : f32[3,4]\n"
+     "%3 = dot_general %0, %2 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[1] rhs_contract=[0] : f32[2,4]\noutput \"y\" = %3\n",
+     0},
+    {"both sides",
+     "%0 = input \"x\" : f32[3,2]\n%1 = input \"w\" : f32[4,3]\n"
+     "%2 = transpose %0 perm=[1,0] : f32[2,3]\n%3 = transpose %1 perm=[1,0] : f32[3,4]\n"
+     "%4 = dot_general %2, %3 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[1] rhs_contract=[0] : f32[2,4]\noutput \"y\" = %4\n",
+     0},
+    {"lhs with a batch dim",
+     "%0 = input \"x\" : f32[5,3,2]\n%1 = input \"w\" : f32[5,3,4]\n"
+     "%2 = transpose %0 perm=[0,2,1] : f32[5,2,3]\n"
+     "%3 = dot_general %2, %1 lhs_batch=[0] rhs_batch=[0] "
+     "lhs_contract=[2] rhs_contract=[1] : f32[5,2,4]\noutput \"y\" = %3\n",
+     0},
+    {"rhs with a batch dim",
+     "%0 = input \"a\" : f32[5,2,3]\n%1 = input \"w\" : f32[5,4,3]\n"
+     "%2 = transpose %1 perm=[0,2,1] : f32[5,3,4]\n"
+     "%3 = dot_general %0, %2 lhs_batch=[0] rhs_batch=[0] "
+     "lhs_contract=[2] rhs_contract=[1] : f32[5,2,4]\noutput \"y\" = %3\n",
+     0},
+    {"batch dims brought to the front: only both sides together are one sgemm",
+     "%0 = input \"x\" : f32[5,2,3]\n%1 = input \"w\" : f32[5,3,4]\n"
+     "%2 = transpose %0 perm=[1,0,2] : f32[2,5,3]\n%3 = transpose %1 perm=[1,0,2] : f32[3,5,4]\n"
+     "%4 = dot_general %2, %3 lhs_batch=[1] rhs_batch=[1] "
+     "lhs_contract=[2] rhs_contract=[0] : f32[5,2,4]\noutput \"y\" = %4\n",
+     0},
+    {"two contracting dims",
+     "%0 = input \"x\" : f32[3,4,2]\n%1 = input \"w\" : f32[3,4,5]\n"
+     "%2 = transpose %0 perm=[2,0,1] : f32[2,3,4]\n"
+     "%3 = dot_general %2, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[1,2] rhs_contract=[0,1] : f32[2,5]\noutput \"y\" = %3\n",
+     0},
+    {"kept: the batch dim would leave the front",
+     "%0 = input \"x\" : f32[2,5,3]\n%1 = input \"w\" : f32[5,3,4]\n"
+     "%2 = transpose %0 perm=[1,0,2] : f32[5,2,3]\n"
+     "%3 = dot_general %2, %1 lhs_batch=[0] rhs_batch=[0] "
+     "lhs_contract=[2] rhs_contract=[1] : f32[5,2,4]\noutput \"y\" = %3\n",
+     1},
+    {"kept: contracting dims would come out of order",
+     "%0 = input \"x\" : f32[4,3,2]\n%1 = input \"w\" : f32[3,4,5]\n"
+     "%2 = transpose %0 perm=[2,1,0] : f32[2,3,4]\n"
+     "%3 = dot_general %2, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[1,2] rhs_contract=[0,1] : f32[2,5]\noutput \"y\" = %3\n",
+     1},
+    {"kept: free dims would come out permuted",
+     "%0 = input \"x\" : f32[2,3,4]\n%1 = input \"w\" : f32[4,5]\n"
+     "%2 = transpose %0 perm=[1,0,2] : f32[3,2,4]\n"
+     "%3 = dot_general %2, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[2] rhs_contract=[0] : f32[3,2,5]\noutput \"y\" = %3\n",
+     1},
+    {"kept: another reader",
+     "%0 = input \"x\" : f32[3,2]\n%1 = input \"w\" : f32[3,4]\n"
+     "%2 = transpose %0 perm=[1,0] : f32[2,3]\n"
+     "%3 = dot_general %2, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[1] rhs_contract=[0] : f32[2,4]\n%4 = exp %2 : f32[2,3]\n"
+     "output \"y\" = %3\noutput \"z\" = %4\n",
+     1},
+    {"kept: an output",
+     "%0 = input \"x\" : f32[3,2]\n%1 = input \"w\" : f32[3,4]\n"
+     "%2 = transpose %0 perm=[1,0] : f32[2,3]\n"
+     "%3 = dot_general %2, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[1] rhs_contract=[0] : f32[2,4]\n"
+     "output \"y\" = %3\noutput \"z\" = %2\n",
+     1},
+    {"kept: f64 (no sgemm)",
+     "%0 = input \"x\" : f64[3,2]\n%1 = input \"w\" : f64[3,4]\n"
+     "%2 = transpose %0 perm=[1,0] : f64[2,3]\n"
+     "%3 = dot_general %2, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[1] rhs_contract=[0] : f64[2,4]\noutput \"y\" = %3\n",
+     1},
+    {"result (N, M)",
+     "%0 = input \"a\" : f32[2,3]\n%1 = input \"b\" : f32[3,4]\n"
+     "%2 = dot_general %0, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[1] rhs_contract=[0] : f32[2,4]\n"
+     "%3 = transpose %2 perm=[1,0] : f32[4,2]\noutput \"y\" = %3\n",
+     0},
+    {"result with a batch dim",
+     "%0 = input \"a\" : f32[5,2,3]\n%1 = input \"b\" : f32[5,3,4]\n"
+     "%2 = dot_general %0, %1 lhs_batch=[0] rhs_batch=[0] "
+     "lhs_contract=[2] rhs_contract=[1] : f32[5,2,4]\n"
+     "%3 = transpose %2 perm=[0,2,1] : f32[5,4,2]\noutput \"y\" = %3\n",
+     0},
+    {"result: a weight gradient (x^T dy from dy^T x)",
+     "%0 = input \"dy\" : f32[2,3,4]\n%1 = input \"x\" : f32[2,3,5]\n"
+     "%2 = dot_general %0, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[0,1] rhs_contract=[0,1] : f32[4,5]\n"
+     "%3 = transpose %2 perm=[1,0] : f32[5,4]\noutput \"y\" = %3\n",
+     0},
+    {"result: two lhs free dims",
+     "%0 = input \"a\" : f32[2,6,3]\n%1 = input \"b\" : f32[3,4]\n"
+     "%2 = dot_general %0, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[2] rhs_contract=[0] : f32[2,6,4]\n"
+     "%3 = transpose %2 perm=[2,0,1] : f32[4,2,6]\noutput \"y\" = %3\n",
+     0},
+    {"kept: the result's batch dim moves",
+     "%0 = input \"a\" : f32[5,2,3]\n%1 = input \"b\" : f32[5,3,4]\n"
+     "%2 = dot_general %0, %1 lhs_batch=[0] rhs_batch=[0] "
+     "lhs_contract=[2] rhs_contract=[1] : f32[5,2,4]\n"
+     "%3 = transpose %2 perm=[1,0,2] : f32[2,5,4]\noutput \"y\" = %3\n",
+     1},
+    {"kept: the product has another reader",
+     "%0 = input \"a\" : f32[2,3]\n%1 = input \"b\" : f32[3,4]\n"
+     "%2 = dot_general %0, %1 lhs_batch=[] rhs_batch=[] "
+     "lhs_contract=[1] rhs_contract=[0] : f32[2,4]\n"
+     "%3 = transpose %2 perm=[1,0] : f32[4,2]\n%4 = exp %2 : f32[2,4]\n"
+     "output \"y\" = %3\noutput \"z\" = %4\n",
+     1},
+};
+
+static void check_fold_case(const FoldCase *c) {
+  char msg[IR_ERR_LEN] = "";
+  IrGraph *g = ir_graph_parse(c->ir, msg, sizeof msg);
+  if (!g) fprintf(stderr, "%s: parse: %s\n", c->name, msg);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  bool has_z = ir_graph_output(g, "z") != IR_NONE;
+  int64_t ny = ir_shape_numel(&g->values[ir_graph_output(g, "y")].shape);
+  double *y0 = run_leaves(g, "y"), *z0 = has_z ? run_leaves(g, "z") : NULL;
+  CU_ASSERT_EQUAL(pass_transpose_dot(g, NULL), IR_OK);
+  CU_ASSERT_EQUAL(ir_graph_verify(g, msg, sizeof msg), IR_OK);
+  double *y1 = run_leaves(g, "y"), *z1 = has_z ? run_leaves(g, "z") : NULL;
+  if (count_op(g, IR_TRANSPOSE) != c->transposes) fprintf(stderr, "case: %s\n", c->name);
+  EXPECT_INT(count_op(g, IR_TRANSPOSE), c->transposes);
+  EXPECT_INT(count_op(g, IR_DOT), 1);
+  EXPECT_ARRAY(y1, y0, ny, 0);
+  if (has_z) EXPECT_ARRAY(z1, z0, ir_shape_numel(&g->values[ir_graph_output(g, "z")].shape), 0);
+  free(y0), free(y1), free(z0), free(z1);
+  ir_graph_free(g);
+}
+
+static void test_transpose_dot_cases(void) {
+  for (size_t i = 0; i < sizeof fold_cases / sizeof fold_cases[0]; i++)
+    check_fold_case(&fold_cases[i]);
+}
+
+/* The rewritten dims, as text: the dot reads x and w directly, the transpose and the old dot go. */
+static void test_transpose_dot_text(void) {
+  check_pass(pass_transpose_dot,
+             "%0 = input \"x\" : f32[3,2]\n%1 = input \"w\" : f32[3,4]\n"
+             "%2 = transpose %0 perm=[1,0] : f32[2,3]\n"
+             "%3 = dot_general %2, %1 lhs_batch=[] rhs_batch=[] "
+             "lhs_contract=[1] rhs_contract=[0] : f32[2,4] #\"proj\"\n"
+             "output \"y\" = %3\n",
+             "%0 = input \"x\" : f32[3,2]\n%1 = input \"w\" : f32[3,4]\n"
+             "%2 = dot_general %0, %1 lhs_batch=[] rhs_batch=[] "
+             "lhs_contract=[0] rhs_contract=[0] : f32[2,4] #\"proj\"\n"
+             "output \"y\" = %2\n");
+  check_pass(pass_transpose_dot,
+             "%0 = input \"dy\" : f32[2,3,4]\n%1 = input \"x\" : f32[2,3,5]\n"
+             "%2 = dot_general %0, %1 lhs_batch=[] rhs_batch=[] "
+             "lhs_contract=[0,1] rhs_contract=[0,1] : f32[4,5] @\"/m\" #\"w\"\n"
+             "%3 = transpose %2 perm=[1,0] : f32[5,4]\noutput \"y\" = %3\n",
+             "%0 = input \"dy\" : f32[2,3,4]\n%1 = input \"x\" : f32[2,3,5]\n"
+             "%2 = dot_general %1, %0 lhs_batch=[] rhs_batch=[] "
+             "lhs_contract=[0,1] rhs_contract=[0,1] : f32[5,4] @\"/m\" #\"w\"\n"
+             "output \"y\" = %2\n");
+}
+
+/* Through pass_simplify on an f32 gradient graph: the weight gradient of (B, T, C) x (C, N) is
+ * computed without a transpose, with the same numbers. */
+static void test_simplify_folds_weight_gradient(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t dx[] = {2, 3, 4}, dw[] = {4, 5};
+  int32_t x = ir_input(g, "x", DT_F32, 3, dx), w = ir_param(g, "w", DT_F32, 2, dw);
+  int32_t y = ir_tanh(g, ir_matmul(g, x, w));
+  ir_graph_add_output(g, "loss", ir_reduce_sum(g, ir_mul(g, y, y), 3, (int32_t[]){0, 1, 2}));
+  CU_ASSERT_EQUAL_FATAL(pass_autodiff(g, NULL), IR_OK);
+  CU_ASSERT(count_op(g, IR_TRANSPOSE) > 0);
+  double *g0 = run_leaves(g, "grad:w");
+  CU_ASSERT_EQUAL(pass_simplify(g, NULL), IR_OK);
+  char msg[IR_ERR_LEN] = "";
+  CU_ASSERT_EQUAL(ir_graph_verify(g, msg, sizeof msg), IR_OK);
+  EXPECT_INT(count_op(g, IR_TRANSPOSE), 0);
+  double *g1 = run_leaves(g, "grad:w");
+  EXPECT_ARRAY(g1, g0, 20, 0);
+  free(g0), free(g1);
+  ir_graph_free(g);
+}
+
+/* Under a mesh pass_simplify leaves the fold to pass_shard (a dot with swapped operands would
+ * shard differently), which folds the per-device program, keeping the numbers. */
+static void test_transpose_dot_waits_for_shard(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t dx[] = {2, 3, 4}, dw[] = {4, 5};
+  int32_t x = ir_input(g, "x", DT_F32, 3, dx), w = ir_param(g, "w", DT_F32, 2, dw);
+  int32_t y = ir_tanh(g, ir_matmul(g, x, w));
+  ir_graph_add_output(g, "loss", ir_reduce_sum(g, ir_mul(g, y, y), 3, (int32_t[]){0, 1, 2}));
+  CU_ASSERT_EQUAL_FATAL(pass_autodiff(g, NULL), IR_OK);
+  double *g0 = run_leaves(g, "grad:w");
+  PassShard sh = {.mesh = {.naxes = 1, .names = {"data"}, .sizes = {2}}};
+  PassOptions opt = {.shard = &sh};
+  CU_ASSERT_EQUAL(pass_simplify(g, &opt), IR_OK);
+  int before = count_op(g, IR_TRANSPOSE);
+  CU_ASSERT(before > 0);
+  CU_ASSERT_EQUAL(pass_shard(g, &opt), IR_OK);
+  char msg[IR_ERR_LEN] = "";
+  CU_ASSERT_EQUAL(ir_graph_verify(g, msg, sizeof msg), IR_OK);
+  EXPECT_INT(count_op(g, IR_TRANSPOSE), 0);
+  double *g1 = run_leaves(g, "grad:w");
+  EXPECT_ARRAY(g1, g0, 20, 0);
+  free(g0), free(g1);
+  ir_graph_free(g);
+}
+
 int main(void) {
   CU_TestInfo tests[] = {
       {"dce", test_dce},
@@ -199,6 +447,10 @@ int main(void) {
       {"algebra_identities", test_algebra_identities},
       {"algebra_shapes", test_algebra_shapes},
       {"simplify_preserves_results", test_simplify_preserves_results},
+      {"transpose_dot_cases", test_transpose_dot_cases},
+      {"transpose_dot_text", test_transpose_dot_text},
+      {"simplify_folds_weight_gradient", test_simplify_folds_weight_gradient},
+      {"transpose_dot_waits_for_shard", test_transpose_dot_waits_for_shard},
       CU_TEST_INFO_NULL,
   };
   CU_SuiteInfo suites[] = {{.pName = "simplify", .pTests = tests}, CU_SUITE_INFO_NULL};
