@@ -43,10 +43,8 @@ static bool light(const IrGraph *g, const IrValue *x, const bool *mat) {
   case IR_MUL:
   case IR_NEG:
   case IR_MAX:
-  case IR_MIN:
-    break;
-  default:
-    return false;
+  case IR_MIN: break;
+  default: return false;
   }
   for (int32_t k = 0; k < x->nops; k++)
     if (!mat[x->ops[k]] && !cheap(&g->values[x->ops[k]])) return false;
