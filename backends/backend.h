@@ -100,9 +100,10 @@ const Backend *backend_for_target(const char *target);
 void backend_names(char *buf, size_t cap);
 /* The emit kind `name` of b, or NULL. */
 const BackendEmit *backend_emit_find(const Backend *b, const char *name);
-/* Where compiled code is kept between compiles: $AXLC_CACHE_DIR, else $XDG_CACHE_HOME/axlc,
- * else ~/.cache/axlc; NULL when AXLC_NO_CACHE is set (to anything but "" or "0"). malloc'd. */
-char *backend_cache_dir_default(void);
+/* Where compiled code is kept between compiles, into buf: $AXLC_CACHE_DIR, else
+ * $XDG_CACHE_HOME/axlc, else ~/.cache/axlc. false when AXLC_NO_CACHE is set (to anything but
+ * "" or "0"), when none of those is set, or when the name does not fit. */
+bool backend_cache_dir_default(char *buf, size_t cap);
 /* How the runtime initializes parameter p (its init kind and std). */
 RtInit backend_param_init(const FeParam *p);
 

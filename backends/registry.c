@@ -75,19 +75,19 @@ RtInit backend_param_init(const FeParam *p) {
   return init;
 }
 
-char *backend_cache_dir_default(void) {
+bool backend_cache_dir_default(char *buf, size_t cap) {
   const char *off = getenv("AXLC_NO_CACHE");
-  if (off && *off && strcmp(off, "0") != 0) return NULL;
+  if (off && *off && strcmp(off, "0") != 0) return false;
   const char *dir = getenv("AXLC_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
   const char *home = getenv("HOME");
-  char buf[4096];
+  int n;
   if (dir && *dir)
-    snprintf(buf, sizeof buf, "%s", dir);
+    n = snprintf(buf, cap, "%s", dir);
   else if (xdg && *xdg)
-    snprintf(buf, sizeof buf, "%s/axlc", xdg);
+    n = snprintf(buf, cap, "%s/axlc", xdg);
   else if (home && *home)
-    snprintf(buf, sizeof buf, "%s/.cache/axlc", home);
+    n = snprintf(buf, cap, "%s/.cache/axlc", home);
   else
-    return NULL;
-  return strdup(buf);
+    return false;
+  return n > 0 && (size_t)n < cap;
 }

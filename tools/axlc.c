@@ -36,17 +36,18 @@ typedef struct {
   const char *backend;        /* compile, run: --backend */
   const char *rest[MAX_LIST]; /* run: the trainer's options, passed through */
   int nrest;
-  const char *plot;             /* memcheck: --plot FILE.svg */
-  const char *from, *to;        /* convert: --from hf or --to hf */
-  const char *input;            /* convert: the weights file */
-  const char *devices;          /* memcheck, compile: --devices FILE (the device table) */
-  bool no_memcheck;             /* compile: --no-memcheck */
-  bool no_cache;                /* compile, run: --no-cache */
-  int jobs;                     /* compile, run: --jobs N (0: one per CPU) */
-  const char *search[MAX_LIST]; /* AXLC_PATH's directories, then the shipped configs' */
-  char *axlc_path;              /* a copy of AXLC_PATH that search[] points into */
-  char share[PATH_MAX + 16];    /* installed: PREFIX/share/axlc; in a build: the source's models/ */
-  char lib[PATH_MAX + 16];      /* installed: PREFIX/lib (libaxrt.a); in a build: empty */
+  const char *plot;              /* memcheck: --plot FILE.svg */
+  const char *from, *to;         /* convert: --from hf or --to hf */
+  const char *input;             /* convert: the weights file */
+  const char *devices;           /* memcheck, compile: --devices FILE (the device table) */
+  bool no_memcheck;              /* compile: --no-memcheck */
+  bool no_cache;                 /* compile, run: --no-cache */
+  int jobs;                      /* compile, run: --jobs N (0: one per CPU) */
+  char cache_dir[PATH_MAX + 16]; /* the compile cache's directory, when on */
+  const char *search[MAX_LIST];  /* AXLC_PATH's directories, then the shipped configs' */
+  char *axlc_path;               /* a copy of AXLC_PATH that search[] points into */
+  char share[PATH_MAX + 16]; /* installed: PREFIX/share/axlc; in a build: the source's models/ */
+  char lib[PATH_MAX + 16];   /* installed: PREFIX/lib (libaxrt.a); in a build: empty */
 } Args;
 
 static void usage(FILE *out) {
@@ -422,12 +423,13 @@ static const Backend *pick_backend(Args *a) {
   return b;
 }
 
-static BackendOptions backend_options(const Args *a) {
+static BackendOptions backend_options(Args *a) {
   BackendOptions o = {0};
   o.cpu = a->cpu;
   o.features = a->features;
   o.runtime_dir = a->lib[0] ? a->lib : NULL;
-  o.cache_dir = a->no_cache ? NULL : backend_cache_dir_default();
+  bool cache = !a->no_cache && backend_cache_dir_default(a->cache_dir, sizeof a->cache_dir);
+  o.cache_dir = cache ? a->cache_dir : NULL;
   o.jobs = a->jobs;
   o.progress = true;
   return o;
