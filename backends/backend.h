@@ -100,6 +100,14 @@ const Backend *backend_for_target(const char *target);
 void backend_names(char *buf, size_t cap);
 /* The emit kind `name` of b, or NULL. */
 const BackendEmit *backend_emit_find(const Backend *b, const char *name);
+/* ======================================================================== spawn.c */
+
+/* Runs argv (NULL-terminated; argv[0] is looked up on PATH) and waits: its exit status, 128 +
+ * the signal that ended it, or -1 if it could not be started (127: exec failed). */
+int backend_spawn(char *const *argv);
+
+/* ======================================================================== registry.c */
+
 /* Where compiled code is kept between compiles, into buf: $AXLC_CACHE_DIR, else
  * $XDG_CACHE_HOME/axlc, else ~/.cache/axlc. false when AXLC_NO_CACHE is set (to anything but
  * "" or "0"), when none of those is set, or when the name does not fit. */

@@ -78,16 +78,5 @@ RtInit backend_param_init(const FeParam *p) {
 bool backend_cache_dir_default(char *buf, size_t cap) {
   const char *off = getenv("AXLC_NO_CACHE");
   if (off && *off && strcmp(off, "0") != 0) return false;
-  const char *dir = getenv("AXLC_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
-  const char *home = getenv("HOME");
-  int n;
-  if (dir && *dir)
-    n = snprintf(buf, cap, "%s", dir);
-  else if (xdg && *xdg)
-    n = snprintf(buf, cap, "%s/axlc", xdg);
-  else if (home && *home)
-    n = snprintf(buf, cap, "%s/.cache/axlc", home);
-  else
-    return false;
-  return n > 0 && (size_t)n < cap;
+  return rt_cache_dir(buf, cap) == 0;
 }

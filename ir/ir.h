@@ -210,8 +210,8 @@ typedef struct IrGemm {
 /* Whether a dot_general of dtype dt with attributes a over operands of shapes lhs and rhs has
  * that layout: f32; batch dims lead in order on both sides; each side's contracting dims are
  * consecutive, in order, and sit right after the batch dims or at the end; sizes fit an int.
- * Fills *out (if out) when it does. The LLVM backend's BLAS calls and the fold of transposes
- * into dots (passes/simplify.c) share this rule. */
+ * Fills *out (if out) when it does. The LLVM backend's BLAS calls, the OpenCL backend's GEMM
+ * kernel and the fold of transposes into dots (passes/simplify.c) share this rule. */
 bool ir_dot_sgemm(IrDType dt, const IrShape *lhs, const IrShape *rhs, const IrAttrs *a,
                   IrGemm *out);
 /* The group size of a collective's mesh axes under mesh m, or -1 if an axis is unknown. */

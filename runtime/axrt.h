@@ -209,6 +209,11 @@ typedef struct RtCollective {
     int64_t in_offset, out_offset;  /* slab byte offsets; they may overlap */
 } RtCollective;
 
+/* The directory of axlc's caches (compiled kernels, OpenCL device binaries), into out:
+ * $AXLC_CACHE_DIR, else $XDG_CACHE_HOME/axlc, else $HOME/.cache/axlc. 0, or -1 (out "") when
+ * none of those is set or the name does not fit. */
+int rt_cache_dir(char *out, size_t cap);
+
 typedef struct RtComm RtComm;
 
 /* Whether libaxrt was built with MPI. */

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -148,4 +149,20 @@ int rt_dir_fsync(const char *dir, RtError *err) {
     if (close(fd) != 0)
         return rt_error_set(err, "%s: cannot close directory: %s", dir, strerror(errno));
     return 0;
+}
+
+int rt_cache_dir(char *out, size_t cap) {
+    const char *a = getenv("AXLC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    int n = -1;
+    if (a && *a)
+        n = snprintf(out, cap, "%s", a);
+    else if (x && *x)
+        n = snprintf(out, cap, "%s/axlc", x);
+    else if (h && *h)
+        n = snprintf(out, cap, "%s/.cache/axlc", h);
+    if (n > 0 && (size_t)n < cap)
+        return 0;
+    if (cap)
+        out[0] = 0;
+    return -1;
 }

@@ -243,19 +243,6 @@ static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-/* "$AXLC_CACHE_DIR", else "$XDG_CACHE_HOME/axlc", else "$HOME/.cache/axlc"; "" if none. */
-static void cache_dir(char *out, size_t cap) {
-    const char *a = getenv("AXLC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    if (a && *a)
-        snprintf(out, cap, "%s", a);
-    else if (x && *x)
-        snprintf(out, cap, "%s/axlc", x);
-    else if (h && *h)
-        snprintf(out, cap, "%s/.cache/axlc", h);
-    else
-        out[0] = 0;
-}
-
 static void mkdirs(const char *dir) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", dir);
@@ -272,7 +259,7 @@ static void mkdirs(const char *dir) {
  * driver versions, build options and source. */
 static void cache_path(const Session *S, const DevInfo *d, char *out, size_t cap) {
     char dir[3500];
-    cache_dir(dir, sizeof dir);
+    rt_cache_dir(dir, sizeof dir);
     if (!*dir) {
         out[0] = 0;
         return;

@@ -10,10 +10,8 @@
  * linked by the system C compiler with OpenBLAS, json-c and libm. Nothing of axlc, LLVM or the
  * config file is needed at run time: the resolved config is embedded (`./trainer --config`).
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/backend.h"
@@ -115,19 +113,6 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
   return 0;
 }
 
-/* Runs argv (NULL-terminated) and waits; 0 if it exited 0. */
-static int spawn(char *const *argv) {
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  int status;
-  if (waitpid(pid, &status, 0) < 0) return -1;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
-}
-
 /* Links the program's objects with the runtime into the executable `out`. */
 static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *c,
                         const char *out) {
@@ -166,7 +151,7 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
   for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < nobj + 39; lib = strtok(NULL, ";"))
     argv[n++] = lib;
   argv[n] = NULL;
-  int rc = spawn(argv);
+  int rc = backend_spawn(argv) == 0 ? 0 : -1;
   for (int i = 0; i < nobj; i++)
     if (!strncmp(objs[i], dir, strlen(dir))) unlink(objs[i]);
   rmdir(dir);
@@ -228,20 +213,6 @@ static char *find_on_path(const char *name) {
   return NULL;
 }
 
-/* Runs argv and returns its exit status (128 + signal when killed), or -1 if it did not start. */
-static int spawn_status(char *const *argv) {
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    execv(argv[0], argv);
-    _exit(127);
-  }
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 /* A program for N > 1 devices runs as N processes: a trainer compiled to a temporary directory,
  * started by `mpirun -np N` with the trainer options (--oversubscribe when the machine has fewer
  * cores). Without mpirun, says how to do it by hand. */
@@ -284,7 +255,7 @@ static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c,
       for (int i = 1; i < argc; i++) args[k++] = argv[i];
       fflush(stdout);
       fflush(stderr);
-      rc = spawn_status(args);
+      rc = backend_spawn(args);
       if (rc < 0) {
         fe_error(j->diag, mpirun, NULL, "could not start it");
         rc = 1;

@@ -234,17 +234,11 @@ static int build(LlvmCtx *C) {
   return llvm_program_emit(C, step);
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, LlvmModule **out,
                  char *err, size_t cap) {
   if (err && cap) err[0] = 0;
   *out = NULL;
-  double t0 = now_s();
+  double t0 = llvm_now_s();
   LlvmCtx C = {.g = g,
                .mp = mp,
                .opt = opt ? *opt : llvm_options_default(),
@@ -271,7 +265,7 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
     LLVMDisposeBuilder(C.b);
   }
   graph_end(&C);
-  M->stats.emit_s = now_s() - t0;
+  M->stats.emit_s = llvm_now_s() - t0;
   if (rc == 0) rc = llvm_units_compile(M, &C.opt, err, cap);
   if (rc) {
     llvm_module_free(M);

@@ -52,14 +52,20 @@ void llvm_loop_end(LlvmCtx *C, LlvmLoop *L) {
   LLVMPositionBuilderAtEnd(C->b, L->exit);
 }
 
-LLVMValueRef llvm_alloca_entry(LlvmCtx *C, LLVMTypeRef t, const char *name) {
-  LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(C->fn);
+/* A new builder before the first instruction of fn's entry block (the caller disposes it). */
+static LLVMBuilderRef entry_builder(LlvmCtx *C, LLVMValueRef fn) {
+  LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(fn);
   LLVMBuilderRef b = LLVMCreateBuilderInContext(C->c);
   LLVMValueRef first = LLVMGetFirstInstruction(entry);
   if (first)
     LLVMPositionBuilderBefore(b, first);
   else
     LLVMPositionBuilderAtEnd(b, entry);
+  return b;
+}
+
+LLVMValueRef llvm_alloca_entry(LlvmCtx *C, LLVMTypeRef t, const char *name) {
+  LLVMBuilderRef b = entry_builder(C, C->fn);
   LLVMValueRef a = LLVMBuildAlloca(b, t, name);
   LLVMDisposeBuilder(b);
   return a;
@@ -205,19 +211,9 @@ LLVMValueRef llvm_kernel_end(LlvmCtx *C) {
 static void fill_args(LlvmCtx *C) {
   if (!C->args) {
     /* One array for every call, sized when the step is complete (llvm_kernel_args_done). */
-    LLVMValueRef one = llvm_i64(C, 1);
-    LLVMValueRef keep = C->fn;
-    C->fn = C->step;
-    LLVMBuilderRef b = LLVMCreateBuilderInContext(C->c);
-    LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(C->step);
-    LLVMValueRef first = LLVMGetFirstInstruction(entry);
-    if (first)
-      LLVMPositionBuilderBefore(b, first);
-    else
-      LLVMPositionBuilderAtEnd(b, entry);
-    C->args = LLVMBuildArrayAlloca(b, C->t_i8p, one, "args");
+    LLVMBuilderRef b = entry_builder(C, C->step);
+    C->args = LLVMBuildArrayAlloca(b, C->t_i8p, llvm_i64(C, 1), "args");
     LLVMDisposeBuilder(b);
-    C->fn = keep;
   }
   if (C->nslots > C->max_slots) C->max_slots = C->nslots;
   for (int32_t k = 0; k < C->nslots; k++) {

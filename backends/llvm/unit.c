@@ -18,6 +18,8 @@
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
 
+#include "backends/backend.h"
+
 #include <errno.h>
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Target.h>
@@ -28,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,7 +41,7 @@ static int fail(char *err, size_t cap, const char *fmt, const char *arg) {
   return -1;
 }
 
-static double now_s(void) {
+double llvm_now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
@@ -289,7 +290,7 @@ typedef struct Work {
 /* Verifies, optimizes and generates u's object with tm. */
 static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
   char *msg = NULL, buf[600];
-  double t0 = now_s(), t1 = 0;
+  double t0 = llvm_now_s(), t1 = 0;
   if (LLVMVerifyModule(u->mod, LLVMReturnStatusAction, &msg)) {
     snprintf(buf, sizeof buf, "internal: unit %s does not verify: %.400s", u->name, msg);
     LLVMDisposeMessage(msg);
@@ -319,7 +320,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
       return;
     }
   }
-  t1 = now_s();
+  t1 = llvm_now_s();
   if (LLVMTargetMachineEmitToMemoryBuffer(tm, u->mod, LLVMObjectFile, &msg, &u->obj)) {
     snprintf(buf, sizeof buf, "LLVM code generation: %s", msg ? msg : "?");
     LLVMDisposeMessage(msg);
@@ -328,7 +329,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
   }
   if (w->profile)
     fprintf(stderr, "axlc: unit %s: optimized in %.3f s, code in %.3f s, %zu bytes\n", u->name,
-            t1 - t0, now_s() - t1, LLVMGetBufferSize(u->obj));
+            t1 - t0, llvm_now_s() - t1, LLVMGetBufferSize(u->obj));
   if (w->cache_dir) cache_store(u, w->cache_dir);
   if (!w->o->keep_ir) unit_drop_ir(u);
 }
@@ -336,7 +337,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
 static void progress(Work *w) {
   pthread_mutex_lock(&w->lock);
   w->done++;
-  if (w->o->progress && w->tty && now_s() - w->t0 > 1.0) {
+  if (w->o->progress && w->tty && llvm_now_s() - w->t0 > 1.0) {
     fprintf(stderr, "\raxlc: generating code: %d of %d units", (int)w->done, (int)w->ntodo);
     w->shown = true;
   }
@@ -371,7 +372,7 @@ static int jobs_for(const LlvmOptions *o, int32_t ntodo) {
 }
 
 int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap) {
-  double t0 = now_s();
+  double t0 = llvm_now_s();
   M->stats.units = M->nunits;
   /* The main unit's key: everything it holds, offsets and program table included. */
   char *text = LLVMPrintModuleToString(M->units[0].mod);
@@ -414,7 +415,7 @@ int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t ca
   if (w.shown) fprintf(stderr, "\r\033[K");
   free(w.todo);
   M->stats.jobs = started + 1;
-  M->stats.codegen_s = now_s() - t0;
+  M->stats.codegen_s = llvm_now_s() - t0;
   for (int32_t i = 0; i < M->nunits; i++)
     if (M->units[i].err) return fail(err, cap, "%s", M->units[i].err);
   return 0;
@@ -459,19 +460,6 @@ int llvm_object_files(LlvmModule *M, const char *dir, char ***out, int *n, char 
   return 0;
 }
 
-static int run_wait(char *const *argv) {
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
-}
-
 int llvm_emit_object(LlvmModule *M, const char *path, char *err, size_t cap) {
   if (!M || !M->nunits) return fail(err, cap, "llvm_emit_object: no module%s", NULL);
   if (M->nunits == 1 && M->units[0].obj)
@@ -496,7 +484,7 @@ int llvm_emit_object(LlvmModule *M, const char *path, char *err, size_t cap) {
       argv[k++] = (char *)path;
       for (int i = 0; i < n; i++) argv[k++] = objs[i];
     }
-    rc = argv && run_wait(argv) == 0
+    rc = argv && backend_spawn(argv) == 0
              ? 0
              : fail(err, cap, "%s: `cc -r` failed to join the objects", path);
     free(argv);

@@ -12,7 +12,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/backend.h"
@@ -111,19 +110,6 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
   return program(j, c);
 }
 
-/* Runs argv (NULL-terminated) and waits; 0 if it exited 0. */
-static int spawn(char *const *argv) {
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  int status;
-  if (waitpid(pid, &status, 0) < 0) return -1;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
-}
-
 /* Writes the program as C next to `out` and links it with the runtime into `out`. */
 static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
   char *src = fe_asprintf("%s.opencl.c", out);
@@ -153,7 +139,7 @@ static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
   for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < 39; lib = strtok(NULL, ";"))
     argv[n++] = lib;
   argv[n] = NULL;
-  rc = spawn(argv);
+  rc = backend_spawn(argv) == 0 ? 0 : -1;
   unlink(src);
   free(src);
   free(mpi);

@@ -24,49 +24,24 @@ typedef struct Layout {
   int64_t sb, sbk, sbn; /* rhs */
 } Layout;
 
-static int64_t prod(const IrShape *s, int32_t from, int32_t to) {
-  int64_t p = 1;
-  for (int32_t d = from; d < to; d++) p *= s->dims[d];
-  return p;
-}
-
-/* Batch dims [0, nb) in order; contracting dims c consecutive, first or last after them. */
-static bool side_ok(const IrShape *s, const IrDims *b, const IrDims *c, bool *contract_first) {
-  for (int32_t k = 0; k < b->n; k++)
-    if (b->v[k] != k) return false;
-  for (int32_t k = 1; k < c->n; k++)
-    if (c->v[k] != c->v[0] + k) return false;
-  *contract_first = false;
-  if (c->n == 0) return true;
-  bool last = c->v[c->n - 1] == s->rank - 1, first = c->v[0] == b->n;
-  *contract_first = !last;
-  return last || first;
-}
-
+/* The strides of v's product, when it has sgemm's layout (ir_dot_sgemm) and fits this
+ * kernel's int indices (m and n below INT_MAX / 2). */
 static bool layout(const IrGraph *g, int32_t v, Layout *L) {
   const IrValue *x = &g->values[v];
-  const IrShape *as = &g->values[x->ops[0]].shape, *bs = &g->values[x->ops[1]].shape;
-  bool akf, bkf;
-  if (x->dtype != DT_F32 || !side_ok(as, &x->attr.lb, &x->attr.lc, &akf) ||
-      !side_ok(bs, &x->attr.rb, &x->attr.rc, &bkf))
+  IrGemm G;
+  if (!ir_dot_sgemm(x->dtype, &g->values[x->ops[0]].shape, &g->values[x->ops[1]].shape, &x->attr,
+                    &G))
     return false;
-  int32_t nb = x->attr.lb.n;
-  L->batch = prod(as, 0, nb);
-  L->k = 1;
-  for (int32_t k = 0; k < x->attr.lc.n; k++) L->k *= as->dims[x->attr.lc.v[k]];
-  if (L->k <= 0) return false;
-  L->m = prod(as, nb, as->rank) / L->k;
-  L->n = prod(bs, nb, bs->rank) / L->k;
+  *L = (Layout){.batch = G.batch, .m = G.m, .n = G.n, .k = G.k};
   L->sa = L->m * L->k;
   L->sb = L->n * L->k;
   /* lhs (M, K): m stride K, k stride 1; (K, M): m stride 1, k stride M */
-  L->sam = akf ? 1 : L->k;
-  L->sak = akf ? L->m : 1;
+  L->sam = G.ta ? 1 : L->k;
+  L->sak = G.ta ? L->m : 1;
   /* rhs (K, N): k stride N, n stride 1; (N, K): k stride 1, n stride K */
-  bool b_nk = !bkf && x->attr.rc.n > 0;
-  L->sbk = b_nk ? 1 : L->n;
-  L->sbn = b_nk ? L->k : 1;
-  return L->m < INT_MAX / 2 && L->n < INT_MAX / 2 && L->k < INT_MAX && L->batch < INT_MAX;
+  L->sbk = G.tb ? 1 : L->n;
+  L->sbn = G.tb ? L->k : 1;
+  return L->m < INT_MAX / 2 && L->n < INT_MAX / 2 && L->batch < INT_MAX;
 }
 
 bool ocl_gemm_ok(const IrGraph *g, int32_t v) {
