@@ -17,9 +17,18 @@
  * the same loads its stored copy would, and saves writing it out. AdamW's clipped gradient
  * (gradient times the clip factor), read by the two moment updates, is one.
  *
- * Parameters, inputs, outputs and every operand of a value that is not elementwise (reductions,
- * matrix products, gathers, ...) keep their buffers: those kernels read their operands at other
- * positions.
+ * A reduction over its operand's trailing axes (norms, softmax, cross-entropy, the gradient
+ * norm: each result element reduces one contiguous run) takes its operand inline too, when the
+ * operand is an f32 elementwise value that only it reads, and either one axis is reduced or the
+ * operand's inlined tree needs no per-axis indices (elementwise values of stored or scalar
+ * operands): the reduction computes the elements of its run as it sums them, and the operand
+ * (a squared gradient, the variance's squares, softmax's backward product) is never written out
+ * and read back. The code generators compute such a run a block of elements at a time into
+ * registers and reduce the block as they would a stored one, so the sums are the same.
+ *
+ * Parameters, inputs, outputs and every operand of any other value that is not elementwise
+ * (reductions over leading axes, matrix products, gathers, ...) keep their buffers: those kernels
+ * read their operands at other positions.
  */
 #include <stdlib.h>
 
@@ -51,6 +60,40 @@ static bool light(const IrGraph *g, const IrValue *x, const bool *mat) {
   return true;
 }
 
+/* Whether reduction x reduces the trailing axes of its operand (in any order), at least one. */
+static bool reduces_trailing(const IrGraph *g, const IrValue *x) {
+  if (x->op != IR_REDUCE_SUM && x->op != IR_REDUCE_MAX) return false;
+  int32_t rank = g->values[x->ops[0]].shape.rank, n = x->attr.axes.n;
+  if (n < 1) return false;
+  for (int32_t k = 0; k < n; k++)
+    if (x->attr.axes.v[k] < rank - n) return false;
+  return true;
+}
+
+/* Whether v, inlined as decided so far (operands first), reads every operand at its own linear
+ * position: elementwise values over stored ones and splat constants. */
+static bool flat_tree(const IrGraph *g, const bool *mat, int32_t v) {
+  const IrValue *x = &g->values[v];
+  if (mat[v]) return true;
+  if (x->op == IR_CONSTANT) return x->attr.data == NULL;
+  if (!(ir_op_flags(x->op) & IR_ELEMENTWISE)) return false;
+  for (int32_t k = 0; k < x->nops; k++)
+    if (!flat_tree(g, mat, x->ops[k])) return false;
+  return true;
+}
+
+/* Whether reduction r may compute its operand o inline (see the top of the file); o's own
+ * operands are decided. */
+static bool reduction_takes(const IrGraph *g, const bool *mat, int32_t r, int32_t o) {
+  const IrValue *x = &g->values[r], *ox = &g->values[o];
+  if (!reduces_trailing(g, x) || ox->dtype != DT_F32 || x->dtype != DT_F32) return false;
+  if (!(ir_op_flags(ox->op) & IR_ELEMENTWISE)) return false;
+  if (x->attr.axes.n == 1) return true;
+  for (int32_t k = 0; k < ox->nops; k++)
+    if (!flat_tree(g, mat, ox->ops[k])) return false;
+  return true;
+}
+
 int pass_fusion_plan(const IrGraph *g, bool *mat) {
   if (!g || !mat) return -1;
   int32_t n = g->nvalues;
@@ -61,22 +104,39 @@ int pass_fusion_plan(const IrGraph *g, bool *mat) {
     free(ok);
     return -1;
   }
-  for (int32_t v = 0; v < n; v++) ok[v] = inlinable(&g->values[v]);
+  int32_t *reducer = malloc(((size_t)n + 1) * sizeof *reducer); /* a reduction reading v */
+  if (!reducer) {
+    free(uses);
+    free(ok);
+    return -1;
+  }
+  for (int32_t v = 0; v < n; v++) {
+    ok[v] = inlinable(&g->values[v]);
+    reducer[v] = -1;
+  }
   for (int32_t u = 0; u < n; u++) {
     const IrValue *x = &g->values[u];
     bool elementwise = ir_op_flags(x->op) & IR_ELEMENTWISE;
     for (int32_t k = 0; k < x->nops; k++) {
       int32_t o = x->ops[k];
       uses[o]++;
-      if (!elementwise || !ir_shape_eq(&g->values[o].shape, &x->shape)) ok[o] = false;
+      if (reduces_trailing(g, x))
+        reducer[o] = u;
+      else if (!elementwise || !ir_shape_eq(&g->values[o].shape, &x->shape))
+        ok[o] = false;
     }
   }
   for (int32_t i = 0; i < g->noutputs; i++) ok[g->outputs[i].value] = false;
   for (int32_t v = 0; v < n; v++) { /* in index order: operands are decided first */
     const IrValue *x = &g->values[v];
+    if (reducer[v] >= 0) { /* read by a reduction: only it, and only if it can */
+      mat[v] = !(ok[v] && uses[v] == 1 && reduction_takes(g, mat, reducer[v], v));
+      continue;
+    }
     bool any = cheap(x) || light(g, x, mat);
     mat[v] = !(ok[v] && uses[v] >= 1 && (uses[v] == 1 || any));
   }
+  free(reducer);
   free(uses);
   free(ok);
   return 0;

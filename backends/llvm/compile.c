@@ -172,12 +172,14 @@ static int graph_begin(LlvmCtx *C) {
   C->slot_val = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_val);
   C->slot_ptr = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_ptr);
   C->slot_users = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_users);
+  C->defer = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->defer);
+  C->hosted = calloc((size_t)C->g->nvalues + 1, sizeof *C->hosted);
   C->ncoll = 0;
   C->nslots = C->nslot_users = 0;
   if (!C->mat || !C->cdata || !C->coll || !C->cdata_unit || !C->slot_of || !C->slot_val ||
-      !C->slot_ptr || !C->slot_users)
+      !C->slot_ptr || !C->slot_users || !C->defer || !C->hosted)
     return llvm_fail(C, "out of memory");
-  for (int32_t v = 0; v < C->g->nvalues; v++) C->slot_of[v] = -1;
+  for (int32_t v = 0; v < C->g->nvalues; v++) C->slot_of[v] = C->defer[v] = -1;
   bool multi = llvm_multi_device(C->g);
   for (int32_t v = 0; v < C->g->nvalues; v++)
     C->coll[v] = multi && (ir_op_flags(C->g->values[v].op) & IR_COLLECTIVE) ? C->ncoll++ : -1;
@@ -185,7 +187,7 @@ static int graph_begin(LlvmCtx *C) {
     pass_fusion_plan(C->g, C->mat);
   else
     memset(C->mat, 1, (size_t)C->g->nvalues);
-  if (check_graph(C) || (C->opt.fuse && llvm_fusion_check(C))) return -1;
+  if (check_graph(C) || (C->opt.fuse && (llvm_fusion_check(C) || llvm_fusion_defer(C)))) return -1;
   return 0;
 }
 
@@ -198,6 +200,9 @@ static void graph_end(LlvmCtx *C) {
   free(C->slot_val);
   free(C->slot_ptr);
   free(C->slot_users);
+  free(C->defer);
+  free(C->hosted);
+  C->defer = C->hosted = NULL;
   C->mat = NULL;
   C->cdata = NULL;
   C->coll = NULL;

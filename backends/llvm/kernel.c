@@ -187,7 +187,16 @@ LLVMValueRef llvm_elem_compute(LlvmCtx *C, int32_t v, LlvmPos *p) {
 
 LLVMValueRef llvm_elem_get(LlvmCtx *C, int32_t v, LlvmPos *p) {
   if (!C->mat[v]) return llvm_elem_compute(C, v, p);
-  return llvm_buffer_load(C, v, llvm_pos_lin(C, &val(C, v)->shape, p));
+  if (C->defer[v] < 0 || C->defer[v] != C->kout)
+    return llvm_buffer_load(C, v, llvm_pos_lin(C, &val(C, v)->shape, p));
+  /* computed here and stored after the kernel's own value (map_kernel) */
+  LLVMValueRef e = llvm_elem_compute(C, v, p);
+  if (e && C->nkstore < LLVM_MAX_DEFERRED) {
+    C->kstore[C->nkstore] = v;
+    C->kstore_val[C->nkstore] = e;
+    C->kstore_lin[C->nkstore++] = llvm_pos_lin(C, &val(C, v)->shape, p);
+  }
+  return e;
 }
 
 /* ---- the kernel ---- */
@@ -195,7 +204,7 @@ LLVMValueRef llvm_elem_get(LlvmCtx *C, int32_t v, LlvmPos *p) {
 /* Whether computing v (inlined operands included) needs per-dimension indices. */
 static bool needs_idx(const LlvmCtx *C, int32_t v, bool root) {
   const IrValue *x = val(C, v);
-  if (!root && C->mat[v]) return false;
+  if (!root && C->mat[v] && C->defer[v] < 0) return false;
   switch (x->op) {
   case IR_CONSTANT:
   case IR_GATHER:
@@ -241,9 +250,15 @@ static int map_kernel(LlvmCtx *C, int32_t v) {
     p.idx[d] = llvm_loop_begin(C, &loops[d], lo, hi, "i");
   }
   if (flat) p.lin = p.idx[0];
+  C->nkstore = 0;
   LLVMValueRef e = llvm_elem_compute(C, v, &p);
   if (!e) return llvm_fail(C, "%%%d (%s): no element code", v, ir_op_name(x->op));
+  if (C->nkstore != C->nkouts - 1)
+    return llvm_fail(C, "%%%d (%s): %d values deferred into its kernel, %d computed", v,
+                     ir_op_name(x->op), C->nkouts - 1, C->nkstore);
   llvm_buffer_store(C, v, llvm_pos_lin(C, &x->shape, &p), e);
+  for (int32_t k = 0; k < C->nkstore; k++) /* every load of this position came first */
+    llvm_buffer_store(C, C->kstore[k], C->kstore_lin[k], C->kstore_val[k]);
   for (int32_t d = dom.rank - 1; d >= 0; d--) llvm_loop_end(C, &loops[d]);
   fn = llvm_kernel_end(C);
   if (!fn) return -1;
@@ -338,9 +353,15 @@ static int kernel_emit(LlvmCtx *C, int32_t v) {
 int llvm_kernel_emit(LlvmCtx *C, int32_t v) {
   const IrValue *x = val(C, v);
   if (!C->mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT) return 0;
-  if (ir_shape_numel(&x->shape) == 0) return 0;
-  C->kout = v; /* for the alias metadata of its loads and stores (loop.c) */
+  if (ir_shape_numel(&x->shape) == 0 || C->defer[v] >= 0) return 0;
+  /* its buffers and the deferred values', for the alias metadata (loop.c) */
+  C->kout = v;
+  C->kouts[0] = v;
+  C->nkouts = 1;
+  for (int32_t u = v - 1; u >= 0 && C->nkouts <= C->hosted[v]; u--)
+    if (C->defer[u] == v) C->kouts[C->nkouts++] = u;
   int rc = kernel_emit(C, v);
   C->kout = -1;
+  C->nkouts = 0;
   return rc;
 }

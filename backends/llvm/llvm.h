@@ -157,6 +157,9 @@ struct LlvmModule {
   LlvmStats stats;
 };
 
+/* The most values one kernel stores besides its own (llvm_fusion_defer). */
+enum { LLVM_MAX_DEFERRED = 4 };
+
 /* The state of one compilation: the graph, its plan and where the builder stands. */
 typedef struct LlvmCtx {
   const IrGraph *g;
@@ -185,8 +188,18 @@ typedef struct LlvmCtx {
   LLVMValueRef fwd_table;                   /* the RtForward global, once emitted */
   int32_t *coll; /* (nvalues) index in the program's collective table, or -1 */
   int32_t ncoll;
-  int32_t kout;        /* value whose kernel is being emitted, or -1 */
-  bool *mat;           /* (nvalues) materialized values */
+  int32_t kout; /* value whose kernel is being emitted, or -1 */
+  /* Every buffer the open kernel stores: kout, then the values deferred into it. */
+  int32_t kouts[1 + LLVM_MAX_DEFERRED], nkouts;
+  /* The deferred values computed so far at the open kernel's position, stored after kout. */
+  int32_t nkstore;
+  int32_t kstore[LLVM_MAX_DEFERRED];
+  LLVMValueRef kstore_val[LLVM_MAX_DEFERRED], kstore_lin[LLVM_MAX_DEFERRED];
+  bool *mat; /* (nvalues) materialized values */
+  /* (nvalues) the kernel that computes and stores v instead of v's own (fusion.c:
+   * llvm_fusion_defer), or -1. */
+  int32_t *defer;
+  int32_t *hosted;     /* (nvalues) how many values are deferred into v's kernel */
   LLVMValueRef *cdata; /* (nvalues) globals of data constants, made on demand */
   char *err;
   size_t cap;
@@ -288,6 +301,9 @@ int llvm_dot_blas_emit(LlvmCtx *C, int32_t v);
 /* ---- fusion.c ---- */
 /* Materializes fused values whose inputs the plan lets other values overwrite before use. */
 int llvm_fusion_check(LlvmCtx *C);
+/* Fills C->defer: stored values (outputs) that the kernel of their one consumer computes and
+ * stores at its own position, when the plan keeps their inputs intact until then. */
+int llvm_fusion_defer(LlvmCtx *C);
 
 /* ---- program.c ---- */
 int llvm_program_emit(LlvmCtx *C, LLVMValueRef step);

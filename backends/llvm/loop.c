@@ -12,12 +12,13 @@
  *
  * LLVM cannot tell whether two pointers loaded from args overlap, and where it cannot work out
  * their distance (a broadcast operand read at stride 0 against the store at stride 1) it
- * refuses to vectorize. Scoped-noalias metadata says what the plan knows: a store to the
- * output has scope "axlc.buf<its slot>", and a load from a buffer whose bytes do not overlap
- * the output's is noalias to it. A buffer that does overlap (an operand updated in place) gets
- * no claim. The claims are part of the kernel's IR, so two kernels share a function only when
- * they make the same claims. In axlc_step itself (BLAS calls, copies) buffers are the slab
- * plus their offsets, and scopes are named by value.
+ * refuses to vectorize. Scoped-noalias metadata says what the plan knows: a store to a
+ * result has scope "axlc.buf<its slot>", and any access to a buffer whose bytes do not overlap
+ * a result's is noalias to that result (a kernel has several results when values are deferred
+ * into it: fusion.c). A buffer that does overlap (an operand updated in place) gets no claim. The
+ * claims are part of the kernel's IR, so two kernels share a function only when they make the same
+ * claims. In axlc_step itself (BLAS calls, copies) buffers are the slab plus their offsets, and
+ * scopes are named by value.
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
@@ -120,16 +121,15 @@ static LLVMValueRef element_ptr(LlvmCtx *C, int32_t v, LLVMValueRef lin) {
   return LLVMBuildInBoundsGEP2(C->b, et, llvm_buffer_ptr(C, v), &lin, 1, "");
 }
 
-/* The scope list {"axlc.buf<k>"} in the domain "axlc.slab": k is v's slot in a kernel, v in
+/* The scope {"axlc.buf<k>"} in the domain "axlc.slab": k is v's slot in a kernel, v in
  * axlc_step. */
-static LLVMValueRef scope_list(LlvmCtx *C, int32_t v) {
+static LLVMMetadataRef scope_of(LlvmCtx *C, int32_t v) {
   char name[32];
   int len = snprintf(name, sizeof name, "axlc.buf%d", in_kernel(C) ? slot(C, v) : v);
   LLVMMetadataRef dom = LLVMMDStringInContext2(C->c, "axlc.slab", 9);
   dom = LLVMMDNodeInContext2(C->c, &dom, 1);
   LLVMMetadataRef ops[] = {LLVMMDStringInContext2(C->c, name, (size_t)len), dom};
-  LLVMMetadataRef scope = LLVMMDNodeInContext2(C->c, ops, 2);
-  return LLVMMetadataAsValue(C->c, LLVMMDNodeInContext2(C->c, &scope, 1));
+  return LLVMMDNodeInContext2(C->c, ops, 2);
 }
 
 static bool buffers_disjoint(const LlvmCtx *C, int32_t a, int32_t b) {
@@ -137,12 +137,31 @@ static bool buffers_disjoint(const LlvmCtx *C, int32_t a, int32_t b) {
   return a != b && (ea <= C->mp->offset[b] || eb <= C->mp->offset[a]);
 }
 
+static void set_scopes(LlvmCtx *C, LLVMValueRef access, const char *kind, LLVMMetadataRef *s,
+                       int n) {
+  if (n == 0) return;
+  LLVMValueRef list = LLVMMetadataAsValue(C->c, LLVMMDNodeInContext2(C->c, s, (size_t)n));
+  LLVMSetMetadata(access, LLVMGetMDKindIDInContext(C->c, kind, (unsigned)strlen(kind)), list);
+}
+
+/* A store to one of the kernel's results has that result's scope; every access is noalias to
+ * the scopes of the results (other than its own) whose bytes it does not overlap. */
 void llvm_buffer_tag(LlvmCtx *C, int32_t v, LLVMValueRef access, bool store) {
   if (C->kout < 0) return;
-  if (store && v == C->kout)
-    LLVMSetMetadata(access, LLVMGetMDKindIDInContext(C->c, "alias.scope", 11), scope_list(C, v));
-  else if (!store && buffers_disjoint(C, v, C->kout))
-    LLVMSetMetadata(access, LLVMGetMDKindIDInContext(C->c, "noalias", 7), scope_list(C, C->kout));
+  int32_t nouts = C->nkouts > 0 ? C->nkouts : 1;
+  const int32_t *outs = C->nkouts > 0 ? C->kouts : &C->kout;
+  LLVMMetadataRef own, others[1 + LLVM_MAX_DEFERRED];
+  int n = 0;
+  bool is_out = false;
+  for (int32_t k = 0; k < nouts; k++) is_out = is_out || outs[k] == v;
+  if (store && !is_out) return;
+  for (int32_t k = 0; k < nouts; k++)
+    if (buffers_disjoint(C, v, outs[k])) others[n++] = scope_of(C, outs[k]);
+  if (store) {
+    own = scope_of(C, v);
+    set_scopes(C, access, "alias.scope", &own, 1);
+  }
+  set_scopes(C, access, "noalias", others, n);
 }
 
 LLVMValueRef llvm_buffer_load(LlvmCtx *C, int32_t v, LLVMValueRef lin) {

@@ -51,14 +51,17 @@ static LLVMValueRef acc_init(LlvmCtx *C, IrDType dt, bool sum) {
 /* Floats per vector step: 16 lanes are two to four registers, enough independent add chains to
  * hide the add latency on AVX2 and AVX-512 (SSE gets eight chains of two). */
 enum { VW = 16 };
+/* Elements of an inlined operand computed per step of the block loop (a multiple of VW). */
+enum { BLOCK = 64 };
 
 /* Run length when every output element of f32 reduction v reduces a contiguous run of its
- * (materialized) operand: the reduced axes are the operand's last ones. 0 otherwise, or when
- * the run is too short for a vector step. */
+ * operand: the reduced axes are the operand's last ones. 0 otherwise, or when the run is too
+ * short for a vector step. The operand is stored, or computed inline (pass_fusion_plan lets a
+ * reduction over trailing axes take an elementwise operand). */
 static int64_t contiguous_run(const LlvmCtx *C, int32_t v) {
   const IrValue *x = val(C, v);
   const IrShape *xs = &val(C, x->ops[0])->shape;
-  if (x->dtype != DT_F32 || !C->mat[x->ops[0]]) return 0;
+  if (x->dtype != DT_F32) return 0;
   int64_t run = 1;
   for (int32_t d = xs->rank - x->attr.axes.n; d < xs->rank; d++) {
     if (d < 0 || !has_axis(&x->attr.axes, d)) return 0;
@@ -122,6 +125,70 @@ static LLVMValueRef run_vector(LlvmCtx *C, int32_t src, LLVMValueRef base, int64
   return lanes_combine(C, sum, LLVMBuildLoad2(C->b, vt, acc, ""), VW);
 }
 
+/* Element j (i64, from the run's start) of reduction v's operand, for output position p whose
+ * run starts at base: a load when the operand is stored, else computed at its position (the
+ * kept axes from p; one reduced axis takes j itself, several are only ever read linearly:
+ * pass_fusion_plan). */
+static LLVMValueRef run_elem(LlvmCtx *C, int32_t v, LlvmPos *p, LLVMValueRef base, LLVMValueRef j) {
+  const IrValue *x = val(C, v);
+  LLVMValueRef lin = LLVMBuildNSWAdd(C->b, base, j, "");
+  if (C->mat[x->ops[0]]) return llvm_buffer_load(C, x->ops[0], lin);
+  int32_t rank = val(C, x->ops[0])->shape.rank;
+  LlvmPos q = {.has_idx = p->has_idx, .lin = lin};
+  for (int32_t d = 0; d < rank - x->attr.axes.n && p->has_idx; d++) q.idx[d] = p->idx[d];
+  if (x->attr.axes.n == 1) q.idx[rank - 1] = j;
+  q.has_idx = q.has_idx && x->attr.axes.n == 1;
+  return llvm_elem_get(C, x->ops[0], &q);
+}
+
+/* Elements [j0, j0 + count) of the run into the floats at blk (count a multiple of VW). */
+static void run_block(LlvmCtx *C, int32_t v, LlvmPos *p, LLVMValueRef base, LLVMValueRef j0,
+                      int64_t count, LLVMValueRef blk) {
+  LlvmLoop L;
+  LLVMValueRef k = llvm_loop_begin(C, &L, llvm_i64(C, 0), llvm_i64(C, count), "b");
+  LLVMValueRef e = run_elem(C, v, p, base, LLVMBuildNSWAdd(C->b, j0, k, ""));
+  LLVMValueRef at[] = {llvm_i64(C, 0), k};
+  LLVMBuildStore(C->b, e,
+                 LLVMBuildInBoundsGEP2(C->b, LLVMArrayType(C->t_f32, BLOCK), blk, at, 2, ""));
+  llvm_loop_end(C, &L);
+}
+
+/* acc = step(acc, the VW floats at blk[k * VW]) for k < count / VW. */
+static void block_lanes(LlvmCtx *C, LLVMValueRef acc, LLVMValueRef blk, int64_t count, bool sum) {
+  LLVMTypeRef vf = LLVMVectorType(C->t_f32, VW), vt = LLVMVectorType(sum ? C->t_f64 : C->t_f32, VW);
+  for (int64_t k = 0; k < count / VW; k++) {
+    LLVMValueRef at[] = {llvm_i64(C, 0), llvm_i64(C, k * VW)};
+    LLVMValueRef ep = LLVMBuildInBoundsGEP2(C->b, LLVMArrayType(C->t_f32, BLOCK), blk, at, 2, "");
+    LLVMValueRef e =
+        LLVMBuildLoad2(C->b, vf, LLVMBuildBitCast(C->b, ep, LLVMPointerType(vf, 0), ""), "");
+    LLVMSetAlignment(e, 4);
+    if (sum) e = LLVMBuildFPExt(C->b, e, vt, "");
+    LLVMBuildStore(C->b, run_step(C, sum, LLVMBuildLoad2(C->b, vt, acc, ""), e), acc);
+  }
+}
+
+/* run_vector for an operand computed inline: BLOCK elements at a time into a small buffer (a
+ * loop the vectorizer widens like any elementwise kernel), then VW at a time, each block
+ * reduced into the lanes in the order run_vector would, so the sum is the same. */
+static LLVMValueRef run_vector_fused(LlvmCtx *C, int32_t v, LlvmPos *p, LLVMValueRef base,
+                                     int64_t n, bool sum) {
+  LLVMValueRef acc = lanes_new(C, sum);
+  LLVMValueRef blk = llvm_alloca_entry(C, LLVMArrayType(C->t_f32, BLOCK), "blk");
+  LLVMSetAlignment(blk, 64);
+  LlvmLoop L;
+  LLVMValueRef b = llvm_loop_begin(C, &L, llvm_i64(C, 0), llvm_i64(C, n / BLOCK), "blk");
+  run_block(C, v, p, base, LLVMBuildNSWMul(C->b, b, llvm_i64(C, BLOCK), ""), BLOCK, blk);
+  block_lanes(C, acc, blk, BLOCK, sum);
+  llvm_loop_end(C, &L);
+  LLVMValueRef f =
+      llvm_loop_begin(C, &L, llvm_i64(C, n / BLOCK * BLOCK / VW), llvm_i64(C, n / VW), "v");
+  run_block(C, v, p, base, LLVMBuildNSWMul(C->b, f, llvm_i64(C, VW), ""), VW, blk);
+  block_lanes(C, acc, blk, VW, sum);
+  llvm_loop_end(C, &L);
+  LLVMTypeRef vt = LLVMVectorType(sum ? C->t_f64 : C->t_f32, VW);
+  return lanes_combine(C, sum, LLVMBuildLoad2(C->b, vt, acc, ""), VW);
+}
+
 /* Output element p of f32 reduction v over runs of length n: the vector part, then the tail. */
 static LLVMValueRef reduce_run(LlvmCtx *C, int32_t v, LlvmPos *p, int64_t n) {
   const IrValue *x = val(C, v);
@@ -129,10 +196,13 @@ static LLVMValueRef reduce_run(LlvmCtx *C, int32_t v, LlvmPos *p, int64_t n) {
   LLVMValueRef base = LLVMBuildNSWMul(C->b, llvm_pos_lin(C, &x->shape, p), llvm_i64(C, n), "");
   LLVMTypeRef lt = sum ? C->t_f64 : C->t_f32;
   LLVMValueRef acc = llvm_alloca_entry(C, lt, "acc");
-  LLVMBuildStore(C->b, run_vector(C, x->ops[0], base, n, sum), acc);
+  LLVMBuildStore(C->b,
+                 C->mat[x->ops[0]] ? run_vector(C, x->ops[0], base, n, sum)
+                                   : run_vector_fused(C, v, p, base, n, sum),
+                 acc);
   LlvmLoop L;
   LLVMValueRef i = llvm_loop_begin(C, &L, llvm_i64(C, n / VW * VW), llvm_i64(C, n), "t");
-  LLVMValueRef e = llvm_buffer_load(C, x->ops[0], LLVMBuildNSWAdd(C->b, base, i, ""));
+  LLVMValueRef e = run_elem(C, v, p, base, i);
   if (sum) e = LLVMBuildFPExt(C->b, e, C->t_f64, "");
   LLVMBuildStore(C->b, run_step(C, sum, LLVMBuildLoad2(C->b, lt, acc, ""), e), acc);
   llvm_loop_end(C, &L);

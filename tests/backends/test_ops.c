@@ -246,6 +246,71 @@ static void test_fused_chain(void) {
   ir_graph_free(g);
 }
 
+/* Kernel calls of g compiled with the fusion plan and its memory plan. */
+static int32_t fused_kernel_calls(IrGraph *g) {
+  bool *mat = malloc((size_t)g->nvalues + 1);
+  MemPlan mp;
+  CU_ASSERT_FATAL(mat && pass_fusion_plan(g, mat) == 0 && pass_memplan_fused(g, mat, &mp) == 0);
+  LlvmOptions o = llvm_options_default();
+  LlvmModule *m = NULL;
+  char err[512] = "";
+  CU_ASSERT_EQUAL(llvm_compile(g, &mp, &o, &m, err, sizeof err), 0);
+  int32_t calls = m ? llvm_module_stats(m)->kernels : -1;
+  llvm_module_free(m);
+  pass_memplan_free(&mp);
+  free(mat);
+  return calls;
+}
+
+/* Reductions over trailing axes compute a single-use elementwise operand inline (blocks of 64,
+ * then 16, then a scalar tail: runs of 150), softmax-like with a broadcast inside, over two
+ * axes with a flat operand, and a max; over a leading axis the operand stays stored. */
+static void test_fused_reduce(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t d[] = {3, 2, 150};
+  const int32_t last[] = {2}, a12[] = {1, 2}, a0[] = {0}, b01[] = {0, 1};
+  int32_t x = ir_param(g, "x", DT_F32, 3, d), y = ir_param(g, "y", DT_F32, 3, d);
+  int32_t mx = ir_reduce_max(g, x, 1, last);
+  int32_t e = ir_exp(g, ir_sub(g, x, ir_broadcast(g, mx, 3, d, b01)));
+  OUT(g, "softmax_sum", ir_reduce_sum(g, e, 1, last));
+  int32_t sq = ir_mul(g, ir_sub(g, x, y), ir_add(g, x, ir_const_scalar(g, DT_F32, 0.5, 3, d)));
+  OUT(g, "sum12", ir_reduce_sum(g, sq, 2, a12));
+  OUT(g, "max_last", ir_reduce_max(g, ir_neg(g, ir_mul(g, x, y)), 1, last));
+  int32_t yy = ir_mul(g, y, y);
+  OUT(g, "sum0", ir_reduce_sum(g, yy, 1, a0));
+  bool mat[64];
+  CU_ASSERT_EQUAL(pass_fusion_plan(g, mat), 0);
+  CU_ASSERT_FALSE(mat[e]);  /* inside softmax_sum */
+  CU_ASSERT_FALSE(mat[sq]); /* inside sum12: flat, two axes */
+  CU_ASSERT_TRUE(mat[yy]);  /* read down columns by sum0 */
+  bt_check(g, NULL, 0, RTOL);
+  ir_graph_free(g);
+}
+
+/* AdamW's shape: new moments that only the parameter update reads are computed and stored by
+ * the update's kernel (backends/llvm/fusion.c: llvm_fusion_defer), updated in place. */
+static void test_deferred_stores(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t d[] = {7, 45};
+  int32_t p = ir_param(g, "p", DT_F32, 2, d), m = ir_param(g, "m", DT_F32, 2, d);
+  int32_t v = ir_param(g, "v", DT_F32, 2, d), gr = ir_param(g, "g", DT_F32, 2, d);
+  int32_t nm = ir_add(g, ir_mul(g, ir_const_scalar(g, DT_F32, 0.9, 2, d), m),
+                      ir_mul(g, ir_const_scalar(g, DT_F32, 0.1, 2, d), gr));
+  int32_t nv = ir_add(g, ir_mul(g, ir_const_scalar(g, DT_F32, 0.99, 2, d), v),
+                      ir_mul(g, ir_const_scalar(g, DT_F32, 0.01, 2, d), ir_mul(g, gr, gr)));
+  int32_t den = ir_add(g, ir_sqrt(g, nv), ir_const_scalar(g, DT_F32, 1e-8, 2, d));
+  int32_t np = ir_sub(g, p, ir_mul(g, ir_const_scalar(g, DT_F32, 0.01, 2, d), ir_div(g, nm, den)));
+  OUT(g, "new:p", np);
+  OUT(g, "new:m", nm);
+  OUT(g, "new:v", nv);
+  double vd[7 * 45];
+  for (int i = 0; i < 7 * 45; i++) vd[i] = 0.01 * (i % 13); /* the second moment is >= 0 */
+  BtBind binds[] = {{"v", vd}};
+  bt_check(g, binds, 1, RTOL);
+  CU_ASSERT_EQUAL(fused_kernel_calls(g), 1); /* one pass writes p, m and v */
+  ir_graph_free(g);
+}
+
 static void expect_error(IrGraph *g, const char *needle) {
   MemPlan mp;
   bt_plan_simple(g, &mp);
@@ -347,6 +412,8 @@ int main(void) {
   CU_add_test(s, "gather_scatter_topk", test_gather_scatter_topk);
   CU_add_test(s, "collectives_one_device", test_collectives_one_device);
   CU_add_test(s, "fused_chain", test_fused_chain);
+  CU_add_test(s, "fused_reduce", test_fused_reduce);
+  CU_add_test(s, "deferred_stores", test_deferred_stores);
   CU_add_test(s, "errors", test_errors);
   CU_add_test(s, "emit", test_emit);
   CU_basic_set_mode(CU_BRM_VERBOSE);
