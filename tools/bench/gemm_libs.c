@@ -5,16 +5,18 @@
  * Each product (batch, ta, tb, M, N, K) is row-major C = op(A) op(B) with natural leading
  * dimensions and batch strides, as the generated trainers call rt_sgemm. Two modes:
  *   rt   the runtime's cut (runtime/blas.c: one item per batch element when batch >= 4, else
- *        the larger side in blocks), items run on the runtime's own pool of 2 threads, each
+ *        the larger side in blocks), items run on the runtime's own pool (-t, 2 threads), each
  *        item one single-threaded library call. OpenBLAS runs rt_sgemm itself; the others run
  *        a copy of its cut (block/parts below) with the per-item call swapped.
  *   lib  the whole product (each batch element in turn) handed to the library, which uses
- *        2 threads of its own. libxsmm has no threaded large GEMM in its core library: none.
+ *        as many threads of its own. libxsmm's core library has no threaded GEMM: none.
  * A library's result is compared with OpenBLAS's rt_sgemm (max |C - ref| / max |ref|), so a
  * wrong call cannot look fast. The per-model totals weigh each shape by how often one
  * training step runs it (the `call void @rt_sgemm` of axlc_step in `--emit llvm`, see
  * tools/bench/gemm_shapes.awk).
- *   usage: gemm_libs [-r REPS] [-m gpt2|small|long] [COUNT:BATCH:TA:TB:M:N:K ...]
+ *   usage: gemm_libs [-r REPS] [-s SECS] [-t THREADS] [-m gpt2|small|long] [SHAPE...]
+ * with SHAPE as COUNT:BATCH:TA:TB:M:N:K; without one, the shapes of the three models below.
+ * Every shape runs at least REPS (5) rounds, and more while it has taken less than SECS (3).
  */
 /* OpenBLAS's cblas.h first: blis.h holds a copy of CBLAS under the same include guard, without
  * OpenBLAS's own calls (openblas_set_num_threads). */
@@ -177,26 +179,26 @@ static void xsmm_block(int ta, int tb, int m, int n, int k, const float *a, int 
 typedef struct {
   const char *name;
   BlockFn block;
-  /* The whole product with the library's own 2 threads; NULL: none. */
-  void (*whole)(const Prod *p);
+  /* The whole product with the library's own threads; NULL: none. */
+  void (*whole)(const Prod *p, int threads);
 } Lib;
 
-static void openblas_whole(const Prod *p) {
-  openblas_set_num_threads(2);
+static void openblas_whole(const Prod *p, int threads) {
+  openblas_set_num_threads(threads);
   for (int i = 0; i < p->s.batch; i++)
     openblas_block(p->s.ta, p->s.tb, p->s.m, p->s.n, p->s.k, p->a + i * p->sa, p->lda,
                    p->b + i * p->sb, p->ldb, p->c + i * p->sc, p->ldc);
 }
 
-static void blis_whole(const Prod *p) {
+static void blis_whole(const Prod *p, int threads) {
   for (int i = 0; i < p->s.batch; i++)
-    blis_call(2, p->s.ta, p->s.tb, p->s.m, p->s.n, p->s.k, p->a + i * p->sa, p->lda,
+    blis_call(threads, p->s.ta, p->s.tb, p->s.m, p->s.n, p->s.k, p->a + i * p->sa, p->lda,
               p->b + i * p->sb, p->ldb, p->c + i * p->sc, p->ldc);
 }
 
-static void dnnl_whole(const Prod *p) {
+static void dnnl_whole(const Prod *p, int threads) {
   for (int i = 0; i < p->s.batch; i++)
-    dnnl_call(2, p->s.ta, p->s.tb, p->s.m, p->s.n, p->s.k, p->a + i * p->sa, p->lda,
+    dnnl_call(threads, p->s.ta, p->s.tb, p->s.m, p->s.n, p->s.k, p->a + i * p->sa, p->lda,
               p->b + i * p->sb, p->ldb, p->c + i * p->sc, p->ldc);
 }
 
@@ -272,12 +274,13 @@ static void rt_openblas(RtPool *pool, const Prod *p) {
 
 /* One run of library l in mode rt (1) or lib (0). */
 static void run_once(RtPool *pool, int l, int rt, const Prod *p) {
+  int threads = rt_pool_threads(pool);
   if (rt && l == 0)
     rt_openblas(pool, p);
   else if (rt)
     cut_run(pool, p, LIBS[l].block);
   else
-    LIBS[l].whole(p);
+    LIBS[l].whole(p, threads);
 }
 
 /* max |C - ref| / max |ref| over the whole batch. */
@@ -296,16 +299,22 @@ static double rel_err(const Prod *p) {
  * after its last call. */
 static double time_once(RtPool *pool, int l, int rt, Prod *p) {
   nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-  openblas_set_num_threads(rt ? 1 : 2);
+  openblas_set_num_threads(rt ? 1 : rt_pool_threads(pool));
   double t0 = now();
   run_once(pool, l, rt, p);
   return now() - t0;
 }
 
-/* best[l][rt]: seconds of the best of reps runs of every library and mode, after one warmup
- * each; the runs of one round go through all of them, so that a burst of other work on the
- * machine costs all alike. err[l][rt]: the warmup's error. -1 where a library has no mode. */
-static void time_all(RtPool *pool, Prod *p, int reps, double best[][2], double err[][2]) {
+typedef struct {
+  int reps;    /* at least this many rounds */
+  double secs; /* and more, up to 100, while a shape has taken less than this */
+} Opts;
+
+/* best[l][rt]: seconds of the best run of every library and mode, after one warmup each; one
+ * round runs each of them once, so that a burst of other work on the machine costs all alike.
+ * err[l][rt]: the warmup's error. -1 where a library has no such mode. Returns the rounds. */
+static int time_all(RtPool *pool, Prod *p, const Opts *o, double best[][2], double err[][2]) {
+  double t0 = now();
   for (int l = 0; l < NLIBS; l++)
     for (int rt = 0; rt < 2; rt++) {
       best[l][rt] = err[l][rt] = -1;
@@ -315,13 +324,15 @@ static void time_all(RtPool *pool, Prod *p, int reps, double best[][2], double e
       err[l][rt] = rel_err(p);
       best[l][rt] = 1e30;
     }
-  for (int r = 0; r < reps; r++)
+  int r = 0;
+  for (; r < o->reps || (r < 100 && now() - t0 < o->secs); r++)
     for (int l = 0; l < NLIBS; l++)
       for (int rt = 0; rt < 2; rt++) {
         if (best[l][rt] < 0) continue;
         double t = time_once(pool, l, rt, p);
         best[l][rt] = t < best[l][rt] ? t : best[l][rt];
       }
+  return r;
 }
 
 /* ===== products, tables ===== */
@@ -368,18 +379,18 @@ static void prod_free(Prod *p) {
 }
 
 /* Times one model's shapes; prints a markdown table of GFLOP/s and the weighted step total. */
-static void bench_model(RtPool *pool, const Model *m, int reps) {
+static void bench_model(RtPool *pool, const Model *m, const Opts *o) {
   double total[NLIBS][2] = {{0}};
   printf("\n### %s\n\n| count | batch ta tb M N K |", m->name);
   for (int l = 0; l < NLIBS; l++) printf(" %s rt | %s lib |", LIBS[l].name, LIBS[l].name);
-  printf(" max rel err |\n|---:|---|");
-  for (int l = 0; l < 2 * NLIBS + 1; l++) printf("---:|");
+  printf(" max rel err | rounds |\n|---:|---|");
+  for (int l = 0; l < 2 * NLIBS + 2; l++) printf("---:|");
   printf("\n");
   for (int i = 0; i < m->n; i++) {
     Shape s = m->shapes[i];
     Prod p = prod_new(pool, s);
     double flop = 2.0 * s.batch * s.m * s.n * s.k, worst = 0, best[NLIBS][2], err[NLIBS][2];
-    time_all(pool, &p, reps, best, err);
+    int rounds = time_all(pool, &p, o, best, err);
     printf("| %d | %d %d %d %d %d %d |", s.count, s.batch, s.ta, s.tb, s.m, s.n, s.k);
     for (int l = 0; l < NLIBS; l++)
       for (int rt = 1; rt >= 0; rt--) {
@@ -391,7 +402,7 @@ static void bench_model(RtPool *pool, const Model *m, int reps) {
         total[l][rt] += s.count * best[l][rt];
         printf(" %.1f%s |", flop / best[l][rt] / 1e9, err[l][rt] > 1e-4 ? " WRONG" : "");
       }
-    printf(" %.1e |\n", worst);
+    printf(" %.1e | %d |\n", worst, rounds);
     prod_free(&p);
   }
   printf("| | **step total, ms** |");
@@ -401,7 +412,7 @@ static void bench_model(RtPool *pool, const Model *m, int reps) {
         printf(" - |");
       else
         printf(" **%.1f** |", total[l][rt] * 1e3);
-  printf(" |\n");
+  printf(" | |\n");
   fflush(stdout);
 }
 
@@ -418,23 +429,28 @@ static void versions(void) {
 }
 
 int main(int argc, char **argv) {
-  int reps = 5, nshapes = 0;
+  Opts o = {5, 3.0};
+  int nshapes = 0, threads = 2;
   const char *only = NULL;
   Shape *shapes = calloc((size_t)argc, sizeof(Shape));
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-r") && i + 1 < argc)
-      reps = atoi(argv[++i]);
+      o.reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "-t") && i + 1 < argc)
+      threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "-s") && i + 1 < argc)
+      o.secs = atof(argv[++i]);
     else if (!strcmp(argv[i], "-m") && i + 1 < argc)
       only = argv[++i];
     else if (!parse_shape(argv[i], &shapes[nshapes++])) {
-      fprintf(stderr,
-              "usage: gemm_libs [-r REPS] [-m gpt2|small|long] [COUNT:BATCH:TA:TB:M:N:K ...]\n");
+      fprintf(stderr, "usage: gemm_libs [-r REPS] [-s SECS] [-t THREADS] [-m gpt2|small|long] "
+                      "[COUNT:BATCH:TA:TB:M:N:K ...]\n");
       return 2;
     }
   }
   RtPool *pool;
   RtError err;
-  if (rt_pool_new(&pool, 2, &err) != 0) {
+  if (rt_pool_new(&pool, threads, &err) != 0) {
     fprintf(stderr, "gemm_libs: %s\n", err.msg);
     return 1;
   }
@@ -442,10 +458,10 @@ int main(int argc, char **argv) {
   versions();
   if (nshapes) {
     Model cli = {"command line", shapes, nshapes};
-    bench_model(pool, &cli, reps);
+    bench_model(pool, &cli, &o);
   }
   for (size_t i = 0; !nshapes && i < sizeof MODELS / sizeof MODELS[0]; i++)
-    if (!only || !strcmp(only, MODELS[i].name)) bench_model(pool, &MODELS[i], reps);
+    if (!only || !strcmp(only, MODELS[i].name)) bench_model(pool, &MODELS[i], &o);
   rt_pool_free(pool);
   libxsmm_finalize();
   free(shapes);
