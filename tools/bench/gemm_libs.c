@@ -10,6 +10,7 @@
  *        a copy of its cut (block/parts below) with the per-item call swapped.
  *   lib  the whole product (each batch element in turn) handed to the library, which uses
  *        as many threads of its own. libxsmm's core library has no threaded GEMM: none.
+ *        dnnl-mm is oneDNN's matmul primitive, which takes the whole batch at once: lib only.
  * A library's result is compared with OpenBLAS's rt_sgemm (max |C - ref| / max |ref|), so a
  * wrong call cannot look fast. The per-model totals weigh each shape by how often one
  * training step runs it (the `call void @rt_sgemm` of axlc_step in `--emit llvm`, see
@@ -82,6 +83,14 @@ typedef struct {
   int64_t sa, sb, sc;
   float *a, *b, *c, *ref;
 } Prod;
+
+/* What the runs share: the runtime's pool (its thread count is every mode's) and oneDNN's
+ * CPU engine and stream for the matmul primitive. */
+typedef struct {
+  RtPool *pool;
+  dnnl_engine_t engine;
+  dnnl_stream_t stream;
+} Ctx;
 
 /* ===== the libraries: one single-threaded call for an item, one threaded call for all ===== */
 
@@ -180,26 +189,73 @@ typedef struct {
   const char *name;
   BlockFn block;
   /* The whole product with the library's own threads; NULL: none. */
-  void (*whole)(const Prod *p, int threads);
-} Lib;
+  void (*whole)(const Ctx *x, const Prod *p);
+} Lib; /* block or whole may be NULL: no such mode */
 
-static void openblas_whole(const Prod *p, int threads) {
+static void openblas_whole(const Ctx *x, const Prod *p) {
+  int threads = rt_pool_threads(x->pool);
   openblas_set_num_threads(threads);
   for (int i = 0; i < p->s.batch; i++)
     openblas_block(p->s.ta, p->s.tb, p->s.m, p->s.n, p->s.k, p->a + i * p->sa, p->lda,
                    p->b + i * p->sb, p->ldb, p->c + i * p->sc, p->ldc);
 }
 
-static void blis_whole(const Prod *p, int threads) {
+static void blis_whole(const Ctx *x, const Prod *p) {
+  int threads = rt_pool_threads(x->pool);
   for (int i = 0; i < p->s.batch; i++)
     blis_call(threads, p->s.ta, p->s.tb, p->s.m, p->s.n, p->s.k, p->a + i * p->sa, p->lda,
               p->b + i * p->sb, p->ldb, p->c + i * p->sc, p->ldc);
 }
 
-static void dnnl_whole(const Prod *p, int threads) {
+static void dnnl_whole(const Ctx *x, const Prod *p) {
+  int threads = rt_pool_threads(x->pool);
   for (int i = 0; i < p->s.batch; i++)
     dnnl_call(threads, p->s.ta, p->s.tb, p->s.m, p->s.n, p->s.k, p->a + i * p->sa, p->lda,
               p->b + i * p->sb, p->ldb, p->c + i * p->sc, p->ldc);
+}
+
+static void dnnl_check(dnnl_status_t st, const char *what) {
+  if (st != dnnl_success) {
+    fprintf(stderr, "gemm_libs: oneDNN %s: status %d\n", what, (int)st);
+    exit(1);
+  }
+}
+
+/* (batch, rows, cols) stored row-major, or its transpose stored when t: strides in elements. */
+static dnnl_memory_desc_t dnnl_md(int64_t batch, int64_t rows, int64_t cols, int t) {
+  dnnl_memory_desc_t md;
+  dnnl_dims_t dims = {batch, rows, cols};
+  dnnl_dims_t strides = {rows * cols, t ? 1 : cols, t ? rows : 1};
+  dnnl_check(dnnl_memory_desc_init_by_strides(&md, 3, dims, dnnl_f32, strides), "memory desc");
+  return md;
+}
+
+/* The matmul primitive takes the whole batch in one call. Made on every call, as a user without
+ * a cache of its own would: oneDNN's primitive cache makes that a lookup after the first. */
+static void dnnl_matmul_whole(const Ctx *x, const Prod *p) {
+  const Shape *s = &p->s;
+  omp_set_num_threads(rt_pool_threads(x->pool));
+  dnnl_memory_desc_t a = dnnl_md(s->batch, s->m, s->k, s->ta);
+  dnnl_memory_desc_t b = dnnl_md(s->batch, s->k, s->n, s->tb);
+  dnnl_memory_desc_t c = dnnl_md(s->batch, s->m, s->n, 0);
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_desc_t pd;
+  dnnl_primitive_t prim;
+  dnnl_check(dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c), "matmul desc");
+  dnnl_check(dnnl_primitive_desc_create(&pd, &desc, NULL, x->engine, NULL), "matmul pd");
+  dnnl_check(dnnl_primitive_create(&prim, pd), "matmul");
+  dnnl_memory_t ma, mb, mc;
+  dnnl_check(dnnl_memory_create(&ma, &a, x->engine, p->a), "memory");
+  dnnl_check(dnnl_memory_create(&mb, &b, x->engine, p->b), "memory");
+  dnnl_check(dnnl_memory_create(&mc, &c, x->engine, p->c), "memory");
+  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+  dnnl_check(dnnl_primitive_execute(prim, x->stream, 3, args), "matmul execute");
+  dnnl_check(dnnl_stream_wait(x->stream), "stream wait");
+  dnnl_memory_destroy(ma);
+  dnnl_memory_destroy(mb);
+  dnnl_memory_destroy(mc);
+  dnnl_primitive_destroy(prim);
+  dnnl_primitive_desc_destroy(pd);
 }
 
 static const Lib LIBS[] = {
@@ -207,6 +263,7 @@ static const Lib LIBS[] = {
     {"blis", blis_block, blis_whole},
     {"dnnl", dnnl_block, dnnl_whole},
     {"xsmm", xsmm_block, NULL},
+    {"dnnl-mm", NULL, dnnl_matmul_whole},
 };
 enum { NLIBS = sizeof LIBS / sizeof LIBS[0] };
 
@@ -272,15 +329,16 @@ static void rt_openblas(RtPool *pool, const Prod *p) {
            p->ldb, p->sb, p->c, p->ldc, p->sc);
 }
 
+static int has_mode(int l, int rt) { return rt ? LIBS[l].block != NULL : LIBS[l].whole != NULL; }
+
 /* One run of library l in mode rt (1) or lib (0). */
-static void run_once(RtPool *pool, int l, int rt, const Prod *p) {
-  int threads = rt_pool_threads(pool);
+static void run_once(const Ctx *x, int l, int rt, const Prod *p) {
   if (rt && l == 0)
-    rt_openblas(pool, p);
+    rt_openblas(x->pool, p);
   else if (rt)
-    cut_run(pool, p, LIBS[l].block);
+    cut_run(x->pool, p, LIBS[l].block);
   else
-    LIBS[l].whole(p, threads);
+    LIBS[l].whole(x, p);
 }
 
 /* max |C - ref| / max |ref| over the whole batch. */
@@ -297,11 +355,11 @@ static double rel_err(const Prod *p) {
 
 /* One timed run, after a pause: another library's idle threads may still spin for a while
  * after its last call. */
-static double time_once(RtPool *pool, int l, int rt, Prod *p) {
+static double time_once(const Ctx *x, int l, int rt, Prod *p) {
   nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-  openblas_set_num_threads(rt ? 1 : rt_pool_threads(pool));
+  openblas_set_num_threads(rt ? 1 : rt_pool_threads(x->pool));
   double t0 = now();
-  run_once(pool, l, rt, p);
+  run_once(x, l, rt, p);
   return now() - t0;
 }
 
@@ -313,14 +371,14 @@ typedef struct {
 /* best[l][rt]: seconds of the best run of every library and mode, after one warmup each; one
  * round runs each of them once, so that a burst of other work on the machine costs all alike.
  * err[l][rt]: the warmup's error. -1 where a library has no such mode. Returns the rounds. */
-static int time_all(RtPool *pool, Prod *p, const Opts *o, double best[][2], double err[][2]) {
+static int time_all(const Ctx *x, Prod *p, const Opts *o, double best[][2], double err[][2]) {
   double t0 = now();
   for (int l = 0; l < NLIBS; l++)
     for (int rt = 0; rt < 2; rt++) {
       best[l][rt] = err[l][rt] = -1;
-      if (!rt && !LIBS[l].whole) continue;
+      if (!has_mode(l, rt)) continue;
       memset(p->c, 0x7f, sizeof(float) * p->s.batch * p->sc); /* 3.4e38 where not written */
-      time_once(pool, l, rt, p);
+      time_once(x, l, rt, p);
       err[l][rt] = rel_err(p);
       best[l][rt] = 1e30;
     }
@@ -329,7 +387,7 @@ static int time_all(RtPool *pool, Prod *p, const Opts *o, double best[][2], doub
     for (int l = 0; l < NLIBS; l++)
       for (int rt = 0; rt < 2; rt++) {
         if (best[l][rt] < 0) continue;
-        double t = time_once(pool, l, rt, p);
+        double t = time_once(x, l, rt, p);
         best[l][rt] = t < best[l][rt] ? t : best[l][rt];
       }
   return r;
@@ -379,7 +437,7 @@ static void prod_free(Prod *p) {
 }
 
 /* Times one model's shapes; prints a markdown table of GFLOP/s and the weighted step total. */
-static void bench_model(RtPool *pool, const Model *m, const Opts *o) {
+static void bench_model(const Ctx *x, const Model *m, const Opts *o) {
   double total[NLIBS][2] = {{0}};
   printf("\n### %s\n\n| count | batch ta tb M N K |", m->name);
   for (int l = 0; l < NLIBS; l++) printf(" %s rt | %s lib |", LIBS[l].name, LIBS[l].name);
@@ -388,9 +446,9 @@ static void bench_model(RtPool *pool, const Model *m, const Opts *o) {
   printf("\n");
   for (int i = 0; i < m->n; i++) {
     Shape s = m->shapes[i];
-    Prod p = prod_new(pool, s);
+    Prod p = prod_new(x->pool, s);
     double flop = 2.0 * s.batch * s.m * s.n * s.k, worst = 0, best[NLIBS][2], err[NLIBS][2];
-    int rounds = time_all(pool, &p, o, best, err);
+    int rounds = time_all(x, &p, o, best, err);
     printf("| %d | %d %d %d %d %d %d |", s.count, s.batch, s.ta, s.tb, s.m, s.n, s.k);
     for (int l = 0; l < NLIBS; l++)
       for (int rt = 1; rt >= 0; rt--) {
@@ -408,7 +466,7 @@ static void bench_model(RtPool *pool, const Model *m, const Opts *o) {
   printf("| | **step total, ms** |");
   for (int l = 0; l < NLIBS; l++)
     for (int rt = 1; rt >= 0; rt--)
-      if (!rt && !LIBS[l].whole)
+      if (!has_mode(l, rt))
         printf(" - |");
       else
         printf(" **%.1f** |", total[l][rt] * 1e3);
@@ -448,22 +506,26 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  RtPool *pool;
+  Ctx x;
   RtError err;
-  if (rt_pool_new(&pool, threads, &err) != 0) {
+  if (rt_pool_new(&x.pool, threads, &err) != 0) {
     fprintf(stderr, "gemm_libs: %s\n", err.msg);
     return 1;
   }
+  dnnl_check(dnnl_engine_create(&x.engine, dnnl_cpu, 0), "engine");
+  dnnl_check(dnnl_stream_create(&x.stream, x.engine, dnnl_stream_default_flags), "stream");
   libxsmm_init();
   versions();
   if (nshapes) {
     Model cli = {"command line", shapes, nshapes};
-    bench_model(pool, &cli, &o);
+    bench_model(&x, &cli, &o);
   }
   for (size_t i = 0; !nshapes && i < sizeof MODELS / sizeof MODELS[0]; i++)
-    if (!only || !strcmp(only, MODELS[i].name)) bench_model(pool, &MODELS[i], &o);
-  rt_pool_free(pool);
+    if (!only || !strcmp(only, MODELS[i].name)) bench_model(&x, &MODELS[i], &o);
   libxsmm_finalize();
+  dnnl_stream_destroy(x.stream);
+  dnnl_engine_destroy(x.engine);
+  rt_pool_free(x.pool);
   free(shapes);
   return 0;
 }
