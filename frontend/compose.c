@@ -113,7 +113,9 @@ int32_t fe_emit_softmax(FeEmit *e, int32_t x) {
   int32_t last = fe_shape(e, x).rank - 1;
   int32_t lead[IR_MAX_RANK]; /* a reduced value's dims are x's leading dims */
   for (int i = 0; i < last; i++) lead[i] = i;
-  int32_t m = ir_reduce_max(g, x, 1, &last);
+  /* softmax(x - m) = softmax(x) for any m: the max only keeps exp in range, and no gradient
+   * flows through it (it would be zero, computed from a mask over the whole of x) */
+  int32_t m = ir_stop_gradient(g, ir_reduce_max(g, x, 1, &last));
   int32_t z = ir_exp(g, ir_sub(g, x, fe_emit_bcast(e, m, x, last, lead)));
   int32_t s = ir_reduce_sum(g, z, 1, &last);
   return ir_div(g, z, fe_emit_bcast(e, s, x, last, lead));

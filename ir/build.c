@@ -118,6 +118,7 @@ int32_t ir_sin(IrGraph *g, int32_t x) { return ir_unary(g, IR_SIN, x); }
 int32_t ir_cos(IrGraph *g, int32_t x) { return ir_unary(g, IR_COS, x); }
 int32_t ir_erf(IrGraph *g, int32_t x) { return ir_unary(g, IR_ERF, x); }
 int32_t ir_logistic(IrGraph *g, int32_t x) { return ir_unary(g, IR_LOGISTIC, x); }
+int32_t ir_stop_gradient(IrGraph *g, int32_t x) { return ir_unary(g, IR_STOP_GRADIENT, x); }
 int32_t ir_add(IrGraph *g, int32_t a, int32_t b) { return ir_binary(g, IR_ADD, a, b); }
 int32_t ir_sub(IrGraph *g, int32_t a, int32_t b) { return ir_binary(g, IR_SUB, a, b); }
 int32_t ir_mul(IrGraph *g, int32_t a, int32_t b) { return ir_binary(g, IR_MUL, a, b); }

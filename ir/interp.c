@@ -89,6 +89,7 @@ static double scalar_unary(IrOp op, double x) {
   case IR_COS: return cos(x);
   case IR_ERF: return erf(x);
   case IR_LOGISTIC: return 1.0 / (1.0 + exp(-x));
+  case IR_STOP_GRADIENT: return x;
   default: return NAN;
   }
 }

@@ -238,6 +238,7 @@ int32_t ir_sin(IrGraph *g, int32_t x);
 int32_t ir_cos(IrGraph *g, int32_t x);
 int32_t ir_erf(IrGraph *g, int32_t x);
 int32_t ir_logistic(IrGraph *g, int32_t x);
+int32_t ir_stop_gradient(IrGraph *g, int32_t x); /* x, through which autodiff passes nothing */
 int32_t ir_add(IrGraph *g, int32_t a, int32_t b);
 int32_t ir_sub(IrGraph *g, int32_t a, int32_t b);
 int32_t ir_mul(IrGraph *g, int32_t a, int32_t b);

@@ -92,7 +92,8 @@ static int shape_iota(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape *
 static int shape_unary(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape *s, char *msg,
                        size_t cap) {
   const IrValue *x = operand(g, v, 0);
-  if (!ir_dtype_is_float(x->dtype) && v->op != IR_NEG && v->op != IR_ABS)
+  if (!ir_dtype_is_float(x->dtype) && v->op != IR_NEG && v->op != IR_ABS &&
+      v->op != IR_STOP_GRADIENT)
     return fail(msg, cap, "needs a float operand, got %s", ir_dtype_name(x->dtype));
   *dt = x->dtype;
   *s = x->shape;

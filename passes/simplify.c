@@ -7,6 +7,7 @@
  * re-checked by the shape rules), maps operands and outputs through repl, and swaps the fresh graph
  * into g; values keep their config path and remat tag. Parameters and inputs always survive: they
  * are the step's interface. CSE runs before remat, which duplicates values on purpose.
+ * stop_gradient becomes its operand: the pass runs after autodiff, and no code generator sees it.
  */
 #include "passes/passes.h"
 
@@ -282,6 +283,7 @@ static int32_t algebra_unary(IrGraph *g, int32_t i) {
   const IrValue *in = &g->values[v->ops[0]];
   switch (v->op) {
   case IR_NEG: return in->op == IR_NEG ? in->ops[0] : i;
+  case IR_STOP_GRADIENT: return v->ops[0]; /* autodiff has run: the identity it is */
   case IR_CAST: return in->dtype == v->dtype ? v->ops[0] : i;
   case IR_BROADCAST: return ir_shape_eq(&in->shape, &v->shape) ? v->ops[0] : i;
   case IR_RESHAPE:

@@ -43,6 +43,7 @@ static LLVMValueRef unary_f32(LlvmCtx *C, IrOp op, LLVMValueRef x) {
   case IR_COS: return call_f1(C, "llvm.cos.f32", x);
   case IR_ERF: return call_f1(C, "erff", x);
   case IR_LOGISTIC: return llvm_math_logistic(C, x);
+  case IR_STOP_GRADIENT: return x;
   default: return NULL;
   }
 }
@@ -50,6 +51,7 @@ static LLVMValueRef unary_f32(LlvmCtx *C, IrOp op, LLVMValueRef x) {
 static LLVMValueRef unary_i32(LlvmCtx *C, IrOp op, LLVMValueRef x) {
   LLVMValueRef zero = LLVMConstInt(C->t_i32, 0, 0);
   if (op == IR_NEG) return LLVMBuildSub(C->b, zero, x, "");
+  if (op == IR_STOP_GRADIENT) return x;
   if (op == IR_ABS)
     return LLVMBuildSelect(C->b, LLVMBuildICmp(C->b, LLVMIntSLT, x, zero, ""),
                            LLVMBuildSub(C->b, zero, x, ""), x, "");

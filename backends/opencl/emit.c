@@ -434,12 +434,15 @@ static const char *unary_f32(IrOp op) {
   case IR_COS: return "cos(%s)";
   case IR_ERF: return "erf(%s)";
   case IR_LOGISTIC: return "(1.0f / (1.0f + exp(-%s)))";
+  case IR_STOP_GRADIENT: return "(%s)";
   default: return NULL;
   }
 }
 
 static void unary(Ctx *C, IrOp op, IrDType dt, const char *a, char *e, size_t cap) {
-  if (dt == DT_I32 && op == IR_NEG)
+  if (op == IR_STOP_GRADIENT)
+    snprintf(e, cap, "(%s)", a);
+  else if (dt == DT_I32 && op == IR_NEG)
     snprintf(e, cap, "(int)(0u - (uint)%s)", a);
   else if (dt == DT_I32 && op == IR_ABS)
     snprintf(e, cap, "(%s < 0 ? (int)(0u - (uint)%s) : %s)", a, a, a);

@@ -35,12 +35,14 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   return rc;
 }
 
-/* Mean next-token cross-entropy of logits (B, T, V) against targets (B, T). */
+/* Mean next-token cross-entropy of logits (B, T, V) against targets (B, T). The row max that
+ * keeps exp in range is a constant to the gradient (the loss does not depend on it), so no
+ * gradient is computed through it: d logits = softmax - one-hot, as in PyTorch. */
 static int32_t cross_entropy(FeEmit *e, int32_t logits, int32_t targets) {
   IrGraph *g = e->g;
   IrShape s = fe_shape(e, logits);
   int32_t last = 2, lead[2] = {0, 1}, both[2] = {0, 1};
-  int32_t m = ir_reduce_max(g, logits, 1, &last);                      /* (B, T) */
+  int32_t m = ir_stop_gradient(g, ir_reduce_max(g, logits, 1, &last)); /* (B, T) */
   int32_t z = ir_sub(g, logits, fe_emit_bcast(e, m, logits, 2, lead)); /* (B, T, V) */
   int32_t lse = ir_log(g, ir_reduce_sum(g, ir_exp(g, z), 1, &last));   /* (B, T) */
   int32_t iota = ir_iota(g, DT_I32, 3, s.dims, 2);

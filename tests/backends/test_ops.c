@@ -21,7 +21,8 @@ static int32_t positive(IrGraph *g, int32_t x) {
 static void test_unary(void) {
   IrGraph *g = ir_graph_new();
   int32_t x = ir_param(g, "x", DT_F32, 2, D35);
-  const IrOp ops[] = {IR_NEG, IR_EXP, IR_TANH, IR_ABS, IR_SIN, IR_COS, IR_ERF, IR_LOGISTIC};
+  const IrOp ops[] = {IR_NEG, IR_EXP, IR_TANH,     IR_ABS,          IR_SIN,
+                      IR_COS, IR_ERF, IR_LOGISTIC, IR_STOP_GRADIENT};
   char name[32];
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     snprintf(name, sizeof name, "%s", ir_op_name(ops[i]));

@@ -365,6 +365,27 @@ static void test_unused_param_gets_zero(void) {
   ir_graph_free(g);
 }
 
+/* stop_gradient is the identity forward and passes nothing back: loss = a * sg(a) has the value
+ * a^2 and the gradient sg(a) = a (not 2a); after simplify the op is gone and the value stays. */
+static void test_stop_gradient(void) {
+  IrGraph *g = ir_graph_new();
+  int32_t a = ir_param(g, "a", DT_F32, 0, NULL);
+  ir_graph_add_output(g, "loss", ir_mul(g, a, ir_stop_gradient(g, a)));
+  CU_ASSERT_EQUAL_FATAL(pass_autodiff(g, NULL), IR_OK);
+  double av[] = {3};
+  double *loss = test_run(g, 1, (const char *[]){"a"}, (const double *[]){av}, "loss");
+  double *ga = test_run(g, 1, (const char *[]){"a"}, (const double *[]){av}, "grad:a");
+  EXPECT_NEAR(loss[0], 9, 0);
+  EXPECT_NEAR(ga[0], 3, 0);
+  free(loss), free(ga);
+  CU_ASSERT_EQUAL_FATAL(pass_simplify(g, NULL), IR_OK);
+  for (int32_t v = 0; v < g->nvalues; v++) CU_ASSERT_NOT_EQUAL(g->values[v].op, IR_STOP_GRADIENT);
+  loss = test_run(g, 1, (const char *[]){"a"}, (const double *[]){av}, "loss");
+  EXPECT_NEAR(loss[0], 9, 0);
+  free(loss);
+  ir_graph_free(g);
+}
+
 int main(void) {
   CU_TestInfo tests[] = {
       {"every_op_finite_differences", test_every_op},
@@ -372,6 +393,7 @@ int main(void) {
       {"mlp_loss_value", test_mlp_loss_value},
       {"errors", test_errors},
       {"unused_param_gets_zero", test_unused_param_gets_zero},
+      {"stop_gradient", test_stop_gradient},
       CU_TEST_INFO_NULL,
   };
   CU_SuiteInfo suites[] = {{.pName = "autodiff", .pTests = tests}, CU_SUITE_INFO_NULL};
