@@ -12,6 +12,9 @@
  * all the parameters of that shape, cost gpt2-124m six extra passes over its 38.6M-element
  * embedding per step.
  *
+ * Index-only values (comparisons, selects and casts of cheap values: the cross-entropy's
+ * one-hot mask) are inlined into every consumer as well.
+ *
  * A light elementwise value (one add, subtract, multiply, negation, max or min) of stored or
  * cheap operands is inlined into every consumer too: recomputing it costs an instruction and
  * the same loads its stored copy would, and saves writing it out. AdamW's clipped gradient
@@ -41,6 +44,30 @@ static bool inlinable(const IrValue *x) {
 
 static bool cheap(const IrValue *x) {
   return x->op == IR_CONSTANT || x->op == IR_IOTA || x->op == IR_BROADCAST;
+}
+
+/* Index-only: a comparison, select or cast of cheap or index-only values (operands decided
+ * first), a function of the position and a few loads. The cross-entropy's one-hot mask,
+ * eq(iota, broadcast(targets)) cast to f32, is one: recomputed in the loss's reduction and in
+ * the gradient's kernel, the (batch, seq, vocab) mask is never written out, which is what a
+ * gather-based loss would save. */
+static bool index_only(const IrGraph *g, const IrValue *x, const bool *idx) {
+  switch (x->op) {
+  case IR_EQ:
+  case IR_NE:
+  case IR_LT:
+  case IR_LE:
+  case IR_GT:
+  case IR_GE:
+  case IR_SELECT:
+  case IR_CAST: break;
+  default: return false;
+  }
+  for (int32_t k = 0; k < x->nops; k++) {
+    const IrValue *o = &g->values[x->ops[k]];
+    if (!cheap(o) && !idx[x->ops[k]]) return false;
+  }
+  return true;
 }
 
 /* Light: one cheap instruction whose operands are stored (mat, decided: they come first) or
@@ -98,23 +125,14 @@ int pass_fusion_plan(const IrGraph *g, bool *mat) {
   if (!g || !mat) return -1;
   int32_t n = g->nvalues;
   int32_t *uses = calloc((size_t)n + 1, sizeof *uses);
-  bool *ok = malloc((size_t)n + 1);
-  if (!uses || !ok) {
-    free(uses);
-    free(ok);
-    return -1;
-  }
   int32_t *reducer = malloc(((size_t)n + 1) * sizeof *reducer); /* a reduction reading v */
-  if (!reducer) {
-    free(uses);
-    free(ok);
-    return -1;
-  }
-  for (int32_t v = 0; v < n; v++) {
+  bool *ok = malloc((size_t)n + 1), *idx = calloc((size_t)n + 1, sizeof *idx);
+  int rc = uses && reducer && ok && idx ? 0 : -1;
+  for (int32_t v = 0; v < n && rc == 0; v++) {
     ok[v] = inlinable(&g->values[v]);
     reducer[v] = -1;
   }
-  for (int32_t u = 0; u < n; u++) {
+  for (int32_t u = 0; u < n && rc == 0; u++) {
     const IrValue *x = &g->values[u];
     bool elementwise = ir_op_flags(x->op) & IR_ELEMENTWISE;
     for (int32_t k = 0; k < x->nops; k++) {
@@ -126,18 +144,20 @@ int pass_fusion_plan(const IrGraph *g, bool *mat) {
         ok[o] = false;
     }
   }
-  for (int32_t i = 0; i < g->noutputs; i++) ok[g->outputs[i].value] = false;
-  for (int32_t v = 0; v < n; v++) { /* in index order: operands are decided first */
+  for (int32_t i = 0; i < g->noutputs && rc == 0; i++) ok[g->outputs[i].value] = false;
+  for (int32_t v = 0; v < n && rc == 0; v++) { /* in index order: operands are decided first */
     const IrValue *x = &g->values[v];
+    idx[v] = index_only(g, x, idx);
     if (reducer[v] >= 0) { /* read by a reduction: only it, and only if it can */
       mat[v] = !(ok[v] && uses[v] == 1 && reduction_takes(g, mat, reducer[v], v));
       continue;
     }
-    bool any = cheap(x) || light(g, x, mat);
+    bool any = cheap(x) || idx[v] || light(g, x, mat);
     mat[v] = !(ok[v] && uses[v] >= 1 && (uses[v] == 1 || any));
   }
-  free(reducer);
   free(uses);
+  free(reducer);
   free(ok);
-  return 0;
+  free(idx);
+  return rc;
 }

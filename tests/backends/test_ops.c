@@ -279,12 +279,23 @@ static void test_fused_reduce(void) {
   OUT(g, "max_last", ir_reduce_max(g, ir_neg(g, ir_mul(g, x, y)), 1, last));
   int32_t yy = ir_mul(g, y, y);
   OUT(g, "sum0", ir_reduce_sum(g, yy, 1, a0));
+  /* the cross-entropy's one-hot: index-only, recomputed in the loss's reduction and in the
+   * gradient's kernel, never stored */
+  int32_t t = ir_input(g, "t", DT_I32, 2, (int64_t[]){3, 2});
+  int32_t hot =
+      ir_cast(g, ir_eq(g, ir_iota(g, DT_I32, 3, d, 2), ir_broadcast(g, t, 3, d, b01)), DT_F32);
+  OUT(g, "picked", ir_reduce_sum(g, ir_mul(g, x, hot), 1, last));
+  OUT(g, "dx", ir_sub(g, y, hot));
   bool mat[64];
+  CU_ASSERT_FATAL(g->nvalues <= 64);
   CU_ASSERT_EQUAL(pass_fusion_plan(g, mat), 0);
   CU_ASSERT_FALSE(mat[e]);  /* inside softmax_sum */
   CU_ASSERT_FALSE(mat[sq]); /* inside sum12: flat, two axes */
   CU_ASSERT_TRUE(mat[yy]);  /* read down columns by sum0 */
-  bt_check(g, NULL, 0, RTOL);
+  CU_ASSERT_FALSE(mat[hot]);
+  double td[6] = {0, 149, 7, 64, 80, 15};
+  BtBind binds[] = {{"t", td}};
+  bt_check(g, binds, 1, RTOL);
   ir_graph_free(g);
 }
 
