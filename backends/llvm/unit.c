@@ -9,13 +9,12 @@
  *
  * llvm_units_compile then optimizes and generates an object for each unit, on as many threads
  * as the options say (contexts are independent, so units compile in parallel without locks).
- * Kernels go through a pipeline of our own (kernel_passes) rather than default<O3>: a kernel
- * is one function of counted loop nests, so the inliner, loop unswitching and the like find
- * nothing, and O3's unrolling (loops fully unrolled before vectorizing, then partial and
- * run-time unrolling of every loop, the row loop included) made most of the compile time and
- * code for no measurable step time. Only the kernels with much arithmetic per element loaded
- * (exp, tanh: compute-bound) keep partial unrolling, which they are faster for
- * (docs/bench.md, "Compile time").
+ * Kernels go through a pass pipeline of our own (KP_PIPELINE), not default<O3>: a kernel is
+ * one function of counted loop nests, so the inliner, loop unswitching, GVN and the like find
+ * little, and O3's unrolling (inner loops fully unrolled before the vectorizer, then partial
+ * and run-time unrolling of every loop, the row loop included) made most of the compile time
+ * and code, for no measurable step time. Only compute-bound kernels (exp, tanh) keep partial
+ * unrolling, which makes them faster (docs/bench.md, "Compile time").
  * With a cache directory each object is also stored there as llvm-<hash>.o (written to a temporary
  * name and renamed, so concurrent compiles never see half a file), and a later compile that
  * produces a unit with the same hash takes the object from there instead of compiling it. The
@@ -319,9 +318,10 @@ static const char KERNEL_PASSES_UNROLLED[] = KP_PIPELINE("O3;no-runtime");
 
 /* Whether m's kernel does much floating-point arithmetic per element it loads or stores (a
  * polynomial: exp, tanh, GELU's derivative): there partial unrolling overlaps the long
- * dependent chains and pays (tanh and exp 12-14% faster in gpt2-124m). Elsewhere the loops
- * wait on memory and unrolling only costs compile time. Counted on the IR before optimizing,
- * where each element access is one load or store of a scalar. */
+ * dependent chains and pays (without it gpt2-124m's tanh and exp kernels took 14% longer).
+ * Elsewhere the loops wait on memory and unrolling only costs compile time. Counted on the IR
+ * before optimizing, where each element access is one scalar load or store (the loads of the
+ * slot pointers from args are not element accesses). */
 static bool kernel_compute_bound(LLVMModuleRef m) {
   int64_t arith = 0, access = 0;
   for (LLVMValueRef f = LLVMGetFirstFunction(m); f; f = LLVMGetNextFunction(f))
@@ -362,7 +362,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
     snprintf(pipeline, sizeof pipeline, "default<O%d>", level);
     unrolled = level >= 3 && kernel_compute_bound(u->mod);
     const char *passes = level < 3 ? pipeline : unrolled ? KERNEL_PASSES_UNROLLED : KERNEL_PASSES;
-    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions(); /* for default<On> */
     LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
     LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
     LLVMErrorRef e = LLVMRunPasses(u->mod, passes, tm, po);
