@@ -296,8 +296,8 @@ typedef struct Work {
 /* ---- the kernels' pass pipeline ---- */
 
 /* simplifycfg as O3 runs it inside its function simplification: loops kept in their shape */
-#define KP_CFG                                                                                   \
-  "simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;switch-range-to-icmp;"              \
+#define KP_CFG                                                                                     \
+  "simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;switch-range-to-icmp;"                \
   "no-switch-to-lookup;keep-loops;no-hoist-common-insts;no-sink-common-insts>"
 
 /* O3's function passes that matter for a kernel's loop nests, in O3's order: promote the
@@ -306,11 +306,11 @@ typedef struct Work {
  * variables, then vectorize (interleaving as the cost model says) and clean up after it.
  * Unrolling after the vectorizer is full only (loops of a few iterations left after it,
  * within O3's size threshold), unless partial: see kernel_compute_bound. */
-#define KP_PIPELINE(unroll)                                                                      \
-  "function(sroa,early-cse<>," KP_CFG ",instcombine,loop-mssa(licm,loop-rotate,licm)," KP_CFG    \
-  ",instcombine,loop(loop-idiom,indvars,loop-deletion),"                                         \
-  "loop-vectorize<no-interleave-forced-only;no-vectorize-forced-only>,loop-load-elim,"           \
-  "instcombine,simplifycfg,slp-vectorizer,vector-combine,instcombine,loop-unroll<" unroll        \
+#define KP_PIPELINE(unroll)                                                                        \
+  "function(sroa,early-cse<>," KP_CFG ",instcombine,loop-mssa(licm,loop-rotate,licm)," KP_CFG      \
+  ",instcombine,loop(loop-idiom,indvars,loop-deletion),"                                           \
+  "loop-vectorize<no-interleave-forced-only;no-vectorize-forced-only>,loop-load-elim,"             \
+  "instcombine,simplifycfg,slp-vectorizer,vector-combine,instcombine,loop-unroll<" unroll          \
   ">,instcombine,loop-mssa(licm)," KP_CFG ")"
 
 static const char KERNEL_PASSES[] = KP_PIPELINE("O3;no-partial;no-runtime");
