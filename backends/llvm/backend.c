@@ -142,6 +142,8 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
   char **argv = calloc((size_t)nobj + 40, sizeof *argv);
   int n = 0;
   argv[n++] = (char *)cc;
+  /* AXLC_TRAINER_FUSE_LD: -fuse-ld=lld where CMake found that the compiler can use it */
+  if (*AXLC_TRAINER_FUSE_LD) argv[n++] = AXLC_TRAINER_FUSE_LD;
   argv[n++] = "-o";
   argv[n++] = (char *)out;
   for (int i = 0; i < nobj; i++) argv[n++] = objs[i];

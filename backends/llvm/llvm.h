@@ -66,7 +66,7 @@ typedef struct LlvmProgramInfo {
 } LlvmProgramInfo;
 
 typedef struct LlvmOptions {
-  int opt_level;                  /* 0: no LLVM optimization, 1..3: default<On> */
+  int opt_level;                  /* 0: none, 1..2: default<On>, 3: kernel pipeline (unit.c) */
   bool fuse;                      /* inline single-use elementwise values (pass_fusion_plan) */
   bool blas;                      /* dot_general through cblas_sgemm where layouts allow */
   bool threads;                   /* split large kernels with rt_parallel_for */

@@ -9,6 +9,12 @@
  *
  * llvm_units_compile then optimizes and generates an object for each unit, on as many threads
  * as the options say (contexts are independent, so units compile in parallel without locks).
+ * Kernels go through a pass pipeline of our own (KP_PIPELINE), not default<O3>: a kernel is
+ * one function of counted loop nests, so the inliner, loop unswitching, GVN and the like find
+ * little, and O3's unrolling (inner loops fully unrolled before the vectorizer, then partial
+ * and run-time unrolling of every loop, the row loop included) made most of the compile time
+ * and code, for no measurable step time. Only compute-bound kernels (exp, tanh) keep partial
+ * unrolling, which makes them faster (docs/bench.md, "Compile time").
  * With a cache directory each object is also stored there as llvm-<hash>.o (written to a temporary
  * name and renamed, so concurrent compiles never see half a file), and a later compile that
  * produces a unit with the same hash takes the object from there instead of compiling it. The
@@ -34,7 +40,7 @@
 #include <unistd.h>
 
 /* Bump when something outside the IR text changes the objects (the pass pipeline, say). */
-#define UNIT_FORMAT "axlc-unit 1"
+#define UNIT_FORMAT "axlc-unit 2"
 
 static int fail(char *err, size_t cap, const char *fmt, const char *arg) {
   if (err && cap) snprintf(err, cap, fmt, arg ? arg : "");
@@ -287,6 +293,52 @@ typedef struct Work {
   bool profile; /* AXLC_COMPILE_PROFILE: a line per unit compiled */
 } Work;
 
+/* ---- the kernels' pass pipeline ---- */
+
+/* simplifycfg as O3 runs it inside its function simplification: loops kept in their shape */
+#define KP_CFG                                                                                     \
+  "simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;switch-range-to-icmp;"                \
+  "no-switch-to-lookup;keep-loops;no-hoist-common-insts;no-sink-common-insts>"
+
+/* O3's function passes that matter for a kernel's loop nests, in O3's order: promote the
+ * accumulators (sroa), clean up, rotate loops and hoist the invariant address arithmetic,
+ * memset for zeroing loops (loop-idiom: scatter_add's zeroed gradient), canonical induction
+ * variables, then vectorize (interleaving as the cost model says) and clean up after it.
+ * Unrolling after the vectorizer is full only (loops of a few iterations left after it,
+ * within O3's size threshold), unless partial: see kernel_compute_bound. */
+#define KP_PIPELINE(unroll)                                                                        \
+  "function(sroa,early-cse<>," KP_CFG ",instcombine,loop-mssa(licm,loop-rotate,licm)," KP_CFG      \
+  ",instcombine,loop(loop-idiom,indvars,loop-deletion),"                                           \
+  "loop-vectorize<no-interleave-forced-only;no-vectorize-forced-only>,loop-load-elim,"             \
+  "instcombine,simplifycfg,slp-vectorizer,vector-combine,instcombine,loop-unroll<" unroll          \
+  ">,instcombine,loop-mssa(licm)," KP_CFG ")"
+
+static const char KERNEL_PASSES[] = KP_PIPELINE("O3;no-partial;no-runtime");
+static const char KERNEL_PASSES_UNROLLED[] = KP_PIPELINE("O3;no-runtime");
+
+/* Whether m's kernel does much floating-point arithmetic per element it loads or stores (a
+ * polynomial: exp, tanh, GELU's derivative): there partial unrolling overlaps the long
+ * dependent chains and pays (without it gpt2-124m's tanh and exp kernels took 14% longer).
+ * Elsewhere the loops wait on memory and unrolling only costs compile time. Counted on the IR
+ * before optimizing, where each element access is one scalar load or store (the loads of the
+ * slot pointers from args are not element accesses). */
+static bool kernel_compute_bound(LLVMModuleRef m) {
+  int64_t arith = 0, access = 0;
+  for (LLVMValueRef f = LLVMGetFirstFunction(m); f; f = LLVMGetNextFunction(f))
+    for (LLVMBasicBlockRef b = LLVMGetFirstBasicBlock(f); b; b = LLVMGetNextBasicBlock(b))
+      for (LLVMValueRef i = LLVMGetFirstInstruction(b); i; i = LLVMGetNextInstruction(i)) {
+        LLVMOpcode op = LLVMGetInstructionOpcode(i);
+        if (op == LLVMFAdd || op == LLVMFSub || op == LLVMFMul || op == LLVMFDiv ||
+            op == LLVMFNeg || op == LLVMCall)
+          arith++;
+        else if (op == LLVMLoad && LLVMGetTypeKind(LLVMTypeOf(i)) != LLVMPointerTypeKind)
+          access++;
+        else if (op == LLVMStore)
+          access++;
+      }
+  return arith >= 4 * (access > 0 ? access : 1);
+}
+
 /* Verifies, optimizes and generates u's object with tm. */
 static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
   char *msg = NULL, buf[600];
@@ -303,14 +355,17 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
    * optimizing it nor the full code generator buys a measurable step time, and for gpt2-124m
    * (2945 calls) they took 11 s where O0 and the fast code generator take 0.6 s. */
   int level = w->o->opt_level;
+  bool unrolled = false;
   if (u == &w->M->units[0]) level = 0;
   if (level > 0) {
     char pipeline[32];
-    snprintf(pipeline, sizeof pipeline, "default<O%d>", level > 3 ? 3 : level);
-    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+    snprintf(pipeline, sizeof pipeline, "default<O%d>", level);
+    unrolled = level >= 3 && kernel_compute_bound(u->mod);
+    const char *passes = level < 3 ? pipeline : unrolled ? KERNEL_PASSES_UNROLLED : KERNEL_PASSES;
+    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions(); /* for default<On> */
     LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
     LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
-    LLVMErrorRef e = LLVMRunPasses(u->mod, pipeline, tm, po);
+    LLVMErrorRef e = LLVMRunPasses(u->mod, passes, tm, po);
     LLVMDisposePassBuilderOptions(po);
     if (e) {
       char *em = LLVMGetErrorMessage(e);
@@ -328,8 +383,8 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
     return;
   }
   if (w->profile)
-    fprintf(stderr, "axlc: unit %s: optimized in %.3f s, code in %.3f s, %zu bytes\n", u->name,
-            t1 - t0, llvm_now_s() - t1, LLVMGetBufferSize(u->obj));
+    fprintf(stderr, "axlc: unit %s: optimized in %.3f s, code in %.3f s, %zu bytes%s\n", u->name,
+            t1 - t0, llvm_now_s() - t1, LLVMGetBufferSize(u->obj), unrolled ? ", unrolled" : "");
   if (w->cache_dir) cache_store(u, w->cache_dir);
   if (!w->o->keep_ir) unit_drop_ir(u);
 }
