@@ -2,7 +2,7 @@
 # Installs the Debian packages axlc builds, tests and runs with.
 # Needs root (apt-get); does nothing for packages already installed.
 set -eu
-pkgs="build-essential cmake pkg-config clang llvm-dev libclang-dev libclang-rt-dev
+pkgs="build-essential cmake pkg-config clang lld llvm-dev libclang-dev libclang-rt-dev
   libjson-c-dev libcunit1-dev libopenblas-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev libopenmpi-dev openmpi-bin
   fortunes-min fortunes python3 python3-numpy python3-torch librsvg2-bin clang-format"
