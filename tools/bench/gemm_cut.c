@@ -14,9 +14,11 @@
  * and the shape, so a burst of other work on the machine costs all rules alike. A time is the
  * mean over enough calls to take about 30 ms. A round's step total weighs each shape by how
  * often one training step runs it; the table gives each rule's best and median round total.
- * The rule "rt" is the runtime's own: it is checked to give rt_sgemm's bits, and every rule's
- * result is compared with rt_sgemm's (max |C - ref| / max |ref|).
- *   usage: gemm_cut [-r ROUNDS] [-t THREADS] [-m gpt2|small|long] [SHAPE...]
+ * Ratios are to the first rule timed ("n/128", the runtime's unless -R says otherwise). The
+ * runtime's rule is checked to give rt_sgemm's bits, and every rule's result is compared with
+ * rt_sgemm's (max |C - ref| / max |ref| <= 1e-5).
+ *   usage: gemm_cut [-r ROUNDS] [-t THREADS] [-m gpt2|small|long] [-R RULE,...] [SHAPE...]
+ * -R times only the rules named (the first is the ratios' base); fewer rules, more rounds.
  * with SHAPE as COUNT:BATCH:TA:TB:M:N:K; without one, the shapes of the three models below.
  * Needs only OpenBLAS and the runtime.
  */
@@ -73,15 +75,34 @@ static const Model MODELS[] = {
 typedef struct {
   const char *name;
   int64_t floor, cap;
-  int min2;
+  int min2, runtime; /* runtime: runtime/blas.c's parts(), checked to give rt_sgemm's bits */
 } Rule;
 
-static const Rule RULES[] = {
-    {"rt", 128, 16, 0}, /* runtime/blas.c as of this tool: blocks >= 128, at most 16 */
-    {"n/256", 256, 16, 1}, {"n/512", 512, 16, 1}, {"n/1024", 1024, 16, 1},
-    {"cap8", 128, 8, 0},   {"cap4", 128, 4, 0},   {"cap2", 128, 2, 0},
+static const Rule ALL_RULES[] = {
+    {"n/128", 128, 16, 0, 1}, /* runtime/blas.c's parts() */
+    {"n/256", 256, 16, 1, 0}, {"n/512", 512, 16, 1, 0}, {"n/1024", 1024, 16, 1, 0},
+    {"cap8", 128, 8, 0, 0},   {"cap4", 128, 4, 0, 0},   {"cap2", 128, 2, 0, 0},
 };
-enum { NRULES = sizeof RULES / sizeof RULES[0], MAXROUNDS = 200 };
+enum { NALL = sizeof ALL_RULES / sizeof ALL_RULES[0], MAXROUNDS = 200 };
+
+/* The rules timed: all, or those -R names. A tool's one-run state, set once in main. */
+static Rule RULES[NALL];
+static int nrules;
+
+static void pick_rules(const char *names) {
+  nrules = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", names);
+  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+    int r = 0;
+    while (r < NALL && strcmp(ALL_RULES[r].name, tok)) r++;
+    if (r == NALL || nrules == NALL) {
+      fprintf(stderr, "gemm_cut: no rule %s\n", tok);
+      exit(2);
+    }
+    RULES[nrules++] = ALL_RULES[r];
+  }
+}
 
 static int64_t rule_parts(const Rule *r, int64_t n) {
   int64_t p = n / r->floor, lo = r->min2 && n >= 256 ? 2 : 1;
@@ -224,15 +245,15 @@ static double best(const double *x, int n) {
 /* ===== one model ===== */
 
 /* Checks every rule against rt_sgemm, then times `rounds` rounds; fills t[shape][rule][round]. */
-static void measure(RtPool *pool, const Model *mo, int rounds, double (*t)[NRULES][MAXROUNDS],
+static void measure(RtPool *pool, const Model *mo, int rounds, double (*t)[NALL][MAXROUNDS],
                     int *reps) {
   Prod *ps = calloc((size_t)mo->n, sizeof *ps);
   for (int s = 0; s < mo->n; s++) {
     ps[s] = prod_new(mo->shapes[s], pool);
-    for (int r = 0; r < NRULES; r++) {
+    for (int r = 0; r < nrules; r++) {
       cut_run(pool, &RULES[r], &ps[s]);
       double e = rel_err(&ps[s]);
-      if ((r == 0 && e != 0) || e > 1e-5) {
+      if ((RULES[r].runtime && e != 0) || e > 1e-5) {
         fprintf(stderr, "gemm_cut: %s: rule %s differs from rt_sgemm (%.1e)\n", mo->name,
                 RULES[r].name, e);
         exit(1);
@@ -243,8 +264,8 @@ static void measure(RtPool *pool, const Model *mo, int rounds, double (*t)[NRULE
   }
   for (int k = 0; k < rounds; k++)
     for (int s = 0; s < mo->n; s++)
-      for (int j = 0; j < NRULES; j++) {
-        int r = (j + k + s) % NRULES;
+      for (int j = 0; j < nrules; j++) {
+        int r = (j + k + s) % nrules;
         t[s][r][k] = time_rule(pool, &RULES[r], &ps[s], reps[s]);
       }
   for (int s = 0; s < mo->n; s++) prod_free(&ps[s]);
@@ -252,38 +273,41 @@ static void measure(RtPool *pool, const Model *mo, int rounds, double (*t)[NRULE
 }
 
 static void print_parts(const Shape *sh) {
-  for (int r = 0; r < NRULES; r++) {
+  for (int r = 0; r < nrules; r++) {
     Prod p = {.s = *sh};
     Cut g = cut_of(&RULES[r], &p);
     printf(" %lld", (long long)(sh->batch * g.split_m * g.split_n));
   }
 }
 
-static void report(const Model *mo, int rounds, double (*t)[NRULES][MAXROUNDS], const int *reps) {
+static void report(const Model *mo, int rounds, double (*t)[NALL][MAXROUNDS], const int *reps) {
   printf("\n%s, %d rounds; per shape: items under each rule, then median ms per call\n", mo->name,
          rounds);
   printf("| count | batch ta tb M N K | reps | items |");
-  for (int r = 0; r < NRULES; r++) printf(" %s |", RULES[r].name);
+  for (int r = 0; r < nrules; r++) printf(" %s |", RULES[r].name);
   printf("\n");
-  double total[NRULES][MAXROUNDS] = {{0}};
+  double total[NALL][MAXROUNDS] = {{0}};
   for (int s = 0; s < mo->n; s++) {
     const Shape *sh = &mo->shapes[s];
     printf("| %d | %d %d %d %d %d %d | %d |", sh->count, sh->batch, sh->ta, sh->tb, sh->m, sh->n,
            sh->k, reps[s]);
     print_parts(sh);
     printf(" |");
-    for (int r = 0; r < NRULES; r++) {
+    for (int r = 0; r < nrules; r++) {
       printf(" %.3f |", 1e3 * median(t[s][r], rounds));
       for (int k = 0; k < rounds; k++) total[r][k] += 1e3 * sh->count * t[s][r][k];
     }
     printf("\n");
   }
   double ref_best = best(total[0], rounds), ref_med = median(total[0], rounds);
-  printf("\n%s step total, ms: rule | best | median | best/rt | median/rt\n", mo->name);
-  for (int r = 0; r < NRULES; r++) {
-    double b = best(total[r], rounds), m = median(total[r], rounds);
-    printf("| %s | %s | %.1f | %.1f | %.3f | %.3f |\n", mo->name, RULES[r].name, b, m, b / ref_best,
-           m / ref_med);
+  printf("\n%s step total, ms: rule | best | median | best/base | median/base | paired\n"
+         "(base: the first rule; paired: the median over rounds of the round's ratio to it)\n",
+         mo->name);
+  for (int r = 0; r < nrules; r++) {
+    double b = best(total[r], rounds), m = median(total[r], rounds), ratio[MAXROUNDS];
+    for (int k = 0; k < rounds; k++) ratio[k] = total[r][k] / total[0][k];
+    printf("| %s | %s | %.1f | %.1f | %.3f | %.3f | %.3f |\n", mo->name, RULES[r].name, b, m,
+           b / ref_best, m / ref_med, median(ratio, rounds));
   }
   fflush(stdout);
 }
@@ -303,6 +327,8 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
   int rounds = 11, threads = 2, nshapes = 0;
+  memcpy(RULES, ALL_RULES, sizeof RULES);
+  nrules = NALL;
   const char *only = NULL;
   static Shape shapes[64];
   for (int i = 1; i < argc; i++) {
@@ -312,12 +338,14 @@ int main(int argc, char **argv) {
       threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "-m") && i + 1 < argc)
       only = argv[++i];
+    else if (!strcmp(argv[i], "-R") && i + 1 < argc)
+      pick_rules(argv[++i]);
     else if (nshapes < 64 && parse_shape(argv[i], &shapes[nshapes]))
       nshapes++;
     else
       usage();
   }
-  if (rounds < 1 || rounds > MAXROUNDS || threads < 1) usage();
+  if (rounds < 1 || rounds > MAXROUNDS || threads < 1 || nrules < 1) usage();
   openblas_set_num_threads(1); /* as rt_train_main: one thread per item */
   RtPool *pool;
   RtError err;
@@ -329,13 +357,13 @@ int main(int argc, char **argv) {
   const Model *list = nshapes ? &given : MODELS;
   int nmodels = nshapes ? 1 : (int)(sizeof MODELS / sizeof MODELS[0]);
   printf("gemm_cut: %d threads, %d rounds; rules:", threads, rounds);
-  for (int r = 0; r < NRULES; r++)
+  for (int r = 0; r < nrules; r++)
     printf(" %s (n/%lld in [%s, %lld])", RULES[r].name, (long long)RULES[r].floor,
            RULES[r].min2 ? "2" : "1", (long long)RULES[r].cap);
   printf("\n");
   for (int i = 0; i < nmodels; i++) {
     if (only && strcmp(only, list[i].name)) continue;
-    double(*t)[NRULES][MAXROUNDS] = calloc((size_t)list[i].n, sizeof *t);
+    double(*t)[NALL][MAXROUNDS] = calloc((size_t)list[i].n, sizeof *t);
     int *reps = calloc((size_t)list[i].n, sizeof *reps);
     measure(pool, &list[i], rounds, t, reps);
     report(&list[i], rounds, t, reps);
