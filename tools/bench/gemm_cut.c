@@ -18,8 +18,8 @@
  * runtime's rule is checked to give rt_sgemm's bits, and every rule's result is compared with
  * rt_sgemm's (max |C - ref| / max |ref| <= 1e-5).
  *   usage: gemm_cut [-r ROUNDS] [-t THREADS] [-m gpt2|small|long] [-R RULE,...] [SHAPE...]
- * -R times only the rules named (the first is the ratios' base); fewer rules, more rounds.
  * with SHAPE as COUNT:BATCH:TA:TB:M:N:K; without one, the shapes of the three models below.
+ * -R times only the rules named (the first is the ratios' base): fewer rules, more rounds.
  * Needs only OpenBLAS and the runtime.
  */
 #include <cblas.h>
