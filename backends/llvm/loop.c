@@ -148,15 +148,13 @@ static void set_scopes(LlvmCtx *C, LLVMValueRef access, const char *kind, LLVMMe
  * the scopes of the results (other than its own) whose bytes it does not overlap. */
 void llvm_buffer_tag(LlvmCtx *C, int32_t v, LLVMValueRef access, bool store) {
   if (C->kout < 0) return;
-  int32_t nouts = C->nkouts > 0 ? C->nkouts : 1;
-  const int32_t *outs = C->nkouts > 0 ? C->kouts : &C->kout;
   LLVMMetadataRef own, others[1 + LLVM_MAX_DEFERRED];
   int n = 0;
   bool is_out = false;
-  for (int32_t k = 0; k < nouts; k++) is_out = is_out || outs[k] == v;
+  for (int32_t k = 0; k < C->nkouts; k++) is_out = is_out || C->kouts[k] == v;
   if (store && !is_out) return;
-  for (int32_t k = 0; k < nouts; k++)
-    if (buffers_disjoint(C, v, outs[k])) others[n++] = scope_of(C, outs[k]);
+  for (int32_t k = 0; k < C->nkouts; k++)
+    if (buffers_disjoint(C, v, C->kouts[k])) others[n++] = scope_of(C, C->kouts[k]);
   if (store) {
     own = scope_of(C, v);
     set_scopes(C, access, "alias.scope", &own, 1);

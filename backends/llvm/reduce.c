@@ -134,10 +134,11 @@ static LLVMValueRef run_elem(LlvmCtx *C, int32_t v, LlvmPos *p, LLVMValueRef bas
   LLVMValueRef lin = LLVMBuildNSWAdd(C->b, base, j, "");
   if (C->mat[x->ops[0]]) return llvm_buffer_load(C, x->ops[0], lin);
   int32_t rank = val(C, x->ops[0])->shape.rank;
-  LlvmPos q = {.has_idx = p->has_idx, .lin = lin};
-  for (int32_t d = 0; d < rank - x->attr.axes.n && p->has_idx; d++) q.idx[d] = p->idx[d];
-  if (x->attr.axes.n == 1) q.idx[rank - 1] = j;
-  q.has_idx = q.has_idx && x->attr.axes.n == 1;
+  LlvmPos q = {.has_idx = p->has_idx && x->attr.axes.n == 1, .lin = lin};
+  if (q.has_idx) {
+    for (int32_t d = 0; d < rank - 1; d++) q.idx[d] = p->idx[d];
+    q.idx[rank - 1] = j;
+  }
   return llvm_elem_get(C, x->ops[0], &q);
 }
 

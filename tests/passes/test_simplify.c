@@ -391,15 +391,22 @@ static void test_transpose_dot_text(void) {
              "output \"y\" = %2\n");
 }
 
-/* Through pass_simplify on an f32 gradient graph: the weight gradient of (B, T, C) x (C, N) is
- * computed without a transpose, with the same numbers. */
-static void test_simplify_folds_weight_gradient(void) {
+/* sum(tanh(x w)^2) for x (2, 3, 4), w (4, 5), differentiated: its weight gradient reads x and
+ * dy through transposes until the fold. */
+static IrGraph *weight_gradient_graph(void) {
   IrGraph *g = ir_graph_new();
   const int64_t dx[] = {2, 3, 4}, dw[] = {4, 5};
   int32_t x = ir_input(g, "x", DT_F32, 3, dx), w = ir_param(g, "w", DT_F32, 2, dw);
   int32_t y = ir_tanh(g, ir_matmul(g, x, w));
   ir_graph_add_output(g, "loss", ir_reduce_sum(g, ir_mul(g, y, y), 3, (int32_t[]){0, 1, 2}));
   CU_ASSERT_EQUAL_FATAL(pass_autodiff(g, NULL), IR_OK);
+  return g;
+}
+
+/* Through pass_simplify on an f32 gradient graph: the weight gradient of (B, T, C) x (C, N) is
+ * computed without a transpose, with the same numbers. */
+static void test_simplify_folds_weight_gradient(void) {
+  IrGraph *g = weight_gradient_graph();
   CU_ASSERT(count_op(g, IR_TRANSPOSE) > 0);
   double *g0 = run_leaves(g, "grad:w");
   CU_ASSERT_EQUAL(pass_simplify(g, NULL), IR_OK);
@@ -415,12 +422,7 @@ static void test_simplify_folds_weight_gradient(void) {
 /* Under a mesh pass_simplify leaves the fold to pass_shard (a dot with swapped operands would
  * shard differently), which folds the per-device program, keeping the numbers. */
 static void test_transpose_dot_waits_for_shard(void) {
-  IrGraph *g = ir_graph_new();
-  const int64_t dx[] = {2, 3, 4}, dw[] = {4, 5};
-  int32_t x = ir_input(g, "x", DT_F32, 3, dx), w = ir_param(g, "w", DT_F32, 2, dw);
-  int32_t y = ir_tanh(g, ir_matmul(g, x, w));
-  ir_graph_add_output(g, "loss", ir_reduce_sum(g, ir_mul(g, y, y), 3, (int32_t[]){0, 1, 2}));
-  CU_ASSERT_EQUAL_FATAL(pass_autodiff(g, NULL), IR_OK);
+  IrGraph *g = weight_gradient_graph();
   double *g0 = run_leaves(g, "grad:w");
   PassShard sh = {.mesh = {.naxes = 1, .names = {"data"}, .sizes = {2}}};
   PassOptions opt = {.shard = &sh};

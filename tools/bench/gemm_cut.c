@@ -30,46 +30,7 @@
 #include <time.h>
 
 #include "runtime/axrt.h"
-
-typedef struct {
-  int count, batch, ta, tb, m, n, k;
-} Shape;
-
-/* The step's products of gpt2-124m at batch 4, seq 64, small and long, from gemm_shapes.awk
- * (docs/bench.md, Matrix product libraries). Coupled: the same lists as gemm_libs.c. */
-static const Shape GPT2[] = {
-    {1, 1, 1, 0, 50257, 768, 256}, {12, 1, 1, 0, 3072, 768, 256}, {12, 1, 1, 0, 768, 3072, 256},
-    {48, 1, 1, 0, 768, 768, 256},  {1, 1, 0, 1, 256, 50257, 768}, {12, 1, 0, 0, 256, 3072, 768},
-    {12, 1, 0, 1, 256, 3072, 768}, {48, 1, 0, 0, 256, 768, 768},  {48, 1, 0, 1, 256, 768, 768},
-    {12, 1, 0, 0, 256, 768, 3072}, {12, 1, 0, 1, 256, 768, 3072}, {1, 1, 0, 0, 256, 768, 50257},
-    {24, 48, 0, 0, 64, 64, 64},    {24, 48, 0, 1, 64, 64, 64},    {24, 48, 1, 0, 64, 64, 64},
-};
-static const Shape SMALL[] = {
-    {17, 1, 0, 0, 2048, 256, 256}, {17, 1, 0, 1, 2048, 256, 256}, {4, 1, 0, 0, 2048, 1024, 256},
-    {4, 1, 0, 0, 2048, 256, 1024}, {4, 1, 0, 1, 2048, 1024, 256}, {4, 1, 0, 1, 2048, 256, 1024},
-    {4, 1, 1, 0, 1024, 256, 2048}, {17, 1, 1, 0, 256, 256, 2048}, {4, 1, 1, 0, 256, 1024, 2048},
-    {4, 32, 1, 0, 256, 64, 256},   {8, 32, 0, 0, 256, 64, 256},   {8, 32, 0, 1, 256, 256, 64},
-    {4, 32, 1, 0, 64, 256, 256},
-};
-static const Shape LONG[] = {
-    {9, 1, 0, 0, 2048, 256, 256},  {9, 1, 0, 1, 2048, 256, 256},  {2, 1, 0, 0, 2048, 1024, 256},
-    {2, 1, 0, 0, 2048, 256, 1024}, {2, 1, 0, 1, 2048, 1024, 256}, {2, 1, 0, 1, 2048, 256, 1024},
-    {2, 1, 1, 0, 1024, 256, 2048}, {9, 1, 1, 0, 256, 256, 2048},  {2, 1, 1, 0, 256, 1024, 2048},
-    {2, 4, 1, 0, 2048, 64, 2048},  {4, 4, 0, 0, 2048, 64, 2048},  {4, 4, 0, 1, 2048, 2048, 64},
-    {2, 4, 1, 0, 64, 2048, 2048},
-};
-
-typedef struct {
-  const char *name;
-  const Shape *shapes;
-  int n;
-} Model;
-
-static const Model MODELS[] = {
-    {"gpt2", GPT2, sizeof GPT2 / sizeof GPT2[0]},
-    {"small", SMALL, sizeof SMALL / sizeof SMALL[0]},
-    {"long", LONG, sizeof LONG / sizeof LONG[0]},
-};
+#include "tools/bench/gemm_bench.h"
 
 /* parts(n) = n / floor, clamped to [lo, cap], lo = 2 where min2 and n >= 256, else 1. */
 typedef struct {
@@ -110,22 +71,7 @@ static int64_t rule_parts(const Rule *r, int64_t n) {
 }
 
 /* One product's operands: batch x (A, B, C), row-major with natural leading dimensions. */
-typedef struct {
-  Shape s;
-  int lda, ldb, ldc;
-  int64_t sa, sb, sc;
-  float *a, *b, *c, *ref;
-} Prod;
-
 /* ===== the cut: a copy of rt_sgemm with parts() taken from a rule ===== */
-
-/* Start and length of block i of n cut into `parts` blocks of multiples of 16 (blas.c's). */
-static void block(int64_t n, int64_t parts, int64_t i, int64_t *start, int64_t *len) {
-  int64_t step = (n + parts - 1) / parts;
-  step = (step + 15) / 16 * 16;
-  *start = i * step < n ? i * step : n;
-  *len = *start + step <= n ? step : n - *start;
-}
 
 typedef struct {
   const Prod *p;
@@ -138,8 +84,8 @@ static void cut_items(void *ctx, int64_t lo, int64_t hi) {
   for (int64_t it = lo; it < hi; it++) {
     int64_t per = g->split_m * g->split_n, b = it / per, r = it % per;
     int64_t m0, mlen, n0, nlen;
-    block(p->s.m, g->split_m, r / g->split_n, &m0, &mlen);
-    block(p->s.n, g->split_n, r % g->split_n, &n0, &nlen);
+    gemm_block(p->s.m, g->split_m, r / g->split_n, &m0, &mlen);
+    gemm_block(p->s.n, g->split_n, r % g->split_n, &n0, &nlen);
     if (mlen <= 0 || nlen <= 0) continue;
     const float *a = p->a + b * p->sa + (p->s.ta ? m0 : m0 * p->lda);
     const float *bb = p->b + b * p->sb + (p->s.tb ? n0 * p->ldb : n0);
@@ -168,60 +114,13 @@ static void cut_run(RtPool *pool, const Rule *r, const Prod *p) {
 
 /* ===== operands and checks ===== */
 
-static float *fill(int64_t n, unsigned *seed) {
-  float *x = malloc((size_t)n * sizeof *x);
-  if (!x) {
-    fprintf(stderr, "gemm_cut: out of memory\n");
-    exit(1);
-  }
-  for (int64_t i = 0; i < n; i++) {
-    *seed = *seed * 1103515245u + 12345u;
-    x[i] = (float)((*seed >> 9) & 0xffff) / 65536.0f - 0.5f;
-  }
-  return x;
-}
-
-static Prod prod_new(Shape s, RtPool *pool) {
-  Prod p = {.s = s};
-  p.lda = s.ta ? s.m : s.k;
-  p.ldb = s.tb ? s.k : s.n;
-  p.ldc = s.n;
-  p.sa = (int64_t)s.m * s.k, p.sb = (int64_t)s.k * s.n, p.sc = (int64_t)s.m * s.n;
-  unsigned seed = 1;
-  p.a = fill(s.batch * p.sa, &seed);
-  p.b = fill(s.batch * p.sb, &seed);
-  p.c = fill(s.batch * p.sc, &seed);
-  p.ref = fill(s.batch * p.sc, &seed);
-  rt_sgemm(pool, s.batch, s.ta, s.tb, s.m, s.n, s.k, p.a, p.lda, p.sa, p.b, p.ldb, p.sb, p.ref,
-           p.ldc, p.sc);
-  return p;
-}
-
-static void prod_free(Prod *p) { free(p->a), free(p->b), free(p->c), free(p->ref); }
-
-static double rel_err(const Prod *p) {
-  int64_t n = p->s.batch * p->sc;
-  double err = 0, top = 0;
-  for (int64_t i = 0; i < n; i++) {
-    err = fmax(err, fabs((double)p->c[i] - p->ref[i]));
-    top = fmax(top, fabs((double)p->ref[i]));
-  }
-  return top > 0 ? err / top : err;
-}
-
 /* ===== timing ===== */
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Seconds per call, the mean over `reps` calls. */
 static double time_rule(RtPool *pool, const Rule *r, const Prod *p, int reps) {
-  double t0 = now();
+  double t0 = gemm_now();
   for (int i = 0; i < reps; i++) cut_run(pool, r, p);
-  return (now() - t0) / reps;
+  return (gemm_now() - t0) / reps;
 }
 
 static int cmp_double(const void *x, const void *y) {
@@ -249,10 +148,10 @@ static void measure(RtPool *pool, const Model *mo, int rounds, double (*t)[NALL]
                     int *reps) {
   Prod *ps = calloc((size_t)mo->n, sizeof *ps);
   for (int s = 0; s < mo->n; s++) {
-    ps[s] = prod_new(mo->shapes[s], pool);
+    ps[s] = gemm_prod_new(mo->shapes[s], pool);
     for (int r = 0; r < nrules; r++) {
       cut_run(pool, &RULES[r], &ps[s]);
-      double e = rel_err(&ps[s]);
+      double e = gemm_rel_err(&ps[s]);
       if ((RULES[r].runtime && e != 0) || e > 1e-5) {
         fprintf(stderr, "gemm_cut: %s: rule %s differs from rt_sgemm (%.1e)\n", mo->name,
                 RULES[r].name, e);
@@ -268,7 +167,7 @@ static void measure(RtPool *pool, const Model *mo, int rounds, double (*t)[NALL]
         int r = (j + k + s) % nrules;
         t[s][r][k] = time_rule(pool, &RULES[r], &ps[s], reps[s]);
       }
-  for (int s = 0; s < mo->n; s++) prod_free(&ps[s]);
+  for (int s = 0; s < mo->n; s++) gemm_prod_free(&ps[s]);
   free(ps);
 }
 
@@ -314,11 +213,6 @@ static void report(const Model *mo, int rounds, double (*t)[NALL][MAXROUNDS], co
 
 /* ===== driver ===== */
 
-static int parse_shape(const char *arg, Shape *s) {
-  return sscanf(arg, "%d:%d:%d:%d:%d:%d:%d", &s->count, &s->batch, &s->ta, &s->tb, &s->m, &s->n,
-                &s->k) == 7;
-}
-
 static void usage(void) {
   fprintf(stderr, "usage: gemm_cut [-r ROUNDS] [-t THREADS] [-m gpt2|small|long] [SHAPE...]\n"
                   "  SHAPE: COUNT:BATCH:TA:TB:M:N:K\n");
@@ -340,7 +234,7 @@ int main(int argc, char **argv) {
       only = argv[++i];
     else if (!strcmp(argv[i], "-R") && i + 1 < argc)
       pick_rules(argv[++i]);
-    else if (nshapes < 64 && parse_shape(argv[i], &shapes[nshapes]))
+    else if (nshapes < 64 && gemm_parse_shape(argv[i], &shapes[nshapes]))
       nshapes++;
     else
       usage();

@@ -34,55 +34,7 @@
 #include <time.h>
 
 #include "runtime/axrt.h"
-
-typedef struct {
-  int count, batch, ta, tb, m, n, k;
-} Shape;
-
-/* gpt2-124m at batch 4, seq 64 (models/gpt2-124m.json, --set /input/global_batch_size=4
- * --set /input/seq_len=64), small and long (tools/bench/small.json, long.json): the step's
- * products. */
-static const Shape GPT2[] = {
-    {1, 1, 1, 0, 50257, 768, 256}, {12, 1, 1, 0, 3072, 768, 256}, {12, 1, 1, 0, 768, 3072, 256},
-    {48, 1, 1, 0, 768, 768, 256},  {1, 1, 0, 1, 256, 50257, 768}, {12, 1, 0, 0, 256, 3072, 768},
-    {12, 1, 0, 1, 256, 3072, 768}, {48, 1, 0, 0, 256, 768, 768},  {48, 1, 0, 1, 256, 768, 768},
-    {12, 1, 0, 0, 256, 768, 3072}, {12, 1, 0, 1, 256, 768, 3072}, {1, 1, 0, 0, 256, 768, 50257},
-    {24, 48, 0, 0, 64, 64, 64},    {24, 48, 0, 1, 64, 64, 64},    {24, 48, 1, 0, 64, 64, 64},
-};
-static const Shape SMALL[] = {
-    {17, 1, 0, 0, 2048, 256, 256}, {17, 1, 0, 1, 2048, 256, 256}, {4, 1, 0, 0, 2048, 1024, 256},
-    {4, 1, 0, 0, 2048, 256, 1024}, {4, 1, 0, 1, 2048, 1024, 256}, {4, 1, 0, 1, 2048, 256, 1024},
-    {4, 1, 1, 0, 1024, 256, 2048}, {17, 1, 1, 0, 256, 256, 2048}, {4, 1, 1, 0, 256, 1024, 2048},
-    {4, 32, 1, 0, 256, 64, 256},   {8, 32, 0, 0, 256, 64, 256},   {8, 32, 0, 1, 256, 256, 64},
-    {4, 32, 1, 0, 64, 256, 256},
-};
-static const Shape LONG[] = {
-    {9, 1, 0, 0, 2048, 256, 256},  {9, 1, 0, 1, 2048, 256, 256},  {2, 1, 0, 0, 2048, 1024, 256},
-    {2, 1, 0, 0, 2048, 256, 1024}, {2, 1, 0, 1, 2048, 1024, 256}, {2, 1, 0, 1, 2048, 256, 1024},
-    {2, 1, 1, 0, 1024, 256, 2048}, {9, 1, 1, 0, 256, 256, 2048},  {2, 1, 1, 0, 256, 1024, 2048},
-    {2, 4, 1, 0, 2048, 64, 2048},  {4, 4, 0, 0, 2048, 64, 2048},  {4, 4, 0, 1, 2048, 2048, 64},
-    {2, 4, 1, 0, 64, 2048, 2048},
-};
-
-typedef struct {
-  const char *name;
-  const Shape *shapes;
-  int n;
-} Model;
-
-static const Model MODELS[] = {
-    {"gpt2", GPT2, sizeof GPT2 / sizeof GPT2[0]},
-    {"small", SMALL, sizeof SMALL / sizeof SMALL[0]},
-    {"long", LONG, sizeof LONG / sizeof LONG[0]},
-};
-
-/* One product's operands: batch x (A, B, C), row-major with natural leading dimensions. */
-typedef struct {
-  Shape s;
-  int lda, ldb, ldc;
-  int64_t sa, sb, sc;
-  float *a, *b, *c, *ref;
-} Prod;
+#include "tools/bench/gemm_bench.h"
 
 /* What the runs share: the runtime's pool (its thread count is every mode's) and oneDNN's
  * CPU engine and stream for the matmul primitive. */
@@ -270,13 +222,6 @@ enum { NLIBS = sizeof LIBS / sizeof LIBS[0] };
 /* ===== the runtime's cut: a copy of block() and parts() of runtime/blas.c ===== */
 
 /* Start and length of block i of n cut into `parts` blocks of multiples of 16. */
-static void block(int64_t n, int64_t parts, int64_t i, int64_t *start, int64_t *len) {
-  int64_t step = (n + parts - 1) / parts;
-  step = (step + 15) / 16 * 16;
-  *start = i * step < n ? i * step : n;
-  *len = *start + step <= n ? step : n - *start;
-}
-
 /* Blocks of at least 128 along the larger side, at most 16. */
 static int64_t parts(int64_t n) {
   int64_t p = n / 128;
@@ -295,8 +240,8 @@ static void cut_items(void *ctx, int64_t lo, int64_t hi) {
   for (int64_t it = lo; it < hi; it++) {
     int64_t per = g->split_m * g->split_n, b = it / per, r = it % per;
     int64_t m0, mlen, n0, nlen;
-    block(p->s.m, g->split_m, r / g->split_n, &m0, &mlen);
-    block(p->s.n, g->split_n, r % g->split_n, &n0, &nlen);
+    gemm_block(p->s.m, g->split_m, r / g->split_n, &m0, &mlen);
+    gemm_block(p->s.n, g->split_n, r % g->split_n, &n0, &nlen);
     if (mlen <= 0 || nlen <= 0) continue;
     const float *a = p->a + b * p->sa + (p->s.ta ? m0 : m0 * p->lda);
     const float *bb = p->b + b * p->sb + (p->s.tb ? n0 * p->ldb : n0);
@@ -318,12 +263,6 @@ static void cut_run(RtPool *pool, const Prod *p, BlockFn fn) {
 
 /* ===== timing ===== */
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void rt_openblas(RtPool *pool, const Prod *p) {
   rt_sgemm(pool, p->s.batch, p->s.ta, p->s.tb, p->s.m, p->s.n, p->s.k, p->a, p->lda, p->sa, p->b,
            p->ldb, p->sb, p->c, p->ldc, p->sc);
@@ -342,25 +281,14 @@ static void run_once(const Ctx *x, int l, int rt, const Prod *p) {
 }
 
 /* max |C - ref| / max |ref| over the whole batch. */
-static double rel_err(const Prod *p) {
-  int64_t n = p->s.batch * p->sc;
-  double diff = 0, mag = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs((double)p->c[i] - p->ref[i]), r = fabs((double)p->ref[i]);
-    diff = d > diff ? d : diff;
-    mag = r > mag ? r : mag;
-  }
-  return mag > 0 ? diff / mag : diff;
-}
-
 /* One timed run, after a pause: another library's idle threads may still spin for a while
  * after its last call. */
 static double time_once(const Ctx *x, int l, int rt, Prod *p) {
   nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
   openblas_set_num_threads(rt ? 1 : rt_pool_threads(x->pool));
-  double t0 = now();
+  double t0 = gemm_now();
   run_once(x, l, rt, p);
-  return now() - t0;
+  return gemm_now() - t0;
 }
 
 typedef struct {
@@ -372,18 +300,18 @@ typedef struct {
  * round runs each of them once, so that a burst of other work on the machine costs all alike.
  * err[l][rt]: the warmup's error. -1 where a library has no such mode. Returns the rounds. */
 static int time_all(const Ctx *x, Prod *p, const Opts *o, double best[][2], double err[][2]) {
-  double t0 = now();
+  double t0 = gemm_now();
   for (int l = 0; l < NLIBS; l++)
     for (int rt = 0; rt < 2; rt++) {
       best[l][rt] = err[l][rt] = -1;
       if (!has_mode(l, rt)) continue;
       memset(p->c, 0x7f, sizeof(float) * p->s.batch * p->sc); /* 3.4e38 where not written */
       time_once(x, l, rt, p);
-      err[l][rt] = rel_err(p);
+      err[l][rt] = gemm_rel_err(p);
       best[l][rt] = 1e30;
     }
   int r = 0;
-  for (; r < o->reps || (r < 100 && now() - t0 < o->secs); r++)
+  for (; r < o->reps || (r < 100 && gemm_now() - t0 < o->secs); r++)
     for (int l = 0; l < NLIBS; l++)
       for (int rt = 0; rt < 2; rt++) {
         if (best[l][rt] < 0) continue;
@@ -395,45 +323,16 @@ static int time_all(const Ctx *x, Prod *p, const Opts *o, double best[][2], doub
 
 /* ===== products, tables ===== */
 
-static float *fill(int64_t n, uint32_t seed) {
-  float *x = malloc(sizeof(float) * (size_t)n);
-  if (!x) {
-    fprintf(stderr, "gemm_libs: out of memory (%lld floats)\n", (long long)n);
-    exit(1);
-  }
-  for (int64_t i = 0; i < n; i++) {
-    seed = seed * 1664525u + 1013904223u;
-    x[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
-  }
-  return x;
-}
-
+/* gemm_prod_new, with a check that the copy of the cut gives rt_sgemm's bits. */
 static Prod prod_new(RtPool *pool, Shape s) {
-  Prod p = {.s = s};
-  p.lda = s.ta ? s.m : s.k;
-  p.ldb = s.tb ? s.k : s.n;
-  p.ldc = s.n;
-  p.sa = (int64_t)s.m * s.k, p.sb = (int64_t)s.k * s.n, p.sc = (int64_t)s.m * s.n;
-  p.a = fill(s.batch * p.sa, 1), p.b = fill(s.batch * p.sb, 2), p.c = fill(s.batch * p.sc, 3);
-  p.ref = fill(s.batch * p.sc, 4);
   openblas_set_num_threads(1);
-  float *c = p.c;
-  p.c = p.ref;
-  rt_openblas(pool, &p);
-  p.c = c;
-  cut_run(pool, &p, openblas_block); /* the copy of the cut must give rt_sgemm's bits */
+  Prod p = gemm_prod_new(s, pool);
+  cut_run(pool, &p, openblas_block);
   if (memcmp(p.c, p.ref, sizeof(float) * s.batch * p.sc)) {
     fprintf(stderr, "gemm_libs: the copy of runtime/blas.c's cut differs from rt_sgemm\n");
     exit(1);
   }
   return p;
-}
-
-static void prod_free(Prod *p) {
-  free(p->a);
-  free(p->b);
-  free(p->c);
-  free(p->ref);
 }
 
 /* Times one model's shapes; prints a markdown table of GFLOP/s and the weighted step total. */
@@ -461,7 +360,7 @@ static void bench_model(const Ctx *x, const Model *m, const Opts *o) {
         printf(" %.1f%s |", flop / best[l][rt] / 1e9, err[l][rt] > 1e-4 ? " WRONG" : "");
       }
     printf(" %.1e | %d |\n", worst, rounds);
-    prod_free(&p);
+    gemm_prod_free(&p);
   }
   printf("| | **step total, ms** |");
   for (int l = 0; l < NLIBS; l++)
@@ -472,12 +371,6 @@ static void bench_model(const Ctx *x, const Model *m, const Opts *o) {
         printf(" **%.1f** |", total[l][rt] * 1e3);
   printf(" | |\n");
   fflush(stdout);
-}
-
-static int parse_shape(const char *arg, Shape *s) {
-  return sscanf(arg, "%d:%d:%d:%d:%d:%d:%d", &s->count, &s->batch, &s->ta, &s->tb, &s->m, &s->n,
-                &s->k) == 7 &&
-         s->batch > 0 && s->m > 0 && s->n > 0 && s->k > 0;
 }
 
 static void versions(void) {
@@ -500,7 +393,7 @@ int main(int argc, char **argv) {
       o.secs = atof(argv[++i]);
     else if (!strcmp(argv[i], "-m") && i + 1 < argc)
       only = argv[++i];
-    else if (!parse_shape(argv[i], &shapes[nshapes++])) {
+    else if (!gemm_parse_shape(argv[i], &shapes[nshapes++])) {
       fprintf(stderr, "usage: gemm_libs [-r REPS] [-s SECS] [-t THREADS] [-m gpt2|small|long] "
                       "[COUNT:BATCH:TA:TB:M:N:K ...]\n");
       return 2;
