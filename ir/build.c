@@ -240,6 +240,27 @@ int32_t ir_top_k_indices(IrGraph *g, int32_t x, int64_t k) {
   return ir_graph_add(g, &v);
 }
 
+/* ---- fused attention ---- */
+
+static int32_t build_attention(IrGraph *g, IrOp op, int32_t nops, const int32_t *ops, bool causal,
+                               double scale) {
+  IrValue v = proto_make(op, nops, ops);
+  v.attr.k = causal;
+  v.attr.value = scale;
+  return ir_graph_add(g, &v);
+}
+
+int32_t ir_attention(IrGraph *g, int32_t q, int32_t k, int32_t v, bool causal, double scale) {
+  int32_t ops[3] = {q, k, v};
+  return build_attention(g, IR_ATTENTION, 3, ops, causal, scale);
+}
+
+int32_t ir_attention_grad(IrGraph *g, int32_t q, int32_t k, int32_t v, int32_t dout, bool causal,
+                          double scale) {
+  int32_t ops[4] = {q, k, v, dout};
+  return build_attention(g, IR_ATTENTION_GRAD, 4, ops, causal, scale);
+}
+
 /* ---- collectives ---- */
 
 static int32_t build_collective(IrGraph *g, IrOp op, int32_t x, int32_t naxes,

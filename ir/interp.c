@@ -356,6 +356,70 @@ static int eval_top_k(EvalCtx *c) {
   return IR_OK;
 }
 
+/* Attention probabilities of one problem, P (T, T): softmax(scale * q k^T) per row, masked
+ * entries exactly 0. */
+static void attention_probs(const double *q, const double *k, int64_t T, int64_t H, bool causal,
+                            double scale, double *P) {
+  for (int64_t i = 0; i < T; i++) {
+    int64_t n = causal ? i + 1 : T;
+    double m = -INFINITY, l = 0;
+    for (int64_t j = 0; j < n; j++) {
+      double sij = 0;
+      for (int64_t d = 0; d < H; d++) sij += q[i * H + d] * k[j * H + d];
+      P[i * T + j] = scale * sij;
+      m = fmax(m, P[i * T + j]);
+    }
+    for (int64_t j = 0; j < n; j++) l += P[i * T + j] = exp(P[i * T + j] - m);
+    for (int64_t j = 0; j < T; j++) P[i * T + j] = j < n ? P[i * T + j] / l : 0;
+  }
+}
+
+/* out (..., T, H) = P v, or with dout a fourth operand the (3, ..., T, H) gradients:
+ * dv = P^T dout, dS = P (dP - rowsum(P dP)) with dP = dout v^T, dq = scale dS k,
+ * dk = scale dS^T q. */
+static int eval_attention(EvalCtx *c) {
+  const IrShape *qs = arg_shape(c, 0);
+  int64_t T = qs->dims[qs->rank - 2], H = qs->dims[qs->rank - 1];
+  int64_t per = T * H, nb = T ? ir_shape_numel(qs) / per : 0;
+  bool causal = c->v->attr.k != 0, grad = c->v->op == IR_ATTENTION_GRAD;
+  double scale = c->v->attr.value;
+  double *P = malloc((size_t)(T * T * (grad ? 2 : 1) + 1) * sizeof *P), *dS = P + T * T;
+  if (!P) return fail(c->msg, c->cap, "out of memory");
+  memset(c->out, 0, (size_t)c->n * sizeof *c->out);
+  for (int64_t b = 0; b < nb; b++) {
+    const double *q = c->args[0] + b * per, *k = c->args[1] + b * per, *v = c->args[2] + b * per;
+    attention_probs(q, k, T, H, causal, scale, P);
+    if (!grad) {
+      double *o = c->out + b * per;
+      for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++)
+          for (int64_t d = 0; d < H; d++) o[i * H + d] += P[i * T + j] * v[j * H + d];
+      continue;
+    }
+    const double *go = c->args[3] + b * per;
+    double *dq = c->out + b * per, *dk = dq + nb * per, *dv = dk + nb * per;
+    for (int64_t i = 0; i < T; i++) {
+      double D = 0;
+      for (int64_t j = 0; j < T; j++) {
+        double dp = 0;
+        for (int64_t d = 0; d < H; d++) dp += go[i * H + d] * v[j * H + d];
+        dS[i * T + j] = dp;
+        D += P[i * T + j] * dp;
+      }
+      for (int64_t j = 0; j < T; j++) dS[i * T + j] = P[i * T + j] * (dS[i * T + j] - D);
+    }
+    for (int64_t i = 0; i < T; i++)
+      for (int64_t j = 0; j < T; j++)
+        for (int64_t d = 0; d < H; d++) {
+          dq[i * H + d] += scale * dS[i * T + j] * k[j * H + d];
+          dk[j * H + d] += scale * dS[i * T + j] * q[i * H + d];
+          dv[j * H + d] += P[i * T + j] * go[i * H + d];
+        }
+  }
+  free(P);
+  return IR_OK;
+}
+
 static void eval_round(const IrValue *v, double *out, int64_t n, bool round) {
   if (!round && v->dtype != DT_I32) return;
   for (int64_t i = 0; i < n; i++) out[i] = ir_dtype_round(v->dtype, out[i]);
@@ -383,6 +447,8 @@ int ir_eval_value(const IrGraph *g, int32_t vi, const double *const *args, doubl
   case IR_GATHER: st = eval_gather(&c); break;
   case IR_SCATTER_ADD: st = eval_scatter(&c); break;
   case IR_TOP_K_INDICES: st = eval_top_k(&c); break;
+  case IR_ATTENTION:
+  case IR_ATTENTION_GRAD: st = eval_attention(&c); break;
   default:
     if (ir_op_flags(v->op) & IR_ELEMENTWISE)
       st = v->nops == 1 ? eval_unary(&c) : eval_binary(&c);

@@ -56,8 +56,9 @@ enum { /* attribute bits: which IrAttrs fields an op uses, and their text names 
        IR_A_ROWS = 1u << 14, /* attr.k as row count                    text: rows=N */
        IR_A_K = 1u << 15,    /* attr.k                                 text: k=N */
        IR_A_MESH = 1u << 16, /* attr.mesh axis names                   text: mesh_axes=[a,b] */
-       IR_A_SPLIT = 1u << 17, /* attr.axis as split axis                text: split_axis=N */
-       IR_A_CAT = 1u << 18,   /* attr.axis2 as concat axis              text: concat_axis=N */
+       IR_A_SPLIT = 1u << 17,  /* attr.axis as split axis                text: split_axis=N */
+       IR_A_CAT = 1u << 18,    /* attr.axis2 as concat axis              text: concat_axis=N */
+       IR_A_CAUSAL = 1u << 19, /* attr.k as 1 (causal mask) or 0        text: causal=N */
 };
 
 typedef enum IrOp {
@@ -100,8 +101,8 @@ typedef struct IrAttrs { /* ops.def says which fields an op uses; the rest stay 
   IrDims lb, rb, lc, rc; /* dot_general batch and contracting dims of lhs and rhs */
   int64_t axis;          /* iota, concat, all_gather, reduce_scatter axis; all_to_all split axis */
   int64_t axis2;         /* all_to_all concat axis */
-  int64_t k;             /* top_k k, scatter_add rows */
-  double value;          /* constant splat value, pad value */
+  int64_t k;             /* top_k k, scatter_add rows, attention's causal flag */
+  double value;          /* constant splat value, pad value, attention's score scale */
   const double *data;    /* constant: numel values, row-major, or NULL for a splat */
   int32_t nmesh;         /* collectives: mesh axis names, in group order */
   const char *mesh[IR_MAX_MESH_AXES];
@@ -270,6 +271,12 @@ int32_t ir_matmul(IrGraph *g, int32_t a, int32_t b); /* (..., M, K) x (K, N) -> 
 int32_t ir_gather(IrGraph *g, int32_t table, int32_t idx);
 int32_t ir_scatter_add(IrGraph *g, int32_t idx, int32_t updates, int64_t rows);
 int32_t ir_top_k_indices(IrGraph *g, int32_t x, int64_t k);
+/* q, k, v (..., T, H), the same shape: softmax(scale * q k^T) v per leading index, masked to keys
+ * j <= query i when causal. attention_grad gives (3, ..., T, H): dq, dk and dv of sum(out * dout).
+ */
+int32_t ir_attention(IrGraph *g, int32_t q, int32_t k, int32_t v, bool causal, double scale);
+int32_t ir_attention_grad(IrGraph *g, int32_t q, int32_t k, int32_t v, int32_t dout, bool causal,
+                          double scale);
 int32_t ir_all_reduce(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes);
 int32_t ir_all_gather(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes, int32_t axis);
 int32_t ir_reduce_scatter(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes,

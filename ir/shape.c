@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -398,6 +399,43 @@ static int shape_top_k(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape 
   *s = x->shape;
   s->dims[s->rank - 1] = v->attr.k;
   *dt = DT_I32;
+  return IR_OK;
+}
+
+/* ---- fused attention ---- */
+
+static int attention_operands(const IrGraph *g, const IrValue *v, char *msg, size_t cap) {
+  const IrValue *q = operand(g, v, 0);
+  if (!ir_dtype_is_float(q->dtype)) return fail(msg, cap, "operands must be floating point");
+  if (q->shape.rank < 2) return fail(msg, cap, "operands must be (..., T, H), rank >= 2");
+  for (int32_t i = 1; i < v->nops; i++) {
+    const IrValue *x = operand(g, v, i);
+    if (x->dtype != q->dtype || !ir_shape_eq(&x->shape, &q->shape))
+      return fail(msg, cap, "operand %d must have the shape and dtype of the query", i);
+  }
+  if (v->attr.k != 0 && v->attr.k != 1)
+    return fail(msg, cap, "causal = %lld, expected 0 or 1", (long long)v->attr.k);
+  if (!isfinite(v->attr.value)) return fail(msg, cap, "the scale must be finite");
+  return IR_OK;
+}
+
+static int shape_attention(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape *s, char *msg,
+                           size_t cap) {
+  if (attention_operands(g, v, msg, cap)) return IR_ERR;
+  *s = operand(g, v, 0)->shape;
+  *dt = operand(g, v, 0)->dtype;
+  return IR_OK;
+}
+
+static int shape_attention_grad(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape *s,
+                                char *msg, size_t cap) {
+  if (attention_operands(g, v, msg, cap)) return IR_ERR;
+  const IrShape *q = &operand(g, v, 0)->shape;
+  if (q->rank + 1 > IR_MAX_RANK) return fail(msg, cap, "result rank too big");
+  s->rank = q->rank + 1;
+  s->dims[0] = 3;
+  for (int32_t d = 0; d < q->rank; d++) s->dims[d + 1] = q->dims[d];
+  *dt = operand(g, v, 0)->dtype;
   return IR_OK;
 }
 

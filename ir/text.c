@@ -52,6 +52,7 @@ static const AttrSpec attr_specs[] = {
     {IR_A_MESH, "mesh_axes", AK_NAMES, 0},
     {IR_A_SPLIT, "split_axis", AK_INT, offsetof(IrAttrs, axis)},
     {IR_A_CAT, "concat_axis", AK_INT, offsetof(IrAttrs, axis2)},
+    {IR_A_CAUSAL, "causal", AK_INT, offsetof(IrAttrs, k)},
 };
 enum { NATTR = sizeof attr_specs / sizeof attr_specs[0] };
 

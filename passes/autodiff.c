@@ -303,6 +303,23 @@ static void ad_scatter_add(AdCtx *c, int32_t y, int32_t gy) {
   ad_acc(c, arg(c, y, 1), ir_gather(c->g, gy, arg(c, y, 0)));
 }
 
+/* The three gradients in one attention_grad (3, ..., T, H), sliced apart. */
+static void ad_attention(AdCtx *c, int32_t y, int32_t gy) {
+  const IrValue *x = &c->g->values[y];
+  IrShape s = x->shape;
+  int32_t G =
+      ir_attention_grad(c->g, x->ops[0], x->ops[1], x->ops[2], gy, x->attr.k != 0, x->attr.value);
+  int64_t lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK] = {0};
+  for (int32_t d = 0; d < s.rank; d++) hi[d + 1] = s.dims[d];
+  for (int32_t i = 0; i < 3; i++) {
+    int32_t op = c->g->values[y].ops[i];
+    if (!need(c, op)) continue;
+    lo[0] = i;
+    hi[0] = i + 1;
+    ad_acc(c, op, ir_reshape(c->g, ir_slice(c->g, G, lo, hi), s.rank, s.dims));
+  }
+}
+
 /* ---- collectives: each rule is the op's transpose ---- */
 
 static void ad_all_reduce(AdCtx *c, int32_t y, int32_t gy) {

@@ -72,6 +72,12 @@ static int32_t b_scatter(IrGraph *g, const int32_t *p) {
   int32_t idx = ir_const_data(g, DT_I32, (double[]){2, 0, 2}, 1, (int64_t[]){3});
   return ir_scatter_add(g, idx, p[0], 4);
 }
+static int32_t b_attention(IrGraph *g, const int32_t *p) {
+  return ir_attention(g, p[0], p[1], p[2], false, 0.7);
+}
+static int32_t b_attention_causal(IrGraph *g, const int32_t *p) {
+  return ir_attention(g, p[0], p[1], p[2], true, 0.5);
+}
 static int32_t b_all_reduce(IrGraph *g, const int32_t *p) {
   return ir_all_reduce(g, ir_mul(g, p[0], p[0]), 1, ax_x);
 }
@@ -130,6 +136,15 @@ static const FdCase cases[] = {
     {IR_DOT, b_dot_mixed, 2, {3, 3}, {{4, 2, 3}, {3, 2, 5}}, -1.5, 1.5, 1},
     {IR_GATHER, b_gather, SHAPE1(2, 4, 3), -1.5, 1.5, 1},
     {IR_SCATTER_ADD, b_scatter, SHAPE1(2, 3, 2), -1.5, 1.5, 1},
+    {IR_ATTENTION, b_attention, 3, {3, 3, 3}, {{2, 5, 3}, {2, 5, 3}, {2, 5, 3}}, -1.5, 1.5, 1},
+    {IR_ATTENTION,
+     b_attention_causal,
+     3,
+     {4, 4, 4},
+     {{2, 1, 4, 3}, {2, 1, 4, 3}, {2, 1, 4, 3}},
+     -1.5,
+     1.5,
+     1},
     {IR_ALL_REDUCE, b_all_reduce, SHAPE1(2, 2, 3), -1.5, 1.5, 2},
     {IR_ALL_GATHER, b_all_gather, SHAPE1(2, 2, 3), -1.5, 1.5, 2},
     {IR_REDUCE_SCATTER, b_reduce_scatter, SHAPE1(2, 4, 3), -1.5, 1.5, 2},
