@@ -59,6 +59,7 @@ enum { /* attribute bits: which IrAttrs fields an op uses, and their text names 
        IR_A_SPLIT = 1u << 17,  /* attr.axis as split axis                text: split_axis=N */
        IR_A_CAT = 1u << 18,    /* attr.axis2 as concat axis              text: concat_axis=N */
        IR_A_CAUSAL = 1u << 19, /* attr.k as 1 (causal mask) or 0        text: causal=N */
+       IR_A_SCALE = 1u << 20,  /* attr.value as a scale factor           text: scale=V */
 };
 
 typedef enum IrOp {

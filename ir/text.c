@@ -53,6 +53,7 @@ static const AttrSpec attr_specs[] = {
     {IR_A_SPLIT, "split_axis", AK_INT, offsetof(IrAttrs, axis)},
     {IR_A_CAT, "concat_axis", AK_INT, offsetof(IrAttrs, axis2)},
     {IR_A_CAUSAL, "causal", AK_INT, offsetof(IrAttrs, k)},
+    {IR_A_SCALE, "scale", AK_DOUBLE, offsetof(IrAttrs, value)},
 };
 enum { NATTR = sizeof attr_specs / sizeof attr_specs[0] };
 

@@ -648,6 +648,29 @@ static int top_k(Ctx *c, int32_t v, Sh *out) {
   return IR_OK;
 }
 
+/* attention (q, k, v (..., T, H)) and attention_grad (also dout; result (3, ..., T, H)): the
+ * leading dims are independent problems and keep the query's splits (the first operand's that
+ * has some); T and H whole. Every operand takes that sharding. */
+static int attention(Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  int32_t rank = c->g->values[x->ops[0]].shape.rank, ops[4];
+  Sh in = {0};
+  for (int32_t k = 0; k < x->nops && !used_axes(&in.s, rank); k++) {
+    int32_t a = x->ops[k];
+    in = c->deferred[a] ? natural(c, a) : resolved(c, a);
+    in.partial = 0;
+    memset(in.s.axes[rank - 2], 0, 2 * sizeof in.s.axes[0]);
+  }
+  for (int32_t k = 0; k < x->nops; k++) ops[k] = get(c, x->ops[k], &in);
+  *out = in;
+  if (x->op == IR_ATTENTION_GRAD) {
+    memset(out, 0, sizeof *out);
+    memcpy(out->s.axes[1], in.s.axes[0], (size_t)rank * sizeof in.s.axes[0]);
+  }
+  c->val[v] = emit_as(c, v, ops, out);
+  return IR_OK;
+}
+
 /* ---- leaves -------------------------------------------------------------------------- */
 
 static const PassShardLeaf *leaf_find(const PassShard *o, const char *name) {
@@ -709,6 +732,8 @@ static int shard_value(Ctx *c, int32_t v) {
     case IR_GATHER: st = gather(c, v, &out); break;
     case IR_SCATTER_ADD: st = scatter_add(c, v, &out); break;
     case IR_TOP_K_INDICES: st = top_k(c, v, &out); break;
+    case IR_ATTENTION:
+    case IR_ATTENTION_GRAD: st = attention(c, v, &out); break;
     default: st = ir_graph_fail(c->h, "shard: %%%d (%s): no sharding rule", v, ir_op_name(x->op));
     }
   }

@@ -1,4 +1,5 @@
-/* blas.c: dot_general as cblas_sgemm calls, one per batch element.
+/* blas.c: dot_general as cblas_sgemm calls, one per batch element, and the fused attention ops
+ * as calls of the runtime's attention kernels (runtime/attention.c).
  *
  * Applies when both operands are f32, the batch dims lead in order on both sides (lhs_batch =
  * rhs_batch = [0, 1, ...]), and each operand's contracting dims are consecutive and sit either
@@ -65,5 +66,30 @@ int llvm_dot_blas_emit(LlvmCtx *C, int32_t v) {
                          llvm_i64(C, L.m * L.n)};
   LLVMValueRef f = sgemm_decl(C);
   LLVMBuildCall2(C->b, LLVMGlobalGetValueType(f), f, args, 16, "");
+  return 0;
+}
+
+/* void rt_attention(RtPool*, i64 bn, i64 t, i64 h, i32 causal, float scale, float *q, *k, *v,
+ *                   float *out)
+ * void rt_attention_grad(..., float *q, *k, *v, *dout, float *dqkv) */
+int llvm_attention_emit(LlvmCtx *C, int32_t v) {
+  const IrValue *x = &C->g->values[v];
+  const IrShape *q = &C->g->values[x->ops[0]].shape;
+  int64_t t = q->dims[q->rank - 2], h = q->dims[q->rank - 1];
+  int64_t bn = t > 0 && h > 0 ? ir_shape_numel(q) / (t * h) : 0;
+  bool grad = x->op == IR_ATTENTION_GRAD;
+  LLVMTypeRef fp = LLVMPointerType(C->t_f32, 0), l = C->t_i64;
+  LLVMTypeRef p[] = {C->t_i8p, l, l, l, C->t_i32, C->t_f32, fp, fp, fp, fp, fp};
+  LLVMValueRef args[11] = {LLVMBuildBitCast(C->b, C->pool, C->t_i8p, ""),
+                           llvm_i64(C, bn),
+                           llvm_i64(C, t),
+                           llvm_i64(C, h),
+                           i32c(C, x->attr.k != 0),
+                           LLVMConstReal(C->t_f32, x->attr.value)};
+  int n = 6;
+  for (int32_t k = 0; k < x->nops; k++) args[n++] = buf(C, x->ops[k]);
+  args[n++] = buf(C, v);
+  LLVMValueRef f = llvm_fn_get(C, grad ? "rt_attention_grad" : "rt_attention", C->t_void, p, n);
+  LLVMBuildCall2(C->b, LLVMGlobalGetValueType(f), f, args, (unsigned)n, "");
   return 0;
 }

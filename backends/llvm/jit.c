@@ -40,6 +40,8 @@ typedef struct {
 static int define_host_symbols(LLVMOrcLLJITRef J, LLVMOrcJITDylibRef jd, char *err, size_t cap) {
   const HostSym syms[] = {
     {"rt_sgemm", (void *)rt_sgemm},
+    {"rt_attention", (void *)rt_attention},
+    {"rt_attention_grad", (void *)rt_attention_grad},
     {"rt_comm_collective", (void *)rt_comm_collective},
     {"expf", (void *)expf},
     {"logf", (void *)logf},

@@ -346,6 +346,8 @@ static int kernel_emit(LlvmCtx *C, int32_t v) {
   case IR_TRANSPOSE: return transpose_tiles(C, v) ? transpose_tiles_kernel(C, v) : map_kernel(C, v);
   case IR_SCATTER_ADD: return llvm_scatter_emit(C, v);
   case IR_TOP_K_INDICES: return llvm_top_k_emit(C, v);
+  case IR_ATTENTION:
+  case IR_ATTENTION_GRAD: return llvm_attention_emit(C, v);
   default: return map_kernel(C, v);
   }
 }

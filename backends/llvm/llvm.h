@@ -297,6 +297,8 @@ int llvm_scatter_emit(LlvmCtx *C, int32_t v);
 /* ---- blas.c ---- */
 bool llvm_dot_blas_ok(const IrGraph *g, int32_t v);
 int llvm_dot_blas_emit(LlvmCtx *C, int32_t v);
+/* attention / attention_grad (f32) as one rt_attention / rt_attention_grad call. */
+int llvm_attention_emit(LlvmCtx *C, int32_t v);
 
 /* ---- fusion.c ---- */
 /* Materializes fused values whose inputs the plan lets other values overwrite before use. */

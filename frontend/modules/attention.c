@@ -8,6 +8,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "frontend/frontend.h"
 
@@ -17,6 +18,9 @@ static const FeField fields[] = {
           "number of key/value heads (grouped-query attention); 0 means num_heads"),
     F_BOOL("causal", "true", "mask attention to future positions"),
     F_BOOL("bias", "false", "learn biases in the projections"),
+    F_ENUM("kernel", "\"fused\"", "fused|reference",
+           "fused: one attention op, the (B, N, T, T) scores never stored (backends without it "
+           "get it expanded); reference: products and softmax as separate ops"),
     F_CHILD("rope", "null", "rope|null", "rotary position embedding, or null"),
     F_FLOAT("init_std", "0.02", FE_ATLEAST(0), "standard deviation of the normal init"),
     F_TYPED("param_partition_specs", FT_PSPECS,
@@ -138,16 +142,23 @@ static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *p
       heads_first(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, N, H, rope);
   int32_t v =
       heads_first(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, N, H, NULL);
-  int32_t bb[2] = {0, 1}, c3 = 3, c2 = 2;
-  int32_t s = ir_dot(g, q, k, 2, bb, bb, 1, &c3, &c3); /* (B, N, T, T) */
-  s = ir_mul(g, s, fe_emit_like(e, s, 1.0 / sqrt((double)H)));
-  if (fe_get_bool(node, "causal")) {
-    int64_t tt[2] = {T, T}, bntt[4] = {B, N, T, T};
-    int32_t bd[2] = {2, 3};
-    int32_t allowed = ir_ge(g, ir_iota(g, DT_I32, 2, tt, 0), ir_iota(g, DT_I32, 2, tt, 1));
-    s = ir_select(g, ir_broadcast(g, allowed, 4, bntt, bd), s, fe_emit_like(e, s, -1e9));
+  bool causal = fe_get_bool(node, "causal");
+  double scale = 1.0 / sqrt((double)H);
+  int32_t ctx; /* (B, N, T, H) */
+  if (strcmp(fe_get_str(node, "kernel"), "fused") == 0) {
+    ctx = ir_attention(g, q, k, v, causal, scale);
+  } else {
+    int32_t bb[2] = {0, 1}, c3 = 3, c2 = 2;
+    int32_t s = ir_dot(g, q, k, 2, bb, bb, 1, &c3, &c3); /* (B, N, T, T) */
+    s = ir_mul(g, s, fe_emit_like(e, s, scale));
+    if (causal) {
+      int64_t tt[2] = {T, T}, bntt[4] = {B, N, T, T};
+      int32_t bd[2] = {2, 3};
+      int32_t allowed = ir_ge(g, ir_iota(g, DT_I32, 2, tt, 0), ir_iota(g, DT_I32, 2, tt, 1));
+      s = ir_select(g, ir_broadcast(g, allowed, 4, bntt, bd), s, fe_emit_like(e, s, -1e9));
+    }
+    ctx = ir_dot(g, fe_emit_softmax(e, s), v, 2, bb, bb, 1, &c3, &c2);
   }
-  int32_t ctx = ir_dot(g, fe_emit_softmax(e, s), v, 2, bb, bb, 1, &c3, &c2); /* (B, N, T, H) */
   if (ctx != IR_NONE) ir_value_set_tag(g, ctx, "attention.context");
   int32_t perm[4] = {0, 2, 1, 3};
   int64_t merged[3] = {B, T, N * H};

@@ -197,6 +197,10 @@ static void test_tiny_lm(void) {
   check_layout("tiny-lm.json", "cpu-4", dm, 3, (Expect){4, 10, 0, 0, 0, false});
   const char *dfm[] = {SMALL, MESH(2, 1, 2, 2)};
   check_layout("tiny-lm.json", "cpu-8", dfm, 3, (Expect){8, 10, 8, 8, 0, false});
+  /* attention as separate products and softmax instead of the fused op */
+  const char *ref[] = {SMALL, MESH(2, 1, 1, 2),
+                       "/model/decoder/layer/self_attention/kernel=reference"};
+  check_layout("tiny-lm.json", "cpu-4", ref, 4, (Expect){4, 10, 0, 0, 0, false});
 }
 
 static void test_llama_style(void) { /* RoPE, GQA, SwiGLU, RMSNorm */
