@@ -1,7 +1,8 @@
 /*
  * driver.h: the compilation pipeline, shared by the axlc command line and
  * the tests. What happens to the lowered graph is a backend's business
- * (backends/backend.h); drv_backend_job() hands a job over to one.
+ * (backends/backend.h); drv_backend_job() hands a job over to one, expanding
+ * the fused ops it lacks.
  *
  * A DrvJob carries one compilation: the resolved config, its parameter
  * table and the IR graph as the passes rewrite it. drv_lower() runs the
@@ -49,8 +50,11 @@ int drv_load(DrvJob *j, const char *file, const FeOptions *opt);
 int drv_lower(DrvJob *j, const char *stop_after);
 void drv_free(DrvJob *j);
 
-/* The view of j (lowered through every pass) that a backend takes. */
-BackendJob drv_backend_job(DrvJob *j);
+/* Hands j (lowered through every pass) over to backend b: fills *out with the view b takes,
+ * after rewriting j's graphs (the step and the sampling forward) into ops b supports: where b
+ * lacks attention or attention_grad, pass_expand. Every path from the driver to a backend's
+ * compile or run comes through here. 0, or -1 with the reason in j->diag. */
+int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out);
 
 /* ---- memcheck.c: the ahead-of-time memory report ------------------------- */
 

@@ -188,7 +188,10 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
     free(grad_out);
     return fe_error(&j->diag, j->file, NULL, "out of memory");
   }
-  /* the fusion plan of the backend that would compile it; without one, nothing fused */
+  /* the fusion plan of the backend that would compile it; without one, nothing fused. The graph
+   * keeps its fused attention ops even where that backend lacks them (drv_backend_job expands
+   * them later): the report is for accelerators with a fused attention kernel, which never
+   * store the (T, T) scores */
   const Backend *b = backend_for_target(j->target ? j->target : "cpu");
   if (!b || !b->plan) b = backend_find("llvm");
   r->fusion = b && b->plan ? b->name : "none";

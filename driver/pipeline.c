@@ -9,7 +9,10 @@
  *   shard      the global step -> the program each device of the mesh runs
  *   remat      forward values the remat policies do not save are recomputed in the backward
  *
- * Each later pass (fuse, schedule, memplan) joins this list.
+ * Each later pass (fuse, schedule, memplan) joins this list. What a backend
+ * cannot compute is rewritten when the job is handed over (drv_backend_job):
+ *
+ *   expand     attention ops -> primitives, for a backend without them
  */
 #include <stdlib.h>
 #include <string.h>
@@ -44,22 +47,52 @@ void drv_free(DrvJob *j) {
   memset(j, 0, sizeof *j);
 }
 
-BackendJob drv_backend_job(DrvJob *j) {
-  return (BackendJob){.file = j->file,
-                      .diag = &j->diag,
-                      .cfg = j->cfg,
-                      .build = &j->build,
-                      .facts = &j->facts,
-                      .graph = j->graph,
-                      .forward = j->forward};
-}
-
 static bool verify_enabled(void) {
 #ifndef NDEBUG
   return true;
 #else
   return getenv("AXLC_VERIFY") != NULL;
 #endif
+}
+
+/* ---- hand-over to a backend ---- */
+
+/* Whether g holds a fused op that b cannot compute in its dtype. */
+static bool lacks_fused(const IrGraph *g, const Backend *b) {
+  for (int32_t v = 0; v < g->nvalues; v++) {
+    IrOp op = g->values[v].op;
+    if ((op == IR_ATTENTION || op == IR_ATTENTION_GRAD) && !b->supports_op(op, g->values[v].dtype))
+      return true;
+  }
+  return false;
+}
+
+/* Expands the fused ops of g (the step or the forward, `what`) when b lacks one. */
+static int expand_for(DrvJob *j, IrGraph *g, const Backend *b, const char *what) {
+  if (!g || !lacks_fused(g, b)) return 0;
+  if (pass_expand(g, NULL) != IR_OK)
+    return fe_error(&j->diag, j->file, NULL, "pass expand failed on the %s graph: %s", what,
+                    ir_graph_error(g) ? ir_graph_error(g) : "unknown error");
+  char msg[1024];
+  if (verify_enabled() && ir_graph_verify(g, msg, sizeof msg) != IR_OK)
+    return fe_error(&j->diag, j->file, NULL,
+                    "internal: the %s graph after expand does not verify: %s", what, msg);
+  return 0;
+}
+
+/* memcheck (memcheck.c) plans j->graph as drv_lower left it, not through here (axlc compile
+ * runs it before the hand-over), so it keeps the fused ops: it reports for accelerators whose
+ * backends have a fused attention kernel. */
+int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out) {
+  *out = (BackendJob){.file = j->file,
+                      .diag = &j->diag,
+                      .cfg = j->cfg,
+                      .build = &j->build,
+                      .facts = &j->facts,
+                      .graph = j->graph,
+                      .forward = j->forward};
+  if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward")) return -1;
+  return 0;
 }
 
 /* The learner's settings and per-parameter weight-decay scales for the optimizer pass. */

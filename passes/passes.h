@@ -112,6 +112,17 @@ int pass_shard(IrGraph *g, const PassOptions *opt);
  * numbers. Runs after shard: what it clones is the per-device program, collectives included. */
 int pass_remat(IrGraph *g, const PassOptions *opt);
 
+/* ======================================================================== expand.c */
+
+/* Rewrites every attention and attention_grad value into primitive ops computing the same
+ * numbers (dot_general, softmax by max/exp/sum/div, a causal mask from iotas), for a backend
+ * whose supports_op lacks them. Only the driver's hand-over runs it (driver/pipeline.c:
+ * drv_backend_job), after every other pass: on the per-device program (after shard and remat)
+ * and on the unsharded sampling forward, never on a global graph that shard still has to cut.
+ * The new values keep the replaced value's origin, remat tag and, on their leading dims, its
+ * IrSplit; they take its place in the order, nothing else moves. opt is unused. */
+int pass_expand(IrGraph *g, const PassOptions *opt);
+
 /* ======================================================================== memplan.c */
 
 /* Where every value of a step graph lives in the runtime's one slab, and the numbers the

@@ -457,9 +457,9 @@ static int cmd_run(Args *a) {
     drv_free(&j);
     return 1;
   }
-  BackendJob bj = drv_backend_job(&j);
+  BackendJob bj;
   BackendOptions o = backend_options(a);
-  int rc = b->run(&bj, &o, a->nrest + 1, argv);
+  int rc = drv_backend_job(&j, b, &bj) ? 1 : b->run(&bj, &o, a->nrest + 1, argv);
   fe_diag_print(&j.diag, stderr);
   if (rc == 0 && j.diag.n) rc = 1;
   drv_free(&j);
@@ -550,9 +550,9 @@ static int cmd_compile(Args *a) {
       free(text);
     }
     if (fit == 0) {
-      BackendJob bj = drv_backend_job(&j);
+      BackendJob bj;
       BackendOptions o = backend_options(a);
-      rc = b->compile(&bj, &o, e->name, a->output) ? 1 : 0;
+      rc = drv_backend_job(&j, b, &bj) || b->compile(&bj, &o, e->name, a->output) ? 1 : 0;
       fe_diag_print(&j.diag, stderr);
     }
   }

@@ -183,8 +183,10 @@ static int ocl_backend_check_run_args(int argc, char **argv, FeDiag *d) {
   return rt_ocl_check_args(argc, argv, &err) ? fe_error(d, NULL, NULL, "%s", err.msg) : 0;
 }
 
-/* Every op, in f32 and i32 (emit.c); collectives only over one device. */
+/* Every op, in f32 and i32 (emit.c); collectives only over one device. Not the fused attention
+ * ops: the driver expands them into primitives (passes/expand.c) before compile or run. */
 static bool ocl_backend_supports_op(IrOp op, IrDType dt) {
+  if (op == IR_ATTENTION || op == IR_ATTENTION_GRAD) return false;
   return (unsigned)op < IR_OP_COUNT && (dt == DT_F32 || dt == DT_I32);
 }
 

@@ -1,10 +1,13 @@
 /* test_registry.c: the backend registry (backends/backend.h): lookups by name and target, the
- * capability data of every backend against its functions, and the interp backend's run on a
- * real job (its option errors, its training facts). Runs with or without LLVM. */
+ * capability data of every backend against its functions, the interp backend's run on a real job
+ * (its option errors, its training facts), and the hand-over (drv_backend_job) expanding the
+ * attention ops for a backend that lacks them. Runs with or without LLVM. */
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/backend.h"
 #include "driver/driver.h"
@@ -111,7 +114,8 @@ static void test_interp_run_errors(void) {
   CU_ASSERT_EQUAL(j.facts.ckpt_keep, 5);
   CU_ASSERT_EQUAL(j.facts.vocab, 256);
   CU_ASSERT(j.facts.seq_len > 0 && j.facts.global_batch > 0);
-  BackendJob bj = drv_backend_job(&j);
+  BackendJob bj;
+  CU_ASSERT_EQUAL(drv_backend_job(&j, &backend_interp, &bj), 0);
   BackendOptions o = {0};
   char *bogus[] = {"run", "--bogus", "1"};
   CU_ASSERT_EQUAL(backend_interp.run(&bj, &o, 3, bogus), 1);
@@ -124,6 +128,83 @@ static void test_interp_run_errors(void) {
   drv_free(&j);
 }
 
+/* ---- the hand-over: attention expanded where the backend lacks it ---- */
+
+/* A step-like f32 graph: input ids (1, 5), loss = sum(attention(q, k, v) * w) over (1, 2, 5, 4),
+ * and with grad its gradients (attention_grad). */
+static IrGraph *attention_graph(bool grad) {
+  IrGraph *g = ir_graph_new();
+  int64_t dims[4] = {1, 2, 5, 4};
+  ir_input(g, "ids", DT_I32, 2, (int64_t[]){1, 5});
+  int32_t q = ir_param(g, "q", DT_F32, 4, dims), k = ir_param(g, "k", DT_F32, 4, dims),
+          v = ir_param(g, "v", DT_F32, 4, dims);
+  int32_t y = ir_attention(g, q, k, v, true, 0.5);
+  int32_t w = ir_sin(g, ir_iota(g, DT_F32, 4, dims, 2));
+  int32_t axes[4] = {0, 1, 2, 3};
+  ir_graph_add_output(g, "loss", ir_reduce_sum(g, ir_mul(g, y, w), 4, axes));
+  if (grad) pass_autodiff(g, NULL);
+  return g;
+}
+
+static int count_attention(const IrGraph *g) {
+  int n = 0;
+  for (int32_t i = 0; i < g->nvalues; i++)
+    n += g->values[i].op == IR_ATTENTION || g->values[i].op == IR_ATTENTION_GRAD;
+  return n;
+}
+
+/* A DrvJob holding only graphs (no config was loaded): what drv_backend_job reads. */
+static void graph_job(DrvJob *j) {
+  memset(j, 0, sizeof *j);
+  fe_diag_init(&j->diag);
+  j->file = "attention.json";
+  j->cfg = json_object_new_object();
+  j->build.mesh.devices = 1;
+  j->graph = attention_graph(true);
+  j->forward = attention_graph(false);
+}
+
+static void test_handover_keeps_attention(void) {
+  DrvJob j;
+  graph_job(&j);
+  CU_ASSERT_EQUAL(count_attention(j.graph), 2);
+  BackendJob bj;
+  CU_ASSERT_EQUAL(drv_backend_job(&j, &backend_interp, &bj), 0); /* interp computes them */
+  CU_ASSERT_EQUAL(count_attention(bj.graph), 2);
+  CU_ASSERT_EQUAL(count_attention(bj.forward), 1);
+  drv_free(&j);
+}
+
+#ifdef AXLC_HAVE_OPENCL
+/* OpenCL has no attention kernel: the hand-over expands both graphs, and the backend's compile
+ * (its OpenCL C checked with libclang) takes the expansion. */
+static void test_handover_opencl(void) {
+  CU_ASSERT(!backend_opencl.supports_op(IR_ATTENTION, DT_F32));
+  CU_ASSERT(!backend_opencl.supports_op(IR_ATTENTION_GRAD, DT_F32));
+  DrvJob j;
+  graph_job(&j);
+  BackendJob bj;
+  CU_ASSERT_EQUAL(drv_backend_job(&j, &backend_opencl, &bj), 0);
+  CU_ASSERT_EQUAL(count_attention(bj.graph), 0);
+  CU_ASSERT_EQUAL(count_attention(bj.forward), 0);
+  char msg[512] = "";
+  CHECK_MSG(ir_graph_verify(bj.graph, msg, sizeof msg) == IR_OK, "verify: %s", msg);
+  char path[] = "/tmp/axlc_handover_XXXXXX";
+  int fd = mkstemp(path);
+  CU_ASSERT_FATAL(fd >= 0);
+  close(fd);
+  BackendOptions o = {0};
+  int rc = backend_opencl.compile(&bj, &o, "cl", path);
+  CHECK_MSG(rc == 0, "opencl compile: %s", j.diag.n ? j.diag.msgs[0] : "(no message)");
+  FILE *f = fopen(path, "r");
+  char head[64] = "";
+  CU_ASSERT(f && fgets(head, sizeof head, f) && head[0]); /* some OpenCL C was written */
+  if (f) fclose(f);
+  unlink(path);
+  drv_free(&j);
+}
+#endif
+
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("registry", NULL, NULL);
@@ -133,6 +214,10 @@ int main(void) {
   CU_add_test(s, "capabilities of every backend", test_capabilities);
   CU_add_test(s, "interp supports every op and dtype", test_interp_supports_all);
   CU_add_test(s, "interp run: option errors, training facts", test_interp_run_errors);
+  CU_add_test(s, "hand-over keeps attention for interp", test_handover_keeps_attention);
+#ifdef AXLC_HAVE_OPENCL
+  CU_add_test(s, "hand-over expands attention for opencl", test_handover_opencl);
+#endif
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   int fails = (int)CU_get_number_of_failures();

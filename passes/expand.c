@@ -1,0 +1,201 @@
+/* expand.c: the fused attention ops rewritten into primitive ops, for backends that lack them.
+ *
+ * attention(q, k, v) and attention_grad(q, k, v, dout) (ir/ops.def) are one kernel where a backend
+ * has one (the interpreter, the LLVM backend's runtime kernel). The driver runs this pass on the
+ * graphs it hands to a backend whose supports_op says no (driver/pipeline.c: drv_backend_job), so
+ * the backend sees only primitives. It runs after every other pass, on the per-device program:
+ * nothing about the mesh changes, and there is no autodiff after it (so the row max needs no
+ * stop_gradient).
+ *
+ * The math, per leading index, with q, k, v, dout (T, H) and L = rank - 2 batch dims:
+ *   S  = scale * q k^T                              (T, T)
+ *   causal: S[i, j] = -inf for keys j > query i     (their exp is exactly 0, as in the reference)
+ *   P  = exp(S - rowmax S) / rowsum                 softmax along the keys
+ *   out = P v
+ *   dP = dout v^T,  D = rowsum(P * dP),  dS = scale * P * (dP - D)
+ *   dq = dS k,  dk = dS^T q,  dv = P^T dout         attention_grad: concat along a new axis 0
+ * Both ops build P the same way (attention_probs below). Every dot_general is one sgemm per batch
+ * element (ir_dot_sgemm): batch dims first, contracting dims at the end or right after the batch.
+ * The causal mask is a compare of two iotas read by one select, so the fusion plan computes it
+ * inside the select's loop and no (T, T) mask is stored.
+ *
+ * Rewrite. The graph is rebuilt in order through ir_graph_add, as remat and simplify do: every
+ * other value is copied with its operands mapped, and an attention value is replaced by its
+ * expansion, which lands where the value was, after its operands and before its readers. The
+ * new values take the replaced value's origin and remat tag; under a mesh their leading (batch)
+ * dims take the split of the replaced value's operands, and the value that stands for the result
+ * takes the result's split.
+ */
+#include "passes/passes.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One attention value being expanded: operands already in the new graph. */
+typedef struct Att {
+  IrGraph *g;                /* the new graph */
+  int32_t q, k, v, dout;     /* (..., T, H); dout IR_NONE for attention */
+  IrDType dt;                /* of q */
+  int32_t rank;              /* of q, >= 2 */
+  int64_t dims[IR_MAX_RANK]; /* (..., T, T): the scores' shape */
+  int32_t axes[IR_MAX_RANK]; /* 0, 1, ..., rank - 1: batch dims and bdims */
+  bool causal;
+  double scale;
+} Att;
+
+/* A constant x of the scores' shape (..., T, T). */
+static int32_t att_splat(const Att *a, double x) {
+  return ir_const_scalar(a->g, a->dt, x, a->rank, a->dims);
+}
+
+/* dot_general batched over the leading dims of two (..., X, Y) operands, contracting axis ca of
+ * lhs with axis cb of rhs (each rank - 2 or rank - 1). */
+static int32_t att_dot(const Att *a, int32_t lhs, int32_t rhs, int32_t ca, int32_t cb) {
+  return ir_dot(a->g, lhs, rhs, a->rank - 2, a->axes, a->axes, 1, &ca, &cb);
+}
+
+/* A row statistic (..., T) broadcast along the keys to (..., T, T). */
+static int32_t att_rows(const Att *a, int32_t x) {
+  return ir_broadcast(a->g, x, a->rank, a->dims, a->axes);
+}
+
+/* Sum or max over the keys: (..., T, T) -> (..., T). */
+static int32_t att_reduce(const Att *a, IrOp op, int32_t x) {
+  int32_t last = a->rank - 1;
+  return op == IR_REDUCE_MAX ? ir_reduce_max(a->g, x, 1, &last) : ir_reduce_sum(a->g, x, 1, &last);
+}
+
+/* P (..., T, T): softmax(scale * q k^T) along the keys, masked keys exactly 0. The row max is
+ * over the unmasked keys (the diagonal always is), so exp(S - max) <= 1 and no row sums to 0. */
+static int32_t attention_probs(const Att *a) {
+  IrGraph *g = a->g;
+  int32_t s = ir_mul(g, att_dot(a, a->q, a->k, a->rank - 1, a->rank - 1), att_splat(a, a->scale));
+  if (a->causal) {
+    int32_t key_ok = ir_ge(g, ir_iota(g, DT_I32, a->rank, a->dims, a->rank - 2),
+                           ir_iota(g, DT_I32, a->rank, a->dims, a->rank - 1));
+    s = ir_select(g, key_ok, s, att_splat(a, -INFINITY));
+  }
+  int32_t z = ir_exp(g, ir_sub(g, s, att_rows(a, att_reduce(a, IR_REDUCE_MAX, s))));
+  return ir_div(g, z, att_rows(a, att_reduce(a, IR_REDUCE_SUM, z)));
+}
+
+/* out (..., T, H) = P v. */
+static int32_t expand_attention(const Att *a) {
+  return att_dot(a, attention_probs(a), a->v, a->rank - 1, a->rank - 2);
+}
+
+/* (3, ..., T, H): dq, dk, dv (see the top of the file). */
+static int32_t expand_attention_grad(const Att *a) {
+  IrGraph *g = a->g;
+  int32_t t = a->rank - 2, h = a->rank - 1; /* the query (or key) axis, the head axis */
+  int32_t p = attention_probs(a);
+  int32_t dp = att_dot(a, a->dout, a->v, h, h); /* (..., T, T) */
+  int32_t d = att_rows(a, att_reduce(a, IR_REDUCE_SUM, ir_mul(g, p, dp)));
+  int32_t ds = ir_mul(g, ir_mul(g, p, ir_sub(g, dp, d)), att_splat(a, a->scale));
+  int32_t grads[3] = {att_dot(a, ds, a->k, h, t), att_dot(a, ds, a->q, t, t),
+                      att_dot(a, p, a->dout, t, t)};
+  const IrShape *qs = &g->values[a->q].shape;
+  int64_t one[IR_MAX_RANK] = {1}; /* (1, ..., T, H) */
+  memcpy(one + 1, qs->dims, (size_t)qs->rank * sizeof *one);
+  for (int32_t i = 0; i < 3; i++) grads[i] = ir_reshape(g, grads[i], qs->rank + 1, one);
+  return ir_concat(g, 3, grads, 0);
+}
+
+/* Under a mesh: the new values [first, r) get the split of x's operands on their leading dims
+ * (after the leading 1 or 3 of attention_grad's stack), r, which stands for x, x's own. */
+static void expand_splits(IrGraph *ng, const IrGraph *g, int32_t x, int32_t first, int32_t r) {
+  const IrValue *old = &g->values[x];
+  const IrSplit *lead = &g->values[old->ops[0]].split;
+  int32_t rank = g->values[old->ops[0]].shape.rank;
+  for (int32_t i = first; i < r; i++) {
+    IrValue *y = &ng->values[i];
+    int32_t off = y->shape.rank == rank + 1; /* (1 or 3, ..., T, H) */
+    memset(&y->split, 0, sizeof y->split);
+    for (int32_t d = 0; d < rank - 2 && d + off < y->shape.rank; d++)
+      memcpy(y->split.axes[d + off], lead->axes[d], sizeof lead->axes[d]);
+  }
+  ng->values[r].split = old->split;
+}
+
+/* Appends the expansion of attention value x of g to ng; its operands are map[...]. */
+static int32_t expand_value(IrGraph *ng, const IrGraph *g, int32_t x, const int32_t *map) {
+  const IrValue *old = &g->values[x];
+  const IrShape *qs = &g->values[old->ops[0]].shape;
+  Att a = {.g = ng,
+           .q = map[old->ops[0]],
+           .k = map[old->ops[1]],
+           .v = map[old->ops[2]],
+           .dout = old->op == IR_ATTENTION_GRAD ? map[old->ops[3]] : IR_NONE,
+           .dt = old->dtype,
+           .rank = qs->rank,
+           .causal = old->attr.k != 0,
+           .scale = old->attr.value};
+  for (int32_t d = 0; d < qs->rank; d++) {
+    a.dims[d] = qs->dims[d];
+    a.axes[d] = d;
+  }
+  a.dims[qs->rank - 1] = qs->dims[qs->rank - 2];
+  const char *origin = ng->origin, *tag = ng->tag; /* ng's own strings */
+  ir_graph_set_origin(ng, old->origin);
+  ir_graph_set_tag(ng, old->tag);
+  int32_t first = ng->nvalues;
+  int32_t r = old->op == IR_ATTENTION ? expand_attention(&a) : expand_attention_grad(&a);
+  ir_graph_set_origin(ng, origin);
+  ir_graph_set_tag(ng, tag);
+  if (r != IR_NONE) expand_splits(ng, g, x, first, r);
+  return r;
+}
+
+/* ---- the rewrite ---- */
+
+static bool is_attention(IrOp op) { return op == IR_ATTENTION || op == IR_ATTENTION_GRAD; }
+
+/* Copies value i of g into ng with operands mapped; returns its new index. */
+static int32_t copy_value(IrGraph *ng, const IrGraph *g, int32_t i, const int32_t *map) {
+  IrValue v = g->values[i];
+  int32_t small[64], *o = small, *big = NULL;
+  if (v.nops > 64 && !(o = big = malloc((size_t)v.nops * sizeof *big))) return IR_NONE;
+  for (int32_t k = 0; k < v.nops; k++) o[k] = map[v.ops[k]];
+  v.ops = o;
+  int32_t r = ir_graph_add(ng, &v);
+  free(big);
+  return r;
+}
+
+static int rebuild(IrGraph *ng, const IrGraph *g, int32_t *map) {
+  for (int32_t i = 0; i < g->nvalues; i++) {
+    bool att = is_attention(g->values[i].op);
+    map[i] = att ? expand_value(ng, g, i, map) : copy_value(ng, g, i, map);
+    if (map[i] == IR_NONE) /* ir_graph_add said why, unless malloc failed */
+      return ir_graph_fail(ng, "%%%d (%s): out of memory", i, ir_op_name(g->values[i].op));
+  }
+  for (int32_t k = 0; k < g->noutputs; k++)
+    if (ir_graph_add_output(ng, g->outputs[k].name, map[g->outputs[k].value])) return IR_ERR;
+  return IR_OK;
+}
+
+int pass_expand(IrGraph *g, const PassOptions *opt) {
+  (void)opt;
+  int32_t n = 0;
+  for (int32_t i = 0; i < g->nvalues; i++) n += is_attention(g->values[i].op);
+  if (n == 0) return IR_OK;
+  IrGraph *ng = ir_graph_new();
+  int32_t *map = malloc(((size_t)g->nvalues + 1) * sizeof *map);
+  if (!ng || !map) return free(map), ir_graph_free(ng), ir_graph_fail(g, "out of memory");
+  ng->mesh = g->mesh;
+  int st = ir_graph_reserve(ng, g->nvalues + 32 * n); /* up to 32 values per attention_grad */
+  if (st == IR_OK) st = rebuild(ng, g, map);
+  if (st == IR_OK) {
+    ir_graph_set_origin(ng, g->origin);
+    ir_graph_set_tag(ng, g->tag);
+    IrGraph tmp = *g;
+    *g = *ng;
+    *ng = tmp;
+  } else {
+    ir_graph_fail(g, "expand: %s", ir_graph_error(ng) ? ir_graph_error(ng) : "failed");
+  }
+  free(map);
+  ir_graph_free(ng);
+  return st;
+}
