@@ -382,6 +382,23 @@ void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, 
 void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
               int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float *c, int64_t ldc, int64_t stride_c);
 
+/* ===== attention.c: fused attention for generated code =================================== */
+
+/* Attention over bn independent problems (batch x heads), each q, k, v, o of shape (t, h),
+ * row-major and contiguous (problem i at X + i * t * h):
+ *   o = softmax(scale * q k^T, masked to keys j <= i when causal) v          (t, h)
+ * The (t, t) scores are never stored: query blocks of B rows (B = 32 for t <= 128, else 64)
+ * go through a scratch of B * (t + 1) floats per thread, malloc'd and freed in the call. Split
+ * over the pool in items that depend only on the shapes, so the bits do not depend on the
+ * thread count. Out of memory for the scratch prints a message and aborts. */
+void rt_attention(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
+                  const float *k, const float *v, float *o);
+/* The gradients of sum(o * dout) for the same problems: dq at dqkv, dk at dqkv + bn*t*h, dv at
+ * dqkv + 2*bn*t*h (a (3, bn, t, h) tensor). The softmax statistics are recomputed, not saved;
+ * one item per problem, scratch B * (2t + 1) floats per thread. */
+void rt_attention_grad(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
+                       const float *k, const float *v, const float *dout, float *dqkv);
+
 /* ===== opencl.c: OpenCL trainers (library axrt_opencl, linked with the OpenCL loader) ===== */
 
 /* One kernel launch of the step: the kernel named `kernel` in the program's source, over a

@@ -1,0 +1,331 @@
+/*
+ * attention.c: o = softmax(scale q k^T) v and its gradients, fused, for generated code.
+ *
+ * Blocking. The (t, t) score matrix of a problem is never stored: the queries go in blocks of
+ * block_rows(t) rows (32 or 64), and a block's scores against the keys it sees, a (rows, keys)
+ * tile, live in a scratch buffer small enough to stay in the core's cache while the block's
+ * row work (scale, mask, max, exp, sums) and its matrix products run. With causal, query row
+ * i sees keys 0..i, so the block of rows [i0, i1) needs keys [0, i1) only: the products of a
+ * block shrink with its position (about half the work of all blocks), and only the block's
+ * diagonal square has entries to mask. The products are single-threaded OpenBLAS calls
+ * (cblas_sgemm); the row work is loops over 8-float vectors with an exp of our own (see
+ * "row work"), which fix the order of every sum.
+ *
+ * Backward, without saved statistics. rt_attention_grad recomputes each block's normalized
+ * probabilities P from q and k, as the forward does, then dP = dO V^T, D_i = sum_j P_ij dP_ij
+ * and dS = P (dP - D), and from those dq for the block's rows and its terms of dk and dv for
+ * the keys it sees. dk and dv of a problem are sums over its query blocks, so one work item
+ * is one whole problem, whose blocks add into its dk and dv in a fixed order (last first).
+ * Recomputing costs one product and one exp per score; saving P would cost t * t floats.
+ *
+ * Determinism. Work items depend only on (bn, t, h): the forward's are query blocks (all
+ * independent), the backward's problems, and each writes only its own rows. How the pool
+ * chunks the items, and so the thread count, never changes a bit of the result. Scratch is
+ * per chunk (one rt_parallel_for call), always written before it is read.
+ *
+ * Scratch: B (t + 1) floats per chunk forward and B (2t + 1) backward, B = block_rows(t):
+ * 64 KiB forward and 128 KiB backward at t = 256, 1 MiB backward at t = 2048.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/axrt.h"
+
+/* ===== blocks and scratch ============================================================= */
+
+typedef struct {
+    int64_t bn, t, h, nblk; /* nblk: query blocks per problem */
+    int causal;
+    float scale;
+    const float *q, *k, *v, *dout; /* (bn, t, h) each; dout backward only */
+    float *o;                      /* forward: (bn, t, h); backward: dq, dk, dv (3, bn, t, h) */
+} Att;
+
+/* Rows of a query block. Larger blocks pack K and V (inside OpenBLAS) fewer times per score;
+ * smaller ones waste less of the diagonal tile, half of which is masked. Measured on a 2-core
+ * Zen 3, h = 64: 64 is best from t = 256 up (96 to 176 were no better at t = 1024 and 2048,
+ * 128 worse at 256); at t = 64 and 128, 32 is 5 to 10% faster than 64. */
+static int64_t block_rows(int64_t t) {
+    int64_t rows = t <= 128 ? 32 : 64;
+    return t < rows ? t : rows;
+}
+
+/* The runtime never exits on its own, but a kernel has no status to return: out of memory
+ * here ends the process with a message rather than a wrong step. */
+static float *scratch_new(int64_t floats) {
+    size_t bytes = (size_t)floats * sizeof(float);
+    float *p = malloc(bytes);
+    if (!p) {
+        fprintf(stderr, "axlc runtime: out of memory for the attention scratch (%zu bytes)\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+/* C (m, n) = alpha op(A) op(B), plus C when `add`; every matrix row-major with its natural
+ * leading dimension, A stored (k, m) when ta and B (n, k) when tb. For beta 0 OpenBLAS clears
+ * C with scalar stores first; memset and beta 1 computes the same bits in less time (a tenth of
+ * the backward at t = 64, where the products are small). */
+static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, const float *b, int add,
+                 float *c) {
+    if (!add)
+        memset(c, 0, (size_t)(m * n) * sizeof(float));
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                alpha, a, (int)(ta ? m : k), b, (int)(tb ? k : n), 1.0f, c, (int)n);
+}
+
+/* ===== row work ======================================================================= */
+
+/* The row loops work on vectors of 8 floats through GCC's vector extension (clang has it too):
+ * the runtime's -O2 vectorizes no loop with a call (expf), a select or a float sum in it, and
+ * these have all three; libm's expf alone was a quarter of the forward. The build targets
+ * baseline x86-64 (SSE2), where each 8-float operation is two 4-float ones; on x86-64 the
+ * functions marked ROW_KERNEL are compiled a second time for AVX2 and the loader picks the
+ * clone the CPU runs (target_clones): a fifth less time forward, a tenth backward. Both
+ * clones do the same IEEE operations on the same lanes in the same order (neither has FMA,
+ * so a * b + c is two roundings in both), so they give the same bits. Each sum keeps 8 lane
+ * sums, added in a fixed order at the end, so a row's bits depend only on its values. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define ROW_KERNEL __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef ROW_KERNEL
+#define ROW_KERNEL
+#endif
+
+/* A 32-byte vector argument is passed differently with and without AVX, so an AVX2 clone must
+ * never call a helper that takes or returns one: the helpers are always inlined, at -O0 too.
+ * (GCC and clang still warn of the ABI difference, -Wpsabi, so runtime/CMakeLists.txt builds
+ * this file with -Wno-psabi; clang refuses such calls from an AVX2 clone outright, so clang
+ * builds have no clones.) */
+#define VEC_INLINE static inline __attribute__((always_inline))
+enum { LANES = 8 };
+typedef float VF __attribute__((vector_size(4 * LANES)));
+typedef int32_t VI __attribute__((vector_size(4 * LANES))); /* lane masks, as comparisons give them */
+typedef uint32_t VU __attribute__((vector_size(4 * LANES)));
+
+VEC_INLINE VF vf_load(const float *p) {
+    VF v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+VEC_INLINE void vf_store(float *p, VF v) {
+    memcpy(p, &v, sizeof v);
+}
+
+VEC_INLINE VF vf_splat(float x) {
+    return (VF){x, x, x, x, x, x, x, x};
+}
+
+/* Lanes of a where m is set, else of b. */
+VEC_INLINE VF vf_select(VI m, VF a, VF b) {
+    return (VF)((m & (VI)a) | (~m & (VI)b));
+}
+
+VEC_INLINE float vf_sum(VF v) {
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+VEC_INLINE float vf_max(VF v) {
+    float m = v[0];
+    for (int u = 1; u < LANES; u++)
+        m = v[u] > m ? v[u] : m;
+    return m;
+}
+
+/* e^x for x <= 0 to within 1 ulp, and 0 below -87 (where e^x leaves the normal floats):
+ * x = n ln2 + r with |r| <= ln2/2 (ln2 in two parts, the first exact in few bits), e^r by
+ * Cephes' degree-6 polynomial for expf, and 2^n written into the exponent field. Adding
+ * 1.5 * 2^23 rounds x / ln2 to the integer n and leaves n in the low bits of the sum. NaN
+ * stays NaN. */
+VEC_INLINE VF vf_exp_neg(VF x) {
+    const float magic = 12582912.0f;
+    VI under = x < vf_splat(-87.0f);
+    VF xc = vf_select(under, vf_splat(-87.0f), x);
+    VF t = xc * 1.44269504f + magic, n = t - magic;
+    VF r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+    VF p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    VF y = p * r * r + r + 1.0f;
+    VU pow2n = ((VU)t + (127u - 0x4B400000u)) << 23;
+    return (VF)(~under & (VI)(y * (VF)pow2n));
+}
+
+/* x[0:n) *= c. */
+ROW_KERNEL static void scale_row(float *x, int64_t n, float c) {
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        vf_store(x + j, vf_load(x + j) * c);
+    for (; j < n; j++)
+        x[j] *= c;
+}
+
+/* Query block b: rows [i0, i0 + rows), and the keys [0, lim) its rows see between them. */
+static void block_span(const Att *a, int64_t b, int64_t *i0, int64_t *rows, int64_t *lim) {
+    int64_t br = block_rows(a->t);
+    *i0 = b * br;
+    *rows = a->t - *i0 < br ? a->t - *i0 : br;
+    *lim = a->causal ? *i0 + *rows : a->t;
+}
+
+/* Query row i (of a block's tile) sees keys [0, seen). */
+static int64_t keys_seen(const Att *a, int64_t i, int64_t lim) {
+    return a->causal ? i + 1 : lim;
+}
+
+/* The largest of scale s[0:n), n >= 1. */
+VEC_INLINE float row_max(const float *s, int64_t n, float scale) {
+    VF mx = vf_splat(scale * s[0]);
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        VF x = scale * vf_load(s + j);
+        mx = vf_select(x > mx, x, mx);
+    }
+    float m = vf_max(mx);
+    for (; j < n; j++)
+        m = scale * s[j] > m ? scale * s[j] : m;
+    return m;
+}
+
+/* s[0:n) = exp(scale s - max), s[n:lim) = 0 (the masked keys); returns the sum. The last
+ * n % LANES go through a zero-padded copy, so every value takes the one exp. */
+ROW_KERNEL static float softmax_row(float *s, int64_t n, int64_t lim, float scale) {
+    VF m = vf_splat(row_max(s, n, scale)), sum = vf_splat(0);
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        VF e = vf_exp_neg(scale * vf_load(s + j) - m);
+        vf_store(s + j, e);
+        sum += e;
+    }
+    if (j < n) {
+        float tail[LANES] = {0};
+        memcpy(tail, s + j, (size_t)(n - j) * sizeof(float));
+        VF e = vf_exp_neg(scale * vf_load(tail) - m);
+        for (int64_t u = 0; u < LANES; u++)
+            e[u] = j + u < n ? e[u] : 0;
+        vf_store(tail, e);
+        memcpy(s + j, tail, (size_t)(n - j) * sizeof(float));
+        sum += e;
+    }
+    for (j = n; j < lim; j++)
+        s[j] = 0;
+    return vf_sum(sum);
+}
+
+/* The block's scores: S (rows, lim) = Q[i0:i0+rows] K[0:lim]^T, each row turned into
+ * probabilities; sums[r] receives row r's sum of exponentials. */
+static void block_probs(const Att *a, const float *q, const float *k, int64_t i0, int64_t rows, int64_t lim, float *s,
+                        float *sums) {
+    gemm(0, 1, rows, lim, a->h, 1.0f, q + i0 * a->h, k, 0, s);
+    for (int64_t r = 0; r < rows; r++)
+        sums[r] = softmax_row(s + r * lim, keys_seen(a, i0 + r, lim), lim, a->scale);
+}
+
+/* ===== forward ======================================================================== */
+
+/* Item `it` is query block b of problem p. Within a problem the items go 0, nblk-1, 1,
+ * nblk-2, ...: with causal, a chunk of the pool that ends mid-problem then holds about as
+ * much work as its share of the blocks. */
+static void item_block(const Att *a, int64_t it, int64_t *p, int64_t *b) {
+    int64_t r = it % a->nblk;
+    *p = it / a->nblk;
+    *b = r % 2 == 0 ? r / 2 : a->nblk - 1 - r / 2;
+}
+
+static void forward_items(void *ctx, int64_t lo, int64_t hi) {
+    const Att *a = ctx;
+    int64_t br = block_rows(a->t), h = a->h, th = a->t * a->h;
+    float *s = scratch_new(br * a->t + br), *sums = s + br * a->t;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t p, b, i0, rows, lim;
+        item_block(a, it, &p, &b);
+        block_span(a, b, &i0, &rows, &lim);
+        block_probs(a, a->q + p * th, a->k + p * th, i0, rows, lim, s, sums);
+        float *o = a->o + p * th + i0 * h;
+        gemm(0, 0, rows, h, lim, 1.0f, s, a->v + p * th, 0, o);
+        for (int64_t r = 0; r < rows; r++)
+            scale_row(o + r * h, h, 1.0f / sums[r]);
+    }
+    free(s);
+}
+
+void rt_attention(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
+                  const float *k, const float *v, float *o) {
+    if (bn <= 0 || t <= 0 || h <= 0)
+        return;
+    int64_t br = block_rows(t);
+    Att a = {bn, t, h, (t + br - 1) / br, causal != 0, scale, q, k, v, NULL, o};
+    rt_parallel_for(pool, bn * a.nblk, forward_items, &a);
+}
+
+/* ===== backward ======================================================================= */
+
+/* One row of a block: p holds its exponentials (sum `sum`) and dp its dP. Makes p the
+ * probabilities P and dp the dS = P (dP - D), D = sum_j P_j dP_j. */
+ROW_KERNEL static void grad_row(float *p, float *dp, int64_t lim, float sum) {
+    float inv = 1.0f / sum;
+    VF acc = vf_splat(0);
+    int64_t j = 0;
+    for (; j + LANES <= lim; j += LANES)
+        acc += vf_load(p + j) * vf_load(dp + j);
+    float dot = vf_sum(acc);
+    for (; j < lim; j++)
+        dot += p[j] * dp[j];
+    float d = inv * dot;
+    for (j = 0; j + LANES <= lim; j += LANES) {
+        VF pj = vf_load(p + j) * inv;
+        vf_store(p + j, pj);
+        vf_store(dp + j, pj * (vf_load(dp + j) - vf_splat(d)));
+    }
+    for (; j < lim; j++) {
+        p[j] *= inv;
+        dp[j] = p[j] * (dp[j] - d);
+    }
+}
+
+/* Query block b of problem `prob`: its dq rows, and its terms of dk and dv, which it adds to
+ * theirs or, the first block of the problem (`first`), stores. */
+static void grad_block(const Att *a, int64_t prob, int64_t b, int first, float *s, float *ds, float *sums) {
+    int64_t h = a->h, th = a->t * h, all = a->bn * th, i0, rows, lim;
+    block_span(a, b, &i0, &rows, &lim);
+    const float *q = a->q + prob * th, *k = a->k + prob * th, *v = a->v + prob * th;
+    const float *dout = a->dout + prob * th + i0 * h;
+    float *dq = a->o + prob * th, *dk = dq + all, *dv = dq + 2 * all;
+    block_probs(a, q, k, i0, rows, lim, s, sums);
+    gemm(0, 1, rows, lim, h, 1.0f, dout, v, 0, ds);
+    for (int64_t r = 0; r < rows; r++)
+        grad_row(s + r * lim, ds + r * lim, lim, sums[r]);
+    gemm(1, 0, lim, h, rows, 1.0f, s, dout, !first, dv);
+    gemm(0, 0, rows, h, lim, a->scale, ds, k, 0, dq + i0 * h);
+    gemm(1, 0, lim, h, rows, a->scale, ds, q + i0 * h, !first, dk);
+}
+
+/* One problem per item. Its blocks go last to first: the last block sees every key (with
+ * causal or without), so it stores dk and dv whole and the others add to them. */
+static void backward_items(void *ctx, int64_t lo, int64_t hi) {
+    const Att *a = ctx;
+    int64_t br = block_rows(a->t);
+    float *s = scratch_new(2 * br * a->t + br), *ds = s + br * a->t, *sums = ds + br * a->t;
+    for (int64_t prob = lo; prob < hi; prob++)
+        for (int64_t b = a->nblk - 1; b >= 0; b--)
+            grad_block(a, prob, b, b == a->nblk - 1, s, ds, sums);
+    free(s);
+}
+
+void rt_attention_grad(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
+                       const float *k, const float *v, const float *dout, float *dqkv) {
+    if (bn <= 0 || t <= 0 || h <= 0)
+        return;
+    int64_t br = block_rows(t);
+    Att a = {bn, t, h, (t + br - 1) / br, causal != 0, scale, q, k, v, dout, dqkv};
+    rt_parallel_for(pool, bn, backward_items, &a);
+}

@@ -1,0 +1,196 @@
+/*
+ * test_attention.c: rt_attention and rt_attention_grad against a straight double-precision
+ * reference of the formulas in axrt.h, over shapes that cover one row, rows that do not fill a
+ * block, odd head sizes and several blocks, with and without the causal mask; and the same bits
+ * from a NULL pool as from pools of 2 and 3 threads. Outputs start as NaN, so an element a
+ * kernel forgets to write fails the comparison.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "rt_test.h"
+
+extern void openblas_set_num_threads(int);
+
+/* ===== the reference ================================================================== */
+
+/* One problem's probabilities, (t, t) in double; masked entries 0. */
+static void ref_probs(int64_t t, int64_t h, int causal, double scale, const float *q,
+                      const float *k, double *p) {
+  for (int64_t i = 0; i < t; i++) {
+    int64_t n = causal ? i + 1 : t;
+    double m = -INFINITY, l = 0;
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0;
+      for (int64_t c = 0; c < h; c++) s += (double)q[i * h + c] * (double)k[j * h + c];
+      p[i * t + j] = scale * s;
+      m = fmax(m, scale * s);
+    }
+    for (int64_t j = 0; j < n; j++) l += p[i * t + j] = exp(p[i * t + j] - m);
+    for (int64_t j = 0; j < t; j++) p[i * t + j] = j < n ? p[i * t + j] / l : 0;
+  }
+}
+
+static void ref_forward(int64_t t, int64_t h, const double *p, const float *v, double *o) {
+  for (int64_t i = 0; i < t; i++)
+    for (int64_t c = 0; c < h; c++) {
+      double acc = 0;
+      for (int64_t j = 0; j < t; j++) acc += p[i * t + j] * (double)v[j * h + c];
+      o[i * h + c] = acc;
+    }
+}
+
+/* dq, dk, dv of one problem (each (t, h)); ds is (t, t) scratch. */
+static void ref_backward(int64_t t, int64_t h, double scale, const double *p, const float *q,
+                         const float *k, const float *v, const float *dout, double *ds, double *dq,
+                         double *dk, double *dv) {
+  for (int64_t i = 0; i < t; i++) {
+    double d = 0;
+    for (int64_t j = 0; j < t; j++) {
+      double dp = 0;
+      for (int64_t c = 0; c < h; c++) dp += (double)dout[i * h + c] * (double)v[j * h + c];
+      ds[i * t + j] = dp;
+      d += p[i * t + j] * dp;
+    }
+    for (int64_t j = 0; j < t; j++) ds[i * t + j] = p[i * t + j] * (ds[i * t + j] - d);
+  }
+  for (int64_t x = 0; x < t * h; x++) dq[x] = dk[x] = dv[x] = 0;
+  for (int64_t i = 0; i < t; i++)
+    for (int64_t j = 0; j < t; j++)
+      for (int64_t c = 0; c < h; c++) {
+        dq[i * h + c] += scale * ds[i * t + j] * (double)k[j * h + c];
+        dk[j * h + c] += scale * ds[i * t + j] * (double)q[i * h + c];
+        dv[j * h + c] += p[i * t + j] * (double)dout[i * h + c];
+      }
+}
+
+/* ===== inputs and comparisons ========================================================= */
+
+/* N(0, 1) by Box-Muller from a 64-bit LCG with a fixed seed. */
+static void fill_normal(float *x, int64_t n, uint64_t *state) {
+  for (int64_t i = 0; i < n; i++) {
+    double u[2];
+    for (int r = 0; r < 2; r++) {
+      *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+      u[r] = ((double)(*state >> 11) + 0.5) / 9007199254740992.0;
+    }
+    x[i] = (float)(sqrt(-2 * log(u[0])) * cos(6.283185307179586 * u[1]));
+  }
+}
+
+static float *nan_buffer(int64_t n) {
+  float *x = malloc((size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++) x[i] = NAN;
+  return x;
+}
+
+/* max |got - ref| <= tol * max |ref| over n elements; NaN fails. */
+static void check_close(const char *what, const float *got, const double *ref, int64_t n,
+                        double tol, int64_t bn, int64_t t, int64_t h, int causal) {
+  double err = 0, big = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)got[i] - ref[i]);
+    err = e > err || isnan(e) ? e : err;
+    big = fmax(big, fabs(ref[i]));
+  }
+  char m[RT_TEST_MSG];
+  snprintf(m, sizeof m, "%s (bn %lld, t %lld, h %lld, causal %d): max error %.3g, max |ref| %.3g",
+           what, (long long)bn, (long long)t, (long long)h, causal, err, big);
+  CU_assertImplementation(err <= tol * big, __LINE__, m, __FILE__, "", CU_FALSE);
+}
+
+static void check_same_bits(const char *what, const float *a, const float *b, int64_t n,
+                            int threads) {
+  char m[RT_TEST_MSG];
+  snprintf(m, sizeof m, "%s: %d threads give the bits of one", what, threads);
+  CU_assertImplementation(memcmp(a, b, (size_t)n * sizeof(float)) == 0, __LINE__, m, __FILE__, "",
+                          CU_FALSE);
+}
+
+/* ===== cases ========================================================================== */
+
+typedef struct Case {
+  int64_t bn, t, h;
+  double scale; /* 0: 1 / sqrt(h) */
+} Case;
+
+static const double TOL = 1e-5;
+
+/* One shape and mask: both kernels against the reference, then on 2 and 3 threads. */
+static void check_case(const Case *cs, int causal, uint64_t seed) {
+  int64_t bn = cs->bn, t = cs->t, h = cs->h, n = bn * t * h;
+  float scale = (float)(cs->scale != 0 ? cs->scale : 1 / sqrt((double)h));
+  float *in = malloc((size_t)(4 * n) * sizeof(float)), *q = in, *k = in + n, *v = in + 2 * n,
+        *dout = in + 3 * n;
+  fill_normal(in, 4 * n, &seed);
+  double *p = malloc((size_t)(t * t) * sizeof(double)),
+         *ds = malloc((size_t)(t * t) * sizeof(double));
+  double *ref = malloc((size_t)(4 * n) * sizeof(double)), *o = ref, *dq = ref + n,
+         *dk = ref + 2 * n, *dv = ref + 3 * n;
+  for (int64_t b = 0; b < bn; b++) {
+    int64_t x = b * t * h;
+    ref_probs(t, h, causal, scale, q + x, k + x, p);
+    ref_forward(t, h, p, v + x, o + x);
+    ref_backward(t, h, scale, p, q + x, k + x, v + x, dout + x, ds, dq + x, dk + x, dv + x);
+  }
+
+  float *got = nan_buffer(n), *grad = nan_buffer(3 * n);
+  rt_attention(NULL, bn, t, h, causal, scale, q, k, v, got);
+  rt_attention_grad(NULL, bn, t, h, causal, scale, q, k, v, dout, grad);
+  check_close("o", got, o, n, TOL, bn, t, h, causal);
+  check_close("dq", grad, dq, n, TOL, bn, t, h, causal);
+  check_close("dk", grad + n, dk, n, TOL, bn, t, h, causal);
+  check_close("dv", grad + 2 * n, dv, n, TOL, bn, t, h, causal);
+  if (causal) /* query 0 sees key 0 alone: its output is v_0 exactly */
+    CHECK_INT(memcmp(got, v, (size_t)h * sizeof(float)), 0);
+
+  for (int threads = 2; threads <= 3; threads++) {
+    RtError err;
+    RtPool *pool;
+    CHECK_OK(rt_pool_new(&pool, threads, &err));
+    float *got2 = nan_buffer(n), *grad2 = nan_buffer(3 * n);
+    rt_attention(pool, bn, t, h, causal, scale, q, k, v, got2);
+    rt_attention_grad(pool, bn, t, h, causal, scale, q, k, v, dout, grad2);
+    check_same_bits("rt_attention", got, got2, n, threads);
+    check_same_bits("rt_attention_grad", grad, grad2, 3 * n, threads);
+    free(got2);
+    free(grad2);
+    rt_pool_free(pool);
+  }
+  free(got);
+  free(grad);
+  free(ref);
+  free(p);
+  free(ds);
+  free(in);
+}
+
+static void check_cases(const Case *cases, int ncases) {
+  for (int c = 0; c < ncases; c++)
+    for (int causal = 0; causal <= 1; causal++) check_case(&cases[c], causal, 1234 + (uint64_t)c);
+}
+
+/* One row, odd head sizes, a partial block, several blocks (the last partial), a long row. */
+static void test_shapes(void) {
+  static const Case cases[] = {
+      {1, 1, 4, 0}, {2, 5, 3, 0}, {3, 37, 8, 0}, {2, 130, 16, 0}, {1, 300, 64, 0}, {2, 70, 5, 0},
+  };
+  check_cases(cases, sizeof cases / sizeof *cases);
+}
+
+/* Scores near 100, past where expf overflows (88): only subtracting the row maximum keeps them
+ * finite; and a negative scale, where the largest score comes from the smallest q.k. */
+static void test_sharp(void) {
+  static const Case cases[] = {{2, 100, 16, 6.0}, {1, 65, 8, -9.0}};
+  check_cases(cases, sizeof cases / sizeof *cases);
+}
+
+int main(void) {
+  openblas_set_num_threads(1); /* as rt_train_main: the pool, not OpenBLAS, runs the threads */
+  static const RtTestCase cases[] = {
+      {"against the double reference, 1-3 threads", test_shapes},
+      {"large scores, negative scale", test_sharp},
+      {NULL, NULL},
+  };
+  return rt_test_main("runtime_attention", cases);
+}
