@@ -8,6 +8,7 @@
  * the shapes, never on the thread count, so a step computes the same bits on any --threads.
  */
 #include <cblas.h>
+#include <string.h>
 
 #include "runtime/axrt.h"
 
@@ -40,8 +41,12 @@ static void gemm_items(void *ctx, int64_t lo, int64_t hi) {
         const float *a = g->a + b * g->sa + (g->ta ? m0 : m0 * g->lda);
         const float *bb = g->b + b * g->sb + (g->tb ? n0 * g->ldb : n0);
         float *c = g->c + b * g->sc + m0 * g->ldc + n0;
+        /* C = 0 + A B: OpenBLAS clears C for beta 0 with scalar stores, memset is faster and
+         * the sum is the same bits */
+        for (int64_t r = 0; r < mlen; r++)
+            memset(c + r * g->ldc, 0, (size_t)nlen * sizeof *c);
         cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, (int)mlen,
-                    (int)nlen, (int)g->k, 1.0f, a, (int)g->lda, bb, (int)g->ldb, 0.0f, c, (int)g->ldc);
+                    (int)nlen, (int)g->k, 1.0f, a, (int)g->lda, bb, (int)g->ldb, 1.0f, c, (int)g->ldc);
     }
 }
 
