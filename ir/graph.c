@@ -256,6 +256,20 @@ static int out_index_reserve(IrGraph *g) {
   return IR_OK;
 }
 
+int32_t ir_graph_add_mapped(IrGraph *ng, const IrGraph *g, int32_t v, const int32_t *map) {
+  IrValue x = g->values[v];
+  int32_t small[64], *o = small, *big = NULL;
+  if (x.nops > 64 && !(o = big = malloc((size_t)x.nops * sizeof *big))) {
+    ir_graph_fail(ng, "out of memory");
+    return IR_NONE;
+  }
+  for (int32_t k = 0; k < x.nops; k++) o[k] = map[x.ops[k]];
+  x.ops = o;
+  int32_t r = ir_graph_add(ng, &x);
+  free(big);
+  return r;
+}
+
 int ir_graph_add_output(IrGraph *g, const char *name, int32_t v) {
   if (v < 0 || v >= g->nvalues) return ir_graph_fail(g, "output '%s': no value %%%d", name, v);
   if (out_index_reserve(g)) return IR_ERR;

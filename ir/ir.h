@@ -179,6 +179,9 @@ void *ir_graph_alloc(IrGraph *g, size_t size);          /* zeroed arena memory *
  * implied (leaves, cast, reshape, broadcast) its dtype and shape; origin/tag NULL take the current
  * ones. Runs the shape rule; on error records it (naming the config path) and returns IR_NONE. */
 int32_t ir_graph_add(IrGraph *g, const IrValue *proto);
+/* Appends value v of g to ng as it is (op, attributes, name, dtype, split, origin, tag) but with
+ * every operand u replaced by map[u]: how a pass that rebuilds a graph copies what it keeps. */
+int32_t ir_graph_add_mapped(IrGraph *ng, const IrGraph *g, int32_t v, const int32_t *map);
 int ir_graph_add_output(IrGraph *g, const char *name, int32_t v);
 int32_t ir_graph_output(const IrGraph *g, const char *name);        /* value index or IR_NONE */
 int32_t ir_graph_find(const IrGraph *g, IrOp op, const char *name); /* parameter/input by name */

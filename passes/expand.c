@@ -151,24 +151,12 @@ static int32_t expand_value(IrGraph *ng, const IrGraph *g, int32_t x, const int3
 
 static bool is_attention(IrOp op) { return op == IR_ATTENTION || op == IR_ATTENTION_GRAD; }
 
-/* Copies value i of g into ng with operands mapped; returns its new index. */
-static int32_t copy_value(IrGraph *ng, const IrGraph *g, int32_t i, const int32_t *map) {
-  IrValue v = g->values[i];
-  int32_t small[64], *o = small, *big = NULL;
-  if (v.nops > 64 && !(o = big = malloc((size_t)v.nops * sizeof *big))) return IR_NONE;
-  for (int32_t k = 0; k < v.nops; k++) o[k] = map[v.ops[k]];
-  v.ops = o;
-  int32_t r = ir_graph_add(ng, &v);
-  free(big);
-  return r;
-}
-
 static int rebuild(IrGraph *ng, const IrGraph *g, int32_t *map) {
   for (int32_t i = 0; i < g->nvalues; i++) {
     bool att = is_attention(g->values[i].op);
-    map[i] = att ? expand_value(ng, g, i, map) : copy_value(ng, g, i, map);
-    if (map[i] == IR_NONE) /* ir_graph_add said why, unless malloc failed */
-      return ir_graph_fail(ng, "%%%d (%s): out of memory", i, ir_op_name(g->values[i].op));
+    map[i] = att ? expand_value(ng, g, i, map) : ir_graph_add_mapped(ng, g, i, map);
+    if (map[i] == IR_NONE) /* the reason is recorded in ng; this adds the value, if first */
+      return ir_graph_fail(ng, "%%%d (%s): cannot rebuild", i, ir_op_name(g->values[i].op));
   }
   for (int32_t k = 0; k < g->noutputs; k++)
     if (ir_graph_add_output(ng, g->outputs[k].name, map[g->outputs[k].value])) return IR_ERR;

@@ -21,18 +21,6 @@ static int32_t repl_find(const int32_t *repl, int32_t v) {
   return v;
 }
 
-/* Copies value i of g into ng with operands mapped; returns its new index. */
-static int32_t rebuild_value(IrGraph *ng, const IrGraph *g, int32_t i, const int32_t *map) {
-  IrValue v = g->values[i];
-  int32_t ops[64], *big = NULL, *o = ops;
-  if (v.nops > 64 && !(o = big = malloc((size_t)v.nops * sizeof *big))) return IR_NONE;
-  for (int32_t k = 0; k < v.nops; k++) o[k] = map[v.ops[k]];
-  v.ops = o;
-  int32_t r = ir_graph_add(ng, &v);
-  free(big);
-  return r;
-}
-
 /* Keeps values with keep[i] (and repl[i] == i), maps everything through repl, swaps into g. */
 static int graph_rebuild(IrGraph *g, const int32_t *repl, const bool *keep) {
   IrGraph *ng = ir_graph_new();
@@ -42,7 +30,7 @@ static int graph_rebuild(IrGraph *g, const int32_t *repl, const bool *keep) {
   int st = ir_graph_reserve(ng, g->nvalues);
   for (int32_t i = 0; i < g->nvalues && st == IR_OK; i++) {
     int32_t r = repl_find(repl, i);
-    map[i] = r != i ? map[r] : !keep[i] ? IR_NONE : rebuild_value(ng, g, i, map);
+    map[i] = r != i ? map[r] : !keep[i] ? IR_NONE : ir_graph_add_mapped(ng, g, i, map);
     if (r == i && keep[i] && map[i] == IR_NONE)
       st = ir_graph_fail(g, "simplify: rebuilding %%%d: %s", i,
                          ir_graph_error(ng) ? ir_graph_error(ng) : "?");
