@@ -209,6 +209,22 @@ static void test_gather_scatter_topk(void) {
   ir_graph_free(g);
 }
 
+/* The fused attention ops through the runtime's kernels: causal and not, T not a multiple of
+ * the kernel's query block, an odd head size; the gradient's three parts sliced apart. */
+static void test_attention(void) {
+  IrGraph *g = ir_graph_new();
+  const int64_t s[] = {2, 3, 37, 5};
+  int32_t q = ir_param(g, "q", DT_F32, 4, s), k = ir_param(g, "k", DT_F32, 4, s);
+  int32_t v = ir_param(g, "v", DT_F32, 4, s), d = ir_param(g, "dout", DT_F32, 4, s);
+  OUT(g, "causal", ir_attention(g, q, k, v, true, 0.45));
+  OUT(g, "full", ir_attention(g, q, k, v, false, 0.3));
+  int32_t gr = ir_attention_grad(g, q, k, v, d, true, 0.45);
+  OUT(g, "grad", ir_add(g, gr, ir_const_scalar(g, DT_F32, 1, 5, (int64_t[]){3, 2, 3, 37, 5})));
+  OUT(g, "grad_full", ir_attention_grad(g, q, k, v, d, false, 0.3));
+  bt_check(g, NULL, 0, 1e-5);
+  ir_graph_free(g);
+}
+
 static void test_collectives_one_device(void) {
   IrGraph *g = ir_graph_new();
   IrMesh mesh = {.naxes = 1, .names = {"data"}, .sizes = {1}};
@@ -422,6 +438,7 @@ int main(void) {
   CU_add_test(s, "transpose_tiles", test_transpose_tiles);
   CU_add_test(s, "dot", test_dot);
   CU_add_test(s, "gather_scatter_topk", test_gather_scatter_topk);
+  CU_add_test(s, "attention", test_attention);
   CU_add_test(s, "collectives_one_device", test_collectives_one_device);
   CU_add_test(s, "fused_chain", test_fused_chain);
   CU_add_test(s, "fused_reduce", test_fused_reduce);
