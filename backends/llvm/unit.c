@@ -226,6 +226,19 @@ static int make_dirs(const char *dir) {
   return rc;
 }
 
+/* The cache directory o asks for, made if missing, or NULL: none asked for, --emit llvm/asm
+ * (keep_ir), or one that cannot be made or written, which is said once on stderr (the compile
+ * goes on without it: a cache is never worth failing a compile for). */
+static const char *cache_dir(const LlvmOptions *o) {
+  if (!o->cache_dir || o->keep_ir) return NULL;
+  if (make_dirs(o->cache_dir) == 0 && access(o->cache_dir, W_OK | X_OK) == 0) return o->cache_dir;
+  fprintf(stderr,
+          "axlc: warning: the compile cache %s is not usable (%s); compiling without it "
+          "(AXLC_CACHE_DIR moves it, AXLC_NO_CACHE=1 or --no-cache turns it off)\n",
+          o->cache_dir, strerror(errno));
+  return NULL;
+}
+
 static char *cache_path(const char *dir, const char *key) {
   size_t n = strlen(dir) + strlen(key) + 16;
   char *p = malloc(n);
@@ -433,8 +446,7 @@ int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t ca
   char *text = LLVMPrintModuleToString(M->units[0].mod);
   hash_key(M->salt, text, M->units[0].key);
   LLVMDisposeMessage(text);
-  const char *dir =
-      o->cache_dir && !o->keep_ir && make_dirs(o->cache_dir) == 0 ? o->cache_dir : NULL;
+  const char *dir = cache_dir(o);
   const char *prof = getenv("AXLC_COMPILE_PROFILE");
   Work w = {.M = M,
             .o = o,

@@ -296,6 +296,14 @@ compile_cli)
   # shellcheck disable=SC2086
   must env AXLC_CACHE_DIR="$c" AXLC_NO_CACHE=1 "$AXLC" compile "$m" --target cpu -o "$T/t3" $small
   [ ! -e "$c" ] || fail "--no-cache or AXLC_NO_CACHE=1 wrote the cache"
+  # a cache that cannot be made (under a regular file) is said once, and the compile goes on
+  : > "$T/file"
+  # shellcheck disable=SC2086
+  env AXLC_CACHE_DIR="$T/file/cache" "$AXLC" compile "$m" --target cpu -o "$T/t4" $small \
+    > "$T/out" 2> "$T/err"
+  [ $? -eq 0 ] && cmp -s "$T/t1" "$T/t4" || fail "a compile with an unusable cache failed"
+  [ "$(grep -c "compile cache $T/file/cache is not usable (Not a directory)" "$T/err")" -eq 1 ] ||
+    fail "an unusable cache is not reported once: $(cat "$T/err")"
   cmp -s "$T/t1" "$T/t3" || fail "the trainer compiled without the cache differs"
   for j in 0 65 x; do
     "$AXLC" compile "$m" --target cpu -o "$T/x" --jobs $j > "$T/out" 2> "$T/err"
