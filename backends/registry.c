@@ -75,8 +75,4 @@ RtInit backend_param_init(const FeParam *p) {
   return init;
 }
 
-bool backend_cache_dir_default(char *buf, size_t cap) {
-  const char *off = getenv("AXLC_NO_CACHE");
-  if (off && *off && strcmp(off, "0") != 0) return false;
-  return rt_cache_dir(buf, cap) == 0;
-}
+bool backend_cache_dir_default(char *buf, size_t cap) { return rt_cache_dir(buf, cap) == 0; }

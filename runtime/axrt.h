@@ -211,7 +211,8 @@ typedef struct RtCollective {
 
 /* The directory of axlc's caches (compiled kernels, OpenCL device binaries), into out:
  * $AXLC_CACHE_DIR, else $XDG_CACHE_HOME/axlc, else $HOME/.cache/axlc. 0, or -1 (out "") when
- * none of those is set or the name does not fit. */
+ * AXLC_NO_CACHE is set (to anything but "" or "0"), when none of those is set, or when the
+ * name does not fit. */
 int rt_cache_dir(char *out, size_t cap);
 
 typedef struct RtComm RtComm;

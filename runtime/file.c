@@ -153,8 +153,11 @@ int rt_dir_fsync(const char *dir, RtError *err) {
 
 int rt_cache_dir(char *out, size_t cap) {
     const char *a = getenv("AXLC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    const char *off = getenv("AXLC_NO_CACHE");
     int n = -1;
-    if (a && *a)
+    if (off && *off && strcmp(off, "0") != 0)
+        ; /* every cache turned off */
+    else if (a && *a)
         n = snprintf(out, cap, "%s", a);
     else if (x && *x)
         n = snprintf(out, cap, "%s/axlc", x);
