@@ -26,14 +26,13 @@
  * Scratch: B (t + 1) floats per chunk forward and B (2t + 1) backward, B = block_rows(t):
  * 64 KiB forward and 128 KiB backward at t = 256, 1 MiB backward at t = 2048.
  */
-#include <cblas.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/axrt.h"
+#include "rt_impl.h"
 
 /* ===== blocks and scratch ============================================================= */
 
@@ -66,16 +65,12 @@ static float *scratch_new(int64_t floats) {
     return p;
 }
 
-/* C (m, n) = alpha op(A) op(B), plus C when `add`; every matrix row-major with its natural
- * leading dimension, A stored (k, m) when ta and B (n, k) when tb. For beta 0 OpenBLAS clears
- * C with scalar stores first; memset and beta 1 computes the same bits in less time (a tenth of
- * the backward at t = 64, where the products are small). */
+/* C (m, n) = alpha op(A) op(B), plus C when `add` (rt_gemm_one), every matrix row-major with
+ * its natural leading dimension, A stored (k, m) when ta and B (n, k) when tb. Clearing by
+ * memset rather than OpenBLAS's beta 0 saves a tenth of the backward at t = 64. */
 static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, const float *b, int add,
                  float *c) {
-    if (!add)
-        memset(c, 0, (size_t)(m * n) * sizeof(float));
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
-                alpha, a, (int)(ta ? m : k), b, (int)(tb ? k : n), 1.0f, c, (int)n);
+    rt_gemm_one(ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, add, c, n);
 }
 
 /* ===== row work ======================================================================= */

@@ -10,7 +10,7 @@
 #include <cblas.h>
 #include <string.h>
 
-#include "runtime/axrt.h"
+#include "rt_impl.h"
 
 typedef struct {
     int64_t batch, m, n, k, split_m, split_n; /* items: batch x split_m x split_n */
@@ -28,6 +28,15 @@ static void block(int64_t n, int64_t parts, int64_t i, int64_t *start, int64_t *
     *len = *start + step <= n ? step : n - *start;
 }
 
+void rt_gemm_one(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, int add, float *c, int64_t ldc) {
+    if (!add)
+        for (int64_t r = 0; r < m; r++)
+            memset(c + r * ldc, 0, (size_t)n * sizeof *c);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                alpha, a, (int)lda, b, (int)ldb, 1.0f, c, (int)ldc);
+}
+
 static void gemm_items(void *ctx, int64_t lo, int64_t hi) {
     const Gemm *g = ctx;
     for (int64_t it = lo; it < hi; it++) {
@@ -41,12 +50,7 @@ static void gemm_items(void *ctx, int64_t lo, int64_t hi) {
         const float *a = g->a + b * g->sa + (g->ta ? m0 : m0 * g->lda);
         const float *bb = g->b + b * g->sb + (g->tb ? n0 * g->ldb : n0);
         float *c = g->c + b * g->sc + m0 * g->ldc + n0;
-        /* C = 0 + A B: OpenBLAS clears C for beta 0 with scalar stores, memset is faster and
-         * the sum is the same bits */
-        for (int64_t r = 0; r < mlen; r++)
-            memset(c + r * g->ldc, 0, (size_t)nlen * sizeof *c);
-        cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, (int)mlen,
-                    (int)nlen, (int)g->k, 1.0f, a, (int)g->lda, bb, (int)g->ldb, 1.0f, c, (int)g->ldc);
+        rt_gemm_one(g->ta, g->tb, mlen, nlen, g->k, 1.0f, a, g->lda, bb, g->ldb, 0, c, g->ldc);
     }
 }
 

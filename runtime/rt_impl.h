@@ -38,6 +38,15 @@ void rt_wfile_abort(RtWfile *w);
 /* fsync of a directory, so that renames and unlinks in it are durable. */
 int rt_dir_fsync(const char *dir, RtError *err);
 
+/* ===== blas.c ========================================================================= */
+
+/* One single-threaded product, row-major: C (m, n) = alpha op(A) op(B), plus C when `add`;
+ * A stored (k, m) when ta, B (n, k) when tb. Without `add`, C is cleared by memset and the
+ * product runs with beta 1: the same bits as beta 0, for which OpenBLAS clears C with scalar
+ * stores first, in less time. rt_sgemm's items and the attention kernels' tiles. */
+void rt_gemm_one(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, int add, float *c, int64_t ldc);
+
 /* ===== safetensors.c ================================================================== */
 
 /* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32. */
