@@ -6,8 +6,15 @@
  * generated kernels run. Instead each product is cut into work items (one per batch element,
  * or column or row blocks of one matrix), and the pool runs the items. The cut depends only on
  * the shapes, never on the thread count, so a step computes the same bits on any --threads.
+ *
+ * Products of batch < 4 (the projections and their gradients) go to sgemm.c instead, the
+ * runtime's own product, on CPUs with AVX2 and FMA: each OpenBLAS item packs its shared
+ * operand again, while sgemm.c packs each operand once for all items. AXLC_SGEMM=openblas
+ * keeps every product on OpenBLAS (to compare; the bits then differ in the last places).
  */
 #include <cblas.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rt_impl.h"
@@ -60,9 +67,31 @@ static int64_t parts(int64_t n) {
     return p < 1 ? 1 : p > 16 ? 16 : p;
 }
 
+/* Few large products go to sgemm.c's own product, which packs each operand once for all
+ * items, where the CPU has AVX2 and FMA and AXLC_SGEMM is not "openblas". */
+static int use_own(void) {
+    static atomic_int use = -1;
+    int u = atomic_load(&use);
+    if (u < 0) {
+        const char *e = getenv("AXLC_SGEMM");
+        u = rt_sgemm_own_available() && !(e && !strcmp(e, "openblas"));
+        atomic_store(&use, u);
+    }
+    return u;
+}
+
 void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
               int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float *c, int64_t ldc,
               int64_t stride_c) {
+    if (batch < 4 && use_own()) {
+        int64_t i = 0;
+        while (i < batch &&
+               rt_sgemm_own(pool, ta, tb, m, n, k, a + i * stride_a, lda, b + i * stride_b, ldb, c + i * stride_c, ldc))
+            i++;
+        if (i == batch)
+            return;
+        a += i * stride_a, b += i * stride_b, c += i * stride_c, batch -= i; /* the rest by OpenBLAS */
+    }
     Gemm g = {batch, m, n, k, 1, 1, ta, tb, a, b, c, lda, ldb, ldc, stride_a, stride_b, stride_c};
     if (batch < 4) { /* few products: cut the larger side of each */
         if (m >= n)

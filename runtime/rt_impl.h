@@ -47,6 +47,16 @@ int rt_dir_fsync(const char *dir, RtError *err);
 void rt_gemm_one(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                  const float *b, int64_t ldb, int add, float *c, int64_t ldc);
 
+/* ===== sgemm.c: the runtime's own product, on CPUs with AVX2 and FMA ================== */
+
+/* Whether this CPU runs rt_sgemm_own. */
+int rt_sgemm_own_available(void);
+/* C (m, n) = op(A) (m, k) . op(B) (k, n), row-major, as rt_sgemm for one batch element, split
+ * over the pool. Returns 0, having done nothing, where the CPU lacks AVX2 or FMA or the
+ * scratch cannot be had; the caller then takes another path. */
+int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float *c, int64_t ldc);
+
 /* ===== safetensors.c ================================================================== */
 
 /* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32. */

@@ -1,0 +1,315 @@
+/*
+ * sgemm.c: the runtime's own single-precision matrix product, which rt_sgemm (blas.c) runs on
+ * CPUs with AVX2 and FMA.
+ *
+ * Why not OpenBLAS alone. rt_sgemm splits a product over the pool in work items, and with
+ * OpenBLAS each item is a call of its own that packs its operands again: an item of 128 rows
+ * packs the whole right operand, so a product cut into 16 items packs it 16 times. At the
+ * shapes a training step runs (the tokens of a batch by a model dimension) that packing was
+ * 10 to 15% of a step. Here each operand is packed once per block, by all threads together,
+ * and the items share the packed copies.
+ *
+ * Blocking (the usual one for register-blocked products). K is cut into slices of KC; op(A)
+ * into blocks of up to MB rows and op(B) into blocks of up to NB columns. The block's rows
+ * are slivers of MR rows, its columns panels of NR columns, and a micro-kernel call computes
+ * the MR x NR piece of C where a sliver meets a panel: twelve 8-float registers, loaded from C
+ * for every slice but the first, then one fused multiply-add per register and k. Packed, a
+ * sliver holds, for each k, its MR values side by side, and a panel its NR values, zero-padded
+ * at the edges. For each block and slice:
+ *   1. pack, one work item per SB slivers or per panel: op(A) only where A is stored (k, m),
+ *      and for the bottom edge; a full sliver of an A stored (m, k) is read in place, six rows
+ *      along k. op(B)'s panels here only when the block has several row groups (below);
+ *   2. multiply, one work item per (row group, strip): a row group is up to GROUP slivers
+ *      (rows split evenly), a strip PW panels. With one row group (m up to 288), each item
+ *      packs its own strip's panels, which no other item reads. An item runs its slivers in
+ *      order, each against the strip's panels.
+ * A sliver (6 KiB) stays in the first-level cache while it meets the strip's panels (64 KiB),
+ * and a row group (288 KiB) in the second while its thread runs the strips.
+ *
+ * Determinism. Every element of C is the same chain of operations whatever the piece it falls
+ * in (edge pieces run the same micro-kernel on a padded copy): start from 0, then for each K
+ * slice in order, k in order, one fused multiply-add. Blocks, slices, groups and strips depend
+ * only on the shapes, and each item writes only its own slivers, panels or piece of C, so the
+ * result does not depend on the thread count.
+ *
+ * Scratch: the packed slivers and panels of one block and slice, at most (MB + NB) * KC
+ * floats (7 MiB), malloc'd and freed per call; an item's own strip, PW * KC * NR floats
+ * (64 KiB), on its thread's stack.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_impl.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SGEMM_X86 1
+#include <immintrin.h>
+#endif
+
+enum {
+    MR = 6,     /* rows of a micro-kernel block: sliver height */
+    NR = 16,    /* columns of a micro-kernel block: panel width (two 8-float vectors) */
+    KC = 256,   /* K slice */
+    MB = 3072,  /* rows of op(A) packed at a time (a multiple of MR) */
+    NB = 4096,  /* columns of op(B) packed at a time (a multiple of NR) */
+    GROUP = 48, /* slivers of a row group, at most (288 rows: 288 KiB of op(A) at KC) */
+    PW = 4,     /* panels of a strip: an item's columns (64) */
+    SB = 8      /* slivers of a packing item */
+};
+
+typedef struct {
+    int ta, tb;
+    int64_t m, n, k;
+    const float *a, *b;
+    float *c;
+    int64_t lda, ldb, ldc;
+    /* the block and slice being computed: rows i0 .. i0 + mb, columns j0 .. j0 + nb, k p0 .. p0 + kc */
+    int64_t i0, mb, j0, nb, p0, kc;
+    int64_t slivers, panels; /* ceil(mb / MR), ceil(nb / NR) */
+    int64_t packed;          /* slivers packed: all when ta, else the edge one (if any) */
+    int64_t groups;          /* row groups of slivers; with one, each item packs its own panels */
+    int64_t strips;          /* ceil(panels / PW) */
+    float *ap, *bp;          /* packed: slivers of kc x MR, panels of kc x NR (groups > 1) */
+} Sgemm;
+
+#ifdef SGEMM_X86
+#define AVX2        __attribute__((target("avx2,fma")))
+#define INLINE_AVX2 __attribute__((target("avx2,fma"), always_inline)) static inline
+
+/* ===== packing ======================================================================== */
+
+/* Sliver s of the block: op(A) rows i0 + s*MR .., as dst[k * MR + r]. A full sliver of an A
+ * stored (m, k) is read in place by the micro-kernel instead (six rows, each read along k). */
+static void pack_sliver(const Sgemm *g, int64_t s) {
+    int64_t r0 = g->i0 + s * MR, rows = g->i0 + g->mb - r0 < MR ? g->i0 + g->mb - r0 : MR;
+    float *dst = g->ap + s * g->kc * MR;
+    for (int64_t k = 0; k < g->kc; k++) {
+        if (g->ta && rows == MR) { /* A stored (k, m): the MR values of one k are side by side */
+            memcpy(dst + k * MR, g->a + (g->p0 + k) * g->lda + r0, MR * sizeof *dst);
+            continue;
+        }
+        for (int64_t r = 0; r < MR; r++) {
+            int64_t i = r0 + r, kk = g->p0 + k;
+            dst[k * MR + r] = r >= rows ? 0.0f : g->ta ? g->a[kk * g->lda + i] : g->a[i * g->lda + kk];
+        }
+    }
+}
+
+/* Eight vectors r[j] = (x[j][0..7]) become r[k] = (x[0..7][k]). */
+INLINE_AVX2 void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* Panel q of the block: op(B) columns j0 + q*NR .., as dst[k * NR + j]. */
+AVX2 static void pack_panel(const Sgemm *g, int64_t q, float *dst) {
+    int64_t c0 = g->j0 + q * NR, cols = g->j0 + g->nb - c0 < NR ? g->j0 + g->nb - c0 : NR;
+    int64_t k = 0;
+    if (!g->tb) { /* B stored (k, n): a panel row is a piece of a row of B */
+        for (; k < g->kc; k++) {
+            const float *src = g->b + (g->p0 + k) * g->ldb + c0;
+            if (cols == NR) {
+                memcpy(dst + k * NR, src, NR * sizeof *dst);
+                continue;
+            }
+            for (int64_t j = 0; j < NR; j++)
+                dst[k * NR + j] = j < cols ? src[j] : 0.0f;
+        }
+        return;
+    }
+    /* B stored (n, k): column j of op(B) is row c0 + j of B; 8 x 8 blocks transposed */
+    const float *src = g->b + c0 * g->ldb + g->p0;
+    if (cols == NR)
+        for (; k + 8 <= g->kc; k += 8)
+            for (int h = 0; h < 2; h++) {
+                __m256 r[8];
+                for (int j = 0; j < 8; j++)
+                    r[j] = _mm256_loadu_ps(src + (h * 8 + j) * g->ldb + k);
+                transpose8(r);
+                for (int i = 0; i < 8; i++)
+                    _mm256_store_ps(dst + (k + i) * NR + h * 8, r[i]);
+            }
+    for (; k < g->kc; k++)
+        for (int64_t j = 0; j < NR; j++)
+            dst[k * NR + j] = j < cols ? src[j * g->ldb + k] : 0.0f;
+}
+
+/* Pack item it: slivers [it * SB, ..) of the packed ones (all when ta: reading SB * MR
+ * values of each row of A at a time; else the edge sliver alone), or a panel after them. */
+static void pack_items(void *ctx, int64_t lo, int64_t hi) {
+    const Sgemm *g = ctx;
+    int64_t sitems = (g->packed + SB - 1) / SB;
+    for (int64_t it = lo; it < hi; it++) {
+        if (it >= sitems) {
+            int64_t q = it - sitems;
+            pack_panel(g, q, g->bp + q * g->kc * NR);
+        } else if (!g->ta)
+            pack_sliver(g, g->slivers - 1);
+        else
+            for (int64_t s = it * SB; s < (it + 1) * SB && s < g->slivers; s++)
+                pack_sliver(g, s);
+    }
+}
+
+/* ===== micro-kernel ==================================================================== */
+
+/* C (MR x NR, row stride ldc) = C (add) or 0 (!add), plus the sum over k of op(A)'s MR rows
+ * at k times the panel's row k, one fused multiply-add per element and k, k in order. Row r
+ * of the sliver at k is a[r * rs + k * ks]: packed (rs 1, ks MR) or in place (rs lda, ks 1). */
+INLINE_AVX2 void micro(int64_t kc, const float *a, int64_t rs, int64_t ks, const float *bp, float *c, int64_t ldc,
+                       int add) {
+    __m256 acc[MR][2];
+    const float *ar[MR];
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        ar[r] = a + r * rs;
+        acc[r][0] = add ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
+        acc[r][1] = add ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
+    }
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_load_ps(bp + k * NR), b1 = _mm256_load_ps(bp + k * NR + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            __m256 x = _mm256_broadcast_ss(ar[r] + k * ks);
+            acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
+    }
+}
+
+AVX2 static void micro_packed(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int add) {
+    micro(kc, ap, 1, MR, bp, c, ldc, add);
+}
+
+AVX2 static void micro_rows(int64_t kc, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc, int add) {
+    micro(kc, a, lda, 1, bp, c, ldc, add);
+}
+
+/* The (sliver s, panel q) block of C; an edge block goes through a padded copy so it runs
+ * the same chain of operations as the others. */
+static void block_at(const Sgemm *g, int64_t s, int64_t q, const float *bp) {
+    int64_t r0 = g->i0 + s * MR, c0 = g->j0 + q * NR;
+    int64_t rows = g->m - r0 < MR ? g->m - r0 : MR, cols = g->n - c0 < NR ? g->n - c0 : NR;
+    float *c = g->c + r0 * g->ldc + c0, tmp[MR * NR];
+    int add = g->p0 > 0, edge = rows < MR || cols < NR;
+    if (edge) {
+        memset(tmp, 0, sizeof tmp);
+        for (int64_t r = 0; r < rows && add; r++)
+            memcpy(tmp + r * NR, c + r * g->ldc, (size_t)cols * sizeof *c);
+    }
+    float *dst = edge ? tmp : c;
+    int64_t ld = edge ? NR : g->ldc;
+    if (!g->ta && rows == MR)
+        micro_rows(g->kc, g->a + r0 * g->lda + g->p0, g->lda, bp, dst, ld, add);
+    else
+        micro_packed(g->kc, g->ap + s * g->kc * MR, bp, dst, ld, add);
+    if (edge)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(c + r * g->ldc, tmp + r * NR, (size_t)cols * sizeof *c);
+}
+
+/* Item it: row group it / strips by strip it % strips (PW panels); a group's rows stay in
+ * the second-level cache while its thread runs the strips. */
+static void multiply_items(void *ctx, int64_t lo, int64_t hi) {
+    const Sgemm *g = ctx;
+    _Alignas(64) float own[PW * KC * NR];
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t grp = it / g->strips, q0 = it % g->strips * PW, q1 = q0 + PW < g->panels ? q0 + PW : g->panels;
+        int64_t s0 = grp * g->slivers / g->groups, s1 = (grp + 1) * g->slivers / g->groups;
+        const float *bp = g->bp + q0 * g->kc * NR;
+        if (g->groups == 1) {
+            for (int64_t q = q0; q < q1; q++)
+                pack_panel(g, q, own + (q - q0) * g->kc * NR);
+            bp = own;
+        }
+        for (int64_t s = s0; s < s1; s++)
+            for (int64_t q = q0; q < q1; q++)
+                block_at(g, s, q, bp + (q - q0) * g->kc * NR);
+    }
+}
+#endif
+
+/* ===== the product ===================================================================== */
+
+int rt_sgemm_own_available(void) {
+#ifdef SGEMM_X86
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float *c, int64_t ldc) {
+#ifdef SGEMM_X86
+    if (!rt_sgemm_own_available())
+        return 0;
+    if (m <= 0 || n <= 0)
+        return 1;
+    if (k <= 0) { /* an empty sum */
+        for (int64_t r = 0; r < m; r++)
+            memset(c + r * ldc, 0, (size_t)n * sizeof *c);
+        return 1;
+    }
+    int64_t mb_max = m < MB ? m : MB, nb_max = n < NB ? n : NB, kc_max = k < KC ? k : KC;
+    size_t an = (size_t)((mb_max + MR - 1) / MR * MR * kc_max), bn = (size_t)((nb_max + NR - 1) / NR * NR * kc_max);
+    float *scratch = aligned_alloc(64, ((an + bn) * sizeof(float) + 63) / 64 * 64);
+    if (!scratch)
+        return 0; /* the caller's path needs no scratch */
+    Sgemm g = {.ta = ta,
+               .tb = tb,
+               .m = m,
+               .n = n,
+               .k = k,
+               .a = a,
+               .b = b,
+               .c = c,
+               .lda = lda,
+               .ldb = ldb,
+               .ldc = ldc,
+               .ap = scratch,
+               .bp = scratch + an};
+    for (g.i0 = 0; g.i0 < m; g.i0 += MB) {
+        g.mb = m - g.i0 < MB ? m - g.i0 : MB;
+        g.slivers = (g.mb + MR - 1) / MR;
+        g.packed = ta ? g.slivers : g.mb % MR ? 1 : 0;
+        g.groups = (g.slivers + GROUP - 1) / GROUP;
+        for (g.j0 = 0; g.j0 < n; g.j0 += NB) {
+            g.nb = n - g.j0 < NB ? n - g.j0 : NB;
+            g.panels = (g.nb + NR - 1) / NR;
+            g.strips = (g.panels + PW - 1) / PW;
+            for (g.p0 = 0; g.p0 < k; g.p0 += KC) {
+                g.kc = k - g.p0 < KC ? k - g.p0 : KC;
+                rt_parallel_for(pool, (g.packed + SB - 1) / SB + (g.groups > 1 ? g.panels : 0), pack_items, &g);
+                rt_parallel_for(pool, g.groups * g.strips, multiply_items, &g);
+            }
+        }
+    }
+    free(scratch);
+    return 1;
+#else
+    (void)pool, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c,
+        (void)ldc;
+    return 0;
+#endif
+}

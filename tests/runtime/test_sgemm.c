@@ -1,0 +1,160 @@
+/*
+ * test_sgemm.c: rt_sgemm and the runtime's own product (sgemm.c) against a double-precision
+ * reference, over shapes that cover one element, edges that fill neither a 6-row sliver nor a
+ * 16-column panel, K across several 256-slices, several row groups, blocks of rows and columns
+ * beyond one block (m > 3072, n > 4096), every transpose, leading dimensions wider than the
+ * matrix, and batches on both of rt_sgemm's paths. C starts as NaN, so an element the product
+ * forgets to write (or reads before writing: beta is 0) fails. Each product is also run on a
+ * NULL pool and on pools of 2 and 3 threads, which must give the same bits.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_test.h"
+#include "runtime/rt_impl.h"
+
+extern void openblas_set_num_threads(int);
+
+typedef struct {
+  int64_t batch, m, n, k;
+  int64_t pad; /* extra leading-dimension elements of A, B and C */
+} Case;
+
+static float value(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((*s >> 40) % 2001) / 1000.0f - 1.0f;
+}
+
+/* op(A)[i, kk] and op(B)[kk, j] of batch element b. */
+static double a_at(const float *a, int ta, int64_t lda, int64_t i, int64_t kk) {
+  return ta ? a[kk * lda + i] : a[i * lda + kk];
+}
+static double b_at(const float *b, int tb, int64_t ldb, int64_t kk, int64_t j) {
+  return tb ? b[j * ldb + kk] : b[kk * ldb + j];
+}
+
+/* Largest |C - ref| / (sum over k of |op(A)| |op(B)| + tiny), over batch x m x n. */
+static double worst(const Case *t, int ta, int tb, const float *a, int64_t lda, int64_t sa,
+                    const float *b, int64_t ldb, int64_t sb, const float *c, int64_t ldc,
+                    int64_t sc) {
+  double w = 0;
+  for (int64_t e = 0; e < t->batch; e++)
+    for (int64_t i = 0; i < t->m; i++)
+      for (int64_t j = 0; j < t->n; j++) {
+        double ref = 0, mag = 1e-30;
+        for (int64_t kk = 0; kk < t->k; kk++) {
+          double x = a_at(a + e * sa, ta, lda, i, kk) * b_at(b + e * sb, tb, ldb, kk, j);
+          ref += x;
+          mag += fabs(x);
+        }
+        double got = c[e * sc + i * ldc + j];
+        double r = isfinite(got) ? fabs(got - ref) / mag : INFINITY;
+        if (r > w) w = r;
+      }
+  return w;
+}
+
+typedef void (*Product)(RtPool *pool, const Case *t, int ta, int tb, const float *a, int64_t lda,
+                        int64_t sa, const float *b, int64_t ldb, int64_t sb, float *c, int64_t ldc,
+                        int64_t sc);
+
+static void via_rt_sgemm(RtPool *pool, const Case *t, int ta, int tb, const float *a, int64_t lda,
+                         int64_t sa, const float *b, int64_t ldb, int64_t sb, float *c, int64_t ldc,
+                         int64_t sc) {
+  rt_sgemm(pool, t->batch, ta, tb, t->m, t->n, t->k, a, lda, sa, b, ldb, sb, c, ldc, sc);
+}
+
+static void via_own(RtPool *pool, const Case *t, int ta, int tb, const float *a, int64_t lda,
+                    int64_t sa, const float *b, int64_t ldb, int64_t sb, float *c, int64_t ldc,
+                    int64_t sc) {
+  for (int64_t e = 0; e < t->batch; e++)
+    CU_ASSERT_FATAL(rt_sgemm_own(pool, ta, tb, t->m, t->n, t->k, a + e * sa, lda, b + e * sb, ldb,
+                                 c + e * sc, ldc));
+}
+
+/* One case, every transpose: the product on NULL, 2- and 3-thread pools, bit-identical and
+ * within 2e-6 of the reference (relative to the sum of |terms|; K up to 1100 here). */
+static void check(RtPool *pools[3], const Case *t, Product product, int check_ref) {
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      int64_t lda = (ta ? t->m : t->k) + t->pad, ldb = (tb ? t->k : t->n) + t->pad;
+      int64_t ldc = t->n + t->pad;
+      int64_t sa = lda * (ta ? t->k : t->m), sb = ldb * (tb ? t->n : t->k), sc = ldc * t->m;
+      size_t na = (size_t)(sa * t->batch), nb = (size_t)(sb * t->batch),
+             nc = (size_t)(sc * t->batch);
+      float *a = malloc((na + 1) * sizeof *a), *b = malloc((nb + 1) * sizeof *b);
+      float *c[3];
+      uint64_t seed = (uint64_t)(t->m * 131 + t->n * 17 + t->k + ta * 7 + tb * 3);
+      for (size_t x = 0; x < na; x++) a[x] = value(&seed);
+      for (size_t x = 0; x < nb; x++) b[x] = value(&seed);
+      for (int p = 0; p < 3; p++) {
+        c[p] = malloc((nc + 1) * sizeof *c[p]);
+        for (size_t x = 0; x < nc; x++) c[p][x] = NAN;
+        product(pools[p], t, ta, tb, a, lda, sa, b, ldb, sb, c[p], ldc, sc);
+      }
+      /* the padding between rows of C is not C's: it stays NaN in every run, so memcmp holds */
+      CU_ASSERT(memcmp(c[0], c[1], nc * sizeof *c[0]) == 0);
+      CU_ASSERT(memcmp(c[0], c[2], nc * sizeof *c[0]) == 0);
+      if (check_ref) {
+        double w = worst(t, ta, tb, a, lda, sa, b, ldb, sb, c[0], ldc, sc);
+        if (!(w <= 2e-6))
+          fprintf(stderr, "\n  batch %lld m %lld n %lld k %lld ta %d tb %d: error %.3g\n",
+                  (long long)t->batch, (long long)t->m, (long long)t->n, (long long)t->k, ta, tb,
+                  w);
+        CU_ASSERT(w <= 2e-6);
+      }
+      for (int p = 0; p < 3; p++) free(c[p]);
+      free(a);
+      free(b);
+    }
+}
+
+static RtPool *pools[3];
+
+static const Case SHAPES[] = {
+    {1, 1, 1, 1, 0},     {1, 6, 16, 256, 0},   {1, 7, 17, 3, 2},     {1, 13, 33, 257, 1},
+    {1, 5, 200, 40, 0},  {1, 300, 70, 513, 3}, {1, 97, 50, 1000, 0}, {1, 290, 8, 64, 0},
+    {2, 37, 65, 300, 1}, {3, 12, 100, 20, 0},  {1, 64, 64, 0, 0},
+};
+
+static void test_own(void) {
+  if (!rt_sgemm_own_available()) {
+    fprintf(stderr, "\n  (this CPU lacks AVX2 or FMA: the own product is not run)\n");
+    return;
+  }
+  for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
+    check(pools, &SHAPES[i], via_own, 1);
+}
+
+static void test_rt_sgemm(void) {
+  for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
+    check(pools, &SHAPES[i], via_rt_sgemm, 1);
+  /* batch >= 4: an item per batch element on OpenBLAS */
+  static const Case batched[] = {{4, 9, 11, 13, 1}, {6, 33, 20, 70, 0}};
+  for (size_t i = 0; i < 2; i++) check(pools, &batched[i], via_rt_sgemm, 1);
+}
+
+/* Blocks of rows (m > 3072) and of columns (n > 4096): short K keeps the reference cheap. */
+static void test_blocks(void) {
+  if (!rt_sgemm_own_available()) return;
+  static const Case big[] = {{1, 3100, 20, 5, 0}, {1, 7, 4100, 9, 1}, {1, 3075, 4113, 2, 0}};
+  for (size_t i = 0; i < 3; i++) check(pools, &big[i], via_own, 1);
+}
+
+int main(void) {
+  openblas_set_num_threads(1); /* as rt_train_main: the pool, not OpenBLAS, runs the threads */
+  RtError err;
+  pools[0] = NULL;
+  if (rt_pool_new(&pools[1], 2, &err) || rt_pool_new(&pools[2], 3, &err)) return 1;
+  static const RtTestCase cases[] = {
+      {"own product: reference, transposes, edges, 1-3 threads", test_own},
+      {"rt_sgemm: both paths, batches", test_rt_sgemm},
+      {"own product: blocks of rows and columns", test_blocks},
+      {NULL, NULL},
+  };
+  int rc = rt_test_main("runtime_sgemm", cases);
+  rt_pool_free(pools[1]);
+  rt_pool_free(pools[2]);
+  return rc;
+}
