@@ -85,8 +85,8 @@ void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n,
               int64_t stride_c) {
     if (batch < 4 && use_own()) {
         int64_t i = 0;
-        while (i < batch &&
-               rt_sgemm_own(pool, ta, tb, m, n, k, a + i * stride_a, lda, b + i * stride_b, ldb, c + i * stride_c, ldc))
+        while (i < batch && rt_sgemm_own(pool, ta, tb, m, n, k, 1.0f, a + i * stride_a, lda, b + i * stride_b, ldb, 0,
+                                         c + i * stride_c, ldc))
             i++;
         if (i == batch)
             return;

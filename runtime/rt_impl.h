@@ -51,11 +51,12 @@ void rt_gemm_one(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
 
 /* Whether this CPU runs rt_sgemm_own. */
 int rt_sgemm_own_available(void);
-/* C (m, n) = op(A) (m, k) . op(B) (k, n), row-major, as rt_sgemm for one batch element, split
- * over the pool. Returns 0, having done nothing, where the CPU lacks AVX2 or FMA or the
- * scratch cannot be had; the caller then takes another path. */
-int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                 const float *b, int64_t ldb, float *c, int64_t ldc);
+/* C (m, n) = alpha op(A) (m, k) . op(B) (k, n), plus C when `add`, row-major, op as in
+ * rt_sgemm, split over the pool (a NULL pool: on the calling thread, as inside a pool item).
+ * Returns 0, having done nothing, where the CPU lacks AVX2 or FMA or the scratch cannot be
+ * had; the caller then takes another path (rt_gemm_one). */
+int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                 int64_t lda, const float *b, int64_t ldb, int add, float *c, int64_t ldc);
 
 /* ===== safetensors.c ================================================================== */
 

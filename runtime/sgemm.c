@@ -64,6 +64,8 @@ typedef struct {
     const float *a, *b;
     float *c;
     int64_t lda, ldb, ldc;
+    float alpha; /* folded into op(B)'s panels as they are packed */
+    int add;     /* C accumulates: the first slice starts from C instead of 0 */
     /* the block and slice being computed: rows i0 .. i0 + mb, columns j0 .. j0 + nb, k p0 .. p0 + kc */
     int64_t i0, mb, j0, nb, p0, kc;
     int64_t slivers, panels; /* ceil(mb / MR), ceil(nb / NR) */
@@ -118,16 +120,17 @@ INLINE_AVX2 void transpose8(__m256 r[8]) {
 /* Panel q of the block: op(B) columns j0 + q*NR .., as dst[k * NR + j]. */
 AVX2 static void pack_panel(const Sgemm *g, int64_t q, float *dst) {
     int64_t c0 = g->j0 + q * NR, cols = g->j0 + g->nb - c0 < NR ? g->j0 + g->nb - c0 : NR;
+    float alpha = g->alpha;
     int64_t k = 0;
     if (!g->tb) { /* B stored (k, n): a panel row is a piece of a row of B */
         for (; k < g->kc; k++) {
             const float *src = g->b + (g->p0 + k) * g->ldb + c0;
-            if (cols == NR) {
+            if (cols == NR && alpha == 1.0f) {
                 memcpy(dst + k * NR, src, NR * sizeof *dst);
                 continue;
             }
             for (int64_t j = 0; j < NR; j++)
-                dst[k * NR + j] = j < cols ? src[j] : 0.0f;
+                dst[k * NR + j] = j < cols ? alpha * src[j] : 0.0f;
         }
         return;
     }
@@ -138,14 +141,14 @@ AVX2 static void pack_panel(const Sgemm *g, int64_t q, float *dst) {
             for (int h = 0; h < 2; h++) {
                 __m256 r[8];
                 for (int j = 0; j < 8; j++)
-                    r[j] = _mm256_loadu_ps(src + (h * 8 + j) * g->ldb + k);
+                    r[j] = _mm256_mul_ps(_mm256_set1_ps(alpha), _mm256_loadu_ps(src + (h * 8 + j) * g->ldb + k));
                 transpose8(r);
                 for (int i = 0; i < 8; i++)
                     _mm256_store_ps(dst + (k + i) * NR + h * 8, r[i]);
             }
     for (; k < g->kc; k++)
         for (int64_t j = 0; j < NR; j++)
-            dst[k * NR + j] = j < cols ? src[j * g->ldb + k] : 0.0f;
+            dst[k * NR + j] = j < cols ? alpha * src[j * g->ldb + k] : 0.0f;
 }
 
 /* Pack item it: slivers [it * SB, ..) of the packed ones (all when ta: reading SB * MR
@@ -211,7 +214,7 @@ static void block_at(const Sgemm *g, int64_t s, int64_t q, const float *bp) {
     int64_t r0 = g->i0 + s * MR, c0 = g->j0 + q * NR;
     int64_t rows = g->m - r0 < MR ? g->m - r0 : MR, cols = g->n - c0 < NR ? g->n - c0 : NR;
     float *c = g->c + r0 * g->ldc + c0, tmp[MR * NR];
-    int add = g->p0 > 0, edge = rows < MR || cols < NR;
+    int add = g->p0 > 0 || g->add, edge = rows < MR || cols < NR;
     if (edge) {
         memset(tmp, 0, sizeof tmp);
         for (int64_t r = 0; r < rows && add; r++)
@@ -259,15 +262,15 @@ int rt_sgemm_own_available(void) {
 #endif
 }
 
-int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                 const float *b, int64_t ldb, float *c, int64_t ldc) {
+int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                 int64_t lda, const float *b, int64_t ldb, int add, float *c, int64_t ldc) {
 #ifdef SGEMM_X86
     if (!rt_sgemm_own_available())
         return 0;
     if (m <= 0 || n <= 0)
         return 1;
     if (k <= 0) { /* an empty sum */
-        for (int64_t r = 0; r < m; r++)
+        for (int64_t r = 0; r < m && !add; r++)
             memset(c + r * ldc, 0, (size_t)n * sizeof *c);
         return 1;
     }
@@ -276,19 +279,9 @@ int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, 
     float *scratch = aligned_alloc(64, ((an + bn) * sizeof(float) + 63) / 64 * 64);
     if (!scratch)
         return 0; /* the caller's path needs no scratch */
-    Sgemm g = {.ta = ta,
-               .tb = tb,
-               .m = m,
-               .n = n,
-               .k = k,
-               .a = a,
-               .b = b,
-               .c = c,
-               .lda = lda,
-               .ldb = ldb,
-               .ldc = ldc,
-               .ap = scratch,
-               .bp = scratch + an};
+    Sgemm g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a, .b = b, .c = c};
+    g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.alpha = alpha, g.add = add;
+    g.ap = scratch, g.bp = scratch + an;
     for (g.i0 = 0; g.i0 < m; g.i0 += MB) {
         g.mb = m - g.i0 < MB ? m - g.i0 : MB;
         g.slivers = (g.mb + MR - 1) / MR;
@@ -308,8 +301,8 @@ int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, 
     free(scratch);
     return 1;
 #else
-    (void)pool, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c,
-        (void)ldc;
+    (void)pool, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb,
+        (void)add, (void)c, (void)ldc;
     return 0;
 #endif
 }

@@ -3,7 +3,8 @@
  * reference, over shapes that cover one element, edges that fill neither a 6-row sliver nor a
  * 16-column panel, K across several 256-slices, several row groups, blocks of rows and columns
  * beyond one block (m > 3072, n > 4096), every transpose, leading dimensions wider than the
- * matrix, and batches on both of rt_sgemm's paths. C starts as NaN, so an element the product
+ * matrix, and batches on both of rt_sgemm's paths; and the own product's alpha and
+ * accumulation into C. C starts as NaN (when not accumulating), so an element the product
  * forgets to write (or reads before writing: beta is 0) fails. Each product is also run on a
  * NULL pool and on pools of 2 and 3 threads, which must give the same bits.
  */
@@ -20,6 +21,13 @@ typedef struct {
   int64_t batch, m, n, k;
   int64_t pad; /* extra leading-dimension elements of A, B and C */
 } Case;
+
+/* The own product's alpha and add for the case being checked (rt_sgemm: 1 and 0). */
+static float alpha = 1.0f;
+static int add;
+
+/* C's value before an accumulating product (add). */
+static float c_init(int64_t x) { return (float)(x % 7) * 0.25f - 0.5f; }
 
 static float value(uint64_t *s) {
   *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -44,9 +52,13 @@ static double worst(const Case *t, int ta, int tb, const float *a, int64_t lda, 
       for (int64_t j = 0; j < t->n; j++) {
         double ref = 0, mag = 1e-30;
         for (int64_t kk = 0; kk < t->k; kk++) {
-          double x = a_at(a + e * sa, ta, lda, i, kk) * b_at(b + e * sb, tb, ldb, kk, j);
+          double x = alpha * a_at(a + e * sa, ta, lda, i, kk) * b_at(b + e * sb, tb, ldb, kk, j);
           ref += x;
           mag += fabs(x);
+        }
+        if (add) {
+          ref += c_init(e * sc + i * ldc + j);
+          mag += fabs(c_init(e * sc + i * ldc + j));
         }
         double got = c[e * sc + i * ldc + j];
         double r = isfinite(got) ? fabs(got - ref) / mag : INFINITY;
@@ -69,8 +81,8 @@ static void via_own(RtPool *pool, const Case *t, int ta, int tb, const float *a,
                     int64_t sa, const float *b, int64_t ldb, int64_t sb, float *c, int64_t ldc,
                     int64_t sc) {
   for (int64_t e = 0; e < t->batch; e++)
-    CU_ASSERT_FATAL(rt_sgemm_own(pool, ta, tb, t->m, t->n, t->k, a + e * sa, lda, b + e * sb, ldb,
-                                 c + e * sc, ldc));
+    CU_ASSERT_FATAL(rt_sgemm_own(pool, ta, tb, t->m, t->n, t->k, alpha, a + e * sa, lda, b + e * sb,
+                                 ldb, add, c + e * sc, ldc));
 }
 
 /* One case, every transpose: the product on NULL, 2- and 3-thread pools, bit-identical and
@@ -90,7 +102,7 @@ static void check(RtPool *pools[3], const Case *t, Product product, int check_re
       for (size_t x = 0; x < nb; x++) b[x] = value(&seed);
       for (int p = 0; p < 3; p++) {
         c[p] = malloc((nc + 1) * sizeof *c[p]);
-        for (size_t x = 0; x < nc; x++) c[p][x] = NAN;
+        for (size_t x = 0; x < nc; x++) c[p][x] = add ? c_init((int64_t)x) : NAN;
         product(pools[p], t, ta, tb, a, lda, sa, b, ldb, sb, c[p], ldc, sc);
       }
       /* the padding between rows of C is not C's: it stays NaN in every run, so memcmp holds */
@@ -127,6 +139,18 @@ static void test_own(void) {
     check(pools, &SHAPES[i], via_own, 1);
 }
 
+/* C = alpha op(A) op(B) + C, as the fused attention's tiles use it (on a NULL pool there). */
+static void test_own_alpha_add(void) {
+  if (!rt_sgemm_own_available()) return;
+  alpha = -0.375f;
+  add = 1;
+  for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
+    check(pools, &SHAPES[i], via_own, 1);
+  add = 0;
+  check(pools, &SHAPES[3], via_own, 1);
+  alpha = 1.0f;
+}
+
 static void test_rt_sgemm(void) {
   for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
     check(pools, &SHAPES[i], via_rt_sgemm, 1);
@@ -149,6 +173,7 @@ int main(void) {
   if (rt_pool_new(&pools[1], 2, &err) || rt_pool_new(&pools[2], 3, &err)) return 1;
   static const RtTestCase cases[] = {
       {"own product: reference, transposes, edges, 1-3 threads", test_own},
+      {"own product: alpha, accumulating into C", test_own_alpha_add},
       {"rt_sgemm: both paths, batches", test_rt_sgemm},
       {"own product: blocks of rows and columns", test_blocks},
       {NULL, NULL},
