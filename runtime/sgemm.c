@@ -83,9 +83,8 @@ typedef struct {
 
 /* Sliver s of the block: op(A) rows i0 + s*MR .., as dst[k * MR + r]. A full sliver of an A
  * stored (m, k) is read in place by the micro-kernel instead (six rows, each read along k). */
-static void pack_sliver(const Sgemm *g, int64_t s) {
+static void pack_sliver(const Sgemm *g, int64_t s, float *dst) {
     int64_t r0 = g->i0 + s * MR, rows = g->i0 + g->mb - r0 < MR ? g->i0 + g->mb - r0 : MR;
-    float *dst = g->ap + s * g->kc * MR;
     for (int64_t k = 0; k < g->kc; k++) {
         if (g->ta && rows == MR) { /* A stored (k, m): the MR values of one k are side by side */
             memcpy(dst + k * MR, g->a + (g->p0 + k) * g->lda + r0, MR * sizeof *dst);
@@ -161,10 +160,10 @@ static void pack_items(void *ctx, int64_t lo, int64_t hi) {
             int64_t q = it - sitems;
             pack_panel(g, q, g->bp + q * g->kc * NR);
         } else if (!g->ta)
-            pack_sliver(g, g->slivers - 1);
+            pack_sliver(g, g->slivers - 1, g->ap + (g->slivers - 1) * g->kc * MR);
         else
             for (int64_t s = it * SB; s < (it + 1) * SB && s < g->slivers; s++)
-                pack_sliver(g, s);
+                pack_sliver(g, s, g->ap + s * g->kc * MR);
     }
 }
 
@@ -210,7 +209,7 @@ AVX2 static void micro_rows(int64_t kc, const float *a, int64_t lda, const float
 
 /* The (sliver s, panel q) block of C; an edge block goes through a padded copy so it runs
  * the same chain of operations as the others. */
-static void block_at(const Sgemm *g, int64_t s, int64_t q, const float *bp) {
+static void block_at(const Sgemm *g, int64_t s, const float *ap, int64_t q, const float *bp) {
     int64_t r0 = g->i0 + s * MR, c0 = g->j0 + q * NR;
     int64_t rows = g->m - r0 < MR ? g->m - r0 : MR, cols = g->n - c0 < NR ? g->n - c0 : NR;
     float *c = g->c + r0 * g->ldc + c0, tmp[MR * NR];
@@ -225,7 +224,7 @@ static void block_at(const Sgemm *g, int64_t s, int64_t q, const float *bp) {
     if (!g->ta && rows == MR)
         micro_rows(g->kc, g->a + r0 * g->lda + g->p0, g->lda, bp, dst, ld, add);
     else
-        micro_packed(g->kc, g->ap + s * g->kc * MR, bp, dst, ld, add);
+        micro_packed(g->kc, ap, bp, dst, ld, add);
     if (edge)
         for (int64_t r = 0; r < rows; r++)
             memcpy(c + r * g->ldc, tmp + r * NR, (size_t)cols * sizeof *c);
@@ -247,7 +246,29 @@ static void multiply_items(void *ctx, int64_t lo, int64_t hi) {
         }
         for (int64_t s = s0; s < s1; s++)
             for (int64_t q = q0; q < q1; q++)
-                block_at(g, s, q, bp + (q - q0) * g->kc * NR);
+                block_at(g, s, g->ap + s * g->kc * MR, q, bp + (q - q0) * g->kc * NR);
+    }
+}
+
+/* One row group and no packed op(A) (A stored (m, k); m up to GROUP * MR): item it is strip
+ * it, for every K slice. A chunk's items pack their own panels and the edge sliver (if any)
+ * themselves, so the pool needs no barrier between slices; the chunk runs slice by slice over
+ * its strips, so a slice of A stays in the second-level cache while they use it. */
+static void strip_items(void *ctx, int64_t lo, int64_t hi) {
+    _Alignas(64) float own[PW * KC * NR], edge[KC * MR];
+    Sgemm g = *(const Sgemm *)ctx;
+    for (g.p0 = 0; g.p0 < g.k; g.p0 += KC) {
+        g.kc = g.k - g.p0 < KC ? g.k - g.p0 : KC;
+        if (g.mb % MR)
+            pack_sliver(&g, g.slivers - 1, edge);
+        for (int64_t it = lo; it < hi; it++) {
+            int64_t q0 = it * PW, q1 = q0 + PW < g.panels ? q0 + PW : g.panels;
+            for (int64_t q = q0; q < q1; q++)
+                pack_panel(&g, q, own + (q - q0) * g.kc * NR);
+            for (int64_t s = 0; s < g.slivers; s++)
+                for (int64_t q = q0; q < q1; q++)
+                    block_at(&g, s, edge, q, own + (q - q0) * g.kc * NR);
+        }
     }
 }
 #endif
@@ -291,6 +312,10 @@ int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, 
             g.nb = n - g.j0 < NB ? n - g.j0 : NB;
             g.panels = (g.nb + NR - 1) / NR;
             g.strips = (g.panels + PW - 1) / PW;
+            if (g.groups == 1 && !ta) {
+                rt_parallel_for(pool, g.strips, strip_items, &g);
+                continue;
+            }
             for (g.p0 = 0; g.p0 < k; g.p0 += KC) {
                 g.kc = k - g.p0 < KC ? k - g.p0 : KC;
                 rt_parallel_for(pool, (g.packed + SB - 1) / SB + (g.groups > 1 ? g.panels : 0), pack_items, &g);
