@@ -97,6 +97,21 @@ static void pack_sliver(const Sgemm *g, int64_t s, float *dst) {
     }
 }
 
+/* Slivers [s0, s1) of an A stored (k, m), in one pass over its rows: each row's
+ * (s1 - s0) * MR values are side by side. */
+static void pack_slivers_t(const Sgemm *g, int64_t s0, int64_t s1) {
+    int64_t full = s1;
+    if (g->i0 + s1 * MR > g->i0 + g->mb)
+        full = s1 - 1; /* the edge sliver, padded, by pack_sliver */
+    for (int64_t k = 0; k < g->kc; k++) {
+        const float *src = g->a + (g->p0 + k) * g->lda + g->i0 + s0 * MR;
+        for (int64_t s = s0; s < full; s++)
+            memcpy(g->ap + s * g->kc * MR + k * MR, src + (s - s0) * MR, MR * sizeof(float));
+    }
+    if (full < s1)
+        pack_sliver(g, full, g->ap + full * g->kc * MR);
+}
+
 /* Eight vectors r[j] = (x[j][0..7]) become r[k] = (x[0..7][k]). */
 INLINE_AVX2 void transpose8(__m256 r[8]) {
     __m256 t[8], u[8];
@@ -162,8 +177,7 @@ static void pack_items(void *ctx, int64_t lo, int64_t hi) {
         } else if (!g->ta)
             pack_sliver(g, g->slivers - 1, g->ap + (g->slivers - 1) * g->kc * MR);
         else
-            for (int64_t s = it * SB; s < (it + 1) * SB && s < g->slivers; s++)
-                pack_sliver(g, s, g->ap + s * g->kc * MR);
+            pack_slivers_t(g, it * SB, (it + 1) * SB < g->slivers ? (it + 1) * SB : g->slivers);
     }
 }
 
