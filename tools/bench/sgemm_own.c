@@ -80,8 +80,8 @@ int main(int argc, char **argv) {
   for (size_t mi = 0; mi < sizeof MODELS / sizeof MODELS[0]; mi++) {
     const Model *md = &MODELS[mi];
     if (only && strcmp(only, md->name)) continue;
-    printf("\n%s\n%5s  %-22s %9s %9s %7s %9s\n", md->name, "count", "ta tb M N K", "own", "openblas",
-           "ratio", "rel err");
+    printf("\n%s\n%5s  %-22s %9s %9s %7s %9s\n", md->name, "count", "ta tb M N K", "own",
+           "openblas", "ratio", "rel err");
     static double tot[2][MAXROUNDS];
     memset(tot, 0, sizeof tot);
     for (int si = 0; si < md->n; si++) {
