@@ -26,6 +26,13 @@
  * A sliver (6 KiB) stays in the first-level cache while it meets the strip's panels (64 KiB),
  * and a row group (288 KiB) in the second while its thread runs the strips.
  *
+ * Two pool jobs per slice are two barriers. Where the block has one row group and A is read
+ * in place (the step's projections at up to 288 tokens, and their input gradients), nothing
+ * is shared between strips but A itself, so there is one job for all slices: an item is a
+ * strip, which packs its own panels and the edge sliver for each slice, and a thread runs its
+ * chunk of strips slice by slice, so that a slice of A stays in cache while they use it
+ * (K = 50257, the vocabulary's input gradient: 114 -> 151 GFLOP/s).
+ *
  * Determinism. Every element of C is the same chain of operations whatever the piece it falls
  * in (edge pieces run the same micro-kernel on a padded copy): start from 0, then for each K
  * slice in order, k in order, one fused multiply-add. Blocks, slices, groups and strips depend
