@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "runtime/axrt.h"
@@ -71,6 +72,23 @@ static inline void gemm_block(int64_t n, int64_t parts, int64_t i, int64_t *star
   step = (step + 15) / 16 * 16;
   *start = i * step < n ? i * step : n;
   *len = *start + step <= n ? step : n - *start;
+}
+
+/* The options the product tools share: -r N (rounds), -t N (threads), -m NAME (one model's
+ * shapes). Returns 1, having consumed argv[*i] and its value (advancing *i), when argv[*i]
+ * is one of them; 0 otherwise. */
+static inline int gemm_common_option(int argc, char **argv, int *i, int *rounds, int *threads,
+                                     const char **model) {
+  if (*i + 1 >= argc) return 0;
+  if (!strcmp(argv[*i], "-r"))
+    *rounds = atoi(argv[++*i]);
+  else if (!strcmp(argv[*i], "-t"))
+    *threads = atoi(argv[++*i]);
+  else if (!strcmp(argv[*i], "-m"))
+    *model = argv[++*i];
+  else
+    return 0;
+  return 1;
 }
 
 static inline double gemm_now(void) {

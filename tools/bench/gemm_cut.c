@@ -229,13 +229,8 @@ int main(int argc, char **argv) {
   const char *only = NULL;
   static Shape shapes[64];
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "-r") && i + 1 < argc)
-      rounds = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "-t") && i + 1 < argc)
-      threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "-m") && i + 1 < argc)
-      only = argv[++i];
-    else if (!strcmp(argv[i], "-R") && i + 1 < argc)
+    if (gemm_common_option(argc, argv, &i, &rounds, &threads, &only)) continue;
+    if (!strcmp(argv[i], "-R") && i + 1 < argc)
       pick_rules(argv[++i]);
     else if (nshapes < 64 && gemm_parse_shape(argv[i], &shapes[nshapes]))
       nshapes++;

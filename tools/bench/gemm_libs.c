@@ -388,14 +388,9 @@ int main(int argc, char **argv) {
   const char *only = NULL;
   Shape *shapes = calloc((size_t)argc, sizeof(Shape));
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "-r") && i + 1 < argc)
-      o.reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "-t") && i + 1 < argc)
-      threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "-s") && i + 1 < argc)
+    if (gemm_common_option(argc, argv, &i, &o.reps, &threads, &only)) continue;
+    if (!strcmp(argv[i], "-s") && i + 1 < argc)
       o.secs = atof(argv[++i]);
-    else if (!strcmp(argv[i], "-m") && i + 1 < argc)
-      only = argv[++i];
     else if (!gemm_parse_shape(argv[i], &shapes[nshapes++])) {
       fprintf(stderr, "usage: gemm_libs [-r REPS] [-s SECS] [-t THREADS] [-m gpt2|small|long] "
                       "[COUNT:BATCH:TA:TB:M:N:K ...]\n");

@@ -47,13 +47,7 @@ int main(int argc, char **argv) {
   int rounds = 7, threads = 2;
   const char *only = NULL;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "-r") && i + 1 < argc)
-      rounds = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "-t") && i + 1 < argc)
-      threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "-m") && i + 1 < argc)
-      only = argv[++i];
-    else {
+    if (!gemm_common_option(argc, argv, &i, &rounds, &threads, &only)) {
       fprintf(stderr, "usage: sgemm_own [-r ROUNDS] [-t THREADS] [-m gpt2|small|long]\n");
       return 2;
     }
