@@ -379,7 +379,9 @@ void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, 
 /* For each b < batch: C_b (m, n) = op(A_b) (m, k) . op(B_b) (k, n), row-major, where
  * X_b = X + b * stride_x and op transposes when ta / tb is set (A stored (k, m), B (n, k)).
  * Split over the pool in items that depend only on the shapes, so the bits do not depend on
- * the thread count. OpenBLAS itself should run single-threaded (rt_train_main sees to it). */
+ * the thread count. batch < 4 runs the runtime's own product on CPUs with AVX2 and FMA
+ * (unless AXLC_SGEMM=openblas), the rest OpenBLAS, which should itself run single-threaded
+ * (rt_train_main sees to it). */
 void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
               int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float *c, int64_t ldc, int64_t stride_c);
 

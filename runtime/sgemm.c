@@ -108,7 +108,7 @@ static void pack_sliver(const Sgemm *g, int64_t s, float *dst) {
  * (s1 - s0) * MR values are side by side. */
 static void pack_slivers_t(const Sgemm *g, int64_t s0, int64_t s1) {
     int64_t full = s1;
-    if (g->i0 + s1 * MR > g->i0 + g->mb)
+    if (s1 * MR > g->mb)
         full = s1 - 1; /* the edge sliver, padded, by pack_sliver */
     for (int64_t k = 0; k < g->kc; k++) {
         const float *src = g->a + (g->p0 + k) * g->lda + g->i0 + s0 * MR;
