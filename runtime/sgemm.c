@@ -88,20 +88,16 @@ typedef struct {
 
 /* ===== packing ======================================================================== */
 
-/* Sliver s of the block: op(A) rows i0 + s*MR .., as dst[k * MR + r]. A full sliver of an A
- * stored (m, k) is read in place by the micro-kernel instead (six rows, each read along k). */
+/* Sliver s of the block: op(A) rows i0 + s*MR .., as dst[k * MR + r], element by element: the
+ * edge sliver, zero-padded. Full slivers of an A stored (k, m) go through pack_slivers_t; those
+ * of an A stored (m, k) are read in place by the micro-kernel (six rows, each along k). */
 static void pack_sliver(const Sgemm *g, int64_t s, float *dst) {
     int64_t r0 = g->i0 + s * MR, rows = g->i0 + g->mb - r0 < MR ? g->i0 + g->mb - r0 : MR;
-    for (int64_t k = 0; k < g->kc; k++) {
-        if (g->ta && rows == MR) { /* A stored (k, m): the MR values of one k are side by side */
-            memcpy(dst + k * MR, g->a + (g->p0 + k) * g->lda + r0, MR * sizeof *dst);
-            continue;
-        }
+    for (int64_t k = 0; k < g->kc; k++)
         for (int64_t r = 0; r < MR; r++) {
             int64_t i = r0 + r, kk = g->p0 + k;
             dst[k * MR + r] = r >= rows ? 0.0f : g->ta ? g->a[kk * g->lda + i] : g->a[i * g->lda + kk];
         }
-    }
 }
 
 /* Slivers [s0, s1) of an A stored (k, m), in one pass over its rows: each row's
@@ -251,6 +247,21 @@ static void block_at(const Sgemm *g, int64_t s, const float *ap, int64_t q, cons
             memcpy(c + r * g->ldc, tmp + r * NR, (size_t)cols * sizeof *c);
 }
 
+/* Slivers [s0, s1) of the block against panels [q0, q1), packed at bp. A packed sliver is at
+ * edge when given (the only one packed), else in the block's scratch. */
+static void run_strip(const Sgemm *g, int64_t s0, int64_t s1, int64_t q0, int64_t q1, const float *bp,
+                      const float *edge) {
+    for (int64_t s = s0; s < s1; s++)
+        for (int64_t q = q0; q < q1; q++)
+            block_at(g, s, edge ? edge : g->ap + s * g->kc * MR, q, bp + (q - q0) * g->kc * NR);
+}
+
+/* Panels [q0, q1) into own, for a strip no other item reads. */
+static void pack_strip(const Sgemm *g, int64_t q0, int64_t q1, float *own) {
+    for (int64_t q = q0; q < q1; q++)
+        pack_panel(g, q, own + (q - q0) * g->kc * NR);
+}
+
 /* Item it: row group it / strips by strip it % strips (PW panels); a group's rows stay in
  * the second-level cache while its thread runs the strips. */
 static void multiply_items(void *ctx, int64_t lo, int64_t hi) {
@@ -258,16 +269,12 @@ static void multiply_items(void *ctx, int64_t lo, int64_t hi) {
     _Alignas(64) float own[PW * KC * NR];
     for (int64_t it = lo; it < hi; it++) {
         int64_t grp = it / g->strips, q0 = it % g->strips * PW, q1 = q0 + PW < g->panels ? q0 + PW : g->panels;
-        int64_t s0 = grp * g->slivers / g->groups, s1 = (grp + 1) * g->slivers / g->groups;
         const float *bp = g->bp + q0 * g->kc * NR;
         if (g->groups == 1) {
-            for (int64_t q = q0; q < q1; q++)
-                pack_panel(g, q, own + (q - q0) * g->kc * NR);
+            pack_strip(g, q0, q1, own);
             bp = own;
         }
-        for (int64_t s = s0; s < s1; s++)
-            for (int64_t q = q0; q < q1; q++)
-                block_at(g, s, g->ap + s * g->kc * MR, q, bp + (q - q0) * g->kc * NR);
+        run_strip(g, grp * g->slivers / g->groups, (grp + 1) * g->slivers / g->groups, q0, q1, bp, NULL);
     }
 }
 
@@ -284,11 +291,8 @@ static void strip_items(void *ctx, int64_t lo, int64_t hi) {
             pack_sliver(&g, g.slivers - 1, edge);
         for (int64_t it = lo; it < hi; it++) {
             int64_t q0 = it * PW, q1 = q0 + PW < g.panels ? q0 + PW : g.panels;
-            for (int64_t q = q0; q < q1; q++)
-                pack_panel(&g, q, own + (q - q0) * g.kc * NR);
-            for (int64_t s = 0; s < g.slivers; s++)
-                for (int64_t q = q0; q < q1; q++)
-                    block_at(&g, s, edge, q, own + (q - q0) * g.kc * NR);
+            pack_strip(&g, q0, q1, own);
+            run_strip(&g, 0, g.slivers, q0, q1, own, edge);
         }
     }
 }
