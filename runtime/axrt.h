@@ -39,6 +39,22 @@ int rt_error_set(RtError *err, const char *fmt, ...) RT_PRINTF(2, 3);
 /* CRC-32 (IEEE 802.3, as zlib's crc32): start with crc = 0, feed buffers in order. */
 uint32_t rt_crc32(uint32_t crc, const void *buf, size_t n);
 
+/* Environment variables that tune a trainer. rt_env_int reads NAME as a whole number in
+ * [lo, hi], rt_env_seconds as a number of seconds above 0; unset or empty gives dflt. A value
+ * that is not one is an error that names the variable, its value and what was expected. */
+int rt_env_int(const char *name, int64_t dflt, int64_t lo, int64_t hi, int64_t *out, RtError *err);
+int rt_env_seconds(const char *name, double dflt, double *out, RtError *err);
+
+/* The defaults of AXLC_COMM_TIMEOUT, AXLC_COMM_SPIN and AXLC_COMM_NAP (comm.c). */
+#define RT_COMM_TIMEOUT_S 20.0
+#define RT_COMM_SPIN      100
+#define RT_COMM_NAP_NS    20000
+
+/* Checks every variable a trainer reads (AXLC_SGEMM, AXLC_COMM_TIMEOUT, AXLC_COMM_SPIN,
+ * AXLC_COMM_NAP) before it starts, so that a typo ends the run at once instead of being
+ * ignored or found at the first collective. */
+int rt_env_check(RtError *err);
+
 /* ===== data.c: memory-mapped token files and batching ================================= */
 
 typedef enum RtDataFormat {

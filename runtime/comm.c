@@ -36,8 +36,6 @@
 
 #include "rt_impl.h"
 
-#define DEFAULT_TIMEOUT_S 20.0
-
 typedef struct Group {
     int32_t naxes;
     int32_t axes[RT_MAX_MESH_AXES]; /* mesh axis indices, group order */
@@ -252,15 +250,6 @@ static int groups_make(RtComm *c, RtError *err) {
 
 /* ===== joining and leaving ============================================================= */
 
-static double env_timeout(double t) {
-    const char *s = getenv("AXLC_COMM_TIMEOUT");
-    char *end;
-    if (t > 0)
-        return t;
-    double v = s && *s ? strtod(s, &end) : 0;
-    return s && *s && !*end && v > 0 ? v : DEFAULT_TIMEOUT_S;
-}
-
 #ifdef AXRT_HAVE_MPI
 static int join_mpi(RtComm *c, int64_t devices, RtError *err) {
     int inited = 0;
@@ -309,9 +298,16 @@ int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int
     c->colls = colls;
     c->ncolls = colls ? ncolls : 0;
     c->size = 1;
-    c->timeout_s = env_timeout(timeout_s);
-    c->spin = getenv("AXLC_COMM_SPIN") ? atol(getenv("AXLC_COMM_SPIN")) : 100;
-    c->nap_ns = getenv("AXLC_COMM_NAP") ? atol(getenv("AXLC_COMM_NAP")) : 20000;
+    int64_t spin, nap_ns;
+    if (rt_env_seconds("AXLC_COMM_TIMEOUT", RT_COMM_TIMEOUT_S, &c->timeout_s, err) != 0 ||
+        rt_env_int("AXLC_COMM_SPIN", RT_COMM_SPIN, 0, 1000000000, &spin, err) != 0 ||
+        rt_env_int("AXLC_COMM_NAP", RT_COMM_NAP_NS, 0, 999999999, &nap_ns, err) != 0) {
+        free(c);
+        return -1;
+    }
+    if (timeout_s > 0)
+        c->timeout_s = timeout_s;
+    c->spin = (long)spin, c->nap_ns = (long)nap_ns;
     int64_t devices = c->mesh.naxes >= 0 && c->mesh.naxes <= RT_MAX_MESH_AXES ? mesh_devices(&c->mesh) : 0;
     if (c->mesh.naxes < 0 || c->mesh.naxes > RT_MAX_MESH_AXES || devices < 1 || devices > (1 << 20)) {
         int naxes = (int)c->mesh.naxes;

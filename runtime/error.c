@@ -1,12 +1,16 @@
 /*
- * error.c: the runtime's status convention and its checksum.
+ * error.c: the runtime's status convention, its checksum, and the environment variables that
+ * tune a trainer.
  *
  * Every fallible runtime function returns 0 or -1 and fills a caller-owned RtError; there is
  * no global error state, so several trainers (or tests) can share a process.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "axrt.h"
 
@@ -50,4 +54,48 @@ uint32_t rt_crc32(uint32_t crc, const void *buf, size_t n) {
         crc = (crc >> 4) ^ nibble[crc & 15];
     }
     return ~crc;
+}
+
+/* ===== environment ==================================================================== */
+
+int rt_env_int(const char *name, int64_t dflt, int64_t lo, int64_t hi, int64_t *out, RtError *err) {
+    const char *s = getenv(name);
+    *out = dflt;
+    if (!s || !*s)
+        return 0;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end || errno == ERANGE || v < lo || v > hi)
+        return rt_error_set(err, "%s=%s: expected a whole number from %lld to %lld (unset: %lld)", name, s,
+                            (long long)lo, (long long)hi, (long long)dflt);
+    *out = v;
+    return 0;
+}
+
+int rt_env_seconds(const char *name, double dflt, double *out, RtError *err) {
+    const char *s = getenv(name);
+    *out = dflt;
+    if (!s || !*s)
+        return 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || !isfinite(v) || v <= 0)
+        return rt_error_set(err, "%s=%s: expected a number of seconds above 0 (unset: %g)", name, s, dflt);
+    *out = v;
+    return 0;
+}
+
+int rt_env_check(RtError *err) {
+    int64_t spin, nap;
+    double timeout;
+    const char *sgemm = getenv("AXLC_SGEMM");
+    if (sgemm && *sgemm && strcmp(sgemm, "openblas") != 0 && strcmp(sgemm, "own") != 0)
+        return rt_error_set(err, "AXLC_SGEMM=%s: expected openblas or own (unset: own where the CPU has AVX2 and FMA)",
+                            sgemm);
+    if (rt_env_seconds("AXLC_COMM_TIMEOUT", RT_COMM_TIMEOUT_S, &timeout, err) != 0 ||
+        rt_env_int("AXLC_COMM_SPIN", RT_COMM_SPIN, 0, 1000000000, &spin, err) != 0 ||
+        rt_env_int("AXLC_COMM_NAP", RT_COMM_NAP_NS, 0, 999999999, &nap, err) != 0)
+        return -1;
+    return 0;
 }

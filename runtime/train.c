@@ -227,6 +227,8 @@ static int check_sample_opts(const TrainOpts *o, RtError *err) {
 }
 
 static int check_opts(const TrainOpts *o, RtError *err) {
+    if (rt_env_check(err) != 0)
+        return -1;
     if (o->sample > 0)
         return check_sample_opts(o, err);
     if (o->prompt || o->temperature >= 0)

@@ -125,6 +125,32 @@ static void test_accepts(void) {
   }
 }
 
+/* A bad tuning variable in the environment ends the run before it starts, for training and
+ * for sampling, with the same message from the check and from the trainer. */
+static void test_bad_environment(void) {
+  static const char *const runs[][MAX_ARGS + 1] = {
+      {"--data", "d.bin", NULL},
+      {"--sample", "3", "--ckpt-dir", "/no/such/dir", NULL},
+  };
+  const char *msg =
+      "AXLC_SGEMM=blis: expected openblas or own (unset: own where the CPU has AVX2 and FMA)";
+  setenv("AXLC_SGEMM", "blis", 1);
+  for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+    char *argv[MAX_ARGS + 2];
+    int argc = make_argv(argv, runs[i]), rc;
+    RtError err = {{0}};
+    CHECK_FAIL(rt_train_check_args(argc, argv, &err), msg);
+    CHECK_INT(strcmp(err.msg, msg), 0);
+    char *got = trainer_stderr(&axlc_program, argc, argv, &rc);
+    char want[300], m[RT_TEST_MSG];
+    snprintf(want, sizeof want, "trainer: %s\n", msg);
+    snprintf(m, sizeof m, "run %zu: trainer printed \"%.400s\"", i, got);
+    CU_assertImplementation(rc == 1 && strcmp(got, want) == 0, __LINE__, m, __FILE__, "", CU_FALSE);
+    free(got);
+  }
+  unsetenv("AXLC_SGEMM");
+}
+
 /* A program without a sampling forward (the fake one, like an OpenCL trainer's) says so. */
 static void test_no_forward(void) {
   const char *const args[] = {"--sample", "3", "--ckpt-dir", "/no/such/dir", NULL};
@@ -145,6 +171,7 @@ int main(void) {
       {"refused with the trainer's messages", test_same_messages},
       {"accepted without a program", test_accepts},
       {"--sample needs the program's forward", test_no_forward},
+      {"a bad tuning variable in the environment", test_bad_environment},
       {NULL, NULL},
   };
   return rt_test_main("runtime_train_args", cases);
