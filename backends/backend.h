@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "frontend/frontend.h"
 #include "ir/ir.h"
@@ -48,6 +49,7 @@ typedef struct BackendOptions {
   const char *runtime_dir;    /* libaxrt.a and libaxrt_main.a for trainers (an installed
                                  axlc's lib/); NULL: the ones of the build tree */
   const char *cache_dir;      /* compiled code kept between compiles; NULL: none */
+  int64_t cache_max;          /* its size limit in bytes (backend_cache_limit); 0: none */
   int jobs;                   /* compile threads; 0: one per online CPU */
   bool progress;              /* say on stderr what a long compile is doing */
 } BackendOptions;
@@ -105,6 +107,40 @@ const BackendEmit *backend_emit_find(const Backend *b, const char *name);
 /* Runs argv (NULL-terminated; argv[0] is looked up on PATH) and waits: its exit status, 128 +
  * the signal that ended it, or -1 if it could not be started (127: exec failed). */
 int backend_spawn(char *const *argv);
+
+/* ======================================================================== cache.c */
+
+/* The compile cache's size limit when AXLC_CACHE_MAX is not set: 1 GiB. */
+#define BACKEND_CACHE_MAX_DEFAULT ((int64_t)1 << 30)
+
+/* The entries of a cache directory (llvm-*.o and ocl-*.bin), and what a trim or a clear did. */
+typedef struct BackendCacheStats {
+  int64_t entries, bytes; /* the entries there (after a trim or a clear: those left) */
+  time_t oldest, newest;  /* the least and the most recent last use (mtime); 0: no entries */
+  int64_t removed, removed_bytes; /* trim, clear: the entries removed */
+  int64_t temps;                  /* trim, clear: a crashed writer's temporaries removed */
+  int64_t recent; /* trim: entries kept over the limit, used or written in the last hour */
+} BackendCacheStats;
+
+/* The limit, from AXLC_CACHE_MAX (bytes, or with K, M or G: KiB, MiB, GiB), else
+ * BACKEND_CACHE_MAX_DEFAULT; 0 means no limit. 0, or -1 with the variable, its value and what
+ * was expected in err when the value does not parse (*max is the default then). */
+int backend_cache_limit(int64_t *max, char *err, size_t cap);
+/* A size as AXLC_CACHE_MAX takes it, "500M", "2G", "4096", "0": 0, or -1 when s is none. */
+int backend_cache_parse_size(const char *s, int64_t *out);
+/* The entries of dir (a directory that does not exist has none). 0, or -1 with the path and
+ * the reason in err. */
+int backend_cache_stats(const char *dir, BackendCacheStats *st, char *err, size_t cap);
+/* When the entries of dir total more than max bytes (max > 0; 0 is no limit: dir is not even
+ * read), removes the least recently used until they total at most 90% of max, never one used
+ * or written in the last hour; and a crashed writer's temporaries over a day old. st: what is
+ * left and what was removed. 0, or -1 with the path and the reason in err (what could be
+ * removed was). */
+int backend_cache_trim(const char *dir, int64_t max, BackendCacheStats *st, char *err, size_t cap);
+/* Removes every entry of dir, however recent, and the temporaries over a day old. */
+int backend_cache_clear(const char *dir, BackendCacheStats *st, char *err, size_t cap);
+/* Records a use of the entry at path: its mtime becomes now (errors are ignored). */
+void backend_cache_touch(const char *path);
 
 /* ======================================================================== registry.c */
 

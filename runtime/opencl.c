@@ -24,6 +24,7 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,6 +332,8 @@ static int build_program(Session *S, const DevInfo *d, RtError *err) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int cached = *path && build_from_binary(S, d, path) == 0;
+    if (cached) /* its mtime is its last use: the compile cache's trim removes the least recent */
+        (void)utimensat(AT_FDCWD, path, NULL, 0);
     if (!cached) {
         cl_int e;
         const char *src = S->p->source;

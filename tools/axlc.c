@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -42,6 +43,8 @@ typedef struct {
   const char *devices;           /* memcheck, compile: --devices FILE (the device table) */
   bool no_memcheck;              /* compile: --no-memcheck */
   bool no_cache;                 /* compile, run: --no-cache */
+  bool clear, trim;              /* cache: --clear, --trim */
+  int64_t cache_max;             /* compile, run, cache: AXLC_CACHE_MAX (0: no limit) */
   int jobs;                      /* compile, run: --jobs N (0: one per CPU) */
   char cache_dir[PATH_MAX + 16]; /* the compile cache's directory, when on */
   const char *search[MAX_LIST];  /* AXLC_PATH's directories, then the shipped configs' */
@@ -79,6 +82,10 @@ static void usage(FILE *out) {
       "                      paths, for --init; --to hf: axlc weights (--init files, --dump\n"
       "                      output) to Hugging Face's names and layouts\n"
       "  backends            list the backends and what each can do\n"
+      "  cache               the compile cache: its directory, entries, size and limit;\n"
+      "                      --clear removes every entry, --trim trims it to the limit now\n"
+      "                      (AXLC_CACHE_MAX, default 1G; 0: none; least recently used\n"
+      "                      first, never an entry used in the last hour)\n"
       "\n"
       "options:\n"
       "  --target T          select the first mesh rule matching T (cpu, cpu-4,\n"
@@ -173,6 +180,8 @@ static int parse_args(int argc, char **argv, Args *a) {
       if (!flag && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 &&
           add(a->rest, &a->nrest, argv[++i], "trainer"))
         return -1;
+    } else if (!strcmp(s, "--clear") || !strcmp(s, "--trim")) {
+      *(!strcmp(s, "--clear") ? &a->clear : &a->trim) = true;
     } else if (s[0] == '-') {
       fprintf(stderr, "error: unknown option %s (see axlc --help)\n", s);
       return -1;
@@ -189,6 +198,11 @@ static int parse_args(int argc, char **argv, Args *a) {
   }
   if (!a->command) {
     usage(stderr);
+    return -1;
+  }
+  if ((a->clear || a->trim) && strcmp(a->command, "cache") != 0) {
+    fprintf(stderr, "error: %s is an option of axlc cache, not of axlc %s\n",
+            a->clear ? "--clear" : "--trim", a->command);
     return -1;
   }
   return 0;
@@ -430,12 +444,22 @@ static BackendOptions backend_options(Args *a) {
   o.runtime_dir = a->lib[0] ? a->lib : NULL;
   bool cache = !a->no_cache && backend_cache_dir_default(a->cache_dir, sizeof a->cache_dir);
   o.cache_dir = cache ? a->cache_dir : NULL;
+  o.cache_max = a->cache_max;
   o.jobs = a->jobs;
   o.progress = true;
   return o;
 }
 
+/* AXLC_CACHE_MAX into a->cache_max: a bad value is an error before any work. */
+static int cache_limit(Args *a) {
+  char err[512];
+  if (backend_cache_limit(&a->cache_max, err, sizeof err) == 0) return 0;
+  fprintf(stderr, "error: %s\n", err);
+  return -1;
+}
+
 static int cmd_run(Args *a) {
+  if (cache_limit(a)) return 1;
   const Backend *b = pick_backend(a);
   if (!b) return 1;
   if (!b->run) {
@@ -516,6 +540,7 @@ static int check_output(const char *out) {
 }
 
 static int cmd_compile(Args *a) {
+  if (cache_limit(a)) return 1;
   const char *t = a->fe.target;
   bool cpu =
       t && (!strcmp(t, "cpu") || !strcmp(t, "interp") ||
@@ -735,6 +760,108 @@ static int cmd_convert(const Args *a) {
   return rc;
 }
 
+/* ---- cache ---- */
+
+/* AXLC_NO_CACHE's value when it turns the caches off (as rt_cache_dir reads it), else NULL. */
+static const char *cache_off(void) {
+  const char *off = getenv("AXLC_NO_CACHE");
+  return off && *off && strcmp(off, "0") != 0 ? off : NULL;
+}
+
+static const char *entry_word(int64_t n) { return n == 1 ? "entry" : "entries"; }
+
+static const char *local_time(time_t t, char *buf, size_t cap) {
+  struct tm tm;
+  if (!localtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%d %H:%M", &tm)) snprintf(buf, cap, "?");
+  return buf;
+}
+
+static void print_cache(const Args *a, const BackendCacheStats *st) {
+  char b1[32], b2[32];
+  printf("directory: %s\n", a->cache_dir);
+  printf("entries: %lld (%s)", (long long)st->entries,
+         fe_human_bytes((double)st->bytes, b1, sizeof b1));
+  if (st->entries)
+    printf(", last used from %s to %s", local_time(st->oldest, b1, sizeof b1),
+           local_time(st->newest, b2, sizeof b2));
+  printf("\n");
+  if (!a->cache_max) {
+    printf("limit: none (AXLC_CACHE_MAX=0)\n");
+    return;
+  }
+  const char *env = getenv("AXLC_CACHE_MAX");
+  printf("limit: %s (%s)\n", fe_human_bytes((double)a->cache_max, b1, sizeof b1),
+         env && *env ? "AXLC_CACHE_MAX" : "the default; AXLC_CACHE_MAX sets it");
+  if (st->bytes > a->cache_max)
+    printf("over the limit: the next compile that stores objects, or axlc cache --trim, removes "
+           "the least recently used (never one used in the last hour)\n");
+}
+
+/* What --clear or --trim removed, and for --trim what is left. */
+static void print_removed(const Args *a, const BackendCacheStats *st) {
+  char b1[32], b2[32];
+  printf("removed %lld %s (%s) from %s", (long long)st->removed, entry_word(st->removed),
+         fe_human_bytes((double)st->removed_bytes, b1, sizeof b1), a->cache_dir);
+  if (st->temps)
+    printf(", and %lld stale temporary file%s", (long long)st->temps, st->temps == 1 ? "" : "s");
+  printf("\n");
+  if (!a->trim) return;
+  printf("left: %lld %s (%s), limit %s\n", (long long)st->entries, entry_word(st->entries),
+         fe_human_bytes((double)st->bytes, b1, sizeof b1),
+         fe_human_bytes((double)a->cache_max, b2, sizeof b2));
+  if (st->bytes > a->cache_max)
+    printf("%lld %s used in the last hour kept over the limit (a compile may be about to link "
+           "them); axlc cache --clear removes them too\n",
+           (long long)st->recent, entry_word(st->recent));
+}
+
+/* axlc cache [--clear | --trim]: the compile cache's directory, entries and limit. */
+static int cmd_cache(Args *a) {
+  const char *flag = a->clear ? "--clear" : a->trim ? "--trim" : NULL;
+  if (a->model) {
+    fprintf(stderr,
+            "error: axlc cache takes no MODEL (got %s); usage: axlc cache [--clear | --trim]\n",
+            a->model);
+    return 1;
+  }
+  if (a->clear && a->trim) {
+    fprintf(stderr, "error: axlc cache: --clear or --trim, not both\n");
+    return 1;
+  }
+  if (cache_limit(a)) return 1;
+  if (cache_off() && !flag) {
+    printf("the compile cache is off (AXLC_NO_CACHE=%s)\n", cache_off());
+    return 0;
+  }
+  if (cache_off()) {
+    fprintf(stderr,
+            "error: axlc cache %s: the compile cache is off (AXLC_NO_CACHE=%s); run it with "
+            "AXLC_NO_CACHE unset to name the directory\n",
+            flag, cache_off());
+    return 1;
+  }
+  if (!backend_cache_dir_default(a->cache_dir, sizeof a->cache_dir)) {
+    fprintf(stderr, "error: axlc cache: no cache directory (expected AXLC_CACHE_DIR, "
+                    "XDG_CACHE_HOME or HOME to be set)\n");
+    return 1;
+  }
+  if (a->trim && !a->cache_max) {
+    printf("no limit (AXLC_CACHE_MAX=0): nothing to trim in %s\n", a->cache_dir);
+    return 0;
+  }
+  BackendCacheStats st;
+  char err[1024];
+  int rc = a->clear  ? backend_cache_clear(a->cache_dir, &st, err, sizeof err)
+           : a->trim ? backend_cache_trim(a->cache_dir, a->cache_max, &st, err, sizeof err)
+                     : backend_cache_stats(a->cache_dir, &st, err, sizeof err);
+  if (flag)
+    print_removed(a, &st);
+  else if (rc == 0)
+    print_cache(a, &st);
+  if (rc) fprintf(stderr, "error: %s\n", err);
+  return rc ? 1 : 0;
+}
+
 static int dispatch(Args *a) {
   if (!strcmp(a->command, "convert")) return cmd_convert(a);
   if (!strcmp(a->command, "plot")) return cmd_plot(a);
@@ -743,6 +870,7 @@ static int dispatch(Args *a) {
   if (!strcmp(a->command, "kinds")) return cmd_kinds(a);
   if (!strcmp(a->command, "ir")) return cmd_ir(a);
   if (!strcmp(a->command, "backends")) return cmd_backends();
+  if (!strcmp(a->command, "cache")) return cmd_cache(a);
   if (!strcmp(a->command, "memcheck")) return cmd_memcheck(a);
   if (!strcmp(a->command, "run")) return cmd_run(a);
   if (!strcmp(a->command, "compile")) return cmd_compile(a);

@@ -86,6 +86,7 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
     if (o->no_fuse) lo.fuse = false;
     if (o->no_threads) lo.threads = false;
     lo.cache_dir = o->cache_dir;
+    lo.cache_max = o->cache_max;
     lo.jobs = o->jobs;
     lo.progress = o->progress;
   }

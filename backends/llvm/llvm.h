@@ -79,6 +79,8 @@ typedef struct LlvmOptions {
   const MemPlan *forward_plan;
   int jobs;              /* threads that optimize and generate code; 0: one per online CPU */
   const char *cache_dir; /* the persistent object cache (unit.c); NULL: none */
+  int64_t cache_max;     /* its size limit in bytes, kept after a compile that stores (backend.h:
+                            backend_cache_trim); 0: none */
   bool keep_ir;          /* keep every optimized module for llvm_emit_text (bypasses the cache) */
   bool progress;         /* report on stderr when a compile takes more than a second or so */
 } LlvmOptions;

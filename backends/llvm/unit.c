@@ -19,7 +19,9 @@
  * name and renamed, so concurrent compiles never see half a file), and a later compile that
  * produces a unit with the same hash takes the object from there instead of compiling it. The
  * hash covers everything that decides the object, so a cached object is the object this
- * compile would have produced.
+ * compile would have produced. A cached object taken is touched (its mtime is its last use), and
+ * a compile that stored new objects trims the directory to its size limit, least recently used
+ * first (backends/cache.c).
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
@@ -291,6 +293,23 @@ static void cache_store(LlvmUnit *u, const char *dir) {
   free(tmp);
 }
 
+/* After a compile that stored objects (a warm one never reads the directory): the least
+ * recently used entries go while the cache is over its limit. A trim that fails is said once
+ * and costs the compile nothing. */
+static void cache_trim(const char *dir, int64_t max, bool profile) {
+  BackendCacheStats st;
+  char err[512];
+  double t0 = llvm_now_s();
+  if (backend_cache_trim(dir, max, &st, err, sizeof err) != 0)
+    fprintf(stderr,
+            "axlc: warning: the compile cache was not trimmed to its limit: %s (AXLC_CACHE_MAX=0 "
+            "turns the limit off)\n",
+            err);
+  else if (profile && max > 0)
+    fprintf(stderr, "axlc: cache %s: %lld entries removed, %lld left (%lld bytes) in %.3f s\n", dir,
+            (long long)st.removed, (long long)st.entries, (long long)st.bytes, llvm_now_s() - t0);
+}
+
 /* ---- compiling ---- */
 
 typedef struct Work {
@@ -459,6 +478,9 @@ int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t ca
   for (int32_t i = 0; i < M->nunits; i++) {
     LlvmUnit *u = &M->units[i];
     char *path = dir ? cache_path(dir, u->key) : NULL;
+    /* Touched before it is checked: a trim beside this compile that listed the entry as
+     * unused sees the new mtime before it removes it (backends/cache.c: used_since). */
+    if (path) backend_cache_touch(path);
     if (path && cached_object(path)) {
       u->file = path;
       unit_drop_ir(u);
@@ -480,9 +502,12 @@ int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t ca
   for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
   pthread_mutex_destroy(&w.lock);
   if (w.shown) fprintf(stderr, "\r\033[K");
+  int32_t stored = 0;
+  for (int32_t k = 0; k < w.ntodo; k++) stored += M->units[w.todo[k]].file != NULL;
   free(w.todo);
   M->stats.jobs = started + 1;
   M->stats.codegen_s = llvm_now_s() - t0;
+  if (stored) cache_trim(dir, o->cache_max, w.profile);
   for (int32_t i = 0; i < M->nunits; i++)
     if (M->units[i].err) return fail(err, cap, "%s", M->units[i].err);
   return 0;

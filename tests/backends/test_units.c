@@ -3,12 +3,16 @@
  * The same computation on other buffers (what every layer of a model repeats) must share one
  * unit; another shape or another expression must not. A second compile through a cache
  * directory takes every object from it and computes the same values; a damaged cache entry is
- * compiled again, not used. All results are checked against the interpreter (bt_check_with).
+ * compiled again, not used. With a size limit, a cache hit refreshes its entry's last use and
+ * a compile that stored objects trims the entries unused for an hour; a warm compile does not.
+ * All results are checked against the interpreter (bt_check_with).
  */
 #include "backend_test.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define OUT(g, name, v) CU_ASSERT_EQUAL(ir_graph_add_output((g), (name), (v)), IR_OK)
@@ -118,6 +122,67 @@ static void test_cache(void) {
   CU_ASSERT_EQUAL(system(cmd), 0);
 }
 
+/* Sets the last use (mtime) of every file in dir to age_s seconds ago. */
+static void age_all(const char *dir, long age_s) {
+  DIR *d = opendir(dir);
+  struct timespec t[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = time(NULL) - age_s}};
+  for (struct dirent *e; d && (e = readdir(d));)
+    if (e->d_name[0] != '.') CU_ASSERT_EQUAL(utimensat(dirfd(d), e->d_name, t, 0), 0);
+  if (d) closedir(d);
+}
+
+/* The files in dir last used over age_s seconds ago. */
+static int count_older(const char *dir, long age_s) {
+  DIR *d = opendir(dir);
+  struct stat st;
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));)
+    n += e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
+         st.st_mtime < time(NULL) - age_s;
+  if (d) closedir(d);
+  return n;
+}
+
+static void test_cache_limit(void) {
+  char dir[] = "/tmp/axlc_units_XXXXXX", one[512], junk[600];
+  CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+  IrGraph *g = layers();
+  LlvmOptions o = llvm_options_default();
+  o.cache_dir = dir;
+  o.cache_max = 1; /* at the next trim, every entry unused for an hour goes */
+  LlvmModule *m;
+  const LlvmStats *s = compile_stats(g, &o, &m);
+  int32_t units = s->units;
+  llvm_module_free(m);
+  CU_ASSERT_EQUAL(cache_entries(dir, one, sizeof one), units); /* new: kept over the limit */
+  snprintf(junk, sizeof junk, "%s/llvm-junk.o", dir);          /* an entry no compile here uses */
+  FILE *f = fopen(junk, "wb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fputs("an old object", f);
+  fclose(f);
+  age_all(dir, 2 * 86400);
+  /* warm: every object from the cache, each touched; nothing stored, so no trim */
+  s = compile_stats(g, &o, &m);
+  CU_ASSERT_EQUAL(s->cached, units);
+  llvm_module_free(m);
+  CU_ASSERT_EQUAL(access(junk, F_OK), 0);
+  CU_ASSERT_EQUAL(count_older(dir, 3600), 1); /* the junk only */
+  /* another output: new objects stored, then the trim takes the junk, not the touched ones */
+  int32_t x = ir_graph_find(g, IR_PARAMETER, "x2");
+  OUT(g, "other", ir_sub(g, ir_exp(g, x), x));
+  s = compile_stats(g, &o, &m);
+  int32_t stored = s->units - s->cached;
+  CU_ASSERT(stored >= 2); /* the main unit and the new kernel */
+  llvm_module_free(m);
+  CU_ASSERT_NOT_EQUAL(access(junk, F_OK), 0);
+  CU_ASSERT_EQUAL(cache_entries(dir, one, sizeof one), units + stored);
+  CU_ASSERT_EQUAL(count_older(dir, 3600), 0);
+  ir_graph_free(g);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 /* One thread or four: the same units, the same values. */
 static void test_jobs(void) {
   IrGraph *g = layers();
@@ -138,6 +203,7 @@ int main(void) {
   CU_pSuite s = CU_add_suite("backend_units", NULL, NULL);
   CU_add_test(s, "dedup", test_dedup);
   CU_add_test(s, "cache", test_cache);
+  CU_add_test(s, "cache limit", test_cache_limit);
   CU_add_test(s, "jobs", test_jobs);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();

@@ -205,6 +205,7 @@ help)
   expect_rc 0
   expect_in "$T/out" "usage: axlc COMMAND [MODEL.json] [options]"
   expect_in "$T/out" "convert MODEL.json  --from hf IN.safetensors -o OUT.safetensors"
+  expect_in "$T/out" "cache               the compile cache: its directory, entries, size and limit;"
   expect_empty "$T/err"
   run -h
   expect_rc 0

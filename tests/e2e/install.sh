@@ -114,6 +114,7 @@ for m in axlc axlc-trainer; do
 done
 groff -man -Tascii "$P/share/man/man1/axlc.1" 2>/dev/null | col -b > axlc.txt
 has axlc.txt "AXLC_PATH"
+has axlc.txt "AXLC_CACHE_MAX"
 groff -man -Tascii "$P/share/man/man1/axlc-trainer.1" 2>/dev/null | col -b > tr.txt
 has tr.txt "--init-allow-unused"
 has tr.txt "(experts, in, out)"

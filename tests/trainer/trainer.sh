@@ -290,6 +290,45 @@ compile_cli)
   must env AXLC_CACHE_DIR="$c" "$AXLC" compile "$m" --target cpu -o "$T/t2" $small --jobs 1
   cmp -s "$T/t1" "$T/t2" || fail "the trainer compiled from the cache differs"
   [ "$(ls "$c" | grep -c '^llvm-.*\.o$')" -eq "$n" ] || fail "a compile from the cache added objects"
+  # its upkeep: `axlc cache` counts the entries; a compile that stores objects trims the cache
+  # to AXLC_CACHE_MAX, least recently used first (a hit is a use), never an entry used in the
+  # last hour; a bad AXLC_CACHE_MAX is refused before any work; --clear empties the cache
+  env AXLC_CACHE_DIR="$c" "$AXLC" cache > "$T/out" 2> "$T/err" || fail "axlc cache: $(cat "$T/err")"
+  grep -q "^entries: $n (" "$T/out" || fail "axlc cache does not count the $n entries: $(cat "$T/out")"
+  touch -d '2 days ago' "$c"/*
+  ls "$c" > "$T/old"
+  : > "$c/notes.txt" # no entry: never removed
+  # another width: some kernels are new, the shape-free ones are hits
+  # shellcheck disable=SC2086
+  must env AXLC_CACHE_DIR="$c" AXLC_CACHE_MAX=1 "$AXLC" compile "$m" --target cpu -o "$T/t5" $small \
+    --set /model/dim=16
+  [ -z "$(find "$c" -name '*.o' -mmin +60)" ] || fail "entries unused for 2 days outlived a trim"
+  [ "$(ls "$c" | grep -cxFf "$T/old")" -lt "$n" ] || fail "the trim removed none of the old entries"
+  [ -e "$c/notes.txt" ] || fail "the trim removed notes.txt, which is no entry"
+  n5=$(ls "$c" | grep -c '^llvm-.*\.o$')
+  # shellcheck disable=SC2086
+  must env AXLC_CACHE_DIR="$c" AXLC_CACHE_MAX=1 "$AXLC" compile "$m" --target cpu -o "$T/t6" $small \
+    --set /model/dim=16
+  [ "$(ls "$c" | grep -c '^llvm-.*\.o$')" -eq "$n5" ] || fail "the trim removed objects just stored"
+  msg="error: AXLC_CACHE_MAX=lots: expected a size in bytes such as 500M or 2G (K, M, G: KiB, MiB,"
+  msg="$msg GiB), or 0 for no limit"
+  for cmd in "compile -o $T/t7" run; do # a 4-device mesh fails later: only the variable's error
+    # shellcheck disable=SC2086
+    env AXLC_CACHE_DIR="$c" AXLC_CACHE_MAX=lots "$AXLC" $cmd "$m" --target cpu \
+      --set '/mesh/shape=[1,4,1,1,1,1]' > "$T/out" 2> "$T/err"
+    [ $? -eq 1 ] && [ "$(cat "$T/err")" = "$msg" ] && [ ! -e "$T/t7" ] ||
+      fail "axlc $cmd with AXLC_CACHE_MAX=lots: $(cat "$T/err")"
+  done
+  : > "$c/.llvm-x.o.1.2.tmp" # a crashed compile's, 2 days ago
+  touch -d '2 days ago' "$c/.llvm-x.o.1.2.tmp"
+  env AXLC_CACHE_DIR="$c" "$AXLC" cache --clear > "$T/out" 2> "$T/err" || fail "axlc cache --clear"
+  grep -qx "removed $n5 entries (.*) from $c, and 1 stale temporary file" "$T/out" ||
+    fail "axlc cache --clear: $(cat "$T/out" "$T/err")"
+  [ "$(ls -A "$c")" = notes.txt ] || fail "axlc cache --clear left $(ls -A "$c")"
+  for bad in "$m" --bogus; do
+    env AXLC_CACHE_DIR="$c" "$AXLC" cache "$bad" > "$T/out" 2> "$T/err"
+    [ $? -eq 1 ] && grep -q "^error: .*$bad" "$T/err" || fail "axlc cache $bad: $(cat "$T/err")"
+  done
   rm -rf "$c"
   # shellcheck disable=SC2086
   must env AXLC_CACHE_DIR="$c" "$AXLC" compile "$m" --target cpu -o "$T/t3" $small --no-cache
