@@ -3,7 +3,7 @@ PyTorch, on this machine, in one invocation (issue 12: compile in seconds, train
 PyTorch).
 
     /usr/bin/python3 tools/bench/bench.py --axlc build/tools/axlc \
-        --peak build/tools/bench/sgemm_peak
+        --peak build/tools/bench/sgemm_peak [--fma-peak build/tools/bench/fma_peak]
         [--steps N] [--warmup N] [--rounds R] [--threads N] [--only NAME] [--skip NAME]
         [--no-torch] [--warm auto|always|never] [--json OUT] [--opencl [--ocl-gemm PROGRAM]]
 
@@ -12,6 +12,10 @@ What it measures, in order:
 1. The sgemm peak: `sgemm_peak THREADS` (OpenBLAS sgemm, 1024^3, best of 12), the denominator
    of model FLOP utilization (MFU). Measured again at the end; both are printed, and MFU uses
    the first. A large change between the two means the machine's load changed during the run.
+   With --fma-peak PROGRAM (tools/bench/fma_peak), also the cores' arithmetic ceiling (both FMA
+   units of every core busy, nothing loaded), which the sgemm peak is a share of; the summary
+   then gives each axlc step's FLOP rate as a share of it too (docs/bench.md, "The arithmetic
+   ceiling").
 
 2. Compile time and memory of `axlc compile MODEL --target cpu -o TRAINER` for every benchmark
    model, plus models/llama2-7b.json (compiled only, never trained; see COMPILE_ONLY for its
@@ -303,6 +307,13 @@ def print_summary(report):
               f"{fmt(pt and pt['ms_per_step'], '10.1f'):>10} | "
               f"{fmt(res['ratio'], '5.2f'):>5} | {100 * ax['mfu']:7.1f}% | "
               f"{fmt(pt and 100 * pt['mfu'], '8.1f') + ('%' if pt else ''):>9} | {goal}")
+    ceiling = report.get("fma_peak_gflops")
+    if ceiling:  # MFU is against the sgemm peak; rescaled to the ceiling
+        scale = report["sgemm_peak_gflops"]["start"] / ceiling["start"]
+        shares = [f"{res['benchmark']} {100 * res['impls']['axlc']['mfu'] * scale:.0f}%"
+                  for res in report["train"]]
+        print(f"axlc against the FMA ceiling ({ceiling['start']:.1f} GFLOP/s): "
+              + ", ".join(shares))
 
 
 def save(report, path):
@@ -319,6 +330,9 @@ def main():
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("--axlc", required=True, help="the axlc program (build/tools/axlc)")
     ap.add_argument("--peak", required=True, help="the sgemm_peak program")
+    ap.add_argument("--fma-peak", metavar="PROGRAM",
+                    help="the fma_peak program: also print the cores' arithmetic ceiling, and "
+                         "the sgemm peak and each step's FLOP rate as shares of it")
     ap.add_argument("--steps", type=int, default=10, help="measured steps per run (10)")
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured steps first in each run (2)")
     ap.add_argument("--rounds", type=int, default=3,
@@ -365,6 +379,11 @@ def main():
     peak = float(run([a.peak, str(a.threads)]).strip())
     report["sgemm_peak_gflops"] = {"threads": a.threads, "start": peak}
     print(f"sgemm peak ({a.threads} threads), start: {peak:.1f} GFLOP/s")
+    if a.fma_peak:
+        ceiling = float(run([a.fma_peak, str(a.threads)]).strip())
+        report["fma_peak_gflops"] = {"threads": a.threads, "start": ceiling}
+        print(f"FMA ceiling ({a.threads} threads): {ceiling:.1f} GFLOP/s; the sgemm peak is "
+              f"{100 * peak / ceiling:.0f}% of it")
     sys.stdout.flush()
 
     with tempfile.TemporaryDirectory(prefix="axlc-bench-") as top:
