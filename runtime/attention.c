@@ -7,9 +7,19 @@
  * row work (scale, mask, max, exp, sums) and its matrix products run. With causal, query row
  * i sees keys 0..i, so the block of rows [i0, i1) needs keys [0, i1) only: the products of a
  * block shrink with its position (about half the work of all blocks), and only the block's
- * diagonal square has entries to mask. The products are single-threaded OpenBLAS calls
- * (cblas_sgemm); the row work is loops over 8-float vectors with an exp of our own (see
- * "row work"), which fix the order of every sum.
+ * diagonal square has entries to mask. The row work is loops over 8-float vectors with an
+ * exp of our own (see "row work"), which fix the order of every sum.
+ *
+ * The tiles' products. Where rt_sgemm runs the own product (AVX2 and FMA, AXLC_SGEMM not
+ * openblas) they run on its micro-kernel (sgemm.c, rt_gemm_panels), with a problem's keys and
+ * values packed once for all the query blocks a chunk runs of it: K^T for the scores and V
+ * for the output forward; K^T, V^T and scale K backward; a block's own dO and scale Q once
+ * per block. Elsewhere they are single-threaded OpenBLAS calls (cblas_sgemm), which pack K
+ * and V again for every block and take their buffer from OpenBLAS's pool under one
+ * process-wide mutex; the pool's threads calling at once wait on it (futex), about 1 ms of
+ * tiny-lm's 6 ms step. Against the OpenBLAS tiles, trainers on 2 threads, two A/Bs of 4 to 6
+ * alternating runs each (medians): tiny-lm 6.48 -> 6.11 and 6.24 -> 6.12 ms, small 412 -> 382
+ * and 399 -> 382, long 370 -> 324 and 328 -> 322 (docs/bench.md).
  *
  * Backward, without saved statistics. rt_attention_grad recomputes each block's normalized
  * probabilities P from q and k, as the forward does, then dP = dO V^T, D_i = sum_j P_ij dP_ij
@@ -24,7 +34,9 @@
  * per chunk (one rt_parallel_for call), always written before it is read.
  *
  * Scratch: B (t + 1) floats per chunk forward and B (2t + 1) backward, B = block_rows(t):
- * 64 KiB forward and 128 KiB backward at t = 256, 1 MiB backward at t = 2048.
+ * 64 KiB forward and 128 KiB backward at t = 256, 1 MiB backward at t = 2048; with the own
+ * tiles, panels of 2 t h floats more forward and 3 t h + 2 B h backward (h rounded up to 16),
+ * 1 MiB forward and 1.6 MiB backward at t = 2048, h = 64.
  */
 #include <math.h>
 #include <stdint.h>
@@ -42,7 +54,17 @@ typedef struct {
     float scale;
     const float *q, *k, *v, *dout; /* (bn, t, h) each; dout backward only */
     float *o;                      /* forward: (bn, t, h); backward: dq, dk, dv (3, bn, t, h) */
+    int own;                       /* the tiles on rt_gemm_panels (rt_sgemm_use_own), else OpenBLAS */
 } Att;
+
+/* A chunk's scratch: the block's scores and their gradient, and with `own` the panels of the
+ * problem last packed (`packed`), for all its query blocks: K^T and V^T (over the keys, h
+ * rows), V and scale K (over h, t rows); and the block's own: scale Q and dO (over h, rows). */
+typedef struct {
+    float *s, *ds, *sums;
+    float *kt, *vt, *vn, *kn, *qn, *dn;
+    int64_t packed;
+} Scratch;
 
 /* Rows of a query block. Larger blocks pack K and V (inside OpenBLAS) fewer times per score;
  * smaller ones waste less of the diagonal tile, half of which is masked. Measured on a 2-core
@@ -54,15 +76,53 @@ static int64_t block_rows(int64_t t) {
 }
 
 /* The runtime never exits on its own, but a kernel has no status to return: out of memory
- * here ends the process with a message rather than a wrong step. */
+ * here ends the process with a message rather than a wrong step. 64-byte aligned (packed
+ * panels are read with aligned loads). */
 static float *scratch_new(int64_t floats) {
-    size_t bytes = (size_t)floats * sizeof(float);
-    float *p = malloc(bytes);
+    size_t bytes = ((size_t)floats * sizeof(float) + 63) / 64 * 64;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
     if (!p) {
         fprintf(stderr, "axlc runtime: out of memory for the attention scratch (%zu bytes)\n", bytes);
         abort();
     }
     return p;
+}
+
+/* A chunk's scratch (Scratch): the scores of a block, and with backward their gradient; the
+ * panels when a->own. */
+static Scratch scratch_make(const Att *a, int backward) {
+    int64_t br = block_rows(a->t), t = a->t, h = a->h, tiles = (backward ? 2 : 1) * br * t;
+    int64_t over_keys = rt_panels_floats(h, t), over_h = rt_panels_floats(t, h), rows_h = rt_panels_floats(br, h);
+    int64_t panels = !a->own ? 0 : backward ? 2 * over_keys + over_h + 2 * rows_h : over_keys + over_h;
+    Scratch sc = {.packed = -1};
+    sc.s = scratch_new(tiles + br + 16 + panels);
+    sc.ds = backward ? sc.s + br * t : NULL;
+    sc.sums = sc.s + tiles;
+    if (a->own) {
+        float *p = sc.sums + br; /* then up to 16 floats, to the next 64-byte boundary */
+        sc.kt = p + (64 - (uintptr_t)p % 64) % 64 / sizeof(float);
+        if (!backward)
+            sc.vn = sc.kt + over_keys;
+        else
+            sc.vt = sc.kt + over_keys, sc.kn = sc.vt + over_keys, sc.qn = sc.kn + over_h, sc.dn = sc.qn + rows_h;
+    }
+    return sc;
+}
+
+/* Packs problem p's keys and values, once for all the blocks a chunk runs of it. */
+static void pack_problem(const Att *a, Scratch *sc, int64_t p, int backward) {
+    int64_t t = a->t, h = a->h;
+    const float *k = a->k + p * t * h, *v = a->v + p * t * h;
+    if (!a->own || sc->packed == p)
+        return;
+    rt_pack_panels(1, h, t, 1.0f, k, h, sc->kt); /* for S = Q K^T */
+    if (!backward) {
+        rt_pack_panels(0, t, h, 1.0f, v, h, sc->vn); /* O = P V */
+    } else {
+        rt_pack_panels(1, h, t, 1.0f, v, h, sc->vt);     /* dP = dO V^T */
+        rt_pack_panels(0, t, h, a->scale, k, h, sc->kn); /* dq = scale dS K */
+    }
+    sc->packed = p;
 }
 
 /* C (m, n) = alpha op(A) op(B), plus C when `add` (rt_gemm_one), every matrix row-major with
@@ -218,9 +278,12 @@ ROW_KERNEL static float softmax_row(float *s, int64_t n, int64_t lim, float scal
 
 /* The block's scores: S (rows, lim) = Q[i0:i0+rows] K[0:lim]^T, each row turned into
  * probabilities; sums[r] receives row r's sum of exponentials. */
-static void block_probs(const Att *a, const float *q, const float *k, int64_t i0, int64_t rows, int64_t lim, float *s,
-                        float *sums) {
-    gemm(0, 1, rows, lim, a->h, 1.0f, q + i0 * a->h, k, 0, s);
+static void block_probs(const Att *a, const Scratch *sc, const float *q, const float *k, int64_t i0, int64_t rows,
+                        int64_t lim, float *s, float *sums) {
+    if (a->own)
+        rt_gemm_panels(0, rows, lim, a->h, q + i0 * a->h, a->h, sc->kt, a->h, 0, s, lim);
+    else
+        gemm(0, 1, rows, lim, a->h, 1.0f, q + i0 * a->h, k, 0, s);
     for (int64_t r = 0; r < rows; r++)
         sums[r] = softmax_row(s + r * lim, keys_seen(a, i0 + r, lim), lim, a->scale);
 }
@@ -238,19 +301,23 @@ static void item_block(const Att *a, int64_t it, int64_t *p, int64_t *b) {
 
 static void forward_items(void *ctx, int64_t lo, int64_t hi) {
     const Att *a = ctx;
-    int64_t br = block_rows(a->t), h = a->h, th = a->t * a->h;
-    float *s = scratch_new(br * a->t + br), *sums = s + br * a->t;
+    int64_t h = a->h, th = a->t * a->h;
+    Scratch sc = scratch_make(a, 0);
     for (int64_t it = lo; it < hi; it++) {
         int64_t p, b, i0, rows, lim;
         item_block(a, it, &p, &b);
         block_span(a, b, &i0, &rows, &lim);
-        block_probs(a, a->q + p * th, a->k + p * th, i0, rows, lim, s, sums);
+        pack_problem(a, &sc, p, 0);
+        block_probs(a, &sc, a->q + p * th, a->k + p * th, i0, rows, lim, sc.s, sc.sums);
         float *o = a->o + p * th + i0 * h;
-        gemm(0, 0, rows, h, lim, 1.0f, s, a->v + p * th, 0, o);
+        if (a->own)
+            rt_gemm_panels(0, rows, h, lim, sc.s, lim, sc.vn, a->t, 0, o, h);
+        else
+            gemm(0, 0, rows, h, lim, 1.0f, sc.s, a->v + p * th, 0, o);
         for (int64_t r = 0; r < rows; r++)
-            scale_row(o + r * h, h, 1.0f / sums[r]);
+            scale_row(o + r * h, h, 1.0f / sc.sums[r]);
     }
-    free(s);
+    free(sc.s);
 }
 
 void rt_attention(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
@@ -258,7 +325,7 @@ void rt_attention(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal
     if (bn <= 0 || t <= 0 || h <= 0)
         return;
     int64_t br = block_rows(t);
-    Att a = {bn, t, h, (t + br - 1) / br, causal != 0, scale, q, k, v, NULL, o};
+    Att a = {bn, t, h, (t + br - 1) / br, causal != 0, scale, q, k, v, NULL, o, rt_sgemm_use_own()};
     rt_parallel_for(pool, bn * a.nblk, forward_items, &a);
 }
 
@@ -289,16 +356,27 @@ ROW_KERNEL static void grad_row(float *p, float *dp, int64_t lim, float sum) {
 
 /* Query block b of problem `prob`: its dq rows, and its terms of dk and dv, which it adds to
  * theirs or, the first block of the problem (`first`), stores. */
-static void grad_block(const Att *a, int64_t prob, int64_t b, int first, float *s, float *ds, float *sums) {
+static void grad_block(const Att *a, Scratch *sc, int64_t prob, int64_t b, int first) {
     int64_t h = a->h, th = a->t * h, all = a->bn * th, i0, rows, lim;
     block_span(a, b, &i0, &rows, &lim);
     const float *q = a->q + prob * th, *k = a->k + prob * th, *v = a->v + prob * th;
     const float *dout = a->dout + prob * th + i0 * h;
-    float *dq = a->o + prob * th, *dk = dq + all, *dv = dq + 2 * all;
-    block_probs(a, q, k, i0, rows, lim, s, sums);
-    gemm(0, 1, rows, lim, h, 1.0f, dout, v, 0, ds);
+    float *dq = a->o + prob * th, *dk = dq + all, *dv = dq + 2 * all, *s = sc->s, *ds = sc->ds;
+    block_probs(a, sc, q, k, i0, rows, lim, s, sc->sums);
+    if (a->own)
+        rt_gemm_panels(0, rows, lim, h, dout, h, sc->vt, h, 0, ds, lim);
+    else
+        gemm(0, 1, rows, lim, h, 1.0f, dout, v, 0, ds);
     for (int64_t r = 0; r < rows; r++)
-        grad_row(s + r * lim, ds + r * lim, lim, sums[r]);
+        grad_row(s + r * lim, ds + r * lim, lim, sc->sums[r]);
+    if (a->own) {
+        rt_pack_panels(0, rows, h, 1.0f, dout, h, sc->dn);
+        rt_pack_panels(0, rows, h, a->scale, q + i0 * h, h, sc->qn);
+        rt_gemm_panels(1, lim, h, rows, s, lim, sc->dn, rows, !first, dv, h);
+        rt_gemm_panels(0, rows, h, lim, ds, lim, sc->kn, a->t, 0, dq + i0 * h, h);
+        rt_gemm_panels(1, lim, h, rows, ds, lim, sc->qn, rows, !first, dk, h);
+        return;
+    }
     gemm(1, 0, lim, h, rows, 1.0f, s, dout, !first, dv);
     gemm(0, 0, rows, h, lim, a->scale, ds, k, 0, dq + i0 * h);
     gemm(1, 0, lim, h, rows, a->scale, ds, q + i0 * h, !first, dk);
@@ -308,12 +386,13 @@ static void grad_block(const Att *a, int64_t prob, int64_t b, int first, float *
  * causal or without), so it stores dk and dv whole and the others add to them. */
 static void backward_items(void *ctx, int64_t lo, int64_t hi) {
     const Att *a = ctx;
-    int64_t br = block_rows(a->t);
-    float *s = scratch_new(2 * br * a->t + br), *ds = s + br * a->t, *sums = ds + br * a->t;
-    for (int64_t prob = lo; prob < hi; prob++)
+    Scratch sc = scratch_make(a, 1);
+    for (int64_t prob = lo; prob < hi; prob++) {
+        pack_problem(a, &sc, prob, 1);
         for (int64_t b = a->nblk - 1; b >= 0; b--)
-            grad_block(a, prob, b, b == a->nblk - 1, s, ds, sums);
-    free(s);
+            grad_block(a, &sc, prob, b, b == a->nblk - 1);
+    }
+    free(sc.s);
 }
 
 void rt_attention_grad(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
@@ -321,6 +400,6 @@ void rt_attention_grad(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t c
     if (bn <= 0 || t <= 0 || h <= 0)
         return;
     int64_t br = block_rows(t);
-    Att a = {bn, t, h, (t + br - 1) / br, causal != 0, scale, q, k, v, dout, dqkv};
+    Att a = {bn, t, h, (t + br - 1) / br, causal != 0, scale, q, k, v, dout, dqkv, rt_sgemm_use_own()};
     rt_parallel_for(pool, bn, backward_items, &a);
 }

@@ -69,7 +69,7 @@ static int64_t parts(int64_t n) {
 
 /* Few large products go to sgemm.c's own product, which packs each operand once for all
  * items, where the CPU has AVX2 and FMA and AXLC_SGEMM is not "openblas". */
-static int use_own(void) {
+int rt_sgemm_use_own(void) {
     static atomic_int use = -1;
     int u = atomic_load(&use);
     if (u < 0) {
@@ -83,7 +83,7 @@ static int use_own(void) {
 void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
               int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float *c, int64_t ldc,
               int64_t stride_c) {
-    if (batch < 4 && use_own()) {
+    if (batch < 4 && rt_sgemm_use_own()) {
         int64_t i = 0;
         while (i < batch && rt_sgemm_own(pool, ta, tb, m, n, k, 1.0f, a + i * stride_a, lda, b + i * stride_b, ldb, 0,
                                          c + i * stride_c, ldc))

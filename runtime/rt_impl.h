@@ -58,6 +58,21 @@ int rt_sgemm_own_available(void);
 int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t lda, const float *b, int64_t ldb, int add, float *c, int64_t ldc);
 
+/* Tiles: single-threaded products whose right operand was packed once for many of them (the
+ * fused attention packs a problem's keys and values once for all its query blocks), on CPUs
+ * where rt_sgemm_own_available(); every element is the chain of operations rt_sgemm_own's is.
+ * rt_pack_panels packs op(B) (k, n) times alpha, B stored (k, n) or, tb, (n, k), into
+ * rt_panels_floats(k, n) floats at dst (64-byte aligned). rt_gemm_panels: C (m, n) = op(A)
+ * times the first k rows of such panels, packed with pk >= k rows, plus C when add; A stored
+ * (m, k) or, ta, (k, m), row-major with leading dimension lda. */
+int64_t rt_panels_floats(int64_t k, int64_t n);
+void rt_pack_panels(int tb, int64_t k, int64_t n, float alpha, const float *b, int64_t ldb, float *dst);
+void rt_gemm_panels(int ta, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *panels,
+                    int64_t pk, int add, float *c, int64_t ldc);
+/* Whether rt_sgemm runs the own product here: the CPU has AVX2 and FMA and AXLC_SGEMM is not
+ * openblas (blas.c). */
+int rt_sgemm_use_own(void);
+
 /* ===== safetensors.c ================================================================== */
 
 /* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32. */

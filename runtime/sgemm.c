@@ -144,10 +144,14 @@ AVX2 static void pack_panel(const Sgemm *g, int64_t q, float *dst) {
             const float *src = g->b + (g->p0 + k) * g->ldb + c0;
             if (cols == NR && alpha == 1.0f) {
                 memcpy(dst + k * NR, src, NR * sizeof *dst);
-                continue;
+            } else if (cols == NR) {
+                __m256 x = _mm256_set1_ps(alpha);
+                _mm256_store_ps(dst + k * NR, _mm256_mul_ps(x, _mm256_loadu_ps(src)));
+                _mm256_store_ps(dst + k * NR + 8, _mm256_mul_ps(x, _mm256_loadu_ps(src + 8)));
+            } else {
+                for (int64_t j = 0; j < NR; j++)
+                    dst[k * NR + j] = j < cols ? alpha * src[j] : 0.0f;
             }
-            for (int64_t j = 0; j < NR; j++)
-                dst[k * NR + j] = j < cols ? alpha * src[j] : 0.0f;
         }
         return;
     }
@@ -224,27 +228,38 @@ AVX2 static void micro_rows(int64_t kc, const float *a, int64_t lda, const float
     micro(kc, a, lda, 1, bp, c, ldc, add);
 }
 
-/* The (sliver s, panel q) block of C; an edge block goes through a padded copy so it runs
- * the same chain of operations as the others. */
-static void block_at(const Sgemm *g, int64_t s, const float *ap, int64_t q, const float *bp) {
-    int64_t r0 = g->i0 + s * MR, c0 = g->j0 + q * NR;
-    int64_t rows = g->m - r0 < MR ? g->m - r0 : MR, cols = g->n - c0 < NR ? g->n - c0 : NR;
-    float *c = g->c + r0 * g->ldc + c0, tmp[MR * NR];
-    int add = g->p0 > 0 || g->add, edge = rows < MR || cols < NR;
+/* The rows x cols block of C at c (rows <= MR, cols <= NR): the micro-kernel on a sliver
+ * packed at ap, or read in place at a (row stride lda) when ap is NULL, and the panel at bp.
+ * An edge block goes through a padded copy, so it runs the same chain of operations as the
+ * others. */
+__attribute__((always_inline)) static inline void micro_block(int64_t kc, const float *ap, const float *a, int64_t lda,
+                                                              const float *bp, float *c, int64_t ldc, int64_t rows,
+                                                              int64_t cols, int add) {
+    float tmp[MR * NR];
+    int edge = rows < MR || cols < NR;
     if (edge) {
         memset(tmp, 0, sizeof tmp);
         for (int64_t r = 0; r < rows && add; r++)
-            memcpy(tmp + r * NR, c + r * g->ldc, (size_t)cols * sizeof *c);
+            memcpy(tmp + r * NR, c + r * ldc, (size_t)cols * sizeof *c);
     }
     float *dst = edge ? tmp : c;
-    int64_t ld = edge ? NR : g->ldc;
-    if (!g->ta && rows == MR)
-        micro_rows(g->kc, g->a + r0 * g->lda + g->p0, g->lda, bp, dst, ld, add);
+    int64_t ld = edge ? NR : ldc;
+    if (ap)
+        micro_packed(kc, ap, bp, dst, ld, add);
     else
-        micro_packed(g->kc, ap, bp, dst, ld, add);
+        micro_rows(kc, a, lda, bp, dst, ld, add);
     if (edge)
         for (int64_t r = 0; r < rows; r++)
-            memcpy(c + r * g->ldc, tmp + r * NR, (size_t)cols * sizeof *c);
+            memcpy(c + r * ldc, tmp + r * NR, (size_t)cols * sizeof *c);
+}
+
+/* The (sliver s, panel q) block of C. */
+static void block_at(const Sgemm *g, int64_t s, const float *ap, int64_t q, const float *bp) {
+    int64_t r0 = g->i0 + s * MR, c0 = g->j0 + q * NR;
+    int64_t rows = g->m - r0 < MR ? g->m - r0 : MR, cols = g->n - c0 < NR ? g->n - c0 : NR;
+    int in_place = !g->ta && rows == MR;
+    micro_block(g->kc, in_place ? NULL : ap, g->a + r0 * g->lda + g->p0, g->lda, bp, g->c + r0 * g->ldc + c0, g->ldc,
+                rows, cols, g->p0 > 0 || g->add);
 }
 
 /* Slivers [s0, s1) of the block against panels [q0, q1), packed at bp. A packed sliver is at
@@ -297,6 +312,50 @@ static void strip_items(void *ctx, int64_t lo, int64_t hi) {
     }
 }
 #endif
+
+/* ===== tiles: single-threaded products on panels packed once ============================ */
+
+int64_t rt_panels_floats(int64_t k, int64_t n) {
+    return (n + NR - 1) / NR * NR * k;
+}
+
+void rt_pack_panels(int tb, int64_t k, int64_t n, float alpha, const float *b, int64_t ldb, float *dst) {
+#ifdef SGEMM_X86
+    Sgemm g = {.tb = tb, .n = n, .k = k, .b = b, .ldb = ldb, .alpha = alpha, .nb = n, .kc = k};
+    for (int64_t q = 0; q * NR < n; q++)
+        pack_panel(&g, q, dst + q * k * NR);
+#else
+    (void)tb, (void)k, (void)n, (void)alpha, (void)b, (void)ldb, (void)dst;
+#endif
+}
+
+void rt_gemm_panels(int ta, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *panels,
+                    int64_t pk, int add, float *c, int64_t ldc) {
+#ifdef SGEMM_X86
+    _Alignas(64) float sliver[MR * KC];
+    Sgemm g = {.ta = ta, .m = m, .k = k, .a = a, .lda = lda, .mb = m};
+    for (int64_t r = 0; r < m && k <= 0 && !add; r++) /* an empty sum */
+        memset(c + r * ldc, 0, (size_t)n * sizeof *c);
+    for (g.p0 = 0; g.p0 < k; g.p0 += KC) { /* K slices, as rt_sgemm_own's: C carries the sum */
+        g.kc = k - g.p0 < KC ? k - g.p0 : KC;
+        for (int64_t i0 = 0; i0 < m; i0 += MR) {
+            int64_t rows = m - i0 < MR ? m - i0 : MR;
+            int in_place = !ta && rows == MR;
+            if (ta && rows == MR) /* six values of each row of A, side by side */
+                for (int64_t kk = 0; kk < g.kc; kk++)
+                    memcpy(sliver + kk * MR, a + (g.p0 + kk) * lda + i0, MR * sizeof *a);
+            else if (!in_place)
+                pack_sliver(&g, i0 / MR, sliver);
+            for (int64_t j0 = 0; j0 < n; j0 += NR)
+                micro_block(g.kc, in_place ? NULL : sliver, a + i0 * lda + g.p0, lda,
+                            panels + (j0 / NR * pk + g.p0) * NR, c + i0 * ldc + j0, ldc, rows,
+                            n - j0 < NR ? n - j0 : NR, add || g.p0 > 0);
+        }
+    }
+#else
+    (void)ta, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)panels, (void)pk, (void)add, (void)c, (void)ldc;
+#endif
+}
 
 /* ===== the product ===================================================================== */
 

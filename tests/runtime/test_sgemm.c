@@ -6,7 +6,8 @@
  * matrix, and batches on both of rt_sgemm's paths; and the own product's alpha and
  * accumulation into C. C starts as NaN (when not accumulating), so an element the product
  * forgets to write (or reads before writing: beta is 0) fails. Each product is also run on a
- * NULL pool and on pools of 2 and 3 threads, which must give the same bits.
+ * NULL pool and on pools of 2 and 3 threads, which must give the same bits. And the tiles
+ * the fused attention runs (rt_pack_panels, rt_gemm_panels), over the same shapes.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -85,6 +86,32 @@ static void via_own(RtPool *pool, const Case *t, int ta, int tb, const float *a,
                                  ldb, add, c + e * sc, ldc));
 }
 
+/* rt_gemm_panels on op(B) packed by rt_pack_panels, one product at a time (the pool is not
+ * used). B stored (n, k) is packed as it is; B stored (k, n) goes through a copy with 5 more
+ * rows of NaN, packed with pk = k + 5, so a product that reads past its k rows fails. */
+static void via_panels(RtPool *pool, const Case *t, int ta, int tb, const float *a, int64_t lda,
+                       int64_t sa, const float *b, int64_t ldb, int64_t sb, float *c, int64_t ldc,
+                       int64_t sc) {
+  (void)pool;
+  int64_t pk = tb ? t->k : t->k + 5;
+  size_t bytes = ((size_t)rt_panels_floats(pk, t->n) * sizeof(float) + 64) / 64 * 64;
+  float *panels = aligned_alloc(64, bytes), *bx = malloc((size_t)(pk * t->n + 1) * sizeof *bx);
+  CU_ASSERT_FATAL(panels != NULL && bx != NULL);
+  for (int64_t e = 0; e < t->batch; e++) {
+    if (tb) {
+      rt_pack_panels(1, t->k, t->n, alpha, b + e * sb, ldb, panels);
+    } else {
+      for (int64_t kk = 0; kk < pk; kk++)
+        for (int64_t j = 0; j < t->n; j++)
+          bx[kk * t->n + j] = kk < t->k ? b[e * sb + kk * ldb + j] : NAN;
+      rt_pack_panels(0, pk, t->n, alpha, bx, t->n, panels);
+    }
+    rt_gemm_panels(ta, t->m, t->n, t->k, a + e * sa, lda, panels, pk, add, c + e * sc, ldc);
+  }
+  free(panels);
+  free(bx);
+}
+
 /* One case, every transpose: the product on NULL, 2- and 3-thread pools, bit-identical and
  * within 2e-6 of the reference (relative to the sum of |terms|; K up to 1100 here). */
 static void check(RtPool *pools[3], const Case *t, Product product, int check_ref) {
@@ -159,6 +186,19 @@ static void test_rt_sgemm(void) {
   for (size_t i = 0; i < 2; i++) check(pools, &batched[i], via_rt_sgemm, 1);
 }
 
+/* The fused attention's tiles: rt_gemm_panels, with alpha and accumulation too. */
+static void test_panels(void) {
+  if (!rt_sgemm_own_available()) return;
+  for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
+    check(pools, &SHAPES[i], via_panels, 1);
+  alpha = -0.375f;
+  add = 1;
+  for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
+    check(pools, &SHAPES[i], via_panels, 1);
+  add = 0;
+  alpha = 1.0f;
+}
+
 /* Blocks of rows (m > 3072) and of columns (n > 4096): short K keeps the reference cheap. */
 static void test_blocks(void) {
   if (!rt_sgemm_own_available()) return;
@@ -176,6 +216,7 @@ int main(void) {
       {"own product: alpha, accumulating into C", test_own_alpha_add},
       {"rt_sgemm: both paths, batches", test_rt_sgemm},
       {"own product: blocks of rows and columns", test_blocks},
+      {"tiles: packed panels, alpha, accumulating, 1-3 threads", test_panels},
       {NULL, NULL},
   };
   int rc = rt_test_main("runtime_sgemm", cases);
