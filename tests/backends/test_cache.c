@@ -21,13 +21,7 @@
 #include <unistd.h>
 
 #include "backends/backend.h"
-
-#define CHECK_MSG(cond, ...)                                                                       \
-  do {                                                                                             \
-    char m_[1024];                                                                                 \
-    snprintf(m_, sizeof m_, __VA_ARGS__);                                                          \
-    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);                         \
-  } while (0)
+#include "tests/cunit_check.h"
 
 #define CHECK_EQ(a, b)                                                                             \
   CHECK_MSG((long long)(a) == (long long)(b), "%s == %s: %lld, expected %lld", #a, #b,             \

@@ -11,13 +11,7 @@
 
 #include "backends/backend.h"
 #include "driver/driver.h"
-
-#define CHECK_MSG(cond, ...)                                                                       \
-  do {                                                                                             \
-    char m_[1024];                                                                                 \
-    snprintf(m_, sizeof m_, __VA_ARGS__);                                                          \
-    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);                         \
-  } while (0)
+#include "tests/cunit_check.h"
 
 static void test_find(void) {
   const Backend *b = backend_find("interp");

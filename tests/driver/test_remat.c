@@ -21,13 +21,7 @@
 #include "driver/driver.h"
 #include "passes/passes.h"
 #include "runtime/axrt.h"
-
-#define CHECK_MSG(cond, ...)                                                                       \
-  do {                                                                                             \
-    char m_[1024];                                                                                 \
-    snprintf(m_, sizeof m_, __VA_ARGS__);                                                          \
-    CU_assertImplementation((cond), __LINE__, m_, __FILE__, "", CU_FALSE);                         \
-  } while (0)
+#include "tests/cunit_check.h"
 
 static const char *const policies[] = {
     "\"full\"", "\"save_dots\"", "\"save_qkvo\"",
