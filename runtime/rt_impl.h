@@ -60,7 +60,7 @@ int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, 
 
 /* Tiles: single-threaded products whose right operand was packed once for many of them (the
  * fused attention packs a problem's keys and values once for all its query blocks), on CPUs
- * where rt_sgemm_own_available(); every element is the chain of operations rt_sgemm_own's is.
+ * where rt_sgemm_own_available(); each element is the same chain of operations as in rt_sgemm_own.
  * rt_pack_panels packs op(B) (k, n) times alpha, B stored (k, n) or, tb, (n, k), into
  * rt_panels_floats(k, n) floats at dst (64-byte aligned). rt_gemm_panels: C (m, n) = op(A)
  * times the first k rows of such panels, packed with pk >= k rows, plus C when add; A stored

@@ -39,6 +39,11 @@
  * only on the shapes, and each item writes only its own slivers, panels or piece of C, so the
  * result does not depend on the thread count.
  *
+ * Tiles. rt_pack_panels and rt_gemm_panels give the micro-kernel to a caller that reuses one
+ * packed right operand for many small products on one thread: the fused attention packs a
+ * problem's keys and values once for all its query blocks (attention.c). Same slivers, panels,
+ * K slices and edge copies, so the same chain of operations per element.
+ *
  * Scratch: the packed slivers and panels of one block and slice, at most (MB + NB) * KC
  * floats (7 MiB), malloc'd and freed per call; an item's own strip, PW * KC * NR floats
  * (64 KiB), on its thread's stack.
