@@ -45,10 +45,9 @@ uint32_t rt_crc32(uint32_t crc, const void *buf, size_t n);
 int rt_env_int(const char *name, int64_t dflt, int64_t lo, int64_t hi, int64_t *out, RtError *err);
 int rt_env_seconds(const char *name, double dflt, double *out, RtError *err);
 
-/* The defaults of AXLC_COMM_TIMEOUT, AXLC_COMM_SPIN and AXLC_COMM_NAP (comm.c). */
-#define RT_COMM_TIMEOUT_S 20.0
-#define RT_COMM_SPIN      100
-#define RT_COMM_NAP_NS    20000
+/* AXLC_COMM_TIMEOUT (seconds, default 20), AXLC_COMM_SPIN (polls, default 100) and
+ * AXLC_COMM_NAP (nanoseconds, default 20000), how a rank waits at a collective (comm.c). */
+int rt_env_comm(double *timeout_s, int64_t *spin, int64_t *nap_ns, RtError *err);
 
 /* Checks every variable a trainer reads (AXLC_SGEMM, AXLC_COMM_TIMEOUT, AXLC_COMM_SPIN,
  * AXLC_COMM_NAP) before it starts, so that a typo ends the run at once instead of being
@@ -230,6 +229,8 @@ typedef struct RtCollective {
  * AXLC_NO_CACHE is set (to anything but "" or "0"), when none of those is set, or when the
  * name does not fit. */
 int rt_cache_dir(char *out, size_t cap);
+/* AXLC_NO_CACHE's value when it turns the caches off (set, and neither "" nor "0"), else NULL. */
+const char *rt_cache_off(void);
 
 typedef struct RtComm RtComm;
 

@@ -299,9 +299,7 @@ int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int
     c->ncolls = colls ? ncolls : 0;
     c->size = 1;
     int64_t spin, nap_ns;
-    if (rt_env_seconds("AXLC_COMM_TIMEOUT", RT_COMM_TIMEOUT_S, &c->timeout_s, err) != 0 ||
-        rt_env_int("AXLC_COMM_SPIN", RT_COMM_SPIN, 0, 1000000000, &spin, err) != 0 ||
-        rt_env_int("AXLC_COMM_NAP", RT_COMM_NAP_NS, 0, 999999999, &nap_ns, err) != 0) {
+    if (rt_env_comm(&c->timeout_s, &spin, &nap_ns, err) != 0) {
         free(c);
         return -1;
     }

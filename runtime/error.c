@@ -86,6 +86,14 @@ int rt_env_seconds(const char *name, double dflt, double *out, RtError *err) {
     return 0;
 }
 
+int rt_env_comm(double *timeout_s, int64_t *spin, int64_t *nap_ns, RtError *err) {
+    if (rt_env_seconds("AXLC_COMM_TIMEOUT", 20.0, timeout_s, err) != 0 ||
+        rt_env_int("AXLC_COMM_SPIN", 100, 0, 1000000000, spin, err) != 0 ||
+        rt_env_int("AXLC_COMM_NAP", 20000, 0, 999999999, nap_ns, err) != 0) /* under 1 s: nanosleep */
+        return -1;
+    return 0;
+}
+
 int rt_env_check(RtError *err) {
     int64_t spin, nap;
     double timeout;
@@ -93,9 +101,5 @@ int rt_env_check(RtError *err) {
     if (sgemm && *sgemm && strcmp(sgemm, "openblas") != 0 && strcmp(sgemm, "own") != 0)
         return rt_error_set(err, "AXLC_SGEMM=%s: expected openblas or own (unset: own where the CPU has AVX2 and FMA)",
                             sgemm);
-    if (rt_env_seconds("AXLC_COMM_TIMEOUT", RT_COMM_TIMEOUT_S, &timeout, err) != 0 ||
-        rt_env_int("AXLC_COMM_SPIN", RT_COMM_SPIN, 0, 1000000000, &spin, err) != 0 ||
-        rt_env_int("AXLC_COMM_NAP", RT_COMM_NAP_NS, 0, 999999999, &nap, err) != 0)
-        return -1;
-    return 0;
+    return rt_env_comm(&timeout, &spin, &nap, err);
 }

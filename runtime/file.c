@@ -151,11 +151,15 @@ int rt_dir_fsync(const char *dir, RtError *err) {
     return 0;
 }
 
+const char *rt_cache_off(void) {
+    const char *off = getenv("AXLC_NO_CACHE");
+    return off && *off && strcmp(off, "0") != 0 ? off : NULL;
+}
+
 int rt_cache_dir(char *out, size_t cap) {
     const char *a = getenv("AXLC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    const char *off = getenv("AXLC_NO_CACHE");
     int n = -1;
-    if (off && *off && strcmp(off, "0") != 0)
+    if (rt_cache_off())
         ; /* every cache turned off */
     else if (a && *a)
         n = snprintf(out, cap, "%s", a);

@@ -762,12 +762,6 @@ static int cmd_convert(const Args *a) {
 
 /* ---- cache ---- */
 
-/* AXLC_NO_CACHE's value when it turns the caches off (as rt_cache_dir reads it), else NULL. */
-static const char *cache_off(void) {
-  const char *off = getenv("AXLC_NO_CACHE");
-  return off && *off && strcmp(off, "0") != 0 ? off : NULL;
-}
-
 static const char *entry_word(int64_t n) { return n == 1 ? "entry" : "entries"; }
 
 static const char *local_time(time_t t, char *buf, size_t cap) {
@@ -829,15 +823,15 @@ static int cmd_cache(Args *a) {
     return 1;
   }
   if (cache_limit(a)) return 1;
-  if (cache_off() && !flag) {
-    printf("the compile cache is off (AXLC_NO_CACHE=%s)\n", cache_off());
+  if (rt_cache_off() && !flag) {
+    printf("the compile cache is off (AXLC_NO_CACHE=%s)\n", rt_cache_off());
     return 0;
   }
-  if (cache_off()) {
+  if (rt_cache_off()) {
     fprintf(stderr,
             "error: axlc cache %s: the compile cache is off (AXLC_NO_CACHE=%s); run it with "
             "AXLC_NO_CACHE unset to name the directory\n",
-            flag, cache_off());
+            flag, rt_cache_off());
     return 1;
   }
   if (!backend_cache_dir_default(a->cache_dir, sizeof a->cache_dir)) {
