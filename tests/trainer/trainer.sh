@@ -8,7 +8,8 @@
 #                and of `axlc run --target cpu` (the JIT), from the same init and data: the
 #                compiled losses and parameters within 1e-4 relative of the interpreter's, and
 #                the JIT's bit-identical to the trainer's
-#   resume       20 steps straight = 10 steps, --resume, 10 more: identical losses and params
+#   resume       20 steps straight = 10 steps, --resume, 10 more: identical losses and params;
+#                the first 10 without huge pages (AXLC_HUGEPAGES=0); a bad AXLC_HUGEPAGES
 #   damaged      a flipped byte or a truncated file in the newest checkpoint is refused and the
 #                previous one is used; bad options and files are clear errors
 #   reliability  SIGTERM saves and resumes; a second trainer on one directory, a checkpoint of
@@ -110,8 +111,20 @@ resume)
   trainer tiny && cp "$TR" "$T/trainer"
   must "$T/trainer" --data "$T/text.txt" --steps 20 --ckpt-dir "$T/a" --ckpt-every 10 \
     --metrics "$T/a.jsonl"
-  must "$T/trainer" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --ckpt-every 10 \
-    --metrics "$T/b.jsonl"
+  cp "$T/log" "$T/a.log"
+  # the first half without huge pages for the slab: the same bits
+  must env AXLC_HUGEPAGES=0 "$T/trainer" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" \
+    --ckpt-every 10 --metrics "$T/b.jsonl"
+  cp "$T/log" "$T/b.log"
+  if grep -q '\[madvise\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
+    # the kernel gives huge pages where asked: the slab (5 MiB) holds at least one
+    grep -q "; [1-9][0-9.]* MiB in huge pages" "$T/a.log" || fail "no huge pages: $(tail -1 "$T/a.log")"
+    grep -q "; 0.00 MiB in huge pages" "$T/b.log" || fail "AXLC_HUGEPAGES=0: $(tail -1 "$T/b.log")"
+  fi
+  env AXLC_HUGEPAGES=yes "$T/trainer" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/c" > "$T/out" 2> "$T/err"
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "AXLC_HUGEPAGES=yes: expected a whole number from 0 to 1" "$T/err" &&
+    [ ! -e "$T/c" ] || fail "AXLC_HUGEPAGES=yes: exit $rc, $(cat "$T/err")"
   must "$T/trainer" --data "$T/text.txt" --steps 20 --ckpt-dir "$T/b" --ckpt-every 10 --resume \
     --metrics "$T/b2.jsonl"
   cat "$T/b.jsonl" "$T/b2.jsonl" > "$T/b_all.jsonl"
