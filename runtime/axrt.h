@@ -390,6 +390,12 @@ int rt_pool_threads(const RtPool *pool);
  * are done. A NULL pool runs fn(ctx, 0, n) on the calling thread. Deterministic: the result
  * must not depend on how [0, n) is chunked (each index is owned by exactly one call). */
 void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);
+/* The same, with items claimed one at a time: fn(ctx, i, i + 1) for each i. Each thread runs
+ * the items of its own chunk in order, then takes what is left of the others' from their
+ * ends, so a thread the machine slows holds up only the item it is running. For an fn whose
+ * items' results do not depend on which thread runs them or in what order (the runtime's own
+ * product: each item writes its own pieces). */
+void rt_parallel_for_claimed(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);
 
 /* ===== blas.c: matrix products for generated code ====================================== */
 

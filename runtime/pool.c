@@ -16,6 +16,11 @@
  * between kernels, 12 ms with one thread). One job at a time: a call made while the pool is busy (from
  * inside fn, or from another thread) runs fn(ctx, 0, n) on its own thread instead of
  * waiting, so nesting never deadlocks.
+ *
+ * rt_parallel_for_claimed: the same chunks, claimed an item at a time. A thread runs its own
+ * chunk's items from the front, then takes the others' leftovers from their backs, each claim
+ * a compare-and-swap on the chunk's [lo, hi). On a shared machine one thread is often slower
+ * for a while; with whole chunks the job waits for it, with claims the other takes over.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,7 +36,14 @@ typedef struct PoolJob {
     void (*fn)(void *ctx, int64_t lo, int64_t hi);
     void *ctx;
     int64_t n;
+    int claimed; /* items claimed one at a time (rt_parallel_for_claimed), else whole chunks */
 } PoolJob;
+
+/* A chunk of a claimed job: its unclaimed items [lo, hi) as hi << 32 | lo, on a cache line
+ * of its own (its owner claims from it at every item). */
+typedef struct PoolLeft {
+    _Alignas(64) _Atomic uint64_t items;
+} PoolLeft;
 
 typedef struct PoolWorker {
     RtPool *pool;
@@ -49,6 +61,7 @@ struct RtPool {
     _Atomic uint64_t generation;
     atomic_int pending; /* workers still running the current job */
     atomic_int stop;
+    PoolLeft *left; /* (threads) the chunks of a claimed job */
     PoolJob job;
 };
 
@@ -60,9 +73,28 @@ static void chunk(int64_t n, int parts, int k, int64_t *lo, int64_t *hi) {
     *hi = *lo + q + (k < r ? 1 : 0);
 }
 
-static void run_chunk(const PoolJob *job, int parts, int k) {
+/* Claims an unclaimed item of a chunk: its first (front) or its last; -1 when none is left. */
+static int64_t claim(PoolLeft *left, int front) {
+    uint64_t v = atomic_load(&left->items);
+    for (;;) {
+        uint64_t lo = v & 0xffffffffu, hi = v >> 32;
+        if (lo >= hi)
+            return -1;
+        uint64_t rest = front ? hi << 32 | (lo + 1) : (hi - 1) << 32 | lo;
+        if (atomic_compare_exchange_weak(&left->items, &v, rest))
+            return (int64_t)(front ? lo : hi - 1);
+    }
+}
+
+static void run_chunk(RtPool *p, const PoolJob *job, int k) {
+    if (job->claimed) { /* its own chunk from the front, in order, then the others' from the back */
+        for (int j = 0; j < p->threads; j++)
+            for (int64_t i; (i = claim(&p->left[(k + j) % p->threads], j == 0)) >= 0;)
+                job->fn(job->ctx, i, i + 1);
+        return;
+    }
     int64_t lo, hi;
-    chunk(job->n, parts, k, &lo, &hi);
+    chunk(job->n, p->threads, k, &lo, &hi);
     if (lo < hi)
         job->fn(job->ctx, lo, hi);
 }
@@ -99,7 +131,7 @@ static void *worker_main(void *arg) {
         seen = atomic_load(&p->generation);
         PoolJob job = p->job;
         pthread_mutex_unlock(&p->mu);
-        run_chunk(&job, p->threads, w->index);
+        run_chunk(p, &job, w->index);
         if (atomic_fetch_sub(&p->pending, 1) == 1) {
             pthread_mutex_lock(&p->mu); /* the caller may be asleep on done */
             pthread_cond_signal(&p->done);
@@ -137,7 +169,10 @@ int rt_pool_new(RtPool **out, int threads, RtError *err) {
     if (threads < 1 || threads > POOL_MAX_THREADS)
         return rt_error_set(err, "thread pool: %d threads, expected 1..%d", threads, POOL_MAX_THREADS);
     RtPool *p = calloc(1, sizeof *p);
-    if (!p || !(p->workers = calloc((size_t)threads, sizeof *p->workers))) {
+    if (!p || !(p->workers = calloc((size_t)threads, sizeof *p->workers)) ||
+        !(p->left = aligned_alloc(64, (size_t)threads * sizeof *p->left))) {
+        if (p)
+            free(p->workers);
         free(p);
         return rt_error_set(err, "thread pool: out of memory");
     }
@@ -163,6 +198,7 @@ void rt_pool_free(RtPool *pool) {
     pthread_mutex_destroy(&pool->mu);
     pthread_mutex_destroy(&pool->busy);
     free(pool->workers);
+    free(pool->left);
     free(pool);
 }
 
@@ -172,21 +208,26 @@ int rt_pool_threads(const RtPool *pool) {
 
 /* ===== parallel for =================================================================== */
 
-void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
+static void parallel(RtPool *pool, int64_t n, int claimed, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
     if (n <= 0)
         return;
     if (!pool || pool->threads == 1 || n == 1 || pthread_mutex_trylock(&pool->busy) != 0) {
         fn(ctx, 0, n);
         return;
     }
-    PoolJob job = {fn, ctx, n};
+    PoolJob job = {fn, ctx, n, claimed && n < ((int64_t)1 << 32)};
+    for (int k = 0; k < pool->threads && job.claimed; k++) {
+        int64_t lo, hi;
+        chunk(n, pool->threads, k, &lo, &hi);
+        atomic_store(&pool->left[k].items, (uint64_t)hi << 32 | (uint64_t)lo);
+    }
     pthread_mutex_lock(&pool->mu);
     pool->job = job;
     atomic_store(&pool->pending, pool->threads - 1);
     atomic_fetch_add(&pool->generation, 1);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
-    run_chunk(&job, pool->threads, 0);
+    run_chunk(pool, &job, 0);
     for (int i = 0; i < SPIN && atomic_load(&pool->pending) > 0; i++)
         relax();
     pthread_mutex_lock(&pool->mu);
@@ -194,4 +235,12 @@ void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, 
         pthread_cond_wait(&pool->done, &pool->mu);
     pthread_mutex_unlock(&pool->mu);
     pthread_mutex_unlock(&pool->busy);
+}
+
+void rt_parallel_for(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
+    parallel(pool, n, 0, fn, ctx);
+}
+
+void rt_parallel_for_claimed(RtPool *pool, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
+    parallel(pool, n, 1, fn, ctx);
 }

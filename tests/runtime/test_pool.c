@@ -2,9 +2,12 @@
  * test_pool.c: the thread pool: every index of [0, n) is visited exactly once, by at most
  * one call per thread, in contiguous chunks that depend only on (n, threads); a NULL pool
  * and nested calls run inline; many back-to-back jobs (the sleep/wake path) lose nothing.
+ * rt_parallel_for_claimed: every index once, one call per index, and a thread held up on
+ * one item leaves the rest of its chunk to the others.
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "rt_test.h"
 
@@ -28,10 +31,13 @@ static void visit(void *ctx, int64_t lo, int64_t hi) {
   pthread_mutex_unlock(&v->mu);
 }
 
-static void check_cover(RtPool *pool, int threads, int64_t n) {
+static void check_cover(RtPool *pool, int threads, int64_t n, int claimed) {
   Visit v = {.count = calloc((size_t)n + 1, sizeof(int))};
   pthread_mutex_init(&v.mu, NULL);
-  rt_parallel_for(pool, n, visit, &v);
+  if (claimed)
+    rt_parallel_for_claimed(pool, n, visit, &v);
+  else
+    rt_parallel_for(pool, n, visit, &v);
   int bad = -1;
   for (int64_t i = 0; i < n && bad < 0; i++)
     if (v.count[i] != 1) bad = (int)i;
@@ -39,6 +45,13 @@ static void check_cover(RtPool *pool, int threads, int64_t n) {
   snprintf(what, sizeof what, "threads %d n %lld: first index not visited once", threads,
            (long long)n);
   CU_assertImplementation(bad < 0, __LINE__, what, __FILE__, "", CU_FALSE);
+  if (claimed && threads > 1 && n > 1) { /* one call per index */
+    CHECK_INT(v.calls, (int)n);
+    for (int c = 0; c < v.calls && c < 64; c++) CHECK_INT(v.hi[c] - v.lo[c], 1);
+    pthread_mutex_destroy(&v.mu);
+    free(v.count);
+    return;
+  }
   CHECK_INT(v.calls <= threads, 1);
   CHECK_INT(n == 0 ? v.calls == 0 : v.calls >= 1, 1);
   int64_t q = n / threads, longest = q + (n % threads != 0);
@@ -56,14 +69,17 @@ static void test_cover(void) {
     RtPool *pool;
     CHECK_OK(rt_pool_new(&pool, threads[t], &err));
     CHECK_INT(rt_pool_threads(pool), threads[t]);
-    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
-      check_cover(pool, threads[t], sizes[s]);
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+      check_cover(pool, threads[t], sizes[s], 0);
+      check_cover(pool, threads[t], sizes[s], 1);
+    }
     rt_pool_free(pool);
   }
 }
 
 static void test_null_pool(void) {
-  check_cover(NULL, 1, 10);
+  check_cover(NULL, 1, 10, 0);
+  check_cover(NULL, 1, 10, 1);
   CHECK_INT(rt_pool_threads(NULL), 1);
 }
 
@@ -118,18 +134,55 @@ static void test_many_jobs(void) {
   for (int job = 0; job < 3000; job++) {
     memset(x, 0, sizeof x);
     int64_t n = 1 + job % 333;
-    rt_parallel_for(pool, n, square, x);
+    if (job % 2)
+      rt_parallel_for_claimed(pool, n, square, x);
+    else
+      rt_parallel_for(pool, n, square, x);
     for (int64_t i = 0; i < n; i++) wrong += x[i] != (double)i * (double)i;
   }
   CHECK_INT(wrong, 0);
   rt_pool_free(pool);
 }
 
+/* Claimed items: which thread ran each; item 0 holds its thread up for 300 ms. */
+typedef struct Slow {
+  pthread_t by[8];
+} Slow;
+
+static void slow_item(void *ctx, int64_t lo, int64_t hi) {
+  Slow *s = ctx;
+  for (int64_t i = lo; i < hi; i++) {
+    s->by[i] = pthread_self();
+    if (i == 0) {
+      struct timespec t = {0, 300 * 1000 * 1000};
+      nanosleep(&t, NULL);
+    }
+  }
+}
+
+static void test_claimed_steals(void) {
+  RtError err;
+  RtPool *pool;
+  CHECK_OK(rt_pool_new(&pool, 2, &err));
+  Slow s;
+  /* chunks [0, 4) (the caller) and [4, 8) (the worker): while item 0 sleeps, the worker runs
+   * its own four, then items 3, 2 and 1 of the caller's chunk */
+  rt_parallel_for_claimed(pool, 8, slow_item, &s);
+  int others = 0;
+  for (int i = 1; i < 8; i++) others += !pthread_equal(s.by[i], s.by[0]);
+  CHECK_INT(others, 7);
+  rt_pool_free(pool);
+}
+
 int main(void) {
   static const RtTestCase cases[] = {
-      {"cover each index once", test_cover},      {"NULL pool runs inline", test_null_pool},
-      {"bad thread count", test_bad_size},        {"nested call runs inline", test_nested},
-      {"3000 back-to-back jobs", test_many_jobs}, {NULL, NULL},
+      {"cover each index once", test_cover},
+      {"NULL pool runs inline", test_null_pool},
+      {"bad thread count", test_bad_size},
+      {"nested call runs inline", test_nested},
+      {"3000 back-to-back jobs", test_many_jobs},
+      {"claimed items move to a free thread", test_claimed_steals},
+      {NULL, NULL},
   };
   return rt_test_main("runtime_pool", cases);
 }

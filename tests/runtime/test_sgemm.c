@@ -199,11 +199,13 @@ static void test_panels(void) {
   alpha = 1.0f;
 }
 
-/* Blocks of rows (m > 3072) and of columns (n > 4096): short K keeps the reference cheap. */
+/* Blocks of rows (m > 3072) and of columns (n > 4096): short K keeps the reference cheap.
+ * Then an op(A) of over CLAIM_A floats (13 x 161400), whose strips run in whole chunks. */
 static void test_blocks(void) {
   if (!rt_sgemm_own_available()) return;
-  static const Case big[] = {{1, 3100, 20, 5, 0}, {1, 7, 4100, 9, 1}, {1, 3075, 4113, 2, 0}};
-  for (size_t i = 0; i < 3; i++) check(pools, &big[i], via_own, 1);
+  static const Case big[] = {
+      {1, 3100, 20, 5, 0}, {1, 7, 4100, 9, 1}, {1, 3075, 4113, 2, 0}, {1, 13, 70, 161400, 0}};
+  for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) check(pools, &big[i], via_own, 1);
 }
 
 int main(void) {
