@@ -13,6 +13,11 @@
  * PyTorch's torch.optim.AdamW:
  *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
  *   P = P - lr (wd * wd_scale(P) * P + (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps))
+ * computed as PyTorch arranges it, with the bias corrections as two scalars per step:
+ *   P = P - lr (wd * wd_scale(P) * P + m c1 / (sqrt(v) c2 + eps)),  c1 = 1 / (1 - b1^t),
+ *   c2 = 1 / sqrt(1 - b2^t)
+ * so that an element costs one division and one square root: AdamW's pass over every
+ * parameter was bound by its three divisions as much as by memory.
  */
 #include <math.h>
 #include <stdio.h>
@@ -83,9 +88,10 @@ static int adamw(IrGraph *g, const PassLearner *l, int32_t p, int32_t gr, double
   int32_t m2 = ir_add(g, ir_mul(g, like(g, m, l->b1), m), ir_mul(g, like(g, gr, 1 - l->b1), gr));
   int32_t v2 = ir_add(g, ir_mul(g, like(g, v, l->b2), v),
                       ir_mul(g, like(g, gr, 1 - l->b2), ir_mul(g, gr, gr)));
-  int32_t mhat = ir_div(g, m2, splat(g, bc1, m2));
-  int32_t vhat = ir_div(g, v2, splat(g, bc2, v2));
-  int32_t upd = ir_div(g, mhat, ir_add(g, ir_sqrt(g, vhat), like(g, vhat, l->eps)));
+  /* bc1 and bc2 are 1 / (1 - b1^t) and 1 / sqrt(1 - b2^t): one division per element */
+  int32_t mhat = ir_mul(g, m2, splat(g, bc1, m2));
+  int32_t denom = ir_add(g, ir_mul(g, ir_sqrt(g, v2), splat(g, bc2, v2)), like(g, v2, l->eps));
+  int32_t upd = ir_div(g, mhat, denom);
   if (wd != 0) upd = ir_add(g, upd, ir_mul(g, like(g, p, wd), p));
   int32_t p2 = ir_sub(g, p, ir_mul(g, splat(g, lr, upd), upd));
   snprintf(buf, sizeof buf, "new:%s", name);
@@ -157,8 +163,9 @@ static int update(IrGraph *g, const PassLearner *l, int32_t n, const int32_t *pa
   int32_t t = ir_input(g, "step", DT_F32, 0, NULL);
   int32_t lr = schedule(g, l, t), norm;
   int32_t clip = clip_factor(g, l, n, grads, &norm);
-  int32_t bc1 = ir_sub(g, scalar(g, 1.0), ir_pow(g, scalar(g, l->b1), t));
-  int32_t bc2 = ir_sub(g, scalar(g, 1.0), ir_pow(g, scalar(g, l->b2), t));
+  int32_t bc1 =
+      ir_div(g, scalar(g, 1.0), ir_sub(g, scalar(g, 1.0), ir_pow(g, scalar(g, l->b1), t)));
+  int32_t bc2 = ir_rsqrt(g, ir_sub(g, scalar(g, 1.0), ir_pow(g, scalar(g, l->b2), t)));
   int rc = IR_OK;
   for (int32_t i = 0; i < n && rc == IR_OK; i++) {
     int32_t gr = ir_mul(g, grads[i], splat(g, clip, grads[i]));

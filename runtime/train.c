@@ -499,11 +499,11 @@ static double now_ms(void) {
 /* A zeroed slab of `bytes`, mapped on its own (its size rounded up to a page is *mapped).
  * With huge set it starts on a 2 MiB boundary and is advised for transparent huge pages: a
  * step streams the parameters, their gradients and AdamW's moments (gpt2-124m: 2.3 GiB), and
- * with 4 KiB pages the misses in the translation caches cost it about 6% of its step
- * (docs/bench.md). Advice only: where the kernel gives none (transparent_hugepage "never",
+ * with 4 KiB pages the misses in the translation caches cost it 1.5 to 6% of its step
+ * (docs/bench.md, "Huge pages"). Advice only: where the kernel gives none (transparent_hugepage "never",
  * or no 2 MiB page free) the slab keeps 4 KiB pages. */
 static char *slab_new(int64_t bytes, int huge, int64_t *mapped) {
-    const size_t page = 4096, big = (size_t)2 << 20;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), big = (size_t)2 << 20;
     size_t size = ((size_t)bytes + page - 1) / page * page, over = huge ? size + big : size;
     char *m = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
