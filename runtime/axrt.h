@@ -49,6 +49,9 @@ int rt_env_seconds(const char *name, double dflt, double *out, RtError *err);
  * AXLC_COMM_NAP (nanoseconds, default 20000), how a rank waits at a collective (comm.c). */
 int rt_env_comm(double *timeout_s, int64_t *spin, int64_t *nap_ns, RtError *err);
 
+/* AXLC_HUGEPAGES (0 or 1, default 1): whether the trainer's slab asks for huge pages (train.c). */
+int rt_env_hugepages(int64_t *on, RtError *err);
+
 /* Checks every variable a trainer reads (AXLC_SGEMM, AXLC_HUGEPAGES, AXLC_COMM_TIMEOUT,
  * AXLC_COMM_SPIN, AXLC_COMM_NAP) before it starts, so that a typo ends the run at once instead of being
  * ignored or found at the first collective. */

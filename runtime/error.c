@@ -94,6 +94,10 @@ int rt_env_comm(double *timeout_s, int64_t *spin, int64_t *nap_ns, RtError *err)
     return 0;
 }
 
+int rt_env_hugepages(int64_t *on, RtError *err) {
+    return rt_env_int("AXLC_HUGEPAGES", 1, 0, 1, on, err);
+}
+
 int rt_env_check(RtError *err) {
     int64_t spin, nap, huge;
     double timeout;
@@ -101,7 +105,7 @@ int rt_env_check(RtError *err) {
     if (sgemm && *sgemm && strcmp(sgemm, "openblas") != 0 && strcmp(sgemm, "own") != 0)
         return rt_error_set(err, "AXLC_SGEMM=%s: expected openblas or own (unset: own where the CPU has AVX2 and FMA)",
                             sgemm);
-    if (rt_env_int("AXLC_HUGEPAGES", 1, 0, 1, &huge, err) != 0)
+    if (rt_env_hugepages(&huge, err) != 0)
         return -1;
     return rt_env_comm(&timeout, &spin, &nap, err);
 }

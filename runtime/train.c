@@ -1099,7 +1099,7 @@ static int setup(Trainer *t, RtError *err) {
     if (t->o.eval_data && open_data(t, &t->eval, "--eval-data", t->o.eval_data, err) != 0)
         return -1;
     int64_t huge;
-    if (rt_env_int("AXLC_HUGEPAGES", 1, 0, 1, &huge, err) != 0)
+    if (rt_env_hugepages(&huge, err) != 0)
         return -1;
     t->slab = slab_new(p->slab_bytes, (int)huge, &t->slab_mapped);
     t->eval_slab = t->o.eval_data ? slab_new(p->slab_bytes, (int)huge, &t->eval_mapped) : NULL;
