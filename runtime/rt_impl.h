@@ -51,6 +51,10 @@ void rt_gemm_one(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
 
 /* Whether this CPU runs rt_sgemm_own. */
 int rt_sgemm_own_available(void);
+/* Whether rt_sgemm_own runs its AVX-512 kernels (the same bits as its AVX2 ones): want < 0
+ * asks (the first ask decides: where the CPU has AVX-512F), 0 turns them off, 1 on where the
+ * CPU has them; returns the setting. Tests and benchmarks compare the two. */
+int rt_sgemm_own_avx512(int want);
 /* C (m, n) = alpha op(A) (m, k) . op(B) (k, n), plus C when `add`, row-major, op as in
  * rt_sgemm, split over the pool (a NULL pool: on the calling thread, as inside a pool item).
  * Returns 0, having done nothing, where the CPU lacks AVX2 or FMA or the scratch cannot be

@@ -6,7 +6,8 @@
  * matrix, and batches on both of rt_sgemm's paths; and the own product's alpha and
  * accumulation into C. C starts as NaN (when not accumulating), so an element the product
  * forgets to write (or reads before writing: beta is 0) fails. Each product is also run on a
- * NULL pool and on pools of 2 and 3 threads, which must give the same bits. And the tiles
+ * NULL pool and on pools of 2 and 3 threads, and with the other kernels (AVX2 and AVX-512,
+ * where the CPU has both), which must all give the same bits. And the tiles
  * the fused attention runs (rt_pack_panels, rt_gemm_panels), over the same shapes.
  */
 #include <math.h>
@@ -123,18 +124,23 @@ static void check(RtPool *pools[3], const Case *t, Product product, int check_re
       size_t na = (size_t)(sa * t->batch), nb = (size_t)(sb * t->batch),
              nc = (size_t)(sc * t->batch);
       float *a = malloc((na + 1) * sizeof *a), *b = malloc((nb + 1) * sizeof *b);
-      float *c[3];
+      float *c[4];
       uint64_t seed = (uint64_t)(t->m * 131 + t->n * 17 + t->k + ta * 7 + tb * 3);
       for (size_t x = 0; x < na; x++) a[x] = value(&seed);
       for (size_t x = 0; x < nb; x++) b[x] = value(&seed);
-      for (int p = 0; p < 3; p++) {
+      /* the fourth run: the other kernels (AVX2 where the AVX-512 ones run), on 2 threads */
+      int wide = rt_sgemm_own_avx512(-1);
+      for (int p = 0; p < 4; p++) {
         c[p] = malloc((nc + 1) * sizeof *c[p]);
         for (size_t x = 0; x < nc; x++) c[p][x] = add ? c_init((int64_t)x) : NAN;
-        product(pools[p], t, ta, tb, a, lda, sa, b, ldb, sb, c[p], ldc, sc);
+        if (p == 3) rt_sgemm_own_avx512(!wide);
+        product(pools[p % 3 ? p % 3 : 1], t, ta, tb, a, lda, sa, b, ldb, sb, c[p], ldc, sc);
+        rt_sgemm_own_avx512(wide);
       }
       /* the padding between rows of C is not C's: it stays NaN in every run, so memcmp holds */
       CU_ASSERT(memcmp(c[0], c[1], nc * sizeof *c[0]) == 0);
       CU_ASSERT(memcmp(c[0], c[2], nc * sizeof *c[0]) == 0);
+      CU_ASSERT(memcmp(c[0], c[3], nc * sizeof *c[0]) == 0);
       if (check_ref) {
         double w = worst(t, ta, tb, a, lda, sa, b, ldb, sb, c[0], ldc, sc);
         if (!(w <= 2e-6))
@@ -143,7 +149,7 @@ static void check(RtPool *pools[3], const Case *t, Product product, int check_re
                   w);
         CU_ASSERT(w <= 2e-6);
       }
-      for (int p = 0; p < 3; p++) free(c[p]);
+      for (int p = 0; p < 4; p++) free(c[p]);
       free(a);
       free(b);
     }
@@ -154,7 +160,8 @@ static RtPool *pools[3];
 static const Case SHAPES[] = {
     {1, 1, 1, 1, 0},     {1, 6, 16, 256, 0},   {1, 7, 17, 3, 2},     {1, 13, 33, 257, 1},
     {1, 5, 200, 40, 0},  {1, 300, 70, 513, 3}, {1, 97, 50, 1000, 0}, {1, 290, 8, 64, 0},
-    {2, 37, 65, 300, 1}, {3, 12, 100, 20, 0},  {1, 64, 64, 0, 0},
+    {2, 37, 65, 300, 1}, {3, 12, 100, 20, 0},  {1, 64, 64, 0, 0},    {1, 300, 40, 13, 0},
+    {1, 30, 48, 20, 0},  {1, 20, 40, 30, 0},
 };
 
 static void test_own(void) {
@@ -213,6 +220,8 @@ int main(void) {
   RtError err;
   pools[0] = NULL;
   if (rt_pool_new(&pools[1], 2, &err) || rt_pool_new(&pools[2], 3, &err)) return 1;
+  if (rt_sgemm_own_available() && !rt_sgemm_own_avx512(-1))
+    fprintf(stderr, "(this CPU lacks AVX-512F: the own product's AVX2 kernels alone are run)\n");
   static const RtTestCase cases[] = {
       {"own product: reference, transposes, edges, 1-3 threads", test_own},
       {"own product: alpha, accumulating into C", test_own_alpha_add},
