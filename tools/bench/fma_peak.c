@@ -1,7 +1,8 @@
 /*
  * fma_peak.c: the machine's arithmetic ceiling for single precision: THREADS threads each run
- * twelve independent chains of 8-float fused multiply-adds (AVX2 and FMA: two FMA units of a
- * core kept busy, nothing loaded or stored), and the best of 5 runs is printed in GFLOP/s.
+ * twelve independent chains of fused multiply-adds on the widest registers the CPU has (16
+ * floats with AVX-512F, else 8 with AVX2 and FMA: two FMA units of a core kept busy, nothing
+ * loaded or stored), and the best of 5 runs is printed in GFLOP/s.
  * sgemm_peak's OpenBLAS figure, the denominator of MFU in tools/bench, is a fraction of this
  * (docs/bench.md, "The arithmetic ceiling").
  *   usage: fma_peak [THREADS]
@@ -47,6 +48,33 @@ static void *chains(void *arg) {
   return NULL;
 }
 
+/* The same with 16-float registers (AVX-512F; the frequency the cores keep for them). */
+static void *chains512(void *arg) {
+  long n = ITERS;
+  (void)arg;
+  __asm__ volatile(
+      "vxorps %%xmm0, %%xmm0, %%xmm0\n\t"
+      "vmovaps %%zmm0, %%zmm1\n\tvmovaps %%zmm0, %%zmm2\n\tvmovaps %%zmm0, %%zmm3\n\t"
+      "vmovaps %%zmm0, %%zmm4\n\tvmovaps %%zmm0, %%zmm5\n\tvmovaps %%zmm0, %%zmm6\n\t"
+      "vmovaps %%zmm0, %%zmm7\n\tvmovaps %%zmm0, %%zmm8\n\tvmovaps %%zmm0, %%zmm9\n\t"
+      "vmovaps %%zmm0, %%zmm10\n\tvmovaps %%zmm0, %%zmm11\n\t"
+      "vmovaps %%zmm0, %%zmm12\n\tvmovaps %%zmm0, %%zmm13\n"
+      "1:\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm1\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm3\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm5\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm7\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm9\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm11\n\t"
+      "dec %0\n\tjnz 1b\n\t"
+      "vzeroupper"
+      : "+r"(n)
+      :
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm12", "xmm13", "cc");
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 2;
   if (threads < 1 || threads > 256) {
@@ -57,15 +85,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fma_peak: this CPU lacks AVX2 or FMA\n");
     return 1;
   }
+  int wide = __builtin_cpu_supports("avx512f");
   pthread_t th[256];
   double best = 0;
   for (int run = 0; run < 5; run++) {
     double t0 = now();
     int started = 0;
     for (int t = 0; t < threads; t++)
-      if (pthread_create(&th[started], NULL, chains, NULL) == 0) started++;
+      if (pthread_create(&th[started], NULL, wide ? chains512 : chains, NULL) == 0) started++;
     for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
-    double gflops = 2.0 * 8 * 12 * (double)ITERS * started / (now() - t0) / 1e9;
+    double gflops = 2.0 * (wide ? 16 : 8) * 12 * (double)ITERS * started / (now() - t0) / 1e9;
     if (gflops > best) best = gflops;
   }
   printf("%.2f\n", best);
