@@ -84,7 +84,11 @@ enum {
     PW = 4,     /* panels of a strip: an item's columns (64) */
     SB = 8,     /* slivers of a packing item */
     /* floats of op(A), at most, for which strip_items' strips are claimed one by one (8 MiB) */
-    CLAIM_A = 2 << 20
+    CLAIM_A = 2 << 20,
+    /* pack_panel's prefetch distance: rows ahead (B stored (k, n)), floats ahead along a row
+     * (B stored (n, k)) */
+    PF_ROWS = 16,
+    PF_COLS = 64
 };
 
 typedef struct {
@@ -165,6 +169,10 @@ AVX2 static void pack_panel(const Sgemm *g, int64_t q, float *dst) {
     if (!g->tb) { /* B stored (k, n): a panel row is a piece of a row of B */
         for (; k < g->kc; k++) {
             const float *src = g->b + (g->p0 + k) * g->ldb + c0;
+            if (k + PF_ROWS < g->kc) { /* rows ldb apart: the hardware prefetchers do not follow */
+                _mm_prefetch((const char *)(src + PF_ROWS * g->ldb), _MM_HINT_T0);
+                _mm_prefetch((const char *)(src + PF_ROWS * g->ldb + NR - 1), _MM_HINT_T0);
+            }
             if (cols == NR && alpha == 1.0f) {
                 memcpy(dst + k * NR, src, NR * sizeof *dst);
             } else if (cols == NR) {
@@ -184,8 +192,10 @@ AVX2 static void pack_panel(const Sgemm *g, int64_t q, float *dst) {
         for (; k + 8 <= g->kc; k += 8)
             for (int h = 0; h < 2; h++) {
                 __m256 r[8];
-                for (int j = 0; j < 8; j++)
+                for (int j = 0; j < 8; j++) {
+                    _mm_prefetch((const char *)(src + (h * 8 + j) * g->ldb + k + PF_COLS), _MM_HINT_T0);
                     r[j] = _mm256_mul_ps(_mm256_set1_ps(alpha), _mm256_loadu_ps(src + (h * 8 + j) * g->ldb + k));
+                }
                 transpose8(r);
                 for (int i = 0; i < 8; i++)
                     _mm256_store_ps(dst + (k + i) * NR + h * 8, r[i]);
