@@ -349,6 +349,19 @@ AVX512 static void micro512_1x2(int64_t kc, const float *a0, int64_t rs, int64_t
     micro512(kc, a0, a0, rs, ks, bp, pstride, c, ldc, add, 1, 2);
 }
 
+/* An edge sliver (rows < MR, packed with zero rows below) against a pair of full panels,
+ * through a padded copy of C's rows, as micro_block runs an edge: the same chain per element. */
+AVX512 static void edge_pair512(int64_t kc, const float *ap, const float *bp, int64_t pstride, float *c, int64_t ldc,
+                                int64_t rows, int add) {
+    _Alignas(64) float tmp[MR * 2 * NR];
+    memset(tmp, 0, sizeof tmp);
+    for (int64_t r = 0; r < rows && add; r++)
+        memcpy(tmp + r * 2 * NR, c + r * ldc, 2 * NR * sizeof *c);
+    micro512_1x2(kc, ap, 1, MR, bp, pstride, tmp, 2 * NR, add);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(c + r * ldc, tmp + r * 2 * NR, 2 * NR * sizeof *c);
+}
+
 /* Row r of sliver s at k in the micro-kernel's terms: in place for a full sliver of an A
  * stored (m, k), else packed (at edge when given, else in the block's scratch). */
 static const float *sliver_at(const Sgemm *g, int64_t s, const float *edge, int64_t *rs, int64_t *ks) {
@@ -362,8 +375,8 @@ static const float *sliver_at(const Sgemm *g, int64_t s, const float *edge, int6
 }
 
 /* run_strip with the AVX-512 kernels: pairs of full slivers against pairs of full panels, a
- * single full sliver against pairs of panels, and what is left (the edges, an odd panel) by
- * block_at. */
+ * single sliver (full, or the edge one) against pairs of panels, and what is left (an edge or
+ * odd panel) by block_at. */
 static void run_strip512(const Sgemm *g, int64_t s0, int64_t s1, int64_t q0, int64_t q1, const float *bp,
                          const float *edge) {
     int64_t pstride = g->kc * NR;
@@ -380,12 +393,14 @@ static void run_strip512(const Sgemm *g, int64_t s0, int64_t s1, int64_t q0, int
         const float *a1 = pair ? sliver_at(g, s + 1, edge, &rs1, &ks1) : a0;
         float *c = g->c + r0 * g->ldc + g->j0;
         int64_t q = q0;
-        for (; full && q < qpairs; q += 2) {
+        for (; q < qpairs; q += 2) {
             const float *b = bp + (q - q0) * pstride;
             if (pair)
                 micro512_2x2(g->kc, a0, a1, rs, ks, b, pstride, c + q * NR, g->ldc, add);
-            else
+            else if (full)
                 micro512_1x2(g->kc, a0, rs, ks, b, pstride, c + q * NR, g->ldc, add);
+            else
+                edge_pair512(g->kc, a0, b, pstride, c + q * NR, g->ldc, g->m - r0, add);
         }
         for (; q < q1; q++)
             for (int64_t t = s; t < s + 1 + pair; t++)

@@ -8,7 +8,9 @@
  * 30 ms, and the table keeps each one's best and median round. A round's step total weighs each
  * shape by how often a step runs it. Both results are compared with each other
  * (max |C_own - C_openblas| / max |C_openblas|).
- *   usage: sgemm_own [-r ROUNDS] [-t THREADS] [-m gpt2|small|long]
+ *   usage: sgemm_own [-r ROUNDS] [-t THREADS] [-m gpt2|small|long] [-k avx2|avx512]
+ * -k avx2 runs the own product on its AVX2 kernels where the CPU has AVX-512 too (the default
+ * there: the AVX-512 ones).
  * Needs the runtime and OpenBLAS, and a CPU with AVX2 and FMA.
  */
 #include <math.h>
@@ -46,9 +48,14 @@ static double time_one(RtPool *pool, const Shape *s, int own, const float *a, co
 int main(int argc, char **argv) {
   int rounds = 7, threads = 2;
   const char *only = NULL;
+  int avx512 = 1; /* -k avx2: the own product's AVX2 kernels where the CPU has AVX-512 too */
   for (int i = 1; i < argc; i++) {
-    if (!gemm_common_option(argc, argv, &i, &rounds, &threads, &only)) {
-      fprintf(stderr, "usage: sgemm_own [-r ROUNDS] [-t THREADS] [-m gpt2|small|long]\n");
+    if (!strcmp(argv[i], "-k") && i + 1 < argc &&
+        (!strcmp(argv[i + 1], "avx2") || !strcmp(argv[i + 1], "avx512"))) {
+      avx512 = !strcmp(argv[++i], "avx512");
+    } else if (!gemm_common_option(argc, argv, &i, &rounds, &threads, &only)) {
+      fprintf(stderr, "usage: sgemm_own [-r ROUNDS] [-t THREADS] [-m gpt2|small|long] "
+                      "[-k avx2|avx512]\n");
       return 2;
     }
   }
@@ -68,9 +75,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sgemm_own: %s\n", err.msg);
     return 1;
   }
-  printf("%d threads, %d rounds; GFLOP/s of each one's best round, ratio = OpenBLAS time / own "
-         "time (above 1: own faster)\n",
-         threads, rounds);
+  int wide = rt_sgemm_own_avx512(avx512);
+  printf("%d threads, %d rounds, the own product on its %s kernels; GFLOP/s of each one's best "
+         "round, ratio = OpenBLAS time / own time (above 1: own faster)\n",
+         threads, rounds, wide ? "AVX-512" : "AVX2");
   for (size_t mi = 0; mi < sizeof MODELS / sizeof MODELS[0]; mi++) {
     const Model *md = &MODELS[mi];
     if (only && strcmp(only, md->name)) continue;
