@@ -422,10 +422,24 @@ static void run_strip(const Sgemm *g, int64_t s0, int64_t s1, int64_t q0, int64_
             block_at(g, s, edge ? edge : g->ap + s * g->kc * MR, q, bp + (q - q0) * g->kc * NR);
 }
 
-/* Panels [q0, q1) into own, for a strip no other item reads. */
+/* Panels [q0, q1) into own, for a strip no other item reads. Full panels of a B stored
+ * (k, n) are copied a row of B at a time, the strip's (q1 - q0) * NR floats of it side by
+ * side in memory (one panel at a time, the rows' later lines were fetched again per panel). */
 static void pack_strip(const Sgemm *g, int64_t q0, int64_t q1, float *own) {
-    for (int64_t q = q0; q < q1; q++)
-        pack_panel(g, q, own + (q - q0) * g->kc * NR);
+    if (g->tb || g->alpha != 1.0f || q1 * NR > g->nb) {
+        for (int64_t q = q0; q < q1; q++)
+            pack_panel(g, q, own + (q - q0) * g->kc * NR);
+        return;
+    }
+    int64_t width = (q1 - q0) * NR;
+    for (int64_t k = 0; k < g->kc; k++) {
+        const float *src = g->b + (g->p0 + k) * g->ldb + g->j0 + q0 * NR;
+        if (k + PF_ROWS < g->kc)
+            for (int64_t x = 0; x < width + 16; x += 16)
+                _mm_prefetch((const char *)(src + PF_ROWS * g->ldb + (x < width ? x : width - 1)), _MM_HINT_T0);
+        for (int64_t q = 0; q < q1 - q0; q++)
+            memcpy(own + q * g->kc * NR + k * NR, src + q * NR, NR * sizeof *src);
+    }
 }
 
 /* Item it: row group it / strips by strip it % strips (PW panels); a group's rows stay in
