@@ -305,31 +305,44 @@ static void block_at(const Sgemm *g, int64_t s, const float *ap, int64_t q, cons
 #define INLINE_AVX512 __attribute__((target("avx512f,avx2,fma"), always_inline)) static inline
 
 /* C (6 * S x 16 * V, row stride ldc) = C (add) or 0, plus S slivers times V panels. Rows 0-5
- * are sliver a0's, rows 6-11 sliver a1's; row r of a sliver at k is at r * rs + k * ks. Panel
- * v is at bp + v * pstride. */
-INLINE_AVX512 void micro512(int64_t kc, const float *a0, const float *a1, int64_t rs, int64_t ks, const float *bp,
-                            int64_t pstride, float *c, int64_t ldc, int add, const int S, const int V) {
+ * are sliver a0's, rows 6-11 sliver a1's; packed, row r of a sliver at k is at r + k * MR,
+ * else (in place) at r * lda + k. Panel v is at bp + v * pstride. The slivers' rows are
+ * addressed from a few pointers that move along k (in place: rows 0-2 and 3-5 of each sliver
+ * from two, lda apart), so that they fit the general registers with the loop's counters. */
+INLINE_AVX512 void micro512(int64_t kc, const float *a0, const float *a1, int64_t lda, const float *bp, int64_t pstride,
+                            float *c, int64_t ldc, int add, const int S, const int V, const int packed) {
     __m512 acc[2 * MR][2];
-    const float *ar[2 * MR];
 #pragma GCC unroll 12
-    for (int r = 0; r < S * MR; r++) {
-        ar[r] = r < MR ? a0 + r * rs : a1 + (r - MR) * rs;
+    for (int r = 0; r < S * MR; r++)
 #pragma GCC unroll 2
         for (int v = 0; v < V; v++)
             acc[r][v] = add ? _mm512_loadu_ps(c + r * ldc + v * NR) : _mm512_setzero_ps();
-    }
+    /* in place: rows 0, 3, 6 and 9 (four variables, not an array, which the compiler would
+     * keep in a vector register and take apart for every k) */
+    const float *p0 = a0, *p3 = a0 + 3 * lda, *p6 = a1, *p9 = a1 + 3 * lda;
+    const float *b0 = bp, *b1 = bp + pstride;
 #pragma GCC unroll 2
     for (int64_t k = 0; k < kc; k++) {
         __m512 b[2];
-#pragma GCC unroll 2
-        for (int v = 0; v < V; v++)
-            b[v] = _mm512_loadu_ps(bp + v * pstride + k * NR);
+        b[0] = _mm512_loadu_ps(b0);
+        if (V > 1)
+            b[1] = _mm512_loadu_ps(b1);
 #pragma GCC unroll 12
         for (int r = 0; r < S * MR; r++) {
-            __m512 x = _mm512_set1_ps(ar[r][k * ks]);
+            __m512 x = packed ? _mm512_set1_ps((r < MR ? a0 : a1)[r % MR])
+                              : _mm512_set1_ps((r < 3   ? p0
+                                                : r < 6 ? p3
+                                                : r < 9 ? p6
+                                                        : p9)[r % 3 * lda]);
 #pragma GCC unroll 2
             for (int v = 0; v < V; v++)
                 acc[r][v] = _mm512_fmadd_ps(x, b[v], acc[r][v]);
+        }
+        b0 += NR, b1 += NR;
+        if (packed) {
+            a0 += MR, a1 += MR;
+        } else {
+            p0++, p3++, p6++, p9++;
         }
     }
 #pragma GCC unroll 12
@@ -339,14 +352,21 @@ INLINE_AVX512 void micro512(int64_t kc, const float *a0, const float *a1, int64_
             _mm512_storeu_ps(c + r * ldc + v * NR, acc[r][v]);
 }
 
+/* rs, ks as in micro: in place (rs lda, ks 1) or packed (rs 1, ks MR). */
 AVX512 static void micro512_2x2(int64_t kc, const float *a0, const float *a1, int64_t rs, int64_t ks, const float *bp,
                                 int64_t pstride, float *c, int64_t ldc, int add) {
-    micro512(kc, a0, a1, rs, ks, bp, pstride, c, ldc, add, 2, 2);
+    if (ks == 1)
+        micro512(kc, a0, a1, rs, bp, pstride, c, ldc, add, 2, 2, 0);
+    else
+        micro512(kc, a0, a1, 0, bp, pstride, c, ldc, add, 2, 2, 1);
 }
 
 AVX512 static void micro512_1x2(int64_t kc, const float *a0, int64_t rs, int64_t ks, const float *bp, int64_t pstride,
                                 float *c, int64_t ldc, int add) {
-    micro512(kc, a0, a0, rs, ks, bp, pstride, c, ldc, add, 1, 2);
+    if (ks == 1)
+        micro512(kc, a0, a0, rs, bp, pstride, c, ldc, add, 1, 2, 0);
+    else
+        micro512(kc, a0, a0, 0, bp, pstride, c, ldc, add, 1, 2, 1);
 }
 
 /* An edge sliver (rows < MR, packed with zero rows below) against a pair of full panels,
