@@ -133,8 +133,12 @@ static void pack_slivers_t(const Sgemm *g, int64_t s0, int64_t s1) {
     int64_t full = s1;
     if (s1 * MR > g->mb)
         full = s1 - 1; /* the edge sliver, padded, by pack_sliver */
+    int64_t width = (full - s0) * MR;
     for (int64_t k = 0; k < g->kc; k++) {
         const float *src = g->a + (g->p0 + k) * g->lda + g->i0 + s0 * MR;
+        if (width > 0 && k + PF_ROWS < g->kc) /* rows lda apart, as pack_strip's */
+            for (int64_t x = 0; x < width + 16; x += 16)
+                _mm_prefetch((const char *)(src + PF_ROWS * g->lda + (x < width ? x : width - 1)), _MM_HINT_T0);
         for (int64_t s = s0; s < full; s++)
             memcpy(g->ap + s * g->kc * MR + k * MR, src + (s - s0) * MR, MR * sizeof(float));
     }
