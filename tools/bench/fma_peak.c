@@ -21,57 +21,36 @@ static double now(void) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* Written in assembly so that the compiler can neither spill the chains nor fold them. */
+/* Twelve chains of fused multiply-adds on registers R0-R11 (R: "ymm", 8 floats, or "zmm", 16
+ * with AVX-512F), from R12 and R13, n times; written in assembly so that the compiler can
+ * neither spill the chains nor fold them. The clobbers name the registers' low parts, which
+ * stand for the whole registers. */
+#define MOV0(R, i) "vmovaps %%" R "0, %%" R #i "\n\t"
+#define FMA(R, i)  "vfmadd231ps %%" R "12, %%" R "13, %%" R #i "\n\t"
+#define CHAINS(R)                                                                                  \
+  __asm__ volatile("vxorps %%xmm0, %%xmm0, %%xmm0\n\t" MOV0(R, 1) MOV0(R, 2) MOV0(R, 3) MOV0(R, 4) \
+                       MOV0(R, 5) MOV0(R, 6) MOV0(R, 7) MOV0(R, 8) MOV0(R, 9) MOV0(R, 10)          \
+                           MOV0(R, 11) MOV0(R, 12) MOV0(R, 13) "1:\n\t" FMA(R, 0) FMA(R, 1)        \
+                               FMA(R, 2) FMA(R, 3) FMA(R, 4) FMA(R, 5) FMA(R, 6) FMA(R, 7)         \
+                                   FMA(R, 8) FMA(R, 9) FMA(R, 10)                                  \
+                                       FMA(R, 11) "dec %0\n\tjnz 1b\n\tvzeroupper"                 \
+                   : "+r"(n)                                                                       \
+                   :                                                                               \
+                   : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",       \
+                     "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc")
+
 static void *chains(void *arg) {
   long n = ITERS;
   (void)arg;
-  __asm__ volatile(
-      "vxorps %%ymm0, %%ymm0, %%ymm0\n\t"
-      "vmovaps %%ymm0, %%ymm1\n\tvmovaps %%ymm0, %%ymm2\n\tvmovaps %%ymm0, %%ymm3\n\t"
-      "vmovaps %%ymm0, %%ymm4\n\tvmovaps %%ymm0, %%ymm5\n\tvmovaps %%ymm0, %%ymm6\n\t"
-      "vmovaps %%ymm0, %%ymm7\n\tvmovaps %%ymm0, %%ymm8\n\tvmovaps %%ymm0, %%ymm9\n\t"
-      "vmovaps %%ymm0, %%ymm10\n\tvmovaps %%ymm0, %%ymm11\n\t"
-      "vmovaps %%ymm0, %%ymm12\n\tvmovaps %%ymm0, %%ymm13\n"
-      "1:\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm0\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm1\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm2\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm3\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm4\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm5\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm6\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm7\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm8\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm9\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm10\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm11\n\t"
-      "dec %0\n\tjnz 1b\n\t"
-      "vzeroupper"
-      : "+r"(n)
-      :
-      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-        "xmm11", "xmm12", "xmm13", "cc");
+  CHAINS("ymm");
   return NULL;
 }
 
-/* The same with 16-float registers (AVX-512F; the frequency the cores keep for them). */
+/* The same with 16-float registers (AVX-512F; at the frequency the cores keep for them). */
 static void *chains512(void *arg) {
   long n = ITERS;
   (void)arg;
-  __asm__ volatile(
-      "vxorps %%xmm0, %%xmm0, %%xmm0\n\t"
-      "vmovaps %%zmm0, %%zmm1\n\tvmovaps %%zmm0, %%zmm2\n\tvmovaps %%zmm0, %%zmm3\n\t"
-      "vmovaps %%zmm0, %%zmm4\n\tvmovaps %%zmm0, %%zmm5\n\tvmovaps %%zmm0, %%zmm6\n\t"
-      "vmovaps %%zmm0, %%zmm7\n\tvmovaps %%zmm0, %%zmm8\n\tvmovaps %%zmm0, %%zmm9\n\t"
-      "vmovaps %%zmm0, %%zmm10\n\tvmovaps %%zmm0, %%zmm11\n\t"
-      "vmovaps %%zmm0, %%zmm12\n\tvmovaps %%zmm0, %%zmm13\n"
-      "1:\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm1\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm3\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm5\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm7\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm9\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm11\n\t"
-      "dec %0\n\tjnz 1b\n\t"
-      "vzeroupper"
-      : "+r"(n)
-      :
-      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-        "xmm11", "xmm12", "xmm13", "cc");
+  CHAINS("zmm");
   return NULL;
 }
 
