@@ -39,7 +39,8 @@
  * against two panels, twenty-four 16-float registers, 24 multiply-adds for 2 panel loads and
  * 12 broadcasts per k (the AVX2 kernel: 12 for 2 and 6). The packed layouts are the same, and
  * so is each element's chain of operations, so both kernels give the same bits (test_sgemm
- * compares them). Edge pieces and odd panels stay on the AVX2 kernel. On a 2-core Xeon with
+ * compares them). An edge sliver meets pairs of panels on it through a padded copy of C; edge
+ * panels and an odd panel stay on the AVX2 kernel. On a 2-core Xeon with
  * AVX-512, gpt2's products went from 230 to 350-390 GFLOP/s, where OpenBLAS (its AVX-512
  * kernels, with the packing per item) runs them at 315-345.
  *
@@ -87,8 +88,8 @@ enum {
     SB = 8,     /* slivers of a packing item */
     /* floats of op(A), at most, for which strip_items' strips are claimed one by one (8 MiB) */
     CLAIM_A = 2 << 20,
-    /* pack_panel's prefetch distance: rows ahead (B stored (k, n)), floats ahead along a row
-     * (B stored (n, k)) */
+    /* the packing's prefetch distance: rows ahead (operands whose rows are ld apart), floats
+     * ahead along a row (pack_panel, B stored (n, k)) */
     PF_ROWS = 16,
     PF_COLS = 64
 };
@@ -388,8 +389,9 @@ AVX512 static void edge_pair512(int64_t kc, const float *ap, const float *bp, in
         memcpy(c + r * ldc, tmp + r * 2 * NR, 2 * NR * sizeof *c);
 }
 
-/* Row r of sliver s at k in the micro-kernel's terms: in place for a full sliver of an A
- * stored (m, k), else packed (at edge when given, else in the block's scratch). */
+/* Where sliver s is, with its row and k strides (rs, ks) as micro takes them: in place for a
+ * full sliver of an A stored (m, k), else packed (at edge when given, else in the block's
+ * scratch). */
 static const float *sliver_at(const Sgemm *g, int64_t s, const float *edge, int64_t *rs, int64_t *ks) {
     int64_t r0 = g->i0 + s * MR;
     if (!g->ta && g->m - r0 >= MR) {
