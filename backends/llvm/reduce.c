@@ -11,8 +11,9 @@
  * gradients: an (R, m) operand reduced down its columns) gets its own kernel, whose items are
  * blocks of VW columns, each summed over the rows in VW lanes at once, row by row. top_k_indices
  * is the interpreter's selection (k passes, ties to the lower index, NaN largest), one row per
- * outer iteration. scatter_add zeroes its result and accumulates the updates in index order on
- * one thread, so it is deterministic; an index outside 0..rows-1 is skipped.
+ * outer iteration. scatter_add's items are rows of its result: each clears its rows and adds
+ * the updates whose index falls in them, in index order, so a row's sum is the same chain on
+ * any split (deterministic, and the interpreter's); an index outside 0..rows-1 is skipped.
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
@@ -430,10 +431,12 @@ int llvm_top_k_emit(LlvmCtx *C, int32_t v) {
 
 /* ---- scatter_add ---- */
 
-static void scatter_zero(LlvmCtx *C, int32_t v) {
+/* Rows [lo, hi) of the result, row elements each, cleared. */
+static void scatter_zero(LlvmCtx *C, int32_t v, LLVMValueRef lo, LLVMValueRef hi, int64_t row) {
   LlvmLoop L;
-  LLVMValueRef i =
-      llvm_loop_begin(C, &L, llvm_i64(C, 0), llvm_i64(C, ir_shape_numel(&val(C, v)->shape)), "z");
+  LLVMValueRef rw = llvm_i64(C, row);
+  LLVMValueRef i = llvm_loop_begin(C, &L, LLVMBuildNSWMul(C->b, lo, rw, ""),
+                                   LLVMBuildNSWMul(C->b, hi, rw, ""), "z");
   llvm_buffer_store(C, v, i, llvm_scalar_const(C, val(C, v)->dtype, 0));
   llvm_loop_end(C, &L);
 }
@@ -457,13 +460,18 @@ int llvm_scatter_emit(LlvmCtx *C, int32_t v) {
   int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
   char name[64];
   snprintf(name, sizeof name, "k%d_scatter_add", v);
-  if (!llvm_kernel_begin(C, name)) return -1;
-  scatter_zero(C, v);
+  LLVMValueRef fn = llvm_kernel_begin(C, name);
+  if (!fn) return -1;
+  /* a call owns rows [lo, hi) of the result: it clears them, then reads every index and adds
+   * the updates of those that fall in its rows, in index order (out-of-range ones fall in
+   * none), so each row's sum is the same chain on any split */
+  LLVMValueRef lo = LLVMGetParam(fn, 1), hi = LLVMGetParam(fn, 2);
+  scatter_zero(C, v, lo, hi, row);
   LlvmLoop L;
   LLVMValueRef i = llvm_loop_begin(C, &L, llvm_i64(C, 0), llvm_i64(C, nidx), "i");
   LLVMValueRef r = LLVMBuildSExt(C->b, llvm_buffer_load(C, x->ops[0], i), C->t_i64, "");
-  LLVMValueRef ok = LLVMBuildAnd(C->b, LLVMBuildICmp(C->b, LLVMIntSGE, r, llvm_i64(C, 0), ""),
-                                 LLVMBuildICmp(C->b, LLVMIntSLT, r, llvm_i64(C, rows), ""), "");
+  LLVMValueRef ok = LLVMBuildAnd(C->b, LLVMBuildICmp(C->b, LLVMIntSGE, r, lo, ""),
+                                 LLVMBuildICmp(C->b, LLVMIntSLT, r, hi, ""), "");
   LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(C->c, C->fn, "in");
   LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(C->c, C->fn, "next");
   LLVMBuildCondBr(C->b, ok, yes, next);
@@ -472,8 +480,9 @@ int llvm_scatter_emit(LlvmCtx *C, int32_t v) {
   LLVMBuildBr(C->b, next);
   LLVMPositionBuilderAtEnd(C->b, next);
   llvm_loop_end(C, &L);
-  LLVMValueRef fn = llvm_kernel_end(C);
+  fn = llvm_kernel_end(C);
   if (!fn) return -1;
-  llvm_kernel_call(C, fn, 1, false); /* one call does it all: lo and hi are unused */
+  bool par = C->opt.threads && rows > 1 && ir_shape_numel(&x->shape) >= C->opt.parallel_min;
+  llvm_kernel_call(C, fn, rows, par);
   return 0;
 }
