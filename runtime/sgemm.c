@@ -130,6 +130,14 @@ static void pack_sliver(const Sgemm *g, int64_t s, float *dst) {
         }
 }
 
+/* The lines of n > 0 floats at p, into the first-level cache: a row the packing copies
+ * PF_ROWS rows later. Its rows are a leading dimension apart, a stride the hardware
+ * prefetchers do not follow. */
+static inline void prefetch_floats(const float *p, int64_t n) {
+    for (int64_t x = 0; x < n + 16; x += 16)
+        _mm_prefetch((const char *)(p + (x < n ? x : n - 1)), _MM_HINT_T0);
+}
+
 /* Slivers [s0, s1) of an A stored (k, m), in one pass over its rows: each row's
  * (s1 - s0) * MR values are side by side. */
 static void pack_slivers_t(const Sgemm *g, int64_t s0, int64_t s1) {
@@ -139,9 +147,8 @@ static void pack_slivers_t(const Sgemm *g, int64_t s0, int64_t s1) {
     int64_t width = (full - s0) * MR;
     for (int64_t k = 0; k < g->kc; k++) {
         const float *src = g->a + (g->p0 + k) * g->lda + g->i0 + s0 * MR;
-        if (width > 0 && k + PF_ROWS < g->kc) /* rows lda apart, as pack_strip's */
-            for (int64_t x = 0; x < width + 16; x += 16)
-                _mm_prefetch((const char *)(src + PF_ROWS * g->lda + (x < width ? x : width - 1)), _MM_HINT_T0);
+        if (width > 0 && k + PF_ROWS < g->kc)
+            prefetch_floats(src + PF_ROWS * g->lda, width);
         for (int64_t s = s0; s < full; s++)
             memcpy(g->ap + s * g->kc * MR + k * MR, src + (s - s0) * MR, MR * sizeof(float));
     }
@@ -176,10 +183,8 @@ AVX2 static void pack_panel(const Sgemm *g, int64_t q, float *dst) {
     if (!g->tb) { /* B stored (k, n): a panel row is a piece of a row of B */
         for (; k < g->kc; k++) {
             const float *src = g->b + (g->p0 + k) * g->ldb + c0;
-            if (k + PF_ROWS < g->kc) { /* rows ldb apart: the hardware prefetchers do not follow */
-                _mm_prefetch((const char *)(src + PF_ROWS * g->ldb), _MM_HINT_T0);
-                _mm_prefetch((const char *)(src + PF_ROWS * g->ldb + NR - 1), _MM_HINT_T0);
-            }
+            if (k + PF_ROWS < g->kc)
+                prefetch_floats(src + PF_ROWS * g->ldb, NR);
             if (cols == NR && alpha == 1.0f) {
                 memcpy(dst + k * NR, src, NR * sizeof *dst);
             } else if (cols == NR) {
@@ -414,11 +419,12 @@ static void run_strip512(const Sgemm *g, int64_t s0, int64_t s1, int64_t q0, int
     if (qpairs < q0)
         qpairs = q0;
     for (int64_t s = s0; s < s1;) {
-        int64_t r0 = g->i0 + s * MR, rs, ks, rs1, ks1;
+        int64_t r0 = g->i0 + s * MR, rs, ks;
         int pair = s + 1 < s1 && g->m - r0 >= 2 * MR;
         int full = g->m - r0 >= MR;
         const float *a0 = sliver_at(g, s, edge, &rs, &ks);
-        const float *a1 = pair ? sliver_at(g, s + 1, edge, &rs1, &ks1) : a0;
+        /* a pair is two full slivers, both in place or both packed: the same strides */
+        const float *a1 = pair ? sliver_at(g, s + 1, edge, &rs, &ks) : a0;
         float *c = g->c + r0 * g->ldc + g->j0;
         int64_t q = q0;
         for (; q < qpairs; q += 2) {
@@ -463,8 +469,7 @@ static void pack_strip(const Sgemm *g, int64_t q0, int64_t q1, float *own) {
     for (int64_t k = 0; k < g->kc; k++) {
         const float *src = g->b + (g->p0 + k) * g->ldb + g->j0 + q0 * NR;
         if (k + PF_ROWS < g->kc)
-            for (int64_t x = 0; x < width + 16; x += 16)
-                _mm_prefetch((const char *)(src + PF_ROWS * g->ldb + (x < width ? x : width - 1)), _MM_HINT_T0);
+            prefetch_floats(src + PF_ROWS * g->ldb, width);
         for (int64_t q = 0; q < q1 - q0; q++)
             memcpy(own + q * g->kc * NR + k * NR, src + q * NR, NR * sizeof *src);
     }
@@ -586,11 +591,11 @@ static atomic_int avx512 = -1; /* -1: not yet asked */
 
 int rt_sgemm_own_avx512(int want) {
 #ifdef SGEMM_X86
+    int now = atomic_load(&avx512); /* the common case: a product asking, once decided */
+    if (want < 0 && now >= 0)
+        return now;
     int can = rt_sgemm_own_available() && __builtin_cpu_supports("avx512f");
-    if (want >= 0)
-        atomic_store(&avx512, want && can);
-    else if (atomic_load(&avx512) < 0)
-        atomic_store(&avx512, can);
+    atomic_store(&avx512, want < 0 ? can : want && can);
     return atomic_load(&avx512);
 #else
     (void)want;
