@@ -9,10 +9,15 @@
  *   shard      the global step -> the program each device of the mesh runs
  *   remat      forward values the remat policies do not save are recomputed in the backward
  *
- * Each later pass (fuse, schedule, memplan) joins this list. What a backend
- * cannot compute is rewritten when the job is handed over (drv_backend_job):
+ * What a backend cannot compute is rewritten when the job is handed over
+ * (drv_backend_job):
  *
  *   expand     attention ops -> primitives, for a backend without them
+ *
+ * The passes that depend on how a backend executes run inside the backend, on
+ * the graph it was handed: fusion (pass_fusion_plan: which values are kept in
+ * memory) and the memory plan (pass_memplan_fused: an offset in one slab for
+ * each kept value). memcheck runs the same two on the CPU backend's terms.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -399,7 +399,7 @@ int64_t ir_split_count(const IrMesh *m, const IrSplit *s, int32_t d) {
 }
 
 int64_t ir_split_index(const IrMesh *m, const IrSplit *s, int32_t d, int64_t dev) {
-  int64_t c[IR_MAX_MESH_AXES];
+  int64_t c[IR_MAX_MESH_AXES] = {0}; /* the split's axes are < m->naxes; zeroed for GCC's -O3 */
   for (int32_t i = m->naxes - 1; i >= 0; i--) {
     c[i] = dev % m->sizes[i];
     dev /= m->sizes[i];

@@ -1,7 +1,7 @@
 #!/bin/sh
-# Runs the whole test suite: a normal build and an AddressSanitizer +
-# UndefinedBehaviorSanitizer build, each through CTest (CUnit unit tests,
-# end-to-end tests of the real binaries, golden configs, the fuzz corpora).
+# Runs the whole test suite: a normal build, an AddressSanitizer + UndefinedBehaviorSanitizer
+# build (Debug) and a Release build, each through CTest (CUnit unit tests, end-to-end tests
+# of the real binaries, golden configs, the fuzz corpora); warnings are errors in all three.
 # With AXLC_FUZZ_SECONDS=N it also runs each fuzz target (config parser,
 # safetensors reader, checkpoint index, token files) for N seconds.
 #   usage: tools/test.sh            (run from anywhere; builds under build/)
@@ -25,14 +25,20 @@ stage "format: every C file as .clang-format says"
 "$top/tools/check-format.sh"
 
 stage "build (RelWithDebInfo) and test"
-build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAXLC_WERROR=ON
 ctest --test-dir "$top/build" --output-on-failure -j "$jobs"
 
 stage "build with ASan + UBSan and test"
-build build-asan -DCMAKE_BUILD_TYPE=Debug -DAXLC_SANITIZE=ON
+build build-asan -DCMAKE_BUILD_TYPE=Debug -DAXLC_SANITIZE=ON -DAXLC_WERROR=ON
 # (tests labelled slow, the full-size interpreter runs, are left to the normal build)
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir "$top/build-asan" --output-on-failure -j "$jobs" -LE slow
+
+stage "build Release (what users build) and run its end-to-end tests"
+# GCC's -O3 sees more (maybe-uninitialized, array bounds) than -O2 does; the release
+# binaries run the same command-line cases the other builds do.
+build build-release -DCMAKE_BUILD_TYPE=Release -DAXLC_WERROR=ON
+ctest --test-dir "$top/build-release" --output-on-failure -j "$jobs" -R '^e2e_' -LE slow
 
 # Fuzzes TARGET for AXLC_FUZZ_SECONDS, from a copy of its kept corpus (what it
 # finds is not kept; a crash input goes to build-fuzz/TARGET-crash-..., and the

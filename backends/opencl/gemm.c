@@ -12,6 +12,7 @@
  * AXLC_OPENCL_GEMM=tiled). Both sum in f32 in K order (OpenBLAS sums in f32 too, in its own
  * order).
  */
+#include <assert.h>
 #include <limits.h>
 
 #include "backends/opencl/opencl.h"
@@ -156,8 +157,10 @@ static void blocked_kernel(OclBuf *b, const char *const r[3], const Layout *L, R
 
 void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, int32_t v, const char *const refs[3], bool tiled,
                      RtOclLaunch *R, const char **attrs) {
-  Layout L;
-  layout(g, v, &L);
+  Layout L = {0};
+  bool ok = layout(g, v, &L);
+  assert(ok && "the scheduler places only products that ocl_gemm_ok accepts");
+  (void)ok;
   *attrs = "";
   if (tiled)
     tiled_kernel(b, refs, &L, R, attrs);
