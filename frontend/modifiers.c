@@ -32,18 +32,14 @@ static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath
 
 /* ---- modifier field checks ---------------------------------------------- */
 
+/* A modifier kind: its fields and the function that applies it (the table, `modifiers[]`, is
+ * below the functions). The function may replace *root (replace does, at the top). */
 typedef struct {
   const char *kind;
   const char *required[3];
   const char *optional[2];
+  int (*apply)(Ctx *c, json_object **root, json_object *mod, const char *mpath);
 } ModSchema;
-
-static const ModSchema schemas[] = {
-    {"set", {"path", "value"}, {0}},       {"replace", {"target", "config"}, {0}},
-    {"mesh", {"shape"}, {"axes"}},         {"remat", {"path", "policy"}, {0}},
-    {"partition", {"path", "specs"}, {0}}, {"chain", {"modifiers"}, {0}},
-};
-enum { NSCHEMAS = sizeof schemas / sizeof schemas[0] };
 
 static bool listed(const char *const *list, int n, const char *s) {
   for (int i = 0; i < n && list[i]; i++)
@@ -146,9 +142,9 @@ static int set_path(Ctx *c, json_object *root, const char *path, json_object *va
   return 0;
 }
 
-static int mod_set(Ctx *c, json_object *root, json_object *mod, const char *mpath) {
+static int mod_set(Ctx *c, json_object **root, json_object *mod, const char *mpath) {
   const char *path = string_field(c, mod, "path", mpath);
-  return path ? set_path(c, root, path, json_object_object_get(mod, "value")) : -1;
+  return path ? set_path(c, *root, path, json_object_object_get(mod, "value")) : -1;
 }
 
 /* ---- replace ------------------------------------------------------------ */
@@ -251,8 +247,9 @@ static int mod_replace(Ctx *c, json_object **root, json_object *mod, const char 
 
 /* ---- mesh, remat, partition --------------------------------------------- */
 
-static int mod_mesh(Ctx *c, json_object *root, json_object *mod) {
-  json_object *mesh = json_object_object_get(root, "mesh");
+static int mod_mesh(Ctx *c, json_object **rootp, json_object *mod, const char *mpath) {
+  (void)mpath;
+  json_object *root = *rootp, *mesh = json_object_object_get(root, "mesh");
   if (json_object_get_type(mesh) != json_type_object) {
     mesh = json_object_new_object();
     json_object_object_add(mesh, "kind", json_object_new_string("device_mesh"));
@@ -288,7 +285,8 @@ static json_object *module_with(Ctx *c, json_object *root, const char *path, con
   return node;
 }
 
-static int mod_remat(Ctx *c, json_object *root, json_object *mod, const char *mpath) {
+static int mod_remat(Ctx *c, json_object **rootp, json_object *mod, const char *mpath) {
+  json_object *root = *rootp;
   const char *path = string_field(c, mod, "path", mpath);
   json_object *node = module_with(c, root, path, "remat_policy", "remat policy");
   if (!node) return -1;
@@ -299,7 +297,8 @@ static int mod_remat(Ctx *c, json_object *root, json_object *mod, const char *mp
   return 0;
 }
 
-static int mod_partition(Ctx *c, json_object *root, json_object *mod, const char *mpath) {
+static int mod_partition(Ctx *c, json_object **rootp, json_object *mod, const char *mpath) {
+  json_object *root = *rootp;
   const char *path = string_field(c, mod, "path", mpath);
   json_object *node = module_with(c, root, path, "param_partition_specs", "partition specs");
   if (!node) return -1;
@@ -356,35 +355,55 @@ static int apply_file(Ctx *c, json_object **root, const char *name, const char *
   return rc;
 }
 
+/* ---- the modifier kinds ---------------------------------------------------- */
+
+/* A new modifier kind is one row here and its function above; the error messages and the
+ * field checks read this table. */
+static const ModSchema modifiers[] = {
+    {"set", {"path", "value"}, {0}, mod_set},
+    {"replace", {"target", "config"}, {0}, mod_replace},
+    {"mesh", {"shape"}, {"axes"}, mod_mesh},
+    {"remat", {"path", "policy"}, {0}, mod_remat},
+    {"partition", {"path", "specs"}, {0}, mod_partition},
+    {"chain", {"modifiers"}, {0}, mod_chain},
+};
+enum { NMODIFIERS = sizeof modifiers / sizeof modifiers[0] };
+
+/* "set, replace, ... or chain", from the table. */
+static const char *kind_list(char *buf, size_t cap) {
+  size_t n = 0;
+  buf[0] = 0;
+  for (int i = 0; i < NMODIFIERS && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%s",
+                          i == 0               ? ""
+                          : i + 1 < NMODIFIERS ? ", "
+                                               : " or ",
+                          modifiers[i].kind);
+  return buf;
+}
+
 static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath) {
   if (json_object_get_type(mod) == json_type_string)
     return apply_file(c, root, json_object_get_string(mod), mpath);
   const char *kind = fe_node_kind(mod);
-  const char *names[NSCHEMAS];
-  for (int i = 0; i < NSCHEMAS; i++) names[i] = schemas[i].kind;
+  char kinds[256];
   if (!kind)
     return fe_error(c->d, c->file, mpath,
-                    "expected a modifier (an object with a \"kind\": "
-                    "set, replace, mesh, remat, partition or chain) or a modifier file name");
-  for (int i = 0; i < NSCHEMAS; i++) {
-    if (strcmp(kind, schemas[i].kind)) continue;
-    if (check_mod_fields(c, mod, &schemas[i], mpath)) return -1;
-    switch (i) {
-    case 0: return mod_set(c, *root, mod, mpath);
-    case 1: return mod_replace(c, root, mod, mpath);
-    case 2: return mod_mesh(c, *root, mod);
-    case 3: return mod_remat(c, *root, mod, mpath);
-    case 4: return mod_partition(c, *root, mod, mpath);
-    default: return mod_chain(c, root, mod, mpath);
-    }
+                    "expected a modifier (an object with a \"kind\": %s) or a modifier file name",
+                    kind_list(kinds, sizeof kinds));
+  const char *names[NMODIFIERS];
+  for (int i = 0; i < NMODIFIERS; i++) {
+    names[i] = modifiers[i].kind;
+    if (strcmp(kind, modifiers[i].kind)) continue;
+    if (check_mod_fields(c, mod, &modifiers[i], mpath)) return -1;
+    return modifiers[i].apply(c, root, mod, mpath);
   }
-  const char *near = fe_nearest(kind, names, NSCHEMAS);
+  const char *near = fe_nearest(kind, names, NMODIFIERS);
   char p[512];
   fe_path_join(p, sizeof p, mpath, "kind");
-  return fe_error(c->d, c->file, p,
-                  "unknown modifier kind \"%s\" (expected set, replace, mesh, "
-                  "remat, partition or chain)%s%s%s",
-                  kind, near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
+  return fe_error(c->d, c->file, p, "unknown modifier kind \"%s\" (expected %s)%s%s%s", kind,
+                  kind_list(kinds, sizeof kinds), near ? "; did you mean \"" : "", near ? near : "",
+                  near ? "\"?" : "");
 }
 
 int fe_modifier_apply(FeDiag *d, json_object **root, json_object *mod, const char *file,
