@@ -38,9 +38,17 @@ typedef struct DrvJob {
   const char *last_pass; /* the pass the graph is after */
 } DrvJob;
 
-/* The passes, in pipeline order. */
-extern const char *const drv_pass_names[];
+/* The passes, in pipeline order: the name (--after, messages), the function (NULL for
+ * compose, which makes the graph the others rewrite) and what it does, for the usage text. */
+typedef struct {
+  const char *name;
+  int (*run)(IrGraph *g, const PassOptions *opt);
+  const char *what;
+} DrvPass;
+extern const DrvPass drv_passes[];
 extern const int drv_npasses;
+/* The pass names joined by `sep`, the last two by `last_sep`, into buf. */
+const char *drv_pass_list(char *buf, size_t cap, const char *sep, const char *last_sep);
 
 /* Resolves and builds `file`; errors are in j->diag. */
 int drv_load(DrvJob *j, const char *file, const FeOptions *opt);

@@ -1,13 +1,7 @@
 /*
  * pipeline.c: from a config file to a training-step graph, in one straight
- * list of passes:
- *
- *   compose    module tree -> forward graph (inputs ids, targets; output loss)
- *   autodiff   + "grad:P" for every parameter
- *   optimizer  + clipping, schedule, AdamW: the whole step in one graph
- *   simplify   folding, identities, CSE, dead code
- *   shard      the global step -> the program each device of the mesh runs
- *   remat      forward values the remat policies do not save are recomputed in the backward
+ * list of passes (drv_passes: compose, autodiff, optimizer, simplify, shard,
+ * remat; each row says what its pass does).
  *
  * What a backend cannot compute is rewritten when the job is handed over
  * (drv_backend_job):
@@ -25,9 +19,29 @@
 #include "driver/driver.h"
 #include "passes/passes.h"
 
-const char *const drv_pass_names[] = {"compose",  "autodiff", "optimizer",
-                                      "simplify", "shard",    "remat"};
-const int drv_npasses = (int)(sizeof drv_pass_names / sizeof drv_pass_names[0]);
+/* A new pass is one row here, in pipeline order, and its function in passes/: --after, the
+ * usage text and the messages read this table. */
+const DrvPass drv_passes[] = {
+    {"compose", NULL, "module tree -> forward graph (runs before the list)"},
+    {"autodiff", pass_autodiff, "+ the gradient of every parameter"},
+    {"optimizer", pass_optimizer, "+ clipping, schedule, AdamW: the whole step"},
+    {"simplify", pass_simplify, "folding, identities, CSE, dead code"},
+    {"shard", pass_shard, "the global step -> the program of one device of the mesh"},
+    {"remat", pass_remat, "values not saved are recomputed in the backward"},
+};
+const int drv_npasses = (int)(sizeof drv_passes / sizeof drv_passes[0]);
+
+const char *drv_pass_list(char *buf, size_t cap, const char *sep, const char *last_sep) {
+  size_t n = 0;
+  buf[0] = 0;
+  for (int i = 0; i < drv_npasses && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%s",
+                          i == 0                ? ""
+                          : i + 1 < drv_npasses ? sep
+                                                : last_sep,
+                          drv_passes[i].name);
+  return buf;
+}
 
 int drv_load(DrvJob *j, const char *file, const FeOptions *opt) {
   memset(j, 0, sizeof *j);
@@ -230,17 +244,9 @@ static void remat_scopes_free(RematScopes *r) {
 
 static int run_pass(DrvJob *j, int i, const PassOptions *po) {
   IrGraph *g = j->graph;
-  int rc = IR_OK;
-  switch (i) {
-  case 0: return j->graph ? 0 : -1; /* compose ran before the list */
-  case 1: rc = pass_autodiff(g, po); break;
-  case 2: rc = pass_optimizer(g, po); break;
-  case 3: rc = pass_simplify(g, po); break;
-  case 4: rc = pass_shard(g, po); break;
-  case 5: rc = pass_remat(g, po); break;
-  }
-  if (rc != IR_OK)
-    return fe_error(&j->diag, j->file, NULL, "pass %s failed: %s", drv_pass_names[i],
+  if (!drv_passes[i].run) return g ? 0 : -1; /* compose ran before the list */
+  if (drv_passes[i].run(g, po) != IR_OK)
+    return fe_error(&j->diag, j->file, NULL, "pass %s failed: %s", drv_passes[i].name,
                     ir_graph_error(g) ? ir_graph_error(g) : "unknown error");
   return 0;
 }
@@ -270,13 +276,12 @@ static int lower_forward(DrvJob *j) {
 int drv_lower(DrvJob *j, const char *stop_after) {
   int last = drv_npasses - 1;
   if (stop_after) {
-    for (last = 0; last < drv_npasses && strcmp(drv_pass_names[last], stop_after); last++) {
+    for (last = 0; last < drv_npasses && strcmp(drv_passes[last].name, stop_after); last++) {
     }
+    char names[256];
     if (last == drv_npasses)
-      return fe_error(&j->diag, NULL, NULL,
-                      "unknown pass \"%s\" (expected compose, autodiff, "
-                      "optimizer, simplify, shard or remat)",
-                      stop_after);
+      return fe_error(&j->diag, NULL, NULL, "unknown pass \"%s\" (expected %s)", stop_after,
+                      drv_pass_list(names, sizeof names, ", ", " or "));
   }
   j->graph = fe_compose(&j->diag, j->file, j->cfg, &j->build);
   if (!j->graph) return -1;
@@ -300,8 +305,8 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   po.remat = &remat;
   for (int i = 0; i <= last && rc == 0; i++) {
     rc = run_pass(j, i, &po);
-    if (rc == 0) rc = verify(j, drv_pass_names[i]);
-    if (rc == 0) j->last_pass = drv_pass_names[i];
+    if (rc == 0) rc = verify(j, drv_passes[i].name);
+    if (rc == 0) j->last_pass = drv_passes[i].name;
   }
   free(names);
   free(scales);

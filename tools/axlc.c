@@ -63,7 +63,6 @@ static void usage(FILE *out) {
       "  params MODEL.json   print every parameter: path, shape, dtype, init, partition spec\n"
       "  kinds [KIND]        list module kinds, or one kind's fields\n"
       "  ir MODEL.json       print the IR of the training step [--after PASS] [--format text|dot]\n"
-      "                      passes: compose, autodiff, optimizer, simplify, shard, remat\n"
       "  compile MODEL.json  --target cpu -o TRAINER: a native trainer executable\n"
       "                      [--emit exe|obj|llvm|asm] [--cpu NAME] [--features +avx2,...]\n"
       "  run MODEL.json      train in process: --target cpu compiles with the LLVM JIT and\n"
@@ -102,7 +101,11 @@ static void usage(FILE *out) {
       "  --no-cache          (compile, run) neither use nor fill the compile cache\n"
       "                      ($AXLC_CACHE_DIR, else ~/.cache/axlc; AXLC_NO_CACHE=1 is\n"
       "                      the same as --no-cache)\n"
-      "  -h, --help          this help\n");
+      "  -h, --help          this help\n"
+      "\n"
+      "passes (axlc ir --after PASS), in pipeline order:\n");
+  for (int i = 0; i < drv_npasses; i++)
+    fprintf(out, "  %-19s %s\n", drv_passes[i].name, drv_passes[i].what);
 }
 
 static int need_value(int i, int argc, char **argv) {
