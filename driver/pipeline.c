@@ -143,16 +143,26 @@ static int shard_mesh(DrvJob *j, IrMesh *m) {
   memset(m, 0, sizeof *m);
   for (int i = 0; i < fm->n; i++) {
     if (fm->shape[i] <= 1) continue;
-    if (!strcmp(fm->axes[i], "seq") || !strcmp(fm->axes[i], "pipeline"))
+    const FeAxis *a = fe_axis(fm->axes[i]);
+    if (a && !(a->roles & FE_AXIS_SUPPORTED))
       return fe_error(&j->diag, j->file, "/mesh/shape",
                       "mesh axis %s has %lld devices: %s "
                       "parallelism is not supported yet (expected 1 on %s)",
-                      fm->axes[i], (long long)fm->shape[i],
-                      !strcmp(fm->axes[i], "seq") ? "sequence" : "pipeline", fm->axes[i]);
+                      fm->axes[i], (long long)fm->shape[i], a->what, fm->axes[i]);
     snprintf(m->names[m->naxes], IR_MAX_AXIS_NAME, "%s", fm->axes[i]);
     m->sizes[m->naxes++] = fm->shape[i];
   }
   return 0;
+}
+
+/* The axes of m that split the batch (FE_AXIS_BATCH), major first in the order of fe_axes
+ * (data, expert, fsdp), whatever order the mesh lists them in. */
+static void batch_axes(const IrMesh *m, uint8_t *axes) {
+  int n = 0;
+  for (int i = 0; i < fe_naxes && n < IR_MAX_SPLIT_AXES; i++) {
+    int a = (fe_axes[i].roles & FE_AXIS_BATCH) ? ir_mesh_axis(m, fe_axes[i].name) : -1;
+    if (a >= 0) axes[n++] = (uint8_t)(a + 1);
+  }
 }
 
 /* Appends the axes of a '|'-joined spec that are in m (axes of size 1 split nothing). */
@@ -167,7 +177,7 @@ static void spec_axes(const IrMesh *m, const char *spec, uint8_t *axes) {
 }
 
 /* The shard pass's leaves: every parameter by its partition spec, and the batch (dim 0 of ids
- * and targets) over the data, expert and fsdp axes, in mesh order. */
+ * and targets) over the axes that split it. */
 static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n) {
   PassShardLeaf *l = calloc((size_t)j->build.nparams + 2, sizeof *l);
   if (!l) return NULL;
@@ -177,7 +187,7 @@ static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n)
     for (int d = 0; d < p->rank; d++) spec_axes(m, p->spec[d], l[i].split.axes[d]);
   }
   IrSplit batch = {0};
-  spec_axes(m, "data|expert|fsdp", batch.axes[0]);
+  batch_axes(m, batch.axes[0]);
   l[j->build.nparams] = (PassShardLeaf){"ids", batch};
   l[j->build.nparams + 1] = (PassShardLeaf){"targets", batch};
   *n = j->build.nparams + 2;

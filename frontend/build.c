@@ -15,8 +15,25 @@
 
 #include "frontend/frontend.h"
 
-static const char *const known_axes[] = {"pipeline", "data", "expert", "fsdp", "seq", "model"};
-enum { NKNOWN_AXES = sizeof known_axes / sizeof known_axes[0] };
+/* ---- the mesh axes ------------------------------------------------------ */
+
+/* A new axis, or a new role of one, is a row or a flag here: the mesh checks, the batch
+ * split, the shard pass's batch leaves and the refusal of unsupported axes read it. */
+const FeAxis fe_axes[] = {
+    {"pipeline", FE_AXIS_PIPELINE, "pipeline"},
+    {"data", FE_AXIS_BATCH | FE_AXIS_SUPPORTED, "data"},
+    {"expert", FE_AXIS_BATCH | FE_AXIS_EXPERTS | FE_AXIS_SUPPORTED, "expert"},
+    {"fsdp", FE_AXIS_BATCH | FE_AXIS_PARAMS | FE_AXIS_SUPPORTED, "fully sharded data"},
+    {"seq", FE_AXIS_SEQUENCE, "sequence"},
+    {"model", FE_AXIS_PARAMS | FE_AXIS_SUPPORTED, "tensor (model)"},
+};
+const int fe_naxes = (int)(sizeof fe_axes / sizeof fe_axes[0]);
+
+const FeAxis *fe_axis(const char *name) {
+  for (int i = 0; i < fe_naxes; i++)
+    if (strcmp(name, fe_axes[i].name) == 0) return &fe_axes[i];
+  return NULL;
+}
 
 /* ---- the mesh ----------------------------------------------------------- */
 
@@ -29,14 +46,18 @@ static int mesh_axes(FeBuild *b, json_object *axes) {
     const char *a = json_object_get_string(json_object_array_get_idx(axes, i));
     char p[64];
     snprintf(p, sizeof p, "/mesh/axes/%d", i);
-    bool known = false;
-    for (int j = 0; j < NKNOWN_AXES; j++) known |= strcmp(a, known_axes[j]) == 0;
-    if (!known) {
-      const char *near = fe_nearest(a, known_axes, NKNOWN_AXES);
-      return fe_error(b->diag, b->file, p,
-                      "unknown mesh axis \"%s\" (expected one of pipeline, "
-                      "data, expert, fsdp, seq, model)%s%s%s",
-                      a, near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
+    if (!fe_axis(a)) {
+      const char *names[16];
+      char list[128];
+      size_t len = 0;
+      for (int j = 0; j < fe_naxes && j < 16; j++) {
+        names[j] = fe_axes[j].name;
+        len += (size_t)snprintf(list + len, len < sizeof list ? sizeof list - len : 0, "%s%s",
+                                j ? ", " : "", names[j]);
+      }
+      const char *near = fe_nearest(a, names, fe_naxes < 16 ? fe_naxes : 16);
+      return fe_error(b->diag, b->file, p, "unknown mesh axis \"%s\" (expected one of %s)%s%s%s", a,
+                      list, near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
     }
     for (int j = 0; j < i; j++)
       if (strcmp(m->axes[j], a) == 0)
@@ -352,9 +373,10 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
 
 int64_t fe_batch_split(const FeMesh *m) {
   int64_t split = 1;
-  for (int i = 0; i < m->n; i++)
-    if (!strcmp(m->axes[i], "data") || !strcmp(m->axes[i], "expert") || !strcmp(m->axes[i], "fsdp"))
-      split *= m->shape[i];
+  for (int i = 0; i < m->n; i++) {
+    const FeAxis *a = fe_axis(m->axes[i]);
+    if (a && (a->roles & FE_AXIS_BATCH)) split *= m->shape[i];
+  }
   return split;
 }
 

@@ -289,8 +289,28 @@ void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank, c
 /* -1 (the message recorded in `d`) if the training step would hold a
  * tensor too large; every command that builds a graph calls it first. */
 int fe_step_check(const FeBuild *b, FeDiag *d);
-/* Devices the global batch is split over: the mesh's data, expert and fsdp
- * axes. */
+/* The mesh axes and what each does: one row per axis name (frontend/build.c, fe_axes). The
+ * config's mesh may name only these; the batch is split over the FE_AXIS_BATCH axes; a
+ * parameter's partition spec may name any of them. An axis without FE_AXIS_SUPPORTED is
+ * refused at a size above 1. */
+enum {
+  FE_AXIS_BATCH = 1 << 0,     /* splits the global batch (dim 0 of ids and targets) */
+  FE_AXIS_PARAMS = 1 << 1,    /* the shipped rules split parameters over it (fsdp, model) */
+  FE_AXIS_EXPERTS = 1 << 2,   /* carries a MoE's experts (expert_axis) */
+  FE_AXIS_SEQUENCE = 1 << 3,  /* splits the sequence */
+  FE_AXIS_PIPELINE = 1 << 4,  /* carries pipeline stages */
+  FE_AXIS_SUPPORTED = 1 << 5, /* the shard pass and the runtime can split over it */
+};
+typedef struct {
+  const char *name;
+  unsigned roles;   /* FE_AXIS_* */
+  const char *what; /* the parallelism, for messages: "sequence" */
+} FeAxis;
+extern const FeAxis fe_axes[];
+extern const int fe_naxes;
+/* The row of axis `name`; NULL if no axis has that name. */
+const FeAxis *fe_axis(const char *name);
+/* Devices the global batch is split over: the product of the mesh's FE_AXIS_BATCH axes. */
 int64_t fe_batch_split(const FeMesh *m);
 /* Devices a '|'-joined list of mesh axes spans. */
 int64_t fe_spec_split(const FeMesh *m, const char *spec);
