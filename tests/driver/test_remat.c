@@ -22,49 +22,23 @@
 #include "passes/passes.h"
 #include "runtime/axrt.h"
 #include "tests/cunit_check.h"
+#include "tests/driver/lower.h"
 
 static const char *const policies[] = {
     "\"full\"", "\"save_dots\"", "\"save_qkvo\"",
     "{\"save\": [\"attention\\\\.context\", \"feed_forward\\\\..*\"]}"};
 #define NPOLICIES ((int)(sizeof policies / sizeof *policies))
 
-/* Lowers model (a path under AXLC_MODELS, or under the source tree if it starts with "../")
- * for target with sets, and the remat policy (NULL: none) on /model/decoder. */
+/* Lowers model (models/...) for target with sets, and the remat policy (NULL: none) on
+ * /model/decoder. */
 static int lower(DrvJob *j, const char *model, const char *target, const char **sets, int nsets,
                  const char *policy, const char *after, bool quiet) {
-  char path[1024], pol[512];
+  char pol[512];
   const char *all[16];
-  snprintf(path, sizeof path, "%s/%s", AXLC_MODELS, model);
   for (int i = 0; i < nsets; i++) all[i] = sets[i];
   snprintf(pol, sizeof pol, "/model/decoder/remat_policy=%s", policy ? policy : "\"none\"");
   all[nsets] = pol;
-  FeOptions opt = {.target = target, .sets = all, .nsets = nsets + 1};
-  if (drv_load(j, path, &opt) || drv_lower(j, after)) {
-    if (!quiet) fe_diag_print(&j->diag, stderr);
-    return -1;
-  }
-  return 0;
-}
-
-/* Deterministic leaf values, as test_shard.c's. */
-static double *leaf_values(const IrValue *v, int64_t vocab) {
-  int64_t n = ir_shape_numel(&v->shape);
-  double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
-  uint64_t h = rt_fnv1a64(v->name);
-  for (int64_t k = 0; k < n; k++) {
-    double u = (double)(rt_rng_u64(11, v->name, k, 0) >> 11) / 9007199254740992.0;
-    if (v->op == IR_INPUT && strcmp(v->name, "step") == 0)
-      d[k] = 3;
-    else if (v->op == IR_INPUT)
-      d[k] = (double)((k * 37 + (int64_t)(h % 101)) % vocab);
-    else if (!strncmp(v->name, "opt/v/", 6))
-      d[k] = 1e-4 * u;
-    else if (!strncmp(v->name, "opt/m/", 6))
-      d[k] = 1e-2 * (u - 0.5);
-    else
-      d[k] = 0.6 * (u - 0.5) + (strstr(v->name, "scale") ? 1.0 : 0.0);
-  }
-  return d;
+  return test_lower(j, model, target, all, nsets + 1, after, quiet);
 }
 
 /* Runs g in the interpreter (f32 rounding) on every device with the same leaves per device
@@ -74,7 +48,7 @@ static IrInterp *run_graph(const IrGraph *g, int64_t vocab) {
   for (int32_t v = 0; v < g->nvalues; v++) {
     const IrValue *x = &g->values[v];
     if (x->op != IR_PARAMETER && x->op != IR_INPUT) continue;
-    double *d = leaf_values(x, vocab);
+    double *d = test_leaf_values(x, &x->shape, vocab, 11);
     ir_interp_set(it, -1, x->name, x->shape.rank, x->shape.dims, d);
     free(d);
   }
@@ -84,12 +58,6 @@ static IrInterp *run_graph(const IrGraph *g, int64_t vocab) {
     return NULL;
   }
   return it;
-}
-
-static int count_op(const IrGraph *g, IrOp op) {
-  int n = 0;
-  for (int32_t v = 0; v < g->nvalues; v++) n += g->values[v].op == op;
-  return n;
 }
 
 /* Every output on every device bit for bit. */
@@ -161,8 +129,8 @@ static void check_same(const char *model, const char *target, const char **sets,
       CHECK_MSG(r.graph->nvalues > base.graph->nvalues,
                 "%s: nothing recomputed (%d values, %d without)", label, r.graph->nvalues,
                 base.graph->nvalues);
-      if (ir_mesh_devices(&r.graph->mesh) > 1 && count_op(base.graph, IR_ALL_GATHER) > 0)
-        CHECK_MSG(count_op(r.graph, IR_ALL_GATHER) > count_op(base.graph, IR_ALL_GATHER),
+      if (ir_mesh_devices(&r.graph->mesh) > 1 && test_count_op(base.graph, IR_ALL_GATHER) > 0)
+        CHECK_MSG(test_count_op(r.graph, IR_ALL_GATHER) > test_count_op(base.graph, IR_ALL_GATHER),
                   "%s: no all_gather recomputed", label);
       IrInterp *it = run_graph(r.graph, vocab);
       if (it) compare_outputs(label, ref, it, base.graph);

@@ -24,45 +24,15 @@
 #include "passes/passes.h"
 #include "runtime/axrt.h"
 #include "tests/cunit_check.h"
+#include "tests/driver/lower.h"
 
 static int lower(DrvJob *j, const char *model, const char *target, const char **sets, int nsets,
                  const char *after) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", AXLC_MODELS, model);
-  FeOptions opt = {.target = target, .sets = sets, .nsets = nsets};
-  if (drv_load(j, path, &opt) || drv_lower(j, after)) {
-    fe_diag_print(&j->diag, stderr);
-    return -1;
-  }
-  return 0;
+  return test_lower(j, model, target, sets, nsets, after, false);
 }
 
-/* Deterministic values for leaf `name` of global shape s: parameters near their init scale,
- * moments small and positive where they must be (opt/v), tokens in the vocabulary. */
 static double *leaf_values(const IrValue *v, const IrShape *s, int64_t vocab) {
-  int64_t n = ir_shape_numel(s);
-  double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
-  uint64_t h = rt_fnv1a64(v->name);
-  for (int64_t k = 0; k < n; k++) {
-    double u = (double)(rt_rng_u64(7, v->name, k, 0) >> 11) / 9007199254740992.0;
-    if (v->op == IR_INPUT && strcmp(v->name, "step") == 0)
-      d[k] = 3;
-    else if (v->op == IR_INPUT)
-      d[k] = (double)((k * 37 + (int64_t)(h % 101)) % vocab);
-    else if (!strncmp(v->name, "opt/v/", 6))
-      d[k] = 1e-4 * u;
-    else if (!strncmp(v->name, "opt/m/", 6))
-      d[k] = 1e-2 * (u - 0.5);
-    else
-      d[k] = 0.6 * (u - 0.5) + (strstr(v->name, "scale") ? 1.0 : 0.0);
-  }
-  return d;
-}
-
-static int count_op(const IrGraph *g, IrOp op) {
-  int n = 0;
-  for (int32_t v = 0; v < g->nvalues; v++) n += g->values[v].op == op;
-  return n;
+  return test_leaf_values(v, s, vocab, 7);
 }
 
 typedef struct Expect { /* what a layout's per-device program must hold */
@@ -88,18 +58,18 @@ static void check_layout(const char *model, const char *target, const char **set
   int64_t ndev = ir_mesh_devices(&s->mesh);
   CHECK_MSG(ndev == ex.devices, "%s: %lld devices, expected %d", label, (long long)ndev,
             ex.devices);
-  CHECK_MSG(count_op(s, IR_ALL_REDUCE) >= ex.min_all_reduce, "%s: %d all_reduce", label,
-            count_op(s, IR_ALL_REDUCE));
-  CHECK_MSG(count_op(s, IR_ALL_GATHER) >= ex.min_all_gather, "%s: %d all_gather", label,
-            count_op(s, IR_ALL_GATHER));
-  CHECK_MSG(count_op(s, IR_REDUCE_SCATTER) >= ex.min_reduce_scatter, "%s: %d reduce_scatter", label,
-            count_op(s, IR_REDUCE_SCATTER));
-  CHECK_MSG(count_op(s, IR_ALL_TO_ALL) >= ex.min_all_to_all, "%s: %d all_to_all", label,
-            count_op(s, IR_ALL_TO_ALL));
+  CHECK_MSG(test_count_op(s, IR_ALL_REDUCE) >= ex.min_all_reduce, "%s: %d all_reduce", label,
+            test_count_op(s, IR_ALL_REDUCE));
+  CHECK_MSG(test_count_op(s, IR_ALL_GATHER) >= ex.min_all_gather, "%s: %d all_gather", label,
+            test_count_op(s, IR_ALL_GATHER));
+  CHECK_MSG(test_count_op(s, IR_REDUCE_SCATTER) >= ex.min_reduce_scatter, "%s: %d reduce_scatter",
+            label, test_count_op(s, IR_REDUCE_SCATTER));
+  CHECK_MSG(test_count_op(s, IR_ALL_TO_ALL) >= ex.min_all_to_all, "%s: %d all_to_all", label,
+            test_count_op(s, IR_ALL_TO_ALL));
   if (ex.no_gather)
-    CHECK_MSG(count_op(s, IR_ALL_GATHER) == 0 && count_op(s, IR_REDUCE_SCATTER) == 0,
+    CHECK_MSG(test_count_op(s, IR_ALL_GATHER) == 0 && test_count_op(s, IR_REDUCE_SCATTER) == 0,
               "%s: parameters moved (%d all_gather, %d reduce_scatter)", label,
-              count_op(s, IR_ALL_GATHER), count_op(s, IR_REDUCE_SCATTER));
+              test_count_op(s, IR_ALL_GATHER), test_count_op(s, IR_REDUCE_SCATTER));
   int64_t vocab = fe_get_int(fe_get_child(G.cfg, "model"), "vocab_size");
 
   IrInterp *gi = ir_interp_new(g, NULL), *si = ir_interp_new(s, NULL);
