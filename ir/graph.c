@@ -7,6 +7,7 @@
  * across calls that add values.
  */
 #include "ir/ir.h"
+#include "runtime/axrt.h" /* rt_mesh_coords: the one device numbering */
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -400,10 +401,7 @@ int64_t ir_split_count(const IrMesh *m, const IrSplit *s, int32_t d) {
 
 int64_t ir_split_index(const IrMesh *m, const IrSplit *s, int32_t d, int64_t dev) {
   int64_t c[IR_MAX_MESH_AXES] = {0}; /* the split's axes are < m->naxes; zeroed for GCC's -O3 */
-  for (int32_t i = m->naxes - 1; i >= 0; i--) {
-    c[i] = dev % m->sizes[i];
-    dev /= m->sizes[i];
-  }
+  rt_mesh_coords(m->naxes, m->sizes, dev, c);
   int64_t k = 0;
   for (int32_t i = 0; i < IR_MAX_SPLIT_AXES && s->axes[d][i]; i++) {
     int a = s->axes[d][i] - 1;

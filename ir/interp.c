@@ -8,6 +8,7 @@
  * until the next run or ir_interp_free; this is a test oracle, not a runtime.
  */
 #include "ir/ir.h"
+#include "runtime/axrt.h" /* rt_mesh_coords: the one device numbering */
 
 #include <math.h>
 #include <stdarg.h>
@@ -587,23 +588,10 @@ typedef struct Group {
   int64_t member[4096];
 } Group;
 
-static void mesh_coords(const IrMesh *m, int64_t dev, int64_t *c) {
-  for (int32_t i = m->naxes - 1; i >= 0; i--) {
-    c[i] = dev % m->sizes[i];
-    dev /= m->sizes[i];
-  }
-}
-
-static int64_t mesh_device(const IrMesh *m, const int64_t *c) {
-  int64_t d = 0;
-  for (int32_t i = 0; i < m->naxes; i++) d = d * m->sizes[i] + c[i];
-  return d;
-}
-
 /* Members in group order: row-major over the op's axes in the order the op lists them. */
 static void group_of(const IrMesh *m, const IrAttrs *a, int64_t dev, Group *gr) {
   int64_t c[IR_MAX_MESH_AXES], k[IR_MAX_MESH_AXES];
-  mesh_coords(m, dev, c);
+  rt_mesh_coords(m->naxes, m->sizes, dev, c);
   for (int32_t i = 0; i < a->nmesh; i++) k[i] = ir_mesh_axis(m, a->mesh[i]);
   gr->n = ir_mesh_group_size(m, a);
   gr->rank = 0;
@@ -614,7 +602,7 @@ static void group_of(const IrMesh *m, const IrAttrs *a, int64_t dev, Group *gr) 
       c[k[i]] = r % m->sizes[k[i]];
       r /= m->sizes[k[i]];
     }
-    gr->member[j] = mesh_device(m, c);
+    gr->member[j] = rt_mesh_device(m->naxes, m->sizes, c);
   }
 }
 

@@ -196,6 +196,23 @@ typedef struct RtMesh {
     int64_t sizes[RT_MAX_MESH_AXES];
 } RtMesh;
 
+/* The device numbering of a mesh, for the runtime and the compiler alike (ir/ and the
+ * interpreter include this header for it): devices are numbered row-major over the axes, the
+ * last axis fastest. rt_mesh_coords gives device dev's coordinate on each of the naxes axes of
+ * sizes; rt_mesh_device is its inverse. */
+static inline void rt_mesh_coords(int32_t naxes, const int64_t *sizes, int64_t dev, int64_t *coords) {
+    for (int32_t i = naxes - 1; i >= 0; i--) {
+        coords[i] = dev % sizes[i];
+        dev /= sizes[i];
+    }
+}
+static inline int64_t rt_mesh_device(int32_t naxes, const int64_t *sizes, const int64_t *coords) {
+    int64_t d = 0;
+    for (int32_t i = 0; i < naxes; i++)
+        d = d * sizes[i] + coords[i];
+    return d;
+}
+
 /* Which chunk of a global tensor a device holds: dim d is cut into chunks over the mesh axes
  * axes[d][0], axes[d][1], ... (mesh axis index + 1, major first, 0 ends the list). All zero:
  * every device holds the whole tensor. Mirrors the compiler's IrSplit. */

@@ -75,17 +75,11 @@ static int64_t mesh_devices(const RtMesh *m) {
 }
 
 static void mesh_coords(const RtMesh *m, int64_t dev, int64_t *c) {
-    for (int i = m->naxes - 1; i >= 0; i--) {
-        c[i] = dev % m->sizes[i];
-        dev /= m->sizes[i];
-    }
+    rt_mesh_coords(m->naxes, m->sizes, dev, c);
 }
 
 static int64_t mesh_device(const RtMesh *m, const int64_t *c) {
-    int64_t d = 0;
-    for (int i = 0; i < m->naxes; i++)
-        d = d * m->sizes[i] + c[i];
-    return d;
+    return rt_mesh_device(m->naxes, m->sizes, c);
 }
 
 int64_t rt_mesh_chunk(const RtMesh *m, const uint8_t axes[RT_MAX_SPLIT_AXES], int64_t dev, int64_t *count) {
