@@ -50,7 +50,9 @@ int drv_load(DrvJob *j, const char *file, const FeOptions *opt) {
   fe_diag_init(&j->diag);
   j->cfg = fe_resolve(&j->diag, file, opt, NULL);
   if (!j->cfg) return -1;
-  if (fe_build(&j->build, &j->diag, file, j->cfg, fe_target_devices(opt ? opt->target : NULL)))
+  int64_t devices;
+  if (fe_target_devices(&j->diag, opt ? opt->target : NULL, &devices) ||
+      fe_build(&j->build, &j->diag, file, j->cfg, devices))
     return -1;
   j->built = true;
   fe_train_facts(j->cfg, &j->facts);

@@ -194,8 +194,9 @@ typedef struct FeOptions {
  * not NULL) receives the matched rule's regex or NULL. */
 json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const char **rule);
 /* Number of devices a target name implies: "gpu-h100-256" -> 256,
- * "gpu-h100-8x32" -> 256, "cpu" -> 1. */
-int64_t fe_target_devices(const char *target);
+ * "gpu-h100-8x32" -> 256, "cpu" -> 1, NULL -> 0. A count that does not parse
+ * ("cpu-0", "gpu-h100-4x") is an error: -1, with the expected form in d. */
+int fe_target_devices(FeDiag *d, const char *target, int64_t *devices);
 
 /* ---- build.c: module walk and the parameter table ------------------------ */
 

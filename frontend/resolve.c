@@ -209,27 +209,40 @@ static int load(FeDiag *d, const char *file, const char **stack, int depth, Load
 
 /* ---- the whole resolution ------------------------------------------------ */
 
-int64_t fe_target_devices(const char *target) {
+/* The device count of a target is its last '-' part when that part starts with a digit or is
+ * made of digits and 'x' only ("gpu-h100-8x32"); a kind name alone ("gpu-h100") is one device. A
+ * count that does not parse is refused, not read as one device: "cpu-0" or "gpu-h100-4x" is a
+ * typo, and planning it for one device would hide it. */
+static bool count_part(const char *p) {
+  if (isdigit((unsigned char)*p)) return true;
+  return *p && strspn(p, "0123456789x") == strlen(p);
+}
+
+int fe_target_devices(FeDiag *d, const char *target, int64_t *devices) {
+  *devices = target ? 1 : 0;
   if (!target) return 0;
-  const char *last = strrchr(target, '-');
-  const char *p = last ? last + 1 : target;
-  if (!isdigit((unsigned char)*p)) return 1;
+  const char *last = strrchr(target, '-'), *count = last ? last + 1 : target;
+  if (!(count_part(count) || (last && !*count))) return 0;
   int64_t n = 1;
-  while (*p) {
-    char *end;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || v < 1) return 1;
-    if (v > FE_MAX_DEVICES) return FE_MAX_DEVICES + 1; /* the mesh check reports it */
-    n *= v;
-    if (n > FE_MAX_DEVICES) return FE_MAX_DEVICES + 1; /* the mesh check reports it */
-    if (*end == 'x')
-      p = end + 1;
-    else if (*end == 0)
-      p = end;
-    else
-      return 1;
+  for (const char *p = count;;) {
+    char *end = (char *)p;
+    long long v = isdigit((unsigned char)*p) ? strtoll(p, &end, 10) : 0;
+    if (v < 1 || (*end != 'x' && *end != 0) || (*end == 'x' && !end[1])) {
+      int len = last ? (int)(last - target) : 4;
+      const char *kind = last ? target : "KIND";
+      return fe_error(d, NULL, NULL,
+                      "--target %s: bad device count \"%s\" (expected %.*s-N with N a whole number "
+                      ">= 1, or %.*s-AxB... with each factor a whole number >= 1)",
+                      target, count, len, kind, len, kind);
+    }
+    if (v > FE_MAX_DEVICES) v = FE_MAX_DEVICES + 1;
+    if (n <= FE_MAX_DEVICES) n *= v;
+    if (*end == 0) break;
+    p = end + 1;
   }
-  return n;
+  /* Too many devices: the mesh check reports it, with the limit. */
+  *devices = n > FE_MAX_DEVICES ? FE_MAX_DEVICES + 1 : n;
+  return 0;
 }
 
 static int apply_cli(FeDiag *d, Loaded *l, const FeOptions *opt) {
@@ -253,6 +266,8 @@ json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const
   Loaded l = {.search = &opt->search};
   const char *matched = NULL;
   json_object *canon = NULL;
+  int64_t devices;
+  if (fe_target_devices(d, opt->target, &devices)) return NULL;
   if (file && file[0] != '/' && !strchr(file, '/'))
     file = fe_find_file(d, NULL, NULL, NULL, file, &opt->search, false);
   if (file && load(d, file, stack, 0, &l) == 0 && apply_rules(d, &l, opt->target, &matched) == 0 &&
@@ -260,7 +275,7 @@ json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const
     canon = fe_canonicalize(d, l.tree, "", "trainer");
   if (canon) {
     FeBuild b;
-    int rc = fe_build(&b, d, file, canon, fe_target_devices(opt->target));
+    int rc = fe_build(&b, d, file, canon, devices);
     fe_build_free(&b);
     if (rc) {
       json_object_put(canon);

@@ -288,8 +288,11 @@ static int cmd_config(const Args *a) {
     char *text = fe_json_canonical(cfg);
     fputs(text, stdout);
     free(text);
-    FeBuild b; /* resolution built it once, and succeeded */
-    if (fe_build(&b, &d, a->model, cfg, fe_target_devices(a->fe.target)) == 0) warn_step(&b);
+    FeBuild b = {0}; /* resolution built it once, and succeeded */
+    int64_t devices;
+    if (fe_target_devices(&d, a->fe.target, &devices) == 0 &&
+        fe_build(&b, &d, a->model, cfg, devices) == 0)
+      warn_step(&b);
     fe_build_free(&b);
     json_object_put(cfg);
     rc = 0;
@@ -303,8 +306,10 @@ static int cmd_params(const Args *a) {
   fe_diag_init(&d);
   json_object *cfg = resolve(&d, a);
   int rc = 1;
-  FeBuild b;
-  if (cfg && fe_build(&b, &d, a->model, cfg, fe_target_devices(a->fe.target)) == 0) {
+  FeBuild b = {0};
+  int64_t devices;
+  if (cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
+      fe_build(&b, &d, a->model, cfg, devices) == 0) {
     if (a->json) {
       char *s = fe_params_json(&b);
       fputs(s, stdout);
@@ -752,8 +757,10 @@ static int cmd_convert(const Args *a) {
   fe_diag_init(&d);
   json_object *cfg = resolve(&d, a);
   int rc = 1;
-  FeBuild b;
-  if (cfg && fe_build(&b, &d, a->model, cfg, fe_target_devices(a->fe.target)) == 0)
+  FeBuild b = {0};
+  int64_t devices;
+  if (cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
+      fe_build(&b, &d, a->model, cfg, devices) == 0)
     rc = convert_weights(&b, a->model, a->to != NULL, a->input, a->output) ? 1 : 0;
   else if (cfg)
     fe_diag_print(&d, stderr);

@@ -422,6 +422,26 @@ PY
   expect_in "$T/out" "verdict: does not fit: over by"
   expect_in "$T/out" "what would fit"
   ;;
+err_bad_target_count)
+  # a device count that does not parse is refused by every command, never planned as 1 device
+  for t in gpu-h100-0 cpu-0 gpu-h100-4xx gpu-h100-x gpu-h100-4x; do
+    kind=${t%-*}
+    for c in config params memcheck; do
+      run $c "$MODELS/tiny-lm.json" --target $t
+      expect_user_error "error: --target $t: bad device count \"${t##*-}\" (expected $kind-N with N a whole number >= 1"
+    done
+  done
+  for c in "compile -o $T/trainer" "run --data $SRC/README.md"; do
+    run $c "$MODELS/tiny-lm.json" --target cpu-0
+    expect_user_error 'error: --target cpu-0: bad device count "0" (expected cpu-N with N a whole number >= 1'
+    run $c "$MODELS/tiny-lm.json" --target gpu-h100-4x
+    expect_rc 1
+  done
+  [ ! -e "$T/trainer" ] || fail "a trainer was written for a bad target"
+  run params "$MODELS/tiny-lm.json" --target cpu-4
+  expect_rc 0
+  expect_in "$T/out" "on a mesh of 4 devices"
+  ;;
 memcheck_errors)
   run memcheck "$MODELS/tiny-lm.json"
   expect_user_error "axlc memcheck needs --target"

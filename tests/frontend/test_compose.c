@@ -104,7 +104,9 @@ static void compose_fails(FeT *t, const char *file, const char *target, const ch
   fe_t_resolve(t, file, target, apply, sets);
   EXPECT_OK(t);
   FeBuild b;
-  int64_t n = fe_t_params(t, fe_target_devices(target), &b);
+  int64_t devices;
+  CU_ASSERT_FATAL(fe_target_devices(&t->d, target, &devices) == 0);
+  int64_t n = fe_t_params(t, devices, &b);
   CU_ASSERT_FATAL(n > 0);
   IrGraph *g = fe_compose(&t->d, file, t->tree, &b);
   EXPECT(g == NULL);

@@ -264,14 +264,48 @@ static void test_rules_malformed(void) {
 
 /* ---- targets and the mesh ------------------------------------------------- */
 
+static int64_t devices_of(const char *target) {
+  FeDiag d;
+  fe_diag_init(&d);
+  int64_t n;
+  int rc = fe_target_devices(&d, target, &n);
+  EXPECT_INT(d.n, rc ? 1 : 0);
+  fe_diag_free(&d);
+  return rc ? -1 : n;
+}
+
+/* A count that does not parse is refused with the form expected, never read as one device. */
+static void target_refused(const char *target, const char *want) {
+  FeDiag d;
+  fe_diag_init(&d);
+  int64_t n = 7;
+  EXPECT_INT(fe_target_devices(&d, target, &n), -1);
+  EXPECT(d.n == 1 && strstr(d.msgs[0], want) != NULL);
+  if (d.n == 1 && !strstr(d.msgs[0], want)) fprintf(stderr, "got: %s\nwant: %s\n", d.msgs[0], want);
+  fe_diag_free(&d);
+}
+
 static void test_target_devices(void) {
-  EXPECT_INT(fe_target_devices("cpu"), 1);
-  EXPECT_INT(fe_target_devices("cpu-4"), 4);
-  EXPECT_INT(fe_target_devices("gpu-h100-8x32"), 256);
-  EXPECT_INT(fe_target_devices("gpu-h100-256"), 256);
-  EXPECT_INT(fe_target_devices("tpu-v5p-512"), 512);
-  EXPECT_INT(fe_target_devices("opencl-2x2x2"), 8);
-  EXPECT_INT(fe_target_devices(NULL), 0);
+  EXPECT_INT(devices_of("cpu"), 1);
+  EXPECT_INT(devices_of("cpu-4"), 4);
+  EXPECT_INT(devices_of("gpu-h100"), 1);
+  EXPECT_INT(devices_of("gpu-h100-8x32"), 256);
+  EXPECT_INT(devices_of("gpu-h100-256"), 256);
+  EXPECT_INT(devices_of("tpu-v5p-512"), 512);
+  EXPECT_INT(devices_of("opencl-2x2x2"), 8);
+  EXPECT_INT(devices_of("gpu-h100-99999999999999999999"), FE_MAX_DEVICES + 1);
+  EXPECT_INT(devices_of("gpu-h100-65536x65536x65536"), FE_MAX_DEVICES + 1);
+  EXPECT_INT(devices_of(NULL), 0);
+  target_refused(
+      "cpu-0", "--target cpu-0: bad device count \"0\" (expected cpu-N with N a whole number >= 1");
+  target_refused("gpu-h100-0",
+                 "--target gpu-h100-0: bad device count \"0\" (expected gpu-h100-N with N");
+  target_refused("gpu-h100-4xx", "bad device count \"4xx\" (expected gpu-h100-N");
+  target_refused("gpu-h100-x", "bad device count \"x\"");
+  target_refused("gpu-h100-4x", "bad device count \"4x\"");
+  target_refused("gpu-h100-4x0", "bad device count \"4x0\"");
+  target_refused("cpu-4a", "bad device count \"4a\"");
+  target_refused("cpu-", "bad device count \"\"");
 }
 
 static void test_mesh_minus_one(void) {
