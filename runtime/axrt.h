@@ -178,6 +178,9 @@ const void *rt_st_bytes(const RtSt *st, int64_t *size);
 /* Copies tensor `name` into dst as f32 (from F32, F16 or BF16) after checking its shape:
  * "FILE: tensor 'w': shape [3,4], expected [4,4]". */
 int rt_st_read_f32(const RtSt *st, const char *name, const int64_t *shape, int ndim, float *dst, RtError *err);
+/* Checks that every value of tensor `name` (NULL: of every tensor) is finite, for the float
+ * dtypes (F32, F16, BF16, F64): "FILE: tensor 'w': value 3 of 12 is NaN". */
+int rt_st_check_finite(const RtSt *st, const char *name, RtError *err);
 /* An interpreter dump (axlc run --backend interp --dump) holds "loss", "grad:P" and "new:P".
  * Used as weights (--init, axlc convert), it is its "new:P" tensors named P: this keeps only
  * those, renamed, and returns how many; 0 (the file untouched) when `st` is not such a dump. */

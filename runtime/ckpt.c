@@ -825,6 +825,11 @@ static int open_files(RtCkpt *ck, const char *sdir, char **names, int n, RtError
         if (join_path(path, sdir, names[f], err) != 0 || rt_st_open(&ck->files[f], path, err) != 0)
             return -1;
         ck->nfiles++;
+        /* A NaN with a matching CRC-32 was saved that way (or written by hand): resuming it
+         * would fail again at once, so it is damage, like a bad CRC-32. */
+        RtError why;
+        if (rt_st_check_finite(ck->files[f], NULL, &why) != 0)
+            return rt_error_set(err, "%s: checkpoint damaged", why.msg);
         const char *text = rt_st_meta(ck->files[f], "axlc.regions");
         json_object *regions = text ? json_tokener_parse(text) : NULL;
         if (text && !json_object_is_type(regions, json_type_object)) {
@@ -862,6 +867,11 @@ static int read_meta(RtCkpt *ck, int64_t step, RtError *err) {
     if (v != step)
         return rt_error_set(err, "%s: metadata says step %lld, directory says %lld", rt_st_path(ck->st), v,
                             (long long)step);
+    if (pos < 0)
+        return rt_error_set(err,
+                            "%s: invalid metadata: 'axlc.data_position' is %lld, a token position is >= 0: "
+                            "checkpoint damaged",
+                            rt_st_path(ck->st), pos);
     errno = 0;
     ck->rng_state = rng ? strtoull(rng, &end, 10) : 0;
     if (!rng || !*rng || *end || errno)

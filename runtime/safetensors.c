@@ -224,6 +224,35 @@ static int parse_tensors(RtSt *st, json_object *root, const unsigned char *data,
     return check_tiling(st, data_size, err);
 }
 
+/* A JSON string may spell NUL as \u0000, but names and metadata are C strings here: "a\u0000b"
+ * would be read as "a", another tensor's name perhaps. Refused, quoting the string. */
+static int check_no_nul(const RtSt *st, const char *text, size_t len, RtError *err) {
+    size_t start = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str) {
+            in_str = text[i] == '"';
+            start = i;
+        } else if (text[i] == '"') {
+            in_str = 0;
+        } else if (text[i] == '\\' && i + 1 < len) {
+            if (len - i >= 6 && memcmp(text + i + 1, "u0000", 5) == 0) {
+                size_t end = i + 6;
+                while (end < len && text[end] != '"')
+                    end += text[end] == '\\' ? 2 : 1;
+                end = end < len ? end : len - 1;
+                int shown = (int)(end - start + 1 < 200 ? end - start + 1 : 200);
+                return rt_error_set(err,
+                                    "%s: JSON header: the string %.*s%s holds a NUL (\\u0000); a tensor name or "
+                                    "metadata cannot contain one",
+                                    st->path, shown, text + start, shown == 200 ? "..." : "");
+            }
+            i++; /* the escaped character: \" does not end the string */
+        }
+    }
+    return 0;
+}
+
 /* Parses exactly `len` bytes as one JSON object followed only by whitespace. */
 static json_object *parse_json(const RtSt *st, const char *text, size_t len, RtError *err) {
     if (memchr(text, '\0', len)) {
@@ -243,6 +272,10 @@ static json_object *parse_json(const RtSt *st, const char *text, size_t len, RtE
         strspn(text + end, " \t\r\n") != len - end) {
         rt_error_set(err, "%s: JSON header is not one valid object (%s, near byte %zu of %zu)", st->path,
                      jerr != json_tokener_success ? json_tokener_error_desc(jerr) : "unexpected content", end, len);
+        json_object_put(root);
+        return NULL;
+    }
+    if (check_no_nul(st, text, len, err) != 0) {
         json_object_put(root);
         return NULL;
     }
@@ -419,6 +452,48 @@ int rt_st_read_f32(const RtSt *st, const char *name, const int64_t *shape, int n
         return rt_error_set(err, "%s: tensor '%s': dtype %s, expected F32, F16 or BF16", st->path, name,
                             rt_dtype_name(t->dtype));
     convert(t, t->nbytes / rt_dtype_size(t->dtype), dst);
+    return 0;
+}
+
+/* ===== reading: finite values ========================================================= */
+
+/* The index of the first value of t whose exponent bits are all ones (an infinity or a NaN),
+ * or -1. F32, F16, BF16 and F64; other dtypes hold no such values. *bits gets that value. */
+static int64_t first_nonfinite(const RtTensor *t, uint64_t *bits) {
+    int size = rt_dtype_size(t->dtype);
+    uint64_t mask = t->dtype == RT_DT_F32    ? 0x7f800000u
+                    : t->dtype == RT_DT_F16  ? 0x7c00u
+                    : t->dtype == RT_DT_BF16 ? 0x7f80u
+                    : t->dtype == RT_DT_F64  ? 0x7ff0000000000000u
+                                             : 0;
+    const unsigned char *p = t->data;
+    for (int64_t i = 0, n = mask ? t->nbytes / size : 0; i < n; i++) {
+        uint64_t v = 0;
+        memcpy(&v, p + i * size, (size_t)size); /* little-endian host: the low bytes */
+        if ((v & mask) == mask) {
+            *bits = v;
+            return i;
+        }
+    }
+    return -1;
+}
+
+int rt_st_check_finite(const RtSt *st, const char *name, RtError *err) {
+    for (int i = 0; i < st->n; i++) {
+        const RtTensor *t = &st->e[i].t;
+        uint64_t bits, mant;
+        int64_t k = name && strcmp(t->name, name) != 0 ? -1 : first_nonfinite(t, &bits);
+        if (k < 0)
+            continue;
+        int size = rt_dtype_size(t->dtype);
+        mant = bits & ((size == 8 ? 0xfffffffffffffu : size == 4 ? 0x7fffffu : t->dtype == RT_DT_F16 ? 0x3ffu : 0x7fu));
+        int neg = (int)(bits >> (8 * size - 1)) & 1;
+        return rt_error_set(err, "%s: tensor '%s': value %lld of %lld is %s", st->path, t->name, (long long)k,
+                            (long long)(t->nbytes / size),
+                            mant  ? "NaN"
+                            : neg ? "-inf"
+                                  : "+inf");
+    }
     return 0;
 }
 

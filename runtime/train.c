@@ -723,13 +723,23 @@ static int init_file_check(Trainer *t, const RtSt *st, RtError *err) {
                         c.unused && !t->o.init_allow_unused ? " (--init-allow-unused accepts unused tensors)" : "");
 }
 
+/* A NaN or an infinity in the weights would stop the run at its first step, far from the file
+ * that caused it: refused here, naming the tensor and the file. */
+static int init_file_finite(Trainer *t, const RtSt *st, RtError *err) {
+    RtError why;
+    for (int i = 0; i < t->p->nparams; i++)
+        if (rt_st_check_finite(st, t->p->params[i].path, &why) != 0)
+            return rt_error_set(err, "--init: %s; refusing to start from weights that are not finite", why.msg);
+    return 0;
+}
+
 static int params_load(Trainer *t, RtError *err) {
     RtSt *st;
     RtError why;
     if (rt_st_open(&st, t->o.init, &why) != 0)
         return rt_error_set(err, "--init: %s", why.msg);
     rt_st_dump_as_weights(st); /* an interpreter's --dump: its new parameters */
-    if (init_file_check(t, st, err) != 0) {
+    if (init_file_check(t, st, err) != 0 || init_file_finite(t, st, err) != 0) {
         rt_st_close(st);
         return -1;
     }
@@ -892,9 +902,44 @@ static int check_model(Trainer *t, RtCkpt *ck, const char *where, RtError *err) 
     return 0;
 }
 
+/* Up to 3 names, quoted, then how many more: "'a', 'b', 'c' and 21 more". */
+static void names_list(char *buf, size_t cap, const char *const *names, int n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && i < 3 && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s'%.200s'", i ? ", " : "", names[i]);
+    if (n > 3 && len < cap)
+        snprintf(buf + len, cap - len, " and %d more", n - 3);
+}
+
+/* --partial that matched no parameter: this is another model's checkpoint, and carrying on
+ * from its step and data position would train nothing of it. Its parameter names and ours
+ * show why (often a different prefix). */
+static int partial_none(Trainer *t, const RtCkpt *ck, const char *where, RtError *err) {
+    const char *have[3];
+    int nhave = 0, total = 0;
+    for (int i = 0; i < rt_ckpt_count(ck); i++) {
+        const char *name = rt_ckpt_tensor(ck, i)->name;
+        if (strncmp(name, "opt/", 4) == 0)
+            continue;
+        if (nhave < 3)
+            have[nhave++] = name;
+        total++;
+    }
+    char want[1024], found[1024];
+    names_list(want, sizeof want, (const char *const *)t->names, t->p->nparams);
+    names_list(found, sizeof found, have, nhave);
+    if (total > nhave)
+        snprintf(found + strlen(found), sizeof found - strlen(found), " and %d more", total - nhave);
+    return rt_error_set(err,
+                        "%s: --partial: 0 of %d parameters matched by name and shape, so nothing of it would be "
+                        "loaded; this model expects %s; the checkpoint holds %s",
+                        where, t->p->nparams, want, total ? found : "no parameters");
+}
+
 /* With --partial, each tensor whose name and shape match is loaded; the others keep their
  * fresh values (the seeded init, zero moments). */
-static int tensors_read_partial(Trainer *t, const RtCkpt *ck, RtError *err) {
+static int tensors_read_partial(Trainer *t, const RtCkpt *ck, const char *where, RtError *err) {
     int n = t->p->nparams, loaded = 0;
     if (params_seed(t, err) != 0)
         return -1;
@@ -909,6 +954,8 @@ static int tensors_read_partial(Trainer *t, const RtCkpt *ck, RtError *err) {
             return -1;
         loaded += j < n;
     }
+    if (loaded == 0)
+        return partial_none(t, ck, where, err);
     if (t->rank == 0)
         warn(t, "--partial: loaded %d of %d parameters from the checkpoint", loaded, n);
     return 0;
@@ -919,7 +966,7 @@ static int ckpt_restore(Trainer *t, RtCkpt *ck, RtError *err) {
     snprintf(where, sizeof where, "%s/step_%08lld", t->o.ckpt_dir, (long long)rt_ckpt_step(ck));
     if (check_model(t, ck, where, err) != 0)
         return -1;
-    int rc = t->o.partial ? tensors_read_partial(t, ck, err) : tensors_read_ckpt(t, ck, 3 * t->p->nparams, err);
+    int rc = t->o.partial ? tensors_read_partial(t, ck, where, err) : tensors_read_ckpt(t, ck, 3 * t->p->nparams, err);
     if (rc != 0)
         return -1;
     if (rt_data_seek(t->data, rt_ckpt_data_position(ck), NULL) != 0)

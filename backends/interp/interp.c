@@ -54,6 +54,9 @@ static int init_values(Trainer *t, const FeParam *p, const RtSt *st, uint64_t se
   int64_t n = fe_param_numel(p);
   if (st) {
     if (rt_st_read_f32(st, p->path, p->shape, p->rank, t->fbuf, &err)) return fail(t, err.msg);
+    if (rt_st_check_finite(st, p->path, &err))
+      return fe_error(t->j->diag, NULL, NULL,
+                      "--init: %s; refusing to start from weights that are not finite", err.msg);
     return 0;
   }
   RtInit init = backend_param_init(p);

@@ -316,7 +316,7 @@ run_init_dump)
   # initial weights by parameter path: zeros (norm scales one) make every logit 0,
   # so the first loss is exactly ln(256)
   run params "$MODELS/tiny-lm.json" --json
-  python3 - "$T/out" "$T/zero.safetensors" <<'PY'
+  nan=$(python3 - "$T/out" "$T/zero.safetensors" <<'PY'
 import json, struct, sys
 params = json.load(open(sys.argv[1]))["params"]
 header, blobs, off = {}, [], 0
@@ -329,10 +329,19 @@ for p in params:
 h = json.dumps(header).encode()
 with open(sys.argv[2], "wb") as f:
     f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+# the same with a NaN as value 3 of the second parameter
+blobs[1] = blobs[1][:12] + struct.pack("<f", float("nan")) + blobs[1][16:]
+with open(sys.argv[2].replace("zero", "nan"), "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+print("tensor '%s': value 3 of %d is NaN" % (params[1]["path"], params[1]["count"]))
 PY
+)
   run run "$MODELS/tiny-lm.json" "$@" --init "$T/zero.safetensors" --steps 1
   expect_rc 0
   expect_in "$T/out" "step 1 loss 5.545177"
+  # a NaN in --init is refused before step 1, naming the tensor and the file
+  run run "$MODELS/tiny-lm.json" "$@" --init "$T/nan.safetensors" --steps 1
+  expect_user_error "--init: $T/nan.safetensors: $nan; refusing to start from weights that are not finite"
   ;;
 convert_gpt2 | convert_llama | convert_dump)
   # tests/e2e/hf_convert.py: files in Hugging Face's naming, written there, through axlc convert

@@ -69,6 +69,8 @@ def safetensors_seeds():
                                        meta={"axlc.step": "20", "axlc.config": "{\"a\": 1}", "": ""}),
         "names": st_tensors([("", "U8", [1], None), ("a\u00e9\u4e2d", "U8", [1], None), ("a/b\\c\"d", "U8", [1], None)]),
         "nul-name": st_file('{"a\\u0000b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', b"x"),
+        "nul-name-shadow": st_file('{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+                                   '"w\\u0000x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', b"\0\0\x80?\0\0\0@"),
         "nul-meta": st_file('{"__metadata__":{"k\\u0000":"v\\u0000w"}}'),
         "dup-key": st_file('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
                            '"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}', b"xy"),

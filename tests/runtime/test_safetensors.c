@@ -216,6 +216,15 @@ static void test_bad_headers(void) {
       {"{\"__metadata__\":[]}", 0, "\"__metadata__\" must be an object"},
       {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,99999999999999999999]}}", 4,
        "data_offsets"},
+      /* a name with an escaped NUL would be read as its prefix */
+      {"{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+       "bad.safetensors: JSON header: the string \"a\\u0000b\" holds a NUL (\\u0000); a tensor "
+       "name "
+       "or metadata cannot contain one"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+       "\"a\\u0000\\\"x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+       2, "the string \"a\\u0000\\\"x\" holds a NUL"},
+      {"{\"__metadata__\":{\"k\":\"v\\u0000w\"}}", 0, "the string \"v\\u0000w\" holds a NUL"},
   };
   RtError err;
   RtSt *st;
@@ -229,6 +238,55 @@ static void test_bad_headers(void) {
            "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}   ", 4);
   CHECK_OK(rt_st_open(&st, path, &err));
   rt_st_close(st);
+  /* an escaped backslash before "u0000" is no NUL */
+  raw_file(path, sizeof path, "ok.safetensors",
+           "{\"a\\\\u0000\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
+  CHECK_OK(rt_st_open(&st, path, &err));
+  CHECK_INT(st && rt_st_find(st, "a\\u0000") != NULL, 1);
+  rt_st_close(st);
+}
+
+/* Every float dtype: the first NaN or infinity is named with its index. */
+static void test_check_finite(void) {
+  static const struct {
+    RtDtype dt;
+    int size;
+    uint64_t ok, bad;
+    const char *what;
+  } cases[] = {
+      {RT_DT_F32, 4, 0x3f800000u, 0x7fc00000u, "NaN"},
+      {RT_DT_F32, 4, 0xff7fffffu, 0xff800000u, "-inf"},
+      {RT_DT_F16, 2, 0x7bffu, 0x7c00u, "+inf"},
+      {RT_DT_F16, 2, 0x0001u, 0xfe01u, "NaN"},
+      {RT_DT_BF16, 2, 0x3f80u, 0x7f80u, "+inf"},
+      {RT_DT_BF16, 2, 0xff7fu, 0x7fc1u, "NaN"},
+      {RT_DT_F64, 8, 0x3ff0000000000000u, 0xfff0000000000000u, "-inf"},
+      {RT_DT_F64, 8, 0x7fefffffffffffffu, 0x7ff0000000000001u, "NaN"},
+  };
+  RtError err;
+  char path[512], want[128];
+  rt_test_path(path, sizeof path, "finite.safetensors");
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    unsigned char data[4 * 8];
+    for (int i = 0; i < 4; i++)
+      memcpy(data + i * cases[c].size, &cases[c].ok, (size_t)cases[c].size);
+    uint8_t bytes[8] = {1, 2, 3, 4};
+    RtTensor ts[2] = {{"i", RT_DT_U8, 1, {4}, bytes, 0}, {"x", cases[c].dt, 1, {4}, data, 0}};
+    RtSt *st = NULL;
+    CHECK_OK(rt_st_write(path, ts, 2, NULL, 0, NULL, NULL, &err));
+    CHECK_OK(rt_st_open(&st, path, &err));
+    CHECK_OK(rt_st_check_finite(st, NULL, &err));
+    rt_st_close(st);
+    memcpy(data + 2 * cases[c].size, &cases[c].bad, (size_t)cases[c].size);
+    CHECK_OK(rt_st_write(path, ts, 2, NULL, 0, NULL, NULL, &err));
+    CHECK_OK(rt_st_open(&st, path, &err));
+    snprintf(want, sizeof want, "finite.safetensors: tensor 'x': value 2 of 4 is %s",
+             cases[c].what);
+    CHECK_FAIL(rt_st_check_finite(st, NULL, &err), want);
+    CHECK_FAIL(rt_st_check_finite(st, "x", &err), want);
+    CHECK_OK(rt_st_check_finite(st, "i", &err));
+    rt_st_close(st);
+  }
 }
 
 static void test_bad_lengths(void) {
@@ -307,6 +365,7 @@ int main(void) {
       {"read errors", test_read_errors},
       {"write errors", test_write_errors},
       {"bad headers", test_bad_headers},
+      {"non-finite values found", test_check_finite},
       {"bad lengths", test_bad_lengths},
       {"truncated", test_truncated},
       {"random damage", test_random_damage},

@@ -337,6 +337,117 @@ static void test_resume_damaged(void) {
   run_free(&r);
 }
 
+/* Rewrites the state file of a checkpoint through edit() and its index to match, so the CRC-32
+ * verifies: what a tool that edits checkpoints, or a bit flip before the CRC-32 was taken,
+ * leaves behind. */
+typedef void (*CkptEdit)(float *weight, int64_t n, const char **meta_value);
+
+static const char *const META_KEYS[] = {"axlc.step", "axlc.data_position", "axlc.rng_state",
+                                        "axlc.config", "axlc.fingerprint"};
+enum { N_META = 5, META_POSITION = 1 };
+
+static void ckpt_rewrite(const char *dir, int64_t step, CkptEdit edit) {
+  char path[PATH_CAP], text[1024];
+  RtError err;
+  RtSt *st = NULL;
+  CHECK_OK(rt_st_open(&st, step_file(path, dir, step, "state.safetensors"), &err));
+  if (!st) return;
+  int n = rt_st_count(st);
+  RtTensor *ts = calloc((size_t)n, sizeof *ts);
+  float *weight = NULL;
+  int64_t nweight = 0;
+  for (int i = 0; i < n; i++) {
+    ts[i] = *rt_st_tensor(st, i);
+    void *copy = malloc((size_t)ts[i].nbytes + 1);
+    memcpy(copy, ts[i].data, (size_t)ts[i].nbytes);
+    ts[i].data = copy;
+    if (!strcmp(ts[i].name, "model/bigram/weight")) weight = copy, nweight = ts[i].nbytes / 4;
+  }
+  RtMeta meta[N_META];
+  const char *values[N_META];
+  for (int k = 0; k < N_META; k++) values[k] = rt_st_meta(st, META_KEYS[k]);
+  edit(weight, nweight, values);
+  for (int k = 0; k < N_META; k++) meta[k] = (RtMeta){META_KEYS[k], values[k]};
+  uint32_t crc;
+  int64_t size;
+  char tmp[PATH_CAP];
+  CHECK_OK(
+      rt_st_write(scratch(tmp, "rewrite.safetensors"), ts, n, meta, N_META, &crc, &size, &err));
+  for (int i = 0; i < n; i++) free((void *)ts[i].data);
+  free(ts);
+  rt_st_close(st);
+  CHECK_INT(rename(tmp, path), 0);
+  int len = snprintf(text, sizeof text,
+                     "{\"format\": \"axlc-checkpoint\", \"version\": 1, \"step\": %lld,\n"
+                     " \"files\": [{\"name\": \"state.safetensors\", \"bytes\": %lld, "
+                     "\"crc32\": %lu}]}\n",
+                     (long long)step, (long long)size, (unsigned long)crc);
+  rt_test_write(step_file(path, dir, step, "index.json"), text, (size_t)len);
+}
+
+static void edit_nan(float *weight, int64_t n, const char **meta) {
+  (void)meta;
+  if (n > 5) weight[5] = NAN;
+}
+
+static void edit_negative_position(float *weight, int64_t n, const char **meta) {
+  (void)weight, (void)n;
+  meta[META_POSITION] = "-5";
+}
+
+/* A checkpoint whose CRC-32 verifies but which holds a NaN, or a negative data position, is
+ * damaged: resume falls back to the one before and sets it aside, and it is never named the
+ * last good checkpoint. With nothing before it, resume refuses to start over. */
+static void test_resume_bad_values(void) {
+  static const struct {
+    CkptEdit edit;
+    const char *why;
+  } cases[] = {
+      {edit_nan, "state.safetensors: tensor 'model/bigram/weight': value 5 of 1024 is NaN: "
+                 "checkpoint damaged"},
+      {edit_negative_position, "state.safetensors: invalid metadata: 'axlc.data_position' is -5, "
+                               "a token position is >= 0: checkpoint damaged"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char dir[PATH_CAP], p[PATH_CAP + 64], name[64];
+    snprintf(name, sizeof name, "badvalues%zu", c);
+    Run r = run((const char *[]){"--data", train_file(), "--steps", "10", "--ckpt-every", "5",
+                                 "--keep", "0", "--ckpt-dir", scratch(dir, name), NULL});
+    CHECK_RUN(r, 0);
+    run_free(&r);
+    ckpt_rewrite(dir, 10, cases[c].edit);
+    fake_nan_at = 12; /* the run then fails: the checkpoint it names must be a good one */
+    r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-dir", dir, "--resume",
+                             NULL});
+    fake_nan_at = 0;
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, "skipping a damaged checkpoint: ");
+    CHECK_HAS(r.err, "step_00000010/");
+    CHECK_HAS(r.err, cases[c].why);
+    CHECK_HAS(r.out, "resumed from");
+    CHECK_HAS(r.out, "step_00000005");
+    CHECK_HAS(r.err, "step 12:");
+    CHECK_HAS(r.err, "the last good checkpoint is ");
+    CHECK_HAS(r.err, "step_00000005 (step 5)");
+    snprintf(p, sizeof p, "%s/step_00000010.damaged/index.json", dir);
+    CHECK_INT(rt_test_exists(p), 1);
+    run_free(&r);
+    /* The same damage with nothing before it. */
+    snprintf(name, sizeof name, "badvalues-only%zu", c);
+    r = run((const char *[]){"--data", train_file(), "--steps", "5", "--ckpt-dir",
+                             scratch(dir, name), NULL});
+    CHECK_RUN(r, 0);
+    run_free(&r);
+    ckpt_rewrite(dir, 5, cases[c].edit);
+    r = run((const char *[]){"--data", train_file(), "--steps", "8", "--ckpt-dir", dir, "--resume",
+                             NULL});
+    CHECK_RUN(r, 1);
+    CHECK_HAS(r.err, cases[c].why);
+    CHECK_HAS(r.err, "refusing to start over");
+    run_free(&r);
+  }
+}
+
 static void test_resume_all_damaged(void) {
   char dir[PATH_CAP], p[PATH_CAP];
   scratch(dir, "alldamaged");
@@ -438,6 +549,25 @@ static void test_init_file(void) {
   CHECK_HAS(r.err, "--init");
   CHECK_HAS(r.err, "model/bigram/bias");
   CHECK_HAS(r.err, "shape [33]");
+  run_free(&r);
+  /* A NaN or an infinity is refused before step 1, naming the tensor and the file. */
+  ts[1].shape[0] = FAKE_V;
+  ts[1].data = b;
+  w[5] = NAN;
+  CHECK_OK(rt_st_write(bad, ts, 2, NULL, 0, NULL, NULL, &err));
+  r = run((const char *[]){"--data", train_file(), "--steps", "1", "--init", bad, NULL});
+  CHECK_RUN(r, 1);
+  CHECK_HAS(r.err, "--init: ");
+  CHECK_HAS(r.err, "bad-init.safetensors: tensor 'model/bigram/weight': value 5 of 1024 is NaN; "
+                   "refusing to start from weights that are not finite");
+  CHECK_INT(strstr(r.out, "step 1") == NULL, 1);
+  run_free(&r);
+  w[5] = 0;
+  b[3] = -INFINITY;
+  CHECK_OK(rt_st_write(bad, ts, 2, NULL, 0, NULL, NULL, &err));
+  r = run((const char *[]){"--data", train_file(), "--steps", "1", "--init", bad, NULL});
+  CHECK_RUN(r, 1);
+  CHECK_HAS(r.err, "tensor 'model/bigram/bias': value 3 of 32 is -inf");
   run_free(&r);
 }
 
@@ -700,6 +830,20 @@ static void test_other_model(void) {
   CHECK_RUN(r, 1);
   CHECK_HAS(r.err, "--partial needs --resume");
   run_free(&r);
+  /* --partial that would load nothing is another model's step and data position only. */
+  params[0].path = "other/w";
+  params[1].path = "other/b";
+  other = axlc_program;
+  other.params = params;
+  r = run_program(&other, (const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-dir",
+                                           dir, "--resume", "--partial", NULL});
+  CHECK_RUN(r, 1);
+  CHECK_HAS(r.err, "othermodel2/step_00000012: --partial: 0 of 2 parameters matched by name and "
+                   "shape, so nothing of it would be loaded; this model expects 'other/w', "
+                   "'other/b'; the checkpoint holds 'model/bigram/weight', 'model/bigram/bias'");
+  CHECK_INT(strstr(r.out, "resumed from") == NULL, 1);
+  CHECK_INT(rt_test_exists(step_file(p, dir, 20, NULL)), 0);
+  run_free(&r);
 }
 
 /* Weights that stop being finite are never saved, and the report names the checkpoint before. */
@@ -870,6 +1014,7 @@ int main(void) {
       {"20 straight == 10 + resume + 10", test_resume_bit_exact},
       {"damaged newest checkpoint skipped", test_resume_damaged},
       {"all checkpoints damaged refused", test_resume_all_damaged},
+      {"NaN or bad metadata under a good CRC", test_resume_bad_values},
       {"resume: empty dir, done, no --resume", test_resume_empty_and_done},
       {"seeded init", test_seeded_init},
       {"--init from safetensors", test_init_file},
