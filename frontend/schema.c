@@ -107,16 +107,26 @@ typedef struct {
   const char *file;
 } Ctx;
 
+/* A bound as written: a whole number in full ("16777216", not %g's "1.67772e+07"), else %g. */
+static const char *bound_text(char *buf, size_t cap, double v) {
+  if (v == floor(v) && fabs(v) < 1e18)
+    snprintf(buf, cap, "%lld", (long long)v);
+  else
+    snprintf(buf, cap, "%g", v);
+  return buf;
+}
+
 static bool check_range(Ctx *c, const char *path, const FeField *f, double v, json_object *raw) {
   if (f->min > f->max) return true;
   if (v >= f->min && v <= f->max) return true;
-  char brief[96];
+  char brief[96], lo[32], hi[32];
   fe_json_brief(raw, brief, sizeof brief);
   if (f->max >= 1e300)
-    fe_error(c->d, c->file, path, "value %s is out of range (expected >= %g)", brief, f->min);
+    fe_error(c->d, c->file, path, "value %s is out of range (expected >= %s)", brief,
+             bound_text(lo, sizeof lo, f->min));
   else
-    fe_error(c->d, c->file, path, "value %s is out of range (expected %g to %g)", brief, f->min,
-             f->max);
+    fe_error(c->d, c->file, path, "value %s is out of range (expected %s to %s)", brief,
+             bound_text(lo, sizeof lo, f->min), bound_text(hi, sizeof hi, f->max));
   return false;
 }
 

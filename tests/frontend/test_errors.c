@@ -211,6 +211,10 @@ static void test_out_of_range(void) {
   bad(&t, "\"learner\": {\"optimizer\": {\"learning_rate\": -0.5}}", NULL, NULL);
   EXPECT_BAD(&t, ": /learner/optimizer/learning_rate: value -0.5 is out of range (expected >= 0)");
   fe_t_done(&t);
+  /* a large whole bound in full, not as 1.67772e+07 */
+  bad(&t, "\"input\": {\"seq_len\": 16777217}", NULL, NULL);
+  EXPECT_BAD(&t, ": /input/seq_len: value 16777217 is out of range (expected 1 to 16777216)");
+  fe_t_done(&t);
 }
 
 static void test_missing_required(void) {
