@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "driver/driver.h"
 #include "runtime/axrt.h"
@@ -353,22 +354,40 @@ static void out_free(Out *o) {
   free(o->t);
 }
 
+/* ===== the input ======================================================================= */
+
+/* The input's tensors: a safetensors file's (data in its mapping), or a checkpoint's, each read
+ * whole from whichever shard files hold it (data owned; optimizer moments only named). */
+typedef struct Src {
+  RtTensor *t; /* (n) */
+  int n;
+  bool owned;
+} Src;
+
+static const RtTensor *src_find(const Src *s, const char *name) {
+  for (int i = 0; i < s->n; i++)
+    if (!strcmp(s->t[i].name, name)) return &s->t[i];
+  return NULL;
+}
+
+static void src_free(Src *s) {
+  for (int i = 0; s->owned && i < s->n; i++) free((void *)s->t[i].data);
+  free(s->t);
+}
+
 /* ===== Hugging Face -> axlc ============================================================ */
 
 /* The file's tensor for Hugging Face name `hf`: as is, or under GPT2LMHeadModel's
  * "transformer." prefix. */
-static const RtTensor *hf_find(const Conv *c, const RtSt *st, const char *hf) {
-  const RtTensor *t = rt_st_find(st, hf);
+static const RtTensor *hf_find(const Conv *c, const Src *st, const char *hf) {
+  const RtTensor *t = src_find(st, hf);
   if (t || !c->gpt2 || !strcmp(hf, "lm_head.weight")) return t;
   char name[192];
   snprintf(name, sizeof name, "transformer.%s", hf);
-  return rt_st_find(st, name);
+  return src_find(st, name);
 }
 
-static void mark_used(const RtSt *st, const RtTensor *t, char *used) {
-  for (int j = 0; j < rt_st_count(st); j++)
-    if (rt_st_tensor(st, j) == t) used[j] = 1;
-}
+static void mark_used(const Src *st, const RtTensor *t, char *used) { used[t - st->t] = 1; }
 
 /* Hugging Face keeps some buffers among the weights: GPT-2's causal mask (h.N.attn.bias,
  * h.N.attn.masked_bias) and old Llama files' rotary inverse frequencies. */
@@ -399,8 +418,8 @@ static void split_link(const Conv *c, const Link *l, const RtTensor *t, Out *o) 
 }
 
 /* A tied head: lm_head.weight may be there, as a copy of the embedding. */
-static void tied_head(Conv *c, const RtSt *st, char *used) {
-  const RtTensor *head = rt_st_find(st, "lm_head.weight");
+static void tied_head(Conv *c, const Src *st, char *used) {
+  const RtTensor *head = src_find(st, "lm_head.weight");
   if (!head || fe_param_find(c->b, "model/lm_head/weight") >= 0) return;
   const char *ename = c->gpt2 ? "wte.weight" : "model.embed_tokens.weight";
   const RtTensor *emb = hf_find(c, st, ename);
@@ -418,10 +437,10 @@ static bool optimizer_state(const char *name) {
   return !strncmp(name, "opt/m/", 6) || !strncmp(name, "opt/v/", 6);
 }
 
-static void unknown_tensors(Conv *c, const RtSt *st, const char *used, bool from_hf) {
+static void unknown_tensors(Conv *c, const Src *st, const char *used, bool from_hf) {
   int moments = 0;
-  for (int j = 0; j < rt_st_count(st); j++) {
-    const char *name = rt_st_tensor(st, j)->name;
+  for (int j = 0; j < st->n; j++) {
+    const char *name = st->t[j].name;
     if (used[j] || (from_hf && hf_buffer(name))) continue;
     if (!from_hf && optimizer_state(name)) {
       moments++;
@@ -444,8 +463,8 @@ static void unknown_tensors(Conv *c, const RtSt *st, const char *used, bool from
     fprintf(stderr, "note: %s: %d optimizer tensors (opt/m/, opt/v/) left out\n", c->in, moments);
 }
 
-static void from_hf(Conv *c, const RtSt *st, Out *o) {
-  char *used = calloc((size_t)rt_st_count(st) + 1, 1);
+static void from_hf(Conv *c, const Src *st, Out *o) {
+  char *used = calloc((size_t)st->n + 1, 1);
   for (int i = 0; i < c->nlinks; i++) {
     const Link *l = &c->links[i];
     const RtTensor *t = hf_find(c, st, l->hf);
@@ -484,15 +503,15 @@ static void join_link(const Conv *c, const Link *l, const RtTensor **parts, Out 
   }
 }
 
-static void to_hf(Conv *c, const RtSt *st, Out *o) {
-  char *used = calloc((size_t)rt_st_count(st) + 1, 1);
+static void to_hf(Conv *c, const Src *st, Out *o) {
+  char *used = calloc((size_t)st->n + 1, 1);
   for (int i = 0; i < c->nlinks; i++) {
     const Link *l = &c->links[i];
     const RtTensor *parts[3];
     int bad = 0;
     for (int k = 0; k < l->nparts; k++) {
       const FeParam *p = &c->b->params[l->part[k]];
-      parts[k] = rt_st_find(st, p->path);
+      parts[k] = src_find(st, p->path);
       if (!parts[k]) {
         problem(c, "missing tensor '%s' (for %s)", p->path, l->hf);
         bad++;
@@ -511,6 +530,110 @@ static void to_hf(Conv *c, const RtSt *st, Out *o) {
   free(used);
 }
 
+/* ===== reading the input =============================================================== */
+
+/* "CK/step_00000020" (a step directory) -> CK and 20; 0 when `path` names no step directory. */
+static int step_dir(const char *path, char *dir, size_t cap, int64_t *step) {
+  char buf[4096], check[64];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (size_t n = strlen(buf); n > 1 && buf[n - 1] == '/'; n--) buf[n - 1] = 0;
+  char *slash = strrchr(buf, '/');
+  const char *base = slash ? slash + 1 : buf;
+  long long v;
+  if (sscanf(base, "step_%lld", &v) != 1 || v < 0) return 0;
+  snprintf(check, sizeof check, "step_%08lld", v);
+  if (strcmp(check, base)) return 0;
+  if (slash) *slash = 0;
+  snprintf(dir, cap, "%s", !slash ? "." : slash == buf ? "/" : buf);
+  *step = v;
+  return 1;
+}
+
+/* Every tensor of a checkpoint, whole, from whichever rank files hold its parts. */
+static int src_from_ckpt(Src *s, const RtCkpt *ck, RtError *err) {
+  s->owned = true;
+  s->t = calloc((size_t)rt_ckpt_count(ck) + 1, sizeof *s->t);
+  for (int i = 0; s->t && i < rt_ckpt_count(ck); i++) {
+    RtTensor *t = &s->t[s->n++];
+    *t = *rt_ckpt_tensor(ck, i);
+    t->data = NULL;
+    t->nbytes = 0;
+    if (optimizer_state(t->name)) continue; /* only counted, in the note */
+    int64_t count = numel(t->shape, t->ndim);
+    float *buf = malloc((size_t)(count ? count : 1) * sizeof *buf);
+    if (!buf) return rt_error_set(err, "%s: out of memory", t->name);
+    t->data = buf;
+    t->dtype = RT_DT_F32;
+    t->nbytes = count * (int64_t)sizeof *buf;
+    if (rt_ckpt_read_f32(ck, t->name, t->shape, t->ndim, NULL, NULL, buf, err)) return -1;
+  }
+  return s->t ? 0 : rt_error_set(err, "out of memory");
+}
+
+/* A checkpoint directory (its newest checkpoint that verifies) or one step directory. */
+static int open_ckpt(const char *in, RtCkpt **ck, RtError *err) {
+  char dir[4096];
+  int64_t step;
+  if (step_dir(in, dir, sizeof dir, &step)) return rt_ckpt_open(ck, dir, step, err);
+  RtError damage;
+  int found = rt_ckpt_open_latest(ck, in, &damage, err);
+  if (damage.msg[0]) fprintf(stderr, "note: skipping a damaged checkpoint: %s\n", damage.msg);
+  if (found == 0)
+    return rt_error_set(err,
+                        "%s: a directory without a checkpoint that verifies (expected a "
+                        "safetensors file, a checkpoint directory or one of its step_N "
+                        "directories)",
+                        in);
+  return found < 0 ? -1 : 0;
+}
+
+/* One rank's file of a sharded checkpoint holds only its parts of the tensors, under their
+ * global names: every shape would differ. Said as what it is, with what to pass instead. */
+static int refuse_shard(const char *in, const RtSt *st) {
+  if (!rt_st_meta(st, "axlc.regions")) return 0;
+  char dir[4096], index[4200], ranks[32] = "several";
+  snprintf(dir, sizeof dir, "%s", in);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *slash = 0;
+  else
+    snprintf(dir, sizeof dir, ".");
+  snprintf(index, sizeof index, "%s/index.json", dir);
+  json_object *root = json_object_from_file(index), *v;
+  if (root && json_object_object_get_ex(root, "ranks", &v) && json_object_is_type(v, json_type_int))
+    snprintf(ranks, sizeof ranks, "%lld", (long long)json_object_get_int64(v));
+  json_object_put(root);
+  fprintf(stderr,
+          "error: %s: one rank's file of a sharded checkpoint of %s ranks: it holds only that "
+          "rank's parts of the tensors; pass the step directory (%s) or the checkpoint directory "
+          "to convert the whole model\n",
+          in, ranks, dir);
+  return -1;
+}
+
+/* The input: a safetensors file, or (--to hf) a checkpoint directory or step directory. */
+static int src_open(const char *in, bool to_hf_names, Src *s, RtSt **st, RtCkpt **ck) {
+  RtError err;
+  struct stat sb;
+  *st = NULL;
+  *ck = NULL;
+  if (to_hf_names && stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    if (open_ckpt(in, ck, &err) == 0 && src_from_ckpt(s, *ck, &err) == 0) return 0;
+    fprintf(stderr, "error: %s\n", err.msg);
+    return -1;
+  }
+  if (rt_st_open(st, in, &err)) {
+    fprintf(stderr, "error: %s\n", err.msg);
+    return -1;
+  }
+  if (to_hf_names && refuse_shard(in, *st)) return -1;
+  if (to_hf_names) rt_st_dump_as_weights(*st); /* an interpreter dump: its new parameters */
+  s->t = calloc((size_t)rt_st_count(*st) + 1, sizeof *s->t);
+  for (int i = 0; s->t && i < rt_st_count(*st); i++) s->t[s->n++] = *rt_st_tensor(*st, i);
+  if (!s->t) fprintf(stderr, "error: %s: out of memory\n", in);
+  return s->t ? 0 : -1;
+}
+
 /* ===== the command ===================================================================== */
 
 int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const char *in,
@@ -521,18 +644,21 @@ int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const
     return -1;
   }
   RtSt *st;
+  RtCkpt *ck;
   RtError err;
-  if (rt_st_open(&st, in, &err)) {
-    fprintf(stderr, "error: %s\n", err.msg);
+  Src src = {0};
+  if (src_open(in, to_hf_names, &src, &st, &ck)) {
+    src_free(&src);
+    rt_st_close(st);
+    rt_ckpt_close(ck);
     free(c.links);
     return -1;
   }
-  if (to_hf_names) rt_st_dump_as_weights(st); /* an interpreter dump: its new parameters */
   Out o = {calloc((size_t)b->nparams + (size_t)c.nlinks + 1, sizeof *o.t), 0};
   if (to_hf_names)
-    to_hf(&c, st, &o);
+    to_hf(&c, &src, &o);
   else
-    from_hf(&c, st, &o);
+    from_hf(&c, &src, &o);
   int rc = 0;
   if (c.problems) {
     fprintf(stderr, "error: %s: %d problem%s converting %s Hugging Face %s%s; %s not written\n", in,
@@ -547,7 +673,9 @@ int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const
     }
   }
   out_free(&o);
+  src_free(&src);
   rt_st_close(st);
+  rt_ckpt_close(ck);
   free(c.links);
   return rc;
 }

@@ -359,6 +359,69 @@ convert_gpt2 | convert_llama | convert_dump)
       fail "hf_convert.py $1 $2"
   done
   ;;
+convert_sharded)
+  # a sharded checkpoint (2 ranks, written here as the trainer lays it out) converts from its
+  # step directory or its checkpoint directory, to the bytes of the same weights in one file;
+  # one rank's file alone is refused as what it is
+  run params "$MODELS/tiny-lm.json" --json
+  expect_rc 0
+  python3 - "$T/out" "$T" <<'PY'
+import json, os, struct, sys, zlib
+params, top = json.load(open(sys.argv[1]))["params"], sys.argv[2]
+def st_bytes(tensors, meta=None):
+    header, body = {}, b""
+    if meta:
+        header["__metadata__"] = meta
+    for name, shape, values in tensors:
+        blob = struct.pack("<%df" % len(values), *values)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(body), len(body) + len(blob)]}
+        body += blob
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + body
+whole, ranks, regions = [], [[], []], {}
+for k, p in enumerate(params):
+    n, shape = p["count"], p["shape"]
+    values = [((i * 7 + k) % 13 - 6) * 0.01 for i in range(n)]
+    whole.append((p["path"], shape, values))
+    if shape and shape[0] % 2 == 0:  # rows split between the ranks
+        half, row = shape[0] // 2, n // shape[0]
+        for r in range(2):
+            ranks[r].append((p["path"], [half] + shape[1:], values[r * half * row:(r + 1) * half * row]))
+            regions.setdefault(r, {})[p["path"]] = {"shape": shape, "start": [r * half] + [0] * (len(shape) - 1)}
+    else:  # replicated: rank 0 writes it
+        ranks[0].append((p["path"], shape, values))
+open(os.path.join(top, "whole.safetensors"), "wb").write(st_bytes(whole))
+step = os.path.join(top, "ck", "step_00000003")
+os.makedirs(step)
+files = []
+for r in range(2):
+    meta = {"axlc.regions": json.dumps(regions[r])}
+    if r == 0:
+        meta.update({"axlc.step": "3", "axlc.data_position": "0", "axlc.rng_state": "1"})
+    data = st_bytes(ranks[r], meta)
+    name = "state-rank%05d.safetensors" % r
+    open(os.path.join(step, name), "wb").write(data)
+    files.append({"name": name, "bytes": len(data), "crc32": zlib.crc32(data)})
+index = {"format": "axlc-checkpoint", "version": 2, "step": 3, "ranks": 2, "files": files}
+open(os.path.join(step, "index.json"), "w").write(json.dumps(index))
+PY
+  [ -f "$T/ck/step_00000003/index.json" ] || fail "the sharded checkpoint was not written"
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/ck/step_00000003/state-rank00000.safetensors" -o "$T/x.safetensors"
+  expect_user_error "state-rank00000.safetensors: one rank's file of a sharded checkpoint of 2 ranks: it holds only that rank's parts of the tensors; pass the step directory ($T/ck/step_00000003) or the checkpoint directory"
+  ! grep -q "shape" "$T/err" || fail "one rank's file: shape mismatches listed"
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/whole.safetensors" -o "$T/whole-hf.safetensors"
+  expect_rc 0
+  for in in "$T/ck/step_00000003" "$T/ck/step_00000003/" "$T/ck"; do
+    rm -f "$T/hf.safetensors"
+    run convert "$MODELS/tiny-lm.json" --to hf "$in" -o "$T/hf.safetensors"
+    expect_rc 0
+    cmp -s "$T/whole-hf.safetensors" "$T/hf.safetensors" || fail "--to hf $in differs from the whole file's"
+  done
+  mkdir "$T/none"
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/none" -o "$T/hf.safetensors"
+  expect_user_error "none: a directory without a checkpoint that verifies (expected a safetensors file, a checkpoint directory or one of its step_N directories)"
+  ;;
 backend_unknown)
   run run "$MODELS/tiny-lm.json" --backend nosuch --steps 1
   expect_user_error "unknown backend 'nosuch' (expected one of: interp"
