@@ -107,6 +107,15 @@ const BackendEmit *backend_emit_find(const Backend *b, const char *name);
 /* Runs argv (NULL-terminated; argv[0] is looked up on PATH) and waits: its exit status, 128 +
  * the signal that ended it, or -1 if it could not be started (127: exec failed). */
 int backend_spawn(char *const *argv);
+/* backend_spawn, with the tool's stderr passed on and its last cap - 1 bytes kept in log. */
+int backend_spawn_log(char *const *argv, char *log, size_t cap);
+/* The total size of the files among argv[1..] (a link's inputs; not the -o output). */
+int64_t backend_inputs_size(char *const *argv);
+/* Reports a failed link of `out` by `cc`: a full disk as such (the linker's messages, `log`,
+ * say so, or the output's directory or TMPDIR has less room than the inputs, in_bytes, take),
+ * anything else as missing libraries (`needs`). Returns -1. */
+int backend_link_failed(FeDiag *d, const char *out, const char *cc, const char *log,
+                        int64_t in_bytes, const char *needs);
 
 /* ======================================================================== cache.c */
 

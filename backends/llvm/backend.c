@@ -154,7 +154,9 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
   for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < nobj + 39; lib = strtok(NULL, ";"))
     argv[n++] = lib;
   argv[n] = NULL;
-  int rc = backend_spawn(argv) == 0 ? 0 : -1;
+  char log[4096];
+  int rc = backend_spawn_log(argv, log, sizeof log) == 0 ? 0 : -1;
+  int64_t in_bytes = rc ? backend_inputs_size(argv) : 0;
   for (int i = 0; i < nobj; i++)
     if (!strncmp(objs[i], dir, strlen(dir))) unlink(objs[i]);
   rmdir(dir);
@@ -165,10 +167,8 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
   free(rt);
   free(rt_main);
   if (rc)
-    return fe_error(j->diag, out, NULL,
-                    "linking the trainer with %s failed (it needs "
-                    "libopenblas-dev and libjson-c-dev)",
-                    cc);
+    return backend_link_failed(j->diag, out, cc, log, in_bytes,
+                               "libopenblas-dev and libjson-c-dev");
   return 0;
 }
 

@@ -139,15 +139,16 @@ static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
   for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < 39; lib = strtok(NULL, ";"))
     argv[n++] = lib;
   argv[n] = NULL;
-  rc = backend_spawn(argv) == 0 ? 0 : -1;
+  char log[4096];
+  rc = backend_spawn_log(argv, log, sizeof log) == 0 ? 0 : -1;
+  int64_t in_bytes = rc ? backend_inputs_size(argv) : 0;
   unlink(src);
   free(src);
   free(mpi);
   if (rc)
-    return fe_error(j->diag, out, NULL,
-                    "linking the trainer with %s failed (it needs the OpenCL "
-                    "loader, ocl-icd-opencl-dev, libopenblas-dev and libjson-c-dev)",
-                    cc);
+    return backend_link_failed(j->diag, out, cc, log, in_bytes,
+                               "the OpenCL loader, ocl-icd-opencl-dev, libopenblas-dev and "
+                               "libjson-c-dev");
   return 0;
 }
 

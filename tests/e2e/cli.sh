@@ -554,6 +554,26 @@ PY
   python3 -c "import json,sys; a,b=(json.load(open(f))['peak_memory_in_bytes'] for f in sys.argv[1:]); assert b < a, (a, b)" \
     "$T/mem-none.json" "$T/mem-full.json" || fail "remat full does not lower the predicted peak"
   ;;
+compile_link_full_disk)
+  # the linker's "No space left on device" is reported as a full disk, not as missing packages
+  "$AXLC" backends | grep -q "^llvm .*trainer executables" || { echo "SKIP: no LLVM backend"; exit 77; }
+  small="--set /model/decoder/num_layers=1 --set /model/dim=8
+    --set /model/decoder/layer/self_attention/num_heads=1 --set /input/seq_len=4
+    --set /input/global_batch_size=1"
+  printf '#!/bin/sh\necho "/usr/bin/ld: final link failed: No space left on device" >&2\nexit 1\n' > "$T/full-cc"
+  printf '#!/bin/sh\necho "/usr/bin/ld: cannot find -lopenblas" >&2\nexit 1\n' > "$T/bad-cc"
+  chmod +x "$T/full-cc" "$T/bad-cc"
+  # shellcheck disable=SC2086
+  CC="$T/full-cc" && export CC && run compile "$MODELS/tiny-lm.json" --target cpu -o "$T/trainer" $small
+  expect_user_error "error: $T/trainer: linking the trainer with $T/full-cc failed: No space left on device (the linker's message above); free space where the trainer is written and in TMPDIR"
+  expect_in "$T/err" "/usr/bin/ld: final link failed: No space left on device"
+  ! grep -q "libopenblas-dev" "$T/err" || fail "a full disk blamed on missing packages"
+  # shellcheck disable=SC2086
+  CC="$T/bad-cc" && run compile "$MODELS/tiny-lm.json" --target cpu -o "$T/trainer" $small
+  unset CC
+  expect_user_error "linking the trainer with $T/bad-cc failed (it needs libopenblas-dev and libjson-c-dev)"
+  expect_in "$T/err" "cannot find -lopenblas"
+  ;;
 compile_refuses_too_big)
   run compile "$MODELS/llama2-7b.json" --target cpu -o "$T/trainer"
   expect_rc 1
