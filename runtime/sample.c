@@ -114,6 +114,8 @@ static int load_init(Sampler *s, RtError *err) {
         if (p->forward->param_offsets[i] >= 0 &&
             rt_st_read_f32(st, whole[i].path, whole[i].shape, whole[i].rank, param_data(s, i), &why) != 0)
             rc = rt_error_set(err, "--init: %s", why.msg);
+        else if (p->forward->param_offsets[i] >= 0 && rt_st_check_finite(st, whole[i].path, &why) != 0)
+            rc = rt_error_set(err, "--init: %s; refusing to sample from weights that are not finite", why.msg);
     free(whole);
     rt_st_close(st);
     if (rc == 0)

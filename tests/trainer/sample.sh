@@ -4,7 +4,7 @@
 #            here) trained 30 steps on README.md + docs/*.md: the tokens for a short and for a
 #            longer-than-seq_len prompt, greedy and drawn (temperature 1, seed 5), equal those of
 #            an independent forward of the checkpoint (sample_ref.py, plain Python, with the
-#            documented draws); the same from --init; seeded draws repeat;
+#            documented draws); the same from --init (a NaN in it refused); seeded draws repeat;
 #            a damaged newest checkpoint is skipped; the checkpoint directory is never modified;
 #            bad options are clear errors; a vocabulary of 300 reads and prints token ids;
 #            `axlc run MODEL --sample` (the JIT) prints what the compiled trainer prints
@@ -84,6 +84,23 @@ greedy)
     --prompt "The trainer " --temperature 0 > "$T/init" 2> "$T/err" || { fail "--init"; cat "$T/err" >&2; }
   cmp -s "$T/init" "$T/greedy1" || fail "--init: $(cat "$T/init") differs from the checkpoint's $(cat "$T/greedy1")"
   bad "tensors unused" --sample 8 --init "$ck/step_00000030/state.safetensors"
+  # the same with a NaN in a parameter: refused, naming the tensor and the file
+  name=$("$PY" - "$ck/step_00000030/state.safetensors" "$T/nan.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+name = sorted(k for k in h if not k.startswith("opt/") and k != "__metadata__")[0]
+at = 8 + n + h[name]["data_offsets"][0] + 4 * 2
+b[at:at + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(b)
+print(name)
+PY
+)
+  bad "--init: $T/nan.safetensors: tensor '$name': value 2 of" --sample 8 --init "$T/nan.safetensors" \
+    --init-allow-unused
+  bad "is NaN; refusing to sample from weights that are not finite" --sample 8 --init "$T/nan.safetensors" \
+    --init-allow-unused
   # seeded draws: the same seed repeats, another seed differs
   must "$TR" --sample 200 --ckpt-dir "$ck" --seed 7 --temperature 1
   cp "$T/log" "$T/s7a"
