@@ -36,6 +36,9 @@ typedef struct DrvJob {
   IrGraph *forward;      /* the forward of one sequence for sampling (fe_compose_forward, then
                             simplify), made when drv_lower runs every pass; never sharded */
   const char *last_pass; /* the pass the graph is after */
+  /* What drv_backend_job hands a backend besides the graphs (BackendProgram), owned here. */
+  BackendParam *backend_params; /* (build.nparams) */
+  char *config_text;            /* the canonical config as text */
 } DrvJob;
 
 /* The passes, in pipeline order: the name (--after, messages), the function (NULL for
@@ -60,9 +63,18 @@ void drv_free(DrvJob *j);
 
 /* Hands j (lowered through every pass) over to backend b: fills *out with the view b takes,
  * after rewriting j's graphs (the step and the sampling forward) into ops b supports: where b
- * lacks attention or attention_grad, pass_expand. Every path from the driver to a backend's
- * compile or run comes through here. 0, or -1 with the reason in j->diag. */
+ * lacks attention or attention_grad, pass_expand. The view is the graphs, the program made from
+ * the frontend's objects (parameter table, init kinds, training facts, config text; owned by j)
+ * and an error sink into j->diag. Every path from the driver to a backend's compile or run
+ * comes through here. 0, or -1 with the reason in j->diag. */
 int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out);
+/* A backend's error sink that records into d, with the frontend's message format: what the
+ * user reads is the same whichever layer found the mistake. */
+BackendDiag drv_backend_diag(FeDiag *d);
+/* The backend whose fusion plan stands for `target`'s (NULL: cpu): the target's own backend
+ * when it plans, else the default backend of the host CPU (a device with no backend here is
+ * reported as if it fused like the host); NULL when neither plans. */
+const Backend *drv_plan_backend(const char *target);
 
 /* ---- memcheck.c: the ahead-of-time memory report ------------------------- */
 

@@ -192,10 +192,9 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
    * keeps its fused attention ops even where that backend lacks them (drv_backend_job expands
    * them later): the report is for accelerators with a fused attention kernel, which never
    * store the (T, T) scores */
-  const Backend *b = backend_for_target(j->target ? j->target : "cpu");
-  if (!b || !b->plan) b = backend_find("llvm");
-  r->fusion = b && b->plan ? b->name : "none";
-  if (b && b->plan)
+  const Backend *b = drv_plan_backend(j->target);
+  r->fusion = b ? b->name : "none";
+  if (b)
     b->plan(g, mat);
   else
     for (int32_t v = 0; v < n; v++) mat[v] = true;

@@ -474,7 +474,8 @@ static int cmd_run(Args *a) {
   if (b->check_run_args) { /* so a typo costs no lowering or compiling */
     FeDiag d;
     fe_diag_init(&d);
-    int bad = b->check_run_args(a->nrest + 1, argv, &d);
+    BackendDiag sink = drv_backend_diag(&d);
+    int bad = b->check_run_args(a->nrest + 1, argv, &sink);
     fe_diag_print(&d, stderr);
     fe_diag_free(&d);
     if (bad) return 1;
