@@ -93,15 +93,23 @@ int drv_device_lookup(FeDiag *d, const char *file, const char *target, DrvDevice
 
 enum { DRV_MEM_SAVED, DRV_MEM_GRAD, DRV_MEM_TEMP, DRV_MEM_COMM };
 
+/* A value live at the peak, described so that a renderer needs no graph. */
 typedef struct DrvMemItem {
   int32_t value; /* in the job's graph */
   int64_t bytes;
   int kind; /* DRV_MEM_* */
+  IrOp op;
+  IrDType dtype;
+  IrShape shape;      /* per device */
+  char *origin, *tag; /* the value's config path and remat tag ("" for none) */
 } DrvMemItem;
 
-/* Per device, from the memory plan of the per-device program. */
+/* Per device, from the memory plan of the per-device program: what the analysis (drv_memcheck)
+ * found, everything the renderers (memreport.c) print. */
 typedef struct DrvMemReport {
-  const char *fusion; /* the backend whose fusion plan was applied, or "none" */
+  char *file, *target; /* the config file; the target ("cpu" when none was named) */
+  FeMesh mesh;         /* the config's mesh */
+  const char *fusion;  /* the backend whose fusion plan was applied, or "none" */
   int64_t params, opt_state, inputs, fixed; /* the fixed region and its parts */
   int64_t grads, saved, temps, comm;        /* live at the peak, by kind */
   int64_t temp_peak, peak, slab, code;      /* peak = slab >= fixed + temp_peak; code: estimate */
@@ -117,9 +125,33 @@ typedef struct DrvMemReport {
 /* j lowered through every pass. */
 int drv_memcheck(DrvJob *j, DrvMemReport *r);
 void drv_memreport_free(DrvMemReport *r);
-void drv_memreport_print(const DrvJob *j, const DrvDevice *dev, const DrvMemReport *r, int top,
-                         FILE *out);
-char *drv_memreport_json(const DrvJob *j, const DrvDevice *dev, const DrvMemReport *r, int top);
-int drv_memreport_svg(const DrvJob *j, const DrvDevice *dev, const DrvMemReport *r, FILE *out);
+/* Whether the peak and the generated code fit the memory of one device of kind dev. */
+bool drv_memreport_fits(const DrvMemReport *r, const DrvDevice *dev);
+
+/* What fits where the job does not: --set options, each tried (the job lowered and planned
+ * again with it), not guessed. */
+typedef struct DrvMemFix {
+  char set[128]; /* PATH=VALUE */
+  int64_t peak;  /* per device: its peak plus the generated code */
+} DrvMemFix;
+
+typedef struct DrvMemFixes {
+  DrvMemFix fix[8];
+  int n;
+} DrvMemFixes;
+
+/* Lowers `file` with the options of j (opt) again under each remat preset and a few mesh changes
+ * (every batch device on fsdp; twice the model axis, taken from data or fsdp), and keeps those
+ * whose peak fits dev. */
+void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
+                        const DrvDevice *dev, DrvMemFixes *out);
+
+/* ---- memreport.c: the memory report as text, JSON and SVG --------------- */
+
+void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, FILE *out);
+char *drv_memreport_json(const DrvMemReport *r, const DrvDevice *dev, int top);
+int drv_memreport_svg(const DrvMemReport *r, const DrvDevice *dev, FILE *out);
+/* "what would fit": the fixes found, or that none was. */
+void drv_memfixes_print(const DrvMemFixes *f, const DrvDevice *dev, FILE *out);
 
 #endif /* AXLC_DRIVER_H */
