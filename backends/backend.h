@@ -21,6 +21,7 @@
 #ifndef AXLC_BACKENDS_BACKEND_H
 #define AXLC_BACKENDS_BACKEND_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,19 +32,20 @@
 
 /* ======================================================================== diag.c */
 
-/* Where a backend's user errors go: report records one message, which reads "FILE: PATH: MSG"
- * (file and path may be NULL). The driver's (driver.h: drv_backend_diag) records into the job's
- * diagnostics; report NULL prints "error: ..." on stderr. */
+/* Where a backend's user errors go: report records one message, fmt and its arguments, which
+ * reads "FILE: PATH: MESSAGE" (file and path may be NULL). The driver's (driver.h:
+ * drv_backend_diag) records into the job's diagnostics; report NULL prints "error: ..." on
+ * stderr. */
 typedef struct BackendDiag {
-  void (*report)(void *ctx, const char *file, const char *path, const char *msg);
+  void (*report)(void *ctx, const char *file, const char *path, const char *fmt, va_list ap);
   void *ctx;
 } BackendDiag;
 
 /* Reports a message; always returns -1 so callers can `return backend_error(...)`. */
 int backend_error(const BackendDiag *d, const char *file, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* A malloc'd formatted string, as long as it needs to be; aborts when out of memory. */
-char *backend_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* a, sep and b joined into a malloc'd string ("DIR", "/", "NAME"); aborts when out of memory. */
+char *backend_join(const char *a, const char *sep, const char *b);
 
 /* ======================================================================== the interface */
 

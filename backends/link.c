@@ -21,8 +21,8 @@
 
 /* A runtime file: dir/name when the options name a runtime directory, else the build's path. */
 static char *runtime_path(const BackendOptions *o, const char *name, const char *built) {
-  return o && o->runtime_dir ? backend_asprintf("%s/%s", o->runtime_dir, name)
-                             : backend_asprintf("%s", built);
+  return o && o->runtime_dir ? backend_join(o->runtime_dir, "/", name)
+                             : backend_join(built, "", "");
 }
 
 /* What a failed link needs installed, for its message. */

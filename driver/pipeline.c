@@ -101,8 +101,11 @@ static int expand_for(DrvJob *j, IrGraph *g, const Backend *b, const char *what)
   return 0;
 }
 
-static void diag_report(void *ctx, const char *file, const char *path, const char *msg) {
+static void diag_report(void *ctx, const char *file, const char *path, const char *fmt,
+                        va_list ap) {
+  char *msg = fe_vasprintf(fmt, ap);
   fe_error(ctx, file, path, "%s", msg);
+  free(msg);
 }
 
 BackendDiag drv_backend_diag(FeDiag *d) { return (BackendDiag){.report = diag_report, .ctx = d}; }

@@ -116,7 +116,7 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
                         const char *out) {
   char err[1024];
   const char *tmp = getenv("TMPDIR");
-  char *dir = backend_asprintf("%s/axlc-link-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  char *dir = backend_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-link-XXXXXX");
   if (!mkdtemp(dir)) {
     backend_error(&j->diag, dir, NULL, "cannot create a temporary directory for the objects");
     free(dir);
@@ -173,7 +173,7 @@ static char *find_on_path(const char *name) {
   const char *path = getenv("PATH");
   char *dirs = strdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin"), *save = NULL;
   for (char *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
-    char *full = backend_asprintf("%s/%s", *d ? d : ".", name);
+    char *full = backend_join(*d ? d : ".", "/", name);
     if (access(full, X_OK) == 0) {
       free(dirs);
       return full;
@@ -208,12 +208,12 @@ static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c,
                       int argc, char **argv) {
   long long n = (long long)ir_mesh_devices(&j->graph->mesh);
   const char *tmp = getenv("TMPDIR");
-  char *base = backend_asprintf("%s/axlc-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  char *base = backend_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-run-XXXXXX");
   int rc = 1;
   if (!mkdtemp(base)) {
     backend_error(&j->diag, base, NULL, "cannot create a temporary directory for the trainer");
   } else {
-    char *exe = backend_asprintf("%s/trainer", base);
+    char *exe = backend_join(base, "/", "trainer");
     if (link_trainer(j, o, c, exe) == 0) {
       char np[32];
       snprintf(np, sizeof np, "%lld", n);

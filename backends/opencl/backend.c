@@ -107,7 +107,7 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
 /* Writes the program as C next to `out` and links it with the runtime into `out`. */
 static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *c,
                         const char *out) {
-  char *src = backend_asprintf("%s.opencl.c", out);
+  char *src = backend_join(out, "", ".opencl.c");
   FILE *f = fopen(src, "w");
   if (!f) {
     backend_error(&j->diag, src, NULL, "cannot open for writing");
