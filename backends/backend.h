@@ -81,6 +81,7 @@ typedef struct BackendJob {
   IrGraph *forward;       /* the forward of one sequence, for sampling (driver.h); may
                              be NULL */
 } BackendJob;
+
 /* Code generation settings from the command line; a backend ignores those
  * it has no use for. */
 typedef struct BackendOptions {
