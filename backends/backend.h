@@ -5,40 +5,81 @@
  * A backend is a const struct of capability data and functions, chosen by
  * name from backend_table (registry.c), in the manner of QBE's Target and
  * ggml's backend interface. It receives a step graph lowered through every
- * pass (driver/pipeline.c) together with the parameter table and the
- * training facts of the config (frontend.h: FeTrainFacts), and either trains
- * in this process (run) or writes an artifact (compile): a trainer
- * executable, an object, or text. Members marked optional may be NULL.
+ * pass (driver/pipeline.c) together with a description of the program that
+ * the graph does not hold (BackendProgram: the parameter table and its init
+ * kinds, the training facts, the config as text), and either trains in this
+ * process (run) or writes an artifact (compile): a trainer executable, an
+ * object, or text. Members marked optional may be NULL.
  *
- * Backends sit below the driver: they see a BackendJob, never a DrvJob, and
- * report user errors into the job's FeDiag. Adding one is its own folder,
- * one line in registry.c and its add_subdirectory (docs/design.md).
+ * Backends sit below the driver and know nothing of the config language:
+ * they include ir/, passes/ and runtime/axrt.h, and nothing of the config
+ * reader. They see a BackendJob, never a DrvJob, and report user errors into
+ * the job's BackendDiag, which the driver turns into its own messages.
+ * Adding one is its own folder, one line in registry.c and its
+ * add_subdirectory (docs/backends.md).
  */
 #ifndef AXLC_BACKENDS_BACKEND_H
 #define AXLC_BACKENDS_BACKEND_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
-#include "frontend/frontend.h"
 #include "ir/ir.h"
 #include "runtime/axrt.h"
 
+/* ======================================================================== diag.c */
+
+/* Where a backend's user errors go: report records one message, fmt and its arguments, which
+ * reads "FILE: PATH: MESSAGE" (file and path may be NULL). The driver's (driver.h:
+ * drv_backend_diag) records into the job's diagnostics; report NULL prints "error: ..." on
+ * stderr. */
+typedef struct BackendDiag {
+  void (*report)(void *ctx, const char *file, const char *path, const char *fmt, va_list ap);
+  void *ctx;
+} BackendDiag;
+
+/* Reports a message; always returns -1 so callers can `return backend_error(...)`. */
+int backend_error(const BackendDiag *d, const char *file, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* a, sep and b joined into a malloc'd string ("DIR", "/", "NAME"); aborts when out of memory. */
+char *backend_join(const char *a, const char *sep, const char *b);
+
 /* ======================================================================== the interface */
+
+/* One parameter of the program: the graph's parameter named path (its moments are "opt/m/PATH"
+ * and "opt/v/PATH"), its global shape and how the runtime initializes it. */
+typedef struct BackendParam {
+  const char *path;
+  IrShape shape; /* global: the whole tensor, before any mesh split */
+  RtInit init;
+} BackendParam;
+
+/* What a trainer needs that the step graph does not hold, built by the driver from the config
+ * (drv_backend_job). */
+typedef struct BackendProgram {
+  const char *config; /* canonical config text: trainers embed it (`./trainer --config`) */
+  int32_t nparams;
+  const BackendParam *params; /* (nparams), in the config's declaration order */
+  int64_t devices;            /* the config's mesh: devices the job runs on */
+  int64_t vocab;              /* token ids lie in [0, vocab) */
+  int64_t max_steps;
+  uint64_t seed;      /* parameter init and data order */
+  int64_t ckpt_every; /* checkpoint every N steps; 0: only at the end */
+  int32_t ckpt_keep;  /* complete checkpoints to keep */
+} BackendProgram;
 
 /* One compilation as a backend sees it. The backend may rewrite nothing but
  * the graph (and reads even that only, today). */
 typedef struct BackendJob {
-  const char *file;          /* the config file, for messages */
-  FeDiag *diag;              /* user errors of the job */
-  json_object *cfg;          /* canonical config: trainers embed it */
-  const FeBuild *build;      /* parameter table and mesh */
-  const FeTrainFacts *facts; /* steps, seed, batch, vocabulary, checkpoints, learner */
-  IrGraph *graph;            /* the step graph after every pass */
-  IrGraph *forward;          /* the forward of one sequence, for sampling (driver.h); may
-                                be NULL */
+  const char *file;       /* the config file, for messages */
+  BackendDiag diag;       /* user errors of the job */
+  BackendProgram program; /* parameters, training facts, the config text */
+  IrGraph *graph;         /* the step graph after every pass */
+  IrGraph *forward;       /* the forward of one sequence, for sampling (driver.h); may
+                             be NULL */
 } BackendJob;
 
 /* Code generation settings from the command line; a backend ignores those
@@ -46,8 +87,9 @@ typedef struct BackendJob {
 typedef struct BackendOptions {
   const char *cpu, *features; /* code generation target; NULL: the host's */
   bool no_fuse, no_threads;   /* no elementwise fusion, no multithreaded kernels */
-  const char *runtime_dir;    /* libaxrt.a and libaxrt_main.a for trainers (an installed
-                                 axlc's lib/); NULL: the ones of the build tree */
+  const char *runtime_dir;    /* the runtime libraries trainers link (libaxrt.a, libaxrt_main.a,
+                                 libaxrt_opencl.a), axrt.h in runtime_dir/../include: an
+                                 installed axlc's lib/; NULL: the build tree's (link.c) */
   const char *cache_dir;      /* compiled code kept between compiles; NULL: none */
   int64_t cache_max;          /* its size limit in bytes (backend_cache_limit); 0: none */
   int jobs;                   /* compile threads; 0: one per online CPU */
@@ -78,15 +120,15 @@ typedef struct Backend {
    * value that needs its own buffer (passes/passes.h: pass_memplan_fused). */
   int (*plan)(const IrGraph *g, bool *materialized);
   /* Optional: writes the artifact `emit` (one of emits) to out (NULL: stdout,
-   * for emits without needs_file). 0, or -1 with the reason in j->diag. */
+   * for emits without needs_file). 0, or -1 with the reason reported to j->diag. */
   int (*compile)(const BackendJob *j, const BackendOptions *o, const char *emit, const char *out);
   /* Optional: trains in this process with the trainer options argv[1..argc)
    * (argv[0] names the program). Returns the exit status; the reasons of a
-   * failure are in j->diag, or already printed by the runtime. */
+   * failure are reported to j->diag, or already printed by the runtime. */
   int (*run)(const BackendJob *j, const BackendOptions *o, int argc, char **argv);
   /* Optional (with run): checks run's options argv[1..argc) as run would, with its messages,
-   * before anything is lowered or compiled. 0, or -1 with the reason in d. */
-  int (*check_run_args)(int argc, char **argv, FeDiag *d);
+   * before anything is lowered or compiled. 0, or -1 with the reason reported to d. */
+  int (*check_run_args)(int argc, char **argv, const BackendDiag *d);
 } Backend;
 
 /* ======================================================================== registry.c */
@@ -109,13 +151,24 @@ const BackendEmit *backend_emit_find(const Backend *b, const char *name);
 int backend_spawn(char *const *argv);
 /* backend_spawn, with the tool's stderr passed on and its last cap - 1 bytes kept in log. */
 int backend_spawn_log(char *const *argv, char *log, size_t cap);
-/* The total size of the files among argv[1..] (a link's inputs; not the -o output). */
-int64_t backend_inputs_size(char *const *argv);
-/* Reports a failed link of `out` by `cc`: a full disk as such (the linker's messages, `log`,
- * say so, or the output's directory or TMPDIR has less room than the inputs, in_bytes, take),
- * anything else as missing libraries (`needs`). Returns -1. */
-int backend_link_failed(FeDiag *d, const char *out, const char *cc, const char *log,
-                        int64_t in_bytes, const char *needs);
+
+/* ======================================================================== link.c */
+
+/* A trainer executable, as a backend hands it to the link step. */
+typedef struct BackendLink {
+  const char *out;      /* the executable to write */
+  char *const *objects; /* (nobjects) object files */
+  int nobjects;
+  const char *source; /* a C file compiled against axrt.h with the objects, or NULL */
+  bool opencl;        /* main() comes from the backend (rt_ocl_main), the runtime from
+                         libaxrt_opencl with the OpenCL loader; else libaxrt_main's main */
+} BackendLink;
+
+/* Links l with the runtime libraries (o->runtime_dir, else the build tree's), OpenBLAS, json-c,
+ * libm and the MPI libraries libaxrt was built with, by $CC (else cc), through lld where the
+ * build found that cc can use it. The one link step of every trainer-writing backend. 0, or -1
+ * reported to d (naming l->out and what the link needs). */
+int backend_link_trainer(const BackendLink *l, const BackendOptions *o, const BackendDiag *d);
 
 /* ======================================================================== cache.c */
 
@@ -157,8 +210,6 @@ void backend_cache_touch(const char *path);
  * $XDG_CACHE_HOME/axlc, else ~/.cache/axlc. false when AXLC_NO_CACHE is set (to anything but
  * "" or "0"), when none of those is set, or when the name does not fit. */
 bool backend_cache_dir_default(char *buf, size_t cap);
-/* How the runtime initializes parameter p (its init kind and std). */
-RtInit backend_param_init(const FeParam *p);
 
 /* ======================================================================== the backends */
 

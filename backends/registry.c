@@ -64,15 +64,4 @@ const BackendEmit *backend_emit_find(const Backend *b, const char *name) {
   return NULL;
 }
 
-RtInit backend_param_init(const FeParam *p) {
-  RtInit init = {0};
-  if (!strcmp(p->init, "ones"))
-    init.kind = RT_INIT_ONES;
-  else if (!strcmp(p->init, "zeros"))
-    init.kind = RT_INIT_ZEROS;
-  else
-    init.kind = RT_INIT_NORMAL, init.std = (float)p->init_std;
-  return init;
-}
-
 bool backend_cache_dir_default(char *buf, size_t cap) { return rt_cache_dir(buf, cap) == 0; }

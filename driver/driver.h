@@ -36,6 +36,9 @@ typedef struct DrvJob {
   IrGraph *forward;      /* the forward of one sequence for sampling (fe_compose_forward, then
                             simplify), made when drv_lower runs every pass; never sharded */
   const char *last_pass; /* the pass the graph is after */
+  /* What drv_backend_job hands a backend besides the graphs (BackendProgram), owned here. */
+  BackendParam *backend_params; /* (build.nparams) */
+  char *config_text;            /* the canonical config as text */
 } DrvJob;
 
 /* The passes, in pipeline order: the name (--after, messages), the function (NULL for
@@ -60,9 +63,18 @@ void drv_free(DrvJob *j);
 
 /* Hands j (lowered through every pass) over to backend b: fills *out with the view b takes,
  * after rewriting j's graphs (the step and the sampling forward) into ops b supports: where b
- * lacks attention or attention_grad, pass_expand. Every path from the driver to a backend's
- * compile or run comes through here. 0, or -1 with the reason in j->diag. */
+ * lacks attention or attention_grad, pass_expand. The view is the graphs, the program made from
+ * the frontend's objects (parameter table, init kinds, training facts, config text; owned by j)
+ * and an error sink into j->diag. Every path from the driver to a backend's compile or run
+ * comes through here. 0, or -1 with the reason in j->diag. */
 int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out);
+/* A backend's error sink that records into d, with the frontend's message format: what the
+ * user reads is the same whichever layer found the mistake. */
+BackendDiag drv_backend_diag(FeDiag *d);
+/* The backend whose fusion plan stands for `target`'s (NULL: cpu): the target's own backend
+ * when it plans, else the default backend of the host CPU (a device with no backend here is
+ * reported as if it fused like the host); NULL when neither plans. */
+const Backend *drv_plan_backend(const char *target);
 
 /* ---- memcheck.c: the ahead-of-time memory report ------------------------- */
 
@@ -81,15 +93,23 @@ int drv_device_lookup(FeDiag *d, const char *file, const char *target, DrvDevice
 
 enum { DRV_MEM_SAVED, DRV_MEM_GRAD, DRV_MEM_TEMP, DRV_MEM_COMM };
 
+/* A value live at the peak, described so that a renderer needs no graph. */
 typedef struct DrvMemItem {
   int32_t value; /* in the job's graph */
   int64_t bytes;
   int kind; /* DRV_MEM_* */
+  IrOp op;
+  IrDType dtype;
+  IrShape shape;      /* per device */
+  char *origin, *tag; /* the value's config path and remat tag ("" for none) */
 } DrvMemItem;
 
-/* Per device, from the memory plan of the per-device program. */
+/* Per device, from the memory plan of the per-device program: what the analysis (drv_memcheck)
+ * found, everything the renderers (memreport.c) print. */
 typedef struct DrvMemReport {
-  const char *fusion; /* the backend whose fusion plan was applied, or "none" */
+  char *file, *target; /* the config file; the target ("cpu" when none was named) */
+  FeMesh mesh;         /* the config's mesh */
+  const char *fusion;  /* the backend whose fusion plan was applied, or "none" */
   int64_t params, opt_state, inputs, fixed; /* the fixed region and its parts */
   int64_t grads, saved, temps, comm;        /* live at the peak, by kind */
   int64_t temp_peak, peak, slab, code;      /* peak = slab >= fixed + temp_peak; code: estimate */
@@ -105,9 +125,33 @@ typedef struct DrvMemReport {
 /* j lowered through every pass. */
 int drv_memcheck(DrvJob *j, DrvMemReport *r);
 void drv_memreport_free(DrvMemReport *r);
-void drv_memreport_print(const DrvJob *j, const DrvDevice *dev, const DrvMemReport *r, int top,
-                         FILE *out);
-char *drv_memreport_json(const DrvJob *j, const DrvDevice *dev, const DrvMemReport *r, int top);
-int drv_memreport_svg(const DrvJob *j, const DrvDevice *dev, const DrvMemReport *r, FILE *out);
+/* Whether the peak and the generated code fit the memory of one device of kind dev. */
+bool drv_memreport_fits(const DrvMemReport *r, const DrvDevice *dev);
+
+/* What fits where the job does not: --set options, each tried (the job lowered and planned
+ * again with it), not guessed. */
+typedef struct DrvMemFix {
+  char set[128]; /* PATH=VALUE */
+  int64_t peak;  /* per device: its peak plus the generated code */
+} DrvMemFix;
+
+typedef struct DrvMemFixes {
+  DrvMemFix fix[8];
+  int n;
+} DrvMemFixes;
+
+/* Lowers `file` with the options of j (opt) again under each remat preset and a few mesh changes
+ * (every batch device on fsdp; twice the model axis, taken from data or fsdp), and keeps those
+ * whose peak fits dev. */
+void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
+                        const DrvDevice *dev, DrvMemFixes *out);
+
+/* ---- memreport.c: the memory report as text, JSON and SVG --------------- */
+
+void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, FILE *out);
+char *drv_memreport_json(const DrvMemReport *r, const DrvDevice *dev, int top);
+int drv_memreport_svg(const DrvMemReport *r, const DrvDevice *dev, FILE *out);
+/* "what would fit": the fixes found, or that none was. */
+void drv_memfixes_print(const DrvMemFixes *f, const DrvDevice *dev, FILE *out);
 
 #endif /* AXLC_DRIVER_H */

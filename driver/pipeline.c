@@ -64,6 +64,8 @@ void drv_free(DrvJob *j) {
   json_object_put(j->cfg);
   ir_graph_free(j->graph);
   ir_graph_free(j->forward);
+  free(j->backend_params);
+  free(j->config_text);
   fe_diag_free(&j->diag);
   memset(j, 0, sizeof *j);
 }
@@ -101,19 +103,70 @@ static int expand_for(DrvJob *j, IrGraph *g, const Backend *b, const char *what)
   return 0;
 }
 
+static void diag_report(void *ctx, const char *file, const char *path, const char *fmt,
+                        va_list ap) {
+  char *msg = fe_vasprintf(fmt, ap);
+  fe_error(ctx, file, path, "%s", msg);
+  free(msg);
+}
+
+BackendDiag drv_backend_diag(FeDiag *d) { return (BackendDiag){.report = diag_report, .ctx = d}; }
+
+/* How the runtime initializes parameter p (its init kind and std). */
+static RtInit param_init(const FeParam *p) {
+  RtInit init = {0};
+  if (!strcmp(p->init, "ones"))
+    init.kind = RT_INIT_ONES;
+  else if (!strcmp(p->init, "zeros"))
+    init.kind = RT_INIT_ZEROS;
+  else
+    init.kind = RT_INIT_NORMAL, init.std = (float)p->init_std;
+  return init;
+}
+
+/* The program a backend sees (backend.h: BackendProgram), from the frontend's objects; its
+ * parameter table and config text are kept in j. */
+static int backend_program(DrvJob *j, BackendProgram *p) {
+  free(j->backend_params);
+  free(j->config_text);
+  j->backend_params = calloc((size_t)j->build.nparams + 1, sizeof *j->backend_params);
+  j->config_text = fe_json_canonical(j->cfg);
+  if (!j->backend_params || !j->config_text)
+    return fe_error(&j->diag, j->file, NULL, "out of memory");
+  for (int i = 0; i < j->build.nparams; i++) {
+    const FeParam *fp = &j->build.params[i];
+    j->backend_params[i] = (BackendParam){
+        .path = fp->path, .shape = ir_shape_make(fp->rank, fp->shape), .init = param_init(fp)};
+  }
+  *p = (BackendProgram){.config = j->config_text,
+                        .nparams = j->build.nparams,
+                        .params = j->backend_params,
+                        .devices = j->build.mesh.devices,
+                        .vocab = j->facts.vocab,
+                        .max_steps = j->facts.max_steps,
+                        .seed = j->facts.seed,
+                        .ckpt_every = j->facts.ckpt_every,
+                        .ckpt_keep = j->facts.ckpt_keep};
+  return 0;
+}
+
 /* memcheck (memcheck.c) plans j->graph as drv_lower left it, not through here (axlc compile
  * runs it before the hand-over), so it keeps the fused ops: it reports for accelerators whose
  * backends have a fused attention kernel. */
 int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out) {
   *out = (BackendJob){.file = j->file,
-                      .diag = &j->diag,
-                      .cfg = j->cfg,
-                      .build = &j->build,
-                      .facts = &j->facts,
+                      .diag = drv_backend_diag(&j->diag),
                       .graph = j->graph,
                       .forward = j->forward};
+  if (backend_program(j, &out->program)) return -1;
   if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward")) return -1;
   return 0;
+}
+
+const Backend *drv_plan_backend(const char *target) {
+  const Backend *b = backend_for_target(target ? target : "cpu");
+  if (!b || !b->plan) b = backend_for_target("cpu");
+  return b && b->plan ? b : NULL;
 }
 
 /* The learner's settings and per-parameter weight-decay scales for the optimizer pass. */

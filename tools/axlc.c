@@ -480,7 +480,8 @@ static int cmd_run(Args *a) {
   if (b->check_run_args) { /* so a typo costs no lowering or compiling */
     FeDiag d;
     fe_diag_init(&d);
-    int bad = b->check_run_args(a->nrest + 1, argv, &d);
+    BackendDiag sink = drv_backend_diag(&d);
+    int bad = b->check_run_args(a->nrest + 1, argv, &sink);
     fe_diag_print(&d, stderr);
     fe_diag_free(&d);
     if (bad) return 1;
@@ -612,83 +613,6 @@ static const char *devices_file(const Args *a, char *buf, size_t cap) {
   return buf;
 }
 
-/* Lowers a copy of the job with extra --set options and returns its peak, or -1. */
-static int64_t peak_with(const Args *a, const char *const *extra, int nextra) {
-  Args b = *a;
-  const char *sets[MAX_LIST + 4];
-  int n = 0;
-  for (int i = 0; i < a->fe.nsets && n < MAX_LIST; i++) sets[n++] = a->sets[i];
-  for (int i = 0; i < nextra; i++) sets[n++] = extra[i];
-  b.fe.sets = sets;
-  b.fe.nsets = n;
-  DrvJob j;
-  int64_t peak = -1;
-  DrvMemReport r;
-  if (drv_load(&j, b.model, &b.fe) == 0 && drv_lower(&j, NULL) == 0 && drv_memcheck(&j, &r) == 0) {
-    peak = r.peak + r.code;
-    drv_memreport_free(&r);
-  }
-  drv_free(&j);
-  return peak;
-}
-
-/* When the job does not fit: lowers it again under each remat preset and a few mesh changes,
- * and says which fit (tried, not guessed). */
-static void suggest_fixes(const Args *a, const DrvJob *j, const DrvDevice *dev, FILE *out) {
-  static const char *const presets[] = {"save_qkvo", "save_dots", "full"};
-  char set[128], a1[32], a2[32];
-  int found = 0;
-  fprintf(out, "\nwhat would fit (each lowered and planned again):\n");
-  for (int i = 0; i < 3; i++) {
-    snprintf(set, sizeof set, "/model/decoder/remat_policy=\"%s\"", presets[i]);
-    const char *extra[] = {set};
-    int64_t peak = peak_with(a, extra, 1);
-    if (peak >= 0 && peak <= dev->memory) {
-      fprintf(out, "  --set '%s': peak %s, headroom %s\n", set,
-              fe_human_bytes((double)peak, a1, sizeof a1),
-              fe_human_bytes(dev->memory - (double)peak, a2, sizeof a2));
-      found++;
-    }
-  }
-  /* mesh changes: every batch device on fsdp; twice the model axis, taken from data or fsdp */
-  const FeMesh *m = &j->build.mesh;
-  int di = -1, fi = -1, mi = -1, ei = -1;
-  for (int i = 0; i < m->n; i++) {
-    if (!strcmp(m->axes[i], "data")) di = i;
-    if (!strcmp(m->axes[i], "fsdp")) fi = i;
-    if (!strcmp(m->axes[i], "model")) mi = i;
-    if (!strcmp(m->axes[i], "expert")) ei = i;
-  }
-  (void)ei;
-  for (int c = 0; c < 3 && di >= 0 && fi >= 0 && mi >= 0; c++) {
-    int64_t shape[FE_MAX_MESH];
-    memcpy(shape, m->shape, sizeof shape);
-    if (c == 0 && shape[di] > 1)
-      shape[fi] *= shape[di], shape[di] = 1;
-    else if (c == 1 && shape[fi] % 2 == 0)
-      shape[fi] /= 2, shape[mi] *= 2;
-    else if (c == 2 && shape[di] % 2 == 0)
-      shape[di] /= 2, shape[mi] *= 2;
-    else
-      continue;
-    size_t len = (size_t)snprintf(set, sizeof set, "/mesh/shape=[");
-    for (int i = 0; i < m->n; i++)
-      len += (size_t)snprintf(set + len, sizeof set - len, "%s%lld", i ? "," : "",
-                              (long long)shape[i]);
-    snprintf(set + len, sizeof set - len, "]");
-    const char *extra[] = {set};
-    int64_t peak = peak_with(a, extra, 1);
-    if (peak >= 0 && peak <= dev->memory) {
-      fprintf(out, "  --set '%s': peak %s, headroom %s\n", set,
-              fe_human_bytes((double)peak, a1, sizeof a1),
-              fe_human_bytes(dev->memory - (double)peak, a2, sizeof a2));
-      found++;
-    }
-  }
-  if (!found)
-    fprintf(out, "  none of the remat presets or mesh changes tried fits; try more devices\n");
-}
-
 /* Runs the report on a lowered job: prints it (text or JSON), writes the plot; 0 when it fits. */
 static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
   char buf[4096];
@@ -699,19 +623,23 @@ static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
     fe_diag_print(&j->diag, stderr);
     return -1;
   }
-  bool fits = (double)(r.peak + r.code) <= dev.memory;
+  bool fits = drv_memreport_fits(&r, &dev);
   if (a->json) {
-    char *s = drv_memreport_json(j, &dev, &r, 20);
+    char *s = drv_memreport_json(&r, &dev, 20);
     fputs(s, out);
     free(s);
   } else {
-    drv_memreport_print(j, &dev, &r, 12, out);
-    if (!fits && suggest) suggest_fixes(a, j, &dev, out);
+    drv_memreport_print(&r, &dev, 12, out);
+    if (!fits && suggest) { /* tried, not guessed: each lowered and planned again */
+      DrvMemFixes fixes;
+      drv_memcheck_fixes(a->model, &a->fe, j, &dev, &fixes);
+      drv_memfixes_print(&fixes, &dev, out);
+    }
   }
   int rc = fits ? 0 : 1;
   if (a->plot) {
     FILE *f = fopen(a->plot, "w");
-    if (!f || drv_memreport_svg(j, &dev, &r, f) || fclose(f)) {
+    if (!f || drv_memreport_svg(&r, &dev, f) || fclose(f)) {
       fprintf(stderr, "error: %s: cannot write the plot: %s\n", a->plot, strerror(errno));
       rc = -1;
     }

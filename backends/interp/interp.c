@@ -46,21 +46,24 @@ typedef struct {
   float *losses; /* (steps) */
 } Trainer;
 
-static int fail(Trainer *t, const char *msg) { return fe_error(t->j->diag, NULL, NULL, "%s", msg); }
+static int fail(Trainer *t, const char *msg) {
+  return backend_error(&t->j->diag, NULL, NULL, "%s", msg);
+}
 
 /* Fills t->fbuf with parameter p's initial values. */
-static int init_values(Trainer *t, const FeParam *p, const RtSt *st, uint64_t seed) {
+static int init_values(Trainer *t, const BackendParam *p, const RtSt *st, uint64_t seed) {
   RtError err;
-  int64_t n = fe_param_numel(p);
+  int64_t n = ir_shape_numel(&p->shape);
   if (st) {
-    if (rt_st_read_f32(st, p->path, p->shape, p->rank, t->fbuf, &err)) return fail(t, err.msg);
+    if (rt_st_read_f32(st, p->path, p->shape.dims, p->shape.rank, t->fbuf, &err))
+      return fail(t, err.msg);
     if (rt_st_check_finite(st, p->path, &err))
-      return fe_error(t->j->diag, NULL, NULL,
-                      "--init: %s; refusing to start from weights that are not finite", err.msg);
+      return backend_error(&t->j->diag, NULL, NULL,
+                           "--init: %s; refusing to start from weights that are not finite",
+                           err.msg);
     return 0;
   }
-  RtInit init = backend_param_init(p);
-  if (rt_init_fill(t->fbuf, n, 0, p->path, seed, &init, &err)) return fail(t, err.msg);
+  if (rt_init_fill(t->fbuf, n, 0, p->path, seed, &p->init, &err)) return fail(t, err.msg);
   return 0;
 }
 
@@ -119,10 +122,10 @@ static int init_params(Trainer *t, uint64_t seed) {
   if (t->o->init && rt_st_open(&st, t->o->init, &err)) return fail(t, err.msg);
   if (st) rt_st_dump_as_weights(st); /* a --dump of an earlier run: its new parameters */
   int rc = 0;
-  for (int i = 0; i < t->j->build->nparams && rc == 0; i++) {
-    const FeParam *p = &t->j->build->params[i];
-    IrShape s = ir_shape_make(p->rank, p->shape);
-    int64_t n = fe_param_numel(p);
+  for (int i = 0; i < t->j->program.nparams && rc == 0; i++) {
+    const BackendParam *p = &t->j->program.params[i];
+    IrShape s = p->shape;
+    int64_t n = ir_shape_numel(&s);
     rc = init_values(t, p, st, seed);
     for (int64_t k = 0; k < n && rc == 0; k++) t->buf[k] = t->fbuf[k];
     if (rc == 0) rc = bind(t, p->path, &s, t->buf);
@@ -228,15 +231,16 @@ static int dump(Trainer *t, int64_t steps) {
 
 static int64_t max_numel(const BackendJob *j, int64_t floor) {
   int64_t m = floor;
-  for (int i = 0; i < j->build->nparams; i++)
-    if (fe_param_numel(&j->build->params[i]) > m) m = fe_param_numel(&j->build->params[i]);
+  for (int i = 0; i < j->program.nparams; i++)
+    if (ir_shape_numel(&j->program.params[i].shape) > m)
+      m = ir_shape_numel(&j->program.params[i].shape);
   return m;
 }
 
 static int setup(Trainer *t, int64_t steps) {
   RtError err;
   if (!t->o->data) return fail(t, "--data FILE is required (a text or llm.c token file)");
-  if (rt_data_open(&t->data, t->o->data, (int)t->j->facts->vocab, &err)) return fail(t, err.msg);
+  if (rt_data_open(&t->data, t->o->data, (int)t->j->program.vocab, &err)) return fail(t, err.msg);
   int32_t ids = ir_graph_find(t->j->graph, IR_INPUT, "ids");
   IrShape bt = global_shape(t->j->graph, ids); /* every device's batch: the global one */
   t->batch = bt.dims[0];
@@ -248,8 +252,8 @@ static int setup(Trainer *t, int64_t steps) {
   t->targets = malloc((size_t)(t->batch * t->seq) * sizeof *t->targets);
   t->losses = calloc((size_t)steps, sizeof *t->losses);
   if (!t->losses) /* one per step, for --dump */
-    return fe_error(t->j->diag, NULL, NULL, "--steps %lld: out of memory for a loss per step",
-                    (long long)steps);
+    return backend_error(&t->j->diag, NULL, NULL, "--steps %lld: out of memory for a loss per step",
+                         (long long)steps);
   if (!t->buf || !t->fbuf || !t->ids || !t->targets) return fail(t, "out of memory");
   t->it = ir_interp_new(t->j->graph, NULL);
   if (!t->it) return fail(t, "out of memory");
@@ -258,8 +262,8 @@ static int setup(Trainer *t, int64_t steps) {
 }
 
 static int train(const BackendJob *j, const InterpOptions *o) {
-  int64_t steps = o->steps > 0 ? o->steps : j->facts->max_steps;
-  uint64_t seed = o->seed >= 0 ? (uint64_t)o->seed : j->facts->seed;
+  int64_t steps = o->steps > 0 ? o->steps : j->program.max_steps;
+  uint64_t seed = o->seed >= 0 ? (uint64_t)o->seed : j->program.seed;
   Trainer t = {.j = j, .o = o};
   int rc = setup(&t, steps);
   if (rc == 0) rc = init_params(&t, seed);
@@ -283,19 +287,19 @@ static int train(const BackendJob *j, const InterpOptions *o) {
 #define MAX_COUNT (1LL << 40) /* --steps and --seed */
 
 /* A count option's value: digits only, at most MAX_COUNT. */
-static int parse_count(FeDiag *d, const char *opt, const char *v, int64_t *out) {
+static int parse_count(const BackendDiag *d, const char *opt, const char *v, int64_t *out) {
   char *end;
   errno = 0;
   long long n = strtoll(v, &end, 10);
   if (!isdigit((unsigned char)v[0]) || *end || errno == ERANGE || n > MAX_COUNT)
-    return fe_error(d, NULL, NULL, "%s '%s': expected a non-negative integer up to %lld", opt, v,
-                    MAX_COUNT);
+    return backend_error(d, NULL, NULL, "%s '%s': expected a non-negative integer up to %lld", opt,
+                         v, MAX_COUNT);
   *out = n;
   return 0;
 }
 
 /* --data, --steps, --seed, --init, --dump, each with a value. */
-static int parse_options(FeDiag *d, int argc, char **argv, InterpOptions *o) {
+static int parse_options(const BackendDiag *d, int argc, char **argv, InterpOptions *o) {
   memset(o, 0, sizeof *o);
   o->seed = -1;
   for (int i = 1; i < argc; i++) {
@@ -303,13 +307,13 @@ static int parse_options(FeDiag *d, int argc, char **argv, InterpOptions *o) {
     bool text = !strcmp(s, "--data") || !strcmp(s, "--init") || !strcmp(s, "--dump");
     bool num = !strcmp(s, "--steps") || !strcmp(s, "--seed");
     if (!text && !num)
-      return fe_error(d, NULL, NULL,
-                      "%s is not an option of --backend interp (it takes "
-                      "--data, --steps, --seed, --init, --dump; --backend llvm takes the "
-                      "trainer's options)",
-                      s);
+      return backend_error(d, NULL, NULL,
+                           "%s is not an option of --backend interp (it takes "
+                           "--data, --steps, --seed, --init, --dump; --backend llvm takes the "
+                           "trainer's options)",
+                           s);
     if (!v || !strncmp(v, "--", 2)) /* the next option, not a value */
-      return fe_error(d, NULL, NULL, "%s needs a value", s);
+      return backend_error(d, NULL, NULL, "%s needs a value", s);
     i++;
     if (text)
       *(!strcmp(s, "--data") ? &o->data : !strcmp(s, "--init") ? &o->init : &o->dump) = v;
@@ -319,7 +323,7 @@ static int parse_options(FeDiag *d, int argc, char **argv, InterpOptions *o) {
   return 0;
 }
 
-static int interp_check_run_args(int argc, char **argv, FeDiag *d) {
+static int interp_check_run_args(int argc, char **argv, const BackendDiag *d) {
   InterpOptions o;
   return parse_options(d, argc, argv, &o);
 }
@@ -327,7 +331,7 @@ static int interp_check_run_args(int argc, char **argv, FeDiag *d) {
 static int interp_run(const BackendJob *j, const BackendOptions *bo, int argc, char **argv) {
   (void)bo;
   InterpOptions o;
-  if (parse_options(j->diag, argc, argv, &o)) return 1;
+  if (parse_options(&j->diag, argc, argv, &o)) return 1;
   o.log = stdout;
   return train(j, &o) ? 1 : 0;
 }

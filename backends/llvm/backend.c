@@ -7,8 +7,9 @@
  *
  * The trainer executable is the generated objects (the step function and the `axlc_program`
  * table in one, each distinct kernel in its own: llvm.h, unit.c), libaxrt_main (main) and libaxrt,
- * linked by the system C compiler with OpenBLAS, json-c and libm. Nothing of axlc, LLVM or the
- * config file is needed at run time: the resolved config is embedded (`./trainer --config`).
+ * linked by the system C compiler with OpenBLAS, json-c and libm (backends/link.c). Nothing of
+ * axlc, LLVM or the config file is needed at run time: the resolved config is embedded
+ * (`./trainer --config`).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +18,6 @@
 #include "backends/backend.h"
 #include "backends/llvm/llvm.h"
 
-#ifndef AXLC_RUNTIME_LIB
-#error "AXLC_RUNTIME_LIB (the path of libaxrt.a) must be defined by the build"
-#endif
-
 /* One compilation's products. */
 typedef struct Compiled {
   MemPlan plan;
@@ -28,7 +25,6 @@ typedef struct Compiled {
   LlvmModule *module;
   LlvmProgramInfo info; /* what the trainer's program table holds */
   LlvmParamInfo *params;
-  char *config; /* canonical config text, embedded in the trainer */
 } Compiled;
 
 static void compiled_free(Compiled *c) {
@@ -36,27 +32,26 @@ static void compiled_free(Compiled *c) {
   pass_memplan_free(&c->plan);
   pass_memplan_free(&c->fwd_plan);
   free(c->params);
-  free(c->config);
   memset(c, 0, sizeof *c);
 }
 
 /* The program table's facts that the graph does not hold. */
 static void program_info(const BackendJob *j, Compiled *c) {
-  c->params = calloc((size_t)j->build->nparams + 1, sizeof *c->params);
-  for (int i = 0; i < j->build->nparams; i++) {
-    c->params[i].path = j->build->params[i].path;
-    c->params[i].init = backend_param_init(&j->build->params[i]);
+  const BackendProgram *p = &j->program;
+  c->params = calloc((size_t)p->nparams + 1, sizeof *c->params);
+  for (int i = 0; i < p->nparams; i++) {
+    c->params[i].path = p->params[i].path;
+    c->params[i].init = p->params[i].init;
   }
-  c->config = fe_json_canonical(j->cfg);
   c->info = (LlvmProgramInfo){
-      .config = c->config,
-      .nparams = j->build->nparams,
+      .config = p->config,
+      .nparams = p->nparams,
       .params = c->params,
-      .vocab = j->facts->vocab,
-      .max_steps = j->facts->max_steps,
-      .ckpt_every = j->facts->ckpt_every,
-      .ckpt_keep = j->facts->ckpt_keep,
-      .seed = j->facts->seed,
+      .vocab = p->vocab,
+      .max_steps = p->max_steps,
+      .ckpt_every = p->ckpt_every,
+      .ckpt_keep = p->ckpt_keep,
+      .seed = p->seed,
   };
 }
 
@@ -74,11 +69,12 @@ static void report(const BackendJob *j, const LlvmModule *m) {
 /* Plans memory and generates code for j (keep_ir: for --emit llvm|asm). */
 static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled *c, bool keep_ir) {
   memset(c, 0, sizeof *c);
-  if (ir_mesh_devices(&j->graph->mesh) != (j->build->mesh.devices > 1 ? j->build->mesh.devices : 1))
-    return fe_error(j->diag, j->file, "/mesh",
-                    "the mesh has %lld devices, but the step graph was not "
-                    "sharded for them (its mesh has %lld): the shard pass did not run",
-                    (long long)j->build->mesh.devices, (long long)ir_mesh_devices(&j->graph->mesh));
+  int64_t devices = j->program.devices;
+  if (ir_mesh_devices(&j->graph->mesh) != (devices > 1 ? devices : 1))
+    return backend_error(&j->diag, j->file, "/mesh",
+                         "the mesh has %lld devices, but the step graph was not "
+                         "sharded for them (its mesh has %lld): the shard pass did not run",
+                         (long long)devices, (long long)ir_mesh_devices(&j->graph->mesh));
   LlvmOptions lo = llvm_options_default();
   if (o) {
     if (o->cpu) lo.cpu = o->cpu;
@@ -98,8 +94,8 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
     int rc = pass_memplan_fused(g, lo.fuse ? mat : NULL, k ? &c->fwd_plan : &c->plan);
     free(mat);
     if (rc != IR_OK)
-      return fe_error(j->diag, j->file, NULL, "memory planning%s failed: %s",
-                      k ? " of the sampling forward" : "", ir_graph_error(g));
+      return backend_error(&j->diag, j->file, NULL, "memory planning%s failed: %s",
+                           k ? " of the sampling forward" : "", ir_graph_error(g));
   }
   program_info(j, c);
   lo.program = &c->info;
@@ -109,67 +105,39 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
   }
   char err[1024];
   if (llvm_compile(j->graph, &c->plan, &lo, &c->module, err, sizeof err))
-    return fe_error(j->diag, j->file, NULL, "code generation failed: %s", err);
+    return backend_error(&j->diag, j->file, NULL, "code generation failed: %s", err);
   if (lo.progress) report(j, c->module);
   return 0;
 }
 
-/* Links the program's objects with the runtime into the executable `out`. */
+/* Writes the program's objects (those not in the cache) to a temporary directory and links them
+ * with the runtime into the executable `out`. */
 static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *c,
                         const char *out) {
   char err[1024];
   const char *tmp = getenv("TMPDIR");
-  char *dir = fe_asprintf("%s/axlc-link-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  char *dir = backend_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-link-XXXXXX");
   if (!mkdtemp(dir)) {
-    fe_error(j->diag, dir, NULL, "cannot create a temporary directory for the objects");
+    backend_error(&j->diag, dir, NULL, "cannot create a temporary directory for the objects");
     free(dir);
     return -1;
   }
   char **objs = NULL;
   int nobj = 0;
   if (llvm_object_files(c->module, dir, &objs, &nobj, err, sizeof err)) {
-    fe_error(j->diag, out, NULL, "writing the objects failed: %s", err);
+    backend_error(&j->diag, out, NULL, "writing the objects failed: %s", err);
     rmdir(dir);
     free(dir);
     return -1;
   }
-  char *rt = o->runtime_dir ? fe_asprintf("%s/libaxrt.a", o->runtime_dir)
-                            : fe_asprintf("%s", AXLC_RUNTIME_LIB);
-  char *rt_main = o->runtime_dir ? fe_asprintf("%s/libaxrt_main.a", o->runtime_dir)
-                                 : fe_asprintf("%s", AXLC_RUNTIME_MAIN_LIB);
-  const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-  /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
-  char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
-  char **argv = calloc((size_t)nobj + 40, sizeof *argv);
-  int n = 0;
-  argv[n++] = (char *)cc;
-  /* AXLC_TRAINER_FUSE_LD: -fuse-ld=lld where CMake found that the compiler can use it */
-  if (*AXLC_TRAINER_FUSE_LD) argv[n++] = AXLC_TRAINER_FUSE_LD;
-  argv[n++] = "-o";
-  argv[n++] = (char *)out;
-  for (int i = 0; i < nobj; i++) argv[n++] = objs[i];
-  const char *libs[] = {rt_main, rt, "-lopenblas", "-ljson-c", "-lm", "-lpthread"};
-  for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) argv[n++] = (char *)libs[i];
-  if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
-  for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < nobj + 39; lib = strtok(NULL, ";"))
-    argv[n++] = lib;
-  argv[n] = NULL;
-  char log[4096];
-  int rc = backend_spawn_log(argv, log, sizeof log) == 0 ? 0 : -1;
-  int64_t in_bytes = rc ? backend_inputs_size(argv) : 0;
+  BackendLink link = {.out = out, .objects = objs, .nobjects = nobj};
+  int rc = backend_link_trainer(&link, o, &j->diag);
   for (int i = 0; i < nobj; i++)
     if (!strncmp(objs[i], dir, strlen(dir))) unlink(objs[i]);
   rmdir(dir);
   llvm_paths_free(objs);
-  free(argv);
   free(dir);
-  free(mpi);
-  free(rt);
-  free(rt_main);
-  if (rc)
-    return backend_link_failed(j->diag, out, cc, log, in_bytes,
-                               "libopenblas-dev and libjson-c-dev");
-  return 0;
+  return rc;
 }
 
 /* ---- the backend ---- */
@@ -177,10 +145,10 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
 static int emit_text(const BackendJob *j, Compiled *c, const char *what, const char *out) {
   FILE *f = out ? fopen(out, "w") : stdout;
   char err[1024] = "";
-  if (!f) return fe_error(j->diag, out, NULL, "cannot open for writing");
+  if (!f) return backend_error(&j->diag, out, NULL, "cannot open for writing");
   int rc = llvm_emit_text(c->module, f, !strcmp(what, "asm"), err, sizeof err);
   if (out && fclose(f) != 0) rc = -1;
-  if (rc) return fe_error(j->diag, out, NULL, "writing %s failed: %s", what, err);
+  if (rc) return backend_error(&j->diag, out, NULL, "writing %s failed: %s", what, err);
   return 0;
 }
 
@@ -193,7 +161,7 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
   if (rc == 0 && !strcmp(emit, "exe"))
     rc = link_trainer(j, o, &c, out);
   else if (rc == 0 && !strcmp(emit, "obj") && llvm_emit_object(c.module, out, err, sizeof err))
-    rc = fe_error(j->diag, out, NULL, "%s", err);
+    rc = backend_error(&j->diag, out, NULL, "%s", err);
   else if (rc == 0 && text)
     rc = emit_text(j, &c, emit, out);
   compiled_free(&c);
@@ -205,7 +173,7 @@ static char *find_on_path(const char *name) {
   const char *path = getenv("PATH");
   char *dirs = strdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin"), *save = NULL;
   for (char *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
-    char *full = fe_asprintf("%s/%s", *d ? d : ".", name);
+    char *full = backend_join(*d ? d : ".", "/", name);
     if (access(full, X_OK) == 0) {
       free(dirs);
       return full;
@@ -224,14 +192,15 @@ static char *find_mpirun(const BackendJob *j) {
   char *mpirun = find_on_path("mpirun");
   if (!mpirun) mpirun = find_on_path("mpiexec");
   if (!mpirun)
-    fe_error(j->diag, j->file, "/mesh",
-             "this job runs on %lld devices, one process each, and mpirun was not "
-             "found on PATH (Debian: apt-get install openmpi-bin); or compile it with `axlc "
-             "compile %s --target "
-             "cpu-%lld -o trainer` and start `mpirun -np %lld ./trainer --data FILE ...` or `srun "
-             "-n %lld "
-             "./trainer ...`",
-             n, j->file ? j->file : "MODEL", n, n, n);
+    backend_error(
+        &j->diag, j->file, "/mesh",
+        "this job runs on %lld devices, one process each, and mpirun was not "
+        "found on PATH (Debian: apt-get install openmpi-bin); or compile it with `axlc "
+        "compile %s --target "
+        "cpu-%lld -o trainer` and start `mpirun -np %lld ./trainer --data FILE ...` or `srun "
+        "-n %lld "
+        "./trainer ...`",
+        n, j->file ? j->file : "MODEL", n, n, n);
   return mpirun;
 }
 
@@ -239,12 +208,12 @@ static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c,
                       int argc, char **argv) {
   long long n = (long long)ir_mesh_devices(&j->graph->mesh);
   const char *tmp = getenv("TMPDIR");
-  char *base = fe_asprintf("%s/axlc-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  char *base = backend_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-run-XXXXXX");
   int rc = 1;
   if (!mkdtemp(base)) {
-    fe_error(j->diag, base, NULL, "cannot create a temporary directory for the trainer");
+    backend_error(&j->diag, base, NULL, "cannot create a temporary directory for the trainer");
   } else {
-    char *exe = fe_asprintf("%s/trainer", base);
+    char *exe = backend_join(base, "/", "trainer");
     if (link_trainer(j, o, c, exe) == 0) {
       char np[32];
       snprintf(np, sizeof np, "%lld", n);
@@ -260,7 +229,7 @@ static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c,
       fflush(stderr);
       rc = backend_spawn(args);
       if (rc < 0) {
-        fe_error(j->diag, mpirun, NULL, "could not start it");
+        backend_error(&j->diag, mpirun, NULL, "could not start it");
         rc = 1;
       }
       free(args);
@@ -293,7 +262,7 @@ static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int ar
     LlvmStepFn step;
     LlvmJit *jit = NULL;
     if (llvm_jit(c.module, &step, &jit, err, sizeof err))
-      fe_error(j->diag, NULL, NULL, "JIT compilation failed: %s", err);
+      backend_error(&j->diag, NULL, NULL, "JIT compilation failed: %s", err);
     else
       rc = rt_train_main(llvm_jit_program(jit), argc, argv);
     llvm_jit_free(jit);
@@ -304,9 +273,9 @@ static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int ar
 }
 
 /* The trainer's options, checked by the runtime as rt_train_main will check them. */
-static int llvm_backend_check_run_args(int argc, char **argv, FeDiag *d) {
+static int llvm_backend_check_run_args(int argc, char **argv, const BackendDiag *d) {
   RtError err;
-  return rt_train_check_args(argc, argv, &err) ? fe_error(d, NULL, NULL, "%s", err.msg) : 0;
+  return rt_train_check_args(argc, argv, &err) ? backend_error(d, NULL, NULL, "%s", err.msg) : 0;
 }
 
 /* Every op, in f32 and i32 (llvm.h); other dtypes are refused at compile time. */

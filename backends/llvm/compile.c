@@ -12,7 +12,6 @@
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -31,21 +30,10 @@ LlvmOptions llvm_options_default(void) {
   return o;
 }
 
-int llvm_fail(LlvmCtx *C, const char *fmt, ...) {
-  if (C->err && C->cap && C->err[0]) return -1; /* keep the first message */
-  va_list ap;
-  va_start(ap, fmt);
-  if (C->err && C->cap) vsnprintf(C->err, C->cap, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 static int fail_buf(char *err, size_t cap, const char *fmt, const char *arg) {
   if (err && cap) snprintf(err, cap, fmt, arg ? arg : "");
   return -1;
 }
-
-LLVMTypeRef llvm_type_of(LlvmCtx *C, IrDType dt) { return dt == DT_I32 ? C->t_i32 : C->t_f32; }
 
 /* ---- what the backend accepts ---- */
 
@@ -72,19 +60,6 @@ static int check_graph(LlvmCtx *C) {
   for (int32_t v = 0; v < C->g->nvalues; v++)
     if (check_value(C, v)) return -1;
   return 0;
-}
-
-void llvm_ctx_types(LlvmCtx *C) {
-  C->t_void = LLVMVoidTypeInContext(C->c);
-  C->t_i1 = LLVMInt1TypeInContext(C->c);
-  C->t_i8 = LLVMInt8TypeInContext(C->c);
-  C->t_i8p = LLVMPointerType(C->t_i8, 0);
-  C->t_i32 = LLVMInt32TypeInContext(C->c);
-  C->t_i64 = LLVMInt64TypeInContext(C->c);
-  C->t_f32 = LLVMFloatTypeInContext(C->c);
-  C->t_f64 = LLVMDoubleTypeInContext(C->c);
-  LLVMTypeRef kp[] = {C->t_i8p, C->t_i64, C->t_i64};
-  C->t_kernel = LLVMFunctionType(C->t_void, kp, 3, 0);
 }
 
 /* ---- axlc_step ---- */

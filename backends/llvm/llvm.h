@@ -221,8 +221,9 @@ typedef struct LlvmLoop {
   LLVMValueRef iv, phi;
 } LlvmLoop;
 
-/* ---- compile.c ---- */
-int llvm_fail(LlvmCtx *C, const char *fmt, ...);
+/* ---- types.c: below every other file of the folder ---- */
+/* Records the compilation's first error message in C->err; returns -1. */
+int llvm_fail(LlvmCtx *C, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 LLVMTypeRef llvm_type_of(LlvmCtx *C, IrDType dt);
 void llvm_ctx_types(LlvmCtx *C); /* C->t_* for C->c */
 

@@ -17,10 +17,6 @@
 #include "backends/backend.h"
 #include "backends/opencl/opencl.h"
 
-#ifndef AXLC_RUNTIME_LIB
-#error "AXLC_RUNTIME_LIB, AXLC_RUNTIME_OPENCL_LIB and AXLC_RUNTIME_INCLUDE must come from the build"
-#endif
-
 typedef struct Compiled {
   MemPlan plan;
   OclKernels kernels;
@@ -28,7 +24,6 @@ typedef struct Compiled {
   RtParamSlot *slots;
   const char **paths; /* (nparams) */
   RtInit *inits;      /* (nparams) */
-  char *config;
 } Compiled;
 
 static void compiled_free(Compiled *c) {
@@ -37,7 +32,6 @@ static void compiled_free(Compiled *c) {
   free(c->slots);
   free(c->paths);
   free(c->inits);
-  free(c->config);
   memset(c, 0, sizeof *c);
 }
 
@@ -54,43 +48,42 @@ static OclOptions options(const BackendOptions *bo) {
 }
 
 static int program(const BackendJob *j, Compiled *c) {
-  int32_t n = j->build->nparams;
+  const BackendProgram *p = &j->program;
+  int32_t n = p->nparams;
   c->paths = calloc((size_t)n + 1, sizeof *c->paths);
   c->inits = calloc((size_t)n + 1, sizeof *c->inits);
-  c->config = fe_json_canonical(j->cfg);
-  if (!c->paths || !c->inits || !c->config)
-    return fe_error(j->diag, j->file, NULL, "out of memory");
+  if (!c->paths || !c->inits) return backend_error(&j->diag, j->file, NULL, "out of memory");
   for (int32_t i = 0; i < n; i++) {
-    c->paths[i] = j->build->params[i].path;
-    c->inits[i] = backend_param_init(&j->build->params[i]);
+    c->paths[i] = p->params[i].path;
+    c->inits[i] = p->params[i].init;
   }
-  OclProgramInfo info = {.config = c->config,
+  OclProgramInfo info = {.config = p->config,
                          .nparams = n,
                          .paths = c->paths,
                          .inits = c->inits,
-                         .vocab = j->facts->vocab,
-                         .max_steps = j->facts->max_steps,
-                         .ckpt_every = j->facts->ckpt_every,
-                         .ckpt_keep = j->facts->ckpt_keep,
-                         .seed = j->facts->seed};
+                         .vocab = p->vocab,
+                         .max_steps = p->max_steps,
+                         .ckpt_every = p->ckpt_every,
+                         .ckpt_keep = p->ckpt_keep,
+                         .seed = p->seed};
   char err[1024];
   if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, err,
                         sizeof err))
-    return fe_error(j->diag, j->file, NULL, "%s", err);
+    return backend_error(&j->diag, j->file, NULL, "%s", err);
   return 0;
 }
 
 /* Plans memory, prints the kernels and checks them with libclang. */
 static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *c) {
   memset(c, 0, sizeof *c);
-  if (j->build->mesh.devices > 1)
-    return fe_error(j->diag, j->file, "/mesh",
-                    "the opencl backend runs one device; this mesh has "
-                    "%lld (sharding over several devices is not implemented yet)",
-                    (long long)j->build->mesh.devices);
+  if (j->program.devices > 1)
+    return backend_error(&j->diag, j->file, "/mesh",
+                         "the opencl backend runs one device; this mesh has "
+                         "%lld (sharding over several devices is not implemented yet)",
+                         (long long)j->program.devices);
   OclOptions o = options(bo);
   bool *mat = malloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
-  if (!mat) return fe_error(j->diag, j->file, NULL, "out of memory");
+  if (!mat) return backend_error(&j->diag, j->file, NULL, "out of memory");
   if (o.fuse)
     pass_fusion_plan(j->graph, mat);
   else
@@ -99,74 +92,58 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
   char err[4096];
   if (rc != IR_OK) {
     free(mat);
-    return fe_error(j->diag, j->file, NULL, "memory planning failed: %s", ir_graph_error(j->graph));
+    return backend_error(&j->diag, j->file, NULL, "memory planning failed: %s",
+                         ir_graph_error(j->graph));
   }
   rc = ocl_emit(j->graph, &c->plan, mat, &o, &c->kernels, err, sizeof err);
   free(mat);
-  if (rc) return fe_error(j->diag, j->file, NULL, "OpenCL code generation failed: %s", err);
+  if (rc) return backend_error(&j->diag, j->file, NULL, "OpenCL code generation failed: %s", err);
   if (ocl_check_source(&c->kernels, err, sizeof err))
-    return fe_error(j->diag, j->file, NULL,
-                    "the generated OpenCL C does not compile (libclang): %s", err);
+    return backend_error(&j->diag, j->file, NULL,
+                         "the generated OpenCL C does not compile (libclang): %s", err);
   return program(j, c);
 }
 
 /* Writes the program as C next to `out` and links it with the runtime into `out`. */
-static int link_trainer(const BackendJob *j, Compiled *c, const char *out) {
-  char *src = fe_asprintf("%s.opencl.c", out);
+static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *c,
+                        const char *out) {
+  char *src = backend_join(out, "", ".opencl.c");
   FILE *f = fopen(src, "w");
   if (!f) {
-    fe_error(j->diag, src, NULL, "cannot open for writing");
+    backend_error(&j->diag, src, NULL, "cannot open for writing");
     free(src);
     return -1;
   }
   int rc = ocl_program_write_c(f, &c->prog);
   if (fclose(f) != 0 || rc) {
-    fe_error(j->diag, src, NULL, "writing the trainer's C source failed");
+    backend_error(&j->diag, src, NULL, "writing the trainer's C source failed");
     unlink(src);
     free(src);
     return -1;
   }
-  const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-  /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
-  char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
-  char *argv[40] = {
-      (char *)cc,           "-std=c11", "-O1",        "-w",       "-I",
-      AXLC_RUNTIME_INCLUDE, "-o",       (char *)out,  src,        AXLC_RUNTIME_OPENCL_LIB,
-      AXLC_RUNTIME_LIB,     "-lOpenCL", "-lopenblas", "-ljson-c", "-lm",
-      "-lpthread"};
-  int n = 16;
-  if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
-  for (char *lib = mpi ? strtok(mpi, ";") : NULL; lib && n < 39; lib = strtok(NULL, ";"))
-    argv[n++] = lib;
-  argv[n] = NULL;
-  char log[4096];
-  rc = backend_spawn_log(argv, log, sizeof log) == 0 ? 0 : -1;
-  int64_t in_bytes = rc ? backend_inputs_size(argv) : 0;
+  BackendLink link = {.out = out, .source = src, .opencl = true};
+  rc = backend_link_trainer(&link, o, &j->diag);
   unlink(src);
   free(src);
-  free(mpi);
-  if (rc)
-    return backend_link_failed(j->diag, out, cc, log, in_bytes,
-                               "the OpenCL loader, ocl-icd-opencl-dev, libopenblas-dev and "
-                               "libjson-c-dev");
-  return 0;
+  return rc;
 }
 
 static int write_text(const BackendJob *j, Compiled *c, const char *emit, const char *out) {
   FILE *f = out ? fopen(out, "w") : stdout;
-  if (!f) return fe_error(j->diag, out, NULL, "cannot open for writing");
+  if (!f) return backend_error(&j->diag, out, NULL, "cannot open for writing");
   int rc = !strcmp(emit, "cl") ? (fputs(c->kernels.source, f) < 0 ? -1 : 0)
                                : ocl_program_write_c(f, &c->prog);
   if (out && fclose(f) != 0) rc = -1;
   if (!out && fflush(f) != 0) rc = -1;
-  return rc ? fe_error(j->diag, out, NULL, "writing the %s output failed", emit) : 0;
+  return rc ? backend_error(&j->diag, out, NULL, "writing the %s output failed", emit) : 0;
 }
 
 static int ocl_backend_compile(const BackendJob *j, const BackendOptions *o, const char *emit,
                                const char *out) {
   Compiled c;
   int rc = compile_all(j, o, &c);
-  if (rc == 0) rc = !strcmp(emit, "exe") ? link_trainer(j, &c, out) : write_text(j, &c, emit, out);
+  if (rc == 0)
+    rc = !strcmp(emit, "exe") ? link_trainer(j, o, &c, out) : write_text(j, &c, emit, out);
   compiled_free(&c);
   return rc;
 }
@@ -179,9 +156,9 @@ static int ocl_backend_run(const BackendJob *j, const BackendOptions *o, int arg
   return rc;
 }
 
-static int ocl_backend_check_run_args(int argc, char **argv, FeDiag *d) {
+static int ocl_backend_check_run_args(int argc, char **argv, const BackendDiag *d) {
   RtError err;
-  return rt_ocl_check_args(argc, argv, &err) ? fe_error(d, NULL, NULL, "%s", err.msg) : 0;
+  return rt_ocl_check_args(argc, argv, &err) ? backend_error(d, NULL, NULL, "%s", err.msg) : 0;
 }
 
 /* Every op, in f32 and i32 (emit.c); collectives only over one device. Not the fused attention

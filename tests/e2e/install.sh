@@ -2,8 +2,9 @@
 # install.sh BUILDDIR SRCDIR: `cmake --install` into a temporary prefix, then the installed
 # commands from a directory outside the source tree: the shipped configs found by name and
 # through a copied config's mesh_rules, --apply by name, AXLC_PATH, a miss that says where it
-# looked, a trainer compiled and linked against the installed libaxrt, the pkg-config file,
-# the man pages.
+# looked, a trainer compiled and linked against the installed libaxrt, an OpenCL trainer
+# compiled by a copy of the prefix that may not touch the build or source tree, the
+# pkg-config file, the man pages.
 set -u
 B=$1 SRC=$2
 T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-install.XXXXXX") || exit 1
@@ -94,6 +95,43 @@ run ./tr --data text.txt --steps 1 --init back.st
 ok "the trainer from converted weights"
 run ./tr --data text.txt --steps 1 --init dump.st
 ok "the trainer from an interpreter dump"
+
+# A copy of the prefix, and a compiler that refuses every path of the build and the source
+# tree: what an installed axlc links comes from its own lib/ and include/, for every backend.
+Q=$T/elsewhere
+cp -R "$P" "$Q" || fail "copying the prefix"
+cat > "$T/cc" <<SH
+#!/bin/sh
+for a in "\$@"; do
+  case \$a in
+  *"$T"*) ;;
+  *"$B"*|*"$SRC"*) echo "cc: \$a lies in the build or the source tree" >&2; exit 1 ;;
+  esac
+done
+exec ${CC:-cc} "\$@"
+SH
+chmod +x "$T/cc"
+unset LIBRARY_PATH CPATH C_INCLUDE_PATH PKG_CONFIG_PATH
+# shellcheck disable=SC2086
+CC=$T/cc run "$Q/bin/axlc" compile tiny-lm --target cpu -o tr2 $small
+ok "compile from the copied prefix"
+run ./tr2 --data text.txt --steps 1
+ok "the trainer of the copied prefix"
+if "$Q/bin/axlc" backends | grep -q '^opencl '; then
+  [ -f "$Q/lib/libaxrt_opencl.a" ] || fail "not installed: lib/libaxrt_opencl.a"
+  # shellcheck disable=SC2086
+  CC=$T/cc run "$Q/bin/axlc" compile tiny-lm --target opencl -o ocl $small
+  ok "OpenCL compile from the copied prefix"
+  if [ "$rc" -ne 0 ]; then
+    :
+  elif ./ocl --list-devices > "$T/devices" 2>&1; then
+    LSAN_OPTIONS=suppressions=$SRC/tests/backends/opencl.supp run ./ocl --data text.txt --steps 2
+    ok "the OpenCL trainer"
+    has "$T/out" "step 2 loss"
+  else
+    echo "no OpenCL device: the OpenCL trainer was linked, not run"
+  fi
+fi
 
 # pkg-config: a program of one's own against libaxrt
 cat > crc.c <<'C'

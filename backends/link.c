@@ -1,0 +1,142 @@
+/*
+ * link.c: the link step of a trainer executable, for every backend that writes one.
+ *
+ *   $CC [-fuse-ld=lld] [-std=c11 -O1 -w -I INCLUDE] -o OUT OBJECTS... [SOURCE]
+ *       MAIN libaxrt.a [-lOpenCL] -lopenblas -ljson-c -lm -lpthread [LDFLAGS] [MPI...]
+ *
+ * MAIN is libaxrt_main.a (the CPU trainer's main, which reads the generated axlc_program), or
+ * libaxrt_opencl.a for a trainer whose main the backend wrote (OpenCL: rt_ocl_main). The
+ * libraries and axrt.h come from BackendOptions.runtime_dir (an installed axlc's lib/, and
+ * ../include next to it), else from the build tree (AXLC_RUNTIME_*, set by CMake). One copy,
+ * so that what an installed axlc links cannot differ between backends.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "backends/backend.h"
+
+#ifndef AXLC_RUNTIME_LIB
+#error "AXLC_RUNTIME_LIB and the other runtime paths must be defined by the build"
+#endif
+
+/* A runtime file: dir/name when the options name a runtime directory, else the build's path. */
+static char *runtime_path(const BackendOptions *o, const char *name, const char *built) {
+  return o && o->runtime_dir ? backend_join(o->runtime_dir, "/", name)
+                             : backend_join(built, "", "");
+}
+
+/* What a failed link needs installed, for its message. */
+static const char *link_needs(const BackendLink *l) {
+  return l->opencl ? "the OpenCL loader, ocl-icd-opencl-dev, libopenblas-dev and libjson-c-dev"
+                   : "libopenblas-dev and libjson-c-dev";
+}
+
+/* The total size of the files among argv[1..] (a link's inputs; not the -o output). */
+static int64_t inputs_size(char *const *argv) {
+  int64_t total = 0;
+  struct stat st;
+  for (int i = 1; argv[i]; i++) {
+    if (!strcmp(argv[i], "-o") && argv[i + 1]) {
+      i++; /* the output, perhaps an older trainer */
+      continue;
+    }
+    if (argv[i][0] != '-' && stat(argv[i], &st) == 0 && S_ISREG(st.st_mode)) total += st.st_size;
+  }
+  return total;
+}
+
+/* The directory of `path` and TMPDIR: the first with less than `need` bytes free, or NULL. */
+static const char *short_of_space(const char *path, int64_t need, char *dir, size_t cap,
+                                  int64_t *avail) {
+  const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  const char *slash = strrchr(path, '/');
+  for (int k = 0; k < 2; k++) {
+    if (k == 0 && !slash)
+      snprintf(dir, cap, ".");
+    else if (k == 0)
+      snprintf(dir, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    else
+      snprintf(dir, cap, "%s", tmp);
+    struct statvfs vs;
+    if (statvfs(dir, &vs) == 0 && (int64_t)vs.f_bavail * (int64_t)vs.f_frsize < need) {
+      *avail = (int64_t)vs.f_bavail * (int64_t)vs.f_frsize;
+      return dir;
+    }
+  }
+  return NULL;
+}
+
+/* Reports a failed link of `out` by `cc`: a full disk as such, anything else as missing
+ * libraries (`needs`). A full disk is no missing package. The linker may say so in `log`
+ * ("No space left on device"), or die of SIGBUS writing its memory-mapped output; then the
+ * free space, against the inputs' in_bytes, tells. Returns -1. */
+static int link_failed(const BackendDiag *d, const char *out, const char *cc, const char *log,
+                       int64_t in_bytes, const char *needs) {
+  const char *full = strstr(log, "No space left on device") ? "No space left on device"
+                     : strstr(log, "Disk quota exceeded")   ? "Disk quota exceeded"
+                                                            : NULL;
+  const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  char dir[4096];
+  int64_t avail = 0;
+  if (full)
+    return backend_error(
+        d, out, NULL,
+        "linking the trainer with %s failed: %s (the linker's message above); free "
+        "space where the trainer is written and in TMPDIR (%s), then compile again",
+        cc, full, tmp);
+  if (short_of_space(out, in_bytes, dir, sizeof dir, &avail))
+    return backend_error(
+        d, out, NULL,
+        "linking the trainer with %s failed, and %s has %lld KiB free while the "
+        "link's inputs take %lld KiB: the disk is probably full; free space there, "
+        "then compile again",
+        cc, dir, (long long)(avail >> 10), (long long)(in_bytes >> 10));
+  return backend_error(d, out, NULL, "linking the trainer with %s failed (it needs %s)", cc, needs);
+}
+
+int backend_link_trainer(const BackendLink *l, const BackendOptions *o, const BackendDiag *d) {
+  char *rt = runtime_path(o, "libaxrt.a", AXLC_RUNTIME_LIB);
+  char *main_lib = l->opencl ? runtime_path(o, "libaxrt_opencl.a", AXLC_RUNTIME_OPENCL_LIB)
+                             : runtime_path(o, "libaxrt_main.a", AXLC_RUNTIME_MAIN_LIB);
+  char *include = runtime_path(o, "../include", AXLC_RUNTIME_INCLUDE);
+  const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
+  char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
+  size_t cap = (size_t)l->nobjects + strlen(AXLC_TRAINER_MPI_LIBS) + 32;
+  char **argv = calloc(cap, sizeof *argv);
+  if (!argv || !mpi) {
+    fprintf(stderr, "axlc: out of memory\n");
+    abort();
+  }
+  size_t n = 0;
+  argv[n++] = (char *)cc;
+  /* AXLC_TRAINER_FUSE_LD: -fuse-ld=lld where CMake found that the compiler can use it */
+  if (*AXLC_TRAINER_FUSE_LD) argv[n++] = AXLC_TRAINER_FUSE_LD;
+  if (l->source) {
+    const char *cflags[] = {"-std=c11", "-O1", "-w", "-I", include};
+    for (size_t i = 0; i < sizeof cflags / sizeof cflags[0]; i++) argv[n++] = (char *)cflags[i];
+  }
+  argv[n++] = "-o";
+  argv[n++] = (char *)l->out;
+  for (int i = 0; i < l->nobjects; i++) argv[n++] = l->objects[i];
+  if (l->source) argv[n++] = (char *)l->source;
+  argv[n++] = main_lib;
+  argv[n++] = rt;
+  if (l->opencl) argv[n++] = "-lOpenCL";
+  const char *libs[] = {"-lopenblas", "-ljson-c", "-lm", "-lpthread"};
+  for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) argv[n++] = (char *)libs[i];
+  if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
+  for (char *lib = strtok(mpi, ";"); lib && n + 1 < cap; lib = strtok(NULL, ";")) argv[n++] = lib;
+  argv[n] = NULL;
+  char log[4096];
+  int rc = backend_spawn_log(argv, log, sizeof log) == 0 ? 0 : -1;
+  int64_t in_bytes = rc ? inputs_size(argv) : 0;
+  free(argv);
+  free(mpi);
+  free(rt);
+  free(main_lib);
+  free(include);
+  return rc ? link_failed(d, l->out, cc, log, in_bytes, link_needs(l)) : 0;
+}
