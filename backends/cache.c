@@ -5,7 +5,9 @@
  * device binaries, runtime/opencl.c) directly in the directory. Nothing else there is ever
  * touched, except the temporaries that a crashed compile or trainer left (.NAME.tmp of unit.c,
  * ocl-*.bin.tmp of the runtime's atomic writes), which a trim or a clear removes once they are
- * a day old: a younger one may be a file that another process is writing now.
+ * a day old: a younger one may be a file that another process is writing now. Every entry ends
+ * in a trailer with its length and checksum (runtime/file.c, rt_cache_entry_check): a reader
+ * that finds a damaged one says so, naming it, and builds it again in its place.
  *
  * An entry's mtime is its last use: a compile that takes an object from the cache sets it to
  * now (backend_cache_touch), as the OpenCL runtime does for a binary it loads, and a new entry

@@ -255,6 +255,19 @@ int rt_cache_dir(char *out, size_t cap);
 /* AXLC_NO_CACHE's value when it turns the caches off (set, and neither "" nor "0"), else NULL. */
 const char *rt_cache_off(void);
 
+/* A cache entry (an object llvm-*.o, an OpenCL device binary ocl-*.bin) is its payload and then
+ * a trailer of RT_CACHE_TRAILER_BYTES: "AXLCACHE", a format version, the payload's length and
+ * its checksum (file.c). An entry whose trailer does not match (truncated, a flipped bit, not
+ * written by this axlc) is damaged: it is built again, never used. */
+#define RT_CACHE_TRAILER_BYTES 32
+/* The trailer of the payload's n bytes, into out; the entry is the payload, then out. */
+void rt_cache_entry_trailer(const void *payload, uint64_t n, unsigned char out[RT_CACHE_TRAILER_BYTES]);
+/* Checks an entry's size bytes against its trailer: 0 and its payload's length in *payload, or
+ * -1 and what is wrong in why (a phrase). */
+int rt_cache_entry_check(const void *data, uint64_t size, uint64_t *payload, char *why, size_t cap);
+/* Checks the entry at path: 1 good, 0 no such file, -1 damaged or unreadable (why: a phrase). */
+int rt_cache_entry_verify(const char *path, char *why, size_t cap);
+
 typedef struct RtComm RtComm;
 
 /* Whether libaxrt was built with MPI. */

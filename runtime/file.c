@@ -173,3 +173,81 @@ int rt_cache_dir(char *out, size_t cap) {
         out[0] = 0;
     return -1;
 }
+
+/* ===== cache entries ================================================================== */
+
+/* An entry ends in a trailer, not a header: the linker and the JIT read an object entry as it
+ * is, and ELF readers look only where the ELF header points, so bytes after the sections are
+ * ignored. The checksum is FNV-1a over 8-byte words (then the tail bytes): each step is a
+ * bijection of the state, so a change to any one word, a flipped bit included, always changes
+ * the sum; the length catches truncation and appending. Native byte order: a cache is one
+ * machine's (its keys name the CPU or device). */
+#define CACHE_MAGIC   "AXLCACHE"
+#define CACHE_VERSION 1u
+
+typedef struct CacheTrailer {
+    char magic[8];
+    uint32_t version, zero;
+    uint64_t length, sum;
+} CacheTrailer;
+
+_Static_assert(sizeof(CacheTrailer) == RT_CACHE_TRAILER_BYTES, "the trailer is 32 bytes");
+
+static uint64_t cache_sum(const unsigned char *p, uint64_t n) {
+    uint64_t h = 0xcbf29ce484222325ull, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+    }
+    for (; n; p++, n--)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
+void rt_cache_entry_trailer(const void *payload, uint64_t n, unsigned char out[RT_CACHE_TRAILER_BYTES]) {
+    CacheTrailer t = {.version = CACHE_VERSION, .length = n, .sum = cache_sum(payload, n)};
+    memcpy(t.magic, CACHE_MAGIC, 8);
+    memcpy(out, &t, sizeof t);
+}
+
+int rt_cache_entry_check(const void *data, uint64_t size, uint64_t *payload, char *why, size_t cap) {
+    CacheTrailer t;
+    const char *what = NULL;
+    if (size < sizeof t) {
+        snprintf(why, cap, "%llu bytes, shorter than its %d-byte trailer", (unsigned long long)size,
+                 RT_CACHE_TRAILER_BYTES);
+        return -1;
+    }
+    memcpy(&t, (const unsigned char *)data + size - sizeof t, sizeof t);
+    if (memcmp(t.magic, CACHE_MAGIC, 8) != 0)
+        what = "no " CACHE_MAGIC " trailer: truncated, or not written by this axlc";
+    else if (t.version != CACHE_VERSION || t.zero != 0)
+        what = "a trailer of another format version";
+    else if (t.length != size - sizeof t) {
+        snprintf(why, cap, "%llu bytes before its trailer, which says %llu", (unsigned long long)(size - sizeof t),
+                 (unsigned long long)t.length);
+        return -1;
+    } else if (t.sum != cache_sum(data, t.length))
+        what = "checksum mismatch";
+    if (what) {
+        snprintf(why, cap, "%s", what);
+        return -1;
+    }
+    *payload = t.length;
+    return 0;
+}
+
+int rt_cache_entry_verify(const char *path, char *why, size_t cap) {
+    RtMapped m;
+    RtError err = {0};
+    if (rt_file_map(path, &m, &err) != 0) {
+        if (access(path, F_OK) != 0 && errno == ENOENT)
+            return 0; /* not in the cache: the usual miss */
+        snprintf(why, cap, "%s", err.msg);
+        return -1;
+    }
+    uint64_t n;
+    int rc = rt_cache_entry_check(m.data, (uint64_t)m.size, &n, why, cap) == 0 ? 1 : -1;
+    rt_file_unmap(&m);
+    return rc;
+}

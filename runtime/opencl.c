@@ -256,8 +256,8 @@ static void mkdirs(const char *dir) {
     mkdir(buf, 0755);
 }
 
-/* The cache file of this program on this device: keyed by platform, device, device and
- * driver versions, build options and source. */
+/* The cache file of this program on this device: keyed by the entries' format, platform,
+ * device, device and driver versions, build options and source. */
 static void cache_path(const Session *S, const DevInfo *d, char *out, size_t cap) {
     char dir[3500];
     rt_cache_dir(dir, sizeof dir);
@@ -265,7 +265,9 @@ static void cache_path(const Session *S, const DevInfo *d, char *out, size_t cap
         out[0] = 0;
         return;
     }
-    uint64_t h = 0xcbf29ce484222325ull;
+    /* the entries' format first: 2, a trailer with a checksum (older entries are never read) */
+    static const char format[] = "axlc-ocl-cache 2";
+    uint64_t h = fnv_bytes(0xcbf29ce484222325ull, format, sizeof format);
     const char *parts[] = {
         d->platform_name, d->name, d->version, d->driver, S->p->build_options ? S->p->build_options : "", S->p->source};
     for (int i = 0; i < 6; i++)
@@ -280,11 +282,22 @@ static void build_log(cl_program prog, cl_device_id dev, char *out, size_t cap) 
         out[n < cap ? n : cap - 1] = 0;
 }
 
+/* Builds the program from the cache entry at path: -1 when there is none, or when it is
+ * damaged, which is said naming the entry. The driver never sees a damaged binary: PoCL, for
+ * one, asserts on a truncated one, which would fail every start until the cache was cleared. */
 static int build_from_binary(Session *S, const DevInfo *d, const char *path) {
     RtMapped m = {0};
-    if (rt_file_map(path, &m, NULL) != 0 || m.size == 0)
+    if (rt_file_map(path, &m, NULL) != 0)
         return -1;
-    size_t len = (size_t)m.size;
+    uint64_t n = 0;
+    char why[256] = "an empty binary";
+    if (rt_cache_entry_check(m.data, (uint64_t)m.size, &n, why, sizeof why) != 0 || n == 0) {
+        rt_file_unmap(&m);
+        fprintf(stderr, "%s: note: the OpenCL binary cache entry %s is damaged (%s); building the kernels again\n",
+                S->name, path, why);
+        return -1;
+    }
+    size_t len = (size_t)n;
     const unsigned char *bin = m.data;
     cl_int st, e;
     S->prog = clCreateProgramWithBinary(S->ctx, 1, &d->device, &len, &bin, &st, &e);
@@ -318,7 +331,9 @@ static void cache_save(Session *S, const char *path) {
     mkdirs(dir);
     if (bin && clGetProgramInfo(S->prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS &&
         rt_wfile_open(&w, path, NULL) == 0) {
-        if (rt_wfile_write(&w, bin, len, NULL) == 0)
+        unsigned char trailer[RT_CACHE_TRAILER_BYTES];
+        rt_cache_entry_trailer(bin, len, trailer);
+        if (rt_wfile_write(&w, bin, len, NULL) == 0 && rt_wfile_write(&w, trailer, sizeof trailer, NULL) == 0)
             rt_wfile_commit(&w, NULL);
         else
             rt_wfile_abort(&w);

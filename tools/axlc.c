@@ -787,9 +787,11 @@ static int cmd_cache(Args *a) {
   int rc = a->clear  ? backend_cache_clear(a->cache_dir, &st, err, sizeof err)
            : a->trim ? backend_cache_trim(a->cache_dir, a->cache_max, &st, err, sizeof err)
                      : backend_cache_stats(a->cache_dir, &st, err, sizeof err);
-  if (flag)
+  /* After a failure only what was removed is worth a line: "removed 0 entries" next to the
+   * error would read as a success. */
+  if (flag && (rc == 0 || st.removed || st.temps))
     print_removed(a, &st);
-  else if (rc == 0)
+  else if (!flag && rc == 0)
     print_cache(a, &st);
   if (rc) fprintf(stderr, "error: %s\n", err);
   return rc ? 1 : 0;

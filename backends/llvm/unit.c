@@ -41,8 +41,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Bump when something outside the IR text changes the objects (the pass pipeline, say). */
-#define UNIT_FORMAT "axlc-unit 2"
+/* Bump when something outside the IR text changes the objects (the pass pipeline, say), or the
+ * entries' format (3: a trailer with a checksum), so that older entries are never read. */
+#define UNIT_FORMAT "axlc-unit 3"
 
 static int fail(char *err, size_t cap, const char *fmt, const char *arg) {
   if (err && cap) snprintf(err, cap, fmt, arg ? arg : "");
@@ -233,7 +234,13 @@ static int make_dirs(const char *dir) {
  * goes on without it: a cache is never worth failing a compile for). */
 static const char *cache_dir(const LlvmOptions *o) {
   if (!o->cache_dir || o->keep_ir) return NULL;
-  if (make_dirs(o->cache_dir) == 0 && access(o->cache_dir, W_OK | X_OK) == 0) return o->cache_dir;
+  struct stat st;
+  if (make_dirs(o->cache_dir) == 0 && stat(o->cache_dir, &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      errno = ENOTDIR; /* a regular file there: access() would say "Permission denied" */
+    else if (access(o->cache_dir, W_OK | X_OK) == 0)
+      return o->cache_dir;
+  }
   fprintf(stderr,
           "axlc: warning: the compile cache %s is not usable (%s); compiling without it "
           "(AXLC_CACHE_DIR moves it, AXLC_NO_CACHE=1 or --no-cache turns it off)\n",
@@ -248,23 +255,37 @@ static char *cache_path(const char *dir, const char *key) {
   return p;
 }
 
-/* Whether path holds an ELF object (a cache entry, complete: it was renamed into place). */
+/* Whether path holds a cache entry that matches its trailer (runtime/file.c). A damaged one
+ * (truncated, a flipped bit) is said, naming it, and its unit compiled again: cache_store then
+ * replaces it. */
 static bool cached_object(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return false;
-  unsigned char magic[4] = {0};
-  bool ok = fread(magic, 1, 4, f) == 4 && !memcmp(magic,
-                                                  "\x7f"
-                                                  "ELF",
-                                                  4);
-  fclose(f);
-  return ok;
+  char why[256];
+  int rc = rt_cache_entry_verify(path, why, sizeof why);
+  if (rc < 0)
+    fprintf(stderr, "axlc: note: the compile cache entry %s is damaged (%s); compiling it again\n",
+            path, why);
+  return rc > 0;
 }
 
 static int write_file(const char *path, const void *data, size_t n) {
   FILE *f = fopen(path, "wb");
   if (!f) return -1;
   int rc = fwrite(data, 1, n, f) == n ? 0 : -1;
+  if (fclose(f) != 0) rc = -1;
+  if (rc) unlink(path);
+  return rc;
+}
+
+/* write_file for a cache entry: the object, then its trailer (runtime/file.c), which the
+ * linker and the JIT never look at. */
+static int write_entry(const char *path, const void *data, size_t n) {
+  unsigned char trailer[RT_CACHE_TRAILER_BYTES];
+  rt_cache_entry_trailer(data, n, trailer);
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int rc = fwrite(data, 1, n, f) == n && fwrite(trailer, 1, sizeof trailer, f) == sizeof trailer
+               ? 0
+               : -1;
   if (fclose(f) != 0) rc = -1;
   if (rc) unlink(path);
   return rc;
@@ -278,7 +299,7 @@ static void cache_store(LlvmUnit *u, const char *dir) {
   if (path && tmp) {
     snprintf(tmp, n, "%s/.%s.%ld.%lx.tmp", dir, u->key, (long)getpid(),
              (unsigned long)pthread_self());
-    if (write_file(tmp, LLVMGetBufferStart(u->obj), LLVMGetBufferSize(u->obj)) == 0) {
+    if (write_entry(tmp, LLVMGetBufferStart(u->obj), LLVMGetBufferSize(u->obj)) == 0) {
       if (rename(tmp, path) == 0) {
         LLVMDisposeMemoryBuffer(u->obj);
         u->obj = NULL;

@@ -2,9 +2,10 @@
  *
  * The same computation on other buffers (what every layer of a model repeats) must share one
  * unit; another shape or another expression must not. A second compile through a cache
- * directory takes every object from it and computes the same values; a damaged cache entry is
- * compiled again, not used. With a size limit, a cache hit refreshes its entry's last use and
- * a compile that stored objects trims the entries unused for an hour; a warm compile does not.
+ * directory takes every object from it and computes the same values; a damaged cache entry
+ * (not an object, cut short, a flipped bit) is compiled again, not used. With a size limit, a
+ * cache hit refreshes its entry's last use and a compile that stored objects trims the entries
+ * unused for an hour; a warm compile does not.
  * All results are checked against the interpreter (bt_check_with).
  */
 #include "backend_test.h"
@@ -111,6 +112,32 @@ static void test_cache(void) {
   CU_ASSERT_EQUAL(s->cached, units);
   llvm_module_free(m);
   bt_check_with(g, NULL, 0, &o, BT_PLAN_SIMPLE, 1e-6, "after a damaged entry");
+  /* Nor is an object cut short, or one with a flipped bit: its trailer no longer matches. */
+  struct stat st;
+  CU_ASSERT_EQUAL_FATAL(stat(one, &st), 0);
+  for (int k = 0; k < 2; k++) {
+    if (k == 0) {
+      CU_ASSERT_EQUAL(truncate(one, st.st_size / 2), 0);
+    } else {
+      f = fopen(one, "r+b");
+      CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+      fseek(f, st.st_size / 3, SEEK_SET);
+      int c = fgetc(f);
+      fseek(f, st.st_size / 3, SEEK_SET);
+      fputc(c ^ 0x10, f);
+      fclose(f);
+    }
+    s = compile_stats(g, &o, &m);
+    CU_ASSERT_EQUAL(s->cached, units - 1);
+    llvm_module_free(m);
+    struct stat again;
+    CU_ASSERT_EQUAL(stat(one, &again), 0); /* replaced by a whole entry */
+    CU_ASSERT_EQUAL(again.st_size, st.st_size);
+    s = compile_stats(g, &o, &m);
+    CU_ASSERT_EQUAL(s->cached, units);
+    llvm_module_free(m);
+  }
+  bt_check_with(g, NULL, 0, &o, BT_PLAN_SIMPLE, 1e-6, "after a truncated and a flipped entry");
   /* A cache directory that cannot be made is no cache, not an error. */
   o.cache_dir = "/proc/axlc-cannot-be-here";
   s = compile_stats(g, &o, &m);

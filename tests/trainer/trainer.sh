@@ -305,6 +305,26 @@ compile_cli)
   must env AXLC_CACHE_DIR="$c" "$AXLC" compile "$m" --target cpu -o "$T/t2" $small --jobs 1
   cmp -s "$T/t1" "$T/t2" || fail "the trainer compiled from the cache differs"
   [ "$(ls "$c" | grep -c '^llvm-.*\.o$')" -eq "$n" ] || fail "a compile from the cache added objects"
+  # a damaged entry (cut short, a flipped bit) is said, naming it, and compiled again in its
+  # place: the same trainer, and the next compile takes every object from the cache again
+  e1=$(ls "$c"/llvm-*.o | head -1) e2=$(ls "$c"/llvm-*.o | tail -1)
+  size1=$(wc -c < "$e1")
+  truncate -s $((size1 / 2)) "$e1"
+  /usr/bin/python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(200); b = f.read(1)
+f.seek(200); f.write(bytes([b[0] ^ 4]))' "$e2"
+  # shellcheck disable=SC2086
+  env AXLC_CACHE_DIR="$c" "$AXLC" compile "$m" --target cpu -o "$T/t8" $small > "$T/out" 2> "$T/err"
+  [ $? -eq 0 ] && cmp -s "$T/t1" "$T/t8" || fail "a compile over damaged entries failed: $(cat "$T/err")"
+  for e in "$e1" "$e2"; do
+    [ "$(grep -c "^axlc: note: the compile cache entry $e is damaged (.*); compiling it again$" \
+      "$T/err")" -eq 1 ] || fail "the damaged entry $e is not named once: $(cat "$T/err")"
+  done
+  [ "$(wc -c < "$e1")" -eq "$size1" ] || fail "the entry cut short was not compiled again"
+  # shellcheck disable=SC2086
+  env AXLC_CACHE_DIR="$c" "$AXLC" compile "$m" --target cpu -o "$T/t8" $small > "$T/out" 2> "$T/err"
+  [ $? -eq 0 ] && ! grep -q damaged "$T/err" && cmp -s "$T/t1" "$T/t8" ||
+    fail "the entries compiled again are not whole: $(cat "$T/err")"
+  [ "$(ls "$c" | grep -c '^llvm-.*\.o$')" -eq "$n" ] || fail "damaged entries left extra objects"
   # its upkeep: `axlc cache` counts the entries; a compile that stores objects trims the cache
   # to AXLC_CACHE_MAX, least recently used first (a hit is a use), never an entry used in the
   # last hour; a bad AXLC_CACHE_MAX is refused before any work; --clear empties the cache
@@ -336,6 +356,15 @@ compile_cli)
   done
   : > "$c/.llvm-x.o.1.2.tmp" # a crashed compile's, 2 days ago
   touch -d '2 days ago' "$c/.llvm-x.o.1.2.tmp"
+  # a --clear that cannot remove the entries says so, exits 1, and claims no success
+  chmod a-w "$c"
+  if ! : > "$c/probe" 2> /dev/null; then # (root writes anyway)
+    env AXLC_CACHE_DIR="$c" "$AXLC" cache --clear > "$T/out" 2> "$T/err"
+    [ $? -eq 1 ] && [ ! -s "$T/out" ] && grep -q "^error: $c/llvm-.*: cannot remove: Permission denied" "$T/err" ||
+      fail "axlc cache --clear in a read-only cache: $(cat "$T/out" "$T/err")"
+  fi
+  rm -f "$c/probe"
+  chmod u+w "$c"
   env AXLC_CACHE_DIR="$c" "$AXLC" cache --clear > "$T/out" 2> "$T/err" || fail "axlc cache --clear"
   grep -qx "removed $n5 entries (.*) from $c, and 1 stale temporary file" "$T/out" ||
     fail "axlc cache --clear: $(cat "$T/out" "$T/err")"
@@ -358,6 +387,15 @@ compile_cli)
   [ $? -eq 0 ] && cmp -s "$T/t1" "$T/t4" || fail "a compile with an unusable cache failed"
   [ "$(grep -c "compile cache $T/file/cache is not usable (Not a directory)" "$T/err")" -eq 1 ] ||
     fail "an unusable cache is not reported once: $(cat "$T/err")"
+  # the cache directory itself a regular file: not a directory, not "Permission denied"
+  # shellcheck disable=SC2086
+  env AXLC_CACHE_DIR="$T/file" "$AXLC" compile "$m" --target cpu -o "$T/t4" $small \
+    > "$T/out" 2> "$T/err"
+  [ $? -eq 0 ] && [ "$(grep -c "compile cache $T/file is not usable (Not a directory)" "$T/err")" -eq 1 ] ||
+    fail "AXLC_CACHE_DIR a regular file: $(cat "$T/err")"
+  env AXLC_CACHE_DIR="$T/file" "$AXLC" cache --clear > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && [ ! -s "$T/out" ] && grep -q "^error: $T/file: .*: Not a directory" "$T/err" ||
+    fail "axlc cache --clear with AXLC_CACHE_DIR a regular file: $(cat "$T/out" "$T/err")"
   cmp -s "$T/t1" "$T/t3" || fail "the trainer compiled without the cache differs"
   for j in 0 65 x; do
     "$AXLC" compile "$m" --target cpu -o "$T/x" --jobs $j > "$T/out" 2> "$T/err"
