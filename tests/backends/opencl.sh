@@ -8,6 +8,9 @@
 #                 works; the trainer then says that it found no platform, and exits 1
 #   broken_kernel AXLC_OPENCL_BREAK_KERNEL breaks a kernel: axlc compile reports it (libclang)
 #                 with the kernel's name, and writes no trainer
+#   cache_damaged a device binary in the cache cut short, then with a flipped bit: the trainer
+#                 says so naming the entry, builds the kernels again, runs, and stores a whole
+#                 entry that the next start loads (PoCL asserted on a truncated binary)
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -99,6 +102,32 @@ broken_kernel)
   "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl --emit cl > "$T/k.cl" 2>&1 ||
     fail "the unbroken kernels do not compile"
   grep -q "__kernel" "$T/k.cl" || fail "--emit cl wrote no kernels"
+  ;;
+cache_damaged)
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  export AXLC_CACHE_DIR="$T/cache" # its own: the entry is damaged on purpose
+  one_step() { must "$T/ocl" --data "$T/text.txt" --steps 1 --ckpt-dir "$T/ck"; rm -rf "$T/ck"; }
+  one_step
+  grep -q "kernels built in" "$T/log" || fail "the first start did not build: $(cat "$T/log")"
+  e=$(ls "$T/cache"/ocl-*.bin)
+  [ -f "$e" ] || fail "no device binary in the cache: $(ls "$T/cache")"
+  size=$(wc -c < "$e")
+  for damage in cut flip; do
+    if [ $damage = cut ]; then
+      truncate -s $((size / 2)) "$e"
+    else
+      "$PY" -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(int(sys.argv[2])); b = f.read(1)
+f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 1]))' "$e" $((size / 3))
+    fi
+    one_step
+    grep -q "note: the OpenCL binary cache entry $e is damaged (.*); building the kernels again" \
+      "$T/log" && grep -q "kernels built in" "$T/log" ||
+      fail "$damage: the damaged entry was not named and rebuilt: $(cat "$T/log")"
+    one_step
+    grep -q "kernels loaded from the cache in" "$T/log" && ! grep -q damaged "$T/log" ||
+      fail "$damage: the entry was not stored whole again: $(cat "$T/log")"
+  done
   ;;
 *) fail "unknown case $CASE" ;;
 esac
