@@ -7,8 +7,17 @@
  * loss, the learning rate, the gradient norm, tokens per second. Each panel has its own y
  * axis with round tick values, and the x axis is shared. A null value breaks its line. The
  * SVG is plain text with no scripts or external references, so any viewer shows it.
+ *
+ * Its size does not grow with the file: each panel is split into pixel columns, and a line
+ * draws, of the values whose steps fall in one column, only the first and last (by step) and
+ * the smallest and largest, so a million steps draw the same picture as every point would,
+ * in at most four points a column. A value that is not finite (null, or NaN and Infinity,
+ * which json-c also reads) is not drawn: it breaks its line, and the panel says how many there
+ * were. Axis ranges come from the finite values alone, and the arithmetic on them works in
+ * halves, so that values up to +-1.8e308 still give finite coordinates.
  */
 #include <errno.h>
+#include <float.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdbool.h>
@@ -23,7 +32,8 @@ static const char *const COL_KEY[NCOL] = {"loss", "eval_loss", "lr", "grad_norm"
 
 typedef struct Series {
   double *step;    /* (n) */
-  double *v[NCOL]; /* (n) each; NAN where absent or null */
+  double *v[NCOL]; /* (n) each; NAN where absent or not finite */
+  long bad[NCOL];  /* values present but not finite (null, NaN, Infinity, not a number) */
   int n, cap;
 } Series;
 
@@ -78,21 +88,17 @@ static int parse_line(Series *s, const char *line, char *why, size_t cap) {
   s->step[i] = (double)json_object_get_int64(step);
   for (int c = 0; c < NCOL; c++) {
     json_object *v = NULL;
-    bool num =
-        json_object_object_get_ex(o, COL_KEY[c], &v) &&
-        (json_object_get_type(v) == json_type_double || json_object_get_type(v) == json_type_int);
+    bool present = json_object_object_get_ex(o, COL_KEY[c], &v);
+    bool num = present && (json_object_get_type(v) == json_type_double ||
+                           json_object_get_type(v) == json_type_int);
     s->v[c][i] = num ? json_object_get_double(v) : NAN;
+    if (!isfinite(s->v[c][i])) s->v[c][i] = NAN, s->bad[c] += present;
   }
   json_object_put(o);
   return 0;
 }
 
-static int read_metrics(const char *path, Series *s) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    fprintf(stderr, "error: %s: cannot open: %s\n", path, strerror(errno));
-    return -1;
-  }
+static int read_metrics(FILE *f, const char *path, Series *s) {
   char *line = NULL, why[128];
   size_t cap = 0;
   int rc = 0;
@@ -104,7 +110,10 @@ static int read_metrics(const char *path, Series *s) {
     }
   }
   free(line);
-  fclose(f);
+  if (rc == 0 && ferror(f)) {
+    fprintf(stderr, "error: %s: read failed: %s\n", path, strerror(errno));
+    rc = -1;
+  }
   if (rc == 0 && s->n == 0) {
     fprintf(stderr,
             "error: %s: no metrics lines (expected the file a trainer writes with --metrics)\n",
@@ -114,24 +123,40 @@ static int read_metrics(const char *path, Series *s) {
   return rc;
 }
 
-/* Range of the finite values of columns c0..c1 of s (lo == hi widened); false if none. */
+/* Makes [*lo, *hi] (finite, lo <= hi) a range a panel can divide: wider than the rounding of
+ * doubles at its magnitude (else ticks and coordinates would repeat), kept within the doubles.
+ * A single value gets 10% of itself on each side. */
+static void range_fix(double *lo, double *hi) {
+  double mag = fmax(fabs(*lo), fabs(*hi));
+  if (*hi / 2 - *lo / 2 >= fmax(mag * 1e-9, 1e-300)) return;
+  double mid = *lo / 2 + *hi / 2, d = fabs(mid) * 0.1;
+  if (!(d >= 1e-300)) d = 1;
+  *lo = fmax(mid - d, -DBL_MAX), *hi = fmin(mid + d, DBL_MAX);
+}
+
+/* Range of the finite values of columns c0..c1 of s (range_fix'ed); false if none. */
 static bool value_range(const Series *s, int c0, int c1, double *lo, double *hi) {
   *lo = INFINITY, *hi = -INFINITY;
   for (int c = c0; c <= c1; c++)
     for (int i = 0; i < s->n; i++)
       if (isfinite(s->v[c][i])) *lo = fmin(*lo, s->v[c][i]), *hi = fmax(*hi, s->v[c][i]);
   if (*lo > *hi) return false;
-  if (*lo == *hi) {
-    double d = *lo ? fabs(*lo) * 0.1 : 1.0;
-    *lo -= d, *hi += d;
-  }
+  range_fix(lo, hi);
   return true;
 }
 
 /* A round tick spacing giving about 5 ticks over [lo, hi]: 1, 2 or 5 times a power of 10. */
 static double tick_step(double lo, double hi) {
-  double raw = (hi - lo) / 5, p = pow(10, floor(log10(raw))), m = raw / p;
+  double raw = (hi / 2 - lo / 2) / 2.5, p = pow(10, floor(log10(raw))), m = raw / p;
   return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+}
+
+/* The ticks k * dy in [lo, hi], at most 64 of them: k from the first (returned) to *last.
+ * Counted, not summed: y += dy would stop moving where dy is below the rounding of y. */
+static double tick_first(double lo, double hi, double dy, double *last) {
+  double k0 = ceil(lo / dy);
+  *last = fmin(floor(hi / dy), k0 + 63);
+  return k0;
 }
 
 typedef struct Panel {
@@ -139,11 +164,12 @@ typedef struct Panel {
   double xlo, xhi, ylo, yhi; /* data range */
 } Panel;
 
+/* In halves: x - xlo and xhi - xlo may be over DBL_MAX, their halves never are. */
 static double px(const Panel *p, double x) {
-  return p->x0 + (x - p->xlo) / (p->xhi - p->xlo) * p->w;
+  return p->x0 + (x / 2 - p->xlo / 2) / (p->xhi / 2 - p->xlo / 2) * p->w;
 }
 static double py(const Panel *p, double y) {
-  return p->y0 + p->h - (y - p->ylo) / (p->yhi - p->ylo) * p->h;
+  return p->y0 + p->h - (y / 2 - p->ylo / 2) / (p->yhi / 2 - p->ylo / 2) * p->h;
 }
 
 static void draw_axes(FILE *f, const Panel *p, const char *title, bool xlabels) {
@@ -151,9 +177,9 @@ static void draw_axes(FILE *f, const Panel *p, const char *title, bool xlabels) 
           p->x0, p->y0, p->w, p->h);
   fprintf(f, "<text x='%.1f' y='%.1f' font-size='15' font-weight='bold'>%s</text>\n", p->x0,
           p->y0 - 8, title);
-  double dy = tick_step(p->ylo, p->yhi);
-  for (double y = ceil(p->ylo / dy) * dy; y <= p->yhi + dy * 1e-9; y += dy) {
-    double yy = py(p, fabs(y) < dy * 1e-9 ? 0 : y);
+  double dy = tick_step(p->ylo, p->yhi), klast;
+  for (double k = tick_first(p->ylo, p->yhi, dy, &klast); k <= klast; k++) {
+    double y = k * dy, yy = py(p, fabs(y) < dy * 1e-9 ? 0 : y);
     fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>\n", p->x0, yy,
             p->x0 + p->w, yy);
     double v = fabs(y) < dy * 1e-9 ? 0 : y;
@@ -166,8 +192,8 @@ static void draw_axes(FILE *f, const Panel *p, const char *title, bool xlabels) 
   }
   double dx = tick_step(p->xlo, p->xhi);
   if (dx < 1) dx = 1; /* steps are integers */
-  for (double x = ceil(p->xlo / dx) * dx; x <= p->xhi + dx * 1e-9; x += dx) {
-    double xx = px(p, x);
+  for (double k = tick_first(p->xlo, p->xhi, dx, &klast); k <= klast; k++) {
+    double x = k * dx, xx = px(p, x);
     fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>\n", xx, p->y0, xx,
             p->y0 + p->h);
     if (xlabels)
@@ -176,26 +202,94 @@ static void draw_axes(FILE *f, const Panel *p, const char *title, bool xlabels) 
   }
 }
 
-/* Column c as polylines (a non-finite value ends one) and, for sparse columns, dots. */
+/* One pixel column of a panel, for one series: the rows drawn of those whose steps fall in it. */
+typedef struct Pixel {
+  int first, last, lo, hi;  /* finite rows: smallest and largest step, value; -1: none */
+  bool gap_left, gap_right; /* a non-finite value before first or after last (by step) */
+  bool gap;                 /* non-finite values only */
+} Pixel;
+
+static int pixel_of(const Panel *p, double step, int npix) {
+  double x = floor(px(p, step) - p->x0);
+  return x < 0 ? 0 : x >= npix ? npix - 1 : (int)x;
+}
+
+/* Column c of s reduced to the panel's pixel columns (npix of them). */
+static void pixels_fill(const Panel *p, const Series *s, int c, Pixel *px_, int npix) {
+  for (int k = 0; k < npix; k++) px_[k] = (Pixel){-1, -1, -1, -1, false, false, false};
+  for (int i = 0; i < s->n; i++) {
+    double v = s->v[c][i], x = s->step[i];
+    if (!isfinite(v)) continue;
+    Pixel *q = &px_[pixel_of(p, x, npix)];
+    if (q->first < 0 || x < s->step[q->first]) q->first = i;
+    if (q->last < 0 || x >= s->step[q->last]) q->last = i;
+    if (q->lo < 0 || v < s->v[c][q->lo]) q->lo = i;
+    if (q->hi < 0 || v > s->v[c][q->hi]) q->hi = i;
+  }
+  for (int i = 0; i < s->n; i++) {
+    double x = s->step[i];
+    if (isfinite(s->v[c][i])) continue;
+    Pixel *q = &px_[pixel_of(p, x, npix)];
+    if (q->first < 0)
+      q->gap = true;
+    else if (x < s->step[q->first])
+      q->gap_left = true;
+    else if (x > s->step[q->last])
+      q->gap_right = true;
+    /* else between two finite values of one pixel column: too close to show */
+  }
+}
+
+/* The rows of q in step order (then file order), each once: at most 4. */
+static int pixel_rows(const Series *s, const Pixel *q, int rows[4]) {
+  int cand[4] = {q->first, q->lo, q->hi, q->last}, n = 0;
+  for (int a = 0; a < 4; a++) {
+    bool dup = false;
+    for (int b = 0; b < n; b++) dup |= rows[b] == cand[a];
+    if (!dup) rows[n++] = cand[a];
+  }
+  for (int a = 1; a < n; a++) /* insertion sort of at most 4 */
+    for (int b = a; b > 0; b--) {
+      int r = rows[b - 1], t = rows[b];
+      if (s->step[r] < s->step[t] || (s->step[r] == s->step[t] && r < t)) break;
+      rows[b - 1] = t, rows[b] = r;
+    }
+  return n;
+}
+
+/* Column c as polylines (a non-finite value ends one) and, for sparse columns, dots: per
+ * pixel column at most the 4 rows of pixel_rows, and dots at its smallest and largest. */
 static void draw_line(FILE *f, const Panel *p, const Series *s, int c, const char *color,
                       bool dots) {
-  bool open = false;
-  for (int i = 0; i < s->n; i++) {
-    double v = s->v[c][i];
-    if (!isfinite(v)) {
-      if (open) fprintf(f, "'/>\n");
-      open = false;
+  int npix = (int)p->w + 1;
+  Pixel *pix = malloc((size_t)npix * sizeof *pix);
+  if (!pix) return; /* a line missing; the SVG stays whole */
+  pixels_fill(p, s, c, pix, npix);
+  bool open = false, gap = false;
+  for (int k = 0; k < npix; k++) {
+    const Pixel *q = &pix[k];
+    if (q->first < 0) {
+      gap |= q->gap;
       continue;
     }
+    if (open && (gap || q->gap_left)) fprintf(f, "'/>\n"), open = false;
     if (!open) fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", color);
-    fprintf(f, "%.1f,%.1f ", px(p, s->step[i]), py(p, v));
     open = true;
+    int rows[4], n = pixel_rows(s, q, rows);
+    for (int r = 0; r < n; r++)
+      fprintf(f, "%.1f,%.1f ", px(p, s->step[rows[r]]), py(p, s->v[c][rows[r]]));
+    gap = q->gap_right;
   }
   if (open) fprintf(f, "'/>\n");
-  for (int i = 0; dots && i < s->n; i++)
-    if (isfinite(s->v[c][i]))
+  for (int k = 0; dots && k < npix; k++) {
+    const Pixel *q = &pix[k];
+    for (int r = 0; q->first >= 0 && r < (q->lo == q->hi ? 1 : 2); r++) {
+      int i = r ? q->hi : q->lo;
       fprintf(f, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s'/>\n", px(p, s->step[i]),
               py(p, s->v[c][i]), color);
+    }
+  }
+  free(pix);
 }
 
 static void draw_legend(FILE *f, const Panel *p, const char *color, const char *label, int slot) {
@@ -218,10 +312,17 @@ static void draw_panel(FILE *f, const Series *s, int k, int nk, int c0, int c1, 
   Panel p = {LEFT, TOP + k * (PANEL_H + GAP), W - LEFT - RIGHT, PANEL_H, xlo, xhi, 0, 1};
   bool any = value_range(s, c0, c1, &p.ylo, &p.yhi);
   if (any) {
-    double pad = (p.yhi - p.ylo) * 0.05;
-    p.ylo -= pad, p.yhi += pad;
+    double pad = (p.yhi / 2 - p.ylo / 2) * 0.1;
+    p.ylo = fmax(p.ylo - pad, -DBL_MAX), p.yhi = fmin(p.yhi + pad, DBL_MAX);
   }
   draw_axes(f, &p, title, k == nk - 1);
+  long bad = 0;
+  for (int c = c0; c <= c1; c++) bad += s->bad[c];
+  if (bad)
+    fprintf(f,
+            "<text x='%.1f' y='%.1f' font-size='12' text-anchor='end' fill='#888'>%ld %s not "
+            "finite: not drawn</text>\n",
+            p.x0 + p.w, p.y0 - 8, bad, bad == 1 ? "value" : "values");
   if (!any) {
     draw_empty(f, &p);
     return;
@@ -232,15 +333,32 @@ static void draw_panel(FILE *f, const Series *s, int k, int nk, int c0, int c1, 
     for (int c = c0; c <= c1; c++) draw_legend(f, &p, color[c], COL_KEY[c], c - c0);
 }
 
-static int write_svg(const Series *s, const char *src, const char *out) {
-  FILE *f = fopen(out, "w");
-  if (!f) {
-    fprintf(stderr, "error: %s: cannot write: %s\n", out, strerror(errno));
-    return -1;
+/* The text t as XML character data: markup escaped, control characters and bytes that are
+ * not UTF-8 as '?' (a file name may hold any byte but '/' and NUL; XML may not). */
+static void put_text(FILE *f, const char *t) {
+  const unsigned char *c = (const unsigned char *)t;
+  while (*c) {
+    int n = *c < 0x80             ? 1
+            : (*c & 0xe0) == 0xc0 ? 2
+            : (*c & 0xf0) == 0xe0 ? 3
+            : (*c & 0xf8) == 0xf0 ? 4
+                                  : 0;
+    bool ok = n > 0 && (*c >= 0x20 || *c == '\t') && *c != 0x7f && (n == 1 || *c >= 0xc2);
+    for (int k = 1; ok && k < n; k++) ok = (c[k] & 0xc0) == 0x80;
+    if (!ok)
+      fputc('?', f), c++;
+    else if (*c == '<' || *c == '>' || *c == '&')
+      fputs(*c == '<' ? "&lt;" : *c == '>' ? "&gt;" : "&amp;", f), c++;
+    else
+      fwrite(c, 1, (size_t)n, f), c += n;
   }
+}
+
+/* The SVG of s into f (the caller closes it); src names the metrics in the title. */
+static void write_svg(const Series *s, const char *src, FILE *f) {
   double xlo = s->step[0], xhi = s->step[0];
   for (int i = 0; i < s->n; i++) xlo = fmin(xlo, s->step[i]), xhi = fmax(xhi, s->step[i]);
-  if (xlo == xhi) xlo -= 1, xhi += 1;
+  range_fix(&xlo, &xhi);
   int nk = 4;
   double h = TOP + nk * (PANEL_H + GAP) + 10;
   fprintf(f,
@@ -250,8 +368,7 @@ static int write_svg(const Series *s, const char *src, const char *out) {
   fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n");
   const char *base = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
   fprintf(f, "<text x='%.1f' y='24' font-size='17'>", LEFT);
-  for (const char *c = base; *c; c++) /* the file name, XML-escaped */
-    fputs(*c == '<' ? "&lt;" : *c == '>' ? "&gt;" : *c == '&' ? "&amp;" : (char[2]){*c, 0}, f);
+  put_text(f, base);
   fprintf(f, ": %d steps (%.0f to %.0f)</text>\n", s->n, s->step[0], s->step[s->n - 1]);
   draw_panel(f, s, 0, nk, COL_LOSS, COL_EVAL, "loss", xlo, xhi);
   draw_panel(f, s, 1, nk, COL_LR, COL_LR, "learning rate", xlo, xhi);
@@ -259,16 +376,34 @@ static int write_svg(const Series *s, const char *src, const char *out) {
   draw_panel(f, s, 3, nk, COL_TOKS, COL_TOKS, "tokens per second", xlo, xhi);
   fprintf(f, "<text x='%.1f' y='%.1f' font-size='13' text-anchor='middle'>step</text>\n</svg>\n",
           LEFT + (W - LEFT - RIGHT) / 2, h - 4);
-  if (fclose(f) != 0) {
-    fprintf(stderr, "error: %s: write failed: %s\n", out, strerror(errno));
-    return -1;
-  }
-  return 0;
+}
+
+int plot_metrics_stream(FILE *in, const char *name, FILE *out) {
+  Series s = {0};
+  int rc = read_metrics(in, name, &s);
+  if (rc == 0) write_svg(&s, name, out);
+  series_free(&s);
+  return rc;
 }
 
 int plot_metrics(const char *metrics, const char *out) {
   Series s = {0};
-  int rc = read_metrics(metrics, &s) == 0 && write_svg(&s, metrics, out) == 0 ? 0 : -1;
+  FILE *in = fopen(metrics, "r"), *f = NULL;
+  int rc = -1;
+  if (!in)
+    fprintf(stderr, "error: %s: cannot open: %s\n", metrics, strerror(errno));
+  else if (read_metrics(in, metrics, &s) == 0 && !(f = fopen(out, "w")))
+    fprintf(stderr, "error: %s: cannot write: %s\n", out, strerror(errno));
+  else if (f) {
+    write_svg(&s, metrics, f);
+    rc = 0;
+    bool failed = ferror(f) != 0;
+    if (fclose(f) != 0 || failed) {
+      fprintf(stderr, "error: %s: write failed: %s\n", out, strerror(errno));
+      rc = -1;
+    }
+  }
+  if (in) fclose(in);
   series_free(&s);
   return rc;
 }

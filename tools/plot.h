@@ -3,6 +3,7 @@
 #define AXLC_TOOLS_PLOT_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 /* ---- plot.c: `axlc plot` ------------------------------------------------- */
 
@@ -10,6 +11,10 @@
  * gradient norm, tokens/s against the step. Prints an error naming the file (and line) and
  * returns -1 on a problem. */
 int plot_metrics(const char *metrics, const char *out);
+/* plot_metrics on streams (the fuzz target's way in): the metrics lines from `in`, named
+ * `name` in messages and the title, as an SVG into `out`, which is left open. 0, or -1 with
+ * the error printed and nothing written. */
+int plot_metrics_stream(FILE *in, const char *name, FILE *out);
 
 /* ---- convert.c: `axlc convert` ----------------------------------------------- */
 

@@ -595,8 +595,46 @@ plot)
            ">eval_loss<" "m.jsonl: 60 steps (1 to 60)" ">step<"; do
     expect_in "$T/m.svg" "$x"
   done
-  # the null grad_norm at step 33 splits its line in two
+  # the null grad_norm at step 33 splits its line in two, and the panel counts it
   [ "$(grep -c "polyline fill='none' stroke='#d62728'" "$T/m.svg")" -eq 2 ] || fail "grad_norm: expected 2 lines"
+  expect_in "$T/m.svg" ">1 value not finite: not drawn<"
+  # svg_ok FILE: well-formed XML (python3's parser), an svg, no NaN or Infinity in it
+  svg_ok() {
+    /usr/bin/python3 -c 'import sys, xml.etree.ElementTree as E
+assert E.parse(sys.argv[1]).getroot().tag.endswith("svg")' "$1" 2> "$T/xml.err" ||
+      fail "$1 is not a well-formed SVG: $(tail -1 "$T/xml.err")"
+    ! grep -qiE "nan|inf" "$1" || fail "$1 has NaN or Infinity: $(grep -iE -m3 "nan|inf" "$1")"
+  }
+  svg_ok "$T/m.svg"
+  # hostile values: +-1e308 (their difference is over DBL_MAX), NaN and Infinity (json-c reads
+  # them), 1e999, a tiny value, steps near 2^63 that doubles cannot tell apart; a name with a
+  # control character and bytes that are not UTF-8
+  h="$T/h$(printf '\001\377')<&.jsonl"
+  printf '%s\n' '{"step": 1, "loss": 1e308, "grad_norm": NaN, "lr": Infinity, "tokens_per_s": 1}' \
+    '{"step": 2, "loss": -1e308, "grad_norm": -Infinity, "lr": 1e999, "tokens_per_s": 1}' \
+    '' '{"step": 3, "loss": 2.5, "eval_loss": 4.9e-324, "tokens_per_s": 1.0000000000000002}' > "$h"
+  run plot "$h" -o "$T/h.svg"
+  expect_rc 0
+  svg_ok "$T/h.svg"
+  expect_in "$T/h.svg" ">2 values not finite: not drawn<" # the lr panel
+  printf '%s\n' '{"step": 9223372036854775806, "loss": 1}' '{"step": 9223372036854775807, "loss": 1}' \
+    > "$T/s.jsonl"
+  run plot "$T/s.jsonl" -o "$T/s.svg"
+  expect_rc 0
+  svg_ok "$T/s.svg"
+  # 200000 steps: thinned to what the panel can show, so the SVG's size does not grow with
+  # the file; a spike stays in (the largest value of its pixel column is always drawn)
+  awk 'BEGIN { for (i = 1; i <= 200000; i++)
+    printf "{\"step\": %d, \"loss\": %s, \"lr\": 0.001, \"grad_norm\": %s, \"tokens_per_s\": 30000}\n",
+      i, i == 123457 ? "99.5" : sprintf("%.4f", 3 + sin(i / 999)), i % 1000 ? "1" : "null" }' > "$T/big.jsonl"
+  run plot "$T/big.jsonl" -o "$T/big.svg"
+  expect_rc 0
+  svg_ok "$T/big.svg"
+  [ "$(wc -c < "$T/big.svg")" -lt 400000 ] || fail "200000 steps: an SVG of $(wc -c < "$T/big.svg") bytes"
+  /usr/bin/python3 -c 'import sys, xml.etree.ElementTree as E
+ys = [float(p.split(",")[1]) for e in E.parse(sys.argv[1]).getroot().iter()
+      if e.get("stroke") == "#1f77b4" and e.get("points") for p in e.get("points").split()]
+assert min(ys) < 80, min(ys)' "$T/big.svg" || fail "200000 steps: the spike at 99.5 is not drawn"
   # mistakes: each names the file (and line)
   run plot "$T/missing.jsonl" -o "$T/x.svg"
   expect_user_error "$T/missing.jsonl: cannot open"
