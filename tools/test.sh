@@ -3,7 +3,7 @@
 # build (Debug) and a Release build, each through CTest (CUnit unit tests, end-to-end tests
 # of the real binaries, golden configs, the fuzz corpora); warnings are errors in all three.
 # With AXLC_FUZZ_SECONDS=N it also runs each fuzz target (config parser,
-# safetensors reader, checkpoint index, token files) for N seconds.
+# safetensors reader, checkpoint index, token files, metrics plotter) for N seconds.
 #   usage: tools/test.sh            (run from anywhere; builds under build/)
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,10 +57,11 @@ if [ "${AXLC_FUZZ_SECONDS:-0}" -gt 0 ] && command -v clang > /dev/null; then
   # only the fuzz targets: the rest of this instrumented build would never run
   CC=clang configure build-fuzz -DAXLC_FUZZ=ON -DAXLC_WERROR=OFF
   cmake --build "$top/build-fuzz" -j "$jobs" \
-    --target fuzz_config fuzz_safetensors fuzz_ckpt_index fuzz_tokens
+    --target fuzz_config fuzz_safetensors fuzz_ckpt_index fuzz_tokens fuzz_plot
   fuzz fuzz_config corpus config.dict 8192
   fuzz fuzz_safetensors corpus-safetensors safetensors.dict 4096
   fuzz fuzz_ckpt_index corpus-ckpt ckpt.dict 4096
   fuzz fuzz_tokens corpus-tokens tokens.dict 4096
+  fuzz fuzz_plot corpus-plot plot.dict 8192
 fi
 stage "done"
