@@ -211,7 +211,7 @@ typedef struct Pixel {
 
 static int pixel_of(const Panel *p, double step, int npix) {
   double x = floor(px(p, step) - p->x0);
-  return x < 0 ? 0 : x >= npix ? npix - 1 : (int)x;
+  return !(x >= 0) ? 0 : x >= npix ? npix - 1 : (int)x;
 }
 
 /* Column c of s reduced to the panel's pixel columns (npix of them). */
