@@ -252,6 +252,21 @@ int rt_cache_dir(char *out, size_t cap);
 /* AXLC_NO_CACHE's value when it turns the caches off (set, and neither "" nor "0"), else NULL. */
 const char *rt_cache_off(void);
 
+/* A file a command reads or writes, and the option that named it ("--data", "-o"). An input
+ * with `within` set is a directory whose entries named within* are read (--ckpt-dir and
+ * "step_"): an output inside one of them is refused. */
+typedef struct RtPathArg {
+    const char *opt, *path, *within;
+} RtPathArg;
+
+/* 1 when a and b both exist and are one file (same device and inode: through hard links and
+ * symbolic links too), else 0. */
+int rt_file_same(const char *a, const char *b);
+/* Every command checks its outputs against its inputs before it writes anything: -1 (err
+ * names both) when an output is an input, or lies inside an input directory's entries; else 0.
+ * NULL paths are skipped; an output that does not exist yet is none of the inputs. */
+int rt_file_check_outputs(const RtPathArg *out, int nout, const RtPathArg *in, int nin, RtError *err);
+
 typedef struct RtComm RtComm;
 
 /* Whether libaxrt was built with MPI. */

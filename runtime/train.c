@@ -228,6 +228,20 @@ static int check_sample_opts(const TrainOpts *o, RtError *err) {
     return 0;
 }
 
+/* --metrics is the trainer's one output besides its checkpoints: it must not be a file the run
+ * reads (opening it would truncate the mapped --data under the trainer), nor lie inside a
+ * checkpoint, which pruning deletes and --resume verifies. */
+static int check_files(const TrainOpts *o, RtError *err) {
+    const RtPathArg out = {"--metrics", o->metrics, NULL};
+    const RtPathArg in[] = {
+        {"--data", o->data, NULL},
+        {"--eval-data", o->eval_data, NULL},
+        {"--init", o->init, NULL},
+        {"--ckpt-dir", o->ckpt_dir, "step_"},
+    };
+    return rt_file_check_outputs(&out, 1, in, (int)(sizeof in / sizeof in[0]), err);
+}
+
 static int check_opts(const TrainOpts *o, RtError *err) {
     if (rt_env_check(err) != 0)
         return -1;
@@ -245,7 +259,7 @@ static int check_opts(const TrainOpts *o, RtError *err) {
         return rt_error_set(err, "--init-allow-unused needs --init FILE");
     if (o->eval_every > 0 && !o->eval_data)
         return rt_error_set(err, "--eval-every needs --eval-data FILE");
-    return 0;
+    return check_files(o, err);
 }
 
 /* The CPUs of this machine, shared by the ranks of a job that run on it (Open MPI, MPICH and

@@ -313,6 +313,11 @@ static int parse_options(FeDiag *d, int argc, char **argv, InterpOptions *o) {
     else if (parse_count(d, s, v, !strcmp(s, "--steps") ? &o->steps : &o->seed))
       return -1;
   }
+  /* --dump replaces its file: never one of the run's inputs */
+  const RtPathArg out = {"--dump", o->dump, NULL};
+  const RtPathArg in[] = {{"--data", o->data, NULL}, {"--init", o->init, NULL}};
+  RtError err;
+  if (rt_file_check_outputs(&out, 1, in, 2, &err)) return fe_error(d, NULL, NULL, "%s", err.msg);
   return 0;
 }
 
