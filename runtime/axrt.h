@@ -352,6 +352,10 @@ int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtErr
 /* Newest complete checkpoint with step < below (RT_CKPT_ANY for the newest).
  * Returns 1 and sets *step if found, 0 if none, -1 on error. */
 int rt_ckpt_latest(const char *dir, int64_t below, int64_t *step, RtError *err);
+/* The step_<S> entries of `dir` that are symbolic links, which are not checkpoints (never
+ * listed, written into, pruned or followed): their names, ", "-separated, into names (cut to
+ * cap); returns how many, for the trainer to say that it ignores them. */
+int rt_ckpt_links(const char *dir, char *names, size_t cap);
 /* Opens and verifies (sizes, CRC-32s, step) the checkpoint of `step`. */
 int rt_ckpt_open(RtCkpt **out, const char *dir, int64_t step, RtError *err);
 /* Opens the newest checkpoint that verifies, falling back past damaged ones; `warn` (may be

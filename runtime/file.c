@@ -79,13 +79,14 @@ int rt_wfile_open(RtWfile *w, const char *path, RtError *err) {
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return rt_error_set(err, "%s: exists and is %s, not a regular file; refusing to replace it (name a new file)",
                             path, kind_name(st.st_mode));
-    /* A leftover temporary is removed, not opened: opening would follow a link planted there,
-     * or truncate a file that is also linked elsewhere. */
-    if (lstat(w->tmp, &st) == 0 && (!S_ISREG(st.st_mode) || unlink(w->tmp) != 0))
-        return rt_error_set(err, "%s: a leftover temporary that cannot be replaced (%s)", w->tmp,
-                            S_ISREG(st.st_mode)   ? strerror(errno)
-                            : S_ISLNK(st.st_mode) ? "a link"
-                                                  : kind_name(st.st_mode));
+    /* A leftover temporary (a file or a link) is removed, not opened: opening would follow a
+     * link planted there, or truncate a file that is also linked elsewhere. */
+    int stale = lstat(w->tmp, &st) == 0;
+    if (stale && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+        return rt_error_set(err, "%s: exists and is %s; refusing to use it as the temporary of %s", w->tmp,
+                            kind_name(st.st_mode), path);
+    if (stale && unlink(w->tmp) != 0)
+        return rt_error_set(err, "%s: cannot remove the leftover temporary: %s", w->tmp, strerror(errno));
     int fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0 || (w->f = fdopen(fd, "wb")) == NULL) {
         int e = errno;

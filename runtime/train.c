@@ -36,6 +36,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
@@ -873,7 +874,8 @@ static int set_aside_newer(Trainer *t, int64_t resumed, RtError *err) {
         char from[4096], to[4096 + 32];
         snprintf(from, sizeof from, "%s/step_%08lld", t->o.ckpt_dir, (long long)step);
         snprintf(to, sizeof to, "%s.damaged", from);
-        for (int k = 2; access(to, F_OK) == 0; k++)
+        struct stat st;
+        for (int k = 2; lstat(to, &st) == 0; k++) /* a link there counts as taken: never renamed over */
             if (k > 1000)
                 return rt_error_set(err, "%s: cannot set the damaged checkpoint aside: %s exists", from, to);
             else
@@ -1085,6 +1087,11 @@ static int lock_ckpt_dir(Trainer *t, RtError *err) {
     RtError why;
     if (t->o.ckpt_dir && t->rank == 0 && rt_ckpt_lock(&t->lock, t->o.ckpt_dir, ckpt_bytes(t), &why) != 0)
         return rt_error_set(err, "--ckpt-dir: %s", why.msg);
+    char links[512];
+    int n = t->o.ckpt_dir && t->rank == 0 ? rt_ckpt_links(t->o.ckpt_dir, links, sizeof links) : 0;
+    if (n > 0)
+        warn(t, "%s: ignoring %s (%s: never resumed from, written into, pruned or followed)", t->o.ckpt_dir, links,
+             n > 1 ? "symbolic links, not checkpoints" : "a symbolic link, not a checkpoint");
     return 0;
 }
 
