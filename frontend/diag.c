@@ -26,6 +26,7 @@ void fe_diag_free(FeDiag *d) {
   for (int i = 0; i < d->n; i++) free(d->msgs[i]);
   for (int i = 0; i < d->npool; i++) free(d->pool[i]);
   fe_origins_free(d);
+  free(d->files);
   free(d->msgs);
   free(d->pool);
   memset(d, 0, sizeof *d);

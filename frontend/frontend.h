@@ -36,6 +36,10 @@ typedef struct FeDiag {
   int npool, cappool;
   struct FeOrigin **origins;
   int norigins, caporigins;
+  /* Every file fe_json_load opened (interned, each once): what a command that writes a
+   * file must not overwrite. */
+  const char **files;
+  int nfiles, capfiles;
 } FeDiag;
 
 void fe_diag_init(FeDiag *d);

@@ -75,7 +75,21 @@ json_object *fe_json_parse(FeDiag *d, const char *text, size_t len, const char *
   return o;
 }
 
+/* Records `file` in d->files once. */
+static void note_file(FeDiag *d, const char *file) {
+  file = fe_intern(d, file);
+  for (int i = 0; i < d->nfiles; i++)
+    if (d->files[i] == file) return;
+  if (d->nfiles == d->capfiles) {
+    d->capfiles = d->capfiles ? 2 * d->capfiles : 8;
+    d->files = realloc(d->files, (size_t)d->capfiles * sizeof *d->files);
+    if (!d->files) abort();
+  }
+  d->files[d->nfiles++] = file;
+}
+
 json_object *fe_json_load(FeDiag *d, const char *file) {
+  note_file(d, file);
   FILE *f = fopen(file, "rb");
   if (!f) {
     fe_error(d, file, NULL, "cannot open: %s", strerror(errno));

@@ -268,6 +268,21 @@ int rt_cache_entry_check(const void *data, uint64_t size, uint64_t *payload, cha
 /* Checks the entry at path: 1 good, 0 no such file, -1 damaged or unreadable (why: a phrase). */
 int rt_cache_entry_verify(const char *path, char *why, size_t cap);
 
+/* A file a command reads or writes, and the option that named it ("--data", "-o"). An input
+ * with `within` set is a directory whose entries named within* are read (--ckpt-dir and
+ * "step_"): an output inside one of them is refused. */
+typedef struct RtPathArg {
+    const char *opt, *path, *within;
+} RtPathArg;
+
+/* 1 when a and b both exist and are one file (same device and inode: through hard links and
+ * symbolic links too), else 0. */
+int rt_file_same(const char *a, const char *b);
+/* Every command checks its outputs against its inputs before it writes anything: -1 (err
+ * names both) when an output is an input, or lies inside an input directory's entries; else 0.
+ * NULL paths are skipped; an output that does not exist yet is none of the inputs. */
+int rt_file_check_outputs(const RtPathArg *out, int nout, const RtPathArg *in, int nin, RtError *err);
+
 typedef struct RtComm RtComm;
 
 /* Whether libaxrt was built with MPI. */
@@ -353,6 +368,10 @@ int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtErr
 /* Newest complete checkpoint with step < below (RT_CKPT_ANY for the newest).
  * Returns 1 and sets *step if found, 0 if none, -1 on error. */
 int rt_ckpt_latest(const char *dir, int64_t below, int64_t *step, RtError *err);
+/* The step_<S> entries of `dir` that are symbolic links, which are not checkpoints (never
+ * listed, written into, pruned or followed): their names, ", "-separated, into names (cut to
+ * cap); returns how many, for the trainer to say that it ignores them. */
+int rt_ckpt_links(const char *dir, char *names, size_t cap);
 /* Opens and verifies (sizes, CRC-32s, step) the checkpoint of `step`. */
 int rt_ckpt_open(RtCkpt **out, const char *dir, int64_t step, RtError *err);
 /* Opens the newest checkpoint that verifies, falling back past damaged ones; `warn` (may be

@@ -12,7 +12,11 @@
  * what it wrote. A trainer holds DIR/.lock (flock) while it uses DIR, so two never write one
  * directory. Deleting removes the
  * index first, so a half-deleted checkpoint is merely incomplete. Loading verifies every
- * listed file's size and CRC-32 before anything is read from it.
+ * listed file's size and CRC-32 before anything is read from it. Links are never followed
+ * where something is deleted or created: a step_<S> entry that is a symbolic link is not a
+ * checkpoint (not listed, never written into or pruned: pruning through it would delete the
+ * files of the directory it points to), deletion works relative to the step directory's
+ * descriptor, and the lock and probe files are opened with O_NOFOLLOW.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -117,9 +121,10 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
+/* A directory itself, not a link to one (lstat). */
 static int is_dir(const char *path) {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static int is_complete(const char *dir, int64_t step) {
@@ -140,7 +145,7 @@ static int list_steps(const char *dir, int complete, StepList *l, RtError *err) 
     while (rc == 0 && (ent = readdir(d)) != NULL) {
         int64_t step = parse_step_name(ent->d_name);
         if (step < 0 || join_path(path, dir, ent->d_name, NULL) != 0 || !is_dir(path))
-            continue; /* not a checkpoint: a stray file of that name is not ours to delete */
+            continue; /* not a checkpoint: a stray file or link of that name is not ours to delete */
         if (is_complete(dir, step) == complete && list_push(l, step) != 0)
             rc = rt_error_set(err, "%s: out of memory", dir);
     }
@@ -167,40 +172,77 @@ int rt_ckpt_latest(const char *dir, int64_t below, int64_t *step, RtError *err) 
     return found;
 }
 
-/* ===== deleting ======================================================================= */
-
-static int unlink_all(const char *sdir, RtError *err) {
-    DIR *d = opendir(sdir);
+int rt_ckpt_links(const char *dir, char *names, size_t cap) {
+    if (cap)
+        names[0] = '\0';
+    DIR *d = opendir(dir);
     if (!d)
-        return rt_error_set(err, "%s: cannot list: %s", sdir, strerror(errno));
+        return 0;
     struct dirent *ent;
     char path[PATH_CAP];
+    struct stat st;
+    int n = 0;
+    size_t len = 0;
+    while ((ent = readdir(d)) != NULL)
+        if (parse_step_name(ent->d_name) >= 0 && join_path(path, dir, ent->d_name, NULL) == 0 &&
+            lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+            if (len < cap)
+                len += (size_t)snprintf(names + len, cap - len, "%s%s", n ? ", " : "", ent->d_name);
+            n++;
+        }
+    closedir(d);
+    return n;
+}
+
+/* ===== deleting ======================================================================= */
+
+/* Removes the files of the step directory open as sfd (unlinkat: a link inside is removed,
+ * never followed). Takes sfd. */
+static int unlink_all(int sfd, const char *sdir, RtError *err) {
+    DIR *d = fdopendir(sfd);
+    if (!d) {
+        int e = errno;
+        close(sfd);
+        return rt_error_set(err, "%s: cannot list: %s", sdir, strerror(e));
+    }
+    struct dirent *ent;
     int rc = 0;
     while (rc == 0 && (ent = readdir(d)) != NULL) {
         if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
             continue;
-        if (join_path(path, sdir, ent->d_name, err) != 0)
-            rc = -1;
-        else if (unlink(path) != 0)
-            rc = rt_error_set(err, "%s: cannot delete: %s", path, strerror(errno));
+        if (unlinkat(dirfd(d), ent->d_name, 0) != 0)
+            rc = rt_error_set(err, "%s/%s: cannot delete: %s", sdir, ent->d_name, strerror(errno));
     }
     if (closedir(d) != 0 && rc == 0)
         rc = rt_error_set(err, "%s: cannot close directory: %s", sdir, strerror(errno));
     return rc;
 }
 
-/* Index first (and made durable), so a crash mid-delete leaves an incomplete checkpoint. */
+/* Index first (and made durable), so a crash mid-delete leaves an incomplete checkpoint. The
+ * step directory is opened with O_NOFOLLOW: a link in its place is refused, not pruned
+ * through. */
 static int remove_ckpt(const char *dir, int64_t step, RtError *err) {
-    char sdir[PATH_CAP], index[PATH_CAP];
-    if (step_path(sdir, dir, step, NULL, err) != 0 || step_path(index, dir, step, INDEX_FILE, err) != 0)
+    char sdir[PATH_CAP], name[32];
+    if (step_path(sdir, dir, step, NULL, err) != 0)
         return -1;
-    if (unlink(index) != 0 && errno != ENOENT)
-        return rt_error_set(err, "%s: cannot delete: %s", index, strerror(errno));
-    if (rt_dir_fsync(sdir, err) != 0 || unlink_all(sdir, err) != 0)
-        return -1;
-    if (rmdir(sdir) != 0)
-        return rt_error_set(err, "%s: cannot remove directory: %s", sdir, strerror(errno));
-    return 0;
+    snprintf(name, sizeof name, "step_%08lld", (long long)step);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return rt_error_set(err, "%s: cannot open directory: %s", dir, strerror(errno));
+    int sfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
+    if (sfd < 0)
+        rc = rt_error_set(err, "%s: cannot open directory%s: %s", sdir, errno == ELOOP ? " (a link: not deleted)" : "",
+                          strerror(errno));
+    else if (unlinkat(sfd, INDEX_FILE, 0) != 0 && errno != ENOENT)
+        rc = rt_error_set(err, "%s/%s: cannot delete: %s", sdir, INDEX_FILE, strerror(errno));
+    else if (fsync(sfd) != 0)
+        rc = rt_error_set(err, "%s: fsync of directory failed: %s", sdir, strerror(errno));
+    if (sfd >= 0 && rc != 0)
+        close(sfd);
+    else if (sfd >= 0 && (rc = unlink_all(sfd, sdir, err)) == 0 && unlinkat(dfd, name, AT_REMOVEDIR) != 0)
+        rc = rt_error_set(err, "%s: cannot remove directory: %s", sdir, strerror(errno));
+    close(dfd);
+    return rc;
 }
 
 /* Keeps the newest keep_last complete checkpoints, and drops leftovers of failed saves
@@ -225,6 +267,19 @@ static int prune(const char *dir, int keep_last, int64_t saved, RtError *err) {
 static int make_dir(const char *path, RtError *err) {
     if (mkdir(path, 0777) != 0 && errno != EEXIST)
         return rt_error_set(err, "%s: cannot create directory: %s", path, strerror(errno));
+    return 0;
+}
+
+/* A step directory that exists already (a failed save's) must be a directory, not a link:
+ * a save writes into it and removes what it wrote on failure. */
+static int make_step_dir(const char *sdir, RtError *err) {
+    if (make_dir(sdir, err) != 0)
+        return -1;
+    if (!is_dir(sdir))
+        return rt_error_set(err,
+                            "%s: exists and is not a directory (a link?); not a checkpoint, refusing to write "
+                            "into it (move it away)",
+                            sdir);
     return 0;
 }
 
@@ -427,7 +482,7 @@ static int save_sharded(const char *dir, const RtCkptState *s, int keep_last, Rt
     /* rank 0 makes the step directory; the others write into it once it exists */
     if (rank == 0 && is_complete(dir, s->step))
         rc = rt_error_set(&why, "%s: a complete checkpoint of step %lld already exists", sdir, (long long)s->step);
-    else if (rank == 0 && (make_dir(dir, &why) != 0 || make_dir(sdir, &why) != 0 || rt_dir_fsync(dir, &why) != 0))
+    else if (rank == 0 && (make_dir(dir, &why) != 0 || make_step_dir(sdir, &why) != 0 || rt_dir_fsync(dir, &why) != 0))
         rc = -1;
     if (from_rank0(c, rc, err) != 0)
         return rank == 0 ? rt_error_set(err, "%s", why.msg)
@@ -490,7 +545,7 @@ int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtErr
         return rt_error_set(err, "%s: a complete checkpoint of step %lld already exists", sdir, (long long)state->step);
     uint32_t crc;
     int64_t size;
-    if (make_dir(dir, err) != 0 || make_dir(sdir, err) != 0)
+    if (make_dir(dir, err) != 0 || make_step_dir(sdir, err) != 0)
         return -1;
     if (rt_dir_fsync(dir, err) != 0 || write_state(dir, state, &crc, &size, err) != 0 ||
         write_index(dir, state, crc, size, err) != 0) {
@@ -576,7 +631,8 @@ static int check_writable(const char *dir, RtError *err) {
     char probe[PATH_CAP];
     if (snprintf(probe, sizeof probe, "%s/.axlc-probe-%ld", dir, (long)getpid()) >= PATH_CAP)
         return rt_error_set(err, "%s: path too long", dir);
-    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    unlink(probe); /* a leftover, or a link planted there: removed, never written through */
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return rt_error_set(err, "%s: cannot create files in it: %s", dir, strerror(errno));
     int ok = write(fd, "x", 1) == 1;
@@ -591,7 +647,7 @@ int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, RtError 
     char lock[PATH_CAP];
     if (make_dirs(dir, err) != 0 || join_path(lock, dir, LOCK_FILE, err) != 0)
         return -1;
-    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644); /* write_pid truncates it */
     if (fd < 0)
         return rt_error_set(err, "%s: cannot create the lock file: %s", lock, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {

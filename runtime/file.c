@@ -4,10 +4,14 @@
  * sees either the old file or the complete new one, never a torn one; a failed write removes
  * its temporary. Every system call is checked here and reported with the path and
  * strerror(errno). Only regular files are read: a FIFO or device is refused at once, never
- * waited on.
+ * waited on; and only regular files are replaced: a write to a device, FIFO, socket or
+ * directory (or a link to one) is refused before anything is created, since the rename would
+ * put a plain file in its place (/dev/full would become a file). rt_file_check_outputs lets
+ * every command refuse an output that is one of its inputs before it writes anything.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -18,16 +22,18 @@
 
 /* ===== mapped reads =================================================================== */
 
+/* What a file that is not a regular one is, for messages. */
+static const char *kind_name(mode_t mode) {
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : S_ISSOCK(mode) ? "a socket" : "a device";
+}
+
 static int map_fd(int fd, const char *path, RtMapped *m, RtError *err) {
     struct stat st;
     if (fstat(fd, &st) != 0)
         return rt_error_set(err, "%s: cannot stat: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
         return rt_error_set(err, "%s: not a regular file (%s); expected a file that can be memory-mapped", path,
-                            S_ISDIR(st.st_mode)    ? "a directory"
-                            : S_ISFIFO(st.st_mode) ? "a FIFO"
-                            : S_ISSOCK(st.st_mode) ? "a socket"
-                                                   : "a device");
+                            kind_name(st.st_mode));
     m->size = (int64_t)st.st_size;
     if (m->size == 0)
         return 0;
@@ -68,9 +74,28 @@ int rt_wfile_open(RtWfile *w, const char *path, RtError *err) {
     if (snprintf(w->path, sizeof w->path, "%s", path) >= (int)sizeof w->path ||
         snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path) >= (int)sizeof w->tmp)
         return rt_error_set(err, "%s: path too long", path);
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f)
-        return rt_error_set(err, "%s: cannot create: %s", w->tmp, strerror(errno));
+    /* stat follows a link: a link to a device is refused like the device. */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return rt_error_set(err, "%s: exists and is %s, not a regular file; refusing to replace it (name a new file)",
+                            path, kind_name(st.st_mode));
+    /* A leftover temporary (a file or a link) is removed, not opened: opening would follow a
+     * link planted there, or truncate a file that is also linked elsewhere. */
+    int stale = lstat(w->tmp, &st) == 0;
+    if (stale && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+        return rt_error_set(err, "%s: exists and is %s; refusing to use it as the temporary of %s", w->tmp,
+                            kind_name(st.st_mode), path);
+    if (stale && unlink(w->tmp) != 0)
+        return rt_error_set(err, "%s: cannot remove the leftover temporary: %s", w->tmp, strerror(errno));
+    int fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0 || (w->f = fdopen(fd, "wb")) == NULL) {
+        int e = errno;
+        if (fd >= 0) {
+            close(fd);
+            unlink(w->tmp);
+        }
+        return rt_error_set(err, "%s: cannot create: %s", w->tmp, strerror(e));
+    }
     return 0;
 }
 
@@ -148,6 +173,60 @@ int rt_dir_fsync(const char *dir, RtError *err) {
     }
     if (close(fd) != 0)
         return rt_error_set(err, "%s: cannot close directory: %s", dir, strerror(errno));
+    return 0;
+}
+
+/* ===== outputs against inputs ========================================================= */
+
+int rt_file_same(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The real path `path` names: realpath of the file, or of its directory and then its name when
+ * the file does not exist yet. -1 when the directory does not resolve either. */
+static int real_target(const char *path, char *out) {
+    char dir[PATH_MAX], real[PATH_MAX];
+    if (realpath(path, out))
+        return 0;
+    dir_of(path, dir, sizeof dir);
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (!realpath(dir, real))
+        return -1;
+    return snprintf(out, PATH_MAX, "%s/%s", strcmp(real, "/") ? real : "", base) < PATH_MAX ? 0 : -1;
+}
+
+/* The entry of the directory `in` (named within*) that `out` lies inside, or is, into entry;
+ * 0 if none. */
+static int inside_entry(const char *out, const RtPathArg *in, char *entry, size_t cap) {
+    char o[PATH_MAX], d[PATH_MAX];
+    if (real_target(out, o) != 0 || !realpath(in->path, d))
+        return 0;
+    size_t n = strcmp(d, "/") ? strlen(d) : 0;
+    const char *rest = o + n + 1;
+    if (strncmp(o, d, n) != 0 || o[n] != '/' || strncmp(rest, in->within, strlen(in->within)) != 0)
+        return 0;
+    snprintf(entry, cap, "%.*s", (int)strcspn(rest, "/"), rest);
+    return 1;
+}
+
+int rt_file_check_outputs(const RtPathArg *out, int nout, const RtPathArg *in, int nin, RtError *err) {
+    char entry[256];
+    for (int i = 0; i < nout; i++)
+        for (int j = 0; j < nin && out[i].path; j++) {
+            if (!in[j].path)
+                continue;
+            if (!in[j].within && rt_file_same(out[i].path, in[j].path))
+                return rt_error_set(err,
+                                    "%s %s is the same file as %s %s; refusing to overwrite an input (choose "
+                                    "another output path)",
+                                    out[i].opt, out[i].path, in[j].opt, in[j].path);
+            if (in[j].within && inside_entry(out[i].path, &in[j], entry, sizeof entry))
+                return rt_error_set(err,
+                                    "%s %s lies inside %s/%s of %s %s, which this run reads and manages; "
+                                    "refusing to write there (choose a path outside it)",
+                                    out[i].opt, out[i].path, in[j].path, entry, in[j].opt, in[j].path);
+        }
     return 0;
 }
 

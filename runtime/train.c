@@ -36,6 +36,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
@@ -228,6 +229,20 @@ static int check_sample_opts(const TrainOpts *o, RtError *err) {
     return 0;
 }
 
+/* --metrics is the trainer's one output besides its checkpoints: it must not be a file the run
+ * reads (opening it would truncate the mapped --data under the trainer), nor lie inside a
+ * checkpoint, which pruning deletes and --resume verifies. */
+static int check_files(const TrainOpts *o, RtError *err) {
+    const RtPathArg out = {"--metrics", o->metrics, NULL};
+    const RtPathArg in[] = {
+        {"--data", o->data, NULL},
+        {"--eval-data", o->eval_data, NULL},
+        {"--init", o->init, NULL},
+        {"--ckpt-dir", o->ckpt_dir, "step_"},
+    };
+    return rt_file_check_outputs(&out, 1, in, (int)(sizeof in / sizeof in[0]), err);
+}
+
 static int check_opts(const TrainOpts *o, RtError *err) {
     if (rt_env_check(err) != 0)
         return -1;
@@ -245,7 +260,7 @@ static int check_opts(const TrainOpts *o, RtError *err) {
         return rt_error_set(err, "--init-allow-unused needs --init FILE");
     if (o->eval_every > 0 && !o->eval_data)
         return rt_error_set(err, "--eval-every needs --eval-data FILE");
-    return 0;
+    return check_files(o, err);
 }
 
 /* The CPUs of this machine, shared by the ranks of a job that run on it (Open MPI, MPICH and
@@ -869,7 +884,8 @@ static int set_aside_newer(Trainer *t, int64_t resumed, RtError *err) {
         char from[4096], to[4096 + 32];
         snprintf(from, sizeof from, "%s/step_%08lld", t->o.ckpt_dir, (long long)step);
         snprintf(to, sizeof to, "%s.damaged", from);
-        for (int k = 2; access(to, F_OK) == 0; k++)
+        struct stat st;
+        for (int k = 2; lstat(to, &st) == 0; k++) /* a link there counts as taken: never renamed over */
             if (k > 1000)
                 return rt_error_set(err, "%s: cannot set the damaged checkpoint aside: %s exists", from, to);
             else
@@ -1118,6 +1134,11 @@ static int lock_ckpt_dir(Trainer *t, RtError *err) {
     RtError why;
     if (t->o.ckpt_dir && t->rank == 0 && rt_ckpt_lock(&t->lock, t->o.ckpt_dir, ckpt_bytes(t), &why) != 0)
         return rt_error_set(err, "--ckpt-dir: %s", why.msg);
+    char links[512];
+    int n = t->o.ckpt_dir && t->rank == 0 ? rt_ckpt_links(t->o.ckpt_dir, links, sizeof links) : 0;
+    if (n > 0)
+        warn(t, "%s: ignoring %s (%s: never resumed from, written into, pruned or followed)", t->o.ckpt_dir, links,
+             n > 1 ? "symbolic links, not checkpoints" : "a symbolic link, not a checkpoint");
     return 0;
 }
 

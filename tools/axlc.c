@@ -541,12 +541,33 @@ static char *output_problem(const char *out) {
   return why;
 }
 
-static int check_output(const char *out) {
+/* The output `out` (given by `opt`) against every file the command reads: those its command
+ * line names and, once the job is loaded, every config file resolution opened (bases,
+ * modifiers, mesh rules, the device table) into d. An output that is an input would destroy it. */
+static int check_inputs(const Args *a, const FeDiag *d, const char *opt, const char *out) {
+  int nfiles = d ? d->nfiles : 0, n = 0;
+  RtPathArg *in = calloc((size_t)(4 + a->fe.napply + nfiles), sizeof *in);
+  if (!in) return -1;
+  bool plot = !strcmp(a->command, "plot");
+  in[n++] = (RtPathArg){plot ? "the metrics file" : "the config", a->model, NULL};
+  in[n++] = (RtPathArg){"the weights", a->input, NULL};
+  in[n++] = (RtPathArg){"--devices", a->devices, NULL};
+  for (int i = 0; i < a->fe.napply; i++) in[n++] = (RtPathArg){"--apply", a->apply[i], NULL};
+  for (int i = 0; i < nfiles; i++) in[n++] = (RtPathArg){"the config file", d->files[i], NULL};
+  RtError err;
+  RtPathArg o = {opt, out, NULL};
+  int rc = rt_file_check_outputs(&o, 1, in, n, &err);
+  if (rc) fprintf(stderr, "error: %s\n", err.msg);
+  free(in);
+  return rc;
+}
+
+static int check_output(const Args *a, const char *opt, const char *out) {
   char *why = output_problem(out);
   int bad = why != NULL;
   if (bad) fprintf(stderr, "error: %s\n", why);
   free(why);
-  return bad ? -1 : 0;
+  return bad || check_inputs(a, NULL, opt, out) ? -1 : 0;
 }
 
 static int cmd_compile(Args *a) {
@@ -563,10 +584,10 @@ static int cmd_compile(Args *a) {
   }
   const Backend *b = pick_backend(a);
   const BackendEmit *e = b ? pick_emit(a, b) : NULL;
-  if (!e || (a->output && check_output(a->output))) return 1;
+  if (!e || (a->output && check_output(a, "-o", a->output))) return 1;
   DrvJob j;
   int rc = 1;
-  if (lower(&j, a, NULL) == 0) { /* lower() prints its own errors */
+  if (lower(&j, a, NULL) == 0 && !(a->output && check_inputs(a, &j.diag, "-o", a->output))) {
     int fit = 0;
     if (!a->no_memcheck) { /* a job that cannot fit its target is not worth a trainer */
       char *text = NULL;
@@ -637,7 +658,9 @@ static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
     }
   }
   int rc = fits ? 0 : 1;
-  if (a->plot) {
+  if (a->plot && check_inputs(a, &j->diag, "--plot", a->plot)) { /* the device table is read now */
+    rc = -1;
+  } else if (a->plot) {
     FILE *f = fopen(a->plot, "w");
     if (!f || drv_memreport_svg(&r, &dev, f) || fclose(f)) {
       fprintf(stderr, "error: %s: cannot write the plot: %s\n", a->plot, strerror(errno));
@@ -654,6 +677,7 @@ static int cmd_memcheck(const Args *a) {
             "error: axlc memcheck needs --target (cpu, cpu-4, gpu-h100-256, tpu-v5p-512, ...)\n");
     return 1;
   }
+  if (a->plot && check_output(a, "--plot", a->plot)) return 1;
   DrvJob j;
   int rc = lower(&j, a, NULL) ? 1 : memcheck_job(a, &j, true, stdout) ? 1 : 0;
   drv_free(&j);
@@ -665,7 +689,7 @@ static int cmd_plot(const Args *a) {
     fprintf(stderr, "error: usage: axlc plot METRICS.jsonl -o FILE.svg\n");
     return 1;
   }
-  if (check_output(a->output)) return 1;
+  if (check_output(a, "-o", a->output)) return 1;
   return plot_metrics(a->model, a->output) ? 1 : 0;
 }
 
@@ -681,13 +705,17 @@ static int cmd_convert(const Args *a) {
             a->from ? "--from" : "--to", fmt);
     return 1;
   }
-  if (check_output(a->output)) return 1;
+  if (check_output(a, "-o", a->output)) return 1;
   FeDiag d;
   fe_diag_init(&d);
   json_object *cfg = resolve(&d, a);
   int rc = 1;
   FeBuild b = {0};
   int64_t devices;
+  if (cfg && check_inputs(a, &d, "-o", a->output)) { /* a base config named by -o */
+    json_object_put(cfg);
+    cfg = NULL;
+  }
   if (cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
       fe_build(&b, &d, a->model, cfg, devices) == 0)
     rc = convert_weights(&b, a->model, a->to != NULL, a->input, a->output) ? 1 : 0;

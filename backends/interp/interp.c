@@ -320,6 +320,12 @@ static int parse_options(const BackendDiag *d, int argc, char **argv, InterpOpti
     else if (parse_count(d, s, v, !strcmp(s, "--steps") ? &o->steps : &o->seed))
       return -1;
   }
+  /* --dump replaces its file: never one of the run's inputs */
+  const RtPathArg out = {"--dump", o->dump, NULL};
+  const RtPathArg in[] = {{"--data", o->data, NULL}, {"--init", o->init, NULL}};
+  RtError err;
+  if (rt_file_check_outputs(&out, 1, in, 2, &err))
+    return backend_error(d, NULL, NULL, "%s", err.msg);
   return 0;
 }
 

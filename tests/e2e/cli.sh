@@ -659,6 +659,54 @@ assert min(ys) < 80, min(ys)' "$T/big.svg" || fail "200000 steps: the spike at 9
   ${TORCH_PYTHON:-/usr/bin/python3} "$SRC/tests/e2e/pngcheck.py" "$T/m.png" '#1f77b4' '#ff7f0e' \
     '#2ca02c' '#d62728' '#9467bd' || fail "the PNG is not the plot"
   ;;
+outputs_not_inputs)
+  # every command refuses an output that is one of its inputs (by inode: the same name, a hard
+  # link, a symbolic link, a base config) before writing anything, and leaves the input as it was
+  cat "$SRC/README.md" > "$T/text.txt"
+  cp "$MODELS/tiny-lm.json" "$T/my.json"
+  printf '{"base": "my.json", "seed": 3}\n' > "$T/derived.json"
+  ln "$T/my.json" "$T/hard.json"
+  ln -s "$T/text.txt" "$T/text-link.txt"
+  printf '{"step": 1, "loss": 2}\n' > "$T/m.jsonl"
+  cksum "$T/text.txt" "$T/my.json" "$T/m.jsonl" > "$T/before"
+  same() { expect_user_error "is the same file as $1"; }
+  run compile "$T/my.json" --target cpu -o "$T/my.json"
+  same "the config $T/my.json"
+  run compile "$T/my.json" --target cpu -o "$T/hard.json"
+  same "the config $T/my.json"
+  run compile "$T/derived.json" --target cpu -o "$T/my.json"
+  same "the config file"
+  run memcheck "$T/my.json" --target cpu --plot "$T/my.json"
+  same "the config $T/my.json"
+  run plot "$T/m.jsonl" -o "$T/m.jsonl"
+  same "the metrics file $T/m.jsonl"
+  set -- --target interp --set /input/seq_len=16 --set /input/global_batch_size=2 \
+    --set /model/decoder/num_layers=1
+  run run "$T/my.json" "$@" --data "$T/text.txt" --dump "$T/text-link.txt"
+  same "--data $T/text.txt"
+  run run "$T/my.json" "$@" --data "$T/text.txt" --steps 1 --dump "$T/w.safetensors"
+  expect_rc 0
+  cksum "$T/w.safetensors" > "$T/w.before"
+  run run "$T/my.json" "$@" --data "$T/text.txt" --init "$T/w.safetensors" --dump "$T/w.safetensors"
+  same "--init $T/w.safetensors"
+  run convert "$T/my.json" "$@" --to hf "$T/w.safetensors" -o "$T/w.safetensors"
+  same "the weights $T/w.safetensors"
+  if "$AXLC" backends | grep -q '^llvm'; then # the trainer's own check, before any compiling
+    run run "$T/my.json" --target cpu --data "$T/text.txt" --metrics "$T/text-link.txt"
+    same "--data $T/text.txt"
+  fi
+  cksum "$T/text.txt" "$T/my.json" "$T/m.jsonl" | cmp -s - "$T/before" || fail "an input changed"
+  cksum "$T/w.safetensors" | cmp -s - "$T/w.before" || fail "the weights changed"
+  # an atomic write never replaces what is not a regular file (here a FIFO, and a link to one,
+  # made in the scratch directory, where a regression replaces nothing that matters)
+  mkfifo "$T/fifo" && ln -s "$T/fifo" "$T/fifo-link"
+  run convert "$T/my.json" "$@" --to hf "$T/w.safetensors" -o "$T/fifo"
+  expect_user_error "$T/fifo: exists and is a FIFO, not a regular file"
+  run run "$T/my.json" "$@" --data "$T/text.txt" --steps 1 --dump "$T/fifo-link"
+  expect_rc 1
+  expect_in "$T/err" "$T/fifo-link: exists and is a FIFO, not a regular file"
+  [ -p "$T/fifo" ] && [ -L "$T/fifo-link" ] || fail "the FIFO or its link was replaced"
+  ;;
 *)
   fail "unknown case"
   ;;

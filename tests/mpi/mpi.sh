@@ -6,7 +6,8 @@
 #   data      10 steps on 1 process, data=4, data=2 x model=2, model=4: the same losses and
 #             final parameters within 1e-5
 #   ckpt      a data=2 x model=2 checkpoint resumes under model=4 and under one process on the
-#             same curve; under data=2 x model=2 bit for bit; a damaged shard is skipped
+#             same curve; under data=2 x model=2 bit for bit; a damaged shard is skipped; a
+#             step directory that is a symbolic link is never pruned through (--keep 1)
 #   mismatch  a program for 4 devices on 2 processes, or on 1 started by hand, says how to launch
 #   kill      SIGKILL of one rank ends the job within 30 s; a stopped (hung) rank is named by the
 #             others' watchdog; --resume continues from the last complete checkpoint
@@ -107,6 +108,13 @@ ckpt)
   run 1,4 4 --steps 12 --resume --ckpt-dir "$T/a" > "$T/out" 2> "$T/err" || fail "resume past a damaged shard failed"
   grep -q "step_00000010" "$T/err" || { fail "the damaged shard is not named"; cat "$T/err" >&2; }
   grep -q "resumed from .*step_00000005" "$T/out" || fail "did not fall back to step 5"
+  # 4 ranks saving sharded checkpoints and pruning (--keep 1) past a step link to a directory
+  mkdir "$T/victim" "$T/lk" && echo precious > "$T/victim/a.txt" && echo kept > "$T/victim/b.txt"
+  ln -s "$T/victim" "$T/lk/step_00000001"
+  must run 2,2 4 --steps 3 --ckpt-every 1 --keep 1 --ckpt-dir "$T/lk"
+  [ -f "$T/victim/a.txt" ] && [ -f "$T/victim/b.txt" ] && [ -L "$T/lk/step_00000001" ] ||
+    fail "pruning followed the link: victim holds $(ls "$T/victim" | tr '\n' ' ')"
+  [ -f "$T/lk/step_00000003/index.json" ] && [ ! -e "$T/lk/step_00000002" ] || fail "--keep 1: $(ls "$T/lk")"
   ;;
 mismatch)
   run 2,2 2 --steps 1 > "$T/out" 2> "$T/err"

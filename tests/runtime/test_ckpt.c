@@ -2,7 +2,9 @@
  * test_ckpt.c: checkpoints: a full round trip, keep-last-N, incomplete and damaged
  * checkpoints (missing index, flipped byte, truncation, bad index) with fallback to the
  * previous one, failed saves that must leave earlier checkpoints intact and nothing of their
- * own, stray directory names, and the one-writer lock with its up-front checks.
+ * own, stray directory names, step entries that are symbolic links (never listed, written
+ * into, pruned or followed), and the one-writer lock with its up-front checks, which follow
+ * no link either.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -284,6 +286,66 @@ static void test_stray_names(void) {
   CHECK_INT(step, 30);
 }
 
+/* A victim directory holding two files, and a link to it named `name` in dir. */
+static void link_victim(const char *dir, const char *name, const char *victim) {
+  char p[700];
+  CHECK_INT(mkdir(victim, 0777), 0);
+  snprintf(p, sizeof p, "%s/a.txt", victim);
+  rt_test_write(p, "precious", 8);
+  snprintf(p, sizeof p, "%s/b.txt", victim);
+  rt_test_write(p, "kept", 4);
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  CHECK_INT(symlink(victim, p), 0);
+}
+
+static int victim_intact(const char *victim) {
+  char p[700];
+  snprintf(p, sizeof p, "%s/a.txt", victim);
+  int a = rt_test_exists(p);
+  snprintf(p, sizeof p, "%s/b.txt", victim);
+  return a && rt_test_exists(p);
+}
+
+/* step_<S> entries that are links to directories, one of them holding a copy of a complete
+ * checkpoint: pruning (keep_last 1, and leftovers older than a save) deletes nothing through
+ * them, a save of their step does not write into them, and listing skips them. */
+static void test_step_links(void) {
+  RtError err;
+  char dir[512], v1[512], v2[512], v3[512], p[700], q[700], names[256];
+  int64_t step;
+  ckpt_dir(dir, sizeof dir, "links");
+  CHECK_OK(save(dir, 2, 0, &err));
+  rt_test_path(v1, sizeof v1, "links-victim1");
+  rt_test_path(v2, sizeof v2, "links-victim2");
+  rt_test_path(v3, sizeof v3, "links-victim3");
+  link_victim(dir, "step_00000001", v1); /* incomplete: a leftover to prune */
+  link_victim(dir, "step_00000003", v3); /* the step of the next save */
+  /* victim 2: the complete checkpoint of step 2, moved out and linked back */
+  snprintf(p, sizeof p, "%s/step_00000002", dir);
+  CHECK_INT(rename(p, v2), 0);
+  CHECK_INT(symlink(v2, p), 0);
+  snprintf(q, sizeof q, "%s/a.txt", v2);
+  rt_test_write(q, "precious", 8);
+  snprintf(q, sizeof q, "%s/b.txt", v2);
+  rt_test_write(q, "kept", 4);
+  CHECK_INT(rt_ckpt_latest(dir, RT_CKPT_ANY, &step, &err), 0); /* no checkpoint but links */
+  CHECK_INT(rt_ckpt_links(dir, names, sizeof names), 3);
+  CHECK_INT(strstr(names, "step_00000001") && strstr(names, "step_00000002") &&
+                strstr(names, "step_00000003"),
+            1);
+  CHECK_FAIL(save(dir, 3, 1, &err), "not a directory (a link?)");
+  snprintf(q, sizeof q, "%s/state.safetensors", v3);
+  CHECK_INT(rt_test_exists(q), 0); /* nothing written through the link */
+  for (int64_t s = 4; s <= 6; s++) CHECK_OK(save(dir, s, 1, &err));
+  CHECK_INT(victim_intact(v1) && victim_intact(v2) && victim_intact(v3), 1);
+  snprintf(q, sizeof q, "%s/index.json", v2);
+  CHECK_INT(rt_test_exists(q), 1);
+  CHECK_INT(rt_ckpt_latest(dir, RT_CKPT_ANY, &step, &err), 1);
+  CHECK_INT(step, 6);
+  CHECK_INT(rt_ckpt_latest(dir, 6, &step, &err), 0);
+  CHECK_INT(rt_test_exists(step_file(p, sizeof p, dir, 5, NULL)), 0);
+}
+
 /* A save that fails part-way (here the file-size limit, as a full disk would) leaves no
  * temporary and no step directory behind, and the earlier checkpoint as it was. */
 static void test_failed_save_cleans_up(void) {
@@ -343,6 +405,31 @@ static void test_lock(void) {
   CHECK_INT(a == NULL, 1);
 }
 
+/* The lock file and the write probe are never opened through a link: the lock's pid would
+ * truncate the file it points to, the probe would write into it. */
+static void test_lock_links(void) {
+  RtError err;
+  RtCkptLock *a = NULL;
+  char dir[512], victim[512], p[700];
+  size_t n;
+  ckpt_dir(dir, sizeof dir, "locklinks");
+  CHECK_INT(mkdir(dir, 0777), 0);
+  rt_test_write(rt_test_path(victim, sizeof victim, "lock-victim.txt"), "precious", 8);
+  snprintf(p, sizeof p, "%s/.axlc-probe-%ld", dir, (long)getpid());
+  CHECK_INT(symlink(victim, p), 0);
+  CHECK_OK(rt_ckpt_lock(&a, dir, 1000, &err)); /* the link is removed, a fresh probe made */
+  rt_ckpt_unlock(a);
+  a = NULL;
+  snprintf(p, sizeof p, "%s/.lock", dir);
+  CHECK_INT(unlink(p), 0);
+  CHECK_INT(symlink(victim, p), 0);
+  CHECK_FAIL(rt_ckpt_lock(&a, dir, 1000, &err), ".lock: cannot create the lock file");
+  CHECK_INT(a == NULL, 1);
+  unsigned char *text = rt_test_read(victim, &n);
+  CHECK_INT(n == 8 && memcmp(text, "precious", 8) == 0, 1);
+  free(text);
+}
+
 int main(void) {
   static const RtTestCase cases[] = {
       {"round trip", test_round_trip},
@@ -357,6 +444,8 @@ int main(void) {
       {"stray step names ignored", test_stray_names},
       {"failed save cleans up", test_failed_save_cleans_up},
       {"directory lock and checks", test_lock},
+      {"the lock follows no link", test_lock_links},
+      {"step links are not checkpoints", test_step_links},
       {NULL, NULL},
   };
   return rt_test_main("runtime_ckpt", cases);

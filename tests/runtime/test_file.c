@@ -3,9 +3,17 @@
  * else HOME/.cache/axlc, and none at all under AXLC_NO_CACHE, for the compile cache and the
  * OpenCL runtime's device binaries alike; and how a cache entry's trailer catches damage
  * (rt_cache_entry_check): a truncated entry, any single flipped bit, a wrong length or magic.
+ * Outputs against inputs (rt_file_same,
+ * rt_file_check_outputs): one file through hard and symbolic links, an output inside a
+ * checkpoint. Atomic writes (through rt_st_write) refuse to replace a FIFO, a link to one, a
+ * directory or a device node, and never follow a link left at the temporary's name. Every
+ * special file here is made in the scratch directory: a regression replaces that, never
+ * anything in /dev.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "rt_test.h"
@@ -87,10 +95,119 @@ static void test_cache_entry(void) {
   CHECK_INT(rt_cache_entry_verify(path, why, sizeof why), 0);
 }
 
+/* ===== outputs against inputs ========================================================= */
+
+static void test_same_file(void) {
+  char a[512], b[512], hard[512], sym[512], missing[512], rel[600];
+  rt_test_write(rt_test_path(a, sizeof a, "same-a.txt"), "a", 1);
+  rt_test_write(rt_test_path(b, sizeof b, "same-b.txt"), "a", 1); /* equal bytes, another file */
+  CHECK_INT(link(a, rt_test_path(hard, sizeof hard, "same-hard.txt")), 0);
+  CHECK_INT(symlink(a, rt_test_path(sym, sizeof sym, "same-sym.txt")), 0);
+  rt_test_path(missing, sizeof missing, "same-missing.txt");
+  snprintf(rel, sizeof rel, "%s/./same-a.txt", rt_test_dir());
+  CHECK_INT(rt_file_same(a, a), 1);
+  CHECK_INT(rt_file_same(a, rel), 1);
+  CHECK_INT(rt_file_same(hard, a), 1);
+  CHECK_INT(rt_file_same(a, sym), 1);
+  CHECK_INT(rt_file_same(a, b), 0);
+  CHECK_INT(rt_file_same(missing, missing), 0); /* a new output is no input */
+  CHECK_INT(rt_file_same(a, NULL), 0);
+}
+
+static void test_check_outputs(void) {
+  RtError err;
+  char data[512], sym[512], fresh[512], ck[512], step[600], inside[700], top[600];
+  rt_test_write(rt_test_path(data, sizeof data, "check-data.txt"), "tokens", 6);
+  CHECK_INT(symlink(data, rt_test_path(sym, sizeof sym, "check-sym.txt")), 0);
+  rt_test_path(fresh, sizeof fresh, "check-metrics.jsonl");
+  rt_test_path(ck, sizeof ck, "check-ck");
+  snprintf(step, sizeof step, "%s/step_00000002", ck);
+  snprintf(inside, sizeof inside, "%s/state.safetensors", step);
+  snprintf(top, sizeof top, "%s/metrics.jsonl", ck);
+  CHECK_INT(mkdir(ck, 0777), 0);
+  CHECK_INT(mkdir(step, 0777), 0);
+  rt_test_write(inside, "st", 2);
+  RtPathArg in[] = {{"--data", data, NULL}, {"--init", NULL, NULL}, {"--ckpt-dir", ck, "step_"}};
+  RtPathArg out = {"--metrics", fresh, NULL};
+  CHECK_OK(rt_file_check_outputs(&out, 1, in, 3, &err));
+  out.path = NULL; /* no output given */
+  CHECK_OK(rt_file_check_outputs(&out, 1, in, 3, &err));
+  out.path = top; /* beside the checkpoints, not in one: allowed */
+  CHECK_OK(rt_file_check_outputs(&out, 1, in, 3, &err));
+  out.path = data;
+  CHECK_FAIL(rt_file_check_outputs(&out, 1, in, 3, &err), "is the same file as --data");
+  CHECK_INT(strstr(err.msg, "--metrics ") != NULL, 1);
+  out.path = sym;
+  CHECK_FAIL(rt_file_check_outputs(&out, 1, in, 3, &err),
+             "check-sym.txt is the same file as --data");
+  out.path = inside; /* existing, and a new name in the step directory alike */
+  CHECK_FAIL(rt_file_check_outputs(&out, 1, in, 3, &err), "step_00000002 of --ckpt-dir");
+  snprintf(inside, sizeof inside, "%s/new.jsonl", step);
+  CHECK_FAIL(rt_file_check_outputs(&out, 1, in, 3, &err), "lies inside");
+}
+
+/* ===== atomic writes never replace what is not a regular file ========================== */
+
+static int write_one(const char *path, RtError *err) {
+  static const float x[2] = {1, 2};
+  RtTensor t = {"x", RT_DT_F32, 1, {2}, x, 0};
+  return rt_st_write(path, &t, 1, NULL, 0, NULL, NULL, err);
+}
+
+static int is_kind(const char *path, mode_t kind) {
+  struct stat st;
+  return lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == kind;
+}
+
+static void test_write_refuses_special(void) {
+  RtError err;
+  char fifo[512], link_[512], dir[512], dev[512], fresh[512], tmp[600];
+  CHECK_INT(mkfifo(rt_test_path(fifo, sizeof fifo, "w-fifo"), 0600), 0);
+  CHECK_INT(symlink(fifo, rt_test_path(link_, sizeof link_, "w-fifo-link")), 0);
+  CHECK_INT(mkdir(rt_test_path(dir, sizeof dir, "w-dir"), 0777), 0);
+  CHECK_FAIL(write_one(fifo, &err), "is a FIFO, not a regular file");
+  CHECK_FAIL(write_one(link_, &err), "w-fifo-link: exists and is a FIFO");
+  CHECK_FAIL(write_one(dir, &err), "is a directory");
+  CHECK_INT(is_kind(fifo, S_IFIFO), 1);
+  CHECK_INT(is_kind(link_, S_IFLNK), 1);
+  snprintf(tmp, sizeof tmp, "%s.tmp", fifo);
+  CHECK_INT(rt_test_exists(tmp), 0); /* refused before the temporary was made */
+  /* /dev/full's numbers, made here (root only): the node in the scratch directory is what a
+   * regression would replace */
+  if (mknod(rt_test_path(dev, sizeof dev, "w-full"), S_IFCHR | 0600, makedev(1, 7)) == 0) {
+    CHECK_FAIL(write_one(dev, &err), "is a device, not a regular file");
+    CHECK_INT(is_kind(dev, S_IFCHR), 1);
+  }
+  /* new files and regular files are written as before */
+  CHECK_OK(write_one(rt_test_path(fresh, sizeof fresh, "w-new.safetensors"), &err));
+  CHECK_OK(write_one(fresh, &err));
+  CHECK_INT(is_kind(fresh, S_IFREG), 1);
+}
+
+/* A link left where the temporary goes is removed, not written through. */
+static void test_write_tmp_link(void) {
+  RtError err;
+  char victim[512], out[512], tmp[600];
+  size_t n;
+  rt_test_write(rt_test_path(victim, sizeof victim, "t-victim.txt"), "precious", 8);
+  rt_test_path(out, sizeof out, "t-out.safetensors");
+  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  CHECK_INT(symlink(victim, tmp), 0);
+  CHECK_OK(write_one(out, &err));
+  unsigned char *text = rt_test_read(victim, &n);
+  CHECK_INT(n == 8 && memcmp(text, "precious", 8) == 0, 1);
+  free(text);
+  CHECK_INT(rt_test_exists(tmp), 0);
+}
+
 int main(void) {
   static const RtTestCase cases[] = {
       {"the cache directory", test_cache_dir},
       {"cache entries", test_cache_entry},
+      {"one file through links", test_same_file},
+      {"outputs against inputs", test_check_outputs},
+      {"writes refuse special files", test_write_refuses_special},
+      {"a link at the temporary", test_write_tmp_link},
       {NULL, NULL},
   };
   return rt_test_main("runtime_file", cases);

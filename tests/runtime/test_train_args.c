@@ -151,6 +151,30 @@ static void test_bad_environment(void) {
   unsetenv("AXLC_SGEMM");
 }
 
+/* --metrics naming --data (through a symbolic link here) is refused by the check, so by
+ * `axlc run` before it compiles, with the trainer's message; the data is left as it was. */
+static void test_metrics_is_data(void) {
+  char data[512], link_[512], msg[1100], want[RT_ERROR_MAX + 16], m[RT_TEST_MSG];
+  rt_test_write(rt_test_path(data, sizeof data, "args-data.txt"), "some tokens here", 16);
+  CHECK_INT(symlink(data, rt_test_path(link_, sizeof link_, "args-metrics.jsonl")), 0);
+  const char *const args[] = {"--data", data, "--metrics", link_, NULL};
+  char *argv[MAX_ARGS + 2];
+  int argc = make_argv(argv, args), rc;
+  snprintf(msg, sizeof msg, "--metrics %s is the same file as --data %s", link_, data);
+  RtError err = {{0}};
+  CHECK_FAIL(rt_train_check_args(argc, argv, &err), msg);
+  char *got = trainer_stderr(&axlc_program, argc, argv, &rc);
+  snprintf(want, sizeof want, "trainer: %s", err.msg);
+  snprintf(m, sizeof m, "trainer printed \"%.400s\"", got);
+  CU_assertImplementation(rc == 1 && strncmp(got, want, strlen(want)) == 0, __LINE__, m, __FILE__,
+                          "", CU_FALSE);
+  free(got);
+  size_t n;
+  unsigned char *text = rt_test_read(data, &n);
+  CHECK_INT(n, 16);
+  free(text);
+}
+
 /* A program without a sampling forward (the fake one, like an OpenCL trainer's) says so. */
 static void test_no_forward(void) {
   const char *const args[] = {"--sample", "3", "--ckpt-dir", "/no/such/dir", NULL};
@@ -172,6 +196,7 @@ int main(void) {
       {"accepted without a program", test_accepts},
       {"--sample needs the program's forward", test_no_forward},
       {"a bad tuning variable in the environment", test_bad_environment},
+      {"--metrics naming --data", test_metrics_is_data},
       {NULL, NULL},
   };
   return rt_test_main("runtime_train_args", cases);

@@ -16,6 +16,9 @@
 #                another model, a file-size limit and a FIFO are refused clearly
 #   init_strict  --init: every missing and unused tensor listed, extras refused unless
 #                --init-allow-unused, PyTorch's (out, in) layout called out
+#   no_clobber   --metrics naming --data, --eval-data (a hard link), --init or a file of a
+#                checkpoint is refused before anything is written, the inputs unchanged; a step
+#                directory that is a symbolic link is ignored (said so), never pruned through
 set -u
 AXLC=$1 SRC=$2 CASE=$3 SHARED=${4:-}
 PY=${TORCH_PYTHON:-/usr/bin/python3}
@@ -278,6 +281,42 @@ PYEOF
   "$T/trainer" --data "$T/text.txt" --init-allow-unused > "$T/out" 2> "$T/err"
   rc=$?
   expect 1 "--init-allow-unused needs --init FILE"
+  ;;
+no_clobber)
+  trainer tiny && cp "$TR" "$T/trainer"
+  cp "$T/text.txt" "$T/eval.txt" && ln "$T/eval.txt" "$T/eval-hard.txt"
+  must "$T/trainer" --data "$T/text.txt" --steps 2 --ckpt-dir "$T/ck" --ckpt-every 1 --keep 0
+  cksum "$T/text.txt" "$T/eval.txt" "$T/ck"/step_*/* > "$T/before"
+  # refuse TEXT ARGS...: the trainer on text.txt with ARGS exits 1 with TEXT on stderr
+  refuse() {
+    text=$1
+    shift
+    "$T/trainer" --data "$T/text.txt" "$@" > "$T/out" 2> "$T/err"
+    rc=$?
+    [ "$rc" -eq 1 ] && grep -qF -- "$text" "$T/err" || fail "$*: exit $rc, $(cat "$T/err")"
+  }
+  refuse "--metrics $T/text.txt is the same file as --data $T/text.txt" --metrics "$T/text.txt"
+  refuse "--metrics $T/eval-hard.txt is the same file as --eval-data $T/eval.txt" \
+    --eval-data "$T/eval.txt" --metrics "$T/eval-hard.txt"
+  f="$T/ck/step_00000001/state.safetensors"
+  refuse "--metrics $f is the same file as --init $f" --init "$f" --metrics "$f"
+  f="$T/ck/step_00000002/state.safetensors"
+  refuse "--metrics $f lies inside $T/ck/step_00000002 of --ckpt-dir $T/ck" --steps 3 \
+    --ckpt-dir "$T/ck" --resume --metrics "$f"
+  cksum "$T/text.txt" "$T/eval.txt" "$T/ck"/step_*/* | cmp -s - "$T/before" || fail "an input changed"
+  must "$T/trainer" --data "$T/text.txt" --steps 3 --ckpt-dir "$T/ck" --resume
+  grep -q "resumed from .*step_00000002" "$T/log" || fail "the checkpoint does not resume: $(cat "$T/log")"
+  # pruning (--keep 1) with a step directory that is a link to a directory of files (on data of
+  # its own, so that a regression above does not hide this one)
+  mkdir "$T/victim" "$T/lk" && echo precious > "$T/victim/a.txt" && echo kept > "$T/victim/b.txt"
+  ln -s "$T/victim" "$T/lk/step_00000001"
+  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text2.txt"
+  must "$T/trainer" --data "$T/text2.txt" --steps 3 --ckpt-dir "$T/lk" --ckpt-every 1 --keep 1
+  [ -f "$T/victim/a.txt" ] && [ -f "$T/victim/b.txt" ] && [ -L "$T/lk/step_00000001" ] ||
+    fail "pruning followed the link: victim holds $(ls "$T/victim" | tr '\n' ' ')"
+  grep -q "ignoring step_00000001 (a symbolic link, not a checkpoint" "$T/log" ||
+    fail "the link is not said to be ignored: $(cat "$T/log")"
+  [ -f "$T/lk/step_00000003/index.json" ] && [ ! -e "$T/lk/step_00000002" ] || fail "--keep 1: $(ls "$T/lk")"
   ;;
 compile_cli)
   m="$SRC/models/tiny-lm.json"
