@@ -15,9 +15,14 @@
  * the same bits and the interpreter's. A gather-then-sum costs (G-1) times the bandwidth of a
  * ring on big groups; determinism and bit-exact resume are worth it at these sizes.
  *
- * Nothing waits forever: each exchange polls (MPI_Testsome) against a deadline; when it passes,
- * the ranks that have not answered are named on stderr and the job is ended with MPI_Abort. A
- * rank that dies is caught by mpirun (or srun) itself, which ends the job.
+ * Nothing waits forever: each exchange polls (MPI_Testall) against a deadline; when it passes,
+ * the ranks that have stopped are named on stderr and the job is ended with MPI_Abort. A rank
+ * that dies is caught by mpirun (or srun) itself, which ends the job.
+ *
+ * Which rank stopped is not which rank this one waits for: when rank 3 hangs, rank 1 waits for
+ * it in one group and rank 0 waits for rank 1 in another. So a rank past its deadline asks every
+ * rank, on a communicator of its own, and names those that do not answer within a short grace;
+ * a waiting rank answers from its polling loop, a stopped or hung one cannot.
  *
  * Built without MPI (AXRT_HAVE_MPI undefined), or run as one process, the world is rank 0 of 1
  * and every group has one member: collectives are copies.
@@ -63,6 +68,10 @@ struct RtComm {
     char *buf; /* (cap) send and receive blocks */
     size_t cap;
     int *pending; /* (2 * size) scratch for the watchdog */
+#ifdef AXRT_HAVE_MPI
+    MPI_Comm watch; /* a duplicate of the world for the watchdog's questions and answers */
+    int watch_msg;  /* the (empty) content of a question or an answer */
+#endif
 };
 
 /* ===== the mesh ======================================================================= */
@@ -292,6 +301,9 @@ int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int
     c->colls = colls;
     c->ncolls = colls ? ncolls : 0;
     c->size = 1;
+#ifdef AXRT_HAVE_MPI
+    c->watch = MPI_COMM_NULL;
+#endif
     int64_t spin, nap_ns;
     if (rt_env_comm(&c->timeout_s, &spin, &nap_ns, err) != 0) {
         free(c);
@@ -317,6 +329,13 @@ int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int
         c->pending = calloc(2 * (size_t)c->size, sizeof *c->pending);
         rc = c->pending ? groups_make(c, err) : rt_error_set(err, "comm: out of memory");
     }
+#ifdef AXRT_HAVE_MPI
+    if (rc == 0 && c->mpi && c->size > 1) {
+        int dup = MPI_Comm_dup(MPI_COMM_WORLD, &c->watch);
+        if (dup != MPI_SUCCESS)
+            rc = mpi_fail(err, "MPI_Comm_dup", dup);
+    }
+#endif
     if (rc != 0) {
         rt_comm_free(c);
         return -1;
@@ -336,6 +355,8 @@ void rt_comm_free(RtComm *c) {
         free(c->groups[g].members);
     }
 #ifdef AXRT_HAVE_MPI
+    if (c->watch != MPI_COMM_NULL)
+        MPI_Comm_free(&c->watch);
     if (c->finalize)
         MPI_Finalize();
 #endif
@@ -471,8 +492,57 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+enum { WATCH_ASK = 1, WATCH_ANSWER = 2 };
+
+/* Answers every question of the watchdog that has arrived: this rank is alive. */
+static void watch_serve(RtComm *c) {
+    int flag = 0;
+    MPI_Status st;
+    while (MPI_Iprobe(MPI_ANY_SOURCE, WATCH_ASK, c->watch, &flag, &st) == MPI_SUCCESS && flag) {
+        MPI_Request r;
+        if (MPI_Recv(&c->watch_msg, 1, MPI_INT, st.MPI_SOURCE, WATCH_ASK, c->watch, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+            MPI_Isend(&c->watch_msg, 1, MPI_INT, st.MPI_SOURCE, WATCH_ANSWER, c->watch, &r) != MPI_SUCCESS)
+            return;
+        MPI_Request_free(&r);
+    }
+}
+
+/* Asks every other rank whether it is alive and writes the world ranks that do not answer
+ * within `grace` seconds into names ("" when all answer). It goes on answering the others'
+ * questions meanwhile: several ranks usually pass their deadlines together. */
+static void watch_blame(RtComm *c, double grace, char *names, size_t cap) {
+    int *answered = c->pending; /* (size) */
+    memset(answered, 0, (size_t)c->size * sizeof *answered);
+    int left = c->size - 1;
+    answered[c->rank] = 1;
+    for (int j = 0; j < c->size; j++) {
+        MPI_Request r;
+        if (j != c->rank && MPI_Isend(&c->watch_msg, 1, MPI_INT, j, WATCH_ASK, c->watch, &r) == MPI_SUCCESS)
+            MPI_Request_free(&r);
+    }
+    double deadline = now_s() + grace;
+    while (left > 0 && now_s() < deadline) {
+        int flag = 0, msg;
+        MPI_Status st;
+        watch_serve(c);
+        while (left > 0 && MPI_Iprobe(MPI_ANY_SOURCE, WATCH_ANSWER, c->watch, &flag, &st) == MPI_SUCCESS && flag) {
+            MPI_Recv(&msg, 1, MPI_INT, st.MPI_SOURCE, WATCH_ANSWER, c->watch, MPI_STATUS_IGNORE);
+            left -= !answered[st.MPI_SOURCE];
+            answered[st.MPI_SOURCE] = 1;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    size_t len = 0;
+    names[0] = 0;
+    for (int j = 0; j < c->size; j++)
+        if (!answered[j] && len < cap - 16)
+            len += (size_t)snprintf(names + len, cap - len, "%s%d", len ? ", " : "", j);
+}
+
 /* Waits for reqs[0..n) (2 per peer: receive, send); past the deadline (timeout_s) names the
- * peers whose messages have not arrived (peers[i/2] are world ranks) and aborts the job. */
+ * ranks that have stopped answering (peers[i/2] are the world ranks waited for) and aborts the
+ * job. */
 static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, const char *what, double timeout_s) {
     double deadline = now_s() + timeout_s;
     long spins = 0;
@@ -487,21 +557,32 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
             struct timespec ts = {0, spins > 100000 ? 1000000 : c->nap_ns};
             nanosleep(&ts, NULL);
         }
-        if ((spins & 63) == 0 && now_s() > deadline)
-            break;
+        if ((spins & 63) == 0) {
+            watch_serve(c);
+            if (now_s() > deadline)
+                break;
+        }
     }
-    char names[1024] = "";
+    /* A waiting rank answers within a nap; the grace only bounds the wait for those that cannot. */
+    double grace = timeout_s / 4 < 0.5 ? 0.5 : timeout_s / 4 > 2 ? 2 : timeout_s / 4;
+    char stopped[1024], waited[1024] = "";
+    watch_blame(c, grace, stopped, sizeof stopped);
     size_t len = 0;
     for (int i = 0; i < n; i += 2) {
         int flag = 0;
         MPI_Request_get_status(reqs[i], &flag, MPI_STATUS_IGNORE);
-        if (!flag && len < sizeof names - 16)
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s%d", len ? ", " : "", peers[i / 2]);
+        if (!flag && len < sizeof waited - 16)
+            len += (size_t)snprintf(waited + len, sizeof waited - len, "%s%d", len ? ", " : "", peers[i / 2]);
     }
+    if (stopped[0])
+        die(c,
+            "%s: no answer from rank %s for %.0f s (dead, stopped or hung; the other ranks answer); aborting "
+            "the job. The last complete checkpoint stays valid: --resume continues from it",
+            what, stopped, timeout_s);
     die(c,
-        "%s: no answer from rank %s for %.0f s (dead or hung); aborting the job. The last complete checkpoint "
-        "stays valid: --resume continues from it",
-        what, names[0] ? names : "?", timeout_s);
+        "%s: nothing from rank %s for %.0f s, though every rank answers (the ranks are at different "
+        "collectives); aborting the job. The last complete checkpoint stays valid: --resume continues from it",
+        what, waited[0] ? waited : "?", timeout_s);
 }
 #endif
 

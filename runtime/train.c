@@ -444,6 +444,8 @@ typedef struct Trainer {
     int64_t saved;     /* step of the newest checkpoint on disk from this run or resumed; -1 */
     int tty;
     int alone;     /* failed where the other ranks may not have: the job must be ended */
+    int resumed;   /* the step came from a checkpoint */
+    int say;       /* how a failed start is printed: SAY_OWN, SAY_NOTHING or SAY_ALL (agree_start) */
     double run_ms; /* time in steps this run, for the ETA */
     int64_t run_steps;
     int64_t heap_base; /* heap bytes in use when the trainer began (axlc run's compiler heap) */
@@ -853,9 +855,11 @@ static int ckpt_save_periodic(Trainer *t) {
     RtError why;
     char buf[RT_ERROR_MAX];
     int rc = ckpt_save(t, &why);
+    int64_t next = t->step + t->o.ckpt_every < t->o.steps ? t->step + t->o.ckpt_every : t->o.steps;
     if (rc < 0 && t->rank == 0)
-        warn(t, "step %lld: checkpoint not saved: %s; training goes on and saves again at step %lld; %s",
-             (long long)t->step, why.msg, (long long)(t->step + t->o.ckpt_every), last_good(t, buf, sizeof buf));
+        warn(t, "step %lld: checkpoint not saved: %s; training goes on and saves again at step %lld%s; %s",
+             (long long)t->step, why.msg, (long long)next, next == t->o.steps ? ", the last" : "",
+             last_good(t, buf, sizeof buf));
     return rc > 0 ? 1 : 0;
 }
 
@@ -868,8 +872,8 @@ static int ckpt_save_final(Trainer *t, RtError *err) {
         return 0;
     int rc = ckpt_save(t, &why);
     if (rc < 0)
-        return rt_error_set(err, "could not save the checkpoint of step %lld: %s; %s", (long long)t->step, why.msg,
-                            last_good(t, buf, sizeof buf));
+        return rt_error_set(err, "could not save the checkpoint of step %lld: %s; the run ends without it; %s",
+                            (long long)t->step, why.msg, last_good(t, buf, sizeof buf));
     return rc;
 }
 
@@ -1014,12 +1018,7 @@ static int resume(Trainer *t, RtError *err) {
         return 0;
     int rc = ckpt_restore(t, ck, err);
     rt_ckpt_close(ck);
-    /* Every rank has chosen its checkpoint before rank 0 renames the damaged ones. */
-    if (agree_sum(t, rc != 0) > 0)
-        return rc != 0 ? -1 : rt_error_set(err, "--resume: another rank could not load the checkpoint");
-    if (t->rank == 0 && set_aside_newer(t, t->step, err) != 0)
-        return -1;
-    return 1;
+    return rc != 0 ? -1 : 1;
 }
 
 /* Without --resume, a directory that already holds checkpoints is left alone. */
@@ -1034,22 +1033,40 @@ static int check_fresh_dir(Trainer *t, RtError *err) {
     return found;
 }
 
+/* The state this rank starts from: a checkpoint, --init or the seeded init. It calls no
+ * collective: the ranks agree on the outcome afterwards (train). */
 static int init_state(Trainer *t, RtError *err) {
     if (t->o.ckpt_dir && !t->o.resume && check_fresh_dir(t, err) != 0)
         return -1;
     int resumed = t->o.resume ? resume(t, err) : 0;
     if (resumed < 0)
         return -1;
-    if (resumed) {
-        if (t->rank == 0)
-            printf("%s: resumed from %s/step_%08lld\n", t->prog, t->o.ckpt_dir, (long long)t->step);
-        if (t->o.init && t->rank == 0)
-            warn(t, "note: --init is ignored when resuming from a checkpoint");
+    t->resumed = resumed;
+    if (resumed)
         return 0;
-    }
     if (t->o.init)
         return params_load(t, err);
     return params_seed(t, err);
+}
+
+static int open_metrics(Trainer *t, RtError *err);
+
+/* What rank 0 alone does once every rank holds its state: set aside the damaged checkpoints
+ * newer than the one resumed (only now: every rank has chosen its checkpoint), say where the
+ * run starts, and open --metrics. */
+static int start_rank0(Trainer *t, int starts, RtError *err) {
+    if (t->rank != 0)
+        return 0;
+    if (t->resumed && set_aside_newer(t, t->step, err) != 0)
+        return -1;
+    if (starts && open_metrics(t, err) != 0)
+        return -1;
+    if (t->resumed) {
+        printf("%s: resumed from %s/step_%08lld\n", t->prog, t->o.ckpt_dir, (long long)t->step);
+        if (t->o.init)
+            warn(t, "note: --init is ignored when resuming from a checkpoint");
+    }
+    return 0;
 }
 
 /* ===== setup ========================================================================== */
@@ -1327,7 +1344,9 @@ static RunEnd train_one(Trainer *t, RtError *err) {
         return RUN_NONFINITE;
     }
     print_progress(t, &s, tok_s, do_eval ? &eval : NULL);
-    if (t->o.ckpt_dir && t->o.ckpt_every > 0 && t->step % t->o.ckpt_every == 0 && ckpt_save_periodic(t) != 0)
+    /* The last step is saved by ckpt_save_final, whose failure ends the run with an error. */
+    if (t->o.ckpt_dir && t->o.ckpt_every > 0 && t->step % t->o.ckpt_every == 0 && t->step < t->o.steps &&
+        ckpt_save_periodic(t) != 0)
         return RUN_NONFINITE;
     return RUN_DONE;
 }
@@ -1453,6 +1472,19 @@ static void print_banner(const Trainer *t) {
     fflush(stdout);
 }
 
+/* This process's rank as its launcher's environment gives it, or -1 when none does. An error
+ * found before the ranks join (the options, the mesh size) is the same on every rank, and rank
+ * 0 alone prints it. */
+static int launched_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return atoi(v);
+    }
+    return -1;
+}
+
 static const char *prog_name(int argc, char **argv) {
     if (argc < 1 || !argv[0] || !argv[0][0])
         return "trainer";
@@ -1460,26 +1492,77 @@ static const char *prog_name(int argc, char **argv) {
     return slash ? slash + 1 : argv[0];
 }
 
-/* Setup and init fail on one rank or on all; either way every rank stops, before the first
- * collective would wait for the one that failed. */
+enum { SAY_OWN, SAY_NOTHING, SAY_ALL };
+
+static int64_t message_hash(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return (int64_t)(h >> 1) + 1; /* 1..2^31: a sum over 2^20 ranks fits */
+}
+
+/* The ranks' verdict on one phase of the start: 0 when rc is 0 on every rank, else -1 on every
+ * rank. Each phase of the start ends here on every rank, and no phase calls a collective before,
+ * so a rank that fails meets the others at this exchange instead of leaving them waiting at
+ * another one. The reason is printed once: by the rank that failed (the others stay silent), or,
+ * when every rank failed with the same message, by rank 0 alone. *step0 (may be NULL) gets
+ * rank 0's step. */
+static int agree_start(Trainer *t, int rc, int64_t *step0, RtError *err) {
+    if (step0)
+        *step0 = t->step;
+    if (t->world == 1)
+        return rc;
+    int64_t v[3] = {rc != 0, rc != 0 ? message_hash(err->msg) : 0, t->rank == 0 ? t->step : 0};
+    RtError why;
+    if (rt_comm_sum_i64(t->comm, v, 3, &why) != 0) {
+        warn(t, "%s", why.msg);
+        rt_comm_abort(t->comm, 1);
+    }
+    if (step0)
+        *step0 = v[2];
+    if (v[0] == 0)
+        return 0;
+    if (rc == 0) {
+        t->say = SAY_NOTHING;
+        return rt_error_set(err, "stopping: another rank failed to start");
+    }
+    if (v[0] == t->world && v[1] == t->world * message_hash(err->msg))
+        t->say = t->rank == 0 ? SAY_ALL : SAY_NOTHING;
+    return -1;
+}
+
+/* Each rank chose its checkpoint alone; the directory is shared, so they chose the same one,
+ * unless it is not the same directory on every machine. */
+static int check_same_start(Trainer *t, int64_t step0, RtError *err) {
+    if (t->step == step0)
+        return 0;
+    return rt_error_set(err,
+                        "--resume: this rank starts at step %lld, rank 0 at step %lld: the ranks do not see the "
+                        "same checkpoints in %s (it must be one directory that every rank shares)",
+                        (long long)t->step, (long long)step0, t->o.ckpt_dir ? t->o.ckpt_dir : "--ckpt-dir");
+}
+
+/* The start: setup, the state, rank 0's part. Any of them may fail on one rank or on several;
+ * after each the ranks agree (agree_start), so every rank stops together, before any collective
+ * could wait for one that has gone. */
 static RunEnd train(Trainer *t, RtError *err) {
-    int rc = setup(t, err);
+    int64_t step0 = 0;
+    int rc = agree_start(t, setup(t, err), NULL, err);
     if (rc == 0)
-        rc = init_state(t, err);
-    if (t->comm && agree_sum(t, rc != 0) > 0)
-        return rc != 0 ? RUN_FAILED
-                       : (RunEnd)rt_error_set(err, "stopping: another rank failed to start (see its "
-                                                   "message)");
+        rc = agree_start(t, init_state(t, err), &step0, err);
+    if (rc == 0)
+        rc = agree_start(t, check_same_start(t, step0, err), NULL, err);
+    int starts = !(t->step >= t->o.steps && t->saved == t->step);
+    if (rc == 0)
+        rc = agree_start(t, start_rank0(t, starts, err), NULL, err);
     if (rc != 0)
         return RUN_FAILED;
-    if (t->step >= t->o.steps && t->saved == t->step) {
+    if (!starts) {
         if (t->rank == 0)
             printf("%s: checkpoint step %lld already reaches --steps %lld; nothing to do\n", t->prog,
                    (long long)t->step, (long long)t->o.steps);
         return RUN_DONE;
     }
-    if (open_metrics(t, err) != 0)
-        return RUN_FAILED;
     print_banner(t);
     mem_sample(t);
     RunEnd end = train_loop(t, err);
@@ -1522,7 +1605,8 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
     RtError err = {{0}};
     default_opts(&t.o, p);
     if (parse_args(&t.o, argc, argv, &err) != 0) {
-        fprintf(stderr, "%s: %s\n", t.prog, err.msg);
+        if (launched_rank() <= 0)
+            fprintf(stderr, "%s: %s\n", t.prog, err.msg);
         return 1;
     }
     if (t.o.help || t.o.config) {
@@ -1558,9 +1642,11 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
         if (t.tty && t.run_steps > 0)
             printf("\n");
         fflush(stdout);
-        if (t.world > 1)
+        if (t.say == SAY_ALL)
+            fprintf(stderr, "%s: every rank: %s\n", t.prog, err.msg);
+        else if (t.world > 1 && t.say == SAY_OWN)
             fprintf(stderr, "%s: rank %d: %s\n", t.prog, t.rank, err.msg);
-        else
+        else if (t.say == SAY_OWN && launched_rank() <= 0)
             fprintf(stderr, "%s: %s\n", t.prog, err.msg);
         if (t.alone && t.world > 1) {
             fflush(stderr);

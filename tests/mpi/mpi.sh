@@ -11,6 +11,11 @@
 #   mismatch  a program for 4 devices on 2 processes, or on 1 started by hand, says how to launch
 #   kill      SIGKILL of one rank ends the job within 30 s; a stopped (hung) rank is named by the
 #             others' watchdog; --resume continues from the last complete checkpoint
+#   setup     a start that fails on rank 0 alone under --resume (the directory locked, a file-size
+#             limit, --metrics in a missing directory): every rank stops within seconds, not at
+#             the watchdog's deadline, and the reason is printed once
+#   hang      SIGSTOP of rank 3, then of rank 1: the watchdog names the stopped rank, not the
+#             healthy one the namer waited for
 set -u
 SRC=$1 TRAINER=$2 DUMP=$3 MPIRUN=$4 CASE=$5
 PY=${TORCH_PYTHON:-/usr/bin/python3}
@@ -150,6 +155,67 @@ kill)
     last=$(ls -d "$d"/step_* | sort | tail -1)
     must run 2,2 4 --steps 200 --ckpt-dir "$d" --resume
     grep -q "resumed from" "$T/log" || fail "$how: no resume"
+  done
+  ;;
+setup)
+  must run 2,2 4 --steps 5 --ckpt-dir "$T/s"
+  # start_fails WHAT REASON CMD...: the job fails within 10 s (the watchdog waits 20), REASON once
+  start_fails() {
+    what=$1 reason=$2
+    shift 2
+    t0=$(date +%s)
+    "$@" > "$T/out" 2> "$T/err"
+    rc=$? t1=$(date +%s)
+    [ $rc -ne 0 ] || fail "$what: the job exited 0"
+    [ $((t1 - t0)) -lt 10 ] || fail "$what: the job took $((t1 - t0)) s to end"
+    [ "$(grep -c "$reason" "$T/err")" -eq 1 ] || { fail "$what: '$reason' not printed once"; cat "$T/err" >&2; }
+    ! grep -q "no answer from rank" "$T/err" || fail "$what: the watchdog ended the job"
+    echo "$what: the job ended in $((t1 - t0)) s (status $rc)"
+  }
+  # another process holds the directory's lock (held by this python, not passed to mpirun)
+  start_fails locked "rank 0: --ckpt-dir: .*locked by another trainer" "$PY" -c '
+import fcntl, subprocess, sys
+f = open(sys.argv[1], "a"); fcntl.flock(f, fcntl.LOCK_EX)
+sys.exit(subprocess.call(sys.argv[2:]))' "$T/s/.lock" env AXLC_FAKE_MESH=2,2 "$MPIRUN" -np 4 --oversubscribe \
+    "$TRAINER" --data "$T/tok.bin" --threads 1 --steps 10 --resume --ckpt-dir "$T/s"
+  # no room for a checkpoint: the file-size limit, as on a full disk (the ranks alone: mpirun
+  # itself needs larger files)
+  start_fails "file-size limit" "rank 0: --ckpt-dir: .*file-size limit" env AXLC_FAKE_MESH=2,2 "$MPIRUN" -np 4 \
+    --oversubscribe sh -c 'ulimit -f 8 && exec "$@"' sh "$TRAINER" --data "$T/tok.bin" --threads 1 --steps 10 \
+    --resume --ckpt-dir "$T/s"
+  # rank 0 opens --metrics after every rank has loaded its checkpoint
+  start_fails metrics "rank 0: --metrics: .*cannot open" run 2,2 4 --steps 10 --resume --ckpt-dir "$T/s" \
+    --metrics "$T/missing/m.jsonl"
+  # the same failure on every rank: printed once, by rank 0
+  start_fails "every rank" "every rank: --eval-data: .*cannot open" run 2,2 4 --steps 10 --resume \
+    --ckpt-dir "$T/s" --eval-data "$T/missing.bin"
+  must run 2,2 4 --steps 10 --resume --ckpt-dir "$T/s"
+  grep -q "resumed from .*step_00000005" "$T/log" || fail "no resume after the failed starts"
+  ;;
+hang)
+  for victim in 3 1; do
+    rm -f "$T/h.jsonl"
+    AXLC_FAKE_MESH=2,2 AXLC_COMM_TIMEOUT=3 "$MPIRUN" -np 4 --oversubscribe "$TRAINER" --data "$T/tok.bin" \
+      --threads 1 --steps 100000000 --log-every 1000 --metrics "$T/h.jsonl" > "$T/out" 2> "$T/err" &
+    mpi=$!
+    trap 'kill -9 $mpi 2>/dev/null; rm -rf "$T"' EXIT
+    i=0
+    while [ "$(cat "$T/h.jsonl" 2>/dev/null | wc -l)" -lt 100 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    pid=
+    for p in $(pgrep -P $mpi); do
+      tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && pid=$p
+    done
+    [ -n "$pid" ] || { fail "rank $victim: no pid"; kill -9 $mpi; continue; }
+    t0=$(date +%s)
+    kill -STOP "$pid"
+    wait $mpi
+    rc=$? t1=$(date +%s)
+    kill -9 "$pid" 2>/dev/null
+    [ $rc -ne 0 ] || fail "STOP of rank $victim: the job exited 0"
+    [ $((t1 - t0)) -lt 20 ] || fail "STOP of rank $victim: the job took $((t1 - t0)) s to end"
+    named=$(grep -o "no answer from rank [0-9, ]* for" "$T/err" | sort -u)
+    [ "$named" = "no answer from rank $victim for" ] || { fail "STOP of rank $victim: named '$named'"; cat "$T/err" >&2; }
+    echo "STOP of rank $victim: the job ended in $((t1 - t0)) s; $(grep -m1 "no answer" "$T/err")"
   done
   ;;
 *) fail "unknown case $CASE" ;;

@@ -680,7 +680,7 @@ static void test_signal_saves(void) {
 
 /* A save that fails mid-run is reported and training goes on; the next save succeeds. Here a
  * stray file takes the name of step 10's directory. When the final save fails, the run fails
- * and names the last good checkpoint. */
+ * and names the last good checkpoint, and nothing promises a save after the last step. */
 static void test_failed_save_goes_on(void) {
   char dir[PATH_CAP], p[PATH_CAP];
   scratch(dir, "savefail");
@@ -693,9 +693,22 @@ static void test_failed_save_goes_on(void) {
   CHECK_HAS(r.err, "step 10: checkpoint not saved: ");
   CHECK_HAS(r.err, "training goes on and saves again at step 15; the last good checkpoint is ");
   CHECK_HAS(r.err, "could not save the checkpoint of step 20: ");
+  CHECK_HAS(r.err, "; the run ends without it; the last good checkpoint is ");
   CHECK_HAS(r.err, "step_00000015 (step 15); --resume continues from it");
+  CHECK_INT(strstr(r.err, "step 20: checkpoint not saved") == NULL, 1);
+  CHECK_INT(strstr(r.err, "saves again at step 25") == NULL, 1);
   CHECK_INT(rt_test_exists(step_file(p, dir, 15, "index.json")), 1);
   CHECK_INT(rt_test_exists(step_file(p, dir, 5, "index.json")), 1);
+  run_free(&r);
+  /* the next save is the last step's, 2 steps on */
+  scratch(dir, "savefail-last");
+  CHECK_INT(mkdir(dir, 0777), 0);
+  rt_test_write(step_file(p, dir, 10, NULL), "x", 1);
+  r = run((const char *[]){"--data", train_file(), "--steps", "12", "--ckpt-every", "5", "--keep",
+                           "0", "--ckpt-dir", dir, NULL});
+  CHECK_RUN(r, 0);
+  CHECK_HAS(r.err, "training goes on and saves again at step 12, the last; ");
+  CHECK_INT(rt_test_exists(step_file(p, dir, 12, "index.json")), 1);
   run_free(&r);
 }
 
