@@ -151,6 +151,14 @@ const BackendEmit *backend_emit_find(const Backend *b, const char *name);
 int backend_spawn(char *const *argv);
 /* backend_spawn, with the tool's stderr passed on and its last cap - 1 bytes kept in log. */
 int backend_spawn_log(char *const *argv, char *log, size_t cap);
+/* Runs argv (mpirun) as a job and waits, as backend_spawn. The job has a process group of its
+ * own, so the terminal's signals reach this process alone, and stdin from /dev/null. The first
+ * SIGINT, SIGTERM or SIGHUP this process receives meanwhile goes to the processes running the
+ * executable `workers` (the ranks; SIGHUP as SIGTERM), which stop after their step and save; to
+ * the job (SIGTERM) when none runs yet; a later one ends them and the job at once. SIGTSTP
+ * stops the job with this process. The job gets SIGTERM if this process dies (Linux). The
+ * first signal is stored in *signalled (0: none). */
+int backend_spawn_job(char *const *argv, const char *workers, int *signalled);
 
 /* ======================================================================== link.c */
 

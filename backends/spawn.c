@@ -1,11 +1,25 @@
-/* spawn.c: running a tool (the C compiler that links trainers, mpirun) and waiting for it. */
+/* spawn.c: running a tool (the C compiler that links trainers, mpirun) and waiting for it.
+ *
+ * A tool that runs for long (mpirun and its ranks) is started as a job: in a process group of
+ * its own, so that a Ctrl-C on the terminal reaches this process alone and not mpirun, which
+ * would kill its ranks within a second instead of letting them save. This process passes the
+ * signal on to the ranks itself and waits for the job, and the job is ended if this process
+ * dies (Linux: PR_SET_PDEATHSIG), so no rank trains on without its launcher. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "backends/backend.h"
 
@@ -65,4 +79,105 @@ int backend_spawn_log(char *const *argv, char *log, size_t cap) {
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* ===== jobs: mpirun, and the signals this process receives meanwhile ================== */
+
+/* Sends sig to every process running the executable `exe` (resolved path); returns how many
+ * there were. Linux only (/proc); elsewhere none are found. */
+static int signal_workers(const char *exe, int sig) {
+  int n = 0;
+  DIR *d = exe ? opendir("/proc") : NULL;
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+    char link[300], target[PATH_MAX];
+    if (strspn(e->d_name, "0123456789") != strlen(e->d_name)) continue;
+    snprintf(link, sizeof link, "/proc/%s/exe", e->d_name);
+    ssize_t len = readlink(link, target, sizeof target - 1);
+    if (len <= 0) continue;
+    target[len] = 0;
+    if (strcmp(target, exe) == 0 && kill((pid_t)atol(e->d_name), sig) == 0) n++;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* In the child, before exec: its own process group, stdin from /dev/null (a background
+ * process group that reads the terminal would be stopped), and SIGTERM when the parent dies. */
+static void job_child(char *const *argv, const sigset_t *mask, pid_t parent) {
+  setpgid(0, 0);
+  int null = open("/dev/null", O_RDONLY);
+  if (null >= 0 && null != STDIN_FILENO) {
+    dup2(null, STDIN_FILENO);
+    close(null);
+  }
+#ifdef __linux__
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) _exit(127); /* the parent died before prctl */
+#else
+  (void)parent;
+#endif
+  sigprocmask(SIG_SETMASK, mask, NULL);
+  execvp(argv[0], argv);
+  _exit(127);
+}
+
+/* What a signal to this process does to the job: see backend.h. */
+static void job_signal(pid_t pid, const char *exe, int sig, int *first) {
+  if (sig == SIGTSTP) { /* stop the job with this process, and continue it with it */
+    signal_workers(exe, SIGSTOP);
+    kill(pid, SIGSTOP);
+    raise(SIGSTOP);
+    kill(pid, SIGCONT);
+    signal_workers(exe, SIGCONT);
+    return;
+  }
+  if (*first == 0) {
+    *first = sig;
+    /* SIGINT and SIGTERM as they came (the ranks say which); SIGHUP, which the ranks do not
+     * catch, as SIGTERM */
+    if (signal_workers(exe, sig == SIGHUP ? SIGTERM : sig) > 0) return;
+  } else {
+    signal_workers(exe, SIGTERM); /* again: the ranks quit at once (their handler is reset) */
+  }
+  kill(pid, SIGTERM);
+}
+
+int backend_spawn_job(char *const *argv, const char *workers, int *signalled) {
+  char exe[PATH_MAX];
+  const char *real = workers && realpath(workers, exe) ? exe : NULL;
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGTSTP);
+  sigaddset(&set, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &set, &old);
+  *signalled = 0;
+  pid_t parent = getpid(), pid = fork();
+  if (pid == 0) job_child(argv, &old, parent);
+  int status = 0, rc = -1;
+  if (pid > 0) {
+    setpgid(pid, pid); /* as the child does: whichever runs first */
+    for (;;) {
+      pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid) {
+        rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (done < 0 && errno != EINTR) break;
+      /* Signals stay blocked and are taken here, one at a time: none is lost between two
+       * waits. Those ignored when this began (a background job of a script) never arrive. */
+      struct timespec tick = {1, 0};
+      int sig = sigtimedwait(&set, NULL, &tick);
+      if (sig > 0 && sig != SIGCHLD) job_signal(pid, real, sig, signalled);
+    }
+  }
+  /* What came after the last wait is counted, not left pending to kill this process when the
+   * mask is restored, before the caller removes its temporaries. */
+  struct timespec now = {0, 0};
+  for (int sig; (sig = sigtimedwait(&set, NULL, &now)) > 0;)
+    if (sig != SIGCHLD && sig != SIGTSTP && *signalled == 0) *signalled = sig;
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  return rc;
 }

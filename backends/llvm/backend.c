@@ -209,7 +209,7 @@ static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c,
   long long n = (long long)ir_mesh_devices(&j->graph->mesh);
   const char *tmp = getenv("TMPDIR");
   char *base = backend_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-run-XXXXXX");
-  int rc = 1;
+  int rc = 1, signalled = 0;
   if (!mkdtemp(base)) {
     backend_error(&j->diag, base, NULL, "cannot create a temporary directory for the trainer");
   } else {
@@ -227,7 +227,7 @@ static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c,
       for (int i = 1; i < argc; i++) args[k++] = argv[i];
       fflush(stdout);
       fflush(stderr);
-      rc = backend_spawn(args);
+      rc = backend_spawn_job(args, exe, &signalled);
       if (rc < 0) {
         backend_error(&j->diag, mpirun, NULL, "could not start it");
         rc = 1;
@@ -239,7 +239,7 @@ static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c,
     free(exe);
   }
   free(base);
-  return rc;
+  return signalled ? 128 + signalled : rc; /* the ranks have saved and said where */
 }
 
 /* The JIT: compiles in memory and hands the program to the runtime's trainer main. A program

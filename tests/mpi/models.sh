@@ -5,6 +5,9 @@
 #   ref_MODEL          the one-process trainer, 10 steps: reference losses and parameters
 #   MODEL_MESH         the same 10 steps on MESH: losses and final parameters within 1e-4
 #   run                axlc run --target cpu-2 starts mpirun itself; without mpirun, says how
+#   signal             SIGTERM to axlc run alone: its ranks save and stop, mpirun ends, its
+#                      temporary directory goes, status 143, the lock is free; SIGKILL to axlc
+#                      run: the job ends within seconds all the same
 #   resume             tiny-lm: a data=2 x model=2 checkpoint of step 5 resumes under fsdp=4
 #                      and under one process on the same curve (1e-4), and under data=2 x
 #                      model=2 bit for bit (metrics and checkpoint files)
@@ -113,6 +116,46 @@ run)
   PATH=/nonexistent "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
     --data "$DATA" > "$T/out" 2> "$T/err"
   [ $? -eq 1 ] && grep -q "mpirun was not found.*mpirun -np 2" "$T/err" || { fail "no mpirun: no advice"; cat "$T/err" >&2; }
+  ;;
+signal)
+  mkdir -p "$T/tmp"
+  # axlc run in the background (one compile, then training for good); waits for its first step
+  start() {
+    rm -f "$T/out" "$T/err" # the job's redirections may come after the first look below
+    TMPDIR="$T/tmp" "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+      --set /input/seq_len=16 --data "$DATA" --steps 100000000 --threads 1 --ckpt-dir "$T/ck" "$@" \
+      > "$T/out" 2> "$T/err" &
+    axlc=$!
+    trap 'kill -9 $axlc 2>/dev/null; pkill -9 -f "$T/tmp/axlc-run" 2>/dev/null; rm -rf "$T"' EXIT
+    i=0
+    until grep -q "step [0-9]" "$T/out" || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+    [ $i -lt 600 ] || fail "$*: no step in 60 s"
+  }
+  # gone WHAT: no process of the job is left within 10 s of the signal
+  gone() {
+    i=0
+    while pgrep -f "$T/tmp/axlc-run" > /dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    ! pgrep -af "$T/tmp/axlc-run" >&2 || fail "$1: mpirun or a rank still runs 10 s on"
+    echo "$1: the job ended in $((i / 10)).$((i % 10)) s"
+  }
+  start
+  kill -TERM $axlc
+  wait $axlc
+  rc=$?
+  [ $rc -eq 143 ] || fail "SIGTERM: axlc run exited $rc, expected 143"
+  gone SIGTERM
+  grep -q "SIGTERM: stopped after step [0-9]*; checkpoint .*step_" "$T/err" || { fail "SIGTERM: no checkpoint"; cat "$T/err" >&2; }
+  [ -z "$(ls "$T/tmp")" ] || fail "SIGTERM: left $(ls "$T/tmp")"
+  # SIGKILL: nothing can remove the temporary directory, but the job must not train on
+  start --resume
+  grep -q "resumed from" "$T/out" || { fail "no resume after SIGTERM (is the lock free?)"; cat "$T/out" "$T/err" >&2; }
+  kill -KILL $axlc
+  wait $axlc
+  gone SIGKILL
+  rm -rf "$T/tmp"/axlc-run-*
+  must "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+    --set /input/seq_len=16 --data "$DATA" --steps 1 --threads 1 --ckpt-dir "$T/ck" --resume
+  grep -q "already reaches --steps" "$T/log" || fail "after SIGKILL: the checkpoint directory is not usable"
   ;;
 resume)
   reference tiny_lm
