@@ -446,6 +446,7 @@ typedef struct Trainer {
     int alone;     /* failed where the other ranks may not have: the job must be ended */
     int resumed;   /* the step came from a checkpoint */
     int say;       /* how a failed start is printed: SAY_OWN, SAY_NOTHING or SAY_ALL (agree_start) */
+    int stopped;   /* the signal all ranks agreed to stop on (agree_stop), or 0 */
     double run_ms; /* time in steps this run, for the ETA */
     int64_t run_steps;
     int64_t heap_base; /* heap bytes in use when the trainer began (axlc run's compiler heap) */
@@ -1398,7 +1399,7 @@ static void signals_restore(const Signals *old) {
 
 /* After a signal: save where the run stands, and say how to go on. */
 static RunEnd stop_run(Trainer *t, RtError *err) {
-    const char *name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+    const char *name = t->stopped == SIGINT ? "SIGINT" : "SIGTERM";
     RunEnd end = (RunEnd)ckpt_save_final(t, err);
     if (end != RUN_DONE)
         return end;
@@ -1415,24 +1416,24 @@ static RunEnd stop_run(Trainer *t, RtError *err) {
 }
 
 /* A signal may reach some ranks and not others (or at another step): all stop together, after
- * the same step, or none does. */
+ * the same step, or none does. The verdict goes to t->stopped, and only it is read afterwards:
+ * a signal that arrives on this rank after the sum waits for the next one, instead of stopping
+ * this rank while the others go on to the next step. */
 static void agree_stop(Trainer *t) {
-    if (t->world == 1)
-        return;
-    int64_t v[2] = {stop_signal != 0, stop_signal == SIGINT};
+    int sig = stop_signal;
+    int64_t v[2] = {sig != 0, sig == SIGINT};
     RtError why;
-    if (rt_comm_sum_i64(t->comm, v, 2, &why) != 0) {
+    if (t->world > 1 && rt_comm_sum_i64(t->comm, v, 2, &why) != 0) {
         warn(t, "%s", why.msg);
         rt_comm_abort(t->comm, 1);
     }
-    if (v[0] > 0)
-        stop_signal = v[1] > 0 ? SIGINT : SIGTERM;
+    t->stopped = v[0] == 0 ? 0 : v[1] > 0 ? SIGINT : SIGTERM;
 }
 
 static RunEnd train_loop(Trainer *t, RtError *err) {
     for (;;) {
         agree_stop(t);
-        if (t->step >= t->o.steps || stop_signal)
+        if (t->step >= t->o.steps || t->stopped)
             break;
         RunEnd end = train_one(t, err);
         if (end != RUN_DONE)
@@ -1440,7 +1441,7 @@ static RunEnd train_loop(Trainer *t, RtError *err) {
     }
     if (t->tty && t->run_steps > 0)
         printf("\n");
-    if (stop_signal)
+    if (t->stopped)
         return stop_run(t, err);
     RunEnd end = (RunEnd)ckpt_save_final(t, err);
     if (end != RUN_DONE)
@@ -1653,7 +1654,7 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
             rt_comm_abort(t.comm, 1); /* the others would wait for this rank at the next collective */
         }
     }
-    int status = end == RUN_DONE ? 0 : end == RUN_STOPPED ? 128 + stop_signal : 1;
+    int status = end == RUN_DONE ? 0 : end == RUN_STOPPED ? 128 + t.stopped : 1;
     trainer_free(&t);
     rt_comm_free(t.comm);
     signals_restore(&old);
