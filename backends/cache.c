@@ -80,23 +80,18 @@ static bool is_temporary(const char *name) {
   return affixed(name, ".", ".tmp") || affixed(name, "ocl-", ".bin.tmp");
 }
 
-static int add_file(CacheScan *s, const char *name, const struct stat *st) {
+static void add_file(CacheScan *s, const char *name, const struct stat *st) {
   if (s->n == s->cap) {
-    size_t cap = s->cap ? 2 * s->cap : 256;
-    CacheFile *f = realloc(s->files, cap * sizeof *f);
-    if (!f) return -1;
-    s->files = f;
-    s->cap = cap;
+    s->cap = s->cap ? 2 * s->cap : 256;
+    s->files = ir_xrealloc(s->files, s->cap * sizeof *s->files);
   }
   CacheFile *f = &s->files[s->n];
-  f->name = strdup(name);
-  if (!f->name) return -1;
+  f->name = ir_xstrdup(name);
   f->size = (int64_t)st->st_size;
   f->used = st->st_mtim;
   f->gone = false;
   s->n++;
   s->bytes += f->size;
-  return 0;
 }
 
 /* Reads the directory's entries into s. A directory that does not exist holds none. With
@@ -119,10 +114,7 @@ static int scan(CacheScan *s, bool sweep, int64_t *temps) {
       continue;
     }
     if (!S_ISREG(st.st_mode)) continue;
-    if (entry && add_file(s, e->d_name, &st)) {
-      scan_error(s, e->d_name, "cannot list", ENOMEM);
-      return -1;
-    }
+    if (entry) add_file(s, e->d_name, &st);
     if (temp && st.st_mtime < stale) {
       if (unlinkat(dirfd(s->d), e->d_name, 0) == 0)
         ++*temps;

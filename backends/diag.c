@@ -31,11 +31,7 @@ int backend_error(const BackendDiag *d, const char *file, const char *path, cons
 
 char *backend_join(const char *a, const char *sep, const char *b) {
   size_t na = strlen(a), ns = strlen(sep), nb = strlen(b);
-  char *s = malloc(na + ns + nb + 1);
-  if (!s) {
-    fprintf(stderr, "axlc: out of memory\n");
-    abort();
-  }
+  char *s = ir_xmalloc(na + ns + nb + 1);
   memcpy(s, a, na);
   memcpy(s + na, sep, ns);
   memcpy(s + na + ns, b, nb + 1);

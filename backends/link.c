@@ -103,13 +103,9 @@ int backend_link_trainer(const BackendLink *l, const BackendOptions *o, const Ba
   char *include = runtime_path(o, "../include", AXLC_RUNTIME_INCLUDE);
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
-  char *mpi = strdup(AXLC_TRAINER_MPI_LIBS);
+  char *mpi = ir_xstrdup(AXLC_TRAINER_MPI_LIBS);
   size_t cap = (size_t)l->nobjects + strlen(AXLC_TRAINER_MPI_LIBS) + 32;
-  char **argv = calloc(cap, sizeof *argv);
-  if (!argv || !mpi) {
-    fprintf(stderr, "axlc: out of memory\n");
-    abort();
-  }
+  char **argv = ir_xcalloc(cap, sizeof *argv);
   size_t n = 0;
   argv[n++] = (char *)cc;
   /* AXLC_TRAINER_FUSE_LD: -fuse-ld=lld where CMake found that the compiler can use it */

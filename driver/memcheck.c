@@ -151,7 +151,7 @@ static double value_flops(const IrGraph *g, const IrValue *v, double *matmul) {
 static void phases(const IrGraph *g, uint8_t *phase) {
   int32_t n = g->nvalues;
   for (int32_t v = 0; v < n; v++) phase[v] = 2;
-  uint8_t *mark = calloc((size_t)n + 1, 1);
+  uint8_t *mark = ir_xcalloc((size_t)n + 1, 1);
   for (int pass = 0; pass < 2; pass++) {
     memset(mark, 0, (size_t)n + 1);
     for (int32_t k = 0; k < g->noutputs; k++) {
@@ -198,15 +198,10 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
   r->mesh = j->build.mesh;
   IrGraph *g = j->graph;
   int32_t n = g->nvalues;
-  bool *mat = malloc(((size_t)n + 1) * sizeof *mat);
-  bool *grad_out = calloc((size_t)n + 1, sizeof *grad_out);
-  r->phase = malloc((size_t)n + 1);
-  r->timeline = calloc((size_t)n + 1, sizeof *r->timeline);
-  if (!mat || !grad_out || !r->phase || !r->timeline) {
-    free(mat);
-    free(grad_out);
-    return fe_error(&j->diag, j->file, NULL, "out of memory");
-  }
+  bool *mat = ir_xmalloc(((size_t)n + 1) * sizeof *mat);
+  bool *grad_out = ir_xcalloc((size_t)n + 1, sizeof *grad_out);
+  r->phase = ir_xmalloc((size_t)n + 1);
+  r->timeline = ir_xcalloc((size_t)n + 1, sizeof *r->timeline);
   /* the fusion plan of the backend that would compile it; without one, nothing fused. The graph
    * keeps its fused attention ops even where that backend lacks them (drv_backend_job expands
    * them later): the report is for accelerators with a fused attention kernel, which never
@@ -233,7 +228,7 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
   r->fixed = p.fixed_bytes;
   r->slab = p.slab_bytes;
   /* live temporaries after each value: +bytes at its definition, -bytes after its last read */
-  int64_t *delta = calloc((size_t)n + 2, sizeof *delta);
+  int64_t *delta = ir_xcalloc((size_t)n + 2, sizeof *delta);
   for (int32_t v = 0; v < n; v++) {
     const IrValue *x = &g->values[v];
     if (is_leaf(x) || !p.bytes[v] || p.offset[v] < p.fixed_bytes)
@@ -251,8 +246,8 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
   free(delta);
   r->temp_peak = n ? r->timeline[r->peak_at] : 0;
   /* what is live at the peak */
-  r->items = calloc((size_t)n + 1, sizeof *r->items);
-  for (int32_t v = 0; v < n && r->items; v++) {
+  r->items = ir_xcalloc((size_t)n + 1, sizeof *r->items);
+  for (int32_t v = 0; v < n; v++) {
     const IrValue *x = &g->values[v];
     if (is_leaf(x) || !p.bytes[v] || p.offset[v] < p.fixed_bytes) continue;
     if (v > r->peak_at || (p.last[v] > v ? p.last[v] : v) < r->peak_at) continue;
@@ -313,8 +308,7 @@ bool drv_memreport_fits(const DrvMemReport *r, const DrvDevice *dev) {
 /* Lowers `file` with opt and one more --set option and returns its peak plus code, or -1. */
 static int64_t peak_with(const char *file, const FeOptions *opt, const char *extra) {
   FeOptions o = *opt;
-  const char **sets = malloc(((size_t)opt->nsets + 1) * sizeof *sets);
-  if (!sets) return -1;
+  const char **sets = ir_xmalloc(((size_t)opt->nsets + 1) * sizeof *sets);
   for (int i = 0; i < opt->nsets; i++) sets[i] = opt->sets[i];
   sets[opt->nsets] = extra;
   o.sets = sets;

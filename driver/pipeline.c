@@ -129,10 +129,8 @@ static RtInit param_init(const FeParam *p) {
 static int backend_program(DrvJob *j, BackendProgram *p) {
   free(j->backend_params);
   free(j->config_text);
-  j->backend_params = calloc((size_t)j->build.nparams + 1, sizeof *j->backend_params);
+  j->backend_params = ir_xcalloc((size_t)j->build.nparams + 1, sizeof *j->backend_params);
   j->config_text = fe_json_canonical(j->cfg);
-  if (!j->backend_params || !j->config_text)
-    return fe_error(&j->diag, j->file, NULL, "out of memory");
   for (int i = 0; i < j->build.nparams; i++) {
     const FeParam *fp = &j->build.params[i];
     j->backend_params[i] = (BackendParam){
@@ -234,8 +232,7 @@ static void spec_axes(const IrMesh *m, const char *spec, uint8_t *axes) {
 /* The shard pass's leaves: every parameter by its partition spec, and the batch (dim 0 of ids
  * and targets) over the axes that split it. */
 static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n) {
-  PassShardLeaf *l = calloc((size_t)j->build.nparams + 2, sizeof *l);
-  if (!l) return NULL;
+  PassShardLeaf *l = ir_xcalloc((size_t)j->build.nparams + 2, sizeof *l);
   for (int i = 0; i < j->build.nparams; i++) {
     const FeParam *p = &j->build.params[i];
     l[i].name = p->path;
@@ -256,46 +253,41 @@ typedef struct RematScopes {
   PassRematScope *s; /* (n) paths and save arrays malloc'd; the strings are the config's */
 } RematScopes;
 
-static int remat_scope_add(RematScopes *r, const char *path, json_object *pol) {
+static void remat_scope_add(RematScopes *r, const char *path, json_object *pol) {
   if (r->n == r->cap) {
     r->cap = r->cap ? 2 * r->cap : 8;
-    PassRematScope *s = realloc(r->s, (size_t)r->cap * sizeof *s);
-    if (!s) return -1;
-    r->s = s;
+    r->s = ir_xrealloc(r->s, (size_t)r->cap * sizeof *r->s);
   }
   PassRematScope *sc = &r->s[r->n];
   memset(sc, 0, sizeof *sc);
-  if (!(sc->path = strdup(path))) return -1;
+  sc->path = ir_xstrdup(path);
   r->n++;
   if (json_object_get_type(pol) == json_type_string) {
     sc->preset = json_object_get_string(pol);
-    return 0;
+    return;
   }
   json_object *save = json_object_object_get(pol, "save"),
               *off = json_object_object_get(pol, "offload");
   sc->noffload = off ? (int32_t)json_object_array_length(off) : 0;
   sc->nsave = save ? (int32_t)json_object_array_length(save) : 0;
-  if (!sc->nsave) return 0;
-  const char **sv = malloc((size_t)sc->nsave * sizeof *sv);
-  if (!sv) return -1;
+  if (!sc->nsave) return;
+  const char **sv = ir_xmalloc((size_t)sc->nsave * sizeof *sv);
   for (int32_t i = 0; i < sc->nsave; i++)
     sv[i] = json_object_get_string(json_object_array_get_idx(save, (size_t)i));
   sc->save = sv;
-  return 0;
 }
 
 /* Walks the canonical config; a module's path is its JSON path ("/model/decoder"), which is
  * the origin the composer gives the values it emits. */
-static int remat_scopes_walk(RematScopes *r, json_object *o, const char *path) {
-  if (json_object_get_type(o) != json_type_object) return 0;
+static void remat_scopes_walk(RematScopes *r, json_object *o, const char *path) {
+  if (json_object_get_type(o) != json_type_object) return;
   json_object *pol = json_object_object_get(o, "remat_policy");
-  if (pol && remat_scope_add(r, *path ? path : "/", pol)) return -1;
+  if (pol) remat_scope_add(r, *path ? path : "/", pol);
   json_object_object_foreach(o, k, v) {
     char p[512];
     fe_path_join(p, sizeof p, path, k);
-    if (remat_scopes_walk(r, v, p)) return -1;
+    remat_scopes_walk(r, v, p);
   }
-  return 0;
 }
 
 static void remat_scopes_free(RematScopes *r) {
@@ -350,8 +342,8 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   }
   j->graph = fe_compose(&j->diag, j->file, j->cfg, &j->build);
   if (!j->graph) return -1;
-  const char **names = malloc(((size_t)j->build.nparams + 1) * sizeof *names);
-  double *scales = malloc(((size_t)j->build.nparams + 1) * sizeof *scales);
+  const char **names = ir_xmalloc(((size_t)j->build.nparams + 1) * sizeof *names);
+  double *scales = ir_xmalloc(((size_t)j->build.nparams + 1) * sizeof *scales);
   PassLearner learner;
   learner_options(j, &learner, names, scales);
   PassOptions po = {0};
@@ -359,13 +351,11 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   PassShard shard = {0};
   PassShardLeaf *leaves = NULL;
   int rc = shard_mesh(j, &shard.mesh);
-  if (rc == 0 && !(leaves = shard_leaves(j, &shard.mesh, &shard.nleaves)))
-    rc = fe_error(&j->diag, j->file, NULL, "out of memory");
+  if (rc == 0) leaves = shard_leaves(j, &shard.mesh, &shard.nleaves);
   shard.leaves = leaves;
   po.shard = &shard;
   RematScopes scopes = {0};
-  if (rc == 0 && remat_scopes_walk(&scopes, j->cfg, ""))
-    rc = fe_error(&j->diag, j->file, NULL, "out of memory");
+  if (rc == 0) remat_scopes_walk(&scopes, j->cfg, "");
   PassRemat remat = {scopes.n, scopes.s};
   po.remat = &remat;
   for (int i = 0; i <= last && rc == 0; i++) {

@@ -125,13 +125,9 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
                         bool forward) {
   if (fe_step_check(b, d)) return NULL; /* a config error, before any graph */
   IrGraph *g = ir_graph_new();
-  if (!g) {
-    fe_error(d, file, NULL, "out of memory");
-    return NULL;
-  }
   FeEmit e = {g,
               b,
-              malloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
+              ir_xmalloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
               forward ? 1 : fe_get_int(fe_get_child(cfg, "input"), "global_batch_size"),
               fe_get_int(fe_get_child(cfg, "input"), "seq_len"),
               IR_NONE,

@@ -11,15 +11,6 @@
 
 #include "frontend/frontend.h"
 
-static void *xrealloc(void *p, size_t n) {
-  void *q = realloc(p, n);
-  if (!q) {
-    fprintf(stderr, "axlc: out of memory\n");
-    abort();
-  }
-  return q;
-}
-
 void fe_diag_init(FeDiag *d) { memset(d, 0, sizeof *d); }
 
 void fe_diag_free(FeDiag *d) {
@@ -36,7 +27,7 @@ char *fe_vasprintf(const char *fmt, va_list ap) {
   va_list again;
   va_copy(again, ap);
   int n = vsnprintf(NULL, 0, fmt, ap);
-  char *s = xrealloc(NULL, n > 0 ? (size_t)n + 1 : 1);
+  char *s = ir_xrealloc(NULL, n > 0 ? (size_t)n + 1 : 1);
   vsnprintf(s, n > 0 ? (size_t)n + 1 : 1, fmt, again);
   va_end(again);
   return s;
@@ -61,7 +52,7 @@ int fe_error(FeDiag *d, const char *file, const char *path, const char *fmt, ...
   free(body);
   if (d->n == d->cap) {
     d->cap = d->cap ? 2 * d->cap : 8;
-    d->msgs = xrealloc(d->msgs, (size_t)d->cap * sizeof *d->msgs);
+    d->msgs = ir_xrealloc(d->msgs, (size_t)d->cap * sizeof *d->msgs);
   }
   d->msgs[d->n++] = msg;
   return -1;
@@ -76,9 +67,9 @@ const char *fe_intern(FeDiag *d, const char *s) {
     if (strcmp(d->pool[i], s) == 0) return d->pool[i];
   if (d->npool == d->cappool) {
     d->cappool = d->cappool ? 2 * d->cappool : 8;
-    d->pool = xrealloc(d->pool, (size_t)d->cappool * sizeof *d->pool);
+    d->pool = ir_xrealloc(d->pool, (size_t)d->cappool * sizeof *d->pool);
   }
-  d->pool[d->npool] = strdup(s);
+  d->pool[d->npool] = ir_xstrdup(s);
   return d->pool[d->npool++];
 }
 

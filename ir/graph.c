@@ -32,8 +32,7 @@ void *ir_graph_alloc(IrGraph *g, size_t size) {
   ArenaBlock *b = g->arena->head;
   if (!b || b->cap - b->used < size) {
     size_t cap = size > ARENA_BLOCK ? size : ARENA_BLOCK;
-    b = malloc(sizeof *b + cap);
-    if (!b) return NULL;
+    b = ir_xmalloc(sizeof *b + cap);
     b->next = g->arena->head;
     b->used = 0;
     b->cap = cap;
@@ -54,22 +53,14 @@ const char *ir_graph_intern(IrGraph *g, const char *s) {
     if (strcmp(g->values[i].tag, s) == 0) return g->values[i].tag;
   }
   size_t n = strlen(s) + 1;
-  char *p = ir_graph_alloc(g, n);
-  if (!p) return NULL;
-  memcpy(p, s, n);
-  return p;
+  return memcpy(ir_graph_alloc(g, n), s, n);
 }
 
 /* ---- graph lifetime and errors ---- */
 
 IrGraph *ir_graph_new(void) {
-  IrGraph *g = calloc(1, sizeof *g);
-  if (!g) return NULL;
-  g->arena = calloc(1, sizeof *g->arena);
-  if (!g->arena) {
-    free(g);
-    return NULL;
-  }
+  IrGraph *g = ir_xcalloc(1, sizeof *g);
+  g->arena = ir_xcalloc(1, sizeof *g->arena);
   g->origin = "";
   g->tag = "";
   return g;
@@ -102,26 +93,18 @@ int ir_graph_fail(IrGraph *g, const char *fmt, ...) {
   return IR_ERR;
 }
 
-void ir_graph_set_origin(IrGraph *g, const char *path) {
-  const char *s = ir_graph_intern(g, path);
-  g->origin = s ? s : "";
-}
+void ir_graph_set_origin(IrGraph *g, const char *path) { g->origin = ir_graph_intern(g, path); }
 
-void ir_graph_set_tag(IrGraph *g, const char *tag) {
-  const char *s = ir_graph_intern(g, tag);
-  g->tag = s ? s : "";
-}
+void ir_graph_set_tag(IrGraph *g, const char *tag) { g->tag = ir_graph_intern(g, tag); }
 
 void ir_value_set_tag(IrGraph *g, int32_t v, const char *tag) {
   if (v < 0 || v >= g->nvalues) return;
-  const char *s = ir_graph_intern(g, tag);
-  g->values[v].tag = s ? s : "";
+  g->values[v].tag = ir_graph_intern(g, tag);
 }
 
 void ir_value_set_origin(IrGraph *g, int32_t v, const char *path) {
   if (v < 0 || v >= g->nvalues) return;
-  const char *s = ir_graph_intern(g, path);
-  g->values[v].origin = s ? s : "";
+  g->values[v].origin = ir_graph_intern(g, path);
 }
 
 int ir_graph_set_mesh(IrGraph *g, const IrMesh *mesh) {
@@ -139,18 +122,15 @@ int ir_graph_set_mesh(IrGraph *g, const IrMesh *mesh) {
 
 /* ---- appending values ---- */
 
-int ir_graph_reserve(IrGraph *g, int32_t n) {
-  if (n <= g->cap) return IR_OK;
-  IrValue *p = realloc(g->values, (size_t)n * sizeof *p);
-  if (!p) return ir_graph_fail(g, "out of memory");
-  g->values = p;
+void ir_graph_reserve(IrGraph *g, int32_t n) {
+  if (n <= g->cap) return;
+  g->values = ir_xrealloc(g->values, (size_t)n * sizeof *g->values);
   g->cap = n;
-  return IR_OK;
 }
 
-static int graph_reserve(IrGraph *g) {
-  if (g->nvalues < g->cap) return IR_OK;
-  return ir_graph_reserve(g, g->cap ? g->cap * 2 : 64);
+static void graph_reserve(IrGraph *g) {
+  if (g->nvalues < g->cap) return;
+  ir_graph_reserve(g, g->cap ? g->cap * 2 : 64);
 }
 
 static int value_check_operands(IrGraph *g, const IrValue *v) {
@@ -174,13 +154,10 @@ static int value_copy_in(IrGraph *g, IrValue *dst, const IrValue *proto) {
   dst->name = ir_graph_intern(g, proto->name);
   dst->origin = proto->origin ? ir_graph_intern(g, proto->origin) : g->origin;
   dst->tag = proto->tag ? ir_graph_intern(g, proto->tag) : g->tag;
-  if (!ops || !dst->name || !dst->origin || !dst->tag) return ir_graph_fail(g, "out of memory");
   if (proto->nops) memcpy(ops, proto->ops, (size_t)proto->nops * sizeof *ops);
   dst->ops = ops;
-  for (int32_t i = 0; i < proto->attr.nmesh; i++) {
+  for (int32_t i = 0; i < proto->attr.nmesh; i++)
     dst->attr.mesh[i] = ir_graph_intern(g, proto->attr.mesh[i]);
-    if (!dst->attr.mesh[i]) return ir_graph_fail(g, "out of memory");
-  }
   if (proto->attr.data) {
     IrShape sh = proto->shape;
     bool ok = sh.rank >= 0 && sh.rank <= IR_MAX_RANK;
@@ -193,14 +170,13 @@ static int value_copy_in(IrGraph *g, IrValue *dst, const IrValue *proto) {
     if (!ok) return ir_graph_fail(g, "%%%d (constant): bad shape for data", g->nvalues);
     size_t n = (size_t)ir_shape_numel(&proto->shape) * sizeof(double);
     double *d = ir_graph_alloc(g, n ? n : 1);
-    if (!d) return ir_graph_fail(g, "out of memory");
     memcpy(d, proto->attr.data, n);
     dst->attr.data = d;
   }
   return IR_OK;
 }
 
-static int leaf_index_add(IrGraph *g, int32_t v);
+static void leaf_index_add(IrGraph *g, int32_t v);
 
 int32_t ir_graph_add(IrGraph *g, const IrValue *proto) {
   for (int32_t i = 0; i < proto->nops; i++)
@@ -209,7 +185,8 @@ int32_t ir_graph_add(IrGraph *g, const IrValue *proto) {
     ir_graph_fail(g, "%%%d: unknown op %d", g->nvalues, (int)proto->op);
     return IR_NONE;
   }
-  if (value_check_operands(g, proto) || graph_reserve(g)) return IR_NONE;
+  if (value_check_operands(g, proto)) return IR_NONE;
+  graph_reserve(g);
   IrValue v;
   if (value_copy_in(g, &v, proto)) return IR_NONE;
   char msg[IR_ERR_LEN];
@@ -219,8 +196,7 @@ int32_t ir_graph_add(IrGraph *g, const IrValue *proto) {
     return IR_NONE;
   }
   g->values[g->nvalues] = v;
-  if ((v.op == IR_PARAMETER || v.op == IR_INPUT) && leaf_index_add(g, g->nvalues) != IR_OK)
-    return IR_NONE;
+  if (v.op == IR_PARAMETER || v.op == IR_INPUT) leaf_index_add(g, g->nvalues);
   return g->nvalues++;
 }
 
@@ -244,26 +220,21 @@ static int32_t *out_slot(const IrGraph *g, const char *name) {
 }
 
 /* Makes room in the index for one more output. */
-static int out_index_reserve(IrGraph *g) {
-  if (2 * ((int64_t)g->noutputs + 1) <= g->outindex_cap) return IR_OK;
+static void out_index_reserve(IrGraph *g) {
+  if (2 * ((int64_t)g->noutputs + 1) <= g->outindex_cap) return;
   int32_t cap = g->outindex_cap ? 2 * g->outindex_cap : 16;
-  int32_t *index = malloc((size_t)cap * sizeof *index);
-  if (!index) return ir_graph_fail(g, "out of memory");
+  int32_t *index = ir_xmalloc((size_t)cap * sizeof *index);
   for (int32_t i = 0; i < cap; i++) index[i] = -1;
   free(g->outindex);
   g->outindex = index;
   g->outindex_cap = cap;
   for (int32_t i = 0; i < g->noutputs; i++) *out_slot(g, g->outputs[i].name) = i;
-  return IR_OK;
 }
 
 int32_t ir_graph_add_mapped(IrGraph *ng, const IrGraph *g, int32_t v, const int32_t *map) {
   IrValue x = g->values[v];
   int32_t small[64], *o = small, *big = NULL;
-  if (x.nops > 64 && !(o = big = malloc((size_t)x.nops * sizeof *big))) {
-    ir_graph_fail(ng, "out of memory");
-    return IR_NONE;
-  }
+  if (x.nops > 64) o = big = ir_xmalloc((size_t)x.nops * sizeof *big);
   for (int32_t k = 0; k < x.nops; k++) o[k] = map[x.ops[k]];
   x.ops = o;
   int32_t r = ir_graph_add(ng, &x);
@@ -273,18 +244,15 @@ int32_t ir_graph_add_mapped(IrGraph *ng, const IrGraph *g, int32_t v, const int3
 
 int ir_graph_add_output(IrGraph *g, const char *name, int32_t v) {
   if (v < 0 || v >= g->nvalues) return ir_graph_fail(g, "output '%s': no value %%%d", name, v);
-  if (out_index_reserve(g)) return IR_ERR;
+  out_index_reserve(g);
   int32_t *slot = out_slot(g, name);
   if (*slot >= 0) return ir_graph_fail(g, "output '%s' defined twice", name);
   if (g->noutputs == g->outcap) {
     int32_t cap = g->outcap ? g->outcap * 2 : 8;
-    IrOutput *p = realloc(g->outputs, (size_t)cap * sizeof *p);
-    if (!p) return ir_graph_fail(g, "out of memory");
-    g->outputs = p;
+    g->outputs = ir_xrealloc(g->outputs, (size_t)cap * sizeof *g->outputs);
     g->outcap = cap;
   }
   const char *s = ir_graph_intern(g, name);
-  if (!s) return ir_graph_fail(g, "out of memory");
   *slot = g->noutputs;
   g->outputs[g->noutputs++] = (IrOutput){s, v};
   return IR_OK;
@@ -311,11 +279,10 @@ static int32_t *leaf_slot(const IrGraph *g, IrOp op, const char *name) {
   }
 }
 
-static int leaf_index_add(IrGraph *g, int32_t v) {
+static void leaf_index_add(IrGraph *g, int32_t v) {
   if (2 * ((int64_t)g->nleaves + 1) > g->leafindex_cap) {
     int32_t cap = g->leafindex_cap ? 2 * g->leafindex_cap : 64;
-    int32_t *index = malloc((size_t)cap * sizeof *index);
-    if (!index) return ir_graph_fail(g, "out of memory");
+    int32_t *index = ir_xmalloc((size_t)cap * sizeof *index);
     for (int32_t i = 0; i < cap; i++) index[i] = -1;
     int32_t *old = g->leafindex, oldcap = g->leafindex_cap;
     g->leafindex = index;
@@ -329,7 +296,6 @@ static int leaf_index_add(IrGraph *g, int32_t v) {
     *slot = v;
     g->nleaves++;
   }
-  return IR_OK;
 }
 
 int32_t ir_graph_find(const IrGraph *g, IrOp op, const char *name) {

@@ -385,7 +385,9 @@ static int eval_attention(EvalCtx *c) {
   bool causal = c->v->attr.k != 0, grad = c->v->op == IR_ATTENTION_GRAD;
   double scale = c->v->attr.value;
   double *P = malloc((size_t)(T * T * (grad ? 2 : 1) + 1) * sizeof *P), *dS = P + T * T;
-  if (!P) return fail(c->msg, c->cap, "out of memory");
+  if (!P) /* sized by the model's sequence length: a user error, not a compiler bug */
+    return fail(c->msg, c->cap, "out of memory for the %lld x %lld attention scores", (long long)T,
+                (long long)T);
   memset(c->out, 0, (size_t)c->n * sizeof *c->out);
   for (int64_t b = 0; b < nb; b++) {
     const double *q = c->args[0] + b * per, *k = c->args[1] + b * per, *v = c->args[2] + b * per;
@@ -471,6 +473,15 @@ static int interp_fail(IrInterp *it, const char *fmt, ...) {
   return IR_ERR;
 }
 
+/* Value buffers are sized by the model's shapes, so running out of memory for one is reported
+ * like any other error of the model (docs/design.md, "Errors and out-of-memory"). */
+static int interp_oom(IrInterp *it, int32_t vi, int64_t n) {
+  const IrValue *v = &it->g->values[vi];
+  return interp_fail(it, "%%%d (%s) at %s: out of memory for %lld elements (%.3g GB)", vi,
+                     ir_op_name(v->op), *v->origin ? v->origin : "?", (long long)n,
+                     (double)n * sizeof(double) / 1e9);
+}
+
 static bool mesh_covers(const IrMesh *m, const IrMesh *gm) {
   for (int32_t i = 0; i < gm->naxes; i++) {
     int k = ir_mesh_axis(m, gm->names[i]);
@@ -480,14 +491,13 @@ static bool mesh_covers(const IrMesh *m, const IrMesh *gm) {
 }
 
 IrInterp *ir_interp_new(const IrGraph *g, const IrMesh *mesh) {
-  IrInterp *it = calloc(1, sizeof *it);
-  if (!it) return NULL;
+  IrInterp *it = ir_xcalloc(1, sizeof *it);
   it->g = g;
   it->mesh = mesh ? *mesh : g->mesh;
   it->ndev = ir_mesh_devices(&it->mesh);
   it->round = true;
   it->keep_all = true;
-  size_t n = (size_t)it->ndev * (size_t)(g->nvalues ? g->nvalues : 1);
+  size_t n = (size_t)it->ndev * (size_t)(g->nvalues ? g->nvalues : 1); /* ndev: the config's */
   it->vals = calloc(n, sizeof *it->vals);
   it->bound = calloc(n, sizeof *it->bound);
   if (!it->vals || !it->bound) {
@@ -523,8 +533,7 @@ static double **slot(const IrInterp *it, double **slots, int64_t dev, int32_t v)
 
 /* last[v]: the last value reading v, or nvalues for outputs (they are kept). */
 static int32_t *last_reads(const IrGraph *g) {
-  int32_t *last = malloc(((size_t)g->nvalues + 1) * sizeof *last);
-  if (!last) return NULL;
+  int32_t *last = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *last);
   for (int32_t v = 0; v < g->nvalues; v++) last[v] = v;
   for (int32_t v = 0; v < g->nvalues; v++)
     for (int32_t k = 0; k < g->values[v].nops; k++) last[g->values[v].ops[k]] = v;
@@ -554,7 +563,7 @@ static int interp_bind(IrInterp *it, int64_t dev, int32_t v, const double *data)
   const IrValue *val = &it->g->values[v];
   int64_t n = ir_shape_numel(&val->shape);
   double *p = malloc((size_t)(n ? n : 1) * sizeof *p);
-  if (!p) return interp_fail(it, "out of memory");
+  if (!p) return interp_oom(it, v, n);
   for (int64_t i = 0; i < n; i++)
     p[i] = it->round || val->dtype == DT_I32 ? ir_dtype_round(val->dtype, data[i]) : data[i];
   double **s = slot(it, it->bound, dev, v);
@@ -660,19 +669,18 @@ static int interp_collective(IrInterp *it, int32_t vi) {
   int64_t n = ir_shape_numel(&v->shape);
   if (ir_mesh_group_size(&it->mesh, &v->attr) > 4096)
     return interp_fail(it, "%%%d (%s): group too large", vi, ir_op_name(v->op));
-  Group *gr = malloc(sizeof *gr);
-  if (!gr) return interp_fail(it, "out of memory");
+  Group *gr = ir_xmalloc(sizeof *gr);
   for (int64_t d = 0; d < it->ndev; d++) {
     double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
     if (!out) {
       free(gr);
-      return interp_fail(it, "out of memory");
+      return interp_oom(it, vi, n);
     }
     *slot(it, it->vals, d, vi) = out;
     group_of(&it->mesh, &v->attr, d, gr);
-    if (collective_one(it, vi, gr, out)) {
+    if (collective_one(it, vi, gr, out)) { /* its only failure: a chunk's buffer */
       free(gr);
-      return interp_fail(it, "out of memory");
+      return interp_oom(it, vi, n);
     }
     eval_round(v, out, n, it->round);
   }
@@ -686,7 +694,7 @@ static int interp_value(IrInterp *it, int64_t dev, int32_t vi) {
   const IrValue *v = &it->g->values[vi];
   int64_t n = ir_shape_numel(&v->shape);
   double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
-  if (!out) return interp_fail(it, "out of memory");
+  if (!out) return interp_oom(it, vi, n);
   *slot(it, it->vals, dev, vi) = out;
   if (v->op == IR_PARAMETER || v->op == IR_INPUT) {
     const double *b = *slot(it, it->bound, dev, vi);
@@ -697,8 +705,7 @@ static int interp_value(IrInterp *it, int64_t dev, int32_t vi) {
     return IR_OK;
   }
   const double *args[64];
-  const double **argv = v->nops <= 64 ? args : malloc((size_t)v->nops * sizeof *argv);
-  if (!argv) return interp_fail(it, "out of memory");
+  const double **argv = v->nops <= 64 ? args : ir_xmalloc((size_t)v->nops * sizeof *argv);
   for (int32_t i = 0; i < v->nops; i++) argv[i] = *slot(it, it->vals, dev, v->ops[i]);
   char msg[IR_ERR_LEN];
   int st = ir_eval_value(it->g, vi, argv, out, it->round, msg, sizeof msg);
@@ -717,7 +724,6 @@ int ir_interp_run(IrInterp *it) {
   if (ir_graph_verify(it->g, msg, sizeof msg)) return interp_fail(it, "invalid graph: %s", msg);
   interp_clear(it, it->vals);
   int32_t *last = it->keep_all ? NULL : last_reads(it->g);
-  if (!it->keep_all && !last) return interp_fail(it, "out of memory");
   int st = IR_OK;
   for (int32_t v = 0; v < it->g->nvalues && st == IR_OK; v++) {
     if (ir_op_flags(it->g->values[v].op) & IR_COLLECTIVE) {

@@ -6,7 +6,8 @@
  * operands, attributes, the config path of the module that emitted it and a remat tag. Strings and
  * operand lists live in the graph's arena and are freed with the graph.
  *
- * Library functions return a status (IR_OK = 0, IR_ERR = -1) or a value index, and never exit.
+ * Library functions return a status (IR_OK = 0, IR_ERR = -1) or a value index, and never exit
+ * (running out of memory aborts, in alloc.c).
  * Builder functions record the first error in the graph (ir_graph_error) and return IR_NONE; any
  * builder given IR_NONE as an operand returns IR_NONE again, so a caller can emit a whole module
  * and check once. See docs/ir.md for op semantics, the text form and the interpreter.
@@ -26,6 +27,17 @@
 #define IR_NONE          (-1)
 
 enum { IR_OK = 0, IR_ERR = -1 };
+
+/* ======================================================================== alloc.c: allocation
+ */
+
+/* The compiler's allocator: prints "axlc: out of memory (N bytes)" and aborts rather than return
+ * NULL. All compiler code uses these, except for allocations sized by user data (tensor elements),
+ * which are checked and reported as user errors (docs/design.md, "Errors and out-of-memory"). */
+void *ir_xmalloc(size_t n);
+void *ir_xcalloc(size_t n, size_t size);
+void *ir_xrealloc(void *p, size_t n);
+char *ir_xstrdup(const char *s);
 
 /* ======================================================================== ops.c: op, dtype tables
  */
@@ -160,10 +172,9 @@ typedef struct IrGraph { /* read freely; change only through ir/ functions */
   char error[IR_ERR_LEN]; /* first recorded error, "" if none */
 } IrGraph;
 
-IrGraph *ir_graph_new(void); /* NULL when out of memory */
-/* Room for n values without growing (a pass rebuilding a graph of about n): IR_OK, or the
- * graph's error when out of memory. */
-int ir_graph_reserve(IrGraph *g, int32_t n);
+IrGraph *ir_graph_new(void);
+/* Room for n values without growing (a pass rebuilding a graph of about n). */
+void ir_graph_reserve(IrGraph *g, int32_t n);
 void ir_graph_free(IrGraph *g);
 const char *ir_graph_error(const IrGraph *g); /* NULL if no error was recorded */
 void ir_graph_clear_error(IrGraph *g);
@@ -298,7 +309,7 @@ int ir_graph_verify(const IrGraph *g, char *msg, size_t cap);
 /* ======================================================================== text.c: text form */
 
 int ir_graph_print(const IrGraph *g, FILE *out);
-char *ir_graph_to_string(const IrGraph *g); /* malloc'd; NULL when out of memory */
+char *ir_graph_to_string(const IrGraph *g); /* malloc'd */
 /* Parses text into a new graph; NULL on error with "line:col: what" in msg. */
 IrGraph *ir_graph_parse(const char *text, char *msg, size_t cap);
 
@@ -312,7 +323,8 @@ typedef struct IrInterp IrInterp;
 
 /* mesh NULL: the graph's mesh. A given mesh must have every axis the graph's mesh has, same size.
  */
-IrInterp *ir_interp_new(const IrGraph *g, const IrMesh *mesh); /* NULL when out of memory */
+/* NULL when the value slots of all devices (devices x values, from the config) do not fit. */
+IrInterp *ir_interp_new(const IrGraph *g, const IrMesh *mesh);
 void ir_interp_free(IrInterp *it);
 const char *ir_interp_error(const IrInterp *it);
 int64_t ir_interp_devices(const IrInterp *it);

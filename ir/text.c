@@ -62,7 +62,6 @@ enum { NATTR = sizeof attr_specs / sizeof attr_specs[0] };
 typedef struct Buf {
   char *s;
   size_t len, cap;
-  bool oom;
 } Buf;
 
 static void buf_printf(Buf *b, const char *fmt, ...) {
@@ -70,15 +69,10 @@ static void buf_printf(Buf *b, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  if (n < 0 || b->oom) return;
+  if (n < 0) return;
   if (b->len + (size_t)n + 1 > b->cap) {
     size_t cap = (b->cap ? b->cap * 2 : 1024) + (size_t)n;
-    char *p = realloc(b->s, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->s = p;
+    b->s = ir_xrealloc(b->s, cap);
     b->cap = cap;
   }
   va_start(ap, fmt);
@@ -191,16 +185,11 @@ char *ir_graph_to_string(const IrGraph *g) {
     print_string(&b, g->outputs[i].name);
     buf_printf(&b, " = %%%d\n", g->outputs[i].value);
   }
-  if (b.oom) {
-    free(b.s);
-    return NULL;
-  }
   return b.s;
 }
 
 int ir_graph_print(const IrGraph *g, FILE *out) {
   char *s = ir_graph_to_string(g);
-  if (!s) return IR_ERR;
   size_t n = strlen(s);
   int st = fwrite(s, 1, n, out) == n ? IR_OK : IR_ERR;
   free(s);
@@ -345,16 +334,11 @@ static int parse_names(Parser *ps, IrAttrs *a, char (*names)[IR_MAX_AXIS_NAME]) 
 static int parse_data(Parser *ps, double **data, int64_t *n) {
   size_t cap = 16;
   *n = 0;
-  *data = malloc(cap * sizeof **data);
-  if (!*data) return perr(ps, "out of memory");
+  *data = ir_xmalloc(cap * sizeof **data);
   if (expect(ps, '[')) return IR_ERR;
   if (accept(ps, ']')) return IR_OK;
   do {
-    if ((size_t)*n == cap) {
-      double *p = realloc(*data, (cap *= 2) * sizeof *p);
-      if (!p) return perr(ps, "out of memory");
-      *data = p;
-    }
+    if ((size_t)*n == cap) *data = ir_xrealloc(*data, (cap *= 2) * sizeof **data);
     if (parse_double(ps, &(*data)[(*n)++])) return IR_ERR;
   } while (accept(ps, ','));
   return expect(ps, ']');
@@ -374,13 +358,12 @@ static int32_t label_find(const Parser *ps, int64_t label) {
   }
 }
 
-static int label_add(Parser *ps, int64_t label, int32_t value) {
+static void label_add(Parser *ps, int64_t label, int32_t value) {
   if ((size_t)value * 2 + 2 > ps->nlabels_cap) { /* keep the load under one half */
     size_t cap = ps->nlabels_cap ? ps->nlabels_cap * 2 : 64;
     Label *old = ps->labels;
     size_t oldcap = ps->nlabels_cap;
-    ps->labels = malloc(cap * sizeof *ps->labels);
-    if (!ps->labels) return ps->labels = old, perr(ps, "out of memory");
+    ps->labels = ir_xmalloc(cap * sizeof *ps->labels);
     for (size_t i = 0; i < cap; i++) ps->labels[i].value = IR_NONE;
     ps->nlabels_cap = cap;
     for (size_t i = 0; i < oldcap; i++)
@@ -390,7 +373,6 @@ static int label_add(Parser *ps, int64_t label, int32_t value) {
   size_t h = label_hash(label, ps->nlabels_cap);
   while (ps->labels[h].value != IR_NONE) h = (h + 1) & (ps->nlabels_cap - 1);
   ps->labels[h] = (Label){label, value};
-  return IR_OK;
 }
 
 static int parse_ref(Parser *ps, int32_t *v) {
@@ -547,7 +529,8 @@ static int add_parsed(Parser *ps, const IrValue *v, int64_t label, const char *a
     return perr(ps, "declared type does not match %s's rule (%s, rank %d)", ir_op_name(v->op),
                 ir_dtype_name(got->dtype), got->shape.rank);
   ps->p = save;
-  return label_add(ps, label, i);
+  label_add(ps, label, i);
+  return IR_OK;
 }
 
 static int parse_value(Parser *ps) {
@@ -560,8 +543,7 @@ static int parse_value(Parser *ps) {
   if (expect(ps, '=')) return IR_ERR;
   IrValue v;
   memset(&v, 0, sizeof v);
-  ValueText *t = calloc(1, sizeof *t);
-  if (!t) return perr(ps, "out of memory");
+  ValueText *t = ir_xcalloc(1, sizeof *t);
   int st = parse_value_body(ps, &v, t);
   if (st == IR_OK) st = add_parsed(ps, &v, label, at);
   free(t->data);
@@ -614,10 +596,6 @@ IrGraph *ir_graph_parse(const char *text, char *msg, size_t cap) {
                .msg = msg ? msg : dummy,
                .cap = msg ? cap : sizeof dummy};
   ps.g = ir_graph_new();
-  if (!ps.g) {
-    snprintf(ps.msg, ps.cap, "out of memory");
-    return NULL;
-  }
   while (!ps.failed) {
     if (parse_line(&ps)) break;
     skip_blank(&ps);

@@ -169,11 +169,10 @@ int pass_expand(IrGraph *g, const PassOptions *opt) {
   for (int32_t i = 0; i < g->nvalues; i++) n += is_attention(g->values[i].op);
   if (n == 0) return IR_OK;
   IrGraph *ng = ir_graph_new();
-  int32_t *map = malloc(((size_t)g->nvalues + 1) * sizeof *map);
-  if (!ng || !map) return free(map), ir_graph_free(ng), ir_graph_fail(g, "out of memory");
+  int32_t *map = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *map);
   ng->mesh = g->mesh;
-  int st = ir_graph_reserve(ng, g->nvalues + 32 * n); /* up to 32 values per attention_grad */
-  if (st == IR_OK) st = rebuild(ng, g, map);
+  ir_graph_reserve(ng, g->nvalues + 32 * n); /* up to 32 values per attention_grad */
+  int st = rebuild(ng, g, map);
   if (st == IR_OK) {
     ir_graph_set_origin(ng, g->origin);
     ir_graph_set_tag(ng, g->tag);

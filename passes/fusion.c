@@ -124,15 +124,14 @@ static bool reduction_takes(const IrGraph *g, const bool *mat, int32_t r, int32_
 int pass_fusion_plan(const IrGraph *g, bool *mat) {
   if (!g || !mat) return -1;
   int32_t n = g->nvalues;
-  int32_t *uses = calloc((size_t)n + 1, sizeof *uses);
-  int32_t *reducer = malloc(((size_t)n + 1) * sizeof *reducer); /* a reduction reading v */
-  bool *ok = malloc((size_t)n + 1), *idx = calloc((size_t)n + 1, sizeof *idx);
-  int rc = uses && reducer && ok && idx ? 0 : -1;
-  for (int32_t v = 0; v < n && rc == 0; v++) {
+  int32_t *uses = ir_xcalloc((size_t)n + 1, sizeof *uses);
+  int32_t *reducer = ir_xmalloc(((size_t)n + 1) * sizeof *reducer); /* a reduction reading v */
+  bool *ok = ir_xmalloc((size_t)n + 1), *idx = ir_xcalloc((size_t)n + 1, sizeof *idx);
+  for (int32_t v = 0; v < n; v++) {
     ok[v] = inlinable(&g->values[v]);
     reducer[v] = -1;
   }
-  for (int32_t u = 0; u < n && rc == 0; u++) {
+  for (int32_t u = 0; u < n; u++) {
     const IrValue *x = &g->values[u];
     bool elementwise = ir_op_flags(x->op) & IR_ELEMENTWISE;
     for (int32_t k = 0; k < x->nops; k++) {
@@ -144,8 +143,8 @@ int pass_fusion_plan(const IrGraph *g, bool *mat) {
         ok[o] = false;
     }
   }
-  for (int32_t i = 0; i < g->noutputs && rc == 0; i++) ok[g->outputs[i].value] = false;
-  for (int32_t v = 0; v < n && rc == 0; v++) { /* in index order: operands are decided first */
+  for (int32_t i = 0; i < g->noutputs; i++) ok[g->outputs[i].value] = false;
+  for (int32_t v = 0; v < n; v++) { /* in index order: operands are decided first */
     const IrValue *x = &g->values[v];
     idx[v] = index_only(g, x, idx);
     if (reducer[v] >= 0) { /* read by a reduction: only it, and only if it can */
@@ -159,5 +158,5 @@ int pass_fusion_plan(const IrGraph *g, bool *mat) {
   free(reducer);
   free(ok);
   free(idx);
-  return rc;
+  return 0;
 }

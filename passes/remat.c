@@ -73,8 +73,7 @@ typedef struct Remat {
 
 static int scope_add_pattern(Remat *R, Scope *s, const char *pat) {
   size_t n = strlen(pat) + 5;
-  char *anchored = malloc(n);
-  if (!anchored) return ir_graph_fail(R->ng, "out of memory");
+  char *anchored = ir_xmalloc(n);
   snprintf(anchored, n, "^(%s)$", pat);
   int rc = regcomp(&s->pat[s->npat], anchored, REG_EXTENDED | REG_NOSUB);
   free(anchored);
@@ -95,7 +94,7 @@ static int scope_init(Remat *R, Scope *s, const PassRematScope *in) {
                          "supported yet; use \"save\" patterns",
                          in->path);
   int32_t cap = in->preset ? 8 : in->nsave + 1;
-  if (!(s->pat = calloc((size_t)cap, sizeof *s->pat))) return ir_graph_fail(R->ng, "out of memory");
+  s->pat = ir_xcalloc((size_t)cap, sizeof *s->pat);
   if (!in->preset) {
     for (int32_t i = 0; i < in->nsave; i++)
       if (scope_add_pattern(R, s, in->save[i])) return IR_ERR;
@@ -163,7 +162,7 @@ static void mark_recompute(Remat *R, const bool *forward) {
 static int32_t add_mapped(Remat *R, int32_t v, bool use_clones) {
   IrValue x = R->g->values[v];
   int32_t small[64], *o = small, *big = NULL;
-  if (x.nops > 64 && !(o = big = malloc((size_t)x.nops * sizeof *big))) return IR_NONE;
+  if (x.nops > 64) o = big = ir_xmalloc((size_t)x.nops * sizeof *big);
   for (int32_t k = 0; k < x.nops; k++) {
     int32_t u = x.ops[k];
     o[k] = use_clones && R->recompute[u] ? R->clone[u] : R->map[u];
@@ -237,16 +236,14 @@ static void remat_free(Remat *R) {
 
 static int remat_run(Remat *R, const PassRemat *in) {
   int32_t n = R->g->nvalues;
-  R->scopes = calloc((size_t)in->nscopes + 1, sizeof *R->scopes);
-  R->recompute = calloc((size_t)n + 1, sizeof *R->recompute);
-  bool *forward = calloc((size_t)n + 1, sizeof *forward);
-  R->map = malloc(((size_t)n + 1) * sizeof *R->map);
-  R->clone = malloc(((size_t)n + 1) * sizeof *R->clone);
-  R->stack = malloc(((size_t)n + 1) * sizeof *R->stack);
-  R->list = malloc(((size_t)n + 1) * sizeof *R->list);
+  R->scopes = ir_xcalloc((size_t)in->nscopes + 1, sizeof *R->scopes);
+  R->recompute = ir_xcalloc((size_t)n + 1, sizeof *R->recompute);
+  bool *forward = ir_xcalloc((size_t)n + 1, sizeof *forward);
+  R->map = ir_xmalloc(((size_t)n + 1) * sizeof *R->map);
+  R->clone = ir_xmalloc(((size_t)n + 1) * sizeof *R->clone);
+  R->stack = ir_xmalloc(((size_t)n + 1) * sizeof *R->stack);
+  R->list = ir_xmalloc(((size_t)n + 1) * sizeof *R->list);
   int st = IR_OK;
-  if (!R->scopes || !R->recompute || !forward || !R->map || !R->clone || !R->stack || !R->list)
-    st = ir_graph_fail(R->ng, "out of memory");
   for (int32_t i = 0; i < in->nscopes && st == IR_OK; i++) {
     if (in->scopes[i].preset && !strcmp(in->scopes[i].preset, "none")) continue;
     st = scope_init(R, &R->scopes[R->nscopes], &in->scopes[i]);
@@ -271,10 +268,9 @@ int pass_remat(IrGraph *g, const PassOptions *opt) {
     any |= !in->scopes[i].preset || strcmp(in->scopes[i].preset, "none") != 0;
   if (!any) return IR_OK;
   Remat R = {.g = g, .ng = ir_graph_new()};
-  if (!R.ng) return ir_graph_fail(g, "out of memory");
   R.ng->mesh = g->mesh;
-  int st = ir_graph_reserve(R.ng, g->nvalues + g->nvalues / 4); /* recomputed forward work */
-  if (st == IR_OK) st = remat_run(&R, in);
+  ir_graph_reserve(R.ng, g->nvalues + g->nvalues / 4); /* recomputed forward work */
+  int st = remat_run(&R, in);
   if (st == IR_OK) {
     ir_graph_set_origin(R.ng, g->origin);
     ir_graph_set_tag(R.ng, g->tag);

@@ -201,11 +201,7 @@ static Alt *alt_find(Ctx *c, int32_t v, const Sh *want) {
 
 static int32_t alt_add(Ctx *c, int32_t v, const Sh *sh, int32_t h) {
   if (h == IR_NONE) return IR_NONE;
-  Alt *a = malloc(sizeof *a);
-  if (!a) {
-    ir_graph_fail(c->h, "out of memory");
-    return IR_NONE;
-  }
+  Alt *a = ir_xmalloc(sizeof *a);
   *a = (Alt){*sh, h, c->alts[v]};
   c->alts[v] = a;
   return h;
@@ -267,9 +263,10 @@ static Sh natural(const Ctx *c, int32_t v) {
 static bool same_chunks(const Ctx *c, const IrValue *x, const IrSplit *s) {
   IrShape l = local_shape(c, &x->shape, s);
   int64_t n = ir_shape_numel(&l), ndev = ir_mesh_devices(c->m);
-  double *a = malloc((size_t)(n ? n : 1) * sizeof *a), *b = malloc((size_t)(n ? n : 1) * sizeof *b);
-  bool same = a && b;
-  if (same) ir_split_copy(c->m, s, &x->shape, 0, (double *)x->attr.data, a, false);
+  double *a = ir_xmalloc((size_t)(n ? n : 1) * sizeof *a),
+         *b = ir_xmalloc((size_t)(n ? n : 1) * sizeof *b);
+  bool same = true;
+  ir_split_copy(c->m, s, &x->shape, 0, (double *)x->attr.data, a, false);
   for (int64_t dev = 1; dev < ndev && same; dev++) {
     ir_split_copy(c->m, s, &x->shape, dev, (double *)x->attr.data, b, false);
     same = memcmp(a, b, (size_t)n * sizeof *a) == 0;
@@ -307,11 +304,8 @@ static int32_t emit_deferred(Ctx *c, int32_t v, const Sh *want) {
   bool whole_iota = x->op == IR_IOTA && nax(&want->s, (int32_t)x->attr.axis);
   if (x->op == IR_CONSTANT && x->attr.data && same_chunks(c, x, &want->s)) {
     /* folded broadcasts: every device's chunk holds the same numbers, so it is a constant */
-    double *d = malloc((size_t)(ir_shape_numel(&local) ? ir_shape_numel(&local) : 1) * sizeof *d);
-    if (!d) {
-      ir_graph_fail(c->h, "out of memory");
-      return IR_NONE;
-    }
+    double *d =
+        ir_xmalloc((size_t)(ir_shape_numel(&local) ? ir_shape_numel(&local) : 1) * sizeof *d);
     ir_split_copy(c->m, &want->s, &x->shape, 0, (double *)x->attr.data, d, false);
     p.attr.data = d;
     p.shape = local;
@@ -368,17 +362,13 @@ static int32_t emit_as(Ctx *c, int32_t v, const int32_t *ops, const Sh *out) {
   return ir_graph_add(c->h, &p);
 }
 
-static int32_t *op_buf(Ctx *c, int32_t n, int32_t *small, int32_t cap) {
-  if (n <= cap) return small;
-  int32_t *b = malloc((size_t)n * sizeof *b);
-  if (!b) ir_graph_fail(c->h, "out of memory");
-  return b;
+static int32_t *op_buf(int32_t n, int32_t *small, int32_t cap) {
+  return n <= cap ? small : ir_xmalloc((size_t)n * sizeof *small);
 }
 
 static int elementwise(Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v];
-  int32_t small[8], *ops = op_buf(c, x->nops, small, 8);
-  if (!ops) return IR_ERR;
+  int32_t small[8], *ops = op_buf(x->nops, small, 8);
   /* linear ops keep partial sums: -p, p + q and p - q (same sharding), p * r, p / r (r whole) */
   int npart = 0, ipart = -1;
   for (int32_t k = 0; k < x->nops; k++)
@@ -570,8 +560,7 @@ static int transpose(Ctx *c, int32_t v, Sh *out) {
 /* slice, pad, concat: dims they change are whole; the others keep their split. */
 static int shaping(Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v];
-  int32_t small[8], *ops = op_buf(c, x->nops, small, 8);
-  if (!ops) return IR_ERR;
+  int32_t small[8], *ops = op_buf(x->nops, small, 8);
   memset(out, 0, sizeof *out);
   for (int32_t k = 0; k < x->nops; k++)
     if (!c->deferred[x->ops[k]]) {
@@ -790,20 +779,13 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
   int32_t n = g->nvalues;
   Ctx c = {.g = g, .m = &o->mesh, .opt = o, .n = n};
   c.h = ir_graph_new();
-  if (c.h && ir_graph_reserve(c.h, n + n / 4)) { /* collectives and reshards come on top */
-    ir_graph_free(c.h);
-    c.h = NULL;
-  }
-  c.val = malloc((size_t)(n + 1) * sizeof *c.val);
-  c.sh = calloc((size_t)n + 1, sizeof *c.sh);
-  c.deferred = calloc((size_t)n + 1, sizeof *c.deferred);
-  c.alts = calloc((size_t)n + 1, sizeof *c.alts);
-  c.want = calloc((size_t)n + 1, sizeof *c.want);
-  c.wants = calloc((size_t)g->noutputs + 1, sizeof *c.wants);
-  if (!c.h || !c.val || !c.sh || !c.deferred || !c.alts || !c.want || !c.wants) {
-    ctx_free(&c);
-    return ir_graph_fail(g, "out of memory");
-  }
+  ir_graph_reserve(c.h, n + n / 4); /* collectives and reshards come on top */
+  c.val = ir_xmalloc((size_t)(n + 1) * sizeof *c.val);
+  c.sh = ir_xcalloc((size_t)n + 1, sizeof *c.sh);
+  c.deferred = ir_xcalloc((size_t)n + 1, sizeof *c.deferred);
+  c.alts = ir_xcalloc((size_t)n + 1, sizeof *c.alts);
+  c.want = ir_xcalloc((size_t)n + 1, sizeof *c.want);
+  c.wants = ir_xcalloc((size_t)g->noutputs + 1, sizeof *c.wants);
   for (int32_t v = 0; v < n; v++) c.val[v] = IR_NONE;
   if (ir_graph_set_mesh(c.h, &o->mesh)) {
     ir_graph_fail(g, "%s", ir_graph_error(c.h));

@@ -24,10 +24,10 @@ static int32_t repl_find(const int32_t *repl, int32_t v) {
 /* Keeps values with keep[i] (and repl[i] == i), maps everything through repl, swaps into g. */
 static int graph_rebuild(IrGraph *g, const int32_t *repl, const bool *keep) {
   IrGraph *ng = ir_graph_new();
-  int32_t *map = malloc((size_t)(g->nvalues + 1) * sizeof *map);
-  if (!ng || !map) return free(map), ir_graph_free(ng), ir_graph_fail(g, "out of memory");
+  int32_t *map = ir_xmalloc((size_t)(g->nvalues + 1) * sizeof *map);
   ng->mesh = g->mesh;
-  int st = ir_graph_reserve(ng, g->nvalues);
+  ir_graph_reserve(ng, g->nvalues);
+  int st = IR_OK;
   for (int32_t i = 0; i < g->nvalues && st == IR_OK; i++) {
     int32_t r = repl_find(repl, i);
     map[i] = r != i ? map[r] : !keep[i] ? IR_NONE : ir_graph_add_mapped(ng, g, i, map);
@@ -54,15 +54,13 @@ typedef struct Work {
   bool *keep;
 } Work;
 
-static int work_init(IrGraph *g, Work *w) {
-  w->repl = malloc((size_t)(g->nvalues + 1) * sizeof *w->repl);
-  w->keep = malloc((size_t)(g->nvalues + 1) * sizeof *w->keep);
-  if (!w->repl || !w->keep) return free(w->repl), free(w->keep), ir_graph_fail(g, "out of memory");
+static void work_init(const IrGraph *g, Work *w) {
+  w->repl = ir_xmalloc((size_t)(g->nvalues + 1) * sizeof *w->repl);
+  w->keep = ir_xmalloc((size_t)(g->nvalues + 1) * sizeof *w->keep);
   for (int32_t i = 0; i < g->nvalues; i++) {
     w->repl[i] = i;
     w->keep[i] = true;
   }
-  return IR_OK;
 }
 
 static int work_finish(IrGraph *g, Work *w, int changes) {
@@ -76,7 +74,7 @@ static int work_finish(IrGraph *g, Work *w, int changes) {
 
 static int dce_run(IrGraph *g) {
   Work w;
-  if (work_init(g, &w)) return IR_ERR;
+  work_init(g, &w);
   bool *live = w.keep;
   for (int32_t i = 0; i < g->nvalues; i++) {
     IrOp op = g->values[i].op;
@@ -135,11 +133,10 @@ static uint64_t value_hash(const IrGraph *g, int32_t i, const int32_t *repl) {
 
 static int cse_run(IrGraph *g) {
   Work w;
-  if (work_init(g, &w)) return IR_ERR;
+  work_init(g, &w);
   size_t cap = 64;
   while (cap < (size_t)g->nvalues * 2) cap *= 2;
-  int32_t *table = malloc(cap * sizeof *table);
-  if (!table) return work_finish(g, &w, 0), ir_graph_fail(g, "out of memory");
+  int32_t *table = ir_xmalloc(cap * sizeof *table);
   memset(table, 0xff, cap * sizeof *table); /* IR_NONE */
   int changes = 0;
   for (int32_t i = 0; i < g->nvalues; i++) {
@@ -164,7 +161,7 @@ static bool is_const(const IrGraph *g, int32_t v) {
 }
 
 /* Turns value i into a constant holding out (a splat when all elements are equal). */
-static int make_constant(IrGraph *g, int32_t i, const double *out, int64_t n) {
+static void make_constant(IrGraph *g, int32_t i, const double *out, int64_t n) {
   IrValue *v = &g->values[i];
   bool splat = true;
   for (int64_t k = 1; k < n; k++) splat &= memcmp(&out[k], &out[0], sizeof out[0]) == 0;
@@ -173,7 +170,6 @@ static int make_constant(IrGraph *g, int32_t i, const double *out, int64_t n) {
   a.value = n ? out[0] : 0;
   if (!splat) {
     double *d = ir_graph_alloc(g, (size_t)n * sizeof *d);
-    if (!d) return ir_graph_fail(g, "out of memory");
     memcpy(d, out, (size_t)n * sizeof *d);
     a.data = d;
   }
@@ -181,7 +177,6 @@ static int make_constant(IrGraph *g, int32_t i, const double *out, int64_t n) {
   v->op = IR_CONSTANT;
   v->nops = 0;
   v->attr = a;
-  return IR_OK;
 }
 
 static int fold_value(IrGraph *g, int32_t i, int64_t limit) {
@@ -190,17 +185,17 @@ static int fold_value(IrGraph *g, int32_t i, int64_t limit) {
   if ((fl & (IR_LEAF | IR_COLLECTIVE)) || ir_shape_numel(&v->shape) > limit) return 0;
   for (int32_t k = 0; k < v->nops; k++)
     if (!is_const(g, v->ops[k]) || ir_shape_numel(&g->values[v->ops[k]].shape) > limit) return 0;
-  double *args[64] = {0}, *out = malloc((size_t)(ir_shape_numel(&v->shape) + 1) * sizeof *out);
-  int st = out && v->nops <= 64 ? IR_OK : IR_ERR;
+  double *args[64] = {0}, *out = ir_xmalloc((size_t)(ir_shape_numel(&v->shape) + 1) * sizeof *out);
+  int st = v->nops <= 64 ? IR_OK : IR_ERR;
   char msg[IR_ERR_LEN];
   for (int32_t k = 0; k < v->nops && st == IR_OK; k++) {
     int32_t x = v->ops[k];
-    args[k] = malloc((size_t)(ir_shape_numel(&g->values[x].shape) + 1) * sizeof *args[k]);
-    st = args[k] ? ir_eval_value(g, x, NULL, args[k], true, msg, sizeof msg) : IR_ERR;
+    args[k] = ir_xmalloc((size_t)(ir_shape_numel(&g->values[x].shape) + 1) * sizeof *args[k]);
+    st = ir_eval_value(g, x, NULL, args[k], true, msg, sizeof msg);
   }
   if (st == IR_OK)
     st = ir_eval_value(g, i, (const double *const *)args, out, true, msg, sizeof msg);
-  if (st == IR_OK) st = make_constant(g, i, out, ir_shape_numel(&g->values[i].shape));
+  if (st == IR_OK) make_constant(g, i, out, ir_shape_numel(&g->values[i].shape));
   for (int32_t k = 0; k < 64; k++) free(args[k]);
   free(out);
   return st == IR_OK ? 1 : 0; /* a value that cannot be evaluated (bad index) is left alone */
@@ -225,12 +220,10 @@ static bool is_splat_of(const IrGraph *g, int32_t v, double x) {
 }
 
 /* Sets value i's single operand (in arena memory: operand lists are shared read-only). */
-static int set_operand(IrGraph *g, int32_t i, int32_t x) {
+static void set_operand(IrGraph *g, int32_t i, int32_t x) {
   int32_t *ops = ir_graph_alloc(g, sizeof *ops);
-  if (!ops) return ir_graph_fail(g, "out of memory");
   ops[0] = x;
   g->values[i].ops = ops;
-  return IR_OK;
 }
 
 /* Returns the value that replaces i, or i. */
@@ -259,7 +252,7 @@ static int32_t algebra_transpose(IrGraph *g, int32_t i) {
   if (in->op == IR_TRANSPOSE) {
     IrDims q = v->attr.axes;
     for (int32_t j = 0; j < q.n; j++) q.v[j] = in->attr.axes.v[v->attr.axes.v[j]];
-    if (set_operand(g, i, in->ops[0])) return i;
+    set_operand(g, i, in->ops[0]);
     g->values[i].attr.axes = q;
   }
   v = &g->values[i];
@@ -275,7 +268,7 @@ static int32_t algebra_unary(IrGraph *g, int32_t i) {
   case IR_CAST: return in->dtype == v->dtype ? v->ops[0] : i;
   case IR_BROADCAST: return ir_shape_eq(&in->shape, &v->shape) ? v->ops[0] : i;
   case IR_RESHAPE:
-    if (in->op == IR_RESHAPE && set_operand(g, i, in->ops[0])) return i;
+    if (in->op == IR_RESHAPE) set_operand(g, i, in->ops[0]);
     v = &g->values[i];
     return ir_shape_eq(&g->values[v->ops[0]].shape, &v->shape) ? v->ops[0] : i;
   case IR_TRANSPOSE: return algebra_transpose(g, i);
@@ -284,24 +277,22 @@ static int32_t algebra_unary(IrGraph *g, int32_t i) {
 }
 
 /* Points operands of i at their replacements (a fresh list if any changed). */
-static int remap_operands(IrGraph *g, int32_t i, const int32_t *repl) {
+static void remap_operands(IrGraph *g, int32_t i, const int32_t *repl) {
   IrValue *v = &g->values[i];
   bool changed = false;
   for (int32_t k = 0; k < v->nops; k++) changed |= repl_find(repl, v->ops[k]) != v->ops[k];
-  if (!changed) return IR_OK;
+  if (!changed) return;
   int32_t *ops = ir_graph_alloc(g, (size_t)v->nops * sizeof *ops);
-  if (!ops) return ir_graph_fail(g, "out of memory");
   for (int32_t k = 0; k < v->nops; k++) ops[k] = repl_find(repl, g->values[i].ops[k]);
   g->values[i].ops = ops;
-  return IR_OK;
 }
 
 static int algebra_run(IrGraph *g) {
   Work w;
-  if (work_init(g, &w)) return IR_ERR;
+  work_init(g, &w);
   int changes = 0;
   for (int32_t i = 0; i < g->nvalues; i++) {
-    if (remap_operands(g, i, w.repl)) break;
+    remap_operands(g, i, w.repl);
     const IrValue *v = &g->values[i];
     int32_t before = v->nops ? v->ops[0] : IR_NONE;
     int32_t r = v->nops == 2 ? algebra_binary(g, i) : v->nops == 1 ? algebra_unary(g, i) : i;
@@ -344,14 +335,12 @@ static bool permute_side(const IrDims *p, IrDims *b, IrDims *c) {
   return true;
 }
 
-static int set_operands2(IrGraph *g, int32_t i, int32_t a, int32_t b) {
+static void set_operands2(IrGraph *g, int32_t i, int32_t a, int32_t b) {
   int32_t *ops = ir_graph_alloc(g, 2 * sizeof *ops);
-  if (!ops) return ir_graph_fail(g, "out of memory");
   ops[0] = a;
   ops[1] = b;
   g->values[i].ops = ops;
   g->values[i].nops = 2;
-  return IR_OK;
 }
 
 /* Dot i reading the transposes of the sides in mask (bit 0 lhs, bit 1 rhs) through them: true
@@ -382,7 +371,7 @@ static int dot_fold_operands(IrGraph *g, int32_t i, int32_t *uses) {
     const int32_t *old = g->values[i].ops;
     for (int s = 0; s < 2; s++)
       if (ops[s] != old[s]) uses[old[s]]--, uses[ops[s]]++;
-    if (set_operands2(g, i, ops[0], ops[1])) return IR_ERR;
+    set_operands2(g, i, ops[0], ops[1]);
     g->values[i].attr = a;
     return 1;
   }
@@ -411,7 +400,7 @@ static int dot_fold_result(IrGraph *g, int32_t i, int32_t *uses) {
   IrAttrs s = x->attr;
   s.lb = x->attr.rb, s.rb = x->attr.lb, s.lc = x->attr.rc, s.rc = x->attr.lc;
   if (!ir_dot_sgemm(x->dtype, shape_of(g, b), shape_of(g, a), &s, NULL)) return 0;
-  if (set_operands2(g, i, b, a)) return IR_ERR;
+  set_operands2(g, i, b, a);
   IrValue *v = &g->values[i];
   v->op = IR_DOT;
   v->attr = s;
@@ -422,8 +411,7 @@ static int dot_fold_result(IrGraph *g, int32_t i, int32_t *uses) {
 }
 
 static int transpose_dot_run(IrGraph *g) {
-  int32_t *uses = calloc((size_t)g->nvalues + 1, sizeof *uses);
-  if (!uses) return ir_graph_fail(g, "out of memory");
+  int32_t *uses = ir_xcalloc((size_t)g->nvalues + 1, sizeof *uses);
   for (int32_t i = 0; i < g->nvalues; i++)
     for (int32_t k = 0; k < g->values[i].nops; k++) uses[g->values[i].ops[k]]++;
   for (int32_t k = 0; k < g->noutputs; k++) uses[g->outputs[k].value]++;

@@ -546,8 +546,7 @@ static char *output_problem(const char *out) {
  * modifiers, mesh rules, the device table) into d. An output that is an input would destroy it. */
 static int check_inputs(const Args *a, const FeDiag *d, const char *opt, const char *out) {
   int nfiles = d ? d->nfiles : 0, n = 0;
-  RtPathArg *in = calloc((size_t)(4 + a->fe.napply + nfiles), sizeof *in);
-  if (!in) return -1;
+  RtPathArg *in = ir_xcalloc((size_t)(4 + a->fe.napply + nfiles), sizeof *in);
   bool plot = !strcmp(a->command, "plot");
   in[n++] = (RtPathArg){plot ? "the metrics file" : "the config", a->model, NULL};
   in[n++] = (RtPathArg){"the weights", a->input, NULL};

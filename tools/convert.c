@@ -137,11 +137,7 @@ static int check_config(Conv *c) {
 static Link *link_new(Conv *c, LinkKind kind, const char *hf) {
   if (c->nlinks == c->cap) {
     c->cap = c->cap ? 2 * c->cap : 64;
-    c->links = realloc(c->links, (size_t)c->cap * sizeof *c->links);
-    if (!c->links) {
-      fprintf(stderr, "error: out of memory\n");
-      exit(1);
-    }
+    c->links = ir_xrealloc(c->links, (size_t)c->cap * sizeof *c->links);
   }
   Link *l = &c->links[c->nlinks++];
   memset(l, 0, sizeof *l);
@@ -244,7 +240,7 @@ static int build_links(Conv *c) {
     links_gpt2(c, layers);
   else
     links_llama(c, layers);
-  char *covered = calloc((size_t)c->b->nparams + 1, 1);
+  char *covered = ir_xcalloc((size_t)c->b->nparams + 1, 1);
   for (int i = 0; i < c->nlinks; i++)
     for (int k = 0; k < c->links[i].nparts; k++) covered[c->links[i].part[k]] = 1;
   int bad = 0;
@@ -330,19 +326,23 @@ typedef struct Out {
   int n;
 } Out;
 
-static RtTensor *out_add(Out *o, const char *name, RtDtype dt, const int64_t *shape, int ndim) {
+/* The next output tensor, or NULL (a problem said) when its data does not fit in memory: its
+ * size comes from the weights, so that is the input's problem, not an abort. */
+static RtTensor *out_add(Conv *c, Out *o, const char *name, RtDtype dt, const int64_t *shape,
+                         int ndim) {
+  int64_t bytes = numel(shape, ndim) * rt_dtype_size(dt);
+  void *data = malloc((size_t)(bytes ? bytes : 1));
+  if (!data) {
+    problem(c, "tensor '%s': out of memory for its %lld bytes", name, (long long)bytes);
+    return NULL;
+  }
   RtTensor *t = &o->t[o->n++];
   memset(t, 0, sizeof *t);
   t->name = fe_asprintf("%s", name);
   t->dtype = dt;
   t->ndim = ndim;
   memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-  int64_t bytes = numel(shape, ndim) * rt_dtype_size(dt);
-  t->data = malloc((size_t)(bytes ? bytes : 1));
-  if (!t->data) {
-    fprintf(stderr, "error: out of memory\n");
-    exit(1);
-  }
+  t->data = data;
   return t;
 }
 
@@ -399,14 +399,15 @@ static bool hf_buffer(const char *name) {
 }
 
 /* The parts of link l from the file's tensor t (already checked). */
-static void split_link(const Conv *c, const Link *l, const RtTensor *t, Out *o) {
+static void split_link(Conv *c, const Link *l, const RtTensor *t, Out *o) {
   int es = rt_dtype_size(t->dtype);
   const unsigned char *src = t->data;
   int64_t col = 0, total = t->shape[t->ndim - 1],
           rows = numel(t->shape, t->ndim) / (total ? total : 1);
   for (int k = 0; k < l->nparts; k++) {
     const FeParam *p = &c->b->params[l->part[k]];
-    RtTensor *d = out_add(o, p->path, t->dtype, p->shape, p->rank);
+    RtTensor *d = out_add(c, o, p->path, t->dtype, p->shape, p->rank);
+    if (!d) return;
     if (l->kind == LINK_SAME)
       memcpy((void *)d->data, src, (size_t)t->nbytes);
     else if (l->kind == LINK_TRANSPOSE)
@@ -464,7 +465,7 @@ static void unknown_tensors(Conv *c, const Src *st, const char *used, bool from_
 }
 
 static void from_hf(Conv *c, const Src *st, Out *o) {
-  char *used = calloc((size_t)st->n + 1, 1);
+  char *used = ir_xcalloc((size_t)st->n + 1, 1);
   for (int i = 0; i < c->nlinks; i++) {
     const Link *l = &c->links[i];
     const RtTensor *t = hf_find(c, st, l->hf);
@@ -485,10 +486,11 @@ static void from_hf(Conv *c, const Src *st, Out *o) {
 
 /* ===== axlc -> Hugging Face ============================================================ */
 
-static void join_link(const Conv *c, const Link *l, const RtTensor **parts, Out *o) {
+static void join_link(Conv *c, const Link *l, const RtTensor **parts, Out *o) {
   int64_t shape[RT_MAX_DIMS];
   int nd = hf_shape(c, l, shape), es = rt_dtype_size(parts[0]->dtype);
-  RtTensor *d = out_add(o, l->hf, parts[0]->dtype, shape, nd);
+  RtTensor *d = out_add(c, o, l->hf, parts[0]->dtype, shape, nd);
+  if (!d) return;
   if (l->kind == LINK_SAME) {
     memcpy((void *)d->data, parts[0]->data, (size_t)parts[0]->nbytes);
   } else if (l->kind == LINK_TRANSPOSE) {
@@ -504,7 +506,7 @@ static void join_link(const Conv *c, const Link *l, const RtTensor **parts, Out 
 }
 
 static void to_hf(Conv *c, const Src *st, Out *o) {
-  char *used = calloc((size_t)st->n + 1, 1);
+  char *used = ir_xcalloc((size_t)st->n + 1, 1);
   for (int i = 0; i < c->nlinks; i++) {
     const Link *l = &c->links[i];
     const RtTensor *parts[3];
@@ -552,8 +554,8 @@ static int step_dir(const char *path, char *dir, size_t cap, int64_t *step) {
 /* Every tensor of a checkpoint, whole, from whichever rank files hold its parts. */
 static int src_from_ckpt(Src *s, const RtCkpt *ck, RtError *err) {
   s->owned = true;
-  s->t = calloc((size_t)rt_ckpt_count(ck) + 1, sizeof *s->t);
-  for (int i = 0; s->t && i < rt_ckpt_count(ck); i++) {
+  s->t = ir_xcalloc((size_t)rt_ckpt_count(ck) + 1, sizeof *s->t);
+  for (int i = 0; i < rt_ckpt_count(ck); i++) {
     RtTensor *t = &s->t[s->n++];
     *t = *rt_ckpt_tensor(ck, i);
     t->data = NULL;
@@ -561,13 +563,15 @@ static int src_from_ckpt(Src *s, const RtCkpt *ck, RtError *err) {
     if (optimizer_state(t->name)) continue; /* only counted, in the note */
     int64_t count = numel(t->shape, t->ndim);
     float *buf = malloc((size_t)(count ? count : 1) * sizeof *buf);
-    if (!buf) return rt_error_set(err, "%s: out of memory", t->name);
+    if (!buf) /* sized by the checkpoint: its problem, said, not an abort */
+      return rt_error_set(err, "tensor '%s': out of memory for its %lld elements", t->name,
+                          (long long)count);
     t->data = buf;
     t->dtype = RT_DT_F32;
     t->nbytes = count * (int64_t)sizeof *buf;
     if (rt_ckpt_read_f32(ck, t->name, t->shape, t->ndim, NULL, NULL, buf, err)) return -1;
   }
-  return s->t ? 0 : rt_error_set(err, "out of memory");
+  return 0;
 }
 
 /* A checkpoint directory (its newest checkpoint that verifies) or one step directory. */
@@ -628,10 +632,9 @@ static int src_open(const char *in, bool to_hf_names, Src *s, RtSt **st, RtCkpt 
   }
   if (to_hf_names && refuse_shard(in, *st)) return -1;
   if (to_hf_names) rt_st_dump_as_weights(*st); /* an interpreter dump: its new parameters */
-  s->t = calloc((size_t)rt_st_count(*st) + 1, sizeof *s->t);
-  for (int i = 0; s->t && i < rt_st_count(*st); i++) s->t[s->n++] = *rt_st_tensor(*st, i);
-  if (!s->t) fprintf(stderr, "error: %s: out of memory\n", in);
-  return s->t ? 0 : -1;
+  s->t = ir_xcalloc((size_t)rt_st_count(*st) + 1, sizeof *s->t);
+  for (int i = 0; i < rt_st_count(*st); i++) s->t[s->n++] = *rt_st_tensor(*st, i);
+  return 0;
 }
 
 /* ===== the command ===================================================================== */
@@ -654,7 +657,7 @@ int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const
     free(c.links);
     return -1;
   }
-  Out o = {calloc((size_t)b->nparams + (size_t)c.nlinks + 1, sizeof *o.t), 0};
+  Out o = {ir_xcalloc((size_t)b->nparams + (size_t)c.nlinks + 1, sizeof *o.t), 0};
   if (to_hf_names)
     to_hf(&c, &src, &o);
   else

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/ir.h" /* ir_xmalloc: the compiler's allocator */
 #include "tools/plot.h"
 
 enum { COL_LOSS, COL_EVAL, COL_LR, COL_GNORM, COL_TOKS, NCOL };
@@ -45,21 +46,14 @@ typedef struct Series {
 #define TOP     64.0
 #define GAP     40.0
 
-static int series_push(Series *s) {
+static void series_push(Series *s) {
   if (s->n == s->cap) {
     int cap = s->cap ? 2 * s->cap : 256;
-    double *p = realloc(s->step, (size_t)cap * sizeof *p);
-    if (!p) return -1;
-    s->step = p;
-    for (int c = 0; c < NCOL; c++) {
-      p = realloc(s->v[c], (size_t)cap * sizeof *p);
-      if (!p) return -1;
-      s->v[c] = p;
-    }
+    s->step = ir_xrealloc(s->step, (size_t)cap * sizeof *s->step);
+    for (int c = 0; c < NCOL; c++) s->v[c] = ir_xrealloc(s->v[c], (size_t)cap * sizeof *s->v[c]);
     s->cap = cap;
   }
   s->n++;
-  return 0;
 }
 
 static void series_free(Series *s) {
@@ -79,11 +73,7 @@ static int parse_line(Series *s, const char *line, char *why, size_t cap) {
     json_object_put(o);
     return -1;
   }
-  if (series_push(s)) {
-    json_object_put(o);
-    snprintf(why, cap, "out of memory");
-    return -1;
-  }
+  series_push(s);
   int i = s->n - 1;
   s->step[i] = (double)json_object_get_int64(step);
   for (int c = 0; c < NCOL; c++) {
@@ -262,8 +252,7 @@ static int pixel_rows(const Series *s, const Pixel *q, int rows[4]) {
 static void draw_line(FILE *f, const Panel *p, const Series *s, int c, const char *color,
                       bool dots) {
   int npix = (int)p->w + 1;
-  Pixel *pix = malloc((size_t)npix * sizeof *pix);
-  if (!pix) return; /* a line missing; the SVG stays whole */
+  Pixel *pix = ir_xmalloc((size_t)npix * sizeof *pix);
   pixels_fill(p, s, c, pix, npix);
   bool open = false, gap = false;
   for (int k = 0; k < npix; k++) {

@@ -50,6 +50,14 @@ static int fail(Trainer *t, const char *msg) {
   return backend_error(&t->j->diag, NULL, NULL, "%s", msg);
 }
 
+/* The trainer's buffers are sized by the model (a parameter's elements, the batch, the steps), so
+ * running out of memory for one is the model's error, said with its size, not an abort
+ * (docs/design.md, "Errors and out-of-memory"). */
+static int fail_oom(Trainer *t, const char *what, int64_t n) {
+  return backend_error(&t->j->diag, NULL, NULL, "%s: out of memory for %lld elements", what,
+                       (long long)n);
+}
+
 /* Fills t->fbuf with parameter p's initial values. */
 static int init_values(Trainer *t, const BackendParam *p, const RtSt *st, uint64_t seed) {
   RtError err;
@@ -88,7 +96,7 @@ static int bind(Trainer *t, const char *name, const IrShape *s, const double *da
     const IrValue *x = &g->values[v];
     int64_t n = ir_shape_numel(&x->shape);
     double *l = malloc((size_t)(n ? n : 1) * sizeof *l);
-    if (!l) return fail(t, "out of memory");
+    if (!l) return fail_oom(t, name, n);
     for (int64_t dev = 0; dev < ir_mesh_devices(&g->mesh) && st == IR_OK; dev++) {
       ir_split_copy(&g->mesh, &x->split, s, dev, (double *)data, l, false);
       st = ir_interp_set(t->it, dev, name, x->shape.rank, x->shape.dims, l);
@@ -198,14 +206,14 @@ static int run_step(Trainer *t, int64_t step) {
 
 static float *to_float(const double *v, int64_t n) {
   float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
-  for (int64_t k = 0; k < n; k++) f[k] = (float)v[k];
+  for (int64_t k = 0; f && k < n; k++) f[k] = (float)v[k];
   return f;
 }
 
 static int dump(Trainer *t, int64_t steps) {
   const IrGraph *g = t->j->graph;
-  RtTensor *ts = calloc((size_t)g->noutputs + 1, sizeof *ts);
-  int n = 0;
+  RtTensor *ts = ir_xcalloc((size_t)g->noutputs + 1, sizeof *ts);
+  int n = 0, rc = 0;
   ts[n++] = (RtTensor){
       .name = "loss", .dtype = RT_DT_F32, .ndim = 1, .shape = {steps}, .data = t->losses};
   for (int32_t i = 0; i < g->noutputs; i++) {
@@ -221,12 +229,16 @@ static int dump(Trainer *t, int64_t steps) {
     tt->ndim = s.rank;
     memcpy(tt->shape, s.dims, sizeof(int64_t) * (size_t)s.rank);
     tt->data = to_float(t->buf, ir_shape_numel(&s));
+    if (!tt->data) {
+      rc = fail_oom(t, name, ir_shape_numel(&s));
+      break;
+    }
   }
   RtError err;
-  int rc = rt_st_write(t->o->dump, ts, n, NULL, 0, NULL, NULL, &err);
+  if (rc == 0 && rt_st_write(t->o->dump, ts, n, NULL, 0, NULL, NULL, &err)) rc = fail(t, err.msg);
   for (int i = 1; i < n; i++) free((void *)ts[i].data);
   free(ts);
-  return rc ? fail(t, err.msg) : 0;
+  return rc;
 }
 
 static int64_t max_numel(const BackendJob *j, int64_t floor) {
@@ -254,9 +266,12 @@ static int setup(Trainer *t, int64_t steps) {
   if (!t->losses) /* one per step, for --dump */
     return backend_error(&t->j->diag, NULL, NULL, "--steps %lld: out of memory for a loss per step",
                          (long long)steps);
-  if (!t->buf || !t->fbuf || !t->ids || !t->targets) return fail(t, "out of memory");
+  if (!t->buf || !t->fbuf) return fail_oom(t, "the largest parameter or batch", n);
+  if (!t->ids || !t->targets) return fail_oom(t, "the batch", t->batch * t->seq);
   t->it = ir_interp_new(t->j->graph, NULL);
-  if (!t->it) return fail(t, "out of memory");
+  if (!t->it)
+    return fail_oom(t, "the values of every device",
+                    ir_mesh_devices(&t->j->graph->mesh) * t->j->graph->nvalues);
   ir_interp_set_keep_all(t->it, false); /* only the outputs are read back */
   return 0;
 }

@@ -38,7 +38,7 @@ static void compiled_free(Compiled *c) {
 /* The program table's facts that the graph does not hold. */
 static void program_info(const BackendJob *j, Compiled *c) {
   const BackendProgram *p = &j->program;
-  c->params = calloc((size_t)p->nparams + 1, sizeof *c->params);
+  c->params = ir_xcalloc((size_t)p->nparams + 1, sizeof *c->params);
   for (int i = 0; i < p->nparams; i++) {
     c->params[i].path = p->params[i].path;
     c->params[i].init = p->params[i].init;
@@ -89,7 +89,7 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
   lo.keep_ir = keep_ir;
   for (int k = 0; k < (j->forward ? 2 : 1); k++) {
     IrGraph *g = k ? j->forward : j->graph;
-    bool *mat = malloc(((size_t)g->nvalues + 1) * sizeof *mat);
+    bool *mat = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *mat);
     if (lo.fuse) pass_fusion_plan(g, mat);
     int rc = pass_memplan_fused(g, lo.fuse ? mat : NULL, k ? &c->fwd_plan : &c->plan);
     free(mat);
@@ -171,8 +171,8 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
 /* The full path of `name` on PATH, or NULL. */
 static char *find_on_path(const char *name) {
   const char *path = getenv("PATH");
-  char *dirs = strdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin"), *save = NULL;
-  for (char *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
+  char *dirs = ir_xstrdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin"), *save = NULL;
+  for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
     char *full = backend_join(*d ? d : ".", "/", name);
     if (access(full, X_OK) == 0) {
       free(dirs);
@@ -217,7 +217,7 @@ static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c,
     if (link_trainer(j, o, c, exe) == 0) {
       char np[32];
       snprintf(np, sizeof np, "%lld", n);
-      char **args = calloc((size_t)argc + 8, sizeof *args);
+      char **args = ir_xcalloc((size_t)argc + 8, sizeof *args);
       int k = 0;
       args[k++] = mpirun;
       args[k++] = "-np";

@@ -30,11 +30,6 @@ LlvmOptions llvm_options_default(void) {
   return o;
 }
 
-static int fail_buf(char *err, size_t cap, const char *fmt, const char *arg) {
-  if (err && cap) snprintf(err, cap, fmt, arg ? arg : "");
-  return -1;
-}
-
 /* ---- what the backend accepts ---- */
 
 static int check_value(LlvmCtx *C, int32_t v) {
@@ -139,21 +134,18 @@ static LLVMValueRef emit_entry(LlvmCtx *C, const char *name) {
 
 /* The per-graph state of C: which values get buffers, constants, collectives. */
 static int graph_begin(LlvmCtx *C) {
-  C->mat = malloc((size_t)C->g->nvalues + 1);
-  C->cdata = calloc((size_t)C->g->nvalues + 1, sizeof *C->cdata);
-  C->coll = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->coll);
-  C->cdata_unit = calloc((size_t)C->g->nvalues + 1, sizeof *C->cdata_unit);
-  C->slot_of = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_of);
-  C->slot_val = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_val);
-  C->slot_ptr = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_ptr);
-  C->slot_users = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_users);
-  C->defer = malloc(((size_t)C->g->nvalues + 1) * sizeof *C->defer);
-  C->hosted = calloc((size_t)C->g->nvalues + 1, sizeof *C->hosted);
+  C->mat = ir_xmalloc((size_t)C->g->nvalues + 1);
+  C->cdata = ir_xcalloc((size_t)C->g->nvalues + 1, sizeof *C->cdata);
+  C->coll = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->coll);
+  C->cdata_unit = ir_xcalloc((size_t)C->g->nvalues + 1, sizeof *C->cdata_unit);
+  C->slot_of = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_of);
+  C->slot_val = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_val);
+  C->slot_ptr = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_ptr);
+  C->slot_users = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_users);
+  C->defer = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->defer);
+  C->hosted = ir_xcalloc((size_t)C->g->nvalues + 1, sizeof *C->hosted);
   C->ncoll = 0;
   C->nslots = C->nslot_users = 0;
-  if (!C->mat || !C->cdata || !C->coll || !C->cdata_unit || !C->slot_of || !C->slot_val ||
-      !C->slot_ptr || !C->slot_users || !C->defer || !C->hosted)
-    return llvm_fail(C, "out of memory");
   for (int32_t v = 0; v < C->g->nvalues; v++) C->slot_of[v] = C->defer[v] = -1;
   bool multi = llvm_multi_device(C->g);
   for (int32_t v = 0; v < C->g->nvalues; v++)
@@ -226,8 +218,7 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
                .err = err,
                .cap = cap};
   if (C.opt.parallel_min <= 0) C.opt.parallel_min = 1;
-  LlvmModule *M = calloc(1, sizeof *M);
-  if (!M) return fail_buf(err, cap, "out of memory%s", NULL);
+  LlvmModule *M = ir_xcalloc(1, sizeof *M);
   M->has_program = C.opt.program != NULL;
   C.M = M;
   int rc = llvm_units_begin(M, &C.opt, err, cap);

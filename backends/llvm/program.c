@@ -179,8 +179,7 @@ static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const LlvmParamIn
 
 static LLVMValueRef slots_global(LlvmCtx *C, const ProgTypes *t) {
   const LlvmProgramInfo *P = C->opt.program;
-  LLVMValueRef *slots = calloc((size_t)P->nparams + 1, sizeof *slots);
-  if (!slots) return NULL;
+  LLVMValueRef *slots = ir_xcalloc((size_t)P->nparams + 1, sizeof *slots);
   for (int32_t i = 0; i < P->nparams; i++) {
     int32_t v = ir_graph_find(C->g, IR_PARAMETER, P->params[i].path);
     if (v == IR_NONE || C->g->values[v].shape.rank > RT_MAX_PARAM_RANK) {
@@ -254,8 +253,7 @@ static LLVMValueRef coll_const(LlvmCtx *C, const ProgTypes *t, int32_t v) {
 
 static LLVMValueRef colls_global(LlvmCtx *C, const ProgTypes *t) {
   if (C->ncoll == 0) return LLVMConstNull(LLVMPointerType(t->coll, 0));
-  LLVMValueRef *c = calloc((size_t)C->ncoll, sizeof *c);
-  if (!c) return NULL;
+  LLVMValueRef *c = ir_xcalloc((size_t)C->ncoll, sizeof *c);
   for (int32_t v = 0; v < C->g->nvalues; v++)
     if (C->coll[v] >= 0) c[C->coll[v]] = coll_const(C, t, v);
   LLVMValueRef arr = LLVMConstArray(t->coll, c, (unsigned)C->ncoll);
@@ -287,8 +285,7 @@ int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids"), logits = ir_graph_output(C->g, "logits");
   if (ids == IR_NONE || logits == IR_NONE)
     return llvm_fail(C, "program: the forward graph has no input ids or output logits");
-  LLVMValueRef *offs = calloc((size_t)P->nparams + 1, sizeof *offs);
-  if (!offs) return llvm_fail(C, "out of memory");
+  LLVMValueRef *offs = ir_xcalloc((size_t)P->nparams + 1, sizeof *offs);
   for (int32_t i = 0; i < P->nparams; i++)
     offs[i] = i64c(C, named_offset(C, IR_PARAMETER, "", P->params[i].path));
   LLVMValueRef arr = LLVMConstArray(C->t_i64, offs, (unsigned)P->nparams);
@@ -314,8 +311,8 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
   ProgTypes t = prog_types(C, LLVMTypeOf(step));
   if (program_check(C, &t)) return -1;
   LLVMValueRef slots = slots_global(C, &t);
-  LLVMValueRef colls = slots ? colls_global(C, &t) : NULL;
-  if (!slots || !colls) return -1;
+  if (!slots) return -1;
+  LLVMValueRef colls = colls_global(C, &t);
   int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids");
   const IrShape *is = ids == IR_NONE ? NULL : &C->g->values[ids].shape;
   if (!is || is->rank != 2) return llvm_fail(C, "program: the graph has no input ids (B, T)");

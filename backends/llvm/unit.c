@@ -81,11 +81,8 @@ static void hash_key(const char *salt, const char *text, char out[33]) {
 
 static LlvmUnit *unit_add(LlvmModule *M) {
   if (M->nunits == M->cap) {
-    int32_t cap = M->cap ? 2 * M->cap : 64;
-    LlvmUnit *u = realloc(M->units, (size_t)cap * sizeof *u);
-    if (!u) return NULL;
-    M->units = u;
-    M->cap = cap;
+    M->cap = M->cap ? 2 * M->cap : 64;
+    M->units = ir_xrealloc(M->units, (size_t)M->cap * sizeof *M->units);
   }
   LlvmUnit *u = &M->units[M->nunits++];
   memset(u, 0, sizeof *u);
@@ -128,13 +125,12 @@ int llvm_units_begin(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap)
     return fail(err, cap, "LLVM has no native target%s", NULL);
   char *triple = LLVMGetDefaultTargetTriple();
   char *hcpu = LLVMGetHostCPUName(), *hfeat = LLVMGetHostCPUFeatures();
-  M->triple = strdup(triple);
-  M->cpu = strdup(o->cpu ? o->cpu : hcpu);
-  M->features = strdup(o->features ? o->features : hfeat);
+  M->triple = ir_xstrdup(triple);
+  M->cpu = ir_xstrdup(o->cpu ? o->cpu : hcpu);
+  M->features = ir_xstrdup(o->features ? o->features : hfeat);
   LLVMDisposeMessage(triple);
   LLVMDisposeMessage(hcpu);
   LLVMDisposeMessage(hfeat);
-  if (!M->triple || !M->cpu || !M->features) return fail(err, cap, "out of memory%s", NULL);
   LLVMTargetMachineRef tm = machine(M);
   if (!tm) return fail(err, cap, "LLVM: no target machine for %s", M->triple);
   LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
@@ -144,7 +140,6 @@ int llvm_units_begin(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap)
   snprintf(M->salt, sizeof M->salt, UNIT_FORMAT "|LLVM " LLVM_VERSION_STRING "|%s|%s|%s|O%d",
            M->triple, M->cpu, M->features, o->opt_level);
   LlvmUnit *u = unit_add(M);
-  if (!u) return fail(err, cap, "out of memory%s", NULL);
   snprintf(u->name, sizeof u->name, "main");
   u->mod = module_for(M, "axlc", &u->ctx);
   return 0;
@@ -199,10 +194,6 @@ LLVMValueRef llvm_unit_close(LlvmCtx *C) {
   C->b = C->main_b;
   llvm_ctx_types(C);
   M->stats.kernels++;
-  if (found < 0 && !u) {
-    llvm_fail(C, "out of memory");
-    return NULL;
-  }
   LLVMValueRef f = LLVMGetNamedFunction(C->m, name);
   if (!f) {
     f = LLVMAddFunction(C->m, name, C->t_kernel);
@@ -216,8 +207,7 @@ LLVMValueRef llvm_unit_close(LlvmCtx *C) {
 
 /* mkdir -p; 0 when dir exists afterwards. */
 static int make_dirs(const char *dir) {
-  char *p = strdup(dir);
-  if (!p) return -1;
+  char *p = ir_xstrdup(dir);
   for (char *s = p + 1; *s; s++) {
     if (*s != '/') continue;
     *s = 0;
@@ -250,8 +240,8 @@ static const char *cache_dir(const LlvmOptions *o) {
 
 static char *cache_path(const char *dir, const char *key) {
   size_t n = strlen(dir) + strlen(key) + 16;
-  char *p = malloc(n);
-  if (p) snprintf(p, n, "%s/llvm-%s.o", dir, key);
+  char *p = ir_xmalloc(n);
+  snprintf(p, n, "%s/llvm-%s.o", dir, key);
   return p;
 }
 
@@ -295,19 +285,17 @@ static int write_entry(const char *path, const void *data, size_t n) {
 static void cache_store(LlvmUnit *u, const char *dir) {
   char *path = cache_path(dir, u->key);
   size_t n = strlen(dir) + 64;
-  char *tmp = malloc(n);
-  if (path && tmp) {
-    snprintf(tmp, n, "%s/.%s.%ld.%lx.tmp", dir, u->key, (long)getpid(),
-             (unsigned long)pthread_self());
-    if (write_entry(tmp, LLVMGetBufferStart(u->obj), LLVMGetBufferSize(u->obj)) == 0) {
-      if (rename(tmp, path) == 0) {
-        LLVMDisposeMemoryBuffer(u->obj);
-        u->obj = NULL;
-        u->file = path;
-        path = NULL;
-      } else {
-        unlink(tmp);
-      }
+  char *tmp = ir_xmalloc(n);
+  snprintf(tmp, n, "%s/.%s.%ld.%lx.tmp", dir, u->key, (long)getpid(),
+           (unsigned long)pthread_self());
+  if (write_entry(tmp, LLVMGetBufferStart(u->obj), LLVMGetBufferSize(u->obj)) == 0) {
+    if (rename(tmp, path) == 0) {
+      LLVMDisposeMemoryBuffer(u->obj);
+      u->obj = NULL;
+      u->file = path;
+      path = NULL;
+    } else {
+      unlink(tmp);
     }
   }
   free(path);
@@ -399,7 +387,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
   if (LLVMVerifyModule(u->mod, LLVMReturnStatusAction, &msg)) {
     snprintf(buf, sizeof buf, "internal: unit %s does not verify: %.400s", u->name, msg);
     LLVMDisposeMessage(msg);
-    u->err = strdup(buf);
+    u->err = ir_xstrdup(buf);
     return;
   }
   LLVMDisposeMessage(msg);
@@ -424,7 +412,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
       char *em = LLVMGetErrorMessage(e);
       snprintf(buf, sizeof buf, "LLVM passes: %s", em);
       LLVMDisposeErrorMessage(em);
-      u->err = strdup(buf);
+      u->err = ir_xstrdup(buf);
       return;
     }
   }
@@ -432,7 +420,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
   if (LLVMTargetMachineEmitToMemoryBuffer(tm, u->mod, LLVMObjectFile, &msg, &u->obj)) {
     snprintf(buf, sizeof buf, "LLVM code generation: %s", msg ? msg : "?");
     LLVMDisposeMessage(msg);
-    u->err = strdup(buf);
+    u->err = ir_xstrdup(buf);
     return;
   }
   if (w->profile)
@@ -462,7 +450,7 @@ static void *worker(void *arg) {
     LLVMTargetMachineRef use = is_main ? machine_at(w->M, LLVMCodeGenLevelNone) : tm;
     if (!use && !is_main) use = tm = machine(w->M);
     if (!use)
-      u->err = strdup("LLVM: no target machine");
+      u->err = ir_xstrdup("LLVM: no target machine");
     else
       compile_unit(w, use, u);
     if (is_main && use) LLVMDisposeTargetMachine(use);
@@ -494,8 +482,7 @@ int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t ca
             .t0 = t0,
             .tty = isatty(2),
             .profile = prof && *prof && strcmp(prof, "0") != 0};
-  w.todo = malloc((size_t)M->nunits * sizeof *w.todo);
-  if (!w.todo) return fail(err, cap, "out of memory%s", NULL);
+  w.todo = ir_xmalloc((size_t)M->nunits * sizeof *w.todo);
   for (int32_t i = 0; i < M->nunits; i++) {
     LlvmUnit *u = &M->units[i];
     char *path = dir ? cache_path(dir, u->key) : NULL;
@@ -544,17 +531,16 @@ void llvm_paths_free(char **paths) {
 int llvm_object_files(LlvmModule *M, const char *dir, char ***out, int *n, char *err, size_t cap) {
   *out = NULL;
   *n = 0;
-  char **paths = calloc((size_t)M->nunits + 1, sizeof *paths);
-  if (!paths) return fail(err, cap, "out of memory%s", NULL);
+  char **paths = ir_xcalloc((size_t)M->nunits + 1, sizeof *paths);
   for (int32_t i = 0; i < M->nunits; i++) {
     LlvmUnit *u = &M->units[i];
     if (u->file) {
-      paths[i] = strdup(u->file);
+      paths[i] = ir_xstrdup(u->file);
     } else if (u->obj) {
       size_t len = strlen(dir) + strlen(u->name) + 8;
-      paths[i] = malloc(len);
-      if (paths[i]) snprintf(paths[i], len, "%s/%s.o", dir, u->name);
-      if (paths[i] && write_file(paths[i], LLVMGetBufferStart(u->obj), LLVMGetBufferSize(u->obj))) {
+      paths[i] = ir_xmalloc(len);
+      snprintf(paths[i], len, "%s/%s.o", dir, u->name);
+      if (write_file(paths[i], LLVMGetBufferStart(u->obj), LLVMGetBufferSize(u->obj))) {
         fail(err, cap, "%s: cannot write the object", paths[i]);
         llvm_paths_free(paths);
         return -1;
@@ -562,10 +548,6 @@ int llvm_object_files(LlvmModule *M, const char *dir, char ***out, int *n, char 
     } else {
       llvm_paths_free(paths);
       return fail(err, cap, "unit %s has no object (was it compiled?)", u->name);
-    }
-    if (!paths[i]) {
-      llvm_paths_free(paths);
-      return fail(err, cap, "out of memory%s", NULL);
     }
   }
   *out = paths;
@@ -587,19 +569,16 @@ int llvm_emit_object(LlvmModule *M, const char *path, char *err, size_t cap) {
   int n, rc = llvm_object_files(M, dir, &objs, &n, err, cap);
   if (rc == 0) {
     const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-    char **argv = calloc((size_t)n + 8, sizeof *argv);
+    char **argv = ir_xcalloc((size_t)n + 8, sizeof *argv);
     int k = 0;
-    if (argv) {
-      argv[k++] = (char *)cc;
-      argv[k++] = "-r";
-      argv[k++] = "-nostdlib";
-      argv[k++] = "-o";
-      argv[k++] = (char *)path;
-      for (int i = 0; i < n; i++) argv[k++] = objs[i];
-    }
-    rc = argv && backend_spawn(argv) == 0
-             ? 0
-             : fail(err, cap, "%s: `cc -r` failed to join the objects", path);
+    argv[k++] = (char *)cc;
+    argv[k++] = "-r";
+    argv[k++] = "-nostdlib";
+    argv[k++] = "-o";
+    argv[k++] = (char *)path;
+    for (int i = 0; i < n; i++) argv[k++] = objs[i];
+    rc = backend_spawn(argv) == 0 ? 0
+                                  : fail(err, cap, "%s: `cc -r` failed to join the objects", path);
     free(argv);
     for (int i = 0; i < n; i++)
       if (!strncmp(objs[i], dir, strlen(dir))) unlink(objs[i]);

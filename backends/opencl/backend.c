@@ -50,9 +50,8 @@ static OclOptions options(const BackendOptions *bo) {
 static int program(const BackendJob *j, Compiled *c) {
   const BackendProgram *p = &j->program;
   int32_t n = p->nparams;
-  c->paths = calloc((size_t)n + 1, sizeof *c->paths);
-  c->inits = calloc((size_t)n + 1, sizeof *c->inits);
-  if (!c->paths || !c->inits) return backend_error(&j->diag, j->file, NULL, "out of memory");
+  c->paths = ir_xcalloc((size_t)n + 1, sizeof *c->paths);
+  c->inits = ir_xcalloc((size_t)n + 1, sizeof *c->inits);
   for (int32_t i = 0; i < n; i++) {
     c->paths[i] = p->params[i].path;
     c->inits[i] = p->params[i].init;
@@ -82,8 +81,7 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
                          "%lld (sharding over several devices is not implemented yet)",
                          (long long)j->program.devices);
   OclOptions o = options(bo);
-  bool *mat = malloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
-  if (!mat) return backend_error(&j->diag, j->file, NULL, "out of memory");
+  bool *mat = ir_xmalloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
   if (o.fuse)
     pass_fusion_plan(j->graph, mat);
   else

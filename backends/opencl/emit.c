@@ -156,13 +156,7 @@ static void buf_ref(Ctx *C, int32_t v, char *out, size_t cap) {
   if (a == C->nargs) {
     if (C->nargs == C->cargs) {
       int32_t n = C->cargs ? 2 * C->cargs : 16;
-      int64_t *args = realloc(C->args, (size_t)n * sizeof *args);
-      if (!args) {
-        fail(C, "out of memory");
-        snprintf(out, cap, "0");
-        return;
-      }
-      C->args = args;
+      C->args = ir_xrealloc(C->args, (size_t)n * sizeof *C->args);
       C->cargs = n;
     }
     C->args[C->nargs++] = off;
@@ -600,35 +594,31 @@ static void kernel_begin(Ctx *C, OclBuf *body) {
   C->tmp = 0; /* names restart, so equal kernels print equal text */
 }
 
-static bool grow(Ctx *C, void **p, size_t elem, int32_t *cap, int32_t need) {
-  if (need <= *cap) return true;
+static void grow(void **p, size_t elem, int32_t *cap, int32_t need) {
+  if (need <= *cap) return;
   int32_t n = *cap ? *cap * 2 : 64;
-  void *q = realloc(*p, (size_t)n * elem);
-  if (!q) return fail(C, "out of memory"), false;
-  *p = q;
+  *p = ir_xrealloc(*p, (size_t)n * elem);
   *cap = n;
-  return true;
 }
 
 /* The kernel named like its text's first instance, or a new one named `name`; returns its
- * index among the distinct kernels, or -1. */
-static int32_t kernel_unique(Ctx *C, Launches *L, const char *text, const char *name) {
+ * index among the distinct kernels. */
+static int32_t kernel_unique(Launches *L, const char *text, const char *name) {
   uint64_t h = hash_str(text);
   for (int32_t i = 0; i < L->nuniq; i++)
     if (L->hashes[i] == h && !strcmp(L->bodies[i], text)) return i;
   int32_t c = L->cuniq;
-  if (!grow(C, (void **)&L->bodies, sizeof *L->bodies, &c, L->nuniq + 1)) return -1;
+  grow((void **)&L->bodies, sizeof *L->bodies, &c, L->nuniq + 1);
   c = L->cuniq;
-  if (!grow(C, (void **)&L->names, sizeof *L->names, &c, L->nuniq + 1)) return -1;
+  grow((void **)&L->names, sizeof *L->names, &c, L->nuniq + 1);
   c = L->cuniq;
-  if (!grow(C, (void **)&L->hashes, sizeof *L->hashes, &c, L->nuniq + 1)) return -1;
-  if (!grow(C, (void **)&L->uline, sizeof *L->uline, &L->cuniq, L->nuniq + 1)) return -1;
+  grow((void **)&L->hashes, sizeof *L->hashes, &c, L->nuniq + 1);
+  grow((void **)&L->uline, sizeof *L->uline, &L->cuniq, L->nuniq + 1);
   int32_t u = L->nuniq++;
-  L->bodies[u] = strdup(text);
-  L->names[u] = strdup(name);
+  L->bodies[u] = ir_xstrdup(text);
+  L->names[u] = ir_xstrdup(name);
   L->hashes[u] = h;
   L->uline[u] = L->lines + 1;
-  if (!L->bodies[u] || !L->names[u]) return fail(C, "out of memory"), -1;
   const char *at = strstr(text, "@NAME@");
   ocl_buf_printf(&L->text, "%.*s%s%s", (int)(at - text), text, name, at + 6);
   for (const char *p = text; *p; p++) L->lines += *p == '\n';
@@ -643,18 +633,13 @@ static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs,
   ocl_buf_printf(&t, "__kernel %svoid @NAME@(__global uchar *slab", attrs);
   for (int32_t a = 0; a < C->nargs; a++) ocl_buf_printf(&t, ", long a%d", a);
   ocl_buf_printf(&t, ") {\n%s}\n\n", C->b->s ? C->b->s : "");
-  if (t.oom) fail(C, "out of memory");
-  int32_t u = C->failed ? -1 : kernel_unique(C, L, t.s, name);
+  int32_t u = C->failed ? -1 : kernel_unique(L, t.s, name);
   ocl_buf_free(&t);
+  if (u < 0) return;
   int32_t cap = L->cap;
-  if (u < 0 || !grow(C, (void **)&L->v, sizeof *L->v, &cap, L->n + 1) ||
-      !grow(C, (void **)&L->line, sizeof *L->line, &L->cap, L->n + 1))
-    return;
-  int64_t *args = malloc(((size_t)C->nargs + 1) * sizeof *args);
-  if (!args) {
-    fail(C, "out of memory");
-    return;
-  }
+  grow((void **)&L->v, sizeof *L->v, &cap, L->n + 1);
+  grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
+  int64_t *args = ir_xmalloc(((size_t)C->nargs + 1) * sizeof *args);
   memcpy(args, C->args, (size_t)C->nargs * sizeof *args);
   shape.kernel = L->names[u];
   shape.nargs = C->nargs;
@@ -886,11 +871,9 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
            .b = &body,
            .err = err,
            .cap = cap};
-  C.const_done = calloc((size_t)g->nvalues + 1, sizeof *C.const_done);
+  C.const_done = ir_xcalloc((size_t)g->nvalues + 1, sizeof *C.const_done);
   Launches L = {0};
-  if (!C.const_done)
-    fail(&C, "out of memory");
-  else if (check_graph(&C) == 0) {
+  if (check_graph(&C) == 0) {
     for (int32_t v = 0; v < g->nvalues && !C.failed; v++) value_kernel(&C, &L, &body, v);
     if (!C.failed) copy_back(&C, &L, &body);
   }
@@ -901,7 +884,6 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
   int32_t head = 0;
   for (size_t i = 0; i < all.n; i++) head += all.s[i] == '\n';
   ocl_buf_printf(&all, "%s", L.text.s ? L.text.s : "");
-  if (body.oom || all.oom || C.consts.oom || L.text.oom) fail(&C, "out of memory");
   for (int32_t i = 0; i < L.n; i++) L.line[i] += head;
   out->source = all.s;
   out->nlaunches = L.n;

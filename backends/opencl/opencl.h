@@ -34,7 +34,6 @@
 typedef struct OclBuf {
   char *s;
   size_t n, cap;
-  bool oom;
 } OclBuf;
 
 void ocl_buf_printf(OclBuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

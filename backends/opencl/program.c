@@ -57,8 +57,7 @@ int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
                       const OclKernels *k, RtOclProgram *out, RtParamSlot **slots, char *err,
                       size_t cap) {
   memset(out, 0, sizeof *out);
-  *slots = calloc((size_t)info->nparams + 1, sizeof **slots);
-  if (!*slots) return fail(err, cap, "out of memory", NULL);
+  *slots = ir_xcalloc((size_t)info->nparams + 1, sizeof **slots);
   if (make_slots(g, mp, info, *slots, err, cap)) return -1;
   int32_t ids = ir_graph_find(g, IR_INPUT, "ids");
   if (ids == IR_NONE || g->values[ids].shape.rank != 2)
