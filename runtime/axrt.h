@@ -270,7 +270,8 @@ int rt_cache_entry_verify(const char *path, char *why, size_t cap);
 
 /* A file a command reads or writes, and the option that named it ("--data", "-o"). An input
  * with `within` set is a directory whose entries named within* are read (--ckpt-dir and
- * "step_"): an output inside one of them is refused. */
+ * "step_"): an output inside one of them is refused; within "" refuses any output inside the
+ * directory (convert's step directory). */
 typedef struct RtPathArg {
     const char *opt, *path, *within;
 } RtPathArg;

@@ -221,6 +221,11 @@ int rt_file_check_outputs(const RtPathArg *out, int nout, const RtPathArg *in, i
                                     "%s %s is the same file as %s %s; refusing to overwrite an input (choose "
                                     "another output path)",
                                     out[i].opt, out[i].path, in[j].opt, in[j].path);
+            if (in[j].within && !in[j].within[0] && inside_entry(out[i].path, &in[j], entry, sizeof entry))
+                return rt_error_set(err,
+                                    "%s %s lies inside %s %s, which this run reads; refusing to write "
+                                    "there (choose a path outside it)",
+                                    out[i].opt, out[i].path, in[j].opt, in[j].path);
             if (in[j].within && inside_entry(out[i].path, &in[j], entry, sizeof entry))
                 return rt_error_set(err,
                                     "%s %s lies inside %s/%s of %s %s, which this run reads and manages; "

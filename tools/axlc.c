@@ -467,6 +467,26 @@ static int cache_limit(Args *a) {
   return -1;
 }
 
+static int check_inputs(const Args *a, const FeDiag *d, const char *opt, const char *out);
+
+/* The files run's options write (--metrics, --dump, as "--opt FILE" or "--opt=FILE") against
+ * every config file the job read: the backend checks them against --data and --init only, as
+ * a trainer knows no config file. */
+static int check_run_outputs(const Args *a, const FeDiag *d) {
+  static const char *const outs[] = {"--metrics", "--dump"};
+  for (int i = 0; i < a->nrest; i++)
+    for (size_t k = 0; k < sizeof outs / sizeof outs[0]; k++) {
+      size_t n = strlen(outs[k]);
+      const char *arg = a->rest[i], *val = NULL;
+      if (!strncmp(arg, outs[k], n) && arg[n] == '=')
+        val = arg + n + 1;
+      else if (!strcmp(arg, outs[k]) && i + 1 < a->nrest)
+        val = a->rest[i + 1];
+      if (val && check_inputs(a, d, outs[k], val)) return -1;
+    }
+  return 0;
+}
+
 static int cmd_run(Args *a) {
   if (cache_limit(a)) return 1;
   const Backend *b = pick_backend(a);
@@ -487,7 +507,7 @@ static int cmd_run(Args *a) {
     if (bad) return 1;
   }
   DrvJob j;
-  if (lower(&j, a, NULL)) { /* lower() prints its own errors */
+  if (lower(&j, a, NULL) || check_run_outputs(a, &j.diag)) { /* both print their errors */
     drv_free(&j);
     return 1;
   }
@@ -549,7 +569,10 @@ static int check_inputs(const Args *a, const FeDiag *d, const char *opt, const c
   RtPathArg *in = ir_xcalloc((size_t)(4 + a->fe.napply + nfiles), sizeof *in);
   bool plot = !strcmp(a->command, "plot");
   in[n++] = (RtPathArg){plot ? "the metrics file" : "the config", a->model, NULL};
-  in[n++] = (RtPathArg){"the weights", a->input, NULL};
+  /* convert reads a checkpoint or step directory as the weights: nothing inside it is an output */
+  struct stat st;
+  bool dir = a->input && stat(a->input, &st) == 0 && S_ISDIR(st.st_mode);
+  in[n++] = (RtPathArg){"the weights", a->input, dir ? "" : NULL};
   in[n++] = (RtPathArg){"--devices", a->devices, NULL};
   for (int i = 0; i < a->fe.napply; i++) in[n++] = (RtPathArg){"--apply", a->apply[i], NULL};
   for (int i = 0; i < nfiles; i++) in[n++] = (RtPathArg){"the config file", d->files[i], NULL};

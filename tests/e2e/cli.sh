@@ -691,9 +691,21 @@ outputs_not_inputs)
   same "--init $T/w.safetensors"
   run convert "$T/my.json" "$@" --to hf "$T/w.safetensors" -o "$T/w.safetensors"
   same "the weights $T/w.safetensors"
+  # run's outputs against the config files too (a trainer knows none of them)
+  run run "$T/my.json" "$@" --data "$T/text.txt" --steps 1 --dump "$T/hard.json"
+  same "the config $T/my.json"
+  run run "$T/derived.json" "$@" --data "$T/text.txt" --steps 1 --dump "$T/my.json"
+  same "the config file"
+  # a step directory read by convert: nothing inside it is an output
+  mkdir "$T/step_00000001" && cp "$T/w.safetensors" "$T/step_00000001/state.safetensors"
+  run convert "$T/my.json" "$@" --to hf "$T/step_00000001" -o "$T/step_00000001/state.safetensors"
+  expect_user_error "lies inside the weights $T/step_00000001"
+  cmp -s "$T/w.safetensors" "$T/step_00000001/state.safetensors" || fail "the step directory's state changed"
   if "$AXLC" backends | grep -q '^llvm'; then # the trainer's own check, before any compiling
     run run "$T/my.json" --target cpu --data "$T/text.txt" --metrics "$T/text-link.txt"
     same "--data $T/text.txt"
+    run run "$T/my.json" --target cpu --data "$T/text.txt" --metrics="$T/my.json"
+    same "the config $T/my.json"
   fi
   cksum "$T/text.txt" "$T/my.json" "$T/m.jsonl" | cmp -s - "$T/before" || fail "an input changed"
   cksum "$T/w.safetensors" | cmp -s - "$T/w.before" || fail "the weights changed"

@@ -144,6 +144,11 @@ static void test_check_outputs(void) {
   CHECK_FAIL(rt_file_check_outputs(&out, 1, in, 3, &err), "step_00000002 of --ckpt-dir");
   snprintf(inside, sizeof inside, "%s/new.jsonl", step);
   CHECK_FAIL(rt_file_check_outputs(&out, 1, in, 3, &err), "lies inside");
+  /* within "": every path inside the directory is refused (convert's step directory) */
+  RtPathArg dir = {"the weights", step, ""};
+  CHECK_FAIL(rt_file_check_outputs(&out, 1, &dir, 1, &err), "lies inside the weights");
+  out.path = top;
+  CHECK_OK(rt_file_check_outputs(&out, 1, &dir, 1, &err));
 }
 
 /* ===== atomic writes never replace what is not a regular file ========================== */
