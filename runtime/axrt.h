@@ -433,6 +433,10 @@ typedef struct RtInitCheck {
  * missing + mismatched == 0 and (unused == 0 or allow_unused); the report lists allowed
  * extras too. -1 only when out of memory. */
 int rt_init_check(const RtParamSlot *params, int n, const RtSt *st, int allow_unused, RtInitCheck *c);
+/* -1 (err says what to pass instead) when `st` is one rank's file of a sharded checkpoint: it
+ * holds only that rank's parts of the tensors, under their global names, so every shape would
+ * differ; else 0. */
+int rt_init_refuse_shard(const RtSt *st, const char *path, RtError *err);
 
 /* ===== pool.c: the thread pool generated kernels are split across ======================= */
 

@@ -94,6 +94,10 @@ static int load_init(Sampler *s, RtError *err) {
     RtError why;
     if (rt_st_open(&st, path, &why) != 0)
         return rt_error_set(err, "--init: %s", why.msg);
+    if (rt_init_refuse_shard(st, path, err) != 0) {
+        rt_st_close(st);
+        return -1;
+    }
     RtParamSlot *whole = whole_params(p);
     RtInitCheck c = {0};
     int rc = whole && rt_init_check(whole, p->nparams, st, s->o->init_allow_unused, &c) == 0

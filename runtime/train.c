@@ -725,6 +725,8 @@ static int tensors_read_ckpt(Trainer *t, const RtCkpt *ck, int count, RtError *e
 /* Every problem of an --init file is listed (weights.c), then refused in one line. */
 static int init_file_check(Trainer *t, const RtSt *st, RtError *err) {
     RtInitCheck c;
+    if (rt_init_refuse_shard(st, t->o.init, err) != 0)
+        return -1;
     if (rt_init_check(t->p->params, t->p->nparams, st, t->o.init_allow_unused, &c) != 0)
         return rt_error_set(err, "--init: %s: out of memory", t->o.init);
     int bad = c.missing || c.mismatched || (c.unused && !t->o.init_allow_unused);

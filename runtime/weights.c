@@ -137,6 +137,16 @@ static void check_params(const RtParamSlot *params, int n, const RtSt *st, char 
     }
 }
 
+int rt_init_refuse_shard(const RtSt *st, const char *path, RtError *err) {
+    if (!rt_st_meta(st, "axlc.regions"))
+        return 0;
+    return rt_error_set(err,
+                        "--init: %s: one rank's file of a sharded checkpoint: it holds only that rank's parts "
+                        "of the tensors; --init takes whole weights (axlc convert --to hf the step "
+                        "directory, then --from hf, writes them)",
+                        path);
+}
+
 int rt_init_check(const RtParamSlot *params, int n, const RtSt *st, int allow_unused, RtInitCheck *c) {
     memset(c, 0, sizeof *c);
     int nt = rt_st_count(st);

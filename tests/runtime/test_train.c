@@ -569,6 +569,14 @@ static void test_init_file(void) {
   CHECK_RUN(r, 1);
   CHECK_HAS(r.err, "tensor 'model/bigram/bias': value 3 of 32 is -inf");
   run_free(&r);
+  /* One rank's file of a sharded checkpoint is said to be one, not listed shape by shape. */
+  b[3] = 0;
+  RtMeta shard[] = {{"axlc.regions", "{}"}};
+  CHECK_OK(rt_st_write(bad, ts, 2, shard, 1, NULL, NULL, &err));
+  r = run((const char *[]){"--data", train_file(), "--steps", "1", "--init", bad, NULL});
+  CHECK_RUN(r, 1);
+  CHECK_HAS(r.err, "bad-init.safetensors: one rank's file of a sharded checkpoint");
+  run_free(&r);
 }
 
 /* ===== eval =========================================================================== */
