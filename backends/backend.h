@@ -149,7 +149,8 @@ const BackendEmit *backend_emit_find(const Backend *b, const char *name);
 /* Runs argv (NULL-terminated; argv[0] is looked up on PATH) and waits: its exit status, 128 +
  * the signal that ended it, or -1 if it could not be started (127: exec failed). */
 int backend_spawn(char *const *argv);
-/* backend_spawn, with the tool's stderr passed on and its last cap - 1 bytes kept in log. */
+/* backend_spawn, with the tool's stderr passed on and kept in log: all of it when it fits in
+ * cap - 1 bytes, else its first cap / 4 bytes and its last ones. */
 int backend_spawn_log(char *const *argv, char *log, size_t cap);
 /* Runs argv (mpirun) as a job and waits, as backend_spawn. The job has a process group of its
  * own, so the terminal's signals reach this process alone, and stdin from /dev/null. The first

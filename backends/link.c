@@ -68,8 +68,9 @@ static const char *short_of_space(const char *path, int64_t need, char *dir, siz
   return NULL;
 }
 
-/* Reports a failed link of `out` by `cc`: a full disk as such, anything else as missing
- * libraries (`needs`). A full disk is no missing package. The linker may say so in `log`
+/* Reports a failed link of `out` by `cc`: a full disk or a file-size limit as such, anything
+ * else as missing libraries (`needs`). A full disk is no missing package. The linker may say so in
+ * `log`
  * ("No space left on device"), or die of SIGBUS writing its memory-mapped output; then the
  * free space, against the inputs' in_bytes, tells. Returns -1. */
 static int link_failed(const BackendDiag *d, const char *out, const char *cc, const char *log,
@@ -80,6 +81,13 @@ static int link_failed(const BackendDiag *d, const char *out, const char *cc, co
   const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   char dir[4096];
   int64_t avail = 0;
+  if (strstr(log, "File too large"))
+    return backend_error(
+        d, out, NULL,
+        "linking the trainer with %s failed: File too large (the linker's message "
+        "above): the trainer is larger than the file-size limit (ulimit -f) or than the "
+        "file system takes; raise the limit or write it elsewhere, then compile again",
+        cc);
   if (full)
     return backend_error(
         d, out, NULL,

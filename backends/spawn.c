@@ -66,9 +66,11 @@ int backend_spawn_log(char *const *argv, char *log, size_t cap) {
     if (n <= 0) break;
     fwrite(buf, 1, (size_t)n, stderr); /* the user sees the tool's messages as they come */
     for (ssize_t i = 0; cap && i < n; i++) {
-      if (len + 1 == cap) { /* keep the tail: the reason comes last */
-        memmove(log, log + cap / 2, len - cap / 2);
-        len -= cap / 2;
+      if (len + 1 == cap) { /* keep the head and the tail: the reason comes last, or first and
+                               then a long crash report (LLVM's "IO failure ..." and its stack) */
+        size_t head = cap / 4, drop = cap / 4;
+        memmove(log + head, log + head + drop, len - head - drop);
+        len -= drop;
       }
       log[len++] = buf[i];
     }

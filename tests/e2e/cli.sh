@@ -568,6 +568,22 @@ compile_link_full_disk)
   expect_user_error "error: $T/trainer: linking the trainer with $T/full-cc failed: No space left on device (the linker's message above); free space where the trainer is written and in TMPDIR"
   expect_in "$T/err" "/usr/bin/ld: final link failed: No space left on device"
   ! grep -q "libopenblas-dev" "$T/err" || fail "a full disk blamed on missing packages"
+  # the file-size limit (ulimit -f); a full disk said first, then buried under a crash report
+  printf '#!/bin/sh\necho "ld.lld: error: failed to open x: File too large" >&2\nexit 1\n' > "$T/big-cc"
+  cat > "$T/crash-cc" <<'SH'
+#!/bin/sh
+echo "LLVM ERROR: IO failure on output stream: No space left on device" >&2
+i=0
+while [ $i -lt 200 ]; do echo "#$i 0x00007f llvm::sys::PrintStackTrace(llvm::raw_ostream&)" >&2; i=$((i + 1)); done
+exit 1
+SH
+  chmod +x "$T/big-cc" "$T/crash-cc"
+  # shellcheck disable=SC2086
+  CC="$T/big-cc" && run compile "$MODELS/tiny-lm.json" --target cpu -o "$T/trainer" $small
+  expect_user_error "failed: File too large (the linker's message above): the trainer is larger than the file-size limit (ulimit -f)"
+  # shellcheck disable=SC2086
+  CC="$T/crash-cc" && run compile "$MODELS/tiny-lm.json" --target cpu -o "$T/trainer" $small
+  expect_user_error "failed: No space left on device (the linker's message above)"
   # shellcheck disable=SC2086
   CC="$T/bad-cc" && run compile "$MODELS/tiny-lm.json" --target cpu -o "$T/trainer" $small
   unset CC
