@@ -228,8 +228,8 @@ int rt_file_check_outputs(const RtPathArg *out, int nout, const RtPathArg *in, i
                                     out[i].opt, out[i].path, in[j].opt, in[j].path);
             if (in[j].within && inside_entry(out[i].path, &in[j], entry, sizeof entry))
                 return rt_error_set(err,
-                                    "%s %s lies inside %s/%s of %s %s, which this run reads and manages; "
-                                    "refusing to write there (choose a path outside it)",
+                                    "%s %s lies inside %s/%s of %s %s, whose old checkpoints this run "
+                                    "deletes; refusing to use it (choose a path outside it)",
                                     out[i].opt, out[i].path, in[j].path, entry, in[j].opt, in[j].path);
         }
     return 0;

@@ -231,7 +231,7 @@ static int check_sample_opts(const TrainOpts *o, RtError *err) {
 
 /* --metrics is the trainer's one output besides its checkpoints: it must not be a file the run
  * reads (opening it would truncate the mapped --data under the trainer), nor lie inside a
- * checkpoint, which pruning deletes and --resume verifies. */
+ * checkpoint, which pruning deletes and --resume verifies; nor may --data or --eval-data. */
 static int check_files(const TrainOpts *o, RtError *err) {
     const RtPathArg out = {"--metrics", o->metrics, NULL};
     const RtPathArg in[] = {
@@ -240,7 +240,12 @@ static int check_files(const TrainOpts *o, RtError *err) {
         {"--init", o->init, NULL},
         {"--ckpt-dir", o->ckpt_dir, "step_"},
     };
-    return rt_file_check_outputs(&out, 1, in, (int)(sizeof in / sizeof in[0]), err);
+    if (rt_file_check_outputs(&out, 1, in, (int)(sizeof in / sizeof in[0]), err) != 0)
+        return -1;
+    /* the token files are read all run long, while pruning deletes old checkpoints: one inside
+     * a step directory would be deleted under the run */
+    const RtPathArg data[] = {{"--data", o->data, NULL}, {"--eval-data", o->eval_data, NULL}};
+    return rt_file_check_outputs(data, 2, &in[3], 1, err);
 }
 
 static int check_opts(const TrainOpts *o, RtError *err) {

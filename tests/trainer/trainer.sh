@@ -18,7 +18,8 @@
 #                --init-allow-unused, PyTorch's (out, in) layout called out
 #   no_clobber   --metrics naming --data, --eval-data (a hard link), --init or a file of a
 #                checkpoint is refused before anything is written, the inputs unchanged; a step
-#                directory that is a symbolic link is ignored (said so), never pruned through
+#                directory that is a symbolic link is ignored (said so), never pruned through;
+#                --data or --eval-data inside a checkpoint (pruning would delete it) is refused
 set -u
 AXLC=$1 SRC=$2 CASE=$3 SHARED=${4:-}
 PY=${TORCH_PYTHON:-/usr/bin/python3}
@@ -304,6 +305,16 @@ no_clobber)
   refuse "--metrics $f lies inside $T/ck/step_00000002 of --ckpt-dir $T/ck" --steps 3 \
     --ckpt-dir "$T/ck" --resume --metrics "$f"
   cksum "$T/text.txt" "$T/eval.txt" "$T/ck"/step_*/* | cmp -s - "$T/before" || fail "an input changed"
+  # token files inside a checkpoint, which pruning would delete under the run
+  cp "$T/text.txt" "$T/ck/step_00000001/tokens.txt"
+  f="$T/ck/step_00000001/tokens.txt"
+  "$T/trainer" --data "$f" --steps 3 --ckpt-dir "$T/ck" --resume --keep 1 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -qF -- "--data $f lies inside $T/ck/step_00000001 of --ckpt-dir $T/ck" "$T/err" ||
+    fail "--data inside a checkpoint: exit $rc, $(cat "$T/err")"
+  refuse "--eval-data $f lies inside" --eval-data "$f" --steps 3 --ckpt-dir "$T/ck" --resume --keep 1
+  [ -f "$f" ] || fail "the token file inside a checkpoint was deleted"
+  rm "$f"
   must "$T/trainer" --data "$T/text.txt" --steps 3 --ckpt-dir "$T/ck" --resume
   grep -q "resumed from .*step_00000002" "$T/log" || fail "the checkpoint does not resume: $(cat "$T/log")"
   # pruning (--keep 1) with a step directory that is a link to a directory of files (on data of
