@@ -515,7 +515,7 @@ typedef struct RtOclLaunch {
  * Every other slab byte belongs to the step. The loss is that of the parameters the step
  * read, before its update (eval relies on this). The step must be deterministic: the same
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
- * this). train.c checks every offset against slab_bytes and 4-byte alignment before the
+ * this). train_program.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
 #define RT_ABI_VERSION    4
 #define RT_MAX_PARAM_RANK 4
