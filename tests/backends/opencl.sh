@@ -15,12 +15,8 @@
 set -u
 AXLC=$1 SRC=$2 CASE=$3
 PY=${TORCH_PYTHON:-/usr/bin/python3}
-T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-opencl.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
-must() { "$@" > "$T/log" 2>&1 || { fail "$*"; tail -20 "$T/log" >&2; }; }
-compare() { "$PY" "$SRC/tests/trainer/compare.py" "$@" || fail "compare $*"; }
+. "$SRC/tests/lib.sh"
+scratch opencl
 cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
 
 # needs_device TRAINER: skip unless the trainer finds an OpenCL device
@@ -30,10 +26,7 @@ needs_device() {
     exit 77
   fi
   cat "$T/devices"
-  if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "SKIP: $PY cannot import numpy"
-    exit 77
-  fi
+  need_numpy
 }
 
 # equiv MODEL: 10 steps on each backend

@@ -6,14 +6,8 @@ AXLC=$1
 SRC=$2
 CASE=$3
 MODELS=$SRC/models
-T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-e2e.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-fails=0
-
-fail() {
-  echo "FAIL [$CASE]: $*" >&2
-  fails=$((fails + 1))
-}
+. "$SRC/tests/lib.sh"
+scratch e2e
 
 # run ARGS...: runs axlc, capturing stdout, stderr and the exit status.
 run() {

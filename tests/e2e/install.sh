@@ -6,11 +6,9 @@
 # compiled by a copy of the prefix that may not touch the build or source tree, the
 # pkg-config file, the man pages.
 set -u
-B=$1 SRC=$2
-T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-install.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL [install]: $*" >&2; fails=$((fails + 1)); }
+B=$1 SRC=$2 CASE=install
+. "$SRC/tests/lib.sh"
+scratch install
 run() { "$@" > "$T/out" 2> "$T/err"; rc=$?; }
 ok() { # ok WHAT: the last run exited 0
   [ "$rc" -eq 0 ] || { fail "$1: exit $rc"; sed 's/^/  | /' "$T/err" | head -20 >&2; }

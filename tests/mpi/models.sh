@@ -17,16 +17,9 @@ set -u
 AXLC=$1 SRC=$2 MPIRUN=$3 DUMP=$4 W=$5 CASE=$6
 PY=${TORCH_PYTHON:-/usr/bin/python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-mpi-models.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
-must() { "$@" > "$T/log" 2>&1 || { fail "$*"; tail -20 "$T/log" >&2; }; }
-compare() { "$PY" "$SRC/tests/trainer/compare.py" "$@" || fail "compare $*"; }
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-  echo "SKIP: $PY cannot import numpy"
-  exit 77
-fi
+. "$SRC/tests/lib.sh"
+scratch mpi-models
+need_numpy
 mkdir -p "$W"
 STEPS=10
 # tokens below 32 (fuji-test's vocabulary), an llm.c token file

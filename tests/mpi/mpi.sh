@@ -19,17 +19,10 @@
 set -u
 SRC=$1 TRAINER=$2 DUMP=$3 MPIRUN=$4 CASE=$5
 PY=${TORCH_PYTHON:-/usr/bin/python3}
-T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-mpi.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
+. "$SRC/tests/lib.sh"
+scratch mpi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-fails=0
-fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
-must() { "$@" > "$T/log" 2>&1 || { fail "$*"; tail -20 "$T/log" >&2; }; }
-compare() { "$PY" "$SRC/tests/trainer/compare.py" "$@" || fail "compare $*"; }
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-  echo "SKIP: $PY cannot import numpy"
-  exit 77
-fi
+need_numpy
 # 4000 tokens of a noisy cycle over 16 symbols, as an llm.c token file
 "$PY" - "$T/tok.bin" <<'PYEOF'
 import random, struct, sys

@@ -16,11 +16,8 @@
 set -u
 AXLC=$1 SRC=$2 CASE=$3 SHARED=${4:-}
 PY=/usr/bin/python3
-T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-sample.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
-must() { "$@" > "$T/log" 2>&1 || { fail "$*"; tail -20 "$T/log" >&2; }; }
+. "$SRC/tests/lib.sh"
+scratch sample
 # bad MESSAGE ARGS...: the trainer exits 1 with MESSAGE on stderr and nothing on stdout
 bad() {
   msg=$1

@@ -23,17 +23,9 @@
 set -u
 AXLC=$1 SRC=$2 CASE=$3 SHARED=${4:-}
 PY=${TORCH_PYTHON:-/usr/bin/python3}
-T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-trainer.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
-must() { "$@" > "$T/log" 2>&1 || { fail "$*"; tail -20 "$T/log" >&2; }; }
-compare() { "$PY" "$SRC/tests/trainer/compare.py" "$@" || fail "compare $*"; }
-newest() { ls -d "$1"/step_* 2>/dev/null | sort | tail -1; }
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-  echo "SKIP: $PY cannot import numpy"
-  exit 77
-fi
+. "$SRC/tests/lib.sh"
+scratch trainer
+need_numpy
 cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
 TINY="--set /input/seq_len=32 --set /input/global_batch_size=4"
 
