@@ -872,6 +872,23 @@ static int check_tiling(const RtCkpt *ck, const char *where, RtError *err) {
     return 0;
 }
 
+/* AdamW's second moments ("opt/v/<path>", the trainer's names: train.c's TENSOR_PREFIX) are
+ * averages of squares. A negative one was never saved by a trainer, and the update's square
+ * root would turn the first step after resume into NaN, so it is damage, like a NaN. */
+static int check_moments(const RtSt *st, RtError *err) {
+    for (int i = 0; i < rt_st_count(st); i++) {
+        const RtTensor *t = rt_st_tensor(st, i);
+        if (strncmp(t->name, "opt/v/", 6) != 0 || t->dtype != RT_DT_F32)
+            continue;
+        const float *v = t->data;
+        for (int64_t k = 0, n = t->nbytes / 4; k < n; k++)
+            if (v[k] < 0)
+                return rt_error_set(err, "%s: tensor '%s': value %lld of %lld is %g, below 0 (a second moment)",
+                                    rt_st_path(st), t->name, (long long)k, (long long)n, (double)v[k]);
+    }
+    return 0;
+}
+
 static int open_files(RtCkpt *ck, const char *sdir, char **names, int n, RtError *err) {
     ck->files = calloc((size_t)n + 1, sizeof *ck->files);
     if (!ck->files)
@@ -884,7 +901,7 @@ static int open_files(RtCkpt *ck, const char *sdir, char **names, int n, RtError
         /* A NaN with a matching CRC-32 was saved that way (or written by hand): resuming it
          * would fail again at once, so it is damage, like a bad CRC-32. */
         RtError why;
-        if (rt_st_check_finite(ck->files[f], NULL, &why) != 0)
+        if (rt_st_check_finite(ck->files[f], NULL, &why) != 0 || check_moments(ck->files[f], &why) != 0)
             return rt_error_set(err, "%s: checkpoint damaged", why.msg);
         const char *text = rt_st_meta(ck->files[f], "axlc.regions");
         json_object *regions = text ? json_tokener_parse(text) : NULL;

@@ -341,6 +341,8 @@ static void test_resume_damaged(void) {
  * verifies: what a tool that edits checkpoints, or a bit flip before the CRC-32 was taken,
  * leaves behind. */
 typedef void (*CkptEdit)(float *weight, int64_t n, const char **meta_value);
+/* The tensor an edit gets: the bigram's weight, or (edit_negative_moment) its second moment. */
+static const char *edit_tensor(CkptEdit edit);
 
 static const char *const META_KEYS[] = {"axlc.step", "axlc.data_position", "axlc.rng_state",
                                         "axlc.config", "axlc.fingerprint"};
@@ -361,7 +363,7 @@ static void ckpt_rewrite(const char *dir, int64_t step, CkptEdit edit) {
     void *copy = malloc((size_t)ts[i].nbytes + 1);
     memcpy(copy, ts[i].data, (size_t)ts[i].nbytes);
     ts[i].data = copy;
-    if (!strcmp(ts[i].name, "model/bigram/weight")) weight = copy, nweight = ts[i].nbytes / 4;
+    if (!strcmp(ts[i].name, edit_tensor(edit))) weight = copy, nweight = ts[i].nbytes / 4;
   }
   RtMeta meta[N_META];
   const char *values[N_META];
@@ -395,9 +397,19 @@ static void edit_negative_position(float *weight, int64_t n, const char **meta) 
   meta[META_POSITION] = "-5";
 }
 
-/* A checkpoint whose CRC-32 verifies but which holds a NaN, or a negative data position, is
- * damaged: resume falls back to the one before and sets it aside, and it is never named the
- * last good checkpoint. With nothing before it, resume refuses to start over. */
+static void edit_negative_moment(float *v, int64_t n, const char **meta) {
+  (void)meta;
+  if (n > 7) v[7] = -0.25f;
+}
+
+static const char *edit_tensor(CkptEdit edit) {
+  return edit == edit_negative_moment ? "opt/v/model/bigram/weight" : "model/bigram/weight";
+}
+
+/* A checkpoint whose CRC-32 verifies but which holds a NaN, a negative second moment or a
+ * negative data position, is damaged: resume falls back to the one before and sets it aside,
+ * and it is never named the last good checkpoint. With nothing before it, resume refuses to start
+ * over. */
 static void test_resume_bad_values(void) {
   static const struct {
     CkptEdit edit;
@@ -407,6 +419,8 @@ static void test_resume_bad_values(void) {
                  "checkpoint damaged"},
       {edit_negative_position, "state.safetensors: invalid metadata: 'axlc.data_position' is -5, "
                                "a token position is >= 0: checkpoint damaged"},
+      {edit_negative_moment, "state.safetensors: tensor 'opt/v/model/bigram/weight': value 7 of "
+                             "1024 is -0.25, below 0 (a second moment): checkpoint damaged"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     char dir[PATH_CAP], p[PATH_CAP + 64], name[64];
