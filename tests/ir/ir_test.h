@@ -89,4 +89,15 @@ static inline int test_main(CU_SuiteInfo *suites) {
   return failed ? 1 : 0;
 }
 
+/* UNDER_ASAN: defined in an AddressSanitizer build (GCC or clang), whose allocator reports a
+ * request larger than any machine has instead of returning NULL; the tests of huge requests
+ * are skipped there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
 #endif

@@ -9,14 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-
 static void test_small(void) {
   char *s = ir_xstrdup("axlc");
   CU_ASSERT_STRING_EQUAL(s, "axlc");

@@ -388,14 +388,6 @@ static void test_release_dead_values(void) {
   ir_graph_free(g);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-
 /* A value as large as a model may ask for (here 2^45 elements, 256 TB, more than any address
  * space) is a user error with the value and its size, not an abort: value buffers are sized by
  * the model's shapes (docs/design.md, "Errors and out-of-memory"). AddressSanitizer reports an
