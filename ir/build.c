@@ -209,6 +209,7 @@ int32_t ir_dot(IrGraph *g, int32_t a, int32_t b, int32_t nbatch, const int32_t *
                const int32_t *rhs_contract) {
   int32_t ops[2] = {a, b};
   IrValue v = proto_make(IR_DOT, 2, ops);
+  if (a >= 0 && a < g->nvalues) v.dtype = g->values[a].dtype; /* the operands' (f32: ir_dot_f32) */
   if (axes_set(g, &v.attr.lb, nbatch, lhs_batch) || axes_set(g, &v.attr.rb, nbatch, rhs_batch) ||
       axes_set(g, &v.attr.lc, ncontract, lhs_contract) ||
       axes_set(g, &v.attr.rc, ncontract, rhs_contract))

@@ -311,7 +311,9 @@ static int shape_dot(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape *s
   for (int32_t i = 0; i < at->lb.n; i++) s->dims[s->rank++] = a->shape.dims[at->lb.v[i]];
   dot_free_dims(&a->shape, &at->lb, &at->lc, s);
   dot_free_dims(&b->shape, &at->rb, &at->rc, s);
-  *dt = a->dtype;
+  /* bf16 (f16) operands may keep their f32 accumulator as the result: the value says f32 */
+  bool widen = v->dtype == DT_F32 && (a->dtype == DT_BF16 || a->dtype == DT_F16);
+  *dt = widen ? DT_F32 : a->dtype;
   return IR_OK;
 }
 

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h> /* memcpy in the bf16 conversions */
 
 #if defined(__GNUC__)
 #define RT_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
@@ -467,6 +468,32 @@ void rt_parallel_for_claimed(RtPool *pool, int64_t n, void (*fn)(void *ctx, int6
  * (rt_train_main sees to it). */
 void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
               int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float *c, int64_t ldc, int64_t stride_c);
+
+/* bf16 values are stored as the upper 16 bits of an f32 (uint16_t). To f32 is exact; from f32
+ * rounds to nearest, ties to even, as the interpreter's ir_dtype_round does; a NaN stays a
+ * quiet NaN of the same sign. */
+static inline float rt_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint16_t rt_bf16_from_f32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a NaN after the cut */
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* rt_sgemm with bf16 operands (bit patterns as above) and f32 accumulation: C_b (m, n) =
+ * op(A_b) op(B_b), with A, B, strides and transposes as rt_sgemm's. C is f32 when c_bf16 is 0,
+ * else bf16, each element rounded once from its f32 sum. The cut over the pool depends only on
+ * the shapes, so the bits do not depend on the thread count. */
+void rt_sbgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+               int64_t lda, int64_t stride_a, const uint16_t *b, int64_t ldb, int64_t stride_b, void *c, int c_bf16,
+               int64_t ldc, int64_t stride_c);
 
 /* ===== attention.c: fused attention for generated code =================================== */
 
