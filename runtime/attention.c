@@ -403,3 +403,45 @@ void rt_attention_grad(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t c
     Att a = {bn, t, h, (t + br - 1) / br, causal != 0, scale, q, k, v, dout, dqkv, rt_sgemm_use_own()};
     rt_parallel_for(pool, bn, backward_items, &a);
 }
+
+/* ===== bf16 tensors ======================================================================= */
+
+/* The reference: widen the operands to f32, run the f32 attention, round the result. Exact
+ * in the widening, so the result is the f32 attention's on the same values, rounded once. */
+static float *widen_all(int n, const uint16_t *const *src, int64_t count, int64_t extra) {
+    float *w = scratch_new(n * count + extra);
+    for (int i = 0; i < n; i++)
+        for (int64_t j = 0; j < count; j++)
+            w[i * count + j] = rt_bf16_to_f32(src[i][j]);
+    return w;
+}
+
+static void narrow(const float *src, int64_t count, uint16_t *dst) {
+    for (int64_t j = 0; j < count; j++)
+        dst[j] = rt_bf16_from_f32(src[j]);
+}
+
+void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const uint16_t *q,
+                       const uint16_t *k, const uint16_t *v, uint16_t *o) {
+    if (bn <= 0 || t <= 0 || h <= 0)
+        return;
+    int64_t n = bn * t * h;
+    const uint16_t *in[3] = {q, k, v};
+    float *w = widen_all(3, in, n, n);
+    rt_attention(pool, bn, t, h, causal, scale, w, w + n, w + 2 * n, w + 3 * n);
+    narrow(w + 3 * n, n, o);
+    free(w);
+}
+
+void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale,
+                            const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
+                            uint16_t *dqkv) {
+    if (bn <= 0 || t <= 0 || h <= 0)
+        return;
+    int64_t n = bn * t * h;
+    const uint16_t *in[4] = {q, k, v, dout};
+    float *w = widen_all(4, in, n, 3 * n);
+    rt_attention_grad(pool, bn, t, h, causal, scale, w, w + n, w + 2 * n, w + 3 * n, w + 4 * n);
+    narrow(w + 4 * n, 3 * n, dqkv);
+    free(w);
+}

@@ -512,6 +512,14 @@ void rt_attention(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal
 void rt_attention_grad(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
                        const float *k, const float *v, const float *dout, float *dqkv);
 
+/* The same on bf16 tensors (bit patterns, see rt_bf16_to_f32): the arithmetic, the softmax
+ * statistics included, is f32; each output element is rounded once to bf16. */
+void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const uint16_t *q,
+                       const uint16_t *k, const uint16_t *v, uint16_t *o);
+void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale,
+                            const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
+                            uint16_t *dqkv);
+
 /* ===== opencl.c: OpenCL trainers (library axrt_opencl, linked with the OpenCL loader) ===== */
 
 /* One kernel launch of the step: the kernel named `kernel` in the program's source, over a
