@@ -24,6 +24,7 @@
 const DrvPass drv_passes[] = {
     {"compose", NULL, "module tree -> forward graph (runs before the list)"},
     {"autodiff", pass_autodiff, "+ the gradient of every parameter"},
+    {"widen_grads", pass_widen_grads, "bf16 compute: weight gradients keep f32 accumulators"},
     {"optimizer", pass_optimizer, "+ clipping, schedule, AdamW: the whole step"},
     {"simplify", pass_simplify, "folding, identities, CSE, dead code"},
     {"shard", pass_shard, "the global step -> the program of one device of the mesh"},
@@ -348,6 +349,9 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   learner_options(j, &learner, names, scales);
   PassOptions po = {0};
   po.learner = &learner;
+  FePrecision policy;
+  fe_precision_facts(j->cfg, &policy);
+  po.bf16_grads = policy.grads == DT_BF16;
   PassShard shard = {0};
   PassShardLeaf *leaves = NULL;
   int rc = shard_mesh(j, &shard.mesh);

@@ -73,10 +73,19 @@ int32_t fe_emit_param(FeEmit *e, const char *prm, const char *name) {
   const FeParam *p = &e->b->params[i];
   const char *saved = e->g->origin;
   ir_graph_set_origin(e->g, p->origin);
-  e->param_vals[i] = ir_param(e->g, p->path, DT_F32, p->rank, p->shape);
+  /* the f32 master, read in the compute dtype: one cast per parameter, shared by its readers */
+  e->param_vals[i] = fe_emit_compute(e, ir_param(e->g, p->path, DT_F32, p->rank, p->shape));
   ir_graph_set_origin(e->g, saved);
   return e->param_vals[i];
 }
+
+static int32_t cast_to(FeEmit *e, int32_t x, IrDType dt) {
+  if (x == IR_NONE || e->g->values[x].dtype == dt) return x;
+  return ir_cast(e->g, x, dt);
+}
+
+int32_t fe_emit_f32(FeEmit *e, int32_t x) { return cast_to(e, x, DT_F32); }
+int32_t fe_emit_compute(FeEmit *e, int32_t x) { return cast_to(e, x, e->compute); }
 
 int32_t fe_emit_like(FeEmit *e, int32_t x, double v) {
   if (x == IR_NONE) return IR_NONE;
@@ -110,6 +119,8 @@ int32_t fe_emit_linear(FeEmit *e, int32_t x, const char *prm, const char *name, 
 int32_t fe_emit_softmax(FeEmit *e, int32_t x) {
   if (x == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
+  x = fe_emit_f32(e, x); /* the max, exp and sum in f32, whatever the compute dtype */
+  if (x == IR_NONE) return IR_NONE;
   int32_t last = fe_shape(e, x).rank - 1;
   int32_t lead[IR_MAX_RANK]; /* a reduced value's dims are x's leading dims */
   for (int i = 0; i < last; i++) lead[i] = i;
@@ -133,7 +144,11 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
               IR_NONE,
               IR_NONE,
               IR_NONE,
-              forward};
+              forward,
+              DT_F32};
+  FePrecision policy;
+  fe_precision_facts(cfg, &policy);
+  e.compute = policy.compute;
   for (int i = 0; i < b->nparams; i++) e.param_vals[i] = IR_NONE;
   int64_t bt[2] = {e.batch, e.seq};
   e.ids = ir_input(g, "ids", DT_I32, 2, bt);

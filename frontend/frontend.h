@@ -191,6 +191,10 @@ typedef struct FeOptions {
   const char **sets; /* --set PATH=VALUE, in order */
   int nsets;
   FeSearch search; /* for files not next to the file naming them */
+  /* The target has bf16 dot instructions (AVX512_BF16): `/precision/compute: auto` means bf16.
+   * bf16_why says where that was decided ("this host has avx512_bf16"), for the origin. */
+  bool bf16_dot;
+  const char *bf16_why;
 } FeOptions;
 
 /* base -> config's modifiers -> mesh rule -> --apply -> --set -> defaults and
@@ -221,7 +225,7 @@ typedef struct FeDims {
   int64_t seq_len;    /* training sequence length */
   int64_t batch;      /* per-device batch size */
   int64_t max_steps;  /* training length, for schedules */
-  const char *dtype;  /* parameter dtype name */
+  const char *dtype;  /* parameter dtype name (the precision policy's `params`) */
 } FeDims;
 
 typedef struct FeParam {
@@ -350,6 +354,21 @@ typedef struct FeTrainFacts {
 /* Fills f from a canonical trainer tree (resolved and built without error). */
 void fe_train_facts(json_object *cfg, FeTrainFacts *f);
 
+/* ---- modules/precision.c: the mixed-precision policy ---------------------- */
+
+typedef struct FePrecision {
+  IrDType params;    /* the master copy: f32 */
+  IrDType compute;   /* activations and matrix-product operands: f32 or bf16 */
+  IrDType grads;     /* gradients as they are reduced across devices */
+  IrDType optimizer; /* optimizer state: f32 */
+} FePrecision;
+
+/* The policy of a canonical trainer tree. */
+void fe_precision_facts(json_object *cfg, FePrecision *p);
+/* Replaces `compute: auto` in a canonical tree by bf16 (bf16_dot) or f32; `why` becomes the
+ * key's origin. */
+int fe_precision_settle(FeDiag *d, json_object *cfg, bool bf16_dot, const char *why);
+
 /* ---- compose.c: module tree -> forward IR -------------------------------- */
 
 typedef struct FeEmit {
@@ -360,6 +379,7 @@ typedef struct FeEmit {
   int32_t ids, targets; /* inputs: (B, T) i32 token ids and next-token targets */
   int32_t aux_loss;     /* scalar sum of auxiliary losses (MoE), IR_NONE if none */
   bool forward;         /* fe_compose_forward: the model returns its logits, no loss */
+  IrDType compute;      /* the policy's compute dtype: parameters are read cast to it */
 } FeEmit;
 
 /* Slots per expert per sequence of S tokens (feed_forward.c, the MoE with capacity). */
@@ -387,11 +407,15 @@ int32_t fe_emit_param(FeEmit *e, const char *prm, const char *name);
 bool fe_has_param(const FeEmit *e, const char *prm, const char *name);
 /* x (..., K) @ prm/name/weight (K, N) [+ prm/name/bias], tagged `tag`. */
 int32_t fe_emit_linear(FeEmit *e, int32_t x, const char *prm, const char *name, const char *tag);
+/* x cast to f32 (the reductions of norms, softmax and the loss), or to the compute dtype
+ * (what they hand back); x itself when it has that dtype already. */
+int32_t fe_emit_f32(FeEmit *e, int32_t x);
+int32_t fe_emit_compute(FeEmit *e, int32_t x);
 /* A splat constant of x's shape and dtype. */
 int32_t fe_emit_like(FeEmit *e, int32_t x, double v);
 /* Broadcasts a lower-rank value to x's shape along trailing (or given) dims. */
 int32_t fe_emit_bcast(FeEmit *e, int32_t v, int32_t like, int32_t n, const int32_t *bdims);
-/* Softmax over the last axis. */
+/* Softmax over the last axis, computed and returned in f32 (fe_emit_compute casts it back). */
 int32_t fe_emit_softmax(FeEmit *e, int32_t x);
 /* v's shape, a copy (the graph's value array moves as values are added).
  * v must be a value, not IR_NONE: check builder results first. */

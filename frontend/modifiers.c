@@ -7,6 +7,7 @@
  *   {"kind": "mesh",      "shape": [...], "axes": [...]}          (axes optional)
  *   {"kind": "remat",     "path": "/model/decoder", "policy": "save_qkvo"}
  *   {"kind": "partition", "path": "/model/.../feed_forward", "specs": {"linear1": [...]}}
+ *   {"kind": "precision", "compute": "bf16", "grads": "f32"}           (each field optional)
  *   {"kind": "chain",     "modifiers": [MOD | "file.json", ...]}
  *
  * Modifiers act on the raw tree (before defaults are filled in), so
@@ -37,7 +38,7 @@ static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath
 typedef struct {
   const char *kind;
   const char *required[3];
-  const char *optional[2];
+  const char *optional[4];
   int (*apply)(Ctx *c, json_object **root, json_object *mod, const char *mpath);
 } ModSchema;
 
@@ -52,11 +53,11 @@ static int check_mod_fields(Ctx *c, json_object *mod, const ModSchema *s, const 
   int rc = 0;
   json_object_object_foreach(mod, k, v) {
     (void)v;
-    if (strcmp(k, "kind") == 0 || listed(s->required, 3, k) || listed(s->optional, 2, k)) continue;
-    const char *names[5];
+    if (strcmp(k, "kind") == 0 || listed(s->required, 3, k) || listed(s->optional, 4, k)) continue;
+    const char *names[7];
     int n = 0;
     for (int i = 0; i < 3 && s->required[i]; i++) names[n++] = s->required[i];
-    for (int i = 0; i < 2 && s->optional[i]; i++) names[n++] = s->optional[i];
+    for (int i = 0; i < 4 && s->optional[i]; i++) names[n++] = s->optional[i];
     const char *near = fe_nearest(k, names, n);
     fe_path_join(p, sizeof p, mpath, k);
     rc = fe_error(c->d, c->file, p, "unknown field \"%s\" for modifier \"%s\"%s%s%s", k, s->kind,
@@ -323,6 +324,29 @@ static int mod_partition(Ctx *c, json_object **rootp, json_object *mod, const ch
   return 0;
 }
 
+/* Sets the fields it names in the trainer's /precision policy (made if the tree has none).
+ * Values are checked with the rest of the tree, against the policy's schema. */
+static int mod_precision(Ctx *c, json_object **rootp, json_object *mod, const char *mpath) {
+  json_object *root = *rootp, *policy = json_object_object_get(root, "precision");
+  if (json_object_get_type(policy) != json_type_object) {
+    policy = json_object_new_object();
+    json_object_object_add(policy, "kind", json_object_new_string("precision_policy"));
+    fe_set_origin(c->d, policy, c->file, false);
+    json_object_object_add(root, "precision", policy);
+    fe_set_origin_key(c->d, root, "precision", c->file);
+  }
+  json_object_object_foreach(mod, k, v) {
+    if (strcmp(k, "kind") == 0) continue;
+    if (json_object_get_type(v) != json_type_string) {
+      string_field(c, mod, k, mpath); /* the error: expected a string */
+      return -1;
+    }
+    json_object_object_add(policy, k, fe_json_copy(c->d, v));
+    fe_set_origin_key(c->d, policy, k, c->file);
+  }
+  return 0;
+}
+
 /* ---- chain and files ---------------------------------------------------- */
 
 static int mod_chain(Ctx *c, json_object **root, json_object *mod, const char *mpath) {
@@ -365,6 +389,7 @@ static const ModSchema modifiers[] = {
     {"mesh", {"shape"}, {"axes"}, mod_mesh},
     {"remat", {"path", "policy"}, {0}, mod_remat},
     {"partition", {"path", "specs"}, {0}, mod_partition},
+    {"precision", {0}, {"params", "compute", "grads", "optimizer"}, mod_precision},
     {"chain", {"modifiers"}, {0}, mod_chain},
 };
 enum { NMODIFIERS = sizeof modifiers / sizeof modifiers[0] };

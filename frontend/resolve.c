@@ -273,6 +273,7 @@ json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const
   if (file && load(d, file, stack, 0, &l) == 0 && apply_rules(d, &l, opt->target, &matched) == 0 &&
       apply_cli(d, &l, opt) == 0)
     canon = fe_canonicalize(d, l.tree, "", "trainer");
+  if (canon) fe_precision_settle(d, canon, opt->bf16_dot, opt->bf16_why);
   if (canon) {
     FeBuild b;
     int rc = fe_build(&b, d, file, canon, devices);

@@ -37,7 +37,8 @@
   X(constant_schedule) \
   X(lm_input) \
   X(checkpointer) \
-  X(device_mesh)
+  X(device_mesh) \
+  X(precision_policy)
 /* clang-format on */
 
 #define DECLARE(k) extern const FeKind fe_kind_##k;

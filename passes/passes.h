@@ -58,6 +58,7 @@ typedef struct PassOptions {
   const PassLearner *learner; /* optimizer */
   const PassShard *shard;     /* shard; NULL or one device: nothing to do */
   const PassRemat *remat;     /* remat; NULL or no policy but "none": nothing to do */
+  bool bf16_grads;            /* widen_grads: the policy reduces gradients in bf16: nothing to do */
 } PassOptions;
 
 /* ======================================================================== autodiff.c */
@@ -90,6 +91,14 @@ int pass_algebra(IrGraph *g, const PassOptions *opt);
  * dot of the swapped operands, wherever the new dot is one sgemm per batch element
  * (ir_dot_sgemm), so no transpose copy is made. The numbers stay the same. */
 int pass_transpose_dot(IrGraph *g, const PassOptions *opt);
+
+/* ======================================================================== precision.c */
+
+/* Under bf16 compute, the gradients of the f32 parameters keep their f32 accumulators: a cast
+ * to f32 of a bf16 dot_general read by nothing else becomes the dot with an f32 result, and the
+ * cast moves through single-reader transposes, reshapes and adds on the way (precision.c).
+ * Nothing to do in an f32 graph. */
+int pass_widen_grads(IrGraph *g, const PassOptions *opt);
 
 /* ======================================================================== optimizer.c */
 

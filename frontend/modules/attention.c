@@ -102,8 +102,9 @@ static int32_t emit_rope(FeEmit *e, json_object *rope, int32_t x) {
   free(freq);
   int32_t bd[2] = {1, 3};
   int64_t out[4] = {B, T, N, half};
-  int32_t c = ir_broadcast(g, ir_cos(g, angle), 4, out, bd);
-  int32_t sn = ir_broadcast(g, ir_sin(g, angle), 4, out, bd);
+  /* the angles in f32 (t * freq needs its bits at long contexts); cos and sin in x's dtype */
+  int32_t c = ir_broadcast(g, fe_emit_compute(e, ir_cos(g, angle)), 4, out, bd);
+  int32_t sn = ir_broadcast(g, fe_emit_compute(e, ir_sin(g, angle)), 4, out, bd);
   int64_t z[4] = {0, 0, 0, 0}, mid[4] = {0, 0, 0, half};
   int32_t x1 = ir_slice(g, x, z, out), x2 = ir_slice(g, x, mid, s.dims);
   int32_t parts[2] = {ir_sub(g, ir_mul(g, x1, c), ir_mul(g, x2, sn)),
@@ -157,7 +158,7 @@ static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *p
       int32_t allowed = ir_ge(g, ir_iota(g, DT_I32, 2, tt, 0), ir_iota(g, DT_I32, 2, tt, 1));
       s = ir_select(g, ir_broadcast(g, allowed, 4, bntt, bd), s, fe_emit_like(e, s, -1e9));
     }
-    ctx = ir_dot(g, fe_emit_softmax(e, s), v, 2, bb, bb, 1, &c3, &c2);
+    ctx = ir_dot(g, fe_emit_compute(e, fe_emit_softmax(e, s)), v, 2, bb, bb, 1, &c3, &c2);
   }
   if (ctx != IR_NONE) ir_value_set_tag(g, ctx, "attention.context");
   int32_t perm[4] = {0, 2, 1, 3};

@@ -11,7 +11,6 @@
 static const FeField fields[] = {
     F_INT("vocab_size", NULL, FE_RANGE(1, 1 << 24), "number of token ids"),
     F_INT("dim", NULL, FE_RANGE(1, 1 << 20), "model width"),
-    F_ENUM("dtype", "\"f32\"", "f32|bf16", "parameter dtype"),
     F_CHILD("emb", "{\"kind\": \"embedding\"}", "embedding", "token embedding"),
     F_CHILD("pos_emb", "null", "learned_pos_emb|null", "learned position embedding, or null"),
     F_CHILD("decoder", NULL, "decoder", "the transformer stack"),
@@ -23,7 +22,6 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   FeDims d = *in;
   d.dim = fe_get_int(node, "dim");
   d.vocab_size = fe_get_int(node, "vocab_size");
-  d.dtype = fe_get_str(node, "dtype");
   d.num_layers = fe_get_int(fe_get_child(node, "decoder"), "num_layers");
   int64_t btd[3] = {d.batch, d.seq_len, d.dim}, btv[3] = {d.batch, d.seq_len, d.vocab_size};
   fe_step_tensor(b, "the activations", "batch x seq x dim", 3, btd, node, cfg, "dim");
@@ -40,6 +38,8 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
  * gradient is computed through it: d logits = softmax - one-hot, as in PyTorch. */
 static int32_t cross_entropy(FeEmit *e, int32_t logits, int32_t targets) {
   IrGraph *g = e->g;
+  logits = fe_emit_f32(e, logits); /* the max, log-sum-exp and mean in f32 */
+  if (logits == IR_NONE) return IR_NONE;
   IrShape s = fe_shape(e, logits);
   int32_t last = 2, lead[2] = {0, 1}, both[2] = {0, 1};
   int32_t m = ir_stop_gradient(g, ir_reduce_max(g, logits, 1, &last)); /* (B, T) */

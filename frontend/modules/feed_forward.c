@@ -286,7 +286,8 @@ static int32_t emit_moe_capacity(FeEmit *e, json_object *node, const char *prm, 
   int64_t C = fe_moe_capacity(fe_get_float(node, "capacity_factor"), T, k, E);
   int32_t disp = dispatch_mask(e, probs, k, C); /* (B, T, E, C) */
   int32_t b0 = 0, t1 = 1;
-  int32_t xin = ir_dot(g, disp, x, 1, &b0, &b0, 1, &t1, &t1); /* (B, E, C, D) */
+  /* the 0/1 dispatch is exact in any dtype; the slot counts inside it stay f32 */
+  int32_t xin = ir_dot(g, fe_emit_compute(e, disp), x, 1, &b0, &b0, 1, &t1, &t1); /* (B, E, C, D) */
   int32_t ebc[4] = {1, 0, 2, 3};
   xin = ir_transpose(g, xin, ebc); /* (E, B, C, D) */
   if (xin != IR_NONE) ir_value_set_tag(g, xin, "moe.expert_inputs");
@@ -320,7 +321,7 @@ static int32_t emit_moe_capacity(FeEmit *e, json_object *node, const char *prm, 
   IrShape ds = disp == IR_NONE ? s : fe_shape(e, disp);
   int32_t comb = ir_mul(g, disp, ir_broadcast(g, w, 4, ds.dims, bd3)); /* (B, T, E, C) */
   int32_t lb = 0, rb = 1, lcs[2] = {2, 3}, rcs[2] = {0, 2};
-  return ir_dot(g, comb, y, 1, &lb, &rb, 2, lcs, rcs); /* (B, T, D) */
+  return ir_dot(g, fe_emit_compute(e, comb), y, 1, &lb, &rb, 2, lcs, rcs); /* (B, T, D) */
 }
 
 /* MoE: outputs weighted by the renormalized top-k router probabilities. With capacity_factor 0
@@ -333,7 +334,7 @@ static int32_t emit_moe(FeEmit *e, json_object *node, const char *cfg, const cha
   snprintf(gp, sizeof gp, "%s/gate", prm);
   int32_t router = ir_matmul(g, x, fe_emit_param(e, gp, "weight")); /* (B, T, E) */
   if (router != IR_NONE) ir_value_set_tag(g, router, "moe.router");
-  int32_t probs = fe_emit_softmax(e, router);
+  int32_t probs = fe_emit_softmax(e, router); /* routing in f32: probs, masks, weights */
   int32_t mask = route_mask(e, probs, fe_get_int(node, "top_k"));
   add_balance_loss(e, node, probs, mask);
   int32_t eaxis = 2, lead[2] = {0, 1};
@@ -350,7 +351,7 @@ static int32_t emit_moe(FeEmit *e, json_object *node, const char *cfg, const cha
   }
   int32_t y = expert_out(e, activate(e, node, a, up), prm); /* (E, B, T, D) */
   int32_t perm[3] = {2, 0, 1}, bd[3] = {0, 1, 2}, ax0 = 0;
-  int32_t wt = fe_emit_bcast(e, ir_transpose(g, w, perm), y, 3, bd);
+  int32_t wt = fe_emit_bcast(e, fe_emit_compute(e, ir_transpose(g, w, perm)), y, 3, bd);
   return ir_reduce_sum(g, ir_mul(g, y, wt), 1, &ax0);
 }
 

@@ -30,6 +30,7 @@ static int build_rms(FeBuild *b, json_object *node, const char *cfg, const char 
 
 /* x (B, T, D) -> (B, T, D) normalized over D, times scale (D,), plus bias. */
 static int32_t emit_norm(FeEmit *e, json_object *node, const char *prm, int32_t x, bool center) {
+  x = fe_emit_f32(e, x); /* mean and variance in f32; the normalized x goes back */
   if (x == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
   IrShape s = fe_shape(e, x);
@@ -46,6 +47,7 @@ static int32_t emit_norm(FeEmit *e, json_object *node, const char *prm, int32_t 
                        ir_const_scalar(g, DT_F32, inv_d, last, s.dims));
   int32_t eps = ir_const_scalar(g, DT_F32, fe_get_float(node, "eps"), last, s.dims);
   int32_t y = ir_mul(g, xc, fe_emit_bcast(e, ir_rsqrt(g, ir_add(g, var, eps)), x, last, lead));
+  y = fe_emit_compute(e, y);
   y = ir_mul(g, y, fe_emit_bcast(e, fe_emit_param(e, prm, "scale"), x, 1, NULL));
   if (fe_has_param(e, prm, "bias"))
     y = ir_add(g, y, fe_emit_bcast(e, fe_emit_param(e, prm, "bias"), x, 1, NULL));

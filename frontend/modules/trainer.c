@@ -16,6 +16,8 @@ static const FeField fields[] = {
     F_CHILD("input", NULL, "lm_input", "sequence length and batch size"),
     F_CHILD("checkpointer", "{\"kind\": \"checkpointer\"}", "checkpointer", "checkpoint policy"),
     F_CHILD("mesh", "{\"kind\": \"device_mesh\"}", "device_mesh", "device mesh axes and shape"),
+    F_CHILD("precision", "{\"kind\": \"precision_policy\"}", "precision_policy",
+            "mixed precision: dtypes of parameters, compute, gradients, optimizer state"),
     F_INT("max_steps", NULL, FE_ATLEAST(1), "number of training steps"),
     F_INT("seed", "0", FE_ATLEAST(0), "seed of parameter init and data order"),
 };
@@ -38,6 +40,7 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   d.seq_len = fe_get_int(fe_get_child(node, "input"), "seq_len");
   d.batch = fe_get_int(fe_get_child(node, "input"), "global_batch_size") / fe_batch_split(&b->mesh);
   d.max_steps = fe_get_int(node, "max_steps");
+  d.dtype = fe_get_str(fe_get_child(node, "precision"), "params");
   int rc = check_batch(b, node);
   if (fe_build_child(b, node, "model", cfg, prm, &d)) rc = -1;
   if (fe_build_child(b, node, "learner", cfg, prm, &d)) rc = -1;

@@ -43,7 +43,8 @@ static void emit_all_on_failure(json_object *tree, FeBuild *b) {
               ir_input(g, "ids", DT_I32, 2, bt),
               ir_input(g, "targets", DT_I32, 2, bt),
               IR_NONE,
-              false};
+              false,
+              DT_F32};
   ir_graph_fail(g, "injected failure");
   json_object *model = fe_path_get(tree, "/model");
   FeDims in = {.dim = fe_get_int(model, "dim"),

@@ -194,8 +194,11 @@ static void test_wrong_type(void) {
   EXPECT_BAD(&t, ": /mesh/shape/1: value \"x\" is a string (expected an integer)");
   fe_t_done(&t);
   /* every problem is reported, not only the first */
-  bad(&t, "\"model\": {\"dim\": \"64\", \"dtype\": \"f16\"}, \"max_steps\": []", NULL, NULL);
-  EXPECT_BAD(&t, ": /model/dim: value \"64\"", ": /model/dtype: value \"f16\" is not allowed",
+  bad(&t,
+      "\"model\": {\"dim\": \"64\"}, \"precision\": {\"kind\": \"precision_policy\", \"compute\": "
+      "\"f16\"}, \"max_steps\": []",
+      NULL, NULL);
+  EXPECT_BAD(&t, ": /model/dim: value \"64\"", ": /precision/compute: value \"f16\" is not allowed",
              ": /max_steps: got an array (expected an integer)");
   fe_t_done(&t);
 }
@@ -236,8 +239,15 @@ static void test_bad_enum(void) {
   EXPECT_BAD(&t, ": /model/decoder/layer/feed_forward/activation: value \"gleu\" is not allowed "
                  "(expected one of gelu|relu|swiglu); did you mean \"gelu\"?");
   fe_t_done(&t);
-  bad(&t, "\"model\": {\"dtype\": 16}", NULL, NULL);
-  EXPECT_BAD(&t, ": /model/dtype: value 16 is an integer (expected one of f32|bf16)");
+  bad(&t, "\"precision\": {\"kind\": \"precision_policy\", \"compute\": 16}", NULL, NULL);
+  EXPECT_BAD(&t, ": /precision/compute: value 16 is an integer (expected one of f32|bf16|auto)");
+  fe_t_done(&t);
+  bad(&t, "\"precision\": {\"kind\": \"precision_policy\", \"params\": \"bf16\"}", NULL, NULL);
+  EXPECT_BAD(&t, ": /precision/params: value \"bf16\" is not allowed (expected one of f32)");
+  fe_t_done(&t);
+  /* the old place of the dtype is no field now */
+  bad(&t, "\"model\": {\"dtype\": \"bf16\"}", NULL, NULL);
+  EXPECT_BAD(&t, ": /model/dtype: unknown field \"dtype\" for kind \"causal_lm\"");
   fe_t_done(&t);
 }
 

@@ -415,6 +415,46 @@ static void test_chain_nested_files(void) {
   fe_t_done(&t);
 }
 
+static void test_precision(void) {
+  FeT t;
+  /* the modifier makes the policy node and sets only what it names */
+  resolve_mods(&t, "[{\"kind\": \"precision\", \"compute\": \"bf16\"}]", NULL, NULL);
+  EXPECT_OK(&t);
+  EXPECT_STR(fe_t_str(t.tree, "/precision/kind"), "precision_policy");
+  EXPECT_STR(fe_t_str(t.tree, "/precision/compute"), "bf16");
+  EXPECT_STR(fe_t_str(t.tree, "/precision/grads"), "f32");
+  FePrecision p;
+  fe_precision_facts(t.tree, &p);
+  EXPECT(p.compute == DT_BF16 && p.grads == DT_F32 && p.params == DT_F32);
+  /* auto without bf16 dot instructions is f32; with them, bf16, and the origin says why */
+  EXPECT_STR(fe_t_str(t.tree, "/precision/compute"), "bf16");
+  json_object_object_add(fe_get_child(t.tree, "precision"), "compute",
+                         json_object_new_string("auto"));
+  fe_precision_settle(&t.d, t.tree, true, "the host has avx512_bf16");
+  EXPECT_STR(fe_t_str(t.tree, "/precision/compute"), "bf16");
+  EXPECT_STR(fe_origin_key(fe_get_child(t.tree, "precision"), "compute"),
+             "the host has avx512_bf16");
+  fe_t_done(&t);
+  resolve_mods(&t, "[{\"kind\": \"precision\", \"compute\": \"auto\", \"grads\": \"bf16\"}]", NULL,
+               NULL);
+  EXPECT_OK(&t);
+  EXPECT_STR(fe_t_str(t.tree, "/precision/compute"), "f32");
+  EXPECT_STR(fe_t_str(t.tree, "/precision/grads"), "bf16");
+  fe_t_done(&t);
+  /* values are checked against the policy's schema, fields against the modifier's */
+  resolve_mods(&t, "[{\"kind\": \"precision\", \"compute\": \"fp8\"}]", NULL, NULL);
+  EXPECT_FAILS(&t,
+               "/precision/compute: value \"fp8\" is not allowed (expected one of f32|bf16|auto)");
+  fe_t_done(&t);
+  resolve_mods(&t, "[{\"kind\": \"precision\", \"compute\": 16}]", NULL, NULL);
+  EXPECT_FAILS(&t, "/modifiers/0/compute: value 16 is an integer (expected a string)");
+  fe_t_done(&t);
+  resolve_mods(&t, "[{\"kind\": \"precision\", \"computes\": \"bf16\"}]", NULL, NULL);
+  EXPECT_FAILS(&t, "/modifiers/0/computes: unknown field \"computes\" for modifier \"precision\"",
+               "did you mean \"compute\"?");
+  fe_t_done(&t);
+}
+
 static void test_chain_cycle(void) {
   FeT t;
   fe_t_write("self.json", "{\"kind\": \"chain\", \"modifiers\": [\"self.json\"]}");
@@ -427,7 +467,8 @@ static void test_modifier_schema(void) {
   FeT t;
   resolve_mods(&t, "[{\"kind\": \"sett\", \"path\": \"/seed\", \"value\": 1}]", NULL, NULL);
   EXPECT_FAILS(&t, cfg_file(), ": /modifiers/0/kind: unknown modifier kind \"sett\"",
-               "(expected set, replace, mesh, remat, partition or chain)", "did you mean \"set\"?");
+               "(expected set, replace, mesh, remat, partition, precision or chain)",
+               "did you mean \"set\"?");
   fe_t_done(&t);
   resolve_mods(&t, "[{\"kind\": \"set\", \"path\": \"/seed\", \"vaule\": 1}]", NULL, NULL);
   EXPECT_FAILS(&t, ": /modifiers/0/vaule: unknown field \"vaule\" for modifier \"set\"",
@@ -461,6 +502,7 @@ static const FeTCase cases[] = {
     {"partition_unknown_param", test_partition_unknown_param},
     {"chain_nested_files", test_chain_nested_files},
     {"chain_cycle", test_chain_cycle},
+    {"precision", test_precision},
     {"modifier_schema", test_modifier_schema},
 };
 

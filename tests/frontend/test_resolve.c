@@ -441,7 +441,8 @@ static void test_resolution_keys_not_in_tree(void) {
   EXPECT_INT(fe_t_int(t.tree, "/seed"), 0);
   EXPECT_INT(fe_t_int(t.tree, "/checkpointer/keep_last"), 3);
   EXPECT(fe_t_float(t.tree, "/learner/optimizer/b1") == 0.9);
-  EXPECT_STR(fe_t_str(t.tree, "/model/dtype"), "f32");
+  EXPECT_STR(fe_t_str(t.tree, "/precision/compute"), "f32");
+  EXPECT_STR(fe_t_str(t.tree, "/precision/grads"), "f32");
   EXPECT_STR(fe_t_str(t.tree, "/model/emb/kind"), "embedding");
   fe_t_done(&t);
 }
