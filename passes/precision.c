@@ -10,8 +10,11 @@
  *   cast(dot_general(a, b), f32)     -> dot_general(a, b) with an f32 result (the accumulator)
  *   cast(transpose/reshape(x), f32)  -> transpose/reshape(cast(x, f32)), and on into x
  *   cast(add(x, y), f32)             -> add(cast(x, f32), cast(y, f32)), and on into both
- * so the weight gradient comes out of its product in f32, its partial sums are reduced across
- * devices in f32 (AXLearn's default), and the gradients of a tied parameter are added in f32.
+ *   cast(reduce_sum(x), f32)         -> reduce_sum(cast(x, f32))   (bias and norm gradients)
+ *   cast(pad / scatter_add(.., x))   -> pad / scatter_add(.., cast(x, f32))   (embeddings)
+ * so the weight gradient comes out of its product or sum in f32, its partial sums are reduced
+ * across devices in f32 (AXLearn's default), and the gradients of a tied parameter are added
+ * in f32.
  * The result is closer to the exact gradient, never further: it drops roundings, adds none.
  * A value with another reader keeps its bf16 form for that reader. With the policy's
  * `grads: bf16` the driver does not run this pass.
@@ -34,7 +37,16 @@ static bool low(IrDType dt) { return dt == DT_BF16 || dt == DT_F16; }
 static bool widenable(const Widen *w, int32_t x) {
   const IrValue *v = &w->g->values[x];
   if (!low(v->dtype) || w->uses[x] != 1) return false;
-  return v->op == IR_DOT || v->op == IR_TRANSPOSE || v->op == IR_RESHAPE || v->op == IR_ADD;
+  switch (v->op) {
+  case IR_DOT:
+  case IR_TRANSPOSE:
+  case IR_RESHAPE:
+  case IR_PAD:
+  case IR_ADD:
+  case IR_REDUCE_SUM:
+  case IR_SCATTER_ADD: return true;
+  default: return false;
+  }
 }
 
 static int32_t widen(Widen *w, int32_t x);
@@ -51,8 +63,9 @@ static int32_t as_f32(Widen *w, int32_t x) {
 static int32_t widen(Widen *w, int32_t x) {
   IrValue v = w->g->values[x]; /* a copy, given new operands and an f32 result */
   int32_t ops[2];
-  for (int32_t k = 0; k < v.nops; k++)
-    ops[k] = v.op == IR_DOT ? w->map[v.ops[k]] : as_f32(w, v.ops[k]);
+  for (int32_t k = 0; k < v.nops; k++) /* a dot keeps its operands; the others go f32 */
+    ops[k] = v.op != IR_DOT && low(w->g->values[v.ops[k]].dtype) ? as_f32(w, v.ops[k])
+                                                                 : w->map[v.ops[k]];
   v.ops = ops;
   v.dtype = DT_F32;
   w->changes++;
