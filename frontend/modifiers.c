@@ -118,9 +118,35 @@ static int set_in_array(Ctx *c, json_object *root, const char *path, const char 
 }
 
 /* Sets `path` in the raw tree to a copy of `value`. */
+/* Adds, along path, each child module the raw tree leaves to its default (a trainer's
+ * /precision or /mesh), so `--set /precision/compute=bf16` works on a config that never
+ * wrote a policy. Stops at the first missing part that has no object default. */
+static void add_default_children(Ctx *c, json_object *root, const char *path) {
+  json_object *node = root;
+  for (const char *p = path; node && *p == '/';) {
+    const char *end = strchr(p + 1, '/');
+    if (!end) return; /* the last part is the field being set */
+    char key[128];
+    snprintf(key, sizeof key, "%.*s", (int)(end - p - 1), p + 1);
+    json_object *child = NULL;
+    if (!json_object_object_get_ex(node, key, &child)) {
+      const FeKind *k = fe_kind_find(fe_node_kind(node));
+      const FeField *f = k ? fe_kind_field(k, key) : NULL;
+      if (!f || f->type != FT_CHILD || !f->dflt || f->dflt[0] != '{') return;
+      child = json_tokener_parse(f->dflt);
+      fe_set_origin(c->d, child, c->file, true);
+      json_object_object_add(node, key, child);
+      fe_set_origin_key(c->d, node, key, c->file);
+    }
+    node = json_object_get_type(child) == json_type_object ? child : NULL;
+    p = end;
+  }
+}
+
 static int set_path(Ctx *c, json_object *root, const char *path, json_object *value) {
   if (!path || path[0] != '/' || strlen(path) < 2)
     return fe_error(c->d, c->file, path, "expected a path of the form /a/b/c");
+  add_default_children(c, root, path);
   char *ppath = fe_asprintf("%.*s", (int)(strrchr(path, '/') - path), path); /* the parent */
   json_object *pobj = ppath[0] ? fe_path_get(root, ppath) : root;
   bool in_array = json_object_get_type(pobj) == json_type_array;

@@ -269,6 +269,10 @@ static json_object *resolve(FeDiag *d, const Args *a) {
   else if (a->fe.target)
     fprintf(stderr, "note: target %s matched no mesh rule; the config's mesh stands\n",
             a->fe.target);
+  json_object *policy = cfg ? fe_get_child(cfg, "precision") : NULL;
+  if (policy && fe_origin_key(policy, "compute") == a->fe.bf16_why) /* auto was settled */
+    fprintf(stderr, "note: precision: %s compute (%s)\n", fe_get_str(policy, "compute"),
+            a->fe.bf16_why);
   return cfg;
 }
 
@@ -874,6 +878,7 @@ int main(int argc, char **argv) {
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
 #endif
   if (parse_args(argc, argv, &a)) return 1;
+  a.fe.bf16_dot = drv_bf16_dot(a.fe.target, a.cpu, a.features, &a.fe.bf16_why);
   int rc = search_path(&a) ? 1 : dispatch(&a);
   free(a.axlc_path);
   return rc;

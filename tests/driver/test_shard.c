@@ -178,6 +178,16 @@ static void test_llama_style(void) { /* RoPE, GQA, SwiGLU, RMSNorm */
   check_layout("fuji-test.json", "cpu-4", dm, 3, (Expect){4, 10, 0, 0, 0, false});
 }
 
+/* bf16 compute: casts, f32 islands and f32 gradient accumulators through the shard pass */
+static void test_bf16(void) {
+  const char *dm[] = {SMALL, MESH(2, 1, 1, 2), "/precision/compute=bf16"};
+  check_layout("fuji-test.json", "cpu-4", dm, 4, (Expect){4, 10, 0, 0, 0, false});
+  const char *fsdp[] = {SMALL, MESH(1, 1, 4, 1), "/precision/compute=bf16"};
+  check_layout("fuji-test.json", "cpu-4", fsdp, 4, (Expect){4, 1, 8, 8, 0, false});
+  const char *expert[] = {SMALL, MESH(1, 2, 1, 1), "/precision/compute=bf16"};
+  check_layout("moe-test.json", "cpu-2", expert, 4, (Expect){2, 1, 0, 0, 8, true});
+}
+
 static void test_moe(void) {
   const char *expert[] = {SMALL, MESH(1, 2, 1, 1)};
   check_layout("moe-test.json", "cpu-2", expert, 3, (Expect){2, 1, 0, 0, 8, true});
@@ -317,6 +327,7 @@ int main(int argc, char **argv) {
                {"tiny_lm", test_tiny_lm},
                {"llama_style", test_llama_style},
                {"moe", test_moe},
+               {"bf16", test_bf16},
                {"moe_capacity", test_moe_capacity}};
   int added = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -25,14 +25,14 @@
 
 static void print_diag(const DrvJob *j) { fe_diag_print(&j->diag, stderr); }
 
-/* Loads `model` (in AXLC_MODELS) shrunk by `sets`, lowered through autodiff. */
+/* Loads `model` (in AXLC_MODELS) shrunk by `sets`, lowered through autodiff and widen_grads. */
 static int load(DrvJob *j, const char *model, const char **sets, int nsets) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", AXLC_MODELS, model);
   FeOptions opt = {0};
   opt.sets = sets;
   opt.nsets = nsets;
-  if (drv_load(j, path, &opt) || drv_lower(j, "autodiff")) {
+  if (drv_load(j, path, &opt) || drv_lower(j, "widen_grads")) {
     print_diag(j);
     return -1;
   }
@@ -147,6 +147,19 @@ static void test_gradcheck_fuji_test(void) {
   const char *sets[] = {"/input/seq_len=6", "/input/global_batch_size=2",
                         "/model/decoder/num_layers=2"};
   printf(" worst %.2e ", gradcheck("fuji-test.json", sets, 3));
+}
+
+/* Under bf16 compute: the casts' gradients (cast back) and widen_grads' f32 accumulators are
+ * derivatives of the same function (rounding off: the casts are the identity in double). */
+static void test_gradcheck_bf16(void) {
+  const char *sets[] = {"/input/seq_len=6", "/input/global_batch_size=2",
+                        "/model/decoder/num_layers=2", "/precision/compute=bf16"};
+  printf(" worst %.2e ", gradcheck("fuji-test.json", sets, 4));
+  const char *moe[] = {"/model/dim=16",          "/model/decoder/num_layers=1",
+                       "/input/seq_len=6",       "/input/global_batch_size=2",
+                       "/model/vocab_size=32",   "/model/decoder/layer/feed_forward/hidden_dim=12",
+                       "/precision/compute=bf16"};
+  printf(" worst %.2e ", gradcheck("moe-test.json", moe, 7));
 }
 
 static void test_gradcheck_moe(void) {
@@ -276,6 +289,7 @@ int main(void) {
   CU_add_test(s, "gradcheck tiny-lm", test_gradcheck_tiny_lm);
   CU_add_test(s, "gradcheck fuji-test (rope, gqa, swiglu, rms)", test_gradcheck_fuji_test);
   CU_add_test(s, "gradcheck moe", test_gradcheck_moe);
+  CU_add_test(s, "gradcheck bf16 compute (fuji-test, moe)", test_gradcheck_bf16);
   CU_add_test(s, "text round trip of every model's step graph", test_roundtrip_all_models);
   CU_add_test(s, "memory plans of model steps", test_memplan_models);
   CU_add_test(s, "a deep model (500 layers) lowers", test_deep_model);
