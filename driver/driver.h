@@ -124,12 +124,16 @@ typedef struct DrvMemReport {
   DrvMemItem *items; /* live at the peak, largest first */
   int32_t nitems;
   double flops, matmul_flops, comm_bytes; /* per step; bytes sent by a ring algorithm */
+  double bf16_flops; /* of flops: the products with bf16 operands (the device's bf16 rate) */
   int collectives;
 } DrvMemReport;
 
 /* j lowered through every pass. */
 int drv_memcheck(DrvJob *j, DrvMemReport *r);
 void drv_memreport_free(DrvMemReport *r);
+/* The lower bound on the compute time of a step: products with bf16 operands at the device's
+ * bf16 rate, the rest at its f32 rate. */
+double drv_memreport_compute_s(const DrvMemReport *r, const DrvDevice *dev);
 /* Whether the peak and the generated code fit the memory of one device of kind dev. */
 bool drv_memreport_fits(const DrvMemReport *r, const DrvDevice *dev);
 

@@ -120,14 +120,17 @@ static double sent_bytes(const IrGraph *g, const IrValue *v) {
   }
 }
 
-/* FLOPs of value v: 2 per multiply-add of a product, 1 per element of the rest. */
-static double value_flops(const IrGraph *g, const IrValue *v, double *matmul) {
+/* FLOPs of value v: 2 per multiply-add of a product, 1 per element of the rest. The products
+ * also count into *matmul, and into *bf16 when their operands are bf16. */
+static double value_flops(const IrGraph *g, const IrValue *v, double *matmul, double *bf16) {
+  bool low = v->nops > 0 && g->values[v->ops[0]].dtype == DT_BF16;
   double out = (double)ir_shape_numel(&v->shape);
   if (v->op == IR_DOT) {
     double k = 1;
     const IrShape *l = &g->values[v->ops[0]].shape;
     for (int32_t i = 0; i < v->attr.lc.n; i++) k *= (double)l->dims[v->attr.lc.v[i]];
     *matmul += 2 * out * k;
+    if (low) *bf16 += 2 * out * k;
     return 2 * out * k;
   }
   if (v->op == IR_ATTENTION || v->op == IR_ATTENTION_GRAD) {
@@ -139,6 +142,7 @@ static double value_flops(const IrGraph *g, const IrValue *v, double *matmul) {
     double keys = v->attr.k ? (t + 1) / 2 : t, n = h > 0 ? (double)ir_shape_numel(q) / h : 0;
     double f = 2 * (v->op == IR_ATTENTION ? 2 : 5) * n * keys * h;
     *matmul += f;
+    if (low) *bf16 += f;
     return f;
   }
   if (is_leaf(v) || v->op == IR_CONSTANT || (ir_op_flags(v->op) & IR_COLLECTIVE)) return 0;
@@ -269,7 +273,7 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
   int kernels = 0;
   for (int32_t v = 0; v < n; v++) {
     const IrValue *x = &g->values[v];
-    r->flops += value_flops(g, x, &r->matmul_flops);
+    r->flops += value_flops(g, x, &r->matmul_flops, &r->bf16_flops);
     if (ir_op_flags(x->op) & IR_COLLECTIVE) {
       r->comm_bytes += sent_bytes(g, x);
       r->collectives++;
@@ -340,6 +344,10 @@ void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
   static const char *const presets[] = {"save_qkvo", "save_dots", "full"};
   char set[128];
   memset(out, 0, sizeof *out);
+  FePrecision policy;
+  fe_precision_facts(j->cfg, &policy);
+  if (policy.compute == DT_F32) /* bf16 activations: half the saved bytes */
+    try_fix(file, opt, dev, "/precision/compute=\"bf16\"", out);
   for (int i = 0; i < 3; i++) {
     snprintf(set, sizeof set, "/model/decoder/remat_policy=\"%s\"", presets[i]);
     try_fix(file, opt, dev, set, out);

@@ -31,8 +31,9 @@ static const char *kind_name(int k) {
   return names[k];
 }
 
-static double step_flops_rate(const DrvDevice *dev) {
-  return dev->flops_f32; /* every step computes in f32 today */
+double drv_memreport_compute_s(const DrvMemReport *r, const DrvDevice *dev) {
+  double bf16_rate = dev->flops_bf16 > 0 ? dev->flops_bf16 : dev->flops_f32;
+  return (r->flops - r->bf16_flops) / dev->flops_f32 + r->bf16_flops / bf16_rate;
 }
 
 void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, FILE *out) {
@@ -84,16 +85,20 @@ void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, F
               *x->origin ? x->origin : "?", *x->tag ? "  #" : "", x->tag);
     }
   }
-  double rate = step_flops_rate(dev);
-  double tc = r->flops / rate, tm = r->comm_bytes / dev->link_bw;
+  double tc = drv_memreport_compute_s(r, dev), tm = r->comm_bytes / dev->link_bw;
   fprintf(out,
           "\nstep, per device: %.4g FLOPs (%.1f%% in matrix products), %s sent in %d collectives\n",
           r->flops, r->flops > 0 ? 100 * r->matmul_flops / r->flops : 0.0,
           human(r->comm_bytes, a, sizeof a), r->collectives);
-  fprintf(out,
-          "lower bound on the step time: %s (compute %s at %.3g FLOP/s f32; communication %s "
-          "at %.3g B/s)\n",
-          seconds(fmax(tc, tm), a, sizeof a), seconds(tc, b, sizeof b), rate,
+  char rates[128];
+  if (r->bf16_flops > 0)
+    snprintf(rates, sizeof rates, "%.0f%% in bf16 products at %.3g FLOP/s, the rest at %.3g f32",
+             100 * r->bf16_flops / r->flops, dev->flops_bf16 > 0 ? dev->flops_bf16 : dev->flops_f32,
+             dev->flops_f32);
+  else
+    snprintf(rates, sizeof rates, "at %.3g FLOP/s f32", dev->flops_f32);
+  fprintf(out, "lower bound on the step time: %s (compute %s, %s; communication %s at %.3g B/s)\n",
+          seconds(fmax(tc, tm), a, sizeof a), seconds(tc, b, sizeof b), rates,
           seconds(tm, c, sizeof c), dev->link_bw);
 }
 
@@ -134,8 +139,9 @@ char *drv_memreport_json(const DrvMemReport *r, const DrvDevice *dev, int top) {
                          json_object_new_int64((int64_t)(dev->memory - total)));
   json_object_object_add(o, "flops", json_object_new_double(r->flops));
   json_object_object_add(o, "matmul_flops", json_object_new_double(r->matmul_flops));
+  json_object_object_add(o, "bf16_flops", json_object_new_double(r->bf16_flops));
   json_object_object_add(o, "bytes_sent", json_object_new_double(r->comm_bytes));
-  double tc = r->flops / step_flops_rate(dev), tm = r->comm_bytes / dev->link_bw;
+  double tc = drv_memreport_compute_s(r, dev), tm = r->comm_bytes / dev->link_bw;
   json_object_object_add(o, "step_time_lower_bound_s", json_object_new_double(fmax(tc, tm)));
   json_object *live = json_object_new_array();
   for (int i = 0; i < r->nitems && i < top; i++) {
