@@ -485,7 +485,42 @@ const char *fe_human_bytes(double v, char *out, size_t n) {
   return out;
 }
 
-void fe_params_print(const FeBuild *b, FILE *out) {
+/* Per device, the bytes of each kind the policy gives the parameters: the masters, the copy
+ * a step reads in the compute dtype (none when that is f32), the gradients (accumulated in
+ * f32) and AdamW's two moments. */
+typedef struct {
+  int64_t masters, compute, grads, optimizer;
+} PolicyBytes;
+
+static PolicyBytes policy_bytes(const FeBuild *b, const FePrecision *p) {
+  PolicyBytes r = {0};
+  for (int i = 0; i < b->nparams; i++) {
+    int64_t n = param_shard_numel(b, &b->params[i]);
+    r.masters += n * (int64_t)ir_dtype_size(p->params);
+    if (p->compute != p->params) r.compute += n * (int64_t)ir_dtype_size(p->compute);
+    r.grads += n * (int64_t)ir_dtype_size(DT_F32);
+    r.optimizer += 2 * n * (int64_t)ir_dtype_size(p->optimizer);
+  }
+  return r;
+}
+
+static void policy_print(const FeBuild *b, json_object *cfg, FILE *out) {
+  FePrecision p;
+  fe_precision_facts(cfg, &p);
+  PolicyBytes r = policy_bytes(b, &p);
+  char m[32], c[32], g[32], o[32];
+  fprintf(out,
+          "precision, per device: parameters %s %s (the masters)%s%s%s%s; gradients f32 %s "
+          "(reduced across devices in %s); optimizer state %s %s; activations %s\n",
+          ir_dtype_name(p.params), fe_human_bytes((double)r.masters, m, sizeof m),
+          r.compute ? "; read as " : "", r.compute ? ir_dtype_name(p.compute) : "",
+          r.compute ? " " : "", r.compute ? fe_human_bytes((double)r.compute, c, sizeof c) : "",
+          fe_human_bytes((double)r.grads, g, sizeof g), ir_dtype_name(p.grads),
+          ir_dtype_name(p.optimizer), fe_human_bytes((double)r.optimizer, o, sizeof o),
+          ir_dtype_name(p.compute));
+}
+
+void fe_params_print(const FeBuild *b, json_object *cfg, FILE *out) {
   int w = 4;
   for (int i = 0; i < b->nparams; i++) {
     int l = (int)strlen(b->params[i].path);
@@ -513,9 +548,10 @@ void fe_params_print(const FeBuild *b, FILE *out) {
   for (int i = 0; i < b->mesh.n; i++)
     fprintf(out, "%s%s=%lld", i ? ", " : "", b->mesh.axes[i], (long long)b->mesh.shape[i]);
   fprintf(out, ")\n");
+  policy_print(b, cfg, out);
 }
 
-char *fe_params_json(const FeBuild *b) {
+char *fe_params_json(const FeBuild *b, json_object *cfg) {
   json_object *root = json_object_new_object(), *list = json_object_new_array();
   int64_t total = 0, bytes = 0, dev_bytes = 0;
   for (int i = 0; i < b->nparams; i++) {
@@ -549,6 +585,19 @@ char *fe_params_json(const FeBuild *b) {
   json_object_object_add(root, "per_device_bytes", json_object_new_int64(dev_bytes));
   json_object_object_add(root, "devices", json_object_new_int64(b->mesh.devices));
   json_object_object_add(root, "mesh", mesh);
+  FePrecision p;
+  fe_precision_facts(cfg, &p);
+  PolicyBytes r = policy_bytes(b, &p);
+  json_object *pol = json_object_new_object();
+  json_object_object_add(pol, "params", json_object_new_string(ir_dtype_name(p.params)));
+  json_object_object_add(pol, "compute", json_object_new_string(ir_dtype_name(p.compute)));
+  json_object_object_add(pol, "grads", json_object_new_string(ir_dtype_name(p.grads)));
+  json_object_object_add(pol, "optimizer", json_object_new_string(ir_dtype_name(p.optimizer)));
+  json_object_object_add(pol, "master_bytes_per_device", json_object_new_int64(r.masters));
+  json_object_object_add(pol, "compute_copy_bytes_per_device", json_object_new_int64(r.compute));
+  json_object_object_add(pol, "grad_bytes_per_device", json_object_new_int64(r.grads));
+  json_object_object_add(pol, "optimizer_bytes_per_device", json_object_new_int64(r.optimizer));
+  json_object_object_add(root, "precision", pol);
   char *s = fe_json_canonical(root);
   json_object_put(root);
   return s;

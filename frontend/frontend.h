@@ -324,8 +324,10 @@ int64_t fe_batch_split(const FeMesh *m);
 /* Devices a '|'-joined list of mesh axes spans. */
 int64_t fe_spec_split(const FeMesh *m, const char *spec);
 int fe_dtype_bytes(const char *dtype);
-void fe_params_print(const FeBuild *b, FILE *out);
-char *fe_params_json(const FeBuild *b);
+/* The parameter table, then the precision policy with the bytes of each kind per device
+ * (masters, their compute copy, gradients, optimizer state). */
+void fe_params_print(const FeBuild *b, json_object *cfg, FILE *out);
+char *fe_params_json(const FeBuild *b, json_object *cfg);
 
 /* ---- modules/trainer.c: the training facts ------------------------------ */
 

@@ -316,11 +316,11 @@ static int cmd_params(const Args *a) {
   if (cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
       fe_build(&b, &d, a->model, cfg, devices) == 0) {
     if (a->json) {
-      char *s = fe_params_json(&b);
+      char *s = fe_params_json(&b, cfg);
       fputs(s, stdout);
       free(s);
     } else {
-      fe_params_print(&b, stdout);
+      fe_params_print(&b, cfg, stdout);
     }
     warn_step(&b);
     rc = 0;

@@ -68,18 +68,23 @@ params_total)
   run params "$MODELS/gpt2-124m.json"
   expect_rc 0
   want='196 tensors, 124,439,808 parameters, 474.70 MiB; 474.70 MiB per device on a mesh of 1 devices (pipeline=1, data=1, expert=1, fsdp=1, seq=1, model=1)'
-  got=$(tail -n 1 "$T/out")
+  got=$(tail -n 2 "$T/out" | head -n 1)
   [ "$got" = "$want" ] || fail "total line
     got:  $got
     want: $want"
   expect_in "$T/out" 'model/emb/weight'
-  run params "$MODELS/tiny-lm.json" --target cpu-4
+  expect_in "$T/out" 'precision, per device: parameters f32 474.70 MiB (the masters); gradients f32 474.70 MiB (reduced across devices in f32); optimizer state f32 949.40 MiB; activations f32'
+  run params "$MODELS/tiny-lm.json" --target cpu-4 --features -avx512bf16
   expect_rc 0
-  got=$(tail -n 1 "$T/out")
+  got=$(tail -n 2 "$T/out" | head -n 1)
   want='24 tensors, 123,520 parameters, 482.50 KiB; 482.50 KiB per device on a mesh of 4 devices (pipeline=1, data=4, expert=1, fsdp=1, seq=1, model=1)'
   [ "$got" = "$want" ] || fail "total line
     got:  $got
     want: $want"
+  # bf16 compute: the masters stay f32, a step reads a bf16 copy
+  run params "$MODELS/tiny-lm.json" --apply bf16
+  expect_rc 0
+  expect_in "$T/out" 'precision, per device: parameters f32 482.50 KiB (the masters); read as bf16 241.25 KiB; gradients f32 482.50 KiB (reduced across devices in f32); optimizer state f32 965.00 KiB; activations bf16'
   ;;
 params_json)
   run params "$MODELS/gpt2-124m.json" --json
