@@ -159,11 +159,12 @@ static int ocl_backend_check_run_args(int argc, char **argv, const BackendDiag *
   return rt_ocl_check_args(argc, argv, &err) ? backend_error(d, NULL, NULL, "%s", err.msg) : 0;
 }
 
-/* Every op, in f32 and i32 (emit.c); collectives only over one device. Not the fused attention
- * ops: the driver expands them into primitives (passes/expand.c) before compile or run. */
+/* Every op, in f32, bf16 (stored as ushort, computed in f32: emit.c) and i32; collectives only
+ * over one device. Not the fused attention ops: the driver expands them into primitives
+ * (passes/expand.c) before compile or run. */
 static bool ocl_backend_supports_op(IrOp op, IrDType dt) {
   if (op == IR_ATTENTION || op == IR_ATTENTION_GRAD) return false;
-  return (unsigned)op < IR_OP_COUNT && (dt == DT_F32 || dt == DT_I32);
+  return (unsigned)op < IR_OP_COUNT && (dt == DT_F32 || dt == DT_BF16 || dt == DT_I32);
 }
 
 static const BackendEmit emits[] = {
@@ -178,7 +179,7 @@ const Backend backend_opencl = {
     .name = "opencl",
     .doc = "OpenCL C 1.2 kernels for any OpenCL device (checked with libclang at compile time)",
     .targets = "opencl(-.*)?",
-    .dtypes = 1u << DT_F32 | 1u << DT_I32,
+    .dtypes = 1u << DT_F32 | 1u << DT_BF16 | 1u << DT_I32,
     .emits = emits,
     .standalone = true,
     .supports_op = ocl_backend_supports_op,

@@ -53,7 +53,10 @@ typedef struct Ctx {
 } Ctx;
 
 static const IrValue *val(const Ctx *C, int32_t v) { return &C->g->values[v]; }
+/* The type of an element in registers: bf16 elements are floats holding bf16 values. */
 static const char *ctype(IrDType dt) { return dt == DT_I32 ? "int" : "float"; }
+/* The type of an element in the slab: bf16 is stored as its 16 bits. */
+static const char *stype(IrDType dt) { return dt == DT_BF16 ? "ushort" : ctype(dt); }
 
 static int fail(Ctx *C, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(Ctx *C, const char *fmt, ...) {
@@ -91,7 +94,7 @@ static void literal(IrDType dt, double v, char *out) {
       snprintf(out, NAME, "%lld", i);
     return;
   }
-  float f = (float)v;
+  float f = (float)(dt == DT_BF16 ? ir_dtype_round(DT_BF16, v) : v);
   if (isnan(f))
     snprintf(out, NAME, "NAN");
   else if (isinf(f))
@@ -161,7 +164,8 @@ static void buf_ref(Ctx *C, int32_t v, char *out, size_t cap) {
     }
     C->args[C->nargs++] = off;
   }
-  snprintf(out, cap, "%s(a%d)", val(C, v)->dtype == DT_I32 ? "AXI" : "AXF", a);
+  IrDType dt = val(C, v)->dtype;
+  snprintf(out, cap, "%s(a%d)", dt == DT_I32 ? "AXI" : dt == DT_BF16 ? "AXH" : "AXF", a);
 }
 
 /* A __constant array for data constant v, printed once. */
@@ -341,9 +345,13 @@ static void acc_step(Ctx *C, IrDType dt, bool sum, const char *acc, const char *
     line(C, "if (!isnan(%s) && (isnan(%s) || %s > %s)) %s = %s;", acc, x, x, acc, acc, x);
 }
 
+/* The result: a bf16 one is the f32 (or wider) accumulator rounded once. */
 static void acc_end(Ctx *C, IrDType dt, const char *acc, char *out) {
   newvar(C, out);
-  line(C, "%s %s = (%s)%s;", ctype(dt), out, ctype(dt), acc);
+  if (dt == DT_BF16)
+    line(C, "float %s = ax_bf16r((float)%s);", out, acc);
+  else
+    line(C, "%s %s = (%s)%s;", ctype(dt), out, ctype(dt), acc);
 }
 
 static void reduce_elem(Ctx *C, int32_t v, Pos *p, char *out) {
@@ -507,6 +515,8 @@ static void elementwise_elem(Ctx *C, int32_t v, Pos *p, char *out) {
     snprintf(e, sizeof e, "((%s != %s) ? %s : %s)", a[0], adt == DT_I32 ? "0" : "0.0f", a[1], a[2]);
   else if (x->op == IR_CAST && adt == x->dtype)
     snprintf(e, sizeof e, "%s", a[0]);
+  else if (x->op == IR_CAST && x->dtype == DT_BF16 && adt == DT_I32)
+    snprintf(e, sizeof e, "ax_i2f_odd(%s)", a[0]); /* rounded to bf16 below */
   else if (x->op == IR_CAST)
     snprintf(e, sizeof e, x->dtype == DT_I32 ? "convert_int_sat(%s)" : "(float)%s", a[0]);
   else if (x->nops == 1)
@@ -514,7 +524,10 @@ static void elementwise_elem(Ctx *C, int32_t v, Pos *p, char *out) {
   else
     binary(x->op, adt, a[0], a[1], e, sizeof e);
   newvar(C, out);
-  line(C, "%s %s = %s;", ctype(x->dtype), out, e);
+  if (x->dtype == DT_BF16) /* each op rounds, fused or not, as the interpreter's */
+    line(C, "float %s = ax_bf16r(%s);", out, e);
+  else
+    line(C, "%s %s = %s;", ctype(x->dtype), out, e);
 }
 
 static void elem_compute(Ctx *C, int32_t v, Pos *p, char *out) {
@@ -523,6 +536,11 @@ static void elem_compute(Ctx *C, int32_t v, Pos *p, char *out) {
   case IR_CONSTANT: constant_elem(C, v, p, out); return;
   case IR_IOTA:
     pos_idx(C, &x->shape, p);
+    if (x->dtype == DT_BF16) { /* an index above 256 is not a bf16 */
+      newvar(C, out);
+      line(C, "float %s = ax_bf16r((float)%s);", out, p->idx[x->attr.axis]);
+      return;
+    }
     if (snprintf(out, NAME, "(%s)%s", ctype(x->dtype), p->idx[x->attr.axis]) >= NAME)
       fail(C, "opencl: iota: the index expression %s is too long", p->idx[x->attr.axis]);
     return;
@@ -561,7 +579,10 @@ static void elem_get(Ctx *C, int32_t v, Pos *p, char *out) {
   buf_ref(C, v, ref, sizeof ref);
   pos_lin(C, &x->shape, p);
   newvar(C, out);
-  line(C, "%s %s = %s[%s];", ctype(x->dtype), out, ref, p->lin);
+  if (x->dtype == DT_BF16)
+    line(C, "float %s = ax_from_bf16(%s[%s]);", out, ref, p->lin);
+  else
+    line(C, "%s %s = %s[%s];", ctype(x->dtype), out, ref, p->lin);
 }
 
 /* ---- kernels ---- */
@@ -671,7 +692,10 @@ static void map_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   Pos p = pos_of_lin("gid");
   elem_compute(C, v, &p, e);
   buf_ref(C, v, ref, sizeof ref);
-  line(C, "%s[gid] = %s;", ref, e);
+  if (x->dtype == DT_BF16)
+    line(C, "%s[gid] = ax_to_bf16(%s);", ref, e);
+  else
+    line(C, "%s[gid] = %s;", ref, e);
   kernel_end(C, L, name, "", items(ir_shape_numel(&x->shape)));
 }
 
@@ -687,7 +711,7 @@ static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   kernel_items(C, L, rows);
   buf_ref(C, x->ops[0], xr, sizeof xr);
   buf_ref(C, v, outr, sizeof outr);
-  line(C, "__global const %s *x = %s + gid * %lldL;", ctype(in->dtype), xr, (long long)len);
+  line(C, "__global const %s *x = %s + gid * %lldL;", stype(in->dtype), xr, (long long)len);
   line(C, "__global int *o = %s + gid * %lldL;", outr, (long long)k);
   line(C, "for (long j = 0; j < %lldL; j++) {", (long long)k);
   line(C, "  long best = -1;");
@@ -697,12 +721,40 @@ static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "    if (taken) continue;");
   if (in->dtype == DT_I32)
     line(C, "    if (best < 0 || x[i] > x[best]) best = i;");
-  else
+  else if (in->dtype == DT_BF16) {
+    line(C, "    float xi = ax_from_bf16(x[i]), xb = ax_from_bf16(x[max(best, 0L)]);");
+    line(C, "    if (best < 0 || (isnan(xi) ? !isnan(xb) : xi > xb)) best = i;");
+  } else
     line(C, "    if (best < 0 || (isnan(x[i]) ? !isnan(x[best]) : x[i] > x[best])) best = i;");
   line(C, "  }");
   line(C, "  o[j] = (int)best;");
   line(C, "}");
   kernel_end(C, L, name, "", items(rows));
+}
+
+/* scatter_add's body for bf16 updates: each output element is the f32 sum of its updates
+ * rounded once, so a column cannot accumulate in the (bf16) output. Each row that an index names
+ * is summed at once, over the indices in order: by rows when there are fewer rows than indices,
+ * else at each row's first index (the earlier indices searched). Rows no index names are zero. */
+static void scatter_bf16(Ctx *C, int64_t rows, int64_t row, int64_t nidx, const char *ir,
+                         const char *ur, const char *outr) {
+  line(C, "__global ushort *o = %s;", outr);
+  if (rows < nidx) {
+    line(C, "for (int r = 0; r < %lld; r++) {", (long long)rows);
+  } else {
+    line(C, "for (long r = 0; r < %lldL; r++) o[r * %lldL + gid] = 0;", (long long)rows,
+         (long long)row);
+    line(C, "for (long i0 = 0; i0 < %lldL; i0++) {", (long long)nidx);
+    line(C, "  int r = %s[i0], seen = 0;", ir);
+    line(C, "  if (r < 0 || r >= %lld) continue;", (long long)rows);
+    line(C, "  for (long i = 0; i < i0 && !seen; i++) seen = %s[i] == r;", ir);
+    line(C, "  if (seen) continue;");
+  }
+  line(C, "  float acc = 0.0f;");
+  line(C, "  for (long i = 0; i < %lldL; i++)", (long long)nidx);
+  line(C, "    if (%s[i] == r) acc += ax_from_bf16(%s[i * %lldL + gid]);", ir, ur, (long long)row);
+  line(C, "  o[r * %lldL + gid] = ax_to_bf16(acc);", (long long)row);
+  line(C, "}");
 }
 
 /* One column j of the (rows, row) result per work item: zeroed, then the updates added in
@@ -718,6 +770,11 @@ static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   buf_ref(C, x->ops[0], ir, sizeof ir);
   buf_ref(C, x->ops[1], ur, sizeof ur);
   buf_ref(C, v, outr, sizeof outr);
+  if (x->dtype == DT_BF16) {
+    scatter_bf16(C, rows, row, nidx, ir, ur, outr);
+    kernel_end(C, L, name, "", items(row));
+    return;
+  }
   const char *t = ctype(x->dtype);
   line(C, "__global %s *o = %s;", t, outr);
   line(C, "for (long r = 0; r < %lldL; r++) o[r * %lldL + gid] = 0;", (long long)rows,
@@ -823,9 +880,10 @@ static int check_graph(Ctx *C) {
   for (int32_t v = 0; v < C->g->nvalues; v++) {
     const IrValue *x = val(C, v);
     int64_t need = ir_shape_numel(&x->shape) * (int64_t)ir_dtype_size(x->dtype);
-    if (x->dtype != DT_F32 && x->dtype != DT_I32)
-      return fail(C, "%%%d (%s) at %s: dtype %s is not supported by the OpenCL backend (f32, i32)",
-                  v, ir_op_name(x->op), *x->origin ? x->origin : "?", ir_dtype_name(x->dtype));
+    if (x->dtype != DT_F32 && x->dtype != DT_I32 && x->dtype != DT_BF16)
+      return fail(
+          C, "%%%d (%s) at %s: dtype %s is not supported by the OpenCL backend (f32, bf16, i32)", v,
+          ir_op_name(x->op), *x->origin ? x->origin : "?", ir_dtype_name(x->dtype));
     if (C->mat[v] && need > 0 &&
         (C->mp->bytes[v] < need || C->mp->offset[v] < 0 ||
          C->mp->offset[v] + need > C->mp->slab_bytes))
@@ -855,6 +913,40 @@ static void prelude(OclBuf *b) {
          "}\n\n");
 }
 
+/* The bf16 helpers, printed only for graphs with bf16 values (f32 programs keep their source).
+ * A bf16 element is the upper half of an f32: loads widen exactly, arithmetic is f32, and every
+ * bf16 result is rounded to nearest even (a NaN stays a quiet NaN), as runtime/axrt.h's
+ * rt_bf16_from_f32 and the interpreter round. */
+static void prelude_bf16(OclBuf *b) {
+  ocl_buf_printf(
+      b, "#define AXH(off) ((__global ushort *)(slab + (off)))\n"
+         "float ax_from_bf16(ushort h) { return as_float((uint)h << 16); }\n"
+         "ushort ax_to_bf16(float f) {\n"
+         "  uint u = as_uint(f);\n"
+         "  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);\n"
+         "  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+         "}\n"
+         "/* an f32 result rounded to bf16, kept in a register */\n"
+         "float ax_bf16r(float f) { return ax_from_bf16(ax_to_bf16(f)); }\n"
+         "/* i as an f32 rounded to odd: rounding that to bf16 is i's own rounding (no double "
+         "rounding) */\n"
+         "float ax_i2f_odd(int i) {\n"
+         "  float f = convert_float_rtz(i);\n"
+         "  return convert_int_rtz(f) == i ? f : as_float(as_uint(f) | 1u);\n"
+         "}\n"
+         "float4 ax_from_bf16x4(ushort4 h) { return as_float4(convert_uint4(h) << 16); }\n"
+         "ushort4 ax_to_bf16x4(float4 c) {\n"
+         "  return (ushort4)(ax_to_bf16(c.x), ax_to_bf16(c.y), ax_to_bf16(c.z), "
+         "ax_to_bf16(c.w));\n"
+         "}\n\n");
+}
+
+static bool graph_has_bf16(const IrGraph *g) {
+  for (int32_t v = 0; v < g->nvalues; v++)
+    if (g->values[v].dtype == DT_BF16) return true;
+  return false;
+}
+
 OclOptions ocl_options_default(void) {
   return (OclOptions){.fuse = true, .gemm = OCL_GEMM_BLOCKED, .break_kernel = 0};
 }
@@ -879,7 +971,9 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
   }
   OclBuf all = {0};
   prelude(&all);
-  ocl_gemm_prelude(&all);
+  bool bf16 = graph_has_bf16(g);
+  if (bf16) prelude_bf16(&all);
+  ocl_gemm_prelude(&all, bf16);
   if (C.consts.n) ocl_buf_printf(&all, "%s\n", C.consts.s);
   int32_t head = 0;
   for (size_t i = 0; i < all.n; i++) head += all.s[i] == '\n';

@@ -72,8 +72,8 @@ void ocl_kernels_free(OclKernels *k);
 
 /* Whether dot_general v is a (batched) row-major product the GEMM kernel computes. */
 bool ocl_gemm_ok(const IrGraph *g, int32_t v);
-/* The shared GEMM routine, printed once before the kernels. */
-void ocl_gemm_prelude(OclBuf *b);
+/* The shared GEMM routines, printed once before the kernels (with bf16: their bf16 forms). */
+void ocl_gemm_prelude(OclBuf *b, bool bf16);
 /* Prints the body of v's GEMM kernel (tiled: local-memory tiles; else register-blocked), whose
  * operands and result are refs[0..2] (pointer expressions), and sets its launch's range and
  * the kernel's attributes. */
