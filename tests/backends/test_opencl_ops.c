@@ -1,0 +1,473 @@
+/* test_opencl_ops.c: the OpenCL backend's kernels (backends/opencl/emit.c, gemm.c) against the
+ * reference interpreter, op by op, on bf16 graphs.
+ *
+ * Each case is a graph in the IR text form. The interpreter computes it in double and rounds
+ * every op's result to its dtype; the kernels run once, on the first OpenCL device found (PoCL's
+ * CPU device in CI), over a slab laid out by the memory plan and filled with NaN bytes, so a
+ * kernel that reads what nothing wrote shows. Every case runs fused (the fusion plan: elementwise
+ * chains inlined, each bf16 op still rounded) and unfused (every value its own kernel), with the
+ * register-blocked GEMM, and once with the tiled one and once with the loop nest. The kernels
+ * compute bf16 in f32 where the interpreter computes in double, so a result may differ by a
+ * rounding of the f32 value: cases that cannot differ (casts, data movement, max, compares) are
+ * compared exactly, the rest within a few bf16 ulps.
+ *
+ * Skips (77) when there is no OpenCL platform or device.
+ */
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/opencl/opencl.h"
+
+#define BF16_TOL 0.0078125 /* 2^-7: two bf16 ulps relative, near the bottom of a binade */
+
+static cl_device_id dev;
+static cl_context ctx;
+static cl_command_queue queue;
+
+/* The first device of the first platform that has one; -1 if none. */
+static int device_open(void) {
+  cl_platform_id plats[8];
+  cl_uint np = 0;
+  if (clGetPlatformIDs(8, plats, &np) != CL_SUCCESS || np == 0) return -1;
+  for (cl_uint p = 0; p < np && p < 8; p++) {
+    cl_uint nd = 0;
+    if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 1, &dev, &nd) != CL_SUCCESS || nd == 0)
+      continue;
+    cl_int e;
+    ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &e);
+    if (e != CL_SUCCESS) return -1;
+    queue = clCreateCommandQueue(ctx, dev, 0, &e);
+    return e == CL_SUCCESS ? 0 : -1;
+  }
+  return -1;
+}
+
+/* ---- the slab ---- */
+
+static void slab_put(const IrValue *x, char *at, const double *d) {
+  for (int64_t i = 0, n = ir_shape_numel(&x->shape); i < n; i++) {
+    if (x->dtype == DT_I32)
+      ((int32_t *)at)[i] = (int32_t)d[i];
+    else if (x->dtype == DT_BF16)
+      ((uint16_t *)at)[i] = rt_bf16_from_f32((float)d[i]);
+    else
+      ((float *)at)[i] = (float)d[i];
+  }
+}
+
+static double slab_get(const IrValue *x, const char *at, int64_t i) {
+  if (x->dtype == DT_I32) return ((const int32_t *)at)[i];
+  if (x->dtype == DT_BF16) return rt_bf16_to_f32(((const uint16_t *)at)[i]);
+  return ((const float *)at)[i];
+}
+
+/* Deterministic leaf data: floats in [-2, 2) (bf16 values where the leaf is bf16), i32 in
+ * [0, 4); or the case's own. */
+typedef struct Bind {
+  const char *name;
+  const double *data;
+} Bind;
+
+static double **leaf_data(const IrGraph *g, const Bind *b, int nb) {
+  double **d = calloc((size_t)g->nvalues + 1, sizeof *d);
+  uint64_t s = 777;
+  for (int32_t v = 0; v < g->nvalues; v++) {
+    const IrValue *x = &g->values[v];
+    if (x->op != IR_PARAMETER && x->op != IR_INPUT) continue;
+    int64_t n = ir_shape_numel(&x->shape);
+    d[v] = malloc((size_t)(n ? n : 1) * sizeof **d);
+    const double *given = NULL;
+    for (int i = 0; i < nb; i++)
+      if (!strcmp(b[i].name, x->name)) given = b[i].data;
+    for (int64_t i = 0; i < n; i++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      double u = (double)(s >> 11) / 9007199254740992.0;
+      d[v][i] = given                ? given[i]
+                : x->dtype == DT_I32 ? (double)(int)(u * 4)
+                                     : ir_dtype_round(x->dtype, 4 * u - 2);
+    }
+  }
+  return d;
+}
+
+/* ---- one run on the device ---- */
+
+static int cl_check(cl_int e, const char *what) {
+  if (e == CL_SUCCESS) return 0;
+  fprintf(stderr, "OpenCL: %s: %d\n", what, (int)e);
+  CU_FAIL(what);
+  return -1;
+}
+
+/* Builds the kernels of k and runs its launches once over slab (slab_bytes). */
+static int run_kernels(const OclKernels *k, char *slab, int64_t slab_bytes) {
+  cl_int e;
+  const char *src = k->source;
+  cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &e);
+  if (cl_check(e, "clCreateProgramWithSource")) return -1;
+  if (clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2", NULL, NULL) != CL_SUCCESS) {
+    char log[8192] = "";
+    clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+    fprintf(stderr, "build failed: %s\n", log);
+    CU_FAIL("clBuildProgram");
+    clReleaseProgram(prog);
+    return -1;
+  }
+  cl_mem mem =
+      clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, (size_t)slab_bytes, slab, &e);
+  int rc = cl_check(e, "clCreateBuffer");
+  for (int32_t i = 0; rc == 0 && i < k->nlaunches; i++) {
+    const RtOclLaunch *L = &k->launches[i];
+    cl_kernel kern = clCreateKernel(prog, L->kernel, &e);
+    if ((rc = cl_check(e, L->kernel))) break;
+    clSetKernelArg(kern, 0, sizeof mem, &mem);
+    for (int32_t a = 0; a < L->nargs; a++) {
+      cl_long off = L->args[a];
+      clSetKernelArg(kern, (cl_uint)a + 1, sizeof off, &off);
+    }
+    size_t gl[3], lo[3];
+    bool local = false;
+    for (int d = 0; d < L->dims; d++) {
+      gl[d] = (size_t)L->global[d];
+      lo[d] = (size_t)L->local[d];
+      local |= L->local[d] > 0;
+    }
+    rc = cl_check(clEnqueueNDRangeKernel(queue, kern, (cl_uint)L->dims, NULL, gl, local ? lo : NULL,
+                                         0, NULL, NULL),
+                  L->kernel);
+    clReleaseKernel(kern);
+  }
+  if (rc == 0)
+    rc = cl_check(
+        clEnqueueReadBuffer(queue, mem, CL_TRUE, 0, (size_t)slab_bytes, slab, 0, NULL, NULL),
+        "clEnqueueReadBuffer");
+  if (mem) clReleaseMemObject(mem);
+  clReleaseProgram(prog);
+  return rc;
+}
+
+/* |got - want| <= tol * (|want| + max|want| / 100); NaN matches NaN, inf its own sign. */
+static int compare(const IrGraph *g, const IrOutput *o, const char *at, const double *want,
+                   double tol, const char *what) {
+  const IrValue *x = &g->values[o->value];
+  int64_t n = ir_shape_numel(&x->shape), bad = 0;
+  double scale = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (isfinite(want[i])) scale = fmax(scale, fabs(want[i]));
+  for (int64_t i = 0; i < n; i++) {
+    double got = slab_get(x, at, i);
+    bool same = (isnan(got) && isnan(want[i])) || got == want[i] ||
+                (isfinite(want[i]) && fabs(got - want[i]) <= tol * (fabs(want[i]) + scale / 100));
+    if (!same && bad++ < 4)
+      fprintf(stderr, "%s: output %s (%%%d %s %s) [%lld]: got %.9g, want %.9g\n", what, o->name,
+              o->value, ir_op_name(x->op), ir_dtype_name(x->dtype), (long long)i, got, want[i]);
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+  return bad ? -1 : 0;
+}
+
+/* One variant: plan (fused or not), print, check with libclang, run, compare every output. */
+static void check_with(IrGraph *g, double **leaf, const IrInterp *it, bool fuse, OclGemm gemm,
+                       const char *exact, double tol, const char *what) {
+  bool *mat = malloc((size_t)g->nvalues + 1);
+  if (fuse) {
+    CU_ASSERT_EQUAL_FATAL(pass_fusion_plan(g, mat), 0);
+  } else {
+    memset(mat, 1, (size_t)g->nvalues);
+  }
+  MemPlan mp;
+  CU_ASSERT_EQUAL_FATAL(pass_memplan_fused(g, mat, &mp), IR_OK);
+  OclOptions o = ocl_options_default();
+  o.fuse = fuse;
+  o.gemm = gemm;
+  OclKernels k;
+  char err[4096];
+  int rc = ocl_emit(g, &mp, mat, &o, &k, err, sizeof err);
+  free(mat);
+  if (rc) fprintf(stderr, "%s: emit: %s\n", what, err);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  int64_t bytes = mp.slab_bytes + 64;
+  char *slab = malloc((size_t)bytes);
+  memset(slab, 0xff, (size_t)bytes);
+  for (int32_t v = 0; v < g->nvalues; v++)
+    if (leaf[v]) slab_put(&g->values[v], slab + mp.offset[v], leaf[v]);
+  if (run_kernels(&k, slab, bytes) == 0)
+    for (int32_t i = 0; i < g->noutputs; i++) {
+      const IrOutput *out = &g->outputs[i];
+      bool ex = exact && strstr(exact, out->name) != NULL;
+      compare(g, out, slab + mp.offset[out->value], ir_interp_value(it, 0, out->value),
+              ex ? 0 : tol, what);
+    }
+  free(slab);
+  ocl_kernels_free(&k);
+  pass_memplan_free(&mp);
+}
+
+/* The graph in text, its outputs against the interpreter in every variant. Outputs whose names
+ * are in `exact` (a space-separated list) must match bit for bit. */
+static void check(const char *text, const Bind *b, int nb, const char *exact, double tol) {
+  char msg[1024] = "";
+  IrGraph *g = ir_graph_parse(text, msg, sizeof msg);
+  if (!g) fprintf(stderr, "parse: %s\n", msg);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  if (ir_graph_verify(g, msg, sizeof msg) != IR_OK) fprintf(stderr, "verify: %s\n", msg);
+  CU_ASSERT_EQUAL_FATAL(ir_graph_verify(g, msg, sizeof msg), IR_OK);
+  double **leaf = leaf_data(g, b, nb);
+  IrInterp *it = ir_interp_new(g, NULL);
+  for (int32_t v = 0; v < g->nvalues; v++)
+    if (leaf[v]) {
+      const IrShape *s = &g->values[v].shape;
+      CU_ASSERT_EQUAL(ir_interp_set(it, -1, g->values[v].name, s->rank, s->dims, leaf[v]), IR_OK);
+    }
+  if (ir_interp_run(it) != IR_OK) fprintf(stderr, "interp: %s\n", ir_interp_error(it));
+  check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, exact, tol, "fused, blocked GEMM");
+  check_with(g, leaf, it, false, OCL_GEMM_BLOCKED, exact, tol, "unfused, blocked GEMM");
+  check_with(g, leaf, it, true, OCL_GEMM_TILED, exact, tol, "fused, tiled GEMM");
+  check_with(g, leaf, it, true, OCL_GEMM_LOOP, exact, tol, "fused, loop-nest products");
+  ir_interp_free(it);
+  for (int32_t v = 0; v < g->nvalues; v++) free(leaf[v]);
+  free(leaf);
+  ir_graph_free(g);
+}
+
+/* ---- cases ---- */
+
+/* Every unary and binary op, select and the compares, on bf16; fused they form chains whose
+ * every op rounds (an unrounded chain differs from the interpreter by far more than an ulp:
+ * the `chain` output adds a small step to a large value). */
+static void test_elementwise(void) {
+  check("%0 = parameter \"a\" : bf16[5,7]\n"
+        "%1 = parameter \"b\" : bf16[5,7]\n"
+        "%2 = neg %0 : bf16[5,7]\n"
+        "%3 = exp %0 : bf16[5,7]\n"
+        "%4 = abs %0 : bf16[5,7]\n"
+        "%5 = log %4 : bf16[5,7]\n"
+        "%6 = tanh %0 : bf16[5,7]\n"
+        "%7 = sqrt %4 : bf16[5,7]\n"
+        "%8 = rsqrt %4 : bf16[5,7]\n"
+        "%9 = sin %0 : bf16[5,7]\n"
+        "%10 = cos %0 : bf16[5,7]\n"
+        "%11 = erf %0 : bf16[5,7]\n"
+        "%12 = logistic %0 : bf16[5,7]\n"
+        "%13 = stop_gradient %0 : bf16[5,7]\n"
+        "%14 = add %0, %1 : bf16[5,7]\n"
+        "%15 = sub %0, %1 : bf16[5,7]\n"
+        "%16 = mul %0, %1 : bf16[5,7]\n"
+        "%17 = div %0, %1 : bf16[5,7]\n"
+        "%18 = max %0, %1 : bf16[5,7]\n"
+        "%19 = min %0, %1 : bf16[5,7]\n"
+        "%20 = pow %4, %1 : bf16[5,7]\n"
+        "%21 = eq %0, %1 : bf16[5,7]\n"
+        "%22 = ne %0, %1 : bf16[5,7]\n"
+        "%23 = lt %0, %1 : bf16[5,7]\n"
+        "%24 = le %0, %1 : bf16[5,7]\n"
+        "%25 = gt %0, %1 : bf16[5,7]\n"
+        "%26 = ge %0, %1 : bf16[5,7]\n"
+        "%27 = select %23, %0, %1 : bf16[5,7]\n"
+        "%28 = constant value=300 : bf16[5,7]\n"
+        "%29 = constant value=0.75 : bf16[5,7]\n"
+        "%30 = add %28, %29 : bf16[5,7]\n"
+        "%31 = add %30, %29 : bf16[5,7]\n"
+        "%32 = sub %31, %28 : bf16[5,7]\n"
+        "%33 = mul %0, %29 : bf16[5,7]\n"
+        "%34 = add %33, %1 : bf16[5,7]\n"
+        "%35 = exp %34 : bf16[5,7]\n"
+        "output \"neg\" = %2\n"
+        "output \"exp\" = %3\n"
+        "output \"abs\" = %4\n"
+        "output \"log\" = %5\n"
+        "output \"tanh\" = %6\n"
+        "output \"sqrt\" = %7\n"
+        "output \"rsqrt\" = %8\n"
+        "output \"sin\" = %9\n"
+        "output \"cos\" = %10\n"
+        "output \"erf\" = %11\n"
+        "output \"logistic\" = %12\n"
+        "output \"stop_gradient\" = %13\n"
+        "output \"add\" = %14\n"
+        "output \"sub\" = %15\n"
+        "output \"mul\" = %16\n"
+        "output \"div\" = %17\n"
+        "output \"max\" = %18\n"
+        "output \"min\" = %19\n"
+        "output \"pow\" = %20\n"
+        "output \"eq\" = %21\n"
+        "output \"ne\" = %22\n"
+        "output \"lt\" = %23\n"
+        "output \"le\" = %24\n"
+        "output \"gt\" = %25\n"
+        "output \"ge\" = %26\n"
+        "output \"select\" = %27\n"
+        "output \"chain\" = %32\n"
+        "output \"chain2\" = %35\n",
+        NULL, 0, "neg abs stop_gradient add sub max min eq ne lt le gt ge select chain", BF16_TOL);
+}
+
+/* f32 <-> bf16 <-> i32, with ties (both ways), NaN, infinities, overflow to inf, and i32 values
+ * past f32's 24 bits (no double rounding). */
+static void test_casts(void) {
+  static const double f[16] = {1.00390625, /* 1 + 2^-8: a tie, to even (1) */
+                               1.01171875, /* 1 + 3 * 2^-8: a tie, to even (1 + 2^-6) */
+                               -1.00390625, 1.0039063692092896, /* just above the tie: up */
+                               NAN,         INFINITY,
+                               -INFINITY,   3.4e38, /* rounds up to inf */
+                               0.1,         -2.5e-3,
+                               65535.0,     1e-40, /* subnormal */
+                               -0.0,        123456.789,
+                               2.9e9, /* beyond i32: saturates */
+                               -7.75};
+  /* 2^24 + 2^16 + 1 rounds to an f32 that is a bf16 tie: through f32 it would round down */
+  static const double i[8] = {16842753, -16842753, 16843009, 16875520, 2147483647, 257, 384, -3};
+  Bind b[] = {{"f", f}, {"i", i}};
+  check("%0 = parameter \"f\" : f32[16]\n"
+        "%1 = parameter \"i\" : i32[8]\n"
+        "%2 = cast %0 : bf16[16]\n"
+        "%3 = cast %2 : f32[16]\n"
+        "%4 = cast %2 : i32[16]\n"
+        "%5 = cast %1 : bf16[8]\n"
+        "%6 = cast %5 : i32[8]\n"
+        "%7 = cast %2 : bf16[16]\n"
+        "output \"f2b\" = %2\n"
+        "output \"b2f\" = %3\n"
+        "output \"b2i\" = %4\n"
+        "output \"i2b\" = %5\n"
+        "output \"i2b2i\" = %6\n"
+        "output \"b2b\" = %7\n",
+        b, 2, "f2b b2f b2i i2b i2b2i b2b", 0);
+}
+
+/* reduce_sum and reduce_max over inner, outer and all axes; a sum of many terms rounds once (a
+ * per-step rounding would lose the small terms). */
+static void test_reductions(void) {
+  check("%0 = parameter \"x\" : bf16[3,4,37]\n"
+        "%1 = reduce_sum %0 axes=[2] : bf16[3,4]\n"
+        "%2 = reduce_sum %0 axes=[0,1] : bf16[37]\n"
+        "%3 = reduce_sum %0 axes=[0,1,2] : bf16[]\n"
+        "%4 = reduce_max %0 axes=[2] : bf16[3,4]\n"
+        "%5 = reduce_max %0 axes=[0] : bf16[4,37]\n"
+        "%6 = exp %0 : bf16[3,4,37]\n"
+        "%7 = reduce_sum %6 axes=[1] : bf16[3,37]\n"
+        "%8 = constant value=256 : bf16[300]\n"
+        "%9 = constant value=0.5 : bf16[300]\n"
+        "%10 = concat %8, %9 axis=0 : bf16[600]\n"
+        "%11 = reduce_sum %10 axes=[0] : bf16[]\n"
+        "output \"sum_last\" = %1\n"
+        "output \"sum01\" = %2\n"
+        "output \"sum_all\" = %3\n"
+        "output \"max_last\" = %4\n"
+        "output \"max0\" = %5\n"
+        "output \"sum_exp\" = %7\n"
+        "output \"once\" = %11\n",
+        NULL, 0, "max_last max0 once", BF16_TOL);
+}
+
+/* dot_general with bf16 operands: bf16 results (rounded once) and f32 results (the f32
+ * accumulator kept), plain, transposed and batched layouts (GEMM kernels) and one the GEMM
+ * does not take (loop nest). */
+static void test_dot(void) {
+  check("%0 = parameter \"a\" : bf16[6,8]\n"
+        "%1 = parameter \"b\" : bf16[8,5]\n"
+        "%2 = parameter \"bt\" : bf16[5,8]\n"
+        "%3 = parameter \"ba\" : bf16[3,6,8]\n"
+        "%4 = parameter \"bb\" : bf16[3,8,4]\n"
+        "%5 = parameter \"at\" : bf16[8,6]\n"
+        "%6 = parameter \"odd\" : bf16[6,2,8]\n"
+        "%7 = dot_general %0, %1 lhs_contract=[1] rhs_contract=[0] : bf16[6,5]\n"
+        "%8 = dot_general %0, %1 lhs_contract=[1] rhs_contract=[0] : f32[6,5]\n"
+        "%9 = dot_general %0, %2 lhs_contract=[1] rhs_contract=[1] : bf16[6,5]\n"
+        "%10 = dot_general %3, %4 lhs_batch=[0] rhs_batch=[0] lhs_contract=[2] "
+        "rhs_contract=[1] : bf16[3,6,4]\n"
+        "%11 = dot_general %3, %4 lhs_batch=[0] rhs_batch=[0] lhs_contract=[2] "
+        "rhs_contract=[1] : f32[3,6,4]\n"
+        "%12 = dot_general %5, %1 lhs_contract=[0] rhs_contract=[0] : f32[6,5]\n"
+        "%13 = dot_general %6, %1 lhs_contract=[2] rhs_contract=[0] : bf16[6,2,5]\n"
+        "%15 = parameter \"m2\" : bf16[2,5]\n"
+        "%14 = dot_general %6, %15 lhs_contract=[1] rhs_contract=[0] : f32[6,8,5]\n"
+        "output \"bf16\" = %7\n"
+        "output \"f32\" = %8\n"
+        "output \"nt\" = %9\n"
+        "output \"batched\" = %10\n"
+        "output \"batched_f32\" = %11\n"
+        "output \"tn_f32\" = %12\n"
+        "output \"rank3\" = %13\n"
+        "output \"loop_f32\" = %14\n",
+        NULL, 0, NULL, BF16_TOL);
+}
+
+/* gather of bf16 rows, scatter_add of bf16 updates (each
+ * element the f32 sum of its updates, rounded once) with fewer and with more rows than
+ * indices, and top_k_indices of bf16 with ties. */
+static void test_gather_scatter(void) {
+  static const double idx[6] = {2, 0, 2, 3, 1, 2}, big[6] = {0, 3, 0, 3, 9, 0};
+  /* rows 0, 2 and 5 go to one output row: 256 + 0.75 + 0.75 is 258 rounded once, 256 if each
+   * addition rounded */
+  static const double u[6 * 3] = {256, 1, -1, 0.5, 2, 3, 0.75, 0.25, 4,
+                                  5,   6, 7,  9,   8, 7, 0.75, 1,    2};
+  static const double t[10] = {1, 3, 3, -2, NAN, 0.5, 3, 1, 1, 2};
+  Bind b[] = {{"idx", idx}, {"big", big}, {"u", u}, {"t", t}};
+  check("%0 = parameter \"table\" : bf16[4,3]\n"
+        "%1 = input \"idx\" : i32[6]\n"
+        "%2 = gather %0, %1 : bf16[6,3]\n"
+        "%3 = parameter \"u\" : bf16[6,3]\n"
+        "%4 = scatter_add %1, %3 rows=4 : bf16[4,3]\n"
+        "%5 = input \"big\" : i32[6]\n"
+        "%6 = scatter_add %5, %3 rows=10 : bf16[10,3]\n"
+        "%7 = exp %2 : bf16[6,3]\n"
+        "%8 = parameter \"t\" : bf16[2,5]\n"
+        "%9 = top_k_indices %8 k=3 : i32[2,3]\n"
+        "output \"gather\" = %2\n"
+        "output \"scatter\" = %4\n"
+        "output \"scatter_big\" = %6\n"
+        "output \"gather_exp\" = %7\n"
+        "output \"top_k\" = %9\n",
+        b, 4, "gather scatter scatter_big top_k", BF16_TOL);
+}
+
+/* Data movement on bf16: broadcast, transpose, slice, pad, concat, reshape, iota (above 256:
+ * rounded), all exact. */
+static void test_movement(void) {
+  check("%0 = parameter \"x\" : bf16[3,4]\n"
+        "%1 = broadcast_in_dim %0 bdims=[0,2] : bf16[3,2,4]\n"
+        "%2 = transpose %0 perm=[1,0] : bf16[4,3]\n"
+        "%3 = slice %0 start=[1,1] limit=[3,4] : bf16[2,3]\n"
+        "%4 = pad %0 value=1.5 low=[1,0] high=[0,2] : bf16[4,6]\n"
+        "%5 = concat %0, %0 axis=1 : bf16[3,8]\n"
+        "%6 = reshape %0 : bf16[12]\n"
+        "%7 = iota axis=0 : bf16[300]\n"
+        "%8 = transpose %1 perm=[2,0,1] : bf16[4,3,2]\n"
+        "output \"broadcast\" = %8\n"
+        "output \"transpose\" = %2\n"
+        "output \"slice\" = %3\n"
+        "output \"pad\" = %4\n"
+        "output \"concat\" = %5\n"
+        "output \"reshape\" = %6\n"
+        "output \"iota\" = %7\n",
+        NULL, 0, "broadcast transpose slice pad concat reshape iota", 0);
+}
+
+int main(void) {
+  if (device_open() != 0) {
+    printf("SKIP: no OpenCL device\n");
+    return 77;
+  }
+  CU_initialize_registry();
+  CU_pSuite s = CU_add_suite("opencl_ops", NULL, NULL);
+  CU_add_test(s, "elementwise", test_elementwise);
+  CU_add_test(s, "casts", test_casts);
+  CU_add_test(s, "reductions", test_reductions);
+  CU_add_test(s, "dot", test_dot);
+  CU_add_test(s, "gather_scatter", test_gather_scatter);
+  CU_add_test(s, "movement", test_movement);
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  unsigned fails = CU_get_number_of_failures();
+  CU_cleanup_registry();
+  clReleaseCommandQueue(queue);
+  clReleaseContext(ctx);
+  return fails ? 1 : 0;
+}
