@@ -791,6 +791,148 @@ static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   kernel_end(C, L, name, "", items(row));
 }
 
+/* ---- attention on bf16 ----
+ *
+ * attention and attention_grad on bf16 (..., T, H) tensors, f32 inside (the bf16 helpers'
+ * ax_att_*: scores, the softmax max and sum, the products), each result element rounded once.
+ * f32 attention never gets here: the driver expands it (backend.c). One work item per query row
+ * (b, i) or key row (b, j) of the nb problems, with the row's H sums in a private array. */
+
+enum { ATT_MAX_H = 1024 }; /* the private row arrays */
+
+typedef struct Att {
+  int64_t T, H, nb;
+  bool causal;
+  char scale[NAME];
+  char q[NAME], k[NAME], v[NAME], g[NAME], out[NAME]; /* slab references; g: dout */
+} Att;
+
+static int att_setup(Ctx *C, int32_t v, Att *a) {
+  const IrValue *x = val(C, v);
+  const IrShape *qs = &val(C, x->ops[0])->shape;
+  a->T = qs->dims[qs->rank - 2];
+  a->H = qs->dims[qs->rank - 1];
+  a->nb = ir_shape_numel(qs) / (a->T * a->H);
+  a->causal = x->attr.k != 0;
+  literal(DT_F32, x->attr.value, a->scale);
+  if (val(C, x->ops[0])->dtype != DT_BF16)
+    return fail(C, "%%%d (%s): only bf16 attention has a kernel (the driver expands f32)", v,
+                ir_op_name(x->op));
+  if (a->H > ATT_MAX_H)
+    return fail(C, "%%%d (%s): head size %lld is above the OpenCL kernel's %d", v,
+                ir_op_name(x->op), (long long)a->H, ATT_MAX_H);
+  buf_ref(C, x->ops[0], a->q, NAME);
+  buf_ref(C, x->ops[1], a->k, NAME);
+  buf_ref(C, x->ops[2], a->v, NAME);
+  if (x->nops > 3) buf_ref(C, x->ops[3], a->g, NAME);
+  buf_ref(C, v, a->out, NAME);
+  return 0;
+}
+
+/* Begins v's kernel `what` over its nb * T rows: the sizes T_ and H_, and for row gid its
+ * problem b, its row r, the problem's tensors q, k, v (and g: dout) and n, the keys row r sees. */
+static int att_begin(Ctx *C, Launches *L, OclBuf *body, int32_t v, const char *what, Att *a,
+                     char *name) {
+  kernel_name(C, v, what, name);
+  kernel_begin(C, body);
+  if (att_setup(C, v, a)) return -1;
+  long long T = a->T, H = a->H;
+  kernel_items(C, L, a->nb * a->T);
+  line(C, "const int T_ = %lld, H_ = %lld;", T, H);
+  line(C, "long b = gid / %lldL, r = gid %% %lldL;", T, T);
+  line(C, "__global const ushort *q = %s + b * %lldL, *k = %s + b * %lldL, *v = %s + b * %lldL;",
+       a->q, T * H, a->k, T * H, a->v, T * H);
+  if (val(C, v)->op == IR_ATTENTION_GRAD)
+    line(C, "__global const ushort *g = %s + b * %lldL;", a->g, T * H);
+  line(C, "int n = %s;", a->causal ? "(int)r + 1" : "T_");
+  return 0;
+}
+
+static void attention_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  char name[64];
+  Att a;
+  if (att_begin(C, L, body, v, "attention", &a, name)) return;
+  line(C, "float m, l, acc[%lld];", (long long)a.H);
+  line(C, "ax_att_stats(q + r * H_, k, n, H_, %s, &m, &l);", a.scale);
+  line(C, "for (int d = 0; d < H_; d++) acc[d] = 0.0f;");
+  line(C, "for (int j = 0; j < n; j++) {");
+  line(C, "  float p = exp(ax_att_dot(q + r * H_, k + j * H_, H_) * %s - m) / l;", a.scale);
+  line(C, "  for (int d = 0; d < H_; d++) acc[d] += p * ax_from_bf16(v[j * H_ + d]);");
+  line(C, "}");
+  line(C, "__global ushort *o = %s + gid * %lldL;", a.out, (long long)a.H);
+  line(C, "for (int d = 0; d < H_; d++) o[d] = ax_to_bf16(acc[d]);");
+  kernel_end(C, L, name, "", items(a.nb * a.T));
+}
+
+/* attention_grad: (dq, dk, dv) stacked on a new axis 0, in three launches. Where a row of dq
+ * holds three floats (H >= 6), the first stores each query row's softmax max, sum and
+ * D = rowsum(P * dP) there, so that the second, one key row j per work item (dk and dv: sums
+ * over the query rows), reads them instead of computing them again for every key; the third
+ * computes dq, each row's statistics again, over what the first stored. */
+static void attention_grad_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  char name[64];
+  Att a;
+  const IrShape *s = &val(C, v)->shape;
+  bool stash = s->dims[s->rank - 1] >= 6;
+  if (stash) {
+    if (att_begin(C, L, body, v, "attention_grad_stats", &a, name)) return;
+    line(C, "float m, l;");
+    line(C, "ax_att_stats(q + r * H_, k, n, H_, %s, &m, &l);", a.scale);
+    line(C, "__global float *st = (__global float *)%s + gid * 3;", a.out);
+    line(C, "st[0] = m;");
+    line(C, "st[1] = l;");
+    line(C, "st[2] = ax_att_delta(q + r * H_, k, v, g + r * H_, n, H_, %s, m, l);", a.scale);
+    kernel_end(C, L, name, "", items(a.nb * a.T));
+  }
+
+  /* one key row j = r per work item: dk_j = scale sum_i dS_ij q_i, dv_j = sum_i P_ij g_i */
+  if (att_begin(C, L, body, v, "attention_grad_kv", &a, name)) return;
+  long long H = a.H, per = a.nb * a.T * a.H;
+  line(C, "float dk[%lld], dv[%lld];", H, H);
+  line(C, "for (int d = 0; d < H_; d++) dk[d] = dv[d] = 0.0f;");
+  line(C, "for (int i = %s; i < T_; i++) {", a.causal ? "(int)r" : "0");
+  line(C, "  __global const ushort *qi = q + i * H_, *gi = g + i * H_;");
+  line(C, "  float m, l, D;");
+  if (stash) {
+    line(C, "  __global const float *st = (__global const float *)%s + (b * T_ + i) * 3;", a.out);
+    line(C, "  m = st[0], l = st[1], D = st[2];");
+  } else {
+    line(C, "  ax_att_stats(qi, k, %s, H_, %s, &m, &l);", a.causal ? "i + 1" : "T_", a.scale);
+    line(C, "  D = ax_att_delta(qi, k, v, gi, %s, H_, %s, m, l);", a.causal ? "i + 1" : "T_",
+         a.scale);
+  }
+  line(C, "  float p = exp(ax_att_dot(qi, k + r * H_, H_) * %s - m) / l;", a.scale);
+  line(C, "  float ds = p * (ax_att_dot(gi, v + r * H_, H_) - D);");
+  line(C, "  for (int d = 0; d < H_; d++) {");
+  line(C, "    dk[d] += %s * ds * ax_from_bf16(qi[d]);", a.scale);
+  line(C, "    dv[d] += p * ax_from_bf16(gi[d]);");
+  line(C, "  }");
+  line(C, "}");
+  line(C, "__global ushort *ok = %s + %lldL + gid * %lldL, *ov = ok + %lldL;", a.out, per, H, per);
+  line(C, "for (int d = 0; d < H_; d++) {");
+  line(C, "  ok[d] = ax_to_bf16(dk[d]);");
+  line(C, "  ov[d] = ax_to_bf16(dv[d]);");
+  line(C, "}");
+  kernel_end(C, L, name, "", items(a.nb * a.T));
+
+  /* one query row i = r per work item: dq_i = scale sum_j dS_ij k_j */
+  if (att_begin(C, L, body, v, "attention_grad_q", &a, name)) return;
+  line(C, "__global const ushort *qi = q + r * H_, *gi = g + r * H_;");
+  line(C, "float m, l, dq[%lld];", H);
+  line(C, "ax_att_stats(qi, k, n, H_, %s, &m, &l);", a.scale);
+  line(C, "float D = ax_att_delta(qi, k, v, gi, n, H_, %s, m, l);", a.scale);
+  line(C, "for (int d = 0; d < H_; d++) dq[d] = 0.0f;");
+  line(C, "for (int j = 0; j < n; j++) {");
+  line(C, "  float p = exp(ax_att_dot(qi, k + j * H_, H_) * %s - m) / l;", a.scale);
+  line(C, "  float ds = p * (ax_att_dot(gi, v + j * H_, H_) - D);");
+  line(C, "  for (int d = 0; d < H_; d++) dq[d] += %s * ds * ax_from_bf16(k[j * H_ + d]);",
+       a.scale);
+  line(C, "}");
+  line(C, "__global ushort *o = %s + gid * %lldL;", a.out, H);
+  line(C, "for (int d = 0; d < H_; d++) o[d] = ax_to_bf16(dq[d]);");
+  kernel_end(C, L, name, "", items(a.nb * a.T));
+}
+
 static void gemm_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64], refs[3][NAME];
   kernel_name(C, v, "gemm", name);
@@ -848,6 +990,8 @@ static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
     return;
   case IR_TOP_K_INDICES: top_k_kernel(C, L, body, v); return;
   case IR_SCATTER_ADD: scatter_kernel(C, L, body, v); return;
+  case IR_ATTENTION: attention_kernel(C, L, body, v); return;
+  case IR_ATTENTION_GRAD: attention_grad_kernels(C, L, body, v); return;
   default: map_kernel(C, L, body, v); return;
   }
 }
@@ -938,6 +1082,33 @@ static void prelude_bf16(OclBuf *b) {
          "ushort4 ax_to_bf16x4(float4 c) {\n"
          "  return (ushort4)(ax_to_bf16(c.x), ax_to_bf16(c.y), ax_to_bf16(c.z), "
          "ax_to_bf16(c.w));\n"
+         "}\n"
+         "/* attention rows of bf16 (H) vectors: a . b in f32 */\n"
+         "float ax_att_dot(__global const ushort *a, __global const ushort *b, int H) {\n"
+         "  float s = 0.0f;\n"
+         "  for (int d = 0; d < H; d++) s += ax_from_bf16(a[d]) * ax_from_bf16(b[d]);\n"
+         "  return s;\n"
+         "}\n"
+         "/* query row qi's softmax over keys 0..n-1: max m and sum l of exp(score - m) */\n"
+         "void ax_att_stats(__global const ushort *qi, __global const ushort *k, int n, int H, "
+         "float scale,\n"
+         "                  float *m, float *l) {\n"
+         "  float mx = -INFINITY, sum = 0.0f;\n"
+         "  for (int j = 0; j < n; j++) mx = fmax(mx, ax_att_dot(qi, k + j * H, H) * scale);\n"
+         "  for (int j = 0; j < n; j++) sum += exp(ax_att_dot(qi, k + j * H, H) * scale - mx);\n"
+         "  *m = mx;\n"
+         "  *l = sum;\n"
+         "}\n"
+         "/* D = sum_j P_ij dP_ij, dP_ij = gi . v_j: the softmax backward's row term */\n"
+         "float ax_att_delta(__global const ushort *qi, __global const ushort *k,\n"
+         "                   __global const ushort *v, __global const ushort *gi, int n, int H, "
+         "float scale,\n"
+         "                   float m, float l) {\n"
+         "  float D = 0.0f;\n"
+         "  for (int j = 0; j < n; j++)\n"
+         "    D += exp(ax_att_dot(qi, k + j * H, H) * scale - m) / l * ax_att_dot(gi, v + j * H, "
+         "H);\n"
+         "  return D;\n"
          "}\n\n");
 }
 

@@ -12,6 +12,11 @@
  * compared exactly, the rest within a few bf16 ulps.
  *
  * Skips (77) when there is no OpenCL platform or device.
+ *
+ * Built a second time with OCL_CHECK_ONLY (test opencl_bf16_check): the same kernels checked with
+ * libclang, as `axlc compile` checks them, and not run. Apart because libclang's LLVM and the
+ * OpenCL driver's (PoCL's, another version) cannot share a process: PoCL's compiler calls into
+ * the first LLVM loaded and crashes.
  */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -23,12 +28,14 @@
 
 #include "backends/opencl/opencl.h"
 
-#define BF16_TOL 0.0078125 /* 2^-7: two bf16 ulps relative, near the bottom of a binade */
+#define BF16_TOL                                                                                   \
+  0.0078125 /* 2^-7 relative: one bf16 ulp at the bottom of a binade, two at the top */
 
 static cl_device_id dev;
 static cl_context ctx;
 static cl_command_queue queue;
 
+#ifndef OCL_CHECK_ONLY
 /* The first device of the first platform that has one; -1 if none. */
 static int device_open(void) {
   cl_platform_id plats[8];
@@ -46,6 +53,7 @@ static int device_open(void) {
   }
   return -1;
 }
+#endif
 
 /* ---- the slab ---- */
 
@@ -191,6 +199,14 @@ static void check_with(IrGraph *g, double **leaf, const IrInterp *it, bool fuse,
   free(mat);
   if (rc) fprintf(stderr, "%s: emit: %s\n", what, err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
+#ifdef OCL_CHECK_ONLY
+  if (ocl_check_source(&k, err, sizeof err)) fprintf(stderr, "%s: libclang: %s\n", what, err);
+  CU_ASSERT_EQUAL(ocl_check_source(&k, err, sizeof err), 0);
+  (void)leaf, (void)it, (void)exact, (void)tol;
+  ocl_kernels_free(&k);
+  pass_memplan_free(&mp);
+  return;
+#endif
   int64_t bytes = mp.slab_bytes + 64;
   char *slab = malloc((size_t)bytes);
   memset(slab, 0xff, (size_t)bytes);
@@ -450,11 +466,106 @@ static void test_movement(void) {
         NULL, 0, "broadcast transpose slice pad concat reshape iota", 0);
 }
 
+/* attention and attention_grad on bf16 (their kernels: f32 inside, each result rounded once),
+ * causal and not, with a batch of problems; H = 4 computes every row's softmax statistics where
+ * they are needed, H = 8 stores them first (emit.c). */
+static void test_attention(void) {
+  check("%0 = parameter \"q\" : bf16[2,5,4]\n"
+        "%1 = parameter \"k\" : bf16[2,5,4]\n"
+        "%2 = parameter \"v\" : bf16[2,5,4]\n"
+        "%3 = parameter \"g\" : bf16[2,5,4]\n"
+        "%4 = attention %0, %1, %2 causal=1 scale=0.5 : bf16[2,5,4]\n"
+        "%5 = attention %0, %1, %2 causal=0 scale=0.5 : bf16[2,5,4]\n"
+        "%6 = attention_grad %0, %1, %2, %3 causal=1 scale=0.5 : bf16[3,2,5,4]\n"
+        "%7 = attention_grad %0, %1, %2, %3 causal=0 scale=0.5 : bf16[3,2,5,4]\n"
+        "output \"causal\" = %4\n"
+        "output \"full\" = %5\n"
+        "output \"grad_causal\" = %6\n"
+        "output \"grad_full\" = %7\n",
+        NULL, 0, NULL, BF16_TOL);
+  check("%0 = parameter \"q\" : bf16[2,3,7,8]\n"
+        "%1 = parameter \"k\" : bf16[2,3,7,8]\n"
+        "%2 = parameter \"v\" : bf16[2,3,7,8]\n"
+        "%3 = parameter \"g\" : bf16[2,3,7,8]\n"
+        "%4 = attention %0, %1, %2 causal=1 scale=0.35355339059327373 : bf16[2,3,7,8]\n"
+        "%5 = attention_grad %0, %1, %2, %3 causal=1 scale=0.35355339059327373 : "
+        "bf16[3,2,3,7,8]\n"
+        "%6 = attention_grad %0, %1, %2, %3 causal=0 scale=0.35355339059327373 : "
+        "bf16[3,2,3,7,8]\n"
+        "output \"causal\" = %4\n"
+        "output \"grad_causal\" = %5\n"
+        "output \"grad_full\" = %6\n",
+        NULL, 0, NULL, BF16_TOL);
+}
+
+/* A whole training step in bf16 with f32 masters: the parameters cast to bf16 where the
+ * forward reads them (an embedding gather, a projection, causal attention, a residual add, the
+ * output projection keeping its f32 accumulator), an f32 cross-entropy; then autodiff (the
+ * gradients come back to f32 through the casts; the embedding's through a bf16 scatter_add)
+ * and AdamW. Every output: the loss, the gradient norm, the new parameters and moments. The
+ * bf16 roundings compound over the step, so the tolerance is an ulp wider. */
+static void test_train_step(void) {
+  static const char *const text =
+      "%0 = input \"ids\" : i32[2,6]\n"
+      "%1 = input \"targets\" : i32[2,6]\n"
+      "%2 = parameter \"emb\" : f32[16,8]\n"
+      "%3 = parameter \"wq\" : f32[8,8]\n"
+      "%4 = parameter \"wo\" : f32[8,16]\n"
+      "%5 = cast %2 : bf16[16,8]\n"
+      "%6 = gather %5, %0 : bf16[2,6,8]\n"
+      "%7 = cast %3 : bf16[8,8]\n"
+      "%8 = dot_general %6, %7 lhs_contract=[2] rhs_contract=[0] : bf16[2,6,8]\n"
+      "%9 = attention %8, %6, %6 causal=1 scale=0.35355339059327373 : bf16[2,6,8]\n"
+      "%10 = add %9, %6 : bf16[2,6,8]\n"
+      "%11 = cast %4 : bf16[8,16]\n"
+      "%12 = dot_general %10, %11 lhs_contract=[2] rhs_contract=[0] : bf16[2,6,16]\n"
+      "%13 = cast %12 : f32[2,6,16]\n"
+      "%14 = reduce_max %13 axes=[2] : f32[2,6]\n"
+      "%15 = broadcast_in_dim %14 bdims=[0,1] : f32[2,6,16]\n"
+      "%16 = sub %13, %15 : f32[2,6,16]\n"
+      "%17 = exp %16 : f32[2,6,16]\n"
+      "%18 = reduce_sum %17 axes=[2] : f32[2,6]\n"
+      "%19 = log %18 : f32[2,6]\n"
+      "%20 = iota axis=2 : i32[2,6,16]\n"
+      "%21 = broadcast_in_dim %1 bdims=[0,1] : i32[2,6,16]\n"
+      "%22 = eq %20, %21 : i32[2,6,16]\n"
+      "%23 = cast %22 : f32[2,6,16]\n"
+      "%24 = mul %16, %23 : f32[2,6,16]\n"
+      "%25 = reduce_sum %24 axes=[2] : f32[2,6]\n"
+      "%26 = sub %19, %25 : f32[2,6]\n"
+      "%27 = reduce_sum %26 axes=[0,1] : f32[]\n"
+      "%28 = constant value=0.083333333333333329 : f32[]\n"
+      "%29 = mul %27, %28 : f32[]\n"
+      "output \"loss\" = %29\n";
+  char msg[1024] = "";
+  IrGraph *g = ir_graph_parse(text, msg, sizeof msg);
+  if (!g) fprintf(stderr, "parse: %s\n", msg);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  PassLearner learner = {.learning_rate = 0.01,
+                         .b1 = 0.9,
+                         .b2 = 0.99,
+                         .eps = 1e-8,
+                         .weight_decay = 0.1,
+                         .max_grad_norm = 1.0};
+  PassOptions po = {.learner = &learner};
+  CU_ASSERT_EQUAL_FATAL(pass_autodiff(g, &po), IR_OK);
+  CU_ASSERT_EQUAL_FATAL(pass_optimizer(g, &po), IR_OK);
+  char *full = ir_graph_to_string(g);
+  ir_graph_free(g);
+  static double pos[128], step[1] = {3};
+  for (int i = 0; i < 128; i++) pos[i] = 0.01 + 0.001 * (i % 17);
+  Bind b[] = {{"opt/v/emb", pos}, {"opt/v/wq", pos}, {"opt/v/wo", pos}, {"step", step}};
+  check(full, b, 4, NULL, 2 * BF16_TOL);
+  free(full);
+}
+
 int main(void) {
+#ifndef OCL_CHECK_ONLY
   if (device_open() != 0) {
     printf("SKIP: no OpenCL device\n");
     return 77;
   }
+#endif
   CU_initialize_registry();
   CU_pSuite s = CU_add_suite("opencl_ops", NULL, NULL);
   CU_add_test(s, "elementwise", test_elementwise);
@@ -463,11 +574,13 @@ int main(void) {
   CU_add_test(s, "dot", test_dot);
   CU_add_test(s, "gather_scatter", test_gather_scatter);
   CU_add_test(s, "movement", test_movement);
+  CU_add_test(s, "attention", test_attention);
+  CU_add_test(s, "train_step", test_train_step);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   unsigned fails = CU_get_number_of_failures();
   CU_cleanup_registry();
-  clReleaseCommandQueue(queue);
-  clReleaseContext(ctx);
+  if (queue) clReleaseCommandQueue(queue);
+  if (ctx) clReleaseContext(ctx);
   return fails ? 1 : 0;
 }

@@ -170,11 +170,13 @@ static void test_handover_keeps_attention(void) {
 }
 
 #ifdef AXLC_HAVE_OPENCL
-/* OpenCL has no attention kernel: the hand-over expands both graphs, and the backend's compile
- * (its OpenCL C checked with libclang) takes the expansion. */
+/* OpenCL has no f32 attention kernel: the hand-over expands both graphs, and the backend's
+ * compile (its OpenCL C checked with libclang) takes the expansion. */
 static void test_handover_opencl(void) {
   CU_ASSERT(!backend_opencl.supports_op(IR_ATTENTION, DT_F32));
   CU_ASSERT(!backend_opencl.supports_op(IR_ATTENTION_GRAD, DT_F32));
+  CU_ASSERT(backend_opencl.supports_op(IR_ATTENTION, DT_BF16)); /* kernels: f32 inside */
+  CU_ASSERT(backend_opencl.supports_op(IR_ATTENTION_GRAD, DT_BF16));
   DrvJob j;
   graph_job(&j);
   BackendJob bj;
