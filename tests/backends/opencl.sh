@@ -8,6 +8,9 @@
 #                 works; the trainer then says that it found no platform, and exits 1
 #   broken_kernel AXLC_OPENCL_BREAK_KERNEL breaks a kernel: axlc compile reports it (libclang)
 #                 with the kernel's name, and writes no trainer
+#   bf16_interp   tiny-lm (narrowed) with --apply bf16: 5 steps of the OpenCL trainer and of the
+#                 interpreter (bf16 rounded per op, in double) have losses within 5e-5 relative
+#                 (the f32 run is 1e-4 to 2.4e-4 off from step 2), and the kernels hold bf16
 #   cache_damaged a device binary in the cache cut short, then with a flipped bit: the trainer
 #                 says so naming the entry, builds the kernels again, runs, and stores a whole
 #                 entry that the next start loads (PoCL asserted on a truncated binary)
@@ -53,6 +56,23 @@ equiv_tiny_lm)
   ;;
 equiv_moe) equiv "$SRC/models/moe-test.json" ;;
 equiv_llama) equiv "$SRC/tests/torch/llama-tiny.json" ;;
+bf16_interp)
+  model="$SRC/models/tiny-lm.json"
+  narrow="--apply bf16 --set /input/seq_len=32 --set /input/global_batch_size=4"
+  must "$AXLC" compile "$model" $narrow --target opencl -o "$T/ocl"
+  must "$AXLC" compile "$model" $narrow --target opencl --emit cl -o "$T/k.cl"
+  grep -q "ushort ax_to_bf16" "$T/k.cl" && grep -q "attention_grad_kv" "$T/k.cl" ||
+    fail "the kernels have no bf16 in them"
+  needs_device "$T/ocl"
+  must "$T/ocl" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/o"
+  grep "^step" "$T/log" > "$T/o.txt"
+  must "$AXLC" run "$model" $narrow --target interp --data "$T/text.txt" --steps 5
+  grep "^step" "$T/log" > "$T/i.txt"
+  [ "$(wc -l < "$T/o.txt")" -eq 5 ] && [ "$(wc -l < "$T/i.txt")" -eq 5 ] || fail "not 5 steps each"
+  paste "$T/o.txt" "$T/i.txt" | awk -F '\t' '{ split($1, a, " "); split($2, b, " ")
+    d = a[4] - b[4]; if (d < 0) d = -d; print "step " a[2] ": opencl " a[4] ", interp " b[4]
+    if (d > 5e-5 * b[4]) bad = 1 } END { exit bad }' || fail "the bf16 losses differ"
+  ;;
 handover)
   model="$SRC/models/tiny-lm.json"
   must "$AXLC" compile "$model" --target cpu -o "$T/cpu"
