@@ -238,7 +238,7 @@ typedef enum RtCollKind {
  * `axes` in the order listed. Semantics are ir/interp.c's. */
 typedef struct RtCollective {
     int32_t kind;  /* RtCollKind */
-    int32_t dtype; /* RT_DT_F32 or RT_DT_I32 */
+    int32_t dtype; /* RT_DT_F32, RT_DT_BF16 (2-byte elements) or RT_DT_I32 */
     int32_t naxes;
     int32_t axes[RT_MAX_MESH_AXES]; /* mesh axis indices, group order */
     int32_t axis, axis2;            /* axis: gather/scatter/slice/split axis; axis2: concat */

@@ -11,9 +11,11 @@
  * receives member j's block r, with point-to-point messages; then it combines what it has in
  * group-rank order. all_reduce and all_gather send the whole operand; reduce_scatter and
  * all_to_all send chunk j of the axis. Sums run in double in group-rank order and are rounded
- * to f32 once, which is what the reference interpreter (ir/interp.c) does, so every member gets
- * the same bits and the interpreter's. A gather-then-sum costs (G-1) times the bandwidth of a
- * ring on big groups; determinism and bit-exact resume are worth it at these sizes.
+ * once to the dtype (f32, or bf16 straight from the double), which is what the reference
+ * interpreter (ir/interp.c) does, so every member gets the same bits and the interpreter's.
+ * Elements travel as they are, 4 bytes (f32, i32) or 2 (bf16): the sum widens on arrival, so
+ * a bf16 all_reduce sends half the bytes of an f32 one and never rounds per hop. A gather-then-sum costs (G-1) times
+ * the bandwidth of a ring on big groups; determinism and bit-exact resume are worth it at these sizes.
  *
  * Nothing waits forever: each exchange polls (MPI_Testall) against a deadline; when it passes,
  * the ranks that have stopped are named on stderr and the job is ended with MPI_Abort. A rank
@@ -28,6 +30,7 @@
  * and every group has one member: collectives are copies.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,11 +122,15 @@ int64_t rt_comm_bytes_sent(const RtComm *c) {
 
 static int64_t numel(const int64_t *shape, int rank);
 
+int rt_coll_elem_bytes(int32_t dtype) {
+    return dtype == RT_DT_F32 || dtype == RT_DT_I32 ? 4 : dtype == RT_DT_BF16 ? 2 : 0;
+}
+
 int64_t rt_comm_step_bytes(const RtComm *c) {
     int64_t sum = 0;
     for (int32_t i = 0; c && i < c->ncolls; i++) {
         const RtCollective *k = &c->colls[i];
-        int64_t g = c->groups[c->coll_group[i]].n, bytes = numel(k->in_shape, k->rank) * 4;
+        int64_t g = c->groups[c->coll_group[i]].n, bytes = numel(k->in_shape, k->rank) * rt_coll_elem_bytes(k->dtype);
         if (k->kind == RT_COLL_REDUCE_SCATTER || k->kind == RT_COLL_ALL_TO_ALL)
             bytes /= g;
         sum += k->kind == RT_COLL_LOCAL_SLICE ? 0 : (g - 1) * bytes;
@@ -216,9 +223,12 @@ static int check_coll(const RtComm *c, int32_t i, RtError *err) {
     const RtCollective *k = &c->colls[i];
     int axis_ok = k->kind == RT_COLL_ALL_REDUCE || (k->axis >= 0 && k->axis < k->rank);
     int axis2_ok = k->kind != RT_COLL_ALL_TO_ALL || (k->axis2 >= 0 && k->axis2 < k->rank);
-    if (k->kind < 0 || k->kind >= RT_COLL_KIND_COUNT || (k->dtype != RT_DT_F32 && k->dtype != RT_DT_I32) ||
-        k->naxes < 0 || k->naxes > c->mesh.naxes || k->rank < 0 || k->rank > RT_MAX_DIMS || !axis_ok || !axis2_ok)
-        return rt_error_set(err, "program: collective %d: bad kind, dtype, axes or rank", i);
+    if (!rt_coll_elem_bytes(k->dtype))
+        return rt_error_set(err, "program: collective %d: dtype %d, expected f32 (%d), bf16 (%d) or i32 (%d)", i,
+                            (int)k->dtype, RT_DT_F32, RT_DT_BF16, RT_DT_I32);
+    if (k->kind < 0 || k->kind >= RT_COLL_KIND_COUNT || k->naxes < 0 || k->naxes > c->mesh.naxes || k->rank < 0 ||
+        k->rank > RT_MAX_DIMS || !axis_ok || !axis2_ok)
+        return rt_error_set(err, "program: collective %d: bad kind, axes or rank", i);
     for (int a = 0; a < k->naxes; a++)
         if (k->axes[a] < 0 || k->axes[a] >= c->mesh.naxes)
             return rt_error_set(err, "program: collective %d: mesh axis %d outside the mesh", i, k->axes[a]);
@@ -393,16 +403,38 @@ static int64_t prod(const int64_t *shape, int lo, int hi) {
     return n;
 }
 
-/* Copies `len` slices of axis: src[.., src_at + i, ..] -> dst[.., dst_at + i, ..] (4-byte
- * elements; the shapes agree off the axis). */
+/* Copies `len` slices of axis: src[.., src_at + i, ..] -> dst[.., dst_at + i, ..] (elements of
+ * es bytes; the shapes agree off the axis). */
 static void block_copy(const char *src, const int64_t *ss, char *dst, const int64_t *ds, int rank, int axis,
-                       int64_t src_at, int64_t dst_at, int64_t len) {
-    int64_t outer = prod(ss, 0, axis), inner = prod(ss, axis + 1, rank) * 4;
+                       int64_t src_at, int64_t dst_at, int64_t len, int es) {
+    int64_t outer = prod(ss, 0, axis), inner = prod(ss, axis + 1, rank) * es;
     for (int64_t o = 0; o < outer; o++)
         memcpy(dst + ((o * ds[axis] + dst_at) * inner), src + ((o * ss[axis] + src_at) * inner), (size_t)(len * inner));
 }
 
+/* bf16 nearest to x, ties to even, rounded once: the interpreter's ir_dtype_round. (float)x
+ * first and then rt_bf16_from_f32 would round twice, which differs where the f32 rounding lands
+ * on a bf16 tie. bf16 keeps 8 significant bits down to 2^-126, then a fixed step of 2^-133. */
+static uint16_t bf16_from_double(double x) {
+    if (!isfinite(x) || x == 0)
+        return rt_bf16_from_f32((float)x);
+    int e;
+    frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+    int step = e - 8 < -133 ? -133 : e - 8;
+    double r = ldexp(nearbyint(ldexp(x, -step)), step); /* exact; ties to even (the default mode) */
+    return rt_bf16_from_f32((float)r);                  /* exact, or past the largest bf16: inf */
+}
+
 static void sum_blocks(const RtCollective *k, const char *blocks, int n, int64_t count, char *out) {
+    if (k->dtype == RT_DT_BF16) {
+        for (int64_t i = 0; i < count; i++) {
+            double s = 0;
+            for (int j = 0; j < n; j++)
+                s += rt_bf16_to_f32(((const uint16_t *)(const void *)blocks)[(int64_t)j * count + i]);
+            ((uint16_t *)(void *)out)[i] = bf16_from_double(s);
+        }
+        return;
+    }
     if (k->dtype == RT_DT_F32) {
         for (int64_t i = 0; i < count; i++) {
             double s = 0;
@@ -422,26 +454,29 @@ static void sum_blocks(const RtCollective *k, const char *blocks, int n, int64_t
 
 /* Block j that this member sends to member j (bs elements): the operand, or chunk j of axis. */
 static void pack(const RtCollective *k, const char *in, int n, int64_t bs, char *send) {
+    int es = rt_coll_elem_bytes(k->dtype);
     if (k->kind == RT_COLL_ALL_REDUCE || k->kind == RT_COLL_ALL_GATHER) {
-        memcpy(send, in, (size_t)bs * 4);
+        memcpy(send, in, (size_t)bs * (size_t)es);
         return;
     }
     int64_t piece[RT_MAX_DIMS], chunk = k->in_shape[k->axis] / n;
     memcpy(piece, k->in_shape, sizeof piece);
     piece[k->axis] = chunk;
     for (int j = 0; j < n; j++)
-        block_copy(in, k->in_shape, send + (int64_t)j * bs * 4, piece, k->rank, k->axis, j * chunk, 0, chunk);
+        block_copy(in, k->in_shape, send + (int64_t)j * bs * es, piece, k->rank, k->axis, j * chunk, 0, chunk, es);
 }
 
 /* The result from the received blocks (block j from member j, in group order). */
 static void combine(const RtCollective *k, const char *recv, int n, int64_t bs, char *out) {
+    int es = rt_coll_elem_bytes(k->dtype);
     switch (k->kind) {
     case RT_COLL_ALL_REDUCE:
     case RT_COLL_REDUCE_SCATTER: sum_blocks(k, recv, n, bs, out); return;
     case RT_COLL_ALL_GATHER: {
         int64_t len = k->in_shape[k->axis];
         for (int j = 0; j < n; j++)
-            block_copy(recv + (int64_t)j * bs * 4, k->in_shape, out, k->out_shape, k->rank, k->axis, 0, j * len, len);
+            block_copy(recv + (int64_t)j * bs * es, k->in_shape, out, k->out_shape, k->rank, k->axis, 0, j * len, len,
+                       es);
         return;
     }
     default: { /* all_to_all: block j is member j's chunk of the split axis, j-th along concat */
@@ -450,7 +485,7 @@ static void combine(const RtCollective *k, const char *recv, int n, int64_t bs, 
         piece[k->axis] /= n;
         int64_t len = piece[k->axis2];
         for (int j = 0; j < n; j++)
-            block_copy(recv + (int64_t)j * bs * 4, piece, out, k->out_shape, k->rank, k->axis2, 0, j * len, len);
+            block_copy(recv + (int64_t)j * bs * es, piece, out, k->out_shape, k->rank, k->axis2, 0, j * len, len, es);
     }
     }
 }
@@ -587,9 +622,8 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
 #endif
 
 /* Member r sends send[j] to member j and receives member j's block into recv[j]; its own
- * block is copied. Blocks are bs elements of 4 bytes. */
-static void exchange(RtComm *c, Group *g, int32_t index, const char *send, int send_stride, char *recv, int64_t bs) {
-    size_t bytes = (size_t)bs * 4;
+ * block is copied. Blocks are `bytes` long. */
+static void exchange(RtComm *c, Group *g, int32_t index, const char *send, int send_stride, char *recv, size_t bytes) {
     memcpy(recv + (size_t)g->rank * bytes, send + (size_t)(send_stride ? g->rank : 0) * bytes, bytes);
     if (g->n == 1)
         return;
@@ -640,24 +674,25 @@ void rt_comm_collective(RtComm *c, int32_t index, char *slab) {
     Group *g = &c->groups[c->coll_group[index]];
     char *in = slab + k->in_offset, *out = slab + k->out_offset;
     int64_t n_in = numel(k->in_shape, k->rank), n = g->n;
+    int es = rt_coll_elem_bytes(k->dtype);
     if (k->kind == RT_COLL_LOCAL_SLICE) {
-        char *tmp = scratch(c, (size_t)n_in * 4 + 4);
+        char *tmp = scratch(c, (size_t)n_in * (size_t)es + 4);
         if (!tmp)
             die(c, "collective %d: out of memory", index);
-        memcpy(tmp, in, (size_t)n_in * 4);
+        memcpy(tmp, in, (size_t)n_in * (size_t)es);
         int64_t len = k->out_shape[k->axis];
-        block_copy(tmp, k->in_shape, out, k->out_shape, k->rank, k->axis, g->rank * len, 0, len);
+        block_copy(tmp, k->in_shape, out, k->out_shape, k->rank, k->axis, g->rank * len, 0, len, es);
         return;
     }
     int whole = k->kind == RT_COLL_ALL_REDUCE || k->kind == RT_COLL_ALL_GATHER;
     int64_t bs = whole ? n_in : n_in / n;
-    size_t send_bytes = (size_t)(whole ? 1 : n) * (size_t)bs * 4;
-    char *buf = scratch(c, send_bytes + (size_t)n * (size_t)bs * 4 + 4);
+    size_t block = (size_t)bs * (size_t)es, send_bytes = (size_t)(whole ? 1 : n) * block;
+    char *buf = scratch(c, send_bytes + (size_t)n * block + 4);
     if (!buf)
         die(c, "collective %d: out of memory", index);
     char *send = buf, *recv = buf + send_bytes;
     pack(k, in, (int)n, bs, send);
-    exchange(c, g, index, send, !whole, recv, bs);
+    exchange(c, g, index, send, !whole, recv, block);
     combine(k, recv, (int)n, bs, out);
 }
 
@@ -677,8 +712,7 @@ int rt_comm_sum_i64(RtComm *c, int64_t *v, int n, RtError *err) {
 #ifdef AXRT_HAVE_MPI
     world.comm = MPI_COMM_WORLD;
 #endif
-    /* 8-byte values as pairs of 4-byte elements */
-    exchange(c, &world, -1, (const char *)v, 0, blocks, 2 * (int64_t)n);
+    exchange(c, &world, -1, (const char *)v, 0, blocks, (size_t)n * 8);
     for (int i = 0; i < n; i++) {
         int64_t s = 0;
         for (int j = 0; j < c->size; j++)

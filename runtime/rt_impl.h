@@ -77,6 +77,12 @@ void rt_gemm_panels(int ta, int64_t m, int64_t n, int64_t k, const float *a, int
  * openblas (blas.c). */
 int rt_sgemm_use_own(void);
 
+/* ===== comm.c ========================================================================= */
+
+/* Bytes per element of a collective of this dtype: 4 (RT_DT_F32, RT_DT_I32), 2 (RT_DT_BF16),
+ * 0 for any other dtype, which no collective may have. */
+int rt_coll_elem_bytes(int32_t dtype);
+
 /* ===== safetensors.c ================================================================== */
 
 /* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32. */

@@ -85,7 +85,12 @@ static int check_collectives(const RtProgram *p, RtError *err) {
         const RtCollective *k = &p->collectives[i];
         if (k->rank < 0 || k->rank > RT_MAX_DIMS)
             return rt_error_set(err, "program: collective %d has rank %d", i, (int)k->rank);
-        int64_t in = 4, out = 4;
+        int64_t es = rt_coll_elem_bytes(k->dtype), in = es, out = es;
+        if (!es)
+            return rt_error_set(err,
+                                "program: collective %d has dtype %d; this runtime reduces and moves f32 (%d), "
+                                "bf16 (%d) and i32 (%d)",
+                                i, (int)k->dtype, RT_DT_F32, RT_DT_BF16, RT_DT_I32);
         for (int d = 0; d < k->rank; d++) {
             if (k->in_shape[d] < 0 || k->out_shape[d] < 0 || (k->in_shape[d] && in > INT64_MAX / 8 / k->in_shape[d]) ||
                 (k->out_shape[d] && out > INT64_MAX / 8 / k->out_shape[d]))

@@ -1020,6 +1020,33 @@ static void test_bad_program(void) {
   CHECK_RUN(r, 1);
   CHECK_HAS(r.err, "program: loss");
   run_free(&r);
+  /* collectives: a dtype no collective moves is named; a bf16 operand takes 2 bytes an element
+   * (8 of them fit in the slab's last 16 bytes, as 4-byte elements they would not) */
+  RtCollective coll = {.kind = RT_COLL_ALL_REDUCE,
+                       .dtype = RT_DT_F16,
+                       .rank = 1,
+                       .in_shape = {8},
+                       .out_shape = {8},
+                       .in_offset = axlc_program.slab_bytes - 16,
+                       .out_offset = axlc_program.slab_bytes - 16};
+  p = axlc_program;
+  p.ncollectives = 1;
+  p.collectives = &coll;
+  r = run_program(&p, (const char *[]){"--data", train_file(), "--steps", "1", NULL});
+  CHECK_RUN(r, 1);
+  CHECK_HAS(r.err, "program: collective 0 has dtype");
+  CHECK_HAS(r.err, "f32");
+  CHECK_HAS(r.err, "bf16");
+  run_free(&r);
+  coll.dtype = RT_DT_BF16;
+  r = run_program(&p, (const char *[]){"--data", train_file(), "--steps", "1", NULL});
+  CHECK_RUN(r, 0);
+  run_free(&r);
+  coll.dtype = RT_DT_F32;
+  r = run_program(&p, (const char *[]){"--data", train_file(), "--steps", "1", NULL});
+  CHECK_RUN(r, 1);
+  CHECK_HAS(r.err, "program: collective 0 of its operand: 32 bytes");
+  run_free(&r);
   p = axlc_program;
   p.vocab = 8; /* the data holds tokens up to 31 */
   r = run_program(&p, (const char *[]){"--data", train_file(), NULL});

@@ -1,0 +1,93 @@
+/*
+ * test_comm.c: the collectives (comm.c) in one process, where every group has one member:
+ * bf16 operands are copied as 2-byte elements (an all_reduce of one member is its operand,
+ * NaN included, -0 summed to +0 as the interpreter does), i32 and f32 as before, nothing is sent; a
+ * table with a dtype the runtime does not move is refused with the dtypes it does. The sums over
+ * several ranks are tested under mpirun (tests/mpi/test_mpi_comm_bf16.c).
+ */
+#include <stdlib.h>
+
+#include "rt_test.h"
+
+static const RtMesh MESH1 = {.naxes = 1, .names = {"data"}, .sizes = {1}};
+
+/* A collective over the one axis, operand (3, 5) at in_offset, result at out_offset. */
+static RtCollective coll(int kind, int dtype, int64_t in_offset, int64_t out_offset) {
+  return (RtCollective){.kind = kind,
+                        .dtype = dtype,
+                        .naxes = 1,
+                        .axes = {0},
+                        .axis = 1,
+                        .axis2 = 0,
+                        .rank = 2,
+                        .in_shape = {3, 5},
+                        .out_shape = {3, 5},
+                        .in_offset = in_offset,
+                        .out_offset = out_offset};
+}
+
+static void test_one_member_bf16(void) {
+  enum { N = 15 };
+  RtCollective t[] = {
+      coll(RT_COLL_ALL_REDUCE, RT_DT_BF16, 0, 64),
+      coll(RT_COLL_REDUCE_SCATTER, RT_DT_BF16, 0, 128),
+      coll(RT_COLL_ALL_GATHER, RT_DT_BF16, 0, 192),
+      coll(RT_COLL_ALL_TO_ALL, RT_DT_BF16, 0, 256),
+      coll(RT_COLL_LOCAL_SLICE, RT_DT_BF16, 0, 320),
+      coll(RT_COLL_ALL_REDUCE, RT_DT_F32, 384, 448),
+      coll(RT_COLL_ALL_REDUCE, RT_DT_BF16, 512, 512), /* in place */
+  };
+  int nc = (int)(sizeof t / sizeof t[0]);
+  RtComm *comm;
+  RtError err;
+  CHECK_OK(rt_comm_new(&comm, &MESH1, t, nc, 0, &err));
+  CHECK_INT(rt_comm_size(comm), 1);
+  unsigned char slab[640];
+  memset(slab, 0xa5, sizeof slab); /* what no collective writes keeps this */
+  uint16_t x[N];
+  float f[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = rt_bf16_from_f32((float)(i - 7) * 0.3f);
+    f[i] = (float)(i - 7) * 0.3f;
+  }
+  x[3] = 0x7fc1; /* a NaN stays that NaN */
+  x[4] = 0x8000; /* -0 stays -0 */
+  memcpy(slab, x, sizeof x);
+  memcpy(slab + 384, f, sizeof f);
+  memcpy(slab + 512, x, sizeof x);
+  for (int i = 0; i < nc; i++) rt_comm_collective(comm, i, (char *)slab);
+  for (int i = 0; i < nc; i++) {
+    if (t[i].dtype == RT_DT_F32) {
+      CHECK_INT(memcmp(slab + t[i].out_offset, f, sizeof f), 0);
+      continue;
+    }
+    uint16_t want[N];
+    memcpy(want, x, sizeof x);
+    if (t[i].kind == RT_COLL_ALL_REDUCE || t[i].kind == RT_COLL_REDUCE_SCATTER)
+      want[4] = 0; /* a sum starts from +0, as the interpreter's: -0 + nothing is +0 */
+    CHECK_INT(memcmp(slab + t[i].out_offset, want, sizeof want), 0);
+    CHECK_INT(slab[t[i].out_offset + sizeof x], 0xa5); /* 2-byte elements: nothing past 30 bytes */
+  }
+  CHECK_INT(rt_comm_bytes_sent(comm), 0);
+  CHECK_INT(rt_comm_step_bytes(comm), 0);
+  rt_comm_free(comm);
+}
+
+static void test_bad_dtype(void) {
+  RtCollective t[] = {coll(RT_COLL_ALL_GATHER, RT_DT_BF16, 0, 64),
+                      coll(RT_COLL_ALL_REDUCE, RT_DT_F16, 0, 64)};
+  RtComm *comm = NULL;
+  RtError err;
+  CHECK_FAIL(rt_comm_new(&comm, &MESH1, t, 2, 0, &err), "collective 1: dtype");
+  CHECK_FAIL(rt_comm_new(&comm, &MESH1, t, 2, 0, &err), "bf16");
+  CU_ASSERT_PTR_NULL(comm);
+}
+
+int main(void) {
+  static const RtTestCase cases[] = {
+      {"one member: bf16 collectives copy 2-byte elements", test_one_member_bf16},
+      {"a collective dtype the runtime does not move is refused", test_bad_dtype},
+      {NULL, NULL},
+  };
+  return rt_test_main("comm", cases);
+}
