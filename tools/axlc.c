@@ -40,6 +40,7 @@ typedef struct {
   const char *plot;              /* memcheck: --plot FILE.svg */
   const char *from, *to;         /* convert: --from hf or --to hf */
   const char *input;             /* convert: the weights file */
+  const char *dtype;             /* convert --to hf: --dtype f32|bf16|f16 */
   const char *devices;           /* memcheck, compile: --devices FILE (the device table) */
   bool no_memcheck;              /* compile: --no-memcheck */
   bool no_cache;                 /* compile, run: --no-cache */
@@ -80,7 +81,8 @@ static void usage(FILE *out) {
       "                      or Llama weights (as the config decides) to axlc's parameter\n"
       "                      paths, for --init; --to hf: axlc weights (--init files, --dump\n"
       "                      output, a checkpoint or step directory) to Hugging Face's names\n"
-      "                      and layouts\n"
+      "                      and layouts, in --dtype f32|bf16|f16 (default: the dtype the\n"
+      "                      weights came in, else /model/dtype)\n"
       "  backends            list the backends and what each can do\n"
       "  cache               the compile cache: its directory, entries, size and limit;\n"
       "                      --clear removes every entry, --trim trims it to the limit now\n"
@@ -157,6 +159,9 @@ static int parse_args(int argc, char **argv, Args *a) {
         return -1;
       }
       a->jobs = (int)n;
+    } else if (!strcmp(s, "--dtype") && a->command && !strcmp(a->command, "convert")) {
+      if (need_value(i, argc, argv)) return -1;
+      a->dtype = argv[++i];
     } else if (!strcmp(s, "--from") || !strcmp(s, "--to")) {
       if (need_value(i, argc, argv)) return -1;
       *(!strcmp(s, "--from") ? &a->from : &a->to) = argv[++i];
@@ -722,8 +727,8 @@ static int cmd_plot(const Args *a) {
 static int cmd_convert(const Args *a) {
   const char *fmt = a->from ? a->from : a->to;
   if (!a->model || !a->input || !a->output || (a->from && a->to) || !fmt) {
-    fprintf(stderr, "error: usage: axlc convert MODEL.json (--from hf | --to hf) IN.safetensors "
-                    "-o OUT.safetensors\n");
+    fprintf(stderr, "error: usage: axlc convert MODEL.json (--from hf | --to hf [--dtype "
+                    "f32|bf16|f16]) IN.safetensors -o OUT.safetensors\n");
     return 1;
   }
   if (strcmp(fmt, "hf") != 0) {
@@ -744,7 +749,7 @@ static int cmd_convert(const Args *a) {
   }
   if (cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
       fe_build(&b, &d, a->model, cfg, devices) == 0)
-    rc = convert_weights(&b, a->model, a->to != NULL, a->input, a->output) ? 1 : 0;
+    rc = convert_weights(&b, a->model, a->to != NULL, a->dtype, a->input, a->output) ? 1 : 0;
   else if (cfg)
     fe_diag_print(&d, stderr);
   if (cfg) fe_build_free(&b);

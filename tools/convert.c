@@ -11,7 +11,10 @@
  *   SAME       the same layout: embeddings, norms, biases, GPT-2's Conv1D weights (in, out)
  *   TRANSPOSE  a Llama nn.Linear weight (out, in) against axlc's (in, out)
  *   FUSED      GPT-2's c_attn (D, 3D): q, k and v side by side along the last dimension
- * Conversion moves bytes only, so the dtype (F32, F16, BF16) is kept. axlc's rotary
+ * Values go through f32: --from hf widens F16 and BF16 exactly into the f32 masters axlc trains
+ * (and records the file's dtype in the output's metadata, "axlc.hf_dtype"); --to hf writes the
+ * dtype asked for (--dtype), by default the one the weights came in, rounding f32 to nearest,
+ * ties to even, so a BF16 file comes back bit for bit. axlc's rotary
  * embedding rotates the two halves of each head, as Hugging Face's rotate_half does: Llama's
  * q and k projections copy across without the row permutation that Meta's original
  * (interleaved) checkpoints need. docs/convert.md has the whole name map.
@@ -20,6 +23,7 @@
  * anything is written; the output is written atomically (runtime/file.c), so an existing
  * file is never left half-written.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +32,7 @@
 
 #include "driver/driver.h"
 #include "runtime/axrt.h"
+#include "runtime/rt_impl.h" /* rt_st_convert_run: F16 and BF16 to f32 */
 #include "tools/plot.h"
 
 typedef enum { LINK_SAME, LINK_TRANSPOSE, LINK_FUSED } LinkKind;
@@ -48,6 +53,7 @@ typedef struct Conv {
   Link *links;
   int nlinks, cap;
   int problems;
+  int dtype; /* the float dtype of every weight read so far; -1 none yet, RT_DT_COUNT mixed */
 } Conv;
 
 /* One problem line under the "error:" header. */
@@ -319,6 +325,48 @@ static int check_tensor(Conv *c, const RtTensor *t, const int64_t *want, int ndi
   return -1;
 }
 
+/* Notes the dtype of a weight read: the input's dtype, when all its weights share one. */
+static void note_dtype(Conv *c, RtDtype dt) {
+  c->dtype = c->dtype < 0 || c->dtype == (int)dt ? (int)dt : RT_DT_COUNT;
+}
+
+/* t (checked: F32, F16 or BF16) as f32: t itself, or a copy with its data widened exactly into
+ * *buf (to free; NULL when t is F32). -1, a problem said, when that does not fit in memory. */
+static int widen(Conv *c, const RtTensor *t, RtTensor *wide, float **buf) {
+  *wide = *t;
+  *buf = NULL;
+  note_dtype(c, t->dtype);
+  if (t->dtype == RT_DT_F32) return 0;
+  int64_t n = numel(t->shape, t->ndim);
+  *buf = malloc((size_t)(n ? n : 1) * sizeof **buf);
+  if (!*buf) {
+    problem(c, "tensor '%s': out of memory for its %lld values as f32", t->name, (long long)n);
+    return -1;
+  }
+  rt_st_convert_run(t, 0, n, *buf);
+  wide->dtype = RT_DT_F32;
+  wide->data = *buf;
+  wide->nbytes = n * 4;
+  return 0;
+}
+
+/* f16 nearest to x, ties to even: 11 significant bits down to 2^-14, then a fixed step of
+ * 2^-24; past the largest finite value (65504) an infinity; a NaN stays a (quiet) NaN. */
+static uint16_t f16_from_f32(float x) {
+  uint16_t sign = signbit(x) ? 0x8000 : 0;
+  if (isnan(x)) return sign | 0x7e00;
+  double a = fabs((double)x);
+  int e;
+  frexp(a, &e); /* a in [2^(e-1), 2^e) */
+  int step = e - 11 < -24 ? -24 : e - 11;
+  double r = a == 0 ? 0 : ldexp(nearbyint(ldexp(a, -step)), step); /* ties to even */
+  if (r >= 65536 || isinf(r)) return sign | 0x7c00;
+  if (r < 0x1p-14) return sign | (uint16_t)ldexp(r, 24); /* subnormal, or zero */
+  int re;
+  double m = frexp(r, &re); /* r = m 2^re, m in [0.5, 1) */
+  return sign | (uint16_t)((re + 14) << 10) | (uint16_t)(ldexp(m, 11) - 1024);
+}
+
 /* ===== the output ====================================================================== */
 
 typedef struct Out {
@@ -398,16 +446,19 @@ static bool hf_buffer(const char *name) {
 #undef ENDS
 }
 
-/* The parts of link l from the file's tensor t (already checked). */
-static void split_link(Conv *c, const Link *l, const RtTensor *t, Out *o) {
-  int es = rt_dtype_size(t->dtype);
+/* The parts of link l from the file's tensor t (already checked), as f32. */
+static void split_link(Conv *c, const Link *l, const RtTensor *in, Out *o) {
+  RtTensor wide, *t = &wide;
+  float *buf;
+  if (widen(c, in, &wide, &buf)) return;
+  int es = 4;
   const unsigned char *src = t->data;
   int64_t col = 0, total = t->shape[t->ndim - 1],
           rows = numel(t->shape, t->ndim) / (total ? total : 1);
   for (int k = 0; k < l->nparts; k++) {
     const FeParam *p = &c->b->params[l->part[k]];
-    RtTensor *d = out_add(c, o, p->path, t->dtype, p->shape, p->rank);
-    if (!d) return;
+    RtTensor *d = out_add(c, o, p->path, RT_DT_F32, p->shape, p->rank);
+    if (!d) break;
     if (l->kind == LINK_SAME)
       memcpy((void *)d->data, src, (size_t)t->nbytes);
     else if (l->kind == LINK_TRANSPOSE)
@@ -416,6 +467,7 @@ static void split_link(Conv *c, const Link *l, const RtTensor *t, Out *o) {
       columns((void *)src, (void *)d->data, rows, total, col, p->shape[p->rank - 1], es, false);
     col += p->shape[p->rank - 1];
   }
+  free(buf);
 }
 
 /* A tied head: lm_head.weight may be there, as a copy of the embedding. */
@@ -486,10 +538,11 @@ static void from_hf(Conv *c, const Src *st, Out *o) {
 
 /* ===== axlc -> Hugging Face ============================================================ */
 
-static void join_link(Conv *c, const Link *l, const RtTensor **parts, Out *o) {
+/* Link l's Hugging Face tensor from its parts, all f32. */
+static void join_parts(Conv *c, const Link *l, const RtTensor **parts, Out *o) {
   int64_t shape[RT_MAX_DIMS];
-  int nd = hf_shape(c, l, shape), es = rt_dtype_size(parts[0]->dtype);
-  RtTensor *d = out_add(c, o, l->hf, parts[0]->dtype, shape, nd);
+  int nd = hf_shape(c, l, shape), es = 4;
+  RtTensor *d = out_add(c, o, l->hf, RT_DT_F32, shape, nd);
   if (!d) return;
   if (l->kind == LINK_SAME) {
     memcpy((void *)d->data, parts[0]->data, (size_t)parts[0]->nbytes);
@@ -503,6 +556,20 @@ static void join_link(Conv *c, const Link *l, const RtTensor **parts, Out *o) {
       col += w;
     }
   }
+}
+
+/* Link l's Hugging Face tensor, in f32, from its parts (checked), each widened. */
+static void join_link(Conv *c, const Link *l, const RtTensor **in, Out *o) {
+  RtTensor wide[3];
+  const RtTensor *parts[3];
+  float *bufs[3] = {NULL, NULL, NULL};
+  int bad = 0;
+  for (int k = 0; k < l->nparts; k++) {
+    bad |= widen(c, in[k], &wide[k], &bufs[k]);
+    parts[k] = &wide[k];
+  }
+  if (!bad) join_parts(c, l, parts, o);
+  for (int k = 0; k < l->nparts; k++) free(bufs[k]);
 }
 
 static void to_hf(Conv *c, const Src *st, Out *o) {
@@ -521,10 +588,6 @@ static void to_hf(Conv *c, const Src *st, Out *o) {
       }
       mark_used(st, parts[k], used);
       bad += check_tensor(c, parts[k], p->shape, p->rank) != 0;
-      if (k > 0 && parts[0] && parts[k]->dtype != parts[0]->dtype && ++bad)
-        problem(c, "tensor '%s': dtype %s, but '%s' is %s (they are fused into %s)", p->path,
-                rt_dtype_name(parts[k]->dtype), parts[0]->name, rt_dtype_name(parts[0]->dtype),
-                l->hf);
     }
     if (!bad) join_link(c, l, parts, o);
   }
@@ -637,11 +700,65 @@ static int src_open(const char *in, bool to_hf_names, Src *s, RtSt **st, RtCkpt 
   return 0;
 }
 
+/* ===== the dtype of the output ========================================================= */
+
+/* --dtype's value: F32, BF16 or F16, or -1 (said) for anything else. */
+static int parse_dtype(const char *s) {
+  if (!strcmp(s, "f32")) return RT_DT_F32;
+  if (!strcmp(s, "bf16")) return RT_DT_BF16;
+  if (!strcmp(s, "f16")) return RT_DT_F16;
+  fprintf(stderr, "error: --dtype %s: expected f32, bf16 or f16\n", s);
+  return -1;
+}
+
+/* --to hf without --dtype writes the dtype the weights came in: the Hugging Face file's, which
+ * --from hf recorded in the metadata; else that of the input's weights, when they are all F16
+ * or all BF16 (a file converted by an axlc that kept the dtype); else the config's
+ * /model/dtype (f32 or bf16). A checkpoint's tensors are f32 and carry no record. */
+static RtDtype default_dtype(const Conv *c, const RtSt *st) {
+  const char *rec = st ? rt_st_meta(st, "axlc.hf_dtype") : NULL;
+  static const RtDtype known[] = {RT_DT_F32, RT_DT_BF16, RT_DT_F16};
+  for (size_t i = 0; rec && i < sizeof known / sizeof known[0]; i++)
+    if (!strcmp(rec, rt_dtype_name(known[i]))) return known[i];
+  if (c->dtype == RT_DT_BF16 || c->dtype == RT_DT_F16) return (RtDtype)c->dtype;
+  const char *cfg = fe_get_str(fe_get_child(c->b->root, "model"), "dtype");
+  return cfg && !strcmp(cfg, "bf16") ? RT_DT_BF16 : RT_DT_F32;
+}
+
+/* Rounds every (f32) output tensor to dt, to nearest, ties to even. */
+static void narrow(Conv *c, Out *o, RtDtype dt) {
+  for (int i = 0; i < o->n && dt != RT_DT_F32; i++) {
+    RtTensor *t = &o->t[i];
+    int64_t n = numel(t->shape, t->ndim);
+    uint16_t *h = malloc((size_t)(n ? n : 1) * sizeof *h);
+    if (!h) {
+      problem(c, "tensor '%s': out of memory for its %lld values as %s", t->name, (long long)n,
+              rt_dtype_name(dt));
+      return;
+    }
+    const float *f = t->data;
+    for (int64_t j = 0; j < n; j++)
+      h[j] = dt == RT_DT_BF16 ? rt_bf16_from_f32(f[j]) : f16_from_f32(f[j]);
+    free((void *)t->data);
+    t->data = h;
+    t->dtype = dt;
+  }
+}
+
 /* ===== the command ===================================================================== */
 
-int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const char *in,
-                    const char *out) {
-  Conv c = {.b = b, .model = model, .in = in};
+int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const char *dtype,
+                    const char *in, const char *out) {
+  Conv c = {.b = b, .model = model, .in = in, .dtype = -1};
+  int want = -1;
+  if (dtype && !to_hf_names) {
+    fprintf(stderr,
+            "error: --dtype %s: an option of --to hf (--from hf writes the f32 master "
+            "weights axlc trains)\n",
+            dtype);
+    return -1;
+  }
+  if (dtype && (want = parse_dtype(dtype)) < 0) return -1;
   if (check_config(&c) || build_links(&c)) {
     free(c.links);
     return -1;
@@ -658,10 +775,12 @@ int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const
     return -1;
   }
   Out o = {ir_xcalloc((size_t)b->nparams + (size_t)c.nlinks + 1, sizeof *o.t), 0};
-  if (to_hf_names)
+  if (to_hf_names) {
     to_hf(&c, &src, &o);
-  else
+    if (!c.problems) narrow(&c, &o, want >= 0 ? (RtDtype)want : default_dtype(&c, st));
+  } else {
     from_hf(&c, &src, &o);
+  }
   int rc = 0;
   if (c.problems) {
     fprintf(stderr, "error: %s: %d problem%s converting %s Hugging Face %s%s; %s not written\n", in,
@@ -669,8 +788,12 @@ int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const
             c.family, to_hf_names ? "" : " weights to axlc", out);
     rc = -1;
   } else {
-    RtMeta meta = {"format", "pt"}; /* what transformers writes; weights.c reads it as (out, in) */
-    if (rt_st_write(out, o.t, o.n, &meta, to_hf_names ? 1 : 0, NULL, NULL, &err)) {
+    /* to hf: what transformers writes (weights.c reads it as (out, in)); from hf: the file's
+     * dtype, the default of --to hf */
+    RtMeta meta = {"format", "pt"};
+    if (!to_hf_names) meta = (RtMeta){"axlc.hf_dtype", rt_dtype_name((RtDtype)c.dtype)};
+    int nmeta = to_hf_names || (c.dtype >= 0 && c.dtype < RT_DT_COUNT);
+    if (rt_st_write(out, o.t, o.n, &meta, nmeta, NULL, NULL, &err)) {
       fprintf(stderr, "error: %s\n", err.msg);
       rc = -1;
     }

@@ -22,9 +22,10 @@ struct FeBuild;
 
 /* Converts the weights file `in` of the model built in `b` (config file `model`) to `out`:
  * Hugging Face's names and layouts (GPT-2 or Llama, as the config decides) to axlc's
- * parameter paths, or back when `to_hf` is true. Prints every problem, naming the file and
- * the tensor, and returns -1 without writing `out`; `out` is written atomically. */
-int convert_weights(const struct FeBuild *b, const char *model, bool to_hf, const char *in,
-                    const char *out);
+ * parameter paths (f32), or back when `to_hf` is true, in `dtype` ("f32", "bf16" or "f16";
+ * NULL: the dtype the weights came in, docs/convert.md). Prints every problem, naming the file
+ * and the tensor, and returns -1 without writing `out`; `out` is written atomically. */
+int convert_weights(const struct FeBuild *b, const char *model, bool to_hf, const char *dtype,
+                    const char *in, const char *out);
 
 #endif

@@ -13,6 +13,11 @@ usage: hf_convert.py AXLC MODEL.json WORKDIR MODE
                    interpreter reports when it starts from the dump.
   MODE errors      missing, misshapen, unknown tensors, a bad file, a wrong config: each a
                    clear error naming the file and the tensor, exit 1, output not touched.
+  MODE dtypes      a BF16 Hugging Face file: --from hf gives the f32 masters (exact widening)
+                   and records BF16; --to hf gives every tensor's bits back; --dtype f32,
+                   bf16 and f16 round f32 to nearest, ties to even, as numpy does; without
+                   --dtype and a record the config's /model/dtype decides; a bad --dtype is
+                   named with the values it takes.
 Exit 0 on success, 1 on a failure (printed), 77 when numpy is missing.
 """
 import json
@@ -295,18 +300,18 @@ def round_trip():
     cmp_files(path("hf2.safetensors"), path("hf3.safetensors"))
     print(f"to hf: {len(back)} tensors equal to the source; hf -> axlc -> hf -> axlc byte-identical")
 
-    # F16 stays F16 (bytes move, values do not), and --init reads it
+    # F16 widens to f32 masters and comes back as F16 (the recorded dtype), bit for bit
     w16 = {k: v.astype(np.float16) for k, v in w.items()}
     stio.write(path("hf16.safetensors"), w16)
     axlc("convert", MODEL, "--from", "hf", path("hf16.safetensors"), "-o", path("axlc16.safetensors"))
     got16 = stio.read(path("axlc16.safetensors"))
     for k, v in expected_axlc(w16).items():
-        same(got16[k], np.ascontiguousarray(v), "F16 " + k)
+        same(got16[k], np.ascontiguousarray(v).astype(np.float32), "F16 " + k)
     axlc("convert", MODEL, "--to", "hf", path("axlc16.safetensors"), "-o", path("hf16b.safetensors"))
     for k, v in stio.read(path("hf16b.safetensors")).items():
         same(v, w16[k], "F16 --to hf " + k)
     axlc_loss(path("axlc16.safetensors"))
-    print("F16: converted as F16 both ways; --init reads it")
+    print("F16: widened to f32 masters, back to F16 bit for bit; --init reads it")
 
     ref, got_loss = hf_loss(w), axlc_loss(path("axlc.safetensors"))
     print(f"step 1 loss: axlc {got_loss:.6f}, numpy Hugging Face forward {ref:.6f}")
@@ -396,5 +401,109 @@ def errors():
     print("errors: each names the file and the tensor; the existing output is untouched")
 
 
-{"round_trip": round_trip, "dump": dump, "errors": errors}[MODE]()
+# ---- BF16, which numpy lacks: raw safetensors, bf16 kept as uint16 bit patterns ------------
+
+def write_raw(fname, tensors, metadata=None):
+    """tensors: {name: array}; uint16 arrays are written as BF16, the rest as stio does."""
+    header, chunks, off = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        dt = {np.dtype(np.uint16): "BF16", np.dtype(np.float32): "F32", np.dtype(np.float16): "F16"}[a.dtype]
+        raw = a.astype(a.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        chunks.append(raw)
+        off += len(raw)
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(fname, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + b"".join(chunks))
+
+
+def read_raw(fname):
+    """{name: (dtype, shape, bytes)} and the metadata."""
+    blob = open(fname, "rb").read()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = blob[8 + n:]
+    return {k: (e["dtype"], e["shape"], data[e["data_offsets"][0]:e["data_offsets"][1]])
+            for k, e in header.items()}, meta
+
+
+def bf16_bits(x):
+    """f32 -> bf16 bits, to nearest, ties to even (NaN-free input)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_value(b):
+    return (np.ascontiguousarray(b).astype(np.uint32) << 16).view(np.float32)
+
+
+def dtypes():
+    w = hf_weights(np.random.default_rng(5))
+    wb = {k: bf16_bits(v) for k, v in w.items()}
+    first = sorted(wb)[0]  # the extremes of bf16: -0, the least subnormal, the largest finite
+    wb[first].flat[:4] = [0x8000, 0x0001, 0x7F7F, 0xFF7F]
+    write_raw(path("hfbf.safetensors"), wb, {"format": "pt"})
+    axlc("convert", MODEL, "--from", "hf", path("hfbf.safetensors"), "-o", path("axlcbf.safetensors"))
+    got, meta = read_raw(path("axlcbf.safetensors"))
+    if meta.get("axlc.hf_dtype") != "BF16":
+        fail(f"--from hf of a BF16 file records {meta!r}, expected axlc.hf_dtype BF16")
+    for k, v in expected_axlc({k: bf16_value(v) for k, v in wb.items()}).items():
+        dt, shape, raw = got[k]
+        v = np.ascontiguousarray(v)
+        if dt != "F32" or list(shape) != list(v.shape) or raw != v.tobytes():
+            fail(f"BF16 --from hf {k}: {dt}{shape} is not the exact f32 widening of its source")
+    print(f"BF16 from hf: {len(got)} f32 masters, each its source widened exactly; BF16 recorded")
+
+    axlc("convert", MODEL, "--to", "hf", path("axlcbf.safetensors"), "-o", path("hfbf2.safetensors"))
+    back, _ = read_raw(path("hfbf2.safetensors"))
+    if sorted(back) != sorted(wb):
+        fail(f"BF16 --to hf names differ: {sorted(set(back) ^ set(wb))}")
+    for k, v in wb.items():
+        if back[k] != ("BF16", list(v.shape), v.tobytes()):
+            fail(f"BF16 round trip: {k} is {back[k][0]}{back[k][1]}, not the source's bits")
+    print("BF16 to hf (no --dtype: the recorded BF16): every tensor's bits as in the source")
+
+    # --dtype on f32 weights, ties included: 1 + 2^-8 (to 1, even), 1 + 3 2^-8 (up, to even),
+    # 1 + 2^-8 + 2^-23 (above the tie: up); f16: 1 + 2^-11 (to 1), 2^-25 (to 0), 70000 (inf)
+    w32 = {k: v.copy() for k, v in w.items()}
+    w32[first].flat[:7] = [1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-23, 1 + 2**-11, 2**-25, 7e4, -(2**-24)]
+    stio.write(path("hf32.safetensors"), w32)
+    axlc("convert", MODEL, "--from", "hf", path("hf32.safetensors"), "-o", path("axlc32.safetensors"))
+    with np.errstate(over="ignore"):  # 7e4 is past f16's largest value: inf
+        w16 = {k: ("F16", v.astype(np.float16)) for k, v in w32.items()}
+    for dtype, want in (("bf16", {k: ("BF16", bf16_bits(v)) for k, v in w32.items()}), ("f16", w16),
+                        ("f32", {k: ("F32", v) for k, v in w32.items()})):
+        out = path(f"hf-{dtype}.safetensors")
+        axlc("convert", MODEL, "--to", "hf", "--dtype", dtype, path("axlc32.safetensors"), "-o", out)
+        have, _ = read_raw(out)
+        for k, (dt, v) in want.items():
+            if have[k] != (dt, list(v.shape), np.ascontiguousarray(v).tobytes()):
+                fail(f"--dtype {dtype}: {k} is not its f32 source rounded to nearest even ({have[k][0]})")
+    print("--dtype bf16, f16, f32: each tensor its f32 source rounded to nearest, ties to even")
+
+    # no record (a checkpoint-like f32 file): the config's /model/dtype decides
+    stio.write(path("plain.safetensors"), stio.read(path("axlc32.safetensors")))
+    for cfg, dt in (('"f32"', "F32"), ('"bf16"', "BF16")):
+        out = path("plain-hf.safetensors")
+        axlc("convert", MODEL, "--set", f"/model/dtype={cfg}", "--to", "hf", path("plain.safetensors"), "-o", out)
+        have, _ = read_raw(out)
+        if any(e[0] != dt for e in have.values()):
+            fail(f"/model/dtype {cfg} without a record: --to hf wrote {sorted({e[0] for e in have.values()})}")
+    print("no record: --to hf writes /model/dtype (f32 or bf16)")
+
+    for args, text in ((["--to", "hf", "--dtype", "f64"], "--dtype f64: expected f32, bf16 or f16"),
+                       (["--from", "hf", "--dtype", "bf16"], "--dtype bf16: an option of --to hf")):
+        src = path("axlc32.safetensors") if args[0] == "--to" else path("hfbf.safetensors")
+        r = axlc("convert", MODEL, *args, src, "-o", path("never.safetensors"), ok=False)
+        if r.returncode != 1 or text not in r.stderr or os.path.exists(path("never.safetensors")):
+            fail(f"axlc convert {' '.join(args)}: status {r.returncode}, stderr {r.stderr!r}; expected {text!r}")
+    print("a bad --dtype, or --dtype with --from hf: refused, naming the option")
+
+
+{"round_trip": round_trip, "dump": dump, "errors": errors, "dtypes": dtypes}[MODE]()
 print("PASS")
