@@ -82,7 +82,7 @@ static void usage(FILE *out) {
       "                      paths, for --init; --to hf: axlc weights (--init files, --dump\n"
       "                      output, a checkpoint or step directory) to Hugging Face's names\n"
       "                      and layouts, in --dtype f32|bf16|f16 (default: the dtype the\n"
-      "                      weights came in, else /model/dtype)\n"
+      "                      weights came in, else f32)\n"
       "  backends            list the backends and what each can do\n"
       "  cache               the compile cache: its directory, entries, size and limit;\n"
       "                      --clear removes every entry, --trim trims it to the limit now\n"

@@ -713,16 +713,16 @@ static int parse_dtype(const char *s) {
 
 /* --to hf without --dtype writes the dtype the weights came in: the Hugging Face file's, which
  * --from hf recorded in the metadata; else that of the input's weights, when they are all F16
- * or all BF16 (a file converted by an axlc that kept the dtype); else the config's
- * /model/dtype (f32 or bf16). A checkpoint's tensors are f32 and carry no record. */
+ * or all BF16 (a file converted by an axlc that kept the dtype); else f32, the masters as they
+ * are. A checkpoint's tensors are f32 and carry no record. The precision policy is no guide:
+ * its compute dtype says how a step runs (and "auto" depends on the host), not what the
+ * weights are. */
 static RtDtype default_dtype(const Conv *c, const RtSt *st) {
   const char *rec = st ? rt_st_meta(st, "axlc.hf_dtype") : NULL;
   static const RtDtype known[] = {RT_DT_F32, RT_DT_BF16, RT_DT_F16};
   for (size_t i = 0; rec && i < sizeof known / sizeof known[0]; i++)
     if (!strcmp(rec, rt_dtype_name(known[i]))) return known[i];
-  if (c->dtype == RT_DT_BF16 || c->dtype == RT_DT_F16) return (RtDtype)c->dtype;
-  const char *cfg = fe_get_str(fe_get_child(c->b->root, "model"), "dtype");
-  return cfg && !strcmp(cfg, "bf16") ? RT_DT_BF16 : RT_DT_F32;
+  return c->dtype == RT_DT_BF16 || c->dtype == RT_DT_F16 ? (RtDtype)c->dtype : RT_DT_F32;
 }
 
 /* Rounds every (f32) output tensor to dt, to nearest, ties to even. */

@@ -16,8 +16,8 @@ usage: hf_convert.py AXLC MODEL.json WORKDIR MODE
   MODE dtypes      a BF16 Hugging Face file: --from hf gives the f32 masters (exact widening)
                    and records BF16; --to hf gives every tensor's bits back; --dtype f32,
                    bf16 and f16 round f32 to nearest, ties to even, as numpy does; without
-                   --dtype and a record the config's /model/dtype decides; a bad --dtype is
-                   named with the values it takes.
+                   --dtype and a record f32 stays F32; a bad --dtype is named with the
+                   values it takes.
 Exit 0 on success, 1 on a failure (printed), 77 when numpy is missing.
 """
 import json
@@ -486,15 +486,18 @@ def dtypes():
                 fail(f"--dtype {dtype}: {k} is not its f32 source rounded to nearest even ({have[k][0]})")
     print("--dtype bf16, f16, f32: each tensor its f32 source rounded to nearest, ties to even")
 
-    # no record (a checkpoint-like f32 file): the config's /model/dtype decides
+    # no record (a checkpoint's f32 masters): f32, whatever the compute dtype; all-BF16 weights
+    # without a record (an older convert kept the dtype): BF16
     stio.write(path("plain.safetensors"), stio.read(path("axlc32.safetensors")))
-    for cfg, dt in (('"f32"', "F32"), ('"bf16"', "BF16")):
+    write_raw(path("oldbf.safetensors"), {k: bf16_bits(v) for k, v in stio.read(path("plain.safetensors")).items()})
+    for src, extra, dt in (("plain", [], "F32"), ("plain", ["--set", '/precision/compute="bf16"'], "F32"),
+                           ("oldbf", [], "BF16")):
         out = path("plain-hf.safetensors")
-        axlc("convert", MODEL, "--set", f"/model/dtype={cfg}", "--to", "hf", path("plain.safetensors"), "-o", out)
+        axlc("convert", MODEL, *extra, "--to", "hf", path(src + ".safetensors"), "-o", out)
         have, _ = read_raw(out)
         if any(e[0] != dt for e in have.values()):
-            fail(f"/model/dtype {cfg} without a record: --to hf wrote {sorted({e[0] for e in have.values()})}")
-    print("no record: --to hf writes /model/dtype (f32 or bf16)")
+            fail(f"{src} {extra}: --to hf wrote {sorted({e[0] for e in have.values()})}, expected {dt}")
+    print("no record: --to hf writes f32 masters as F32 (bf16 compute or not), all-BF16 weights as BF16")
 
     for args, text in ((["--to", "hf", "--dtype", "f64"], "--dtype f64: expected f32, bf16 or f16"),
                        (["--from", "hf", "--dtype", "bf16"], "--dtype bf16: an option of --to hf")):
