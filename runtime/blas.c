@@ -105,15 +105,51 @@ void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n,
 
 /* ---- bf16 operands ---- */
 
-/* The reference product: each item widens its rows of A and columns of B to f32 and runs
- * the f32 product. Exact for the widening, so the result is rt_sgemm's on the same values. */
+/* Which product rt_sbgemm runs (RT_SBGEMM_*): where the CPU allows, the fastest measured here
+ * (docs/runtime.md, "bf16 products"), unless AXLC_SBGEMM names another (widen, dot, ref). */
+static atomic_int sbgemm_path = -1; /* -1: not yet asked */
+
+static int sbgemm_can(int path) {
+    return path == RT_SBGEMM_REF || (path == RT_SBGEMM_WIDEN && rt_sgemm_own_available()) ||
+           (path == RT_SBGEMM_DOT && rt_sbgemm_dot_available());
+}
+
+int rt_sbgemm_path(int want) {
+    int now = atomic_load(&sbgemm_path);
+    if (want < 0 && now >= 0)
+        return now;
+    if (want < 0) {
+        const char *e = getenv("AXLC_SBGEMM");
+        want = !e                  ? RT_SBGEMM_WIDEN
+               : !strcmp(e, "ref") ? RT_SBGEMM_REF
+               : !strcmp(e, "dot") ? RT_SBGEMM_DOT
+                                   : RT_SBGEMM_WIDEN;
+    }
+    /* what the CPU lacks falls back: the dot kernel to the widening one, that to the reference */
+    if (!sbgemm_can(want))
+        want = sbgemm_can(RT_SBGEMM_WIDEN) ? RT_SBGEMM_WIDEN : RT_SBGEMM_REF;
+    atomic_store(&sbgemm_path, want);
+    return want;
+}
+
 typedef struct {
     int64_t m, n, k, lda, ldb, ldc;
-    int ta, tb, c_bf16;
+    int ta, tb, c_bf16, path;
     const uint16_t *a, *b;
     void *c;
     int64_t sa, sb, sc;
+    float *c32; /* f32 results, (m, n) contiguous, before rounding to a bf16 C (batch < 4) */
 } SbGemm;
+
+static void *sbgemm_alloc(size_t bytes, const SbGemm *g) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { /* no status to return (as attention.c's scratch): end with a message */
+        fprintf(stderr, "axlc runtime: out of memory in a bf16 matrix product (%lld x %lld x %lld)\n", (long long)g->m,
+                (long long)g->n, (long long)g->k);
+        abort();
+    }
+    return p;
+}
 
 static void widen(const uint16_t *src, int64_t rows, int64_t cols, int64_t ld, float *dst) {
     for (int64_t r = 0; r < rows; r++)
@@ -121,36 +157,81 @@ static void widen(const uint16_t *src, int64_t rows, int64_t cols, int64_t ld, f
             dst[r * cols + j] = rt_bf16_to_f32(src[r * ld + j]);
 }
 
-static void sbgemm_items(void *ctx, int64_t lo, int64_t hi) {
-    const SbGemm *g = ctx;
+/* Rows [lo, hi) of the f32 results at src (row stride n) into C at dst (row stride ldc). */
+static void sbgemm_store(const SbGemm *g, const float *src, void *dst, int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; r++)
+        if (g->c_bf16)
+            for (int64_t j = 0; j < g->n; j++)
+                ((uint16_t *)dst)[r * g->ldc + j] = rt_bf16_from_f32(src[r * g->n + j]);
+        else
+            memcpy((float *)dst + r * g->ldc, src + r * g->n, (size_t)g->n * sizeof *src);
+}
+
+/* The reference: A's and B's values widened to f32 and the f32 product, on the calling thread.
+ * Exact for the widening, so the result is rt_gemm_one's on the same values. */
+static void sbgemm_ref(const SbGemm *g, const uint16_t *a, const uint16_t *b, float *c, int64_t ldc) {
     int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k;
     int64_t br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
-    float *a = malloc((size_t)(ar * ac + br * bc + g->m * g->n) * sizeof *a);
-    if (!a) { /* no status to return (as attention.c's scratch): end with a message */
-        fprintf(stderr, "axlc runtime: out of memory in a bf16 matrix product (%lld x %lld x %lld)\n", (long long)g->m,
-                (long long)g->n, (long long)g->k);
-        abort();
-    }
-    float *b = a + ar * ac, *c = b + br * bc;
+    float *wa = sbgemm_alloc((size_t)(ar * ac + br * bc) * sizeof *wa, g), *wb = wa + ar * ac;
+    widen(a, ar, ac, g->lda, wa);
+    widen(b, br, bc, g->ldb, wb);
+    rt_gemm_one(g->ta, g->tb, g->m, g->n, g->k, 1.0f, wa, ac, wb, bc, 0, c, ldc);
+    free(wa);
+}
+
+/* One product (m, n) into c (f32, row stride ldc), on the pool (NULL: the calling thread). */
+static void sbgemm_one(RtPool *pool, const SbGemm *g, const uint16_t *a, const uint16_t *b, float *c, int64_t ldc) {
+    if (g->path == RT_SBGEMM_DOT && rt_sbgemm_dot(pool, g->ta, g->tb, g->m, g->n, g->k, a, g->lda, b, g->ldb, c, ldc))
+        return;
+    if (g->path != RT_SBGEMM_REF &&
+        rt_sgemm_own_bf16(pool, g->ta, g->tb, g->m, g->n, g->k, a, g->lda, b, g->ldb, c, ldc))
+        return;
+    sbgemm_ref(g, a, b, c, ldc); /* the CPU lacks the kernels, or their scratch could not be had */
+}
+
+/* Batch elements [lo, hi), one per item, each on its item's thread. */
+static void sbgemm_items(void *ctx, int64_t lo, int64_t hi) {
+    const SbGemm *g = ctx;
+    float *c = g->c_bf16 ? sbgemm_alloc((size_t)(g->m * g->n) * sizeof *c, g) : NULL;
     for (int64_t it = lo; it < hi; it++) {
-        widen(g->a + it * g->sa, ar, ac, g->lda, a);
-        widen(g->b + it * g->sb, br, bc, g->ldb, b);
-        rt_gemm_one(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, ac, b, bc, 0, c, g->n);
-        for (int64_t r = 0; r < g->m; r++)
-            for (int64_t j = 0; j < g->n; j++) {
-                int64_t o = it * g->sc + r * g->ldc + j;
-                if (g->c_bf16)
-                    ((uint16_t *)g->c)[o] = rt_bf16_from_f32(c[r * g->n + j]);
-                else
-                    ((float *)g->c)[o] = c[r * g->n + j];
-            }
+        const uint16_t *a = g->a + it * g->sa, *b = g->b + it * g->sb;
+        if (!g->c_bf16) {
+            sbgemm_one(NULL, g, a, b, (float *)g->c + it * g->sc, g->ldc);
+            continue;
+        }
+        sbgemm_one(NULL, g, a, b, c, g->n);
+        sbgemm_store(g, c, (uint16_t *)g->c + it * g->sc, 0, g->m);
     }
-    free(a);
+    free(c);
+}
+
+/* Blocks [lo, hi) of 64 rows of c32 into C: the results of a batch < 4 product, stored by the pool. */
+static void sbgemm_store_rows_block(void *ctx, int64_t lo, int64_t hi) {
+    const SbGemm *g = ctx;
+    sbgemm_store(g, g->c32, g->c, lo * 64, hi * 64 < g->m ? hi * 64 : g->m);
 }
 
 void rt_sbgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                int64_t lda, int64_t stride_a, const uint16_t *b, int64_t ldb, int64_t stride_b, void *c, int c_bf16,
                int64_t ldc, int64_t stride_c) {
-    SbGemm g = {m, n, k, lda, ldb, ldc, ta, tb, c_bf16, a, b, c, stride_a, stride_b, stride_c};
-    rt_parallel_for(pool, batch, sbgemm_items, &g);
+    SbGemm g = {m, n, k, lda,      ldb,      ldc,      ta,  tb, c_bf16, rt_sbgemm_path(-1),
+                a, b, c, stride_a, stride_b, stride_c, NULL};
+    if (batch <= 0 || m <= 0 || n <= 0)
+        return;
+    if (batch >= 4 || g.path == RT_SBGEMM_REF) { /* one item per batch element */
+        rt_parallel_for(pool, batch, sbgemm_items, &g);
+        return;
+    }
+    /* few products: each split over the pool by the kernels themselves */
+    for (int64_t i = 0; i < batch && !c_bf16; i++)
+        sbgemm_one(pool, &g, a + i * stride_a, b + i * stride_b, (float *)c + i * stride_c, ldc);
+    if (!c_bf16)
+        return;
+    g.c32 = sbgemm_alloc((size_t)(m * n) * sizeof *g.c32, &g);
+    for (int64_t i = 0; i < batch; i++) {
+        sbgemm_one(pool, &g, a + i * stride_a, b + i * stride_b, g.c32, n);
+        g.c = (uint16_t *)c + i * stride_c;
+        rt_parallel_for(pool, (m + 63) / 64, sbgemm_store_rows_block, &g);
+    }
+    free(g.c32);
 }

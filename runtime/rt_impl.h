@@ -62,6 +62,12 @@ int rt_sgemm_own_avx512(int want);
 int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t lda, const float *b, int64_t ldb, int add, float *c, int64_t ldc);
 
+/* rt_sgemm_own with bf16 operands (alpha 1, C overwritten): each value is widened to f32 as
+ * the operands are packed, and the product runs the f32 kernels, so C gets rt_sgemm_own's bits
+ * on the widened operands. 0, having done nothing, as rt_sgemm_own. */
+int rt_sgemm_own_bf16(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                      const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
+
 /* Tiles: single-threaded products whose right operand was packed once for many of them (the
  * fused attention packs a problem's keys and values once for all its query blocks), on CPUs
  * where rt_sgemm_own_available(); each element is the same chain of operations as in rt_sgemm_own.
@@ -76,6 +82,28 @@ void rt_gemm_panels(int ta, int64_t m, int64_t n, int64_t k, const float *a, int
 /* Whether rt_sgemm runs the own product here: the CPU has AVX2 and FMA and AXLC_SGEMM is not
  * openblas (blas.c). */
 int rt_sgemm_use_own(void);
+
+/* The bf16 products rt_sbgemm can run. RT_SBGEMM_REF: A and B widened to f32, then
+ * rt_gemm_one per batch element (any CPU). RT_SBGEMM_WIDEN: rt_sgemm_own_bf16 (AVX2 and FMA).
+ * RT_SBGEMM_DOT: rt_sbgemm_dot, vdpbf16ps (AVX512_BF16). */
+enum { RT_SBGEMM_REF, RT_SBGEMM_WIDEN, RT_SBGEMM_DOT };
+/* Which one rt_sbgemm runs: want < 0 asks (the first ask decides: AXLC_SBGEMM=ref, widen or
+ * dot, else the default, docs/runtime.md), else sets it; one the CPU lacks falls back to
+ * WIDEN, then REF. Returns the setting. Tests and benchmarks compare them. */
+int rt_sbgemm_path(int want);
+
+/* ===== sgemm.c: the vdpbf16ps product (AVX512_BF16) ===================================== */
+
+/* Whether this CPU runs rt_sbgemm_dot (AVX512_BF16 and AVX-512BW/VL). */
+int rt_sbgemm_dot_available(void);
+/* C (m, n) f32 = op(A) op(B) with bf16 operands (as rt_sgemm_own_bf16), by vdpbf16ps on
+ * operands packed in pairs along k: each element's sum is its own fixed chain (k in pairs,
+ * in order; a pair's odd product added first, then its even one, each rounded once as the
+ * instruction does; input and result denormals flushed to zero), so not rt_sgemm_own's bits,
+ * but the same on any thread count. 0, having done nothing, where the CPU lacks AVX512_BF16
+ * or the scratch cannot be had. */
+int rt_sbgemm_dot(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                  const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
 
 /* ===== comm.c ========================================================================= */
 

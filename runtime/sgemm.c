@@ -110,6 +110,10 @@ typedef struct {
     int64_t strips;          /* ceil(panels / PW) */
     float *ap, *bp;          /* packed: slivers of kc x MR, panels of kc x NR (groups > 1) */
     int wide;                /* the AVX-512 kernels (rt_sgemm_own_avx512) */
+    /* bf16 operands (rt_sgemm_own_bf16): A and B are ah and bh, widened to f32 as they are
+     * packed; every sliver of A is packed (none read in place) */
+    const uint16_t *ah, *bh;
+    int bf16;
 } Sgemm;
 
 #ifdef SGEMM_X86
@@ -117,6 +121,11 @@ typedef struct {
 #define INLINE_AVX2 __attribute__((target("avx2,fma"), always_inline)) static inline
 
 /* ===== packing ======================================================================== */
+
+/* A's element x (f32, or bf16 widened: exact). */
+static inline float a_value(const Sgemm *g, int64_t x) {
+    return g->bf16 ? rt_bf16_to_f32(g->ah[x]) : g->a[x];
+}
 
 /* Sliver s of the block: op(A) rows i0 + s*MR .., as dst[k * MR + r], element by element: the
  * edge sliver, zero-padded. Full slivers of an A stored (k, m) go through pack_slivers_t; those
@@ -126,7 +135,7 @@ static void pack_sliver(const Sgemm *g, int64_t s, float *dst) {
     for (int64_t k = 0; k < g->kc; k++)
         for (int64_t r = 0; r < MR; r++) {
             int64_t i = r0 + r, kk = g->p0 + k;
-            dst[k * MR + r] = r >= rows ? 0.0f : g->ta ? g->a[kk * g->lda + i] : g->a[i * g->lda + kk];
+            dst[k * MR + r] = r >= rows ? 0.0f : a_value(g, g->ta ? kk * g->lda + i : i * g->lda + kk);
         }
 }
 
@@ -138,6 +147,12 @@ static inline void prefetch_floats(const float *p, int64_t n) {
         _mm_prefetch((const char *)(p + (x < n ? x : n - 1)), _MM_HINT_T0);
 }
 
+/* n bf16 values at src, widened into dst (exact: the f32 with those upper 16 bits). */
+static inline void widen_bf16(const uint16_t *src, int64_t n, float *dst) {
+    for (int64_t x = 0; x < n; x++)
+        dst[x] = rt_bf16_to_f32(src[x]);
+}
+
 /* Slivers [s0, s1) of an A stored (k, m), in one pass over its rows: each row's
  * (s1 - s0) * MR values are side by side. */
 static void pack_slivers_t(const Sgemm *g, int64_t s0, int64_t s1) {
@@ -145,7 +160,12 @@ static void pack_slivers_t(const Sgemm *g, int64_t s0, int64_t s1) {
     if (s1 * MR > g->mb)
         full = s1 - 1; /* the edge sliver, padded, by pack_sliver */
     int64_t width = (full - s0) * MR;
-    for (int64_t k = 0; k < g->kc; k++) {
+    for (int64_t k = 0; k < g->kc && g->bf16; k++) {
+        const uint16_t *src = g->ah + (g->p0 + k) * g->lda + g->i0 + s0 * MR;
+        for (int64_t s = s0; s < full; s++)
+            widen_bf16(src + (s - s0) * MR, MR, g->ap + s * g->kc * MR + k * MR);
+    }
+    for (int64_t k = 0; k < g->kc && !g->bf16; k++) {
         const float *src = g->a + (g->p0 + k) * g->lda + g->i0 + s0 * MR;
         if (width > 0 && k + PF_ROWS < g->kc)
             prefetch_floats(src + PF_ROWS * g->lda, width);
@@ -175,11 +195,59 @@ INLINE_AVX2 void transpose8(__m256 r[8]) {
     }
 }
 
+/* Eight bf16 values at src, widened to f32 (exact). */
+INLINE_AVX2 __m256 widen8(const uint16_t *src) {
+    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)src));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+}
+
+/* pack_panel for bf16 operands (alpha 1): the same panel, each value widened. */
+AVX2 static void pack_panel_bf16(const Sgemm *g, int64_t q, float *dst) {
+    int64_t c0 = g->j0 + q * NR, cols = g->j0 + g->nb - c0 < NR ? g->j0 + g->nb - c0 : NR;
+    int64_t k = 0;
+    if (!g->tb) { /* B stored (k, n) */
+        for (; k < g->kc; k++) {
+            const uint16_t *src = g->bh + (g->p0 + k) * g->ldb + c0;
+            if (k + PF_ROWS < g->kc)
+                _mm_prefetch((const char *)(src + PF_ROWS * g->ldb), _MM_HINT_T0);
+            if (cols == NR) {
+                _mm256_store_ps(dst + k * NR, widen8(src));
+                _mm256_store_ps(dst + k * NR + 8, widen8(src + 8));
+            } else {
+                for (int64_t j = 0; j < NR; j++)
+                    dst[k * NR + j] = j < cols ? rt_bf16_to_f32(src[j]) : 0.0f;
+            }
+        }
+        return;
+    }
+    /* B stored (n, k): 8 x 8 blocks, widened, then transposed */
+    const uint16_t *src = g->bh + c0 * g->ldb + g->p0;
+    if (cols == NR)
+        for (; k + 8 <= g->kc; k += 8)
+            for (int h = 0; h < 2; h++) {
+                __m256 r[8];
+                for (int j = 0; j < 8; j++) {
+                    _mm_prefetch((const char *)(src + (h * 8 + j) * g->ldb + k + PF_COLS), _MM_HINT_T0);
+                    r[j] = widen8(src + (h * 8 + j) * g->ldb + k);
+                }
+                transpose8(r);
+                for (int i = 0; i < 8; i++)
+                    _mm256_store_ps(dst + (k + i) * NR + h * 8, r[i]);
+            }
+    for (; k < g->kc; k++)
+        for (int64_t j = 0; j < NR; j++)
+            dst[k * NR + j] = j < cols ? rt_bf16_to_f32(src[j * g->ldb + k]) : 0.0f;
+}
+
 /* Panel q of the block: op(B) columns j0 + q*NR .., as dst[k * NR + j]. */
 AVX2 static void pack_panel(const Sgemm *g, int64_t q, float *dst) {
     int64_t c0 = g->j0 + q * NR, cols = g->j0 + g->nb - c0 < NR ? g->j0 + g->nb - c0 : NR;
     float alpha = g->alpha;
     int64_t k = 0;
+    if (g->bf16) {
+        pack_panel_bf16(g, q, dst);
+        return;
+    }
     if (!g->tb) { /* B stored (k, n): a panel row is a piece of a row of B */
         for (; k < g->kc; k++) {
             const float *src = g->b + (g->p0 + k) * g->ldb + c0;
@@ -226,8 +294,11 @@ static void pack_items(void *ctx, int64_t lo, int64_t hi) {
         if (it >= sitems) {
             int64_t q = it - sitems;
             pack_panel(g, q, g->bp + q * g->kc * NR);
-        } else if (!g->ta)
+        } else if (!g->ta && !g->bf16)
             pack_sliver(g, g->slivers - 1, g->ap + (g->slivers - 1) * g->kc * MR);
+        else if (!g->ta) /* bf16 A stored (m, k): every sliver, widened */
+            for (int64_t s = it * SB; s < (it + 1) * SB && s < g->slivers; s++)
+                pack_sliver(g, s, g->ap + s * g->kc * MR);
         else
             pack_slivers_t(g, it * SB, (it + 1) * SB < g->slivers ? (it + 1) * SB : g->slivers);
     }
@@ -302,7 +373,7 @@ __attribute__((always_inline)) static inline void micro_block(int64_t kc, const 
 static void block_at(const Sgemm *g, int64_t s, const float *ap, int64_t q, const float *bp) {
     int64_t r0 = g->i0 + s * MR, c0 = g->j0 + q * NR;
     int64_t rows = g->m - r0 < MR ? g->m - r0 : MR, cols = g->n - c0 < NR ? g->n - c0 : NR;
-    int in_place = !g->ta && rows == MR;
+    int in_place = !g->ta && !g->bf16 && rows == MR;
     micro_block(g->kc, in_place ? NULL : ap, g->a + r0 * g->lda + g->p0, g->lda, bp, g->c + r0 * g->ldc + c0, g->ldc,
                 rows, cols, g->p0 > 0 || g->add);
 }
@@ -399,7 +470,7 @@ AVX512 static void edge_pair512(int64_t kc, const float *ap, const float *bp, in
  * scratch). */
 static const float *sliver_at(const Sgemm *g, int64_t s, const float *edge, int64_t *rs, int64_t *ks) {
     int64_t r0 = g->i0 + s * MR;
-    if (!g->ta && g->m - r0 >= MR) {
+    if (!g->ta && !g->bf16 && g->m - r0 >= MR) {
         *rs = g->lda, *ks = 1;
         return g->a + r0 * g->lda + g->p0;
     }
@@ -459,14 +530,24 @@ static void run_strip(const Sgemm *g, int64_t s0, int64_t s1, int64_t q0, int64_
 /* Panels [q0, q1) into own, for a strip no other item reads. Full panels of a B stored
  * (k, n) are copied a row of B at a time, the strip's (q1 - q0) * NR floats of it side by
  * side in memory (one panel at a time, the rows' later lines were fetched again per panel). */
-static void pack_strip(const Sgemm *g, int64_t q0, int64_t q1, float *own) {
+AVX2 static void pack_strip(const Sgemm *g, int64_t q0, int64_t q1, float *own) {
     if (g->tb || g->alpha != 1.0f || q1 * NR > g->nb) {
         for (int64_t q = q0; q < q1; q++)
             pack_panel(g, q, own + (q - q0) * g->kc * NR);
         return;
     }
     int64_t width = (q1 - q0) * NR;
-    for (int64_t k = 0; k < g->kc; k++) {
+    for (int64_t k = 0; k < g->kc && g->bf16; k++) {
+        const uint16_t *src = g->bh + (g->p0 + k) * g->ldb + g->j0 + q0 * NR;
+        if (k + PF_ROWS < g->kc)
+            for (int64_t x = 0; x < width; x += 32)
+                _mm_prefetch((const char *)(src + PF_ROWS * g->ldb + x), _MM_HINT_T0);
+        for (int64_t q = 0; q < q1 - q0; q++) {
+            _mm256_store_ps(own + q * g->kc * NR + k * NR, widen8(src + q * NR));
+            _mm256_store_ps(own + q * g->kc * NR + k * NR + 8, widen8(src + q * NR + 8));
+        }
+    }
+    for (int64_t k = 0; k < g->kc && !g->bf16; k++) {
         const float *src = g->b + (g->p0 + k) * g->ldb + g->j0 + q0 * NR;
         if (k + PF_ROWS < g->kc)
             prefetch_floats(src + PF_ROWS * g->ldb, width);
@@ -603,16 +684,17 @@ int rt_sgemm_own_avx512(int want) {
 #endif
 }
 
-int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                 int64_t lda, const float *b, int64_t ldb, int add, float *c, int64_t ldc) {
 #ifdef SGEMM_X86
-    if (!rt_sgemm_own_available())
-        return 0;
+/* The product g describes (operands, shapes, alpha, add, bf16 set; the rest is filled here),
+ * split over the pool. 0 where the scratch cannot be had. */
+static int own_run(RtPool *pool, Sgemm *gp) {
+    Sgemm g = *gp;
+    int64_t m = g.m, n = g.n, k = g.k;
     if (m <= 0 || n <= 0)
         return 1;
     if (k <= 0) { /* an empty sum */
-        for (int64_t r = 0; r < m && !add; r++)
-            memset(c + r * ldc, 0, (size_t)n * sizeof *c);
+        for (int64_t r = 0; r < m && !g.add; r++)
+            memset(g.c + r * g.ldc, 0, (size_t)n * sizeof *g.c);
         return 1;
     }
     int64_t mb_max = m < MB ? m : MB, nb_max = n < NB ? n : NB, kc_max = k < KC ? k : KC;
@@ -622,19 +704,17 @@ int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, 
     float *scratch = aligned_alloc(64, ((an + bn) * sizeof(float) + 63) / 64 * 64);
     if (!scratch)
         return 0; /* the caller's path needs no scratch */
-    Sgemm g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a, .b = b, .c = c};
-    g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.alpha = alpha, g.add = add;
     g.ap = scratch, g.bp = scratch + an, g.wide = rt_sgemm_own_avx512(-1);
     for (g.i0 = 0; g.i0 < m; g.i0 += MB) {
         g.mb = m - g.i0 < MB ? m - g.i0 : MB;
         g.slivers = (g.mb + MR - 1) / MR;
-        g.packed = ta ? g.slivers : g.mb % MR ? 1 : 0;
+        g.packed = g.ta || g.bf16 ? g.slivers : g.mb % MR ? 1 : 0;
         g.groups = (g.slivers + GROUP - 1) / GROUP;
         for (g.j0 = 0; g.j0 < n; g.j0 += NB) {
             g.nb = n - g.j0 < NB ? n - g.j0 : NB;
             g.panels = (g.nb + NR - 1) / NR;
             g.strips = (g.panels + PW - 1) / PW;
-            if (g.groups == 1 && !ta) {
+            if (g.groups == 1 && !g.ta && !g.bf16) {
                 if (g.mb * k <= CLAIM_A) /* op(A) stays in the last-level cache */
                     rt_parallel_for_claimed(pool, g.strips, strip_items, &g);
                 else /* a thread's strips share each slice of A while it is in cache */
@@ -650,9 +730,280 @@ int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, 
     }
     free(scratch);
     return 1;
+}
+#endif
+
+int rt_sgemm_own(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                 int64_t lda, const float *b, int64_t ldb, int add, float *c, int64_t ldc) {
+#ifdef SGEMM_X86
+    if (!rt_sgemm_own_available())
+        return 0;
+    Sgemm g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a, .b = b, .c = c};
+    g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.alpha = alpha, g.add = add;
+    return own_run(pool, &g);
 #else
     (void)pool, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb,
         (void)add, (void)c, (void)ldc;
+    return 0;
+#endif
+}
+
+int rt_sgemm_own_bf16(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                      const uint16_t *b, int64_t ldb, float *c, int64_t ldc) {
+#ifdef SGEMM_X86
+    if (!rt_sgemm_own_available())
+        return 0;
+    Sgemm g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .ah = a, .bh = b, .c = c, .bf16 = 1};
+    g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.alpha = 1.0f;
+    return own_run(pool, &g);
+#else
+    (void)pool, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c,
+        (void)ldc;
+    return 0;
+#endif
+}
+
+/* ===== the vdpbf16ps product (AVX512_BF16) ============================================== */
+
+/* rt_sbgemm_dot: the blocking of rt_sgemm_own (blocks of MB rows and NB columns, slivers of
+ * MR rows and panels of NR columns, row groups and strips of panels, one pack job and one
+ * multiply job per block and K slice), on operands packed in pairs along k: a 32-bit word
+ * holds op(A)[i, 2p] (low half) and op(A)[i, 2p + 1] (high half), or op(B)[2p, j] and
+ * op(B)[2p + 1, j], so that one vdpbf16ps adds two k-steps of 16 columns to 16 f32 sums. A
+ * packed sliver holds, for each pair p, its MR words side by side; a panel its NR words. A K
+ * slice is KP pairs; an odd k's last pair, rows past m and columns past n are zero words, and
+ * every sliver and panel is packed (none read in place). The micro-kernel is the AVX-512 one's
+ * shape: two slivers by two panels, 24 sums, 24 vdpbf16ps for 2 panel loads and 12 broadcasts
+ * per pair. Pieces of C at the edges run the same kernel through a padded copy. Each element
+ * of C is one chain, pairs in order, whatever the piece and thread, so the bits depend only on
+ * the shapes. */
+enum { KP = 256 }; /* pairs of a K slice: 512 k-steps, the bytes of an f32 slice of KC */
+
+typedef struct {
+    int ta, tb;
+    int64_t m, n, k;
+    const uint16_t *a, *b;
+    float *c;
+    int64_t lda, ldb, ldc;
+    int64_t i0, mb, j0, nb, p0, kp; /* block, and slice: pairs p0 .. p0 + kp (k-steps 2 p0 ..) */
+    int64_t slivers, panels, groups, strips;
+    uint32_t *ap, *bp; /* packed slivers (kp x MR words) and panels (kp x NR words) */
+} DotGemm;
+
+#ifdef SGEMM_X86
+#define DOT        __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma")))
+#define INLINE_DOT __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma"), always_inline)) static inline
+
+/* op(A)[i, kk] (0 past k) as a 16-bit pattern. */
+static inline uint32_t dot_a(const DotGemm *g, int64_t i, int64_t kk) {
+    return kk >= g->k ? 0 : g->ta ? g->a[kk * g->lda + i] : g->a[i * g->lda + kk];
+}
+
+/* Sliver s of the block, pairs p0 ..: dst[p * MR + r]. */
+static void dot_pack_sliver(const DotGemm *g, int64_t s, uint32_t *dst) {
+    int64_t r0 = g->i0 + s * MR;
+    for (int64_t p = 0; p < g->kp; p++) {
+        int64_t kk = 2 * (g->p0 + p);
+        for (int64_t r = 0; r < MR; r++) {
+            int64_t i = r0 + r;
+            dst[p * MR + r] = i >= g->m ? 0 : dot_a(g, i, kk) | dot_a(g, i, kk + 1) << 16;
+        }
+    }
+}
+
+/* Panel q of the block, pairs p0 ..: dst[p * NR + j]. */
+DOT static void dot_pack_panel(const DotGemm *g, int64_t q, uint32_t *dst) {
+    int64_t c0 = g->j0 + q * NR, cols = g->n - c0 < NR ? g->n - c0 : NR;
+    int64_t p = 0;
+    if (!g->tb) { /* B stored (k, n): rows 2p and 2p + 1 of B, interleaved */
+        for (; p < g->kp; p++) {
+            int64_t kk = 2 * (g->p0 + p);
+            const uint16_t *r0 = g->b + kk * g->ldb + c0, *r1 = r0 + g->ldb;
+            int odd = kk + 1 < g->k;
+            if (cols == NR) {
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)r0);
+                __m256i x1 = odd ? _mm256_loadu_si256((const __m256i *)r1) : _mm256_setzero_si256();
+                __m256i lo = _mm256_unpacklo_epi16(x0, x1), hi = _mm256_unpackhi_epi16(x0, x1);
+                _mm256_store_si256((__m256i *)(dst + p * NR), _mm256_permute2x128_si256(lo, hi, 0x20));
+                _mm256_store_si256((__m256i *)(dst + p * NR + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+            } else {
+                for (int64_t j = 0; j < NR; j++)
+                    dst[p * NR + j] = j >= cols ? 0 : r0[j] | (odd ? (uint32_t)r1[j] << 16 : 0);
+            }
+        }
+        return;
+    }
+    /* B stored (n, k): a pair is one 32-bit word of a row of B; 8 x 8 blocks of words
+     * transposed, where the 8 pairs lie inside k */
+    const uint16_t *src = g->b + c0 * g->ldb + 2 * g->p0;
+    if (cols == NR)
+        for (; p + 8 <= g->kp && 2 * (g->p0 + p + 8) <= g->k; p += 8)
+            for (int h = 0; h < 2; h++) {
+                __m256 r[8];
+                for (int j = 0; j < 8; j++)
+                    r[j] =
+                        _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(src + (h * 8 + j) * g->ldb + 2 * p)));
+                transpose8(r);
+                for (int i = 0; i < 8; i++)
+                    _mm256_store_ps((float *)(dst + (p + i) * NR + h * 8), r[i]);
+            }
+    for (; p < g->kp; p++) {
+        int64_t kk = 2 * (g->p0 + p);
+        for (int64_t j = 0; j < NR; j++) {
+            const uint16_t *row = g->b + (c0 + j) * g->ldb;
+            dst[p * NR + j] = j >= cols ? 0 : row[kk] | (kk + 1 < g->k ? (uint32_t)row[kk + 1] << 16 : 0);
+        }
+    }
+}
+
+static void dot_pack_items(void *ctx, int64_t lo, int64_t hi) {
+    const DotGemm *g = ctx;
+    int64_t sitems = (g->slivers + SB - 1) / SB;
+    for (int64_t it = lo; it < hi; it++)
+        if (it >= sitems)
+            dot_pack_panel(g, it - sitems, g->bp + (it - sitems) * g->kp * NR);
+        else
+            for (int64_t s = it * SB; s < (it + 1) * SB && s < g->slivers; s++)
+                dot_pack_sliver(g, s, g->ap + s * g->kp * MR);
+}
+
+/* C (6 * S x 16 * V, row stride ldc) = C (add) or 0, plus slivers a0 (rows 0-5) and a1 (rows
+ * 6-11) times panels bp and bp + pstride, over kp pairs. */
+INLINE_DOT void dot_micro(int64_t kp, const uint32_t *a0, const uint32_t *a1, const uint32_t *bp, int64_t pstride,
+                          float *c, int64_t ldc, int add, const int S, const int V) {
+    __m512 acc[2 * MR][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < S * MR; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++)
+            acc[r][v] = add ? _mm512_loadu_ps(c + r * ldc + v * NR) : _mm512_setzero_ps();
+    const uint32_t *b0 = bp, *b1 = bp + pstride;
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < kp; p++) {
+        __m512bh b[2];
+        b[0] = (__m512bh)_mm512_load_si512(b0);
+        if (V > 1)
+            b[1] = (__m512bh)_mm512_load_si512(b1);
+#pragma GCC unroll 12
+        for (int r = 0; r < S * MR; r++) {
+            __m512bh x = (__m512bh)_mm512_set1_epi32((int)(r < MR ? a0 : a1)[r % MR]);
+#pragma GCC unroll 2
+            for (int v = 0; v < V; v++)
+                acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, b[v]);
+        }
+        b0 += NR, b1 += NR, a0 += MR, a1 += MR;
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < S * MR; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++)
+            _mm512_storeu_ps(c + r * ldc + v * NR, acc[r][v]);
+}
+
+DOT static void dot_micro_2x2(int64_t kp, const uint32_t *a0, const uint32_t *a1, const uint32_t *bp, int64_t ps,
+                              float *c, int64_t ldc, int add) {
+    dot_micro(kp, a0, a1, bp, ps, c, ldc, add, 2, 2);
+}
+DOT static void dot_micro_1x2(int64_t kp, const uint32_t *a0, const uint32_t *a1, const uint32_t *bp, int64_t ps,
+                              float *c, int64_t ldc, int add) {
+    dot_micro(kp, a0, a1, bp, ps, c, ldc, add, 1, 2);
+}
+DOT static void dot_micro_2x1(int64_t kp, const uint32_t *a0, const uint32_t *a1, const uint32_t *bp, int64_t ps,
+                              float *c, int64_t ldc, int add) {
+    dot_micro(kp, a0, a1, bp, ps, c, ldc, add, 2, 1);
+}
+DOT static void dot_micro_1x1(int64_t kp, const uint32_t *a0, const uint32_t *a1, const uint32_t *bp, int64_t ps,
+                              float *c, int64_t ldc, int add) {
+    dot_micro(kp, a0, a1, bp, ps, c, ldc, add, 1, 1);
+}
+
+/* The piece of C where slivers s, s + S - 1 meet panels q, q + V - 1 (packed at bp); at the
+ * edges through a padded copy of C, so every element runs the same chain. */
+static void dot_tile(const DotGemm *g, int64_t s, int S, int64_t q, int V, const uint32_t *bp) {
+    static void (*const kernel[2][2])(int64_t, const uint32_t *, const uint32_t *, const uint32_t *, int64_t, float *,
+                                      int64_t, int) = {{dot_micro_1x1, dot_micro_1x2}, {dot_micro_2x1, dot_micro_2x2}};
+    int64_t r0 = g->i0 + s * MR, c0 = g->j0 + q * NR;
+    int64_t rows = g->m - r0 < S * MR ? g->m - r0 : S * MR, cols = g->n - c0 < V * NR ? g->n - c0 : V * NR;
+    const uint32_t *a0 = g->ap + s * g->kp * MR, *a1 = a0 + g->kp * MR;
+    int add = g->p0 > 0;
+    float *c = g->c + r0 * g->ldc + c0;
+    if (rows == S * MR && cols == V * NR) {
+        kernel[S - 1][V - 1](g->kp, a0, a1, bp, g->kp * NR, c, g->ldc, add);
+        return;
+    }
+    _Alignas(64) float tmp[2 * MR * 2 * NR];
+    memset(tmp, 0, sizeof tmp);
+    for (int64_t r = 0; r < rows && add; r++)
+        memcpy(tmp + r * 2 * NR, c + r * g->ldc, (size_t)cols * sizeof *c);
+    kernel[S - 1][V - 1](g->kp, a0, a1, bp, g->kp * NR, tmp, 2 * NR, add);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(c + r * g->ldc, tmp + r * 2 * NR, (size_t)cols * sizeof *c);
+}
+
+/* Item it: row group it / strips by strip it % strips, pairs of slivers against pairs of
+ * panels. */
+static void dot_multiply_items(void *ctx, int64_t lo, int64_t hi) {
+    const DotGemm *g = ctx;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t grp = it / g->strips, q0 = it % g->strips * PW, q1 = q0 + PW < g->panels ? q0 + PW : g->panels;
+        int64_t s0 = grp * g->slivers / g->groups, s1 = (grp + 1) * g->slivers / g->groups;
+        for (int64_t s = s0; s < s1; s += 2)
+            for (int64_t q = q0; q < q1; q += 2)
+                dot_tile(g, s, s + 1 < s1 ? 2 : 1, q, q + 1 < q1 ? 2 : 1, g->bp + q * g->kp * NR);
+    }
+}
+#endif
+
+int rt_sbgemm_dot_available(void) {
+#ifdef SGEMM_X86
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && rt_sgemm_own_available();
+#else
+    return 0;
+#endif
+}
+
+int rt_sbgemm_dot(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                  const uint16_t *b, int64_t ldb, float *c, int64_t ldc) {
+#ifdef SGEMM_X86
+    if (!rt_sbgemm_dot_available())
+        return 0;
+    if (m <= 0 || n <= 0)
+        return 1;
+    if (k <= 0) { /* an empty sum */
+        for (int64_t r = 0; r < m; r++)
+            memset(c + r * ldc, 0, (size_t)n * sizeof *c);
+        return 1;
+    }
+    int64_t pairs = (k + 1) / 2, mb_max = m < MB ? m : MB, nb_max = n < NB ? n : NB, kp_max = pairs < KP ? pairs : KP;
+    size_t an = (size_t)((mb_max + MR - 1) / MR * MR * kp_max + 15) / 16 * 16;
+    size_t bn = (size_t)((nb_max + NR - 1) / NR * NR * kp_max);
+    uint32_t *scratch = aligned_alloc(64, ((an + bn) * sizeof(uint32_t) + 63) / 64 * 64);
+    if (!scratch)
+        return 0;
+    DotGemm g = {
+        .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a, .b = b, .c = c, .lda = lda, .ldb = ldb, .ldc = ldc};
+    g.ap = scratch, g.bp = scratch + an;
+    for (g.i0 = 0; g.i0 < m; g.i0 += MB) {
+        g.mb = m - g.i0 < MB ? m - g.i0 : MB;
+        g.slivers = (g.mb + MR - 1) / MR;
+        g.groups = (g.slivers + GROUP - 1) / GROUP;
+        for (g.j0 = 0; g.j0 < n; g.j0 += NB) {
+            g.nb = n - g.j0 < NB ? n - g.j0 : NB;
+            g.panels = (g.nb + NR - 1) / NR;
+            g.strips = (g.panels + PW - 1) / PW;
+            for (g.p0 = 0; g.p0 < pairs; g.p0 += KP) {
+                g.kp = pairs - g.p0 < KP ? pairs - g.p0 : KP;
+                rt_parallel_for_claimed(pool, (g.slivers + SB - 1) / SB + g.panels, dot_pack_items, &g);
+                rt_parallel_for_claimed(pool, g.groups * g.strips, dot_multiply_items, &g);
+            }
+        }
+    }
+    free(scratch);
+    return 1;
+#else
+    (void)pool, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c,
+        (void)ldc;
     return 0;
 #endif
 }
