@@ -406,31 +406,70 @@ void rt_attention_grad(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t c
 
 /* ===== bf16 tensors ======================================================================= */
 
-/* The reference: widen the operands to f32, run the f32 attention, round the result. Exact
- * in the widening, so the result is the f32 attention's on the same values, rounded once. */
-static float *widen_all(int n, const uint16_t *const *src, int64_t count, int64_t extra) {
-    float *w = scratch_new(n * count + extra);
-    for (int i = 0; i < n; i++)
-        for (int64_t j = 0; j < count; j++)
-            w[i * count + j] = rt_bf16_to_f32(src[i][j]);
-    return w;
+/* Widen the operands to f32, run the f32 attention, round the results: exact in the widening,
+ * so the result is the f32 attention's on the same values, rounded once. Problems are
+ * independent (the f32 attention's items are query blocks or whole problems, never across
+ * problems), so this runs a group of problems at a time, with f32 copies of that group only
+ * (about BF16_GROUP_FLOATS floats, at least one problem), widened and rounded on the pool: the
+ * same bits as all problems at once, in a fraction of the memory. */
+enum { BF16_GROUP_FLOATS = 1 << 21 }; /* 8 MiB of f32 copies per group */
+
+typedef struct {
+    const uint16_t *src[4]; /* the group's inputs: q, k, v (and dout) */
+    int nsrc;
+    float *w;              /* their f32 copies, each `count` floats, then the results */
+    uint16_t *dst;         /* where the group's results go: `nout` tensors, `n` apart */
+    int64_t count, per, n; /* floats per tensor of the group, per problem (t * h), per tensor */
+    int nout;
+} Bf16Group;
+
+/* Problems [lo, hi) of the group: inputs widened. */
+static void widen_items(void *ctx, int64_t lo, int64_t hi) {
+    const Bf16Group *g = ctx;
+    for (int i = 0; i < g->nsrc; i++)
+        for (int64_t j = lo * g->per; j < hi * g->per; j++)
+            g->w[i * g->count + j] = rt_bf16_to_f32(g->src[i][j]);
 }
 
-static void narrow(const float *src, int64_t count, uint16_t *dst) {
-    for (int64_t j = 0; j < count; j++)
-        dst[j] = rt_bf16_from_f32(src[j]);
+/* Problems [lo, hi) of the group: results rounded into their bf16 places. */
+static void narrow_items(void *ctx, int64_t lo, int64_t hi) {
+    const Bf16Group *g = ctx;
+    const float *res = g->w + g->nsrc * g->count;
+    for (int i = 0; i < g->nout; i++)
+        for (int64_t j = lo * g->per; j < hi * g->per; j++)
+            g->dst[i * g->n + j] = rt_bf16_from_f32(res[i * g->count + j]);
+}
+
+/* The f32 attention (grad: its gradient) on problems [0, bn) in groups; ins: q, k, v (and
+ * dout); out: o (dqkv, three tensors of bn * t * h). */
+static void attention_bf16_groups(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale,
+                                  const uint16_t *const *ins, uint16_t *out, int grad) {
+    int nsrc = grad ? 4 : 3, nout = grad ? 3 : 1;
+    int64_t per = t * h, n = bn * per, group = BF16_GROUP_FLOATS / ((nsrc + nout) * per);
+    group = group < 1 ? 1 : group > bn ? bn : group;
+    float *w = scratch_new((nsrc + nout) * group * per);
+    for (int64_t b0 = 0; b0 < bn; b0 += group) {
+        int64_t gb = bn - b0 < group ? bn - b0 : group, count = gb * per;
+        Bf16Group g = {.nsrc = nsrc, .w = w, .dst = out + b0 * per, .count = count, .per = per, .n = n, .nout = nout};
+        for (int i = 0; i < nsrc; i++)
+            g.src[i] = ins[i] + b0 * per;
+        rt_parallel_for(pool, gb, widen_items, &g);
+        float *f = w + nsrc * count; /* the group's results */
+        if (grad)
+            rt_attention_grad(pool, gb, t, h, causal, scale, w, w + count, w + 2 * count, w + 3 * count, f);
+        else
+            rt_attention(pool, gb, t, h, causal, scale, w, w + count, w + 2 * count, f);
+        rt_parallel_for(pool, gb, narrow_items, &g);
+    }
+    free(w);
 }
 
 void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const uint16_t *q,
                        const uint16_t *k, const uint16_t *v, uint16_t *o) {
     if (bn <= 0 || t <= 0 || h <= 0)
         return;
-    int64_t n = bn * t * h;
     const uint16_t *in[3] = {q, k, v};
-    float *w = widen_all(3, in, n, n);
-    rt_attention(pool, bn, t, h, causal, scale, w, w + n, w + 2 * n, w + 3 * n);
-    narrow(w + 3 * n, n, o);
-    free(w);
+    attention_bf16_groups(pool, bn, t, h, causal, scale, in, o, 0);
 }
 
 void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale,
@@ -438,10 +477,6 @@ void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int3
                             uint16_t *dqkv) {
     if (bn <= 0 || t <= 0 || h <= 0)
         return;
-    int64_t n = bn * t * h;
     const uint16_t *in[4] = {q, k, v, dout};
-    float *w = widen_all(4, in, n, 3 * n);
-    rt_attention_grad(pool, bn, t, h, causal, scale, w, w + n, w + 2 * n, w + 3 * n, w + 4 * n);
-    narrow(w + 4 * n, 3 * n, dqkv);
-    free(w);
+    attention_bf16_groups(pool, bn, t, h, causal, scale, in, dqkv, 1);
 }

@@ -147,23 +147,29 @@ static inline void prefetch_floats(const float *p, int64_t n) {
         _mm_prefetch((const char *)(p + (x < n ? x : n - 1)), _MM_HINT_T0);
 }
 
-/* n bf16 values at src, widened into dst (exact: the f32 with those upper 16 bits). */
-static inline void widen_bf16(const uint16_t *src, int64_t n, float *dst) {
-    for (int64_t x = 0; x < n; x++)
-        dst[x] = rt_bf16_to_f32(src[x]);
+/* Eight bf16 values at src, widened to f32 (exact). */
+INLINE_AVX2 __m256 widen8(const uint16_t *src) {
+    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)src));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
 }
 
 /* Slivers [s0, s1) of an A stored (k, m), in one pass over its rows: each row's
  * (s1 - s0) * MR values are side by side. */
-static void pack_slivers_t(const Sgemm *g, int64_t s0, int64_t s1) {
+AVX2 static void pack_slivers_t(const Sgemm *g, int64_t s0, int64_t s1) {
     int64_t full = s1;
     if (s1 * MR > g->mb)
         full = s1 - 1; /* the edge sliver, padded, by pack_sliver */
     int64_t width = (full - s0) * MR;
-    for (int64_t k = 0; k < g->kc && g->bf16; k++) {
+    for (int64_t k = 0; k < g->kc && g->bf16; k++) { /* the row's values widened, then copied */
         const uint16_t *src = g->ah + (g->p0 + k) * g->lda + g->i0 + s0 * MR;
+        float row[SB * MR];
+        int64_t x = 0;
+        for (; x + 8 <= width; x += 8)
+            _mm256_storeu_ps(row + x, widen8(src + x));
+        for (; x < width; x++)
+            row[x] = rt_bf16_to_f32(src[x]);
         for (int64_t s = s0; s < full; s++)
-            widen_bf16(src + (s - s0) * MR, MR, g->ap + s * g->kc * MR + k * MR);
+            memcpy(g->ap + s * g->kc * MR + k * MR, row + (s - s0) * MR, MR * sizeof(float));
     }
     for (int64_t k = 0; k < g->kc && !g->bf16; k++) {
         const float *src = g->a + (g->p0 + k) * g->lda + g->i0 + s0 * MR;
@@ -193,12 +199,6 @@ INLINE_AVX2 void transpose8(__m256 r[8]) {
         r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
         r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
     }
-}
-
-/* Eight bf16 values at src, widened to f32 (exact). */
-INLINE_AVX2 __m256 widen8(const uint16_t *src) {
-    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)src));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
 }
 
 /* pack_panel for bf16 operands (alpha 1): the same panel, each value widened. */
@@ -237,6 +237,27 @@ AVX2 static void pack_panel_bf16(const Sgemm *g, int64_t q, float *dst) {
     for (; k < g->kc; k++)
         for (int64_t j = 0; j < NR; j++)
             dst[k * NR + j] = j < cols ? rt_bf16_to_f32(src[j * g->ldb + k]) : 0.0f;
+}
+
+/* Full sliver s of a bf16 A stored (m, k): its six rows widened 8 values at a time, and
+ * transposed (two zero rows make the 8 x 8 block; each k's 6 values stored under a mask, so
+ * that nothing is written past the sliver). */
+AVX2 static void pack_sliver_rows_bf16(const Sgemm *g, int64_t s, float *dst) {
+    const uint16_t *src = g->ah + (g->i0 + s * MR) * g->lda + g->p0;
+    const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+    int64_t k = 0;
+    for (; k + 8 <= g->kc; k += 8) {
+        __m256 r[8];
+        for (int j = 0; j < MR; j++)
+            r[j] = widen8(src + j * g->lda + k);
+        r[6] = r[7] = _mm256_setzero_ps();
+        transpose8(r);
+        for (int i = 0; i < 8; i++)
+            _mm256_maskstore_ps(dst + (k + i) * MR, six, r[i]);
+    }
+    for (; k < g->kc; k++)
+        for (int r = 0; r < MR; r++)
+            dst[k * MR + r] = rt_bf16_to_f32(src[r * g->lda + k]);
 }
 
 /* Panel q of the block: op(B) columns j0 + q*NR .., as dst[k * NR + j]. */
@@ -298,7 +319,10 @@ static void pack_items(void *ctx, int64_t lo, int64_t hi) {
             pack_sliver(g, g->slivers - 1, g->ap + (g->slivers - 1) * g->kc * MR);
         else if (!g->ta) /* bf16 A stored (m, k): every sliver, widened */
             for (int64_t s = it * SB; s < (it + 1) * SB && s < g->slivers; s++)
-                pack_sliver(g, s, g->ap + s * g->kc * MR);
+                if ((s + 1) * MR <= g->mb)
+                    pack_sliver_rows_bf16(g, s, g->ap + s * g->kc * MR);
+                else
+                    pack_sliver(g, s, g->ap + s * g->kc * MR);
         else
             pack_slivers_t(g, it * SB, (it + 1) * SB < g->slivers ? (it + 1) * SB : g->slivers);
     }

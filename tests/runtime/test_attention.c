@@ -2,7 +2,8 @@
  * test_attention.c: rt_attention and rt_attention_grad against a straight double-precision
  * reference of the formulas in axrt.h, over shapes that cover one row, rows that do not fill a
  * block, odd head sizes and several blocks, with and without the causal mask; and the same bits
- * from a NULL pool as from pools of 2 and 3 threads. Outputs start as NaN, so an element a
+ * from a NULL pool as from pools of 2 and 3 threads. The bf16 entry points against the f32
+ * kernels on the widened inputs. Outputs start as NaN, so an element a
  * kernel forgets to write fails the comparison.
  */
 #include <math.h>
@@ -185,11 +186,60 @@ static void test_sharp(void) {
   check_cases(cases, sizeof cases / sizeof *cases);
 }
 
+/* rt_attention_bf16 and rt_attention_grad_bf16: the f32 kernels' results on the widened
+ * inputs, each rounded once (bit for bit), on a NULL pool and on 2 threads; 40 problems of
+ * (256, 64) go through the bf16 versions in several groups (8 MiB of f32 copies each). */
+static void test_bf16(void) {
+  static const Case cases[] = {{3, 37, 8, 0}, {40, 256, 64, 0}};
+  RtPool *pool;
+  RtError err;
+  CHECK_OK(rt_pool_new(&pool, 2, &err));
+  for (int c = 0; c < 2; c++)
+    for (int causal = 0; causal <= 1; causal++) {
+      int64_t bn = cases[c].bn, t = cases[c].t, h = cases[c].h, n = bn * t * h;
+      float scale = 1.0f / sqrtf((float)h);
+      uint16_t *in = malloc(sizeof *in * (size_t)(4 * n)),
+               *got = malloc(sizeof *got * (size_t)(4 * n));
+      float *w = malloc(sizeof *w * (size_t)(7 * n));
+      CU_ASSERT_FATAL(in != NULL && got != NULL && w != NULL);
+      uint64_t seed = 99 + (uint64_t)c;
+      for (int64_t x = 0; x < 4 * n; x++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        in[x] = rt_bf16_from_f32((float)((seed >> 40) % 2001) / 1000.0f - 1.0f);
+        w[x] = rt_bf16_to_f32(in[x]);
+      }
+      rt_attention(pool, bn, t, h, causal, scale, w, w + n, w + 2 * n, w + 4 * n);
+      for (RtPool *p = NULL;; p = pool) {
+        for (int64_t x = 0; x < 4 * n; x++) got[x] = 0x7fc0;
+        rt_attention_bf16(p, bn, t, h, causal, scale, in, in + n, in + 2 * n, got);
+        int bad = 0;
+        for (int64_t x = 0; x < n; x++) bad += got[x] != rt_bf16_from_f32(w[4 * n + x]);
+        CHECK_INT(bad, 0);
+        if (p) break;
+      }
+      rt_attention_grad(pool, bn, t, h, causal, scale, w, w + n, w + 2 * n, w + 3 * n, w + 4 * n);
+      for (RtPool *p = NULL;; p = pool) {
+        for (int64_t x = 0; x < 4 * n; x++) got[x] = 0x7fc0;
+        rt_attention_grad_bf16(p, bn, t, h, causal, scale, in, in + n, in + 2 * n, in + 3 * n, got);
+        int bad = 0;
+        for (int64_t x = 0; x < 3 * n; x++) bad += got[x] != rt_bf16_from_f32(w[4 * n + x]);
+        CHECK_INT(bad, 0);
+        CHECK_INT(got[3 * n], 0x7fc0); /* nothing written past the three gradients */
+        if (p) break;
+      }
+      free(in);
+      free(got);
+      free(w);
+    }
+  rt_pool_free(pool);
+}
+
 int main(void) {
   openblas_set_num_threads(1); /* as rt_train_main: the pool, not OpenBLAS, runs the threads */
   static const RtTestCase cases[] = {
       {"against the double reference, 1-3 threads", test_shapes},
       {"large scores, negative scale", test_sharp},
+      {"bf16 tensors: the f32 results rounded once, in groups, 1-2 threads", test_bf16},
       {NULL, NULL},
   };
   return rt_test_main("runtime_attention", cases);

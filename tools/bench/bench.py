@@ -4,6 +4,7 @@ PyTorch).
 
     /usr/bin/python3 tools/bench/bench.py --axlc build/tools/axlc \
         --peak build/tools/bench/sgemm_peak [--fma-peak build/tools/bench/fma_peak]
+        [--bf16-peak build/tools/bench/bf16_peak]
         [--steps N] [--warmup N] [--rounds R] [--threads N] [--only NAME] [--skip NAME]
         [--no-torch] [--warm auto|always|never] [--json OUT] [--opencl [--ocl-gemm PROGRAM]]
 
@@ -15,7 +16,9 @@ What it measures, in order:
    With --fma-peak PROGRAM (tools/bench/fma_peak), also the cores' arithmetic ceiling (both FMA
    units of every core busy, nothing loaded), which the sgemm peak is a share of; the summary
    then gives each axlc step's FLOP rate as a share of it too (docs/bench.md, "The arithmetic
-   ceiling").
+   ceiling"). With --bf16-peak PROGRAM (tools/bench/bf16_peak), also the ceiling of bf16
+   products (vdpbf16ps, AVX512_BF16; "absent" on a CPU without it), for bf16 models' FLOP
+   rates (docs/bench.md, "bf16 products").
 
 2. Compile time and memory of `axlc compile MODEL --target cpu -o TRAINER` for every benchmark
    model, plus models/llama2-7b.json (compiled only, never trained; see COMPILE_ONLY for its
@@ -333,6 +336,9 @@ def main():
     ap.add_argument("--fma-peak", metavar="PROGRAM",
                     help="the fma_peak program: also print the cores' arithmetic ceiling, and "
                          "the sgemm peak and each step's FLOP rate as shares of it")
+    ap.add_argument("--bf16-peak", metavar="PROGRAM",
+                    help="the bf16_peak program: also print the ceiling of bf16 products "
+                         "(vdpbf16ps), or that the CPU lacks AVX512_BF16")
     ap.add_argument("--steps", type=int, default=10, help="measured steps per run (10)")
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured steps first in each run (2)")
     ap.add_argument("--rounds", type=int, default=3,
@@ -384,6 +390,17 @@ def main():
         report["fma_peak_gflops"] = {"threads": a.threads, "start": ceiling}
         print(f"FMA ceiling ({a.threads} threads): {ceiling:.1f} GFLOP/s; the sgemm peak is "
               f"{100 * peak / ceiling:.0f}% of it")
+    if a.bf16_peak:
+        r = subprocess.run([a.bf16_peak, str(a.threads)], capture_output=True, text=True)
+        if r.returncode == 0:
+            bf16 = float(r.stdout.strip())
+            report["bf16_peak_gflops"] = {"threads": a.threads, "start": bf16}
+            fma = report.get("fma_peak_gflops")
+            print(f"bf16 ceiling ({a.threads} threads, vdpbf16ps): {bf16:.1f} GFLOP/s"
+                  + (f"; {100 * bf16 / fma['start']:.0f}% of the FMA ceiling" if fma else ""))
+        else:  # exit 1 with a message: the CPU lacks AVX512_BF16
+            report["bf16_peak_gflops"] = None
+            print(f"bf16 ceiling: absent ({r.stderr.strip() or 'bf16_peak failed'})")
     sys.stdout.flush()
 
     with tempfile.TemporaryDirectory(prefix="axlc-bench-") as top:
