@@ -11,6 +11,10 @@
  * runtime's own product, on CPUs with AVX2 and FMA: each OpenBLAS item packs its shared
  * operand again, while sgemm.c packs each operand once for all items. AXLC_SGEMM=openblas
  * keeps every product on OpenBLAS (to compare; the bits then differ in the last places).
+ *
+ * rt_sbgemm, bf16 operands: sgemm.c's own product with the values widened as they are packed,
+ * or its vdpbf16ps kernel, or a widening reference on OpenBLAS (rt_sbgemm_path; which one and
+ * why: docs/runtime.md, "bf16 matrix products").
  */
 #include <cblas.h>
 #include <stdatomic.h>
@@ -106,7 +110,8 @@ void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n,
 /* ---- bf16 operands ---- */
 
 /* Which product rt_sbgemm runs (RT_SBGEMM_*): where the CPU allows, the fastest measured here
- * (docs/runtime.md, "bf16 products"), unless AXLC_SBGEMM names another (widen, dot, ref). */
+ * (docs/runtime.md, "bf16 matrix products"), unless AXLC_SBGEMM names another (widen, dot,
+ * ref). The variable is not among rt_env_check's yet: an unknown value is named on stderr. */
 static atomic_int sbgemm_path = -1; /* -1: not yet asked */
 
 static int sbgemm_can(int path) {
@@ -120,10 +125,14 @@ int rt_sbgemm_path(int want) {
         return now;
     if (want < 0) {
         const char *e = getenv("AXLC_SBGEMM");
-        want = !e                  ? RT_SBGEMM_WIDEN
-               : !strcmp(e, "ref") ? RT_SBGEMM_REF
-               : !strcmp(e, "dot") ? RT_SBGEMM_DOT
-                                   : RT_SBGEMM_WIDEN;
+        want = !e || !strcmp(e, "widen") ? RT_SBGEMM_WIDEN
+               : !strcmp(e, "ref")       ? RT_SBGEMM_REF
+               : !strcmp(e, "dot")       ? RT_SBGEMM_DOT
+                                         : -1;
+        if (want < 0) { /* said once: the first product decides */
+            fprintf(stderr, "axlc runtime: AXLC_SBGEMM=%s: expected widen, dot or ref; using widen\n", e);
+            want = RT_SBGEMM_WIDEN;
+        }
     }
     /* what the CPU lacks falls back: the dot kernel to the widening one, that to the reference */
     if (!sbgemm_can(want))

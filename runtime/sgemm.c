@@ -61,6 +61,10 @@
  * problem's keys and values once for all its query blocks (attention.c). Same slivers, panels,
  * K slices and edge copies, so the same chain of operations per element.
  *
+ * bf16 operands (rt_sgemm_own_bf16). The same product with every value widened to f32 as it is
+ * packed (exact), so the same kernels and the same bits as on f32 copies of the operands; A is
+ * always packed then, never read in place. rt_sbgemm_dot, at the end, is the vdpbf16ps product.
+ *
  * Scratch: the packed slivers and panels of one block and slice, at most (MB + NB) * KC
  * floats (7 MiB), malloc'd and freed per call; an item's own strip, PW * KC * NR floats
  * (128 KiB), on its thread's stack.

@@ -4,7 +4,7 @@
  * vdpbf16ps (AVX512_BF16) on 16-float registers (each instruction is 32 multiplies and 32 adds,
  * two k-steps of 16 columns: 64 FLOP; nothing loaded or stored), and the best of 5 runs is
  * printed in GFLOP/s. On a CPU without AVX512_BF16 it says so on stderr and exits 1.
- * tools/bench/sbgemm_bench reports the bf16 products as shares of this (docs/bench.md).
+ * docs/bench.md ("bf16 products") gives rt_sbgemm's kernels as shares of this.
  *   usage: bf16_peak [THREADS]
  */
 #include <pthread.h>
