@@ -105,6 +105,9 @@ int rt_env_check(RtError *err) {
     if (sgemm && *sgemm && strcmp(sgemm, "openblas") != 0 && strcmp(sgemm, "own") != 0)
         return rt_error_set(err, "AXLC_SGEMM=%s: expected openblas or own (unset: own where the CPU has AVX2 and FMA)",
                             sgemm);
+    const char *sb = getenv("AXLC_SBGEMM");
+    if (sb && *sb && strcmp(sb, "widen") != 0 && strcmp(sb, "dot") != 0 && strcmp(sb, "ref") != 0)
+        return rt_error_set(err, "AXLC_SBGEMM=%s: expected widen, dot or ref (unset: widen)", sb);
     if (rt_env_hugepages(&huge, err) != 0)
         return -1;
     return rt_env_comm(&timeout, &spin, &nap, err);
