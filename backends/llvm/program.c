@@ -238,7 +238,9 @@ static LLVMValueRef coll_const(LlvmCtx *C, const ProgTypes *t, int32_t v) {
     axes[i] = i32c(C, i < x->attr.nmesh ? ir_mesh_axis(&C->g->mesh, x->attr.mesh[i]) : 0);
   bool a2a = x->op == IR_ALL_TO_ALL, reduce = x->op == IR_ALL_REDUCE;
   LLVMValueRef f[] = {i32c(C, coll_kind(x->op)),
-                      i32c(C, x->dtype == DT_I32 ? RT_DT_I32 : RT_DT_F32),
+                      i32c(C, x->dtype == DT_I32    ? RT_DT_I32
+                              : x->dtype == DT_BF16 ? RT_DT_BF16
+                                                    : RT_DT_F32),
                       i32c(C, x->attr.nmesh),
                       LLVMConstArray(C->t_i32, axes, RT_MAX_MESH_AXES),
                       i32c(C, reduce ? 0 : x->attr.axis),
