@@ -360,6 +360,70 @@ static void test_collective_dtype(void) {
   ir_graph_free(g);
 }
 
+/* A whole training step in mixed precision: a tiny MLP whose f32 parameters are cast to bf16
+ * where the forward reads them (an embedding gather, a bias, two bf16 products, tanh), a
+ * log-softmax cross-entropy in f32, and autodiff's gradients (scatter_add of bf16 rows, bf16
+ * products of the transposed operands, casts back to f32) with one SGD update. */
+static const char *const MLP =
+    "%0 = parameter \"emb\" : f32[10,8]\n"
+    "%1 = parameter \"w1\" : f32[8,16]\n"
+    "%2 = parameter \"b1\" : f32[16]\n"
+    "%3 = parameter \"w2\" : f32[16,10]\n"
+    "%4 = input \"ids\" : i32[2,3]\n"
+    "%5 = input \"onehot\" : f32[2,3,10]\n"
+    "%6 = cast %0 : bf16[10,8]\n"
+    "%7 = gather %6, %4 : bf16[2,3,8]\n"
+    "%8 = cast %1 : bf16[8,16]\n"
+    "%9 = dot_general %7, %8 lhs_batch=[] rhs_batch=[] lhs_contract=[2] rhs_contract=[0] : "
+    "bf16[2,3,16]\n"
+    "%10 = cast %2 : bf16[16]\n"
+    "%11 = broadcast_in_dim %10 bdims=[2] : bf16[2,3,16]\n"
+    "%12 = add %9, %11 : bf16[2,3,16]\n"
+    "%13 = tanh %12 : bf16[2,3,16]\n"
+    "%14 = cast %3 : bf16[16,10]\n"
+    "%15 = dot_general %13, %14 lhs_batch=[] rhs_batch=[] lhs_contract=[2] rhs_contract=[0] : "
+    "bf16[2,3,10]\n"
+    "%16 = cast %15 : f32[2,3,10]\n"
+    "%17 = reduce_max %16 axes=[2] : f32[2,3]\n"
+    "%18 = broadcast_in_dim %17 bdims=[0,1] : f32[2,3,10]\n"
+    "%19 = sub %16, %18 : f32[2,3,10]\n"
+    "%20 = exp %19 : f32[2,3,10]\n"
+    "%21 = reduce_sum %20 axes=[2] : f32[2,3]\n"
+    "%22 = log %21 : f32[2,3]\n"
+    "%23 = broadcast_in_dim %22 bdims=[0,1] : f32[2,3,10]\n"
+    "%24 = sub %19, %23 : f32[2,3,10]\n"
+    "%25 = mul %24, %5 : f32[2,3,10]\n"
+    "%26 = reduce_sum %25 axes=[0,1,2] : f32[]\n"
+    "%27 = constant value=-0.16666666666666666 : f32[]\n"
+    "%28 = mul %26, %27 : f32[]\n"
+    "output \"loss\" = %28\n";
+
+static void test_mlp_step(void) {
+  char msg[IR_ERR_LEN] = "";
+  IrGraph *g = ir_graph_parse(MLP, msg, sizeof msg);
+  if (!g) fprintf(stderr, "parse: %s\n", msg);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  PassOptions po = {0};
+  if (pass_autodiff(g, &po)) fprintf(stderr, "autodiff: %s\n", ir_graph_error(g));
+  CU_ASSERT_EQUAL_FATAL(g->noutputs, 5); /* loss and four gradients */
+  const char *params[] = {"emb", "w1", "b1", "w2"};
+  for (int i = 0; i < 4; i++) { /* new:P = P - 0.5 grad:P, over P (the memory plan's alias) */
+    char name[32];
+    snprintf(name, sizeof name, "grad:%s", params[i]);
+    int32_t gr = ir_graph_output(g, name), p = ir_graph_find(g, IR_PARAMETER, params[i]);
+    CU_ASSERT_FATAL(gr != IR_NONE && g->values[gr].dtype == DT_F32);
+    const IrShape *s = &g->values[p].shape;
+    int32_t step = ir_mul(g, gr, ir_const_scalar(g, DT_F32, 0.5, s->rank, s->dims));
+    snprintf(name, sizeof name, "new:%s", params[i]);
+    OUT(g, name, ir_sub(g, p, step));
+  }
+  double ids[6] = {3, 0, 9, 3, 3, 7}, hot[60] = {0}; /* repeated rows: the scatter sums */
+  for (int i = 0; i < 6; i++) hot[i * 10 + (i * 7 + 2) % 10] = 1;
+  BtBind binds[] = {{"ids", ids}, {"onehot", hot}};
+  bt_check(g, binds, 2, RTOL);
+  ir_graph_free(g);
+}
+
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("backend_bf16", NULL, NULL);
@@ -376,6 +440,7 @@ int main(void) {
   CU_add_test(s, "fused_chain", test_fused_chain);
   CU_add_test(s, "runtime_calls", test_runtime_calls);
   CU_add_test(s, "collective_dtype", test_collective_dtype);
+  CU_add_test(s, "mlp_step", test_mlp_step);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   unsigned failed = CU_get_number_of_failures();
