@@ -177,6 +177,14 @@ static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const LlvmParamIn
   return LLVMConstNamedStruct(t->slot, f, 9);
 }
 
+/* The runtime reads and writes parameters, their moments and the named outputs as f32 (and the
+ * sampler the logits): a bf16 one would be read as floats from 2-byte elements. Mixed
+ * precision keeps them f32 and casts where the model reads them; anything else is an error. */
+static int program_not_bf16(LlvmCtx *C, const char *what, const char *name, int32_t v) {
+  if (v == IR_NONE || C->g->values[v].dtype != DT_BF16) return 0;
+  return llvm_fail(C, "program: %s %s is bf16; the runtime keeps it in f32", what, name);
+}
+
 static LLVMValueRef slots_global(LlvmCtx *C, const ProgTypes *t) {
   const LlvmProgramInfo *P = C->opt.program;
   LLVMValueRef *slots = ir_xcalloc((size_t)P->nparams + 1, sizeof *slots);
@@ -185,6 +193,16 @@ static LLVMValueRef slots_global(LlvmCtx *C, const ProgTypes *t) {
     if (v == IR_NONE || C->g->values[v].shape.rank > RT_MAX_PARAM_RANK) {
       llvm_fail(C, "program: parameter %s is %s", P->params[i].path,
                 v == IR_NONE ? "not in the graph" : "of rank above RT_MAX_PARAM_RANK");
+      free(slots);
+      return NULL;
+    }
+    char mv[1024];
+    bool bad = program_not_bf16(C, "parameter", P->params[i].path, v) != 0;
+    for (int k = 0; k < 2 && !bad; k++) {
+      snprintf(mv, sizeof mv, "opt/%c/%s", "mv"[k], P -> params[i].path);
+      bad = program_not_bf16(C, "parameter", mv, ir_graph_find(C->g, IR_PARAMETER, mv)) != 0;
+    }
+    if (bad) {
       free(slots);
       return NULL;
     }
@@ -287,6 +305,7 @@ int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids"), logits = ir_graph_output(C->g, "logits");
   if (ids == IR_NONE || logits == IR_NONE)
     return llvm_fail(C, "program: the forward graph has no input ids or output logits");
+  if (program_not_bf16(C, "the forward's output", "logits", logits)) return -1;
   LLVMValueRef *offs = ir_xcalloc((size_t)P->nparams + 1, sizeof *offs);
   for (int32_t i = 0; i < P->nparams; i++)
     offs[i] = i64c(C, named_offset(C, IR_PARAMETER, "", P->params[i].path));
@@ -312,6 +331,9 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
   if (!P) return 0;
   ProgTypes t = prog_types(C, LLVMTypeOf(step));
   if (program_check(C, &t)) return -1;
+  static const char *const named[] = {"loss", "grad_norm", "lr", "aux_loss"};
+  for (int i = 0; i < 4; i++)
+    if (program_not_bf16(C, "output", named[i], ir_graph_output(C->g, named[i]))) return -1;
   LLVMValueRef slots = slots_global(C, &t);
   if (!slots) return -1;
   LLVMValueRef colls = colls_global(C, &t);

@@ -424,6 +424,42 @@ static void test_mlp_step(void) {
   ir_graph_free(g);
 }
 
+/* llvm_compile with a program table fails, naming what it must. */
+static void expect_program_error(IrGraph *g, const LlvmProgramInfo *prog, const char *needle) {
+  MemPlan mp;
+  bt_plan_simple(g, &mp);
+  LlvmOptions o = llvm_options_default();
+  o.program = prog;
+  char err[512] = "";
+  LlvmModule *m = NULL;
+  CU_ASSERT_EQUAL(llvm_compile(g, &mp, &o, &m, err, sizeof err), -1);
+  CU_ASSERT_PTR_NULL(m);
+  if (!strstr(err, needle)) fprintf(stderr, "error \"%s\" lacks \"%s\"\n", err, needle);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, needle));
+  free(mp.offset);
+  free(mp.bytes);
+}
+
+/* The runtime fills parameters and reads the loss as f32: a bf16 one in a trainer's program
+ * table is an error, not floats written over 2-byte elements. */
+static void test_program_errors(void) {
+  const int64_t bt[] = {2, 3};
+  LlvmParamInfo pi = {.path = "w", .init = {.kind = RT_INIT_ZEROS}};
+  LlvmProgramInfo prog = {.config = "{}", .vocab = 4, .max_steps = 1, .nparams = 1, .params = &pi};
+  IrGraph *g = ir_graph_new();
+  ir_input(g, "ids", DT_I32, 2, bt);
+  OUT(g, "y", ir_exp(g, ir_param(g, "w", DT_BF16, 2, D35)));
+  expect_program_error(g, &prog, "parameter w is bf16; the runtime keeps it in f32");
+  ir_graph_free(g);
+  g = ir_graph_new();
+  ir_input(g, "ids", DT_I32, 2, bt);
+  int32_t w = ir_param(g, "w", DT_F32, 2, D35);
+  const int32_t all[] = {0, 1};
+  OUT(g, "loss", ir_reduce_sum(g, ir_cast(g, w, DT_BF16), 2, all));
+  expect_program_error(g, &prog, "output loss is bf16");
+  ir_graph_free(g);
+}
+
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("backend_bf16", NULL, NULL);
@@ -441,6 +477,7 @@ int main(void) {
   CU_add_test(s, "runtime_calls", test_runtime_calls);
   CU_add_test(s, "collective_dtype", test_collective_dtype);
   CU_add_test(s, "mlp_step", test_mlp_step);
+  CU_add_test(s, "program_errors", test_program_errors);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   unsigned failed = CU_get_number_of_failures();
