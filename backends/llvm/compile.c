@@ -130,6 +130,7 @@ static LLVMValueRef emit_entry(LlvmCtx *C, const char *name) {
   C->comm = top_args[2];
   LLVMPositionBuilderAtEnd(C->b, top_bb);
   copy_back(C);
+  if (C->g == C->opt.forward) llvm_forward_widen(C);
   end_fn(C);
   return top;
 }

@@ -327,6 +327,8 @@ int llvm_fusion_defer(LlvmCtx *C);
 int llvm_program_emit(LlvmCtx *C, LLVMValueRef step);
 /* The RtForward table of the forward function, emitted while C holds the forward graph. */
 int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn);
+/* At the end of axlc_forward: bf16 logits widened into the f32 copy the table names. */
+void llvm_forward_widen(LlvmCtx *C);
 /* Whether the graph's collectives go through the runtime (a mesh of more than one device). */
 bool llvm_multi_device(const IrGraph *g);
 /* Emits the call of collective v (C->coll[v] >= 0) from axlc_step. */

@@ -177,9 +177,9 @@ static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const LlvmParamIn
   return LLVMConstNamedStruct(t->slot, f, 9);
 }
 
-/* The runtime reads and writes parameters, their moments and the named outputs as f32 (and the
- * sampler the logits): a bf16 one would be read as floats from 2-byte elements. Mixed
- * precision keeps them f32 and casts where the model reads them; anything else is an error. */
+/* The runtime reads and writes parameters, their moments and the named outputs as f32: a bf16
+ * one would be read as floats from 2-byte elements. Mixed precision keeps them f32 and casts
+ * where the model reads them; anything else is an error. */
 static int program_not_bf16(LlvmCtx *C, const char *what, const char *name, int32_t v) {
   if (v == IR_NONE || C->g->values[v].dtype != DT_BF16) return 0;
   return llvm_fail(C, "program: %s %s is bf16; the runtime keeps it in f32", what, name);
@@ -297,6 +297,32 @@ int llvm_collective_emit(LlvmCtx *C, int32_t v) {
   return 0;
 }
 
+/* The sampler reads the forward's logits as f32 (runtime/sample.c). A model that computes in
+ * bf16 outputs bf16 logits: axlc_forward then ends by widening them into an f32 copy past the
+ * plan's slab, which the RtForward table names and counts in the slab's size. */
+static int64_t logits_copy_at(const LlvmCtx *C) { return (C->mp->slab_bytes + 63) / 64 * 64; }
+
+static int32_t logits_widened(const LlvmCtx *C) {
+  int32_t v = ir_graph_output(C->g, "logits");
+  return v != IR_NONE && C->g->values[v].dtype == DT_BF16 ? v : IR_NONE;
+}
+
+void llvm_forward_widen(LlvmCtx *C) {
+  int32_t v = logits_widened(C);
+  if (!C->opt.program || v == IR_NONE) return;
+  LLVMValueRef off = llvm_i64(C, logits_copy_at(C));
+  LLVMValueRef dst =
+      LLVMBuildBitCast(C->b, LLVMBuildInBoundsGEP2(C->b, C->t_i8, C->slab, &off, 1, ""),
+                       LLVMPointerType(C->t_f32, 0), "");
+  LlvmLoop L;
+  LLVMValueRef i = llvm_loop_begin(C, &L, llvm_i64(C, 0),
+                                   llvm_i64(C, ir_shape_numel(&C->g->values[v].shape)), "i");
+  LLVMValueRef st = LLVMBuildStore(C->b, llvm_buffer_load(C, v, i),
+                                   LLVMBuildInBoundsGEP2(C->b, C->t_f32, dst, &i, 1, ""));
+  LLVMSetAlignment(st, 4);
+  llvm_loop_end(C, &L);
+}
+
 /* The RtForward of the forward function fn, while C->g and C->mp are the forward graph's. */
 int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   const LlvmProgramInfo *P = C->opt.program;
@@ -305,7 +331,9 @@ int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids"), logits = ir_graph_output(C->g, "logits");
   if (ids == IR_NONE || logits == IR_NONE)
     return llvm_fail(C, "program: the forward graph has no input ids or output logits");
-  if (program_not_bf16(C, "the forward's output", "logits", logits)) return -1;
+  bool widened = logits_widened(C) != IR_NONE;
+  int64_t slab = widened ? logits_copy_at(C) + ir_shape_numel(&C->g->values[logits].shape) * 4
+                         : C->mp->slab_bytes;
   LLVMValueRef *offs = ir_xcalloc((size_t)P->nparams + 1, sizeof *offs);
   for (int32_t i = 0; i < P->nparams; i++)
     offs[i] = i64c(C, named_offset(C, IR_PARAMETER, "", P->params[i].path));
@@ -315,8 +343,8 @@ int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   LLVMSetInitializer(gl, arr);
   LLVMSetGlobalConstant(gl, 1);
   LLVMSetLinkage(gl, LLVMPrivateLinkage);
-  LLVMValueRef f[] = {i64c(C, C->mp->slab_bytes), i64c(C, C->mp->offset[ids]),
-                      i64c(C, C->mp->offset[logits]),
+  LLVMValueRef f[] = {i64c(C, slab), i64c(C, C->mp->offset[ids]),
+                      i64c(C, widened ? logits_copy_at(C) : C->mp->offset[logits]),
                       LLVMConstBitCast(gl, LLVMPointerType(C->t_i64, 0)), fn};
   LLVMValueRef tab = LLVMAddGlobal(C->m, t.fwd, "axlc_forward_table");
   LLVMSetInitializer(tab, LLVMConstNamedStruct(t.fwd, f, 5));

@@ -460,6 +460,63 @@ static void test_program_errors(void) {
   ir_graph_free(g);
 }
 
+/* The sampler reads f32 logits (runtime/sample.c): bf16 logits of the sampling forward are
+ * widened into an f32 copy past the forward's slab, which its RtForward table names. */
+static void test_forward_logits(void) {
+  const int64_t ids_d[] = {1, 4}, wd[] = {8, 6};
+  IrGraph *g = ir_graph_new(), *fw = ir_graph_new();
+  int32_t ids = ir_input(g, "ids", DT_I32, 2, ids_d), w = ir_param(g, "w", DT_F32, 2, wd);
+  const int32_t all[] = {0, 1, 2};
+  int32_t e = ir_gather(g, ir_cast(g, w, DT_BF16), ids);
+  OUT(g, "loss", ir_reduce_sum(g, ir_cast(g, e, DT_F32), 3, all));
+  ids = ir_input(fw, "ids", DT_I32, 2, ids_d);
+  w = ir_param(fw, "w", DT_F32, 2, wd);
+  int32_t lg = ir_neg(fw, ir_gather(fw, ir_cast(fw, w, DT_BF16), ids));
+  CU_ASSERT_EQUAL(ir_graph_add_output(fw, "logits", lg), IR_OK);
+  MemPlan mp, fmp;
+  bt_plan_simple(g, &mp);
+  bt_plan_simple(fw, &fmp);
+  LlvmParamInfo pi = {.path = "w", .init = {.kind = RT_INIT_ZEROS}};
+  LlvmProgramInfo prog = {.config = "{}", .vocab = 6, .max_steps = 1, .nparams = 1, .params = &pi};
+  LlvmOptions o = llvm_options_default();
+  o.program = &prog;
+  o.forward = fw;
+  o.forward_plan = &fmp;
+  char err[512] = "";
+  LlvmModule *m = NULL;
+  LlvmJit *jit = NULL;
+  LlvmStepFn step;
+  if (llvm_compile(g, &mp, &o, &m, err, sizeof err) || llvm_jit(m, &step, &jit, err, sizeof err))
+    fprintf(stderr, "forward: %s\n", err);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(jit);
+  llvm_module_free(m);
+  const RtForward *f = llvm_jit_program(jit)->forward;
+  CU_ASSERT_FATAL(f && f->slab_bytes >= fmp.slab_bytes + 24 * 4);
+  CU_ASSERT(f->logits_offset >= fmp.slab_bytes && f->logits_offset % 4 == 0);
+  char *slab = aligned_alloc(64, (size_t)bt_align(f->slab_bytes));
+  memset(slab, 0xff, (size_t)bt_align(f->slab_bytes));
+  float *wp = (float *)(slab + f->param_offsets[0]);
+  for (int i = 0; i < 48; i++) wp[i] = 0.01f * (float)i - 0.2f;
+  const int32_t id[4] = {5, 0, 7, 5};
+  memcpy(slab + f->ids_offset, id, sizeof id);
+  f->run(slab, NULL, NULL);
+  const float *got = (const float *)(slab + f->logits_offset);
+  for (int i = 0; i < 24; i++) {
+    float x = rt_bf16_to_f32(rt_bf16_from_f32(wp[id[i / 6] * 6 + i % 6]));
+    float want = -x;
+    if (got[i] != want) fprintf(stderr, "logits[%d]: got %.9g, want %.9g\n", i, got[i], want);
+    CU_ASSERT_EQUAL(got[i], want);
+  }
+  free(slab);
+  llvm_jit_free(jit);
+  free(mp.offset);
+  free(mp.bytes);
+  free(fmp.offset);
+  free(fmp.bytes);
+  ir_graph_free(g);
+  ir_graph_free(fw);
+}
+
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("backend_bf16", NULL, NULL);
@@ -478,6 +535,7 @@ int main(void) {
   CU_add_test(s, "collective_dtype", test_collective_dtype);
   CU_add_test(s, "mlp_step", test_mlp_step);
   CU_add_test(s, "program_errors", test_program_errors);
+  CU_add_test(s, "forward_logits", test_forward_logits);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   unsigned failed = CU_get_number_of_failures();
