@@ -179,7 +179,7 @@ static void test_dot(void) {
   ir_graph_free(g);
 }
 
-static void test_gather_scatter(void) {
+static void test_gather_scatter_topk(void) {
   IrGraph *g = ir_graph_new();
   const int64_t vd[] = {7, 4}, bt[] = {2, 3}, btd[] = {2, 3, 4};
   int32_t table = ir_param(g, "table", DT_BF16, 2, vd);
@@ -194,10 +194,15 @@ static void test_gather_scatter(void) {
   int32_t idx3 = ir_input(g, "idx3", DT_I32, 1, wi), upd3 = ir_param(g, "upd3", DT_BF16, 2, wd);
   double i2[40], i3[3] = {1, 3, 1};
   for (int i = 0; i < 40; i++) i2[i] = (i * 17) % 50;
+  /* top_k_indices of bf16 rows: ties to the lower index, NaN largest */
+  const int64_t bn[] = {3, 6};
+  int32_t x = ir_param(g, "x", DT_BF16, 2, bn);
+  double xd[18] = {1, 5, 5, 2, 0, 5, -1, -1, -1, -1, -1, -1, 3, NAN, 1, 0, 1.001, 1.002};
+  OUT(g, "top3", ir_top_k_indices(g, x, 3));
   OUT(g, "scatter_rows", ir_scatter_add(g, idx2, upd2, 50));
   OUT(g, "scatter_long", ir_scatter_add(g, idx3, upd3, 4));
-  BtBind binds[] = {{"idx", id}, {"idx2", i2}, {"idx3", i3}};
-  bt_check(g, binds, 3, RTOL);
+  BtBind binds[] = {{"idx", id}, {"idx2", i2}, {"idx3", i3}, {"x", xd}};
+  bt_check(g, binds, 4, RTOL);
   ir_graph_free(g);
 }
 
@@ -526,7 +531,7 @@ int main(void) {
   CU_add_test(s, "reduce", test_reduce);
   CU_add_test(s, "reduce_round_once", test_reduce_round_once);
   CU_add_test(s, "dot", test_dot);
-  CU_add_test(s, "gather_scatter", test_gather_scatter);
+  CU_add_test(s, "gather_scatter_topk", test_gather_scatter_topk);
   CU_add_test(s, "scatter_round_once", test_scatter_round_once);
   CU_add_test(s, "attention", test_attention);
   CU_add_test(s, "layout", test_layout);
