@@ -278,9 +278,9 @@ static int llvm_backend_check_run_args(int argc, char **argv, const BackendDiag 
   return rt_train_check_args(argc, argv, &err) ? backend_error(d, NULL, NULL, "%s", err.msg) : 0;
 }
 
-/* Every op, in f32 and i32 (llvm.h); other dtypes are refused at compile time. */
+/* Every op, in f32, bf16 and i32 (llvm.h); other dtypes are refused at compile time. */
 static bool llvm_backend_supports_op(IrOp op, IrDType dt) {
-  return (unsigned)op < IR_OP_COUNT && (dt == DT_F32 || dt == DT_I32);
+  return (unsigned)op < IR_OP_COUNT && (dt == DT_F32 || dt == DT_BF16 || dt == DT_I32);
 }
 
 static const BackendEmit emits[] = {
@@ -296,7 +296,7 @@ const Backend backend_llvm = {
     .doc =
         "native code for the host CPU through LLVM 14: trainer executables, or the JIT in process",
     .targets = "cpu(-[0-9]+)?",
-    .dtypes = 1u << DT_F32 | 1u << DT_I32,
+    .dtypes = 1u << DT_F32 | 1u << DT_BF16 | 1u << DT_I32,
     .emits = emits,
     .standalone = true,
     .supports_op = llvm_backend_supports_op,

@@ -1,6 +1,6 @@
 /* compile.c: from a step graph and its memory plan to compiled objects.
  *
- * llvm_compile checks what the backend supports (f32 and i32 values, a plan that
+ * llvm_compile checks what the backend supports (f32, bf16 and i32 values, a plan that
  * covers every value), decides which values get buffers (fusion.c), then emits axlc_step: one
  * kernel call per materialized value in index order (kernel.c, reduce.c, blas.c), and at the end
  * a copy of every "new:X" output the plan did not place over X. Each kernel is a unit of its
@@ -35,8 +35,10 @@ LlvmOptions llvm_options_default(void) {
 static int check_value(LlvmCtx *C, int32_t v) {
   const IrValue *x = &C->g->values[v];
   int64_t need = ir_shape_numel(&x->shape) * (int64_t)ir_dtype_size(x->dtype);
-  if (x->dtype != DT_F32 && x->dtype != DT_I32)
-    return llvm_fail(C, "%%%d (%s) at %s: dtype %s is not supported by the LLVM backend (f32, i32)",
+  if (x->dtype != DT_F32 && x->dtype != DT_I32 && x->dtype != DT_BF16)
+    return llvm_fail(C,
+                     "%%%d (%s) at %s: dtype %s is not supported by the LLVM backend (f32, bf16, "
+                     "i32)",
                      v, ir_op_name(x->op), *x->origin ? x->origin : "?", ir_dtype_name(x->dtype));
   if (!C->mat[v] || need == 0) return 0;
   if (C->mp->bytes[v] < need || C->mp->offset[v] < 0 || C->mp->offset[v] + need > C->mp->slab_bytes)
@@ -128,6 +130,7 @@ static LLVMValueRef emit_entry(LlvmCtx *C, const char *name) {
   C->comm = top_args[2];
   LLVMPositionBuilderAtEnd(C->b, top_bb);
   copy_back(C);
+  if (C->g == C->opt.forward) llvm_forward_widen(C);
   end_fn(C);
   return top;
 }

@@ -2,10 +2,10 @@
  * objects as the system linker would link a trainer.
  *
  * The functions generated code calls are bound to this process's definitions explicitly
- * (absolute symbols): cblas_sgemm, the libm functions LLVM's math intrinsics lower to, and the
- * runtime's rt_parallel_for when the runtime has it, so the JIT works whether or not the
- * executable exports them. Anything else (memset, memcpy that loop idioms become) resolves
- * through a search of the process's loaded libraries.
+ * (absolute symbols): the runtime's products and attention kernels (f32 and bf16), the libm
+ * functions LLVM's math intrinsics lower to, and the runtime's rt_parallel_for when the runtime has
+ * it, so the JIT works whether or not the executable exports them. Anything else (memset, memcpy
+ * that loop idioms become) resolves through a search of the process's loaded libraries.
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
@@ -40,8 +40,11 @@ typedef struct {
 static int define_host_symbols(LLVMOrcLLJITRef J, LLVMOrcJITDylibRef jd, char *err, size_t cap) {
   const HostSym syms[] = {
     {"rt_sgemm", (void *)rt_sgemm},
+    {"rt_sbgemm", (void *)rt_sbgemm},
     {"rt_attention", (void *)rt_attention},
     {"rt_attention_grad", (void *)rt_attention_grad},
+    {"rt_attention_bf16", (void *)rt_attention_bf16},
+    {"rt_attention_grad_bf16", (void *)rt_attention_grad_bf16},
     {"rt_comm_collective", (void *)rt_comm_collective},
     {"expf", (void *)expf},
     {"logf", (void *)logf},

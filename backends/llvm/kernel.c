@@ -53,6 +53,8 @@ static LLVMValueRef constant_elem(LlvmCtx *C, int32_t v, LlvmPos *p) {
 static LLVMValueRef iota_elem(LlvmCtx *C, int32_t v, LlvmPos *p) {
   LLVMValueRef i = p->idx[val(C, v)->attr.axis];
   if (val(C, v)->dtype == DT_I32) return LLVMBuildTrunc(C->b, i, C->t_i32, "");
+  if (val(C, v)->dtype == DT_BF16)
+    return llvm_bf16_from_f64(C, LLVMBuildSIToFP(C->b, i, C->t_f64, ""));
   return LLVMBuildSIToFP(C->b, i, C->t_f32, "");
 }
 
@@ -147,17 +149,22 @@ static LLVMValueRef gather_elem(LlvmCtx *C, int32_t v, LlvmPos *p) {
 
 /* ---- elementwise ---- */
 
+/* A bf16 result is rounded here, in registers, not only where it is stored: the interpreter
+ * rounds every op, so an op inlined into another's kernel must too (select and cast need not:
+ * they pick a bf16 operand or round themselves). */
 static LLVMValueRef elementwise_elem(LlvmCtx *C, int32_t v, LlvmPos *p) {
   const IrValue *x = val(C, v);
   LLVMValueRef a[3];
   for (int32_t k = 0; k < x->nops; k++) a[k] = llvm_elem_get(C, x->ops[k], p);
   IrDType adt = val(C, x->ops[0])->dtype;
+  LLVMValueRef e;
   switch (x->op) {
   case IR_SELECT: return llvm_scalar_select(C, adt, a[0], a[1], a[2]);
   case IR_CAST: return llvm_scalar_cast(C, adt, x->dtype, a[0]);
   default:
-    return x->nops == 1 ? llvm_scalar_unary(C, x->op, adt, a[0])
-                        : llvm_scalar_binary(C, x->op, adt, a[0], a[1]);
+    e = x->nops == 1 ? llvm_scalar_unary(C, x->op, adt, a[0])
+                     : llvm_scalar_binary(C, x->op, adt, a[0], a[1]);
+    return e && x->dtype == DT_BF16 ? llvm_bf16_quantize(C, e) : e;
   }
 }
 

@@ -15,6 +15,9 @@
  * calling thread. Outputs "new:X" land on X's buffer (the memory plan puts them there, or the
  * step copies them at its end).
  *
+ * bf16 values are stored as uint16_t (the upper half of a float) and computed as float in
+ * registers, rounded to bf16 after each op as the interpreter rounds (types.c).
+ *
  * With a sampling forward (LlvmOptions.forward: the model on one sequence, unsharded, with its
  * own memory plan), the same module also holds
  *
@@ -27,8 +30,8 @@
  * trainer main reads) or as LLVM IR / assembly text, or run in process through ORC LLJIT.
  * Library code: every function returns 0 or -1 with a message in err, and never exits.
  *
- * Not supported (an error, not a crash): dtypes other than f32 and i32. On a mesh of more than one
- * device, each collective is a call rt_comm_collective(comm, index, slab) into the runtime
+ * Not supported (an error, not a crash): dtypes other than f32, bf16 and i32. On a mesh of more
+ * than one device, each collective is a call rt_comm_collective(comm, index, slab) into the runtime
  * (runtime/comm.c) with its entry of the program's collective table; on one device collectives
  * are copies.
  */
@@ -224,8 +227,18 @@ typedef struct LlvmLoop {
 /* ---- types.c: below every other file of the folder ---- */
 /* Records the compilation's first error message in C->err; returns -1. */
 int llvm_fail(LlvmCtx *C, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The compute type of dt's elements (in registers: f32 for every float dtype), and their
+ * storage type (in buffers: i16 for bf16). */
 LLVMTypeRef llvm_type_of(LlvmCtx *C, IrDType dt);
+LLVMTypeRef llvm_storage_type(LlvmCtx *C, IrDType dt);
 void llvm_ctx_types(LlvmCtx *C); /* C->t_* for C->c */
+/* bf16 conversions, on scalars or vectors: stored bits (i16) to f32 (exact); f32 to stored bits
+ * (nearest, ties to even, NaN kept); f32 to f32 rounded to bf16; f64 rounded once to bf16 (as
+ * f32). */
+LLVMValueRef llvm_bf16_widen(LlvmCtx *C, LLVMValueRef h);
+LLVMValueRef llvm_bf16_narrow(LlvmCtx *C, LLVMValueRef x);
+LLVMValueRef llvm_bf16_quantize(LlvmCtx *C, LLVMValueRef x);
+LLVMValueRef llvm_bf16_from_f64(LlvmCtx *C, LLVMValueRef x);
 
 /* ---- unit.c: kernels as units of their own; compiling units on threads, with the cache ---- */
 /* Opens a kernel: a new context and module with the target of the main unit. */
@@ -314,6 +327,8 @@ int llvm_fusion_defer(LlvmCtx *C);
 int llvm_program_emit(LlvmCtx *C, LLVMValueRef step);
 /* The RtForward table of the forward function, emitted while C holds the forward graph. */
 int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn);
+/* At the end of axlc_forward: bf16 logits widened into the f32 copy the table names. */
+void llvm_forward_widen(LlvmCtx *C);
 /* Whether the graph's collectives go through the runtime (a mesh of more than one device). */
 bool llvm_multi_device(const IrGraph *g);
 /* Emits the call of collective v (C->coll[v] >= 0) from axlc_step. */

@@ -112,12 +112,12 @@ LLVMValueRef llvm_buffer_ptr(LlvmCtx *C, int32_t v) {
     LLVMValueRef off = llvm_i64(C, C->mp->offset[v]);
     p = LLVMBuildInBoundsGEP2(C->b, C->t_i8, C->slab, &off, 1, "");
   }
-  LLVMTypeRef et = llvm_type_of(C, C->g->values[v].dtype);
+  LLVMTypeRef et = llvm_storage_type(C, C->g->values[v].dtype);
   return LLVMBuildBitCast(C->b, p, LLVMPointerType(et, 0), "");
 }
 
 static LLVMValueRef element_ptr(LlvmCtx *C, int32_t v, LLVMValueRef lin) {
-  LLVMTypeRef et = llvm_type_of(C, C->g->values[v].dtype);
+  LLVMTypeRef et = llvm_storage_type(C, C->g->values[v].dtype);
   return LLVMBuildInBoundsGEP2(C->b, et, llvm_buffer_ptr(C, v), &lin, 1, "");
 }
 
@@ -162,17 +162,20 @@ void llvm_buffer_tag(LlvmCtx *C, int32_t v, LLVMValueRef access, bool store) {
   set_scopes(C, access, "noalias", others, n);
 }
 
+/* Loads and stores move the storage type; callers see the compute type (types.c). */
 LLVMValueRef llvm_buffer_load(LlvmCtx *C, int32_t v, LLVMValueRef lin) {
-  LLVMTypeRef et = llvm_type_of(C, C->g->values[v].dtype);
-  LLVMValueRef x = LLVMBuildLoad2(C->b, et, element_ptr(C, v, lin), "");
-  LLVMSetAlignment(x, 4);
+  IrDType dt = C->g->values[v].dtype;
+  LLVMValueRef x = LLVMBuildLoad2(C->b, llvm_storage_type(C, dt), element_ptr(C, v, lin), "");
+  LLVMSetAlignment(x, (unsigned)ir_dtype_size(dt));
   llvm_buffer_tag(C, v, x, false);
-  return x;
+  return dt == DT_BF16 ? llvm_bf16_widen(C, x) : x;
 }
 
 void llvm_buffer_store(LlvmCtx *C, int32_t v, LLVMValueRef lin, LLVMValueRef x) {
+  IrDType dt = C->g->values[v].dtype;
+  if (dt == DT_BF16) x = llvm_bf16_narrow(C, x);
   LLVMValueRef st = LLVMBuildStore(C->b, x, element_ptr(C, v, lin));
-  LLVMSetAlignment(st, 4);
+  LLVMSetAlignment(st, (unsigned)ir_dtype_size(dt));
   llvm_buffer_tag(C, v, st, true);
 }
 

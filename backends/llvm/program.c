@@ -177,6 +177,14 @@ static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const LlvmParamIn
   return LLVMConstNamedStruct(t->slot, f, 9);
 }
 
+/* The runtime reads and writes parameters, their moments and the named outputs as f32: a bf16
+ * one would be read as floats from 2-byte elements. Mixed precision keeps them f32 and casts
+ * where the model reads them; anything else is an error. */
+static int program_not_bf16(LlvmCtx *C, const char *what, const char *name, int32_t v) {
+  if (v == IR_NONE || C->g->values[v].dtype != DT_BF16) return 0;
+  return llvm_fail(C, "program: %s %s is bf16; the runtime keeps it in f32", what, name);
+}
+
 static LLVMValueRef slots_global(LlvmCtx *C, const ProgTypes *t) {
   const LlvmProgramInfo *P = C->opt.program;
   LLVMValueRef *slots = ir_xcalloc((size_t)P->nparams + 1, sizeof *slots);
@@ -185,6 +193,16 @@ static LLVMValueRef slots_global(LlvmCtx *C, const ProgTypes *t) {
     if (v == IR_NONE || C->g->values[v].shape.rank > RT_MAX_PARAM_RANK) {
       llvm_fail(C, "program: parameter %s is %s", P->params[i].path,
                 v == IR_NONE ? "not in the graph" : "of rank above RT_MAX_PARAM_RANK");
+      free(slots);
+      return NULL;
+    }
+    char mv[1024];
+    bool bad = program_not_bf16(C, "parameter", P->params[i].path, v) != 0;
+    for (int k = 0; k < 2 && !bad; k++) {
+      snprintf(mv, sizeof mv, "opt/%c/%s", "mv"[k], P -> params[i].path);
+      bad = program_not_bf16(C, "parameter", mv, ir_graph_find(C->g, IR_PARAMETER, mv)) != 0;
+    }
+    if (bad) {
       free(slots);
       return NULL;
     }
@@ -238,7 +256,9 @@ static LLVMValueRef coll_const(LlvmCtx *C, const ProgTypes *t, int32_t v) {
     axes[i] = i32c(C, i < x->attr.nmesh ? ir_mesh_axis(&C->g->mesh, x->attr.mesh[i]) : 0);
   bool a2a = x->op == IR_ALL_TO_ALL, reduce = x->op == IR_ALL_REDUCE;
   LLVMValueRef f[] = {i32c(C, coll_kind(x->op)),
-                      i32c(C, x->dtype == DT_I32 ? RT_DT_I32 : RT_DT_F32),
+                      i32c(C, x->dtype == DT_I32    ? RT_DT_I32
+                              : x->dtype == DT_BF16 ? RT_DT_BF16
+                                                    : RT_DT_F32),
                       i32c(C, x->attr.nmesh),
                       LLVMConstArray(C->t_i32, axes, RT_MAX_MESH_AXES),
                       i32c(C, reduce ? 0 : x->attr.axis),
@@ -277,6 +297,32 @@ int llvm_collective_emit(LlvmCtx *C, int32_t v) {
   return 0;
 }
 
+/* The sampler reads the forward's logits as f32 (runtime/sample.c). A model that computes in
+ * bf16 outputs bf16 logits: axlc_forward then ends by widening them into an f32 copy past the
+ * plan's slab, which the RtForward table names and counts in the slab's size. */
+static int64_t logits_copy_at(const LlvmCtx *C) { return (C->mp->slab_bytes + 63) / 64 * 64; }
+
+static int32_t logits_widened(const LlvmCtx *C) {
+  int32_t v = ir_graph_output(C->g, "logits");
+  return v != IR_NONE && C->g->values[v].dtype == DT_BF16 ? v : IR_NONE;
+}
+
+void llvm_forward_widen(LlvmCtx *C) {
+  int32_t v = logits_widened(C);
+  if (!C->opt.program || v == IR_NONE) return;
+  LLVMValueRef off = llvm_i64(C, logits_copy_at(C));
+  LLVMValueRef dst =
+      LLVMBuildBitCast(C->b, LLVMBuildInBoundsGEP2(C->b, C->t_i8, C->slab, &off, 1, ""),
+                       LLVMPointerType(C->t_f32, 0), "");
+  LlvmLoop L;
+  LLVMValueRef i = llvm_loop_begin(C, &L, llvm_i64(C, 0),
+                                   llvm_i64(C, ir_shape_numel(&C->g->values[v].shape)), "i");
+  LLVMValueRef st = LLVMBuildStore(C->b, llvm_buffer_load(C, v, i),
+                                   LLVMBuildInBoundsGEP2(C->b, C->t_f32, dst, &i, 1, ""));
+  LLVMSetAlignment(st, 4);
+  llvm_loop_end(C, &L);
+}
+
 /* The RtForward of the forward function fn, while C->g and C->mp are the forward graph's. */
 int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   const LlvmProgramInfo *P = C->opt.program;
@@ -285,6 +331,9 @@ int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids"), logits = ir_graph_output(C->g, "logits");
   if (ids == IR_NONE || logits == IR_NONE)
     return llvm_fail(C, "program: the forward graph has no input ids or output logits");
+  bool widened = logits_widened(C) != IR_NONE;
+  int64_t slab = widened ? logits_copy_at(C) + ir_shape_numel(&C->g->values[logits].shape) * 4
+                         : C->mp->slab_bytes;
   LLVMValueRef *offs = ir_xcalloc((size_t)P->nparams + 1, sizeof *offs);
   for (int32_t i = 0; i < P->nparams; i++)
     offs[i] = i64c(C, named_offset(C, IR_PARAMETER, "", P->params[i].path));
@@ -294,8 +343,8 @@ int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   LLVMSetInitializer(gl, arr);
   LLVMSetGlobalConstant(gl, 1);
   LLVMSetLinkage(gl, LLVMPrivateLinkage);
-  LLVMValueRef f[] = {i64c(C, C->mp->slab_bytes), i64c(C, C->mp->offset[ids]),
-                      i64c(C, C->mp->offset[logits]),
+  LLVMValueRef f[] = {i64c(C, slab), i64c(C, C->mp->offset[ids]),
+                      i64c(C, widened ? logits_copy_at(C) : C->mp->offset[logits]),
                       LLVMConstBitCast(gl, LLVMPointerType(C->t_i64, 0)), fn};
   LLVMValueRef tab = LLVMAddGlobal(C->m, t.fwd, "axlc_forward_table");
   LLVMSetInitializer(tab, LLVMConstNamedStruct(t.fwd, f, 5));
@@ -310,6 +359,9 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
   if (!P) return 0;
   ProgTypes t = prog_types(C, LLVMTypeOf(step));
   if (program_check(C, &t)) return -1;
+  static const char *const named[] = {"loss", "grad_norm", "lr", "aux_loss"};
+  for (int i = 0; i < 4; i++)
+    if (program_not_bf16(C, "output", named[i], ir_graph_output(C->g, named[i]))) return -1;
   LLVMValueRef slots = slots_global(C, &t);
   if (!slots) return -1;
   LLVMValueRef colls = colls_global(C, &t);

@@ -14,6 +14,8 @@
  * outer iteration. scatter_add's items are rows of its result: each clears its rows and adds
  * the updates whose index falls in them, in index order, so a row's sum is the same chain on
  * any split (deterministic, and the interpreter's); an index outside 0..rows-1 is skipped.
+ * bf16 values load as floats and store rounded (loop.c); bf16 sums accumulate in double or, for
+ * scatter_add, in an f32 scratch, and round once.
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
@@ -26,9 +28,9 @@ static bool has_axis(const IrDims *axes, int32_t d) {
   return false;
 }
 
-/* Accumulator type: double for f32 sums, else the element type. */
+/* Accumulator type: double for float sums (bf16's too), else the element's compute type. */
 static LLVMTypeRef acc_type(LlvmCtx *C, IrDType dt, bool sum) {
-  return dt == DT_F32 && sum ? C->t_f64 : llvm_type_of(C, dt);
+  return dt != DT_I32 && sum ? C->t_f64 : llvm_type_of(C, dt);
 }
 
 static LLVMValueRef acc_add(LlvmCtx *C, IrDType dt, LLVMValueRef acc, LLVMValueRef x) {
@@ -36,18 +38,25 @@ static LLVMValueRef acc_add(LlvmCtx *C, IrDType dt, LLVMValueRef acc, LLVMValueR
   return LLVMBuildFAdd(C->b, acc, LLVMBuildFPExt(C->b, x, C->t_f64, ""), "");
 }
 
+/* A sum's double rounded once to the result's dtype (scalar or VW lanes); a max is exact. */
 static LLVMValueRef acc_result(LlvmCtx *C, IrDType dt, bool sum, LLVMValueRef acc) {
-  return dt == DT_F32 && sum ? LLVMBuildFPTrunc(C->b, acc, C->t_f32, "") : acc;
+  if (!sum || dt == DT_I32) return acc;
+  if (dt == DT_BF16) return llvm_bf16_from_f64(C, acc);
+  LLVMTypeRef ft = LLVMGetTypeKind(LLVMTypeOf(acc)) == LLVMVectorTypeKind
+                       ? LLVMVectorType(C->t_f32, LLVMGetVectorSize(LLVMTypeOf(acc)))
+                       : C->t_f32;
+  return LLVMBuildFPTrunc(C->b, acc, ft, "");
 }
 
 static LLVMValueRef acc_init(LlvmCtx *C, IrDType dt, bool sum) {
-  if (sum) return dt == DT_F32 ? LLVMConstReal(C->t_f64, 0) : LLVMConstInt(C->t_i32, 0, 0);
+  if (sum) return dt != DT_I32 ? LLVMConstReal(C->t_f64, 0) : LLVMConstInt(C->t_i32, 0, 0);
   /* max of nothing: -inf (i32: the interpreter's -inf saturates to INT_MIN) */
-  return dt == DT_F32 ? LLVMConstReal(C->t_f32, -__builtin_inf())
+  return dt != DT_I32 ? LLVMConstReal(C->t_f32, -__builtin_inf())
                       : LLVMConstInt(C->t_i32, 0x80000000u, 0);
 }
 
-/* ---- f32 reductions of contiguous runs, with vector lanes ---- */
+/* ---- float reductions of contiguous runs, with vector lanes ----
+ * bf16 operands load as VW i16 and widen to floats; the lanes are the f32 path's. */
 
 /* Floats per vector step: 16 lanes are two to four registers, enough independent add chains to
  * hide the add latency on AVX2 and AVX-512 (SSE gets eight chains of two). */
@@ -62,7 +71,7 @@ enum { BLOCK = 64 };
 static int64_t contiguous_run(const LlvmCtx *C, int32_t v) {
   const IrValue *x = val(C, v);
   const IrShape *xs = &val(C, x->ops[0])->shape;
-  if (x->dtype != DT_F32) return 0;
+  if (x->dtype != DT_F32 && x->dtype != DT_BF16) return 0;
   int64_t run = 1;
   for (int32_t d = xs->rank - x->attr.axes.n; d < xs->rank; d++) {
     if (d < 0 || !has_axis(&x->attr.axes, d)) return 0;
@@ -104,12 +113,15 @@ static LLVMValueRef lanes_new(LlvmCtx *C, bool sum) {
 
 /* acc = step(acc, the VW floats of src's buffer from element off, widened for a sum). */
 static void lanes_add(LlvmCtx *C, LLVMValueRef acc, int32_t src, LLVMValueRef off, bool sum) {
-  LLVMTypeRef vf = LLVMVectorType(C->t_f32, VW), vt = LLVMVectorType(sum ? C->t_f64 : C->t_f32, VW);
-  LLVMValueRef ep = LLVMBuildInBoundsGEP2(C->b, C->t_f32, llvm_buffer_ptr(C, src), &off, 1, "");
+  IrDType dt = val(C, src)->dtype;
+  LLVMTypeRef st = llvm_storage_type(C, dt), vs = LLVMVectorType(st, VW);
+  LLVMTypeRef vt = LLVMVectorType(sum ? C->t_f64 : C->t_f32, VW);
+  LLVMValueRef ep = LLVMBuildInBoundsGEP2(C->b, st, llvm_buffer_ptr(C, src), &off, 1, "");
   LLVMValueRef e =
-      LLVMBuildLoad2(C->b, vf, LLVMBuildBitCast(C->b, ep, LLVMPointerType(vf, 0), ""), "");
-  LLVMSetAlignment(e, 4);
+      LLVMBuildLoad2(C->b, vs, LLVMBuildBitCast(C->b, ep, LLVMPointerType(vs, 0), ""), "");
+  LLVMSetAlignment(e, (unsigned)ir_dtype_size(dt));
   llvm_buffer_tag(C, src, e, false);
+  if (dt == DT_BF16) e = llvm_bf16_widen(C, e);
   if (sum) e = LLVMBuildFPExt(C->b, e, vt, "");
   LLVMBuildStore(C->b, run_step(C, sum, LLVMBuildLoad2(C->b, vt, acc, ""), e), acc);
 }
@@ -191,7 +203,7 @@ static LLVMValueRef run_vector_fused(LlvmCtx *C, int32_t v, LlvmPos *p, LLVMValu
   return lanes_combine(C, sum, LLVMBuildLoad2(C->b, vt, acc, ""), VW);
 }
 
-/* Output element p of f32 reduction v over runs of length n: the vector part, then the tail. */
+/* Output element p of float reduction v over runs of length n: the vector part, then the tail. */
 static LLVMValueRef reduce_run(LlvmCtx *C, int32_t v, LlvmPos *p, int64_t n) {
   const IrValue *x = val(C, v);
   bool sum = x->op == IR_REDUCE_SUM;
@@ -236,15 +248,16 @@ LLVMValueRef llvm_reduce_elem(LlvmCtx *C, int32_t v, LlvmPos *p) {
   return acc_result(C, x->dtype, sum, LLVMBuildLoad2(C->b, acc_type(C, x->dtype, sum), acc, ""));
 }
 
-/* ---- f32 reductions over leading axes: VW output columns at a time ---- */
+/* ---- float reductions over leading axes: VW output columns at a time ---- */
 
-/* Whether f32 reduction v reduces its (materialized) operand's leading axes, so that it is a
- * (R, m) matrix summed down its columns, with at least one vector block of columns. */
+/* Whether float (f32 or bf16) reduction v reduces its (materialized) operand's leading axes, so
+ * that it is a (R, m) matrix summed down its columns, with at least one vector block of columns. */
 bool llvm_reduce_cols_ok(const LlvmCtx *C, int32_t v) {
   const IrValue *x = val(C, v);
   const IrShape *xs = &val(C, x->ops[0])->shape;
   if (x->op != IR_REDUCE_SUM && x->op != IR_REDUCE_MAX) return false;
-  if (x->dtype != DT_F32 || !C->mat[x->ops[0]] || x->attr.axes.n >= xs->rank) return false;
+  if (x->dtype != DT_F32 && x->dtype != DT_BF16) return false;
+  if (!C->mat[x->ops[0]] || x->attr.axes.n >= xs->rank) return false;
   for (int32_t d = 0; d < x->attr.axes.n; d++)
     if (!has_axis(&x->attr.axes, d)) return false;
   return x->attr.axes.n > 0 && ir_shape_numel(&x->shape) >= VW;
@@ -258,12 +271,14 @@ static void cols_vector(LlvmCtx *C, int32_t v, LLVMValueRef c0, int64_t R, int64
   LLVMValueRef off = LLVMBuildNSWAdd(C->b, LLVMBuildNSWMul(C->b, r, llvm_i64(C, m), ""), c0, "");
   lanes_add(C, acc, val(C, v)->ops[0], off, sum);
   llvm_loop_end(C, &L);
-  LLVMTypeRef vf = LLVMVectorType(C->t_f32, VW);
+  IrDType dt = val(C, v)->dtype;
+  LLVMTypeRef et = llvm_storage_type(C, dt), vs = LLVMVectorType(et, VW);
   LLVMValueRef a = LLVMBuildLoad2(C->b, LLVMVectorType(sum ? C->t_f64 : C->t_f32, VW), acc, "");
-  if (sum) a = LLVMBuildFPTrunc(C->b, a, vf, "");
-  LLVMValueRef op = LLVMBuildInBoundsGEP2(C->b, C->t_f32, llvm_buffer_ptr(C, v), &c0, 1, "");
-  LLVMValueRef st = LLVMBuildStore(C->b, a, LLVMBuildBitCast(C->b, op, LLVMPointerType(vf, 0), ""));
-  LLVMSetAlignment(st, 4);
+  a = acc_result(C, dt, sum, a);
+  if (dt == DT_BF16) a = llvm_bf16_narrow(C, a);
+  LLVMValueRef op = LLVMBuildInBoundsGEP2(C->b, et, llvm_buffer_ptr(C, v), &c0, 1, "");
+  LLVMValueRef st = LLVMBuildStore(C->b, a, LLVMBuildBitCast(C->b, op, LLVMPointerType(vs, 0), ""));
+  LLVMSetAlignment(st, (unsigned)ir_dtype_size(dt));
   llvm_buffer_tag(C, v, st, true);
 }
 
@@ -279,7 +294,8 @@ static void cols_scalar(LlvmCtx *C, int32_t v, LLVMValueRef c, int64_t R, int64_
   if (sum) e = LLVMBuildFPExt(C->b, e, C->t_f64, "");
   LLVMBuildStore(C->b, run_step(C, sum, LLVMBuildLoad2(C->b, lt, acc, ""), e), acc);
   llvm_loop_end(C, &L);
-  llvm_buffer_store(C, v, c, acc_result(C, DT_F32, sum, LLVMBuildLoad2(C->b, lt, acc, "")));
+  llvm_buffer_store(C, v, c,
+                    acc_result(C, val(C, v)->dtype, sum, LLVMBuildLoad2(C->b, lt, acc, "")));
 }
 
 /* The kernel's items: m / VW vector blocks of columns, then one item per leftover column.
@@ -454,8 +470,90 @@ static void scatter_row(LlvmCtx *C, int32_t v, LLVMValueRef r, LLVMValueRef i, i
   llvm_loop_end(C, &L);
 }
 
+/* ---- scatter_add of bf16 updates ----
+ * Each output element is the f32 sum of its updates rounded once, so the partial sums cannot
+ * live in the (bf16) result. The kernel's items are blocks of rows (by blocks of columns, for
+ * rows longer than the scratch) whose f32 sums fit a scratch of SCATTER_SCRATCH floats on the
+ * stack: an item clears its block, adds the updates whose index falls in its rows, in index
+ * order (the same chain on any split), and stores the block rounded. Every item reads every
+ * index, which is cheap next to the updates it adds. */
+enum { SCATTER_SCRATCH = 8192 };
+
+static LLVMValueRef smin(LlvmCtx *C, LLVMValueRef a, LLVMValueRef b) {
+  return LLVMBuildSelect(C->b, LLVMBuildICmp(C->b, LLVMIntSLT, a, b, ""), a, b, "");
+}
+
+/* s[rr * cw + j] for the scratch s. */
+static LLVMValueRef scratch_at(LlvmCtx *C, LLVMValueRef s, LLVMValueRef rr, int64_t cw,
+                               LLVMValueRef j) {
+  LLVMValueRef at[] = {
+      llvm_i64(C, 0), LLVMBuildNSWAdd(C->b, LLVMBuildNSWMul(C->b, rr, llvm_i64(C, cw), ""), j, "")};
+  return LLVMBuildInBoundsGEP2(C->b, LLVMArrayType(C->t_f32, SCATTER_SCRATCH), s, at, 2, "");
+}
+
+static int scatter_bf16_emit(LlvmCtx *C, int32_t v) {
+  const IrValue *x = val(C, v);
+  int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / rows;
+  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
+  int64_t cw = row < SCATTER_SCRATCH ? row : SCATTER_SCRATCH, br = SCATTER_SCRATCH / cw;
+  int64_t ncb = (row + cw - 1) / cw, items = (rows + br - 1) / br * ncb;
+  char name[64];
+  snprintf(name, sizeof name, "k%d_scatter_add", v);
+  LLVMValueRef fn = llvm_kernel_begin(C, name);
+  if (!fn) return -1;
+  LLVMValueRef s = llvm_alloca_entry(C, LLVMArrayType(C->t_f32, SCATTER_SCRATCH), "sums");
+  LlvmLoop I, L, J;
+  LLVMValueRef it = llvm_loop_begin(C, &I, LLVMGetParam(fn, 1), LLVMGetParam(fn, 2), "it");
+  LLVMValueRef r0 =
+      LLVMBuildNSWMul(C->b, LLVMBuildSDiv(C->b, it, llvm_i64(C, ncb), ""), llvm_i64(C, br), "");
+  LLVMValueRef c0 =
+      LLVMBuildNSWMul(C->b, LLVMBuildSRem(C->b, it, llvm_i64(C, ncb), ""), llvm_i64(C, cw), "");
+  LLVMValueRef r1 = smin(C, LLVMBuildNSWAdd(C->b, r0, llvm_i64(C, br), ""), llvm_i64(C, rows));
+  LLVMValueRef nr = LLVMBuildNSWSub(C->b, r1, r0, "");
+  LLVMValueRef nc = LLVMBuildNSWSub(
+      C->b, smin(C, LLVMBuildNSWAdd(C->b, c0, llvm_i64(C, cw), ""), llvm_i64(C, row)), c0, "");
+  LLVMValueRef z =
+      llvm_loop_begin(C, &L, llvm_i64(C, 0), LLVMBuildNSWMul(C->b, nr, llvm_i64(C, cw), ""), "z");
+  LLVMBuildStore(C->b, LLVMConstReal(C->t_f32, 0), scratch_at(C, s, llvm_i64(C, 0), cw, z));
+  llvm_loop_end(C, &L);
+  LLVMValueRef i = llvm_loop_begin(C, &L, llvm_i64(C, 0), llvm_i64(C, nidx), "i");
+  LLVMValueRef r = LLVMBuildSExt(C->b, llvm_buffer_load(C, x->ops[0], i), C->t_i64, "");
+  LLVMValueRef ok = LLVMBuildAnd(C->b, LLVMBuildICmp(C->b, LLVMIntSGE, r, r0, ""),
+                                 LLVMBuildICmp(C->b, LLVMIntSLT, r, r1, ""), "");
+  LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(C->c, C->fn, "in");
+  LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(C->c, C->fn, "next");
+  LLVMBuildCondBr(C->b, ok, yes, next);
+  LLVMPositionBuilderAtEnd(C->b, yes);
+  LLVMValueRef j = llvm_loop_begin(C, &J, llvm_i64(C, 0), nc, "j");
+  LLVMValueRef sp = scratch_at(C, s, LLVMBuildNSWSub(C->b, r, r0, ""), cw, j);
+  LLVMValueRef u = LLVMBuildNSWAdd(C->b, LLVMBuildNSWMul(C->b, i, llvm_i64(C, row), ""),
+                                   LLVMBuildNSWAdd(C->b, c0, j, ""), "");
+  LLVMValueRef sum = LLVMBuildFAdd(C->b, LLVMBuildLoad2(C->b, C->t_f32, sp, ""),
+                                   llvm_buffer_load(C, x->ops[1], u), "");
+  LLVMBuildStore(C->b, sum, sp);
+  llvm_loop_end(C, &J);
+  LLVMBuildBr(C->b, next);
+  LLVMPositionBuilderAtEnd(C->b, next);
+  llvm_loop_end(C, &L);
+  LLVMValueRef rr = llvm_loop_begin(C, &L, llvm_i64(C, 0), nr, "rr");
+  j = llvm_loop_begin(C, &J, llvm_i64(C, 0), nc, "j");
+  LLVMValueRef o = LLVMBuildNSWAdd(
+      C->b, LLVMBuildNSWMul(C->b, LLVMBuildNSWAdd(C->b, r0, rr, ""), llvm_i64(C, row), ""),
+      LLVMBuildNSWAdd(C->b, c0, j, ""), "");
+  llvm_buffer_store(C, v, o, LLVMBuildLoad2(C->b, C->t_f32, scratch_at(C, s, rr, cw, j), ""));
+  llvm_loop_end(C, &J);
+  llvm_loop_end(C, &L);
+  llvm_loop_end(C, &I);
+  fn = llvm_kernel_end(C);
+  if (!fn) return -1;
+  bool par = C->opt.threads && items > 1 && ir_shape_numel(&x->shape) >= C->opt.parallel_min;
+  llvm_kernel_call(C, fn, items, par);
+  return 0;
+}
+
 int llvm_scatter_emit(LlvmCtx *C, int32_t v) {
   const IrValue *x = val(C, v);
+  if (x->dtype == DT_BF16) return scatter_bf16_emit(C, v);
   int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
   int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
   char name[64];

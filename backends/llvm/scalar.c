@@ -6,13 +6,15 @@
  * (exp, log, tanh and logistic are inline polynomials, math.c, within about 2 ulp).
  * Special cases kept exact: max/min pass a NaN first operand through and otherwise prefer a on
  * ties; compares give 1/0 in the operands' dtype; i32 division truncates and x/0 is 0; casts to
- * i32 truncate and saturate (NaN -> 0, as llvm.fptosi.sat does).
+ * i32 truncate and saturate (NaN -> 0, as llvm.fptosi.sat does). bf16 computes as f32 (types.c):
+ * these functions see f32 operands, and the caller rounds a bf16 result (kernel.c).
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
 
 LLVMValueRef llvm_scalar_const(LlvmCtx *C, IrDType dt, double v) {
   if (dt == DT_I32) return LLVMConstInt(C->t_i32, (unsigned long long)(int64_t)v, 1);
+  if (dt == DT_BF16) v = ir_dtype_round(DT_BF16, v); /* once, from the double */
   return LLVMConstReal(C->t_f32, v);
 }
 
@@ -146,9 +148,13 @@ LLVMValueRef llvm_scalar_select(LlvmCtx *C, IrDType pdt, LLVMValueRef p, LLVMVal
   return LLVMBuildSelect(C->b, t, a, b, "");
 }
 
+/* Between the compute types: bf16 -> f32 is exact (the same float), f32 -> bf16 rounds, i32 ->
+ * bf16 goes through a double (exact) so that it rounds once; bf16 -> i32 is f32 -> i32. */
 LLVMValueRef llvm_scalar_cast(LlvmCtx *C, IrDType from, IrDType to, LLVMValueRef x) {
   if (from == to) return x;
-  if (to == DT_F32) return LLVMBuildSIToFP(C->b, x, C->t_f32, "");
+  if (from != DT_I32 && to != DT_I32) return to == DT_BF16 ? llvm_bf16_quantize(C, x) : x;
+  if (to == DT_BF16) return llvm_bf16_from_f64(C, LLVMBuildSIToFP(C->b, x, C->t_f64, ""));
+  if (to != DT_I32) return LLVMBuildSIToFP(C->b, x, C->t_f32, "");
   LLVMTypeRef p[] = {C->t_f32};
   LLVMValueRef f = llvm_fn_get(C, "llvm.fptosi.sat.i32.f32", C->t_i32, p, 1);
   return LLVMBuildCall2(C->b, LLVMGlobalGetValueType(f), f, &x, 1, "");

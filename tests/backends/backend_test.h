@@ -38,12 +38,12 @@ static inline int bt_plan_simple(const IrGraph *g, MemPlan *p) {
   return 0;
 }
 
-/* Deterministic data: f32 in [-1, 1), i32 in [0, 4). */
+/* Deterministic data: f32 (bf16) in [-1, 1), i32 in [0, 4). */
 static inline void bt_random(const IrValue *x, double *d, uint64_t *s) {
   for (int64_t i = 0, n = ir_shape_numel(&x->shape); i < n; i++) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     double u = (double)(*s >> 11) / 9007199254740992.0;
-    d[i] = x->dtype == DT_I32 ? (double)(int)(u * 4) : (double)(float)(2 * u - 1);
+    d[i] = x->dtype == DT_I32 ? (double)(int)(u * 4) : ir_dtype_round(x->dtype, 2 * u - 1);
   }
 }
 
@@ -77,6 +77,9 @@ static inline void bt_slab_put(const IrGraph *g, const MemPlan *mp, char *slab, 
   for (int64_t i = 0; i < n; i++) {
     if (g->values[v].dtype == DT_I32)
       ((int32_t *)(slab + mp->offset[v]))[i] = (int32_t)d[i];
+    else if (g->values[v].dtype == DT_BF16) /* rounded once, as the interpreter binds it */
+      ((uint16_t *)(slab + mp->offset[v]))[i] =
+          rt_bf16_from_f32((float)ir_dtype_round(DT_BF16, d[i]));
     else
       ((float *)(slab + mp->offset[v]))[i] = (float)d[i];
   }
@@ -85,6 +88,8 @@ static inline void bt_slab_put(const IrGraph *g, const MemPlan *mp, char *slab, 
 static inline double bt_slab_get(const IrGraph *g, const MemPlan *mp, const char *slab, int32_t v,
                                  int64_t i) {
   if (g->values[v].dtype == DT_I32) return ((const int32_t *)(slab + mp->offset[v]))[i];
+  if (g->values[v].dtype == DT_BF16)
+    return rt_bf16_to_f32(((const uint16_t *)(slab + mp->offset[v]))[i]);
   return ((const float *)(slab + mp->offset[v]))[i];
 }
 
