@@ -57,8 +57,9 @@ const char *drv_pass_list(char *buf, size_t cap, const char *sep, const char *la
 int drv_load(DrvJob *j, const char *file, const FeOptions *opt);
 
 /* Whether `/precision/compute: auto` means bf16 on this target (driver/precision.c): the CPU
- * that runs the trainer (the host's, or --cpu / --features) has bf16 dot instructions. *why
- * gets the reason, for the config's origin and the note that says what was chosen. */
+ * that runs the trainer (the host's, or --cpu / --features) multiplies bf16 faster than f32
+ * (AMX-BF16). *why gets the reason, for the config's origin and the note that says what was
+ * chosen. */
 bool drv_bf16_dot(const char *target, const char *cpu, const char *features, const char **why);
 /* Composes the forward graph and runs the passes up to and including
  * `stop_after` (NULL: all). Unknown pass names are an error. With every pass

@@ -367,6 +367,9 @@ static int mod_precision(Ctx *c, json_object **rootp, json_object *mod, const ch
       string_field(c, mod, k, mpath); /* the error: expected a string */
       return -1;
     }
+    /* auto (a mesh rule's) is a default: it never overrides a dtype the config chose */
+    if (!strcmp(json_object_get_string(v), "auto") && json_object_object_get_ex(policy, k, NULL))
+      continue;
     json_object_object_add(policy, k, fe_json_copy(c->d, v));
     fe_set_origin_key(c->d, policy, k, c->file);
   }

@@ -13,9 +13,10 @@
  * devices: f32 keeps each weight gradient's f32 accumulator through the all-reduce; bf16
  * rounds it first, halving the traffic.
  *
- * `compute: auto` is for mesh rules: bf16 where the target has bf16 dot instructions (a CPU
- * with AVX512_BF16), else f32. fe_resolve settles it (FeOptions.bf16_dot), so the canonical
- * tree, `axlc config` and everything after see f32 or bf16.
+ * `compute: auto` is for mesh rules: bf16 where the target multiplies bf16 faster than f32
+ * (a CPU with AMX-BF16: driver/precision.c), else f32. The precision modifier never lets auto
+ * replace a dtype the config chose. fe_resolve settles it (FeOptions.bf16_dot), so the
+ * canonical tree, `axlc config` and everything after see f32 or bf16.
  */
 #include <string.h>
 

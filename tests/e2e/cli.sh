@@ -86,6 +86,28 @@ params_total)
   expect_rc 0
   expect_in "$T/out" 'precision, per device: parameters f32 482.50 KiB (the masters); read as bf16 241.25 KiB; gradients f32 482.50 KiB (reduced across devices in f32); optimizer state f32 965.00 KiB; activations bf16'
   ;;
+precision_auto)
+  # the cpu rule's compute: auto is bf16 only on a CPU with AMX-BF16, and says why
+  run config "$MODELS/tiny-lm.json" --target cpu --features +amx-bf16
+  expect_rc 0
+  expect_in "$T/err" 'note: precision: bf16 compute (compute: auto with --features +amx-bf16)'
+  expect_in "$T/out" '"compute": "bf16",'
+  run config "$MODELS/tiny-lm.json" --target cpu-2 --cpu znver4
+  expect_rc 0
+  expect_in "$T/err" 'note: precision: f32 compute (compute: auto on a --cpu without AMX-BF16)'
+  expect_in "$T/out" '"compute": "f32",'
+  run config "$MODELS/tiny-lm.json" --target cpu --cpu sapphirerapids
+  expect_in "$T/out" '"compute": "bf16",'
+  # a config's own choice (here --apply bf16, after the rule) stands; opencl is not asked
+  run config "$MODELS/tiny-lm.json" --target cpu --features -amx-bf16 --apply bf16
+  expect_in "$T/out" '"compute": "bf16",'
+  run config "$MODELS/tiny-lm.json" --target opencl
+  expect_in "$T/out" '"compute": "f32",'
+  grep -q 'note: precision' "$T/err" && fail "opencl: a precision note"
+  # the GPU rules turn bf16 on
+  run config "$MODELS/llama2-7b.json" --target gpu-h100-8
+  expect_in "$T/out" '"compute": "bf16",'
+  ;;
 params_json)
   run params "$MODELS/gpt2-124m.json" --json
   expect_rc 0

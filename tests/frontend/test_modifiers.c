@@ -441,6 +441,14 @@ static void test_precision(void) {
   EXPECT_STR(fe_t_str(t.tree, "/precision/compute"), "f32");
   EXPECT_STR(fe_t_str(t.tree, "/precision/grads"), "bf16");
   fe_t_done(&t);
+  /* a rule's auto does not override the config's own choice */
+  resolve_mods(&t,
+               "[{\"kind\": \"precision\", \"compute\": \"bf16\"}, {\"kind\": \"precision\", "
+               "\"compute\": \"auto\"}]",
+               NULL, NULL);
+  EXPECT_OK(&t);
+  EXPECT_STR(fe_t_str(t.tree, "/precision/compute"), "bf16");
+  fe_t_done(&t);
   /* values are checked against the policy's schema, fields against the modifier's */
   resolve_mods(&t, "[{\"kind\": \"precision\", \"compute\": \"fp8\"}]", NULL, NULL);
   EXPECT_FAILS(&t,
