@@ -89,6 +89,26 @@ handover)
   compare close "$T/b/step_00000020/state.safetensors" "$T/a/step_00000020/state.safetensors" 1e-3
   compare close "$T/b/step_00000030/state.safetensors" "$T/a/step_00000030/state.safetensors" 1e-3
   ;;
+handover_bf16)
+  # bf16 compute: the checkpoints hold the f32 masters, so CPU -> OpenCL -> CPU continues the
+  # curve (the compiled OpenCL trainer: axlc run --target opencl loads libclang's LLVM next to
+  # PoCL's, which a cold PoCL cache cannot survive)
+  model="$SRC/models/tiny-lm.json"
+  bf16="--set /precision/compute=bf16 --set /input/seq_len=32 --set /input/global_batch_size=4"
+  # shellcheck disable=SC2086
+  must "$AXLC" compile "$model" --target cpu -o "$T/cpu" $bf16
+  # shellcheck disable=SC2086
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl" $bf16
+  needs_device "$T/ocl"
+  must "$T/cpu" --data "$T/text.txt" --steps 15 --ckpt-dir "$T/a" --ckpt-every 5 --metrics "$T/a.jsonl"
+  must "$T/cpu" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/b" --metrics "$T/b.jsonl"
+  must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl"
+  grep -q "resumed from" "$T/log" || fail "the OpenCL trainer did not resume"
+  must "$T/cpu" --data "$T/text.txt" --steps 15 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl"
+  [ "$(wc -l < "$T/b.jsonl")" -eq 15 ] || fail "metrics: $(wc -l < "$T/b.jsonl") lines, expected 15"
+  compare losses "$T/b.jsonl" "$T/a.jsonl" 1e-4
+  compare close "$T/b/step_00000015/state.safetensors" "$T/a/step_00000015/state.safetensors" 1e-3
+  ;;
 no_platform)
   mkdir "$T/vendors"
   export OCL_ICD_VENDORS="$T/vendors"

@@ -11,7 +11,8 @@
 #   resume             tiny-lm: a data=2 x model=2 checkpoint of step 5 resumes under fsdp=4
 #                      and under one process on the same curve (1e-4), and under data=2 x
 #                      model=2 bit for bit (metrics and checkpoint files)
-# MODEL: tiny_lm, moe, fuji (fuji-test: llama-style, GQA with 4 heads and 2 kv heads).
+# MODEL: tiny_lm, moe, fuji (fuji-test: llama-style, GQA with 4 heads and 2 kv heads), and
+# tiny_bf16, moe_bf16, fuji_bf16: the same under bf16 compute (f32 masters).
 # MESH: data4, fsdp4, model2, data2model2, expert2.
 set -u
 AXLC=$1 SRC=$2 MPIRUN=$3 DUMP=$4 W=$5 CASE=$6
@@ -38,9 +39,16 @@ fi
 
 model_file() {
   case $1 in
-  tiny_lm) echo "$SRC/models/tiny-lm.json" ;;
-  moe) echo "$SRC/models/moe-test.json" ;;
-  fuji) echo "$SRC/models/fuji-test.json" ;;
+  tiny_lm | tiny_bf16) echo "$SRC/models/tiny-lm.json" ;;
+  moe | moe_bf16) echo "$SRC/models/moe-test.json" ;;
+  fuji | fuji_bf16) echo "$SRC/models/fuji-test.json" ;;
+  esac
+}
+# precision MODEL: the compute dtype (the *_bf16 models: bf16 compute, f32 masters)
+precision() {
+  case $1 in
+  *_bf16) echo bf16 ;;
+  *) echo f32 ;;
   esac
 }
 # mesh NAME: "DEVICES SHAPE" over [pipeline, data, expert, fsdp, seq, model]
@@ -62,7 +70,7 @@ trainer() {
     target=cpu
     [ "$3" -gt 1 ] && target=cpu-$3
     "$AXLC" compile "$(model_file "$1")" --target $target --set "/mesh/shape=$4" --set /input/seq_len=16 \
-      -o "$T/exe" > "$T/compile.log" 2>&1 || { fail "compile $1 on $2"; cat "$T/compile.log" >&2; return 1; }
+      --set "/precision/compute=$(precision "$1")" -o "$T/exe" > "$T/compile.log" 2>&1 || { fail "compile $1 on $2"; cat "$T/compile.log" >&2; return 1; }
     mv "$T/exe" "$exe"
   fi
   echo "$exe"
@@ -176,8 +184,21 @@ resume)
   reference "$model"
   must train "$model" "$m" "$T/run" --steps $STEPS
   must "$DUMP" "$T/run/ck" "$T/run.safetensors"
-  compare losses "$T/run/m.jsonl" "$W/ref-$model/m.jsonl" 1e-4
-  compare close "$T/run.safetensors" "$W/ref-$model/params.safetensors" 1e-4
+  # bf16 compute: a sharded product's partial sums and the bf16 all-reduce of activations over
+  # `model` round differently from one process's product, a few elements in ten thousand
+  # across a bf16 rounding boundary; AdamW's early steps (about lr times the gradient's sign)
+  # carry that into the parameters, most into those near zero (tiny-lm's norm biases), and a
+  # MoE's top-2 routing turns a changed router logit into a changed expert (docs/precision.md,
+  # "Tolerances"). Measured worst (params): fuji 3e-8 (fsdp4), 3e-4 (data2model2); tiny 9e-4,
+  # 5e-3; moe 8e-3, 2.4e-2 (its losses 1.8e-4 on data2model2).
+  ltol=1e-4 ptol=1e-4
+  case $CASE in
+  fuji_bf16_* | tiny_bf16_fsdp4) ptol=1e-3 ;;
+  tiny_bf16_*) ptol=1e-2 ;;
+  moe_bf16_*) ltol=5e-4 ptol=5e-2 ;;
+  esac
+  compare losses "$T/run/m.jsonl" "$W/ref-$model/m.jsonl" $ltol
+  compare close "$T/run.safetensors" "$W/ref-$model/params.safetensors" ${BF16_PARAM_TOL:-$ptol}
   "$PY" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; \
 print('%s: %.1f ms/step (median), %d bytes sent per device per step' % (sys.argv[2], \
 sorted(x['step_ms'] for x in r)[len(r)//2], r[-1].get('comm_bytes', 0)))" "$T/run/m.jsonl" "$CASE"

@@ -4,10 +4,11 @@
 #                trainer_build): tiny (tiny-lm, seq_len 32, batch 4) and tiny1 (the same with
 #                1 layer). A LLVM -O3 compile takes most of a case's time, so each is made once;
 #                without SHARED, a case compiles what it needs itself
-#   equiv_MODEL  (and equiv_bf16: tiny-lm under bf16 compute) 3 steps of `axlc run --target interp`, of the trainer from `axlc compile`,
+#   equiv_MODEL  (equiv_bf16, _bf16_llama, _bf16_moe: tiny-lm, fuji-test, moe-test under bf16 compute) 3 steps of `axlc run --target interp`, of the trainer from `axlc compile`,
 #                and of `axlc run --target cpu` (the JIT), from the same init and data: the
 #                compiled losses and parameters within 1e-4 relative of the interpreter's, and
 #                the JIT's bit-identical to the trainer's
+#   resume_bf16  the same under bf16 compute, and the checkpoint holds f32 masters only
 #   resume       20 steps straight = 10 steps, --resume, 10 more: identical losses and params;
 #                the first 10 without huge pages (AXLC_HUGEPAGES=0); a bad AXLC_HUGEPAGES
 #   damaged      a flipped byte or a truncated file in the newest checkpoint is refused and the
@@ -107,6 +108,18 @@ equiv_bf16)
   EQUIV_TOL=1e-2 equiv "$SRC/models/tiny-lm.json" /input/seq_len=32 /input/global_batch_size=4 \
     /precision/compute=bf16
   ;;
+equiv_bf16_llama)
+  # the same for a llama-style model (fuji-test: RoPE, GQA, SwiGLU, RMSNorm; measured: losses
+  # 8e-8, parameters 4e-7 apart)
+  EQUIV_TOL=1e-3 equiv "$SRC/models/fuji-test.json" /input/seq_len=16 /input/global_batch_size=2 \
+    /model/vocab_size=256 /precision/compute=bf16
+  ;;
+equiv_bf16_moe)
+  # and the MoE, whose top-2 routing turns a changed router logit into a changed expert
+  # (measured: losses 5e-5, parameters 5e-3 apart)
+  EQUIV_TOL=5e-2 equiv "$SRC/models/moe-test.json" /input/seq_len=16 /input/global_batch_size=2 \
+    /precision/compute=bf16
+  ;;
 equiv_gpt2)
   # gpt2-124m at its full width, heads and vocabulary (768, 12, 50257: its largest matrices),
   # 2 of its 12 identical layers, one sequence of 8 tokens: the interpreter's time is in the
@@ -142,6 +155,26 @@ resume)
   compare exact "$T/b/step_00000020/state.safetensors" "$T/a/step_00000020/state.safetensors"
   cmp -s "$T/b/step_00000020/state.safetensors" "$T/a/step_00000020/state.safetensors" ||
     fail "the step-20 checkpoints differ byte for byte"
+  ;;
+resume_bf16)
+  # bf16 compute, f32 masters in the checkpoint: 8 steps straight = 4, --resume, 4 more, bit for bit
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/trainer" $TINY \
+    --set /precision/compute=bf16
+  must "$T/trainer" --data "$T/text.txt" --steps 8 --ckpt-dir "$T/a" --ckpt-every 4 --metrics "$T/a.jsonl"
+  must "$T/trainer" --data "$T/text.txt" --steps 4 --ckpt-dir "$T/b" --ckpt-every 4 --metrics "$T/b.jsonl"
+  must "$T/trainer" --data "$T/text.txt" --steps 8 --ckpt-dir "$T/b" --ckpt-every 4 --resume \
+    --metrics "$T/b2.jsonl"
+  cat "$T/b.jsonl" "$T/b2.jsonl" > "$T/b_all.jsonl"
+  compare losses "$T/b_all.jsonl" "$T/a.jsonl" 0
+  cmp -s "$T/b/step_00000008/state.safetensors" "$T/a/step_00000008/state.safetensors" ||
+    fail "bf16: the step-8 checkpoints differ byte for byte"
+  "$PY" - "$T/a/step_00000008/state.safetensors" <<'PYEOF' || fail "bf16: the checkpoint does not hold f32 masters"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+bad = [k for k, v in h.items() if k != "__metadata__" and v["dtype"] != "F32"]
+sys.exit(1 if bad else 0)
+PYEOF
   ;;
 damaged)
   trainer tiny && cp "$TR" "$T/trainer"
