@@ -39,9 +39,13 @@ double drv_memreport_compute_s(const DrvMemReport *r, const DrvDevice *dev) {
 void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, FILE *out) {
   char a[32], b[32], c[32];
   const FeMesh *m = &r->mesh;
-  fprintf(out, "memcheck: %s on %s (%lld device%s: %s, %s of memory each)\n", r->file, r->target,
+  FeTargetNaming k = fe_target_naming(r->target);
+  fprintf(out, "memcheck: %s on %s (%lld device%s: %s, %s of memory each", r->file, r->target,
           (long long)m->devices, m->devices == 1 ? "" : "s", dev->doc[0] ? dev->doc : dev->name,
           human(dev->memory, a, sizeof a));
+  if (k.cores_per_chip > 1) /* tpu-v5p-512 is 256 chips: say why the count is not 512 */
+    fprintf(out, "; the name counts TensorCores, %d per chip", k.cores_per_chip);
+  fprintf(out, ")\n");
   fprintf(out, "mesh:");
   for (int i = 0; i < m->n; i++)
     if (m->shape[i] > 1) fprintf(out, " %s=%lld", m->axes[i], (long long)m->shape[i]);

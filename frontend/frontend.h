@@ -202,9 +202,18 @@ typedef struct FeOptions {
  * not NULL) receives the matched rule's regex or NULL. */
 json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const char **rule);
 /* Number of devices a target name implies: "gpu-h100-256" -> 256,
- * "gpu-h100-8x32" -> 256, "cpu" -> 1, NULL -> 0. A count that does not parse
- * ("cpu-0", "gpu-h100-4x") is an error: -1, with the expected form in d. */
+ * "gpu-h100-8x32" -> 256, "cpu" -> 1, NULL -> 0; a kind whose names count
+ * cores divides by its cores per chip ("tpu-v5p-512" -> 256 chips). A count
+ * that does not parse ("cpu-0", "gpu-h100-4x", "tpu-v5p-3") is an error: -1,
+ * with the expected form in d. */
 int fe_target_devices(FeDiag *d, const char *target, int64_t *devices);
+/* How a target's kind counts in its names: `kind` is NULL for a kind that
+ * counts devices; cores_per_chip > 1 when the count is of cores (TPU v4, v5p). */
+typedef struct FeTargetNaming {
+  const char *kind;
+  int cores_per_chip;
+} FeTargetNaming;
+FeTargetNaming fe_target_naming(const char *target);
 
 /* ---- build.c: module walk and the parameter table ------------------------ */
 

@@ -30,6 +30,7 @@ typedef struct {
   json_object *tree;
   json_object *rules;     /* list of {match, modifiers} or NULL */
   const char *rules_file; /* for messages and relative modifier files */
+  const char *rules_path; /* "/mesh_rules" when the list is in the config itself, else NULL */
   const FeSearch *search; /* for files not next to the file naming them */
 } Loaded;
 
@@ -72,6 +73,7 @@ static json_object *take(json_object *o, const char *key) {
 
 /* Takes over `spec`: the list itself, or the name of a file holding one. */
 static int load_rules(FeDiag *d, json_object *spec, const char *file, Loaded *out) {
+  const char *jpath = "/mesh_rules";
   if (json_object_get_type(spec) == json_type_string) {
     const char *rf = fe_find_file(d, file, "/mesh_rules", dir_of(d, file),
                                   json_object_get_string(spec), out->search, false);
@@ -80,6 +82,7 @@ static int load_rules(FeDiag *d, json_object *spec, const char *file, Loaded *ou
     if (!list) return -1;
     spec = list;
     file = rf;
+    jpath = NULL;
   }
   if (json_object_get_type(spec) != json_type_array) {
     json_object_put(spec);
@@ -90,7 +93,64 @@ static int load_rules(FeDiag *d, json_object *spec, const char *file, Loaded *ou
   json_object_put(out->rules);
   out->rules = spec;
   out->rules_file = file;
+  out->rules_path = jpath;
   return 0;
+}
+
+/* The kinds of the device table (rules/devices.json): beside the rules, beside the config, or
+ * on the search path. For the message of a target no rule matches; NULL when none is found. */
+static char *known_kinds(FeDiag *d, const Loaded *l, const char *file) {
+  char *places[2] = {fe_asprintf("%s/devices.json", dir_of(d, l->rules_file)),
+                     fe_asprintf("%s/rules/devices.json", dir_of(d, file))};
+  json_object *table = NULL;
+  for (int i = 0; !table && i < 2; i++) table = json_object_from_file(places[i]);
+  for (int i = 0; !table && l->search && i < l->search->ndirs; i++) {
+    char *p = fe_asprintf("%s/rules/devices.json", l->search->dirs[i]);
+    table = json_object_from_file(p);
+    free(p);
+  }
+  free(places[0]);
+  free(places[1]);
+  char *kinds = NULL;
+  if (table && json_object_get_type(table) == json_type_object) {
+    json_object_object_foreach(table, k, v) {
+      (void)v;
+      if (k[0] == '_') continue; /* "_doc" */
+      char *longer = kinds ? fe_asprintf("%s, %s", kinds, k) : fe_asprintf("%s", k);
+      free(kinds);
+      kinds = longer;
+    }
+  }
+  json_object_put(table);
+  return kinds;
+}
+
+/* A target that no rule matches would run on the config's default mesh: every device on
+ * `data`, every parameter replicated. That is never what a rules file meant for a machine it
+ * does not know, so it is an error, unless the config gives its mesh (/mesh in the file, a
+ * modifier, --apply or --set) or has a catch-all rule (".*"). A config without rules runs
+ * on its /mesh everywhere. */
+static int check_unmatched(FeDiag *d, const Loaded *l, const char *file, const char *target,
+                           const char *matched) {
+  size_t n = l->rules ? json_object_array_length(l->rules) : 0;
+  if (!target || matched || n == 0 || json_object_object_get_ex(l->tree, "mesh", NULL)) return 0;
+  char *pats = NULL;
+  for (size_t i = 0; i < n; i++) {
+    const char *m = json_object_get_string(
+        json_object_object_get(json_object_array_get_idx(l->rules, i), "match"));
+    char *longer = pats ? fe_asprintf("%s, \"%s\"", pats, m) : fe_asprintf("\"%s\"", m);
+    free(pats);
+    pats = longer;
+  }
+  char *kinds = known_kinds(d, l, file);
+  fe_error(d, l->rules_file, l->rules_path,
+           "no mesh rule matches --target %s (the rules match %s; device kinds: %s). Add a rule "
+           "for it, give the mesh in the config (/mesh, or --set /mesh/shape=[...]), or end the "
+           "rules with {\"match\": \".*\", ...}",
+           target, pats, kinds ? kinds : "no rules/devices.json found");
+  free(pats);
+  free(kinds);
+  return -1;
 }
 
 static int check_rule(FeDiag *d, const char *file, json_object *rule, int i, regex_t *re) {
@@ -209,6 +269,26 @@ static int load(FeDiag *d, const char *file, const char **stack, int depth, Load
 
 /* ---- the whole resolution ------------------------------------------------ */
 
+/* How a kind's target names count. Google names TPU v4 and v5p slices by TensorCores (two per
+ * chip: tpu-v5p-512 is 256 chips) and v5e and v6e slices by chips (tpu-v5e-256 is 256); an
+ * axlc device is a chip, the unit the device table's memory and FLOP/s describe. Kinds not
+ * listed (gpu-h100-256, gpu-h100-8x32, cpu-4, trn2-64) count devices. docs/memcheck.md keeps
+ * the same table. */
+static const FeTargetNaming target_namings[] = {
+    {"tpu-v4", 2},
+    {"tpu-v5p", 2},
+    {"tpu-v5e", 1},
+    {"tpu-v6e", 1},
+};
+
+/* The naming of the kind `kind` (len characters): the table's row, else one device a unit. */
+static FeTargetNaming naming_of(const char *kind, size_t len) {
+  for (size_t i = 0; i < sizeof target_namings / sizeof *target_namings; i++)
+    if (strlen(target_namings[i].kind) == len && !strncmp(target_namings[i].kind, kind, len))
+      return target_namings[i];
+  return (FeTargetNaming){NULL, 1};
+}
+
 /* The device count of a target is its last '-' part when that part starts with a digit or is
  * made of digits and 'x' only ("gpu-h100-8x32"); a kind name alone ("gpu-h100") is one device. A
  * count that does not parse is refused, not read as one device: "cpu-0" or "gpu-h100-4x" is a
@@ -216,6 +296,26 @@ static int load(FeDiag *d, const char *file, const char **stack, int depth, Load
 static bool count_part(const char *p) {
   if (isdigit((unsigned char)*p)) return true;
   return *p && strspn(p, "0123456789x") == strlen(p);
+}
+
+FeTargetNaming fe_target_naming(const char *target) {
+  if (!target) return naming_of("", 0);
+  const char *last = strrchr(target, '-');
+  if (last && count_part(last + 1)) return naming_of(target, (size_t)(last - target));
+  return naming_of(target, strlen(target)); /* a kind name alone */
+}
+
+/* A name that counts cores must name whole chips: "tpu-v5p-3" is a typo, not 1.5 chips. */
+static int cores_to_chips(FeDiag *d, const char *target, const char *count, int64_t *n) {
+  FeTargetNaming k = fe_target_naming(target);
+  if (k.cores_per_chip <= 1 || *n > FE_MAX_DEVICES) return 0;
+  if (*n % k.cores_per_chip)
+    return fe_error(d, NULL, NULL,
+                    "--target %s: bad count \"%s\" (%s names count TensorCores, %d per chip: "
+                    "expected a multiple of %d, e.g. %s-512 for 256 chips)",
+                    target, count, k.kind, k.cores_per_chip, k.cores_per_chip, k.kind);
+  *n /= k.cores_per_chip;
+  return 0;
 }
 
 int fe_target_devices(FeDiag *d, const char *target, int64_t *devices) {
@@ -240,6 +340,7 @@ int fe_target_devices(FeDiag *d, const char *target, int64_t *devices) {
     if (*end == 0) break;
     p = end + 1;
   }
+  if (cores_to_chips(d, target, count, &n)) return -1;
   /* Too many devices: the mesh check reports it, with the limit. */
   *devices = n > FE_MAX_DEVICES ? FE_MAX_DEVICES + 1 : n;
   return 0;
@@ -271,7 +372,7 @@ json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const
   if (file && file[0] != '/' && !strchr(file, '/'))
     file = fe_find_file(d, NULL, NULL, NULL, file, &opt->search, false);
   if (file && load(d, file, stack, 0, &l) == 0 && apply_rules(d, &l, opt->target, &matched) == 0 &&
-      apply_cli(d, &l, opt) == 0)
+      apply_cli(d, &l, opt) == 0 && check_unmatched(d, &l, file, opt->target, matched) == 0)
     canon = fe_canonicalize(d, l.tree, "", "trainer");
   if (canon) fe_precision_settle(d, canon, opt->bf16_dot, opt->bf16_why);
   if (canon) {

@@ -857,6 +857,11 @@ static int cmd_cache(Args *a) {
 }
 
 static int dispatch(Args *a) {
+  /* --target interp is the cpu target run by the interpreter: run and compile pick the backend
+   * from it (pick_backend); the commands that only resolve and plan see the cpu target, so its
+   * mesh rule and device kind apply. */
+  bool trains = !strcmp(a->command, "run") || !strcmp(a->command, "compile");
+  if (!trains && a->fe.target && !strcmp(a->fe.target, "interp")) a->fe.target = "cpu";
   if (!strcmp(a->command, "convert")) return cmd_convert(a);
   if (!strcmp(a->command, "plot")) return cmd_plot(a);
   if (!strcmp(a->command, "config")) return cmd_config(a);

@@ -13,10 +13,11 @@ for model in "$top"/models/*.json; do
 done
 # Memory reports of the big models on an H100 and a TPU v5p target (tests/golden/memcheck_check.sh).
 cd "$top"
-for model in llama2-7b llama2-70b fuji-70b mixtral-8x7b; do
-  for target in gpu-h100-256 tpu-v5p-512; do
-    "$axlc" memcheck "models/$model.json" --target "$target" --json \
-      > "tests/golden/memcheck/$model@$target.json" || [ $? -eq 1 ]
-    echo "wrote tests/golden/memcheck/$model@$target.json"
-  done
+# tpu-v5p-512 is 256 chips (the name counts TensorCores); llama2-70b on 512 chips too.
+for job in llama2-7b@gpu-h100-256 llama2-7b@tpu-v5p-512 llama2-70b@gpu-h100-256 \
+  llama2-70b@tpu-v5p-512 llama2-70b@tpu-v5p-1024 fuji-70b@gpu-h100-256 fuji-70b@tpu-v5p-512 \
+  mixtral-8x7b@gpu-h100-256 mixtral-8x7b@tpu-v5p-512; do
+  "$axlc" memcheck "models/${job%@*}.json" --target "${job#*@}" --json \
+    > "tests/golden/memcheck/$job.json" || [ $? -eq 1 ]
+  echo "wrote tests/golden/memcheck/$job.json"
 done

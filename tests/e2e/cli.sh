@@ -55,14 +55,75 @@ config_target)
   run config "$MODELS/llama2-7b.json" --target gpu-h100-8x32 --apply "$MODELS/modifiers/moe.json" \
     --set /model/decoder/num_layers=2
   expect_rc 0
-  expect_in "$T/err" 'note: target gpu-h100-8x32 matched mesh rule "gpu-h100-.*"'
   expect_in "$T/out" '"kind": "moe"'
   expect_in "$T/out" '"num_layers": 2,'
   expect_in "$T/out" '"remat_policy": "save_qkvo"'
-  expect_in "$T/out" '"shape": [1, 1, 1, -1, 1, 8]'
-  run config "$MODELS/tiny-lm.json" --target tpu-v5p-8
+  expect_in "$T/out" '"shape": [1, -1, 1, 8, 1, 1]'
+  expect_in "$T/err" 'note: target gpu-h100-8x32 matched mesh rule "gpu-(h100|h200|b200|a100-80gb)-'
+  ;;
+target_no_rule)
+  # a target the rules do not know is an error that lists what they know, not data=N
+  for c in config params ir memcheck; do
+    run $c "$MODELS/tiny-lm.json" --target tpu-v5p-8
+    expect_user_error "models/rules/cpu.json: no mesh rule matches --target tpu-v5p-8 (the rules match \"cpu(-[0-9]+)?|opencl(-.*)?\"; device kinds: cpu, opencl, gpu-a100-40gb"
+  done
+  expect_in "$T/err" "tpu-v5p, tpu-v6e, trn2). Add a rule for it, give the mesh in the config (/mesh, or --set /mesh/shape=[...]), or end the rules with {\"match\": \".*\", ...}"
+  run config "$MODELS/llama2-70b.json" --target gpu-h100-64
+  expect_user_error 'models/rules/llama-70b.json: no mesh rule matches --target gpu-h100-64'
+  # the config says what to do: its mesh stands
+  run config "$MODELS/tiny-lm.json" --target tpu-v5p-8 --set '/mesh/shape=[1,1,1,-1,1,1]'
   expect_rc 0
   expect_in "$T/err" 'note: target tpu-v5p-8 matched no mesh rule; the config'"'"'s mesh stands'
+  expect_in "$T/out" '"shape": [1, 1, 1, -1, 1, 1]'
+  ;;
+targets_every_model)
+  # every shipped model resolves for the host targets, through a rule of its own rules file
+  for m in "$MODELS"/*.json; do
+    for t in cpu cpu-2 interp opencl; do
+      run config "$m" --target $t
+      expect_rc 0
+      expect_in "$T/err" 'matched mesh rule "cpu(-[0-9]+)?|opencl(-.*)?"'
+    done
+  done
+  run params "$MODELS/tiny-lm.json" --target interp
+  expect_rc 0
+  expect_in "$T/out" "on a mesh of 1 devices"
+  ;;
+device_kinds)
+  # every kind of the shipped table has each figure memcheck reads, its bf16 rate included
+  python3 - "$MODELS/rules/devices.json" <<'PY' || fail "a device kind lacks a figure"
+import json, sys
+t = json.load(open(sys.argv[1]))
+for kind, d in t.items():
+    if kind.startswith("_"): continue
+    for key in ("doc", "memory", "memory_bandwidth", "link_bandwidth"):
+        assert key in d, (kind, key)
+    for dt in ("f32", "bf16"):
+        assert d["flops"].get(dt, 0) > 0, (kind, "flops", dt)
+PY
+  # and every TPU kind whose names the frontend reads is in it
+  for t in tpu-v4-8 tpu-v5p-8 tpu-v5e-4 tpu-v6e-4; do
+    run memcheck "$MODELS/tiny-lm.json" --target $t --set '/mesh/shape=[1,-1,1,1,1,1]' --json
+    expect_rc 0
+    expect_in "$T/out" '"devices": 4,'
+  done
+  ;;
+target_naming)
+  # TPU v4 and v5p names count TensorCores, two per chip; an axlc device is a chip
+  run params "$MODELS/fuji-70b.json" --target tpu-v5p-512
+  expect_rc 0
+  expect_in "$T/out" "on a mesh of 256 devices (pipeline=1, data=1, expert=1, fsdp=256, seq=1, model=1)"
+  run params "$MODELS/llama2-7b.json" --target tpu-v4-1024
+  expect_rc 0
+  expect_in "$T/out" "on a mesh of 512 devices (pipeline=1, data=32, expert=1, fsdp=16, seq=1, model=1)"
+  run params "$MODELS/llama2-7b.json" --target tpu-v5p-7
+  expect_user_error 'error: --target tpu-v5p-7: bad count "7" (tpu-v5p names count TensorCores, 2 per chip'
+  run memcheck "$MODELS/tiny-lm.json" --target tpu-v5e-4 --set '/mesh/shape=[1,-1,1,1,1,1]'
+  expect_rc 0
+  expect_in "$T/out" "on tpu-v5e-4 (4 devices: Google Cloud TPU v5e chip, 16.00 GiB of memory each)"
+  run memcheck "$MODELS/tiny-lm.json" --target tpu-v5p-8 --set '/mesh/shape=[1,-1,1,1,1,1]'
+  expect_rc 0
+  expect_in "$T/out" "on tpu-v5p-8 (4 devices: Google Cloud TPU v5p chip, 95.00 GiB of memory each; the name counts TensorCores, 2 per chip)"
   ;;
 params_total)
   run params "$MODELS/gpt2-124m.json"

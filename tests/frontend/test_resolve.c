@@ -155,15 +155,12 @@ static void test_rules_whole_name(void) {
   EXPECT_INT(fe_t_int(t.tree, "/max_steps"), 13);
   fe_t_done(&t);
   fe_t_resolve(&t, P("cfg.json"), "cpu-04", NULL, NULL); /* no rule matches all of it */
-  EXPECT_OK(&t);
-  EXPECT_STR(t.rule, NULL);
-  EXPECT_INT(fe_t_int(t.tree, "/max_steps"), 200);
+  EXPECT_FAILS(&t, "no mesh rule matches --target cpu-04");
   fe_t_done(&t);
   /* alternation is anchored as a whole: "a|cpu" must not match "cpu-4" via "a" */
   write_rules_cfg("[{\"match\": \"gpu|cpu\", \"modifiers\": [" SET_STEPS(14) "]}]");
   fe_t_resolve(&t, P("cfg.json"), "xcpu", NULL, NULL);
-  EXPECT_OK(&t);
-  EXPECT_STR(t.rule, NULL);
+  EXPECT_FAILS(&t, "no mesh rule matches --target xcpu");
   fe_t_done(&t);
   fe_t_resolve(&t, P("cfg.json"), "cpu", NULL, NULL);
   EXPECT_OK(&t);
@@ -195,6 +192,46 @@ static void test_rules_no_match_keeps_mesh(void) {
   EXPECT_INT(b.mesh.shape[1], 2);
   EXPECT_INT(b.mesh.shape[3], 16);
   fe_build_free(&b);
+  fe_t_done(&t);
+}
+
+/* A target no rule matches would get the default mesh (every device on data, every parameter
+ * replicated): an error naming the rules' patterns and the device kinds, unless the config gives
+ * the mesh (above: in the file; here: --set) or has a catch-all rule. */
+static void test_rules_no_match_is_an_error(void) {
+  FeT t;
+  char file[4096];
+  snprintf(file, sizeof file, "%s/llama2-7b.json", AXLC_MODELS_DIR);
+  fe_t_resolve(&t, file, "gpu-a100-40gb-64", NULL, NULL);
+  EXPECT_FAILS(
+      &t, "/models/rules/llama.json: no mesh rule matches --target gpu-a100-40gb-64",
+      "(the rules match \"cpu(-[0-9]+)?|opencl(-.*)?\", \"gpu-(h100|h200|b200|a100-80gb)-",
+      "\"tpu-v5p-.*\"", "device kinds: cpu, opencl, gpu-a100-40gb, gpu-a100-80gb, gpu-h100",
+      "tpu-v5e, tpu-v5p, tpu-v6e, trn2)", "--set /mesh/shape=[...]", "{\"match\": \".*\", ...}");
+  fe_t_done(&t);
+  const char *sets[] = {"/mesh/shape=[1,-1,1,8,1,1]", NULL};
+  fe_t_resolve(&t, file, "gpu-a100-40gb-64", NULL, sets);
+  EXPECT_OK(&t);
+  EXPECT_STR(t.rule, NULL);
+  fe_t_done(&t);
+  /* rules in the config itself: the message points at /mesh_rules */
+  write_rules_cfg("[{\"match\": \"tpu-.*\", \"modifiers\": [" SET_STEPS(10) "]}]");
+  fe_t_resolve(&t, P("cfg.json"), "cpu-2", NULL, NULL);
+  EXPECT_FAILS(&t, P("cfg.json"), ": /mesh_rules: no mesh rule matches --target cpu-2",
+               "(the rules match \"tpu-.*\"; device kinds: ");
+  fe_t_done(&t);
+  write_rules_cfg("[{\"match\": \"tpu-.*\", \"modifiers\": [" SET_STEPS(
+      10) "]},"
+          " {\"match\": \".*\", \"modifiers\": [" SET_STEPS(12) "]}]");
+  fe_t_resolve(&t, P("cfg.json"), "cpu-2", NULL, NULL);
+  EXPECT_OK(&t);
+  EXPECT_STR(t.rule, ".*");
+  EXPECT_INT(fe_t_int(t.tree, "/max_steps"), 12);
+  fe_t_done(&t);
+  /* no rules at all: the config's mesh, here the default, for every target */
+  fe_t_write_tiny();
+  fe_t_resolve(&t, P("tiny.json"), "cpu-2", NULL, NULL);
+  EXPECT_OK(&t);
   fe_t_done(&t);
 }
 
@@ -291,7 +328,7 @@ static void test_target_devices(void) {
   EXPECT_INT(devices_of("gpu-h100"), 1);
   EXPECT_INT(devices_of("gpu-h100-8x32"), 256);
   EXPECT_INT(devices_of("gpu-h100-256"), 256);
-  EXPECT_INT(devices_of("tpu-v5p-512"), 512);
+  EXPECT_INT(devices_of("tpu-v5p-512"), 256); /* target_naming */
   EXPECT_INT(devices_of("opencl-2x2x2"), 8);
   EXPECT_INT(devices_of("gpu-h100-99999999999999999999"), FE_MAX_DEVICES + 1);
   EXPECT_INT(devices_of("gpu-h100-65536x65536x65536"), FE_MAX_DEVICES + 1);
@@ -308,28 +345,65 @@ static void test_target_devices(void) {
   target_refused("cpu-", "bad device count \"\"");
 }
 
+/* Each kind's names count what its vendor counts: TensorCores for TPU v4 and v5p slices (two a
+ * chip), chips for v5e and v6e, devices elsewhere; an axlc device is a chip. */
+static void test_target_naming(void) {
+  EXPECT_INT(devices_of("tpu-v4-64"), 32);
+  EXPECT_INT(devices_of("tpu-v4-2048"), 1024);
+  EXPECT_INT(devices_of("tpu-v5p-8"), 4);
+  EXPECT_INT(devices_of("tpu-v5p-512"), 256);
+  EXPECT_INT(devices_of("tpu-v5p-2x512"), 512); /* the product of the factors counts cores */
+  EXPECT_INT(devices_of("tpu-v5p"), 1);         /* a kind alone is one chip */
+  EXPECT_INT(devices_of("tpu-v5e-256"), 256);
+  EXPECT_INT(devices_of("tpu-v6e-256"), 256);
+  EXPECT_INT(devices_of("gpu-h100-256"), 256);
+  EXPECT_INT(devices_of("gpu-h100-8x32"), 256);
+  EXPECT_INT(devices_of("trn2-64"), 64);
+  EXPECT_INT(devices_of("tpu-v5p-99999999999999999999"), FE_MAX_DEVICES + 1);
+  target_refused("tpu-v5p-3", "--target tpu-v5p-3: bad count \"3\" (tpu-v5p names count "
+                              "TensorCores, 2 per chip: expected a multiple of 2");
+  target_refused("tpu-v4-1", "tpu-v4 names count TensorCores, 2 per chip");
+  FeTargetNaming k = fe_target_naming("tpu-v5p-512");
+  EXPECT_STR(k.kind, "tpu-v5p");
+  EXPECT_INT(k.cores_per_chip, 2);
+  k = fe_target_naming("tpu-v4");
+  EXPECT_INT(k.cores_per_chip, 2);
+  k = fe_target_naming("tpu-v5e-256");
+  EXPECT_STR(k.kind, "tpu-v5e");
+  EXPECT_INT(k.cores_per_chip, 1);
+  k = fe_target_naming("tpu-v6e-8x32");
+  EXPECT_INT(k.cores_per_chip, 1);
+  k = fe_target_naming("gpu-h100-256");
+  EXPECT_STR(k.kind, NULL);
+  EXPECT_INT(k.cores_per_chip, 1);
+  k = fe_target_naming("tpu-v5px-512"); /* the kind is the whole name before the count */
+  EXPECT_INT(k.cores_per_chip, 1);
+}
+
 static void test_mesh_minus_one(void) {
   FeT t;
   char file[4096];
   snprintf(file, sizeof file, "%s/llama2-7b.json", AXLC_MODELS_DIR);
   fe_t_resolve(&t, file, "gpu-h100-8x32", NULL, NULL);
   EXPECT_OK(&t);
-  EXPECT_STR(t.rule, "gpu-h100-.*");
+  EXPECT_STR(t.rule, "gpu-(h100|h200|b200|a100-80gb)-(256|512|1024|8x32|8x64|8x128)");
   EXPECT_STR(fe_t_str(t.tree, "/model/decoder/remat_policy"), "save_qkvo");
   FeBuild b;
   EXPECT_INT(fe_t_params(&t, 256, &b), 6738415616LL);
   EXPECT_INT(b.mesh.devices, 256);
   EXPECT_STR(b.mesh.axes[3], "fsdp");
-  EXPECT_INT(b.mesh.shape[3], 32);
-  EXPECT_INT(b.mesh.shape[5], 8);
+  EXPECT_INT(b.mesh.shape[1], 32); /* data=-1 x fsdp=8 */
+  EXPECT_INT(b.mesh.shape[3], 8);
+  EXPECT_INT(b.mesh.shape[5], 1);
   fe_build_free(&b);
   fe_t_done(&t);
-  fe_t_resolve(&t, file, "tpu-v5p-512", NULL, NULL);
+  fe_t_resolve(&t, file, "tpu-v5p-512", NULL, NULL); /* 256 chips */
   EXPECT_OK(&t);
-  EXPECT_STR(t.rule, "tpu-v5p-(512|1024|2048|4096|8192)");
-  EXPECT_INT(fe_t_params(&t, 512, &b), 6738415616LL);
-  EXPECT_INT(b.mesh.shape[1], 2);
-  EXPECT_INT(b.mesh.shape[3], 256);
+  EXPECT_STR(t.rule, "tpu-v5p-.*");
+  EXPECT_STR(fe_t_str(t.tree, "/model/decoder/remat_policy"), "save_dots");
+  EXPECT_INT(fe_t_params(&t, 256, &b), 6738415616LL);
+  EXPECT_INT(b.mesh.shape[1], 4); /* data=-1 x fsdp=64 */
+  EXPECT_INT(b.mesh.shape[3], 64);
   fe_build_free(&b);
   fe_t_done(&t);
   /* no target: -1 takes 1 */
@@ -340,6 +414,45 @@ static void test_mesh_minus_one(void) {
   EXPECT_INT(b.mesh.shape[1], 1);
   fe_build_free(&b);
   fe_t_done(&t);
+}
+
+/* The 70B models have rules of their own (rules/llama-70b.json): AXLearn's 70B recipes. */
+static void test_rules_70b(void) {
+  static const struct {
+    const char *model, *target;
+    int64_t devices, data, fsdp;
+    const char *remat;
+  } cases[] = {
+      {"llama2-70b", "gpu-h100-256", 256, 4, 64, "save_qkvo"},
+      {"llama2-70b", "gpu-h100-8x64", 512, 4, 128, "save_qkvo"},
+      {"fuji-70b", "gpu-h100-1024", 1024, 8, 128, "save_qkvo"},
+      {"fuji-70b", "gpu-h200-256", 256, 4, 64, "save_qkvo"},
+      {"llama2-70b", "gpu-b200-512", 512, 32, 16, "save_qkvo"},
+      {"llama2-70b", "tpu-v5p-1024", 512, 1, 512, NULL},
+      {"fuji-70b", "tpu-v5p-512", 256, 1, 256, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    FeT t;
+    char file[4096];
+    snprintf(file, sizeof file, "%s/%s.json", AXLC_MODELS_DIR, cases[i].model);
+    fe_t_resolve(&t, file, cases[i].target, NULL, NULL);
+    EXPECT_OK(&t);
+    FeBuild b;
+    EXPECT(fe_t_params(&t, cases[i].devices, &b) > 0);
+    EXPECT_INT(b.mesh.shape[1], cases[i].data);
+    EXPECT_INT(b.mesh.shape[3], cases[i].fsdp);
+    EXPECT_INT(b.mesh.shape[5], 1);
+    fe_build_free(&b);
+    if (cases[i].remat) {
+      EXPECT_STR(fe_t_str(t.tree, "/model/decoder/remat_policy"), cases[i].remat);
+    } else { /* AXLearn saves the q/k/v projections (and offloads the input, which axlc keeps) */
+      char *policy = fe_t_canon_at(t.tree, "/model/decoder/remat_policy");
+      EXPECT_HAS(policy, "attention\\\\.(q|k|v)_proj");
+      free(policy);
+    }
+    EXPECT_STR(fe_t_str(t.tree, "/precision/compute"), "bf16");
+    fe_t_done(&t);
+  }
 }
 
 static void test_mesh_not_dividing_target(void) {
@@ -455,10 +568,13 @@ static const FeTCase cases[] = {
     {"rules_first_match_wins", test_rules_first_match_wins},
     {"rules_whole_name", test_rules_whole_name},
     {"rules_no_match_keeps_mesh", test_rules_no_match_keeps_mesh},
+    {"rules_no_match_is_an_error", test_rules_no_match_is_an_error},
     {"rules_from_file", test_rules_from_file},
     {"rules_malformed", test_rules_malformed},
     {"target_devices", test_target_devices},
+    {"target_naming", test_target_naming},
     {"mesh_minus_one", test_mesh_minus_one},
+    {"rules_70b", test_rules_70b},
     {"mesh_not_dividing_target", test_mesh_not_dividing_target},
     {"resolution_order", test_resolution_order},
     {"resolution_keys_not_in_tree", test_resolution_keys_not_in_tree},
