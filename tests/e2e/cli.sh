@@ -603,6 +603,9 @@ memcheck_errors)
   expect_user_error "axlc memcheck needs --target"
   run memcheck "$MODELS/tiny-lm.json" --target nosuch-8
   expect_rc 1
+  expect_in "$T/err" 'no mesh rule matches --target nosuch-8 (the rules match "cpu(-[0-9]+)?|opencl(-.*)?"; device kinds: cpu, opencl, gpu-a100-40gb'
+  run memcheck "$MODELS/tiny-lm.json" --target nosuch-8 --set '/mesh/shape=[1,-1,1,1,1,1]'
+  expect_rc 1
   expect_in "$T/err" 'no device kind "nosuch" for --target nosuch-8 (expected one of: cpu, opencl, gpu-a100-40gb'
   printf '{"cpu": {"memory": -3}}' > "$T/dev.json"
   run memcheck "$MODELS/tiny-lm.json" --target cpu --devices "$T/dev.json"
