@@ -7,6 +7,7 @@ PyTorch).
         [--bf16-peak build/tools/bench/bf16_peak]
         [--steps N] [--warmup N] [--rounds R] [--threads N] [--only NAME] [--skip NAME]
         [--no-torch] [--warm auto|always|never] [--json OUT] [--opencl [--ocl-gemm PROGRAM]]
+        [--bf16] [--openblas-coretype auto|keep|NAME]
 
 What it measures, in order:
 
@@ -46,6 +47,22 @@ What it measures, in order:
 4. A summary table with the issue's goals for the ratio (GOALS), marked met or not met.
    --json OUT writes every number above, including every measured step, so docs/bench.md can
    be regenerated from it.
+
+With --bf16, mixed precision beside f32: every benchmark is also compiled with --set
+/precision/compute=bf16 (its own compile rows, "NAME bf16"), and each round of step 3 runs, in
+this order, the axlc bf16 trainer, the axlc f32 one, PyTorch f32 and PyTorch with
+torch.autocast("cpu", dtype=torch.bfloat16) (torch_bench.py --autocast). Each benchmark then
+prints the ratios axlc f32 ms / axlc bf16 ms (above 1: bf16 is faster than axlc's own f32),
+PyTorch autocast ms / axlc bf16 ms and PyTorch f32 ms / axlc f32 ms, and each axlc step's
+FLOP rate as a share of the bf16 ceiling (--bf16-peak) and of the FMA ceiling (--fma-peak);
+the summary adds a bf16 table with BF16_GOALS, judged only on a CPU with AVX512_BF16.
+
+OpenBLAS: every process bench.py starts (the peak probe, axlc, the trainers, PyTorch, whose
+BLAS is OpenBLAS on Debian) inherits OPENBLAS_CORETYPE. OpenBLAS 0.3.21 does not know some
+AVX-512 CPUs and falls back to its Prescott (SSE3) kernels, at a fifth of their speed
+(docs/bench.md, "bf16 against f32 and PyTorch autocast"). --openblas-coretype auto (the
+default) sets it to SkylakeX when it is unset and the CPU has AVX-512F, keep leaves the
+environment alone, NAME sets that core type. What was used is printed and saved.
 
 Model FLOPs per step: 6 * (matmul parameters) * tokens + 12 * layers * batch * seq^2 * dim
 (the attention score and context matmuls, forward and backward, without causal savings).
@@ -94,6 +111,38 @@ COMPILE_ONLY = [
 
 # The issue's goals for the ratio PyTorch ms / axlc ms, by the benchmark name's first word.
 GOALS = {"gpt2-124m": (">=", 2.0), "small": (">=", 1.5), "long": (">", 1.0)}
+
+# --bf16: the override that compiles a benchmark's bf16 trainer, and the goals for the axlc
+# bf16 step, by the benchmark name's first word: "f32" is axlc f32 ms / axlc bf16 ms,
+# "autocast" is PyTorch autocast ms / axlc bf16 ms. Judged on a CPU with AVX512_BF16 only.
+BF16_SET = "/precision/compute=bf16"
+BF16_GOALS = {"gpt2-124m": {"f32": (">=", 1.6), "autocast": (">=", 2.0)},
+              "small": {"f32": (">=", 1.4)}}
+BF16_RATIOS = {"f32": ("axlc", "axlc f32 / axlc bf16"),
+               "autocast": ("pytorch-autocast", "PyTorch autocast / axlc bf16")}
+
+
+def cpu_flags():
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def openblas_coretype(choice):
+    """Sets OPENBLAS_CORETYPE in this process's environment (every child inherits it) as
+    --openblas-coretype says; returns the value in force (None: unset)."""
+    if choice == "auto":
+        if "OPENBLAS_CORETYPE" not in os.environ and "avx512f" in cpu_flags():
+            os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    elif choice != "keep":
+        os.environ["OPENBLAS_CORETYPE"] = choice
+    return os.environ.get("OPENBLAS_CORETYPE")
 
 
 def sets_args(sets):
@@ -197,11 +246,13 @@ def run_trainer(trainer, data, steps, warmup, threads, work, tag):
     return [r["step_ms"] for r in rows][warmup:], rows[-1].get("loss")
 
 
-def run_torch(resolved, steps, warmup, threads):
-    """One torch_bench.py run; returns (measured steps' ms, the last loss, torch version)."""
+def run_torch(resolved, steps, warmup, threads, autocast=False):
+    """One torch_bench.py run (with autocast: under bf16 autocast); returns (measured steps'
+    ms, the last loss, torch version)."""
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
     out = run(["/usr/bin/python3", os.path.join(HERE, "torch_bench.py"), resolved,
-               "--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads)], env=env)
+               "--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads)] +
+              (["--autocast"] if autocast else []), env=env)
     r = json.loads(out.strip().splitlines()[-1])
     return r["step_ms"], r["loss"], r["torch"]
 
@@ -232,8 +283,33 @@ def fmt(x, spec, none="-"):
     return none if x is None else format(x, spec)
 
 
-def bench_training(a, name, model, sets, trainer, peak, top):
-    """R rounds of (axlc, [OpenCL], PyTorch) on one benchmark; prints and returns its results."""
+def bf16_ratios(res, bf16_cpu):
+    """Fills res["bf16"]: the ratios of BF16_RATIOS (and PyTorch f32 / axlc f32) and
+    BF16_GOALS' verdicts (met None: not measured, or not judged on a CPU without
+    AVX512_BF16)."""
+    impls = res["impls"]
+    bf = impls["axlc-bf16"]["ms_per_step"]
+    ratios = {k: impls[i]["ms_per_step"] / bf if i in impls else None
+              for k, (i, _) in BF16_RATIOS.items()}
+    goals = {}
+    for k, g in BF16_GOALS.get(res["benchmark"].split()[0], {}).items():
+        goals[k] = {"op": g[0], "ratio": g[1],
+                    "met": goal_met(g, ratios[k]) if bf16_cpu else None}
+    res["bf16"] = {"ratios": ratios, "goals": goals, "judged": bf16_cpu}
+
+
+def ceiling_shares(x, flops, report):
+    """The FLOP rate of x (one implementation's results) as shares of the FMA and bf16
+    ceilings that were measured, into x["share_fma"] and x["share_bf16"]."""
+    rate = flops / (x["ms_per_step"] / 1000) / 1e9
+    for key, peak in (("share_fma", report.get("fma_peak_gflops")),
+                      ("share_bf16", report.get("bf16_peak_gflops"))):
+        x[key] = rate / peak["start"] if peak else None
+
+
+def bench_training(a, name, model, sets, trainer, peak, top, report, bf16_trainer=None):
+    """R rounds of ([axlc bf16], axlc, [OpenCL], PyTorch, [PyTorch autocast]) on one
+    benchmark; prints and returns its results."""
     flops, tokens, cfg = model_flops(a.axlc, model, sets)
     work = os.path.join(top, "work-" + name.split()[0])
     os.makedirs(work)
@@ -247,7 +323,8 @@ def bench_training(a, name, model, sets, trainer, peak, top):
     if a.opencl:
         ocl = os.path.join(work, "trainer-opencl")
         run([a.axlc, "compile", model, "--target", "opencl", "-o", ocl] + sets_args(sets))
-    impls = ["axlc"] + (["opencl"] if a.opencl else []) + ([] if a.no_torch else ["pytorch"])
+    impls = (["axlc-bf16"] if bf16_trainer else []) + ["axlc"] + (["opencl"] if a.opencl else []) \
+        + ([] if a.no_torch else ["pytorch"] + (["pytorch-autocast"] if bf16_trainer else []))
     steps = {i: [] for i in impls}
     rounds = []
     torch_version = None
@@ -255,6 +332,9 @@ def bench_training(a, name, model, sets, trainer, peak, top):
           f"{flops / 1e9:.2f} GFLOP/step")
     for r in range(a.rounds):
         got, loss = {}, {}
+        if bf16_trainer:
+            got["axlc-bf16"], loss["axlc-bf16"] = run_trainer(bf16_trainer, data, a.steps,
+                                                              a.warmup, a.threads, work, "bf16")
         got["axlc"], loss["axlc"] = run_trainer(trainer, data, a.steps, a.warmup, a.threads,
                                                 work, "cpu")
         if a.opencl:
@@ -263,6 +343,9 @@ def bench_training(a, name, model, sets, trainer, peak, top):
         if not a.no_torch:
             got["pytorch"], loss["pytorch"], torch_version = run_torch(resolved, a.steps,
                                                                        a.warmup, a.threads)
+            if bf16_trainer:
+                got["pytorch-autocast"], loss["pytorch-autocast"], _ = run_torch(
+                    resolved, a.steps, a.warmup, a.threads, autocast=True)
         for i in impls:
             steps[i] += got[i]
         rounds.append(dict(got, last_loss=loss))
@@ -280,6 +363,7 @@ def bench_training(a, name, model, sets, trainer, peak, top):
             "mfu": flops / (ms / 1000) / (peak * 1e9),
             "round_medians": [statistics.median(g[i]) for g in rounds],
             "measured_steps": len(steps[i])}
+        ceiling_shares(res["impls"][i], flops, report)
     pt = res["impls"].get("pytorch")
     res["ratio"] = pt["ms_per_step"] / res["impls"]["axlc"]["ms_per_step"] if pt else None
     goal = goal_of(name)
@@ -287,14 +371,59 @@ def bench_training(a, name, model, sets, trainer, peak, top):
                    "met": goal_met(goal, res["ratio"])} if goal else None
     for i in impls:
         x = res["impls"][i]
-        print(f"  {i:8} {x['ms_per_step']:10.1f} ms/step {x['tokens_per_s']:9.0f} tokens/s "
-              f"MFU {100 * x['mfu']:5.1f}%  (rounds: "
+        shares = "".join(f", {100 * x[k]:.0f}% of the {c} ceiling"
+                         for k, c in (("share_bf16", "bf16"), ("share_fma", "FMA"))
+                         if bf16_trainer and x[k] is not None)
+        print(f"  {i:16} {x['ms_per_step']:10.1f} ms/step {x['tokens_per_s']:9.0f} tokens/s "
+              f"MFU {100 * x['mfu']:5.1f}%{shares}  (rounds: "
               + " ".join("%.1f" % m for m in x["round_medians"]) + ")")
     if res["ratio"] is not None:
         print(f"  ratio PyTorch/axlc {res['ratio']:.2f}"
               + (" (axlc faster)" if res["ratio"] > 1 else " (PyTorch faster)"))
+    if bf16_trainer:
+        bf16_ratios(res, report.get("bf16_cpu", False))
+        for k, (_, what) in BF16_RATIOS.items():
+            r = res["bf16"]["ratios"][k]
+            if r is not None:
+                print(f"  ratio {what} {r:.2f}"
+                      + (" (axlc bf16 faster)" if r > 1 else " (axlc bf16 slower)"))
     sys.stdout.flush()
     return res
+
+
+def pct(x):
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def goal_text(g):
+    return f"{g['op']} {g['ratio']:.1f}: " + (
+        "not measured" if g["met"] is None else "met" if g["met"] else "NOT MET")
+
+
+def print_bf16_summary(report):
+    """The --bf16 table: each implementation's ms, the three ratios, the bf16 step's shares of
+    the ceilings, and BF16_GOALS."""
+    print(f"\nbf16 (--set {BF16_SET}); ratios above 1: the first named is slower\n"
+          f"{'benchmark':22} | {'axlc bf16':>9} | {'axlc f32':>8} | {'PT f32':>8} | "
+          f"{'PT autoc':>8} | {'f32/bf16':>8} | {'autoc/bf16':>10} | {'PT/axlc f32':>11} | "
+          f"{'bf16 ceil':>9} | {'FMA ceil':>8} | goals (bf16)")
+    for res in report["train"]:
+        if "bf16" not in res:
+            continue
+        x, r = res["impls"], res["bf16"]["ratios"]
+
+        def ms(i):
+            return fmt(x[i]["ms_per_step"] if i in x else None, "8.1f")
+        bf = x["axlc-bf16"]
+        goals = "; ".join(f"{BF16_RATIOS[k][1]} {goal_text(g)}"
+                          for k, g in res["bf16"]["goals"].items())
+        if res["bf16"]["goals"] and not res["bf16"]["judged"]:
+            goals += " (not judged: the CPU lacks AVX512_BF16)"
+        print(f"{res['benchmark']:22} | {ms('axlc-bf16'):>9} | {ms('axlc'):>8} | "
+              f"{ms('pytorch'):>8} | {ms('pytorch-autocast'):>8} | "
+              f"{fmt(r['f32'], '8.2f'):>8} | {fmt(r['autocast'], '10.2f'):>10} | "
+              f"{fmt(res['ratio'], '11.2f'):>11} | "
+              f"{pct(bf['share_bf16']):>9} | {pct(bf['share_fma']):>8} | {goals or '-'}")
 
 
 def print_summary(report):
@@ -304,8 +433,7 @@ def print_summary(report):
     for res in report["train"]:
         ax, pt = res["impls"]["axlc"], res["impls"].get("pytorch")
         g = res["goal"]
-        goal = "-" if g is None else f"{g['op']} {g['ratio']:.1f}: " + (
-            "not measured" if g["met"] is None else "met" if g["met"] else "NOT MET")
+        goal = "-" if g is None else goal_text(g)
         print(f"{res['benchmark']:22} | {ax['ms_per_step']:8.1f} | "
               f"{fmt(pt and pt['ms_per_step'], '10.1f'):>10} | "
               f"{fmt(res['ratio'], '5.2f'):>5} | {100 * ax['mfu']:7.1f}% | "
@@ -355,8 +483,15 @@ def main():
     ap.add_argument("--json", metavar="OUT", help="write all results to OUT as JSON")
     ap.add_argument("--opencl", action="store_true", help="also the OpenCL backend")
     ap.add_argument("--ocl-gemm", help="the ocl_gemm program: OpenCL GEMM GFLOP/s")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also axlc bf16 trainers (--set %s) and PyTorch under bf16 autocast, "
+                         "alternating with the f32 runs" % BF16_SET)
+    ap.add_argument("--openblas-coretype", default="auto", metavar="auto|keep|NAME",
+                    help="OPENBLAS_CORETYPE for every process started: auto (default) sets "
+                         "SkylakeX when unset on an AVX-512 CPU, keep leaves it alone")
     a = ap.parse_args()
     a.axlc = os.path.abspath(a.axlc)
+    coretype = openblas_coretype(a.openblas_coretype)
 
     def selected(name):
         return (not a.only or a.only in name) and not any(k in name for k in a.skip)
@@ -365,13 +500,14 @@ def main():
         "host": platform.node(), "cpus": os.cpu_count(), "git": git_rev(),
         "settings": {"steps": a.steps, "warmup": a.warmup, "rounds": a.rounds,
                      "threads": a.threads, "torch": not a.no_torch, "opencl": a.opencl,
-                     "only": a.only, "skip": a.skip, "warm": a.warm},
+                     "only": a.only, "skip": a.skip, "warm": a.warm, "bf16": a.bf16},
+        "openblas_coretype": coretype, "bf16_cpu": "avx512_bf16" in cpu_flags(),
         "loadavg_start": list(os.getloadavg()), "goals": GOALS,
         "compile": [], "train": [], "ocl_gemm": [],
     }
     print(f"axlc {report['git']}, {report['cpus']} CPUs, load average "
           f"{report['loadavg_start'][0]:.2f}, {a.rounds} rounds of {a.warmup}+{a.steps} steps, "
-          f"{a.threads} threads")
+          f"{a.threads} threads, OPENBLAS_CORETYPE {coretype or 'unset'}")
     if report["loadavg_start"][0] > (os.cpu_count() or 1) - 0.5:
         print("note: the machine is busy (load average near or above its CPU count): expect "
               "noisy numbers, a low sgemm peak and so a high MFU; read the ratios")
@@ -410,10 +546,13 @@ def main():
         print(f"{'model':22} {'cold s':>8} {'cold MiB':>9} {'cache written':>18} {'warm s':>8} "
               f"{'warm MiB':>9}")
         trainers = {}
-        for name, model, sets, flags in [b + ([],) for b in BENCHMARKS] + COMPILE_ONLY:
+        bf16_rows = [(n + " bf16", m, s + [BF16_SET], []) for n, m, s in BENCHMARKS] \
+            if a.bf16 else []
+        for name, model, sets, flags in [b + ([],) for b in BENCHMARKS] + bf16_rows \
+                + COMPILE_ONLY:
             if not selected(name):
                 continue
-            train = (name, model, sets) in BENCHMARKS
+            train = (name, model, sets) in BENCHMARKS or (name, model, sets, flags) in bf16_rows
             out = os.path.join(top, "trainer-%d" % len(report["compile"]))
             try:
                 c = compile_bench(a.axlc, model, sets, flags, out, a.warm)
@@ -448,7 +587,8 @@ def main():
         for name, model, sets in BENCHMARKS:
             if selected(name):
                 report["train"].append(bench_training(a, name, model, sets, trainers[name],
-                                                      peak, top))
+                                                      peak, top, report,
+                                                      trainers.get(name + " bf16")))
                 save(report, a.json)
 
     end_peak = float(run([a.peak, str(a.threads)]).strip())
@@ -461,6 +601,8 @@ def main():
     # 4. Summary, with the issue's goals.
     if report["train"]:
         print_summary(report)
+        if a.bf16:
+            print_bf16_summary(report)
     save(report, a.json)
     if a.json:
         print(f"\nwrote {a.json}")

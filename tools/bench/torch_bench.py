@@ -8,8 +8,16 @@ A step is timed with time.perf_counter around zero_grad, forward, backward, grad
 and the optimizer update: the same work as one step of an axlc trainer (whose step_ms in
 --metrics also covers the whole compiled step). Fetching the random batch is outside it.
 
+With --autocast the forward pass and the loss run under torch.autocast("cpu",
+dtype=torch.bfloat16): PyTorch's own mixed precision, the counterpart of an axlc trainer
+compiled with --set /precision/compute=bf16. The products (matmul) run in bf16 with f32
+accumulation (oneDNN on a CPU with AVX512_BF16), the ops autocast keeps in f32 (softmax,
+layer_norm, cross_entropy) in f32; the parameters, gradients and AdamW stay f32. Backward
+runs outside the context, as PyTorch's documentation has it (each op's backward in the dtype
+of its forward).
+
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 torch_bench.py RESOLVED.json [--steps N]
-        [--warmup N] [--threads N]
+        [--warmup N] [--threads N] [--autocast]
 
 Random weights (std 0.02) and random tokens: the numbers measure speed, not learning.
 """
@@ -32,6 +40,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--autocast", action="store_true",
+                    help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -61,7 +71,8 @@ def main():
         targets = torch.randint(0, V, (B, T))
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model.loss(ids, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast):
+            loss = model.loss(ids, targets)
         loss.backward()
         if max_norm > 0:
             torch.nn.utils.clip_grad_norm_(params.values(), max_norm)
@@ -72,7 +83,7 @@ def main():
             times.append(time.perf_counter() - t0)
     ms = 1000 * sorted(times)[len(times) // 2]
     print(json.dumps({"ms_per_step": ms, "tokens_per_s": B * T / (ms / 1000), "loss": loss.item(),
-                      "threads": a.threads, "torch": torch.__version__,
+                      "threads": a.threads, "torch": torch.__version__, "autocast": a.autocast,
                       "step_ms": [round(1000 * t, 3) for t in times]}))
 
 
