@@ -37,7 +37,11 @@ typedef struct {
   const char *backend;        /* compile, run: --backend */
   const char *rest[MAX_LIST]; /* run: the trainer's options, passed through */
   int nrest;
-  const char *plot;              /* memcheck: --plot FILE.svg */
+  const char *plot;           /* memcheck: --plot FILE.svg */
+  const char *more[MAX_LIST]; /* plot: the metrics files after the first */
+  int nmore;
+  const char *labels[MAX_LIST]; /* plot: --label NAME, one per metrics file */
+  int nlabels;
   const char *from, *to;         /* convert: --from hf or --to hf */
   const char *input;             /* convert: the weights file */
   const char *dtype;             /* convert --to hf: --dtype f32|bf16|f16 */
@@ -76,7 +80,9 @@ static void usage(FILE *out) {
       "                      [--devices FILE]  (the device table; default "
       "models/rules/devices.json)\n"
       "  plot METRICS.jsonl  -o FILE.svg: draw a trainer's --metrics (loss, eval loss,\n"
-      "                      learning rate, gradient norm, tokens/s against the step)\n"
+      "                      learning rate, gradient norm, tokens/s against the step);\n"
+      "                      [MORE.jsonl ...] [--label NAME ...]: several runs on shared\n"
+      "                      axes, a color and a legend entry (NAME or the file's name) each\n"
       "  convert MODEL.json  --from hf IN.safetensors -o OUT.safetensors: Hugging Face GPT-2\n"
       "                      or Llama weights (as the config decides) to axlc's parameter\n"
       "                      paths, for --init; --to hf: axlc weights (--init files, --dump\n"
@@ -165,6 +171,8 @@ static int parse_args(int argc, char **argv, Args *a) {
     } else if (!strcmp(s, "--from") || !strcmp(s, "--to")) {
       if (need_value(i, argc, argv)) return -1;
       *(!strcmp(s, "--from") ? &a->from : &a->to) = argv[++i];
+    } else if (!strcmp(s, "--label") && a->command && !strcmp(a->command, "plot")) {
+      if (need_value(i, argc, argv) || add(a->labels, &a->nlabels, argv[++i], s)) return -1;
     } else if (!strcmp(s, "--plot") || !strcmp(s, "--devices")) {
       if (need_value(i, argc, argv)) return -1;
       *(!strcmp(s, "--plot") ? &a->plot : &a->devices) = argv[++i];
@@ -200,6 +208,8 @@ static int parse_args(int argc, char **argv, Args *a) {
       a->model = s;
     } else if (!a->input && !strcmp(a->command, "convert")) {
       a->input = s;
+    } else if (!strcmp(a->command, "plot")) {
+      if (add(a->more, &a->nmore, s, "metrics file")) return -1;
     } else {
       fprintf(stderr, "error: unexpected argument %s\n", s);
       return -1;
@@ -575,9 +585,10 @@ static char *output_problem(const char *out) {
  * modifiers, mesh rules, the device table) into d. An output that is an input would destroy it. */
 static int check_inputs(const Args *a, const FeDiag *d, const char *opt, const char *out) {
   int nfiles = d ? d->nfiles : 0, n = 0;
-  RtPathArg *in = ir_xcalloc((size_t)(4 + a->fe.napply + nfiles), sizeof *in);
+  RtPathArg *in = ir_xcalloc((size_t)(4 + a->fe.napply + a->nmore + nfiles), sizeof *in);
   bool plot = !strcmp(a->command, "plot");
   in[n++] = (RtPathArg){plot ? "the metrics file" : "the config", a->model, NULL};
+  for (int i = 0; i < a->nmore; i++) in[n++] = (RtPathArg){"the metrics file", a->more[i], NULL};
   /* convert reads a checkpoint or step directory as the weights: nothing inside it is an output */
   struct stat st;
   bool dir = a->input && stat(a->input, &st) == 0 && S_ISDIR(st.st_mode);
@@ -717,11 +728,23 @@ static int cmd_memcheck(const Args *a) {
 
 static int cmd_plot(const Args *a) {
   if (!a->model || !a->output) {
-    fprintf(stderr, "error: usage: axlc plot METRICS.jsonl -o FILE.svg\n");
+    fprintf(stderr,
+            "error: usage: axlc plot METRICS.jsonl [MORE.jsonl ...] -o FILE.svg [--label NAME "
+            "...]\n");
+    return 1;
+  }
+  int n = 1 + a->nmore;
+  if (a->nlabels && a->nlabels != n) {
+    fprintf(stderr,
+            "error: axlc plot: %d --label for %d metrics files (expected none, or one per file "
+            "in the order of the files)\n",
+            a->nlabels, n);
     return 1;
   }
   if (check_output(a, "-o", a->output)) return 1;
-  return plot_metrics(a->model, a->output) ? 1 : 0;
+  const char *files[MAX_LIST + 1] = {a->model};
+  for (int i = 0; i < a->nmore; i++) files[1 + i] = a->more[i];
+  return plot_metrics_many(files, a->nlabels ? a->labels : NULL, n, a->output) ? 1 : 0;
 }
 
 static int cmd_convert(const Args *a) {

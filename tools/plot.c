@@ -1,5 +1,5 @@
 /*
- * plot.c: `axlc plot METRICS.jsonl -o FILE.svg`, a trainer's metrics as one SVG.
+ * plot.c: `axlc plot METRICS.jsonl [MORE.jsonl ...] -o FILE.svg`, trainers' metrics as one SVG.
  *
  * Reads the JSON lines a trainer writes with --metrics (docs/runtime.md: step, loss,
  * grad_norm, lr, tokens_per_s, eval_loss on eval steps; null for a value that was not
@@ -7,6 +7,11 @@
  * loss, the learning rate, the gradient norm, tokens per second. Each panel has its own y
  * axis with round tick values, and the x axis is shared. A null value breaks its line. The
  * SVG is plain text with no scripts or external references, so any viewer shows it.
+ *
+ * Several files (two runs to compare: bf16 against f32, two learning rates) share the panels
+ * and their axes: each file is one color in every panel (its eval loss as dots of that
+ * color), and each panel has a legend naming the files, or the labels given for them. One
+ * file draws as it always did: a color per metric.
  *
  * Its size does not grow with the file: each panel is split into pixel columns, and a line
  * draws, of the values whose steps fall in one column, only the first and last (by step) and
@@ -281,11 +286,15 @@ static void draw_line(FILE *f, const Panel *p, const Series *s, int c, const cha
   free(pix);
 }
 
+static void put_text(FILE *f, const char *t);
+
 static void draw_legend(FILE *f, const Panel *p, const char *color, const char *label, int slot) {
   double x = p->x0 + p->w - 150, y = p->y0 + 18 + 18 * slot;
   fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s' stroke-width='3'/>\n", x,
           y - 4, x + 24, y - 4, color);
-  fprintf(f, "<text x='%.1f' y='%.1f' font-size='13'>%s</text>\n", x + 30, y, label);
+  fprintf(f, "<text x='%.1f' y='%.1f' font-size='13'>", x + 30, y);
+  put_text(f, label); /* a file name may hold markup */
+  fputs("</text>\n", f);
 }
 
 static void draw_empty(FILE *f, const Panel *p) {
@@ -295,18 +304,32 @@ static void draw_empty(FILE *f, const Panel *p) {
           p->x0 + p->w / 2, p->y0 + p->h / 2);
 }
 
-/* Panel k (0 at the top) of columns c0..c1. */
-static void draw_panel(FILE *f, const Series *s, int k, int nk, int c0, int c1, const char *title,
-                       double xlo, double xhi) {
+/* The color of file j of several: every file one color in every panel. */
+static const char *series_color(int j) {
+  static const char *const color[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                      "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  return color[j % (int)(sizeof color / sizeof *color)];
+}
+
+/* Panel k (0 at the top) of columns c0..c1 of the ns series s (named by name[] in the legend
+ * when there are several). */
+static void draw_panel(FILE *f, const Series *s, int ns, const char *const *name, int k, int nk,
+                       int c0, int c1, const char *title, double xlo, double xhi) {
   Panel p = {LEFT, TOP + k * (PANEL_H + GAP), W - LEFT - RIGHT, PANEL_H, xlo, xhi, 0, 1};
-  bool any = value_range(s, c0, c1, &p.ylo, &p.yhi);
+  bool any = false;
+  for (int j = 0; j < ns; j++) {
+    double lo, hi;
+    if (!value_range(&s[j], c0, c1, &lo, &hi)) continue;
+    p.ylo = any ? fmin(p.ylo, lo) : lo, p.yhi = any ? fmax(p.yhi, hi) : hi, any = true;
+  }
   if (any) {
     double pad = (p.yhi / 2 - p.ylo / 2) * 0.1;
     p.ylo = fmax(p.ylo - pad, -DBL_MAX), p.yhi = fmin(p.yhi + pad, DBL_MAX);
   }
   draw_axes(f, &p, title, k == nk - 1);
   long bad = 0;
-  for (int c = c0; c <= c1; c++) bad += s->bad[c];
+  for (int j = 0; j < ns; j++)
+    for (int c = c0; c <= c1; c++) bad += s[j].bad[c];
   if (bad)
     fprintf(f,
             "<text x='%.1f' y='%.1f' font-size='12' text-anchor='end' fill='#888'>%ld %s not "
@@ -314,6 +337,13 @@ static void draw_panel(FILE *f, const Series *s, int k, int nk, int c0, int c1, 
             p.x0 + p.w, p.y0 - 8, bad, bad == 1 ? "value" : "values");
   if (!any) {
     draw_empty(f, &p);
+    return;
+  }
+  if (ns > 1) {
+    for (int j = 0; j < ns; j++) {
+      for (int c = c0; c <= c1; c++) draw_line(f, &p, &s[j], c, series_color(j), c == COL_EVAL);
+      draw_legend(f, &p, series_color(j), name[j], j);
+    }
     return;
   }
   static const char *const color[NCOL] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"};
@@ -343,10 +373,16 @@ static void put_text(FILE *f, const char *t) {
   }
 }
 
-/* The SVG of s into f (the caller closes it); src names the metrics in the title. */
-static void write_svg(const Series *s, const char *src, FILE *f) {
+static const char *base_name(const char *path) {
+  return strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+}
+
+/* The SVG of the ns series s into f (the caller closes it); name[j] names series j in the
+ * title (one series) or the legends (several). */
+static void write_svg(const Series *s, int ns, const char *const *name, FILE *f) {
   double xlo = s->step[0], xhi = s->step[0];
-  for (int i = 0; i < s->n; i++) xlo = fmin(xlo, s->step[i]), xhi = fmax(xhi, s->step[i]);
+  for (int j = 0; j < ns; j++)
+    for (int i = 0; i < s[j].n; i++) xlo = fmin(xlo, s[j].step[i]), xhi = fmax(xhi, s[j].step[i]);
   range_fix(&xlo, &xhi);
   int nk = 4;
   double h = TOP + nk * (PANEL_H + GAP) + 10;
@@ -355,14 +391,22 @@ static void write_svg(const Series *s, const char *src, FILE *f) {
           "width='%.0f' height='%.0f' viewBox='0 0 %.0f %.0f' font-family='sans-serif'>\n",
           W, h, W, h);
   fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n");
-  const char *base = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
   fprintf(f, "<text x='%.1f' y='24' font-size='17'>", LEFT);
-  put_text(f, base);
-  fprintf(f, ": %d steps (%.0f to %.0f)</text>\n", s->n, s->step[0], s->step[s->n - 1]);
-  draw_panel(f, s, 0, nk, COL_LOSS, COL_EVAL, "loss", xlo, xhi);
-  draw_panel(f, s, 1, nk, COL_LR, COL_LR, "learning rate", xlo, xhi);
-  draw_panel(f, s, 2, nk, COL_GNORM, COL_GNORM, "gradient norm (before clipping)", xlo, xhi);
-  draw_panel(f, s, 3, nk, COL_TOKS, COL_TOKS, "tokens per second", xlo, xhi);
+  if (ns == 1) {
+    put_text(f, name[0]);
+    fprintf(f, ": %d steps (%.0f to %.0f)</text>\n", s->n, s->step[0], s->step[s->n - 1]);
+  } else {
+    for (int j = 0; j < ns; j++) {
+      put_text(f, name[j]);
+      fprintf(f, " (%d steps)%s", s[j].n, j + 1 < ns ? ", " : "");
+    }
+    fputs("</text>\n", f);
+  }
+  draw_panel(f, s, ns, name, 0, nk, COL_LOSS, COL_EVAL, "loss", xlo, xhi);
+  draw_panel(f, s, ns, name, 1, nk, COL_LR, COL_LR, "learning rate", xlo, xhi);
+  draw_panel(f, s, ns, name, 2, nk, COL_GNORM, COL_GNORM, "gradient norm (before clipping)", xlo,
+             xhi);
+  draw_panel(f, s, ns, name, 3, nk, COL_TOKS, COL_TOKS, "tokens per second", xlo, xhi);
   fprintf(f, "<text x='%.1f' y='%.1f' font-size='13' text-anchor='middle'>step</text>\n</svg>\n",
           LEFT + (W - LEFT - RIGHT) / 2, h - 4);
 }
@@ -370,21 +414,38 @@ static void write_svg(const Series *s, const char *src, FILE *f) {
 int plot_metrics_stream(FILE *in, const char *name, FILE *out) {
   Series s = {0};
   int rc = read_metrics(in, name, &s);
-  if (rc == 0) write_svg(&s, name, out);
+  const char *base = base_name(name);
+  if (rc == 0) write_svg(&s, 1, &base, out);
   series_free(&s);
   return rc;
 }
 
-int plot_metrics(const char *metrics, const char *out) {
-  Series s = {0};
-  FILE *in = fopen(metrics, "r"), *f = NULL;
-  int rc = -1;
-  if (!in)
-    fprintf(stderr, "error: %s: cannot open: %s\n", metrics, strerror(errno));
-  else if (read_metrics(in, metrics, &s) == 0 && !(f = fopen(out, "w")))
+/* Reads metrics file `path` into s; -1 with the error printed. */
+static int read_metrics_file(const char *path, Series *s) {
+  FILE *in = fopen(path, "r");
+  if (!in) {
+    fprintf(stderr, "error: %s: cannot open: %s\n", path, strerror(errno));
+    return -1;
+  }
+  int rc = read_metrics(in, path, s);
+  fclose(in);
+  return rc;
+}
+
+int plot_metrics_many(const char *const *metrics, const char *const *labels, int n,
+                      const char *out) {
+  Series *s = ir_xcalloc((size_t)n, sizeof *s);
+  const char **name = ir_xcalloc((size_t)n, sizeof *name);
+  FILE *f = NULL;
+  int rc = -1, read = 0;
+  while (read < n && read_metrics_file(metrics[read], &s[read]) == 0) {
+    name[read] = labels ? labels[read] : base_name(metrics[read]);
+    read++;
+  }
+  if (read == n && !(f = fopen(out, "w")))
     fprintf(stderr, "error: %s: cannot write: %s\n", out, strerror(errno));
   else if (f) {
-    write_svg(&s, metrics, f);
+    write_svg(s, n, name, f);
     rc = 0;
     bool failed = ferror(f) != 0;
     if (fclose(f) != 0 || failed) {
@@ -392,7 +453,12 @@ int plot_metrics(const char *metrics, const char *out) {
       rc = -1;
     }
   }
-  if (in) fclose(in);
-  series_free(&s);
+  for (int j = 0; j < n; j++) series_free(&s[j]);
+  free(s);
+  free(name);
   return rc;
+}
+
+int plot_metrics(const char *metrics, const char *out) {
+  return plot_metrics_many(&metrics, NULL, 1, out);
 }

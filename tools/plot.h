@@ -11,6 +11,12 @@
  * gradient norm, tokens/s against the step. Prints an error naming the file (and line) and
  * returns -1 on a problem. */
 int plot_metrics(const char *metrics, const char *out);
+/* plot_metrics of n files on shared panels and axes, one color per file, each panel with a
+ * legend naming the files by labels[j] (NULL: the files' base names). n >= 1; one file draws
+ * as plot_metrics does (with labels[0] as the title's name). Nothing is written when a file
+ * is refused. */
+int plot_metrics_many(const char *const *metrics, const char *const *labels, int n,
+                      const char *out);
 /* plot_metrics on streams (the fuzz target's way in): the metrics lines from `in`, named
  * `name` in messages and the title, as an SVG into `out`, which is left open. 0, or -1 with
  * the error printed and nothing written. */

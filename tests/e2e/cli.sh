@@ -751,9 +751,35 @@ assert min(ys) < 80, min(ys)' "$T/big.svg" || fail "200000 steps: the spike at 9
   run plot "$T/empty.jsonl" -o "$T/x.svg"
   expect_user_error "$T/empty.jsonl: no metrics lines"
   run plot "$T/m.jsonl"
-  expect_user_error "usage: axlc plot METRICS.jsonl -o FILE.svg"
+  expect_user_error "usage: axlc plot METRICS.jsonl [MORE.jsonl ...] -o FILE.svg"
   run plot "$T/m.jsonl" -o "$T/nodir/x.svg"
   expect_user_error "the directory $T/nodir does not exist"
+  # several files share the panels and axes: a color each in every panel, a legend entry each
+  # (the file's name, or its --label); m.jsonl has 8 lines (loss, eval_loss as 3 runs of dots,
+  # lr, grad_norm split in 2, tokens/s), b.jsonl 4
+  awk 'BEGIN { for (i = 1; i <= 40; i++)
+    printf "{\"step\": %d, \"loss\": %.6f, \"grad_norm\": 1.2, \"lr\": 0.001, \"tokens_per_s\": 2000}\n",
+      i, 2.6 + 3 * exp(-i / 12) }' > "$T/b.jsonl"
+  run plot "$T/m.jsonl" "$T/b.jsonl" -o "$T/two.svg"
+  expect_rc 0
+  expect_empty "$T/err"
+  svg_ok "$T/two.svg"
+  expect_in "$T/two.svg" ">m.jsonl (60 steps), b.jsonl (40 steps)<"
+  [ "$(grep -c ">b.jsonl<" "$T/two.svg")" -eq 4 ] || fail "two files: expected b.jsonl in 4 legends"
+  [ "$(grep -c "polyline fill='none' stroke='#1f77b4'" "$T/two.svg")" -eq 8 ] || fail "two files: m.jsonl's lines"
+  [ "$(grep -c "polyline fill='none' stroke='#d62728'" "$T/two.svg")" -eq 4 ] || fail "two files: b.jsonl's lines"
+  run plot "$T/m.jsonl" "$T/b.jsonl" -o "$T/lab.svg" --label f32 --label 'bf<16>'
+  expect_rc 0
+  svg_ok "$T/lab.svg"
+  expect_in "$T/lab.svg" ">bf&lt;16&gt;<"
+  expect_in "$T/lab.svg" ">f32 (60 steps), bf&lt;16&gt; (40 steps)<"
+  run plot "$T/m.jsonl" "$T/b.jsonl" -o "$T/x.svg" --label f32
+  expect_user_error "1 --label for 2 metrics files"
+  run plot "$T/m.jsonl" "$T/bad.jsonl" -o "$T/x.svg"
+  expect_user_error "$T/bad.jsonl:2: expected a JSON object"
+  [ ! -e "$T/x.svg" ] || fail "a refused second file: an SVG was written"
+  run plot "$T/m.jsonl" "$T/b.jsonl" -o "$T/b.jsonl"
+  expect_user_error "is the same file as the metrics file $T/b.jsonl"
   # rendered: a picture with every series' color in it
   if ! command -v rsvg-convert > /dev/null; then
     [ "$fails" -eq 0 ] || exit 1
