@@ -60,9 +60,10 @@ the summary adds a bf16 table with BF16_GOALS, judged only on a CPU with AVX512_
 OpenBLAS: every process bench.py starts (the peak probe, axlc, the trainers, PyTorch, whose
 BLAS is OpenBLAS on Debian) inherits OPENBLAS_CORETYPE. OpenBLAS 0.3.21 does not know some
 AVX-512 CPUs and falls back to its Prescott (SSE3) kernels, at a fifth of their speed
-(docs/bench.md, "bf16 against f32 and PyTorch autocast"). --openblas-coretype auto (the
-default) sets it to SkylakeX when it is unset and the CPU has AVX-512F, keep leaves the
-environment alone, NAME sets that core type. What was used is printed and saved.
+(docs/bench.md; bench-log.md, "bf16 against f32 and PyTorch autocast").
+--openblas-coretype auto (the default) sets it to SkylakeX when it is unset and the CPU has
+AVX-512F, keep leaves the environment alone, NAME sets that core type. What was used is
+printed and saved.
 
 Model FLOPs per step: 6 * (matmul parameters) * tokens + 12 * layers * batch * seq^2 * dim
 (the attention score and context matmuls, forward and backward, without causal savings).
