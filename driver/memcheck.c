@@ -258,7 +258,11 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
     DrvMemItem *it = &r->items[r->nitems++];
     it->value = v;
     it->bytes = (p.bytes[v] + 63) / 64 * 64;
-    if (ir_op_flags(x->op) & IR_COLLECTIVE)
+    int32_t last = p.last[v] > v ? p.last[v] : v;
+    /* a forward collective's result that the backward reads (a reduced projection that remat
+     * saves) is a saved activation, not a buffer in flight */
+    bool kept = r->phase[v] == 0 && last < n && r->phase[last] != 0;
+    if ((ir_op_flags(x->op) & IR_COLLECTIVE) && !kept)
       it->kind = DRV_MEM_COMM, r->comm += it->bytes;
     else if (is_grad(g, v, grad_out))
       it->kind = DRV_MEM_GRAD, r->grads += it->bytes;

@@ -131,7 +131,7 @@ static int32_t mark(Ctx *c, int32_t x, const IrSplit *s) {
 /* x (in h, sharded as *from, of global shape gs) in sharding *to (to->partial must be 0). */
 static int32_t reshard(Ctx *c, int32_t x, Sh from, const Sh *to, const IrShape *gs) {
   const char *names[IR_MAX_MESH_AXES];
-  int32_t rank = gs->rank;
+  int32_t rank = gs->rank, x0 = x;
   /* 1. partial sums: a reduce_scatter where the target splits an unsplit dim over partial axes
    *    only, an all_reduce over whatever is left */
   for (int32_t d = 0; d < rank && from.partial; d++) {
@@ -146,6 +146,11 @@ static int32_t reshard(Ctx *c, int32_t x, Sh from, const Sh *to, const IrShape *
   if (from.partial) {
     x = mark(c, ir_all_reduce(c->h, x, axis_names(c, from.partial, names), names), &from.s);
     from.partial = 0;
+  }
+  if (x != x0 && x != IR_NONE && *c->h->values[x0].tag) {
+    /* a remat tag names the global value; the reduction is it, the partial sum is not */
+    ir_value_set_tag(c->h, x, c->h->values[x0].tag);
+    ir_value_set_tag(c->h, x0, "");
   }
   /* 2. drop the axes the target does not have at the same place: an all_to_all when exactly one
    *    axis moves to the end of another dim's list, else an all_gather */

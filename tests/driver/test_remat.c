@@ -193,6 +193,42 @@ static void test_structure(void) {
   drv_free(&q);
 }
 
+/* Under model parallelism a row-parallel product leaves a partial sum that an all_reduce or a
+ * reduce_scatter resolves. Where a policy saves the product (attention.o_proj,
+ * feed_forward.linear2), what crosses into the backward must be the reduced value: no forward
+ * value that a reducing collective reads is read by the backward. */
+static int saved_partial_sums(const IrGraph *g) {
+  bool *fwd = forward_set(g), *read = calloc((size_t)g->nvalues + 1, 1),
+       *partial = calloc((size_t)g->nvalues + 1, 1);
+  for (int32_t u = 0; u < g->nvalues; u++) {
+    const IrValue *x = &g->values[u];
+    for (int32_t k = 0; !fwd[u] && k < x->nops; k++) read[x->ops[k]] = true;
+    if (fwd[u] && (x->op == IR_ALL_REDUCE || x->op == IR_REDUCE_SCATTER)) partial[x->ops[0]] = true;
+  }
+  int n = 0;
+  for (int32_t v = 0; v < g->nvalues; v++) n += fwd[v] && read[v] && partial[v];
+  free(fwd);
+  free(read);
+  free(partial);
+  return n;
+}
+
+static void test_saved_reduced(void) {
+  const char *sets[] = {"/input/seq_len=16", "/input/global_batch_size=4",
+                        "/mesh/shape=[1,1,1,2,1,2]"};
+  const char *pols[] = {"\"save_qkvo\"", "\"save_dots\""};
+  for (int p = 0; p < 2; p++) {
+    DrvJob j;
+    CU_ASSERT_FATAL(!lower(&j, "tiny-lm.json", "cpu-4", sets, 3, pols[p], NULL, false));
+    int n = saved_partial_sums(j.graph);
+    CHECK_MSG(n == 0, "%s: %d partial sums saved for the backward", pols[p], n);
+    /* the reduced projection is what the backward reads */
+    CHECK_MSG(read_by_backward(j.graph, "attention.o_proj") == 2, "%s: %d o_proj read", pols[p],
+              read_by_backward(j.graph, "attention.o_proj"));
+    drv_free(&j);
+  }
+}
+
 /* ---- memory ---- */
 
 typedef struct Peak {
@@ -334,6 +370,7 @@ int main(void) {
   CU_add_test(s, "same bits, moe-test", test_same_moe);
   CU_add_test(s, "same bits on a mesh", test_same_mesh);
   CU_add_test(s, "recomputed values are not read by the backward", test_structure);
+  CU_add_test(s, "saved projections are reduced, not partial sums", test_saved_reduced);
   CU_add_test(s, "memplan peak falls", test_peak);
   CU_add_test(s, "offload refused", test_errors);
   CU_basic_set_mode(CU_BRM_VERBOSE);
