@@ -369,6 +369,43 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
   return check_divides(b, p, first, lead_path, epath);
 }
 
+int fe_vocab_param(FeBuild *b, json_object *node, const char *cfg, const char *prm,
+                   const FeDims *in) {
+  int64_t shape[2] = {in->vocab_size, in->dim}; /* (V, D) */
+  json_object *specs = NULL, *spec = NULL;
+  if (json_object_object_get_ex(node, "param_partition_specs", &specs) &&
+      json_object_object_get_ex(specs, "weight", &spec) &&
+      json_object_get_type(spec) == json_type_array && json_object_array_length(spec) == 2) {
+    /* the vocabulary dim's axes, as "a|b" */
+    json_object *e = json_object_array_get_idx(spec, 0);
+    char axes[64] = "";
+    if (json_object_get_type(e) == json_type_string)
+      snprintf(axes, sizeof axes, "%s", json_object_get_string(e));
+    for (size_t j = 0; json_object_get_type(e) == json_type_array &&
+                       j < json_object_array_length(e) && strlen(axes) + 1 < sizeof axes;
+         j++) {
+      size_t len = strlen(axes);
+      snprintf(axes + len, sizeof axes - len, "%s%s", len ? "|" : "",
+               json_object_get_string(json_object_array_get_idx(e, j)));
+    }
+    int64_t n = fe_spec_split(&b->mesh, axes);
+    if (n > 1 && in->vocab_size % n) {
+      char path[512];
+      snprintf(path, sizeof path, "%s/param_partition_specs/weight", cfg);
+      const char *file = fe_origin_key(specs, "weight");
+      return fe_error(b->diag, file ? file : b->file, path,
+                      "the vocabulary (vocab_size %lld) does not divide over mesh axes %s (%lld "
+                      "devices) of the vocabulary-parallel table %s/weight (expected a "
+                      "vocab_size that is a multiple of %lld, e.g. %lld, or the model dim split "
+                      "instead: {\"weight\": [null, \"model\"]})",
+                      (long long)in->vocab_size, axes, (long long)n, prm, (long long)n,
+                      (long long)((in->vocab_size + n - 1) / n * n));
+    }
+  }
+  return fe_param(b, node, cfg, prm, "weight", 2, shape, "normal", fe_get_float(node, "init_std"),
+                  "weight", NULL, 1.0, in);
+}
+
 /* ---- the training step's tensors ---------------------------------------- */
 
 int64_t fe_batch_split(const FeMesh *m) {

@@ -292,6 +292,10 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
              int rank, const int64_t *shape, const char *init, double std, const char *spec_name,
              const char *lead_axis, double wd_scale, const FeDims *in);
 int64_t fe_param_numel(const FeParam *p);
+/* A (vocab, dim) table "weight" (token embedding, untied head): fe_param, with an error that says
+ * what to do when the spec splits the vocabulary over devices that do not divide it. */
+int fe_vocab_param(FeBuild *b, json_object *node, const char *cfg, const char *prm,
+                   const FeDims *in);
 /* "482.50 KiB": bytes in binary units, into out (returned). */
 const char *fe_human_bytes(double bytes, char *out, size_t n);
 /* Index of the parameter named `path` after a successful fe_build, or -1. */

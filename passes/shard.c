@@ -56,6 +56,7 @@ typedef struct Ctx {
   Alt **alts;      /* (g->nvalues) reshards and deferred emissions made so far */
   const Sh **want; /* (g->nvalues) sharding a value must take at once ("grad:P"), or NULL */
   Sh *wants;       /* storage for want */
+  const Sh **hint; /* (g->nvalues) a parameter gradient's sharding, back through elementwise ops */
   int32_t n;       /* g->nvalues when the walk began */
 } Ctx;
 
@@ -306,7 +307,17 @@ static int32_t emit_deferred(Ctx *c, int32_t v, const Sh *want) {
     p.split = want->s;
     return ir_graph_add(c->h, &p);
   }
-  bool whole_iota = x->op == IR_IOTA && nax(&want->s, (int32_t)x->attr.axis);
+  if (x->op == IR_IOTA && nax(&want->s, (int32_t)x->attr.axis)) {
+    /* along a split dim: this device's chunk of the (N) counting vector, broadcast; never the
+     * whole iota (the vocabulary ids of the cross-entropy would be the logits' size) */
+    int32_t ax = (int32_t)x->attr.axis, bd = ax;
+    IrShape one = {.rank = 1, .dims = {x->shape.dims[ax]}};
+    Sh whole = {0}, chunk = {0};
+    memcpy(chunk.s.axes[0], want->s.axes[ax], IR_MAX_SPLIT_AXES);
+    int32_t i1 = mark(c, ir_iota(c->h, x->dtype, 1, one.dims, 0), &whole.s);
+    i1 = reshard(c, i1, whole, &chunk, &one);
+    return mark(c, ir_broadcast(c->h, i1, local.rank, local.dims, &bd), &want->s);
+  }
   if (x->op == IR_CONSTANT && x->attr.data && same_chunks(c, x, &want->s)) {
     /* folded broadcasts: every device's chunk holds the same numbers, so it is a constant */
     double *d =
@@ -319,7 +330,7 @@ static int32_t emit_deferred(Ctx *c, int32_t v, const Sh *want) {
     free(d);
     return r;
   }
-  if ((x->op == IR_CONSTANT && x->attr.data) || whole_iota) {
+  if (x->op == IR_CONSTANT && x->attr.data) {
     /* the values depend on the position: build the global value, keep this device's chunk */
     Sh none = {0};
     int32_t full = alt_find(c, v, &none) ? alt_find(c, v, &none)->h : IR_NONE;
@@ -371,6 +382,24 @@ static int32_t *op_buf(int32_t n, int32_t *small, int32_t cap) {
   return n <= cap ? small : ir_xmalloc((size_t)n * sizeof *small);
 }
 
+/* A partial sum that widens into an f32 island (the bf16 gradient of the head's input entering
+ * the output norm's backward) is reduce-scattered over its last dim in the narrow type, when
+ * that dim divides and is whole: the island then runs on each device's chunk, as the
+ * activation it is the gradient of does, instead of all-reducing and computing it whole. */
+static void island_entry(const Ctx *c, int32_t v, Sh *out) {
+  const IrValue *x = &c->g->values[v], *a = &c->g->values[x->ops[0]];
+  uint32_t p = c->sh[x->ops[0]].partial;
+  int32_t last = x->shape.rank - 1;
+  if (!ir_dtype_is_float(x->dtype) || !ir_dtype_is_float(a->dtype) ||
+      ir_dtype_size(x->dtype) <= ir_dtype_size(a->dtype) || last < 1 || nax(&out->s, last) ||
+      (used_axes(&out->s, x->shape.rank) & p))
+    return;
+  int64_t parts = 1;
+  for (int32_t ax = 0, k = 0; ax < c->m->naxes; ax++)
+    if (p & (1u << ax)) parts *= c->m->sizes[ax], out->s.axes[last][k++] = (uint8_t)(ax + 1);
+  if (x->shape.dims[last] % parts) memset(out->s.axes[last], 0, IR_MAX_SPLIT_AXES);
+}
+
 static int elementwise(Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v];
   int32_t small[8], *ops = op_buf(x->nops, small, 8);
@@ -384,7 +413,15 @@ static int elementwise(Ctx *c, int32_t v, Sh *out) {
     for (int32_t k = 0; k < x->nops; k++)
       keep = keep && !c->deferred[x->ops[k]] && sh_eq(&c->sh[x->ops[k]], &c->sh[x->ops[0]]);
   } else if (npart == 1 && (x->op == IR_MUL || (x->op == IR_DIV && ipart == 0))) {
-    keep = true;
+    /* unless the whole factor is split where the partial sum is not: gathering it would cost
+     * more than reducing the partial sum into its split (a reduce_scatter) */
+    Sh p = resolved(c, x->ops[ipart]), m = p;
+    for (int32_t k = 0; k < x->nops; k++)
+      if (k != ipart && !c->deferred[x->ops[k]]) {
+        Sh o = resolved(c, x->ops[k]);
+        merge(&m, &o, x->shape.rank);
+      }
+    keep = sh_eq(&m, &p);
   }
   if (keep) {
     *out = c->sh[x->ops[ipart]];
@@ -402,6 +439,7 @@ static int elementwise(Ctx *c, int32_t v, Sh *out) {
         Sh s = resolved(c, x->ops[k]);
         merge(out, &s, x->shape.rank);
       }
+    if (npart == 1 && x->op == IR_CAST && !c->hint[v]) island_entry(c, v, out);
     for (int32_t k = 0; k < x->nops; k++) ops[k] = get(c, x->ops[k], out);
   }
   c->val[v] = emit_as(c, v, ops, out);
@@ -415,6 +453,7 @@ static int reduce(Ctx *c, int32_t v, Sh *out) {
   const IrShape *is = &c->g->values[a].shape;
   Sh in = x->op == IR_REDUCE_SUM ? (c->deferred[a] ? natural(c, a) : c->sh[a]) : resolved(c, a);
   bool red[IR_MAX_RANK] = {false};
+  uint32_t maxed = 0; /* mesh axes of the dims a max reduces */
   for (int32_t i = 0; i < x->attr.axes.n; i++) red[x->attr.axes.v[i]] = true;
   memset(out, 0, sizeof *out);
   out->partial = in.partial;
@@ -424,11 +463,26 @@ static int reduce(Ctx *c, int32_t v, Sh *out) {
     } else if (x->op == IR_REDUCE_SUM) {
       out->partial |= dim_axes(&in.s, d); /* each device sums its chunk */
     } else {
-      memset(in.s.axes[d], 0, IR_MAX_SPLIT_AXES); /* max needs the whole dim */
+      maxed |= dim_axes(&in.s, d); /* each device's max of its chunk, then the max of those */
     }
   }
   int32_t op = get(c, a, &in);
   c->val[v] = emit_as(c, v, &op, out);
+  if (!maxed || c->val[v] == IR_NONE) return IR_OK;
+  /* the devices' maxima side by side on a new last dim (n values per row: small next to the
+   * reduced dim), gathered, and reduced: exact, and no reduction kind for all_reduce needed */
+  const char *names[IR_MAX_MESH_AXES];
+  int32_t r = x->shape.rank, na = axis_names(c, maxed, names);
+  IrShape l = local_shape(c, &x->shape, &out->s);
+  Sh side = *out; /* the new dim is split over the axes the max reduced, in mesh order */
+  for (int32_t ax = 0, k = 0; ax < c->m->naxes; ax++)
+    if (maxed & (1u << ax)) side.s.axes[r][k++] = (uint8_t)(ax + 1);
+  l.dims[l.rank++] = 1;
+  ir_value_set_tag(c->h, c->val[v], "");
+  int32_t m = mark(c, ir_reshape(c->h, c->val[v], l.rank, l.dims), &side.s);
+  m = mark(c, ir_all_gather(c->h, m, na, names, r), &out->s);
+  c->val[v] = mark(c, ir_reduce_max(c->h, m, 1, &r), &out->s);
+  if (c->val[v] != IR_NONE) ir_value_set_tag(c->h, c->val[v], x->tag);
   return IR_OK;
 }
 
@@ -590,7 +644,60 @@ static int shaping(Ctx *c, int32_t v, Sh *out) {
   return IR_OK;
 }
 
-/* gather(table (V, D...), idx (I...)) -> (I..., D...): rows whole, idx and D splits kept. */
+/* ---- tables split on their rows (vocabulary parallelism) ---------------------------- */
+
+/* Whether table value t of g is a parameter (through casts): the rule for a table split on its
+ * rows is for embedding tables; an activation used as a table is gathered whole. */
+static bool param_table(const Ctx *c, int32_t t) {
+  while (c->g->values[t].op == IR_CAST) t = c->g->values[t].ops[0];
+  return c->g->values[t].op == IR_PARAMETER;
+}
+
+/* Rows of a table (nrows global rows) split over the axes `rows` (split order): index ix (in h,
+ * split as *is, global shape gs) made local to this device's rows. *ok gets 1 where the row is
+ * this device's, 0 elsewhere (i32, ix's shape); the result is the local row there, 0 elsewhere.
+ * The device's first row comes from a local_slice of the (n)-vector of first rows, the way a
+ * position-dependent constant is split. */
+static int32_t local_rows(Ctx *c, int32_t ix, const IrSplit *is, const IrShape *gs,
+                          const uint8_t *rows, int nrows_axes, int64_t nrows, int32_t *ok) {
+  const char *names[IR_MAX_MESH_AXES];
+  IrSplit rs = {0}, none = {0};
+  memcpy(rs.axes[0], rows, (size_t)nrows_axes);
+  int64_t n = ir_split_count(c->m, &rs, 0), per = nrows / n;
+  double *first = ir_xmalloc((size_t)n * sizeof *first);
+  for (int64_t i = 0; i < n; i++) first[i] = (double)(i * per);
+  int32_t f = mark(c, ir_const_data(c->h, DT_I32, first, 1, &n), &none);
+  free(first);
+  f = mark(c, ir_local_slice(c->h, f, split_names(c, rows, nrows_axes, names), names, 0), &rs);
+  IrShape l = local_shape(c, gs, is);
+  int32_t bd = 0;
+  int32_t lo = mark(c, ir_broadcast(c->h, f, l.rank, l.dims, &bd), is); /* (1) -> ix's shape */
+  int32_t loc = mark(c, ir_sub(c->h, ix, lo), is);
+  int32_t zero = mark(c, ir_const_scalar(c->h, DT_I32, 0, l.rank, l.dims), is);
+  int32_t lim = mark(c, ir_const_scalar(c->h, DT_I32, (double)per, l.rank, l.dims), is);
+  *ok = mark(
+      c, ir_mul(c->h, mark(c, ir_ge(c->h, loc, zero), is), mark(c, ir_lt(c->h, loc, lim), is)), is);
+  return mark(c, ir_mul(c->h, loc, *ok), is);
+}
+
+/* x (in h, split *xs) times mask (i32 1/0, x's ir leading dims, split *ms) cast to x's dtype
+ * and broadcast over x's trailing dims. */
+static int32_t masked(Ctx *c, int32_t x, const IrSplit *xs, int32_t mask, const IrSplit *ms,
+                      int32_t ir) {
+  const IrValue *xv = &c->h->values[x];
+  IrShape xsh = xv->shape;
+  int32_t bd[IR_MAX_RANK];
+  for (int32_t d = 0; d < ir; d++) bd[d] = d;
+  int32_t m = mark(c, ir_cast(c->h, mask, xv->dtype), ms);
+  m = mark(c, ir_broadcast(c->h, m, xsh.rank, xsh.dims, bd), xs);
+  return mark(c, ir_mul(c->h, x, m), xs);
+}
+
+/* gather(table (V, D...), idx (I...)) -> (I..., D...): idx and D splits kept. A table split on
+ * its rows over axes A that the index does not use (a vocabulary-parallel embedding) is not
+ * gathered: each device looks up the ids in its rows, 0 for the others, and the sum over A is
+ * the lookup. That sum is reduce-scattered over the first feature dim where it divides (the
+ * layout a table split on that dim gives), else all-reduced. Otherwise the rows are whole. */
 static int gather(Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v];
   int32_t t = x->ops[0], ix = x->ops[1];
@@ -598,19 +705,45 @@ static int gather(Ctx *c, int32_t v, Sh *out) {
   Sh I = c->deferred[ix] ? natural(c, ix) : resolved(c, ix);
   Sh T = c->deferred[t] ? natural(c, t) : resolved(c, t);
   I.partial = T.partial = 0;
-  memset(T.s.axes[0], 0, IR_MAX_SPLIT_AXES);
-  uint32_t used = used_axes(&I.s, ir);
+  uint32_t used = used_axes(&I.s, ir), rows = dim_axes(&T.s, 0);
+  bool vocab = rows && !(rows & used) && ir > 0 && !c->deferred[t] && param_table(c, t);
+  if (vocab)
+    used |= rows;
+  else
+    memset(T.s.axes[0], 0, IR_MAX_SPLIT_AXES);
   for (int32_t d = 1; d < tr; d++) used |= keep_prefix(&T.s, d, used);
   memset(out, 0, sizeof *out);
   for (int32_t d = 0; d < ir; d++) memcpy(out->s.axes[d], I.s.axes[d], IR_MAX_SPLIT_AXES);
   for (int32_t d = 1; d < tr; d++) memcpy(out->s.axes[ir + d - 1], T.s.axes[d], IR_MAX_SPLIT_AXES);
   int32_t ops[2] = {get(c, t, &T), get(c, ix, &I)};
-  c->val[v] = emit_as(c, v, ops, out);
+  if (!vocab) {
+    c->val[v] = emit_as(c, v, ops, out);
+    return IR_OK;
+  }
+  int32_t ok;
+  ops[1] = local_rows(c, ops[1], &I.s, &c->g->values[ix].shape, T.s.axes[0], nax(&T.s, 0),
+                      c->g->values[t].shape.dims[0], &ok);
+  int32_t r = emit_as(c, v, ops, out);
+  ir_value_set_tag(c->h, r, ""); /* the tag goes to the lookup: the sum below */
+  r = masked(c, r, &out->s, ok, &I.s, ir);
+  out->partial = rows;
+  Sh to = *out;
+  to.partial = 0;
+  for (int32_t d = ir; d < x->shape.rank; d++)
+    if (!nax(&to.s, d) && x->shape.dims[d] % count(c, &T.s, 0) == 0) {
+      memcpy(to.s.axes[d], T.s.axes[0], IR_MAX_SPLIT_AXES);
+      break;
+    }
+  c->val[v] = reshard(c, r, *out, &to, &x->shape);
+  if (c->val[v] != IR_NONE) ir_value_set_tag(c->h, c->val[v], x->tag);
+  *out = to;
   return IR_OK;
 }
 
 /* scatter_add(idx (I...), upd (I..., D...)) -> (rows, D...): each device adds its updates, so a
- * split of I makes a partial sum; rows whole, D splits kept. */
+ * split of I makes a partial sum; rows whole, D splits kept. (The gradient of a vocabulary-
+ * parallel table is built so, split on D as the activations are, and an all_to_all moves it to
+ * the table's row split: (rows, D) / devices, far less than gathering the updates' D.) */
 static int scatter_add(Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v];
   int32_t ix = x->ops[0], u = x->ops[1];
@@ -760,6 +893,19 @@ static Sh output_sharding(const Ctx *c, const char *name, int32_t v) {
   return s;
 }
 
+/* hint[v]: the sharding of the parameter gradient that v flows into through elementwise ops of
+ * its shape (casts, the sum of a tied table's two gradients), or NULL: v is no such gradient. */
+static void hints(Ctx *c) {
+  for (int32_t v = c->n - 1; v >= 0; v--) {
+    const IrValue *x = &c->g->values[v];
+    if (c->want[v]) c->hint[v] = c->want[v];
+    if (!c->hint[v] || !(ir_op_flags(x->op) & IR_ELEMENTWISE)) continue;
+    for (int32_t k = 0; k < x->nops; k++)
+      if (!c->hint[x->ops[k]] && ir_shape_eq(&c->g->values[x->ops[k]].shape, &x->shape))
+        c->hint[x->ops[k]] = c->hint[v];
+  }
+}
+
 static void ctx_free(Ctx *c) {
   if (c->alts)
     for (int32_t v = 0; v < c->n; v++)
@@ -769,6 +915,7 @@ static void ctx_free(Ctx *c) {
   free(c->sh);
   free(c->deferred);
   free(c->want);
+  free(c->hint);
   free(c->wants);
   ir_graph_free(c->h);
 }
@@ -790,6 +937,7 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
   c.deferred = ir_xcalloc((size_t)n + 1, sizeof *c.deferred);
   c.alts = ir_xcalloc((size_t)n + 1, sizeof *c.alts);
   c.want = ir_xcalloc((size_t)n + 1, sizeof *c.want);
+  c.hint = ir_xcalloc((size_t)n + 1, sizeof *c.hint);
   c.wants = ir_xcalloc((size_t)g->noutputs + 1, sizeof *c.wants);
   for (int32_t v = 0; v < n; v++) c.val[v] = IR_NONE;
   if (ir_graph_set_mesh(c.h, &o->mesh)) {
@@ -802,6 +950,7 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
       c.wants[k] = output_sharding(&c, g->outputs[k].name, g->outputs[k].value);
       c.want[g->outputs[k].value] = &c.wants[k];
     }
+  hints(&c);
   int st = IR_OK;
   for (int32_t v = 0; v < n && st == IR_OK; v++) st = shard_value(&c, v);
   for (int32_t k = 0; k < g->noutputs && st == IR_OK; k++) {

@@ -7,15 +7,13 @@
 
 static const FeField emb_fields[] = {
     F_FLOAT("init_std", "0.02", FE_ATLEAST(0), "standard deviation of the normal init"),
-    F_TYPED("param_partition_specs", FT_PSPECS, "{\"weight\": [null, \"model\"]}",
-            "partition spec of the (vocab, dim) table"),
+    F_TYPED("param_partition_specs", FT_PSPECS, "{\"weight\": [\"model\", null]}",
+            "partition spec of the (vocab, dim) table: vocabulary-parallel"),
 };
 
 static int build_emb(FeBuild *b, json_object *node, const char *cfg, const char *prm,
                      const FeDims *in) {
-  int64_t shape[2] = {in->vocab_size, in->dim}; /* (V, D) */
-  return fe_param(b, node, cfg, prm, "weight", 2, shape, "normal", fe_get_float(node, "init_std"),
-                  "weight", NULL, 1.0, in);
+  return fe_vocab_param(b, node, cfg, prm, in);
 }
 
 static const FeField pos_fields[] = {

@@ -8,16 +8,14 @@
 static const FeField fields[] = {
     F_BOOL("tied", "true", "reuse the token embedding table"),
     F_FLOAT("init_std", "0.02", FE_ATLEAST(0), "standard deviation of the normal init"),
-    F_TYPED("param_partition_specs", FT_PSPECS, "{\"weight\": [null, \"model\"]}",
-            "partition spec of the (vocab, dim) matrix"),
+    F_TYPED("param_partition_specs", FT_PSPECS, "{\"weight\": [\"model\", null]}",
+            "partition spec of the (vocab, dim) matrix: vocabulary-parallel"),
 };
 
 static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm,
                  const FeDims *in) {
   if (fe_get_bool(node, "tied")) return 0;
-  int64_t shape[2] = {in->vocab_size, in->dim}; /* (V, D) */
-  return fe_param(b, node, cfg, prm, "weight", 2, shape, "normal", fe_get_float(node, "init_std"),
-                  "weight", NULL, 1.0, in);
+  return fe_vocab_param(b, node, cfg, prm, in);
 }
 
 /* Untied head: (B, T, D) . (V, D) -> (B, T, V). Tied heads are emitted by the model. */

@@ -188,6 +188,55 @@ static void test_bf16(void) {
   check_layout("moe-test.json", "cpu-2", expert, 4, (Expect){2, 1, 0, 0, 8, true});
 }
 
+/* Vocabulary parallelism (the default embedding and head spec, (model, None)): the tables split
+ * on their rows, the lookup masked and summed over model, the cross-entropy computed on each
+ * device's vocabulary chunk. The equivalence in bf16 too, and the old split of the model dim by
+ * spec. */
+static void test_vocab(void) {
+  const char *tm[] = {SMALL, MESH(1, 1, 1, 2), "/precision/compute=bf16"};
+  check_layout("tiny-lm.json", "cpu-2", tm, 4, (Expect){2, 4, 0, 0, 0, false});
+  const char *tdm[] = {SMALL, MESH(2, 1, 1, 2), "/precision/compute=bf16"};
+  check_layout("tiny-lm.json", "cpu-4", tdm, 4, (Expect){4, 10, 0, 0, 0, false});
+  const char *fm[] = {SMALL, MESH(1, 1, 1, 2), "/precision/compute=bf16"};
+  check_layout("fuji-test.json", "cpu-2", fm, 4, (Expect){2, 4, 0, 0, 0, false});
+  const char *dim[] = {SMALL, MESH(2, 1, 1, 2),
+                       "/model/emb/param_partition_specs={\"weight\": [null, \"model\"]}"};
+  check_layout("tiny-lm.json", "cpu-4", dim, 4, (Expect){4, 10, 0, 0, 0, false});
+  check_layout("fuji-test.json", "cpu-4", dim, 4, (Expect){4, 10, 0, 0, 0, false});
+}
+
+/* No device holds a (B, T, V) value with the whole vocabulary (the logits, their exp, the
+ * one-hot targets): a vocabulary of 96 that no other dim of the two models has. Each holds its
+ * 48-wide chunk. */
+static void test_vocab_chunks(void) {
+  const char *models[] = {"tiny-lm.json", "fuji-test.json"};
+  const char *meshes[] = {MESH(1, 1, 1, 2), MESH(2, 1, 1, 2)};
+  const char *precisions[] = {"/precision/compute=f32", "/precision/compute=bf16"};
+  for (int m = 0; m < 2; m++)
+    for (int k = 0; k < 2; k++)
+      for (int p = 0; p < 2; p++) {
+        const char *sets[] = {SMALL, meshes[k], precisions[p], "/model/vocab_size=96"};
+        DrvJob S;
+        char label[512];
+        snprintf(label, sizeof label, "%s %s %s", models[m], meshes[k], precisions[p]);
+        if (lower(&S, models[m], k ? "cpu-4" : "cpu-2", sets, 5, "shard")) {
+          CHECK_MSG(0, "%s: did not lower", label);
+          drv_free(&S);
+          continue;
+        }
+        int whole = 0, chunks = 0;
+        for (int32_t v = 0; v < S.graph->nvalues; v++) {
+          const IrShape *sh = &S.graph->values[v].shape;
+          if (sh->rank < 3) continue;
+          whole += sh->dims[sh->rank - 1] == 96;
+          chunks += sh->dims[sh->rank - 1] == 48;
+        }
+        CHECK_MSG(whole == 0, "%s: %d per-device values hold the whole vocabulary", label, whole);
+        CHECK_MSG(chunks > 5, "%s: only %d values hold a vocabulary chunk", label, chunks);
+        drv_free(&S);
+      }
+}
+
 static void test_moe(void) {
   const char *expert[] = {SMALL, MESH(1, 2, 1, 1)};
   check_layout("moe-test.json", "cpu-2", expert, 3, (Expect){2, 1, 0, 0, 8, true});
@@ -328,6 +377,8 @@ int main(int argc, char **argv) {
                {"llama_style", test_llama_style},
                {"moe", test_moe},
                {"bf16", test_bf16},
+               {"vocab", test_vocab},
+               {"vocab_chunks", test_vocab_chunks},
                {"moe_capacity", test_moe_capacity}};
   int added = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -376,10 +376,23 @@ static void test_spec_rank_mismatch(void) {
 
 static void test_axis_does_not_divide_param(void) {
   FeT t;
-  /* model=3: the token table's width 64 is the first to split over it */
+  /* model=3: the token table's vocabulary 256 is the first to split over it (vocabulary
+   * parallelism, the default), and the message says what would divide */
   full(&t, "\"max_steps\": 200,",
        "\"max_steps\": 200, \"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 1, 1, 1, 1, 3]},",
        "cpu-3");
+  EXPECT_FAILS(&t, badpath,
+               ": /model/emb/param_partition_specs/weight: the vocabulary (vocab_size 256) does "
+               "not divide over mesh axes model (3 devices) of the vocabulary-parallel table "
+               "model/emb/weight (expected a vocab_size that is a multiple of 3, e.g. 258, or the "
+               "model dim split instead: {\"weight\": [null, \"model\"]})");
+  fe_t_done(&t);
+  /* the model dim split instead: its width 64 does not divide either */
+  bad(&t,
+      "\"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 1, 1, 1, 1, 3]}, \"model\": "
+      "{\"emb\": {\"kind\": \"embedding\", \"param_partition_specs\": {\"weight\": [null, "
+      "\"model\"]}}}",
+      "cpu-3", NULL);
   EXPECT_FAILS(&t, badpath,
                ": /model/emb/param_partition_specs/weight: mesh axes model (3 devices) "
                "do not divide dimension 1 (size 64) of parameter model/emb/weight "
