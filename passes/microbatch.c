@@ -25,9 +25,10 @@
  *     gradients are the mean of the microbatch gradients, the loss (and aux_loss) the mean of
  *     the microbatch losses. Each microbatch loss is a mean over its rows, so the mean of the
  *     N means is the whole batch's mean and the step equals the whole-batch step up to the
- *     order of its sums. Under a mesh the sums stay partial sums, so each gradient is still
- *     reduced across devices once per step (f32 gradients; bf16 ones are reduced before the
- *     widening cast, once per microbatch).
+ *     order of its sums. The sums carry the tag PASS_MICROBATCH_TAG: under a mesh, pass_shard
+ *     reduce-scatters each microbatch's gradient where its parameter is split over the axes
+ *     the gradient is a partial sum over (fsdp), so the running sum is one device's chunk, and
+ *     elsewhere (data parallelism) keeps the sums partial and reduces once per step.
  *
  * N <= 1 (or opt NULL): nothing to do.
  */
@@ -88,13 +89,17 @@ static bool low(IrDType dt) { return dt == DT_BF16 || dt == DT_F16; }
 static void accumulate(Micro *m, int32_t o, int64_t k) {
   int32_t v = m->map[m->g->outputs[o].value];
   IrDType dt = m->ng->values[v].dtype;
+  ir_graph_set_tag(m->ng, PASS_MICROBATCH_TAG); /* pass_shard finds the summands under it */
   if (low(dt)) v = ir_cast(m->ng, v, DT_F32);
   m->acc[o] = k == 0 ? v : ir_add(m->ng, m->acc[o], v);
-  if (k + 1 < m->n || m->acc[o] == IR_NONE) return;
-  IrShape s = m->ng->values[m->acc[o]].shape;
-  int32_t n = ir_const_scalar(m->ng, m->ng->values[m->acc[o]].dtype, (double)m->n, s.rank, s.dims);
-  m->acc[o] = ir_div(m->ng, m->acc[o], n);
-  if (low(dt)) m->acc[o] = ir_cast(m->ng, m->acc[o], dt);
+  if (k + 1 == m->n && m->acc[o] != IR_NONE) {
+    IrShape s = m->ng->values[m->acc[o]].shape;
+    IrDType sd = m->ng->values[m->acc[o]].dtype;
+    int32_t n = ir_const_scalar(m->ng, sd, (double)m->n, s.rank, s.dims);
+    m->acc[o] = ir_div(m->ng, m->acc[o], n);
+    if (low(dt)) m->acc[o] = ir_cast(m->ng, m->acc[o], dt);
+  }
+  ir_graph_set_tag(m->ng, "");
 }
 
 /* Checks the inputs: each is a batch of rows (dim 0) that splits into N microbatches of the

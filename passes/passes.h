@@ -109,6 +109,9 @@ int pass_widen_grads(IrGraph *g, const PassOptions *opt);
  * other, over slices of the inputs (each device's rows under opt->shard's batch split), the
  * rest shared, and every input-dependent output the mean of its N copies, summed in f32. */
 int pass_microbatch(IrGraph *g, const PassOptions *opt);
+/* The remat tag of the sums and the division of a microbatch mean: pass_shard finds each
+ * microbatch's gradient under them. */
+#define PASS_MICROBATCH_TAG "microbatch.mean"
 
 /* ======================================================================== optimizer.c */
 
