@@ -165,6 +165,13 @@ static void test_tiny_lm(void) {
   const char *ref[] = {SMALL, MESH(2, 1, 1, 2),
                        "/model/decoder/layer/self_attention/kernel=reference"};
   check_layout("tiny-lm.json", "cpu-4", ref, 4, (Expect){4, 10, 0, 0, 0, false});
+  /* microbatches: each device's slices of its own rows, no batch moved */
+  const char *dmb[] = {SMALL, MESH(2, 1, 1, 1), "/learner/microbatches=2"};
+  check_layout("tiny-lm.json", "cpu-2", dmb, 4, (Expect){2, 10, 0, 0, 0, true});
+  const char *fmb[] = {SMALL, MESH(1, 1, 2, 1), "/learner/microbatches=2"};
+  check_layout("tiny-lm.json", "cpu-2", fmb, 4, (Expect){2, 1, 8, 16, 0, false});
+  const char *dfmb[] = {SMALL, MESH(2, 1, 2, 1), "/learner/microbatches=2"};
+  check_layout("tiny-lm.json", "cpu-4", dfmb, 4, (Expect){4, 10, 8, 16, 0, false});
 }
 
 static void test_llama_style(void) { /* RoPE, GQA, SwiGLU, RMSNorm */
