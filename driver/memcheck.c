@@ -366,6 +366,17 @@ void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
     snprintf(set, sizeof set, "/model/decoder/remat_policy=\"%s\"", presets[i]);
     try_fix(file, opt, dev, set, out);
   }
+  /* microbatches: the smallest count above the job's that divides each device's part of the
+   * batch and fits (the saved activations fall by the count) */
+  int64_t per_device = j->facts.global_batch / fe_batch_split(&j->build.mesh);
+  for (int64_t n = j->facts.microbatches + 1, tried = 0; n <= per_device && tried < 6; n++) {
+    if (per_device % n) continue;
+    int before = out->n;
+    snprintf(set, sizeof set, "/learner/microbatches=%lld", (long long)n);
+    try_fix(file, opt, dev, set, out);
+    if (out->n > before) break;
+    tried++;
+  }
   /* mesh changes: every batch device on fsdp; twice the model axis, taken from data or fsdp */
   const FeMesh *m = &j->build.mesh;
   int di = -1, fi = -1, mi = -1;

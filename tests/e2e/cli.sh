@@ -601,6 +601,24 @@ err_bad_target_count)
   expect_rc 0
   expect_in "$T/out" "on a mesh of 4 devices"
   ;;
+memcheck_microbatches)
+  # llama2-7b is over on gpu-h100-256; 2 microbatches (the smallest count that fits) is offered,
+  # and with 4 the saved activations are a quarter
+  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-256
+  expect_rc 1
+  expect_in "$T/out" "--set '/learner/microbatches=2': peak"
+  grep "saved activations" "$T/out" > "$T/saved1"
+  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-256 --set /learner/microbatches=4
+  expect_rc 0
+  expect_in "$T/out" "verdict: fits"
+  grep "saved activations" "$T/out" > "$T/saved4"
+  expect_in "$T/saved1" "63.66 GiB"
+  expect_in "$T/saved4" "15.97 GiB"
+  # a count that does not divide each device's part of the batch
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-4 --set '/mesh/shape=[1,4,1,1,1,1]' \
+    --set /learner/microbatches=4
+  expect_user_error "error: --set: /learner/microbatches: 4 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 4 devices) leaves 2 sequences per device (expected a divisor of 2)"
+  ;;
 memcheck_errors)
   run memcheck "$MODELS/tiny-lm.json"
   expect_user_error "axlc memcheck needs --target"
