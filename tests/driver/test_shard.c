@@ -165,7 +165,11 @@ static void test_tiny_lm(void) {
   const char *ref[] = {SMALL, MESH(2, 1, 1, 2),
                        "/model/decoder/layer/self_attention/kernel=reference"};
   check_layout("tiny-lm.json", "cpu-4", ref, 4, (Expect){4, 10, 0, 0, 0, false});
-  /* microbatches: each device's slices of its own rows, no batch moved */
+}
+
+/* microbatches: each device's slices of its own rows, no batch moved; under fsdp a
+ * reduce_scatter per microbatch */
+static void test_microbatch(void) {
   const char *dmb[] = {SMALL, MESH(2, 1, 1, 1), "/learner/microbatches=2"};
   check_layout("tiny-lm.json", "cpu-2", dmb, 4, (Expect){2, 10, 0, 0, 0, true});
   const char *fmb[] = {SMALL, MESH(1, 1, 2, 1), "/learner/microbatches=2"};
@@ -335,6 +339,7 @@ int main(int argc, char **argv) {
                {"llama_style", test_llama_style},
                {"moe", test_moe},
                {"bf16", test_bf16},
+               {"microbatch", test_microbatch},
                {"moe_capacity", test_moe_capacity}};
   int added = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
