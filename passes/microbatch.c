@@ -38,8 +38,8 @@
 #include "passes/passes.h"
 
 typedef struct Micro {
-  const IrGraph *g;
-  IrGraph *ng;
+  IrGraph *g;        /* the graph before (its errors are recorded there) */
+  IrGraph *ng;       /* the step being built */
   int64_t n, split;  /* microbatches N, devices S the batch is split over */
   bool *dep;         /* (g->nvalues) depends on an input */
   int32_t *map;      /* (g->nvalues) old value -> new: shared values once, the others per copy */
@@ -68,7 +68,7 @@ static int32_t input_slice(Micro *m, int32_t v, int64_t k) {
     m->whole[v] = ir_input(m->ng, x.name, x.dtype, s.rank, s.dims);
   }
   /* (B, rest...) -> (S, N, b/S, rest...), slice [:, k], -> (b, rest...) */
-  int64_t dims[IR_MAX_RANK], lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK];
+  int64_t dims[IR_MAX_RANK] = {0}, lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK];
   int32_t r = x.shape.rank + 2;
   dims[0] = m->split;
   dims[1] = m->n;
@@ -109,19 +109,19 @@ static int check_inputs(Micro *m, const PassOptions *opt) {
     const IrValue *x = &m->g->values[v];
     if (x->op != IR_INPUT) continue;
     if (x->shape.rank < 1 || x->shape.rank + 2 > IR_MAX_RANK)
-      return ir_graph_fail((IrGraph *)m->g,
+      return ir_graph_fail(m->g,
                            "microbatch: input '%s' has rank %d (expected a batch of rows: rank 1 "
                            "to %d)",
                            x->name, x->shape.rank, IR_MAX_RANK - 2);
     int64_t s = input_split(opt, x->name);
     if (m->split != 0 && s != m->split)
-      return ir_graph_fail((IrGraph *)m->g,
+      return ir_graph_fail(m->g,
                            "microbatch: input '%s' is split over %lld devices, another input "
                            "over %lld (expected one batch split)",
                            x->name, (long long)s, (long long)m->split);
     m->split = s;
     if (x->shape.dims[0] % s)
-      return ir_graph_fail((IrGraph *)m->g,
+      return ir_graph_fail(m->g,
                            "microbatch: input '%s' has %lld rows per microbatch, which do not "
                            "divide over the batch split's %lld devices",
                            x->name, (long long)x->shape.dims[0], (long long)s);
@@ -167,7 +167,7 @@ static void micro_free(Micro *m) {
 
 /* Copy k: its inputs' slices, the input-dependent values, and the shared ones copy 0 meets. */
 static int emit_copy(Micro *m, int64_t k) {
-  const IrGraph *g = m->g;
+  IrGraph *g = m->g;
   for (int32_t v = 0; v < g->nvalues; v++) {
     if (!m->dep[v] && k > 0) continue; /* shared: made once, by copy 0 */
     if (g->values[v].op == IR_INPUT)
@@ -175,15 +175,13 @@ static int emit_copy(Micro *m, int64_t k) {
     else
       m->map[v] = ir_graph_add_mapped(m->ng, g, v, m->map);
     if (m->map[v] == IR_NONE)
-      return ir_graph_fail((IrGraph *)g, "microbatch: copy %lld of %%%d: %s", (long long)k, v,
+      return ir_graph_fail(g, "microbatch: copy %lld of %%%d: %s", (long long)k, v,
                            ir_graph_error(m->ng) ? ir_graph_error(m->ng) : "?");
     if (!m->dep[v]) continue;
     ir_graph_set_origin(m->ng, "/learner"); /* the sums are the learner's microbatches */
     for (int32_t o = m->outs_of[v]; o >= 0; o = m->next_out[o]) accumulate(m, o, k);
   }
-  return ir_graph_error(m->ng)
-             ? ir_graph_fail((IrGraph *)g, "microbatch: %s", ir_graph_error(m->ng))
-             : IR_OK;
+  return ir_graph_error(m->ng) ? ir_graph_fail(g, "microbatch: %s", ir_graph_error(m->ng)) : IR_OK;
 }
 
 int pass_microbatch(IrGraph *g, const PassOptions *opt) {
