@@ -19,7 +19,10 @@
  *     and remat walk in order), so the memory plan frees copy k's activations before copy
  *     k+1 makes its own: the activations at the peak are one microbatch's.
  *   - The values that do not depend on the inputs (parameters, their casts, constants, rope
- *     tables) are emitted once, where copy 0 needs them, and shared by every copy.
+ *     tables) are emitted once, where copy 0 needs them, and shared by every copy. The first
+ *     value of each copy after the first is tagged PASS_MICROBATCH_START_TAG: pass_shard makes
+ *     each copy's reshards (the gathers of fsdp weights) anew, so they do not stay alive
+ *     from the first copy to the last.
  *   - Each output that depends on the inputs is accumulated in f32 right after each copy makes
  *     it (a gradient's summand dies at once), and divided by N after the last copy: the
  *     gradients are the mean of the microbatch gradients, the loss (and aux_loss) the mean of
@@ -77,8 +80,9 @@ static int32_t input_slice(Micro *m, int32_t v, int64_t k) {
   memcpy(hi, dims, sizeof hi);
   lo[1] = k;
   hi[1] = k + 1;
-  int32_t y = ir_reshape(m->ng, m->whole[v], r, dims);
-  y = ir_slice(m->ng, y, lo, hi);
+  int32_t y = ir_slice(m->ng, ir_reshape(m->ng, m->whole[v], r, dims), lo, hi);
+  /* the slice, not the reshape, which is the same in every copy (simplify's CSE merges it) */
+  if (k > 0 && y != IR_NONE) ir_value_set_tag(m->ng, y, PASS_MICROBATCH_START_TAG);
   return ir_reshape(m->ng, y, x.shape.rank, x.shape.dims);
 }
 

@@ -112,6 +112,10 @@ int pass_microbatch(IrGraph *g, const PassOptions *opt);
 /* The remat tag of the sums and the division of a microbatch mean: pass_shard finds each
  * microbatch's gradient under them. */
 #define PASS_MICROBATCH_TAG "microbatch.mean"
+/* The tag of the first value of each microbatch after the first: pass_shard makes that
+ * microbatch's reshards again (gathers each fsdp weight in each microbatch), so no gathered
+ * weight stays alive from the first microbatch to the last. */
+#define PASS_MICROBATCH_START_TAG "microbatch.start"
 
 /* ======================================================================== optimizer.c */
 

@@ -19,7 +19,9 @@
  *     reduce_scatter, and the optimizer update runs on each device's chunk. Under microbatches
  *     (pass_microbatch) each microbatch's gradient is reduce-scattered so where its parameter
  *     is split over the axes it is a partial sum over (fsdp), so the running sum is a chunk;
- *     where not (data parallelism), the sum stays partial and is reduced once per step.
+ *     where not (data parallelism), the sum stays partial and is reduced once per step. Each
+ *     microbatch makes its own reshards (a value tagged PASS_MICROBATCH_START_TAG begins one):
+ *     an fsdp weight is gathered in every microbatch, not kept from the first to the last.
  *   - Constants, iota and broadcasts (and elementwise ops of only those) are deferred: they are
  *     emitted where a consumer needs them, directly in the sharding it needs, so a broadcast
  *     into a split activation is computed at the local size, never sliced.
@@ -695,10 +697,22 @@ static int leaf(Ctx *c, int32_t v, Sh *out) {
 
 /* ---- the walk ------------------------------------------------------------------------ */
 
+/* Forgets every reshard and deferred emission made so far: the values after this point make
+ * their own, as a program that starts here would. */
+static void alts_forget(Ctx *c) {
+  for (int32_t v = 0; v < c->n; v++) {
+    for (Alt *a = c->alts[v], *n; a; a = n) n = a->next, free(a);
+    c->alts[v] = NULL;
+  }
+}
+
 static int shard_value(Ctx *c, int32_t v) {
   const IrValue *x = &c->g->values[v];
   Sh out = {0};
   int st;
+  /* a microbatch after the first gathers its fsdp weights again rather than keep the earlier
+   * microbatches' gathers alive across it: the memory of one microbatch's weights, not all */
+  if (!strcmp(x->tag, PASS_MICROBATCH_START_TAG)) alts_forget(c);
   const char *saved = c->h->origin;
   ir_graph_set_origin(c->h, x->origin);
   if (x->op == IR_PARAMETER || x->op == IR_INPUT) {

@@ -9,7 +9,9 @@
  * - Collectives: with data parallelism the microbatch gradients are summed as partial sums and
  *   reduced once (as many all_reduce as without microbatches, but for the position table's,
  *   reduced before its pad); under fsdp each microbatch's
- *   gradient is reduce-scattered (twice the reduce_scatter), so the running sum is a chunk.
+ *   gradient is reduce-scattered (twice the reduce_scatter), so the running sum is a chunk,
+ *   and each microbatch gathers the weights again (twice the all_gather), so no gathered
+ *   weight lives from the first microbatch to the last.
  * - Memory: memcheck's saved activations at the peak fall by about N (tiny-lm with 6 layers),
  *   because the copies run one after the other and each frees its activations.
  */
@@ -210,6 +212,10 @@ static void test_collectives(void) {
     int ar1 = all_reduces(a.graph), ar2 = all_reduces(b.graph);
     CHECK_MSG(ar1 == ar2 && ar1 > 0, "data=2: %d all_reduce with 2 microbatches, %d without", ar2,
               ar1);
+    /* each microbatch gathers its fsdp weights itself: none is kept across microbatches */
+    int ag1 = test_count_op(c.graph, IR_ALL_GATHER), ag2 = test_count_op(d.graph, IR_ALL_GATHER);
+    CHECK_MSG(ag2 == 2 * ag1 && ag1 > 0, "fsdp=2: %d all_gather with 2 microbatches, %d without",
+              ag2, ag1);
     int rs1 = test_count_op(c.graph, IR_REDUCE_SCATTER);
     int rs2 = test_count_op(d.graph, IR_REDUCE_SCATTER);
     CHECK_MSG(rs2 == 2 * rs1 && rs1 > 0,

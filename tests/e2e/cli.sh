@@ -602,13 +602,16 @@ err_bad_target_count)
   expect_in "$T/out" "on a mesh of 4 devices"
   ;;
 memcheck_microbatches)
-  # llama2-7b is over on gpu-h100-256; 2 microbatches (the smallest count that fits) is offered,
-  # and with 4 the saved activations are a quarter
-  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-256
+  # llama2-7b on gpu-h100-256 as fsdp=32 x model=8 (32 sequences per device) is over; 2
+  # microbatches (the smallest count that fits) is offered, and with 4 the saved activations
+  # are a quarter
+  mesh="/mesh/shape=[1,1,1,32,1,8]"
+  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-256 --set "$mesh"
   expect_rc 1
   expect_in "$T/out" "--set '/learner/microbatches=2': peak"
   mv "$T/out" "$T/mb1"
-  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-256 --set /learner/microbatches=4
+  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-256 --set "$mesh" \
+    --set /learner/microbatches=4
   expect_rc 0
   expect_in "$T/out" "verdict: fits"
   python3 - "$T/mb1" "$T/out" <<'PY' || fail "saved activations do not fall by about 4"

@@ -1,7 +1,7 @@
 /* test_microbatch.c: pass_microbatch. The rewrite as IR text (inputs grown to the whole batch,
- * each copy's slice, copy 0 before copy 1, shared values once, f32 sums divided by N, each
- * device's rows under a batch split), and the values: a least-squares step over 2 and 4
- * microbatches equals the whole-batch step, loss and gradient. */
+ * each copy's slice, copy 0 before copy 1 and copy 1's first value tagged, shared values once, f32
+ * sums divided by N, each device's rows under a batch split), and the values: a least-squares step
+ * over 2 and 4 microbatches equals the whole-batch step, loss and gradient. */
 #include "passes/passes.h"
 #include "tests/ir/ir_test.h"
 
@@ -69,7 +69,8 @@ static void test_copies_in_sequence(void) {
               "%12 = cast %11 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
               /* copy 1: rows 2..3, the input's values again; the shared cast and broadcast not */
               "%13 = reshape %0 : f32[1,2,2,3]\n"
-              "%14 = slice %13 start=[0,1,0,0] limit=[1,2,2,3] : f32[1,1,2,3]\n"
+              "%14 = slice %13 start=[0,1,0,0] limit=[1,2,2,3] : f32[1,1,2,3] "
+              "#\"microbatch.start\"\n"
               "%15 = reshape %14 : f32[2,3]\n"
               "%16 = cast %15 : bf16[2,3]\n"
               "%17 = mul %16, %7 : bf16[2,3]\n"
@@ -109,7 +110,8 @@ static void test_each_device_its_rows(void) {
                    "%3 = reshape %2 : f32[4,3]\n"
                    "%4 = reduce_sum %3 axes=[0,1] : f32[]\n"
                    "%5 = reshape %0 : f32[2,2,2,3]\n"
-                   "%6 = slice %5 start=[0,1,0,0] limit=[2,2,2,3] : f32[2,1,2,3]\n"
+                   "%6 = slice %5 start=[0,1,0,0] limit=[2,2,2,3] : f32[2,1,2,3] "
+                   "#\"microbatch.start\"\n"
                    "%7 = reshape %6 : f32[4,3]\n"
                    "%8 = reduce_sum %7 axes=[0,1] : f32[]\n"
                    "%9 = add %4, %8 : f32[] @\"/learner\" #\"microbatch.mean\"\n"
