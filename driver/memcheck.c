@@ -177,6 +177,19 @@ static bool is_grad(const IrGraph *g, int32_t v, const bool *grad_out) {
   return grad_out[v];
 }
 
+/* Under microbatches the gradients are also each microbatch's and their running sums: the
+ * values tagged PASS_MICROBATCH_TAG after the forward (the loss's sums are in it) and what
+ * they add. */
+static void mark_microbatch_grads(const IrGraph *g, const uint8_t *phase, bool *grad_out) {
+  for (int32_t v = 0; v < g->nvalues; v++) {
+    const IrValue *x = &g->values[v];
+    if (phase[v] == 0 || strcmp(x->tag, PASS_MICROBATCH_TAG) != 0) continue;
+    grad_out[v] = true;
+    for (int32_t k = 0; k < x->nops; k++)
+      if (phase[x->ops[k]] != 0) grad_out[x->ops[k]] = true;
+  }
+}
+
 static int by_bytes_desc(const void *a, const void *b) {
   const DrvMemItem *x = a, *y = b;
   return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : x->value - y->value;
@@ -226,6 +239,7 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
   phases(g, r->phase);
   for (int32_t k = 0; k < g->noutputs; k++)
     if (!strncmp(g->outputs[k].name, "grad:", 5)) grad_out[g->outputs[k].value] = true;
+  mark_microbatch_grads(g, r->phase, grad_out);
   r->params = p.param_bytes;
   r->opt_state = p.opt_bytes;
   r->inputs = p.input_bytes;
@@ -355,6 +369,17 @@ void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
   for (int i = 0; i < 3; i++) {
     snprintf(set, sizeof set, "/model/decoder/remat_policy=\"%s\"", presets[i]);
     try_fix(file, opt, dev, set, out);
+  }
+  /* microbatches: the smallest count above the job's that divides each device's part of the
+   * batch and fits (the saved activations fall by the count) */
+  int64_t per_device = j->facts.global_batch / fe_batch_split(&j->build.mesh);
+  for (int64_t n = j->facts.microbatches + 1, tried = 0; n <= per_device && tried < 6; n++) {
+    if (per_device % n) continue;
+    int before = out->n;
+    snprintf(set, sizeof set, "/learner/microbatches=%lld", (long long)n);
+    try_fix(file, opt, dev, set, out);
+    if (out->n > before) break;
+    tried++;
   }
   /* mesh changes: every batch device on fsdp; twice the model axis, taken from data or fsdp */
   const FeMesh *m = &j->build.mesh;

@@ -1,7 +1,7 @@
 /*
  * pipeline.c: from a config file to a training-step graph, in one straight
- * list of passes (drv_passes: compose, autodiff, optimizer, simplify, shard,
- * remat; each row says what its pass does).
+ * list of passes (drv_passes: compose, autodiff, widen_grads, microbatch,
+ * optimizer, simplify, shard, remat; each row says what its pass does).
  *
  * What a backend cannot compute is rewritten when the job is handed over
  * (drv_backend_job):
@@ -25,6 +25,8 @@ const DrvPass drv_passes[] = {
     {"compose", NULL, "module tree -> forward graph (runs before the list)"},
     {"autodiff", pass_autodiff, "+ the gradient of every parameter"},
     {"widen_grads", pass_widen_grads, "bf16 compute: weight gradients keep f32 accumulators"},
+    {"microbatch", pass_microbatch,
+     "N microbatches: the forward and backward N times, mean gradients"},
     {"optimizer", pass_optimizer, "+ clipping, schedule, AdamW: the whole step"},
     {"simplify", pass_simplify, "folding, identities, CSE, dead code"},
     {"shard", pass_shard, "the global step -> the program of one device of the mesh"},
@@ -352,6 +354,7 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   FePrecision policy;
   fe_precision_facts(j->cfg, &policy);
   po.bf16_grads = policy.grads == DT_BF16;
+  po.microbatches = j->facts.microbatches;
   PassShard shard = {0};
   PassShardLeaf *leaves = NULL;
   int rc = shard_mesh(j, &shard.mesh);

@@ -9,7 +9,8 @@
  * path as its origin, so an error in any later pass still names the config.
  *
  * The graph is the global program, as if one device held everything:
- * inputs "ids" and "targets" of shape (B, T), with B the global batch.
+ * inputs "ids" and "targets" of shape (B, T), with B the global batch (over
+ * the learner's microbatches: pass_microbatch repeats the step over them).
  * pass_shard turns it into the per-device program of the mesh.
  *
  * A failed builder call records its error in the graph and returns IR_NONE,
@@ -132,6 +133,13 @@ int32_t fe_emit_softmax(FeEmit *e, int32_t x) {
   return ir_div(g, z, fe_emit_bcast(e, s, x, last, lead));
 }
 
+/* The batch of one forward/backward pass: the global batch over the learner's microbatches
+ * (pass_microbatch repeats that pass over the whole batch). */
+static int64_t micro_batch(json_object *cfg) {
+  return fe_get_int(fe_get_child(cfg, "input"), "global_batch_size") /
+         fe_get_int(fe_get_child(cfg, "learner"), "microbatches");
+}
+
 static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b,
                         bool forward) {
   if (fe_step_check(b, d)) return NULL; /* a config error, before any graph */
@@ -139,7 +147,7 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
   FeEmit e = {g,
               b,
               ir_xmalloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
-              forward ? 1 : fe_get_int(fe_get_child(cfg, "input"), "global_batch_size"),
+              forward ? 1 : micro_batch(cfg),
               fe_get_int(fe_get_child(cfg, "input"), "seq_len"),
               IR_NONE,
               IR_NONE,

@@ -363,6 +363,7 @@ typedef struct FeTrainFacts {
   int64_t vocab;                 /* model vocab_size: token ids lie in [0, vocab) */
   int64_t ckpt_every;            /* checkpointer: every N steps; 0: only at the end */
   int32_t ckpt_keep;             /* complete checkpoints to keep */
+  int64_t microbatches; /* learner: forward/backward passes per step (1: the whole batch) */
   FeLearnerFacts learner;
 } FeTrainFacts;
 
@@ -390,7 +391,7 @@ typedef struct FeEmit {
   IrGraph *g;
   const FeBuild *b;     /* the parameter table of the tree being composed */
   int32_t *param_vals;  /* (b->nparams) IR value of each parameter, IR_NONE until used */
-  int64_t batch, seq;   /* global batch size B and sequence length T */
+  int64_t batch, seq;   /* global batch size B (of one microbatch) and sequence length T */
   int32_t ids, targets; /* inputs: (B, T) i32 token ids and next-token targets */
   int32_t aux_loss;     /* scalar sum of auxiliary losses (MoE), IR_NONE if none */
   bool forward;         /* fe_compose_forward: the model returns its logits, no loss */
@@ -404,7 +405,9 @@ int64_t fe_moe_capacity(double capacity_factor, int64_t S, int64_t k, int64_t E)
  * "ids" and "targets" (B, T) i32, one parameter per FeParam (named by its
  * path), and the scalar output "loss" (mean next-token cross-entropy plus
  * auxiliary losses). B is the global batch: the graph is the global program,
- * which pass_shard splits over the mesh. Returns NULL after
+ * which pass_shard splits over the mesh. With /learner/microbatches N > 1, B is
+ * the global batch over N: the graph is one microbatch's, which pass_microbatch
+ * turns into the step over the whole batch. Returns NULL after
  * recording an error in `d`. */
 IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b);
 /* The forward of the model alone, for sampling: one sequence, input "ids" (1, T) i32 (T the

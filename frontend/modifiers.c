@@ -8,6 +8,7 @@
  *   {"kind": "remat",     "path": "/model/decoder", "policy": "save_qkvo"}
  *   {"kind": "partition", "path": "/model/.../feed_forward", "specs": {"linear1": [...]}}
  *   {"kind": "precision", "compute": "bf16", "grads": "f32"}           (each field optional)
+ *   {"kind": "microbatch", "microbatches": 4}
  *   {"kind": "chain",     "modifiers": [MOD | "file.json", ...]}
  *
  * Modifiers act on the raw tree (before defaults are filled in), so
@@ -376,6 +377,20 @@ static int mod_precision(Ctx *c, json_object **rootp, json_object *mod, const ch
   return 0;
 }
 
+/* Sets the learner's microbatches (gradient accumulation). The value is checked with the rest
+ * of the tree, against the learner's schema, and with the batch it must divide. */
+static int mod_microbatch(Ctx *c, json_object **rootp, json_object *mod, const char *mpath) {
+  json_object *learner = json_object_object_get(*rootp, "learner");
+  if (json_object_get_type(learner) != json_type_object)
+    return fe_error(c->d, c->file, mpath,
+                    "modifier \"microbatch\": the config has no /learner to set microbatches in "
+                    "(expected a trainer config)");
+  json_object_object_add(learner, "microbatches",
+                         fe_json_copy(c->d, json_object_object_get(mod, "microbatches")));
+  fe_set_origin_key(c->d, learner, "microbatches", c->file);
+  return 0;
+}
+
 /* ---- chain and files ---------------------------------------------------- */
 
 static int mod_chain(Ctx *c, json_object **root, json_object *mod, const char *mpath) {
@@ -419,6 +434,7 @@ static const ModSchema modifiers[] = {
     {"remat", {"path", "policy"}, {0}, mod_remat},
     {"partition", {"path", "specs"}, {0}, mod_partition},
     {"precision", {0}, {"params", "compute", "grads", "optimizer"}, mod_precision},
+    {"microbatch", {"microbatches"}, {0}, mod_microbatch},
     {"chain", {"modifiers"}, {0}, mod_chain},
 };
 enum { NMODIFIERS = sizeof modifiers / sizeof modifiers[0] };

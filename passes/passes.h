@@ -59,6 +59,7 @@ typedef struct PassOptions {
   const PassShard *shard;     /* shard; NULL or one device: nothing to do */
   const PassRemat *remat;     /* remat; NULL or no policy but "none": nothing to do */
   bool bf16_grads;            /* widen_grads: the policy reduces gradients in bf16: nothing to do */
+  int64_t microbatches;       /* microbatch: forward/backward passes per step; 0 or 1: one */
 } PassOptions;
 
 /* ======================================================================== autodiff.c */
@@ -99,6 +100,22 @@ int pass_transpose_dot(IrGraph *g, const PassOptions *opt);
  * cast moves through single-reader transposes, reshapes and adds on the way (precision.c).
  * Nothing to do in an f32 graph. */
 int pass_widen_grads(IrGraph *g, const PassOptions *opt);
+
+/* ======================================================================== microbatch.c */
+
+/* Gradient accumulation: g is one microbatch's forward and backward (inputs of b rows); the
+ * result is the step over opt->microbatches of them (inputs of N b rows, the layout the data
+ * loader writes): the input-dependent values copied in sequence, one microbatch after the
+ * other, over slices of the inputs (each device's rows under opt->shard's batch split), the
+ * rest shared, and every input-dependent output the mean of its N copies, summed in f32. */
+int pass_microbatch(IrGraph *g, const PassOptions *opt);
+/* The remat tag of the sums and the division of a microbatch mean: pass_shard finds each
+ * microbatch's gradient under them. */
+#define PASS_MICROBATCH_TAG "microbatch.mean"
+/* The tag of the first value of each microbatch after the first: pass_shard makes that
+ * microbatch's reshards again (gathers each fsdp weight in each microbatch), so no gathered
+ * weight stays alive from the first microbatch to the last. */
+#define PASS_MICROBATCH_START_TAG "microbatch.start"
 
 /* ======================================================================== optimizer.c */
 

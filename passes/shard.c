@@ -16,7 +16,12 @@
  *     matrix product whose contracting dim is split. Linear ops pass partial sums on; anything
  *     else first reduces them. A value the graph names "grad:P" is brought to P's sharding at
  *     once, so the data-parallel gradient reduction is an all_reduce, and under fsdp a
- *     reduce_scatter, and the optimizer update runs on each device's chunk.
+ *     reduce_scatter, and the optimizer update runs on each device's chunk. Under microbatches
+ *     (pass_microbatch) each microbatch's gradient is reduce-scattered so where its parameter
+ *     is split over the axes it is a partial sum over (fsdp), so the running sum is a chunk;
+ *     where not (data parallelism), the sum stays partial and is reduced once per step. Each
+ *     microbatch makes its own reshards (a value tagged PASS_MICROBATCH_START_TAG begins one):
+ *     an fsdp weight is gathered in every microbatch, not kept from the first to the last.
  *   - Constants, iota and broadcasts (and elementwise ops of only those) are deferred: they are
  *     emitted where a consumer needs them, directly in the sharding it needs, so a broadcast
  *     into a split activation is computed at the local size, never sliced.
@@ -50,12 +55,13 @@ typedef struct Ctx {
   IrGraph *h;       /* the per-device graph being built */
   const IrMesh *m;
   const PassShard *opt;
-  int32_t *val;    /* (g->nvalues) value in h, or IR_NONE while deferred */
-  Sh *sh;          /* (g->nvalues) sharding of val */
-  bool *deferred;  /* (g->nvalues) emitted on demand */
-  Alt **alts;      /* (g->nvalues) reshards and deferred emissions made so far */
-  const Sh **want; /* (g->nvalues) sharding a value must take at once ("grad:P"), or NULL */
-  Sh *wants;       /* storage for want */
+  int32_t *val;       /* (g->nvalues) value in h, or IR_NONE while deferred */
+  Sh *sh;             /* (g->nvalues) sharding of val */
+  bool *deferred;     /* (g->nvalues) emitted on demand */
+  Alt **alts;         /* (g->nvalues) reshards and deferred emissions made so far */
+  const Sh **want;    /* (g->nvalues) sharding a value must take at once ("grad:P"), or NULL */
+  const Sh **scatter; /* (g->nvalues) a microbatch's gradient: its parameter's sharding */
+  Sh *wants;          /* storage for want */
   const Sh **hint; /* (g->nvalues) a parameter gradient's sharding, back through elementwise ops */
   int32_t n;       /* g->nvalues when the walk began */
 } Ctx;
@@ -829,10 +835,22 @@ static int leaf(Ctx *c, int32_t v, Sh *out) {
 
 /* ---- the walk ------------------------------------------------------------------------ */
 
+/* Forgets every reshard and deferred emission made so far: the values after this point make
+ * their own, as a program that starts here would. */
+static void alts_forget(Ctx *c) {
+  for (int32_t v = 0; v < c->n; v++) {
+    for (Alt *a = c->alts[v], *n; a; a = n) n = a->next, free(a);
+    c->alts[v] = NULL;
+  }
+}
+
 static int shard_value(Ctx *c, int32_t v) {
   const IrValue *x = &c->g->values[v];
   Sh out = {0};
   int st;
+  /* a microbatch after the first gathers its fsdp weights again rather than keep the earlier
+   * microbatches' gathers alive across it: the memory of one microbatch's weights, not all */
+  if (!strcmp(x->tag, PASS_MICROBATCH_START_TAG)) alts_forget(c);
   const char *saved = c->h->origin;
   ir_graph_set_origin(c->h, x->origin);
   if (x->op == IR_PARAMETER || x->op == IR_INPUT) {
@@ -867,11 +885,16 @@ static int shard_value(Ctx *c, int32_t v) {
   ir_graph_set_origin(c->h, saved);
   if (st != IR_OK || c->val[v] == IR_NONE) return IR_ERR;
   c->sh[v] = out;
-  if (c->want[v] && !sh_eq(c->want[v], &out)) { /* a gradient: to its parameter's sharding now */
-    int32_t r = reshard(c, c->val[v], out, c->want[v], &x->shape);
+  const Sh *want = c->want[v];
+  /* a microbatch's gradient goes to its parameter's sharding when that scatters its partial
+   * sum: the running sum then stays a device's chunk (else it stays partial, reduced once) */
+  if (!want && c->scatter[v] && (out.partial & used_axes(&c->scatter[v]->s, x->shape.rank)))
+    want = c->scatter[v];
+  if (want && !sh_eq(want, &out)) { /* a gradient: to its parameter's sharding now */
+    int32_t r = reshard(c, c->val[v], out, want, &x->shape);
     if (r == IR_NONE) return IR_ERR;
     c->val[v] = r;
-    c->sh[v] = *c->want[v];
+    c->sh[v] = *want;
   }
   return IR_OK;
 }
@@ -906,6 +929,25 @@ static void hints(Ctx *c) {
   }
 }
 
+/* The summands of a microbatch mean (pass_microbatch tags the sums PASS_MICROBATCH_TAG): the
+ * values the tagged values under gradient output v read, each one microbatch's gradient. */
+static void mark_summands(Ctx *c, int32_t v, const Sh *want) {
+  int32_t *stack = ir_xmalloc(((size_t)c->n + 1) * sizeof *stack), top = 0;
+  stack[top++] = v;
+  while (top > 0) {
+    const IrValue *x = &c->g->values[stack[--top]];
+    if (strcmp(x->tag, PASS_MICROBATCH_TAG) != 0) continue;
+    for (int32_t k = 0; k < x->nops && top < c->n; k++) {
+      int32_t u = x->ops[k];
+      if (!strcmp(c->g->values[u].tag, PASS_MICROBATCH_TAG))
+        stack[top++] = u;
+      else if (c->g->values[u].op != IR_CONSTANT)
+        c->scatter[u] = want;
+    }
+  }
+  free(stack);
+}
+
 static void ctx_free(Ctx *c) {
   if (c->alts)
     for (int32_t v = 0; v < c->n; v++)
@@ -916,6 +958,7 @@ static void ctx_free(Ctx *c) {
   free(c->deferred);
   free(c->want);
   free(c->hint);
+  free(c->scatter);
   free(c->wants);
   ir_graph_free(c->h);
 }
@@ -938,6 +981,7 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
   c.alts = ir_xcalloc((size_t)n + 1, sizeof *c.alts);
   c.want = ir_xcalloc((size_t)n + 1, sizeof *c.want);
   c.hint = ir_xcalloc((size_t)n + 1, sizeof *c.hint);
+  c.scatter = ir_xcalloc((size_t)n + 1, sizeof *c.scatter);
   c.wants = ir_xcalloc((size_t)g->noutputs + 1, sizeof *c.wants);
   for (int32_t v = 0; v < n; v++) c.val[v] = IR_NONE;
   if (ir_graph_set_mesh(c.h, &o->mesh)) {
@@ -949,6 +993,7 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
     if (!strncmp(g->outputs[k].name, "grad:", 5)) {
       c.wants[k] = output_sharding(&c, g->outputs[k].name, g->outputs[k].value);
       c.want[g->outputs[k].value] = &c.wants[k];
+      mark_summands(&c, g->outputs[k].value, &c.wants[k]);
     }
   hints(&c);
   int st = IR_OK;

@@ -10,6 +10,8 @@ static const FeField learner_fields[] = {
     F_CHILD("schedule", "{\"kind\": \"constant_schedule\"}", "cosine_schedule|constant_schedule",
             "learning-rate multiplier per step"),
     F_FLOAT("max_grad_norm", "1.0", FE_ATLEAST(0), "clip gradients to this global norm; 0: off"),
+    F_INT("microbatches", "1", FE_RANGE(1, 1 << 20),
+          "forward/backward passes per step over slices of the batch (gradient accumulation)"),
 };
 
 static int build_learner(FeBuild *b, json_object *node, const char *cfg, const char *prm,

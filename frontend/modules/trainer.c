@@ -3,7 +3,8 @@
  * checkpointing, the device mesh, and how long to train.
  *
  * The trainer is the parent of everything, so it is where cross-cutting
- * checks live: the batch must split over the mesh's batch axes, a learned
+ * checks live: the batch must split over the mesh's batch axes (and each
+ * device's part over the learner's microbatches), a learned
  * position table must cover the sequence length (handed to the model).
  */
 #include <string.h>
@@ -31,6 +32,16 @@ static int check_batch(FeBuild *b, json_object *node) {
                           "global batch size %lld does not divide over the mesh's batch axes "
                           "(data x expert x fsdp = %lld devices; expected a multiple of %lld)",
                           (long long)gbs, (long long)split, (long long)split);
+  /* each device runs the microbatches over its own rows: they split its part of the batch */
+  json_object *learner = fe_get_child(node, "learner");
+  int64_t n = fe_get_int(learner, "microbatches");
+  if (split > 0 && n > 1 && (gbs / split) % n != 0)
+    return fe_field_error(b, learner, "/learner", "microbatches",
+                          "%lld microbatches do not divide the per-device batch: global batch "
+                          "size %lld over the mesh's batch axes (data x expert x fsdp = %lld "
+                          "devices) leaves %lld sequences per device (expected a divisor of %lld)",
+                          (long long)n, (long long)gbs, (long long)split, (long long)(gbs / split),
+                          (long long)(gbs / split));
   return 0;
 }
 
@@ -38,7 +49,9 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
                  const FeDims *in) {
   FeDims d = *in;
   d.seq_len = fe_get_int(fe_get_child(node, "input"), "seq_len");
-  d.batch = fe_get_int(fe_get_child(node, "input"), "global_batch_size") / fe_batch_split(&b->mesh);
+  /* what one forward/backward pass holds: a microbatch of the device's part of the batch */
+  d.batch = fe_get_int(fe_get_child(node, "input"), "global_batch_size") /
+            fe_batch_split(&b->mesh) / fe_get_int(fe_get_child(node, "learner"), "microbatches");
   d.max_steps = fe_get_int(node, "max_steps");
   d.dtype = fe_get_str(fe_get_child(node, "precision"), "params");
   int rc = check_batch(b, node);
@@ -85,5 +98,6 @@ void fe_train_facts(json_object *cfg, FeTrainFacts *f) {
   f->vocab = fe_get_int(fe_get_child(cfg, "model"), "vocab_size");
   f->ckpt_every = fe_get_int(ckpt, "every_n_steps");
   f->ckpt_keep = (int32_t)fe_get_int(ckpt, "keep_last");
+  f->microbatches = fe_get_int(fe_get_child(cfg, "learner"), "microbatches");
   learner_facts(fe_get_child(cfg, "learner"), f->max_steps, &f->learner);
 }

@@ -167,6 +167,17 @@ static void test_tiny_lm(void) {
   check_layout("tiny-lm.json", "cpu-4", ref, 4, (Expect){4, 10, 0, 0, 0, false});
 }
 
+/* microbatches: each device's slices of its own rows, no batch moved; under fsdp a
+ * reduce_scatter per microbatch */
+static void test_microbatch(void) {
+  const char *dmb[] = {SMALL, MESH(2, 1, 1, 1), "/learner/microbatches=2"};
+  check_layout("tiny-lm.json", "cpu-2", dmb, 4, (Expect){2, 10, 0, 0, 0, true});
+  const char *fmb[] = {SMALL, MESH(1, 1, 2, 1), "/learner/microbatches=2"};
+  check_layout("tiny-lm.json", "cpu-2", fmb, 4, (Expect){2, 1, 8, 16, 0, false});
+  const char *dfmb[] = {SMALL, MESH(2, 1, 2, 1), "/learner/microbatches=2"};
+  check_layout("tiny-lm.json", "cpu-4", dfmb, 4, (Expect){4, 10, 8, 16, 0, false});
+}
+
 static void test_llama_style(void) { /* RoPE, GQA, SwiGLU, RMSNorm */
   const char *data[] = {SMALL, MESH(4, 1, 1, 1)};
   check_layout("fuji-test.json", "cpu-4", data, 3, (Expect){4, 10, 0, 0, 0, true});
@@ -379,6 +390,7 @@ int main(int argc, char **argv) {
                {"bf16", test_bf16},
                {"vocab", test_vocab},
                {"vocab_chunks", test_vocab_chunks},
+               {"microbatch", test_microbatch},
                {"moe_capacity", test_moe_capacity}};
   int added = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -601,6 +601,35 @@ err_bad_target_count)
   expect_rc 0
   expect_in "$T/out" "on a mesh of 4 devices"
   ;;
+memcheck_microbatches)
+  # llama2-7b on gpu-h100-256 as fsdp=32 x model=8 with 128 sequences per device is over; 2
+  # microbatches (the smallest count that fits) is offered, and with 4 the saved activations
+  # are a quarter
+  mesh="/mesh/shape=[1,1,1,32,1,8]"
+  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-256 --set "$mesh" \
+    --set /input/global_batch_size=4096
+  expect_rc 1
+  expect_in "$T/out" "--set '/learner/microbatches=2': peak"
+  mv "$T/out" "$T/mb1"
+  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-256 --set "$mesh" \
+    --set /input/global_batch_size=4096 --set /learner/microbatches=4
+  expect_rc 0
+  expect_in "$T/out" "verdict: fits"
+  python3 - "$T/mb1" "$T/out" <<'PY' || fail "saved activations do not fall by about 4"
+import re, sys
+units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+def saved(path):
+    m = re.search(r"saved activations +([0-9.]+) (B|KiB|MiB|GiB)", open(path).read())
+    return float(m.group(1)) * units[m.group(2)]
+r = saved(sys.argv[1]) / saved(sys.argv[2])
+print(f"saved activations {r:.2f}x less with 4 microbatches")
+assert 3.5 < r < 4.5, r
+PY
+  # a count that does not divide each device's part of the batch
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-4 --set '/mesh/shape=[1,4,1,1,1,1]' \
+    --set /learner/microbatches=4
+  expect_user_error "error: --set: /learner/microbatches: 4 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 4 devices) leaves 2 sequences per device (expected a divisor of 2)"
+  ;;
 memcheck_errors)
   run memcheck "$MODELS/tiny-lm.json"
   expect_user_error "axlc memcheck needs --target"

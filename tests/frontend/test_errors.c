@@ -318,6 +318,31 @@ static void test_batch_not_divisible(void) {
   fe_t_done(&t);
 }
 
+/* Each device runs the microbatches over its part of the batch: they must divide it. */
+static void test_microbatches_bad(void) {
+  FeT t;
+  bad(&t,
+      "\"learner\": {\"microbatches\": 4}, "
+      "\"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 2, 1, 2, 1, 1]}",
+      "cpu-4", NULL);
+  EXPECT_BAD(&t, ": /learner/microbatches: 4 microbatches do not divide the per-device batch: "
+                 "global batch size 8 over the mesh's batch axes (data x expert x fsdp = 4 "
+                 "devices) leaves 2 sequences per device (expected a divisor of 2)");
+  fe_t_done(&t);
+  bad(&t,
+      "\"learner\": {\"microbatches\": 2}, "
+      "\"mesh\": {\"kind\": \"device_mesh\", \"shape\": [1, 2, 1, 2, 1, 1]}",
+      "cpu-4", NULL);
+  EXPECT_OK(&t);
+  fe_t_done(&t);
+  bad(&t, "\"learner\": {\"microbatches\": 0}", NULL, NULL);
+  EXPECT_BAD(&t, ": /learner/microbatches: value 0 is out of range (expected 1 to 1048576)");
+  fe_t_done(&t);
+  bad(&t, "\"learner\": {\"microbatches\": 2.5}", NULL, NULL);
+  EXPECT_BAD(&t, ": /learner/microbatches: value 2.5 is a number (expected an integer)");
+  fe_t_done(&t);
+}
+
 static void test_spec_unknown_axis(void) {
   FeT t;
   bad(&t, ATTN("{\"param_partition_specs\": {\"q_proj\": [\"fsdp\", \"modle\"]}}"), NULL, NULL);
@@ -570,6 +595,7 @@ static const FeTCase cases[] = {
     {"top_k_exceeds_experts", test_top_k_exceeds_experts},
     {"pos_table_too_short", test_pos_table_too_short},
     {"batch_not_divisible", test_batch_not_divisible},
+    {"microbatches_bad", test_microbatches_bad},
     {"spec_unknown_axis", test_spec_unknown_axis},
     {"spec_rank_mismatch", test_spec_rank_mismatch},
     {"axis_does_not_divide_param", test_axis_does_not_divide_param},

@@ -1,6 +1,6 @@
 /*
  * test_modifiers.c: every modifier kind (set, replace, mesh, remat,
- * partition, chain), applied from a config's `modifiers`, from --apply files
+ * partition, precision, microbatch, chain), applied from a config's `modifiers`, from --apply files
  * and from --set, checked on the resolved canonical tree.
  */
 #include <stdlib.h>
@@ -463,6 +463,31 @@ static void test_precision(void) {
   fe_t_done(&t);
 }
 
+static void test_microbatch(void) {
+  FeT t;
+  resolve_mods(&t, "[{\"kind\": \"microbatch\", \"microbatches\": 4}]", NULL, NULL);
+  EXPECT_OK(&t);
+  EXPECT_INT(fe_t_int(t.tree, "/learner/microbatches"), 4);
+  FeTrainFacts f;
+  fe_train_facts(t.tree, &f);
+  EXPECT_INT(f.microbatches, 4);
+  fe_t_done(&t);
+  /* the default: the whole batch at once */
+  resolve_mods(&t, "[]", NULL, NULL);
+  EXPECT_OK(&t);
+  EXPECT_INT(fe_t_int(t.tree, "/learner/microbatches"), 1);
+  fe_t_done(&t);
+  /* the value is checked against the learner's schema, and blamed on the modifier's file */
+  resolve_mods(&t, "[{\"kind\": \"microbatch\", \"microbatches\": \"4\"}]", NULL, NULL);
+  EXPECT_FAILS(&t, cfg_file(),
+               ": /learner/microbatches: value \"4\" is a string (expected an integer)");
+  fe_t_done(&t);
+  resolve_mods(&t, "[{\"kind\": \"microbatch\"}]", NULL, NULL);
+  EXPECT_FAILS(&t, "/modifiers/0/microbatches: missing required field \"microbatches\" of "
+                   "modifier \"microbatch\"");
+  fe_t_done(&t);
+}
+
 static void test_chain_cycle(void) {
   FeT t;
   fe_t_write("self.json", "{\"kind\": \"chain\", \"modifiers\": [\"self.json\"]}");
@@ -475,7 +500,7 @@ static void test_modifier_schema(void) {
   FeT t;
   resolve_mods(&t, "[{\"kind\": \"sett\", \"path\": \"/seed\", \"value\": 1}]", NULL, NULL);
   EXPECT_FAILS(&t, cfg_file(), ": /modifiers/0/kind: unknown modifier kind \"sett\"",
-               "(expected set, replace, mesh, remat, partition, precision or chain)",
+               "(expected set, replace, mesh, remat, partition, precision, microbatch or chain)",
                "did you mean \"set\"?");
   fe_t_done(&t);
   resolve_mods(&t, "[{\"kind\": \"set\", \"path\": \"/seed\", \"vaule\": 1}]", NULL, NULL);
@@ -511,6 +536,7 @@ static const FeTCase cases[] = {
     {"chain_nested_files", test_chain_nested_files},
     {"chain_cycle", test_chain_cycle},
     {"precision", test_precision},
+    {"microbatch", test_microbatch},
     {"modifier_schema", test_modifier_schema},
 };
 

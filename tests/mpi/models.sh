@@ -13,7 +13,8 @@
 #                      model=2 bit for bit (metrics and checkpoint files)
 # MODEL: tiny_lm, moe, fuji (fuji-test: llama-style, GQA with 4 heads and 2 kv heads), and
 # tiny_bf16, moe_bf16, fuji_bf16: the same under bf16 compute (f32 masters).
-# MESH: data4, fsdp4, model2, data2model2, expert2.
+# MESH: data4, fsdp4, model2, data2model2, expert2; fsdp2mb2 (fsdp=2, 2 microbatches: each rank
+# steps over 2 slices of its rows and reduce-scatters each slice's gradients).
 set -u
 AXLC=$1 SRC=$2 MPIRUN=$3 DUMP=$4 W=$5 CASE=$6
 PY=${TORCH_PYTHON:-/usr/bin/python3}
@@ -60,6 +61,7 @@ mesh() {
   model2) echo "2 [1,1,1,1,1,2]" ;;
   data2model2) echo "4 [1,2,1,1,1,2]" ;;
   expert2) echo "2 [1,1,2,1,1,1]" ;;
+  fsdp2mb2) echo "2 [1,1,1,2,1,1] /learner/microbatches=2" ;;
   esac
 }
 # trainer MODEL MESH: the path of its compiled trainer (compiled once, kept in $W)
@@ -70,7 +72,7 @@ trainer() {
     target=cpu
     [ "$3" -gt 1 ] && target=cpu-$3
     "$AXLC" compile "$(model_file "$1")" --target $target --set "/mesh/shape=$4" --set /input/seq_len=16 \
-      --set "/precision/compute=$(precision "$1")" -o "$T/exe" > "$T/compile.log" 2>&1 || { fail "compile $1 on $2"; cat "$T/compile.log" >&2; return 1; }
+      --set "/precision/compute=$(precision "$1")" ${5:+--set "$5"} -o "$T/exe" > "$T/compile.log" 2>&1 || { fail "compile $1 on $2"; cat "$T/compile.log" >&2; return 1; }
     mv "$T/exe" "$exe"
   fi
   echo "$exe"

@@ -8,6 +8,8 @@
 #                and of `axlc run --target cpu` (the JIT), from the same init and data: the
 #                compiled losses and parameters within 1e-4 relative of the interpreter's, and
 #                the JIT's bit-identical to the trainer's
+#   equiv_microbatch  equiv on tiny-lm with /learner/microbatches=2, and its interpreter losses
+#                and parameters within 1e-5 of the interpreter's without microbatches
 #   resume_bf16  the same under bf16 compute, and the checkpoint holds f32 masters only
 #   resume       20 steps straight = 10 steps, --resume, 10 more: identical losses and params;
 #                the first 10 without huge pages (AXLC_HUGEPAGES=0); a bad AXLC_HUGEPAGES
@@ -119,6 +121,17 @@ equiv_bf16_moe)
   # (measured: losses 5e-5, parameters 5e-3 apart)
   EQUIV_TOL=5e-2 equiv "$SRC/models/moe-test.json" /input/seq_len=16 /input/global_batch_size=2 \
     /precision/compute=bf16
+  ;;
+equiv_microbatch)
+  # the step as 2 forward/backward passes of 2 sequences each: the same training as the batch
+  # of 4 at once, up to the order of the sums
+  must "$AXLC" run "$SRC/models/tiny-lm.json" --target interp --data "$T/text.txt" --steps 3 \
+    --set /input/seq_len=32 --set /input/global_batch_size=4 --dump "$T/whole.safetensors"
+  cp "$T/log" "$T/whole.txt"
+  equiv "$SRC/models/tiny-lm.json" /input/seq_len=32 /input/global_batch_size=4 \
+    /learner/microbatches=2
+  compare losses "$T/interp.txt" "$T/whole.txt" 1e-5
+  compare close "$T/interp.safetensors" "$T/whole.safetensors" 1e-5
   ;;
 equiv_gpt2)
   # gpt2-124m at its full width, heads and vocabulary (768, 12, 50257: its largest matrices),
