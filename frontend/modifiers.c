@@ -118,7 +118,6 @@ static int set_in_array(Ctx *c, json_object *root, const char *path, const char 
   return 0;
 }
 
-/* Sets `path` in the raw tree to a copy of `value`. */
 /* Adds, along path, each child module the raw tree leaves to its default (a trainer's
  * /precision or /mesh), so `--set /precision/compute=bf16` works on a config that never
  * wrote a policy. Stops at the first missing part that has no object default. */
@@ -131,7 +130,8 @@ static void add_default_children(Ctx *c, json_object *root, const char *path) {
     snprintf(key, sizeof key, "%.*s", (int)(end - p - 1), p + 1);
     json_object *child = NULL;
     if (!json_object_object_get_ex(node, key, &child)) {
-      const FeKind *k = fe_kind_find(fe_node_kind(node));
+      const char *kind = fe_node_kind(node); /* NULL: not a module (no "kind" string) */
+      const FeKind *k = kind ? fe_kind_find(kind) : NULL;
       const FeField *f = k ? fe_kind_field(k, key) : NULL;
       if (!f || f->type != FT_CHILD || !f->dflt || f->dflt[0] != '{') return;
       child = json_tokener_parse(f->dflt);
@@ -144,6 +144,7 @@ static void add_default_children(Ctx *c, json_object *root, const char *path) {
   }
 }
 
+/* Sets `path` in the raw tree to a copy of `value`. */
 static int set_path(Ctx *c, json_object *root, const char *path, json_object *value) {
   if (!path || path[0] != '/' || strlen(path) < 2)
     return fe_error(c->d, c->file, path, "expected a path of the form /a/b/c");
