@@ -367,6 +367,21 @@ void rt_ckpt_unlock(RtCkptLock *lk);
  * same step. A failure leaves every earlier checkpoint as it was and removes what it wrote.
  * Returns 0, -1 (not saved), or 1: saved, but deleting old checkpoints failed (err says why). */
 int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtError *err);
+/* A sharded save (format 2) in its parts, for a trainer that writes its shard off the thread that
+ * runs the collectives; rt_ckpt_save with several ranks is these, in this order, on each rank.
+ * begin (collective): rank 0 makes the step directory. shard_write (no collective, any thread):
+ * this rank's file; info gets (failed, bytes, CRC-32). shard_gather (collective): info holds
+ * 3 * ranks values, this rank's at 3 * rank and zeros elsewhere, and gets every rank's; -1 when
+ * a rank failed (why: this rank's own message), and rank 0 has then removed the directory.
+ * shard_index (rank 0 alone, any thread): the index, written last, then pruning as
+ * rt_ckpt_save does; 0, 1 (saved, pruning failed) or -1 (the directory removed). shard_end
+ * (collective): every rank learns rank 0's result rc (why: rank 0's message) and returns it as
+ * rt_ckpt_save would. */
+int rt_ckpt_shard_begin(const char *dir, const RtCkptState *s, RtError *err);
+int rt_ckpt_shard_write(const char *dir, const RtCkptState *s, int64_t info[3], RtError *err);
+int rt_ckpt_shard_gather(const char *dir, const RtCkptState *s, int64_t *info, const RtError *why, RtError *err);
+int rt_ckpt_shard_index(const char *dir, const RtCkptState *s, const int64_t *info, int keep_last, RtError *err);
+int rt_ckpt_shard_end(const RtCkptState *s, int rc, const RtError *why, RtError *err);
 /* Newest complete checkpoint with step < below (RT_CKPT_ANY for the newest).
  * Returns 1 and sets *step if found, 0 if none, -1 on error. */
 int rt_ckpt_latest(const char *dir, int64_t below, int64_t *step, RtError *err);

@@ -472,11 +472,13 @@ static int64_t from_rank0(RtComm *c, int64_t v, RtError *err) {
     return rt_comm_sum_i64(c, &x, 1, err) == 0 ? x : -1;
 }
 
-static int save_sharded(const char *dir, const RtCkptState *s, int keep_last, RtError *err) {
+int rt_ckpt_shard_begin(const char *dir, const RtCkptState *s, RtError *err) {
     RtComm *c = s->comm;
-    int rank = rt_comm_rank(c), world = rt_comm_size(c), rc = 0;
+    int rank = rt_comm_rank(c), rc = 0;
     char sdir[PATH_CAP];
     RtError why = {{0}};
+    if (s->step < 0)
+        return rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir, (long long)s->step);
     if (step_path(sdir, dir, s->step, NULL, err) != 0)
         return -1;
     /* rank 0 makes the step directory; the others write into it once it exists */
@@ -487,56 +489,84 @@ static int save_sharded(const char *dir, const RtCkptState *s, int keep_last, Rt
     if (from_rank0(c, rc, err) != 0)
         return rank == 0 ? rt_error_set(err, "%s", why.msg)
                          : rt_error_set(err, "%s: rank 0 could not prepare the checkpoint directory", sdir);
-    int64_t *info = calloc(3 * (size_t)world, sizeof *info);
-    if (!info)
-        return rt_error_set(err, "%s: out of memory", sdir); /* the others will wait in vain: the watchdog */
+    return 0;
+}
+
+int rt_ckpt_shard_write(const char *dir, const RtCkptState *s, int64_t info[3], RtError *err) {
     uint32_t crc;
     int64_t size;
-    info[3 * rank] = write_rank_state(dir, s, rank, &crc, &size, &why) != 0;
-    info[3 * rank + 1] = size;
-    info[3 * rank + 2] = crc;
-    if (rt_comm_sum_i64(c, info, 3 * world, err) != 0) {
-        free(info);
+    info[0] = write_rank_state(dir, s, rt_comm_rank(s->comm), &crc, &size, err) != 0;
+    info[1] = size;
+    info[2] = crc;
+    return info[0] ? -1 : 0;
+}
+
+int rt_ckpt_shard_gather(const char *dir, const RtCkptState *s, int64_t *info, const RtError *why, RtError *err) {
+    RtComm *c = s->comm;
+    int rank = rt_comm_rank(c), world = rt_comm_size(c), failed = -1;
+    char sdir[PATH_CAP];
+    if (step_path(sdir, dir, s->step, NULL, err) != 0)
         return -1;
-    }
-    int failed = -1;
+    if (rt_comm_sum_i64(c, info, 3 * world, err) != 0)
+        return -1;
     for (int r = world - 1; r >= 0; r--)
         if (info[3 * r])
             failed = r;
-    rc = 0;
-    if (failed >= 0) {
-        if (rank == 0)
-            remove_ckpt(dir, s->step, NULL);
-        rc = info[3 * rank]
-                 ? rt_error_set(err, "%s", why.msg)
-                 : rt_error_set(err, "%s: rank %d could not write its shard (its message says why)", sdir, failed);
-        free(info);
-        return rc;
-    }
-    if (rank == 0 && write_index_v2(dir, s, info, world, &why) != 0) {
+    if (failed < 0)
+        return 0;
+    if (rank == 0)
         remove_ckpt(dir, s->step, NULL);
-        rc = -1;
-    } else if (rank == 0 && prune(dir, keep_last, s->step, &why) != 0) {
-        rc = 1;
+    return info[3 * rank] ? rt_error_set(err, "%s", why->msg)
+                          : rt_error_set(err, "%s: rank %d could not write its shard (its message says why)", sdir,
+                                         failed);
+}
+
+int rt_ckpt_shard_index(const char *dir, const RtCkptState *s, const int64_t *info, int keep_last, RtError *err) {
+    if (write_index_v2(dir, s, info, rt_comm_size(s->comm), err) != 0) {
+        remove_ckpt(dir, s->step, NULL);
+        return -1;
     }
-    free(info);
+    return prune(dir, keep_last, s->step, err) != 0 ? 1 : 0;
+}
+
+int rt_ckpt_shard_end(const RtCkptState *s, int rc, const RtError *why, RtError *err) {
+    RtComm *c = s->comm;
+    int rank = rt_comm_rank(c);
     int64_t agreed = from_rank0(c, rc, err);
     if (agreed < 0 && rank == 0)
-        return rt_error_set(err, "%s", why.msg);
+        return rt_error_set(err, "%s", why->msg);
     if (agreed < 0)
-        return rt_error_set(err, "%s: rank 0 could not write the index", sdir);
+        return rt_error_set(err, "step %lld: rank 0 could not write the index of the checkpoint", (long long)s->step);
     if (agreed > 0)
         rt_error_set(err, "step %lld saved, but deleting old checkpoints failed: %s", (long long)s->step,
-                     rank == 0 ? why.msg : "see rank 0");
+                     rank == 0 ? why->msg : "see rank 0");
     return (int)agreed;
+}
+
+/* The parts in one go, on the calling thread. */
+static int save_sharded(const char *dir, const RtCkptState *s, int keep_last, RtError *err) {
+    int rank = rt_comm_rank(s->comm), world = rt_comm_size(s->comm), rc = 0;
+    RtError why = {{0}};
+    if (rt_ckpt_shard_begin(dir, s, err) != 0)
+        return -1;
+    int64_t *info = calloc(3 * (size_t)world, sizeof *info);
+    if (!info)
+        return rt_error_set(err, "%s: out of memory", dir); /* the others will wait in vain: the watchdog */
+    rt_ckpt_shard_write(dir, s, info + 3 * rank, &why);
+    if (rt_ckpt_shard_gather(dir, s, info, &why, err) != 0) {
+        free(info);
+        return -1;
+    }
+    if (rank == 0)
+        rc = rt_ckpt_shard_index(dir, s, info, keep_last, &why);
+    free(info);
+    return rt_ckpt_shard_end(s, rc, &why, err);
 }
 
 int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtError *err) {
     char sdir[PATH_CAP];
     if (state->comm && rt_comm_size(state->comm) > 1 && state->regions)
-        return state->step < 0
-                   ? rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir, (long long)state->step)
-                   : save_sharded(dir, state, keep_last, err);
+        return save_sharded(dir, state, keep_last, err);
     if (state->step < 0)
         return rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir, (long long)state->step);
     if (step_path(sdir, dir, state->step, NULL, err) != 0)

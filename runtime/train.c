@@ -196,6 +196,7 @@ static int tensors_make(Trainer *t, RtError *err) {
 }
 
 static void trainer_free(Trainer *t) {
+    train_save_free(t);
     for (int i = 0; t->names && i < 3 * t->p->nparams; i++)
         free(t->names[i]);
     free(t->names);
@@ -381,6 +382,7 @@ static RunEnd train_one(Trainer *t, RtError *err) {
     train_metrics_write(t, &s, tok_s, do_eval ? &eval : NULL);
     if (!finite) {
         char what[96];
+        train_save_wait(t); /* the last good checkpoint may be the one in flight */
         snprintf(what, sizeof what, "loss %g, grad_norm %g", s.loss, s.grad_norm);
         if (t->rank == 0)
             train_report_stop(t, what);
@@ -458,18 +460,21 @@ static RunEnd stop_run(Trainer *t, RtError *err) {
 }
 
 /* A signal may reach some ranks and not others (or at another step): all stop together, after
- * the same step, or none does. The verdict goes to t->stopped, and only it is read afterwards:
+ * the same step, or none does. The same sum carries each rank's progress on the checkpoint in
+ * flight (train_save.c), so the ranks take its next part together. The verdict goes to t->stopped, and only it is read afterwards:
  * a signal that arrives on this rank after the sum waits for the next one, instead of stopping
  * this rank while the others go on to the next step. */
 static void agree_stop(Trainer *t) {
     int sig = stop_signal;
-    int64_t v[2] = {sig != 0, sig == SIGINT};
+    int64_t v[3] = {sig != 0, sig == SIGINT, train_save_done(t)};
     RtError why;
-    if (t->world > 1 && rt_comm_sum_i64(t->comm, v, 2, &why) != 0) {
+    if (t->world > 1 && rt_comm_sum_i64(t->comm, v, 3, &why) != 0) {
         train_warn(t, "%s", why.msg);
         rt_comm_abort(t->comm, 1);
     }
     t->stopped = v[0] == 0 ? 0 : v[1] > 0 ? SIGINT : SIGTERM;
+    if (v[2] == t->world) /* the checkpoint in flight: every rank is done with its current part */
+        train_save_advance(t);
 }
 
 static RunEnd train_loop(Trainer *t, RtError *err) {

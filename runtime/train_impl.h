@@ -7,6 +7,7 @@
 #ifndef TRAIN_IMPL_H
 #define TRAIN_IMPL_H
 
+#include <pthread.h>
 #include <stdio.h>
 
 #include "rt_impl.h"
@@ -18,7 +19,24 @@ typedef struct TrainOpts {
     uint64_t seed;
     double temperature; /* -1: not given (1) */
     int resume, partial, help, config, init_allow_unused;
+    int ckpt_sync; /* periodic saves block the run (the default writes them in the background) */
 } TrainOpts;
+
+/* The checkpoint save in flight (train_save.c): its phase, the snapshot it writes, the writer
+ * thread and what it found. */
+typedef struct AsyncSave {
+    int phase;     /* SAVE_IDLE, SAVE_WRITING (each rank its file), SAVE_INDEXING (rank 0) */
+    int running;   /* thread is to be joined */
+    int done;      /* set by the thread when its part is written (atomic) */
+    pthread_t thread;
+    char *buf;     /* (buf_bytes) mapped: the snapshot of the parameters and moments */
+    int64_t buf_bytes;
+    RtTensor *tensors; /* (3 * nparams) the trainer's table over the snapshot */
+    RtCkptState state; /* what is being saved */
+    int64_t *info;     /* (3 * world) each rank's (failed, bytes, CRC-32) of its file */
+    int rc;            /* the thread's result */
+    RtError why;       /* and its message */
+} AsyncSave;
 
 /* One run of the trainer: everything rt_train_main sets up, and where the run stands. */
 typedef struct Trainer {
@@ -50,6 +68,8 @@ typedef struct Trainer {
     int64_t run_steps;
     int64_t heap_base; /* heap bytes in use when the trainer began (axlc run's compiler heap) */
     int64_t heap_peak; /* most heap bytes in use at a sample point (train_mem_sample) */
+    AsyncSave save;    /* the checkpoint in flight */
+    double ckpt_ms;    /* time the run waited for checkpoint saves */
 } Trainer;
 
 /* What one step reports (train.c runs it, train_report.c writes it). */
@@ -85,8 +105,22 @@ void train_warn(const Trainer *t, const char *fmt, ...) RT_PRINTF(2, 3);
 int train_state_init(Trainer *t, RtError *err);
 int train_start_rank0(Trainer *t, int starts, RtError *err);
 const char *train_last_good(const Trainer *t, char *buf, size_t cap);
+
+/* ===== train_save.c ===================================================================== */
+
+/* A periodic save (in the background unless --ckpt-sync): 0, or 1 when the state is not finite
+ * (reported); a failed save is reported and the run goes on. */
 int train_ckpt_save_periodic(Trainer *t);
+/* The blocking last save, after waiting for the one in flight. */
 int train_ckpt_save_final(Trainer *t, RtError *err);
+/* Whether this rank is done with the current phase of the save in flight (0 when none is). */
+int train_save_done(const Trainer *t);
+/* Takes the save in flight one phase on: called on every rank together, once all are done. */
+void train_save_advance(Trainer *t);
+/* Waits for the save in flight to complete (every rank together). */
+void train_save_wait(Trainer *t);
+/* Joins the writer thread and frees the snapshot (any rank, alone). */
+void train_save_free(Trainer *t);
 
 /* ===== train_report.c =================================================================== */
 

@@ -44,6 +44,8 @@ static const OptSpec OPTS[] = {
     {"--ckpt-every", "N", OPT_INT, F(ckpt_every), 0, INT64_MAX,
      "checkpoint every N steps and at the end "
      "(0: at the end only)"},
+    {"--ckpt-sync", NULL, OPT_FLAG, F(ckpt_sync), 0, 0,
+     "write periodic checkpoints before the next step (default: from a snapshot, in the background)"},
     {"--keep", "N", OPT_INT, F(keep), 0, INT32_MAX, "keep the newest N checkpoints (0: all)"},
     {"--resume", NULL, OPT_FLAG, F(resume), 0, 0,
      "continue from the newest checkpoint in --ckpt-dir that "
