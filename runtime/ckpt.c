@@ -29,6 +29,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rt_impl.h"
@@ -283,6 +284,18 @@ static int make_step_dir(const char *sdir, RtError *err) {
     return 0;
 }
 
+/* A test hook: AXLC_TEST_SAVE_PAUSE (seconds) holds every save between its tensor files and its
+ * index, so that tests can kill or stop a trainer while a checkpoint is half written (the value
+ * is checked at start-up: rt_env_check). */
+static void test_pause(void) {
+    double s;
+    if (rt_env_seconds("AXLC_TEST_SAVE_PAUSE", 0, &s, NULL) != 0 || s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
 static int write_state(const char *dir, const RtCkptState *s, uint32_t *crc, int64_t *size, RtError *err) {
     char path[PATH_CAP], step[32], pos[32], rng[32];
     snprintf(step, sizeof step, "%lld", (long long)s->step);
@@ -498,6 +511,7 @@ int rt_ckpt_shard_write(const char *dir, const RtCkptState *s, int64_t info[3], 
     info[0] = write_rank_state(dir, s, rt_comm_rank(s->comm), &crc, &size, err) != 0;
     info[1] = size;
     info[2] = crc;
+    test_pause();
     return info[0] ? -1 : 0;
 }
 
@@ -577,8 +591,10 @@ int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtErr
     int64_t size;
     if (make_dir(dir, err) != 0 || make_step_dir(sdir, err) != 0)
         return -1;
-    if (rt_dir_fsync(dir, err) != 0 || write_state(dir, state, &crc, &size, err) != 0 ||
-        write_index(dir, state, crc, size, err) != 0) {
+    int rc = rt_dir_fsync(dir, err) != 0 || write_state(dir, state, &crc, &size, err) != 0 ? -1 : 0;
+    if (rc == 0)
+        test_pause();
+    if (rc != 0 || write_index(dir, state, crc, size, err) != 0) {
         remove_ckpt(dir, state->step, NULL); /* best effort: the incomplete directory is invisible anyway */
         return -1;
     }

@@ -17,6 +17,10 @@
 #                previous one is used; bad options and files are clear errors
 #   reliability  SIGTERM saves and resumes; a second trainer on one directory, a checkpoint of
 #                another model, a file-size limit and a FIFO are refused clearly
+#   async        a checkpoint in flight (AXLC_TEST_SAVE_PAUSE holds it before its index) when
+#                the trainer is killed: invisible, and --resume from the one before continues bit
+#                for bit; when it is stopped by SIGTERM: waited for, saved, then the final one;
+#                --ckpt-sync saves the same bytes
 #   init_strict  --init: every missing and unused tensor listed, extras refused unless
 #                --init-allow-unused, PyTorch's (out, in) layout called out
 #   no_clobber   --metrics naming --data, --eval-data (a hard link), --init or a file of a
@@ -271,6 +275,47 @@ reliability)
   timeout 10 "$T/trainer" --data "$T/fifo" --steps 1 > "$T/out" 2> "$T/err"
   rc=$?
   [ "$rc" -eq 1 ] && grep -q "not a regular file (a FIFO)" "$T/err" || fail "a FIFO as --data: exit $rc"
+  ;;
+async)
+  trainer tiny && cp "$TR" "$T/trainer"
+  must "$T/trainer" --data "$T/text.txt" --steps 14 --ckpt-dir "$T/ref" --ckpt-every 3 --keep 0
+  must "$T/trainer" --data "$T/text.txt" --steps 14 --ckpt-dir "$T/sync" --ckpt-every 3 --keep 0 --ckpt-sync
+  for s in 3 6 9 12 14; do
+    d=$(printf step_%08d "$s")
+    cmp -s "$T/ref/$d/state.safetensors" "$T/sync/$d/state.safetensors" ||
+      fail "async and --ckpt-sync checkpoints of step $s differ"
+  done
+  # in_flight SIGNAL DIR: runs until the save of step 6 is written but for its index, then signals
+  in_flight() {
+    AXLC_TEST_SAVE_PAUSE=3 "$T/trainer" --data "$T/text.txt" --steps 1000000 --ckpt-dir "$2" \
+      --ckpt-every 3 --keep 0 --metrics "$2.jsonl" > "$T/out" 2> "$T/err" &
+    pid=$!
+    i=0
+    while [ ! -f "$2/step_00000006/state.safetensors" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    [ -f "$2/step_00000003/index.json" ] && [ ! -f "$2/step_00000006/index.json" ] ||
+      fail "$1: the save of step 6 is not in flight"
+    kill -"$1" $pid
+    wait $pid
+    rc=$?
+  }
+  in_flight KILL "$T/k"
+  [ "$rc" -eq 137 ] || fail "SIGKILL: exit $rc"
+  [ ! -f "$T/k/step_00000006/index.json" ] || fail "SIGKILL: the checkpoint in flight was completed"
+  must "$T/trainer" --data "$T/text.txt" --steps 14 --ckpt-dir "$T/k" --ckpt-every 3 --keep 0 --resume
+  grep -q "resumed from .*step_00000003" "$T/log" || fail "SIGKILL: not resumed from step 3"
+  cmp -s "$T/k/step_00000014/state.safetensors" "$T/ref/step_00000014/state.safetensors" ||
+    fail "SIGKILL mid-save: the resumed run's step-14 checkpoint differs"
+  in_flight TERM "$T/t"
+  [ "$rc" -eq 143 ] || { fail "SIGTERM: exit $rc"; cat "$T/err" >&2; }
+  [ -f "$T/t/step_00000006/index.json" ] || fail "SIGTERM: the checkpoint in flight was not completed"
+  last=$(ls -d "$T/t"/step_* | sort | tail -1)
+  [ -f "$last/index.json" ] && [ "$last" != "$T/t/step_00000006" ] || fail "SIGTERM: no final checkpoint"
+  must "$T/trainer" --data "$T/text.txt" --steps 14 --ckpt-dir "$T/t" --ckpt-every 3 --keep 0 --resume
+  cmp -s "$T/t/step_00000014/state.safetensors" "$T/ref/step_00000014/state.safetensors" ||
+    fail "SIGTERM mid-save: the resumed run's step-14 checkpoint differs"
+  env AXLC_TEST_SAVE_PAUSE=soon "$T/trainer" --data "$T/text.txt" --steps 1 > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && grep -q "AXLC_TEST_SAVE_PAUSE=soon: expected a number of seconds" "$T/err" ||
+    fail "a bad AXLC_TEST_SAVE_PAUSE is not refused"
   ;;
 init_strict)
   # --init lists every missing and every unused tensor, with the closest names, refuses extras
