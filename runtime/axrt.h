@@ -54,8 +54,8 @@ int rt_env_comm(double *timeout_s, int64_t *spin, int64_t *nap_ns, RtError *err)
 int rt_env_hugepages(int64_t *on, RtError *err);
 
 /* Checks every variable a trainer reads (AXLC_SGEMM, AXLC_HUGEPAGES, AXLC_COMM_TIMEOUT,
- * AXLC_COMM_SPIN, AXLC_COMM_NAP, and the test hook AXLC_TEST_SAVE_PAUSE) before it starts, so that a typo ends the run at once instead of being
- * ignored or found at the first collective. */
+ * AXLC_COMM_SPIN, AXLC_COMM_NAP, and the test hook AXLC_TEST_SAVE_PAUSE) before it starts, so that a typo ends the run
+ * at once instead of being ignored or found at the first collective. */
 int rt_env_check(RtError *err);
 
 /* ===== data.c: memory-mapped token files and batching ================================= */

@@ -530,9 +530,9 @@ int rt_ckpt_shard_gather(const char *dir, const RtCkptState *s, int64_t *info, c
         return 0;
     if (rank == 0)
         remove_ckpt(dir, s->step, NULL);
-    return info[3 * rank] ? rt_error_set(err, "%s", why->msg)
-                          : rt_error_set(err, "%s: rank %d could not write its shard (its message says why)", sdir,
-                                         failed);
+    return info[3 * rank]
+               ? rt_error_set(err, "%s", why->msg)
+               : rt_error_set(err, "%s: rank %d could not write its shard (its message says why)", sdir, failed);
 }
 
 int rt_ckpt_shard_index(const char *dir, const RtCkptState *s, const int64_t *info, int keep_last, RtError *err) {

@@ -461,9 +461,9 @@ static RunEnd stop_run(Trainer *t, RtError *err) {
 
 /* A signal may reach some ranks and not others (or at another step): all stop together, after
  * the same step, or none does. The same sum carries each rank's progress on the checkpoint in
- * flight (train_save.c), so the ranks take its next part together. The verdict goes to t->stopped, and only it is read afterwards:
- * a signal that arrives on this rank after the sum waits for the next one, instead of stopping
- * this rank while the others go on to the next step. */
+ * flight (train_save.c), so the ranks take its next part together. The verdict goes to t->stopped, and only it is read
+ * afterwards: a signal that arrives on this rank after the sum waits for the next one, instead of stopping this rank
+ * while the others go on to the next step. */
 static void agree_stop(Trainer *t) {
     int sig = stop_signal;
     int64_t v[3] = {sig != 0, sig == SIGINT, train_save_done(t)};

@@ -25,11 +25,11 @@ typedef struct TrainOpts {
 /* The checkpoint save in flight (train_save.c): its phase, the snapshot it writes, the writer
  * thread and what it found. */
 typedef struct AsyncSave {
-    int phase;     /* SAVE_IDLE, SAVE_WRITING (each rank its file), SAVE_INDEXING (rank 0) */
-    int running;   /* thread is to be joined */
-    int done;      /* set by the thread when its part is written (atomic) */
+    int phase;   /* SAVE_IDLE, SAVE_WRITING (each rank its file), SAVE_INDEXING (rank 0) */
+    int running; /* thread is to be joined */
+    int done;    /* set by the thread when its part is written (atomic) */
     pthread_t thread;
-    char *buf;     /* (buf_bytes) mapped: the snapshot of the parameters and moments */
+    char *buf; /* (buf_bytes) mapped: the snapshot of the parameters and moments */
     int64_t buf_bytes;
     RtTensor *tensors; /* (3 * nparams) the trainer's table over the snapshot */
     RtCkptState state; /* what is being saved */
