@@ -160,6 +160,7 @@ int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out) {
                       .graph = j->graph,
                       .forward = j->forward};
   if (backend_program(j, &out->program)) return -1;
+  out->program.flops = drv_step_flops(j->graph, &out->program.bf16_flops);
   if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward")) return -1;
   return 0;
 }

@@ -567,7 +567,7 @@ typedef struct RtOclLaunch {
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train_program.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION    4
+#define RT_ABI_VERSION    5
 #define RT_MAX_PARAM_RANK 4
 
 struct RtParamSlot {
@@ -616,6 +616,11 @@ typedef struct RtProgram {
     const RtForward *forward; /* ABI 3: the sampling forward; NULL: this trainer cannot sample */
     int32_t has_aux_loss;     /* ABI 4: 1 when the loss includes an auxiliary part (MoE) ... */
     int64_t aux_loss_offset;  /* ... an f32 scalar the step writes there: the metrics' aux_loss */
+    /* ABI 5: the step's cost on one device, as axlc memcheck counts it (2 FLOPs per multiply-add
+     * of a product, 1 per element of the rest), of which in products with bf16 operands; and the
+     * target's peak FLOP/s per device from the device table (0: unknown). The trainer's MFU. */
+    double step_flops, step_bf16_flops;
+    double peak_f32, peak_bf16;
 } RtProgram;
 
 /* An OpenCL trainer: the program table (its step is NULL: rt_ocl_main supplies it), the

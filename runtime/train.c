@@ -109,10 +109,34 @@ float *train_slot_data(const Trainer *t, char *slab, int i, int k) {
     return slab_f32(slab, k == 0 ? s->offset : k == 1 ? s->m_offset : s->v_offset);
 }
 
-static double now_ms(void) {
+double train_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* When this process started, on train_now_ms's clock: its age from /proc/self/stat (clock ticks
+ * since boot, field 22) against the boot clock, so that start-up counts the exec, MPI's start and,
+ * under `axlc run`, the compile. Where the kernel does not say: now. */
+static double process_start_ms(void) {
+    double now = train_now_ms();
+    FILE *f = fopen("/proc/self/stat", "r");
+    char buf[1024];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long ticks = 0;
+    for (int field = 2; p && *p && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    struct timespec boot;
+    long hz = sysconf(_SC_CLK_TCK);
+    if (!p || sscanf(p, "%llu", &ticks) != 1 || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0)
+        return now;
+    double age = boot.tv_sec * 1e3 + boot.tv_nsec / 1e6 - (double)ticks * 1e3 / (double)hz;
+    return age > 0 ? now - age : now;
 }
 
 /* A zeroed slab of `bytes`, mapped on its own (its size rounded up to a page is *mapped).
@@ -312,7 +336,7 @@ static int setup(Trainer *t, RtError *err) {
 /* Loads the next batch of `d` into `slab` and runs step number `number` (1-based) on it. */
 static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *out, RtError *err) {
     const RtProgram *p = t->p;
-    double t0 = now_ms();
+    double t0 = train_now_ms();
     if (rt_data_next_batch(d, (int)p->batch, (int)p->seq, slab_i32(slab, p->ids_offset),
                            slab_i32(slab, p->targets_offset), err) != 0)
         return -1;
@@ -325,7 +349,7 @@ static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *
     out->grad_norm = *slab_f32(slab, p->grad_norm_offset);
     out->lr = *slab_f32(slab, p->lr_offset);
     out->aux_loss = p->has_aux_loss ? *slab_f32(slab, p->aux_loss_offset) : NAN;
-    out->ms = now_ms() - t0;
+    out->ms = train_now_ms() - t0;
     return 0;
 }
 
@@ -372,6 +396,12 @@ static RunEnd train_one(Trainer *t, RtError *err) {
     t->step++;
     t->run_ms += s.ms;
     t->run_steps++;
+    if (t->step <= t->o.restart_step) {
+        t->gp.lost_ms += s.ms;
+    } else {
+        t->gp.steps_ms += s.ms;
+        t->gp.ideal_s += train_ideal_s(t);
+    }
     double tok_s = s.ms > 0 ? (double)(t->batch_count * t->p->batch * t->p->seq) * 1e3 / s.ms : 0, eval;
     int finite = isfinite(s.loss) && isfinite(s.grad_norm);
     int do_eval = finite && eval_due(t);
@@ -591,6 +621,7 @@ static RunEnd train(Trainer *t, RtError *err) {
     }
     train_banner_print(t);
     train_mem_sample(t);
+    t->gp.startup_ms = train_now_ms() - t->gp.start_ms;
     RunEnd end = train_loop(t, err);
     if (end == RUN_DONE && t->rank == 0) {
         printf("%s: done at step %lld%s%s\n", t->prog, (long long)t->step, t->o.ckpt_dir ? ", checkpoint in " : "",
@@ -608,6 +639,8 @@ static RunEnd train(Trainer *t, RtError *err) {
                    (double)t->heap_peak / 1048576, 100.0 * ((double)t->heap_peak - (double)planned) / (double)planned,
                    (double)peak_rss() / 1048576, huge_note);
     }
+    if ((end == RUN_DONE || end == RUN_STOPPED) && t->rank == 0)
+        train_goodput_print(t, train_now_ms()); /* the last line */
     return end;
 }
 
@@ -617,7 +650,8 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
                  .saved = -1,
                  .tty = isatty(STDOUT_FILENO),
                  .world = 1,
-                 .heap_base = heap_in_use()};
+                 .heap_base = heap_in_use(),
+                 .gp = {.start_ms = process_start_ms()}};
     RtError err = {{0}};
     train_opts_default(&t.o, p);
     if (train_opts_parse(&t.o, argc, argv, &err) != 0) {

@@ -17,7 +17,10 @@ typedef struct TrainOpts {
     const char *data, *eval_data, *init, *ckpt_dir, *metrics, *prompt;
     int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every, sample;
     uint64_t seed;
-    double temperature; /* -1: not given (1) */
+    double temperature;      /* -1: not given (1) */
+    int64_t restart_step;    /* the step the job reached before the failure this run restarts from */
+    double restart_downtime; /* seconds from that failure to this start */
+    double peak_flops;       /* FLOP/s per device for MFU (0: the program's, the device table's) */
     int resume, partial, help, config, init_allow_unused;
     int ckpt_sync; /* periodic saves block the run (the default writes them in the background) */
 } TrainOpts;
@@ -37,6 +40,18 @@ typedef struct AsyncSave {
     int rc;            /* the thread's result */
     RtError why;       /* and its message */
 } AsyncSave;
+
+/* Where the wall time of the job went, in seconds (train_report.c): since the process started,
+ * plus what the run it resumes had counted (its --metrics line at the checkpoint's step). */
+enum { GP_WALL, GP_STEPS, GP_STARTUP, GP_CKPT, GP_LOST, GP_DOWN, GP_N };
+typedef struct Goodput {
+    double start_ms;    /* the process's start, on train.c's clock (now_ms) */
+    double prior[GP_N]; /* carried over from the run resumed */
+    double startup_ms;  /* process start to the first step */
+    double steps_ms;    /* in steps that count (productive) */
+    double lost_ms;     /* in steps run again after a failure (--restart-step) */
+    double ideal_s;     /* the productive steps' time at the device's peak (MFU's numerator) */
+} Goodput;
 
 /* One run of the trainer: everything rt_train_main sets up, and where the run stands. */
 typedef struct Trainer {
@@ -69,6 +84,7 @@ typedef struct Trainer {
     int64_t heap_base; /* heap bytes in use when the trainer began (axlc run's compiler heap) */
     int64_t heap_peak; /* most heap bytes in use at a sample point (train_mem_sample) */
     AsyncSave save;    /* the checkpoint in flight */
+    Goodput gp;        /* where the run's wall time went */
     double ckpt_ms;    /* time the run waited for checkpoint saves */
 } Trainer;
 
@@ -97,6 +113,7 @@ int64_t train_slot_global_numel(const RtParamSlot *s);
 /* ===== train.c ========================================================================== */
 
 float *train_slot_data(const Trainer *t, char *slab, int i, int k);
+double train_now_ms(void);
 void train_mem_sample(Trainer *t);
 void train_warn(const Trainer *t, const char *fmt, ...) RT_PRINTF(2, 3);
 
@@ -129,5 +146,10 @@ void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const doubl
 void train_progress_print(Trainer *t, const StepOut *s, double tok_s, const double *eval);
 void train_banner_print(const Trainer *t);
 void train_report_stop(Trainer *t, const char *what);
+/* The seconds of step `ms` at the device's peak (0: the FLOPs or the peak unknown). */
+double train_ideal_s(const Trainer *t);
+/* The job's seconds so far, by kind (GP_*). */
+void train_goodput(const Trainer *t, double now_ms, double *secs);
+void train_goodput_print(const Trainer *t, double now_ms);
 
 #endif /* TRAIN_IMPL_H */

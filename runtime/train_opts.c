@@ -56,6 +56,13 @@ static const OptSpec OPTS[] = {
     {"--metrics", "FILE", OPT_STR, F(metrics), 0, 0,
      "append one JSON object per step (truncated unless "
      "--resume)"},
+    {"--restart-step", "N", OPT_INT, F(restart_step), 0, INT64_MAX,
+     "the step the job reached before the failure this run restarts after: steps up to N run again "
+     "count as lost work"},
+    {"--restart-downtime", "S", OPT_DBL, F(restart_downtime), 0, 0,
+     "seconds from that failure to this start, counted in goodput's wall time"},
+    {"--peak-flops", "F", OPT_DBL, F(peak_flops), 0, 0,
+     "peak FLOP/s of one device for MFU (default: the target's in the device table)"},
     {"--threads", "N", OPT_INT, F(threads), 1, MAX_THREADS, "CPU threads (default: all online CPUs)"},
     {"--log-every", "N", OPT_INT, F(log_every), 1, INT64_MAX, "log line every N steps when not a terminal"},
     {"--sample", "N", OPT_INT, F(sample), 1, 1 << 30,
@@ -119,7 +126,8 @@ static int parse_dbl(const OptSpec *o, const char *s, double *out, RtError *err)
     if (!*s || *end || errno == ERANGE || !isfinite(v))
         return rt_error_set(err, "%s: '%s' is not a finite number", o->name, s);
     if (v < 0)
-        return rt_error_set(err, "%s: %s is negative; expected 0 (greedy) or more", o->name, s);
+        return rt_error_set(err, "%s: %s is negative; expected 0%s or more", o->name, s,
+                            strcmp(o->name, "--temperature") == 0 ? " (greedy)" : "");
     *out = v;
     return 0;
 }

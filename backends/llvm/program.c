@@ -78,8 +78,12 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
                         step_ptr,
                         LLVMPointerType(t.fwd, 0),
                         i32,
-                        i64};
-  t.prog = LLVMStructTypeInContext(C->c, prog, 26, 0);
+                        i64,
+                        C->t_f64,
+                        C->t_f64,
+                        C->t_f64,
+                        C->t_f64};
+  t.prog = LLVMStructTypeInContext(C->c, prog, 30, 0);
   return t;
 }
 
@@ -98,6 +102,8 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMOffsetOfElement(dl, t->prog, 8) == offsetof(RtProgram, batch_split) &&
             LLVMOffsetOfElement(dl, t->prog, 23) == offsetof(RtProgram, forward) &&
             LLVMOffsetOfElement(dl, t->prog, 25) == offsetof(RtProgram, aux_loss_offset) &&
+            LLVMOffsetOfElement(dl, t->prog, 26) == offsetof(RtProgram, step_flops) &&
+            LLVMOffsetOfElement(dl, t->prog, 29) == offsetof(RtProgram, peak_bf16) &&
             LLVMABISizeOfType(dl, t->fwd) == sizeof(RtForward) &&
             LLVMOffsetOfElement(dl, t->fwd, 3) == offsetof(RtForward, param_offsets) &&
             LLVMOffsetOfElement(dl, t->fwd, 4) == offsetof(RtForward, run) &&
@@ -393,9 +399,13 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
                       step,
                       C->fwd_table ? C->fwd_table : LLVMConstNull(LLVMPointerType(t.fwd, 0)),
                       i32c(C, output_offset(C, "aux_loss") >= 0),
-                      i64c(C, output_offset(C, "aux_loss"))};
+                      i64c(C, output_offset(C, "aux_loss")),
+                      LLVMConstReal(C->t_f64, P->flops),
+                      LLVMConstReal(C->t_f64, P->bf16_flops),
+                      LLVMConstReal(C->t_f64, P->peak_f32),
+                      LLVMConstReal(C->t_f64, P->peak_bf16)};
   LLVMValueRef gl = LLVMAddGlobal(C->m, t.prog, "axlc_program");
-  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 26));
+  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 30));
   LLVMSetGlobalConstant(gl, 1);
   return 0;
 }

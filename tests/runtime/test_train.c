@@ -761,9 +761,9 @@ static void test_file_size_limit(void) {
   CHECK_HAS(r.err, "the file-size limit (ulimit -f) is 0.0 MiB, one checkpoint file needs");
   CHECK_INT(rt_test_exists(mp), 0); /* refused before anything was written */
   run_free(&r);
-  fake_after_step = hook_fsize;
+  fake_after_step = hook_fsize; /* --ckpt-sync: the save must be written while the limit holds */
   r = run((const char *[]){"--data", train_file(), "--steps", "15", "--ckpt-every", "5", "--keep",
-                           "0", "--ckpt-dir", scratch(dir, "fsize-mid"), NULL});
+                           "0", "--ckpt-sync", "--ckpt-dir", scratch(dir, "fsize-mid"), NULL});
   fake_after_step = NULL;
   setrlimit(RLIMIT_FSIZE, &saved_limit);
   CHECK_RUN(r, 0);
