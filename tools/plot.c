@@ -357,7 +357,7 @@ static void draw_panel(FILE *f, const Series *s, int ns, const char *const *name
     return;
   }
   static const char *const color[NCOL] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                                          "#9467bd", "#2ca02c", "#d62728"};
+                                          "#9467bd", "#8c564b", "#e377c2"};
   for (int c = c0; c <= c1; c++) draw_line(f, &p, s, c, color[c], c == COL_EVAL);
   if (c1 > c0)
     for (int c = c0; c <= c1; c++) draw_legend(f, &p, color[c], COL_KEY[c], c - c0);

@@ -730,6 +730,20 @@ plot)
            ">eval_loss<" "m.jsonl: 60 steps (1 to 60)" ">step<"; do
     expect_in "$T/m.svg" "$x"
   done
+  ! grep -q "goodput" "$T/m.svg" || fail "a goodput panel without goodput in the file"
+  # goodput and MFU, where the file has them: a fifth panel, in percent, MFU dashed
+  awk 'BEGIN { for (i = 1; i <= 30; i++)
+    printf "{\"step\": %d, \"loss\": 3, \"tokens_per_s\": 1, \"mfu\": %.3f, \"goodput\": %.3f}\n",
+      i, 0.25 + 0.01 * (i % 3), 0.5 + i / 100 }' > "$T/g.jsonl"
+  run plot "$T/g.jsonl" -o "$T/g.svg"
+  expect_rc 0
+  for x in ">goodput (solid) and MFU (dashed), %<" ">goodput<" ">mfu<" "stroke-dasharray"; do
+    expect_in "$T/g.svg" "$x"
+  done
+  /usr/bin/python3 -c 'import sys, xml.etree.ElementTree as E
+lines = [e for e in E.parse(sys.argv[1]).getroot().iter() if e.get("stroke") == "#8c564b" and e.get("points")]
+assert len(lines) == 1, len(lines)' "$T/g.svg" || fail "goodput: expected one line"
+  grep -q "height='1324'" "$T/g.svg" || fail "goodput: not 5 panels: $(grep -o "height='[0-9]*'" "$T/g.svg" | head -1)"
   # the null grad_norm at step 33 splits its line in two, and the panel counts it
   [ "$(grep -c "polyline fill='none' stroke='#d62728'" "$T/m.svg")" -eq 2 ] || fail "grad_norm: expected 2 lines"
   expect_in "$T/m.svg" ">1 value not finite: not drawn<"

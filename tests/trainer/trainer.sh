@@ -21,6 +21,10 @@
 #                the trainer is killed: invisible, and --resume from the one before continues bit
 #                for bit; when it is stopped by SIGTERM: waited for, saved, then the final one;
 #                --ckpt-sync saves the same bytes
+#   goodput      every metrics line's MFU times its step time and the peak gives axlc memcheck's
+#                FLOPs; the wall time's parts add up within it; a resumed run with
+#                --restart-step and --restart-downtime counts the redone steps as lost work and
+#                the downtime, carries the first run's totals, and its last line gives goodput
 #   init_strict  --init: every missing and unused tensor listed, extras refused unless
 #                --init-allow-unused, PyTorch's (out, in) layout called out
 #   no_clobber   --metrics naming --data, --eval-data (a hard link), --init or a file of a
@@ -316,6 +320,39 @@ async)
   env AXLC_TEST_SAVE_PAUSE=soon "$T/trainer" --data "$T/text.txt" --steps 1 > "$T/out" 2> "$T/err"
   [ $? -eq 1 ] && grep -q "AXLC_TEST_SAVE_PAUSE=soon: expected a number of seconds" "$T/err" ||
     fail "a bad AXLC_TEST_SAVE_PAUSE is not refused"
+  ;;
+goodput)
+  trainer tiny && cp "$TR" "$T/trainer"
+  # shellcheck disable=SC2086
+  must "$AXLC" memcheck "$SRC/models/tiny-lm.json" --target cpu $TINY --json
+  cp "$T/log" "$T/mem.json"
+  must "$T/trainer" --data "$T/text.txt" --steps 8 --ckpt-dir "$T/g" --metrics "$T/g.jsonl" --peak-flops 2e11
+  grep -q "^trainer: goodput [0-9.]*% of [0-9.]* s: steps .*; MFU [0-9.]*% (peak 2e+11 FLOP/s per device, --peak-flops)$" \
+    "$T/log" || fail "no goodput line: $(tail -1 "$T/log")"
+  must "$T/trainer" --data "$T/text.txt" --steps 14 --ckpt-dir "$T/g" --metrics "$T/g.jsonl" --resume \
+    --restart-step 11 --restart-downtime 3
+  tail -1 "$T/log" | grep -q "goodput [0-9.]*% of [0-9.]* s (the job's, across restarts): .*restart downtime 3.00 s" ||
+    fail "resumed: $(tail -1 "$T/log")"
+  "$PY" - "$T/mem.json" "$T/g.jsonl" <<'PYEOF' || fail "goodput and MFU in the metrics"
+import json, sys
+flops = json.load(open(sys.argv[1]))["flops"]
+m = [json.loads(l) for l in open(sys.argv[2])]
+assert [x["step"] for x in m] == list(range(1, 15)), [x["step"] for x in m]
+for x in m[:8]:  # --peak-flops 2e11; then the device table's
+    got = x["mfu"] * x["step_ms"] / 1e3 * 2e11
+    assert abs(got - flops) <= 0.02 * flops, (x, got, flops)
+    assert x["lost_s"] == 0 and x["downtime_s"] == 0, x
+for x in m:
+    parts = x["productive_s"] + x["startup_s"] + x["ckpt_s"] + x["lost_s"] + x["downtime_s"]
+    assert parts <= x["wall_s"] + 1e-5, x
+    assert abs(x["goodput"] - x["productive_s"] / x["wall_s"]) < 1e-4, x
+lost = sum(x["step_ms"] for x in m[8:11]) / 1e3  # steps 9..11 run again
+assert abs(m[-1]["lost_s"] - lost) < 1e-4, (m[-1]["lost_s"], lost)
+assert m[-1]["downtime_s"] == 3 and m[-1]["wall_s"] >= m[7]["wall_s"] + 3, m[-1]
+assert m[-1]["startup_s"] > m[7]["startup_s"], (m[-1], m[7])  # the second start-up added
+steps = sum(x["step_ms"] for x in m[:8]) + sum(x["step_ms"] for x in m[11:])
+assert abs(m[-1]["productive_s"] - steps / 1e3) < 1e-4, (m[-1]["productive_s"], steps / 1e3)
+PYEOF
   ;;
 init_strict)
   # --init lists every missing and every unused tensor, with the closest names, refuses extras
