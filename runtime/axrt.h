@@ -642,7 +642,10 @@ int rt_ocl_main(const RtOclProgram *p, int argc, char **argv);
 int rt_ocl_check_args(int argc, char **argv, RtError *err);
 
 /* The trainer's main: parses the trainer options (--help lists them) and trains. Returns the
- * process exit status. */
+ * process exit status: 0 done; 1 an error (the message says which); 128 + the signal when
+ * stopped by SIGINT or SIGTERM (after saving); and for a supervisor, which acts on them: */
+#define RT_EXIT_NONFINITE 3 /* the loss, gradient norm or weights went non-finite (nothing saved) */
+#define RT_EXIT_SDC       4 /* --sdc-check-every: a step's replay differed (the rank is named) */
 int rt_train_main(const RtProgram *p, int argc, char **argv);
 /* Parses and checks the options as rt_train_main does (argv[0] is the program's name), with the
  * same messages, without a program and without touching any file: `axlc run` calls it before

@@ -304,6 +304,8 @@ static int join_mesh(Trainer *t, RtError *err) {
     return 0;
 }
 
+static int sdc_fault_parse(Trainer *t, RtError *err);
+
 static int setup(Trainer *t, RtError *err) {
     const RtProgram *p = t->p;
     if (train_program_check(p, err) != 0 || join_mesh(t, err) != 0)
@@ -319,10 +321,13 @@ static int setup(Trainer *t, RtError *err) {
     if (rt_env_hugepages(&huge, err) != 0)
         return -1;
     t->slab = slab_new(p->slab_bytes, (int)huge, &t->slab_mapped);
-    t->eval_slab = t->o.eval_data ? slab_new(p->slab_bytes, (int)huge, &t->eval_mapped) : NULL;
-    if (!t->slab || (t->o.eval_data && !t->eval_slab))
+    int spare = t->o.eval_data || t->o.sdc_every > 0; /* a second slab: eval and replays run on it */
+    t->eval_slab = spare ? slab_new(p->slab_bytes, (int)huge, &t->eval_mapped) : NULL;
+    if (!t->slab || (spare && !t->eval_slab))
         return rt_error_set(err, "cannot allocate the %lld-byte slab%s", (long long)p->slab_bytes,
-                            t->o.eval_data ? " (twice, for eval)" : "");
+                            spare ? " (twice, for eval or replays)" : "");
+    if (sdc_fault_parse(t, err) != 0)
+        return -1;
     if (rt_pool_new(&t->pool, (int)t->o.threads, err) != 0 || tensors_make(t, err) != 0)
         return -1;
     /* The pool runs matrix products too (rt_sgemm); OpenBLAS's own spinning workers would
@@ -370,6 +375,71 @@ static int run_eval(Trainer *t, double *mean, RtError *err) {
     return 0;
 }
 
+/* ===== silent data corruption ========================================================= */
+
+/* The test hook AXLC_TEST_SDC_FLIP=STEP[@RANK] flips the lowest bit of the last parameter's
+ * first value in the replay of step STEP on rank RANK (default 0): a fault the check must catch. */
+static int sdc_fault_parse(Trainer *t, RtError *err) {
+    const char *s = getenv("AXLC_TEST_SDC_FLIP");
+    long long step = 0, rank = 0;
+    char extra;
+    t->sdc_flip_step = -1;
+    if (!s || !*s)
+        return 0;
+    int n = sscanf(s, "%lld@%lld%c", &step, &rank, &extra);
+    if (!(n == 1 || n == 2) || step < 1 || rank < 0 || (n == 1 && strchr(s, '@')))
+        return rt_error_set(err, "AXLC_TEST_SDC_FLIP=%s: expected STEP or STEP@RANK (a test hook)", s);
+    t->sdc_flip_step = step;
+    t->sdc_flip_rank = (int)rank;
+    return 0;
+}
+
+/* Whether step t->step + 1 is replayed. */
+static int sdc_due(const Trainer *t) {
+    return t->o.sdc_every > 0 && (t->step + 1) % t->o.sdc_every == 0;
+}
+
+/* The step just run (number t->step) again, on the spare slab copied before it (from the data
+ * position `pos` it read): the CPU step is deterministic, so its update must be the same bits.
+ * 0 when it is on every rank; else 1, with each rank that differs naming the first tensor and
+ * value that differ (every rank replays, as the step's collectives need). */
+static int sdc_check(Trainer *t, int64_t pos, RtError *err) {
+    StepOut out;
+    if (rt_data_seek(t->data, pos, err) != 0 || run_step(t, t->eval_slab, t->data, t->step, &out, err) != 0)
+        return -1;
+    int n = t->p->nparams;
+    if (t->step == t->sdc_flip_step && t->rank == t->sdc_flip_rank) {
+        uint32_t *x = (uint32_t *)(void *)train_slot_data(t, t->eval_slab, n - 1, 0);
+        if (train_slot_numel(&t->p->params[n - 1]) > 0)
+            *x ^= 1;
+    }
+    int bad = 0;
+    for (int j = 0; j < 3 * n && !bad; j++) {
+        const uint32_t *a = (const uint32_t *)(const void *)train_slot_data(t, t->slab, j % n, j / n);
+        const uint32_t *b = (const uint32_t *)(const void *)train_slot_data(t, t->eval_slab, j % n, j / n);
+        for (int64_t k = 0, len = train_slot_numel(&t->p->params[j % n]); k < len && !bad; k++)
+            if (a[k] != b[k]) {
+                float fa, fb;
+                memcpy(&fa, &a[k], 4);
+                memcpy(&fb, &b[k], 4);
+                fflush(stdout);
+                fprintf(stderr,
+                        "%s: rank %d: step %lld: silent data corruption: tensor %s, value %lld of %lld: 0x%08x (%.9g) "
+                        "in the step, 0x%08x (%.9g) in its replay from the same state\n",
+                        t->prog, t->rank, (long long)t->step, t->names[j], (long long)k, (long long)len, (unsigned)a[k],
+                        (double)fa, (unsigned)b[k], (double)fb);
+                bad = 1;
+            }
+    }
+    int64_t v[2] = {bad, bad ? t->rank : 0};
+    RtError why;
+    if (t->world > 1 && rt_comm_sum_i64(t->comm, v, 2, &why) != 0) {
+        train_warn(t, "%s", why.msg);
+        rt_comm_abort(t->comm, 1);
+    }
+    return v[0] > 0;
+}
+
 /* ===== the loop ======================================================================= */
 
 static int eval_due(const Trainer *t) {
@@ -384,16 +454,30 @@ typedef enum RunEnd {
     RUN_DONE = 0,
     RUN_NONFINITE, /* reported */
     RUN_STOPPED,   /* by SIGINT or SIGTERM, reported */
+    RUN_SDC,       /* a replay differed, reported */
 } RunEnd;
 
 /* One training step and everything that follows it. */
 static RunEnd train_one(Trainer *t, RtError *err) {
     StepOut s;
+    int replay = sdc_due(t);
+    int64_t pos = rt_data_position(t->data);
+    if (replay)
+        memcpy(t->eval_slab, t->slab, (size_t)t->p->slab_bytes);
     if (run_step(t, t->slab, t->data, t->step + 1, &s, err) != 0) {
         t->alone = 1;
         return RUN_FAILED;
     }
     t->step++;
+    int sdc = replay ? sdc_check(t, pos, err) : 0;
+    if (sdc < 0) {
+        t->alone = 1;
+        return RUN_FAILED;
+    }
+    if (sdc) {
+        train_save_wait(t); /* the last checkpoint, for the supervisor to go back to */
+        return RUN_SDC;
+    }
     t->run_ms += s.ms;
     t->run_steps++;
     if (t->step <= t->o.restart_step) {
@@ -703,7 +787,11 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
             rt_comm_abort(t.comm, 1); /* the others would wait for this rank at the next collective */
         }
     }
-    int status = end == RUN_DONE ? 0 : end == RUN_STOPPED ? 128 + t.stopped : 1;
+    int status = end == RUN_DONE        ? 0
+                 : end == RUN_STOPPED   ? 128 + t.stopped
+                 : end == RUN_NONFINITE ? RT_EXIT_NONFINITE
+                 : end == RUN_SDC       ? RT_EXIT_SDC
+                                        : 1;
     trainer_free(&t);
     rt_comm_free(t.comm);
     signals_restore(&old);

@@ -16,6 +16,7 @@
 typedef struct TrainOpts {
     const char *data, *eval_data, *init, *ckpt_dir, *metrics, *prompt;
     int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every, sample;
+    int64_t sdc_every; /* replay every N-th step and compare the bits of its update (0: never) */
     uint64_t seed;
     double temperature;      /* -1: not given (1) */
     int64_t restart_step;    /* the step the job reached before the failure this run restarts from */
@@ -59,7 +60,7 @@ typedef struct Trainer {
     TrainOpts o;
     const char *prog;                 /* for messages */
     char *slab;                       /* (slab_bytes) */
-    char *eval_slab;                  /* (slab_bytes), only with --eval-data */
+    char *eval_slab;                  /* (slab_bytes), with --eval-data or --sdc-check-every */
     int64_t slab_mapped, eval_mapped; /* their mappings' sizes (slab_new) */
     RtPool *pool;
     RtData *data, *eval;
@@ -81,11 +82,13 @@ typedef struct Trainer {
     int stopped;   /* the signal all ranks agreed to stop on (agree_stop), or 0 */
     double run_ms; /* time in steps this run, for the ETA */
     int64_t run_steps;
-    int64_t heap_base; /* heap bytes in use when the trainer began (axlc run's compiler heap) */
-    int64_t heap_peak; /* most heap bytes in use at a sample point (train_mem_sample) */
-    AsyncSave save;    /* the checkpoint in flight */
-    Goodput gp;        /* where the run's wall time went */
-    double ckpt_ms;    /* time the run waited for checkpoint saves */
+    int64_t heap_base;     /* heap bytes in use when the trainer began (axlc run's compiler heap) */
+    int64_t heap_peak;     /* most heap bytes in use at a sample point (train_mem_sample) */
+    int64_t sdc_flip_step; /* the test hook AXLC_TEST_SDC_FLIP (train.c), or -1 */
+    int sdc_flip_rank;
+    AsyncSave save; /* the checkpoint in flight */
+    Goodput gp;     /* where the run's wall time went */
+    double ckpt_ms; /* time the run waited for checkpoint saves */
 } Trainer;
 
 /* What one step reports (train.c runs it, train_report.c writes it). */

@@ -63,6 +63,9 @@ static const OptSpec OPTS[] = {
      "seconds from that failure to this start, counted in goodput's wall time"},
     {"--peak-flops", "F", OPT_DBL, F(peak_flops), 0, 0,
      "peak FLOP/s of one device for MFU (default: the target's in the device table)"},
+    {"--sdc-check-every", "N", OPT_INT, F(sdc_every), 0, INT64_MAX,
+     "replay every N-th step from the same state and compare the bits of its update: a difference "
+     "is silent data corruption, exit status 4 (0: never)"},
     {"--threads", "N", OPT_INT, F(threads), 1, MAX_THREADS, "CPU threads (default: all online CPUs)"},
     {"--log-every", "N", OPT_INT, F(log_every), 1, INT64_MAX, "log line every N steps when not a terminal"},
     {"--sample", "N", OPT_INT, F(sample), 1, 1 << 30,

@@ -14,6 +14,9 @@
 #   async     a rank killed while the sharded save of step 6 is in flight (its shards written,
 #             AXLC_TEST_SAVE_PAUSE holding the index): no index, --resume continues from step 3
 #             bit for bit with a run never killed; SIGTERM then waits for the save in flight
+#   sdc       --sdc-check-every 1 over 20 steps on data=2 x model=2: no false alarm; a bit flipped
+#             in rank 2's replay of step 4 (AXLC_TEST_SDC_FLIP=4@2): every rank stops with status
+#             4, and rank 2 names the tensor
 #   setup     a start that fails on rank 0 alone under --resume (the directory locked, a file-size
 #             limit, --metrics in a missing directory): every rank stops within seconds, not at
 #             the watchdog's deadline, and the reason is printed once
@@ -190,6 +193,14 @@ async)
     must "$DUMP" "$T/ref" "$T/ref.safetensors"
     compare exact "$T/a$how.safetensors" "$T/ref.safetensors"
   done
+  ;;
+sdc)
+  must run 2,2 4 --steps 20 --sdc-check-every 1
+  AXLC_TEST_SDC_FLIP=4@2 run 2,2 4 --steps 20 --sdc-check-every 2 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 4 ] || { fail "a flipped bit: exit $rc, expected 4"; cat "$T/err" >&2; }
+  grep -q "rank 2: step 4: silent data corruption: tensor model/" "$T/err" || { fail "rank 2 not named"; cat "$T/err" >&2; }
+  [ "$(grep -c "silent data corruption" "$T/err")" -eq 1 ] || fail "another rank than 2 reported"
   ;;
 setup)
   must run 2,2 4 --steps 5 --ckpt-dir "$T/s"

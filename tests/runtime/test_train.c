@@ -434,7 +434,7 @@ static void test_resume_bad_values(void) {
     r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-dir", dir, "--resume",
                              NULL});
     fake_nan_at = 0;
-    CHECK_RUN(r, 1);
+    CHECK_RUN(r, RT_EXIT_NONFINITE);
     CHECK_HAS(r.err, "skipping a damaged checkpoint: ");
     CHECK_HAS(r.err, "step_00000010/");
     CHECK_HAS(r.err, cases[c].why);
@@ -632,7 +632,7 @@ static void test_nonfinite(void) {
   Run r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-every", "5",
                                "--ckpt-dir", scratch(dir, "nan"), "--metrics",
                                scratch(mp, "nan.jsonl"), NULL});
-  CHECK_RUN(r, 1);
+  CHECK_RUN(r, RT_EXIT_NONFINITE);
   CHECK_HAS(r.err, "step 7:");
   CHECK_HAS(r.err, "not finite");
   CHECK_HAS(r.err, "step_00000005");
@@ -645,11 +645,42 @@ static void test_nonfinite(void) {
   free(m.text);
   run_free(&r);
   r = run((const char *[]){"--data", train_file(), "--steps", "20", NULL});
-  CHECK_RUN(r, 1);
+  CHECK_RUN(r, RT_EXIT_NONFINITE);
   CHECK_HAS(r.err, "step 7:");
   CHECK_HAS(r.err, "no checkpoint");
   run_free(&r);
   fake_nan_at = 0;
+}
+
+/* --sdc-check-every: the replays agree over many steps; a bit flipped in one replay (the test
+ * hook) is caught, named with the rank and the tensor, and ends the run with its own status,
+ * the checkpoint before it kept; a flip in a step that is not replayed goes unseen. */
+static void test_sdc(void) {
+  char dir[PATH_CAP], p[PATH_CAP];
+  Run r = run((const char *[]){"--data", train_file(), "--steps", "60", "--sdc-check-every", "1",
+                               "--threads", "2", NULL});
+  CHECK_RUN(r, 0);
+  run_free(&r);
+  setenv("AXLC_TEST_SDC_FLIP", "9", 1);
+  r = run((const char *[]){"--data", train_file(), "--steps", "20", "--sdc-check-every", "3",
+                           "--ckpt-every", "5", "--ckpt-dir", scratch(dir, "sdc"), NULL});
+  CHECK_RUN(r, RT_EXIT_SDC);
+  CHECK_HAS(r.err, "rank 0: step 9: silent data corruption: tensor model/bigram/bias, value 0 of ");
+  CHECK_HAS(r.err, "in the step, ");
+  CHECK_HAS(r.err, "in its replay from the same state");
+  CHECK_INT(rt_test_exists(step_file(p, dir, 5, "index.json")), 1);
+  CHECK_INT(rt_test_exists(step_file(p, dir, 10, NULL)), 0);
+  run_free(&r);
+  setenv("AXLC_TEST_SDC_FLIP", "10", 1);
+  r = run((const char *[]){"--data", train_file(), "--steps", "20", "--sdc-check-every", "3", NULL});
+  CHECK_RUN(r, 0);
+  run_free(&r);
+  setenv("AXLC_TEST_SDC_FLIP", "9@", 1);
+  r = run((const char *[]){"--data", train_file(), "--steps", "20", "--sdc-check-every", "3", NULL});
+  CHECK_RUN(r, 1);
+  CHECK_HAS(r.err, "AXLC_TEST_SDC_FLIP=9@: expected STEP or STEP@RANK");
+  run_free(&r);
+  unsetenv("AXLC_TEST_SDC_FLIP");
 }
 
 /* ===== not losing the run ============================================================= */
@@ -892,7 +923,7 @@ static void test_nonfinite_weights(void) {
   Run r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-every", "5",
                                "--ckpt-dir", scratch(dir, "spoiled"), NULL});
   fake_after_step = NULL;
-  CHECK_RUN(r, 1);
+  CHECK_RUN(r, RT_EXIT_NONFINITE);
   CHECK_HAS(r.err, "step 10: model/bigram/weight after the update: not finite");
   CHECK_HAS(r.err, "the last good checkpoint is ");
   CHECK_HAS(r.err, "step_00000005 (step 5)");
@@ -1082,6 +1113,7 @@ int main(void) {
       {"--init from safetensors", test_init_file},
       {"eval leaves the run unchanged", test_eval_leaves_run},
       {"non-finite loss stops", test_nonfinite},
+      {"--sdc-check-every", test_sdc},
       {"bad options and files", test_bad_options},
       {"SIGINT and SIGTERM stop cleanly", test_signal_saves},
       {"a failed save: the run goes on", test_failed_save_goes_on},

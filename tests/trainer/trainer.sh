@@ -25,6 +25,8 @@
 #                FLOPs; the wall time's parts add up within it; a resumed run with
 #                --restart-step and --restart-downtime counts the redone steps as lost work and
 #                the downtime, carries the first run's totals, and its last line gives goodput
+#   sdc          --sdc-check-every 1 on 2 threads over 40 steps: no false alarm; a bit flipped in
+#                one replay (AXLC_TEST_SDC_FLIP) ends the run with status 4, naming the tensor
 #   init_strict  --init: every missing and unused tensor listed, extras refused unless
 #                --init-allow-unused, PyTorch's (out, in) layout called out
 #   no_clobber   --metrics naming --data, --eval-data (a hard link), --init or a file of a
@@ -353,6 +355,17 @@ assert m[-1]["startup_s"] > m[7]["startup_s"], (m[-1], m[7])  # the second start
 steps = sum(x["step_ms"] for x in m[:8]) + sum(x["step_ms"] for x in m[11:])
 assert abs(m[-1]["productive_s"] - steps / 1e3) < 1e-4, (m[-1]["productive_s"], steps / 1e3)
 PYEOF
+  ;;
+sdc)
+  trainer tiny && cp "$TR" "$T/trainer"
+  must "$T/trainer" --data "$T/text.txt" --steps 40 --sdc-check-every 1 --threads 2
+  AXLC_TEST_SDC_FLIP=6 "$T/trainer" --data "$T/text.txt" --steps 40 --sdc-check-every 3 --ckpt-dir "$T/s" \
+    --ckpt-every 4 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 4 ] || { fail "a flipped bit: exit $rc, expected 4"; cat "$T/err" >&2; }
+  grep -q "rank 0: step 6: silent data corruption: tensor model/.*, value 0 of [0-9]*: 0x" "$T/err" ||
+    { fail "the corruption is not named"; cat "$T/err" >&2; }
+  [ -f "$T/s/step_00000004/index.json" ] && [ ! -d "$T/s/step_00000008" ] || fail "the checkpoints around it"
   ;;
 init_strict)
   # --init lists every missing and every unused tensor, with the closest names, refuses extras
