@@ -672,11 +672,13 @@ static void test_sdc(void) {
   CHECK_INT(rt_test_exists(step_file(p, dir, 10, NULL)), 0);
   run_free(&r);
   setenv("AXLC_TEST_SDC_FLIP", "10", 1);
-  r = run((const char *[]){"--data", train_file(), "--steps", "20", "--sdc-check-every", "3", NULL});
+  r = run(
+      (const char *[]){"--data", train_file(), "--steps", "20", "--sdc-check-every", "3", NULL});
   CHECK_RUN(r, 0);
   run_free(&r);
   setenv("AXLC_TEST_SDC_FLIP", "9@", 1);
-  r = run((const char *[]){"--data", train_file(), "--steps", "20", "--sdc-check-every", "3", NULL});
+  r = run(
+      (const char *[]){"--data", train_file(), "--steps", "20", "--sdc-check-every", "3", NULL});
   CHECK_RUN(r, 1);
   CHECK_HAS(r.err, "AXLC_TEST_SDC_FLIP=9@: expected STEP or STEP@RANK");
   run_free(&r);
