@@ -340,13 +340,14 @@ typedef struct RtCkptState {
     const char *config;      /* the resolved config text; may be NULL */
     const RtTensor *tensors; /* parameters by path, optimizer state as "opt/m/<path>", ... */
     int n_tensors;
-    const char *fingerprint; /* the model's (rt_fingerprint); may be NULL */
+    const char *fingerprint;   /* the model's (rt_fingerprint); may be NULL */
     /* Sharded (format version 2) when comm has more than one rank: every rank calls
      * rt_ckpt_save with its own tensors and their regions (n_tensors), writes
      * state-rank<5 digits>.safetensors holding the ones it owns, and after a barrier rank 0
      * writes the index. NULL: one process, format version 1 (state.safetensors). */
     RtComm *comm;
     const RtCkptRegion *regions;
+    const char *trainer_state; /* the trainer's own state as text (its outlier window); may be NULL */
 } RtCkptState;
 
 typedef struct RtCkpt RtCkpt; /* an opened, verified checkpoint */
@@ -399,8 +400,9 @@ void rt_ckpt_close(RtCkpt *ck);
 int64_t rt_ckpt_step(const RtCkpt *ck);
 int64_t rt_ckpt_data_position(const RtCkpt *ck);
 uint64_t rt_ckpt_rng_state(const RtCkpt *ck);
-const char *rt_ckpt_config(const RtCkpt *ck);      /* "" if none was saved */
-const char *rt_ckpt_fingerprint(const RtCkpt *ck); /* "" if none was saved */
+const char *rt_ckpt_config(const RtCkpt *ck);        /* "" if none was saved */
+const char *rt_ckpt_fingerprint(const RtCkpt *ck);   /* "" if none was saved */
+const char *rt_ckpt_trainer_state(const RtCkpt *ck); /* "" if none was saved */
 /* Format version 1: the state file; version 2: rank 0's file (metadata, and its shards only). */
 const RtSt *rt_ckpt_tensors(const RtCkpt *ck);
 /* The checkpoint's tensors, whichever files hold them: name, dtype, global rank and shape

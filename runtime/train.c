@@ -221,6 +221,7 @@ static int tensors_make(Trainer *t, RtError *err) {
 
 static void trainer_free(Trainer *t) {
     train_save_free(t);
+    train_outlier_free(t);
     for (int i = 0; t->names && i < 3 * t->p->nparams; i++)
         free(t->names[i]);
     free(t->names);
@@ -328,7 +329,8 @@ static int setup(Trainer *t, RtError *err) {
                             spare ? " (twice, for eval or replays)" : "");
     if (sdc_fault_parse(t, err) != 0)
         return -1;
-    if (rt_pool_new(&t->pool, (int)t->o.threads, err) != 0 || tensors_make(t, err) != 0)
+    if (rt_pool_new(&t->pool, (int)t->o.threads, err) != 0 || tensors_make(t, err) != 0 ||
+        train_outlier_init(t, err) != 0)
         return -1;
     /* The pool runs matrix products too (rt_sgemm); OpenBLAS's own spinning workers would
      * compete with it for the cores. */
@@ -464,6 +466,7 @@ static RunEnd train_one(Trainer *t, RtError *err) {
     int64_t pos = rt_data_position(t->data);
     if (replay)
         memcpy(t->eval_slab, t->slab, (size_t)t->p->slab_bytes);
+    train_outlier_before(t);
     if (run_step(t, t->slab, t->data, t->step + 1, &s, err) != 0) {
         t->alone = 1;
         return RUN_FAILED;
@@ -493,7 +496,8 @@ static RunEnd train_one(Trainer *t, RtError *err) {
         t->alone = 1;
         return RUN_FAILED;
     }
-    train_metrics_write(t, &s, tok_s, do_eval ? &eval : NULL);
+    int skipped = finite && train_outlier_after(t, &s);
+    train_metrics_write(t, &s, tok_s, do_eval ? &eval : NULL, skipped);
     if (!finite) {
         char what[96];
         train_save_wait(t); /* the last good checkpoint may be the one in flight */

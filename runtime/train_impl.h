@@ -22,6 +22,9 @@ typedef struct TrainOpts {
     int64_t restart_step;    /* the step the job reached before the failure this run restarts from */
     double restart_downtime; /* seconds from that failure to this start */
     double peak_flops;       /* FLOP/s per device for MFU (0: the program's, the device table's) */
+    double skip_outliers;    /* z-score above which a step's update is skipped (0: never) */
+    int64_t outlier_window;  /* the steps it is measured against */
+    int64_t skip_batches;    /* global batches of --data passed over before the first step */
     int resume, partial, help, config, init_allow_unused;
     int ckpt_sync; /* periodic saves block the run (the default writes them in the background) */
 } TrainOpts;
@@ -53,6 +56,15 @@ typedef struct Goodput {
     double lost_ms;     /* in steps run again after a failure (--restart-step) */
     double ideal_s;     /* the productive steps' time at the device's peak (MFU's numerator) */
 } Goodput;
+
+/* The last steps' losses and gradient norms (train_outlier.c), oldest first, and the copy of the
+ * state that lets an outlier's update be undone. */
+typedef struct Outliers {
+    float *loss, *gnorm; /* (cap) */
+    int n, cap;
+    char *text;   /* the window as checkpoint metadata */
+    char *backup; /* the parameters and moments before the step (with --skip-outliers) */
+} Outliers;
 
 /* One run of the trainer: everything rt_train_main sets up, and where the run stands. */
 typedef struct Trainer {
@@ -86,9 +98,11 @@ typedef struct Trainer {
     int64_t heap_peak;     /* most heap bytes in use at a sample point (train_mem_sample) */
     int64_t sdc_flip_step; /* the test hook AXLC_TEST_SDC_FLIP (train.c), or -1 */
     int sdc_flip_rank;
-    AsyncSave save; /* the checkpoint in flight */
-    Goodput gp;     /* where the run's wall time went */
-    double ckpt_ms; /* time the run waited for checkpoint saves */
+    Outliers outliers; /* the window of --skip-outliers */
+    int64_t skipped;   /* steps whose update was skipped */
+    AsyncSave save;    /* the checkpoint in flight */
+    Goodput gp;        /* where the run's wall time went */
+    double ckpt_ms;    /* time the run waited for checkpoint saves */
 } Trainer;
 
 /* What one step reports (train.c runs it, train_report.c writes it). */
@@ -142,10 +156,23 @@ void train_save_wait(Trainer *t);
 /* Joins the writer thread and frees the snapshot (any rank, alone). */
 void train_save_free(Trainer *t);
 
+/* ===== train_outlier.c ================================================================== */
+
+int train_outlier_init(Trainer *t, RtError *err);
+void train_outlier_free(Trainer *t);
+/* Before a step: keeps a copy of the state (with --skip-outliers). */
+void train_outlier_before(Trainer *t);
+/* After a finite step: 1 when it was an outlier, its update undone and reported; else 0, and
+ * its loss and gradient norm join the window. */
+int train_outlier_after(Trainer *t, const StepOut *s);
+/* The window as text for a checkpoint (valid until the next call), and back. */
+const char *train_outlier_text(Trainer *t);
+int train_outlier_restore(Trainer *t, const char *text, const char *where, RtError *err);
+
 /* ===== train_report.c =================================================================== */
 
 int train_metrics_open(Trainer *t, RtError *err);
-void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const double *eval);
+void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const double *eval, int skipped);
 void train_progress_print(Trainer *t, const StepOut *s, double tok_s, const double *eval);
 void train_banner_print(const Trainer *t);
 void train_report_stop(Trainer *t, const char *what);

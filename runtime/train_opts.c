@@ -66,6 +66,13 @@ static const OptSpec OPTS[] = {
     {"--sdc-check-every", "N", OPT_INT, F(sdc_every), 0, INT64_MAX,
      "replay every N-th step from the same state and compare the bits of its update: a difference "
      "is silent data corruption, exit status 4 (0: never)"},
+    {"--skip-outliers", "Z", OPT_DBL, F(skip_outliers), 0, 0,
+     "skip the update of a step whose loss or gradient norm is more than Z standard deviations above "
+     "the last --outlier-window steps' (0: never) [0]"},
+    {"--outlier-window", "N", OPT_INT, F(outlier_window), 2, 1 << 20, "steps --skip-outliers measures against"},
+    {"--skip-batches", "N", OPT_INT, F(skip_batches), 0, INT64_MAX,
+     "pass over the next N global batches of --data before the first step (past a bad batch after "
+     "a rollback)"},
     {"--threads", "N", OPT_INT, F(threads), 1, MAX_THREADS, "CPU threads (default: all online CPUs)"},
     {"--log-every", "N", OPT_INT, F(log_every), 1, INT64_MAX, "log line every N steps when not a terminal"},
     {"--sample", "N", OPT_INT, F(sample), 1, 1 << 30,
@@ -262,6 +269,7 @@ void train_opts_default(TrainOpts *o, const RtProgram *p) {
     o->eval_batches = 4;
     o->threads = online_cpus();
     o->log_every = 1;
+    o->outlier_window = 100;
     o->temperature = -1;
 }
 

@@ -93,7 +93,7 @@ static void json_num(FILE *f, const char *key, double v, const char *fmt) {
         fputs("null", f);
 }
 
-void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const double *eval) {
+void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const double *eval, int skipped) {
     if (!t->metrics || t->rank != 0)
         return;
     fprintf(t->metrics, "{\"step\": %lld", (long long)t->step);
@@ -110,6 +110,8 @@ void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const doubl
         json_num(t->metrics, "comm_bytes", (double)s->comm_bytes, "%.0f");
     if (eval)
         json_num(t->metrics, "eval_loss", *eval, "%.9g");
+    if (skipped)
+        fputs(", \"skipped\": true", t->metrics);
     double ideal = train_ideal_s(t), g[GP_N];
     if (ideal > 0)
         json_num(t->metrics, "mfu", ideal / (s->ms / 1e3), "%.6g");

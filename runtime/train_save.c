@@ -81,6 +81,7 @@ static RtCkptState ckpt_state(Trainer *t, const RtTensor *tensors) {
         .tensors = tensors,
         .n_tensors = 3 * t->p->nparams,
         .fingerprint = t->fingerprint,
+        .trainer_state = train_outlier_text(t),
         .comm = t->world > 1 ? t->comm : NULL,
         .regions = t->regions,
     };

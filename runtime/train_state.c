@@ -287,6 +287,8 @@ static int ckpt_restore(Trainer *t, RtCkpt *ck, RtError *err) {
                             "was made with other data",
                             where, (long long)rt_ckpt_data_position(ck), t->o.data,
                             (long long)rt_data_num_tokens(t->data));
+    if (train_outlier_restore(t, rt_ckpt_trainer_state(ck), where, err) != 0)
+        return -1;
     t->step = t->saved = rt_ckpt_step(ck);
     t->o.seed = rt_ckpt_rng_state(ck);
     return 0;
@@ -327,6 +329,17 @@ static int check_fresh_dir(Trainer *t, RtError *err) {
 
 /* The state this rank starts from: a checkpoint, --init or the seeded init. It calls no
  * collective: the ranks agree on the outcome afterwards (train). */
+/* --skip-batches: the data position moves on by N global batches, as N steps would move it. */
+static int skip_batches(Trainer *t, RtError *err) {
+    const RtProgram *p = t->p;
+    RtError why;
+    for (int64_t i = 0; i < t->o.skip_batches; i++)
+        if (rt_data_next_batch(t->data, (int)p->batch, (int)p->seq, (int32_t *)(void *)(t->slab + p->ids_offset),
+                               (int32_t *)(void *)(t->slab + p->targets_offset), &why) != 0)
+            return rt_error_set(err, "--skip-batches: %s", why.msg);
+    return 0;
+}
+
 int train_state_init(Trainer *t, RtError *err) {
     if (t->o.ckpt_dir && !t->o.resume && check_fresh_dir(t, err) != 0)
         return -1;
@@ -334,11 +347,8 @@ int train_state_init(Trainer *t, RtError *err) {
     if (resumed < 0)
         return -1;
     t->resumed = resumed;
-    if (resumed)
-        return 0;
-    if (t->o.init)
-        return params_load(t, err);
-    return params_seed(t, err);
+    int rc = resumed ? 0 : t->o.init ? params_load(t, err) : params_seed(t, err);
+    return rc == 0 ? skip_batches(t, err) : -1;
 }
 
 /* What rank 0 alone does once every rank holds its state: set aside the damaged checkpoints

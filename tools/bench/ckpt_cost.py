@@ -2,7 +2,7 @@
 """The step-time cost of checkpoint saves: one trainer, three runs of the same steps.
 
 usage: tools/bench/ckpt_cost.py --axlc build/tools/axlc [--model tools/bench/small.json]
-        [--steps 80] [--every 10] [--threads N] [--rounds 2]
+        [--set /PATH=VALUE ...] [--steps 80] [--every 10] [--threads N] [--rounds 2]
 
 Compiles the model once, then runs it (each round, in turn) with no checkpoints, with
 asynchronous saves every --every steps (the default: a snapshot at the step boundary, written
@@ -58,6 +58,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--axlc", required=True)
     ap.add_argument("--model", default=os.path.join(TOP, "tools/bench/small.json"))
+    ap.add_argument("--set", action="append", default=[], metavar="/PATH=VALUE",
+                    help="a config override for axlc compile (repeatable)")
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -72,15 +74,16 @@ def main():
                 if path.endswith(".md"):
                     out.write(open(path, "rb").read())
         trainer = os.path.join(work, "trainer")
-        subprocess.run([a.axlc, "compile", a.model, "--target", "cpu", "-o", trainer], check=True,
-                       stdout=subprocess.DEVNULL)
+        sets = [x for s in a.set for x in ("--set", s)]
+        subprocess.run([a.axlc, "compile", a.model, "--target", "cpu", "-o", trainer] + sets,
+                       check=True, stdout=subprocess.DEVNULL)
         modes = [("none", 0, []), ("async", a.every, []), ("blocking", a.every, ["--ckpt-sync"])]
         runs = {m: [] for m, _, _ in modes}
         for r in range(a.rounds):
             for name, every, extra in modes:
                 runs[name].append(run_trainer(trainer, data, work, name, a.steps, every, a.threads,
                                               extra))
-        print(f"{os.path.relpath(a.model, TOP)}: {a.steps} steps x {a.rounds} rounds, "
+        print(f"{' '.join([os.path.relpath(a.model, TOP)] + sets)}: {a.steps} steps x {a.rounds} rounds, "
               f"{a.threads} threads, saves every {a.every} steps")
         base = summarize(runs["none"], 0)
         print(f"{'saves':<9} {'step ms':>8} {'wall ms median':>15} {'mean':>8} "
