@@ -340,7 +340,7 @@ typedef struct RtCkptState {
     const char *config;      /* the resolved config text; may be NULL */
     const RtTensor *tensors; /* parameters by path, optimizer state as "opt/m/<path>", ... */
     int n_tensors;
-    const char *fingerprint;   /* the model's (rt_fingerprint); may be NULL */
+    const char *fingerprint; /* the model's (rt_fingerprint); may be NULL */
     /* Sharded (format version 2) when comm has more than one rank: every rank calls
      * rt_ckpt_save with its own tensors and their regions (n_tensors), writes
      * state-rank<5 digits>.safetensors holding the ones it owns, and after a barrier rank 0
