@@ -39,6 +39,8 @@ typedef struct AsyncSave {
     char *buf; /* (buf_bytes) mapped: the snapshot of the parameters and moments */
     int64_t buf_bytes;
     RtTensor *tensors; /* (3 * nparams) the trainer's table over the snapshot */
+    int64_t *first;    /* (3 * nparams + 1) the first copy block of each tensor (train_save.c) */
+    char *bad;         /* (blocks) 1 where a block holds a value that is not finite */
     RtCkptState state; /* what is being saved */
     int64_t *info;     /* (3 * world) each rank's (failed, bytes, CRC-32) of its file */
     int rc;            /* the thread's result */

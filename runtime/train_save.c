@@ -19,17 +19,23 @@
  * same order, and the index exists only once every shard is complete.
  */
 #define _DEFAULT_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "train_impl.h"
 
 enum { SAVE_IDLE, SAVE_WRITING, SAVE_INDEXING };
+
+#define WRITER_NICE 10
 
 static double clock_ms(void) {
     struct timespec ts;
@@ -60,9 +66,8 @@ static int64_t agree_sum(Trainer *t, int64_t v) {
     return v;
 }
 
-/* 0 when every rank's tensors are finite; else 1, reported. */
-static int check_finite(Trainer *t, const RtTensor *tensors) {
-    const char *bad = nonfinite_tensor(t, tensors);
+/* 0 when no rank found a tensor that is not finite (bad: this rank's, or NULL); else 1, reported. */
+static int agree_finite(Trainer *t, const char *bad) {
     if (agree_sum(t, bad != NULL) == 0)
         return 0;
     char what[1024];
@@ -90,7 +95,7 @@ static RtCkptState ckpt_state(Trainer *t, const RtTensor *tensors) {
 /* A blocking save of the slab. Returns 0 when saved, -1 when the save failed (err says why), 1
  * when the state is not finite (reported; nothing saved). */
 static int ckpt_save(Trainer *t, RtError *err) {
-    if (check_finite(t, t->tensors))
+    if (agree_finite(t, nonfinite_tensor(t, t->tensors)))
         return 1;
     RtCkptState s = ckpt_state(t, t->tensors);
     RtError why;
@@ -116,38 +121,96 @@ static void report_failed(Trainer *t, int64_t step, const char *msg) {
 
 /* ===== the background save ============================================================ */
 
-/* The snapshot: one mapping holding a copy of every tensor of the table, and the table over it. */
+/* The snapshot is copied in blocks of this many values, over the pool. */
+#define SNAP_BLOCK ((int64_t)1 << 16)
+
+static int64_t tensor_numel(const Trainer *t, int j) {
+    return train_slot_numel(&t->p->params[j % t->p->nparams]);
+}
+
+/* The snapshot: one mapping holding a copy of every tensor of the table, the table over it, and
+ * its blocks (tensor j's are first[j] .. first[j + 1] - 1). */
 static int snapshot_make(Trainer *t, RtError *err) {
     AsyncSave *a = &t->save;
     int n = 3 * t->p->nparams;
     int64_t bytes = 0;
-    for (int j = 0; j < n; j++)
-        bytes += (train_slot_numel(&t->p->params[j % t->p->nparams]) * 4 + 63) / 64 * 64;
+    a->first = calloc((size_t)n + 1, sizeof *a->first);
+    if (!a->first)
+        return rt_error_set(err, "out of memory for the checkpoint snapshot");
+    for (int j = 0; j < n; j++) {
+        bytes += (tensor_numel(t, j) * 4 + 63) / 64 * 64;
+        a->first[j + 1] = a->first[j] + (tensor_numel(t, j) + SNAP_BLOCK - 1) / SNAP_BLOCK;
+    }
+    a->bad = calloc((size_t)a->first[n] + 1, 1);
     a->tensors = calloc((size_t)n + 1, sizeof *a->tensors);
     a->info = calloc(3 * (size_t)t->world, sizeof *a->info);
     void *m = mmap(NULL, (size_t)(bytes ? bytes : 64), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (!a->tensors || !a->info || m == MAP_FAILED)
+    if (!a->bad || !a->tensors || !a->info || m == MAP_FAILED)
         return rt_error_set(err, "out of memory for the checkpoint snapshot (%.1f MiB)", (double)bytes / 1048576);
     a->buf = m;
     a->buf_bytes = bytes ? bytes : 64;
-    for (int j = 0, off = 0; j < n; j++) {
+    int64_t off = 0;
+    for (int j = 0; j < n; j++) {
         a->tensors[j] = t->tensors[j];
         a->tensors[j].data = a->buf + off;
-        off += (int)((train_slot_numel(&t->p->params[j % t->p->nparams]) * 4 + 63) / 64 * 64);
+        off += (tensor_numel(t, j) * 4 + 63) / 64 * 64;
     }
     return 0;
 }
 
-static void snapshot_copy(Trainer *t) {
+/* Blocks [lo, hi) of the snapshot: copied, and bad[b] set where one holds a NaN or an infinity. */
+static void copy_blocks(void *ctx, int64_t lo, int64_t hi) {
+    Trainer *t = ctx;
     AsyncSave *a = &t->save;
-    for (int j = 0; j < 3 * t->p->nparams; j++)
-        memcpy((void *)a->tensors[j].data, t->tensors[j].data,
-               (size_t)train_slot_numel(&t->p->params[j % t->p->nparams]) * 4);
+    int j = 0;
+    while (a->first[j + 1] <= lo)
+        j++;
+    for (int64_t b = lo; b < hi; b++) {
+        while (a->first[j + 1] <= b)
+            j++;
+        int64_t off = (b - a->first[j]) * SNAP_BLOCK, len = tensor_numel(t, j) - off;
+        len = len < SNAP_BLOCK ? len : SNAP_BLOCK;
+        const float *src = (const float *)t->tensors[j].data + off;
+        float *dst = (float *)a->tensors[j].data + off;
+        memcpy(dst, src, (size_t)len * 4);
+        int finite = 1;
+        for (int64_t k = 0; k < len; k++)
+            finite &= isfinite(dst[k]) != 0;
+        a->bad[b] = (char)!finite;
+    }
+}
+
+/* Copies the state into the snapshot on the pool's threads; the first tensor that is not
+ * finite, or NULL. */
+static const char *snapshot_copy(Trainer *t) {
+    AsyncSave *a = &t->save;
+    int n = 3 * t->p->nparams;
+    rt_parallel_for(t->pool, a->first[n], copy_blocks, t);
+    for (int j = 0; j < n; j++)
+        for (int64_t b = a->first[j]; b < a->first[j + 1]; b++)
+            if (a->bad[b])
+                return t->names[j];
+    return NULL;
+}
+
+/* The writer runs at a lower priority than the step's threads (its nice value 10 above theirs;
+ * Linux sets a thread's through its id): it fills the cycles the step leaves, rather than taking
+ * the step's. */
+static void writer_nice(void) {
+#ifdef SYS_gettid
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0)
+        (void)setpriority(PRIO_PROCESS, tid, now + WRITER_NICE < 19 ? now + WRITER_NICE : 19);
+#endif
 }
 
 static void *save_thread(void *arg) {
     Trainer *t = arg;
     AsyncSave *a = &t->save;
+    if (a->running) /* not when run on the main thread */
+        writer_nice();
     if (a->phase == SAVE_INDEXING)
         a->rc = rt_ckpt_shard_index(t->o.ckpt_dir, &a->state, a->info, (int)t->o.keep, &a->why);
     else if (t->world > 1)
@@ -165,13 +228,14 @@ static int thread_start(Trainer *t, RtError *err) {
     sigset_t all, old;
     sigfillset(&all);
     a->done = 0;
+    a->running = 1; /* before the thread starts: it reads it */
     pthread_sigmask(SIG_BLOCK, &all, &old);
     int rc = pthread_create(&a->thread, NULL, save_thread, t);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0)
-        return rt_error_set(err, "cannot start the checkpoint writer thread: %s", strerror(rc));
-    a->running = 1;
-    return 0;
+    if (rc == 0)
+        return 0;
+    a->running = 0;
+    return rt_error_set(err, "cannot start the checkpoint writer thread: %s", strerror(rc));
 }
 
 static void thread_join(AsyncSave *a) {
@@ -244,8 +308,7 @@ static int save_async(Trainer *t) {
         report_failed(t, t->step, err.msg);
         return 0;
     }
-    snapshot_copy(t);
-    if (check_finite(t, a->tensors))
+    if (agree_finite(t, snapshot_copy(t)))
         return 1;
     a->state = ckpt_state(t, a->tensors);
     memset(a->info, 0, 3 * (size_t)t->world * sizeof *a->info);
@@ -304,5 +367,7 @@ void train_save_free(Trainer *t) {
         munmap(a->buf, (size_t)a->buf_bytes);
     free(a->tensors);
     free(a->info);
+    free(a->first);
+    free(a->bad);
     memset(a, 0, sizeof *a);
 }
