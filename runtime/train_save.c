@@ -134,6 +134,13 @@ static int snapshot_make(Trainer *t, RtError *err) {
     AsyncSave *a = &t->save;
     int n = 3 * t->p->nparams;
     int64_t bytes = 0;
+    free(a->first); /* what an earlier attempt that ran out of memory left */
+    free(a->bad);
+    free(a->tensors);
+    free(a->info);
+    a->bad = NULL;
+    a->tensors = NULL;
+    a->info = NULL;
     a->first = calloc((size_t)n + 1, sizeof *a->first);
     if (!a->first)
         return rt_error_set(err, "out of memory for the checkpoint snapshot");
@@ -145,8 +152,11 @@ static int snapshot_make(Trainer *t, RtError *err) {
     a->tensors = calloc((size_t)n + 1, sizeof *a->tensors);
     a->info = calloc(3 * (size_t)t->world, sizeof *a->info);
     void *m = mmap(NULL, (size_t)(bytes ? bytes : 64), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (!a->bad || !a->tensors || !a->info || m == MAP_FAILED)
+    if (!a->bad || !a->tensors || !a->info || m == MAP_FAILED) {
+        if (m != MAP_FAILED)
+            munmap(m, (size_t)(bytes ? bytes : 64));
         return rt_error_set(err, "out of memory for the checkpoint snapshot (%.1f MiB)", (double)bytes / 1048576);
+    }
     a->buf = m;
     a->buf_bytes = bytes ? bytes : 64;
     int64_t off = 0;
@@ -300,13 +310,19 @@ void train_save_wait(Trainer *t) {
 }
 
 /* Snapshots the state and starts writing it. 0: started (or failed and reported: the run goes
- * on); 1: the state is not finite (reported). */
+ * on); 1: the state is not finite (reported). Without room for a snapshot on some rank, every
+ * rank saves blocking, this time. */
 static int save_async(Trainer *t) {
     AsyncSave *a = &t->save;
     RtError err;
-    if (!a->buf && snapshot_make(t, &err) != 0) {
-        report_failed(t, t->step, err.msg);
-        return 0;
+    int none = !a->buf && snapshot_make(t, &err) != 0;
+    if (agree_sum(t, none) > 0) {
+        if (none)
+            train_warn(t, "step %lld: %s; this checkpoint is saved before the next step", (long long)t->step, err.msg);
+        int rc = ckpt_save(t, &err);
+        if (rc < 0)
+            report_failed(t, t->step, err.msg);
+        return rc > 0;
     }
     if (agree_finite(t, snapshot_copy(t)))
         return 1;
