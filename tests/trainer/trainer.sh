@@ -27,6 +27,9 @@
 #                the downtime, carries the first run's totals, and its last line gives goodput
 #   sdc          --sdc-check-every 1 on 2 threads over 40 steps: no false alarm; a bit flipped in
 #                one replay (AXLC_TEST_SDC_FLIP) ends the run with status 4, naming the tensor
+#   badsteps     --skip-outliers with a low threshold on a short window skips some updates
+#                (logged, marked in the metrics); 16 steps straight = 8, --resume, 8 more, byte
+#                for byte (the window travels in the checkpoint)
 #   init_strict  --init: every missing and unused tensor listed, extras refused unless
 #                --init-allow-unused, PyTorch's (out, in) layout called out
 #   no_clobber   --metrics naming --data, --eval-data (a hard link), --init or a file of a
@@ -366,6 +369,21 @@ sdc)
   grep -q "rank 0: step 6: silent data corruption: tensor model/.*, value 0 of [0-9]*: 0x" "$T/err" ||
     { fail "the corruption is not named"; cat "$T/err" >&2; }
   [ -f "$T/s/step_00000004/index.json" ] && [ ! -d "$T/s/step_00000008" ] || fail "the checkpoints around it"
+  ;;
+badsteps)
+  trainer tiny && cp "$TR" "$T/trainer"
+  o="--skip-outliers 0.5 --outlier-window 3"
+  # shellcheck disable=SC2086
+  must "$T/trainer" --data "$T/text.txt" --steps 16 --ckpt-dir "$T/a" --metrics "$T/a.jsonl" $o
+  grep -q "against the last 3 steps: an outlier above 0.5; update skipped" "$T/log" || fail "no step skipped"
+  n=$(grep -c '"skipped": true' "$T/a.jsonl")
+  [ "$n" -ge 1 ] && [ "$n" -eq "$(grep -c "update skipped" "$T/log")" ] || fail "skipped steps: $n in the metrics"
+  # shellcheck disable=SC2086
+  must "$T/trainer" --data "$T/text.txt" --steps 8 --ckpt-dir "$T/b" $o
+  # shellcheck disable=SC2086
+  must "$T/trainer" --data "$T/text.txt" --steps 16 --ckpt-dir "$T/b" --resume $o
+  cmp -s "$T/a/step_00000016/state.safetensors" "$T/b/step_00000016/state.safetensors" ||
+    fail "--skip-outliers: 8 + resume + 8 differs from 16 straight"
   ;;
 init_strict)
   # --init lists every missing and every unused tensor, with the closest names, refuses extras
