@@ -38,6 +38,7 @@ typedef struct Launch {
                                                 sign of life (the last step line, else start) */
   int64_t start_step;                        /* the step it resumed from (0: from scratch) */
   int64_t first_step, last_step;             /* -1: no step line yet */
+  int64_t bad_step;                          /* the step a non-finite value stopped, or -1 */
   char cause[512];                           /* why it failed, when the output said */
   int blamed;                                /* the rank the cause names, or -1 */
 } Launch;
@@ -161,6 +162,7 @@ static void on_line(void *ctx, int fd, const char *line) {
     const char *q = strstr(line, "step ");
     snprintf(l->cause, sizeof l->cause, "a non-finite value (%.*s)", q ? (int)(p - q) : 0,
              q ? q : "");
+    if (q && sscanf(q, "step %lld:", &n) == 1) l->bad_step = n;
   }
 }
 
@@ -467,7 +469,7 @@ static int launch_once(Sup *u, bool resume, int *signalled) {
   char **args = ir_xcalloc((size_t)u->s->argc + 12, sizeof *args);
   launch_argv(u, args, np, sizeof np, tool, resume);
   memset(&u->l, 0, sizeof u->l);
-  u->l.first_step = u->l.last_step = -1;
+  u->l.first_step = u->l.last_step = u->l.bad_step = -1;
   u->l.blamed = -1;
   u->l.start = u->l.alive_at = now_s();
   u->launches++;
@@ -500,6 +502,7 @@ static int after_failure(Sup *u, int rc, Streak *k) {
              rc > 128 ? "the launcher died of signal %d" : "the job exited with status %d",
              rc > 128 ? rc - 128 : rc);
   int64_t reached = l->last_step >= 0 ? l->last_step : l->start_step, ckpt = 0;
+  if (l->bad_step > reached) reached = l->bad_step; /* it ran, and printed no step line */
   RtError err;
   if (rt_ckpt_latest(u->ckpt_dir, RT_CKPT_ANY, &ckpt, &err) < 0) ckpt = 0;
   int64_t lost = reached > ckpt ? reached - ckpt : 0;

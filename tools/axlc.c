@@ -698,7 +698,11 @@ static int check_inputs(const Args *a, const FeDiag *d, const char *opt, const c
   int nfiles = d ? d->nfiles : 0, n = 0;
   RtPathArg *in = ir_xcalloc((size_t)(4 + a->fe.napply + a->nmore + nfiles), sizeof *in);
   bool plot = !strcmp(a->command, "plot");
-  in[n++] = (RtPathArg){plot ? "the metrics file" : "the config", a->model, NULL};
+  bool launch = !strcmp(a->command, "launch");
+  in[n++] = (RtPathArg){plot     ? "the metrics file"
+                        : launch ? "the trainer"
+                                 : "the config",
+                        a->model, NULL};
   for (int i = 0; i < a->nmore; i++) in[n++] = (RtPathArg){"the metrics file", a->more[i], NULL};
   /* convert reads a checkpoint or step directory as the weights: nothing inside it is an output */
   struct stat st;
