@@ -171,13 +171,16 @@ typedef struct JobPipe {
 static void pipe_line(JobPipe *p, const BackendLines *lines, bool flush) {
   size_t start = 0;
   for (size_t i = 0; i < p->len; i++)
-    if (p->buf[i] == '\n' || p->buf[i] == '\r') { /* a pty's progress line ends at the next \r */
+    if (p->buf[i] == '\n' || p->buf[i] == '\r') {
       p->buf[i] = 0;
       lines->line(lines->ctx, p->to, p->buf + start);
       start = i + 1;
     }
-  /* the end of the output without a newline, or a line longer than the buffer: what there is */
-  if (start < p->len && (flush || (start == 0 && p->len == sizeof p->buf - 1))) {
+  /* the end of the output without a newline, a line longer than the buffer, or a terminal's
+   * progress line, which ends with "erase to the end of the line" and waits for the next \r
+   * (a trainer's rank 0 under mpirun writes to a pty): what there is */
+  bool erased = p->len - start >= 3 && !memcmp(p->buf + p->len - 3, "\033[K", 3);
+  if (start < p->len && (flush || erased || (start == 0 && p->len == sizeof p->buf - 1))) {
     p->buf[p->len] = 0;
     lines->line(lines->ctx, p->to, p->buf + start);
     start = p->len;
