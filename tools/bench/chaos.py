@@ -4,11 +4,12 @@
     /usr/bin/python3 tools/bench/chaos.py --axlc build/tools/axlc \
         --dump build/tests/mpi/ckpt_dump [--model tiny-lm|moe-test] [--ranks 4]
         [--steps 300] [--kills 5] [--stops 1] [--ckpt-every 10] [--seed 1] [--work DIR]
-        [--elastic]
+        [--elastic] [--set /PATH=VALUE ...]
 
 What it does:
 
-1. Compiles MODEL for cpu-RANKS (sequences of 16 tokens) and writes a token file.
+1. Compiles MODEL for cpu-RANKS (sequences of 16 tokens, and the --set options: a mesh of fixed
+   sizes, say) and writes a token file.
 2. The reference: `axlc launch TRAINER -n RANKS --max-restarts 0` for STEPS steps, left alone.
 3. The same job under `axlc launch ... --max-restarts N --report R.jsonl`, with AXLC_COMM_TIMEOUT
    3 s. At steps drawn from SEED it sends SIGKILL to a random rank KILLS times (the second kill
@@ -154,6 +155,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work")
     ap.add_argument("--elastic", action="store_true")
+    ap.add_argument("--set", action="append", default=[], help="for axlc compile")
     a = ap.parse_args()
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     model = os.path.join(src, "models", a.model + ".json")
@@ -170,7 +172,8 @@ def main():
     tokens(data)
     exe = os.path.join(work, "trainer")
     c = subprocess.run([a.axlc, "compile", model, "--target", "cpu-%d" % a.ranks, "--set",
-                        "/input/seq_len=16", "-o", exe], capture_output=True, text=True)
+                        "/input/seq_len=16"] + [x for v in a.set for x in ("--set", v)] + ["-o", exe],
+                       capture_output=True, text=True)
     if c.returncode:
         print(c.stderr, file=sys.stderr)
         return 1
@@ -247,10 +250,11 @@ def main():
     if len(failures) != len(done):
         fails.append("%d faults, %d failures in the report" % (len(done), len(failures)))
     for f, r in zip(failures, recovered):
-        print("recovery: %s at step %d; resumed from step %d, %d steps lost; first new step %.2f s "
-              "after the last one (%.2f s to notice, %.2f s to restart)" % (
-                  f["cause"], f["step"], f["checkpoint"], f["steps_lost"], r["latency_s"],
-                  r["detect_s"], r["restart_s"]))
+        print("recovery: %s at step %d; resumed from step %d, %d step%s lost; first new step "
+              "%.2f s after the last one (%.2f s to notice, %.2f s to restart)" % (
+                  f["cause"], f["step"], f["checkpoint"], f["steps_lost"],
+                  "" if f["steps_lost"] == 1 else "s", r["latency_s"], r["detect_s"],
+                  r["restart_s"]))
     if end:
         e = end[0]
         print("%s %d ranks %d steps: %d faults, %d restarts; recovery latency median %.2f s, worst "
