@@ -156,7 +156,8 @@ static void on_line(void *ctx, int fd, const char *line) {
     l->blamed = r;
   } else if (strstr(line, "srun: error:") && (p = strstr(line, ": task ")) &&
              sscanf(p, ": task %d:", &r) == 1 && !strstr(line, "Exited with exit code")) {
-    snprintf(l->cause, sizeof l->cause, "rank %d: %s", r, strchr(p + 7, ':') + 2);
+    const char *why = strchr(p + 7, ':') + 1; /* after "task N:", which sscanf matched */
+    snprintf(l->cause, sizeof l->cause, "rank %d: %s", r, why + strspn(why, " "));
     l->blamed = r;
   } else if ((p = strstr(line, ": not finite; training stopped"))) {
     const char *q = strstr(line, "step ");
@@ -439,9 +440,10 @@ static void summary(Sup *u, int status, int restarts) {
   double goodput = wall > 0 ? 100 * u->productive / wall : 0;
   if (restarts)
     say(u,
-        "%d restart%s; recovery latency median %.2f s, worst %.2f s; %lld steps lost; goodput "
+        "%d restart%s; recovery latency median %.2f s, worst %.2f s; %lld step%s lost; goodput "
         "%.1f%% (the time of the steps kept over %.1f s of wall time)",
-        restarts, restarts == 1 ? "" : "s", med, worst, (long long)u->lost, goodput, wall);
+        restarts, restarts == 1 ? "" : "s", med, worst, (long long)u->lost, u->lost == 1 ? "" : "s",
+        goodput, wall);
   json_object *o = event("end");
   json_object_object_add(o, "status", json_object_new_int(status));
   json_object_object_add(o, "restarts", json_object_new_int(restarts));
