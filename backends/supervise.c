@@ -7,10 +7,10 @@
  * it died (a rank killed, a rank the watchdog found stopped, a non-finite loss). A job that fails
  * is started again with --resume, from the last complete checkpoint of its --ckpt-dir, after a
  * back-off that doubles while no new checkpoint is made, up to max_restarts; a job that fails
- * twice at the same step (a fault that a restart repeats) is given up. When failures keep
- * naming one rank, or a Slurm allocation has fewer tasks than the trainer's devices, the job
- * goes on with fewer ranks (elastic): the trainer's embedded config is compiled by axlc for the
- * smaller mesh with more microbatches, so the global batch and the data order stay, and the
+ * twice at the same step with the same cause (a fault that a restart repeats) is given up. When
+ * failures keep naming one rank, or a Slurm allocation has fewer tasks than the trainer's devices,
+ * the job goes on with fewer ranks (elastic): the trainer's embedded config is compiled by axlc for
+ * the smaller mesh with more microbatches, so the global batch and the data order stay, and the
  * checkpoint is resharded as it loads. Every failure and recovery is logged, with its cause,
  * the steps lost and the time from the last sign of life to the first new step. */
 #include <errno.h>
@@ -492,6 +492,7 @@ static int launch_once(Sup *u, bool resume, int *signalled) {
  * exit status to end with. */
 typedef struct Streak {
   int restarts, same, fails_no_ckpt;
+  char last_cause[512];
   int64_t last_fail_step, last_ckpt;
 } Streak;
 
@@ -509,7 +510,9 @@ static int after_failure(Sup *u, int rc, Streak *k) {
   if (rt_ckpt_latest(u->ckpt_dir, RT_CKPT_ANY, &ckpt, &err) < 0) ckpt = 0;
   int64_t lost = reached > ckpt ? reached - ckpt : 0;
   count_kept(u, ckpt);
-  k->same = reached == k->last_fail_step ? k->same + 1 : 1;
+  bool again = reached == k->last_fail_step && !strcmp(l->cause, k->last_cause);
+  k->same = again ? k->same + 1 : 1; /* the same failure at the same step */
+  snprintf(k->last_cause, sizeof k->last_cause, "%s", l->cause);
   k->fails_no_ckpt = ckpt > k->last_ckpt ? 1 : k->fails_no_ckpt + 1;
   k->last_fail_step = reached;
   k->last_ckpt = ckpt;
