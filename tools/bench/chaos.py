@@ -11,10 +11,11 @@ What it does:
 1. Compiles MODEL for cpu-RANKS (sequences of 16 tokens, and the --set options: a mesh of fixed
    sizes, say) and writes a token file.
 2. The reference: `axlc launch TRAINER -n RANKS --max-restarts 0` for STEPS steps, left alone.
-3. The same job under `axlc launch ... --max-restarts N --report R.jsonl`, with AXLC_COMM_TIMEOUT
-   3 s. At steps drawn from SEED it sends SIGKILL to a random rank KILLS times (the second kill
-   waits for a checkpoint being written, a step directory without its index, and lands in it
-   when it sees one) and SIGSTOP to a random rank STOPS times (the watchdog ends that job).
+3. The same job under `axlc launch ... --max-restarts N --report R.jsonl` (with SIGSTOPs,
+   AXLC_COMM_TIMEOUT 5 s: the watchdog's deadline). At steps drawn from SEED it sends SIGKILL
+   to a random rank KILLS times (the second kill waits for a checkpoint being written, a step
+   directory without its index, and lands in it when it sees one) and SIGSTOP to a random rank
+   STOPS times (the watchdog ends that job).
    Each fault waits for the recovery of the one before.
 4. Checks: the supervised job exits 0, its report has one failure per fault, and its final
    parameters (the newest checkpoint, as one file by ckpt_dump) are bit-identical to the
@@ -161,8 +162,10 @@ def main():
     model = os.path.join(src, "models", a.model + ".json")
     work = a.work or tempfile.mkdtemp(prefix="axlc-chaos.")
     os.makedirs(work, exist_ok=True)
-    env = dict(os.environ, AXLC_COMM_TIMEOUT="3", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    if a.stops and not a.elastic:  # the watchdog ends a job with a stopped rank sooner
+        env["AXLC_COMM_TIMEOUT"] = "5"
     env["TMPDIR"] = os.path.join(work, "tmp")  # the supervisor's elastic trainers go there
     os.makedirs(env["TMPDIR"], exist_ok=True)
     rng = random.Random(a.seed)
