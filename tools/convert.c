@@ -35,21 +35,23 @@
 #include "runtime/rt_impl.h" /* rt_st_convert_run: F16 and BF16 to f32 */
 #include "tools/plot.h"
 
-typedef enum { LINK_SAME, LINK_TRANSPOSE, LINK_FUSED } LinkKind;
+typedef enum { LINK_SAME, LINK_TRANSPOSE, LINK_FUSED, LINK_EXPERT } LinkKind;
 
 typedef struct Link {
   char hf[160]; /* Hugging Face name, without a prefix: "h.0.attn.c_attn.weight" */
   LinkKind kind;
   int nparts;
-  int part[3]; /* FeBuild params: one, or q, k, v for FUSED */
+  int part[3];    /* FeBuild params: one, or q, k, v for FUSED */
+  int64_t expert; /* EXPERT: the slice of part[0] (E, in, out) this (out, in) weight is */
 } Link;
 
 typedef struct Conv {
   const FeBuild *b;
   const char *model;  /* the config file, for messages */
   const char *in;     /* the input file, for messages */
-  bool gpt2;          /* else Llama */
-  const char *family; /* "GPT-2" or "Llama" */
+  bool gpt2;          /* else Llama, or Mixtral when moe */
+  bool moe;           /* the layers' feed-forward is a mixture of experts: Mixtral */
+  const char *family; /* "GPT-2", "Llama" or "Mixtral" */
   Link *links;
   int nlinks, cap;
   int problems;
@@ -111,25 +113,33 @@ static int check_attention(const Conv *c, json_object *attn) {
 
 static int check_ffn(const Conv *c, json_object *ff) {
   const char *p = "/model/decoder/layer/feed_forward";
-  if (strcmp(fe_node_kind(ff), "feed_forward") != 0) {
+  if (c->gpt2 && strcmp(fe_node_kind(ff), "feed_forward") != 0) {
     char got[64];
     snprintf(got, sizeof got, "\"%s\"", fe_node_kind(ff));
     return config_mismatch(c, p, got, "a dense feed_forward");
   }
   const char *act = fe_get_str(ff, "activation"), *want = c->gpt2 ? "gelu" : "swiglu";
-  if (strcmp(act, want) == 0) return 0;
   char path[128], got[64];
   snprintf(path, sizeof path, "%s/activation", p);
   snprintf(got, sizeof got, "\"%s\"", act);
-  return config_mismatch(c, path, got, want);
+  if (strcmp(act, want) != 0) return config_mismatch(c, path, got, want);
+  /* the weights are the same either way: only what a step drops differs */
+  if (c->moe && fe_get_float(ff, "capacity_factor") > 0)
+    fprintf(stderr,
+            "note: %s: %s/capacity_factor is %g: axlc drops the tokens past an expert's "
+            "capacity, Mixtral none (0 computes what Mixtral computes)\n",
+            c->model, p, fe_get_float(ff, "capacity_factor"));
+  return 0;
 }
 
-/* GPT-2 when the model learns position embeddings, else Llama; the rest must agree. */
+/* GPT-2 when the model learns position embeddings, else Llama, or Mixtral when its
+ * feed-forward is a mixture of experts; the rest must agree. */
 static int check_config(Conv *c) {
   json_object *model = fe_get_child(c->b->root, "model");
   json_object *dec = fe_get_child(model, "decoder"), *layer = fe_get_child(dec, "layer");
   c->gpt2 = fe_get_child(model, "pos_emb") != NULL;
-  c->family = c->gpt2 ? "GPT-2" : "Llama";
+  c->moe = !c->gpt2 && !strcmp(fe_node_kind(fe_get_child(layer, "feed_forward")), "moe");
+  c->family = c->gpt2 ? "GPT-2" : c->moe ? "Mixtral" : "Llama";
   if (check_norm(c, fe_get_child(layer, "norm"), "/model/decoder/layer/norm") ||
       check_norm(c, fe_get_child(dec, "output_norm"), "/model/decoder/output_norm") ||
       check_attention(c, fe_get_child(layer, "self_attention")) ||
@@ -217,7 +227,29 @@ static void links_gpt2(Conv *c, int64_t layers) {
   link1(c, LINK_SAME, "lm_head.weight", "model/lm_head/weight");
 }
 
-static void links_llama(Conv *c, int64_t layers) {
+/* Mixtral's block_sparse_moe under layer prefix h: the router (E, D) and expert e's w1 (gate),
+ * w3 (up) and w2 (down), each an nn.Linear (out, in), slice e of axlc's (E, in, out). */
+static void links_moe(Conv *c, const char *h, const char *a, int64_t experts) {
+  static const char *const w[][2] = {{"w1", "linear1_0"}, {"w3", "linear1_1"}, {"w2", "linear2"}};
+  char hx[160], ax[256];
+  snprintf(hx, sizeof hx, "%s.block_sparse_moe.gate.weight", h);
+  snprintf(ax, sizeof ax, "%s/feed_forward/gate/weight", a);
+  link1(c, LINK_TRANSPOSE, hx, ax);
+  for (int64_t e = 0; e < experts; e++)
+    for (int k = 0; k < 3; k++) {
+      snprintf(hx, sizeof hx, "%s.block_sparse_moe.experts.%lld.%s.weight", h, (long long)e,
+               w[k][0]);
+      snprintf(ax, sizeof ax, "%s/feed_forward/%s/weight", a, w[k][1]);
+      int i = fe_param_find(c->b, ax);
+      if (i < 0) continue;
+      Link *l = link_new(c, LINK_EXPERT, hx);
+      l->nparts = 1;
+      l->part[0] = i;
+      l->expert = e;
+    }
+}
+
+static void links_llama(Conv *c, int64_t layers, int64_t experts) {
   static const char *const proj[][2] = {
       {"self_attn.q_proj", "self_attention/q_proj"}, {"self_attn.k_proj", "self_attention/k_proj"},
       {"self_attn.v_proj", "self_attention/v_proj"}, {"self_attn.o_proj", "self_attention/o_proj"},
@@ -231,11 +263,21 @@ static void links_llama(Conv *c, int64_t layers) {
     AT("input_layernorm", "attn_norm"), link_norm(c, hx, ax);
     for (int k = 0; k < 4; k++) AT(proj[k][0], proj[k][1]), link_linear(c, LINK_TRANSPOSE, hx, ax);
     AT("post_attention_layernorm", "ffn_norm"), link_norm(c, hx, ax);
-    for (int k = 4; k < 7; k++) AT(proj[k][0], proj[k][1]), link_linear(c, LINK_TRANSPOSE, hx, ax);
+    if (c->moe)
+      links_moe(c, h, a, experts);
+    else
+      for (int k = 4; k < 7; k++)
+        AT(proj[k][0], proj[k][1]), link_linear(c, LINK_TRANSPOSE, hx, ax);
 #undef AT
   }
   link_norm(c, "model.norm", "model/decoder/output_norm");
   link1(c, LINK_SAME, "lm_head.weight", "model/lm_head/weight");
+}
+
+/* The number of experts of a Mixtral model's layers. */
+static int64_t experts_of(const Conv *c) {
+  json_object *dec = fe_get_child(fe_get_child(c->b->root, "model"), "decoder");
+  return fe_get_int(fe_get_child(fe_get_child(dec, "layer"), "feed_forward"), "num_experts");
 }
 
 /* Builds the table; every parameter of the model must be in it. */
@@ -245,7 +287,7 @@ static int build_links(Conv *c) {
   if (c->gpt2)
     links_gpt2(c, layers);
   else
-    links_llama(c, layers);
+    links_llama(c, layers, c->moe ? experts_of(c) : 0);
   char *covered = ir_xcalloc((size_t)c->b->nparams + 1, 1);
   for (int i = 0; i < c->nlinks; i++)
     for (int k = 0; k < c->links[i].nparts; k++) covered[c->links[i].part[k]] = 1;
@@ -263,6 +305,10 @@ static int build_links(Conv *c) {
 /* The Hugging Face shape of link l, from its parameters' shapes. */
 static int hf_shape(const Conv *c, const Link *l, int64_t *shape) {
   const FeParam *p = &c->b->params[l->part[0]];
+  if (l->kind == LINK_EXPERT) { /* one expert's (in, out) slice of (E, in, out), transposed */
+    shape[0] = p->shape[2], shape[1] = p->shape[1];
+    return 2;
+  }
   memcpy(shape, p->shape, sizeof(int64_t) * (size_t)p->rank);
   if (l->kind == LINK_TRANSPOSE) shape[0] = p->shape[1], shape[1] = p->shape[0];
   if (l->kind == LINK_FUSED)
@@ -316,12 +362,13 @@ static int check_tensor(Conv *c, const RtTensor *t, const int64_t *want, int ndi
   }
   if (same_shape(t, want, ndim)) return 0;
   bool reversed = ndim == 2 && t->ndim == 2 && t->shape[0] == want[1] && t->shape[1] == want[0];
-  const char *hint = !reversed ? ""
-                     : c->gpt2 ? " (transposed: GPT-2's Conv1D weights are (in, out))"
-                               : " (transposed: Llama's nn.Linear weights are (out, in))";
+  char text[128] = "";
+  if (reversed)
+    snprintf(text, sizeof text, " (transposed: %s's %s weights are %s)", c->family,
+             c->gpt2 ? "Conv1D" : "nn.Linear", c->gpt2 ? "(in, out)" : "(out, in)");
   problem(c, "tensor '%s': shape %s, expected %s%s", t->name,
           shape_text(got, sizeof got, t->shape, t->ndim), shape_text(exp, sizeof exp, want, ndim),
-          hint);
+          text);
   return -1;
 }
 
@@ -384,6 +431,7 @@ static RtTensor *out_add(Conv *c, Out *o, const char *name, RtDtype dt, const in
     problem(c, "tensor '%s': out of memory for its %lld bytes", name, (long long)bytes);
     return NULL;
   }
+  memset(data, 0, (size_t)bytes); /* an expert's slice may stay unwritten: a problem said */
   RtTensor *t = &o->t[o->n++];
   memset(t, 0, sizeof *t);
   t->name = fe_asprintf("%s", name);
@@ -392,6 +440,14 @@ static RtTensor *out_add(Conv *c, Out *o, const char *name, RtDtype dt, const in
   memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
   t->data = data;
   return t;
+}
+
+/* The output tensor `name`, made by an earlier expert's link, or a new one. */
+static RtTensor *out_get(Conv *c, Out *o, const char *name, RtDtype dt, const int64_t *shape,
+                         int ndim) {
+  for (int i = 0; i < o->n; i++)
+    if (!strcmp(o->t[i].name, name)) return &o->t[i];
+  return out_add(c, o, name, dt, shape, ndim);
 }
 
 static void out_free(Out *o) {
@@ -457,9 +513,13 @@ static void split_link(Conv *c, const Link *l, const RtTensor *in, Out *o) {
           rows = numel(t->shape, t->ndim) / (total ? total : 1);
   for (int k = 0; k < l->nparts; k++) {
     const FeParam *p = &c->b->params[l->part[k]];
-    RtTensor *d = out_add(c, o, p->path, RT_DT_F32, p->shape, p->rank);
+    RtTensor *d = l->kind == LINK_EXPERT ? out_get(c, o, p->path, RT_DT_F32, p->shape, p->rank)
+                                         : out_add(c, o, p->path, RT_DT_F32, p->shape, p->rank);
     if (!d) break;
-    if (l->kind == LINK_SAME)
+    if (l->kind == LINK_EXPERT)
+      transpose(src, (unsigned char *)d->data + l->expert * t->nbytes, t->shape[0], t->shape[1],
+                es);
+    else if (l->kind == LINK_SAME)
       memcpy((void *)d->data, src, (size_t)t->nbytes);
     else if (l->kind == LINK_TRANSPOSE)
       transpose(src, (void *)d->data, t->shape[0], t->shape[1], es);
@@ -507,6 +567,11 @@ static void unknown_tensors(Conv *c, const Src *st, const char *used, bool from_
           c,
           "unknown tensor '%s': a Hugging Face name (convert Hugging Face weights with --from hf)",
           name);
+    else if (c->moe && strstr(name, ".block_sparse_moe.experts."))
+      problem(c,
+              "unknown tensor '%s': no parameter of %s (Hugging Face %s) takes it (the config "
+              "has %lld experts: /model/decoder/layer/feed_forward/num_experts)",
+              name, c->model, c->family, (long long)experts_of(c));
     else
       problem(c, "unknown tensor '%s': no parameter of %s (Hugging Face %s) takes it%s", name,
               c->model, c->family,
@@ -521,6 +586,11 @@ static void from_hf(Conv *c, const Src *st, Out *o) {
   for (int i = 0; i < c->nlinks; i++) {
     const Link *l = &c->links[i];
     const RtTensor *t = hf_find(c, st, l->hf);
+    if (!t && l->kind == LINK_EXPERT) {
+      problem(c, "missing tensor '%s' (for expert %lld of %s)", l->hf, (long long)l->expert,
+              c->b->params[l->part[0]].path);
+      continue;
+    }
     if (!t) {
       problem(c, "missing tensor '%s' (for %s%s)", l->hf, c->b->params[l->part[0]].path,
               l->nparts > 1 ? " and its k, v" : "");
@@ -546,7 +616,7 @@ static void join_parts(Conv *c, const Link *l, const RtTensor **parts, Out *o) {
   if (!d) return;
   if (l->kind == LINK_SAME) {
     memcpy((void *)d->data, parts[0]->data, (size_t)parts[0]->nbytes);
-  } else if (l->kind == LINK_TRANSPOSE) {
+  } else if (l->kind == LINK_TRANSPOSE || l->kind == LINK_EXPERT) {
     transpose(parts[0]->data, (void *)d->data, parts[0]->shape[0], parts[0]->shape[1], es);
   } else {
     int64_t total = shape[nd - 1], rows = numel(shape, nd) / (total ? total : 1), col = 0;
@@ -572,25 +642,43 @@ static void join_link(Conv *c, const Link *l, const RtTensor **in, Out *o) {
   for (int k = 0; k < l->nparts; k++) free(bufs[k]);
 }
 
+/* Expert e's (in, out) slice of the (E, in, out) tensor t, as a tensor of its own. */
+static RtTensor expert_slice(const RtTensor *t, int64_t e) {
+  RtTensor v = *t;
+  v.ndim = 2;
+  v.shape[0] = t->shape[1], v.shape[1] = t->shape[2];
+  v.nbytes = t->nbytes / t->shape[0];
+  v.data = (const unsigned char *)t->data + e * v.nbytes;
+  return v;
+}
+
+/* The expert links after a parameter's first say nothing of it: its first link has. */
+static int to_hf_link(Conv *c, const Link *l, const Src *st, char *used, Out *o) {
+  const RtTensor *parts[3];
+  RtTensor slice;
+  bool quiet = l->kind == LINK_EXPERT && l->expert > 0;
+  int bad = 0;
+  for (int k = 0; k < l->nparts; k++) {
+    const FeParam *p = &c->b->params[l->part[k]];
+    parts[k] = src_find(st, p->path);
+    if (!parts[k] && !quiet) problem(c, "missing tensor '%s' (for %s)", p->path, l->hf);
+    if (!parts[k]) {
+      bad++;
+      continue;
+    }
+    mark_used(st, parts[k], used);
+    bad += quiet ? !float_dtype(parts[k]->dtype) || !same_shape(parts[k], p->shape, p->rank)
+                 : check_tensor(c, parts[k], p->shape, p->rank) != 0;
+  }
+  if (bad) return -1;
+  if (l->kind == LINK_EXPERT) slice = expert_slice(parts[0], l->expert), parts[0] = &slice;
+  join_link(c, l, parts, o);
+  return 0;
+}
+
 static void to_hf(Conv *c, const Src *st, Out *o) {
   char *used = ir_xcalloc((size_t)st->n + 1, 1);
-  for (int i = 0; i < c->nlinks; i++) {
-    const Link *l = &c->links[i];
-    const RtTensor *parts[3];
-    int bad = 0;
-    for (int k = 0; k < l->nparts; k++) {
-      const FeParam *p = &c->b->params[l->part[k]];
-      parts[k] = src_find(st, p->path);
-      if (!parts[k]) {
-        problem(c, "missing tensor '%s' (for %s)", p->path, l->hf);
-        bad++;
-        continue;
-      }
-      mark_used(st, parts[k], used);
-      bad += check_tensor(c, parts[k], p->shape, p->rank) != 0;
-    }
-    if (!bad) join_link(c, l, parts, o);
-  }
+  for (int i = 0; i < c->nlinks; i++) to_hf_link(c, &c->links[i], st, used, o);
   unknown_tensors(c, st, used, false);
   free(used);
 }

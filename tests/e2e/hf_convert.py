@@ -3,11 +3,12 @@
 
 usage: hf_convert.py AXLC MODEL.json WORKDIR MODE
   MODE round_trip  random weights in Hugging Face's names and layouts (GPT-2 or Llama, as
-                   the config's family); --from hf must give each axlc parameter as the
-                   expected split/transpose of its source; --to hf must give back every source
-                   tensor; a second round trip is byte-identical; and the interpreter's step-1
-                   loss with --init of the converted file equals an independent numpy forward
-                   pass of the Hugging Face model on the Hugging Face weights.
+                   the config's family, Mixtral for a MoE model); --from hf must give each axlc
+                   parameter as the expected split/transpose of its source; --to hf must give
+                   back every source tensor; a second round trip is byte-identical; and the
+                   interpreter's step-1 loss with --init of the converted file equals an
+                   independent forward pass of the Hugging Face model on the Hugging Face
+                   weights (numpy for GPT-2 and Llama, torch for Mixtral's sparse MoE block).
   MODE dump        an interpreter --dump is usable as --init (its new parameters), and
                    --to hf of it gives weights whose numpy forward loss is the loss the
                    interpreter reports when it starts from the dump.
@@ -18,7 +19,7 @@ usage: hf_convert.py AXLC MODEL.json WORKDIR MODE
                    bf16 and f16 round f32 to nearest, ties to even, as numpy does; without
                    --dtype and a record f32 stays F32; a bad --dtype is named with the
                    values it takes.
-Exit 0 on success, 1 on a failure (printed), 77 when numpy is missing.
+Exit 0 on success, 1 on a failure (printed), 77 when numpy (or, for Mixtral, torch) is missing.
 """
 import json
 import math
@@ -66,6 +67,15 @@ KV = LAYER["self_attention"]["num_kv_heads"] or NH
 HD = D // NH
 PARAMS = {p["path"]: tuple(p["shape"]) for p in json.loads(axlc("params", MODEL, "--json").stdout)["params"]}
 TIED = M["lm_head"]["tied"]
+FF = LAYER["feed_forward"]
+MOE = FF["kind"] == "moe"  # Mixtral
+if MOE:
+    try:
+        import torch  # noqa: F401  (Mixtral's forward is written in torch)
+    except ImportError:
+        print("SKIP: torch is missing (apt-get install python3-torch)")
+        sys.exit(77)
+E, TOPK = (FF["num_experts"], FF["top_k"]) if MOE else (0, 0)
 
 
 # ---- random weights in Hugging Face's naming -----------------------------------------
@@ -100,7 +110,7 @@ def hf_weights(rng):
             w[h + "mlp.c_proj.bias"] = rnd(D, std=0.1)
         norm("ln_f", True)
     else:
-        F = PARAMS["model/decoder/layer_0/feed_forward/linear1_0/weight"][1]
+        F = PARAMS["model/decoder/layer_0/feed_forward/linear1_0/weight"][-1]
         w["model.embed_tokens.weight"] = rnd(V, D)
         for i in range(L):
             h = f"model.layers.{i}."
@@ -110,6 +120,12 @@ def hf_weights(rng):
             w[h + "self_attn.v_proj.weight"] = rnd(KV * HD, D)
             w[h + "self_attn.o_proj.weight"] = rnd(D, NH * HD)
             norm(h + "post_attention_layernorm", False)
+            if MOE:  # MixtralSparseMoeBlock: the router, then w1 (gate), w3 (up), w2 (down)
+                w[h + "block_sparse_moe.gate.weight"] = rnd(E, D, std=0.5)
+                for e in range(E):
+                    x = h + f"block_sparse_moe.experts.{e}."
+                    w[x + "w1.weight"], w[x + "w3.weight"], w[x + "w2.weight"] = rnd(F, D), rnd(F, D), rnd(D, F)
+                continue
             w[h + "mlp.gate_proj.weight"] = rnd(F, D)
             w[h + "mlp.up_proj.weight"] = rnd(F, D)
             w[h + "mlp.down_proj.weight"] = rnd(D, F)
@@ -151,7 +167,13 @@ def expected_axlc(w):
                            ("self_attn.v_proj", "self_attention/v_proj"), ("self_attn.o_proj", "self_attention/o_proj"),
                            ("mlp.gate_proj", "feed_forward/linear1_0"), ("mlp.up_proj", "feed_forward/linear1_1"),
                            ("mlp.down_proj", "feed_forward/linear2")):
-                e[a + an + "/weight"] = w[h + hn + ".weight"].T
+                if h + hn + ".weight" in w:
+                    e[a + an + "/weight"] = w[h + hn + ".weight"].T
+            if MOE:  # the router (D, E); each expert matrix stacked along a leading E, as (in, out)
+                x = h + "block_sparse_moe."
+                e[a + "feed_forward/gate/weight"] = w[x + "gate.weight"].T
+                for hn, an in (("w1", "linear1_0"), ("w3", "linear1_1"), ("w2", "linear2")):
+                    e[a + f"feed_forward/{an}/weight"] = np.stack([w[x + f"experts.{j}.{hn}.weight"].T for j in range(E)])
         e["model/decoder/output_norm/scale"] = w["model.norm.weight"]
         if not TIED:
             e["model/lm_head/weight"] = w["lm_head.weight"]
@@ -241,12 +263,61 @@ def llama_logits(w, ids):
     return x @ head.T
 
 
+def mixtral_logits(w, ids):
+    """MixtralForCausalLM in plain torch (float64): Llama's attention, then the sparse MoE
+    block as transformers writes it: softmax over the router logits, torch.topk, the top-k
+    weights renormalized, each expert SwiGLU (w2(silu(w1 x) * w3 x)) on the tokens routed to it,
+    added back with index_add_."""
+    import torch
+    import torch.nn.functional as tf
+    g = {k: torch.from_numpy(v.astype(np.float64)) for k, v in w.items()}
+    eps, theta = LAYER["norm"]["eps"], LAYER["self_attention"]["rope"]["theta"]
+    x = g["model.embed_tokens.weight"][torch.from_numpy(ids)]
+    B, T, _ = x.shape
+    inv = 1.0 / theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+    emb = torch.cat([torch.outer(torch.arange(T, dtype=torch.float64), inv)] * 2, -1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rms(t, wt):
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps) * wt
+
+    def rope(t):
+        return t * cos + torch.cat([-t[..., HD // 2:], t[..., :HD // 2]], -1) * sin
+
+    def split(t, n):
+        return t.view(B, T, n, HD).transpose(1, 2)
+
+    mask = torch.triu(torch.full((T, T), float("-inf"), dtype=torch.float64), 1)
+    for i in range(L):
+        h = f"model.layers.{i}."
+        a = rms(x, g[h + "input_layernorm.weight"])
+        q = rope(split(a @ g[h + "self_attn.q_proj.weight"].T, NH))
+        k = rope(split(a @ g[h + "self_attn.k_proj.weight"].T, KV)).repeat_interleave(NH // KV, 1)
+        v = split(a @ g[h + "self_attn.v_proj.weight"].T, KV).repeat_interleave(NH // KV, 1)
+        p = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(HD) + mask, -1)
+        x = x + (p @ v).transpose(1, 2).reshape(B, T, NH * HD) @ g[h + "self_attn.o_proj.weight"].T
+        flat = rms(x, g[h + "post_attention_layernorm.weight"]).reshape(B * T, D)
+        probs = torch.softmax(flat @ g[h + "block_sparse_moe.gate.weight"].T, -1)
+        top, sel = torch.topk(probs, TOPK, -1)
+        top = top / top.sum(-1, keepdim=True)
+        out = torch.zeros_like(flat)
+        for e in range(E):
+            rows, slot = torch.where(sel == e)
+            xe, ex = flat[rows], h + f"block_sparse_moe.experts.{e}."
+            ye = (tf.silu(xe @ g[ex + "w1.weight"].T) * (xe @ g[ex + "w3.weight"].T)) @ g[ex + "w2.weight"].T
+            out.index_add_(0, rows, ye * top[rows, slot, None])
+        x = x + out.view(B, T, D)
+    x = rms(x, g["model.norm.weight"])
+    head = g["model.embed_tokens.weight"] if "lm_head.weight" not in g else g["lm_head.weight"]
+    return (x @ head.T).numpy()
+
+
 def hf_loss(w):
     """Mean cross entropy of step 1's batch (runtime/data.c: window b starts at b*T)."""
     B, T = CFG["input"]["global_batch_size"], CFG["input"]["seq_len"]
     tok = np.frombuffer(open(DATA, "rb").read(), np.uint8).astype(np.int64)
     win = np.stack([tok[b * T: b * T + T + 1] for b in range(B)])
-    logits = (gpt2_logits if GPT2 else llama_logits)(w, win[:, :T])
+    logits = (gpt2_logits if GPT2 else mixtral_logits if MOE else llama_logits)(w, win[:, :T])
     logits = logits - logits.max(-1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     return -np.take_along_axis(logp, win[:, 1:, None], -1).mean()
@@ -314,7 +385,7 @@ def round_trip():
     print("F16: widened to f32 masters, back to F16 bit for bit; --init reads it")
 
     ref, got_loss = hf_loss(w), axlc_loss(path("axlc.safetensors"))
-    print(f"step 1 loss: axlc {got_loss:.6f}, numpy Hugging Face forward {ref:.6f}")
+    print(f"step 1 loss: axlc {got_loss:.6f}, independent Hugging Face forward {ref:.6f}")
     if abs(got_loss - ref) > 2e-5 * max(1.0, abs(ref)):
         fail("the converted weights do not compute the Hugging Face model's loss")
 
@@ -382,6 +453,14 @@ def errors():
          "transposed")
     conv("unknown.safetensors", {**w, "extra.weight": w[first]}, "unknown tensor 'extra.weight'")
     conv("dtype.safetensors", {**w, first: w[first].astype(np.int32)}, f"tensor '{first}': dtype I32")
+    if MOE:  # a missing expert, and one more expert than the config has
+        x = "model.layers.1.block_sparse_moe.experts."
+        conv("expert.safetensors", {k: v for k, v in w.items() if k != x + "2.w3.weight"},
+             f"missing tensor '{x}2.w3.weight' (for expert 2 of model/decoder/layer_1/feed_forward/linear1_1/weight)")
+        conv("experts.safetensors", {**w, f"{x}{E}.w1.weight": w[x + "0.w1.weight"]},
+             f"unknown tensor '{x}{E}.w1.weight'", f"the config has {E} experts")
+        conv("router.safetensors", {**w, "model.layers.0.block_sparse_moe.gate.weight": w["model.layers.0.block_sparse_moe.gate.weight"].T.copy()},
+             "tensor 'model.layers.0.block_sparse_moe.gate.weight': shape", "transposed: Mixtral's nn.Linear")
     # axlc weights given to --from hf, and Hugging Face weights given to --to hf
     stio.write(path("hf.safetensors"), w)
     axlc("convert", MODEL, "--from", "hf", path("hf.safetensors"), "-o", path("a.safetensors"))
@@ -395,6 +474,10 @@ def errors():
     expect(["convert", MODEL, "--from", "hf", path("none.safetensors"), "-o", out], "none.safetensors")
     expect(["convert", MODEL, "--from", "gguf", path("hf.safetensors"), "-o", out], "--from gguf: expected hf")
     expect(["convert", MODEL, "--from", "hf", path("hf.safetensors")], "usage: axlc convert")
+    if MOE:  # Mixtral has no expert biases
+        expect(["convert", MODEL, "--set", "/model/decoder/layer/feed_forward/bias=true", "--from", "hf",
+                path("hf.safetensors"), "-o", out],
+               "parameter 'model/decoder/layer_0/feed_forward/linear1_0/bias' has no counterpart in Hugging Face Mixtral")
     act = "relu" if GPT2 else "gelu"
     expect(["convert", MODEL, "--set", f"/model/decoder/layer/feed_forward/activation=\"{act}\"", "--from",
             "hf", path("hf.safetensors"), "-o", out], "/model/decoder/layer/feed_forward/activation is")
