@@ -466,6 +466,9 @@ typedef struct Src {
   RtTensor *t; /* (n) */
   int n;
   bool owned;
+  RtSt *st;       /* one safetensors file, or NULL */
+  HfFiles shards; /* or the shards of a Hugging Face index */
+  RtCkpt *ck;     /* or a checkpoint */
 } Src;
 
 static const RtTensor *src_find(const Src *s, const char *name) {
@@ -476,7 +479,10 @@ static const RtTensor *src_find(const Src *s, const char *name) {
 
 static void src_free(Src *s) {
   for (int i = 0; s->owned && i < s->n; i++) free((void *)s->t[i].data);
-  free(s->t);
+  if (s->shards.t != s->t) free(s->t);
+  hf_files_close(&s->shards);
+  rt_st_close(s->st);
+  rt_ckpt_close(s->ck);
 }
 
 /* ===== Hugging Face -> axlc ============================================================ */
@@ -766,26 +772,57 @@ static int refuse_shard(const char *in, const RtSt *st) {
   return -1;
 }
 
-/* The input: a safetensors file, or (--to hf) a checkpoint directory or step directory. */
-static int src_open(const char *in, bool to_hf_names, Src *s, RtSt **st, RtCkpt **ck) {
+/* The safetensors file `in`. --to hf: an interpreter dump stands for its new parameters, and
+ * one rank's file of a sharded checkpoint is refused. */
+static int src_file(const char *in, bool to_hf_names, Src *s) {
+  RtError err;
+  if (rt_st_open(&s->st, in, &err)) {
+    fprintf(stderr, "error: %s\n", err.msg);
+    return -1;
+  }
+  if (to_hf_names && refuse_shard(in, s->st)) return -1;
+  if (to_hf_names) rt_st_dump_as_weights(s->st); /* an interpreter dump: its new parameters */
+  s->t = ir_xcalloc((size_t)rt_st_count(s->st) + 1, sizeof *s->t);
+  for (int i = 0; i < rt_st_count(s->st); i++) s->t[s->n++] = *rt_st_tensor(s->st, i);
+  return 0;
+}
+
+static bool ends_with(const char *s, const char *end) {
+  size_t n = strlen(s), m = strlen(end);
+  return n >= m && !strcmp(s + n - m, end);
+}
+
+/* The input: a safetensors file, a Hugging Face index (a .json file) or model directory
+ * (--from hf), or (--to hf) a checkpoint directory or step directory. */
+static int src_open(const char *in, bool to_hf_names, Src *s) {
   RtError err;
   struct stat sb;
-  *st = NULL;
-  *ck = NULL;
-  if (to_hf_names && stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-    if (open_ckpt(in, ck, &err) == 0 && src_from_ckpt(s, *ck, &err) == 0) return 0;
+  char path[4200];
+  bool dir = stat(in, &sb) == 0 && S_ISDIR(sb.st_mode);
+  if (to_hf_names && dir) {
+    if (open_ckpt(in, &s->ck, &err) == 0 && src_from_ckpt(s, s->ck, &err) == 0) return 0;
     fprintf(stderr, "error: %s\n", err.msg);
     return -1;
   }
-  if (rt_st_open(st, in, &err)) {
-    fprintf(stderr, "error: %s\n", err.msg);
-    return -1;
-  }
-  if (to_hf_names && refuse_shard(in, *st)) return -1;
-  if (to_hf_names) rt_st_dump_as_weights(*st); /* an interpreter dump: its new parameters */
-  s->t = ir_xcalloc((size_t)rt_st_count(*st) + 1, sizeof *s->t);
-  for (int i = 0; i < rt_st_count(*st); i++) s->t[s->n++] = *rt_st_tensor(*st, i);
+  if (dir && hf_dir_weights(in, path, sizeof path)) return -1;
+  const char *file = dir ? path : in;
+  if (!ends_with(file, ".json")) return src_file(file, to_hf_names, s);
+  if (hf_index_open(&s->shards, file)) return -1;
+  s->t = s->shards.t;
+  s->n = s->shards.n;
   return 0;
+}
+
+/* --from hf: -o against the files of the weights (an index's shards). */
+static int check_output(const Src *s, const ConvertOpts *o) {
+  RtPathArg out = {"-o", o->out, NULL}, *in = ir_xcalloc((size_t)s->shards.nst + 1, sizeof *in);
+  for (int i = 0; i < s->shards.nst; i++)
+    in[i] = (RtPathArg){"a shard of the weights", rt_st_path(s->shards.st[i]), NULL};
+  RtError err;
+  int rc = rt_file_check_outputs(&out, 1, in, s->shards.nst, &err);
+  if (rc) fprintf(stderr, "error: %s\n", err.msg);
+  free(in);
+  return rc;
 }
 
 /* ===== the dtype of the output ========================================================= */
@@ -835,61 +872,81 @@ static void narrow(Conv *c, Out *o, RtDtype dt) {
 
 /* ===== the command ===================================================================== */
 
-int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const char *dtype,
-                    const char *in, const char *out) {
-  Conv c = {.b = b, .model = model, .in = in, .dtype = -1};
-  int want = -1;
-  if (dtype && !to_hf_names) {
+/* --dtype and --max-shard-size, which only --to hf takes, into *want (-1: none) and *shard. */
+static int parse_opts(const ConvertOpts *o, int *want, int64_t *shard) {
+  *want = -1;
+  *shard = 5000000000; /* transformers' default, "5GB" */
+  if ((o->dtype || o->max_shard) && !o->to_hf) {
     fprintf(stderr,
-            "error: --dtype %s: an option of --to hf (--from hf writes the f32 master "
-            "weights axlc trains)\n",
-            dtype);
+            "error: %s %s: an option of --to hf (--from hf writes the f32 master "
+            "weights axlc trains, in one file)\n",
+            o->dtype ? "--dtype" : "--max-shard-size", o->dtype ? o->dtype : o->max_shard);
     return -1;
   }
-  if (dtype && (want = parse_dtype(dtype)) < 0) return -1;
-  if (check_config(&c) || build_links(&c)) {
-    free(c.links);
-    return -1;
-  }
-  RtSt *st;
-  RtCkpt *ck;
+  if (o->dtype && (*want = parse_dtype(o->dtype)) < 0) return -1;
+  return o->max_shard ? hf_shard_size_parse(o->max_shard, shard) : 0;
+}
+
+/* --to hf: the weights in `dt`, in one file or in shards, and config.json beside them. */
+static int write_hf(const Conv *c, const ConvertOpts *o, const Out *out, RtDtype dt,
+                    int64_t shard) {
+  RtMeta meta = {"format", "pt"}; /* what transformers writes (weights.c reads it as (out, in)) */
+  char *config = hf_config_text(c->b, c->family, dt);
+  HfWrite w = {.out = o->out,
+               .t = out->t,
+               .n = out->n,
+               .meta = &meta,
+               .nmeta = 1,
+               .max_shard = shard,
+               .config = config,
+               .inputs = o->inputs,
+               .ninputs = o->ninputs};
+  int rc = hf_write(&w);
+  free(config);
+  return rc;
+}
+
+/* --from hf: the f32 masters in one file, with the file's dtype (the default of --to hf). */
+static int write_axlc(const Conv *c, const ConvertOpts *o, const Src *src, const Out *out) {
+  RtMeta meta = {"axlc.hf_dtype", rt_dtype_name((RtDtype)c->dtype)};
+  int nmeta = c->dtype >= 0 && c->dtype < RT_DT_COUNT;
   RtError err;
+  if (check_output(src, o)) return -1;
+  if (rt_st_write(o->out, out->t, out->n, &meta, nmeta, NULL, NULL, &err) == 0) return 0;
+  fprintf(stderr, "error: %s\n", err.msg);
+  return -1;
+}
+
+int convert_weights(const FeBuild *b, const char *model, const ConvertOpts *opts) {
+  Conv c = {.b = b, .model = model, .in = opts->in, .dtype = -1};
+  int want;
+  int64_t shard;
+  if (parse_opts(opts, &want, &shard)) return -1;
   Src src = {0};
-  if (src_open(in, to_hf_names, &src, &st, &ck)) {
+  if (check_config(&c) || build_links(&c) || src_open(opts->in, opts->to_hf, &src)) {
     src_free(&src);
-    rt_st_close(st);
-    rt_ckpt_close(ck);
     free(c.links);
     return -1;
   }
   Out o = {ir_xcalloc((size_t)b->nparams + (size_t)c.nlinks + 1, sizeof *o.t), 0};
-  if (to_hf_names) {
+  RtDtype dt = RT_DT_F32;
+  if (opts->to_hf) {
     to_hf(&c, &src, &o);
-    if (!c.problems) narrow(&c, &o, want >= 0 ? (RtDtype)want : default_dtype(&c, st));
+    dt = want >= 0 ? (RtDtype)want : default_dtype(&c, src.st);
+    if (!c.problems) narrow(&c, &o, dt);
   } else {
     from_hf(&c, &src, &o);
   }
-  int rc = 0;
-  if (c.problems) {
-    fprintf(stderr, "error: %s: %d problem%s converting %s Hugging Face %s%s; %s not written\n", in,
-            c.problems, c.problems == 1 ? "" : "s", to_hf_names ? "axlc weights to" : "from",
-            c.family, to_hf_names ? "" : " weights to axlc", out);
-    rc = -1;
-  } else {
-    /* to hf: what transformers writes (weights.c reads it as (out, in)); from hf: the file's
-     * dtype, the default of --to hf */
-    RtMeta meta = {"format", "pt"};
-    if (!to_hf_names) meta = (RtMeta){"axlc.hf_dtype", rt_dtype_name((RtDtype)c.dtype)};
-    int nmeta = to_hf_names || (c.dtype >= 0 && c.dtype < RT_DT_COUNT);
-    if (rt_st_write(out, o.t, o.n, &meta, nmeta, NULL, NULL, &err)) {
-      fprintf(stderr, "error: %s\n", err.msg);
-      rc = -1;
-    }
-  }
+  int rc = -1;
+  if (c.problems)
+    fprintf(stderr, "error: %s: %d problem%s converting %s Hugging Face %s%s; %s not written\n",
+            opts->in, c.problems, c.problems == 1 ? "" : "s",
+            opts->to_hf ? "axlc weights to" : "from", c.family,
+            opts->to_hf ? "" : " weights to axlc", opts->out);
+  else
+    rc = opts->to_hf ? write_hf(&c, opts, &o, dt, shard) : write_axlc(&c, opts, &src, &o);
   out_free(&o);
   src_free(&src);
-  rt_st_close(st);
-  rt_ckpt_close(ck);
   free(c.links);
   return rc;
 }
