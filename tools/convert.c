@@ -145,7 +145,14 @@ static int check_config(Conv *c) {
       check_attention(c, fe_get_child(layer, "self_attention")) ||
       check_ffn(c, fe_get_child(layer, "feed_forward")))
     return -1;
-  return 0;
+  double eps = fe_get_float(fe_get_child(layer, "norm"), "eps");
+  double out_eps = fe_get_float(fe_get_child(dec, "output_norm"), "eps");
+  if (eps == out_eps) return 0;
+  char got[64], want[128];
+  snprintf(got, sizeof got, "%g", out_eps);
+  snprintf(want, sizeof want, "/model/decoder/layer/norm/eps's %g (its config.json has one %s)",
+           eps, c->gpt2 ? "layer_norm_epsilon" : "rms_norm_eps");
+  return config_mismatch(c, "/model/decoder/output_norm/eps", got, want);
 }
 
 /* ===== the links ======================================================================= */

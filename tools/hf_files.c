@@ -92,28 +92,50 @@ static json_object *read_json(const char *path) {
   return root;
 }
 
-/* Shard `name` of the index (opened once: its place in f->st), or -1 said. */
-static int open_shard(HfFiles *f, const char *index, const char *name, const char *tensor) {
+/* Opens every shard the index names, once each: -1, every one that does not open said. */
+static int open_shards(HfFiles *f, const char *index, json_object *map) {
   char dir[4096], path[8192];
   dir_part(index, dir, sizeof dir);
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  for (int i = 0; i < f->nst; i++)
-    if (!strcmp(rt_st_path(f->st[i]), path)) return i;
-  if (!*name || strchr(name, '/')) {
-    fprintf(stderr,
-            "error: %s: tensor '%s': shard \"%s\" (expected the name of a file beside the index)\n",
-            index, tensor, name);
-    return -1;
+  json_object *seen = json_object_new_object(); /* shard -> tensors named for it */
+  int bad = 0;
+  json_object_object_foreach(map, name, v) {
+    const char *shard = json_object_get_string(v);
+    json_object *count;
+    if (!json_object_is_type(v, json_type_string) || !*shard || strchr(shard, '/')) {
+      fprintf(stderr,
+              "error: %s: tensor '%s': shard %s (expected the name of a file beside the index)\n",
+              index, name, json_object_to_json_string_ext(v, JSON_C_TO_STRING_NOSLASHESCAPE));
+      bad++;
+    } else if (json_object_object_get_ex(seen, shard, &count)) {
+      json_object_set_int(count, json_object_get_int(count) + 1);
+    } else {
+      json_object_object_add(seen, shard, json_object_new_int(1));
+    }
   }
-  RtError err;
-  RtSt *st;
-  if (rt_st_open(&st, path, &err)) {
-    fprintf(stderr, "error: %s: shard %s (of tensor '%s'): %s\n", index, name, tensor, err.msg);
-    return -1;
+  json_object_object_foreach(seen, shard, count) {
+    RtError err;
+    RtSt *st;
+    snprintf(path, sizeof path, "%s/%s", dir, shard);
+    if (rt_st_open(&st, path, &err)) {
+      fprintf(stderr, "error: %s: shard %s (of %d tensors): %s\n", index, shard,
+              json_object_get_int(count), err.msg);
+      bad++;
+      continue;
+    }
+    f->st = ir_xrealloc(f->st, (size_t)(f->nst + 1) * sizeof *f->st);
+    f->st[f->nst++] = st;
   }
-  f->st = ir_xrealloc(f->st, (size_t)(f->nst + 1) * sizeof *f->st);
-  f->st[f->nst] = st;
-  return f->nst++;
+  json_object_put(seen);
+  return bad ? -1 : 0;
+}
+
+/* The open shard named `shard`. */
+static RtSt *shard_named(const HfFiles *f, const char *shard) {
+  for (int i = 0; i < f->nst; i++) {
+    const char *path = rt_st_path(f->st[i]);
+    if (!strcmp(strrchr(path, '/') + 1, shard)) return f->st[i];
+  }
+  return NULL;
 }
 
 /* Every tensor of every shard must be in the index, under that shard. */
@@ -148,24 +170,18 @@ int hf_index_open(HfFiles *f, const char *index) {
     json_object_put(root);
     return -1;
   }
-  int bad = 0;
+  int bad = open_shards(f, index, map) ? 1 : 0;
   f->t = ir_xcalloc((size_t)json_object_object_length(map) + 1, sizeof *f->t);
   json_object_object_foreach(map, name, v) {
-    if (!json_object_is_type(v, json_type_string)) {
-      fprintf(stderr, "error: %s: weight_map: tensor '%s': expected a shard file name\n", index,
-              name);
-      bad++;
-      continue;
-    }
-    int s = open_shard(f, index, json_object_get_string(v), name);
-    const RtTensor *t = s < 0 ? NULL : rt_st_find(f->st[s], name);
-    if (s >= 0 && !t)
+    const char *shard = json_object_get_string(v);
+    RtSt *st = bad ? NULL : shard_named(f, shard);
+    const RtTensor *t = st ? rt_st_find(st, name) : NULL;
+    if (st && !t) {
       fprintf(stderr, "error: %s: tensor '%s': the index puts it in %s, which does not hold it\n",
-              index, name, json_object_get_string(v));
-    if (t)
-      f->t[f->n++] = *t;
-    else
+              index, name, shard);
       bad++;
+    }
+    if (t) f->t[f->n++] = *t;
   }
   bad += bad ? 0 : unlisted_tensors(f, index, map);
   json_object_put(root);
@@ -259,8 +275,26 @@ static void plan_make(Plan *p, const char *out, const RtTensor *t, int n, int64_
   snprintf(p->config, sizeof p->config, "%s/config.json", dir);
 }
 
+/* An output that exists must be a regular file (a link to one): a weight file is renamed
+ * into place, which would replace a FIFO or a device rather than write to it. */
+static int refuse_special(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return 0;
+  fprintf(stderr,
+          "error: %s: exists and is %s, not a regular file; refusing to replace it (name a new "
+          "file)\n",
+          path,
+          S_ISDIR(st.st_mode)    ? "a directory"
+          : S_ISFIFO(st.st_mode) ? "a FIFO"
+          : S_ISSOCK(st.st_mode) ? "a socket"
+                                 : "a device");
+  return -1;
+}
+
 /* Every output against every input, before anything is written. */
 static int plan_check(const Plan *p, const char *out, const RtPathArg *in, int nin) {
+  for (int i = 0; i < p->nfiles; i++)
+    if (refuse_special(p->file[i])) return -1;
   RtPathArg *o = ir_xcalloc((size_t)p->nfiles + 2, sizeof *o);
   int n = 0;
   for (int i = 0; i < p->nfiles; i++)

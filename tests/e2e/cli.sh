@@ -428,12 +428,14 @@ PY
   run run "$MODELS/tiny-lm.json" "$@" --init "$T/nan.safetensors" --steps 1
   expect_user_error "--init: $T/nan.safetensors: $nan; refusing to start from weights that are not finite"
   ;;
-convert_gpt2 | convert_llama | convert_mixtral | convert_dump | convert_bf16)
+convert_gpt2 | convert_llama | convert_mixtral | convert_dump | convert_bf16 | convert_hf_shards)
   # tests/e2e/hf_convert.py: files in Hugging Face's naming, written there, through axlc convert
   py=${TORCH_PYTHON:-/usr/bin/python3}
   "$py" -c 'import numpy' 2>/dev/null || { echo "SKIP: $py cannot import numpy"; exit 77; }
   if [ "$CASE" = convert_dump ]; then
     set -- "gpt2 dump" "llama dump" "mixtral dump"
+  elif [ "$CASE" = convert_hf_shards ]; then
+    set -- "gpt2 shards" "mixtral shards"
   elif [ "$CASE" = convert_bf16 ]; then
     set -- "gpt2 dtypes" "llama dtypes" "mixtral dtypes"
   else

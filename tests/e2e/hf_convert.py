@@ -14,6 +14,13 @@ usage: hf_convert.py AXLC MODEL.json WORKDIR MODE
                    interpreter reports when it starts from the dump.
   MODE errors      missing, misshapen, unknown tensors, a bad file, a wrong config: each a
                    clear error naming the file and the tensor, exit 1, output not touched.
+  MODE shards      sharded checkpoints: --from hf of a model directory and of its index
+                   equals --from hf of the single file, byte for byte; --to hf --max-shard-size
+                   writes shards (each within the size) and their index, whose tensors are
+                   the source's, config.json beside them, and --from hf of them gives the same
+                   axlc bytes; a missing shard, a shard without a tensor the index names, a
+                   tensor no index entry names, a malformed index, an output onto an input:
+                   each an error naming the file, nothing written.
   MODE dtypes      a BF16 Hugging Face file: --from hf gives the f32 masters (exact widening)
                    and records BF16; --to hf gives every tensor's bits back; --dtype f32,
                    bf16 and f16 round f32 to nearest, ties to even, as numpy does; without
@@ -331,6 +338,35 @@ def axlc_loss(init, *extra):
     fail(f"no step 1 loss in:\n{r.stdout}")
 
 
+def expected_config(dtype="float32"):
+    """The config.json transformers needs for this model (its field names and meanings), from
+    the resolved axlc config."""
+    heads, seq = LAYER["self_attention"], CFG["input"]["seq_len"]
+    c = {"vocab_size": V, "tie_word_embeddings": TIED, "torch_dtype": dtype}
+    if GPT2:
+        return {**c, "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": D, "n_layer": L,
+                "n_head": NH, "n_inner": PARAMS["model/decoder/layer_0/feed_forward/linear1/weight"][1],
+                "n_positions": PARAMS["model/pos_emb/weight"][0], "activation_function": "gelu_new",
+                "layer_norm_epsilon": LAYER["norm"]["eps"], "attn_pdrop": 0, "embd_pdrop": 0, "resid_pdrop": 0}
+    c.update({"hidden_size": D, "intermediate_size": PARAMS["model/decoder/layer_0/feed_forward/linear1_0/weight"][-1],
+              "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": KV, "head_dim": HD,
+              "hidden_act": "silu", "max_position_embeddings": seq, "rms_norm_eps": LAYER["norm"]["eps"],
+              "rope_theta": heads["rope"]["theta"], "rope_scaling": None, "attention_dropout": 0})
+    if not MOE:
+        return {**c, "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                "attention_bias": heads["bias"], "mlp_bias": FF["bias"]}
+    return {**c, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": E,
+            "num_experts_per_tok": TOPK, "router_aux_loss_coef": FF["load_balance_loss_weight"],
+            "output_router_logits": False, "router_jitter_noise": 0, "sliding_window": None}
+
+
+def check_config(directory, dtype="float32"):
+    got, want = json.load(open(os.path.join(directory, "config.json"))), expected_config(dtype)
+    if got != want:
+        diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
+        fail(f"config.json differs from the expected (got, expected): {diff}")
+
+
 def same(a, b, what):
     if a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
         fail(f"{what}: {a.dtype}{list(a.shape)} differs from the expected {b.dtype}{list(b.shape)}")
@@ -369,7 +405,8 @@ def round_trip():
     axlc("convert", MODEL, "--to", "hf", path("axlc2.safetensors"), "-o", path("hf3.safetensors"))
     cmp_files(path("axlc.safetensors"), path("axlc2.safetensors"))
     cmp_files(path("hf2.safetensors"), path("hf3.safetensors"))
-    print(f"to hf: {len(back)} tensors equal to the source; hf -> axlc -> hf -> axlc byte-identical")
+    check_config(WORK)
+    print(f"to hf: {len(back)} tensors equal to the source; hf -> axlc -> hf -> axlc byte-identical; config.json as expected")
 
     # F16 widens to f32 masters and comes back as F16 (the recorded dtype), bit for bit
     w16 = {k: v.astype(np.float16) for k, v in w.items()}
@@ -478,10 +515,178 @@ def errors():
         expect(["convert", MODEL, "--set", "/model/decoder/layer/feed_forward/bias=true", "--from", "hf",
                 path("hf.safetensors"), "-o", out],
                "parameter 'model/decoder/layer_0/feed_forward/linear1_0/bias' has no counterpart in Hugging Face Mixtral")
+    expect(["convert", MODEL, "--set", "/model/decoder/output_norm/eps=0.001", "--to", "hf", path("a.safetensors"),
+            "-o", out], "/model/decoder/output_norm/eps is 0.001;", "/model/decoder/layer/norm/eps's")
     act = "relu" if GPT2 else "gelu"
     expect(["convert", MODEL, "--set", f"/model/decoder/layer/feed_forward/activation=\"{act}\"", "--from",
             "hf", path("hf.safetensors"), "-o", out], "/model/decoder/layer/feed_forward/activation is")
     print("errors: each names the file and the tensor; the existing output is untouched")
+
+
+# ---- sharded checkpoints: model.safetensors.index.json and its shards ---------------------
+
+def write_sharded(directory, w, nshards):
+    """w cut into nshards files, as transformers names them, and their index."""
+    os.makedirs(directory, exist_ok=True)
+    names, weight_map = sorted(w), {}
+    for i in range(nshards):
+        shard = f"model-{i + 1:05d}-of-{nshards:05d}.safetensors"
+        part = names[i::nshards]
+        stio.write(os.path.join(directory, shard), {k: w[k] for k in part}, {"format": "pt"})
+        weight_map.update({k: shard for k in part})
+    index = {"metadata": {"total_size": sum(v.nbytes for v in w.values())}, "weight_map": weight_map}
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f)
+
+
+def read_sharded(directory):
+    """{name: array} through the index, checking that each shard holds what the index says."""
+    index = json.load(open(os.path.join(directory, "model.safetensors.index.json")))
+    by_shard = {}
+    for name, shard in index["weight_map"].items():
+        by_shard.setdefault(shard, set()).add(name)
+    out = {}
+    for shard, names in by_shard.items():
+        t = stio.read(os.path.join(directory, shard))
+        if set(t) != names:
+            fail(f"{shard} holds {sorted(set(t) ^ names)} against the index")
+        out.update(t)
+    if index["metadata"]["total_size"] != sum(v.nbytes for v in out.values()):
+        fail(f"the index's total_size {index['metadata']['total_size']} is not the tensors' bytes")
+    return out, sorted(by_shard)
+
+
+def shards():
+    w = hf_weights(np.random.default_rng(13))
+    stio.write(path("hf.safetensors"), w)
+    axlc("convert", MODEL, "--from", "hf", path("hf.safetensors"), "-o", path("one.safetensors"))
+    # --from hf: a model directory and its index give the bytes the single file gives
+    write_sharded(path("hfdir"), w, 3)
+    for src, out in ((path("hfdir"), "dir.safetensors"), (path("hfdir/model.safetensors.index.json"), "index.safetensors")):
+        axlc("convert", MODEL, "--from", "hf", src, "-o", path(out))
+        cmp_files(path("one.safetensors"), path(out))
+    print("from hf: 3 shards through a directory or its index == the single file, byte for byte")
+
+    # --to hf: the default 5GB gives one file and no index; a small size gives shards
+    os.makedirs(path("whole"))
+    axlc("convert", MODEL, "--to", "hf", path("one.safetensors"), "-o", path("whole/model.safetensors"))
+    if sorted(os.listdir(path("whole"))) != ["config.json", "model.safetensors"]:
+        fail(f"--to hf under 5GB wrote {sorted(os.listdir(path('whole')))}")
+    total = sum(v.nbytes for v in w.values())
+    biggest = max(v.nbytes for v in w.values())
+    limit = max(biggest, total // 4)
+    os.makedirs(path("cut"))
+    axlc("convert", MODEL, "--to", "hf", path("one.safetensors"), "--max-shard-size", str(limit),
+         "-o", path("cut/model.safetensors"))
+    back, files = read_sharded(path("cut"))
+    n = len(files)
+    if n < 4 or files != [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]:
+        fail(f"--max-shard-size {limit} of {total} bytes gave the shards {files}")
+    for f in files:
+        size = sum(v.nbytes for v in stio.read(path("cut/" + f)).values())
+        if size > limit:
+            fail(f"{f}: {size} bytes of tensors, over --max-shard-size {limit}")
+    if sorted(back) != sorted(w) or os.path.exists(path("cut/model.safetensors")):
+        fail(f"sharded --to hf names differ: {sorted(set(back) ^ set(w))}")
+    for k in w:
+        same(back[k], w[k], "sharded --to hf " + k)
+    check_config(path("cut"))
+    axlc("convert", MODEL, "--from", "hf", path("cut"), "-o", path("cut.safetensors"))
+    cmp_files(path("one.safetensors"), path("cut.safetensors"))
+    print(f"to hf --max-shard-size {limit}: {n} shards of at most that, with their index and config.json;"
+          " sharded == unsharded, and back to the same axlc bytes")
+    for size, want in (("1KiB", 1024), ("0.5MB", 500000)):  # the units: each shard within its bytes
+        os.makedirs(path(size))
+        axlc("convert", MODEL, "--to", "hf", path("one.safetensors"), "--max-shard-size", size, "-o",
+             path(size + "/model.safetensors"))
+        if not os.path.exists(path(size + "/model.safetensors.index.json")):
+            got = [stio.read(path(size + "/model.safetensors"))]
+        else:
+            got = [stio.read(path(size + "/" + f)) for f in read_sharded(path(size))[1]]
+        for t in got:
+            if len(t) > 1 and sum(v.nbytes for v in t.values()) > want:
+                fail(f"--max-shard-size {size}: a file of {len(t)} tensors holds more than {want} bytes")
+        if (len(got) > 1) != (total > want):
+            fail(f"--max-shard-size {size}: {len(got)} files for {total} bytes")
+    print("--max-shard-size 1KiB and 0.5MB: sharded or not as their bytes say")
+    shard_errors(w)
+
+
+def expect_error(args, *texts):
+    """axlc args fails with status 1, saying each of texts, and leaves its -o as it was."""
+    out = args[args.index("-o") + 1]
+    before = open(out, "rb").read() if os.path.exists(out) else None
+    r = axlc(*args, ok=False)
+    if r.returncode != 1:
+        fail(f"axlc {' '.join(args)}: status {r.returncode}, expected 1\n{r.stderr}")
+    for t in texts:
+        if t not in r.stderr:
+            fail(f"axlc {' '.join(args)}: stderr lacks {t!r}:\n{r.stderr}")
+    after = open(out, "rb").read() if os.path.exists(out) else None
+    if after != before or os.path.exists(out + ".tmp"):
+        fail(f"axlc {' '.join(args)}: {out} was touched")
+
+
+def shard_errors(w):
+    """A bad index or shard: an error naming the index (and the shard, and the tensor)."""
+    out = path("out.safetensors")
+    with open(out, "wb") as f:
+        f.write(b"precious")
+    names = sorted(w)
+
+    def bad_dir(name, nshards=3):
+        d = path(name)
+        write_sharded(d, w, nshards)
+        return d, os.path.join(d, "model.safetensors.index.json")
+
+    d, index = bad_dir("no-shard")
+    os.remove(os.path.join(d, "model-00002-of-00003.safetensors"))
+    expect_error(["convert", MODEL, "--from", "hf", d, "-o", out], index,
+                 f"shard model-00002-of-00003.safetensors (of {len(names[1::3])} tensors)", "cannot open")
+    d, index = bad_dir("short-shard")
+    first = os.path.join(d, "model-00001-of-00003.safetensors")
+    held = stio.read(first)
+    gone = sorted(held)[0]
+    stio.write(first, {k: v for k, v in held.items() if k != gone})
+    expect_error(["convert", MODEL, "--from", "hf", index, "-o", out], index,
+                 f"tensor '{gone}': the index puts it in model-00001-of-00003.safetensors, which does not hold it")
+    d, index = bad_dir("unlisted")
+    doc = json.load(open(index))
+    del doc["weight_map"][names[0]]
+    json.dump(doc, open(index, "w"))
+    expect_error(["convert", MODEL, "--from", "hf", index, "-o", out], index,
+                 f"holds tensor '{names[0]}', which the index does not name")
+    d, index = bad_dir("malformed")
+    with open(index, "w") as f:
+        f.write('{"weight_map": {"a": ')
+    expect_error(["convert", MODEL, "--from", "hf", d, "-o", out], index, "not valid JSON")
+    with open(index, "w") as f:
+        f.write('{"metadata": {}}')
+    expect_error(["convert", MODEL, "--from", "hf", index, "-o", out], index, 'no "weight_map" object')
+    with open(index, "w") as f:
+        f.write('{"weight_map": {"%s": "../elsewhere.safetensors"}}' % names[0])
+    expect_error(["convert", MODEL, "--from", "hf", index, "-o", out], index,
+                 'shard "../elsewhere.safetensors" (expected the name of a file beside the index)')
+    os.makedirs(path("empty"))
+    expect_error(["convert", MODEL, "--from", "hf", path("empty"), "-o", out], path("empty"),
+                 "a directory without model.safetensors.index.json or model.safetensors")
+    # -o onto a shard the conversion reads, and config.json onto the model's own config
+    d, index = bad_dir("clobber")
+    shard = os.path.join(d, "model-00001-of-00003.safetensors")
+    expect_error(["convert", MODEL, "--from", "hf", index, "-o", shard], shard, "a shard of the weights")
+    os.makedirs(path("own"))
+    own = path("own/config.json")
+    with open(own, "w") as f:
+        f.write(open(MODEL).read())
+    expect_error(["convert", own, "--to", "hf", path("one.safetensors"), "-o", path("own/model.safetensors")], own,
+                 "config.json beside -o", "the config")
+    if os.path.exists(path("own/model.safetensors")):
+        fail("--to hf wrote the weights although config.json beside them is the model's config")
+    for args, text in ((["--to", "hf", path("one.safetensors"), "--max-shard-size", "5XB"], "--max-shard-size 5XB: expected a size"),
+                       (["--to", "hf", path("one.safetensors"), "--max-shard-size", "0"], "--max-shard-size 0: expected a size"),
+                       (["--from", "hf", path("hf.safetensors"), "--max-shard-size", "1MB"], "--max-shard-size 1MB: an option of --to hf")):
+        expect_error(["convert", MODEL, *args, "-o", out], text)
+    print("bad shards and indexes: each an error naming the index, the shard and the tensor; nothing written")
 
 
 # ---- BF16, which numpy lacks: raw safetensors, bf16 kept as uint16 bit patterns ------------
@@ -549,7 +754,8 @@ def dtypes():
     for k, v in wb.items():
         if back[k] != ("BF16", list(v.shape), v.tobytes()):
             fail(f"BF16 round trip: {k} is {back[k][0]}{back[k][1]}, not the source's bits")
-    print("BF16 to hf (no --dtype: the recorded BF16): every tensor's bits as in the source")
+    check_config(WORK, "bfloat16")
+    print("BF16 to hf (no --dtype: the recorded BF16): every tensor's bits as in the source; config.json says bfloat16")
 
     # --dtype on f32 weights, ties included: 1 + 2^-8 (to 1, even), 1 + 3 2^-8 (up, to even),
     # 1 + 2^-8 + 2^-23 (above the tie: up); f16: 1 + 2^-11 (to 1), 2^-25 (to 0), 70000 (inf)
@@ -591,5 +797,5 @@ def dtypes():
     print("a bad --dtype, or --dtype with --from hf: refused, naming the option")
 
 
-{"round_trip": round_trip, "dump": dump, "errors": errors, "dtypes": dtypes}[MODE]()
+{"round_trip": round_trip, "dump": dump, "errors": errors, "dtypes": dtypes, "shards": shards}[MODE]()
 print("PASS")
