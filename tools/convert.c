@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "driver/driver.h"
 #include "runtime/axrt.h"
@@ -473,9 +474,10 @@ typedef struct Src {
   RtTensor *t; /* (n) */
   int n;
   bool owned;
-  RtSt *st;       /* one safetensors file, or NULL */
-  HfFiles shards; /* or the shards of a Hugging Face index */
-  RtCkpt *ck;     /* or a checkpoint */
+  RtSt *st;          /* one safetensors file, or NULL */
+  HfFiles shards;    /* or the shards of a Hugging Face index */
+  RtCkpt *ck;        /* or a checkpoint */
+  char config[4200]; /* --from hf: where the weights' config.json would be */
 } Src;
 
 static const RtTensor *src_find(const Src *s, const char *name) {
@@ -812,7 +814,10 @@ static int src_open(const char *in, bool to_hf_names, Src *s) {
     return -1;
   }
   if (dir && hf_dir_weights(in, path, sizeof path)) return -1;
-  const char *file = dir ? path : in;
+  const char *file = dir ? path : in, *slash = strrchr(file, '/');
+  if (!to_hf_names) /* Hugging Face's config.json, beside the weights */
+    snprintf(s->config, sizeof s->config, "%.*sconfig.json", slash ? (int)(slash + 1 - file) : 0,
+             file);
   if (!ends_with(file, ".json")) return src_file(file, to_hf_names, s);
   if (hf_index_open(&s->shards, file)) return -1;
   s->t = s->shards.t;
@@ -930,7 +935,9 @@ int convert_weights(const FeBuild *b, const char *model, const ConvertOpts *opts
   int64_t shard;
   if (parse_opts(opts, &want, &shard)) return -1;
   Src src = {0};
-  if (check_config(&c) || build_links(&c) || src_open(opts->in, opts->to_hf, &src)) {
+  if (check_config(&c) || build_links(&c) || src_open(opts->in, opts->to_hf, &src) ||
+      (src.config[0] && access(src.config, F_OK) == 0 &&
+       hf_config_check(b, c.family, src.config))) {
     src_free(&src);
     free(c.links);
     return -1;

@@ -17,6 +17,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +60,8 @@ int hf_dir_weights(const char *dir, char *out, size_t cap) {
   return -1;
 }
 
-/* The whole JSON document in `path`, or NULL with what is wrong said. */
-static json_object *read_json(const char *path) {
+/* The whole JSON document in `path`, or NULL with what is wrong said (and what was expected). */
+static json_object *read_json(const char *path, const char *expected) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     fprintf(stderr, "error: %s: cannot open: %s\n", path, strerror(errno));
@@ -82,10 +83,8 @@ static json_object *read_json(const char *path) {
   if (failed)
     fprintf(stderr, "error: %s: read failed\n", path);
   else if (!root || jerr != json_tokener_success || strlen(text) != len)
-    fprintf(stderr,
-            "error: %s: not valid JSON (%s); expected a Hugging Face index, "
-            "{\"weight_map\": {\"tensor\": \"shard file\", ...}}\n",
-            path, jerr != json_tokener_success ? json_tokener_error_desc(jerr) : "a NUL byte");
+    fprintf(stderr, "error: %s: not valid JSON (%s); expected %s\n", path,
+            jerr != json_tokener_success ? json_tokener_error_desc(jerr) : "a NUL byte", expected);
   if (root && (jerr != json_tokener_success || strlen(text) != len))
     json_object_put(root), root = NULL;
   free(text);
@@ -158,7 +157,9 @@ static int unlisted_tensors(const HfFiles *f, const char *index, json_object *ma
 
 int hf_index_open(HfFiles *f, const char *index) {
   memset(f, 0, sizeof *f);
-  json_object *root = read_json(index), *map = NULL;
+  json_object *root = read_json(index, "a Hugging Face index, {\"weight_map\": {\"tensor\": "
+                                       "\"shard file\", ...}}"),
+              *map = NULL;
   if (!root) return -1;
   if (!json_object_is_type(root, json_type_object) ||
       !json_object_object_get_ex(root, "weight_map", &map) ||
@@ -512,4 +513,120 @@ char *hf_config_text(const FeBuild *b, const char *family, RtDtype dtype) {
                                                     JSON_C_TO_STRING_NOSLASHESCAPE));
   json_object_put(o);
   return text;
+}
+
+/* ===== config.json beside weights read ================================================= */
+
+/* One number of config.json and what the axlc config says it is. */
+typedef struct Field {
+  const char *key;
+  double want;
+  const char *axlc; /* the config path that sets it, for the message */
+} Field;
+
+/* Number `key` of cfg into *v; 0 when it is absent or null (nothing to check). */
+static int number(json_object *cfg, const char *key, double *v) {
+  json_object *x;
+  if (!json_object_object_get_ex(cfg, key, &x) || !x) return 0;
+  if (json_object_is_type(x, json_type_boolean)) {
+    *v = json_object_get_boolean(x);
+    return 1;
+  }
+  if (!json_object_is_type(x, json_type_int) && !json_object_is_type(x, json_type_double)) return 0;
+  *v = json_object_get_double(x);
+  return 1;
+}
+
+static int check_fields(const char *path, json_object *cfg, const Field *f, int n) {
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    double got;
+    if (!number(cfg, f[i].key, &got) || fabs(got - f[i].want) <= 1e-9 * fabs(f[i].want)) continue;
+    fprintf(stderr, "error: %s: %s is %.10g, but %s is %.10g (set it to match: --set)\n", path,
+            f[i].key, got, f[i].axlc, f[i].want);
+    bad++;
+  }
+  return bad;
+}
+
+#define LAYER_PATH "/model/decoder/layer"
+
+/* The fields of config.json each family's weights are computed with, from the axlc config. */
+static int family_fields(const FeBuild *b, bool gpt2, bool moe, Field *f) {
+  json_object *model = fe_get_child(b->root, "model"), *dec = fe_get_child(model, "decoder");
+  json_object *layer = fe_get_child(dec, "layer"), *attn = fe_get_child(layer, "self_attention");
+  json_object *ff = fe_get_child(layer, "feed_forward");
+  double dim = (double)fe_get_int(model, "dim"), heads = (double)fe_get_int(attn, "num_heads");
+  double kv = (double)fe_get_int(attn, "num_kv_heads"),
+         eps = fe_get_float(fe_get_child(layer, "norm"), "eps");
+  double tied = fe_get_bool(fe_get_child(model, "lm_head"), "tied");
+  int n = 0;
+  f[n++] = (Field){"vocab_size", (double)fe_get_int(model, "vocab_size"), "/model/vocab_size"};
+  f[n++] = (Field){"tie_word_embeddings", tied, "/model/lm_head/tied"};
+  if (gpt2) {
+    f[n++] = (Field){"n_embd", dim, "/model/dim"};
+    f[n++] = (Field){"n_layer", (double)fe_get_int(dec, "num_layers"), "/model/decoder/num_layers"};
+    f[n++] = (Field){"n_head", heads, LAYER_PATH "/self_attention/num_heads"};
+    f[n++] = (Field){"layer_norm_epsilon", eps, LAYER_PATH "/norm/eps"};
+    return n;
+  }
+  f[n++] = (Field){"hidden_size", dim, "/model/dim"};
+  f[n++] = (Field){"num_hidden_layers", (double)fe_get_int(dec, "num_layers"),
+                   "/model/decoder/num_layers"};
+  f[n++] = (Field){"num_attention_heads", heads, LAYER_PATH "/self_attention/num_heads"};
+  f[n++] =
+      (Field){"num_key_value_heads", kv ? kv : heads, LAYER_PATH "/self_attention/num_kv_heads"};
+  f[n++] = (Field){"head_dim", dim / heads, "/model/dim / num_heads"};
+  f[n++] = (Field){"rms_norm_eps", eps, LAYER_PATH "/norm/eps"};
+  f[n++] = (Field){"rope_theta", fe_get_float(fe_get_child(attn, "rope"), "theta"),
+                   LAYER_PATH "/self_attention/rope/theta"};
+  if (!moe) return n;
+  f[n++] = (Field){"num_local_experts", (double)fe_get_int(ff, "num_experts"),
+                   LAYER_PATH "/feed_forward/num_experts"};
+  f[n++] = (Field){"num_experts_per_tok", (double)fe_get_int(ff, "top_k"),
+                   LAYER_PATH "/feed_forward/top_k"};
+  return n;
+}
+
+/* model_type against the family: Mistral's dense models have Llama's names and layouts. */
+static int check_type(const char *path, json_object *cfg, const char *family) {
+  json_object *x;
+  if (!json_object_object_get_ex(cfg, "model_type", &x) ||
+      !json_object_is_type(x, json_type_string))
+    return 0;
+  const char *type = json_object_get_string(x);
+  bool ok = !strcmp(family, "GPT-2")     ? !strcmp(type, "gpt2")
+            : !strcmp(family, "Mixtral") ? !strcmp(type, "mixtral")
+                                         : !strcmp(type, "llama") || !strcmp(type, "mistral");
+  if (ok) return 0;
+  fprintf(stderr,
+          "error: %s: model_type \"%s\", but the config makes a %s model (a learned position "
+          "embedding makes GPT-2, a moe feed_forward Mixtral, else Llama)\n",
+          path, type, family);
+  return 1;
+}
+
+/* axlc attends to the whole causal window: a sliding window no shorter than seq_len is the same. */
+static int check_window(const char *path, json_object *cfg, int64_t seq) {
+  double w, use = 1;
+  if (!number(cfg, "sliding_window", &w) || (number(cfg, "use_sliding_window", &use) && !use) ||
+      w >= (double)seq)
+    return 0;
+  fprintf(stderr,
+          "error: %s: sliding_window is %.0f, below /input/seq_len %lld: axlc does not model "
+          "sliding-window attention (set /input/seq_len to at most %.0f, where the two agree)\n",
+          path, w, (long long)seq, w);
+  return 1;
+}
+
+int hf_config_check(const FeBuild *b, const char *family, const char *path) {
+  json_object *cfg = read_json(path, "a Hugging Face model's config.json");
+  if (!cfg) return -1;
+  Field f[16];
+  bool gpt2 = !strcmp(family, "GPT-2"), moe = !strcmp(family, "Mixtral");
+  int bad = check_type(path, cfg, family);
+  if (!bad) bad += check_fields(path, cfg, f, family_fields(b, gpt2, moe, f));
+  if (!bad) bad += check_window(path, cfg, fe_get_int(fe_get_child(b->root, "input"), "seq_len"));
+  json_object_put(cfg);
+  return bad ? -1 : 0;
 }

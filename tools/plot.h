@@ -70,6 +70,11 @@ int hf_shard_size_parse(const char *s, int64_t *bytes);
  * weights are `dtype`: text to free. */
 char *hf_config_text(const struct FeBuild *b, const char *family, RtDtype dtype);
 
+/* Checks the Hugging Face config.json at `path` (beside weights read) against the model b of
+ * `family`: its model_type, sizes, norm eps, rope theta, experts, and a sliding window shorter
+ * than the sequence (which axlc does not model); -1 with each difference said. */
+int hf_config_check(const struct FeBuild *b, const char *family, const char *path);
+
 /* A checkpoint to write: the weights in one file `out`, or in shards of at most max_shard bytes
  * named after it (OUT-00001-of-0000N.safetensors) with their index OUT.index.json; config.json
  * beside them. */

@@ -521,6 +521,48 @@ def errors():
     expect(["convert", MODEL, "--set", f"/model/decoder/layer/feed_forward/activation=\"{act}\"", "--from",
             "hf", path("hf.safetensors"), "-o", out], "/model/decoder/layer/feed_forward/activation is")
     print("errors: each names the file and the tensor; the existing output is untouched")
+    config_beside(w, out)
+
+
+def config_beside(w, out):
+    """--from hf reads the config.json beside the weights: one that agrees converts; one whose
+    model_type, sizes, eps or theta differ, or whose sliding window is shorter than seq_len, is
+    an error naming config.json, the field and the axlc config path."""
+    d = path("withconfig")
+    os.makedirs(d)
+    stio.write(os.path.join(d, "model.safetensors"), w)
+    cfg = os.path.join(d, "config.json")
+
+    def with_config(doc, *texts):
+        with open(cfg, "w") as f:
+            json.dump(doc, f)
+        if not texts:
+            axlc("convert", MODEL, "--from", "hf", d, "-o", path("cfg-ok.safetensors"))
+        else:
+            expect_error(["convert", MODEL, "--from", "hf", d, "-o", out], cfg, *texts)
+
+    good = expected_config()
+    with_config(good)
+    eps = "layer_norm_epsilon" if GPT2 else "rms_norm_eps"
+    with_config({**good, eps: 1e-6}, f"{eps} is 1e-06, but /model/decoder/layer/norm/eps is 1e-05")
+    heads = "n_head" if GPT2 else "num_attention_heads"
+    with_config({**good, heads: 2 * NH}, f"{heads} is {2 * NH}, but /model/decoder/layer/self_attention/num_heads is {NH}")
+    with_config({**good, "model_type": "gpt2" if not GPT2 else "llama"}, "model_type", f"makes a {'GPT-2' if GPT2 else 'Mixtral' if MOE else 'Llama'} model")
+    if not GPT2:
+        theta = LAYER["self_attention"]["rope"]["theta"]
+        with_config({**good, "rope_theta": 2 * theta}, "rope_theta is", "/model/decoder/layer/self_attention/rope/theta")
+        T = CFG["input"]["seq_len"]
+        with_config({**good, "sliding_window": T // 2}, f"sliding_window is {T // 2}, below /input/seq_len {T}",
+                    "axlc does not model sliding-window attention")
+        with_config({**good, "sliding_window": T})  # as long as the window: the same attention
+        if not MOE:  # Mistral: Llama's names, a sliding window
+            with_config({**good, "model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": 4096})
+    if MOE:
+        with_config({**good, "num_local_experts": 8}, f"num_local_experts is 8, but /model/decoder/layer/feed_forward/num_experts is {E}")
+    with open(cfg, "w") as f:
+        f.write("{")
+    expect_error(["convert", MODEL, "--from", "hf", d, "-o", out], cfg, "not valid JSON", "a Hugging Face model's config.json")
+    print("config.json beside the weights: checked against the config, each difference named")
 
 
 # ---- sharded checkpoints: model.safetensors.index.json and its shards ---------------------
