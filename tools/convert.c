@@ -2,7 +2,8 @@
  * convert.c: `axlc convert`, weights between Hugging Face's names and layouts and axlc's.
  *
  * The config decides the architecture: a model with a learned position embedding is
- * GPT-2 (GPT2LMHeadModel), one without is Llama (LlamaForCausalLM); the rest of the config
+ * GPT-2 (GPT2LMHeadModel), one without is Llama (LlamaForCausalLM), or Mixtral
+ * (MixtralForCausalLM) when its feed-forward is a mixture of experts; the rest of the config
  * must compute what that Hugging Face model computes (norm kinds, activation, rotary
  * embedding), or the conversion is refused with the config field that differs.
  *
@@ -11,6 +12,7 @@
  *   SAME       the same layout: embeddings, norms, biases, GPT-2's Conv1D weights (in, out)
  *   TRANSPOSE  a Llama nn.Linear weight (out, in) against axlc's (in, out)
  *   FUSED      GPT-2's c_attn (D, 3D): q, k and v side by side along the last dimension
+ *   EXPERT     a Mixtral expert's nn.Linear weight (out, in): slice e of axlc's (E, in, out)
  * Values go through f32: --from hf widens F16 and BF16 exactly into the f32 masters axlc trains
  * (and records the file's dtype in the output's metadata, "axlc.hf_dtype"); --to hf writes the
  * dtype asked for (--dtype), by default the one the weights came in, rounding f32 to nearest,
@@ -21,7 +23,8 @@
  *
  * Every problem of the input (missing, unknown, misshapen tensors) is listed before
  * anything is written; the output is written atomically (runtime/file.c), so an existing
- * file is never left half-written.
+ * file is never left half-written. The files around the weights (a sharded checkpoint's
+ * index and shards, config.json) are hf_files.c's.
  */
 #include <math.h>
 #include <stdarg.h>
