@@ -329,27 +329,57 @@ static int write_text(const char *path, const char *text) {
 
 static char *staged(const char *file) { return fe_asprintf("%s.tmp", file); }
 
-/* Each weight file whole under its temporary name; on a failure none is left. */
-static int write_staged(const Plan *p, const RtTensor *t, int n, const RtMeta *meta, int nmeta) {
-  RtTensor *part = ir_xcalloc((size_t)n + 1, sizeof *part);
-  int rc = 0, done = 0;
-  for (int f = 0; f < p->nfiles && !rc; f++, done++) {
-    int k = 0;
-    for (int i = 0; i < n; i++)
-      if (p->shard_of[i] == f) part[k++] = t[i];
-    char *tmp = staged(p->file[f]);
-    RtError err;
-    rc = rt_st_write(tmp, part, k, meta, nmeta, NULL, NULL, &err);
-    if (rc) fprintf(stderr, "error: %s\n", err.msg), done--;
-    free(tmp);
-  }
-  for (int f = 0; rc && f < done; f++) {
+/* Removes the temporaries of weight files [from, to). */
+static void unstage(const Plan *p, int from, int to) {
+  for (int f = from; f < to; f++) {
     char *tmp = staged(p->file[f]);
     unlink(tmp);
     free(tmp);
   }
+}
+
+/* Each weight file whole under its temporary name; on a failure none is left. */
+static int write_staged(const Plan *p, const RtTensor *t, int n, const RtMeta *meta, int nmeta) {
+  RtTensor *part = ir_xcalloc((size_t)n + 1, sizeof *part);
+  int written = 0;
+  for (; written < p->nfiles; written++) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+      if (p->shard_of[i] == written) part[k++] = t[i];
+    char *tmp = staged(p->file[written]);
+    RtError err;
+    int rc = rt_st_write(tmp, part, k, meta, nmeta, NULL, NULL, &err);
+    free(tmp);
+    if (rc) {
+      fprintf(stderr, "error: %s\n", err.msg);
+      break;
+    }
+  }
   free(part);
-  return rc;
+  if (written == p->nfiles) return 0;
+  unstage(p, 0, written);
+  return -1;
+}
+
+/* The staged weight files renamed into place; on a failure the rest are removed. */
+static int commit_staged(const Plan *p, const char *out) {
+  for (int f = 0; f < p->nfiles; f++) {
+    char *tmp = staged(p->file[f]);
+    int rc = rename(tmp, p->file[f]);
+    if (rc)
+      fprintf(stderr, "error: %s: cannot rename to %s: %s\n", tmp, p->file[f], strerror(errno));
+    free(tmp);
+    if (rc) {
+      unstage(p, f, p->nfiles);
+      return -1;
+    }
+  }
+  char dir[4096];
+  RtError err;
+  dir_part(out, dir, sizeof dir);
+  if (rt_dir_fsync(dir, &err) == 0) return 0;
+  fprintf(stderr, "error: %s\n", err.msg);
+  return -1;
 }
 
 /* The index: the total size and every tensor's shard, by name. */
@@ -385,26 +415,11 @@ int hf_write(const HfWrite *w) {
   int rc = plan_check(&p, w->out, w->inputs, w->ninputs);
   if (!rc) rc = write_staged(&p, w->t, w->n, w->meta, w->nmeta);
   if (!rc && write_text(p.config, w->config)) {
-    for (int f = 0; f < p.nfiles; f++) {
-      char *tmp = staged(p.file[f]);
-      unlink(tmp);
-      free(tmp);
-    }
+    unstage(&p, 0, p.nfiles);
     rc = -1;
   }
-  for (int f = 0, failed = rc; f < p.nfiles && !failed; f++) { /* a failure drops the rest */
-    char *tmp = staged(p.file[f]);
-    if (!rc && rename(tmp, p.file[f]) != 0)
-      fprintf(stderr, "error: %s: cannot rename to %s: %s\n", tmp, p.file[f], strerror(errno)),
-          rc = -1;
-    if (rc) unlink(tmp);
-    free(tmp);
-  }
-  char dir[4096];
-  RtError err;
-  dir_part(w->out, dir, sizeof dir);
-  if (!rc && rt_dir_fsync(dir, &err)) fprintf(stderr, "error: %s\n", err.msg), rc = -1;
-  if (!rc && p.index[0]) {
+  if (!rc) rc = commit_staged(&p, w->out);
+  if (!rc && p.index[0]) { /* last: the index makes the shards a checkpoint */
     char *text = index_text(&p, w->t, w->n);
     rc = write_text(p.index, text);
     free(text);

@@ -517,6 +517,12 @@ def errors():
                "parameter 'model/decoder/layer_0/feed_forward/linear1_0/bias' has no counterpart in Hugging Face Mixtral")
     expect(["convert", MODEL, "--set", "/model/decoder/output_norm/eps=0.001", "--to", "hf", path("a.safetensors"),
             "-o", out], "/model/decoder/output_norm/eps is 0.001;", "/model/decoder/layer/norm/eps's")
+    if MOE:  # a capacity drops tokens Mixtral keeps: the weights convert, with a note
+        r = axlc("convert", MODEL, "--set", "/model/decoder/layer/feed_forward/capacity_factor=2", "--from", "hf",
+                 path("hf.safetensors"), "-o", path("capacity.safetensors"))
+        if "capacity_factor is 2: axlc drops the tokens past an expert's capacity, Mixtral none" not in r.stderr:
+            fail(f"no note on the capacity factor: {r.stderr}")
+        cmp_files(path("a.safetensors"), path("capacity.safetensors"))
     act = "relu" if GPT2 else "gelu"
     expect(["convert", MODEL, "--set", f"/model/decoder/layer/feed_forward/activation=\"{act}\"", "--from",
             "hf", path("hf.safetensors"), "-o", out], "/model/decoder/layer/feed_forward/activation is")
@@ -637,6 +643,19 @@ def shards():
     cmp_files(path("one.safetensors"), path("cut.safetensors"))
     print(f"to hf --max-shard-size {limit}: {n} shards of at most that, with their index and config.json;"
           " sharded == unsharded, and back to the same axlc bytes")
+    # a write that fails at the second shard (its temporary's temporary is a directory) replaces
+    # nothing of the checkpoint already there and leaves no temporary behind
+    stio.write(path("hf-other.safetensors"), hf_weights(np.random.default_rng(14)))
+    axlc("convert", MODEL, "--from", "hf", path("hf-other.safetensors"), "-o", path("other.safetensors"))
+    before = {f: open(path("cut/" + f), "rb").read() for f in os.listdir(path("cut"))}
+    blocker = path("cut/" + files[1] + ".tmp.tmp")
+    os.makedirs(blocker)
+    expect_error(["convert", MODEL, "--to", "hf", path("other.safetensors"), "--max-shard-size", str(limit),
+                  "-o", path("cut/model.safetensors")], files[1] + ".tmp.tmp: exists and is a directory")
+    os.rmdir(blocker)
+    if {f: open(path("cut/" + f), "rb").read() for f in os.listdir(path("cut"))} != before:
+        fail("a sharded --to hf that failed at its second shard changed the checkpoint already there")
+    print("a write failing at the second shard: the earlier checkpoint intact, no temporary left")
     for size, want in (("1KiB", 1024), ("0.5MB", 500000)):  # the units: each shard within its bytes
         os.makedirs(path(size))
         axlc("convert", MODEL, "--to", "hf", path("one.safetensors"), "--max-shard-size", size, "-o",
