@@ -670,8 +670,9 @@ static RtTensor expert_slice(const RtTensor *t, int64_t e) {
   return v;
 }
 
-/* The expert links after a parameter's first say nothing of it: its first link has. */
-static int to_hf_link(Conv *c, const Link *l, const Src *st, char *used, Out *o) {
+/* Link l's Hugging Face tensor from the input's parts. The expert links after a parameter's
+ * first say nothing of it: its first link has. */
+static void to_hf_link(Conv *c, const Link *l, const Src *st, char *used, Out *o) {
   const RtTensor *parts[3];
   RtTensor slice;
   bool quiet = l->kind == LINK_EXPERT && l->expert > 0;
@@ -688,10 +689,9 @@ static int to_hf_link(Conv *c, const Link *l, const Src *st, char *used, Out *o)
     bad += quiet ? !float_dtype(parts[k]->dtype) || !same_shape(parts[k], p->shape, p->rank)
                  : check_tensor(c, parts[k], p->shape, p->rank) != 0;
   }
-  if (bad) return -1;
+  if (bad) return;
   if (l->kind == LINK_EXPERT) slice = expert_slice(parts[0], l->expert), parts[0] = &slice;
   join_link(c, l, parts, o);
-  return 0;
 }
 
 static void to_hf(Conv *c, const Src *st, Out *o) {

@@ -155,6 +155,24 @@ static int unlisted_tensors(const HfFiles *f, const char *index, json_object *ma
   return bad;
 }
 
+/* Says why the JSON document `root` of `index` is no Hugging Face index. */
+static void not_an_index(const char *index, json_object *root) {
+  json_object *format;
+  if (json_object_object_get_ex(root, "format", &format) &&
+      json_object_is_type(format, json_type_string) &&
+      !strcmp(json_object_get_string(format), "axlc-checkpoint")) {
+    char dir[4096];
+    dir_part(index, dir, sizeof dir);
+    fprintf(stderr, "error: %s: an axlc checkpoint's index; pass its step directory (%s)\n", index,
+            dir);
+    return;
+  }
+  fprintf(stderr,
+          "error: %s: no \"weight_map\" object (expected a Hugging Face index, "
+          "{\"weight_map\": {\"tensor\": \"shard file\", ...}})\n",
+          index);
+}
+
 int hf_index_open(HfFiles *f, const char *index) {
   memset(f, 0, sizeof *f);
   json_object *root = read_json(index, "a Hugging Face index, {\"weight_map\": {\"tensor\": "
@@ -164,10 +182,7 @@ int hf_index_open(HfFiles *f, const char *index) {
   if (!json_object_is_type(root, json_type_object) ||
       !json_object_object_get_ex(root, "weight_map", &map) ||
       !json_object_is_type(map, json_type_object)) {
-    fprintf(stderr,
-            "error: %s: no \"weight_map\" object (expected a Hugging Face index, "
-            "{\"weight_map\": {\"tensor\": \"shard file\", ...}})\n",
-            index);
+    not_an_index(index, root);
     json_object_put(root);
     return -1;
   }

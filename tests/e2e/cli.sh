@@ -499,6 +499,8 @@ PY
   run convert "$MODELS/tiny-lm.json" --to hf "$T/ck/step_00000003/state-rank00000.safetensors" -o "$T/x.safetensors"
   expect_user_error "state-rank00000.safetensors: one rank's file of a sharded checkpoint of 2 ranks: it holds only that rank's parts of the tensors; pass the step directory ($T/ck/step_00000003) or the checkpoint directory"
   ! grep -q "shape" "$T/err" || fail "one rank's file: shape mismatches listed"
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/ck/step_00000003/index.json" -o "$T/x.safetensors"
+  expect_user_error "index.json: an axlc checkpoint's index; pass its step directory ($T/ck/step_00000003)"
   run convert "$MODELS/tiny-lm.json" --to hf "$T/whole.safetensors" -o "$T/whole-hf.safetensors"
   expect_rc 0
   for in in "$T/ck/step_00000003" "$T/ck/step_00000003/" "$T/ck"; do
