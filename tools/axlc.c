@@ -643,6 +643,13 @@ static int cmd_run(Args *a) {
     drv_free(&j);
     return 1;
   }
+  bool supervised = a->restarts_given || a->sv.min_ranks || a->sv.report;
+  if (supervised && ir_mesh_devices(&j.graph->mesh) == 1) {
+    fprintf(stderr, "error: axlc run: --max-restarts, --min-ranks and --report supervise a job "
+                    "of several processes (--target cpu-N); this one runs in this process\n");
+    drv_free(&j);
+    return 1;
+  }
   BackendJob bj;
   BackendOptions o = backend_options(a);
   supervisor_defaults(a, "axlc run", 0);

@@ -1,7 +1,8 @@
 #!/bin/sh
 # launch.sh AXLC SRCDIR CASE: the supervisor (axlc launch, axlc run --target cpu-N) on tiny-lm
 # trainers of 2 ranks under mpirun.
-#   errors     bad command lines: each exits 1 with its reason, before anything runs
+#   errors     bad command lines: each exits 1 with its reason, before anything runs (axlc
+#              run's supervisor options on a job of one process too)
 #   startup    a job that fails before its first step (bad --data) is not restarted
 #   samestep   a non-finite loss at the same step twice: given up after one restart, the
 #              cause and the step in the log and the report
@@ -52,6 +53,12 @@ errors)
     "$T/t2" -n 2 -- --data "$DATA" --steps 2
   refused "--report onto the trainer" "--report.*t2" "$T/t2" -n 2 --report "$T/t2" -- --data "$DATA" --ckpt-dir "$T/ck"
   [ -x "$T/t2" ] || fail "--report destroyed the trainer"
+  # axlc run: the supervisor's options on a job of one process, which runs in axlc run itself
+  "$AXLC" run "$MODEL" --target cpu --max-restarts 2 --data "$DATA" --steps 1 --ckpt-dir "$T/ck" > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "supervise a job of several processes (--target cpu-N)" "$T/err" ||
+    { fail "axlc run --target cpu --max-restarts: exit $rc"; cat "$T/err" >&2; }
+  [ ! -e "$T/ck" ] || fail "axlc run --target cpu --max-restarts: it ran"
   ;;
 startup)
   must "$AXLC" compile "$MODEL" --target cpu-2 --set /input/seq_len=16 -o "$T/t2"
