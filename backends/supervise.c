@@ -316,13 +316,12 @@ static int elastic_compile(Sup *u, const char *config, json_object *cfg, int to,
   int64_t rows = global / s_new, want = (mb * s_old + s_new - 1) / s_new, k = want;
   while (k <= rows && rows % k) k++;
   if (k > rows) return -1;
-  char target[32], setmb[64], shape[160] = "/mesh/shape=[", name[64];
+  char target[32], setmb[64], shape[256] = "/mesh/shape=[", name[64];
   snprintf(target, sizeof target, to == 1 ? "cpu" : "cpu-%d", to);
   snprintf(setmb, sizeof setmb, "/learner/microbatches=%lld", (long long)k);
-  for (int i = 0; i < small.n; i++)
-    snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", i ? "," : "",
-             (long long)small.shape[i]);
-  strcat(shape, "]");
+  for (int i = 0; i < small.n; i++) /* at most 8 sizes of 20 digits: it fits */
+    snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld%s", i ? "," : "",
+             (long long)small.shape[i], i + 1 == small.n ? "]" : "");
   snprintf(name, sizeof name, "/trainer-%d", to);
   *exe = backend_join(u->work, "", name);
   char *argv[] = {(char *)u->s->axlc,
@@ -385,6 +384,7 @@ static int elastic_shrink(Sup *u, int below) {
     char *exe = NULL;
     rc = elastic_compile(u, config, cfg, to, &exe);
     if (rc == 0) {
+      if (u->owned) unlink(u->owned); /* the trainer of an earlier shrink */
       free(u->owned);
       u->owned = exe;
       u->trainer = exe;

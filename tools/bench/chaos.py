@@ -269,6 +269,9 @@ def main():
                   e["latency_worst_s"], e["steps_lost"], 100 * e["goodput"], e["wall_s"]))
     else:
         fails.append("the report has no end")
+    left = os.listdir(env["TMPDIR"])
+    if left:
+        fails.append("the supervisor left %s in TMPDIR" % ", ".join(left))
     if a.elastic:
         shrink = [e for e in events if e["event"] == "shrink"]
         if not shrink:
