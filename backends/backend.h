@@ -203,6 +203,21 @@ typedef struct BackendSupervisor BackendSupervisor;
  * status; problems before the first launch are reported to d (status 1). */
 int backend_supervise(const BackendSupervisor *s, const BackendDiag *d);
 
+/* Elastic shrink: the mesh and microbatches of a job on `to` ranks instead of `from`. */
+typedef struct BackendElasticPlan {
+  int naxes;
+  int64_t shape[8];     /* /mesh/shape: a -1 axis stays (--target cpu-TO sizes it); else the batch
+                           axes (data, then fsdp, then expert) give up the factor from/to */
+  int64_t microbatches; /* so that a microbatch holds the rows per device it held, or the next
+                           count above that divides the rows each device now holds */
+  int64_t global_batch; /* /input/global_batch_size, unchanged */
+} BackendElasticPlan;
+/* The plan for config (the resolved config text a trainer embeds: `TRAINER --config`). 0, or
+ * -1 with the reason in why (cap bytes): no such mesh, or its batch shards do not divide the
+ * global batch. */
+int backend_elastic_plan(const char *config, int from, int to, BackendElasticPlan *plan, char *why,
+                         size_t cap);
+
 /* ======================================================================== link.c */
 
 /* A trainer executable, as a backend hands it to the link step. */

@@ -293,35 +293,60 @@ static int mesh_shrink(const Mesh *m, int from, int to, Mesh *out) {
   return -1;
 }
 
-/* Compiles the trainer of `to` ranks into the work directory: the config of the current one,
- * its mesh shrunk, its microbatches raised so that each holds the rows it held (the global
- * batch stays). 0, -1 when this count does not fit (said why), -2 on a system failure. */
-static int elastic_compile(Sup *u, const char *config, json_object *cfg, int to, char **exe) {
+int backend_elastic_plan(const char *config, int from, int to, BackendElasticPlan *plan, char *why,
+                         size_t cap) {
+  json_object *cfg = json_tokener_parse(config);
   Mesh m, small;
   int64_t global = json_int_at(cfg, "input", "global_batch_size", 0);
   int64_t mb = json_int_at(cfg, "learner", "microbatches", 1);
-  if (mesh_read(cfg, &m) || global <= 0 || mb <= 0) {
-    say(u, "elastic: %s: no /mesh, /input/global_batch_size or /learner/microbatches", config);
+  int bad = !cfg || mesh_read(cfg, &m) || global <= 0 || mb <= 0;
+  json_object_put(cfg);
+  if (bad) {
+    snprintf(why, cap,
+             "the config has no /mesh/axes and /mesh/shape, /input/global_batch_size "
+             "or /learner/microbatches");
     return -1;
   }
-  int64_t s_old = batch_shards(&m, u->ranks), s_new;
-  if (!s_old || mesh_shrink(&m, u->ranks, to, &small) || !(s_new = batch_shards(&small, to)) ||
+  int64_t s_old = batch_shards(&m, from), s_new = 0;
+  if (!s_old || mesh_shrink(&m, from, to, &small) || !(s_new = batch_shards(&small, to)) ||
       global % s_new) {
-    say(u, "elastic: no mesh of %d ranks keeps this job's global batch of %lld", to,
-        (long long)global);
+    snprintf(why, cap, "no mesh of %d ranks keeps this job's global batch of %lld", to,
+             (long long)global);
     return -1;
   }
   /* rows per microbatch and device before: global / s_old / mb; keep it, or the next count
    * above that divides the rows each device now holds */
-  int64_t rows = global / s_new, want = (mb * s_old + s_new - 1) / s_new, k = want;
+  int64_t rows = global / s_new, k = (mb * s_old + s_new - 1) / s_new;
   while (k <= rows && rows % k) k++;
-  if (k > rows) return -1;
+  if (k > rows) {
+    snprintf(why, cap, "no microbatch count divides the %lld rows per device of %d ranks",
+             (long long)rows, to);
+    return -1;
+  }
+  plan->naxes = small.n;
+  memcpy(plan->shape, small.shape, sizeof plan->shape);
+  plan->microbatches = k;
+  plan->global_batch = global;
+  return 0;
+}
+
+/* Compiles the trainer of `to` ranks into the work directory: the config of the current one
+ * with the mesh and microbatches of backend_elastic_plan. 0, -1 when this count does not fit
+ * (said why), -2 on a system failure. */
+static int elastic_compile(Sup *u, const char *config, const char *text, int to, char **exe) {
+  BackendElasticPlan plan;
+  char why[256];
+  if (backend_elastic_plan(text, u->ranks, to, &plan, why, sizeof why)) {
+    say(u, "elastic: %s", why);
+    return -1;
+  }
+  int64_t k = plan.microbatches, global = plan.global_batch;
   char target[32], setmb[64], shape[256] = "/mesh/shape=[", name[64];
   snprintf(target, sizeof target, to == 1 ? "cpu" : "cpu-%d", to);
   snprintf(setmb, sizeof setmb, "/learner/microbatches=%lld", (long long)k);
-  for (int i = 0; i < small.n; i++) /* at most 8 sizes of 20 digits: it fits */
+  for (int i = 0; i < plan.naxes; i++) /* at most 8 sizes of 20 digits: it fits */
     snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld%s", i ? "," : "",
-             (long long)small.shape[i], i + 1 == small.n ? "]" : "");
+             (long long)plan.shape[i], i + 1 == plan.naxes ? "]" : "");
   snprintf(name, sizeof name, "/trainer-%d", to);
   *exe = backend_join(u->work, "", name);
   char *argv[] = {(char *)u->s->axlc,
@@ -376,13 +401,15 @@ static int elastic_shrink(Sup *u, int below) {
   json_object *cfg = NULL;
   if (run_to_file(argv, config) != 0 || !(cfg = json_object_from_file(config))) {
     say(u, "elastic: %s --config did not give the job's config", u->trainer);
+    unlink(config);
     free(config);
     return -1;
   }
+  char *text = ir_xstrdup(json_object_to_json_string(cfg));
   int rc = -1;
   for (int to = below; to >= min && to >= 1 && rc == -1; to--) {
     char *exe = NULL;
-    rc = elastic_compile(u, config, cfg, to, &exe);
+    rc = elastic_compile(u, config, text, to, &exe);
     if (rc == 0) {
       if (u->owned) unlink(u->owned); /* the trainer of an earlier shrink */
       free(u->owned);
@@ -393,6 +420,7 @@ static int elastic_shrink(Sup *u, int below) {
     }
   }
   if (rc) say(u, "elastic: no mesh of %d to %d ranks fits the job", min, below);
+  free(text);
   json_object_put(cfg);
   unlink(config);
   free(config);
