@@ -87,10 +87,10 @@ samestep)
 run)
   # the uninterrupted run, then the same under axlc run with a rank killed at step 8 or later
   must "$AXLC" compile "$MODEL" --target cpu-2 --set /input/seq_len=16 -o "$T/t2"
-  must "$AXLC" launch "$T/t2" -n 2 -- --data "$DATA" --steps 30 --ckpt-dir "$T/ref" --threads 1 --metrics "$T/ref.jsonl"
+  must "$AXLC" launch "$T/t2" -n 2 -- --data "$DATA" --steps 60 --ckpt-dir "$T/ref" --threads 1 --metrics "$T/ref.jsonl"
   mkdir "$T/tmp"
   TMPDIR="$T/tmp" "$AXLC" run "$MODEL" --target cpu-2 --set /input/seq_len=16 --max-restarts 2 --backoff 0.1 \
-    --report "$T/r.jsonl" --data "$DATA" --steps 30 --ckpt-dir "$T/ck" --ckpt-every 5 --threads 1 \
+    --report "$T/r.jsonl" --data "$DATA" --steps 60 --ckpt-dir "$T/ck" --ckpt-every 5 --threads 1 \
     --metrics "$T/m.jsonl" > "$T/out" 2> "$T/err" &
   axlc=$!
   i=0
