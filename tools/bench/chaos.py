@@ -226,8 +226,9 @@ def main():
         rank = max(ranks) if a.elastic else rng.choice(sorted(ranks))
         note = ""
         if what == "kill" and i == 1 and not a.elastic:
-            caught = wait_until(lambda: saving(ck), 5, tick=0.0005)
-            note = " during a save" if caught else " (no save seen in 5 s)"
+            # a save to land in, but not so late that the job ends first
+            wait_until(lambda: saving(ck) or job.step >= a.steps - 3, 5, tick=0.0005)
+            note = " during a save" if saving(ck) else " (no save seen)"
         try:
             os.kill(ranks[rank], signal.SIGKILL if what == "kill" else signal.SIGSTOP)
         except ProcessLookupError:
