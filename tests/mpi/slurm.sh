@@ -79,7 +79,7 @@ grep -q pmix "$T/mpi" || { fail "srun --mpi=list offers no pmix"; cat "$T/mpi" >
 # the short chaos test in an allocation of 4 tasks: srun, kills, restarts, the same bits
 # (under srun the ranks that outlive a killed one are ended by the watchdog: a 5 s deadline)
 AXLC_COMM_TIMEOUT=5 timeout 600 salloc -n 4 /usr/bin/python3 "$SRC/tools/bench/chaos.py" --axlc "$AXLC" --dump "$DUMP" \
-  --steps 40 --kills 2 --stops 0 --work "$T/chaos" > "$T/chaos.out" 2>&1 ||
+  --steps 40 --kills 2 --stops 0 --ckpt-every 5 --work "$T/chaos" > "$T/chaos.out" 2>&1 ||
   { fail "the chaos test under salloc -n 4"; tail -30 "$T/chaos.out" >&2; }
 cat "$T/chaos.out"
 grep -q '"launcher":"[^"]*srun"' "$T/chaos/report.jsonl" || fail "the supervisor did not launch with srun"

@@ -14,8 +14,9 @@ What it does:
 3. The same job under `axlc launch ... --max-restarts N --report R.jsonl` (with SIGSTOPs,
    AXLC_COMM_TIMEOUT 5 s: the watchdog's deadline). At steps drawn from SEED it sends SIGKILL
    to a random rank KILLS times (the second kill waits for a checkpoint being written, a step
-   directory without its index, and lands in it when it sees one) and SIGSTOP to a random rank
-   STOPS times (the watchdog ends that job).
+   directory without its index, or for the step line of a checkpoint step, which its save
+   follows at once, and lands there) and SIGSTOP to a random rank STOPS times (the watchdog
+   ends that job).
    Each fault waits for the recovery of the one before.
 4. Checks: the supervised job exits 0, its report has one failure per fault, and its final
    parameters (the newest checkpoint, as one file by ckpt_dump) are bit-identical to the
@@ -94,6 +95,8 @@ class Job:
         for chunk in iter(lambda: self.p.stdout.read1(4096), b""):
             buf += chunk
             *done, buf = buf.replace(b"\r", b"\n").split(b"\n")
+            if buf.endswith(b"\x1b[K"):  # a terminal's progress line (rank 0 writes to a pty)
+                done, buf = done + [buf], b""
             for line in done:
                 s = line.decode(errors="replace")
                 self.lines.append(s)
@@ -226,9 +229,13 @@ def main():
         rank = max(ranks) if a.elastic else rng.choice(sorted(ranks))
         note = ""
         if what == "kill" and i == 1 and not a.elastic:
-            # a save to land in, but not so late that the job ends first
-            wait_until(lambda: saving(ck) or job.step >= a.steps - 3, 5, tick=0.0005)
-            note = " during a save" if saving(ck) else " (no save seen)"
+            # a save to land in (the step line of a checkpoint step comes right before its
+            # save), but not so late that the job ends first
+            wait_until(lambda: saving(ck) or job.step % a.ckpt_every == 0
+                       or job.step >= a.steps - 3, 5, tick=0.0002)
+            note = (" during a save (a step directory without its index)" if saving(ck) else
+                    " as the save of step %d begins" % job.step if job.step % a.ckpt_every == 0
+                    else " (no save seen)")
         try:
             os.kill(ranks[rank], signal.SIGKILL if what == "kill" else signal.SIGSTOP)
         except ProcessLookupError:
