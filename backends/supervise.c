@@ -553,10 +553,9 @@ static int after_failure(Sup *u, int rc, Streak *k) {
   json_object_object_add(o, "checkpoint", json_object_new_int64(ckpt));
   json_object_object_add(o, "steps_lost", json_object_new_int64(lost));
   report(u, o);
-  say(u,
-      "the job failed at step %lld: %s; the last complete checkpoint is step %lld (%lld steps "
-      "lost)",
-      (long long)reached, l->cause, (long long)ckpt, (long long)lost);
+  say(u, "the job failed at step %lld: %s; %s %lld (%lld step%s lost)", (long long)reached,
+      l->cause, ckpt ? "the last complete checkpoint is step" : "no checkpoint yet: from step",
+      (long long)ckpt, (long long)lost, lost == 1 ? "" : "s");
   if (u->launches == 1 && l->first_step < 0 && l->blamed < 0) {
     say(u, "it failed before its first step, with no rank lost: a restart would fail the same "
            "way; not restarting");
