@@ -285,9 +285,12 @@ def main():
         if not shrink:
             fails.append("no shrink in the report")
         else:
+            e = shrink[0]
             print("elastic: %d -> %d ranks, %d microbatches, global batch %d" % (
-                shrink[0]["from"], shrink[0]["to"], shrink[0]["microbatches"],
-                shrink[0]["global_batch"]))
+                e["from"], e["to"], e["microbatches"], e["global_batch"]))
+            if e["to"] != max(1, a.ranks // 2) or e["microbatches"] * e["to"] != a.ranks:
+                fails.append("elastic: expected %d ranks with %d microbatches" % (
+                    max(1, a.ranks // 2), a.ranks // max(1, a.ranks // 2)))
         (s1, l1), (s2, l2) = last_loss(os.path.join(work, "run.jsonl")), last_loss(
             os.path.join(work, "ref.jsonl"))
         print("elastic: step %d loss %.6f, uninterrupted step %d loss %.6f (|diff| %.2e)" % (
