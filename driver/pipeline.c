@@ -136,11 +136,10 @@ static int backend_program(DrvJob *j, BackendProgram *p) {
   j->config_text = fe_json_canonical(j->cfg);
   for (int i = 0; i < j->build.nparams; i++) {
     const FeParam *fp = &j->build.params[i];
-    j->backend_params[i] = (BackendParam){
-        .path = fp->path,
-        .shape = ir_shape_make(fp->rank, fp->shape),
-        .init = param_init(fp),
-        .frozen = fp->frozen};
+    j->backend_params[i] = (BackendParam){.path = fp->path,
+                                          .shape = ir_shape_make(fp->rank, fp->shape),
+                                          .init = param_init(fp),
+                                          .frozen = fp->frozen};
   }
   *p = (BackendProgram){.config = j->config_text,
                         .nparams = j->build.nparams,

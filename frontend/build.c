@@ -375,8 +375,7 @@ static int declare(FeBuild *b, json_object *node, const char *cfg, const char *p
 int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, const char *name,
              int rank, const int64_t *shape, const char *init, double std, const char *spec_name,
              const char *lead_axis, double wd_scale, const FeDims *in) {
-  if (declare(b, node, cfg, prm, name, rank, shape, init, std, spec_name, lead_axis, wd_scale,
-              in))
+  if (declare(b, node, cfg, prm, name, rank, shape, init, std, spec_name, lead_axis, wd_scale, in))
     return -1;
   return fe_lora_param(b, node, cfg, prm, in);
 }
@@ -603,8 +602,10 @@ void fe_params_print(const FeBuild *b, json_object *cfg, FILE *out) {
   int nt = fe_lora_trainable(b, &tn);
   if (nt < b->nparams) {
     fmt_count(tn, cnt, sizeof cnt);
-    fprintf(out, "trainable: %d tensors, %s parameters (LoRA adapters on %d projections); the "
-            "other %d tensors are frozen\n", nt, cnt, b->lora.matched, b->nparams - nt);
+    fprintf(out,
+            "trainable: %d tensors, %s parameters (LoRA adapters on %d projections); the "
+            "other %d tensors are frozen\n",
+            nt, cnt, b->lora.matched, b->nparams - nt);
   }
   policy_print(b, cfg, out);
 }
