@@ -45,6 +45,8 @@ typedef struct {
   const char *from, *to;         /* convert: --from hf or --to hf */
   const char *input;             /* convert: the weights file */
   const char *dtype;             /* convert --to hf: --dtype f32|bf16|f16 */
+  bool merge_lora;               /* convert --merge-lora: fold a LoRA run's adapters in */
+  const char *base;              /* convert --merge-lora --base: the base weights */
   const char *devices;           /* memcheck, compile: --devices FILE (the device table) */
   bool no_memcheck;              /* compile: --no-memcheck */
   bool no_cache;                 /* compile, run: --no-cache */
@@ -88,7 +90,9 @@ static void usage(FILE *out) {
       "                      paths, for --init; --to hf: axlc weights (--init files, --dump\n"
       "                      output, a checkpoint or step directory) to Hugging Face's names\n"
       "                      and layouts, in --dtype f32|bf16|f16 (default: the dtype the\n"
-      "                      weights came in, else f32)\n"
+      "                      weights came in, else f32); --merge-lora IN [--base BASE]\n"
+      "                      (with --apply lora): a LoRA run's adapters folded into its base\n"
+      "                      weights (W + alpha/r A B), a plain weights file\n"
       "  backends            list the backends and what each can do\n"
       "  cache               the compile cache: its directory, entries, size and limit;\n"
       "                      --clear removes every entry, --trim trims it to the limit now\n"
@@ -165,6 +169,11 @@ static int parse_args(int argc, char **argv, Args *a) {
         return -1;
       }
       a->jobs = (int)n;
+    } else if (!strcmp(s, "--merge-lora") && a->command && !strcmp(a->command, "convert")) {
+      a->merge_lora = true;
+    } else if (!strcmp(s, "--base") && a->command && !strcmp(a->command, "convert")) {
+      if (need_value(i, argc, argv)) return -1;
+      a->base = argv[++i];
     } else if (!strcmp(s, "--dtype") && a->command && !strcmp(a->command, "convert")) {
       if (need_value(i, argc, argv)) return -1;
       a->dtype = argv[++i];
@@ -749,6 +758,16 @@ static int cmd_plot(const Args *a) {
 
 static int cmd_convert(const Args *a) {
   const char *fmt = a->from ? a->from : a->to;
+  if (a->merge_lora && (!a->model || !a->input || !a->output || fmt)) {
+    fprintf(stderr, "error: usage: axlc convert MODEL.json --apply lora --merge-lora "
+                    "IN [--base BASE.safetensors] -o OUT.safetensors\n");
+    return 1;
+  }
+  if (!a->merge_lora && a->base) {
+    fprintf(stderr, "error: --base goes with --merge-lora\n");
+    return 1;
+  }
+  if (a->merge_lora) fmt = "hf"; /* past the format checks: the weights stay axlc's */
   if (!a->model || !a->input || !a->output || (a->from && a->to) || !fmt) {
     fprintf(stderr, "error: usage: axlc convert MODEL.json (--from hf | --to hf [--dtype "
                     "f32|bf16|f16]) IN.safetensors -o OUT.safetensors\n");
@@ -772,7 +791,11 @@ static int cmd_convert(const Args *a) {
   }
   if (cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
       fe_build(&b, &d, a->model, cfg, devices) == 0)
-    rc = convert_weights(&b, a->model, a->to != NULL, a->dtype, a->input, a->output) ? 1 : 0;
+    rc = (a->merge_lora
+              ? merge_lora(&b, a->model, a->input, a->base, a->output)
+              : convert_weights(&b, a->model, a->to != NULL, a->dtype, a->input, a->output))
+             ? 1
+             : 0;
   else if (cfg)
     fe_diag_print(&d, stderr);
   if (cfg) fe_build_free(&b);

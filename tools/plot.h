@@ -34,4 +34,12 @@ struct FeBuild;
 int convert_weights(const struct FeBuild *b, const char *model, bool to_hf, const char *dtype,
                     const char *in, const char *out);
 
+/* ---- merge_lora.c: `axlc convert --merge-lora` ---------------------------------- */
+
+/* Writes to `out` the weights of the model built in `b` (which has /lora) with the adapters of
+ * `in` folded in (W + (alpha/r) A B) and no adapter tensors; the other weights come from
+ * `base` (NULL: from `in`). Says every problem on stderr and returns -1 without writing. */
+int merge_lora(const struct FeBuild *b, const char *model, const char *in, const char *base,
+               const char *out);
+
 #endif
