@@ -341,15 +341,15 @@ typedef struct RtCkptState {
     const RtTensor *tensors; /* parameters by path, optimizer state as "opt/m/<path>", ... */
     int n_tensors;
     const char *fingerprint; /* the model's (rt_fingerprint); may be NULL */
-    /* Where the frozen parameters (a LoRA run's base, not saved) came from: "init <file>
-     * fnv1a64:<hex of its frozen tensors>" or "seed"; NULL when none is frozen. */
-    const char *base;
     /* Sharded (format version 2) when comm has more than one rank: every rank calls
      * rt_ckpt_save with its own tensors and their regions (n_tensors), writes
      * state-rank<5 digits>.safetensors holding the ones it owns, and after a barrier rank 0
      * writes the index. NULL: one process, format version 1 (state.safetensors). */
     RtComm *comm;
     const RtCkptRegion *regions;
+    /* Where the frozen parameters (a LoRA run's base, not saved) came from: "init <file>
+     * fnv1a64:<hex of its frozen tensors>" or "seed"; NULL when none is frozen. */
+    const char *base;
 } RtCkptState;
 
 typedef struct RtCkpt RtCkpt; /* an opened, verified checkpoint */

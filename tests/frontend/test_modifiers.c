@@ -500,7 +500,7 @@ static void test_modifier_schema(void) {
   FeT t;
   resolve_mods(&t, "[{\"kind\": \"sett\", \"path\": \"/seed\", \"value\": 1}]", NULL, NULL);
   EXPECT_FAILS(&t, cfg_file(), ": /modifiers/0/kind: unknown modifier kind \"sett\"",
-               "(expected set, replace, mesh, remat, partition, precision, microbatch or chain)",
+               "(expected set, replace, mesh, remat, partition, precision, microbatch, lora or chain)",
                "did you mean \"set\"?");
   fe_t_done(&t);
   resolve_mods(&t, "[{\"kind\": \"set\", \"path\": \"/seed\", \"vaule\": 1}]", NULL, NULL);
