@@ -2,7 +2,7 @@
  * lora.c: low-rank adapters (LoRA), a trainer-level policy, `/lora`, that the `lora` modifier
  * switches on for every model:
  *
- *   {"kind": "lora", "rank": 8, "alpha": 16.0, "params": "(.+/)?[qkvo]_proj/weight"}
+ *   {"kind": "lora", "rank": 4, "alpha": 8.0, "params": "(.+/)?[qkvo]_proj/weight"}
  *
  * Every parameter whose path matches `params` (a whole-path POSIX extended regex) must be a
  * linear projection's (in, out) weight W; it gets two siblings, A = lora_a (in, r), normal
@@ -28,8 +28,8 @@
 #include "frontend/frontend.h"
 
 static const FeField fields[] = {
-    F_INT("rank", "8", FE_RANGE(1, 65536), "rank r of each adapter (A: in x r, B: r x out)"),
-    F_FLOAT("alpha", "16.0", FE_ATLEAST(0), "scale: the update is (alpha / rank) x A B"),
+    F_INT("rank", "4", FE_RANGE(1, 65536), "rank r of each adapter (A: in x r, B: r x out)"),
+    F_FLOAT("alpha", "8.0", FE_ATLEAST(0), "scale: the update is (alpha / rank) x A B"),
     F_TYPED("params", FT_STRING, "\"(.+/)?[qkvo]_proj/weight\"",
             "regex (POSIX extended, matching the whole path) of the projection weights to adapt"),
     F_FLOAT("init_std", "0.02", FE_ATLEAST(0), "standard deviation of A's normal init"),
