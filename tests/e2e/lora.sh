@@ -8,7 +8,7 @@
 #   trainer  the compiled trainer (JIT): the interpreter's losses; checkpoints hold only the
 #            adapters and their moments, and record the base; resume is bit for bit; a missing
 #            or different base is refused, naming the file; --merge-lora of a checkpoint
-#            directory with --base
+#            directory with --base; --sample of a LoRA checkpoint gives the merged model's text
 #   errors   a regex that matches nothing, rank 0, a rank above a projection, a weight no
 #            linear reads, --merge-lora of weights without adapters or without /lora;
 #            axlc params shows the frozen base's saving
@@ -121,8 +121,15 @@ trainer)
   expect_error "pass the base weights the run started from with --base" \
     "$AXLC" convert "$M" --apply lora --merge-lora "$T/ck" -o "$T/m.st"
   must "$AXLC" convert "$M" --apply lora --merge-lora "$T/ck" --base "$T/moved.st" -o "$T/m.st"
+  # sampling: the checkpoint's adapters on the base it records (or --init), greedy, give the
+  # merged weights' text on the base model
+  "$T/tr" --sample 24 --ckpt-dir "$T/ck" --init "$T/moved.st" --temperature 0 --prompt "The " \
+    > "$T/lora.txt" 2> "$T/log" || fail "lora --sample: $(cat "$T/log")"
   # shellcheck disable=SC2086
-  must "$AXLC" run "$M" --target interp $TINY --data "$T/text.txt" --steps 1 --init "$T/m.st"
+  "$AXLC" run "$M" --target cpu $TINY --sample 24 --init "$T/m.st" --temperature 0 --prompt "The " \
+    > "$T/merged.txt" 2> "$T/log" || fail "merged --sample: $(cat "$T/log")"
+  [ -s "$T/lora.txt" ] && cmp -s "$T/lora.txt" "$T/merged.txt" ||
+    fail "greedy samples differ: LoRA '$(cat "$T/lora.txt")', merged '$(cat "$T/merged.txt")'"
   ;;
 errors)
   expect_error "/lora/params: the regex \"wq\" matches none of the model's 24 parameters" \
