@@ -52,6 +52,8 @@ static int weights_open(Weights *w, const char *path) {
                  "%s: one rank's file of a sharded checkpoint (expected its checkpoint "
                  "directory)",
                  path);
+    rt_st_close(w->st);
+    w->st = NULL;
   }
   fprintf(stderr, "error: %s\n", err.msg);
   return -1;
