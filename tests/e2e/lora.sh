@@ -18,7 +18,7 @@ PY=${TORCH_PYTHON:-python3}
 . "$SRC/tests/lib.sh"
 scratch lora
 M=$SRC/models/tiny-lm.json
-TINY="--set /input/seq_len=32 --set /input/global_batch_size=4"
+TINY="--set /input/seq_len=16 --set /input/global_batch_size=2"
 head -c 20000 "$SRC/README.md" > "$T/text.txt"
 st() { "$PY" "$SRC/tests/e2e/stcheck.py" "$@"; }
 # loss_at LOG N: the loss of step N in a run's log

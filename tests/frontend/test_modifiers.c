@@ -513,7 +513,7 @@ static void test_lora(void) {
   fe_t_done(&t);
   /* without the modifier nothing is frozen */
   resolve_mods(&t, "[]", NULL, NULL);
-  EXPECT(fe_t_params(&t, 0, &b) == FE_T_TINY_PARAMS);
+  EXPECT_INT(fe_t_params(&t, 0, &b), FE_T_TINY_PARAMS);
   EXPECT_INT(fe_lora_trainable(&b, &trainable), b.nparams);
   fe_build_free(&b);
   fe_t_done(&t);
