@@ -9,6 +9,8 @@
 #            adapters and their moments, and record the base; resume is bit for bit; a missing
 #            or different base is refused, naming the file; --merge-lora of a checkpoint
 #            directory with --base; --sample of a LoRA checkpoint gives the merged model's text
+#   mpi      4 processes, the adapters split over fsdp=2 x model=2, their sharded checkpoint
+#            resumed on one device (registered in tests/mpi)
 #   errors   a regex that matches nothing, rank 0, a rank above a projection, a weight no
 #            linear reads, --merge-lora of weights without adapters or without /lora;
 #            axlc params shows the frozen base's saving
@@ -130,6 +132,28 @@ trainer)
     > "$T/merged.txt" 2> "$T/log" || fail "merged --sample: $(cat "$T/log")"
   [ -s "$T/lora.txt" ] && cmp -s "$T/lora.txt" "$T/merged.txt" ||
     fail "greedy samples differ: LoRA '$(cat "$T/lora.txt")', merged '$(cat "$T/merged.txt")'"
+  ;;
+mpi)
+  # 4 processes (tests/mpi registers it: mpirun, the LLVM backend), the adapters split over
+  # fsdp=2 x model=2: a sharded checkpoint of adapters, resumed on one device, continues as a
+  # run on one device does
+  base
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$M" --apply lora --target cpu-4 $TINY --set '/mesh/shape=[1,1,1,2,1,2]' \
+    --data "$T/text.txt" --steps 3 --init "$T/w0.st" --ckpt-dir "$T/ck"
+  grep -q "4 devices (fsdp=2 model=2)" "$T/log" || fail "cpu-4: $(tail -3 "$T/log")"
+  [ "$(ls "$(newest "$T/ck")"/state-rank*.safetensors | wc -l)" -ge 2 ] || fail "the checkpoint is not sharded"
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$M" --apply lora --target cpu $TINY --data "$T/text.txt" --steps 4 \
+    --ckpt-dir "$T/ck" --resume
+  grep -q "the frozen base weights (24 tensors) came from $T/w0.st" "$T/log" || fail "resume: $(cat "$T/log")"
+  resumed=$(loss_at "$T/log" 4)
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$M" --apply lora --target cpu $TINY --data "$T/text.txt" --steps 4 \
+    --init "$T/w0.st" --ckpt-dir "$T/one"
+  straight=$(loss_at "$T/log" 4)
+  awk -v a="$resumed" -v b="$straight" 'BEGIN { d = a - b; exit !(a != "" && d < 1e-5 && d > -1e-5) }' ||
+    fail "step 4: resumed from 4 devices $resumed, one device throughout $straight"
   ;;
 errors)
   expect_error "/lora/params: the regex \"wq\" matches none of the model's 24 parameters" \
