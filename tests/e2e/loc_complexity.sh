@@ -8,6 +8,7 @@ AXLC=$1 SRC=$2 CASE=loc_complexity
 PY=${TORCH_PYTHON:-python3}
 . "$SRC/tests/lib.sh"
 scratch loc
+command -v "$PY" > /dev/null || { echo "SKIP: no $PY"; exit 77; }
 n=$(ls "$SRC"/models/*.json | wc -l)
 must "$PY" "$SRC/tools/loc-complexity" --axlc "$AXLC"
 for m in "$SRC"/models/modifiers/*.json; do

@@ -23,6 +23,7 @@ M=$SRC/models/tiny-lm.json
 TINY="--set /input/seq_len=16 --set /input/global_batch_size=2"
 head -c 20000 "$SRC/README.md" > "$T/text.txt"
 st() { "$PY" "$SRC/tests/e2e/stcheck.py" "$@"; }
+command -v "$PY" > /dev/null || { echo "SKIP: no $PY (tests/e2e/stcheck.py reads the files)"; exit 77; }
 # loss_at LOG N: the loss of step N in a run's log
 loss_at() { sed -n "s/^step $2 loss \([0-9.]*\).*/\1/p" "$1"; }
 # expect_error WANT CMD...: CMD exits 1 and says WANT
