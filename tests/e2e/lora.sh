@@ -124,6 +124,11 @@ trainer)
   expect_error "pass the base weights the run started from with --base" \
     "$AXLC" convert "$M" --apply lora --merge-lora "$T/ck" -o "$T/m.st"
   must "$AXLC" convert "$M" --apply lora --merge-lora "$T/ck" --base "$T/moved.st" -o "$T/m.st"
+  # a base run's checkpoint has no adapters to merge
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$M" --target cpu $TINY --data "$T/text.txt" --steps 1 --ckpt-dir "$T/base-ck"
+  expect_error "base-ck holds no LoRA adapters (no tensor 'model/decoder/layer_0/self_attention/q_proj/lora_a'" \
+    "$AXLC" convert "$M" --apply lora --merge-lora "$T/base-ck" -o "$T/m2.st"
   # sampling: the checkpoint's adapters on the base it records (or --init), greedy, give the
   # merged weights' text on the base model
   "$T/tr" --sample 24 --ckpt-dir "$T/ck" --init "$T/moved.st" --temperature 0 --prompt "The " \
