@@ -17,10 +17,12 @@
 
 #define STATE_TAG "outliers"
 
+/* The parameters and moments a step updates: the checkpoint's table (a frozen base is not). */
 static int64_t state_bytes(const Trainer *t) {
     int64_t bytes = 0;
     for (int j = 0; j < 3 * t->p->nparams; j++)
-        bytes += train_slot_numel(&t->p->params[j % t->p->nparams]) * 4;
+        if (!train_slot_frozen(&t->p->params[j % t->p->nparams]))
+            bytes += train_slot_numel(&t->p->params[j % t->p->nparams]) * 4;
     return bytes;
 }
 
@@ -51,6 +53,8 @@ void train_outlier_free(Trainer *t) {
 static void state_copy(Trainer *t, int back) {
     char *at = t->outliers.backup;
     for (int j = 0; j < 3 * t->p->nparams; j++) {
+        if (train_slot_frozen(&t->p->params[j % t->p->nparams]))
+            continue;
         float *x = train_slot_data(t, t->slab, j % t->p->nparams, j / t->p->nparams);
         size_t n = (size_t)train_slot_numel(&t->p->params[j % t->p->nparams]) * 4;
         if (back)

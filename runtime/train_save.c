@@ -43,14 +43,23 @@ static double clock_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* The first of the tensors (the table's 3 * nparams, over the slab or the snapshot) holding a NaN
- * or an infinity, or NULL. Such a state is never saved: "last good checkpoint" must be good. */
+/* Values of tensor j of the checkpoint's table (this rank's chunk). */
+static int64_t tensor_numel(const Trainer *t, int j) {
+    const RtTensor *x = &t->ck_tensors[j];
+    int64_t n = 1;
+    for (int d = 0; d < x->ndim; d++)
+        n *= x->shape[d];
+    return n;
+}
+
+/* The first of the checkpoint's tensors (over the slab, or tensors: the snapshot) holding a NaN or
+ * an infinity, or NULL. Such a state is never saved: "last good checkpoint" must be good. */
 static const char *nonfinite_tensor(const Trainer *t, const RtTensor *tensors) {
-    for (int j = 0; j < 3 * t->p->nparams; j++) {
+    for (int j = 0; j < t->n_ck; j++) {
         const float *x = tensors[j].data;
-        for (int64_t k = 0, n = train_slot_numel(&t->p->params[j % t->p->nparams]); k < n; k++)
+        for (int64_t k = 0, n = tensor_numel(t, j); k < n; k++)
             if (!isfinite(x[k]))
-                return t->names[j];
+                return tensors[j].name;
     }
     return NULL;
 }
@@ -84,20 +93,21 @@ static RtCkptState ckpt_state(Trainer *t, const RtTensor *tensors) {
         .rng_state = t->o.seed,
         .config = t->p->config,
         .tensors = tensors,
-        .n_tensors = 3 * t->p->nparams,
+        .n_tensors = t->n_ck,
         .fingerprint = t->fingerprint,
         .trainer_state = train_outlier_text(t),
         .comm = t->world > 1 ? t->comm : NULL,
-        .regions = t->regions,
+        .regions = t->ck_regions,
+        .base = t->frozen ? t->base : NULL,
     };
 }
 
 /* A blocking save of the slab. Returns 0 when saved, -1 when the save failed (err says why), 1
  * when the state is not finite (reported; nothing saved). */
 static int ckpt_save(Trainer *t, RtError *err) {
-    if (agree_finite(t, nonfinite_tensor(t, t->tensors)))
+    if (agree_finite(t, nonfinite_tensor(t, t->ck_tensors)))
         return 1;
-    RtCkptState s = ckpt_state(t, t->tensors);
+    RtCkptState s = ckpt_state(t, t->ck_tensors);
     RtError why;
     int rc = rt_ckpt_save(t->o.ckpt_dir, &s, (int)t->o.keep, &why);
     train_mem_sample(t);
@@ -124,15 +134,11 @@ static void report_failed(Trainer *t, int64_t step, const char *msg) {
 /* The snapshot is copied in blocks of this many values, over the pool. */
 #define SNAP_BLOCK ((int64_t)1 << 16)
 
-static int64_t tensor_numel(const Trainer *t, int j) {
-    return train_slot_numel(&t->p->params[j % t->p->nparams]);
-}
-
 /* The snapshot: one mapping holding a copy of every tensor of the table, the table over it, and
  * its blocks (tensor j's are first[j] .. first[j + 1] - 1). */
 static int snapshot_make(Trainer *t, RtError *err) {
     AsyncSave *a = &t->save;
-    int n = 3 * t->p->nparams;
+    int n = t->n_ck;
     int64_t bytes = 0;
     free(a->first); /* what an earlier attempt that ran out of memory left */
     free(a->bad);
@@ -161,7 +167,7 @@ static int snapshot_make(Trainer *t, RtError *err) {
     a->buf_bytes = bytes ? bytes : 64;
     int64_t off = 0;
     for (int j = 0; j < n; j++) {
-        a->tensors[j] = t->tensors[j];
+        a->tensors[j] = t->ck_tensors[j];
         a->tensors[j].data = a->buf + off;
         off += (tensor_numel(t, j) * 4 + 63) / 64 * 64;
     }
@@ -180,7 +186,7 @@ static void copy_blocks(void *ctx, int64_t lo, int64_t hi) {
             j++;
         int64_t off = (b - a->first[j]) * SNAP_BLOCK, len = tensor_numel(t, j) - off;
         len = len < SNAP_BLOCK ? len : SNAP_BLOCK;
-        const float *src = (const float *)t->tensors[j].data + off;
+        const float *src = (const float *)t->ck_tensors[j].data + off;
         float *dst = (float *)a->tensors[j].data + off;
         memcpy(dst, src, (size_t)len * 4);
         int finite = 1;
@@ -194,12 +200,12 @@ static void copy_blocks(void *ctx, int64_t lo, int64_t hi) {
  * finite, or NULL. */
 static const char *snapshot_copy(Trainer *t) {
     AsyncSave *a = &t->save;
-    int n = 3 * t->p->nparams;
+    int n = t->n_ck;
     rt_parallel_for(t->pool, a->first[n], copy_blocks, t);
     for (int j = 0; j < n; j++)
         for (int64_t b = a->first[j]; b < a->first[j + 1]; b++)
             if (a->bad[b])
-                return t->names[j];
+                return t->ck_tensors[j].name;
     return NULL;
 }
 
