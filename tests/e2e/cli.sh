@@ -650,8 +650,8 @@ memcheck_recipes)
     --set /model/decoder/remat_policy=full
   # AXLearn's 70B rule on tpu-v5p-1024 (512 chips)
   recipe "$MODELS/llama2-70b.json" --target tpu-v5p-1024
-  # mixtral-8x7b on 256 H100 with expert parallelism: expert=8 x fsdp=32
-  recipe "$MODELS/mixtral-8x7b.json" --target gpu-h100-256 --set '/mesh/shape=[1,1,8,32,1,1]'
+  # mixtral-8x7b on 256 H100 with expert parallelism (rules/moe.json: expert=8 x fsdp=32)
+  recipe "$MODELS/mixtral-8x7b.json" --target gpu-h100-256
   ;;
 memcheck_errors)
   run memcheck "$MODELS/tiny-lm.json"
