@@ -219,8 +219,8 @@ static void batch_axes(const IrMesh *m, uint8_t *axes) {
   int n = 0;
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < fe_naxes && n < IR_MAX_SPLIT_AXES; i++) {
-      unsigned r = fe_axes[i].roles;
-      if (!(r & FE_AXIS_BATCH) || !(r & FE_AXIS_EXPERTS) != !pass) continue;
+      bool batch = fe_axes[i].roles & FE_AXIS_BATCH, expert = fe_axes[i].roles & FE_AXIS_EXPERTS;
+      if (!batch || expert != (pass == 1)) continue; /* the expert axis in the second pass */
       int a = ir_mesh_axis(m, fe_axes[i].name);
       if (a >= 0) axes[n++] = (uint8_t)(a + 1);
     }
