@@ -50,11 +50,13 @@ char *backend_join(const char *a, const char *sep, const char *b);
 /* ======================================================================== the interface */
 
 /* One parameter of the program: the graph's parameter named path (its moments are "opt/m/PATH"
- * and "opt/v/PATH"), its global shape and how the runtime initializes it. */
+ * and "opt/v/PATH"), its global shape and how the runtime initializes it. A frozen one (a LoRA
+ * run's base) has no moments and no update. */
 typedef struct BackendParam {
   const char *path;
   IrShape shape; /* global: the whole tensor, before any mesh split */
   RtInit init;
+  bool frozen;
 } BackendParam;
 
 /* What a trainer needs that the step graph does not hold, built by the driver from the config

@@ -45,6 +45,8 @@ typedef struct {
   const char *from, *to;         /* convert: --from hf or --to hf */
   const char *input;             /* convert: the weights file */
   const char *dtype;             /* convert --to hf: --dtype f32|bf16|f16 */
+  bool merge_lora;               /* convert --merge-lora: fold a LoRA run's adapters in */
+  const char *base;              /* convert --merge-lora --base: the base weights */
   const char *max_shard;         /* convert --to hf: --max-shard-size SIZE */
   const char *devices;           /* memcheck, compile: --devices FILE (the device table) */
   bool no_memcheck;              /* compile: --no-memcheck */
@@ -91,7 +93,9 @@ static void usage(FILE *out) {
       "                      a checkpoint or step directory) to Hugging Face's names and\n"
       "                      layouts, in --dtype f32|bf16|f16 (default: the dtype the weights\n"
       "                      came in, else f32), in shards of --max-shard-size (default 5GB)\n"
-      "                      with their index, and config.json beside them\n"
+      "                      with their index, and config.json beside them; --merge-lora IN\n"
+      "                      [--base BASE] (with --apply lora): a LoRA run's adapters folded\n"
+      "                      into its base weights (W + alpha/r A B), a plain weights file\n"
       "  backends            list the backends and what each can do\n"
       "  cache               the compile cache: its directory, entries, size and limit;\n"
       "                      --clear removes every entry, --trim trims it to the limit now\n"
@@ -168,6 +172,11 @@ static int parse_args(int argc, char **argv, Args *a) {
         return -1;
       }
       a->jobs = (int)n;
+    } else if (!strcmp(s, "--merge-lora") && a->command && !strcmp(a->command, "convert")) {
+      a->merge_lora = true;
+    } else if (!strcmp(s, "--base") && a->command && !strcmp(a->command, "convert")) {
+      if (need_value(i, argc, argv)) return -1;
+      a->base = argv[++i];
     } else if ((!strcmp(s, "--dtype") || !strcmp(s, "--max-shard-size")) && a->command &&
                !strcmp(a->command, "convert")) {
       if (need_value(i, argc, argv)) return -1;
@@ -763,6 +772,16 @@ static int cmd_plot(const Args *a) {
 
 static int cmd_convert(const Args *a) {
   const char *fmt = a->from ? a->from : a->to;
+  if (a->merge_lora && (!a->model || !a->input || !a->output || fmt)) {
+    fprintf(stderr, "error: usage: axlc convert MODEL.json --apply lora --merge-lora "
+                    "IN [--base BASE.safetensors] -o OUT.safetensors\n");
+    return 1;
+  }
+  if (!a->merge_lora && a->base) {
+    fprintf(stderr, "error: --base goes with --merge-lora\n");
+    return 1;
+  }
+  if (a->merge_lora) fmt = "hf"; /* past the format checks: the weights stay axlc's */
   if (!a->model || !a->input || !a->output || (a->from && a->to) || !fmt) {
     fprintf(stderr, "error: usage: axlc convert MODEL.json (--from hf | --to hf [--dtype "
                     "f32|bf16|f16] [--max-shard-size SIZE]) IN.safetensors -o OUT.safetensors\n");
@@ -785,8 +804,11 @@ static int cmd_convert(const Args *a) {
     json_object_put(cfg);
     cfg = NULL;
   }
-  if (cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
-      fe_build(&b, &d, a->model, cfg, devices) == 0) {
+  bool built = cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
+               fe_build(&b, &d, a->model, cfg, devices) == 0;
+  if (built && a->merge_lora) {
+    rc = merge_lora(&b, a->model, a->input, a->base, a->output) ? 1 : 0;
+  } else if (built) {
     ConvertOpts o = {.to_hf = a->to != NULL,
                      .dtype = a->dtype,
                      .max_shard = a->max_shard,
