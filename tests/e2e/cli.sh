@@ -635,6 +635,29 @@ PY
     --set /learner/microbatches=4
   expect_user_error "error: --set: /learner/microbatches: 4 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 4 devices) leaves 2 sequences per device (expected a divisor of 2)"
   ;;
+memcheck_recipes)
+  # the published recipes of docs/memcheck.md ("Published recipes"), each a known-good job:
+  # every verdict is "fits" (exit 0), with the shipped rules or the recipe's mesh
+  recipe() {
+    run memcheck "$@"
+    expect_rc 0
+    expect_in "$T/out" "verdict: fits"
+  }
+  # AXLearn Llama2-7B on 256 H100 (the fuji.py rule: data x fsdp=8, q/k/v/o saved)
+  recipe "$MODELS/llama2-7b.json" --target gpu-h100-256
+  # MaxText Llama2-7B on 8 H100: fsdp=8, 4 sequences of 4096 per GPU, q/k/v and context saved
+  recipe "$MODELS/llama2-7b.json" --target gpu-h100-8 --set '/mesh/shape=[1,1,1,8,1,1]' \
+    --set /input/global_batch_size=32 --set /precision/compute=bf16 \
+    --set '/model/decoder/remat_policy={"save": ["transformer_layer\\.input", "attention\\.(q|k|v)_proj", "attention\\.context"]}'
+  # Llama2-70B on 64 H100: fsdp=64, full remat, 1 sequence per GPU
+  recipe "$MODELS/llama2-70b.json" --target gpu-h100-64 --set '/mesh/shape=[1,1,1,64,1,1]' \
+    --set /input/global_batch_size=64 --set /precision/compute=bf16 \
+    --set /model/decoder/remat_policy=full
+  # AXLearn's 70B rule on tpu-v5p-1024 (512 chips)
+  recipe "$MODELS/llama2-70b.json" --target tpu-v5p-1024
+  # mixtral-8x7b on 256 H100 with expert parallelism (rules/moe.json: expert=8 x fsdp=32)
+  recipe "$MODELS/mixtral-8x7b.json" --target gpu-h100-256
+  ;;
 memcheck_errors)
   run memcheck "$MODELS/tiny-lm.json"
   expect_user_error "axlc memcheck needs --target"
