@@ -3,7 +3,6 @@
 numbers (\\p{N}) that the byte-level BPE pre-tokenizer (runtime/tok_bpe.c) splits text by,
 from Python's unicodedata. Run it again to move to a newer Unicode version:
     python3 tools/gen-unicode-classes.py > runtime/tok_unicode.h && clang-format -i runtime/tok_unicode.h"""
-import sys
 import unicodedata
 
 
