@@ -56,10 +56,11 @@ static int spm_outline(const char *path, const unsigned char *p, int64_t size, R
         if (wire == 0 && read_varint(&at, end, &len) == 0)
             continue;
         if (wire != 2 || read_varint(&at, end, &len) != 0 || len > (uint64_t)(end - at))
-            return rt_error_set(err,
-                                "%s: SentencePiece model truncated or damaged at byte %lld (field %llu of %lld bytes "
-                                "runs past the end or is not a message)",
-                                path, (long long)field_at, (unsigned long long)field, (long long)size);
+            return rt_error_set(
+                err,
+                "%s: SentencePiece model truncated or damaged at byte %lld (field %llu runs past the end "
+                "of the %lld-byte file or is not a message)",
+                path, (long long)field_at, (unsigned long long)field, (long long)size);
         at += len;
         pieces += field == 1;
         specs |= field == 2 ? 1 : field == 3 ? 2 : 0;
