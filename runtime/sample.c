@@ -240,11 +240,21 @@ static int prompt_tokens(Sampler *s, RtError *err) {
     return 0;
 }
 
-static void print_token(const Sampler *s, FILE *out, int32_t tok, int first) {
+/* A token as the bytes the tokenizer says it stands for. */
+static void print_text_token(const RtTok *tok, FILE *out, int32_t id) {
     char buf[256];
-    int64_t n = s->o->tok ? rt_tok_token_bytes(s->o->tok, tok, buf, sizeof buf) : 0;
+    int64_t n = rt_tok_token_bytes(tok, id, buf, sizeof buf);
+    char *p = n > (int64_t)sizeof buf ? malloc((size_t)n) : buf;
+    if (p && p != buf)
+        rt_tok_token_bytes(tok, id, p, (size_t)n);
+    fwrite(p ? p : buf, 1, p ? (size_t)n : sizeof buf, out);
+    if (p != buf)
+        free(p);
+}
+
+static void print_token(const Sampler *s, FILE *out, int32_t tok, int first) {
     if (s->o->tok)
-        fwrite(buf, 1, n < (int64_t)sizeof buf ? (size_t)n : sizeof buf, out);
+        print_text_token(s->o->tok, out, tok);
     else if (s->bytes)
         fputc(tok, out);
     else
