@@ -70,6 +70,12 @@ spm)
   grep '^step' "$T/log" | cut -d' ' -f1-4 > "$T/loss.bin"
   [ "$(wc -l < "$T/loss.text")" -eq 6 ] && cmp -s "$T/loss.text" "$T/loss.bin" ||
     fail "--tokenizer on the text and the tokenized file train differently: $(cat "$T/loss.text") / $(cat "$T/loss.bin")"
+  # axlc run (the JIT) with --tokenizer trains as the compiled trainer does
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu $small --set /model/vocab_size=500 \
+    --data "$T/text.txt" --tokenizer "$T/m.model" --steps 6 --log-every 1
+  grep '^step' "$T/log" | cut -d' ' -f1-4 > "$T/loss.jit"
+  cmp -s "$T/loss.text" "$T/loss.jit" || fail "axlc run --tokenizer: $(cat "$T/loss.jit") / $(cat "$T/loss.text")"
   # --sample: the prompt as text, the output decoded
   "$T/tr" --sample 20 --ckpt-dir "$T/ck" --tokenizer "$T/m.model" --prompt "The trainer" --temperature 0 \
     > "$T/sample" 2> "$T/err" || { fail "--sample --tokenizer"; cat "$T/err" >&2; }
