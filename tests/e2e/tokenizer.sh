@@ -3,7 +3,8 @@
 # trainer's and axlc run's --tokenizer, --sample).
 #   spm     a SentencePiece model spm_train makes from the docs: axlc tokenize's ids equal
 #           spm_encode's, line by line; a trainer with --tokenizer trains on the text exactly as
-#           on the token file axlc tokenize wrote (the same losses), and samples text; a
+#           on the token file axlc tokenize wrote (the same losses), and so does axlc run
+#           with it; the trainer samples text; a
 #           vocabulary that is not the model's is refused by the trainer and by axlc run, naming
 #           both; truncated models and files of other kinds are refused, naming the file
 #   gpt2    GPT-2's byte-level BPE as a Hugging Face tokenizer.json made from the npm package
