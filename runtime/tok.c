@@ -38,6 +38,21 @@ static int read_varint(const unsigned char **at, const unsigned char *end, uint6
     return -1;
 }
 
+/* The walk failed at byte `at`: after two pieces or more the file is a damaged model; before,
+ * a file (text that starts with a newline) that only starts like one. */
+static int not_protobuf(const char *path, int64_t pieces, int64_t at, int64_t size, RtError *err) {
+    if (pieces < 2)
+        return rt_error_set(err,
+                            "%s: not a tokenizer: it starts with byte 0x0a as a SentencePiece model does, but its "
+                            "bytes are no protobuf (at byte %lld); expected a SentencePiece model or a Hugging Face "
+                            "tokenizer.json",
+                            path, (long long)at);
+    return rt_error_set(err,
+                        "%s: SentencePiece model truncated or damaged at byte %lld (after %lld pieces, a field runs "
+                        "past the end of the %lld-byte file or is not a message)",
+                        path, (long long)at, (long long)pieces, (long long)size);
+}
+
 /* Walks the top-level fields of a ModelProto: every field must be whole, the pieces (field 1)
  * come first, and the trainer and normalizer specs (fields 2 and 3), which spm_train writes
  * after the pieces, must be there: a file cut after some pieces parses, short, without them. */
@@ -49,18 +64,13 @@ static int spm_outline(const char *path, const unsigned char *p, int64_t size, R
         int64_t field_at = at - p;
         uint64_t key, len;
         if (read_varint(&at, end, &key) != 0)
-            return rt_error_set(err, "%s: SentencePiece model truncated or damaged at byte %lld (a field's key)", path,
-                                (long long)field_at);
+            return not_protobuf(path, pieces, field_at, size, err);
         int wire = (int)(key & 7);
         uint64_t field = key >> 3;
         if (wire == 0 && read_varint(&at, end, &len) == 0)
             continue;
         if (wire != 2 || read_varint(&at, end, &len) != 0 || len > (uint64_t)(end - at))
-            return rt_error_set(
-                err,
-                "%s: SentencePiece model truncated or damaged at byte %lld (field %llu runs past the end "
-                "of the %lld-byte file or is not a message)",
-                path, (long long)field_at, (unsigned long long)field, (long long)size);
+            return not_protobuf(path, pieces, field_at, size, err);
         at += len;
         pieces += field == 1;
         specs |= field == 2 ? 1 : field == 3 ? 2 : 0;
@@ -106,7 +116,7 @@ static const char *describe(const RtMapped *m) {
 
 static int open_mapped(RtTok *t, const RtMapped *m, RtError *err) {
     int64_t i = 0;
-    while (i < m->size && strchr(" \t\r\n", m->data[i]))
+    while (i < m->size && (m->data[i] == ' ' || m->data[i] == '\t' || m->data[i] == '\r' || m->data[i] == '\n'))
         i++;
     if (i == m->size)
         return rt_error_set(err, "%s: empty tokenizer file", t->path);

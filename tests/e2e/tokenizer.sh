@@ -95,11 +95,16 @@ spm)
     "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu $small --data "$T/text.txt" --tokenizer "$T/m.model"
   # truncated and foreign files, named
   size=$(wc -c < "$T/m.model")
-  for cut in 7 1000 $((size / 2)) $((size - 10)); do
+  for cut in 1000 $((size / 2)) $((size - 10)); do
     head -c "$cut" "$T/m.model" > "$T/cut.model"
     bad "$T/cut.model: SentencePiece model truncated" "$AXLC" tokenize "$T/text.txt" --tokenizer "$T/cut.model" -o "$T/o.bin"
     bad "--tokenizer: $T/cut.model: SentencePiece model truncated" "$T/tr" --data "$T/text.txt" --tokenizer "$T/cut.model"
   done
+  head -c 7 "$T/m.model" > "$T/cut.model"
+  bad "$T/cut.model: not a tokenizer: it starts with byte 0x0a as a SentencePiece model does" \
+    "$AXLC" tokenize "$T/text.txt" --tokenizer "$T/cut.model" -o "$T/o.bin"
+  printf '\nThe text of a file that starts with a newline\n' > "$T/nl.txt"
+  bad "$T/nl.txt: not a tokenizer: it starts with byte 0x0a" "$AXLC" tokenize "$T/text.txt" --tokenizer "$T/nl.txt" -o "$T/o.bin"
   [ ! -e "$T/o.bin" ] || fail "a failed tokenize wrote its output"
   bad "$T/text.txt: not a tokenizer (unknown content): expected a SentencePiece model" \
     "$AXLC" tokenize "$T/text.txt" --tokenizer "$T/text.txt" -o "$T/o.bin"
