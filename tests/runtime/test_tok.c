@@ -29,9 +29,19 @@ static size_t put_cp(char *out, unsigned cp) {
   return (size_t)sprintf(out, "%c%c", (char)(0xC0 | cp >> 6), (char)(0x80 | (cp & 0x3F)));
 }
 
+/* Llama 3's pre-tokenizer, as its tokenizer.json has it (JSON in a C string). */
+static const char LLAMA3_PRE[] =
+    "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"behavior\": "
+    "\"Isolated\", "
+    "\"pattern\": {\"Regex\": "
+    "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|"
+    "\\\\p{N}{1,3}| "
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}}, "
+    "{\"type\": \"ByteLevel\", \"use_regex\": false}]}";
+
 /* Bytes 0..255 are ids 0..255; the merges "t h", "Ġ th", "th e", "Ġth e" make 256..259
  * (ranks 0..3); <|endoftext|> is 260. */
-static const char *write_bpe(char *path, size_t cap) {
+static const char *write_bpe(char *path, size_t cap, int llama3) {
   static char json[16384];
   size_t n = (size_t)sprintf(json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
   for (int b = 0; b < 256; b++) {
@@ -43,23 +53,24 @@ static const char *write_bpe(char *path, size_t cap) {
                        "\"th\": 256, \"\xC4\xA0th\": 257, \"the\": 258, \"\xC4\xA0the\": 259}, "
                        "\"merges\": [\"t h\", \"\xC4\xA0 th\", \"th e\", \"\xC4\xA0th e\"]}, "
                        "\"added_tokens\": [{\"id\": 260, \"content\": \"<|endoftext|>\"}], "
-                       "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": true}}");
-  rt_test_write(rt_test_path(path, cap, "tokenizer.json"), json, n);
+                       "\"pre_tokenizer\": %s}",
+                       llama3 ? LLAMA3_PRE : "{\"type\": \"ByteLevel\", \"use_regex\": true}");
+  rt_test_write(rt_test_path(path, cap, llama3 ? "llama3.json" : "tokenizer.json"), json, n);
   return path;
 }
 
-static RtTok *open_bpe(void) {
+static RtTok *open_bpe(int llama3) {
   char path[512];
   RtError err;
   RtTok *t = NULL;
-  CHECK_OK(rt_tok_open(&t, write_bpe(path, sizeof path), &err));
+  CHECK_OK(rt_tok_open(&t, write_bpe(path, sizeof path, llama3), &err));
   return t;
 }
 
 /* ===== cases ========================================================================== */
 
 static void test_merges_by_rank(void) {
-  RtTok *t = open_bpe();
+  RtTok *t = open_bpe(0);
   if (!t) return;
   RtError err;
   CHECK_INT(rt_tok_vocab(t), 261);
@@ -81,9 +92,10 @@ static void test_merges_by_rank(void) {
   rt_tok_close(t);
 }
 
-/* decode(encode(x)) == x for random bytes: invalid UTF-8, NULs, every byte value. */
-static void test_round_trip(void) {
-  RtTok *t = open_bpe();
+/* decode(encode(x)) == x for random bytes: invalid UTF-8, NULs, every byte value; under
+ * GPT-2's pattern and Llama 3's. */
+static void round_trip(int llama3) {
+  RtTok *t = open_bpe(llama3);
   if (!t) return;
   RtError err;
   unsigned seed = 12345;
@@ -114,9 +126,36 @@ static void test_round_trip(void) {
   rt_tok_close(t);
 }
 
+static void test_round_trip(void) {
+  round_trip(0);
+  round_trip(1);
+}
+
+/* A word of 200,000 letters: the merges are O(n log n), and it decodes back. */
+static void test_long_word(void) {
+  RtTok *t = open_bpe(0);
+  if (!t) return;
+  RtError err;
+  size_t len = 200000;
+  char *text = malloc(len);
+  for (size_t i = 0; i < len; i++) text[i] = "theta"[i % 5];
+  int32_t *ids = NULL;
+  int64_t n = 0;
+  char *back = NULL;
+  size_t blen = 0;
+  CHECK_OK(rt_tok_encode(t, text, len, &ids, &n, &err));
+  CHECK_INT(n, 3 * (int64_t)len / 5); /* each "theta": "the" "t" "a" */
+  CHECK_OK(rt_tok_decode(t, ids, n, &back, &blen, &err));
+  CU_ASSERT(blen == len && back && memcmp(back, text, len) == 0);
+  free(ids);
+  free(back);
+  free(text);
+  rt_tok_close(t);
+}
+
 /* axlc tokenize's file, and the trainer's text through the tokenizer: the same tokens. */
 static void test_token_files(void) {
-  RtTok *t = open_bpe();
+  RtTok *t = open_bpe(0);
   if (!t) return;
   RtError err;
   char text_path[512], bin_path[512];
@@ -158,7 +197,7 @@ static void test_token_files(void) {
 }
 
 static void test_vocab_check(void) {
-  RtTok *t = open_bpe();
+  RtTok *t = open_bpe(0);
   if (!t) return;
   RtError err;
   CHECK_OK(rt_tok_check_vocab(t, 261, "m.json", &err));
@@ -172,6 +211,7 @@ int main(void) {
   static const RtTestCase cases[] = {
       {"merges by rank, added tokens", test_merges_by_rank},
       {"every byte string decodes back", test_round_trip},
+      {"a very long word", test_long_word},
       {"token files and text through the tokenizer", test_token_files},
       {"vocabulary against the model's", test_vocab_check},
       {NULL, NULL},
