@@ -75,7 +75,7 @@ static const OptSpec OPTS[] = {
 void train_opts_help(FILE *f, const char *prog, const TrainOpts *defaults) {
     fprintf(f,
             "usage: %s --data FILE [options]\n       %s --sample N --ckpt-dir DIR|--init FILE [--prompt TEXT] "
-            "[--temperature T] [--seed S]\n\noptions:\n",
+            "[--tokenizer FILE] [--temperature T] [--seed S]\n\noptions:\n",
             prog, prog);
     for (int i = 0; i < N_OPTS; i++) {
         const OptSpec *o = &OPTS[i];
