@@ -2,7 +2,7 @@
  * link.c: the link step of a trainer executable, for every backend that writes one.
  *
  *   $CC [-fuse-ld=lld] [-std=c11 -O1 -w -I INCLUDE] -o OUT OBJECTS... [SOURCE]
- *       MAIN libaxrt.a [-lOpenCL] -lopenblas -ljson-c -lm -lpthread [LDFLAGS] [MPI...]
+ *       MAIN libaxrt.a [-lOpenCL] -lopenblas -ljson-c -lm -lpthread [LDFLAGS] [TOK...] [MPI...]
  *
  * MAIN is libaxrt_main.a (the CPU trainer's main, which reads the generated axlc_program), or
  * libaxrt_opencl.a for a trainer whose main the backend wrote (OpenCL: rt_ocl_main). The
@@ -110,9 +110,11 @@ int backend_link_trainer(const BackendLink *l, const BackendOptions *o, const Ba
                              : runtime_path(o, "libaxrt_main.a", AXLC_RUNTIME_MAIN_LIB);
   char *include = runtime_path(o, "../include", AXLC_RUNTIME_INCLUDE);
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-  /* AXLC_TRAINER_MPI_LIBS: the MPI libraries libaxrt was built with, ';'-separated (CMake) */
+  /* AXLC_TRAINER_TOK_LIBS: the SentencePiece flags libaxrt was built with, space-separated;
+   * AXLC_TRAINER_MPI_LIBS: its MPI libraries, ';'-separated (CMake) */
+  char *tok = ir_xstrdup(AXLC_TRAINER_TOK_LIBS);
   char *mpi = ir_xstrdup(AXLC_TRAINER_MPI_LIBS);
-  size_t cap = (size_t)l->nobjects + strlen(AXLC_TRAINER_MPI_LIBS) + 32;
+  size_t cap = (size_t)l->nobjects + strlen(tok) + strlen(mpi) + 32;
   char **argv = ir_xcalloc(cap, sizeof *argv);
   size_t n = 0;
   argv[n++] = (char *)cc;
@@ -132,12 +134,14 @@ int backend_link_trainer(const BackendLink *l, const BackendOptions *o, const Ba
   const char *libs[] = {"-lopenblas", "-ljson-c", "-lm", "-lpthread"};
   for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) argv[n++] = (char *)libs[i];
   if (*AXLC_TRAINER_LDFLAGS) argv[n++] = AXLC_TRAINER_LDFLAGS;
+  for (char *lib = strtok(tok, " "); lib && n + 1 < cap; lib = strtok(NULL, " ")) argv[n++] = lib;
   for (char *lib = strtok(mpi, ";"); lib && n + 1 < cap; lib = strtok(NULL, ";")) argv[n++] = lib;
   argv[n] = NULL;
   char log[4096];
   int rc = backend_spawn_log(argv, log, sizeof log) == 0 ? 0 : -1;
   int64_t in_bytes = rc ? inputs_size(argv) : 0;
   free(argv);
+  free(tok);
   free(mpi);
   free(rt);
   free(main_lib);

@@ -58,6 +58,35 @@ int rt_env_hugepages(int64_t *on, RtError *err);
  * at once instead of being ignored or found at the first collective. */
 int rt_env_check(RtError *err);
 
+/* ===== tok.c: tokenizers, text to token ids and back ================================== */
+
+typedef struct RtTok RtTok; /* an open tokenizer */
+
+/* Opens a tokenizer file, telling the format by its content: a SentencePiece model (a protobuf
+ * ModelProto, `.model`; needs libaxrt built with libsentencepiece) or a Hugging Face
+ * `tokenizer.json` with a byte-level BPE model (GPT-2, Llama 3). A file of another kind, or a
+ * truncated or damaged one, is refused with its path and what was found. */
+int rt_tok_open(RtTok **out, const char *path, RtError *err);
+void rt_tok_close(RtTok *t);
+int64_t rt_tok_vocab(const RtTok *t);    /* ids are 0..vocab-1 */
+const char *rt_tok_kind(const RtTok *t); /* "sentencepiece" or "bpe" */
+const char *rt_tok_path(const RtTok *t); /* as opened */
+int32_t rt_tok_bos(const RtTok *t);      /* the id that starts a text (<s>, <|endoftext|>), or -1 */
+/* The ids of the n bytes of text (any bytes: invalid UTF-8 and NULs too), malloc'd into *ids
+ * (the caller frees it; NULL when *nids is 0). */
+int rt_tok_encode(const RtTok *t, const char *text, size_t n, int32_t **ids, int64_t *nids, RtError *err);
+/* The text of n ids, malloc'd and NUL-terminated into *text (its length, NULs within counted,
+ * in *len). An id outside the vocabulary is an error. */
+int rt_tok_decode(const RtTok *t, const int32_t *ids, int64_t n, char **text, size_t *len, RtError *err);
+/* The bytes token `id` stands for, for printing one token at a time (a SentencePiece word
+ * boundary is a space; control tokens are empty): up to cap bytes into buf; returns their
+ * count (which may exceed cap), or -1 for an id outside the vocabulary. */
+int64_t rt_tok_token_bytes(const RtTok *t, int32_t id, char *buf, size_t cap);
+/* -1 when the tokenizer's vocabulary is not the model's vocab_size (every id a model could
+ * give must be a token, and every token an input of the model): err names the tokenizer's
+ * file, both sizes and `model` (its config file, or the trainer that holds it). */
+int rt_tok_check_vocab(const RtTok *t, int64_t vocab, const char *model, RtError *err);
+
 /* ===== data.c: memory-mapped token files and batching ================================= */
 
 typedef enum RtDataFormat {
@@ -89,6 +118,13 @@ int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs /* (B, T) */, in
 /* The global position (token index of the next batch), for checkpoints. */
 int64_t rt_data_position(const RtData *d);
 int rt_data_seek(RtData *d, int64_t position, RtError *err);
+/* Writes ids as an llm.c token file (version 1: 256 int32 of header, then uint16 tokens)
+ * atomically. Every id must be < vocab <= 65536 and n < 2^31, else nothing is written. */
+int rt_data_write_u16(const char *path, const int32_t *ids, int64_t n, int64_t vocab, RtError *err);
+/* rt_data_open for the trainer's --tokenizer: a plain text file is encoded by `tok` (its ids,
+ * held in memory, are the tokens: rt_data_format gives RT_DATA_TOKENS_U32); a token file is
+ * opened as rt_data_open opens it. */
+int rt_data_open_tok(RtData **out, const char *path, const RtTok *tok, int vocab_size, RtError *err);
 
 /* ===== init.c: deterministic parameter initialization ================================= */
 

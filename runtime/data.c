@@ -8,6 +8,9 @@
  *   - llm.c token files: 256 little-endian int32 of header, header[0] = 20240520 (magic),
  *     header[1] = 1 (uint16 tokens) or 2 (uint32 tokens), header[2] = token count; then tokens.
  *
+ * A text opened through a tokenizer (rt_data_open_tok, the trainer's --tokenizer) is encoded
+ * whole at open; its ids are held in memory as the tokens of a version 2 file would be.
+ *
  * Batching follows llm.c: a global batch is world*B windows of T+1 consecutive tokens, each
  * starting T after the previous one; rank r takes windows [r*B, r*B+B). All ranks share one
  * global position, which is the only state a checkpoint needs to resume the data stream.
@@ -21,7 +24,8 @@ struct RtData {
     char path[4096]; /* PATH_MAX: a longer path cannot be opened */
     RtMapped map;
     RtDataFormat format;
-    const unsigned char *tokens; /* first token byte in the mapping */
+    const unsigned char *tokens; /* first token byte in the mapping, or `owned` */
+    unsigned char *owned;        /* a tokenized text's ids, uint32 little-endian */
     int64_t n;                   /* number of tokens */
     int rank, world;
     int64_t position; /* global token index of the next batch */
@@ -122,10 +126,35 @@ static int check_vocab(const RtData *d, int vocab_size, RtError *err) {
     return 0;
 }
 
-static int open_checked(RtData *d, int vocab_size, RtError *err) {
+/* The text's ids take the place of its bytes; the mapping is let go. */
+static int encode_text(RtData *d, const RtTok *tok, RtError *err) {
+    int32_t *ids;
+    int64_t n;
+    RtError why;
+    if (rt_tok_encode(tok, (const char *)d->map.data, (size_t)d->map.size, &ids, &n, &why) != 0)
+        return rt_error_set(err, "%s: %s", d->path, why.msg);
+    d->owned = malloc((size_t)n * 4 + 1);
+    if (!d->owned) {
+        free(ids);
+        return rt_error_set(err, "%s: out of memory for %lld tokens", d->path, (long long)n);
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++)
+            d->owned[4 * i + k] = (unsigned char)((uint32_t)ids[i] >> (8 * k));
+    free(ids);
+    rt_file_unmap(&d->map);
+    d->format = RT_DATA_TOKENS_U32;
+    d->tokens = d->owned;
+    d->n = n;
+    return 0;
+}
+
+static int open_checked(RtData *d, const RtTok *tok, int vocab_size, RtError *err) {
     if (rt_file_map(d->path, &d->map, err) != 0)
         return -1;
     if (detect_format(d, err) != 0)
+        return -1;
+    if (tok && d->format == RT_DATA_BYTES && encode_text(d, tok, err) != 0)
         return -1;
     if (d->n < 2)
         return rt_error_set(err, "%s: %lld token(s), need at least 2 (one input and its target)", d->path,
@@ -133,7 +162,7 @@ static int open_checked(RtData *d, int vocab_size, RtError *err) {
     return check_vocab(d, vocab_size, err);
 }
 
-int rt_data_open(RtData **out, const char *path, int vocab_size, RtError *err) {
+static int data_open(RtData **out, const char *path, const RtTok *tok, int vocab_size, RtError *err) {
     *out = NULL;
     if (vocab_size <= 0)
         return rt_error_set(err, "%s: vocabulary size %d, expected > 0", path, vocab_size);
@@ -142,7 +171,7 @@ int rt_data_open(RtData **out, const char *path, int vocab_size, RtError *err) {
         return rt_error_set(err, "%s: out of memory", path);
     snprintf(d->path, sizeof d->path, "%s", path);
     d->world = 1;
-    if (open_checked(d, vocab_size, err) != 0) {
+    if (open_checked(d, tok, vocab_size, err) != 0) {
         rt_data_close(d);
         return -1;
     }
@@ -150,10 +179,19 @@ int rt_data_open(RtData **out, const char *path, int vocab_size, RtError *err) {
     return 0;
 }
 
+int rt_data_open(RtData **out, const char *path, int vocab_size, RtError *err) {
+    return data_open(out, path, NULL, vocab_size, err);
+}
+
+int rt_data_open_tok(RtData **out, const char *path, const RtTok *tok, int vocab_size, RtError *err) {
+    return data_open(out, path, tok, vocab_size, err);
+}
+
 void rt_data_close(RtData *d) {
     if (!d)
         return;
     rt_file_unmap(&d->map);
+    free(d->owned);
     free(d);
 }
 
@@ -208,4 +246,43 @@ int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs, int32_t *target
         fill_window(d, first + (int64_t)b * T, T, inputs + (int64_t)b * T, targets + (int64_t)b * T);
     d->position += step;
     return 0;
+}
+
+/* ===== writing ======================================================================== */
+
+int rt_data_write_u16(const char *path, const int32_t *ids, int64_t n, int64_t vocab, RtError *err) {
+    if (vocab > 65536)
+        return rt_error_set(err,
+                            "%s: a vocabulary of %lld does not fit the llm.c token file's uint16 tokens (at most "
+                            "65536); nothing written",
+                            path, (long long)vocab);
+    if (n > INT32_MAX)
+        return rt_error_set(err, "%s: %lld tokens, more than the header's int32 count holds; nothing written", path,
+                            (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return rt_error_set(err, "%s: token %d at position %lld is outside the vocabulary of %lld; nothing written",
+                                path, (int)ids[i], (long long)i, (long long)vocab);
+    unsigned char header[RT_DATA_HEADER_INTS * 4] = {0}, buf[8192];
+    const uint32_t head[3] = {RT_DATA_MAGIC, 1, (uint32_t)n};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++)
+            header[4 * i + k] = (unsigned char)(head[i] >> (8 * k));
+    RtWfile w;
+    if (rt_wfile_open(&w, path, err) != 0)
+        return -1;
+    int rc = rt_wfile_write(&w, header, sizeof header, err);
+    for (int64_t i = 0; rc == 0 && i < n; i += (int64_t)sizeof buf / 2) {
+        int64_t m = n - i < (int64_t)sizeof buf / 2 ? n - i : (int64_t)sizeof buf / 2;
+        for (int64_t j = 0; j < m; j++) {
+            buf[2 * j] = (unsigned char)(ids[i + j] & 0xff);
+            buf[2 * j + 1] = (unsigned char)(ids[i + j] >> 8);
+        }
+        rc = rt_wfile_write(&w, buf, (size_t)m * 2, err);
+    }
+    if (rc != 0) {
+        rt_wfile_abort(&w);
+        return -1;
+    }
+    return rt_wfile_commit(&w, err);
 }

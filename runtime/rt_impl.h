@@ -116,6 +116,30 @@ int rt_coll_elem_bytes(int32_t dtype);
 /* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32. */
 void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t n, float *dst);
 
+/* ===== tok_spm.cc, tok_bpe.c: the tokenizer kinds behind tok.c ========================= */
+
+/* One kind of tokenizer: its functions on an opaque `impl` that its load function made. A
+ * failure fills err with what is wrong, without the file's name (tok.c puts it in front). */
+typedef struct RtTokOps {
+    const char *kind; /* "sentencepiece", "bpe" */
+    int64_t (*vocab)(const void *impl);
+    int32_t (*bos)(const void *impl); /* -1: none */
+    int (*encode)(const void *impl, const char *text, size_t n, int32_t **ids, int64_t *nids, RtError *err);
+    /* NULL: a text is its tokens' bytes one after the other (token_bytes) */
+    int (*decode)(const void *impl, const int32_t *ids, int64_t n, char **text, size_t *len, RtError *err);
+    int64_t (*token_bytes)(const void *impl, int32_t id, char *buf, size_t cap);
+    void (*free)(void *impl);
+} RtTokOps;
+
+#ifdef AXRT_HAVE_SENTENCEPIECE
+/* A SentencePiece model from its serialized ModelProto (tok_spm.cc, through libsentencepiece). */
+int rt_spm_load(void **impl, const void *data, size_t n, RtError *err);
+extern const RtTokOps rt_spm_ops;
+#endif
+/* A Hugging Face tokenizer.json with a byte-level BPE model, from its n bytes of JSON (tok_bpe.c). */
+int rt_bpe_load(void **impl, const char *json, size_t n, RtError *err);
+extern const RtTokOps rt_bpe_ops;
+
 /* ===== sample.c: --sample, text from the program's forward ============================== */
 
 typedef struct RtSampleOpts {
@@ -127,6 +151,7 @@ typedef struct RtSampleOpts {
     const char *ckpt_dir, *init; /* the weights: the newest checkpoint, else --init */
     int init_allow_unused;
     int64_t threads;
+    const RtTok *tok; /* --tokenizer: the prompt is text, encoded, and the output decoded; NULL: none */
 } RtSampleOpts;
 
 /* Generates o->count tokens after the prompt and writes prompt and tokens to out (text for a

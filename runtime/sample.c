@@ -13,8 +13,9 @@
  * next one: the largest at temperature 0, else a draw from softmax(logits / temperature) with
  * the counter-based generator of init.c, so (weights, prompt, temperature, seed) fix the text.
  *
- * With a byte-level vocabulary (256) the prompt is text and the output is bytes; otherwise both
- * are token ids, written in decimal and separated by spaces.
+ * With a byte-level vocabulary (256) the prompt is text and the output is bytes; with a tokenizer
+ * (--tokenizer) the prompt is text it encodes and each token is printed as the bytes it stands
+ * for; otherwise both are token ids, written in decimal and separated by spaces.
  */
 #include <errno.h>
 #include <math.h>
@@ -221,7 +222,24 @@ static int load_weights(Sampler *s, RtError *err) {
                         dir, stat(dir, &st) != 0 ? " (it does not exist)" : "", dir);
 }
 
-/* The prompt as tokens: its bytes, or decimal ids separated by spaces or commas. No prompt: one
+/* The prompt encoded by --tokenizer (s->tokens has room for its bytes' count of ids). */
+static int prompt_encode(Sampler *s, const char *text, RtError *err) {
+    int32_t *ids;
+    int64_t n;
+    RtError why;
+    if (rt_tok_encode(s->o->tok, text, strlen(text), &ids, &n, &why) != 0)
+        return rt_error_set(err, "--prompt: %s", why.msg);
+    if (n == 0) {
+        free(ids);
+        return rt_error_set(err, "--prompt: '%s' encodes to no tokens", text);
+    }
+    memcpy(s->tokens, ids, (size_t)n * sizeof *ids);
+    free(ids);
+    s->ntokens = s->nprompt = n;
+    return 0;
+}
+
+/* The prompt as tokens: its bytes, its tokenizer's ids, or decimal ids separated by spaces or commas. No prompt: one
  * newline (byte-level) or token vocab-1 (GPT-2's <|endoftext|>), which is not printed. */
 static int prompt_tokens(Sampler *s, RtError *err) {
     const char *text = s->o->prompt;
@@ -229,11 +247,14 @@ static int prompt_tokens(Sampler *s, RtError *err) {
     s->tokens = malloc(((size_t)len + (size_t)s->o->count + 2) * sizeof *s->tokens);
     if (!s->tokens)
         return rt_error_set(err, "--sample: out of memory");
+    int32_t bos = s->o->tok ? rt_tok_bos(s->o->tok) : -1;
     if (!text || !*text) {
-        s->tokens[0] = s->bytes ? '\n' : (int32_t)(vocab - 1);
+        s->tokens[0] = s->bytes ? '\n' : bos >= 0 ? bos : (int32_t)(vocab - 1);
         s->ntokens = 1;
         return 0;
     }
+    if (s->o->tok)
+        return prompt_encode(s, text, err);
     if (s->bytes) {
         for (int64_t i = 0; i < len; i++)
             s->tokens[i] = (unsigned char)text[i];
@@ -262,11 +283,37 @@ static int prompt_tokens(Sampler *s, RtError *err) {
     return 0;
 }
 
+/* A token as the bytes the tokenizer says it stands for. */
+static void print_text_token(const RtTok *tok, FILE *out, int32_t id) {
+    char buf[256];
+    int64_t n = rt_tok_token_bytes(tok, id, buf, sizeof buf);
+    char *p = n > (int64_t)sizeof buf ? malloc((size_t)n) : buf;
+    if (p && p != buf)
+        rt_tok_token_bytes(tok, id, p, (size_t)n);
+    fwrite(p ? p : buf, 1, p ? (size_t)n : sizeof buf, out);
+    if (p != buf)
+        free(p);
+}
+
 static void print_token(const Sampler *s, FILE *out, int32_t tok, int first) {
-    if (s->bytes)
+    if (s->o->tok)
+        print_text_token(s->o->tok, out, tok);
+    else if (s->bytes)
         fputc(tok, out);
     else
         fprintf(out, "%s%d", first ? "" : " ", (int)tok);
+}
+
+/* The prompt as its tokenizer decodes it (a SentencePiece text loses the space before its first word). */
+static int print_prompt(const Sampler *s, FILE *out, RtError *err) {
+    char *text;
+    size_t len;
+    RtError why;
+    if (rt_tok_decode(s->o->tok, s->tokens, s->nprompt, &text, &len, &why) != 0)
+        return rt_error_set(err, "--prompt: %s", why.msg);
+    fwrite(text, 1, len, out);
+    free(text);
+    return 0;
 }
 
 /* The next token from logits (vocab): argmax at temperature 0 (the first of equal ones), else a
@@ -301,7 +348,9 @@ static int generate(Sampler *s, FILE *out, RtError *err) {
     const RtForward *f = p->forward;
     int32_t *ids = (int32_t *)(void *)(s->slab + f->ids_offset);
     const float *logits = (const float *)(const void *)(s->slab + f->logits_offset);
-    for (int64_t i = 0; i < s->nprompt; i++)
+    if (s->o->tok && print_prompt(s, out, err) != 0)
+        return -1;
+    for (int64_t i = 0; !s->o->tok && i < s->nprompt; i++)
         print_token(s, out, s->tokens[i], i == 0);
     fflush(out);
     for (int64_t k = 0; k < s->o->count; k++) {

@@ -255,6 +255,7 @@ static void trainer_free(Trainer *t) {
         fclose(t->metrics);
     rt_data_close(t->eval);
     rt_data_close(t->data);
+    rt_tok_close(t->tok);
     rt_ckpt_unlock(t->lock);
     rt_pool_free(t->pool);
     slab_free(t->eval_slab, t->eval_mapped);
@@ -276,12 +277,22 @@ void train_warn(const Trainer *t, const char *fmt, ...) {
 
 /* ===== setup ========================================================================== */
 
+/* --tokenizer: its vocabulary must be the model's. */
+static int open_tokenizer(Trainer *t, RtError *err) {
+    RtError why;
+    char model[1100];
+    snprintf(model, sizeof model, "%.512s (its config: %.512s --config)", t->prog, t->prog);
+    if (rt_tok_open(&t->tok, t->o.tokenizer, &why) != 0 || rt_tok_check_vocab(t->tok, t->p->vocab, model, &why) != 0)
+        return rt_error_set(err, "--tokenizer: %s", why.msg);
+    return 0;
+}
+
 /* Each rank reads its part of every global batch: the ranks that differ only on axes the
  * batch is not split over read the same part. */
 static int open_data(Trainer *t, RtData **d, const char *opt, const char *path, RtError *err) {
     RtError why;
     const RtProgram *p = t->p;
-    if (rt_data_open(d, path, (int)p->vocab, &why) != 0)
+    if (rt_data_open_tok(d, path, t->tok, (int)p->vocab, &why) != 0)
         return rt_error_set(err, "%s: %s", opt, why.msg);
     if ((int64_t)rt_data_num_tokens(*d) < t->batch_count * p->batch * p->seq + 1)
         return rt_error_set(err, "%s: %s holds %lld tokens, one batch needs %lld x %lld + 1", opt, path,
@@ -335,6 +346,8 @@ static int sdc_fault_parse(Trainer *t, RtError *err);
 static int setup(Trainer *t, RtError *err) {
     const RtProgram *p = t->p;
     if (train_program_check(p, err) != 0 || join_mesh(t, err) != 0)
+        return -1;
+    if (t->o.tokenizer && open_tokenizer(t, err) != 0)
         return -1;
     if (open_data(t, &t->data, "--data", t->o.data, err) != 0)
         return -1;
@@ -795,7 +808,11 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
                            .init_allow_unused = t.o.init_allow_unused,
                            .threads = t.o.threads};
         openblas_set_num_threads(1); /* the pool runs the matrix products (rt_sgemm) */
-        int rc = train_opts_check(&t.o, &err) == 0 ? rt_sample_run(p, &so, stdout, &err) : -1;
+        int rc = train_opts_check(&t.o, &err) == 0 && (!t.o.tokenizer || open_tokenizer(&t, &err) == 0) ? 0 : -1;
+        so.tok = t.tok;
+        if (rc == 0)
+            rc = rt_sample_run(p, &so, stdout, &err);
+        rt_tok_close(t.tok);
         if (rc != 0)
             fprintf(stderr, "%s: %s\n", t.prog, err.msg);
         return rc == 0 ? 0 : 1;

@@ -14,7 +14,7 @@
 
 /* The options as given (train_opts.c), over the program's defaults. */
 typedef struct TrainOpts {
-    const char *data, *eval_data, *init, *ckpt_dir, *metrics, *prompt;
+    const char *data, *eval_data, *init, *ckpt_dir, *metrics, *prompt, *tokenizer;
     int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every, sample;
     int64_t sdc_every; /* replay every N-th step and compare the bits of its update (0: never) */
     uint64_t seed;
@@ -78,6 +78,7 @@ typedef struct Trainer {
     int64_t slab_mapped, eval_mapped; /* their mappings' sizes (slab_new) */
     RtPool *pool;
     RtData *data, *eval;
+    RtTok *tok;                       /* --tokenizer, or NULL */
     RtCkptLock *lock;                 /* held on --ckpt-dir for the whole run (by rank 0) */
     RtComm *comm;                     /* the mesh: rank and size, collectives */
     int rank, world;                  /* this process's device, and the device count */

@@ -30,6 +30,9 @@ typedef struct OptSpec {
 #define F(x) offsetof(TrainOpts, x)
 static const OptSpec OPTS[] = {
     {"--data", "FILE", OPT_STR, F(data), 0, 0, "training tokens: plain text (bytes) or an llm.c token file"},
+    {"--tokenizer", "FILE", OPT_STR, F(tokenizer), 0, 0,
+     "a SentencePiece .model or a Hugging Face tokenizer.json: text --data is encoded with it, and --sample "
+     "reads and prints text"},
     {"--steps", "N", OPT_INT, F(steps), 0, INT64_MAX, "train until step N (default: the config's max_steps)"},
     {"--seed", "S", OPT_U64, F(seed), 0, 0,
      "parameter init seed, or with --sample the draws' seed (default: the config's)"},
@@ -91,7 +94,7 @@ static const OptSpec OPTS[] = {
 void train_opts_help(FILE *f, const char *prog, const TrainOpts *defaults) {
     fprintf(f,
             "usage: %s --data FILE [options]\n       %s --sample N --ckpt-dir DIR|--init FILE [--prompt TEXT] "
-            "[--temperature T] [--seed S]\n\noptions:\n",
+            "[--tokenizer FILE] [--temperature T] [--seed S]\n\noptions:\n",
             prog, prog);
     for (int i = 0; i < N_OPTS; i++) {
         const OptSpec *o = &OPTS[i];
@@ -211,10 +214,9 @@ static int check_sample_opts(const TrainOpts *o, RtError *err) {
 static int check_files(const TrainOpts *o, RtError *err) {
     const RtPathArg out = {"--metrics", o->metrics, NULL};
     const RtPathArg in[] = {
-        {"--data", o->data, NULL},
-        {"--eval-data", o->eval_data, NULL},
-        {"--init", o->init, NULL},
-        {"--ckpt-dir", o->ckpt_dir, "step_"},
+        {"--data", o->data, NULL},           {"--eval-data", o->eval_data, NULL},
+        {"--init", o->init, NULL},           {"--ckpt-dir", o->ckpt_dir, "step_"},
+        {"--tokenizer", o->tokenizer, NULL},
     };
     if (rt_file_check_outputs(&out, 1, in, (int)(sizeof in / sizeof in[0]), err) != 0)
         return -1;

@@ -49,6 +49,7 @@ typedef struct {
   const char *base;              /* convert --merge-lora --base: the base weights */
   const char *max_shard;         /* convert --to hf: --max-shard-size SIZE */
   const char *devices;           /* memcheck, compile: --devices FILE (the device table) */
+  const char *tokenizer;         /* tokenize: --tokenizer FILE */
   bool no_memcheck;              /* compile: --no-memcheck */
   bool no_cache;                 /* compile, run: --no-cache */
   bool clear, trim;              /* cache: --clear, --trim */
@@ -106,6 +107,9 @@ static void usage(FILE *out) {
       "                      and restart it from its last checkpoint when it fails (K\n"
       "                      times, default 3); with M < N, go on with fewer ranks when\n"
       "                      one keeps failing (run --target cpu-N takes these too)\n"
+      "  tokenize TEXT       --tokenizer T -o TOKENS.bin: encode a text file with a\n"
+      "                      SentencePiece .model or a Hugging Face tokenizer.json into an\n"
+      "                      llm.c token file (uint16 tokens), for --data\n"
       "  backends            list the backends and what each can do\n"
       "  cache               the compile cache: its directory, entries, size and limit;\n"
       "                      --clear removes every entry, --trim trims it to the limit now\n"
@@ -264,6 +268,9 @@ static int parse_args(int argc, char **argv, Args *a) {
                           : !strcmp(s, "--backend") ? &a->backend
                                                     : &a->features;
       *slot = argv[++i];
+    } else if (!strcmp(s, "--tokenizer") && a->command && !strcmp(a->command, "tokenize")) {
+      if (need_value(i, argc, argv)) return -1;
+      a->tokenizer = argv[++i];
     } else if (s[0] == '-' && a->command && !strcmp(a->command, "run")) {
       /* the trainer's option and its value, unless it is a flag; options start with "--",
        * so "-1" is a value (a bad one, which the option's parser reports) */
@@ -598,6 +605,23 @@ static void program_peak(const Args *a, BackendProgram *p) {
   fe_diag_free(&d);
 }
 
+/* run --tokenizer T: its vocabulary against the config's, named by its file, before compiling. */
+static int check_run_tokenizer(const Args *a, const DrvJob *j) {
+  const char *path = NULL;
+  for (int i = 0; i < a->nrest; i++)
+    if (!strncmp(a->rest[i], "--tokenizer=", 12))
+      path = a->rest[i] + 12;
+    else if (!strcmp(a->rest[i], "--tokenizer") && i + 1 < a->nrest)
+      path = a->rest[i + 1];
+  if (!path) return 0;
+  RtTok *tok;
+  RtError err;
+  int rc = rt_tok_open(&tok, path, &err) || rt_tok_check_vocab(tok, j->facts.vocab, a->model, &err);
+  if (rc) fprintf(stderr, "error: --tokenizer: %s\n", err.msg);
+  rt_tok_close(tok);
+  return rc ? -1 : 0;
+}
+
 static int check_output(const Args *a, const char *opt, const char *out);
 
 /* What launch and run leave to the supervisor's defaults: restarts (launch 3, run none), one
@@ -664,7 +688,8 @@ static int cmd_run(Args *a) {
     if (bad) return 1;
   }
   DrvJob j;
-  if (lower(&j, a, NULL) || check_run_outputs(a, &j.diag)) { /* both print their errors */
+  if (lower(&j, a, NULL) || check_run_outputs(a, &j.diag) || check_run_tokenizer(a, &j)) {
+    /* all print their errors */
     drv_free(&j);
     return 1;
   }
@@ -913,6 +938,59 @@ static int cmd_plot(const Args *a) {
   return plot_metrics_many(files, a->nlabels ? a->labels : NULL, n, a->output) ? 1 : 0;
 }
 
+/* The whole file at path, malloc'd, into *text and *n; prints the error. */
+static int read_text(const char *path, char **text, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  struct stat st;
+  *text = NULL;
+  if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fprintf(stderr, "error: %s: %s\n", path, f ? "not a regular file" : strerror(errno));
+    if (f) fclose(f);
+    return -1;
+  }
+  *text = malloc((size_t)st.st_size + 1);
+  *n = *text ? fread(*text, 1, (size_t)st.st_size, f) : 0;
+  int bad = !*text || *n != (size_t)st.st_size || ferror(f);
+  fclose(f);
+  if (bad) fprintf(stderr, "error: %s: cannot read %lld bytes\n", path, (long long)st.st_size);
+  return bad ? -1 : 0;
+}
+
+/* axlc tokenize TEXT --tokenizer T -o TOKENS.bin */
+static int cmd_tokenize(const Args *a) {
+  if (!a->model || !a->tokenizer || !a->output) {
+    fprintf(stderr,
+            "error: usage: axlc tokenize TEXT --tokenizer T.model|tokenizer.json -o TOKENS.bin\n");
+    return 1;
+  }
+  RtError err;
+  const RtPathArg out = {"-o", a->output, NULL};
+  const RtPathArg in[] = {{"the text", a->model, NULL}, {"--tokenizer", a->tokenizer, NULL}};
+  RtTok *tok = NULL;
+  char *text = NULL;
+  int32_t *ids = NULL;
+  int64_t n = 0;
+  size_t len = 0;
+  int rc = rt_file_check_outputs(&out, 1, in, 2, &err) || rt_tok_open(&tok, a->tokenizer, &err);
+  if (!rc && read_text(a->model, &text, &len)) {
+    free(text);
+    rt_tok_close(tok);
+    return 1;
+  }
+  if (!rc) rc = rt_tok_encode(tok, text, len, &ids, &n, &err);
+  if (!rc) rc = rt_data_write_u16(a->output, ids, n, rt_tok_vocab(tok), &err);
+  if (rc)
+    fprintf(stderr, "error: %s\n", err.msg);
+  else
+    printf("%s: %zu bytes -> %lld tokens (%s, vocabulary %lld), %.2f bytes per token\n", a->output,
+           len, (long long)n, rt_tok_kind(tok), (long long)rt_tok_vocab(tok),
+           n ? (double)len / (double)n : 0.0);
+  free(ids);
+  free(text);
+  rt_tok_close(tok);
+  return rc ? 1 : 0;
+}
+
 static int cmd_convert(const Args *a) {
   const char *fmt = a->from ? a->from : a->to;
   if (a->merge_lora && (!a->model || !a->input || !a->output || fmt)) {
@@ -1075,6 +1153,7 @@ static int dispatch(Args *a) {
   if (!trains && a->fe.target && !strcmp(a->fe.target, "interp")) a->fe.target = "cpu";
   if (!strcmp(a->command, "convert")) return cmd_convert(a);
   if (!strcmp(a->command, "plot")) return cmd_plot(a);
+  if (!strcmp(a->command, "tokenize")) return cmd_tokenize(a);
   if (!strcmp(a->command, "config")) return cmd_config(a);
   if (!strcmp(a->command, "params")) return cmd_params(a);
   if (!strcmp(a->command, "kinds")) return cmd_kinds(a);

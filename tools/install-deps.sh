@@ -8,7 +8,11 @@ pkgs="build-essential cmake pkg-config clang lld llvm-dev libclang-dev libclang-
   libjson-c-dev libcunit1-dev libopenblas-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev libopenmpi-dev openmpi-bin
   fortunes-min fortunes python3 python3-numpy python3-torch librsvg2-bin clang-format
-  slurmctld slurmd slurm-client munge"
+  slurmctld slurmd slurm-client munge
+  libsentencepiece-dev sentencepiece"
+# node and npm fetch the independent GPT-2 encoder tests/e2e/tokenizer.sh checks the BPE against;
+# a node from elsewhere (nodesource, nvm) that has npm is as good as Debian's
+command -v npm > /dev/null 2>&1 || pkgs="$pkgs nodejs npm"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
