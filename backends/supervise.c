@@ -4,10 +4,14 @@
  * The supervisor starts the trainer's ranks through mpirun, or srun inside a Slurm allocation
  * (SLURM_JOB_ID), as a job of spawn.c, and reads the job's output as it passes it on: the step
  * lines of rank 0 say how far the run got, and the launcher's and the trainer's messages say why
- * it died (a rank killed, a rank the watchdog found stopped, a non-finite loss). A job that fails
- * is started again with --resume, from the last complete checkpoint of its --ckpt-dir, after a
- * back-off that doubles while no new checkpoint is made, up to max_restarts; a job that fails
- * twice at the same step with the same cause (a fault that a restart repeats) is given up. When
+ * it died (a rank killed, a rank the watchdog found stopped, a non-finite loss, a rank's silent
+ * data corruption); the trainer's exit statuses 3 and 4 say the last two where the launcher passes
+ * them on. A job that fails is started again with --resume, from the last complete checkpoint of
+ * its --ckpt-dir, after a back-off that doubles while no new checkpoint is made, up to
+ * max_restarts, and told the step it had reached and the downtime (--restart-step,
+ * --restart-downtime: its goodput counts the whole supervised run); after a non-finite loss it
+ * also passes over the bad batch (--skip-batches). A job that fails twice at the same step with
+ * the same cause (a fault that a restart repeats) is given up. When
  * failures keep naming one rank, or a Slurm allocation has fewer tasks than the trainer's devices,
  * the job goes on with fewer ranks (elastic): the trainer's embedded config is compiled by axlc for
  * the smaller mesh with more microbatches, so the global batch and the data order stay, and the
@@ -32,6 +36,9 @@
 #define MAX_RANKS   4096
 #define BACKOFF_MAX 60.0
 
+/* The kinds of failure the supervisor acts on apart from a restart. */
+typedef enum { FAIL_OTHER, FAIL_NONFINITE, FAIL_SDC } FailKind;
+
 /* What one launch's output said. */
 typedef struct Launch {
   double start, first_at, last_at, alive_at; /* job start; first and last step line; the last
@@ -41,6 +48,7 @@ typedef struct Launch {
   int64_t bad_step;                          /* the step a non-finite value stopped, or -1 */
   char cause[512];                           /* why it failed, when the output said */
   int blamed;                                /* the rank the cause names, or -1 */
+  FailKind kind;
 } Launch;
 
 typedef struct Sup {
@@ -58,6 +66,10 @@ typedef struct Sup {
   bool recovering;   /* the next first step ends a recovery */
   double failed_at;  /* the failed job's last sign of life */
   double ended_at;   /* when it ended */
+  int64_t reached;   /* the step the failed job had reached (--restart-step) */
+  int64_t skip;      /* batches the next launch passes over (--skip-batches), or 0 */
+  double carry;      /* seconds of launches since the restart's checkpoint, none of it kept */
+  double downtime;   /* the --restart-downtime of the last launch */
   double *latencies; /* one per recovery */
   int nlat;
   int64_t lost;      /* steps run again */
@@ -164,6 +176,12 @@ static void on_line(void *ctx, int fd, const char *line) {
     snprintf(l->cause, sizeof l->cause, "a non-finite value (%.*s)", q ? (int)(p - q) : 0,
              q ? q : "");
     if (q && sscanf(q, "step %lld:", &n) == 1) l->bad_step = n;
+    l->kind = FAIL_NONFINITE;
+  } else if ((p = strstr(line, ": silent data corruption")) && (p = strstr(line, ": rank ")) &&
+             sscanf(p, ": rank %d: step %lld:", &r, &n) == 2) {
+    snprintf(l->cause, sizeof l->cause, "rank %d: silent data corruption at step %lld", r, n);
+    l->blamed = r;
+    l->kind = FAIL_SDC;
   }
 }
 
@@ -174,10 +192,35 @@ static bool in_slurm(void) {
   return id && *id;
 }
 
+/* The numbers a restarted job is told (restart_args). */
+typedef struct Numbers {
+  char np[32], step[32], down[32], skip[32];
+} Numbers;
+
+/* The options of a restart: the step reached before the failure and the seconds since it, for
+ * the trainer's goodput, and the batches to pass over. */
+static int restart_args(Sup *u, char **args, int k, Numbers *num) {
+  snprintf(num->step, sizeof num->step, "%lld", (long long)u->reached);
+  u->downtime = now_s() - u->failed_at + u->carry;
+  snprintf(num->down, sizeof num->down, "%.3f", u->downtime);
+  args[k++] = "--restart-step";
+  args[k++] = num->step;
+  args[k++] = "--restart-downtime";
+  args[k++] = num->down;
+  if (u->skip > 0) {
+    snprintf(num->skip, sizeof num->skip, "%lld", (long long)u->skip);
+    args[k++] = "--skip-batches";
+    args[k++] = num->skip;
+  }
+  return k;
+}
+
 /* The launcher's command for the current trainer: srun in a Slurm allocation, else mpirun (or
- * mpiexec); one rank runs the trainer alone. args is (argc + 12) long; the strings are the
- * caller's or static. */
-static int launch_argv(Sup *u, char **args, char *np, size_t cap, char *tool, bool resume) {
+ * mpiexec); one rank runs the trainer alone. args is (argc + 18) long; the strings are the
+ * caller's, num's or static. */
+static int launch_argv(Sup *u, char **args, Numbers *num, char *tool, bool resume) {
+  char *np = num->np;
+  size_t cap = sizeof num->np;
   int k = 0;
   snprintf(np, cap, "%d", u->ranks);
   if (u->ranks > 1 && in_slurm()) {
@@ -200,6 +243,7 @@ static int launch_argv(Sup *u, char **args, char *np, size_t cap, char *tool, bo
     args[k++] = u->s->argv[i];
   }
   if (resume && !has_resume) args[k++] = "--resume";
+  if (resume) k = restart_args(u, args, k, num);
   args[k] = NULL;
   return k;
 }
@@ -486,7 +530,7 @@ static void summary(Sup *u, int status, int restarts) {
 
 /* One launch of the current trainer: its exit status; *signalled as backend_spawn_job. */
 static int launch_once(Sup *u, bool resume, int *signalled) {
-  char np[32];
+  Numbers num;
   char *tool = NULL;
   if (u->ranks > 1) {
     tool = in_slurm() ? backend_which("srun") : backend_which("mpirun");
@@ -496,8 +540,8 @@ static int launch_once(Sup *u, bool resume, int *signalled) {
       return -1;
     }
   }
-  char **args = ir_xcalloc((size_t)u->s->argc + 12, sizeof *args);
-  launch_argv(u, args, np, sizeof np, tool, resume);
+  char **args = ir_xcalloc((size_t)u->s->argc + 18, sizeof *args);
+  launch_argv(u, args, &num, tool, resume);
   memset(&u->l, 0, sizeof u->l);
   u->l.first_step = u->l.last_step = u->l.bad_step = -1;
   u->l.blamed = -1;
@@ -507,6 +551,10 @@ static int launch_once(Sup *u, bool resume, int *signalled) {
   json_object_object_add(o, "launch", json_object_new_int(u->launches));
   json_object_object_add(o, "ranks", json_object_new_int(u->ranks));
   json_object_object_add(o, "launcher", json_object_new_string(args[0]));
+  if (resume) {
+    json_object_object_add(o, "restart_step", json_object_new_int64(u->reached));
+    json_object_object_add(o, "skip_batches", json_object_new_int64(u->skip));
+  }
   report(u, o);
   BackendLines lines = {on_line, u};
   int rc = backend_spawn_job_lines(args, u->trainer, &lines, signalled);
@@ -521,25 +569,59 @@ static int launch_once(Sup *u, bool resume, int *signalled) {
 typedef struct Streak {
   int restarts, same, fails_no_ckpt;
   char last_cause[512];
+  FailKind last_kind;
+  int last_blamed;
   int64_t last_fail_step, last_ckpt;
+  int64_t skip, skip_ckpt; /* the batches passed over from checkpoint skip_ckpt, or 0 */
 } Streak;
+
+/* The kind of failure: the trainer's exit status where the launcher passed it on (mpirun
+ * passes the first failed rank's, srun the highest), else what the output said. */
+static void classify(Launch *l, int rc) {
+  if (rc == RT_EXIT_NONFINITE) l->kind = FAIL_NONFINITE;
+  if (rc == RT_EXIT_SDC) l->kind = FAIL_SDC;
+  if (!l->cause[0] && rc == RT_EXIT_NONFINITE)
+    snprintf(l->cause, sizeof l->cause, "a non-finite value (exit status %d)", rc);
+  if (!l->cause[0] && rc == RT_EXIT_SDC)
+    snprintf(l->cause, sizeof l->cause, "silent data corruption (exit status %d)", rc);
+}
+
+/* After a non-finite loss at step `bad`, the batches the restart from checkpoint ckpt passes
+ * over: the launch that failed ran step s on batch s - 1 + (the skip it had, when it started
+ * from the same checkpoint), so bad - ckpt more go past the bad batch; the steps after it take
+ * the batches that follow in order. */
+static void skip_past(Streak *k, int64_t bad, int64_t ckpt) {
+  k->skip = (ckpt == k->skip_ckpt ? k->skip : 0) + (bad - ckpt);
+  k->skip_ckpt = ckpt;
+}
 
 static int after_failure(Sup *u, int rc, Streak *k) {
   Launch *l = &u->l;
   u->ended_at = now_s();
   u->failed_at = l->alive_at;
+  classify(l, rc);
   if (!l->cause[0])
     snprintf(l->cause, sizeof l->cause,
              rc > 128 ? "the launcher died of signal %d" : "the job exited with status %d",
              rc > 128 ? rc - 128 : rc);
   int64_t reached = l->last_step >= 0 ? l->last_step : l->start_step, ckpt = 0;
+  if (l->kind == FAIL_NONFINITE && l->bad_step < 0) l->bad_step = reached + 1; /* no message */
   if (l->bad_step > reached) reached = l->bad_step; /* it ran, and printed no step line */
   RtError err;
   if (rt_ckpt_latest(u->ckpt_dir, RT_CKPT_ANY, &ckpt, &err) < 0) ckpt = 0;
   int64_t lost = reached > ckpt ? reached - ckpt : 0;
   count_kept(u, ckpt);
-  bool again = reached == k->last_fail_step && !strcmp(l->cause, k->last_cause);
-  k->same = again ? k->same + 1 : 1; /* the same failure at the same step */
+  /* a launch that saved no checkpoint kept nothing: its downtime and its time up to the failure
+   * are the next one's downtime too (the checkpoint holds the wall time before them) */
+  u->carry = ckpt > 0 && ckpt > k->last_ckpt ? 0 : u->downtime + (u->failed_at - l->start);
+  /* the same failure at the same step; a non-finite value or a rank's corruption is the same
+   * whatever its numbers */
+  bool again = reached == k->last_fail_step &&
+               (l->kind != FAIL_OTHER ? l->kind == k->last_kind && l->blamed == k->last_blamed
+                                      : !strcmp(l->cause, k->last_cause));
+  k->same = again ? k->same + 1 : 1;
+  k->last_kind = l->kind;
+  k->last_blamed = l->blamed;
   snprintf(k->last_cause, sizeof k->last_cause, "%s", l->cause);
   k->fails_no_ckpt = ckpt > k->last_ckpt ? 1 : k->fails_no_ckpt + 1;
   k->last_fail_step = reached;
@@ -556,12 +638,15 @@ static int after_failure(Sup *u, int rc, Streak *k) {
   say(u, "the job failed at step %lld: %s; %s %lld (%lld step%s lost)", (long long)reached,
       l->cause, ckpt ? "the last complete checkpoint is step" : "no checkpoint yet: from step",
       (long long)ckpt, (long long)lost, lost == 1 ? "" : "s");
-  if (u->launches == 1 && l->first_step < 0 && l->blamed < 0) {
+  if (u->launches == 1 && l->first_step < 0 && l->blamed < 0 && l->kind == FAIL_OTHER) {
     say(u, "it failed before its first step, with no rank lost: a restart would fail the same "
            "way; not restarting");
     return rc ? rc : 1;
   }
-  if (k->same >= u->s->same_step) {
+  int min = u->s->min_ranks > 0 ? u->s->min_ranks : u->ranks;
+  bool shrink = l->blamed >= 0 && l->blamed < MAX_RANKS &&
+                u->blame[l->blamed] + 1 >= u->s->shrink_after && min < u->ranks;
+  if (k->same >= u->s->same_step && !shrink) { /* without the rank, it is another job */
     say(u, "the job failed %d times at step %lld: a restart repeats this failure; giving up",
         k->same, (long long)reached);
     return rc ? rc : 1;
@@ -572,12 +657,24 @@ static int after_failure(Sup *u, int rc, Streak *k) {
     return rc ? rc : 1;
   }
   u->lost += lost;
-  int min = u->s->min_ranks > 0 ? u->s->min_ranks : u->ranks;
-  if (l->blamed >= 0 && l->blamed < MAX_RANKS && ++u->blame[l->blamed] >= u->s->shrink_after &&
-      min < u->ranks) {
+  if (l->blamed >= 0 && l->blamed < MAX_RANKS) u->blame[l->blamed]++;
+  if (shrink) {
     say(u, "rank %d failed %d times: going on without it", l->blamed, u->blame[l->blamed]);
     if (elastic_shrink(u, u->ranks - 1)) return rc ? rc : 1;
+    k->same = 0;
   }
+  if (l->kind == FAIL_NONFINITE) {
+    skip_past(k, l->bad_step, ckpt);
+    say(u,
+        "a non-finite value at step %lld: back to step %lld, passing over %lld batch%s (the "
+        "bad one at step %lld)",
+        (long long)l->bad_step, (long long)ckpt, (long long)k->skip, k->skip == 1 ? "" : "es",
+        (long long)l->bad_step);
+  } else if (ckpt != k->skip_ckpt) {
+    k->skip = 0; /* a newer checkpoint holds the data position past the bad batch */
+  }
+  u->skip = k->skip;
+  u->reached = reached;
   double delay = u->s->backoff * pow(2, k->fails_no_ckpt - 1);
   if (delay > BACKOFF_MAX) delay = BACKOFF_MAX;
   k->restarts++;
@@ -641,7 +738,7 @@ int backend_supervise(const BackendSupervisor *s, const BackendDiag *d) {
     return 1;
   }
   u.latencies = ir_xcalloc((size_t)s->max_restarts + 1, sizeof *u.latencies);
-  Streak k = {.last_fail_step = -1, .last_ckpt = -1};
+  Streak k = {.last_fail_step = -1, .last_ckpt = -1, .last_blamed = -1, .skip_ckpt = -1};
   int status = fit_allocation(&u) ? 1 : -1;
   while (status < 0) {
     int signalled = 0;

@@ -4,10 +4,12 @@
 #   errors     bad command lines: each exits 1 with its reason, before anything runs (axlc
 #              run's supervisor options on a job of one process too)
 #   startup    a job that fails before its first step (bad --data) is not restarted
-#   samestep   a non-finite loss at the same step twice: given up after one restart, the
-#              cause and the step in the log and the report
+#   samestep   a non-finite loss at the same step twice, the second time past the first's
+#              batch (--skip-batches 1): given up after one restart, the cause and the step in
+#              the log and the report
 #   run        axlc run --target cpu-2 --max-restarts 2: a killed rank, a restart, a finished
-#              run on the uninterrupted run's losses
+#              run on the uninterrupted run's losses; its goodput counts the restart's downtime
+#   sdc        a bit flipped on rank 1 (AXLC_TEST_SDC_FLIP): restarted, then rank 1 removed
 set -u
 AXLC=$1 SRC=$2 CASE=$3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -81,6 +83,11 @@ samestep)
   grep -q "failed at step 2: a non-finite value (step 2: loss" "$T/err" || { fail "samestep: no cause"; cat "$T/err" >&2; }
   grep -q "failed 2 times at step 2: a restart repeats this failure; giving up" "$T/err" || fail "samestep: not given up"
   [ "$(grep -c '"event":"launch"' "$T/r.jsonl")" -eq 2 ] || fail "samestep: expected 2 launches"
+  # the restart goes back to step 1 and passes over the batch of step 2, which fails again
+  grep -q "a non-finite value at step 2: back to step 1, passing over 1 batch (the bad one at step 2)" "$T/err" ||
+    fail "samestep: no skip"
+  grep -q '"event":"launch","launch":2,.*"restart_step":2,"skip_batches":1' "$T/r.jsonl" ||
+    { fail "samestep: the restart's options"; cat "$T/r.jsonl" >&2; }
   grep -q '"event":"failure".*"cause":"a non-finite value.*"step":2,"checkpoint":1,"steps_lost":1' "$T/r.jsonl" ||
     { fail "samestep: report"; cat "$T/r.jsonl" >&2; }
   ;;
@@ -110,6 +117,46 @@ run)
   cut -d, -f1-2 "$T/m.jsonl" > "$T/b"
   cmp -s "$T/a" "$T/b" || { fail "run: the losses differ from the uninterrupted run's"; diff "$T/a" "$T/b" | head >&2; }
   [ -z "$(ls "$T/tmp")" ] || fail "run: left $(ls "$T/tmp")"
+  # goodput covers the whole supervised run: the restart's downtime (the back-off of 0.1 s and
+  # more, within the recovery's latency) is in the metrics' last line and the final line
+  /usr/bin/python3 - "$T/m.jsonl" "$T/r.jsonl" <<'PYEOF' || fail "run: goodput"
+import json, sys
+m = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+rec = [json.loads(l) for l in open(sys.argv[2]) if '"recovered"' in l][0]
+ok = 0.1 <= m["downtime_s"] <= rec["latency_s"] and m["wall_s"] > m["productive_s"] + m["downtime_s"]
+ok = ok and abs(m["goodput"] - m["productive_s"] / m["wall_s"]) < 1e-4
+print("downtime %.3f s, recovery latency %.3f s, goodput %.4f" % (m["downtime_s"], rec["latency_s"], m["goodput"]))
+sys.exit(0 if ok else 1)
+PYEOF
+  grep -q "goodput [0-9.]*% of .*restart downtime 0\.[1-9]\|goodput [0-9.]*% of .*restart downtime [1-9]" "$T/out" ||
+    { fail "run: no downtime in the final line"; tail -2 "$T/out" >&2; }
+  ;;
+sdc)
+  # a bit flipped on rank 1 in the replay of step 3, every time that rank runs it: a failure of
+  # rank 1, restarted, then (the second time) the job goes on without it on 1 rank
+  must "$AXLC" compile "$MODEL" --target cpu-2 --set /input/seq_len=16 -o "$T/t2"
+  mkdir "$T/tmp"
+  TMPDIR="$T/tmp" AXLC_TEST_SDC_FLIP=3@1 "$AXLC" launch "$T/t2" -n 2 --backoff 0.1 --min-ranks 1 \
+    --report "$T/r.jsonl" -- --data "$DATA" --steps 5 --ckpt-dir "$T/ck" --ckpt-every 1 --threads 1 \
+    --sdc-check-every 3 --metrics "$T/m.jsonl" > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 0 ] || { fail "sdc: exit $rc"; tail -20 "$T/err" >&2; }
+  [ "$(grep -c "the job failed at step [0-9]*: rank 1: silent data corruption at step 3" "$T/err")" -eq 2 ] ||
+    { fail "sdc: expected 2 failures of rank 1"; cat "$T/err" >&2; }
+  grep -q "rank 1 failed 2 times: going on without it" "$T/err" || fail "sdc: rank 1 not removed"
+  grep -q '"event":"failure".*"rank":1,"status":4' "$T/r.jsonl" || { fail "sdc: report"; cat "$T/r.jsonl" >&2; }
+  grep -q '"event":"shrink","from":2,"to":1' "$T/r.jsonl" || fail "sdc: no shrink"
+  grep -q '"event":"end","status":0,"restarts":2,"ranks":1' "$T/r.jsonl" || fail "sdc: end"
+  [ -z "$(ls "$T/tmp")" ] || fail "sdc: left $(ls "$T/tmp")"
+  # the trainer's wall time spans the three launches (the second saved nothing: its time is
+  # downtime too), as the supervisor's does, less the launchers' start before the first
+  /usr/bin/python3 - "$T/m.jsonl" "$T/r.jsonl" <<'PYEOF' || fail "sdc: goodput's wall time"
+import json, sys
+m = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+end = [json.loads(l) for l in open(sys.argv[2]) if '"end"' in l][0]
+print("trainer wall %.3f s (downtime %.3f s), supervisor wall %.3f s" % (m["wall_s"], m["downtime_s"], end["wall_s"]))
+sys.exit(0 if 0.75 * end["wall_s"] <= m["wall_s"] <= end["wall_s"] + 0.05 else 1)
+PYEOF
   ;;
 esac
 [ "$fails" -eq 0 ] || exit 1
