@@ -68,6 +68,7 @@ typedef struct Sup {
   double ended_at;   /* when it ended */
   int64_t reached;   /* the step the failed job had reached (--restart-step) */
   int64_t skip;      /* batches the next launch passes over (--skip-batches), or 0 */
+  int64_t user_skip; /* the --skip-batches among the trainer's options (before any checkpoint) */
   double carry;      /* seconds of launches since the restart's checkpoint, none of it kept */
   double downtime;   /* the --restart-downtime of the last launch */
   double *latencies; /* one per recovery */
@@ -239,7 +240,13 @@ static int launch_argv(Sup *u, char **args, Numbers *num, char *tool, bool resum
   args[k++] = (char *)u->trainer;
   bool has_resume = false;
   for (int i = 0; i < u->s->argc; i++) {
-    has_resume = has_resume || !strcmp(u->s->argv[i], "--resume");
+    const char *a = u->s->argv[i];
+    has_resume = has_resume || !strcmp(a, "--resume");
+    if (resume && !strncmp(a, "--skip-batches=", 15)) continue; /* restart_args says the skip */
+    if (resume && !strcmp(a, "--skip-batches") && i + 1 < u->s->argc) {
+      i++;
+      continue;
+    }
     args[k++] = u->s->argv[i];
   }
   if (resume && !has_resume) args[k++] = "--resume";
@@ -673,7 +680,7 @@ static int after_failure(Sup *u, int rc, Streak *k) {
   } else if (ckpt != k->skip_ckpt) {
     k->skip = 0; /* a newer checkpoint holds the data position past the bad batch */
   }
-  u->skip = k->skip;
+  u->skip = k->skip + (ckpt ? 0 : u->user_skip); /* a checkpoint holds the data position */
   u->reached = reached;
   double delay = u->s->backoff * pow(2, k->fails_no_ckpt - 1);
   if (delay > BACKOFF_MAX) delay = BACKOFF_MAX;
@@ -689,15 +696,16 @@ static int after_failure(Sup *u, int rc, Streak *k) {
   return 0;
 }
 
-/* The --ckpt-dir among the trainer's options, or NULL. */
-static const char *ckpt_dir_arg(const BackendSupervisor *s) {
-  const char *dir = NULL;
+/* The value of the trainer's option `name` (the last one given), or NULL. */
+static const char *option_arg(const BackendSupervisor *s, const char *name) {
+  const char *value = NULL;
+  size_t n = strlen(name);
   for (int i = 0; i < s->argc; i++)
-    if (!strncmp(s->argv[i], "--ckpt-dir=", 11))
-      dir = s->argv[i] + 11;
-    else if (!strcmp(s->argv[i], "--ckpt-dir") && i + 1 < s->argc)
-      dir = s->argv[i + 1];
-  return dir;
+    if (!strncmp(s->argv[i], name, n) && s->argv[i][n] == '=')
+      value = s->argv[i] + n + 1;
+    else if (!strcmp(s->argv[i], name) && i + 1 < s->argc)
+      value = s->argv[i + 1];
+  return value;
 }
 
 /* The tasks of the Slurm allocation: fewer than the trainer's devices shrink the job, when
@@ -725,7 +733,9 @@ int backend_supervise(const BackendSupervisor *s, const BackendDiag *d) {
   u.t0 = now_s();
   u.trainer = s->trainer;
   u.ranks = s->ranks;
-  u.ckpt_dir = ckpt_dir_arg(s);
+  u.ckpt_dir = option_arg(s, "--ckpt-dir");
+  const char *skip = option_arg(s, "--skip-batches");
+  u.user_skip = skip ? strtoll(skip, NULL, 10) : 0; /* the trainer checks it */
   if (s->max_restarts > 0 && !u.ckpt_dir) {
     backend_error(d, NULL, NULL,
                   "%s: restarts continue from checkpoints: expected --ckpt-dir DIR among the "

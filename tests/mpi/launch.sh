@@ -8,7 +8,8 @@
 #              batch (--skip-batches 1): given up after one restart, the cause and the step in
 #              the log and the report
 #   run        axlc run --target cpu-2 --max-restarts 2: a killed rank, a restart, a finished
-#              run on the uninterrupted run's losses; its goodput counts the restart's downtime
+#              run on the uninterrupted run's losses (both started past 3 batches); its goodput
+#              counts the restart's downtime
 #   sdc        a bit flipped on rank 1 (AXLC_TEST_SDC_FLIP): restarted, then rank 1 removed
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -94,11 +95,14 @@ samestep)
 run)
   # the uninterrupted run, then the same under axlc run with a rank killed at step 8 or later
   must "$AXLC" compile "$MODEL" --target cpu-2 --set /input/seq_len=16 -o "$T/t2"
-  must "$AXLC" launch "$T/t2" -n 2 -- --data "$DATA" --steps 60 --ckpt-dir "$T/ref" --threads 1 --metrics "$T/ref.jsonl"
+  # both from the 4th batch (--skip-batches 3): the restart resumes from the checkpoint's data
+  # position and does not pass over 3 more
+  must "$AXLC" launch "$T/t2" -n 2 -- --data "$DATA" --steps 60 --ckpt-dir "$T/ref" --threads 1 --metrics "$T/ref.jsonl" \
+    --skip-batches 3
   mkdir "$T/tmp"
   TMPDIR="$T/tmp" "$AXLC" run "$MODEL" --target cpu-2 --set /input/seq_len=16 --max-restarts 2 --backoff 0.1 \
     --report "$T/r.jsonl" --data "$DATA" --steps 60 --ckpt-dir "$T/ck" --ckpt-every 5 --threads 1 \
-    --metrics "$T/m.jsonl" > "$T/out" 2> "$T/err" &
+    --metrics "$T/m.jsonl" --skip-batches 3 > "$T/out" 2> "$T/err" &
   axlc=$!
   i=0
   until [ "$(cat "$T/m.jsonl" 2> /dev/null | wc -l)" -ge 8 ] || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
