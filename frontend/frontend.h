@@ -397,21 +397,13 @@ typedef struct FeEmit {
   bool forward;         /* fe_compose_forward or _decode: the model returns its logits, no loss */
   IrDType compute;      /* the policy's compute dtype: parameters are read cast to it */
   bool kv;              /* sampling with a KV cache: the forward (the prefill) also outputs each
-                           attention's keys and values, FE_KV_PREFILL + prm + "/k" and "/v",
+                           attention's keys and values, IR_KV_PREFILL + prm + "/k" and "/v",
                            (1, kv_heads, T, head_dim) */
   bool decode;          /* fe_compose_decode: one token (seq is 1) at input "pos" */
   int32_t pos;          /* decode: (1) i32, the token's position in the window */
   int64_t window;       /* decode: the cache's length, the config's seq_len */
 } FeEmit;
 
-/* The names of the KV cache in the sampling graphs. The forward (prefill) outputs
- * FE_KV_PREFILL "PRM/k" and "PRM/v" (1, K, T, H) for the attention module at parameter path PRM;
- * the decode graph reads them as inputs FE_KV_CACHE "PRM/k"... (1, K, T, H), whose rows at
- * positions below "pos" are the earlier tokens', and outputs the token's own rows FE_KV_ROW
- * "PRM/k"... (1, K, 1, H), which the runtime writes into the cache at pos. */
-#define FE_KV_PREFILL "kv:"
-#define FE_KV_CACHE   "kv_cache:"
-#define FE_KV_ROW     "kv_row:"
 
 /* Slots per expert per sequence of S tokens (feed_forward.c, the MoE with capacity). */
 int64_t fe_moe_capacity(double capacity_factor, int64_t S, int64_t k, int64_t E);
@@ -428,7 +420,7 @@ IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild
 /* The forward of the model alone, for sampling: one sequence, input "ids" (1, T) i32 (T the
  * config's seq_len), the same parameters, and the output "logits" (1, T, vocab) f32. No
  * targets, no loss; auxiliary losses are dead code. The global program: never sharded. With
- * kv, also the keys and values of every attention (FE_KV_PREFILL...): the prefill of a KV
+ * kv, also the keys and values of every attention (IR_KV_PREFILL...): the prefill of a KV
  * cache. */
 IrGraph *fe_compose_forward(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b,
                             bool kv);
@@ -437,8 +429,8 @@ IrGraph *fe_compose_forward(FeDiag *d, const char *file, json_object *cfg, const
 bool fe_model_decodes(json_object *cfg);
 /* The one-token decode step for sampling with a KV cache: inputs "ids" (1, 1) i32 (the token)
  * and "pos" (1) i32 (its position in the window, 0..seq_len-1), and per attention module the
- * cache inputs FE_KV_CACHE...; outputs "logits" (1, 1, vocab) f32 and the token's rows
- * FE_KV_ROW.... Attention reads the cache rows below pos and the token's own row; learned
+ * cache inputs IR_KV_CACHE...; outputs "logits" (1, 1, vocab) f32 and the token's rows
+ * IR_KV_ROW.... Attention reads the cache rows below pos and the token's own row; learned
  * positions and rotary angles are those of pos. Unsharded, as the forward. */
 IrGraph *fe_compose_decode(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b);
 

@@ -15,9 +15,11 @@
 typedef struct TrainOpts {
     const char *data, *eval_data, *init, *ckpt_dir, *metrics, *prompt;
     int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every, sample;
+    int64_t top_k; /* 0: not given (every token) */
     uint64_t seed;
     double temperature; /* -1: not given (1) */
-    int resume, partial, help, config, init_allow_unused;
+    double top_p;       /* -1: not given (1) */
+    int resume, partial, help, config, init_allow_unused, no_kv_cache;
 } TrainOpts;
 
 /* One run of the trainer: everything rt_train_main sets up, and where the run stands. */

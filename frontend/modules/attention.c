@@ -136,18 +136,18 @@ static int32_t heads_first(FeEmit *e, int32_t x, int64_t heads, int64_t n, int64
 }
 
 /* The prefill's keys or values (`which`) of the attention at prm: x (1, T, K, H) as the output
- * FE_KV_PREFILL prm/which (1, K, T, H), the rows the decode step's cache starts from. */
+ * IR_KV_PREFILL prm/which (1, K, T, H), the rows the decode step's cache starts from. */
 static void kv_prefill(FeEmit *e, const char *prm, const char *which, int32_t x) {
   char name[600];
-  snprintf(name, sizeof name, FE_KV_PREFILL "%s/%s", prm, which);
+  snprintf(name, sizeof name, IR_KV_PREFILL "%s/%s", prm, which);
   int32_t perm[4] = {0, 2, 1, 3};
   int32_t t = ir_transpose(e->g, x, perm);
   if (t != IR_NONE) ir_graph_add_output(e->g, name, t);
 }
 
 /* The decode step's keys or values (`which`): the token's row x (1, 1, K, H) is the output
- * FE_KV_ROW prm/which (1, K, 1, H), which the runtime writes into the cache at pos; the
- * attention reads the cache input FE_KV_CACHE prm/which (1, K, W, H) with that row at pos. */
+ * IR_KV_ROW prm/which (1, K, 1, H), which the runtime writes into the cache at pos; the
+ * attention reads the cache input IR_KV_CACHE prm/which (1, K, W, H) with that row at pos. */
 static int32_t kv_decode(FeEmit *e, const char *prm, const char *which, int32_t x) {
   if (x == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
@@ -157,9 +157,9 @@ static int32_t kv_decode(FeEmit *e, const char *prm, const char *which, int32_t 
   char name[600];
   int32_t perm[4] = {0, 2, 1, 3}, all[4] = {0, 1, 2, 3}, d0 = 0;
   int32_t row = ir_transpose(g, x, perm); /* (1, K, 1, H) */
-  snprintf(name, sizeof name, FE_KV_ROW "%s/%s", prm, which);
+  snprintf(name, sizeof name, IR_KV_ROW "%s/%s", prm, which);
   if (row == IR_NONE || ir_graph_add_output(g, name, row) != IR_OK) return IR_NONE;
-  snprintf(name, sizeof name, FE_KV_CACHE "%s/%s", prm, which);
+  snprintf(name, sizeof name, IR_KV_CACHE "%s/%s", prm, which);
   int32_t cache = ir_input(g, name, dt, 4, kwh);
   int32_t at = ir_eq(g, ir_iota(g, DT_I32, 4, kwh, 2), ir_broadcast(g, e->pos, 4, kwh, &d0));
   return ir_select(g, at, ir_broadcast(g, row, 4, kwh, all), cache);

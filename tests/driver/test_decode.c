@@ -51,9 +51,9 @@ static void run_forward(const DrvJob *j, const int32_t *ids, int64_t n, double *
   const IrGraph *d = j->decode;
   for (int32_t v = 0, c = 0; v < d->nvalues; v++) {
     const IrValue *in = &d->values[v];
-    if (in->op != IR_INPUT || strncmp(in->name, FE_KV_CACHE, strlen(FE_KV_CACHE))) continue;
+    if (in->op != IR_INPUT || strncmp(in->name, IR_KV_CACHE, strlen(IR_KV_CACHE))) continue;
     char name[600];
-    snprintf(name, sizeof name, FE_KV_PREFILL "%s", in->name + strlen(FE_KV_CACHE));
+    snprintf(name, sizeof name, IR_KV_PREFILL "%s", in->name + strlen(IR_KV_CACHE));
     out = ir_interp_output(it, 0, name, &s);
     CU_ASSERT_PTR_NOT_NULL_FATAL(out);
     CU_ASSERT_TRUE(ir_shape_eq(&s, &in->shape));
@@ -77,7 +77,7 @@ static void run_decode(const DrvJob *j, int32_t id, int64_t pos, double **cache,
   int32_t ncache = 0;
   for (int32_t v = 0; v < g->nvalues; v++) {
     const IrValue *in = &g->values[v];
-    if (in->op != IR_INPUT || strncmp(in->name, FE_KV_CACHE, strlen(FE_KV_CACHE))) continue;
+    if (in->op != IR_INPUT || strncmp(in->name, IR_KV_CACHE, strlen(IR_KV_CACHE))) continue;
     CU_ASSERT_EQUAL(
         ir_interp_set(it, -1, in->name, in->shape.rank, in->shape.dims, cache[ncache++]), IR_OK);
   }
@@ -88,9 +88,9 @@ static void run_decode(const DrvJob *j, int32_t id, int64_t pos, double **cache,
   memcpy(logits, out, (size_t)ir_shape_numel(&s) * sizeof *logits);
   for (int32_t v = 0, c = 0; v < g->nvalues; v++) { /* the runtime's append */
     const IrValue *in = &g->values[v];
-    if (in->op != IR_INPUT || strncmp(in->name, FE_KV_CACHE, strlen(FE_KV_CACHE))) continue;
+    if (in->op != IR_INPUT || strncmp(in->name, IR_KV_CACHE, strlen(IR_KV_CACHE))) continue;
     char name[600];
-    snprintf(name, sizeof name, FE_KV_ROW "%s", in->name + strlen(FE_KV_CACHE));
+    snprintf(name, sizeof name, IR_KV_ROW "%s", in->name + strlen(IR_KV_CACHE));
     const double *row = ir_interp_output(it, 0, name, &s);
     CU_ASSERT_PTR_NOT_NULL_FATAL(row);
     int64_t K = in->shape.dims[1], W = in->shape.dims[2], H = in->shape.dims[3];
@@ -116,12 +116,12 @@ static void check_model(const char *model, const char **sets, int nsets, int64_t
   int32_t ncache = 0;
   for (int32_t v = 0; v < j.decode->nvalues; v++)
     ncache += j.decode->values[v].op == IR_INPUT &&
-              !strncmp(j.decode->values[v].name, FE_KV_CACHE, strlen(FE_KV_CACHE));
+              !strncmp(j.decode->values[v].name, IR_KV_CACHE, strlen(IR_KV_CACHE));
   double **cache = calloc((size_t)ncache + 1, sizeof *cache),
          **unused = calloc((size_t)ncache + 1, sizeof *unused);
   for (int32_t v = 0, c = 0; v < j.decode->nvalues; v++) {
     const IrValue *in = &j.decode->values[v];
-    if (in->op != IR_INPUT || strncmp(in->name, FE_KV_CACHE, strlen(FE_KV_CACHE))) continue;
+    if (in->op != IR_INPUT || strncmp(in->name, IR_KV_CACHE, strlen(IR_KV_CACHE))) continue;
     cache[c] = malloc((size_t)ir_shape_numel(&in->shape) * sizeof **cache);
     unused[c++] = malloc((size_t)ir_shape_numel(&in->shape) * sizeof **cache);
   }
