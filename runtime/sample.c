@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "rt_impl.h"
 
@@ -119,9 +120,9 @@ typedef struct Sampler {
     RtPool *pool;
     int32_t *tokens; /* (ntokens) prompt, then the output */
     int64_t ntokens, nprompt;
-    int64_t cached;  /* tokens whose keys and values the cache holds, from position 0 */
-    int32_t *order;  /* (vocab) scratch of rt_sample_pick */
-    int bytes;       /* byte-level vocabulary: text in, text out */
+    int64_t cached; /* tokens whose keys and values the cache holds, from position 0 */
+    int32_t *order; /* (vocab) scratch of rt_sample_pick */
+    int bytes;      /* byte-level vocabulary: text in, text out */
 } Sampler;
 
 static float *param_data(const Sampler *s, int i) {
@@ -322,8 +323,8 @@ static int rank_tokens(const float *logits, int64_t V, int32_t *order) {
     return 0;
 }
 
-int64_t rt_sample_pick(const float *logits, int64_t V, double t, int64_t top_k, double top_p, uint64_t seed,
-                       int64_t k, int32_t *order) {
+int64_t rt_sample_pick(const float *logits, int64_t V, double t, int64_t top_k, double top_p, uint64_t seed, int64_t k,
+                       int32_t *order) {
     int64_t best = 0;
     for (int64_t i = 0; i < V; i++) {
         if (!isfinite(logits[i]))
@@ -406,11 +407,18 @@ static const float *next_logits(Sampler *s) {
     return run_forward(s);
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int generate(Sampler *s, FILE *out, RtError *err) {
     const RtSampleOpts *o = s->o;
     for (int64_t i = 0; i < s->nprompt; i++)
         print_token(s, out, s->tokens[i], i == 0);
     fflush(out);
+    double t0 = now_s();
     for (int64_t k = 0; k < o->count; k++) {
         const float *logits = next_logits(s);
         int64_t tok = rt_sample_pick(logits, s->p->vocab, o->temperature, o->top_k, o->top_p, o->seed, k, s->order);
@@ -423,6 +431,9 @@ static int generate(Sampler *s, FILE *out, RtError *err) {
     }
     if (!s->bytes || s->tokens[s->ntokens - 1] != '\n')
         fputc('\n', out);
+    double secs = now_s() - t0;
+    fprintf(stderr, "%s: %lld tokens in %.3f s: %.1f tokens/s (%s)\n", o->prog, (long long)o->count, secs,
+            secs > 0 ? (double)o->count / secs : 0.0, s->decode ? "KV cache" : "the whole window per token");
     return fflush(out) == 0 && !ferror(out) ? 0 : rt_error_set(err, "--sample: writing the output failed");
 }
 
@@ -464,8 +475,9 @@ int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError 
         fprintf(stderr, "%s: note: the prompt has %lld tokens; the context keeps its last %lld (seq_len)\n", o->prog,
                 (long long)s.nprompt, (long long)p->seq);
     if (rc == 0 && !p->forward->decode && !o->no_kv_cache)
-        fprintf(stderr, "%s: note: this model has no KV-cache decode step (an attention is not causal); every token "
-                        "runs the forward over the window\n",
+        fprintf(stderr,
+                "%s: note: this model has no KV-cache decode step (an attention is not causal); every token "
+                "runs the forward over the window\n",
                 o->prog);
     if (rc == 0)
         rc = rt_pool_new(&s.pool, (int)o->threads, err);
