@@ -13,7 +13,8 @@
  * keeps every product on OpenBLAS (to compare; the bits then differ in the last places).
  *
  * Products of one row (a decode step's projections and head) go to OpenBLAS's sgemv, cut into
- * column blocks: the packing of a product would read the whole of B once more for one use.
+ * column blocks: the packing of a product would read the whole of B once more for one use;
+ * with bf16 operands, to a loop of f32 sums over the widened values, cut the same way.
  *
  * rt_sbgemm, bf16 operands: sgemm.c's own product with the values widened as they are packed,
  * or its vdpbf16ps kernel, or a widening reference on OpenBLAS (rt_sbgemm_path; which one and
@@ -248,6 +249,49 @@ static void sbgemm_store_rows_block(void *ctx, int64_t lo, int64_t hi) {
     sbgemm_store(g, g->c32, g->c, lo * 64, hi * 64 < g->m ? hi * 64 : g->m);
 }
 
+/* Items of a one-row bf16 product, as gemv_items: batch element it / split, column block it %
+ * split; each sum in f32 in k order, rounded once when C is bf16. */
+typedef struct {
+    const SbGemm *g;
+    int64_t split;
+} SbGemv;
+
+static void sbgemv_items(void *ctx, int64_t lo, int64_t hi) {
+    const SbGemv *v = ctx;
+    const SbGemm *g = v->g;
+    float *acc = NULL;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t b = it / v->split, n0, nlen;
+        block(g->n, v->split, it % v->split, &n0, &nlen);
+        if (nlen <= 0)
+            continue;
+        if (!acc)
+            acc = sbgemm_alloc((size_t)g->n * sizeof *acc, g);
+        const uint16_t *a = g->a + b * g->sa, *bb = g->b + b * g->sb;
+        int64_t as = g->ta ? g->lda : 1;
+        memset(acc, 0, (size_t)nlen * sizeof *acc);
+        for (int64_t kk = 0; kk < g->k && !g->tb; kk++) {
+            float av = rt_bf16_to_f32(a[kk * as]);
+            const uint16_t *row = bb + kk * g->ldb + n0;
+            for (int64_t j = 0; j < nlen; j++)
+                acc[j] += av * rt_bf16_to_f32(row[j]);
+        }
+        for (int64_t j = 0; j < nlen && g->tb; j++) {
+            const uint16_t *row = bb + (n0 + j) * g->ldb;
+            float sum = 0;
+            for (int64_t kk = 0; kk < g->k; kk++)
+                sum += rt_bf16_to_f32(a[kk * as]) * rt_bf16_to_f32(row[kk]);
+            acc[j] = sum;
+        }
+        for (int64_t j = 0; j < nlen; j++)
+            if (g->c_bf16)
+                ((uint16_t *)g->c)[b * g->sc + n0 + j] = rt_bf16_from_f32(acc[j]);
+            else
+                ((float *)g->c)[b * g->sc + n0 + j] = acc[j];
+    }
+    free(acc);
+}
+
 void rt_sbgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                int64_t lda, int64_t stride_a, const uint16_t *b, int64_t ldb, int64_t stride_b, void *c, int c_bf16,
                int64_t ldc, int64_t stride_c) {
@@ -255,6 +299,11 @@ void rt_sbgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n
                 a, b, c, stride_a, stride_b, stride_c, NULL};
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
+    if (m == 1) { /* one row: no packing (it would read B once more for one use) */
+        SbGemv v = {&g, parts(n)};
+        rt_parallel_for(pool, batch * v.split, sbgemv_items, &v);
+        return;
+    }
     if (batch >= 4 || g.path == RT_SBGEMM_REF) { /* one item per batch element */
         rt_parallel_for(pool, batch, sbgemm_items, &g);
         return;

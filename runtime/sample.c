@@ -407,9 +407,9 @@ static const float *next_logits(Sampler *s) {
     return run_forward(s);
 }
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -418,7 +418,7 @@ static int generate(Sampler *s, FILE *out, RtError *err) {
     for (int64_t i = 0; i < s->nprompt; i++)
         print_token(s, out, s->tokens[i], i == 0);
     fflush(out);
-    double t0 = now_s();
+    double t0 = clock_s(CLOCK_MONOTONIC), cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (int64_t k = 0; k < o->count; k++) {
         const float *logits = next_logits(s);
         int64_t tok = rt_sample_pick(logits, s->p->vocab, o->temperature, o->top_k, o->top_p, o->seed, k, s->order);
@@ -431,9 +431,9 @@ static int generate(Sampler *s, FILE *out, RtError *err) {
     }
     if (!s->bytes || s->tokens[s->ntokens - 1] != '\n')
         fputc('\n', out);
-    double secs = now_s() - t0;
-    fprintf(stderr, "%s: %lld tokens in %.3f s: %.1f tokens/s (%s)\n", o->prog, (long long)o->count, secs,
-            secs > 0 ? (double)o->count / secs : 0.0, s->decode ? "KV cache" : "the whole window per token");
+    double secs = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+    fprintf(stderr, "%s: %lld tokens in %.3f s (%.3f s of CPU): %.1f tokens/s (%s)\n", o->prog, (long long)o->count,
+            secs, cpu, secs > 0 ? (double)o->count / secs : 0.0, s->decode ? "KV cache" : "the whole window per token");
     return fflush(out) == 0 && !ferror(out) ? 0 : rt_error_set(err, "--sample: writing the output failed");
 }
 

@@ -10,7 +10,7 @@
 #            `axlc run MODEL --sample` (the JIT) prints what the compiled trainer prints
 #   kv       the KV cache: for tiny-lm (learned positions), fuji-test (llama-style: RoPE,
 #            grouped-query attention, SwiGLU, RMSNorm; token ids) and moe-test (experts with
-#            capacity), trained 100 steps: greedy text with the cache equals the text of
+#            capacity) and a 1-layer tiny-lm in bf16 (bf16 caches), trained 100 steps: greedy text with the cache equals the text of
 #            --no-kv-cache (the whole window per token), past the window too (3 windows long);
 #            so do seeded draws, at temperature 2 (where a wrong position or a lost key moves
 #            the draws) and under --top-k and --top-p; --top-k 1 at temperature 1 is the
@@ -183,7 +183,7 @@ PYEOF
     cmp -s "$T/$name" "$T/$name.whole" ||
       fail "$M: --sample $*: with the KV cache $(head -c 400 "$T/$name"), without $(head -c 400 "$T/$name.whole")"
   }
-  for M in tiny fuji moe; do
+  for M in tiny fuji moe tiny_bf16; do
     ck=$T/ck-$M TR=$T/$M DATA=$T/text.txt PROMPT="The trainer " SEQ=32
     case $M in
     tiny)
@@ -201,6 +201,10 @@ PYEOF
       SEQ=16
       must "$AXLC" compile "$SRC/models/moe-test.json" --target cpu -o "$TR" \
         --set /input/seq_len=16 --set /input/global_batch_size=2 ;;
+    tiny_bf16)
+      SEQ=16
+      must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$TR" --set /precision/compute=bf16 \
+        --set /model/decoder/num_layers=1 --set /input/seq_len=16 --set /input/global_batch_size=2 ;;
     esac
     N=$((3 * SEQ))
     must "$TR" --data "$DATA" --steps 100 --ckpt-dir "$ck"

@@ -10,11 +10,11 @@ times, samples greedily the same text both ways, one run after the other so that
 machine's load hits both alike: with the KV cache (the default: the prompt's prefill, then one
 decode step per token) and with --no-kv-cache (the forward over the whole window for every
 token). The prompt is PROMPT bytes and TOKENS new tokens follow (default: SEQ - PROMPT, so
-the window is full at the end and no re-prefill happens). Per mode: the median tokens per
-second of wall time (the trainer's own line, `N tokens in S s`, which leaves out loading the
-weights) and tokens per CPU second (user + system time of the process, os.wait4, loading
-included: steadier on a loaded machine), and the ratios cached / uncached. The two texts
-must be the same (greedy), else it exits 1.
+the window is full at the end and no re-prefill happens). Per mode, from the trainer's own
+line (`N tokens in S s (C s of CPU)`, which leaves out loading the weights): the median
+tokens per second of wall time and tokens per CPU second (the process's CPU time over the
+generation: steadier than wall time on a loaded machine), and the ratios cached / uncached.
+The two texts must be the same (greedy), else it exits 1.
 """
 import argparse
 import json
@@ -27,20 +27,14 @@ import sys
 import tempfile
 
 
-def run(cmd, out=None):
-    """(exit status, stderr text, CPU seconds) of cmd, stdout to the file out."""
-    with open(out or os.devnull, "wb") as o:
-        p = subprocess.Popen(cmd, stdout=o, stderr=subprocess.PIPE)
-        err = p.stderr.read().decode("utf-8", "replace")
-        _, status, ru = os.wait4(p.pid, 0)
-    return os.waitstatus_to_exitcode(status), err, ru.ru_utime + ru.ru_stime
-
-
 def must(cmd, out=None):
-    rc, err, cpu = run(cmd, out)
-    if rc != 0:
-        sys.exit(f"sample_bench: {' '.join(cmd)} failed ({rc}):\n{err}")
-    return err, cpu
+    """stderr of cmd (stdout to the file out); exits when cmd fails."""
+    with open(out or os.devnull, "wb") as o:
+        p = subprocess.run(cmd, stdout=o, stderr=subprocess.PIPE)
+    err = p.stderr.decode("utf-8", "replace")
+    if p.returncode != 0:
+        sys.exit(f"sample_bench: {' '.join(cmd)} failed ({p.returncode}):\n{err}")
+    return err
 
 
 def compile_model(args, work):
@@ -84,12 +78,12 @@ def main():
         for r in range(args.rounds):
             for m, extra in modes.items():
                 out = os.path.join(work, f"out-{len(texts)}")
-                err, cpu = must(base + extra, out)
-                line = re.search(r"(\d+) tokens in ([0-9.]+) s", err)
+                err = must(base + extra, out)
+                line = re.search(r"(\d+) tokens in ([0-9.]+) s \(([0-9.]+) s of CPU\)", err)
                 if not line:
                     sys.exit(f"sample_bench: no timing line in:\n{err}")
                 got[m]["tok_s"].append(tokens / max(float(line.group(2)), 1e-9))
-                got[m]["tok_cpu_s"].append(tokens / max(cpu, 1e-9))
+                got[m]["tok_cpu_s"].append(tokens / max(float(line.group(3)), 1e-9))
                 texts.setdefault(m, open(out, "rb").read())
                 print(f"round {r + 1}: {m:13s} {got[m]['tok_s'][-1]:9.1f} tokens/s, "
                       f"{got[m]['tok_cpu_s'][-1]:9.1f} tokens per CPU second", flush=True)
