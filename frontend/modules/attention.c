@@ -215,18 +215,22 @@ static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *p
   int64_t H = in->dim / N, B = e->batch, T = e->seq;
   json_object *rope = fe_get_child(node, "rope");
   double scale = 1.0 / sqrt((double)H);
-  int32_t q = split_heads(e, fe_emit_linear(e, x, prm, "q_proj", "attention.q_proj"), N, H, rope);
-  int32_t k = split_heads(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, H, rope);
-  int32_t v = split_heads(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, H, NULL);
-  if (e->decode)
+  if (e->decode) {
+    int32_t q = split_heads(e, fe_emit_linear(e, x, prm, "q_proj", "attention.q_proj"), N, H, rope);
+    int32_t k = split_heads(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, H, rope);
+    int32_t v = split_heads(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, H, NULL);
     return fe_emit_linear(e, decode_attention(e, prm, q, k, v, scale), prm, "o_proj",
                           "attention.o_proj");
-  if (e->kv) {
-    kv_prefill(e, prm, "k", k);
-    kv_prefill(e, prm, "v", v);
   }
-  q = heads_first(e, q, N, N, H);
+  /* q, then k, then v, each whole: the training step's order (its memory plan follows it) */
+  int32_t q = heads_first(
+      e, split_heads(e, fe_emit_linear(e, x, prm, "q_proj", "attention.q_proj"), N, H, rope), N, N,
+      H);
+  int32_t k = split_heads(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, H, rope);
+  if (e->kv) kv_prefill(e, prm, "k", k);
   k = heads_first(e, k, K, N, H);
+  int32_t v = split_heads(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, H, NULL);
+  if (e->kv) kv_prefill(e, prm, "v", v);
   v = heads_first(e, v, K, N, H);
   int32_t ctx = full_attention(e, node, N, q, k, v, scale); /* (B, N, T, H) */
   if (ctx != IR_NONE) ir_value_set_tag(g, ctx, "attention.context");
