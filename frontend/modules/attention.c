@@ -145,42 +145,52 @@ static void kv_prefill(FeEmit *e, const char *prm, const char *which, int32_t x)
   if (t != IR_NONE) ir_graph_add_output(e->g, name, t);
 }
 
-/* The decode step's keys or values (`which`): the token's row x (1, 1, K, H) is the output
- * IR_KV_ROW prm/which (1, K, 1, H), which the runtime writes into the cache at pos; the
- * attention reads the cache input IR_KV_CACHE prm/which (1, K, W, H) with that row at pos. */
-static int32_t kv_decode(FeEmit *e, const char *prm, const char *which, int32_t x) {
+/* The decode step's keys or values (`which`): the token's row x (1, 1, K, H) becomes the output
+ * IR_KV_ROW prm/which (1, K, 1, H), which the runtime writes into the cache at pos; *cache is
+ * the input IR_KV_CACHE prm/which (1, K, W, H), whose rows below pos are the earlier tokens'. */
+static int32_t kv_decode(FeEmit *e, const char *prm, const char *which, int32_t x, int32_t *cache) {
+  *cache = IR_NONE;
   if (x == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
   IrShape s = fe_shape(e, x);
   IrDType dt = g->values[x].dtype;
-  int64_t K = s.dims[2], H = s.dims[3], kwh[4] = {1, K, e->window, H};
+  int64_t kwh[4] = {1, s.dims[2], e->window, s.dims[3]};
   char name[600];
-  int32_t perm[4] = {0, 2, 1, 3}, all[4] = {0, 1, 2, 3}, d0 = 0;
+  int32_t perm[4] = {0, 2, 1, 3};
   int32_t row = ir_transpose(g, x, perm); /* (1, K, 1, H) */
   snprintf(name, sizeof name, IR_KV_ROW "%s/%s", prm, which);
   if (row == IR_NONE || ir_graph_add_output(g, name, row) != IR_OK) return IR_NONE;
   snprintf(name, sizeof name, IR_KV_CACHE "%s/%s", prm, which);
-  int32_t cache = ir_input(g, name, dt, 4, kwh);
-  int32_t at = ir_eq(g, ir_iota(g, DT_I32, 4, kwh, 2), ir_broadcast(g, e->pos, 4, kwh, &d0));
-  return ir_select(g, at, ir_broadcast(g, row, 4, kwh, all), cache);
+  *cache = ir_input(g, name, dt, 4, kwh);
+  return row;
 }
 
-/* Attention of the decode step: q (1, 1, N, H) against the keys and values k, v (1, 1, K, H)
- * of this token and the cache's of the positions before it; query head j reads kv head
- * j / (N / K). Positions past pos are masked as the causal forward masks them. (1, 1, N*H). */
+/* Attention of the decode step: q (1, 1, N, H) against the cache's keys and values at the
+ * positions below pos and this token's own k, v (1, 1, K, H); query head j reads kv head
+ * j / (N / K). The scores are the cache's (1, K, G, W), positions from pos on masked as the
+ * causal forward masks later ones, then the token's own, so that the cache is only read, not
+ * copied with the new row in it. (1, 1, N*H). */
 static int32_t decode_attention(FeEmit *e, const char *prm, int32_t q, int32_t k, int32_t v,
                                 double scale) {
   if (q == IR_NONE || k == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
   int64_t N = fe_shape(e, q).dims[2], K = fe_shape(e, k).dims[2], H = fe_shape(e, q).dims[3];
   int64_t W = e->window, kgh[4] = {1, K, N / K, H}, kgw[4] = {1, K, N / K, W};
-  int32_t kc = kv_decode(e, prm, "k", k), vc = kv_decode(e, prm, "v", v); /* (1, K, W, H) */
+  int32_t kc, vc; /* (1, K, W, H) */
+  int32_t kr = kv_decode(e, prm, "k", k, &kc),
+          vr = kv_decode(e, prm, "v", v, &vc); /* (1, K, 1, H) */
   int32_t bb[2] = {0, 1}, c3 = 3, c2 = 2, d0 = 0;
-  int32_t s = ir_dot(g, ir_reshape(g, q, 4, kgh), kc, 2, bb, bb, 1, &c3, &c3); /* (1, K, G, W) */
-  s = ir_mul(g, s, fe_emit_like(e, s, scale));
-  int32_t seen = ir_le(g, ir_iota(g, DT_I32, 4, kgw, 3), ir_broadcast(g, e->pos, 4, kgw, &d0));
-  s = ir_select(g, seen, s, fe_emit_like(e, s, -1e9));
-  int32_t ctx = ir_dot(g, fe_emit_compute(e, fe_emit_softmax(e, s)), vc, 2, bb, bb, 1, &c3, &c2);
+  int32_t qg = ir_reshape(g, q, 4, kgh);
+  int32_t parts[2] = {ir_dot(g, qg, kc, 2, bb, bb, 1, &c3, &c3),  /* (1, K, G, W) */
+                      ir_dot(g, qg, kr, 2, bb, bb, 1, &c3, &c3)}; /* (1, K, G, 1) */
+  int32_t before = ir_lt(g, ir_iota(g, DT_I32, 4, kgw, 3), ir_broadcast(g, e->pos, 4, kgw, &d0));
+  parts[0] = ir_select(g, before, parts[0], fe_emit_like(e, parts[0], -1e9));
+  int32_t s = ir_concat(g, 2, parts, 3); /* (1, K, G, W + 1) */
+  s = fe_emit_compute(e, fe_emit_softmax(e, ir_mul(g, s, fe_emit_like(e, s, scale))));
+  if (s == IR_NONE) return IR_NONE;
+  int64_t z[4] = {0, 0, 0, 0}, at_w[4] = {0, 0, 0, W}, end[4] = {1, K, N / K, W + 1};
+  int32_t ctx = ir_add(g, ir_dot(g, ir_slice(g, s, z, kgw), vc, 2, bb, bb, 1, &c3, &c2),
+                       ir_dot(g, ir_slice(g, s, at_w, end), vr, 2, bb, bb, 1, &c3, &c2));
   if (ctx != IR_NONE) ir_value_set_tag(g, ctx, "attention.context");
   int64_t merged[3] = {1, 1, N * H};
   return ir_reshape(g, ctx, 3, merged);
