@@ -68,9 +68,11 @@ typedef struct BackendProgram {
   int64_t devices;            /* the config's mesh: devices the job runs on */
   int64_t vocab;              /* token ids lie in [0, vocab) */
   int64_t max_steps;
-  uint64_t seed;      /* parameter init and data order */
-  int64_t ckpt_every; /* checkpoint every N steps; 0: only at the end */
-  int32_t ckpt_keep;  /* complete checkpoints to keep */
+  uint64_t seed;              /* parameter init and data order */
+  int64_t ckpt_every;         /* checkpoint every N steps; 0: only at the end */
+  int32_t ckpt_keep;          /* complete checkpoints to keep */
+  double flops, bf16_flops;   /* one step on one device (axlc memcheck's count), of them bf16 */
+  double peak_f32, peak_bf16; /* the target's FLOP/s per device (device table); 0: unknown */
 } BackendProgram;
 
 /* One compilation as a backend sees it. The backend may rewrite nothing but

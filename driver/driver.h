@@ -134,6 +134,8 @@ typedef struct DrvMemReport {
 
 /* j lowered through every pass. */
 int drv_memcheck(DrvJob *j, DrvMemReport *r);
+/* The FLOPs of one run of g (the report's flops), and in *bf16 those of bf16 products. */
+double drv_step_flops(const IrGraph *g, double *bf16);
 void drv_memreport_free(DrvMemReport *r);
 /* The lower bound on the compute time of a step: products with bf16 operands at the device's
  * bf16 rate, the rest at its f32 rate. */

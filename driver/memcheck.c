@@ -151,6 +151,13 @@ static double value_flops(const IrGraph *g, const IrValue *v, double *matmul, do
   return (ir_op_flags(v->op) & IR_ELEMENTWISE) ? out : 0;
 }
 
+double drv_step_flops(const IrGraph *g, double *bf16) {
+  double flops = 0, matmul = 0;
+  *bf16 = 0;
+  for (int32_t v = 0; v < g->nvalues; v++) flops += value_flops(g, &g->values[v], &matmul, bf16);
+  return flops;
+}
+
 /* phase[v]: 0 forward (the loss depends on it), 1 backward (a gradient does), 2 update. */
 static void phases(const IrGraph *g, uint8_t *phase) {
   int32_t n = g->nvalues;

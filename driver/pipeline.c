@@ -164,6 +164,7 @@ int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out) {
                       .forward = j->forward,
                       .decode = j->decode};
   if (backend_program(j, &out->program)) return -1;
+  out->program.flops = drv_step_flops(j->graph, &out->program.bf16_flops);
   if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward") ||
       expand_for(j, j->decode, b, "decode"))
     return -1;
@@ -218,13 +219,18 @@ static int shard_mesh(DrvJob *j, IrMesh *m) {
 }
 
 /* The axes of m that split the batch (FE_AXIS_BATCH), major first in the order of fe_axes
- * (data, expert, fsdp), whatever order the mesh lists them in. */
+ * (data, fsdp), whatever order the mesh lists them in, and the expert axis minor: expert
+ * dispatch moves that axis from the batch to the experts by an all_to_all, and each device then
+ * keeps a contiguous chunk of rows (its data x fsdp share) instead of gathering the batch. */
 static void batch_axes(const IrMesh *m, uint8_t *axes) {
   int n = 0;
-  for (int i = 0; i < fe_naxes && n < IR_MAX_SPLIT_AXES; i++) {
-    int a = (fe_axes[i].roles & FE_AXIS_BATCH) ? ir_mesh_axis(m, fe_axes[i].name) : -1;
-    if (a >= 0) axes[n++] = (uint8_t)(a + 1);
-  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < fe_naxes && n < IR_MAX_SPLIT_AXES; i++) {
+      bool batch = fe_axes[i].roles & FE_AXIS_BATCH, expert = fe_axes[i].roles & FE_AXIS_EXPERTS;
+      if (!batch || expert != (pass == 1)) continue; /* the expert axis in the second pass */
+      int a = ir_mesh_axis(m, fe_axes[i].name);
+      if (a >= 0) axes[n++] = (uint8_t)(a + 1);
+    }
 }
 
 /* Appends the axes of a '|'-joined spec that are in m (axes of size 1 split nothing). */

@@ -6,13 +6,16 @@
  * "ids" and "targets" of (b, T), b = B / N for the global batch B and N microbatches, the
  * output "loss" and one "grad:P" per parameter. Output: the step over the whole batch:
  *
- *   - The inputs become (B, T), the bytes the data loader writes without microbatches. With
- *     the batch split over S devices (the "ids" leaf of opt->shard: the data, expert and fsdp
- *     axes), device r holds rows [r B/S, (r+1) B/S), so microbatch k takes from each device
- *     its k-th block of b/S rows: reshape (B, T) -> (S, N, b/S, T), slice [:, k], reshape to
- *     (b, T). Under the mesh each device's slice is its own memory (pass_shard keeps the
- *     split through both reshapes and the slice), so no communication is added and the runtime
- *     feeds the inputs as it always did. Over the whole step the rows are the same B rows.
+ *   - The inputs become (B, T), the bytes the data loader writes without microbatches.
+ *     Microbatch k is the rows r with r mod N = k, whatever the mesh: reshape (B, T) ->
+ *     (b, N, T), slice [:, k], reshape to (b, T). With the batch split over S devices (the
+ *     "ids" leaf of opt->shard: the data, expert and fsdp axes), device d holds rows
+ *     [d B/S, (d+1) B/S), a multiple of N rows from a multiple of N, so its rows of
+ *     microbatch k are its own memory (pass_shard keeps the split on dim 0 of both reshapes
+ *     and the slice): no communication is added and the runtime feeds the inputs as it
+ *     always did. A microbatch is the same rows on every mesh, so what is computed over a
+ *     microbatch's rows as a whole (a MoE's load-balance loss) is the same on every mesh and
+ *     on one device. Over the whole step the rows are the same B rows.
  *   - The values that depend on the inputs (the forward and the backward) are copied N times
  *     in sequence: all of copy k before any of copy k+1. Nothing after this pass reorders
  *     values (simplify rebuilds in order, CSE cannot merge values of different slices, shard
@@ -70,13 +73,12 @@ static int32_t input_slice(Micro *m, int32_t v, int64_t k) {
     s.dims[0] *= m->n;
     m->whole[v] = ir_input(m->ng, x.name, x.dtype, s.rank, s.dims);
   }
-  /* (B, rest...) -> (S, N, b/S, rest...), slice [:, k], -> (b, rest...) */
+  /* (B, rest...) -> (b, N, rest...), slice [:, k], -> (b, rest...) */
   int64_t dims[IR_MAX_RANK] = {0}, lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK];
-  int32_t r = x.shape.rank + 2;
-  dims[0] = m->split;
+  int32_t r = x.shape.rank + 1;
+  dims[0] = x.shape.dims[0];
   dims[1] = m->n;
-  dims[2] = x.shape.dims[0] / m->split;
-  for (int32_t d = 1; d < x.shape.rank; d++) dims[d + 2] = x.shape.dims[d];
+  for (int32_t d = 1; d < x.shape.rank; d++) dims[d + 1] = x.shape.dims[d];
   memcpy(hi, dims, sizeof hi);
   lo[1] = k;
   hi[1] = k + 1;
@@ -112,11 +114,11 @@ static int check_inputs(Micro *m, const PassOptions *opt) {
   for (int32_t v = 0; v < m->g->nvalues; v++) {
     const IrValue *x = &m->g->values[v];
     if (x->op != IR_INPUT) continue;
-    if (x->shape.rank < 1 || x->shape.rank + 2 > IR_MAX_RANK)
+    if (x->shape.rank < 1 || x->shape.rank + 1 > IR_MAX_RANK)
       return ir_graph_fail(m->g,
                            "microbatch: input '%s' has rank %d (expected a batch of rows: rank 1 "
                            "to %d)",
-                           x->name, x->shape.rank, IR_MAX_RANK - 2);
+                           x->name, x->shape.rank, IR_MAX_RANK - 1);
     int64_t s = input_split(opt, x->name);
     if (m->split != 0 && s != m->split)
       return ir_graph_fail(m->g,

@@ -511,10 +511,15 @@ static int dot(Ctx *c, int32_t v, Sh *out) {
   if (c->deferred[r]) R0 = natural(c, r), R0.partial = 0;
   Sh L = {0}, R = {0};
   uint32_t used = 0;
-  /* batch pairs: the lhs's split, else the rhs's */
+  /* batch pairs: the lhs's split, else the rhs's, or the rhs's where it extends the lhs's (an
+   * expert buffer's gradient split (fsdp) on the batch and `expert` on the experts meets the
+   * dispatch split (fsdp, expert): the axis moves to the batch by an all_to_all, rather than
+   * the dispatch to the experts and the product's output all-reduced over `expert`) */
   for (int32_t i = 0; i < at->lb.n; i++) {
     int32_t dl = (int32_t)at->lb.v[i], dr = (int32_t)at->rb.v[i];
-    memcpy(L.s.axes[dl], nax(&L0.s, dl) ? L0.s.axes[dl] : R0.s.axes[dr], IR_MAX_SPLIT_AXES);
+    int nl = nax(&L0.s, dl), nr = nax(&R0.s, dr);
+    bool rhs = !nl || (nr > nl && !memcmp(L0.s.axes[dl], R0.s.axes[dr], (size_t)nl));
+    memcpy(L.s.axes[dl], rhs ? R0.s.axes[dr] : L0.s.axes[dl], IR_MAX_SPLIT_AXES);
     used |= keep_prefix(&L.s, dl, used);
     memcpy(R.s.axes[dr], L.s.axes[dl], IR_MAX_SPLIT_AXES);
   }

@@ -54,8 +54,8 @@ int rt_env_comm(double *timeout_s, int64_t *spin, int64_t *nap_ns, RtError *err)
 int rt_env_hugepages(int64_t *on, RtError *err);
 
 /* Checks every variable a trainer reads (AXLC_SGEMM, AXLC_HUGEPAGES, AXLC_COMM_TIMEOUT,
- * AXLC_COMM_SPIN, AXLC_COMM_NAP) before it starts, so that a typo ends the run at once instead of being
- * ignored or found at the first collective. */
+ * AXLC_COMM_SPIN, AXLC_COMM_NAP, and the test hook AXLC_TEST_SAVE_PAUSE) before it starts, so that a typo ends the run
+ * at once instead of being ignored or found at the first collective. */
 int rt_env_check(RtError *err);
 
 /* ===== data.c: memory-mapped token files and batching ================================= */
@@ -350,6 +350,7 @@ typedef struct RtCkptState {
     /* Where the frozen parameters (a LoRA run's base, not saved) came from: "init <file>
      * fnv1a64:<hex of its frozen tensors>" or "seed"; NULL when none is frozen. */
     const char *base;
+    const char *trainer_state; /* the trainer's own state as text (its outlier window); may be NULL */
 } RtCkptState;
 
 typedef struct RtCkpt RtCkpt; /* an opened, verified checkpoint */
@@ -370,6 +371,21 @@ void rt_ckpt_unlock(RtCkptLock *lk);
  * same step. A failure leaves every earlier checkpoint as it was and removes what it wrote.
  * Returns 0, -1 (not saved), or 1: saved, but deleting old checkpoints failed (err says why). */
 int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtError *err);
+/* A sharded save (format 2) in its parts, for a trainer that writes its shard off the thread that
+ * runs the collectives; rt_ckpt_save with several ranks is these, in this order, on each rank.
+ * begin (collective): rank 0 makes the step directory. shard_write (no collective, any thread):
+ * this rank's file; info gets (failed, bytes, CRC-32). shard_gather (collective): info holds
+ * 3 * ranks values, this rank's at 3 * rank and zeros elsewhere, and gets every rank's; -1 when
+ * a rank failed (why: this rank's own message), and rank 0 has then removed the directory.
+ * shard_index (rank 0 alone, any thread): the index, written last, then pruning as
+ * rt_ckpt_save does; 0, 1 (saved, pruning failed) or -1 (the directory removed). shard_end
+ * (collective): every rank learns rank 0's result rc (why: rank 0's message) and returns it as
+ * rt_ckpt_save would. */
+int rt_ckpt_shard_begin(const char *dir, const RtCkptState *s, RtError *err);
+int rt_ckpt_shard_write(const char *dir, const RtCkptState *s, int64_t info[3], RtError *err);
+int rt_ckpt_shard_gather(const char *dir, const RtCkptState *s, int64_t *info, const RtError *why, RtError *err);
+int rt_ckpt_shard_index(const char *dir, const RtCkptState *s, const int64_t *info, int keep_last, RtError *err);
+int rt_ckpt_shard_end(const RtCkptState *s, int rc, const RtError *why, RtError *err);
 /* Newest complete checkpoint with step < below (RT_CKPT_ANY for the newest).
  * Returns 1 and sets *step if found, 0 if none, -1 on error. */
 int rt_ckpt_latest(const char *dir, int64_t below, int64_t *step, RtError *err);
@@ -387,9 +403,10 @@ void rt_ckpt_close(RtCkpt *ck);
 int64_t rt_ckpt_step(const RtCkpt *ck);
 int64_t rt_ckpt_data_position(const RtCkpt *ck);
 uint64_t rt_ckpt_rng_state(const RtCkpt *ck);
-const char *rt_ckpt_config(const RtCkpt *ck);      /* "" if none was saved */
-const char *rt_ckpt_fingerprint(const RtCkpt *ck); /* "" if none was saved */
-const char *rt_ckpt_base(const RtCkpt *ck);        /* RtCkptState.base; "" if none was saved */
+const char *rt_ckpt_config(const RtCkpt *ck);        /* "" if none was saved */
+const char *rt_ckpt_fingerprint(const RtCkpt *ck);   /* "" if none was saved */
+const char *rt_ckpt_base(const RtCkpt *ck);          /* RtCkptState.base; "" if none was saved */
+const char *rt_ckpt_trainer_state(const RtCkpt *ck); /* "" if none was saved */
 /* Format version 1: the state file; version 2: rank 0's file (metadata, and its shards only). */
 const RtSt *rt_ckpt_tensors(const RtCkpt *ck);
 /* The checkpoint's tensors, whichever files hold them: name, dtype, global rank and shape
@@ -556,7 +573,7 @@ typedef struct RtOclLaunch {
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train_program.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION    5
+#define RT_ABI_VERSION    6
 #define RT_MAX_PARAM_RANK 4
 
 struct RtParamSlot {
@@ -580,7 +597,7 @@ typedef struct RtKvCache {
     int64_t prefill_offset; /* the forward's output (heads, seq, row): every position's */
 } RtKvCache;
 
-/* The one-token decode step of sampling with a KV cache (ABI 5). It shares the forward's slab
+/* The one-token decode step of sampling with a KV cache (ABI 6). It shares the forward's slab
  * (slab_bytes covers both; the forward uses its first RtForward.slab_bytes and leaves the rest
  * alone): the parameters lie where the forward's do, the caches past the forward's bytes. The
  * runtime fills the caches from a forward's prefill outputs, then per token writes the token
@@ -609,7 +626,7 @@ typedef struct RtForward {
     int64_t logits_offset;        /* f32 (1, seq, vocab) */
     const int64_t *param_offsets; /* (nparams) */
     void (*run)(char *slab, RtPool *pool, RtComm *comm);
-    const RtDecode *decode; /* ABI 5: the decode step with a KV cache; NULL: none */
+    const RtDecode *decode; /* ABI 6: the decode step with a KV cache; NULL: none */
 } RtForward;
 
 typedef struct RtProgram {
@@ -634,6 +651,11 @@ typedef struct RtProgram {
     const RtForward *forward; /* ABI 3: the sampling forward; NULL: this trainer cannot sample */
     int32_t has_aux_loss;     /* ABI 4: 1 when the loss includes an auxiliary part (MoE) ... */
     int64_t aux_loss_offset;  /* ... an f32 scalar the step writes there: the metrics' aux_loss */
+    /* ABI 5: the step's cost on one device, as axlc memcheck counts it (2 FLOPs per multiply-add
+     * of a product, 1 per element of the rest), of which in products with bf16 operands; and the
+     * target's peak FLOP/s per device from the device table (0: unknown). The trainer's MFU. */
+    double step_flops, step_bf16_flops;
+    double peak_f32, peak_bf16;
 } RtProgram;
 
 /* An OpenCL trainer: the program table (its step is NULL: rt_ocl_main supplies it), the
@@ -655,7 +677,10 @@ int rt_ocl_main(const RtOclProgram *p, int argc, char **argv);
 int rt_ocl_check_args(int argc, char **argv, RtError *err);
 
 /* The trainer's main: parses the trainer options (--help lists them) and trains. Returns the
- * process exit status. */
+ * process exit status: 0 done; 1 an error (the message says which); 128 + the signal when
+ * stopped by SIGINT or SIGTERM (after saving); and for a supervisor, which acts on them: */
+#define RT_EXIT_NONFINITE 3 /* the loss, gradient norm or weights went non-finite (nothing saved) */
+#define RT_EXIT_SDC       4 /* --sdc-check-every: a step's replay differed (the rank is named) */
 int rt_train_main(const RtProgram *p, int argc, char **argv);
 /* Parses and checks the options as rt_train_main does (argv[0] is the program's name), with the
  * same messages, without a program and without touching any file: `axlc run` calls it before

@@ -4,8 +4,9 @@
  * A checkpoint of step S is the directory DIR/step_<S, 8 digits>/ holding
  *   state.safetensors  parameters by path and optimizer state ("opt/m/<path>", ...); its
  *                      __metadata__ holds axlc.step, axlc.data_position, axlc.rng_state,
- *                      axlc.config (the resolved config text) and, for a run with frozen
- *                      parameters (LoRA), axlc.base (where its base weights came from);
+ *                      axlc.config (the resolved config text), axlc.fingerprint,
+ *                      axlc.trainer_state (the trainer's own, as text) and, for a run with
+ *                      frozen parameters (LoRA), axlc.base (where its base weights came from);
  *   index.json         {"format": "axlc-checkpoint", "version": 1, "step": S,
  *                       "files": [{"name": ..., "bytes": ..., "crc32": ...}]}.
  * Every file is written under a temporary name, fsynced and renamed; index.json is written
@@ -30,6 +31,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rt_impl.h"
@@ -54,9 +56,9 @@ typedef struct CkTensor {
 struct RtCkpt {
     int64_t step, data_position;
     uint64_t rng_state;
-    const char *config, *fingerprint, *base; /* point into st's metadata */
-    RtSt *st;                                /* the state file (format 1) or rank 0's (format 2) */
-    RtSt **files;                            /* (nfiles) every tensor file, st among them */
+    const char *config, *fingerprint, *base, *trainer_state; /* point into st's metadata */
+    RtSt *st;                                                /* the state file (format 1) or rank 0's (format 2) */
+    RtSt **files;                                            /* (nfiles) every tensor file, st among them */
     int nfiles;
     CkTensor *tensors; /* (ntensors) */
     int ntensors;
@@ -284,6 +286,18 @@ static int make_step_dir(const char *sdir, RtError *err) {
     return 0;
 }
 
+/* A test hook: AXLC_TEST_SAVE_PAUSE (seconds) holds every save between its tensor files and its
+ * index, so that tests can kill or stop a trainer while a checkpoint is half written (the value
+ * is checked at start-up: rt_env_check). */
+static void test_pause(void) {
+    double s;
+    if (rt_env_seconds("AXLC_TEST_SAVE_PAUSE", 0, &s, NULL) != 0 || s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
 static int write_state(const char *dir, const RtCkptState *s, uint32_t *crc, int64_t *size, RtError *err) {
     char path[PATH_CAP], step[32], pos[32], rng[32];
     snprintf(step, sizeof step, "%lld", (long long)s->step);
@@ -295,11 +309,12 @@ static int write_state(const char *dir, const RtCkptState *s, uint32_t *crc, int
         {"axlc.rng_state", rng},
         {"axlc.config", s->config ? s->config : ""},
         {"axlc.fingerprint", s->fingerprint ? s->fingerprint : ""},
+        {"axlc.trainer_state", s->trainer_state ? s->trainer_state : ""},
         {"axlc.base", s->base ? s->base : ""},
     };
     if (step_path(path, dir, s->step, STATE_FILE, err) != 0)
         return -1;
-    return rt_st_write(path, s->tensors, s->n_tensors, meta, 6, crc, size, err);
+    return rt_st_write(path, s->tensors, s->n_tensors, meta, (int)(sizeof meta / sizeof meta[0]), crc, size, err);
 }
 
 static int write_index(const char *dir, const RtCkptState *s, uint32_t crc, int64_t size, RtError *err) {
@@ -379,10 +394,11 @@ static int write_rank_state(const char *dir, const RtCkptState *s, int rank, uin
         {"axlc.config", s->config ? s->config : ""},
         {"axlc.fingerprint", s->fingerprint ? s->fingerprint : ""},
         {"axlc.regions", regions ? regions : "{}"},
+        {"axlc.trainer_state", s->trainer_state ? s->trainer_state : ""},
         {"axlc.base", s->base ? s->base : ""},
     };
     if (rc == 0 && n > 0 && step_path(path, dir, s->step, name, err) == 0)
-        rc = rt_st_write(path, own, n, meta, 7, crc, size, err);
+        rc = rt_st_write(path, own, n, meta, (int)(sizeof meta / sizeof meta[0]), crc, size, err);
     else if (rc == 0 && n > 0)
         rc = -1;
     free(own);
@@ -475,11 +491,13 @@ static int64_t from_rank0(RtComm *c, int64_t v, RtError *err) {
     return rt_comm_sum_i64(c, &x, 1, err) == 0 ? x : -1;
 }
 
-static int save_sharded(const char *dir, const RtCkptState *s, int keep_last, RtError *err) {
+int rt_ckpt_shard_begin(const char *dir, const RtCkptState *s, RtError *err) {
     RtComm *c = s->comm;
-    int rank = rt_comm_rank(c), world = rt_comm_size(c), rc = 0;
+    int rank = rt_comm_rank(c), rc = 0;
     char sdir[PATH_CAP];
     RtError why = {{0}};
+    if (s->step < 0)
+        return rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir, (long long)s->step);
     if (step_path(sdir, dir, s->step, NULL, err) != 0)
         return -1;
     /* rank 0 makes the step directory; the others write into it once it exists */
@@ -490,56 +508,85 @@ static int save_sharded(const char *dir, const RtCkptState *s, int keep_last, Rt
     if (from_rank0(c, rc, err) != 0)
         return rank == 0 ? rt_error_set(err, "%s", why.msg)
                          : rt_error_set(err, "%s: rank 0 could not prepare the checkpoint directory", sdir);
-    int64_t *info = calloc(3 * (size_t)world, sizeof *info);
-    if (!info)
-        return rt_error_set(err, "%s: out of memory", sdir); /* the others will wait in vain: the watchdog */
+    return 0;
+}
+
+int rt_ckpt_shard_write(const char *dir, const RtCkptState *s, int64_t info[3], RtError *err) {
     uint32_t crc;
     int64_t size;
-    info[3 * rank] = write_rank_state(dir, s, rank, &crc, &size, &why) != 0;
-    info[3 * rank + 1] = size;
-    info[3 * rank + 2] = crc;
-    if (rt_comm_sum_i64(c, info, 3 * world, err) != 0) {
-        free(info);
+    info[0] = write_rank_state(dir, s, rt_comm_rank(s->comm), &crc, &size, err) != 0;
+    info[1] = size;
+    info[2] = crc;
+    test_pause();
+    return info[0] ? -1 : 0;
+}
+
+int rt_ckpt_shard_gather(const char *dir, const RtCkptState *s, int64_t *info, const RtError *why, RtError *err) {
+    RtComm *c = s->comm;
+    int rank = rt_comm_rank(c), world = rt_comm_size(c), failed = -1;
+    char sdir[PATH_CAP];
+    if (step_path(sdir, dir, s->step, NULL, err) != 0)
         return -1;
-    }
-    int failed = -1;
+    if (rt_comm_sum_i64(c, info, 3 * world, err) != 0)
+        return -1;
     for (int r = world - 1; r >= 0; r--)
         if (info[3 * r])
             failed = r;
-    rc = 0;
-    if (failed >= 0) {
-        if (rank == 0)
-            remove_ckpt(dir, s->step, NULL);
-        rc = info[3 * rank]
-                 ? rt_error_set(err, "%s", why.msg)
-                 : rt_error_set(err, "%s: rank %d could not write its shard (its message says why)", sdir, failed);
-        free(info);
-        return rc;
-    }
-    if (rank == 0 && write_index_v2(dir, s, info, world, &why) != 0) {
+    if (failed < 0)
+        return 0;
+    if (rank == 0)
         remove_ckpt(dir, s->step, NULL);
-        rc = -1;
-    } else if (rank == 0 && prune(dir, keep_last, s->step, &why) != 0) {
-        rc = 1;
+    return info[3 * rank]
+               ? rt_error_set(err, "%s", why->msg)
+               : rt_error_set(err, "%s: rank %d could not write its shard (its message says why)", sdir, failed);
+}
+
+int rt_ckpt_shard_index(const char *dir, const RtCkptState *s, const int64_t *info, int keep_last, RtError *err) {
+    if (write_index_v2(dir, s, info, rt_comm_size(s->comm), err) != 0) {
+        remove_ckpt(dir, s->step, NULL);
+        return -1;
     }
-    free(info);
+    return prune(dir, keep_last, s->step, err) != 0 ? 1 : 0;
+}
+
+int rt_ckpt_shard_end(const RtCkptState *s, int rc, const RtError *why, RtError *err) {
+    RtComm *c = s->comm;
+    int rank = rt_comm_rank(c);
     int64_t agreed = from_rank0(c, rc, err);
     if (agreed < 0 && rank == 0)
-        return rt_error_set(err, "%s", why.msg);
+        return rt_error_set(err, "%s", why->msg);
     if (agreed < 0)
-        return rt_error_set(err, "%s: rank 0 could not write the index", sdir);
+        return rt_error_set(err, "step %lld: rank 0 could not write the index of the checkpoint", (long long)s->step);
     if (agreed > 0)
         rt_error_set(err, "step %lld saved, but deleting old checkpoints failed: %s", (long long)s->step,
-                     rank == 0 ? why.msg : "see rank 0");
+                     rank == 0 ? why->msg : "see rank 0");
     return (int)agreed;
+}
+
+/* The parts in one go, on the calling thread. */
+static int save_sharded(const char *dir, const RtCkptState *s, int keep_last, RtError *err) {
+    int rank = rt_comm_rank(s->comm), world = rt_comm_size(s->comm), rc = 0;
+    RtError why = {{0}};
+    if (rt_ckpt_shard_begin(dir, s, err) != 0)
+        return -1;
+    int64_t *info = calloc(3 * (size_t)world, sizeof *info);
+    if (!info)
+        return rt_error_set(err, "%s: out of memory", dir); /* the others will wait in vain: the watchdog */
+    rt_ckpt_shard_write(dir, s, info + 3 * rank, &why);
+    if (rt_ckpt_shard_gather(dir, s, info, &why, err) != 0) {
+        free(info);
+        return -1;
+    }
+    if (rank == 0)
+        rc = rt_ckpt_shard_index(dir, s, info, keep_last, &why);
+    free(info);
+    return rt_ckpt_shard_end(s, rc, &why, err);
 }
 
 int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtError *err) {
     char sdir[PATH_CAP];
     if (state->comm && rt_comm_size(state->comm) > 1 && state->regions)
-        return state->step < 0
-                   ? rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir, (long long)state->step)
-                   : save_sharded(dir, state, keep_last, err);
+        return save_sharded(dir, state, keep_last, err);
     if (state->step < 0)
         return rt_error_set(err, "%s: checkpoint step %lld, expected >= 0", dir, (long long)state->step);
     if (step_path(sdir, dir, state->step, NULL, err) != 0)
@@ -550,8 +597,10 @@ int rt_ckpt_save(const char *dir, const RtCkptState *state, int keep_last, RtErr
     int64_t size;
     if (make_dir(dir, err) != 0 || make_step_dir(sdir, err) != 0)
         return -1;
-    if (rt_dir_fsync(dir, err) != 0 || write_state(dir, state, &crc, &size, err) != 0 ||
-        write_index(dir, state, crc, size, err) != 0) {
+    int rc = rt_dir_fsync(dir, err) != 0 || write_state(dir, state, &crc, &size, err) != 0 ? -1 : 0;
+    if (rc == 0)
+        test_pause();
+    if (rc != 0 || write_index(dir, state, crc, size, err) != 0) {
         remove_ckpt(dir, state->step, NULL); /* best effort: the incomplete directory is invisible anyway */
         return -1;
     }
@@ -956,6 +1005,9 @@ static int read_meta(RtCkpt *ck, int64_t step, RtError *err) {
     ck->data_position = pos;
     ck->config = rt_st_meta(ck->st, "axlc.config");
     ck->fingerprint = rt_st_meta(ck->st, "axlc.fingerprint");
+    ck->trainer_state = rt_st_meta(ck->st, "axlc.trainer_state");
+    if (!ck->trainer_state)
+        ck->trainer_state = "";
     ck->base = rt_st_meta(ck->st, "axlc.base");
     if (!ck->base)
         ck->base = "";
@@ -1111,6 +1163,9 @@ const char *rt_ckpt_fingerprint(const RtCkpt *ck) {
 
 const char *rt_ckpt_base(const RtCkpt *ck) {
     return ck->base;
+}
+const char *rt_ckpt_trainer_state(const RtCkpt *ck) {
+    return ck->trainer_state;
 }
 const RtSt *rt_ckpt_tensors(const RtCkpt *ck) {
     return ck->st;

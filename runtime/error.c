@@ -100,7 +100,7 @@ int rt_env_hugepages(int64_t *on, RtError *err) {
 
 int rt_env_check(RtError *err) {
     int64_t spin, nap, huge;
-    double timeout;
+    double timeout, pause;
     const char *sgemm = getenv("AXLC_SGEMM");
     if (sgemm && *sgemm && strcmp(sgemm, "openblas") != 0 && strcmp(sgemm, "own") != 0)
         return rt_error_set(err, "AXLC_SGEMM=%s: expected openblas or own (unset: own where the CPU has AVX2 and FMA)",
@@ -108,7 +108,7 @@ int rt_env_check(RtError *err) {
     const char *sb = getenv("AXLC_SBGEMM");
     if (sb && *sb && strcmp(sb, "widen") != 0 && strcmp(sb, "dot") != 0 && strcmp(sb, "ref") != 0)
         return rt_error_set(err, "AXLC_SBGEMM=%s: expected widen, dot or ref (unset: widen)", sb);
-    if (rt_env_hugepages(&huge, err) != 0)
+    if (rt_env_hugepages(&huge, err) != 0 || rt_env_seconds("AXLC_TEST_SAVE_PAUSE", 0, &pause, err) != 0)
         return -1;
     return rt_env_comm(&timeout, &spin, &nap, err);
 }

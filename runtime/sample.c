@@ -9,7 +9,7 @@
  *
  * The context window is the last seq tokens of prompt and output so far, written from position
  * 0 and padded with zeros (the causal model never lets a position see the ones after it). With
- * a decode step (RtForward.decode, ABI 5) the forward runs once over the window as the prefill:
+ * a decode step (RtForward.decode, ABI 6) the forward runs once over the window as the prefill:
  * its keys and values fill the KV cache (per attention, (kv_heads, seq, head_dim)), and each
  * next token is one decode step at its position, whose own keys and values are written into
  * the cache there. When the window is full, the next token's window starts one token later, so

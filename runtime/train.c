@@ -115,10 +115,34 @@ int train_slot_frozen(const RtParamSlot *s) {
     return s->m_offset < 0;
 }
 
-static double now_ms(void) {
+double train_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* When this process started, on train_now_ms's clock: its age from /proc/self/stat (clock ticks
+ * since boot, field 22) against the boot clock, so that start-up counts the exec, MPI's start and,
+ * under `axlc run`, the compile. Where the kernel does not say: now. */
+static double process_start_ms(void) {
+    double now = train_now_ms();
+    FILE *f = fopen("/proc/self/stat", "r");
+    char buf[1024];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long ticks = 0;
+    for (int field = 2; p && *p && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    struct timespec boot;
+    long hz = sysconf(_SC_CLK_TCK);
+    if (!p || sscanf(p, "%llu", &ticks) != 1 || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0)
+        return now;
+    double age = boot.tv_sec * 1e3 + boot.tv_nsec / 1e6 - (double)ticks * 1e3 / (double)hz;
+    return age > 0 ? now - age : now;
 }
 
 /* A zeroed slab of `bytes`, mapped on its own (its size rounded up to a page is *mapped).
@@ -218,6 +242,8 @@ static int tensors_make(Trainer *t, RtError *err) {
 }
 
 static void trainer_free(Trainer *t) {
+    train_save_free(t);
+    train_outlier_free(t);
     for (int i = 0; t->names && i < 3 * t->p->nparams; i++)
         free(t->names[i]);
     free(t->names);
@@ -304,6 +330,8 @@ static int join_mesh(Trainer *t, RtError *err) {
     return 0;
 }
 
+static int sdc_fault_parse(Trainer *t, RtError *err);
+
 static int setup(Trainer *t, RtError *err) {
     const RtProgram *p = t->p;
     if (train_program_check(p, err) != 0 || join_mesh(t, err) != 0)
@@ -319,11 +347,15 @@ static int setup(Trainer *t, RtError *err) {
     if (rt_env_hugepages(&huge, err) != 0)
         return -1;
     t->slab = slab_new(p->slab_bytes, (int)huge, &t->slab_mapped);
-    t->eval_slab = t->o.eval_data ? slab_new(p->slab_bytes, (int)huge, &t->eval_mapped) : NULL;
-    if (!t->slab || (t->o.eval_data && !t->eval_slab))
+    int spare = t->o.eval_data || t->o.sdc_every > 0; /* a second slab: eval and replays run on it */
+    t->eval_slab = spare ? slab_new(p->slab_bytes, (int)huge, &t->eval_mapped) : NULL;
+    if (!t->slab || (spare && !t->eval_slab))
         return rt_error_set(err, "cannot allocate the %lld-byte slab%s", (long long)p->slab_bytes,
-                            t->o.eval_data ? " (twice, for eval)" : "");
-    if (rt_pool_new(&t->pool, (int)t->o.threads, err) != 0 || tensors_make(t, err) != 0)
+                            spare ? " (twice, for eval or replays)" : "");
+    if (sdc_fault_parse(t, err) != 0)
+        return -1;
+    if (rt_pool_new(&t->pool, (int)t->o.threads, err) != 0 || tensors_make(t, err) != 0 ||
+        train_outlier_init(t, err) != 0)
         return -1;
     /* The pool runs matrix products too (rt_sgemm); OpenBLAS's own spinning workers would
      * compete with it for the cores. */
@@ -336,7 +368,7 @@ static int setup(Trainer *t, RtError *err) {
 /* Loads the next batch of `d` into `slab` and runs step number `number` (1-based) on it. */
 static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *out, RtError *err) {
     const RtProgram *p = t->p;
-    double t0 = now_ms();
+    double t0 = train_now_ms();
     if (rt_data_next_batch(d, (int)p->batch, (int)p->seq, slab_i32(slab, p->ids_offset),
                            slab_i32(slab, p->targets_offset), err) != 0)
         return -1;
@@ -349,7 +381,7 @@ static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *
     out->grad_norm = *slab_f32(slab, p->grad_norm_offset);
     out->lr = *slab_f32(slab, p->lr_offset);
     out->aux_loss = p->has_aux_loss ? *slab_f32(slab, p->aux_loss_offset) : NAN;
-    out->ms = now_ms() - t0;
+    out->ms = train_now_ms() - t0;
     return 0;
 }
 
@@ -370,6 +402,73 @@ static int run_eval(Trainer *t, double *mean, RtError *err) {
     return 0;
 }
 
+/* ===== silent data corruption ========================================================= */
+
+/* The test hook AXLC_TEST_SDC_FLIP=STEP[@RANK] flips the lowest bit of the last parameter's
+ * first value in the replay of step STEP on rank RANK (default 0): a fault the check must catch. */
+static int sdc_fault_parse(Trainer *t, RtError *err) {
+    const char *s = getenv("AXLC_TEST_SDC_FLIP");
+    long long step = 0, rank = 0;
+    char extra;
+    t->sdc_flip_step = -1;
+    if (!s || !*s)
+        return 0;
+    int n = sscanf(s, "%lld@%lld%c", &step, &rank, &extra);
+    if (!(n == 1 || n == 2) || step < 1 || rank < 0 || (n == 1 && strchr(s, '@')))
+        return rt_error_set(err, "AXLC_TEST_SDC_FLIP=%s: expected STEP or STEP@RANK (a test hook)", s);
+    t->sdc_flip_step = step;
+    t->sdc_flip_rank = (int)rank;
+    return 0;
+}
+
+/* Whether step t->step + 1 is replayed. */
+static int sdc_due(const Trainer *t) {
+    return t->o.sdc_every > 0 && (t->step + 1) % t->o.sdc_every == 0;
+}
+
+/* The step just run (number t->step) again, on the spare slab copied before it (from the data
+ * position `pos` it read): the CPU step is deterministic, so its update must be the same bits.
+ * 0 when it is on every rank; else 1, with each rank that differs naming the first tensor and
+ * value that differ (every rank replays, as the step's collectives need). */
+static int sdc_check(Trainer *t, int64_t pos, RtError *err) {
+    StepOut out;
+    if (rt_data_seek(t->data, pos, err) != 0 || run_step(t, t->eval_slab, t->data, t->step, &out, err) != 0)
+        return -1;
+    int n = t->p->nparams;
+    if (t->step == t->sdc_flip_step && t->rank == t->sdc_flip_rank) {
+        uint32_t *x = (uint32_t *)(void *)train_slot_data(t, t->eval_slab, n - 1, 0);
+        if (train_slot_numel(&t->p->params[n - 1]) > 0)
+            *x ^= 1;
+    }
+    int bad = 0;
+    for (int j = 0; j < 3 * n && !bad; j++) {
+        if (j >= n && train_slot_frozen(&t->p->params[j % n]))
+            continue; /* no moments */
+        const uint32_t *a = (const uint32_t *)(const void *)train_slot_data(t, t->slab, j % n, j / n);
+        const uint32_t *b = (const uint32_t *)(const void *)train_slot_data(t, t->eval_slab, j % n, j / n);
+        for (int64_t k = 0, len = train_slot_numel(&t->p->params[j % n]); k < len && !bad; k++)
+            if (a[k] != b[k]) {
+                float fa, fb;
+                memcpy(&fa, &a[k], 4);
+                memcpy(&fb, &b[k], 4);
+                fflush(stdout);
+                fprintf(stderr,
+                        "%s: rank %d: step %lld: silent data corruption: tensor %s, value %lld of %lld: 0x%08x (%.9g) "
+                        "in the step, 0x%08x (%.9g) in its replay from the same state\n",
+                        t->prog, t->rank, (long long)t->step, t->names[j], (long long)k, (long long)len, (unsigned)a[k],
+                        (double)fa, (unsigned)b[k], (double)fb);
+                bad = 1;
+            }
+    }
+    int64_t v[2] = {bad, bad ? t->rank : 0};
+    RtError why;
+    if (t->world > 1 && rt_comm_sum_i64(t->comm, v, 2, &why) != 0) {
+        train_warn(t, "%s", why.msg);
+        rt_comm_abort(t->comm, 1);
+    }
+    return v[0] > 0;
+}
+
 /* ===== the loop ======================================================================= */
 
 static int eval_due(const Trainer *t) {
@@ -384,18 +483,39 @@ typedef enum RunEnd {
     RUN_DONE = 0,
     RUN_NONFINITE, /* reported */
     RUN_STOPPED,   /* by SIGINT or SIGTERM, reported */
+    RUN_SDC,       /* a replay differed, reported */
 } RunEnd;
 
 /* One training step and everything that follows it. */
 static RunEnd train_one(Trainer *t, RtError *err) {
     StepOut s;
+    int replay = sdc_due(t);
+    int64_t pos = rt_data_position(t->data);
+    if (replay)
+        memcpy(t->eval_slab, t->slab, (size_t)t->p->slab_bytes);
+    train_outlier_before(t);
     if (run_step(t, t->slab, t->data, t->step + 1, &s, err) != 0) {
         t->alone = 1;
         return RUN_FAILED;
     }
     t->step++;
+    int sdc = replay ? sdc_check(t, pos, err) : 0;
+    if (sdc < 0) {
+        t->alone = 1;
+        return RUN_FAILED;
+    }
+    if (sdc) {
+        train_save_wait(t); /* the last checkpoint, for the supervisor to go back to */
+        return RUN_SDC;
+    }
     t->run_ms += s.ms;
     t->run_steps++;
+    if (t->step <= t->o.restart_step) {
+        t->gp.lost_ms += s.ms;
+    } else {
+        t->gp.steps_ms += s.ms;
+        t->gp.ideal_s += train_ideal_s(t);
+    }
     double tok_s = s.ms > 0 ? (double)(t->batch_count * t->p->batch * t->p->seq) * 1e3 / s.ms : 0, eval;
     int finite = isfinite(s.loss) && isfinite(s.grad_norm);
     int do_eval = finite && eval_due(t);
@@ -403,9 +523,11 @@ static RunEnd train_one(Trainer *t, RtError *err) {
         t->alone = 1;
         return RUN_FAILED;
     }
-    train_metrics_write(t, &s, tok_s, do_eval ? &eval : NULL);
+    int skipped = finite && train_outlier_after(t, &s);
+    train_metrics_write(t, &s, tok_s, do_eval ? &eval : NULL, skipped);
     if (!finite) {
         char what[96];
+        train_save_wait(t); /* the last good checkpoint may be the one in flight */
         snprintf(what, sizeof what, "loss %g, grad_norm %g", s.loss, s.grad_norm);
         if (t->rank == 0)
             train_report_stop(t, what);
@@ -483,18 +605,21 @@ static RunEnd stop_run(Trainer *t, RtError *err) {
 }
 
 /* A signal may reach some ranks and not others (or at another step): all stop together, after
- * the same step, or none does. The verdict goes to t->stopped, and only it is read afterwards:
- * a signal that arrives on this rank after the sum waits for the next one, instead of stopping
- * this rank while the others go on to the next step. */
+ * the same step, or none does. The same sum carries each rank's progress on the checkpoint in
+ * flight (train_save.c), so the ranks take its next part together. The verdict goes to t->stopped, and only it is read
+ * afterwards: a signal that arrives on this rank after the sum waits for the next one, instead of stopping this rank
+ * while the others go on to the next step. */
 static void agree_stop(Trainer *t) {
     int sig = stop_signal;
-    int64_t v[2] = {sig != 0, sig == SIGINT};
+    int64_t v[3] = {sig != 0, sig == SIGINT, train_save_done(t)};
     RtError why;
-    if (t->world > 1 && rt_comm_sum_i64(t->comm, v, 2, &why) != 0) {
+    if (t->world > 1 && rt_comm_sum_i64(t->comm, v, 3, &why) != 0) {
         train_warn(t, "%s", why.msg);
         rt_comm_abort(t->comm, 1);
     }
     t->stopped = v[0] == 0 ? 0 : v[1] > 0 ? SIGINT : SIGTERM;
+    if (v[2] == t->world) /* the checkpoint in flight: every rank is done with its current part */
+        train_save_advance(t);
 }
 
 static RunEnd train_loop(Trainer *t, RtError *err) {
@@ -611,6 +736,7 @@ static RunEnd train(Trainer *t, RtError *err) {
     }
     train_banner_print(t);
     train_mem_sample(t);
+    t->gp.startup_ms = train_now_ms() - t->gp.start_ms;
     RunEnd end = train_loop(t, err);
     if (end == RUN_DONE && t->rank == 0) {
         printf("%s: done at step %lld%s%s\n", t->prog, (long long)t->step, t->o.ckpt_dir ? ", checkpoint in " : "",
@@ -628,6 +754,8 @@ static RunEnd train(Trainer *t, RtError *err) {
                    (double)t->heap_peak / 1048576, 100.0 * ((double)t->heap_peak - (double)planned) / (double)planned,
                    (double)peak_rss() / 1048576, huge_note);
     }
+    if ((end == RUN_DONE || end == RUN_STOPPED) && t->rank == 0)
+        train_goodput_print(t, train_now_ms()); /* the last line */
     return end;
 }
 
@@ -637,7 +765,8 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
                  .saved = -1,
                  .tty = isatty(STDOUT_FILENO),
                  .world = 1,
-                 .heap_base = heap_in_use()};
+                 .heap_base = heap_in_use(),
+                 .gp = {.start_ms = process_start_ms()}};
     RtError err = {{0}};
     train_opts_default(&t.o, p);
     if (train_opts_parse(&t.o, argc, argv, &err) != 0) {
@@ -692,7 +821,11 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
             rt_comm_abort(t.comm, 1); /* the others would wait for this rank at the next collective */
         }
     }
-    int status = end == RUN_DONE ? 0 : end == RUN_STOPPED ? 128 + t.stopped : 1;
+    int status = end == RUN_DONE        ? 0
+                 : end == RUN_STOPPED   ? 128 + t.stopped
+                 : end == RUN_NONFINITE ? RT_EXIT_NONFINITE
+                 : end == RUN_SDC       ? RT_EXIT_SDC
+                                        : 1;
     trainer_free(&t);
     rt_comm_free(t.comm);
     signals_restore(&old);

@@ -7,6 +7,7 @@
 #ifndef TRAIN_IMPL_H
 #define TRAIN_IMPL_H
 
+#include <pthread.h>
 #include <stdio.h>
 
 #include "rt_impl.h"
@@ -15,12 +16,59 @@
 typedef struct TrainOpts {
     const char *data, *eval_data, *init, *ckpt_dir, *metrics, *prompt;
     int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every, sample;
-    int64_t top_k; /* 0: not given (every token) */
+    int64_t sdc_every; /* replay every N-th step and compare the bits of its update (0: never) */
+    int64_t top_k;     /* 0: not given (every token) */
     uint64_t seed;
-    double temperature; /* -1: not given (1) */
-    double top_p;       /* -1: not given (1) */
+    double temperature;      /* -1: not given (1) */
+    double top_p;            /* -1: not given (1) */
+    int64_t restart_step;    /* the step the job reached before the failure this run restarts from */
+    double restart_downtime; /* seconds from that failure to this start */
+    double peak_flops;       /* FLOP/s per device for MFU (0: the program's, the device table's) */
+    double skip_outliers;    /* z-score above which a step's update is skipped (0: never) */
+    int64_t outlier_window;  /* the steps it is measured against */
+    int64_t skip_batches;    /* global batches of --data passed over before the first step */
     int resume, partial, help, config, init_allow_unused, no_kv_cache;
+    int ckpt_sync; /* periodic saves block the run (the default writes them in the background) */
 } TrainOpts;
+
+/* The checkpoint save in flight (train_save.c): its phase, the snapshot it writes, the writer
+ * thread and what it found. */
+typedef struct AsyncSave {
+    int phase;   /* SAVE_IDLE, SAVE_WRITING (each rank its file), SAVE_INDEXING (rank 0) */
+    int running; /* thread is to be joined */
+    int done;    /* set by the thread when its part is written (atomic) */
+    pthread_t thread;
+    char *buf; /* (buf_bytes) mapped: the snapshot of the parameters and moments */
+    int64_t buf_bytes;
+    RtTensor *tensors; /* (3 * nparams) the trainer's table over the snapshot */
+    int64_t *first;    /* (3 * nparams + 1) the first copy block of each tensor (train_save.c) */
+    char *bad;         /* (blocks) 1 where a block holds a value that is not finite */
+    RtCkptState state; /* what is being saved */
+    int64_t *info;     /* (3 * world) each rank's (failed, bytes, CRC-32) of its file */
+    int rc;            /* the thread's result */
+    RtError why;       /* and its message */
+} AsyncSave;
+
+/* Where the wall time of the job went, in seconds (train_report.c): since the process started,
+ * plus what the run it resumes had counted (its --metrics line at the checkpoint's step). */
+enum { GP_WALL, GP_STEPS, GP_STARTUP, GP_CKPT, GP_LOST, GP_DOWN, GP_N };
+typedef struct Goodput {
+    double start_ms;    /* the process's start, on train.c's clock (now_ms) */
+    double prior[GP_N]; /* carried over from the run resumed */
+    double startup_ms;  /* process start to the first step */
+    double steps_ms;    /* in steps that count (productive) */
+    double lost_ms;     /* in steps run again after a failure (--restart-step) */
+    double ideal_s;     /* the productive steps' time at the device's peak (MFU's numerator) */
+} Goodput;
+
+/* The last steps' losses and gradient norms (train_outlier.c), oldest first, and the copy of the
+ * state that lets an outlier's update be undone. */
+typedef struct Outliers {
+    float *loss, *gnorm; /* (cap) */
+    int n, cap;
+    char *text;   /* the window as checkpoint metadata */
+    char *backup; /* the parameters and moments before the step (with --skip-outliers) */
+} Outliers;
 
 /* One run of the trainer: everything rt_train_main sets up, and where the run stands. */
 typedef struct Trainer {
@@ -28,7 +76,7 @@ typedef struct Trainer {
     TrainOpts o;
     const char *prog;                 /* for messages */
     char *slab;                       /* (slab_bytes) */
-    char *eval_slab;                  /* (slab_bytes), only with --eval-data */
+    char *eval_slab;                  /* (slab_bytes), with --eval-data or --sdc-check-every */
     int64_t slab_mapped, eval_mapped; /* their mappings' sizes (slab_new) */
     RtPool *pool;
     RtData *data, *eval;
@@ -58,8 +106,15 @@ typedef struct Trainer {
     int stopped;   /* the signal all ranks agreed to stop on (agree_stop), or 0 */
     double run_ms; /* time in steps this run, for the ETA */
     int64_t run_steps;
-    int64_t heap_base; /* heap bytes in use when the trainer began (axlc run's compiler heap) */
-    int64_t heap_peak; /* most heap bytes in use at a sample point (train_mem_sample) */
+    int64_t heap_base;     /* heap bytes in use when the trainer began (axlc run's compiler heap) */
+    int64_t heap_peak;     /* most heap bytes in use at a sample point (train_mem_sample) */
+    int64_t sdc_flip_step; /* the test hook AXLC_TEST_SDC_FLIP (train.c), or -1 */
+    int sdc_flip_rank;
+    Outliers outliers; /* the window of --skip-outliers */
+    int64_t skipped;   /* steps whose update was skipped */
+    AsyncSave save;    /* the checkpoint in flight */
+    Goodput gp;        /* where the run's wall time went */
+    double ckpt_ms;    /* time the run waited for checkpoint saves */
 } Trainer;
 
 /* What one step reports (train.c runs it, train_report.c writes it). */
@@ -87,6 +142,7 @@ int64_t train_slot_global_numel(const RtParamSlot *s);
 /* ===== train.c ========================================================================== */
 
 float *train_slot_data(const Trainer *t, char *slab, int i, int k);
+double train_now_ms(void);
 /* A frozen parameter (a LoRA run's base): no moments, no update, not checkpointed. */
 int train_slot_frozen(const RtParamSlot *s);
 void train_mem_sample(Trainer *t);
@@ -97,15 +153,47 @@ void train_warn(const Trainer *t, const char *fmt, ...) RT_PRINTF(2, 3);
 int train_state_init(Trainer *t, RtError *err);
 int train_start_rank0(Trainer *t, int starts, RtError *err);
 const char *train_last_good(const Trainer *t, char *buf, size_t cap);
+
+/* ===== train_save.c ===================================================================== */
+
+/* A periodic save (in the background unless --ckpt-sync): 0, or 1 when the state is not finite
+ * (reported); a failed save is reported and the run goes on. */
 int train_ckpt_save_periodic(Trainer *t);
+/* The blocking last save, after waiting for the one in flight. */
 int train_ckpt_save_final(Trainer *t, RtError *err);
+/* Whether this rank is done with the current phase of the save in flight (0 when none is). */
+int train_save_done(const Trainer *t);
+/* Takes the save in flight one phase on: called on every rank together, once all are done. */
+void train_save_advance(Trainer *t);
+/* Waits for the save in flight to complete (every rank together). */
+void train_save_wait(Trainer *t);
+/* Joins the writer thread and frees the snapshot (any rank, alone). */
+void train_save_free(Trainer *t);
+
+/* ===== train_outlier.c ================================================================== */
+
+int train_outlier_init(Trainer *t, RtError *err);
+void train_outlier_free(Trainer *t);
+/* Before a step: keeps a copy of the state (with --skip-outliers). */
+void train_outlier_before(Trainer *t);
+/* After a finite step: 1 when it was an outlier, its update undone and reported; else 0, and
+ * its loss and gradient norm join the window. */
+int train_outlier_after(Trainer *t, const StepOut *s);
+/* The window as text for a checkpoint (valid until the next call), and back. */
+const char *train_outlier_text(Trainer *t);
+int train_outlier_restore(Trainer *t, const char *text, const char *where, RtError *err);
 
 /* ===== train_report.c =================================================================== */
 
 int train_metrics_open(Trainer *t, RtError *err);
-void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const double *eval);
+void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const double *eval, int skipped);
 void train_progress_print(Trainer *t, const StepOut *s, double tok_s, const double *eval);
 void train_banner_print(const Trainer *t);
 void train_report_stop(Trainer *t, const char *what);
+/* The seconds of step `ms` at the device's peak (0: the FLOPs or the peak unknown). */
+double train_ideal_s(const Trainer *t);
+/* The job's seconds so far, by kind (GP_*). */
+void train_goodput(const Trainer *t, double now_ms, double *secs);
+void train_goodput_print(const Trainer *t, double now_ms);
 
 #endif /* TRAIN_IMPL_H */

@@ -44,6 +44,8 @@ static const OptSpec OPTS[] = {
     {"--ckpt-every", "N", OPT_INT, F(ckpt_every), 0, INT64_MAX,
      "checkpoint every N steps and at the end "
      "(0: at the end only)"},
+    {"--ckpt-sync", NULL, OPT_FLAG, F(ckpt_sync), 0, 0,
+     "write periodic checkpoints before the next step (default: from a snapshot, in the background)"},
     {"--keep", "N", OPT_INT, F(keep), 0, INT32_MAX, "keep the newest N checkpoints (0: all)"},
     {"--resume", NULL, OPT_FLAG, F(resume), 0, 0,
      "continue from the newest checkpoint in --ckpt-dir that "
@@ -54,6 +56,23 @@ static const OptSpec OPTS[] = {
     {"--metrics", "FILE", OPT_STR, F(metrics), 0, 0,
      "append one JSON object per step (truncated unless "
      "--resume)"},
+    {"--restart-step", "N", OPT_INT, F(restart_step), 0, INT64_MAX,
+     "the step the job reached before the failure this run restarts after: steps up to N run again "
+     "count as lost work"},
+    {"--restart-downtime", "S", OPT_DBL, F(restart_downtime), 0, 0,
+     "seconds from that failure to this start, counted in goodput's wall time"},
+    {"--peak-flops", "F", OPT_DBL, F(peak_flops), 0, 0,
+     "peak FLOP/s of one device for MFU (default: the target's in the device table)"},
+    {"--sdc-check-every", "N", OPT_INT, F(sdc_every), 0, INT64_MAX,
+     "replay every N-th step from the same state and compare the bits of its update: a difference "
+     "is silent data corruption, exit status 4 (0: never)"},
+    {"--skip-outliers", "Z", OPT_DBL, F(skip_outliers), 0, 0,
+     "skip the update of a step whose loss or gradient norm is more than Z standard deviations above "
+     "the last --outlier-window steps' (0: never) [0]"},
+    {"--outlier-window", "N", OPT_INT, F(outlier_window), 2, 1 << 20, "steps --skip-outliers measures against"},
+    {"--skip-batches", "N", OPT_INT, F(skip_batches), 0, INT64_MAX,
+     "pass over the next N global batches of --data before the first step (past a bad batch after "
+     "a rollback)"},
     {"--threads", "N", OPT_INT, F(threads), 1, MAX_THREADS, "CPU threads (default: all online CPUs)"},
     {"--log-every", "N", OPT_INT, F(log_every), 1, INT64_MAX, "log line every N steps when not a terminal"},
     {"--sample", "N", OPT_INT, F(sample), 1, 1 << 30,
@@ -122,7 +141,8 @@ static int parse_dbl(const OptSpec *o, const char *s, double *out, RtError *err)
     if (!*s || *end || errno == ERANGE || !isfinite(v))
         return rt_error_set(err, "%s: '%s' is not a finite number", o->name, s);
     if (v < 0)
-        return rt_error_set(err, "%s: %s is negative; expected 0 (greedy) or more", o->name, s);
+        return rt_error_set(err, "%s: %s is negative; expected 0%s or more", o->name, s,
+                            strcmp(o->name, "--temperature") == 0 ? " (greedy)" : "");
     *out = v;
     return 0;
 }
@@ -233,7 +253,7 @@ int train_opts_check(const TrainOpts *o, RtError *err) {
         return -1;
     if (o->sample > 0)
         return check_sample_opts(o, err);
-    const char *sample_only = o->prompt            ? "--prompt"
+    const char *sample_only = o->prompt             ? "--prompt"
                               : o->temperature >= 0 ? "--temperature"
                               : o->top_k > 0        ? "--top-k"
                               : o->top_p >= 0       ? "--top-p"
@@ -279,6 +299,7 @@ void train_opts_default(TrainOpts *o, const RtProgram *p) {
     o->eval_batches = 4;
     o->threads = online_cpus();
     o->log_every = 1;
+    o->outlier_window = 100;
     o->temperature = -1;
     o->top_p = -1;
 }

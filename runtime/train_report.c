@@ -1,12 +1,22 @@
 /*
  * train_report.c: what the trainer prints and writes besides checkpoints: the --metrics file
  * (opened, trimmed after --resume, one JSON line per step), progress lines on stdout (one
- * rewritten line on a terminal), the start banner and the message of a run stopped by values
- * not finite.
+ * rewritten line on a terminal), the start banner, the message of a run stopped by values
+ * not finite, and goodput and MFU.
+ *
+ * Goodput is the share of the job's wall time spent in steps that count. The wall time runs from
+ * the process's start (so it holds the compile under `axlc run`, MPI's start and the load of a
+ * checkpoint) and adds, after a failure, the downtime the supervisor reports (--restart-downtime)
+ * and what the failed run had counted up to the checkpoint resumed (its --metrics line at that
+ * step). It splits into steps, start-up, checkpoint stalls (the time the loop waits for saves),
+ * lost work (steps run again after a failure: those up to --restart-step) and downtime; the rest
+ * is evaluation and bookkeeping. MFU is the step's FLOPs (axlc memcheck's count, in the program)
+ * at the device's peak FLOP/s (the device table's, or --peak-flops) over the step's time.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -15,19 +25,41 @@
 /* After --resume the metrics file keeps the lines of the steps the checkpoint covers and
  * drops the rest (from a run that went on past its last checkpoint, or a torn last line):
  * those steps are run and logged again. Rewritten atomically, and only when something goes. */
+static const char *const GP_KEY[GP_N] = {"wall_s", "productive_s", "startup_s", "ckpt_s", "lost_s", "downtime_s"};
+
+/* The run resumed counted its time in its metrics lines: the line of the checkpoint's step (line,
+ * len bytes) seeds this run's totals. A line without them (an older trainer's) seeds nothing. */
+static void seed_goodput(Trainer *t, const char *line, size_t len) {
+    char buf[2048], key[32];
+    if (len >= sizeof buf)
+        return;
+    memcpy(buf, line, len);
+    buf[len] = '\0';
+    for (int k = 0; k < GP_N; k++) {
+        snprintf(key, sizeof key, "\"%s\": ", GP_KEY[k]);
+        const char *at = strstr(buf, key);
+        double v = at ? strtod(at + strlen(key), NULL) : 0;
+        t->gp.prior[k] = isfinite(v) && v > 0 ? v : 0;
+    }
+}
+
 static int trim_metrics(Trainer *t, RtError *err) {
     RtMapped m;
     if (access(t->o.metrics, F_OK) != 0)
         return 0;
     if (rt_file_map(t->o.metrics, &m, err) != 0)
         return -1;
-    const char *text = (const char *)m.data, *at = text, *end = text + m.size, *nl;
+    const char *text = (const char *)m.data, *at = text, *end = text + m.size, *nl, *kept = NULL;
     while (at < end && (nl = memchr(at, '\n', (size_t)(end - at))) != NULL) {
         long long step;
         if (sscanf(at, "{\"step\": %lld", &step) == 1 && step > t->step)
             break;
+        if (sscanf(at, "{\"step\": %lld", &step) == 1 && step == t->step)
+            kept = at;
         at = nl + 1;
     }
+    if (kept)
+        seed_goodput(t, kept, (size_t)((const char *)memchr(kept, '\n', (size_t)(end - kept)) - kept));
     int rc = 0;
     if (at < end) {
         RtWfile w;
@@ -61,7 +93,7 @@ static void json_num(FILE *f, const char *key, double v, const char *fmt) {
         fputs("null", f);
 }
 
-void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const double *eval) {
+void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const double *eval, int skipped) {
     if (!t->metrics || t->rank != 0)
         return;
     fprintf(t->metrics, "{\"step\": %lld", (long long)t->step);
@@ -78,6 +110,15 @@ void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const doubl
         json_num(t->metrics, "comm_bytes", (double)s->comm_bytes, "%.0f");
     if (eval)
         json_num(t->metrics, "eval_loss", *eval, "%.9g");
+    if (skipped)
+        fputs(", \"skipped\": true", t->metrics);
+    double ideal = train_ideal_s(t), g[GP_N];
+    if (ideal > 0)
+        json_num(t->metrics, "mfu", ideal / (s->ms / 1e3), "%.6g");
+    train_goodput(t, train_now_ms(), g);
+    for (int k = 0; k < GP_N; k++)
+        json_num(t->metrics, GP_KEY[k], g[k], "%.6f");
+    json_num(t->metrics, "goodput", g[GP_WALL] > 0 ? g[GP_STEPS] / g[GP_WALL] : 0, "%.6g");
     fputs("}\n", t->metrics);
     fflush(t->metrics);
 }
@@ -143,4 +184,42 @@ void train_report_stop(Trainer *t, const char *what) {
     else
         fprintf(stderr, "%s: step %lld: %s: not finite; training stopped, nothing saved for this step.\n%s: %s\n",
                 t->prog, (long long)t->step, what, t->prog, train_last_good(t, buf, sizeof buf));
+}
+
+double train_ideal_s(const Trainer *t) {
+    const RtProgram *p = t->p;
+    double f32 = t->o.peak_flops > 0 ? t->o.peak_flops : p->peak_f32;
+    double bf16 = t->o.peak_flops > 0 ? t->o.peak_flops : p->peak_bf16 > 0 ? p->peak_bf16 : f32;
+    if (p->step_flops <= 0 || f32 <= 0)
+        return 0;
+    return (p->step_flops - p->step_bf16_flops) / f32 + p->step_bf16_flops / bf16;
+}
+
+void train_goodput(const Trainer *t, double now_ms, double *g) {
+    const Goodput *gp = &t->gp;
+    double run[GP_N] = {(now_ms - gp->start_ms) / 1e3 + t->o.restart_downtime,
+                        gp->steps_ms / 1e3,
+                        gp->startup_ms / 1e3,
+                        t->ckpt_ms / 1e3,
+                        gp->lost_ms / 1e3,
+                        t->o.restart_downtime};
+    for (int k = 0; k < GP_N; k++)
+        g[k] = gp->prior[k] + run[k];
+}
+
+/* The run's last line: "goodput 91.3% of 12.4 s (steps 11.3 s, ...); MFU 21.0% ...". */
+void train_goodput_print(const Trainer *t, double now_ms) {
+    double g[GP_N];
+    train_goodput(t, now_ms, g);
+    printf("%s: goodput %.1f%% of %.2f s%s: steps %.2f s, start-up %.2f s, checkpoint stalls %.3f s, lost work "
+           "%.2f s, restart downtime %.2f s",
+           t->prog, g[GP_WALL] > 0 ? 100 * g[GP_STEPS] / g[GP_WALL] : 0.0, g[GP_WALL],
+           t->gp.prior[GP_WALL] > 0 ? " (the job's, across restarts)" : "", g[GP_STEPS], g[GP_STARTUP], g[GP_CKPT],
+           g[GP_LOST], g[GP_DOWN]);
+    double peak = t->o.peak_flops > 0 ? t->o.peak_flops : t->p->peak_f32;
+    if (t->gp.ideal_s > 0 && t->gp.steps_ms > 0)
+        printf("; MFU %.1f%% (peak %.4g FLOP/s per device%s)", 100 * t->gp.ideal_s / (t->gp.steps_ms / 1e3), peak,
+               t->o.peak_flops > 0 ? ", --peak-flops" : ", the device table's");
+    printf("\n");
+    fflush(stdout);
 }

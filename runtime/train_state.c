@@ -199,93 +199,6 @@ const char *train_last_good(const Trainer *t, char *buf, size_t cap) {
     return buf;
 }
 
-/* The first parameter or moment holding a NaN or an infinity, or NULL. Such a state is never
- * saved: "last good checkpoint" must be good. */
-static const char *nonfinite_tensor(const Trainer *t) {
-    for (int j = 0; j < 3 * t->p->nparams; j++) {
-        if (train_slot_frozen(&t->p->params[j % t->p->nparams])) /* never changes */
-            continue;
-        const float *x = train_slot_data(t, t->slab, j % t->p->nparams, j / t->p->nparams);
-        for (int64_t k = 0, n = train_slot_numel(&t->p->params[j % t->p->nparams]); k < n; k++)
-            if (!isfinite(x[k]))
-                return t->names[j];
-    }
-    return NULL;
-}
-
-/* The sum over all ranks of one number (each rank's own when there is one rank). A failed
- * exchange has already ended the job (comm.c), so this returns only agreed values. */
-static int64_t agree_sum(Trainer *t, int64_t v) {
-    RtError why;
-    if (t->world > 1 && rt_comm_sum_i64(t->comm, &v, 1, &why) != 0) {
-        train_warn(t, "%s", why.msg);
-        rt_comm_abort(t->comm, 1);
-    }
-    return v;
-}
-
-/* Returns 0 when saved, -1 when the save failed (err says why), 1 when the state is not
- * finite (reported; nothing saved). */
-static int ckpt_save(Trainer *t, RtError *err) {
-    const char *bad = nonfinite_tensor(t);
-    if (agree_sum(t, bad != NULL) > 0) {
-        char what[1024];
-        snprintf(what, sizeof what, "%.900s after the update", bad ? bad : "a parameter of another rank");
-        if (bad || t->rank == 0)
-            train_report_stop(t, what);
-        return 1;
-    }
-    RtCkptState s = {
-        .step = t->step,
-        .data_position = rt_data_position(t->data),
-        .rng_state = t->o.seed,
-        .config = t->p->config,
-        .tensors = t->ck_tensors,
-        .n_tensors = t->n_ck,
-        .fingerprint = t->fingerprint,
-        .base = t->frozen ? t->base : NULL,
-        .comm = t->world > 1 ? t->comm : NULL,
-        .regions = t->ck_regions,
-    };
-    RtError why;
-    int rc = rt_ckpt_save(t->o.ckpt_dir, &s, (int)t->o.keep, &why);
-    train_mem_sample(t);
-    if (rc < 0)
-        return rt_error_set(err, "%s", why.msg);
-    if (rc > 0 && t->rank == 0)
-        train_warn(t, "%s", why.msg); /* saved; a stale checkpoint takes room but harms nothing */
-    t->saved = t->step;
-    return 0;
-}
-
-/* A periodic save that fails does not end the run: the work since the last checkpoint is
- * still in memory, and the next save may succeed (space freed, disk remounted). */
-int train_ckpt_save_periodic(Trainer *t) {
-    RtError why;
-    char buf[RT_ERROR_MAX];
-    int rc = ckpt_save(t, &why);
-    int64_t next = t->step + t->o.ckpt_every < t->o.steps ? t->step + t->o.ckpt_every : t->o.steps;
-    if (rc < 0 && t->rank == 0)
-        train_warn(t, "step %lld: checkpoint not saved: %s; training goes on and saves again at step %lld%s; %s",
-                   (long long)t->step, why.msg, (long long)next, next == t->o.steps ? ", the last" : "",
-                   train_last_good(t, buf, sizeof buf));
-    return rc > 0 ? 1 : 0;
-}
-
-/* The last save of a run (at its end, or when stopped by a signal): a failure is an error that
- * names the last good checkpoint. 1 when the state is not finite (reported). */
-int train_ckpt_save_final(Trainer *t, RtError *err) {
-    RtError why;
-    char buf[RT_ERROR_MAX];
-    if (!t->o.ckpt_dir || t->saved == t->step)
-        return 0;
-    int rc = ckpt_save(t, &why);
-    if (rc < 0)
-        return rt_error_set(err, "could not save the checkpoint of step %lld: %s; the run ends without it; %s",
-                            (long long)t->step, why.msg, train_last_good(t, buf, sizeof buf));
-    return rc;
-}
-
 /* Complete checkpoints newer than the one resumed failed to verify; rt_ckpt_save would refuse
  * to write their steps again. They are renamed to step_<S>.damaged (or .damaged.2, ... when
  * that exists: an earlier resume set one aside), kept for inspection and invisible to the
@@ -447,6 +360,8 @@ static int ckpt_restore(Trainer *t, RtCkpt *ck, RtError *err) {
                             "was made with other data",
                             where, (long long)rt_ckpt_data_position(ck), t->o.data,
                             (long long)rt_data_num_tokens(t->data));
+    if (train_outlier_restore(t, rt_ckpt_trainer_state(ck), where, err) != 0)
+        return -1;
     t->step = t->saved = rt_ckpt_step(ck);
     t->o.seed = rt_ckpt_rng_state(ck);
     return 0;
@@ -487,6 +402,17 @@ static int check_fresh_dir(Trainer *t, RtError *err) {
 
 /* The state this rank starts from: a checkpoint, --init or the seeded init. It calls no
  * collective: the ranks agree on the outcome afterwards (train). */
+/* --skip-batches: the data position moves on by N global batches, as N steps would move it. */
+static int skip_batches(Trainer *t, RtError *err) {
+    const RtProgram *p = t->p;
+    RtError why;
+    for (int64_t i = 0; i < t->o.skip_batches; i++)
+        if (rt_data_next_batch(t->data, (int)p->batch, (int)p->seq, (int32_t *)(void *)(t->slab + p->ids_offset),
+                               (int32_t *)(void *)(t->slab + p->targets_offset), &why) != 0)
+            return rt_error_set(err, "--skip-batches: %s", why.msg);
+    return 0;
+}
+
 int train_state_init(Trainer *t, RtError *err) {
     if (t->o.ckpt_dir && !t->o.resume && check_fresh_dir(t, err) != 0)
         return -1;
@@ -494,12 +420,14 @@ int train_state_init(Trainer *t, RtError *err) {
     if (resumed < 0)
         return -1;
     t->resumed = resumed;
-    if (resumed)
-        return 0;
-    if (t->o.init)
-        return params_load(t, err);
-    snprintf(t->base, sizeof t->base, "seed"); /* a LoRA run on the seeded base */
-    return params_seed(t, 0, err);
+    int rc = 0;
+    if (!resumed && t->o.init) {
+        rc = params_load(t, err);
+    } else if (!resumed) {
+        snprintf(t->base, sizeof t->base, "seed"); /* a LoRA run on the seeded base */
+        rc = params_seed(t, 0, err);
+    }
+    return rc == 0 ? skip_batches(t, err) : -1;
 }
 
 /* What rank 0 alone does once every rank holds its state: set aside the damaged checkpoints

@@ -582,6 +582,22 @@ static int check_run_outputs(const Args *a, const FeDiag *d) {
   return 0;
 }
 
+static const char *devices_file(const Args *a, char *buf, size_t cap);
+
+/* The target's peak FLOP/s from the device table, for the trainer's MFU; none (0) when the table
+ * has no entry for it: MFU is then left out, and the run goes on. */
+static void program_peak(const Args *a, BackendProgram *p) {
+  char buf[4096];
+  FeDiag d;
+  DrvDevice dev;
+  fe_diag_init(&d);
+  if (drv_device_lookup(&d, devices_file(a, buf, sizeof buf), a->fe.target, &dev) == 0) {
+    p->peak_f32 = dev.flops_f32;
+    p->peak_bf16 = dev.flops_bf16 > 0 ? dev.flops_bf16 : dev.flops_f32;
+  }
+  fe_diag_free(&d);
+}
+
 static int check_output(const Args *a, const char *opt, const char *out);
 
 /* What launch and run leave to the supervisor's defaults: restarts (launch 3, run none), one
@@ -663,7 +679,9 @@ static int cmd_run(Args *a) {
   BackendOptions o = backend_options(a);
   supervisor_defaults(a, "axlc run", 0);
   o.supervise = &a->sv;
-  int rc = drv_backend_job(&j, b, &bj) ? 1 : b->run(&bj, &o, a->nrest + 1, argv);
+  int rc = drv_backend_job(&j, b, &bj)
+               ? 1
+               : (program_peak(a, &bj.program), b->run(&bj, &o, a->nrest + 1, argv));
   fe_diag_print(&j.diag, stderr);
   if (rc == 0 && j.diag.n) rc = 1;
   drv_free(&j);
@@ -795,7 +813,10 @@ static int cmd_compile(Args *a) {
     if (fit == 0) {
       BackendJob bj;
       BackendOptions o = backend_options(a);
-      rc = drv_backend_job(&j, b, &bj) || b->compile(&bj, &o, e->name, a->output) ? 1 : 0;
+      rc = drv_backend_job(&j, b, &bj) || (program_peak(a, &bj.program), 0) ||
+                   b->compile(&bj, &o, e->name, a->output)
+               ? 1
+               : 0;
       fe_diag_print(&j.diag, stderr);
     }
   }

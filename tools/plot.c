@@ -4,9 +4,12 @@
  * Reads the JSON lines a trainer writes with --metrics (docs/runtime.md: step, loss,
  * grad_norm, lr, tokens_per_s, eval_loss on eval steps; null for a value that was not
  * finite) and draws four panels against the step, one above the other: the loss with the eval
- * loss, the learning rate, the gradient norm, tokens per second. Each panel has its own y
- * axis with round tick values, and the x axis is shared. A null value breaks its line. The
- * SVG is plain text with no scripts or external references, so any viewer shows it.
+ * loss, the learning rate, the gradient norm, tokens per second; and, when a file has them
+ * (trainers write them since goodput and MFU were added), a fifth: goodput (the job's share of
+ * wall time in steps that count) with MFU (model FLOP utilization) of each step, both in percent.
+ * Each panel has its own y axis with round tick values, and the x axis is shared. A null value
+ * breaks its line. The SVG is plain text with no scripts or external references, so any viewer
+ * shows it.
  *
  * Several files (two runs to compare: bf16 against f32, two learning rates) share the panels
  * and their axes: each file is one color in every panel (its eval loss as dots of that
@@ -33,13 +36,17 @@
 #include "ir/ir.h" /* ir_xmalloc: the compiler's allocator */
 #include "tools/plot.h"
 
-enum { COL_LOSS, COL_EVAL, COL_LR, COL_GNORM, COL_TOKS, NCOL };
-static const char *const COL_KEY[NCOL] = {"loss", "eval_loss", "lr", "grad_norm", "tokens_per_s"};
+enum { COL_LOSS, COL_EVAL, COL_LR, COL_GNORM, COL_TOKS, COL_GOODPUT, COL_MFU, NCOL };
+static const char *const COL_KEY[NCOL] = {"loss",         "eval_loss", "lr", "grad_norm",
+                                          "tokens_per_s", "goodput",   "mfu"};
+/* Columns drawn in percent (the file holds fractions). */
+static bool col_percent(int c) { return c == COL_GOODPUT || c == COL_MFU; }
 
 typedef struct Series {
-  double *step;    /* (n) */
-  double *v[NCOL]; /* (n) each; NAN where absent or not finite */
-  long bad[NCOL];  /* values present but not finite (null, NaN, Infinity, not a number) */
+  double *step;       /* (n) */
+  double *v[NCOL];    /* (n) each; NAN where absent or not finite */
+  long bad[NCOL];     /* values present but not finite (null, NaN, Infinity, not a number) */
+  long present[NCOL]; /* lines that hold the key */
   int n, cap;
 } Series;
 
@@ -86,7 +93,8 @@ static int parse_line(Series *s, const char *line, char *why, size_t cap) {
     bool present = json_object_object_get_ex(o, COL_KEY[c], &v);
     bool num = present && (json_object_get_type(v) == json_type_double ||
                            json_object_get_type(v) == json_type_int);
-    s->v[c][i] = num ? json_object_get_double(v) : NAN;
+    s->v[c][i] = num ? json_object_get_double(v) * (col_percent(c) ? 100 : 1) : NAN;
+    s->present[c] += present;
     if (!isfinite(s->v[c][i])) s->v[c][i] = NAN, s->bad[c] += present;
   }
   json_object_put(o);
@@ -267,7 +275,9 @@ static void draw_line(FILE *f, const Panel *p, const Series *s, int c, const cha
       continue;
     }
     if (open && (gap || q->gap_left)) fprintf(f, "'/>\n"), open = false;
-    if (!open) fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", color);
+    if (!open)
+      fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2'%s points='", color,
+              c == COL_MFU ? " stroke-dasharray='6,3'" : "");
     open = true;
     int rows[4], n = pixel_rows(s, q, rows);
     for (int r = 0; r < n; r++)
@@ -346,7 +356,8 @@ static void draw_panel(FILE *f, const Series *s, int ns, const char *const *name
     }
     return;
   }
-  static const char *const color[NCOL] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"};
+  static const char *const color[NCOL] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                          "#9467bd", "#8c564b", "#e377c2"};
   for (int c = c0; c <= c1; c++) draw_line(f, &p, s, c, color[c], c == COL_EVAL);
   if (c1 > c0)
     for (int c = c0; c <= c1; c++) draw_legend(f, &p, color[c], COL_KEY[c], c - c0);
@@ -384,7 +395,9 @@ static void write_svg(const Series *s, int ns, const char *const *name, FILE *f)
   for (int j = 0; j < ns; j++)
     for (int i = 0; i < s[j].n; i++) xlo = fmin(xlo, s[j].step[i]), xhi = fmax(xhi, s[j].step[i]);
   range_fix(&xlo, &xhi);
-  int nk = 4;
+  bool efficiency = false; /* goodput and MFU: written by trainers that count them */
+  for (int j = 0; j < ns; j++) efficiency |= s[j].present[COL_GOODPUT] + s[j].present[COL_MFU] > 0;
+  int nk = efficiency ? 5 : 4;
   double h = TOP + nk * (PANEL_H + GAP) + 10;
   fprintf(f,
           "<?xml version='1.0' encoding='UTF-8'?>\n<svg xmlns='http://www.w3.org/2000/svg' "
@@ -407,6 +420,9 @@ static void write_svg(const Series *s, int ns, const char *const *name, FILE *f)
   draw_panel(f, s, ns, name, 2, nk, COL_GNORM, COL_GNORM, "gradient norm (before clipping)", xlo,
              xhi);
   draw_panel(f, s, ns, name, 3, nk, COL_TOKS, COL_TOKS, "tokens per second", xlo, xhi);
+  if (efficiency)
+    draw_panel(f, s, ns, name, 4, nk, COL_GOODPUT, COL_MFU, "goodput (solid) and MFU (dashed), %",
+               xlo, xhi);
   fprintf(f, "<text x='%.1f' y='%.1f' font-size='13' text-anchor='middle'>step</text>\n</svg>\n",
           LEFT + (W - LEFT - RIGHT) / 2, h - 4);
 }

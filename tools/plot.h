@@ -11,8 +11,8 @@
 /* ---- plot.c: `axlc plot` ------------------------------------------------- */
 
 /* Draws the --metrics file `metrics` as an SVG at `out`: loss and eval loss, learning rate,
- * gradient norm, tokens/s against the step. Prints an error naming the file (and line) and
- * returns -1 on a problem. */
+ * gradient norm, tokens/s against the step, and goodput with MFU where the file holds them. Prints
+ * an error naming the file (and line) and returns -1 on a problem. */
 int plot_metrics(const char *metrics, const char *out);
 /* plot_metrics of n files on shared panels and axes, one color per file, each panel with a
  * legend naming the files by labels[j] (NULL: the files' base names). n >= 1; one file draws

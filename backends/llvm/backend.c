@@ -54,6 +54,10 @@ static void program_info(const BackendJob *j, Compiled *c) {
       .ckpt_every = p->ckpt_every,
       .ckpt_keep = p->ckpt_keep,
       .seed = p->seed,
+      .flops = p->flops,
+      .bf16_flops = p->bf16_flops,
+      .peak_f32 = p->peak_f32,
+      .peak_bf16 = p->peak_bf16,
   };
 }
 

@@ -66,6 +66,7 @@ typedef struct LlvmProgramInfo {
   int64_t max_steps, ckpt_every;
   int32_t ckpt_keep;
   uint64_t seed;
+  double flops, bf16_flops, peak_f32, peak_bf16; /* RtProgram's step_flops, ... */
 } LlvmProgramInfo;
 
 typedef struct LlvmOptions {

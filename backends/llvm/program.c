@@ -53,8 +53,8 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
   t.coll = LLVMStructTypeInContext(C->c, coll, 11, 0);
   LLVMTypeRef kv[] = {i64, i64, i64, i64, i64};
   t.kv = LLVMStructTypeInContext(C->c, kv, 5, 0);
-  LLVMTypeRef dec[] = {i64, i64, i64, i64, LLVMPointerType(i64, 0), i32, LLVMPointerType(t.kv, 0),
-                       step_ptr};
+  LLVMTypeRef dec[] = {
+      i64, i64, i64, i64, LLVMPointerType(i64, 0), i32, LLVMPointerType(t.kv, 0), step_ptr};
   t.dec = LLVMStructTypeInContext(C->c, dec, 8, 0);
   LLVMTypeRef fwd[] = {i64, i64, i64, LLVMPointerType(i64, 0), step_ptr, LLVMPointerType(t.dec, 0)};
   t.fwd = LLVMStructTypeInContext(C->c, fwd, 6, 0);
@@ -83,8 +83,12 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
                         step_ptr,
                         LLVMPointerType(t.fwd, 0),
                         i32,
-                        i64};
-  t.prog = LLVMStructTypeInContext(C->c, prog, 26, 0);
+                        i64,
+                        C->t_f64,
+                        C->t_f64,
+                        C->t_f64,
+                        C->t_f64};
+  t.prog = LLVMStructTypeInContext(C->c, prog, 30, 0);
   return t;
 }
 
@@ -103,6 +107,8 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMOffsetOfElement(dl, t->prog, 8) == offsetof(RtProgram, batch_split) &&
             LLVMOffsetOfElement(dl, t->prog, 23) == offsetof(RtProgram, forward) &&
             LLVMOffsetOfElement(dl, t->prog, 25) == offsetof(RtProgram, aux_loss_offset) &&
+            LLVMOffsetOfElement(dl, t->prog, 26) == offsetof(RtProgram, step_flops) &&
+            LLVMOffsetOfElement(dl, t->prog, 29) == offsetof(RtProgram, peak_bf16) &&
             LLVMABISizeOfType(dl, t->fwd) == sizeof(RtForward) &&
             LLVMOffsetOfElement(dl, t->fwd, 3) == offsetof(RtForward, param_offsets) &&
             LLVMOffsetOfElement(dl, t->fwd, 4) == offsetof(RtForward, run) &&
@@ -367,9 +373,11 @@ int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   if (ids == IR_NONE || logits == IR_NONE)
     return llvm_fail(C, "program: the forward graph has no input ids or output logits");
   bool widened = logits_widened(C) != IR_NONE;
-  LLVMValueRef f[] = {i64c(C, llvm_forward_slab_bytes(C->g, C->mp)), i64c(C, C->mp->offset[ids]),
+  LLVMValueRef f[] = {i64c(C, llvm_forward_slab_bytes(C->g, C->mp)),
+                      i64c(C, C->mp->offset[ids]),
                       i64c(C, widened ? logits_copy_at(C) : C->mp->offset[logits]),
-                      param_offsets_global(C, "axlc_forward_params"), fn,
+                      param_offsets_global(C, "axlc_forward_params"),
+                      fn,
                       C->dec_table ? C->dec_table : LLVMConstNull(LLVMPointerType(t.dec, 0))};
   LLVMValueRef tab = LLVMAddGlobal(C->m, t.fwd, "axlc_forward_table");
   LLVMSetInitializer(tab, LLVMConstNamedStruct(t.fwd, f, 6));
@@ -408,8 +416,7 @@ int llvm_decode_emit(LlvmCtx *C, LLVMValueRef fn) {
   ProgTypes t = prog_types(C, LLVMTypeOf(fn));
   int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids"), pos = ir_graph_find(C->g, IR_INPUT, "pos");
   int32_t logits = ir_graph_output(C->g, "logits");
-  if (ids == IR_NONE || pos == IR_NONE || logits == IR_NONE ||
-      C->g->values[logits].dtype != DT_F32)
+  if (ids == IR_NONE || pos == IR_NONE || logits == IR_NONE || C->g->values[logits].dtype != DT_F32)
     return llvm_fail(C, "program: the decode graph has no input ids or pos, or no f32 logits");
   LLVMValueRef *kv = ir_xcalloc((size_t)C->g->nvalues + 1, sizeof *kv);
   int32_t n = 0;
@@ -482,9 +489,13 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
                       step,
                       C->fwd_table ? C->fwd_table : LLVMConstNull(LLVMPointerType(t.fwd, 0)),
                       i32c(C, output_offset(C, "aux_loss") >= 0),
-                      i64c(C, output_offset(C, "aux_loss"))};
+                      i64c(C, output_offset(C, "aux_loss")),
+                      LLVMConstReal(C->t_f64, P->flops),
+                      LLVMConstReal(C->t_f64, P->bf16_flops),
+                      LLVMConstReal(C->t_f64, P->peak_f32),
+                      LLVMConstReal(C->t_f64, P->peak_bf16)};
   LLVMValueRef gl = LLVMAddGlobal(C->m, t.prog, "axlc_program");
-  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 26));
+  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 30));
   LLVMSetGlobalConstant(gl, 1);
   return 0;
 }

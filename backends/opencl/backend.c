@@ -64,7 +64,11 @@ static int program(const BackendJob *j, Compiled *c) {
                          .max_steps = p->max_steps,
                          .ckpt_every = p->ckpt_every,
                          .ckpt_keep = p->ckpt_keep,
-                         .seed = p->seed};
+                         .seed = p->seed,
+                         .flops = p->flops,
+                         .bf16_flops = p->bf16_flops,
+                         .peak_f32 = p->peak_f32,
+                         .peak_bf16 = p->peak_bf16};
   char err[1024];
   if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, err,
                         sizeof err))

@@ -83,6 +83,10 @@ int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
   p->seed = info->seed;
   p->ckpt_every = info->ckpt_every;
   p->ckpt_keep = info->ckpt_keep;
+  p->step_flops = info->flops;
+  p->step_bf16_flops = info->bf16_flops;
+  p->peak_f32 = info->peak_f32;
+  p->peak_bf16 = info->peak_bf16;
   out->source = k->source;
   out->build_options = "-cl-std=CL1.2";
   out->nlaunches = k->nlaunches;
@@ -179,12 +183,14 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
       "           .loss_offset = %" PRId64 ", .grad_norm_offset = %" PRId64
       ", .lr_offset = %" PRId64 ",\n"
       "           .max_steps = %" PRId64 ", .seed = %" PRIu64 "u, .ckpt_every = %" PRId64 ",\n"
-      "           .ckpt_keep = %d, .step = 0, .has_aux_loss = %d, .aux_loss_offset = %" PRId64
-      "},\n"
+      "           .ckpt_keep = %d, .step = 0, .has_aux_loss = %d, .aux_loss_offset = %" PRId64 ",\n"
+      "           .step_flops = %.17g, .step_bf16_flops = %.17g, .peak_f32 = %.17g, .peak_bf16 = "
+      "%.17g},\n"
       "  .source = source,\n  .build_options = ",
       p->abi_version, p->slab_bytes, p->nparams, p->batch, p->seq, p->vocab, p->ids_offset,
       p->targets_offset, p->step_offset, p->loss_offset, p->grad_norm_offset, p->lr_offset,
-      p->max_steps, p->seed, p->ckpt_every, p->ckpt_keep, (int)p->has_aux_loss, p->aux_loss_offset);
+      p->max_steps, p->seed, p->ckpt_every, p->ckpt_keep, (int)p->has_aux_loss, p->aux_loss_offset,
+      p->step_flops, p->step_bf16_flops, p->peak_f32, p->peak_bf16);
   c_string(f, P->build_options ? P->build_options : "");
   fprintf(f,
           ",\n  .nlaunches = %d,\n  .launches = launches,\n};\n\n"

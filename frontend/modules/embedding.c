@@ -7,8 +7,8 @@
 
 static const FeField emb_fields[] = {
     F_FLOAT("init_std", "0.02", FE_ATLEAST(0), "standard deviation of the normal init"),
-    F_TYPED("param_partition_specs", FT_PSPECS, "{\"weight\": [\"model\", null]}",
-            "partition spec of the (vocab, dim) table: vocabulary-parallel"),
+    F_TYPED("param_partition_specs", FT_PSPECS, "{\"weight\": [\"model\", \"fsdp\"]}",
+            "partition spec of the (vocab, dim) table: vocabulary-parallel, dim over fsdp"),
 };
 
 static int build_emb(FeBuild *b, json_object *node, const char *cfg, const char *prm,

@@ -261,6 +261,40 @@ static void test_moe(void) {
   check_layout("moe-test.json", "cpu-2", fsdp, 3, (Expect){2, 1, 4, 4, 0, false});
 }
 
+/* expert x fsdp: the expert buffers go to their experts by all_to_all over `expert` only; each
+ * device keeps its data x fsdp rows (every all_gather gathers a parameter, never an activation),
+ * and the expert weights are gathered over fsdp. moe-test, and tiny-lm and fuji-test with a MoE
+ * feed-forward. */
+#define MOE_FF                                                                                     \
+  "/model/decoder/layer/feed_forward={\"kind\": \"moe\", \"num_experts\": 4, \"top_k\": 2, "       \
+  "\"hidden_dim\": 32}"
+static void check_expert_fsdp(const char *model, const char **sets, int nsets) {
+  check_layout(model, "cpu-4", sets, nsets, (Expect){4, 1, 6, 6, 8, false});
+  DrvJob S;
+  if (lower(&S, model, "cpu-4", sets, nsets, "shard")) {
+    CHECK_MSG(0, "%s: expert x fsdp did not lower", model);
+    drv_free(&S);
+    return;
+  }
+  for (int32_t v = 0; v < S.graph->nvalues; v++) {
+    const IrValue *x = &S.graph->values[v];
+    if (x->op != IR_ALL_GATHER) continue;
+    const IrValue *o = &S.graph->values[x->ops[0]];
+    while (o->op == IR_CAST) o = &S.graph->values[o->ops[0]];
+    CHECK_MSG(o->op == IR_PARAMETER, "%s: %%%d gathers an activation (%s) over %s", model, v,
+              ir_op_name(o->op), x->attr.mesh[0]);
+  }
+  drv_free(&S);
+}
+
+static void test_moe_fsdp(void) {
+  const char *moe[] = {SMALL, MESH(1, 2, 2, 1)};
+  check_expert_fsdp("moe-test.json", moe, 3);
+  const char *dense[] = {SMALL, MESH(1, 2, 2, 1), MOE_FF};
+  check_expert_fsdp("tiny-lm.json", dense, 4);
+  check_expert_fsdp("fuji-test.json", dense, 4);
+}
+
 /* Runs the forward graph of moe-test (2 layers) with capacity_factor cf on one device; returns
  * the loss, and counts the assignments the first layer drops. Checks every (sequence, expert)
  * keeps min(assigned, C) tokens, first choices before second choices. */
@@ -391,7 +425,8 @@ int main(int argc, char **argv) {
                {"vocab", test_vocab},
                {"vocab_chunks", test_vocab_chunks},
                {"microbatch", test_microbatch},
-               {"moe_capacity", test_moe_capacity}};
+               {"moe_capacity", test_moe_capacity},
+               {"moe_fsdp", test_moe_fsdp}};
   int added = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     bool want = argc <= 1;

@@ -635,6 +635,29 @@ PY
     --set /learner/microbatches=4
   expect_user_error "error: --set: /learner/microbatches: 4 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 4 devices) leaves 2 sequences per device (expected a divisor of 2)"
   ;;
+memcheck_recipes)
+  # the published recipes of docs/memcheck.md ("Published recipes"), each a known-good job:
+  # every verdict is "fits" (exit 0), with the shipped rules or the recipe's mesh
+  recipe() {
+    run memcheck "$@"
+    expect_rc 0
+    expect_in "$T/out" "verdict: fits"
+  }
+  # AXLearn Llama2-7B on 256 H100 (the fuji.py rule: data x fsdp=8, q/k/v/o saved)
+  recipe "$MODELS/llama2-7b.json" --target gpu-h100-256
+  # MaxText Llama2-7B on 8 H100: fsdp=8, 4 sequences of 4096 per GPU, q/k/v and context saved
+  recipe "$MODELS/llama2-7b.json" --target gpu-h100-8 --set '/mesh/shape=[1,1,1,8,1,1]' \
+    --set /input/global_batch_size=32 --set /precision/compute=bf16 \
+    --set '/model/decoder/remat_policy={"save": ["transformer_layer\\.input", "attention\\.(q|k|v)_proj", "attention\\.context"]}'
+  # Llama2-70B on 64 H100: fsdp=64, full remat, 1 sequence per GPU
+  recipe "$MODELS/llama2-70b.json" --target gpu-h100-64 --set '/mesh/shape=[1,1,1,64,1,1]' \
+    --set /input/global_batch_size=64 --set /precision/compute=bf16 \
+    --set /model/decoder/remat_policy=full
+  # AXLearn's 70B rule on tpu-v5p-1024 (512 chips)
+  recipe "$MODELS/llama2-70b.json" --target tpu-v5p-1024
+  # mixtral-8x7b on 256 H100 with expert parallelism (rules/moe.json: expert=8 x fsdp=32)
+  recipe "$MODELS/mixtral-8x7b.json" --target gpu-h100-256
+  ;;
 memcheck_errors)
   run memcheck "$MODELS/tiny-lm.json"
   expect_user_error "axlc memcheck needs --target"
@@ -735,6 +758,20 @@ plot)
            ">eval_loss<" "m.jsonl: 60 steps (1 to 60)" ">step<"; do
     expect_in "$T/m.svg" "$x"
   done
+  ! grep -q "goodput" "$T/m.svg" || fail "a goodput panel without goodput in the file"
+  # goodput and MFU, where the file has them: a fifth panel, in percent, MFU dashed
+  awk 'BEGIN { for (i = 1; i <= 30; i++)
+    printf "{\"step\": %d, \"loss\": 3, \"tokens_per_s\": 1, \"mfu\": %.3f, \"goodput\": %.3f}\n",
+      i, 0.25 + 0.01 * (i % 3), 0.5 + i / 100 }' > "$T/g.jsonl"
+  run plot "$T/g.jsonl" -o "$T/g.svg"
+  expect_rc 0
+  for x in ">goodput (solid) and MFU (dashed), %<" ">goodput<" ">mfu<" "stroke-dasharray"; do
+    expect_in "$T/g.svg" "$x"
+  done
+  /usr/bin/python3 -c 'import sys, xml.etree.ElementTree as E
+lines = [e for e in E.parse(sys.argv[1]).getroot().iter() if e.get("stroke") == "#8c564b" and e.get("points")]
+assert len(lines) == 1, len(lines)' "$T/g.svg" || fail "goodput: expected one line"
+  grep -q "height='1324'" "$T/g.svg" || fail "goodput: not 5 panels: $(grep -o "height='[0-9]*'" "$T/g.svg" | head -1)"
   # the null grad_norm at step 33 splits its line in two, and the panel counts it
   [ "$(grep -c "polyline fill='none' stroke='#d62728'" "$T/m.svg")" -eq 2 ] || fail "grad_norm: expected 2 lines"
   expect_in "$T/m.svg" ">1 value not finite: not drawn<"

@@ -154,6 +154,7 @@ has axlc.txt "AXLC_CACHE_MAX"
 groff -man -Tascii "$P/share/man/man1/axlc-trainer.1" 2>/dev/null | col -b > tr.txt
 has tr.txt "--init-allow-unused"
 has tr.txt "(experts, in, out)"
+has tr.txt "--sdc-check-every"
 
 [ "$fails" -eq 0 ] || exit 1
 echo "ok [install]"

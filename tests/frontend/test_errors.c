@@ -350,10 +350,13 @@ static void test_spec_unknown_axis(void) {
                  "\"modle\" is not a mesh axis (the mesh has 6 axes; see /mesh/axes); did you "
                  "mean \"model\"?");
   fe_t_done(&t);
-  /* an axis the mesh does not have, though it is a known axis name */
+  /* an axis the mesh does not have, though it is a known axis name (the embedding's default
+   * spec splits its width over fsdp: that too is overridden) */
   bad(&t,
       "\"mesh\": {\"kind\": \"device_mesh\", \"axes\": [\"data\", \"model\"], \"shape\": [-1, "
-      "1]}, " LAYER
+      "1]}, \"model\": {\"emb\": {\"kind\": \"embedding\", \"param_partition_specs\": {\"weight\": "
+      "[\"model\", null]}}, "
+      "\"decoder\": {\"layer\": "
       "{\"self_attention\": {\"param_partition_specs\": {\"q_proj\": [\"data\", \"model\"]}},"
       " \"feed_forward\": {\"param_partition_specs\": {\"linear1\": [null, \"model\"]}}}}}",
       NULL, NULL);

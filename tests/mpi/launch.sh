@@ -77,7 +77,7 @@ samestep)
   "$AXLC" launch "$T/nan" -n 2 --backoff 0.1 --report "$T/r.jsonl" -- --data "$DATA" --steps 20 \
     --ckpt-dir "$T/ck" --ckpt-every 1 --threads 1 > "$T/out" 2> "$T/err"
   rc=$?
-  [ $rc -eq 1 ] || fail "samestep: exit $rc, expected 1"
+  [ $rc -eq 3 ] || fail "samestep: exit $rc, expected 3 (the trainer's status for a non-finite loss)"
   grep -q "failed at step 2: a non-finite value (step 2: loss" "$T/err" || { fail "samestep: no cause"; cat "$T/err" >&2; }
   grep -q "failed 2 times at step 2: a restart repeats this failure; giving up" "$T/err" || fail "samestep: not given up"
   [ "$(grep -c '"event":"launch"' "$T/r.jsonl")" -eq 2 ] || fail "samestep: expected 2 launches"

@@ -3,7 +3,8 @@
 # against one process. Trainers and the one-process reference runs are kept in WORKDIR (per
 # model and mesh), so each test compiles at most what it needs.
 #   ref_MODEL          the one-process trainer, 10 steps: reference losses and parameters
-#   MODEL_MESH         the same 10 steps on MESH: losses and final parameters within 1e-4
+#   MODEL_MESH         the same 10 steps on MESH: losses and final parameters within 1e-4 of
+#                      the one-process run with the same microbatches (tests/layouts.sh ref_mesh)
 #   run                axlc run --target cpu-2 starts mpirun itself; without mpirun, says how
 #   signal             SIGTERM to axlc run alone: its ranks save and stop, mpirun ends, its
 #                      temporary directory goes, status 143, the lock is free; SIGKILL to axlc
@@ -11,15 +12,14 @@
 #   resume             tiny-lm: a data=2 x model=2 checkpoint of step 5 resumes under fsdp=4
 #                      and under one process on the same curve (1e-4), and under data=2 x
 #                      model=2 bit for bit (metrics and checkpoint files)
-# MODEL: tiny_lm, moe, fuji (fuji-test: llama-style, GQA with 4 heads and 2 kv heads), and
-# tiny_bf16, moe_bf16, fuji_bf16: the same under bf16 compute (f32 masters).
-# MESH: data4, fsdp4, model2, data2model2, expert2; fsdp2mb2 (fsdp=2, 2 microbatches: each rank
-# steps over 2 slices of its rows and reduce-scatters each slice's gradients).
+# MODEL and MESH: tests/layouts.sh (tiny_lm, moe, fuji, tiny_moe, fuji_moe, the *_bf16 models;
+# data4, fsdp4, model2, data2model2, expert2, expert2fsdp2, fsdp2, fsdp2mb2, fsdp2mb4).
 set -u
 AXLC=$1 SRC=$2 MPIRUN=$3 DUMP=$4 W=$5 CASE=$6
 PY=${TORCH_PYTHON:-/usr/bin/python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 . "$SRC/tests/lib.sh"
+. "$SRC/tests/layouts.sh"
 scratch mpi-models
 need_numpy
 mkdir -p "$W"
@@ -38,32 +38,6 @@ PYEOF
   mv "$T/tokens.bin" "$DATA"
 fi
 
-model_file() {
-  case $1 in
-  tiny_lm | tiny_bf16) echo "$SRC/models/tiny-lm.json" ;;
-  moe | moe_bf16) echo "$SRC/models/moe-test.json" ;;
-  fuji | fuji_bf16) echo "$SRC/models/fuji-test.json" ;;
-  esac
-}
-# precision MODEL: the compute dtype (the *_bf16 models: bf16 compute, f32 masters)
-precision() {
-  case $1 in
-  *_bf16) echo bf16 ;;
-  *) echo f32 ;;
-  esac
-}
-# mesh NAME: "DEVICES SHAPE" over [pipeline, data, expert, fsdp, seq, model]
-mesh() {
-  case $1 in
-  one) echo "1 [1,1,1,1,1,1]" ;;
-  data4) echo "4 [1,4,1,1,1,1]" ;;
-  fsdp4) echo "4 [1,1,1,4,1,1]" ;;
-  model2) echo "2 [1,1,1,1,1,2]" ;;
-  data2model2) echo "4 [1,2,1,1,1,2]" ;;
-  expert2) echo "2 [1,1,2,1,1,1]" ;;
-  fsdp2mb2) echo "2 [1,1,1,2,1,1] /learner/microbatches=2" ;;
-  esac
-}
 # trainer MODEL MESH: the path of its compiled trainer (compiled once, kept in $W)
 trainer() {
   exe="$W/$1-$2.trainer"
@@ -71,7 +45,7 @@ trainer() {
     set -- "$1" "$2" $(mesh "$2")
     target=cpu
     [ "$3" -gt 1 ] && target=cpu-$3
-    "$AXLC" compile "$(model_file "$1")" --target $target --set "/mesh/shape=$4" --set /input/seq_len=16 \
+    "$AXLC" compile "$(model_file "$1")" $(model_args "$1") --target $target --set "/mesh/shape=$4" --set /input/seq_len=16 \
       --set "/precision/compute=$(precision "$1")" ${5:+--set "$5"} -o "$T/exe" > "$T/compile.log" 2>&1 || { fail "compile $1 on $2"; cat "$T/compile.log" >&2; return 1; }
     mv "$T/exe" "$exe"
   fi
@@ -91,12 +65,13 @@ train() {
       --metrics "$dir/m.jsonl" "$@"
   fi
 }
-# reference MODEL: the one-process run, once
+# reference MODEL [MESH]: the one-process run (MESH: one, or onemb2 / onemb4), once
 reference() {
   ref="$W/ref-$1"
+  [ "${2:-one}" = one ] || ref="$ref-$2"
   if [ ! -f "$ref/params.safetensors" ]; then
     rm -rf "$ref.tmp"
-    must train "$1" one "$ref.tmp" --steps $STEPS
+    must train "$1" "${2:-one}" "$ref.tmp" --steps $STEPS
     must "$DUMP" "$ref.tmp/ck" "$ref.tmp/params.safetensors"
     rm -rf "$ref" && mv "$ref.tmp" "$ref"
   fi
@@ -105,7 +80,7 @@ reference() {
 case $CASE in
 ref_*)
   # the fixture of every test of this model: trainers of an earlier build are stale
-  rm -rf "$W/ref-${CASE#ref_}" "$W/${CASE#ref_}"-*.trainer
+  rm -rf "$W/ref-${CASE#ref_}" "$W/ref-${CASE#ref_}"-* "$W/${CASE#ref_}"-*.trainer
   reference "${CASE#ref_}"
   ;;
 run)
@@ -183,7 +158,10 @@ resume)
 *_*)
   model=${CASE%_*}
   m=${CASE##*_}
-  reference "$model"
+  r=$(ref_mesh $m)
+  reference "$model" $r
+  ref="$W/ref-$model"
+  [ $r = one ] || ref="$ref-$r"
   must train "$model" "$m" "$T/run" --steps $STEPS
   must "$DUMP" "$T/run/ck" "$T/run.safetensors"
   # bf16 compute: a sharded product's partial sums and the bf16 all-reduce of activations over
@@ -199,8 +177,8 @@ resume)
   tiny_bf16_*) ptol=1e-2 ;;
   moe_bf16_*) ltol=5e-4 ptol=5e-2 ;;
   esac
-  compare losses "$T/run/m.jsonl" "$W/ref-$model/m.jsonl" $ltol
-  compare close "$T/run.safetensors" "$W/ref-$model/params.safetensors" ${BF16_PARAM_TOL:-$ptol}
+  compare losses "$T/run/m.jsonl" "$ref/m.jsonl" $ltol
+  compare close "$T/run.safetensors" "$ref/params.safetensors" ${BF16_PARAM_TOL:-$ptol}
   "$PY" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; \
 print('%s: %.1f ms/step (median), %d bytes sent per device per step' % (sys.argv[2], \
 sorted(x['step_ms'] for x in r)[len(r)//2], r[-1].get('comm_bytes', 0)))" "$T/run/m.jsonl" "$CASE"

@@ -11,6 +11,12 @@
 #   mismatch  a program for 4 devices on 2 processes, or on 1 started by hand, says how to launch
 #   kill      SIGKILL of one rank ends the job within 30 s; a stopped (hung) rank is named by the
 #             others' watchdog; --resume continues from the last complete checkpoint
+#   async     a rank killed while the sharded save of step 6 is in flight (its shards written,
+#             AXLC_TEST_SAVE_PAUSE holding the index): no index, --resume continues from step 3
+#             bit for bit with a run never killed; SIGTERM then waits for the save in flight
+#   sdc       --sdc-check-every 1 over 20 steps on data=2 x model=2: no false alarm; a bit flipped
+#             in rank 2's replay of step 4 (AXLC_TEST_SDC_FLIP=4@2): every rank stops with status
+#             4, and rank 2 names the tensor
 #   setup     a start that fails on rank 0 alone under --resume (the directory locked, a file-size
 #             limit, --metrics in a missing directory): every rank stops within seconds, not at
 #             the watchdog's deadline, and the reason is printed once
@@ -149,6 +155,52 @@ kill)
     must run 2,2 4 --steps 200 --ckpt-dir "$d" --resume
     grep -q "resumed from" "$T/log" || fail "$how: no resume"
   done
+  ;;
+async)
+  must run 2,2 4 --steps 12 --ckpt-every 3 --keep 0 --ckpt-dir "$T/ref"
+  shards=$(ls "$T/ref/step_00000003"/state-rank*.safetensors | wc -l) # the ranks that own a chunk
+  for how in KILL TERM; do
+    d="$T/a$how"
+    AXLC_FAKE_MESH=2,2 AXLC_TEST_SAVE_PAUSE=3 "$MPIRUN" -np 4 --oversubscribe "$TRAINER" --data "$T/tok.bin" \
+      --threads 1 --steps 100000000 --ckpt-every 3 --keep 0 --ckpt-dir "$d" > "$T/out" 2> "$T/err" &
+    mpi=$!
+    trap 'kill -9 $mpi 2>/dev/null; rm -rf "$T"' EXIT
+    i=0
+    while [ "$(ls "$d"/step_00000006/state-rank*.safetensors 2>/dev/null | wc -l)" -lt "$shards" ] &&
+      [ $i -lt 300 ]; do
+      sleep 0.1
+      i=$((i + 1))
+    done
+    [ -f "$d/step_00000003/index.json" ] && [ ! -f "$d/step_00000006/index.json" ] ||
+      fail "$how: the save of step 6 is not in flight"
+    if [ $how = KILL ]; then
+      kill -KILL "$(pgrep -P $mpi -f fake_mesh_trainer | sed -n 2p)"
+    else # every rank, as Slurm does (mpirun would follow its SIGTERM with a SIGKILL)
+      kill -TERM $(pgrep -P $mpi -f fake_mesh_trainer)
+    fi
+    wait $mpi
+    rc=$?
+    if [ $how = KILL ]; then
+      [ $rc -ne 0 ] || fail "KILL: the job exited 0"
+      [ ! -f "$d/step_00000006/index.json" ] || fail "KILL: the checkpoint in flight got an index"
+    else
+      [ -f "$d/step_00000006/index.json" ] && grep -q "SIGTERM: stopped after step" "$T/err" ||
+        { fail "TERM: exit $rc, the save in flight not completed"; cat "$T/err" >&2; }
+    fi
+    must run 2,2 4 --steps 12 --ckpt-every 3 --keep 0 --ckpt-dir "$d" --resume
+    [ $how = TERM ] || grep -q "resumed from .*step_00000003" "$T/log" || fail "KILL: not resumed from step 3"
+    must "$DUMP" "$d" "$T/a$how.safetensors"
+    must "$DUMP" "$T/ref" "$T/ref.safetensors"
+    compare exact "$T/a$how.safetensors" "$T/ref.safetensors"
+  done
+  ;;
+sdc)
+  must run 2,2 4 --steps 20 --sdc-check-every 1
+  AXLC_TEST_SDC_FLIP=4@2 run 2,2 4 --steps 20 --sdc-check-every 2 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 4 ] || { fail "a flipped bit: exit $rc, expected 4"; cat "$T/err" >&2; }
+  grep -q "rank 2: step 4: silent data corruption: tensor model/" "$T/err" || { fail "rank 2 not named"; cat "$T/err" >&2; }
+  [ "$(grep -c "silent data corruption" "$T/err")" -eq 1 ] || fail "another rank than 2 reported"
   ;;
 setup)
   must run 2,2 4 --steps 5 --ckpt-dir "$T/s"

@@ -1,7 +1,7 @@
 /* test_microbatch.c: pass_microbatch. The rewrite as IR text (inputs grown to the whole batch,
- * each copy's slice, copy 0 before copy 1 and copy 1's first value tagged, shared values once, f32
- * sums divided by N, each device's rows under a batch split), and the values: a least-squares step
- * over 2 and 4 microbatches equals the whole-batch step, loss and gradient. */
+ * each copy's slice of rows r mod N = k, copy 0 before copy 1 and copy 1's first value tagged,
+ * shared values once, f32 sums divided by N, the same rows under a batch split), and the values: a
+ * least-squares step over 2 and 4 microbatches equals the whole-batch step, loss and gradient. */
 #include "passes/passes.h"
 #include "tests/ir/ir_test.h"
 
@@ -53,46 +53,47 @@ static void test_copies_in_sequence(void) {
   PassOptions opt = {0};
   opt.microbatches = 2;
   char *got = rewrite(micro, &opt, IR_OK);
-  expect_text(got,
-              "%0 = input \"ids\" : f32[4,3]\n"
-              "%1 = reshape %0 : f32[1,2,2,3]\n"
-              "%2 = slice %1 start=[0,0,0,0] limit=[1,1,2,3] : f32[1,1,2,3]\n"
-              "%3 = reshape %2 : f32[2,3]\n"
-              "%4 = parameter \"w\" : f32[3]\n"
-              "%5 = cast %4 : bf16[3]\n"
-              "%6 = cast %3 : bf16[2,3]\n"
-              "%7 = broadcast_in_dim %5 bdims=[1] : bf16[2,3]\n"
-              "%8 = mul %6, %7 : bf16[2,3]\n"
-              "%9 = reduce_sum %8 axes=[0,1] : bf16[]\n"
-              "%10 = cast %9 : f32[]\n"
-              "%11 = reduce_sum %6 axes=[0] : bf16[3]\n"
-              "%12 = cast %11 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
-              /* copy 1: rows 2..3, the input's values again; the shared cast and broadcast not */
-              "%13 = reshape %0 : f32[1,2,2,3]\n"
-              "%14 = slice %13 start=[0,1,0,0] limit=[1,2,2,3] : f32[1,1,2,3] "
-              "#\"microbatch.start\"\n"
-              "%15 = reshape %14 : f32[2,3]\n"
-              "%16 = cast %15 : bf16[2,3]\n"
-              "%17 = mul %16, %7 : bf16[2,3]\n"
-              "%18 = reduce_sum %17 axes=[0,1] : bf16[]\n"
-              "%19 = cast %18 : f32[]\n"
-              "%20 = add %10, %19 : f32[] @\"/learner\" #\"microbatch.mean\"\n"
-              "%21 = constant value=2 : f32[] @\"/learner\" #\"microbatch.mean\"\n"
-              "%22 = div %20, %21 : f32[] @\"/learner\" #\"microbatch.mean\"\n"
-              "%23 = reduce_sum %16 axes=[0] : bf16[3]\n"
-              "%24 = cast %23 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
-              "%25 = add %12, %24 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
-              "%26 = constant value=2 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
-              "%27 = div %25, %26 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
-              "%28 = cast %27 : bf16[3] @\"/learner\" #\"microbatch.mean\"\n"
-              "output \"loss\" = %22\n"
-              "output \"grad:w\" = %28\n"
-              "output \"w16\" = %5\n");
+  expect_text(got, "%0 = input \"ids\" : f32[4,3]\n"
+                   "%1 = reshape %0 : f32[2,2,3]\n"
+                   "%2 = slice %1 start=[0,0,0] limit=[2,1,3] : f32[2,1,3]\n"
+                   "%3 = reshape %2 : f32[2,3]\n"
+                   "%4 = parameter \"w\" : f32[3]\n"
+                   "%5 = cast %4 : bf16[3]\n"
+                   "%6 = cast %3 : bf16[2,3]\n"
+                   "%7 = broadcast_in_dim %5 bdims=[1] : bf16[2,3]\n"
+                   "%8 = mul %6, %7 : bf16[2,3]\n"
+                   "%9 = reduce_sum %8 axes=[0,1] : bf16[]\n"
+                   "%10 = cast %9 : f32[]\n"
+                   "%11 = reduce_sum %6 axes=[0] : bf16[3]\n"
+                   "%12 = cast %11 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
+                   /* copy 1: rows 1 and 3, the input's values again; the shared cast and broadcast
+                      not */
+                   "%13 = reshape %0 : f32[2,2,3]\n"
+                   "%14 = slice %13 start=[0,1,0] limit=[2,2,3] : f32[2,1,3] "
+                   "#\"microbatch.start\"\n"
+                   "%15 = reshape %14 : f32[2,3]\n"
+                   "%16 = cast %15 : bf16[2,3]\n"
+                   "%17 = mul %16, %7 : bf16[2,3]\n"
+                   "%18 = reduce_sum %17 axes=[0,1] : bf16[]\n"
+                   "%19 = cast %18 : f32[]\n"
+                   "%20 = add %10, %19 : f32[] @\"/learner\" #\"microbatch.mean\"\n"
+                   "%21 = constant value=2 : f32[] @\"/learner\" #\"microbatch.mean\"\n"
+                   "%22 = div %20, %21 : f32[] @\"/learner\" #\"microbatch.mean\"\n"
+                   "%23 = reduce_sum %16 axes=[0] : bf16[3]\n"
+                   "%24 = cast %23 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
+                   "%25 = add %12, %24 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
+                   "%26 = constant value=2 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
+                   "%27 = div %25, %26 : f32[3] @\"/learner\" #\"microbatch.mean\"\n"
+                   "%28 = cast %27 : bf16[3] @\"/learner\" #\"microbatch.mean\"\n"
+                   "output \"loss\" = %22\n"
+                   "output \"grad:w\" = %28\n"
+                   "output \"w16\" = %5\n");
   free(got);
 }
 
-/* With the batch split over 2 devices, microbatch k takes the k-th block of each device's
- * rows: (8, 3) -> (2 devices, 2 microbatches, 2 rows, 3), slice [:, k]. */
+/* With the batch split over 2 devices, microbatch k is still the rows r with r mod 2 = k:
+ * (8, 3) -> (4, 2 microbatches, 3), slice [:, k]; each device's 4 rows hold 2 of each
+ * microbatch (the shard pass keeps the split on dim 0: test_shard's microbatch layouts). */
 static void test_each_device_its_rows(void) {
   IrMesh mesh = {.naxes = 1, .names = {"data"}, .sizes = {2}};
   PassShardLeaf leaves[1] = {{"ids", {.axes = {{1}}}}};
@@ -105,12 +106,12 @@ static void test_each_device_its_rows(void) {
                    "output \"loss\" = %1\n";
   char *got = rewrite(in, &opt, IR_OK);
   expect_text(got, "%0 = input \"ids\" : f32[8,3]\n"
-                   "%1 = reshape %0 : f32[2,2,2,3]\n"
-                   "%2 = slice %1 start=[0,0,0,0] limit=[2,1,2,3] : f32[2,1,2,3]\n"
+                   "%1 = reshape %0 : f32[4,2,3]\n"
+                   "%2 = slice %1 start=[0,0,0] limit=[4,1,3] : f32[4,1,3]\n"
                    "%3 = reshape %2 : f32[4,3]\n"
                    "%4 = reduce_sum %3 axes=[0,1] : f32[]\n"
-                   "%5 = reshape %0 : f32[2,2,2,3]\n"
-                   "%6 = slice %5 start=[0,1,0,0] limit=[2,2,2,3] : f32[2,1,2,3] "
+                   "%5 = reshape %0 : f32[4,2,3]\n"
+                   "%6 = slice %5 start=[0,1,0] limit=[4,2,3] : f32[4,1,3] "
                    "#\"microbatch.start\"\n"
                    "%7 = reshape %6 : f32[4,3]\n"
                    "%8 = reduce_sum %7 axes=[0,1] : f32[]\n"

@@ -41,6 +41,7 @@ enum {
 };
 
 int fake_nan_at;
+int fake_spike_at;
 void (*fake_after_step)(int64_t step, float *weight);
 
 static float *f32(char *slab, int off) { return (float *)(void *)(slab + off); }
@@ -121,7 +122,9 @@ static void fake_step(char *slab, RtPool *pool, RtComm *comm) {
   float norm = (float)sqrt(sq);
   Update u = {slab, schedule(t), norm > 1.0f ? 1.0f / norm : 1.0f, t};
   rt_parallel_for(pool, V * V + V, update_elems, &u);
-  *f32(slab, OFF_LOSS) = (int)t == fake_nan_at ? NAN : (float)(loss / N);
+  *f32(slab, OFF_LOSS) = (int)t == fake_nan_at     ? NAN
+                         : (int)t == fake_spike_at ? (float)(50 * loss / N)
+                                                   : (float)(loss / N);
   *f32(slab, OFF_GN) = norm;
   *f32(slab, OFF_LR) = u.lr;
   if (fake_after_step) fake_after_step((int64_t)t, f32(slab, OFF_W));

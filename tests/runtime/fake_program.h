@@ -16,6 +16,8 @@ extern const RtProgram axlc_program;
 
 /* Test hook: the step numbered fake_nan_at (1-based) reports a NaN loss; 0 means never. */
 extern int fake_nan_at;
+/* Test hook: the step numbered fake_spike_at reports 50 times its loss (an outlier); 0: never. */
+extern int fake_spike_at;
 
 /* Test hook: called at the end of every step with its number and the weight (V, V), which it
  * may change; NULL means none. Tests use it to send signals, change limits or spoil weights

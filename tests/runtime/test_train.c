@@ -434,7 +434,7 @@ static void test_resume_bad_values(void) {
     r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-dir", dir, "--resume",
                              NULL});
     fake_nan_at = 0;
-    CHECK_RUN(r, 1);
+    CHECK_RUN(r, RT_EXIT_NONFINITE);
     CHECK_HAS(r.err, "skipping a damaged checkpoint: ");
     CHECK_HAS(r.err, "step_00000010/");
     CHECK_HAS(r.err, cases[c].why);
@@ -632,7 +632,7 @@ static void test_nonfinite(void) {
   Run r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-every", "5",
                                "--ckpt-dir", scratch(dir, "nan"), "--metrics",
                                scratch(mp, "nan.jsonl"), NULL});
-  CHECK_RUN(r, 1);
+  CHECK_RUN(r, RT_EXIT_NONFINITE);
   CHECK_HAS(r.err, "step 7:");
   CHECK_HAS(r.err, "not finite");
   CHECK_HAS(r.err, "step_00000005");
@@ -645,11 +645,120 @@ static void test_nonfinite(void) {
   free(m.text);
   run_free(&r);
   r = run((const char *[]){"--data", train_file(), "--steps", "20", NULL});
-  CHECK_RUN(r, 1);
+  CHECK_RUN(r, RT_EXIT_NONFINITE);
   CHECK_HAS(r.err, "step 7:");
   CHECK_HAS(r.err, "no checkpoint");
   run_free(&r);
   fake_nan_at = 0;
+}
+
+/* --sdc-check-every: the replays agree over many steps; a bit flipped in one replay (the test
+ * hook) is caught, named with the rank and the tensor, and ends the run with its own status,
+ * the checkpoint before it kept; a flip in a step that is not replayed goes unseen. */
+static void test_sdc(void) {
+  char dir[PATH_CAP], p[PATH_CAP];
+  Run r = run((const char *[]){"--data", train_file(), "--steps", "60", "--sdc-check-every", "1",
+                               "--threads", "2", NULL});
+  CHECK_RUN(r, 0);
+  run_free(&r);
+  setenv("AXLC_TEST_SDC_FLIP", "9", 1);
+  r = run((const char *[]){"--data", train_file(), "--steps", "20", "--sdc-check-every", "3",
+                           "--ckpt-every", "5", "--ckpt-dir", scratch(dir, "sdc"), NULL});
+  CHECK_RUN(r, RT_EXIT_SDC);
+  CHECK_HAS(r.err, "rank 0: step 9: silent data corruption: tensor model/bigram/bias, value 0 of ");
+  CHECK_HAS(r.err, "in the step, ");
+  CHECK_HAS(r.err, "in its replay from the same state");
+  CHECK_INT(rt_test_exists(step_file(p, dir, 5, "index.json")), 1);
+  CHECK_INT(rt_test_exists(step_file(p, dir, 10, NULL)), 0);
+  run_free(&r);
+  setenv("AXLC_TEST_SDC_FLIP", "10", 1);
+  r = run(
+      (const char *[]){"--data", train_file(), "--steps", "20", "--sdc-check-every", "3", NULL});
+  CHECK_RUN(r, 0);
+  run_free(&r);
+  setenv("AXLC_TEST_SDC_FLIP", "9@", 1);
+  r = run(
+      (const char *[]){"--data", train_file(), "--steps", "20", "--sdc-check-every", "3", NULL});
+  CHECK_RUN(r, 1);
+  CHECK_HAS(r.err, "AXLC_TEST_SDC_FLIP=9@: expected STEP or STEP@RANK");
+  run_free(&r);
+  unsetenv("AXLC_TEST_SDC_FLIP");
+}
+
+/* The tensors of checkpoint `step` of dir (every one, as bytes) are those of `other`. */
+static int same_state(const char *dir, int64_t step, int64_t other) {
+  RtCkpt *a, *b;
+  RtError err;
+  if (rt_ckpt_open(&a, dir, step, &err) != 0) return -1;
+  if (rt_ckpt_open(&b, dir, other, &err) != 0) return rt_ckpt_close(a), -1;
+  int same = rt_ckpt_count(a) == rt_ckpt_count(b);
+  for (int i = 0; same && i < rt_st_count(rt_ckpt_tensors(a)); i++) {
+    const RtTensor *x = rt_st_tensor(rt_ckpt_tensors(a), i);
+    const RtTensor *y = rt_st_find(rt_ckpt_tensors(b), x->name);
+    same = y && x->nbytes == y->nbytes && memcmp(x->data, y->data, (size_t)x->nbytes) == 0;
+  }
+  rt_ckpt_close(a);
+  rt_ckpt_close(b);
+  return same;
+}
+
+/* --skip-outliers: a loss spike past the window's z-score leaves the state as it was (a
+ * checkpoint after it holds the bytes of the one before it), says so, and marks its metrics
+ * line; a resumed run skips the same step (the window travels in the checkpoint), bit for bit
+ * with the uninterrupted one, which a fresh window would not; without the option the spike is
+ * applied. --skip-batches moves the data position as that many steps would. */
+static void test_outliers(void) {
+  char dir[PATH_CAP], d2[PATH_CAP], d3[PATH_CAP], p[PATH_CAP], q[PATH_CAP], mp[PATH_CAP];
+  fake_spike_at = 15;
+  const char *skip[] = {"--skip-outliers", "4", "--outlier-window", "8", NULL};
+  Run r =
+      run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-every", "1", "--keep",
+                           "0", "--ckpt-dir", scratch(dir, "outl"), "--metrics",
+                           scratch(mp, "outl.jsonl"), skip[0], skip[1], skip[2], skip[3], NULL});
+  CHECK_RUN(r, 0);
+  CHECK_HAS(r.err, "step 15: loss ");
+  CHECK_HAS(r.err, "against the last 8 steps: an outlier above 4; update skipped");
+  CHECK_INT(same_state(dir, 15, 14), 1);
+  CHECK_INT(same_state(dir, 16, 15), 0);
+  Metrics m = metrics_read(mp);
+  CHECK_INT(m.n, 20);
+  CHECK_HAS(m.line[14], "\"skipped\": true");
+  CHECK_INT(strstr(m.line[13], "skipped") == NULL, 1);
+  free(m.text);
+  run_free(&r);
+  /* 12 steps, then --resume to 20: the same step 20 */
+  r = run((const char *[]){"--data", train_file(), "--steps", "12", "--ckpt-dir",
+                           scratch(d2, "outl2"), skip[0], skip[1], skip[2], skip[3], NULL});
+  CHECK_RUN(r, 0);
+  run_free(&r);
+  r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-dir", d2, "--resume",
+                           skip[0], skip[1], skip[2], skip[3], NULL});
+  CHECK_RUN(r, 0);
+  CHECK_HAS(r.err, "step 15: loss ");
+  run_free(&r);
+  CHECK_INT(same_file(step_file(p, dir, 20, "state.safetensors"),
+                      step_file(q, d2, 20, "state.safetensors")),
+            1);
+  /* without the option the spike's update is applied */
+  r = run((const char *[]){"--data", train_file(), "--steps", "15", "--ckpt-every", "1", "--keep",
+                           "0", "--ckpt-dir", scratch(d3, "outl3"), NULL});
+  CHECK_RUN(r, 0);
+  CHECK_INT(strstr(r.err, "outlier") == NULL, 1);
+  CHECK_INT(same_state(d3, 15, 14), 0);
+  run_free(&r);
+  fake_spike_at = 0;
+  /* --skip-batches 3 then 2 steps: the data position of 5 steps */
+  r = run((const char *[]){"--data", train_file(), "--steps", "2", "--skip-batches", "3",
+                           "--ckpt-dir", scratch(d2, "skipb"), NULL});
+  CHECK_RUN(r, 0);
+  run_free(&r);
+  RtCkpt *a, *b;
+  RtError err;
+  CHECK_OK(rt_ckpt_open(&a, d2, 2, &err));
+  CHECK_OK(rt_ckpt_open(&b, dir, 5, &err));
+  CHECK_INT(rt_ckpt_data_position(a), rt_ckpt_data_position(b));
+  rt_ckpt_close(a);
+  rt_ckpt_close(b);
 }
 
 /* ===== not losing the run ============================================================= */
@@ -761,9 +870,9 @@ static void test_file_size_limit(void) {
   CHECK_HAS(r.err, "the file-size limit (ulimit -f) is 0.0 MiB, one checkpoint file needs");
   CHECK_INT(rt_test_exists(mp), 0); /* refused before anything was written */
   run_free(&r);
-  fake_after_step = hook_fsize;
+  fake_after_step = hook_fsize; /* --ckpt-sync: the save must be written while the limit holds */
   r = run((const char *[]){"--data", train_file(), "--steps", "15", "--ckpt-every", "5", "--keep",
-                           "0", "--ckpt-dir", scratch(dir, "fsize-mid"), NULL});
+                           "0", "--ckpt-sync", "--ckpt-dir", scratch(dir, "fsize-mid"), NULL});
   fake_after_step = NULL;
   setrlimit(RLIMIT_FSIZE, &saved_limit);
   CHECK_RUN(r, 0);
@@ -892,7 +1001,7 @@ static void test_nonfinite_weights(void) {
   Run r = run((const char *[]){"--data", train_file(), "--steps", "20", "--ckpt-every", "5",
                                "--ckpt-dir", scratch(dir, "spoiled"), NULL});
   fake_after_step = NULL;
-  CHECK_RUN(r, 1);
+  CHECK_RUN(r, RT_EXIT_NONFINITE);
   CHECK_HAS(r.err, "step 10: model/bigram/weight after the update: not finite");
   CHECK_HAS(r.err, "the last good checkpoint is ");
   CHECK_HAS(r.err, "step_00000005 (step 5)");
@@ -1082,6 +1191,8 @@ int main(void) {
       {"--init from safetensors", test_init_file},
       {"eval leaves the run unchanged", test_eval_leaves_run},
       {"non-finite loss stops", test_nonfinite},
+      {"--sdc-check-every", test_sdc},
+      {"--skip-outliers, --skip-batches", test_outliers},
       {"bad options and files", test_bad_options},
       {"SIGINT and SIGTERM stop cleanly", test_signal_saves},
       {"a failed save: the run goes on", test_failed_save_goes_on},

@@ -71,6 +71,16 @@ static const BadCase bad[] = {
      "--sample generates text and does not train: --data is not used with it"},
     {{"--sample", "3", "--init", "w.st", "--metrics", "m.jsonl", NULL},
      "--sample generates text and does not train: --metrics is not used with it"},
+    {{"--data", "d.bin", "--peak-flops", "-1e12", NULL},
+     "--peak-flops: -1e12 is negative; expected 0 or more"},
+    {{"--data", "d.bin", "--restart-downtime", "inf", NULL},
+     "--restart-downtime: 'inf' is not a finite number"},
+    {{"--data", "d.bin", "--outlier-window", "1", NULL},
+     "--outlier-window: 1 is out of range, expected 2..1048576"},
+    {{"--data", "d.bin", "--sdc-check-every", "-2", NULL},
+     "--sdc-check-every: -2 is out of range, expected 0..9223372036854775807"},
+    {{"--data", "d.bin", "--skip-outliers", "x", NULL},
+     "--skip-outliers: 'x' is not a finite number"},
 };
 
 /* Each bad command line: the check's message, and the trainer's stderr is "trainer: " and

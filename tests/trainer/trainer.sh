@@ -17,6 +17,19 @@
 #                previous one is used; bad options and files are clear errors
 #   reliability  SIGTERM saves and resumes; a second trainer on one directory, a checkpoint of
 #                another model, a file-size limit and a FIFO are refused clearly
+#   async        a checkpoint in flight (AXLC_TEST_SAVE_PAUSE holds it before its index) when
+#                the trainer is killed: invisible, and --resume from the one before continues bit
+#                for bit; when it is stopped by SIGTERM: waited for, saved, then the final one;
+#                --ckpt-sync saves the same bytes
+#   goodput      every metrics line's MFU times its step time and the peak gives axlc memcheck's
+#                FLOPs; the wall time's parts add up within it; a resumed run with
+#                --restart-step and --restart-downtime counts the redone steps as lost work and
+#                the downtime, carries the first run's totals, and its last line gives goodput
+#   sdc          --sdc-check-every 1 on 2 threads over 40 steps: no false alarm; a bit flipped in
+#                one replay (AXLC_TEST_SDC_FLIP) ends the run with status 4, naming the tensor
+#   badsteps     --skip-outliers with a low threshold on a short window skips some updates
+#                (logged, marked in the metrics); 16 steps straight = 8, --resume, 8 more, byte
+#                for byte (the window travels in the checkpoint)
 #   init_strict  --init: every missing and unused tensor listed, extras refused unless
 #                --init-allow-unused, PyTorch's (out, in) layout called out
 #   no_clobber   --metrics naming --data, --eval-data (a hard link), --init or a file of a
@@ -271,6 +284,106 @@ reliability)
   timeout 10 "$T/trainer" --data "$T/fifo" --steps 1 > "$T/out" 2> "$T/err"
   rc=$?
   [ "$rc" -eq 1 ] && grep -q "not a regular file (a FIFO)" "$T/err" || fail "a FIFO as --data: exit $rc"
+  ;;
+async)
+  trainer tiny && cp "$TR" "$T/trainer"
+  must "$T/trainer" --data "$T/text.txt" --steps 14 --ckpt-dir "$T/ref" --ckpt-every 3 --keep 0
+  must "$T/trainer" --data "$T/text.txt" --steps 14 --ckpt-dir "$T/sync" --ckpt-every 3 --keep 0 --ckpt-sync
+  for s in 3 6 9 12 14; do
+    d=$(printf step_%08d "$s")
+    cmp -s "$T/ref/$d/state.safetensors" "$T/sync/$d/state.safetensors" ||
+      fail "async and --ckpt-sync checkpoints of step $s differ"
+  done
+  # in_flight SIGNAL DIR: runs until the save of step 6 is written but for its index, then signals
+  in_flight() {
+    AXLC_TEST_SAVE_PAUSE=3 "$T/trainer" --data "$T/text.txt" --steps 1000000 --ckpt-dir "$2" \
+      --ckpt-every 3 --keep 0 --metrics "$2.jsonl" > "$T/out" 2> "$T/err" &
+    pid=$!
+    i=0
+    while [ ! -f "$2/step_00000006/state.safetensors" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    [ -f "$2/step_00000003/index.json" ] && [ ! -f "$2/step_00000006/index.json" ] ||
+      fail "$1: the save of step 6 is not in flight"
+    kill -"$1" $pid
+    wait $pid
+    rc=$?
+  }
+  in_flight KILL "$T/k"
+  [ "$rc" -eq 137 ] || fail "SIGKILL: exit $rc"
+  [ ! -f "$T/k/step_00000006/index.json" ] || fail "SIGKILL: the checkpoint in flight was completed"
+  must "$T/trainer" --data "$T/text.txt" --steps 14 --ckpt-dir "$T/k" --ckpt-every 3 --keep 0 --resume
+  grep -q "resumed from .*step_00000003" "$T/log" || fail "SIGKILL: not resumed from step 3"
+  cmp -s "$T/k/step_00000014/state.safetensors" "$T/ref/step_00000014/state.safetensors" ||
+    fail "SIGKILL mid-save: the resumed run's step-14 checkpoint differs"
+  in_flight TERM "$T/t"
+  [ "$rc" -eq 143 ] || { fail "SIGTERM: exit $rc"; cat "$T/err" >&2; }
+  [ -f "$T/t/step_00000006/index.json" ] || fail "SIGTERM: the checkpoint in flight was not completed"
+  last=$(ls -d "$T/t"/step_* | sort | tail -1)
+  [ -f "$last/index.json" ] && [ "$last" != "$T/t/step_00000006" ] || fail "SIGTERM: no final checkpoint"
+  must "$T/trainer" --data "$T/text.txt" --steps 14 --ckpt-dir "$T/t" --ckpt-every 3 --keep 0 --resume
+  cmp -s "$T/t/step_00000014/state.safetensors" "$T/ref/step_00000014/state.safetensors" ||
+    fail "SIGTERM mid-save: the resumed run's step-14 checkpoint differs"
+  env AXLC_TEST_SAVE_PAUSE=soon "$T/trainer" --data "$T/text.txt" --steps 1 > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && grep -q "AXLC_TEST_SAVE_PAUSE=soon: expected a number of seconds" "$T/err" ||
+    fail "a bad AXLC_TEST_SAVE_PAUSE is not refused"
+  ;;
+goodput)
+  trainer tiny && cp "$TR" "$T/trainer"
+  # shellcheck disable=SC2086
+  must "$AXLC" memcheck "$SRC/models/tiny-lm.json" --target cpu $TINY --json
+  cp "$T/log" "$T/mem.json"
+  must "$T/trainer" --data "$T/text.txt" --steps 8 --ckpt-dir "$T/g" --metrics "$T/g.jsonl" --peak-flops 2e11
+  grep -q "^trainer: goodput [0-9.]*% of [0-9.]* s: steps .*; MFU [0-9.]*% (peak 2e+11 FLOP/s per device, --peak-flops)$" \
+    "$T/log" || fail "no goodput line: $(tail -1 "$T/log")"
+  must "$T/trainer" --data "$T/text.txt" --steps 14 --ckpt-dir "$T/g" --metrics "$T/g.jsonl" --resume \
+    --restart-step 11 --restart-downtime 3
+  tail -1 "$T/log" | grep -q "goodput [0-9.]*% of [0-9.]* s (the job's, across restarts): .*restart downtime 3.00 s" ||
+    fail "resumed: $(tail -1 "$T/log")"
+  "$PY" - "$T/mem.json" "$T/g.jsonl" <<'PYEOF' || fail "goodput and MFU in the metrics"
+import json, sys
+flops = json.load(open(sys.argv[1]))["flops"]
+m = [json.loads(l) for l in open(sys.argv[2])]
+assert [x["step"] for x in m] == list(range(1, 15)), [x["step"] for x in m]
+for x in m[:8]:  # --peak-flops 2e11; then the device table's
+    got = x["mfu"] * x["step_ms"] / 1e3 * 2e11
+    assert abs(got - flops) <= 0.02 * flops, (x, got, flops)
+    assert x["lost_s"] == 0 and x["downtime_s"] == 0, x
+for x in m:
+    parts = x["productive_s"] + x["startup_s"] + x["ckpt_s"] + x["lost_s"] + x["downtime_s"]
+    assert parts <= x["wall_s"] + 1e-5, x
+    assert abs(x["goodput"] - x["productive_s"] / x["wall_s"]) < 1e-4, x
+lost = sum(x["step_ms"] for x in m[8:11]) / 1e3  # steps 9..11 run again
+assert abs(m[-1]["lost_s"] - lost) < 1e-4, (m[-1]["lost_s"], lost)
+assert m[-1]["downtime_s"] == 3 and m[-1]["wall_s"] >= m[7]["wall_s"] + 3, m[-1]
+assert m[-1]["startup_s"] > m[7]["startup_s"], (m[-1], m[7])  # the second start-up added
+steps = sum(x["step_ms"] for x in m[:8]) + sum(x["step_ms"] for x in m[11:])
+assert abs(m[-1]["productive_s"] - steps / 1e3) < 1e-4, (m[-1]["productive_s"], steps / 1e3)
+PYEOF
+  ;;
+sdc)
+  trainer tiny && cp "$TR" "$T/trainer"
+  must "$T/trainer" --data "$T/text.txt" --steps 40 --sdc-check-every 1 --threads 2
+  AXLC_TEST_SDC_FLIP=6 "$T/trainer" --data "$T/text.txt" --steps 40 --sdc-check-every 3 --ckpt-dir "$T/s" \
+    --ckpt-every 4 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 4 ] || { fail "a flipped bit: exit $rc, expected 4"; cat "$T/err" >&2; }
+  grep -q "rank 0: step 6: silent data corruption: tensor model/.*, value 0 of [0-9]*: 0x" "$T/err" ||
+    { fail "the corruption is not named"; cat "$T/err" >&2; }
+  [ -f "$T/s/step_00000004/index.json" ] && [ ! -d "$T/s/step_00000008" ] || fail "the checkpoints around it"
+  ;;
+badsteps)
+  trainer tiny && cp "$TR" "$T/trainer"
+  o="--skip-outliers 0.5 --outlier-window 3"
+  # shellcheck disable=SC2086
+  must "$T/trainer" --data "$T/text.txt" --steps 16 --ckpt-dir "$T/a" --metrics "$T/a.jsonl" $o
+  grep -q "against the last 3 steps: an outlier above 0.5; update skipped" "$T/log" || fail "no step skipped"
+  n=$(grep -c '"skipped": true' "$T/a.jsonl")
+  [ "$n" -ge 1 ] && [ "$n" -eq "$(grep -c "update skipped" "$T/log")" ] || fail "skipped steps: $n in the metrics"
+  # shellcheck disable=SC2086
+  must "$T/trainer" --data "$T/text.txt" --steps 8 --ckpt-dir "$T/b" $o
+  # shellcheck disable=SC2086
+  must "$T/trainer" --data "$T/text.txt" --steps 16 --ckpt-dir "$T/b" --resume $o
+  cmp -s "$T/a/step_00000016/state.safetensors" "$T/b/step_00000016/state.safetensors" ||
+    fail "--skip-outliers: 8 + resume + 8 differs from 16 straight"
   ;;
 init_strict)
   # --init lists every missing and every unused tensor, with the closest names, refuses extras

@@ -1,13 +1,15 @@
 """mesh.py: multi-process training speed and traffic per mesh layout.
 
-For each layout it compiles a trainer with `axlc compile --target cpu-N --set /mesh/shape=...`,
-runs it under `mpirun -np N` on random tokens, and prints the median ms/step over the measured
-steps (after warmup), the bytes each device sent per step as measured (`comm_bytes` in the
-metrics of rank 0), and as the per-device program predicts (the collective table, printed in
-the trainer's banner).
+For each layout it compiles a trainer with `axlc compile --target cpu-N --set /mesh/shape=...`
+(and the layout's own settings: fsdp2mb2 and fsdp2mb4 set /learner/microbatches), runs it under
+`mpirun -np N` on random tokens, and prints the median ms/step over the measured steps (after
+warmup), the bytes each device sent per step as measured (`comm_bytes` in the metrics of rank
+0), as the per-device program predicts (the collective table, printed in the trainer's banner),
+and as `axlc memcheck --json` predicts for the same job (`bytes_sent`).
 
     /usr/bin/python3 tools/bench/mesh.py --axlc build/tools/axlc [--model models/tiny-lm.json]
-        [--steps N] [--layouts one,data4,fsdp4,model2,data2model2] [--set /PATH=VALUE]...
+        [--steps N] [--layouts one,data4,fsdp4,model2,data2model2] [--apply MOD]...
+        [--set /PATH=VALUE]...
 
 Open MPI refuses to run as root unless OMPI_ALLOW_RUN_AS_ROOT=1 and
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set; this script sets them.
@@ -25,15 +27,19 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
 
-# name: (devices, shape over [pipeline, data, expert, fsdp, seq, model])
+# name: (devices, shape over [pipeline, data, expert, fsdp, seq, model], more --set)
 LAYOUTS = {
-    "one": (1, [1, 1, 1, 1, 1, 1]),
-    "data4": (4, [1, 4, 1, 1, 1, 1]),
-    "fsdp4": (4, [1, 1, 1, 4, 1, 1]),
-    "model2": (2, [1, 1, 1, 1, 1, 2]),
-    "model4": (4, [1, 1, 1, 1, 1, 4]),
-    "data2model2": (4, [1, 2, 1, 1, 1, 2]),
-    "expert2": (2, [1, 1, 2, 1, 1, 1]),
+    "one": (1, [1, 1, 1, 1, 1, 1], []),
+    "data4": (4, [1, 4, 1, 1, 1, 1], []),
+    "fsdp4": (4, [1, 1, 1, 4, 1, 1], []),
+    "fsdp2": (2, [1, 1, 1, 2, 1, 1], []),
+    "fsdp2mb2": (2, [1, 1, 1, 2, 1, 1], ["/learner/microbatches=2"]),
+    "fsdp2mb4": (2, [1, 1, 1, 2, 1, 1], ["/learner/microbatches=4"]),
+    "model2": (2, [1, 1, 1, 1, 1, 2], []),
+    "model4": (4, [1, 1, 1, 1, 1, 4], []),
+    "data2model2": (4, [1, 2, 1, 1, 1, 2], []),
+    "expert2": (2, [1, 1, 2, 1, 1, 1], []),
+    "expert2fsdp2": (4, [1, 1, 2, 2, 1, 1], []),
 }
 
 
@@ -47,14 +53,31 @@ def tokens(path, vocab, n=200000):
         f.write(struct.pack("<%dH" % n, *toks))
 
 
-def run_layout(args, name, tmp, data):
-    devices, shape = LAYOUTS[name]
-    exe = os.path.join(tmp, name)
+def job_args(args, name):
+    """The options that name the job of layout `name`: target, mesh, --apply, --set."""
+    devices, shape, sets = LAYOUTS[name]
     target = "cpu" if devices == 1 else "cpu-%d" % devices
-    cmd = [args.axlc, "compile", args.model, "--target", target, "--set",
-           "/mesh/shape=" + json.dumps(shape).replace(" ", ""), "-o", exe]
-    for s in args.set:
-        cmd += ["--set", s]
+    out = ["--target", target, "--set", "/mesh/shape=" + json.dumps(shape).replace(" ", "")]
+    for a in args.apply:
+        out += ["--apply", a]
+    for s in sets + args.set:
+        out += ["--set", s]
+    return out
+
+
+def memcheck_bytes(args, name):
+    """The bytes each device sends per step as `axlc memcheck --json` predicts."""
+    r = subprocess.run([args.axlc, "memcheck", args.model] + job_args(args, name) + ["--json"],
+                       capture_output=True, text=True)
+    if r.returncode not in (0, 1):
+        sys.exit("axlc memcheck failed on %s: %s" % (name, r.stderr.strip()))
+    return int(json.loads(r.stdout)["bytes_sent"])
+
+
+def run_layout(args, name, tmp, data):
+    devices = LAYOUTS[name][0]
+    exe = os.path.join(tmp, name)
+    cmd = [args.axlc, "compile", args.model] + job_args(args, name) + ["-o", exe]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     metrics = os.path.join(tmp, name + ".jsonl")
     threads = max(1, (os.cpu_count() or 1) // devices)
@@ -68,7 +91,7 @@ def run_layout(args, name, tmp, data):
     timed = rows[args.warmup:] or rows
     ms = statistics.median(r["step_ms"] for r in timed)
     measured = statistics.median(r.get("comm_bytes", 0) for r in timed)
-    return ms, measured, predicted, rows[-1]["loss"]
+    return ms, measured, predicted, memcheck_bytes(args, name), rows[-1]["loss"]
 
 
 def main():
@@ -79,6 +102,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--layouts", default="one,data4,fsdp4,model2,data2model2")
     ap.add_argument("--vocab", type=int, default=32)
+    ap.add_argument("--apply", action="append", default=[])
     ap.add_argument("--set", action="append", default=[])
     args = ap.parse_args()
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -86,12 +110,13 @@ def main():
     with tempfile.TemporaryDirectory(prefix="axlc-mesh-") as tmp:
         data = os.path.join(tmp, "tokens.bin")
         tokens(data, args.vocab)
-        print("%-12s %10s %16s %16s %10s" % ("layout", "ms/step", "bytes measured", "bytes predicted", "last loss"))
+        print("%-12s %10s %16s %16s %16s %10s" % ("layout", "ms/step", "bytes measured",
+                                                  "bytes predicted", "memcheck bytes", "last loss"))
         for name in args.layouts.split(","):
             if name not in LAYOUTS:
                 sys.exit("unknown layout %s (expected one of %s)" % (name, ", ".join(LAYOUTS)))
-            ms, measured, predicted, loss = run_layout(args, name, tmp, data)
-            print("%-12s %10.2f %16d %16d %10.6f" % (name, ms, measured, predicted, loss))
+            ms, measured, predicted, mc, loss = run_layout(args, name, tmp, data)
+            print("%-12s %10.2f %16d %16d %16d %10.6f" % (name, ms, measured, predicted, mc, loss))
             sys.stdout.flush()
 
 
