@@ -67,6 +67,7 @@ void drv_free(DrvJob *j) {
   json_object_put(j->cfg);
   ir_graph_free(j->graph);
   ir_graph_free(j->forward);
+  ir_graph_free(j->decode);
   free(j->backend_params);
   free(j->config_text);
   fe_diag_free(&j->diag);
@@ -160,10 +161,13 @@ int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out) {
   *out = (BackendJob){.file = j->file,
                       .diag = drv_backend_diag(&j->diag),
                       .graph = j->graph,
-                      .forward = j->forward};
+                      .forward = j->forward,
+                      .decode = j->decode};
   if (backend_program(j, &out->program)) return -1;
   out->program.flops = drv_step_flops(j->graph, &out->program.bf16_flops);
-  if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward")) return -1;
+  if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward") ||
+      expand_for(j, j->decode, b, "decode"))
+    return -1;
   return 0;
 }
 
@@ -326,19 +330,29 @@ static int verify(DrvJob *j, const char *pass) {
                   msg);
 }
 
-/* The sampling forward: one sequence, unsharded, simplified (dead auxiliary losses go). */
-static int lower_forward(DrvJob *j) {
-  j->forward = fe_compose_forward(&j->diag, j->file, j->cfg, &j->build);
-  if (!j->forward) return -1;
+/* A sampling graph (`what`: forward or decode) simplified (dead auxiliary losses go) and verified.
+ */
+static int finish_sampling_graph(DrvJob *j, IrGraph *g, const char *what) {
   PassOptions po = {0};
-  if (pass_simplify(j->forward, &po) != IR_OK)
-    return fe_error(&j->diag, j->file, NULL, "pass simplify failed on the forward graph: %s",
-                    ir_graph_error(j->forward) ? ir_graph_error(j->forward) : "unknown error");
+  if (pass_simplify(g, &po) != IR_OK)
+    return fe_error(&j->diag, j->file, NULL, "pass simplify failed on the %s graph: %s", what,
+                    ir_graph_error(g) ? ir_graph_error(g) : "unknown error");
   char msg[1024];
-  if (verify_enabled() && ir_graph_verify(j->forward, msg, sizeof msg) != IR_OK)
-    return fe_error(&j->diag, j->file, NULL, "internal: the forward graph does not verify: %s",
+  if (verify_enabled() && ir_graph_verify(g, msg, sizeof msg) != IR_OK)
+    return fe_error(&j->diag, j->file, NULL, "internal: the %s graph does not verify: %s", what,
                     msg);
   return 0;
+}
+
+/* The sampling graphs: the forward of one sequence, unsharded, and where every attention is
+ * causal the decode step, whose cache the forward fills (it outputs the keys and values). */
+static int lower_forward(DrvJob *j) {
+  bool kv = fe_model_decodes(j->cfg);
+  j->forward = fe_compose_forward(&j->diag, j->file, j->cfg, &j->build, kv);
+  if (!j->forward || finish_sampling_graph(j, j->forward, "forward")) return -1;
+  if (!kv) return 0;
+  j->decode = fe_compose_decode(&j->diag, j->file, j->cfg, &j->build);
+  return !j->decode || finish_sampling_graph(j, j->decode, "decode") ? -1 : 0;
 }
 
 int drv_lower(DrvJob *j, const char *stop_after) {

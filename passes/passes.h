@@ -180,6 +180,14 @@ int pass_memplan(IrGraph *g, MemPlan *plan);
 /* The same when the backend fuses: values with materialized[v] false are computed inside their
  * consumer's loop, get no buffer (bytes 0), and keep their operands live until the consumer. */
 int pass_memplan_fused(IrGraph *g, const bool *materialized, MemPlan *plan);
+/* Plans g to share one slab with another graph `under` planned as under_plan, the two run one
+ * at a time (the sampling forward and the decode step): each parameter of g that `under` has
+ * (same name, dtype and shape) keeps under's offset, and g's other values lie past the first
+ * under_bytes, which `under` keeps (its whole plan, and anything it writes past it), so that
+ * g's inputs survive a run of `under`. slab_bytes covers both; fixed_bytes is g's own region's
+ * end. */
+int pass_memplan_over(IrGraph *g, const bool *materialized, const IrGraph *under,
+                      const MemPlan *under_plan, int64_t under_bytes, MemPlan *plan);
 void pass_memplan_free(MemPlan *plan);
 /* Pairs of values whose buffers overlap while both are live (in-place updates aside): 0 for a
  * correct plan. Quadratic; for tests and debugging. */
