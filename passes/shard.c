@@ -806,6 +806,18 @@ static int attention(Ctx *c, int32_t v, Sh *out) {
 
 /* ---- leaves -------------------------------------------------------------------------- */
 
+/* Whether an input is split on its sequence (a dim past the batch): context parallelism. The
+ * fused attention ops take a whole sequence per problem, so the pass first expands them into
+ * their products and softmax (pass_expand), whose rules then gather K and V along the sequence
+ * (the rhs's free dim of q k^T, and the contracting dim of P v) and keep the query chunk: its
+ * causal mask compares iotas along a split dim, each device's chunk of the global positions. */
+static bool seq_split(const PassShard *o) {
+  for (int32_t i = 0; i < o->nleaves; i++)
+    for (int32_t d = 1; d < IR_MAX_RANK; d++)
+      if (o->leaves[i].split.axes[d][0] && !strcmp(o->leaves[i].name, "ids")) return true;
+  return false;
+}
+
 static const PassShardLeaf *leaf_find(const PassShard *o, const char *name) {
   for (int32_t i = 0; i < o->nleaves; i++)
     if (strcmp(o->leaves[i].name, name) == 0) return &o->leaves[i];
@@ -826,10 +838,16 @@ static int leaf(Ctx *c, int32_t v, Sh *out) {
                            "devices",
                            ir_op_name(x->op), x->name, d, (long long)x->shape.dims[d],
                            (long long)count(c, &out->s, d));
+  /* an input is bound split on its rows only (the runtime fills whole rows of the batch); a
+   * split of the sequence (seq axes: context parallelism) is this device's chunk of them */
+  Sh bound = *out;
+  if (x->op == IR_INPUT)
+    for (int32_t d = 1; d < x->shape.rank; d++) memset(bound.s.axes[d], 0, IR_MAX_SPLIT_AXES);
   IrValue p = *x;
-  p.shape = local_shape(c, &x->shape, &out->s);
-  p.split = out->s;
+  p.shape = local_shape(c, &x->shape, &bound.s);
+  p.split = bound.s;
   c->val[v] = ir_graph_add(c->h, &p);
+  if (!sh_eq(&bound, out)) c->val[v] = reshard(c, c->val[v], bound, out, &x->shape);
   return IR_OK;
 }
 
@@ -971,6 +989,7 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
       return ir_graph_fail(g, "shard: mesh axis %s has size %lld (leave axes of size 1 out)",
                            o->mesh.names[a], (long long)o->mesh.sizes[a]);
   if (g->mesh.naxes) return ir_graph_fail(g, "shard: the graph is already per-device");
+  if (seq_split(o) && pass_expand(g, opt) != IR_OK) return IR_ERR;
   int32_t n = g->nvalues;
   Ctx c = {.g = g, .m = &o->mesh, .opt = o, .n = n};
   c.h = ir_graph_new();

@@ -149,6 +149,8 @@ static void check_layout(const char *model, const char *target, const char **set
 /* Small enough that the interpreter runs 8 devices in a second. */
 #define SMALL            "/input/seq_len=16", "/input/global_batch_size=8"
 #define MESH(d, e, f, m) "/mesh/shape=[1," #d "," #e "," #f ",1," #m "]"
+#define SEQ(d, s, m)     "/mesh/shape=[1," #d ",1,1," #s "," #m "]"
+#define SP               "/mesh/sequence_parallel=true"
 
 static void test_tiny_lm(void) {
   const char *data[] = {SMALL, MESH(4, 1, 1, 1)};
@@ -340,6 +342,28 @@ static void test_moe_capacity(void) {
   CHECK_MSG(tight != dense, "capacity 0.5: the same loss as the dense layer");
 }
 
+/* Context parallelism (seq) and Megatron sequence parallelism (on model), alone and together,
+ * for the three models; the attention both fused and as products. */
+static void test_seq(void) {
+  const char *models[] = {"tiny-lm.json", "fuji-test.json", "moe-test.json"};
+  for (int m = 0; m < 3; m++) {
+    const char *seq[] = {SMALL, SEQ(1, 2, 1)};
+    check_layout(models[m], "cpu-2", seq, 3, (Expect){2, 2, 2, 2, 0, false});
+    const char *sm[] = {SMALL, SEQ(1, 2, 2)};
+    check_layout(models[m], "cpu-4", sm, 3, (Expect){4, 2, 2, 2, 0, false});
+    const char *dsm[] = {SMALL, SEQ(2, 2, 2)};
+    check_layout(models[m], "cpu-8", dsm, 3, (Expect){8, 2, 2, 2, 0, false});
+    const char *spm[] = {SMALL, SEQ(1, 1, 2), SP};
+    check_layout(models[m], "cpu-2", spm, 4, (Expect){2, 1, 2, 2, 0, false});
+    const char *spsm[] = {SMALL, SEQ(1, 2, 2), SP};
+    check_layout(models[m], "cpu-4", spsm, 4, (Expect){4, 1, 2, 2, 0, false});
+  }
+  const char *ref[] = {SMALL, SEQ(1, 2, 1), "/model/decoder/layer/self_attention/kernel=reference"};
+  check_layout("fuji-test.json", "cpu-2", ref, 4, (Expect){2, 2, 2, 2, 0, false});
+  const char *bf[] = {SMALL, SEQ(1, 2, 2), SP, "/precision/compute=bf16"};
+  check_layout("fuji-test.json", "cpu-4", bf, 5, (Expect){4, 1, 2, 2, 0, false});
+}
+
 /* One device: the pass leaves the graph alone. */
 static void test_one_device(void) {
   DrvJob a, b;
@@ -355,10 +379,10 @@ static void test_one_device(void) {
   drv_free(&b);
 }
 
-/* seq and pipeline parallelism are refused with the config path. */
+/* pipeline parallelism is refused with the config path. */
 static void test_unsupported_axes(void) {
   DrvJob j;
-  const char *sets[] = {SMALL, MESH(1, 1, 1, 1), "/mesh/shape=[1,1,1,1,2,1]"};
+  const char *sets[] = {SMALL, MESH(1, 1, 1, 1), "/mesh/shape=[2,1,1,1,1,1]"};
   char path[1024];
   snprintf(path, sizeof path, "%s/tiny-lm.json", AXLC_MODELS);
   FeOptions opt = {.target = "cpu-2", .sets = sets, .nsets = 4};
@@ -391,6 +415,7 @@ int main(int argc, char **argv) {
                {"vocab", test_vocab},
                {"vocab_chunks", test_vocab_chunks},
                {"microbatch", test_microbatch},
+               {"seq", test_seq},
                {"moe_capacity", test_moe_capacity}};
   int added = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
