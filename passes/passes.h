@@ -34,8 +34,8 @@ typedef struct PassShard {
   int32_t nleaves;
   const PassShardLeaf *leaves; /* an input split on a dim past 0 (the sequence) is bound whole
                                   there and sliced by the program */
-  bool sequence_parallel; /* the activations between the layers split over the sequence on
-                             model (Megatron), not over the hidden dim */
+  bool sequence_parallel;      /* the activations between the layers split over the sequence on
+                                  model (Megatron), not over the hidden dim */
 } PassShard;
 
 /* What the remat pass needs: the modules with a remat policy, by config path. preset is a preset
