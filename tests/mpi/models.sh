@@ -14,7 +14,9 @@
 # MODEL: tiny_lm, moe, fuji (fuji-test: llama-style, GQA with 4 heads and 2 kv heads), and
 # tiny_bf16, moe_bf16, fuji_bf16: the same under bf16 compute (f32 masters).
 # MESH: data4, fsdp4, model2, data2model2, expert2; fsdp2mb2 (fsdp=2, 2 microbatches: each rank
-# steps over 2 slices of its rows and reduce-scatters each slice's gradients).
+# steps over 2 slices of its rows and reduce-scatters each slice's gradients); seq2 (context
+# parallelism: each rank its half of every sequence, K and V gathered), seq2model2, spmodel2
+# (Megatron sequence parallelism: /mesh/sequence_parallel on model=2), spseq2model2 (both).
 set -u
 AXLC=$1 SRC=$2 MPIRUN=$3 DUMP=$4 W=$5 CASE=$6
 PY=${TORCH_PYTHON:-/usr/bin/python3}
@@ -62,6 +64,10 @@ mesh() {
   data2model2) echo "4 [1,2,1,1,1,2]" ;;
   expert2) echo "2 [1,1,2,1,1,1]" ;;
   fsdp2mb2) echo "2 [1,1,1,2,1,1] /learner/microbatches=2" ;;
+  seq2) echo "2 [1,1,1,1,2,1]" ;;
+  seq2model2) echo "4 [1,1,1,1,2,2]" ;;
+  spmodel2) echo "2 [1,1,1,1,1,2] /mesh/sequence_parallel=true" ;;
+  spseq2model2) echo "4 [1,1,1,1,2,2] /mesh/sequence_parallel=true" ;;
   esac
 }
 # trainer MODEL MESH: the path of its compiled trainer (compiled once, kept in $W)
