@@ -139,13 +139,14 @@ static int32_t mark(Ctx *c, int32_t x, const IrSplit *s) {
 static int32_t reshard(Ctx *c, int32_t x, Sh from, const Sh *to, const IrShape *gs) {
   const char *names[IR_MAX_MESH_AXES];
   int32_t rank = gs->rank, x0 = x;
-  /* 1. partial sums: a reduce_scatter where the target splits an unsplit dim over partial axes
-   *    only, an all_reduce over whatever is left */
+  /* 1. partial sums: a reduce_scatter where the target splits a dim over partial axes only
+   *    (after the axes it already has: a chunk of a chunk), an all_reduce over whatever is left */
   for (int32_t d = 0; d < rank && from.partial; d++) {
-    uint32_t want = dim_axes(&to->s, d);
-    if (!want || nax(&from.s, d) || (want & ~from.partial) || gs->dims[d] % count(c, &to->s, d))
-      continue;
-    x = ir_reduce_scatter(c->h, x, split_names(c, to->s.axes[d], nax(&to->s, d), names), names, d);
+    int nf = nax(&from.s, d), nt = nax(&to->s, d);
+    if (nt <= nf || memcmp(from.s.axes[d], to->s.axes[d], (size_t)nf)) continue;
+    uint32_t want = dim_axes(&to->s, d) & ~dim_axes(&from.s, d); /* the axes after from's */
+    if ((want & ~from.partial) || gs->dims[d] % count(c, &to->s, d)) continue;
+    x = ir_reduce_scatter(c->h, x, split_names(c, to->s.axes[d] + nf, nt - nf, names), names, d);
     memcpy(from.s.axes[d], to->s.axes[d], sizeof from.s.axes[d]);
     from.partial &= ~want;
     mark(c, x, &from.s);
@@ -388,6 +389,15 @@ static int32_t *op_buf(int32_t n, int32_t *small, int32_t cap) {
   return n <= cap ? small : ir_xmalloc((size_t)n * sizeof *small);
 }
 
+/* The dim of a (..., T, D) activation of the given rank that the layers' layout splits over
+ * model between attention and feed-forward: D (the reduce_scatter after a row-parallel product
+ * splits the hidden dim), or T under sequence parallelism (Megatron's layout: the norms then
+ * reduce over a whole D on every device, and the all_gather before a column-parallel product
+ * gathers the sequence). */
+static int32_t act_dim(const Ctx *c, int32_t rank) {
+  return c->opt->sequence_parallel && rank >= 2 ? rank - 2 : rank - 1;
+}
+
 /* A partial sum that widens into an f32 island (the bf16 gradient of the head's input entering
  * the output norm's backward) is reduce-scattered over its last dim in the narrow type, when
  * that dim divides and is whole: the island then runs on each device's chunk, as the
@@ -395,15 +405,15 @@ static int32_t *op_buf(int32_t n, int32_t *small, int32_t cap) {
 static void island_entry(const Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v], *a = &c->g->values[x->ops[0]];
   uint32_t p = c->sh[x->ops[0]].partial;
-  int32_t last = x->shape.rank - 1;
+  int32_t d = act_dim(c, x->shape.rank), n0 = nax(&out->s, d);
   if (!ir_dtype_is_float(x->dtype) || !ir_dtype_is_float(a->dtype) ||
-      ir_dtype_size(x->dtype) <= ir_dtype_size(a->dtype) || last < 1 || nax(&out->s, last) ||
-      (used_axes(&out->s, x->shape.rank) & p))
+      ir_dtype_size(x->dtype) <= ir_dtype_size(a->dtype) || x->shape.rank < 2 ||
+      (n0 && !c->opt->sequence_parallel) || (used_axes(&out->s, x->shape.rank) & p))
     return;
-  int64_t parts = 1;
-  for (int32_t ax = 0, k = 0; ax < c->m->naxes; ax++)
-    if (p & (1u << ax)) parts *= c->m->sizes[ax], out->s.axes[last][k++] = (uint8_t)(ax + 1);
-  if (x->shape.dims[last] % parts) memset(out->s.axes[last], 0, IR_MAX_SPLIT_AXES);
+  IrSplit was = out->s; /* under sequence parallelism after the seq axes the dim may have */
+  for (int32_t ax = 0, k = n0; ax < c->m->naxes && k < IR_MAX_SPLIT_AXES; ax++)
+    if (p & (1u << ax)) out->s.axes[d][k++] = (uint8_t)(ax + 1);
+  if (x->shape.dims[d] % count(c, &out->s, d)) out->s = was;
 }
 
 static int elementwise(Ctx *c, int32_t v, Sh *out) {
@@ -492,6 +502,8 @@ static int reduce(Ctx *c, int32_t v, Sh *out) {
   return IR_OK;
 }
 
+static bool param_table(const Ctx *c, int32_t t);
+
 static bool in_dims(const IrDims *d, int64_t i) {
   for (int32_t k = 0; k < d->n; k++)
     if (d->v[k] == i) return true;
@@ -519,11 +531,17 @@ static int dot(Ctx *c, int32_t v, Sh *out) {
     memcpy(R.s.axes[dr], L.s.axes[dl], IR_MAX_SPLIT_AXES);
   }
   /* lhs free dims: as much of their split as uses no axis taken (an axis the batch dims took
-   * moves there by an all_to_all, the way expert dispatch moves tokens) */
+   * moves there by an all_to_all, the way expert dispatch moves tokens). Under sequence
+   * parallelism a weight's free split comes first: the activation is gathered along its
+   * sequence, the weight stays column-parallel (Megatron's all_gather before q/k/v, linear1) */
+  uint32_t weight_free = 0;
+  if (c->opt->sequence_parallel && !c->deferred[r] && param_table(c, r))
+    for (int32_t d = 0; d < rs->rank; d++)
+      if (!in_dims(&at->rb, d) && !in_dims(&at->rc, d)) weight_free |= dim_axes(&R0.s, d);
   for (int32_t d = 0; d < ls->rank; d++) {
     if (in_dims(&at->lb, d) || in_dims(&at->lc, d)) continue;
     memcpy(L.s.axes[d], L0.s.axes[d], IR_MAX_SPLIT_AXES);
-    used |= keep_prefix(&L.s, d, used);
+    used |= keep_prefix(&L.s, d, used | weight_free);
   }
   /* contracting pairs: split alike on both sides, or not at all. When only one side is split,
    * the split is taken (slicing the other side) unless the rhs's free dims want that axis:
@@ -699,6 +717,30 @@ static int32_t masked(Ctx *c, int32_t x, const IrSplit *xs, int32_t mask, const 
   return mark(c, ir_mul(c->h, x, m), xs);
 }
 
+/* The layout the sum of a row-split table's lookups (x: (I..., D...), ir index dims) takes: the
+ * first feature dim split over the table's row axes `rows`, where it divides, as the layers'
+ * activations are split; under sequence parallelism the last index dim (the sequence) instead,
+ * after the axes it already has (seq). Else whole (an all_reduce). */
+static void lookup_layout(const Ctx *c, const IrValue *x, int32_t ir, const uint8_t *rows, Sh *to) {
+  int nr = 0;
+  while (nr < IR_MAX_SPLIT_AXES && rows[nr]) nr++;
+  if (c->opt->sequence_parallel && ir >= 1) {
+    int32_t d = ir - 1;
+    int n0 = nax(&to->s, d);
+    IrSplit was = to->s;
+    for (int k = 0; k < nr && n0 + k < IR_MAX_SPLIT_AXES; k++) to->s.axes[d][n0 + k] = rows[k];
+    if (n0 + nr <= IR_MAX_SPLIT_AXES && x->shape.dims[d] % count(c, &to->s, d) == 0) return;
+    to->s = was;
+  }
+  IrSplit r = {0};
+  memcpy(r.axes[0], rows, IR_MAX_SPLIT_AXES);
+  for (int32_t d = ir; d < x->shape.rank; d++)
+    if (!nax(&to->s, d) && x->shape.dims[d] % ir_split_count(c->m, &r, 0) == 0) {
+      memcpy(to->s.axes[d], rows, IR_MAX_SPLIT_AXES);
+      return;
+    }
+}
+
 /* gather(table (V, D...), idx (I...)) -> (I..., D...): idx and D splits kept. A table split on
  * its rows over axes A that the index does not use (a vocabulary-parallel embedding) is not
  * gathered: each device looks up the ids in its rows, 0 for the others, and the sum over A is
@@ -735,11 +777,7 @@ static int gather(Ctx *c, int32_t v, Sh *out) {
   out->partial = rows;
   Sh to = *out;
   to.partial = 0;
-  for (int32_t d = ir; d < x->shape.rank; d++)
-    if (!nax(&to.s, d) && x->shape.dims[d] % count(c, &T.s, 0) == 0) {
-      memcpy(to.s.axes[d], T.s.axes[0], IR_MAX_SPLIT_AXES);
-      break;
-    }
+  lookup_layout(c, x, ir, T.s.axes[0], &to);
   c->val[v] = reshard(c, r, *out, &to, &x->shape);
   if (c->val[v] != IR_NONE) ir_value_set_tag(c->h, c->val[v], x->tag);
   *out = to;

@@ -257,8 +257,10 @@ static void test_moe(void) {
   check_layout("moe-test.json", "cpu-2", data, 3, (Expect){2, 10, 0, 0, 0, true});
   const char *em[] = {SMALL, MESH(1, 2, 1, 2)};
   check_layout("moe-test.json", "cpu-4", em, 3, (Expect){4, 1, 0, 0, 8, false});
+  /* no weight moves; the tokens' gradient back from the experts, a partial sum over expert of
+   * rows split over data, is reduce-scattered into the rows' data x expert split */
   const char *de[] = {SMALL, MESH(2, 2, 1, 1)};
-  check_layout("moe-test.json", "cpu-4", de, 3, (Expect){4, 1, 0, 0, 8, true});
+  check_layout("moe-test.json", "cpu-4", de, 3, (Expect){4, 1, 0, 2, 8, false});
   const char *fsdp[] = {SMALL, MESH(1, 1, 2, 1)};
   check_layout("moe-test.json", "cpu-2", fsdp, 3, (Expect){2, 1, 4, 4, 0, false});
 }
@@ -342,6 +344,39 @@ static void test_moe_capacity(void) {
   CHECK_MSG(tight != dense, "capacity 0.5: the same loss as the dense layer");
 }
 
+/* The layout of sequence parallelism on model=2: the row-parallel products (o_proj, linear2)
+ * are reduce-scattered over the sequence (dim 1 of (B, T, D)), the layer inputs are split on
+ * it, and no norm all-reduces anything (its statistics are over a whole D on every device). */
+static void check_sp_layout(const char *model) {
+  const char *sets[] = {SMALL, SEQ(1, 1, 2), SP};
+  DrvJob S;
+  if (lower(&S, model, "cpu-2", sets, 4, "shard")) {
+    CHECK_MSG(0, "%s: did not lower", model);
+    drv_free(&S);
+    return;
+  }
+  int scattered = 0, inputs = 0;
+  for (int32_t v = 0; v < S.graph->nvalues; v++) {
+    const IrValue *x = &S.graph->values[v];
+    bool row = !strcmp(x->tag, "attention.o_proj") || !strcmp(x->tag, "feed_forward.linear2");
+    if (x->op == IR_REDUCE_SCATTER && row) {
+      scattered++;
+      CHECK_MSG(x->attr.axis == 1, "%s: %%%d (%s) scattered over dim %lld", model, v, x->tag,
+                (long long)x->attr.axis);
+    }
+    if (!strcmp(x->tag, "transformer_layer.input") && x->shape.rank == 3) {
+      inputs++;
+      CHECK_MSG(x->split.axes[1][0] && !x->split.axes[2][0], "%s: layer input %%%d not split on T",
+                model, v);
+    }
+    CHECK_MSG(x->op != IR_ALL_REDUCE || !strstr(x->origin, "norm"),
+              "%s: %%%d all-reduces in a norm (%s)", model, v, x->origin);
+  }
+  CHECK_MSG(scattered >= 2 && inputs >= 2, "%s: %d row-parallel scatters, %d layer inputs", model,
+            scattered, inputs);
+  drv_free(&S);
+}
+
 /* Context parallelism (seq) and Megatron sequence parallelism (on model), alone and together,
  * for the three models; the attention both fused and as products. */
 static void test_seq(void) {
@@ -358,6 +393,8 @@ static void test_seq(void) {
     const char *spsm[] = {SMALL, SEQ(1, 2, 2), SP};
     check_layout(models[m], "cpu-4", spsm, 4, (Expect){4, 1, 2, 2, 0, false});
   }
+  check_sp_layout("fuji-test.json");
+  check_sp_layout("tiny-lm.json");
   const char *ref[] = {SMALL, SEQ(1, 2, 1), "/model/decoder/layer/self_attention/kernel=reference"};
   check_layout("fuji-test.json", "cpu-2", ref, 4, (Expect){2, 2, 2, 2, 0, false});
   const char *bf[] = {SMALL, SEQ(1, 2, 2), SP, "/precision/compute=bf16"};
