@@ -64,6 +64,7 @@ typedef struct Ctx {
   Sh *wants;          /* storage for want */
   const Sh **hint; /* (g->nvalues) a parameter gradient's sharding, back through elementwise ops */
   int32_t n;       /* g->nvalues when the walk began */
+  uint32_t batch_axes; /* the axes that split the batch (dim 0 of the input ids) */
 } Ctx;
 
 static int nax(const IrSplit *s, int32_t d) {
@@ -534,10 +535,11 @@ static int dot(Ctx *c, int32_t v, Sh *out) {
    * moves there by an all_to_all, the way expert dispatch moves tokens). Under sequence
    * parallelism a weight's free split comes first: the activation is gathered along its
    * sequence, the weight stays column-parallel (Megatron's all_gather before q/k/v, linear1) */
-  uint32_t weight_free = 0;
+  uint32_t weight_free = 0; /* the weight's free axes that do not split the batch (model) */
   if (c->opt->sequence_parallel && !c->deferred[r] && param_table(c, r))
     for (int32_t d = 0; d < rs->rank; d++)
-      if (!in_dims(&at->rb, d) && !in_dims(&at->rc, d)) weight_free |= dim_axes(&R0.s, d);
+      if (!in_dims(&at->rb, d) && !in_dims(&at->rc, d))
+        weight_free |= dim_axes(&R0.s, d) & ~c->batch_axes;
   for (int32_t d = 0; d < ls->rank; d++) {
     if (in_dims(&at->lb, d) || in_dims(&at->lc, d)) continue;
     memcpy(L.s.axes[d], L0.s.axes[d], IR_MAX_SPLIT_AXES);
@@ -1030,6 +1032,8 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
   if (seq_split(o) && pass_expand(g, opt) != IR_OK) return IR_ERR;
   int32_t n = g->nvalues;
   Ctx c = {.g = g, .m = &o->mesh, .opt = o, .n = n};
+  const PassShardLeaf *ids = leaf_find(o, "ids");
+  if (ids) c.batch_axes = dim_axes(&ids->split, 0);
   c.h = ir_graph_new();
   ir_graph_reserve(c.h, n + n / 4); /* collectives and reshards come on top */
   c.val = ir_xmalloc((size_t)(n + 1) * sizeof *c.val);
