@@ -630,6 +630,54 @@ PY
     --set /learner/microbatches=4
   expect_user_error "error: --set: /learner/microbatches: 4 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 4 devices) leaves 2 sequences per device (expected a divisor of 2)"
   ;;
+interp_mesh_seq)
+  # the simulated mesh of the interpreter (one per-device program on every device) equals one
+  # device over 10 steps: losses and the final parameters within 1e-4, for each model under
+  # sequence parallelism on model=2 (sp), seq=2 and seq=2 x model=2
+  PY=${TORCH_PYTHON:-/usr/bin/python3}
+  need_numpy
+  head -c 20000 "$SRC/README.md" > "$T/text.txt"
+  for m in tiny-lm fuji-test moe-test; do
+    set -- --backend interp --data "$T/text.txt" --steps 10 --set /input/seq_len=16 \
+      --set /input/global_batch_size=2 --set /model/vocab_size=256
+    run run "$MODELS/$m.json" --target cpu "$@" --dump "$T/one.safetensors"
+    expect_rc 0
+    cp "$T/out" "$T/one.txt"
+    for mesh in sp seq2 seq2model2; do
+      case $mesh in
+      sp) run run "$MODELS/$m.json" --target cpu-2 "$@" --set '/mesh/shape=[1,1,1,1,1,2]' \
+        --set /mesh/sequence_parallel=true --dump "$T/mesh.safetensors" ;;
+      seq2) run run "$MODELS/$m.json" --target cpu-2 "$@" --set '/mesh/shape=[1,1,1,1,2,1]' \
+        --dump "$T/mesh.safetensors" ;;
+      seq2model2) run run "$MODELS/$m.json" --target cpu-4 "$@" --set '/mesh/shape=[1,1,1,1,2,2]' \
+        --dump "$T/mesh.safetensors" ;;
+      esac
+      expect_rc 0
+      expect_in "$T/out" "step 10 loss"
+      compare losses "$T/out" "$T/one.txt" 1e-4
+      compare close "$T/mesh.safetensors" "$T/one.safetensors" 1e-4
+    done
+  done
+  ;;
+memcheck_sequence_parallel)
+  # a device whose memory lies between fuji-test's peak on model=2 and its peak under sequence
+  # parallelism: the fix list offers it, and with it the job fits
+  printf '{"cpu": {"doc": "small", "memory": 2600000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
+  set -- --target cpu-2 --devices "$T/dev.json" --set '/mesh/shape=[1,1,1,1,1,2]'
+  run memcheck "$MODELS/fuji-test.json" "$@"
+  expect_rc 1
+  expect_in "$T/out" "--set '/mesh/sequence_parallel=true': peak"
+  run memcheck "$MODELS/fuji-test.json" "$@" --set /mesh/sequence_parallel=true
+  expect_rc 0
+  expect_in "$T/out" "verdict: fits"
+  # a sequence that does not divide over seq, or its chunks over model
+  run memcheck "$MODELS/fuji-test.json" --target cpu-2 --set '/mesh/shape=[1,1,1,1,2,1]' \
+    --set /input/seq_len=15
+  expect_user_error "/input/seq_len: seq_len 15 does not divide over the mesh's seq axis (2 devices; expected a multiple of 2)"
+  run memcheck "$MODELS/fuji-test.json" --target cpu-4 --set '/mesh/shape=[1,1,1,1,2,2]' \
+    --set /input/seq_len=6 --set /mesh/sequence_parallel=true
+  expect_user_error "/mesh/sequence_parallel: sequence parallelism splits each device's 3 positions (seq_len 6 over seq = 2) over model = 2, which does not divide them (expected a seq_len that is a multiple of 4)"
+  ;;
 memcheck_errors)
   run memcheck "$MODELS/tiny-lm.json"
   expect_user_error "axlc memcheck needs --target"
