@@ -661,13 +661,13 @@ interp_mesh_seq)
   ;;
 memcheck_sequence_parallel)
   # a device whose memory lies between fuji-test's peak on model=2 and its peak under sequence
-  # parallelism: the fix list offers it, and with it the job fits
+  # parallelism: the fix list offers it, and with it (the shipped modifier) the job fits
   printf '{"cpu": {"doc": "small", "memory": 2600000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
   set -- --target cpu-2 --devices "$T/dev.json" --set '/mesh/shape=[1,1,1,1,1,2]'
   run memcheck "$MODELS/fuji-test.json" "$@"
   expect_rc 1
   expect_in "$T/out" "--set '/mesh/sequence_parallel=true': peak"
-  run memcheck "$MODELS/fuji-test.json" "$@" --set /mesh/sequence_parallel=true
+  run memcheck "$MODELS/fuji-test.json" "$@" --apply sequence-parallel
   expect_rc 0
   expect_in "$T/out" "verdict: fits"
   # a sequence that does not divide over seq, or its chunks over model

@@ -9,6 +9,9 @@ the trainer's banner).
     /usr/bin/python3 tools/bench/mesh.py --axlc build/tools/axlc [--model models/tiny-lm.json]
         [--steps N] [--layouts one,data4,fsdp4,model2,data2model2] [--set /PATH=VALUE]...
 
+Layouts: one, data4, fsdp4, model2, model4, data2model2, expert2; spmodel2 (sequence
+parallelism on model=2), seq2 (context parallelism), seq2model2, spseq2model2.
+
 Open MPI refuses to run as root unless OMPI_ALLOW_RUN_AS_ROOT=1 and
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set; this script sets them.
 """
@@ -25,15 +28,21 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
 
-# name: (devices, shape over [pipeline, data, expert, fsdp, seq, model])
+SP = ["/mesh/sequence_parallel=true"]
+
+# name: (devices, shape over [pipeline, data, expert, fsdp, seq, model], extra --set values)
 LAYOUTS = {
-    "one": (1, [1, 1, 1, 1, 1, 1]),
-    "data4": (4, [1, 4, 1, 1, 1, 1]),
-    "fsdp4": (4, [1, 1, 1, 4, 1, 1]),
-    "model2": (2, [1, 1, 1, 1, 1, 2]),
-    "model4": (4, [1, 1, 1, 1, 1, 4]),
-    "data2model2": (4, [1, 2, 1, 1, 1, 2]),
-    "expert2": (2, [1, 1, 2, 1, 1, 1]),
+    "one": (1, [1, 1, 1, 1, 1, 1], []),
+    "data4": (4, [1, 4, 1, 1, 1, 1], []),
+    "fsdp4": (4, [1, 1, 1, 4, 1, 1], []),
+    "model2": (2, [1, 1, 1, 1, 1, 2], []),
+    "model4": (4, [1, 1, 1, 1, 1, 4], []),
+    "data2model2": (4, [1, 2, 1, 1, 1, 2], []),
+    "expert2": (2, [1, 1, 2, 1, 1, 1], []),
+    "spmodel2": (2, [1, 1, 1, 1, 1, 2], SP),
+    "seq2": (2, [1, 1, 1, 1, 2, 1], []),
+    "seq2model2": (4, [1, 1, 1, 1, 2, 2], []),
+    "spseq2model2": (4, [1, 1, 1, 1, 2, 2], SP),
 }
 
 
@@ -48,12 +57,12 @@ def tokens(path, vocab, n=200000):
 
 
 def run_layout(args, name, tmp, data):
-    devices, shape = LAYOUTS[name]
+    devices, shape, extra = LAYOUTS[name]
     exe = os.path.join(tmp, name)
     target = "cpu" if devices == 1 else "cpu-%d" % devices
     cmd = [args.axlc, "compile", args.model, "--target", target, "--set",
            "/mesh/shape=" + json.dumps(shape).replace(" ", ""), "-o", exe]
-    for s in args.set:
+    for s in extra + args.set:
         cmd += ["--set", s]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     metrics = os.path.join(tmp, name + ".jsonl")
