@@ -511,6 +511,14 @@ static bool in_dims(const IrDims *d, int64_t i) {
   return false;
 }
 
+/* Whether dim dl of l and dim dr of r both start with the axes of cand's dim 0. */
+static bool split_alike(const IrSplit *l, int32_t dl, const IrSplit *r, int32_t dr,
+                        const IrSplit *cand) {
+  int n = nax(cand, 0);
+  return nax(l, dl) >= n && nax(r, dr) >= n && !memcmp(l->axes[dl], cand->axes[0], (size_t)n) &&
+         !memcmp(r->axes[dr], cand->axes[0], (size_t)n);
+}
+
 /* dot_general: batch dims pair up, contracting dims pair up (a shared split makes a partial sum),
  * the rest are free. The lhs keeps its batch and free splits; a contracting split and the rhs's
  * free splits are kept where they use no axis already taken. */
@@ -559,11 +567,14 @@ static int dot(Ctx *c, int32_t v, Sh *out) {
     memcpy(cand.axes[0], nax(&L0.s, dl) >= nax(&R0.s, dr) ? L0.s.axes[dl] : R0.s.axes[dr],
            IR_MAX_SPLIT_AXES);
     uint32_t bits = keep_prefix(&cand, 0, used);
-    int n = nax(&cand, 0);
-    bool alike = nax(&L0.s, dl) >= n && nax(&R0.s, dr) >= n &&
-                 !memcmp(L0.s.axes[dl], cand.axes[0], (size_t)n) &&
-                 !memcmp(R0.s.axes[dr], cand.axes[0], (size_t)n);
-    if (!bits || (!alike && (bits & rhs_free))) continue;
+    bool alike = split_alike(&L0.s, dl, &R0.s, dr, &cand);
+    if (bits && !alike && (bits & rhs_free)) {
+      /* the axes before the first the rhs wants stay a partial sum where both sides have
+       * them (a weight's gradient over a sequence split [seq, model]: partial over seq) */
+      bits = keep_prefix(&cand, 0, used | rhs_free);
+      if (!split_alike(&L0.s, dl, &R0.s, dr, &cand)) continue;
+    }
+    if (!bits) continue;
     memcpy(L.s.axes[dl], cand.axes[0], IR_MAX_SPLIT_AXES);
     memcpy(R.s.axes[dr], cand.axes[0], IR_MAX_SPLIT_AXES);
     used |= bits;
