@@ -45,6 +45,7 @@ typedef struct {
   const char *from, *to;         /* convert: --from hf or --to hf */
   const char *input;             /* convert: the weights file */
   const char *dtype;             /* convert --to hf: --dtype f32|bf16|f16 */
+  const char *max_shard;         /* convert --to hf: --max-shard-size SIZE */
   const char *devices;           /* memcheck, compile: --devices FILE (the device table) */
   bool no_memcheck;              /* compile: --no-memcheck */
   bool no_cache;                 /* compile, run: --no-cache */
@@ -83,12 +84,14 @@ static void usage(FILE *out) {
       "                      learning rate, gradient norm, tokens/s against the step);\n"
       "                      [MORE.jsonl ...] [--label NAME ...]: several runs on shared\n"
       "                      axes, a color and a legend entry (NAME or the file's name) each\n"
-      "  convert MODEL.json  --from hf IN.safetensors -o OUT.safetensors: Hugging Face GPT-2\n"
-      "                      or Llama weights (as the config decides) to axlc's parameter\n"
-      "                      paths, for --init; --to hf: axlc weights (--init files, --dump\n"
-      "                      output, a checkpoint or step directory) to Hugging Face's names\n"
-      "                      and layouts, in --dtype f32|bf16|f16 (default: the dtype the\n"
-      "                      weights came in, else f32)\n"
+      "  convert MODEL.json  --from hf IN.safetensors -o OUT.safetensors: Hugging Face GPT-2,\n"
+      "                      Llama or Mixtral weights (as the config decides; a file, a\n"
+      "                      sharded index or a model directory) to axlc's parameter paths,\n"
+      "                      for --init; --to hf: axlc weights (--init files, --dump output,\n"
+      "                      a checkpoint or step directory) to Hugging Face's names and\n"
+      "                      layouts, in --dtype f32|bf16|f16 (default: the dtype the weights\n"
+      "                      came in, else f32), in shards of --max-shard-size (default 5GB)\n"
+      "                      with their index, and config.json beside them\n"
       "  backends            list the backends and what each can do\n"
       "  cache               the compile cache: its directory, entries, size and limit;\n"
       "                      --clear removes every entry, --trim trims it to the limit now\n"
@@ -165,9 +168,10 @@ static int parse_args(int argc, char **argv, Args *a) {
         return -1;
       }
       a->jobs = (int)n;
-    } else if (!strcmp(s, "--dtype") && a->command && !strcmp(a->command, "convert")) {
+    } else if ((!strcmp(s, "--dtype") || !strcmp(s, "--max-shard-size")) && a->command &&
+               !strcmp(a->command, "convert")) {
       if (need_value(i, argc, argv)) return -1;
-      a->dtype = argv[++i];
+      *(!strcmp(s, "--dtype") ? &a->dtype : &a->max_shard) = argv[++i];
     } else if (!strcmp(s, "--from") || !strcmp(s, "--to")) {
       if (need_value(i, argc, argv)) return -1;
       *(!strcmp(s, "--from") ? &a->from : &a->to) = argv[++i];
@@ -580,22 +584,32 @@ static char *output_problem(const char *out) {
   return why;
 }
 
-/* The output `out` (given by `opt`) against every file the command reads: those its command
- * line names and, once the job is loaded, every config file resolution opened (bases,
- * modifiers, mesh rules, the device table) into d. An output that is an input would destroy it. */
-static int check_inputs(const Args *a, const FeDiag *d, const char *opt, const char *out) {
+/* Every file the command reads (to free; *count of them): those its command line names and,
+ * once the job is loaded, every config file resolution opened (bases, modifiers, mesh rules,
+ * the device table) into d. */
+static RtPathArg *input_args(const Args *a, const FeDiag *d, int *count) {
   int nfiles = d ? d->nfiles : 0, n = 0;
   RtPathArg *in = ir_xcalloc((size_t)(4 + a->fe.napply + a->nmore + nfiles), sizeof *in);
   bool plot = !strcmp(a->command, "plot");
   in[n++] = (RtPathArg){plot ? "the metrics file" : "the config", a->model, NULL};
   for (int i = 0; i < a->nmore; i++) in[n++] = (RtPathArg){"the metrics file", a->more[i], NULL};
-  /* convert reads a checkpoint or step directory as the weights: nothing inside it is an output */
+  /* convert reads a checkpoint, step or Hugging Face model directory as the weights: nothing
+   * inside it is an output */
   struct stat st;
   bool dir = a->input && stat(a->input, &st) == 0 && S_ISDIR(st.st_mode);
   in[n++] = (RtPathArg){"the weights", a->input, dir ? "" : NULL};
   in[n++] = (RtPathArg){"--devices", a->devices, NULL};
   for (int i = 0; i < a->fe.napply; i++) in[n++] = (RtPathArg){"--apply", a->apply[i], NULL};
   for (int i = 0; i < nfiles; i++) in[n++] = (RtPathArg){"the config file", d->files[i], NULL};
+  *count = n;
+  return in;
+}
+
+/* The output `out` (given by `opt`) against every file the command reads (input_args). An
+ * output that is an input would destroy it. */
+static int check_inputs(const Args *a, const FeDiag *d, const char *opt, const char *out) {
+  int n;
+  RtPathArg *in = input_args(a, d, &n);
   RtError err;
   RtPathArg o = {opt, out, NULL};
   int rc = rt_file_check_outputs(&o, 1, in, n, &err);
@@ -751,11 +765,12 @@ static int cmd_convert(const Args *a) {
   const char *fmt = a->from ? a->from : a->to;
   if (!a->model || !a->input || !a->output || (a->from && a->to) || !fmt) {
     fprintf(stderr, "error: usage: axlc convert MODEL.json (--from hf | --to hf [--dtype "
-                    "f32|bf16|f16]) IN.safetensors -o OUT.safetensors\n");
+                    "f32|bf16|f16] [--max-shard-size SIZE]) IN.safetensors -o OUT.safetensors\n");
     return 1;
   }
   if (strcmp(fmt, "hf") != 0) {
-    fprintf(stderr, "error: %s %s: expected hf (Hugging Face GPT-2 or Llama safetensors)\n",
+    fprintf(stderr,
+            "error: %s %s: expected hf (Hugging Face GPT-2, Llama or Mixtral safetensors)\n",
             a->from ? "--from" : "--to", fmt);
     return 1;
   }
@@ -771,9 +786,17 @@ static int cmd_convert(const Args *a) {
     cfg = NULL;
   }
   if (cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
-      fe_build(&b, &d, a->model, cfg, devices) == 0)
-    rc = convert_weights(&b, a->model, a->to != NULL, a->dtype, a->input, a->output) ? 1 : 0;
-  else if (cfg)
+      fe_build(&b, &d, a->model, cfg, devices) == 0) {
+    ConvertOpts o = {.to_hf = a->to != NULL,
+                     .dtype = a->dtype,
+                     .max_shard = a->max_shard,
+                     .in = a->input,
+                     .out = a->output};
+    RtPathArg *in = input_args(a, &d, &o.ninputs);
+    o.inputs = in;
+    rc = convert_weights(&b, a->model, &o) ? 1 : 0;
+    free(in);
+  } else if (cfg)
     fe_diag_print(&d, stderr);
   if (cfg) fe_build_free(&b);
   json_object_put(cfg);

@@ -2,7 +2,8 @@
  * convert.c: `axlc convert`, weights between Hugging Face's names and layouts and axlc's.
  *
  * The config decides the architecture: a model with a learned position embedding is
- * GPT-2 (GPT2LMHeadModel), one without is Llama (LlamaForCausalLM); the rest of the config
+ * GPT-2 (GPT2LMHeadModel), one without is Llama (LlamaForCausalLM), or Mixtral
+ * (MixtralForCausalLM) when its feed-forward is a mixture of experts; the rest of the config
  * must compute what that Hugging Face model computes (norm kinds, activation, rotary
  * embedding), or the conversion is refused with the config field that differs.
  *
@@ -11,6 +12,7 @@
  *   SAME       the same layout: embeddings, norms, biases, GPT-2's Conv1D weights (in, out)
  *   TRANSPOSE  a Llama nn.Linear weight (out, in) against axlc's (in, out)
  *   FUSED      GPT-2's c_attn (D, 3D): q, k and v side by side along the last dimension
+ *   EXPERT     a Mixtral expert's nn.Linear weight (out, in): slice e of axlc's (E, in, out)
  * Values go through f32: --from hf widens F16 and BF16 exactly into the f32 masters axlc trains
  * (and records the file's dtype in the output's metadata, "axlc.hf_dtype"); --to hf writes the
  * dtype asked for (--dtype), by default the one the weights came in, rounding f32 to nearest,
@@ -21,7 +23,8 @@
  *
  * Every problem of the input (missing, unknown, misshapen tensors) is listed before
  * anything is written; the output is written atomically (runtime/file.c), so an existing
- * file is never left half-written.
+ * file is never left half-written. The files around the weights (a sharded checkpoint's
+ * index and shards, config.json) are hf_files.c's.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -29,27 +32,30 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "driver/driver.h"
 #include "runtime/axrt.h"
 #include "runtime/rt_impl.h" /* rt_st_convert_run: F16 and BF16 to f32 */
 #include "tools/plot.h"
 
-typedef enum { LINK_SAME, LINK_TRANSPOSE, LINK_FUSED } LinkKind;
+typedef enum { LINK_SAME, LINK_TRANSPOSE, LINK_FUSED, LINK_EXPERT } LinkKind;
 
 typedef struct Link {
   char hf[160]; /* Hugging Face name, without a prefix: "h.0.attn.c_attn.weight" */
   LinkKind kind;
   int nparts;
-  int part[3]; /* FeBuild params: one, or q, k, v for FUSED */
+  int part[3];    /* FeBuild params: one, or q, k, v for FUSED */
+  int64_t expert; /* EXPERT: the slice of part[0] (E, in, out) this (out, in) weight is */
 } Link;
 
 typedef struct Conv {
   const FeBuild *b;
   const char *model;  /* the config file, for messages */
   const char *in;     /* the input file, for messages */
-  bool gpt2;          /* else Llama */
-  const char *family; /* "GPT-2" or "Llama" */
+  bool gpt2;          /* else Llama, or Mixtral when moe */
+  bool moe;           /* the layers' feed-forward is a mixture of experts: Mixtral */
+  const char *family; /* "GPT-2", "Llama" or "Mixtral" */
   Link *links;
   int nlinks, cap;
   int problems;
@@ -111,31 +117,46 @@ static int check_attention(const Conv *c, json_object *attn) {
 
 static int check_ffn(const Conv *c, json_object *ff) {
   const char *p = "/model/decoder/layer/feed_forward";
-  if (strcmp(fe_node_kind(ff), "feed_forward") != 0) {
+  if (c->gpt2 && strcmp(fe_node_kind(ff), "feed_forward") != 0) {
     char got[64];
     snprintf(got, sizeof got, "\"%s\"", fe_node_kind(ff));
     return config_mismatch(c, p, got, "a dense feed_forward");
   }
   const char *act = fe_get_str(ff, "activation"), *want = c->gpt2 ? "gelu" : "swiglu";
-  if (strcmp(act, want) == 0) return 0;
   char path[128], got[64];
   snprintf(path, sizeof path, "%s/activation", p);
   snprintf(got, sizeof got, "\"%s\"", act);
-  return config_mismatch(c, path, got, want);
+  if (strcmp(act, want) != 0) return config_mismatch(c, path, got, want);
+  /* the weights are the same either way: only what a step drops differs */
+  if (c->moe && fe_get_float(ff, "capacity_factor") > 0)
+    fprintf(stderr,
+            "note: %s: %s/capacity_factor is %g: axlc drops the tokens past an expert's "
+            "capacity, Mixtral none (0 computes what Mixtral computes)\n",
+            c->model, p, fe_get_float(ff, "capacity_factor"));
+  return 0;
 }
 
-/* GPT-2 when the model learns position embeddings, else Llama; the rest must agree. */
+/* GPT-2 when the model learns position embeddings, else Llama, or Mixtral when its
+ * feed-forward is a mixture of experts; the rest must agree. */
 static int check_config(Conv *c) {
   json_object *model = fe_get_child(c->b->root, "model");
   json_object *dec = fe_get_child(model, "decoder"), *layer = fe_get_child(dec, "layer");
   c->gpt2 = fe_get_child(model, "pos_emb") != NULL;
-  c->family = c->gpt2 ? "GPT-2" : "Llama";
+  c->moe = !c->gpt2 && !strcmp(fe_node_kind(fe_get_child(layer, "feed_forward")), "moe");
+  c->family = c->gpt2 ? "GPT-2" : c->moe ? "Mixtral" : "Llama";
   if (check_norm(c, fe_get_child(layer, "norm"), "/model/decoder/layer/norm") ||
       check_norm(c, fe_get_child(dec, "output_norm"), "/model/decoder/output_norm") ||
       check_attention(c, fe_get_child(layer, "self_attention")) ||
       check_ffn(c, fe_get_child(layer, "feed_forward")))
     return -1;
-  return 0;
+  double eps = fe_get_float(fe_get_child(layer, "norm"), "eps");
+  double out_eps = fe_get_float(fe_get_child(dec, "output_norm"), "eps");
+  if (eps == out_eps) return 0;
+  char got[64], want[128];
+  snprintf(got, sizeof got, "%g", out_eps);
+  snprintf(want, sizeof want, "/model/decoder/layer/norm/eps's %g (its config.json has one %s)",
+           eps, c->gpt2 ? "layer_norm_epsilon" : "rms_norm_eps");
+  return config_mismatch(c, "/model/decoder/output_norm/eps", got, want);
 }
 
 /* ===== the links ======================================================================= */
@@ -217,7 +238,29 @@ static void links_gpt2(Conv *c, int64_t layers) {
   link1(c, LINK_SAME, "lm_head.weight", "model/lm_head/weight");
 }
 
-static void links_llama(Conv *c, int64_t layers) {
+/* Mixtral's block_sparse_moe under layer prefix h: the router (E, D) and expert e's w1 (gate),
+ * w3 (up) and w2 (down), each an nn.Linear (out, in), slice e of axlc's (E, in, out). */
+static void links_moe(Conv *c, const char *h, const char *a, int64_t experts) {
+  static const char *const w[][2] = {{"w1", "linear1_0"}, {"w3", "linear1_1"}, {"w2", "linear2"}};
+  char hx[160], ax[256];
+  snprintf(hx, sizeof hx, "%s.block_sparse_moe.gate.weight", h);
+  snprintf(ax, sizeof ax, "%s/feed_forward/gate/weight", a);
+  link1(c, LINK_TRANSPOSE, hx, ax);
+  for (int64_t e = 0; e < experts; e++)
+    for (int k = 0; k < 3; k++) {
+      snprintf(hx, sizeof hx, "%s.block_sparse_moe.experts.%lld.%s.weight", h, (long long)e,
+               w[k][0]);
+      snprintf(ax, sizeof ax, "%s/feed_forward/%s/weight", a, w[k][1]);
+      int i = fe_param_find(c->b, ax);
+      if (i < 0) continue;
+      Link *l = link_new(c, LINK_EXPERT, hx);
+      l->nparts = 1;
+      l->part[0] = i;
+      l->expert = e;
+    }
+}
+
+static void links_llama(Conv *c, int64_t layers, int64_t experts) {
   static const char *const proj[][2] = {
       {"self_attn.q_proj", "self_attention/q_proj"}, {"self_attn.k_proj", "self_attention/k_proj"},
       {"self_attn.v_proj", "self_attention/v_proj"}, {"self_attn.o_proj", "self_attention/o_proj"},
@@ -231,11 +274,21 @@ static void links_llama(Conv *c, int64_t layers) {
     AT("input_layernorm", "attn_norm"), link_norm(c, hx, ax);
     for (int k = 0; k < 4; k++) AT(proj[k][0], proj[k][1]), link_linear(c, LINK_TRANSPOSE, hx, ax);
     AT("post_attention_layernorm", "ffn_norm"), link_norm(c, hx, ax);
-    for (int k = 4; k < 7; k++) AT(proj[k][0], proj[k][1]), link_linear(c, LINK_TRANSPOSE, hx, ax);
+    if (c->moe)
+      links_moe(c, h, a, experts);
+    else
+      for (int k = 4; k < 7; k++)
+        AT(proj[k][0], proj[k][1]), link_linear(c, LINK_TRANSPOSE, hx, ax);
 #undef AT
   }
   link_norm(c, "model.norm", "model/decoder/output_norm");
   link1(c, LINK_SAME, "lm_head.weight", "model/lm_head/weight");
+}
+
+/* The number of experts of a Mixtral model's layers. */
+static int64_t experts_of(const Conv *c) {
+  json_object *dec = fe_get_child(fe_get_child(c->b->root, "model"), "decoder");
+  return fe_get_int(fe_get_child(fe_get_child(dec, "layer"), "feed_forward"), "num_experts");
 }
 
 /* Builds the table; every parameter of the model must be in it. */
@@ -245,7 +298,7 @@ static int build_links(Conv *c) {
   if (c->gpt2)
     links_gpt2(c, layers);
   else
-    links_llama(c, layers);
+    links_llama(c, layers, c->moe ? experts_of(c) : 0);
   char *covered = ir_xcalloc((size_t)c->b->nparams + 1, 1);
   for (int i = 0; i < c->nlinks; i++)
     for (int k = 0; k < c->links[i].nparts; k++) covered[c->links[i].part[k]] = 1;
@@ -263,6 +316,10 @@ static int build_links(Conv *c) {
 /* The Hugging Face shape of link l, from its parameters' shapes. */
 static int hf_shape(const Conv *c, const Link *l, int64_t *shape) {
   const FeParam *p = &c->b->params[l->part[0]];
+  if (l->kind == LINK_EXPERT) { /* one expert's (in, out) slice of (E, in, out), transposed */
+    shape[0] = p->shape[2], shape[1] = p->shape[1];
+    return 2;
+  }
   memcpy(shape, p->shape, sizeof(int64_t) * (size_t)p->rank);
   if (l->kind == LINK_TRANSPOSE) shape[0] = p->shape[1], shape[1] = p->shape[0];
   if (l->kind == LINK_FUSED)
@@ -316,12 +373,13 @@ static int check_tensor(Conv *c, const RtTensor *t, const int64_t *want, int ndi
   }
   if (same_shape(t, want, ndim)) return 0;
   bool reversed = ndim == 2 && t->ndim == 2 && t->shape[0] == want[1] && t->shape[1] == want[0];
-  const char *hint = !reversed ? ""
-                     : c->gpt2 ? " (transposed: GPT-2's Conv1D weights are (in, out))"
-                               : " (transposed: Llama's nn.Linear weights are (out, in))";
+  char text[128] = "";
+  if (reversed)
+    snprintf(text, sizeof text, " (transposed: %s's %s weights are %s)", c->family,
+             c->gpt2 ? "Conv1D" : "nn.Linear", c->gpt2 ? "(in, out)" : "(out, in)");
   problem(c, "tensor '%s': shape %s, expected %s%s", t->name,
           shape_text(got, sizeof got, t->shape, t->ndim), shape_text(exp, sizeof exp, want, ndim),
-          hint);
+          text);
   return -1;
 }
 
@@ -384,6 +442,7 @@ static RtTensor *out_add(Conv *c, Out *o, const char *name, RtDtype dt, const in
     problem(c, "tensor '%s': out of memory for its %lld bytes", name, (long long)bytes);
     return NULL;
   }
+  memset(data, 0, (size_t)bytes); /* an expert's slice may stay unwritten: a problem said */
   RtTensor *t = &o->t[o->n++];
   memset(t, 0, sizeof *t);
   t->name = fe_asprintf("%s", name);
@@ -392,6 +451,14 @@ static RtTensor *out_add(Conv *c, Out *o, const char *name, RtDtype dt, const in
   memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
   t->data = data;
   return t;
+}
+
+/* The output tensor `name`, made by an earlier expert's link, or a new one. */
+static RtTensor *out_get(Conv *c, Out *o, const char *name, RtDtype dt, const int64_t *shape,
+                         int ndim) {
+  for (int i = 0; i < o->n; i++)
+    if (!strcmp(o->t[i].name, name)) return &o->t[i];
+  return out_add(c, o, name, dt, shape, ndim);
 }
 
 static void out_free(Out *o) {
@@ -410,6 +477,10 @@ typedef struct Src {
   RtTensor *t; /* (n) */
   int n;
   bool owned;
+  RtSt *st;          /* one safetensors file, or NULL */
+  HfFiles shards;    /* or the shards of a Hugging Face index */
+  RtCkpt *ck;        /* or a checkpoint */
+  char config[4200]; /* --from hf: where the weights' config.json would be */
 } Src;
 
 static const RtTensor *src_find(const Src *s, const char *name) {
@@ -420,7 +491,10 @@ static const RtTensor *src_find(const Src *s, const char *name) {
 
 static void src_free(Src *s) {
   for (int i = 0; s->owned && i < s->n; i++) free((void *)s->t[i].data);
-  free(s->t);
+  if (s->shards.t != s->t) free(s->t);
+  hf_files_close(&s->shards);
+  rt_st_close(s->st);
+  rt_ckpt_close(s->ck);
 }
 
 /* ===== Hugging Face -> axlc ============================================================ */
@@ -457,9 +531,13 @@ static void split_link(Conv *c, const Link *l, const RtTensor *in, Out *o) {
           rows = numel(t->shape, t->ndim) / (total ? total : 1);
   for (int k = 0; k < l->nparts; k++) {
     const FeParam *p = &c->b->params[l->part[k]];
-    RtTensor *d = out_add(c, o, p->path, RT_DT_F32, p->shape, p->rank);
+    RtTensor *d = l->kind == LINK_EXPERT ? out_get(c, o, p->path, RT_DT_F32, p->shape, p->rank)
+                                         : out_add(c, o, p->path, RT_DT_F32, p->shape, p->rank);
     if (!d) break;
-    if (l->kind == LINK_SAME)
+    if (l->kind == LINK_EXPERT)
+      transpose(src, (unsigned char *)d->data + l->expert * t->nbytes, t->shape[0], t->shape[1],
+                es);
+    else if (l->kind == LINK_SAME)
       memcpy((void *)d->data, src, (size_t)t->nbytes);
     else if (l->kind == LINK_TRANSPOSE)
       transpose(src, (void *)d->data, t->shape[0], t->shape[1], es);
@@ -507,6 +585,11 @@ static void unknown_tensors(Conv *c, const Src *st, const char *used, bool from_
           c,
           "unknown tensor '%s': a Hugging Face name (convert Hugging Face weights with --from hf)",
           name);
+    else if (c->moe && strstr(name, ".block_sparse_moe.experts."))
+      problem(c,
+              "unknown tensor '%s': no parameter of %s (Hugging Face %s) takes it (the config "
+              "has %lld experts: /model/decoder/layer/feed_forward/num_experts)",
+              name, c->model, c->family, (long long)experts_of(c));
     else
       problem(c, "unknown tensor '%s': no parameter of %s (Hugging Face %s) takes it%s", name,
               c->model, c->family,
@@ -521,6 +604,11 @@ static void from_hf(Conv *c, const Src *st, Out *o) {
   for (int i = 0; i < c->nlinks; i++) {
     const Link *l = &c->links[i];
     const RtTensor *t = hf_find(c, st, l->hf);
+    if (!t && l->kind == LINK_EXPERT) {
+      problem(c, "missing tensor '%s' (for expert %lld of %s)", l->hf, (long long)l->expert,
+              c->b->params[l->part[0]].path);
+      continue;
+    }
     if (!t) {
       problem(c, "missing tensor '%s' (for %s%s)", l->hf, c->b->params[l->part[0]].path,
               l->nparts > 1 ? " and its k, v" : "");
@@ -546,7 +634,7 @@ static void join_parts(Conv *c, const Link *l, const RtTensor **parts, Out *o) {
   if (!d) return;
   if (l->kind == LINK_SAME) {
     memcpy((void *)d->data, parts[0]->data, (size_t)parts[0]->nbytes);
-  } else if (l->kind == LINK_TRANSPOSE) {
+  } else if (l->kind == LINK_TRANSPOSE || l->kind == LINK_EXPERT) {
     transpose(parts[0]->data, (void *)d->data, parts[0]->shape[0], parts[0]->shape[1], es);
   } else {
     int64_t total = shape[nd - 1], rows = numel(shape, nd) / (total ? total : 1), col = 0;
@@ -572,25 +660,43 @@ static void join_link(Conv *c, const Link *l, const RtTensor **in, Out *o) {
   for (int k = 0; k < l->nparts; k++) free(bufs[k]);
 }
 
+/* Expert e's (in, out) slice of the (E, in, out) tensor t, as a tensor of its own. */
+static RtTensor expert_slice(const RtTensor *t, int64_t e) {
+  RtTensor v = *t;
+  v.ndim = 2;
+  v.shape[0] = t->shape[1], v.shape[1] = t->shape[2];
+  v.nbytes = t->nbytes / t->shape[0];
+  v.data = (const unsigned char *)t->data + e * v.nbytes;
+  return v;
+}
+
+/* Link l's Hugging Face tensor from the input's parts. The expert links after a parameter's
+ * first say nothing of it: its first link has. */
+static void to_hf_link(Conv *c, const Link *l, const Src *st, char *used, Out *o) {
+  const RtTensor *parts[3];
+  RtTensor slice;
+  bool quiet = l->kind == LINK_EXPERT && l->expert > 0;
+  int bad = 0;
+  for (int k = 0; k < l->nparts; k++) {
+    const FeParam *p = &c->b->params[l->part[k]];
+    parts[k] = src_find(st, p->path);
+    if (!parts[k] && !quiet) problem(c, "missing tensor '%s' (for %s)", p->path, l->hf);
+    if (!parts[k]) {
+      bad++;
+      continue;
+    }
+    mark_used(st, parts[k], used);
+    bad += quiet ? !float_dtype(parts[k]->dtype) || !same_shape(parts[k], p->shape, p->rank)
+                 : check_tensor(c, parts[k], p->shape, p->rank) != 0;
+  }
+  if (bad) return;
+  if (l->kind == LINK_EXPERT) slice = expert_slice(parts[0], l->expert), parts[0] = &slice;
+  join_link(c, l, parts, o);
+}
+
 static void to_hf(Conv *c, const Src *st, Out *o) {
   char *used = ir_xcalloc((size_t)st->n + 1, 1);
-  for (int i = 0; i < c->nlinks; i++) {
-    const Link *l = &c->links[i];
-    const RtTensor *parts[3];
-    int bad = 0;
-    for (int k = 0; k < l->nparts; k++) {
-      const FeParam *p = &c->b->params[l->part[k]];
-      parts[k] = src_find(st, p->path);
-      if (!parts[k]) {
-        problem(c, "missing tensor '%s' (for %s)", p->path, l->hf);
-        bad++;
-        continue;
-      }
-      mark_used(st, parts[k], used);
-      bad += check_tensor(c, parts[k], p->shape, p->rank) != 0;
-    }
-    if (!bad) join_link(c, l, parts, o);
-  }
+  for (int i = 0; i < c->nlinks; i++) to_hf_link(c, &c->links[i], st, used, o);
   unknown_tensors(c, st, used, false);
   free(used);
 }
@@ -678,26 +784,60 @@ static int refuse_shard(const char *in, const RtSt *st) {
   return -1;
 }
 
-/* The input: a safetensors file, or (--to hf) a checkpoint directory or step directory. */
-static int src_open(const char *in, bool to_hf_names, Src *s, RtSt **st, RtCkpt **ck) {
+/* The safetensors file `in`. --to hf: an interpreter dump stands for its new parameters, and
+ * one rank's file of a sharded checkpoint is refused. */
+static int src_file(const char *in, bool to_hf_names, Src *s) {
+  RtError err;
+  if (rt_st_open(&s->st, in, &err)) {
+    fprintf(stderr, "error: %s\n", err.msg);
+    return -1;
+  }
+  if (to_hf_names && refuse_shard(in, s->st)) return -1;
+  if (to_hf_names) rt_st_dump_as_weights(s->st); /* an interpreter dump: its new parameters */
+  s->t = ir_xcalloc((size_t)rt_st_count(s->st) + 1, sizeof *s->t);
+  for (int i = 0; i < rt_st_count(s->st); i++) s->t[s->n++] = *rt_st_tensor(s->st, i);
+  return 0;
+}
+
+static bool ends_with(const char *s, const char *end) {
+  size_t n = strlen(s), m = strlen(end);
+  return n >= m && !strcmp(s + n - m, end);
+}
+
+/* The input: a safetensors file, a Hugging Face index (a .json file) or model directory
+ * (--from hf), or (--to hf) a checkpoint directory or step directory. */
+static int src_open(const char *in, bool to_hf_names, Src *s) {
   RtError err;
   struct stat sb;
-  *st = NULL;
-  *ck = NULL;
-  if (to_hf_names && stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-    if (open_ckpt(in, ck, &err) == 0 && src_from_ckpt(s, *ck, &err) == 0) return 0;
+  char path[4200];
+  bool dir = stat(in, &sb) == 0 && S_ISDIR(sb.st_mode);
+  if (to_hf_names && dir) {
+    if (open_ckpt(in, &s->ck, &err) == 0 && src_from_ckpt(s, s->ck, &err) == 0) return 0;
     fprintf(stderr, "error: %s\n", err.msg);
     return -1;
   }
-  if (rt_st_open(st, in, &err)) {
-    fprintf(stderr, "error: %s\n", err.msg);
-    return -1;
-  }
-  if (to_hf_names && refuse_shard(in, *st)) return -1;
-  if (to_hf_names) rt_st_dump_as_weights(*st); /* an interpreter dump: its new parameters */
-  s->t = ir_xcalloc((size_t)rt_st_count(*st) + 1, sizeof *s->t);
-  for (int i = 0; i < rt_st_count(*st); i++) s->t[s->n++] = *rt_st_tensor(*st, i);
+  if (dir && hf_dir_weights(in, path, sizeof path)) return -1;
+  const char *file = dir ? path : in, *slash = strrchr(file, '/');
+  if (!to_hf_names) /* Hugging Face's config.json, beside the weights */
+    snprintf(s->config, sizeof s->config, "%.*sconfig.json", slash ? (int)(slash + 1 - file) : 0,
+             file);
+  if (!ends_with(file, ".json")) return src_file(file, to_hf_names, s);
+  if (hf_index_open(&s->shards, file)) return -1;
+  s->t = s->shards.t;
+  s->n = s->shards.n;
   return 0;
+}
+
+/* --from hf: -o against the files of the weights (an index's shards). */
+static int check_output(const Src *s, const ConvertOpts *o) {
+  RtPathArg out = {"-o", o->out, NULL}, *in = ir_xcalloc((size_t)s->shards.nst + 1, sizeof *in);
+  for (int i = 0; i < s->shards.nst; i++)
+    in[i] = (RtPathArg){"a shard of the weights", rt_st_path(s->shards.st[i]), NULL};
+  RtError err;
+  int rc = rt_file_check_outputs(&out, 1, in, s->shards.nst, &err);
+  if (rc) fprintf(stderr, "error: %s\n", err.msg);
+  free(in);
+  return rc;
 }
 
 /* ===== the dtype of the output ========================================================= */
@@ -747,61 +887,83 @@ static void narrow(Conv *c, Out *o, RtDtype dt) {
 
 /* ===== the command ===================================================================== */
 
-int convert_weights(const FeBuild *b, const char *model, bool to_hf_names, const char *dtype,
-                    const char *in, const char *out) {
-  Conv c = {.b = b, .model = model, .in = in, .dtype = -1};
-  int want = -1;
-  if (dtype && !to_hf_names) {
+/* --dtype and --max-shard-size, which only --to hf takes, into *want (-1: none) and *shard. */
+static int parse_opts(const ConvertOpts *o, int *want, int64_t *shard) {
+  *want = -1;
+  *shard = 5000000000; /* transformers' default, "5GB" */
+  if ((o->dtype || o->max_shard) && !o->to_hf) {
     fprintf(stderr,
-            "error: --dtype %s: an option of --to hf (--from hf writes the f32 master "
-            "weights axlc trains)\n",
-            dtype);
+            "error: %s %s: an option of --to hf (--from hf writes the f32 master "
+            "weights axlc trains, in one file)\n",
+            o->dtype ? "--dtype" : "--max-shard-size", o->dtype ? o->dtype : o->max_shard);
     return -1;
   }
-  if (dtype && (want = parse_dtype(dtype)) < 0) return -1;
-  if (check_config(&c) || build_links(&c)) {
-    free(c.links);
-    return -1;
-  }
-  RtSt *st;
-  RtCkpt *ck;
+  if (o->dtype && (*want = parse_dtype(o->dtype)) < 0) return -1;
+  return o->max_shard ? hf_shard_size_parse(o->max_shard, shard) : 0;
+}
+
+/* --to hf: the weights in `dt`, in one file or in shards, and config.json beside them. */
+static int write_hf(const Conv *c, const ConvertOpts *o, const Out *out, RtDtype dt,
+                    int64_t shard) {
+  RtMeta meta = {"format", "pt"}; /* what transformers writes (weights.c reads it as (out, in)) */
+  char *config = hf_config_text(c->b, c->family, dt);
+  HfWrite w = {.out = o->out,
+               .t = out->t,
+               .n = out->n,
+               .meta = &meta,
+               .nmeta = 1,
+               .max_shard = shard,
+               .config = config,
+               .inputs = o->inputs,
+               .ninputs = o->ninputs};
+  int rc = hf_write(&w);
+  free(config);
+  return rc;
+}
+
+/* --from hf: the f32 masters in one file, with the file's dtype (the default of --to hf). */
+static int write_axlc(const Conv *c, const ConvertOpts *o, const Src *src, const Out *out) {
+  RtMeta meta = {"axlc.hf_dtype", rt_dtype_name((RtDtype)c->dtype)};
+  int nmeta = c->dtype >= 0 && c->dtype < RT_DT_COUNT;
   RtError err;
+  if (check_output(src, o)) return -1;
+  if (rt_st_write(o->out, out->t, out->n, &meta, nmeta, NULL, NULL, &err) == 0) return 0;
+  fprintf(stderr, "error: %s\n", err.msg);
+  return -1;
+}
+
+int convert_weights(const FeBuild *b, const char *model, const ConvertOpts *opts) {
+  Conv c = {.b = b, .model = model, .in = opts->in, .dtype = -1};
+  int want;
+  int64_t shard;
+  if (parse_opts(opts, &want, &shard)) return -1;
   Src src = {0};
-  if (src_open(in, to_hf_names, &src, &st, &ck)) {
+  if (check_config(&c) || build_links(&c) || src_open(opts->in, opts->to_hf, &src) ||
+      (src.config[0] && access(src.config, F_OK) == 0 &&
+       hf_config_check(b, c.family, src.config))) {
     src_free(&src);
-    rt_st_close(st);
-    rt_ckpt_close(ck);
     free(c.links);
     return -1;
   }
   Out o = {ir_xcalloc((size_t)b->nparams + (size_t)c.nlinks + 1, sizeof *o.t), 0};
-  if (to_hf_names) {
+  RtDtype dt = RT_DT_F32;
+  if (opts->to_hf) {
     to_hf(&c, &src, &o);
-    if (!c.problems) narrow(&c, &o, want >= 0 ? (RtDtype)want : default_dtype(&c, st));
+    dt = want >= 0 ? (RtDtype)want : default_dtype(&c, src.st);
+    if (!c.problems) narrow(&c, &o, dt);
   } else {
     from_hf(&c, &src, &o);
   }
-  int rc = 0;
-  if (c.problems) {
-    fprintf(stderr, "error: %s: %d problem%s converting %s Hugging Face %s%s; %s not written\n", in,
-            c.problems, c.problems == 1 ? "" : "s", to_hf_names ? "axlc weights to" : "from",
-            c.family, to_hf_names ? "" : " weights to axlc", out);
-    rc = -1;
-  } else {
-    /* to hf: what transformers writes (weights.c reads it as (out, in)); from hf: the file's
-     * dtype, the default of --to hf */
-    RtMeta meta = {"format", "pt"};
-    if (!to_hf_names) meta = (RtMeta){"axlc.hf_dtype", rt_dtype_name((RtDtype)c.dtype)};
-    int nmeta = to_hf_names || (c.dtype >= 0 && c.dtype < RT_DT_COUNT);
-    if (rt_st_write(out, o.t, o.n, &meta, nmeta, NULL, NULL, &err)) {
-      fprintf(stderr, "error: %s\n", err.msg);
-      rc = -1;
-    }
-  }
+  int rc = -1;
+  if (c.problems)
+    fprintf(stderr, "error: %s: %d problem%s converting %s Hugging Face %s%s; %s not written\n",
+            opts->in, c.problems, c.problems == 1 ? "" : "s",
+            opts->to_hf ? "axlc weights to" : "from", c.family,
+            opts->to_hf ? "" : " weights to axlc", opts->out);
+  else
+    rc = opts->to_hf ? write_hf(&c, opts, &o, dt, shard) : write_axlc(&c, opts, &src, &o);
   out_free(&o);
   src_free(&src);
-  rt_st_close(st);
-  rt_ckpt_close(ck);
   free(c.links);
   return rc;
 }

@@ -428,14 +428,16 @@ PY
   run run "$MODELS/tiny-lm.json" "$@" --init "$T/nan.safetensors" --steps 1
   expect_user_error "--init: $T/nan.safetensors: $nan; refusing to start from weights that are not finite"
   ;;
-convert_gpt2 | convert_llama | convert_dump | convert_bf16)
+convert_gpt2 | convert_llama | convert_mixtral | convert_dump | convert_bf16 | convert_hf_shards)
   # tests/e2e/hf_convert.py: files in Hugging Face's naming, written there, through axlc convert
   py=${TORCH_PYTHON:-/usr/bin/python3}
   "$py" -c 'import numpy' 2>/dev/null || { echo "SKIP: $py cannot import numpy"; exit 77; }
   if [ "$CASE" = convert_dump ]; then
-    set -- "gpt2 dump" "llama dump"
+    set -- "gpt2 dump" "llama dump" "mixtral dump"
+  elif [ "$CASE" = convert_hf_shards ]; then
+    set -- "gpt2 shards" "mixtral shards"
   elif [ "$CASE" = convert_bf16 ]; then
-    set -- "gpt2 dtypes" "llama dtypes"
+    set -- "gpt2 dtypes" "llama dtypes" "mixtral dtypes"
   else
     m=${CASE#convert_}
     set -- "$m round_trip" "$m errors"
@@ -497,6 +499,8 @@ PY
   run convert "$MODELS/tiny-lm.json" --to hf "$T/ck/step_00000003/state-rank00000.safetensors" -o "$T/x.safetensors"
   expect_user_error "state-rank00000.safetensors: one rank's file of a sharded checkpoint of 2 ranks: it holds only that rank's parts of the tensors; pass the step directory ($T/ck/step_00000003) or the checkpoint directory"
   ! grep -q "shape" "$T/err" || fail "one rank's file: shape mismatches listed"
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/ck/step_00000003/index.json" -o "$T/x.safetensors"
+  expect_user_error "index.json: an axlc checkpoint's index; pass its step directory ($T/ck/step_00000003)"
   run convert "$MODELS/tiny-lm.json" --to hf "$T/whole.safetensors" -o "$T/whole-hf.safetensors"
   expect_rc 0
   for in in "$T/ck/step_00000003" "$T/ck/step_00000003/" "$T/ck"; do

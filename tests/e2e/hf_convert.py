@@ -3,22 +3,30 @@
 
 usage: hf_convert.py AXLC MODEL.json WORKDIR MODE
   MODE round_trip  random weights in Hugging Face's names and layouts (GPT-2 or Llama, as
-                   the config's family); --from hf must give each axlc parameter as the
-                   expected split/transpose of its source; --to hf must give back every source
-                   tensor; a second round trip is byte-identical; and the interpreter's step-1
-                   loss with --init of the converted file equals an independent numpy forward
-                   pass of the Hugging Face model on the Hugging Face weights.
+                   the config's family, Mixtral for a MoE model); --from hf must give each axlc
+                   parameter as the expected split/transpose of its source; --to hf must give
+                   back every source tensor; a second round trip is byte-identical; and the
+                   interpreter's step-1 loss with --init of the converted file equals an
+                   independent forward pass of the Hugging Face model on the Hugging Face
+                   weights (numpy for GPT-2 and Llama, torch for Mixtral's sparse MoE block).
   MODE dump        an interpreter --dump is usable as --init (its new parameters), and
                    --to hf of it gives weights whose numpy forward loss is the loss the
                    interpreter reports when it starts from the dump.
   MODE errors      missing, misshapen, unknown tensors, a bad file, a wrong config: each a
                    clear error naming the file and the tensor, exit 1, output not touched.
+  MODE shards      sharded checkpoints: --from hf of a model directory and of its index
+                   equals --from hf of the single file, byte for byte; --to hf --max-shard-size
+                   writes shards (each within the size) and their index, whose tensors are
+                   the source's, config.json beside them, and --from hf of them gives the same
+                   axlc bytes; a missing shard, a shard without a tensor the index names, a
+                   tensor no index entry names, a malformed index, an output onto an input:
+                   each an error naming the file, nothing written.
   MODE dtypes      a BF16 Hugging Face file: --from hf gives the f32 masters (exact widening)
                    and records BF16; --to hf gives every tensor's bits back; --dtype f32,
                    bf16 and f16 round f32 to nearest, ties to even, as numpy does; without
                    --dtype and a record f32 stays F32; a bad --dtype is named with the
                    values it takes.
-Exit 0 on success, 1 on a failure (printed), 77 when numpy is missing.
+Exit 0 on success, 1 on a failure (printed), 77 when numpy (or, for Mixtral, torch) is missing.
 """
 import json
 import math
@@ -66,6 +74,15 @@ KV = LAYER["self_attention"]["num_kv_heads"] or NH
 HD = D // NH
 PARAMS = {p["path"]: tuple(p["shape"]) for p in json.loads(axlc("params", MODEL, "--json").stdout)["params"]}
 TIED = M["lm_head"]["tied"]
+FF = LAYER["feed_forward"]
+MOE = FF["kind"] == "moe"  # Mixtral
+if MOE:
+    try:
+        import torch  # noqa: F401  (Mixtral's forward is written in torch)
+    except ImportError:
+        print("SKIP: torch is missing (apt-get install python3-torch)")
+        sys.exit(77)
+E, TOPK = (FF["num_experts"], FF["top_k"]) if MOE else (0, 0)
 
 
 # ---- random weights in Hugging Face's naming -----------------------------------------
@@ -100,7 +117,7 @@ def hf_weights(rng):
             w[h + "mlp.c_proj.bias"] = rnd(D, std=0.1)
         norm("ln_f", True)
     else:
-        F = PARAMS["model/decoder/layer_0/feed_forward/linear1_0/weight"][1]
+        F = PARAMS["model/decoder/layer_0/feed_forward/linear1_0/weight"][-1]
         w["model.embed_tokens.weight"] = rnd(V, D)
         for i in range(L):
             h = f"model.layers.{i}."
@@ -110,6 +127,12 @@ def hf_weights(rng):
             w[h + "self_attn.v_proj.weight"] = rnd(KV * HD, D)
             w[h + "self_attn.o_proj.weight"] = rnd(D, NH * HD)
             norm(h + "post_attention_layernorm", False)
+            if MOE:  # MixtralSparseMoeBlock: the router, then w1 (gate), w3 (up), w2 (down)
+                w[h + "block_sparse_moe.gate.weight"] = rnd(E, D, std=0.5)
+                for e in range(E):
+                    x = h + f"block_sparse_moe.experts.{e}."
+                    w[x + "w1.weight"], w[x + "w3.weight"], w[x + "w2.weight"] = rnd(F, D), rnd(F, D), rnd(D, F)
+                continue
             w[h + "mlp.gate_proj.weight"] = rnd(F, D)
             w[h + "mlp.up_proj.weight"] = rnd(F, D)
             w[h + "mlp.down_proj.weight"] = rnd(D, F)
@@ -151,7 +174,13 @@ def expected_axlc(w):
                            ("self_attn.v_proj", "self_attention/v_proj"), ("self_attn.o_proj", "self_attention/o_proj"),
                            ("mlp.gate_proj", "feed_forward/linear1_0"), ("mlp.up_proj", "feed_forward/linear1_1"),
                            ("mlp.down_proj", "feed_forward/linear2")):
-                e[a + an + "/weight"] = w[h + hn + ".weight"].T
+                if h + hn + ".weight" in w:
+                    e[a + an + "/weight"] = w[h + hn + ".weight"].T
+            if MOE:  # the router (D, E); each expert matrix stacked along a leading E, as (in, out)
+                x = h + "block_sparse_moe."
+                e[a + "feed_forward/gate/weight"] = w[x + "gate.weight"].T
+                for hn, an in (("w1", "linear1_0"), ("w3", "linear1_1"), ("w2", "linear2")):
+                    e[a + f"feed_forward/{an}/weight"] = np.stack([w[x + f"experts.{j}.{hn}.weight"].T for j in range(E)])
         e["model/decoder/output_norm/scale"] = w["model.norm.weight"]
         if not TIED:
             e["model/lm_head/weight"] = w["lm_head.weight"]
@@ -241,12 +270,61 @@ def llama_logits(w, ids):
     return x @ head.T
 
 
+def mixtral_logits(w, ids):
+    """MixtralForCausalLM in plain torch (float64): Llama's attention, then the sparse MoE
+    block as transformers writes it: softmax over the router logits, torch.topk, the top-k
+    weights renormalized, each expert SwiGLU (w2(silu(w1 x) * w3 x)) on the tokens routed to it,
+    added back with index_add_."""
+    import torch
+    import torch.nn.functional as tf
+    g = {k: torch.from_numpy(v.astype(np.float64)) for k, v in w.items()}
+    eps, theta = LAYER["norm"]["eps"], LAYER["self_attention"]["rope"]["theta"]
+    x = g["model.embed_tokens.weight"][torch.from_numpy(ids)]
+    B, T, _ = x.shape
+    inv = 1.0 / theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+    emb = torch.cat([torch.outer(torch.arange(T, dtype=torch.float64), inv)] * 2, -1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rms(t, wt):
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps) * wt
+
+    def rope(t):
+        return t * cos + torch.cat([-t[..., HD // 2:], t[..., :HD // 2]], -1) * sin
+
+    def split(t, n):
+        return t.view(B, T, n, HD).transpose(1, 2)
+
+    mask = torch.triu(torch.full((T, T), float("-inf"), dtype=torch.float64), 1)
+    for i in range(L):
+        h = f"model.layers.{i}."
+        a = rms(x, g[h + "input_layernorm.weight"])
+        q = rope(split(a @ g[h + "self_attn.q_proj.weight"].T, NH))
+        k = rope(split(a @ g[h + "self_attn.k_proj.weight"].T, KV)).repeat_interleave(NH // KV, 1)
+        v = split(a @ g[h + "self_attn.v_proj.weight"].T, KV).repeat_interleave(NH // KV, 1)
+        p = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(HD) + mask, -1)
+        x = x + (p @ v).transpose(1, 2).reshape(B, T, NH * HD) @ g[h + "self_attn.o_proj.weight"].T
+        flat = rms(x, g[h + "post_attention_layernorm.weight"]).reshape(B * T, D)
+        probs = torch.softmax(flat @ g[h + "block_sparse_moe.gate.weight"].T, -1)
+        top, sel = torch.topk(probs, TOPK, -1)
+        top = top / top.sum(-1, keepdim=True)
+        out = torch.zeros_like(flat)
+        for e in range(E):
+            rows, slot = torch.where(sel == e)
+            xe, ex = flat[rows], h + f"block_sparse_moe.experts.{e}."
+            ye = (tf.silu(xe @ g[ex + "w1.weight"].T) * (xe @ g[ex + "w3.weight"].T)) @ g[ex + "w2.weight"].T
+            out.index_add_(0, rows, ye * top[rows, slot, None])
+        x = x + out.view(B, T, D)
+    x = rms(x, g["model.norm.weight"])
+    head = g["model.embed_tokens.weight"] if "lm_head.weight" not in g else g["lm_head.weight"]
+    return (x @ head.T).numpy()
+
+
 def hf_loss(w):
     """Mean cross entropy of step 1's batch (runtime/data.c: window b starts at b*T)."""
     B, T = CFG["input"]["global_batch_size"], CFG["input"]["seq_len"]
     tok = np.frombuffer(open(DATA, "rb").read(), np.uint8).astype(np.int64)
     win = np.stack([tok[b * T: b * T + T + 1] for b in range(B)])
-    logits = (gpt2_logits if GPT2 else llama_logits)(w, win[:, :T])
+    logits = (gpt2_logits if GPT2 else mixtral_logits if MOE else llama_logits)(w, win[:, :T])
     logits = logits - logits.max(-1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     return -np.take_along_axis(logp, win[:, 1:, None], -1).mean()
@@ -258,6 +336,35 @@ def axlc_loss(init, *extra):
         if line.startswith("step 1 loss "):
             return float(line.split()[3])
     fail(f"no step 1 loss in:\n{r.stdout}")
+
+
+def expected_config(dtype="float32"):
+    """The config.json transformers needs for this model (its field names and meanings), from
+    the resolved axlc config."""
+    heads, seq = LAYER["self_attention"], CFG["input"]["seq_len"]
+    c = {"vocab_size": V, "tie_word_embeddings": TIED, "torch_dtype": dtype}
+    if GPT2:
+        return {**c, "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": D, "n_layer": L,
+                "n_head": NH, "n_inner": PARAMS["model/decoder/layer_0/feed_forward/linear1/weight"][1],
+                "n_positions": PARAMS["model/pos_emb/weight"][0], "activation_function": "gelu_new",
+                "layer_norm_epsilon": LAYER["norm"]["eps"], "attn_pdrop": 0, "embd_pdrop": 0, "resid_pdrop": 0}
+    c.update({"hidden_size": D, "intermediate_size": PARAMS["model/decoder/layer_0/feed_forward/linear1_0/weight"][-1],
+              "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": KV, "head_dim": HD,
+              "hidden_act": "silu", "max_position_embeddings": seq, "rms_norm_eps": LAYER["norm"]["eps"],
+              "rope_theta": heads["rope"]["theta"], "rope_scaling": None, "attention_dropout": 0})
+    if not MOE:
+        return {**c, "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                "attention_bias": heads["bias"], "mlp_bias": FF["bias"]}
+    return {**c, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": E,
+            "num_experts_per_tok": TOPK, "router_aux_loss_coef": FF["load_balance_loss_weight"],
+            "output_router_logits": False, "router_jitter_noise": 0, "sliding_window": None}
+
+
+def check_config(directory, dtype="float32"):
+    got, want = json.load(open(os.path.join(directory, "config.json"))), expected_config(dtype)
+    if got != want:
+        diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
+        fail(f"config.json differs from the expected (got, expected): {diff}")
 
 
 def same(a, b, what):
@@ -298,7 +405,8 @@ def round_trip():
     axlc("convert", MODEL, "--to", "hf", path("axlc2.safetensors"), "-o", path("hf3.safetensors"))
     cmp_files(path("axlc.safetensors"), path("axlc2.safetensors"))
     cmp_files(path("hf2.safetensors"), path("hf3.safetensors"))
-    print(f"to hf: {len(back)} tensors equal to the source; hf -> axlc -> hf -> axlc byte-identical")
+    check_config(WORK)
+    print(f"to hf: {len(back)} tensors equal to the source; hf -> axlc -> hf -> axlc byte-identical; config.json as expected")
 
     # F16 widens to f32 masters and comes back as F16 (the recorded dtype), bit for bit
     w16 = {k: v.astype(np.float16) for k, v in w.items()}
@@ -314,7 +422,7 @@ def round_trip():
     print("F16: widened to f32 masters, back to F16 bit for bit; --init reads it")
 
     ref, got_loss = hf_loss(w), axlc_loss(path("axlc.safetensors"))
-    print(f"step 1 loss: axlc {got_loss:.6f}, numpy Hugging Face forward {ref:.6f}")
+    print(f"step 1 loss: axlc {got_loss:.6f}, independent Hugging Face forward {ref:.6f}")
     if abs(got_loss - ref) > 2e-5 * max(1.0, abs(ref)):
         fail("the converted weights do not compute the Hugging Face model's loss")
 
@@ -382,6 +490,14 @@ def errors():
          "transposed")
     conv("unknown.safetensors", {**w, "extra.weight": w[first]}, "unknown tensor 'extra.weight'")
     conv("dtype.safetensors", {**w, first: w[first].astype(np.int32)}, f"tensor '{first}': dtype I32")
+    if MOE:  # a missing expert, and one more expert than the config has
+        x = "model.layers.1.block_sparse_moe.experts."
+        conv("expert.safetensors", {k: v for k, v in w.items() if k != x + "2.w3.weight"},
+             f"missing tensor '{x}2.w3.weight' (for expert 2 of model/decoder/layer_1/feed_forward/linear1_1/weight)")
+        conv("experts.safetensors", {**w, f"{x}{E}.w1.weight": w[x + "0.w1.weight"]},
+             f"unknown tensor '{x}{E}.w1.weight'", f"the config has {E} experts")
+        conv("router.safetensors", {**w, "model.layers.0.block_sparse_moe.gate.weight": w["model.layers.0.block_sparse_moe.gate.weight"].T.copy()},
+             "tensor 'model.layers.0.block_sparse_moe.gate.weight': shape", "transposed: Mixtral's nn.Linear")
     # axlc weights given to --from hf, and Hugging Face weights given to --to hf
     stio.write(path("hf.safetensors"), w)
     axlc("convert", MODEL, "--from", "hf", path("hf.safetensors"), "-o", path("a.safetensors"))
@@ -395,10 +511,243 @@ def errors():
     expect(["convert", MODEL, "--from", "hf", path("none.safetensors"), "-o", out], "none.safetensors")
     expect(["convert", MODEL, "--from", "gguf", path("hf.safetensors"), "-o", out], "--from gguf: expected hf")
     expect(["convert", MODEL, "--from", "hf", path("hf.safetensors")], "usage: axlc convert")
+    if MOE:  # Mixtral has no expert biases
+        expect(["convert", MODEL, "--set", "/model/decoder/layer/feed_forward/bias=true", "--from", "hf",
+                path("hf.safetensors"), "-o", out],
+               "parameter 'model/decoder/layer_0/feed_forward/linear1_0/bias' has no counterpart in Hugging Face Mixtral")
+    expect(["convert", MODEL, "--set", "/model/decoder/output_norm/eps=0.001", "--to", "hf", path("a.safetensors"),
+            "-o", out], "/model/decoder/output_norm/eps is 0.001;", "/model/decoder/layer/norm/eps's")
+    if MOE:  # a capacity drops tokens Mixtral keeps: the weights convert, with a note
+        r = axlc("convert", MODEL, "--set", "/model/decoder/layer/feed_forward/capacity_factor=2", "--from", "hf",
+                 path("hf.safetensors"), "-o", path("capacity.safetensors"))
+        if "capacity_factor is 2: axlc drops the tokens past an expert's capacity, Mixtral none" not in r.stderr:
+            fail(f"no note on the capacity factor: {r.stderr}")
+        cmp_files(path("a.safetensors"), path("capacity.safetensors"))
     act = "relu" if GPT2 else "gelu"
     expect(["convert", MODEL, "--set", f"/model/decoder/layer/feed_forward/activation=\"{act}\"", "--from",
             "hf", path("hf.safetensors"), "-o", out], "/model/decoder/layer/feed_forward/activation is")
     print("errors: each names the file and the tensor; the existing output is untouched")
+    config_beside(w, out)
+
+
+def config_beside(w, out):
+    """--from hf reads the config.json beside the weights: one that agrees converts; one whose
+    model_type, sizes, eps or theta differ, or whose sliding window is shorter than seq_len, is
+    an error naming config.json, the field and the axlc config path."""
+    d = path("withconfig")
+    os.makedirs(d)
+    stio.write(os.path.join(d, "model.safetensors"), w)
+    cfg = os.path.join(d, "config.json")
+
+    def with_config(doc, *texts):
+        with open(cfg, "w") as f:
+            json.dump(doc, f)
+        if not texts:
+            axlc("convert", MODEL, "--from", "hf", d, "-o", path("cfg-ok.safetensors"))
+        else:
+            expect_error(["convert", MODEL, "--from", "hf", d, "-o", out], cfg, *texts)
+
+    good = expected_config()
+    with_config(good)
+    eps = "layer_norm_epsilon" if GPT2 else "rms_norm_eps"
+    with_config({**good, eps: 1e-6}, f"{eps} is 1e-06, but /model/decoder/layer/norm/eps is 1e-05")
+    heads = "n_head" if GPT2 else "num_attention_heads"
+    with_config({**good, heads: 2 * NH}, f"{heads} is {2 * NH}, but /model/decoder/layer/self_attention/num_heads is {NH}")
+    with_config({**good, "model_type": "gpt2" if not GPT2 else "llama"}, "model_type", f"makes a {'GPT-2' if GPT2 else 'Mixtral' if MOE else 'Llama'} model")
+    if not GPT2:
+        theta = LAYER["self_attention"]["rope"]["theta"]
+        with_config({**good, "rope_theta": 2 * theta}, "rope_theta is", "/model/decoder/layer/self_attention/rope/theta")
+        T = CFG["input"]["seq_len"]
+        with_config({**good, "sliding_window": T // 2}, f"sliding_window is {T // 2}, below /input/seq_len {T}",
+                    "axlc does not model sliding-window attention")
+        with_config({**good, "sliding_window": T})  # as long as the window: the same attention
+        if not MOE:  # Mistral: Llama's names, a sliding window
+            with_config({**good, "model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": 4096})
+    if MOE:
+        with_config({**good, "num_local_experts": 8}, f"num_local_experts is 8, but /model/decoder/layer/feed_forward/num_experts is {E}")
+    with open(cfg, "w") as f:
+        f.write("{")
+    expect_error(["convert", MODEL, "--from", "hf", d, "-o", out], cfg, "not valid JSON", "a Hugging Face model's config.json")
+    print("config.json beside the weights: checked against the config, each difference named")
+
+
+# ---- sharded checkpoints: model.safetensors.index.json and its shards ---------------------
+
+def write_sharded(directory, w, nshards):
+    """w cut into nshards files, as transformers names them, and their index."""
+    os.makedirs(directory, exist_ok=True)
+    names, weight_map = sorted(w), {}
+    for i in range(nshards):
+        shard = f"model-{i + 1:05d}-of-{nshards:05d}.safetensors"
+        part = names[i::nshards]
+        stio.write(os.path.join(directory, shard), {k: w[k] for k in part}, {"format": "pt"})
+        weight_map.update({k: shard for k in part})
+    index = {"metadata": {"total_size": sum(v.nbytes for v in w.values())}, "weight_map": weight_map}
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f)
+
+
+def read_sharded(directory):
+    """{name: array} through the index, checking that each shard holds what the index says."""
+    index = json.load(open(os.path.join(directory, "model.safetensors.index.json")))
+    by_shard = {}
+    for name, shard in index["weight_map"].items():
+        by_shard.setdefault(shard, set()).add(name)
+    out = {}
+    for shard, names in by_shard.items():
+        t = stio.read(os.path.join(directory, shard))
+        if set(t) != names:
+            fail(f"{shard} holds {sorted(set(t) ^ names)} against the index")
+        out.update(t)
+    if index["metadata"]["total_size"] != sum(v.nbytes for v in out.values()):
+        fail(f"the index's total_size {index['metadata']['total_size']} is not the tensors' bytes")
+    return out, sorted(by_shard)
+
+
+def shards():
+    w = hf_weights(np.random.default_rng(13))
+    stio.write(path("hf.safetensors"), w)
+    axlc("convert", MODEL, "--from", "hf", path("hf.safetensors"), "-o", path("one.safetensors"))
+    # --from hf: a model directory and its index give the bytes the single file gives
+    write_sharded(path("hfdir"), w, 3)
+    for src, out in ((path("hfdir"), "dir.safetensors"), (path("hfdir/model.safetensors.index.json"), "index.safetensors")):
+        axlc("convert", MODEL, "--from", "hf", src, "-o", path(out))
+        cmp_files(path("one.safetensors"), path(out))
+    print("from hf: 3 shards through a directory or its index == the single file, byte for byte")
+
+    # --to hf: the default 5GB gives one file and no index; a small size gives shards
+    os.makedirs(path("whole"))
+    axlc("convert", MODEL, "--to", "hf", path("one.safetensors"), "-o", path("whole/model.safetensors"))
+    if sorted(os.listdir(path("whole"))) != ["config.json", "model.safetensors"]:
+        fail(f"--to hf under 5GB wrote {sorted(os.listdir(path('whole')))}")
+    total = sum(v.nbytes for v in w.values())
+    biggest = max(v.nbytes for v in w.values())
+    limit = max(biggest, total // 4)
+    os.makedirs(path("cut"))
+    axlc("convert", MODEL, "--to", "hf", path("one.safetensors"), "--max-shard-size", str(limit),
+         "-o", path("cut/model.safetensors"))
+    back, files = read_sharded(path("cut"))
+    n = len(files)
+    if n < 4 or files != [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]:
+        fail(f"--max-shard-size {limit} of {total} bytes gave the shards {files}")
+    for f in files:
+        size = sum(v.nbytes for v in stio.read(path("cut/" + f)).values())
+        if size > limit:
+            fail(f"{f}: {size} bytes of tensors, over --max-shard-size {limit}")
+    if sorted(back) != sorted(w) or os.path.exists(path("cut/model.safetensors")):
+        fail(f"sharded --to hf names differ: {sorted(set(back) ^ set(w))}")
+    for k in w:
+        same(back[k], w[k], "sharded --to hf " + k)
+    check_config(path("cut"))
+    axlc("convert", MODEL, "--from", "hf", path("cut"), "-o", path("cut.safetensors"))
+    cmp_files(path("one.safetensors"), path("cut.safetensors"))
+    print(f"to hf --max-shard-size {limit}: {n} shards of at most that, with their index and config.json;"
+          " sharded == unsharded, and back to the same axlc bytes")
+    # a write that fails at the second shard (its temporary's temporary is a directory) replaces
+    # nothing of the checkpoint already there and leaves no temporary behind
+    stio.write(path("hf-other.safetensors"), hf_weights(np.random.default_rng(14)))
+    axlc("convert", MODEL, "--from", "hf", path("hf-other.safetensors"), "-o", path("other.safetensors"))
+    before = {f: open(path("cut/" + f), "rb").read() for f in os.listdir(path("cut"))}
+    blocker = path("cut/" + files[1] + ".tmp.tmp")
+    os.makedirs(blocker)
+    expect_error(["convert", MODEL, "--to", "hf", path("other.safetensors"), "--max-shard-size", str(limit),
+                  "-o", path("cut/model.safetensors")], files[1] + ".tmp.tmp: exists and is a directory")
+    os.rmdir(blocker)
+    if {f: open(path("cut/" + f), "rb").read() for f in os.listdir(path("cut"))} != before:
+        fail("a sharded --to hf that failed at its second shard changed the checkpoint already there")
+    print("a write failing at the second shard: the earlier checkpoint intact, no temporary left")
+    for size, want in (("1KiB", 1024), ("0.5MB", 500000)):  # the units: each shard within its bytes
+        os.makedirs(path(size))
+        axlc("convert", MODEL, "--to", "hf", path("one.safetensors"), "--max-shard-size", size, "-o",
+             path(size + "/model.safetensors"))
+        if not os.path.exists(path(size + "/model.safetensors.index.json")):
+            got = [stio.read(path(size + "/model.safetensors"))]
+        else:
+            got = [stio.read(path(size + "/" + f)) for f in read_sharded(path(size))[1]]
+        for t in got:
+            if len(t) > 1 and sum(v.nbytes for v in t.values()) > want:
+                fail(f"--max-shard-size {size}: a file of {len(t)} tensors holds more than {want} bytes")
+        if (len(got) > 1) != (total > want):
+            fail(f"--max-shard-size {size}: {len(got)} files for {total} bytes")
+    print("--max-shard-size 1KiB and 0.5MB: sharded or not as their bytes say")
+    shard_errors(w)
+
+
+def expect_error(args, *texts):
+    """axlc args fails with status 1, saying each of texts, and leaves its -o as it was."""
+    out = args[args.index("-o") + 1]
+    before = open(out, "rb").read() if os.path.exists(out) else None
+    r = axlc(*args, ok=False)
+    if r.returncode != 1:
+        fail(f"axlc {' '.join(args)}: status {r.returncode}, expected 1\n{r.stderr}")
+    for t in texts:
+        if t not in r.stderr:
+            fail(f"axlc {' '.join(args)}: stderr lacks {t!r}:\n{r.stderr}")
+    after = open(out, "rb").read() if os.path.exists(out) else None
+    if after != before or os.path.exists(out + ".tmp"):
+        fail(f"axlc {' '.join(args)}: {out} was touched")
+
+
+def shard_errors(w):
+    """A bad index or shard: an error naming the index (and the shard, and the tensor)."""
+    out = path("out.safetensors")
+    with open(out, "wb") as f:
+        f.write(b"precious")
+    names = sorted(w)
+
+    def bad_dir(name, nshards=3):
+        d = path(name)
+        write_sharded(d, w, nshards)
+        return d, os.path.join(d, "model.safetensors.index.json")
+
+    d, index = bad_dir("no-shard")
+    os.remove(os.path.join(d, "model-00002-of-00003.safetensors"))
+    expect_error(["convert", MODEL, "--from", "hf", d, "-o", out], index,
+                 f"shard model-00002-of-00003.safetensors (of {len(names[1::3])} tensors)", "cannot open")
+    d, index = bad_dir("short-shard")
+    first = os.path.join(d, "model-00001-of-00003.safetensors")
+    held = stio.read(first)
+    gone = sorted(held)[0]
+    stio.write(first, {k: v for k, v in held.items() if k != gone})
+    expect_error(["convert", MODEL, "--from", "hf", index, "-o", out], index,
+                 f"tensor '{gone}': the index puts it in model-00001-of-00003.safetensors, which does not hold it")
+    d, index = bad_dir("unlisted")
+    doc = json.load(open(index))
+    del doc["weight_map"][names[0]]
+    json.dump(doc, open(index, "w"))
+    expect_error(["convert", MODEL, "--from", "hf", index, "-o", out], index,
+                 f"holds tensor '{names[0]}', which the index does not name")
+    d, index = bad_dir("malformed")
+    with open(index, "w") as f:
+        f.write('{"weight_map": {"a": ')
+    expect_error(["convert", MODEL, "--from", "hf", d, "-o", out], index, "not valid JSON")
+    with open(index, "w") as f:
+        f.write('{"metadata": {}}')
+    expect_error(["convert", MODEL, "--from", "hf", index, "-o", out], index, 'no "weight_map" object')
+    with open(index, "w") as f:
+        f.write('{"weight_map": {"%s": "../elsewhere.safetensors"}}' % names[0])
+    expect_error(["convert", MODEL, "--from", "hf", index, "-o", out], index,
+                 'shard "../elsewhere.safetensors" (expected the name of a file beside the index)')
+    os.makedirs(path("empty"))
+    expect_error(["convert", MODEL, "--from", "hf", path("empty"), "-o", out], path("empty"),
+                 "a directory without model.safetensors.index.json or model.safetensors")
+    # -o onto a shard the conversion reads, and config.json onto the model's own config
+    d, index = bad_dir("clobber")
+    shard = os.path.join(d, "model-00001-of-00003.safetensors")
+    expect_error(["convert", MODEL, "--from", "hf", index, "-o", shard], shard, "a shard of the weights")
+    os.makedirs(path("own"))
+    own = path("own/config.json")
+    with open(own, "w") as f:
+        f.write(open(MODEL).read())
+    expect_error(["convert", own, "--to", "hf", path("one.safetensors"), "-o", path("own/model.safetensors")], own,
+                 "config.json beside -o", "the config")
+    if os.path.exists(path("own/model.safetensors")):
+        fail("--to hf wrote the weights although config.json beside them is the model's config")
+    for args, text in ((["--to", "hf", path("one.safetensors"), "--max-shard-size", "5XB"], "--max-shard-size 5XB: expected a size"),
+                       (["--to", "hf", path("one.safetensors"), "--max-shard-size", "0"], "--max-shard-size 0: expected a size"),
+                       (["--from", "hf", path("hf.safetensors"), "--max-shard-size", "1MB"], "--max-shard-size 1MB: an option of --to hf")):
+        expect_error(["convert", MODEL, *args, "-o", out], text)
+    print("bad shards and indexes: each an error naming the index, the shard and the tensor; nothing written")
 
 
 # ---- BF16, which numpy lacks: raw safetensors, bf16 kept as uint16 bit patterns ------------
@@ -466,7 +815,8 @@ def dtypes():
     for k, v in wb.items():
         if back[k] != ("BF16", list(v.shape), v.tobytes()):
             fail(f"BF16 round trip: {k} is {back[k][0]}{back[k][1]}, not the source's bits")
-    print("BF16 to hf (no --dtype: the recorded BF16): every tensor's bits as in the source")
+    check_config(WORK, "bfloat16")
+    print("BF16 to hf (no --dtype: the recorded BF16): every tensor's bits as in the source; config.json says bfloat16")
 
     # --dtype on f32 weights, ties included: 1 + 2^-8 (to 1, even), 1 + 3 2^-8 (up, to even),
     # 1 + 2^-8 + 2^-23 (above the tie: up); f16: 1 + 2^-11 (to 1), 2^-25 (to 0), 70000 (inf)
@@ -508,5 +858,5 @@ def dtypes():
     print("a bad --dtype, or --dtype with --from hf: refused, naming the option")
 
 
-{"round_trip": round_trip, "dump": dump, "errors": errors, "dtypes": dtypes}[MODE]()
+{"round_trip": round_trip, "dump": dump, "errors": errors, "dtypes": dtypes, "shards": shards}[MODE]()
 print("PASS")
