@@ -6,7 +6,14 @@
  * does it, in one walk in graph order:
  *
  *   - Leaves get their sharding from the options: parameters from their partition specs, the
- *     AdamW moments like their parameter, ids and targets split over the batch axes.
+ *     AdamW moments like their parameter, ids and targets split over the batch axes and, under
+ *     a seq axis (context parallelism), on their sequence: bound as whole rows, the program
+ *     keeps its chunk of the columns. A split sequence first has the fused attention expanded
+ *     (seq_split), so the products' rules gather K and V and keep the query chunk.
+ *   - Under sequence parallelism (PassShard.sequence_parallel) the activations between the
+ *     layers split over the sequence on model instead of the hidden dim (act_dim,
+ *     lookup_layout), and a column-parallel weight keeps its split where the activation's
+ *     sequence would take the same axis (dot).
  *   - Every other value's sharding follows from its operands' (rules per op below). Where an
  *     op needs its operands in another sharding than they have, a reshard is inserted: an
  *     all_gather to undo a split, a local_slice to make one (free: the device already holds the
@@ -857,22 +864,22 @@ static int attention(Ctx *c, int32_t v, Sh *out) {
 
 /* ---- leaves -------------------------------------------------------------------------- */
 
+static const PassShardLeaf *leaf_find(const PassShard *o, const char *name) {
+  for (int32_t i = 0; i < o->nleaves; i++)
+    if (strcmp(o->leaves[i].name, name) == 0) return &o->leaves[i];
+  return NULL;
+}
+
 /* Whether an input is split on its sequence (a dim past the batch): context parallelism. The
  * fused attention ops take a whole sequence per problem, so the pass first expands them into
  * their products and softmax (pass_expand), whose rules then gather K and V along the sequence
  * (the rhs's free dim of q k^T, and the contracting dim of P v) and keep the query chunk: its
  * causal mask compares iotas along a split dim, each device's chunk of the global positions. */
 static bool seq_split(const PassShard *o) {
-  for (int32_t i = 0; i < o->nleaves; i++)
-    for (int32_t d = 1; d < IR_MAX_RANK; d++)
-      if (o->leaves[i].split.axes[d][0] && !strcmp(o->leaves[i].name, "ids")) return true;
+  const PassShardLeaf *ids = leaf_find(o, "ids");
+  for (int32_t d = 1; ids && d < IR_MAX_RANK; d++)
+    if (ids->split.axes[d][0]) return true;
   return false;
-}
-
-static const PassShardLeaf *leaf_find(const PassShard *o, const char *name) {
-  for (int32_t i = 0; i < o->nleaves; i++)
-    if (strcmp(o->leaves[i].name, name) == 0) return &o->leaves[i];
-  return NULL;
 }
 
 static int leaf(Ctx *c, int32_t v, Sh *out) {
