@@ -378,7 +378,7 @@ static void check_sp_layout(const char *model) {
 }
 
 /* Context parallelism (seq) and Megatron sequence parallelism (on model), alone and together,
- * for the three models; the attention both fused and as products. */
+ * for the three models; the attention both fused and as products; with microbatches; bf16. */
 static void test_seq(void) {
   const char *models[] = {"tiny-lm.json", "fuji-test.json", "moe-test.json"};
   for (int m = 0; m < 3; m++) {
@@ -397,6 +397,8 @@ static void test_seq(void) {
   check_sp_layout("tiny-lm.json");
   const char *ref[] = {SMALL, SEQ(1, 2, 1), "/model/decoder/layer/self_attention/kernel=reference"};
   check_layout("fuji-test.json", "cpu-2", ref, 4, (Expect){2, 2, 2, 2, 0, false});
+  const char *mb[] = {SMALL, SEQ(2, 2, 1), "/learner/microbatches=2"};
+  check_layout("fuji-test.json", "cpu-4", mb, 4, (Expect){4, 2, 2, 2, 0, false});
   const char *bf[] = {SMALL, SEQ(1, 2, 2), SP, "/precision/compute=bf16"};
   check_layout("fuji-test.json", "cpu-4", bf, 5, (Expect){4, 1, 2, 2, 0, false});
 }
