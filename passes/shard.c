@@ -424,6 +424,16 @@ static void island_entry(const Ctx *c, int32_t v, Sh *out) {
   if (x->shape.dims[d] % count(c, &out->s, d)) out->s = was;
 }
 
+/* Under sequence parallelism, a deferred factor of a partial sum that is a broadcast of a
+ * computed value (a norm's per-position statistic, split on the sequence) counts by its split:
+ * the partial sum (a norm's incoming gradient) is reduce-scattered into it, rather than the
+ * statistic gathered. */
+static bool stat_factor(const Ctx *c, int32_t k) {
+  const IrValue *x = &c->g->values[k];
+  return c->opt->sequence_parallel && c->deferred[k] && x->op == IR_BROADCAST &&
+         !c->deferred[x->ops[0]];
+}
+
 static int elementwise(Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v];
   int32_t small[8], *ops = op_buf(x->nops, small, 8);
@@ -441,8 +451,8 @@ static int elementwise(Ctx *c, int32_t v, Sh *out) {
      * more than reducing the partial sum into its split (a reduce_scatter) */
     Sh p = resolved(c, x->ops[ipart]), m = p;
     for (int32_t k = 0; k < x->nops; k++)
-      if (k != ipart && !c->deferred[x->ops[k]]) {
-        Sh o = resolved(c, x->ops[k]);
+      if (k != ipart && (!c->deferred[x->ops[k]] || stat_factor(c, x->ops[k]))) {
+        Sh o = c->deferred[x->ops[k]] ? natural(c, x->ops[k]) : resolved(c, x->ops[k]);
         merge(&m, &o, x->shape.rank);
       }
     keep = sh_eq(&m, &p);
@@ -459,8 +469,8 @@ static int elementwise(Ctx *c, int32_t v, Sh *out) {
   } else {
     memset(out, 0, sizeof *out);
     for (int32_t k = 0; k < x->nops; k++)
-      if (!c->deferred[x->ops[k]]) {
-        Sh s = resolved(c, x->ops[k]);
+      if (!c->deferred[x->ops[k]] || (npart == 1 && stat_factor(c, x->ops[k]))) {
+        Sh s = c->deferred[x->ops[k]] ? natural(c, x->ops[k]) : resolved(c, x->ops[k]);
         merge(out, &s, x->shape.rank);
       }
     if (npart == 1 && x->op == IR_CAST && !c->hint[v]) island_entry(c, v, out);
