@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,21 @@ int backend_spawn(char *const *argv) {
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+char *backend_which(const char *name) {
+  const char *path = getenv("PATH");
+  char *dirs = ir_xstrdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin"), *save = NULL;
+  for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    char *full = backend_join(*d ? d : ".", "/", name);
+    if (access(full, X_OK) == 0) {
+      free(dirs);
+      return full;
+    }
+    free(full);
+  }
+  free(dirs);
+  return NULL;
 }
 
 /* ===== linking: the tool's messages, and why it failed ================================ */
@@ -144,9 +160,90 @@ static void job_signal(pid_t pid, const char *exe, int sig, int *first) {
   kill(pid, SIGTERM);
 }
 
+/* The job's output as it comes: passed on to this process's stdout (fd 1) or stderr (fd 2) at
+ * once, and handed to lines->line a whole line at a time. */
+typedef struct JobPipe {
+  int fd, to; /* read end; where it goes */
+  char buf[4096];
+  size_t len;
+} JobPipe;
+
+static void pipe_line(JobPipe *p, const BackendLines *lines, bool flush) {
+  size_t start = 0;
+  for (size_t i = 0; i < p->len; i++)
+    if (p->buf[i] == '\n' || p->buf[i] == '\r') {
+      p->buf[i] = 0;
+      lines->line(lines->ctx, p->to, p->buf + start);
+      start = i + 1;
+    }
+  /* the end of the output without a newline, a line longer than the buffer, or a terminal's
+   * progress line, which ends with "erase to the end of the line" and waits for the next \r
+   * (a trainer's rank 0 under mpirun writes to a pty): what there is */
+  bool erased = p->len - start >= 3 && !memcmp(p->buf + p->len - 3, "\033[K", 3);
+  if (start < p->len && (flush || erased || (start == 0 && p->len == sizeof p->buf - 1))) {
+    p->buf[p->len] = 0;
+    lines->line(lines->ctx, p->to, p->buf + start);
+    start = p->len;
+  }
+  memmove(p->buf, p->buf + start, p->len - start);
+  p->len -= start;
+}
+
+/* Reads what is there (waiting up to ms); returns false at the end of both pipes. */
+static bool pipes_read(JobPipe *p, int n, const BackendLines *lines, int ms) {
+  struct pollfd fds[2];
+  int open = 0;
+  for (int i = 0; i < n; i++) {
+    fds[i] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
+    open += p[i].fd >= 0;
+  }
+  if (!open) return false;
+  if (poll(fds, (nfds_t)n, ms) <= 0) return true;
+  for (int i = 0; i < n; i++) {
+    if (p[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    ssize_t got = read(p[i].fd, p[i].buf + p[i].len, sizeof p[i].buf - 1 - p[i].len);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      pipe_line(&p[i], lines, true);
+      close(p[i].fd);
+      p[i].fd = -1;
+      continue;
+    }
+    ssize_t off = 0;
+    while (off < got) { /* pass it on whole, as it came */
+      ssize_t w = write(p[i].to, p[i].buf + p[i].len + off, (size_t)(got - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;
+      off += w;
+    }
+    p[i].len += (size_t)got;
+    pipe_line(&p[i], lines, false);
+  }
+  return true;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int backend_spawn_job(char *const *argv, const char *workers, int *signalled) {
+  return backend_spawn_job_lines(argv, workers, NULL, signalled);
+}
+
+int backend_spawn_job_lines(char *const *argv, const char *workers, const BackendLines *lines,
+                            int *signalled) {
   char exe[PATH_MAX];
   const char *real = workers && realpath(workers, exe) ? exe : NULL;
+  JobPipe pipes[2] = {{.fd = -1, .to = STDOUT_FILENO}, {.fd = -1, .to = STDERR_FILENO}};
+  int ends[2][2] = {{-1, -1}, {-1, -1}};
+  if (lines && (pipe(ends[0]) != 0 || pipe(ends[1]) != 0)) {
+    for (int i = 0; i < 2; i++)
+      for (int k = 0; k < 2; k++)
+        if (ends[i][k] >= 0) close(ends[i][k]);
+    return -1;
+  }
   sigset_t set, old;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -156,8 +253,25 @@ int backend_spawn_job(char *const *argv, const char *workers, int *signalled) {
   sigaddset(&set, SIGCHLD);
   sigprocmask(SIG_BLOCK, &set, &old);
   *signalled = 0;
+  fflush(stdout);
+  fflush(stderr);
   pid_t parent = getpid(), pid = fork();
-  if (pid == 0) job_child(argv, &old, parent);
+  if (pid == 0) {
+    if (lines) {
+      dup2(ends[0][1], STDOUT_FILENO);
+      dup2(ends[1][1], STDERR_FILENO);
+      for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++) close(ends[i][k]);
+    }
+    job_child(argv, &old, parent);
+  }
+  if (lines) {
+    for (int i = 0; i < 2; i++) {
+      close(ends[i][1]);
+      pipes[i].fd = ends[i][0];
+      fcntl(pipes[i].fd, F_SETFD, FD_CLOEXEC);
+    }
+  }
   int status = 0, rc = -1;
   if (pid > 0) {
     setpgid(pid, pid); /* as the child does: whichever runs first */
@@ -170,11 +284,21 @@ int backend_spawn_job(char *const *argv, const char *workers, int *signalled) {
       if (done < 0 && errno != EINTR) break;
       /* Signals stay blocked and are taken here, one at a time: none is lost between two
        * waits. Those ignored when this began (a background job of a script) never arrive. */
-      struct timespec tick = {1, 0};
+      struct timespec tick = {lines ? 0 : 1, 0};
+      if (lines) pipes_read(pipes, 2, lines, 100);
       int sig = sigtimedwait(&set, NULL, &tick);
       if (sig > 0 && sig != SIGCHLD) job_signal(pid, real, sig, signalled);
     }
   }
+  /* The rest of the output; a process the job left behind that holds the pipes open is not
+   * waited for more than two seconds. */
+  for (double end = now_s() + 2; lines && now_s() < end && pipes_read(pipes, 2, lines, 100);) {
+  }
+  for (int i = 0; i < 2; i++)
+    if (pipes[i].fd >= 0) {
+      pipe_line(&pipes[i], lines, true);
+      close(pipes[i].fd);
+    }
   /* What came after the last wait is counted, not left pending to kill this process when the
    * mask is restored, before the caller removes its temporaries. */
   struct timespec now = {0, 0};

@@ -136,8 +136,10 @@ static int backend_program(DrvJob *j, BackendProgram *p) {
   j->config_text = fe_json_canonical(j->cfg);
   for (int i = 0; i < j->build.nparams; i++) {
     const FeParam *fp = &j->build.params[i];
-    j->backend_params[i] = (BackendParam){
-        .path = fp->path, .shape = ir_shape_make(fp->rank, fp->shape), .init = param_init(fp)};
+    j->backend_params[i] = (BackendParam){.path = fp->path,
+                                          .shape = ir_shape_make(fp->rank, fp->shape),
+                                          .init = param_init(fp),
+                                          .frozen = fp->frozen};
   }
   *p = (BackendProgram){.config = j->config_text,
                         .nparams = j->build.nparams,
@@ -353,6 +355,12 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   learner_options(j, &learner, names, scales);
   PassOptions po = {0};
   po.learner = &learner;
+  /* LoRA: gradients of the adapters alone; the frozen base gets none, so no optimizer state */
+  const char **wrt = ir_xmalloc(((size_t)j->build.nparams + 1) * sizeof *wrt);
+  for (int i = 0; i < j->build.nparams; i++)
+    if (!j->build.params[i].frozen) wrt[po.nwrt++] = j->build.params[i].path;
+  if (po.nwrt == j->build.nparams) po.nwrt = 0; /* every parameter */
+  po.wrt = wrt;
   FePrecision policy;
   fe_precision_facts(j->cfg, &policy);
   po.bf16_grads = policy.grads == DT_BF16;
@@ -375,6 +383,7 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   }
   free(names);
   free(scales);
+  free(wrt);
   free(leaves);
   remat_scopes_free(&scopes);
   if (rc == 0 && last == drv_npasses - 1) rc = lower_forward(j);

@@ -147,7 +147,7 @@ int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root, int64_t
   if (mesh_shape(b, fe_get_child(mesh, "shape"), devices)) return -1;
   b->file = file;
   FeDims in = {0};
-  if (fe_build_node(b, root, "", "", &in)) return -1;
+  if (fe_lora_begin(b, root) || fe_build_node(b, root, "", "", &in) || fe_lora_end(b)) return -1;
   index_params(b);
   return 0;
 }
@@ -160,6 +160,7 @@ void fe_build_free(FeBuild *b) {
   free(b->params);
   free(b->by_path);
   free(b->step_error);
+  fe_lora_free(b);
   b->params = NULL;
   b->by_path = NULL;
   b->step_error = NULL;
@@ -325,9 +326,10 @@ static int apply_spec(FeBuild *b, FeParam *p, json_object *spec, int first, cons
   return 0;
 }
 
-int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, const char *name,
-             int rank, const int64_t *shape, const char *init, double std, const char *spec_name,
-             const char *lead_axis, double wd_scale, const FeDims *in) {
+static int declare(FeBuild *b, json_object *node, const char *cfg, const char *prm,
+                   const char *name, int rank, const int64_t *shape, const char *init, double std,
+                   const char *spec_name, const char *lead_axis, double wd_scale,
+                   const FeDims *in) {
   double numel = 1;
   for (int i = 0; i < rank; i++) numel *= (double)shape[i];
   b->total_numel += numel;
@@ -367,6 +369,15 @@ int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, co
     return rc;
   }
   return check_divides(b, p, first, lead_path, epath);
+}
+
+/* Every parameter passes through fe_lora_param, the one hook LoRA has in the walk. */
+int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, const char *name,
+             int rank, const int64_t *shape, const char *init, double std, const char *spec_name,
+             const char *lead_axis, double wd_scale, const FeDims *in) {
+  if (declare(b, node, cfg, prm, name, rank, shape, init, std, spec_name, lead_axis, wd_scale, in))
+    return -1;
+  return fe_lora_param(b, node, cfg, prm, in);
 }
 
 int fe_vocab_param(FeBuild *b, json_object *node, const char *cfg, const char *prm,
@@ -532,8 +543,9 @@ const char *fe_human_bytes(double v, char *out, size_t n) {
 }
 
 /* Per device, the bytes of each kind the policy gives the parameters: the masters, the copy
- * a step reads in the compute dtype (none when that is f32), the gradients (accumulated in
- * f32) and AdamW's two moments. */
+ * a step reads in the compute dtype (none when that is f32), and for the parameters that
+ * train (all but a LoRA run's frozen base) the gradients (accumulated in f32) and AdamW's two
+ * moments. */
 typedef struct {
   int64_t masters, compute, grads, optimizer;
 } PolicyBytes;
@@ -544,6 +556,7 @@ static PolicyBytes policy_bytes(const FeBuild *b, const FePrecision *p) {
     int64_t n = param_shard_numel(b, &b->params[i]);
     r.masters += n * (int64_t)ir_dtype_size(p->params);
     if (p->compute != p->params) r.compute += n * (int64_t)ir_dtype_size(p->compute);
+    if (b->params[i].frozen) continue; /* LoRA's base: no gradient, no optimizer state */
     r.grads += n * (int64_t)ir_dtype_size(DT_F32);
     r.optimizer += 2 * n * (int64_t)ir_dtype_size(p->optimizer);
   }
@@ -594,6 +607,15 @@ void fe_params_print(const FeBuild *b, json_object *cfg, FILE *out) {
   for (int i = 0; i < b->mesh.n; i++)
     fprintf(out, "%s%s=%lld", i ? ", " : "", b->mesh.axes[i], (long long)b->mesh.shape[i]);
   fprintf(out, ")\n");
+  int64_t tn;
+  int nt = fe_lora_trainable(b, &tn);
+  if (nt < b->nparams) {
+    fmt_count(tn, cnt, sizeof cnt);
+    fprintf(out,
+            "trainable: %d tensors, %s parameters (LoRA adapters on %d projections); the "
+            "other %d tensors are frozen\n",
+            nt, cnt, b->lora.matched, b->nparams - nt);
+  }
   policy_print(b, cfg, out);
 }
 
@@ -617,6 +639,7 @@ char *fe_params_json(const FeBuild *b, json_object *cfg) {
     json_object_object_add(o, "weight_decay_scale", json_object_new_double(p->weight_decay_scale));
     json_object_object_add(o, "config_path", json_object_new_string(p->origin));
     json_object_object_add(o, "count", json_object_new_int64(fe_param_numel(p)));
+    json_object_object_add(o, "trainable", json_object_new_boolean(!p->frozen));
     json_object_array_add(list, o);
     total += fe_param_numel(p);
     bytes += fe_param_numel(p) * fe_dtype_bytes(p->dtype);
@@ -628,6 +651,9 @@ char *fe_params_json(const FeBuild *b, json_object *cfg) {
   json_object_object_add(root, "params", list);
   json_object_object_add(root, "total_params", json_object_new_int64(total));
   json_object_object_add(root, "total_bytes", json_object_new_int64(bytes));
+  int64_t tn;
+  fe_lora_trainable(b, &tn);
+  json_object_object_add(root, "trainable_params", json_object_new_int64(tn));
   json_object_object_add(root, "per_device_bytes", json_object_new_int64(dev_bytes));
   json_object_object_add(root, "devices", json_object_new_int64(b->mesh.devices));
   json_object_object_add(root, "mesh", mesh);

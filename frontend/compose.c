@@ -113,6 +113,7 @@ int32_t fe_emit_linear(FeEmit *e, int32_t x, const char *prm, const char *name, 
     int32_t b = fe_emit_param(e, pp, "bias");
     y = ir_add(e->g, y, fe_emit_bcast(e, b, y, 1, NULL));
   }
+  y = fe_lora_emit(e, x, y, pp);
   if (y != IR_NONE && tag) ir_value_set_tag(e->g, y, tag);
   return y;
 }
@@ -165,6 +166,7 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
   in.seq_len = e.seq;
   in.max_steps = fe_get_int(cfg, "max_steps");
   int32_t out = fe_emit_child(&e, cfg, "model", "", "", &in, IR_NONE);
+  if (out != IR_NONE) fe_lora_check_read(&e);
   free(e.param_vals);
   const char *name = forward ? "logits" : "loss";
   /* the auxiliary (MoE load-balance) part of the loss, for the metrics: loss includes it */

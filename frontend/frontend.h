@@ -14,6 +14,7 @@
 #ifndef AXLC_FRONTEND_H
 #define AXLC_FRONTEND_H
 
+#include <regex.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -248,6 +249,8 @@ typedef struct FeParam {
   char spec[FE_MAX_RANK][48];
   double weight_decay_scale;
   char *origin; /* config path of the declaring module */
+  bool frozen;  /* no gradient, no optimizer state, not checkpointed (a LoRA run's base) */
+  bool adapter; /* a LoRA adapter (lora_a, lora_b) of the weight beside it */
 } FeParam;
 
 typedef struct FeMesh {
@@ -256,6 +259,16 @@ typedef struct FeMesh {
   int64_t shape[FE_MAX_MESH]; /* -1 resolved against the target's devices */
   int64_t devices;
 } FeMesh;
+
+/* The trainer's /lora policy as the walk applies it (modules/lora.c). */
+typedef struct FeLora {
+  json_object *node; /* the canonical /lora node; NULL: no adapters */
+  regex_t re;        /* /lora/params, anchored at both ends */
+  int64_t rank;
+  double scale;   /* alpha / rank */
+  int matched;    /* weights adapted */
+  bool declaring; /* fe_param is declaring an adapter */
+} FeLora;
 
 typedef struct FeBuild {
   FeDiag *diag;
@@ -270,6 +283,7 @@ typedef struct FeBuild {
    * elements (fe_step_tensor), as an error message; NULL if none. */
   double step_numel;
   char *step_error;
+  FeLora lora;
 } FeBuild;
 
 /* Walks the canonical tree: checks what only makes sense with the parent's
@@ -387,6 +401,20 @@ void fe_precision_facts(json_object *cfg, FePrecision *p);
  * key's origin. */
 int fe_precision_settle(FeDiag *d, json_object *cfg, bool bf16_dot, const char *why);
 
+/* ---- modules/lora.c: low-rank adapters -------------------------------------- */
+
+/* Reads the trainer's /lora (if any) before the walk; -1 on a bad regex. */
+int fe_lora_begin(FeBuild *b, json_object *root);
+/* fe_param's hook, on the parameter it just declared (the table's last): frozen under /lora,
+ * and given adapters lora_a (in, r) and lora_b (r, out) when /lora/params matches its path. */
+int fe_lora_param(FeBuild *b, json_object *node, const char *cfg, const char *prm,
+                  const FeDims *in);
+/* After the walk: -1 when /lora/params matched no parameter. */
+int fe_lora_end(FeBuild *b);
+void fe_lora_free(FeBuild *b);
+/* The parameters that train (all without /lora) and their elements. */
+int fe_lora_trainable(const FeBuild *b, int64_t *numel);
+
 /* ---- compose.c: module tree -> forward IR -------------------------------- */
 
 typedef struct FeEmit {
@@ -435,6 +463,11 @@ int32_t fe_emit_compute(FeEmit *e, int32_t x);
 int32_t fe_emit_like(FeEmit *e, int32_t x, double v);
 /* Broadcasts a lower-rank value to x's shape along trailing (or given) dims. */
 int32_t fe_emit_bcast(FeEmit *e, int32_t v, int32_t like, int32_t n, const int32_t *bdims);
+/* fe_emit_linear's hook: y + (alpha / r) (x A) B when the weight prm/weight has adapters,
+ * else y (modules/lora.c). */
+int32_t fe_lora_emit(FeEmit *e, int32_t x, int32_t y, const char *pp);
+/* After composing: an error in the graph when an adapted weight was read by no linear. */
+int fe_lora_check_read(FeEmit *e);
 /* Softmax over the last axis, computed and returned in f32 (fe_emit_compute casts it back). */
 int32_t fe_emit_softmax(FeEmit *e, int32_t x);
 /* v's shape, a copy (the graph's value array moves as values are added).

@@ -9,6 +9,7 @@
  *   {"kind": "partition", "path": "/model/.../feed_forward", "specs": {"linear1": [...]}}
  *   {"kind": "precision", "compute": "bf16", "grads": "f32"}           (each field optional)
  *   {"kind": "microbatch", "microbatches": 4}
+ *   {"kind": "lora",      "rank": 8, "alpha": 16, "params": "regex"}   (each field optional)
  *   {"kind": "chain",     "modifiers": [MOD | "file.json", ...]}
  *
  * Modifiers act on the raw tree (before defaults are filled in), so
@@ -354,15 +355,20 @@ static int mod_partition(Ctx *c, json_object **rootp, json_object *mod, const ch
 
 /* Sets the fields it names in the trainer's /precision policy (made if the tree has none).
  * Values are checked with the rest of the tree, against the policy's schema. */
+/* The trainer's child module `key` of kind `kind`, made if the tree has none. */
+static json_object *trainer_child(Ctx *c, json_object *root, const char *key, const char *kind) {
+  json_object *node = json_object_object_get(root, key);
+  if (json_object_get_type(node) == json_type_object) return node;
+  node = json_object_new_object();
+  json_object_object_add(node, "kind", json_object_new_string(kind));
+  fe_set_origin(c->d, node, c->file, false);
+  json_object_object_add(root, key, node);
+  fe_set_origin_key(c->d, root, key, c->file);
+  return node;
+}
+
 static int mod_precision(Ctx *c, json_object **rootp, json_object *mod, const char *mpath) {
-  json_object *root = *rootp, *policy = json_object_object_get(root, "precision");
-  if (json_object_get_type(policy) != json_type_object) {
-    policy = json_object_new_object();
-    json_object_object_add(policy, "kind", json_object_new_string("precision_policy"));
-    fe_set_origin(c->d, policy, c->file, false);
-    json_object_object_add(root, "precision", policy);
-    fe_set_origin_key(c->d, root, "precision", c->file);
-  }
+  json_object *policy = trainer_child(c, *rootp, "precision", "precision_policy");
   json_object_object_foreach(mod, k, v) {
     if (strcmp(k, "kind") == 0) continue;
     if (json_object_get_type(v) != json_type_string) {
@@ -389,6 +395,20 @@ static int mod_microbatch(Ctx *c, json_object **rootp, json_object *mod, const c
   json_object_object_add(learner, "microbatches",
                          fe_json_copy(c->d, json_object_object_get(mod, "microbatches")));
   fe_set_origin_key(c->d, learner, "microbatches", c->file);
+  return 0;
+}
+
+/* Turns on low-rank adapters: the trainer's /lora, with the fields the modifier names (rank,
+ * alpha, params, init_std; the rest keep their defaults). Values are checked with the rest of
+ * the tree, and the regex against the model's parameters (frontend/modules/lora.c). */
+static int mod_lora(Ctx *c, json_object **rootp, json_object *mod, const char *mpath) {
+  (void)mpath;
+  json_object *lora = trainer_child(c, *rootp, "lora", "lora");
+  json_object_object_foreach(mod, k, v) {
+    if (strcmp(k, "kind") == 0) continue;
+    json_object_object_add(lora, k, fe_json_copy(c->d, v));
+    fe_set_origin_key(c->d, lora, k, c->file);
+  }
   return 0;
 }
 
@@ -436,6 +456,7 @@ static const ModSchema modifiers[] = {
     {"partition", {"path", "specs"}, {0}, mod_partition},
     {"precision", {0}, {"params", "compute", "grads", "optimizer"}, mod_precision},
     {"microbatch", {"microbatches"}, {0}, mod_microbatch},
+    {"lora", {0}, {"rank", "alpha", "params", "init_std"}, mod_lora},
     {"chain", {"modifiers"}, {0}, mod_chain},
 };
 enum { NMODIFIERS = sizeof modifiers / sizeof modifiers[0] };

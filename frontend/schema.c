@@ -38,7 +38,8 @@
   X(lm_input) \
   X(checkpointer) \
   X(device_mesh) \
-  X(precision_policy)
+  X(precision_policy) \
+  X(lora)
 /* clang-format on */
 
 #define DECLARE(k) extern const FeKind fe_kind_##k;

@@ -347,6 +347,9 @@ typedef struct RtCkptState {
      * writes the index. NULL: one process, format version 1 (state.safetensors). */
     RtComm *comm;
     const RtCkptRegion *regions;
+    /* Where the frozen parameters (a LoRA run's base, not saved) came from: "init <file>
+     * fnv1a64:<hex of its frozen tensors>" or "seed"; NULL when none is frozen. */
+    const char *base;
 } RtCkptState;
 
 typedef struct RtCkpt RtCkpt; /* an opened, verified checkpoint */
@@ -386,6 +389,7 @@ int64_t rt_ckpt_data_position(const RtCkpt *ck);
 uint64_t rt_ckpt_rng_state(const RtCkpt *ck);
 const char *rt_ckpt_config(const RtCkpt *ck);      /* "" if none was saved */
 const char *rt_ckpt_fingerprint(const RtCkpt *ck); /* "" if none was saved */
+const char *rt_ckpt_base(const RtCkpt *ck);        /* RtCkptState.base; "" if none was saved */
 /* Format version 1: the state file; version 2: rank 0's file (metadata, and its shards only). */
 const RtSt *rt_ckpt_tensors(const RtCkpt *ck);
 /* The checkpoint's tensors, whichever files hold them: name, dtype, global rank and shape
@@ -563,7 +567,7 @@ struct RtParamSlot {
     uint8_t split[RT_MAX_PARAM_RANK][RT_MAX_SPLIT_AXES]; /* RtSplit of the parameter and its moments */
     RtInit init;                                         /* deterministic init from (seed, path) */
     int64_t offset;                                      /* f32 parameter */
-    int64_t m_offset, v_offset;                          /* f32 AdamW moments, same shape */
+    int64_t m_offset, v_offset; /* f32 AdamW moments, same shape; both -1: frozen (LoRA's base) */
 };
 
 /* The forward of one sequence (`--sample`), compiled next to the step: its own slab of

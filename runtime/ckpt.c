@@ -3,8 +3,9 @@
  *
  * A checkpoint of step S is the directory DIR/step_<S, 8 digits>/ holding
  *   state.safetensors  parameters by path and optimizer state ("opt/m/<path>", ...); its
- *                      __metadata__ holds axlc.step, axlc.data_position, axlc.rng_state and
- *                      axlc.config (the resolved config text);
+ *                      __metadata__ holds axlc.step, axlc.data_position, axlc.rng_state,
+ *                      axlc.config (the resolved config text) and, for a run with frozen
+ *                      parameters (LoRA), axlc.base (where its base weights came from);
  *   index.json         {"format": "axlc-checkpoint", "version": 1, "step": S,
  *                       "files": [{"name": ..., "bytes": ..., "crc32": ...}]}.
  * Every file is written under a temporary name, fsynced and renamed; index.json is written
@@ -53,9 +54,9 @@ typedef struct CkTensor {
 struct RtCkpt {
     int64_t step, data_position;
     uint64_t rng_state;
-    const char *config, *fingerprint; /* point into st's metadata */
-    RtSt *st;                         /* the state file (format 1) or rank 0's (format 2) */
-    RtSt **files;                     /* (nfiles) every tensor file, st among them */
+    const char *config, *fingerprint, *base; /* point into st's metadata */
+    RtSt *st;                                /* the state file (format 1) or rank 0's (format 2) */
+    RtSt **files;                            /* (nfiles) every tensor file, st among them */
     int nfiles;
     CkTensor *tensors; /* (ntensors) */
     int ntensors;
@@ -294,10 +295,11 @@ static int write_state(const char *dir, const RtCkptState *s, uint32_t *crc, int
         {"axlc.rng_state", rng},
         {"axlc.config", s->config ? s->config : ""},
         {"axlc.fingerprint", s->fingerprint ? s->fingerprint : ""},
+        {"axlc.base", s->base ? s->base : ""},
     };
     if (step_path(path, dir, s->step, STATE_FILE, err) != 0)
         return -1;
-    return rt_st_write(path, s->tensors, s->n_tensors, meta, 5, crc, size, err);
+    return rt_st_write(path, s->tensors, s->n_tensors, meta, 6, crc, size, err);
 }
 
 static int write_index(const char *dir, const RtCkptState *s, uint32_t crc, int64_t size, RtError *err) {
@@ -377,9 +379,10 @@ static int write_rank_state(const char *dir, const RtCkptState *s, int rank, uin
         {"axlc.config", s->config ? s->config : ""},
         {"axlc.fingerprint", s->fingerprint ? s->fingerprint : ""},
         {"axlc.regions", regions ? regions : "{}"},
+        {"axlc.base", s->base ? s->base : ""},
     };
     if (rc == 0 && n > 0 && step_path(path, dir, s->step, name, err) == 0)
-        rc = rt_st_write(path, own, n, meta, 6, crc, size, err);
+        rc = rt_st_write(path, own, n, meta, 7, crc, size, err);
     else if (rc == 0 && n > 0)
         rc = -1;
     free(own);
@@ -953,6 +956,9 @@ static int read_meta(RtCkpt *ck, int64_t step, RtError *err) {
     ck->data_position = pos;
     ck->config = rt_st_meta(ck->st, "axlc.config");
     ck->fingerprint = rt_st_meta(ck->st, "axlc.fingerprint");
+    ck->base = rt_st_meta(ck->st, "axlc.base");
+    if (!ck->base)
+        ck->base = "";
     if (!ck->config)
         ck->config = "";
     if (!ck->fingerprint)
@@ -1101,6 +1107,10 @@ const char *rt_ckpt_config(const RtCkpt *ck) {
 }
 const char *rt_ckpt_fingerprint(const RtCkpt *ck) {
     return ck->fingerprint;
+}
+
+const char *rt_ckpt_base(const RtCkpt *ck) {
+    return ck->base;
 }
 const RtSt *rt_ckpt_tensors(const RtCkpt *ck) {
     return ck->st;

@@ -178,6 +178,8 @@ static void diff_tensors(Diff *d, const RtParamSlot *params, int n, const RtCkpt
     Group missing = {.what = "not in the checkpoint"}, extra = {.what = "only in the checkpoint"};
     for (int i = 0; i < n; i++) {
         const RtTensor *t = rt_ckpt_find(ck, params[i].path);
+        if (!t && params[i].m_offset < 0 && rt_ckpt_base(ck)[0]) /* a LoRA run's frozen base: never saved */
+            continue;
         if (!t) {
             group_add(&missing, params[i].path);
         } else if (t->ndim != params[i].rank ||

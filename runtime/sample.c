@@ -127,6 +127,44 @@ static int load_init(Sampler *s, RtError *err) {
     return rc;
 }
 
+/* A LoRA run's checkpoint holds only the adapters: its frozen base (m_offset -1) comes from
+ * --init, else from what the checkpoint records (axlc.base: the file the run started from, or
+ * the seeded init). */
+static int load_frozen(Sampler *s, const RtCkpt *ck, const char *where, RtError *err) {
+    const RtProgram *p = s->p;
+    const char *rec = rt_ckpt_base(ck), *hash = strrchr(rec, ' ');
+    char file[4096] = "";
+    RtSt *st = NULL;
+    RtError why;
+    if (!strncmp(rec, "init ", 5) && hash && hash > rec + 5)
+        snprintf(file, sizeof file, "%.*s", (int)(hash - rec - 5), rec + 5);
+    const char *from = s->o->init ? s->o->init : file;
+    if (strcmp(rec, "seed") != 0 && !from[0])
+        return rt_error_set(err, "--sample: %s records no base weights for its frozen parameters (pass --init BASE)",
+                            where);
+    if (strcmp(rec, "seed") != 0 && rt_st_open(&st, from, &why) != 0)
+        return rt_error_set(
+            err, "--sample: %s holds only the adapters of a LoRA run; its base weights: %s (pass --init BASE)", where,
+            why.msg);
+    if (st)
+        rt_st_dump_as_weights(st);
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < p->nparams; i++) {
+        const RtParamSlot *ps = &p->params[i];
+        if (ps->m_offset >= 0 || p->forward->param_offsets[i] < 0)
+            continue;
+        int64_t n = 1;
+        for (int d = 0; d < ps->rank; d++)
+            n *= ps->global_shape[d];
+        rc = st ? rt_st_read_f32(st, ps->path, ps->global_shape, ps->rank, param_data(s, i), &why)
+                : rt_init_fill(param_data(s, i), n, 0, ps->path, rt_ckpt_rng_state(ck), &ps->init, &why);
+        if (rc != 0)
+            rc = rt_error_set(err, "--sample: the base weights of %s: %s", where, why.msg);
+    }
+    rt_st_close(st);
+    return rc;
+}
+
 /* 1: loaded from the newest checkpoint that verifies; 0: the directory holds none. */
 static int load_ckpt(Sampler *s, RtError *err) {
     const RtProgram *p = s->p;
@@ -147,15 +185,20 @@ static int load_ckpt(Sampler *s, RtError *err) {
     if (strcmp(rt_ckpt_fingerprint(ck), fp) != 0 &&
         rt_model_diff(p->params, p->nparams, p->config, ck, rt_ckpt_config(ck), diff, sizeof diff) > 0)
         rc = rt_error_set(err, "--sample: %s holds another model: %s", where, diff);
+    if (rc == 0 && rt_ckpt_base(ck)[0])
+        rc = load_frozen(s, ck, where, err);
     for (int i = 0; rc == 0 && i < p->nparams; i++) {
         const RtParamSlot *ps = &p->params[i];
-        if (p->forward->param_offsets[i] >= 0 &&
+        if (p->forward->param_offsets[i] >= 0 && ps->m_offset >= 0 &&
             rt_ckpt_read_f32(ck, ps->path, ps->global_shape, ps->rank, NULL, NULL, param_data(s, i), &why) != 0)
             rc = rt_error_set(err, "--sample: %s: %s", where, why.msg);
     }
     if (rc == 0)
         fprintf(stderr, "%s: sampling with the weights of %s (step %lld)%s\n", s->o->prog, where,
-                (long long)rt_ckpt_step(ck), s->o->init ? "; --init is not used" : "");
+                (long long)rt_ckpt_step(ck),
+                rt_ckpt_base(ck)[0] ? " on its base weights"
+                : s->o->init        ? "; --init is not used"
+                                    : "");
     rt_ckpt_close(ck);
     return rc == 0 ? 1 : -1;
 }

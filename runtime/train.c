@@ -106,7 +106,13 @@ static int32_t *slab_i32(char *slab, int64_t off) {
 
 float *train_slot_data(const Trainer *t, char *slab, int i, int k) {
     const RtParamSlot *s = &t->p->params[i];
+    if (k > 0 && train_slot_frozen(s))
+        return NULL;
     return slab_f32(slab, k == 0 ? s->offset : k == 1 ? s->m_offset : s->v_offset);
+}
+
+int train_slot_frozen(const RtParamSlot *s) {
+    return s->m_offset < 0;
 }
 
 static double now_ms(void) {
@@ -171,6 +177,22 @@ static void slot_region(const Trainer *t, const RtParamSlot *s, RtCkptRegion *r)
             r->owner = 0;
 }
 
+/* The checkpoint's share of the table: every tensor but the frozen parameters' (train_impl.h). */
+static int ck_tables(Trainer *t, RtError *err) {
+    int n = t->p->nparams;
+    t->ck_tensors = calloc((size_t)n * 3 + 1, sizeof *t->ck_tensors);
+    t->ck_regions = calloc((size_t)n * 3 + 1, sizeof *t->ck_regions);
+    if (!t->ck_tensors || !t->ck_regions)
+        return rt_error_set(err, "out of memory");
+    for (int j = 0; j < 3 * n; j++)
+        if (!train_slot_frozen(&t->p->params[j % n])) {
+            t->ck_tensors[t->n_ck] = t->tensors[j];
+            t->ck_regions[t->n_ck++] = t->regions[j];
+        }
+    t->frozen = n - t->n_ck / 3;
+    return 0;
+}
+
 static int tensors_make(Trainer *t, RtError *err) {
     int n = t->p->nparams;
     t->tensors = calloc((size_t)n * 3 + 1, sizeof *t->tensors);
@@ -192,7 +214,7 @@ static int tensors_make(Trainer *t, RtError *err) {
             memcpy(ts->shape, s->shape, sizeof s->shape);
             slot_region(t, s, &t->regions[k * n + i]);
         }
-    return 0;
+    return ck_tables(t, err);
 }
 
 static void trainer_free(Trainer *t) {
@@ -201,6 +223,8 @@ static void trainer_free(Trainer *t) {
     free(t->names);
     free(t->tensors);
     free(t->regions);
+    free(t->ck_tensors);
+    free(t->ck_regions);
     if (t->metrics)
         fclose(t->metrics);
     rt_data_close(t->eval);
@@ -242,13 +266,14 @@ static int open_data(Trainer *t, RtData **d, const char *opt, const char *path, 
     return 0;
 }
 
-/* Bytes of one checkpoint (all ranks' files): three f32 tensors per parameter, and a generous
- * header per file. */
+/* Bytes of one checkpoint (all ranks' files): three f32 tensors per parameter that trains, and
+ * a generous header per file. */
 static int64_t ckpt_bytes(const Trainer *t) {
     const RtProgram *p = t->p;
     int64_t bytes = (65536 + (p->config ? (int64_t)strlen(p->config) : 0)) * t->world;
     for (int i = 0; i < p->nparams; i++)
-        bytes += 3 * (4 * train_slot_global_numel(&p->params[i]) + (int64_t)strlen(p->params[i].path) + 128);
+        if (!train_slot_frozen(&p->params[i])) /* a frozen base is not saved */
+            bytes += 3 * (4 * train_slot_global_numel(&p->params[i]) + (int64_t)strlen(p->params[i].path) + 128);
     return bytes;
 }
 

@@ -37,10 +37,18 @@ typedef struct Trainer {
     RtCkptRegion *regions;            /* (3 * nparams) where this rank's tensors lie in the global ones */
     char fingerprint[RT_FINGERPRINT_MAX];
     FILE *metrics;
-    RtTensor *tensors; /* (3 * nparams), data pointing into slab */
+    RtTensor *tensors; /* (3 * nparams), data pointing into slab; NULL for a frozen one's moments */
     char **names;      /* (3 * nparams) */
-    int64_t step;      /* completed steps */
-    int64_t saved;     /* step of the newest checkpoint on disk from this run or resumed; -1 */
+    /* What a checkpoint holds: the tensors of the parameters that train, and their regions
+     * (all of them but a LoRA run's frozen base, which comes again from --init or the seed). */
+    RtTensor *ck_tensors;
+    RtCkptRegion *ck_regions;
+    int n_ck;
+    int frozen;           /* parameters without moments */
+    char base[4200];      /* RtCkptState.base of this run, "" while no parameter is frozen */
+    char base_file[4096]; /* the base file a resumed LoRA run's checkpoint names */
+    int64_t step;         /* completed steps */
+    int64_t saved;        /* step of the newest checkpoint on disk from this run or resumed; -1 */
     int tty;
     int alone;     /* failed where the other ranks may not have: the job must be ended */
     int resumed;   /* the step came from a checkpoint */
@@ -77,6 +85,8 @@ int64_t train_slot_global_numel(const RtParamSlot *s);
 /* ===== train.c ========================================================================== */
 
 float *train_slot_data(const Trainer *t, char *slab, int i, int k);
+/* A frozen parameter (a LoRA run's base): no moments, no update, not checkpointed. */
+int train_slot_frozen(const RtParamSlot *s);
 void train_mem_sample(Trainer *t);
 void train_warn(const Trainer *t, const char *fmt, ...) RT_PRINTF(2, 3);
 

@@ -57,8 +57,12 @@ static int check_slot(const RtProgram *p, const RtParamSlot *s, RtError *err) {
     int64_t bytes = train_slot_numel(s) * 4;
     if (bytes < 0)
         return rt_error_set(err, "program: parameter %s has a negative or huge shape", s->path);
-    if (check_region(p, "parameter", s->path, s->offset, bytes, err) != 0 ||
-        check_region(p, "first moment", s->path, s->m_offset, bytes, err) != 0 ||
+    if (check_region(p, "parameter", s->path, s->offset, bytes, err) != 0)
+        return -1;
+    if (train_slot_frozen(s)) /* no moments: both -1 */
+        return s->v_offset == -1 ? 0
+                                 : rt_error_set(err, "program: parameter %s has a second moment but no first", s->path);
+    if (check_region(p, "first moment", s->path, s->m_offset, bytes, err) != 0 ||
         check_region(p, "second moment", s->path, s->v_offset, bytes, err) != 0)
         return -1;
     return 0;

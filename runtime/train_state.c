@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "train_impl.h"
 
@@ -46,10 +47,13 @@ static int seed_run(void *ctx, int64_t local, int64_t global, int64_t n, RtError
     return rt_init_fill(r->dst + local, n, global, r->s->path, r->seed, &r->s->init, err);
 }
 
-/* Each rank fills its chunk of the unsharded init: a sharded run starts from the same weights. */
-static int params_seed(Trainer *t, RtError *err) {
+/* Each rank fills its chunk of the unsharded init: a sharded run starts from the same weights.
+ * With trainable_only, the frozen parameters (a LoRA run's base) keep what they hold. */
+static int params_seed(Trainer *t, int trainable_only, RtError *err) {
     for (int i = 0; i < t->p->nparams; i++) {
         const RtParamSlot *s = &t->p->params[i];
+        if (trainable_only && train_slot_frozen(s))
+            continue;
         SeedRun r = {train_slot_data(t, t->slab, i, 0), s, t->o.seed};
         if (for_runs(s->rank, s->global_shape, t->regions[i].start, s->shape, seed_run, &r, err) != 0)
             return -1;
@@ -90,19 +94,13 @@ static int tensor_read_st(Trainer *t, const RtSt *st, int j, RtError *err) {
     return rc;
 }
 
-/* Reads tensors [0, count) of the checkpoint table from st into the slab. */
-static int tensors_read(Trainer *t, const RtSt *st, int count, RtError *err) {
-    for (int j = 0; j < count; j++)
-        if (tensor_read_st(t, st, j, err) != 0)
-            return -1;
-    return 0;
-}
-
 /* Tensors [0, count) from a checkpoint, each rank its own chunk, whichever files hold it. */
 static int tensors_read_ckpt(Trainer *t, const RtCkpt *ck, int count, RtError *err) {
     int n = t->p->nparams;
     for (int j = 0; j < count; j++) {
         const RtTensor *ts = &t->tensors[j];
+        if (train_slot_frozen(&t->p->params[j % n])) /* not saved: the base came before */
+            continue;
         if (rt_ckpt_read_f32(ck, ts->name, t->regions[j].shape, ts->ndim, t->regions[j].start, ts->shape,
                              train_slot_data(t, t->slab, j % n, j / n), err) != 0)
             return -1;
@@ -110,12 +108,26 @@ static int tensors_read_ckpt(Trainer *t, const RtCkpt *ck, int count, RtError *e
     return 0;
 }
 
+/* Whether --init file st must or may set parameter i: every one, but under LoRA an adapter the
+ * file lacks starts from its init (the file is the base). */
+static int init_wants(const Trainer *t, const RtSt *st, int i) {
+    const RtParamSlot *s = &t->p->params[i];
+    return !t->frozen || train_slot_frozen(s) || rt_st_find(st, s->path) != NULL;
+}
+
 /* Every problem of an --init file is listed (weights.c), then refused in one line. */
 static int init_file_check(Trainer *t, const RtSt *st, RtError *err) {
     RtInitCheck c;
     if (rt_init_refuse_shard(st, t->o.init, err) != 0)
         return -1;
-    if (rt_init_check(t->p->params, t->p->nparams, st, t->o.init_allow_unused, &c) != 0)
+    RtParamSlot *want = malloc(((size_t)t->p->nparams + 1) * sizeof *want);
+    int n = 0;
+    for (int i = 0; want && i < t->p->nparams; i++)
+        if (init_wants(t, st, i))
+            want[n++] = t->p->params[i];
+    int rc = want ? rt_init_check(want, n, st, t->o.init_allow_unused, &c) : -1;
+    free(want);
+    if (rc != 0)
         return rt_error_set(err, "--init: %s: out of memory", t->o.init);
     int bad = c.missing || c.mismatched || (c.unused && !t->o.init_allow_unused);
     size_t len = c.report ? strlen(c.report) : 0;
@@ -136,9 +148,24 @@ static int init_file_check(Trainer *t, const RtSt *st, RtError *err) {
 static int init_file_finite(Trainer *t, const RtSt *st, RtError *err) {
     RtError why;
     for (int i = 0; i < t->p->nparams; i++)
-        if (rt_st_check_finite(st, t->p->params[i].path, &why) != 0)
+        if (init_wants(t, st, i) && rt_st_check_finite(st, t->p->params[i].path, &why) != 0)
             return rt_error_set(err, "--init: %s; refusing to start from weights that are not finite", why.msg);
     return 0;
+}
+
+/* FNV-1a 64 over the bytes of the frozen parameters as the --init file stores them: what a LoRA
+ * run's checkpoints record of their base (whatever the mesh), in t->base. */
+static void base_record(Trainer *t, const RtSt *st) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < t->p->nparams; i++) {
+        const RtTensor *ts = train_slot_frozen(&t->p->params[i]) ? rt_st_find(st, t->p->params[i].path) : NULL;
+        const unsigned char *b = ts ? ts->data : NULL;
+        for (int64_t k = 0; b && k < ts->nbytes; k++)
+            h = (h ^ b[k]) * 0x100000001b3ull;
+    }
+    char abs[4096];
+    snprintf(t->base, sizeof t->base, "init %s fnv1a64:%016llx", realpath(t->o.init, abs) ? abs : t->o.init,
+             (unsigned long long)h);
 }
 
 static int params_load(Trainer *t, RtError *err) {
@@ -147,13 +174,16 @@ static int params_load(Trainer *t, RtError *err) {
     if (rt_st_open(&st, t->o.init, &why) != 0)
         return rt_error_set(err, "--init: %s", why.msg);
     rt_st_dump_as_weights(st); /* an interpreter's --dump: its new parameters */
-    if (init_file_check(t, st, err) != 0 || init_file_finite(t, st, err) != 0) {
-        rt_st_close(st);
-        return -1;
-    }
-    int rc = tensors_read(t, st, t->p->nparams, &why);
+    int rc = init_file_check(t, st, err) != 0 || init_file_finite(t, st, err) != 0 ? -1 : 0;
+    if (rc == 0 && t->frozen) /* the adapters the file lacks: their init */
+        rc = params_seed(t, 1, err);
+    for (int i = 0; rc == 0 && i < t->p->nparams; i++)
+        if (init_wants(t, st, i) && tensor_read_st(t, st, i, &why) != 0)
+            rc = rt_error_set(err, "--init: %s", why.msg);
+    if (rc == 0 && t->frozen)
+        base_record(t, st);
     rt_st_close(st);
-    return rc == 0 ? 0 : rt_error_set(err, "--init: %s", why.msg);
+    return rc;
 }
 
 /* "the last good checkpoint is DIR/step_N (step N); --resume continues from it", or why
@@ -173,6 +203,8 @@ const char *train_last_good(const Trainer *t, char *buf, size_t cap) {
  * saved: "last good checkpoint" must be good. */
 static const char *nonfinite_tensor(const Trainer *t) {
     for (int j = 0; j < 3 * t->p->nparams; j++) {
+        if (train_slot_frozen(&t->p->params[j % t->p->nparams])) /* never changes */
+            continue;
         const float *x = train_slot_data(t, t->slab, j % t->p->nparams, j / t->p->nparams);
         for (int64_t k = 0, n = train_slot_numel(&t->p->params[j % t->p->nparams]); k < n; k++)
             if (!isfinite(x[k]))
@@ -208,11 +240,12 @@ static int ckpt_save(Trainer *t, RtError *err) {
         .data_position = rt_data_position(t->data),
         .rng_state = t->o.seed,
         .config = t->p->config,
-        .tensors = t->tensors,
-        .n_tensors = 3 * t->p->nparams,
+        .tensors = t->ck_tensors,
+        .n_tensors = t->n_ck,
         .fingerprint = t->fingerprint,
+        .base = t->frozen ? t->base : NULL,
         .comm = t->world > 1 ? t->comm : NULL,
-        .regions = t->regions,
+        .regions = t->ck_regions,
     };
     RtError why;
     int rc = rt_ckpt_save(t->o.ckpt_dir, &s, (int)t->o.keep, &why);
@@ -337,9 +370,11 @@ static int partial_none(Trainer *t, const RtCkpt *ck, const char *where, RtError
  * fresh values (the seeded init, zero moments). */
 static int tensors_read_partial(Trainer *t, const RtCkpt *ck, const char *where, RtError *err) {
     int n = t->p->nparams, loaded = 0;
-    if (params_seed(t, err) != 0)
+    if (params_seed(t, t->frozen > 0, err) != 0) /* a frozen base was restored already */
         return -1;
     for (int j = 0; j < 3 * n; j++) {
+        if (train_slot_frozen(&t->p->params[j % n]))
+            continue;
         const RtTensor *want = &t->tensors[j], *have = rt_ckpt_find(ck, want->name);
         const RtCkptRegion *rg = &t->regions[j];
         if (!have || have->ndim != want->ndim ||
@@ -357,10 +392,51 @@ static int tensors_read_partial(Trainer *t, const RtCkpt *ck, const char *where,
     return 0;
 }
 
+/* A LoRA run's checkpoint holds only the adapters: the frozen base comes again from where its
+ * record (axlc.base) says, --init (which may name the same weights elsewhere) or the seed, and
+ * must be the weights the adapters were trained on. */
+static int base_restore(Trainer *t, const RtCkpt *ck, const char *where, RtError *err) {
+    const char *rec = rt_ckpt_base(ck), *hash = strrchr(rec, ' ');
+    if (!t->frozen)
+        return 0;
+    if (strcmp(rec, "seed") == 0) {
+        if (t->o.init)
+            return rt_error_set(err,
+                                "%s: its adapters were trained on the seeded base weights (the run had no "
+                                "--init); --init %s would put them on other weights",
+                                where, t->o.init);
+        t->o.seed = rt_ckpt_rng_state(ck);
+        snprintf(t->base, sizeof t->base, "seed");
+        return params_seed(t, 0, err);
+    }
+    if (strncmp(rec, "init ", 5) != 0 || !hash || hash < rec + 5 || strncmp(hash, " fnv1a64:", 9) != 0)
+        return rt_error_set(err,
+                            "%s holds no record of the base weights its adapters were trained on "
+                            "(metadata axlc.base is '%.200s'; expected a LoRA run's checkpoint)",
+                            where, rec);
+    snprintf(t->base_file, sizeof t->base_file, "%.*s", (int)(hash - rec - 5), rec + 5);
+    if (!t->o.init && access(t->base_file, R_OK) != 0)
+        return rt_error_set(err,
+                            "%s holds only the adapters of a LoRA run; its base weights came from %s, which "
+                            "cannot be read (%s); pass --init with those base weights",
+                            where, t->base_file, strerror(errno));
+    if (!t->o.init)
+        t->o.init = t->base_file;
+    if (params_load(t, err) != 0)
+        return -1;
+    const char *got = strrchr(t->base, ' ');
+    if (strcmp(got, hash) != 0)
+        return rt_error_set(err,
+                            "--init %s: these base weights differ from the ones the adapters of %s were "
+                            "trained on (%s, recorded%s from %s); pass the base weights that run started from",
+                            t->o.init, where, got + 1, hash, t->base_file);
+    return 0;
+}
+
 static int ckpt_restore(Trainer *t, RtCkpt *ck, RtError *err) {
     char where[4096];
     snprintf(where, sizeof where, "%s/step_%08lld", t->o.ckpt_dir, (long long)rt_ckpt_step(ck));
-    if (check_model(t, ck, where, err) != 0)
+    if (check_model(t, ck, where, err) != 0 || base_restore(t, ck, where, err) != 0)
         return -1;
     int rc = t->o.partial ? tensors_read_partial(t, ck, where, err) : tensors_read_ckpt(t, ck, 3 * t->p->nparams, err);
     if (rc != 0)
@@ -422,7 +498,8 @@ int train_state_init(Trainer *t, RtError *err) {
         return 0;
     if (t->o.init)
         return params_load(t, err);
-    return params_seed(t, err);
+    snprintf(t->base, sizeof t->base, "seed"); /* a LoRA run on the seeded base */
+    return params_seed(t, 0, err);
 }
 
 /* What rank 0 alone does once every rank holds its state: set aside the damaged checkpoints
@@ -437,8 +514,11 @@ int train_start_rank0(Trainer *t, int starts, RtError *err) {
         return -1;
     if (t->resumed) {
         printf("%s: resumed from %s/step_%08lld\n", t->prog, t->o.ckpt_dir, (long long)t->step);
-        if (t->o.init)
+        if (t->o.init && !t->frozen)
             train_warn(t, "note: --init is ignored when resuming from a checkpoint");
+        else if (t->frozen)
+            printf("%s: the frozen base weights (%d tensors) came from %s\n", t->prog, t->frozen,
+                   strcmp(t->base, "seed") ? t->o.init : "the seeded init");
     }
     return 0;
 }

@@ -45,6 +45,8 @@ typedef struct {
   const char *from, *to;         /* convert: --from hf or --to hf */
   const char *input;             /* convert: the weights file */
   const char *dtype;             /* convert --to hf: --dtype f32|bf16|f16 */
+  bool merge_lora;               /* convert --merge-lora: fold a LoRA run's adapters in */
+  const char *base;              /* convert --merge-lora --base: the base weights */
   const char *max_shard;         /* convert --to hf: --max-shard-size SIZE */
   const char *devices;           /* memcheck, compile: --devices FILE (the device table) */
   bool no_memcheck;              /* compile: --no-memcheck */
@@ -57,6 +59,10 @@ typedef struct {
   char *axlc_path;               /* a copy of AXLC_PATH that search[] points into */
   char share[PATH_MAX + 16]; /* installed: PREFIX/share/axlc; in a build: the source's models/ */
   char lib[PATH_MAX + 16];   /* installed: PREFIX/lib (libaxrt.a); in a build: empty */
+  BackendSupervisor sv;      /* launch, run: --max-restarts, --min-ranks, --backoff, --report */
+  bool restarts_given;       /* --max-restarts was given */
+  int ranks;                 /* launch: -n N */
+  char self[PATH_MAX];       /* this axlc, which compiles elastic trainers */
 } Args;
 
 static void usage(FILE *out) {
@@ -91,7 +97,15 @@ static void usage(FILE *out) {
       "                      a checkpoint or step directory) to Hugging Face's names and\n"
       "                      layouts, in --dtype f32|bf16|f16 (default: the dtype the weights\n"
       "                      came in, else f32), in shards of --max-shard-size (default 5GB)\n"
-      "                      with their index, and config.json beside them\n"
+      "                      with their index, and config.json beside them; --merge-lora IN\n"
+      "                      [--base BASE] (with --apply lora): a LoRA run's adapters folded\n"
+      "                      into its base weights (W + alpha/r A B), a plain weights file\n"
+      "  launch TRAINER -n N [--max-restarts K] [--min-ranks M] [--backoff S]\n"
+      "                      [--report FILE.jsonl] -- [trainer options]: run a compiled\n"
+      "                      trainer as N ranks under mpirun (srun in a Slurm allocation)\n"
+      "                      and restart it from its last checkpoint when it fails (K\n"
+      "                      times, default 3); with M < N, go on with fewer ranks when\n"
+      "                      one keeps failing (run --target cpu-N takes these too)\n"
       "  backends            list the backends and what each can do\n"
       "  cache               the compile cache: its directory, entries, size and limit;\n"
       "                      --clear removes every entry, --trim trims it to the limit now\n"
@@ -135,12 +149,65 @@ static int add(const char **list, int *n, const char *v, const char *flag) {
   return 0;
 }
 
+/* --max-restarts, --min-ranks, -n: a whole number in [lo, hi]. */
+static int int_value(const char *flag, const char *v, long lo, long hi, int *out) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*end || end == v || n < lo || n > hi) {
+    fprintf(stderr, "error: %s %s: expected a whole number from %ld to %ld\n", flag, v, lo, hi);
+    return -1;
+  }
+  *out = (int)n;
+  return 0;
+}
+
+/* The supervisor's options (launch, run); 1 when argv[*i] is one, -1 on a bad value. */
+static int supervisor_option(int *i, int argc, char **argv, Args *a) {
+  const char *s = argv[*i];
+  bool ours = !strcmp(s, "--max-restarts") || !strcmp(s, "--min-ranks") ||
+              !strcmp(s, "--backoff") || !strcmp(s, "--report") ||
+              (!strcmp(s, "-n") && a->command && !strcmp(a->command, "launch"));
+  if (!ours) return 0;
+  if (need_value(*i, argc, argv)) return -1;
+  const char *v = argv[++*i];
+  if (!strcmp(s, "--report")) {
+    a->sv.report = v;
+    return 1;
+  }
+  if (!strcmp(s, "--backoff")) {
+    char *end;
+    double d = strtod(v, &end);
+    if (*end || end == v || !(d >= 0 && d <= 60)) {
+      fprintf(stderr, "error: --backoff %s: expected seconds from 0 to 60\n", v);
+      return -1;
+    }
+    a->sv.backoff = d;
+    return 1;
+  }
+  a->restarts_given = a->restarts_given || !strcmp(s, "--max-restarts");
+  int *slot = !strcmp(s, "-n")            ? &a->ranks
+              : !strcmp(s, "--min-ranks") ? &a->sv.min_ranks
+                                          : &a->sv.max_restarts;
+  return int_value(s, v, !strcmp(s, "--max-restarts") ? 0 : 1, 4096, slot) ? -1 : 1;
+}
+
 static int parse_args(int argc, char **argv, Args *a) {
   memset(a, 0, sizeof *a);
   a->fe.apply = a->apply;
   a->fe.sets = a->sets;
+  a->sv.backoff = 1;
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
+    int sup = a->command && (!strcmp(a->command, "run") || !strcmp(a->command, "launch"))
+                  ? supervisor_option(&i, argc, argv, a)
+                  : 0;
+    if (sup < 0) return -1;
+    if (sup) continue;
+    if (!strcmp(s, "--") && a->command && !strcmp(a->command, "launch")) {
+      for (i++; i < argc; i++) /* the trainer's options, all of them */
+        if (add(a->rest, &a->nrest, argv[i], "trainer")) return -1;
+      break;
+    }
     if ((!strcmp(s, "-h") || !strcmp(s, "--help")) && a->command && !strcmp(a->command, "run")) {
       if (add(a->rest, &a->nrest, s, "trainer")) return -1; /* the trainer's help */
     } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
@@ -168,6 +235,11 @@ static int parse_args(int argc, char **argv, Args *a) {
         return -1;
       }
       a->jobs = (int)n;
+    } else if (!strcmp(s, "--merge-lora") && a->command && !strcmp(a->command, "convert")) {
+      a->merge_lora = true;
+    } else if (!strcmp(s, "--base") && a->command && !strcmp(a->command, "convert")) {
+      if (need_value(i, argc, argv)) return -1;
+      a->base = argv[++i];
     } else if ((!strcmp(s, "--dtype") || !strcmp(s, "--max-shard-size")) && a->command &&
                !strcmp(a->command, "convert")) {
       if (need_value(i, argc, argv)) return -1;
@@ -510,8 +582,54 @@ static int check_run_outputs(const Args *a, const FeDiag *d) {
   return 0;
 }
 
+static int check_output(const Args *a, const char *opt, const char *out);
+
+/* What launch and run leave to the supervisor's defaults: restarts (launch 3, run none), one
+ * repeat at a step, two failures of a rank before elastic drops it; this axlc compiles. */
+static void supervisor_defaults(Args *a, const char *prog, int restarts) {
+  a->sv.prog = prog;
+  if (!a->restarts_given) a->sv.max_restarts = restarts;
+  a->sv.same_step = 2;
+  a->sv.shrink_after = 2;
+  if (!realpath("/proc/self/exe", a->self)) snprintf(a->self, sizeof a->self, "axlc");
+  a->sv.axlc = a->self;
+}
+
+/* axlc launch TRAINER -n N [supervisor options] -- [trainer options] */
+static int cmd_launch(Args *a) {
+  if (!a->model || !a->ranks) {
+    fprintf(stderr, "error: usage: axlc launch TRAINER -n N [--max-restarts K] [--min-ranks M] "
+                    "[--backoff S] [--report FILE.jsonl] -- [trainer options]\n");
+    return 1;
+  }
+  struct stat st;
+  const char *why = stat(a->model, &st) != 0      ? strerror(errno)
+                    : !S_ISREG(st.st_mode)        ? "not a file"
+                    : access(a->model, X_OK) != 0 ? "not executable"
+                                                  : NULL;
+  if (why) {
+    fprintf(stderr,
+            "error: axlc launch: %s: %s (expected a trainer executable: axlc compile "
+            "MODEL.json --target cpu-%d -o TRAINER)\n",
+            a->model, why, a->ranks);
+    return 1;
+  }
+  if (a->sv.min_ranks > a->ranks) {
+    fprintf(stderr, "error: axlc launch: --min-ranks %d is more than -n %d\n", a->sv.min_ranks,
+            a->ranks);
+    return 1;
+  }
+  if (a->sv.report && check_output(a, "--report", a->sv.report)) return 1;
+  supervisor_defaults(a, "axlc launch", 3);
+  a->sv.trainer = a->model;
+  a->sv.ranks = a->ranks;
+  a->sv.argc = a->nrest;
+  a->sv.argv = (char *const *)a->rest;
+  return backend_supervise(&a->sv, NULL);
+}
+
 static int cmd_run(Args *a) {
-  if (cache_limit(a)) return 1;
+  if (cache_limit(a) || (a->sv.report && check_output(a, "--report", a->sv.report))) return 1;
   const Backend *b = pick_backend(a);
   if (!b) return 1;
   if (!b->run) {
@@ -534,8 +652,17 @@ static int cmd_run(Args *a) {
     drv_free(&j);
     return 1;
   }
+  bool supervised = a->restarts_given || a->sv.min_ranks || a->sv.report;
+  if (supervised && ir_mesh_devices(&j.graph->mesh) == 1) {
+    fprintf(stderr, "error: axlc run: --max-restarts, --min-ranks and --report supervise a job "
+                    "of several processes (--target cpu-N); this one runs in this process\n");
+    drv_free(&j);
+    return 1;
+  }
   BackendJob bj;
   BackendOptions o = backend_options(a);
+  supervisor_defaults(a, "axlc run", 0);
+  o.supervise = &a->sv;
   int rc = drv_backend_job(&j, b, &bj) ? 1 : b->run(&bj, &o, a->nrest + 1, argv);
   fe_diag_print(&j.diag, stderr);
   if (rc == 0 && j.diag.n) rc = 1;
@@ -591,7 +718,11 @@ static RtPathArg *input_args(const Args *a, const FeDiag *d, int *count) {
   int nfiles = d ? d->nfiles : 0, n = 0;
   RtPathArg *in = ir_xcalloc((size_t)(4 + a->fe.napply + a->nmore + nfiles), sizeof *in);
   bool plot = !strcmp(a->command, "plot");
-  in[n++] = (RtPathArg){plot ? "the metrics file" : "the config", a->model, NULL};
+  bool launch = !strcmp(a->command, "launch");
+  in[n++] = (RtPathArg){plot     ? "the metrics file"
+                        : launch ? "the trainer"
+                                 : "the config",
+                        a->model, NULL};
   for (int i = 0; i < a->nmore; i++) in[n++] = (RtPathArg){"the metrics file", a->more[i], NULL};
   /* convert reads a checkpoint, step or Hugging Face model directory as the weights: nothing
    * inside it is an output */
@@ -763,6 +894,16 @@ static int cmd_plot(const Args *a) {
 
 static int cmd_convert(const Args *a) {
   const char *fmt = a->from ? a->from : a->to;
+  if (a->merge_lora && (!a->model || !a->input || !a->output || fmt)) {
+    fprintf(stderr, "error: usage: axlc convert MODEL.json --apply lora --merge-lora "
+                    "IN [--base BASE.safetensors] -o OUT.safetensors\n");
+    return 1;
+  }
+  if (!a->merge_lora && a->base) {
+    fprintf(stderr, "error: --base goes with --merge-lora\n");
+    return 1;
+  }
+  if (a->merge_lora) fmt = "hf"; /* past the format checks: the weights stay axlc's */
   if (!a->model || !a->input || !a->output || (a->from && a->to) || !fmt) {
     fprintf(stderr, "error: usage: axlc convert MODEL.json (--from hf | --to hf [--dtype "
                     "f32|bf16|f16] [--max-shard-size SIZE]) IN.safetensors -o OUT.safetensors\n");
@@ -785,8 +926,11 @@ static int cmd_convert(const Args *a) {
     json_object_put(cfg);
     cfg = NULL;
   }
-  if (cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
-      fe_build(&b, &d, a->model, cfg, devices) == 0) {
+  bool built = cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
+               fe_build(&b, &d, a->model, cfg, devices) == 0;
+  if (built && a->merge_lora) {
+    rc = merge_lora(&b, a->model, a->input, a->base, a->output) ? 1 : 0;
+  } else if (built) {
     ConvertOpts o = {.to_hf = a->to != NULL,
                      .dtype = a->dtype,
                      .max_shard = a->max_shard,
@@ -918,6 +1062,7 @@ static int dispatch(Args *a) {
   if (!strcmp(a->command, "cache")) return cmd_cache(a);
   if (!strcmp(a->command, "memcheck")) return cmd_memcheck(a);
   if (!strcmp(a->command, "run")) return cmd_run(a);
+  if (!strcmp(a->command, "launch")) return cmd_launch(a);
   if (!strcmp(a->command, "compile")) return cmd_compile(a);
   fprintf(stderr, "error: unknown command \"%s\" (see axlc --help)\n", a->command);
   return 1;

@@ -93,4 +93,12 @@ typedef struct HfWrite {
 /* Writes w, every output checked against the inputs first; -1 (said) with nothing replaced. */
 int hf_write(const HfWrite *w);
 
+/* ---- merge_lora.c: `axlc convert --merge-lora` ---------------------------------- */
+
+/* Writes to `out` the weights of the model built in `b` (which has /lora) with the adapters of
+ * `in` folded in (W + (alpha/r) A B) and no adapter tensors; the other weights come from
+ * `base` (NULL: from `in`). Says every problem on stderr and returns -1 without writing. */
+int merge_lora(const struct FeBuild *b, const char *model, const char *in, const char *base,
+               const char *out);
+
 #endif

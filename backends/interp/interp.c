@@ -44,6 +44,7 @@ typedef struct {
   double *buf;            /* scratch, as large as the largest parameter */
   float *fbuf;
   float *losses; /* (steps) */
+  uint64_t seed; /* of the init */
 } Trainer;
 
 static int fail(Trainer *t, const char *msg) {
@@ -59,10 +60,18 @@ static int fail_oom(Trainer *t, const char *what, int64_t n) {
 }
 
 /* Fills t->fbuf with parameter p's initial values. */
+/* Under LoRA (frozen parameters), an --init file holds the base: a trainable parameter (an
+ * adapter) it lacks starts from its init. */
+static bool adapter_absent(const Trainer *t, const BackendParam *p, const RtSt *st) {
+  bool lora = false;
+  for (int i = 0; i < t->j->program.nparams; i++) lora |= t->j->program.params[i].frozen;
+  return lora && !p->frozen && !rt_st_find(st, p->path);
+}
+
 static int init_values(Trainer *t, const BackendParam *p, const RtSt *st, uint64_t seed) {
   RtError err;
   int64_t n = ir_shape_numel(&p->shape);
-  if (st) {
+  if (st && !adapter_absent(t, p, st)) {
     if (rt_st_read_f32(st, p->path, p->shape.dims, p->shape.rank, t->fbuf, &err))
       return fail(t, err.msg);
     if (rt_st_check_finite(st, p->path, &err))
@@ -106,14 +115,15 @@ static int bind(Trainer *t, const char *name, const IrShape *s, const double *da
   return st != IR_OK ? fail(t, ir_interp_error(t->it)) : 0;
 }
 
-/* Output `name` as a global tensor in t->buf (shape *s). */
-static int gather_output(Trainer *t, const char *name, IrShape *s) {
+/* Output `name` (NULL: value v, a parameter) as a global tensor in t->buf (shape *s). */
+static int gather(Trainer *t, const char *name, int32_t v, IrShape *s) {
   const IrGraph *g = t->j->graph;
-  int32_t v = ir_graph_output(g, name);
+  if (name) v = ir_graph_output(g, name);
   if (v == IR_NONE) return fail(t, "internal: an output is missing");
   *s = global_shape(g, v);
   for (int64_t dev = 0; dev < (g->mesh.naxes ? ir_mesh_devices(&g->mesh) : 1); dev++) {
-    const double *x = ir_interp_output(t->it, dev, name, NULL);
+    const double *x =
+        name ? ir_interp_output(t->it, dev, name, NULL) : ir_interp_value(t->it, dev, v);
     if (!x) return fail(t, ir_interp_error(t->it));
     if (g->mesh.naxes)
       ir_split_copy(&g->mesh, &g->values[v].split, s, dev, t->buf, (double *)x, true);
@@ -125,6 +135,7 @@ static int gather_output(Trainer *t, const char *name, IrShape *s) {
 
 /* Binds every parameter and zeroed optimizer state. */
 static int init_params(Trainer *t, uint64_t seed) {
+  t->seed = seed;
   RtSt *st = NULL;
   RtError err;
   if (t->o->init && rt_st_open(&st, t->o->init, &err)) return fail(t, err.msg);
@@ -138,6 +149,7 @@ static int init_params(Trainer *t, uint64_t seed) {
     for (int64_t k = 0; k < n && rc == 0; k++) t->buf[k] = t->fbuf[k];
     if (rc == 0) rc = bind(t, p->path, &s, t->buf);
     memset(t->buf, 0, (size_t)n * sizeof *t->buf);
+    if (p->frozen) continue; /* no optimizer state */
     char name[1024];
     snprintf(name, sizeof name, "opt/m/%s", p->path);
     if (rc == 0) rc = bind(t, name, &s, t->buf);
@@ -210,9 +222,34 @@ static float *to_float(const double *v, int64_t n) {
   return f;
 }
 
+/* The frozen parameters (a LoRA run's base) as "new:P" too, unchanged: the dump is the whole
+ * adapted model, for --init and `axlc convert --merge-lora`. They are read again from where the
+ * run took them (--init or the seeded init): the interpreter keeps no copy of its leaves. */
+static int dump_frozen(Trainer *t, RtTensor *ts, int *n) {
+  RtSt *st = NULL;
+  RtError err;
+  if (t->o->init && rt_st_open(&st, t->o->init, &err)) return fail(t, err.msg);
+  if (st) rt_st_dump_as_weights(st);
+  int rc = 0;
+  for (int i = 0; i < t->j->program.nparams && rc == 0; i++) {
+    const BackendParam *p = &t->j->program.params[i];
+    if (!p->frozen || (rc = init_values(t, p, st, t->seed))) continue;
+    int64_t numel = ir_shape_numel(&p->shape);
+    RtTensor *tt = &ts[(*n)++];
+    char *name = malloc(strlen(p->path) + 5);
+    float *data = malloc((size_t)(numel ? numel : 1) * sizeof *data);
+    *tt = (RtTensor){.name = name, .dtype = RT_DT_F32, .ndim = p->shape.rank, .data = data};
+    memcpy(tt->shape, p->shape.dims, sizeof(int64_t) * (size_t)p->shape.rank);
+    if (!name || !data) rc = fail_oom(t, p->path, numel);
+    if (rc == 0) sprintf(name, "new:%s", p->path), memcpy(data, t->fbuf, (size_t)numel * 4);
+  }
+  rt_st_close(st);
+  return rc;
+}
+
 static int dump(Trainer *t, int64_t steps) {
   const IrGraph *g = t->j->graph;
-  RtTensor *ts = ir_xcalloc((size_t)g->noutputs + 1, sizeof *ts);
+  RtTensor *ts = ir_xcalloc((size_t)g->noutputs + (size_t)t->j->program.nparams + 1, sizeof *ts);
   int n = 0, rc = 0;
   ts[n++] = (RtTensor){
       .name = "loss", .dtype = RT_DT_F32, .ndim = 1, .shape = {steps}, .data = t->losses};
@@ -222,7 +259,7 @@ static int dump(Trainer *t, int64_t steps) {
                 (!strncmp(name, "new:", 4) && strncmp(name, "new:opt/", 8) != 0);
     if (!want) continue;
     IrShape s;
-    if (gather_output(t, name, &s)) continue;
+    if (gather(t, name, IR_NONE, &s)) continue;
     RtTensor *tt = &ts[n++];
     tt->name = name;
     tt->dtype = RT_DT_F32;
@@ -234,9 +271,12 @@ static int dump(Trainer *t, int64_t steps) {
       break;
     }
   }
+  int nout = n; /* the names from here on are dump_frozen's */
+  if (rc == 0) rc = dump_frozen(t, ts, &n);
   RtError err;
   if (rc == 0 && rt_st_write(t->o->dump, ts, n, NULL, 0, NULL, NULL, &err)) rc = fail(t, err.msg);
   for (int i = 1; i < n; i++) free((void *)ts[i].data);
+  for (int i = nout; i < n; i++) free((void *)ts[i].name);
   free(ts);
   return rc;
 }

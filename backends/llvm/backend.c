@@ -168,29 +168,21 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
   return rc;
 }
 
-/* The full path of `name` on PATH, or NULL. */
-static char *find_on_path(const char *name) {
-  const char *path = getenv("PATH");
-  char *dirs = ir_xstrdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin"), *save = NULL;
-  for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-    char *full = backend_join(*d ? d : ".", "/", name);
-    if (access(full, X_OK) == 0) {
-      free(dirs);
-      return full;
-    }
-    free(full);
-  }
-  free(dirs);
-  return NULL;
-}
-
 /* A program for N > 1 devices runs as N processes: a trainer compiled to a temporary directory,
- * started by `mpirun -np N` with the trainer options (--oversubscribe when the machine has fewer
- * cores). Without mpirun, says how to do it by hand. */
+ * started by the supervisor (supervise.c) through `mpirun -np N`, or srun in a Slurm
+ * allocation, with the trainer options. Without mpirun, says how to do it by hand. */
 static char *find_mpirun(const BackendJob *j) {
   long long n = (long long)ir_mesh_devices(&j->graph->mesh);
-  char *mpirun = find_on_path("mpirun");
-  if (!mpirun) mpirun = find_on_path("mpiexec");
+  const char *job = getenv("SLURM_JOB_ID");
+  if (job && *job) { /* inside a Slurm allocation: srun starts the ranks (supervise.c) */
+    char *srun = backend_which("srun");
+    if (!srun)
+      backend_error(&j->diag, NULL, NULL,
+                    "SLURM_JOB_ID is set, and srun was not found on PATH to start the ranks");
+    return srun;
+  }
+  char *mpirun = backend_which("mpirun");
+  if (!mpirun) mpirun = backend_which("mpiexec");
   if (!mpirun)
     backend_error(
         &j->diag, j->file, "/mesh",
@@ -204,42 +196,30 @@ static char *find_mpirun(const BackendJob *j) {
   return mpirun;
 }
 
-static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c, char *mpirun,
-                      int argc, char **argv) {
-  long long n = (long long)ir_mesh_devices(&j->graph->mesh);
+static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c, int argc,
+                      char **argv) {
   const char *tmp = getenv("TMPDIR");
   char *base = backend_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-run-XXXXXX");
-  int rc = 1, signalled = 0;
+  int rc = 1;
   if (!mkdtemp(base)) {
     backend_error(&j->diag, base, NULL, "cannot create a temporary directory for the trainer");
   } else {
     char *exe = backend_join(base, "/", "trainer");
     if (link_trainer(j, o, c, exe) == 0) {
-      char np[32];
-      snprintf(np, sizeof np, "%lld", n);
-      char **args = ir_xcalloc((size_t)argc + 8, sizeof *args);
-      int k = 0;
-      args[k++] = mpirun;
-      args[k++] = "-np";
-      args[k++] = np;
-      if (n > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
-      args[k++] = exe;
-      for (int i = 1; i < argc; i++) args[k++] = argv[i];
-      fflush(stdout);
-      fflush(stderr);
-      rc = backend_spawn_job(args, exe, &signalled);
-      if (rc < 0) {
-        backend_error(&j->diag, mpirun, NULL, "could not start it");
-        rc = 1;
-      }
-      free(args);
+      BackendSupervisor s = {.prog = "axlc run", .same_step = 2, .shrink_after = 2};
+      if (o->supervise) s = *o->supervise;
+      s.trainer = exe;
+      s.ranks = (int)ir_mesh_devices(&j->graph->mesh);
+      s.argc = argc - 1;
+      s.argv = argv + 1;
+      rc = backend_supervise(&s, &j->diag);
       unlink(exe);
     }
     rmdir(base);
     free(exe);
   }
   free(base);
-  return signalled ? 128 + signalled : rc; /* the ranks have saved and said where */
+  return rc;
 }
 
 /* The JIT: compiles in memory and hands the program to the runtime's trainer main. A program
@@ -256,7 +236,7 @@ static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int ar
       spawn ? find_mpirun(j) : NULL; /* before compiling: a missing mpirun costs nothing */
   if (spawn && !mpirun) return 1;
   if (compile_module(j, o, &c, false) == 0 && spawn) {
-    rc = run_mpirun(j, o, &c, mpirun, argc, argv);
+    rc = run_mpirun(j, o, &c, argc, argv);
   } else if (c.module) {
     char err[1024];
     LlvmStepFn step;

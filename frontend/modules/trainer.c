@@ -19,6 +19,8 @@ static const FeField fields[] = {
     F_CHILD("mesh", "{\"kind\": \"device_mesh\"}", "device_mesh", "device mesh axes and shape"),
     F_CHILD("precision", "{\"kind\": \"precision_policy\"}", "precision_policy",
             "mixed precision: dtypes of parameters, compute, gradients, optimizer state"),
+    F_CHILD("lora", "null", "lora|null",
+            "low-rank adapters on the matching projections, the rest of the model frozen"),
     F_INT("max_steps", NULL, FE_ATLEAST(1), "number of training steps"),
     F_INT("seed", "0", FE_ATLEAST(0), "seed of parameter init and data order"),
 };

@@ -6,6 +6,7 @@
  *   checked against central differences of the loss, computed by the
  *   interpreter in double precision, for several elements of every
  *   parameter.
+ * - LoRA: the adapters' gradients by the same differences, and none for the frozen base.
  * - Text round trip: the lowered step graph of every shipped model prints,
  *   parses back, and prints identically.
  *
@@ -25,13 +26,19 @@
 
 static void print_diag(const DrvJob *j) { fe_diag_print(&j->diag, stderr); }
 
-/* Loads `model` (in AXLC_MODELS) shrunk by `sets`, lowered through autodiff and widen_grads. */
-static int load(DrvJob *j, const char *model, const char **sets, int nsets) {
+/* Loads `model` (in AXLC_MODELS) with the modifier models/modifiers/`apply`.json (NULL: none),
+ * shrunk by `sets`, lowered through autodiff and widen_grads. */
+static int load(DrvJob *j, const char *model, const char *apply, const char **sets, int nsets) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", AXLC_MODELS, model);
   FeOptions opt = {0};
   opt.sets = sets;
   opt.nsets = nsets;
+  char mod[1024];
+  snprintf(mod, sizeof mod, "%s/modifiers/%s.json", AXLC_MODELS, apply ? apply : "");
+  const char *mods[1] = {mod};
+  opt.apply = mods;
+  opt.napply = apply != NULL;
   if (drv_load(j, path, &opt) || drv_lower(j, "widen_grads")) {
     print_diag(j);
     return -1;
@@ -89,10 +96,11 @@ static double numeric_grad(IrInterp *it, const FeParam *p, double *vals, int64_t
   return (up - down) / (2 * h);
 }
 
-/* Checks 4 elements of every parameter; returns the worst relative error. */
-static double gradcheck(const char *model, const char **sets, int nsets) {
+/* Checks 4 elements of every parameter that trains (a frozen one must have no gradient);
+ * returns the worst relative error. */
+static double gradcheck_with(const char *model, const char *apply, const char **sets, int nsets) {
   DrvJob j;
-  if (load(&j, model, sets, nsets)) {
+  if (load(&j, model, apply, sets, nsets)) {
     CU_FAIL("model did not load");
     drv_free(&j);
     return INFINITY;
@@ -109,6 +117,10 @@ static double gradcheck(const char *model, const char **sets, int nsets) {
     char gname[1024];
     snprintf(gname, sizeof gname, "grad:%s", p->path);
     IrShape s;
+    CHECK_MSG((ir_graph_output(j.graph, gname) == IR_NONE) == p->frozen,
+              "%s: %s is %s but has %s gradient", model, p->path, p->frozen ? "frozen" : "trained",
+              p->frozen ? "a" : "no");
+    if (p->frozen) continue;
     grads[i] = malloc((size_t)fe_param_numel(p) * sizeof **grads);
     memcpy(grads[i], ir_interp_output(it, 0, gname, &s),
            (size_t)fe_param_numel(p) * sizeof **grads);
@@ -116,6 +128,7 @@ static double gradcheck(const char *model, const char **sets, int nsets) {
   double worst = 0;
   for (int i = 0; i < j.build.nparams; i++) {
     const FeParam *p = &j.build.params[i];
+    if (p->frozen) continue;
     int64_t n = fe_param_numel(p);
     double *grad = grads[i], *vals = malloc((size_t)n * sizeof *vals);
     memcpy(vals, ir_interp_value(it, 0, ir_graph_find(j.graph, IR_PARAMETER, p->path)),
@@ -135,6 +148,21 @@ static double gradcheck(const char *model, const char **sets, int nsets) {
   ir_interp_free(it);
   drv_free(&j);
   return worst;
+}
+
+static double gradcheck(const char *model, const char **sets, int nsets) {
+  return gradcheck_with(model, NULL, sets, nsets);
+}
+
+/* LoRA's adapters (B bound nonzero, so A's gradient is too); the frozen base has none. */
+static void test_gradcheck_lora(void) {
+  const char *sets[] = {"/model/dim=16",        "/model/decoder/num_layers=2",
+                        "/input/seq_len=8",     "/input/global_batch_size=2",
+                        "/model/vocab_size=32", "/lora/rank=2"};
+  printf(" worst %.2e ", gradcheck_with("tiny-lm.json", "lora", sets, 6));
+  const char *gqa[] = {"/input/seq_len=6", "/input/global_batch_size=2",
+                       "/model/decoder/num_layers=1", "/lora/params=.*_proj/weight"};
+  printf(" worst %.2e ", gradcheck_with("fuji-test.json", "lora", gqa, 4));
 }
 
 static void test_gradcheck_tiny_lm(void) {
@@ -290,6 +318,7 @@ int main(void) {
   CU_add_test(s, "gradcheck fuji-test (rope, gqa, swiglu, rms)", test_gradcheck_fuji_test);
   CU_add_test(s, "gradcheck moe", test_gradcheck_moe);
   CU_add_test(s, "gradcheck bf16 compute (fuji-test, moe)", test_gradcheck_bf16);
+  CU_add_test(s, "gradcheck lora adapters (tiny-lm, fuji-test)", test_gradcheck_lora);
   CU_add_test(s, "text round trip of every model's step graph", test_roundtrip_all_models);
   CU_add_test(s, "memory plans of model steps", test_memplan_models);
   CU_add_test(s, "a deep model (500 layers) lowers", test_deep_model);

@@ -175,7 +175,8 @@ precision_auto)
 params_json)
   run params "$MODELS/gpt2-124m.json" --json
   expect_rc 0
-  grep -qx '  "total_params": 124439808' "$T/out" || fail 'no line "total_params": 124439808'
+  grep -qxE '  "total_params": 124439808,?' "$T/out" || fail 'no line "total_params": 124439808'
+  grep -qxE '  "trainable_params": 124439808,?' "$T/out" || fail 'not every parameter trains'
   expect_in "$T/out" '"devices": 1,'
   if command -v python3 >/dev/null 2>&1; then
     python3 -c 'import json,sys; d = json.load(sys.stdin); assert d["total_params"] == 124439808, d["total_params"]; assert sum(p["count"] for p in d["params"]) == 124439808' <"$T/out" \

@@ -246,7 +246,56 @@ static void test_canonical_text(void) {
   fe_diag_free(&d);
 }
 
+/* ---- LoRA on every model -------------------------------------------------------- */
+
+/* The lora modifier adapts the four attention projections of every layer of every shipped
+ * model: A takes the weight's input dim and its partition, B the output dim and its partition,
+ * and everything else is frozen. */
+static void check_lora(const char *name, const char *lora) {
+  const char *apply[2] = {lora, NULL};
+  FeT t;
+  fe_t_resolve(&t, model(name), NULL, apply, NULL);
+  FeBuild b;
+  if (!t.tree || fe_t_params(&t, 0, &b) < 0) {
+    fe_t_fail(__FILE__, __LINE__, "%s with lora.json:\n%s", name, t.msgs);
+    CU_FAIL("lora");
+    fe_t_done(&t);
+    return;
+  }
+  int64_t layers = fe_t_int(t.tree, "/model/decoder/num_layers"), want = 0, got;
+  EXPECT_INT(b.lora.matched, 4 * layers);
+  for (int i = 0; i < b.nparams; i++) {
+    const FeParam *p = &b.params[i];
+    if (!p->adapter) {
+      EXPECT(p->frozen);
+      continue;
+    }
+    EXPECT(!p->frozen);
+    const FeParam *w = &b.params[i - (strstr(p->path, "lora_a") ? 1 : 2)]; /* declared after W */
+    bool a = strstr(p->path, "lora_a") != NULL;
+    EXPECT_INT(p->shape[a ? 0 : 1], w->shape[a ? 0 : 1]);
+    EXPECT_INT(p->shape[a ? 1 : 0], 4);
+    EXPECT_STR(p->spec[a ? 0 : 1], w->spec[a ? 0 : 1]);
+    EXPECT_STR(p->spec[a ? 1 : 0], "");
+    want += fe_param_numel(p);
+  }
+  fe_lora_trainable(&b, &got);
+  EXPECT_INT(got, want);
+  if (!strcmp(name, "llama2-7b.json")) EXPECT_INT(got, 32 * 4 * 4 * (4096 + 4096));
+  fe_build_free(&b);
+  fe_t_done(&t);
+}
+
+static void test_lora_on_every_model(void) {
+  char names[64][256], lora[4096];
+  snprintf(lora, sizeof lora, "%s/modifiers/lora.json", models_dir);
+  int n = list_models(names, 64);
+  EXPECT(n >= 10);
+  for (int i = 0; i < n; i++) check_lora(names[i], lora);
+}
+
 static const FeTCase cases[] = {
+    {"lora_on_every_model", test_lora_on_every_model},
     {"published_counts", test_published_counts},
     {"tiny_lm_with_moe", test_tiny_lm_with_moe},
     {"modifiers_on_every_model", test_modifiers_on_every_model},

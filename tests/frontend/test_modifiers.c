@@ -1,7 +1,7 @@
 /*
  * test_modifiers.c: every modifier kind (set, replace, mesh, remat,
- * partition, precision, microbatch, chain), applied from a config's `modifiers`, from --apply files
- * and from --set, checked on the resolved canonical tree.
+ * partition, precision, microbatch, lora, chain), applied from a config's `modifiers`, from --apply
+ * files and from --set, checked on the resolved canonical tree.
  */
 #include <stdlib.h>
 
@@ -488,6 +488,69 @@ static void test_microbatch(void) {
   fe_t_done(&t);
 }
 
+/* ---- lora ---------------------------------------------------------------- */
+
+static void test_lora(void) {
+  FeT t;
+  resolve_mods(&t, "[{\"kind\": \"lora\", \"rank\": 4}]", NULL, NULL);
+  EXPECT_OK(&t);
+  EXPECT_STR(fe_t_str(t.tree, "/lora/kind"), "lora");
+  EXPECT_INT(fe_t_int(t.tree, "/lora/rank"), 4);
+  EXPECT_STR(fe_t_str(t.tree, "/lora/params"), "(.+/)?[qkvo]_proj/weight");
+  /* tiny: 2 layers x 4 projections, each 64 x 64: A 64 x 4 and B 4 x 64 */
+  FeBuild b;
+  EXPECT_INT(fe_t_params(&t, 0, &b), FE_T_TINY_PARAMS + 2 * 4 * 2 * 64 * 4);
+  int64_t trainable;
+  EXPECT_INT(fe_lora_trainable(&b, &trainable), 16);
+  EXPECT_INT(trainable, 2 * 4 * 2 * 64 * 4);
+  EXPECT(b.lora.scale == 8.0 / 4);
+  int a = fe_param_find(&b, "model/decoder/layer_1/self_attention/v_proj/lora_a");
+  int w = fe_param_find(&b, "model/decoder/layer_1/self_attention/v_proj/weight");
+  EXPECT(a >= 0 && w >= 0 && !b.params[a].frozen && b.params[w].frozen);
+  EXPECT_STR(b.params[a].init, "normal");
+  EXPECT_STR(b.params[a + 1].init, "zeros");
+  fe_build_free(&b);
+  fe_t_done(&t);
+  /* without the modifier nothing is frozen */
+  resolve_mods(&t, "[]", NULL, NULL);
+  EXPECT_INT(fe_t_params(&t, 0, &b), FE_T_TINY_PARAMS);
+  EXPECT_INT(fe_lora_trainable(&b, &trainable), b.nparams);
+  fe_build_free(&b);
+  fe_t_done(&t);
+}
+
+/* A LoRA config the module walk refuses (resolution runs it): the message. */
+static void expect_lora_build_fails(const char *mods, const char *want) {
+  FeT t;
+  resolve_mods(&t, mods, NULL, NULL);
+  EXPECT_FAILS(&t, cfg_file(), want);
+  fe_t_done(&t);
+}
+
+static void test_lora_errors(void) {
+  FeT t;
+  resolve_mods(&t, "[{\"kind\": \"lora\", \"rank\": 0}]", NULL, NULL);
+  EXPECT_FAILS(&t, "/lora/rank: value 0 is out of range (expected 1 to 65536)");
+  fe_t_done(&t);
+  resolve_mods(&t, "[{\"kind\": \"lora\", \"ranks\": 4}]", NULL, NULL);
+  EXPECT_FAILS(&t, "unknown field \"ranks\" for modifier \"lora\"", "did you mean \"rank\"?");
+  fe_t_done(&t);
+  expect_lora_build_fails("[{\"kind\": \"lora\", \"rank\": 65}]",
+                          "/lora/rank: rank 65 is larger than the projection "
+                          "model/decoder/layer_0/self_attention/q_proj/weight (64 x 64) "
+                          "(expected at most 64)");
+  expect_lora_build_fails("[{\"kind\": \"lora\", \"params\": \"wq\"}]",
+                          "/lora/params: the regex \"wq\" matches none of the model's 24 "
+                          "parameters (expected the whole path of projection weights, such as "
+                          "model/decoder/layer_0/self_attention/q_proj/weight)");
+  expect_lora_build_fails("[{\"kind\": \"lora\", \"params\": \"(\"}]",
+                          "/lora/params: \"(\" is not a regular expression");
+  expect_lora_build_fails("[{\"kind\": \"lora\", \"params\": \".*norm.*\"}]",
+                          "/lora/params: the regex matches model/decoder/layer_0/attn_norm/scale, "
+                          "of rank 1 (expected only the 2-D (in, out) weights of linear "
+                          "projections)");
+}
+
 static void test_chain_cycle(void) {
   FeT t;
   fe_t_write("self.json", "{\"kind\": \"chain\", \"modifiers\": [\"self.json\"]}");
@@ -499,9 +562,10 @@ static void test_chain_cycle(void) {
 static void test_modifier_schema(void) {
   FeT t;
   resolve_mods(&t, "[{\"kind\": \"sett\", \"path\": \"/seed\", \"value\": 1}]", NULL, NULL);
-  EXPECT_FAILS(&t, cfg_file(), ": /modifiers/0/kind: unknown modifier kind \"sett\"",
-               "(expected set, replace, mesh, remat, partition, precision, microbatch or chain)",
-               "did you mean \"set\"?");
+  EXPECT_FAILS(
+      &t, cfg_file(), ": /modifiers/0/kind: unknown modifier kind \"sett\"",
+      "(expected set, replace, mesh, remat, partition, precision, microbatch, lora or chain)",
+      "did you mean \"set\"?");
   fe_t_done(&t);
   resolve_mods(&t, "[{\"kind\": \"set\", \"path\": \"/seed\", \"vaule\": 1}]", NULL, NULL);
   EXPECT_FAILS(&t, ": /modifiers/0/vaule: unknown field \"vaule\" for modifier \"set\"",
@@ -537,6 +601,8 @@ static const FeTCase cases[] = {
     {"chain_cycle", test_chain_cycle},
     {"precision", test_precision},
     {"microbatch", test_microbatch},
+    {"lora", test_lora},
+    {"lora_errors", test_lora_errors},
     {"modifier_schema", test_modifier_schema},
 };
 

@@ -55,6 +55,7 @@ static int save(const char *dir, int64_t step, int keep, RtError *err) {
                    4,
                    "fnv1a64:0123456789abcdef",
                    NULL,
+                   NULL,
                    NULL};
   return rt_ckpt_save(dir, &s, keep, err);
 }
@@ -248,7 +249,7 @@ static void test_failed_save_keeps_old(void) {
   Model md;
   model_make(&md, 30);
   md.t[1].name = md.t[0].name; /* a duplicate name: the state file cannot be written */
-  RtCkptState s = {30, 0, 0, NULL, md.t, 4, NULL, NULL, NULL};
+  RtCkptState s = {30, 0, 0, NULL, md.t, 4, NULL, NULL, NULL, NULL};
   CHECK_FAIL(rt_ckpt_save(dir, &s, 1, &err), "appears twice");
   CHECK_FAIL(save(dir, 10, 1, &err), "a complete checkpoint of step 10 already exists");
   CHECK_INT(rt_ckpt_latest(dir, RT_CKPT_ANY, &step, &err), 1);

@@ -1,0 +1,668 @@
+/* supervise.c: a training job that comes back after its failures (`axlc launch`, `axlc run
+ * --target cpu-N`).
+ *
+ * The supervisor starts the trainer's ranks through mpirun, or srun inside a Slurm allocation
+ * (SLURM_JOB_ID), as a job of spawn.c, and reads the job's output as it passes it on: the step
+ * lines of rank 0 say how far the run got, and the launcher's and the trainer's messages say why
+ * it died (a rank killed, a rank the watchdog found stopped, a non-finite loss). A job that fails
+ * is started again with --resume, from the last complete checkpoint of its --ckpt-dir, after a
+ * back-off that doubles while no new checkpoint is made, up to max_restarts; a job that fails
+ * twice at the same step with the same cause (a fault that a restart repeats) is given up. When
+ * failures keep naming one rank, or a Slurm allocation has fewer tasks than the trainer's devices,
+ * the job goes on with fewer ranks (elastic): the trainer's embedded config is compiled by axlc for
+ * the smaller mesh with more microbatches, so the global batch and the data order stay, and the
+ * checkpoint is resharded as it loads. Every failure and recovery is logged, with its cause,
+ * the steps lost and the time from the last sign of life to the first new step. */
+#include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backends/backend.h"
+
+#define MAX_RANKS   4096
+#define BACKOFF_MAX 60.0
+
+/* What one launch's output said. */
+typedef struct Launch {
+  double start, first_at, last_at, alive_at; /* job start; first and last step line; the last
+                                                sign of life (the last step line, else start) */
+  int64_t start_step;                        /* the step it resumed from (0: from scratch) */
+  int64_t first_step, last_step;             /* -1: no step line yet */
+  int64_t bad_step;                          /* the step a non-finite value stopped, or -1 */
+  char cause[512];                           /* why it failed, when the output said */
+  int blamed;                                /* the rank the cause names, or -1 */
+} Launch;
+
+typedef struct Sup {
+  const BackendSupervisor *s;
+  const BackendDiag *d;
+  const char *ckpt_dir;
+  FILE *report;
+  double t0;
+  const char *trainer; /* the current trainer and its ranks */
+  int ranks;
+  char work[PATH_MAX]; /* a temporary directory for elastic trainers, or "" */
+  char *owned;         /* the current trainer when this made it */
+  Launch l;
+  int launches;
+  bool recovering;   /* the next first step ends a recovery */
+  double failed_at;  /* the failed job's last sign of life */
+  double ended_at;   /* when it ended */
+  double *latencies; /* one per recovery */
+  int nlat;
+  int64_t lost;      /* steps run again */
+  double productive; /* seconds of the steps kept */
+  int blame[MAX_RANKS];
+} Sup;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void say(const Sup *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const Sup *u, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: ", u->s->prog);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  fflush(stderr);
+  va_end(ap);
+}
+
+/* Seconds to the millisecond, printed so. */
+static json_object *seconds(double s) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.3f", s);
+  return json_object_new_double_s(round(s * 1e3) / 1e3, buf);
+}
+
+/* One JSON object to the report file, written whole and flushed. */
+static void report(Sup *u, json_object *o) {
+  json_object_object_add(o, "t", seconds(now_s() - u->t0));
+  if (u->report) {
+    fprintf(u->report, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    fflush(u->report);
+  }
+  json_object_put(o);
+}
+
+static json_object *event(const char *name) {
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "event", json_object_new_string(name));
+  return o;
+}
+
+/* ===== the job's output ================================================================ */
+
+/* A step line of rank 0 ("step 12 loss ..."), "resumed from DIR/step_N", and the messages
+ * that say why a job died. The first cause found stands: the later ones are its echoes. */
+static void on_line(void *ctx, int fd, const char *line) {
+  Sup *u = ctx;
+  Launch *l = &u->l;
+  double t = now_s();
+  long long n;
+  int r, sig;
+  const char *p;
+  if (fd == 1 && sscanf(line, "step %lld ", &n) == 1) {
+    if (l->first_step < 0) {
+      l->first_step = n;
+      l->first_at = t;
+      if (u->recovering) {
+        double lat = t - u->failed_at;
+        u->latencies[u->nlat++] = lat;
+        u->recovering = false;
+        say(u,
+            "recovered: step %lld ran %.2f s after the failure's last sign of life (%.2f s to "
+            "notice it, %.2f s to restart)",
+            n, lat, u->ended_at - u->failed_at, t - u->ended_at);
+        json_object *o = event("recovered");
+        json_object_object_add(o, "step", json_object_new_int64(n));
+        json_object_object_add(o, "latency_s", seconds(lat));
+        json_object_object_add(o, "detect_s", seconds(u->ended_at - u->failed_at));
+        json_object_object_add(o, "restart_s", seconds(t - u->ended_at));
+        report(u, o);
+      }
+    }
+    l->last_step = n;
+    l->last_at = l->alive_at = t; /* the last sign of life: a step done */
+    return;
+  }
+  if (fd == 1 && (p = strstr(line, ": resumed from ")) && (p = strrchr(p, '_')) &&
+      sscanf(p, "_%lld", &n) == 1) {
+    l->start_step = n;
+    return;
+  }
+  if (l->cause[0]) return;
+  if ((p = strstr(line, "no answer from rank ")) && sscanf(p, "no answer from rank %d", &r) == 1) {
+    snprintf(l->cause, sizeof l->cause, "rank %d stopped answering (the watchdog)", r);
+    l->blamed = r;
+  } else if ((p = strstr(line, "process rank ")) && sscanf(p, "process rank %d", &r) == 1 &&
+             (p = strstr(line, "exited on signal ")) &&
+             sscanf(p, "exited on signal %d", &sig) == 1) {
+    snprintf(l->cause, sizeof l->cause, "rank %d died of signal %d (%s)", r, sig, strsignal(sig));
+    l->blamed = r;
+  } else if (strstr(line, "srun: error:") && (p = strstr(line, ": task ")) &&
+             sscanf(p, ": task %d:", &r) == 1 && !strstr(line, "Exited with exit code")) {
+    const char *why = strchr(p + 7, ':') + 1; /* after "task N:", which sscanf matched */
+    snprintf(l->cause, sizeof l->cause, "rank %d: %s", r, why + strspn(why, " "));
+    l->blamed = r;
+  } else if ((p = strstr(line, ": not finite; training stopped"))) {
+    const char *q = strstr(line, "step ");
+    snprintf(l->cause, sizeof l->cause, "a non-finite value (%.*s)", q ? (int)(p - q) : 0,
+             q ? q : "");
+    if (q && sscanf(q, "step %lld:", &n) == 1) l->bad_step = n;
+  }
+}
+
+/* ===== launching ======================================================================= */
+
+static bool in_slurm(void) {
+  const char *id = getenv("SLURM_JOB_ID");
+  return id && *id;
+}
+
+/* The launcher's command for the current trainer: srun in a Slurm allocation, else mpirun (or
+ * mpiexec); one rank runs the trainer alone. args is (argc + 12) long; the strings are the
+ * caller's or static. */
+static int launch_argv(Sup *u, char **args, char *np, size_t cap, char *tool, bool resume) {
+  int k = 0;
+  snprintf(np, cap, "%d", u->ranks);
+  if (u->ranks > 1 && in_slurm()) {
+    args[k++] = tool;
+    args[k++] = "-n";
+    args[k++] = np;
+    args[k++] = "--kill-on-bad-exit=1"; /* a dead task ends the step, as under mpirun */
+    const char *type = getenv("SLURM_MPI_TYPE");
+    if (!type || !*type) args[k++] = "--mpi=pmix";
+  } else if (u->ranks > 1) {
+    args[k++] = tool;
+    args[k++] = "-np";
+    args[k++] = np;
+    if (u->ranks > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
+  }
+  args[k++] = (char *)u->trainer;
+  bool has_resume = false;
+  for (int i = 0; i < u->s->argc; i++) {
+    has_resume = has_resume || !strcmp(u->s->argv[i], "--resume");
+    args[k++] = u->s->argv[i];
+  }
+  if (resume && !has_resume) args[k++] = "--resume";
+  args[k] = NULL;
+  return k;
+}
+
+/* ===== elastic: the trainer of a smaller mesh ========================================== */
+
+/* Runs argv with its stdout into the file out; the exit status, or -1. */
+static int run_to_file(char *const *argv, const char *out) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) _exit(127);
+    close(fd);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int64_t json_int_at(json_object *o, const char *a, const char *b, int64_t dflt) {
+  json_object *x, *y;
+  if (!json_object_object_get_ex(o, a, &x) || !json_object_object_get_ex(x, b, &y)) return dflt;
+  return json_object_get_int64(y);
+}
+
+/* The mesh of the config (axes in the order of /mesh/axes, sizes of /mesh/shape; -1: sized by
+ * the device count). 0, or -1 when the config has no such mesh. */
+typedef struct Mesh {
+  int n;
+  char axes[8][16];
+  int64_t shape[8];
+} Mesh;
+
+static int mesh_read(json_object *cfg, Mesh *m) {
+  json_object *mesh, *axes, *shape;
+  if (!json_object_object_get_ex(cfg, "mesh", &mesh) ||
+      !json_object_object_get_ex(mesh, "axes", &axes) ||
+      !json_object_object_get_ex(mesh, "shape", &shape) ||
+      json_object_array_length(axes) != json_object_array_length(shape) ||
+      json_object_array_length(axes) > 8)
+    return -1;
+  m->n = (int)json_object_array_length(axes);
+  for (int i = 0; i < m->n; i++) {
+    snprintf(m->axes[i], sizeof m->axes[i], "%s",
+             json_object_get_string(json_object_array_get_idx(axes, (size_t)i)));
+    m->shape[i] = json_object_get_int64(json_object_array_get_idx(shape, (size_t)i));
+  }
+  return 0;
+}
+
+static bool batch_axis(const char *name) {
+  return !strcmp(name, "data") || !strcmp(name, "expert") || !strcmp(name, "fsdp");
+}
+
+/* The batch shards of mesh m on `devices` devices (a -1 axis sized by them), or 0 when the
+ * mesh does not fit that count. */
+static int64_t batch_shards(const Mesh *m, int64_t devices) {
+  int64_t fixed = 1, shards = 1, free_axis = -1;
+  for (int i = 0; i < m->n; i++)
+    if (m->shape[i] < 0)
+      free_axis = i;
+    else
+      fixed *= m->shape[i];
+  if (fixed <= 0 || devices % fixed) return 0;
+  if (free_axis < 0 && fixed != devices) return 0;
+  for (int i = 0; i < m->n; i++)
+    if (batch_axis(m->axes[i])) shards *= i == free_axis ? devices / fixed : m->shape[i];
+  return shards;
+}
+
+/* A mesh for `to` devices from m on `from`: a -1 axis stays (the target sizes it); else the
+ * batch axes (data, then fsdp, then expert) give up the factor from/to. 0, or -1 when none. */
+static int mesh_shrink(const Mesh *m, int from, int to, Mesh *out) {
+  *out = *m;
+  for (int i = 0; i < m->n; i++)
+    if (m->shape[i] < 0) return batch_shards(out, to) ? 0 : -1;
+  if (from % to) return -1;
+  int64_t f = from / to;
+  static const char *const order[] = {"data", "fsdp", "expert"};
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < m->n; i++)
+      if (!strcmp(m->axes[i], order[k]) && m->shape[i] % f == 0) {
+        out->shape[i] = m->shape[i] / f;
+        return 0;
+      }
+  return -1;
+}
+
+int backend_elastic_plan(const char *config, int from, int to, BackendElasticPlan *plan, char *why,
+                         size_t cap) {
+  json_object *cfg = json_tokener_parse(config);
+  Mesh m, small;
+  int64_t global = json_int_at(cfg, "input", "global_batch_size", 0);
+  int64_t mb = json_int_at(cfg, "learner", "microbatches", 1);
+  int bad = !cfg || mesh_read(cfg, &m) || global <= 0 || mb <= 0;
+  json_object_put(cfg);
+  if (bad) {
+    snprintf(why, cap,
+             "the config has no /mesh/axes and /mesh/shape, /input/global_batch_size "
+             "or /learner/microbatches");
+    return -1;
+  }
+  int64_t s_old = batch_shards(&m, from), s_new = 0;
+  if (!s_old || mesh_shrink(&m, from, to, &small) || !(s_new = batch_shards(&small, to)) ||
+      global % s_new) {
+    snprintf(why, cap, "no mesh of %d ranks keeps this job's global batch of %lld", to,
+             (long long)global);
+    return -1;
+  }
+  /* rows per microbatch and device before: global / s_old / mb; keep it, or the next count
+   * above that divides the rows each device now holds */
+  int64_t rows = global / s_new, k = (mb * s_old + s_new - 1) / s_new;
+  while (k <= rows && rows % k) k++;
+  if (k > rows) {
+    snprintf(why, cap, "no microbatch count divides the %lld rows per device of %d ranks",
+             (long long)rows, to);
+    return -1;
+  }
+  plan->naxes = small.n;
+  memcpy(plan->shape, small.shape, sizeof plan->shape);
+  plan->microbatches = k;
+  plan->global_batch = global;
+  return 0;
+}
+
+/* Compiles the trainer of `to` ranks into the work directory: the config of the current one
+ * with the mesh and microbatches of backend_elastic_plan. 0, -1 when this count does not fit
+ * (said why), -2 on a system failure. */
+static int elastic_compile(Sup *u, const char *config, const char *text, int to, char **exe) {
+  BackendElasticPlan plan;
+  char why[256];
+  if (backend_elastic_plan(text, u->ranks, to, &plan, why, sizeof why)) {
+    say(u, "elastic: %s", why);
+    return -1;
+  }
+  int64_t k = plan.microbatches, global = plan.global_batch;
+  char target[32], setmb[64], shape[256] = "/mesh/shape=[", name[64];
+  snprintf(target, sizeof target, to == 1 ? "cpu" : "cpu-%d", to);
+  snprintf(setmb, sizeof setmb, "/learner/microbatches=%lld", (long long)k);
+  for (int i = 0; i < plan.naxes; i++) /* at most 8 sizes of 20 digits: it fits */
+    snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld%s", i ? "," : "",
+             (long long)plan.shape[i], i + 1 == plan.naxes ? "]" : "");
+  snprintf(name, sizeof name, "/trainer-%d", to);
+  *exe = backend_join(u->work, "", name);
+  char *argv[] = {(char *)u->s->axlc,
+                  "compile",
+                  (char *)config,
+                  "--target",
+                  target,
+                  "--set",
+                  setmb,
+                  "--set",
+                  shape,
+                  "-o",
+                  *exe,
+                  NULL};
+  say(u, "elastic: compiling the job for %d ranks: %s %s %s", to, target, setmb, shape);
+  char log[4096];
+  int rc = backend_spawn_log(argv, log, sizeof log);
+  if (rc != 0) {
+    say(u, "elastic: the job does not compile for %d ranks (axlc compile exited %d)", to, rc);
+    free(*exe);
+    *exe = NULL;
+    return rc < 0 ? -2 : -1;
+  }
+  json_object *o = event("shrink");
+  json_object_object_add(o, "from", json_object_new_int(u->ranks));
+  json_object_object_add(o, "to", json_object_new_int(to));
+  json_object_object_add(o, "microbatches", json_object_new_int64(k));
+  json_object_object_add(o, "global_batch", json_object_new_int64(global));
+  report(u, o);
+  say(u,
+      "elastic: going on with %d ranks instead of %d: %lld microbatches, global batch %lld "
+      "kept",
+      to, u->ranks, (long long)k, (long long)global);
+  return 0;
+}
+
+/* Goes on with the largest rank count below `below` and at least min_ranks that the job
+ * compiles for. 0, or -1 (said why). */
+static int elastic_shrink(Sup *u, int below) {
+  int min = u->s->min_ranks > 0 ? u->s->min_ranks : u->ranks;
+  if (!u->work[0]) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(u->work, sizeof u->work, "%s/axlc-launch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(u->work)) {
+      say(u, "elastic: %s: cannot create a temporary directory: %s", u->work, strerror(errno));
+      u->work[0] = 0;
+      return -1;
+    }
+  }
+  char *config = backend_join(u->work, "/", "config.json");
+  char *argv[] = {(char *)u->trainer, "--config", NULL};
+  json_object *cfg = NULL;
+  if (run_to_file(argv, config) != 0 || !(cfg = json_object_from_file(config))) {
+    say(u, "elastic: %s --config did not give the job's config", u->trainer);
+    unlink(config);
+    free(config);
+    return -1;
+  }
+  char *text = ir_xstrdup(json_object_to_json_string(cfg));
+  int rc = -1;
+  for (int to = below; to >= min && to >= 1 && rc == -1; to--) {
+    char *exe = NULL;
+    rc = elastic_compile(u, config, text, to, &exe);
+    if (rc == 0) {
+      if (u->owned) unlink(u->owned); /* the trainer of an earlier shrink */
+      free(u->owned);
+      u->owned = exe;
+      u->trainer = exe;
+      u->ranks = to;
+      memset(u->blame, 0, sizeof u->blame);
+    }
+  }
+  if (rc) say(u, "elastic: no mesh of %d to %d ranks fits the job", min, below);
+  free(text);
+  json_object_put(cfg);
+  unlink(config);
+  free(config);
+  return rc ? -1 : 0;
+}
+
+/* ===== the loop ======================================================================= */
+
+/* The steps kept from a launch that ran from start_step to `kept` (the next start), timed by
+ * the mean interval of its step lines. */
+static void count_kept(Sup *u, int64_t kept) {
+  Launch *l = &u->l;
+  if (l->last_step > l->first_step && kept > l->start_step)
+    u->productive += (double)(kept - l->start_step) * (l->last_at - l->first_at) /
+                     (double)(l->last_step - l->first_step);
+}
+
+/* Sleeps `s` seconds unless SIGINT, SIGTERM or SIGHUP comes: that signal, or 0. */
+static int backoff_wait(double s) {
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigprocmask(SIG_BLOCK, &set, &old);
+  struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+  int sig = sigtimedwait(&set, NULL, &ts);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  return sig > 0 ? sig : 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void summary(Sup *u, int status, int restarts) {
+  double wall = now_s() - u->t0, med = 0, worst = 0;
+  if (u->nlat) {
+    qsort(u->latencies, (size_t)u->nlat, sizeof *u->latencies, cmp_double);
+    med = u->nlat % 2 ? u->latencies[u->nlat / 2]
+                      : (u->latencies[u->nlat / 2 - 1] + u->latencies[u->nlat / 2]) / 2;
+    worst = u->latencies[u->nlat - 1];
+  }
+  double goodput = wall > 0 ? 100 * u->productive / wall : 0;
+  if (restarts)
+    say(u,
+        "%d restart%s; recovery latency median %.2f s, worst %.2f s; %lld step%s lost; goodput "
+        "%.1f%% (the time of the steps kept over %.1f s of wall time)",
+        restarts, restarts == 1 ? "" : "s", med, worst, (long long)u->lost, u->lost == 1 ? "" : "s",
+        goodput, wall);
+  json_object *o = event("end");
+  json_object_object_add(o, "status", json_object_new_int(status));
+  json_object_object_add(o, "restarts", json_object_new_int(restarts));
+  json_object_object_add(o, "ranks", json_object_new_int(u->ranks));
+  json_object_object_add(o, "steps_lost", json_object_new_int64(u->lost));
+  json_object_object_add(o, "latency_median_s", seconds(med));
+  json_object_object_add(o, "latency_worst_s", seconds(worst));
+  json_object_object_add(o, "wall_s", seconds(wall));
+  json_object_object_add(o, "goodput", seconds(goodput / 100));
+  report(u, o);
+}
+
+/* One launch of the current trainer: its exit status; *signalled as backend_spawn_job. */
+static int launch_once(Sup *u, bool resume, int *signalled) {
+  char np[32];
+  char *tool = NULL;
+  if (u->ranks > 1) {
+    tool = in_slurm() ? backend_which("srun") : backend_which("mpirun");
+    if (!tool && !in_slurm()) tool = backend_which("mpiexec");
+    if (!tool) {
+      backend_error(u->d, NULL, NULL, "%s was not found on PATH", in_slurm() ? "srun" : "mpirun");
+      return -1;
+    }
+  }
+  char **args = ir_xcalloc((size_t)u->s->argc + 12, sizeof *args);
+  launch_argv(u, args, np, sizeof np, tool, resume);
+  memset(&u->l, 0, sizeof u->l);
+  u->l.first_step = u->l.last_step = u->l.bad_step = -1;
+  u->l.blamed = -1;
+  u->l.start = u->l.alive_at = now_s();
+  u->launches++;
+  json_object *o = event("launch");
+  json_object_object_add(o, "launch", json_object_new_int(u->launches));
+  json_object_object_add(o, "ranks", json_object_new_int(u->ranks));
+  json_object_object_add(o, "launcher", json_object_new_string(args[0]));
+  report(u, o);
+  BackendLines lines = {on_line, u};
+  int rc = backend_spawn_job_lines(args, u->trainer, &lines, signalled);
+  if (rc < 0) backend_error(u->d, args[0], NULL, "could not start it");
+  free(args);
+  free(tool);
+  return rc;
+}
+
+/* After a failed launch: 0 to restart (after the back-off, with the ranks it decided), or the
+ * exit status to end with. */
+typedef struct Streak {
+  int restarts, same, fails_no_ckpt;
+  char last_cause[512];
+  int64_t last_fail_step, last_ckpt;
+} Streak;
+
+static int after_failure(Sup *u, int rc, Streak *k) {
+  Launch *l = &u->l;
+  u->ended_at = now_s();
+  u->failed_at = l->alive_at;
+  if (!l->cause[0])
+    snprintf(l->cause, sizeof l->cause,
+             rc > 128 ? "the launcher died of signal %d" : "the job exited with status %d",
+             rc > 128 ? rc - 128 : rc);
+  int64_t reached = l->last_step >= 0 ? l->last_step : l->start_step, ckpt = 0;
+  if (l->bad_step > reached) reached = l->bad_step; /* it ran, and printed no step line */
+  RtError err;
+  if (rt_ckpt_latest(u->ckpt_dir, RT_CKPT_ANY, &ckpt, &err) < 0) ckpt = 0;
+  int64_t lost = reached > ckpt ? reached - ckpt : 0;
+  count_kept(u, ckpt);
+  bool again = reached == k->last_fail_step && !strcmp(l->cause, k->last_cause);
+  k->same = again ? k->same + 1 : 1; /* the same failure at the same step */
+  snprintf(k->last_cause, sizeof k->last_cause, "%s", l->cause);
+  k->fails_no_ckpt = ckpt > k->last_ckpt ? 1 : k->fails_no_ckpt + 1;
+  k->last_fail_step = reached;
+  k->last_ckpt = ckpt;
+  json_object *o = event("failure");
+  json_object_object_add(o, "launch", json_object_new_int(u->launches));
+  json_object_object_add(o, "cause", json_object_new_string(l->cause));
+  json_object_object_add(o, "rank", json_object_new_int(l->blamed));
+  json_object_object_add(o, "status", json_object_new_int(rc));
+  json_object_object_add(o, "step", json_object_new_int64(reached));
+  json_object_object_add(o, "checkpoint", json_object_new_int64(ckpt));
+  json_object_object_add(o, "steps_lost", json_object_new_int64(lost));
+  report(u, o);
+  say(u, "the job failed at step %lld: %s; %s %lld (%lld step%s lost)", (long long)reached,
+      l->cause, ckpt ? "the last complete checkpoint is step" : "no checkpoint yet: from step",
+      (long long)ckpt, (long long)lost, lost == 1 ? "" : "s");
+  if (u->launches == 1 && l->first_step < 0 && l->blamed < 0) {
+    say(u, "it failed before its first step, with no rank lost: a restart would fail the same "
+           "way; not restarting");
+    return rc ? rc : 1;
+  }
+  if (k->same >= u->s->same_step) {
+    say(u, "the job failed %d times at step %lld: a restart repeats this failure; giving up",
+        k->same, (long long)reached);
+    return rc ? rc : 1;
+  }
+  if (k->restarts >= u->s->max_restarts) {
+    say(u, "%d restart%s used (--max-restarts %d); giving up", k->restarts,
+        k->restarts == 1 ? "" : "s", u->s->max_restarts);
+    return rc ? rc : 1;
+  }
+  u->lost += lost;
+  int min = u->s->min_ranks > 0 ? u->s->min_ranks : u->ranks;
+  if (l->blamed >= 0 && l->blamed < MAX_RANKS && ++u->blame[l->blamed] >= u->s->shrink_after &&
+      min < u->ranks) {
+    say(u, "rank %d failed %d times: going on without it", l->blamed, u->blame[l->blamed]);
+    if (elastic_shrink(u, u->ranks - 1)) return rc ? rc : 1;
+  }
+  double delay = u->s->backoff * pow(2, k->fails_no_ckpt - 1);
+  if (delay > BACKOFF_MAX) delay = BACKOFF_MAX;
+  k->restarts++;
+  say(u, "restart %d of %d in %.1f s, from step %lld", k->restarts, u->s->max_restarts, delay,
+      (long long)ckpt);
+  int sig = backoff_wait(delay);
+  if (sig) {
+    say(u, "%s during the back-off: not restarting", strsignal(sig));
+    return 128 + sig;
+  }
+  u->recovering = true;
+  return 0;
+}
+
+/* The --ckpt-dir among the trainer's options, or NULL. */
+static const char *ckpt_dir_arg(const BackendSupervisor *s) {
+  const char *dir = NULL;
+  for (int i = 0; i < s->argc; i++)
+    if (!strncmp(s->argv[i], "--ckpt-dir=", 11))
+      dir = s->argv[i] + 11;
+    else if (!strcmp(s->argv[i], "--ckpt-dir") && i + 1 < s->argc)
+      dir = s->argv[i + 1];
+  return dir;
+}
+
+/* The tasks of the Slurm allocation: fewer than the trainer's devices shrink the job, when
+ * min_ranks allows. 0, or -1 reported. */
+static int fit_allocation(Sup *u) {
+  const char *n = getenv("SLURM_NTASKS");
+  if (!in_slurm() || !n || atoi(n) <= 0 || atoi(n) >= u->ranks) return 0;
+  int tasks = atoi(n), min = u->s->min_ranks > 0 ? u->s->min_ranks : u->ranks;
+  if (tasks < min)
+    return backend_error(u->d, NULL, NULL,
+                         "the Slurm allocation has %d tasks (SLURM_NTASKS) and the trainer runs "
+                         "on %d ranks (expected --min-ranks %d or less to go on with fewer)",
+                         tasks, u->ranks, tasks);
+  say(u, "the allocation has %d tasks for a trainer of %d ranks", tasks, u->ranks);
+  if (elastic_shrink(u, tasks))
+    return backend_error(u->d, NULL, NULL, "no smaller mesh for %d tasks", tasks);
+  return 0;
+}
+
+int backend_supervise(const BackendSupervisor *s, const BackendDiag *d) {
+  static Sup u; /* large (blame counts); one supervisor per process */
+  memset(&u, 0, sizeof u);
+  u.s = s;
+  u.d = d;
+  u.t0 = now_s();
+  u.trainer = s->trainer;
+  u.ranks = s->ranks;
+  u.ckpt_dir = ckpt_dir_arg(s);
+  if (s->max_restarts > 0 && !u.ckpt_dir) {
+    backend_error(d, NULL, NULL,
+                  "%s: restarts continue from checkpoints: expected --ckpt-dir DIR among the "
+                  "trainer's options (or --max-restarts 0)",
+                  s->prog);
+    return 1;
+  }
+  if (s->report && !(u.report = fopen(s->report, "w"))) {
+    backend_error(d, s->report, NULL, "cannot write the report: %s", strerror(errno));
+    return 1;
+  }
+  u.latencies = ir_xcalloc((size_t)s->max_restarts + 1, sizeof *u.latencies);
+  Streak k = {.last_fail_step = -1, .last_ckpt = -1};
+  int status = fit_allocation(&u) ? 1 : -1;
+  while (status < 0) {
+    int signalled = 0;
+    int rc = launch_once(&u, k.restarts > 0, &signalled);
+    if (rc < 0) {
+      status = 1;
+    } else if (signalled) {
+      status = 128 + signalled; /* the ranks have saved and said where */
+    } else if (rc == 0) {
+      count_kept(&u, u.l.last_step);
+      status = 0;
+    } else {
+      int end = after_failure(&u, rc, &k);
+      if (end) status = end;
+    }
+  }
+  summary(&u, status, k.restarts);
+  if (u.report) fclose(u.report);
+  if (u.owned) unlink(u.owned);
+  if (u.work[0]) rmdir(u.work);
+  free(u.owned);
+  free(u.latencies);
+  return status;
+}

@@ -1,0 +1,105 @@
+/* test_elastic.c: the mesh and microbatches of a job on fewer ranks (backends/supervise.c:
+ * backend_elastic_plan), on configs shaped as a trainer's --config prints them.
+ *
+ * - A -1 axis (the CPU mesh rule's data axis) stays, and the microbatches rise by the factor
+ *   the batch shards fell (4 -> 2 ranks: 1 -> 2).
+ * - A mesh of fixed sizes gives up the factor on data, then fsdp, then expert; model stays.
+ * - A count that does not hold the rows of a microbatch takes the next that divides the rows
+ *   per device; one whose batch shards do not divide the global batch, a mesh with no batch
+ *   axis to shrink, and a config without a mesh are refused with the reason.
+ * Runs without LLVM or MPI.
+ */
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "tests/cunit_check.h"
+
+#define CHECK_EQ(a, b)                                                                             \
+  CHECK_MSG((long long)(a) == (long long)(b), "%s == %s: %lld, expected %lld", #a, #b,             \
+            (long long)(a), (long long)(b))
+
+/* A config of mesh `shape`, global batch `gb`, `mb` microbatches. */
+static const char *config(const char *shape, int gb, int mb) {
+  static char buf[512];
+  snprintf(buf, sizeof buf,
+           "{\"input\": {\"global_batch_size\": %d, \"kind\": \"lm_input\"}, \"learner\": "
+           "{\"microbatches\": %d}, \"mesh\": {\"axes\": [\"pipeline\", \"data\", \"expert\", "
+           "\"fsdp\", \"seq\", \"model\"], \"kind\": \"device_mesh\", \"shape\": %s}}",
+           gb, mb, shape);
+  return buf;
+}
+
+/* The plan's shape as "[a,b,...]". */
+static const char *shape_of(const BackendElasticPlan *p) {
+  static char buf[128];
+  size_t n = (size_t)snprintf(buf, sizeof buf, "[");
+  for (int i = 0; i < p->naxes; i++)
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%lld", i ? "," : "", (long long)p->shape[i]);
+  snprintf(buf + n, sizeof buf - n, "]");
+  return buf;
+}
+
+static void plan_ok(const char *cfg, int from, int to, const char *shape, int mb) {
+  BackendElasticPlan p;
+  char why[256] = "";
+  int rc = backend_elastic_plan(cfg, from, to, &p, why, sizeof why);
+  CHECK_MSG(rc == 0, "%d -> %d: refused: %s", from, to, why);
+  if (rc) return;
+  CHECK_MSG(!strcmp(shape_of(&p), shape), "%d -> %d: mesh %s, expected %s", from, to, shape_of(&p),
+            shape);
+  CHECK_EQ(p.microbatches, mb);
+}
+
+static void plan_refused(const char *cfg, int from, int to, const char *reason) {
+  BackendElasticPlan p;
+  char why[256] = "";
+  CHECK_EQ(backend_elastic_plan(cfg, from, to, &p, why, sizeof why), -1);
+  CHECK_MSG(strstr(why, reason) != NULL, "%d -> %d: '%s', expected '%s'", from, to, why, reason);
+}
+
+static void test_free_axis(void) {
+  plan_ok(config("[1,-1,1,1,1,1]", 8, 1), 4, 2, "[1,-1,1,1,1,1]", 2);
+  plan_ok(config("[1,-1,1,1,1,1]", 8, 1), 4, 1, "[1,-1,1,1,1,1]", 4);
+  plan_ok(config("[1,-1,1,1,1,1]", 8, 2), 2, 1, "[1,-1,1,1,1,1]", 4);
+  plan_refused(config("[1,-1,1,1,1,1]", 8, 1), 4, 3,
+               "no mesh of 3 ranks keeps this job's global "
+               "batch of 8");
+}
+
+static void test_fixed_mesh(void) {
+  plan_ok(config("[1,2,1,1,1,2]", 8, 1), 4, 2, "[1,1,1,1,1,2]", 2);
+  plan_ok(config("[1,1,1,4,1,1]", 8, 1), 4, 2, "[1,1,1,2,1,1]", 2);
+  plan_ok(config("[1,1,2,2,1,1]", 8, 1), 4, 2, "[1,1,2,1,1,1]", 2); /* fsdp before expert */
+  plan_refused(config("[1,1,1,1,1,4]", 8, 1), 4, 2, "no mesh of 2 ranks");
+  plan_refused(config("[1,2,1,1,1,2]", 8, 1), 4, 3, "no mesh of 3 ranks");
+}
+
+static void test_rounding(void) {
+  /* 4 ranks, 15 rows each in 5 microbatches of 3; on 3 ranks 20 rows: 7 does not divide them,
+   * nor 8 or 9; 10 microbatches of 2 rows */
+  plan_ok(config("[1,-1,1,1,1,1]", 60, 5), 4, 3, "[1,-1,1,1,1,1]", 10);
+  plan_ok(config("[1,-1,1,1,1,1]", 12, 1), 4, 3, "[1,-1,1,1,1,1]", 2);
+}
+
+static void test_bad_config(void) {
+  plan_refused("{\"input\": {\"global_batch_size\": 8}}", 4, 2, "the config has no /mesh");
+  plan_refused("not json", 4, 2, "the config has no /mesh");
+  plan_refused(config("[1,-1,1,1,1,1]", 0, 1), 4, 2, "/input/global_batch_size");
+}
+
+int main(void) {
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite s = CU_add_suite("backend_elastic", NULL, NULL);
+  CU_add_test(s, "a -1 axis: the target sizes it", test_free_axis);
+  CU_add_test(s, "fixed sizes: data, then fsdp, then expert", test_fixed_mesh);
+  CU_add_test(s, "microbatches: the next count that divides", test_rounding);
+  CU_add_test(s, "configs without what the plan needs", test_bad_config);
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  int fails = (int)CU_get_number_of_failures();
+  CU_cleanup_registry();
+  return fails ? 1 : 0;
+}

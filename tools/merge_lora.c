@@ -1,0 +1,189 @@
+/*
+ * merge_lora.c: `axlc convert MODEL.json --apply lora --merge-lora IN [--base BASE] -o OUT`.
+ *
+ * Folds a LoRA run's adapters into its base: every adapted weight becomes
+ *
+ *   W' = W + (alpha / r) A B          A = lora_a (in, r), B = lora_b (r, out)
+ *
+ * and OUT holds the model's other parameters as they were, under their paths and without any
+ * adapter: a plain weights file that the model without /lora starts from (--init) and that
+ * `axlc convert --to hf` publishes. The config (with the same /lora) says which weights have
+ * adapters and the scale. IN is a LoRA run's checkpoint (a checkpoint directory: its newest
+ * checkpoint, which holds only the adapters) or a safetensors file (an interpreter's --dump,
+ * which holds the base too, or a step's state file); the base weights come from --base when
+ * given, else from IN. Every problem is said with the file and the tensor; nothing is written
+ * then.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "frontend/frontend.h"
+#include "runtime/axrt.h"
+#include "tools/plot.h"
+
+/* A weights source: a safetensors file or an opened checkpoint. */
+typedef struct Weights {
+  const char *path;
+  RtSt *st;
+  RtCkpt *ck;
+} Weights;
+
+static int weights_open(Weights *w, const char *path) {
+  RtError err;
+  struct stat sb;
+  memset(w, 0, sizeof *w);
+  w->path = path;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    RtError damage;
+    int found = rt_ckpt_open_latest(&w->ck, path, &damage, &err);
+    if (found == 0)
+      rt_error_set(&err,
+                   "%s: a directory without a checkpoint that verifies (expected a "
+                   "checkpoint directory or a safetensors file)",
+                   path);
+    if (found == 1) return 0;
+  } else if (rt_st_open(&w->st, path, &err) == 0) {
+    if (!rt_st_meta(w->st, "axlc.regions")) {
+      rt_st_dump_as_weights(w->st); /* an interpreter's --dump: its new parameters */
+      return 0;
+    }
+    rt_error_set(&err,
+                 "%s: one rank's file of a sharded checkpoint (expected its checkpoint "
+                 "directory)",
+                 path);
+    rt_st_close(w->st);
+    w->st = NULL;
+  }
+  fprintf(stderr, "error: %s\n", err.msg);
+  return -1;
+}
+
+static void weights_close(Weights *w) {
+  rt_st_close(w->st);
+  rt_ckpt_close(w->ck);
+}
+
+static bool weights_has(const Weights *w, const char *name) {
+  return w->st ? rt_st_find(w->st, name) != NULL : rt_ckpt_find(w->ck, name) != NULL;
+}
+
+/* Parameter p of the table, whole, as f32 (malloc'd), or NULL after saying why. */
+static float *weights_read(const Weights *w, const FeParam *p, const char *missing_hint) {
+  if (!weights_has(w, p->path)) {
+    fprintf(stderr, "error: --merge-lora: %s has no tensor '%s'%s\n", w->path, p->path,
+            missing_hint);
+    return NULL;
+  }
+  int64_t n = fe_param_numel(p);
+  float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+  RtError err;
+  int rc = !x ? rt_error_set(&err, "%s: out of memory for %lld elements", p->path, (long long)n)
+           : w->st ? rt_st_read_f32(w->st, p->path, p->shape, p->rank, x, &err)
+                   : rt_ckpt_read_f32(w->ck, p->path, p->shape, p->rank, NULL, NULL, x, &err);
+  if (rc == 0) return x;
+  fprintf(stderr, "error: --merge-lora: %s\n", err.msg);
+  free(x);
+  return NULL;
+}
+
+/* The adapter `name` ("lora_a") beside weight p ("X/weight" -> "X/lora_a"), or -1. */
+static int adapter_of(const FeBuild *b, const FeParam *p, const char *name) {
+  size_t len = strlen(p->path);
+  if (len < 7 || strcmp(p->path + len - 7, "/weight") != 0) return -1;
+  char *path = fe_asprintf("%.*s/%s", (int)(len - 7), p->path, name);
+  int i = fe_param_find(b, path);
+  free(path);
+  return i;
+}
+
+/* w (in, out) += scale * a (in, r) b (r, out), each sum in double. */
+static void fold(float *w, const float *a, const float *bm, int64_t in, int64_t r, int64_t out,
+                 double scale) {
+  for (int64_t i = 0; i < in; i++)
+    for (int64_t j = 0; j < out; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < r; k++) s += (double)a[i * r + k] * bm[k * out + j];
+      w[i * out + j] = (float)(w[i * out + j] + scale * s);
+    }
+}
+
+/* The merged value of base parameter p (malloc'd), or NULL after saying why. */
+static float *merged(const FeBuild *b, const FeParam *p, const Weights *in, const Weights *base) {
+  static const char hint[] = " (a LoRA checkpoint holds only the adapters: pass the base weights "
+                             "the run started from with --base BASE.safetensors)";
+  float *w = weights_read(base, p, base == in ? hint : "");
+  int ia = adapter_of(b, p, "lora_a"), ib = adapter_of(b, p, "lora_b");
+  if (!w || ia < 0) return w;
+  const FeParam *pa = &b->params[ia], *pb = &b->params[ib];
+  float *a = weights_read(in, pa, ""), *bm = a ? weights_read(in, pb, "") : NULL;
+  if (bm) fold(w, a, bm, p->shape[0], pa->shape[1], p->shape[1], b->lora.scale);
+  free(a);
+  if (!bm) free(w);
+  float *r = bm ? w : NULL;
+  free(bm);
+  return r;
+}
+
+/* -1 (said) when IN holds no adapter at all: the usual mistake is a base checkpoint. */
+static int check_has_adapters(const FeBuild *b, const Weights *in) {
+  const char *first = NULL;
+  for (int i = 0; i < b->nparams; i++) {
+    if (!b->params[i].adapter) continue;
+    if (weights_has(in, b->params[i].path)) return 0;
+    if (!first) first = b->params[i].path;
+  }
+  fprintf(stderr,
+          "error: --merge-lora: %s holds no LoRA adapters (no tensor '%s'; expected a LoRA "
+          "run's checkpoint or --dump)\n",
+          in->path, first ? first : "?");
+  return -1;
+}
+
+static int write_merged(const FeBuild *b, const Weights *in, const Weights *base, const char *out) {
+  RtTensor *ts = calloc((size_t)b->nparams + 1, sizeof *ts);
+  int n = 0, rc = ts ? 0 : -1;
+  for (int i = 0; i < b->nparams && rc == 0; i++) {
+    const FeParam *p = &b->params[i];
+    if (p->adapter) continue;
+    RtTensor *t = &ts[n++];
+    *t = (RtTensor){.name = p->path, .dtype = RT_DT_F32, .ndim = p->rank};
+    memcpy(t->shape, p->shape, sizeof(int64_t) * (size_t)p->rank);
+    t->data = merged(b, p, in, base);
+    if (!t->data) rc = -1;
+  }
+  RtError err;
+  if (rc == 0 && rt_st_write(out, ts, n, NULL, 0, NULL, NULL, &err) != 0) {
+    fprintf(stderr, "error: -o %s: %s\n", out, err.msg);
+    rc = -1;
+  }
+  for (int i = 0; i < n; i++) free((void *)ts[i].data);
+  free(ts);
+  return rc;
+}
+
+int merge_lora(const FeBuild *b, const char *model, const char *in, const char *base,
+               const char *out) {
+  if (!b->lora.node) {
+    fprintf(stderr,
+            "error: --merge-lora: %s has no /lora (expected the config the adapters were "
+            "trained with: add --apply lora and the run's --set /lora/...)\n",
+            model);
+    return -1;
+  }
+  Weights win, wbase;
+  if (weights_open(&win, in)) return -1;
+  int rc = check_has_adapters(b, &win);
+  bool own_base = base != NULL && rc == 0;
+  if (own_base && weights_open(&wbase, base)) {
+    own_base = false;
+    rc = -1;
+  }
+  if (rc == 0) rc = write_merged(b, &win, own_base ? &wbase : &win, out);
+  if (rc == 0)
+    printf("merged the adapters of %d projections (scale %g) into %s\n", b->lora.matched,
+           b->lora.scale, out);
+  if (own_base) weights_close(&wbase);
+  weights_close(&win);
+  return rc;
+}
