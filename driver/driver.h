@@ -151,7 +151,7 @@ typedef struct DrvMemFix {
 } DrvMemFix;
 
 typedef struct DrvMemFixes {
-  DrvMemFix fix[8];
+  DrvMemFix fix[12];
   int n;
 } DrvMemFixes;
 

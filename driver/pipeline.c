@@ -218,16 +218,18 @@ static int shard_mesh(DrvJob *j, IrMesh *m) {
   return 0;
 }
 
-/* The axes of m that split the batch (FE_AXIS_BATCH), major first in the order of fe_axes
- * (data, fsdp), whatever order the mesh lists them in, and the expert axis minor: expert
- * dispatch moves that axis from the batch to the experts by an all_to_all, and each device then
- * keeps a contiguous chunk of rows (its data x fsdp share) instead of gathering the batch. */
-static void batch_axes(const IrMesh *m, uint8_t *axes) {
+/* The axes of m with role `role` (FE_AXIS_BATCH: they split the batch; FE_AXIS_SEQUENCE: the
+ * sequence), major first in the order of fe_axes (data, fsdp), whatever order the mesh lists
+ * them in, and the expert axis minor: expert dispatch moves that axis from the batch to the
+ * experts by an all_to_all, and each device then keeps a contiguous chunk of rows (its data x
+ * fsdp share) instead of gathering the batch. */
+static void role_axes(const IrMesh *m, unsigned role, uint8_t *axes) {
   int n = 0;
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < fe_naxes && n < IR_MAX_SPLIT_AXES; i++) {
-      bool batch = fe_axes[i].roles & FE_AXIS_BATCH, expert = fe_axes[i].roles & FE_AXIS_EXPERTS;
-      if (!batch || expert != (pass == 1)) continue; /* the expert axis in the second pass */
+      bool expert = fe_axes[i].roles & FE_AXIS_EXPERTS;
+      if (!(fe_axes[i].roles & role) || expert != (pass == 1))
+        continue; /* the expert axis in the second pass */
       int a = ir_mesh_axis(m, fe_axes[i].name);
       if (a >= 0) axes[n++] = (uint8_t)(a + 1);
     }
@@ -244,8 +246,8 @@ static void spec_axes(const IrMesh *m, const char *spec, uint8_t *axes) {
   }
 }
 
-/* The shard pass's leaves: every parameter by its partition spec, and the batch (dim 0 of ids
- * and targets) over the axes that split it. */
+/* The shard pass's leaves: every parameter by its partition spec, and ids and targets (B, T):
+ * the batch over the axes that split it, the sequence over the seq axes. */
 static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n) {
   PassShardLeaf *l = ir_xcalloc((size_t)j->build.nparams + 2, sizeof *l);
   for (int i = 0; i < j->build.nparams; i++) {
@@ -254,7 +256,8 @@ static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n)
     for (int d = 0; d < p->rank; d++) spec_axes(m, p->spec[d], l[i].split.axes[d]);
   }
   IrSplit batch = {0};
-  batch_axes(m, batch.axes[0]);
+  role_axes(m, FE_AXIS_BATCH, batch.axes[0]);
+  role_axes(m, FE_AXIS_SEQUENCE, batch.axes[1]);
   l[j->build.nparams] = (PassShardLeaf){"ids", batch};
   l[j->build.nparams + 1] = (PassShardLeaf){"targets", batch};
   *n = j->build.nparams + 2;
@@ -388,6 +391,7 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   int rc = shard_mesh(j, &shard.mesh);
   if (rc == 0) leaves = shard_leaves(j, &shard.mesh, &shard.nleaves);
   shard.leaves = leaves;
+  shard.sequence_parallel = fe_get_bool(fe_get_child(j->cfg, "mesh"), "sequence_parallel");
   po.shard = &shard;
   RematScopes scopes = {0};
   if (rc == 0) remat_scopes_walk(&scopes, j->cfg, "");

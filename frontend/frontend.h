@@ -333,7 +333,7 @@ enum {
   FE_AXIS_BATCH = 1 << 0,     /* splits the global batch (dim 0 of ids and targets) */
   FE_AXIS_PARAMS = 1 << 1,    /* the shipped rules split parameters over it (fsdp, model) */
   FE_AXIS_EXPERTS = 1 << 2,   /* carries a MoE's experts (expert_axis) */
-  FE_AXIS_SEQUENCE = 1 << 3,  /* splits the sequence */
+  FE_AXIS_SEQUENCE = 1 << 3,  /* splits the sequence (dim 1 of ids and targets) */
   FE_AXIS_PIPELINE = 1 << 4,  /* carries pipeline stages */
   FE_AXIS_SUPPORTED = 1 << 5, /* the shard pass and the runtime can split over it */
 };
@@ -348,6 +348,8 @@ extern const int fe_naxes;
 const FeAxis *fe_axis(const char *name);
 /* Devices the global batch is split over: the product of the mesh's FE_AXIS_BATCH axes. */
 int64_t fe_batch_split(const FeMesh *m);
+/* Devices the sequence is split over: the product of the mesh's FE_AXIS_SEQUENCE axes. */
+int64_t fe_seq_split(const FeMesh *m);
 /* Devices a '|'-joined list of mesh axes spans. */
 int64_t fe_spec_split(const FeMesh *m, const char *spec);
 int fe_dtype_bytes(const char *dtype);

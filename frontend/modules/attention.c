@@ -72,7 +72,8 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   if (check_heads(b, node, cfg, in, &heads, &kv)) return -1;
   if (fe_build_child(b, node, "rope", cfg, prm, in)) return -1;
   int64_t hd = in->dim / heads;
-  int64_t scores[4] = {in->batch, heads, in->seq_len, in->seq_len}; /* (B, N, T, T) */
+  /* (B, N, T, T); a seq axis keeps each device's T/c queries against all T keys */
+  int64_t scores[4] = {in->batch, heads, in->seq_len / fe_seq_split(&b->mesh), in->seq_len};
   fe_step_tensor(b, "the attention scores", "batch x heads x seq x seq", 4, scores,
                  fe_get_child(b->root, "input"), "/input", "seq_len");
   if (proj(b, node, cfg, prm, "q_proj", in->dim, heads * hd, in)) return -1;
