@@ -257,10 +257,10 @@ static void test_moe(void) {
   check_layout("moe-test.json", "cpu-2", data, 3, (Expect){2, 10, 0, 0, 0, true});
   const char *em[] = {SMALL, MESH(1, 2, 1, 2)};
   check_layout("moe-test.json", "cpu-4", em, 3, (Expect){4, 1, 0, 0, 8, false});
-  /* no weight moves; the tokens' gradient back from the experts, a partial sum over expert of
-   * rows split over data, is reduce-scattered into the rows' data x expert split */
+  /* no weight moves: the tokens go to their experts and back by all_to_all over expert, the
+   * batch's minor axis (the tokens' gradient too) */
   const char *de[] = {SMALL, MESH(2, 2, 1, 1)};
-  check_layout("moe-test.json", "cpu-4", de, 3, (Expect){4, 1, 0, 2, 8, false});
+  check_layout("moe-test.json", "cpu-4", de, 3, (Expect){4, 1, 0, 0, 8, true});
   const char *fsdp[] = {SMALL, MESH(1, 1, 2, 1)};
   check_layout("moe-test.json", "cpu-2", fsdp, 3, (Expect){2, 1, 4, 4, 0, false});
 }

@@ -657,6 +657,7 @@ memcheck_recipes)
   recipe "$MODELS/llama2-70b.json" --target tpu-v5p-1024
   # mixtral-8x7b on 256 H100 with expert parallelism (rules/moe.json: expert=8 x fsdp=32)
   recipe "$MODELS/mixtral-8x7b.json" --target gpu-h100-256
+  ;;
 memcheck_sequence_parallel)
   # a device whose memory lies between fuji-test's peak on model=2 and its peak under sequence
   # parallelism: the fix list offers it, and with it (the shipped modifier) the job fits
