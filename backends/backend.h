@@ -84,6 +84,8 @@ typedef struct BackendJob {
   IrGraph *graph;         /* the step graph after every pass */
   IrGraph *forward;       /* the forward of one sequence, for sampling (driver.h); may
                              be NULL */
+  IrGraph *decode;        /* the one-token decode step with a KV cache, whose prefill is the
+                             forward (driver.h); NULL: sampling recomputes the window */
 } BackendJob;
 
 /* Code generation settings from the command line; a backend ignores those

@@ -35,6 +35,9 @@ typedef struct DrvJob {
   IrGraph *graph;        /* NULL until lowered */
   IrGraph *forward;      /* the forward of one sequence for sampling (fe_compose_forward, then
                             simplify), made when drv_lower runs every pass; never sharded */
+  IrGraph *decode;       /* the one-token decode step with a KV cache (fe_compose_decode, then
+                            simplify), made with the forward when every attention is causal;
+                            the forward then also outputs the keys and values (the prefill) */
   const char *last_pass; /* the pass the graph is after */
   /* What drv_backend_job hands a backend besides the graphs (BackendProgram), owned here. */
   BackendParam *backend_params; /* (build.nparams) */
@@ -63,7 +66,7 @@ int drv_load(DrvJob *j, const char *file, const FeOptions *opt);
 bool drv_bf16_dot(const char *target, const char *cpu, const char *features, const char **why);
 /* Composes the forward graph and runs the passes up to and including
  * `stop_after` (NULL: all). Unknown pass names are an error. With every pass
- * run, also composes j->forward, the graph trainers sample with. */
+ * run, also composes j->forward and j->decode, the graphs trainers sample with. */
 int drv_lower(DrvJob *j, const char *stop_after);
 void drv_free(DrvJob *j);
 
@@ -148,7 +151,7 @@ typedef struct DrvMemFix {
 } DrvMemFix;
 
 typedef struct DrvMemFixes {
-  DrvMemFix fix[8];
+  DrvMemFix fix[12];
   int n;
 } DrvMemFixes;
 

@@ -373,6 +373,13 @@ void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
   fe_precision_facts(j->cfg, &policy);
   if (policy.compute == DT_F32) /* bf16 activations: half the saved bytes */
     try_fix(file, opt, dev, "/precision/compute=\"bf16\"", out);
+  /* sequence parallelism on a model axis: no extra work, the layout of the activations outside
+   * attention and feed-forward split over the sequence (docs/sharding.md) */
+  const FeMesh *m = &j->build.mesh;
+  for (int i = 0; i < m->n; i++)
+    if (!strcmp(m->axes[i], "model") && m->shape[i] > 1 &&
+        !fe_get_bool(fe_get_child(j->cfg, "mesh"), "sequence_parallel"))
+      try_fix(file, opt, dev, "/mesh/sequence_parallel=true", out);
   for (int i = 0; i < 3; i++) {
     snprintf(set, sizeof set, "/model/decoder/remat_policy=\"%s\"", presets[i]);
     try_fix(file, opt, dev, set, out);
@@ -389,7 +396,6 @@ void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
     tried++;
   }
   /* mesh changes: every batch device on fsdp; twice the model axis, taken from data or fsdp */
-  const FeMesh *m = &j->build.mesh;
   int di = -1, fi = -1, mi = -1;
   for (int i = 0; i < m->n; i++) {
     if (!strcmp(m->axes[i], "data")) di = i;

@@ -67,6 +67,7 @@ void drv_free(DrvJob *j) {
   json_object_put(j->cfg);
   ir_graph_free(j->graph);
   ir_graph_free(j->forward);
+  ir_graph_free(j->decode);
   free(j->backend_params);
   free(j->config_text);
   fe_diag_free(&j->diag);
@@ -160,10 +161,13 @@ int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out) {
   *out = (BackendJob){.file = j->file,
                       .diag = drv_backend_diag(&j->diag),
                       .graph = j->graph,
-                      .forward = j->forward};
+                      .forward = j->forward,
+                      .decode = j->decode};
   if (backend_program(j, &out->program)) return -1;
   out->program.flops = drv_step_flops(j->graph, &out->program.bf16_flops);
-  if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward")) return -1;
+  if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward") ||
+      expand_for(j, j->decode, b, "decode"))
+    return -1;
   return 0;
 }
 
@@ -214,16 +218,18 @@ static int shard_mesh(DrvJob *j, IrMesh *m) {
   return 0;
 }
 
-/* The axes of m that split the batch (FE_AXIS_BATCH), major first in the order of fe_axes
- * (data, fsdp), whatever order the mesh lists them in, and the expert axis minor: expert
- * dispatch moves that axis from the batch to the experts by an all_to_all, and each device then
- * keeps a contiguous chunk of rows (its data x fsdp share) instead of gathering the batch. */
-static void batch_axes(const IrMesh *m, uint8_t *axes) {
+/* The axes of m with role `role` (FE_AXIS_BATCH: they split the batch; FE_AXIS_SEQUENCE: the
+ * sequence), major first in the order of fe_axes (data, fsdp), whatever order the mesh lists
+ * them in, and the expert axis minor: expert dispatch moves that axis from the batch to the
+ * experts by an all_to_all, and each device then keeps a contiguous chunk of rows (its data x
+ * fsdp share) instead of gathering the batch. */
+static void role_axes(const IrMesh *m, unsigned role, uint8_t *axes) {
   int n = 0;
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < fe_naxes && n < IR_MAX_SPLIT_AXES; i++) {
-      bool batch = fe_axes[i].roles & FE_AXIS_BATCH, expert = fe_axes[i].roles & FE_AXIS_EXPERTS;
-      if (!batch || expert != (pass == 1)) continue; /* the expert axis in the second pass */
+      bool expert = fe_axes[i].roles & FE_AXIS_EXPERTS;
+      if (!(fe_axes[i].roles & role) || expert != (pass == 1))
+        continue; /* the expert axis in the second pass */
       int a = ir_mesh_axis(m, fe_axes[i].name);
       if (a >= 0) axes[n++] = (uint8_t)(a + 1);
     }
@@ -240,8 +246,8 @@ static void spec_axes(const IrMesh *m, const char *spec, uint8_t *axes) {
   }
 }
 
-/* The shard pass's leaves: every parameter by its partition spec, and the batch (dim 0 of ids
- * and targets) over the axes that split it. */
+/* The shard pass's leaves: every parameter by its partition spec, and ids and targets (B, T):
+ * the batch over the axes that split it, the sequence over the seq axes. */
 static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n) {
   PassShardLeaf *l = ir_xcalloc((size_t)j->build.nparams + 2, sizeof *l);
   for (int i = 0; i < j->build.nparams; i++) {
@@ -250,7 +256,8 @@ static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n)
     for (int d = 0; d < p->rank; d++) spec_axes(m, p->spec[d], l[i].split.axes[d]);
   }
   IrSplit batch = {0};
-  batch_axes(m, batch.axes[0]);
+  role_axes(m, FE_AXIS_BATCH, batch.axes[0]);
+  role_axes(m, FE_AXIS_SEQUENCE, batch.axes[1]);
   l[j->build.nparams] = (PassShardLeaf){"ids", batch};
   l[j->build.nparams + 1] = (PassShardLeaf){"targets", batch};
   *n = j->build.nparams + 2;
@@ -326,19 +333,29 @@ static int verify(DrvJob *j, const char *pass) {
                   msg);
 }
 
-/* The sampling forward: one sequence, unsharded, simplified (dead auxiliary losses go). */
-static int lower_forward(DrvJob *j) {
-  j->forward = fe_compose_forward(&j->diag, j->file, j->cfg, &j->build);
-  if (!j->forward) return -1;
+/* A sampling graph (`what`: forward or decode) simplified (dead auxiliary losses go) and verified.
+ */
+static int finish_sampling_graph(DrvJob *j, IrGraph *g, const char *what) {
   PassOptions po = {0};
-  if (pass_simplify(j->forward, &po) != IR_OK)
-    return fe_error(&j->diag, j->file, NULL, "pass simplify failed on the forward graph: %s",
-                    ir_graph_error(j->forward) ? ir_graph_error(j->forward) : "unknown error");
+  if (pass_simplify(g, &po) != IR_OK)
+    return fe_error(&j->diag, j->file, NULL, "pass simplify failed on the %s graph: %s", what,
+                    ir_graph_error(g) ? ir_graph_error(g) : "unknown error");
   char msg[1024];
-  if (verify_enabled() && ir_graph_verify(j->forward, msg, sizeof msg) != IR_OK)
-    return fe_error(&j->diag, j->file, NULL, "internal: the forward graph does not verify: %s",
+  if (verify_enabled() && ir_graph_verify(g, msg, sizeof msg) != IR_OK)
+    return fe_error(&j->diag, j->file, NULL, "internal: the %s graph does not verify: %s", what,
                     msg);
   return 0;
+}
+
+/* The sampling graphs: the forward of one sequence, unsharded, and where every attention is
+ * causal the decode step, whose cache the forward fills (it outputs the keys and values). */
+static int lower_forward(DrvJob *j) {
+  bool kv = fe_model_decodes(j->cfg);
+  j->forward = fe_compose_forward(&j->diag, j->file, j->cfg, &j->build, kv);
+  if (!j->forward || finish_sampling_graph(j, j->forward, "forward")) return -1;
+  if (!kv) return 0;
+  j->decode = fe_compose_decode(&j->diag, j->file, j->cfg, &j->build);
+  return !j->decode || finish_sampling_graph(j, j->decode, "decode") ? -1 : 0;
 }
 
 int drv_lower(DrvJob *j, const char *stop_after) {
@@ -374,6 +391,7 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   int rc = shard_mesh(j, &shard.mesh);
   if (rc == 0) leaves = shard_leaves(j, &shard.mesh, &shard.nleaves);
   shard.leaves = leaves;
+  shard.sequence_parallel = fe_get_bool(fe_get_child(j->cfg, "mesh"), "sequence_parallel");
   po.shard = &shard;
   RematScopes scopes = {0};
   if (rc == 0) remat_scopes_walk(&scopes, j->cfg, "");

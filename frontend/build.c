@@ -24,7 +24,7 @@ const FeAxis fe_axes[] = {
     {"data", FE_AXIS_BATCH | FE_AXIS_SUPPORTED, "data"},
     {"expert", FE_AXIS_BATCH | FE_AXIS_EXPERTS | FE_AXIS_SUPPORTED, "expert"},
     {"fsdp", FE_AXIS_BATCH | FE_AXIS_PARAMS | FE_AXIS_SUPPORTED, "fully sharded data"},
-    {"seq", FE_AXIS_SEQUENCE, "sequence"},
+    {"seq", FE_AXIS_SEQUENCE | FE_AXIS_SUPPORTED, "sequence (context)"},
     {"model", FE_AXIS_PARAMS | FE_AXIS_SUPPORTED, "tensor (model)"},
 };
 const int fe_naxes = (int)(sizeof fe_axes / sizeof fe_axes[0]);
@@ -424,6 +424,15 @@ int64_t fe_batch_split(const FeMesh *m) {
   for (int i = 0; i < m->n; i++) {
     const FeAxis *a = fe_axis(m->axes[i]);
     if (a && (a->roles & FE_AXIS_BATCH)) split *= m->shape[i];
+  }
+  return split;
+}
+
+int64_t fe_seq_split(const FeMesh *m) {
+  int64_t split = 1;
+  for (int i = 0; i < m->n; i++) {
+    const FeAxis *a = fe_axis(m->axes[i]);
+    if (a && (a->roles & FE_AXIS_SEQUENCE)) split *= m->shape[i];
   }
   return split;
 }

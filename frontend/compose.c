@@ -141,40 +141,61 @@ static int64_t micro_batch(json_object *cfg) {
          fe_get_int(fe_get_child(cfg, "learner"), "microbatches");
 }
 
+/* What compose() makes: the training step's loss, the sampling forward (with or without the
+ * keys and values of a KV cache), or the one-token decode step. */
+typedef enum { COMPOSE_STEP, COMPOSE_FORWARD, COMPOSE_FORWARD_KV, COMPOSE_DECODE } ComposeMode;
+
+/* The inputs of mode m: ids (B, T) [and targets]; decode: ids (1, 1) and pos (1). */
+static void compose_inputs(FeEmit *e, ComposeMode m) {
+  int64_t bt[2] = {e->batch, e->seq}, one = 1;
+  e->ids = ir_input(e->g, "ids", DT_I32, 2, bt);
+  if (m == COMPOSE_STEP) e->targets = ir_input(e->g, "targets", DT_I32, 2, bt);
+  if (m == COMPOSE_DECODE) e->pos = ir_input(e->g, "pos", DT_I32, 1, &one);
+}
+
 static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b,
-                        bool forward) {
+                        ComposeMode m) {
   if (fe_step_check(b, d)) return NULL; /* a config error, before any graph */
   IrGraph *g = ir_graph_new();
-  FeEmit e = {g,
-              b,
-              ir_xmalloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
-              forward ? 1 : micro_batch(cfg),
-              fe_get_int(fe_get_child(cfg, "input"), "seq_len"),
-              IR_NONE,
-              IR_NONE,
-              IR_NONE,
-              forward,
-              DT_F32};
+  bool forward = m != COMPOSE_STEP;
+  int64_t seq_len = fe_get_int(fe_get_child(cfg, "input"), "seq_len");
+  FeEmit e = {.g = g,
+              .b = b,
+              .param_vals = ir_xmalloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
+              .batch = forward ? 1 : micro_batch(cfg),
+              .seq = m == COMPOSE_DECODE ? 1 : seq_len,
+              .ids = IR_NONE,
+              .targets = IR_NONE,
+              .aux_loss = IR_NONE,
+              .forward = forward,
+              .compute = DT_F32,
+              .kv = m == COMPOSE_FORWARD_KV || m == COMPOSE_DECODE,
+              .decode = m == COMPOSE_DECODE,
+              .pos = IR_NONE,
+              .window = seq_len};
   FePrecision policy;
   fe_precision_facts(cfg, &policy);
   e.compute = policy.compute;
   for (int i = 0; i < b->nparams; i++) e.param_vals[i] = IR_NONE;
-  int64_t bt[2] = {e.batch, e.seq};
-  e.ids = ir_input(g, "ids", DT_I32, 2, bt);
-  if (!forward) e.targets = ir_input(g, "targets", DT_I32, 2, bt);
+  compose_inputs(&e, m);
   FeDims in = {0};
-  in.seq_len = e.seq;
+  in.seq_len = seq_len;
   in.max_steps = fe_get_int(cfg, "max_steps");
   int32_t out = fe_emit_child(&e, cfg, "model", "", "", &in, IR_NONE);
   if (out != IR_NONE) fe_lora_check_read(&e);
   free(e.param_vals);
   const char *name = forward ? "logits" : "loss";
+  /* the sampler reads the decode step's logits as f32 whatever the compute dtype */
+  if (m == COMPOSE_DECODE) out = fe_emit_f32(&e, out);
   /* the auxiliary (MoE load-balance) part of the loss, for the metrics: loss includes it */
   bool aux_ok =
       forward || e.aux_loss == IR_NONE || ir_graph_add_output(g, "aux_loss", e.aux_loss) == IR_OK;
   if (out == IR_NONE || ir_graph_add_output(g, name, out) != IR_OK || !aux_ok ||
       ir_graph_error(g)) {
-    fe_error(d, file, NULL, "composing the model%s failed: %s", forward ? "'s forward" : "",
+    fe_error(d, file, NULL, "composing the model%s failed: %s",
+             m == COMPOSE_DECODE ? "'s decode step"
+             : forward           ? "'s forward"
+                                 : "",
              ir_graph_error(g) ? ir_graph_error(g) : "unknown error");
     ir_graph_free(g);
     return NULL;
@@ -183,9 +204,21 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
 }
 
 IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b) {
-  return compose(d, file, cfg, b, false);
+  return compose(d, file, cfg, b, COMPOSE_STEP);
 }
 
-IrGraph *fe_compose_forward(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b) {
-  return compose(d, file, cfg, b, true);
+IrGraph *fe_compose_forward(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b,
+                            bool kv) {
+  return compose(d, file, cfg, b, kv ? COMPOSE_FORWARD_KV : COMPOSE_FORWARD);
+}
+
+IrGraph *fe_compose_decode(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b) {
+  return compose(d, file, cfg, b, COMPOSE_DECODE);
+}
+
+bool fe_model_decodes(json_object *cfg) {
+  json_object *model = fe_get_child(cfg, "model");
+  json_object *layer = fe_get_child(fe_get_child(model, "decoder"), "layer");
+  json_object *attn = fe_get_child(layer, "self_attention");
+  return attn && fe_get_bool(attn, "causal");
 }

@@ -333,7 +333,7 @@ enum {
   FE_AXIS_BATCH = 1 << 0,     /* splits the global batch (dim 0 of ids and targets) */
   FE_AXIS_PARAMS = 1 << 1,    /* the shipped rules split parameters over it (fsdp, model) */
   FE_AXIS_EXPERTS = 1 << 2,   /* carries a MoE's experts (expert_axis) */
-  FE_AXIS_SEQUENCE = 1 << 3,  /* splits the sequence */
+  FE_AXIS_SEQUENCE = 1 << 3,  /* splits the sequence (dim 1 of ids and targets) */
   FE_AXIS_PIPELINE = 1 << 4,  /* carries pipeline stages */
   FE_AXIS_SUPPORTED = 1 << 5, /* the shard pass and the runtime can split over it */
 };
@@ -348,6 +348,8 @@ extern const int fe_naxes;
 const FeAxis *fe_axis(const char *name);
 /* Devices the global batch is split over: the product of the mesh's FE_AXIS_BATCH axes. */
 int64_t fe_batch_split(const FeMesh *m);
+/* Devices the sequence is split over: the product of the mesh's FE_AXIS_SEQUENCE axes. */
+int64_t fe_seq_split(const FeMesh *m);
 /* Devices a '|'-joined list of mesh axes spans. */
 int64_t fe_spec_split(const FeMesh *m, const char *spec);
 int fe_dtype_bytes(const char *dtype);
@@ -422,8 +424,14 @@ typedef struct FeEmit {
   int64_t batch, seq;   /* global batch size B (of one microbatch) and sequence length T */
   int32_t ids, targets; /* inputs: (B, T) i32 token ids and next-token targets */
   int32_t aux_loss;     /* scalar sum of auxiliary losses (MoE), IR_NONE if none */
-  bool forward;         /* fe_compose_forward: the model returns its logits, no loss */
+  bool forward;         /* fe_compose_forward or _decode: the model returns its logits, no loss */
   IrDType compute;      /* the policy's compute dtype: parameters are read cast to it */
+  bool kv;              /* sampling with a KV cache: the forward (the prefill) also outputs each
+                           attention's keys and values, IR_KV_PREFILL + prm + "/k" and "/v",
+                           (1, kv_heads, T, head_dim) */
+  bool decode;          /* fe_compose_decode: one token (seq is 1) at input "pos" */
+  int32_t pos;          /* decode: (1) i32, the token's position in the window */
+  int64_t window;       /* decode: the cache's length, the config's seq_len */
 } FeEmit;
 
 /* Slots per expert per sequence of S tokens (feed_forward.c, the MoE with capacity). */
@@ -440,8 +448,20 @@ int64_t fe_moe_capacity(double capacity_factor, int64_t S, int64_t k, int64_t E)
 IrGraph *fe_compose(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b);
 /* The forward of the model alone, for sampling: one sequence, input "ids" (1, T) i32 (T the
  * config's seq_len), the same parameters, and the output "logits" (1, T, vocab) f32. No
- * targets, no loss; auxiliary losses are dead code. The global program: never sharded. */
-IrGraph *fe_compose_forward(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b);
+ * targets, no loss; auxiliary losses are dead code. The global program: never sharded. With
+ * kv, also the keys and values of every attention (IR_KV_PREFILL...): the prefill of a KV
+ * cache. */
+IrGraph *fe_compose_forward(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b,
+                            bool kv);
+/* Whether the model can decode with a KV cache: every attention is causal (a token never
+ * sees a later one, so the keys and values of earlier tokens stay what they were). */
+bool fe_model_decodes(json_object *cfg);
+/* The one-token decode step for sampling with a KV cache: inputs "ids" (1, 1) i32 (the token)
+ * and "pos" (1) i32 (its position in the window, 0..seq_len-1), and per attention module the
+ * cache inputs IR_KV_CACHE...; outputs "logits" (1, 1, vocab) f32 and the token's rows
+ * IR_KV_ROW.... Attention reads the cache rows below pos and the token's own row; learned
+ * positions and rotary angles are those of pos. Unsharded, as the forward. */
+IrGraph *fe_compose_decode(FeDiag *d, const char *file, json_object *cfg, const FeBuild *b);
 
 /* Helpers for module emit functions. */
 int32_t fe_emit_node(FeEmit *e, json_object *node, const char *cfg, const char *prm,

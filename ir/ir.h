@@ -211,6 +211,16 @@ int64_t ir_split_index(const IrMesh *m, const IrSplit *s, int32_t d, int64_t dev
 void ir_split_copy(const IrMesh *m, const IrSplit *s, const IrShape *global, int64_t dev,
                    double *global_data, double *local_data, bool to_global);
 
+/* The names of the KV cache in the sampling graphs (the frontend composes them, the backends
+ * and the runtime's tables follow them). The forward (prefill) outputs
+ * IR_KV_PREFILL "PRM/k" and "PRM/v" (1, K, T, H) for the attention module at parameter path PRM;
+ * the decode graph reads them as inputs IR_KV_CACHE "PRM/k"... (1, K, T, H), whose rows at
+ * positions below "pos" are the earlier tokens', and outputs the token's own rows IR_KV_ROW
+ * "PRM/k"... (1, K, 1, H), which the runtime writes into the cache at pos. */
+#define IR_KV_PREFILL "kv:"
+#define IR_KV_CACHE   "kv_cache:"
+#define IR_KV_ROW     "kv_row:"
+
 /* ======================================================================== shape.c: shape rules */
 
 /* Output dtype and shape of v from its operands in g (v need not be in g yet). On error writes a

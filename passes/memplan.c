@@ -154,14 +154,36 @@ static int in_place_targets(IrGraph *g, int32_t *target) {
 
 static bool is_fixed(const IrValue *v) { return v->op == IR_PARAMETER || v->op == IR_INPUT; }
 
-/* Parameters and inputs at the start of the slab, in graph order. */
-static int64_t place_fixed(const IrGraph *g, MemPlan *p) {
-  int64_t top = 0;
+/* Another graph's plan whose slab this one shares (pass_memplan_over), or none. */
+typedef struct {
+  const IrGraph *g;
+  const MemPlan *plan;
+  int64_t bytes; /* what the other graph keeps between runs: this one's own values start here */
+} Under;
+
+/* The offset of the parameter of `under` named as val, or -1. */
+static int64_t shared_param(const Under *u, const IrValue *val) {
+  if (!u || val->op != IR_PARAMETER) return -1;
+  int32_t w = ir_graph_find(u->g, IR_PARAMETER, val->name);
+  if (w == IR_NONE || u->g->values[w].dtype != val->dtype ||
+      !ir_shape_eq(&u->g->values[w].shape, &val->shape))
+    return -1;
+  return u->plan->offset[w];
+}
+
+/* Parameters and inputs at the start of the slab (or of what `under` leaves), in graph order;
+ * a parameter `under` has stays where it has it. */
+static int64_t place_fixed(const IrGraph *g, const Under *u, MemPlan *p) {
+  int64_t top = u ? align_up(u->bytes) : 0;
   for (int32_t v = 0; v < g->nvalues; v++) {
     const IrValue *val = &g->values[v];
     if (!is_fixed(val)) continue;
-    p->offset[v] = top;
-    top += align_up(p->bytes[v]);
+    int64_t at = shared_param(u, val);
+    if (at < 0) {
+      at = top;
+      top += align_up(p->bytes[v]);
+    }
+    p->offset[v] = at;
     if (val->op == IR_INPUT)
       p->input_bytes += p->bytes[v];
     else if (strncmp(val->name, "opt/", 4) == 0)
@@ -174,7 +196,7 @@ static int64_t place_fixed(const IrGraph *g, MemPlan *p) {
 
 int pass_memplan(IrGraph *g, MemPlan *p) { return pass_memplan_fused(g, NULL, p); }
 
-int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) {
+static int plan(IrGraph *g, const bool *mat, const Under *u, MemPlan *p) {
   memset(p, 0, sizeof *p);
   int32_t n = g->nvalues;
   p->nvalues = n;
@@ -189,7 +211,7 @@ int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) {
   last_uses(g, mat, last);
   int rc = in_place_targets(g, target);
   Heap h = {0};
-  h.top = place_fixed(g, p);
+  h.top = place_fixed(g, u, p);
   int64_t base = h.top, live = 0;
   p->fixed_bytes = base;
   for (int32_t v = 0; v < n && rc == IR_OK; v++) {
@@ -230,6 +252,14 @@ int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) {
   p->last = last;
   if (rc != IR_OK) pass_memplan_free(p);
   return rc;
+}
+
+int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) { return plan(g, mat, NULL, p); }
+
+int pass_memplan_over(IrGraph *g, const bool *mat, const IrGraph *under, const MemPlan *under_plan,
+                      int64_t under_bytes, MemPlan *p) {
+  Under u = {under, under_plan, under_bytes};
+  return plan(g, mat, &u, p);
 }
 
 void pass_memplan_free(MemPlan *p) {

@@ -32,7 +32,10 @@ typedef struct PassShardLeaf {
 typedef struct PassShard {
   IrMesh mesh;
   int32_t nleaves;
-  const PassShardLeaf *leaves;
+  const PassShardLeaf *leaves; /* an input split on a dim past 0 (the sequence) is bound whole
+                                  there and sliced by the program */
+  bool sequence_parallel;      /* the activations between the layers split over the sequence on
+                                  model (Megatron), not over the hidden dim */
 } PassShard;
 
 /* What the remat pass needs: the modules with a remat policy, by config path. preset is a preset
@@ -144,7 +147,8 @@ int pass_remat(IrGraph *g, const PassOptions *opt);
  * numbers (dot_general, softmax by max/exp/sum/div, a causal mask from iotas), for a backend
  * whose supports_op lacks them. Only the driver's hand-over runs it (driver/pipeline.c:
  * drv_backend_job), after every other pass: on the per-device program (after shard and remat)
- * and on the unsharded sampling forward, never on a global graph that shard still has to cut.
+ * and on the unsharded sampling forward; and pass_shard runs it on the global step first when
+ * the sequence is split (context parallelism: the products' rules then gather K and V).
  * The new values keep the replaced value's origin, remat tag and, on their leading dims, its
  * IrSplit; they take its place in the order, nothing else moves. opt is unused. */
 int pass_expand(IrGraph *g, const PassOptions *opt);
@@ -180,6 +184,14 @@ int pass_memplan(IrGraph *g, MemPlan *plan);
 /* The same when the backend fuses: values with materialized[v] false are computed inside their
  * consumer's loop, get no buffer (bytes 0), and keep their operands live until the consumer. */
 int pass_memplan_fused(IrGraph *g, const bool *materialized, MemPlan *plan);
+/* Plans g to share one slab with another graph `under` planned as under_plan, the two run one
+ * at a time (the sampling forward and the decode step): each parameter of g that `under` has
+ * (same name, dtype and shape) keeps under's offset, and g's other values lie past the first
+ * under_bytes, which `under` keeps (its whole plan, and anything it writes past it), so that
+ * g's inputs survive a run of `under`. slab_bytes covers both; fixed_bytes is g's own region's
+ * end. */
+int pass_memplan_over(IrGraph *g, const bool *materialized, const IrGraph *under,
+                      const MemPlan *under_plan, int64_t under_bytes, MemPlan *plan);
 void pass_memplan_free(MemPlan *plan);
 /* Pairs of values whose buffers overlap while both are live (in-place updates aside): 0 for a
  * correct plan. Quadratic; for tests and debugging. */

@@ -6,7 +6,14 @@
  * does it, in one walk in graph order:
  *
  *   - Leaves get their sharding from the options: parameters from their partition specs, the
- *     AdamW moments like their parameter, ids and targets split over the batch axes.
+ *     AdamW moments like their parameter, ids and targets split over the batch axes and, under
+ *     a seq axis (context parallelism), on their sequence: bound as whole rows, the program
+ *     keeps its chunk of the columns. A split sequence first has the fused attention expanded
+ *     (seq_split), so the products' rules gather K and V and keep the query chunk.
+ *   - Under sequence parallelism (PassShard.sequence_parallel) the activations between the
+ *     layers split over the sequence on model instead of the hidden dim (act_dim,
+ *     lookup_layout), and a column-parallel weight keeps its split where the activation's
+ *     sequence would take the same axis (dot).
  *   - Every other value's sharding follows from its operands' (rules per op below). Where an
  *     op needs its operands in another sharding than they have, a reshard is inserted: an
  *     all_gather to undo a split, a local_slice to make one (free: the device already holds the
@@ -64,6 +71,7 @@ typedef struct Ctx {
   Sh *wants;          /* storage for want */
   const Sh **hint; /* (g->nvalues) a parameter gradient's sharding, back through elementwise ops */
   int32_t n;       /* g->nvalues when the walk began */
+  uint32_t batch_axes; /* the axes that split the batch (dim 0 of the input ids) */
 } Ctx;
 
 static int nax(const IrSplit *s, int32_t d) {
@@ -139,13 +147,14 @@ static int32_t mark(Ctx *c, int32_t x, const IrSplit *s) {
 static int32_t reshard(Ctx *c, int32_t x, Sh from, const Sh *to, const IrShape *gs) {
   const char *names[IR_MAX_MESH_AXES];
   int32_t rank = gs->rank, x0 = x;
-  /* 1. partial sums: a reduce_scatter where the target splits an unsplit dim over partial axes
-   *    only, an all_reduce over whatever is left */
+  /* 1. partial sums: a reduce_scatter where the target splits a dim over partial axes only
+   *    (after the axes it already has: a chunk of a chunk), an all_reduce over whatever is left */
   for (int32_t d = 0; d < rank && from.partial; d++) {
-    uint32_t want = dim_axes(&to->s, d);
-    if (!want || nax(&from.s, d) || (want & ~from.partial) || gs->dims[d] % count(c, &to->s, d))
-      continue;
-    x = ir_reduce_scatter(c->h, x, split_names(c, to->s.axes[d], nax(&to->s, d), names), names, d);
+    int nf = nax(&from.s, d), nt = nax(&to->s, d);
+    if (nt <= nf || memcmp(from.s.axes[d], to->s.axes[d], (size_t)nf)) continue;
+    uint32_t want = dim_axes(&to->s, d) & ~dim_axes(&from.s, d); /* the axes after from's */
+    if ((want & ~from.partial) || gs->dims[d] % count(c, &to->s, d)) continue;
+    x = ir_reduce_scatter(c->h, x, split_names(c, to->s.axes[d] + nf, nt - nf, names), names, d);
     memcpy(from.s.axes[d], to->s.axes[d], sizeof from.s.axes[d]);
     from.partial &= ~want;
     mark(c, x, &from.s);
@@ -388,6 +397,15 @@ static int32_t *op_buf(int32_t n, int32_t *small, int32_t cap) {
   return n <= cap ? small : ir_xmalloc((size_t)n * sizeof *small);
 }
 
+/* The dim of a (..., T, D) activation of the given rank that the layers' layout splits over
+ * model between attention and feed-forward: D (the reduce_scatter after a row-parallel product
+ * splits the hidden dim), or T under sequence parallelism (Megatron's layout: the norms then
+ * reduce over a whole D on every device, and the all_gather before a column-parallel product
+ * gathers the sequence). */
+static int32_t act_dim(const Ctx *c, int32_t rank) {
+  return c->opt->sequence_parallel && rank >= 2 ? rank - 2 : rank - 1;
+}
+
 /* A partial sum that widens into an f32 island (the bf16 gradient of the head's input entering
  * the output norm's backward) is reduce-scattered over its last dim in the narrow type, when
  * that dim divides and is whole: the island then runs on each device's chunk, as the
@@ -395,15 +413,25 @@ static int32_t *op_buf(int32_t n, int32_t *small, int32_t cap) {
 static void island_entry(const Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v], *a = &c->g->values[x->ops[0]];
   uint32_t p = c->sh[x->ops[0]].partial;
-  int32_t last = x->shape.rank - 1;
+  int32_t d = act_dim(c, x->shape.rank), n0 = nax(&out->s, d);
   if (!ir_dtype_is_float(x->dtype) || !ir_dtype_is_float(a->dtype) ||
-      ir_dtype_size(x->dtype) <= ir_dtype_size(a->dtype) || last < 1 || nax(&out->s, last) ||
-      (used_axes(&out->s, x->shape.rank) & p))
+      ir_dtype_size(x->dtype) <= ir_dtype_size(a->dtype) || x->shape.rank < 2 ||
+      (n0 && !c->opt->sequence_parallel) || (used_axes(&out->s, x->shape.rank) & p))
     return;
-  int64_t parts = 1;
-  for (int32_t ax = 0, k = 0; ax < c->m->naxes; ax++)
-    if (p & (1u << ax)) parts *= c->m->sizes[ax], out->s.axes[last][k++] = (uint8_t)(ax + 1);
-  if (x->shape.dims[last] % parts) memset(out->s.axes[last], 0, IR_MAX_SPLIT_AXES);
+  IrSplit was = out->s; /* under sequence parallelism after the seq axes the dim may have */
+  for (int32_t ax = 0, k = n0; ax < c->m->naxes && k < IR_MAX_SPLIT_AXES; ax++)
+    if (p & (1u << ax)) out->s.axes[d][k++] = (uint8_t)(ax + 1);
+  if (x->shape.dims[d] % count(c, &out->s, d)) out->s = was;
+}
+
+/* Under sequence parallelism, a deferred factor of a partial sum that is a broadcast of a
+ * computed value (a norm's per-position statistic, split on the sequence) counts by its split:
+ * the partial sum (a norm's incoming gradient) is reduce-scattered into it, rather than the
+ * statistic gathered. */
+static bool stat_factor(const Ctx *c, int32_t k) {
+  const IrValue *x = &c->g->values[k];
+  return c->opt->sequence_parallel && c->deferred[k] && x->op == IR_BROADCAST &&
+         !c->deferred[x->ops[0]];
 }
 
 static int elementwise(Ctx *c, int32_t v, Sh *out) {
@@ -423,8 +451,8 @@ static int elementwise(Ctx *c, int32_t v, Sh *out) {
      * more than reducing the partial sum into its split (a reduce_scatter) */
     Sh p = resolved(c, x->ops[ipart]), m = p;
     for (int32_t k = 0; k < x->nops; k++)
-      if (k != ipart && !c->deferred[x->ops[k]]) {
-        Sh o = resolved(c, x->ops[k]);
+      if (k != ipart && (!c->deferred[x->ops[k]] || stat_factor(c, x->ops[k]))) {
+        Sh o = c->deferred[x->ops[k]] ? natural(c, x->ops[k]) : resolved(c, x->ops[k]);
         merge(&m, &o, x->shape.rank);
       }
     keep = sh_eq(&m, &p);
@@ -441,8 +469,8 @@ static int elementwise(Ctx *c, int32_t v, Sh *out) {
   } else {
     memset(out, 0, sizeof *out);
     for (int32_t k = 0; k < x->nops; k++)
-      if (!c->deferred[x->ops[k]]) {
-        Sh s = resolved(c, x->ops[k]);
+      if (!c->deferred[x->ops[k]] || (npart == 1 && stat_factor(c, x->ops[k]))) {
+        Sh s = c->deferred[x->ops[k]] ? natural(c, x->ops[k]) : resolved(c, x->ops[k]);
         merge(out, &s, x->shape.rank);
       }
     if (npart == 1 && x->op == IR_CAST && !c->hint[v]) island_entry(c, v, out);
@@ -492,10 +520,20 @@ static int reduce(Ctx *c, int32_t v, Sh *out) {
   return IR_OK;
 }
 
+static bool param_table(const Ctx *c, int32_t t);
+
 static bool in_dims(const IrDims *d, int64_t i) {
   for (int32_t k = 0; k < d->n; k++)
     if (d->v[k] == i) return true;
   return false;
+}
+
+/* Whether dim dl of l and dim dr of r both start with the axes of cand's dim 0. */
+static bool split_alike(const IrSplit *l, int32_t dl, const IrSplit *r, int32_t dr,
+                        const IrSplit *cand) {
+  int n = nax(cand, 0);
+  return nax(l, dl) >= n && nax(r, dr) >= n && !memcmp(l->axes[dl], cand->axes[0], (size_t)n) &&
+         !memcmp(r->axes[dr], cand->axes[0], (size_t)n);
 }
 
 /* dot_general: batch dims pair up, contracting dims pair up (a shared split makes a partial sum),
@@ -524,11 +562,18 @@ static int dot(Ctx *c, int32_t v, Sh *out) {
     memcpy(R.s.axes[dr], L.s.axes[dl], IR_MAX_SPLIT_AXES);
   }
   /* lhs free dims: as much of their split as uses no axis taken (an axis the batch dims took
-   * moves there by an all_to_all, the way expert dispatch moves tokens) */
+   * moves there by an all_to_all, the way expert dispatch moves tokens). Under sequence
+   * parallelism a weight's free split comes first: the activation is gathered along its
+   * sequence, the weight stays column-parallel (Megatron's all_gather before q/k/v, linear1) */
+  uint32_t weight_free = 0; /* the weight's free axes that do not split the batch (model) */
+  if (c->opt->sequence_parallel && !c->deferred[r] && param_table(c, r))
+    for (int32_t d = 0; d < rs->rank; d++)
+      if (!in_dims(&at->rb, d) && !in_dims(&at->rc, d))
+        weight_free |= dim_axes(&R0.s, d) & ~c->batch_axes;
   for (int32_t d = 0; d < ls->rank; d++) {
     if (in_dims(&at->lb, d) || in_dims(&at->lc, d)) continue;
     memcpy(L.s.axes[d], L0.s.axes[d], IR_MAX_SPLIT_AXES);
-    used |= keep_prefix(&L.s, d, used);
+    used |= keep_prefix(&L.s, d, used | weight_free);
   }
   /* contracting pairs: split alike on both sides, or not at all. When only one side is split,
    * the split is taken (slicing the other side) unless the rhs's free dims want that axis:
@@ -544,11 +589,14 @@ static int dot(Ctx *c, int32_t v, Sh *out) {
     memcpy(cand.axes[0], nax(&L0.s, dl) >= nax(&R0.s, dr) ? L0.s.axes[dl] : R0.s.axes[dr],
            IR_MAX_SPLIT_AXES);
     uint32_t bits = keep_prefix(&cand, 0, used);
-    int n = nax(&cand, 0);
-    bool alike = nax(&L0.s, dl) >= n && nax(&R0.s, dr) >= n &&
-                 !memcmp(L0.s.axes[dl], cand.axes[0], (size_t)n) &&
-                 !memcmp(R0.s.axes[dr], cand.axes[0], (size_t)n);
-    if (!bits || (!alike && (bits & rhs_free))) continue;
+    bool alike = split_alike(&L0.s, dl, &R0.s, dr, &cand);
+    if (bits && !alike && (bits & rhs_free)) {
+      /* the axes before the first the rhs wants stay a partial sum where both sides have
+       * them (a weight's gradient over a sequence split [seq, model]: partial over seq) */
+      bits = keep_prefix(&cand, 0, used | rhs_free);
+      if (!split_alike(&L0.s, dl, &R0.s, dr, &cand)) continue;
+    }
+    if (!bits) continue;
     memcpy(L.s.axes[dl], cand.axes[0], IR_MAX_SPLIT_AXES);
     memcpy(R.s.axes[dr], cand.axes[0], IR_MAX_SPLIT_AXES);
     used |= bits;
@@ -704,6 +752,30 @@ static int32_t masked(Ctx *c, int32_t x, const IrSplit *xs, int32_t mask, const 
   return mark(c, ir_mul(c->h, x, m), xs);
 }
 
+/* The layout the sum of a row-split table's lookups (x: (I..., D...), ir index dims) takes: the
+ * first feature dim split over the table's row axes `rows`, where it divides, as the layers'
+ * activations are split; under sequence parallelism the last index dim (the sequence) instead,
+ * after the axes it already has (seq). Else whole (an all_reduce). */
+static void lookup_layout(const Ctx *c, const IrValue *x, int32_t ir, const uint8_t *rows, Sh *to) {
+  int nr = 0;
+  while (nr < IR_MAX_SPLIT_AXES && rows[nr]) nr++;
+  if (c->opt->sequence_parallel && ir >= 1) {
+    int32_t d = ir - 1;
+    int n0 = nax(&to->s, d);
+    IrSplit was = to->s;
+    for (int k = 0; k < nr && n0 + k < IR_MAX_SPLIT_AXES; k++) to->s.axes[d][n0 + k] = rows[k];
+    if (n0 + nr <= IR_MAX_SPLIT_AXES && x->shape.dims[d] % count(c, &to->s, d) == 0) return;
+    to->s = was;
+  }
+  IrSplit r = {0};
+  memcpy(r.axes[0], rows, IR_MAX_SPLIT_AXES);
+  for (int32_t d = ir; d < x->shape.rank; d++)
+    if (!nax(&to->s, d) && x->shape.dims[d] % ir_split_count(c->m, &r, 0) == 0) {
+      memcpy(to->s.axes[d], rows, IR_MAX_SPLIT_AXES);
+      return;
+    }
+}
+
 /* gather(table (V, D...), idx (I...)) -> (I..., D...): idx and D splits kept. A table split on
  * its rows over axes A that the index does not use (a vocabulary-parallel embedding) is not
  * gathered: each device looks up the ids in its rows, 0 for the others, and the sum over A is
@@ -740,11 +812,7 @@ static int gather(Ctx *c, int32_t v, Sh *out) {
   out->partial = rows;
   Sh to = *out;
   to.partial = 0;
-  for (int32_t d = ir; d < x->shape.rank; d++)
-    if (!nax(&to.s, d) && x->shape.dims[d] % count(c, &T.s, 0) == 0) {
-      memcpy(to.s.axes[d], T.s.axes[0], IR_MAX_SPLIT_AXES);
-      break;
-    }
+  lookup_layout(c, x, ir, T.s.axes[0], &to);
   c->val[v] = reshard(c, r, *out, &to, &x->shape);
   if (c->val[v] != IR_NONE) ir_value_set_tag(c->h, c->val[v], x->tag);
   *out = to;
@@ -817,6 +885,18 @@ static const PassShardLeaf *leaf_find(const PassShard *o, const char *name) {
   return NULL;
 }
 
+/* Whether an input is split on its sequence (a dim past the batch): context parallelism. The
+ * fused attention ops take a whole sequence per problem, so the pass first expands them into
+ * their products and softmax (pass_expand), whose rules then gather K and V along the sequence
+ * (the rhs's free dim of q k^T, and the contracting dim of P v) and keep the query chunk: its
+ * causal mask compares iotas along a split dim, each device's chunk of the global positions. */
+static bool seq_split(const PassShard *o) {
+  const PassShardLeaf *ids = leaf_find(o, "ids");
+  for (int32_t d = 1; ids && d < IR_MAX_RANK; d++)
+    if (ids->split.axes[d][0]) return true;
+  return false;
+}
+
 static int leaf(Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v];
   const char *name = x->name;
@@ -831,10 +911,16 @@ static int leaf(Ctx *c, int32_t v, Sh *out) {
                            "devices",
                            ir_op_name(x->op), x->name, d, (long long)x->shape.dims[d],
                            (long long)count(c, &out->s, d));
+  /* an input is bound split on its rows only (the runtime fills whole rows of the batch); a
+   * split of the sequence (seq axes: context parallelism) is this device's chunk of them */
+  Sh bound = *out;
+  if (x->op == IR_INPUT)
+    for (int32_t d = 1; d < x->shape.rank; d++) memset(bound.s.axes[d], 0, IR_MAX_SPLIT_AXES);
   IrValue p = *x;
-  p.shape = local_shape(c, &x->shape, &out->s);
-  p.split = out->s;
+  p.shape = local_shape(c, &x->shape, &bound.s);
+  p.split = bound.s;
   c->val[v] = ir_graph_add(c->h, &p);
+  if (!sh_eq(&bound, out)) c->val[v] = reshard(c, c->val[v], bound, out, &x->shape);
   return IR_OK;
 }
 
@@ -976,8 +1062,11 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
       return ir_graph_fail(g, "shard: mesh axis %s has size %lld (leave axes of size 1 out)",
                            o->mesh.names[a], (long long)o->mesh.sizes[a]);
   if (g->mesh.naxes) return ir_graph_fail(g, "shard: the graph is already per-device");
+  if (seq_split(o) && pass_expand(g, opt) != IR_OK) return IR_ERR;
   int32_t n = g->nvalues;
   Ctx c = {.g = g, .m = &o->mesh, .opt = o, .n = n};
+  const PassShardLeaf *ids = leaf_find(o, "ids");
+  if (ids) c.batch_axes = dim_axes(&ids->split, 0);
   c.h = ir_graph_new();
   ir_graph_reserve(c.h, n + n / 4); /* collectives and reshards come on top */
   c.val = ir_xmalloc((size_t)(n + 1) * sizeof *c.val);

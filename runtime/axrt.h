@@ -609,7 +609,7 @@ typedef struct RtOclLaunch {
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train_program.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION    5
+#define RT_ABI_VERSION    6
 #define RT_MAX_PARAM_RANK 4
 
 struct RtParamSlot {
@@ -623,17 +623,46 @@ struct RtParamSlot {
     int64_t m_offset, v_offset; /* f32 AdamW moments, same shape; both -1: frozen (LoRA's base) */
 };
 
+/* One attention's keys or values in the KV cache of the decode step: `heads` rows of
+ * row_bytes (head_dim elements) per position of the window (the program's seq). Offsets are in
+ * the shared sampling slab. */
+typedef struct RtKvCache {
+    int64_t heads, row_bytes;
+    int64_t cache_offset;   /* the decode step's input (heads, seq, row): positions < pos are read */
+    int64_t row_offset;     /* the decode step's output (heads, row): the token's, for position pos */
+    int64_t prefill_offset; /* the forward's output (heads, seq, row): every position's */
+} RtKvCache;
+
+/* The one-token decode step of sampling with a KV cache (ABI 6). It shares the forward's slab
+ * (slab_bytes covers both; the forward uses its first RtForward.slab_bytes and leaves the rest
+ * alone): the parameters lie where the forward's do, the caches past the forward's bytes. The
+ * runtime fills the caches from a forward's prefill outputs, then per token writes the token
+ * into ids and its position in the window into pos, calls run, copies each cache's row into the
+ * cache at pos, and reads logits. */
+typedef struct RtDecode {
+    int64_t slab_bytes;
+    int64_t ids_offset;           /* i32 (1, 1) */
+    int64_t pos_offset;           /* i32 (1): 0..seq-1 */
+    int64_t logits_offset;        /* f32 (1, 1, vocab) */
+    const int64_t *param_offsets; /* (nparams) the forward's, or -1 where the step reads none */
+    int32_t ncaches;
+    const RtKvCache *caches; /* (ncaches) */
+    void (*run)(char *slab, RtPool *pool, RtComm *comm);
+} RtDecode;
+
 /* The forward of one sequence (`--sample`), compiled next to the step: its own slab of
  * slab_bytes (64-byte aligned), never sharded: parameter i of the program's table lies whole
  * (global_shape) at param_offsets[i] (-1: the forward does not read it). The runtime writes
  * the context into ids (seq tokens; positions past its end are padding the causal model never
- * reads at the positions before them), calls run(slab, pool, NULL), and reads logits. */
+ * reads at the positions before them), calls run(slab, pool, NULL), and reads logits. With a
+ * decode step (decode not NULL) the forward is also the cache's prefill. */
 typedef struct RtForward {
     int64_t slab_bytes;
     int64_t ids_offset;           /* i32 (1, seq) */
     int64_t logits_offset;        /* f32 (1, seq, vocab) */
     const int64_t *param_offsets; /* (nparams) */
     void (*run)(char *slab, RtPool *pool, RtComm *comm);
+    const RtDecode *decode; /* ABI 6: the decode step with a KV cache; NULL: none */
 } RtForward;
 
 typedef struct RtProgram {

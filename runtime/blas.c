@@ -12,6 +12,10 @@
  * operand again, while sgemm.c packs each operand once for all items. AXLC_SGEMM=openblas
  * keeps every product on OpenBLAS (to compare; the bits then differ in the last places).
  *
+ * Products of one row (a decode step's projections and head) go to OpenBLAS's sgemv, cut into
+ * column blocks: the packing of a product would read the whole of B once more for one use;
+ * with bf16 operands, to a loop of f32 sums over the widened values, cut the same way.
+ *
  * rt_sbgemm, bf16 operands: sgemm.c's own product with the values widened as they are packed,
  * or its vdpbf16ps kernel, or a widening reference on OpenBLAS (rt_sbgemm_path; which one and
  * why: docs/runtime.md, "bf16 matrix products").
@@ -85,9 +89,34 @@ int rt_sgemm_use_own(void) {
     return u;
 }
 
+/* Items of a one-row product: batch element it / split_n, its column block it % split_n. */
+static void gemv_items(void *ctx, int64_t lo, int64_t hi) {
+    const Gemm *g = ctx;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t b = it / g->split_n, n0, nlen;
+        block(g->n, g->split_n, it % g->split_n, &n0, &nlen);
+        if (nlen <= 0)
+            continue;
+        /* op(A) is one row: A (1, K) contiguous, or A stored (K, 1) with a stride of lda */
+        const float *a = g->a + b * g->sa, *bb = g->b + b * g->sb + (g->tb ? n0 * g->ldb : n0);
+        float *c = g->c + b * g->sc + n0;
+        if (g->tb) /* B stored (N, K): c = B[n0..] a */
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nlen, (int)g->k, 1.0f, bb, (int)g->ldb, a,
+                        g->ta ? (int)g->lda : 1, 0.0f, c, 1);
+        else /* B (K, N): c = B[:, n0..]^T a */
+            cblas_sgemv(CblasRowMajor, CblasTrans, (int)g->k, (int)nlen, 1.0f, bb, (int)g->ldb, a,
+                        g->ta ? (int)g->lda : 1, 0.0f, c, 1);
+    }
+}
+
 void rt_sgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
               int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float *c, int64_t ldc,
               int64_t stride_c) {
+    if (m == 1 && k > 0) {
+        Gemm g = {batch, m, n, k, 1, parts(n), ta, tb, a, b, c, lda, ldb, ldc, stride_a, stride_b, stride_c};
+        rt_parallel_for(pool, batch * g.split_n, gemv_items, &g);
+        return;
+    }
     if (batch < 4 && rt_sgemm_use_own()) {
         int64_t i = 0;
         while (i < batch && rt_sgemm_own(pool, ta, tb, m, n, k, 1.0f, a + i * stride_a, lda, b + i * stride_b, ldb, 0,
@@ -220,6 +249,49 @@ static void sbgemm_store_rows_block(void *ctx, int64_t lo, int64_t hi) {
     sbgemm_store(g, g->c32, g->c, lo * 64, hi * 64 < g->m ? hi * 64 : g->m);
 }
 
+/* Items of a one-row bf16 product, as gemv_items: batch element it / split, column block it %
+ * split; each sum in f32 in k order, rounded once when C is bf16. */
+typedef struct {
+    const SbGemm *g;
+    int64_t split;
+} SbGemv;
+
+static void sbgemv_items(void *ctx, int64_t lo, int64_t hi) {
+    const SbGemv *v = ctx;
+    const SbGemm *g = v->g;
+    float *acc = NULL;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t b = it / v->split, n0, nlen;
+        block(g->n, v->split, it % v->split, &n0, &nlen);
+        if (nlen <= 0)
+            continue;
+        if (!acc)
+            acc = sbgemm_alloc((size_t)g->n * sizeof *acc, g);
+        const uint16_t *a = g->a + b * g->sa, *bb = g->b + b * g->sb;
+        int64_t as = g->ta ? g->lda : 1;
+        memset(acc, 0, (size_t)nlen * sizeof *acc);
+        for (int64_t kk = 0; kk < g->k && !g->tb; kk++) {
+            float av = rt_bf16_to_f32(a[kk * as]);
+            const uint16_t *row = bb + kk * g->ldb + n0;
+            for (int64_t j = 0; j < nlen; j++)
+                acc[j] += av * rt_bf16_to_f32(row[j]);
+        }
+        for (int64_t j = 0; j < nlen && g->tb; j++) {
+            const uint16_t *row = bb + (n0 + j) * g->ldb;
+            float sum = 0;
+            for (int64_t kk = 0; kk < g->k; kk++)
+                sum += rt_bf16_to_f32(a[kk * as]) * rt_bf16_to_f32(row[kk]);
+            acc[j] = sum;
+        }
+        for (int64_t j = 0; j < nlen; j++)
+            if (g->c_bf16)
+                ((uint16_t *)g->c)[b * g->sc + n0 + j] = rt_bf16_from_f32(acc[j]);
+            else
+                ((float *)g->c)[b * g->sc + n0 + j] = acc[j];
+    }
+    free(acc);
+}
+
 void rt_sbgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                int64_t lda, int64_t stride_a, const uint16_t *b, int64_t ldb, int64_t stride_b, void *c, int c_bf16,
                int64_t ldc, int64_t stride_c) {
@@ -227,6 +299,11 @@ void rt_sbgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n
                 a, b, c, stride_a, stride_b, stride_c, NULL};
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
+    if (m == 1) { /* one row: no packing (it would read B once more for one use) */
+        SbGemv v = {&g, parts(n)};
+        rt_parallel_for(pool, batch * v.split, sbgemv_items, &v);
+        return;
+    }
     if (batch >= 4 || g.path == RT_SBGEMM_REF) { /* one item per batch element */
         rt_parallel_for(pool, batch, sbgemm_items, &g);
         return;

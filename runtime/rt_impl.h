@@ -147,6 +147,9 @@ typedef struct RtSampleOpts {
     int64_t count;               /* tokens to generate, >= 1 */
     const char *prompt;          /* NULL: none */
     double temperature;          /* 0: greedy */
+    int64_t top_k;               /* > 0: draw among the top_k most likely tokens only */
+    double top_p;                /* < 1: ... among the fewest whose probabilities sum to top_p */
+    int no_kv_cache;             /* recompute the window per token even with a decode step */
     uint64_t seed;               /* of the draws */
     const char *ckpt_dir, *init; /* the weights: the newest checkpoint, else --init */
     int init_allow_unused;
@@ -158,5 +161,15 @@ typedef struct RtSampleOpts {
  * byte-level vocabulary, else token ids); notes go to stderr. Reads the checkpoint directory
  * and nothing else there. */
 int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError *err);
+
+/* The next token from logits (vocab): at temperature 0 the largest (the first of equal ones);
+ * else a draw from softmax(logits / temperature), in double, restricted to the allowed tokens:
+ * the top_k largest (0: all; ties to the lower id) and of those the fewest largest whose
+ * probabilities, renormalized over them, sum to top_p or more (1: all). The draw is
+ * u = (x >> 11) / 2^53 (x = rt_rng_u64(seed, "axlc.sample", k, 0)) times the allowed weights'
+ * sum, against their running sum in id order. order (vocab) is scratch for the top-k/top-p sort. -1 if a logit is
+ * not finite. */
+int64_t rt_sample_pick(const float *logits, int64_t vocab, double temperature, int64_t top_k, double top_p,
+                       uint64_t seed, int64_t k, int32_t *order);
 
 #endif /* RT_IMPL_H */

@@ -7,11 +7,20 @@
  * tensor is read whole), or from --init; sampling only reads, so the checkpoint directory is not
  * locked, and nothing in it is written, renamed or removed.
  *
- * Each new token recomputes the whole forward over the context window: the last seq tokens of
- * prompt and output so far, written from position 0 and padded with zeros (the causal model
- * never lets a position see the ones after it). The logits of the window's last token give the
- * next one: the largest at temperature 0, else a draw from softmax(logits / temperature) with
- * the counter-based generator of init.c, so (weights, prompt, temperature, seed) fix the text.
+ * The context window is the last seq tokens of prompt and output so far, written from position
+ * 0 and padded with zeros (the causal model never lets a position see the ones after it). With
+ * a decode step (RtForward.decode, ABI 6) the forward runs once over the window as the prefill:
+ * its keys and values fill the KV cache (per attention, (kv_heads, seq, head_dim)), and each
+ * next token is one decode step at its position, whose own keys and values are written into
+ * the cache there. When the window is full, the next token's window starts one token later, so
+ * every position moves and every cached key with it: the sampler runs the forward over the new
+ * window (a re-prefill), as the uncached sampler does for every token, so the text is the same
+ * either way and past the window a token costs what it costs without the cache. Without a
+ * decode step (non-causal attention, OpenCL) or with --no-kv-cache, every token runs the forward.
+ *
+ * The logits of the window's last token give the next one: the largest at temperature 0, else a
+ * draw from softmax(logits / temperature), among the top-k and top-p tokens when asked, with the
+ * counter-based generator of init.c, so (weights, prompt, options, seed) fix the text.
  *
  * With a byte-level vocabulary (256) the prompt is text and the output is bytes; with a tokenizer
  * (--tokenizer) the prompt is text it encodes and each token is printed as the bytes it stands
@@ -22,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "rt_impl.h"
 
@@ -37,8 +47,8 @@ static int64_t global_numel(const RtParamSlot *s) {
     return n;
 }
 
-static int region_ok(const RtForward *f, int64_t off, int64_t bytes) {
-    return bytes >= 0 && off >= 0 && off % 4 == 0 && off <= f->slab_bytes && bytes <= f->slab_bytes - off;
+static int region_ok(int64_t slab, int64_t off, int64_t bytes) {
+    return bytes >= 0 && off >= 0 && off % 4 == 0 && off <= slab && bytes <= slab - off;
 }
 
 static int check_forward(const RtProgram *p, RtError *err) {
@@ -52,26 +62,68 @@ static int check_forward(const RtProgram *p, RtError *err) {
                             "program: forward: sequence %lld, vocabulary %lld, slab %lld bytes: expected "
                             "positive sizes and a parameter table",
                             (long long)p->seq, (long long)p->vocab, (long long)f->slab_bytes);
-    if (!region_ok(f, f->ids_offset, p->seq * 4) || !region_ok(f, f->logits_offset, p->seq * p->vocab * 4))
+    if (!region_ok(f->slab_bytes, f->ids_offset, p->seq * 4) ||
+        !region_ok(f->slab_bytes, f->logits_offset, p->seq * p->vocab * 4))
         return rt_error_set(err, "program: forward: ids or logits outside the %lld-byte slab",
                             (long long)f->slab_bytes);
     for (int i = 0; i < p->nparams; i++) {
         int64_t n = global_numel(&p->params[i]);
-        if (f->param_offsets[i] != -1 && (n < 0 || !region_ok(f, f->param_offsets[i], n * 4)))
+        if (f->param_offsets[i] != -1 && (n < 0 || !region_ok(f->slab_bytes, f->param_offsets[i], n * 4)))
             return rt_error_set(err, "program: forward: parameter %s outside the %lld-byte slab", p->params[i].path,
                                 (long long)f->slab_bytes);
     }
     return 0;
 }
 
+/* One cache of the decode step: its cache and the prefill's (heads, seq, row), the row. */
+static int check_cache(const RtProgram *p, const RtDecode *d, const RtKvCache *c, int i, RtError *err) {
+    int64_t fwd = p->forward->slab_bytes;
+    int64_t all = c->heads > 0 && c->row_bytes > 0 && c->heads <= INT64_MAX / c->row_bytes / p->seq
+                      ? c->heads * c->row_bytes * p->seq
+                      : -1;
+    if (all < 0 || c->row_bytes % 2 != 0 || !region_ok(d->slab_bytes, c->row_offset, c->heads * c->row_bytes) ||
+        !region_ok(fwd, c->prefill_offset, all) || c->cache_offset < fwd ||
+        !region_ok(d->slab_bytes, c->cache_offset, all))
+        return rt_error_set(err,
+                            "program: decode: KV cache %d (%lld heads of %lld bytes): a region outside its slab, "
+                            "or the cache inside the forward's %lld bytes",
+                            i, (long long)c->heads, (long long)c->row_bytes, (long long)fwd);
+    return 0;
+}
+
+/* The decode step shares the forward's slab: its weights where the forward's are, its own
+ * regions (the caches above all) past the forward's bytes. */
+static int check_decode(const RtProgram *p, RtError *err) {
+    const RtDecode *d = p->forward->decode;
+    if (!d->run || d->ncaches < 1 || !d->caches || d->slab_bytes < p->forward->slab_bytes ||
+        (p->nparams > 0 && !d->param_offsets))
+        return rt_error_set(err, "program: decode: no step, no KV cache, or a slab smaller than the forward's");
+    if (!region_ok(d->slab_bytes, d->ids_offset, 4) || !region_ok(d->slab_bytes, d->pos_offset, 4) ||
+        !region_ok(d->slab_bytes, d->logits_offset, p->vocab * 4))
+        return rt_error_set(err, "program: decode: ids, pos or logits outside the %lld-byte slab",
+                            (long long)d->slab_bytes);
+    for (int i = 0; i < p->nparams; i++)
+        if (d->param_offsets[i] != -1 && d->param_offsets[i] != p->forward->param_offsets[i])
+            return rt_error_set(err, "program: decode: parameter %s at %lld, the forward's at %lld (expected the same)",
+                                p->params[i].path, (long long)d->param_offsets[i],
+                                (long long)p->forward->param_offsets[i]);
+    for (int i = 0; i < d->ncaches; i++)
+        if (check_cache(p, d, &d->caches[i], i, err) != 0)
+            return -1;
+    return 0;
+}
+
 typedef struct Sampler {
     const RtProgram *p;
     const RtSampleOpts *o;
-    char *slab; /* the forward's */
+    const RtDecode *decode; /* NULL: every token runs the forward */
+    char *slab;             /* the forward's, and the decode step's past it */
     RtPool *pool;
     int32_t *tokens; /* (ntokens) prompt, then the output */
     int64_t ntokens, nprompt;
-    int bytes; /* byte-level vocabulary: text in, text out */
+    int64_t cached; /* tokens whose keys and values the cache holds, from position 0 */
+    int32_t *order; /* (vocab) scratch of rt_sample_pick */
+    int bytes;      /* byte-level vocabulary: text in, text out */
 } Sampler;
 
 static float *param_data(const Sampler *s, int i) {
@@ -316,49 +368,152 @@ static int print_prompt(const Sampler *s, FILE *out, RtError *err) {
     return 0;
 }
 
-/* The next token from logits (vocab): argmax at temperature 0 (the first of equal ones), else a
- * draw from the softmax of logits / temperature. -1 if a logit is not finite. */
-static int64_t pick(const Sampler *s, const float *logits, int64_t k) {
-    int64_t V = s->p->vocab, best = 0;
+typedef struct Ranked {
+    float logit;
+    int32_t id;
+} Ranked;
+
+/* Larger logits first, the lower id first among equal ones. */
+static int ranked_cmp(const void *a, const void *b) {
+    const Ranked *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit > y->logit ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* How many of the tokens ranked in `order` top-k and top-p allow: the first top_k, and of those
+ * the fewest whose softmax weights (w of the largest logit m) reach top_p of their sum. */
+static int64_t allowed_count(const float *logits, int64_t V, double t, int64_t top_k, double top_p,
+                             const int32_t *order) {
+    int64_t n = top_k > 0 && top_k < V ? top_k : V;
+    if (top_p >= 1)
+        return n;
+    double m = logits[order[0]], sum = 0, acc = 0;
+    for (int64_t i = 0; i < n; i++)
+        sum += exp((logits[order[i]] - m) / t);
+    for (int64_t i = 0; i < n; i++) {
+        acc += exp((logits[order[i]] - m) / t);
+        if (acc >= top_p * sum)
+            return i + 1;
+    }
+    return n;
+}
+
+/* order[0..V) = the token ids from the most likely down (ties: the lower id first). */
+static int rank_tokens(const float *logits, int64_t V, int32_t *order) {
+    Ranked *r = malloc((size_t)V * sizeof *r);
+    if (!r)
+        return -1;
+    for (int64_t i = 0; i < V; i++)
+        r[i] = (Ranked){logits[i], (int32_t)i};
+    qsort(r, (size_t)V, sizeof *r, ranked_cmp);
+    for (int64_t i = 0; i < V; i++)
+        order[i] = r[i].id;
+    free(r);
+    return 0;
+}
+
+int64_t rt_sample_pick(const float *logits, int64_t V, double t, int64_t top_k, double top_p, uint64_t seed, int64_t k,
+                       int32_t *order) {
+    int64_t best = 0;
     for (int64_t i = 0; i < V; i++) {
         if (!isfinite(logits[i]))
             return -1;
         if (logits[i] > logits[best])
             best = i;
     }
-    double t = s->o->temperature;
     if (t == 0)
         return best;
-    double sum = 0, m = logits[best];
+    /* the allowed tokens: the first n of the ranking (the most likely is always one) */
+    int64_t n = V;
+    if ((top_k > 0 && top_k < V) || top_p < 1) {
+        if (rank_tokens(logits, V, order) != 0)
+            return best; /* out of memory for the sort: the most likely is always allowed */
+        n = allowed_count(logits, V, t, top_k, top_p, order);
+    }
+    double m = logits[best], sum = 0;
+    uint8_t *ok = n < V ? calloc((size_t)V, 1) : NULL;
+    if (n < V && !ok)
+        return best;
+    for (int64_t r = 0; ok && r < n; r++)
+        ok[order[r]] = 1;
     for (int64_t i = 0; i < V; i++)
-        sum += exp((logits[i] - m) / t);
-    uint64_t x = rt_rng_u64(s->o->seed, SAMPLE_STREAM, k, 0);
+        sum += !ok || ok[i] ? exp((logits[i] - m) / t) : 0;
+    uint64_t x = rt_rng_u64(seed, SAMPLE_STREAM, k, 0);
     double u = (double)(x >> 11) * 0x1p-53 * sum, acc = 0;
     for (int64_t i = 0; i < V; i++) {
-        double w = exp((logits[i] - m) / t);
+        double w = !ok || ok[i] ? exp((logits[i] - m) / t) : 0;
         acc += w;
-        if (u < acc && w > 0)
+        if (u < acc && w > 0) {
+            free(ok);
             return i;
+        }
     }
+    free(ok);
     return best; /* rounding left u at the very top */
 }
 
-static int generate(Sampler *s, FILE *out, RtError *err) {
+/* The forward over the window (the last seq tokens), from position 0, zeros after; with a
+ * decode step, its keys and values become the cache. The logits of the window's last token. */
+static const float *run_forward(Sampler *s) {
     const RtProgram *p = s->p;
     const RtForward *f = p->forward;
     int32_t *ids = (int32_t *)(void *)(s->slab + f->ids_offset);
-    const float *logits = (const float *)(const void *)(s->slab + f->logits_offset);
-    if (s->o->tok && print_prompt(s, out, err) != 0)
+    int64_t w = s->ntokens < p->seq ? s->ntokens : p->seq;
+    memcpy(ids, s->tokens + s->ntokens - w, (size_t)w * sizeof *ids);
+    memset(ids + w, 0, (size_t)(p->seq - w) * sizeof *ids);
+    f->run(s->slab, s->pool, NULL);
+    for (int i = 0; s->decode && i < s->decode->ncaches; i++) {
+        const RtKvCache *c = &s->decode->caches[i];
+        memcpy(s->slab + c->cache_offset, s->slab + c->prefill_offset, (size_t)(c->heads * p->seq * c->row_bytes));
+    }
+    s->cached = s->decode ? w : 0;
+    return (const float *)(const void *)(s->slab + f->logits_offset) + (w - 1) * p->vocab;
+}
+
+/* One decode step: the newest token at position s->cached, its keys and values written into
+ * the cache there. Its logits. */
+static const float *run_decode(Sampler *s) {
+    const RtDecode *d = s->decode;
+    int64_t pos = s->cached;
+    *(int32_t *)(void *)(s->slab + d->ids_offset) = s->tokens[s->ntokens - 1];
+    *(int32_t *)(void *)(s->slab + d->pos_offset) = (int32_t)pos;
+    d->run(s->slab, s->pool, NULL);
+    for (int i = 0; i < d->ncaches; i++) {
+        const RtKvCache *c = &d->caches[i];
+        for (int64_t h = 0; h < c->heads; h++)
+            memcpy(s->slab + c->cache_offset + (h * s->p->seq + pos) * c->row_bytes,
+                   s->slab + c->row_offset + h * c->row_bytes, (size_t)c->row_bytes);
+    }
+    s->cached++;
+    return (const float *)(const void *)(s->slab + d->logits_offset);
+}
+
+/* The logits after the tokens so far: a decode step while the newest token still fits the
+ * window the cache holds, else the forward (the first token, or a full window). */
+static const float *next_logits(Sampler *s) {
+    if (s->decode && s->cached > 0 && s->cached == s->ntokens - 1 && s->cached < s->p->seq)
+        return run_decode(s);
+    return run_forward(s);
+}
+
+static double clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int generate(Sampler *s, FILE *out, RtError *err) {
+    const RtSampleOpts *o = s->o;
+    if (o->tok && print_prompt(s, out, err) != 0)
         return -1;
-    for (int64_t i = 0; !s->o->tok && i < s->nprompt; i++)
+    for (int64_t i = 0; !o->tok && i < s->nprompt; i++)
         print_token(s, out, s->tokens[i], i == 0);
     fflush(out);
-    for (int64_t k = 0; k < s->o->count; k++) {
-        int64_t w = s->ntokens < p->seq ? s->ntokens : p->seq;
-        memcpy(ids, s->tokens + s->ntokens - w, (size_t)w * sizeof *ids);
-        memset(ids + w, 0, (size_t)(p->seq - w) * sizeof *ids);
-        f->run(s->slab, s->pool, NULL);
-        int64_t tok = pick(s, logits + (w - 1) * p->vocab, k);
+    double t0 = clock_s(CLOCK_MONOTONIC), cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    for (int64_t k = 0; k < o->count; k++) {
+        const float *logits = next_logits(s);
+        int64_t tok = rt_sample_pick(logits, s->p->vocab, o->temperature, o->top_k, o->top_p, o->seed, k, s->order);
         if (tok < 0)
             return rt_error_set(err, "--sample: token %lld: the logits are not finite (are the weights?)",
                                 (long long)k + 1);
@@ -368,7 +523,25 @@ static int generate(Sampler *s, FILE *out, RtError *err) {
     }
     if (!s->bytes || s->tokens[s->ntokens - 1] != '\n')
         fputc('\n', out);
+    double secs = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+    fprintf(stderr, "%s: %lld tokens in %.3f s (%.3f s of CPU): %.1f tokens/s (%s)\n", o->prog, (long long)o->count,
+            secs, cpu, secs > 0 ? (double)o->count / secs : 0.0, s->decode ? "KV cache" : "the whole window per token");
     return fflush(out) == 0 && !ferror(out) ? 0 : rt_error_set(err, "--sample: writing the output failed");
+}
+
+/* The sampling options against this program: top-k within the vocabulary; the decode step
+ * checked and used unless --no-kv-cache. */
+static int sample_setup(Sampler *s, RtError *err) {
+    const RtProgram *p = s->p;
+    if (s->o->top_k > p->vocab)
+        return rt_error_set(err, "--top-k: %lld is more than the vocabulary's %lld tokens", (long long)s->o->top_k,
+                            (long long)p->vocab);
+    if (p->forward->decode && !s->o->no_kv_cache) {
+        if (check_decode(p, err) != 0)
+            return -1;
+        s->decode = p->forward->decode;
+    }
+    return 0;
 }
 
 int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError *err) {
@@ -377,13 +550,14 @@ int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError 
     if (rt_comm_launched())
         return rt_error_set(err, "--sample runs as one process with the whole model; start it without mpirun or srun");
     Sampler s = {.p = p, .o = o, .bytes = p->vocab == 256};
-    int rc = 0;
-    size_t size = ((size_t)p->forward->slab_bytes + 63) / 64 * 64;
-    s.slab = aligned_alloc(64, size);
-    if (!s.slab)
-        rc = rt_error_set(err, "--sample: cannot allocate the forward's %lld-byte slab",
-                          (long long)p->forward->slab_bytes);
-    else
+    int rc = sample_setup(&s, err);
+    int64_t bytes = s.decode ? s.decode->slab_bytes : p->forward->slab_bytes;
+    size_t size = ((size_t)bytes + 63) / 64 * 64;
+    s.slab = rc == 0 ? aligned_alloc(64, size) : NULL;
+    s.order = rc == 0 ? malloc((size_t)p->vocab * sizeof *s.order) : NULL;
+    if (rc == 0 && (!s.slab || !s.order))
+        rc = rt_error_set(err, "--sample: cannot allocate the sampling slab of %lld bytes", (long long)bytes);
+    else if (rc == 0)
         memset(s.slab, 0, size);
     if (rc == 0)
         rc = prompt_tokens(&s, err);
@@ -392,12 +566,18 @@ int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError 
     if (rc == 0 && s.nprompt > p->seq)
         fprintf(stderr, "%s: note: the prompt has %lld tokens; the context keeps its last %lld (seq_len)\n", o->prog,
                 (long long)s.nprompt, (long long)p->seq);
+    if (rc == 0 && !p->forward->decode && !o->no_kv_cache)
+        fprintf(stderr,
+                "%s: note: this model has no KV-cache decode step (an attention is not causal); every token "
+                "runs the forward over the window\n",
+                o->prog);
     if (rc == 0)
         rc = rt_pool_new(&s.pool, (int)o->threads, err);
     if (rc == 0)
         rc = generate(&s, out, err);
     rt_pool_free(s.pool);
     free(s.tokens);
+    free(s.order);
     free(s.slab);
     return rc;
 }

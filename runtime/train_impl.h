@@ -17,15 +17,17 @@ typedef struct TrainOpts {
     const char *data, *eval_data, *init, *ckpt_dir, *metrics, *prompt, *tokenizer;
     int64_t steps, eval_every, eval_batches, ckpt_every, keep, threads, log_every, sample;
     int64_t sdc_every; /* replay every N-th step and compare the bits of its update (0: never) */
+    int64_t top_k;     /* 0: not given (every token) */
     uint64_t seed;
     double temperature;      /* -1: not given (1) */
+    double top_p;            /* -1: not given (1) */
     int64_t restart_step;    /* the step the job reached before the failure this run restarts from */
     double restart_downtime; /* seconds from that failure to this start */
     double peak_flops;       /* FLOP/s per device for MFU (0: the program's, the device table's) */
     double skip_outliers;    /* z-score above which a step's update is skipped (0: never) */
     int64_t outlier_window;  /* the steps it is measured against */
     int64_t skip_batches;    /* global batches of --data passed over before the first step */
-    int resume, partial, help, config, init_allow_unused;
+    int resume, partial, help, config, init_allow_unused, no_kv_cache;
     int ckpt_sync; /* periodic saves block the run (the default writes them in the background) */
 } TrainOpts;
 

@@ -16,7 +16,7 @@
 
 #define MAX_THREADS 1024
 
-typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_FLAG, OPT_DBL } OptKind;
+typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_FLAG, OPT_DBL, OPT_PROB } OptKind;
 
 /* One trainer option; --help prints this table. */
 typedef struct OptSpec {
@@ -85,6 +85,11 @@ static const OptSpec OPTS[] = {
      "with --sample: the text to continue (token ids unless the "
      "vocabulary is bytes)"},
     {"--temperature", "T", OPT_DBL, F(temperature), 0, 0, "with --sample: softmax temperature, 0 greedy [1]"},
+    {"--top-k", "K", OPT_INT, F(top_k), 1, 1 << 30, "with --sample: draw among the K most likely tokens only"},
+    {"--top-p", "P", OPT_PROB, F(top_p), 0, 0,
+     "with --sample: draw among the fewest most likely tokens whose probabilities sum to P or more [1]"},
+    {"--no-kv-cache", NULL, OPT_FLAG, F(no_kv_cache), 0, 0,
+     "with --sample: recompute the whole window for every token instead of decoding with the KV cache"},
     {"--config", NULL, OPT_FLAG, F(config), 0, 0, "print the resolved config and exit"},
     {"--help", NULL, OPT_FLAG, F(help), 0, 0, "print this help and exit"},
 };
@@ -94,7 +99,7 @@ static const OptSpec OPTS[] = {
 void train_opts_help(FILE *f, const char *prog, const TrainOpts *defaults) {
     fprintf(f,
             "usage: %s --data FILE [options]\n       %s --sample N --ckpt-dir DIR|--init FILE [--prompt TEXT] "
-            "[--tokenizer FILE] [--temperature T] [--seed S]\n\noptions:\n",
+            "[--tokenizer FILE] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n\noptions:\n",
             prog, prog);
     for (int i = 0; i < N_OPTS; i++) {
         const OptSpec *o = &OPTS[i];
@@ -145,6 +150,19 @@ static int parse_dbl(const OptSpec *o, const char *s, double *out, RtError *err)
     return 0;
 }
 
+/* A probability above 0 and at most 1 (--top-p). */
+static int parse_prob(const OptSpec *o, const char *s, double *out, RtError *err) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno == ERANGE || !isfinite(v))
+        return rt_error_set(err, "%s: '%s' is not a finite number", o->name, s);
+    if (!(v > 0 && v <= 1))
+        return rt_error_set(err, "%s: %s is out of range, expected a probability above 0 and at most 1", o->name, s);
+    *out = v;
+    return 0;
+}
+
 static int set_opt(TrainOpts *o, const OptSpec *spec, const char *val, RtError *err) {
     char *field = (char *)o + spec->field;
     switch (spec->kind) {
@@ -156,6 +174,7 @@ static int set_opt(TrainOpts *o, const OptSpec *spec, const char *val, RtError *
     case OPT_INT: return parse_int(spec, val, (int64_t *)field, err);
     case OPT_U64: return parse_u64(spec, val, (uint64_t *)field, err);
     case OPT_DBL: return parse_dbl(spec, val, (double *)field, err);
+    case OPT_PROB: return parse_prob(spec, val, (double *)field, err);
     case OPT_FLAG: *(int *)field = 1; return 0;
     }
     return 0;
@@ -205,6 +224,11 @@ static int check_sample_opts(const TrainOpts *o, RtError *err) {
         return rt_error_set(err, "--init-allow-unused needs --init FILE");
     if (!o->ckpt_dir && !o->init)
         return rt_error_set(err, "--sample needs weights: --ckpt-dir DIR (its newest checkpoint) or --init FILE");
+    if (o->temperature == 0 && (o->top_k > 0 || o->top_p >= 0))
+        return rt_error_set(err,
+                            "%s: --temperature 0 takes the most likely token; drawing among the most likely "
+                            "needs a temperature above 0",
+                            o->top_k > 0 ? "--top-k" : "--top-p");
     return 0;
 }
 
@@ -231,8 +255,14 @@ int train_opts_check(const TrainOpts *o, RtError *err) {
         return -1;
     if (o->sample > 0)
         return check_sample_opts(o, err);
-    if (o->prompt || o->temperature >= 0)
-        return rt_error_set(err, "%s needs --sample N", o->prompt ? "--prompt" : "--temperature");
+    const char *sample_only = o->prompt             ? "--prompt"
+                              : o->temperature >= 0 ? "--temperature"
+                              : o->top_k > 0        ? "--top-k"
+                              : o->top_p >= 0       ? "--top-p"
+                              : o->no_kv_cache      ? "--no-kv-cache"
+                                                    : NULL;
+    if (sample_only)
+        return rt_error_set(err, "%s needs --sample N", sample_only);
     if (!o->data)
         return rt_error_set(err, "--data FILE is required (--help lists the options)");
     if (o->resume && !o->ckpt_dir)
@@ -273,6 +303,7 @@ void train_opts_default(TrainOpts *o, const RtProgram *p) {
     o->log_every = 1;
     o->outlier_window = 100;
     o->temperature = -1;
+    o->top_p = -1;
 }
 
 int rt_train_check_args(int argc, char **argv, RtError *err) {

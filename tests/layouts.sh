@@ -12,7 +12,9 @@
 #                      (one device with the same microbatches: a MoE's load-balance loss is
 #                      per microbatch, so N microbatches are not the whole batch's step there)
 # MESH: one, data4, fsdp4, model2, data2model2, expert2, expert2fsdp2; fsdp2, fsdp2mb2, fsdp2mb4
-# (fsdp=2 with 1, 2, 4 microbatches: each rank steps over slices of its rows); onemb2, onemb4.
+# (fsdp=2 with 1, 2, 4 microbatches: each rank steps over slices of its rows); onemb2, onemb4;
+# seq2 (context parallelism: each rank its half of every sequence, K and V gathered), seq2model2,
+# spmodel2 (Megatron sequence parallelism: /mesh/sequence_parallel on model=2), spseq2model2 (both).
 model_file() {
   case $1 in
   tiny_lm | tiny_bf16 | tiny_moe) echo "$SRC/models/tiny-lm.json" ;;
@@ -45,6 +47,10 @@ mesh() {
   fsdp2mb4) echo "2 [1,1,1,2,1,1] /learner/microbatches=4" ;;
   onemb2) echo "1 [1,1,1,1,1,1] /learner/microbatches=2" ;;
   onemb4) echo "1 [1,1,1,1,1,1] /learner/microbatches=4" ;;
+  seq2) echo "2 [1,1,1,1,2,1]" ;;
+  seq2model2) echo "4 [1,1,1,1,2,2]" ;;
+  spmodel2) echo "2 [1,1,1,1,1,2] /mesh/sequence_parallel=true" ;;
+  spseq2model2) echo "4 [1,1,1,1,2,2] /mesh/sequence_parallel=true" ;;
   esac
 }
 ref_mesh() {

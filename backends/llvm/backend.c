@@ -22,6 +22,7 @@
 typedef struct Compiled {
   MemPlan plan;
   MemPlan fwd_plan; /* of the sampling forward, when the job has one */
+  MemPlan dec_plan; /* of the decode step, in the forward's slab, when the job has one */
   LlvmModule *module;
   LlvmProgramInfo info; /* what the trainer's program table holds */
   LlvmParamInfo *params;
@@ -31,6 +32,7 @@ static void compiled_free(Compiled *c) {
   llvm_module_free(c->module);
   pass_memplan_free(&c->plan);
   pass_memplan_free(&c->fwd_plan);
+  pass_memplan_free(&c->dec_plan);
   free(c->params);
   memset(c, 0, sizeof *c);
 }
@@ -91,21 +93,31 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
     lo.progress = o->progress;
   }
   lo.keep_ir = keep_ir;
-  for (int k = 0; k < (j->forward ? 2 : 1); k++) {
-    IrGraph *g = k ? j->forward : j->graph;
+  IrGraph *graphs[3] = {j->graph, j->forward, j->forward ? j->decode : NULL};
+  MemPlan *plans[3] = {&c->plan, &c->fwd_plan, &c->dec_plan};
+  static const char *const what[3] = {"", " of the sampling forward", " of the decode step"};
+  for (int k = 0; k < 3 && graphs[k]; k++) {
+    IrGraph *g = graphs[k];
     bool *mat = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *mat);
     if (lo.fuse) pass_fusion_plan(g, mat);
-    int rc = pass_memplan_fused(g, lo.fuse ? mat : NULL, k ? &c->fwd_plan : &c->plan);
+    /* the decode step shares the forward's slab: the same weights, its cache past the rest */
+    int rc = k < 2 ? pass_memplan_fused(g, lo.fuse ? mat : NULL, plans[k])
+                   : pass_memplan_over(g, lo.fuse ? mat : NULL, j->forward, &c->fwd_plan,
+                                       llvm_forward_slab_bytes(j->forward, &c->fwd_plan), plans[k]);
     free(mat);
     if (rc != IR_OK)
-      return backend_error(&j->diag, j->file, NULL, "memory planning%s failed: %s",
-                           k ? " of the sampling forward" : "", ir_graph_error(g));
+      return backend_error(&j->diag, j->file, NULL, "memory planning%s failed: %s", what[k],
+                           ir_graph_error(g));
   }
   program_info(j, c);
   lo.program = &c->info;
   if (j->forward) {
     lo.forward = j->forward;
     lo.forward_plan = &c->fwd_plan;
+  }
+  if (j->forward && j->decode) {
+    lo.decode = j->decode;
+    lo.decode_plan = &c->dec_plan;
   }
   char err[1024];
   if (llvm_compile(j->graph, &c->plan, &lo, &c->module, err, sizeof err))

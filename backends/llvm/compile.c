@@ -180,23 +180,34 @@ static void graph_end(LlvmCtx *C) {
   C->slot_ptr = NULL;
 }
 
-/* axlc_forward and its RtForward table, from the forward graph (one device, no collectives);
- * C's step state is kept and restored. */
-static int emit_forward(LlvmCtx *C) {
+/* `fname` and its table (llvm_forward_emit or llvm_decode_emit) from a sampling graph g planned
+ * as mp (one device, no collectives); C's step state is kept and restored. */
+static int emit_sampling(LlvmCtx *C, const IrGraph *g, const MemPlan *mp, const char *fname,
+                         int (*table)(LlvmCtx *, LLVMValueRef)) {
   LlvmCtx S = *C;
-  C->g = C->opt.forward;
-  C->mp = C->opt.forward_plan;
+  C->g = g;
+  C->mp = mp;
   if (C->g->nvalues && llvm_multi_device(C->g))
-    return llvm_fail(C, "the forward graph must be for one device");
+    return llvm_fail(C, "the %s graph must be for one device", fname);
   int rc = graph_begin(C);
-  LLVMValueRef f = rc == 0 ? emit_entry(C, "axlc_forward") : NULL;
+  LLVMValueRef f = rc == 0 ? emit_entry(C, fname) : NULL;
   if (rc == 0 && !f) rc = -1;
-  if (rc == 0) rc = llvm_forward_emit(C, f);
+  if (rc == 0) rc = table(C, f);
   graph_end(C);
-  LLVMValueRef table = C->fwd_table;
+  LLVMValueRef fwd = C->fwd_table, dec = C->dec_table;
   *C = S;
-  C->fwd_table = table;
+  C->fwd_table = fwd;
+  C->dec_table = dec;
   return rc;
+}
+
+/* axlc_decode (when the job has one) and axlc_forward, with their tables. */
+static int emit_forward(LlvmCtx *C) {
+  const LlvmOptions *o = &C->opt;
+  if (o->decode && o->decode_plan &&
+      emit_sampling(C, o->decode, o->decode_plan, "axlc_decode", llvm_decode_emit))
+    return -1;
+  return emit_sampling(C, o->forward, o->forward_plan, "axlc_forward", llvm_forward_emit);
 }
 
 /* The emission proper, once the module and target exist. */

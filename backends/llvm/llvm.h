@@ -81,6 +81,10 @@ typedef struct LlvmOptions {
    * axlc_forward, with the program's RtForward table (runtime/axrt.h). NULL: none. */
   const IrGraph *forward;
   const MemPlan *forward_plan;
+  /* The decode step with a KV cache, as axlc_decode with the RtDecode table the forward's
+   * points at; its plan shares the forward's slab (pass_memplan_over). NULL: none. */
+  const IrGraph *decode;
+  const MemPlan *decode_plan;
   int jobs;              /* threads that optimize and generate code; 0: one per online CPU */
   const char *cache_dir; /* the persistent object cache (unit.c); NULL: none */
   int64_t cache_max;     /* its size limit in bytes, kept after a compile that stores (backend.h:
@@ -105,6 +109,9 @@ typedef struct LlvmStats {
 
 /* O3, fusion, BLAS, threads when the runtime has its pool, host CPU, no program. */
 LlvmOptions llvm_options_default(void);
+/* The bytes of the forward's slab that its RtForward table names: its plan's, and past them
+ * the f32 copy of bf16 logits (the decode step's plan starts after them). */
+int64_t llvm_forward_slab_bytes(const IrGraph *forward, const MemPlan *plan);
 /* Builds and optimizes the module. mp plans g (pass_memplan); opt NULL: the defaults. */
 int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, LlvmModule **out,
                  char *err, size_t cap);
@@ -192,6 +199,7 @@ typedef struct LlvmCtx {
   LLVMValueRef slab;                        /* its slab argument (i8*) */
   LLVMValueRef step, step_slab, pool, comm; /* axlc_step (or axlc_forward) and its arguments */
   LLVMValueRef fwd_table;                   /* the RtForward global, once emitted */
+  LLVMValueRef dec_table;                   /* the RtDecode global, once emitted */
   int32_t *coll; /* (nvalues) index in the program's collective table, or -1 */
   int32_t ncoll;
   int32_t kout; /* value whose kernel is being emitted, or -1 */
@@ -326,8 +334,11 @@ int llvm_fusion_defer(LlvmCtx *C);
 
 /* ---- program.c ---- */
 int llvm_program_emit(LlvmCtx *C, LLVMValueRef step);
-/* The RtForward table of the forward function, emitted while C holds the forward graph. */
+/* The RtForward table of the forward function, emitted while C holds the forward graph (after
+ * the decode step's, which it points at). */
 int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn);
+/* The RtDecode table of the decode function, emitted while C holds the decode graph. */
+int llvm_decode_emit(LlvmCtx *C, LLVMValueRef fn);
 /* At the end of axlc_forward: bf16 logits widened into the f32 copy the table names. */
 void llvm_forward_widen(LlvmCtx *C);
 /* Whether the graph's collectives go through the runtime (a mesh of more than one device). */

@@ -15,11 +15,11 @@
 #include <string.h>
 
 typedef struct ProgTypes {
-  LLVMTypeRef init, slot, mesh, coll, prog, split, fwd;
+  LLVMTypeRef init, slot, mesh, coll, prog, split, fwd, kv, dec;
 } ProgTypes;
 
-/* Coupled with RtInit, RtParamSlot, RtMesh, RtCollective, RtForward and RtProgram in
- * runtime/axrt.h. */
+/* Coupled with RtInit, RtParamSlot, RtMesh, RtCollective, RtKvCache, RtDecode, RtForward and
+ * RtProgram in runtime/axrt.h. */
 static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
   ProgTypes t;
   LLVMTypeRef f = C->t_f32, i32 = C->t_i32, i64 = C->t_i64, p = C->t_i8p;
@@ -51,8 +51,13 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
                         i64,
                         i64};
   t.coll = LLVMStructTypeInContext(C->c, coll, 11, 0);
-  LLVMTypeRef fwd[] = {i64, i64, i64, LLVMPointerType(i64, 0), step_ptr};
-  t.fwd = LLVMStructTypeInContext(C->c, fwd, 5, 0);
+  LLVMTypeRef kv[] = {i64, i64, i64, i64, i64};
+  t.kv = LLVMStructTypeInContext(C->c, kv, 5, 0);
+  LLVMTypeRef dec[] = {
+      i64, i64, i64, i64, LLVMPointerType(i64, 0), i32, LLVMPointerType(t.kv, 0), step_ptr};
+  t.dec = LLVMStructTypeInContext(C->c, dec, 8, 0);
+  LLVMTypeRef fwd[] = {i64, i64, i64, LLVMPointerType(i64, 0), step_ptr, LLVMPointerType(t.dec, 0)};
+  t.fwd = LLVMStructTypeInContext(C->c, fwd, 6, 0);
   LLVMTypeRef prog[] = {i32,
                         p,
                         i64,
@@ -107,6 +112,13 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMABISizeOfType(dl, t->fwd) == sizeof(RtForward) &&
             LLVMOffsetOfElement(dl, t->fwd, 3) == offsetof(RtForward, param_offsets) &&
             LLVMOffsetOfElement(dl, t->fwd, 4) == offsetof(RtForward, run) &&
+            LLVMOffsetOfElement(dl, t->fwd, 5) == offsetof(RtForward, decode) &&
+            LLVMABISizeOfType(dl, t->kv) == sizeof(RtKvCache) &&
+            LLVMABISizeOfType(dl, t->dec) == sizeof(RtDecode) &&
+            LLVMOffsetOfElement(dl, t->dec, 4) == offsetof(RtDecode, param_offsets) &&
+            LLVMOffsetOfElement(dl, t->dec, 5) == offsetof(RtDecode, ncaches) &&
+            LLVMOffsetOfElement(dl, t->dec, 6) == offsetof(RtDecode, caches) &&
+            LLVMOffsetOfElement(dl, t->dec, 7) == offsetof(RtDecode, run) &&
             LLVMOffsetOfElement(dl, t->prog, 9) == offsetof(RtProgram, ids_offset) &&
             LLVMOffsetOfElement(dl, t->prog, 18) == offsetof(RtProgram, ckpt_keep) &&
             LLVMOffsetOfElement(dl, t->prog, 19) == offsetof(RtProgram, mesh) &&
@@ -329,7 +341,30 @@ void llvm_forward_widen(LlvmCtx *C) {
   llvm_loop_end(C, &L);
 }
 
-/* The RtForward of the forward function fn, while C->g and C->mp are the forward graph's. */
+int64_t llvm_forward_slab_bytes(const IrGraph *g, const MemPlan *mp) {
+  int32_t v = ir_graph_output(g, "logits");
+  if (v == IR_NONE || g->values[v].dtype != DT_BF16) return mp->slab_bytes;
+  return (mp->slab_bytes + 63) / 64 * 64 + ir_shape_numel(&g->values[v].shape) * 4;
+}
+
+/* A private constant global `name` holding the byte offsets of the program's parameters in
+ * C->g's plan (-1: not read), as an i64*. */
+static LLVMValueRef param_offsets_global(LlvmCtx *C, const char *name) {
+  const LlvmProgramInfo *P = C->opt.program;
+  LLVMValueRef *offs = ir_xcalloc((size_t)P->nparams + 1, sizeof *offs);
+  for (int32_t i = 0; i < P->nparams; i++)
+    offs[i] = i64c(C, named_offset(C, IR_PARAMETER, "", P->params[i].path));
+  LLVMValueRef arr = LLVMConstArray(C->t_i64, offs, (unsigned)P->nparams);
+  free(offs);
+  LLVMValueRef gl = LLVMAddGlobal(C->m, LLVMTypeOf(arr), name);
+  LLVMSetInitializer(gl, arr);
+  LLVMSetGlobalConstant(gl, 1);
+  LLVMSetLinkage(gl, LLVMPrivateLinkage);
+  return LLVMConstBitCast(gl, LLVMPointerType(C->t_i64, 0));
+}
+
+/* The RtForward of the forward function fn, while C->g and C->mp are the forward graph's; it
+ * points at the RtDecode table when one was emitted. */
 int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   const LlvmProgramInfo *P = C->opt.program;
   if (!P) return 0;
@@ -338,25 +373,80 @@ int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
   if (ids == IR_NONE || logits == IR_NONE)
     return llvm_fail(C, "program: the forward graph has no input ids or output logits");
   bool widened = logits_widened(C) != IR_NONE;
-  int64_t slab = widened ? logits_copy_at(C) + ir_shape_numel(&C->g->values[logits].shape) * 4
-                         : C->mp->slab_bytes;
-  LLVMValueRef *offs = ir_xcalloc((size_t)P->nparams + 1, sizeof *offs);
-  for (int32_t i = 0; i < P->nparams; i++)
-    offs[i] = i64c(C, named_offset(C, IR_PARAMETER, "", P->params[i].path));
-  LLVMValueRef arr = LLVMConstArray(C->t_i64, offs, (unsigned)P->nparams);
-  free(offs);
-  LLVMValueRef gl = LLVMAddGlobal(C->m, LLVMTypeOf(arr), "axlc_forward_params");
-  LLVMSetInitializer(gl, arr);
-  LLVMSetGlobalConstant(gl, 1);
-  LLVMSetLinkage(gl, LLVMPrivateLinkage);
-  LLVMValueRef f[] = {i64c(C, slab), i64c(C, C->mp->offset[ids]),
+  LLVMValueRef f[] = {i64c(C, llvm_forward_slab_bytes(C->g, C->mp)),
+                      i64c(C, C->mp->offset[ids]),
                       i64c(C, widened ? logits_copy_at(C) : C->mp->offset[logits]),
-                      LLVMConstBitCast(gl, LLVMPointerType(C->t_i64, 0)), fn};
+                      param_offsets_global(C, "axlc_forward_params"),
+                      fn,
+                      C->dec_table ? C->dec_table : LLVMConstNull(LLVMPointerType(t.dec, 0))};
   LLVMValueRef tab = LLVMAddGlobal(C->m, t.fwd, "axlc_forward_table");
-  LLVMSetInitializer(tab, LLVMConstNamedStruct(t.fwd, f, 5));
+  LLVMSetInitializer(tab, LLVMConstNamedStruct(t.fwd, f, 6));
   LLVMSetGlobalConstant(tab, 1);
   LLVMSetLinkage(tab, LLVMPrivateLinkage);
   C->fwd_table = tab;
+  return 0;
+}
+
+/* The RtKvCache of the decode graph's cache input v, from its row output and the forward's
+ * prefill output of the same name. */
+static int kv_const(LlvmCtx *C, const ProgTypes *t, int32_t v, LLVMValueRef *out) {
+  const IrValue *in = &C->g->values[v];
+  const char *base = in->name + strlen(IR_KV_CACHE);
+  char name[1024];
+  snprintf(name, sizeof name, IR_KV_ROW "%s", base);
+  int32_t row = ir_graph_output(C->g, name);
+  snprintf(name, sizeof name, IR_KV_PREFILL "%s", base);
+  const IrGraph *fg = C->opt.forward;
+  int32_t pre = fg ? ir_graph_output(fg, name) : IR_NONE;
+  if (in->shape.rank != 4 || row == IR_NONE || pre == IR_NONE ||
+      !ir_shape_eq(&fg->values[pre].shape, &in->shape) || fg->values[pre].dtype != in->dtype ||
+      C->g->values[row].dtype != in->dtype)
+    return llvm_fail(C, "program: the decode step's cache %s has no row or prefill to match it",
+                     in->name);
+  int64_t row_bytes = in->shape.dims[3] * (int64_t)ir_dtype_size(in->dtype);
+  LLVMValueRef f[] = {i64c(C, in->shape.dims[1]), i64c(C, row_bytes), i64c(C, C->mp->offset[v]),
+                      i64c(C, C->mp->offset[row]), i64c(C, C->opt.forward_plan->offset[pre])};
+  *out = LLVMConstNamedStruct(t->kv, f, 5);
+  return 0;
+}
+
+int llvm_decode_emit(LlvmCtx *C, LLVMValueRef fn) {
+  const LlvmProgramInfo *P = C->opt.program;
+  if (!P) return 0;
+  ProgTypes t = prog_types(C, LLVMTypeOf(fn));
+  int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids"), pos = ir_graph_find(C->g, IR_INPUT, "pos");
+  int32_t logits = ir_graph_output(C->g, "logits");
+  if (ids == IR_NONE || pos == IR_NONE || logits == IR_NONE || C->g->values[logits].dtype != DT_F32)
+    return llvm_fail(C, "program: the decode graph has no input ids or pos, or no f32 logits");
+  LLVMValueRef *kv = ir_xcalloc((size_t)C->g->nvalues + 1, sizeof *kv);
+  int32_t n = 0;
+  for (int32_t v = 0; v < C->g->nvalues; v++) {
+    const IrValue *in = &C->g->values[v];
+    if (in->op != IR_INPUT || strncmp(in->name, IR_KV_CACHE, strlen(IR_KV_CACHE))) continue;
+    if (kv_const(C, &t, v, &kv[n++])) {
+      free(kv);
+      return -1;
+    }
+  }
+  LLVMValueRef arr = LLVMConstArray(t.kv, kv, (unsigned)n);
+  free(kv);
+  LLVMValueRef kvg = LLVMAddGlobal(C->m, LLVMTypeOf(arr), "axlc_kv_caches");
+  LLVMSetInitializer(kvg, arr);
+  LLVMSetGlobalConstant(kvg, 1);
+  LLVMSetLinkage(kvg, LLVMPrivateLinkage);
+  LLVMValueRef f[] = {i64c(C, C->mp->slab_bytes),
+                      i64c(C, C->mp->offset[ids]),
+                      i64c(C, C->mp->offset[pos]),
+                      i64c(C, C->mp->offset[logits]),
+                      param_offsets_global(C, "axlc_decode_params"),
+                      i32c(C, n),
+                      LLVMConstBitCast(kvg, LLVMPointerType(t.kv, 0)),
+                      fn};
+  LLVMValueRef tab = LLVMAddGlobal(C->m, t.dec, "axlc_decode_table");
+  LLVMSetInitializer(tab, LLVMConstNamedStruct(t.dec, f, 8));
+  LLVMSetGlobalConstant(tab, 1);
+  LLVMSetLinkage(tab, LLVMPrivateLinkage);
+  C->dec_table = tab;
   return 0;
 }
 

@@ -72,7 +72,8 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
   if (check_heads(b, node, cfg, in, &heads, &kv)) return -1;
   if (fe_build_child(b, node, "rope", cfg, prm, in)) return -1;
   int64_t hd = in->dim / heads;
-  int64_t scores[4] = {in->batch, heads, in->seq_len, in->seq_len}; /* (B, N, T, T) */
+  /* (B, N, T, T); a seq axis keeps each device's T/c queries against all T keys */
+  int64_t scores[4] = {in->batch, heads, in->seq_len / fe_seq_split(&b->mesh), in->seq_len};
   fe_step_tensor(b, "the attention scores", "batch x heads x seq x seq", 4, scores,
                  fe_get_child(b->root, "input"), "/input", "seq_len");
   if (proj(b, node, cfg, prm, "q_proj", in->dim, heads * hd, in)) return -1;
@@ -86,7 +87,8 @@ static const FeField rope_fields[] = {
 };
 
 /* Rotary embedding of x (B, T, N, H), rotating the two halves of each head:
- * (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), angle t * theta^(-2i/H). */
+ * (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), angle t * theta^(-2i/H), t the position:
+ * 0..T-1, or in the decode step the input pos. */
 static int32_t emit_rope(FeEmit *e, json_object *rope, int32_t x) {
   if (x == IR_NONE) return IR_NONE;
   IrGraph *g = e->g;
@@ -96,9 +98,11 @@ static int32_t emit_rope(FeEmit *e, json_object *rope, int32_t x) {
   double *freq = ir_xmalloc((size_t)half * sizeof *freq);
   for (int64_t i = 0; i < half; i++) freq[i] = pow(theta, -2.0 * (double)i / (double)H);
   int64_t th[2] = {T, half};
-  int32_t f1 = 1;
-  int32_t angle = ir_mul(g, ir_iota(g, DT_F32, 2, th, 0),
-                         ir_broadcast(g, ir_const_data(g, DT_F32, freq, 1, &half), 2, th, &f1));
+  int32_t f1 = 1, f0 = 0;
+  int32_t t = e->decode ? ir_broadcast(g, ir_cast(g, e->pos, DT_F32), 2, th, &f0)
+                        : ir_iota(g, DT_F32, 2, th, 0);
+  int32_t angle =
+      ir_mul(g, t, ir_broadcast(g, ir_const_data(g, DT_F32, freq, 1, &half), 2, th, &f1));
   free(freq);
   int32_t bd[2] = {1, 3};
   int64_t out[4] = {B, T, N, half};
@@ -112,14 +116,17 @@ static int32_t emit_rope(FeEmit *e, json_object *rope, int32_t x) {
   return ir_concat(g, 2, parts, 3);
 }
 
-/* (B, T, heads*H) -> (B, N, T, H): split heads, repeat kv heads for GQA, heads first. */
-static int32_t heads_first(FeEmit *e, int32_t x, int64_t heads, int64_t n, int64_t H,
-                           json_object *rope) {
+/* (B, T, heads*H) -> (B, T, heads, H), rotated when rope is set. */
+static int32_t split_heads(FeEmit *e, int32_t x, int64_t heads, int64_t H, json_object *rope) {
+  int64_t split[4] = {e->batch, e->seq, heads, H};
+  x = ir_reshape(e->g, x, 4, split);
+  return rope ? emit_rope(e, rope, x) : x;
+}
+
+/* (B, T, heads, H) -> (B, N, T, H): repeat kv heads for GQA, heads first. */
+static int32_t heads_first(FeEmit *e, int32_t x, int64_t heads, int64_t n, int64_t H) {
   IrGraph *g = e->g;
   int64_t B = e->batch, T = e->seq;
-  int64_t split[4] = {B, T, heads, H};
-  x = ir_reshape(g, x, 4, split);
-  if (rope) x = emit_rope(e, rope, x);
   if (heads != n) { /* query head j uses kv head j / (n / heads) */
     int64_t rep[5] = {B, T, heads, n / heads, H}, full[4] = {B, T, n, H};
     int32_t bd[4] = {0, 1, 2, 4};
@@ -127,6 +134,87 @@ static int32_t heads_first(FeEmit *e, int32_t x, int64_t heads, int64_t n, int64
   }
   int32_t perm[4] = {0, 2, 1, 3};
   return ir_transpose(g, x, perm);
+}
+
+/* The prefill's keys or values (`which`) of the attention at prm: x (1, T, K, H) as the output
+ * IR_KV_PREFILL prm/which (1, K, T, H), the rows the decode step's cache starts from. */
+static void kv_prefill(FeEmit *e, const char *prm, const char *which, int32_t x) {
+  char name[600];
+  snprintf(name, sizeof name, IR_KV_PREFILL "%s/%s", prm, which);
+  int32_t perm[4] = {0, 2, 1, 3};
+  int32_t t = ir_transpose(e->g, x, perm);
+  if (t != IR_NONE) ir_graph_add_output(e->g, name, t);
+}
+
+/* The decode step's keys or values (`which`): the token's row x (1, 1, K, H) becomes the output
+ * IR_KV_ROW prm/which (1, K, 1, H), which the runtime writes into the cache at pos; *cache is
+ * the input IR_KV_CACHE prm/which (1, K, W, H), whose rows below pos are the earlier tokens'. */
+static int32_t kv_decode(FeEmit *e, const char *prm, const char *which, int32_t x, int32_t *cache) {
+  *cache = IR_NONE;
+  if (x == IR_NONE) return IR_NONE;
+  IrGraph *g = e->g;
+  IrShape s = fe_shape(e, x);
+  IrDType dt = g->values[x].dtype;
+  int64_t kwh[4] = {1, s.dims[2], e->window, s.dims[3]};
+  char name[600];
+  int32_t perm[4] = {0, 2, 1, 3};
+  int32_t row = ir_transpose(g, x, perm); /* (1, K, 1, H) */
+  snprintf(name, sizeof name, IR_KV_ROW "%s/%s", prm, which);
+  if (row == IR_NONE || ir_graph_add_output(g, name, row) != IR_OK) return IR_NONE;
+  snprintf(name, sizeof name, IR_KV_CACHE "%s/%s", prm, which);
+  *cache = ir_input(g, name, dt, 4, kwh);
+  return row;
+}
+
+/* Attention of the decode step: q (1, 1, N, H) against the cache's keys and values at the
+ * positions below pos and this token's own k, v (1, 1, K, H); query head j reads kv head
+ * j / (N / K). The scores are the cache's (1, K, G, W), positions from pos on masked as the
+ * causal forward masks later ones, then the token's own, so that the cache is only read, not
+ * copied with the new row in it. (1, 1, N*H). */
+static int32_t decode_attention(FeEmit *e, const char *prm, int32_t q, int32_t k, int32_t v,
+                                double scale) {
+  if (q == IR_NONE || k == IR_NONE) return IR_NONE;
+  IrGraph *g = e->g;
+  int64_t N = fe_shape(e, q).dims[2], K = fe_shape(e, k).dims[2], H = fe_shape(e, q).dims[3];
+  int64_t W = e->window, kgh[4] = {1, K, N / K, H}, kgw[4] = {1, K, N / K, W};
+  int32_t kc, vc; /* (1, K, W, H) */
+  int32_t kr = kv_decode(e, prm, "k", k, &kc),
+          vr = kv_decode(e, prm, "v", v, &vc); /* (1, K, 1, H) */
+  int32_t bb[2] = {0, 1}, c3 = 3, c2 = 2, d0 = 0;
+  int32_t qg = ir_reshape(g, q, 4, kgh);
+  int32_t parts[2] = {ir_dot(g, qg, kc, 2, bb, bb, 1, &c3, &c3),  /* (1, K, G, W) */
+                      ir_dot(g, qg, kr, 2, bb, bb, 1, &c3, &c3)}; /* (1, K, G, 1) */
+  int32_t before = ir_lt(g, ir_iota(g, DT_I32, 4, kgw, 3), ir_broadcast(g, e->pos, 4, kgw, &d0));
+  parts[0] = ir_select(g, before, parts[0], fe_emit_like(e, parts[0], -1e9));
+  int32_t s = ir_concat(g, 2, parts, 3); /* (1, K, G, W + 1) */
+  s = fe_emit_compute(e, fe_emit_softmax(e, ir_mul(g, s, fe_emit_like(e, s, scale))));
+  if (s == IR_NONE) return IR_NONE;
+  int64_t z[4] = {0, 0, 0, 0}, at_w[4] = {0, 0, 0, W}, end[4] = {1, K, N / K, W + 1};
+  int32_t ctx = ir_add(g, ir_dot(g, ir_slice(g, s, z, kgw), vc, 2, bb, bb, 1, &c3, &c2),
+                       ir_dot(g, ir_slice(g, s, at_w, end), vr, 2, bb, bb, 1, &c3, &c2));
+  if (ctx != IR_NONE) ir_value_set_tag(g, ctx, "attention.context");
+  int64_t merged[3] = {1, 1, N * H};
+  return ir_reshape(g, ctx, 3, merged);
+}
+
+/* (B, N, T, H) attention of the whole sequence, fused or as products and a softmax. */
+static int32_t full_attention(FeEmit *e, json_object *node, int64_t N, int32_t q, int32_t k,
+                              int32_t v, double scale) {
+  IrGraph *g = e->g;
+  bool causal = fe_get_bool(node, "causal");
+  if (strcmp(fe_get_str(node, "kernel"), "fused") == 0)
+    return ir_attention(g, q, k, v, causal, scale);
+  int64_t B = e->batch, T = e->seq;
+  int32_t bb[2] = {0, 1}, c3 = 3, c2 = 2;
+  int32_t s = ir_dot(g, q, k, 2, bb, bb, 1, &c3, &c3); /* (B, N, T, T) */
+  s = ir_mul(g, s, fe_emit_like(e, s, scale));
+  if (causal) {
+    int64_t tt[2] = {T, T}, bntt[4] = {B, N, T, T};
+    int32_t bd[2] = {2, 3};
+    int32_t allowed = ir_ge(g, ir_iota(g, DT_I32, 2, tt, 0), ir_iota(g, DT_I32, 2, tt, 1));
+    s = ir_select(g, ir_broadcast(g, allowed, 4, bntt, bd), s, fe_emit_like(e, s, -1e9));
+  }
+  return ir_dot(g, fe_emit_compute(e, fe_emit_softmax(e, s)), v, 2, bb, bb, 1, &c3, &c2);
 }
 
 static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *prm,
@@ -137,29 +225,25 @@ static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *p
   if (K == 0) K = N;
   int64_t H = in->dim / N, B = e->batch, T = e->seq;
   json_object *rope = fe_get_child(node, "rope");
-  int32_t q =
-      heads_first(e, fe_emit_linear(e, x, prm, "q_proj", "attention.q_proj"), N, N, H, rope);
-  int32_t k =
-      heads_first(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, N, H, rope);
-  int32_t v =
-      heads_first(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, N, H, NULL);
-  bool causal = fe_get_bool(node, "causal");
   double scale = 1.0 / sqrt((double)H);
-  int32_t ctx; /* (B, N, T, H) */
-  if (strcmp(fe_get_str(node, "kernel"), "fused") == 0) {
-    ctx = ir_attention(g, q, k, v, causal, scale);
-  } else {
-    int32_t bb[2] = {0, 1}, c3 = 3, c2 = 2;
-    int32_t s = ir_dot(g, q, k, 2, bb, bb, 1, &c3, &c3); /* (B, N, T, T) */
-    s = ir_mul(g, s, fe_emit_like(e, s, scale));
-    if (causal) {
-      int64_t tt[2] = {T, T}, bntt[4] = {B, N, T, T};
-      int32_t bd[2] = {2, 3};
-      int32_t allowed = ir_ge(g, ir_iota(g, DT_I32, 2, tt, 0), ir_iota(g, DT_I32, 2, tt, 1));
-      s = ir_select(g, ir_broadcast(g, allowed, 4, bntt, bd), s, fe_emit_like(e, s, -1e9));
-    }
-    ctx = ir_dot(g, fe_emit_compute(e, fe_emit_softmax(e, s)), v, 2, bb, bb, 1, &c3, &c2);
+  if (e->decode) {
+    int32_t q = split_heads(e, fe_emit_linear(e, x, prm, "q_proj", "attention.q_proj"), N, H, rope);
+    int32_t k = split_heads(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, H, rope);
+    int32_t v = split_heads(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, H, NULL);
+    return fe_emit_linear(e, decode_attention(e, prm, q, k, v, scale), prm, "o_proj",
+                          "attention.o_proj");
   }
+  /* q, then k, then v, each whole: the training step's order (its memory plan follows it) */
+  int32_t q = heads_first(
+      e, split_heads(e, fe_emit_linear(e, x, prm, "q_proj", "attention.q_proj"), N, H, rope), N, N,
+      H);
+  int32_t k = split_heads(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, H, rope);
+  if (e->kv) kv_prefill(e, prm, "k", k);
+  k = heads_first(e, k, K, N, H);
+  int32_t v = split_heads(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, H, NULL);
+  if (e->kv) kv_prefill(e, prm, "v", v);
+  v = heads_first(e, v, K, N, H);
+  int32_t ctx = full_attention(e, node, N, q, k, v, scale); /* (B, N, T, H) */
   if (ctx != IR_NONE) ir_value_set_tag(g, ctx, "attention.context");
   int32_t perm[4] = {0, 2, 1, 3};
   int64_t merged[3] = {B, T, N * H};

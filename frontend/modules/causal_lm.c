@@ -75,7 +75,7 @@ static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *p
   }
   if (logits == IR_NONE) return IR_NONE;
   ir_value_set_tag(e->g, logits, "lm_head.logits");
-  if (e->forward) return logits; /* fe_compose_forward: the logits are the output */
+  if (e->forward) return logits; /* sampling (forward, decode): the logits are the output */
   int32_t loss = cross_entropy(e, logits, e->targets);
   return e->aux_loss == IR_NONE ? loss : ir_add(e->g, loss, e->aux_loss);
 }

@@ -44,10 +44,17 @@ static int32_t emit_emb(FeEmit *e, json_object *node, const char *cfg, const cha
   return ir_gather(e->g, fe_emit_param(e, prm, "weight"), ids);
 }
 
-/* x (B, T, D) + table[0:T] broadcast over the batch. */
+/* x (B, T, D) + table[0:T] broadcast over the batch; the decode step's token (1, 1, D) + the
+ * row of its position. */
 static int32_t emit_pos(FeEmit *e, json_object *node, const char *cfg, const char *prm,
                         const FeDims *in, int32_t x) {
   (void)node, (void)cfg;
+  if (e->decode) {
+    int64_t one[2] = {1, 1};
+    return ir_add(
+        e->g, x,
+        ir_gather(e->g, fe_emit_param(e, prm, "weight"), ir_reshape(e->g, e->pos, 2, one)));
+  }
   int64_t start[2] = {0, 0}, limit[2] = {e->seq, in->dim};
   int32_t rows = ir_slice(e->g, fe_emit_param(e, prm, "weight"), start, limit); /* (T, D) */
   int32_t bd[2] = {1, 2};

@@ -22,6 +22,9 @@ static const FeField mesh_fields[] = {
             "mesh axis names, outermost first"),
     F_TYPED("shape", FT_INT_LIST, "[1, -1, 1, 1, 1, 1]",
             "devices along each axis; one -1 takes whatever is left"),
+    F_BOOL("sequence_parallel", "false",
+           "Megatron sequence parallelism: outside attention and feed-forward the activations "
+           "split over the sequence on the model axis (else on the hidden dim)"),
 };
 
 const FeKind fe_kind_lm_input = {

@@ -25,6 +25,28 @@ static const FeField fields[] = {
     F_INT("seed", "0", FE_ATLEAST(0), "seed of parameter init and data order"),
 };
 
+/* The sequence splits over the seq axes (context parallelism) and, under sequence parallelism,
+ * their chunks again over model. */
+static int check_seq(FeBuild *b, json_object *node) {
+  json_object *input = fe_get_child(node, "input"), *mesh = fe_get_child(node, "mesh");
+  int64_t T = fe_get_int(input, "seq_len"), seq = fe_seq_split(&b->mesh), model = 1;
+  if (T % seq != 0)
+    return fe_field_error(b, input, "/input", "seq_len",
+                          "seq_len %lld does not divide over the mesh's seq axis (%lld devices; "
+                          "expected a multiple of %lld)",
+                          (long long)T, (long long)seq, (long long)seq);
+  for (int i = 0; i < b->mesh.n; i++)
+    if (!strcmp(b->mesh.axes[i], "model")) model = b->mesh.shape[i];
+  if (fe_get_bool(mesh, "sequence_parallel") && (T / seq) % model != 0)
+    return fe_field_error(b, mesh, "/mesh", "sequence_parallel",
+                          "sequence parallelism splits each device's %lld positions (seq_len "
+                          "%lld over seq = %lld) over model = %lld, which does not divide them "
+                          "(expected a seq_len that is a multiple of %lld)",
+                          (long long)(T / seq), (long long)T, (long long)seq, (long long)model,
+                          (long long)(seq * model));
+  return 0;
+}
+
 static int check_batch(FeBuild *b, json_object *node) {
   int64_t split = fe_batch_split(&b->mesh);
   json_object *input = fe_get_child(node, "input");
@@ -44,7 +66,7 @@ static int check_batch(FeBuild *b, json_object *node) {
                           "devices) leaves %lld sequences per device (expected a divisor of %lld)",
                           (long long)n, (long long)gbs, (long long)split, (long long)(gbs / split),
                           (long long)(gbs / split));
-  return 0;
+  return check_seq(b, node);
 }
 
 static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm,

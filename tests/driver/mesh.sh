@@ -6,7 +6,8 @@
 # parameters must be within 1e-4 of one device's with the same microbatches (ref_mesh). The
 # layouts of MODEL:
 #   tiny_lm, fuji, moe   fsdp2, fsdp2mb2, fsdp2mb4 (1, 2, 4 microbatches), model2 and
-#                        data2model2 (vocabulary-parallel); moe also expert2fsdp2
+#                        data2model2 (vocabulary-parallel), spmodel2 (sequence parallelism),
+#                        seq2 and seq2model2 (the seq axis); moe also expert2fsdp2
 #   tiny_moe, fuji_moe   expert2fsdp2
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -42,8 +43,8 @@ train() {
 }
 case $CASE in
 tiny_moe | fuji_moe) layouts=expert2fsdp2 ;;
-moe) layouts="fsdp2 fsdp2mb2 fsdp2mb4 model2 data2model2 expert2fsdp2" ;;
-*) layouts="fsdp2 fsdp2mb2 fsdp2mb4 model2 data2model2" ;;
+moe) layouts="fsdp2 fsdp2mb2 fsdp2mb4 model2 data2model2 expert2fsdp2 spmodel2 seq2 seq2model2" ;;
+*) layouts="fsdp2 fsdp2mb2 fsdp2mb4 model2 data2model2 spmodel2 seq2 seq2model2" ;;
 esac
 for m in $layouts; do
   r=$(ref_mesh $m)

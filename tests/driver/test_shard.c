@@ -149,6 +149,8 @@ static void check_layout(const char *model, const char *target, const char **set
 /* Small enough that the interpreter runs 8 devices in a second. */
 #define SMALL            "/input/seq_len=16", "/input/global_batch_size=8"
 #define MESH(d, e, f, m) "/mesh/shape=[1," #d "," #e "," #f ",1," #m "]"
+#define SEQ(d, s, m)     "/mesh/shape=[1," #d ",1,1," #s "," #m "]"
+#define SP               "/mesh/sequence_parallel=true"
 
 static void test_tiny_lm(void) {
   const char *data[] = {SMALL, MESH(4, 1, 1, 1)};
@@ -255,6 +257,8 @@ static void test_moe(void) {
   check_layout("moe-test.json", "cpu-2", data, 3, (Expect){2, 10, 0, 0, 0, true});
   const char *em[] = {SMALL, MESH(1, 2, 1, 2)};
   check_layout("moe-test.json", "cpu-4", em, 3, (Expect){4, 1, 0, 0, 8, false});
+  /* no weight moves: the tokens go to their experts and back by all_to_all over expert, the
+   * batch's minor axis (the tokens' gradient too) */
   const char *de[] = {SMALL, MESH(2, 2, 1, 1)};
   check_layout("moe-test.json", "cpu-4", de, 3, (Expect){4, 1, 0, 0, 8, true});
   const char *fsdp[] = {SMALL, MESH(1, 1, 2, 1)};
@@ -374,6 +378,66 @@ static void test_moe_capacity(void) {
   CHECK_MSG(tight != dense, "capacity 0.5: the same loss as the dense layer");
 }
 
+/* The layout of sequence parallelism on model=2: the row-parallel products (o_proj, linear2)
+ * are reduce-scattered over the sequence (dim 1 of (B, T, D)), the layer inputs are split on
+ * it, and no norm all-reduces or gathers anything, forward or backward (its statistics are over
+ * a whole D on every device; the gradient entering its backward is reduce-scattered on T). */
+static void check_sp_layout(const char *model) {
+  const char *sets[] = {SMALL, SEQ(1, 1, 2), SP};
+  DrvJob S;
+  if (lower(&S, model, "cpu-2", sets, 4, "shard")) {
+    CHECK_MSG(0, "%s: did not lower", model);
+    drv_free(&S);
+    return;
+  }
+  int scattered = 0, inputs = 0;
+  for (int32_t v = 0; v < S.graph->nvalues; v++) {
+    const IrValue *x = &S.graph->values[v];
+    bool row = !strcmp(x->tag, "attention.o_proj") || !strcmp(x->tag, "feed_forward.linear2");
+    if (x->op == IR_REDUCE_SCATTER && row) {
+      scattered++;
+      CHECK_MSG(x->attr.axis == 1, "%s: %%%d (%s) scattered over dim %lld", model, v, x->tag,
+                (long long)x->attr.axis);
+    }
+    if (!strcmp(x->tag, "transformer_layer.input") && x->shape.rank == 3) {
+      inputs++;
+      CHECK_MSG(x->split.axes[1][0] && !x->split.axes[2][0], "%s: layer input %%%d not split on T",
+                model, v);
+    }
+    CHECK_MSG((x->op != IR_ALL_REDUCE && x->op != IR_ALL_GATHER) || !strstr(x->origin, "norm"),
+              "%s: %%%d (%s) in a norm (%s)", model, v, ir_op_name(x->op), x->origin);
+  }
+  CHECK_MSG(scattered >= 2 && inputs >= 2, "%s: %d row-parallel scatters, %d layer inputs", model,
+            scattered, inputs);
+  drv_free(&S);
+}
+
+/* Context parallelism (seq) and Megatron sequence parallelism (on model), alone and together,
+ * for the three models; the attention both fused and as products; with microbatches; bf16. */
+static void test_seq(void) {
+  const char *models[] = {"tiny-lm.json", "fuji-test.json", "moe-test.json"};
+  for (int m = 0; m < 3; m++) {
+    const char *seq[] = {SMALL, SEQ(1, 2, 1)};
+    check_layout(models[m], "cpu-2", seq, 3, (Expect){2, 2, 2, 2, 0, false});
+    const char *sm[] = {SMALL, SEQ(1, 2, 2)};
+    check_layout(models[m], "cpu-4", sm, 3, (Expect){4, 2, 2, 2, 0, false});
+    const char *dsm[] = {SMALL, SEQ(2, 2, 2)};
+    check_layout(models[m], "cpu-8", dsm, 3, (Expect){8, 2, 2, 2, 0, false});
+    const char *spm[] = {SMALL, SEQ(1, 1, 2), SP};
+    check_layout(models[m], "cpu-2", spm, 4, (Expect){2, 1, 2, 2, 0, false});
+    const char *spsm[] = {SMALL, SEQ(1, 2, 2), SP};
+    check_layout(models[m], "cpu-4", spsm, 4, (Expect){4, 1, 2, 2, 0, false});
+  }
+  check_sp_layout("fuji-test.json");
+  check_sp_layout("tiny-lm.json");
+  const char *ref[] = {SMALL, SEQ(1, 2, 1), "/model/decoder/layer/self_attention/kernel=reference"};
+  check_layout("fuji-test.json", "cpu-2", ref, 4, (Expect){2, 2, 2, 2, 0, false});
+  const char *mb[] = {SMALL, SEQ(2, 2, 1), "/learner/microbatches=2"};
+  check_layout("fuji-test.json", "cpu-4", mb, 4, (Expect){4, 2, 2, 2, 0, false});
+  const char *bf[] = {SMALL, SEQ(1, 2, 2), SP, "/precision/compute=bf16"};
+  check_layout("fuji-test.json", "cpu-4", bf, 5, (Expect){4, 1, 2, 2, 0, false});
+}
+
 /* One device: the pass leaves the graph alone. */
 static void test_one_device(void) {
   DrvJob a, b;
@@ -389,10 +453,10 @@ static void test_one_device(void) {
   drv_free(&b);
 }
 
-/* seq and pipeline parallelism are refused with the config path. */
+/* pipeline parallelism is refused with the config path. */
 static void test_unsupported_axes(void) {
   DrvJob j;
-  const char *sets[] = {SMALL, MESH(1, 1, 1, 1), "/mesh/shape=[1,1,1,1,2,1]"};
+  const char *sets[] = {SMALL, MESH(1, 1, 1, 1), "/mesh/shape=[2,1,1,1,1,1]"};
   char path[1024];
   snprintf(path, sizeof path, "%s/tiny-lm.json", AXLC_MODELS);
   FeOptions opt = {.target = "cpu-2", .sets = sets, .nsets = 4};
@@ -425,6 +489,7 @@ int main(int argc, char **argv) {
                {"vocab", test_vocab},
                {"vocab_chunks", test_vocab_chunks},
                {"microbatch", test_microbatch},
+               {"seq", test_seq},
                {"moe_capacity", test_moe_capacity},
                {"moe_fsdp", test_moe_fsdp}};
   int added = 0;

@@ -658,6 +658,25 @@ memcheck_recipes)
   # mixtral-8x7b on 256 H100 with expert parallelism (rules/moe.json: expert=8 x fsdp=32)
   recipe "$MODELS/mixtral-8x7b.json" --target gpu-h100-256
   ;;
+memcheck_sequence_parallel)
+  # a device whose memory lies between fuji-test's peak on model=2 and its peak under sequence
+  # parallelism: the fix list offers it, and with it (the shipped modifier) the job fits
+  printf '{"cpu": {"doc": "small", "memory": 2600000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
+  set -- --target cpu-2 --devices "$T/dev.json" --set '/mesh/shape=[1,1,1,1,1,2]'
+  run memcheck "$MODELS/fuji-test.json" "$@"
+  expect_rc 1
+  expect_in "$T/out" "--set '/mesh/sequence_parallel=true': peak"
+  run memcheck "$MODELS/fuji-test.json" "$@" --apply sequence-parallel
+  expect_rc 0
+  expect_in "$T/out" "verdict: fits"
+  # a sequence that does not divide over seq, or its chunks over model
+  run memcheck "$MODELS/fuji-test.json" --target cpu-2 --set '/mesh/shape=[1,1,1,1,2,1]' \
+    --set /input/seq_len=15
+  expect_user_error "/input/seq_len: seq_len 15 does not divide over the mesh's seq axis (2 devices; expected a multiple of 2)"
+  run memcheck "$MODELS/fuji-test.json" --target cpu-4 --set '/mesh/shape=[1,1,1,1,2,2]' \
+    --set /input/seq_len=6 --set /mesh/sequence_parallel=true
+  expect_user_error "/mesh/sequence_parallel: sequence parallelism splits each device's 3 positions (seq_len 6 over seq = 2) over model = 2, which does not divide them (expected a seq_len that is a multiple of 4)"
+  ;;
 memcheck_errors)
   run memcheck "$MODELS/tiny-lm.json"
   expect_user_error "axlc memcheck needs --target"

@@ -35,16 +35,16 @@ static void emit_all_on_failure(json_object *tree, FeBuild *b) {
   int32_t *vals = malloc((size_t)b->nparams * sizeof *vals);
   for (int i = 0; i < b->nparams; i++) vals[i] = IR_NONE;
   int64_t bt[2] = {2, 8};
-  FeEmit e = {g,
-              b,
-              vals,
-              2,
-              8,
-              ir_input(g, "ids", DT_I32, 2, bt),
-              ir_input(g, "targets", DT_I32, 2, bt),
-              IR_NONE,
-              false,
-              DT_F32};
+  FeEmit e = {.g = g,
+              .b = b,
+              .param_vals = vals,
+              .batch = 2,
+              .seq = 8,
+              .ids = ir_input(g, "ids", DT_I32, 2, bt),
+              .targets = ir_input(g, "targets", DT_I32, 2, bt),
+              .aux_loss = IR_NONE,
+              .compute = DT_F32,
+              .pos = IR_NONE};
   ir_graph_fail(g, "injected failure");
   json_object *model = fe_path_get(tree, "/model");
   FeDims in = {.dim = fe_get_int(model, "dim"),

@@ -13,7 +13,8 @@
 #                      and under one process on the same curve (1e-4), and under data=2 x
 #                      model=2 bit for bit (metrics and checkpoint files)
 # MODEL and MESH: tests/layouts.sh (tiny_lm, moe, fuji, tiny_moe, fuji_moe, the *_bf16 models;
-# data4, fsdp4, model2, data2model2, expert2, expert2fsdp2, fsdp2, fsdp2mb2, fsdp2mb4).
+# data4, fsdp4, model2, data2model2, expert2, expert2fsdp2, fsdp2, fsdp2mb2, fsdp2mb4,
+# seq2, seq2model2, spmodel2, spseq2model2).
 set -u
 AXLC=$1 SRC=$2 MPIRUN=$3 DUMP=$4 W=$5 CASE=$6
 PY=${TORCH_PYTHON:-/usr/bin/python3}

@@ -105,8 +105,44 @@ static void test_fused_values_keep_operands_live(void) {
   ir_graph_free(g);
 }
 
+/* A second graph in the first's slab: its parameters where the first has them (the same name,
+ * dtype and shape), everything else of its own past the bytes the first keeps. */
+static void test_over_another_plan(void) {
+  IrGraph *a = parse("%0 = parameter \"w\" : f32[16]\n"
+                     "%1 = input \"x\" : f32[16]\n"
+                     "%2 = parameter \"u\" : f32[8]\n"
+                     "%3 = mul %0, %1 : f32[16]\n"
+                     "%4 = exp %3 : f32[16]\n"
+                     "output \"y\" = %4\n"
+                     "output \"z\" = %2\n");
+  IrGraph *b = parse("%0 = input \"c\" : f32[16]\n"
+                     "%1 = parameter \"w\" : f32[16]\n"
+                     "%2 = parameter \"u\" : f32[4]\n"
+                     "%3 = add %0, %1 : f32[16]\n"
+                     "%4 = neg %3 : f32[16]\n"
+                     "output \"y\" = %4\n"
+                     "output \"z\" = %2\n");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+  MemPlan pa, pb;
+  CU_ASSERT_EQUAL_FATAL(pass_memplan(a, &pa), IR_OK);
+  int64_t keep = pa.slab_bytes + 12; /* the first writes a little past its plan */
+  CU_ASSERT_EQUAL_FATAL(pass_memplan_over(b, NULL, a, &pa, keep, &pb), IR_OK);
+  EXPECT_INT(pb.offset[1], pa.offset[0]); /* w: shared */
+  CU_ASSERT_TRUE(pb.offset[2] >= keep);   /* u: another shape, its own */
+  for (int32_t v = 0; v < b->nvalues; v++)
+    if (v != 1) CU_ASSERT_TRUE(pb.offset[v] >= keep);
+  CU_ASSERT_TRUE(pb.slab_bytes >= pb.offset[4] + 64);
+  EXPECT_INT(pass_memplan_conflicts(b, NULL, &pb), 0);
+  pass_memplan_free(&pa);
+  pass_memplan_free(&pb);
+  ir_graph_free(a);
+  ir_graph_free(b);
+}
+
 int main(void) {
   CU_TestInfo tests[] = {
+      {"over_another_plan", test_over_another_plan},
       {"fixed_region_and_reuse", test_fixed_region_and_reuse},
       {"in_place_update", test_in_place_update},
       {"refuses_read_after_update", test_refuses_read_after_update},

@@ -97,7 +97,7 @@ static void test_copies_in_sequence(void) {
 static void test_each_device_its_rows(void) {
   IrMesh mesh = {.naxes = 1, .names = {"data"}, .sizes = {2}};
   PassShardLeaf leaves[1] = {{"ids", {.axes = {{1}}}}};
-  PassShard shard = {mesh, 1, leaves};
+  PassShard shard = {.mesh = mesh, .nleaves = 1, .leaves = leaves};
   PassOptions opt = {0};
   opt.microbatches = 2;
   opt.shard = &shard;

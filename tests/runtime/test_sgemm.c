@@ -3,10 +3,10 @@
  * reference, over shapes that cover one element, edges that fill neither a 6-row sliver nor a
  * 16-column panel, K across several 256-slices, several row groups, blocks of rows and columns
  * beyond one block (m > 3072, n > 4096), every transpose, leading dimensions wider than the
- * matrix, and batches on both of rt_sgemm's paths; and the own product's alpha and
- * accumulation into C. C starts as NaN (when not accumulating), so an element the product
- * forgets to write (or reads before writing: beta is 0) fails. Each product is also run on a
- * NULL pool and on pools of 2 and 3 threads, and with the other kernels (AVX2 and AVX-512,
+ * matrix, and batches on both of rt_sgemm's paths and one-row products (sgemv); and the own
+ * product's alpha and accumulation into C. C starts as NaN (when not accumulating), so an element
+ * the product forgets to write (or reads before writing: beta is 0) fails. Each product is also run
+ * on a NULL pool and on pools of 2 and 3 threads, and with the other kernels (AVX2 and AVX-512,
  * where the CPU has both), which must all give the same bits. And the tiles
  * the fused attention runs (rt_pack_panels, rt_gemm_panels), over the same shapes.
  */
@@ -158,10 +158,24 @@ static void check(RtPool *pools[3], const Case *t, Product product, int check_re
 static RtPool *pools[3];
 
 static const Case SHAPES[] = {
-    {1, 1, 1, 1, 0},     {1, 6, 16, 256, 0},   {1, 7, 17, 3, 2},     {1, 13, 33, 257, 1},
-    {1, 5, 200, 40, 0},  {1, 300, 70, 513, 3}, {1, 97, 50, 1000, 0}, {1, 290, 8, 64, 0},
-    {2, 37, 65, 300, 1}, {3, 12, 100, 20, 0},  {1, 64, 64, 0, 0},    {1, 300, 40, 13, 0},
-    {1, 30, 48, 20, 0},  {1, 20, 40, 30, 0},
+    {1, 1, 1, 1, 0},
+    {1, 6, 16, 256, 0},
+    {1, 7, 17, 3, 2},
+    {1, 13, 33, 257, 1},
+    {1, 5, 200, 40, 0},
+    {1, 300, 70, 513, 3},
+    {1, 97, 50, 1000, 0},
+    {1, 290, 8, 64, 0},
+    {2, 37, 65, 300, 1},
+    {3, 12, 100, 20, 0},
+    {1, 64, 64, 0, 0},
+    {1, 300, 40, 13, 0},
+    {1, 30, 48, 20, 0},
+    {1, 20, 40, 30, 0},
+    /* one row (a decode step's products: sgemv in column blocks), several blocks, batches */
+    {1, 1, 300, 70, 1},
+    {3, 1, 257, 40, 2},
+    {5, 1, 2100, 9, 0},
 };
 
 static void test_own(void) {

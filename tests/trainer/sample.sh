@@ -8,6 +8,14 @@
 #            a damaged newest checkpoint is skipped; the checkpoint directory is never modified;
 #            bad options are clear errors; a vocabulary of 300 reads and prints token ids;
 #            `axlc run MODEL --sample` (the JIT) prints what the compiled trainer prints
+#   kv       the KV cache: for tiny-lm (learned positions), fuji-test (llama-style: RoPE,
+#            grouped-query attention, SwiGLU, RMSNorm; token ids) and moe-test (experts with
+#            capacity) and a 1-layer tiny-lm in bf16 (bf16 caches), trained 100 steps: greedy text with the cache equals the text of
+#            --no-kv-cache (the whole window per token), past the window too (3 windows long);
+#            so do seeded draws, at temperature 2 (where a wrong position or a lost key moves
+#            the draws) and under --top-k and --top-p; --top-k 1 at temperature 1 is the
+#            greedy text; the stderr line says which path ran; bad --top-k/--top-p values and
+#            sampling options without --sample are clear errors
 #   english  the README's main job (tiny-lm, 200 steps on the fortunes corpus); its greedy tokens
 #            equal the reference's (their logit gaps are 0.3 to 1.4); then the share
 #            of sampled words (2+ letters) found in the corpus, against the same share for the
@@ -103,13 +111,14 @@ PY
     --init-allow-unused
   bad "is NaN; refusing to sample from weights that are not finite" --sample 8 --init "$T/nan.safetensors" \
     --init-allow-unused
-  # seeded draws: the same seed repeats, another seed differs
-  must "$TR" --sample 200 --ckpt-dir "$ck" --seed 7 --temperature 1
-  cp "$T/log" "$T/s7a"
-  must "$TR" --sample 200 --ckpt-dir "$ck" --seed 7 --temperature 1
-  cmp -s "$T/log" "$T/s7a" || fail "--seed 7 twice: different text"
-  must "$TR" --sample 200 --ckpt-dir "$ck" --seed 8 --temperature 1
-  cmp -s "$T/log" "$T/s7a" && fail "--seed 7 and --seed 8: the same text"
+  # seeded draws: the same seed repeats, another seed differs (the text: stderr ends with the
+  # time it took)
+  for s in 7a 7b 8; do
+    "$TR" --sample 200 --ckpt-dir "$ck" --seed "${s%[ab]}" --temperature 1 > "$T/s$s" 2> "$T/err" ||
+      { fail "--sample 200 --seed ${s%[ab]}"; cat "$T/err" >&2; }
+  done
+  cmp -s "$T/s7a" "$T/s7b" || fail "--seed 7 twice: different text"
+  cmp -s "$T/s7a" "$T/s8" && fail "--seed 7 and --seed 8: the same text"
   # mistakes
   bad "--sample: no checkpoint in $T/none (it does not exist), and no --init FILE" --sample 5 \
     --ckpt-dir "$T/none"
@@ -156,6 +165,80 @@ PY
     { fail "axlc run --sample"; cat "$T/err" >&2; }
   cmp -s "$T/small.out" "$T/jit.out" ||
     fail "axlc run --sample printed $(cat "$T/jit.out"), the trainer $(cat "$T/small.out")"
+  ;;
+kv)
+  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+  "$PY" - "$T/tokens.bin" <<'PYEOF'
+import random, struct, sys
+r = random.Random(7); n = 20000; toks = []; t = 0
+for i in range(n):
+    t = (t * 7 + 5) % 32 if r.random() < 0.7 else r.randrange(32)
+    toks.append(t)
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
+PYEOF
+  # same NAME OPTS...: the text with the KV cache equals the text without; keeps it in $T/NAME
+  same() {
+    name=$1
+    shift
+    "$TR" --sample "$N" --ckpt-dir "$ck" --prompt "$PROMPT" "$@" > "$T/$name" 2> "$T/err" ||
+      { fail "$M: --sample $*"; cat "$T/err" >&2; }
+    grep -q "tokens/s (KV cache)" "$T/err" || fail "$M: --sample $*: not with the KV cache: $(cat "$T/err")"
+    "$TR" --sample "$N" --ckpt-dir "$ck" --prompt "$PROMPT" "$@" --no-kv-cache > "$T/$name.whole" 2> "$T/err" ||
+      { fail "$M: --sample $* --no-kv-cache"; cat "$T/err" >&2; }
+    grep -q "tokens/s (the whole window per token)" "$T/err" || fail "$M: --no-kv-cache: $(cat "$T/err")"
+    cmp -s "$T/$name" "$T/$name.whole" ||
+      fail "$M: --sample $*: with the KV cache $(head -c 400 "$T/$name"), without $(head -c 400 "$T/$name.whole")"
+  }
+  for M in tiny fuji moe tiny_bf16; do
+    ck=$T/ck-$M TR=$T/$M DATA=$T/text.txt PROMPT="The trainer " SEQ=32
+    case $M in
+    tiny)
+      if [ -n "$SHARED" ] && [ -x "$SHARED/tiny" ]; then
+        TR=$SHARED/tiny
+      else
+        must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$TR" \
+          --set /input/seq_len=32 --set /input/global_batch_size=4
+      fi ;;
+    fuji)
+      SEQ=16 DATA=$T/tokens.bin PROMPT="5 8 1 31 3"
+      must "$AXLC" compile "$SRC/models/fuji-test.json" --target cpu -o "$TR" \
+        --set /input/seq_len=16 --set /input/global_batch_size=2 ;;
+    moe)
+      SEQ=16
+      must "$AXLC" compile "$SRC/models/moe-test.json" --target cpu -o "$TR" \
+        --set /input/seq_len=16 --set /input/global_batch_size=2 ;;
+    tiny_bf16)
+      SEQ=16
+      must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$TR" --set /precision/compute=bf16 \
+        --set /model/decoder/num_layers=1 --set /input/seq_len=16 --set /input/global_batch_size=2 ;;
+    esac
+    N=$((3 * SEQ))
+    must "$TR" --data "$DATA" --steps 100 --ckpt-dir "$ck"
+    same greedy --temperature 0
+    same hot --temperature 2 --seed 6
+    [ "$(tr -d ' \n' < "$T/greedy" | wc -c)" -gt 0 ] || fail "$M: no greedy text"
+    same topk --temperature 1 --top-k 4 --seed 3
+    same topp --temperature 0.8 --top-p 0.9 --seed 4
+    same both --temperature 1.2 --top-k 6 --top-p 0.8 --seed 5
+    # top-k 1 takes the most likely token at any temperature
+    "$TR" --sample "$N" --ckpt-dir "$ck" --prompt "$PROMPT" --temperature 1 --top-k 1 --seed 9 > "$T/k1" 2> "$T/err" ||
+      fail "$M: --top-k 1"
+    cmp -s "$T/k1" "$T/greedy" || fail "$M: --top-k 1: $(head -c 300 "$T/k1"), greedy $(head -c 300 "$T/greedy")"
+    cmp -s "$T/topk" "$T/greedy" && fail "$M: top-k 4 at temperature 1 gave the greedy text"
+  done
+  TR=$T/tiny
+  [ -x "$TR" ] || TR=$SHARED/tiny
+  ck=$T/ck-tiny
+  bad "--top-k: 0 is out of range, expected 1..1073741824" --sample 5 --ckpt-dir "$ck" --top-k 0
+  bad "--top-k: 300 is more than the vocabulary's 256 tokens" --sample 5 --ckpt-dir "$ck" --top-k 300
+  bad "--top-p: 0 is out of range, expected a probability above 0 and at most 1" --sample 5 --ckpt-dir "$ck" --top-p 0
+  bad "--top-p: 1.5 is out of range" --sample 5 --ckpt-dir "$ck" --top-p 1.5
+  bad "--top-p: 'most' is not a finite number" --sample 5 --ckpt-dir "$ck" --top-p most
+  bad "--top-k: --temperature 0 takes the most likely token" --sample 5 --ckpt-dir "$ck" --temperature 0 --top-k 3
+  bad "--top-p: --temperature 0 takes the most likely token" --sample 5 --ckpt-dir "$ck" --temperature 0 --top-p 0.5
+  bad "--top-k needs --sample N" --data "$T/text.txt" --top-k 3
+  bad "--no-kv-cache needs --sample N" --data "$T/text.txt" --no-kv-cache
+  bad "--no-kv-cache takes no value" --sample 5 --ckpt-dir "$ck" --no-kv-cache=1
   ;;
 english)
   F=/usr/share/games/fortunes

@@ -11,6 +11,9 @@ and as `axlc memcheck --json` predicts for the same job (`bytes_sent`).
         [--steps N] [--layouts one,data4,fsdp4,model2,data2model2] [--apply MOD]...
         [--set /PATH=VALUE]...
 
+Layouts: one, data4, fsdp4, model2, model4, data2model2, expert2; spmodel2 (sequence
+parallelism on model=2), seq2 (context parallelism), seq2model2, spseq2model2.
+
 Open MPI refuses to run as root unless OMPI_ALLOW_RUN_AS_ROOT=1 and
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set; this script sets them.
 """
@@ -27,6 +30,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
 
+SP = ["/mesh/sequence_parallel=true"]
+
 # name: (devices, shape over [pipeline, data, expert, fsdp, seq, model], more --set)
 LAYOUTS = {
     "one": (1, [1, 1, 1, 1, 1, 1], []),
@@ -40,6 +45,10 @@ LAYOUTS = {
     "data2model2": (4, [1, 2, 1, 1, 1, 2], []),
     "expert2": (2, [1, 1, 2, 1, 1, 1], []),
     "expert2fsdp2": (4, [1, 1, 2, 2, 1, 1], []),
+    "spmodel2": (2, [1, 1, 1, 1, 1, 2], SP),
+    "seq2": (2, [1, 1, 1, 1, 2, 1], []),
+    "seq2model2": (4, [1, 1, 1, 1, 2, 2], []),
+    "spseq2model2": (4, [1, 1, 1, 1, 2, 2], SP),
 }
 
 
