@@ -661,7 +661,11 @@ static int cmd_launch(Args *a) {
   }
   if (a->sv.report && check_output(a, "--report", a->sv.report)) return 1;
   supervisor_defaults(a, "axlc launch", 3);
-  a->sv.trainer = a->model;
+  /* TRAINER is a file here (stat found it), never a name to look up in PATH: the elastic
+   * planner runs it (TRAINER --config) through execvp, which would search PATH for a bare name */
+  char here[4096];
+  snprintf(here, sizeof here, "%s%s", strchr(a->model, '/') ? "" : "./", a->model);
+  a->sv.trainer = here;
   a->sv.ranks = a->ranks;
   a->sv.argc = a->nrest;
   a->sv.argv = (char *const *)a->rest;
