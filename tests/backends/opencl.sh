@@ -20,7 +20,9 @@ AXLC=$1 SRC=$2 CASE=$3
 PY=${TORCH_PYTHON:-/usr/bin/python3}
 . "$SRC/tests/lib.sh"
 scratch opencl
-cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+# a text that does not change with the project (its docs do, and bf16 handover tolerances are
+# per data): the fortunes that tools/install-deps.sh installs
+cat /usr/share/games/fortunes/fortunes > "$T/text.txt"
 
 # needs_device TRAINER: skip unless the trainer finds an OpenCL device
 needs_device() {
@@ -107,7 +109,10 @@ handover_bf16)
   must "$T/cpu" --data "$T/text.txt" --steps 15 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl"
   [ "$(wc -l < "$T/b.jsonl")" -eq 15 ] || fail "metrics: $(wc -l < "$T/b.jsonl") lines, expected 15"
   compare losses "$T/b.jsonl" "$T/a.jsonl" 1e-4
-  compare close "$T/b/step_00000015/state.safetensors" "$T/a/step_00000015/state.safetensors" 1e-3
+  # the parameters: bf16 rounds at other points on the two backends, and 15 steps of AdamW
+  # carry the differences (1.1e-3 on this text, k_proj of layer 1; 2.5e-3 on the project's docs);
+  # the bound is docs/precision.md's for tiny-lm under bf16 ("Tolerances")
+  compare close "$T/b/step_00000015/state.safetensors" "$T/a/step_00000015/state.safetensors" 5e-3
   ;;
 no_platform)
   mkdir "$T/vendors"
