@@ -503,6 +503,13 @@ static double clock_s(clockid_t id) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Whether a and b write to one file (a terminal, or 2>&1): the text then needs its own line end
+ * before the note that follows it on stderr. */
+static int same_file(FILE *a, FILE *b) {
+    struct stat x, y;
+    return fstat(fileno(a), &x) == 0 && fstat(fileno(b), &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 static int generate(Sampler *s, FILE *out, RtError *err) {
     const RtSampleOpts *o = s->o;
     if (o->tok && print_prompt(s, out, err) != 0)
@@ -524,8 +531,9 @@ static int generate(Sampler *s, FILE *out, RtError *err) {
     if (!s->bytes || s->tokens[s->ntokens - 1] != '\n')
         fputc('\n', out);
     double secs = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
-    fprintf(stderr, "%s: %lld tokens in %.3f s (%.3f s of CPU): %.1f tokens/s (%s)\n", o->prog, (long long)o->count,
-            secs, cpu, secs > 0 ? (double)o->count / secs : 0.0, s->decode ? "KV cache" : "the whole window per token");
+    fprintf(stderr, "%s%s: %lld tokens in %.3f s (%.3f s of CPU): %.1f tokens/s (%s)\n",
+            same_file(out, stderr) ? "\n" : "", o->prog, (long long)o->count, secs, cpu,
+            secs > 0 ? (double)o->count / secs : 0.0, s->decode ? "KV cache" : "the whole window per token");
     return fflush(out) == 0 && !ferror(out) ? 0 : rt_error_set(err, "--sample: writing the output failed");
 }
 
