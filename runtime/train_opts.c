@@ -63,7 +63,7 @@ static const OptSpec OPTS[] = {
      "--resume)"},
     {"--restart-step", "N", OPT_INT, F(restart_step), 0, INT64_MAX,
      "the step the job reached before the failure this run restarts after: steps up to N run again "
-     "count as lost work"},
+     "after the checkpoint resumed count as lost work"},
     {"--restart-downtime", "S", OPT_DBL, F(restart_downtime), 0, MAX_DOWNTIME_S,
      "seconds from that failure to this start, counted in goodput's wall time"},
     {"--peak-flops", "F", OPT_DBL, F(peak_flops), 0, 0,
