@@ -247,6 +247,13 @@ plainlog)
     steps=$(grep -o '^step [0-9]* loss' "$T/out" | cut -d' ' -f2 | tr '\n' ' ')
     [ "$steps" = "1 5 10 15 20 23 " ] || fail "plainlog $how: step lines for '$steps', expected 1 5 10 15 20 23"
   done
+  # the variable the supervisor sets, checked as the trainer's other variables are
+  must "$AXLC" compile "$MODEL" --target cpu --set /input/seq_len=16 -o "$T/t1"
+  AXLC_PROGRESS=yes "$T/t1" --data "$DATA" --steps 1 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "^t1: AXLC_PROGRESS=yes: expected terminal or plain" "$T/err" ||
+    { fail "plainlog: AXLC_PROGRESS=yes: exit $rc"; cat "$T/err" >&2; }
+  [ ! -s "$T/out" ] || fail "plainlog: AXLC_PROGRESS=yes: it ran"
   ;;
 signals)
   must "$AXLC" compile "$MODEL" --target cpu --set /input/seq_len=16 -o "$T/t1"
