@@ -777,6 +777,19 @@ int backend_supervise(const BackendSupervisor *s, const BackendDiag *d) {
   /* the ranks' stdout is mpirun's pty (rank 0), or this process's pipe (one rank): neither says
    * where the log goes; this process's stdout does */
   setenv("AXLC_PROGRESS", isatty(STDOUT_FILENO) ? "terminal" : "plain", 1);
+  /* ranks on other nodes: srun passes the environment; Open MPI's mpirun passes what
+   * mca_base_env_list names (";" its delimiter unless the user chose another) */
+  const char *list = getenv("OMPI_MCA_mca_base_env_list");
+  const char *delim = getenv("OMPI_MCA_mca_base_env_list_delimiter");
+  if (!list || !*list) {
+    setenv("OMPI_MCA_mca_base_env_list", "AXLC_PROGRESS", 1);
+  } else if (!strstr(list, "AXLC_PROGRESS") && (!delim || !*delim || !strcmp(delim, ";"))) {
+    size_t n = strlen(list) + sizeof ";AXLC_PROGRESS";
+    char *more = ir_xcalloc(n, 1);
+    snprintf(more, n, "%s;AXLC_PROGRESS", list);
+    setenv("OMPI_MCA_mca_base_env_list", more, 1);
+    free(more);
+  }
   u.latencies = ir_xcalloc((size_t)s->max_restarts + 1, sizeof *u.latencies);
   Streak k = {.last_fail_step = -1, .last_ckpt = -1, .last_blamed = -1, .skip_ckpt = -1};
   if (u.ranks > 1 && in_slurm())
