@@ -220,6 +220,11 @@ report)
   refused_report "$T/ck/.lock" "error: --report $T/ck/.lock lies inside the trainer's --ckpt-dir $T/ck" \
     --data "$DATA" --ckpt-dir "$T/ck"
   refused_report "$T/ck/step_00000001" "lies inside the trainer's --ckpt-dir $T/ck" --data "$DATA" --ckpt-dir "$T/ck"
+  # axlc run --target cpu-N checks it the same way, before it compiles
+  "$AXLC" run "$MODEL" --target cpu-2 --report "$T/data.bin" --data="$T/data.bin" --steps 2 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -qF "error: --report $T/data.bin is the trainer's --data $T/data.bin; refusing" "$T/err" ||
+    { fail "report: axlc run: exit $rc"; cat "$T/err" >&2; }
   cmp -s "$DATA" "$T/data.bin" || fail "report: the data changed"
   [ "$(cat "$T/ck/.lock")" = 123 ] || fail "report: the lock changed"
   [ ! -e "$T/m.jsonl" ] || fail "report: the metrics were written"
