@@ -523,7 +523,10 @@ static RunEnd train_one(Trainer *t, RtError *err) {
     }
     t->run_ms += s.ms;
     t->run_steps++;
-    if (t->step <= t->o.restart_step) {
+    /* steps up to --restart-step are run again only after a checkpoint: a run that loaded none
+     * starts over, and the failed launch's time is in its --restart-downtime (the supervisor
+     * carries it there), so these steps are the ones kept */
+    if (t->resumed && t->step <= t->o.restart_step) {
         t->gp.lost_ms += s.ms;
     } else {
         t->gp.steps_ms += s.ms;
@@ -776,7 +779,7 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
     Trainer t = {.p = p,
                  .prog = prog_name(argc, argv),
                  .saved = -1,
-                 .tty = isatty(STDOUT_FILENO),
+                 .tty = train_progress_tty(),
                  .world = 1,
                  .heap_base = heap_in_use(),
                  .gp = {.start_ms = process_start_ms()}};

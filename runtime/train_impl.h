@@ -188,6 +188,11 @@ int train_outlier_restore(Trainer *t, const char *text, const char *where, RtErr
 
 int train_metrics_open(Trainer *t, RtError *err);
 void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const double *eval, int skipped);
+/* Whether progress is one rewritten terminal line (1) or plain lines every --log-every steps (0):
+ * AXLC_PROGRESS=terminal or plain, which axlc launch and axlc run --target cpu-N set from their
+ * own stdout (rank 0 writes to mpirun's pty, which is a terminal whatever the log is), else
+ * whether stdout is a terminal. */
+int train_progress_tty(void);
 void train_progress_print(Trainer *t, const StepOut *s, double tok_s, const double *eval);
 void train_banner_print(const Trainer *t);
 void train_report_stop(Trainer *t, const char *what);

@@ -28,6 +28,8 @@ typedef struct OptSpec {
 } OptSpec;
 
 #define F(x) offsetof(TrainOpts, x)
+/* --restart-downtime's bound: about 31 years, more than any job's wall time */
+#define MAX_DOWNTIME_S 1000000000
 static const OptSpec OPTS[] = {
     {"--data", "FILE", OPT_STR, F(data), 0, 0, "training tokens: plain text (bytes) or an llm.c token file"},
     {"--tokenizer", "FILE", OPT_STR, F(tokenizer), 0, 0,
@@ -61,8 +63,8 @@ static const OptSpec OPTS[] = {
      "--resume)"},
     {"--restart-step", "N", OPT_INT, F(restart_step), 0, INT64_MAX,
      "the step the job reached before the failure this run restarts after: steps up to N run again "
-     "count as lost work"},
-    {"--restart-downtime", "S", OPT_DBL, F(restart_downtime), 0, 0,
+     "after the checkpoint resumed count as lost work"},
+    {"--restart-downtime", "S", OPT_DBL, F(restart_downtime), 0, MAX_DOWNTIME_S,
      "seconds from that failure to this start, counted in goodput's wall time"},
     {"--peak-flops", "F", OPT_DBL, F(peak_flops), 0, 0,
      "peak FLOP/s of one device for MFU (default: the target's in the device table)"},
@@ -146,6 +148,8 @@ static int parse_dbl(const OptSpec *o, const char *s, double *out, RtError *err)
     if (v < 0)
         return rt_error_set(err, "%s: %s is negative; expected 0%s or more", o->name, s,
                             strcmp(o->name, "--temperature") == 0 ? " (greedy)" : "");
+    if (o->max > 0 && v > (double)o->max)
+        return rt_error_set(err, "%s: %s is out of range; expected 0 to %lld", o->name, s, (long long)o->max);
     *out = v;
     return 0;
 }

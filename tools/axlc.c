@@ -623,6 +623,7 @@ static int check_run_tokenizer(const Args *a, const DrvJob *j) {
 }
 
 static int check_output(const Args *a, const char *opt, const char *out);
+static int check_report(const Args *a);
 
 /* What launch and run leave to the supervisor's defaults: restarts (launch 3, run none), one
  * repeat at a step, two failures of a rank before elastic drops it; this axlc compiles. */
@@ -659,7 +660,7 @@ static int cmd_launch(Args *a) {
             a->ranks);
     return 1;
   }
-  if (a->sv.report && check_output(a, "--report", a->sv.report)) return 1;
+  if (a->sv.report && (check_output(a, "--report", a->sv.report) || check_report(a))) return 1;
   supervisor_defaults(a, "axlc launch", 3);
   /* TRAINER is a file here (stat found it), never a name to look up in PATH: the elastic
    * planner runs it (TRAINER --config) through execvp, which would search PATH for a bare name */
@@ -673,7 +674,9 @@ static int cmd_launch(Args *a) {
 }
 
 static int cmd_run(Args *a) {
-  if (cache_limit(a) || (a->sv.report && check_output(a, "--report", a->sv.report))) return 1;
+  if (cache_limit(a) ||
+      (a->sv.report && (check_output(a, "--report", a->sv.report) || check_report(a))))
+    return 1;
   const Backend *b = pick_backend(a);
   if (!b) return 1;
   if (!b->run) {
@@ -802,6 +805,67 @@ static int check_output(const Args *a, const char *opt, const char *out) {
   if (bad) fprintf(stderr, "error: %s\n", why);
   free(why);
   return bad || check_inputs(a, NULL, opt, out) ? -1 : 0;
+}
+
+/* The path `path` names, resolved: the file's real path, else its directory's and its name (a
+ * file not there yet), else the path as given. */
+static void resolved(const char *path, char *out) {
+  if (realpath(path, out)) return;
+  char *copy = fe_asprintf("%s", path), *base = fe_asprintf("%s", path), dir[PATH_MAX];
+  char *full = realpath(dirname(copy), dir)
+                   ? fe_asprintf("%s/%s", strcmp(dir, "/") ? dir : "", basename(base))
+                   : fe_asprintf("%s", path);
+  snprintf(out, PATH_MAX, "%.*s", PATH_MAX - 1, full);
+  free(full);
+  free(copy);
+  free(base);
+}
+
+/* The value of the trainer option `name` in a->rest, as "NAME V" or "NAME=V" (the last), or
+ * NULL. */
+static const char *trainer_option(const Args *a, const char *name) {
+  const char *v = NULL;
+  size_t n = strlen(name);
+  for (int i = 0; i < a->nrest; i++)
+    if (!strncmp(a->rest[i], name, n) && a->rest[i][n] == '=')
+      v = a->rest[i] + n + 1;
+    else if (!strcmp(a->rest[i], name) && i + 1 < a->nrest)
+      v = a->rest[i + 1];
+  return v;
+}
+
+/* launch and run --report FILE against the files the trainer reads and writes: one of them, or
+ * anything inside its --ckpt-dir (the lock, a step), would be overwritten by the report or mixed
+ * with it. Compared by identity (device and inode) and, for files not there yet, by the resolved
+ * path; refused before anything runs. */
+static int check_report(const Args *a) {
+  static const char *const files[] = {"--data",    "--eval-data", "--init",    "--tokenizer",
+                                      "--metrics", "--dump",      "--ckpt-dir"};
+  char rep[PATH_MAX], other[PATH_MAX];
+  resolved(a->sv.report, rep);
+  for (size_t k = 0; k < sizeof files / sizeof *files; k++) {
+    const char *v = trainer_option(a, files[k]);
+    if (!v || !*v) continue;
+    resolved(v, other);
+    bool dir = !strcmp(files[k], "--ckpt-dir");
+    size_t n = strcmp(other, "/") ? strlen(other) : 0;
+    if (rt_file_same(a->sv.report, v) || !strcmp(rep, other)) {
+      fprintf(stderr,
+              "error: --report %s is the trainer's %s %s; refusing to write the report over it "
+              "(choose another report path)\n",
+              a->sv.report, files[k], v);
+      return -1;
+    }
+    if (dir && !strncmp(rep, other, n) && rep[n] == '/') {
+      fprintf(stderr,
+              "error: --report %s lies inside the trainer's --ckpt-dir %s, which the trainer "
+              "writes and prunes; refusing to write the report there (choose a path outside "
+              "it)\n",
+              a->sv.report, v);
+      return -1;
+    }
+  }
+  return 0;
 }
 
 static int cmd_compile(Args *a) {
