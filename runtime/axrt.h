@@ -222,6 +222,14 @@ int rt_st_check_finite(const RtSt *st, const char *name, RtError *err);
  * Used as weights (--init, axlc convert), it is its "new:P" tensors named P: this keeps only
  * those, renamed, and returns how many; 0 (the file untouched) when `st` is not such a dump. */
 int rt_st_dump_as_weights(RtSt *st);
+/* A LoRA run's record of its base (checkpoint metadata axlc.base, "init FILE fnv1a64:<16 hex>"):
+ * FNV-1a 64 over the stored bytes of the frozen tensors, in the parameter table's order. Start
+ * from RT_FNV1A64_BASIS and fold in each tensor (absent: nothing) with rt_st_hash_tensor. */
+#define RT_FNV1A64_BASIS 0xcbf29ce484222325ull
+uint64_t rt_st_hash_tensor(const RtSt *st, const char *name, uint64_t h);
+/* Splits such a record: 1 with file (its path, truncated to cap) and *hash ("fnv1a64:..."),
+ * 0 when rec is not an "init" record (empty, "seed", or another text). */
+int rt_base_record_parse(const char *rec, char *file, size_t cap, const char **hash);
 
 /* ===== comm.c: collectives over the device mesh (MPI) =================================== */
 

@@ -185,12 +185,11 @@ static int load_init(Sampler *s, RtError *err) {
  * the seeded init). */
 static int load_frozen(Sampler *s, const RtCkpt *ck, const char *where, RtError *err) {
     const RtProgram *p = s->p;
-    const char *rec = rt_ckpt_base(ck), *hash = strrchr(rec, ' ');
+    const char *rec = rt_ckpt_base(ck), *hash = NULL;
     char file[4096] = "";
     RtSt *st = NULL;
     RtError why;
-    if (!strncmp(rec, "init ", 5) && hash && hash > rec + 5)
-        snprintf(file, sizeof file, "%.*s", (int)(hash - rec - 5), rec + 5);
+    rt_base_record_parse(rec, file, sizeof file, &hash);
     const char *from = s->o->init ? s->o->init : file;
     if (strcmp(rec, "seed") != 0 && !from[0])
         return rt_error_set(err, "--sample: %s records no base weights for its frozen parameters (pass --init BASE)",
@@ -202,6 +201,19 @@ static int load_frozen(Sampler *s, const RtCkpt *ck, const char *where, RtError 
     if (st)
         rt_st_dump_as_weights(st);
     int rc = 0;
+    /* the weights the adapters were trained on, as resume checks them (train_state.c) */
+    uint64_t h = RT_FNV1A64_BASIS;
+    for (int i = 0; st && hash && i < p->nparams; i++)
+        if (p->params[i].m_offset < 0)
+            h = rt_st_hash_tensor(st, p->params[i].path, h);
+    char got[32];
+    snprintf(got, sizeof got, "fnv1a64:%016llx", (unsigned long long)h);
+    if (st && hash && strcmp(got, hash) != 0)
+        rc = rt_error_set(err,
+                          "--sample: %s %s: these base weights differ from the ones the adapters of %s were "
+                          "trained on (%s, recorded %s from %s); pass the base weights that run started from "
+                          "with --init",
+                          s->o->init ? "--init" : "the recorded base", from, where, got, hash, file);
     for (int i = 0; rc == 0 && i < p->nparams; i++) {
         const RtParamSlot *ps = &p->params[i];
         if (ps->m_offset >= 0 || p->forward->param_offsets[i] < 0)

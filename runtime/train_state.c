@@ -156,13 +156,10 @@ static int init_file_finite(Trainer *t, const RtSt *st, RtError *err) {
 /* FNV-1a 64 over the bytes of the frozen parameters as the --init file stores them: what a LoRA
  * run's checkpoints record of their base (whatever the mesh), in t->base. */
 static void base_record(Trainer *t, const RtSt *st) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < t->p->nparams; i++) {
-        const RtTensor *ts = train_slot_frozen(&t->p->params[i]) ? rt_st_find(st, t->p->params[i].path) : NULL;
-        const unsigned char *b = ts ? ts->data : NULL;
-        for (int64_t k = 0; b && k < ts->nbytes; k++)
-            h = (h ^ b[k]) * 0x100000001b3ull;
-    }
+    uint64_t h = RT_FNV1A64_BASIS;
+    for (int i = 0; i < t->p->nparams; i++)
+        if (train_slot_frozen(&t->p->params[i]))
+            h = rt_st_hash_tensor(st, t->p->params[i].path, h);
     char abs[4096];
     snprintf(t->base, sizeof t->base, "init %s fnv1a64:%016llx", realpath(t->o.init, abs) ? abs : t->o.init,
              (unsigned long long)h);

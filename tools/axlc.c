@@ -47,6 +47,7 @@ typedef struct {
   const char *dtype;             /* convert --to hf: --dtype f32|bf16|f16 */
   bool merge_lora;               /* convert --merge-lora: fold a LoRA run's adapters in */
   const char *base;              /* convert --merge-lora --base: the base weights */
+  bool force_base;               /* convert --merge-lora --force-base: another base on purpose */
   const char *max_shard;         /* convert --to hf: --max-shard-size SIZE */
   const char *devices;           /* memcheck, compile: --devices FILE (the device table) */
   const char *tokenizer;         /* tokenize: --tokenizer FILE */
@@ -100,7 +101,9 @@ static void usage(FILE *out) {
       "                      came in, else f32), in shards of --max-shard-size (default 5GB)\n"
       "                      with their index, and config.json beside them; --merge-lora IN\n"
       "                      [--base BASE] (with --apply lora): a LoRA run's adapters folded\n"
-      "                      into its base weights (W + alpha/r A B), a plain weights file\n"
+      "                      into its base weights (W + alpha/r A B), a plain weights file;\n"
+      "                      a BASE other than the one the run recorded is refused unless\n"
+      "                      --force-base\n"
       "  launch TRAINER -n N [--max-restarts K] [--min-ranks M] [--backoff S]\n"
       "                      [--report FILE.jsonl] -- [trainer options]: run a compiled\n"
       "                      trainer as N ranks under mpirun (srun in a Slurm allocation)\n"
@@ -241,6 +244,8 @@ static int parse_args(int argc, char **argv, Args *a) {
       a->jobs = (int)n;
     } else if (!strcmp(s, "--merge-lora") && a->command && !strcmp(a->command, "convert")) {
       a->merge_lora = true;
+    } else if (!strcmp(s, "--force-base") && a->command && !strcmp(a->command, "convert")) {
+      a->force_base = true;
     } else if (!strcmp(s, "--base") && a->command && !strcmp(a->command, "convert")) {
       if (need_value(i, argc, argv)) return -1;
       a->base = argv[++i];
@@ -766,7 +771,7 @@ static char *output_problem(const char *out) {
  * the device table) into d. */
 static RtPathArg *input_args(const Args *a, const FeDiag *d, int *count) {
   int nfiles = d ? d->nfiles : 0, n = 0;
-  RtPathArg *in = ir_xcalloc((size_t)(4 + a->fe.napply + a->nmore + nfiles), sizeof *in);
+  RtPathArg *in = ir_xcalloc((size_t)(5 + a->fe.napply + a->nmore + nfiles), sizeof *in);
   bool plot = !strcmp(a->command, "plot");
   bool launch = !strcmp(a->command, "launch");
   in[n++] = (RtPathArg){plot     ? "the metrics file"
@@ -780,6 +785,9 @@ static RtPathArg *input_args(const Args *a, const FeDiag *d, int *count) {
   bool dir = a->input && stat(a->input, &st) == 0 && S_ISDIR(st.st_mode);
   in[n++] = (RtPathArg){"the weights", a->input, dir ? "" : NULL};
   in[n++] = (RtPathArg){"--devices", a->devices, NULL};
+  /* convert --merge-lora --base: the run's base weights, which its checkpoints need to resume */
+  bool base_dir = a->base && stat(a->base, &st) == 0 && S_ISDIR(st.st_mode);
+  in[n++] = (RtPathArg){"--base", a->base, base_dir ? "" : NULL};
   for (int i = 0; i < a->fe.napply; i++) in[n++] = (RtPathArg){"--apply", a->apply[i], NULL};
   for (int i = 0; i < nfiles; i++) in[n++] = (RtPathArg){"the config file", d->files[i], NULL};
   *count = n;
@@ -1066,8 +1074,12 @@ static int cmd_convert(const Args *a) {
                     "IN [--base BASE.safetensors] -o OUT.safetensors\n");
     return 1;
   }
-  if (!a->merge_lora && a->base) {
-    fprintf(stderr, "error: --base goes with --merge-lora\n");
+  if (!a->merge_lora && (a->base || a->force_base)) {
+    fprintf(stderr, "error: %s goes with --merge-lora\n", a->base ? "--base" : "--force-base");
+    return 1;
+  }
+  if (a->force_base && !a->base) {
+    fprintf(stderr, "error: --force-base goes with --base BASE (the base weights to merge onto)\n");
     return 1;
   }
   if (a->merge_lora) fmt = "hf"; /* past the format checks: the weights stay axlc's */
@@ -1096,7 +1108,7 @@ static int cmd_convert(const Args *a) {
   bool built = cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
                fe_build(&b, &d, a->model, cfg, devices) == 0;
   if (built && a->merge_lora) {
-    rc = merge_lora(&b, a->model, a->input, a->base, a->output) ? 1 : 0;
+    rc = merge_lora(&b, a->model, a->input, a->base, a->force_base, a->output) ? 1 : 0;
   } else if (built) {
     ConvertOpts o = {.to_hf = a->to != NULL,
                      .dtype = a->dtype,

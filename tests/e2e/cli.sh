@@ -514,6 +514,54 @@ PY
   run convert "$MODELS/tiny-lm.json" --to hf "$T/none" -o "$T/hf.safetensors"
   expect_user_error "none: a directory without a checkpoint that verifies (expected a safetensors file, a checkpoint directory or one of its step_N directories)"
   ;;
+convert_stale_index)
+  # one file written over an earlier sharded export under the same name removes that export's
+  # index and the shards it names (and nothing else), so --from hf DIR reads the new weights,
+  # as transformers does; shards written over an earlier single file remove it; a directory
+  # that holds an index and a model.safetensors it does not name is refused
+  seq 1 30000 | awk '{ printf "%s %d\n", ($1 % 7 ? "word" : "other"), $1 * 31 % 1000 }' > "$T/text.txt"
+  set -- --target interp --data "$T/text.txt" --steps 1 --set /input/seq_len=16 \
+    --set /input/global_batch_size=2
+  run run "$MODELS/tiny-lm.json" "$@" --dump "$T/a.st"
+  expect_rc 0
+  run run "$MODELS/tiny-lm.json" "$@" --seed 7 --dump "$T/b.st"
+  expect_rc 0
+  mkdir "$T/d" "$T/ref"
+  : > "$T/d/model-00009-of-00009.safetensors" # not named by the index: left alone
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/a.st" --max-shard-size 200KB -o "$T/d/model.safetensors"
+  expect_rc 0
+  [ -f "$T/d/model-00003-of-00003.safetensors" ] || fail "the export was not sharded: $(ls "$T/d")"
+  cp -r "$T/d" "$T/both"
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/b.st" -o "$T/d/model.safetensors"
+  expect_rc 0
+  expect_in "$T/err" "note: removed the earlier sharded export under -o's name: its index $T/d/model.safetensors.index.json and the 3 shards it names"
+  [ "$(ls "$T/d" | tr '\n' ' ')" = "config.json model-00009-of-00009.safetensors model.safetensors " ] ||
+    fail "left in the directory: $(ls "$T/d")"
+  # --from hf DIR reads the new weights: the bytes of b's own round trip
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/b.st" -o "$T/ref/model.safetensors"
+  expect_rc 0
+  run convert "$MODELS/tiny-lm.json" --from hf "$T/d" -o "$T/back.st"
+  expect_rc 0
+  run convert "$MODELS/tiny-lm.json" --from hf "$T/ref" -o "$T/ref.st"
+  expect_rc 0
+  cmp -s "$T/back.st" "$T/ref.st" || fail "--from hf DIR did not read the new single file"
+  # a directory with both is refused, naming it
+  cp "$T/d/model.safetensors" "$T/both/model.safetensors"
+  run convert "$MODELS/tiny-lm.json" --from hf "$T/both" -o "$T/x.st"
+  expect_user_error "$T/both: holds both model.safetensors.index.json and a model.safetensors that the index does not name"
+  [ ! -e "$T/x.st" ] || fail "a refused conversion wrote its output"
+  # shards over a single file: the single file goes
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/a.st" --max-shard-size 200KB -o "$T/d/model.safetensors"
+  expect_rc 0
+  expect_in "$T/err" "note: removed $T/d/model.safetensors, an earlier single-file export"
+  [ ! -e "$T/d/model.safetensors" ] || fail "the earlier single file is still there"
+  # an index that cannot say which shards are its own: refused before anything is written
+  echo '{"weight_map": 3}' > "$T/ref/model.safetensors.index.json"
+  cp "$T/ref/model.safetensors" "$T/ref.keep"
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/a.st" -o "$T/ref/model.safetensors"
+  expect_user_error "$T/ref/model.safetensors.index.json: an earlier index beside -o $T/ref/model.safetensors that is not a Hugging Face index"
+  cmp -s "$T/ref/model.safetensors" "$T/ref.keep" || fail "the refused export replaced the file"
+  ;;
 backend_unknown)
   run run "$MODELS/tiny-lm.json" --backend nosuch --steps 1
   expect_user_error "unknown backend 'nosuch' (expected one of: interp"
