@@ -801,7 +801,11 @@ static int check_output(const Args *a, const char *opt, const char *out) {
   int bad = why != NULL;
   if (bad) fprintf(stderr, "error: %s\n", why);
   free(why);
-  return bad || check_inputs(a, NULL, opt, out) ? -1 : 0;
+  if (bad || check_inputs(a, NULL, opt, out)) return -1;
+  RtError err; /* a FIFO would block the write; a link would be written through */
+  if (rt_file_check_user(out, 1, &err) == 0) return 0;
+  fprintf(stderr, "error: %s %s\n", opt, err.msg);
+  return -1;
 }
 
 static int cmd_compile(Args *a) {
@@ -898,8 +902,12 @@ static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
   if (a->plot && check_inputs(a, &j->diag, "--plot", a->plot)) { /* the device table is read now */
     rc = -1;
   } else if (a->plot) {
-    FILE *f = fopen(a->plot, "w");
-    if (!f || drv_memreport_svg(&r, &dev, f) || fclose(f)) {
+    RtError err;
+    FILE *f = rt_file_open(a->plot, "w", &err);
+    if (!f) {
+      fprintf(stderr, "error: --plot %s\n", err.msg);
+      rc = -1;
+    } else if (drv_memreport_svg(&r, &dev, f) || fclose(f)) {
       fprintf(stderr, "error: %s: cannot write the plot: %s\n", a->plot, strerror(errno));
       rc = -1;
     }
@@ -944,11 +952,12 @@ static int cmd_plot(const Args *a) {
 
 /* The whole file at path, malloc'd, into *text and *n; prints the error. */
 static int read_text(const char *path, char **text, size_t *n) {
-  FILE *f = fopen(path, "rb");
+  RtError err;
+  FILE *f = rt_file_open(path, "rb", &err);
   struct stat st;
   *text = NULL;
-  if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fprintf(stderr, "error: %s: %s\n", path, f ? "not a regular file" : strerror(errno));
+  if (!f || fstat(fileno(f), &st) != 0) {
+    fprintf(stderr, "error: %s\n", f ? strerror(errno) : err.msg);
     if (f) fclose(f);
     return -1;
   }
