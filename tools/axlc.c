@@ -585,6 +585,11 @@ static int check_run_outputs(const Args *a, const FeDiag *d) {
       else if (!strcmp(arg, outs[k]) && i + 1 < a->nrest)
         val = a->rest[i + 1];
       if (val && check_inputs(a, d, outs[k], val)) return -1;
+      RtError err; /* a FIFO, a device or a link to write through */
+      if (val && rt_file_check_user(val, 1, &err)) {
+        fprintf(stderr, "error: %s %s\n", outs[k], err.msg);
+        return -1;
+      }
     }
   return 0;
 }
@@ -984,7 +989,12 @@ static int cmd_tokenize(const Args *a) {
   int32_t *ids = NULL;
   int64_t n = 0;
   size_t len = 0;
-  int rc = rt_file_check_outputs(&out, 1, in, 2, &err) || rt_tok_open(&tok, a->tokenizer, &err);
+  int rc = rt_file_check_outputs(&out, 1, in, 2, &err);
+  if (!rc && rt_file_check_user(a->output, 1, &err)) { /* a FIFO, a device, a link */
+    fprintf(stderr, "error: -o %s\n", err.msg);
+    return 1;
+  }
+  rc = rc || rt_tok_open(&tok, a->tokenizer, &err);
   if (!rc && read_text(a->model, &text, &len)) {
     free(text);
     rt_tok_close(tok);
