@@ -699,7 +699,14 @@ EOF
   "$TR" --data "$T/big.txt" --tokenizer "$T/bytes.json" --steps 4 --ckpt-dir "$T/ck" --resume \
     > "$T/out" 2> "$T/err" &
   pid=$!
-  sleep 1
+  # the text is mapped while it is tokenized: from then on the trainer is in its start
+  i=0
+  while ! grep -q "$T/big.txt" "/proc/$pid/maps" 2> /dev/null && [ $i -lt 200 ]; do
+    sleep 0.05
+    i=$((i + 1))
+  done
+  [ $i -lt 200 ] || fail "the trainer did not map its data within 10 s"
+  sleep 0.2
   t0=$(date +%s%N)
   kill -TERM $pid
   wait $pid
