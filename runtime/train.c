@@ -564,7 +564,7 @@ static volatile sig_atomic_t stop_signal;
  * process at once. Nothing new exists to save yet, and every save is atomic, so no checkpoint
  * is lost; waiting for "this step" would wait for a step that may never come. */
 static volatile sig_atomic_t stop_at_once;
-static char stop_prog[64]; /* the trainer's name, for the handler's message */
+static char stop_prog[64]; /* the trainer's name, for the handler's message; "" on ranks but 0 */
 
 static void say(const char *s) {
     ssize_t ignored = write(STDERR_FILENO, s, strlen(s));
@@ -572,6 +572,8 @@ static void say(const char *s) {
 }
 
 static void on_stop(int sig) {
+    if (stop_at_once && !stop_prog[0])
+        _exit(128 + sig);
     if (stop_at_once) {
         say("\n");
         say(stop_prog);
@@ -592,8 +594,8 @@ typedef struct Signals {
  * atomic, so that loses nothing already saved. A SIGINT ignored by the parent (a background
  * job of a script) stays ignored. SIGXFSZ is ignored: a write past the file-size limit then
  * fails with EFBIG, and the save reports it, instead of the signal killing the trainer. */
-static void signals_install(Signals *old, const char *prog) {
-    snprintf(stop_prog, sizeof stop_prog, "%s", prog);
+static void signals_install(Signals *old, const char *prog, int says) {
+    snprintf(stop_prog, sizeof stop_prog, "%s", says ? prog : "");
     stop_at_once = 1;
     struct sigaction sa, ign;
     memset(&sa, 0, sizeof sa);
@@ -841,7 +843,7 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
         return rc == 0 ? 0 : 1;
     }
     Signals old;
-    signals_install(&old, t.prog);
+    signals_install(&old, t.prog, launched_rank() <= 0); /* rank 0 alone says why it stopped */
     RunEnd end = train_opts_check(&t.o, &err) == 0 ? train(&t, &err) : RUN_FAILED;
     if (end == RUN_FAILED) {
         if (t.tty && t.run_steps > 0)
