@@ -52,7 +52,7 @@ check() {
     sed 's/^/  | /' "$T/err" | head -5 >&2
   fi
   checked=$((checked + 1))
-  [ "$ms" -le "$slowest" ] || slowest=$ms
+  [ "$ms" -le "$slowest" ] || { slowest=$ms slow_cmd="$*"; }
 }
 checked=0 slowest=0
 FIFO="$F: not a regular file (a FIFO)"
@@ -126,6 +126,6 @@ fi
 
 [ "$(cat "$T/precious.txt")" = precious ] || fail "a write went through the link: $(head -c 80 "$T/precious.txt")"
 [ -p "$F" ] && [ -L "$L" ] || fail "the FIFO or the link was replaced"
-echo "$checked commands checked; the slowest answered in $slowest ms"
+echo "$checked commands checked; the slowest answered in $slowest ms: ${slow_cmd:-}"
 [ "$fails" -eq 0 ] || exit 1
 echo "ok [$CASE]"
