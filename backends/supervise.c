@@ -770,8 +770,9 @@ int backend_supervise(const BackendSupervisor *s, const BackendDiag *d) {
                   s->prog);
     return 1;
   }
-  if (s->report && !(u.report = fopen(s->report, "w"))) {
-    backend_error(d, s->report, NULL, "cannot write the report: %s", strerror(errno));
+  RtError ferr;
+  if (s->report && !(u.report = rt_file_open(s->report, "w", &ferr))) {
+    backend_error(d, NULL, NULL, "--report %s", ferr.msg);
     return 1;
   }
   /* the ranks' stdout is mpirun's pty (rank 0), or this process's pipe (one rank): neither says

@@ -14,10 +14,12 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "frontend/frontend.h"
 
@@ -89,8 +91,11 @@ static void note_file(FeDiag *d, const char *file) {
 
 json_object *fe_json_load(FeDiag *d, const char *file) {
   note_file(d, file);
-  FILE *f = fopen(file, "rb");
+  /* O_NONBLOCK: a FIFO opens at once (no writer is waited for), and fstat refuses it below */
+  int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
   if (!f) {
+    if (fd >= 0) close(fd);
     fe_error(d, file, NULL, "cannot open: %s", strerror(errno));
     return NULL;
   }

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>  /* FILE, of rt_file_open */
 #include <string.h> /* memcpy in the bf16 conversions */
 
 #if defined(__GNUC__)
@@ -328,6 +329,18 @@ int rt_file_same(const char *a, const char *b);
  * names both) when an output is an input, or lies inside an input directory's entries; else 0.
  * NULL paths are skipped; an output that does not exist yet is none of the inputs. */
 int rt_file_check_outputs(const RtPathArg *out, int nout, const RtPathArg *in, int nin, RtError *err);
+
+/* Files a user names (an option's value, a command's argument) are opened here, for reading
+ * (mode "r" or "rb") or writing ("w", "wb", or "a" to append). Anything but a regular file is
+ * refused at once, never waited on: a FIFO, device, socket or directory gives "PATH: not a
+ * regular file (a FIFO)". A write also refuses a symbolic link ("PATH: is a symbolic link;
+ * ..."), which it would write through into the link's target; a missing file is created.
+ * NULL with err set. */
+FILE *rt_file_open(const char *path, const char *mode, RtError *err);
+/* rt_file_open's checks without opening, for a file another program writes (the linker's -o)
+ * or a library opens by name: -1 with err set as rt_file_open would, else 0 (a missing file
+ * too, which the opener reports). */
+int rt_file_check_user(const char *path, int write, RtError *err);
 
 typedef struct RtComm RtComm;
 

@@ -562,12 +562,30 @@ static RunEnd train_one(Trainer *t, RtError *err) {
 /* The one piece of global state in libaxrt, because a signal handler can reach nothing else:
  * the first SIGINT or SIGTERM received during rt_train_main. The loop reads it between steps. */
 static volatile sig_atomic_t stop_signal;
+/* Set during the start (the options, the data and its tokenizing, the checkpoint's loading,
+ * --skip-batches), when no step is running and none may come for long: a signal then ends the
+ * process at once. Nothing new exists to save yet, and every save is atomic, so no checkpoint
+ * is lost; waiting for "this step" would wait for a step that may never come. */
+static volatile sig_atomic_t stop_at_once;
+static char stop_prog[64]; /* the trainer's name, for the handler's message; "" on ranks but 0 */
+
+static void say(const char *s) {
+    ssize_t ignored = write(STDERR_FILENO, s, strlen(s));
+    (void)ignored;
+}
 
 static void on_stop(int sig) {
-    static const char msg[] = "\nstopping after this step (signal again to quit at once, without saving)\n";
+    if (stop_at_once && !stop_prog[0])
+        _exit(128 + sig);
+    if (stop_at_once) {
+        say("\n");
+        say(stop_prog);
+        say(sig == SIGINT ? ": SIGINT" : ": SIGTERM");
+        say(" before the first step: stopped at once; nothing new to save (checkpoints are as they were)\n");
+        _exit(128 + sig);
+    }
     stop_signal = sig;
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)ignored;
+    say("\nstopping after this step (signal again to quit at once, without saving)\n");
 }
 
 typedef struct Signals {
@@ -579,7 +597,9 @@ typedef struct Signals {
  * atomic, so that loses nothing already saved. A SIGINT ignored by the parent (a background
  * job of a script) stays ignored. SIGXFSZ is ignored: a write past the file-size limit then
  * fails with EFBIG, and the save reports it, instead of the signal killing the trainer. */
-static void signals_install(Signals *old) {
+static void signals_install(Signals *old, const char *prog, int says) {
+    snprintf(stop_prog, sizeof stop_prog, "%s", says ? prog : "");
+    stop_at_once = 1;
     struct sigaction sa, ign;
     memset(&sa, 0, sizeof sa);
     memset(&ign, 0, sizeof ign);
@@ -597,6 +617,7 @@ static void signals_install(Signals *old) {
 }
 
 static void signals_restore(const Signals *old) {
+    stop_at_once = 0;
     sigaction(SIGINT, &old->intr, NULL);
     sigaction(SIGTERM, &old->term, NULL);
     sigaction(SIGXFSZ, &old->xfsz, NULL);
@@ -753,6 +774,7 @@ static RunEnd train(Trainer *t, RtError *err) {
     train_banner_print(t);
     train_mem_sample(t);
     t->gp.startup_ms = train_now_ms() - t->gp.start_ms;
+    stop_at_once = 0; /* from here a signal stops the run after its step, which saves */
     RunEnd end = train_loop(t, err);
     if (end == RUN_DONE && t->rank == 0) {
         printf("%s: done at step %lld%s%s\n", t->prog, (long long)t->step, t->o.ckpt_dir ? ", checkpoint in " : "",
@@ -824,7 +846,7 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
         return rc == 0 ? 0 : 1;
     }
     Signals old;
-    signals_install(&old);
+    signals_install(&old, t.prog, launched_rank() <= 0); /* rank 0 alone says why it stopped */
     RunEnd end = train_opts_check(&t.o, &err) == 0 ? train(&t, &err) : RUN_FAILED;
     if (end == RUN_FAILED) {
         if (t.tty && t.run_steps > 0)

@@ -248,6 +248,11 @@ static int check_files(const TrainOpts *o, RtError *err) {
     };
     if (rt_file_check_outputs(&out, 1, in, (int)(sizeof in / sizeof in[0]), err) != 0)
         return -1;
+    /* a FIFO would block the first write, a link would be written through: refused here, so
+     * `axlc run` says so before it compiles */
+    RtError why;
+    if (o->metrics && rt_file_check_user(o->metrics, 1, &why) != 0)
+        return rt_error_set(err, "--metrics: %s", why.msg);
     /* the token files are read all run long, while pruning deletes old checkpoints: one inside
      * a step directory would be deleted under the run */
     const RtPathArg data[] = {{"--data", o->data, NULL}, {"--eval-data", o->eval_data, NULL}};

@@ -81,9 +81,9 @@ int train_metrics_open(Trainer *t, RtError *err) {
     RtError why;
     if (t->o.resume && trim_metrics(t, &why) != 0)
         return rt_error_set(err, "--metrics: %s", why.msg);
-    t->metrics = fopen(t->o.metrics, t->o.resume ? "a" : "w");
+    t->metrics = rt_file_open(t->o.metrics, t->o.resume ? "a" : "w", &why);
     if (!t->metrics)
-        return rt_error_set(err, "--metrics: %s: cannot open: %s", t->o.metrics, strerror(errno));
+        return rt_error_set(err, "--metrics: %s", why.msg);
     return 0;
 }
 

@@ -590,6 +590,11 @@ static int check_run_outputs(const Args *a, const FeDiag *d) {
       else if (!strcmp(arg, outs[k]) && i + 1 < a->nrest)
         val = a->rest[i + 1];
       if (val && check_inputs(a, d, outs[k], val)) return -1;
+      RtError err; /* a FIFO, a device or a link to write through */
+      if (val && rt_file_check_user(val, 1, &err)) {
+        fprintf(stderr, "error: %s %s\n", outs[k], err.msg);
+        return -1;
+      }
     }
   return 0;
 }
@@ -812,7 +817,11 @@ static int check_output(const Args *a, const char *opt, const char *out) {
   int bad = why != NULL;
   if (bad) fprintf(stderr, "error: %s\n", why);
   free(why);
-  return bad || check_inputs(a, NULL, opt, out) ? -1 : 0;
+  if (bad || check_inputs(a, NULL, opt, out)) return -1;
+  RtError err; /* a FIFO would block the write; a link would be written through */
+  if (rt_file_check_user(out, 1, &err) == 0) return 0;
+  fprintf(stderr, "error: %s %s\n", opt, err.msg);
+  return -1;
 }
 
 /* The path `path` names, resolved: the file's real path, else its directory's and its name (a
@@ -970,8 +979,12 @@ static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
   if (a->plot && check_inputs(a, &j->diag, "--plot", a->plot)) { /* the device table is read now */
     rc = -1;
   } else if (a->plot) {
-    FILE *f = fopen(a->plot, "w");
-    if (!f || drv_memreport_svg(&r, &dev, f) || fclose(f)) {
+    RtError err;
+    FILE *f = rt_file_open(a->plot, "w", &err);
+    if (!f) {
+      fprintf(stderr, "error: --plot %s\n", err.msg);
+      rc = -1;
+    } else if (drv_memreport_svg(&r, &dev, f) || fclose(f)) {
       fprintf(stderr, "error: %s: cannot write the plot: %s\n", a->plot, strerror(errno));
       rc = -1;
     }
@@ -1016,11 +1029,12 @@ static int cmd_plot(const Args *a) {
 
 /* The whole file at path, malloc'd, into *text and *n; prints the error. */
 static int read_text(const char *path, char **text, size_t *n) {
-  FILE *f = fopen(path, "rb");
+  RtError err;
+  FILE *f = rt_file_open(path, "rb", &err);
   struct stat st;
   *text = NULL;
-  if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fprintf(stderr, "error: %s: %s\n", path, f ? "not a regular file" : strerror(errno));
+  if (!f || fstat(fileno(f), &st) != 0) {
+    fprintf(stderr, "error: %s\n", f ? strerror(errno) : err.msg);
     if (f) fclose(f);
     return -1;
   }
@@ -1047,7 +1061,12 @@ static int cmd_tokenize(const Args *a) {
   int32_t *ids = NULL;
   int64_t n = 0;
   size_t len = 0;
-  int rc = rt_file_check_outputs(&out, 1, in, 2, &err) || rt_tok_open(&tok, a->tokenizer, &err);
+  int rc = rt_file_check_outputs(&out, 1, in, 2, &err);
+  if (!rc && rt_file_check_user(a->output, 1, &err)) { /* a FIFO, a device, a link */
+    fprintf(stderr, "error: -o %s\n", err.msg);
+    return 1;
+  }
+  rc = rc || rt_tok_open(&tok, a->tokenizer, &err);
   if (!rc && read_text(a->model, &text, &len)) {
     free(text);
     rt_tok_close(tok);

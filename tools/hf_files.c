@@ -96,9 +96,10 @@ int hf_dir_weights(const char *dir, char *out, size_t cap) {
 
 /* The whole JSON document in `path`, or NULL with what is wrong said (and what was expected). */
 static json_object *read_json(const char *path, const char *expected) {
-  FILE *f = fopen(path, "rb");
+  RtError err;
+  FILE *f = rt_file_open(path, "rb", &err);
   if (!f) {
-    fprintf(stderr, "error: %s: cannot open: %s\n", path, strerror(errno));
+    fprintf(stderr, "error: %s\n", err.msg);
     return NULL;
   }
   char *text = NULL;

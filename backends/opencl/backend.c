@@ -110,9 +110,10 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
 static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *c,
                         const char *out) {
   char *src = backend_join(out, "", ".opencl.c");
-  FILE *f = fopen(src, "w");
+  RtError ferr;
+  FILE *f = rt_file_open(src, "w", &ferr);
   if (!f) {
-    backend_error(&j->diag, src, NULL, "cannot open for writing");
+    backend_error(&j->diag, NULL, NULL, "%s", ferr.msg);
     free(src);
     return -1;
   }
@@ -131,8 +132,9 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
 }
 
 static int write_text(const BackendJob *j, Compiled *c, const char *emit, const char *out) {
-  FILE *f = out ? fopen(out, "w") : stdout;
-  if (!f) return backend_error(&j->diag, out, NULL, "cannot open for writing");
+  RtError ferr;
+  FILE *f = out ? rt_file_open(out, "w", &ferr) : stdout;
+  if (!f) return backend_error(&j->diag, NULL, NULL, "%s", ferr.msg);
   int rc = !strcmp(emit, "cl") ? (fputs(c->kernels.source, f) < 0 ? -1 : 0)
                                : ocl_program_write_c(f, &c->prog);
   if (out && fclose(f) != 0) rc = -1;

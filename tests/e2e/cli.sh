@@ -979,14 +979,15 @@ outputs_not_inputs)
   fi
   cksum "$T/text.txt" "$T/my.json" "$T/m.jsonl" | cmp -s - "$T/before" || fail "an input changed"
   cksum "$T/w.safetensors" | cmp -s - "$T/w.before" || fail "the weights changed"
-  # an atomic write never replaces what is not a regular file (here a FIFO, and a link to one,
-  # made in the scratch directory, where a regression replaces nothing that matters)
+  # an output is never what is not a regular file (here a FIFO), nor a link (here to a FIFO),
+  # refused before any work (made in the scratch directory, where a regression replaces nothing
+  # that matters; runtime_file checks the atomic writer's own refusal)
   mkfifo "$T/fifo" && ln -s "$T/fifo" "$T/fifo-link"
   run convert "$T/my.json" "$@" --to hf "$T/w.safetensors" -o "$T/fifo"
-  expect_user_error "$T/fifo: exists and is a FIFO, not a regular file"
+  expect_user_error "-o $T/fifo: not a regular file (a FIFO)"
   run run "$T/my.json" "$@" --data "$T/text.txt" --steps 1 --dump "$T/fifo-link"
   expect_rc 1
-  expect_in "$T/err" "$T/fifo-link: exists and is a FIFO, not a regular file"
+  expect_in "$T/err" "--dump $T/fifo-link: is a symbolic link; refusing to write through it"
   [ -p "$T/fifo" ] && [ -L "$T/fifo-link" ] || fail "the FIFO or its link was replaced"
   ;;
 *)
