@@ -14,6 +14,9 @@
 #   cache_damaged a device binary in the cache cut short, then with a flipped bit: the trainer
 #                 says so naming the entry, builds the kernels again, runs, and stores a whole
 #                 entry that the next start loads (PoCL asserted on a truncated binary)
+#   run_cold      axlc run --target opencl with empty axlc and PoCL caches trains (it segfaulted:
+#                 PoCL's LLVM 15 built the kernels inside axlc, which links LLVM 14; the trainer
+#                 now runs as a child process), and a SIGTERM to axlc reaches it: it saves
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -93,8 +96,7 @@ handover)
   ;;
 handover_bf16)
   # bf16 compute: the checkpoints hold the f32 masters, so CPU -> OpenCL -> CPU continues the
-  # curve (the compiled OpenCL trainer: axlc run --target opencl loads libclang's LLVM next to
-  # PoCL's, which a cold PoCL cache cannot survive)
+  # curve
   model="$SRC/models/tiny-lm.json"
   bf16="--set /precision/compute=bf16 --set /input/seq_len=32 --set /input/global_batch_size=4"
   # shellcheck disable=SC2086
@@ -140,6 +142,28 @@ broken_kernel)
   "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl --emit cl > "$T/k.cl" 2>&1 ||
     fail "the unbroken kernels do not compile"
   grep -q "__kernel" "$T/k.cl" || fail "--emit cl wrote no kernels"
+  ;;
+run_cold)
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  export AXLC_CACHE_DIR="$T/axlc-cache" POCL_CACHE_DIR="$T/pocl-cache" # both empty
+  "$AXLC" run "$SRC/models/tiny-lm.json" --target opencl --data "$T/text.txt" --steps 3 \
+    > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || fail "axlc run with cold caches exited $rc: $(tail -5 "$T/out")"
+  grep -q "kernels built in" "$T/out" || fail "the kernels were not built: $(cat "$T/out")"
+  grep -q "^step 3 loss" "$T/out" || fail "no step 3: $(cat "$T/out")"
+  ls "$T"/axlc-cache/ocl-*.bin > /dev/null 2>&1 || fail "no binary in the axlc cache"
+  # SIGTERM to axlc: the trainer (its child) stops after its step and saves
+  "$AXLC" run "$SRC/models/tiny-lm.json" --target opencl --data "$T/text.txt" --steps 100000 \
+    --ckpt-dir "$T/ck" > "$T/out" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do grep -q "^step 2 " "$T/out" && break; sleep 0.1; done
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  [ $rc -eq 143 ] || [ $rc -eq 0 ] || fail "after SIGTERM axlc run exited $rc: $(tail -5 "$T/out")"
+  [ -n "$(newest "$T/ck")" ] || fail "SIGTERM saved no checkpoint: $(tail -5 "$T/out")"
   ;;
 cache_damaged)
   must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
