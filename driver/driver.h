@@ -95,6 +95,8 @@ typedef struct DrvDevice {
   bool host;                    /* memory is this host's RAM */
   double flops_f32, flops_bf16; /* peak FLOP/s */
   double mem_bw, link_bw;       /* bytes/s: memory, and sent to the other devices */
+  char backend[16];             /* the backend that trains on it ("llvm", "opencl"); "": none */
+  char opencl_device[64];       /* what its OpenCL device name holds ("H100"); "": any device */
 } DrvDevice;
 
 /* The device kind of `target` ("gpu-h100-256" -> gpu-h100) in the table `file`. */

@@ -81,6 +81,10 @@ int drv_device_lookup(FeDiag *d, const char *file, const char *target, DrvDevice
     json_object *v, *fl;
     if (json_object_object_get_ex(o, "doc", &v))
       snprintf(out->doc, sizeof out->doc, "%s", json_object_get_string(v));
+    if (json_object_object_get_ex(o, "backend", &v))
+      snprintf(out->backend, sizeof out->backend, "%s", json_object_get_string(v));
+    if (json_object_object_get_ex(o, "opencl_device", &v))
+      snprintf(out->opencl_device, sizeof out->opencl_device, "%s", json_object_get_string(v));
     if (json_object_object_get_ex(o, "memory", &v) && json_object_get_type(v) == json_type_string &&
         !strcmp(json_object_get_string(v), "host")) {
       out->memory = host_memory();

@@ -702,6 +702,11 @@ typedef struct RtOclProgram {
     const char *build_options; /* for clBuildProgram; may be NULL */
     int32_t nlaunches;
     const RtOclLaunch *launches;
+    /* The device kind it was compiled for (--target gpu-h100-1: "gpu-h100", "NVIDIA H100 SXM5
+     * 80GB", "H100"): without --device the trainer takes the first GPU whose name holds
+     * device_match, and refuses, listing the devices, when there is none. NULL or "": the first
+     * device of all. */
+    const char *device_kind, *device_doc, *device_match;
 } RtOclProgram;
 
 /* The OpenCL trainer's main (opencl.c): rt_train_main's options plus --device N|P:D and

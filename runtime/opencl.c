@@ -235,6 +235,14 @@ static const DevInfo *pick_device(const DevInfo *d, int n, const char *spec, RtE
     return NULL;
 }
 
+/* The first GPU whose name holds match (the device kind's "opencl_device"), or NULL. */
+static const DevInfo *first_match(const DevInfo *d, int n, const char *match) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(d[i].type, "GPU") && strstr(d[i].name, match))
+            return &d[i];
+    return NULL;
+}
+
 /* ---- building, with the per-device binary cache ---- */
 
 static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
@@ -595,7 +603,15 @@ static int with_device(const RtOclProgram *p, OclOpts *o, const char *name) {
         printf("OpenCL devices:\n");
         print_devices(stdout, devs, n);
         rc = 0;
-    } else if (!(d = pick_device(devs, n, o->device, &err))) {
+    } else if (!o->device && p->device_match && *p->device_match && !(d = first_match(devs, n, p->device_match))) {
+        fprintf(stderr,
+                "%s: this trainer was compiled for %s (%s), and no OpenCL GPU here has \"%s\" in its "
+                "name; the OpenCL devices of this host:\n",
+                name, p->device_kind && *p->device_kind ? p->device_kind : "a GPU",
+                p->device_doc && *p->device_doc ? p->device_doc : "the device table's kind", p->device_match);
+        print_devices(stderr, devs, n);
+        fprintf(stderr, "%s: --device N trains on one of them by hand\n", name);
+    } else if (!d && !(d = pick_device(devs, n, o->device, &err))) {
         fprintf(stderr, "%s: %s:\n", name, err.msg);
         print_devices(stderr, devs, n);
     } else {

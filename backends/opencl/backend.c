@@ -68,7 +68,10 @@ static int program(const BackendJob *j, Compiled *c) {
                          .flops = p->flops,
                          .bf16_flops = p->bf16_flops,
                          .peak_f32 = p->peak_f32,
-                         .peak_bf16 = p->peak_bf16};
+                         .peak_bf16 = p->peak_bf16,
+                         .device_kind = p->device_kind,
+                         .device_doc = p->device_doc,
+                         .device_match = p->device_match};
   char err[1024];
   if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, err,
                         sizeof err))
@@ -81,9 +84,10 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
   memset(c, 0, sizeof *c);
   if (j->program.devices > 1)
     return backend_error(&j->diag, j->file, "/mesh",
-                         "the opencl backend runs one device; this mesh has "
-                         "%lld (sharding over several devices is not implemented yet)",
-                         (long long)j->program.devices);
+                         "opencl with %lld ranks is not supported yet (one OpenCL trainer per "
+                         "device under MPI is to come); compile for one device (--target "
+                         "gpu-h100-1, opencl) or for the CPU (--target cpu-%lld)",
+                         (long long)j->program.devices, (long long)j->program.devices);
   OclOptions o = options(bo);
   bool *mat = ir_xmalloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
   if (o.fuse)

@@ -91,6 +91,9 @@ int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
   out->build_options = "-cl-std=CL1.2";
   out->nlaunches = k->nlaunches;
   out->launches = k->launches;
+  out->device_kind = info->device_kind;
+  out->device_doc = info->device_doc;
+  out->device_match = info->device_match;
   return 0;
 }
 
@@ -192,9 +195,13 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
       p->max_steps, p->seed, p->ckpt_every, p->ckpt_keep, (int)p->has_aux_loss, p->aux_loss_offset,
       p->step_flops, p->step_bf16_flops, p->peak_f32, p->peak_bf16);
   c_string(f, P->build_options ? P->build_options : "");
-  fprintf(f,
-          ",\n  .nlaunches = %d,\n  .launches = launches,\n};\n\n"
-          "int main(int argc, char **argv) { return rt_ocl_main(&program, argc, argv); }\n",
-          P->nlaunches);
+  fprintf(f, ",\n  .nlaunches = %d,\n  .launches = launches,\n  .device_kind = ", P->nlaunches);
+  c_string(f, P->device_kind ? P->device_kind : "");
+  fputs(",\n  .device_doc = ", f);
+  c_string(f, P->device_doc ? P->device_doc : "");
+  fputs(",\n  .device_match = ", f);
+  c_string(f, P->device_match ? P->device_match : "");
+  fprintf(f, ",\n};\n\n"
+             "int main(int argc, char **argv) { return rt_ocl_main(&program, argc, argv); }\n");
   return ferror(f) ? -1 : 0;
 }

@@ -17,6 +17,11 @@
 #   run_cold      axlc run --target opencl with empty axlc and PoCL caches trains (it segfaulted:
 #                 PoCL's LLVM 15 built the kernels inside axlc, which links LLVM 14; the trainer
 #                 now runs as a child process), and a SIGTERM to axlc reaches it: it saves
+#   gpu_target    --target gpu-h100-1 compiles with the OpenCL backend (the device table's
+#                 "backend"); on a host without an H100 the trainer and axlc run refuse, listing
+#                 the OpenCL devices there are; --device 0 trains; gpu-h100-8 and opencl-2 are
+#                 refused (no multi-rank OpenCL yet), tpu-v5p-1 has no backend; the target's mesh
+#                 rule is memcheck's (gpt2-124m on gpu-h100-1: bf16)
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -142,6 +147,44 @@ broken_kernel)
   "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl --emit cl > "$T/k.cl" 2>&1 ||
     fail "the unbroken kernels do not compile"
   grep -q "__kernel" "$T/k.cl" || fail "--emit cl wrote no kernels"
+  ;;
+gpu_target)
+  model="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$model" --target gpu-h100-1 -o "$T/g"
+  "$AXLC" compile "$model" --target gpu-h100-1 --emit c > "$T/g.c" 2>&1 || fail "--emit c"
+  grep -q '.device_match = "H100"' "$T/g.c" || fail "the trainer does not look for an H100"
+  for t in gpu-h100-8 opencl-2; do
+    "$AXLC" compile "$model" --target $t -o "$T/g8" > "$T/out" 2>&1 && fail "$t compiled"
+    n=${t##*-}
+    grep -q "error: .*/mesh: opencl with $n ranks is not supported yet" "$T/out" ||
+      fail "$t: $(cat "$T/out")"
+    [ -e "$T/g8" ] && fail "$t wrote a trainer"
+  done
+  "$AXLC" compile "$model" --target tpu-v5p-1 -o "$T/g8" > "$T/out" 2>&1 && fail "tpu compiled"
+  grep -q "error: axlc compile: --target tpu-v5p-1: no backend trains on tpu-v5p" "$T/out" ||
+    fail "tpu-v5p-1: $(cat "$T/out")"
+  # the mesh rule as memcheck plans it: gpt.json's one-GPU rule computes in bf16
+  "$AXLC" compile "$SRC/models/gpt2-124m.json" --target gpu-h100-1 --emit cl \
+    --set /input/global_batch_size=4 --set /input/seq_len=64 > "$T/gpt.cl" 2>&1 ||
+    fail "gpt2-124m --target gpu-h100-1: $(tail -3 "$T/gpt.cl")"
+  grep -q "ushort ax_to_bf16" "$T/gpt.cl" || fail "gpt2-124m on gpu-h100-1 is not bf16"
+  needs_device "$T/g"
+  if grep -q "H100" "$T/devices"; then
+    echo "SKIP: this host has an H100"
+    exit 77
+  fi
+  "$T/g" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "the gpu-h100-1 trainer without an H100 exited $rc"
+  grep -q 'g: this trainer was compiled for gpu-h100 (NVIDIA H100 SXM5 80GB), and no OpenCL GPU here has "H100" in its name' "$T/out" &&
+    grep -q "^  0 (0:0) " "$T/out" || fail "no H100: $(cat "$T/out")"
+  "$AXLC" run "$model" --target gpu-h100-1 --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "axlc run --target gpu-h100-1 without an H100 exited $rc"
+  grep -q 'axlc run: this trainer was compiled for gpu-h100' "$T/out" &&
+    grep -q "^  0 (0:0) " "$T/out" || fail "axlc run, no H100: $(cat "$T/out")"
+  must "$T/g" --data "$T/text.txt" --steps 2 --device 0
+  grep -q "^step 2 loss" "$T/log" || fail "--device 0 did not train"
   ;;
 run_cold)
   must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
