@@ -723,6 +723,14 @@ int rt_ocl_check_args(int argc, char **argv, RtError *err);
 #define RT_EXIT_NONFINITE 3 /* the loss, gradient norm or weights went non-finite (nothing saved) */
 #define RT_EXIT_SDC       4 /* --sdc-check-every: a step's replay differed (the rank is named) */
 int rt_train_main(const RtProgram *p, int argc, char **argv);
+/* rt_train_main for a step whose state lives elsewhere between steps (an OpenCL trainer's device
+ * buffers): sync(slab, RT_SYNC_TO_HOST) makes the host slab current before the runtime reads it
+ * whole (checkpoints, eval and replay copies, --skip-outliers' backup), sync(slab,
+ * RT_SYNC_FROM_HOST) says the runtime wrote it whole, which the next step on it must take (the
+ * state at the start is the first step's to take anyway). sync NULL: rt_train_main. */
+#define RT_SYNC_TO_HOST   0
+#define RT_SYNC_FROM_HOST 1
+int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv);
 /* Parses and checks the options as rt_train_main does (argv[0] is the program's name), with the
  * same messages, without a program and without touching any file: `axlc run` calls it before
  * compiling. 0 if rt_train_main would accept them, else -1 with the message in err. */

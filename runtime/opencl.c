@@ -8,13 +8,14 @@
  * CPU trainer's loop (rt_train_main) with a step that enqueues the launches. So options,
  * metrics, checkpoints and signals are the CPU trainer's, by construction.
  *
- * Memory: the slab keeps its host layout. Each host slab (the training slab, and the eval
- * slab with --eval-data) gets one buffer created with CL_MEM_USE_HOST_PTR over it. The step
- * unmaps the slab (the device sees what the runtime wrote: batch, step number, and at the
- * start the parameters), runs every kernel in order on one in-order queue, and maps it back
- * (blocking), so the runtime reads loss, parameters and moments where it always does. On a
- * CPU device (PoCL) and on integrated GPUs map and unmap move no bytes; a discrete GPU copies
- * the slab both ways every step (docs/backends.md says what would avoid that).
+ * Memory: the state lives on the device. Each host slab (the training slab, and the eval slab
+ * with --eval-data) gets a device buffer of the same layout. A step sends the batch and the step
+ * number (the whole slab when the runtime wrote it whole: the start, --init, --resume, an eval
+ * copy), runs every kernel in order on one in-order queue, and reads back the loss, gradient
+ * norm, learning rate and auxiliary loss: about 4 KiB for tiny-lm. The runtime asks for the
+ * rest through rt_train_main_sync's hook (ocl_sync): the whole slab is read back before a
+ * checkpoint, an eval or replay copy and --skip-outliers' backup. AXLC_OPENCL_PROFILE prints
+ * the bytes each way.
  *
  * RtProgram.step has no context argument, so the device session of the process is one
  * file-scope pointer, set by rt_ocl_main for the duration of rt_train_main. A failed OpenCL
@@ -46,9 +47,19 @@ typedef struct DevInfo {
 
 typedef struct SlabBuf {
     char *host; /* the runtime's slab */
-    cl_mem mem; /* CL_MEM_USE_HOST_PTR over it */
-    int mapped; /* mapped for the host (true between steps) */
+    cl_mem mem; /* the device's copy: the state, between steps too */
+    int whole;  /* the host wrote the slab whole (the start, an eval copy): the next step sends it all */
+    int stale;  /* the device is ahead of the host: a step ran since the last read-back */
 } SlabBuf;
+
+/* Bytes between host and device (AXLC_OPENCL_PROFILE reports them). */
+typedef struct Traffic {
+    int64_t steps;             /* steps run */
+    int64_t to_dev, to_host;   /* by the steps, whole-slab sends left out */
+    int64_t step_max;          /* the most one step moved, both ways */
+    int64_t sends, send_bytes; /* whole-slab sends: the state at the start, eval copies */
+    int64_t reads, read_bytes; /* whole-slab read-backs: checkpoints, eval, replays */
+} Traffic;
 
 typedef struct Session {
     const RtOclProgram *p;
@@ -60,6 +71,7 @@ typedef struct Session {
     int failed;      /* an OpenCL call in a step failed (reported once) */
     double *prof_ns; /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
     int64_t prof_steps;
+    Traffic traffic;
     const char *name; /* program name for messages */
 } Session;
 
@@ -415,10 +427,19 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     return build_program(S, d, err) != 0 ? -1 : make_kernels(S, err);
 }
 
-/* AXLC_OPENCL_PROFILE: the launches that took the most device time, on stderr. */
+/* AXLC_OPENCL_PROFILE: the bytes between host and device, and the launches that took the most
+ * device time, on stderr. */
 static void profile_report(Session *S) {
     if (!S->prof_ns || S->prof_steps == 0)
         return;
+    const Traffic *T = &S->traffic;
+    fprintf(stderr,
+            "%s: OpenCL traffic: %lld steps, per step %.0f B to the device and %.0f B back (at most %lld B in "
+            "one step); the whole %.2f MiB slab sent %lld times (the start, eval copies) and read back %lld times "
+            "(checkpoints, eval, replays)\n",
+            S->name, (long long)T->steps, T->steps ? (double)T->to_dev / (double)T->steps : 0.0,
+            T->steps ? (double)T->to_host / (double)T->steps : 0.0, (long long)T->step_max,
+            (double)S->p->base.slab_bytes / 1048576.0, (long long)T->sends, (long long)T->reads);
     double total = 0;
     for (int32_t i = 0; i < S->p->nlaunches; i++)
         total += S->prof_ns[i];
@@ -467,6 +488,7 @@ static int step_fail(Session *S, const char *what, cl_int e) {
     return -1;
 }
 
+/* The device buffer of a host slab, made on first use (to be sent whole by its first step). */
 static SlabBuf *slab_buf(Session *S, char *slab) {
     for (int i = 0; i < MAX_SLABS; i++)
         if (S->slabs[i].mem && S->slabs[i].host == slab)
@@ -475,18 +497,34 @@ static SlabBuf *slab_buf(Session *S, char *slab) {
         if (S->slabs[i].mem)
             continue;
         cl_int e;
-        S->slabs[i].mem =
-            clCreateBuffer(S->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, (size_t)S->p->base.slab_bytes, slab, &e);
+        S->slabs[i].mem = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, (size_t)S->p->base.slab_bytes, NULL, &e);
         if (e != CL_SUCCESS) {
-            step_fail(S, "clCreateBuffer over the slab", e);
+            step_fail(S, "clCreateBuffer for the slab", e);
             S->slabs[i].mem = NULL;
             return NULL;
         }
         S->slabs[i].host = slab;
+        S->slabs[i].whole = 1;
+        S->slabs[i].stale = 0;
         return &S->slabs[i];
     }
     step_fail(S, "a fifth slab", CL_OUT_OF_RESOURCES);
     return NULL;
+}
+
+/* Host -> device, without waiting: the step's end (a blocking read) waits for it. */
+static int send(Session *S, SlabBuf *b, int64_t off, int64_t bytes) {
+    if (off < 0 || bytes <= 0)
+        return 0;
+    cl_int e = clEnqueueWriteBuffer(S->q, b->mem, CL_FALSE, (size_t)off, (size_t)bytes, b->host + off, 0, NULL, NULL);
+    return e != CL_SUCCESS ? step_fail(S, "clEnqueueWriteBuffer", e) : 0;
+}
+
+static int fetch(Session *S, SlabBuf *b, int64_t off, int64_t bytes, cl_bool wait) {
+    if (off < 0 || bytes <= 0)
+        return 0;
+    cl_int e = clEnqueueReadBuffer(S->q, b->mem, wait, (size_t)off, (size_t)bytes, b->host + off, 0, NULL, NULL);
+    return e != CL_SUCCESS ? step_fail(S, "clEnqueueReadBuffer", e) : 0;
 }
 
 static int launch(Session *S, cl_mem mem, int32_t i) {
@@ -520,29 +558,78 @@ static int launch(Session *S, cl_mem mem, int32_t i) {
     return 0;
 }
 
+/* One step on the device. The state stays there: the step sends the batch and the step number
+ * (the whole slab when the host wrote it whole) and reads back the scalars the runtime reads
+ * after a step: the loss, the gradient norm, the learning rate and the auxiliary loss. */
 static int run_launches(Session *S, char *slab) {
     SlabBuf *b = slab_buf(S, slab);
     if (!b)
         return -1;
-    cl_int e;
-    if (b->mapped) {
-        e = clEnqueueUnmapMemObject(S->q, b->mem, b->host, 0, NULL, NULL);
-        if (e != CL_SUCCESS)
-            return step_fail(S, "clEnqueueUnmapMemObject", e);
-        b->mapped = 0;
+    const RtProgram *p = &S->p->base;
+    Traffic *T = &S->traffic;
+    int64_t batch = p->batch * p->seq * (int64_t)sizeof(int32_t), to_dev = 0, to_host = 0;
+    if (b->whole) {
+        if (send(S, b, 0, p->slab_bytes) != 0)
+            return -1;
+        T->sends++;
+        T->send_bytes += p->slab_bytes;
+        b->whole = 0;
+    } else {
+        if (send(S, b, p->ids_offset, batch) != 0 || send(S, b, p->targets_offset, batch) != 0 ||
+            send(S, b, p->step_offset, 4) != 0)
+            return -1;
+        to_dev = 2 * batch + 4;
     }
     for (int32_t i = 0; i < S->p->nlaunches; i++)
         if (launch(S, b->mem, i) != 0)
             return -1;
     S->prof_steps++;
-    void *m = clEnqueueMapBuffer(S->q, b->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, (size_t)S->p->base.slab_bytes, 0,
-                                 NULL, NULL, &e);
-    if (e != CL_SUCCESS)
-        return step_fail(S, "clEnqueueMapBuffer", e);
-    b->mapped = 1;
-    if (m != (void *)slab)
-        return step_fail(S, "mapping the slab at its own address", CL_MAP_FAILURE);
+    b->stale = 1;
+    const int64_t scalars[] = {p->grad_norm_offset, p->lr_offset, p->has_aux_loss ? p->aux_loss_offset : -1,
+                               p->loss_offset};
+    for (int k = 0; k < 4; k++) {
+        if (fetch(S, b, scalars[k], 4, k == 3 ? CL_TRUE : CL_FALSE) != 0)
+            return -1;
+        to_host += scalars[k] >= 0 ? 4 : 0;
+    }
+    T->steps++;
+    T->to_dev += to_dev;
+    T->to_host += to_host;
+    if (to_dev + to_host > T->step_max)
+        T->step_max = to_dev + to_host;
     return 0;
+}
+
+/* rt_train_main_sync's hook: the device's state into the host slab before the runtime reads it
+ * whole, or the host's to the device at the next step after the runtime wrote it whole. A
+ * read-back that fails leaves the host with an older state than the step count says: the first
+ * parameter is made NaN there, so no checkpoint is saved from it (a non-finite state never is). */
+static void ocl_sync(char *slab, int dir) {
+    Session *S = active;
+    SlabBuf *b = NULL;
+    for (int i = 0; S && i < MAX_SLABS && !b; i++)
+        if (S->slabs[i].mem && S->slabs[i].host == slab)
+            b = &S->slabs[i];
+    if (!b) /* no step ran on it yet: its first sends it whole */
+        return;
+    if (dir == RT_SYNC_FROM_HOST) {
+        b->whole = 1;
+        b->stale = 0;
+        return;
+    }
+    if (!b->stale)
+        return;
+    if (S->failed || fetch(S, b, 0, S->p->base.slab_bytes, CL_TRUE) != 0) {
+        const RtProgram *p = &S->p->base;
+        float nan = NAN;
+        if (p->nparams > 0)
+            memcpy(slab + p->params[0].offset, &nan, sizeof nan);
+        memcpy(slab + p->loss_offset, &nan, sizeof nan);
+        return;
+    }
+    b->stale = 0;
+    S->traffic.reads++;
+    S->traffic.read_bytes += S->p->base.slab_bytes;
 }
 
 static void ocl_step(char *slab, RtPool *pool, RtComm *comm) {
@@ -582,7 +669,7 @@ static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const c
         RtProgram prog = p->base;
         prog.step = ocl_step;
         active = &S;
-        rc = rt_train_main(&prog, o->argc, o->argv);
+        rc = rt_train_main_sync(&prog, ocl_sync, o->argc, o->argv);
         active = NULL;
     }
     session_close(&S);

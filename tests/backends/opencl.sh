@@ -22,6 +22,10 @@
 #                 the OpenCL devices there are; --device 0 trains; gpu-h100-8 and opencl-2 are
 #                 refused (no multi-rank OpenCL yet), tpu-v5p-1 has no backend; the target's mesh
 #                 rule is memcheck's (gpt2-124m on gpu-h100-1: bf16)
+#   device_state  the state stays on the device: tiny-lm moves less than 1 MiB between host and
+#                 device per step (AXLC_OPENCL_PROFILE's traffic line; the slab is 8.75 MiB), the
+#                 slab crosses whole once to the device and back once per checkpoint; eval and
+#                 the CPU trainer agree; 5 steps + --resume 5 equal 10 straight, bit for bit
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -185,6 +189,36 @@ gpu_target)
     grep -q "^  0 (0:0) " "$T/out" || fail "axlc run, no H100: $(cat "$T/out")"
   must "$T/g" --data "$T/text.txt" --steps 2 --device 0
   grep -q "^step 2 loss" "$T/log" || fail "--device 0 did not train"
+  ;;
+device_state)
+  model="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl"
+  must "$AXLC" compile "$model" --target cpu -o "$T/cpu"
+  needs_device "$T/ocl"
+  head -c 200000 "$T/text.txt" > "$T/eval.txt"
+  AXLC_OPENCL_PROFILE=1 "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/a" --ckpt-every 5 \
+    --metrics "$T/a.jsonl" --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2 > "$T/out" 2>&1 ||
+    fail "the OpenCL trainer: $(tail -5 "$T/out")"
+  line=$(grep "OpenCL traffic:" "$T/out")
+  echo "$line"
+  most=$(echo "$line" | sed -n 's/.*(at most \([0-9]*\) B in one step).*/\1/p')
+  [ -n "$most" ] && [ "$most" -gt 0 ] && [ "$most" -lt 1048576 ] ||
+    fail "a step moved ${most:-?} B (expected under 1 MiB): $line"
+  # the start sends the slab once; eval (steps 5 and 10, 2 batches each) copies it to the eval
+  # slab, sent whole for each batch; eval and the checkpoints (5, 10) read it back once a step
+  echo "$line" | grep -q "14 steps, .* sent 5 times .* read back 2 times" ||
+    fail "whole-slab transfers: $line"
+  must "$T/cpu" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/c" --metrics "$T/c.jsonl" \
+    --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
+  compare losses "$T/a.jsonl" "$T/c.jsonl" 1e-4
+  grep -q '"eval_loss"' "$T/a.jsonl" || fail "no eval loss in the metrics"
+  compare close "$T/a/step_00000010/state.safetensors" "$T/c/step_00000010/state.safetensors" 1e-3
+  # resume: the state read back at step 5 and sent again continues the same bits
+  must "$T/ocl" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/b" --metrics "$T/b.jsonl" \
+    --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
+  must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl" \
+    --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
+  compare exact "$T/a/step_00000010/state.safetensors" "$T/b/step_00000010/state.safetensors"
   ;;
 run_cold)
   must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
