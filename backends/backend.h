@@ -76,6 +76,7 @@ typedef struct BackendProgram {
   const char *device_kind;    /* the target's kind in the device table ("gpu-h100"); NULL: none */
   const char *device_doc;     /* its doc ("NVIDIA H100 SXM5 80GB"); NULL: none */
   const char *device_match;   /* what its OpenCL device's name holds ("H100"); NULL or "": any */
+  int64_t max_alloc;          /* its largest buffer (device table); 0: unknown */
 } BackendProgram;
 
 /* One compilation as a backend sees it. The backend may rewrite nothing but

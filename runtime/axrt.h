@@ -589,7 +589,8 @@ typedef struct RtOclLaunch {
     int32_t dims; /* 1..3 */
     int64_t global[3], local[3];
     int32_t nargs;
-    const int64_t *args; /* (nargs) */
+    const int64_t *args;      /* (nargs) byte offsets in the slab: kernel arguments 2a + 1 ... */
+    const int64_t *arg_bytes; /* (nargs) ... of tensors this long; argument 2a is their buffer */
 } RtOclLaunch;
 
 /* ===== train.c: the compiled step and the training loop ================================= */

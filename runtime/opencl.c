@@ -46,10 +46,10 @@ typedef struct DevInfo {
 } DevInfo;
 
 typedef struct SlabBuf {
-    char *host; /* the runtime's slab */
-    cl_mem mem; /* the device's copy: the state, between steps too */
-    int whole;  /* the host wrote the slab whole (the start, an eval copy): the next step sends it all */
-    int stale;  /* the device is ahead of the host: a step ran since the last read-back */
+    char *host;  /* the runtime's slab */
+    cl_mem *mem; /* (nbufs) the device's copy, split at Session.cut: the state, between steps too */
+    int whole;   /* the host wrote the slab whole (the start, an eval copy): the next step sends it all */
+    int stale;   /* the device is ahead of the host: a step ran since the last read-back */
 } SlabBuf;
 
 /* Bytes between host and device (AXLC_OPENCL_PROFILE reports them). */
@@ -68,8 +68,14 @@ typedef struct Session {
     cl_program prog;
     cl_kernel *kernels; /* (p->nlaunches) */
     SlabBuf slabs[MAX_SLABS];
-    int failed;      /* an OpenCL call in a step failed (reported once) */
-    double *prof_ns; /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
+    int nbufs;            /* the buffers each slab is split into: no buffer exceeds the device's cap */
+    int64_t *cut;         /* (nbufs + 1) their bounds in the slab: 0, ..., slab_bytes */
+    int64_t max_alloc;    /* the cap: CL_DEVICE_MAX_MEM_ALLOC_SIZE (or AXLC_OPENCL_MAX_ALLOC) */
+    int32_t *arg_buf;     /* (all launches' args) the buffer each argument's tensor lies in */
+    int32_t *arg_first;   /* (nlaunches) the first of a launch's entries in arg_buf */
+    const SlabBuf *bound; /* the slab whose buffers the kernels' arguments name now */
+    int failed;           /* an OpenCL call in a step failed (reported once) */
+    double *prof_ns;      /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
     int64_t prof_steps;
     Traffic traffic;
     const char *name; /* program name for messages */
@@ -392,6 +398,128 @@ static int build_program(Session *S, const DevInfo *d, RtError *err) {
     return 0;
 }
 
+/* A span of the slab that one buffer must hold whole: a tensor, or the scalars the runtime reads. */
+typedef struct Extent {
+    int64_t lo, hi;
+} Extent;
+
+static int extent_cmp(const void *a, const void *b) {
+    const Extent *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static int add_cut(Session *S, int64_t at, RtError *err) {
+    int64_t *c = realloc(S->cut, ((size_t)S->nbufs + 2) * sizeof *c);
+    if (!c)
+        return rt_error_set(err, "out of memory");
+    S->cut = c;
+    S->cut[++S->nbufs] = at;
+    return 0;
+}
+
+/* The buffer of the slab that holds byte `at` (the last for the end). */
+static int32_t buf_of(const Session *S, int64_t at) {
+    int32_t lo = 0, hi = S->nbufs - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (S->cut[mid] <= at)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Splits the slab into as few buffers of at most max_alloc bytes as the tensors allow: a cut
+ * never falls inside a tensor any kernel reads or writes (the memory plan reuses bytes, so
+ * tensors that overlap are one span), nor inside a parameter, its moments, the batch or the
+ * scalars the runtime reads. A span larger than the cap alone is an error that names it. */
+static int plan_split(Session *S, const DevInfo *d, RtError *err) {
+    const RtProgram *p = &S->p->base;
+    cl_ulong cap = 0;
+    clGetDeviceInfo(d->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof cap, &cap, NULL);
+    const char *env = getenv("AXLC_OPENCL_MAX_ALLOC"); /* a smaller cap, to test the split */
+    if (env && *env && strtoll(env, NULL, 10) > 0 && (cap == 0 || (cl_ulong)strtoll(env, NULL, 10) < cap))
+        cap = (cl_ulong)strtoll(env, NULL, 10);
+    if (cap == 0)
+        cap = (cl_ulong)p->slab_bytes;
+    S->max_alloc = (int64_t)cap;
+    int64_t n = 0, batch = p->batch * p->seq * (int64_t)sizeof(int32_t);
+    for (int32_t i = 0; i < S->p->nlaunches; i++)
+        n += S->p->launches[i].nargs;
+    Extent *x = calloc((size_t)n + 3 * (size_t)p->nparams + 8, sizeof *x);
+    S->arg_buf = calloc((size_t)n + 1, sizeof *S->arg_buf);
+    S->arg_first = calloc((size_t)S->p->nlaunches + 1, sizeof *S->arg_first);
+    S->cut = malloc(2 * sizeof *S->cut);
+    if (!x || !S->arg_buf || !S->arg_first || !S->cut)
+        return free(x), rt_error_set(err, "out of memory");
+    int64_t m = 0;
+    for (int32_t i = 0; i < S->p->nlaunches; i++)
+        for (int32_t a = 0; a < S->p->launches[i].nargs; a++) {
+            const RtOclLaunch *L = &S->p->launches[i];
+            int64_t bytes = L->arg_bytes ? L->arg_bytes[a] : p->slab_bytes - L->args[a];
+            x[m++] = (Extent){L->args[a], L->args[a] + bytes};
+        }
+    for (int32_t i = 0; i < p->nparams; i++) {
+        const RtParamSlot *s = &p->params[i];
+        int64_t bytes = 4;
+        for (int r = 0; r < s->rank; r++)
+            bytes *= s->shape[r];
+        const int64_t at[3] = {s->offset, s->m_offset, s->v_offset};
+        for (int k = 0; k < 3; k++)
+            if (at[k] >= 0)
+                x[m++] = (Extent){at[k], at[k] + bytes};
+    }
+    const int64_t scalars[] = {p->step_offset, p->loss_offset, p->grad_norm_offset, p->lr_offset,
+                               p->has_aux_loss ? p->aux_loss_offset : -1};
+    x[m++] = (Extent){p->ids_offset, p->ids_offset + batch};
+    x[m++] = (Extent){p->targets_offset, p->targets_offset + batch};
+    for (int k = 0; k < 5; k++)
+        if (scalars[k] >= 0)
+            x[m++] = (Extent){scalars[k], scalars[k] + 4};
+    x[m++] = (Extent){p->slab_bytes, p->slab_bytes}; /* the end */
+    qsort(x, (size_t)m, sizeof *x, extent_cmp);
+    S->nbufs = 0;
+    S->cut[0] = 0;
+    int64_t start = 0, step = (int64_t)cap & ~(int64_t)4095;
+    if (step <= 0)
+        step = (int64_t)cap;
+    for (int64_t i = 0; i < m;) {
+        Extent span = x[i++];
+        while (i < m && x[i].lo < span.hi) /* overlapping tensors: one span */
+            span.hi = x[i].hi > span.hi ? x[i].hi : span.hi, i++;
+        if (span.hi - span.lo > (int64_t)cap) {
+            free(x);
+            return rt_error_set(
+                err,
+                "the tensors at bytes %lld..%lld of the slab (%.2f MiB) do not fit one buffer of "
+                "this device, which holds at most %.2f MiB (CL_DEVICE_MAX_MEM_ALLOC_SIZE%s); compile for "
+                "its kind (--target, the device table's max_alloc) to plan the slab in "
+                "pieces that fit",
+                (long long)span.lo, (long long)span.hi, (double)(span.hi - span.lo) / 1048576.0,
+                (double)cap / 1048576.0, env && *env ? ", or AXLC_OPENCL_MAX_ALLOC" : "");
+        }
+        while (span.hi - start > (int64_t)cap) { /* cut before the span, or inside the gap */
+            int64_t c = span.lo - start > step ? start + step : span.lo;
+            if (add_cut(S, c, err) != 0)
+                return free(x), -1;
+            start = c;
+        }
+    }
+    free(x);
+    if (add_cut(S, p->slab_bytes, err) != 0)
+        return -1;
+    for (int32_t i = 0, k = 0; i < S->p->nlaunches; i++) {
+        S->arg_first[i] = k;
+        for (int32_t a = 0; a < S->p->launches[i].nargs; a++)
+            S->arg_buf[k++] = buf_of(S, S->p->launches[i].args[a]);
+    }
+    if (S->nbufs > 1)
+        printf("%s: OpenCL: the %.2f MiB slab in %d buffers (this device's largest is %.2f MiB)\n", S->name,
+               (double)p->slab_bytes / 1048576.0, S->nbufs, (double)cap / 1048576.0);
+    return 0;
+}
+
 static int make_kernels(Session *S, RtError *err) {
     S->kernels = calloc((size_t)S->p->nlaunches + 1, sizeof *S->kernels);
     if (!S->kernels)
@@ -403,10 +531,12 @@ static int make_kernels(Session *S, RtError *err) {
         if (e != CL_SUCCESS)
             return rt_error_set(err, "clCreateKernel(%s): %d (%s)", L->kernel, (int)e, cl_err_name(e));
         for (int32_t a = 0; a < L->nargs; a++) {
-            cl_long off = (cl_long)L->args[a];
-            e = clSetKernelArg(S->kernels[i], (cl_uint)a + 1, sizeof off, &off);
+            /* the offset within the buffer that holds the tensor */
+            cl_long off = (cl_long)(L->args[a] - S->cut[S->arg_buf[S->arg_first[i] + a]]);
+            e = clSetKernelArg(S->kernels[i], (cl_uint)(2 * a + 1), sizeof off, &off);
             if (e != CL_SUCCESS)
-                return rt_error_set(err, "clSetKernelArg(%s, %d): %d (%s)", L->kernel, a + 1, (int)e, cl_err_name(e));
+                return rt_error_set(err, "clSetKernelArg(%s, %d): %d (%s)", L->kernel, 2 * a + 1, (int)e,
+                                    cl_err_name(e));
         }
     }
     return 0;
@@ -424,7 +554,7 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     S->q = clCreateCommandQueue(S->ctx, d->device, S->prof_ns ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
     if (e != CL_SUCCESS)
         return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
-    return build_program(S, d, err) != 0 ? -1 : make_kernels(S, err);
+    return build_program(S, d, err) != 0 || plan_split(S, d, err) != 0 ? -1 : make_kernels(S, err);
 }
 
 /* AXLC_OPENCL_PROFILE: the bytes between host and device, and the launches that took the most
@@ -463,9 +593,15 @@ static void session_close(Session *S) {
     free(S->prof_ns);
     /* The slabs are freed by now: buffers are released without unmapping, which would
      * write to the freed host memory on a driver that copies. */
-    for (int i = 0; i < MAX_SLABS; i++)
-        if (S->slabs[i].mem)
-            clReleaseMemObject(S->slabs[i].mem);
+    for (int i = 0; i < MAX_SLABS; i++) {
+        for (int k = 0; S->slabs[i].mem && k < S->nbufs; k++)
+            if (S->slabs[i].mem[k])
+                clReleaseMemObject(S->slabs[i].mem[k]);
+        free(S->slabs[i].mem);
+    }
+    free(S->cut);
+    free(S->arg_buf);
+    free(S->arg_first);
     for (int32_t i = 0; S->kernels && i < S->p->nlaunches; i++)
         if (S->kernels[i])
             clReleaseKernel(S->kernels[i]);
@@ -496,10 +632,22 @@ static SlabBuf *slab_buf(Session *S, char *slab) {
     for (int i = 0; i < MAX_SLABS; i++) {
         if (S->slabs[i].mem)
             continue;
-        cl_int e;
-        S->slabs[i].mem = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, (size_t)S->p->base.slab_bytes, NULL, &e);
+        cl_int e = CL_SUCCESS;
+        S->slabs[i].mem = calloc((size_t)S->nbufs, sizeof *S->slabs[i].mem);
+        if (!S->slabs[i].mem) {
+            step_fail(S, "allocating the buffer table", CL_OUT_OF_HOST_MEMORY);
+            return NULL;
+        }
+        for (int k = 0; k < S->nbufs && e == CL_SUCCESS; k++) {
+            size_t bytes = (size_t)(S->cut[k + 1] - S->cut[k]);
+            S->slabs[i].mem[k] = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &e);
+        }
         if (e != CL_SUCCESS) {
             step_fail(S, "clCreateBuffer for the slab", e);
+            for (int k = 0; k < S->nbufs; k++)
+                if (S->slabs[i].mem[k])
+                    clReleaseMemObject(S->slabs[i].mem[k]);
+            free(S->slabs[i].mem);
             S->slabs[i].mem = NULL;
             return NULL;
         }
@@ -512,22 +660,37 @@ static SlabBuf *slab_buf(Session *S, char *slab) {
     return NULL;
 }
 
-/* Host -> device, without waiting: the step's end (a blocking read) waits for it. */
-static int send(Session *S, SlabBuf *b, int64_t off, int64_t bytes) {
+/* Bytes [off, off + bytes) of the slab between host and device, over the buffers that hold
+ * them: host -> device (write) without waiting (the step's end, a blocking read, waits), or
+ * device -> host, the last piece blocking when wait. */
+static int xfer(Session *S, SlabBuf *b, int64_t off, int64_t bytes, int write, cl_bool wait) {
     if (off < 0 || bytes <= 0)
         return 0;
-    cl_int e = clEnqueueWriteBuffer(S->q, b->mem, CL_FALSE, (size_t)off, (size_t)bytes, b->host + off, 0, NULL, NULL);
-    return e != CL_SUCCESS ? step_fail(S, "clEnqueueWriteBuffer", e) : 0;
+    for (int32_t k = buf_of(S, off); k < S->nbufs && S->cut[k] < off + bytes; k++) {
+        int64_t lo = off > S->cut[k] ? off : S->cut[k];
+        int64_t hi = off + bytes < S->cut[k + 1] ? off + bytes : S->cut[k + 1];
+        if (hi <= lo)
+            continue;
+        int last = hi == off + bytes;
+        cl_int e = write ? clEnqueueWriteBuffer(S->q, b->mem[k], CL_FALSE, (size_t)(lo - S->cut[k]), (size_t)(hi - lo),
+                                                b->host + lo, 0, NULL, NULL)
+                         : clEnqueueReadBuffer(S->q, b->mem[k], last ? wait : CL_FALSE, (size_t)(lo - S->cut[k]),
+                                               (size_t)(hi - lo), b->host + lo, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            return step_fail(S, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", e);
+    }
+    return 0;
+}
+
+static int send(Session *S, SlabBuf *b, int64_t off, int64_t bytes) {
+    return xfer(S, b, off, bytes, 1, CL_FALSE);
 }
 
 static int fetch(Session *S, SlabBuf *b, int64_t off, int64_t bytes, cl_bool wait) {
-    if (off < 0 || bytes <= 0)
-        return 0;
-    cl_int e = clEnqueueReadBuffer(S->q, b->mem, wait, (size_t)off, (size_t)bytes, b->host + off, 0, NULL, NULL);
-    return e != CL_SUCCESS ? step_fail(S, "clEnqueueReadBuffer", e) : 0;
+    return xfer(S, b, off, bytes, 0, wait);
 }
 
-static int launch(Session *S, cl_mem mem, int32_t i) {
+static int launch(Session *S, const SlabBuf *b, int32_t i) {
     const RtOclLaunch *L = &S->p->launches[i];
     size_t g[3], l[3];
     int has_local = 0;
@@ -536,7 +699,9 @@ static int launch(Session *S, cl_mem mem, int32_t i) {
         l[d] = (size_t)L->local[d];
         has_local |= L->local[d] > 0;
     }
-    cl_int e = clSetKernelArg(S->kernels[i], 0, sizeof mem, &mem);
+    cl_int e = CL_SUCCESS;
+    for (int32_t a = 0; S->bound != b && a < L->nargs && e == CL_SUCCESS; a++) /* another slab's buffers */
+        e = clSetKernelArg(S->kernels[i], (cl_uint)(2 * a), sizeof(cl_mem), &b->mem[S->arg_buf[S->arg_first[i] + a]]);
     if (e != CL_SUCCESS)
         return step_fail(S, "clSetKernelArg", e);
     cl_event ev = NULL;
@@ -581,8 +746,11 @@ static int run_launches(Session *S, char *slab) {
         to_dev = 2 * batch + 4;
     }
     for (int32_t i = 0; i < S->p->nlaunches; i++)
-        if (launch(S, b->mem, i) != 0)
+        if (launch(S, b, i) != 0) {
+            S->bound = NULL;
             return -1;
+        }
+    S->bound = b;
     S->prof_steps++;
     b->stale = 1;
     const int64_t scalars[] = {p->grad_norm_offset, p->lr_offset, p->has_aux_loss ? p->aux_loss_offset : -1,

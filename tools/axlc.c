@@ -635,6 +635,7 @@ static void program_peak(const Args *a, BackendProgram *p) {
     p->device_kind = dev.name;
     p->device_doc = dev.doc;
     p->device_match = dev.opencl_device;
+    p->max_alloc = (int64_t)dev.max_alloc;
   }
 }
 

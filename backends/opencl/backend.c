@@ -94,7 +94,12 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
     pass_fusion_plan(j->graph, mat);
   else
     memset(mat, 1, (size_t)j->graph->nvalues * sizeof *mat);
-  int rc = pass_memplan_fused(j->graph, mat, &c->plan);
+  /* the slab in pieces of the device's largest buffer: no tensor crosses a multiple of it
+   * (AXLC_OPENCL_SPLIT=BYTES, a test hook, plans smaller ones) */
+  int64_t split = j->program.max_alloc;
+  const char *env = getenv("AXLC_OPENCL_SPLIT");
+  if (env && *env && atoll(env) > 0) split = atoll(env);
+  int rc = pass_memplan_split(j->graph, mat, split, &c->plan);
   char err[4096];
   if (rc != IR_OK) {
     free(mat);

@@ -161,6 +161,12 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
     for (int32_t a = 0; a < P->launches[i].nargs; a++, nargs++)
       fprintf(f, "%s%s%" PRId64, nargs ? "," : "", nargs % 8 ? " " : "\n  ",
               P->launches[i].args[a]);
+  fprintf(f, "%s};\n\nstatic const int64_t arg_bytes[] = {", nargs ? "" : "0");
+  nargs = 0;
+  for (int32_t i = 0; i < P->nlaunches; i++)
+    for (int32_t a = 0; a < P->launches[i].nargs; a++, nargs++)
+      fprintf(f, "%s%s%" PRId64, nargs ? "," : "", nargs % 8 ? " " : "\n  ",
+              P->launches[i].arg_bytes[a]);
   fprintf(f, "%s};\n\nstatic const RtOclLaunch launches[%d] = {\n", nargs ? "" : "0",
           P->nlaunches > 0 ? P->nlaunches : 1);
   nargs = 0;
@@ -170,9 +176,9 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
     c_string(f, L->kernel);
     fprintf(f,
             ", %d, {%" PRId64 ", %" PRId64 ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64
-            "}, %d, args + %" PRId64 "},\n",
+            "}, %d, args + %" PRId64 ", arg_bytes + %" PRId64 "},\n",
             L->dims, L->global[0], L->global[1], L->global[2], L->local[0], L->local[1],
-            L->local[2], L->nargs, nargs);
+            L->local[2], L->nargs, nargs, nargs);
     nargs += L->nargs;
   }
   fprintf(

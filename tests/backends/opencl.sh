@@ -26,6 +26,11 @@
 #                 device per step (AXLC_OPENCL_PROFILE's traffic line; the slab is 8.75 MiB), the
 #                 slab crosses whole once to the device and back once per checkpoint; eval and
 #                 the CPU trainer agree; 5 steps + --resume 5 equal 10 straight, bit for bit
+#   split         a slab larger than the device's largest buffer: planned in 1 MiB pieces
+#                 (AXLC_OPENCL_SPLIT) and run where a buffer holds 1 MiB (AXLC_OPENCL_MAX_ALLOC),
+#                 tiny-lm's 9.5 MiB slab is 10 buffers and trains bit for bit as one; a trainer
+#                 planned without the pieces is refused there, naming the span that does not fit;
+#                 memcheck with buffers smaller than a tensor says the job does not fit
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -219,6 +224,30 @@ device_state)
   must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
   compare exact "$T/a/step_00000010/state.safetensors" "$T/b/step_00000010/state.safetensors"
+  ;;
+split)
+  model="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$model" --target opencl -o "$T/one"
+  must env AXLC_OPENCL_SPLIT=1048576 "$AXLC" compile "$model" --target opencl -o "$T/split"
+  # memcheck knows the per-buffer cap: a device whose buffers hold less than tiny-lm's largest
+  # tensor (512 KiB) does not fit it, whatever its memory
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["opencl"]["max_alloc"] = 100000
+print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/dev.json"
+  "$AXLC" memcheck "$model" --target opencl --devices "$T/dev.json" > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "verdict: does not fit: a tensor of 512.00 KiB is larger than the device's largest buffer, 97.66 KiB" "$T/out" ||
+    fail "memcheck with 100000-byte buffers (rc $rc): $(grep verdict "$T/out")"
+  needs_device "$T/one"
+  must "$T/one" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/a"
+  must env AXLC_OPENCL_MAX_ALLOC=1048576 "$T/split" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/b"
+  grep -q "slab in 10 buffers (this device's largest is 1.00 MiB)" "$T/log" ||
+    fail "not split: $(grep -v '^step' "$T/log")"
+  compare exact "$T/a/step_00000005/state.safetensors" "$T/b/step_00000005/state.safetensors"
+  AXLC_OPENCL_MAX_ALLOC=1048576 "$T/one" --data "$T/text.txt" --steps 5 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "the one-buffer trainer in 1 MiB buffers exited $rc"
+  grep -q "one: the tensors at bytes [0-9]*\.\.[0-9]* of the slab (.* MiB) do not fit one buffer of this device, which holds at most 1.00 MiB" "$T/out" ||
+    fail "no clear message: $(cat "$T/out")"
   ;;
 run_cold)
   must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
