@@ -610,7 +610,8 @@ typedef struct RtOclLaunch {
     int32_t dims; /* 1..3 */
     int64_t global[3], local[3];
     int32_t nargs;
-    const int64_t *args; /* (nargs) */
+    const int64_t *args;      /* (nargs) byte offsets in the slab: kernel arguments 2a + 1 ... */
+    const int64_t *arg_bytes; /* (nargs) ... of tensors this long; argument 2a is their buffer */
 } RtOclLaunch;
 
 /* ===== train.c: the compiled step and the training loop ================================= */
@@ -723,6 +724,11 @@ typedef struct RtOclProgram {
     const char *build_options; /* for clBuildProgram; may be NULL */
     int32_t nlaunches;
     const RtOclLaunch *launches;
+    /* The device kind it was compiled for (--target gpu-h100-1: "gpu-h100", "NVIDIA H100 SXM5
+     * 80GB", "H100"): without --device the trainer takes the first GPU whose name holds
+     * device_match, and refuses, listing the devices, when there is none. NULL or "": the first
+     * device of all. */
+    const char *device_kind, *device_doc, *device_match;
 } RtOclProgram;
 
 /* The OpenCL trainer's main (opencl.c): rt_train_main's options plus --device N|P:D and
@@ -739,6 +745,14 @@ int rt_ocl_check_args(int argc, char **argv, RtError *err);
 #define RT_EXIT_NONFINITE 3 /* the loss, gradient norm or weights went non-finite (nothing saved) */
 #define RT_EXIT_SDC       4 /* --sdc-check-every: a step's replay differed (the rank is named) */
 int rt_train_main(const RtProgram *p, int argc, char **argv);
+/* rt_train_main for a step whose state lives elsewhere between steps (an OpenCL trainer's device
+ * buffers): sync(slab, RT_SYNC_TO_HOST) makes the host slab current before the runtime reads it
+ * whole (checkpoints, eval and replay copies, --skip-outliers' backup), sync(slab,
+ * RT_SYNC_FROM_HOST) says the runtime wrote it whole, which the next step on it must take (the
+ * state at the start is the first step's to take anyway). sync NULL: rt_train_main. */
+#define RT_SYNC_TO_HOST   0
+#define RT_SYNC_FROM_HOST 1
+int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv);
 /* Parses and checks the options as rt_train_main does (argv[0] is the program's name), with the
  * same messages, without a program and without touching any file: `axlc run` calls it before
  * compiling. 0 if rt_train_main would accept them, else -1 with the message in err. */

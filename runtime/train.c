@@ -104,6 +104,11 @@ static int32_t *slab_i32(char *slab, int64_t off) {
     return (int32_t *)(void *)(slab + off);
 }
 
+void train_sync(const Trainer *t, char *slab, int dir) {
+    if (t->sync && slab)
+        t->sync(slab, dir);
+}
+
 float *train_slot_data(const Trainer *t, char *slab, int i, int k) {
     const RtParamSlot *s = &t->p->params[i];
     if (k > 0 && train_slot_frozen(s))
@@ -405,8 +410,10 @@ static int run_eval(Trainer *t, double *mean, RtError *err) {
     StepOut out;
     if (rt_data_seek(t->eval, 0, err) != 0)
         return -1;
+    train_sync(t, t->slab, RT_SYNC_TO_HOST);
     for (int64_t b = 0; b < t->o.eval_batches; b++) {
         memcpy(t->eval_slab, t->slab, (size_t)t->p->slab_bytes);
+        train_sync(t, t->eval_slab, RT_SYNC_FROM_HOST);
         if (run_step(t, t->eval_slab, t->eval, t->step + 1, &out, err) != 0)
             return -1;
         sum += out.loss;
@@ -447,6 +454,8 @@ static int sdc_check(Trainer *t, int64_t pos, RtError *err) {
     StepOut out;
     if (rt_data_seek(t->data, pos, err) != 0 || run_step(t, t->eval_slab, t->data, t->step, &out, err) != 0)
         return -1;
+    train_sync(t, t->slab, RT_SYNC_TO_HOST);
+    train_sync(t, t->eval_slab, RT_SYNC_TO_HOST);
     int n = t->p->nparams;
     if (t->step == t->sdc_flip_step && t->rank == t->sdc_flip_rank) {
         uint32_t *x = (uint32_t *)(void *)train_slot_data(t, t->eval_slab, n - 1, 0);
@@ -504,8 +513,11 @@ static RunEnd train_one(Trainer *t, RtError *err) {
     StepOut s;
     int replay = sdc_due(t);
     int64_t pos = rt_data_position(t->data);
-    if (replay)
+    if (replay) {
+        train_sync(t, t->slab, RT_SYNC_TO_HOST);
         memcpy(t->eval_slab, t->slab, (size_t)t->p->slab_bytes);
+        train_sync(t, t->eval_slab, RT_SYNC_FROM_HOST);
+    }
     train_outlier_before(t);
     if (run_step(t, t->slab, t->data, t->step + 1, &s, err) != 0) {
         t->alone = 1;
@@ -798,7 +810,12 @@ static RunEnd train(Trainer *t, RtError *err) {
 }
 
 int rt_train_main(const RtProgram *p, int argc, char **argv) {
+    return rt_train_main_sync(p, NULL, argc, argv);
+}
+
+int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv) {
     Trainer t = {.p = p,
+                 .sync = sync,
                  .prog = prog_name(argc, argv),
                  .saved = -1,
                  .tty = train_progress_tty(),

@@ -74,10 +74,11 @@ typedef struct Outliers {
 typedef struct Trainer {
     const RtProgram *p;
     TrainOpts o;
-    const char *prog;                 /* for messages */
-    char *slab;                       /* (slab_bytes) */
-    char *eval_slab;                  /* (slab_bytes), with --eval-data or --sdc-check-every */
-    int64_t slab_mapped, eval_mapped; /* their mappings' sizes (slab_new) */
+    const char *prog;                  /* for messages */
+    char *slab;                        /* (slab_bytes) */
+    char *eval_slab;                   /* (slab_bytes), with --eval-data or --sdc-check-every */
+    void (*sync)(char *slab, int dir); /* rt_train_main_sync's; NULL: the slab is the state */
+    int64_t slab_mapped, eval_mapped;  /* their mappings' sizes (slab_new) */
     RtPool *pool;
     RtData *data, *eval;
     RtTok *tok;                       /* --tokenizer, or NULL */
@@ -143,6 +144,9 @@ int64_t train_slot_global_numel(const RtParamSlot *s);
 /* ===== train.c ========================================================================== */
 
 float *train_slot_data(const Trainer *t, char *slab, int i, int k);
+/* RtProgram.sync, where the program has one: RT_SYNC_TO_HOST before the runtime reads a slab
+ * whole, RT_SYNC_FROM_HOST after it wrote one whole. */
+void train_sync(const Trainer *t, char *slab, int dir);
 double train_now_ms(void);
 /* A frozen parameter (a LoRA run's base): no moments, no update, not checkpointed. */
 int train_slot_frozen(const RtParamSlot *s);

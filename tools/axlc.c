@@ -521,8 +521,23 @@ static int cmd_backends(void) {
   return 0;
 }
 
-/* The backend of run and compile: --backend NAME, else the default of --target (cpu: llvm).
- * --target interp is --backend interp with the cpu mesh rule; it rewrites a->fe.target. */
+static const char *devices_file(const Args *a, char *buf, size_t cap);
+
+/* The device kind of --target in the device table; -1 when the table has none (no message). */
+static int target_device(const Args *a, DrvDevice *dev) {
+  char buf[4096];
+  FeDiag d;
+  fe_diag_init(&d);
+  int rc = a->fe.target ? drv_device_lookup(&d, devices_file(a, buf, sizeof buf), a->fe.target, dev)
+                        : -1;
+  fe_diag_free(&d);
+  return rc;
+}
+
+/* The backend of run and compile: --backend NAME, else the one the device table names for the
+ * target's kind ("backend": cpu: llvm, opencl and gpu-*: opencl), else the backend whose target
+ * names match (a table without the kind). --target interp is --backend interp with the cpu mesh
+ * rule; it rewrites a->fe.target. */
 static const Backend *pick_backend(Args *a) {
   char names[256];
   backend_names(names, sizeof names);
@@ -536,6 +551,26 @@ static const Backend *pick_backend(Args *a) {
     a->fe.target = "cpu";
   } else if (name && !a->fe.target) {
     a->fe.target = "cpu"; /* every backend here runs on the host */
+  }
+  DrvDevice dev;
+  if (!name && target_device(a, &dev) == 0) {
+    if (!dev.backend[0]) {
+      fprintf(stderr,
+              "error: axlc %s: --target %s: no backend trains on %s (%s); axlc memcheck plans "
+              "for it (expected a kind whose \"backend\" the device table names: cpu, opencl, "
+              "gpu-h100, ...)\n",
+              a->command, a->fe.target, dev.name, dev.doc);
+      return NULL;
+    }
+    const Backend *t = backend_find(dev.backend);
+    if (t) return t;
+    if (strcmp(dev.backend, "llvm") != 0) {
+      fprintf(stderr,
+              "error: axlc %s: --target %s needs the %s backend, which this axlc was built "
+              "without (axlc backends lists those it has)\n",
+              a->command, a->fe.target, dev.backend);
+      return NULL;
+    }
   }
   const Backend *b = name ? backend_find(name) : backend_for_target(a->fe.target);
   if (name && !b)
@@ -599,20 +634,19 @@ static int check_run_outputs(const Args *a, const FeDiag *d) {
   return 0;
 }
 
-static const char *devices_file(const Args *a, char *buf, size_t cap);
-
-/* The target's peak FLOP/s from the device table, for the trainer's MFU; none (0) when the table
- * has no entry for it: MFU is then left out, and the run goes on. */
+/* The target's peak FLOP/s from the device table, for the trainer's MFU (none, 0, when the table
+ * has no entry for it: MFU is then left out, and the run goes on), and the device kind an
+ * OpenCL trainer looks for. */
 static void program_peak(const Args *a, BackendProgram *p) {
-  char buf[4096];
-  FeDiag d;
-  DrvDevice dev;
-  fe_diag_init(&d);
-  if (drv_device_lookup(&d, devices_file(a, buf, sizeof buf), a->fe.target, &dev) == 0) {
+  static DrvDevice dev; /* p points into it */
+  if (target_device(a, &dev) == 0) {
     p->peak_f32 = dev.flops_f32;
     p->peak_bf16 = dev.flops_bf16 > 0 ? dev.flops_bf16 : dev.flops_f32;
+    p->device_kind = dev.name;
+    p->device_doc = dev.doc;
+    p->device_match = dev.opencl_device;
+    p->max_alloc = (int64_t)dev.max_alloc;
   }
-  fe_diag_free(&d);
 }
 
 /* run --tokenizer T: its vocabulary against the config's, named by its file, before compiling. */
@@ -887,13 +921,15 @@ static int check_report(const Args *a) {
 
 static int cmd_compile(Args *a) {
   if (cache_limit(a)) return 1;
+  DrvDevice dev;
   const char *t = a->fe.target;
   bool cpu =
       t && (!strcmp(t, "cpu") || !strcmp(t, "interp") ||
             (!strncmp(t, "cpu-", 4) && t[4] && strspn(t + 4, "0123456789") == strlen(t + 4)));
-  if (!a->backend && !cpu && !(t && backend_for_target(t))) {
+  if (!a->backend && !cpu && !(t && backend_for_target(t)) && target_device(a, &dev) != 0) {
     fprintf(stderr,
-            "error: axlc compile: --target %s is not available (expected --target cpu or cpu-N)\n",
+            "error: axlc compile: --target %s is not available (expected --target cpu, cpu-N, "
+            "opencl, or a GPU kind of the device table: gpu-h100-1, ...)\n",
             a->fe.target ? a->fe.target : "(none)");
     return 1;
   }

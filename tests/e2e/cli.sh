@@ -65,7 +65,7 @@ target_no_rule)
   # a target the rules do not know is an error that lists what they know, not data=N
   for c in config params ir memcheck; do
     run $c "$MODELS/tiny-lm.json" --target tpu-v5p-8
-    expect_user_error "models/rules/cpu.json: no mesh rule matches --target tpu-v5p-8 (the rules match \"cpu(-[0-9]+)?\", \"opencl(-.*)?\"; device kinds: cpu, opencl, gpu-a100-40gb"
+    expect_user_error "models/rules/cpu.json: no mesh rule matches --target tpu-v5p-8 (the rules match \"cpu(-[0-9]+)?\", \"opencl(-.*)?\", \"gpu-.*-[0-9]+\"; device kinds: cpu, opencl, gpu-a100-40gb"
   done
   expect_in "$T/err" "tpu-v5p, tpu-v6e, trn2). Add a rule for it, give the mesh in the config (/mesh, or --set /mesh/shape=[...]), or end the rules with {\"match\": \".*\", ...}"
   run config "$MODELS/llama2-70b.json" --target gpu-h100-64
@@ -730,7 +730,7 @@ memcheck_errors)
   expect_user_error "axlc memcheck needs --target"
   run memcheck "$MODELS/tiny-lm.json" --target nosuch-8
   expect_rc 1
-  expect_in "$T/err" 'no mesh rule matches --target nosuch-8 (the rules match "cpu(-[0-9]+)?", "opencl(-.*)?"; device kinds: cpu, opencl, gpu-a100-40gb'
+  expect_in "$T/err" 'no mesh rule matches --target nosuch-8 (the rules match "cpu(-[0-9]+)?", "opencl(-.*)?", "gpu-.*-[0-9]+"; device kinds: cpu, opencl, gpu-a100-40gb'
   run memcheck "$MODELS/tiny-lm.json" --target nosuch-8 --set '/mesh/shape=[1,-1,1,1,1,1]'
   expect_rc 1
   expect_in "$T/err" 'no device kind "nosuch" for --target nosuch-8 (expected one of: cpu, opencl, gpu-a100-40gb'
