@@ -274,7 +274,8 @@ static int load_weights(Sampler *s, RtError *err) {
                         dir, stat(dir, &st) != 0 ? " (it does not exist)" : "", dir);
 }
 
-/* The prompt encoded by --tokenizer (s->tokens has room for its bytes' count of ids). */
+/* The prompt encoded by --tokenizer. s->tokens is sized from the encoder's count, not the text's
+ * bytes: SentencePiece's byte fallback gives several ids for one invalid byte. */
 static int prompt_encode(Sampler *s, const char *text, RtError *err) {
     int32_t *ids;
     int64_t n;
@@ -285,6 +286,12 @@ static int prompt_encode(Sampler *s, const char *text, RtError *err) {
         free(ids);
         return rt_error_set(err, "--prompt: '%s' encodes to no tokens", text);
     }
+    int32_t *room = realloc(s->tokens, ((size_t)n + (size_t)s->o->count + 2) * sizeof *room);
+    if (!room) {
+        free(ids);
+        return rt_error_set(err, "--sample: out of memory");
+    }
+    s->tokens = room;
     memcpy(s->tokens, ids, (size_t)n * sizeof *ids);
     free(ids);
     s->ntokens = s->nprompt = n;
