@@ -6,6 +6,7 @@
  * tests/e2e/tokenizer.sh checks the ids against independent encoders.
  */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "rt_test.h"
 
@@ -207,6 +208,50 @@ static void test_vocab_check(void) {
   rt_tok_close(t);
 }
 
+/* A tokenizer.json of byte tokens 0..255 plus "ab" at the given id (JSON text). */
+static void write_sparse(const char *path, const char *id) {
+  static char json[16384];
+  size_t n = (size_t)sprintf(json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
+  for (int b = 0; b < 256; b++) {
+    json[n++] = '"';
+    n += put_cp(json + n, byte_cp(b));
+    n += (size_t)sprintf(json + n, "\": %d, ", b);
+  }
+  n += (size_t)sprintf(json + n,
+                       "\"ab\": %s}, \"merges\": [\"a b\"]}, "
+                       "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": true}}",
+                       id);
+  rt_test_write(path, json, n);
+}
+
+/* Huge ids are refused with the bound, at once: 2^30 made the table sizing loop for ever, 2^30-1
+ * asked for gigabytes ("out of memory for a vocabulary of 1073741824"). */
+static void test_huge_id(void) {
+  char path[512];
+  RtError err;
+  RtTok *t = NULL;
+  rt_test_path(path, sizeof path, "huge.json");
+  alarm(20); /* a hang fails here, not at CTest's timeout */
+  static const char *ids[] = {"1073741824", "1073741823", "16777216", "2147483647", "4294967296"};
+  for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+    write_sparse(path, ids[i]);
+    char want[200];
+    snprintf(want, sizeof want,
+             "/model/vocab/ab: id %s, expected an integer 0..16777215 (a tokenizer's vocabulary "
+             "has at most "
+             "16777216 tokens)",
+             ids[i]);
+    CHECK_FAIL(rt_tok_open(&t, path, &err), want);
+  }
+  write_sparse(path, "16777215"); /* the largest id: opens, a vocabulary of 2^24 */
+  CHECK_OK(rt_tok_open(&t, path, &err));
+  if (t) {
+    CU_ASSERT_EQUAL(rt_tok_vocab(t), 16777216);
+    rt_tok_close(t);
+  }
+  alarm(0);
+}
+
 int main(void) {
   static const RtTestCase cases[] = {
       {"merges by rank, added tokens", test_merges_by_rank},
@@ -214,6 +259,7 @@ int main(void) {
       {"a very long word", test_long_word},
       {"token files and text through the tokenizer", test_token_files},
       {"vocabulary against the model's", test_vocab_check},
+      {"a huge token id", test_huge_id},
       {NULL, NULL},
   };
   return rt_test_main("runtime_tok", cases);
