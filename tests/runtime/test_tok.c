@@ -252,6 +252,33 @@ static void test_huge_id(void) {
   alarm(0);
 }
 
+/* A key with an escaped NUL is refused (json-c would cut it at the NUL); a leading UTF-8 byte
+ * order mark is skipped. */
+static void test_nul_and_bom(void) {
+  char path[512];
+  RtError err;
+  RtTok *t = NULL;
+  rt_test_path(path, sizeof path, "nul.json");
+  static const char NUL_KEY[] =
+      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"a\\u0000b\": 2}, "
+      "\"merges\": []}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}";
+  rt_test_write(path, NUL_KEY, sizeof NUL_KEY - 1);
+  CHECK_FAIL(
+      rt_tok_open(&t, path, &err),
+      "nul.json: the string \"a\\u0000b\" at byte 52 holds a NUL (\\u0000); a token or key of a "
+      "tokenizer.json cannot contain one");
+  char bom[16384 + 3] = "\xef\xbb\xbf";
+  FILE *f = fopen(write_bpe(path, sizeof path, 0), "rb");
+  size_t n = f ? fread(bom + 3, 1, sizeof bom - 3, f) : 0;
+  if (f) fclose(f);
+  rt_test_write(rt_test_path(path, sizeof path, "bom.json"), bom, n + 3);
+  CHECK_OK(rt_tok_open(&t, path, &err));
+  if (t) {
+    CU_ASSERT_EQUAL(rt_tok_vocab(t), 261);
+    rt_tok_close(t);
+  }
+}
+
 int main(void) {
   static const RtTestCase cases[] = {
       {"merges by rank, added tokens", test_merges_by_rank},
@@ -260,6 +287,7 @@ int main(void) {
       {"token files and text through the tokenizer", test_token_files},
       {"vocabulary against the model's", test_vocab_check},
       {"a huge token id", test_huge_id},
+      {"a NUL in a key, a byte order mark", test_nul_and_bom},
       {NULL, NULL},
   };
   return rt_test_main("runtime_tok", cases);
