@@ -612,8 +612,12 @@ static size_t match_llama3(const Cp *c, size_t n, size_t i) {
         return run(c, n, i, C_LETTER);
     if (!is_newline(&c[i]) && c[i].cls != C_NUMBER && i + 1 < n && c[i + 1].cls == C_LETTER)
         return run(c, n, i + 1, C_LETTER);
-    if (c[i].cls == C_NUMBER)
-        return run(c, n, i, C_NUMBER) - i > 3 ? i + 3 : run(c, n, i, C_NUMBER);
+    if (c[i].cls == C_NUMBER) { /* at most 3 digits, looked at: the rest of a long run is not (it was quadratic) */
+        size_t j = i + 1;
+        while (j < n && j < i + 3 && c[j].cls == C_NUMBER)
+            j++;
+        return j;
+    }
     size_t s = c[i].cp == ' ' && i + 1 < n && c[i + 1].cls == C_OTHER ? i + 1 : i;
     if (c[s].cls == C_OTHER) {
         e = run(c, n, s, C_OTHER);
