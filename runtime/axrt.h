@@ -62,6 +62,7 @@ int rt_env_check(RtError *err);
 /* ===== tok.c: tokenizers, text to token ids and back ================================== */
 
 typedef struct RtTok RtTok; /* an open tokenizer */
+#define RT_TOK_MAX_ID ((1 << 24) - 1)
 
 /* Opens a tokenizer file, telling the format by its content: a SentencePiece model (a protobuf
  * ModelProto, `.model`; needs libaxrt built with libsentencepiece) or a Hugging Face
