@@ -110,6 +110,8 @@ void rt_data_close(RtData *d);
  * batch of world*B windows. Every rank keeps the same global position. */
 int rt_data_set_rank(RtData *d, int rank, int world, RtError *err);
 RtDataFormat rt_data_format(const RtData *d);
+/* 1 when the file was a token file (already tokenized), 0 for text, tokenized here or not. */
+int rt_data_is_token_file(const RtData *d);
 int64_t rt_data_num_tokens(const RtData *d);
 /* Fills this rank's slice of the next global batch. Window b starts at token
  * pos + (rank*B + b)*T and holds T+1 tokens: inputs are its first T, targets its last T.

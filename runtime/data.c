@@ -208,6 +208,9 @@ int rt_data_set_rank(RtData *d, int rank, int world, RtError *err) {
 RtDataFormat rt_data_format(const RtData *d) {
     return d->format;
 }
+int rt_data_is_token_file(const RtData *d) {
+    return d->format != RT_DATA_BYTES && !d->owned;
+}
 int64_t rt_data_num_tokens(const RtData *d) {
     return d->n;
 }

@@ -299,6 +299,11 @@ static int open_data(Trainer *t, RtData **d, const char *opt, const char *path, 
     const RtProgram *p = t->p;
     if (rt_data_open_tok(d, path, t->tok, (int)p->vocab, &why) != 0)
         return rt_error_set(err, "%s: %s", opt, why.msg);
+    if (t->tok && rt_data_is_token_file(*d))
+        train_warn(t,
+                   "warning: %s %s is a token file, already tokenized: --tokenizer %s is not used for it (its ids "
+                   "must come from that tokenizer; a token file does not record which one made it)",
+                   opt, path, t->o.tokenizer);
     if ((int64_t)rt_data_num_tokens(*d) < t->batch_count * p->batch * p->seq + 1)
         return rt_error_set(err, "%s: %s holds %lld tokens, one batch needs %lld x %lld + 1", opt, path,
                             (long long)rt_data_num_tokens(*d), (long long)(t->batch_count * p->batch),

@@ -29,7 +29,8 @@
 #   prompt_bytes  a prompt of invalid UTF-8 (bytes ff fe) through a SentencePiece tokenizer with
 #            byte fallback (several ids per byte, more ids than bytes): sampled untrained words-lm
 #            (--steps 0) prints the prompt's bytes back, then 5 tokens, exit 0 (it wrote past the
-#            prompt buffer, sized one id per byte, before)
+#            prompt buffer, sized one id per byte, before); a token file given with --tokenizer
+#            trains with a warning that the tokenizer is not used for it
 set -u
 AXLC=$1 SRC=$2 CASE=$3 SHARED=${4:-}
 PY=/usr/bin/python3
@@ -353,6 +354,14 @@ prompt_bytes)
     [ "$got" = "$want" ] || fail "(ff fe) x $reps: the output does not start with the prompt decoded: $got"
     grep -q ": 5 tokens in " "$T/err" || fail "(ff fe) x $reps: no '5 tokens' note: $(cat "$T/err")"
   done
+  # a token file beside --tokenizer: the tokenizer is not used for it, and the trainer says so
+  must "$AXLC" tokenize "$F" --tokenizer "$T/tok.model" -o "$T/tokens.bin"
+  "$TR" --data "$T/tokens.bin" --tokenizer "$T/tok.model" --steps 0 > "$T/out" 2> "$T/err" ||
+    { fail "--data TOKENS --tokenizer T"; cat "$T/err" >&2; }
+  grep -qF -- "warning: --data $T/tokens.bin is a token file, already tokenized: --tokenizer $T/tok.model is not used" \
+    "$T/err" || fail "--data TOKENS --tokenizer T: no warning: $(cat "$T/err")"
+  "$TR" --data "$F" --tokenizer "$T/tok.model" --steps 0 > "$T/out" 2> "$T/err" || fail "--data TEXT --tokenizer T"
+  ! grep -q "is a token file" "$T/err" || fail "--data TEXT --tokenizer T warned: $(cat "$T/err")"
   ;;
 *) fail "unknown case" ;;
 esac
