@@ -115,6 +115,10 @@ int64_t rt_data_num_tokens(const RtData *d);
  * over at token 0 instead. Fails if the file holds fewer than world*B*T+1 tokens. */
 int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs /* (B, T) */, int32_t *targets /* (B, T) */,
                        RtError *err);
+/* Moves the position on by `batches` global batches of world*B*T tokens, as that many calls of
+ * rt_data_next_batch would (wrapping over the end as they do; *wrapped says it did), in
+ * constant time. Refuses more batches than one pass over the data holds, naming that count. */
+int rt_data_skip(RtData *d, int B, int T, int64_t batches, int *wrapped, RtError *err);
 /* The global position (token index of the next batch), for checkpoints. */
 int64_t rt_data_position(const RtData *d);
 int rt_data_seek(RtData *d, int64_t position, RtError *err);
