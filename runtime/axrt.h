@@ -401,9 +401,11 @@ typedef struct RtCkptLock RtCkptLock;
 
 /* Makes DIR (and its parents) ready for one writer before any work is done: takes an
  * exclusive lock on DIR/.lock, held until rt_ckpt_unlock (a second trainer on DIR is refused,
- * with the holder's pid), and checks that files can be created in DIR and that a checkpoint
- * of need_bytes fits the free space and the file-size limit. */
-int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, RtError *err);
+ * with the holder's pid), and checks that files can be created in DIR, that a checkpoint of
+ * need_bytes fits the file-size limit, and that the free space takes the checkpoints that
+ * coexist under keep_last (a save writes the new one before it prunes: keep_last + 1 at once,
+ * those already in DIR counted; 0 keeps all: two), at most `saves` of them. */
+int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, int keep_last, int64_t saves, RtError *err);
 void rt_ckpt_unlock(RtCkptLock *lk);
 
 /* Saves `state` as DIR/step_<step>/, then deletes all but the newest keep_last complete

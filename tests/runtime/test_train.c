@@ -920,7 +920,7 @@ static void test_second_writer(void) {
                                scratch(dir, "twowriters"), NULL});
   CHECK_RUN(r, 0);
   run_free(&r);
-  CHECK_OK(rt_ckpt_lock(&lock, dir, 0, &err)); /* the first trainer, still running */
+  CHECK_OK(rt_ckpt_lock(&lock, dir, 0, 1, 1, &err)); /* the first trainer, still running */
   r = run((const char *[]){"--data", train_file(), "--steps", "8", "--ckpt-dir", dir, "--resume",
                            NULL});
   CHECK_RUN(r, 1);
