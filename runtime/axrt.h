@@ -119,6 +119,10 @@ int64_t rt_data_num_tokens(const RtData *d);
  * over at token 0 instead. Fails if the file holds fewer than world*B*T+1 tokens. */
 int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs /* (B, T) */, int32_t *targets /* (B, T) */,
                        RtError *err);
+/* Moves the position on by `batches` global batches of world*B*T tokens, as that many calls of
+ * rt_data_next_batch would (wrapping over the end as they do; *wrapped says it did), in
+ * constant time. Refuses more batches than one pass over the data holds, naming that count. */
+int rt_data_skip(RtData *d, int B, int T, int64_t batches, int *wrapped, RtError *err);
 /* The global position (token index of the next batch), for checkpoints. */
 int64_t rt_data_position(const RtData *d);
 int rt_data_seek(RtData *d, int64_t position, RtError *err);
@@ -421,9 +425,11 @@ typedef struct RtCkptLock RtCkptLock;
 
 /* Makes DIR (and its parents) ready for one writer before any work is done: takes an
  * exclusive lock on DIR/.lock, held until rt_ckpt_unlock (a second trainer on DIR is refused,
- * with the holder's pid), and checks that files can be created in DIR and that a checkpoint
- * of need_bytes fits the free space and the file-size limit. */
-int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, RtError *err);
+ * with the holder's pid), and checks that files can be created in DIR, that a checkpoint of
+ * need_bytes fits the file-size limit, and that the free space takes the checkpoints that
+ * coexist under keep_last (a save writes the new one before it prunes: keep_last + 1 at once,
+ * those already in DIR counted; 0 keeps all: two), at most `saves` of them. */
+int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, int keep_last, int64_t saves, RtError *err);
 void rt_ckpt_unlock(RtCkptLock *lk);
 
 /* Saves `state` as DIR/step_<step>/, then deletes all but the newest keep_last complete

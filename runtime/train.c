@@ -328,7 +328,10 @@ static int64_t ckpt_bytes(const Trainer *t) {
  * The ranks share the directory; rank 0 holds the lock for all of them. */
 static int lock_ckpt_dir(Trainer *t, RtError *err) {
     RtError why;
-    if (t->o.ckpt_dir && t->rank == 0 && rt_ckpt_lock(&t->lock, t->o.ckpt_dir, ckpt_bytes(t), &why) != 0)
+    /* the saves this run may write: every --ckpt-every steps and the last */
+    int64_t saves = t->o.ckpt_every > 0 ? t->o.steps / t->o.ckpt_every + 1 : 1;
+    if (t->o.ckpt_dir && t->rank == 0 &&
+        rt_ckpt_lock(&t->lock, t->o.ckpt_dir, ckpt_bytes(t), (int)t->o.keep, saves, &why) != 0)
         return rt_error_set(err, "--ckpt-dir: %s", why.msg);
     char links[512];
     int n = t->o.ckpt_dir && t->rank == 0 ? rt_ckpt_links(t->o.ckpt_dir, links, sizeof links) : 0;

@@ -403,10 +403,16 @@ static int check_fresh_dir(Trainer *t, RtError *err) {
 static int skip_batches(Trainer *t, RtError *err) {
     const RtProgram *p = t->p;
     RtError why;
-    for (int64_t i = 0; i < t->o.skip_batches; i++)
-        if (rt_data_next_batch(t->data, (int)p->batch, (int)p->seq, (int32_t *)(void *)(t->slab + p->ids_offset),
-                               (int32_t *)(void *)(t->slab + p->targets_offset), &why) != 0)
-            return rt_error_set(err, "--skip-batches: %s", why.msg);
+    int wrapped = 0;
+    if (t->o.skip_batches == 0)
+        return 0;
+    if (rt_data_skip(t->data, (int)p->batch, (int)p->seq, t->o.skip_batches, &wrapped, &why) != 0)
+        return rt_error_set(err, "--skip-batches %lld: %s", (long long)t->o.skip_batches, why.msg);
+    if (wrapped && t->rank == 0)
+        fprintf(stderr,
+                "note: --skip-batches %lld passes the end of the data and starts over at its first "
+                "batch, as that many steps would (an epoch)\n",
+                (long long)t->o.skip_batches);
     return 0;
 }
 

@@ -759,6 +759,15 @@ static void test_outliers(void) {
   CHECK_INT(rt_ckpt_data_position(a), rt_ckpt_data_position(b));
   rt_ckpt_close(a);
   rt_ckpt_close(b);
+  /* past the data's 14 batches: refused at once with the count (it skipped batch by batch for
+   * ever, or wrapped silently) */
+  r = run((const char *[]){"--data", train_file(), "--steps", "2", "--skip-batches",
+                           "4000000000000000000", NULL});
+  CHECK_RUN(r, 1);
+  CHECK_HAS(r.err, "--skip-batches 4000000000000000000: 4000000000000000000 batches is more than ");
+  CHECK_HAS(r.err, " holds: 14 global batches of 1 x 4 x 16 (ranks x batch x sequence) in its 900 "
+                   "tokens; expected 0..14");
+  run_free(&r);
 }
 
 /* ===== not losing the run ============================================================= */
@@ -911,7 +920,7 @@ static void test_second_writer(void) {
                                scratch(dir, "twowriters"), NULL});
   CHECK_RUN(r, 0);
   run_free(&r);
-  CHECK_OK(rt_ckpt_lock(&lock, dir, 0, &err)); /* the first trainer, still running */
+  CHECK_OK(rt_ckpt_lock(&lock, dir, 0, 1, 1, &err)); /* the first trainer, still running */
   r = run((const char *[]){"--data", train_file(), "--steps", "8", "--ckpt-dir", dir, "--resume",
                            NULL});
   CHECK_RUN(r, 1);
