@@ -560,6 +560,12 @@ static RunEnd train_one(Trainer *t, RtError *err) {
         return RUN_FAILED;
     }
     int skipped = finite && train_outlier_after(t, &s);
+    if (skipped && !(t->resumed && t->step <= t->o.restart_step)) {
+        /* a skipped update is work thrown away: its time is lost, not productive */
+        t->gp.steps_ms -= s.ms;
+        t->gp.ideal_s -= train_ideal_s(t);
+        t->gp.lost_ms += s.ms;
+    }
     train_metrics_write(t, &s, tok_s, do_eval ? &eval : NULL, skipped);
     if (!finite) {
         char what[96];

@@ -7,6 +7,9 @@
 #ifndef TRAIN_IMPL_H
 #define TRAIN_IMPL_H
 
+/* --outlier-window when --skip-outliers is given without it */
+#define RT_OUTLIER_WINDOW 100
+
 #include <pthread.h>
 #include <stdio.h>
 
@@ -25,7 +28,7 @@ typedef struct TrainOpts {
     double restart_downtime; /* seconds from that failure to this start */
     double peak_flops;       /* FLOP/s per device for MFU (0: the program's, the device table's) */
     double skip_outliers;    /* z-score above which a step's update is skipped (0: never) */
-    int64_t outlier_window;  /* the steps it is measured against */
+    int64_t outlier_window;  /* the steps it is measured against (0: not given, RT_OUTLIER_WINDOW) */
     int64_t skip_batches;    /* global batches of --data passed over before the first step */
     int resume, partial, help, config, init_allow_unused, no_kv_cache;
     int ckpt_sync; /* periodic saves block the run (the default writes them in the background) */

@@ -28,7 +28,7 @@ static int64_t state_bytes(const Trainer *t) {
 
 int train_outlier_init(Trainer *t, RtError *err) {
     Outliers *w = &t->outliers;
-    w->cap = (int)t->o.outlier_window;
+    w->cap = t->o.outlier_window > 0 ? (int)t->o.outlier_window : RT_OUTLIER_WINDOW;
     w->loss = calloc((size_t)w->cap + 1, sizeof *w->loss);
     w->gnorm = calloc((size_t)w->cap + 1, sizeof *w->gnorm);
     w->text = malloc((size_t)w->cap * 34 + 32);

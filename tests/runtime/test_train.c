@@ -724,6 +724,12 @@ static void test_outliers(void) {
   CHECK_INT(m.n, 20);
   CHECK_HAS(m.line[14], "\"skipped\": true");
   CHECK_INT(strstr(m.line[13], "skipped") == NULL, 1);
+  /* the skipped step's time is lost work, not productive: productive_s stands still at step
+   * 15 while lost_s grows by its step time (both at the metrics' microsecond precision) */
+  CHECK_INT(metric(&m, 14, "step_ms") > 0.004, 1);
+  CHECK_NEAR(metric(&m, 14, "lost_s") - metric(&m, 13, "lost_s"), metric(&m, 14, "step_ms") / 1e3,
+             1.5e-6);
+  CHECK_NEAR(metric(&m, 14, "productive_s"), metric(&m, 13, "productive_s"), 1.5e-6);
   free(m.text);
   run_free(&r);
   /* 12 steps, then --resume to 20: the same step 20 */
