@@ -269,6 +269,9 @@ deep_model)
   expect_in "$T/out" 'output "lr" = '
   run params "$MODELS/tiny-lm.json" --set /model/decoder/num_layers=4097
   expect_user_error "--set: /model/decoder/num_layers: value 4097 is out of range (expected 1 to 4096)"
+  # past 64 bits: the bound it was read as is not quoted as the user's number
+  run params "$MODELS/tiny-lm.json" --set /model/decoder/num_layers=99999999999999999999
+  expect_user_error "--set: /model/decoder/num_layers: value 9223372036854775807 (or a number past it: integers are read in 64 bits) is out of range (expected 1 to 4096)"
   ;;
 err_no_model)
   run config
@@ -650,6 +653,18 @@ err_bad_target_count)
     expect_rc 1
   done
   [ ! -e "$T/trainer" ] || fail "a trainer was written for a bad target"
+  # a kind of the device table then a count that is no number, under rules with a catch-all:
+  # refused, not read as one device of an unknown kind "gpu-h100-abc"
+  printf '{"base": "%s", "mesh_rules": [{"match": ".*", "modifiers": []}]}\n' "$MODELS/tiny-lm.json" > "$T/catchall.json"
+  for t in gpu-h100-abc tpu-v4-abc opencl-abc cpu-x; do
+    kind=${t%-*}
+    for c in config params memcheck; do
+      run $c "$T/catchall.json" --target $t
+      expect_user_error "error: --target $t: bad device count \"${t##*-}\" (expected $kind-N with N a whole number >= 1"
+    done
+  done
+  run params "$T/catchall.json" --target interp
+  expect_rc 0
   run params "$MODELS/tiny-lm.json" --target cpu-4
   expect_rc 0
   expect_in "$T/out" "on a mesh of 4 devices"
