@@ -262,7 +262,9 @@ plainlog)
   ;;
 signals)
   must "$AXLC" compile "$MODEL" --target cpu --set /input/seq_len=16 -o "$T/t1"
-  "$AXLC" launch "$T/t1" -n 1 --max-restarts 0 -- --data "$DATA" --steps 1000000 --threads 1 > "$T/out" 2> "$T/err" &
+  # (under AddressSanitizer the SIGSEGV must kill the trainer, not be reported and turned into exit 1)
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0" \
+    "$AXLC" launch "$T/t1" -n 1 --max-restarts 0 -- --data "$DATA" --steps 1000000 --threads 1 > "$T/out" 2> "$T/err" &
   axlc=$!
   i=0
   until grep -q "^step 3 " "$T/out" 2> /dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
