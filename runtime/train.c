@@ -889,6 +889,10 @@ int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), in
             fprintf(stderr, "%s: rank %d: %s\n", t.prog, t.rank, err.msg);
         else if (t.say == SAY_OWN && launched_rank() <= 0)
             fprintf(stderr, "%s: %s\n", t.prog, err.msg);
+        else if (t.say == SAY_OWN && !t.comm)
+            /* an error found before the ranks join is rank 0's to print; the launcher stops rank
+             * 0 at once when this rank exits, so this one leaves it the time to */
+            nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
         if (t.alone && t.world > 1) {
             fflush(stderr);
             rt_comm_abort(t.comm, 1); /* the others would wait for this rank at the next collective */
