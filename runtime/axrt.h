@@ -18,6 +18,8 @@
 #include <stdio.h>  /* FILE, of rt_file_open */
 #include <string.h> /* memcpy in the bf16 conversions */
 
+#include "axrt_event.h" /* the trainer-supervisor protocol: exit statuses, event lines */
+
 #if defined(__GNUC__)
 #define RT_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
 #else
@@ -750,9 +752,8 @@ int rt_ocl_check_args(int argc, char **argv, RtError *err);
 
 /* The trainer's main: parses the trainer options (--help lists them) and trains. Returns the
  * process exit status: 0 done; 1 an error (the message says which); 128 + the signal when
- * stopped by SIGINT or SIGTERM (after saving); and for a supervisor, which acts on them: */
-#define RT_EXIT_NONFINITE 3 /* the loss, gradient norm or weights went non-finite (nothing saved) */
-#define RT_EXIT_SDC       4 /* --sdc-check-every: a step's replay differed (the rank is named) */
+ * stopped by SIGINT or SIGTERM (after saving); and for a supervisor, which acts on them, those of
+ * axrt_event.h (RT_EXIT_NONFINITE, RT_EXIT_SDC), with its event lines. */
 int rt_train_main(const RtProgram *p, int argc, char **argv);
 /* rt_train_main for a step whose state lives elsewhere between steps (an OpenCL trainer's device
  * buffers): sync(slab, RT_SYNC_TO_HOST) makes the host slab current before the runtime reads it

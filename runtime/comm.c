@@ -510,8 +510,9 @@ static void die(RtComm *c, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    char text[sizeof msg + 16];
     fflush(stdout);
-    fprintf(stderr, "trainer: rank %d of %d: %s\n", c->rank, c->size, msg);
+    fprintf(stderr, "trainer: rank %d of %d: %s\n", c->rank, c->size, rt_event_text(msg, text, sizeof text));
     fflush(stderr);
     rt_comm_abort(c, 1);
     abort(); /* without MPI there is nobody to wait for; never reached */
@@ -609,6 +610,8 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
         if (!flag && len < sizeof waited - 16)
             len += (size_t)snprintf(waited + len, sizeof waited - len, "%s%d", len ? ", " : "", peers[i / 2]);
     }
+    if (stopped[0])
+        rt_event_failure(RT_CAUSE_WATCHDOG, atoi(stopped), -1, NULL); /* the first that stopped */
     if (stopped[0])
         die(c,
             "%s: no answer from rank %s for %.0f s (dead, stopped or hung; the other ranks answer); aborting "

@@ -82,7 +82,7 @@ static int agree_finite(Trainer *t, const char *bad) {
     char what[1024];
     snprintf(what, sizeof what, "%.900s after the update", bad ? bad : "a parameter of another rank");
     if (bad || t->rank == 0)
-        train_report_stop(t, what);
+        train_report_stop(t, what, bad); /* NULL: another rank's */
     return 1;
 }
 
