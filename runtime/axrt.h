@@ -219,7 +219,9 @@ const char *rt_st_path(const RtSt *st);
 int rt_st_count(const RtSt *st);
 const RtTensor *rt_st_tensor(const RtSt *st, int i);          /* sorted by data offset */
 const RtTensor *rt_st_find(const RtSt *st, const char *name); /* NULL if absent */
-const char *rt_st_meta(const RtSt *st, const char *key);      /* NULL if absent */
+/* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32, into dst. */
+void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t n, float *dst);
+const char *rt_st_meta(const RtSt *st, const char *key); /* NULL if absent */
 /* The whole file as mapped, for checksums. */
 const void *rt_st_bytes(const RtSt *st, int64_t *size);
 /* Copies tensor `name` into dst as f32 (from F32, F16 or BF16) after checking its shape:
@@ -350,6 +352,12 @@ FILE *rt_file_open(const char *path, const char *mode, RtError *err);
  * or a library opens by name: -1 with err set as rt_file_open would, else 0 (a missing file
  * too, which the opener reports). */
 int rt_file_check_user(const char *path, int write, RtError *err);
+/* Writes the n bytes of buf to `path` atomically and durably (a temporary file beside it,
+ * fsync, rename, fsync of the directory): the file is whole or as it was. 0, or -1 with err
+ * set and nothing replaced. */
+int rt_file_write_atomic(const char *path, const void *buf, size_t n, RtError *err);
+/* fsync of a directory, so that renames and unlinks in it are durable. */
+int rt_dir_fsync(const char *dir, RtError *err);
 
 typedef struct RtComm RtComm;
 

@@ -213,6 +213,16 @@ int rt_wfile_commit(RtWfile *w, RtError *err) {
     return rt_dir_fsync(dir, err);
 }
 
+int rt_file_write_atomic(const char *path, const void *buf, size_t n, RtError *err) {
+    RtWfile w;
+    if (rt_wfile_open(&w, path, err) != 0)
+        return -1;
+    if (rt_wfile_write(&w, buf, n, err) == 0 && rt_wfile_commit(&w, err) == 0)
+        return 0;
+    rt_wfile_abort(&w);
+    return -1;
+}
+
 /* Best effort: the write has already failed, and its error is the one to report. */
 void rt_wfile_abort(RtWfile *w) {
     if (w->f)

@@ -28,8 +28,7 @@
 
 #include "driver/driver.h"
 #include "runtime/axrt.h"
-#include "runtime/rt_impl.h" /* RtWfile: atomic writes */
-#include "tools/plot.h"
+#include "tools/convert.h"
 
 /* ===== reading ========================================================================= */
 
@@ -439,13 +438,8 @@ static int plan_check(const Plan *p, const char *out, const RtPathArg *in, int n
 
 /* Text into `path`, atomically. */
 static int write_text(const char *path, const char *text) {
-  RtWfile w;
   RtError err;
-  if (rt_wfile_open(&w, path, &err) == 0) {
-    if (rt_wfile_write(&w, text, strlen(text), &err) == 0 && rt_wfile_commit(&w, &err) == 0)
-      return 0;
-    rt_wfile_abort(&w);
-  }
+  if (rt_file_write_atomic(path, text, strlen(text), &err) == 0) return 0;
   fprintf(stderr, "error: %s\n", err.msg);
   return -1;
 }
