@@ -105,7 +105,7 @@ static json_object *seconds(double s) {
 
 /* One JSON object to the report file, written whole and flushed. */
 static void report(Sup *u, json_object *o) {
-  json_object_object_add(o, "t", seconds(base_now_s() - u->t0));
+  json_object_object_add(o, "t", seconds(rt_now_s() - u->t0));
   if (u->report && !u->report_failed &&
       (fprintf(u->report, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0 ||
        fflush(u->report) != 0)) {
@@ -161,7 +161,7 @@ static int on_event(Sup *u, const char *json) {
 static void on_line(void *ctx, int fd, const char *line) {
   Sup *u = ctx;
   Launch *l = &u->l;
-  double t = base_now_s();
+  double t = rt_now_s();
   long long n;
   int r, sig;
   const char *p;
@@ -224,7 +224,7 @@ typedef struct Numbers {
  * the trainer's goodput, and the batches to pass over. */
 static int restart_args(Sup *u, char **args, int k, Numbers *num) {
   snprintf(num->step, sizeof num->step, "%lld", (long long)u->reached);
-  u->downtime = base_now_s() - u->failed_at + u->carry;
+  u->downtime = rt_now_s() - u->failed_at + u->carry;
   snprintf(num->down, sizeof num->down, "%.3f", u->downtime);
   args[k++] = "--restart-step";
   args[k++] = num->step;
@@ -387,7 +387,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void summary(Sup *u, int status, int restarts) {
-  double wall = base_now_s() - u->t0, med = 0, worst = 0;
+  double wall = rt_now_s() - u->t0, med = 0, worst = 0;
   if (u->nlat) {
     qsort(u->latencies, (size_t)u->nlat, sizeof *u->latencies, cmp_double);
     med = u->nlat % 2 ? u->latencies[u->nlat / 2]
@@ -427,7 +427,7 @@ static int launch_once(Sup *u, bool resume, int *signalled) {
   u->l.first_step = u->l.last_step = u->l.bad_step = -1;
   u->l.blamed = -1;
   u->l.kind = FAIL_OTHER;
-  u->l.start = u->l.alive_at = base_now_s();
+  u->l.start = u->l.alive_at = rt_now_s();
   u->launches++;
   json_object *o = event("launch");
   json_object_object_add(o, "launch", json_object_new_int(u->launches));
@@ -478,7 +478,7 @@ static void skip_past(Streak *k, int64_t bad, int64_t ckpt) {
 
 static int after_failure(Sup *u, int rc, Streak *k) {
   Launch *l = &u->l;
-  u->ended_at = base_now_s();
+  u->ended_at = rt_now_s();
   u->failed_at = l->alive_at;
   classify(l, rc);
   if (!l->cause[0] && rc > 128 && u->ranks == 1) { /* no launcher: the trainer is the job */
@@ -577,15 +577,14 @@ static int after_failure(Sup *u, int rc, Streak *k) {
   return 0;
 }
 
-/* The value of the trainer's option `name` (the last one given), or NULL. */
-static const char *option_arg(const LaunchSupervisor *s, const char *name) {
+const char *launch_option(int argc, const char *const *argv, const char *name) {
   const char *value = NULL;
   size_t n = strlen(name);
-  for (int i = 0; i < s->argc; i++)
-    if (!strncmp(s->argv[i], name, n) && s->argv[i][n] == '=')
-      value = s->argv[i] + n + 1;
-    else if (!strcmp(s->argv[i], name) && i + 1 < s->argc)
-      value = s->argv[i + 1];
+  for (int i = 0; i < argc; i++)
+    if (!strncmp(argv[i], name, n) && argv[i][n] == '=')
+      value = argv[i] + n + 1;
+    else if (!strcmp(argv[i], name) && i + 1 < argc)
+      value = argv[i + 1];
   return value;
 }
 
@@ -628,11 +627,12 @@ int launch_supervise(const LaunchSupervisor *s) {
   static Sup u; /* large (blame counts); one supervisor per process */
   memset(&u, 0, sizeof u);
   u.s = s;
-  u.t0 = base_now_s();
+  u.t0 = rt_now_s();
   u.trainer = s->trainer;
   u.ranks = s->ranks;
-  u.ckpt_dir = option_arg(s, "--ckpt-dir");
-  const char *skip = option_arg(s, "--skip-batches");
+  const char *const *argv = (const char *const *)s->argv;
+  u.ckpt_dir = launch_option(s->argc, argv, "--ckpt-dir");
+  const char *skip = launch_option(s->argc, argv, "--skip-batches");
   u.user_skip = skip ? strtoll(skip, NULL, 10) : 0; /* the trainer checks it */
   if (s->max_restarts > 0 && !u.ckpt_dir) {
     fprintf(stderr,

@@ -40,6 +40,10 @@ typedef struct RtError {
 /* Formats into err (which may be NULL) and returns -1, so callers write `return rt_error_set(...)`. */
 int rt_error_set(RtError *err, const char *fmt, ...) RT_PRINTF(2, 3);
 
+/* Seconds on a monotonic clock, for intervals (the one clock of the trainer, the supervisor and
+ * the compiler's timings). */
+double rt_now_s(void);
+
 /* CRC-32 (IEEE 802.3, as zlib's crc32): start with crc = 0, feed buffers in order. */
 uint32_t rt_crc32(uint32_t crc, const void *buf, size_t n);
 
@@ -219,6 +223,8 @@ const char *rt_st_path(const RtSt *st);
 int rt_st_count(const RtSt *st);
 const RtTensor *rt_st_tensor(const RtSt *st, int i);          /* sorted by data offset */
 const RtTensor *rt_st_find(const RtSt *st, const char *name); /* NULL if absent */
+/* A shape as "[3,4]" into buf (cut short where it does not fit); returns buf. */
+const char *rt_shape_text(char *buf, size_t cap, const int64_t *shape, int ndim);
 /* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32, into dst. */
 void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t n, float *dst);
 const char *rt_st_meta(const RtSt *st, const char *key); /* NULL if absent */
@@ -358,6 +364,8 @@ int rt_file_check_user(const char *path, int write, RtError *err);
 int rt_file_write_atomic(const char *path, const void *buf, size_t n, RtError *err);
 /* fsync of a directory, so that renames and unlinks in it are durable. */
 int rt_dir_fsync(const char *dir, RtError *err);
+/* The directory part of `path` into dir: "." when it names none, "/" for a file in the root. */
+void rt_path_dir(const char *path, char *dir, size_t cap);
 
 typedef struct RtComm RtComm;
 

@@ -169,8 +169,7 @@ int rt_wfile_write(RtWfile *w, const void *buf, size_t n, RtError *err) {
     return 0;
 }
 
-/* The directory part of `path` ("." if none), for fsync after a rename. */
-static void dir_of(const char *path, char *dir, size_t cap) {
+void rt_path_dir(const char *path, char *dir, size_t cap) {
     const char *slash = strrchr(path, '/');
     if (!slash)
         snprintf(dir, cap, ".");
@@ -209,7 +208,7 @@ int rt_wfile_commit(RtWfile *w, RtError *err) {
         return rt_error_set(err, "%s: cannot rename to %s: %s", w->tmp, w->path, strerror(e));
     }
     char dir[4096];
-    dir_of(w->path, dir, sizeof dir);
+    rt_path_dir(w->path, dir, sizeof dir);
     return rt_dir_fsync(dir, err);
 }
 
@@ -259,7 +258,7 @@ static int real_target(const char *path, char *out) {
     char dir[PATH_MAX], real[PATH_MAX];
     if (realpath(path, out))
         return 0;
-    dir_of(path, dir, sizeof dir);
+    rt_path_dir(path, dir, sizeof dir);
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     if (!realpath(dir, real))
         return -1;

@@ -121,9 +121,7 @@ int train_slot_frozen(const RtParamSlot *s) {
 }
 
 double train_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return rt_now_s() * 1e3;
 }
 
 /* When this process started, on train_now_ms's clock: its age from /proc/self/stat (clock ticks

@@ -1014,17 +1014,9 @@ static void resolved(const char *path, char *out) {
   free(base);
 }
 
-/* The value of the trainer option `name` in a->rest, as "NAME V" or "NAME=V" (the last), or
- * NULL. */
+/* The value of the trainer option `name` in a->rest (launch.h: launch_option), or NULL. */
 static const char *trainer_option(const Args *a, const char *name) {
-  const char *v = NULL;
-  size_t n = strlen(name);
-  for (int i = 0; i < a->nrest; i++)
-    if (!strncmp(a->rest[i], name, n) && a->rest[i][n] == '=')
-      v = a->rest[i] + n + 1;
-    else if (!strcmp(a->rest[i], name) && i + 1 < a->nrest)
-      v = a->rest[i + 1];
-  return v;
+  return launch_option(a->nrest, a->rest, name);
 }
 
 /* launch and run --report FILE against the files the trainer reads and writes: one of them, or
