@@ -668,8 +668,7 @@ static void exchange(RtComm *c, Group *g, int32_t index, const char *send, size_
         peers[nr / 2] = g->members[j];
         rc = MPI_Irecv(recv + (size_t)j * bytes, (int)bytes, MPI_BYTE, j, tag, g->comm, &reqs[nr++]);
         if (rc == MPI_SUCCESS)
-            rc = MPI_Isend(send + (size_t)j * send_stride, (int)bytes, MPI_BYTE, j, tag, g->comm,
-                           &reqs[nr++]);
+            rc = MPI_Isend(send + (size_t)j * send_stride, (int)bytes, MPI_BYTE, j, tag, g->comm, &reqs[nr++]);
         c->bytes_sent += (int64_t)bytes;
     }
     if (rc != MPI_SUCCESS)

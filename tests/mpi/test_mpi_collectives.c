@@ -115,8 +115,9 @@ static int compare(const IrGraph *g, IrInterp *it, const MemPlan *mp, const char
   for (int64_t i = 0, n = ir_shape_numel(&x->shape); i < n && !bad; i++) {
     double have = x->dtype == DT_I32 ? ((const int32_t *)(const void *)(slab + mp->offset[v]))[i]
                                      : ((const float *)(const void *)(slab + mp->offset[v]))[i];
-    bool ok =
-        v <= EXACT_LAST || v >= BIG_FIRST ? have == want[i] : fabs(have - want[i]) <= 1e-5 * (1 + fabs(want[i]));
+    bool ok = v <= EXACT_LAST || v >= BIG_FIRST
+                  ? have == want[i]
+                  : fabs(have - want[i]) <= 1e-5 * (1 + fabs(want[i]));
     if (!ok) {
       fprintf(stderr, "rank %d: %%%d (%s) element %lld: %.9g, interpreter %.9g\n", rank, v,
               ir_op_name(x->op), (long long)i, have, want[i]);
@@ -172,14 +173,16 @@ static void test_collectives(void) {
   struct mallinfo2 before = mallinfo2();
   p->step(slab, NULL, comm);
   struct mallinfo2 after = mallinfo2();
-  int64_t held = (int64_t)(after.uordblks + after.hblkhd) - (int64_t)(before.uordblks + before.hblkhd);
+  int64_t held =
+      (int64_t)(after.uordblks + after.hblkhd) - (int64_t)(before.uordblks + before.hblkhd);
   if (held > rt_comm_scratch_bytes(comm) + 65536)
-    fprintf(stderr, "rank %d: the step holds %lld bytes of heap, the scratch is %lld\n", rank, (long long)held,
-            (long long)rt_comm_scratch_bytes(comm));
+    fprintf(stderr, "rank %d: the step holds %lld bytes of heap, the scratch is %lld\n", rank,
+            (long long)held, (long long)rt_comm_scratch_bytes(comm));
   CU_ASSERT(held <= rt_comm_scratch_bytes(comm) + 65536);
   int bad = 0;
   for (int32_t v = 2; v <= BIG_LAST; v++)
-    if (g->values[v].op != IR_PARAMETER && (v <= 24 || v >= BIG_FIRST)) bad += compare(g, it, &mp, slab, v);
+    if (g->values[v].op != IR_PARAMETER && (v <= 24 || v >= BIG_FIRST))
+      bad += compare(g, it, &mp, slab, v);
   CU_ASSERT_EQUAL(bad, 0);
   /* the same step again gives the same bits (determinism) */
   char *again = aligned_alloc(64, (size_t)bt_align(mp.slab_bytes));
