@@ -658,10 +658,37 @@ memcheck_recipes)
   # mixtral-8x7b on 256 H100 with expert parallelism (rules/moe.json: expert=8 x fsdp=32)
   recipe "$MODELS/mixtral-8x7b.json" --target gpu-h100-256
   ;;
+memcheck_mpi_heap)
+  # under MPI the plan counts the collectives' scratch (rounds of 1 MiB, whatever the tensor) and
+  # the MPI library's own heap, each on a line of its own, and the peak holds them
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-2 --set '/mesh/shape=[1,2,1,1,1,1]'
+  expect_rc 0
+  expect_in "$T/out" "  slab                    5.49 MiB  (every buffer of the step at its planned offset)"
+  expect_in "$T/out" "  communication         128.00 KiB  (scratch of the collectives, rounds of 1.00 MiB)"
+  expect_in "$T/out" "  MPI library             3.37 MiB  (its own heap, as measured with Open MPI)"
+  expect_in "$T/out" "  peak                    8.99 MiB  (the slab and these two;"
+  # gpt2-124m at data=2: the 147 MiB embedding gradient's all_reduce takes 2 slots of 1 MiB
+  run memcheck "$MODELS/gpt2-124m.json" --target cpu-2 --set '/mesh/shape=[1,2,1,1,1,1]' \
+    --set /input/global_batch_size=4 --set /input/seq_len=64 --json
+  expect_rc 0
+  python3 - "$T/out" <<'PY' || fail "memcheck's MPI lines on gpt2-124m"
+import json, sys
+r = json.load(open(sys.argv[1]))
+b = r["breakdown_in_bytes"]
+assert b["communication_scratch"] == 2 << 20, b
+assert b["mpi_library"] == 3450 * 1024, b
+assert r["peak_memory_in_bytes"] == r["slab_in_bytes"] + b["communication_scratch"] + b["mpi_library"], r
+PY
+  # one device: no MPI, no collectives, the peak is the slab
+  run memcheck "$MODELS/tiny-lm.json" --target cpu --json
+  expect_rc 0
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); b=r['breakdown_in_bytes']; assert b['communication_scratch']==0 and b['mpi_library']==0 and r['peak_memory_in_bytes']==r['slab_in_bytes'], r" "$T/out" \
+    || fail "memcheck on one device counts MPI"
+  ;;
 memcheck_sequence_parallel)
   # a device whose memory lies between fuji-test's peak on model=2 and its peak under sequence
   # parallelism: the fix list offers it, and with it (the shipped modifier) the job fits
-  printf '{"cpu": {"doc": "small", "memory": 2600000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
+  printf '{"cpu": {"doc": "small", "memory": 6150000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
   set -- --target cpu-2 --devices "$T/dev.json" --set '/mesh/shape=[1,1,1,1,1,2]'
   run memcheck "$MODELS/fuji-test.json" "$@"
   expect_rc 1
