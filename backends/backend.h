@@ -73,6 +73,10 @@ typedef struct BackendProgram {
   int32_t ckpt_keep;          /* complete checkpoints to keep */
   double flops, bf16_flops;   /* one step on one device (axlc memcheck's count), of them bf16 */
   double peak_f32, peak_bf16; /* the target's FLOP/s per device (device table); 0: unknown */
+  const char *device_kind;    /* the target's kind in the device table ("gpu-h100"); NULL: none */
+  const char *device_doc;     /* its doc ("NVIDIA H100 SXM5 80GB"); NULL: none */
+  const char *device_match;   /* what its OpenCL device's name holds ("H100"); NULL or "": any */
+  int64_t max_alloc;          /* its largest buffer (device table); 0: unknown */
 } BackendProgram;
 
 /* One compilation as a backend sees it. The backend may rewrite nothing but

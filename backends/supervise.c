@@ -45,6 +45,8 @@ typedef struct Launch {
                                                 sign of life (the last step line, else start) */
   int64_t start_step;                        /* the step it resumed from (0: from scratch) */
   int64_t first_step, last_step;             /* -1: no step line yet */
+  double step_ms;                            /* the step times its step lines gave, summed */
+  int64_t timed;                             /* how many lines gave one */
   int64_t bad_step;                          /* the step a non-finite value stopped, or -1 */
   char cause[512];                           /* why it failed, when the output said */
   int blamed;                                /* the rank the cause names, or -1 */
@@ -56,6 +58,7 @@ typedef struct Sup {
   const BackendDiag *d;
   const char *ckpt_dir;
   FILE *report;
+  bool report_failed; /* a write of the report failed (said once): the exit status is not 0 */
   double t0;
   const char *trainer; /* the current trainer and its ranks */
   int ranks;
@@ -105,9 +108,11 @@ static json_object *seconds(double s) {
 /* One JSON object to the report file, written whole and flushed. */
 static void report(Sup *u, json_object *o) {
   json_object_object_add(o, "t", seconds(now_s() - u->t0));
-  if (u->report) {
-    fprintf(u->report, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-    fflush(u->report);
+  if (u->report && !u->report_failed &&
+      (fprintf(u->report, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0 ||
+       fflush(u->report) != 0)) {
+    u->report_failed = true;
+    say(u, "error: %s: cannot write the report: %s", u->s->report, strerror(errno));
   }
   json_object_put(o);
 }
@@ -147,6 +152,16 @@ static void on_line(void *ctx, int fd, const char *line) {
         json_object_object_add(o, "detect_s", seconds(u->ended_at - u->failed_at));
         json_object_object_add(o, "restart_s", seconds(t - u->ended_at));
         report(u, o);
+      }
+    }
+    /* the step's own time: "step_ms T" (plain lines), "... tok/s  T ms" (a terminal's) */
+    double ms;
+    if (((p = strstr(line, " step_ms ")) && sscanf(p, " step_ms %lf", &ms) == 1) ||
+        ((p = strstr(line, " tok/s  ")) && sscanf(p, " tok/s %lf ms", &ms) == 1 &&
+         strstr(p, " ms"))) {
+      if (ms >= 0 && isfinite(ms)) {
+        l->step_ms += ms;
+        l->timed++;
       }
     }
     l->last_step = n;
@@ -481,10 +496,15 @@ static int elastic_shrink(Sup *u, int below) {
 /* ===== the loop ======================================================================= */
 
 /* The steps kept from a launch that ran from start_step to `kept` (the next start), timed by
- * the mean interval of its step lines. */
+ * the mean of the step times its step lines gave (the trainer's own: a stop of the job, or of
+ * this process while the job waits on its output, is not a step's time), else by the mean
+ * interval of its step lines (a trainer that prints no step time). */
 static void count_kept(Sup *u, int64_t kept) {
   Launch *l = &u->l;
-  if (l->last_step > l->first_step && kept > l->start_step)
+  if (kept <= l->start_step) return;
+  if (l->timed > 0)
+    u->productive += (double)(kept - l->start_step) * l->step_ms / 1e3 / (double)l->timed;
+  else if (l->last_step > l->first_step)
     u->productive += (double)(kept - l->start_step) * (l->last_at - l->first_at) /
                      (double)(l->last_step - l->first_step);
 }
@@ -607,15 +627,22 @@ static int after_failure(Sup *u, int rc, Streak *k) {
   u->ended_at = now_s();
   u->failed_at = l->alive_at;
   classify(l, rc);
-  if (!l->cause[0])
-    snprintf(l->cause, sizeof l->cause,
-             rc > 128 ? "the launcher died of signal %d" : "the job exited with status %d",
-             rc > 128 ? rc - 128 : rc);
+  if (!l->cause[0] && rc > 128 && u->ranks == 1) { /* no launcher: the trainer is the job */
+    snprintf(l->cause, sizeof l->cause, "the trainer (rank 0) died of signal %d (%s)", rc - 128,
+             strsignal(rc - 128));
+    l->blamed = 0;
+  } else if (!l->cause[0] && rc > 128) {
+    snprintf(l->cause, sizeof l->cause, "the launcher (%s) died of signal %d (%s)",
+             in_slurm() ? "srun" : "mpirun", rc - 128, strsignal(rc - 128));
+  } else if (!l->cause[0]) {
+    snprintf(l->cause, sizeof l->cause, "the job exited with status %d", rc);
+  }
   int64_t reached = l->last_step >= 0 ? l->last_step : l->start_step, ckpt = 0;
   if (l->kind == FAIL_NONFINITE && l->bad_step < 0) l->bad_step = reached + 1; /* no message */
   if (l->bad_step > reached) reached = l->bad_step; /* it ran, and printed no step line */
   RtError err;
-  if (rt_ckpt_latest(u->ckpt_dir, RT_CKPT_ANY, &ckpt, &err) < 0) ckpt = 0;
+  /* without --ckpt-dir (--max-restarts 0) there is no checkpoint to go back to */
+  if (!u->ckpt_dir || rt_ckpt_latest(u->ckpt_dir, RT_CKPT_ANY, &ckpt, &err) < 0) ckpt = 0;
   int64_t lost = reached > ckpt ? reached - ckpt : 0;
   count_kept(u, ckpt);
   /* a launch that saved no checkpoint kept nothing: its downtime and its time up to the failure
@@ -743,12 +770,34 @@ int backend_supervise(const BackendSupervisor *s, const BackendDiag *d) {
                   s->prog);
     return 1;
   }
-  if (s->report && !(u.report = fopen(s->report, "w"))) {
-    backend_error(d, s->report, NULL, "cannot write the report: %s", strerror(errno));
+  RtError ferr;
+  if (s->report && !(u.report = rt_file_open(s->report, "w", &ferr))) {
+    backend_error(d, NULL, NULL, "--report %s", ferr.msg);
     return 1;
+  }
+  /* the ranks' stdout is mpirun's pty (rank 0), or this process's pipe (one rank): neither says
+   * where the log goes; this process's stdout does */
+  setenv("AXLC_PROGRESS", isatty(STDOUT_FILENO) ? "terminal" : "plain", 1);
+  /* ranks on other nodes: srun passes the environment; Open MPI's mpirun passes what
+   * mca_base_env_list names (";" its delimiter unless the user chose another) */
+  const char *list = getenv("OMPI_MCA_mca_base_env_list");
+  const char *delim = getenv("OMPI_MCA_mca_base_env_list_delimiter");
+  if (!list || !*list) {
+    setenv("OMPI_MCA_mca_base_env_list", "AXLC_PROGRESS", 1);
+  } else if (!strstr(list, "AXLC_PROGRESS") && (!delim || !*delim || !strcmp(delim, ";"))) {
+    size_t n = strlen(list) + sizeof ";AXLC_PROGRESS";
+    char *more = ir_xcalloc(n, 1);
+    snprintf(more, n, "%s;AXLC_PROGRESS", list);
+    setenv("OMPI_MCA_mca_base_env_list", more, 1);
+    free(more);
   }
   u.latencies = ir_xcalloc((size_t)s->max_restarts + 1, sizeof *u.latencies);
   Streak k = {.last_fail_step = -1, .last_ckpt = -1, .last_blamed = -1, .skip_ckpt = -1};
+  if (u.ranks > 1 && in_slurm())
+    say(&u,
+        "SLURM_JOB_ID=%s is set: launching with srun inside that Slurm allocation (unset "
+        "SLURM_JOB_ID to launch with mpirun)",
+        getenv("SLURM_JOB_ID"));
   int status = fit_allocation(&u) ? 1 : -1;
   while (status < 0) {
     int signalled = 0;
@@ -766,7 +815,11 @@ int backend_supervise(const BackendSupervisor *s, const BackendDiag *d) {
     }
   }
   summary(&u, status, k.restarts);
-  if (u.report) fclose(u.report);
+  if (u.report && fclose(u.report) != 0 && !u.report_failed) {
+    u.report_failed = true;
+    say(&u, "error: %s: cannot write the report: %s", s->report, strerror(errno));
+  }
+  if (u.report_failed && status == 0) status = 1; /* the job ran; its report is not whole */
   if (u.owned) unlink(u.owned);
   if (u.work[0]) rmdir(u.work);
   free(u.owned);

@@ -95,6 +95,9 @@ typedef struct DrvDevice {
   bool host;                    /* memory is this host's RAM */
   double flops_f32, flops_bf16; /* peak FLOP/s */
   double mem_bw, link_bw;       /* bytes/s: memory, and sent to the other devices */
+  char backend[16];             /* the backend that trains on it ("llvm", "opencl"); "": none */
+  char opencl_device[64];       /* what its OpenCL device name holds ("H100"); "": any device */
+  double max_alloc;             /* the largest buffer one allocation holds; 0: memory */
 } DrvDevice;
 
 /* The device kind of `target` ("gpu-h100-256" -> gpu-h100) in the table `file`. */
@@ -122,6 +125,7 @@ typedef struct DrvMemReport {
   int64_t params, opt_state, inputs, fixed; /* the fixed region and its parts */
   int64_t grads, saved, temps, comm;        /* live at the peak, by kind */
   int64_t temp_peak, peak, slab, code;      /* slab >= fixed + temp_peak; code: estimate */
+  int64_t largest;                          /* the largest value: one buffer must hold it */
   /* Outside the slab, on the heap of a trainer under MPI: the runtime's collective scratch
    * (rt_coll_scratch_bytes of the largest collective) and the MPI library's own heap
    * (RT_MPI_HEAP_BYTES, where the job has more than one device). peak = slab + both. */

@@ -81,6 +81,11 @@ int drv_device_lookup(FeDiag *d, const char *file, const char *target, DrvDevice
     json_object *v, *fl;
     if (json_object_object_get_ex(o, "doc", &v))
       snprintf(out->doc, sizeof out->doc, "%s", json_object_get_string(v));
+    if (json_object_object_get_ex(o, "backend", &v))
+      snprintf(out->backend, sizeof out->backend, "%s", json_object_get_string(v));
+    if (json_object_object_get_ex(o, "max_alloc", &v)) out->max_alloc = json_object_get_double(v);
+    if (json_object_object_get_ex(o, "opencl_device", &v))
+      snprintf(out->opencl_device, sizeof out->opencl_device, "%s", json_object_get_string(v));
     if (json_object_object_get_ex(o, "memory", &v) && json_object_get_type(v) == json_type_string &&
         !strcmp(json_object_get_string(v), "host")) {
       out->memory = host_memory();
@@ -252,6 +257,8 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
   r->inputs = p.input_bytes;
   r->fixed = p.fixed_bytes;
   r->slab = p.slab_bytes;
+  for (int32_t v = 0; v < n; v++)
+    if (p.bytes[v] > r->largest) r->largest = p.bytes[v];
   /* live temporaries after each value: +bytes at its definition, -bytes after its last read */
   int64_t *delta = ir_xcalloc((size_t)n + 2, sizeof *delta);
   for (int32_t v = 0; v < n; v++) {
@@ -345,7 +352,9 @@ void drv_memreport_free(DrvMemReport *r) {
 }
 
 bool drv_memreport_fits(const DrvMemReport *r, const DrvDevice *dev) {
-  return (double)(r->peak + r->code) <= dev->memory;
+  /* a GPU kind's slab lies in buffers of at most max_alloc, which no tensor may cross */
+  return (double)(r->peak + r->code) <= dev->memory &&
+         (dev->max_alloc <= 0 || (double)r->largest <= dev->max_alloc);
 }
 
 /* ---- what would fit ------------------------------------------------------------------------ */

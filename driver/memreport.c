@@ -84,6 +84,11 @@ void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, F
   if (drv_memreport_fits(r, dev))
     fprintf(out, "verdict: fits, with %s headroom of %s\n", human(dev->memory - total, a, sizeof a),
             human(dev->memory, b, sizeof b));
+  else if (total <= dev->memory)
+    fprintf(out,
+            "verdict: does not fit: a tensor of %s is larger than the device's largest buffer, %s "
+            "(max_alloc in the device table)\n",
+            human((double)r->largest, a, sizeof a), human(dev->max_alloc, b, sizeof b));
   else
     fprintf(out, "verdict: does not fit: over by %s (needs %s of %s)\n",
             human(total - dev->memory, a, sizeof a), human(total, b, sizeof b),

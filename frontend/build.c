@@ -413,8 +413,11 @@ int fe_vocab_param(FeBuild *b, json_object *node, const char *cfg, const char *p
                       (long long)((in->vocab_size + n - 1) / n * n));
     }
   }
-  return fe_param(b, node, cfg, prm, "weight", 2, shape, "normal", fe_get_float(node, "init_std"),
-                  "weight", NULL, 1.0, in);
+  b->lora.not_linear = "the vocabulary table of an embedding or an output head";
+  int rc = fe_param(b, node, cfg, prm, "weight", 2, shape, "normal", fe_get_float(node, "init_std"),
+                    "weight", NULL, 1.0, in);
+  b->lora.not_linear = NULL;
+  return rc;
 }
 
 /* ---- the training step's tensors ---------------------------------------- */

@@ -268,6 +268,9 @@ typedef struct FeLora {
   double scale;   /* alpha / rank */
   int matched;    /* weights adapted */
   bool declaring; /* fe_param is declaring an adapter */
+  /* what the module declaring a 2-D weight that no linear reads calls it ("an embedding
+   * table"): a match is refused when the parameters are declared, not at composing */
+  const char *not_linear;
 } FeLora;
 
 typedef struct FeBuild {

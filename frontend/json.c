@@ -14,10 +14,12 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "frontend/frontend.h"
 
@@ -89,8 +91,11 @@ static void note_file(FeDiag *d, const char *file) {
 
 json_object *fe_json_load(FeDiag *d, const char *file) {
   note_file(d, file);
-  FILE *f = fopen(file, "rb");
+  /* O_NONBLOCK: a FIFO opens at once (no writer is waited for), and fstat refuses it below */
+  int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
   if (!f) {
+    if (fd >= 0) close(fd);
     fe_error(d, file, NULL, "cannot open: %s", strerror(errno));
     return NULL;
   }
@@ -322,7 +327,17 @@ void fe_json_brief(json_object *o, char *buf, size_t n) {
   case json_type_boolean:
     snprintf(buf, n, "%s", json_object_get_boolean(o) ? "true" : "false");
     break;
-  case json_type_int: snprintf(buf, n, "%lld", (long long)json_object_get_int64(o)); break;
+  case json_type_int: {
+    /* json-c reads an integer past 64 bits as the nearest bound: quoting that bound would put
+     * a number in the user's mouth that they never wrote */
+    int64_t v = json_object_get_int64(o);
+    if (v == INT64_MAX || v == INT64_MIN)
+      snprintf(buf, n, "%s (or a number past it: integers are read in 64 bits)",
+               v == INT64_MAX ? "9223372036854775807" : "-9223372036854775808");
+    else
+      snprintf(buf, n, "%lld", (long long)v);
+    break;
+  }
   case json_type_double: snprintf(buf, n, "%.17g", json_object_get_double(o)); break;
   case json_type_string: snprintf(buf, n, "\"%.60s\"", json_object_get_string(o)); break;
   case json_type_object: snprintf(buf, n, "an object"); break;

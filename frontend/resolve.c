@@ -360,6 +360,31 @@ static int apply_cli(FeDiag *d, Loaded *l, const FeOptions *opt) {
   return 0;
 }
 
+/* "gpu-h100-abc": a kind of the device table, then a last part that is no count. Read as a
+ * kind name alone it would be one device of an unknown kind, which a catch-all rule accepts;
+ * the count is checked here, before any rule is matched, whatever the rules are. */
+static int check_kind_count(FeDiag *d, const Loaded *l, const char *file, const char *target) {
+  const char *last = target ? strrchr(target, '-') : NULL;
+  if (!last || count_part(last + 1)) return 0;
+  char *kinds = known_kinds(d, l, file);
+  int rc = 0;
+  size_t len = (size_t)(last - target);
+  for (const char *k = kinds; k && *k;) {
+    size_t n = strcspn(k, ",");
+    if (n == len && !strncmp(k, target, len)) {
+      rc = fe_error(d, NULL, NULL,
+                    "--target %s: bad device count \"%s\" (expected %.*s-N with N a whole number "
+                    ">= 1, or %.*s-AxB... with each factor a whole number >= 1)",
+                    target, last + 1, (int)len, target, (int)len, target);
+      break;
+    }
+    k += n;
+    k += strspn(k, ", ");
+  }
+  free(kinds);
+  return rc;
+}
+
 json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const char **rule) {
   static const FeOptions none = {0};
   if (!opt) opt = &none;
@@ -371,8 +396,9 @@ json_object *fe_resolve(FeDiag *d, const char *file, const FeOptions *opt, const
   if (fe_target_devices(d, opt->target, &devices)) return NULL;
   if (file && file[0] != '/' && !strchr(file, '/'))
     file = fe_find_file(d, NULL, NULL, NULL, file, &opt->search, false);
-  if (file && load(d, file, stack, 0, &l) == 0 && apply_rules(d, &l, opt->target, &matched) == 0 &&
-      apply_cli(d, &l, opt) == 0 && check_unmatched(d, &l, file, opt->target, matched) == 0)
+  if (file && load(d, file, stack, 0, &l) == 0 && check_kind_count(d, &l, file, opt->target) == 0 &&
+      apply_rules(d, &l, opt->target, &matched) == 0 && apply_cli(d, &l, opt) == 0 &&
+      check_unmatched(d, &l, file, opt->target, matched) == 0)
     canon = fe_canonicalize(d, l.tree, "", "trainer");
   if (canon) fe_precision_settle(d, canon, opt->bf16_dot, opt->bf16_why);
   if (canon) {

@@ -40,23 +40,42 @@ typedef struct {
 typedef struct {
   Gap *gaps;
   int32_t n, cap;
-  int64_t top; /* end of the slab so far */
+  int64_t top;   /* end of the slab so far */
+  int64_t split; /* no value crosses a multiple of this (a device's buffer cap); 0: none */
 } Heap;
+
+/* Where a value of len bytes may start at or after off: off, or the next multiple of
+ * h->split when it would cross one there (a value larger than split starts anywhere). */
+static int64_t fit_at(const Heap *h, int64_t off, int64_t len) {
+  int64_t b = h->split;
+  if (b <= 0 || len > b || off / b == (off + len - 1) / b) return off;
+  return (off / b + 1) * b;
+}
+
+static void heap_free(Heap *h, int64_t off, int64_t len);
 
 static int64_t heap_alloc(Heap *h, int64_t len) {
   for (int32_t i = 0; i < h->n; i++) {
-    if (h->gaps[i].len < len) continue;
-    int64_t off = h->gaps[i].off;
-    h->gaps[i].off += len;
-    h->gaps[i].len -= len;
-    if (h->gaps[i].len == 0) {
-      memmove(&h->gaps[i], &h->gaps[i + 1], (size_t)(h->n - i - 1) * sizeof *h->gaps);
-      h->n--;
+    int64_t off = fit_at(h, h->gaps[i].off, len);
+    Gap g = h->gaps[i];
+    if (off + len > g.off + g.len) continue;
+    if (off == g.off) {
+      h->gaps[i].off += len;
+      h->gaps[i].len -= len;
+      if (h->gaps[i].len == 0) {
+        memmove(&h->gaps[i], &h->gaps[i + 1], (size_t)(h->n - i - 1) * sizeof *h->gaps);
+        h->n--;
+      }
+    } else { /* from the middle of the gap: what is before it stays a gap */
+      h->gaps[i].len = off - g.off;
+      if (g.off + g.len > off + len) heap_free(h, off + len, g.off + g.len - (off + len));
     }
     return off;
   }
-  int64_t off = h->top;
-  h->top += len;
+  int64_t off = fit_at(h, h->top, len);
+  int64_t skipped = h->top;
+  h->top = off + len;
+  if (off > skipped) heap_free(h, skipped, off - skipped); /* below the top: stays a gap */
   return off;
 }
 
@@ -173,15 +192,16 @@ static int64_t shared_param(const Under *u, const IrValue *val) {
 
 /* Parameters and inputs at the start of the slab (or of what `under` leaves), in graph order;
  * a parameter `under` has stays where it has it. */
-static int64_t place_fixed(const IrGraph *g, const Under *u, MemPlan *p) {
+static int64_t place_fixed(const IrGraph *g, const Under *u, MemPlan *p, int64_t split) {
   int64_t top = u ? align_up(u->bytes) : 0;
+  Heap h = {.split = split};
   for (int32_t v = 0; v < g->nvalues; v++) {
     const IrValue *val = &g->values[v];
     if (!is_fixed(val)) continue;
     int64_t at = shared_param(u, val);
     if (at < 0) {
-      at = top;
-      top += align_up(p->bytes[v]);
+      at = fit_at(&h, top, align_up(p->bytes[v])); /* the bytes skipped stay unused */
+      top = at + align_up(p->bytes[v]);
     }
     p->offset[v] = at;
     if (val->op == IR_INPUT)
@@ -196,7 +216,7 @@ static int64_t place_fixed(const IrGraph *g, const Under *u, MemPlan *p) {
 
 int pass_memplan(IrGraph *g, MemPlan *p) { return pass_memplan_fused(g, NULL, p); }
 
-static int plan(IrGraph *g, const bool *mat, const Under *u, MemPlan *p) {
+static int plan(IrGraph *g, const bool *mat, const Under *u, int64_t split, MemPlan *p) {
   memset(p, 0, sizeof *p);
   int32_t n = g->nvalues;
   p->nvalues = n;
@@ -210,8 +230,8 @@ static int plan(IrGraph *g, const bool *mat, const Under *u, MemPlan *p) {
     p->bytes[v] = !mat || mat[v] || is_fixed(&g->values[v]) ? value_bytes(&g->values[v]) : 0;
   last_uses(g, mat, last);
   int rc = in_place_targets(g, target);
-  Heap h = {0};
-  h.top = place_fixed(g, u, p);
+  Heap h = {.split = split > 0 ? split / ALIGN * ALIGN : 0};
+  h.top = place_fixed(g, u, p, h.split);
   int64_t base = h.top, live = 0;
   p->fixed_bytes = base;
   for (int32_t v = 0; v < n && rc == IR_OK; v++) {
@@ -254,12 +274,16 @@ static int plan(IrGraph *g, const bool *mat, const Under *u, MemPlan *p) {
   return rc;
 }
 
-int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) { return plan(g, mat, NULL, p); }
+int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) { return plan(g, mat, NULL, 0, p); }
+
+int pass_memplan_split(IrGraph *g, const bool *mat, int64_t split, MemPlan *p) {
+  return plan(g, mat, NULL, split, p);
+}
 
 int pass_memplan_over(IrGraph *g, const bool *mat, const IrGraph *under, const MemPlan *under_plan,
                       int64_t under_bytes, MemPlan *p) {
   Under u = {under, under_plan, under_bytes};
-  return plan(g, mat, &u, p);
+  return plan(g, mat, &u, 0, p);
 }
 
 void pass_memplan_free(MemPlan *p) {

@@ -184,6 +184,10 @@ int pass_memplan(IrGraph *g, MemPlan *plan);
 /* The same when the backend fuses: values with materialized[v] false are computed inside their
  * consumer's loop, get no buffer (bytes 0), and keep their operands live until the consumer. */
 int pass_memplan_fused(IrGraph *g, const bool *materialized, MemPlan *plan);
+/* pass_memplan_fused for a slab held in buffers of at most `split` bytes (a device's largest
+ * allocation): no value of at most split bytes crosses a multiple of split, so the slab can be
+ * cut there (runtime/opencl.c). 0: pass_memplan_fused. */
+int pass_memplan_split(IrGraph *g, const bool *materialized, int64_t split, MemPlan *plan);
 /* Plans g to share one slab with another graph `under` planned as under_plan, the two run one
  * at a time (the sampling forward and the decode step): each parameter of g that `under` has
  * (same name, dtype and shape) keeps under's offset, and g's other values lie past the first

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>  /* FILE, of rt_file_open */
 #include <string.h> /* memcpy in the bf16 conversions */
 
 #if defined(__GNUC__)
@@ -61,6 +62,7 @@ int rt_env_check(RtError *err);
 /* ===== tok.c: tokenizers, text to token ids and back ================================== */
 
 typedef struct RtTok RtTok; /* an open tokenizer */
+#define RT_TOK_MAX_ID ((1 << 24) - 1)
 
 /* Opens a tokenizer file, telling the format by its content: a SentencePiece model (a protobuf
  * ModelProto, `.model`; needs libaxrt built with libsentencepiece) or a Hugging Face
@@ -108,6 +110,8 @@ void rt_data_close(RtData *d);
  * batch of world*B windows. Every rank keeps the same global position. */
 int rt_data_set_rank(RtData *d, int rank, int world, RtError *err);
 RtDataFormat rt_data_format(const RtData *d);
+/* 1 when the file was a token file (already tokenized), 0 for text, tokenized here or not. */
+int rt_data_is_token_file(const RtData *d);
 int64_t rt_data_num_tokens(const RtData *d);
 /* Fills this rank's slice of the next global batch. Window b starts at token
  * pos + (rank*B + b)*T and holds T+1 tokens: inputs are its first T, targets its last T.
@@ -115,6 +119,10 @@ int64_t rt_data_num_tokens(const RtData *d);
  * over at token 0 instead. Fails if the file holds fewer than world*B*T+1 tokens. */
 int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs /* (B, T) */, int32_t *targets /* (B, T) */,
                        RtError *err);
+/* Moves the position on by `batches` global batches of world*B*T tokens, as that many calls of
+ * rt_data_next_batch would (wrapping over the end as they do; *wrapped says it did), in
+ * constant time. Refuses more batches than one pass over the data holds, naming that count. */
+int rt_data_skip(RtData *d, int B, int T, int64_t batches, int *wrapped, RtError *err);
 /* The global position (token index of the next batch), for checkpoints. */
 int64_t rt_data_position(const RtData *d);
 int rt_data_seek(RtData *d, int64_t position, RtError *err);
@@ -222,6 +230,14 @@ int rt_st_check_finite(const RtSt *st, const char *name, RtError *err);
  * Used as weights (--init, axlc convert), it is its "new:P" tensors named P: this keeps only
  * those, renamed, and returns how many; 0 (the file untouched) when `st` is not such a dump. */
 int rt_st_dump_as_weights(RtSt *st);
+/* A LoRA run's record of its base (checkpoint metadata axlc.base, "init FILE fnv1a64:<16 hex>"):
+ * FNV-1a 64 over the stored bytes of the frozen tensors, in the parameter table's order. Start
+ * from RT_FNV1A64_BASIS and fold in each tensor (absent: nothing) with rt_st_hash_tensor. */
+#define RT_FNV1A64_BASIS 0xcbf29ce484222325ull
+uint64_t rt_st_hash_tensor(const RtSt *st, const char *name, uint64_t h);
+/* Splits such a record: 1 with file (its path, truncated to cap) and *hash ("fnv1a64:..."),
+ * 0 when rec is not an "init" record (empty, "seed", or another text). */
+int rt_base_record_parse(const char *rec, char *file, size_t cap, const char **hash);
 
 /* ===== comm.c: collectives over the device mesh (MPI) =================================== */
 
@@ -321,6 +337,18 @@ int rt_file_same(const char *a, const char *b);
  * NULL paths are skipped; an output that does not exist yet is none of the inputs. */
 int rt_file_check_outputs(const RtPathArg *out, int nout, const RtPathArg *in, int nin, RtError *err);
 
+/* Files a user names (an option's value, a command's argument) are opened here, for reading
+ * (mode "r" or "rb") or writing ("w", "wb", or "a" to append). Anything but a regular file is
+ * refused at once, never waited on: a FIFO, device, socket or directory gives "PATH: not a
+ * regular file (a FIFO)". A write also refuses a symbolic link ("PATH: is a symbolic link;
+ * ..."), which it would write through into the link's target; a missing file is created.
+ * NULL with err set. */
+FILE *rt_file_open(const char *path, const char *mode, RtError *err);
+/* rt_file_open's checks without opening, for a file another program writes (the linker's -o)
+ * or a library opens by name: -1 with err set as rt_file_open would, else 0 (a missing file
+ * too, which the opener reports). */
+int rt_file_check_user(const char *path, int write, RtError *err);
+
 typedef struct RtComm RtComm;
 
 /* Whether libaxrt was built with MPI. */
@@ -412,9 +440,11 @@ typedef struct RtCkptLock RtCkptLock;
 
 /* Makes DIR (and its parents) ready for one writer before any work is done: takes an
  * exclusive lock on DIR/.lock, held until rt_ckpt_unlock (a second trainer on DIR is refused,
- * with the holder's pid), and checks that files can be created in DIR and that a checkpoint
- * of need_bytes fits the free space and the file-size limit. */
-int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, RtError *err);
+ * with the holder's pid), and checks that files can be created in DIR, that a checkpoint of
+ * need_bytes fits the file-size limit, and that the free space takes the checkpoints that
+ * coexist under keep_last (a save writes the new one before it prunes: keep_last + 1 at once,
+ * those already in DIR counted; 0 keeps all: two), at most `saves` of them. */
+int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, int keep_last, int64_t saves, RtError *err);
 void rt_ckpt_unlock(RtCkptLock *lk);
 
 /* Saves `state` as DIR/step_<step>/, then deletes all but the newest keep_last complete
@@ -604,7 +634,8 @@ typedef struct RtOclLaunch {
     int32_t dims; /* 1..3 */
     int64_t global[3], local[3];
     int32_t nargs;
-    const int64_t *args; /* (nargs) */
+    const int64_t *args;      /* (nargs) byte offsets in the slab: kernel arguments 2a + 1 ... */
+    const int64_t *arg_bytes; /* (nargs) ... of tensors this long; argument 2a is their buffer */
 } RtOclLaunch;
 
 /* ===== train.c: the compiled step and the training loop ================================= */
@@ -717,6 +748,11 @@ typedef struct RtOclProgram {
     const char *build_options; /* for clBuildProgram; may be NULL */
     int32_t nlaunches;
     const RtOclLaunch *launches;
+    /* The device kind it was compiled for (--target gpu-h100-1: "gpu-h100", "NVIDIA H100 SXM5
+     * 80GB", "H100"): without --device the trainer takes the first GPU whose name holds
+     * device_match, and refuses, listing the devices, when there is none. NULL or "": the first
+     * device of all. */
+    const char *device_kind, *device_doc, *device_match;
 } RtOclProgram;
 
 /* The OpenCL trainer's main (opencl.c): rt_train_main's options plus --device N|P:D and
@@ -733,6 +769,14 @@ int rt_ocl_check_args(int argc, char **argv, RtError *err);
 #define RT_EXIT_NONFINITE 3 /* the loss, gradient norm or weights went non-finite (nothing saved) */
 #define RT_EXIT_SDC       4 /* --sdc-check-every: a step's replay differed (the rank is named) */
 int rt_train_main(const RtProgram *p, int argc, char **argv);
+/* rt_train_main for a step whose state lives elsewhere between steps (an OpenCL trainer's device
+ * buffers): sync(slab, RT_SYNC_TO_HOST) makes the host slab current before the runtime reads it
+ * whole (checkpoints, eval and replay copies, --skip-outliers' backup), sync(slab,
+ * RT_SYNC_FROM_HOST) says the runtime wrote it whole, which the next step on it must take (the
+ * state at the start is the first step's to take anyway). sync NULL: rt_train_main. */
+#define RT_SYNC_TO_HOST   0
+#define RT_SYNC_FROM_HOST 1
+int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv);
 /* Parses and checks the options as rt_train_main does (argv[0] is the program's name), with the
  * same messages, without a program and without touching any file: `axlc run` calls it before
  * compiling. 0 if rt_train_main would accept them, else -1 with the message in err. */

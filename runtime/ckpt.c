@@ -659,17 +659,38 @@ static int write_pid(int fd, const char *lock, RtError *err) {
     return 0;
 }
 
-/* The file system must take one checkpoint: free space, and the process's file-size limit
- * (which would otherwise end the trainer mid-save with SIGXFSZ, or fail it with EFBIG). */
-static int check_room(const char *dir, int64_t need, RtError *err) {
+/* The file system must take the checkpoints this run adds before it prunes any: a save writes
+ * the new checkpoint before it removes the oldest one past keep_last, so with keep_last K the
+ * directory holds K + 1 at once (the ones already in it count; keep_last 0 keeps all: the next
+ * two). At most `saves` are written. The process's file-size limit must take one (it would
+ * otherwise end the trainer mid-save with SIGXFSZ, or fail it with EFBIG). */
+static int check_room(const char *dir, int64_t need, int keep_last, int64_t saves, RtError *err) {
     struct statvfs vfs;
     struct rlimit lim;
+    StepList l;
     if (statvfs(dir, &vfs) != 0)
         return rt_error_set(err, "%s: cannot read the free space: %s", dir, strerror(errno));
+    if (list_steps(dir, 1, &l, err) != 0)
+        return -1;
+    free(l.steps);
+    int64_t copies = keep_last > 0 ? (int64_t)keep_last + 1 - l.n : 2;
+    if (copies > saves)
+        copies = saves;
+    if (copies < 1)
+        copies = 1;
     double avail = (double)vfs.f_bavail * (double)vfs.f_frsize, mib = 1024.0 * 1024.0;
-    if (avail < (double)need)
-        return rt_error_set(err, "%s: %.1f MiB free, one checkpoint needs %.1f MiB", dir, avail / mib,
-                            (double)need / mib);
+    if (avail < (double)need * (double)copies) {
+        if (copies == 1)
+            return rt_error_set(err, "%s: %.1f MiB free, one checkpoint needs %.1f MiB", dir, avail / mib,
+                                (double)need / mib);
+        return rt_error_set(err,
+                            "%s: %.1f MiB free, %lld checkpoints of %.1f MiB need %.1f MiB: a save writes the "
+                            "new checkpoint before it prunes the oldest (--keep %d, %d in the directory); "
+                            "free space%s",
+                            dir, avail / mib, (long long)copies, (double)need / mib,
+                            (double)need * (double)copies / mib, keep_last, l.n,
+                            keep_last > 1 ? " or lower --keep" : "");
+    }
     if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && (double)lim.rlim_cur < (double)need)
         return rt_error_set(err,
                             "%s: the file-size limit (ulimit -f) is %.1f MiB, one checkpoint file needs "
@@ -694,7 +715,7 @@ static int check_writable(const char *dir, RtError *err) {
     return ok ? 0 : rt_error_set(err, "%s: cannot write files in it: %s", dir, strerror(e));
 }
 
-int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, RtError *err) {
+int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, int keep_last, int64_t saves, RtError *err) {
     *out = NULL;
     char lock[PATH_CAP];
     if (make_dirs(dir, err) != 0 || join_path(lock, dir, LOCK_FILE, err) != 0)
@@ -710,7 +731,7 @@ int rt_ckpt_lock(RtCkptLock **out, const char *dir, int64_t need_bytes, RtError 
     }
     RtCkptLock *lk = malloc(sizeof *lk);
     if (!lk || write_pid(fd, lock, err) != 0 || check_writable(dir, err) != 0 ||
-        check_room(dir, need_bytes, err) != 0) {
+        check_room(dir, need_bytes, keep_last, saves, err) != 0) {
         if (!lk)
             rt_error_set(err, "%s: out of memory", lock);
         free(lk);

@@ -208,6 +208,9 @@ int rt_data_set_rank(RtData *d, int rank, int world, RtError *err) {
 RtDataFormat rt_data_format(const RtData *d) {
     return d->format;
 }
+int rt_data_is_token_file(const RtData *d) {
+    return d->format != RT_DATA_BYTES && !d->owned;
+}
 int64_t rt_data_num_tokens(const RtData *d) {
     return d->n;
 }
@@ -245,6 +248,38 @@ int rt_data_next_batch(RtData *d, int B, int T, int32_t *inputs, int32_t *target
     for (int b = 0; b < B; b++)
         fill_window(d, first + (int64_t)b * T, T, inputs + (int64_t)b * T, targets + (int64_t)b * T);
     d->position += step;
+    return 0;
+}
+
+int rt_data_skip(RtData *d, int B, int T, int64_t batches, int *wrapped, RtError *err) {
+    *wrapped = 0;
+    if (B < 1 || T < 1)
+        return rt_error_set(err, "%s: batch %d x %d, expected positive sizes", d->path, B, T);
+    int64_t step = (int64_t)d->world * B * T;
+    if (step + 1 > d->n)
+        return rt_error_set(err,
+                            "%s: %lld tokens, too few for one global batch of %d x %d x %d+1 "
+                            "(ranks x batch x sequence+1) tokens",
+                            d->path, (long long)d->n, d->world, B, T);
+    int64_t held = (d->n - 1) / step; /* global batches in one pass over the data */
+    if (batches < 0 || batches > held)
+        return rt_error_set(err,
+                            "%lld batches is more than %s holds: %lld global batches of %d x %d x %d "
+                            "(ranks x batch x sequence) in its %lld tokens; expected 0..%lld",
+                            (long long)batches, d->path, (long long)held, d->world, B, T, (long long)d->n,
+                            (long long)held);
+    /* as `batches` calls of rt_data_next_batch would move it, in O(1): a batch that would run
+     * past the end starts over at token 0 */
+    if (batches == 0)
+        return 0;
+    int64_t pos = d->position + step + 1 > d->n ? 0 : d->position;
+    int64_t left = (d->n - 1 - pos) / step; /* batches from pos before the end */
+    if (batches <= left) {
+        d->position = pos + batches * step;
+    } else {
+        *wrapped = 1;
+        d->position = (batches - left) * step;
+    }
     return 0;
 }
 

@@ -108,6 +108,10 @@ int rt_env_check(RtError *err) {
     const char *sb = getenv("AXLC_SBGEMM");
     if (sb && *sb && strcmp(sb, "widen") != 0 && strcmp(sb, "dot") != 0 && strcmp(sb, "ref") != 0)
         return rt_error_set(err, "AXLC_SBGEMM=%s: expected widen, dot or ref (unset: widen)", sb);
+    const char *progress = getenv("AXLC_PROGRESS");
+    if (progress && *progress && strcmp(progress, "terminal") != 0 && strcmp(progress, "plain") != 0)
+        return rt_error_set(err, "AXLC_PROGRESS=%s: expected terminal or plain (unset: whether stdout is a terminal)",
+                            progress);
     if (rt_env_hugepages(&huge, err) != 0 || rt_env_seconds("AXLC_TEST_SAVE_PAUSE", 0, &pause, err) != 0)
         return -1;
     return rt_env_comm(&timeout, &spin, &nap, err);

@@ -8,13 +8,14 @@
  * CPU trainer's loop (rt_train_main) with a step that enqueues the launches. So options,
  * metrics, checkpoints and signals are the CPU trainer's, by construction.
  *
- * Memory: the slab keeps its host layout. Each host slab (the training slab, and the eval
- * slab with --eval-data) gets one buffer created with CL_MEM_USE_HOST_PTR over it. The step
- * unmaps the slab (the device sees what the runtime wrote: batch, step number, and at the
- * start the parameters), runs every kernel in order on one in-order queue, and maps it back
- * (blocking), so the runtime reads loss, parameters and moments where it always does. On a
- * CPU device (PoCL) and on integrated GPUs map and unmap move no bytes; a discrete GPU copies
- * the slab both ways every step (docs/backends.md says what would avoid that).
+ * Memory: the state lives on the device. Each host slab (the training slab, and the eval slab
+ * with --eval-data) gets a device buffer of the same layout. A step sends the batch and the step
+ * number (the whole slab when the runtime wrote it whole: the start, --init, --resume, an eval
+ * copy), runs every kernel in order on one in-order queue, and reads back the loss, gradient
+ * norm, learning rate and auxiliary loss: about 4 KiB for tiny-lm. The runtime asks for the
+ * rest through rt_train_main_sync's hook (ocl_sync): the whole slab is read back before a
+ * checkpoint, an eval or replay copy and --skip-outliers' backup. AXLC_OPENCL_PROFILE prints
+ * the bytes each way.
  *
  * RtProgram.step has no context argument, so the device session of the process is one
  * file-scope pointer, set by rt_ocl_main for the duration of rt_train_main. A failed OpenCL
@@ -45,10 +46,20 @@ typedef struct DevInfo {
 } DevInfo;
 
 typedef struct SlabBuf {
-    char *host; /* the runtime's slab */
-    cl_mem mem; /* CL_MEM_USE_HOST_PTR over it */
-    int mapped; /* mapped for the host (true between steps) */
+    char *host;  /* the runtime's slab */
+    cl_mem *mem; /* (nbufs) the device's copy, split at Session.cut: the state, between steps too */
+    int whole;   /* the host wrote the slab whole (the start, an eval copy): the next step sends it all */
+    int stale;   /* the device is ahead of the host: a step ran since the last read-back */
 } SlabBuf;
+
+/* Bytes between host and device (AXLC_OPENCL_PROFILE reports them). */
+typedef struct Traffic {
+    int64_t steps;             /* steps run */
+    int64_t to_dev, to_host;   /* by the steps, whole-slab sends left out */
+    int64_t step_max;          /* the most one step moved, both ways */
+    int64_t sends, send_bytes; /* whole-slab sends: the state at the start, eval copies */
+    int64_t reads, read_bytes; /* whole-slab read-backs: checkpoints, eval, replays */
+} Traffic;
 
 typedef struct Session {
     const RtOclProgram *p;
@@ -57,9 +68,16 @@ typedef struct Session {
     cl_program prog;
     cl_kernel *kernels; /* (p->nlaunches) */
     SlabBuf slabs[MAX_SLABS];
-    int failed;      /* an OpenCL call in a step failed (reported once) */
-    double *prof_ns; /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
+    int nbufs;            /* the buffers each slab is split into: no buffer exceeds the device's cap */
+    int64_t *cut;         /* (nbufs + 1) their bounds in the slab: 0, ..., slab_bytes */
+    int64_t max_alloc;    /* the cap: CL_DEVICE_MAX_MEM_ALLOC_SIZE (or AXLC_OPENCL_MAX_ALLOC) */
+    int32_t *arg_buf;     /* (all launches' args) the buffer each argument's tensor lies in */
+    int32_t *arg_first;   /* (nlaunches) the first of a launch's entries in arg_buf */
+    const SlabBuf *bound; /* the slab whose buffers the kernels' arguments name now */
+    int failed;           /* an OpenCL call in a step failed (reported once) */
+    double *prof_ns;      /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
     int64_t prof_steps;
+    Traffic traffic;
     const char *name; /* program name for messages */
 } Session;
 
@@ -235,6 +253,14 @@ static const DevInfo *pick_device(const DevInfo *d, int n, const char *spec, RtE
     return NULL;
 }
 
+/* The first GPU whose name holds match (the device kind's "opencl_device"), or NULL. */
+static const DevInfo *first_match(const DevInfo *d, int n, const char *match) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(d[i].type, "GPU") && strstr(d[i].name, match))
+            return &d[i];
+    return NULL;
+}
+
 /* ---- building, with the per-device binary cache ---- */
 
 static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
@@ -372,6 +398,128 @@ static int build_program(Session *S, const DevInfo *d, RtError *err) {
     return 0;
 }
 
+/* A span of the slab that one buffer must hold whole: a tensor, or the scalars the runtime reads. */
+typedef struct Extent {
+    int64_t lo, hi;
+} Extent;
+
+static int extent_cmp(const void *a, const void *b) {
+    const Extent *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static int add_cut(Session *S, int64_t at, RtError *err) {
+    int64_t *c = realloc(S->cut, ((size_t)S->nbufs + 2) * sizeof *c);
+    if (!c)
+        return rt_error_set(err, "out of memory");
+    S->cut = c;
+    S->cut[++S->nbufs] = at;
+    return 0;
+}
+
+/* The buffer of the slab that holds byte `at` (the last for the end). */
+static int32_t buf_of(const Session *S, int64_t at) {
+    int32_t lo = 0, hi = S->nbufs - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (S->cut[mid] <= at)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Splits the slab into as few buffers of at most max_alloc bytes as the tensors allow: a cut
+ * never falls inside a tensor any kernel reads or writes (the memory plan reuses bytes, so
+ * tensors that overlap are one span), nor inside a parameter, its moments, the batch or the
+ * scalars the runtime reads. A span larger than the cap alone is an error that names it. */
+static int plan_split(Session *S, const DevInfo *d, RtError *err) {
+    const RtProgram *p = &S->p->base;
+    cl_ulong cap = 0;
+    clGetDeviceInfo(d->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof cap, &cap, NULL);
+    const char *env = getenv("AXLC_OPENCL_MAX_ALLOC"); /* a smaller cap, to test the split */
+    if (env && *env && strtoll(env, NULL, 10) > 0 && (cap == 0 || (cl_ulong)strtoll(env, NULL, 10) < cap))
+        cap = (cl_ulong)strtoll(env, NULL, 10);
+    if (cap == 0)
+        cap = (cl_ulong)p->slab_bytes;
+    S->max_alloc = (int64_t)cap;
+    int64_t n = 0, batch = p->batch * p->seq * (int64_t)sizeof(int32_t);
+    for (int32_t i = 0; i < S->p->nlaunches; i++)
+        n += S->p->launches[i].nargs;
+    Extent *x = calloc((size_t)n + 3 * (size_t)p->nparams + 8, sizeof *x);
+    S->arg_buf = calloc((size_t)n + 1, sizeof *S->arg_buf);
+    S->arg_first = calloc((size_t)S->p->nlaunches + 1, sizeof *S->arg_first);
+    S->cut = malloc(2 * sizeof *S->cut);
+    if (!x || !S->arg_buf || !S->arg_first || !S->cut)
+        return free(x), rt_error_set(err, "out of memory");
+    int64_t m = 0;
+    for (int32_t i = 0; i < S->p->nlaunches; i++)
+        for (int32_t a = 0; a < S->p->launches[i].nargs; a++) {
+            const RtOclLaunch *L = &S->p->launches[i];
+            int64_t bytes = L->arg_bytes ? L->arg_bytes[a] : p->slab_bytes - L->args[a];
+            x[m++] = (Extent){L->args[a], L->args[a] + bytes};
+        }
+    for (int32_t i = 0; i < p->nparams; i++) {
+        const RtParamSlot *s = &p->params[i];
+        int64_t bytes = 4;
+        for (int r = 0; r < s->rank; r++)
+            bytes *= s->shape[r];
+        const int64_t at[3] = {s->offset, s->m_offset, s->v_offset};
+        for (int k = 0; k < 3; k++)
+            if (at[k] >= 0)
+                x[m++] = (Extent){at[k], at[k] + bytes};
+    }
+    const int64_t scalars[] = {p->step_offset, p->loss_offset, p->grad_norm_offset, p->lr_offset,
+                               p->has_aux_loss ? p->aux_loss_offset : -1};
+    x[m++] = (Extent){p->ids_offset, p->ids_offset + batch};
+    x[m++] = (Extent){p->targets_offset, p->targets_offset + batch};
+    for (int k = 0; k < 5; k++)
+        if (scalars[k] >= 0)
+            x[m++] = (Extent){scalars[k], scalars[k] + 4};
+    x[m++] = (Extent){p->slab_bytes, p->slab_bytes}; /* the end */
+    qsort(x, (size_t)m, sizeof *x, extent_cmp);
+    S->nbufs = 0;
+    S->cut[0] = 0;
+    int64_t start = 0, step = (int64_t)cap & ~(int64_t)4095;
+    if (step <= 0)
+        step = (int64_t)cap;
+    for (int64_t i = 0; i < m;) {
+        Extent span = x[i++];
+        while (i < m && x[i].lo < span.hi) /* overlapping tensors: one span */
+            span.hi = x[i].hi > span.hi ? x[i].hi : span.hi, i++;
+        if (span.hi - span.lo > (int64_t)cap) {
+            free(x);
+            return rt_error_set(
+                err,
+                "the tensors at bytes %lld..%lld of the slab (%.2f MiB) do not fit one buffer of "
+                "this device, which holds at most %.2f MiB (CL_DEVICE_MAX_MEM_ALLOC_SIZE%s); compile for "
+                "its kind (--target, the device table's max_alloc) to plan the slab in "
+                "pieces that fit",
+                (long long)span.lo, (long long)span.hi, (double)(span.hi - span.lo) / 1048576.0,
+                (double)cap / 1048576.0, env && *env ? ", or AXLC_OPENCL_MAX_ALLOC" : "");
+        }
+        while (span.hi - start > (int64_t)cap) { /* cut before the span, or inside the gap */
+            int64_t c = span.lo - start > step ? start + step : span.lo;
+            if (add_cut(S, c, err) != 0)
+                return free(x), -1;
+            start = c;
+        }
+    }
+    free(x);
+    if (add_cut(S, p->slab_bytes, err) != 0)
+        return -1;
+    for (int32_t i = 0, k = 0; i < S->p->nlaunches; i++) {
+        S->arg_first[i] = k;
+        for (int32_t a = 0; a < S->p->launches[i].nargs; a++)
+            S->arg_buf[k++] = buf_of(S, S->p->launches[i].args[a]);
+    }
+    if (S->nbufs > 1)
+        printf("%s: OpenCL: the %.2f MiB slab in %d buffers (this device's largest is %.2f MiB)\n", S->name,
+               (double)p->slab_bytes / 1048576.0, S->nbufs, (double)cap / 1048576.0);
+    return 0;
+}
+
 static int make_kernels(Session *S, RtError *err) {
     S->kernels = calloc((size_t)S->p->nlaunches + 1, sizeof *S->kernels);
     if (!S->kernels)
@@ -383,10 +531,12 @@ static int make_kernels(Session *S, RtError *err) {
         if (e != CL_SUCCESS)
             return rt_error_set(err, "clCreateKernel(%s): %d (%s)", L->kernel, (int)e, cl_err_name(e));
         for (int32_t a = 0; a < L->nargs; a++) {
-            cl_long off = (cl_long)L->args[a];
-            e = clSetKernelArg(S->kernels[i], (cl_uint)a + 1, sizeof off, &off);
+            /* the offset within the buffer that holds the tensor */
+            cl_long off = (cl_long)(L->args[a] - S->cut[S->arg_buf[S->arg_first[i] + a]]);
+            e = clSetKernelArg(S->kernels[i], (cl_uint)(2 * a + 1), sizeof off, &off);
             if (e != CL_SUCCESS)
-                return rt_error_set(err, "clSetKernelArg(%s, %d): %d (%s)", L->kernel, a + 1, (int)e, cl_err_name(e));
+                return rt_error_set(err, "clSetKernelArg(%s, %d): %d (%s)", L->kernel, 2 * a + 1, (int)e,
+                                    cl_err_name(e));
         }
     }
     return 0;
@@ -404,13 +554,22 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     S->q = clCreateCommandQueue(S->ctx, d->device, S->prof_ns ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
     if (e != CL_SUCCESS)
         return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
-    return build_program(S, d, err) != 0 ? -1 : make_kernels(S, err);
+    return build_program(S, d, err) != 0 || plan_split(S, d, err) != 0 ? -1 : make_kernels(S, err);
 }
 
-/* AXLC_OPENCL_PROFILE: the launches that took the most device time, on stderr. */
+/* AXLC_OPENCL_PROFILE: the bytes between host and device, and the launches that took the most
+ * device time, on stderr. */
 static void profile_report(Session *S) {
     if (!S->prof_ns || S->prof_steps == 0)
         return;
+    const Traffic *T = &S->traffic;
+    fprintf(stderr,
+            "%s: OpenCL traffic: %lld steps, per step %.0f B to the device and %.0f B back (at most %lld B in "
+            "one step); the whole %.2f MiB slab sent %lld times (the start, eval copies) and read back %lld times "
+            "(checkpoints, eval, replays)\n",
+            S->name, (long long)T->steps, T->steps ? (double)T->to_dev / (double)T->steps : 0.0,
+            T->steps ? (double)T->to_host / (double)T->steps : 0.0, (long long)T->step_max,
+            (double)S->p->base.slab_bytes / 1048576.0, (long long)T->sends, (long long)T->reads);
     double total = 0;
     for (int32_t i = 0; i < S->p->nlaunches; i++)
         total += S->prof_ns[i];
@@ -434,9 +593,15 @@ static void session_close(Session *S) {
     free(S->prof_ns);
     /* The slabs are freed by now: buffers are released without unmapping, which would
      * write to the freed host memory on a driver that copies. */
-    for (int i = 0; i < MAX_SLABS; i++)
-        if (S->slabs[i].mem)
-            clReleaseMemObject(S->slabs[i].mem);
+    for (int i = 0; i < MAX_SLABS; i++) {
+        for (int k = 0; S->slabs[i].mem && k < S->nbufs; k++)
+            if (S->slabs[i].mem[k])
+                clReleaseMemObject(S->slabs[i].mem[k]);
+        free(S->slabs[i].mem);
+    }
+    free(S->cut);
+    free(S->arg_buf);
+    free(S->arg_first);
     for (int32_t i = 0; S->kernels && i < S->p->nlaunches; i++)
         if (S->kernels[i])
             clReleaseKernel(S->kernels[i]);
@@ -459,6 +624,7 @@ static int step_fail(Session *S, const char *what, cl_int e) {
     return -1;
 }
 
+/* The device buffer of a host slab, made on first use (to be sent whole by its first step). */
 static SlabBuf *slab_buf(Session *S, char *slab) {
     for (int i = 0; i < MAX_SLABS; i++)
         if (S->slabs[i].mem && S->slabs[i].host == slab)
@@ -466,22 +632,65 @@ static SlabBuf *slab_buf(Session *S, char *slab) {
     for (int i = 0; i < MAX_SLABS; i++) {
         if (S->slabs[i].mem)
             continue;
-        cl_int e;
-        S->slabs[i].mem =
-            clCreateBuffer(S->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, (size_t)S->p->base.slab_bytes, slab, &e);
+        cl_int e = CL_SUCCESS;
+        S->slabs[i].mem = calloc((size_t)S->nbufs, sizeof *S->slabs[i].mem);
+        if (!S->slabs[i].mem) {
+            step_fail(S, "allocating the buffer table", CL_OUT_OF_HOST_MEMORY);
+            return NULL;
+        }
+        for (int k = 0; k < S->nbufs && e == CL_SUCCESS; k++) {
+            size_t bytes = (size_t)(S->cut[k + 1] - S->cut[k]);
+            S->slabs[i].mem[k] = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &e);
+        }
         if (e != CL_SUCCESS) {
-            step_fail(S, "clCreateBuffer over the slab", e);
+            step_fail(S, "clCreateBuffer for the slab", e);
+            for (int k = 0; k < S->nbufs; k++)
+                if (S->slabs[i].mem[k])
+                    clReleaseMemObject(S->slabs[i].mem[k]);
+            free(S->slabs[i].mem);
             S->slabs[i].mem = NULL;
             return NULL;
         }
         S->slabs[i].host = slab;
+        S->slabs[i].whole = 1;
+        S->slabs[i].stale = 0;
         return &S->slabs[i];
     }
     step_fail(S, "a fifth slab", CL_OUT_OF_RESOURCES);
     return NULL;
 }
 
-static int launch(Session *S, cl_mem mem, int32_t i) {
+/* Bytes [off, off + bytes) of the slab between host and device, over the buffers that hold
+ * them: host -> device (write) without waiting (the step's end, a blocking read, waits), or
+ * device -> host, the last piece blocking when wait. */
+static int xfer(Session *S, SlabBuf *b, int64_t off, int64_t bytes, int write, cl_bool wait) {
+    if (off < 0 || bytes <= 0)
+        return 0;
+    for (int32_t k = buf_of(S, off); k < S->nbufs && S->cut[k] < off + bytes; k++) {
+        int64_t lo = off > S->cut[k] ? off : S->cut[k];
+        int64_t hi = off + bytes < S->cut[k + 1] ? off + bytes : S->cut[k + 1];
+        if (hi <= lo)
+            continue;
+        int last = hi == off + bytes;
+        cl_int e = write ? clEnqueueWriteBuffer(S->q, b->mem[k], CL_FALSE, (size_t)(lo - S->cut[k]), (size_t)(hi - lo),
+                                                b->host + lo, 0, NULL, NULL)
+                         : clEnqueueReadBuffer(S->q, b->mem[k], last ? wait : CL_FALSE, (size_t)(lo - S->cut[k]),
+                                               (size_t)(hi - lo), b->host + lo, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            return step_fail(S, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", e);
+    }
+    return 0;
+}
+
+static int send(Session *S, SlabBuf *b, int64_t off, int64_t bytes) {
+    return xfer(S, b, off, bytes, 1, CL_FALSE);
+}
+
+static int fetch(Session *S, SlabBuf *b, int64_t off, int64_t bytes, cl_bool wait) {
+    return xfer(S, b, off, bytes, 0, wait);
+}
+
+static int launch(Session *S, const SlabBuf *b, int32_t i) {
     const RtOclLaunch *L = &S->p->launches[i];
     size_t g[3], l[3];
     int has_local = 0;
@@ -490,7 +699,9 @@ static int launch(Session *S, cl_mem mem, int32_t i) {
         l[d] = (size_t)L->local[d];
         has_local |= L->local[d] > 0;
     }
-    cl_int e = clSetKernelArg(S->kernels[i], 0, sizeof mem, &mem);
+    cl_int e = CL_SUCCESS;
+    for (int32_t a = 0; S->bound != b && a < L->nargs && e == CL_SUCCESS; a++) /* another slab's buffers */
+        e = clSetKernelArg(S->kernels[i], (cl_uint)(2 * a), sizeof(cl_mem), &b->mem[S->arg_buf[S->arg_first[i] + a]]);
     if (e != CL_SUCCESS)
         return step_fail(S, "clSetKernelArg", e);
     cl_event ev = NULL;
@@ -512,29 +723,81 @@ static int launch(Session *S, cl_mem mem, int32_t i) {
     return 0;
 }
 
+/* One step on the device. The state stays there: the step sends the batch and the step number
+ * (the whole slab when the host wrote it whole) and reads back the scalars the runtime reads
+ * after a step: the loss, the gradient norm, the learning rate and the auxiliary loss. */
 static int run_launches(Session *S, char *slab) {
     SlabBuf *b = slab_buf(S, slab);
     if (!b)
         return -1;
-    cl_int e;
-    if (b->mapped) {
-        e = clEnqueueUnmapMemObject(S->q, b->mem, b->host, 0, NULL, NULL);
-        if (e != CL_SUCCESS)
-            return step_fail(S, "clEnqueueUnmapMemObject", e);
-        b->mapped = 0;
+    const RtProgram *p = &S->p->base;
+    Traffic *T = &S->traffic;
+    int64_t batch = p->batch * p->seq * (int64_t)sizeof(int32_t), to_dev = 0, to_host = 0;
+    if (b->whole) {
+        if (send(S, b, 0, p->slab_bytes) != 0)
+            return -1;
+        T->sends++;
+        T->send_bytes += p->slab_bytes;
+        b->whole = 0;
+    } else {
+        if (send(S, b, p->ids_offset, batch) != 0 || send(S, b, p->targets_offset, batch) != 0 ||
+            send(S, b, p->step_offset, 4) != 0)
+            return -1;
+        to_dev = 2 * batch + 4;
     }
     for (int32_t i = 0; i < S->p->nlaunches; i++)
-        if (launch(S, b->mem, i) != 0)
+        if (launch(S, b, i) != 0) {
+            S->bound = NULL;
             return -1;
+        }
+    S->bound = b;
     S->prof_steps++;
-    void *m = clEnqueueMapBuffer(S->q, b->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, (size_t)S->p->base.slab_bytes, 0,
-                                 NULL, NULL, &e);
-    if (e != CL_SUCCESS)
-        return step_fail(S, "clEnqueueMapBuffer", e);
-    b->mapped = 1;
-    if (m != (void *)slab)
-        return step_fail(S, "mapping the slab at its own address", CL_MAP_FAILURE);
+    b->stale = 1;
+    const int64_t scalars[] = {p->grad_norm_offset, p->lr_offset, p->has_aux_loss ? p->aux_loss_offset : -1,
+                               p->loss_offset};
+    for (int k = 0; k < 4; k++) {
+        if (fetch(S, b, scalars[k], 4, k == 3 ? CL_TRUE : CL_FALSE) != 0)
+            return -1;
+        to_host += scalars[k] >= 0 ? 4 : 0;
+    }
+    T->steps++;
+    T->to_dev += to_dev;
+    T->to_host += to_host;
+    if (to_dev + to_host > T->step_max)
+        T->step_max = to_dev + to_host;
     return 0;
+}
+
+/* rt_train_main_sync's hook: the device's state into the host slab before the runtime reads it
+ * whole, or the host's to the device at the next step after the runtime wrote it whole. A
+ * read-back that fails leaves the host with an older state than the step count says: the first
+ * parameter is made NaN there, so no checkpoint is saved from it (a non-finite state never is). */
+static void ocl_sync(char *slab, int dir) {
+    Session *S = active;
+    SlabBuf *b = NULL;
+    for (int i = 0; S && i < MAX_SLABS && !b; i++)
+        if (S->slabs[i].mem && S->slabs[i].host == slab)
+            b = &S->slabs[i];
+    if (!b) /* no step ran on it yet: its first sends it whole */
+        return;
+    if (dir == RT_SYNC_FROM_HOST) {
+        b->whole = 1;
+        b->stale = 0;
+        return;
+    }
+    if (!b->stale)
+        return;
+    if (S->failed || fetch(S, b, 0, S->p->base.slab_bytes, CL_TRUE) != 0) {
+        const RtProgram *p = &S->p->base;
+        float nan = NAN;
+        if (p->nparams > 0)
+            memcpy(slab + p->params[0].offset, &nan, sizeof nan);
+        memcpy(slab + p->loss_offset, &nan, sizeof nan);
+        return;
+    }
+    b->stale = 0;
+    S->traffic.reads++;
+    S->traffic.read_bytes += S->p->base.slab_bytes;
 }
 
 static void ocl_step(char *slab, RtPool *pool, RtComm *comm) {
@@ -574,7 +837,7 @@ static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const c
         RtProgram prog = p->base;
         prog.step = ocl_step;
         active = &S;
-        rc = rt_train_main(&prog, o->argc, o->argv);
+        rc = rt_train_main_sync(&prog, ocl_sync, o->argc, o->argv);
         active = NULL;
     }
     session_close(&S);
@@ -595,7 +858,15 @@ static int with_device(const RtOclProgram *p, OclOpts *o, const char *name) {
         printf("OpenCL devices:\n");
         print_devices(stdout, devs, n);
         rc = 0;
-    } else if (!(d = pick_device(devs, n, o->device, &err))) {
+    } else if (!o->device && p->device_match && *p->device_match && !(d = first_match(devs, n, p->device_match))) {
+        fprintf(stderr,
+                "%s: this trainer was compiled for %s (%s), and no OpenCL GPU here has \"%s\" in its "
+                "name; the OpenCL devices of this host:\n",
+                name, p->device_kind && *p->device_kind ? p->device_kind : "a GPU",
+                p->device_doc && *p->device_doc ? p->device_doc : "the device table's kind", p->device_match);
+        print_devices(stderr, devs, n);
+        fprintf(stderr, "%s: --device N trains on one of them by hand\n", name);
+    } else if (!d && !(d = pick_device(devs, n, o->device, &err))) {
         fprintf(stderr, "%s: %s:\n", name, err.msg);
         print_devices(stderr, devs, n);
     } else {

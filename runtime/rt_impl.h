@@ -162,6 +162,13 @@ typedef struct RtSampleOpts {
  * and nothing else there. */
 int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError *err);
 
+/* The prompt as tokens, malloc'd into *tokens with room for count more (what --sample draws):
+ * its tokenizer's ids (tok), its bytes (vocab 256), or decimal ids separated by spaces or commas.
+ * No prompt (NULL or ""): one token, a newline (byte-level) or tok's <s> or token vocab-1, not
+ * part of the prompt (*nprompt 0, *ntokens 1). On an error *tokens may still need free. */
+int rt_sample_prompt(const RtTok *tok, const char *text, int64_t vocab, int64_t count, int32_t **tokens,
+                     int64_t *ntokens, int64_t *nprompt, RtError *err);
+
 /* The next token from logits (vocab): at temperature 0 the largest (the first of equal ones);
  * else a draw from softmax(logits / temperature), in double, restricted to the allowed tokens:
  * the top_k largest (0: all; ties to the lower id) and of those the fewest largest whose

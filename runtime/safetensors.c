@@ -368,6 +368,23 @@ const void *rt_st_bytes(const RtSt *st, int64_t *size) {
     return st->map.data;
 }
 
+uint64_t rt_st_hash_tensor(const RtSt *st, const char *name, uint64_t h) {
+    const RtTensor *t = rt_st_find(st, name);
+    const unsigned char *b = t ? t->data : NULL;
+    for (int64_t k = 0; b && k < t->nbytes; k++)
+        h = (h ^ b[k]) * 0x100000001b3ull;
+    return h;
+}
+
+int rt_base_record_parse(const char *rec, char *file, size_t cap, const char **hash) {
+    const char *sp = rec ? strrchr(rec, ' ') : NULL;
+    if (!rec || strncmp(rec, "init ", 5) != 0 || !sp || sp <= rec + 5 || strncmp(sp, " fnv1a64:", 9) != 0)
+        return 0;
+    snprintf(file, cap, "%.*s", (int)(sp - rec - 5), rec + 5);
+    *hash = sp + 1;
+    return 1;
+}
+
 /* ===== reading: an interpreter dump as weights ========================================= */
 
 static int dump_name(const char *name) {

@@ -185,12 +185,11 @@ static int load_init(Sampler *s, RtError *err) {
  * the seeded init). */
 static int load_frozen(Sampler *s, const RtCkpt *ck, const char *where, RtError *err) {
     const RtProgram *p = s->p;
-    const char *rec = rt_ckpt_base(ck), *hash = strrchr(rec, ' ');
+    const char *rec = rt_ckpt_base(ck), *hash = NULL;
     char file[4096] = "";
     RtSt *st = NULL;
     RtError why;
-    if (!strncmp(rec, "init ", 5) && hash && hash > rec + 5)
-        snprintf(file, sizeof file, "%.*s", (int)(hash - rec - 5), rec + 5);
+    rt_base_record_parse(rec, file, sizeof file, &hash);
     const char *from = s->o->init ? s->o->init : file;
     if (strcmp(rec, "seed") != 0 && !from[0])
         return rt_error_set(err, "--sample: %s records no base weights for its frozen parameters (pass --init BASE)",
@@ -202,6 +201,19 @@ static int load_frozen(Sampler *s, const RtCkpt *ck, const char *where, RtError 
     if (st)
         rt_st_dump_as_weights(st);
     int rc = 0;
+    /* the weights the adapters were trained on, as resume checks them (train_state.c) */
+    uint64_t h = RT_FNV1A64_BASIS;
+    for (int i = 0; st && hash && i < p->nparams; i++)
+        if (p->params[i].m_offset < 0)
+            h = rt_st_hash_tensor(st, p->params[i].path, h);
+    char got[32];
+    snprintf(got, sizeof got, "fnv1a64:%016llx", (unsigned long long)h);
+    if (st && hash && strcmp(got, hash) != 0)
+        rc = rt_error_set(err,
+                          "--sample: %s %s: these base weights differ from the ones the adapters of %s were "
+                          "trained on (%s, recorded %s from %s); pass the base weights that run started from "
+                          "with --init",
+                          s->o->init ? "--init" : "the recorded base", from, where, got, hash, file);
     for (int i = 0; rc == 0 && i < p->nparams; i++) {
         const RtParamSlot *ps = &p->params[i];
         if (ps->m_offset >= 0 || p->forward->param_offsets[i] < 0)
@@ -274,45 +286,56 @@ static int load_weights(Sampler *s, RtError *err) {
                         dir, stat(dir, &st) != 0 ? " (it does not exist)" : "", dir);
 }
 
-/* The prompt encoded by --tokenizer (s->tokens has room for its bytes' count of ids). */
-static int prompt_encode(Sampler *s, const char *text, RtError *err) {
+/* The prompt encoded by tok. The buffer is sized from the encoder's count, not the text's bytes:
+ * SentencePiece's byte fallback gives several ids for one invalid byte. */
+static int prompt_encode(const RtTok *tok, const char *text, int64_t count, int32_t **tokens, int64_t *n,
+                         RtError *err) {
     int32_t *ids;
-    int64_t n;
     RtError why;
-    if (rt_tok_encode(s->o->tok, text, strlen(text), &ids, &n, &why) != 0)
+    if (rt_tok_encode(tok, text, strlen(text), &ids, n, &why) != 0)
         return rt_error_set(err, "--prompt: %s", why.msg);
-    if (n == 0) {
+    if (*n == 0) {
         free(ids);
         return rt_error_set(err, "--prompt: '%s' encodes to no tokens", text);
     }
-    memcpy(s->tokens, ids, (size_t)n * sizeof *ids);
+    *tokens = malloc(((size_t)*n + (size_t)count + 2) * sizeof **tokens);
+    if (!*tokens) {
+        free(ids);
+        return rt_error_set(err, "--sample: out of memory");
+    }
+    memcpy(*tokens, ids, (size_t)*n * sizeof *ids);
     free(ids);
-    s->ntokens = s->nprompt = n;
     return 0;
 }
 
-/* The prompt as tokens: its bytes, its tokenizer's ids, or decimal ids separated by spaces or commas. No prompt: one
- * newline (byte-level) or token vocab-1 (GPT-2's <|endoftext|>), which is not printed. */
-static int prompt_tokens(Sampler *s, RtError *err) {
-    const char *text = s->o->prompt;
-    int64_t vocab = s->p->vocab, len = text ? (int64_t)strlen(text) : 0;
-    s->tokens = malloc(((size_t)len + (size_t)s->o->count + 2) * sizeof *s->tokens);
-    if (!s->tokens)
+int rt_sample_prompt(const RtTok *tok, const char *text, int64_t vocab, int64_t count, int32_t **tokens,
+                     int64_t *ntokens, int64_t *nprompt, RtError *err) {
+    int64_t len = text ? (int64_t)strlen(text) : 0;
+    int bytes = vocab == 256;
+    *tokens = NULL;
+    *ntokens = *nprompt = 0;
+    if (tok && text && *text) {
+        if (prompt_encode(tok, text, count, tokens, nprompt, err) != 0)
+            return -1;
+        *ntokens = *nprompt;
+        return 0;
+    }
+    int32_t *t = *tokens = malloc(((size_t)len + (size_t)count + 2) * sizeof *t);
+    if (!t)
         return rt_error_set(err, "--sample: out of memory");
-    int32_t bos = s->o->tok ? rt_tok_bos(s->o->tok) : -1;
+    int32_t bos = tok ? rt_tok_bos(tok) : -1;
     if (!text || !*text) {
-        s->tokens[0] = s->bytes ? '\n' : bos >= 0 ? bos : (int32_t)(vocab - 1);
-        s->ntokens = 1;
+        t[0] = bytes ? '\n' : bos >= 0 ? bos : (int32_t)(vocab - 1);
+        *ntokens = 1;
         return 0;
     }
-    if (s->o->tok)
-        return prompt_encode(s, text, err);
-    if (s->bytes) {
+    if (bytes) {
         for (int64_t i = 0; i < len; i++)
-            s->tokens[i] = (unsigned char)text[i];
-        s->ntokens = s->nprompt = len;
+            t[i] = (unsigned char)text[i];
+        *ntokens = *nprompt = len;
         return 0;
     }
+    int64_t n = 0;
     for (const char *at = text; *at;) {
         if (*at == ' ' || *at == ',' || *at == '\t' || *at == '\n') {
             at++;
@@ -326,13 +349,18 @@ static int prompt_tokens(Sampler *s, RtError *err) {
                                 "--prompt: '%.*s' is not a token id of this vocabulary (0..%lld; the vocabulary "
                                 "is not byte-level, so the prompt is token ids separated by spaces)",
                                 (int)strcspn(at, " ,\t\n"), at, (long long)vocab - 1);
-        s->tokens[s->ntokens++] = (int32_t)v;
+        t[n++] = (int32_t)v;
         at = end;
     }
-    if (s->ntokens == 0)
+    if (n == 0)
         return rt_error_set(err, "--prompt: no token ids in '%s'", text);
-    s->nprompt = s->ntokens;
+    *ntokens = *nprompt = n;
     return 0;
+}
+
+static int prompt_tokens(Sampler *s, RtError *err) {
+    return rt_sample_prompt(s->o->tok, s->o->prompt, s->p->vocab, s->o->count, &s->tokens, &s->ntokens, &s->nprompt,
+                            err);
 }
 
 /* A token as the bytes the tokenizer says it stands for. */

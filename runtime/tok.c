@@ -115,14 +115,15 @@ static const char *describe(const RtMapped *m) {
 }
 
 static int open_mapped(RtTok *t, const RtMapped *m, RtError *err) {
-    int64_t i = 0;
+    /* a UTF-8 byte order mark (some Windows editors write one) is skipped before a tokenizer.json */
+    int64_t bom = m->size >= 3 && !memcmp(m->data, "\xef\xbb\xbf", 3) ? 3 : 0, i = bom;
     while (i < m->size && (m->data[i] == ' ' || m->data[i] == '\t' || m->data[i] == '\r' || m->data[i] == '\n'))
         i++;
     if (i == m->size)
         return rt_error_set(err, "%s: empty tokenizer file", t->path);
     if (m->data[i] == '{') {
         RtError why;
-        if (rt_bpe_load(&t->impl, (const char *)m->data, (size_t)m->size, &why) != 0)
+        if (rt_bpe_load(&t->impl, (const char *)m->data + bom, (size_t)(m->size - bom), &why) != 0)
             return rt_error_set(err, "%s: %s", t->path, why.msg);
         t->ops = &rt_bpe_ops;
         return 0;

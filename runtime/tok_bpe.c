@@ -163,11 +163,12 @@ static uint32_t pair_slot(const Bpe *b, int32_t l, int32_t r) {
     return i;
 }
 
+/* The power of two at least 2n (16 at least), or 0 past 2^31: a table that big is refused. */
 static uint32_t pow2_above(uint64_t n) {
-    uint32_t c = 16;
-    while (c < 2 * n)
+    uint64_t c = 16;
+    while (c < 2 * n && c <= UINT32_MAX / 2)
         c *= 2;
-    return c;
+    return c < 2 * n ? 0 : (uint32_t)c;
 }
 
 /* ===== loading ======================================================================== */
@@ -189,7 +190,9 @@ static int load_pretokenizer(Bpe *b, json_object *root, RtError *err) {
     const char *type = str_member(pt, "type"), *pattern = GPT2_PATTERN;
     if (type && !strcmp(type, "Sequence")) {
         json_object *seq = member(pt, "pretokenizers");
-        json_object *split = json_object_array_length(seq) == 2 ? json_object_array_get_idx(seq, 0) : NULL;
+        json_object *split = json_object_is_type(seq, json_type_array) && json_object_array_length(seq) == 2
+                                 ? json_object_array_get_idx(seq, 0)
+                                 : NULL;
         bl = split ? json_object_array_get_idx(seq, 1) : NULL;
         const char *st = str_member(split, "type"), *beh = str_member(split, "behavior");
         pattern = str_member(member(split, "pattern"), "Regex");
@@ -234,24 +237,30 @@ static int check_model(json_object *root, json_object *model, RtError *err) {
     return 0;
 }
 
-/* Sizes the tables: the vocabulary is the largest id of vocab and added_tokens, plus one. */
+/* Sizes the tables: the vocabulary is the largest id of vocab and added_tokens, plus one. Ids
+ * stop at RT_TOK_MAX_ID (2^24 - 1, 64 times the largest tokenizers' 256K): past it the tables
+ * would take gigabytes for a few tokens. */
 static int load_sizes(Bpe *b, json_object *vocab, json_object *added, size_t *nbytes, RtError *err) {
     int64_t max = -1;
     json_object_object_foreach(vocab, key, val) {
         int64_t id = json_object_get_int64(val);
-        if (!json_object_is_type(val, json_type_int) || id < 0 || id >= INT32_MAX)
-            return rt_error_set(err, "/model/vocab/%.100s: id %s, expected an integer 0..%d", key,
-                                json_object_to_json_string(val), INT32_MAX - 1);
+        if (!json_object_is_type(val, json_type_int) || id < 0 || id > RT_TOK_MAX_ID)
+            return rt_error_set(err,
+                                "/model/vocab/%.100s: id %s, expected an integer 0..%d (a tokenizer's vocabulary "
+                                "has at most %d tokens)",
+                                key, json_object_to_json_string(val), RT_TOK_MAX_ID, RT_TOK_MAX_ID + 1);
         max = id > max ? id : max;
         *nbytes += strlen(key);
     }
-    for (size_t i = 0; i < json_object_array_length(added); i++) {
+    for (size_t i = 0; added && i < json_object_array_length(added); i++) {
         json_object *a = json_object_array_get_idx(added, i), *id = member(a, "id");
         const char *content = str_member(a, "content");
         if (!json_object_is_type(id, json_type_int) || json_object_get_int64(id) < 0 ||
-            json_object_get_int64(id) >= INT32_MAX || !content || !*content)
-            return rt_error_set(err, "/added_tokens/%zu: expected an id 0..%d and a non-empty content", i,
-                                INT32_MAX - 1);
+            json_object_get_int64(id) > RT_TOK_MAX_ID || !content || !*content)
+            return rt_error_set(err,
+                                "/added_tokens/%zu: expected an id 0..%d (a tokenizer's vocabulary has at most %d "
+                                "tokens) and a non-empty content",
+                                i, RT_TOK_MAX_ID, RT_TOK_MAX_ID + 1);
         max = json_object_get_int64(id) > max ? json_object_get_int64(id) : max;
         *nbytes += strlen(content);
     }
@@ -303,7 +312,7 @@ static int cmp_added(const void *x, const void *y) {
 
 /* Added tokens are literal text (not byte-level), matched before the pre-tokenizer. */
 static int load_added(Bpe *b, json_object *added, size_t *at, RtError *err) {
-    size_t n = json_object_array_length(added);
+    size_t n = added ? json_object_array_length(added) : 0; /* added_tokens may be missing */
     b->added = calloc(n + 1, sizeof *b->added);
     if (!b->added)
         return rt_error_set(err, "out of memory");
@@ -341,7 +350,7 @@ static int load_merge(Bpe *b, json_object *m, size_t i, unsigned char *scratch, 
             r = sp + 1;
             rn = strlen(r);
         }
-    } else if (json_object_array_length(m) == 2) {
+    } else if (json_object_is_type(m, json_type_array) && json_object_array_length(m) == 2) {
         l = json_object_get_string(json_object_array_get_idx(m, 0));
         r = json_object_get_string(json_object_array_get_idx(m, 1));
         ln = l ? strlen(l) : 0;
@@ -378,6 +387,8 @@ static int load_merges(Bpe *b, json_object *merges, RtError *err) {
     for (int64_t id = 0; id < b->vocab; id++)
         longest = b->len[id] > 0 && (size_t)b->len[id] > longest ? (size_t)b->len[id] : longest;
     b->paircap = pow2_above(n);
+    if (!b->paircap)
+        return rt_error_set(err, "/model/merges: %zu merges, more than a tokenizer's vocabulary holds", n);
     b->pair = calloc(b->paircap, sizeof *b->pair);
     b->rank = malloc(b->paircap * sizeof *b->rank);
     b->merged = malloc(b->paircap * sizeof *b->merged);
@@ -434,8 +445,40 @@ static int trailing(const char *json, size_t end, size_t n) {
     return end < n;
 }
 
+/* A JSON string may spell NUL as \u0000, but json-c's keys and the token texts here are C
+ * strings: "a\u0000b" would be read as "a", another token perhaps. Refused, quoting the string
+ * and its byte. */
+static int check_no_nul(const char *text, size_t len, RtError *err) {
+    size_t start = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str) {
+            in_str = text[i] == '"';
+            start = i;
+        } else if (text[i] == '"') {
+            in_str = 0;
+        } else if (text[i] == '\\' && i + 1 < len) {
+            if (len - i >= 6 && memcmp(text + i + 1, "u0000", 5) == 0) {
+                size_t end = i + 6;
+                while (end < len && text[end] != '"')
+                    end += text[end] == '\\' ? 2 : 1;
+                end = end < len ? end : len - 1;
+                int shown = (int)(end - start + 1 < 100 ? end - start + 1 : 100);
+                return rt_error_set(err,
+                                    "the string %.*s%s at byte %zu holds a NUL (\\u0000); a token or key of a "
+                                    "tokenizer.json cannot contain one",
+                                    shown, text + start, shown == 100 ? "..." : "", start);
+            }
+            i++; /* the escaped character: \" does not end the string */
+        }
+    }
+    return 0;
+}
+
 int rt_bpe_load(void **impl, const char *json, size_t n, RtError *err) {
     *impl = NULL;
+    if (check_no_nul(json, n, err) != 0)
+        return -1;
     json_tokener *tk = json_tokener_new();
     Bpe *b = calloc(1, sizeof *b);
     if (!tk || !b) {
@@ -569,8 +612,12 @@ static size_t match_llama3(const Cp *c, size_t n, size_t i) {
         return run(c, n, i, C_LETTER);
     if (!is_newline(&c[i]) && c[i].cls != C_NUMBER && i + 1 < n && c[i + 1].cls == C_LETTER)
         return run(c, n, i + 1, C_LETTER);
-    if (c[i].cls == C_NUMBER)
-        return run(c, n, i, C_NUMBER) - i > 3 ? i + 3 : run(c, n, i, C_NUMBER);
+    if (c[i].cls == C_NUMBER) { /* at most 3 digits, looked at: the rest of a long run is not (it was quadratic) */
+        size_t j = i + 1;
+        while (j < n && j < i + 3 && c[j].cls == C_NUMBER)
+            j++;
+        return j;
+    }
     size_t s = c[i].cp == ' ' && i + 1 < n && c[i + 1].cls == C_OTHER ? i + 1 : i;
     if (c[s].cls == C_OTHER) {
         e = run(c, n, s, C_OTHER);

@@ -104,6 +104,11 @@ static int32_t *slab_i32(char *slab, int64_t off) {
     return (int32_t *)(void *)(slab + off);
 }
 
+void train_sync(const Trainer *t, char *slab, int dir) {
+    if (t->sync && slab)
+        t->sync(slab, dir);
+}
+
 float *train_slot_data(const Trainer *t, char *slab, int i, int k) {
     const RtParamSlot *s = &t->p->params[i];
     if (k > 0 && train_slot_frozen(s))
@@ -294,6 +299,11 @@ static int open_data(Trainer *t, RtData **d, const char *opt, const char *path, 
     const RtProgram *p = t->p;
     if (rt_data_open_tok(d, path, t->tok, (int)p->vocab, &why) != 0)
         return rt_error_set(err, "%s: %s", opt, why.msg);
+    if (t->tok && rt_data_is_token_file(*d))
+        train_warn(t,
+                   "warning: %s %s is a token file, already tokenized: --tokenizer %s is not used for it (its ids "
+                   "must come from that tokenizer; a token file does not record which one made it)",
+                   opt, path, t->o.tokenizer);
     if ((int64_t)rt_data_num_tokens(*d) < t->batch_count * p->batch * p->seq + 1)
         return rt_error_set(err, "%s: %s holds %lld tokens, one batch needs %lld x %lld + 1", opt, path,
                             (long long)rt_data_num_tokens(*d), (long long)(t->batch_count * p->batch),
@@ -318,7 +328,10 @@ static int64_t ckpt_bytes(const Trainer *t) {
  * The ranks share the directory; rank 0 holds the lock for all of them. */
 static int lock_ckpt_dir(Trainer *t, RtError *err) {
     RtError why;
-    if (t->o.ckpt_dir && t->rank == 0 && rt_ckpt_lock(&t->lock, t->o.ckpt_dir, ckpt_bytes(t), &why) != 0)
+    /* the saves this run may write: every --ckpt-every steps and the last */
+    int64_t saves = t->o.ckpt_every > 0 ? t->o.steps / t->o.ckpt_every + 1 : 1;
+    if (t->o.ckpt_dir && t->rank == 0 &&
+        rt_ckpt_lock(&t->lock, t->o.ckpt_dir, ckpt_bytes(t), (int)t->o.keep, saves, &why) != 0)
         return rt_error_set(err, "--ckpt-dir: %s", why.msg);
     char links[512];
     int n = t->o.ckpt_dir && t->rank == 0 ? rt_ckpt_links(t->o.ckpt_dir, links, sizeof links) : 0;
@@ -405,8 +418,10 @@ static int run_eval(Trainer *t, double *mean, RtError *err) {
     StepOut out;
     if (rt_data_seek(t->eval, 0, err) != 0)
         return -1;
+    train_sync(t, t->slab, RT_SYNC_TO_HOST);
     for (int64_t b = 0; b < t->o.eval_batches; b++) {
         memcpy(t->eval_slab, t->slab, (size_t)t->p->slab_bytes);
+        train_sync(t, t->eval_slab, RT_SYNC_FROM_HOST);
         if (run_step(t, t->eval_slab, t->eval, t->step + 1, &out, err) != 0)
             return -1;
         sum += out.loss;
@@ -447,6 +462,8 @@ static int sdc_check(Trainer *t, int64_t pos, RtError *err) {
     StepOut out;
     if (rt_data_seek(t->data, pos, err) != 0 || run_step(t, t->eval_slab, t->data, t->step, &out, err) != 0)
         return -1;
+    train_sync(t, t->slab, RT_SYNC_TO_HOST);
+    train_sync(t, t->eval_slab, RT_SYNC_TO_HOST);
     int n = t->p->nparams;
     if (t->step == t->sdc_flip_step && t->rank == t->sdc_flip_rank) {
         uint32_t *x = (uint32_t *)(void *)train_slot_data(t, t->eval_slab, n - 1, 0);
@@ -504,8 +521,11 @@ static RunEnd train_one(Trainer *t, RtError *err) {
     StepOut s;
     int replay = sdc_due(t);
     int64_t pos = rt_data_position(t->data);
-    if (replay)
+    if (replay) {
+        train_sync(t, t->slab, RT_SYNC_TO_HOST);
         memcpy(t->eval_slab, t->slab, (size_t)t->p->slab_bytes);
+        train_sync(t, t->eval_slab, RT_SYNC_FROM_HOST);
+    }
     train_outlier_before(t);
     if (run_step(t, t->slab, t->data, t->step + 1, &s, err) != 0) {
         t->alone = 1;
@@ -523,7 +543,10 @@ static RunEnd train_one(Trainer *t, RtError *err) {
     }
     t->run_ms += s.ms;
     t->run_steps++;
-    if (t->step <= t->o.restart_step) {
+    /* steps up to --restart-step are run again only after a checkpoint: a run that loaded none
+     * starts over, and the failed launch's time is in its --restart-downtime (the supervisor
+     * carries it there), so these steps are the ones kept */
+    if (t->resumed && t->step <= t->o.restart_step) {
         t->gp.lost_ms += s.ms;
     } else {
         t->gp.steps_ms += s.ms;
@@ -537,6 +560,12 @@ static RunEnd train_one(Trainer *t, RtError *err) {
         return RUN_FAILED;
     }
     int skipped = finite && train_outlier_after(t, &s);
+    if (skipped && !(t->resumed && t->step <= t->o.restart_step)) {
+        /* a skipped update is work thrown away: its time is lost, not productive */
+        t->gp.steps_ms -= s.ms;
+        t->gp.ideal_s -= train_ideal_s(t);
+        t->gp.lost_ms += s.ms;
+    }
     train_metrics_write(t, &s, tok_s, do_eval ? &eval : NULL, skipped);
     if (!finite) {
         char what[96];
@@ -559,12 +588,30 @@ static RunEnd train_one(Trainer *t, RtError *err) {
 /* The one piece of global state in libaxrt, because a signal handler can reach nothing else:
  * the first SIGINT or SIGTERM received during rt_train_main. The loop reads it between steps. */
 static volatile sig_atomic_t stop_signal;
+/* Set during the start (the options, the data and its tokenizing, the checkpoint's loading,
+ * --skip-batches), when no step is running and none may come for long: a signal then ends the
+ * process at once. Nothing new exists to save yet, and every save is atomic, so no checkpoint
+ * is lost; waiting for "this step" would wait for a step that may never come. */
+static volatile sig_atomic_t stop_at_once;
+static char stop_prog[64]; /* the trainer's name, for the handler's message; "" on ranks but 0 */
+
+static void say(const char *s) {
+    ssize_t ignored = write(STDERR_FILENO, s, strlen(s));
+    (void)ignored;
+}
 
 static void on_stop(int sig) {
-    static const char msg[] = "\nstopping after this step (signal again to quit at once, without saving)\n";
+    if (stop_at_once && !stop_prog[0])
+        _exit(128 + sig);
+    if (stop_at_once) {
+        say("\n");
+        say(stop_prog);
+        say(sig == SIGINT ? ": SIGINT" : ": SIGTERM");
+        say(" before the first step: stopped at once; nothing new to save (checkpoints are as they were)\n");
+        _exit(128 + sig);
+    }
     stop_signal = sig;
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)ignored;
+    say("\nstopping after this step (signal again to quit at once, without saving)\n");
 }
 
 typedef struct Signals {
@@ -576,7 +623,9 @@ typedef struct Signals {
  * atomic, so that loses nothing already saved. A SIGINT ignored by the parent (a background
  * job of a script) stays ignored. SIGXFSZ is ignored: a write past the file-size limit then
  * fails with EFBIG, and the save reports it, instead of the signal killing the trainer. */
-static void signals_install(Signals *old) {
+static void signals_install(Signals *old, const char *prog, int says) {
+    snprintf(stop_prog, sizeof stop_prog, "%s", says ? prog : "");
+    stop_at_once = 1;
     struct sigaction sa, ign;
     memset(&sa, 0, sizeof sa);
     memset(&ign, 0, sizeof ign);
@@ -594,6 +643,7 @@ static void signals_install(Signals *old) {
 }
 
 static void signals_restore(const Signals *old) {
+    stop_at_once = 0;
     sigaction(SIGINT, &old->intr, NULL);
     sigaction(SIGTERM, &old->term, NULL);
     sigaction(SIGXFSZ, &old->xfsz, NULL);
@@ -750,6 +800,7 @@ static RunEnd train(Trainer *t, RtError *err) {
     train_banner_print(t);
     train_mem_sample(t);
     t->gp.startup_ms = train_now_ms() - t->gp.start_ms;
+    stop_at_once = 0; /* from here a signal stops the run after its step, which saves */
     RunEnd end = train_loop(t, err);
     if (end == RUN_DONE && t->rank == 0) {
         printf("%s: done at step %lld%s%s\n", t->prog, (long long)t->step, t->o.ckpt_dir ? ", checkpoint in " : "",
@@ -778,10 +829,15 @@ static RunEnd train(Trainer *t, RtError *err) {
 }
 
 int rt_train_main(const RtProgram *p, int argc, char **argv) {
+    return rt_train_main_sync(p, NULL, argc, argv);
+}
+
+int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv) {
     Trainer t = {.p = p,
+                 .sync = sync,
                  .prog = prog_name(argc, argv),
                  .saved = -1,
-                 .tty = isatty(STDOUT_FILENO),
+                 .tty = train_progress_tty(),
                  .world = 1,
                  .heap_base = heap_in_use(),
                  .gp = {.start_ms = process_start_ms()}};
@@ -826,7 +882,7 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
         return rc == 0 ? 0 : 1;
     }
     Signals old;
-    signals_install(&old);
+    signals_install(&old, t.prog, launched_rank() <= 0); /* rank 0 alone says why it stopped */
     RunEnd end = train_opts_check(&t.o, &err) == 0 ? train(&t, &err) : RUN_FAILED;
     if (end == RUN_FAILED) {
         if (t.tty && t.run_steps > 0)
@@ -838,6 +894,10 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
             fprintf(stderr, "%s: rank %d: %s\n", t.prog, t.rank, err.msg);
         else if (t.say == SAY_OWN && launched_rank() <= 0)
             fprintf(stderr, "%s: %s\n", t.prog, err.msg);
+        else if (t.say == SAY_OWN && !t.comm)
+            /* an error found before the ranks join is rank 0's to print; the launcher stops rank
+             * 0 at once when this rank exits, so this one leaves it the time to */
+            nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
         if (t.alone && t.world > 1) {
             fflush(stderr);
             rt_comm_abort(t.comm, 1); /* the others would wait for this rank at the next collective */

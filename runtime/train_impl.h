@@ -7,6 +7,9 @@
 #ifndef TRAIN_IMPL_H
 #define TRAIN_IMPL_H
 
+/* --outlier-window when --skip-outliers is given without it */
+#define RT_OUTLIER_WINDOW 100
+
 #include <pthread.h>
 #include <stdio.h>
 
@@ -25,7 +28,7 @@ typedef struct TrainOpts {
     double restart_downtime; /* seconds from that failure to this start */
     double peak_flops;       /* FLOP/s per device for MFU (0: the program's, the device table's) */
     double skip_outliers;    /* z-score above which a step's update is skipped (0: never) */
-    int64_t outlier_window;  /* the steps it is measured against */
+    int64_t outlier_window;  /* the steps it is measured against (0: not given, RT_OUTLIER_WINDOW) */
     int64_t skip_batches;    /* global batches of --data passed over before the first step */
     int resume, partial, help, config, init_allow_unused, no_kv_cache;
     int ckpt_sync; /* periodic saves block the run (the default writes them in the background) */
@@ -74,10 +77,11 @@ typedef struct Outliers {
 typedef struct Trainer {
     const RtProgram *p;
     TrainOpts o;
-    const char *prog;                 /* for messages */
-    char *slab;                       /* (slab_bytes) */
-    char *eval_slab;                  /* (slab_bytes), with --eval-data or --sdc-check-every */
-    int64_t slab_mapped, eval_mapped; /* their mappings' sizes (slab_new) */
+    const char *prog;                  /* for messages */
+    char *slab;                        /* (slab_bytes) */
+    char *eval_slab;                   /* (slab_bytes), with --eval-data or --sdc-check-every */
+    void (*sync)(char *slab, int dir); /* rt_train_main_sync's; NULL: the slab is the state */
+    int64_t slab_mapped, eval_mapped;  /* their mappings' sizes (slab_new) */
     RtPool *pool;
     RtData *data, *eval;
     RtTok *tok;                       /* --tokenizer, or NULL */
@@ -143,6 +147,9 @@ int64_t train_slot_global_numel(const RtParamSlot *s);
 /* ===== train.c ========================================================================== */
 
 float *train_slot_data(const Trainer *t, char *slab, int i, int k);
+/* RtProgram.sync, where the program has one: RT_SYNC_TO_HOST before the runtime reads a slab
+ * whole, RT_SYNC_FROM_HOST after it wrote one whole. */
+void train_sync(const Trainer *t, char *slab, int dir);
 double train_now_ms(void);
 /* A frozen parameter (a LoRA run's base): no moments, no update, not checkpointed. */
 int train_slot_frozen(const RtParamSlot *s);
@@ -188,6 +195,11 @@ int train_outlier_restore(Trainer *t, const char *text, const char *where, RtErr
 
 int train_metrics_open(Trainer *t, RtError *err);
 void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const double *eval, int skipped);
+/* Whether progress is one rewritten terminal line (1) or plain lines every --log-every steps (0):
+ * AXLC_PROGRESS=terminal or plain, which axlc launch and axlc run --target cpu-N set from their
+ * own stdout (rank 0 writes to mpirun's pty, which is a terminal whatever the log is), else
+ * whether stdout is a terminal. */
+int train_progress_tty(void);
 void train_progress_print(Trainer *t, const StepOut *s, double tok_s, const double *eval);
 void train_banner_print(const Trainer *t);
 void train_report_stop(Trainer *t, const char *what);

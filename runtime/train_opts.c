@@ -16,7 +16,7 @@
 
 #define MAX_THREADS 1024
 
-typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_FLAG, OPT_DBL, OPT_PROB } OptKind;
+typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_FLAG, OPT_DBL, OPT_PROB, OPT_PEAK } OptKind;
 
 /* One trainer option; --help prints this table. */
 typedef struct OptSpec {
@@ -28,6 +28,8 @@ typedef struct OptSpec {
 } OptSpec;
 
 #define F(x) offsetof(TrainOpts, x)
+/* --restart-downtime's bound: about 31 years, more than any job's wall time */
+#define MAX_DOWNTIME_S 1000000000
 static const OptSpec OPTS[] = {
     {"--data", "FILE", OPT_STR, F(data), 0, 0, "training tokens: plain text (bytes) or an llm.c token file"},
     {"--tokenizer", "FILE", OPT_STR, F(tokenizer), 0, 0,
@@ -61,10 +63,10 @@ static const OptSpec OPTS[] = {
      "--resume)"},
     {"--restart-step", "N", OPT_INT, F(restart_step), 0, INT64_MAX,
      "the step the job reached before the failure this run restarts after: steps up to N run again "
-     "count as lost work"},
-    {"--restart-downtime", "S", OPT_DBL, F(restart_downtime), 0, 0,
+     "after the checkpoint resumed count as lost work"},
+    {"--restart-downtime", "S", OPT_DBL, F(restart_downtime), 0, MAX_DOWNTIME_S,
      "seconds from that failure to this start, counted in goodput's wall time"},
-    {"--peak-flops", "F", OPT_DBL, F(peak_flops), 0, 0,
+    {"--peak-flops", "F", OPT_PEAK, F(peak_flops), 0, 0,
      "peak FLOP/s of one device for MFU (default: the target's in the device table)"},
     {"--sdc-check-every", "N", OPT_INT, F(sdc_every), 0, INT64_MAX,
      "replay every N-th step from the same state and compare the bits of its update: a difference "
@@ -72,7 +74,7 @@ static const OptSpec OPTS[] = {
     {"--skip-outliers", "Z", OPT_DBL, F(skip_outliers), 0, 0,
      "skip the update of a step whose loss or gradient norm is more than Z standard deviations above "
      "the last --outlier-window steps' (0: never) [0]"},
-    {"--outlier-window", "N", OPT_INT, F(outlier_window), 2, 1 << 20, "steps --skip-outliers measures against"},
+    {"--outlier-window", "N", OPT_INT, F(outlier_window), 2, 1 << 20, "steps --skip-outliers measures against [100]"},
     {"--skip-batches", "N", OPT_INT, F(skip_batches), 0, INT64_MAX,
      "pass over the next N global batches of --data before the first step (past a bad batch after "
      "a rollback)"},
@@ -106,7 +108,7 @@ void train_opts_help(FILE *f, const char *prog, const TrainOpts *defaults) {
         const char *field = (const char *)defaults + o->field;
         char head[40], dflt[48] = "";
         snprintf(head, sizeof head, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
-        if (o->kind == OPT_INT)
+        if (o->kind == OPT_INT && !strchr(o->help, '[')) /* a help that names its default */
             snprintf(dflt, sizeof dflt, " [%lld]", (long long)*(const int64_t *)field);
         else if (o->kind == OPT_U64)
             snprintf(dflt, sizeof dflt, " [%llu]", (unsigned long long)*(const uint64_t *)field);
@@ -118,8 +120,11 @@ static int parse_int(const OptSpec *o, const char *s, int64_t *out, RtError *err
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno == ERANGE)
+    if (!*s || *end)
         return rt_error_set(err, "%s: '%s' is not an integer", o->name, s);
+    if (errno == ERANGE)
+        return rt_error_set(err, "%s: %s is out of range, expected %lld..%lld", o->name, s, (long long)o->min,
+                            (long long)o->max);
     if (v < o->min || v > o->max)
         return rt_error_set(err, "%s: %lld is out of range, expected %lld..%lld", o->name, v, (long long)o->min,
                             (long long)o->max);
@@ -146,6 +151,25 @@ static int parse_dbl(const OptSpec *o, const char *s, double *out, RtError *err)
     if (v < 0)
         return rt_error_set(err, "%s: %s is negative; expected 0%s or more", o->name, s,
                             strcmp(o->name, "--temperature") == 0 ? " (greedy)" : "");
+    if (o->max > 0 && v > (double)o->max)
+        return rt_error_set(err, "%s: %s is out of range; expected 0 to %lld", o->name, s, (long long)o->max);
+    *out = v;
+    return 0;
+}
+
+/* A device's peak FLOP/s (--peak-flops): 0 would mean the device table's, and a tiny or huge
+ * one an MFU of inf% or 0.0%, so only what some device could be is taken. */
+static int parse_peak(const OptSpec *o, const char *s, double *out, RtError *err) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno == ERANGE || !isfinite(v))
+        return rt_error_set(err, "%s: '%s' is not a finite number", o->name, s);
+    if (!(v >= 1e6 && v <= 1e18))
+        return rt_error_set(err,
+                            "%s: %s is out of range, expected a device's peak FLOP/s from 1e6 to 1e18 (leave "
+                            "it out for the device table's)",
+                            o->name, s);
     *out = v;
     return 0;
 }
@@ -175,6 +199,7 @@ static int set_opt(TrainOpts *o, const OptSpec *spec, const char *val, RtError *
     case OPT_U64: return parse_u64(spec, val, (uint64_t *)field, err);
     case OPT_DBL: return parse_dbl(spec, val, (double *)field, err);
     case OPT_PROB: return parse_prob(spec, val, (double *)field, err);
+    case OPT_PEAK: return parse_peak(spec, val, (double *)field, err);
     case OPT_FLAG: *(int *)field = 1; return 0;
     }
     return 0;
@@ -244,6 +269,11 @@ static int check_files(const TrainOpts *o, RtError *err) {
     };
     if (rt_file_check_outputs(&out, 1, in, (int)(sizeof in / sizeof in[0]), err) != 0)
         return -1;
+    /* a FIFO would block the first write, a link would be written through: refused here, so
+     * `axlc run` says so before it compiles */
+    RtError why;
+    if (o->metrics && rt_file_check_user(o->metrics, 1, &why) != 0)
+        return rt_error_set(err, "--metrics: %s", why.msg);
     /* the token files are read all run long, while pruning deletes old checkpoints: one inside
      * a step directory would be deleted under the run */
     const RtPathArg data[] = {{"--data", o->data, NULL}, {"--eval-data", o->eval_data, NULL}};
@@ -263,6 +293,11 @@ int train_opts_check(const TrainOpts *o, RtError *err) {
                                                     : NULL;
     if (sample_only)
         return rt_error_set(err, "%s needs --sample N", sample_only);
+    if (o->outlier_window > 0 && !(o->skip_outliers > 0))
+        return rt_error_set(err,
+                            "--outlier-window %lld needs --skip-outliers Z (the window is what a step's loss "
+                            "is measured against; without --skip-outliers nothing is)",
+                            (long long)o->outlier_window);
     if (!o->data)
         return rt_error_set(err, "--data FILE is required (--help lists the options)");
     if (o->resume && !o->ckpt_dir)
@@ -301,7 +336,7 @@ void train_opts_default(TrainOpts *o, const RtProgram *p) {
     o->eval_batches = 4;
     o->threads = online_cpus();
     o->log_every = 1;
-    o->outlier_window = 100;
+    o->outlier_window = 0; /* unset: RT_OUTLIER_WINDOW under --skip-outliers */
     o->temperature = -1;
     o->top_p = -1;
 }

@@ -28,7 +28,7 @@ static int64_t state_bytes(const Trainer *t) {
 
 int train_outlier_init(Trainer *t, RtError *err) {
     Outliers *w = &t->outliers;
-    w->cap = (int)t->o.outlier_window;
+    w->cap = t->o.outlier_window > 0 ? (int)t->o.outlier_window : RT_OUTLIER_WINDOW;
     w->loss = calloc((size_t)w->cap + 1, sizeof *w->loss);
     w->gnorm = calloc((size_t)w->cap + 1, sizeof *w->gnorm);
     w->text = malloc((size_t)w->cap * 34 + 32);
@@ -52,6 +52,7 @@ void train_outlier_free(Trainer *t) {
 /* Copies the parameters and moments into the backup (back) or from it (back == 0). */
 static void state_copy(Trainer *t, int back) {
     char *at = t->outliers.backup;
+    train_sync(t, t->slab, RT_SYNC_TO_HOST); /* back too: the slab goes back to a device whole */
     for (int j = 0; j < 3 * t->p->nparams; j++) {
         if (train_slot_frozen(&t->p->params[j % t->p->nparams]))
             continue;
@@ -63,6 +64,8 @@ static void state_copy(Trainer *t, int back) {
             memcpy(at, x, n);
         at += n;
     }
+    if (back)
+        train_sync(t, t->slab, RT_SYNC_FROM_HOST);
 }
 
 void train_outlier_before(Trainer *t) {

@@ -1,7 +1,9 @@
 /*
  * train_report.c: what the trainer prints and writes besides checkpoints: the --metrics file
  * (opened, trimmed after --resume, one JSON line per step), progress lines on stdout (one
- * rewritten line on a terminal), the start banner, the message of a run stopped by values
+ * rewritten line on a terminal, else a plain line every --log-every steps; under the supervisor
+ * its own stdout decides, through AXLC_PROGRESS; both give the step's time, which the
+ * supervisor's goodput counts), the start banner, the message of a run stopped by values
  * not finite, and goodput and MFU.
  *
  * Goodput is the share of the job's wall time spent in steps that count. The wall time runs from
@@ -79,9 +81,9 @@ int train_metrics_open(Trainer *t, RtError *err) {
     RtError why;
     if (t->o.resume && trim_metrics(t, &why) != 0)
         return rt_error_set(err, "--metrics: %s", why.msg);
-    t->metrics = fopen(t->o.metrics, t->o.resume ? "a" : "w");
+    t->metrics = rt_file_open(t->o.metrics, t->o.resume ? "a" : "w", &why);
     if (!t->metrics)
-        return rt_error_set(err, "--metrics: %s: cannot open: %s", t->o.metrics, strerror(errno));
+        return rt_error_set(err, "--metrics: %s", why.msg);
     return 0;
 }
 
@@ -129,6 +131,15 @@ static void format_eta(char *buf, size_t cap, double ms) {
     snprintf(buf, cap, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
 }
 
+int train_progress_tty(void) {
+    const char *how = getenv("AXLC_PROGRESS");
+    if (how && !strcmp(how, "plain"))
+        return 0;
+    if (how && !strcmp(how, "terminal"))
+        return 1;
+    return isatty(STDOUT_FILENO);
+}
+
 void train_progress_print(Trainer *t, const StepOut *s, double tok_s, const double *eval) {
     if (t->rank != 0)
         return;
@@ -137,12 +148,12 @@ void train_progress_print(Trainer *t, const StepOut *s, double tok_s, const doub
     if (t->tty) {
         if (eval)
             printf("\r\033[Keval step %lld loss %.6f\n", (long long)t->step, *eval);
-        printf("\rstep %lld/%lld  loss %.4f  %.0f tok/s  ETA %s\033[K", (long long)t->step, (long long)t->o.steps,
-               s->loss, tok_s, eta);
+        printf("\rstep %lld/%lld  loss %.4f  %.0f tok/s  %.1f ms  ETA %s\033[K", (long long)t->step,
+               (long long)t->o.steps, s->loss, tok_s, s->ms, eta);
     } else {
         if (t->step % t->o.log_every == 0 || t->step == t->o.steps || t->run_steps == 1)
-            printf("step %lld loss %.6f grad_norm %.4f lr %.4e tok/s %.0f eta %s\n", (long long)t->step, s->loss,
-                   s->grad_norm, s->lr, tok_s, eta);
+            printf("step %lld loss %.6f grad_norm %.4f lr %.4e tok/s %.0f step_ms %.3f eta %s\n", (long long)t->step,
+                   s->loss, s->grad_norm, s->lr, tok_s, s->ms, eta);
         if (eval)
             printf("eval step %lld loss %.6f\n", (long long)t->step, *eval);
     }

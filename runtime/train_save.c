@@ -350,6 +350,7 @@ static int save_async(Trainer *t) {
 int train_ckpt_save_periodic(Trainer *t) {
     train_save_wait(t);
     double t0 = clock_ms();
+    train_sync(t, t->slab, RT_SYNC_TO_HOST); /* the state, read back from a device */
     int rc;
     if (t->o.ckpt_sync) {
         RtError why;
@@ -372,6 +373,7 @@ int train_ckpt_save_final(Trainer *t, RtError *err) {
     if (!t->o.ckpt_dir || t->saved == t->step)
         return 0;
     double t0 = clock_ms();
+    train_sync(t, t->slab, RT_SYNC_TO_HOST);
     int rc = ckpt_save(t, &why);
     t->ckpt_ms += clock_ms() - t0;
     if (rc < 0)

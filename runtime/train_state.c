@@ -156,13 +156,10 @@ static int init_file_finite(Trainer *t, const RtSt *st, RtError *err) {
 /* FNV-1a 64 over the bytes of the frozen parameters as the --init file stores them: what a LoRA
  * run's checkpoints record of their base (whatever the mesh), in t->base. */
 static void base_record(Trainer *t, const RtSt *st) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < t->p->nparams; i++) {
-        const RtTensor *ts = train_slot_frozen(&t->p->params[i]) ? rt_st_find(st, t->p->params[i].path) : NULL;
-        const unsigned char *b = ts ? ts->data : NULL;
-        for (int64_t k = 0; b && k < ts->nbytes; k++)
-            h = (h ^ b[k]) * 0x100000001b3ull;
-    }
+    uint64_t h = RT_FNV1A64_BASIS;
+    for (int i = 0; i < t->p->nparams; i++)
+        if (train_slot_frozen(&t->p->params[i]))
+            h = rt_st_hash_tensor(st, t->p->params[i].path, h);
     char abs[4096];
     snprintf(t->base, sizeof t->base, "init %s fnv1a64:%016llx", realpath(t->o.init, abs) ? abs : t->o.init,
              (unsigned long long)h);
@@ -406,10 +403,16 @@ static int check_fresh_dir(Trainer *t, RtError *err) {
 static int skip_batches(Trainer *t, RtError *err) {
     const RtProgram *p = t->p;
     RtError why;
-    for (int64_t i = 0; i < t->o.skip_batches; i++)
-        if (rt_data_next_batch(t->data, (int)p->batch, (int)p->seq, (int32_t *)(void *)(t->slab + p->ids_offset),
-                               (int32_t *)(void *)(t->slab + p->targets_offset), &why) != 0)
-            return rt_error_set(err, "--skip-batches: %s", why.msg);
+    int wrapped = 0;
+    if (t->o.skip_batches == 0)
+        return 0;
+    if (rt_data_skip(t->data, (int)p->batch, (int)p->seq, t->o.skip_batches, &wrapped, &why) != 0)
+        return rt_error_set(err, "--skip-batches %lld: %s", (long long)t->o.skip_batches, why.msg);
+    if (wrapped && t->rank == 0)
+        fprintf(stderr,
+                "note: --skip-batches %lld passes the end of the data and starts over at its first "
+                "batch, as that many steps would (an epoch)\n",
+                (long long)t->o.skip_batches);
     return 0;
 }
 

@@ -47,6 +47,7 @@ typedef struct {
   const char *dtype;             /* convert --to hf: --dtype f32|bf16|f16 */
   bool merge_lora;               /* convert --merge-lora: fold a LoRA run's adapters in */
   const char *base;              /* convert --merge-lora --base: the base weights */
+  bool force_base;               /* convert --merge-lora --force-base: another base on purpose */
   const char *max_shard;         /* convert --to hf: --max-shard-size SIZE */
   const char *devices;           /* memcheck, compile: --devices FILE (the device table) */
   const char *tokenizer;         /* tokenize: --tokenizer FILE */
@@ -100,7 +101,9 @@ static void usage(FILE *out) {
       "                      came in, else f32), in shards of --max-shard-size (default 5GB)\n"
       "                      with their index, and config.json beside them; --merge-lora IN\n"
       "                      [--base BASE] (with --apply lora): a LoRA run's adapters folded\n"
-      "                      into its base weights (W + alpha/r A B), a plain weights file\n"
+      "                      into its base weights (W + alpha/r A B), a plain weights file;\n"
+      "                      a BASE other than the one the run recorded is refused unless\n"
+      "                      --force-base\n"
       "  launch TRAINER -n N [--max-restarts K] [--min-ranks M] [--backoff S]\n"
       "                      [--report FILE.jsonl] -- [trainer options]: run a compiled\n"
       "                      trainer as N ranks under mpirun (srun in a Slurm allocation)\n"
@@ -241,6 +244,8 @@ static int parse_args(int argc, char **argv, Args *a) {
       a->jobs = (int)n;
     } else if (!strcmp(s, "--merge-lora") && a->command && !strcmp(a->command, "convert")) {
       a->merge_lora = true;
+    } else if (!strcmp(s, "--force-base") && a->command && !strcmp(a->command, "convert")) {
+      a->force_base = true;
     } else if (!strcmp(s, "--base") && a->command && !strcmp(a->command, "convert")) {
       if (need_value(i, argc, argv)) return -1;
       a->base = argv[++i];
@@ -516,8 +521,23 @@ static int cmd_backends(void) {
   return 0;
 }
 
-/* The backend of run and compile: --backend NAME, else the default of --target (cpu: llvm).
- * --target interp is --backend interp with the cpu mesh rule; it rewrites a->fe.target. */
+static const char *devices_file(const Args *a, char *buf, size_t cap);
+
+/* The device kind of --target in the device table; -1 when the table has none (no message). */
+static int target_device(const Args *a, DrvDevice *dev) {
+  char buf[4096];
+  FeDiag d;
+  fe_diag_init(&d);
+  int rc = a->fe.target ? drv_device_lookup(&d, devices_file(a, buf, sizeof buf), a->fe.target, dev)
+                        : -1;
+  fe_diag_free(&d);
+  return rc;
+}
+
+/* The backend of run and compile: --backend NAME, else the one the device table names for the
+ * target's kind ("backend": cpu: llvm, opencl and gpu-*: opencl), else the backend whose target
+ * names match (a table without the kind). --target interp is --backend interp with the cpu mesh
+ * rule; it rewrites a->fe.target. */
 static const Backend *pick_backend(Args *a) {
   char names[256];
   backend_names(names, sizeof names);
@@ -531,6 +551,26 @@ static const Backend *pick_backend(Args *a) {
     a->fe.target = "cpu";
   } else if (name && !a->fe.target) {
     a->fe.target = "cpu"; /* every backend here runs on the host */
+  }
+  DrvDevice dev;
+  if (!name && target_device(a, &dev) == 0) {
+    if (!dev.backend[0]) {
+      fprintf(stderr,
+              "error: axlc %s: --target %s: no backend trains on %s (%s); axlc memcheck plans "
+              "for it (expected a kind whose \"backend\" the device table names: cpu, opencl, "
+              "gpu-h100, ...)\n",
+              a->command, a->fe.target, dev.name, dev.doc);
+      return NULL;
+    }
+    const Backend *t = backend_find(dev.backend);
+    if (t) return t;
+    if (strcmp(dev.backend, "llvm") != 0) {
+      fprintf(stderr,
+              "error: axlc %s: --target %s needs the %s backend, which this axlc was built "
+              "without (axlc backends lists those it has)\n",
+              a->command, a->fe.target, dev.backend);
+      return NULL;
+    }
   }
   const Backend *b = name ? backend_find(name) : backend_for_target(a->fe.target);
   if (name && !b)
@@ -585,24 +625,28 @@ static int check_run_outputs(const Args *a, const FeDiag *d) {
       else if (!strcmp(arg, outs[k]) && i + 1 < a->nrest)
         val = a->rest[i + 1];
       if (val && check_inputs(a, d, outs[k], val)) return -1;
+      RtError err; /* a FIFO, a device or a link to write through */
+      if (val && rt_file_check_user(val, 1, &err)) {
+        fprintf(stderr, "error: %s %s\n", outs[k], err.msg);
+        return -1;
+      }
     }
   return 0;
 }
 
-static const char *devices_file(const Args *a, char *buf, size_t cap);
-
-/* The target's peak FLOP/s from the device table, for the trainer's MFU; none (0) when the table
- * has no entry for it: MFU is then left out, and the run goes on. */
+/* The target's peak FLOP/s from the device table, for the trainer's MFU (none, 0, when the table
+ * has no entry for it: MFU is then left out, and the run goes on), and the device kind an
+ * OpenCL trainer looks for. */
 static void program_peak(const Args *a, BackendProgram *p) {
-  char buf[4096];
-  FeDiag d;
-  DrvDevice dev;
-  fe_diag_init(&d);
-  if (drv_device_lookup(&d, devices_file(a, buf, sizeof buf), a->fe.target, &dev) == 0) {
+  static DrvDevice dev; /* p points into it */
+  if (target_device(a, &dev) == 0) {
     p->peak_f32 = dev.flops_f32;
     p->peak_bf16 = dev.flops_bf16 > 0 ? dev.flops_bf16 : dev.flops_f32;
+    p->device_kind = dev.name;
+    p->device_doc = dev.doc;
+    p->device_match = dev.opencl_device;
+    p->max_alloc = (int64_t)dev.max_alloc;
   }
-  fe_diag_free(&d);
 }
 
 /* run --tokenizer T: its vocabulary against the config's, named by its file, before compiling. */
@@ -623,6 +667,7 @@ static int check_run_tokenizer(const Args *a, const DrvJob *j) {
 }
 
 static int check_output(const Args *a, const char *opt, const char *out);
+static int check_report(const Args *a);
 
 /* What launch and run leave to the supervisor's defaults: restarts (launch 3, run none), one
  * repeat at a step, two failures of a rank before elastic drops it; this axlc compiles. */
@@ -659,7 +704,7 @@ static int cmd_launch(Args *a) {
             a->ranks);
     return 1;
   }
-  if (a->sv.report && check_output(a, "--report", a->sv.report)) return 1;
+  if (a->sv.report && (check_output(a, "--report", a->sv.report) || check_report(a))) return 1;
   supervisor_defaults(a, "axlc launch", 3);
   /* TRAINER is a file here (stat found it), never a name to look up in PATH: the elastic
    * planner runs it (TRAINER --config) through execvp, which would search PATH for a bare name */
@@ -673,7 +718,9 @@ static int cmd_launch(Args *a) {
 }
 
 static int cmd_run(Args *a) {
-  if (cache_limit(a) || (a->sv.report && check_output(a, "--report", a->sv.report))) return 1;
+  if (cache_limit(a) ||
+      (a->sv.report && (check_output(a, "--report", a->sv.report) || check_report(a))))
+    return 1;
   const Backend *b = pick_backend(a);
   if (!b) return 1;
   if (!b->run) {
@@ -763,7 +810,7 @@ static char *output_problem(const char *out) {
  * the device table) into d. */
 static RtPathArg *input_args(const Args *a, const FeDiag *d, int *count) {
   int nfiles = d ? d->nfiles : 0, n = 0;
-  RtPathArg *in = ir_xcalloc((size_t)(4 + a->fe.napply + a->nmore + nfiles), sizeof *in);
+  RtPathArg *in = ir_xcalloc((size_t)(5 + a->fe.napply + a->nmore + nfiles), sizeof *in);
   bool plot = !strcmp(a->command, "plot");
   bool launch = !strcmp(a->command, "launch");
   in[n++] = (RtPathArg){plot     ? "the metrics file"
@@ -777,6 +824,9 @@ static RtPathArg *input_args(const Args *a, const FeDiag *d, int *count) {
   bool dir = a->input && stat(a->input, &st) == 0 && S_ISDIR(st.st_mode);
   in[n++] = (RtPathArg){"the weights", a->input, dir ? "" : NULL};
   in[n++] = (RtPathArg){"--devices", a->devices, NULL};
+  /* convert --merge-lora --base: the run's base weights, which its checkpoints need to resume */
+  bool base_dir = a->base && stat(a->base, &st) == 0 && S_ISDIR(st.st_mode);
+  in[n++] = (RtPathArg){"--base", a->base, base_dir ? "" : NULL};
   for (int i = 0; i < a->fe.napply; i++) in[n++] = (RtPathArg){"--apply", a->apply[i], NULL};
   for (int i = 0; i < nfiles; i++) in[n++] = (RtPathArg){"the config file", d->files[i], NULL};
   *count = n;
@@ -801,18 +851,85 @@ static int check_output(const Args *a, const char *opt, const char *out) {
   int bad = why != NULL;
   if (bad) fprintf(stderr, "error: %s\n", why);
   free(why);
-  return bad || check_inputs(a, NULL, opt, out) ? -1 : 0;
+  if (bad || check_inputs(a, NULL, opt, out)) return -1;
+  RtError err; /* a FIFO would block the write; a link would be written through */
+  if (rt_file_check_user(out, 1, &err) == 0) return 0;
+  fprintf(stderr, "error: %s %s\n", opt, err.msg);
+  return -1;
+}
+
+/* The path `path` names, resolved: the file's real path, else its directory's and its name (a
+ * file not there yet), else the path as given. */
+static void resolved(const char *path, char *out) {
+  if (realpath(path, out)) return;
+  char *copy = fe_asprintf("%s", path), *base = fe_asprintf("%s", path), dir[PATH_MAX];
+  char *full = realpath(dirname(copy), dir)
+                   ? fe_asprintf("%s/%s", strcmp(dir, "/") ? dir : "", basename(base))
+                   : fe_asprintf("%s", path);
+  snprintf(out, PATH_MAX, "%.*s", PATH_MAX - 1, full);
+  free(full);
+  free(copy);
+  free(base);
+}
+
+/* The value of the trainer option `name` in a->rest, as "NAME V" or "NAME=V" (the last), or
+ * NULL. */
+static const char *trainer_option(const Args *a, const char *name) {
+  const char *v = NULL;
+  size_t n = strlen(name);
+  for (int i = 0; i < a->nrest; i++)
+    if (!strncmp(a->rest[i], name, n) && a->rest[i][n] == '=')
+      v = a->rest[i] + n + 1;
+    else if (!strcmp(a->rest[i], name) && i + 1 < a->nrest)
+      v = a->rest[i + 1];
+  return v;
+}
+
+/* launch and run --report FILE against the files the trainer reads and writes: one of them, or
+ * anything inside its --ckpt-dir (the lock, a step), would be overwritten by the report or mixed
+ * with it. Compared by identity (device and inode) and, for files not there yet, by the resolved
+ * path; refused before anything runs. */
+static int check_report(const Args *a) {
+  static const char *const files[] = {"--data",    "--eval-data", "--init",    "--tokenizer",
+                                      "--metrics", "--dump",      "--ckpt-dir"};
+  char rep[PATH_MAX], other[PATH_MAX];
+  resolved(a->sv.report, rep);
+  for (size_t k = 0; k < sizeof files / sizeof *files; k++) {
+    const char *v = trainer_option(a, files[k]);
+    if (!v || !*v) continue;
+    resolved(v, other);
+    bool dir = !strcmp(files[k], "--ckpt-dir");
+    size_t n = strcmp(other, "/") ? strlen(other) : 0;
+    if (rt_file_same(a->sv.report, v) || !strcmp(rep, other)) {
+      fprintf(stderr,
+              "error: --report %s is the trainer's %s %s; refusing to write the report over it "
+              "(choose another report path)\n",
+              a->sv.report, files[k], v);
+      return -1;
+    }
+    if (dir && !strncmp(rep, other, n) && rep[n] == '/') {
+      fprintf(stderr,
+              "error: --report %s lies inside the trainer's --ckpt-dir %s, which the trainer "
+              "writes and prunes; refusing to write the report there (choose a path outside "
+              "it)\n",
+              a->sv.report, v);
+      return -1;
+    }
+  }
+  return 0;
 }
 
 static int cmd_compile(Args *a) {
   if (cache_limit(a)) return 1;
+  DrvDevice dev;
   const char *t = a->fe.target;
   bool cpu =
       t && (!strcmp(t, "cpu") || !strcmp(t, "interp") ||
             (!strncmp(t, "cpu-", 4) && t[4] && strspn(t + 4, "0123456789") == strlen(t + 4)));
-  if (!a->backend && !cpu && !(t && backend_for_target(t))) {
+  if (!a->backend && !cpu && !(t && backend_for_target(t)) && target_device(a, &dev) != 0) {
     fprintf(stderr,
-            "error: axlc compile: --target %s is not available (expected --target cpu or cpu-N)\n",
+            "error: axlc compile: --target %s is not available (expected --target cpu, cpu-N, "
+            "opencl, or a GPU kind of the device table: gpu-h100-1, ...)\n",
             a->fe.target ? a->fe.target : "(none)");
     return 1;
   }
@@ -898,8 +1015,12 @@ static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
   if (a->plot && check_inputs(a, &j->diag, "--plot", a->plot)) { /* the device table is read now */
     rc = -1;
   } else if (a->plot) {
-    FILE *f = fopen(a->plot, "w");
-    if (!f || drv_memreport_svg(&r, &dev, f) || fclose(f)) {
+    RtError err;
+    FILE *f = rt_file_open(a->plot, "w", &err);
+    if (!f) {
+      fprintf(stderr, "error: --plot %s\n", err.msg);
+      rc = -1;
+    } else if (drv_memreport_svg(&r, &dev, f) || fclose(f)) {
       fprintf(stderr, "error: %s: cannot write the plot: %s\n", a->plot, strerror(errno));
       rc = -1;
     }
@@ -944,11 +1065,12 @@ static int cmd_plot(const Args *a) {
 
 /* The whole file at path, malloc'd, into *text and *n; prints the error. */
 static int read_text(const char *path, char **text, size_t *n) {
-  FILE *f = fopen(path, "rb");
+  RtError err;
+  FILE *f = rt_file_open(path, "rb", &err);
   struct stat st;
   *text = NULL;
-  if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fprintf(stderr, "error: %s: %s\n", path, f ? "not a regular file" : strerror(errno));
+  if (!f || fstat(fileno(f), &st) != 0) {
+    fprintf(stderr, "error: %s\n", f ? strerror(errno) : err.msg);
     if (f) fclose(f);
     return -1;
   }
@@ -975,7 +1097,12 @@ static int cmd_tokenize(const Args *a) {
   int32_t *ids = NULL;
   int64_t n = 0;
   size_t len = 0;
-  int rc = rt_file_check_outputs(&out, 1, in, 2, &err) || rt_tok_open(&tok, a->tokenizer, &err);
+  int rc = rt_file_check_outputs(&out, 1, in, 2, &err);
+  if (!rc && rt_file_check_user(a->output, 1, &err)) { /* a FIFO, a device, a link */
+    fprintf(stderr, "error: -o %s\n", err.msg);
+    return 1;
+  }
+  rc = rc || rt_tok_open(&tok, a->tokenizer, &err);
   if (!rc && read_text(a->model, &text, &len)) {
     free(text);
     rt_tok_close(tok);
@@ -1002,8 +1129,12 @@ static int cmd_convert(const Args *a) {
                     "IN [--base BASE.safetensors] -o OUT.safetensors\n");
     return 1;
   }
-  if (!a->merge_lora && a->base) {
-    fprintf(stderr, "error: --base goes with --merge-lora\n");
+  if (!a->merge_lora && (a->base || a->force_base)) {
+    fprintf(stderr, "error: %s goes with --merge-lora\n", a->base ? "--base" : "--force-base");
+    return 1;
+  }
+  if (a->force_base && !a->base) {
+    fprintf(stderr, "error: --force-base goes with --base BASE (the base weights to merge onto)\n");
     return 1;
   }
   if (a->merge_lora) fmt = "hf"; /* past the format checks: the weights stay axlc's */
@@ -1032,7 +1163,7 @@ static int cmd_convert(const Args *a) {
   bool built = cfg && fe_target_devices(&d, a->fe.target, &devices) == 0 &&
                fe_build(&b, &d, a->model, cfg, devices) == 0;
   if (built && a->merge_lora) {
-    rc = merge_lora(&b, a->model, a->input, a->base, a->output) ? 1 : 0;
+    rc = merge_lora(&b, a->model, a->input, a->base, a->force_base, a->output) ? 1 : 0;
   } else if (built) {
     ConvertOpts o = {.to_hf = a->to != NULL,
                      .dtype = a->dtype,

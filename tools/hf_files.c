@@ -8,7 +8,9 @@
  * not open, a tensor the index puts in a shard that lacks it, a tensor of a shard the index does
  * not name, each said with the index file. Writing cuts the tensors, in order, into shards of at
  * most --max-shard-size bytes (a larger tensor alone in its shard), as transformers does; weights
- * that fit in one shard are one file and no index.
+ * that fit in one shard are one file and no index. An export removes the earlier one under the
+ * same name that it makes obsolete (an index and its shards, or a single file), once it is in
+ * place; a model directory with an index and a model.safetensors it does not name is refused.
  *
  * Nothing already saved is lost to a failed write: every weight file is first written whole
  * under a temporary name, then config.json, and only then are the weight files renamed into
@@ -47,11 +49,43 @@ static bool is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+static json_object *read_json(const char *path, const char *expected);
+
+/* true when the index `index` names `shard` (a file name) in its weight_map. */
+static bool index_names(const char *index, const char *shard) {
+  json_object *root = read_json(index, "a Hugging Face index"), *map;
+  bool named = false;
+  if (root && json_object_object_get_ex(root, "weight_map", &map) &&
+      json_object_is_type(map, json_type_object)) {
+    json_object_object_foreach(map, name, v) {
+      (void)name;
+      if (json_object_is_type(v, json_type_string) && !strcmp(json_object_get_string(v), shard))
+        named = true;
+    }
+  }
+  json_object_put(root);
+  return named;
+}
+
 int hf_dir_weights(const char *dir, char *out, size_t cap) {
   static const char *const names[] = {"model.safetensors.index.json", "model.safetensors"};
+  char single[4200];
+  snprintf(single, sizeof single, "%s/%s", dir, names[1]);
   for (int i = 0; i < 2; i++) {
     snprintf(out, cap, "%s/%s", dir, names[i]);
-    if (is_file(out)) return 0;
+    if (!is_file(out)) continue;
+    /* both: transformers loads model.safetensors, the index names other files; which one
+     * is the model is not for axlc to guess */
+    if (i == 0 && is_file(single) && !index_names(out, names[1])) {
+      fprintf(stderr,
+              "error: %s: holds both model.safetensors.index.json and a model.safetensors that "
+              "the index does not name: two different checkpoints (transformers loads "
+              "model.safetensors, the index names its own shards); remove the stale one, or "
+              "pass the file or the index itself\n",
+              dir);
+      return -1;
+    }
+    return 0;
   }
   fprintf(stderr,
           "error: %s: a directory without model.safetensors.index.json or model.safetensors "
@@ -62,9 +96,10 @@ int hf_dir_weights(const char *dir, char *out, size_t cap) {
 
 /* The whole JSON document in `path`, or NULL with what is wrong said (and what was expected). */
 static json_object *read_json(const char *path, const char *expected) {
-  FILE *f = fopen(path, "rb");
+  RtError err;
+  FILE *f = rt_file_open(path, "rb", &err);
   if (!f) {
-    fprintf(stderr, "error: %s: cannot open: %s\n", path, strerror(errno));
+    fprintf(stderr, "error: %s\n", err.msg);
     return NULL;
   }
   char *text = NULL;
@@ -250,12 +285,86 @@ typedef struct Plan {
   char **file;   /* (nfiles): OUT, or the shards */
   int *shard_of; /* (n tensors): the file each tensor goes to */
   char index[4200], config[4200];
+  /* an earlier export under -o's name that this one makes obsolete, removed once it is in
+   * place: one file: the index OUT.index.json and the shards it names; shards: OUT */
+  int nstale;
+  char **stale; /* (nstale): the index first */
 } Plan;
 
 static void plan_free(Plan *p) {
   for (int i = 0; i < p->nfiles; i++) free(p->file[i]);
+  for (int i = 0; i < p->nstale; i++) free(p->stale[i]);
   free(p->file);
+  free(p->stale);
   free(p->shard_of);
+}
+
+static void stale_add(Plan *p, const char *path) {
+  for (int i = 0; i < p->nstale; i++)
+    if (!strcmp(p->stale[i], path)) return;
+  p->stale = ir_xrealloc(p->stale, (size_t)(p->nstale + 1) * sizeof *p->stale);
+  p->stale[p->nstale++] = fe_asprintf("%s", path);
+}
+
+/* What an export to `out` makes obsolete (Plan.stale): -1 (said) when an earlier index cannot
+ * be read, as which shards are its own is then unknown. */
+static int plan_stale(Plan *p, const char *out) {
+  if (p->nfiles > 1) {
+    if (is_file(out)) stale_add(p, out);
+    return 0;
+  }
+  char index[4200], dir[4096];
+  snprintf(index, sizeof index, "%s.index.json", out);
+  struct stat st;
+  if (lstat(index, &st) != 0) return 0;
+  json_object *root = S_ISREG(st.st_mode) ? read_json(index, "a Hugging Face index") : NULL;
+  json_object *map = NULL;
+  if (!root || !json_object_object_get_ex(root, "weight_map", &map) ||
+      !json_object_is_type(map, json_type_object)) {
+    fprintf(stderr,
+            "error: %s: an earlier index beside -o %s that is not a Hugging Face index; one "
+            "file at -o would leave it beside the new weights, and it cannot say which shards "
+            "are its own: remove it\n",
+            index, out);
+    json_object_put(root);
+    return -1;
+  }
+  stale_add(p, index);
+  dir_part(out, dir, sizeof dir);
+  json_object_object_foreach(map, name, v) {
+    (void)name;
+    const char *shard = json_object_get_string(v);
+    if (!json_object_is_type(v, json_type_string) || !*shard || strchr(shard, '/')) continue;
+    char path[8200];
+    snprintf(path, sizeof path, "%s/%s", dir, shard);
+    if (strcmp(path, out) != 0 && !rt_file_same(path, out) && is_file(path)) stale_add(p, path);
+  }
+  json_object_put(root);
+  return 0;
+}
+
+/* Removes the stale files once the new export is in place, and says so. */
+static void remove_stale(const Plan *p, const char *out) {
+  int removed = 0;
+  for (int i = 0; i < p->nstale; i++) {
+    if (unlink(p->stale[i]) == 0)
+      removed++;
+    else if (errno != ENOENT)
+      fprintf(stderr, "warning: %s: cannot remove this stale file: %s\n", p->stale[i],
+              strerror(errno));
+  }
+  if (!removed) return;
+  if (p->nfiles > 1)
+    fprintf(stderr,
+            "note: removed %s, an earlier single-file export, which transformers would load in "
+            "place of the index %s\n",
+            out, p->index);
+  else
+    fprintf(stderr,
+            "note: removed the earlier sharded export under -o's name: its index %s and the %d "
+            "shards it names (readers of the directory would take them for the model in place "
+            "of %s)\n",
+            p->stale[0], p->nstale - 1, out);
 }
 
 /* The bytes of t's data (a tensor to write has no nbytes). */
@@ -311,20 +420,19 @@ static int refuse_special(const char *path) {
 static int plan_check(const Plan *p, const char *out, const RtPathArg *in, int nin) {
   for (int i = 0; i < p->nfiles; i++)
     if (refuse_special(p->file[i])) return -1;
-  RtPathArg *o = ir_xcalloc((size_t)p->nfiles + 2, sizeof *o);
+  (void)out;
+  RtPathArg *o = ir_xcalloc((size_t)(p->nfiles + p->nstale) + 2, sizeof *o);
   int n = 0;
   for (int i = 0; i < p->nfiles; i++)
     o[n++] = (RtPathArg){p->nfiles == 1 ? "-o" : "a shard of -o", p->file[i], NULL};
   if (p->index[0]) o[n++] = (RtPathArg){"the index of -o", p->index, NULL};
   o[n++] = (RtPathArg){"config.json beside -o", p->config, NULL};
+  /* what is removed must not be read either */
+  for (int i = 0; i < p->nstale; i++)
+    o[n++] = (RtPathArg){"a stale file of an earlier export to -o (removed)", p->stale[i], NULL};
   RtError err;
   int rc = rt_file_check_outputs(o, n, in, nin, &err);
   if (rc) fprintf(stderr, "error: %s\n", err.msg);
-  if (!rc && p->nfiles > 1 && is_file(out))
-    fprintf(stderr,
-            "note: %s: an earlier unsharded file, which transformers loads before the index %s: "
-            "remove it\n",
-            out, p->index);
   free(o);
   return rc;
 }
@@ -427,7 +535,8 @@ static char *index_text(const Plan *p, const RtTensor *t, int n) {
 int hf_write(const HfWrite *w) {
   Plan p;
   plan_make(&p, w->out, w->t, w->n, w->max_shard);
-  int rc = plan_check(&p, w->out, w->inputs, w->ninputs);
+  int rc = plan_stale(&p, w->out);
+  if (!rc) rc = plan_check(&p, w->out, w->inputs, w->ninputs);
   if (!rc) rc = write_staged(&p, w->t, w->n, w->meta, w->nmeta);
   if (!rc && write_text(p.config, w->config)) {
     unstage(&p, 0, p.nfiles);
@@ -439,6 +548,7 @@ int hf_write(const HfWrite *w) {
     rc = write_text(p.index, text);
     free(text);
   }
+  if (!rc) remove_stale(&p, w->out);
   plan_free(&p);
   return rc;
 }

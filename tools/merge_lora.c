@@ -140,6 +140,94 @@ static int check_has_adapters(const FeBuild *b, const Weights *in) {
   return -1;
 }
 
+/* The checkpoint's step directory, for messages. */
+static void ckpt_where(const Weights *in, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s/step_%08lld", in->path, (long long)rt_ckpt_step(in->ck));
+}
+
+/* A checkpoint records the base its adapters were trained on (axlc.base: the --init file and
+ * a hash of its frozen tensors, or "seed"): `base` must be those weights, as resume checks
+ * them (runtime/train_state.c), unless --force-base. -1 (said) when refused. */
+static int check_base(const FeBuild *b, const Weights *in, const Weights *base, bool force) {
+  const char *rec = in->ck ? rt_ckpt_base(in->ck) : "", *want = NULL;
+  char file[4096], where[4200], got[32] = "";
+  if (!rec[0] || base == in) return 0;
+  ckpt_where(in, where, sizeof where);
+  const char *why = NULL;
+  if (!rt_base_record_parse(rec, file, sizeof file, &want)) {
+    if (strcmp(rec, "seed") == 0)
+      why = "were trained on the seeded base weights (the run had no --init)";
+  } else if (!base->st) {
+    why = "were trained on a weights file; a checkpoint directory as --base cannot be checked "
+          "against it";
+  } else {
+    uint64_t h = RT_FNV1A64_BASIS;
+    for (int i = 0; i < b->nparams; i++)
+      if (b->params[i].frozen) h = rt_st_hash_tensor(base->st, b->params[i].path, h);
+    snprintf(got, sizeof got, "fnv1a64:%016llx", (unsigned long long)h);
+    if (strcmp(got, want) == 0) return 0;
+    why = "were trained on other base weights";
+  }
+  if (!why) return 0;
+  char wanted[4200] = "";
+  if (want)
+    snprintf(wanted, sizeof wanted, " (%s%s, recorded %s from %s)", got, got[0] ? " here" : "",
+             want, file);
+  fprintf(stderr, "%s: --merge-lora: --base %s: the adapters of %s %s%s; %s\n",
+          force ? "warning" : "error", base->path, where, why, wanted,
+          force ? "merging onto these weights as --force-base says"
+                : "pass the base weights that run started from (--force-base merges onto these "
+                  "anyway)");
+  return force ? 0 : -1;
+}
+
+/* The checkpoint's /lora (its recorded config) against the one given: the adapters mean
+ * something only with the rank, alpha and params they were trained with. -1 (said) when they
+ * differ. */
+static int check_lora(const FeBuild *b, const Weights *in) {
+  const char *text = in->ck ? rt_ckpt_config(in->ck) : "";
+  json_object *cfg = text[0] ? json_tokener_parse(text) : NULL, *l = NULL, *v;
+  if (!cfg || !json_object_object_get_ex(cfg, "lora", &l)) {
+    json_object_put(cfg);
+    return 0;
+  }
+  char where[4200], here[64], there[64];
+  ckpt_where(in, where, sizeof where);
+  static const char *const keys[] = {"rank", "alpha", "params"};
+  int rc = 0;
+  for (size_t k = 0; k < sizeof keys / sizeof keys[0] && rc == 0; k++) {
+    if (!json_object_object_get_ex(l, keys[k], &v)) continue;
+    bool same;
+    if (k == 2) {
+      same = strcmp(json_object_get_string(v), fe_get_str(b->lora.node, "params")) == 0;
+      if (!same)
+        fprintf(stderr,
+                "error: --merge-lora: /lora/params is \"%s\", but the adapters of %s were trained "
+                "with \"%s\" (expected the run's --set /lora/params)\n",
+                fe_get_str(b->lora.node, "params"), where, json_object_get_string(v));
+    } else {
+      double a =
+          k == 0 ? (double)fe_get_int(b->lora.node, "rank") : fe_get_float(b->lora.node, "alpha");
+      double c = json_object_get_double(v);
+      same = a == c;
+      snprintf(here, sizeof here, "%.17g", a);
+      snprintf(there, sizeof there, "%.17g", c);
+      char scale[96] = "";
+      if (k == 1)
+        snprintf(scale, sizeof scale, "the scale alpha/rank would be %g instead of %g; ",
+                 b->lora.scale, c / (double)fe_get_int(b->lora.node, "rank"));
+      if (!same)
+        fprintf(stderr,
+                "error: --merge-lora: /lora/%s is %s, but the adapters of %s were trained with %s "
+                "(%sexpected the run's --set /lora/%s=%s)\n",
+                keys[k], here, where, there, scale, keys[k], there);
+    }
+    if (!same) rc = -1;
+  }
+  json_object_put(cfg);
+  return rc;
+}
+
 static int write_merged(const FeBuild *b, const Weights *in, const Weights *base, const char *out) {
   RtTensor *ts = calloc((size_t)b->nparams + 1, sizeof *ts);
   int n = 0, rc = ts ? 0 : -1;
@@ -163,7 +251,7 @@ static int write_merged(const FeBuild *b, const Weights *in, const Weights *base
 }
 
 int merge_lora(const FeBuild *b, const char *model, const char *in, const char *base,
-               const char *out) {
+               bool force_base, const char *out) {
   if (!b->lora.node) {
     fprintf(stderr,
             "error: --merge-lora: %s has no /lora (expected the config the adapters were "
@@ -173,12 +261,13 @@ int merge_lora(const FeBuild *b, const char *model, const char *in, const char *
   }
   Weights win, wbase;
   if (weights_open(&win, in)) return -1;
-  int rc = check_has_adapters(b, &win);
+  int rc = check_has_adapters(b, &win) || check_lora(b, &win);
   bool own_base = base != NULL && rc == 0;
   if (own_base && weights_open(&wbase, base)) {
     own_base = false;
     rc = -1;
   }
+  if (rc == 0) rc = check_base(b, &win, own_base ? &wbase : &win, force_base);
   if (rc == 0) rc = write_merged(b, &win, own_base ? &wbase : &win, out);
   if (rc == 0)
     printf("merged the adapters of %d projections (scale %g) into %s\n", b->lora.matched,

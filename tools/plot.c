@@ -438,9 +438,10 @@ int plot_metrics_stream(FILE *in, const char *name, FILE *out) {
 
 /* Reads metrics file `path` into s; -1 with the error printed. */
 static int read_metrics_file(const char *path, Series *s) {
-  FILE *in = fopen(path, "r");
+  RtError err;
+  FILE *in = rt_file_open(path, "r", &err);
   if (!in) {
-    fprintf(stderr, "error: %s: cannot open: %s\n", path, strerror(errno));
+    fprintf(stderr, "error: %s\n", err.msg);
     return -1;
   }
   int rc = read_metrics(in, path, s);
@@ -458,8 +459,9 @@ int plot_metrics_many(const char *const *metrics, const char *const *labels, int
     name[read] = labels ? labels[read] : base_name(metrics[read]);
     read++;
   }
-  if (read == n && !(f = fopen(out, "w")))
-    fprintf(stderr, "error: %s: cannot write: %s\n", out, strerror(errno));
+  RtError err;
+  if (read == n && !(f = rt_file_open(out, "w", &err)))
+    fprintf(stderr, "error: %s\n", err.msg);
   else if (f) {
     write_svg(s, n, name, f);
     rc = 0;

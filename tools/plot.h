@@ -97,8 +97,10 @@ int hf_write(const HfWrite *w);
 
 /* Writes to `out` the weights of the model built in `b` (which has /lora) with the adapters of
  * `in` folded in (W + (alpha/r) A B) and no adapter tensors; the other weights come from
- * `base` (NULL: from `in`). Says every problem on stderr and returns -1 without writing. */
+ * `base` (NULL: from `in`). A checkpoint's record of its base (axlc.base) and of its /lora
+ * must match `base` (unless force_base) and b's /lora. Says every problem on stderr and
+ * returns -1 without writing. */
 int merge_lora(const struct FeBuild *b, const char *model, const char *in, const char *base,
-               const char *out);
+               bool force_base, const char *out);
 
 #endif

@@ -3,7 +3,8 @@
 # build (Debug) and a Release build, each through CTest (CUnit unit tests, end-to-end tests
 # of the real binaries, golden configs, the fuzz corpora); warnings are errors in all three.
 # With AXLC_FUZZ_SECONDS=N it also runs each fuzz target (config parser,
-# safetensors reader, checkpoint index, token files, metrics plotter) for N seconds.
+# safetensors reader, checkpoint index, token files, metrics plotter, --sample's prompt path, tokenizer.json) for N
+# seconds.
 #   usage: tools/test.sh            (run from anywhere; builds under build/)
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,11 +60,13 @@ if [ "${AXLC_FUZZ_SECONDS:-0}" -gt 0 ] && command -v clang > /dev/null; then
   # takes any other (g++ knows no -fsanitize=fuzzer-no-link)
   CC=clang CXX=clang++ configure build-fuzz -DAXLC_FUZZ=ON -DAXLC_WERROR=OFF -DAXLC_SENTENCEPIECE=OFF
   cmake --build "$top/build-fuzz" -j "$jobs" \
-    --target fuzz_config fuzz_safetensors fuzz_ckpt_index fuzz_tokens fuzz_plot
+    --target fuzz_config fuzz_safetensors fuzz_ckpt_index fuzz_tokens fuzz_plot fuzz_prompt fuzz_tokjson
   fuzz fuzz_config corpus config.dict 8192
   fuzz fuzz_safetensors corpus-safetensors safetensors.dict 4096
   fuzz fuzz_ckpt_index corpus-ckpt ckpt.dict 4096
   fuzz fuzz_tokens corpus-tokens tokens.dict 4096
   fuzz fuzz_plot corpus-plot plot.dict 8192
+  fuzz fuzz_prompt corpus-prompt prompt.dict 1024
+  fuzz fuzz_tokjson corpus-tokjson tokjson.dict 16384
 fi
 stage "done"

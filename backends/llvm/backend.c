@@ -159,9 +159,10 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
 /* ---- the backend ---- */
 
 static int emit_text(const BackendJob *j, Compiled *c, const char *what, const char *out) {
-  FILE *f = out ? fopen(out, "w") : stdout;
+  RtError ferr;
+  FILE *f = out ? rt_file_open(out, "w", &ferr) : stdout;
   char err[1024] = "";
-  if (!f) return backend_error(&j->diag, out, NULL, "cannot open for writing");
+  if (!f) return backend_error(&j->diag, NULL, NULL, "%s", ferr.msg);
   int rc = llvm_emit_text(c->module, f, !strcmp(what, "asm"), err, sizeof err);
   if (out && fclose(f) != 0) rc = -1;
   if (rc) return backend_error(&j->diag, out, NULL, "writing %s failed: %s", what, err);

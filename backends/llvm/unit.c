@@ -258,7 +258,7 @@ static bool cached_object(const char *path) {
 }
 
 static int write_file(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
+  FILE *f = rt_file_open(path, "wb", NULL); /* llvm_emit_object says why a user's path is refused */
   if (!f) return -1;
   int rc = fwrite(data, 1, n, f) == n ? 0 : -1;
   if (fclose(f) != 0) rc = -1;
@@ -557,6 +557,8 @@ int llvm_object_files(LlvmModule *M, const char *dir, char ***out, int *n, char 
 
 int llvm_emit_object(LlvmModule *M, const char *path, char *err, size_t cap) {
   if (!M || !M->nunits) return fail(err, cap, "llvm_emit_object: no module%s", NULL);
+  RtError refused;
+  if (rt_file_check_user(path, 1, &refused)) return fail(err, cap, "%s", refused.msg);
   if (M->nunits == 1 && M->units[0].obj)
     return write_file(path, LLVMGetBufferStart(M->units[0].obj), LLVMGetBufferSize(M->units[0].obj))
                ? fail(err, cap, "%s: cannot write the object", path)

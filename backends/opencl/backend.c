@@ -2,8 +2,8 @@
  * backend.c: the opencl backend object (backends/backend.h).
  *
  *   step graph -> fusion plan -> memory plan -> OpenCL C kernels + launch list
- *              -> libclang check -> RtOclProgram -> rt_ocl_main in process (axlc run)
- *                                                -> C file + libaxrt_opencl -> trainer
+ *              -> libclang check -> RtOclProgram -> C file + libaxrt_opencl -> trainer
+ *                                                   (axlc run: a temporary one, run as a child)
  *
  * Compiling needs no OpenCL device, platform or loader at run time: the kernels are checked
  * with libclang here and built by the device's driver when the trainer starts.
@@ -68,7 +68,10 @@ static int program(const BackendJob *j, Compiled *c) {
                          .flops = p->flops,
                          .bf16_flops = p->bf16_flops,
                          .peak_f32 = p->peak_f32,
-                         .peak_bf16 = p->peak_bf16};
+                         .peak_bf16 = p->peak_bf16,
+                         .device_kind = p->device_kind,
+                         .device_doc = p->device_doc,
+                         .device_match = p->device_match};
   char err[1024];
   if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, err,
                         sizeof err))
@@ -81,16 +84,22 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
   memset(c, 0, sizeof *c);
   if (j->program.devices > 1)
     return backend_error(&j->diag, j->file, "/mesh",
-                         "the opencl backend runs one device; this mesh has "
-                         "%lld (sharding over several devices is not implemented yet)",
-                         (long long)j->program.devices);
+                         "opencl with %lld ranks is not supported yet (one OpenCL trainer per "
+                         "device under MPI is to come); compile for one device (--target "
+                         "gpu-h100-1, opencl) or for the CPU (--target cpu-%lld)",
+                         (long long)j->program.devices, (long long)j->program.devices);
   OclOptions o = options(bo);
   bool *mat = ir_xmalloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
   if (o.fuse)
     pass_fusion_plan(j->graph, mat);
   else
     memset(mat, 1, (size_t)j->graph->nvalues * sizeof *mat);
-  int rc = pass_memplan_fused(j->graph, mat, &c->plan);
+  /* the slab in pieces of the device's largest buffer: no tensor crosses a multiple of it
+   * (AXLC_OPENCL_SPLIT=BYTES, a test hook, plans smaller ones) */
+  int64_t split = j->program.max_alloc;
+  const char *env = getenv("AXLC_OPENCL_SPLIT");
+  if (env && *env && atoll(env) > 0) split = atoll(env);
+  int rc = pass_memplan_split(j->graph, mat, split, &c->plan);
   char err[4096];
   if (rc != IR_OK) {
     free(mat);
@@ -110,9 +119,10 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
 static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *c,
                         const char *out) {
   char *src = backend_join(out, "", ".opencl.c");
-  FILE *f = fopen(src, "w");
+  RtError ferr;
+  FILE *f = rt_file_open(src, "w", &ferr);
   if (!f) {
-    backend_error(&j->diag, src, NULL, "cannot open for writing");
+    backend_error(&j->diag, NULL, NULL, "%s", ferr.msg);
     free(src);
     return -1;
   }
@@ -131,8 +141,9 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
 }
 
 static int write_text(const BackendJob *j, Compiled *c, const char *emit, const char *out) {
-  FILE *f = out ? fopen(out, "w") : stdout;
-  if (!f) return backend_error(&j->diag, out, NULL, "cannot open for writing");
+  RtError ferr;
+  FILE *f = out ? rt_file_open(out, "w", &ferr) : stdout;
+  if (!f) return backend_error(&j->diag, NULL, NULL, "%s", ferr.msg);
   int rc = !strcmp(emit, "cl") ? (fputs(c->kernels.source, f) < 0 ? -1 : 0)
                                : ocl_program_write_c(f, &c->prog);
   if (out && fclose(f) != 0) rc = -1;
@@ -150,10 +161,44 @@ static int ocl_backend_compile(const BackendJob *j, const BackendOptions *o, con
   return rc;
 }
 
+/* The JIT runs the program as a trainer of its own: linked into a temporary directory and
+ * started as a child process, which this one waits for. The device's OpenCL driver never loads
+ * into axlc: PoCL's kernel compiler is an LLVM of another version (15 on Debian 12) than the
+ * one axlc links (14), and the two in one process crash in the first build (issue 34). The
+ * child is a job (spawn.c): a Ctrl-C or SIGTERM to axlc reaches the trainer, which saves. */
 static int ocl_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
   Compiled c;
   int rc = 1;
-  if (compile_all(j, o, &c) == 0) rc = rt_ocl_main(&c.prog, argc, argv);
+  if (compile_all(j, o, &c) != 0) {
+    compiled_free(&c);
+    return 1;
+  }
+  const char *tmp = getenv("TMPDIR");
+  char *base = backend_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-ocl-XXXXXX");
+  if (!mkdtemp(base)) {
+    backend_error(&j->diag, base, NULL, "cannot create a temporary directory for the trainer");
+  } else {
+    /* the trainer's messages start with its file name: argv[0] ("axlc run"), as in process */
+    const char *name =
+        argc > 0 && argv[0] && *argv[0] && !strchr(argv[0], '/') ? argv[0] : "trainer";
+    char *exe = backend_join(base, "/", name);
+    if (link_trainer(j, o, &c, exe) == 0) {
+      char **args = ir_xcalloc((size_t)argc + 1, sizeof *args);
+      args[0] = exe;
+      for (int i = 1; i < argc; i++) args[i] = argv[i];
+      int sig = 0;
+      rc = backend_spawn_job(args, exe, &sig);
+      if (rc < 0) {
+        backend_error(&j->diag, exe, NULL, "cannot start the trainer");
+        rc = 1;
+      }
+      free(args);
+      unlink(exe);
+    }
+    rmdir(base);
+    free(exe);
+  }
+  free(base);
   compiled_free(&c);
   return rc;
 }

@@ -41,8 +41,9 @@ typedef struct Ctx {
   const MemPlan *mp;
   const bool *mat;
   OclOptions o;
-  OclBuf *b;     /* the body of the kernel being printed */
-  int64_t *args; /* (nargs) its offset arguments a0, a1, ...: byte offsets in the slab */
+  OclBuf *b;      /* the body of the kernel being printed */
+  int64_t *args;  /* (nargs) its offset arguments a0, a1, ...: byte offsets in the slab */
+  int64_t *bytes; /* (nargs) the bytes each tensor spans from its offset */
   int32_t nargs, cargs;
   OclBuf consts;    /* __constant arrays of data constants, printed before the kernels */
   bool *const_done; /* (nvalues) */
@@ -154,18 +155,23 @@ static void elem_get(Ctx *C, int32_t v, Pos *p, char *out);
  * where their tensors live are one kernel in the source (see kernel_end). */
 static void buf_ref(Ctx *C, int32_t v, char *out, size_t cap) {
   int64_t off = C->mp->offset[v];
+  IrDType dt = val(C, v)->dtype;
+  int64_t bytes = ir_shape_numel(&val(C, v)->shape) * (int64_t)ir_dtype_size(dt);
   int32_t a = 0;
   while (a < C->nargs && C->args[a] != off) a++;
   if (a == C->nargs) {
     if (C->nargs == C->cargs) {
       int32_t n = C->cargs ? 2 * C->cargs : 16;
       C->args = ir_xrealloc(C->args, (size_t)n * sizeof *C->args);
+      C->bytes = ir_xrealloc(C->bytes, (size_t)n * sizeof *C->bytes);
       C->cargs = n;
     }
+    C->bytes[C->nargs] = 0;
     C->args[C->nargs++] = off;
   }
-  IrDType dt = val(C, v)->dtype;
-  snprintf(out, cap, "%s(a%d)", dt == DT_I32 ? "AXI" : dt == DT_BF16 ? "AXH" : "AXF", a);
+  if (bytes > C->bytes[a]) C->bytes[a] = bytes;
+  /* sN: the buffer that holds it (the slab may be split over several: runtime/opencl.c) */
+  snprintf(out, cap, "%s(s%d, a%d)", dt == DT_I32 ? "AXI" : dt == DT_BF16 ? "AXH" : "AXF", a, a);
 }
 
 /* A __constant array for data constant v, printed once. */
@@ -651,9 +657,10 @@ static int32_t kernel_unique(Launches *L, const char *text, const char *name) {
 static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs,
                        RtOclLaunch shape) {
   OclBuf t = {0};
-  ocl_buf_printf(&t, "__kernel %svoid @NAME@(__global uchar *slab", attrs);
-  for (int32_t a = 0; a < C->nargs; a++) ocl_buf_printf(&t, ", long a%d", a);
-  ocl_buf_printf(&t, ") {\n%s}\n\n", C->b->s ? C->b->s : "");
+  ocl_buf_printf(&t, "__kernel %svoid @NAME@(", attrs);
+  for (int32_t a = 0; a < C->nargs; a++)
+    ocl_buf_printf(&t, "%s__global uchar *s%d, long a%d", a ? ", " : "", a, a);
+  ocl_buf_printf(&t, "%s) {\n%s}\n\n", C->nargs ? "" : "void", C->b->s ? C->b->s : "");
   int32_t u = C->failed ? -1 : kernel_unique(L, t.s, name);
   ocl_buf_free(&t);
   if (u < 0) return;
@@ -661,10 +668,13 @@ static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs,
   grow((void **)&L->v, sizeof *L->v, &cap, L->n + 1);
   grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
   int64_t *args = ir_xmalloc(((size_t)C->nargs + 1) * sizeof *args);
+  int64_t *bytes = ir_xmalloc(((size_t)C->nargs + 1) * sizeof *bytes);
   memcpy(args, C->args, (size_t)C->nargs * sizeof *args);
+  memcpy(bytes, C->bytes, (size_t)C->nargs * sizeof *bytes);
   shape.kernel = L->names[u];
   shape.nargs = C->nargs;
   shape.args = args;
+  shape.arg_bytes = bytes;
   L->line[L->n] = L->uline[u];
   L->v[L->n++] = shape;
 }
@@ -1005,7 +1015,10 @@ static void launches_free(Launches *L, bool keep_launches) {
   free(L->hashes);
   free(L->uline);
   if (!keep_launches) {
-    for (int32_t i = 0; i < L->n; i++) free((void *)L->v[i].args);
+    for (int32_t i = 0; i < L->n; i++) {
+      free((void *)L->v[i].args);
+      free((void *)L->v[i].arg_bytes);
+    }
     free(L->v);
     free(L->line);
     free(L->names);
@@ -1047,8 +1060,8 @@ static void prelude(OclBuf *b) {
          "#else\n"
          "typedef float axacc;\n"
          "#endif\n"
-         "#define AXF(off) ((__global float *)(slab + (off)))\n"
-         "#define AXI(off) ((__global int *)(slab + (off)))\n"
+         "#define AXF(s, off) ((__global float *)((s) + (off)))\n"
+         "#define AXI(s, off) ((__global int *)((s) + (off)))\n"
          "/* i32 division: truncates; x/0 = 0; INT_MIN/-1 saturates */\n"
          "int ax_idiv(int a, int b) {\n"
          "  if (b == 0) return 0;\n"
@@ -1063,7 +1076,7 @@ static void prelude(OclBuf *b) {
  * rt_bf16_from_f32 and the interpreter round. */
 static void prelude_bf16(OclBuf *b) {
   ocl_buf_printf(
-      b, "#define AXH(off) ((__global ushort *)(slab + (off)))\n"
+      b, "#define AXH(s, off) ((__global ushort *)((s) + (off)))\n"
          "float ax_from_bf16(ushort h) { return as_float((uint)h << 16); }\n"
          "ushort ax_to_bf16(float f) {\n"
          "  uint u = as_uint(f);\n"
@@ -1161,6 +1174,7 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
   ocl_buf_free(&C.consts);
   free(C.const_done);
   free(C.args);
+  free(C.bytes);
   if (C.failed) {
     ocl_kernels_free(out);
     return -1;
@@ -1169,7 +1183,10 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
 }
 
 void ocl_kernels_free(OclKernels *k) {
-  for (int32_t i = 0; i < k->nlaunches; i++) free((void *)k->launches[i].args);
+  for (int32_t i = 0; i < k->nlaunches; i++) {
+    free((void *)k->launches[i].args);
+    free((void *)k->launches[i].arg_bytes);
+  }
   for (int32_t i = 0; i < k->nkernels; i++) free(k->names[i]);
   free(k->names);
   free(k->launches);

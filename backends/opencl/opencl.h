@@ -97,7 +97,8 @@ typedef struct OclProgramInfo {
   int64_t vocab, max_steps, ckpt_every;
   int32_t ckpt_keep;
   uint64_t seed;
-  double flops, bf16_flops, peak_f32, peak_bf16; /* RtProgram's step_flops, ... */
+  double flops, bf16_flops, peak_f32, peak_bf16;       /* RtProgram's step_flops, ... */
+  const char *device_kind, *device_doc, *device_match; /* RtOclProgram's; may be NULL */
 } OclProgramInfo;
 
 /* The RtOclProgram of g in memory (for `axlc run`); *slots (free it) backs its parameter table.

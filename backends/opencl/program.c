@@ -91,6 +91,9 @@ int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
   out->build_options = "-cl-std=CL1.2";
   out->nlaunches = k->nlaunches;
   out->launches = k->launches;
+  out->device_kind = info->device_kind;
+  out->device_doc = info->device_doc;
+  out->device_match = info->device_match;
   return 0;
 }
 
@@ -158,6 +161,12 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
     for (int32_t a = 0; a < P->launches[i].nargs; a++, nargs++)
       fprintf(f, "%s%s%" PRId64, nargs ? "," : "", nargs % 8 ? " " : "\n  ",
               P->launches[i].args[a]);
+  fprintf(f, "%s};\n\nstatic const int64_t arg_bytes[] = {", nargs ? "" : "0");
+  nargs = 0;
+  for (int32_t i = 0; i < P->nlaunches; i++)
+    for (int32_t a = 0; a < P->launches[i].nargs; a++, nargs++)
+      fprintf(f, "%s%s%" PRId64, nargs ? "," : "", nargs % 8 ? " " : "\n  ",
+              P->launches[i].arg_bytes[a]);
   fprintf(f, "%s};\n\nstatic const RtOclLaunch launches[%d] = {\n", nargs ? "" : "0",
           P->nlaunches > 0 ? P->nlaunches : 1);
   nargs = 0;
@@ -167,9 +176,9 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
     c_string(f, L->kernel);
     fprintf(f,
             ", %d, {%" PRId64 ", %" PRId64 ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64
-            "}, %d, args + %" PRId64 "},\n",
+            "}, %d, args + %" PRId64 ", arg_bytes + %" PRId64 "},\n",
             L->dims, L->global[0], L->global[1], L->global[2], L->local[0], L->local[1],
-            L->local[2], L->nargs, nargs);
+            L->local[2], L->nargs, nargs, nargs);
     nargs += L->nargs;
   }
   fprintf(
@@ -192,9 +201,13 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
       p->max_steps, p->seed, p->ckpt_every, p->ckpt_keep, (int)p->has_aux_loss, p->aux_loss_offset,
       p->step_flops, p->step_bf16_flops, p->peak_f32, p->peak_bf16);
   c_string(f, P->build_options ? P->build_options : "");
-  fprintf(f,
-          ",\n  .nlaunches = %d,\n  .launches = launches,\n};\n\n"
-          "int main(int argc, char **argv) { return rt_ocl_main(&program, argc, argv); }\n",
-          P->nlaunches);
+  fprintf(f, ",\n  .nlaunches = %d,\n  .launches = launches,\n  .device_kind = ", P->nlaunches);
+  c_string(f, P->device_kind ? P->device_kind : "");
+  fputs(",\n  .device_doc = ", f);
+  c_string(f, P->device_doc ? P->device_doc : "");
+  fputs(",\n  .device_match = ", f);
+  c_string(f, P->device_match ? P->device_match : "");
+  fprintf(f, ",\n};\n\n"
+             "int main(int argc, char **argv) { return rt_ocl_main(&program, argc, argv); }\n");
   return ferror(f) ? -1 : 0;
 }

@@ -29,6 +29,8 @@
 
 static const FeField fields[] = {
     F_INT("rank", "4", FE_RANGE(1, 65536), "rank r of each adapter (A: in x r, B: r x out)"),
+    /* above 0 (0 leaves the adapters without effect), at most 65536 (1e308 overflows at the
+     * first step): checked in fe_lora_begin */
     F_FLOAT("alpha", "8.0", FE_ATLEAST(0), "scale: the update is (alpha / rank) x A B"),
     F_TYPED("params", FT_STRING, "\"(.+/)?[qkvo]_proj/weight\"",
             "regex (POSIX extended, matching the whole path) of the projection weights to adapt"),
@@ -58,6 +60,19 @@ int fe_lora_begin(FeBuild *b, json_object *root) {
                           "regex of parameter paths)",
                           re, why);
   }
+  double alpha = fe_get_float(node, "alpha");
+  if (alpha <= 0)
+    return fe_field_error(b, node, "/lora", "alpha",
+                          "alpha %g leaves the adapters without effect: the update (alpha / rank) "
+                          "x A B is 0, so the run would train nothing (expected above 0, at most "
+                          "65536)",
+                          alpha);
+  if (alpha > 65536)
+    return fe_field_error(b, node, "/lora", "alpha",
+                          "alpha %g is out of range: the scale alpha / rank multiplies every "
+                          "adapter update, and the first step would overflow to NaN (expected "
+                          "above 0, at most 65536)",
+                          alpha);
   l->node = node;
   l->rank = fe_get_int(node, "rank");
   l->scale = fe_get_float(node, "alpha") / (double)l->rank;
@@ -99,6 +114,11 @@ int fe_lora_param(FeBuild *b, json_object *node, const char *cfg, const char *pr
                           "the regex matches %s, of rank %d (expected only the 2-D (in, out) "
                           "weights of linear projections)",
                           p->path, p->rank);
+  if (l->not_linear)
+    return fe_field_error(b, l->node, "/lora", "params",
+                          "the regex matches %s, which no linear projection reads (%s; expected "
+                          "only the 2-D (in, out) weights of linear projections)",
+                          p->path, l->not_linear);
   int64_t din = p->shape[0], dout = p->shape[1], lim = din < dout ? din : dout;
   if (l->rank > lim)
     return fe_field_error(b, l->node, "/lora", "rank",

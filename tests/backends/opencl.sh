@@ -14,6 +14,23 @@
 #   cache_damaged a device binary in the cache cut short, then with a flipped bit: the trainer
 #                 says so naming the entry, builds the kernels again, runs, and stores a whole
 #                 entry that the next start loads (PoCL asserted on a truncated binary)
+#   run_cold      axlc run --target opencl with empty axlc and PoCL caches trains (it segfaulted:
+#                 PoCL's LLVM 15 built the kernels inside axlc, which links LLVM 14; the trainer
+#                 now runs as a child process), and a SIGTERM to axlc reaches it: it saves
+#   gpu_target    --target gpu-h100-1 compiles with the OpenCL backend (the device table's
+#                 "backend"); on a host without an H100 the trainer and axlc run refuse, listing
+#                 the OpenCL devices there are; --device 0 trains; gpu-h100-8 and opencl-2 are
+#                 refused (no multi-rank OpenCL yet), tpu-v5p-1 has no backend; the target's mesh
+#                 rule is memcheck's (gpt2-124m on gpu-h100-1: bf16)
+#   device_state  the state stays on the device: tiny-lm moves less than 1 MiB between host and
+#                 device per step (AXLC_OPENCL_PROFILE's traffic line; the slab is 8.75 MiB), the
+#                 slab crosses whole once to the device and back once per checkpoint; eval and
+#                 the CPU trainer agree; 5 steps + --resume 5 equal 10 straight, bit for bit
+#   split         a slab larger than the device's largest buffer: planned in 1 MiB pieces
+#                 (AXLC_OPENCL_SPLIT) and run where a buffer holds 1 MiB (AXLC_OPENCL_MAX_ALLOC),
+#                 tiny-lm's 9.5 MiB slab is 10 buffers and trains bit for bit as one; a trainer
+#                 planned without the pieces is refused there, naming the span that does not fit;
+#                 memcheck with buffers smaller than a tensor says the job does not fit
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -93,8 +110,7 @@ handover)
   ;;
 handover_bf16)
   # bf16 compute: the checkpoints hold the f32 masters, so CPU -> OpenCL -> CPU continues the
-  # curve (the compiled OpenCL trainer: axlc run --target opencl loads libclang's LLVM next to
-  # PoCL's, which a cold PoCL cache cannot survive)
+  # curve
   model="$SRC/models/tiny-lm.json"
   bf16="--set /precision/compute=bf16 --set /input/seq_len=32 --set /input/global_batch_size=4"
   # shellcheck disable=SC2086
@@ -140,6 +156,120 @@ broken_kernel)
   "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl --emit cl > "$T/k.cl" 2>&1 ||
     fail "the unbroken kernels do not compile"
   grep -q "__kernel" "$T/k.cl" || fail "--emit cl wrote no kernels"
+  ;;
+gpu_target)
+  model="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$model" --target gpu-h100-1 -o "$T/g"
+  "$AXLC" compile "$model" --target gpu-h100-1 --emit c > "$T/g.c" 2>&1 || fail "--emit c"
+  grep -q '.device_match = "H100"' "$T/g.c" || fail "the trainer does not look for an H100"
+  for t in gpu-h100-8 opencl-2; do
+    "$AXLC" compile "$model" --target $t -o "$T/g8" > "$T/out" 2>&1 && fail "$t compiled"
+    n=${t##*-}
+    grep -q "error: .*/mesh: opencl with $n ranks is not supported yet" "$T/out" ||
+      fail "$t: $(cat "$T/out")"
+    [ -e "$T/g8" ] && fail "$t wrote a trainer"
+  done
+  "$AXLC" compile "$model" --target tpu-v5p-1 -o "$T/g8" > "$T/out" 2>&1 && fail "tpu compiled"
+  grep -q "error: axlc compile: --target tpu-v5p-1: no backend trains on tpu-v5p" "$T/out" ||
+    fail "tpu-v5p-1: $(cat "$T/out")"
+  # the mesh rule as memcheck plans it: gpt.json's one-GPU rule computes in bf16
+  "$AXLC" compile "$SRC/models/gpt2-124m.json" --target gpu-h100-1 --emit cl \
+    --set /input/global_batch_size=4 --set /input/seq_len=64 > "$T/gpt.cl" 2>&1 ||
+    fail "gpt2-124m --target gpu-h100-1: $(tail -3 "$T/gpt.cl")"
+  grep -q "ushort ax_to_bf16" "$T/gpt.cl" || fail "gpt2-124m on gpu-h100-1 is not bf16"
+  needs_device "$T/g"
+  if grep -q "H100" "$T/devices"; then
+    echo "SKIP: this host has an H100"
+    exit 77
+  fi
+  "$T/g" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "the gpu-h100-1 trainer without an H100 exited $rc"
+  grep -q 'g: this trainer was compiled for gpu-h100 (NVIDIA H100 SXM5 80GB), and no OpenCL GPU here has "H100" in its name' "$T/out" &&
+    grep -q "^  0 (0:0) " "$T/out" || fail "no H100: $(cat "$T/out")"
+  "$AXLC" run "$model" --target gpu-h100-1 --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "axlc run --target gpu-h100-1 without an H100 exited $rc"
+  grep -q 'axlc run: this trainer was compiled for gpu-h100' "$T/out" &&
+    grep -q "^  0 (0:0) " "$T/out" || fail "axlc run, no H100: $(cat "$T/out")"
+  must "$T/g" --data "$T/text.txt" --steps 2 --device 0
+  grep -q "^step 2 loss" "$T/log" || fail "--device 0 did not train"
+  ;;
+device_state)
+  model="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl"
+  must "$AXLC" compile "$model" --target cpu -o "$T/cpu"
+  needs_device "$T/ocl"
+  head -c 200000 "$T/text.txt" > "$T/eval.txt"
+  AXLC_OPENCL_PROFILE=1 "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/a" --ckpt-every 5 \
+    --metrics "$T/a.jsonl" --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2 > "$T/out" 2>&1 ||
+    fail "the OpenCL trainer: $(tail -5 "$T/out")"
+  line=$(grep "OpenCL traffic:" "$T/out")
+  echo "$line"
+  most=$(echo "$line" | sed -n 's/.*(at most \([0-9]*\) B in one step).*/\1/p')
+  [ -n "$most" ] && [ "$most" -gt 0 ] && [ "$most" -lt 1048576 ] ||
+    fail "a step moved ${most:-?} B (expected under 1 MiB): $line"
+  # the start sends the slab once; eval (steps 5 and 10, 2 batches each) copies it to the eval
+  # slab, sent whole for each batch; eval and the checkpoints (5, 10) read it back once a step
+  echo "$line" | grep -q "14 steps, .* sent 5 times .* read back 2 times" ||
+    fail "whole-slab transfers: $line"
+  must "$T/cpu" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/c" --metrics "$T/c.jsonl" \
+    --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
+  compare losses "$T/a.jsonl" "$T/c.jsonl" 1e-4
+  grep -q '"eval_loss"' "$T/a.jsonl" || fail "no eval loss in the metrics"
+  compare close "$T/a/step_00000010/state.safetensors" "$T/c/step_00000010/state.safetensors" 1e-3
+  # resume: the state read back at step 5 and sent again continues the same bits
+  must "$T/ocl" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/b" --metrics "$T/b.jsonl" \
+    --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
+  must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl" \
+    --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
+  compare exact "$T/a/step_00000010/state.safetensors" "$T/b/step_00000010/state.safetensors"
+  ;;
+split)
+  model="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$model" --target opencl -o "$T/one"
+  must env AXLC_OPENCL_SPLIT=1048576 "$AXLC" compile "$model" --target opencl -o "$T/split"
+  # memcheck knows the per-buffer cap: a device whose buffers hold less than tiny-lm's largest
+  # tensor (512 KiB) does not fit it, whatever its memory
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["opencl"]["max_alloc"] = 100000
+print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/dev.json"
+  "$AXLC" memcheck "$model" --target opencl --devices "$T/dev.json" > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "verdict: does not fit: a tensor of 512.00 KiB is larger than the device's largest buffer, 97.66 KiB" "$T/out" ||
+    fail "memcheck with 100000-byte buffers (rc $rc): $(grep verdict "$T/out")"
+  needs_device "$T/one"
+  must "$T/one" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/a"
+  must env AXLC_OPENCL_MAX_ALLOC=1048576 "$T/split" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/b"
+  grep -q "slab in 10 buffers (this device's largest is 1.00 MiB)" "$T/log" ||
+    fail "not split: $(grep -v '^step' "$T/log")"
+  compare exact "$T/a/step_00000005/state.safetensors" "$T/b/step_00000005/state.safetensors"
+  AXLC_OPENCL_MAX_ALLOC=1048576 "$T/one" --data "$T/text.txt" --steps 5 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "the one-buffer trainer in 1 MiB buffers exited $rc"
+  grep -q "one: the tensors at bytes [0-9]*\.\.[0-9]* of the slab (.* MiB) do not fit one buffer of this device, which holds at most 1.00 MiB" "$T/out" ||
+    fail "no clear message: $(cat "$T/out")"
+  ;;
+run_cold)
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  export AXLC_CACHE_DIR="$T/axlc-cache" POCL_CACHE_DIR="$T/pocl-cache" # both empty
+  "$AXLC" run "$SRC/models/tiny-lm.json" --target opencl --data "$T/text.txt" --steps 3 \
+    > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || fail "axlc run with cold caches exited $rc: $(tail -5 "$T/out")"
+  grep -q "kernels built in" "$T/out" || fail "the kernels were not built: $(cat "$T/out")"
+  grep -q "^step 3 loss" "$T/out" || fail "no step 3: $(cat "$T/out")"
+  ls "$T"/axlc-cache/ocl-*.bin > /dev/null 2>&1 || fail "no binary in the axlc cache"
+  # SIGTERM to axlc: the trainer (its child) stops after its step and saves
+  "$AXLC" run "$SRC/models/tiny-lm.json" --target opencl --data "$T/text.txt" --steps 100000 \
+    --ckpt-dir "$T/ck" > "$T/out" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do grep -q "^step 2 " "$T/out" && break; sleep 0.1; done
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  [ $rc -eq 143 ] || [ $rc -eq 0 ] || fail "after SIGTERM axlc run exited $rc: $(tail -5 "$T/out")"
+  [ -n "$(newest "$T/ck")" ] || fail "SIGTERM saved no checkpoint: $(tail -5 "$T/out")"
   ;;
 cache_damaged)
   must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"

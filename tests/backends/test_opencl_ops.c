@@ -133,10 +133,10 @@ static int run_kernels(const OclKernels *k, char *slab, int64_t slab_bytes) {
     const RtOclLaunch *L = &k->launches[i];
     cl_kernel kern = clCreateKernel(prog, L->kernel, &e);
     if ((rc = cl_check(e, L->kernel))) break;
-    clSetKernelArg(kern, 0, sizeof mem, &mem);
-    for (int32_t a = 0; a < L->nargs; a++) {
+    for (int32_t a = 0; a < L->nargs; a++) { /* each tensor: its buffer, its offset there */
       cl_long off = L->args[a];
-      clSetKernelArg(kern, (cl_uint)a + 1, sizeof off, &off);
+      clSetKernelArg(kern, (cl_uint)(2 * a), sizeof mem, &mem);
+      clSetKernelArg(kern, (cl_uint)(2 * a + 1), sizeof off, &off);
     }
     size_t gl[3], lo[3];
     bool local = false;

@@ -65,7 +65,7 @@ target_no_rule)
   # a target the rules do not know is an error that lists what they know, not data=N
   for c in config params ir memcheck; do
     run $c "$MODELS/tiny-lm.json" --target tpu-v5p-8
-    expect_user_error "models/rules/cpu.json: no mesh rule matches --target tpu-v5p-8 (the rules match \"cpu(-[0-9]+)?\", \"opencl(-.*)?\"; device kinds: cpu, opencl, gpu-a100-40gb"
+    expect_user_error "models/rules/cpu.json: no mesh rule matches --target tpu-v5p-8 (the rules match \"cpu(-[0-9]+)?\", \"opencl(-.*)?\", \"gpu-.*-[0-9]+\"; device kinds: cpu, opencl, gpu-a100-40gb"
   done
   expect_in "$T/err" "tpu-v5p, tpu-v6e, trn2). Add a rule for it, give the mesh in the config (/mesh, or --set /mesh/shape=[...]), or end the rules with {\"match\": \".*\", ...}"
   run config "$MODELS/llama2-70b.json" --target gpu-h100-64
@@ -269,6 +269,9 @@ deep_model)
   expect_in "$T/out" 'output "lr" = '
   run params "$MODELS/tiny-lm.json" --set /model/decoder/num_layers=4097
   expect_user_error "--set: /model/decoder/num_layers: value 4097 is out of range (expected 1 to 4096)"
+  # past 64 bits: the bound it was read as is not quoted as the user's number
+  run params "$MODELS/tiny-lm.json" --set /model/decoder/num_layers=99999999999999999999
+  expect_user_error "--set: /model/decoder/num_layers: value 9223372036854775807 (or a number past it: integers are read in 64 bits) is out of range (expected 1 to 4096)"
   ;;
 err_no_model)
   run config
@@ -514,6 +517,54 @@ PY
   run convert "$MODELS/tiny-lm.json" --to hf "$T/none" -o "$T/hf.safetensors"
   expect_user_error "none: a directory without a checkpoint that verifies (expected a safetensors file, a checkpoint directory or one of its step_N directories)"
   ;;
+convert_stale_index)
+  # one file written over an earlier sharded export under the same name removes that export's
+  # index and the shards it names (and nothing else), so --from hf DIR reads the new weights,
+  # as transformers does; shards written over an earlier single file remove it; a directory
+  # that holds an index and a model.safetensors it does not name is refused
+  seq 1 30000 | awk '{ printf "%s %d\n", ($1 % 7 ? "word" : "other"), $1 * 31 % 1000 }' > "$T/text.txt"
+  set -- --target interp --data "$T/text.txt" --steps 1 --set /input/seq_len=16 \
+    --set /input/global_batch_size=2
+  run run "$MODELS/tiny-lm.json" "$@" --dump "$T/a.st"
+  expect_rc 0
+  run run "$MODELS/tiny-lm.json" "$@" --seed 7 --dump "$T/b.st"
+  expect_rc 0
+  mkdir "$T/d" "$T/ref"
+  : > "$T/d/model-00009-of-00009.safetensors" # not named by the index: left alone
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/a.st" --max-shard-size 200KB -o "$T/d/model.safetensors"
+  expect_rc 0
+  [ -f "$T/d/model-00003-of-00003.safetensors" ] || fail "the export was not sharded: $(ls "$T/d")"
+  cp -r "$T/d" "$T/both"
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/b.st" -o "$T/d/model.safetensors"
+  expect_rc 0
+  expect_in "$T/err" "note: removed the earlier sharded export under -o's name: its index $T/d/model.safetensors.index.json and the 3 shards it names"
+  [ "$(ls "$T/d" | tr '\n' ' ')" = "config.json model-00009-of-00009.safetensors model.safetensors " ] ||
+    fail "left in the directory: $(ls "$T/d")"
+  # --from hf DIR reads the new weights: the bytes of b's own round trip
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/b.st" -o "$T/ref/model.safetensors"
+  expect_rc 0
+  run convert "$MODELS/tiny-lm.json" --from hf "$T/d" -o "$T/back.st"
+  expect_rc 0
+  run convert "$MODELS/tiny-lm.json" --from hf "$T/ref" -o "$T/ref.st"
+  expect_rc 0
+  cmp -s "$T/back.st" "$T/ref.st" || fail "--from hf DIR did not read the new single file"
+  # a directory with both is refused, naming it
+  cp "$T/d/model.safetensors" "$T/both/model.safetensors"
+  run convert "$MODELS/tiny-lm.json" --from hf "$T/both" -o "$T/x.st"
+  expect_user_error "$T/both: holds both model.safetensors.index.json and a model.safetensors that the index does not name"
+  [ ! -e "$T/x.st" ] || fail "a refused conversion wrote its output"
+  # shards over a single file: the single file goes
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/a.st" --max-shard-size 200KB -o "$T/d/model.safetensors"
+  expect_rc 0
+  expect_in "$T/err" "note: removed $T/d/model.safetensors, an earlier single-file export"
+  [ ! -e "$T/d/model.safetensors" ] || fail "the earlier single file is still there"
+  # an index that cannot say which shards are its own: refused before anything is written
+  echo '{"weight_map": 3}' > "$T/ref/model.safetensors.index.json"
+  cp "$T/ref/model.safetensors" "$T/ref.keep"
+  run convert "$MODELS/tiny-lm.json" --to hf "$T/a.st" -o "$T/ref/model.safetensors"
+  expect_user_error "$T/ref/model.safetensors.index.json: an earlier index beside -o $T/ref/model.safetensors that is not a Hugging Face index"
+  cmp -s "$T/ref/model.safetensors" "$T/ref.keep" || fail "the refused export replaced the file"
+  ;;
 backend_unknown)
   run run "$MODELS/tiny-lm.json" --backend nosuch --steps 1
   expect_user_error "unknown backend 'nosuch' (expected one of: interp"
@@ -602,6 +653,18 @@ err_bad_target_count)
     expect_rc 1
   done
   [ ! -e "$T/trainer" ] || fail "a trainer was written for a bad target"
+  # a kind of the device table then a count that is no number, under rules with a catch-all:
+  # refused, not read as one device of an unknown kind "gpu-h100-abc"
+  printf '{"base": "%s", "mesh_rules": [{"match": ".*", "modifiers": []}]}\n' "$MODELS/tiny-lm.json" > "$T/catchall.json"
+  for t in gpu-h100-abc tpu-v4-abc opencl-abc cpu-x; do
+    kind=${t%-*}
+    for c in config params memcheck; do
+      run $c "$T/catchall.json" --target $t
+      expect_user_error "error: --target $t: bad device count \"${t##*-}\" (expected $kind-N with N a whole number >= 1"
+    done
+  done
+  run params "$T/catchall.json" --target interp
+  expect_rc 0
   run params "$MODELS/tiny-lm.json" --target cpu-4
   expect_rc 0
   expect_in "$T/out" "on a mesh of 4 devices"
@@ -709,7 +772,7 @@ memcheck_errors)
   expect_user_error "axlc memcheck needs --target"
   run memcheck "$MODELS/tiny-lm.json" --target nosuch-8
   expect_rc 1
-  expect_in "$T/err" 'no mesh rule matches --target nosuch-8 (the rules match "cpu(-[0-9]+)?", "opencl(-.*)?"; device kinds: cpu, opencl, gpu-a100-40gb'
+  expect_in "$T/err" 'no mesh rule matches --target nosuch-8 (the rules match "cpu(-[0-9]+)?", "opencl(-.*)?", "gpu-.*-[0-9]+"; device kinds: cpu, opencl, gpu-a100-40gb'
   run memcheck "$MODELS/tiny-lm.json" --target nosuch-8 --set '/mesh/shape=[1,-1,1,1,1,1]'
   expect_rc 1
   expect_in "$T/err" 'no device kind "nosuch" for --target nosuch-8 (expected one of: cpu, opencl, gpu-a100-40gb'
@@ -958,14 +1021,15 @@ outputs_not_inputs)
   fi
   cksum "$T/text.txt" "$T/my.json" "$T/m.jsonl" | cmp -s - "$T/before" || fail "an input changed"
   cksum "$T/w.safetensors" | cmp -s - "$T/w.before" || fail "the weights changed"
-  # an atomic write never replaces what is not a regular file (here a FIFO, and a link to one,
-  # made in the scratch directory, where a regression replaces nothing that matters)
+  # an output is never what is not a regular file (here a FIFO), nor a link (here to a FIFO),
+  # refused before any work (made in the scratch directory, where a regression replaces nothing
+  # that matters; runtime_file checks the atomic writer's own refusal)
   mkfifo "$T/fifo" && ln -s "$T/fifo" "$T/fifo-link"
   run convert "$T/my.json" "$@" --to hf "$T/w.safetensors" -o "$T/fifo"
-  expect_user_error "$T/fifo: exists and is a FIFO, not a regular file"
+  expect_user_error "-o $T/fifo: not a regular file (a FIFO)"
   run run "$T/my.json" "$@" --data "$T/text.txt" --steps 1 --dump "$T/fifo-link"
   expect_rc 1
-  expect_in "$T/err" "$T/fifo-link: exists and is a FIFO, not a regular file"
+  expect_in "$T/err" "--dump $T/fifo-link: is a symbolic link; refusing to write through it"
   [ -p "$T/fifo" ] && [ -L "$T/fifo-link" ] || fail "the FIFO or its link was replaced"
   ;;
 *)

@@ -22,4 +22,10 @@ echo '{"kind": "replace", "target": "attention", "config": {"kind": "attention",
 [ $? -eq 1 ] || fail "a modifier that does not apply: exit status not 1"
 grep -q "bad on tiny-lm.json: error: .*num_heads 7 does not divide dim 64" "$T/out" ||
   fail "no error named: $(tail -3 "$T/out")"
+# Before a build (no axlc where it looks): one line saying to build or to pass --axlc, no traceback.
+"$PY" "$SRC/tools/loc-complexity" --axlc "$T/no-axlc" > "$T/out" 2>&1
+[ $? -eq 1 ] || fail "no axlc: exit status not 1"
+grep -q "^loc-complexity: no axlc at $T/no-axlc: build first (cmake --build build) or pass --axlc PATH$" "$T/out" ||
+  fail "no axlc: $(tail -3 "$T/out")"
+grep -q Traceback "$T/out" && fail "no axlc: a traceback"
 [ "$fails" -eq 0 ] || exit 1

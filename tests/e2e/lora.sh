@@ -11,8 +11,12 @@
 #            directory with --base; --sample of a LoRA checkpoint gives the merged model's text
 #   mpi      4 processes, the adapters split over fsdp=2 x model=2, their sharded checkpoint
 #            resumed on one device (registered in tests/mpi)
+#   records  what a LoRA checkpoint records is checked (fortunes text, one JIT step):
+#            --merge-lora refuses -o naming --base, a --base other than the run's (unless
+#            --force-base) and a /lora alpha, rank or params other than the run's; --sample
+#            refuses an --init other than the run's base
 #   errors   a regex that matches nothing, rank 0, a rank above a projection, a weight no
-#            linear reads, --merge-lora of weights without adapters or without /lora;
+#            linear reads (at axlc params already), alpha 0 or 1e308, --merge-lora of weights without adapters or without /lora;
 #            axlc params shows the frozen base's saving
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -139,6 +143,55 @@ trainer)
   [ -s "$T/lora.txt" ] && cmp -s "$T/lora.txt" "$T/merged.txt" ||
     fail "greedy samples differ: LoRA '$(cat "$T/lora.txt")', merged '$(cat "$T/merged.txt")'"
   ;;
+records)
+  "$AXLC" backends | grep -q '^llvm' || { echo "SKIP: no LLVM backend"; exit 77; }
+  for f in /usr/share/games/fortunes/*; do
+    case $f in *.dat | *.u8) ;; *) [ -f "$f" ] && cat "$f" >> "$T/fortunes.txt" ;; esac
+  done
+  [ -s "$T/fortunes.txt" ] || { echo "SKIP: no fortunes (Debian: fortunes-min fortunes)"; exit 77; }
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$M" --target interp $TINY --data "$T/fortunes.txt" --steps 1 --dump "$T/base.st"
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$M" --target interp $TINY --data "$T/fortunes.txt" --steps 1 --seed 7 \
+    --dump "$T/other.st"
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$M" --apply lora --target cpu $TINY --data "$T/fortunes.txt" --steps 1 \
+    --init "$T/base.st" --ckpt-dir "$T/ck"
+  cp "$T/base.st" "$T/base.keep"
+  # -o is the base: refused by file identity (a hard link is the same file), the base intact
+  ln "$T/base.st" "$T/link.st"
+  expect_error "error: -o $T/link.st is the same file as --base $T/base.st; refusing to overwrite an input" \
+    "$AXLC" convert "$M" --apply lora --merge-lora "$T/ck" --base "$T/base.st" -o "$T/link.st"
+  cmp -s "$T/base.st" "$T/base.keep" || fail "the merge overwrote its base"
+  # another base: refused, naming both hashes and the recorded file; --force-base merges anyway
+  h=$(grep -ao '"axlc.base":"init [^"]*"' "$(newest "$T/ck")/state.safetensors" | grep -o 'fnv1a64:[0-9a-f]*')
+  [ -n "$h" ] || fail "the checkpoint records no base hash"
+  expect_error "error: --merge-lora: --base $T/other.st: the adapters of $(newest "$T/ck") were trained on other base weights (fnv1a64:" \
+    "$AXLC" convert "$M" --apply lora --merge-lora "$T/ck" --base "$T/other.st" -o "$T/m.st"
+  grep -qF "recorded $h from $T/base.st); pass the base weights that run started from (--force-base merges onto these anyway)" "$T/err" ||
+    fail "another base: $(cat "$T/err")"
+  [ ! -e "$T/m.st" ] || fail "a refused merge wrote its output"
+  must "$AXLC" convert "$M" --apply lora --merge-lora "$T/ck" --base "$T/other.st" --force-base -o "$T/m.st"
+  grep -qF "warning: --merge-lora: --base $T/other.st: the adapters of" "$T/log" || fail "--force-base: $(cat "$T/log")"
+  grep -qF "merging onto these weights as --force-base says" "$T/log" || fail "--force-base: $(cat "$T/log")"
+  must "$AXLC" convert "$M" --apply lora --merge-lora "$T/ck" --base "$T/base.st" -o "$T/m2.st"
+  grep -q "warning" "$T/log" && fail "the run's own base warned: $(cat "$T/log")"
+  # the adapters' settings: alpha (scale 25 instead of 2), rank, params as the run had them
+  expect_error "error: --merge-lora: /lora/alpha is 100, but the adapters of $(newest "$T/ck") were trained with 8 (the scale alpha/rank would be 25 instead of 2; expected the run's --set /lora/alpha=8)" \
+    "$AXLC" convert "$M" --apply lora --set /lora/alpha=100 --merge-lora "$T/ck" --base "$T/base.st" -o "$T/m3.st"
+  expect_error "error: --merge-lora: /lora/rank is 2, but the adapters of $(newest "$T/ck") were trained with 4 (expected the run's --set /lora/rank=4)" \
+    "$AXLC" convert "$M" --apply lora --set /lora/rank=2 --merge-lora "$T/ck" --base "$T/base.st" -o "$T/m3.st"
+  expect_error "error: --merge-lora: /lora/params is \"(.+/)?q_proj/weight\", but the adapters of $(newest "$T/ck") were trained with \"(.+/)?[qkvo]_proj/weight\"" \
+    "$AXLC" convert "$M" --apply lora --set '/lora/params=(.+/)?q_proj/weight' --merge-lora "$T/ck" --base "$T/base.st" -o "$T/m3.st"
+  [ ! -e "$T/m3.st" ] || fail "a refused merge wrote its output"
+  # --sample on another base: refused as resume refuses it
+  # shellcheck disable=SC2086
+  expect_error "--sample: --init $T/other.st: these base weights differ from the ones the adapters of $(newest "$T/ck") were trained on" \
+    "$AXLC" run "$M" --apply lora --target cpu $TINY --sample 4 --ckpt-dir "$T/ck" --init "$T/other.st"
+  # shellcheck disable=SC2086
+  "$AXLC" run "$M" --apply lora --target cpu $TINY --sample 4 --ckpt-dir "$T/ck" --init "$T/base.st" \
+    > "$T/out.txt" 2> "$T/log" || fail "--sample on the run's base: $(cat "$T/log")"
+  ;;
 mpi)
   # 4 processes (tests/mpi registers it: mpirun, the LLVM backend), the adapters split over
   # fsdp=2 x model=2: a sharded checkpoint of adapters, resumed on one device, continues as a
@@ -170,6 +223,13 @@ errors)
     "$AXLC" params "$M" --apply lora --set /lora/rank=65
   expect_error "/lora/params: the regex matches model/emb/weight, which no linear projection reads" \
     "$AXLC" ir "$M" --apply lora --set /lora/params=model/emb/weight
+  # refused where the config is checked, not at composing
+  expect_error "error: --set: /lora/params: the regex matches model/emb/weight, which no linear projection reads (the vocabulary table of an embedding or an output head; expected only the 2-D (in, out) weights of linear projections)" \
+    "$AXLC" params "$M" --apply lora --set '/lora/params=model/emb/weight|(.+/)?q_proj/weight'
+  expect_error "error: --set: /lora/alpha: alpha 0 leaves the adapters without effect: the update (alpha / rank) x A B is 0, so the run would train nothing (expected above 0, at most 65536)" \
+    "$AXLC" params "$M" --apply lora --set /lora/alpha=0
+  expect_error "error: --set: /lora/alpha: alpha 1e+308 is out of range: the scale alpha / rank multiplies every adapter update, and the first step would overflow to NaN (expected above 0, at most 65536)" \
+    "$AXLC" params "$M" --apply lora --set /lora/alpha=1e308
   # shellcheck disable=SC2086
   must "$AXLC" run "$M" --target interp $TINY --data "$T/text.txt" --steps 1 --dump "$T/w.st"
   expect_error "holds no LoRA adapters (no tensor 'model/decoder/layer_0/self_attention/q_proj/lora_a'" \

@@ -11,6 +11,17 @@
 #              run on the uninterrupted run's losses (both started past 3 batches); its goodput
 #              counts the restart's downtime
 #   sdc        a bit flipped on rank 1 (AXLC_TEST_SDC_FLIP): restarted, then rank 1 removed
+#   nockpt     a job without --ckpt-dir that fails (missing or empty --data under axlc run
+#              --target cpu-2, a trainer of 2 ranks launched on 3): the trainer's reason, exit 1,
+#              no crash, no temporary directory left
+#   report     --report onto the trainer's files (--data, --metrics, inside --ckpt-dir) refused
+#              before anything is written; a report that cannot be written is an error
+#   plainlog   a 2-rank job logged to a file: plain lines every --log-every steps, no CR or ESC
+#   signals    a one-rank trainer's SIGSEGV named as the trainer's; SLURM_JOB_ID said
+#   stopped    the supervisor stopped while the job waits on its output: goodput counts the
+#              trainer's step times, not the stopped time
+#   accounting --restart-downtime out of range refused; --restart-step on a run that loaded no
+#              checkpoint loses no steps
 set -u
 AXLC=$1 SRC=$2 CASE=$3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -160,6 +171,155 @@ m = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 end = [json.loads(l) for l in open(sys.argv[2]) if '"end"' in l][0]
 print("trainer wall %.3f s (downtime %.3f s), supervisor wall %.3f s" % (m["wall_s"], m["downtime_s"], end["wall_s"]))
 sys.exit(0 if 0.75 * end["wall_s"] <= m["wall_s"] <= end["wall_s"] + 0.05 else 1)
+PYEOF
+  ;;
+nockpt)
+  must "$AXLC" compile "$MODEL" --target cpu-2 --set /input/seq_len=16 -o "$T/t2"
+  mkdir "$T/tmp"
+  : > "$T/empty.bin"
+  for data in "$T/missing.bin" "$T/empty.bin"; do
+    TMPDIR="$T/tmp" "$AXLC" run "$MODEL" --target cpu-2 --set /input/seq_len=16 --data "$data" --steps 2 \
+      > "$T/out" 2> "$T/err"
+    rc=$?
+    [ $rc -eq 1 ] || { fail "nockpt: axlc run --data $data: exit $rc, expected 1"; tail -5 "$T/err" >&2; }
+    grep -q "trainer: every rank: --data: $data: \(cannot open: No such file\|empty data file\)" "$T/err" ||
+      { fail "nockpt: $data: the trainer's reason is not shown"; cat "$T/err" >&2; }
+    grep -q "axlc run: the job failed at step 0: the job exited with status 1; no checkpoint yet" "$T/err" ||
+      fail "nockpt: $data: no failure line"
+    [ -z "$(ls "$T/tmp")" ] || fail "nockpt: $data: left $(ls "$T/tmp")"
+  done
+  TMPDIR="$T/tmp" "$AXLC" launch "$T/t2" -n 3 --max-restarts 0 -- --data "$DATA" --steps 2 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 1 ] || fail "nockpt: 3 ranks: exit $rc, expected 1"
+  grep -q "t2: this program runs on 2 devices, one process each, but 3 processes were started" "$T/err" ||
+    { fail "nockpt: 3 ranks: the trainer's reason is not shown"; cat "$T/err" >&2; }
+  grep -q "axlc launch: it failed before its first step" "$T/err" || fail "nockpt: 3 ranks: no failure line"
+  [ -z "$(ls "$T/tmp")" ] || fail "nockpt: 3 ranks: left $(ls "$T/tmp")"
+  ;;
+report)
+  must "$AXLC" compile "$MODEL" --target cpu --set /input/seq_len=16 -o "$T/t1"
+  cp "$DATA" "$T/data.bin"
+  mkdir "$T/ck"
+  echo 123 > "$T/ck/.lock"
+  # refused_report REPORT EXPECTED TRAINER-OPTIONS...: refused before anything runs or is written
+  refused_report() {
+    rep=$1 expected=$2
+    shift 2
+    "$AXLC" launch "$T/t1" -n 1 --max-restarts 0 --report "$rep" -- "$@" > "$T/out" 2> "$T/err"
+    rc=$?
+    [ $rc -eq 1 ] || fail "report $rep: exit $rc, expected 1"
+    grep -qF -e "$expected" "$T/err" || { fail "report $rep: no '$expected'"; cat "$T/err" >&2; }
+    [ ! -s "$T/out" ] || fail "report $rep: the trainer ran"
+  }
+  refused_report "$T/data.bin" "error: --report $T/data.bin is the trainer's --data $T/data.bin; refusing" \
+    --data "$T/data.bin" --steps 2
+  ln "$T/data.bin" "$T/link.bin"
+  refused_report "$T/link.bin" "is the trainer's --data $T/data.bin" --data "$T/data.bin" --steps 2
+  refused_report "$T/data.bin" "is the trainer's --eval-data $T/data.bin" --data "$DATA" --eval-data="$T/data.bin"
+  refused_report "$T/./m.jsonl" "is the trainer's --metrics $T/m.jsonl" --data "$DATA" --metrics "$T/m.jsonl"
+  refused_report "$T/ck/.lock" "error: --report $T/ck/.lock lies inside the trainer's --ckpt-dir $T/ck" \
+    --data "$DATA" --ckpt-dir "$T/ck"
+  refused_report "$T/ck/step_00000001" "lies inside the trainer's --ckpt-dir $T/ck" --data "$DATA" --ckpt-dir "$T/ck"
+  # axlc run --target cpu-N checks it the same way, before it compiles
+  "$AXLC" run "$MODEL" --target cpu-2 --report "$T/data.bin" --data="$T/data.bin" --steps 2 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -qF "error: --report $T/data.bin is the trainer's --data $T/data.bin; refusing" "$T/err" ||
+    { fail "report: axlc run: exit $rc"; cat "$T/err" >&2; }
+  cmp -s "$DATA" "$T/data.bin" || fail "report: the data changed"
+  [ "$(cat "$T/ck/.lock")" = 123 ] || fail "report: the lock changed"
+  [ ! -e "$T/m.jsonl" ] || fail "report: the metrics were written"
+  # a report that cannot be written (a file size limit of 0): an error and exit 1, after the run
+  sh -c 'trap "" XFSZ; ulimit -f 0; "$@" > /dev/null 2> /dev/stderr; echo $? > /dev/stderr' sh "$AXLC" launch \
+    "$T/t1" -n 1 --max-restarts 0 --report "$T/r.jsonl" -- --data "$DATA" --steps 2 2>&1 | cat > "$T/err"
+  grep -q "^axlc launch: error: $T/r.jsonl: cannot write the report: File too large$" "$T/err" ||
+    { fail "report: a failed write is not said"; cat "$T/err" >&2; }
+  [ "$(tail -1 "$T/err")" = 1 ] || fail "report: a failed write exits $(tail -1 "$T/err"), expected 1"
+  ;;
+plainlog)
+  must "$AXLC" compile "$MODEL" --target cpu-2 --set /input/seq_len=16 -o "$T/t2"
+  for how in launch run; do
+    if [ $how = launch ]; then
+      "$AXLC" launch "$T/t2" -n 2 --max-restarts 0 -- --data "$DATA" --steps 23 --log-every 5 --threads 1 \
+        > "$T/out" 2> "$T/err"
+    else
+      "$AXLC" run "$MODEL" --target cpu-2 --set /input/seq_len=16 --data "$DATA" --steps 23 --log-every 5 \
+        --threads 1 > "$T/out" 2> "$T/err"
+    fi
+    rc=$?
+    [ $rc -eq 0 ] || { fail "plainlog $how: exit $rc"; tail -5 "$T/err" >&2; }
+    ! grep -q "$(printf '[\r\033]')" "$T/out" || { fail "plainlog $how: a CR or ESC in the log"; od -c "$T/out" | head >&2; }
+    # the first step, every 5th, the last; each a line of its own
+    steps=$(grep -o '^step [0-9]* loss' "$T/out" | cut -d' ' -f2 | tr '\n' ' ')
+    [ "$steps" = "1 5 10 15 20 23 " ] || fail "plainlog $how: step lines for '$steps', expected 1 5 10 15 20 23"
+  done
+  # the variable the supervisor sets, checked as the trainer's other variables are
+  must "$AXLC" compile "$MODEL" --target cpu --set /input/seq_len=16 -o "$T/t1"
+  AXLC_PROGRESS=yes "$T/t1" --data "$DATA" --steps 1 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "^t1: AXLC_PROGRESS=yes: expected terminal or plain" "$T/err" ||
+    { fail "plainlog: AXLC_PROGRESS=yes: exit $rc"; cat "$T/err" >&2; }
+  [ ! -s "$T/out" ] || fail "plainlog: AXLC_PROGRESS=yes: it ran"
+  ;;
+signals)
+  must "$AXLC" compile "$MODEL" --target cpu --set /input/seq_len=16 -o "$T/t1"
+  # (under AddressSanitizer the SIGSEGV must kill the trainer, not be reported and turned into exit 1)
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0" \
+    "$AXLC" launch "$T/t1" -n 1 --max-restarts 0 -- --data "$DATA" --steps 1000000 --threads 1 > "$T/out" 2> "$T/err" &
+  axlc=$!
+  i=0
+  until grep -q "^step 3 " "$T/out" 2> /dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+  trainer=$(pgrep -P $axlc)
+  [ -n "$trainer" ] && kill -SEGV "$trainer" || fail "signals: no trainer to kill"
+  wait $axlc
+  rc=$?
+  [ $rc -eq 139 ] || fail "signals: exit $rc, expected 139 (the trainer's)"
+  grep -q "axlc launch: the job failed at step [0-9]*: the trainer (rank 0) died of signal 11 (Segmentation fault)" \
+    "$T/err" || { fail "signals: the trainer's death is not named"; cat "$T/err" >&2; }
+  # a Slurm job id left in the environment: said, with how to launch with mpirun instead
+  must "$AXLC" compile "$MODEL" --target cpu-2 --set /input/seq_len=16 -o "$T/t2"
+  SLURM_JOB_ID=4242 "$AXLC" launch "$T/t2" -n 2 --max-restarts 0 -- --data "$DATA" --steps 1 > "$T/out" 2> "$T/err"
+  grep -q "^axlc launch: SLURM_JOB_ID=4242 is set: launching with srun inside that Slurm allocation (unset SLURM_JOB_ID to launch with mpirun)$" \
+    "$T/err" || { fail "signals: SLURM_JOB_ID not said"; cat "$T/err" >&2; }
+  ;;
+stopped)
+  # a trainer of one rank that takes 20 steps of 50 ms, and after step 10 stops the supervisor
+  # for 2 s while it writes more than a pipe holds: it waits on its output meanwhile
+  printf '%s\n' '#!/bin/sh' 'i=1' 'while [ $i -le 20 ]; do' \
+    '  echo "step $i loss 1.0 grad_norm 1.0 lr 1e-3 tok/s 1000 step_ms 50.000 eta 0:00:01"' \
+    '  sleep 0.05' \
+    '  if [ $i -eq 10 ]; then' \
+    '    kill -STOP $PPID' \
+    '    (sleep 2; kill -CONT $PPID) &' \
+    "    head -c 300000 /dev/zero | tr '\\\\0' x | fold -w 100" \
+    '  fi' \
+    '  i=$((i + 1))' \
+    'done' > "$T/fake"
+  chmod +x "$T/fake"
+  "$AXLC" launch "$T/fake" -n 1 --max-restarts 0 --report "$T/r.jsonl" > /dev/null 2> "$T/err"
+  rc=$?
+  [ $rc -eq 0 ] || { fail "stopped: exit $rc"; cat "$T/err" >&2; }
+  # 20 steps of 50 ms kept, over more than 2 s
+  /usr/bin/python3 - "$T/r.jsonl" <<'PYEOF' || fail "stopped: goodput"
+import json, sys
+end = [json.loads(l) for l in open(sys.argv[1]) if '"end"' in l][0]
+print("wall %.3f s, goodput %.3f (1.000 s of steps: %.3f)" % (end["wall_s"], end["goodput"], 1.0 / end["wall_s"]))
+sys.exit(0 if end["wall_s"] > 2 and abs(end["goodput"] - 1.0 / end["wall_s"]) < 0.01 else 1)
+PYEOF
+  ;;
+accounting)
+  must "$AXLC" compile "$MODEL" --target cpu --set /input/seq_len=16 -o "$T/t1"
+  "$T/t1" --data "$DATA" --steps 1 --restart-downtime 1e308 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "^t1: --restart-downtime: 1e308 is out of range; expected 0 to 1000000000$" "$T/err" ||
+    { fail "accounting: --restart-downtime 1e308: exit $rc"; cat "$T/err" >&2; }
+  # a run that loaded no checkpoint (none in --ckpt-dir) runs its steps for the first time
+  must "$T/t1" --data "$DATA" --steps 4 --threads 1 --resume --ckpt-dir "$T/ck" --restart-step 10 \
+    --restart-downtime 0.5 --metrics "$T/m.jsonl"
+  /usr/bin/python3 - "$T/m.jsonl" <<'PYEOF' || fail "accounting: --restart-step on a fresh run"
+import json, sys
+m = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+print("lost %.3f s, productive %.3f s, downtime %.3f s" % (m["lost_s"], m["productive_s"], m["downtime_s"]))
+sys.exit(0 if m["lost_s"] == 0 and m["productive_s"] > 0 and m["downtime_s"] == 0.5 else 1)
 PYEOF
   ;;
 esac

@@ -105,6 +105,31 @@ static void test_fused_values_keep_operands_live(void) {
   ir_graph_free(g);
 }
 
+/* A slab in buffers of at most `split` bytes: no value crosses a multiple of split, the bytes
+ * skipped stay free for others, and the plan has no conflicts. */
+static void test_split(void) {
+  IrGraph *g = parse("%0 = parameter \"w\" : f32[40]\n"
+                     "%1 = input \"x\" : f32[40]\n"
+                     "%2 = mul %0, %1 : f32[40]\n"
+                     "%3 = exp %2 : f32[40]\n"
+                     "%4 = exp %3 : f32[40]\n"
+                     "%5 = exp %4 : f32[40]\n"
+                     "output \"y\" = %5\n");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  MemPlan p;
+  CU_ASSERT_EQUAL_FATAL(pass_memplan_fused(g, NULL, &p), IR_OK);
+  EXPECT_INT(p.offset[1], 192); /* 160 bytes from 192: across 256 */
+  pass_memplan_free(&p);
+  CU_ASSERT_EQUAL_FATAL(pass_memplan_split(g, NULL, 256, &p), IR_OK);
+  EXPECT_INT(p.offset[0], 0);
+  EXPECT_INT(p.offset[1], 256); /* moved past the cut */
+  for (int32_t v = 0; v < g->nvalues; v++)
+    if (p.bytes[v] > 0) EXPECT_INT(p.offset[v] / 256, (p.offset[v] + p.bytes[v] - 1) / 256);
+  EXPECT_INT(pass_memplan_conflicts(g, NULL, &p), 0);
+  pass_memplan_free(&p);
+  ir_graph_free(g);
+}
+
 /* A second graph in the first's slab: its parameters where the first has them (the same name,
  * dtype and shape), everything else of its own past the bytes the first keeps. */
 static void test_over_another_plan(void) {
@@ -143,6 +168,7 @@ static void test_over_another_plan(void) {
 int main(void) {
   CU_TestInfo tests[] = {
       {"over_another_plan", test_over_another_plan},
+      {"split", test_split},
       {"fixed_region_and_reuse", test_fixed_region_and_reuse},
       {"in_place_update", test_in_place_update},
       {"refuses_read_after_update", test_refuses_read_after_update},

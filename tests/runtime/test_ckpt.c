@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "rt_test.h"
@@ -380,24 +381,24 @@ static void test_lock(void) {
   char dir[512], file[512], sub[600];
   char want[64];
   ckpt_dir(dir, sizeof dir, "locked/deeper/dir"); /* parents are made too */
-  CHECK_OK(rt_ckpt_lock(&a, dir, 1000, &err));
+  CHECK_OK(rt_ckpt_lock(&a, dir, 1000, 1, 1, &err));
   snprintf(want, sizeof want, "locked by another trainer (pid %ld)", (long)getpid());
-  CHECK_FAIL(rt_ckpt_lock(&b, dir, 1000, &err), want);
+  CHECK_FAIL(rt_ckpt_lock(&b, dir, 1000, 1, 1, &err), want);
   CHECK_INT(b == NULL, 1);
   rt_ckpt_unlock(a);
-  CHECK_OK(rt_ckpt_lock(&b, dir, 1000, &err));
+  CHECK_OK(rt_ckpt_lock(&b, dir, 1000, 1, 1, &err));
   rt_ckpt_unlock(b);
   /* Cannot be made, no room, a file-size limit too small for one checkpoint. */
   rt_test_write(rt_test_path(file, sizeof file, "plainfile"), "x", 1);
   snprintf(sub, sizeof sub, "%s/ckpt", file);
-  CHECK_FAIL(rt_ckpt_lock(&a, sub, 1000, &err), "cannot create directory");
-  CHECK_FAIL(rt_ckpt_lock(&a, dir, INT64_MAX / 2, &err), "MiB free, one checkpoint needs");
+  CHECK_FAIL(rt_ckpt_lock(&a, sub, 1000, 1, 1, &err), "cannot create directory");
+  CHECK_FAIL(rt_ckpt_lock(&a, dir, INT64_MAX / 2, 1, 1, &err), "MiB free, one checkpoint needs");
   struct rlimit old, small;
   getrlimit(RLIMIT_FSIZE, &old);
   small = old;
   small.rlim_cur = 1 << 20;
   CHECK_INT(setrlimit(RLIMIT_FSIZE, &small), 0);
-  int rc = rt_ckpt_lock(&a, dir, 2 << 20, &err);
+  int rc = rt_ckpt_lock(&a, dir, 2 << 20, 1, 1, &err);
   setrlimit(RLIMIT_FSIZE, &old);
   CHECK_INT(rc, -1);
   CHECK_INT(strstr(err.msg,
@@ -405,6 +406,40 @@ static void test_lock(void) {
                 NULL,
             1);
   CHECK_INT(a == NULL, 1);
+}
+
+/* --keep 1 on a disk with room for one checkpoint: a save writes the new one before it prunes
+ * the old, so the start-up check wants room for both (it passed, and every save after the first
+ * failed); a run of one save, or a directory that already holds the one to prune, needs one. */
+static void test_lock_coexist(void) {
+  RtError err;
+  RtCkptLock *a = NULL;
+  char dir[512], p[700];
+  struct statvfs vfs;
+  ckpt_dir(dir, sizeof dir, "coexist");
+  CHECK_INT(mkdir(dir, 0777), 0);
+  CHECK_INT(statvfs(dir, &vfs), 0);
+  int64_t need = (int64_t)((double)vfs.f_bavail * (double)vfs.f_frsize * 0.6); /* fits once */
+  CHECK_FAIL(rt_ckpt_lock(&a, dir, need, 1, 10, &err), "2 checkpoints of ");
+  CHECK_INT(strstr(err.msg,
+                   ": a save writes the new checkpoint before it prunes the oldest (--keep 1, 0 in "
+                   "the directory); free space") != NULL,
+            1);
+  CHECK_INT(a == NULL, 1);
+  CHECK_FAIL(rt_ckpt_lock(&a, dir, need, 2, 10, &err), "3 checkpoints of ");
+  CHECK_INT(strstr(err.msg, "(--keep 2, 0 in the directory); free space or lower --keep") != NULL,
+            1);
+  CHECK_FAIL(rt_ckpt_lock(&a, dir, need, 0, 10, &err), "2 checkpoints of "); /* keep all */
+  CHECK_OK(rt_ckpt_lock(&a, dir, need, 1, 1, &err));                         /* one save */
+  rt_ckpt_unlock(a);
+  /* a checkpoint already there: the one save it takes is the one that coexists with it */
+  snprintf(p, sizeof p, "%s/step_00000005", dir);
+  CHECK_INT(mkdir(p, 0777), 0);
+  snprintf(p, sizeof p, "%s/step_00000005/index.json", dir);
+  rt_test_write(p, "{}", 2);
+  CHECK_OK(rt_ckpt_lock(&a, dir, need, 1, 10, &err));
+  rt_ckpt_unlock(a);
+  CHECK_FAIL(rt_ckpt_lock(&a, dir, need, 2, 10, &err), "(--keep 2, 1 in the directory)");
 }
 
 /* The lock file and the write probe are never opened through a link: the lock's pid would
@@ -419,13 +454,13 @@ static void test_lock_links(void) {
   rt_test_write(rt_test_path(victim, sizeof victim, "lock-victim.txt"), "precious", 8);
   snprintf(p, sizeof p, "%s/.axlc-probe-%ld", dir, (long)getpid());
   CHECK_INT(symlink(victim, p), 0);
-  CHECK_OK(rt_ckpt_lock(&a, dir, 1000, &err)); /* the link is removed, a fresh probe made */
+  CHECK_OK(rt_ckpt_lock(&a, dir, 1000, 1, 1, &err)); /* the link is removed, a fresh probe made */
   rt_ckpt_unlock(a);
   a = NULL;
   snprintf(p, sizeof p, "%s/.lock", dir);
   CHECK_INT(unlink(p), 0);
   CHECK_INT(symlink(victim, p), 0);
-  CHECK_FAIL(rt_ckpt_lock(&a, dir, 1000, &err), ".lock: cannot create the lock file");
+  CHECK_FAIL(rt_ckpt_lock(&a, dir, 1000, 1, 1, &err), ".lock: cannot create the lock file");
   CHECK_INT(a == NULL, 1);
   unsigned char *text = rt_test_read(victim, &n);
   CHECK_INT(n == 8 && memcmp(text, "precious", 8) == 0, 1);
@@ -446,6 +481,7 @@ int main(void) {
       {"stray step names ignored", test_stray_names},
       {"failed save cleans up", test_failed_save_cleans_up},
       {"directory lock and checks", test_lock},
+      {"lock: room for the checkpoints that coexist (--keep)", test_lock_coexist},
       {"the lock follows no link", test_lock_links},
       {"step links are not checkpoints", test_step_links},
       {NULL, NULL},

@@ -277,6 +277,40 @@ static void test_position_restore(void) {
   rt_data_close(e);
 }
 
+/* rt_data_skip moves the position as that many rt_data_next_batch calls would, from any
+ * position, across the end (saying it wrapped), at once; more than the data holds is refused
+ * with the count, even a count no loop would finish. */
+static void test_skip(void) {
+  RtError err;
+  RtData *d, *e;
+  char path[512];
+  u16_file(path, sizeof path);
+  CHECK_OK(rt_data_open(&d, path, 1000, &err));
+  CHECK_OK(rt_data_open(&e, path, 1000, &err));
+  if (!d || !e) return;
+  int32_t in[12], tg[12];
+  for (int64_t start = 0; start <= 96; start += 12) /* 8 batches of 3 x 4 in 100 tokens */
+    for (int64_t k = 0; k <= 8; k++) {
+      int wrapped = -1;
+      CHECK_OK(rt_data_seek(d, start, &err));
+      CHECK_OK(rt_data_seek(e, start, &err));
+      for (int64_t i = 0; i < k; i++) CHECK_OK(rt_data_next_batch(d, 3, 4, in, tg, &err));
+      CHECK_OK(rt_data_skip(e, 3, 4, k, &wrapped, &err));
+      CHECK_INT(rt_data_position(e), rt_data_position(d));
+      int64_t pos = start + 13 > 100 ? 0 : start;
+      CHECK_INT(wrapped, k > 0 && k > (99 - pos) / 12);
+    }
+  int wrapped;
+  CHECK_FAIL(rt_data_skip(e, 3, 4, 9, &wrapped, &err),
+             "u16.bin holds: 8 global batches of 1 x 3 x 4 (ranks x batch x sequence) in its 100 "
+             "tokens; expected 0..8");
+  CHECK_INT(strncmp(err.msg, "9 batches is more than ", 23), 0);
+  CHECK_FAIL(rt_data_skip(e, 3, 4, 4000000000000000000, &wrapped, &err),
+             "4000000000000000000 batches is more than ");
+  rt_data_close(d);
+  rt_data_close(e);
+}
+
 int main(void) {
   static const RtTestCase cases[] = {
       {"text file", test_text_file},
@@ -290,6 +324,7 @@ int main(void) {
       {"wraps at end", test_wraps_at_end},
       {"rank split", test_rank_split},
       {"position restore", test_position_restore},
+      {"skip: in constant time, as batches would, refused past the data", test_skip},
       {NULL, NULL},
   };
   return rt_test_main("runtime_data", cases);

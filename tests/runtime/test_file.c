@@ -8,7 +8,8 @@
  * checkpoint. Atomic writes (through rt_st_write) refuse to replace a FIFO, a link to one, a
  * directory or a device node, and never follow a link left at the temporary's name. Every
  * special file here is made in the scratch directory: a regression replaces that, never
- * anything in /dev.
+ * anything in /dev. rt_file_open, for the files users name: FIFOs, directories and devices
+ * refused at once for reads and writes, links refused for writes and their targets unchanged.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,6 +206,78 @@ static void test_write_tmp_link(void) {
   CHECK_INT(rt_test_exists(tmp), 0);
 }
 
+/* ===== files a user names: rt_file_open ================================================ */
+
+/* NULL with err holding want (opening never blocks: alarm ends a hang with a failure). */
+static void open_fails(const char *path, const char *mode, const char *want) {
+  RtError err = {{0}};
+  alarm(5);
+  FILE *f = rt_file_open(path, mode, &err);
+  alarm(0);
+  char m[RT_TEST_MSG];
+  snprintf(m, sizeof m, "rt_file_open(%s, \"%s\"): \"%.600s\" should contain \"%s\"", path, mode,
+           err.msg, want);
+  CU_assertImplementation(f == NULL && strstr(err.msg, want) != NULL, __LINE__, m, __FILE__, "",
+                          CU_FALSE);
+  if (f) fclose(f);
+}
+
+static void test_user_open(void) {
+  RtError err;
+  char fifo[512], link_[512], fifo_link[512], dir[512], dev[512], file[512], msg[1200], none[600];
+  size_t n;
+  CHECK_INT(mkfifo(rt_test_path(fifo, sizeof fifo, "u-fifo"), 0600), 0);
+  CHECK_INT(mkdir(rt_test_path(dir, sizeof dir, "u-dir"), 0777), 0);
+  rt_test_write(rt_test_path(file, sizeof file, "u-precious.txt"), "precious", 8);
+  CHECK_INT(symlink(file, rt_test_path(link_, sizeof link_, "u-link")), 0);
+  CHECK_INT(symlink(fifo, rt_test_path(fifo_link, sizeof fifo_link, "u-fifo-link")), 0);
+  static const char *const modes[] = {"r", "rb", "w", "wb", "a"};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    snprintf(msg, sizeof msg, "%s: not a regular file (a FIFO)", fifo);
+    open_fails(fifo, modes[i], msg);
+    snprintf(msg, sizeof msg, "%s: not a regular file (a directory)", dir);
+    open_fails(dir, modes[i], msg);
+  }
+  /* /dev/null's numbers, made here (root only) */
+  if (mknod(rt_test_path(dev, sizeof dev, "u-null"), S_IFCHR | 0600, makedev(1, 3)) == 0) {
+    snprintf(msg, sizeof msg, "%s: not a regular file (a device)", dev);
+    open_fails(dev, "r", msg);
+    open_fails(dev, "w", msg);
+  }
+  /* reads follow a link, to a regular file only; writes never follow one */
+  snprintf(msg, sizeof msg, "%s: not a regular file (a FIFO)", fifo_link);
+  open_fails(fifo_link, "r", msg);
+  snprintf(msg, sizeof msg, "%s: is a symbolic link; refusing to write through it", link_);
+  open_fails(link_, "w", msg);
+  open_fails(link_, "a", msg);
+  FILE *f = rt_file_open(link_, "r", &err);
+  CHECK_INT(f != NULL, 1);
+  if (f) fclose(f);
+  unsigned char *text = rt_test_read(file, &n);
+  CHECK_INT(n == 8 && memcmp(text, "precious", 8) == 0, 1);
+  free(text);
+  /* regular files: "w" truncates, "a" appends, a missing file is created or named */
+  static const char *const writes[][2] = {{"w", "ab"}, {"a", "c"}};
+  for (int i = 0; i < 2; i++) {
+    CHECK_INT((f = rt_file_open(file, writes[i][0], &err)) != NULL, 1);
+    if (f) {
+      fputs(writes[i][1], f);
+      fclose(f);
+    }
+  }
+  text = rt_test_read(file, &n);
+  CHECK_INT(n == 3 && memcmp(text, "abc", 3) == 0, 1);
+  free(text);
+  snprintf(msg, sizeof msg, "%s/none: cannot open: No such file or directory", dir);
+  snprintf(none, sizeof none, "%s/none", dir);
+  open_fails(none, "r", msg);
+  /* the check alone, for files others open */
+  CHECK_OK(rt_file_check_user(none, 1, &err)); /* missing: the opener says so */
+  CHECK_OK(rt_file_check_user(link_, 0, &err));
+  CHECK_FAIL(rt_file_check_user(link_, 1, &err), "is a symbolic link");
+  CHECK_FAIL(rt_file_check_user(dir, 0, &err), "not a regular file (a directory)");
+}
+
 int main(void) {
   static const RtTestCase cases[] = {
       {"the cache directory", test_cache_dir},
@@ -213,6 +286,7 @@ int main(void) {
       {"outputs against inputs", test_check_outputs},
       {"writes refuse special files", test_write_refuses_special},
       {"a link at the temporary", test_write_tmp_link},
+      {"files a user names", test_user_open},
       {NULL, NULL},
   };
   return rt_test_main("runtime_file", cases);

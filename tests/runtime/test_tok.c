@@ -6,6 +6,7 @@
  * tests/e2e/tokenizer.sh checks the ids against independent encoders.
  */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "rt_test.h"
 
@@ -207,6 +208,117 @@ static void test_vocab_check(void) {
   rt_tok_close(t);
 }
 
+/* A tokenizer.json of byte tokens 0..255 plus "ab" at the given id (JSON text). */
+static void write_sparse(const char *path, const char *id) {
+  static char json[16384];
+  size_t n = (size_t)sprintf(json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
+  for (int b = 0; b < 256; b++) {
+    json[n++] = '"';
+    n += put_cp(json + n, byte_cp(b));
+    n += (size_t)sprintf(json + n, "\": %d, ", b);
+  }
+  n += (size_t)sprintf(json + n,
+                       "\"ab\": %s}, \"merges\": [\"a b\"]}, "
+                       "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": true}}",
+                       id);
+  rt_test_write(path, json, n);
+}
+
+/* Huge ids are refused with the bound, at once: 2^30 made the table sizing loop for ever, 2^30-1
+ * asked for gigabytes ("out of memory for a vocabulary of 1073741824"). */
+static void test_huge_id(void) {
+  char path[512];
+  RtError err;
+  RtTok *t = NULL;
+  rt_test_path(path, sizeof path, "huge.json");
+  alarm(20); /* a hang fails here, not at CTest's timeout */
+  static const char *ids[] = {"1073741824", "1073741823", "16777216", "2147483647", "4294967296"};
+  for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+    write_sparse(path, ids[i]);
+    char want[200];
+    snprintf(want, sizeof want,
+             "/model/vocab/ab: id %s, expected an integer 0..16777215 (a tokenizer's vocabulary "
+             "has at most "
+             "16777216 tokens)",
+             ids[i]);
+    CHECK_FAIL(rt_tok_open(&t, path, &err), want);
+  }
+  write_sparse(path, "16777215"); /* the largest id: opens, a vocabulary of 2^24 */
+  CHECK_OK(rt_tok_open(&t, path, &err));
+  if (t) {
+    CU_ASSERT_EQUAL(rt_tok_vocab(t), 16777216);
+    rt_tok_close(t);
+  }
+  alarm(0);
+}
+
+/* Long runs split in linear time under both patterns: a million digits (Llama 3's \p{N}{1,3}
+ * looked at the whole run for every 3 digits: 320K digits took 21.5 s), spaces, one word, a
+ * line of punctuation, random bytes. A quadratic split would take minutes: the alarm ends it. */
+static void test_long_runs(void) {
+  enum { N = 1000000 };
+  char *text = malloc(N);
+  if (!text) return;
+  alarm(30);
+  for (int llama3 = 0; llama3 < 2; llama3++) {
+    RtTok *t = open_bpe(llama3);
+    if (!t) break;
+    for (int kind = 0; kind < 5; kind++) {
+      uint64_t x = 88172645463325252u;
+      for (int i = 0; i < N; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        text[i] = kind == 0   ? (char)('0' + x % 10)
+                  : kind == 1 ? ' '
+                  : kind == 2 ? 'q'
+                  : kind == 3 ? '.'
+                              : (char)x;
+      }
+      int32_t *ids = NULL;
+      int64_t n = 0;
+      RtError err;
+      CHECK_OK(rt_tok_encode(t, text, N, &ids, &n, &err));
+      CU_ASSERT(n > 0 && n <= N);
+      if (kind == 0) CU_ASSERT_EQUAL(n, N); /* digits: no merges in this vocabulary */
+      char *back = NULL;
+      size_t len = 0;
+      CHECK_OK(rt_tok_decode(t, ids, n, &back, &len, &err));
+      CU_ASSERT(len == N && back && !memcmp(back, text, N));
+      free(back);
+      free(ids);
+    }
+    rt_tok_close(t);
+  }
+  alarm(0);
+  free(text);
+}
+
+/* A key with an escaped NUL is refused (json-c would cut it at the NUL); a leading UTF-8 byte
+ * order mark is skipped. */
+static void test_nul_and_bom(void) {
+  char path[512];
+  RtError err;
+  RtTok *t = NULL;
+  rt_test_path(path, sizeof path, "nul.json");
+  static const char NUL_KEY[] =
+      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"a\\u0000b\": 2}, "
+      "\"merges\": []}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}";
+  rt_test_write(path, NUL_KEY, sizeof NUL_KEY - 1);
+  CHECK_FAIL(
+      rt_tok_open(&t, path, &err),
+      "nul.json: the string \"a\\u0000b\" at byte 52 holds a NUL (\\u0000); a token or key of a "
+      "tokenizer.json cannot contain one");
+  char bom[16384 + 3] = "\xef\xbb\xbf";
+  FILE *f = fopen(write_bpe(path, sizeof path, 0), "rb");
+  size_t n = f ? fread(bom + 3, 1, sizeof bom - 3, f) : 0;
+  if (f) fclose(f);
+  rt_test_write(rt_test_path(path, sizeof path, "bom.json"), bom, n + 3);
+  CHECK_OK(rt_tok_open(&t, path, &err));
+  if (t) {
+    CU_ASSERT_EQUAL(rt_tok_vocab(t), 261);
+    rt_tok_close(t);
+  }
+}
+
 int main(void) {
   static const RtTestCase cases[] = {
       {"merges by rank, added tokens", test_merges_by_rank},
@@ -214,6 +326,9 @@ int main(void) {
       {"a very long word", test_long_word},
       {"token files and text through the tokenizer", test_token_files},
       {"vocabulary against the model's", test_vocab_check},
+      {"a huge token id", test_huge_id},
+      {"long runs split in linear time", test_long_runs},
+      {"a NUL in a key, a byte order mark", test_nul_and_bom},
       {NULL, NULL},
   };
   return rt_test_main("runtime_tok", cases);

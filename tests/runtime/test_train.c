@@ -724,6 +724,12 @@ static void test_outliers(void) {
   CHECK_INT(m.n, 20);
   CHECK_HAS(m.line[14], "\"skipped\": true");
   CHECK_INT(strstr(m.line[13], "skipped") == NULL, 1);
+  /* the skipped step's time is lost work, not productive: productive_s stands still at step
+   * 15 while lost_s grows by its step time (both at the metrics' microsecond precision) */
+  CHECK_INT(metric(&m, 14, "step_ms") > 0.004, 1);
+  CHECK_NEAR(metric(&m, 14, "lost_s") - metric(&m, 13, "lost_s"), metric(&m, 14, "step_ms") / 1e3,
+             1.5e-6);
+  CHECK_NEAR(metric(&m, 14, "productive_s"), metric(&m, 13, "productive_s"), 1.5e-6);
   free(m.text);
   run_free(&r);
   /* 12 steps, then --resume to 20: the same step 20 */
@@ -759,6 +765,15 @@ static void test_outliers(void) {
   CHECK_INT(rt_ckpt_data_position(a), rt_ckpt_data_position(b));
   rt_ckpt_close(a);
   rt_ckpt_close(b);
+  /* past the data's 14 batches: refused at once with the count (it skipped batch by batch for
+   * ever, or wrapped silently) */
+  r = run((const char *[]){"--data", train_file(), "--steps", "2", "--skip-batches",
+                           "4000000000000000000", NULL});
+  CHECK_RUN(r, 1);
+  CHECK_HAS(r.err, "--skip-batches 4000000000000000000: 4000000000000000000 batches is more than ");
+  CHECK_HAS(r.err, " holds: 14 global batches of 1 x 4 x 16 (ranks x batch x sequence) in its 900 "
+                   "tokens; expected 0..14");
+  run_free(&r);
 }
 
 /* ===== not losing the run ============================================================= */
@@ -911,7 +926,7 @@ static void test_second_writer(void) {
                                scratch(dir, "twowriters"), NULL});
   CHECK_RUN(r, 0);
   run_free(&r);
-  CHECK_OK(rt_ckpt_lock(&lock, dir, 0, &err)); /* the first trainer, still running */
+  CHECK_OK(rt_ckpt_lock(&lock, dir, 0, 1, 1, &err)); /* the first trainer, still running */
   r = run((const char *[]){"--data", train_file(), "--steps", "8", "--ckpt-dir", dir, "--resume",
                            NULL});
   CHECK_RUN(r, 1);

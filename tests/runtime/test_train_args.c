@@ -72,7 +72,22 @@ static const BadCase bad[] = {
     {{"--sample", "3", "--init", "w.st", "--metrics", "m.jsonl", NULL},
      "--sample generates text and does not train: --metrics is not used with it"},
     {{"--data", "d.bin", "--peak-flops", "-1e12", NULL},
-     "--peak-flops: -1e12 is negative; expected 0 or more"},
+     "--peak-flops: -1e12 is out of range, expected a device's peak FLOP/s from 1e6 to 1e18 (leave "
+     "it "
+     "out for the device table's)"},
+    {{"--data", "d.bin", "--peak-flops", "0", NULL},
+     "--peak-flops: 0 is out of range, expected a device's peak FLOP/s from 1e6 to 1e18 (leave it "
+     "out "
+     "for the device table's)"},
+    {{"--data", "d.bin", "--peak-flops", "1e-300", NULL},
+     "--peak-flops: 1e-300 is out of range, expected a device's peak FLOP/s from 1e6 to 1e18 "
+     "(leave "
+     "it out for the device table's)"},
+    {{"--data", "d.bin", "--steps", "99999999999999999999", NULL},
+     "--steps: 99999999999999999999 is out of range, expected 0..9223372036854775807"},
+    {{"--data", "d.bin", "--outlier-window", "8", NULL},
+     "--outlier-window 8 needs --skip-outliers Z (the window is what a step's loss is measured "
+     "against; without --skip-outliers nothing is)"},
     {{"--data", "d.bin", "--restart-downtime", "inf", NULL},
      "--restart-downtime: 'inf' is not a finite number"},
     {{"--data", "d.bin", "--outlier-window", "1", NULL},

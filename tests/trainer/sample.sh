@@ -26,6 +26,11 @@
 #            share of sampled words (2+ letters) found in the corpus at temperature 0.5: trained
 #            >= 0.9 of at least 100 words, untrained (--steps 0) <= 0.6 (measured: 0.94 and 0.47; 0.92 to 0.94
 #            with seeds 1 to 4)
+#   prompt_bytes  a prompt of invalid UTF-8 (bytes ff fe) through a SentencePiece tokenizer with
+#            byte fallback (several ids per byte, more ids than bytes): sampled untrained words-lm
+#            (--steps 0) prints the prompt's bytes back, then 5 tokens, exit 0 (it wrote past the
+#            prompt buffer, sized one id per byte, before); a token file given with --tokenizer
+#            trains with a warning that the tokenizer is not used for it
 set -u
 AXLC=$1 SRC=$2 CASE=$3 SHARED=${4:-}
 PY=/usr/bin/python3
@@ -321,6 +326,42 @@ for name, path in (("trained", sys.argv[2]), ("untrained", sys.argv[3])):
 print("trained sample:", open(sys.argv[2], encoding="latin-1").read()[:300].replace("\n", " | "))
 sys.exit(0 if share["trained"] >= 0.9 and len(words(sys.argv[2])) >= 100 and share["untrained"] <= 0.6 else 1)
 EOF
+  ;;
+prompt_bytes)
+  F=/usr/share/games/fortunes/fortunes
+  [ -r "$F" ] || { echo "SKIP: $F missing (Debian: fortunes-min)"; exit 77; }
+  command -v spm_train > /dev/null || { echo "SKIP: spm_train not found (Debian: sentencepiece)"; exit 77; }
+  spm_train --input="$F" --model_prefix="$T/tok" --vocab_size=1000 --model_type=unigram \
+    --normalization_rule_name=identity --remove_extra_whitespaces=false --add_dummy_prefix=false \
+    --byte_fallback=true --minloglevel=2 > "$T/log" 2>&1 || { fail "spm_train"; tail "$T/log" >&2; }
+  TR=$T/words
+  must "$AXLC" compile "$SRC/models/words-lm.json" --target cpu -o "$TR" --set /model/vocab_size=1000
+  "$TR" --data "$F" --tokenizer "$T/tok.model" --steps 0 --ckpt-dir "$T/ck" > "$T/log" 2>&1 || {
+    grep -q "without libsentencepiece" "$T/log" && { echo "SKIP: axlc was built without libsentencepiece"; exit 77; }
+    fail "words-lm --steps 0"
+    tail "$T/log" >&2
+  }
+  # ff fe, the issue's prompt, and 100 times ff fe (far past the old buffer)
+  for reps in 1 100; do
+    prompt=$(i=0; while [ $i -lt $reps ]; do printf '\377\376'; i=$((i + 1)); done)
+    "$TR" --sample 5 --ckpt-dir "$T/ck" --tokenizer "$T/tok.model" --prompt "$prompt" \
+      --temperature 0 > "$T/out" 2> "$T/err"
+    rc=$?
+    [ $rc -eq 0 ] || { fail "--sample with prompt (ff fe) x $reps exited $rc"; cat "$T/err" >&2; }
+    # the prompt as SentencePiece decodes it: U+FFFD (ef bf bd) for each invalid byte
+    want=$(i=0; while [ $i -lt $((2 * reps)) ]; do printf 'efbfbd'; i=$((i + 1)); done)
+    got=$(head -c $((6 * reps)) "$T/out" | od -An -v -tx1 | tr -d ' \n')
+    [ "$got" = "$want" ] || fail "(ff fe) x $reps: the output does not start with the prompt decoded: $got"
+    grep -q ": 5 tokens in " "$T/err" || fail "(ff fe) x $reps: no '5 tokens' note: $(cat "$T/err")"
+  done
+  # a token file beside --tokenizer: the tokenizer is not used for it, and the trainer says so
+  must "$AXLC" tokenize "$F" --tokenizer "$T/tok.model" -o "$T/tokens.bin"
+  "$TR" --data "$T/tokens.bin" --tokenizer "$T/tok.model" --steps 0 > "$T/out" 2> "$T/err" ||
+    { fail "--data TOKENS --tokenizer T"; cat "$T/err" >&2; }
+  grep -qF -- "warning: --data $T/tokens.bin is a token file, already tokenized: --tokenizer $T/tok.model is not used" \
+    "$T/err" || fail "--data TOKENS --tokenizer T: no warning: $(cat "$T/err")"
+  "$TR" --data "$F" --tokenizer "$T/tok.model" --steps 0 > "$T/out" 2> "$T/err" || fail "--data TEXT --tokenizer T"
+  ! grep -q "is a token file" "$T/err" || fail "--data TEXT --tokenizer T warned: $(cat "$T/err")"
   ;;
 *) fail "unknown case" ;;
 esac

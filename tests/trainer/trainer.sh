@@ -32,6 +32,9 @@
 #                for byte (the window travels in the checkpoint)
 #   init_strict  --init: every missing and unused tensor listed, extras refused unless
 #                --init-allow-unused, PyTorch's (out, in) layout called out
+#   setup_signal SIGTERM while the trainer tokenizes a 200 MB text (its start, before any step):
+#                it ends within 3 s, status 143, saying nothing new was saved, and the checkpoint
+#                it resumes from stays as it was (it used to wait for the first step)
 #   no_clobber   --metrics naming --data, --eval-data (a hard link), --init or a file of a
 #                checkpoint is refused before anything is written, the inputs unchanged; a step
 #                directory that is a symbolic link is ignored (said so), never pruned through;
@@ -615,8 +618,8 @@ f.seek(200); f.write(bytes([b[0] ^ 4]))' "$e2"
     [ $? -eq 1 ] && grep -qxF "error: --jobs $j: expected a whole number from 1 to 64" "$T/err" ||
       fail "--jobs $j accepted"
   done
-  "$AXLC" compile "$m" --target gpu-h100-8 -o "$T/x" > "$T/out" 2> "$T/err"
-  [ $? -eq 1 ] && grep -q "expected --target cpu" "$T/err" || fail "--target gpu-h100-8 accepted"
+  "$AXLC" compile "$m" --target tpu-v5p-8 -o "$T/x" > "$T/out" 2> "$T/err"
+  [ $? -eq 1 ] && grep -q "no backend trains on tpu-v5p" "$T/err" || fail "--target tpu-v5p-8 accepted"
   "$AXLC" compile "$m" --target cpu > "$T/out" 2> "$T/err"
   [ $? -eq 1 ] && grep -q "needs -o FILE" "$T/err" || fail "a missing -o is not reported"
   "$AXLC" compile "$m" --target cpu --emit wasm -o "$T/x" > "$T/out" 2> "$T/err"
@@ -669,6 +672,56 @@ f.seek(200); f.write(bytes([b[0] ^ 4]))' "$e2"
   must "$AXLC" compile "$m" --target cpu -o "$d/trainer" $small
   "$d/trainer" --config > "$T/out" 2> "$T/err" || fail "the trainer at a long path does not run"
   [ ! -e "$d/trainer.step.o" ] || fail "the object file was left behind"
+  ;;
+setup_signal)
+  trainer tiny
+  # a byte-level BPE without merges: the 256 byte values, the vocabulary of tiny-lm
+  "$PY" - "$T" << 'EOF' || fail "writing the tokenizer"
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b)
+        cs.append(256 + n)
+        n += 1
+vocab = {chr(c): b for b, c in zip(bs, cs)}
+pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+tok = {"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": pre,
+       "model": {"type": "BPE", "dropout": None, "vocab": vocab, "merges": []}}
+json.dump(tok, open(sys.argv[1] + "/bytes.json", "w", encoding="utf-8"), ensure_ascii=False)
+EOF
+  yes "the fortune of a small model, 1234 words" | head -c 100000 > "$T/small.txt"
+  must "$TR" --data "$T/small.txt" --tokenizer "$T/bytes.json" --steps 2 --ckpt-dir "$T/ck"
+  ls -l "$T/ck" > "$T/ck.before" && cksum "$T/ck"/step_00000002/* >> "$T/ck.before"
+  # about 15 s of tokenizing here: far longer than the 3 s the stop may take
+  yes "the fortune of a large model, 5678 words" | head -c 200000000 > "$T/big.txt"
+  "$TR" --data "$T/big.txt" --tokenizer "$T/bytes.json" --steps 4 --ckpt-dir "$T/ck" --resume \
+    > "$T/out" 2> "$T/err" &
+  pid=$!
+  # the text is mapped while it is tokenized: from then on the trainer is in its start
+  i=0
+  while ! grep -q "$T/big.txt" "/proc/$pid/maps" 2> /dev/null && [ $i -lt 200 ]; do
+    sleep 0.05
+    i=$((i + 1))
+  done
+  [ $i -lt 200 ] || fail "the trainer did not map its data within 10 s"
+  sleep 0.2
+  t0=$(date +%s%N)
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  echo "SIGTERM while tokenizing: exit $rc after $ms ms"
+  [ "$rc" -eq 143 ] || fail "SIGTERM while tokenizing: exit $rc, expected 143"
+  [ "$ms" -lt 3000 ] || fail "SIGTERM while tokenizing: the trainer took $ms ms to stop"
+  grep -qF "$(basename "$TR"): SIGTERM before the first step: stopped at once; nothing new to save" "$T/err" ||
+    { fail "SIGTERM while tokenizing: no message"; cat "$T/err" >&2; }
+  ls -l "$T/ck" > "$T/ck.after" && cksum "$T/ck"/step_00000002/* >> "$T/ck.after"
+  cmp -s "$T/ck.before" "$T/ck.after" || fail "the checkpoint changed: $(diff "$T/ck.before" "$T/ck.after")"
+  # the run goes on from it afterwards
+  must "$TR" --data "$T/small.txt" --tokenizer "$T/bytes.json" --steps 3 --ckpt-dir "$T/ck" --resume
+  [ -f "$T/ck/step_00000003/index.json" ] || fail "no resume after the stop"
   ;;
 *) fail "unknown case" ;;
 esac

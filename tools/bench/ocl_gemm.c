@@ -98,10 +98,10 @@ static double time_backend(Dev *D, int64_t M, int64_t N, int64_t K, OclGemm g) {
   for (int32_t i = 0; i < k.nlaunches; i++) {
     kern[i] = clCreateKernel(prog, k.launches[i].kernel, &e);
     if (e) die("clCreateKernel", e);
-    clSetKernelArg(kern[i], 0, sizeof slab, &slab);
-    for (int32_t a = 0; a < k.launches[i].nargs; a++) {
+    for (int32_t a = 0; a < k.launches[i].nargs; a++) { /* each tensor: its buffer, offset */
       cl_long off = k.launches[i].args[a];
-      clSetKernelArg(kern[i], (cl_uint)a + 1, sizeof off, &off);
+      clSetKernelArg(kern[i], (cl_uint)(2 * a), sizeof slab, &slab);
+      clSetKernelArg(kern[i], (cl_uint)(2 * a + 1), sizeof off, &off);
     }
   }
   double best = 0;
