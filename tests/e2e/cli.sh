@@ -778,8 +778,8 @@ gpt2-124m 64 data=8,fsdp=8 4.86 fits
 tiny-lm 8 data=8 0.0062 fits
 words-lm 8 data=8 0.0205 fits
 words-lm 16 data=16 0.0276 fits
-fuji-test 8 error:models/rules/llama.json: /learner/microbatches: 8 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 8 devices) leaves 1 sequences per device (expected a divisor of 1)
-moe-test 8 error:models/rules/llama.json: /learner/microbatches: 8 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 8 devices) leaves 1 sequences per device (expected a divisor of 1)
+fuji-test 8 error:models/rules/llama.json: /learner/microbatches: 8 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 8 devices) leaves 1 sequences per device (expected a divisor of 1; --set /learner/microbatches=1 overrides it)
+moe-test 8 error:models/rules/llama.json: /learner/microbatches: 8 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 8 devices) leaves 1 sequences per device (expected a divisor of 1; --set /learner/microbatches=1 overrides it)
 fuji-test 16 error:models/fuji-test.json: /input/global_batch_size: global batch size 8 does not divide over the mesh's batch axes (data x expert x fsdp = 16 devices; expected a multiple of 16)
 moe-test 64 error:models/moe-test.json: /input/global_batch_size: global batch size 8 does not divide over the mesh's batch axes (data x expert x fsdp = 64 devices; expected a multiple of 64)
 tiny-lm 16 error:models/tiny-lm.json: /input/global_batch_size: global batch size 8 does not divide over the mesh's batch axes (data x expert x fsdp = 16 devices; expected a multiple of 16)
