@@ -155,8 +155,12 @@ typedef struct DrvMemReport {
   const char *fusion;  /* the backend whose fusion plan was applied, or "none" */
   int64_t params, opt_state, inputs, fixed; /* the fixed region and its parts */
   int64_t grads, saved, temps, comm;        /* live at the peak, by kind */
-  int64_t temp_peak, peak, slab, code;      /* peak = slab >= fixed + temp_peak; code: estimate */
+  int64_t temp_peak, peak, slab, code;      /* slab >= fixed + temp_peak; code: estimate */
   int64_t largest;                          /* the largest value: one buffer must hold it */
+  /* Outside the slab, on the heap of a trainer under MPI: the runtime's collective scratch
+   * (rt_coll_scratch_bytes of the largest collective) and the MPI library's own heap
+   * (RT_MPI_HEAP_BYTES, where the job has more than one device). peak = slab + both. */
+  int64_t comm_scratch, mpi_heap;
   int32_t nvalues, peak_at;
   int64_t *timeline; /* (nvalues) live temporaries after each value */
   uint8_t *phase;    /* (nvalues) 0 forward, 1 backward, 2 update */
