@@ -17,6 +17,11 @@
  * checkpoint, an eval or replay copy and --skip-outliers' backup. AXLC_OPENCL_PROFILE prints
  * the bytes each way.
  *
+ * A mesh of several devices runs one trainer per device under MPI: a rank takes its node's
+ * device by its local rank (rank_device), and each collective of the step is a launch that
+ * reads its operand into a pinned staging buffer, runs it through MPI on the host
+ * (rt_comm_collective_io) and writes the result back, in the queue's order (collective).
+ *
  * RtProgram.step has no context argument, so the device session of the process is one
  * file-scope pointer, set by rt_ocl_main for the duration of rt_train_main. A failed OpenCL
  * call inside the step is printed once and makes the loss NaN, which stops the trainer's
@@ -956,7 +961,9 @@ static const char *base_name(const char *s) {
 static void print_ocl_help(void) {
     printf("\nOpenCL options:\n"
            "  --device N|P:D      the OpenCL device: N-th of all devices, or device D of platform P\n"
-           "                      (default: the first)\n"
+           "                      (default: the first of the compiled kind); on a mesh, a list\n"
+           "                      (--device 0,1) gives each rank of a node its own (default: the\n"
+           "                      local rank's; AXLC_OPENCL_SHARE_DEVICES=1 lets ranks share one)\n"
            "  --list-devices      list the OpenCL devices and exit\n");
 }
 

@@ -165,6 +165,14 @@ static int ocl_backend_compile(const BackendJob *j, const BackendOptions *o, con
 static int ocl_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
   Compiled c;
   int rc = 1;
+  if (j->program.devices > 1)
+    return backend_error(&j->diag, j->file, "/mesh",
+                         "axlc run trains one OpenCL device; this mesh has %lld: compile the "
+                         "trainer (axlc compile ... -o T) and start one rank per device with "
+                         "`mpirun -np %lld T ...`, `srun -n %lld T ...` or `axlc launch`",
+                         (long long)j->program.devices, (long long)j->program.devices,
+                         (long long)j->program.devices),
+           1;
   if (compile_all(j, o, &c) != 0) {
     compiled_free(&c);
     return 1;
