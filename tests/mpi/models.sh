@@ -37,12 +37,12 @@ ocl_*) OCL=ocl- CASE=${CASE#ocl_} ;;
 esac
 # cpu CMD...: CMD with the CPU's trainers
 cpu() {
-  o=$OCL
+  cpu_ocl=$OCL
   OCL=
   "$@"
-  r=$?
-  OCL=$o
-  return $r
+  cpu_rc=$?
+  OCL=$cpu_ocl
+  return $cpu_rc
 }
 # tokens below 32 (fuji-test's vocabulary), an llm.c token file
 DATA="$W/tokens.bin"
