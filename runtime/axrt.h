@@ -382,6 +382,11 @@ void rt_comm_collective_io(RtComm *c, int32_t index, const char *in, char *out);
  * known. Without a launcher, or none of these: rank 0 of 1, and 0 is returned; 1 when a launcher
  * said. The variable that said is put in *from (may be NULL). */
 int rt_comm_local_rank(int *rank, int *size, const char **from);
+/* The same from MPI itself (a launcher that says neither): MPI is initialized here (a collective
+ * call: every rank makes it) and the ranks that share this one's memory counted
+ * (MPI_COMM_TYPE_SHARED). rt_comm_new, or rt_comm_node_done where none follows, finalizes it. */
+int rt_comm_node_rank(int *rank, int *size, RtError *err);
+void rt_comm_node_done(void);
 /* Every rank passes v (n values) and gets the element-wise sum over all ranks (world); a
  * barrier with data. The same deadline applies. */
 int rt_comm_sum_i64(RtComm *c, int64_t *v, int n, RtError *err);

@@ -209,6 +209,42 @@ int rt_comm_local_rank(int *rank, int *size, const char **from) {
     return 0;
 }
 
+/* MPI initialized by rt_comm_node_rank, for rt_comm_new to finalize. */
+static int mpi_inited_early;
+
+int rt_comm_node_rank(int *rank, int *size, RtError *err) {
+    *rank = 0;
+    *size = 1;
+#ifdef AXRT_HAVE_MPI
+    int inited = 0, provided, rc = MPI_SUCCESS;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+        if (rc != MPI_SUCCESS)
+            return rt_error_set(err, "MPI_Init failed (%d)", rc);
+        mpi_inited_early = 1;
+    }
+    MPI_Comm node;
+    rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS)
+        return rt_error_set(err, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed (%d)", rc);
+    MPI_Comm_rank(node, rank);
+    MPI_Comm_size(node, size);
+    MPI_Comm_free(&node);
+    return 0;
+#else
+    return rt_error_set(err, "libaxrt was built without MPI");
+#endif
+}
+
+void rt_comm_node_done(void) {
+#ifdef AXRT_HAVE_MPI
+    if (mpi_inited_early)
+        MPI_Finalize();
+    mpi_inited_early = 0;
+#endif
+}
+
 /* ===== groups ========================================================================= */
 
 static int same_axes(const Group *g, const RtCollective *k) {
@@ -328,6 +364,9 @@ static int join_mpi(RtComm *c, int64_t devices, RtError *err) {
         if (rc != MPI_SUCCESS)
             return mpi_fail(err, "MPI_Init", rc);
         c->finalize = 1;
+    } else if (mpi_inited_early) { /* rt_comm_node_rank's: finalized here */
+        c->finalize = 1;
+        mpi_inited_early = 0;
     }
     c->mpi = 1;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

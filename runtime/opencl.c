@@ -1005,8 +1005,14 @@ static const DevInfo *rank_device(const RtOclProgram *p, const DevInfo *devs, in
         mesh *= p->base.mesh.sizes[a];
     int lr = 0, ls = 1;
     const char *from = NULL;
-    if (mesh > 1)
-        rt_comm_local_rank(&lr, &ls, &from);
+    if (mesh > 1 && !rt_comm_local_rank(&lr, &ls, &from) && rt_comm_launched()) {
+        /* a launcher that does not say: MPI's ranks that share this node's memory */
+        if (rt_comm_node_rank(&lr, &ls, &err) != 0) {
+            fprintf(stderr, "%s: the rank on this node: %s\n", name, err.msg);
+            return NULL;
+        }
+        from = "MPI_COMM_TYPE_SHARED";
+    }
     char who[200];
     rank_words(who, sizeof who, lr, ls, from);
     const char *match = p->device_match && *p->device_match ? p->device_match : NULL;
@@ -1077,6 +1083,7 @@ static int with_device(const RtOclProgram *p, OclOpts *o, const char *name) {
     } else if ((d = rank_device(p, devs, n, o, name)) != NULL) {
         rc = train_on(p, d, o, name);
     }
+    rt_comm_node_done(); /* MPI, where rank_device started it and no mesh was joined */
     free(devs);
     return rc;
 }

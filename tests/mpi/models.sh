@@ -16,7 +16,8 @@
 #   ocl_MODEL_MESH     the same with an OpenCL trainer (--target opencl-N, one rank per device;
 #                      PoCL's one CPU device is shared by the ranks): within the CPU's tolerances
 #   ocl_handover       an OpenCL fsdp=2 run's step-5 checkpoint resumes on one CPU process, and a
-#                      CPU run's step 5 on OpenCL under fsdp=2, on the one-process curve (1e-4)
+#                      CPU run's step 5 on OpenCL under fsdp=2, on the one-process curve (1e-4);
+#                      the latter's ranks without the launcher's local rank take MPI's
 # MODEL and MESH: tests/layouts.sh (tiny_lm, moe, fuji, tiny_moe, fuji_moe, the *_bf16 models;
 # data4, fsdp4, model2, data2model2, expert2, expert2fsdp2, fsdp2, fsdp2mb2, fsdp2mb4,
 # seq2, seq2model2, spmodel2, spseq2model2).
@@ -82,7 +83,7 @@ train() {
   if [ "$np" -eq 1 ]; then
     "$exe" --data "$DATA" --threads 1 --ckpt-dir "$dir/ck" --metrics "$dir/m.jsonl" "$@"
   else
-    "$MPIRUN" -np "$np" --oversubscribe "$exe" --data "$DATA" --threads 1 --ckpt-dir "$dir/ck" \
+    "$MPIRUN" -np "$np" --oversubscribe ${WRAP:-} "$exe" --data "$DATA" --threads 1 --ckpt-dir "$dir/ck" \
       --metrics "$dir/m.jsonl" "$@"
   fi
 }
@@ -207,11 +208,17 @@ handover)
   must "$DUMP" "$T/c/ck" "$T/c.safetensors"
   must "$DUMP" "$T/g/ck" "$T/g.safetensors"
   compare close "$T/c.safetensors" "$T/g.safetensors" 1e-4
-  # the other way: 5 CPU steps (one process), resumed by the OpenCL trainer on fsdp=2
+  # the other way: 5 CPU steps (one process), resumed by the OpenCL trainer on fsdp=2; its
+  # ranks without the launcher's local rank, which MPI then gives (MPI_COMM_TYPE_SHARED)
   cpu must train tiny_lm one "$T/b" --steps 5
-  head -5 "$T/b/m.jsonl" > "$T/b/m5.jsonl"
+  printf '#!/bin/sh\nunset OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID SLURM_LOCALID PMI_LOCAL_RANK\nexec "$@"\n' > "$T/nolocal"
+  chmod +x "$T/nolocal"
+  WRAP=$T/nolocal
   must train tiny_lm fsdp2 "$T/b" --steps $STEPS --resume
+  WRAP=
   grep -q "resumed from" "$T/log" || fail "the OpenCL trainer did not resume"
+  grep -q "local rank 1 of the 2 ranks on this node (MPI_COMM_TYPE_SHARED) shares OpenCL device" "$T/log" ||
+    fail "no local rank from MPI: $(cat "$T/log")"
   compare losses "$T/b/m.jsonl" "$W/ref-tiny_lm/m.jsonl" 1e-4
   must "$DUMP" "$T/b/ck" "$T/b.safetensors"
   compare close "$T/b.safetensors" "$W/ref-tiny_lm/params.safetensors" 1e-4
