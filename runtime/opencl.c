@@ -66,6 +66,7 @@ typedef struct Traffic {
     int64_t reads, read_bytes;         /* whole-slab read-backs: checkpoints, eval, replays */
     int64_t coll_to_dev, coll_to_host; /* by the collectives of a mesh (their operands and results) */
     double coll_s;                     /* seconds in collectives: copies and MPI */
+    int64_t slices;                    /* local slices copied on the device */
 } Traffic;
 
 typedef struct Session {
@@ -631,10 +632,11 @@ static void profile_report(Session *S) {
     if (S->p->base.ncollectives > 0)
         fprintf(stderr,
                 "%s: OpenCL collectives: per step %.0f B read back and %.0f B sent through the host for MPI, "
-                "%.3f ms (%s staging buffer)\n",
+                "%.3f ms (%s staging buffer); %.0f local slices copied on the device\n",
                 S->name, T->steps ? (double)T->coll_to_host / (double)T->steps : 0.0,
                 T->steps ? (double)T->coll_to_dev / (double)T->steps : 0.0,
-                T->steps ? T->coll_s * 1e3 / (double)T->steps : 0.0, S->stage_mem ? "a pinned" : "a host");
+                T->steps ? T->coll_s * 1e3 / (double)T->steps : 0.0, S->stage_mem ? "a pinned" : "a host",
+                T->steps ? (double)T->slices / (double)T->steps : 0.0);
     double total = 0;
     for (int32_t i = 0; i < S->p->nlaunches; i++)
         total += S->prof_ns[i];
@@ -804,6 +806,42 @@ static int stage_make(Session *S) {
     return 0;
 }
 
+/* A local_slice (this member's chunk of its own operand along an axis: no traffic) copied on the
+ * device: a run of bytes per index of the dims before the axis, one rectangular copy between two
+ * buffers, or a copy per run within one (OpenCL gives both sides of a rectangular copy within
+ * one buffer the same pitch), up to 64 runs. 1 where it cannot (operand and result overlap, a
+ * tensor spans two buffers, more runs, a failed enqueue): the host does it then. */
+static int local_slice(Session *S, SlabBuf *b, const RtOclLaunch *L, const RtCollective *k) {
+    const RtMesh *m = &S->p->base.mesh;
+    int64_t member = 0, es = rt_coll_elem_bytes(k->dtype), outer = 1, inner = es;
+    for (int i = 0; i < k->naxes; i++)
+        member = member * m->sizes[k->axes[i]] + rt_comm_coord(S->comm, k->axes[i]);
+    for (int d = 0; d < k->axis; d++)
+        outer *= k->in_shape[d];
+    for (int d = k->axis + 1; d < k->rank; d++)
+        inner *= k->in_shape[d];
+    int64_t in = L->args[0], out = L->args[1], len = k->out_shape[k->axis], row = len * inner;
+    int64_t pitch = k->in_shape[k->axis] * inner;
+    int32_t bi = buf_of(S, in), bo = buf_of(S, out);
+    /* one buffer takes one pitch for both sides (OpenCL): a copy per row then, if they are few */
+    if (bi != buf_of(S, in + L->arg_bytes[0] - 1) || bo != buf_of(S, out + L->arg_bytes[1] - 1) ||
+        (bi == bo && in < out + L->arg_bytes[1] && out < in + L->arg_bytes[0]) || outer <= 0 || row <= 0 ||
+        (bi == bo && outer > 64))
+        return 1;
+    int64_t src = in - S->cut[bi] + member * row, dst = out - S->cut[bo];
+    cl_int e = CL_SUCCESS;
+    if (bi != bo && outer > 1) {
+        size_t so[3] = {(size_t)src, 0, 0}, dor[3] = {(size_t)dst, 0, 0}, region[3] = {(size_t)row, (size_t)outer, 1};
+        e = clEnqueueCopyBufferRect(S->q, b->mem[bi], b->mem[bo], so, dor, region, (size_t)pitch, 0, (size_t)row, 0, 0,
+                                    NULL, NULL);
+    } else {
+        for (int64_t o = 0; o < outer && e == CL_SUCCESS; o++)
+            e = clEnqueueCopyBuffer(S->q, b->mem[bi], b->mem[bo], (size_t)(src + o * pitch), (size_t)(dst + o * row),
+                                    (size_t)row, 0, NULL, NULL);
+    }
+    return e == CL_SUCCESS ? 0 : 1; /* the host does it then */
+}
+
 /* Collective launch i: its operand from the device into the staging buffer (waiting for the
  * kernels before it), the exchange through MPI on the host, and its result back to the device
  * ahead of the kernels after it (the in-order queue orders them; the next read, blocking,
@@ -812,6 +850,11 @@ static int collective(Session *S, SlabBuf *b, int32_t i) {
     const RtOclLaunch *L = &S->p->launches[i];
     if (!S->comm)
         return step_fail(S, "a collective without the mesh (no communicator)", CL_INVALID_VALUE);
+    const RtCollective *k = &S->p->base.collectives[L->collective - 1];
+    if (k->kind == RT_COLL_LOCAL_SLICE && local_slice(S, b, L, k) == 0) {
+        S->traffic.slices++;
+        return 0;
+    }
     if (stage_make(S) != 0)
         return -1;
     double t0 = now_s();
