@@ -102,7 +102,7 @@ reference() {
 case $CASE in
 ref_*)
   # the fixture of every test of this model: trainers of an earlier build are stale
-  rm -rf "$W/ref-${CASE#ref_}" "$W/ref-${CASE#ref_}"-* "$W/${CASE#ref_}"-*.trainer
+  rm -rf "$W/ref-${CASE#ref_}" "$W/ref-${CASE#ref_}"-* "$W/${CASE#ref_}"-*.trainer "$W/ocl-${CASE#ref_}"-*.trainer
   reference "${CASE#ref_}"
   ;;
 run)
