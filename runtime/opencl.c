@@ -1036,6 +1036,25 @@ static void rank_words(char *out, size_t cap, int lr, int ls, const char *from) 
         snprintf(out, cap, "local rank %d on this node (%s)", lr, from ? from : "");
 }
 
+/* An error every rank of a mesh finds alike (no device of the kind, a --device that names none)
+ * is rank 0's to print: another rank says nothing and leaves rank 0 the time to print before
+ * it exits (the launcher then ends the job), as the trainer's start errors do. 1 on such a
+ * rank, after the wait. */
+static int quiet_rank(int64_t mesh) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; mesh > 1 && i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v)
+            continue;
+        if (atoi(v) <= 0)
+            return 0;
+        fflush(stdout);
+        nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
+        return 1;
+    }
+    return 0;
+}
+
 /* The device of this rank: --device's entry for its local rank, or the local rank's among the
  * devices of the program's kind (every device for --target opencl-N), wrapped onto the
  * first ones only where devices may be shared. NULL, with the reason printed, when there is
@@ -1065,6 +1084,8 @@ static const DevInfo *rank_device(const RtOclProgram *p, const DevInfo *devs, in
         char e[64];
         device_entry(o->device, lr % count, e, sizeof e);
         if (!(d = pick_device(devs, n, e, &err))) {
+            if (quiet_rank(mesh))
+                return NULL;
             fprintf(stderr, "%s: %s:\n", name, err.msg);
             print_devices(stderr, devs, n);
             return NULL;
@@ -1082,6 +1103,8 @@ static const DevInfo *rank_device(const RtOclProgram *p, const DevInfo *devs, in
     int count = n;
     d = match ? nth_match(devs, n, match, lr, &count) : lr < n ? &devs[lr] : NULL;
     if (count == 0) {
+        if (quiet_rank(mesh))
+            return NULL;
         fprintf(stderr,
                 "%s: this trainer was compiled for %s (%s), and no OpenCL GPU here has \"%s\" in its "
                 "name; the OpenCL devices of this host:\n",

@@ -21,7 +21,7 @@
 #                 "backend"); on a host without an H100 the trainer and axlc run refuse, listing
 #                 the OpenCL devices there are; --device 0 trains; gpu-h100-8 and opencl-2 make
 #                 per-device trainers with the mesh and its collectives, which refuse: no H100
-#                 (rank by rank), --device out of range, more ranks on a node than devices (a
+#                 (said by rank 0 alone), --device out of range, more ranks on a node than devices (a
 #                 device not shared: AXLC_OPENCL_SHARE_DEVICES=0), and one process for two;
 #                 axlc run --target opencl-2 says to compile and launch it;
 #                 tpu-v5p-1 has no backend; the target's mesh rule is memcheck's (gpt2-124m on
@@ -204,6 +204,10 @@ gpu_target)
   rc=$?
   [ $rc -eq 1 ] && grep -q 'gpu-h100-8: this trainer was compiled for gpu-h100 (NVIDIA H100 SXM5 80GB), and no OpenCL GPU here has "H100"' "$T/out" ||
     fail "gpu-h100-8 without an H100 (exit $rc): $(cat "$T/out")"
+  # ... which rank 0 alone prints: another rank exits 1 without a word
+  OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_LOCAL_RANK=3 "$T/gpu-h100-8" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && [ ! -s "$T/out" ] || fail "rank 3 without an H100 (exit $rc): $(cat "$T/out")"
   # --device out of range names the devices there are
   ndev=$(grep -c "^  [0-9]* (" "$T/devices")
   "$T/g" --data "$T/text.txt" --steps 2 --device 9 > "$T/out" 2>&1
