@@ -23,7 +23,6 @@
 #                 per-device trainers with the mesh and its collectives, which refuse: no H100
 #                 (said by rank 0 alone), --device out of range, more ranks on a node than devices (a
 #                 device not shared: AXLC_OPENCL_SHARE_DEVICES=0), and one process for two;
-#                 axlc run --target opencl-2 says to compile and launch it;
 #                 tpu-v5p-1 has no backend; the target's mesh rule is memcheck's (gpt2-124m on
 #                 gpu-h100-1: bf16)
 #   device_state  the state stays on the device: tiny-lm moves less than 1 MiB between host and
@@ -231,11 +230,6 @@ gpu_target)
   rc=$?
   [ $rc -eq 1 ] && grep -q "this program runs on 2 devices, one process each, but 1 process was started; launch it with .mpirun -np 2 TRAINER" "$T/out" ||
     fail "opencl-2 alone (exit $rc): $(cat "$T/out")"
-  # axlc run trains one device: a mesh is compiled and launched
-  "$AXLC" run "$model" --target opencl-2 --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
-  rc=$?
-  [ $rc -eq 1 ] && grep -q "tiny-lm.json: /mesh: axlc run trains one OpenCL device; this mesh has 2: compile the trainer (axlc compile ... -o T) and start one rank per device with .mpirun -np 2 T" "$T/out" ||
-    fail "axlc run --target opencl-2 (exit $rc): $(cat "$T/out")"
   ;;
 device_state)
   model="$SRC/models/tiny-lm.json"

@@ -15,6 +15,7 @@
 #                      model=2 bit for bit (metrics and checkpoint files)
 #   ocl_MODEL_MESH     the same with an OpenCL trainer (--target opencl-N, one rank per device;
 #                      PoCL's one CPU device is shared by the ranks): within the CPU's tolerances
+#   ocl_run            axlc run --target opencl-2 starts mpirun on an OpenCL trainer itself
 #   ocl_handover       an OpenCL fsdp=2 run's step-5 checkpoint resumes on one CPU process, and a
 #                      CPU run's step 5 on OpenCL under fsdp=2, on the one-process curve (1e-4);
 #                      the latter's ranks without the launcher's local rank take MPI's
@@ -108,12 +109,15 @@ ref_*)
 run)
   # axlc run --target cpu-2 compiles a temporary trainer and starts mpirun itself
   reference tiny_lm
-  must "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+  tgt=cpu-2
+  [ -n "$OCL" ] && tgt=opencl-2 # ocl_run: the OpenCL trainer, one rank per device
+  must "$AXLC" run "$SRC/models/tiny-lm.json" --target $tgt --set "/mesh/shape=[1,1,1,1,1,2]" \
     --set /input/seq_len=16 --data "$DATA" --steps 3 --threads 1 --metrics "$T/run.jsonl"
+  [ -z "$OCL" ] || grep -q "OpenCL device" "$T/log" || fail "axlc run --target opencl-2: no OpenCL device used"
   head -3 "$W/ref-tiny_lm/m.jsonl" > "$T/ref3.jsonl"
   compare losses "$T/run.jsonl" "$T/ref3.jsonl" 1e-4
   # without mpirun on PATH: how to launch by hand, before anything is compiled
-  PATH=/nonexistent "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+  PATH=/nonexistent "$AXLC" run "$SRC/models/tiny-lm.json" --target $tgt --set "/mesh/shape=[1,1,1,1,1,2]" \
     --data "$DATA" > "$T/out" 2> "$T/err"
   [ $? -eq 1 ] && grep -q "mpirun was not found.*mpirun -np 2" "$T/err" || { fail "no mpirun: no advice"; cat "$T/err" >&2; }
   ;;
