@@ -391,6 +391,20 @@ int64_t rt_mesh_chunk(const RtMesh *m, const uint8_t axes[RT_MAX_SPLIT_AXES], in
 /* Collective `index` of the table on the slab; called by the generated step. Aborts the job
  * (MPI_Abort, with a message naming the silent ranks) when a member does not answer in time. */
 void rt_comm_collective(RtComm *c, int32_t index, char *slab);
+/* rt_comm_collective with the operand at `in` and the result at `out` (separate buffers, the
+ * collective's in_shape and out_shape): an OpenCL trainer's host staging buffer. */
+void rt_comm_collective_io(RtComm *c, int32_t index, const char *in, char *out);
+/* This process's rank among those on its node, and their count, as the launcher's environment
+ * says (OMPI_COMM_WORLD_LOCAL_RANK and _SIZE, MPI_LOCALRANKID and MPI_LOCALNRANKS, SLURM_LOCALID
+ * and SLURM_TASKS_PER_NODE, PMI_LOCAL_RANK and PMI_LOCAL_SIZE); *size 0 when only the rank is
+ * known. Without a launcher, or none of these: rank 0 of 1, and 0 is returned; 1 when a launcher
+ * said. The variable that said is put in *from (may be NULL). */
+int rt_comm_local_rank(int *rank, int *size, const char **from);
+/* The same from MPI itself (a launcher that says neither): MPI is initialized here (a collective
+ * call: every rank makes it) and the ranks that share this one's memory counted
+ * (MPI_COMM_TYPE_SHARED). rt_comm_new, or rt_comm_node_done where none follows, finalizes it. */
+int rt_comm_node_rank(int *rank, int *size, RtError *err);
+void rt_comm_node_done(void);
 /* Every rank passes v (n values) and gets the element-wise sum over all ranks (world); a
  * barrier with data. The same deadline applies. */
 int rt_comm_sum_i64(RtComm *c, int64_t *v, int n, RtError *err);
@@ -654,6 +668,10 @@ typedef struct RtOclLaunch {
     int32_t nargs;
     const int64_t *args;      /* (nargs) byte offsets in the slab: kernel arguments 2a + 1 ... */
     const int64_t *arg_bytes; /* (nargs) ... of tensors this long; argument 2a is their buffer */
+    /* 0: a kernel. i + 1: no kernel but collective i of the program's table (a mesh of more than
+     * one device): the runtime reads its operand from the device, runs it through MPI on the
+     * host (rt_comm_collective_io) and writes the result back, in the queue's order. */
+    int32_t collective;
 } RtOclLaunch;
 
 /* ===== train.c: the compiled step and the training loop ================================= */

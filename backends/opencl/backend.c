@@ -22,6 +22,7 @@ typedef struct Compiled {
   OclKernels kernels;
   RtOclProgram prog;
   RtParamSlot *slots;
+  RtCollective *colls;
   const char **paths; /* (nparams) */
   RtInit *inits;      /* (nparams) */
 } Compiled;
@@ -30,6 +31,7 @@ static void compiled_free(Compiled *c) {
   pass_memplan_free(&c->plan);
   ocl_kernels_free(&c->kernels);
   free(c->slots);
+  free(c->colls);
   free(c->paths);
   free(c->inits);
   memset(c, 0, sizeof *c);
@@ -73,7 +75,7 @@ static int program(const BackendJob *j, Compiled *c) {
                          .device_doc = p->device_doc,
                          .device_match = p->device_match};
   char err[1024];
-  if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, err,
+  if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, &c->colls, err,
                         sizeof err))
     return backend_error(&j->diag, j->file, NULL, "%s", err);
   return 0;
@@ -82,12 +84,6 @@ static int program(const BackendJob *j, Compiled *c) {
 /* Plans memory, prints the kernels and checks them with libclang. */
 static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *c) {
   memset(c, 0, sizeof *c);
-  if (j->program.devices > 1)
-    return backend_error(&j->diag, j->file, "/mesh",
-                         "opencl with %lld ranks is not supported yet (one OpenCL trainer per "
-                         "device under MPI is to come); compile for one device (--target "
-                         "gpu-h100-1, opencl) or for the CPU (--target cpu-%lld)",
-                         (long long)j->program.devices, (long long)j->program.devices);
   OclOptions o = options(bo);
   bool *mat = ir_xmalloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
   if (o.fuse)
