@@ -18,6 +18,8 @@
 #include <stdio.h>  /* FILE, of rt_file_open */
 #include <string.h> /* memcpy in the bf16 conversions */
 
+#include "axrt_event.h" /* the trainer-supervisor protocol: exit statuses, event lines */
+
 #if defined(__GNUC__)
 #define RT_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
 #else
@@ -37,6 +39,10 @@ typedef struct RtError {
 
 /* Formats into err (which may be NULL) and returns -1, so callers write `return rt_error_set(...)`. */
 int rt_error_set(RtError *err, const char *fmt, ...) RT_PRINTF(2, 3);
+
+/* Seconds on a monotonic clock, for intervals (the one clock of the trainer, the supervisor and
+ * the compiler's timings). */
+double rt_now_s(void);
 
 /* CRC-32 (IEEE 802.3, as zlib's crc32): start with crc = 0, feed buffers in order. */
 uint32_t rt_crc32(uint32_t crc, const void *buf, size_t n);
@@ -217,7 +223,11 @@ const char *rt_st_path(const RtSt *st);
 int rt_st_count(const RtSt *st);
 const RtTensor *rt_st_tensor(const RtSt *st, int i);          /* sorted by data offset */
 const RtTensor *rt_st_find(const RtSt *st, const char *name); /* NULL if absent */
-const char *rt_st_meta(const RtSt *st, const char *key);      /* NULL if absent */
+/* A shape as "[3,4]" into buf (cut short where it does not fit); returns buf. */
+const char *rt_shape_text(char *buf, size_t cap, const int64_t *shape, int ndim);
+/* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32, into dst. */
+void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t n, float *dst);
+const char *rt_st_meta(const RtSt *st, const char *key); /* NULL if absent */
 /* The whole file as mapped, for checksums. */
 const void *rt_st_bytes(const RtSt *st, int64_t *size);
 /* Copies tensor `name` into dst as f32 (from F32, F16 or BF16) after checking its shape:
@@ -348,6 +358,14 @@ FILE *rt_file_open(const char *path, const char *mode, RtError *err);
  * or a library opens by name: -1 with err set as rt_file_open would, else 0 (a missing file
  * too, which the opener reports). */
 int rt_file_check_user(const char *path, int write, RtError *err);
+/* Writes the n bytes of buf to `path` atomically and durably (a temporary file beside it,
+ * fsync, rename, fsync of the directory): the file is whole or as it was. 0, or -1 with err
+ * set and nothing replaced. */
+int rt_file_write_atomic(const char *path, const void *buf, size_t n, RtError *err);
+/* fsync of a directory, so that renames and unlinks in it are durable. */
+int rt_dir_fsync(const char *dir, RtError *err);
+/* The directory part of `path` into dir: "." when it names none, "/" for a file in the root. */
+void rt_path_dir(const char *path, char *dir, size_t cap);
 
 typedef struct RtComm RtComm;
 
@@ -783,9 +801,8 @@ int rt_ocl_check_args(int argc, char **argv, RtError *err);
 
 /* The trainer's main: parses the trainer options (--help lists them) and trains. Returns the
  * process exit status: 0 done; 1 an error (the message says which); 128 + the signal when
- * stopped by SIGINT or SIGTERM (after saving); and for a supervisor, which acts on them: */
-#define RT_EXIT_NONFINITE 3 /* the loss, gradient norm or weights went non-finite (nothing saved) */
-#define RT_EXIT_SDC       4 /* --sdc-check-every: a step's replay differed (the rank is named) */
+ * stopped by SIGINT or SIGTERM (after saving); and for a supervisor, which acts on them, those of
+ * axrt_event.h (RT_EXIT_NONFINITE, RT_EXIT_SDC), with its event lines. */
 int rt_train_main(const RtProgram *p, int argc, char **argv);
 /* rt_train_main for a step whose state lives elsewhere between steps (an OpenCL trainer's device
  * buffers): sync(slab, RT_SYNC_TO_HOST) makes the host slab current before the runtime reads it

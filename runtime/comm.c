@@ -631,8 +631,9 @@ static void die(RtComm *c, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    char text[sizeof msg + 16];
     fflush(stdout);
-    fprintf(stderr, "trainer: rank %d of %d: %s\n", c->rank, c->size, msg);
+    fprintf(stderr, "trainer: rank %d of %d: %s\n", c->rank, c->size, rt_event_text(msg, text, sizeof text));
     fflush(stderr);
     rt_comm_abort(c, 1);
     abort(); /* without MPI there is nobody to wait for; never reached */
@@ -642,12 +643,6 @@ static const char *const KIND_NAME[RT_COLL_KIND_COUNT] = {"all_reduce", "all_gat
                                                           "local_slice"};
 
 #ifdef AXRT_HAVE_MPI
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 enum { WATCH_ASK = 1, WATCH_ANSWER = 2 };
 
 /* Answers every question of the watchdog that has arrived: this rank is alive. */
@@ -676,8 +671,8 @@ static void watch_blame(RtComm *c, double grace, char *names, size_t cap) {
         if (j != c->rank && MPI_Isend(&c->watch_msg, 1, MPI_INT, j, WATCH_ASK, c->watch, &r) == MPI_SUCCESS)
             MPI_Request_free(&r);
     }
-    double deadline = now_s() + grace;
-    while (left > 0 && now_s() < deadline) {
+    double deadline = rt_now_s() + grace;
+    while (left > 0 && rt_now_s() < deadline) {
         int flag = 0, msg;
         MPI_Status st;
         watch_serve(c);
@@ -700,7 +695,7 @@ static void watch_blame(RtComm *c, double grace, char *names, size_t cap) {
  * ranks that have stopped answering (peers[i/2] are the world ranks waited for) and aborts the
  * job. */
 static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, const char *what, double timeout_s) {
-    double deadline = now_s() + timeout_s;
+    double deadline = rt_now_s() + timeout_s;
     long spins = 0;
     for (;;) {
         int done = 0;
@@ -715,7 +710,7 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
         }
         if ((spins & 63) == 0) {
             watch_serve(c);
-            if (now_s() > deadline)
+            if (rt_now_s() > deadline)
                 break;
         }
     }
@@ -730,6 +725,8 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
         if (!flag && len < sizeof waited - 16)
             len += (size_t)snprintf(waited + len, sizeof waited - len, "%s%d", len ? ", " : "", peers[i / 2]);
     }
+    if (stopped[0])
+        rt_event_failure(RT_CAUSE_WATCHDOG, atoi(stopped), -1, NULL); /* the first that stopped */
     if (stopped[0])
         die(c,
             "%s: no answer from rank %s for %.0f s (dead, stopped or hung; the other ranks answer); aborting "

@@ -121,9 +121,7 @@ int train_slot_frozen(const RtParamSlot *s) {
 }
 
 double train_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return rt_now_s() * 1e3;
 }
 
 /* When this process started, on train_now_ms's clock: its age from /proc/self/stat (clock ticks
@@ -268,16 +266,17 @@ static void trainer_free(Trainer *t) {
 }
 
 void train_warn(const Trainer *t, const char *fmt, ...) {
+    char msg[2 * RT_ERROR_MAX], text[2 * RT_ERROR_MAX + 16];
     va_list ap;
     va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     fflush(stdout);
     if (t->world > 1)
         fprintf(stderr, "%s: rank %d: ", t->prog, t->rank);
     else
         fprintf(stderr, "%s: ", t->prog);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
+    fprintf(stderr, "%s\n", rt_event_text(msg, text, sizeof text));
 }
 
 /* ===== setup ========================================================================== */
@@ -481,12 +480,15 @@ static int sdc_check(Trainer *t, int64_t pos, RtError *err) {
                 float fa, fb;
                 memcpy(&fa, &a[k], 4);
                 memcpy(&fb, &b[k], 4);
+                char msg[RT_ERROR_MAX], text[RT_ERROR_MAX + 16];
+                snprintf(msg, sizeof msg,
+                         "%s: rank %d: step %lld: silent data corruption: tensor %s, value %lld of %lld: 0x%08x (%.9g) "
+                         "in the step, 0x%08x (%.9g) in its replay from the same state",
+                         t->prog, t->rank, (long long)t->step, t->names[j], (long long)k, (long long)len,
+                         (unsigned)a[k], (double)fa, (unsigned)b[k], (double)fb);
                 fflush(stdout);
-                fprintf(stderr,
-                        "%s: rank %d: step %lld: silent data corruption: tensor %s, value %lld of %lld: 0x%08x (%.9g) "
-                        "in the step, 0x%08x (%.9g) in its replay from the same state\n",
-                        t->prog, t->rank, (long long)t->step, t->names[j], (long long)k, (long long)len, (unsigned)a[k],
-                        (double)fa, (unsigned)b[k], (double)fb);
+                fprintf(stderr, "%s\n", rt_event_text(msg, text, sizeof text));
+                rt_event_failure(RT_CAUSE_SDC, t->rank, t->step, t->names[j]);
                 bad = 1;
             }
     }
@@ -572,7 +574,7 @@ static RunEnd train_one(Trainer *t, RtError *err) {
         train_save_wait(t); /* the last good checkpoint may be the one in flight */
         snprintf(what, sizeof what, "loss %g, grad_norm %g", s.loss, s.grad_norm);
         if (t->rank == 0)
-            train_report_stop(t, what);
+            train_report_stop(t, what, isfinite(s.loss) ? "grad_norm" : "loss");
         return RUN_NONFINITE;
     }
     train_progress_print(t, &s, tok_s, do_eval ? &eval : NULL);
@@ -888,12 +890,14 @@ int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), in
         if (t.tty && t.run_steps > 0)
             printf("\n");
         fflush(stdout);
+        char text[RT_ERROR_MAX + 16];
+        const char *msg = rt_event_text(err.msg, text, sizeof text);
         if (t.say == SAY_ALL)
-            fprintf(stderr, "%s: every rank: %s\n", t.prog, err.msg);
+            fprintf(stderr, "%s: every rank: %s\n", t.prog, msg);
         else if (t.world > 1 && t.say == SAY_OWN)
-            fprintf(stderr, "%s: rank %d: %s\n", t.prog, t.rank, err.msg);
+            fprintf(stderr, "%s: rank %d: %s\n", t.prog, t.rank, msg);
         else if (t.say == SAY_OWN && launched_rank() <= 0)
-            fprintf(stderr, "%s: %s\n", t.prog, err.msg);
+            fprintf(stderr, "%s: %s\n", t.prog, msg);
         else if (t.say == SAY_OWN && !t.comm)
             /* an error found before the ranks join is rank 0's to print; the launcher stops rank
              * 0 at once when this rank exits, so this one leaves it the time to */

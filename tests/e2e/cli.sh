@@ -215,6 +215,13 @@ err_unknown_option)
   expect_user_error "unknown option --frobnicate (see axlc --help)"
   run config "$MODELS/tiny-lm.json" --set
   expect_user_error "--set needs a value"
+  # a command's own option (the command table) on another command names the one it belongs to
+  run ir "$MODELS/tiny-lm.json" --dtype bf16
+  expect_user_error "--dtype is an option of axlc convert, not of axlc ir"
+  run config "$MODELS/tiny-lm.json" --clear
+  expect_user_error "--clear is an option of axlc cache, not of axlc config"
+  run memcheck "$MODELS/tiny-lm.json" --target cpu -n 2
+  expect_user_error "-n is an option of axlc launch, not of axlc memcheck"
   ;;
 err_unknown_command)
   run frobnicate "$MODELS/tiny-lm.json"
