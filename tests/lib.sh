@@ -8,9 +8,12 @@
 #   compare MODE ARGS   tests/trainer/compare.py under $PY; a difference is counted
 #   newest DIR          the newest step_* directory in DIR (empty when none)
 #   need_numpy          exits 77 (CTest's skip) unless $PY imports numpy
+#   $CORPUS             the English text tests train on: tests/corpus/prose.txt, a frozen copy
+#                       (never the live README.md or docs/, whose edits would move test numbers)
 # A test ends with `[ "$fails" -eq 0 ] || exit 1`. CTest runs the tests with sh (dash): POSIX
 # only here.
 fails=0
+CORPUS=$SRC/tests/corpus/prose.txt
 
 scratch() {
   T=$(mktemp -d "${TMPDIR:-/tmp}/axlc-$1.XXXXXX") || exit 1

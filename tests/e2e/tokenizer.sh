@@ -1,7 +1,7 @@
 #!/bin/sh
 # tokenizer.sh AXLC SRCDIR CASE: tokenizers through the real commands (axlc tokenize, the
 # trainer's and axlc run's --tokenizer, --sample).
-#   spm     a SentencePiece model spm_train makes from the docs: axlc tokenize's ids equal
+#   spm     a SentencePiece model spm_train makes from $CORPUS: axlc tokenize's ids equal
 #           spm_encode's, line by line; a trainer with --tokenizer trains on the text exactly as
 #           on the token file axlc tokenize wrote (the same losses), and so does axlc run
 #           with it; the trainer samples text; a
@@ -39,7 +39,7 @@ case $CASE in
 spm)
   command -v spm_train > /dev/null && command -v spm_encode > /dev/null ||
     { echo "SKIP: spm_train/spm_encode not found (Debian: sentencepiece)"; exit 77; }
-  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+  cp "$CORPUS" "$T/text.txt"
   spm_train --input="$T/text.txt" --model_prefix="$T/m" --vocab_size=500 --byte_fallback=true \
     --normalization_rule_name=identity --remove_extra_whitespaces=false --minloglevel=2 > "$T/log" 2>&1 ||
     { fail "spm_train"; tail "$T/log" >&2; }

@@ -1,7 +1,7 @@
 #!/bin/sh
 # sample.sh AXLC SRCDIR CASE [SHARED]: `trainer --sample N` end to end.
 #   greedy   tiny-lm (seq_len 32, batch 4: the shared trainer of trainer_build, else compiled
-#            here) trained 30 steps on README.md + docs/*.md: the tokens for a short and for a
+#            here) trained 30 steps on tests/corpus/prose.txt: the tokens for a short and for a
 #            longer-than-seq_len prompt, greedy and drawn (temperature 1, seed 5), equal those of
 #            an independent forward of the checkpoint (sample_ref.py, plain Python, with the
 #            documented draws); the same from --init (a NaN in it refused); seeded draws repeat;
@@ -61,7 +61,7 @@ greedy)
     must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$TR" \
       --set /input/seq_len=32 --set /input/global_batch_size=4
   fi
-  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+  cp "$CORPUS" "$T/text.txt"
   ck=$T/ck
   must "$TR" --data "$T/text.txt" --steps 30 --ckpt-every 15 --keep 0 --ckpt-dir "$ck"
   "$TR" --config > "$T/config.json" || fail "--config"
@@ -172,7 +172,7 @@ PY
     fail "axlc run --sample printed $(cat "$T/jit.out"), the trainer $(cat "$T/small.out")"
   ;;
 kv)
-  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+  cp "$CORPUS" "$T/text.txt"
   "$PY" - "$T/tokens.bin" <<'PYEOF'
 import random, struct, sys
 r = random.Random(7); n = 20000; toks = []; t = 0

@@ -45,7 +45,7 @@ PY=${TORCH_PYTHON:-/usr/bin/python3}
 . "$SRC/tests/lib.sh"
 scratch trainer
 need_numpy
-cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+cp "$CORPUS" "$T/text.txt"
 TINY="--set /input/seq_len=32 --set /input/global_batch_size=4"
 
 # trainer NAME: TR= the shared trainer NAME (tiny, tiny1), compiled into $T without SHARED
@@ -487,7 +487,7 @@ no_clobber)
   # its own, so that a regression above does not hide this one)
   mkdir "$T/victim" "$T/lk" && echo precious > "$T/victim/a.txt" && echo kept > "$T/victim/b.txt"
   ln -s "$T/victim" "$T/lk/step_00000001"
-  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text2.txt"
+  cp "$CORPUS" "$T/text2.txt"
   must "$T/trainer" --data "$T/text2.txt" --steps 3 --ckpt-dir "$T/lk" --ckpt-every 1 --keep 1
   [ -f "$T/victim/a.txt" ] && [ -f "$T/victim/b.txt" ] && [ -L "$T/lk/step_00000001" ] ||
     fail "pruning followed the link: victim holds $(ls "$T/victim" | tr '\n' ' ')"
