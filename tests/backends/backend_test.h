@@ -10,7 +10,7 @@
 #ifndef AXLC_TESTS_BACKEND_TEST_H
 #define AXLC_TESTS_BACKEND_TEST_H
 
-#include <CUnit/Basic.h>
+#include "tests/cunit_check.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

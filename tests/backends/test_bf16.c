@@ -522,28 +522,25 @@ static void test_forward_logits(void) {
   ir_graph_free(fw);
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("backend_bf16", NULL, NULL);
-  CU_add_test(s, "unary", test_unary);
-  CU_add_test(s, "binary", test_binary);
-  CU_add_test(s, "casts", test_casts);
-  CU_add_test(s, "reduce", test_reduce);
-  CU_add_test(s, "reduce_round_once", test_reduce_round_once);
-  CU_add_test(s, "dot", test_dot);
-  CU_add_test(s, "gather_scatter_topk", test_gather_scatter_topk);
-  CU_add_test(s, "scatter_round_once", test_scatter_round_once);
-  CU_add_test(s, "attention", test_attention);
-  CU_add_test(s, "layout", test_layout);
-  CU_add_test(s, "fused_chain", test_fused_chain);
-  CU_add_test(s, "runtime_calls", test_runtime_calls);
-  CU_add_test(s, "collective_dtype", test_collective_dtype);
-  CU_add_test(s, "mlp_step", test_mlp_step);
-  CU_add_test(s, "program_errors", test_program_errors);
-  CU_add_test(s, "forward_logits", test_forward_logits);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"unary", test_unary},
+      {"binary", test_binary},
+      {"casts", test_casts},
+      {"reduce", test_reduce},
+      {"reduce_round_once", test_reduce_round_once},
+      {"dot", test_dot},
+      {"gather_scatter_topk", test_gather_scatter_topk},
+      {"scatter_round_once", test_scatter_round_once},
+      {"attention", test_attention},
+      {"layout", test_layout},
+      {"fused_chain", test_fused_chain},
+      {"runtime_calls", test_runtime_calls},
+      {"collective_dtype", test_collective_dtype},
+      {"mlp_step", test_mlp_step},
+      {"program_errors", test_program_errors},
+      {"forward_logits", test_forward_logits},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "backend_bf16", cases);
 }

@@ -426,28 +426,25 @@ static void test_emit(void) {
   ir_graph_free(g);
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("backend_ops", NULL, NULL);
-  CU_add_test(s, "unary", test_unary);
-  CU_add_test(s, "binary", test_binary);
-  CU_add_test(s, "i32", test_i32);
-  CU_add_test(s, "layout", test_layout);
-  CU_add_test(s, "reduce", test_reduce);
-  CU_add_test(s, "reduce_runs", test_reduce_runs);
-  CU_add_test(s, "transpose_tiles", test_transpose_tiles);
-  CU_add_test(s, "dot", test_dot);
-  CU_add_test(s, "gather_scatter_topk", test_gather_scatter_topk);
-  CU_add_test(s, "attention", test_attention);
-  CU_add_test(s, "collectives_one_device", test_collectives_one_device);
-  CU_add_test(s, "fused_chain", test_fused_chain);
-  CU_add_test(s, "fused_reduce", test_fused_reduce);
-  CU_add_test(s, "deferred_stores", test_deferred_stores);
-  CU_add_test(s, "errors", test_errors);
-  CU_add_test(s, "emit", test_emit);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"unary", test_unary},
+      {"binary", test_binary},
+      {"i32", test_i32},
+      {"layout", test_layout},
+      {"reduce", test_reduce},
+      {"reduce_runs", test_reduce_runs},
+      {"transpose_tiles", test_transpose_tiles},
+      {"dot", test_dot},
+      {"gather_scatter_topk", test_gather_scatter_topk},
+      {"attention", test_attention},
+      {"collectives_one_device", test_collectives_one_device},
+      {"fused_chain", test_fused_chain},
+      {"fused_reduce", test_fused_reduce},
+      {"deferred_stores", test_deferred_stores},
+      {"errors", test_errors},
+      {"emit", test_emit},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "backend_ops", cases);
 }

@@ -275,7 +275,7 @@ static void test_conversions(void) {
   CHECK_INT(bad, 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   openblas_set_num_threads(1); /* as rt_train_main: the pool, not OpenBLAS, runs the threads */
   RtError err;
   pools[0] = NULL;
@@ -283,7 +283,7 @@ int main(void) {
   fprintf(stderr, "(bf16 product paths on this CPU: widening f32 kernels %s, vdpbf16ps %s)\n",
           rt_sgemm_own_available() ? "yes" : "no (AVX2 or FMA missing)",
           rt_sbgemm_dot_available() ? "yes" : "no (AVX512_BF16 missing: skipped)");
-  static const RtTestCase cases[] = {
+  static const TestCase cases[] = {
       {"conversions: ties to even, NaN, inf, denormals", test_conversions},
       {"reference path: transposes, edges, batches, 1-3 threads", test_ref},
       {"widening path: transposes, edges, batches, 1-3 threads", test_widen},
@@ -292,7 +292,7 @@ int main(void) {
       {"widening path: rt_sgemm_own's bits on the widened operands", test_paths_agree},
       {NULL, NULL},
   };
-  int rc = rt_test_main("runtime_sbgemm", cases);
+  int rc = rt_test_main(argc, argv, "runtime_sbgemm", cases);
   rt_pool_free(pools[1]);
   rt_pool_free(pools[2]);
   return rc;

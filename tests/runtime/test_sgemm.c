@@ -229,14 +229,14 @@ static void test_blocks(void) {
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) check(pools, &big[i], via_own, 1);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   openblas_set_num_threads(1); /* as rt_train_main: the pool, not OpenBLAS, runs the threads */
   RtError err;
   pools[0] = NULL;
   if (rt_pool_new(&pools[1], 2, &err) || rt_pool_new(&pools[2], 3, &err)) return 1;
   if (rt_sgemm_own_available() && !rt_sgemm_own_avx512(-1))
     fprintf(stderr, "(this CPU lacks AVX-512F: the own product's AVX2 kernels alone are run)\n");
-  static const RtTestCase cases[] = {
+  static const TestCase cases[] = {
       {"own product: reference, transposes, edges, 1-3 threads", test_own},
       {"own product: alpha, accumulating into C", test_own_alpha_add},
       {"rt_sgemm: both paths, batches", test_rt_sgemm},
@@ -244,7 +244,7 @@ int main(void) {
       {"tiles: packed panels, alpha, accumulating, 1-3 threads", test_panels},
       {NULL, NULL},
   };
-  int rc = rt_test_main("runtime_sgemm", cases);
+  int rc = rt_test_main(argc, argv, "runtime_sgemm", cases);
   rt_pool_free(pools[1]);
   rt_pool_free(pools[2]);
   return rc;
