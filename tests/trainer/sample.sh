@@ -173,14 +173,7 @@ PY
   ;;
 kv)
   cp "$CORPUS" "$T/text.txt"
-  "$PY" - "$T/tokens.bin" <<'PYEOF'
-import random, struct, sys
-r = random.Random(7); n = 20000; toks = []; t = 0
-for i in range(n):
-    t = (t * 7 + 5) % 32 if r.random() < 0.7 else r.randrange(32)
-    toks.append(t)
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PYEOF
+  tokens "$T/tokens.bin" 20000
   # same NAME OPTS...: the text with the KV cache equals the text without; keeps it in $T/NAME
   same() {
     name=$1
