@@ -176,7 +176,9 @@ enum { NSHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 
 static void check_path(int path, const char *name) {
   if (rt_sbgemm_path(path) != path) {
-    fprintf(stderr, "\n  (this CPU lacks %s: that path is not run)\n", name);
+    char why[200];
+    snprintf(why, sizeof why, "this CPU lacks %s: that path is not run", name);
+    test_skipped(why);
     rt_sbgemm_path(RT_SBGEMM_WIDEN);
     return;
   }
@@ -191,6 +193,10 @@ static void test_dot(void) { check_path(RT_SBGEMM_DOT, "AVX512_BF16 (the vdpbf16
  * reference cheap. */
 static void test_blocks(void) {
   static const Case big[] = {{1, 3100, 20, 5, 0}, {1, 7, 4100, 9, 1}};
+  if (!rt_sgemm_own_available()) {
+    test_skipped("this CPU lacks AVX2 or FMA: no kernels");
+    return;
+  }
   for (int path = RT_SBGEMM_WIDEN; path <= RT_SBGEMM_DOT; path++) {
     if (rt_sbgemm_path(path) != path) continue;
     for (size_t i = 0; i < 2; i++) check(&big[i]);
@@ -203,7 +209,7 @@ static void test_blocks(void) {
  * against the double reference with the same tolerance as the other paths.) */
 static void test_paths_agree(void) {
   if (rt_sbgemm_path(RT_SBGEMM_WIDEN) != RT_SBGEMM_WIDEN) {
-    fprintf(stderr, "\n  (this CPU lacks AVX2 or FMA: no widening path to compare)\n");
+    test_skipped("this CPU lacks AVX2 or FMA: no widening path to compare");
     return;
   }
   for (size_t i = 0; i < NSHAPES; i++) {

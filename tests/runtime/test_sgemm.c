@@ -178,18 +178,22 @@ static const Case SHAPES[] = {
     {5, 1, 2100, 9, 0},
 };
 
+/* The own product runs on this CPU; if not, the case is skipped (test_skipped). */
+static int own_or_skip(void) {
+  if (rt_sgemm_own_available()) return 1;
+  test_skipped("this CPU lacks AVX2 or FMA: the own product is not run");
+  return 0;
+}
+
 static void test_own(void) {
-  if (!rt_sgemm_own_available()) {
-    fprintf(stderr, "\n  (this CPU lacks AVX2 or FMA: the own product is not run)\n");
-    return;
-  }
+  if (!own_or_skip()) return;
   for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
     check(pools, &SHAPES[i], via_own, 1);
 }
 
 /* C = alpha op(A) op(B) + C, as the fused attention's tiles use it (on a NULL pool there). */
 static void test_own_alpha_add(void) {
-  if (!rt_sgemm_own_available()) return;
+  if (!own_or_skip()) return;
   alpha = -0.375f;
   add = 1;
   for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
@@ -209,7 +213,7 @@ static void test_rt_sgemm(void) {
 
 /* The fused attention's tiles: rt_gemm_panels, with alpha and accumulation too. */
 static void test_panels(void) {
-  if (!rt_sgemm_own_available()) return;
+  if (!own_or_skip()) return;
   for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
     check(pools, &SHAPES[i], via_panels, 1);
   alpha = -0.375f;
@@ -223,7 +227,7 @@ static void test_panels(void) {
 /* Blocks of rows (m > 3072) and of columns (n > 4096): short K keeps the reference cheap.
  * Then an op(A) of over CLAIM_A floats (13 x 161400), whose strips run in whole chunks. */
 static void test_blocks(void) {
-  if (!rt_sgemm_own_available()) return;
+  if (!own_or_skip()) return;
   static const Case big[] = {
       {1, 3100, 20, 5, 0}, {1, 7, 4100, 9, 1}, {1, 3075, 4113, 2, 0}, {1, 13, 70, 161400, 0}};
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) check(pools, &big[i], via_own, 1);
