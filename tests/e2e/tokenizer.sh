@@ -163,18 +163,12 @@ EOF
   ;;
 errors)
   printf 'hello world' > "$T/text.txt"
-  # a small byte-level BPE of our own: byte b is id b, merges make ids 256.., <|endoftext|> is 300
+  # a small byte-level BPE of our own: byte b is id b (lib.sh's byte_tokenizer), merges make
+  # ids 256.., <|endoftext|> is 300
+  byte_tokenizer "$T/bytes.json" || fail "writing the byte tokenizer"
   /usr/bin/python3 - "$T" <<'EOF' || fail "writing the tokenizers"
 import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b)
-        cs.append(256 + n)
-        n += 1
-char = {b: chr(c) for b, c in zip(bs, cs)}
-vocab = {char[b]: b for b in range(256)}
+vocab = json.load(open(sys.argv[1] + "/bytes.json", encoding="utf-8"))["model"]["vocab"]
 merges = ["h e", "he l", "hel l", "hell o", "Ġ w", "Ġw o", "Ġwo r", "Ġwor l", "Ġworl d", "Ġ i", "Ġi t",
           "' s", "1 2", "12 3", "Ċ Ċ", "Ġ x"]
 for k, m in enumerate(merges):
