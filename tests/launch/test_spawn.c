@@ -1,5 +1,5 @@
-/* test_spawn.c: a job's output read line by line (backends/spawn.c: backend_spawn_job_lines),
- * as the supervisor reads a trainer's (backends/supervise.c).
+/* test_spawn.c: a job's output read line by line (launch/spawn.c: launch_job_lines),
+ * as the supervisor reads a trainer's (launch/supervise.c).
  *
  * - Lines of stdout and of stderr arrive with their fd, without their newline; a \r ends a
  *   line too, and a terminal's progress line ("\r...\033[K") counts as soon as it is written,
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backend.h"
+#include "launch/launch.h"
 #include "tests/cunit_check.h"
 
 typedef struct Got {
@@ -36,9 +36,9 @@ static void on_line(void *ctx, int fd, const char *line) {
 static int run(const char *script, Got *g) {
   memset(g, 0, sizeof *g);
   char *argv[] = {"sh", "-c", (char *)script, NULL};
-  BackendLines lines = {on_line, g};
+  LaunchLines lines = {on_line, g};
   int signalled = -1;
-  int rc = backend_spawn_job_lines(argv, NULL, &lines, &signalled);
+  int rc = launch_job_lines(argv, NULL, &lines, &signalled);
   CHECK_INT(signalled, 0);
   return rc;
 }
@@ -95,5 +95,5 @@ int main(int argc, char **argv) {
       {"a line longer than the buffer", test_long_line},
       {NULL, NULL},
   };
-  return test_main(argc, argv, "backend_spawn", cases);
+  return test_main(argc, argv, "launch_spawn", cases);
 }
