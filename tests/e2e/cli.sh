@@ -250,7 +250,7 @@ err_step_too_large)
   msg='--set: /input/seq_len: the attention scores (batch x heads x seq x seq = 65536 x 4 x 16777216 x 16777216) would hold 7.379e+19 elements on each device, more than the limit of 281474976710656 in one tensor (expected a smaller seq_len)'
   run ir "$MODELS/tiny-lm.json" "$@"
   expect_user_error "error: $msg"
-  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" "$@"
+  run run "$MODELS/tiny-lm.json" --target interp --data "$CORPUS" "$@"
   expect_user_error "error: $msg"
   run params "$MODELS/tiny-lm.json" "$@"
   expect_rc 0
@@ -325,7 +325,7 @@ ir_text)
 metrics_aux_loss)
   # a MoE model's metrics split the loss: ce_loss + aux_loss (load balance) = loss; at step 1
   # (same weights) ce_loss is the loss of the same model without the load-balance term
-  cat "$SRC/README.md" > "$T/text.txt"
+  cp "$CORPUS" "$T/text.txt"
   set -- "$MODELS/moe-test.json" --target cpu --data "$T/text.txt" --steps 2 --threads 1 \
     --set /input/seq_len=16 --set /input/global_batch_size=2
   run run "$@" --metrics "$T/w.jsonl"
@@ -344,8 +344,8 @@ print("step 1: loss %.6f = ce %.6f + aux %.6f; without the term %.6f" % (w[0]["l
 PY
   ;;
 run_loss_falls)
-  # tiny-lm, narrowed so the interpreter runs fast, on English prose from the source tree
-  cat "$SRC/README.md" "$SRC/docs/config.md" "$SRC/docs/design.md" > "$T/text.txt"
+  # tiny-lm, narrowed so the interpreter runs fast, on English prose ($CORPUS)
+  cp "$CORPUS" "$T/text.txt"
   run run "$MODELS/tiny-lm.json" --target interp --data "$T/text.txt" --steps 30 \
     --set /input/seq_len=32 --set /input/global_batch_size=4 --set /learner/schedule/warmup_steps=3
   expect_rc 0
@@ -379,23 +379,23 @@ run_bad_data)
 err_numeric_options)
   # the interpreter's counts: a negative number or a non-number is a bad value, not a missing one
   for v in -1 abc 1.5 +3 '' 1099511627777 99999999999999999999; do
-    run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --steps "$v"
+    run run "$MODELS/tiny-lm.json" --target interp --data "$CORPUS" --steps "$v"
     expect_user_error "error: --steps '$v': expected a non-negative integer up to 1099511627776"
   done
-  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --seed -5
+  run run "$MODELS/tiny-lm.json" --target interp --data "$CORPUS" --seed -5
   expect_user_error "error: --seed '-5': expected a non-negative integer up to 1099511627776"
-  run run "$MODELS/tiny-lm.json" --target interp --steps --data "$SRC/README.md"
+  run run "$MODELS/tiny-lm.json" --target interp --steps --data "$CORPUS"
   expect_user_error "error: --steps needs a value"
-  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --seed
+  run run "$MODELS/tiny-lm.json" --target interp --data "$CORPUS" --seed
   expect_user_error "error: --seed needs a value"
   # checked before lowering: this config's step is too large, but only the option is reported
-  run run "$MODELS/tiny-lm.json" --target interp --data "$SRC/README.md" --steps -1 \
+  run run "$MODELS/tiny-lm.json" --target interp --data "$CORPUS" --steps -1 \
     --set /input/seq_len=16777216 --set /model/pos_emb/max_len=16777216
   expect_user_error "error: --steps '-1': expected a non-negative integer up to 1099511627776"
   ! grep -q "seq_len" "$T/err" || fail "the config was lowered before the options were checked"
   ;;
 run_init_dump)
-  cat "$SRC/README.md" > "$T/text.txt"
+  cp "$CORPUS" "$T/text.txt"
   set -- --target interp --data "$T/text.txt" --steps 2 --set /input/seq_len=16 \
     --set /input/global_batch_size=2
   run run "$MODELS/tiny-lm.json" "$@" --dump "$T/a.safetensors"
@@ -590,7 +590,7 @@ backend_interp_no_compile)
   [ ! -e "$T/x" ] || fail "a file was written"
   ;;
 backend_interp_equals_target)
-  cat "$SRC/README.md" > "$T/text.txt"
+  cp "$CORPUS" "$T/text.txt"
   set -- --data "$T/text.txt" --steps 2 --set /input/seq_len=16 --set /input/global_batch_size=2
   run run "$MODELS/tiny-lm.json" --target interp "$@"
   expect_rc 0
@@ -653,7 +653,7 @@ err_bad_target_count)
       expect_user_error "error: --target $t: bad device count \"${t##*-}\" (expected $kind-N with N a whole number >= 1"
     done
   done
-  for c in "compile -o $T/trainer" "run --data $SRC/README.md"; do
+  for c in "compile -o $T/trainer" "run --data $CORPUS"; do
     run $c "$MODELS/tiny-lm.json" --target cpu-0
     expect_user_error 'error: --target cpu-0: bad device count "0" (expected cpu-N with N a whole number >= 1'
     run $c "$MODELS/tiny-lm.json" --target gpu-h100-4x
@@ -872,7 +872,7 @@ memcheck_errors)
   ;;
 memcheck_matches_trainer)
   # the prediction is the trainer's planned slab; what it measures is within 5%; remat lowers both
-  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+  cp "$CORPUS" "$T/text.txt"
   for policy in none full; do
     set -- --target cpu --set /input/seq_len=32 --set /input/global_batch_size=4 \
       --set "/model/decoder/remat_policy=\"$policy\""
@@ -1060,7 +1060,7 @@ assert min(ys) < 80, min(ys)' "$T/big.svg" || fail "200000 steps: the spike at 9
 outputs_not_inputs)
   # every command refuses an output that is one of its inputs (by inode: the same name, a hard
   # link, a symbolic link, a base config) before writing anything, and leaves the input as it was
-  cat "$SRC/README.md" > "$T/text.txt"
+  cp "$CORPUS" "$T/text.txt"
   cp "$MODELS/tiny-lm.json" "$T/my.json"
   printf '{"base": "my.json", "seed": 3}\n' > "$T/derived.json"
   ln "$T/my.json" "$T/hard.json"

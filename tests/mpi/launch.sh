@@ -32,14 +32,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 scratch launch
 MODEL="$SRC/models/tiny-lm.json"
 # tokens below 32, as plain text would not give: an llm.c token file
-/usr/bin/python3 - "$T/tokens.bin" <<'PYEOF'
-import random, struct, sys
-r = random.Random(7); n = 20000; toks = []; t = 0
-for i in range(n):
-    t = (t * 7 + 5) % 32 if r.random() < 0.7 else r.randrange(32)
-    toks.append(t)
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PYEOF
+tokens "$T/tokens.bin" 20000
 DATA="$T/tokens.bin"
 
 # refused WHAT EXPECTED ARGS...: axlc launch ARGS exits 1 and says EXPECTED (grep -E)

@@ -49,14 +49,7 @@ cpu() {
 # tokens below 32 (fuji-test's vocabulary), an llm.c token file
 DATA="$W/tokens.bin"
 if [ ! -f "$DATA" ]; then
-  "$PY" - "$T/tokens.bin" <<'PYEOF'
-import random, struct, sys
-r = random.Random(7); n = 20000; toks = []; t = 0
-for i in range(n):
-    t = (t * 7 + 5) % 32 if r.random() < 0.7 else r.randrange(32)
-    toks.append(t)
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PYEOF
+  tokens "$T/tokens.bin" 20000
   mv "$T/tokens.bin" "$DATA"
 fi
 
@@ -161,33 +154,15 @@ signal)
     --set /input/seq_len=16 --data "$DATA" --steps 1 --threads 1 --ckpt-dir "$T/ck" --resume
   grep -q "already reaches --steps" "$T/log" || fail "after SIGKILL: the checkpoint directory is not usable"  # SIGTERM while the ranks tokenize their text (their start, before any step): the job ends
   # within 3 s, 143, rank 0 alone says so, and the temporary directory goes
-  "$PY" - "$T" << 'EOF' || fail "writing the tokenizer"
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b)
-        cs.append(256 + n)
-        n += 1
-tok = {"added_tokens": [], "model": {"type": "BPE", "vocab": {chr(c): b for b, c in zip(bs, cs)}, "merges": []},
-       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}}
-json.dump(tok, open(sys.argv[1] + "/bytes.json", "w", encoding="utf-8"), ensure_ascii=False)
-EOF
+  byte_tokenizer "$T/bytes.json" || fail "writing the tokenizer"
   yes "the fortune of a large model, 5678 words" | head -c 100000000 > "$T/big.txt"
   rm -rf "$T/tmp" && mkdir "$T/tmp" # what SIGKILL left (mpirun's session directory too)
   TMPDIR="$T/tmp" "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
     --data "$T/big.txt" --tokenizer "$T/bytes.json" --steps 5 --threads 1 > "$T/out" 2> "$T/err" &
   axlc=$!
-  i=0
-  until grep -q "$T/big.txt" /proc/[0-9]*/maps 2> /dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
-  [ $i -lt 600 ] || fail "no rank mapped its data in 60 s"
+  wait_mapped "$T/big.txt" "[0-9]*" 60 || fail "no rank mapped its data in 60 s"
   sleep 0.3
-  t0=$(date +%s%N)
-  kill -TERM $axlc
-  wait $axlc
-  rc=$?
-  ms=$((($(date +%s%N) - t0) / 1000000))
+  term_timed $axlc
   echo "SIGTERM while the ranks tokenize: exit $rc after $ms ms"
   [ $rc -eq 143 ] && [ $ms -lt 3000 ] || { fail "SIGTERM in the start: exit $rc after $ms ms"; cat "$T/err" >&2; }
   [ "$(grep -c "SIGTERM before the first step: stopped at once" "$T/err")" -eq 1 ] ||

@@ -132,12 +132,12 @@ static void test_local_rank(void) {
   unsetenv("MPI_LOCALNRANKS");
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"the local rank from the launcher's environment", test_local_rank},
       {"one member: bf16 collectives copy 2-byte elements", test_one_member_bf16},
       {"a collective dtype the runtime does not move is refused", test_bad_dtype},
       {NULL, NULL},
   };
-  return rt_test_main("comm", cases);
+  return rt_test_main(argc, argv, "comm", cases);
 }
