@@ -762,6 +762,10 @@ int rt_train_main(const RtProgram *p, int argc, char **argv);
 #define RT_SYNC_TO_HOST   0
 #define RT_SYNC_FROM_HOST 1
 int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv);
+/* Called from inside RtProgram.step by a step that could not run and cannot be retried (an OpenCL
+ * device lost): msg names the device and the call. The loop then ends with an error (exit 1)
+ * that names the step and the last good checkpoint, which is kept: nothing is saved after it. */
+void rt_train_step_failed(const char *msg);
 /* Parses and checks the options as rt_train_main does (argv[0] is the program's name), with the
  * same messages, without a program and without touching any file: `axlc run` calls it before
  * compiling. 0 if rt_train_main would accept them, else -1 with the message in err. */

@@ -19,8 +19,11 @@
  *
  * RtProgram.step has no context argument, so the device session of the process is one
  * file-scope pointer, set by rt_ocl_main for the duration of rt_train_main. A failed OpenCL
- * call inside the step is printed once and makes the loss NaN, which stops the trainer's
- * loop with its usual report (nothing is saved for that step).
+ * call inside the step (a device lost) goes to rt_train_step_failed, naming the device and the
+ * call: the loop ends with an error naming the step and the last good checkpoint, which is
+ * kept; the state is never read back from the device again (the host slab is made NaN, so no
+ * checkpoint is saved from it). AXLC_OPENCL_FAULT_STEP=N (a test hook) fails the middle launch
+ * of step N that way.
  */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -78,7 +81,11 @@ typedef struct Session {
     double *prof_ns;      /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
     int64_t prof_steps;
     Traffic traffic;
-    const char *name; /* program name for messages */
+    const char *name;   /* program name for messages */
+    const char *device; /* the device's name, for messages */
+    int64_t fault_step; /* AXLC_OPENCL_FAULT_STEP: the step whose middle launch fails (0: none) */
+    int in_step;        /* a step runs: a failure goes to rt_train_step_failed */
+    int injected;       /* the failure is fault_step's */
 } Session;
 
 /* The session rt_train_main's steps run in (see the file comment). */
@@ -617,9 +624,15 @@ static void session_close(Session *S) {
 /* ---- the step ---- */
 
 static int step_fail(Session *S, const char *what, cl_int e) {
-    if (!S->failed)
-        fprintf(stderr, "%s: OpenCL: %s failed: %d (%s); the step's loss is set to NaN\n", S->name, what, (int)e,
-                cl_err_name(e));
+    if (!S->failed) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "OpenCL device %s: %s failed: %d (%s)%s; the state on the device is lost", S->device,
+                 what, (int)e, cl_err_name(e), S->injected ? ", injected by AXLC_OPENCL_FAULT_STEP" : "");
+        if (S->in_step)
+            rt_train_step_failed(msg);
+        else
+            fprintf(stderr, "%s: %s\n", S->name, msg);
+    }
     S->failed = 1;
     return -1;
 }
@@ -745,11 +758,21 @@ static int run_launches(Session *S, char *slab) {
             return -1;
         to_dev = 2 * batch + 4;
     }
-    for (int32_t i = 0; i < S->p->nlaunches; i++)
+    float number = 0;
+    memcpy(&number, b->host + p->step_offset, sizeof number);
+    for (int32_t i = 0; i < S->p->nlaunches; i++) {
+        if (S->fault_step > 0 && (int64_t)number == S->fault_step && i == S->p->nlaunches / 2) {
+            char what[300];
+            snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", S->p->launches[i].kernel);
+            S->injected = 1;
+            S->bound = NULL;
+            return step_fail(S, what, CL_OUT_OF_RESOURCES);
+        }
         if (launch(S, b, i) != 0) {
             S->bound = NULL;
             return -1;
         }
+    }
     S->bound = b;
     S->prof_steps++;
     b->stale = 1;
@@ -806,10 +829,18 @@ static void ocl_step(char *slab, RtPool *pool, RtComm *comm) {
     Session *S = active;
     if (!S)
         return; /* only rt_ocl_main's sessions run steps */
+    S->in_step = 1;
+    if (S->failed) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "OpenCL device %s failed before this step (said above); its state is lost",
+                 S->device);
+        rt_train_step_failed(msg);
+    }
     if (S->failed || run_launches(S, slab) != 0) {
         float nan = NAN;
         memcpy(slab + S->p->base.loss_offset, &nan, sizeof nan);
     }
+    S->in_step = 0;
 }
 
 /* ---- main ---- */
@@ -828,7 +859,8 @@ static void print_ocl_help(void) {
 
 /* Runs the trainer on device d. */
 static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const char *name) {
-    Session S = {.p = p, .name = name};
+    const char *fault = getenv("AXLC_OPENCL_FAULT_STEP");
+    Session S = {.p = p, .name = name, .device = d->name, .fault_step = fault ? strtoll(fault, NULL, 10) : 0};
     RtError err = {{0}};
     int rc = 1;
     if (session_open(&S, d, &err) != 0) {

@@ -31,6 +31,10 @@
 #                 tiny-lm's 9.5 MiB slab is 10 buffers and trains bit for bit as one; a trainer
 #                 planned without the pieces is refused there, naming the span that does not fit;
 #                 memcheck with buffers smaller than a tensor says the job does not fit
+#   device_lost   AXLC_OPENCL_FAULT_STEP=5 fails an OpenCL call in step 5 (a device lost): the
+#                 trainer exits 1 naming the device, the call and the step, and the last good
+#                 checkpoint (step 4), which is kept and nothing newer saved; --resume from it
+#                 trains steps 5 and 6 to the losses of a straight run
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -224,6 +228,26 @@ device_state)
   must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
   compare exact "$T/a/step_00000010/state.safetensors" "$T/b/step_00000010/state.safetensors"
+  ;;
+device_lost)
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  dev=$(sed -n 's/^  0 (0:0)  \(.*\)  \[.*/\1/p' "$T/devices")
+  AXLC_OPENCL_FAULT_STEP=5 "$T/ocl" --data "$T/text.txt" --steps 6 --ckpt-dir "$T/c" --ckpt-every 2 \
+    --metrics "$T/a.jsonl" > "$T/out" 2> "$T/err"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "a lost device: exit $rc, expected 1"
+  grep -qF "ocl: step 5: OpenCL device $dev: clEnqueueNDRangeKernel(" "$T/err" ||
+    fail "the error does not name the step and the device: $(cat "$T/err")"
+  grep -qF "failed: -5 (CL_OUT_OF_RESOURCES), injected by AXLC_OPENCL_FAULT_STEP; the state on the device is lost; training stopped, nothing saved for this step; the last good checkpoint is $T/c/step_00000004 (step 4); --resume continues from it" "$T/err" ||
+    fail "the error does not name the last checkpoint: $(cat "$T/err")"
+  grep -q "not finite" "$T/err" && fail "a lost device reported as a value not finite"
+  [ "$(cd "$T/c" && ls -d step_*)" = "step_00000002
+step_00000004" ] || fail "checkpoints after the fault: $(ls "$T/c")"
+  must "$T/ocl" --data "$T/text.txt" --steps 6 --ckpt-dir "$T/c" --resume --metrics "$T/b.jsonl"
+  must "$T/ocl" --data "$T/text.txt" --steps 6 --metrics "$T/s.jsonl"
+  grep -v '"step": [1-4],' "$T/s.jsonl" > "$T/s56.jsonl"
+  compare losses "$T/b.jsonl" "$T/s56.jsonl" 1e-6
   ;;
 split)
   model="$SRC/models/tiny-lm.json"
