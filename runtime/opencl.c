@@ -527,6 +527,28 @@ static int plan_split(Session *S, const DevInfo *d, RtError *err) {
     return 0;
 }
 
+/* The slab against the device's memory (CL_DEVICE_GLOBAL_MEM_SIZE, or the smaller
+ * AXLC_OPENCL_MEM_SIZE, a test hook): a job that cannot fit is refused before its first step,
+ * where a driver that allocates lazily would fail inside it. */
+static int check_memory(const Session *S, const DevInfo *d, RtError *err) {
+    cl_ulong mem = 0;
+    clGetDeviceInfo(d->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
+    const char *env = getenv("AXLC_OPENCL_MEM_SIZE");
+    if (env && *env && strtoll(env, NULL, 10) > 0 && (mem == 0 || (cl_ulong)strtoll(env, NULL, 10) < mem))
+        mem = (cl_ulong)strtoll(env, NULL, 10);
+    int64_t slab = S->p->base.slab_bytes;
+    if (mem == 0 || (cl_ulong)slab <= mem)
+        return 0;
+    return rt_error_set(err,
+                        "the %.2f MiB slab of this job does not fit the %.2f MiB of memory of OpenCL device %s "
+                        "(CL_DEVICE_GLOBAL_MEM_SIZE%s); nothing was trained. axlc memcheck --target %s%s says what "
+                        "would fit (remat, microbatches, bf16, more devices)",
+                        (double)slab / 1048576.0, (double)mem / 1048576.0, d->name,
+                        env && *env ? ", or AXLC_OPENCL_MEM_SIZE" : "",
+                        S->p->device_kind && *S->p->device_kind ? S->p->device_kind : "KIND",
+                        S->p->device_kind && *S->p->device_kind ? "-1" : " (this device's kind)");
+}
+
 static int make_kernels(Session *S, RtError *err) {
     S->kernels = calloc((size_t)S->p->nlaunches + 1, sizeof *S->kernels);
     if (!S->kernels)
@@ -561,7 +583,9 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     S->q = clCreateCommandQueue(S->ctx, d->device, S->prof_ns ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
     if (e != CL_SUCCESS)
         return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
-    return build_program(S, d, err) != 0 || plan_split(S, d, err) != 0 ? -1 : make_kernels(S, err);
+    return check_memory(S, d, err) != 0 || build_program(S, d, err) != 0 || plan_split(S, d, err) != 0
+               ? -1
+               : make_kernels(S, err);
 }
 
 /* AXLC_OPENCL_PROFILE: the bytes between host and device, and the launches that took the most

@@ -35,6 +35,12 @@
 #                 trainer exits 1 naming the device, the call and the step, and the last good
 #                 checkpoint (step 4), which is kept and nothing newer saved; --resume from it
 #                 trains steps 5 and 6 to the losses of a straight run
+#   memcheck_gpu  memcheck plans a GPU kind as the OpenCL backend does ("fusion plan: opencl",
+#                 the slab the trainer allocates); what it says would fit keeps both limits:
+#                 with buffers of 200000 bytes only 4 microbatches (no remat preset keeps
+#                 tiny-lm's 512 KiB tensors whole); a device of 4 MiB: memcheck says the job
+#                 does not fit, compile refuses it, and a trainer on a device that small
+#                 (AXLC_OPENCL_MEM_SIZE) refuses at start, before a step, naming both sizes
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -228,6 +234,39 @@ device_state)
   must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
   compare exact "$T/a/step_00000010/state.safetensors" "$T/b/step_00000010/state.safetensors"
+  ;;
+memcheck_gpu)
+  model="$SRC/models/tiny-lm.json"
+  "$AXLC" memcheck "$model" --target gpu-h100-1 > "$T/out" 2>&1 || fail "memcheck gpu-h100-1: $(cat "$T/out")"
+  grep -q "^mesh: one device; fusion plan: opencl$" "$T/out" || fail "gpu-h100-1: $(sed -n 2p "$T/out")"
+  must "$AXLC" compile "$model" --target gpu-h100-1 --emit c -o "$T/g.c"
+  slab=$(sed -n 's/.*slab_bytes = \([0-9]*\),.*/\1/p' "$T/g.c" | head -n 1)
+  "$AXLC" memcheck "$model" --target gpu-h100-1 --json > "$T/m.json" 2>/dev/null
+  "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1]))["peak_memory_in_bytes"]; sys.exit(p != int(sys.argv[2]))' \
+    "$T/m.json" "$slab" || fail "memcheck's peak is not the trainer's slab ($slab bytes)"
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["opencl"]["max_alloc"] = 200000; d["opencl"]["memory"] = 1 << 30
+print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/cap.json"
+  "$AXLC" memcheck "$model" --target opencl --devices "$T/cap.json" > "$T/out" 2>&1
+  sed -n '/^what would fit/,$p' "$T/out" > "$T/fix"
+  [ "$(sed 1d "$T/fix" | sed 's/:.*//')" = "  --set '/learner/microbatches=4'" ] ||
+    fail "what would fit with buffers of 200000 bytes: $(cat "$T/fix")"
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["opencl"]["memory"] = 4 << 20
+print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/small.json"
+  "$AXLC" memcheck "$model" --target opencl --devices "$T/small.json" > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "^verdict: does not fit" "$T/out" || fail "memcheck on a 4 MiB device: exit $rc: $(grep verdict "$T/out")"
+  "$AXLC" compile "$model" --target opencl --devices "$T/small.json" -o "$T/no" > "$T/out" 2>&1 &&
+    fail "compile for a 4 MiB device accepted"
+  [ -e "$T/no" ] && fail "compile for a 4 MiB device wrote a trainer"
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  dev=$(sed -n 's/^  0 (0:0)  \(.*\)  \[.*/\1/p' "$T/devices")
+  AXLC_OPENCL_MEM_SIZE=4194304 "$T/ocl" --data "$T/text.txt" --steps 2 --metrics "$T/m.jsonl" > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "a trainer on a 4 MiB device: exit $rc"
+  grep -qF "ocl: the 8.75 MiB slab of this job does not fit the 4.00 MiB of memory of OpenCL device $dev (CL_DEVICE_GLOBAL_MEM_SIZE, or AXLC_OPENCL_MEM_SIZE); nothing was trained" "$T/out" ||
+    fail "the trainer's refusal: $(cat "$T/out")"
+  [ -s "$T/m.jsonl" ] && fail "a step ran on a device too small"
   ;;
 device_lost)
   must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
