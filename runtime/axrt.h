@@ -738,6 +738,13 @@ typedef struct RtOclProgram {
      * device_match, and refuses, listing the devices, when there is none. NULL or "": the first
      * device of all. */
     const char *device_kind, *device_doc, *device_match;
+    /* --sample: base.forward's tables (their run NULL: rt_ocl_main supplies it) laid out over one
+     * sampling slab on the device, and the launches of the forward and of its decode step, each
+     * with its own kernels' source. nforward 0: the trainer does not sample; ndecode 0: no KV
+     * cache. */
+    const char *forward_source, *decode_source;
+    int32_t nforward, ndecode;
+    const RtOclLaunch *forward_launches, *decode_launches;
 } RtOclProgram;
 
 /* The OpenCL trainer's main (opencl.c): rt_train_main's options plus --device N|P:D and

@@ -41,6 +41,9 @@
 #                 tiny-lm's 512 KiB tensors whole); a device of 4 MiB: memcheck says the job
 #                 does not fit, compile refuses it, and a trainer on a device that small
 #                 (AXLC_OPENCL_MEM_SIZE) refuses at start, before a step, naming both sizes
+#   sample        --sample on the OpenCL trainer (forward and KV-cache decode on the device) from
+#                 the CPU trainer's checkpoint: the CPU trainer's text byte for byte, greedy with
+#                 the cache, seeded with top-k past the window (re-prefills), and --no-kv-cache
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -234,6 +237,30 @@ device_state)
   must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
   compare exact "$T/a/step_00000010/state.safetensors" "$T/b/step_00000010/state.safetensors"
+  ;;
+sample)
+  model="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl"
+  must "$AXLC" compile "$model" --target cpu -o "$T/cpu"
+  needs_device "$T/ocl"
+  must "$T/cpu" --data "$T/text.txt" --steps 20 --ckpt-dir "$T/c"
+  n=0
+  for opts in "--prompt The --temperature 0" "--prompt keeper --temperature 0.9 --seed 11 --top-k 20" \
+              "--temperature 0 --no-kv-cache"; do
+    n=$((n + 1))
+    count=40; [ $n -eq 2 ] && count=120 # past the 64-token window: the cache is filled again
+    for t in cpu ocl; do
+      # shellcheck disable=SC2086
+      "$T/$t" --sample $count --ckpt-dir "$T/c" $opts > "$T/$t.txt" 2> "$T/$t.err" ||
+        fail "$t --sample $opts: $(cat "$T/$t.err")"
+    done
+    cmp -s "$T/cpu.txt" "$T/ocl.txt" || fail "--sample $count $opts: the OpenCL trainer's text differs:
+$(cat "$T/ocl.txt")
+the CPU trainer's:
+$(cat "$T/cpu.txt")"
+    [ $n -eq 1 ] && { grep -q "tokens/s (KV cache)" "$T/ocl.err" || fail "the OpenCL trainer did not decode with the cache: $(cat "$T/ocl.err")"; }
+    [ -s "$T/ocl.txt" ] || fail "--sample $opts: no text"
+  done
   ;;
 memcheck_gpu)
   model="$SRC/models/tiny-lm.json"
