@@ -267,7 +267,7 @@ memcheck_gpu)
   "$AXLC" memcheck "$model" --target gpu-h100-1 > "$T/out" 2>&1 || fail "memcheck gpu-h100-1: $(cat "$T/out")"
   grep -q "^mesh: one device; fusion plan: opencl$" "$T/out" || fail "gpu-h100-1: $(sed -n 2p "$T/out")"
   must "$AXLC" compile "$model" --target gpu-h100-1 --emit c -o "$T/g.c"
-  slab=$(sed -n 's/.*slab_bytes = \([0-9]*\),.*/\1/p' "$T/g.c" | head -n 1)
+  slab=$(sed -n 's/.*\.config = config, \.slab_bytes = \([0-9]*\),.*/\1/p' "$T/g.c")
   "$AXLC" memcheck "$model" --target gpu-h100-1 --json > "$T/m.json" 2>/dev/null
   "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1]))["peak_memory_in_bytes"]; sys.exit(p != int(sys.argv[2]))' \
     "$T/m.json" "$slab" || fail "memcheck's peak is not the trainer's slab ($slab bytes)"
