@@ -789,6 +789,13 @@ typedef struct RtOclProgram {
      * device_match, and refuses, listing the devices, when there is none. NULL or "": the first
      * device of all. */
     const char *device_kind, *device_doc, *device_match;
+    /* --sample: base.forward's tables (their run NULL: rt_ocl_main supplies it) laid out over one
+     * sampling slab on the device, and the launches of the forward and of its decode step, each
+     * with its own kernels' source. nforward 0: the trainer does not sample; ndecode 0: no KV
+     * cache. */
+    const char *forward_source, *decode_source;
+    int32_t nforward, ndecode;
+    const RtOclLaunch *forward_launches, *decode_launches;
 } RtOclProgram;
 
 /* The OpenCL trainer's main (opencl.c): rt_train_main's options plus --device N|P:D and
@@ -812,6 +819,10 @@ int rt_train_main(const RtProgram *p, int argc, char **argv);
 #define RT_SYNC_TO_HOST   0
 #define RT_SYNC_FROM_HOST 1
 int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv);
+/* Called from inside RtProgram.step by a step that could not run and cannot be retried (an OpenCL
+ * device lost): msg names the device and the call. The loop then ends with an error (exit 1)
+ * that names the step and the last good checkpoint, which is kept: nothing is saved after it. */
+void rt_train_step_failed(const char *msg);
 /* Parses and checks the options as rt_train_main does (argv[0] is the program's name), with the
  * same messages, without a program and without touching any file: `axlc run` calls it before
  * compiling. 0 if rt_train_main would accept them, else -1 with the message in err. */

@@ -24,8 +24,11 @@
  *
  * RtProgram.step has no context argument, so the device session of the process is one
  * file-scope pointer, set by rt_ocl_main for the duration of rt_train_main. A failed OpenCL
- * call inside the step is printed once and makes the loss NaN, which stops the trainer's
- * loop with its usual report (nothing is saved for that step).
+ * call inside the step (a device lost) goes to rt_train_step_failed, naming the device and the
+ * call: the loop ends with an error naming the step and the last good checkpoint, which is
+ * kept; the state is never read back from the device again (the host slab is made NaN, so no
+ * checkpoint is saved from it). AXLC_OPENCL_FAULT_STEP=N (a test hook) fails the middle launch
+ * of step N that way.
  */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -86,7 +89,16 @@ typedef struct Session {
     double *prof_ns;      /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
     int64_t prof_steps;
     Traffic traffic;
-    const char *name; /* program name for messages */
+    const char *name;   /* program name for messages */
+    const char *device; /* the device's name, for messages */
+    int64_t fault_step; /* AXLC_OPENCL_FAULT_STEP: the step whose middle launch fails (0: none) */
+    int in_step;        /* a step runs: a failure goes to rt_train_step_failed */
+    int injected;       /* the failure is fault_step's */
+    /* --sample: the forward's [0] and the decode step's [1] kernels over one sampling buffer */
+    cl_program sprog[2];
+    cl_kernel *skernels[2];
+    cl_mem sbuf;
+    FILE *say; /* where the device line goes: stdout, or stderr when sampling */
     /* A mesh of several devices: the collectives run through MPI on the host, from a staging
      * buffer that is pinned where the driver allows (CL_MEM_ALLOC_HOST_PTR, mapped once). */
     RtComm *comm;
@@ -104,6 +116,7 @@ typedef struct OclOpts {
     const char *device; /* --device, or NULL */
     int list;           /* --list-devices */
     int help, config;   /* --help, --config: handled without a device */
+    int sample;         /* --sample: stdout is the text, the device line goes to stderr */
     int argc;           /* the rest, for rt_train_main */
     char **argv;        /* (argc + 2): argv[0], --threads=1, the rest */
 } OclOpts;
@@ -191,6 +204,8 @@ static int split_args(OclOpts *o, int argc, char **argv, RtError *err) {
                 o->help = 1;
             if (!strcmp(a, "--config"))
                 o->config = 1;
+            if (!strcmp(a, "--sample") || !strncmp(a, "--sample=", 9))
+                o->sample = 1;
             o->argv[o->argc++] = argv[i];
         }
     }
@@ -450,8 +465,8 @@ static int build_program(Session *S, const DevInfo *d, RtError *err) {
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    printf("%s: OpenCL device %s [%s]: kernels %s in %.2f s%s%s\n", S->name, d->name, d->platform_name,
-           cached ? "loaded from the cache" : "built", s, *path ? ", cache " : "", path);
+    fprintf(S->say ? S->say : stdout, "%s: OpenCL device %s [%s]: kernels %s in %.2f s%s%s\n", S->name, d->name,
+            d->platform_name, cached ? "loaded from the cache" : "built", s, *path ? ", cache " : "", path);
     return 0;
 }
 
@@ -577,6 +592,28 @@ static int plan_split(Session *S, const DevInfo *d, RtError *err) {
     return 0;
 }
 
+/* The slab against the device's memory (CL_DEVICE_GLOBAL_MEM_SIZE, or the smaller
+ * AXLC_OPENCL_MEM_SIZE, a test hook): a job that cannot fit is refused before its first step,
+ * where a driver that allocates lazily would fail inside it. */
+static int check_memory(const Session *S, const DevInfo *d, RtError *err) {
+    cl_ulong mem = 0;
+    clGetDeviceInfo(d->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
+    const char *env = getenv("AXLC_OPENCL_MEM_SIZE");
+    if (env && *env && strtoll(env, NULL, 10) > 0 && (mem == 0 || (cl_ulong)strtoll(env, NULL, 10) < mem))
+        mem = (cl_ulong)strtoll(env, NULL, 10);
+    int64_t slab = S->p->base.slab_bytes;
+    if (mem == 0 || (cl_ulong)slab <= mem)
+        return 0;
+    return rt_error_set(err,
+                        "the %.2f MiB slab of this job does not fit the %.2f MiB of memory of OpenCL device %s "
+                        "(CL_DEVICE_GLOBAL_MEM_SIZE%s); nothing was trained. axlc memcheck --target %s%s says what "
+                        "would fit (remat, microbatches, bf16, more devices)",
+                        (double)slab / 1048576.0, (double)mem / 1048576.0, d->name,
+                        env && *env ? ", or AXLC_OPENCL_MEM_SIZE" : "",
+                        S->p->device_kind && *S->p->device_kind ? S->p->device_kind : "KIND",
+                        S->p->device_kind && *S->p->device_kind ? "-1" : " (this device's kind)");
+}
+
 static int make_kernels(Session *S, RtError *err) {
     S->kernels = calloc((size_t)S->p->nlaunches + 1, sizeof *S->kernels);
     if (!S->kernels)
@@ -613,7 +650,9 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     S->q = clCreateCommandQueue(S->ctx, d->device, S->prof_ns ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
     if (e != CL_SUCCESS)
         return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
-    return build_program(S, d, err) != 0 || plan_split(S, d, err) != 0 ? -1 : make_kernels(S, err);
+    return check_memory(S, d, err) != 0 || build_program(S, d, err) != 0 || plan_split(S, d, err) != 0
+               ? -1
+               : make_kernels(S, err);
 }
 
 /* AXLC_OPENCL_PROFILE: the bytes between host and device, and the launches that took the most
@@ -657,6 +696,17 @@ static void profile_report(Session *S) {
 
 static void session_close(Session *S) {
     profile_report(S);
+    for (int w = 0; w < 2; w++) {
+        int32_t n = w ? S->p->ndecode : S->p->nforward;
+        for (int32_t i = 0; S->skernels[w] && i < n; i++)
+            if (S->skernels[w][i])
+                clReleaseKernel(S->skernels[w][i]);
+        free(S->skernels[w]);
+        if (S->sprog[w])
+            clReleaseProgram(S->sprog[w]);
+    }
+    if (S->sbuf)
+        clReleaseMemObject(S->sbuf);
     free(S->prof_ns);
     /* The slabs are freed by now: buffers are released without unmapping, which would
      * write to the freed host memory on a driver that copies. */
@@ -692,9 +742,15 @@ static void session_close(Session *S) {
 /* ---- the step ---- */
 
 static int step_fail(Session *S, const char *what, cl_int e) {
-    if (!S->failed)
-        fprintf(stderr, "%s: OpenCL: %s failed: %d (%s); the step's loss is set to NaN\n", S->name, what, (int)e,
-                cl_err_name(e));
+    if (!S->failed) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "OpenCL device %s: %s failed: %d (%s)%s; the state on the device is lost", S->device,
+                 what, (int)e, cl_err_name(e), S->injected ? ", injected by AXLC_OPENCL_FAULT_STEP" : "");
+        if (S->in_step)
+            rt_train_step_failed(msg);
+        else
+            fprintf(stderr, "%s: %s\n", S->name, msg);
+    }
     S->failed = 1;
     return -1;
 }
@@ -927,11 +983,21 @@ static int run_launches(Session *S, char *slab) {
             return -1;
         to_dev = 2 * batch + 4;
     }
-    for (int32_t i = 0; i < S->p->nlaunches; i++)
+    float number = 0;
+    memcpy(&number, b->host + p->step_offset, sizeof number);
+    for (int32_t i = 0; i < S->p->nlaunches; i++) {
+        if (S->fault_step > 0 && (int64_t)number == S->fault_step && i == S->p->nlaunches / 2) {
+            char what[300];
+            snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", S->p->launches[i].kernel);
+            S->injected = 1;
+            S->bound = NULL;
+            return step_fail(S, what, CL_OUT_OF_RESOURCES);
+        }
         if (launch(S, b, i) != 0) {
             S->bound = NULL;
             return -1;
         }
+    }
     S->bound = b;
     S->prof_steps++;
     b->stale = 1;
@@ -988,10 +1054,115 @@ static void ocl_step(char *slab, RtPool *pool, RtComm *comm) {
     if (!S)
         return;     /* only rt_ocl_main's sessions run steps */
     S->comm = comm; /* the mesh's collectives (rt_train_main_sync joined it) */
+    S->in_step = 1;
+    if (S->failed) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "OpenCL device %s failed before this step (said above); its state is lost",
+                 S->device);
+        rt_train_step_failed(msg);
+    }
     if (S->failed || run_launches(S, slab) != 0) {
         float nan = NAN;
         memcpy(slab + S->p->base.loss_offset, &nan, sizeof nan);
     }
+    S->in_step = 0;
+}
+
+/* ---- sampling (--sample) ---- */
+
+/* The sampling slab's buffer, and the kernels of the forward (w 0) or the decode step (w 1)
+ * built and bound to it, on first use. */
+static int sampling_setup(Session *S, int w, int64_t bytes) {
+    cl_int e = CL_SUCCESS;
+    if (!S->sbuf) {
+        S->sbuf = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &e);
+        if (e != CL_SUCCESS)
+            return step_fail(S, "clCreateBuffer for the sampling slab", e);
+    }
+    if (S->skernels[w])
+        return 0;
+    const char *src = w ? S->p->decode_source : S->p->forward_source;
+    int32_t n = w ? S->p->ndecode : S->p->nforward;
+    const RtOclLaunch *L = w ? S->p->decode_launches : S->p->forward_launches;
+    S->sprog[w] = clCreateProgramWithSource(S->ctx, 1, &src, NULL, &e);
+    if (e != CL_SUCCESS)
+        return step_fail(S, "clCreateProgramWithSource (sampling)", e);
+    cl_device_id dev;
+    clGetCommandQueueInfo(S->q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+    e = clBuildProgram(S->sprog[w], 1, &dev, S->p->build_options, NULL, NULL);
+    if (e != CL_SUCCESS)
+        return step_fail(S, w ? "building the decode step's kernels" : "building the forward's kernels", e);
+    S->skernels[w] = calloc((size_t)n + 1, sizeof *S->skernels[w]);
+    if (!S->skernels[w])
+        return step_fail(S, "allocating the sampling kernels", CL_OUT_OF_HOST_MEMORY);
+    for (int32_t i = 0; i < n; i++) {
+        S->skernels[w][i] = clCreateKernel(S->sprog[w], L[i].kernel, &e);
+        for (int32_t a = 0; e == CL_SUCCESS && a < L[i].nargs; a++) {
+            cl_long off = (cl_long)L[i].args[a];
+            e = clSetKernelArg(S->skernels[w][i], (cl_uint)(2 * a), sizeof(cl_mem), &S->sbuf);
+            if (e == CL_SUCCESS)
+                e = clSetKernelArg(S->skernels[w][i], (cl_uint)(2 * a + 1), sizeof off, &off);
+        }
+        if (e != CL_SUCCESS)
+            return step_fail(S, "clCreateKernel or clSetKernelArg (sampling)", e);
+    }
+    return 0;
+}
+
+/* RtForward.run (w 0) or RtDecode.run (w 1) on the device: the sampling slab goes over whole,
+ * the launches run, and it comes back whole (the sampler reads the logits and the prefill's
+ * keys and values there, and writes the weights, tokens and cache rows between calls). A
+ * failure is said once; the logits are then NaN, which the sampler reports. */
+static void sample_run(int w, char *slab) {
+    Session *S = active;
+    const RtForward *f = S ? S->p->base.forward : NULL;
+    if (!f)
+        return;
+    const RtDecode *d = S->p->ndecode > 0 ? f->decode : NULL;
+    int64_t bytes = d ? d->slab_bytes : f->slab_bytes;
+    int64_t logits = w ? d->logits_offset : f->logits_offset;
+    int64_t nlogits = w ? S->p->base.vocab : S->p->base.seq * S->p->base.vocab;
+    int32_t n = w ? S->p->ndecode : S->p->nforward;
+    const RtOclLaunch *L = w ? S->p->decode_launches : S->p->forward_launches;
+    cl_int e = S->failed || sampling_setup(S, w, bytes) != 0 ? CL_OUT_OF_RESOURCES : CL_SUCCESS;
+    if (e == CL_SUCCESS) {
+        e = clEnqueueWriteBuffer(S->q, S->sbuf, CL_FALSE, 0, (size_t)bytes, slab, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            step_fail(S, "clEnqueueWriteBuffer (sampling)", e);
+    }
+    for (int32_t i = 0; e == CL_SUCCESS && i < n; i++) {
+        size_t g[3], l[3];
+        int has_local = 0;
+        for (int k = 0; k < L[i].dims; k++) {
+            g[k] = (size_t)L[i].global[k];
+            l[k] = (size_t)L[i].local[k];
+            has_local |= L[i].local[k] > 0;
+        }
+        e = clEnqueueNDRangeKernel(S->q, S->skernels[w][i], (cl_uint)L[i].dims, NULL, g, has_local ? l : NULL, 0, NULL,
+                                   NULL);
+        if (e != CL_SUCCESS)
+            step_fail(S, "clEnqueueNDRangeKernel (sampling)", e);
+    }
+    if (e == CL_SUCCESS) {
+        e = clEnqueueReadBuffer(S->q, S->sbuf, CL_TRUE, 0, (size_t)bytes, slab, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            step_fail(S, "clEnqueueReadBuffer (sampling)", e);
+    }
+    if (e != CL_SUCCESS)
+        for (int64_t i = 0; i < nlogits; i++)
+            ((float *)(void *)(slab + logits))[i] = NAN;
+}
+
+static void ocl_forward_run(char *slab, RtPool *pool, RtComm *comm) {
+    (void)pool;
+    (void)comm;
+    sample_run(0, slab);
+}
+
+static void ocl_decode_run(char *slab, RtPool *pool, RtComm *comm) {
+    (void)pool;
+    (void)comm;
+    sample_run(1, slab);
 }
 
 /* ---- main ---- */
@@ -1012,7 +1183,12 @@ static void print_ocl_help(void) {
 
 /* Runs the trainer on device d. */
 static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const char *name) {
-    Session S = {.p = p, .name = name};
+    const char *fault = getenv("AXLC_OPENCL_FAULT_STEP");
+    Session S = {.p = p,
+                 .name = name,
+                 .device = d->name,
+                 .fault_step = fault ? strtoll(fault, NULL, 10) : 0,
+                 .say = o->sample ? stderr : stdout};
     RtError err = {{0}};
     int rc = 1;
     if (session_open(&S, d, &err) != 0) {
@@ -1020,6 +1196,20 @@ static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const c
     } else {
         RtProgram prog = p->base;
         prog.step = ocl_step;
+        RtForward fwd;
+        RtDecode dec;
+        prog.forward = NULL;
+        if (p->base.forward && p->nforward > 0) { /* --sample runs the forward on the device */
+            fwd = *p->base.forward;
+            fwd.run = ocl_forward_run;
+            fwd.decode = NULL;
+            if (p->base.forward->decode && p->ndecode > 0) {
+                dec = *p->base.forward->decode;
+                dec.run = ocl_decode_run;
+                fwd.decode = &dec;
+            }
+            prog.forward = &fwd;
+        }
         active = &S;
         rc = rt_train_main_sync(&prog, ocl_sync, o->argc, o->argv);
         active = NULL;

@@ -391,6 +391,27 @@ static int setup(Trainer *t, RtError *err) {
 /* ===== steps ========================================================================== */
 
 /* Loads the next batch of `d` into `slab` and runs step number `number` (1-based) on it. */
+/* What rt_train_step_failed said during the step that runs now ("" : nothing). Global because
+ * RtProgram.step has no context to carry it; run_step reads and clears it after each step. */
+static char step_failed[RT_ERROR_MAX];
+
+void rt_train_step_failed(const char *msg) {
+    if (!step_failed[0])
+        snprintf(step_failed, sizeof step_failed, "%s", msg && *msg ? msg : "the step failed");
+}
+
+/* A step that rt_train_step_failed stopped: the error names it and the last good checkpoint, after
+ * the save in flight is done (with one rank; several wait together only where all of them fail). */
+static int step_error(Trainer *t, int64_t number, RtError *err) {
+    char buf[RT_ERROR_MAX];
+    if (t->world == 1)
+        train_save_wait(t);
+    rt_error_set(err, "step %lld: %s; training stopped, nothing saved for this step; %s", (long long)number,
+                 step_failed, train_last_good(t, buf, sizeof buf));
+    step_failed[0] = 0;
+    return -1;
+}
+
 static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *out, RtError *err) {
     const RtProgram *p = t->p;
     double t0 = train_now_ms();
@@ -400,6 +421,8 @@ static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *
     *slab_f32(slab, p->step_offset) = (float)number;
     int64_t sent = rt_comm_bytes_sent(t->comm);
     p->step(slab, t->pool, t->comm);
+    if (step_failed[0])
+        return step_error(t, number, err);
     train_mem_sample(t);
     out->comm_bytes = rt_comm_bytes_sent(t->comm) - sent;
     out->loss = *slab_f32(slab, p->loss_offset);

@@ -1128,7 +1128,7 @@ static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
   DrvDevice dev;
   DrvMemReport r;
   if (drv_device_lookup(&j->diag, devices_file(a, buf, sizeof buf), a->fe.target, &dev) ||
-      drv_memcheck(j, &r)) {
+      drv_memcheck_on(j, &dev, &r)) {
     fe_diag_print(&j->diag, stderr);
     return -1;
   }

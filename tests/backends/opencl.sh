@@ -34,6 +34,19 @@
 #                 tiny-lm's 9.5 MiB slab is 10 buffers and trains bit for bit as one; a trainer
 #                 planned without the pieces is refused there, naming the span that does not fit;
 #                 memcheck with buffers smaller than a tensor says the job does not fit
+#   device_lost   AXLC_OPENCL_FAULT_STEP=5 fails an OpenCL call in step 5 (a device lost): the
+#                 trainer exits 1 naming the device, the call and the step, and the last good
+#                 checkpoint (step 4), which is kept and nothing newer saved; --resume from it
+#                 trains steps 5 and 6 to the losses of a straight run
+#   memcheck_gpu  memcheck plans a GPU kind as the OpenCL backend does ("fusion plan: opencl",
+#                 the slab the trainer allocates); what it says would fit keeps both limits:
+#                 with buffers of 200000 bytes only 4 microbatches (no remat preset keeps
+#                 tiny-lm's 512 KiB tensors whole); a device of 4 MiB: memcheck says the job
+#                 does not fit, compile refuses it, and a trainer on a device that small
+#                 (AXLC_OPENCL_MEM_SIZE) refuses at start, before a step, naming both sizes
+#   sample        --sample on the OpenCL trainer (forward and KV-cache decode on the device) from
+#                 the CPU trainer's checkpoint: the CPU trainer's text byte for byte, greedy with
+#                 the cache, seeded with top-k past the window (re-prefills), and --no-kv-cache
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -260,6 +273,83 @@ device_state)
   must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
   compare exact "$T/a/step_00000010/state.safetensors" "$T/b/step_00000010/state.safetensors"
+  ;;
+sample)
+  model="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl"
+  must "$AXLC" compile "$model" --target cpu -o "$T/cpu"
+  needs_device "$T/ocl"
+  must "$T/cpu" --data "$T/text.txt" --steps 20 --ckpt-dir "$T/c"
+  n=0
+  for opts in "--prompt The --temperature 0" "--prompt keeper --temperature 0.9 --seed 11 --top-k 20" \
+              "--temperature 0 --no-kv-cache"; do
+    n=$((n + 1))
+    count=40; [ $n -eq 2 ] && count=120 # past the 64-token window: the cache is filled again
+    for t in cpu ocl; do
+      # shellcheck disable=SC2086
+      "$T/$t" --sample $count --ckpt-dir "$T/c" $opts > "$T/$t.txt" 2> "$T/$t.err" ||
+        fail "$t --sample $opts: $(cat "$T/$t.err")"
+    done
+    cmp -s "$T/cpu.txt" "$T/ocl.txt" || fail "--sample $count $opts: the OpenCL trainer's text differs:
+$(cat "$T/ocl.txt")
+the CPU trainer's:
+$(cat "$T/cpu.txt")"
+    [ $n -eq 1 ] && { grep -q "tokens/s (KV cache)" "$T/ocl.err" || fail "the OpenCL trainer did not decode with the cache: $(cat "$T/ocl.err")"; }
+    [ -s "$T/ocl.txt" ] || fail "--sample $opts: no text"
+  done
+  ;;
+memcheck_gpu)
+  model="$SRC/models/tiny-lm.json"
+  "$AXLC" memcheck "$model" --target gpu-h100-1 > "$T/out" 2>&1 || fail "memcheck gpu-h100-1: $(cat "$T/out")"
+  grep -q "^mesh: one device; fusion plan: opencl$" "$T/out" || fail "gpu-h100-1: $(sed -n 2p "$T/out")"
+  must "$AXLC" compile "$model" --target gpu-h100-1 --emit c -o "$T/g.c"
+  slab=$(sed -n 's/.*\.config = config, \.slab_bytes = \([0-9]*\),.*/\1/p' "$T/g.c")
+  "$AXLC" memcheck "$model" --target gpu-h100-1 --json > "$T/m.json" 2>/dev/null
+  "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1]))["peak_memory_in_bytes"]; sys.exit(p != int(sys.argv[2]))' \
+    "$T/m.json" "$slab" || fail "memcheck's peak is not the trainer's slab ($slab bytes)"
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["opencl"]["max_alloc"] = 200000; d["opencl"]["memory"] = 1 << 30
+print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/cap.json"
+  "$AXLC" memcheck "$model" --target opencl --devices "$T/cap.json" > "$T/out" 2>&1
+  sed -n '/^what would fit/,$p' "$T/out" > "$T/fix"
+  [ "$(sed 1d "$T/fix" | sed 's/:.*//')" = "  --set '/learner/microbatches=4'" ] ||
+    fail "what would fit with buffers of 200000 bytes: $(cat "$T/fix")"
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["opencl"]["memory"] = 4 << 20
+print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/small.json"
+  "$AXLC" memcheck "$model" --target opencl --devices "$T/small.json" > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "^verdict: does not fit" "$T/out" || fail "memcheck on a 4 MiB device: exit $rc: $(grep verdict "$T/out")"
+  "$AXLC" compile "$model" --target opencl --devices "$T/small.json" -o "$T/no" > "$T/out" 2>&1 &&
+    fail "compile for a 4 MiB device accepted"
+  [ -e "$T/no" ] && fail "compile for a 4 MiB device wrote a trainer"
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  dev=$(sed -n 's/^  0 (0:0)  \(.*\)  \[.*/\1/p' "$T/devices")
+  AXLC_OPENCL_MEM_SIZE=4194304 "$T/ocl" --data "$T/text.txt" --steps 2 --metrics "$T/m.jsonl" > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "a trainer on a 4 MiB device: exit $rc"
+  grep -qF "ocl: the 8.75 MiB slab of this job does not fit the 4.00 MiB of memory of OpenCL device $dev (CL_DEVICE_GLOBAL_MEM_SIZE, or AXLC_OPENCL_MEM_SIZE); nothing was trained" "$T/out" ||
+    fail "the trainer's refusal: $(cat "$T/out")"
+  [ -s "$T/m.jsonl" ] && fail "a step ran on a device too small"
+  ;;
+device_lost)
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  dev=$(sed -n 's/^  0 (0:0)  \(.*\)  \[.*/\1/p' "$T/devices")
+  AXLC_OPENCL_FAULT_STEP=5 "$T/ocl" --data "$T/text.txt" --steps 6 --ckpt-dir "$T/c" --ckpt-every 2 \
+    --metrics "$T/a.jsonl" > "$T/out" 2> "$T/err"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "a lost device: exit $rc, expected 1"
+  grep -qF "ocl: step 5: OpenCL device $dev: clEnqueueNDRangeKernel(" "$T/err" ||
+    fail "the error does not name the step and the device: $(cat "$T/err")"
+  grep -qF "failed: -5 (CL_OUT_OF_RESOURCES), injected by AXLC_OPENCL_FAULT_STEP; the state on the device is lost; training stopped, nothing saved for this step; the last good checkpoint is $T/c/step_00000004 (step 4); --resume continues from it" "$T/err" ||
+    fail "the error does not name the last checkpoint: $(cat "$T/err")"
+  grep -q "not finite" "$T/err" && fail "a lost device reported as a value not finite"
+  [ "$(cd "$T/c" && ls -d step_*)" = "step_00000002
+step_00000004" ] || fail "checkpoints after the fault: $(ls "$T/c")"
+  must "$T/ocl" --data "$T/text.txt" --steps 6 --ckpt-dir "$T/c" --resume --metrics "$T/b.jsonl"
+  must "$T/ocl" --data "$T/text.txt" --steps 6 --metrics "$T/s.jsonl"
+  grep -v '"step": [1-4],' "$T/s.jsonl" > "$T/s56.jsonl"
+  compare losses "$T/b.jsonl" "$T/s56.jsonl" 1e-6
   ;;
 split)
   model="$SRC/models/tiny-lm.json"
