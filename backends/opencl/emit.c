@@ -1175,13 +1175,15 @@ static void reduce_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
 /* scatter_add of f32 or i32 in two launches: the result zeroed, one element per work item; then
  * work item (b, j) adds, in index order, the updates of column j whose index falls in its block
  * b of `blk` rows: nb blocks, so that a few thousand items share the work, each scanning every
- * index (the same index for all the columns of a block: one load for a group's items). Each
+ * index (the same index for all the columns of a block: one load for a group's items), but no
+ * more blocks than make the scans 4 times the zeroing's work (a CPU device pays for them). Each
  * element's sum is in index order, as the interpreter's. */
 static void scatter_rows_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
   int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
   int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
-  int64_t nb = ceil_div(RED_TARGET / RED_PER_ITEM, row);
+  int64_t nb = ceil_div(RED_TARGET / RED_PER_ITEM, row), scans = 4 * rows / (nidx ? nidx : 1);
+  nb = nb > scans ? scans : nb; /* the scans cost at most 4 times the zeroing */
   nb = nb > rows ? rows : nb < 1 ? 1 : nb;
   int64_t blk = ceil_div(rows, nb);
   nb = ceil_div(rows, blk);
