@@ -986,6 +986,7 @@ enum {
 typedef struct RedPlan {
   int64_t O, R; /* outputs, elements per output */
   int64_t TX, TY, P;
+  bool rows; /* items of a run side by side (lid = tx * TY + ty); else outputs (ty * TX + tx) */
 } RedPlan;
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -999,11 +1000,14 @@ static int64_t pow2_at_least(int64_t n) {
 /* The work-group shape of O reductions of R elements; rows: the run is contiguous. split:
  * whether groups may share a run (P > 1). */
 static RedPlan red_plan(int64_t O, int64_t R, bool rows, bool split) {
-  RedPlan p = {.O = O, .R = R, .P = 1};
-  if (rows) {
-    p.TX = 1;
+  RedPlan p = {.O = O, .R = R, .P = 1, .rows = rows};
+  if (rows) { /* about 8 elements an item, a warp's 32 where that still fills the device */
+    int64_t fill = pow2_at_least(ceil_div(RED_TARGET, O));
     p.TY = pow2_at_least(ceil_div(R, 8));
-    p.TY = p.TY < 32 ? 32 : p.TY > RED_WG ? RED_WG : p.TY;
+    p.TY = p.TY > (fill > 32 ? fill : 32) ? (fill > 32 ? fill : 32) : p.TY;
+    p.TY = p.TY > RED_WG ? RED_WG : p.TY;
+    p.TX = pow2_at_least(O);
+    p.TX = p.TX > RED_WG / p.TY ? RED_WG / p.TY : p.TX;
   } else {
     p.TX = pow2_at_least(O);
     p.TX = p.TX > 32 ? 32 : p.TX;
@@ -1063,7 +1067,10 @@ static void red_launch(Ctx *C, Launches *L, OclBuf *body, int32_t v, const RedPl
     line(C, "long ob = grp / %lldL, part = grp %% %lldL;", P, P);
   else
     line(C, "long ob = grp, part = 0;");
-  line(C, "int tx = lid %% %lld, ty = lid / %lld;", TX, TX);
+  if (k->rows)
+    line(C, "int ty = lid %% %lld, tx = lid / %lld;", TY, TY);
+  else
+    line(C, "int tx = lid %% %lld, ty = lid / %lld;", TX, TX);
   line(C, "long o = ob * %lldL + tx;", TX);
   acc_begin(C, x->dtype, sum, acc);
   line(C, "if (o < %lldL) {", O);
@@ -1100,7 +1107,9 @@ static void red_launch(Ctx *C, Launches *L, OclBuf *body, int32_t v, const RedPl
   line(C, "}");
   line(C, "}");
   line(C, "__local %s red[%lld];", T, WG);
-  if (TX == 1 && TY >= 64) { /* warps of 32 consecutive items on NVIDIA */
+  line(C, "%s res;", T);
+  bool shfl = k->rows && TY >= 64;
+  if (shfl) { /* a warp's 32 consecutive items are of one run on NVIDIA */
     line(C, "#ifdef AXLC_NV_SHFL");
     for (int m = 16; m > 0; m /= 2) {
       line(C, "{");
@@ -1108,38 +1117,45 @@ static void red_launch(Ctx *C, Launches *L, OclBuf *body, int32_t v, const RedPl
       acc_step(C, x->dtype, sum, acc, "y");
       line(C, "}");
     }
+    long long W = TY / 32; /* warps per run: their results at red[tx * W ...] */
     line(C, "if ((lid & 31) == 0) red[lid >> 5] = %s;", acc);
     line(C, "barrier(CLK_LOCAL_MEM_FENCE);");
-    for (long long s = TY / 64; s > 0; s /= 2) {
-      char other[NAME];
-      snprintf(other, NAME, "red[lid + %lld]", s);
-      line(C, "if (lid < %lld) {", s);
-      acc_step(C, x->dtype, sum, "red[lid]", other);
+    for (long long s = W / 2; s > 0; s /= 2) {
+      char self[64], other[64];
+      snprintf(self, sizeof self, "red[tx * %lld + ty]", W);
+      snprintf(other, sizeof other, "red[tx * %lld + ty + %lld]", W, s);
+      line(C, "if (ty < %lld) {", s);
+      acc_step(C, x->dtype, sum, self, other);
       line(C, "}");
       line(C, "barrier(CLK_LOCAL_MEM_FENCE);");
     }
+    line(C, "res = red[tx * %lld];", W);
     line(C, "#else");
   }
   line(C, "red[lid] = %s;", acc);
   line(C, "barrier(CLK_LOCAL_MEM_FENCE);");
   for (long long s = TY / 2; s > 0; s /= 2) {
     char other[NAME];
-    snprintf(other, NAME, "red[lid + %lld]", s * TX);
+    snprintf(other, NAME, "red[lid + %lld]", k->rows ? s : s * TX);
     line(C, "if (ty < %lld) {", s);
     acc_step(C, x->dtype, sum, "red[lid]", other);
     line(C, "}");
     line(C, "barrier(CLK_LOCAL_MEM_FENCE);");
   }
-  if (TX == 1 && TY >= 64) line(C, "#endif");
+  if (k->rows)
+    line(C, "res = red[tx * %lld];", TY);
+  else
+    line(C, "res = red[tx];");
+  if (shfl) line(C, "#endif");
   line(C, "if (ty == 0 && o < %lldL) {", O);
   if (stage == 1) {
     if (row2)
-      line(C, "%s[o * %lldL + part] = red[tx];", sc, P);
+      line(C, "%s[o * %lldL + part] = res;", sc, P);
     else
-      line(C, "%s[part * %lldL + o] = red[tx];", sc, O);
+      line(C, "%s[part * %lldL + o] = res;", sc, O);
   } else {
     char ref[NAME];
-    acc_end(C, x->dtype, "red[tx]", out);
+    acc_end(C, x->dtype, "res", out);
     buf_ref(C, v, ref, sizeof ref);
     if (x->dtype == DT_BF16)
       line(C, "%s[o] = ax_to_bf16(%s);", ref, out);
