@@ -367,12 +367,17 @@ static void cache_save(Session *S, const char *path) {
     free(bin);
 }
 
-/* The program's options, and on NVIDIA's platform AXLC_NV_SHFL: the reductions' warp shuffles
- * in inline PTX (emit.c), which no other driver would compile. */
+/* The program's options, and the reductions' variant (emit.c): on NVIDIA's platform
+ * AXLC_NV_SHFL, warp shuffles in inline PTX, which no other driver would compile; on a CPU
+ * device AXLC_CPU_REDUCE, each run summed by one work item without the local-memory tree
+ * (PoCL runs a work-group's items as loops around each barrier: the tree cost more than it
+ * saved). */
 static void build_opts(Session *S, const DevInfo *d) {
     const char *o = S->p->build_options ? S->p->build_options : "";
-    int nv = strstr(d->platform_name, "NVIDIA") != NULL;
-    snprintf(S->opts, sizeof S->opts, "%s%s%s", o, nv && *o ? " " : "", nv ? "-DAXLC_NV_SHFL" : "");
+    const char *v = strstr(d->platform_name, "NVIDIA") ? "-DAXLC_NV_SHFL"
+                    : !strcmp(d->type, "CPU")          ? "-DAXLC_CPU_REDUCE"
+                                                       : "";
+    snprintf(S->opts, sizeof S->opts, "%s%s%s", o, *v && *o ? " " : "", v);
 }
 
 static int build_program(Session *S, const DevInfo *d, RtError *err) {

@@ -1077,7 +1077,12 @@ static void red_launch(Ctx *C, Launches *L, OclBuf *body, int32_t v, const RedPl
   Pos p = pos_of_lin("o");
   if (stage < 2) pos_idx(C, &x->shape, &p);
   line(C, "long end = min(%lldL, (part + 1) * %lldL);", R, chunk);
+  /* AXLC_CPU_REDUCE: the first item of a run sums its share alone, in order, and no tree */
+  ocl_buf_printf(C->b, "#ifdef AXLC_CPU_REDUCE\n");
+  line(C, "for (long r = part * %lldL + (ty ? end : 0); r < end; r++) {", chunk);
+  ocl_buf_printf(C->b, "#else\n");
   line(C, "for (long r = part * %lldL + ty; r < end; r += %lldL) {", chunk, TY);
+  ocl_buf_printf(C->b, "#endif\n");
   char e[NAME];
   if (stage == 2) {
     newvar(C, e);
@@ -1108,6 +1113,9 @@ static void red_launch(Ctx *C, Launches *L, OclBuf *body, int32_t v, const RedPl
   line(C, "}");
   line(C, "__local %s red[%lld];", T, WG);
   line(C, "%s res;", T);
+  ocl_buf_printf(C->b, "#ifdef AXLC_CPU_REDUCE\n");
+  line(C, "res = %s;", acc);
+  ocl_buf_printf(C->b, "#else\n");
   bool shfl = k->rows && TY >= 64;
   if (shfl) { /* a warp's 32 consecutive items are of one run on NVIDIA */
     line(C, "#ifdef AXLC_NV_SHFL");
@@ -1147,6 +1155,7 @@ static void red_launch(Ctx *C, Launches *L, OclBuf *body, int32_t v, const RedPl
   else
     line(C, "res = red[tx];");
   if (shfl) line(C, "#endif");
+  ocl_buf_printf(C->b, "#endif\n");
   line(C, "if (ty == 0 && o < %lldL) {", O);
   if (stage == 1) {
     if (row2)

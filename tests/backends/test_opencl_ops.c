@@ -34,6 +34,7 @@
 static cl_device_id dev;
 static cl_context ctx;
 static cl_command_queue queue;
+static const char *build_options = "-cl-std=CL1.2"; /* the runtime adds a device's variant */
 
 #ifndef OCL_CHECK_ONLY
 /* The first device of the first platform that has one; -1 if none. */
@@ -118,7 +119,7 @@ static int run_kernels(const OclKernels *k, char *slab, int64_t slab_bytes) {
   const char *src = k->source;
   cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &e);
   if (cl_check(e, "clCreateProgramWithSource")) return -1;
-  if (clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2", NULL, NULL) != CL_SUCCESS) {
+  if (clBuildProgram(prog, 1, &dev, build_options, NULL, NULL) != CL_SUCCESS) {
     char log[8192] = "";
     clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
     fprintf(stderr, "build failed: %s\n", log);
@@ -391,8 +392,9 @@ static void test_reductions(void) {
  * columns (leading axes), to many outputs (one stage), to a scalar and to a few outputs (two
  * stages: partials read side by side, [o][p], or across, [p][o]), over axes of both kinds, with
  * an operand computed inline (exp: fused) and i32 sums; in f32 (sums in double where the device
- * has fp64, as the interpreter's, so within 1e-6) and in bf16 (each result rounded once). `DT`
- * in text is the dtype. */
+ * has fp64, as the interpreter's, so within 1e-6) and in bf16 (each result rounded once); with
+ * the local-memory trees and again as a CPU device runs them (AXLC_CPU_REDUCE: one item a run).
+ * `DT` in text is the dtype. */
 static void check_reductions(const char *dt, const char *exact, double tol) {
   static const char *const text = "%0 = parameter \"x\" : DT[37,1001]\n"
                                   "%1 = reduce_sum %0 axes=[1] : DT[37]\n"
@@ -440,6 +442,9 @@ static void check_reductions(const char *dt, const char *exact, double tol) {
       *o++ = *p++;
   *o = 0;
   check(g, NULL, 0, exact, tol);
+  build_options = "-cl-std=CL1.2 -DAXLC_CPU_REDUCE"; /* what the trainer runs on a CPU device */
+  check(g, NULL, 0, exact, tol);
+  build_options = "-cl-std=CL1.2";
   free(g);
 }
 
