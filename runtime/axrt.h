@@ -373,6 +373,20 @@ int64_t rt_mesh_chunk(const RtMesh *m, const uint8_t axes[RT_MAX_SPLIT_AXES], in
 /* Collective `index` of the table on the slab; called by the generated step. Aborts the job
  * (MPI_Abort, with a message naming the silent ranks) when a member does not answer in time. */
 void rt_comm_collective(RtComm *c, int32_t index, char *slab);
+/* rt_comm_collective with the operand at `in` and the result at `out` (separate buffers, the
+ * collective's in_shape and out_shape): an OpenCL trainer's host staging buffer. */
+void rt_comm_collective_io(RtComm *c, int32_t index, const char *in, char *out);
+/* This process's rank among those on its node, and their count, as the launcher's environment
+ * says (OMPI_COMM_WORLD_LOCAL_RANK and _SIZE, MPI_LOCALRANKID and MPI_LOCALNRANKS, SLURM_LOCALID
+ * and SLURM_TASKS_PER_NODE, PMI_LOCAL_RANK and PMI_LOCAL_SIZE); *size 0 when only the rank is
+ * known. Without a launcher, or none of these: rank 0 of 1, and 0 is returned; 1 when a launcher
+ * said. The variable that said is put in *from (may be NULL). */
+int rt_comm_local_rank(int *rank, int *size, const char **from);
+/* The same from MPI itself (a launcher that says neither): MPI is initialized here (a collective
+ * call: every rank makes it) and the ranks that share this one's memory counted
+ * (MPI_COMM_TYPE_SHARED). rt_comm_new, or rt_comm_node_done where none follows, finalizes it. */
+int rt_comm_node_rank(int *rank, int *size, RtError *err);
+void rt_comm_node_done(void);
 /* Every rank passes v (n values) and gets the element-wise sum over all ranks (world); a
  * barrier with data. The same deadline applies. */
 int rt_comm_sum_i64(RtComm *c, int64_t *v, int n, RtError *err);
@@ -382,6 +396,21 @@ int64_t rt_comm_bytes_sent(const RtComm *c);
  * table predicts: (G-1) times the operand for all_reduce and all_gather, (G-1) chunks of it for
  * reduce_scatter and all_to_all, nothing for local_slice. */
 int64_t rt_comm_step_bytes(const RtComm *c);
+/* A collective moves its blocks in rounds of at most RT_COMM_CHUNK_BYTES per block, so its
+ * scratch stays bounded whatever the tensor's size. */
+#define RT_COMM_CHUNK_BYTES ((int64_t)1 << 20)
+/* The heap (bytes) that collective `kind` of an operand of n_in elements of elem_bytes each,
+ * over a group of n, holds as scratch: n receive slots, plus n send slots where each member
+ * gets its own block (reduce_scatter, all_to_all), a slot being min(block, chunk). The runtime
+ * keeps one scratch, grown to the largest, for the whole run; axlc memcheck counts it. */
+int64_t rt_coll_scratch_bytes(int32_t kind, int64_t n_in, int elem_bytes, int64_t n);
+/* The heap an MPI library holds once it has started and run the collectives of a step (its
+ * own buffers, outside the trainer's slab and scratch), for a job of more than one device.
+ * Measured with Open MPI 4.1 on this machine (docs/memcheck.md, "Under MPI"): the trainer's
+ * measured heap less its slab and scratch, on tiny-lm at data2, fsdp2, model2 and data4. */
+#define RT_MPI_HEAP_BYTES ((int64_t)3450 * 1024)
+/* The scratch the runtime holds for the whole table: the largest collective's. */
+int64_t rt_comm_scratch_bytes(const RtComm *c);
 /* Ends every process of the job at once with status `code` (MPI_Abort); returns without MPI. */
 void rt_comm_abort(RtComm *c, int code);
 
@@ -621,6 +650,10 @@ typedef struct RtOclLaunch {
     int32_t nargs;
     const int64_t *args;      /* (nargs) byte offsets in the slab: kernel arguments 2a + 1 ... */
     const int64_t *arg_bytes; /* (nargs) ... of tensors this long; argument 2a is their buffer */
+    /* 0: a kernel. i + 1: no kernel but collective i of the program's table (a mesh of more than
+     * one device): the runtime reads its operand from the device, runs it through MPI on the
+     * host (rt_comm_collective_io) and writes the result back, in the queue's order. */
+    int32_t collective;
 } RtOclLaunch;
 
 /* ===== train.c: the compiled step and the training loop ================================= */

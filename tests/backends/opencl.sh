@@ -19,9 +19,12 @@
 #                 now runs as a child process), and a SIGTERM to axlc reaches it: it saves
 #   gpu_target    --target gpu-h100-1 compiles with the OpenCL backend (the device table's
 #                 "backend"); on a host without an H100 the trainer and axlc run refuse, listing
-#                 the OpenCL devices there are; --device 0 trains; gpu-h100-8 and opencl-2 are
-#                 refused (no multi-rank OpenCL yet), tpu-v5p-1 has no backend; the target's mesh
-#                 rule is memcheck's (gpt2-124m on gpu-h100-1: bf16)
+#                 the OpenCL devices there are; --device 0 trains; gpu-h100-8 and opencl-2 make
+#                 per-device trainers with the mesh and its collectives, which refuse: no H100
+#                 (said by rank 0 alone), --device out of range, more ranks on a node than devices (a
+#                 device not shared: AXLC_OPENCL_SHARE_DEVICES=0), and one process for two;
+#                 tpu-v5p-1 has no backend; the target's mesh rule is memcheck's (gpt2-124m on
+#                 gpu-h100-1: bf16)
 #   device_state  the state stays on the device: tiny-lm moves less than 1 MiB between host and
 #                 device per step (AXLC_OPENCL_PROFILE's traffic line; the slab is 8.75 MiB), the
 #                 slab crosses whole once to the device and back once per checkpoint; eval and
@@ -179,12 +182,13 @@ gpu_target)
   must "$AXLC" compile "$model" --target gpu-h100-1 -o "$T/g"
   "$AXLC" compile "$model" --target gpu-h100-1 --emit c > "$T/g.c" 2>&1 || fail "--emit c"
   grep -q '.device_match = "H100"' "$T/g.c" || fail "the trainer does not look for an H100"
+  # a mesh of devices: one trainer per device (rank) under MPI, with the mesh and collectives
   for t in gpu-h100-8 opencl-2; do
-    "$AXLC" compile "$model" --target $t -o "$T/g8" > "$T/out" 2>&1 && fail "$t compiled"
+    must "$AXLC" compile "$model" --target $t -o "$T/$t"
+    "$AXLC" compile "$model" --target $t --emit c > "$T/$t.c" 2>&1 || fail "$t --emit c"
     n=${t##*-}
-    grep -q "error: .*/mesh: opencl with $n ranks is not supported yet" "$T/out" ||
-      fail "$t: $(cat "$T/out")"
-    [ -e "$T/g8" ] && fail "$t wrote a trainer"
+    grep -q "\.mesh = {\.naxes = 1, \.names = {\"data\"}, \.sizes = {$n, " "$T/$t.c" &&
+      grep -q "\.ncollectives = [1-9]" "$T/$t.c" || fail "$t: no mesh of $n or no collectives"
   done
   "$AXLC" compile "$model" --target tpu-v5p-1 -o "$T/g8" > "$T/out" 2>&1 && fail "tpu compiled"
   grep -q "error: axlc compile: --target tpu-v5p-1: no backend trains on tpu-v5p" "$T/out" ||
@@ -211,6 +215,38 @@ gpu_target)
     grep -q "^  0 (0:0) " "$T/out" || fail "axlc run, no H100: $(cat "$T/out")"
   must "$T/g" --data "$T/text.txt" --steps 2 --device 0
   grep -q "^step 2 loss" "$T/log" || fail "--device 0 did not train"
+  # gpu-h100-8 without an H100: the same refusal, rank by rank, before MPI
+  OMPI_COMM_WORLD_LOCAL_RANK=3 OMPI_COMM_WORLD_LOCAL_SIZE=8 "$T/gpu-h100-8" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q 'gpu-h100-8: this trainer was compiled for gpu-h100 (NVIDIA H100 SXM5 80GB), and no OpenCL GPU here has "H100"' "$T/out" ||
+    fail "gpu-h100-8 without an H100 (exit $rc): $(cat "$T/out")"
+  # ... which rank 0 alone prints: another rank exits 1 without a word
+  OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_LOCAL_RANK=3 "$T/gpu-h100-8" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && [ ! -s "$T/out" ] || fail "rank 3 without an H100 (exit $rc): $(cat "$T/out")"
+  # --device out of range names the devices there are
+  ndev=$(grep -c "^  [0-9]* (" "$T/devices")
+  "$T/g" --data "$T/text.txt" --steps 2 --device 9 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "g: --device 9: no such OpenCL device; found $ndev:" "$T/out" &&
+    grep -q "^  0 (0:0) " "$T/out" || fail "--device 9 (exit $rc): $(cat "$T/out")"
+  # more ranks on a node than devices: the second rank of a node with one device, where
+  # devices are not shared (a GPU; here AXLC_OPENCL_SHARE_DEVICES=0 makes PoCL's CPU device one)
+  OMPI_COMM_WORLD_LOCAL_RANK=$ndev OMPI_COMM_WORLD_LOCAL_SIZE=$((ndev + 1)) AXLC_OPENCL_SHARE_DEVICES=0 \
+    "$T/opencl-2" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "opencl-2: more ranks than devices: this trainer is local rank $ndev of the $((ndev + 1)) ranks on this node (OMPI_COMM_WORLD_LOCAL_RANK), and this node has $ndev OpenCL device.*one rank per device; start at most $ndev rank" "$T/out" ||
+    fail "more ranks than devices (exit $rc): $(cat "$T/out")"
+  OMPI_COMM_WORLD_LOCAL_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2 AXLC_OPENCL_SHARE_DEVICES=0 \
+    "$T/opencl-2" --data "$T/text.txt" --steps 2 --device 0 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "opencl-2: --device 0 names 1 device, and this trainer is local rank 1 of the 2 ranks on this node (OMPI_COMM_WORLD_LOCAL_RANK): one rank per device" "$T/out" ||
+    fail "two ranks on --device 0 (exit $rc): $(cat "$T/out")"
+  # started alone, the two-device trainer says how to launch it
+  "$T/opencl-2" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "this program runs on 2 devices, one process each, but 1 process was started; launch it with .mpirun -np 2 TRAINER" "$T/out" ||
+    fail "opencl-2 alone (exit $rc): $(cat "$T/out")"
   ;;
 device_state)
   model="$SRC/models/tiny-lm.json"
