@@ -1280,7 +1280,10 @@ static void collective_launch(Ctx *C, Launches *L, int32_t v) {
   }
   int32_t cap = L->cap;
   grow((void **)&L->v, sizeof *L->v, &cap, L->n + 1);
+  cap = L->cap;
+  grow((void **)&L->reduced, sizeof *L->reduced, &cap, L->n + 1);
   grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
+  L->reduced[L->n] = 0; /* a collective: --emit launches shows no reduction */
   int64_t *args = ir_xmalloc(2 * sizeof *args), *bytes = ir_xmalloc(2 * sizeof *bytes);
   const int32_t t[2] = {in, v};
   for (int k = 0; k < 2; k++) {
