@@ -105,6 +105,7 @@ typedef struct Session {
     cl_mem stage_mem; /* NULL: stage is plain host memory */
     char *stage;
     int64_t stage_bytes;
+    char opts[1024]; /* the build options and the device's reduction variant (build_opts) */
 } Session;
 
 /* The session rt_train_main's steps run in (see the file comment). */
@@ -366,8 +367,7 @@ static void cache_path(const Session *S, const DevInfo *d, char *out, size_t cap
     /* the entries' format first: 2, a trailer with a checksum (older entries are never read) */
     static const char format[] = "axlc-ocl-cache 2";
     uint64_t h = fnv_bytes(0xcbf29ce484222325ull, format, sizeof format);
-    const char *parts[] = {
-        d->platform_name, d->name, d->version, d->driver, S->p->build_options ? S->p->build_options : "", S->p->source};
+    const char *parts[] = {d->platform_name, d->name, d->version, d->driver, S->opts, S->p->source};
     for (int i = 0; i < 6; i++)
         h = fnv_bytes(h, parts[i], strlen(parts[i]) + 1);
     snprintf(out, cap, "%s/ocl-%016llx.bin", dir, (unsigned long long)h);
@@ -406,7 +406,7 @@ static int build_from_binary(Session *S, const DevInfo *d, const char *path) {
         S->prog = NULL;
         return -1;
     }
-    if (clBuildProgram(S->prog, 1, &d->device, S->p->build_options, NULL, NULL) != CL_SUCCESS) {
+    if (clBuildProgram(S->prog, 1, &d->device, S->opts, NULL, NULL) != CL_SUCCESS) {
         clReleaseProgram(S->prog);
         S->prog = NULL;
         return -1;
@@ -439,7 +439,21 @@ static void cache_save(Session *S, const char *path) {
     free(bin);
 }
 
+/* The program's options, and the reductions' variant (emit.c): on NVIDIA's platform
+ * AXLC_NV_SHFL, warp shuffles in inline PTX, which no other driver would compile; on a CPU
+ * device AXLC_CPU_REDUCE, each run summed by one work item without the local-memory tree
+ * (PoCL runs a work-group's items as loops around each barrier: the tree cost more than it
+ * saved). */
+static void build_opts(Session *S, const DevInfo *d) {
+    const char *o = S->p->build_options ? S->p->build_options : "";
+    const char *v = strstr(d->platform_name, "NVIDIA") ? "-DAXLC_NV_SHFL"
+                    : !strcmp(d->type, "CPU")          ? "-DAXLC_CPU_REDUCE"
+                                                       : "";
+    snprintf(S->opts, sizeof S->opts, "%s%s%s", o, *v && *o ? " " : "", v);
+}
+
 static int build_program(Session *S, const DevInfo *d, RtError *err) {
+    build_opts(S, d);
     char path[4096];
     cache_path(S, d, path, sizeof path);
     struct timespec t0, t1;
@@ -453,7 +467,7 @@ static int build_program(Session *S, const DevInfo *d, RtError *err) {
         S->prog = clCreateProgramWithSource(S->ctx, 1, &src, NULL, &e);
         if (e != CL_SUCCESS)
             return rt_error_set(err, "clCreateProgramWithSource: %d (%s)", (int)e, cl_err_name(e));
-        e = clBuildProgram(S->prog, 1, &d->device, S->p->build_options, NULL, NULL);
+        e = clBuildProgram(S->prog, 1, &d->device, S->opts, NULL, NULL);
         if (e != CL_SUCCESS) {
             char log[4096];
             build_log(S->prog, d->device, log, sizeof log);
@@ -679,8 +693,16 @@ static void profile_report(Session *S) {
     double total = 0;
     for (int32_t i = 0; i < S->p->nlaunches; i++)
         total += S->prof_ns[i];
-    fprintf(stderr, "%s: OpenCL profile: %d launches, %.3f ms of device time per step; the most:\n", S->name,
-            S->p->nlaunches, total / 1e6 / (double)S->prof_steps);
+    int32_t reductions = 0; /* emit.c names them kN_reduce_sum, kN_reduce_max_parts, ... */
+    double red_ns = 0;
+    for (int32_t i = 0; i < S->p->nlaunches; i++)
+        if (strstr(S->p->launches[i].kernel, "_reduce_"))
+            reductions++, red_ns += S->prof_ns[i];
+    fprintf(stderr,
+            "%s: OpenCL profile: %d launches per step (%d of them reductions, %.3f ms), %.3f ms of device time "
+            "per step; the most:\n",
+            S->name, S->p->nlaunches, reductions, red_ns / 1e6 / (double)S->prof_steps,
+            total / 1e6 / (double)S->prof_steps);
     for (int k = 0; k < 12; k++) {
         int32_t best = -1;
         for (int32_t i = 0; i < S->p->nlaunches; i++)

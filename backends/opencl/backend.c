@@ -262,8 +262,9 @@ static int write_text(const BackendJob *j, Compiled *c, const char *emit, const 
   RtError ferr;
   FILE *f = out ? rt_file_open(out, "w", &ferr) : stdout;
   if (!f) return backend_error(&j->diag, NULL, NULL, "%s", ferr.msg);
-  int rc = !strcmp(emit, "cl") ? (fputs(c->kernels.source, f) < 0 ? -1 : 0)
-                               : ocl_program_write_c(f, &c->prog);
+  int rc = !strcmp(emit, "cl")         ? (fputs(c->kernels.source, f) < 0 ? -1 : 0)
+           : !strcmp(emit, "launches") ? ocl_launches_write(f, &c->kernels)
+                                       : ocl_program_write_c(f, &c->prog);
   if (out && fclose(f) != 0) rc = -1;
   if (!out && fflush(f) != 0) rc = -1;
   return rc ? backend_error(&j->diag, out, NULL, "writing the %s output failed", emit) : 0;
@@ -302,6 +303,8 @@ static const BackendEmit emits[] = {
      "a trainer executable: the kernels, built on the device at start-up, and libaxrt"},
     {"cl", false, "the OpenCL C 1.2 source of the kernels"},
     {"c", false, "the trainer's C source (program table, kernels, launch list)"},
+    {"launches", false,
+     "the launch list, one per line: kernel, global size, work-group size, elements reduced"},
     {NULL, false, NULL},
 };
 

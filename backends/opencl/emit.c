@@ -48,6 +48,9 @@ typedef struct Ctx {
   OclBuf consts;    /* __constant arrays of data constants, printed before the kernels */
   bool *const_done; /* (nvalues) */
   int tmp;
+  int64_t reduced;       /* elements the kernel being printed reduces (the launch list's) */
+  int64_t scratch_at;    /* the two-stage reductions' partial sums: past the plan's slab */
+  int64_t scratch_bytes; /* the most any reduction uses (they run one after another) */
   char *err;
   size_t cap;
   bool failed;
@@ -153,10 +156,8 @@ static void elem_get(Ctx *C, int32_t v, Pos *p, char *out);
 
 /* v's buffer in the current kernel: an offset argument, so that kernels that differ only in
  * where their tensors live are one kernel in the source (see kernel_end). */
-static void buf_ref(Ctx *C, int32_t v, char *out, size_t cap) {
-  int64_t off = C->mp->offset[v];
-  IrDType dt = val(C, v)->dtype;
-  int64_t bytes = ir_shape_numel(&val(C, v)->shape) * (int64_t)ir_dtype_size(dt);
+/* The offset argument for `bytes` bytes at slab offset off (one per distinct offset). */
+static int32_t arg_of(Ctx *C, int64_t off, int64_t bytes) {
   int32_t a = 0;
   while (a < C->nargs && C->args[a] != off) a++;
   if (a == C->nargs) {
@@ -170,6 +171,13 @@ static void buf_ref(Ctx *C, int32_t v, char *out, size_t cap) {
     C->args[C->nargs++] = off;
   }
   if (bytes > C->bytes[a]) C->bytes[a] = bytes;
+  return a;
+}
+
+static void buf_ref(Ctx *C, int32_t v, char *out, size_t cap) {
+  IrDType dt = val(C, v)->dtype;
+  int64_t bytes = ir_shape_numel(&val(C, v)->shape) * (int64_t)ir_dtype_size(dt);
+  int32_t a = arg_of(C, C->mp->offset[v], bytes);
   /* sN: the buffer that holds it (the slab may be split over several: runtime/opencl.c) */
   snprintf(out, cap, "%s(s%d, a%d)", dt == DT_I32 ? "AXI" : dt == DT_BF16 ? "AXH" : "AXF", a, a);
 }
@@ -600,9 +608,10 @@ typedef struct Launches {
   char **names;     /* (nuniq) */
   uint64_t *hashes; /* (nuniq) */
   int32_t nuniq, cuniq;
-  RtOclLaunch *v; /* (n) */
-  int32_t *line;  /* (n) first line of each launch's kernel in `text` */
-  int32_t *uline; /* (nuniq) */
+  RtOclLaunch *v;   /* (n) */
+  int32_t *line;    /* (n) first line of each launch's kernel in `text` */
+  int64_t *reduced; /* (n) elements each launch reduces (0: not a reduction) */
+  int32_t *uline;   /* (nuniq) */
   int32_t n, cap;
   int32_t lines; /* newlines in text */
 } Launches;
@@ -618,6 +627,7 @@ static void kernel_begin(Ctx *C, OclBuf *body) {
   if (body->s) body->s[0] = 0;
   C->b = body;
   C->nargs = 0;
+  C->reduced = 0;
   C->tmp = 0; /* names restart, so equal kernels print equal text */
 }
 
@@ -666,6 +676,8 @@ static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs,
   if (u < 0) return;
   int32_t cap = L->cap;
   grow((void **)&L->v, sizeof *L->v, &cap, L->n + 1);
+  cap = L->cap;
+  grow((void **)&L->reduced, sizeof *L->reduced, &cap, L->n + 1);
   grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
   int64_t *args = ir_xmalloc(((size_t)C->nargs + 1) * sizeof *args);
   int64_t *bytes = ir_xmalloc(((size_t)C->nargs + 1) * sizeof *bytes);
@@ -676,6 +688,7 @@ static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs,
   shape.args = args;
   shape.arg_bytes = bytes;
   L->line[L->n] = L->uline[u];
+  L->reduced[L->n] = C->reduced;
   L->v[L->n++] = shape;
 }
 
@@ -699,6 +712,8 @@ static void map_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   kernel_name(C, v, NULL, name);
   kernel_begin(C, body);
   kernel_items(C, L, ir_shape_numel(&x->shape));
+  if (x->op == IR_REDUCE_SUM || x->op == IR_REDUCE_MAX)
+    C->reduced = ir_shape_numel(&val(C, x->ops[0])->shape);
   Pos p = pos_of_lin("gid");
   elem_compute(C, v, &p, e);
   buf_ref(C, v, ref, sizeof ref);
@@ -767,8 +782,7 @@ static void scatter_bf16(Ctx *C, int64_t rows, int64_t row, int64_t nidx, const 
   line(C, "}");
 }
 
-/* One column j of the (rows, row) result per work item: zeroed, then the updates added in
- * index order (an index outside 0..rows-1 is skipped). */
+/* bf16 scatter_add: one column j of the (rows, row) result per work item (scatter_bf16). */
 static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
   int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
@@ -780,24 +794,8 @@ static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   buf_ref(C, x->ops[0], ir, sizeof ir);
   buf_ref(C, x->ops[1], ur, sizeof ur);
   buf_ref(C, v, outr, sizeof outr);
-  if (x->dtype == DT_BF16) {
-    scatter_bf16(C, rows, row, nidx, ir, ur, outr);
-    kernel_end(C, L, name, "", items(row));
-    return;
-  }
-  const char *t = ctype(x->dtype);
-  line(C, "__global %s *o = %s;", t, outr);
-  line(C, "for (long r = 0; r < %lldL; r++) o[r * %lldL + gid] = 0;", (long long)rows,
-       (long long)row);
-  line(C, "for (long i = 0; i < %lldL; i++) {", (long long)nidx);
-  line(C, "  int r = %s[i];", ir);
-  line(C, "  if (r < 0 || r >= %lld) continue;", (long long)rows);
-  if (x->dtype == DT_I32)
-    line(C, "  o[r * %lldL + gid] = (int)((uint)o[r * %lldL + gid] + (uint)%s[i * %lldL + gid]);",
-         (long long)row, (long long)row, ur, (long long)row);
-  else
-    line(C, "  o[r * %lldL + gid] += %s[i * %lldL + gid];", (long long)row, ur, (long long)row);
-  line(C, "}");
+  C->reduced = nidx * row;
+  scatter_bf16(C, rows, row, nidx, ir, ur, outr);
   kernel_end(C, L, name, "", items(row));
 }
 
@@ -960,6 +958,291 @@ static void gemm_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   kernel_end(C, L, name, attrs, shape);
 }
 
+/* ---- parallel reductions ----
+ *
+ * A stored reduce_sum or reduce_max of O outputs, each over R elements, runs on work-groups of
+ * RED_WG items: TX outputs side by side times TY items along each output's run, then a tree in
+ * local memory over the TY partial results (on NVIDIA, AXLC_NV_SHFL: warp shuffles first).
+ * Where the reduced axes include the operand's last one (rows: norms, softmax, cross-entropy,
+ * the gradient norm's squares), TX = 1 and the TY items read consecutive elements of the run;
+ * else (columns: bias and weight gradient sums over tokens) TX outputs are consecutive in memory
+ * and the TX items of a row read them side by side. Both read coalesced. Where those groups
+ * make fewer than RED_TARGET items (a reduction to a scalar or to a small tensor), P groups
+ * share each output's run, a contiguous chunk each, and write their partial results (the
+ * accumulator type: double for f32 sums where the device has fp64) to a scratch area past the
+ * plan's slab; a second kernel reduces the P partials of each output the same way. Every item's
+ * elements and the tree's order depend only on the shapes, so the sums are the same on every
+ * run. A reduction of a few elements per output (R <= RED_SMALL) stays one work item per output
+ * (map_kernel), as does one that reduces nothing. */
+
+enum {
+  RED_WG = 256,            /* items per work-group */
+  RED_TARGET = 131072,     /* items a reduction should launch: an H100 holds 270K resident */
+  RED_PER_ITEM = 16,       /* the fewest elements one item of a split run sums */
+  RED_SMALL = 16,          /* runs this short stay one work item per output */
+  RED_MAX_PARTS = 1 << 16, /* partial results of a two-stage reduction, at most */
+};
+
+typedef struct RedPlan {
+  int64_t O, R; /* outputs, elements per output */
+  int64_t TX, TY, P;
+  bool rows; /* items of a run side by side (lid = tx * TY + ty); else outputs (ty * TX + tx) */
+} RedPlan;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int64_t pow2_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/* The work-group shape of O reductions of R elements; rows: the run is contiguous. split:
+ * whether groups may share a run (P > 1). */
+static RedPlan red_plan(int64_t O, int64_t R, bool rows, bool split) {
+  RedPlan p = {.O = O, .R = R, .P = 1, .rows = rows};
+  if (rows) { /* about 8 elements an item, a warp's 32 where that still fills the device */
+    int64_t fill = pow2_at_least(ceil_div(RED_TARGET, O));
+    p.TY = pow2_at_least(ceil_div(R, 8));
+    p.TY = p.TY > (fill > 32 ? fill : 32) ? (fill > 32 ? fill : 32) : p.TY;
+    p.TY = p.TY > RED_WG ? RED_WG : p.TY;
+    p.TX = pow2_at_least(O);
+    p.TX = p.TX > RED_WG / p.TY ? RED_WG / p.TY : p.TX;
+  } else {
+    p.TX = pow2_at_least(O);
+    p.TX = p.TX > 32 ? 32 : p.TX;
+    p.TY = RED_WG / p.TX;
+  }
+  int64_t items = ceil_div(O, p.TX) * p.TX * p.TY;
+  if (split && items < RED_TARGET) {
+    p.P = ceil_div(RED_TARGET, items);
+    int64_t most = ceil_div(R, p.TY * RED_PER_ITEM);
+    if (p.P > most) p.P = most;
+    if (p.P > RED_MAX_PARTS / O) p.P = RED_MAX_PARTS / O;
+    if (p.P < 1) p.P = 1;
+  }
+  return p;
+}
+
+/* The shuffles (AXLC_NV_SHFL) and the partial results' type of reduction v. */
+static const char *red_type(const IrValue *x) {
+  bool sum = x->op == IR_REDUCE_SUM;
+  return sum ? (x->dtype == DT_I32 ? "int" : "axacc") : ctype(x->dtype);
+}
+static const char *red_shfl(const IrValue *x) {
+  bool sum = x->op == IR_REDUCE_SUM;
+  return x->dtype == DT_I32 ? "ax_shfl_i" : sum ? "ax_shfl_acc" : "ax_shfl_f";
+}
+
+/* One launch of reduction v under plan k. stage 0: the operand to the result; 1: the operand to
+ * the partials; 2: the partials (k->R = stage 1's P of them per output) to the result. row2:
+ * stage 2 reads each output's partials side by side (stored [o][p]; else [p][o]). */
+static void red_launch(Ctx *C, Launches *L, OclBuf *body, int32_t v, const RedPlan *k, int stage,
+                       bool row2) {
+  const IrValue *x = val(C, v);
+  const IrShape *xs = &val(C, x->ops[0])->shape;
+  bool sum = x->op == IR_REDUCE_SUM;
+  const char *T = red_type(x);
+  long long O = k->O, R = k->R, TX = k->TX, TY = k->TY, P = k->P, WG = TX * TY;
+  long long chunk = ceil_div(ceil_div(R, P), TY) * TY; /* each group's share of a run */
+  char name[64], what[32], acc[NAME], sc[NAME] = "", out[NAME];
+  snprintf(what, sizeof what, "%s%s", ir_op_name(x->op),
+           stage == 1   ? "_parts"
+           : stage == 2 ? "_final"
+                        : "");
+  kernel_name(C, v, what, name);
+  kernel_begin(C, body);
+  C->reduced = O * R;
+  if (C->o.break_kernel == L->n + 1)
+    line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
+  if (stage) {
+    int64_t parts = stage == 1 ? O * P : O * R;
+    int32_t a = arg_of(C, C->scratch_at, parts * 8);
+    snprintf(sc, sizeof sc, "((__global %s *)(s%d + a%d))", T, a, a);
+    if (parts * 8 > C->scratch_bytes) C->scratch_bytes = parts * 8;
+  }
+  line(C, "int lid = get_local_id(0);");
+  line(C, "long grp = get_group_id(0);");
+  if (P > 1)
+    line(C, "long ob = grp / %lldL, part = grp %% %lldL;", P, P);
+  else
+    line(C, "long ob = grp, part = 0;");
+  if (k->rows)
+    line(C, "int ty = lid %% %lld, tx = lid / %lld;", TY, TY);
+  else
+    line(C, "int tx = lid %% %lld, ty = lid / %lld;", TX, TX);
+  line(C, "long o = ob * %lldL + tx;", TX);
+  acc_begin(C, x->dtype, sum, acc);
+  line(C, "if (o < %lldL) {", O);
+  Pos p = pos_of_lin("o");
+  if (stage < 2) pos_idx(C, &x->shape, &p);
+  line(C, "long end = min(%lldL, (part + 1) * %lldL);", R, chunk);
+  /* AXLC_CPU_REDUCE: the first item of a run sums its share alone, in order, and no tree */
+  ocl_buf_printf(C->b, "#ifdef AXLC_CPU_REDUCE\n");
+  line(C, "for (long r = part * %lldL + (ty ? end : 0); r < end; r++) {", chunk);
+  ocl_buf_printf(C->b, "#else\n");
+  line(C, "for (long r = part * %lldL + ty; r < end; r += %lldL) {", chunk, TY);
+  ocl_buf_printf(C->b, "#endif\n");
+  char e[NAME];
+  if (stage == 2) {
+    newvar(C, e);
+    if (row2)
+      line(C, "%s %s = %s[o * %lldL + r];", T, e, sc, R);
+    else
+      line(C, "%s %s = %s[r * %lldL + o];", T, e, sc, O);
+  } else {
+    /* the run's position r: the reduced axes in row-major order */
+    Pos q = {.has_idx = true};
+    int64_t stride = 1;
+    for (int32_t d = xs->rank - 1; d >= 0; d--) {
+      if (!has_axis(&x->attr.axes, d)) continue;
+      newvar(C, q.idx[d]);
+      if (stride == 1 && xs->dims[d] == R)
+        line(C, "long %s = r;", q.idx[d]);
+      else
+        line(C, "long %s = r / %lldL %% %lldL;", q.idx[d], (long long)stride,
+             (long long)xs->dims[d]);
+      stride *= xs->dims[d];
+    }
+    for (int32_t d = 0, j = 0; d < xs->rank; d++)
+      if (!has_axis(&x->attr.axes, d)) snprintf(q.idx[d], NAME, "%s", p.idx[j++]);
+    elem_get(C, x->ops[0], &q, e);
+  }
+  acc_step(C, x->dtype, sum, acc, e);
+  line(C, "}");
+  line(C, "}");
+  line(C, "__local %s red[%lld];", T, WG);
+  line(C, "%s res;", T);
+  ocl_buf_printf(C->b, "#ifdef AXLC_CPU_REDUCE\n");
+  line(C, "res = %s;", acc);
+  ocl_buf_printf(C->b, "#else\n");
+  bool shfl = k->rows && TY >= 64;
+  if (shfl) { /* a warp's 32 consecutive items are of one run on NVIDIA */
+    line(C, "#ifdef AXLC_NV_SHFL");
+    for (int m = 16; m > 0; m /= 2) {
+      line(C, "{");
+      line(C, "%s y = %s(%s, %d);", T, red_shfl(x), acc, m);
+      acc_step(C, x->dtype, sum, acc, "y");
+      line(C, "}");
+    }
+    long long W = TY / 32; /* warps per run: their results at red[tx * W ...] */
+    line(C, "if ((lid & 31) == 0) red[lid >> 5] = %s;", acc);
+    line(C, "barrier(CLK_LOCAL_MEM_FENCE);");
+    for (long long s = W / 2; s > 0; s /= 2) {
+      char self[64], other[64];
+      snprintf(self, sizeof self, "red[tx * %lld + ty]", W);
+      snprintf(other, sizeof other, "red[tx * %lld + ty + %lld]", W, s);
+      line(C, "if (ty < %lld) {", s);
+      acc_step(C, x->dtype, sum, self, other);
+      line(C, "}");
+      line(C, "barrier(CLK_LOCAL_MEM_FENCE);");
+    }
+    line(C, "res = red[tx * %lld];", W);
+    line(C, "#else");
+  }
+  line(C, "red[lid] = %s;", acc);
+  line(C, "barrier(CLK_LOCAL_MEM_FENCE);");
+  for (long long s = TY / 2; s > 0; s /= 2) {
+    char other[NAME];
+    snprintf(other, NAME, "red[lid + %lld]", k->rows ? s : s * TX);
+    line(C, "if (ty < %lld) {", s);
+    acc_step(C, x->dtype, sum, "red[lid]", other);
+    line(C, "}");
+    line(C, "barrier(CLK_LOCAL_MEM_FENCE);");
+  }
+  if (k->rows)
+    line(C, "res = red[tx * %lld];", TY);
+  else
+    line(C, "res = red[tx];");
+  if (shfl) line(C, "#endif");
+  ocl_buf_printf(C->b, "#endif\n");
+  line(C, "if (ty == 0 && o < %lldL) {", O);
+  if (stage == 1) {
+    if (row2)
+      line(C, "%s[o * %lldL + part] = res;", sc, P);
+    else
+      line(C, "%s[part * %lldL + o] = res;", sc, O);
+  } else {
+    char ref[NAME];
+    acc_end(C, x->dtype, "res", out);
+    buf_ref(C, v, ref, sizeof ref);
+    if (x->dtype == DT_BF16)
+      line(C, "%s[o] = ax_to_bf16(%s);", ref, out);
+    else
+      line(C, "%s[o] = %s;", ref, out);
+  }
+  line(C, "}");
+  RtOclLaunch shape = {.dims = 1, .global = {ceil_div(O, TX) * P * WG, 1, 1}, .local = {WG, 1, 1}};
+  kernel_end(C, L, name, "", shape);
+}
+
+static void reduce_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  const IrValue *x = val(C, v);
+  const IrShape *xs = &val(C, x->ops[0])->shape;
+  int64_t O = ir_shape_numel(&x->shape), all = ir_shape_numel(xs);
+  int64_t R = O ? all / O : 0;
+  if (R <= RED_SMALL) {
+    map_kernel(C, L, body, v);
+    return;
+  }
+  bool rows = xs->rank > 0 && has_axis(&x->attr.axes, xs->rank - 1);
+  RedPlan k = red_plan(O, R, rows, true);
+  if (k.P == 1) {
+    red_launch(C, L, body, v, &k, 0, false);
+    return;
+  }
+  bool row2 = O < 32;
+  RedPlan k2 = red_plan(O, k.P, row2, false);
+  red_launch(C, L, body, v, &k, 1, row2);
+  red_launch(C, L, body, v, &k2, 2, row2);
+}
+
+/* scatter_add of f32 or i32 in two launches: the result zeroed, one element per work item; then
+ * work item (b, j) adds, in index order, the updates of column j whose index falls in its block
+ * b of `blk` rows: nb blocks, so that a few thousand items share the work, each scanning every
+ * index (the same index for all the columns of a block: one load for a group's items), but no
+ * more blocks than make the scans 4 times the zeroing's work (a CPU device pays for them). Each
+ * element's sum is in index order, as the interpreter's. */
+static void scatter_rows_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  const IrValue *x = val(C, v);
+  int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
+  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
+  int64_t nb = ceil_div(RED_TARGET / RED_PER_ITEM, row), scans = 4 * rows / (nidx ? nidx : 1);
+  nb = nb > scans ? scans : nb; /* the scans cost at most 4 times the zeroing */
+  nb = nb > rows ? rows : nb < 1 ? 1 : nb;
+  int64_t blk = ceil_div(rows, nb);
+  nb = ceil_div(rows, blk);
+  char name[64], ir[NAME], ur[NAME], outr[NAME];
+  const char *t = ctype(x->dtype);
+  kernel_name(C, v, "scatter_add_zero", name);
+  kernel_begin(C, body);
+  kernel_items(C, L, rows * row);
+  buf_ref(C, v, outr, sizeof outr);
+  line(C, "%s[gid] = 0;", outr);
+  kernel_end(C, L, name, "", items(rows * row));
+
+  kernel_name(C, v, "scatter_add", name);
+  kernel_begin(C, body);
+  kernel_items(C, L, nb * row);
+  C->reduced = nidx * row;
+  buf_ref(C, x->ops[0], ir, sizeof ir);
+  buf_ref(C, x->ops[1], ur, sizeof ur);
+  buf_ref(C, v, outr, sizeof outr);
+  line(C, "long b = gid / %lldL, j = gid %% %lldL;", (long long)row, (long long)row);
+  line(C, "int lo = (int)(b * %lld), hi = min(lo + %d, %d);", (long long)blk, (int)blk, (int)rows);
+  line(C, "__global %s *o = %s;", t, outr);
+  line(C, "for (long i = 0; i < %lldL; i++) {", (long long)nidx);
+  line(C, "  int r = %s[i];", ir);
+  line(C, "  if (r < lo || r >= hi) continue;");
+  if (x->dtype == DT_I32)
+    line(C, "  o[r * %lldL + j] = (int)((uint)o[r * %lldL + j] + (uint)%s[i * %lldL + j]);",
+         (long long)row, (long long)row, ur, (long long)row);
+  else
+    line(C, "  o[r * %lldL + j] += %s[i * %lldL + j];", (long long)row, ur, (long long)row);
+  line(C, "}");
+  kernel_end(C, L, name, "", items(nb * row));
+}
+
 /* "new:X" outputs the plan did not place over parameter X: copied onto X at the end. */
 static void copy_back(Ctx *C, Launches *L, OclBuf *body) {
   for (int32_t i = 0; i < C->g->noutputs; i++) {
@@ -997,7 +1280,10 @@ static void collective_launch(Ctx *C, Launches *L, int32_t v) {
   }
   int32_t cap = L->cap;
   grow((void **)&L->v, sizeof *L->v, &cap, L->n + 1);
+  cap = L->cap;
+  grow((void **)&L->reduced, sizeof *L->reduced, &cap, L->n + 1);
   grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
+  L->reduced[L->n] = 0; /* a collective: --emit launches shows no reduction */
   int64_t *args = ir_xmalloc(2 * sizeof *args), *bytes = ir_xmalloc(2 * sizeof *bytes);
   const int32_t t[2] = {in, v};
   for (int k = 0; k < 2; k++) {
@@ -1042,8 +1328,15 @@ static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
     else
       map_kernel(C, L, body, v);
     return;
+  case IR_REDUCE_SUM:
+  case IR_REDUCE_MAX: reduce_kernels(C, L, body, v); return;
   case IR_TOP_K_INDICES: top_k_kernel(C, L, body, v); return;
-  case IR_SCATTER_ADD: scatter_kernel(C, L, body, v); return;
+  case IR_SCATTER_ADD:
+    if (x->dtype == DT_BF16)
+      scatter_kernel(C, L, body, v);
+    else
+      scatter_rows_kernels(C, L, body, v);
+    return;
   case IR_ATTENTION: attention_kernel(C, L, body, v); return;
   case IR_ATTENTION_GRAD: attention_grad_kernels(C, L, body, v); return;
   default: map_kernel(C, L, body, v); return;
@@ -1065,6 +1358,7 @@ static void launches_free(Launches *L, bool keep_launches) {
     }
     free(L->v);
     free(L->line);
+    free(L->reduced);
     free(L->names);
   }
   ocl_buf_free(&L->text);
@@ -1100,6 +1394,25 @@ static void prelude(OclBuf *b) {
          "typedef double axacc; /* f32 sums accumulate in double, as the interpreter's */\n"
          "#else\n"
          "typedef float axacc;\n"
+         "#endif\n"
+         "/* AXLC_NV_SHFL (set by the runtime on NVIDIA only): reductions use warp shuffles */\n"
+         "#ifdef AXLC_NV_SHFL\n"
+         "int ax_shfl_i(int v, int m) {\n"
+         "  int r;\n"
+         "  asm volatile(\"shfl.sync.bfly.b32 %%0, %%1, %%2, 0x1f, 0xffffffff;\" : \"=r\"(r) : "
+         "\"r\"(v), "
+         "\"r\"(m));\n"
+         "  return r;\n"
+         "}\n"
+         "float ax_shfl_f(float v, int m) { return as_float(ax_shfl_i(as_int(v), m)); }\n"
+         "#ifdef cl_khr_fp64\n"
+         "double ax_shfl_acc(double v, int m) {\n"
+         "  int2 h = as_int2(v);\n"
+         "  return as_double((int2)(ax_shfl_i(h.x, m), ax_shfl_i(h.y, m)));\n"
+         "}\n"
+         "#else\n"
+         "#define ax_shfl_acc ax_shfl_f\n"
+         "#endif\n"
          "#endif\n"
          "#define AXF(s, off) ((__global float *)((s) + (off)))\n"
          "#define AXI(s, off) ((__global int *)((s) + (off)))\n"
@@ -1189,6 +1502,7 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
            .err = err,
            .cap = cap};
   C.const_done = ir_xcalloc((size_t)g->nvalues + 1, sizeof *C.const_done);
+  C.scratch_at = (mp->slab_bytes + 63) / 64 * 64;
   Launches L = {0};
   if (check_graph(&C) == 0) {
     for (int32_t v = 0; v < g->nvalues && !C.failed; v++) value_kernel(&C, &L, &body, v);
@@ -1208,6 +1522,9 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
   out->nlaunches = L.n;
   out->launches = L.v;
   out->kernel_line = L.line;
+  out->reduced = L.reduced;
+  out->slab_bytes = mp->slab_bytes;
+  if (C.scratch_bytes > 0) out->slab_bytes = C.scratch_at + C.scratch_bytes;
   out->names = L.names;
   out->nkernels = L.nuniq;
   launches_free(&L, true);
@@ -1232,6 +1549,22 @@ void ocl_kernels_free(OclKernels *k) {
   free(k->names);
   free(k->launches);
   free(k->kernel_line);
+  free(k->reduced);
   free(k->source);
   memset(k, 0, sizeof *k);
+}
+
+int ocl_launches_write(FILE *f, const OclKernels *k) {
+  int rc = fprintf(f, "# kernel global local reduced\n") < 0;
+  for (int32_t i = 0; i < k->nlaunches && !rc; i++) {
+    const RtOclLaunch *L = &k->launches[i];
+    int64_t global = 1, local = 1;
+    for (int32_t d = 0; d < L->dims; d++) {
+      global *= L->global[d];
+      local *= L->local[d];
+    }
+    rc = fprintf(f, "%s %lld %lld %lld\n", L->kernel, (long long)global, (long long)local,
+                 (long long)(k->reduced ? k->reduced[i] : 0)) < 0;
+  }
+  return rc ? -1 : 0;
 }

@@ -46,6 +46,8 @@ typedef struct OclKernels {
   int32_t nlaunches;
   RtOclLaunch *launches; /* (nlaunches); names and args owned here */
   int32_t *kernel_line;  /* (nlaunches) first source line of each launch's kernel */
+  int64_t *reduced;      /* (nlaunches) elements each launch reduces; 0: not a reduction */
+  int64_t slab_bytes;    /* the slab the launches need: the plan's, then reductions' scratch */
   int32_t nkernels;      /* distinct kernels: launches that differ only in offsets share one */
   char **names;          /* (nkernels) */
 } OclKernels;
@@ -74,6 +76,10 @@ int32_t ocl_collective_index(const IrGraph *g, int32_t v);
 int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOptions *o,
              OclKernels *out, char *err, size_t cap);
 void ocl_kernels_free(OclKernels *k);
+/* The launch list as text (`--emit launches`): a header line, then per launch in order its
+ * kernel, global size (all dimensions' product), work-group size (0: the driver's) and the
+ * elements it reduces (0: not a reduction), separated by spaces. 0 or -1 (a write error). */
+int ocl_launches_write(FILE *f, const OclKernels *k);
 
 /* ======================================================================== gemm.c */
 

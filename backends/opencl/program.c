@@ -126,7 +126,8 @@ int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
   RtProgram *p = &out->base;
   p->abi_version = RT_ABI_VERSION;
   p->config = info->config;
-  p->slab_bytes = mp->slab_bytes;
+  /* the plan's slab, then the two-stage reductions' partial results (emit.c) */
+  p->slab_bytes = k->slab_bytes > mp->slab_bytes ? k->slab_bytes : mp->slab_bytes;
   p->nparams = info->nparams;
   p->params = *slots;
   p->batch = g->values[ids].shape.dims[0];

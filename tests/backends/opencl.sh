@@ -47,6 +47,10 @@
 #   sample        --sample on the OpenCL trainer (forward and KV-cache decode on the device) from
 #                 the CPU trainer's checkpoint: the CPU trainer's text byte for byte, greedy with
 #                 the cache, seeded with top-k past the window (re-prefills), and --no-kv-cache
+#   reduce_launches  gpt2-124m at batch 8, seq 1024 (`--emit launches`, no device): every
+#                 reduction over more than 65,536 elements (reduce_sum, reduce_max, scatter_add)
+#                 launches at least 1,024 work items; the gradient norm's sum over the 38.6M
+#                 embedding runs in two stages (on main it ran on one work item)
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -172,6 +176,19 @@ broken_kernel)
   "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl --emit cl > "$T/k.cl" 2>&1 ||
     fail "the unbroken kernels do not compile"
   grep -q "__kernel" "$T/k.cl" || fail "--emit cl wrote no kernels"
+  ;;
+reduce_launches)
+  "$AXLC" compile "$SRC/models/gpt2-124m.json" --target opencl --emit launches \
+    --set /input/global_batch_size=8 --set /input/seq_len=1024 -o "$T/l" > "$T/out" 2>&1 ||
+    fail "--emit launches: $(cat "$T/out")"
+  [ "$(head -1 "$T/l")" = "# kernel global local reduced" ] || fail "header: $(head -1 "$T/l")"
+  big=$(awk '$4 > 65536' "$T/l" | wc -l)
+  [ "$big" -ge 300 ] || fail "only $big reductions over 65,536 elements: $(cat "$T/l")"
+  awk '$4 > 65536 && $2 < 1024' "$T/l" > "$T/few"
+  [ -s "$T/few" ] && fail "reductions on fewer than 1,024 work items: $(cat "$T/few")"
+  # the embedding's sum of squares (the gradient norm): parts, then the partial sums
+  grep -q '_reduce_sum_parts [0-9]* 256 38597376$' "$T/l" || fail "no two-stage embedding sum"
+  grep -q '_scatter_add [0-9]* 0 6291456$' "$T/l" || fail "no scatter_add of 8192 x 768 updates"
   ;;
 gpu_target)
   model="$SRC/models/tiny-lm.json"

@@ -34,6 +34,7 @@
 static cl_device_id dev;
 static cl_context ctx;
 static cl_command_queue queue;
+static const char *build_options = "-cl-std=CL1.2"; /* the runtime adds a device's variant */
 
 #ifndef OCL_CHECK_ONLY
 /* The first device of the first platform that has one; -1 if none. */
@@ -118,7 +119,7 @@ static int run_kernels(const OclKernels *k, char *slab, int64_t slab_bytes) {
   const char *src = k->source;
   cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &e);
   if (cl_check(e, "clCreateProgramWithSource")) return -1;
-  if (clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2", NULL, NULL) != CL_SUCCESS) {
+  if (clBuildProgram(prog, 1, &dev, build_options, NULL, NULL) != CL_SUCCESS) {
     char log[8192] = "";
     clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
     fprintf(stderr, "build failed: %s\n", log);
@@ -207,7 +208,7 @@ static void check_with(IrGraph *g, double **leaf, const IrInterp *it, bool fuse,
   pass_memplan_free(&mp);
   return;
 #endif
-  int64_t bytes = mp.slab_bytes + 64;
+  int64_t bytes = k.slab_bytes + 64; /* the plan's slab and the reductions' scratch */
   char *slab = malloc((size_t)bytes);
   memset(slab, 0xff, (size_t)bytes);
   for (int32_t v = 0; v < g->nvalues; v++)
@@ -384,6 +385,92 @@ static void test_reductions(void) {
         "output \"sum_exp\" = %7\n"
         "output \"once\" = %11\n",
         NULL, 0, "max_last max0 once", BF16_TOL);
+}
+
+/* The parallel reduction kernels (emit.c: work-group trees, two stages for a scalar or a small
+ * result) on shapes that are not multiples of the work-group: rows (the last axis reduced) and
+ * columns (leading axes), to many outputs (one stage), to a scalar and to a few outputs (two
+ * stages: partials read side by side, [o][p], or across, [p][o]), over axes of both kinds, with
+ * an operand computed inline (exp: fused) and i32 sums; in f32 (sums in double where the device
+ * has fp64, as the interpreter's, so within 1e-6) and in bf16 (each result rounded once); with
+ * the local-memory trees and again as a CPU device runs them (AXLC_CPU_REDUCE: one item a run).
+ * `DT` in text is the dtype. */
+static void check_reductions(const char *dt, const char *exact, double tol) {
+  static const char *const text = "%0 = parameter \"x\" : DT[37,1001]\n"
+                                  "%1 = reduce_sum %0 axes=[1] : DT[37]\n"
+                                  "%2 = reduce_sum %0 axes=[0] : DT[1001]\n"
+                                  "%3 = reduce_sum %0 axes=[0,1] : DT[]\n"
+                                  "%4 = reduce_max %0 axes=[0,1] : DT[]\n"
+                                  "%5 = parameter \"c\" : DT[3001,45]\n"
+                                  "%6 = reduce_sum %5 axes=[0] : DT[45]\n"
+                                  "%7 = reduce_max %5 axes=[0] : DT[45]\n"
+                                  "%8 = slice %5 start=[0,0] limit=[3001,5] : DT[3001,5]\n"
+                                  "%9 = reduce_sum %8 axes=[0] : DT[5]\n"
+                                  "%10 = parameter \"t\" : DT[3,4001,7]\n"
+                                  "%11 = reduce_sum %10 axes=[1,2] : DT[3]\n"
+                                  "%12 = reduce_sum %10 axes=[0,2] : DT[4001]\n"
+                                  "%13 = reduce_sum %10 axes=[0,1] : DT[7]\n"
+                                  "%14 = exp %0 : DT[37,1001]\n"
+                                  "%15 = reduce_sum %14 axes=[1] : DT[37]\n"
+                                  "%16 = exp %10 : DT[3,4001,7]\n"
+                                  "%17 = reduce_sum %16 axes=[0,1,2] : DT[]\n"
+                                  "%18 = input \"i\" : i32[2003,3]\n"
+                                  "%19 = reduce_sum %18 axes=[0] : i32[3]\n"
+                                  "%20 = reduce_sum %18 axes=[0,1] : i32[]\n"
+                                  "%21 = reduce_max %18 axes=[0] : i32[3]\n"
+                                  "output \"rows\" = %1\n"
+                                  "output \"cols\" = %2\n"
+                                  "output \"all\" = %3\n"
+                                  "output \"max_all\" = %4\n"
+                                  "output \"cols_parts\" = %6\n"
+                                  "output \"max_cols_parts\" = %7\n"
+                                  "output \"few_cols\" = %9\n"
+                                  "output \"few_rows\" = %11\n"
+                                  "output \"middle\" = %12\n"
+                                  "output \"lead\" = %13\n"
+                                  "output \"exp_rows\" = %15\n"
+                                  "output \"exp_all\" = %17\n"
+                                  "output \"i32_cols\" = %19\n"
+                                  "output \"i32_all\" = %20\n"
+                                  "output \"i32_max\" = %21\n";
+  char *g = malloc(strlen(text) * 2 + 1), *o = g;
+  for (const char *p = text; *p;)
+    if (!strncmp(p, "DT", 2)) {
+      o += sprintf(o, "%s", dt);
+      p += 2;
+    } else
+      *o++ = *p++;
+  *o = 0;
+  check(g, NULL, 0, exact, tol);
+  build_options = "-cl-std=CL1.2 -DAXLC_CPU_REDUCE"; /* what the trainer runs on a CPU device */
+  check(g, NULL, 0, exact, tol);
+  build_options = "-cl-std=CL1.2";
+  free(g);
+}
+
+static void test_reductions_parallel_f32(void) {
+  check_reductions("f32", "max_all max_cols_parts i32_cols i32_all i32_max", 1e-6);
+}
+
+static void test_reductions_parallel_bf16(void) {
+  check_reductions("bf16", "max_all max_cols_parts i32_cols i32_all i32_max", BF16_TOL);
+}
+
+/* scatter_add of f32 and i32 (emit.c: zeroed, then blocks of rows a work item each): 1000
+ * indices into 301 rows, each named three or four times, columns not a
+ * multiple of anything. */
+static void test_scatter_f32(void) {
+  static double idx[1000];
+  for (int i = 0; i < 1000; i++) idx[i] = (i * 37) % 301;
+  Bind b[] = {{"idx", idx}};
+  check("%0 = input \"idx\" : i32[1000]\n"
+        "%1 = parameter \"u\" : f32[1000,45]\n"
+        "%2 = scatter_add %0, %1 rows=301 : f32[301,45]\n"
+        "%3 = input \"n\" : i32[1000,3]\n"
+        "%4 = scatter_add %0, %3 rows=301 : i32[301,3]\n"
+        "output \"f32\" = %2\n"
+        "output \"i32\" = %4\n",
+        b, 1, "i32", 1e-5); /* f32 sums in the (f32) output, as before */
 }
 
 /* dot_general with bf16 operands: bf16 results (rounded once) and f32 results (the f32
@@ -574,6 +661,9 @@ int main(int argc, char **argv) {
       {"elementwise", test_elementwise},
       {"casts", test_casts},
       {"reductions", test_reductions},
+      {"reductions_parallel_f32", test_reductions_parallel_f32},
+      {"reductions_parallel_bf16", test_reductions_parallel_bf16},
+      {"scatter_f32", test_scatter_f32},
       {"dot", test_dot},
       {"gather_scatter", test_gather_scatter},
       {"movement", test_movement},
