@@ -129,6 +129,9 @@ static int sample_graph(const BackendJob *j, const OclOptions *o, IrGraph *g, co
   if (rc)
     return backend_error(&j->diag, j->file, NULL, "OpenCL code generation of the %s failed: %s",
                          what, err);
+  /* two-stage reductions keep their partial sums just past the plan: the sampling buffer
+   * holds them, and the decode step's own tensors start after the forward's scratch */
+  if (k->slab_bytes > plan->slab_bytes) plan->slab_bytes = k->slab_bytes;
   if (ocl_check_source(k, err, sizeof err))
     return backend_error(&j->diag, j->file, NULL,
                          "the generated OpenCL C of the %s does not compile (libclang): %s", what,
