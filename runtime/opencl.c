@@ -78,7 +78,9 @@ typedef struct Session {
     double *prof_ns;      /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
     int64_t prof_steps;
     Traffic traffic;
-    const char *name; /* program name for messages */
+    const char *name;  /* program name for messages */
+    RtOclMma mma;      /* the product kernels' body on this device (the capability table) */
+    char options[512]; /* clBuildProgram's: the program's, and -DAX_MMA=N */
 } Session;
 
 /* The session rt_train_main's steps run in (see the file comment). */
@@ -261,6 +263,92 @@ static const DevInfo *first_match(const DevInfo *d, int n, const char *match) {
     return NULL;
 }
 
+/* ---- the capability table: what the kernels may use on a device ---- */
+
+/* What device queries say of a device, for the choice of kernel bodies. */
+typedef struct DevCaps {
+    char vendor[128]; /* CL_DEVICE_VENDOR */
+    int cc;           /* NVIDIA's compute capability, major * 10 + minor (cl_nv_device_attribute_query); 0: none */
+} DevCaps;
+
+/* The device kinds whose matrix products run on tensor cores: a device whose vendor holds
+ * `vendor` and whose compute capability is at least min_cc builds the products' tensor-core
+ * body (backends/opencl/gemm.c) as `mma`. Every other device keeps the SIMT kernels, the
+ * fastest there. Adding a kind is a row here, and a body in gemm.c if its instruction is new
+ * (docs/backends.md, "Adding a device kind"). */
+static const struct {
+    const char *vendor;
+    int min_cc;
+    RtOclMma mma;
+    const char *what;
+} mma_kinds[] = {
+    {"NVIDIA", 80, RT_OCL_MMA_PTX, "mma.sync through inline PTX (bf16 m16n8k16, tf32 m16n8k8)"},
+};
+
+#define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
+
+static void dev_caps(cl_device_id dev, DevCaps *c) {
+    memset(c, 0, sizeof *c);
+    dev_string(dev, CL_DEVICE_VENDOR, c->vendor, sizeof c->vendor);
+    char ext[8192];
+    dev_string(dev, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
+    cl_uint major = 0, minor = 0;
+    if (strstr(ext, "cl_nv_device_attribute_query") &&
+        clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major, NULL) == CL_SUCCESS &&
+        clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof minor, &minor, NULL) == CL_SUCCESS)
+        c->cc = (int)(major * 10 + minor);
+}
+
+/* The products' body on device d: the table's, or AXLC_OPENCL_MMA's (emulate: the portable
+ * emulation of the tensor-core body, which the tests run on PoCL; off: the SIMT kernels);
+ * -1 with err set for another value. `why` says where the choice came from. */
+static int pick_mma(const DevInfo *d, RtOclMma *out, char *why, size_t cap, RtError *err) {
+    const char *env = getenv("AXLC_OPENCL_MMA");
+    if (env && *env && strcmp(env, "auto") != 0) {
+        if (strcmp(env, "emulate") != 0 && strcmp(env, "off") != 0)
+            return rt_error_set(err, "AXLC_OPENCL_MMA: '%s' is not auto, emulate or off", env);
+        *out = !strcmp(env, "emulate") ? RT_OCL_MMA_EMULATE : RT_OCL_MMA_OFF;
+        snprintf(why, cap, "AXLC_OPENCL_MMA=%s", env);
+        return 0;
+    }
+    DevCaps c;
+    dev_caps(d->device, &c);
+    *out = RT_OCL_MMA_OFF;
+    snprintf(why, cap, "vendor %s%s", c.vendor, c.cc ? "" : ", no compute capability");
+    if (c.cc)
+        snprintf(why + strlen(why), cap - strlen(why), ", compute capability %d.%d", c.cc / 10, c.cc % 10);
+    for (size_t i = 0; i < sizeof mma_kinds / sizeof mma_kinds[0]; i++)
+        if (strstr(c.vendor, mma_kinds[i].vendor) && c.cc >= mma_kinds[i].min_cc) {
+            *out = mma_kinds[i].mma;
+            snprintf(why + strlen(why), cap - strlen(why), ": %s", mma_kinds[i].what);
+        }
+    return 0;
+}
+
+/* Chooses the products' body and the build options; says the choice when a product has a
+ * tensor-core body. */
+static int choose_bodies(Session *S, const DevInfo *d, RtError *err) {
+    char why[512];
+    if (pick_mma(d, &S->mma, why, sizeof why, err) != 0)
+        return -1;
+    const char *base = S->p->build_options ? S->p->build_options : "";
+    snprintf(S->options, sizeof S->options, "%s%s", base, *base && S->mma ? " " : "");
+    if (S->mma)
+        snprintf(S->options + strlen(S->options), sizeof S->options - strlen(S->options), "-DAX_MMA=%d", (int)S->mma);
+    int32_t n = 0;
+    for (int32_t i = 0; i < S->p->nlaunches; i++)
+        n += S->p->launches[i].mma_local[0] > 0;
+    if (n > 0)
+        printf("%s: OpenCL products: %d of %d launches have a tensor-core body; %s (%s)\n", S->name, (int)n,
+               (int)S->p->nlaunches,
+               S->mma == RT_OCL_MMA_PTX       ? "it runs on the tensor cores"
+               : S->mma == RT_OCL_MMA_EMULATE ? "it runs emulated"
+                                              : "they run their SIMT body",
+               why);
+    return 0;
+}
+
 /* ---- building, with the per-device binary cache ---- */
 
 static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
@@ -294,8 +382,7 @@ static void cache_path(const Session *S, const DevInfo *d, char *out, size_t cap
     /* the entries' format first: 2, a trailer with a checksum (older entries are never read) */
     static const char format[] = "axlc-ocl-cache 2";
     uint64_t h = fnv_bytes(0xcbf29ce484222325ull, format, sizeof format);
-    const char *parts[] = {
-        d->platform_name, d->name, d->version, d->driver, S->p->build_options ? S->p->build_options : "", S->p->source};
+    const char *parts[] = {d->platform_name, d->name, d->version, d->driver, S->options, S->p->source};
     for (int i = 0; i < 6; i++)
         h = fnv_bytes(h, parts[i], strlen(parts[i]) + 1);
     snprintf(out, cap, "%s/ocl-%016llx.bin", dir, (unsigned long long)h);
@@ -334,7 +421,7 @@ static int build_from_binary(Session *S, const DevInfo *d, const char *path) {
         S->prog = NULL;
         return -1;
     }
-    if (clBuildProgram(S->prog, 1, &d->device, S->p->build_options, NULL, NULL) != CL_SUCCESS) {
+    if (clBuildProgram(S->prog, 1, &d->device, S->options, NULL, NULL) != CL_SUCCESS) {
         clReleaseProgram(S->prog);
         S->prog = NULL;
         return -1;
@@ -381,7 +468,7 @@ static int build_program(Session *S, const DevInfo *d, RtError *err) {
         S->prog = clCreateProgramWithSource(S->ctx, 1, &src, NULL, &e);
         if (e != CL_SUCCESS)
             return rt_error_set(err, "clCreateProgramWithSource: %d (%s)", (int)e, cl_err_name(e));
-        e = clBuildProgram(S->prog, 1, &d->device, S->p->build_options, NULL, NULL);
+        e = clBuildProgram(S->prog, 1, &d->device, S->options, NULL, NULL);
         if (e != CL_SUCCESS) {
             char log[4096];
             build_log(S->prog, d->device, log, sizeof log);
@@ -554,7 +641,9 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     S->q = clCreateCommandQueue(S->ctx, d->device, S->prof_ns ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
     if (e != CL_SUCCESS)
         return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
-    return build_program(S, d, err) != 0 || plan_split(S, d, err) != 0 ? -1 : make_kernels(S, err);
+    return choose_bodies(S, d, err) != 0 || build_program(S, d, err) != 0 || plan_split(S, d, err) != 0
+               ? -1
+               : make_kernels(S, err);
 }
 
 /* AXLC_OPENCL_PROFILE: the bytes between host and device, and the launches that took the most
@@ -693,11 +782,11 @@ static int fetch(Session *S, SlabBuf *b, int64_t off, int64_t bytes, cl_bool wai
 static int launch(Session *S, const SlabBuf *b, int32_t i) {
     const RtOclLaunch *L = &S->p->launches[i];
     size_t g[3], l[3];
-    int has_local = 0;
+    int has_local = 0, mma = S->mma && L->mma_local[0] > 0; /* its tensor-core body */
     for (int d = 0; d < L->dims; d++) {
-        g[d] = (size_t)L->global[d];
-        l[d] = (size_t)L->local[d];
-        has_local |= L->local[d] > 0;
+        g[d] = (size_t)(mma ? L->mma_global[d] : L->global[d]);
+        l[d] = (size_t)(mma ? L->mma_local[d] : L->local[d]);
+        has_local |= l[d] > 0;
     }
     cl_int e = CL_SUCCESS;
     for (int32_t a = 0; S->bound != b && a < L->nargs && e == CL_SUCCESS; a++) /* another slab's buffers */

@@ -176,9 +176,11 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
     c_string(f, L->kernel);
     fprintf(f,
             ", %d, {%" PRId64 ", %" PRId64 ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64
-            "}, %d, args + %" PRId64 ", arg_bytes + %" PRId64 "},\n",
+            "}, %d, args + %" PRId64 ", arg_bytes + %" PRId64 ", {%" PRId64 ", %" PRId64
+            ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64 "}},\n",
             L->dims, L->global[0], L->global[1], L->global[2], L->local[0], L->local[1],
-            L->local[2], L->nargs, nargs, nargs);
+            L->local[2], L->nargs, nargs, nargs, L->mma_global[0], L->mma_global[1],
+            L->mma_global[2], L->mma_local[0], L->mma_local[1], L->mma_local[2]);
     nargs += L->nargs;
   }
   fprintf(
