@@ -437,11 +437,6 @@ static void mma_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtOcl
   R->mma_local[2] = 1;
 }
 
-bool ocl_gemm_has_mma(const IrGraph *g, int32_t v) {
-  Layout L;
-  return ocl_gemm_ok(g, v) && layout(g, v, &L) && (L.bf16_in || L.tf32);
-}
-
 void ocl_gemm_kernel(OclBuf *b, const IrGraph *g, int32_t v, const char *const refs[3], bool tiled,
                      RtOclLaunch *R, const char **attrs) {
   Layout L = {0};

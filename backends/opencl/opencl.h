@@ -72,8 +72,6 @@ void ocl_kernels_free(OclKernels *k);
 
 /* Whether dot_general v is a (batched) row-major product the GEMM kernel computes. */
 bool ocl_gemm_ok(const IrGraph *g, int32_t v);
-/* Whether v's GEMM kernel has a tensor-core body (bf16 operands, or f32 under matmul tf32). */
-bool ocl_gemm_has_mma(const IrGraph *g, int32_t v);
 /* The shared GEMM routines, printed once before the kernels (with bf16: their bf16 forms; with
  * tf32: the TF32 rounding; with either: the tensor-core routines, under #if AX_MMA). */
 void ocl_gemm_prelude(OclBuf *b, bool bf16, bool tf32);
