@@ -251,6 +251,7 @@ static void mma_routine(OclBuf *b, const char *name, bool bf16, const char *out,
         "        b[j][0] = *(__local const uint *)q;\n"
         "        b[j][1] = *(__local const uint *)(q + 8);\n"
         "      }\n"
+        "#pragma unroll\n"
         "      for (int i = 0; i < 2; i++)\n"
         "        for (int j = 0; j < 4; j++) ax_mma_bf16(c[i][j], a[i], b[j], x);\n"
         "    }\n");
@@ -270,6 +271,7 @@ static void mma_routine(OclBuf *b, const char *name, bool bf16, const char *out,
                    "        b[j][0] = q[0];\n"
                    "        b[j][1] = q[4];\n"
                    "      }\n"
+                   "#pragma unroll\n"
                    "      for (int i = 0; i < 2; i++)\n"
                    "        for (int j = 0; j < 4; j++) ax_mma_tf32(c[i][j], a[i], b[j], x);\n"
                    "    }\n");
@@ -414,20 +416,22 @@ static void blocked_kernel(OclBuf *b, const char *const r[3], const Layout *L, R
  * work-group, its launch range in R's mma fields. */
 static void mma_kernel(OclBuf *b, const char *const r[3], const Layout *L, RtOclLaunch *R) {
   bool bf16 = L->bf16_in;
+  /* uint arrays, so that a bf16 tile's pairs load as aligned words */
+  const char *cast = bf16 ? "(__local ushort *)" : "";
   ocl_buf_printf(
       b,
-      "  __local %s As[AX_BM * %s], Bs[AX_BN * %s];\n"
+      "  __local uint As[AX_BM * %s], Bs[AX_BN * %s];\n"
       "  __local uint Xs[AX_MMA_X];\n"
       "  long bt = get_group_id(2);\n"
       "  ax_mmag_%s(%s + bt * %lldL, %s + bt * %lldL, %s + bt * %lldL, %lld, %lld, %lld,\n"
-      "             %lldL, %lldL, %lldL, %lldL, As, Bs, Xs);\n",
-      bf16 ? "ushort" : "uint", bf16 ? "AX_LDH" : "AX_LDT", bf16 ? "AX_LDH" : "AX_LDT",
+      "             %lldL, %lldL, %lldL, %lldL, %sAs, %sBs, Xs);\n",
+      bf16 ? "AX_LDH / 2" : "AX_LDT", bf16 ? "AX_LDH / 2" : "AX_LDT",
       !bf16         ? "tf"
       : L->bf16_out ? "hh"
                     : "hf",
       r[0], (long long)L->sa, r[1], (long long)L->sb, r[2], (long long)(L->m * L->n),
       (long long)L->m, (long long)L->n, (long long)L->k, (long long)L->sam, (long long)L->sak,
-      (long long)L->sbk, (long long)L->sbn);
+      (long long)L->sbk, (long long)L->sbn, cast, cast);
   enum { BM = 64, BN = 64 }; /* coupled with AX_BM, AX_BN */
   R->mma_global[0] = (L->n + BN - 1) / BN * 32;
   R->mma_global[1] = (L->m + BM - 1) / BM * 4;
