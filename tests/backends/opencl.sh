@@ -107,6 +107,7 @@ mma_interp)
     grep -q "^#if AX_MMA" "$T/k.cl" && grep -q "mma.sync.aligned" "$T/k.cl" ||
       fail "$policy: the kernels have no tensor-core body"
     needs_device "$T/ocl"
+    rm -rf "$T/e"
     AXLC_OPENCL_MMA=emulate "$T/ocl" --data "$T/text.txt" --steps 3 --ckpt-dir "$T/e" > "$T/out" 2>&1 ||
       fail "$policy: the emulated trainer: $(tail -5 "$T/out")"
     grep -q "ocl: OpenCL products: [1-9][0-9]* of [0-9]* launches have a tensor-core body; it runs emulated (AXLC_OPENCL_MMA=emulate)" "$T/out" ||
