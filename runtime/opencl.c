@@ -6,7 +6,10 @@
  * device (--device N or P:D; --list-devices lists them), builds the source for it, or loads
  * the binary built for the same device, driver and source from the cache, and then runs the
  * CPU trainer's loop (rt_train_main) with a step that enqueues the launches. So options,
- * metrics, checkpoints and signals are the CPU trainer's, by construction.
+ * metrics, checkpoints and signals are the CPU trainer's, by construction. Before building, the
+ * capability table (device queries: the vendor, NVIDIA's compute capability) picks the body of
+ * the matrix products, passed as -DAX_MMA=N: the tensor cores where a row says so, else the
+ * SIMT kernels (AXLC_OPENCL_MMA=emulate|off overrides it).
  *
  * Memory: the state lives on the device. Each host slab (the training slab, and the eval slab
  * with --eval-data) gets a device buffer of the same layout. A step sends the batch and the step
