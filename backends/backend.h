@@ -44,8 +44,6 @@ typedef struct BackendDiag {
 /* Reports a message; always returns -1 so callers can `return backend_error(...)`. */
 int backend_error(const BackendDiag *d, const char *file, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* a, sep and b joined into a malloc'd string ("DIR", "/", "NAME"); aborts when out of memory. */
-char *backend_join(const char *a, const char *sep, const char *b);
 
 /* ======================================================================== the interface */
 
@@ -104,9 +102,6 @@ typedef struct BackendOptions {
   int64_t cache_max;          /* its size limit in bytes (backend_cache_limit); 0: none */
   int jobs;                   /* compile threads; 0: one per online CPU */
   bool progress;              /* say on stderr what a long compile is doing */
-  const struct BackendSupervisor *supervise; /* run, several devices: restarts and elastic
-                                                (supervise.c; the backend sets the trainer,
-                                                its ranks and options); NULL: once, no restart */
 } BackendOptions;
 
 /* One kind of artifact compile can write (`axlc compile --emit NAME`). */
@@ -137,10 +132,16 @@ typedef struct Backend {
   int (*compile)(const BackendJob *j, const BackendOptions *o, const char *emit, const char *out);
   /* Optional: trains in this process with the trainer options argv[1..argc)
    * (argv[0] names the program). Returns the exit status; the reasons of a
-   * failure are reported to j->diag, or already printed by the runtime. */
+   * failure are reported to j->diag, or already printed by the runtime. A job of
+   * several devices, or one of a backend without run but with run_trainer, is not
+   * run here: the driver links compile's default emit (the trainer) and launches
+   * it (driver.h: drv_run; launch/). */
   int (*run)(const BackendJob *j, const BackendOptions *o, int argc, char **argv);
-  /* Optional (with run): checks run's options argv[1..argc) as run would, with its messages,
-   * before anything is lowered or compiled. 0, or -1 with the reason reported to d. */
+  /* axlc run trains with the trainer compile links, started by the driver as a process of
+   * its own, even on one device (opencl: the device's driver must not load into axlc). */
+  bool run_trainer;
+  /* Optional (with run or run_trainer): checks run's options argv[1..argc) as run would, with its
+   * messages, before anything is lowered or compiled. 0, or -1 with the reason reported to d. */
   int (*check_run_args)(int argc, char **argv, const BackendDiag *d);
 } Backend;
 
@@ -157,77 +158,6 @@ const Backend *backend_for_target(const char *target);
 void backend_names(char *buf, size_t cap);
 /* The emit kind `name` of b, or NULL. */
 const BackendEmit *backend_emit_find(const Backend *b, const char *name);
-/* ======================================================================== spawn.c */
-
-/* Runs argv (NULL-terminated; argv[0] is looked up on PATH) and waits: its exit status, 128 +
- * the signal that ended it, or -1 if it could not be started (127: exec failed). */
-int backend_spawn(char *const *argv);
-/* The full path of the executable `name` on PATH (malloc'd), or NULL. */
-char *backend_which(const char *name);
-/* backend_spawn, with the tool's stderr passed on and kept in log: all of it when it fits in
- * cap - 1 bytes, else its first cap / 4 bytes and its last ones. */
-int backend_spawn_log(char *const *argv, char *log, size_t cap);
-/* Runs argv (mpirun) as a job and waits, as backend_spawn. The job has a process group of its
- * own, so the terminal's signals reach this process alone, and stdin from /dev/null. The first
- * SIGINT, SIGTERM or SIGHUP this process receives meanwhile goes to the processes running the
- * executable `workers` (the ranks; SIGHUP as SIGTERM), which stop after their step and save; to
- * the job (SIGTERM) when none runs yet; a later one ends them and the job at once. SIGTSTP
- * stops the job with this process. The job gets SIGTERM if this process dies (Linux). The
- * first signal is stored in *signalled (0: none). */
-int backend_spawn_job(char *const *argv, const char *workers, int *signalled);
-/* Where backend_spawn_job_lines hands the job's output: each line (without its newline, NUL
- * terminated) as it comes, with fd 1 for the job's stdout and 2 for its stderr. */
-typedef struct BackendLines {
-  void (*line)(void *ctx, int fd, const char *line);
-  void *ctx;
-} BackendLines;
-/* backend_spawn_job with the job's stdout and stderr read through pipes: passed on to this
- * process's at once, and each line given to lines (NULL: the job writes to this process's own
- * stdout and stderr, as backend_spawn_job). */
-int backend_spawn_job_lines(char *const *argv, const char *workers, const BackendLines *lines,
-                            int *signalled);
-
-/* ======================================================================== supervise.c */
-
-/* A supervised training job (`axlc launch`, `axlc run --target cpu-N`): docs/runtime.md,
- * "The supervisor". */
-struct BackendSupervisor {
-  const char *prog;    /* the log lines' prefix: "axlc launch" */
-  const char *trainer; /* the trainer executable */
-  int ranks;           /* the devices it was compiled for: one process each */
-  int argc;            /* the trainer's options, argv[0..argc) */
-  char *const *argv;
-  int max_restarts;   /* restarts after failures (0: the job runs once) */
-  int min_ranks;      /* elastic: the fewest ranks to go on with (0: ranks, never fewer) */
-  double backoff;     /* seconds before a restart; doubles while no new checkpoint comes */
-  int same_step;      /* failures at one step that end the job (a restart repeats them) */
-  int shrink_after;   /* failures naming one rank before the job goes on without it */
-  const char *axlc;   /* the axlc that compiles the trainer of a smaller mesh */
-  const char *report; /* JSON lines: each launch, failure, recovery, shrink, the end; or NULL */
-};
-typedef struct BackendSupervisor BackendSupervisor;
-
-/* Runs the job under mpirun (srun inside a Slurm allocation; the trainer alone for one rank)
- * and restarts it with --resume after each failure, as s says. Returns the exit status: 0 when
- * the trainer finished, 128 + a signal that stopped it (the ranks saved), else the last job's
- * status; problems before the first launch are reported to d (status 1). */
-int backend_supervise(const BackendSupervisor *s, const BackendDiag *d);
-
-/* Elastic shrink: the mesh and microbatches of a job on `to` ranks instead of `from`. */
-typedef struct BackendElasticPlan {
-  int naxes;
-  int64_t shape[8];     /* /mesh/shape: a -1 axis stays (--target cpu-TO sizes it); else the batch
-                           axes (data, then fsdp, then expert) give up the factor from/to */
-  int64_t microbatches; /* so that a microbatch holds the rows per device it held, or the next
-                           count above that divides the rows each device now holds */
-  int64_t global_batch; /* /input/global_batch_size, unchanged */
-} BackendElasticPlan;
-/* The plan for config (the resolved config text a trainer embeds: `TRAINER --config`). 0, or
- * -1 with the reason in why (cap bytes): no such mesh, or its batch shards do not divide the
- * global batch. */
-int backend_elastic_plan(const char *config, int from, int to, BackendElasticPlan *plan, char *why,
-                         size_t cap);
-
 /* ======================================================================== link.c */
 
 /* A trainer executable, as a backend hands it to the link step. */

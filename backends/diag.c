@@ -1,6 +1,5 @@
 /*
- * diag.c: how a backend reports a user error (backend.h: BackendDiag), and the one string
- * helper backends share (backend_join).
+ * diag.c: how a backend reports a user error (backend.h: BackendDiag).
  *
  * Backends know nothing of the config reader's diagnostics: a message goes to the job's sink,
  * which the driver points at its own (driver.h: drv_backend_diag), so that what the user reads
@@ -27,13 +26,4 @@ int backend_error(const BackendDiag *d, const char *file, const char *path, cons
   }
   va_end(ap);
   return -1;
-}
-
-char *backend_join(const char *a, const char *sep, const char *b) {
-  size_t na = strlen(a), ns = strlen(sep), nb = strlen(b);
-  char *s = ir_xmalloc(na + ns + nb + 1);
-  memcpy(s, a, na);
-  memcpy(s + na, sep, ns);
-  memcpy(s + na + ns, b, nb + 1);
-  return s;
 }

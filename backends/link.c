@@ -23,8 +23,7 @@
 
 /* A runtime file: dir/name when the options name a runtime directory, else the build's path. */
 static char *runtime_path(const BackendOptions *o, const char *name, const char *built) {
-  return o && o->runtime_dir ? backend_join(o->runtime_dir, "/", name)
-                             : backend_join(built, "", "");
+  return o && o->runtime_dir ? base_join(o->runtime_dir, "/", name) : base_join(built, "", "");
 }
 
 /* What a failed link needs installed, for its message. */
@@ -138,7 +137,7 @@ int backend_link_trainer(const BackendLink *l, const BackendOptions *o, const Ba
   for (char *lib = strtok(mpi, ";"); lib && n + 1 < cap; lib = strtok(NULL, ";")) argv[n++] = lib;
   argv[n] = NULL;
   char log[4096];
-  int rc = backend_spawn_log(argv, log, sizeof log) == 0 ? 0 : -1;
+  int rc = base_run_log(argv, log, sizeof log) == 0 ? 0 : -1;
   int64_t in_bytes = rc ? inputs_size(argv) : 0;
   free(argv);
   free(tok);

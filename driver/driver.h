@@ -19,6 +19,7 @@
 #include "backends/backend.h"
 #include "frontend/frontend.h"
 #include "ir/ir.h"
+#include "launch/launch.h"
 #include "passes/passes.h"
 #include "runtime/axrt.h"
 
@@ -85,6 +86,36 @@ BackendDiag drv_backend_diag(FeDiag *d);
  * reported as if it fused like the host); NULL when neither plans. */
 const Backend *drv_plan_backend(const char *target);
 
+/* ---- run.c: axlc run ------------------------------------------------------ */
+
+/* Trains job j, handed to backend b as bj, with the trainer options argv[1..argc) (argv[0]
+ * names the program): in this process by b->run, unless the job runs on several devices and
+ * this process is none of its ranks (and does not --sample), or b runs as its trainer
+ * (run_trainer). Then b links the trainer (compile's default emit) into a temporary directory
+ * and the launch layer starts it: under the supervisor sv (its trainer, ranks, launcher and
+ * options are filled in here) on several devices, or alone as a job. The exit status; the
+ * reasons of a failure are in j->diag, or already printed. */
+int drv_run(DrvJob *j, const Backend *b, const BackendJob *bj, const BackendOptions *o,
+            const LaunchSupervisor *sv, int argc, char **argv);
+
+/* ---- elastic.c: a job on fewer ranks ------------------------------------- */
+
+/* Elastic shrink: the mesh and microbatches of a job on `to` ranks instead of `from`. */
+typedef struct DrvElasticPlan {
+  int naxes;
+  int64_t shape[IR_MAX_MESH_AXES]; /* /mesh/shape: a -1 axis stays (--target cpu-TO sizes it);
+                                      else the batch axes (fe_axes: FE_AXIS_BATCH) give up the
+                                      factor from/to, the expert axis last */
+  int64_t microbatches; /* so that a microbatch holds the rows per device it held, or the next
+                           count above that divides the rows each device now holds */
+  int64_t global_batch; /* /input/global_batch_size, unchanged */
+} DrvElasticPlan;
+/* The plan for config (the resolved config text a trainer embeds: `TRAINER --config`). 0, or
+ * -1 with the reason in why (cap bytes): no such mesh, or its batch shards do not divide the
+ * global batch. */
+int drv_elastic_plan(const char *config, int from, int to, DrvElasticPlan *plan, char *why,
+                     size_t cap);
+
 /* ---- memcheck.c: the ahead-of-time memory report ------------------------- */
 
 /* One kind of device (models/rules/devices.json). */
@@ -124,8 +155,12 @@ typedef struct DrvMemReport {
   const char *fusion;  /* the backend whose fusion plan was applied, or "none" */
   int64_t params, opt_state, inputs, fixed; /* the fixed region and its parts */
   int64_t grads, saved, temps, comm;        /* live at the peak, by kind */
-  int64_t temp_peak, peak, slab, code;      /* peak = slab >= fixed + temp_peak; code: estimate */
+  int64_t temp_peak, peak, slab, code;      /* slab >= fixed + temp_peak; code: estimate */
   int64_t largest;                          /* the largest value: one buffer must hold it */
+  /* Outside the slab, on the heap of a trainer under MPI: the runtime's collective scratch
+   * (rt_coll_scratch_bytes of the largest collective) and the MPI library's own heap
+   * (RT_MPI_HEAP_BYTES, where the job has more than one device). peak = slab + both. */
+  int64_t comm_scratch, mpi_heap;
   int32_t nvalues, peak_at;
   int64_t *timeline; /* (nvalues) live temporaries after each value */
   uint8_t *phase;    /* (nvalues) 0 forward, 1 backward, 2 update */

@@ -315,7 +315,23 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
   /* Generated code: about 2 KiB per kernel (a tiny-lm trainer's text section over its
    * kernels, measured); an estimate, not part of the slab. */
   r->code = (int64_t)kernels * 2048;
-  r->peak = r->slab; /* what the trainer allocates: the live bytes plus the plan's gaps */
+  /* what the trainer allocates: the live bytes plus the plan's gaps, then the heap under MPI */
+  for (int32_t v = 0; v < n; v++) {
+    const IrValue *x = &g->values[v];
+    if (!(ir_op_flags(x->op) & IR_COLLECTIVE)) continue;
+    const IrValue *in = &g->values[x->ops[0]];
+    int32_t kind = x->op == IR_ALL_REDUCE       ? RT_COLL_ALL_REDUCE
+                   : x->op == IR_ALL_GATHER     ? RT_COLL_ALL_GATHER
+                   : x->op == IR_REDUCE_SCATTER ? RT_COLL_REDUCE_SCATTER
+                   : x->op == IR_ALL_TO_ALL     ? RT_COLL_ALL_TO_ALL
+                                                : RT_COLL_LOCAL_SLICE;
+    int64_t b =
+        rt_coll_scratch_bytes(kind, ir_shape_numel(&in->shape), (int)ir_dtype_size(in->dtype),
+                              ir_mesh_group_size(&g->mesh, &x->attr));
+    if (b > r->comm_scratch) r->comm_scratch = b;
+  }
+  r->mpi_heap = ir_mesh_devices(&g->mesh) > 1 ? RT_MPI_HEAP_BYTES : 0;
+  r->peak = r->slab + r->comm_scratch + r->mpi_heap;
   free(mat);
   free(grad_out);
   pass_memplan_free(&p);

@@ -62,9 +62,22 @@ void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, F
   fprintf(out, "    saved activations %12s\n", human((double)r->saved, a, sizeof a));
   fprintf(out, "    temporaries       %12s\n", human((double)r->temps, a, sizeof a));
   fprintf(out, "    communication     %12s\n", human((double)r->comm, a, sizeof a));
-  fprintf(out, "  peak                %12s  (the slab a trainer allocates; %s live at once)\n",
-          human((double)r->peak, a, sizeof a),
-          human((double)(r->fixed + r->temp_peak), b, sizeof b));
+  if (r->comm_scratch + r->mpi_heap > 0) {
+    fprintf(out, "  slab                %12s  (every buffer of the step at its planned offset)\n",
+            human((double)r->slab, a, sizeof a));
+    fprintf(out, "  communication       %12s  (scratch of the collectives, rounds of %s)\n",
+            human((double)r->comm_scratch, a, sizeof a),
+            human((double)RT_COMM_CHUNK_BYTES, b, sizeof b));
+    fprintf(out, "  MPI library         %12s  (its own heap, as measured with Open MPI)\n",
+            human((double)r->mpi_heap, a, sizeof a));
+    fprintf(out, "  peak                %12s  (the slab and these two; %s live at once)\n",
+            human((double)r->peak, a, sizeof a),
+            human((double)(r->fixed + r->temp_peak), b, sizeof b));
+  } else {
+    fprintf(out, "  peak                %12s  (the slab a trainer allocates; %s live at once)\n",
+            human((double)r->peak, a, sizeof a),
+            human((double)(r->fixed + r->temp_peak), b, sizeof b));
+  }
   fprintf(out, "  generated code      %12s  (estimate, outside the slab)\n",
           human((double)r->code, a, sizeof a));
   double total = (double)r->peak + (double)r->code;
@@ -141,7 +154,10 @@ char *drv_memreport_json(const DrvMemReport *r, const DrvDevice *dev, int top) {
   json_object_object_add(parts, "saved_activations", json_object_new_int64(r->saved));
   json_object_object_add(parts, "temporaries", json_object_new_int64(r->temps));
   json_object_object_add(parts, "communication", json_object_new_int64(r->comm));
+  json_object_object_add(parts, "communication_scratch", json_object_new_int64(r->comm_scratch));
+  json_object_object_add(parts, "mpi_library", json_object_new_int64(r->mpi_heap));
   json_object_object_add(o, "breakdown_in_bytes", parts);
+  json_object_object_add(o, "slab_in_bytes", json_object_new_int64(r->slab));
   double total = (double)r->peak + (double)r->code;
   json_object_object_add(o, "fits", json_object_new_boolean(drv_memreport_fits(r, dev)));
   json_object_object_add(o, "headroom_in_bytes",

@@ -7,7 +7,7 @@
  * operand lists live in the graph's arena and are freed with the graph.
  *
  * Library functions return a status (IR_OK = 0, IR_ERR = -1) or a value index, and never exit
- * (running out of memory aborts, in alloc.c).
+ * (running out of memory aborts: base/base.h).
  * Builder functions record the first error in the graph (ir_graph_error) and return IR_NONE; any
  * builder given IR_NONE as an operand returns IR_NONE again, so a caller can emit a whole module
  * and check once. See docs/ir.md for op semantics, the text form and the interpreter.
@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/base.h"
+
 #define IR_MAX_RANK      8
 #define IR_MAX_MESH_AXES 8
 #define IR_MAX_AXIS_NAME 32
@@ -28,16 +30,14 @@
 
 enum { IR_OK = 0, IR_ERR = -1 };
 
-/* ======================================================================== alloc.c: allocation
- */
+/* ======================================================================== allocation */
 
-/* The compiler's allocator: prints "axlc: out of memory (N bytes)" and aborts rather than return
- * NULL. All compiler code uses these, except for allocations sized by user data (tensor elements),
- * which are checked and reported as user errors (docs/design.md, "Errors and out-of-memory"). */
-void *ir_xmalloc(size_t n);
-void *ir_xcalloc(size_t n, size_t size);
-void *ir_xrealloc(void *p, size_t n);
-char *ir_xstrdup(const char *s);
+/* The compiler's allocator is base/'s (base.h: it aborts rather than return NULL); the IR and
+ * the layers above it call it by these names. */
+#define ir_xmalloc  base_xmalloc
+#define ir_xcalloc  base_xcalloc
+#define ir_xrealloc base_xrealloc
+#define ir_xstrdup  base_xstrdup
 
 /* ======================================================================== ops.c: op, dtype tables
  */

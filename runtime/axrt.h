@@ -382,6 +382,21 @@ int64_t rt_comm_bytes_sent(const RtComm *c);
  * table predicts: (G-1) times the operand for all_reduce and all_gather, (G-1) chunks of it for
  * reduce_scatter and all_to_all, nothing for local_slice. */
 int64_t rt_comm_step_bytes(const RtComm *c);
+/* A collective moves its blocks in rounds of at most RT_COMM_CHUNK_BYTES per block, so its
+ * scratch stays bounded whatever the tensor's size. */
+#define RT_COMM_CHUNK_BYTES ((int64_t)1 << 20)
+/* The heap (bytes) that collective `kind` of an operand of n_in elements of elem_bytes each,
+ * over a group of n, holds as scratch: n receive slots, plus n send slots where each member
+ * gets its own block (reduce_scatter, all_to_all), a slot being min(block, chunk). The runtime
+ * keeps one scratch, grown to the largest, for the whole run; axlc memcheck counts it. */
+int64_t rt_coll_scratch_bytes(int32_t kind, int64_t n_in, int elem_bytes, int64_t n);
+/* The heap an MPI library holds once it has started and run the collectives of a step (its
+ * own buffers, outside the trainer's slab and scratch), for a job of more than one device.
+ * Measured with Open MPI 4.1 on this machine (docs/memcheck.md, "Under MPI"): the trainer's
+ * measured heap less its slab and scratch, on tiny-lm at data2, fsdp2, model2 and data4. */
+#define RT_MPI_HEAP_BYTES ((int64_t)3450 * 1024)
+/* The scratch the runtime holds for the whole table: the largest collective's. */
+int64_t rt_comm_scratch_bytes(const RtComm *c);
 /* Ends every process of the job at once with status `code` (MPI_Abort); returns without MPI. */
 void rt_comm_abort(RtComm *c, int code);
 

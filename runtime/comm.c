@@ -17,6 +17,13 @@
  * a bf16 all_reduce sends half the bytes of an f32 one and never rounds per hop. A gather-then-sum costs (G-1) times
  * the bandwidth of a ring on big groups; determinism and bit-exact resume are worth it at these sizes.
  *
+ * The exchange runs in rounds: round p moves elements [p*m, (p+1)*m) of every block, m elements
+ * being RT_COMM_CHUNK_BYTES at most, and combines them before the next round. Every element is
+ * still summed over all members in group-rank order, so the bits do not depend on the rounds,
+ * and the scratch is n receive slots (plus n send slots where each member gets its own block)
+ * of one round each: a few MiB for any tensor, where whole blocks took (n+1) times a 150 MiB
+ * embedding gradient. rt_coll_scratch_bytes says how much, and axlc memcheck counts it.
+ *
  * Nothing waits forever: each exchange polls (MPI_Testall) against a deadline; when it passes,
  * the ranks that have stopped are named on stderr and the job is ended with MPI_Abort. A rank
  * that dies is caught by mpirun (or srun) itself, which ends the job.
@@ -452,42 +459,63 @@ static void sum_blocks(const RtCollective *k, const char *blocks, int n, int64_t
     }
 }
 
-/* Block j that this member sends to member j (bs elements): the operand, or chunk j of axis. */
-static void pack(const RtCollective *k, const char *in, int n, int64_t bs, char *send) {
-    int es = rt_coll_elem_bytes(k->dtype);
-    if (k->kind == RT_COLL_ALL_REDUCE || k->kind == RT_COLL_ALL_GATHER) {
-        memcpy(send, in, (size_t)bs * (size_t)es);
-        return;
+/* Where the elements of a block (packed row-major) lie in an operand or result: element f of the
+ * block is element base + (f / run) * stride + f % run of the tensor. */
+typedef struct View {
+    int64_t run, stride, base;
+} View;
+
+/* Copies elements [p0, p1) of a block between its packed form and the tensor: into packed
+ * (to_packed) or out of it. */
+static void view_copy(char *tensor, const View *v, char *packed, int64_t p0, int64_t p1, int es, int to_packed) {
+    for (int64_t f = p0; f < p1;) {
+        int64_t row = f / v->run, col = f % v->run, len = v->run - col < p1 - f ? v->run - col : p1 - f;
+        char *t = tensor + (v->base + row * v->stride + col) * es, *q = packed + (f - p0) * es;
+        memcpy(to_packed ? q : t, to_packed ? t : q, (size_t)(len * es));
+        f += len;
     }
-    int64_t piece[RT_MAX_DIMS], chunk = k->in_shape[k->axis] / n;
-    memcpy(piece, k->in_shape, sizeof piece);
-    piece[k->axis] = chunk;
-    for (int j = 0; j < n; j++)
-        block_copy(in, k->in_shape, send + (int64_t)j * bs * es, piece, k->rank, k->axis, j * chunk, 0, chunk, es);
 }
 
-/* The result from the received blocks (block j from member j, in group order). */
-static void combine(const RtCollective *k, const char *recv, int n, int64_t bs, char *out) {
-    int es = rt_coll_elem_bytes(k->dtype);
-    switch (k->kind) {
-    case RT_COLL_ALL_REDUCE:
-    case RT_COLL_REDUCE_SCATTER: sum_blocks(k, recv, n, bs, out); return;
-    case RT_COLL_ALL_GATHER: {
-        int64_t len = k->in_shape[k->axis];
-        for (int j = 0; j < n; j++)
-            block_copy(recv + (int64_t)j * bs * es, k->in_shape, out, k->out_shape, k->rank, k->axis, 0, j * len, len,
-                       es);
-        return;
+/* Block j this member sends (reduce_scatter, all_to_all: chunk j of axis of the operand). */
+static View send_view(const RtCollective *k, int n, int j) {
+    int64_t chunk = k->in_shape[k->axis] / n, inner = prod(k->in_shape, k->axis + 1, k->rank);
+    return (View){chunk * inner, k->in_shape[k->axis] * inner, j * chunk * inner};
+}
+
+/* Where block j, received from member j, lands in the result (all_gather, all_to_all). */
+static View recv_view(const RtCollective *k, int n, int j) {
+    if (k->kind == RT_COLL_ALL_GATHER) {
+        int64_t len = k->in_shape[k->axis], inner = prod(k->in_shape, k->axis + 1, k->rank);
+        return (View){len * inner, k->out_shape[k->axis] * inner, j * len * inner};
     }
-    default: { /* all_to_all: block j is member j's chunk of the split axis, j-th along concat */
-        int64_t piece[RT_MAX_DIMS];
-        memcpy(piece, k->in_shape, sizeof piece);
-        piece[k->axis] /= n;
-        int64_t len = piece[k->axis2];
-        for (int j = 0; j < n; j++)
-            block_copy(recv + (int64_t)j * bs * es, piece, out, k->out_shape, k->rank, k->axis2, 0, j * len, len, es);
+    int64_t piece[RT_MAX_DIMS]; /* all_to_all: member j's chunk of the split axis, j-th along concat */
+    memcpy(piece, k->in_shape, sizeof piece);
+    piece[k->axis] /= n;
+    int64_t len = piece[k->axis2], inner = prod(piece, k->axis2 + 1, k->rank);
+    return (View){len * inner, k->out_shape[k->axis2] * inner, j * len * inner};
+}
+
+static int whole_operand(int32_t kind) {
+    return kind == RT_COLL_ALL_REDUCE || kind == RT_COLL_ALL_GATHER;
+}
+
+int64_t rt_coll_scratch_bytes(int32_t kind, int64_t n_in, int elem_bytes, int64_t n) {
+    if (kind == RT_COLL_LOCAL_SLICE || n < 1 || elem_bytes < 1)
+        return 0;
+    int64_t bs = whole_operand(kind) ? n_in : n_in / n, per = RT_COMM_CHUNK_BYTES / elem_bytes;
+    int64_t slot = (bs < per ? bs : per) * elem_bytes;
+    return (whole_operand(kind) ? n : 2 * n) * slot;
+}
+
+int64_t rt_comm_scratch_bytes(const RtComm *c) {
+    int64_t most = 0;
+    for (int32_t i = 0; c && i < c->ncolls; i++) {
+        const RtCollective *k = &c->colls[i];
+        int64_t b = rt_coll_scratch_bytes(k->kind, numel(k->in_shape, k->rank), rt_coll_elem_bytes(k->dtype),
+                                          c->groups[c->coll_group[i]].n);
+        most = b > most ? b : most;
     }
-    }
+    return most;
 }
 
 static char *scratch(RtComm *c, size_t bytes) {
@@ -621,10 +649,11 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
 }
 #endif
 
-/* Member r sends send[j] to member j and receives member j's block into recv[j]; its own
- * block is copied. Blocks are `bytes` long. */
-static void exchange(RtComm *c, Group *g, int32_t index, const char *send, int send_stride, char *recv, size_t bytes) {
-    memcpy(recv + (size_t)g->rank * bytes, send + (size_t)(send_stride ? g->rank : 0) * bytes, bytes);
+/* Member r sends send + j * send_stride to member j and receives member j's block into recv[j];
+ * its own block is copied. Blocks are `bytes` long. */
+static void exchange(RtComm *c, Group *g, int32_t index, const char *send, size_t send_stride, char *recv,
+                     size_t bytes) {
+    memcpy(recv + (size_t)g->rank * bytes, send + (size_t)g->rank * send_stride, bytes);
     if (g->n == 1)
         return;
 #ifdef AXRT_HAVE_MPI
@@ -639,8 +668,7 @@ static void exchange(RtComm *c, Group *g, int32_t index, const char *send, int s
         peers[nr / 2] = g->members[j];
         rc = MPI_Irecv(recv + (size_t)j * bytes, (int)bytes, MPI_BYTE, j, tag, g->comm, &reqs[nr++]);
         if (rc == MPI_SUCCESS)
-            rc = MPI_Isend(send + (size_t)(send_stride ? j : 0) * bytes, (int)bytes, MPI_BYTE, j, tag, g->comm,
-                           &reqs[nr++]);
+            rc = MPI_Isend(send + (size_t)j * send_stride, (int)bytes, MPI_BYTE, j, tag, g->comm, &reqs[nr++]);
         c->bytes_sent += (int64_t)bytes;
     }
     if (rc != MPI_SUCCESS)
@@ -675,25 +703,53 @@ void rt_comm_collective(RtComm *c, int32_t index, char *slab) {
     char *in = slab + k->in_offset, *out = slab + k->out_offset;
     int64_t n_in = numel(k->in_shape, k->rank), n = g->n;
     int es = rt_coll_elem_bytes(k->dtype);
-    if (k->kind == RT_COLL_LOCAL_SLICE) {
-        char *tmp = scratch(c, (size_t)n_in * (size_t)es + 4);
-        if (!tmp)
+    size_t in_bytes = (size_t)n_in * (size_t)es, out_bytes = (size_t)numel(k->out_shape, k->rank) * (size_t)es;
+    /* The planner gives the operand and the result bytes of their own; where they overlap
+     * anyway (an all_reduce in place works round by round), the operand is staged first. */
+    int overlap = in < out + out_bytes && out < in + in_bytes && !(k->kind == RT_COLL_ALL_REDUCE && in == out);
+    char *staged = NULL;
+    if (overlap) {
+        staged = malloc(in_bytes + 4);
+        if (!staged)
             die(c, "collective %d: out of memory", index);
-        memcpy(tmp, in, (size_t)n_in * (size_t)es);
+        memcpy(staged, in, in_bytes);
+        in = staged;
+    }
+    if (k->kind == RT_COLL_LOCAL_SLICE) {
         int64_t len = k->out_shape[k->axis];
-        block_copy(tmp, k->in_shape, out, k->out_shape, k->rank, k->axis, g->rank * len, 0, len, es);
+        block_copy(in, k->in_shape, out, k->out_shape, k->rank, k->axis, g->rank * len, 0, len, es);
+        free(staged);
         return;
     }
-    int whole = k->kind == RT_COLL_ALL_REDUCE || k->kind == RT_COLL_ALL_GATHER;
-    int64_t bs = whole ? n_in : n_in / n;
-    size_t block = (size_t)bs * (size_t)es, send_bytes = (size_t)(whole ? 1 : n) * block;
-    char *buf = scratch(c, send_bytes + (size_t)n * block + 4);
+    int whole = whole_operand(k->kind);
+    int64_t bs = whole ? n_in : n_in / n, per = RT_COMM_CHUNK_BYTES / es, m = bs < per ? bs : per;
+    size_t slot = (size_t)m * (size_t)es;
+    char *buf = scratch(c, (size_t)rt_coll_scratch_bytes(k->kind, n_in, es, n) + 4);
     if (!buf)
         die(c, "collective %d: out of memory", index);
-    char *send = buf, *recv = buf + send_bytes;
-    pack(k, in, (int)n, bs, send);
-    exchange(c, g, index, send, !whole, recv, block);
-    combine(k, recv, (int)n, bs, out);
+    char *send = buf, *recv = buf + (whole ? 0 : (size_t)n * slot);
+    for (int64_t p0 = 0; p0 < bs; p0 += m) {
+        int64_t p1 = p0 + m < bs ? p0 + m : bs;
+        size_t bytes = (size_t)(p1 - p0) * (size_t)es;
+        if (whole) { /* every member gets the same block: sent from the operand itself */
+            exchange(c, g, index, in + p0 * es, 0, recv, bytes);
+        } else {
+            for (int j = 0; j < n; j++) {
+                View v = send_view(k, (int)n, j);
+                view_copy(in, &v, send + (size_t)j * slot, p0, p1, es, 1);
+            }
+            exchange(c, g, index, send, slot, recv, bytes);
+        }
+        if (k->kind == RT_COLL_ALL_REDUCE || k->kind == RT_COLL_REDUCE_SCATTER) {
+            sum_blocks(k, recv, (int)n, p1 - p0, out + p0 * es);
+            continue;
+        }
+        for (int j = 0; j < n; j++) {
+            View v = recv_view(k, (int)n, j);
+            view_copy(out, &v, recv + (size_t)j * bytes, p0, p1, es, 0);
+        }
+    }
+    free(staged);
 }
 
 int rt_comm_sum_i64(RtComm *c, int64_t *v, int n, RtError *err) {

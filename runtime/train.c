@@ -805,16 +805,21 @@ static RunEnd train(Trainer *t, RtError *err) {
     if (end == RUN_DONE && t->rank == 0) {
         printf("%s: done at step %lld%s%s\n", t->prog, (long long)t->step, t->o.ckpt_dir ? ", checkpoint in " : "",
                t->o.ckpt_dir ? t->o.ckpt_dir : "");
-        int64_t planned = t->p->slab_bytes * (t->eval_slab ? 2 : 1);
+        int64_t slabs = t->p->slab_bytes * (t->eval_slab ? 2 : 1), scratch = rt_comm_scratch_bytes(t->comm);
+        int64_t mpi = rt_comm_size(t->comm) > 1 ? RT_MPI_HEAP_BYTES : 0, planned = slabs + scratch + mpi;
+        char parts[160] = "";
+        if (scratch + mpi > 0)
+            snprintf(parts, sizeof parts, " %.2f MiB, collective scratch %.2f MiB, MPI library %.2f MiB;",
+                     (double)slabs / 1048576, (double)scratch / 1048576, (double)mpi / 1048576);
         int64_t huge = huge_resident();
         char huge_note[64] = "";
         if (huge >= 0)
             snprintf(huge_note, sizeof huge_note, "; %.2f MiB in huge pages", (double)huge / 1048576);
         if (t->heap_peak > 0)
-            printf("%s: memory: predicted %.2f MiB (the planned slab%s, as axlc memcheck reports it), measured "
+            printf("%s: memory: predicted %.2f MiB (the planned slab%s,%s as axlc memcheck reports it), measured "
                    "%.2f MiB (heap the trainer held at its peak, %+.1f%%); peak RSS %.2f MiB (code and libraries "
                    "included)%s\n",
-                   t->prog, (double)planned / 1048576, t->eval_slab ? "s of the step and eval" : "",
+                   t->prog, (double)planned / 1048576, t->eval_slab ? "s of the step and eval" : "", parts,
                    (double)t->heap_peak / 1048576, 100.0 * ((double)t->heap_peak - (double)planned) / (double)planned,
                    (double)peak_rss() / 1048576, huge_note);
     }

@@ -61,10 +61,9 @@ typedef struct {
   char *axlc_path;               /* a copy of AXLC_PATH that search[] points into */
   char share[PATH_MAX + 16]; /* installed: PREFIX/share/axlc; in a build: the source's models/ */
   char lib[PATH_MAX + 16];   /* installed: PREFIX/lib (libaxrt.a); in a build: empty */
-  BackendSupervisor sv;      /* launch, run: --max-restarts, --min-ranks, --backoff, --report */
+  LaunchSupervisor sv;       /* launch, run: --max-restarts, --min-ranks, --backoff, --report */
   bool restarts_given;       /* --max-restarts was given */
   int ranks;                 /* launch: -n N */
-  char self[PATH_MAX];       /* this axlc, which compiles elastic trainers */
 } Args;
 
 static void usage(FILE *out) {
@@ -508,7 +507,7 @@ static int cmd_backends(void) {
   for (int i = 0; backend_table[i]; i++) {
     const Backend *b = backend_table[i];
     printf("%-8s %s\n", b->name, b->doc);
-    printf("         run: %s  compile: ", b->run ? "yes" : "no");
+    printf("         run: %s  compile: ", b->run || b->run_trainer ? "yes" : "no");
     if (b->compile)
       print_emits(b, stdout);
     else
@@ -669,15 +668,62 @@ static int check_run_tokenizer(const Args *a, const DrvJob *j) {
 static int check_output(const Args *a, const char *opt, const char *out);
 static int check_report(const Args *a);
 
+static int parse_args(int argc, char **argv, Args *a);
+static int search_path(Args *a);
+static int cmd_compile(Args *a);
+static int read_text(const char *path, char **text, size_t *n);
+
+/* The supervisor's elastic rebuild (launch.h: LaunchRebuild): the job of the resolved config
+ * file `config` planned for `to` ranks (drv_elastic_plan), compiled to exe as `axlc compile
+ * CONFIG --target cpu-TO --set /learner/microbatches=K --set /mesh/shape=[...] -o EXE` would,
+ * memcheck included. */
+static int elastic_rebuild(void *ctx, const char *prog, const char *config, int from, int to,
+                           const char *exe, LaunchShrink *done) {
+  (void)ctx;
+  char *text = NULL, why[256];
+  size_t len;
+  DrvElasticPlan plan;
+  if (read_text(config, &text, &len) || drv_elastic_plan(text, from, to, &plan, why, sizeof why)) {
+    if (text) fprintf(stderr, "%s: elastic: %s\n", prog, why);
+    free(text);
+    return -1;
+  }
+  free(text);
+  char target[32], setmb[64], shape[256] = "/mesh/shape=[";
+  snprintf(target, sizeof target, to == 1 ? "cpu" : "cpu-%d", to);
+  snprintf(setmb, sizeof setmb, "/learner/microbatches=%lld", (long long)plan.microbatches);
+  for (int i = 0; i < plan.naxes; i++) /* at most 8 sizes of 20 digits: it fits */
+    snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld%s", i ? "," : "",
+             (long long)plan.shape[i], i + 1 == plan.naxes ? "]" : "");
+  fprintf(stderr, "%s: elastic: compiling the job for %d ranks: %s %s %s\n", prog, to, target,
+          setmb, shape);
+  char *argv[] = {"axlc", "compile", (char *)config, "--target", target,      "--set",
+                  setmb,  "--set",   shape,          "-o",       (char *)exe, NULL};
+  static Args q; /* large; one rebuild at a time */
+  int rc = parse_args((int)(sizeof argv / sizeof *argv) - 1, argv, &q) ? 1 : 0;
+  if (rc == 0) {
+    q.fe.bf16_dot = drv_bf16_dot(q.fe.target, q.cpu, q.features, &q.fe.bf16_why);
+    rc = search_path(&q) ? 1 : cmd_compile(&q);
+    free(q.axlc_path);
+  }
+  if (rc != 0) {
+    fprintf(stderr, "%s: elastic: the job does not compile for %d ranks (axlc compile exited %d)\n",
+            prog, to, rc);
+    return -1;
+  }
+  done->microbatches = plan.microbatches;
+  done->global_batch = plan.global_batch;
+  return 0;
+}
+
 /* What launch and run leave to the supervisor's defaults: restarts (launch 3, run none), one
- * repeat at a step, two failures of a rank before elastic drops it; this axlc compiles. */
+ * repeat at a step, two failures of a rank before elastic drops it; this axlc rebuilds. */
 static void supervisor_defaults(Args *a, const char *prog, int restarts) {
   a->sv.prog = prog;
   if (!a->restarts_given) a->sv.max_restarts = restarts;
   a->sv.same_step = 2;
   a->sv.shrink_after = 2;
-  if (!realpath("/proc/self/exe", a->self)) snprintf(a->self, sizeof a->self, "axlc");
-  a->sv.axlc = a->self;
+  a->sv.rebuild = (LaunchRebuild){elastic_rebuild, a};
 }
 
 /* axlc launch TRAINER -n N [supervisor options] -- [trainer options] */
@@ -714,7 +760,15 @@ static int cmd_launch(Args *a) {
   a->sv.ranks = a->ranks;
   a->sv.argc = a->nrest;
   a->sv.argv = (char *const *)a->rest;
-  return backend_supervise(&a->sv, NULL);
+  char *tool = a->ranks > 1 ? launch_launcher() : NULL;
+  if (a->ranks > 1 && !tool) {
+    fprintf(stderr, "error: %s was not found on PATH\n", launch_in_slurm() ? "srun" : "mpirun");
+    return 1;
+  }
+  a->sv.launcher = tool;
+  int rc = launch_supervise(&a->sv);
+  free(tool);
+  return rc;
 }
 
 static int cmd_run(Args *a) {
@@ -723,7 +777,7 @@ static int cmd_run(Args *a) {
     return 1;
   const Backend *b = pick_backend(a);
   if (!b) return 1;
-  if (!b->run) {
+  if (!b->run && !b->run_trainer) {
     fprintf(stderr, "error: backend %s cannot train in process; use axlc compile\n", b->name);
     return 1;
   }
@@ -754,10 +808,9 @@ static int cmd_run(Args *a) {
   BackendJob bj;
   BackendOptions o = backend_options(a);
   supervisor_defaults(a, "axlc run", 0);
-  o.supervise = &a->sv;
-  int rc = drv_backend_job(&j, b, &bj)
-               ? 1
-               : (program_peak(a, &bj.program), b->run(&bj, &o, a->nrest + 1, argv));
+  int rc = drv_backend_job(&j, b, &bj) ? 1
+                                       : (program_peak(a, &bj.program),
+                                          drv_run(&j, b, &bj, &o, &a->sv, a->nrest + 1, argv));
   fe_diag_print(&j.diag, stderr);
   if (rc == 0 && j.diag.n) rc = 1;
   drv_free(&j);

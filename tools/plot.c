@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h" /* ir_xmalloc: the compiler's allocator */
+#include "base/base.h" /* base_xmalloc: the compiler's allocator */
 #include "tools/plot.h"
 
 enum { COL_LOSS, COL_EVAL, COL_LR, COL_GNORM, COL_TOKS, COL_GOODPUT, COL_MFU, NCOL };
@@ -61,8 +61,8 @@ typedef struct Series {
 static void series_push(Series *s) {
   if (s->n == s->cap) {
     int cap = s->cap ? 2 * s->cap : 256;
-    s->step = ir_xrealloc(s->step, (size_t)cap * sizeof *s->step);
-    for (int c = 0; c < NCOL; c++) s->v[c] = ir_xrealloc(s->v[c], (size_t)cap * sizeof *s->v[c]);
+    s->step = base_xrealloc(s->step, (size_t)cap * sizeof *s->step);
+    for (int c = 0; c < NCOL; c++) s->v[c] = base_xrealloc(s->v[c], (size_t)cap * sizeof *s->v[c]);
     s->cap = cap;
   }
   s->n++;
@@ -265,7 +265,7 @@ static int pixel_rows(const Series *s, const Pixel *q, int rows[4]) {
 static void draw_line(FILE *f, const Panel *p, const Series *s, int c, const char *color,
                       bool dots) {
   int npix = (int)p->w + 1;
-  Pixel *pix = ir_xmalloc((size_t)npix * sizeof *pix);
+  Pixel *pix = base_xmalloc((size_t)npix * sizeof *pix);
   pixels_fill(p, s, c, pix, npix);
   bool open = false, gap = false;
   for (int k = 0; k < npix; k++) {
@@ -451,8 +451,8 @@ static int read_metrics_file(const char *path, Series *s) {
 
 int plot_metrics_many(const char *const *metrics, const char *const *labels, int n,
                       const char *out) {
-  Series *s = ir_xcalloc((size_t)n, sizeof *s);
-  const char **name = ir_xcalloc((size_t)n, sizeof *name);
+  Series *s = base_xcalloc((size_t)n, sizeof *s);
+  const char **name = base_xcalloc((size_t)n, sizeof *name);
   FILE *f = NULL;
   int rc = -1, read = 0;
   while (read < n && read_metrics_file(metrics[read], &s[read]) == 0) {

@@ -139,7 +139,7 @@ static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *
                         const char *out) {
   char err[1024];
   const char *tmp = getenv("TMPDIR");
-  char *dir = backend_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-link-XXXXXX");
+  char *dir = base_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-link-XXXXXX");
   if (!mkdtemp(dir)) {
     backend_error(&j->diag, dir, NULL, "cannot create a temporary directory for the objects");
     free(dir);
@@ -192,76 +192,15 @@ static int llvm_backend_compile(const BackendJob *j, const BackendOptions *o, co
   return rc;
 }
 
-/* A program for N > 1 devices runs as N processes: a trainer compiled to a temporary directory,
- * started by the supervisor (supervise.c) through `mpirun -np N`, or srun in a Slurm
- * allocation, with the trainer options. Without mpirun, says how to do it by hand. */
-static char *find_mpirun(const BackendJob *j) {
-  long long n = (long long)ir_mesh_devices(&j->graph->mesh);
-  const char *job = getenv("SLURM_JOB_ID");
-  if (job && *job) { /* inside a Slurm allocation: srun starts the ranks (supervise.c) */
-    char *srun = backend_which("srun");
-    if (!srun)
-      backend_error(&j->diag, NULL, NULL,
-                    "SLURM_JOB_ID is set, and srun was not found on PATH to start the ranks");
-    return srun;
-  }
-  char *mpirun = backend_which("mpirun");
-  if (!mpirun) mpirun = backend_which("mpiexec");
-  if (!mpirun)
-    backend_error(
-        &j->diag, j->file, "/mesh",
-        "this job runs on %lld devices, one process each, and mpirun was not "
-        "found on PATH (Debian: apt-get install openmpi-bin); or compile it with `axlc "
-        "compile %s --target "
-        "cpu-%lld -o trainer` and start `mpirun -np %lld ./trainer --data FILE ...` or `srun "
-        "-n %lld "
-        "./trainer ...`",
-        n, j->file ? j->file : "MODEL", n, n, n);
-  return mpirun;
-}
-
-static int run_mpirun(const BackendJob *j, const BackendOptions *o, Compiled *c, int argc,
-                      char **argv) {
-  const char *tmp = getenv("TMPDIR");
-  char *base = backend_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-run-XXXXXX");
-  int rc = 1;
-  if (!mkdtemp(base)) {
-    backend_error(&j->diag, base, NULL, "cannot create a temporary directory for the trainer");
-  } else {
-    char *exe = backend_join(base, "/", "trainer");
-    if (link_trainer(j, o, c, exe) == 0) {
-      BackendSupervisor s = {.prog = "axlc run", .same_step = 2, .shrink_after = 2};
-      if (o->supervise) s = *o->supervise;
-      s.trainer = exe;
-      s.ranks = (int)ir_mesh_devices(&j->graph->mesh);
-      s.argc = argc - 1;
-      s.argv = argv + 1;
-      rc = backend_supervise(&s, &j->diag);
-      unlink(exe);
-    }
-    rmdir(base);
-    free(exe);
-  }
-  free(base);
-  return rc;
-}
-
 /* The JIT: compiles in memory and hands the program to the runtime's trainer main. A program
- * for several devices runs under mpirun instead, unless this process already is one of its
- * ranks (`mpirun -np 4 axlc run ...`): then each rank JIT-compiles and trains as its device. */
+ * for several devices comes here only when this process already is one of its ranks (`mpirun
+ * -np 4 axlc run ...`: each rank JIT-compiles and trains as its device) or samples (--sample
+ * runs the unsharded forward in this one process); else the driver links the trainer through
+ * compile and launches its ranks (driver.h: drv_run). */
 static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
   Compiled c = {0};
   int rc = 1;
-  bool sample = false; /* --sample runs the unsharded forward in this one process */
-  for (int i = 1; i < argc; i++)
-    sample = sample || !strcmp(argv[i], "--sample") || !strncmp(argv[i], "--sample=", 9);
-  bool spawn = ir_mesh_devices(&j->graph->mesh) > 1 && !rt_comm_launched() && !sample;
-  char *mpirun =
-      spawn ? find_mpirun(j) : NULL; /* before compiling: a missing mpirun costs nothing */
-  if (spawn && !mpirun) return 1;
-  if (compile_module(j, o, &c, false) == 0 && spawn) {
-    rc = run_mpirun(j, o, &c, argc, argv);
-  } else if (c.module) {
+  if (compile_module(j, o, &c, false) == 0) {
     char err[1024];
     LlvmStepFn step;
     LlvmJit *jit = NULL;
@@ -272,7 +211,6 @@ static int llvm_backend_run(const BackendJob *j, const BackendOptions *o, int ar
     llvm_jit_free(jit);
   }
   compiled_free(&c);
-  free(mpirun);
   return rc;
 }
 

@@ -579,8 +579,7 @@ int llvm_emit_object(LlvmModule *M, const char *path, char *err, size_t cap) {
     argv[k++] = "-o";
     argv[k++] = (char *)path;
     for (int i = 0; i < n; i++) argv[k++] = objs[i];
-    rc = backend_spawn(argv) == 0 ? 0
-                                  : fail(err, cap, "%s: `cc -r` failed to join the objects", path);
+    rc = base_run(argv) == 0 ? 0 : fail(err, cap, "%s: `cc -r` failed to join the objects", path);
     free(argv);
     for (int i = 0; i < n; i++)
       if (!strncmp(objs[i], dir, strlen(dir))) unlink(objs[i]);

@@ -118,7 +118,7 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
 /* Writes the program as C next to `out` and links it with the runtime into `out`. */
 static int link_trainer(const BackendJob *j, const BackendOptions *o, Compiled *c,
                         const char *out) {
-  char *src = backend_join(out, "", ".opencl.c");
+  char *src = base_join(out, "", ".opencl.c");
   RtError ferr;
   FILE *f = rt_file_open(src, "w", &ferr);
   if (!f) {
@@ -161,48 +161,10 @@ static int ocl_backend_compile(const BackendJob *j, const BackendOptions *o, con
   return rc;
 }
 
-/* The JIT runs the program as a trainer of its own: linked into a temporary directory and
- * started as a child process, which this one waits for. The device's OpenCL driver never loads
- * into axlc: PoCL's kernel compiler is an LLVM of another version (15 on Debian 12) than the
- * one axlc links (14), and the two in one process crash in the first build (issue 34). The
- * child is a job (spawn.c): a Ctrl-C or SIGTERM to axlc reaches the trainer, which saves. */
-static int ocl_backend_run(const BackendJob *j, const BackendOptions *o, int argc, char **argv) {
-  Compiled c;
-  int rc = 1;
-  if (compile_all(j, o, &c) != 0) {
-    compiled_free(&c);
-    return 1;
-  }
-  const char *tmp = getenv("TMPDIR");
-  char *base = backend_join(tmp && *tmp ? tmp : "/tmp", "/", "axlc-ocl-XXXXXX");
-  if (!mkdtemp(base)) {
-    backend_error(&j->diag, base, NULL, "cannot create a temporary directory for the trainer");
-  } else {
-    /* the trainer's messages start with its file name: argv[0] ("axlc run"), as in process */
-    const char *name =
-        argc > 0 && argv[0] && *argv[0] && !strchr(argv[0], '/') ? argv[0] : "trainer";
-    char *exe = backend_join(base, "/", name);
-    if (link_trainer(j, o, &c, exe) == 0) {
-      char **args = ir_xcalloc((size_t)argc + 1, sizeof *args);
-      args[0] = exe;
-      for (int i = 1; i < argc; i++) args[i] = argv[i];
-      int sig = 0;
-      rc = backend_spawn_job(args, exe, &sig);
-      if (rc < 0) {
-        backend_error(&j->diag, exe, NULL, "cannot start the trainer");
-        rc = 1;
-      }
-      free(args);
-      unlink(exe);
-    }
-    rmdir(base);
-    free(exe);
-  }
-  free(base);
-  compiled_free(&c);
-  return rc;
-}
-
+/* axlc run trains with the trainer compile links, started by the driver as a child process
+ * (run_trainer): the device's OpenCL driver never loads into axlc. PoCL's kernel compiler is an
+ * LLVM of another version (15 on Debian 12) than the one axlc links (14), and the two in one
+ * process crash in the first build (issue 34). */
 static int ocl_backend_check_run_args(int argc, char **argv, const BackendDiag *d) {
   RtError err;
   return rt_ocl_check_args(argc, argv, &err) ? backend_error(d, NULL, NULL, "%s", err.msg) : 0;
@@ -235,6 +197,6 @@ const Backend backend_opencl = {
     .supports_op = ocl_backend_supports_op,
     .plan = pass_fusion_plan,
     .compile = ocl_backend_compile,
-    .run = ocl_backend_run,
+    .run_trainer = true,
     .check_run_args = ocl_backend_check_run_args,
 };

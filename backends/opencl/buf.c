@@ -1,4 +1,4 @@
-/* buf.c: a growing string for the printers (running out of memory aborts, ir/alloc.c). */
+/* buf.c: a growing string for the printers (running out of memory aborts, base/alloc.c). */
 #include <stdarg.h>
 #include <stdlib.h>
 

@@ -59,13 +59,22 @@ static int check_batch(FeBuild *b, json_object *node) {
   /* each device runs the microbatches over its own rows: they split its part of the batch */
   json_object *learner = fe_get_child(node, "learner");
   int64_t n = fe_get_int(learner, "microbatches");
-  if (split > 0 && n > 1 && (gbs / split) % n != 0)
+  if (split > 0 && n > 1 && (gbs / split) % n != 0) {
+    /* a count from a file (a mesh rule's for this target, or the config's): say what runs */
+    int64_t per = gbs / split, k = n < per ? n : per;
+    while (per % k) k--;
+    const char *src = fe_origin_key(learner, "microbatches");
+    char hint[96] = "";
+    if (!src || strcmp(src, "--set"))
+      snprintf(hint, sizeof hint, "; --set /learner/microbatches=%lld overrides it", (long long)k);
     return fe_field_error(b, learner, "/learner", "microbatches",
                           "%lld microbatches do not divide the per-device batch: global batch "
                           "size %lld over the mesh's batch axes (data x expert x fsdp = %lld "
-                          "devices) leaves %lld sequences per device (expected a divisor of %lld)",
-                          (long long)n, (long long)gbs, (long long)split, (long long)(gbs / split),
-                          (long long)(gbs / split));
+                          "devices) leaves %lld sequences per device (expected a divisor of "
+                          "%lld%s)",
+                          (long long)n, (long long)gbs, (long long)split, (long long)per,
+                          (long long)per, hint);
+  }
   return check_seq(b, node);
 }
 

@@ -68,8 +68,8 @@ target_no_rule)
     expect_user_error "models/rules/cpu.json: no mesh rule matches --target tpu-v5p-8 (the rules match \"cpu(-[0-9]+)?\", \"opencl(-.*)?\", \"gpu-.*-[0-9]+\"; device kinds: cpu, opencl, gpu-a100-40gb"
   done
   expect_in "$T/err" "tpu-v5p, tpu-v6e, trn2). Add a rule for it, give the mesh in the config (/mesh, or --set /mesh/shape=[...]), or end the rules with {\"match\": \".*\", ...}"
-  run config "$MODELS/llama2-70b.json" --target gpu-h100-64
-  expect_user_error 'models/rules/llama-70b.json: no mesh rule matches --target gpu-h100-64'
+  run config "$MODELS/llama2-70b.json" --target gpu-h100-128
+  expect_user_error 'models/rules/llama-70b.json: no mesh rule matches --target gpu-h100-128'
   # the config says what to do: its mesh stands
   run config "$MODELS/tiny-lm.json" --target tpu-v5p-8 --set '/mesh/shape=[1,1,1,-1,1,1]'
   expect_rc 0
@@ -709,22 +709,128 @@ memcheck_recipes)
   # AXLearn Llama2-7B on 256 H100 (the fuji.py rule: data x fsdp=8, q/k/v/o saved)
   recipe "$MODELS/llama2-7b.json" --target gpu-h100-256
   # MaxText Llama2-7B on 8 H100: fsdp=8, 4 sequences of 4096 per GPU, q/k/v and context saved
+  # (the rule for 8 GPUs accumulates 8 microbatches of the model's 1024 sequences; the recipe none)
   recipe "$MODELS/llama2-7b.json" --target gpu-h100-8 --set '/mesh/shape=[1,1,1,8,1,1]' \
-    --set /input/global_batch_size=32 --set /precision/compute=bf16 \
+    --set /input/global_batch_size=32 --set /learner/microbatches=1 --set /precision/compute=bf16 \
     --set '/model/decoder/remat_policy={"save": ["transformer_layer\\.input", "attention\\.(q|k|v)_proj", "attention\\.context"]}'
   # Llama2-70B on 64 H100: fsdp=64, full remat, 1 sequence per GPU
   recipe "$MODELS/llama2-70b.json" --target gpu-h100-64 --set '/mesh/shape=[1,1,1,64,1,1]' \
-    --set /input/global_batch_size=64 --set /precision/compute=bf16 \
+    --set /input/global_batch_size=64 --set /learner/microbatches=1 --set /precision/compute=bf16 \
     --set /model/decoder/remat_policy=full
   # AXLearn's 70B rule on tpu-v5p-1024 (512 chips)
   recipe "$MODELS/llama2-70b.json" --target tpu-v5p-1024
   # mixtral-8x7b on 256 H100 with expert parallelism (rules/moe.json: expert=8 x fsdp=32)
   recipe "$MODELS/mixtral-8x7b.json" --target gpu-h100-256
   ;;
+memcheck_gpu_nodes)
+  # the shipped rules cover one node (8 GPUs), 16, 32 and 64 for every model (docs/memcheck.md,
+  # "One node to 64 GPUs"): each model's mesh, peak per device (GiB, within 1%; mesh axes above 1, comma-separated) and verdict, or
+  # the error that names what does not divide
+  while read -r model n mesh peak verdict; do
+    run memcheck "$MODELS/$model.json" --target "gpu-h100-$n" --json
+    case $mesh in
+    error:*)
+      expect_user_error "$(printf '%s' "$mesh $peak $verdict" | sed 's/^error://')"
+      continue ;;
+    esac
+    case $verdict in fits) expect_rc 0 ;; *) expect_rc 1 ;; esac
+    python3 - "$T/out" "$model" "$n" "$mesh" "$peak" "$verdict" <<'PY' || fail "$model on gpu-h100-$n"
+import json, sys
+path, model, n, mesh, peak, verdict = sys.argv[1:]
+r = json.load(open(path))
+got = ",".join("%s=%d" % (a, k) for a, k in r["mesh"].items() if k > 1)
+gib = r["peak_memory_in_bytes"] / 2**30
+ok = got == mesh and abs(gib - float(peak)) <= 0.01 * float(peak) and r["fits"] == (verdict == "fits")
+if not ok:
+    print(f"{model} on gpu-h100-{n}: mesh {got}, peak {gib:.2f} GiB, fits {r['fits']}; "
+          f"expected {mesh}, {peak} GiB, {verdict}")
+sys.exit(0 if ok else 1)
+PY
+  done <<'EOF'
+llama2-7b 8 fsdp=8 73.27 fits
+llama2-7b 16 data=2,fsdp=8 53.06 fits
+llama2-7b 32 data=4,fsdp=8 61.30 fits
+llama2-7b 64 data=8,fsdp=8 49.13 fits
+fuji-7b 8 fsdp=8 64.93 fits
+fuji-7b 16 data=2,fsdp=8 48.01 fits
+fuji-7b 32 data=4,fsdp=8 51.94 fits
+fuji-7b 64 data=8,fsdp=8 39.02 fits
+fuji-1b 8 fsdp=8 92.20 over
+fuji-1b 16 data=2,fsdp=8 47.81 fits
+fuji-1b 32 data=4,fsdp=8 26.44 fits
+fuji-1b 64 data=8,fsdp=8 24.09 fits
+llama2-70b 8 fsdp=8 468.20 over
+llama2-70b 16 fsdp=16 239.25 over
+llama2-70b 32 fsdp=32 120.22 over
+llama2-70b 64 fsdp=64 63.68 fits
+fuji-70b 8 fsdp=8 464.18 over
+fuji-70b 16 fsdp=16 239.69 over
+fuji-70b 32 fsdp=32 120.00 over
+fuji-70b 64 fsdp=64 64.41 fits
+mixtral-8x7b 8 expert=8 552.50 over
+mixtral-8x7b 16 expert=8,fsdp=2 277.26 over
+mixtral-8x7b 32 expert=8,fsdp=4 141.14 over
+mixtral-8x7b 64 expert=8,fsdp=8 70.68 fits
+gpt2-124m 8 fsdp=8 36.54 fits
+gpt2-124m 16 data=2,fsdp=8 18.41 fits
+gpt2-124m 32 data=4,fsdp=8 9.36 fits
+gpt2-124m 64 data=8,fsdp=8 4.86 fits
+tiny-lm 8 data=8 0.0062 fits
+words-lm 8 data=8 0.0205 fits
+words-lm 16 data=16 0.0276 fits
+fuji-test 8 error:models/rules/llama.json: /learner/microbatches: 8 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 8 devices) leaves 1 sequences per device (expected a divisor of 1; --set /learner/microbatches=1 overrides it)
+moe-test 8 error:models/rules/llama.json: /learner/microbatches: 8 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 8 devices) leaves 1 sequences per device (expected a divisor of 1; --set /learner/microbatches=1 overrides it)
+fuji-test 16 error:models/fuji-test.json: /input/global_batch_size: global batch size 8 does not divide over the mesh's batch axes (data x expert x fsdp = 16 devices; expected a multiple of 16)
+moe-test 64 error:models/moe-test.json: /input/global_batch_size: global batch size 8 does not divide over the mesh's batch axes (data x expert x fsdp = 64 devices; expected a multiple of 64)
+tiny-lm 16 error:models/tiny-lm.json: /input/global_batch_size: global batch size 8 does not divide over the mesh's batch axes (data x expert x fsdp = 16 devices; expected a multiple of 16)
+words-lm 32 error:models/words-lm.json: /input/global_batch_size: global batch size 16 does not divide over the mesh's batch axes (data x expert x fsdp = 32 devices; expected a multiple of 32)
+EOF
+  # the text report: a verdict on one node, and for one that does not fit, the fix that does
+  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-8
+  expect_rc 0
+  expect_in "$T/out" "mesh: fsdp=8; fusion plan: llvm"
+  expect_in "$T/out" "verdict: fits, with 6.66 GiB headroom of 80.00 GiB"
+  run memcheck "$MODELS/fuji-1b.json" --target gpu-h100-8
+  expect_rc 1
+  expect_in "$T/out" "verdict: does not fit: over by 12.25 GiB (needs 92.25 GiB of 80.00 GiB)"
+  expect_in "$T/out" "32.00 GiB  saved activation  f32[8,8192,131072] dot_general  /model  #lm_head.logits"
+  expect_in "$T/out" "--set '/learner/microbatches=16': peak 48.09 GiB"
+  # the node-style names take the same rules
+  run config "$MODELS/llama2-70b.json" --target gpu-h100-8x8
+  expect_rc 0
+  expect_in "$T/err" 'note: target gpu-h100-8x8 matched mesh rule "gpu-(h100|h200|b200|a100-80gb)-(8|16|32|64|8x2|8x4|8x8)"'
+  ;;
+memcheck_mpi_heap)
+  # under MPI the plan counts the collectives' scratch (rounds of 1 MiB, whatever the tensor) and
+  # the MPI library's own heap, each on a line of its own, and the peak holds them
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-2 --set '/mesh/shape=[1,2,1,1,1,1]'
+  expect_rc 0
+  expect_in "$T/out" "  slab                    5.49 MiB  (every buffer of the step at its planned offset)"
+  expect_in "$T/out" "  communication         128.00 KiB  (scratch of the collectives, rounds of 1.00 MiB)"
+  expect_in "$T/out" "  MPI library             3.37 MiB  (its own heap, as measured with Open MPI)"
+  expect_in "$T/out" "  peak                    8.99 MiB  (the slab and these two;"
+  # gpt2-124m at data=2: the 147 MiB embedding gradient's all_reduce takes 2 slots of 1 MiB
+  run memcheck "$MODELS/gpt2-124m.json" --target cpu-2 --set '/mesh/shape=[1,2,1,1,1,1]' \
+    --set /input/global_batch_size=4 --set /input/seq_len=64 --json
+  expect_rc 0
+  python3 - "$T/out" <<'PY' || fail "memcheck's MPI lines on gpt2-124m"
+import json, sys
+r = json.load(open(sys.argv[1]))
+b = r["breakdown_in_bytes"]
+assert b["communication_scratch"] == 2 << 20, b
+assert b["mpi_library"] == 3450 * 1024, b
+assert r["peak_memory_in_bytes"] == r["slab_in_bytes"] + b["communication_scratch"] + b["mpi_library"], r
+PY
+  # one device: no MPI, no collectives, the peak is the slab
+  run memcheck "$MODELS/tiny-lm.json" --target cpu --json
+  expect_rc 0
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); b=r['breakdown_in_bytes']; assert b['communication_scratch']==0 and b['mpi_library']==0 and r['peak_memory_in_bytes']==r['slab_in_bytes'], r" "$T/out" \
+    || fail "memcheck on one device counts MPI"
+  ;;
 memcheck_sequence_parallel)
   # a device whose memory lies between fuji-test's peak on model=2 and its peak under sequence
   # parallelism: the fix list offers it, and with it (the shipped modifier) the job fits
-  printf '{"cpu": {"doc": "small", "memory": 2600000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
+  printf '{"cpu": {"doc": "small", "memory": 6150000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
   set -- --target cpu-2 --devices "$T/dev.json" --set '/mesh/shape=[1,1,1,1,1,2]'
   run memcheck "$MODELS/fuji-test.json" "$@"
   expect_rc 1

@@ -327,7 +327,8 @@ static void test_microbatches_bad(void) {
       "cpu-4", NULL);
   EXPECT_BAD(&t, ": /learner/microbatches: 4 microbatches do not divide the per-device batch: "
                  "global batch size 8 over the mesh's batch axes (data x expert x fsdp = 4 "
-                 "devices) leaves 2 sequences per device (expected a divisor of 2)");
+                 "devices) leaves 2 sequences per device (expected a divisor of 2; --set "
+                 "/learner/microbatches=2 overrides it)");
   fe_t_done(&t);
   bad(&t,
       "\"learner\": {\"microbatches\": 2}, "

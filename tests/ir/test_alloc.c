@@ -1,4 +1,4 @@
-/* test_alloc.c: the compiler's allocator (ir/alloc.c) never returns NULL. Asked for more than
+/* test_alloc.c: the compiler's allocator (base/alloc.c) never returns NULL. Asked for more than
  * any machine has, it prints "axlc: out of memory (N bytes)" and aborts; the child process that
  * asks is checked from outside. AddressSanitizer reports such a request itself, so the abort is
  * checked in the plain build only. */

@@ -1,5 +1,5 @@
-/* test_spawn.c: a job's output read line by line (backends/spawn.c: backend_spawn_job_lines),
- * as the supervisor reads a trainer's (backends/supervise.c).
+/* test_spawn.c: a job's output read line by line (launch/spawn.c: launch_job_lines),
+ * as the supervisor reads a trainer's (launch/supervise.c).
  *
  * - Lines of stdout and of stderr arrive with their fd, without their newline; a \r ends a
  *   line too, and a terminal's progress line ("\r...\033[K") counts as soon as it is written,
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backend.h"
+#include "launch/launch.h"
 #include "tests/cunit_check.h"
 
 #define CHECK_EQ(a, b)                                                                             \
@@ -42,9 +42,9 @@ static void on_line(void *ctx, int fd, const char *line) {
 static int run(const char *script, Got *g) {
   memset(g, 0, sizeof *g);
   char *argv[] = {"sh", "-c", (char *)script, NULL};
-  BackendLines lines = {on_line, g};
+  LaunchLines lines = {on_line, g};
   int signalled = -1;
-  int rc = backend_spawn_job_lines(argv, NULL, &lines, &signalled);
+  int rc = launch_job_lines(argv, NULL, &lines, &signalled);
   CHECK_EQ(signalled, 0);
   return rc;
 }
@@ -96,7 +96,7 @@ static void test_long_line(void) {
 
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("backend_spawn", NULL, NULL);
+  CU_pSuite s = CU_add_suite("launch_spawn", NULL, NULL);
   CU_add_test(s, "lines of stdout and stderr, \\r, the last one", test_lines);
   CU_add_test(s, "a terminal's progress line counts at once", test_progress_at_once);
   CU_add_test(s, "a line longer than the buffer", test_long_line);

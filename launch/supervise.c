@@ -13,16 +13,16 @@
  * also passes over the bad batch (--skip-batches). A job that fails twice at the same step with
  * the same cause (a fault that a restart repeats) is given up. When
  * failures keep naming one rank, or a Slurm allocation has fewer tasks than the trainer's devices,
- * the job goes on with fewer ranks (elastic): the trainer's embedded config is compiled by axlc for
- * the smaller mesh with more microbatches, so the global batch and the data order stay, and the
- * checkpoint is resharded as it loads. Every failure and recovery is logged, with its cause,
- * the steps lost and the time from the last sign of life to the first new step. */
+ * the job goes on with fewer ranks (elastic): the driver builds the trainer's embedded config for
+ * the smaller mesh with more microbatches (LaunchRebuild), so the global batch and the data order
+ * stay, and the checkpoint is resharded as it loads. Every failure and recovery is logged, with its
+ * cause, the steps lost and the time from the last sign of life to the first new step. */
 #include <errno.h>
-#include <fcntl.h>
 #include <json-c/json.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/backend.h"
+#include "base/base.h"
+#include "launch/launch.h"
+#include "runtime/axrt.h"
 
 #define MAX_RANKS   4096
 #define BACKOFF_MAX 60.0
@@ -54,8 +56,7 @@ typedef struct Launch {
 } Launch;
 
 typedef struct Sup {
-  const BackendSupervisor *s;
-  const BackendDiag *d;
+  const LaunchSupervisor *s;
   const char *ckpt_dir;
   FILE *report;
   bool report_failed; /* a write of the report failed (said once): the exit status is not 0 */
@@ -81,12 +82,6 @@ typedef struct Sup {
   int blame[MAX_RANKS];
 } Sup;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void say(const Sup *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(const Sup *u, const char *fmt, ...) {
   va_list ap;
@@ -107,7 +102,7 @@ static json_object *seconds(double s) {
 
 /* One JSON object to the report file, written whole and flushed. */
 static void report(Sup *u, json_object *o) {
-  json_object_object_add(o, "t", seconds(now_s() - u->t0));
+  json_object_object_add(o, "t", seconds(base_now_s() - u->t0));
   if (u->report && !u->report_failed &&
       (fprintf(u->report, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0 ||
        fflush(u->report) != 0)) {
@@ -130,7 +125,7 @@ static json_object *event(const char *name) {
 static void on_line(void *ctx, int fd, const char *line) {
   Sup *u = ctx;
   Launch *l = &u->l;
-  double t = now_s();
+  double t = base_now_s();
   long long n;
   int r, sig;
   const char *p;
@@ -203,11 +198,6 @@ static void on_line(void *ctx, int fd, const char *line) {
 
 /* ===== launching ======================================================================= */
 
-static bool in_slurm(void) {
-  const char *id = getenv("SLURM_JOB_ID");
-  return id && *id;
-}
-
 /* The numbers a restarted job is told (restart_args). */
 typedef struct Numbers {
   char np[32], step[32], down[32], skip[32];
@@ -217,7 +207,7 @@ typedef struct Numbers {
  * the trainer's goodput, and the batches to pass over. */
 static int restart_args(Sup *u, char **args, int k, Numbers *num) {
   snprintf(num->step, sizeof num->step, "%lld", (long long)u->reached);
-  u->downtime = now_s() - u->failed_at + u->carry;
+  u->downtime = base_now_s() - u->failed_at + u->carry;
   snprintf(num->down, sizeof num->down, "%.3f", u->downtime);
   args[k++] = "--restart-step";
   args[k++] = num->step;
@@ -239,7 +229,7 @@ static int launch_argv(Sup *u, char **args, Numbers *num, char *tool, bool resum
   size_t cap = sizeof num->np;
   int k = 0;
   snprintf(np, cap, "%d", u->ranks);
-  if (u->ranks > 1 && in_slurm()) {
+  if (u->ranks > 1 && launch_in_slurm()) {
     args[k++] = tool;
     args[k++] = "-n";
     args[k++] = np;
@@ -272,180 +262,31 @@ static int launch_argv(Sup *u, char **args, Numbers *num, char *tool, bool resum
 
 /* ===== elastic: the trainer of a smaller mesh ========================================== */
 
-/* Runs argv with its stdout into the file out; the exit status, or -1. */
-static int run_to_file(char *const *argv, const char *out) {
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) _exit(127);
-    close(fd);
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static int64_t json_int_at(json_object *o, const char *a, const char *b, int64_t dflt) {
-  json_object *x, *y;
-  if (!json_object_object_get_ex(o, a, &x) || !json_object_object_get_ex(x, b, &y)) return dflt;
-  return json_object_get_int64(y);
-}
-
-/* The mesh of the config (axes in the order of /mesh/axes, sizes of /mesh/shape; -1: sized by
- * the device count). 0, or -1 when the config has no such mesh. */
-typedef struct Mesh {
-  int n;
-  char axes[8][16];
-  int64_t shape[8];
-} Mesh;
-
-static int mesh_read(json_object *cfg, Mesh *m) {
-  json_object *mesh, *axes, *shape;
-  if (!json_object_object_get_ex(cfg, "mesh", &mesh) ||
-      !json_object_object_get_ex(mesh, "axes", &axes) ||
-      !json_object_object_get_ex(mesh, "shape", &shape) ||
-      json_object_array_length(axes) != json_object_array_length(shape) ||
-      json_object_array_length(axes) > 8)
-    return -1;
-  m->n = (int)json_object_array_length(axes);
-  for (int i = 0; i < m->n; i++) {
-    snprintf(m->axes[i], sizeof m->axes[i], "%s",
-             json_object_get_string(json_object_array_get_idx(axes, (size_t)i)));
-    m->shape[i] = json_object_get_int64(json_object_array_get_idx(shape, (size_t)i));
-  }
-  return 0;
-}
-
-static bool batch_axis(const char *name) {
-  return !strcmp(name, "data") || !strcmp(name, "expert") || !strcmp(name, "fsdp");
-}
-
-/* The batch shards of mesh m on `devices` devices (a -1 axis sized by them), or 0 when the
- * mesh does not fit that count. */
-static int64_t batch_shards(const Mesh *m, int64_t devices) {
-  int64_t fixed = 1, shards = 1, free_axis = -1;
-  for (int i = 0; i < m->n; i++)
-    if (m->shape[i] < 0)
-      free_axis = i;
-    else
-      fixed *= m->shape[i];
-  if (fixed <= 0 || devices % fixed) return 0;
-  if (free_axis < 0 && fixed != devices) return 0;
-  for (int i = 0; i < m->n; i++)
-    if (batch_axis(m->axes[i])) shards *= i == free_axis ? devices / fixed : m->shape[i];
-  return shards;
-}
-
-/* A mesh for `to` devices from m on `from`: a -1 axis stays (the target sizes it); else the
- * batch axes (data, then fsdp, then expert) give up the factor from/to. 0, or -1 when none. */
-static int mesh_shrink(const Mesh *m, int from, int to, Mesh *out) {
-  *out = *m;
-  for (int i = 0; i < m->n; i++)
-    if (m->shape[i] < 0) return batch_shards(out, to) ? 0 : -1;
-  if (from % to) return -1;
-  int64_t f = from / to;
-  static const char *const order[] = {"data", "fsdp", "expert"};
-  for (int k = 0; k < 3; k++)
-    for (int i = 0; i < m->n; i++)
-      if (!strcmp(m->axes[i], order[k]) && m->shape[i] % f == 0) {
-        out->shape[i] = m->shape[i] / f;
-        return 0;
-      }
-  return -1;
-}
-
-int backend_elastic_plan(const char *config, int from, int to, BackendElasticPlan *plan, char *why,
-                         size_t cap) {
-  json_object *cfg = json_tokener_parse(config);
-  Mesh m, small;
-  int64_t global = json_int_at(cfg, "input", "global_batch_size", 0);
-  int64_t mb = json_int_at(cfg, "learner", "microbatches", 1);
-  int bad = !cfg || mesh_read(cfg, &m) || global <= 0 || mb <= 0;
-  json_object_put(cfg);
-  if (bad) {
-    snprintf(why, cap,
-             "the config has no /mesh/axes and /mesh/shape, /input/global_batch_size "
-             "or /learner/microbatches");
-    return -1;
-  }
-  int64_t s_old = batch_shards(&m, from), s_new = 0;
-  if (!s_old || mesh_shrink(&m, from, to, &small) || !(s_new = batch_shards(&small, to)) ||
-      global % s_new) {
-    snprintf(why, cap, "no mesh of %d ranks keeps this job's global batch of %lld", to,
-             (long long)global);
-    return -1;
-  }
-  /* rows per microbatch and device before: global / s_old / mb; keep it, or the next count
-   * above that divides the rows each device now holds */
-  int64_t rows = global / s_new, k = (mb * s_old + s_new - 1) / s_new;
-  while (k <= rows && rows % k) k++;
-  if (k > rows) {
-    snprintf(why, cap, "no microbatch count divides the %lld rows per device of %d ranks",
-             (long long)rows, to);
-    return -1;
-  }
-  plan->naxes = small.n;
-  memcpy(plan->shape, small.shape, sizeof plan->shape);
-  plan->microbatches = k;
-  plan->global_batch = global;
-  return 0;
-}
-
-/* Compiles the trainer of `to` ranks into the work directory: the config of the current one
- * with the mesh and microbatches of backend_elastic_plan. 0, -1 when this count does not fit
- * (said why), -2 on a system failure. */
-static int elastic_compile(Sup *u, const char *config, const char *text, int to, char **exe) {
-  BackendElasticPlan plan;
-  char why[256];
-  if (backend_elastic_plan(text, u->ranks, to, &plan, why, sizeof why)) {
-    say(u, "elastic: %s", why);
-    return -1;
-  }
-  int64_t k = plan.microbatches, global = plan.global_batch;
-  char target[32], setmb[64], shape[256] = "/mesh/shape=[", name[64];
-  snprintf(target, sizeof target, to == 1 ? "cpu" : "cpu-%d", to);
-  snprintf(setmb, sizeof setmb, "/learner/microbatches=%lld", (long long)k);
-  for (int i = 0; i < plan.naxes; i++) /* at most 8 sizes of 20 digits: it fits */
-    snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld%s", i ? "," : "",
-             (long long)plan.shape[i], i + 1 == plan.naxes ? "]" : "");
+/* Builds the trainer of `to` ranks into the work directory, through the driver's rebuild (the
+ * config of the current trainer, planned for the smaller mesh). 0, -1 when this count does not
+ * fit (said why), -2 on a system failure. */
+static int elastic_build(Sup *u, const char *config, int to, char **exe) {
+  char name[64];
   snprintf(name, sizeof name, "/trainer-%d", to);
-  *exe = backend_join(u->work, "", name);
-  char *argv[] = {(char *)u->s->axlc,
-                  "compile",
-                  (char *)config,
-                  "--target",
-                  target,
-                  "--set",
-                  setmb,
-                  "--set",
-                  shape,
-                  "-o",
-                  *exe,
-                  NULL};
-  say(u, "elastic: compiling the job for %d ranks: %s %s %s", to, target, setmb, shape);
-  char log[4096];
-  int rc = backend_spawn_log(argv, log, sizeof log);
+  *exe = base_join(u->work, "", name);
+  LaunchShrink done = {0};
+  const LaunchRebuild *r = &u->s->rebuild;
+  int rc = r->build(r->ctx, u->s->prog, config, u->ranks, to, *exe, &done);
   if (rc != 0) {
-    say(u, "elastic: the job does not compile for %d ranks (axlc compile exited %d)", to, rc);
     free(*exe);
     *exe = NULL;
-    return rc < 0 ? -2 : -1;
+    return rc;
   }
   json_object *o = event("shrink");
   json_object_object_add(o, "from", json_object_new_int(u->ranks));
   json_object_object_add(o, "to", json_object_new_int(to));
-  json_object_object_add(o, "microbatches", json_object_new_int64(k));
-  json_object_object_add(o, "global_batch", json_object_new_int64(global));
+  json_object_object_add(o, "microbatches", json_object_new_int64(done.microbatches));
+  json_object_object_add(o, "global_batch", json_object_new_int64(done.global_batch));
   report(u, o);
   say(u,
       "elastic: going on with %d ranks instead of %d: %lld microbatches, global batch %lld "
       "kept",
-      to, u->ranks, (long long)k, (long long)global);
+      to, u->ranks, (long long)done.microbatches, (long long)done.global_batch);
   return 0;
 }
 
@@ -462,20 +303,22 @@ static int elastic_shrink(Sup *u, int below) {
       return -1;
     }
   }
-  char *config = backend_join(u->work, "/", "config.json");
+  if (!u->s->rebuild.build) {
+    say(u, "elastic: this job cannot be rebuilt for fewer ranks");
+    return -1;
+  }
+  char *config = base_join(u->work, "/", "config.json");
   char *argv[] = {(char *)u->trainer, "--config", NULL};
-  json_object *cfg = NULL;
-  if (run_to_file(argv, config) != 0 || !(cfg = json_object_from_file(config))) {
+  if (base_run_to_file(argv, config) != 0) {
     say(u, "elastic: %s --config did not give the job's config", u->trainer);
     unlink(config);
     free(config);
     return -1;
   }
-  char *text = ir_xstrdup(json_object_to_json_string(cfg));
   int rc = -1;
   for (int to = below; to >= min && to >= 1 && rc == -1; to--) {
     char *exe = NULL;
-    rc = elastic_compile(u, config, text, to, &exe);
+    rc = elastic_build(u, config, to, &exe);
     if (rc == 0) {
       if (u->owned) unlink(u->owned); /* the trainer of an earlier shrink */
       free(u->owned);
@@ -486,8 +329,6 @@ static int elastic_shrink(Sup *u, int below) {
     }
   }
   if (rc) say(u, "elastic: no mesh of %d to %d ranks fits the job", min, below);
-  free(text);
-  json_object_put(cfg);
   unlink(config);
   free(config);
   return rc ? -1 : 0;
@@ -529,7 +370,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void summary(Sup *u, int status, int restarts) {
-  double wall = now_s() - u->t0, med = 0, worst = 0;
+  double wall = base_now_s() - u->t0, med = 0, worst = 0;
   if (u->nlat) {
     qsort(u->latencies, (size_t)u->nlat, sizeof *u->latencies, cmp_double);
     med = u->nlat % 2 ? u->latencies[u->nlat / 2]
@@ -555,24 +396,20 @@ static void summary(Sup *u, int status, int restarts) {
   report(u, o);
 }
 
-/* One launch of the current trainer: its exit status; *signalled as backend_spawn_job. */
+/* One launch of the current trainer: its exit status; *signalled as launch_job. */
 static int launch_once(Sup *u, bool resume, int *signalled) {
   Numbers num;
-  char *tool = NULL;
-  if (u->ranks > 1) {
-    tool = in_slurm() ? backend_which("srun") : backend_which("mpirun");
-    if (!tool && !in_slurm()) tool = backend_which("mpiexec");
-    if (!tool) {
-      backend_error(u->d, NULL, NULL, "%s was not found on PATH", in_slurm() ? "srun" : "mpirun");
-      return -1;
-    }
+  char *tool = (char *)u->s->launcher;
+  if (u->ranks > 1 && !tool) {
+    fprintf(stderr, "error: %s was not found on PATH\n", launch_in_slurm() ? "srun" : "mpirun");
+    return -1;
   }
-  char **args = ir_xcalloc((size_t)u->s->argc + 18, sizeof *args);
+  char **args = base_xcalloc((size_t)u->s->argc + 18, sizeof *args);
   launch_argv(u, args, &num, tool, resume);
   memset(&u->l, 0, sizeof u->l);
   u->l.first_step = u->l.last_step = u->l.bad_step = -1;
   u->l.blamed = -1;
-  u->l.start = u->l.alive_at = now_s();
+  u->l.start = u->l.alive_at = base_now_s();
   u->launches++;
   json_object *o = event("launch");
   json_object_object_add(o, "launch", json_object_new_int(u->launches));
@@ -583,11 +420,10 @@ static int launch_once(Sup *u, bool resume, int *signalled) {
     json_object_object_add(o, "skip_batches", json_object_new_int64(u->skip));
   }
   report(u, o);
-  BackendLines lines = {on_line, u};
-  int rc = backend_spawn_job_lines(args, u->trainer, &lines, signalled);
-  if (rc < 0) backend_error(u->d, args[0], NULL, "could not start it");
+  LaunchLines lines = {on_line, u};
+  int rc = launch_job_lines(args, u->trainer, &lines, signalled);
+  if (rc < 0) fprintf(stderr, "error: %s: could not start it\n", args[0]);
   free(args);
-  free(tool);
   return rc;
 }
 
@@ -624,7 +460,7 @@ static void skip_past(Streak *k, int64_t bad, int64_t ckpt) {
 
 static int after_failure(Sup *u, int rc, Streak *k) {
   Launch *l = &u->l;
-  u->ended_at = now_s();
+  u->ended_at = base_now_s();
   u->failed_at = l->alive_at;
   classify(l, rc);
   if (!l->cause[0] && rc > 128 && u->ranks == 1) { /* no launcher: the trainer is the job */
@@ -633,7 +469,7 @@ static int after_failure(Sup *u, int rc, Streak *k) {
     l->blamed = 0;
   } else if (!l->cause[0] && rc > 128) {
     snprintf(l->cause, sizeof l->cause, "the launcher (%s) died of signal %d (%s)",
-             in_slurm() ? "srun" : "mpirun", rc - 128, strsignal(rc - 128));
+             launch_in_slurm() ? "srun" : "mpirun", rc - 128, strsignal(rc - 128));
   } else if (!l->cause[0]) {
     snprintf(l->cause, sizeof l->cause, "the job exited with status %d", rc);
   }
@@ -724,7 +560,7 @@ static int after_failure(Sup *u, int rc, Streak *k) {
 }
 
 /* The value of the trainer's option `name` (the last one given), or NULL. */
-static const char *option_arg(const BackendSupervisor *s, const char *name) {
+static const char *option_arg(const LaunchSupervisor *s, const char *name) {
   const char *value = NULL;
   size_t n = strlen(name);
   for (int i = 0; i < s->argc; i++)
@@ -739,40 +575,43 @@ static const char *option_arg(const BackendSupervisor *s, const char *name) {
  * min_ranks allows. 0, or -1 reported. */
 static int fit_allocation(Sup *u) {
   const char *n = getenv("SLURM_NTASKS");
-  if (!in_slurm() || !n || atoi(n) <= 0 || atoi(n) >= u->ranks) return 0;
+  if (!launch_in_slurm() || !n || atoi(n) <= 0 || atoi(n) >= u->ranks) return 0;
   int tasks = atoi(n), min = u->s->min_ranks > 0 ? u->s->min_ranks : u->ranks;
-  if (tasks < min)
-    return backend_error(u->d, NULL, NULL,
-                         "the Slurm allocation has %d tasks (SLURM_NTASKS) and the trainer runs "
-                         "on %d ranks (expected --min-ranks %d or less to go on with fewer)",
-                         tasks, u->ranks, tasks);
+  if (tasks < min) {
+    fprintf(stderr,
+            "error: the Slurm allocation has %d tasks (SLURM_NTASKS) and the trainer runs on %d "
+            "ranks (expected --min-ranks %d or less to go on with fewer)\n",
+            tasks, u->ranks, tasks);
+    return -1;
+  }
   say(u, "the allocation has %d tasks for a trainer of %d ranks", tasks, u->ranks);
-  if (elastic_shrink(u, tasks))
-    return backend_error(u->d, NULL, NULL, "no smaller mesh for %d tasks", tasks);
+  if (elastic_shrink(u, tasks)) {
+    fprintf(stderr, "error: no smaller mesh for %d tasks\n", tasks);
+    return -1;
+  }
   return 0;
 }
 
-int backend_supervise(const BackendSupervisor *s, const BackendDiag *d) {
+int launch_supervise(const LaunchSupervisor *s) {
   static Sup u; /* large (blame counts); one supervisor per process */
   memset(&u, 0, sizeof u);
   u.s = s;
-  u.d = d;
-  u.t0 = now_s();
+  u.t0 = base_now_s();
   u.trainer = s->trainer;
   u.ranks = s->ranks;
   u.ckpt_dir = option_arg(s, "--ckpt-dir");
   const char *skip = option_arg(s, "--skip-batches");
   u.user_skip = skip ? strtoll(skip, NULL, 10) : 0; /* the trainer checks it */
   if (s->max_restarts > 0 && !u.ckpt_dir) {
-    backend_error(d, NULL, NULL,
-                  "%s: restarts continue from checkpoints: expected --ckpt-dir DIR among the "
-                  "trainer's options (or --max-restarts 0)",
-                  s->prog);
+    fprintf(stderr,
+            "error: %s: restarts continue from checkpoints: expected --ckpt-dir DIR among the "
+            "trainer's options (or --max-restarts 0)\n",
+            s->prog);
     return 1;
   }
   RtError ferr;
   if (s->report && !(u.report = rt_file_open(s->report, "w", &ferr))) {
-    backend_error(d, NULL, NULL, "--report %s", ferr.msg);
+    fprintf(stderr, "error: --report %s\n", ferr.msg);
     return 1;
   }
   /* the ranks' stdout is mpirun's pty (rank 0), or this process's pipe (one rank): neither says
@@ -786,14 +625,14 @@ int backend_supervise(const BackendSupervisor *s, const BackendDiag *d) {
     setenv("OMPI_MCA_mca_base_env_list", "AXLC_PROGRESS", 1);
   } else if (!strstr(list, "AXLC_PROGRESS") && (!delim || !*delim || !strcmp(delim, ";"))) {
     size_t n = strlen(list) + sizeof ";AXLC_PROGRESS";
-    char *more = ir_xcalloc(n, 1);
+    char *more = base_xcalloc(n, 1);
     snprintf(more, n, "%s;AXLC_PROGRESS", list);
     setenv("OMPI_MCA_mca_base_env_list", more, 1);
     free(more);
   }
-  u.latencies = ir_xcalloc((size_t)s->max_restarts + 1, sizeof *u.latencies);
+  u.latencies = base_xcalloc((size_t)s->max_restarts + 1, sizeof *u.latencies);
   Streak k = {.last_fail_step = -1, .last_ckpt = -1, .last_blamed = -1, .skip_ckpt = -1};
-  if (u.ranks > 1 && in_slurm())
+  if (u.ranks > 1 && launch_in_slurm())
     say(&u,
         "SLURM_JOB_ID=%s is set: launching with srun inside that Slurm allocation (unset "
         "SLURM_JOB_ID to launch with mpirun)",

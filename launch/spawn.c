@@ -1,4 +1,4 @@
-/* spawn.c: running a tool (the C compiler that links trainers, mpirun) and waiting for it.
+/* spawn.c: a trainer's ranks (mpirun, srun, or the trainer alone) run as a job, and waited for.
  *
  * A tool that runs for long (mpirun and its ranks) is started as a job: in a process group of
  * its own, so that a Ctrl-C on the terminal reaches this process alone and not mpirun, which
@@ -22,82 +22,8 @@
 #include <sys/prctl.h>
 #endif
 
-#include "backends/backend.h"
-
-int backend_spawn(char *const *argv) {
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-char *backend_which(const char *name) {
-  const char *path = getenv("PATH");
-  char *dirs = ir_xstrdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin"), *save = NULL;
-  for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-    char *full = backend_join(*d ? d : ".", "/", name);
-    if (access(full, X_OK) == 0) {
-      free(dirs);
-      return full;
-    }
-    free(full);
-  }
-  free(dirs);
-  return NULL;
-}
-
-/* ===== linking: the tool's messages, and why it failed ================================ */
-
-int backend_spawn_log(char *const *argv, char *log, size_t cap) {
-  int fd[2];
-  if (cap) log[0] = 0;
-  if (cap < 2) cap = 0;
-  if (pipe(fd) != 0) return backend_spawn(argv);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fd[0]);
-    close(fd[1]);
-    return -1;
-  }
-  if (pid == 0) {
-    close(fd[0]);
-    dup2(fd[1], 2);
-    close(fd[1]);
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  close(fd[1]);
-  char buf[4096];
-  size_t len = 0;
-  for (;;) {
-    ssize_t n = read(fd[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    fwrite(buf, 1, (size_t)n, stderr); /* the user sees the tool's messages as they come */
-    for (ssize_t i = 0; cap && i < n; i++) {
-      if (len + 1 == cap) { /* keep the head and the tail: the reason comes last, or first and
-                               then a long crash report (LLVM's "IO failure ..." and its stack) */
-        size_t head = cap / 4, drop = cap / 4;
-        memmove(log + head, log + head + drop, len - head - drop);
-        len -= drop;
-      }
-      log[len++] = buf[i];
-    }
-  }
-  if (cap) log[len] = 0;
-  close(fd[0]);
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+#include "base/base.h"
+#include "launch/launch.h"
 
 /* ===== jobs: mpirun, and the signals this process receives meanwhile ================== */
 
@@ -139,7 +65,7 @@ static void job_child(char *const *argv, const sigset_t *mask, pid_t parent) {
   _exit(127);
 }
 
-/* What a signal to this process does to the job: see backend.h. */
+/* What a signal to this process does to the job: see launch.h. */
 static void job_signal(pid_t pid, const char *exe, int sig, int *first) {
   if (sig == SIGTSTP) { /* stop the job with this process, and continue it with it */
     signal_workers(exe, SIGSTOP);
@@ -168,7 +94,7 @@ typedef struct JobPipe {
   size_t len;
 } JobPipe;
 
-static void pipe_line(JobPipe *p, const BackendLines *lines, bool flush) {
+static void pipe_line(JobPipe *p, const LaunchLines *lines, bool flush) {
   size_t start = 0;
   for (size_t i = 0; i < p->len; i++)
     if (p->buf[i] == '\n' || p->buf[i] == '\r') {
@@ -190,7 +116,7 @@ static void pipe_line(JobPipe *p, const BackendLines *lines, bool flush) {
 }
 
 /* Reads what is there (waiting up to ms); returns false at the end of both pipes. */
-static bool pipes_read(JobPipe *p, int n, const BackendLines *lines, int ms) {
+static bool pipes_read(JobPipe *p, int n, const LaunchLines *lines, int ms) {
   struct pollfd fds[2];
   int open = 0;
   for (int i = 0; i < n; i++) {
@@ -222,18 +148,12 @@ static bool pipes_read(JobPipe *p, int n, const BackendLines *lines, int ms) {
   return true;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+int launch_job(char *const *argv, const char *workers, int *signalled) {
+  return launch_job_lines(argv, workers, NULL, signalled);
 }
 
-int backend_spawn_job(char *const *argv, const char *workers, int *signalled) {
-  return backend_spawn_job_lines(argv, workers, NULL, signalled);
-}
-
-int backend_spawn_job_lines(char *const *argv, const char *workers, const BackendLines *lines,
-                            int *signalled) {
+int launch_job_lines(char *const *argv, const char *workers, const LaunchLines *lines,
+                     int *signalled) {
   char exe[PATH_MAX];
   const char *real = workers && realpath(workers, exe) ? exe : NULL;
   JobPipe pipes[2] = {{.fd = -1, .to = STDOUT_FILENO}, {.fd = -1, .to = STDERR_FILENO}};
@@ -292,7 +212,8 @@ int backend_spawn_job_lines(char *const *argv, const char *workers, const Backen
   }
   /* The rest of the output; a process the job left behind that holds the pipes open is not
    * waited for more than two seconds. */
-  for (double end = now_s() + 2; lines && now_s() < end && pipes_read(pipes, 2, lines, 100);) {
+  for (double end = base_now_s() + 2;
+       lines && base_now_s() < end && pipes_read(pipes, 2, lines, 100);) {
   }
   for (int i = 0; i < 2; i++)
     if (pipes[i].fd >= 0) {
@@ -306,4 +227,15 @@ int backend_spawn_job_lines(char *const *argv, const char *workers, const Backen
     if (sig != SIGCHLD && sig != SIGTSTP && *signalled == 0) *signalled = sig;
   sigprocmask(SIG_SETMASK, &old, NULL);
   return rc;
+}
+
+bool launch_in_slurm(void) {
+  const char *id = getenv("SLURM_JOB_ID");
+  return id && *id;
+}
+
+char *launch_launcher(void) {
+  if (launch_in_slurm()) return base_which("srun");
+  char *tool = base_which("mpirun");
+  return tool ? tool : base_which("mpiexec");
 }

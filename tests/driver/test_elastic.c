@@ -1,5 +1,5 @@
-/* test_elastic.c: the mesh and microbatches of a job on fewer ranks (backends/supervise.c:
- * backend_elastic_plan), on configs shaped as a trainer's --config prints them.
+/* test_elastic.c: the mesh and microbatches of a job on fewer ranks (driver/elastic.c:
+ * drv_elastic_plan), on configs shaped as a trainer's --config prints them.
  *
  * - A -1 axis (the CPU mesh rule's data axis) stays, and the microbatches rise by the factor
  *   the batch shards fell (4 -> 2 ranks: 1 -> 2).
@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/backend.h"
+#include "driver/driver.h"
 #include "tests/cunit_check.h"
 
 #define CHECK_EQ(a, b)                                                                             \
@@ -33,7 +33,7 @@ static const char *config(const char *shape, int gb, int mb) {
 }
 
 /* The plan's shape as "[a,b,...]". */
-static const char *shape_of(const BackendElasticPlan *p) {
+static const char *shape_of(const DrvElasticPlan *p) {
   static char buf[128];
   size_t n = (size_t)snprintf(buf, sizeof buf, "[");
   for (int i = 0; i < p->naxes; i++)
@@ -43,9 +43,9 @@ static const char *shape_of(const BackendElasticPlan *p) {
 }
 
 static void plan_ok(const char *cfg, int from, int to, const char *shape, int mb) {
-  BackendElasticPlan p;
+  DrvElasticPlan p;
   char why[256] = "";
-  int rc = backend_elastic_plan(cfg, from, to, &p, why, sizeof why);
+  int rc = drv_elastic_plan(cfg, from, to, &p, why, sizeof why);
   CHECK_MSG(rc == 0, "%d -> %d: refused: %s", from, to, why);
   if (rc) return;
   CHECK_MSG(!strcmp(shape_of(&p), shape), "%d -> %d: mesh %s, expected %s", from, to, shape_of(&p),
@@ -54,9 +54,9 @@ static void plan_ok(const char *cfg, int from, int to, const char *shape, int mb
 }
 
 static void plan_refused(const char *cfg, int from, int to, const char *reason) {
-  BackendElasticPlan p;
+  DrvElasticPlan p;
   char why[256] = "";
-  CHECK_EQ(backend_elastic_plan(cfg, from, to, &p, why, sizeof why), -1);
+  CHECK_EQ(drv_elastic_plan(cfg, from, to, &p, why, sizeof why), -1);
   CHECK_MSG(strstr(why, reason) != NULL, "%d -> %d: '%s', expected '%s'", from, to, why, reason);
 }
 
@@ -92,7 +92,7 @@ static void test_bad_config(void) {
 
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("backend_elastic", NULL, NULL);
+  CU_pSuite s = CU_add_suite("driver_elastic", NULL, NULL);
   CU_add_test(s, "a -1 axis: the target sizes it", test_free_axis);
   CU_add_test(s, "fixed sizes: data, then fsdp, then expert", test_fixed_mesh);
   CU_add_test(s, "microbatches: the next count that divides", test_rounding);
