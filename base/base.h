@@ -34,7 +34,5 @@ int base_run_log(char *const *argv, char *log, size_t cap);
 int base_run_to_file(char *const *argv, const char *out);
 /* The full path of the executable `name` on PATH (malloc'd), or NULL. */
 char *base_which(const char *name);
-/* Seconds on a monotonic clock, for intervals. */
-double base_now_s(void);
 
 #endif /* AXLC_BASE_H */

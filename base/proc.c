@@ -7,10 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
+
+/* Waits for child pid: its exit status, 128 + the signal that ended it, or -1. */
+static int wait_status(pid_t pid) {
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
 
 int base_run(char *const *argv) {
   pid_t pid = fork();
@@ -19,10 +26,7 @@ int base_run(char *const *argv) {
     execvp(argv[0], argv);
     _exit(127);
   }
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return wait_status(pid);
 }
 
 char *base_which(const char *name) {
@@ -81,10 +85,7 @@ int base_run_log(char *const *argv, char *log, size_t cap) {
   }
   if (cap) log[len] = 0;
   close(fd[0]);
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return wait_status(pid);
 }
 
 int base_run_to_file(char *const *argv, const char *out) {
@@ -98,14 +99,5 @@ int base_run_to_file(char *const *argv, const char *out) {
     execvp(argv[0], argv);
     _exit(127);
   }
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-double base_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  return wait_status(pid);
 }

@@ -171,8 +171,11 @@ typedef struct DrvMemReport {
   int collectives;
 } DrvMemReport;
 
-/* j lowered through every pass. */
+/* j lowered through every pass, planned as the backend of device kind dev trains it: that
+ * backend's fusion plan, and for OpenCL the slab in pieces of dev->max_alloc (dev NULL: the
+ * target's backend by name, one piece). drv_memcheck is drv_memcheck_on(j, NULL, r). */
 int drv_memcheck(DrvJob *j, DrvMemReport *r);
+int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r);
 /* The FLOPs of one run of g (the report's flops), and in *bf16 those of bf16 products. */
 double drv_step_flops(const IrGraph *g, double *bf16);
 void drv_memreport_free(DrvMemReport *r);

@@ -220,7 +220,16 @@ static void describe_items(const IrGraph *g, DrvMemReport *r) {
   }
 }
 
-int drv_memcheck(DrvJob *j, DrvMemReport *r) {
+int drv_memcheck(DrvJob *j, DrvMemReport *r) { return drv_memcheck_on(j, NULL, r); }
+
+/* The backend whose fusion plan applies: the one the device table names for the kind (gpu-*:
+ * opencl), else the one whose target names match, else the LLVM backend's. */
+static const Backend *plan_backend(const DrvJob *j, const DrvDevice *dev) {
+  const Backend *b = dev && dev->backend[0] ? backend_find(dev->backend) : NULL;
+  return b && b->plan ? b : drv_plan_backend(j->target);
+}
+
+int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   memset(r, 0, sizeof *r);
   r->file = fe_asprintf("%s", j->file);
   r->target = fe_asprintf("%s", j->target ? j->target : "cpu");
@@ -235,14 +244,17 @@ int drv_memcheck(DrvJob *j, DrvMemReport *r) {
    * keeps its fused attention ops even where that backend lacks them (drv_backend_job expands
    * them later): the report is for accelerators with a fused attention kernel, which never
    * store the (T, T) scores */
-  const Backend *b = drv_plan_backend(j->target);
+  const Backend *b = plan_backend(j, dev);
   r->fusion = b ? b->name : "none";
   if (b)
     b->plan(g, mat);
   else
     for (int32_t v = 0; v < n; v++) mat[v] = true;
+  /* the OpenCL backend plans a GPU kind's slab in pieces of max_alloc, as compile does */
+  int64_t split =
+      b && !strcmp(b->name, "opencl") && dev && dev->max_alloc > 0 ? (int64_t)dev->max_alloc : 0;
   MemPlan p;
-  if (pass_memplan_fused(g, mat, &p) != IR_OK) {
+  if (pass_memplan_split(g, mat, split, &p) != IR_OK) {
     free(mat);
     free(grad_out);
     return fe_error(&j->diag, j->file, NULL, "memory planning failed: %s", ir_graph_error(g));
@@ -359,8 +371,10 @@ bool drv_memreport_fits(const DrvMemReport *r, const DrvDevice *dev) {
 
 /* ---- what would fit ------------------------------------------------------------------------ */
 
-/* Lowers `file` with opt and one more --set option and returns its peak plus code, or -1. */
-static int64_t peak_with(const char *file, const FeOptions *opt, const char *extra) {
+/* Lowers `file` with opt and one more --set option and returns its peak plus code, or -1; -2
+ * when a tensor is still larger than the device's largest buffer. */
+static int64_t peak_with(const char *file, const FeOptions *opt, const DrvDevice *dev,
+                         const char *extra) {
   FeOptions o = *opt;
   const char **sets = ir_xmalloc(((size_t)opt->nsets + 1) * sizeof *sets);
   for (int i = 0; i < opt->nsets; i++) sets[i] = opt->sets[i];
@@ -370,8 +384,9 @@ static int64_t peak_with(const char *file, const FeOptions *opt, const char *ext
   DrvJob j;
   int64_t peak = -1;
   DrvMemReport r;
-  if (drv_load(&j, file, &o) == 0 && drv_lower(&j, NULL) == 0 && drv_memcheck(&j, &r) == 0) {
-    peak = r.peak + r.code;
+  if (drv_load(&j, file, &o) == 0 && drv_lower(&j, NULL) == 0 &&
+      drv_memcheck_on(&j, dev, &r) == 0) {
+    peak = dev->max_alloc > 0 && (double)r.largest > dev->max_alloc ? -2 : r.peak + r.code;
     drv_memreport_free(&r);
   }
   drv_free(&j);
@@ -382,7 +397,7 @@ static int64_t peak_with(const char *file, const FeOptions *opt, const char *ext
 /* Keeps `set` in out when the job fits dev with it. */
 static void try_fix(const char *file, const FeOptions *opt, const DrvDevice *dev, const char *set,
                     DrvMemFixes *out) {
-  int64_t peak = peak_with(file, opt, set);
+  int64_t peak = peak_with(file, opt, dev, set);
   if (peak < 0 || peak > dev->memory || out->n >= (int)(sizeof out->fix / sizeof out->fix[0]))
     return;
   snprintf(out->fix[out->n].set, sizeof out->fix[out->n].set, "%s", set);

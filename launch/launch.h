@@ -46,6 +46,10 @@ char *launch_launcher(void);
 
 /* ======================================================================== supervise.c */
 
+/* The value of the trainer option `name` among argv[0..argc), given as "NAME V" or "NAME=V"
+ * (the last one given), or NULL. */
+const char *launch_option(int argc, const char *const *argv, const char *name);
+
 /* What an elastic shrink went on with, for the report. */
 typedef struct LaunchShrink {
   int64_t microbatches, global_batch;

@@ -24,6 +24,7 @@
 
 #include "base/base.h"
 #include "launch/launch.h"
+#include "runtime/axrt.h"
 
 /* ===== jobs: mpirun, and the signals this process receives meanwhile ================== */
 
@@ -212,8 +213,8 @@ int launch_job_lines(char *const *argv, const char *workers, const LaunchLines *
   }
   /* The rest of the output; a process the job left behind that holds the pipes open is not
    * waited for more than two seconds. */
-  for (double end = base_now_s() + 2;
-       lines && base_now_s() < end && pipes_read(pipes, 2, lines, 100);) {
+  for (double end = rt_now_s() + 2;
+       lines && rt_now_s() < end && pipes_read(pipes, 2, lines, 100);) {
   }
   for (int i = 0; i < 2; i++)
     if (pipes[i].fd >= 0) {

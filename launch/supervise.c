@@ -3,12 +3,13 @@
  *
  * The supervisor starts the trainer's ranks through mpirun, or srun inside a Slurm allocation
  * (SLURM_JOB_ID), as a job of spawn.c, and reads the job's output as it passes it on: the step
- * lines of rank 0 say how far the run got, and the launcher's and the trainer's messages say why
- * it died (a rank killed, a rank the watchdog found stopped, a non-finite loss, a rank's silent
- * data corruption); the trainer's exit statuses 3 and 4 say the last two where the launcher passes
- * them on. A job that fails is started again with --resume, from the last complete checkpoint of
- * its --ckpt-dir, after a back-off that doubles while no new checkpoint is made, up to
- * max_restarts, and told the step it had reached and the downtime (--restart-step,
+ * lines of rank 0 say how far the run got; the trainer's event lines (runtime/axrt_event.h: a
+ * rank the watchdog found stopped, a non-finite loss, a rank's silent data corruption) and its
+ * exit statuses, and the launcher's messages about a rank it lost, say why it died. No trainer
+ * message is read: rewording one changes nothing here. A job that fails is started again with
+ * --resume, from the last complete checkpoint of its --ckpt-dir, after a back-off that doubles
+ * while no new checkpoint is made, up to max_restarts, and told the step it had reached and the
+ * downtime (--restart-step,
  * --restart-downtime: its goodput counts the whole supervised run); after a non-finite loss it
  * also passes over the bad batch (--skip-batches). A job that fails twice at the same step with
  * the same cause (a fault that a restart repeats) is given up. When
@@ -38,8 +39,10 @@
 #define MAX_RANKS   4096
 #define BACKOFF_MAX 60.0
 
-/* The kinds of failure the supervisor acts on apart from a restart. */
-typedef enum { FAIL_OTHER, FAIL_NONFINITE, FAIL_SDC } FailKind;
+/* The kind of a failure: a cause of axrt_event.h (RT_CAUSE_*), which the trainer's event lines
+ * and exit statuses name, or FAIL_OTHER (the launcher's messages, a signal, another status). */
+typedef int FailKind;
+#define FAIL_OTHER (-1)
 
 /* What one launch's output said. */
 typedef struct Launch {
@@ -102,7 +105,7 @@ static json_object *seconds(double s) {
 
 /* One JSON object to the report file, written whole and flushed. */
 static void report(Sup *u, json_object *o) {
-  json_object_object_add(o, "t", seconds(base_now_s() - u->t0));
+  json_object_object_add(o, "t", seconds(rt_now_s() - u->t0));
   if (u->report && !u->report_failed &&
       (fprintf(u->report, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0 ||
        fflush(u->report) != 0)) {
@@ -120,12 +123,45 @@ static json_object *event(const char *name) {
 
 /* ===== the job's output ================================================================ */
 
-/* A step line of rank 0 ("step 12 loss ..."), "resumed from DIR/step_N", and the messages
- * that say why a job died. The first cause found stands: the later ones are its echoes. */
+/* An event line of the trainer (axrt_event.h): a failure's cause, rank, step and tensor; the
+ * step a rank resumed from. 0, or -1 when the line is none. */
+static int on_event(Sup *u, const char *json) {
+  Launch *l = &u->l;
+  json_object *o = json_tokener_parse(json), *v;
+  const char *event = json_object_object_get_ex(o, "event", &v) ? json_object_get_string(v) : NULL;
+  int64_t step = json_object_object_get_ex(o, "step", &v) ? json_object_get_int64(v) : -1;
+  int rank = json_object_object_get_ex(o, "rank", &v) ? json_object_get_int(v) : -1;
+  int cause =
+      json_object_object_get_ex(o, "cause", &v) ? rt_cause_find(json_object_get_string(v)) : -1;
+  const char *tensor =
+      json_object_object_get_ex(o, "tensor", &v) ? json_object_get_string(v) : NULL;
+  int rc = event ? 0 : -1;
+  if (event && !strcmp(event, "resumed") && step >= 0) {
+    l->start_step = step;
+  } else if (event && !strcmp(event, "failure") && cause >= 0 && !l->cause[0]) {
+    const RtCauseInfo *c = &rt_causes[cause];
+    char at[64] = "";
+    if (step >= 0) snprintf(at, sizeof at, "step %lld", (long long)step);
+    if (c->blames)
+      snprintf(l->cause, sizeof l->cause, "rank %d: %s%s%s", rank, c->what, *at ? " at " : "", at);
+    else
+      snprintf(l->cause, sizeof l->cause, "%s (%s%s%s)", c->what, at, *at && tensor ? ": " : "",
+               tensor ? tensor : "");
+    l->blamed = c->blames ? rank : -1;
+    l->kind = cause;
+    if (cause == RT_CAUSE_NONFINITE && step >= 0) l->bad_step = step;
+  }
+  json_object_put(o);
+  return rc;
+}
+
+/* A step line of rank 0 ("step 12 loss ..."), the trainer's event lines, and the launcher's
+ * messages that say why a job died (a rank killed). The first cause found stands: the later
+ * ones are its echoes. */
 static void on_line(void *ctx, int fd, const char *line) {
   Sup *u = ctx;
   Launch *l = &u->l;
-  double t = base_now_s();
+  double t = rt_now_s();
   long long n;
   int r, sig;
   const char *p;
@@ -163,18 +199,10 @@ static void on_line(void *ctx, int fd, const char *line) {
     l->last_at = l->alive_at = t; /* the last sign of life: a step done */
     return;
   }
-  if (fd == 1 && (p = strstr(line, ": resumed from ")) && (p = strrchr(p, '_')) &&
-      sscanf(p, "_%lld", &n) == 1) {
-    l->start_step = n;
-    return;
-  }
+  if ((p = strstr(line, RT_EVENT_PREFIX)) && on_event(u, p + strlen(RT_EVENT_PREFIX)) == 0) return;
   if (l->cause[0]) return;
-  if ((p = strstr(line, "no answer from rank ")) && sscanf(p, "no answer from rank %d", &r) == 1) {
-    snprintf(l->cause, sizeof l->cause, "rank %d stopped answering (the watchdog)", r);
-    l->blamed = r;
-  } else if ((p = strstr(line, "process rank ")) && sscanf(p, "process rank %d", &r) == 1 &&
-             (p = strstr(line, "exited on signal ")) &&
-             sscanf(p, "exited on signal %d", &sig) == 1) {
+  if ((p = strstr(line, "process rank ")) && sscanf(p, "process rank %d", &r) == 1 &&
+      (p = strstr(line, "exited on signal ")) && sscanf(p, "exited on signal %d", &sig) == 1) {
     snprintf(l->cause, sizeof l->cause, "rank %d died of signal %d (%s)", r, sig, strsignal(sig));
     l->blamed = r;
   } else if (strstr(line, "srun: error:") && (p = strstr(line, ": task ")) &&
@@ -182,17 +210,6 @@ static void on_line(void *ctx, int fd, const char *line) {
     const char *why = strchr(p + 7, ':') + 1; /* after "task N:", which sscanf matched */
     snprintf(l->cause, sizeof l->cause, "rank %d: %s", r, why + strspn(why, " "));
     l->blamed = r;
-  } else if ((p = strstr(line, ": not finite; training stopped"))) {
-    const char *q = strstr(line, "step ");
-    snprintf(l->cause, sizeof l->cause, "a non-finite value (%.*s)", q ? (int)(p - q) : 0,
-             q ? q : "");
-    if (q && sscanf(q, "step %lld:", &n) == 1) l->bad_step = n;
-    l->kind = FAIL_NONFINITE;
-  } else if ((p = strstr(line, ": silent data corruption")) && (p = strstr(line, ": rank ")) &&
-             sscanf(p, ": rank %d: step %lld:", &r, &n) == 2) {
-    snprintf(l->cause, sizeof l->cause, "rank %d: silent data corruption at step %lld", r, n);
-    l->blamed = r;
-    l->kind = FAIL_SDC;
   }
 }
 
@@ -207,7 +224,7 @@ typedef struct Numbers {
  * the trainer's goodput, and the batches to pass over. */
 static int restart_args(Sup *u, char **args, int k, Numbers *num) {
   snprintf(num->step, sizeof num->step, "%lld", (long long)u->reached);
-  u->downtime = base_now_s() - u->failed_at + u->carry;
+  u->downtime = rt_now_s() - u->failed_at + u->carry;
   snprintf(num->down, sizeof num->down, "%.3f", u->downtime);
   args[k++] = "--restart-step";
   args[k++] = num->step;
@@ -370,7 +387,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void summary(Sup *u, int status, int restarts) {
-  double wall = base_now_s() - u->t0, med = 0, worst = 0;
+  double wall = rt_now_s() - u->t0, med = 0, worst = 0;
   if (u->nlat) {
     qsort(u->latencies, (size_t)u->nlat, sizeof *u->latencies, cmp_double);
     med = u->nlat % 2 ? u->latencies[u->nlat / 2]
@@ -409,7 +426,8 @@ static int launch_once(Sup *u, bool resume, int *signalled) {
   memset(&u->l, 0, sizeof u->l);
   u->l.first_step = u->l.last_step = u->l.bad_step = -1;
   u->l.blamed = -1;
-  u->l.start = u->l.alive_at = base_now_s();
+  u->l.kind = FAIL_OTHER;
+  u->l.start = u->l.alive_at = rt_now_s();
   u->launches++;
   json_object *o = event("launch");
   json_object_object_add(o, "launch", json_object_new_int(u->launches));
@@ -441,12 +459,12 @@ typedef struct Streak {
 /* The kind of failure: the trainer's exit status where the launcher passed it on (mpirun
  * passes the first failed rank's, srun the highest), else what the output said. */
 static void classify(Launch *l, int rc) {
-  if (rc == RT_EXIT_NONFINITE) l->kind = FAIL_NONFINITE;
-  if (rc == RT_EXIT_SDC) l->kind = FAIL_SDC;
-  if (!l->cause[0] && rc == RT_EXIT_NONFINITE)
-    snprintf(l->cause, sizeof l->cause, "a non-finite value (exit status %d)", rc);
-  if (!l->cause[0] && rc == RT_EXIT_SDC)
-    snprintf(l->cause, sizeof l->cause, "silent data corruption (exit status %d)", rc);
+  for (int c = 0; c < RT_CAUSE_COUNT; c++) {
+    if (!rt_causes[c].status || rc != rt_causes[c].status) continue;
+    l->kind = c;
+    if (!l->cause[0])
+      snprintf(l->cause, sizeof l->cause, "%s (exit status %d)", rt_causes[c].what, rc);
+  }
 }
 
 /* After a non-finite loss at step `bad`, the batches the restart from checkpoint ckpt passes
@@ -460,7 +478,7 @@ static void skip_past(Streak *k, int64_t bad, int64_t ckpt) {
 
 static int after_failure(Sup *u, int rc, Streak *k) {
   Launch *l = &u->l;
-  u->ended_at = base_now_s();
+  u->ended_at = rt_now_s();
   u->failed_at = l->alive_at;
   classify(l, rc);
   if (!l->cause[0] && rc > 128 && u->ranks == 1) { /* no launcher: the trainer is the job */
@@ -474,7 +492,7 @@ static int after_failure(Sup *u, int rc, Streak *k) {
     snprintf(l->cause, sizeof l->cause, "the job exited with status %d", rc);
   }
   int64_t reached = l->last_step >= 0 ? l->last_step : l->start_step, ckpt = 0;
-  if (l->kind == FAIL_NONFINITE && l->bad_step < 0) l->bad_step = reached + 1; /* no message */
+  if (l->kind == RT_CAUSE_NONFINITE && l->bad_step < 0) l->bad_step = reached + 1; /* no message */
   if (l->bad_step > reached) reached = l->bad_step; /* it ran, and printed no step line */
   RtError err;
   /* without --ckpt-dir (--max-restarts 0) there is no checkpoint to go back to */
@@ -533,7 +551,7 @@ static int after_failure(Sup *u, int rc, Streak *k) {
     if (elastic_shrink(u, u->ranks - 1)) return rc ? rc : 1;
     k->same = 0;
   }
-  if (l->kind == FAIL_NONFINITE) {
+  if (l->kind == RT_CAUSE_NONFINITE) {
     skip_past(k, l->bad_step, ckpt);
     say(u,
         "a non-finite value at step %lld: back to step %lld, passing over %lld batch%s (the "
@@ -559,15 +577,14 @@ static int after_failure(Sup *u, int rc, Streak *k) {
   return 0;
 }
 
-/* The value of the trainer's option `name` (the last one given), or NULL. */
-static const char *option_arg(const LaunchSupervisor *s, const char *name) {
+const char *launch_option(int argc, const char *const *argv, const char *name) {
   const char *value = NULL;
   size_t n = strlen(name);
-  for (int i = 0; i < s->argc; i++)
-    if (!strncmp(s->argv[i], name, n) && s->argv[i][n] == '=')
-      value = s->argv[i] + n + 1;
-    else if (!strcmp(s->argv[i], name) && i + 1 < s->argc)
-      value = s->argv[i + 1];
+  for (int i = 0; i < argc; i++)
+    if (!strncmp(argv[i], name, n) && argv[i][n] == '=')
+      value = argv[i] + n + 1;
+    else if (!strcmp(argv[i], name) && i + 1 < argc)
+      value = argv[i + 1];
   return value;
 }
 
@@ -592,15 +609,30 @@ static int fit_allocation(Sup *u) {
   return 0;
 }
 
+/* The variable `name` passed to ranks on other nodes: srun passes the environment; Open MPI's
+ * mpirun passes what mca_base_env_list names (";" its delimiter unless the user chose another). */
+static void pass_env(const char *name) {
+  const char *list = getenv("OMPI_MCA_mca_base_env_list");
+  const char *delim = getenv("OMPI_MCA_mca_base_env_list_delimiter");
+  if (!list || !*list) {
+    setenv("OMPI_MCA_mca_base_env_list", name, 1);
+  } else if (!strstr(list, name) && (!delim || !*delim || !strcmp(delim, ";"))) {
+    char *more = base_join(list, ";", name);
+    setenv("OMPI_MCA_mca_base_env_list", more, 1);
+    free(more);
+  }
+}
+
 int launch_supervise(const LaunchSupervisor *s) {
   static Sup u; /* large (blame counts); one supervisor per process */
   memset(&u, 0, sizeof u);
   u.s = s;
-  u.t0 = base_now_s();
+  u.t0 = rt_now_s();
   u.trainer = s->trainer;
   u.ranks = s->ranks;
-  u.ckpt_dir = option_arg(s, "--ckpt-dir");
-  const char *skip = option_arg(s, "--skip-batches");
+  const char *const *argv = (const char *const *)s->argv;
+  u.ckpt_dir = launch_option(s->argc, argv, "--ckpt-dir");
+  const char *skip = launch_option(s->argc, argv, "--skip-batches");
   u.user_skip = skip ? strtoll(skip, NULL, 10) : 0; /* the trainer checks it */
   if (s->max_restarts > 0 && !u.ckpt_dir) {
     fprintf(stderr,
@@ -615,23 +647,17 @@ int launch_supervise(const LaunchSupervisor *s) {
     return 1;
   }
   /* the ranks' stdout is mpirun's pty (rank 0), or this process's pipe (one rank): neither says
-   * where the log goes; this process's stdout does */
+   * where the log goes; this process's stdout does. The ranks write event lines for this one. */
   setenv("AXLC_PROGRESS", isatty(STDOUT_FILENO) ? "terminal" : "plain", 1);
-  /* ranks on other nodes: srun passes the environment; Open MPI's mpirun passes what
-   * mca_base_env_list names (";" its delimiter unless the user chose another) */
-  const char *list = getenv("OMPI_MCA_mca_base_env_list");
-  const char *delim = getenv("OMPI_MCA_mca_base_env_list_delimiter");
-  if (!list || !*list) {
-    setenv("OMPI_MCA_mca_base_env_list", "AXLC_PROGRESS", 1);
-  } else if (!strstr(list, "AXLC_PROGRESS") && (!delim || !*delim || !strcmp(delim, ";"))) {
-    size_t n = strlen(list) + sizeof ";AXLC_PROGRESS";
-    char *more = base_xcalloc(n, 1);
-    snprintf(more, n, "%s;AXLC_PROGRESS", list);
-    setenv("OMPI_MCA_mca_base_env_list", more, 1);
-    free(more);
-  }
+  setenv(RT_EVENT_ENV, "1", 1);
+  pass_env("AXLC_PROGRESS");
+  pass_env(RT_EVENT_ENV);
   u.latencies = base_xcalloc((size_t)s->max_restarts + 1, sizeof *u.latencies);
-  Streak k = {.last_fail_step = -1, .last_ckpt = -1, .last_blamed = -1, .skip_ckpt = -1};
+  Streak k = {.last_fail_step = -1,
+              .last_ckpt = -1,
+              .last_blamed = -1,
+              .skip_ckpt = -1,
+              .last_kind = FAIL_OTHER};
   if (u.ranks > 1 && launch_in_slurm())
     say(&u,
         "SLURM_JOB_ID=%s is set: launching with srun inside that Slurm allocation (unset "

@@ -18,6 +18,8 @@
 #include <stdio.h>  /* FILE, of rt_file_open */
 #include <string.h> /* memcpy in the bf16 conversions */
 
+#include "axrt_event.h" /* the trainer-supervisor protocol: exit statuses, event lines */
+
 #if defined(__GNUC__)
 #define RT_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
 #else
@@ -37,6 +39,10 @@ typedef struct RtError {
 
 /* Formats into err (which may be NULL) and returns -1, so callers write `return rt_error_set(...)`. */
 int rt_error_set(RtError *err, const char *fmt, ...) RT_PRINTF(2, 3);
+
+/* Seconds on a monotonic clock, for intervals (the one clock of the trainer, the supervisor and
+ * the compiler's timings). */
+double rt_now_s(void);
 
 /* CRC-32 (IEEE 802.3, as zlib's crc32): start with crc = 0, feed buffers in order. */
 uint32_t rt_crc32(uint32_t crc, const void *buf, size_t n);
@@ -217,7 +223,11 @@ const char *rt_st_path(const RtSt *st);
 int rt_st_count(const RtSt *st);
 const RtTensor *rt_st_tensor(const RtSt *st, int i);          /* sorted by data offset */
 const RtTensor *rt_st_find(const RtSt *st, const char *name); /* NULL if absent */
-const char *rt_st_meta(const RtSt *st, const char *key);      /* NULL if absent */
+/* A shape as "[3,4]" into buf (cut short where it does not fit); returns buf. */
+const char *rt_shape_text(char *buf, size_t cap, const int64_t *shape, int ndim);
+/* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32, into dst. */
+void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t n, float *dst);
+const char *rt_st_meta(const RtSt *st, const char *key); /* NULL if absent */
 /* The whole file as mapped, for checksums. */
 const void *rt_st_bytes(const RtSt *st, int64_t *size);
 /* Copies tensor `name` into dst as f32 (from F32, F16 or BF16) after checking its shape:
@@ -348,6 +358,14 @@ FILE *rt_file_open(const char *path, const char *mode, RtError *err);
  * or a library opens by name: -1 with err set as rt_file_open would, else 0 (a missing file
  * too, which the opener reports). */
 int rt_file_check_user(const char *path, int write, RtError *err);
+/* Writes the n bytes of buf to `path` atomically and durably (a temporary file beside it,
+ * fsync, rename, fsync of the directory): the file is whole or as it was. 0, or -1 with err
+ * set and nothing replaced. */
+int rt_file_write_atomic(const char *path, const void *buf, size_t n, RtError *err);
+/* fsync of a directory, so that renames and unlinks in it are durable. */
+int rt_dir_fsync(const char *dir, RtError *err);
+/* The directory part of `path` into dir: "." when it names none, "/" for a file in the root. */
+void rt_path_dir(const char *path, char *dir, size_t cap);
 
 typedef struct RtComm RtComm;
 
@@ -373,6 +391,20 @@ int64_t rt_mesh_chunk(const RtMesh *m, const uint8_t axes[RT_MAX_SPLIT_AXES], in
 /* Collective `index` of the table on the slab; called by the generated step. Aborts the job
  * (MPI_Abort, with a message naming the silent ranks) when a member does not answer in time. */
 void rt_comm_collective(RtComm *c, int32_t index, char *slab);
+/* rt_comm_collective with the operand at `in` and the result at `out` (separate buffers, the
+ * collective's in_shape and out_shape): an OpenCL trainer's host staging buffer. */
+void rt_comm_collective_io(RtComm *c, int32_t index, const char *in, char *out);
+/* This process's rank among those on its node, and their count, as the launcher's environment
+ * says (OMPI_COMM_WORLD_LOCAL_RANK and _SIZE, MPI_LOCALRANKID and MPI_LOCALNRANKS, SLURM_LOCALID
+ * and SLURM_TASKS_PER_NODE, PMI_LOCAL_RANK and PMI_LOCAL_SIZE); *size 0 when only the rank is
+ * known. Without a launcher, or none of these: rank 0 of 1, and 0 is returned; 1 when a launcher
+ * said. The variable that said is put in *from (may be NULL). */
+int rt_comm_local_rank(int *rank, int *size, const char **from);
+/* The same from MPI itself (a launcher that says neither): MPI is initialized here (a collective
+ * call: every rank makes it) and the ranks that share this one's memory counted
+ * (MPI_COMM_TYPE_SHARED). rt_comm_new, or rt_comm_node_done where none follows, finalizes it. */
+int rt_comm_node_rank(int *rank, int *size, RtError *err);
+void rt_comm_node_done(void);
 /* Every rank passes v (n values) and gets the element-wise sum over all ranks (world); a
  * barrier with data. The same deadline applies. */
 int rt_comm_sum_i64(RtComm *c, int64_t *v, int n, RtError *err);
@@ -639,8 +671,12 @@ typedef struct RtOclLaunch {
     int32_t dims; /* 1..3 */
     int64_t global[3], local[3];
     int32_t nargs;
-    const int64_t *args;                 /* (nargs) byte offsets in the slab: kernel arguments 2a + 1 ... */
-    const int64_t *arg_bytes;            /* (nargs) ... of tensors this long; argument 2a is their buffer */
+    const int64_t *args;      /* (nargs) byte offsets in the slab: kernel arguments 2a + 1 ... */
+    const int64_t *arg_bytes; /* (nargs) ... of tensors this long; argument 2a is their buffer */
+    /* 0: a kernel. i + 1: no kernel but collective i of the program's table (a mesh of more than
+     * one device): the runtime reads its operand from the device, runs it through MPI on the
+     * host (rt_comm_collective_io) and writes the result back, in the queue's order. */
+    int32_t collective;
     int64_t mma_global[3], mma_local[3]; /* ABI 7: the range of the tensor-core body */
 } RtOclLaunch;
 
@@ -764,6 +800,13 @@ typedef struct RtOclProgram {
      * device_match, and refuses, listing the devices, when there is none. NULL or "": the first
      * device of all. */
     const char *device_kind, *device_doc, *device_match;
+    /* --sample: base.forward's tables (their run NULL: rt_ocl_main supplies it) laid out over one
+     * sampling slab on the device, and the launches of the forward and of its decode step, each
+     * with its own kernels' source. nforward 0: the trainer does not sample; ndecode 0: no KV
+     * cache. */
+    const char *forward_source, *decode_source;
+    int32_t nforward, ndecode;
+    const RtOclLaunch *forward_launches, *decode_launches;
 } RtOclProgram;
 
 /* The OpenCL trainer's main (opencl.c): rt_train_main's options plus --device N|P:D and
@@ -776,9 +819,8 @@ int rt_ocl_check_args(int argc, char **argv, RtError *err);
 
 /* The trainer's main: parses the trainer options (--help lists them) and trains. Returns the
  * process exit status: 0 done; 1 an error (the message says which); 128 + the signal when
- * stopped by SIGINT or SIGTERM (after saving); and for a supervisor, which acts on them: */
-#define RT_EXIT_NONFINITE 3 /* the loss, gradient norm or weights went non-finite (nothing saved) */
-#define RT_EXIT_SDC       4 /* --sdc-check-every: a step's replay differed (the rank is named) */
+ * stopped by SIGINT or SIGTERM (after saving); and for a supervisor, which acts on them, those of
+ * axrt_event.h (RT_EXIT_NONFINITE, RT_EXIT_SDC), with its event lines. */
 int rt_train_main(const RtProgram *p, int argc, char **argv);
 /* rt_train_main for a step whose state lives elsewhere between steps (an OpenCL trainer's device
  * buffers): sync(slab, RT_SYNC_TO_HOST) makes the host slab current before the runtime reads it
@@ -788,6 +830,10 @@ int rt_train_main(const RtProgram *p, int argc, char **argv);
 #define RT_SYNC_TO_HOST   0
 #define RT_SYNC_FROM_HOST 1
 int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv);
+/* Called from inside RtProgram.step by a step that could not run and cannot be retried (an OpenCL
+ * device lost): msg names the device and the call. The loop then ends with an error (exit 1)
+ * that names the step and the last good checkpoint, which is kept: nothing is saved after it. */
+void rt_train_step_failed(const char *msg);
 /* Parses and checks the options as rt_train_main does (argv[0] is the program's name), with the
  * same messages, without a program and without touching any file: `axlc run` calls it before
  * compiling. 0 if rt_train_main would accept them, else -1 with the message in err. */

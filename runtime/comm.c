@@ -162,6 +162,96 @@ int rt_comm_launched(void) {
     return 0;
 }
 
+/* Tasks on node `node` of a SLURM tasks-per-node list ("2(x3),1": 2 on nodes 0-2, 1 on node 3),
+ * or 0. */
+static int slurm_tasks_on(const char *list, int node) {
+    while (list && *list) {
+        char *end;
+        long n = strtol(list, &end, 10), times = 1;
+        if (end == list || n <= 0)
+            return 0;
+        if (!strncmp(end, "(x", 2)) {
+            times = strtol(end + 2, &end, 10);
+            if (times <= 0 || *end != ')')
+                return 0;
+            end++;
+        }
+        if (node < times)
+            return (int)n;
+        node -= (int)times;
+        list = *end == ',' ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+int rt_comm_local_rank(int *rank, int *size, const char **from) {
+    static const char *const pairs[][2] = {{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+                                           {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+                                           {"SLURM_LOCALID", NULL},
+                                           {"PMI_LOCAL_RANK", "PMI_LOCAL_SIZE"}};
+    *rank = 0;
+    *size = 1;
+    if (from)
+        *from = NULL;
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        const char *r = getenv(pairs[i][0]);
+        if (!r || !*r)
+            continue;
+        *rank = atoi(r) < 0 ? 0 : atoi(r);
+        const char *n = pairs[i][1] ? getenv(pairs[i][1]) : NULL;
+        *size = n && *n && atoi(n) > 0 ? atoi(n) : 0;
+        if (!pairs[i][1]) { /* srun: the node's share of the step's tasks */
+            const char *list = getenv("SLURM_STEP_TASKS_PER_NODE");
+            const char *node = getenv("SLURM_NODEID");
+            if (!list || !*list)
+                list = getenv("SLURM_TASKS_PER_NODE");
+            *size = slurm_tasks_on(list, node && *node ? atoi(node) : 0);
+        }
+        if (*size && *rank >= *size)
+            *size = 0; /* the pair disagrees: trust the rank alone */
+        if (from)
+            *from = pairs[i][0];
+        return 1;
+    }
+    return 0;
+}
+
+/* MPI initialized by rt_comm_node_rank, for rt_comm_new to finalize. */
+static int mpi_inited_early;
+
+int rt_comm_node_rank(int *rank, int *size, RtError *err) {
+    *rank = 0;
+    *size = 1;
+#ifdef AXRT_HAVE_MPI
+    int inited = 0, provided, rc = MPI_SUCCESS;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+        if (rc != MPI_SUCCESS)
+            return rt_error_set(err, "MPI_Init failed (%d)", rc);
+        mpi_inited_early = 1;
+    }
+    MPI_Comm node;
+    rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS)
+        return rt_error_set(err, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed (%d)", rc);
+    MPI_Comm_rank(node, rank);
+    MPI_Comm_size(node, size);
+    MPI_Comm_free(&node);
+    return 0;
+#else
+    return rt_error_set(err, "libaxrt was built without MPI");
+#endif
+}
+
+void rt_comm_node_done(void) {
+#ifdef AXRT_HAVE_MPI
+    if (mpi_inited_early)
+        MPI_Finalize();
+    mpi_inited_early = 0;
+#endif
+}
+
 /* ===== groups ========================================================================= */
 
 static int same_axes(const Group *g, const RtCollective *k) {
@@ -281,6 +371,9 @@ static int join_mpi(RtComm *c, int64_t devices, RtError *err) {
         if (rc != MPI_SUCCESS)
             return mpi_fail(err, "MPI_Init", rc);
         c->finalize = 1;
+    } else if (mpi_inited_early) { /* rt_comm_node_rank's: finalized here */
+        c->finalize = 1;
+        mpi_inited_early = 0;
     }
     c->mpi = 1;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -538,8 +631,9 @@ static void die(RtComm *c, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    char text[sizeof msg + 16];
     fflush(stdout);
-    fprintf(stderr, "trainer: rank %d of %d: %s\n", c->rank, c->size, msg);
+    fprintf(stderr, "trainer: rank %d of %d: %s\n", c->rank, c->size, rt_event_text(msg, text, sizeof text));
     fflush(stderr);
     rt_comm_abort(c, 1);
     abort(); /* without MPI there is nobody to wait for; never reached */
@@ -549,12 +643,6 @@ static const char *const KIND_NAME[RT_COLL_KIND_COUNT] = {"all_reduce", "all_gat
                                                           "local_slice"};
 
 #ifdef AXRT_HAVE_MPI
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 enum { WATCH_ASK = 1, WATCH_ANSWER = 2 };
 
 /* Answers every question of the watchdog that has arrived: this rank is alive. */
@@ -583,8 +671,8 @@ static void watch_blame(RtComm *c, double grace, char *names, size_t cap) {
         if (j != c->rank && MPI_Isend(&c->watch_msg, 1, MPI_INT, j, WATCH_ASK, c->watch, &r) == MPI_SUCCESS)
             MPI_Request_free(&r);
     }
-    double deadline = now_s() + grace;
-    while (left > 0 && now_s() < deadline) {
+    double deadline = rt_now_s() + grace;
+    while (left > 0 && rt_now_s() < deadline) {
         int flag = 0, msg;
         MPI_Status st;
         watch_serve(c);
@@ -607,7 +695,7 @@ static void watch_blame(RtComm *c, double grace, char *names, size_t cap) {
  * ranks that have stopped answering (peers[i/2] are the world ranks waited for) and aborts the
  * job. */
 static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, const char *what, double timeout_s) {
-    double deadline = now_s() + timeout_s;
+    double deadline = rt_now_s() + timeout_s;
     long spins = 0;
     for (;;) {
         int done = 0;
@@ -622,7 +710,7 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
         }
         if ((spins & 63) == 0) {
             watch_serve(c);
-            if (now_s() > deadline)
+            if (rt_now_s() > deadline)
                 break;
         }
     }
@@ -637,6 +725,8 @@ static void wait_all(RtComm *c, MPI_Request *reqs, int n, const int *peers, cons
         if (!flag && len < sizeof waited - 16)
             len += (size_t)snprintf(waited + len, sizeof waited - len, "%s%d", len ? ", " : "", peers[i / 2]);
     }
+    if (stopped[0])
+        rt_event_failure(RT_CAUSE_WATCHDOG, atoi(stopped), -1, NULL); /* the first that stopped */
     if (stopped[0])
         die(c,
             "%s: no answer from rank %s for %.0f s (dead, stopped or hung; the other ranks answer); aborting "
@@ -699,8 +789,12 @@ static void exchange(RtComm *c, Group *g, int32_t index, const char *send, size_
 
 void rt_comm_collective(RtComm *c, int32_t index, char *slab) {
     const RtCollective *k = &c->colls[index];
+    rt_comm_collective_io(c, index, slab + k->in_offset, slab + k->out_offset);
+}
+
+void rt_comm_collective_io(RtComm *c, int32_t index, const char *in, char *out) {
+    const RtCollective *k = &c->colls[index];
     Group *g = &c->groups[c->coll_group[index]];
-    char *in = slab + k->in_offset, *out = slab + k->out_offset;
     int64_t n_in = numel(k->in_shape, k->rank), n = g->n;
     int es = rt_coll_elem_bytes(k->dtype);
     size_t in_bytes = (size_t)n_in * (size_t)es, out_bytes = (size_t)numel(k->out_shape, k->rank) * (size_t)es;
@@ -736,7 +830,7 @@ void rt_comm_collective(RtComm *c, int32_t index, char *slab) {
         } else {
             for (int j = 0; j < n; j++) {
                 View v = send_view(k, (int)n, j);
-                view_copy(in, &v, send + (size_t)j * slot, p0, p1, es, 1);
+                view_copy((char *)(uintptr_t)in, &v, send + (size_t)j * slot, p0, p1, es, 1); /* read only */
             }
             exchange(c, g, index, send, slot, recv, bytes);
         }

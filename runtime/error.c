@@ -1,6 +1,6 @@
 /*
- * error.c: the runtime's status convention, its checksum, and the environment variables that
- * tune a trainer.
+ * error.c: the runtime's status convention, its clock, its checksum, and the environment
+ * variables that tune a trainer.
  *
  * Every fallible runtime function returns 0 or -1 and fills a caller-owned RtError; there is
  * no global error state, so several trainers (or tests) can share a process.
@@ -11,8 +11,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "axrt.h"
+
+/* ===== the clock ====================================================================== */
+
+double rt_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* ===== errors ========================================================================= */
 

@@ -169,8 +169,7 @@ int rt_wfile_write(RtWfile *w, const void *buf, size_t n, RtError *err) {
     return 0;
 }
 
-/* The directory part of `path` ("." if none), for fsync after a rename. */
-static void dir_of(const char *path, char *dir, size_t cap) {
+void rt_path_dir(const char *path, char *dir, size_t cap) {
     const char *slash = strrchr(path, '/');
     if (!slash)
         snprintf(dir, cap, ".");
@@ -209,8 +208,18 @@ int rt_wfile_commit(RtWfile *w, RtError *err) {
         return rt_error_set(err, "%s: cannot rename to %s: %s", w->tmp, w->path, strerror(e));
     }
     char dir[4096];
-    dir_of(w->path, dir, sizeof dir);
+    rt_path_dir(w->path, dir, sizeof dir);
     return rt_dir_fsync(dir, err);
+}
+
+int rt_file_write_atomic(const char *path, const void *buf, size_t n, RtError *err) {
+    RtWfile w;
+    if (rt_wfile_open(&w, path, err) != 0)
+        return -1;
+    if (rt_wfile_write(&w, buf, n, err) == 0 && rt_wfile_commit(&w, err) == 0)
+        return 0;
+    rt_wfile_abort(&w);
+    return -1;
 }
 
 /* Best effort: the write has already failed, and its error is the one to report. */
@@ -249,7 +258,7 @@ static int real_target(const char *path, char *out) {
     char dir[PATH_MAX], real[PATH_MAX];
     if (realpath(path, out))
         return 0;
-    dir_of(path, dir, sizeof dir);
+    rt_path_dir(path, dir, sizeof dir);
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     if (!realpath(dir, real))
         return -1;

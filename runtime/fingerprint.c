@@ -136,14 +136,6 @@ static void diff_configs(Diff *d, const char *here, const char *there, int model
     json_object_put(b);
 }
 
-static void shape_text(char *buf, size_t cap, const int64_t *shape, int rank) {
-    size_t len = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < rank && len < cap; d++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", d ? "," : "", (long long)shape[d]);
-    if (len < cap)
-        snprintf(buf + len, cap - len, "]");
-}
-
 #define NAMES_SHOWN 3
 
 /* Appends one item for a group of parameter names: "N parameters WHAT: a, b, c and M more". */
@@ -184,8 +176,8 @@ static void diff_tensors(Diff *d, const RtParamSlot *params, int n, const RtCkpt
             group_add(&missing, params[i].path);
         } else if (t->ndim != params[i].rank ||
                    memcmp(t->shape, params[i].global_shape, (size_t)t->ndim * sizeof *t->shape) != 0) {
-            shape_text(a, sizeof a, params[i].global_shape, params[i].rank);
-            shape_text(b, sizeof b, t->shape, t->ndim);
+            rt_shape_text(a, sizeof a, params[i].global_shape, params[i].rank);
+            rt_shape_text(b, sizeof b, t->shape, t->ndim);
             diff_add(d, "parameter %s: shape %s here, %s in the checkpoint", params[i].path, a, b);
         }
     }

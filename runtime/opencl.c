@@ -20,10 +20,18 @@
  * checkpoint, an eval or replay copy and --skip-outliers' backup. AXLC_OPENCL_PROFILE prints
  * the bytes each way.
  *
+ * A mesh of several devices runs one trainer per device under MPI: a rank takes its node's
+ * device by its local rank (rank_device), and each collective of the step is a launch that
+ * reads its operand into a pinned staging buffer, runs it through MPI on the host
+ * (rt_comm_collective_io) and writes the result back, in the queue's order (collective).
+ *
  * RtProgram.step has no context argument, so the device session of the process is one
  * file-scope pointer, set by rt_ocl_main for the duration of rt_train_main. A failed OpenCL
- * call inside the step is printed once and makes the loss NaN, which stops the trainer's
- * loop with its usual report (nothing is saved for that step).
+ * call inside the step (a device lost) goes to rt_train_step_failed, naming the device and the
+ * call: the loop ends with an error naming the step and the last good checkpoint, which is
+ * kept; the state is never read back from the device again (the host slab is made NaN, so no
+ * checkpoint is saved from it). AXLC_OPENCL_FAULT_STEP=N (a test hook) fails the middle launch
+ * of step N that way.
  */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -57,11 +65,14 @@ typedef struct SlabBuf {
 
 /* Bytes between host and device (AXLC_OPENCL_PROFILE reports them). */
 typedef struct Traffic {
-    int64_t steps;             /* steps run */
-    int64_t to_dev, to_host;   /* by the steps, whole-slab sends left out */
-    int64_t step_max;          /* the most one step moved, both ways */
-    int64_t sends, send_bytes; /* whole-slab sends: the state at the start, eval copies */
-    int64_t reads, read_bytes; /* whole-slab read-backs: checkpoints, eval, replays */
+    int64_t steps;                     /* steps run */
+    int64_t to_dev, to_host;           /* by the steps, whole-slab sends left out */
+    int64_t step_max;                  /* the most one step moved, both ways */
+    int64_t sends, send_bytes;         /* whole-slab sends: the state at the start, eval copies */
+    int64_t reads, read_bytes;         /* whole-slab read-backs: checkpoints, eval, replays */
+    int64_t coll_to_dev, coll_to_host; /* by the collectives of a mesh (their operands and results) */
+    double coll_s;                     /* seconds in collectives: copies and MPI */
+    int64_t slices;                    /* local slices copied on the device */
 } Traffic;
 
 typedef struct Session {
@@ -81,7 +92,22 @@ typedef struct Session {
     double *prof_ns;      /* (nlaunches) device time per launch, summed, with AXLC_OPENCL_PROFILE */
     int64_t prof_steps;
     Traffic traffic;
-    const char *name;  /* program name for messages */
+    const char *name;   /* program name for messages */
+    const char *device; /* the device's name, for messages */
+    int64_t fault_step; /* AXLC_OPENCL_FAULT_STEP: the step whose middle launch fails (0: none) */
+    int in_step;        /* a step runs: a failure goes to rt_train_step_failed */
+    int injected;       /* the failure is fault_step's */
+    /* --sample: the forward's [0] and the decode step's [1] kernels over one sampling buffer */
+    cl_program sprog[2];
+    cl_kernel *skernels[2];
+    cl_mem sbuf;
+    FILE *say; /* where the device line goes: stdout, or stderr when sampling */
+    /* A mesh of several devices: the collectives run through MPI on the host, from a staging
+     * buffer that is pinned where the driver allows (CL_MEM_ALLOC_HOST_PTR, mapped once). */
+    RtComm *comm;
+    cl_mem stage_mem; /* NULL: stage is plain host memory */
+    char *stage;
+    int64_t stage_bytes;
     RtOclMma mma;      /* the product kernels' body on this device (the capability table) */
     char options[512]; /* clBuildProgram's: the program's, and -DAX_MMA=N */
 } Session;
@@ -95,6 +121,7 @@ typedef struct OclOpts {
     const char *device; /* --device, or NULL */
     int list;           /* --list-devices */
     int help, config;   /* --help, --config: handled without a device */
+    int sample;         /* --sample: stdout is the text, the device line goes to stderr */
     int argc;           /* the rest, for rt_train_main */
     char **argv;        /* (argc + 2): argv[0], --threads=1, the rest */
 } OclOpts;
@@ -120,6 +147,36 @@ static int parse_device(const char *s, int *pi, int *di) {
     return 0;
 }
 
+/* Entry k of a --device list ("0,1" or "0:1,0:2"), into out; -1 past its end. */
+static int device_entry(const char *list, int k, char *out, size_t cap) {
+    for (; k > 0 && list; k--) {
+        list = strchr(list, ',');
+        list = list ? list + 1 : NULL;
+    }
+    if (!list)
+        return -1;
+    size_t n = strcspn(list, ",");
+    snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), list);
+    return 0;
+}
+
+static int device_count(const char *list) {
+    int n = 1;
+    for (; *list; list++)
+        n += *list == ',';
+    return n;
+}
+
+/* 0 when every entry of a --device list is a device. */
+static int device_list_check(const char *list) {
+    char e[64];
+    int pi, di;
+    for (int k = 0; device_entry(list, k, e, sizeof e) == 0; k++)
+        if (strlen(e) > 40 || parse_device(e, &pi, &di) != 0)
+            return -1;
+    return 0;
+}
+
 /* Takes --device and --list-devices out of argv; the rest goes to rt_train_main, after
  * "--threads=1" (the step runs on the device, the pool's threads would only wait; a later
  * --threads wins). */
@@ -138,13 +195,13 @@ static int split_args(OclOpts *o, int argc, char **argv, RtError *err) {
             return rt_error_set(err, "--list-devices takes no value");
         } else if (!strcmp(a, "--device") || !strncmp(a, "--device=", 9)) {
             const char *v = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
-            int pi, di;
             if (!v)
                 return rt_error_set(err, "--device needs a value: --device N or --device PLATFORM:DEVICE");
-            if (parse_device(v, &pi, &di) != 0)
+            if (device_list_check(v) != 0)
                 return rt_error_set(err,
-                                    "--device: '%s' is not a device number N or PLATFORM:DEVICE "
-                                    "(--list-devices lists them)",
+                                    "--device: '%s' is not a device number N or PLATFORM:DEVICE, or a "
+                                    "comma-separated list of them, one per rank of a node (--list-devices "
+                                    "lists them)",
                                     v);
             o->device = v;
         } else {
@@ -152,6 +209,8 @@ static int split_args(OclOpts *o, int argc, char **argv, RtError *err) {
                 o->help = 1;
             if (!strcmp(a, "--config"))
                 o->config = 1;
+            if (!strcmp(a, "--sample") || !strncmp(a, "--sample=", 9))
+                o->sample = 1;
             o->argv[o->argc++] = argv[i];
         }
     }
@@ -258,12 +317,25 @@ static const DevInfo *pick_device(const DevInfo *d, int n, const char *spec, RtE
     return NULL;
 }
 
-/* The first GPU whose name holds match (the device kind's "opencl_device"), or NULL. */
-static const DevInfo *first_match(const DevInfo *d, int n, const char *match) {
+/* The k-th GPU whose name holds match (the device kind's "opencl_device"), or NULL; *count
+ * gets how many there are. */
+static const DevInfo *nth_match(const DevInfo *d, int n, const char *match, int k, int *count) {
+    const DevInfo *hit = NULL;
+    *count = 0;
     for (int i = 0; i < n; i++)
-        if (!strcmp(d[i].type, "GPU") && strstr(d[i].name, match))
-            return &d[i];
-    return NULL;
+        if (!strcmp(d[i].type, "GPU") && strstr(d[i].name, match) && (*count)++ == k)
+            hit = &d[i];
+    return hit;
+}
+
+/* Whether ranks of a node may share device d: AXLC_OPENCL_SHARE_DEVICES=1 lets them share any
+ * (a mesh tried on one GPU), =0 none; unset, a CPU device only (PoCL: the host's cores, which
+ * ranks share as cpu-N's ranks do). A GPU is one rank's. */
+static int may_share(const DevInfo *d) {
+    const char *env = getenv("AXLC_OPENCL_SHARE_DEVICES");
+    if (env && *env)
+        return strcmp(env, "0") != 0;
+    return !strcmp(d->type, "CPU");
 }
 
 /* ---- the capability table: what the kernels may use on a device ---- */
@@ -343,12 +415,12 @@ static int choose_bodies(Session *S, const DevInfo *d, RtError *err) {
     for (int32_t i = 0; i < S->p->nlaunches; i++)
         n += S->p->launches[i].mma_local[0] > 0;
     if (n > 0)
-        printf("%s: OpenCL products: %d of %d launches have a tensor-core body; %s (%s)\n", S->name, (int)n,
-               (int)S->p->nlaunches,
-               S->mma == RT_OCL_MMA_PTX       ? "it runs on the tensor cores"
-               : S->mma == RT_OCL_MMA_EMULATE ? "it runs emulated"
-                                              : "they run their SIMT body",
-               why);
+        fprintf(S->say ? S->say : stdout, "%s: OpenCL products: %d of %d launches have a tensor-core body; %s (%s)\n",
+                S->name, (int)n, (int)S->p->nlaunches,
+                S->mma == RT_OCL_MMA_PTX       ? "it runs on the tensor cores"
+                : S->mma == RT_OCL_MMA_EMULATE ? "it runs emulated"
+                                               : "they run their SIMT body",
+                why);
     return 0;
 }
 
@@ -483,8 +555,8 @@ static int build_program(Session *S, const DevInfo *d, RtError *err) {
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    printf("%s: OpenCL device %s [%s]: kernels %s in %.2f s%s%s\n", S->name, d->name, d->platform_name,
-           cached ? "loaded from the cache" : "built", s, *path ? ", cache " : "", path);
+    fprintf(S->say ? S->say : stdout, "%s: OpenCL device %s [%s]: kernels %s in %.2f s%s%s\n", S->name, d->name,
+            d->platform_name, cached ? "loaded from the cache" : "built", s, *path ? ", cache " : "", path);
     return 0;
 }
 
@@ -610,6 +682,28 @@ static int plan_split(Session *S, const DevInfo *d, RtError *err) {
     return 0;
 }
 
+/* The slab against the device's memory (CL_DEVICE_GLOBAL_MEM_SIZE, or the smaller
+ * AXLC_OPENCL_MEM_SIZE, a test hook): a job that cannot fit is refused before its first step,
+ * where a driver that allocates lazily would fail inside it. */
+static int check_memory(const Session *S, const DevInfo *d, RtError *err) {
+    cl_ulong mem = 0;
+    clGetDeviceInfo(d->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
+    const char *env = getenv("AXLC_OPENCL_MEM_SIZE");
+    if (env && *env && strtoll(env, NULL, 10) > 0 && (mem == 0 || (cl_ulong)strtoll(env, NULL, 10) < mem))
+        mem = (cl_ulong)strtoll(env, NULL, 10);
+    int64_t slab = S->p->base.slab_bytes;
+    if (mem == 0 || (cl_ulong)slab <= mem)
+        return 0;
+    return rt_error_set(err,
+                        "the %.2f MiB slab of this job does not fit the %.2f MiB of memory of OpenCL device %s "
+                        "(CL_DEVICE_GLOBAL_MEM_SIZE%s); nothing was trained. axlc memcheck --target %s%s says what "
+                        "would fit (remat, microbatches, bf16, more devices)",
+                        (double)slab / 1048576.0, (double)mem / 1048576.0, d->name,
+                        env && *env ? ", or AXLC_OPENCL_MEM_SIZE" : "",
+                        S->p->device_kind && *S->p->device_kind ? S->p->device_kind : "KIND",
+                        S->p->device_kind && *S->p->device_kind ? "-1" : " (this device's kind)");
+}
+
 static int make_kernels(Session *S, RtError *err) {
     S->kernels = calloc((size_t)S->p->nlaunches + 1, sizeof *S->kernels);
     if (!S->kernels)
@@ -617,6 +711,8 @@ static int make_kernels(Session *S, RtError *err) {
     for (int32_t i = 0; i < S->p->nlaunches; i++) {
         cl_int e;
         const RtOclLaunch *L = &S->p->launches[i];
+        if (L->collective > 0) /* the runtime's, on the host: no kernel */
+            continue;
         S->kernels[i] = clCreateKernel(S->prog, L->kernel, &e);
         if (e != CL_SUCCESS)
             return rt_error_set(err, "clCreateKernel(%s): %d (%s)", L->kernel, (int)e, cl_err_name(e));
@@ -644,7 +740,8 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     S->q = clCreateCommandQueue(S->ctx, d->device, S->prof_ns ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
     if (e != CL_SUCCESS)
         return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
-    return choose_bodies(S, d, err) != 0 || build_program(S, d, err) != 0 || plan_split(S, d, err) != 0
+    return check_memory(S, d, err) != 0 || choose_bodies(S, d, err) != 0 || build_program(S, d, err) != 0 ||
+                   plan_split(S, d, err) != 0
                ? -1
                : make_kernels(S, err);
 }
@@ -662,6 +759,14 @@ static void profile_report(Session *S) {
             S->name, (long long)T->steps, T->steps ? (double)T->to_dev / (double)T->steps : 0.0,
             T->steps ? (double)T->to_host / (double)T->steps : 0.0, (long long)T->step_max,
             (double)S->p->base.slab_bytes / 1048576.0, (long long)T->sends, (long long)T->reads);
+    if (S->p->base.ncollectives > 0)
+        fprintf(stderr,
+                "%s: OpenCL collectives: per step %.0f B read back and %.0f B sent through the host for MPI, "
+                "%.3f ms (%s staging buffer); %.0f local slices copied on the device\n",
+                S->name, T->steps ? (double)T->coll_to_host / (double)T->steps : 0.0,
+                T->steps ? (double)T->coll_to_dev / (double)T->steps : 0.0,
+                T->steps ? T->coll_s * 1e3 / (double)T->steps : 0.0, S->stage_mem ? "a pinned" : "a host",
+                T->steps ? (double)T->slices / (double)T->steps : 0.0);
     double total = 0;
     for (int32_t i = 0; i < S->p->nlaunches; i++)
         total += S->prof_ns[i];
@@ -682,6 +787,17 @@ static void profile_report(Session *S) {
 
 static void session_close(Session *S) {
     profile_report(S);
+    for (int w = 0; w < 2; w++) {
+        int32_t n = w ? S->p->ndecode : S->p->nforward;
+        for (int32_t i = 0; S->skernels[w] && i < n; i++)
+            if (S->skernels[w][i])
+                clReleaseKernel(S->skernels[w][i]);
+        free(S->skernels[w]);
+        if (S->sprog[w])
+            clReleaseProgram(S->sprog[w]);
+    }
+    if (S->sbuf)
+        clReleaseMemObject(S->sbuf);
     free(S->prof_ns);
     /* The slabs are freed by now: buffers are released without unmapping, which would
      * write to the freed host memory on a driver that copies. */
@@ -690,6 +806,14 @@ static void session_close(Session *S) {
             if (S->slabs[i].mem[k])
                 clReleaseMemObject(S->slabs[i].mem[k]);
         free(S->slabs[i].mem);
+    }
+    if (S->stage_mem) {
+        if (S->stage)
+            clEnqueueUnmapMemObject(S->q, S->stage_mem, S->stage, 0, NULL, NULL);
+        clFinish(S->q);
+        clReleaseMemObject(S->stage_mem);
+    } else {
+        free(S->stage);
     }
     free(S->cut);
     free(S->arg_buf);
@@ -709,9 +833,15 @@ static void session_close(Session *S) {
 /* ---- the step ---- */
 
 static int step_fail(Session *S, const char *what, cl_int e) {
-    if (!S->failed)
-        fprintf(stderr, "%s: OpenCL: %s failed: %d (%s); the step's loss is set to NaN\n", S->name, what, (int)e,
-                cl_err_name(e));
+    if (!S->failed) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "OpenCL device %s: %s failed: %d (%s)%s; the state on the device is lost", S->device,
+                 what, (int)e, cl_err_name(e), S->injected ? ", injected by AXLC_OPENCL_FAULT_STEP" : "");
+        if (S->in_step)
+            rt_train_step_failed(msg);
+        else
+            fprintf(stderr, "%s: %s\n", S->name, msg);
+    }
     S->failed = 1;
     return -1;
 }
@@ -755,9 +885,10 @@ static SlabBuf *slab_buf(Session *S, char *slab) {
 /* Bytes [off, off + bytes) of the slab between host and device, over the buffers that hold
  * them: host -> device (write) without waiting (the step's end, a blocking read, waits), or
  * device -> host, the last piece blocking when wait. */
-static int xfer(Session *S, SlabBuf *b, int64_t off, int64_t bytes, int write, cl_bool wait) {
+static int xfer_at(Session *S, SlabBuf *b, int64_t off, int64_t bytes, int write, cl_bool wait, char *host) {
     if (off < 0 || bytes <= 0)
         return 0;
+    host -= off; /* host + lo: byte lo of the slab */
     for (int32_t k = buf_of(S, off); k < S->nbufs && S->cut[k] < off + bytes; k++) {
         int64_t lo = off > S->cut[k] ? off : S->cut[k];
         int64_t hi = off + bytes < S->cut[k + 1] ? off + bytes : S->cut[k + 1];
@@ -765,13 +896,17 @@ static int xfer(Session *S, SlabBuf *b, int64_t off, int64_t bytes, int write, c
             continue;
         int last = hi == off + bytes;
         cl_int e = write ? clEnqueueWriteBuffer(S->q, b->mem[k], CL_FALSE, (size_t)(lo - S->cut[k]), (size_t)(hi - lo),
-                                                b->host + lo, 0, NULL, NULL)
+                                                host + lo, 0, NULL, NULL)
                          : clEnqueueReadBuffer(S->q, b->mem[k], last ? wait : CL_FALSE, (size_t)(lo - S->cut[k]),
-                                               (size_t)(hi - lo), b->host + lo, 0, NULL, NULL);
+                                               (size_t)(hi - lo), host + lo, 0, NULL, NULL);
         if (e != CL_SUCCESS)
             return step_fail(S, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", e);
     }
     return 0;
+}
+
+static int xfer(Session *S, SlabBuf *b, int64_t off, int64_t bytes, int write, cl_bool wait) {
+    return xfer_at(S, b, off, bytes, write, wait, b->host + off);
 }
 
 static int send(Session *S, SlabBuf *b, int64_t off, int64_t bytes) {
@@ -782,8 +917,110 @@ static int fetch(Session *S, SlabBuf *b, int64_t off, int64_t bytes, cl_bool wai
     return xfer(S, b, off, bytes, 0, wait);
 }
 
-static int launch(Session *S, const SlabBuf *b, int32_t i) {
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The staging buffer of the collectives, made at the first: large enough for the largest
+ * operand and result together (64-byte aligned halves), pinned where the driver gives a
+ * CL_MEM_ALLOC_HOST_PTR buffer and maps it, else plain host memory. */
+static int stage_make(Session *S) {
+    if (S->stage)
+        return 0;
+    int64_t need = 64;
+    for (int32_t i = 0; i < S->p->nlaunches; i++) {
+        const RtOclLaunch *L = &S->p->launches[i];
+        int64_t n = L->collective > 0 ? (L->arg_bytes[0] + 63) / 64 * 64 + L->arg_bytes[1] : 0;
+        need = n > need ? n : need;
+    }
+    cl_int e = CL_SUCCESS;
+    if (need <= S->max_alloc)
+        S->stage_mem = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, (size_t)need, NULL, &e);
+    if (S->stage_mem && e == CL_SUCCESS)
+        S->stage = clEnqueueMapBuffer(S->q, S->stage_mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, (size_t)need, 0, NULL,
+                                      NULL, &e);
+    if (!S->stage || e != CL_SUCCESS) { /* no pinned buffer: host memory does, more slowly */
+        if (S->stage_mem)
+            clReleaseMemObject(S->stage_mem);
+        S->stage_mem = NULL;
+        S->stage = aligned_alloc(64, (size_t)(need + 63) / 64 * 64);
+        if (!S->stage)
+            return step_fail(S, "allocating the collectives' staging buffer", CL_OUT_OF_HOST_MEMORY);
+    }
+    S->stage_bytes = need;
+    return 0;
+}
+
+/* A local_slice (this member's chunk of its own operand along an axis: no traffic) copied on the
+ * device: a run of bytes per index of the dims before the axis, one rectangular copy between two
+ * buffers, or a copy per run within one (OpenCL gives both sides of a rectangular copy within
+ * one buffer the same pitch), up to 64 runs. 1 where it cannot (operand and result overlap, a
+ * tensor spans two buffers, more runs, a failed enqueue): the host does it then. */
+static int local_slice(Session *S, SlabBuf *b, const RtOclLaunch *L, const RtCollective *k) {
+    const RtMesh *m = &S->p->base.mesh;
+    int64_t member = 0, es = rt_coll_elem_bytes(k->dtype), outer = 1, inner = es;
+    for (int i = 0; i < k->naxes; i++)
+        member = member * m->sizes[k->axes[i]] + rt_comm_coord(S->comm, k->axes[i]);
+    for (int d = 0; d < k->axis; d++)
+        outer *= k->in_shape[d];
+    for (int d = k->axis + 1; d < k->rank; d++)
+        inner *= k->in_shape[d];
+    int64_t in = L->args[0], out = L->args[1], len = k->out_shape[k->axis], row = len * inner;
+    int64_t pitch = k->in_shape[k->axis] * inner;
+    int32_t bi = buf_of(S, in), bo = buf_of(S, out);
+    /* one buffer takes one pitch for both sides (OpenCL): a copy per row then, if they are few */
+    if (bi != buf_of(S, in + L->arg_bytes[0] - 1) || bo != buf_of(S, out + L->arg_bytes[1] - 1) ||
+        (bi == bo && in < out + L->arg_bytes[1] && out < in + L->arg_bytes[0]) || outer <= 0 || row <= 0 ||
+        (bi == bo && outer > 64))
+        return 1;
+    int64_t src = in - S->cut[bi] + member * row, dst = out - S->cut[bo];
+    cl_int e = CL_SUCCESS;
+    if (bi != bo && outer > 1) {
+        size_t so[3] = {(size_t)src, 0, 0}, dor[3] = {(size_t)dst, 0, 0}, region[3] = {(size_t)row, (size_t)outer, 1};
+        e = clEnqueueCopyBufferRect(S->q, b->mem[bi], b->mem[bo], so, dor, region, (size_t)pitch, 0, (size_t)row, 0, 0,
+                                    NULL, NULL);
+    } else {
+        for (int64_t o = 0; o < outer && e == CL_SUCCESS; o++)
+            e = clEnqueueCopyBuffer(S->q, b->mem[bi], b->mem[bo], (size_t)(src + o * pitch), (size_t)(dst + o * row),
+                                    (size_t)row, 0, NULL, NULL);
+    }
+    return e == CL_SUCCESS ? 0 : 1; /* the host does it then */
+}
+
+/* Collective launch i: its operand from the device into the staging buffer (waiting for the
+ * kernels before it), the exchange through MPI on the host, and its result back to the device
+ * ahead of the kernels after it (the in-order queue orders them; the next read, blocking,
+ * waits for this write before the staging buffer is used again). */
+static int collective(Session *S, SlabBuf *b, int32_t i) {
     const RtOclLaunch *L = &S->p->launches[i];
+    if (!S->comm)
+        return step_fail(S, "a collective without the mesh (no communicator)", CL_INVALID_VALUE);
+    const RtCollective *k = &S->p->base.collectives[L->collective - 1];
+    if (k->kind == RT_COLL_LOCAL_SLICE && local_slice(S, b, L, k) == 0) {
+        S->traffic.slices++;
+        return 0;
+    }
+    if (stage_make(S) != 0)
+        return -1;
+    double t0 = now_s();
+    int64_t in = L->arg_bytes[0], out = L->arg_bytes[1], at = (in + 63) / 64 * 64;
+    if (xfer_at(S, b, L->args[0], in, 0, CL_TRUE, S->stage) != 0)
+        return -1;
+    rt_comm_collective_io(S->comm, L->collective - 1, S->stage, S->stage + at);
+    if (xfer_at(S, b, L->args[1], out, 1, CL_FALSE, S->stage + at) != 0)
+        return -1;
+    S->traffic.coll_to_host += in;
+    S->traffic.coll_to_dev += out;
+    S->traffic.coll_s += now_s() - t0;
+    return 0;
+}
+
+static int launch(Session *S, SlabBuf *b, int32_t i) {
+    const RtOclLaunch *L = &S->p->launches[i];
+    if (L->collective > 0)
+        return collective(S, b, i);
     size_t g[3], l[3];
     int has_local = 0, mma = S->mma && L->mma_local[0] > 0; /* its tensor-core body */
     for (int d = 0; d < L->dims; d++) {
@@ -837,11 +1074,21 @@ static int run_launches(Session *S, char *slab) {
             return -1;
         to_dev = 2 * batch + 4;
     }
-    for (int32_t i = 0; i < S->p->nlaunches; i++)
+    float number = 0;
+    memcpy(&number, b->host + p->step_offset, sizeof number);
+    for (int32_t i = 0; i < S->p->nlaunches; i++) {
+        if (S->fault_step > 0 && (int64_t)number == S->fault_step && i == S->p->nlaunches / 2) {
+            char what[300];
+            snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", S->p->launches[i].kernel);
+            S->injected = 1;
+            S->bound = NULL;
+            return step_fail(S, what, CL_OUT_OF_RESOURCES);
+        }
         if (launch(S, b, i) != 0) {
             S->bound = NULL;
             return -1;
         }
+    }
     S->bound = b;
     S->prof_steps++;
     b->stale = 1;
@@ -894,14 +1141,119 @@ static void ocl_sync(char *slab, int dir) {
 
 static void ocl_step(char *slab, RtPool *pool, RtComm *comm) {
     (void)pool;
-    (void)comm; /* one device: meshes of more are refused at compile time */
     Session *S = active;
     if (!S)
-        return; /* only rt_ocl_main's sessions run steps */
+        return;     /* only rt_ocl_main's sessions run steps */
+    S->comm = comm; /* the mesh's collectives (rt_train_main_sync joined it) */
+    S->in_step = 1;
+    if (S->failed) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "OpenCL device %s failed before this step (said above); its state is lost",
+                 S->device);
+        rt_train_step_failed(msg);
+    }
     if (S->failed || run_launches(S, slab) != 0) {
         float nan = NAN;
         memcpy(slab + S->p->base.loss_offset, &nan, sizeof nan);
     }
+    S->in_step = 0;
+}
+
+/* ---- sampling (--sample) ---- */
+
+/* The sampling slab's buffer, and the kernels of the forward (w 0) or the decode step (w 1)
+ * built and bound to it, on first use. */
+static int sampling_setup(Session *S, int w, int64_t bytes) {
+    cl_int e = CL_SUCCESS;
+    if (!S->sbuf) {
+        S->sbuf = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &e);
+        if (e != CL_SUCCESS)
+            return step_fail(S, "clCreateBuffer for the sampling slab", e);
+    }
+    if (S->skernels[w])
+        return 0;
+    const char *src = w ? S->p->decode_source : S->p->forward_source;
+    int32_t n = w ? S->p->ndecode : S->p->nforward;
+    const RtOclLaunch *L = w ? S->p->decode_launches : S->p->forward_launches;
+    S->sprog[w] = clCreateProgramWithSource(S->ctx, 1, &src, NULL, &e);
+    if (e != CL_SUCCESS)
+        return step_fail(S, "clCreateProgramWithSource (sampling)", e);
+    cl_device_id dev;
+    clGetCommandQueueInfo(S->q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+    e = clBuildProgram(S->sprog[w], 1, &dev, S->p->build_options, NULL, NULL);
+    if (e != CL_SUCCESS)
+        return step_fail(S, w ? "building the decode step's kernels" : "building the forward's kernels", e);
+    S->skernels[w] = calloc((size_t)n + 1, sizeof *S->skernels[w]);
+    if (!S->skernels[w])
+        return step_fail(S, "allocating the sampling kernels", CL_OUT_OF_HOST_MEMORY);
+    for (int32_t i = 0; i < n; i++) {
+        S->skernels[w][i] = clCreateKernel(S->sprog[w], L[i].kernel, &e);
+        for (int32_t a = 0; e == CL_SUCCESS && a < L[i].nargs; a++) {
+            cl_long off = (cl_long)L[i].args[a];
+            e = clSetKernelArg(S->skernels[w][i], (cl_uint)(2 * a), sizeof(cl_mem), &S->sbuf);
+            if (e == CL_SUCCESS)
+                e = clSetKernelArg(S->skernels[w][i], (cl_uint)(2 * a + 1), sizeof off, &off);
+        }
+        if (e != CL_SUCCESS)
+            return step_fail(S, "clCreateKernel or clSetKernelArg (sampling)", e);
+    }
+    return 0;
+}
+
+/* RtForward.run (w 0) or RtDecode.run (w 1) on the device: the sampling slab goes over whole,
+ * the launches run, and it comes back whole (the sampler reads the logits and the prefill's
+ * keys and values there, and writes the weights, tokens and cache rows between calls). A
+ * failure is said once; the logits are then NaN, which the sampler reports. */
+static void sample_run(int w, char *slab) {
+    Session *S = active;
+    const RtForward *f = S ? S->p->base.forward : NULL;
+    if (!f)
+        return;
+    const RtDecode *d = S->p->ndecode > 0 ? f->decode : NULL;
+    int64_t bytes = d ? d->slab_bytes : f->slab_bytes;
+    int64_t logits = w ? d->logits_offset : f->logits_offset;
+    int64_t nlogits = w ? S->p->base.vocab : S->p->base.seq * S->p->base.vocab;
+    int32_t n = w ? S->p->ndecode : S->p->nforward;
+    const RtOclLaunch *L = w ? S->p->decode_launches : S->p->forward_launches;
+    cl_int e = S->failed || sampling_setup(S, w, bytes) != 0 ? CL_OUT_OF_RESOURCES : CL_SUCCESS;
+    if (e == CL_SUCCESS) {
+        e = clEnqueueWriteBuffer(S->q, S->sbuf, CL_FALSE, 0, (size_t)bytes, slab, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            step_fail(S, "clEnqueueWriteBuffer (sampling)", e);
+    }
+    for (int32_t i = 0; e == CL_SUCCESS && i < n; i++) {
+        size_t g[3], l[3];
+        int has_local = 0;
+        for (int k = 0; k < L[i].dims; k++) {
+            g[k] = (size_t)L[i].global[k];
+            l[k] = (size_t)L[i].local[k];
+            has_local |= L[i].local[k] > 0;
+        }
+        e = clEnqueueNDRangeKernel(S->q, S->skernels[w][i], (cl_uint)L[i].dims, NULL, g, has_local ? l : NULL, 0, NULL,
+                                   NULL);
+        if (e != CL_SUCCESS)
+            step_fail(S, "clEnqueueNDRangeKernel (sampling)", e);
+    }
+    if (e == CL_SUCCESS) {
+        e = clEnqueueReadBuffer(S->q, S->sbuf, CL_TRUE, 0, (size_t)bytes, slab, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            step_fail(S, "clEnqueueReadBuffer (sampling)", e);
+    }
+    if (e != CL_SUCCESS)
+        for (int64_t i = 0; i < nlogits; i++)
+            ((float *)(void *)(slab + logits))[i] = NAN;
+}
+
+static void ocl_forward_run(char *slab, RtPool *pool, RtComm *comm) {
+    (void)pool;
+    (void)comm;
+    sample_run(0, slab);
+}
+
+static void ocl_decode_run(char *slab, RtPool *pool, RtComm *comm) {
+    (void)pool;
+    (void)comm;
+    sample_run(1, slab);
 }
 
 /* ---- main ---- */
@@ -914,13 +1266,20 @@ static const char *base_name(const char *s) {
 static void print_ocl_help(void) {
     printf("\nOpenCL options:\n"
            "  --device N|P:D      the OpenCL device: N-th of all devices, or device D of platform P\n"
-           "                      (default: the first)\n"
+           "                      (default: the first of the compiled kind); on a mesh, a list\n"
+           "                      (--device 0,1) gives each rank of a node its own (default: the\n"
+           "                      local rank's; AXLC_OPENCL_SHARE_DEVICES=1 lets ranks share one)\n"
            "  --list-devices      list the OpenCL devices and exit\n");
 }
 
 /* Runs the trainer on device d. */
 static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const char *name) {
-    Session S = {.p = p, .name = name};
+    const char *fault = getenv("AXLC_OPENCL_FAULT_STEP");
+    Session S = {.p = p,
+                 .name = name,
+                 .device = d->name,
+                 .fault_step = fault ? strtoll(fault, NULL, 10) : 0,
+                 .say = o->sample ? stderr : stdout};
     RtError err = {{0}};
     int rc = 1;
     if (session_open(&S, d, &err) != 0) {
@@ -928,12 +1287,130 @@ static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const c
     } else {
         RtProgram prog = p->base;
         prog.step = ocl_step;
+        RtForward fwd;
+        RtDecode dec;
+        prog.forward = NULL;
+        if (p->base.forward && p->nforward > 0) { /* --sample runs the forward on the device */
+            fwd = *p->base.forward;
+            fwd.run = ocl_forward_run;
+            fwd.decode = NULL;
+            if (p->base.forward->decode && p->ndecode > 0) {
+                dec = *p->base.forward->decode;
+                dec.run = ocl_decode_run;
+                fwd.decode = &dec;
+            }
+            prog.forward = &fwd;
+        }
         active = &S;
         rc = rt_train_main_sync(&prog, ocl_sync, o->argc, o->argv);
         active = NULL;
     }
     session_close(&S);
     return rc;
+}
+
+/* "rank R of this node (of N, OMPI_COMM_WORLD_LOCAL_RANK)" for messages. */
+static void rank_words(char *out, size_t cap, int lr, int ls, const char *from) {
+    if (ls > 0)
+        snprintf(out, cap, "local rank %d of the %d ranks on this node (%s)", lr, ls, from ? from : "");
+    else
+        snprintf(out, cap, "local rank %d on this node (%s)", lr, from ? from : "");
+}
+
+/* An error every rank of a mesh finds alike (no device of the kind, a --device that names none)
+ * is rank 0's to print: another rank says nothing and leaves rank 0 the time to print before
+ * it exits (the launcher then ends the job), as the trainer's start errors do. 1 on such a
+ * rank, after the wait. */
+static int quiet_rank(int64_t mesh) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; mesh > 1 && i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v)
+            continue;
+        if (atoi(v) <= 0)
+            return 0;
+        fflush(stdout);
+        nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* The device of this rank: --device's entry for its local rank, or the local rank's among the
+ * devices of the program's kind (every device for --target opencl-N), wrapped onto the
+ * first ones only where devices may be shared. NULL, with the reason printed, when there is
+ * none. */
+static const DevInfo *rank_device(const RtOclProgram *p, const DevInfo *devs, int n, const OclOpts *o,
+                                  const char *name) {
+    RtError err = {{0}};
+    int64_t mesh = 1;
+    for (int a = 0; a < p->base.mesh.naxes; a++)
+        mesh *= p->base.mesh.sizes[a];
+    int lr = 0, ls = 1;
+    const char *from = NULL;
+    if (mesh > 1 && !rt_comm_local_rank(&lr, &ls, &from) && rt_comm_launched()) {
+        /* a launcher that does not say: MPI's ranks that share this node's memory */
+        if (rt_comm_node_rank(&lr, &ls, &err) != 0) {
+            fprintf(stderr, "%s: the rank on this node: %s\n", name, err.msg);
+            return NULL;
+        }
+        from = "MPI_COMM_TYPE_SHARED";
+    }
+    char who[200];
+    rank_words(who, sizeof who, lr, ls, from);
+    const char *match = p->device_match && *p->device_match ? p->device_match : NULL;
+    const DevInfo *d = NULL;
+    if (o->device) {
+        int count = device_count(o->device);
+        char e[64];
+        device_entry(o->device, lr % count, e, sizeof e);
+        if (!(d = pick_device(devs, n, e, &err))) {
+            if (quiet_rank(mesh))
+                return NULL;
+            fprintf(stderr, "%s: %s:\n", name, err.msg);
+            print_devices(stderr, devs, n);
+            return NULL;
+        }
+        if (lr >= count && !may_share(d)) {
+            fprintf(stderr,
+                    "%s: --device %s names %d device%s, and this trainer is %s: one rank per device; name one "
+                    "for each rank of the node (--device 0,1,...), or set AXLC_OPENCL_SHARE_DEVICES=1 to let "
+                    "ranks share a device\n",
+                    name, o->device, count, count == 1 ? "" : "s", who);
+            return NULL;
+        }
+        return d;
+    }
+    int count = n;
+    d = match ? nth_match(devs, n, match, lr, &count) : lr < n ? &devs[lr] : NULL;
+    if (count == 0) {
+        if (quiet_rank(mesh))
+            return NULL;
+        fprintf(stderr,
+                "%s: this trainer was compiled for %s (%s), and no OpenCL GPU here has \"%s\" in its "
+                "name; the OpenCL devices of this host:\n",
+                name, p->device_kind && *p->device_kind ? p->device_kind : "a GPU",
+                p->device_doc && *p->device_doc ? p->device_doc : "the device table's kind", match);
+        print_devices(stderr, devs, n);
+        fprintf(stderr, "%s: --device N trains on one of them by hand\n", name);
+        return NULL;
+    }
+    if (d)
+        return d;
+    const DevInfo *wrap = match ? nth_match(devs, n, match, lr % count, &count) : &devs[lr % count];
+    if (may_share(wrap)) {
+        printf("%s: %s shares OpenCL device %s with another rank (%s)\n", name, who, wrap->name,
+               strcmp(wrap->type, "CPU") ? "AXLC_OPENCL_SHARE_DEVICES" : "a CPU device: its cores are shared");
+        return wrap;
+    }
+    fprintf(stderr,
+            "%s: more ranks than devices: this trainer is %s, and this node has %d OpenCL device%s%s%s%s: one "
+            "rank per device; start at most %d rank%s per node (mpirun --map-by ppr:%d:node, srun "
+            "--ntasks-per-node=%d), or set AXLC_OPENCL_SHARE_DEVICES=1 to let ranks share a device. The devices:\n",
+            name, who, count, count == 1 ? "" : "s", match ? " with \"" : "", match ? match : "",
+            match ? "\" in its name" : "", count, count == 1 ? "" : "s", count, count);
+    print_devices(stderr, devs, n);
+    return NULL;
 }
 
 /* Lists the devices, or picks one and trains on it. */
@@ -950,20 +1427,10 @@ static int with_device(const RtOclProgram *p, OclOpts *o, const char *name) {
         printf("OpenCL devices:\n");
         print_devices(stdout, devs, n);
         rc = 0;
-    } else if (!o->device && p->device_match && *p->device_match && !(d = first_match(devs, n, p->device_match))) {
-        fprintf(stderr,
-                "%s: this trainer was compiled for %s (%s), and no OpenCL GPU here has \"%s\" in its "
-                "name; the OpenCL devices of this host:\n",
-                name, p->device_kind && *p->device_kind ? p->device_kind : "a GPU",
-                p->device_doc && *p->device_doc ? p->device_doc : "the device table's kind", p->device_match);
-        print_devices(stderr, devs, n);
-        fprintf(stderr, "%s: --device N trains on one of them by hand\n", name);
-    } else if (!d && !(d = pick_device(devs, n, o->device, &err))) {
-        fprintf(stderr, "%s: %s:\n", name, err.msg);
-        print_devices(stderr, devs, n);
-    } else {
+    } else if ((d = rank_device(p, devs, n, o, name)) != NULL) {
         rc = train_on(p, d, o, name);
     }
+    rt_comm_node_done(); /* MPI, where rank_device started it and no mesh was joined */
     free(devs);
     return rc;
 }

@@ -35,9 +35,6 @@ int rt_wfile_write(RtWfile *w, const void *buf, size_t n, RtError *err);
 int rt_wfile_commit(RtWfile *w, RtError *err);
 void rt_wfile_abort(RtWfile *w);
 
-/* fsync of a directory, so that renames and unlinks in it are durable. */
-int rt_dir_fsync(const char *dir, RtError *err);
-
 /* ===== blas.c ========================================================================= */
 
 /* One single-threaded product, row-major: C (m, n) = alpha op(A) op(B), plus C when `add`;
@@ -110,11 +107,6 @@ int rt_sbgemm_dot(RtPool *pool, int ta, int tb, int64_t m, int64_t n, int64_t k,
 /* Bytes per element of a collective of this dtype: 4 (RT_DT_F32, RT_DT_I32), 2 (RT_DT_BF16),
  * 0 for any other dtype, which no collective may have. */
 int rt_coll_elem_bytes(int32_t dtype);
-
-/* ===== safetensors.c ================================================================== */
-
-/* Elements [first, first + n) of an F32, F16 or BF16 tensor as f32. */
-void rt_st_convert_run(const RtTensor *t, int64_t first, int64_t n, float *dst);
 
 /* ===== tok_spm.cc, tok_bpe.c: the tokenizer kinds behind tok.c ========================= */
 

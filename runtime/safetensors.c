@@ -69,8 +69,7 @@ static int dtype_parse(const char *s, RtDtype *dt) {
     return -1;
 }
 
-/* "[3,4]" */
-static const char *shape_str(char *buf, size_t cap, const int64_t *shape, int ndim) {
+const char *rt_shape_text(char *buf, size_t cap, const int64_t *shape, int ndim) {
     size_t len = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < ndim && len < cap; i++)
         len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? "," : "", (long long)shape[i]);
@@ -147,11 +146,12 @@ static int parse_entry(const RtSt *st, const char *name, json_object *v, Entry *
     int64_t want = shape_bytes(e->t.shape, e->t.ndim, rt_dtype_size(e->t.dtype));
     if (want < 0)
         return rt_error_set(err, "%s: tensor '%s': shape %s overflows 64-bit sizes", st->path, name,
-                            shape_str(sh, sizeof sh, e->t.shape, e->t.ndim));
+                            rt_shape_text(sh, sizeof sh, e->t.shape, e->t.ndim));
     if (want != e->end - e->begin)
         return rt_error_set(err, "%s: tensor '%s': %s %s needs %lld bytes, data_offsets [%lld, %lld] hold %lld",
-                            st->path, name, rt_dtype_name(e->t.dtype), shape_str(sh, sizeof sh, e->t.shape, e->t.ndim),
-                            (long long)want, (long long)e->begin, (long long)e->end, (long long)(e->end - e->begin));
+                            st->path, name, rt_dtype_name(e->t.dtype),
+                            rt_shape_text(sh, sizeof sh, e->t.shape, e->t.ndim), (long long)want, (long long)e->begin,
+                            (long long)e->end, (long long)(e->end - e->begin));
     e->t.nbytes = want;
     return 0;
 }
@@ -464,7 +464,8 @@ int rt_st_read_f32(const RtSt *st, const char *name, const int64_t *shape, int n
     char have[128], want[128];
     if (!same_shape(t, shape, ndim))
         return rt_error_set(err, "%s: tensor '%s': shape %s, expected %s", st->path, name,
-                            shape_str(have, sizeof have, t->shape, t->ndim), shape_str(want, sizeof want, shape, ndim));
+                            rt_shape_text(have, sizeof have, t->shape, t->ndim),
+                            rt_shape_text(want, sizeof want, shape, ndim));
     if (t->dtype != RT_DT_F32 && t->dtype != RT_DT_F16 && t->dtype != RT_DT_BF16)
         return rt_error_set(err, "%s: tensor '%s': dtype %s, expected F32, F16 or BF16", st->path, name,
                             rt_dtype_name(t->dtype));

@@ -54,8 +54,8 @@ static int region_ok(int64_t slab, int64_t off, int64_t bytes) {
 static int check_forward(const RtProgram *p, RtError *err) {
     const RtForward *f = p->forward;
     if (!f || !f->run)
-        return rt_error_set(err, "--sample: this trainer has no sampling forward (OpenCL trainers do not sample yet; "
-                                 "a CPU trainer compiled by this axlc does)");
+        return rt_error_set(err, "--sample: this trainer has no sampling forward (an OpenCL trainer of a model with "
+                                 "bf16 logits does not sample yet; a CPU trainer compiled by this axlc does)");
     if (p->seq < 1 || p->vocab < 1 || p->vocab > INT32_MAX || p->seq > INT32_MAX / 4 ||
         p->seq > INT64_MAX / 4 / p->vocab || f->slab_bytes <= 0 || (p->nparams > 0 && !f->param_offsets))
         return rt_error_set(err,

@@ -121,9 +121,7 @@ int train_slot_frozen(const RtParamSlot *s) {
 }
 
 double train_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return rt_now_s() * 1e3;
 }
 
 /* When this process started, on train_now_ms's clock: its age from /proc/self/stat (clock ticks
@@ -268,16 +266,17 @@ static void trainer_free(Trainer *t) {
 }
 
 void train_warn(const Trainer *t, const char *fmt, ...) {
+    char msg[2 * RT_ERROR_MAX], text[2 * RT_ERROR_MAX + 16];
     va_list ap;
     va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     fflush(stdout);
     if (t->world > 1)
         fprintf(stderr, "%s: rank %d: ", t->prog, t->rank);
     else
         fprintf(stderr, "%s: ", t->prog);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
+    fprintf(stderr, "%s\n", rt_event_text(msg, text, sizeof text));
 }
 
 /* ===== setup ========================================================================== */
@@ -392,6 +391,27 @@ static int setup(Trainer *t, RtError *err) {
 /* ===== steps ========================================================================== */
 
 /* Loads the next batch of `d` into `slab` and runs step number `number` (1-based) on it. */
+/* What rt_train_step_failed said during the step that runs now ("" : nothing). Global because
+ * RtProgram.step has no context to carry it; run_step reads and clears it after each step. */
+static char step_failed[RT_ERROR_MAX];
+
+void rt_train_step_failed(const char *msg) {
+    if (!step_failed[0])
+        snprintf(step_failed, sizeof step_failed, "%s", msg && *msg ? msg : "the step failed");
+}
+
+/* A step that rt_train_step_failed stopped: the error names it and the last good checkpoint, after
+ * the save in flight is done (with one rank; several wait together only where all of them fail). */
+static int step_error(Trainer *t, int64_t number, RtError *err) {
+    char buf[RT_ERROR_MAX];
+    if (t->world == 1)
+        train_save_wait(t);
+    rt_error_set(err, "step %lld: %s; training stopped, nothing saved for this step; %s", (long long)number,
+                 step_failed, train_last_good(t, buf, sizeof buf));
+    step_failed[0] = 0;
+    return -1;
+}
+
 static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *out, RtError *err) {
     const RtProgram *p = t->p;
     double t0 = train_now_ms();
@@ -401,6 +421,8 @@ static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *
     *slab_f32(slab, p->step_offset) = (float)number;
     int64_t sent = rt_comm_bytes_sent(t->comm);
     p->step(slab, t->pool, t->comm);
+    if (step_failed[0])
+        return step_error(t, number, err);
     train_mem_sample(t);
     out->comm_bytes = rt_comm_bytes_sent(t->comm) - sent;
     out->loss = *slab_f32(slab, p->loss_offset);
@@ -481,12 +503,15 @@ static int sdc_check(Trainer *t, int64_t pos, RtError *err) {
                 float fa, fb;
                 memcpy(&fa, &a[k], 4);
                 memcpy(&fb, &b[k], 4);
+                char msg[RT_ERROR_MAX], text[RT_ERROR_MAX + 16];
+                snprintf(msg, sizeof msg,
+                         "%s: rank %d: step %lld: silent data corruption: tensor %s, value %lld of %lld: 0x%08x (%.9g) "
+                         "in the step, 0x%08x (%.9g) in its replay from the same state",
+                         t->prog, t->rank, (long long)t->step, t->names[j], (long long)k, (long long)len,
+                         (unsigned)a[k], (double)fa, (unsigned)b[k], (double)fb);
                 fflush(stdout);
-                fprintf(stderr,
-                        "%s: rank %d: step %lld: silent data corruption: tensor %s, value %lld of %lld: 0x%08x (%.9g) "
-                        "in the step, 0x%08x (%.9g) in its replay from the same state\n",
-                        t->prog, t->rank, (long long)t->step, t->names[j], (long long)k, (long long)len, (unsigned)a[k],
-                        (double)fa, (unsigned)b[k], (double)fb);
+                fprintf(stderr, "%s\n", rt_event_text(msg, text, sizeof text));
+                rt_event_failure(RT_CAUSE_SDC, t->rank, t->step, t->names[j]);
                 bad = 1;
             }
     }
@@ -572,7 +597,7 @@ static RunEnd train_one(Trainer *t, RtError *err) {
         train_save_wait(t); /* the last good checkpoint may be the one in flight */
         snprintf(what, sizeof what, "loss %g, grad_norm %g", s.loss, s.grad_norm);
         if (t->rank == 0)
-            train_report_stop(t, what);
+            train_report_stop(t, what, isfinite(s.loss) ? "grad_norm" : "loss");
         return RUN_NONFINITE;
     }
     train_progress_print(t, &s, tok_s, do_eval ? &eval : NULL);
@@ -888,12 +913,14 @@ int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), in
         if (t.tty && t.run_steps > 0)
             printf("\n");
         fflush(stdout);
+        char text[RT_ERROR_MAX + 16];
+        const char *msg = rt_event_text(err.msg, text, sizeof text);
         if (t.say == SAY_ALL)
-            fprintf(stderr, "%s: every rank: %s\n", t.prog, err.msg);
+            fprintf(stderr, "%s: every rank: %s\n", t.prog, msg);
         else if (t.world > 1 && t.say == SAY_OWN)
-            fprintf(stderr, "%s: rank %d: %s\n", t.prog, t.rank, err.msg);
+            fprintf(stderr, "%s: rank %d: %s\n", t.prog, t.rank, msg);
         else if (t.say == SAY_OWN && launched_rank() <= 0)
-            fprintf(stderr, "%s: %s\n", t.prog, err.msg);
+            fprintf(stderr, "%s: %s\n", t.prog, msg);
         else if (t.say == SAY_OWN && !t.comm)
             /* an error found before the ranks join is rank 0's to print; the launcher stops rank
              * 0 at once when this rank exits, so this one leaves it the time to */

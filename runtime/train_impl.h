@@ -202,7 +202,7 @@ void train_metrics_write(Trainer *t, const StepOut *s, double tok_s, const doubl
 int train_progress_tty(void);
 void train_progress_print(Trainer *t, const StepOut *s, double tok_s, const double *eval);
 void train_banner_print(const Trainer *t);
-void train_report_stop(Trainer *t, const char *what);
+void train_report_stop(Trainer *t, const char *what, const char *tensor);
 /* The seconds of step `ms` at the device's peak (0: the FLOPs or the peak unknown). */
 double train_ideal_s(const Trainer *t);
 /* The job's seconds so far, by kind (GP_*). */

@@ -182,19 +182,21 @@ void train_banner_print(const Trainer *t) {
     fflush(stdout);
 }
 
-void train_report_stop(Trainer *t, const char *what) {
-    char buf[RT_ERROR_MAX];
+void train_report_stop(Trainer *t, const char *what, const char *tensor) {
+    char buf[RT_ERROR_MAX], msg[2 * RT_ERROR_MAX], text[2 * RT_ERROR_MAX + 16];
     if (t->tty)
         printf("\n");
     fflush(stdout);
     if (t->world > 1)
-        fprintf(stderr,
-                "%s: rank %d: step %lld: %s: not finite; training stopped, nothing saved for this step.\n"
-                "%s: %s\n",
-                t->prog, t->rank, (long long)t->step, what, t->prog, train_last_good(t, buf, sizeof buf));
+        snprintf(msg, sizeof msg,
+                 "%s: rank %d: step %lld: %s: not finite; training stopped, nothing saved for this step.\n%s: %s",
+                 t->prog, t->rank, (long long)t->step, what, t->prog, train_last_good(t, buf, sizeof buf));
     else
-        fprintf(stderr, "%s: step %lld: %s: not finite; training stopped, nothing saved for this step.\n%s: %s\n",
-                t->prog, (long long)t->step, what, t->prog, train_last_good(t, buf, sizeof buf));
+        snprintf(msg, sizeof msg,
+                 "%s: step %lld: %s: not finite; training stopped, nothing saved for this step.\n%s: %s", t->prog,
+                 (long long)t->step, what, t->prog, train_last_good(t, buf, sizeof buf));
+    fprintf(stderr, "%s\n", rt_event_text(msg, text, sizeof text));
+    rt_event_failure(RT_CAUSE_NONFINITE, t->rank, t->step, tensor);
 }
 
 double train_ideal_s(const Trainer *t) {

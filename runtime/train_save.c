@@ -37,12 +37,6 @@ enum { SAVE_IDLE, SAVE_WRITING, SAVE_INDEXING };
 
 #define WRITER_NICE 10
 
-static double clock_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* Values of tensor j of the checkpoint's table (this rank's chunk). */
 static int64_t tensor_numel(const Trainer *t, int j) {
     const RtTensor *x = &t->ck_tensors[j];
@@ -82,7 +76,7 @@ static int agree_finite(Trainer *t, const char *bad) {
     char what[1024];
     snprintf(what, sizeof what, "%.900s after the update", bad ? bad : "a parameter of another rank");
     if (bad || t->rank == 0)
-        train_report_stop(t, what);
+        train_report_stop(t, what, bad); /* NULL: another rank's */
     return 1;
 }
 
@@ -309,10 +303,10 @@ void train_save_advance(Trainer *t) {
 void train_save_wait(Trainer *t) {
     if (t->save.phase == SAVE_IDLE)
         return;
-    double t0 = clock_ms();
+    double t0 = (rt_now_s() * 1e3);
     while (t->save.phase != SAVE_IDLE)
         train_save_advance(t);
-    t->ckpt_ms += clock_ms() - t0;
+    t->ckpt_ms += (rt_now_s() * 1e3) - t0;
 }
 
 /* Snapshots the state and starts writing it. 0: started (or failed and reported: the run goes
@@ -349,7 +343,7 @@ static int save_async(Trainer *t) {
  * still in memory, and the next save may succeed (space freed, disk remounted). */
 int train_ckpt_save_periodic(Trainer *t) {
     train_save_wait(t);
-    double t0 = clock_ms();
+    double t0 = (rt_now_s() * 1e3);
     train_sync(t, t->slab, RT_SYNC_TO_HOST); /* the state, read back from a device */
     int rc;
     if (t->o.ckpt_sync) {
@@ -360,7 +354,7 @@ int train_ckpt_save_periodic(Trainer *t) {
     } else {
         rc = save_async(t);
     }
-    t->ckpt_ms += clock_ms() - t0;
+    t->ckpt_ms += (rt_now_s() * 1e3) - t0;
     return rc > 0 ? 1 : 0;
 }
 
@@ -372,10 +366,10 @@ int train_ckpt_save_final(Trainer *t, RtError *err) {
     train_save_wait(t);
     if (!t->o.ckpt_dir || t->saved == t->step)
         return 0;
-    double t0 = clock_ms();
+    double t0 = (rt_now_s() * 1e3);
     train_sync(t, t->slab, RT_SYNC_TO_HOST);
     int rc = ckpt_save(t, &why);
-    t->ckpt_ms += clock_ms() - t0;
+    t->ckpt_ms += (rt_now_s() * 1e3) - t0;
     if (rc < 0)
         return rt_error_set(err, "could not save the checkpoint of step %lld: %s; the run ends without it; %s",
                             (long long)t->step, why.msg, train_last_good(t, buf, sizeof buf));

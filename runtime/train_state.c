@@ -444,7 +444,10 @@ int train_start_rank0(Trainer *t, int starts, RtError *err) {
     if (starts && train_metrics_open(t, err) != 0)
         return -1;
     if (t->resumed) {
-        printf("%s: resumed from %s/step_%08lld\n", t->prog, t->o.ckpt_dir, (long long)t->step);
+        char msg[RT_ERROR_MAX], text[RT_ERROR_MAX + 16];
+        snprintf(msg, sizeof msg, "%s: resumed from %s/step_%08lld", t->prog, t->o.ckpt_dir, (long long)t->step);
+        printf("%s\n", rt_event_text(msg, text, sizeof text));
+        rt_event_resumed(t->rank, t->step);
         if (t->o.init && !t->frozen)
             train_warn(t, "note: --init is ignored when resuming from a checkpoint");
         else if (t->frozen)

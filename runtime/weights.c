@@ -85,14 +85,6 @@ static const char *closest(const char *name, const char *const *names, const cha
     return best;
 }
 
-static void shape_text(char *buf, size_t cap, const int64_t *shape, int ndim) {
-    size_t len = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < ndim && len < cap; i++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? "," : "", (long long)shape[i]);
-    if (len < cap)
-        snprintf(buf + len, cap - len, "]");
-}
-
 static int reversed_2d(const RtTensor *t, const RtParamSlot *p) {
     return t->ndim == 2 && p->rank == 2 && t->shape[0] == p->global_shape[1] && t->shape[1] == p->global_shape[0];
 }
@@ -122,8 +114,8 @@ static void check_params(const RtParamSlot *params, int n, const RtSt *st, char 
         if (same_shape(t, p))
             continue;
         char got[160], want[160];
-        shape_text(got, sizeof got, t->shape, t->ndim);
-        shape_text(want, sizeof want, p->global_shape, p->rank);
+        rt_shape_text(got, sizeof got, t->shape, t->ndim);
+        rt_shape_text(want, sizeof want, p->global_shape, p->rank);
         c->mismatched++;
         if (reversed_2d(t, p)) {
             c->transposed++;

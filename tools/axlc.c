@@ -18,12 +18,16 @@
 #endif
 
 #include "driver/driver.h"
+#include "tools/convert.h"
 #include "tools/plot.h"
 
 #define MAX_LIST 64
 
+struct Command;
+
 typedef struct {
   const char *command;
+  const struct Command *cmd; /* its row of commands[], once known */
   const char *model;
   FeOptions fe;
   const char *apply[MAX_LIST];
@@ -66,76 +70,161 @@ typedef struct {
   int ranks;                 /* launch: -n N */
 } Args;
 
+/* ---- the commands ---- */
+
+static int cmd_config(Args *a);
+static int cmd_params(Args *a);
+static int cmd_kinds(Args *a);
+static int cmd_ir(Args *a);
+static int cmd_compile(Args *a);
+static int cmd_run(Args *a);
+static int cmd_memcheck(Args *a);
+static int cmd_plot(Args *a);
+static int cmd_convert(Args *a);
+static int cmd_launch(Args *a);
+static int cmd_tokenize(Args *a);
+static int cmd_backends(Args *a);
+static int cmd_cache(Args *a);
+
+/* How a command takes the rest of its command line. */
+enum {
+  CMD_TRAINS = 1u << 0,          /* compiles or runs: --target interp picks the backend */
+  CMD_TRAINER_OPTIONS = 1u << 1, /* an option it does not know (and -h) is the trainer's */
+  CMD_DASH = 1u << 2,            /* every argument after "--" is the trainer's */
+  CMD_WEIGHTS = 1u << 3,         /* a second argument: the weights (convert) */
+  CMD_MORE_FILES = 1u << 4,      /* more arguments: further files of the same kind (plot) */
+};
+
+/* One command of axlc: its name, its function, its lines in `axlc --help` and the options it
+ * alone takes (space-separated; the others are every command's). The usage text, the parser
+ * and the dispatch read this table. */
+typedef struct Command {
+  const char *name;
+  int (*run)(Args *a);
+  const char *help;
+  const char *options;
+  unsigned flags;
+} Command;
+
+static const Command commands[] = {
+    {"config", cmd_config,
+     "  config MODEL.json   print the resolved config (canonical JSON, every default explicit)\n",
+     NULL, 0},
+    {"params", cmd_params,
+     "  params MODEL.json   print every parameter: path, shape, dtype, init, partition spec\n",
+     NULL, 0},
+    {"kinds", cmd_kinds, "  kinds [KIND]        list module kinds, or one kind's fields\n", NULL,
+     0},
+    {"ir", cmd_ir,
+     "  ir MODEL.json       print the IR of the training step [--after PASS] [--format text|dot]\n",
+     NULL, 0},
+    {"compile", cmd_compile,
+     "  compile MODEL.json  --target cpu -o TRAINER: a native trainer executable\n"
+     "                      [--emit exe|obj|llvm|asm] [--cpu NAME] [--features +avx2,...]\n",
+     NULL, CMD_TRAINS},
+    {"run", cmd_run,
+     "  run MODEL.json      train in process: --target cpu compiles with the LLVM JIT and\n"
+     "                      takes the trainer's options (axlc run M --target cpu --help);\n"
+     "                      --target interp runs the reference interpreter with\n"
+     "                      --data FILE [--steps N] [--seed S] [--init W.safetensors]\n"
+     "                      [--dump OUT.safetensors]\n",
+     "--max-restarts --min-ranks --backoff --report", CMD_TRAINS | CMD_TRAINER_OPTIONS},
+    {"memcheck", cmd_memcheck,
+     "  memcheck MODEL.json --target T: will the job fit each device? where the memory goes,\n"
+     "                      FLOPs and bytes sent per step [--json] [--plot FILE.svg]\n"
+     "                      [--devices FILE]  (the device table; default "
+     "models/rules/devices.json)\n",
+     NULL, 0},
+    {"plot", cmd_plot,
+     "  plot METRICS.jsonl  -o FILE.svg: draw a trainer's --metrics (loss, eval loss,\n"
+     "                      learning rate, gradient norm, tokens/s against the step);\n"
+     "                      [MORE.jsonl ...] [--label NAME ...]: several runs on shared\n"
+     "                      axes, a color and a legend entry (NAME or the file's name) each\n",
+     "--label", CMD_MORE_FILES},
+    {"convert", cmd_convert,
+     "  convert MODEL.json  --from hf IN.safetensors -o OUT.safetensors: Hugging Face GPT-2,\n"
+     "                      Llama or Mixtral weights (as the config decides; a file, a\n"
+     "                      sharded index or a model directory) to axlc's parameter paths,\n"
+     "                      for --init; --to hf: axlc weights (--init files, --dump output,\n"
+     "                      a checkpoint or step directory) to Hugging Face's names and\n"
+     "                      layouts, in --dtype f32|bf16|f16 (default: the dtype the weights\n"
+     "                      came in, else f32), in shards of --max-shard-size (default 5GB)\n"
+     "                      with their index, and config.json beside them; --merge-lora IN\n"
+     "                      [--base BASE] (with --apply lora): a LoRA run's adapters folded\n"
+     "                      into its base weights (W + alpha/r A B), a plain weights file;\n"
+     "                      a BASE other than the one the run recorded is refused unless\n"
+     "                      --force-base\n",
+     "--merge-lora --force-base --base --dtype --max-shard-size", CMD_WEIGHTS},
+    {"launch", cmd_launch,
+     "  launch TRAINER -n N [--max-restarts K] [--min-ranks M] [--backoff S]\n"
+     "                      [--report FILE.jsonl] -- [trainer options]: run a compiled\n"
+     "                      trainer as N ranks under mpirun (srun in a Slurm allocation)\n"
+     "                      and restart it from its last checkpoint when it fails (K\n"
+     "                      times, default 3); with M < N, go on with fewer ranks when\n"
+     "                      one keeps failing (run --target cpu-N takes these too)\n",
+     "--max-restarts --min-ranks --backoff --report -n", CMD_DASH},
+    {"tokenize", cmd_tokenize,
+     "  tokenize TEXT       --tokenizer T -o TOKENS.bin: encode a text file with a\n"
+     "                      SentencePiece .model or a Hugging Face tokenizer.json into an\n"
+     "                      llm.c token file (uint16 tokens), for --data\n",
+     "--tokenizer", 0},
+    {"backends", cmd_backends, "  backends            list the backends and what each can do\n",
+     NULL, 0},
+    {"cache", cmd_cache,
+     "  cache               the compile cache: its directory, entries, size and limit;\n"
+     "                      --clear removes every entry, --trim trims it to the limit now\n"
+     "                      (AXLC_CACHE_MAX, default 1G; 0: none; least recently used\n"
+     "                      first, never an entry used in the last hour)\n",
+     "--clear --trim", 0},
+};
+#define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+static const Command *command_find(const char *name) {
+  for (int i = 0; name && i < NCOMMANDS; i++)
+    if (!strcmp(commands[i].name, name)) return &commands[i];
+  return NULL;
+}
+
+/* Whether command c takes `opt` as one of its own options. */
+static bool takes(const Command *c, const char *opt) {
+  size_t n = strlen(opt);
+  for (const char *o = c && c->options ? c->options : ""; (o = strstr(o, opt)); o += n)
+    if ((o == c->options || o[-1] == ' ') && (o[n] == ' ' || !o[n])) return true;
+  return false;
+}
+
+/* The command that takes `opt` as its own, or NULL. */
+static const Command *owner(const char *opt) {
+  for (int i = 0; i < NCOMMANDS; i++)
+    if (takes(&commands[i], opt)) return &commands[i];
+  return NULL;
+}
+
 static void usage(FILE *out) {
-  fprintf(
-      out,
-      "usage: axlc COMMAND [MODEL.json] [options]\n"
-      "\n"
-      "commands:\n"
-      "  config MODEL.json   print the resolved config (canonical JSON, every default explicit)\n"
-      "  params MODEL.json   print every parameter: path, shape, dtype, init, partition spec\n"
-      "  kinds [KIND]        list module kinds, or one kind's fields\n"
-      "  ir MODEL.json       print the IR of the training step [--after PASS] [--format text|dot]\n"
-      "  compile MODEL.json  --target cpu -o TRAINER: a native trainer executable\n"
-      "                      [--emit exe|obj|llvm|asm] [--cpu NAME] [--features +avx2,...]\n"
-      "  run MODEL.json      train in process: --target cpu compiles with the LLVM JIT and\n"
-      "                      takes the trainer's options (axlc run M --target cpu --help);\n"
-      "                      --target interp runs the reference interpreter with\n"
-      "                      --data FILE [--steps N] [--seed S] [--init W.safetensors]\n"
-      "                      [--dump OUT.safetensors]\n"
-      "  memcheck MODEL.json --target T: will the job fit each device? where the memory goes,\n"
-      "                      FLOPs and bytes sent per step [--json] [--plot FILE.svg]\n"
-      "                      [--devices FILE]  (the device table; default "
-      "models/rules/devices.json)\n"
-      "  plot METRICS.jsonl  -o FILE.svg: draw a trainer's --metrics (loss, eval loss,\n"
-      "                      learning rate, gradient norm, tokens/s against the step);\n"
-      "                      [MORE.jsonl ...] [--label NAME ...]: several runs on shared\n"
-      "                      axes, a color and a legend entry (NAME or the file's name) each\n"
-      "  convert MODEL.json  --from hf IN.safetensors -o OUT.safetensors: Hugging Face GPT-2,\n"
-      "                      Llama or Mixtral weights (as the config decides; a file, a\n"
-      "                      sharded index or a model directory) to axlc's parameter paths,\n"
-      "                      for --init; --to hf: axlc weights (--init files, --dump output,\n"
-      "                      a checkpoint or step directory) to Hugging Face's names and\n"
-      "                      layouts, in --dtype f32|bf16|f16 (default: the dtype the weights\n"
-      "                      came in, else f32), in shards of --max-shard-size (default 5GB)\n"
-      "                      with their index, and config.json beside them; --merge-lora IN\n"
-      "                      [--base BASE] (with --apply lora): a LoRA run's adapters folded\n"
-      "                      into its base weights (W + alpha/r A B), a plain weights file;\n"
-      "                      a BASE other than the one the run recorded is refused unless\n"
-      "                      --force-base\n"
-      "  launch TRAINER -n N [--max-restarts K] [--min-ranks M] [--backoff S]\n"
-      "                      [--report FILE.jsonl] -- [trainer options]: run a compiled\n"
-      "                      trainer as N ranks under mpirun (srun in a Slurm allocation)\n"
-      "                      and restart it from its last checkpoint when it fails (K\n"
-      "                      times, default 3); with M < N, go on with fewer ranks when\n"
-      "                      one keeps failing (run --target cpu-N takes these too)\n"
-      "  tokenize TEXT       --tokenizer T -o TOKENS.bin: encode a text file with a\n"
-      "                      SentencePiece .model or a Hugging Face tokenizer.json into an\n"
-      "                      llm.c token file (uint16 tokens), for --data\n"
-      "  backends            list the backends and what each can do\n"
-      "  cache               the compile cache: its directory, entries, size and limit;\n"
-      "                      --clear removes every entry, --trim trims it to the limit now\n"
-      "                      (AXLC_CACHE_MAX, default 1G; 0: none; least recently used\n"
-      "                      first, never an entry used in the last hour)\n"
-      "\n"
-      "options:\n"
-      "  --target T          select the first mesh rule matching T (cpu, cpu-4,\n"
-      "                      gpu-h100-256, tpu-v5p-512, ...) and size the mesh for it\n"
-      "  --backend NAME      (compile, run) the code generator; default: the target's\n"
-      "                      (cpu: llvm); --target interp is --target cpu --backend interp\n"
-      "  --apply MOD         apply a modifier file (repeatable, in order); a name not\n"
-      "                      found is looked up in AXLC_PATH and the shipped modifiers\n"
-      "                      (--apply moe, --apply rope)\n"
-      "  --set PATH=VALUE    set a value, e.g. --set /model/decoder/num_layers=4\n"
-      "  --json              (params, memcheck) machine-readable output\n"
-      "  --no-memcheck       (compile) compile even when the job does not fit the target\n"
-      "  --jobs N            (compile, run) generate code on N threads (default: one per CPU)\n"
-      "  --no-cache          (compile, run) neither use nor fill the compile cache\n"
-      "                      ($AXLC_CACHE_DIR, else ~/.cache/axlc; AXLC_NO_CACHE=1 is\n"
-      "                      the same as --no-cache)\n"
-      "  -h, --help          this help\n"
-      "\n"
-      "passes (axlc ir --after PASS), in pipeline order:\n");
+  fprintf(out, "usage: axlc COMMAND [MODEL.json] [options]\n"
+               "\n"
+               "commands:\n");
+  for (int i = 0; i < NCOMMANDS; i++) fputs(commands[i].help, out);
+  fprintf(out,
+          "\n"
+          "options:\n"
+          "  --target T          select the first mesh rule matching T (cpu, cpu-4,\n"
+          "                      gpu-h100-256, tpu-v5p-512, ...) and size the mesh for it\n"
+          "  --backend NAME      (compile, run) the code generator; default: the target's\n"
+          "                      (cpu: llvm); --target interp is --target cpu --backend interp\n"
+          "  --apply MOD         apply a modifier file (repeatable, in order); a name not\n"
+          "                      found is looked up in AXLC_PATH and the shipped modifiers\n"
+          "                      (--apply moe, --apply rope)\n"
+          "  --set PATH=VALUE    set a value, e.g. --set /model/decoder/num_layers=4\n"
+          "  --json              (params, memcheck) machine-readable output\n"
+          "  --no-memcheck       (compile) compile even when the job does not fit the target\n"
+          "  --jobs N            (compile, run) generate code on N threads (default: one per CPU)\n"
+          "  --no-cache          (compile, run) neither use nor fill the compile cache\n"
+          "                      ($AXLC_CACHE_DIR, else ~/.cache/axlc; AXLC_NO_CACHE=1 is\n"
+          "                      the same as --no-cache)\n"
+          "  -h, --help          this help\n"
+          "\n"
+          "passes (axlc ir --after PASS), in pipeline order:\n");
   for (int i = 0; i < drv_npasses; i++)
     fprintf(out, "  %-19s %s\n", drv_passes[i].name, drv_passes[i].what);
 }
@@ -167,13 +256,13 @@ static int int_value(const char *flag, const char *v, long lo, long hi, int *out
   return 0;
 }
 
-/* The supervisor's options (launch, run); 1 when argv[*i] is one, -1 on a bad value. */
+/* The supervisor's options (launch, run: the command takes them); 1 when argv[*i] is one, -1
+ * on a bad value. */
 static int supervisor_option(int *i, int argc, char **argv, Args *a) {
   const char *s = argv[*i];
   bool ours = !strcmp(s, "--max-restarts") || !strcmp(s, "--min-ranks") ||
-              !strcmp(s, "--backoff") || !strcmp(s, "--report") ||
-              (!strcmp(s, "-n") && a->command && !strcmp(a->command, "launch"));
-  if (!ours) return 0;
+              !strcmp(s, "--backoff") || !strcmp(s, "--report") || !strcmp(s, "-n");
+  if (!ours || !takes(a->cmd, s)) return 0;
   if (need_value(*i, argc, argv)) return -1;
   const char *v = argv[++*i];
   if (!strcmp(s, "--report")) {
@@ -204,17 +293,17 @@ static int parse_args(int argc, char **argv, Args *a) {
   a->sv.backoff = 1;
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
-    int sup = a->command && (!strcmp(a->command, "run") || !strcmp(a->command, "launch"))
-                  ? supervisor_option(&i, argc, argv, a)
-                  : 0;
+    const Command *c = a->cmd;
+    unsigned flags = c ? c->flags : 0;
+    int sup = supervisor_option(&i, argc, argv, a);
     if (sup < 0) return -1;
     if (sup) continue;
-    if (!strcmp(s, "--") && a->command && !strcmp(a->command, "launch")) {
+    if (!strcmp(s, "--") && (flags & CMD_DASH)) {
       for (i++; i < argc; i++) /* the trainer's options, all of them */
         if (add(a->rest, &a->nrest, argv[i], "trainer")) return -1;
       break;
     }
-    if ((!strcmp(s, "-h") || !strcmp(s, "--help")) && a->command && !strcmp(a->command, "run")) {
+    if ((!strcmp(s, "-h") || !strcmp(s, "--help")) && (flags & CMD_TRAINER_OPTIONS)) {
       if (add(a->rest, &a->nrest, s, "trainer")) return -1; /* the trainer's help */
     } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
       usage(stdout);
@@ -241,21 +330,20 @@ static int parse_args(int argc, char **argv, Args *a) {
         return -1;
       }
       a->jobs = (int)n;
-    } else if (!strcmp(s, "--merge-lora") && a->command && !strcmp(a->command, "convert")) {
+    } else if (!strcmp(s, "--merge-lora") && takes(c, s)) {
       a->merge_lora = true;
-    } else if (!strcmp(s, "--force-base") && a->command && !strcmp(a->command, "convert")) {
+    } else if (!strcmp(s, "--force-base") && takes(c, s)) {
       a->force_base = true;
-    } else if (!strcmp(s, "--base") && a->command && !strcmp(a->command, "convert")) {
+    } else if (!strcmp(s, "--base") && takes(c, s)) {
       if (need_value(i, argc, argv)) return -1;
       a->base = argv[++i];
-    } else if ((!strcmp(s, "--dtype") || !strcmp(s, "--max-shard-size")) && a->command &&
-               !strcmp(a->command, "convert")) {
+    } else if ((!strcmp(s, "--dtype") || !strcmp(s, "--max-shard-size")) && takes(c, s)) {
       if (need_value(i, argc, argv)) return -1;
       *(!strcmp(s, "--dtype") ? &a->dtype : &a->max_shard) = argv[++i];
     } else if (!strcmp(s, "--from") || !strcmp(s, "--to")) {
       if (need_value(i, argc, argv)) return -1;
       *(!strcmp(s, "--from") ? &a->from : &a->to) = argv[++i];
-    } else if (!strcmp(s, "--label") && a->command && !strcmp(a->command, "plot")) {
+    } else if (!strcmp(s, "--label") && takes(c, s)) {
       if (need_value(i, argc, argv) || add(a->labels, &a->nlabels, argv[++i], s)) return -1;
     } else if (!strcmp(s, "--plot") || !strcmp(s, "--devices")) {
       if (need_value(i, argc, argv)) return -1;
@@ -272,10 +360,10 @@ static int parse_args(int argc, char **argv, Args *a) {
                           : !strcmp(s, "--backend") ? &a->backend
                                                     : &a->features;
       *slot = argv[++i];
-    } else if (!strcmp(s, "--tokenizer") && a->command && !strcmp(a->command, "tokenize")) {
+    } else if (!strcmp(s, "--tokenizer") && takes(c, s)) {
       if (need_value(i, argc, argv)) return -1;
       a->tokenizer = argv[++i];
-    } else if (s[0] == '-' && a->command && !strcmp(a->command, "run")) {
+    } else if (s[0] == '-' && (flags & CMD_TRAINER_OPTIONS)) {
       /* the trainer's option and its value, unless it is a flag; options start with "--",
        * so "-1" is a value (a bad one, which the option's parser reports) */
       if (add(a->rest, &a->nrest, s, "trainer")) return -1;
@@ -284,18 +372,23 @@ static int parse_args(int argc, char **argv, Args *a) {
       if (!flag && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 &&
           add(a->rest, &a->nrest, argv[++i], "trainer"))
         return -1;
-    } else if (!strcmp(s, "--clear") || !strcmp(s, "--trim")) {
+    } else if ((!strcmp(s, "--clear") || !strcmp(s, "--trim")) && takes(c, s)) {
       *(!strcmp(s, "--clear") ? &a->clear : &a->trim) = true;
+    } else if (s[0] == '-' && owner(s) && a->command) {
+      fprintf(stderr, "error: %s is an option of axlc %s, not of axlc %s\n", s, owner(s)->name,
+              a->command);
+      return -1;
     } else if (s[0] == '-') {
       fprintf(stderr, "error: unknown option %s (see axlc --help)\n", s);
       return -1;
     } else if (!a->command) {
       a->command = s;
+      a->cmd = command_find(s); /* NULL: dispatch says it is unknown */
     } else if (!a->model) {
       a->model = s;
-    } else if (!a->input && !strcmp(a->command, "convert")) {
+    } else if (!a->input && (flags & CMD_WEIGHTS)) {
       a->input = s;
-    } else if (!strcmp(a->command, "plot")) {
+    } else if (flags & CMD_MORE_FILES) {
       if (add(a->more, &a->nmore, s, "metrics file")) return -1;
     } else {
       fprintf(stderr, "error: unexpected argument %s\n", s);
@@ -304,11 +397,6 @@ static int parse_args(int argc, char **argv, Args *a) {
   }
   if (!a->command) {
     usage(stderr);
-    return -1;
-  }
-  if ((a->clear || a->trim) && strcmp(a->command, "cache") != 0) {
-    fprintf(stderr, "error: %s is an option of axlc cache, not of axlc %s\n",
-            a->clear ? "--clear" : "--trim", a->command);
     return -1;
   }
   return 0;
@@ -386,7 +474,7 @@ static void warn_step(const FeBuild *b) {
     fprintf(stderr, "warning: axlc ir, compile and run refuse this config: %s\n", b->step_error);
 }
 
-static int cmd_config(const Args *a) {
+static int cmd_config(Args *a) {
   FeDiag d;
   fe_diag_init(&d);
   json_object *cfg = resolve(&d, a);
@@ -408,7 +496,7 @@ static int cmd_config(const Args *a) {
   return rc;
 }
 
-static int cmd_params(const Args *a) {
+static int cmd_params(Args *a) {
   FeDiag d;
   fe_diag_init(&d);
   json_object *cfg = resolve(&d, a);
@@ -442,7 +530,7 @@ static const char *type_name(const FeField *f) {
   return names[f->type];
 }
 
-static int cmd_kinds(const Args *a) {
+static int cmd_kinds(Args *a) {
   if (!a->model) {
     for (int i = 0; i < fe_kind_count(); i++)
       printf("%-18s %s\n", fe_kind_at(i)->name, fe_kind_at(i)->doc);
@@ -476,7 +564,7 @@ static int lower(DrvJob *j, const Args *a, const char *after) {
   return 0;
 }
 
-static int cmd_ir(const Args *a) {
+static int cmd_ir(Args *a) {
   const char *format = a->format ? a->format : "text";
   if (strcmp(format, "text") && strcmp(format, "dot")) {
     fprintf(stderr, "error: --format %s: expected text or dot\n", format);
@@ -503,7 +591,8 @@ static void print_emits(const Backend *b, FILE *out) {
   }
 }
 
-static int cmd_backends(void) {
+static int cmd_backends(Args *a) {
+  (void)a;
   for (int i = 0; backend_table[i]; i++) {
     const Backend *b = backend_table[i];
     printf("%-8s %s\n", b->name, b->doc);
@@ -925,17 +1014,9 @@ static void resolved(const char *path, char *out) {
   free(base);
 }
 
-/* The value of the trainer option `name` in a->rest, as "NAME V" or "NAME=V" (the last), or
- * NULL. */
+/* The value of the trainer option `name` in a->rest (launch.h: launch_option), or NULL. */
 static const char *trainer_option(const Args *a, const char *name) {
-  const char *v = NULL;
-  size_t n = strlen(name);
-  for (int i = 0; i < a->nrest; i++)
-    if (!strncmp(a->rest[i], name, n) && a->rest[i][n] == '=')
-      v = a->rest[i] + n + 1;
-    else if (!strcmp(a->rest[i], name) && i + 1 < a->nrest)
-      v = a->rest[i + 1];
-  return v;
+  return launch_option(a->nrest, a->rest, name);
 }
 
 /* launch and run --report FILE against the files the trainer reads and writes: one of them, or
@@ -1047,7 +1128,7 @@ static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
   DrvDevice dev;
   DrvMemReport r;
   if (drv_device_lookup(&j->diag, devices_file(a, buf, sizeof buf), a->fe.target, &dev) ||
-      drv_memcheck(j, &r)) {
+      drv_memcheck_on(j, &dev, &r)) {
     fe_diag_print(&j->diag, stderr);
     return -1;
   }
@@ -1082,7 +1163,7 @@ static int memcheck_job(const Args *a, DrvJob *j, bool suggest, FILE *out) {
   return rc;
 }
 
-static int cmd_memcheck(const Args *a) {
+static int cmd_memcheck(Args *a) {
   if (!a->fe.target) {
     fprintf(stderr,
             "error: axlc memcheck needs --target (cpu, cpu-4, gpu-h100-256, tpu-v5p-512, ...)\n");
@@ -1095,7 +1176,7 @@ static int cmd_memcheck(const Args *a) {
   return rc;
 }
 
-static int cmd_plot(const Args *a) {
+static int cmd_plot(Args *a) {
   if (!a->model || !a->output) {
     fprintf(stderr,
             "error: usage: axlc plot METRICS.jsonl [MORE.jsonl ...] -o FILE.svg [--label NAME "
@@ -1136,7 +1217,7 @@ static int read_text(const char *path, char **text, size_t *n) {
 }
 
 /* axlc tokenize TEXT --tokenizer T -o TOKENS.bin */
-static int cmd_tokenize(const Args *a) {
+static int cmd_tokenize(Args *a) {
   if (!a->model || !a->tokenizer || !a->output) {
     fprintf(stderr,
             "error: usage: axlc tokenize TEXT --tokenizer T.model|tokenizer.json -o TOKENS.bin\n");
@@ -1175,7 +1256,7 @@ static int cmd_tokenize(const Args *a) {
   return rc ? 1 : 0;
 }
 
-static int cmd_convert(const Args *a) {
+static int cmd_convert(Args *a) {
   const char *fmt = a->from ? a->from : a->to;
   if (a->merge_lora && (!a->model || !a->input || !a->output || fmt)) {
     fprintf(stderr, "error: usage: axlc convert MODEL.json --apply lora --merge-lora "
@@ -1337,23 +1418,14 @@ static int dispatch(Args *a) {
   /* --target interp is the cpu target run by the interpreter: run and compile pick the backend
    * from it (pick_backend); the commands that only resolve and plan see the cpu target, so its
    * mesh rule and device kind apply. */
-  bool trains = !strcmp(a->command, "run") || !strcmp(a->command, "compile");
-  if (!trains && a->fe.target && !strcmp(a->fe.target, "interp")) a->fe.target = "cpu";
-  if (!strcmp(a->command, "convert")) return cmd_convert(a);
-  if (!strcmp(a->command, "plot")) return cmd_plot(a);
-  if (!strcmp(a->command, "tokenize")) return cmd_tokenize(a);
-  if (!strcmp(a->command, "config")) return cmd_config(a);
-  if (!strcmp(a->command, "params")) return cmd_params(a);
-  if (!strcmp(a->command, "kinds")) return cmd_kinds(a);
-  if (!strcmp(a->command, "ir")) return cmd_ir(a);
-  if (!strcmp(a->command, "backends")) return cmd_backends();
-  if (!strcmp(a->command, "cache")) return cmd_cache(a);
-  if (!strcmp(a->command, "memcheck")) return cmd_memcheck(a);
-  if (!strcmp(a->command, "run")) return cmd_run(a);
-  if (!strcmp(a->command, "launch")) return cmd_launch(a);
-  if (!strcmp(a->command, "compile")) return cmd_compile(a);
-  fprintf(stderr, "error: unknown command \"%s\" (see axlc --help)\n", a->command);
-  return 1;
+  const Command *c = a->cmd;
+  if (!c) {
+    fprintf(stderr, "error: unknown command \"%s\" (see axlc --help)\n", a->command);
+    return 1;
+  }
+  if (!(c->flags & CMD_TRAINS) && a->fe.target && !strcmp(a->fe.target, "interp"))
+    a->fe.target = "cpu";
+  return c->run(a);
 }
 
 int main(int argc, char **argv) {

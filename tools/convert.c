@@ -36,8 +36,7 @@
 
 #include "driver/driver.h"
 #include "runtime/axrt.h"
-#include "runtime/rt_impl.h" /* rt_st_convert_run: F16 and BF16 to f32 */
-#include "tools/plot.h"
+#include "tools/convert.h"
 
 typedef enum { LINK_SAME, LINK_TRANSPOSE, LINK_FUSED, LINK_EXPERT } LinkKind;
 

@@ -28,21 +28,9 @@
 
 #include "driver/driver.h"
 #include "runtime/axrt.h"
-#include "runtime/rt_impl.h" /* RtWfile: atomic writes */
-#include "tools/plot.h"
+#include "tools/convert.h"
 
 /* ===== reading ========================================================================= */
-
-/* The directory part of path, into dir ("." when none). */
-static void dir_part(const char *path, char *dir, size_t cap) {
-  const char *slash = strrchr(path, '/');
-  if (!slash)
-    snprintf(dir, cap, ".");
-  else if (slash == path)
-    snprintf(dir, cap, "/");
-  else
-    snprintf(dir, cap, "%.*s", (int)(slash - path), path);
-}
 
 static bool is_file(const char *path) {
   struct stat st;
@@ -129,7 +117,7 @@ static json_object *read_json(const char *path, const char *expected) {
 /* Opens every shard the index names, once each: -1, every one that does not open said. */
 static int open_shards(HfFiles *f, const char *index, json_object *map) {
   char dir[4096], path[8192];
-  dir_part(index, dir, sizeof dir);
+  rt_path_dir(index, dir, sizeof dir);
   json_object *seen = json_object_new_object(); /* shard -> tensors named for it */
   int bad = 0;
   json_object_object_foreach(map, name, v) {
@@ -197,7 +185,7 @@ static void not_an_index(const char *index, json_object *root) {
       json_object_is_type(format, json_type_string) &&
       !strcmp(json_object_get_string(format), "axlc-checkpoint")) {
     char dir[4096];
-    dir_part(index, dir, sizeof dir);
+    rt_path_dir(index, dir, sizeof dir);
     fprintf(stderr, "error: %s: an axlc checkpoint's index; pass its step directory (%s)\n", index,
             dir);
     return;
@@ -330,7 +318,7 @@ static int plan_stale(Plan *p, const char *out) {
     return -1;
   }
   stale_add(p, index);
-  dir_part(out, dir, sizeof dir);
+  rt_path_dir(out, dir, sizeof dir);
   json_object_object_foreach(map, name, v) {
     (void)name;
     const char *shard = json_object_get_string(v);
@@ -396,7 +384,7 @@ static void plan_make(Plan *p, const char *out, const RtTensor *t, int n, int64_
                      : fe_asprintf("%.*s-%05d-of-%05d.safetensors", stem, out, i + 1, p->nfiles);
   if (p->nfiles > 1) snprintf(p->index, sizeof p->index, "%s.index.json", out);
   char dir[4096];
-  dir_part(out, dir, sizeof dir);
+  rt_path_dir(out, dir, sizeof dir);
   snprintf(p->config, sizeof p->config, "%s/config.json", dir);
 }
 
@@ -439,13 +427,8 @@ static int plan_check(const Plan *p, const char *out, const RtPathArg *in, int n
 
 /* Text into `path`, atomically. */
 static int write_text(const char *path, const char *text) {
-  RtWfile w;
   RtError err;
-  if (rt_wfile_open(&w, path, &err) == 0) {
-    if (rt_wfile_write(&w, text, strlen(text), &err) == 0 && rt_wfile_commit(&w, &err) == 0)
-      return 0;
-    rt_wfile_abort(&w);
-  }
+  if (rt_file_write_atomic(path, text, strlen(text), &err) == 0) return 0;
   fprintf(stderr, "error: %s\n", err.msg);
   return -1;
 }
@@ -499,7 +482,7 @@ static int commit_staged(const Plan *p, const char *out) {
   }
   char dir[4096];
   RtError err;
-  dir_part(out, dir, sizeof dir);
+  rt_path_dir(out, dir, sizeof dir);
   if (rt_dir_fsync(dir, &err) == 0) return 0;
   fprintf(stderr, "error: %s\n", err.msg);
   return -1;

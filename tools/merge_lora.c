@@ -20,7 +20,7 @@
 
 #include "frontend/frontend.h"
 #include "runtime/axrt.h"
-#include "tools/plot.h"
+#include "tools/convert.h"
 
 /* A weights source: a safetensors file or an opened checkpoint. */
 typedef struct Weights {

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "base/base.h" /* base_xmalloc: the compiler's allocator */
+#include "runtime/axrt.h"
 #include "tools/plot.h"
 
 enum { COL_LOSS, COL_EVAL, COL_LR, COL_GNORM, COL_TOKS, COL_GOODPUT, COL_MFU, NCOL };

@@ -224,7 +224,7 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
                  char *err, size_t cap) {
   if (err && cap) err[0] = 0;
   *out = NULL;
-  double t0 = llvm_now_s();
+  double t0 = rt_now_s();
   LlvmCtx C = {.g = g,
                .mp = mp,
                .opt = opt ? *opt : llvm_options_default(),
@@ -250,7 +250,7 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
     LLVMDisposeBuilder(C.b);
   }
   graph_end(&C);
-  M->stats.emit_s = llvm_now_s() - t0;
+  M->stats.emit_s = rt_now_s() - t0;
   if (rc == 0) rc = llvm_units_compile(M, &C.opt, err, cap);
   if (rc) {
     llvm_module_free(M);

@@ -257,7 +257,6 @@ int llvm_unit_open(LlvmCtx *C);
 LLVMValueRef llvm_unit_close(LlvmCtx *C);
 /* A new module (with the main unit's target) in a new context, as unit 0. */
 int llvm_units_begin(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap);
-double llvm_now_s(void); /* a monotonic clock, in seconds */
 /* Optimizes and generates code for every unit, on o->jobs threads, through the cache. */
 int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap);
 

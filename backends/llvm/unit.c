@@ -50,12 +50,6 @@ static int fail(char *err, size_t cap, const char *fmt, const char *arg) {
   return -1;
 }
 
-double llvm_now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---- the hash: two 64-bit FNV-1a streams with different bases, each finished by a
  * splitmix64 mix, as 32 hex digits ---- */
 
@@ -308,7 +302,7 @@ static void cache_store(LlvmUnit *u, const char *dir) {
 static void cache_trim(const char *dir, int64_t max, bool profile) {
   BackendCacheStats st;
   char err[512];
-  double t0 = llvm_now_s();
+  double t0 = rt_now_s();
   if (backend_cache_trim(dir, max, &st, err, sizeof err) != 0)
     fprintf(stderr,
             "axlc: warning: the compile cache was not trimmed to its limit: %s (AXLC_CACHE_MAX=0 "
@@ -316,7 +310,7 @@ static void cache_trim(const char *dir, int64_t max, bool profile) {
             err);
   else if (profile && max > 0)
     fprintf(stderr, "axlc: cache %s: %lld entries removed, %lld left (%lld bytes) in %.3f s\n", dir,
-            (long long)st.removed, (long long)st.entries, (long long)st.bytes, llvm_now_s() - t0);
+            (long long)st.removed, (long long)st.entries, (long long)st.bytes, rt_now_s() - t0);
 }
 
 /* ---- compiling ---- */
@@ -383,7 +377,7 @@ static bool kernel_compute_bound(LLVMModuleRef m) {
 /* Verifies, optimizes and generates u's object with tm. */
 static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
   char *msg = NULL, buf[600];
-  double t0 = llvm_now_s(), t1 = 0;
+  double t0 = rt_now_s(), t1 = 0;
   if (LLVMVerifyModule(u->mod, LLVMReturnStatusAction, &msg)) {
     snprintf(buf, sizeof buf, "internal: unit %s does not verify: %.400s", u->name, msg);
     LLVMDisposeMessage(msg);
@@ -416,7 +410,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
       return;
     }
   }
-  t1 = llvm_now_s();
+  t1 = rt_now_s();
   if (LLVMTargetMachineEmitToMemoryBuffer(tm, u->mod, LLVMObjectFile, &msg, &u->obj)) {
     snprintf(buf, sizeof buf, "LLVM code generation: %s", msg ? msg : "?");
     LLVMDisposeMessage(msg);
@@ -425,7 +419,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
   }
   if (w->profile)
     fprintf(stderr, "axlc: unit %s: optimized in %.3f s, code in %.3f s, %zu bytes%s\n", u->name,
-            t1 - t0, llvm_now_s() - t1, LLVMGetBufferSize(u->obj), unrolled ? ", unrolled" : "");
+            t1 - t0, rt_now_s() - t1, LLVMGetBufferSize(u->obj), unrolled ? ", unrolled" : "");
   if (w->cache_dir) cache_store(u, w->cache_dir);
   if (!w->o->keep_ir) unit_drop_ir(u);
 }
@@ -433,7 +427,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
 static void progress(Work *w) {
   pthread_mutex_lock(&w->lock);
   w->done++;
-  if (w->o->progress && w->tty && llvm_now_s() - w->t0 > 1.0) {
+  if (w->o->progress && w->tty && rt_now_s() - w->t0 > 1.0) {
     fprintf(stderr, "\raxlc: generating code: %d of %d units", (int)w->done, (int)w->ntodo);
     w->shown = true;
   }
@@ -468,7 +462,7 @@ static int jobs_for(const LlvmOptions *o, int32_t ntodo) {
 }
 
 int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap) {
-  double t0 = llvm_now_s();
+  double t0 = rt_now_s();
   M->stats.units = M->nunits;
   /* The main unit's key: everything it holds, offsets and program table included. */
   char *text = LLVMPrintModuleToString(M->units[0].mod);
@@ -514,7 +508,7 @@ int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t ca
   for (int32_t k = 0; k < w.ntodo; k++) stored += M->units[w.todo[k]].file != NULL;
   free(w.todo);
   M->stats.jobs = started + 1;
-  M->stats.codegen_s = llvm_now_s() - t0;
+  M->stats.codegen_s = rt_now_s() - t0;
   if (stored) cache_trim(dir, o->cache_max, w.profile);
   for (int32_t i = 0; i < M->nunits; i++)
     if (M->units[i].err) return fail(err, cap, "%s", M->units[i].err);

@@ -22,14 +22,30 @@ typedef struct Compiled {
   OclKernels kernels;
   RtOclProgram prog;
   RtParamSlot *slots;
+  RtCollective *colls;
   const char **paths; /* (nparams) */
   RtInit *inits;      /* (nparams) */
+  /* --sample: the forward and its decode step, each planned and printed on its own */
+  MemPlan fwd_plan, dec_plan;
+  OclKernels fwd_kernels, dec_kernels;
+  RtForward fwd;
+  RtDecode dec;
+  int64_t *fwd_params, *dec_params; /* (nparams) */
+  RtKvCache *caches;
 } Compiled;
 
 static void compiled_free(Compiled *c) {
   pass_memplan_free(&c->plan);
   ocl_kernels_free(&c->kernels);
+  pass_memplan_free(&c->fwd_plan);
+  pass_memplan_free(&c->dec_plan);
+  ocl_kernels_free(&c->fwd_kernels);
+  ocl_kernels_free(&c->dec_kernels);
+  free(c->fwd_params);
+  free(c->dec_params);
+  free(c->caches);
   free(c->slots);
+  free(c->colls);
   free(c->paths);
   free(c->inits);
   memset(c, 0, sizeof *c);
@@ -73,21 +89,123 @@ static int program(const BackendJob *j, Compiled *c) {
                          .device_doc = p->device_doc,
                          .device_match = p->device_match};
   char err[1024];
-  if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, err,
+  if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, &c->colls, err,
                         sizeof err))
     return backend_error(&j->diag, j->file, NULL, "%s", err);
+  return 0;
+}
+
+/* The byte offsets of the program's parameters in a sampling graph's plan (-1: not read). */
+static int64_t *param_offsets(const BackendJob *j, const IrGraph *g, const MemPlan *mp) {
+  int64_t *o = ir_xcalloc((size_t)j->program.nparams + 1, sizeof *o);
+  for (int32_t i = 0; i < j->program.nparams; i++) {
+    int32_t v = ir_graph_find(g, IR_PARAMETER, j->program.params[i].path);
+    o[i] = v == IR_NONE ? -1 : mp->offset[v];
+  }
+  return o;
+}
+
+/* Plans and prints one sampling graph (the forward, or the decode step over the forward's
+ * slab), its kernels checked with libclang. */
+static int sample_graph(const BackendJob *j, const OclOptions *o, IrGraph *g, const MemPlan *under,
+                        MemPlan *plan, OclKernels *k, const char *what) {
+  bool *mat = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *mat);
+  if (o->fuse)
+    pass_fusion_plan(g, mat);
+  else
+    memset(mat, 1, (size_t)g->nvalues * sizeof *mat);
+  int rc = under ? pass_memplan_over(g, mat, j->forward, under, under->slab_bytes, plan)
+                 : pass_memplan_fused(g, mat, plan);
+  char err[4096];
+  if (rc != IR_OK) {
+    free(mat);
+    return backend_error(&j->diag, j->file, NULL, "memory planning of the %s failed: %s", what,
+                         ir_graph_error(g));
+  }
+  OclOptions so = *o;
+  so.break_kernel = 0;
+  rc = ocl_emit(g, plan, mat, &so, k, err, sizeof err);
+  free(mat);
+  if (rc)
+    return backend_error(&j->diag, j->file, NULL, "OpenCL code generation of the %s failed: %s",
+                         what, err);
+  if (ocl_check_source(k, err, sizeof err))
+    return backend_error(&j->diag, j->file, NULL,
+                         "the generated OpenCL C of the %s does not compile (libclang): %s", what,
+                         err);
+  return 0;
+}
+
+/* The decode step's KV caches: each cache input, its row output and the forward's prefill. */
+static int kv_caches(const BackendJob *j, Compiled *c) {
+  const IrGraph *g = j->decode, *fg = j->forward;
+  c->caches = ir_xcalloc((size_t)g->nvalues + 1, sizeof *c->caches);
+  for (int32_t v = 0; v < g->nvalues; v++) {
+    const IrValue *in = &g->values[v];
+    if (in->op != IR_INPUT || strncmp(in->name, IR_KV_CACHE, strlen(IR_KV_CACHE))) continue;
+    const char *base = in->name + strlen(IR_KV_CACHE);
+    char name[1024];
+    snprintf(name, sizeof name, IR_KV_ROW "%s", base);
+    int32_t row = ir_graph_output(g, name);
+    snprintf(name, sizeof name, IR_KV_PREFILL "%s", base);
+    int32_t pre = ir_graph_output(fg, name);
+    if (in->shape.rank != 4 || row == IR_NONE || pre == IR_NONE ||
+        !ir_shape_eq(&fg->values[pre].shape, &in->shape))
+      return backend_error(&j->diag, j->file, NULL,
+                           "program: the decode step's cache %s has no row or prefill to match it",
+                           in->name);
+    c->caches[c->dec.ncaches++] =
+        (RtKvCache){.heads = in->shape.dims[1],
+                    .row_bytes = in->shape.dims[3] * (int64_t)ir_dtype_size(in->dtype),
+                    .cache_offset = c->dec_plan.offset[v],
+                    .row_offset = c->dec_plan.offset[row],
+                    .prefill_offset = c->fwd_plan.offset[pre]};
+  }
+  return 0;
+}
+
+/* The sampling forward and decode step (--sample), where the job has them and its logits are
+ * f32 (a bf16 model's forward would need them widened first: its trainer does not sample). */
+static int compile_sampling(const BackendJob *j, const OclOptions *o, Compiled *c) {
+  if (!j->forward) return 0;
+  int32_t ids = ir_graph_find(j->forward, IR_INPUT, "ids");
+  int32_t logits = ir_graph_output(j->forward, "logits");
+  if (ids == IR_NONE || logits == IR_NONE || j->forward->values[logits].dtype != DT_F32) return 0;
+  if (sample_graph(j, o, j->forward, NULL, &c->fwd_plan, &c->fwd_kernels, "sampling forward"))
+    return -1;
+  c->fwd = (RtForward){.slab_bytes = c->fwd_plan.slab_bytes,
+                       .ids_offset = c->fwd_plan.offset[ids],
+                       .logits_offset = c->fwd_plan.offset[logits],
+                       .param_offsets = c->fwd_params = param_offsets(j, j->forward, &c->fwd_plan)};
+  c->prog.base.forward = &c->fwd;
+  c->prog.forward_source = c->fwd_kernels.source;
+  c->prog.nforward = c->fwd_kernels.nlaunches;
+  c->prog.forward_launches = c->fwd_kernels.launches;
+  const IrGraph *d = j->decode;
+  int32_t dids = d ? ir_graph_find(d, IR_INPUT, "ids") : IR_NONE;
+  int32_t pos = d ? ir_graph_find(d, IR_INPUT, "pos") : IR_NONE;
+  int32_t dlog = d ? ir_graph_output(d, "logits") : IR_NONE;
+  if (dids == IR_NONE || pos == IR_NONE || dlog == IR_NONE || d->values[dlog].dtype != DT_F32)
+    return 0;
+  if (sample_graph(j, o, j->decode, &c->fwd_plan, &c->dec_plan, &c->dec_kernels, "decode step") ||
+      kv_caches(j, c))
+    return -1;
+  c->dec.slab_bytes = c->dec_plan.slab_bytes;
+  c->dec.ids_offset = c->dec_plan.offset[dids];
+  c->dec.pos_offset = c->dec_plan.offset[pos];
+  c->dec.logits_offset = c->dec_plan.offset[dlog];
+  c->dec.param_offsets = c->dec_params = param_offsets(j, j->decode, &c->dec_plan);
+  c->dec.caches = c->caches;
+  c->fwd.decode = &c->dec;
+  c->prog.decode_source = c->dec_kernels.source;
+  c->prog.ndecode = c->dec_kernels.nlaunches;
+  c->prog.decode_launches = c->dec_kernels.launches;
   return 0;
 }
 
 /* Plans memory, prints the kernels and checks them with libclang. */
 static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *c) {
   memset(c, 0, sizeof *c);
-  if (j->program.devices > 1)
-    return backend_error(&j->diag, j->file, "/mesh",
-                         "opencl with %lld ranks is not supported yet (one OpenCL trainer per "
-                         "device under MPI is to come); compile for one device (--target "
-                         "gpu-h100-1, opencl) or for the CPU (--target cpu-%lld)",
-                         (long long)j->program.devices, (long long)j->program.devices);
   OclOptions o = options(bo);
   bool *mat = ir_xmalloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
   if (o.fuse)
@@ -112,7 +230,7 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
   if (ocl_check_source(&c->kernels, err, sizeof err))
     return backend_error(&j->diag, j->file, NULL,
                          "the generated OpenCL C does not compile (libclang): %s", err);
-  return program(j, c);
+  return program(j, c) ? -1 : compile_sampling(j, &o, c);
 }
 
 /* Writes the program as C next to `out` and links it with the runtime into `out`. */

@@ -572,7 +572,7 @@ static void elem_compute(Ctx *C, int32_t v, Pos *p, char *out) {
   case IR_ALL_GATHER:
   case IR_REDUCE_SCATTER:
   case IR_ALL_TO_ALL:
-  case IR_LOCAL_SLICE: copy_elem(C, v, p, out); return; /* one device */
+  case IR_LOCAL_SLICE: copy_elem(C, v, p, out); return; /* one device; more: collective_launch */
   default:
     if (ir_op_flags(x->op) & IR_ELEMENTWISE) {
       elementwise_elem(C, v, p, out);
@@ -992,10 +992,54 @@ static void copy_back(Ctx *C, Launches *L, OclBuf *body) {
   }
 }
 
+/* Collective v of a mesh of several devices: no kernel, but a launch that names its entry in
+ * the program's collective table (ocl_collective_index), which the runtime runs through MPI
+ * on the host between the kernels before and after it. Its two arguments are the operand's and
+ * the result's spans, so the runtime's buffer split keeps each whole. */
+static void collective_launch(Ctx *C, Launches *L, int32_t v) {
+  const IrValue *x = val(C, v);
+  int32_t in = x->ops[0];
+  if (!C->mat[in] || C->mp->offset[in] < 0 || C->mp->offset[v] < 0) {
+    fail(C, "%%%d (%s): its operand has no buffer of its own", v, ir_op_name(x->op));
+    return;
+  }
+  int32_t cap = L->cap;
+  grow((void **)&L->v, sizeof *L->v, &cap, L->n + 1);
+  grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
+  int64_t *args = ir_xmalloc(2 * sizeof *args), *bytes = ir_xmalloc(2 * sizeof *bytes);
+  const int32_t t[2] = {in, v};
+  for (int k = 0; k < 2; k++) {
+    args[k] = C->mp->offset[t[k]];
+    bytes[k] = ir_shape_numel(&val(C, t[k])->shape) * (int64_t)ir_dtype_size(val(C, t[k])->dtype);
+  }
+  L->line[L->n] = 0; /* no source line */
+  L->v[L->n++] = (RtOclLaunch){.kernel = OCL_COLLECTIVE_NAME,
+                               .dims = 1,
+                               .global = {1, 1, 1},
+                               .nargs = 2,
+                               .args = args,
+                               .arg_bytes = bytes,
+                               .collective = ocl_collective_index(C->g, v) + 1};
+}
+
+bool ocl_is_collective(const IrGraph *g, int32_t v) {
+  return ir_mesh_devices(&g->mesh) > 1 && (ir_op_flags(g->values[v].op) & IR_COLLECTIVE);
+}
+
+int32_t ocl_collective_index(const IrGraph *g, int32_t v) {
+  int32_t n = 0;
+  for (int32_t u = 0; u < v; u++) n += ocl_is_collective(g, u);
+  return n;
+}
+
 static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
   if (!C->mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT || ir_shape_numel(&x->shape) == 0)
     return;
+  if (ocl_is_collective(C->g, v)) {
+    collective_launch(C, L, v);
+    return;
+  }
   switch (x->op) {
   case IR_RESHAPE:
     if (C->mp->offset[v] != C->mp->offset[x->ops[0]]) map_kernel(C, L, body, v);
@@ -1037,9 +1081,6 @@ static void launches_free(Launches *L, bool keep_launches) {
 /* ---- checks and the whole program ---- */
 
 static int check_graph(Ctx *C) {
-  if (ir_mesh_devices(&C->g->mesh) > 1)
-    return fail(C, "the OpenCL backend runs one device; the graph's mesh has %lld",
-                (long long)ir_mesh_devices(&C->g->mesh));
   if (C->mp->nvalues != C->g->nvalues)
     return fail(C, "the memory plan has %d values, the graph %d", C->mp->nvalues, C->g->nvalues);
   for (int32_t v = 0; v < C->g->nvalues; v++) {

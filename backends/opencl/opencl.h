@@ -63,6 +63,13 @@ typedef struct OclOptions {
 } OclOptions;
 
 OclOptions ocl_options_default(void);
+/* Whether v is a collective that the runtime runs (the graph's mesh has several devices: one
+ * trainer per device under MPI), and its index in the program's collective table: collectives
+ * are numbered in graph order, as the LLVM backend numbers them. */
+bool ocl_is_collective(const IrGraph *g, int32_t v);
+int32_t ocl_collective_index(const IrGraph *g, int32_t v);
+/* The kernel name of a collective's launch (RtOclLaunch.collective > 0): no kernel has it. */
+#define OCL_COLLECTIVE_NAME "axlc_collective"
 /* Prints every kernel of g under the plan mp (which used mat). */
 int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOptions *o,
              OclKernels *out, char *err, size_t cap);
@@ -103,11 +110,13 @@ typedef struct OclProgramInfo {
   const char *device_kind, *device_doc, *device_match; /* RtOclProgram's; may be NULL */
 } OclProgramInfo;
 
-/* The RtOclProgram of g in memory (for `axlc run`); *slots (free it) backs its parameter table.
- * Pointers into info and k stay borrowed. */
+/* The RtOclProgram of g in memory (for `axlc run`); *slots and *colls (free them) back its
+ * parameter and collective tables (a mesh of several devices: the per-device program, with
+ * the mesh and its collectives as the LLVM backend's). Pointers into g, info and k stay
+ * borrowed. */
 int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo *info,
-                      const OclKernels *k, RtOclProgram *out, RtParamSlot **slots, char *err,
-                      size_t cap);
+                      const OclKernels *k, RtOclProgram *out, RtParamSlot **slots,
+                      RtCollective **colls, char *err, size_t cap);
 /* The same program as a C file whose main calls rt_ocl_main (for `axlc compile`). */
 int ocl_program_write_c(FILE *f, const RtOclProgram *p);
 

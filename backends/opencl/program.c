@@ -34,6 +34,7 @@ static int64_t output_offset(const IrGraph *g, const MemPlan *mp, const char *na
 
 static int make_slots(const IrGraph *g, const MemPlan *mp, const OclProgramInfo *info,
                       RtParamSlot *slots, char *err, size_t cap) {
+  bool multi = ir_mesh_devices(&g->mesh) > 1;
   for (int32_t i = 0; i < info->nparams; i++) {
     int32_t v = ir_graph_find(g, IR_PARAMETER, info->paths[i]);
     if (v == IR_NONE || g->values[v].shape.rank > RT_MAX_PARAM_RANK)
@@ -43,8 +44,13 @@ static int make_slots(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
     RtParamSlot *p = &slots[i];
     p->path = info->paths[i];
     p->rank = s->rank;
-    for (int32_t d = 0; d < RT_MAX_PARAM_RANK; d++) /* one device: the chunk is the whole */
-      p->shape[d] = p->global_shape[d] = d < s->rank ? s->dims[d] : 0;
+    const IrSplit *sp = &g->values[v].split;
+    for (int32_t d = 0; d < RT_MAX_PARAM_RANK; d++) { /* this device's chunk, and the whole */
+      p->shape[d] = d < s->rank ? s->dims[d] : 0;
+      p->global_shape[d] = d < s->rank ? s->dims[d] * ir_split_count(&g->mesh, sp, d) : 0;
+      for (int k = 0; k < RT_MAX_SPLIT_AXES; k++)
+        p->split[d][k] = d < s->rank && k < IR_MAX_SPLIT_AXES && multi ? sp->axes[d][k] : 0;
+    }
     p->init = info->inits[i];
     p->offset = mp->offset[v];
     p->m_offset = named_offset(g, mp, IR_PARAMETER, "opt/m/", info->paths[i]);
@@ -53,12 +59,67 @@ static int make_slots(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
   return 0;
 }
 
+static int32_t coll_kind(IrOp op) {
+  switch (op) {
+  case IR_ALL_REDUCE: return RT_COLL_ALL_REDUCE;
+  case IR_ALL_GATHER: return RT_COLL_ALL_GATHER;
+  case IR_REDUCE_SCATTER: return RT_COLL_REDUCE_SCATTER;
+  case IR_ALL_TO_ALL: return RT_COLL_ALL_TO_ALL;
+  default: return RT_COLL_LOCAL_SLICE;
+  }
+}
+
+/* The mesh and the collective table of a mesh of several devices (the LLVM backend's, from
+ * backends/llvm/program.c: the same numbering, the same fields). */
+static int make_mesh(const IrGraph *g, const MemPlan *mp, RtProgram *p, RtCollective **colls,
+                     char *err, size_t cap) {
+  *colls = NULL;
+  if (ir_mesh_devices(&g->mesh) <= 1) return 0;
+  if (g->mesh.naxes > RT_MAX_MESH_AXES)
+    return fail(err, cap, "program: the mesh has more axes than the runtime takes", NULL);
+  p->mesh.naxes = g->mesh.naxes;
+  for (int a = 0; a < g->mesh.naxes; a++) {
+    p->mesh.names[a] = g->mesh.names[a];
+    p->mesh.sizes[a] = g->mesh.sizes[a];
+  }
+  int32_t n = 0;
+  for (int32_t v = 0; v < g->nvalues; v++) n += ocl_is_collective(g, v);
+  *colls = ir_xcalloc((size_t)n + 1, sizeof **colls);
+  for (int32_t v = 0, i = 0; v < g->nvalues; v++) {
+    if (!ocl_is_collective(g, v)) continue;
+    const IrValue *x = &g->values[v];
+    const IrShape *in = &g->values[x->ops[0]].shape;
+    if (x->attr.nmesh > RT_MAX_MESH_AXES || x->shape.rank > RT_MAX_DIMS)
+      return fail(err, cap, "program: a collective with too many mesh axes or dims for the runtime",
+                  NULL);
+    RtCollective *c = &(*colls)[i++];
+    c->kind = coll_kind(x->op);
+    c->dtype = x->dtype == DT_I32 ? RT_DT_I32 : x->dtype == DT_BF16 ? RT_DT_BF16 : RT_DT_F32;
+    c->naxes = x->attr.nmesh;
+    for (int a = 0; a < x->attr.nmesh; a++) c->axes[a] = ir_mesh_axis(&g->mesh, x->attr.mesh[a]);
+    c->axis = x->op == IR_ALL_REDUCE ? 0 : x->attr.axis;
+    c->axis2 = x->op == IR_ALL_TO_ALL ? x->attr.axis2 : 0;
+    c->rank = x->shape.rank;
+    for (int d = 0; d < x->shape.rank; d++) {
+      c->in_shape[d] = in->dims[d];
+      c->out_shape[d] = x->shape.dims[d];
+    }
+    c->in_offset = mp->offset[x->ops[0]];
+    c->out_offset = mp->offset[v];
+  }
+  p->ncollectives = n;
+  p->collectives = *colls;
+  return 0;
+}
+
 int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo *info,
-                      const OclKernels *k, RtOclProgram *out, RtParamSlot **slots, char *err,
-                      size_t cap) {
+                      const OclKernels *k, RtOclProgram *out, RtParamSlot **slots,
+                      RtCollective **colls, char *err, size_t cap) {
   memset(out, 0, sizeof *out);
+  *colls = NULL;
   *slots = ir_xcalloc((size_t)info->nparams + 1, sizeof **slots);
   if (make_slots(g, mp, info, *slots, err, cap)) return -1;
+  if (make_mesh(g, mp, &out->base, colls, err, cap)) return -1;
   int32_t ids = ir_graph_find(g, IR_INPUT, "ids");
   if (ids == IR_NONE || g->values[ids].shape.rank != 2)
     return fail(err, cap, "program: the graph has no input ids (B, T)", NULL);
@@ -71,6 +132,8 @@ int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
   p->batch = g->values[ids].shape.dims[0];
   p->seq = g->values[ids].shape.dims[1];
   p->vocab = info->vocab;
+  for (int k2 = 0; k2 < RT_MAX_SPLIT_AXES && k2 < IR_MAX_SPLIT_AXES; k2++)
+    p->batch_split[k2] = p->mesh.naxes ? g->values[ids].split.axes[0][k2] : 0;
   p->ids_offset = mp->offset[ids];
   p->targets_offset = named_offset(g, mp, IR_INPUT, "", "targets");
   p->step_offset = named_offset(g, mp, IR_INPUT, "", "step");
@@ -125,7 +188,14 @@ static void c_float(FILE *f, float x) {
     fprintf(f, "(float)%.9g", (double)x);
 }
 
-/* One RtParamSlot initializer, by field name (the split stays empty: one device). */
+/* An array of n int64s as a C initializer. */
+static void c_i64s(FILE *f, const int64_t *v, int n) {
+  fputc('{', f);
+  for (int i = 0; i < n; i++) fprintf(f, "%s%" PRId64, i ? ", " : "", v[i]);
+  fputc('}', f);
+}
+
+/* One RtParamSlot initializer, by field name. */
 static void c_slot(FILE *f, const RtParamSlot *p) {
   fputs("  {.path = ", f);
   c_string(f, p->path);
@@ -140,11 +210,93 @@ static void c_slot(FILE *f, const RtParamSlot *p) {
     c_float(f, in[i]);
     fputs(i < 4 ? ", " : "}, ", f);
   }
-  fprintf(f, ".offset = %" PRId64 ", .m_offset = %" PRId64 ", .v_offset = %" PRId64 "},\n",
+  fputs(".split = {", f);
+  for (int d = 0; d < RT_MAX_PARAM_RANK; d++) {
+    fputs(d ? ", {" : "{", f);
+    for (int k = 0; k < RT_MAX_SPLIT_AXES; k++) fprintf(f, "%s%d", k ? ", " : "", p->split[d][k]);
+    fputc('}', f);
+  }
+  fprintf(f, "}, .offset = %" PRId64 ", .m_offset = %" PRId64 ", .v_offset = %" PRId64 "},\n",
           p->offset, p->m_offset, p->v_offset);
 }
 
+/* The launch list `n` launches as C: PREFIXargs, PREFIXarg_bytes and PREFIXlaunches. */
+static void c_launches(FILE *f, const char *prefix, int32_t n, const RtOclLaunch *launches) {
+  int64_t nargs = 0;
+  fprintf(f, "static const int64_t %sargs[] = {", prefix);
+  for (int32_t i = 0; i < n; i++)
+    for (int32_t a = 0; a < launches[i].nargs; a++, nargs++)
+      fprintf(f, "%s%s%" PRId64, nargs ? "," : "", nargs % 8 ? " " : "\n  ", launches[i].args[a]);
+  fprintf(f, "%s};\n\nstatic const int64_t %sarg_bytes[] = {", nargs ? "" : "0", prefix);
+  nargs = 0;
+  for (int32_t i = 0; i < n; i++)
+    for (int32_t a = 0; a < launches[i].nargs; a++, nargs++)
+      fprintf(f, "%s%s%" PRId64, nargs ? "," : "", nargs % 8 ? " " : "\n  ",
+              launches[i].arg_bytes[a]);
+  fprintf(f, "%s};\n\nstatic const RtOclLaunch %slaunches[%d] = {\n", nargs ? "" : "0", prefix,
+          n > 0 ? n : 1);
+  nargs = 0;
+  for (int32_t i = 0; i < n; i++) {
+    const RtOclLaunch *L = &launches[i];
+    fputs("  {", f);
+    c_string(f, L->kernel);
+    fprintf(f,
+            ", %d, {%" PRId64 ", %" PRId64 ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64
+            "}, %d, %sargs + %" PRId64 ", %sarg_bytes + %" PRId64 ", %d, {%" PRId64 ", %" PRId64
+            ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64 "}},\n",
+            L->dims, L->global[0], L->global[1], L->global[2], L->local[0], L->local[1],
+            L->local[2], L->nargs, prefix, nargs, prefix, nargs, L->collective, L->mma_global[0],
+            L->mma_global[1], L->mma_global[2], L->mma_local[0], L->mma_local[1], L->mma_local[2]);
+    nargs += L->nargs;
+  }
+  fputs("};\n\n", f);
+}
+
+static void c_offsets(FILE *f, const char *name, int32_t n, const int64_t *o) {
+  fprintf(f, "static const int64_t %s[%d] = {", name, n > 0 ? n : 1);
+  for (int32_t i = 0; i < n; i++) fprintf(f, "%s%" PRId64, i ? ", " : "", o[i]);
+  fputs(n ? "};\n\n" : "0};\n\n", f);
+}
+
+/* The sampling tables (RtForward, RtDecode) and their kernels, when the program has them. */
+static void c_sampling(FILE *f, const RtOclProgram *P) {
+  const RtForward *fw = P->base.forward;
+  const RtDecode *d = fw->decode;
+  fputs("static const char forward_source[] =\n  ", f);
+  c_string(f, P->forward_source);
+  fputs(";\n\n", f);
+  c_launches(f, "fwd_", P->nforward, P->forward_launches);
+  c_offsets(f, "fwd_params", P->base.nparams, fw->param_offsets);
+  if (d && P->ndecode > 0) {
+    fputs("static const char decode_source[] =\n  ", f);
+    c_string(f, P->decode_source);
+    fputs(";\n\n", f);
+    c_launches(f, "dec_", P->ndecode, P->decode_launches);
+    c_offsets(f, "dec_params", P->base.nparams, d->param_offsets);
+    fprintf(f, "static const RtKvCache caches[%d] = {\n", d->ncaches > 0 ? d->ncaches : 1);
+    for (int32_t i = 0; i < d->ncaches; i++) {
+      const RtKvCache *c = &d->caches[i];
+      fprintf(f,
+              "  {.heads = %" PRId64 ", .row_bytes = %" PRId64 ", .cache_offset = %" PRId64
+              ", .row_offset = %" PRId64 ", .prefill_offset = %" PRId64 "},\n",
+              c->heads, c->row_bytes, c->cache_offset, c->row_offset, c->prefill_offset);
+    }
+    fprintf(f,
+            "};\n\nstatic const RtDecode decode = {.slab_bytes = %" PRId64
+            ", .ids_offset = %" PRId64 ", .pos_offset = %" PRId64 ", .logits_offset = %" PRId64
+            ", .param_offsets = dec_params, .ncaches = %d, .caches = caches, .run = 0};\n\n",
+            d->slab_bytes, d->ids_offset, d->pos_offset, d->logits_offset, d->ncaches);
+  }
+  fprintf(f,
+          "static const RtForward forward = {.slab_bytes = %" PRId64 ", .ids_offset = %" PRId64
+          ", .logits_offset = %" PRId64
+          ", .param_offsets = fwd_params, .run = 0, .decode = %s};\n\n",
+          fw->slab_bytes, fw->ids_offset, fw->logits_offset, d && P->ndecode > 0 ? "&decode" : "0");
+}
+
 int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
+  int sampling = P->base.forward && P->nforward > 0;
+  int decoding = sampling && P->base.forward->decode && P->ndecode > 0;
   const RtProgram *p = &P->base;
   fputs("/* generated by axlc --target opencl: an OpenCL trainer (runtime/axrt.h: rt_ocl_main) */\n"
         "#include <math.h>\n#include <stdint.h>\n#include \"axrt.h\"\n\nstatic const char source[] "
@@ -155,37 +307,28 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
   c_string(f, p->config ? p->config : "");
   fprintf(f, ";\n\nstatic const RtParamSlot params[%d] = {\n", p->nparams > 0 ? p->nparams : 1);
   for (int32_t i = 0; i < p->nparams; i++) c_slot(f, &p->params[i]);
-  int64_t nargs = 0;
-  fputs("};\n\nstatic const int64_t args[] = {", f);
-  for (int32_t i = 0; i < P->nlaunches; i++)
-    for (int32_t a = 0; a < P->launches[i].nargs; a++, nargs++)
-      fprintf(f, "%s%s%" PRId64, nargs ? "," : "", nargs % 8 ? " " : "\n  ",
-              P->launches[i].args[a]);
-  fprintf(f, "%s};\n\nstatic const int64_t arg_bytes[] = {", nargs ? "" : "0");
-  nargs = 0;
-  for (int32_t i = 0; i < P->nlaunches; i++)
-    for (int32_t a = 0; a < P->launches[i].nargs; a++, nargs++)
-      fprintf(f, "%s%s%" PRId64, nargs ? "," : "", nargs % 8 ? " " : "\n  ",
-              P->launches[i].arg_bytes[a]);
-  fprintf(f, "%s};\n\nstatic const RtOclLaunch launches[%d] = {\n", nargs ? "" : "0",
-          P->nlaunches > 0 ? P->nlaunches : 1);
-  nargs = 0;
-  for (int32_t i = 0; i < P->nlaunches; i++) {
-    const RtOclLaunch *L = &P->launches[i];
-    fputs("  {", f);
-    c_string(f, L->kernel);
-    fprintf(f,
-            ", %d, {%" PRId64 ", %" PRId64 ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64
-            "}, %d, args + %" PRId64 ", arg_bytes + %" PRId64 ", {%" PRId64 ", %" PRId64
-            ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64 "}},\n",
-            L->dims, L->global[0], L->global[1], L->global[2], L->local[0], L->local[1],
-            L->local[2], L->nargs, nargs, nargs, L->mma_global[0], L->mma_global[1],
-            L->mma_global[2], L->mma_local[0], L->mma_local[1], L->mma_local[2]);
-    nargs += L->nargs;
+  fputs("};\n\n", f);
+  c_launches(f, "", P->nlaunches, P->launches);
+  if (sampling) c_sampling(f, P);
+  /* the mesh and its collectives (a mesh of several devices: one trainer per device) */
+  fprintf(f, "static const RtCollective collectives[%d] = {\n",
+          p->ncollectives > 0 ? p->ncollectives : 1);
+  for (int32_t i = 0; i < p->ncollectives; i++) {
+    const RtCollective *c = &p->collectives[i];
+    fprintf(f, "  {.kind = %d, .dtype = %d, .naxes = %d, .axes = {", c->kind, c->dtype, c->naxes);
+    for (int a = 0; a < RT_MAX_MESH_AXES; a++) fprintf(f, "%s%d", a ? ", " : "", c->axes[a]);
+    fprintf(f, "}, .axis = %d, .axis2 = %d, .rank = %d,\n   .in_shape = ", c->axis, c->axis2,
+            c->rank);
+    c_i64s(f, c->in_shape, RT_MAX_DIMS);
+    fputs(", .out_shape = ", f);
+    c_i64s(f, c->out_shape, RT_MAX_DIMS);
+    fprintf(f, ", .in_offset = %" PRId64 ", .out_offset = %" PRId64 "},\n", c->in_offset,
+            c->out_offset);
   }
+  fputs("};\n\n", f);
   fprintf(
       f,
-      "};\n\nstatic const RtOclProgram program = {\n"
+      "static const RtOclProgram program = {\n"
       "  .base = {.abi_version = %d, .config = config, .slab_bytes = %" PRId64 ", .nparams = %d,\n"
       "           .params = params, .batch = %" PRId64 ", .seq = %" PRId64 ", .vocab = %" PRId64
       ",\n"
@@ -196,12 +339,24 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
       "           .max_steps = %" PRId64 ", .seed = %" PRIu64 "u, .ckpt_every = %" PRId64 ",\n"
       "           .ckpt_keep = %d, .step = 0, .has_aux_loss = %d, .aux_loss_offset = %" PRId64 ",\n"
       "           .step_flops = %.17g, .step_bf16_flops = %.17g, .peak_f32 = %.17g, .peak_bf16 = "
-      "%.17g},\n"
-      "  .source = source,\n  .build_options = ",
+      "%.17g, .forward = %s,\n"
+      "           .ncollectives = %d, .collectives = collectives, .batch_split = {%d, %d, %d, "
+      "%d},\n"
+      "           .mesh = {.naxes = %d, .names = {",
       p->abi_version, p->slab_bytes, p->nparams, p->batch, p->seq, p->vocab, p->ids_offset,
       p->targets_offset, p->step_offset, p->loss_offset, p->grad_norm_offset, p->lr_offset,
       p->max_steps, p->seed, p->ckpt_every, p->ckpt_keep, (int)p->has_aux_loss, p->aux_loss_offset,
-      p->step_flops, p->step_bf16_flops, p->peak_f32, p->peak_bf16);
+      p->step_flops, p->step_bf16_flops, p->peak_f32, p->peak_bf16, sampling ? "&forward" : "0",
+      p->ncollectives, p->batch_split[0], p->batch_split[1], p->batch_split[2], p->batch_split[3],
+      p->mesh.naxes);
+  if (p->mesh.naxes == 0) fputs("0", f);
+  for (int a = 0; a < p->mesh.naxes; a++) {
+    fputs(a ? ", " : "", f);
+    c_string(f, p->mesh.names[a] ? p->mesh.names[a] : "");
+  }
+  fputs("}, .sizes = ", f);
+  c_i64s(f, p->mesh.sizes, RT_MAX_MESH_AXES);
+  fputs("}},\n  .source = source,\n  .build_options = ", f);
   c_string(f, P->build_options ? P->build_options : "");
   fprintf(f, ",\n  .nlaunches = %d,\n  .launches = launches,\n  .device_kind = ", P->nlaunches);
   c_string(f, P->device_kind ? P->device_kind : "");
@@ -209,6 +364,15 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
   c_string(f, P->device_doc ? P->device_doc : "");
   fputs(",\n  .device_match = ", f);
   c_string(f, P->device_match ? P->device_match : "");
+  if (sampling)
+    fprintf(
+        f,
+        ",\n  .forward_source = forward_source, .nforward = %d, .forward_launches = fwd_launches",
+        P->nforward);
+  if (decoding)
+    fprintf(f,
+            ",\n  .decode_source = decode_source, .ndecode = %d, .decode_launches = dec_launches",
+            P->ndecode);
   fprintf(f, ",\n};\n\n"
              "int main(int argc, char **argv) { return rt_ocl_main(&program, argc, argv); }\n");
   return ferror(f) ? -1 : 0;

@@ -10,7 +10,7 @@
 #ifndef AXLC_TESTS_BACKEND_TEST_H
 #define AXLC_TESTS_BACKEND_TEST_H
 
-#include <CUnit/Basic.h>
+#include "tests/cunit_check.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,5 +229,23 @@ static inline void bt_check(IrGraph *g, const BtBind *b, int nb, double rtol) {
   o.blas = false;
   bt_check_with(g, b, nb, &o, BT_PLAN_SIMPLE, rtol, "O0 unfused, no BLAS");
 }
+
+/* The op cases backend_ops and backend_bf16 share (op_cases.c): floating values of dtype dt,
+ * results within rtol of the interpreter's. */
+void op_unary(IrDType dt, double rtol);
+void op_binary(IrDType dt, double rtol);
+void op_reduce_runs(IrDType dt, double rtol);
+void op_dot(IrDType dt, double rtol);
+void op_gather_scatter_topk(IrDType dt, double rtol);
+void op_attention(IrDType dt, double rtol);
+/* Defines the cases test_unary, test_binary, test_reduce_runs, test_dot,
+ * test_gather_scatter_topk and test_attention: op_cases.c's on dtype dt within rtol. */
+#define OP_CASES(dt, rtol)                                                                         \
+  static void test_unary(void) { op_unary(dt, rtol); }                                             \
+  static void test_binary(void) { op_binary(dt, rtol); }                                           \
+  static void test_reduce_runs(void) { op_reduce_runs(dt, rtol); }                                 \
+  static void test_dot(void) { op_dot(dt, rtol); }                                                 \
+  static void test_gather_scatter_topk(void) { op_gather_scatter_topk(dt, rtol); }                 \
+  static void test_attention(void) { op_attention(dt, rtol); }
 
 #endif

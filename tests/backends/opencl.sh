@@ -19,9 +19,12 @@
 #                 now runs as a child process), and a SIGTERM to axlc reaches it: it saves
 #   gpu_target    --target gpu-h100-1 compiles with the OpenCL backend (the device table's
 #                 "backend"); on a host without an H100 the trainer and axlc run refuse, listing
-#                 the OpenCL devices there are; --device 0 trains; gpu-h100-8 and opencl-2 are
-#                 refused (no multi-rank OpenCL yet), tpu-v5p-1 has no backend; the target's mesh
-#                 rule is memcheck's (gpt2-124m on gpu-h100-1: bf16)
+#                 the OpenCL devices there are; --device 0 trains; gpu-h100-8 and opencl-2 make
+#                 per-device trainers with the mesh and its collectives, which refuse: no H100
+#                 (said by rank 0 alone), --device out of range, more ranks on a node than devices (a
+#                 device not shared: AXLC_OPENCL_SHARE_DEVICES=0), and one process for two;
+#                 tpu-v5p-1 has no backend; the target's mesh rule is memcheck's (gpt2-124m on
+#                 gpu-h100-1: bf16)
 #   device_state  the state stays on the device: tiny-lm moves less than 1 MiB between host and
 #                 device per step (AXLC_OPENCL_PROFILE's traffic line; the slab is 8.75 MiB), the
 #                 slab crosses whole once to the device and back once per checkpoint; eval and
@@ -31,6 +34,19 @@
 #                 tiny-lm's 9.5 MiB slab is 10 buffers and trains bit for bit as one; a trainer
 #                 planned without the pieces is refused there, naming the span that does not fit;
 #                 memcheck with buffers smaller than a tensor says the job does not fit
+#   device_lost   AXLC_OPENCL_FAULT_STEP=5 fails an OpenCL call in step 5 (a device lost): the
+#                 trainer exits 1 naming the device, the call and the step, and the last good
+#                 checkpoint (step 4), which is kept and nothing newer saved; --resume from it
+#                 trains steps 5 and 6 to the losses of a straight run
+#   memcheck_gpu  memcheck plans a GPU kind as the OpenCL backend does ("fusion plan: opencl",
+#                 the slab the trainer allocates); what it says would fit keeps both limits:
+#                 with buffers of 200000 bytes only 4 microbatches (no remat preset keeps
+#                 tiny-lm's 512 KiB tensors whole); a device of 4 MiB: memcheck says the job
+#                 does not fit, compile refuses it, and a trainer on a device that small
+#                 (AXLC_OPENCL_MEM_SIZE) refuses at start, before a step, naming both sizes
+#   sample        --sample on the OpenCL trainer (forward and KV-cache decode on the device) from
+#                 the CPU trainer's checkpoint: the CPU trainer's text byte for byte, greedy with
+#                 the cache, seeded with top-k past the window (re-prefills), and --no-kv-cache
 #   mma_interp    the tensor-core products' emulated body (AXLC_OPENCL_MMA=emulate) in whole
 #                 steps: tiny-lm (narrowed) under matmul tf32 and under bf16, 3 steps each against
 #                 the interpreter (which rounds the products' operands the same way); without the
@@ -199,12 +215,13 @@ gpu_target)
   must "$AXLC" compile "$model" --target gpu-h100-1 -o "$T/g"
   "$AXLC" compile "$model" --target gpu-h100-1 --emit c > "$T/g.c" 2>&1 || fail "--emit c"
   grep -q '.device_match = "H100"' "$T/g.c" || fail "the trainer does not look for an H100"
+  # a mesh of devices: one trainer per device (rank) under MPI, with the mesh and collectives
   for t in gpu-h100-8 opencl-2; do
-    "$AXLC" compile "$model" --target $t -o "$T/g8" > "$T/out" 2>&1 && fail "$t compiled"
+    must "$AXLC" compile "$model" --target $t -o "$T/$t"
+    "$AXLC" compile "$model" --target $t --emit c > "$T/$t.c" 2>&1 || fail "$t --emit c"
     n=${t##*-}
-    grep -q "error: .*/mesh: opencl with $n ranks is not supported yet" "$T/out" ||
-      fail "$t: $(cat "$T/out")"
-    [ -e "$T/g8" ] && fail "$t wrote a trainer"
+    grep -q "\.mesh = {\.naxes = 1, \.names = {\"data\"}, \.sizes = {$n, " "$T/$t.c" &&
+      grep -q "\.ncollectives = [1-9]" "$T/$t.c" || fail "$t: no mesh of $n or no collectives"
   done
   "$AXLC" compile "$model" --target tpu-v5p-1 -o "$T/g8" > "$T/out" 2>&1 && fail "tpu compiled"
   grep -q "error: axlc compile: --target tpu-v5p-1: no backend trains on tpu-v5p" "$T/out" ||
@@ -231,6 +248,38 @@ gpu_target)
     grep -q "^  0 (0:0) " "$T/out" || fail "axlc run, no H100: $(cat "$T/out")"
   must "$T/g" --data "$T/text.txt" --steps 2 --device 0
   grep -q "^step 2 loss" "$T/log" || fail "--device 0 did not train"
+  # gpu-h100-8 without an H100: the same refusal, rank by rank, before MPI
+  OMPI_COMM_WORLD_LOCAL_RANK=3 OMPI_COMM_WORLD_LOCAL_SIZE=8 "$T/gpu-h100-8" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q 'gpu-h100-8: this trainer was compiled for gpu-h100 (NVIDIA H100 SXM5 80GB), and no OpenCL GPU here has "H100"' "$T/out" ||
+    fail "gpu-h100-8 without an H100 (exit $rc): $(cat "$T/out")"
+  # ... which rank 0 alone prints: another rank exits 1 without a word
+  OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_LOCAL_RANK=3 "$T/gpu-h100-8" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && [ ! -s "$T/out" ] || fail "rank 3 without an H100 (exit $rc): $(cat "$T/out")"
+  # --device out of range names the devices there are
+  ndev=$(grep -c "^  [0-9]* (" "$T/devices")
+  "$T/g" --data "$T/text.txt" --steps 2 --device 9 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "g: --device 9: no such OpenCL device; found $ndev:" "$T/out" &&
+    grep -q "^  0 (0:0) " "$T/out" || fail "--device 9 (exit $rc): $(cat "$T/out")"
+  # more ranks on a node than devices: the second rank of a node with one device, where
+  # devices are not shared (a GPU; here AXLC_OPENCL_SHARE_DEVICES=0 makes PoCL's CPU device one)
+  OMPI_COMM_WORLD_LOCAL_RANK=$ndev OMPI_COMM_WORLD_LOCAL_SIZE=$((ndev + 1)) AXLC_OPENCL_SHARE_DEVICES=0 \
+    "$T/opencl-2" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "opencl-2: more ranks than devices: this trainer is local rank $ndev of the $((ndev + 1)) ranks on this node (OMPI_COMM_WORLD_LOCAL_RANK), and this node has $ndev OpenCL device.*one rank per device; start at most $ndev rank" "$T/out" ||
+    fail "more ranks than devices (exit $rc): $(cat "$T/out")"
+  OMPI_COMM_WORLD_LOCAL_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2 AXLC_OPENCL_SHARE_DEVICES=0 \
+    "$T/opencl-2" --data "$T/text.txt" --steps 2 --device 0 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "opencl-2: --device 0 names 1 device, and this trainer is local rank 1 of the 2 ranks on this node (OMPI_COMM_WORLD_LOCAL_RANK): one rank per device" "$T/out" ||
+    fail "two ranks on --device 0 (exit $rc): $(cat "$T/out")"
+  # started alone, the two-device trainer says how to launch it
+  "$T/opencl-2" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "this program runs on 2 devices, one process each, but 1 process was started; launch it with .mpirun -np 2 TRAINER" "$T/out" ||
+    fail "opencl-2 alone (exit $rc): $(cat "$T/out")"
   ;;
 device_state)
   model="$SRC/models/tiny-lm.json"
@@ -261,6 +310,83 @@ device_state)
   must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
   compare exact "$T/a/step_00000010/state.safetensors" "$T/b/step_00000010/state.safetensors"
+  ;;
+sample)
+  model="$SRC/models/tiny-lm.json"
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl"
+  must "$AXLC" compile "$model" --target cpu -o "$T/cpu"
+  needs_device "$T/ocl"
+  must "$T/cpu" --data "$T/text.txt" --steps 20 --ckpt-dir "$T/c"
+  n=0
+  for opts in "--prompt The --temperature 0" "--prompt keeper --temperature 0.9 --seed 11 --top-k 20" \
+              "--temperature 0 --no-kv-cache"; do
+    n=$((n + 1))
+    count=40; [ $n -eq 2 ] && count=120 # past the 64-token window: the cache is filled again
+    for t in cpu ocl; do
+      # shellcheck disable=SC2086
+      "$T/$t" --sample $count --ckpt-dir "$T/c" $opts > "$T/$t.txt" 2> "$T/$t.err" ||
+        fail "$t --sample $opts: $(cat "$T/$t.err")"
+    done
+    cmp -s "$T/cpu.txt" "$T/ocl.txt" || fail "--sample $count $opts: the OpenCL trainer's text differs:
+$(cat "$T/ocl.txt")
+the CPU trainer's:
+$(cat "$T/cpu.txt")"
+    [ $n -eq 1 ] && { grep -q "tokens/s (KV cache)" "$T/ocl.err" || fail "the OpenCL trainer did not decode with the cache: $(cat "$T/ocl.err")"; }
+    [ -s "$T/ocl.txt" ] || fail "--sample $opts: no text"
+  done
+  ;;
+memcheck_gpu)
+  model="$SRC/models/tiny-lm.json"
+  "$AXLC" memcheck "$model" --target gpu-h100-1 > "$T/out" 2>&1 || fail "memcheck gpu-h100-1: $(cat "$T/out")"
+  grep -q "^mesh: one device; fusion plan: opencl$" "$T/out" || fail "gpu-h100-1: $(sed -n 2p "$T/out")"
+  must "$AXLC" compile "$model" --target gpu-h100-1 --emit c -o "$T/g.c"
+  slab=$(sed -n 's/.*\.config = config, \.slab_bytes = \([0-9]*\),.*/\1/p' "$T/g.c")
+  "$AXLC" memcheck "$model" --target gpu-h100-1 --json > "$T/m.json" 2>/dev/null
+  "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1]))["peak_memory_in_bytes"]; sys.exit(p != int(sys.argv[2]))' \
+    "$T/m.json" "$slab" || fail "memcheck's peak is not the trainer's slab ($slab bytes)"
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["opencl"]["max_alloc"] = 200000; d["opencl"]["memory"] = 1 << 30
+print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/cap.json"
+  "$AXLC" memcheck "$model" --target opencl --devices "$T/cap.json" > "$T/out" 2>&1
+  sed -n '/^what would fit/,$p' "$T/out" > "$T/fix"
+  [ "$(sed 1d "$T/fix" | sed 's/:.*//')" = "  --set '/learner/microbatches=4'" ] ||
+    fail "what would fit with buffers of 200000 bytes: $(cat "$T/fix")"
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["opencl"]["memory"] = 4 << 20
+print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/small.json"
+  "$AXLC" memcheck "$model" --target opencl --devices "$T/small.json" > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "^verdict: does not fit" "$T/out" || fail "memcheck on a 4 MiB device: exit $rc: $(grep verdict "$T/out")"
+  "$AXLC" compile "$model" --target opencl --devices "$T/small.json" -o "$T/no" > "$T/out" 2>&1 &&
+    fail "compile for a 4 MiB device accepted"
+  [ -e "$T/no" ] && fail "compile for a 4 MiB device wrote a trainer"
+  must "$AXLC" compile "$model" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  dev=$(sed -n 's/^  0 (0:0)  \(.*\)  \[.*/\1/p' "$T/devices")
+  AXLC_OPENCL_MEM_SIZE=4194304 "$T/ocl" --data "$T/text.txt" --steps 2 --metrics "$T/m.jsonl" > "$T/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "a trainer on a 4 MiB device: exit $rc"
+  grep -qF "ocl: the 8.75 MiB slab of this job does not fit the 4.00 MiB of memory of OpenCL device $dev (CL_DEVICE_GLOBAL_MEM_SIZE, or AXLC_OPENCL_MEM_SIZE); nothing was trained" "$T/out" ||
+    fail "the trainer's refusal: $(cat "$T/out")"
+  [ -s "$T/m.jsonl" ] && fail "a step ran on a device too small"
+  ;;
+device_lost)
+  must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"
+  needs_device "$T/ocl"
+  dev=$(sed -n 's/^  0 (0:0)  \(.*\)  \[.*/\1/p' "$T/devices")
+  AXLC_OPENCL_FAULT_STEP=5 "$T/ocl" --data "$T/text.txt" --steps 6 --ckpt-dir "$T/c" --ckpt-every 2 \
+    --metrics "$T/a.jsonl" > "$T/out" 2> "$T/err"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "a lost device: exit $rc, expected 1"
+  grep -qF "ocl: step 5: OpenCL device $dev: clEnqueueNDRangeKernel(" "$T/err" ||
+    fail "the error does not name the step and the device: $(cat "$T/err")"
+  grep -qF "failed: -5 (CL_OUT_OF_RESOURCES), injected by AXLC_OPENCL_FAULT_STEP; the state on the device is lost; training stopped, nothing saved for this step; the last good checkpoint is $T/c/step_00000004 (step 4); --resume continues from it" "$T/err" ||
+    fail "the error does not name the last checkpoint: $(cat "$T/err")"
+  grep -q "not finite" "$T/err" && fail "a lost device reported as a value not finite"
+  [ "$(cd "$T/c" && ls -d step_*)" = "step_00000002
+step_00000004" ] || fail "checkpoints after the fault: $(ls "$T/c")"
+  must "$T/ocl" --data "$T/text.txt" --steps 6 --ckpt-dir "$T/c" --resume --metrics "$T/b.jsonl"
+  must "$T/ocl" --data "$T/text.txt" --steps 6 --metrics "$T/s.jsonl"
+  grep -v '"step": [1-4],' "$T/s.jsonl" > "$T/s56.jsonl"
+  compare losses "$T/b.jsonl" "$T/s56.jsonl" 1e-6
   ;;
 split)
   model="$SRC/models/tiny-lm.json"

@@ -15,48 +15,11 @@
 
 static const int64_t D35[] = {3, 5};
 
-/* abs(x) + 0.5 in bf16: a positive operand for log, sqrt, rsqrt, pow. */
-static int32_t positive(IrGraph *g, int32_t x) {
-  return ir_add(g, ir_abs(g, x), ir_const_scalar(g, DT_BF16, 0.5, 2, D35));
-}
-
-static void test_unary(void) {
-  IrGraph *g = ir_graph_new();
-  int32_t x = ir_param(g, "x", DT_BF16, 2, D35);
-  const IrOp ops[] = {IR_NEG, IR_EXP, IR_TANH,     IR_ABS,          IR_SIN,
-                      IR_COS, IR_ERF, IR_LOGISTIC, IR_STOP_GRADIENT};
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-    OUT(g, ir_op_name(ops[i]), ir_unary(g, ops[i], x));
-  OUT(g, "log", ir_log(g, positive(g, x)));
-  OUT(g, "sqrt", ir_sqrt(g, positive(g, x)));
-  OUT(g, "rsqrt", ir_rsqrt(g, positive(g, x)));
-  bt_check(g, NULL, 0, RTOL);
-  ir_graph_free(g);
-}
-
-static void test_binary(void) {
-  IrGraph *g = ir_graph_new();
-  int32_t a = ir_param(g, "a", DT_BF16, 2, D35), b = ir_param(g, "b", DT_BF16, 2, D35);
-  double ad[15], bd[15];
-  for (int i = 0; i < 15; i++) {
-    ad[i] = (i % 5) - 2.0;
-    bd[i] = i % 3 == 0 ? ad[i] : 0.25 * i - 1.5; /* ties for max/min/compares */
-  }
-  const IrOp ops[] = {IR_ADD, IR_SUB, IR_MUL, IR_DIV, IR_MAX, IR_MIN,
-                      IR_EQ,  IR_NE,  IR_LT,  IR_LE,  IR_GT,  IR_GE};
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-    OUT(g, ir_op_name(ops[i]), ir_binary(g, ops[i], a, b));
-  OUT(g, "pow", ir_pow(g, positive(g, a), b));
-  OUT(g, "select", ir_select(g, ir_gt(g, a, b), a, b));
-  /* 1/3 and its multiples are not bf16: every result here must be rounded */
-  OUT(g, "div3", ir_div(g, b, ir_const_scalar(g, DT_BF16, 3, 2, D35)));
-  BtBind binds[] = {{"a", ad}, {"b", bd}};
-  bt_check(g, binds, 2, RTOL);
-  ir_graph_free(g);
-}
-
 /* Casts both ways, exactly: ties to even, NaN, infinities, overflow, subnormals, -0; bf16 to
  * i32 truncating and saturating; i32 to bf16 rounding once. */
+/* The cases backend_ops and backend_bf16 share (op_cases.c), on bf16. */
+OP_CASES(DT_BF16, RTOL)
+
 static void test_casts(void) {
   IrGraph *g = ir_graph_new();
   const int64_t n[] = {24};
@@ -88,38 +51,6 @@ static void test_casts(void) {
   ir_graph_free(g);
 }
 
-/* Runs long enough for the vector lanes (16 a step) with scalar tails, short ones, leading
- * axes (16 columns at a time, leftovers), a middle axis, a NaN and -inf rows. */
-static void test_reduce(void) {
-  IrGraph *g = ir_graph_new();
-  const int64_t d[] = {3, 4, 37}, d2[] = {5, 48}, d3[] = {3, 4, 5};
-  int32_t x = ir_param(g, "x", DT_BF16, 3, d), y = ir_param(g, "y", DT_BF16, 2, d2);
-  int32_t z = ir_param(g, "z", DT_BF16, 3, d3);
-  const int32_t last[] = {2}, a12[] = {1, 2}, a0[] = {0}, a01[] = {0, 1}, a1[] = {1};
-  OUT(g, "sum_last", ir_reduce_sum(g, x, 1, last));
-  OUT(g, "sum12", ir_reduce_sum(g, x, 2, a12));
-  OUT(g, "max_last", ir_reduce_max(g, x, 1, last));
-  OUT(g, "sum0", ir_reduce_sum(g, x, 1, a0));
-  OUT(g, "sum01", ir_reduce_sum(g, x, 2, a01));
-  OUT(g, "max01", ir_reduce_max(g, x, 2, a01));
-  OUT(g, "ysum", ir_reduce_sum(g, y, 1, a1));
-  OUT(g, "ymax", ir_reduce_max(g, y, 1, a1));
-  OUT(g, "ycolsum", ir_reduce_sum(g, y, 1, a0));
-  OUT(g, "ycolmax", ir_reduce_max(g, ir_neg(g, y), 1, a0));
-  OUT(g, "zsum_mid", ir_reduce_sum(g, z, 1, a1));
-  OUT(g, "zsum_short", ir_reduce_sum(g, z, 1, last));
-  OUT(g, "zmax_mid", ir_reduce_max(g, z, 1, a1));
-  double yd[5 * 48];
-  for (int i = 0; i < 5 * 48; i++) yd[i] = 0.37 * ((i * 7919) % 101) - 18.0;
-  yd[48 + 20] = NAN;
-  yd[2 * 48 + 45] = NAN;
-  for (int i = 0; i < 48; i++) yd[3 * 48 + i] = -INFINITY;
-  yd[4 * 48 + 47] = 1e30;
-  BtBind binds[] = {{"y", yd}};
-  bt_check(g, binds, 1, RTOL);
-  ir_graph_free(g);
-}
-
 /* Sums rounded once from their double: row 0 is 1 + 2^-8, a bf16 tie (between 1 and 1 + 2^-7)
  * that goes to 1; row 1 is 1 + 2^-8 + 2^-30, just past the tie, so 1 + 2^-7, where rounding the
  * double to float first (1 + 2^-8) and then to bf16 would give 1. */
@@ -141,71 +72,6 @@ static void test_reduce_round_once(void) {
   ir_graph_free(g);
 }
 
-/* Outputs dot d (bf16 operands, bf16 result) as name_bf16, and the same dot keeping its f32
- * accumulator (ir/shape.c: shape_dot) as name_f32. */
-static void dot2(IrGraph *g, const char *name, int32_t d) {
-  char n[32];
-  snprintf(n, sizeof n, "%s_bf16", name);
-  OUT(g, n, d);
-  IrValue p = g->values[d];
-  p.dtype = DT_F32;
-  p.name = NULL;
-  int32_t w = ir_graph_add(g, &p);
-  CU_ASSERT_EQUAL_FATAL(g->values[w].dtype, DT_F32);
-  snprintf(n, sizeof n, "%s_f32", name);
-  OUT(g, n, w);
-}
-
-/* GEMM layouts (rt_sbgemm at O3) with a bf16 and an f32 result; a middle contracting axis and
- * a batch dim that does not lead take the loop nest everywhere. */
-static void test_dot(void) {
-  IrGraph *g = ir_graph_new();
-  const int64_t mk[] = {6, 8}, kn[] = {8, 5}, km[] = {8, 6}, nk[] = {5, 8}, bmk[] = {3, 6, 8},
-                bkn[] = {3, 8, 5}, mkp[] = {6, 8, 2}, kbn[] = {8, 3, 5};
-  int32_t A = ir_param(g, "A", DT_BF16, 2, mk), B = ir_param(g, "B", DT_BF16, 2, kn);
-  int32_t At = ir_param(g, "At", DT_BF16, 2, km), Bt = ir_param(g, "Bt", DT_BF16, 2, nk);
-  int32_t bA = ir_param(g, "bA", DT_BF16, 3, bmk), bB = ir_param(g, "bB", DT_BF16, 3, bkn);
-  int32_t P = ir_param(g, "P", DT_BF16, 3, mkp), Q = ir_param(g, "Q", DT_BF16, 3, kbn);
-  const int32_t z[] = {0}, one[] = {1}, two[] = {2};
-  dot2(g, "mm", ir_dot(g, A, B, 0, NULL, NULL, 1, one, z));
-  dot2(g, "ta", ir_dot(g, At, B, 0, NULL, NULL, 1, z, z));
-  dot2(g, "tb", ir_dot(g, A, Bt, 0, NULL, NULL, 1, one, one));
-  dot2(g, "tab", ir_dot(g, At, Bt, 0, NULL, NULL, 1, z, one));
-  dot2(g, "batched", ir_dot(g, bA, bB, 1, z, z, 1, two, one));
-  dot2(g, "middle_k", ir_dot(g, P, B, 0, NULL, NULL, 1, one, z));
-  dot2(g, "batch_mid", ir_dot(g, bA, Q, 1, z, one, 1, two, z));
-  dot2(g, "outer", ir_dot(g, A, B, 0, NULL, NULL, 0, NULL, NULL));
-  bt_check(g, NULL, 0, RTOL);
-  ir_graph_free(g);
-}
-
-static void test_gather_scatter_topk(void) {
-  IrGraph *g = ir_graph_new();
-  const int64_t vd[] = {7, 4}, bt[] = {2, 3}, btd[] = {2, 3, 4};
-  int32_t table = ir_param(g, "table", DT_BF16, 2, vd);
-  int32_t idx = ir_input(g, "idx", DT_I32, 2, bt);
-  int32_t upd = ir_param(g, "upd", DT_BF16, 3, btd);
-  double id[6] = {3, 0, 6, 3, 3, 1}; /* repeated rows accumulate */
-  OUT(g, "gather", ir_gather(g, table, idx));
-  OUT(g, "scatter", ir_scatter_add(g, idx, upd, 7));
-  /* many rows (several blocks of the kernel's scratch), and rows longer than it */
-  const int64_t ni[] = {40}, nd[] = {40, 300}, wi[] = {3}, wd[] = {3, 9000};
-  int32_t idx2 = ir_input(g, "idx2", DT_I32, 1, ni), upd2 = ir_param(g, "upd2", DT_BF16, 2, nd);
-  int32_t idx3 = ir_input(g, "idx3", DT_I32, 1, wi), upd3 = ir_param(g, "upd3", DT_BF16, 2, wd);
-  double i2[40], i3[3] = {1, 3, 1};
-  for (int i = 0; i < 40; i++) i2[i] = (i * 17) % 50;
-  /* top_k_indices of bf16 rows: ties to the lower index, NaN largest */
-  const int64_t bn[] = {3, 6};
-  int32_t x = ir_param(g, "x", DT_BF16, 2, bn);
-  double xd[18] = {1, 5, 5, 2, 0, 5, -1, -1, -1, -1, -1, -1, 3, NAN, 1, 0, 1.001, 1.002};
-  OUT(g, "top3", ir_top_k_indices(g, x, 3));
-  OUT(g, "scatter_rows", ir_scatter_add(g, idx2, upd2, 50));
-  OUT(g, "scatter_long", ir_scatter_add(g, idx3, upd3, 4));
-  BtBind binds[] = {{"idx", id}, {"idx2", i2}, {"idx3", i3}, {"x", xd}};
-  bt_check(g, binds, 4, RTOL);
-  ir_graph_free(g);
-}
-
 /* A sum of updates that only adds up in f32: 1 + 32 x 2^-9 is 1 + 2^-4 (bf16), while adding
  * into the bf16 result one at a time would leave 1 (each 2^-9 is under half an ulp). */
 static void test_scatter_round_once(void) {
@@ -217,19 +83,6 @@ static void test_scatter_round_once(void) {
   for (int i = 0; i < 66; i++) ud[i] = i < 2 ? 1 : 1.0 / 512;
   BtBind binds[] = {{"idx", id}, {"upd", ud}};
   bt_check(g, binds, 2, 0);
-  ir_graph_free(g);
-}
-
-static void test_attention(void) {
-  IrGraph *g = ir_graph_new();
-  const int64_t s[] = {2, 3, 37, 5};
-  int32_t q = ir_param(g, "q", DT_BF16, 4, s), k = ir_param(g, "k", DT_BF16, 4, s);
-  int32_t v = ir_param(g, "v", DT_BF16, 4, s), d = ir_param(g, "dout", DT_BF16, 4, s);
-  OUT(g, "causal", ir_attention(g, q, k, v, true, 0.45));
-  OUT(g, "full", ir_attention(g, q, k, v, false, 0.3));
-  OUT(g, "grad", ir_attention_grad(g, q, k, v, d, true, 0.45));
-  OUT(g, "grad_full", ir_attention_grad(g, q, k, v, d, false, 0.3));
-  bt_check(g, NULL, 0, RTOL);
   ir_graph_free(g);
 }
 
@@ -522,28 +375,25 @@ static void test_forward_logits(void) {
   ir_graph_free(fw);
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("backend_bf16", NULL, NULL);
-  CU_add_test(s, "unary", test_unary);
-  CU_add_test(s, "binary", test_binary);
-  CU_add_test(s, "casts", test_casts);
-  CU_add_test(s, "reduce", test_reduce);
-  CU_add_test(s, "reduce_round_once", test_reduce_round_once);
-  CU_add_test(s, "dot", test_dot);
-  CU_add_test(s, "gather_scatter_topk", test_gather_scatter_topk);
-  CU_add_test(s, "scatter_round_once", test_scatter_round_once);
-  CU_add_test(s, "attention", test_attention);
-  CU_add_test(s, "layout", test_layout);
-  CU_add_test(s, "fused_chain", test_fused_chain);
-  CU_add_test(s, "runtime_calls", test_runtime_calls);
-  CU_add_test(s, "collective_dtype", test_collective_dtype);
-  CU_add_test(s, "mlp_step", test_mlp_step);
-  CU_add_test(s, "program_errors", test_program_errors);
-  CU_add_test(s, "forward_logits", test_forward_logits);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"unary", test_unary},
+      {"binary", test_binary},
+      {"casts", test_casts},
+      {"reduce_runs", test_reduce_runs},
+      {"reduce_round_once", test_reduce_round_once},
+      {"dot", test_dot},
+      {"gather_scatter_topk", test_gather_scatter_topk},
+      {"scatter_round_once", test_scatter_round_once},
+      {"attention", test_attention},
+      {"layout", test_layout},
+      {"fused_chain", test_fused_chain},
+      {"runtime_calls", test_runtime_calls},
+      {"collective_dtype", test_collective_dtype},
+      {"mlp_step", test_mlp_step},
+      {"program_errors", test_program_errors},
+      {"forward_logits", test_forward_logits},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "backend_bf16", cases);
 }

@@ -10,8 +10,6 @@
  *   with entry-like names are left alone by trim and clear.
  * Runs without LLVM: the module is the backends' own.
  */
-#include <CUnit/Basic.h>
-#include <CUnit/CUnit.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,10 +20,6 @@
 
 #include "backends/backend.h"
 #include "tests/cunit_check.h"
-
-#define CHECK_EQ(a, b)                                                                             \
-  CHECK_MSG((long long)(a) == (long long)(b), "%s == %s: %lld, expected %lld", #a, #b,             \
-            (long long)(a), (long long)(b))
 
 #define MINUTE 60
 #define HOUR   (60 * MINUTE)
@@ -133,22 +127,22 @@ static void test_limit_env(void) {
   char err[256] = "";
   unsetenv("AXLC_CACHE_MAX");
   CU_ASSERT_EQUAL(backend_cache_limit(&max, err, sizeof err), 0);
-  CHECK_EQ(max, 1ll << 30);
+  CHECK_INT(max, 1ll << 30);
   setenv("AXLC_CACHE_MAX", "", 1); /* set to nothing: the default */
   CU_ASSERT_EQUAL(backend_cache_limit(&max, err, sizeof err), 0);
-  CHECK_EQ(max, 1ll << 30);
+  CHECK_INT(max, 1ll << 30);
   setenv("AXLC_CACHE_MAX", "0", 1);
   CU_ASSERT_EQUAL(backend_cache_limit(&max, err, sizeof err), 0);
-  CHECK_EQ(max, 0);
+  CHECK_INT(max, 0);
   setenv("AXLC_CACHE_MAX", "250M", 1);
   CU_ASSERT_EQUAL(backend_cache_limit(&max, err, sizeof err), 0);
-  CHECK_EQ(max, 250ll << 20);
+  CHECK_INT(max, 250ll << 20);
   setenv("AXLC_CACHE_MAX", "lots", 1);
   CU_ASSERT_EQUAL(backend_cache_limit(&max, err, sizeof err), -1);
   const char *want = "AXLC_CACHE_MAX=lots: expected a size in bytes such as 500M or 2G (K, M, G: "
                      "KiB, MiB, GiB), or 0 for no limit";
   CHECK_MSG(!strcmp(err, want), "message \"%s\", expected \"%s\"", err, want);
-  CHECK_EQ(max, 1ll << 30);
+  CHECK_INT(max, 1ll << 30);
   unsetenv("AXLC_CACHE_MAX");
 }
 
@@ -177,26 +171,26 @@ static void test_trim_lru(void) {
   check_there(entries + 2, true, "limit 400");
   check_there(others, true, "limit 400");
   CU_ASSERT(!exists(".llvm-f.o.123.abc.tmp") && !exists("ocl-g.bin.tmp"));
-  CHECK_EQ(st.removed, 2);
-  CHECK_EQ(st.removed_bytes, 200);
-  CHECK_EQ(st.temps, 2);
-  CHECK_EQ(st.entries, 3);
-  CHECK_EQ(st.bytes, 300);
+  CHECK_INT(st.removed, 2);
+  CHECK_INT(st.removed_bytes, 200);
+  CHECK_INT(st.temps, 2);
+  CHECK_INT(st.entries, 3);
+  CHECK_INT(st.bytes, 300);
   CU_ASSERT(st.bytes <= 360);
-  CHECK_EQ(st.recent, 0);
+  CHECK_INT(st.recent, 0);
   /* under the limit: nothing */
   CU_ASSERT_EQUAL(backend_cache_trim(dir, 300, &st, err, sizeof err), 0);
-  CHECK_EQ(st.removed, 0);
+  CHECK_INT(st.removed, 0);
   check_there(entries + 2, true, "limit 300, 300 bytes");
   /* 15 bytes: the old ones go, the one used 10 minutes ago stays over the limit */
   CU_ASSERT_EQUAL(backend_cache_trim(dir, 15, &st, err, sizeof err), 0);
   check_there((const char *const[]){"ocl-c.bin", "llvm-d.o", NULL}, false, "limit 15");
   CU_ASSERT(exists("llvm-e.o"));
   check_there(others, true, "limit 15");
-  CHECK_EQ(st.removed, 2);
-  CHECK_EQ(st.entries, 1);
-  CHECK_EQ(st.bytes, 100);
-  CHECK_EQ(st.recent, 1);
+  CHECK_INT(st.removed, 2);
+  CHECK_INT(st.entries, 1);
+  CHECK_INT(st.bytes, 100);
+  CHECK_INT(st.recent, 1);
   remove_dir();
 }
 
@@ -212,9 +206,9 @@ static void test_trim_recent(void) {
   CU_ASSERT_EQUAL(backend_cache_trim(dir, 1, &st, err, sizeof err), 0);
   CU_ASSERT(!exists("llvm-old.o"));
   CU_ASSERT(exists("llvm-used.o") && exists("ocl-new.bin"));
-  CHECK_EQ(st.removed, 1);
-  CHECK_EQ(st.recent, 2);
-  CHECK_EQ(st.bytes, 2000);
+  CHECK_INT(st.removed, 1);
+  CHECK_INT(st.recent, 2);
+  CHECK_INT(st.bytes, 2000);
   remove_dir();
 }
 
@@ -228,7 +222,7 @@ static void test_trim_no_limit(void) {
   check_there(entries, true, "limit 0");
   check_there(others, true, "limit 0");
   CU_ASSERT(exists(".stale.tmp")); /* no limit: the directory is not even read */
-  CHECK_EQ(st.removed, 0);
+  CHECK_INT(st.removed, 0);
   remove_dir();
 }
 
@@ -249,7 +243,7 @@ static void test_touch_order(void) {
   CU_ASSERT(exists("llvm-1.o"));
   CU_ASSERT(!exists("llvm-2.o"));
   CU_ASSERT(exists("llvm-3.o"));
-  CHECK_EQ(s.removed, 1);
+  CHECK_INT(s.removed, 1);
   path_of("llvm-missing.o", p, sizeof p);
   backend_cache_touch(p); /* a miss: nothing happens */
   CU_ASSERT(!exists("llvm-missing.o"));
@@ -269,11 +263,11 @@ static void test_clear(void) {
   check_there(others, true, "clear");
   CU_ASSERT(!exists(".llvm-f.o.1.2.tmp"));
   CU_ASSERT(exists(".fresh.tmp")); /* a temporary from now may be a compile's at work */
-  CHECK_EQ(st.removed, 5);
-  CHECK_EQ(st.removed_bytes, 500);
-  CHECK_EQ(st.temps, 1);
-  CHECK_EQ(st.entries, 0);
-  CHECK_EQ(st.bytes, 0);
+  CHECK_INT(st.removed, 5);
+  CHECK_INT(st.removed_bytes, 500);
+  CHECK_INT(st.temps, 1);
+  CHECK_INT(st.entries, 0);
+  CHECK_INT(st.bytes, 0);
   remove_dir();
 }
 
@@ -285,8 +279,8 @@ static void test_stats(void) {
   BackendCacheStats st;
   char err[512] = "";
   CU_ASSERT_EQUAL(backend_cache_stats(dir, &st, err, sizeof err), 0);
-  CHECK_EQ(st.entries, 5);
-  CHECK_EQ(st.bytes, 500);
+  CHECK_INT(st.entries, 5);
+  CHECK_INT(st.bytes, 500);
   CU_ASSERT(st.oldest >= now - 5 * DAY && st.oldest <= now - 5 * DAY + MINUTE);
   CU_ASSERT(st.newest >= now - 10 * MINUTE && st.newest <= now - 10 * MINUTE + MINUTE);
   CU_ASSERT(exists(".stale.tmp")); /* stats only look */
@@ -294,8 +288,8 @@ static void test_stats(void) {
   char sub[256];
   path_of("not-yet", sub, sizeof sub);
   CU_ASSERT_EQUAL(backend_cache_stats(sub, &st, err, sizeof err), 0);
-  CHECK_EQ(st.entries, 0);
-  CHECK_EQ(st.oldest, 0);
+  CHECK_INT(st.entries, 0);
+  CHECK_INT(st.oldest, 0);
   path_of("notes.txt", sub, sizeof sub);
   CU_ASSERT_EQUAL(backend_cache_stats(sub, &st, err, sizeof err), -1);
   CHECK_MSG(strstr(err, sub) && strstr(err, "Not a directory"), "message: %s", err);
@@ -304,20 +298,17 @@ static void test_stats(void) {
   remove_dir();
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("backend_cache", NULL, NULL);
-  CU_add_test(s, "AXLC_CACHE_MAX sizes", test_parse_size);
-  CU_add_test(s, "AXLC_CACHE_MAX from the environment", test_limit_env);
-  CU_add_test(s, "trim: least recently used first, to 90%", test_trim_lru);
-  CU_add_test(s, "trim: never an entry used in the last hour", test_trim_recent);
-  CU_add_test(s, "trim: limit 0 removes nothing", test_trim_no_limit);
-  CU_add_test(s, "touch: a hit changes the order", test_touch_order);
-  CU_add_test(s, "clear: entries and stale temporaries only", test_clear);
-  CU_add_test(s, "stats", test_stats);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  int fails = (int)CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return fails ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"AXLC_CACHE_MAX sizes", test_parse_size},
+      {"AXLC_CACHE_MAX from the environment", test_limit_env},
+      {"trim: least recently used first, to 90%", test_trim_lru},
+      {"trim: never an entry used in the last hour", test_trim_recent},
+      {"trim: limit 0 removes nothing", test_trim_no_limit},
+      {"touch: a hit changes the order", test_touch_order},
+      {"clear: entries and stale temporaries only", test_clear},
+      {"stats", test_stats},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "backend_cache", cases);
 }

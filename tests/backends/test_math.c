@@ -122,13 +122,10 @@ static void test_accuracy(void) {
   ir_graph_free(g);
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("backend_math", NULL, NULL);
-  CU_add_test(s, "accuracy", test_accuracy);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"accuracy", test_accuracy},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "backend_math", cases);
 }

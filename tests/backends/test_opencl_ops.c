@@ -19,8 +19,8 @@
  * the first LLVM loaded and crashes.
  */
 #define CL_TARGET_OPENCL_VERSION 120
+#include "tests/cunit_check.h"
 #include <CL/cl.h>
-#include <CUnit/Basic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -635,30 +635,28 @@ static void test_train_step(void) {
   free(full);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
 #ifndef OCL_CHECK_ONLY
   if (device_open() != 0) {
     printf("SKIP: no OpenCL device\n");
     return 77;
   }
 #endif
-  CU_initialize_registry();
-  CU_pSuite s = CU_add_suite("opencl_ops", NULL, NULL);
-  CU_add_test(s, "elementwise", test_elementwise);
-  CU_add_test(s, "casts", test_casts);
-  CU_add_test(s, "reductions", test_reductions);
-  CU_add_test(s, "dot", test_dot);
-  CU_add_test(s, "dot_mma_bf16", test_dot_mma_bf16);
-  CU_add_test(s, "dot_tf32", test_dot_tf32);
-  CU_add_test(s, "gather_scatter", test_gather_scatter);
-  CU_add_test(s, "movement", test_movement);
-  CU_add_test(s, "attention", test_attention);
-  CU_add_test(s, "train_step", test_train_step);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned fails = CU_get_number_of_failures();
-  CU_cleanup_registry();
+  static const TestCase cases[] = {
+      {"elementwise", test_elementwise},
+      {"casts", test_casts},
+      {"reductions", test_reductions},
+      {"dot", test_dot},
+      {"dot_mma_bf16", test_dot_mma_bf16},
+      {"dot_tf32", test_dot_tf32},
+      {"gather_scatter", test_gather_scatter},
+      {"movement", test_movement},
+      {"attention", test_attention},
+      {"train_step", test_train_step},
+      {NULL, NULL},
+  };
+  int rc = test_main(argc, argv, "opencl_ops", cases);
   if (queue) clReleaseCommandQueue(queue);
   if (ctx) clReleaseContext(ctx);
-  return fails ? 1 : 0;
+  return rc;
 }

@@ -13,49 +13,8 @@
 
 static const int64_t D35[] = {3, 5};
 
-/* abs(x) + 0.5: a positive operand for log, sqrt, rsqrt, pow. */
-static int32_t positive(IrGraph *g, int32_t x) {
-  return ir_add(g, ir_abs(g, x), ir_const_scalar(g, DT_F32, 0.5, 2, D35));
-}
-
-static void test_unary(void) {
-  IrGraph *g = ir_graph_new();
-  int32_t x = ir_param(g, "x", DT_F32, 2, D35);
-  const IrOp ops[] = {IR_NEG, IR_EXP, IR_TANH,     IR_ABS,          IR_SIN,
-                      IR_COS, IR_ERF, IR_LOGISTIC, IR_STOP_GRADIENT};
-  char name[32];
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-    snprintf(name, sizeof name, "%s", ir_op_name(ops[i]));
-    OUT(g, name, ir_unary(g, ops[i], x));
-  }
-  OUT(g, "log", ir_log(g, positive(g, x)));
-  OUT(g, "sqrt", ir_sqrt(g, positive(g, x)));
-  OUT(g, "rsqrt", ir_rsqrt(g, positive(g, x)));
-  bt_check(g, NULL, 0, RTOL);
-  ir_graph_free(g);
-}
-
-static void test_binary(void) {
-  IrGraph *g = ir_graph_new();
-  int32_t a = ir_param(g, "a", DT_F32, 2, D35), b = ir_param(g, "b", DT_F32, 2, D35);
-  double bd[15], ad[15];
-  for (int i = 0; i < 15; i++) {
-    ad[i] = (i % 5) - 2.0;
-    bd[i] = i % 3 == 0 ? ad[i] : 0.25 * i - 1.5; /* some ties for max/min/compares */
-  }
-  const IrOp ops[] = {IR_ADD, IR_SUB, IR_MUL, IR_DIV, IR_MAX, IR_MIN,
-                      IR_EQ,  IR_NE,  IR_LT,  IR_LE,  IR_GT,  IR_GE};
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-    OUT(g, ir_op_name(ops[i]), ir_binary(g, ops[i], a, b));
-  OUT(g, "pow", ir_pow(g, positive(g, a), b));
-  OUT(g, "select", ir_select(g, ir_gt(g, a, b), a, b));
-  OUT(g, "cast",
-      ir_cast(g, ir_cast(g, ir_mul(g, b, ir_const_scalar(g, DT_F32, 3.7, 2, D35)), DT_I32),
-              DT_F32));
-  BtBind binds[] = {{"a", ad}, {"b", bd}};
-  bt_check(g, binds, 2, RTOL);
-  ir_graph_free(g);
-}
+/* The cases backend_ops and backend_bf16 share (op_cases.c), on f32. */
+OP_CASES(DT_F32, RTOL)
 
 static void test_i32(void) {
   IrGraph *g = ir_graph_new();
@@ -122,38 +81,6 @@ static void test_reduce(void) {
   ir_graph_free(g);
 }
 
-/* Runs long enough for reduce.c's vector lanes (16 floats a step), with scalar tails, a NaN in
- * one row and -inf in another; and reductions over leading axes (16 columns at a time). */
-static void test_reduce_runs(void) {
-  IrGraph *g = ir_graph_new();
-  const int64_t d[] = {3, 4, 37}, d2[] = {5, 48};
-  int32_t x = ir_param(g, "x", DT_F32, 3, d), y = ir_param(g, "y", DT_F32, 2, d2);
-  const int32_t last[] = {2}, a12[] = {1, 2}, all[] = {0, 1, 2}, y1[] = {1}, y01[] = {0, 1};
-  OUT(g, "sum_last", ir_reduce_sum(g, x, 1, last));
-  OUT(g, "sum12", ir_reduce_sum(g, x, 2, a12));
-  OUT(g, "sum_all", ir_reduce_sum(g, x, 3, all));
-  OUT(g, "max_last", ir_reduce_max(g, x, 1, last));
-  OUT(g, "max12", ir_reduce_max(g, x, 2, a12));
-  OUT(g, "ysum", ir_reduce_sum(g, ir_exp(g, y), 1, y1));
-  OUT(g, "ymax", ir_reduce_max(g, y, 1, y1));
-  OUT(g, "ysum_all", ir_reduce_sum(g, y, 2, y01));
-  const int32_t a0[] = {0}, a01[] = {0, 1}; /* leading axes: blocks of columns, leftovers */
-  OUT(g, "sum0", ir_reduce_sum(g, x, 1, a0));
-  OUT(g, "sum01", ir_reduce_sum(g, x, 2, a01));
-  OUT(g, "max01", ir_reduce_max(g, x, 2, a01));
-  OUT(g, "ycolsum", ir_reduce_sum(g, y, 1, a0));
-  OUT(g, "ycolmax", ir_reduce_max(g, ir_neg(g, y), 1, a0));
-  double yd[5 * 48];
-  for (int i = 0; i < 5 * 48; i++) yd[i] = (double)(float)(0.37 * ((i * 7919) % 101) - 18.0);
-  yd[48 + 20] = NAN;                                       /* row 1: NaN wins the max and the sum */
-  yd[2 * 48 + 45] = NAN;                                   /* row 2: NaN in the scalar tail */
-  for (int i = 0; i < 48; i++) yd[3 * 48 + i] = -INFINITY; /* row 3: all -inf */
-  yd[4 * 48 + 47] = 1e30;                                  /* row 4: the max in the tail */
-  BtBind binds[] = {{"y", yd}};
-  bt_check(g, binds, 1, RTOL);
-  ir_graph_free(g);
-}
-
 /* Transposes that move the last axis run over 32 x 32 tiles (kernel.c): partial tiles at the
  * edges, outer axes, and a fused operand. */
 static void test_transpose_tiles(void) {
@@ -165,63 +92,6 @@ static void test_transpose_tiles(void) {
   OUT(g, "t120", ir_transpose(g, b, p120));
   OUT(g, "t021_fused", ir_transpose(g, ir_exp(g, b), p021));
   bt_check(g, NULL, 0, RTOL);
-  ir_graph_free(g);
-}
-
-static void test_dot(void) {
-  IrGraph *g = ir_graph_new();
-  const int64_t mk[] = {6, 8}, kn[] = {8, 5}, km[] = {8, 6}, nk[] = {5, 8}, bmk[] = {3, 6, 8},
-                bkn[] = {3, 8, 5}, mkp[] = {6, 8, 2};
-  int32_t A = ir_param(g, "A", DT_F32, 2, mk), B = ir_param(g, "B", DT_F32, 2, kn);
-  int32_t At = ir_param(g, "At", DT_F32, 2, km), Bt = ir_param(g, "Bt", DT_F32, 2, nk);
-  int32_t bA = ir_param(g, "bA", DT_F32, 3, bmk), bB = ir_param(g, "bB", DT_F32, 3, bkn);
-  int32_t P = ir_param(g, "P", DT_F32, 3, mkp);
-  const int32_t z[] = {0}, one[] = {1}, two[] = {2};
-  OUT(g, "mm", ir_matmul(g, A, B));
-  OUT(g, "ta", ir_dot(g, At, B, 0, NULL, NULL, 1, z, z));
-  OUT(g, "tb", ir_dot(g, A, Bt, 0, NULL, NULL, 1, one, one));
-  OUT(g, "tab", ir_dot(g, At, Bt, 0, NULL, NULL, 1, z, one));
-  OUT(g, "batched", ir_dot(g, bA, bB, 1, z, z, 1, two, one));
-  OUT(g, "middle_k", ir_dot(g, P, B, 0, NULL, NULL, 1, one, z)); /* loop-nest fallback */
-  OUT(g, "outer", ir_dot(g, A, B, 0, NULL, NULL, 0, NULL, NULL));
-  int32_t ia = ir_cast(g, ir_mul(g, A, ir_const_scalar(g, DT_F32, 5, 2, mk)), DT_I32);
-  int32_t ib = ir_cast(g, ir_mul(g, B, ir_const_scalar(g, DT_F32, 5, 2, kn)), DT_I32);
-  OUT(g, "i32", ir_matmul(g, ia, ib));
-  bt_check(g, NULL, 0, 1e-5);
-  ir_graph_free(g);
-}
-
-static void test_gather_scatter_topk(void) {
-  IrGraph *g = ir_graph_new();
-  const int64_t vd[] = {7, 4}, bt[] = {2, 3}, btd[] = {2, 3, 4}, bn[] = {3, 6};
-  int32_t table = ir_param(g, "table", DT_F32, 2, vd);
-  int32_t idx = ir_input(g, "idx", DT_I32, 2, bt);
-  int32_t upd = ir_param(g, "upd", DT_F32, 3, btd);
-  int32_t x = ir_param(g, "x", DT_F32, 2, bn);
-  double id[6] = {3, 0, 6, 3, 3, 1}; /* repeated rows accumulate */
-  double xd[18] = {1, 5, 5, 2, 0, 5, -1, -1, -1, -1, -1, -1, 3, 2, 1, 0, 9, 8};
-  OUT(g, "gather", ir_gather(g, table, idx));
-  OUT(g, "scatter", ir_scatter_add(g, idx, upd, 7));
-  OUT(g, "top3", ir_top_k_indices(g, x, 3));
-  OUT(g, "top1", ir_top_k_indices(g, ir_neg(g, x), 1));
-  BtBind binds[] = {{"idx", id}, {"x", xd}};
-  bt_check(g, binds, 2, RTOL);
-  ir_graph_free(g);
-}
-
-/* The fused attention ops through the runtime's kernels: causal and not, T not a multiple of
- * the kernel's query block, an odd head size; the gradient's three parts sliced apart. */
-static void test_attention(void) {
-  IrGraph *g = ir_graph_new();
-  const int64_t s[] = {2, 3, 37, 5};
-  int32_t q = ir_param(g, "q", DT_F32, 4, s), k = ir_param(g, "k", DT_F32, 4, s);
-  int32_t v = ir_param(g, "v", DT_F32, 4, s), d = ir_param(g, "dout", DT_F32, 4, s);
-  OUT(g, "causal", ir_attention(g, q, k, v, true, 0.45));
-  OUT(g, "full", ir_attention(g, q, k, v, false, 0.3));
-  int32_t gr = ir_attention_grad(g, q, k, v, d, true, 0.45);
-  OUT(g, "grad", ir_add(g, gr, ir_const_scalar(g, DT_F32, 1, 5, (int64_t[]){3, 2, 3, 37, 5})));
-  OUT(g, "grad_full", ir_attention_grad(g, q, k, v, d, false, 0.3));
-  bt_check(g, NULL, 0, 1e-5);
   ir_graph_free(g);
 }
 
@@ -426,28 +296,25 @@ static void test_emit(void) {
   ir_graph_free(g);
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("backend_ops", NULL, NULL);
-  CU_add_test(s, "unary", test_unary);
-  CU_add_test(s, "binary", test_binary);
-  CU_add_test(s, "i32", test_i32);
-  CU_add_test(s, "layout", test_layout);
-  CU_add_test(s, "reduce", test_reduce);
-  CU_add_test(s, "reduce_runs", test_reduce_runs);
-  CU_add_test(s, "transpose_tiles", test_transpose_tiles);
-  CU_add_test(s, "dot", test_dot);
-  CU_add_test(s, "gather_scatter_topk", test_gather_scatter_topk);
-  CU_add_test(s, "attention", test_attention);
-  CU_add_test(s, "collectives_one_device", test_collectives_one_device);
-  CU_add_test(s, "fused_chain", test_fused_chain);
-  CU_add_test(s, "fused_reduce", test_fused_reduce);
-  CU_add_test(s, "deferred_stores", test_deferred_stores);
-  CU_add_test(s, "errors", test_errors);
-  CU_add_test(s, "emit", test_emit);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"unary", test_unary},
+      {"binary", test_binary},
+      {"i32", test_i32},
+      {"layout", test_layout},
+      {"reduce", test_reduce},
+      {"reduce_runs", test_reduce_runs},
+      {"transpose_tiles", test_transpose_tiles},
+      {"dot", test_dot},
+      {"gather_scatter_topk", test_gather_scatter_topk},
+      {"attention", test_attention},
+      {"collectives_one_device", test_collectives_one_device},
+      {"fused_chain", test_fused_chain},
+      {"fused_reduce", test_fused_reduce},
+      {"deferred_stores", test_deferred_stores},
+      {"errors", test_errors},
+      {"emit", test_emit},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "backend_ops", cases);
 }

@@ -2,8 +2,6 @@
  * capability data of every backend against its functions, the interp backend's run on a real job
  * (its option errors, its training facts), and the hand-over (drv_backend_job) expanding the
  * attention ops for a backend that lacks them. Runs with or without LLVM. */
-#include <CUnit/Basic.h>
-#include <CUnit/CUnit.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,22 +199,19 @@ static void test_handover_opencl(void) {
 }
 #endif
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("registry", NULL, NULL);
-  CU_add_test(s, "find by name and target", test_find);
-  CU_add_test(s, "unknown names and targets", test_unknown);
-  CU_add_test(s, "names for messages", test_names);
-  CU_add_test(s, "capabilities of every backend", test_capabilities);
-  CU_add_test(s, "interp supports every op and dtype", test_interp_supports_all);
-  CU_add_test(s, "interp run: option errors, training facts", test_interp_run_errors);
-  CU_add_test(s, "hand-over keeps attention for interp", test_handover_keeps_attention);
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"find by name and target", test_find},
+      {"unknown names and targets", test_unknown},
+      {"names for messages", test_names},
+      {"capabilities of every backend", test_capabilities},
+      {"interp supports every op and dtype", test_interp_supports_all},
+      {"interp run: option errors, training facts", test_interp_run_errors},
+      {"hand-over keeps attention for interp", test_handover_keeps_attention},
 #ifdef AXLC_HAVE_OPENCL
-  CU_add_test(s, "hand-over expands attention for opencl", test_handover_opencl);
+      {"hand-over expands attention for opencl", test_handover_opencl},
 #endif
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  int fails = (int)CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return fails ? 1 : 0;
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "registry", cases);
 }

@@ -244,19 +244,14 @@ static void test_bench(void) {
 }
 
 int main(int argc, char **argv) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("backend_step", NULL, NULL);
   if (argc > 1 && !strcmp(argv[1], "--bench")) {
     bench_nsets = argc - 2;
     bench_sets = (const char **)argv + 2;
-    CU_add_test(s, "bench", test_bench);
-  } else {
-    CU_add_test(s, "tiny_lm_step", test_tiny_lm_step);
-    CU_add_test(s, "tiny_lm_step_bf16", test_tiny_lm_step_bf16);
+    static const TestCase bench[] = {{"bench", test_bench}, {NULL, NULL}};
+    return test_main(1, argv, "backend_step", bench);
   }
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  static const TestCase cases[] = {{"tiny_lm_step", test_tiny_lm_step},
+                                   {"tiny_lm_step_bf16", test_tiny_lm_step_bf16},
+                                   {NULL, NULL}};
+  return test_main(argc, argv, "backend_step", cases);
 }

@@ -225,16 +225,10 @@ static void test_jobs(void) {
   ir_graph_free(g);
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("backend_units", NULL, NULL);
-  CU_add_test(s, "dedup", test_dedup);
-  CU_add_test(s, "cache", test_cache);
-  CU_add_test(s, "cache limit", test_cache_limit);
-  CU_add_test(s, "jobs", test_jobs);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"dedup", test_dedup}, {"cache", test_cache}, {"cache limit", test_cache_limit},
+      {"jobs", test_jobs},   {NULL, NULL},
+  };
+  return test_main(argc, argv, "backend_units", cases);
 }

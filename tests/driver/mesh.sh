@@ -18,14 +18,7 @@ scratch mesh-interp
 need_numpy
 STEPS=10
 # tokens below 32 (fuji-test's vocabulary), an llm.c token file
-"$PY" - "$T/tokens.bin" <<'PYEOF'
-import random, struct, sys
-r = random.Random(7); n = 4000; toks = []; t = 0
-for i in range(n):
-    t = (t * 7 + 5) % 32 if r.random() < 0.7 else r.randrange(32)
-    toks.append(t)
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PYEOF
+tokens "$T/tokens.bin" 4000
 # train LAYOUT OUT: the interpreter on LAYOUT's mesh (one: a single device); losses in OUT.txt,
 # the final parameters in OUT.safetensors
 train() {

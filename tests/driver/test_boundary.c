@@ -10,8 +10,6 @@
  *
  * The models directory comes from the AXLC_MODELS compile definition.
  */
-#include <CUnit/Basic.h>
-#include <CUnit/CUnit.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,17 +206,14 @@ static void test_fixes_rendered(void) {
   free(text);
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("boundary", NULL, NULL);
-  CU_add_test(s, "the program a backend sees", test_backend_program);
-  CU_add_test(s, "a backend's errors in the job's diag", test_backend_diag);
-  CU_add_test(s, "the fusion plan of a report, by capability", test_plan_backend);
-  CU_add_test(s, "memcheck renderers take the report alone", test_renderers_take_the_report);
-  CU_add_test(s, "what would fit, rendered", test_fixes_rendered);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  int fails = (int)CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return fails ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"the program a backend sees", test_backend_program},
+      {"a backend's errors in the job's diag", test_backend_diag},
+      {"the fusion plan of a report, by capability", test_plan_backend},
+      {"memcheck renderers take the report alone", test_renderers_take_the_report},
+      {"what would fit, rendered", test_fixes_rendered},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "boundary", cases);
 }

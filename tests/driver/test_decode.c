@@ -12,8 +12,6 @@
  * f32 rounding (about 1e-8 here), while the decode step's depend on pos. A position off by one
  * moves the logits by far more. A model with a non-causal attention gets no decode step.
  */
-#include <CUnit/Basic.h>
-#include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,16 +178,13 @@ static void test_not_causal(void) {
   drv_free(&j);
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("decode", NULL, NULL);
-  CU_add_test(s, "tiny-lm: decode equals the forward", test_tiny_lm);
-  CU_add_test(s, "fuji-test (RoPE, GQA): decode equals the forward", test_fuji);
-  CU_add_test(s, "moe-test: decode equals the forward", test_moe);
-  CU_add_test(s, "non-causal attention: no decode step", test_not_causal);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"tiny-lm: decode equals the forward", test_tiny_lm},
+      {"fuji-test (RoPE, GQA): decode equals the forward", test_fuji},
+      {"moe-test: decode equals the forward", test_moe},
+      {"non-causal attention: no decode step", test_not_causal},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "decode", cases);
 }

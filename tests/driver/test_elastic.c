@@ -9,17 +9,11 @@
  *   axis to shrink, and a config without a mesh are refused with the reason.
  * Runs without LLVM or MPI.
  */
-#include <CUnit/Basic.h>
-#include <CUnit/CUnit.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "driver/driver.h"
 #include "tests/cunit_check.h"
-
-#define CHECK_EQ(a, b)                                                                             \
-  CHECK_MSG((long long)(a) == (long long)(b), "%s == %s: %lld, expected %lld", #a, #b,             \
-            (long long)(a), (long long)(b))
 
 /* A config of mesh `shape`, global batch `gb`, `mb` microbatches. */
 static const char *config(const char *shape, int gb, int mb) {
@@ -50,13 +44,13 @@ static void plan_ok(const char *cfg, int from, int to, const char *shape, int mb
   if (rc) return;
   CHECK_MSG(!strcmp(shape_of(&p), shape), "%d -> %d: mesh %s, expected %s", from, to, shape_of(&p),
             shape);
-  CHECK_EQ(p.microbatches, mb);
+  CHECK_INT(p.microbatches, mb);
 }
 
 static void plan_refused(const char *cfg, int from, int to, const char *reason) {
   DrvElasticPlan p;
   char why[256] = "";
-  CHECK_EQ(drv_elastic_plan(cfg, from, to, &p, why, sizeof why), -1);
+  CHECK_INT(drv_elastic_plan(cfg, from, to, &p, why, sizeof why), -1);
   CHECK_MSG(strstr(why, reason) != NULL, "%d -> %d: '%s', expected '%s'", from, to, why, reason);
 }
 
@@ -90,16 +84,13 @@ static void test_bad_config(void) {
   plan_refused(config("[1,-1,1,1,1,1]", 0, 1), 4, 2, "/input/global_batch_size");
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("driver_elastic", NULL, NULL);
-  CU_add_test(s, "a -1 axis: the target sizes it", test_free_axis);
-  CU_add_test(s, "fixed sizes: data, then fsdp, then expert", test_fixed_mesh);
-  CU_add_test(s, "microbatches: the next count that divides", test_rounding);
-  CU_add_test(s, "configs without what the plan needs", test_bad_config);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  int fails = (int)CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return fails ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"a -1 axis: the target sizes it", test_free_axis},
+      {"fixed sizes: data, then fsdp, then expert", test_fixed_mesh},
+      {"microbatches: the next count that divides", test_rounding},
+      {"configs without what the plan needs", test_bad_config},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "driver_elastic", cases);
 }

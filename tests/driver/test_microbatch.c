@@ -15,8 +15,6 @@
  * - Memory: memcheck's saved activations at the peak fall by about N (tiny-lm with 6 layers),
  *   because the copies run one after the other and each frees its activations.
  */
-#include <CUnit/Basic.h>
-#include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,27 +255,9 @@ static void test_memory(void) {
 }
 
 int main(int argc, char **argv) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("microbatch", NULL, NULL);
-  static const struct {
-    const char *name;
-    CU_TestFunc fn;
-  } cases[] = {{"same_training", test_same_training},
-               {"collectives", test_collectives},
-               {"memory", test_memory}};
-  int added = 0;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    bool want = argc <= 1;
-    for (int a = 1; a < argc; a++) want |= strcmp(argv[a], cases[i].name) == 0;
-    if (want) CU_add_test(s, cases[i].name, cases[i].fn), added++;
-  }
-  if (added != (argc <= 1 ? (int)(sizeof cases / sizeof cases[0]) : argc - 1)) {
-    fprintf(stderr, "test_driver_microbatch: an unknown case name among the arguments\n");
-    return 2;
-  }
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  static const TestCase cases[] = {{"same_training", test_same_training},
+                                   {"collectives", test_collectives},
+                                   {"memory", test_memory},
+                                   {NULL, NULL}};
+  return test_main(argc, argv, "microbatch", cases);
 }

@@ -12,8 +12,6 @@
  *   seq 64. The numbers are printed (docs/remat.md).
  * - Errors: offloading is refused with a clear message.
  */
-#include <CUnit/Basic.h>
-#include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -362,20 +360,17 @@ static void test_errors(void) {
                "offloading (\"offload\": [...]) is not supported yet");
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("remat", NULL, NULL);
-  CU_add_test(s, "same bits, tiny-lm", test_same_tiny);
-  CU_add_test(s, "same bits, fuji-test", test_same_fuji);
-  CU_add_test(s, "same bits, moe-test", test_same_moe);
-  CU_add_test(s, "same bits on a mesh", test_same_mesh);
-  CU_add_test(s, "recomputed values are not read by the backward", test_structure);
-  CU_add_test(s, "saved projections are reduced, not partial sums", test_saved_reduced);
-  CU_add_test(s, "memplan peak falls", test_peak);
-  CU_add_test(s, "offload refused", test_errors);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"same bits, tiny-lm", test_same_tiny},
+      {"same bits, fuji-test", test_same_fuji},
+      {"same bits, moe-test", test_same_moe},
+      {"same bits on a mesh", test_same_mesh},
+      {"recomputed values are not read by the backward", test_structure},
+      {"saved projections are reduced, not partial sums", test_saved_reduced},
+      {"memplan peak falls", test_peak},
+      {"offload refused", test_errors},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "remat", cases);
 }

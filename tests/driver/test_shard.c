@@ -12,8 +12,6 @@
  * The test also checks the collectives each layout must (and must not) use, and that the
  * per-device parameter bytes agree with `axlc params` (fe's per-device numbers).
  */
-#include <CUnit/Basic.h>
-#include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -475,36 +473,18 @@ static void test_unsupported_axes(void) {
 
 /* test_driver_shard [NAME...]: the named cases, or all of them. */
 int main(int argc, char **argv) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("shard", NULL, NULL);
-  static const struct {
-    const char *name;
-    CU_TestFunc fn;
-  } cases[] = {{"one_device", test_one_device},
-               {"unsupported_axes", test_unsupported_axes},
-               {"tiny_lm", test_tiny_lm},
-               {"llama_style", test_llama_style},
-               {"moe", test_moe},
-               {"bf16", test_bf16},
-               {"vocab", test_vocab},
-               {"vocab_chunks", test_vocab_chunks},
-               {"microbatch", test_microbatch},
-               {"seq", test_seq},
-               {"moe_capacity", test_moe_capacity},
-               {"moe_fsdp", test_moe_fsdp}};
-  int added = 0;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    bool want = argc <= 1;
-    for (int a = 1; a < argc; a++) want |= strcmp(argv[a], cases[i].name) == 0;
-    if (want) CU_add_test(s, cases[i].name, cases[i].fn), added++;
-  }
-  if (added != (argc <= 1 ? (int)(sizeof cases / sizeof cases[0]) : argc - 1)) {
-    fprintf(stderr, "test_driver_shard: an unknown case name among the arguments\n");
-    return 2;
-  }
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  static const TestCase cases[] = {{"one_device", test_one_device},
+                                   {"unsupported_axes", test_unsupported_axes},
+                                   {"tiny_lm", test_tiny_lm},
+                                   {"llama_style", test_llama_style},
+                                   {"moe", test_moe},
+                                   {"bf16", test_bf16},
+                                   {"vocab", test_vocab},
+                                   {"vocab_chunks", test_vocab_chunks},
+                                   {"microbatch", test_microbatch},
+                                   {"seq", test_seq},
+                                   {"moe_capacity", test_moe_capacity},
+                                   {"moe_fsdp", test_moe_fsdp},
+                                   {NULL, NULL}};
+  return test_main(argc, argv, "shard", cases);
 }

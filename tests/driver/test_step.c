@@ -12,8 +12,6 @@
  *
  * The models directory comes from the AXLC_MODELS compile definition.
  */
-#include <CUnit/Basic.h>
-#include <CUnit/CUnit.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
@@ -311,20 +309,17 @@ static void test_deep_model(void) {
   drv_free(&j);
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("step", NULL, NULL);
-  CU_add_test(s, "gradcheck tiny-lm", test_gradcheck_tiny_lm);
-  CU_add_test(s, "gradcheck fuji-test (rope, gqa, swiglu, rms)", test_gradcheck_fuji_test);
-  CU_add_test(s, "gradcheck moe", test_gradcheck_moe);
-  CU_add_test(s, "gradcheck bf16 compute (fuji-test, moe)", test_gradcheck_bf16);
-  CU_add_test(s, "gradcheck lora adapters (tiny-lm, fuji-test)", test_gradcheck_lora);
-  CU_add_test(s, "text round trip of every model's step graph", test_roundtrip_all_models);
-  CU_add_test(s, "memory plans of model steps", test_memplan_models);
-  CU_add_test(s, "a deep model (500 layers) lowers", test_deep_model);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  int fails = (int)CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return fails ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"gradcheck tiny-lm", test_gradcheck_tiny_lm},
+      {"gradcheck fuji-test (rope, gqa, swiglu, rms)", test_gradcheck_fuji_test},
+      {"gradcheck moe", test_gradcheck_moe},
+      {"gradcheck bf16 compute (fuji-test, moe)", test_gradcheck_bf16},
+      {"gradcheck lora adapters (tiny-lm, fuji-test)", test_gradcheck_lora},
+      {"text round trip of every model's step graph", test_roundtrip_all_models},
+      {"memory plans of model steps", test_memplan_models},
+      {"a deep model (500 layers) lowers", test_deep_model},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "step", cases);
 }

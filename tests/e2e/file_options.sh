@@ -24,29 +24,17 @@ SMALL="--set /input/seq_len=16 --set /input/global_batch_size=2 --set /model/dec
 "$AXLC" run "$T/m.json" --apply lora --target interp $SMALL --data "$T/text.txt" --steps 1 \
   --dump "$T/lora.safetensors" > "$T/log" 2>&1 || { fail "the adapters: $(tail -3 "$T/log")"; exit 1; }
 # a byte-level BPE without merges (the 256 byte values), for tokenize
-/usr/bin/python3 - "$T" << 'EOF' || fail "writing the tokenizer"
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b)
-        cs.append(256 + n)
-        n += 1
-tok = {"added_tokens": [], "model": {"type": "BPE", "vocab": {chr(c): b for b, c in zip(bs, cs)}, "merges": []},
-       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}}
-json.dump(tok, open(sys.argv[1] + "/bytes.json", "w", encoding="utf-8"), ensure_ascii=False)
-EOF
+byte_tokenizer "$T/bytes.json" || fail "writing the tokenizer"
 printf '#!/bin/sh\nexit 0\n' > "$T/fake-trainer" && chmod +x "$T/fake-trainer"
 
 # check WANT CMD...: CMD exits 1 within a second, WANT (a fixed string) on its stderr
 check() {
   want=$1
   shift
-  t0=$(date +%s%N)
+  t0=$(now_ms)
   timeout 5 "$@" > "$T/out" 2> "$T/err" < /dev/null
   rc=$?
-  ms=$((($(date +%s%N) - t0) / 1000000))
+  ms=$(($(now_ms) - t0))
   if [ "$rc" -ne 1 ] || [ "$ms" -ge 1000 ] || ! grep -qF -- "$want" "$T/err"; then
     fail "$* (exit $rc after $ms ms): expected: $want"
     sed 's/^/  | /' "$T/err" | head -5 >&2

@@ -66,7 +66,7 @@ run "$AXLC" compile tiny-lm --target cpu -o tr --set /model/decoder/num_layers=1
   --set /model/dim=8 --set /model/decoder/layer/self_attention/num_heads=1 \
   --set /input/seq_len=8 --set /input/global_batch_size=2
 ok "compile with the installed axlc"
-cat "$SRC/README.md" > text.txt
+cp "$CORPUS" text.txt
 run ./tr --data text.txt --steps 3 --metrics m.jsonl --ckpt-dir ck
 ok "the trainer"
 has "$T/out" "step 3 loss"

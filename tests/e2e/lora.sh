@@ -25,7 +25,7 @@ PY=${TORCH_PYTHON:-python3}
 scratch lora
 M=$SRC/models/tiny-lm.json
 TINY="--set /input/seq_len=16 --set /input/global_batch_size=2"
-head -c 20000 "$SRC/README.md" > "$T/text.txt"
+head -c 20000 "$CORPUS" > "$T/text.txt"
 st() { "$PY" "$SRC/tests/e2e/stcheck.py" "$@"; }
 command -v "$PY" > /dev/null || { echo "SKIP: no $PY (tests/e2e/stcheck.py reads the files)"; exit 77; }
 # loss_at LOG N: the loss of step N in a run's log

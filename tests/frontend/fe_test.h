@@ -2,19 +2,18 @@
  * fe_test.h: helpers shared by the frontend's CUnit tests.
  *
  * Every test works in its own scratch directory (mkdtemp), writes small
- * configs there and resolves them through the library API. Failing checks
- * print the expression and both values (STYLE.md, Tests) before recording
- * the failure with CUnit.
+ * configs there and resolves them through the library API. The checks and
+ * the main are tests/cunit_check.h's.
  */
 #ifndef AXLC_TESTS_FE_TEST_H
 #define AXLC_TESTS_FE_TEST_H
 
-#include <CUnit/CUnit.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
+#include "tests/cunit_check.h"
 
 #ifndef AXLC_MODELS_DIR
 #error "AXLC_MODELS_DIR must name the shipped models/ folder"
@@ -58,72 +57,16 @@ int64_t fe_t_params(FeT *t, int64_t devices, FeBuild *b);
 /* Collects t->d's messages into t->msgs. */
 void fe_t_collect(FeT *t);
 
-/* ---- checks that print both values -------------------------------------- */
-
-void fe_t_fail(const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-#define EXPECT(cond)                                                                               \
-  do {                                                                                             \
-    if (!(cond)) fe_t_fail(__FILE__, __LINE__, "expected %s", #cond);                              \
-    CU_ASSERT(cond);                                                                               \
-  } while (0)
-
-#define EXPECT_INT(got, want)                                                                      \
-  do {                                                                                             \
-    long long g_ = (long long)(got), w_ = (long long)(want);                                       \
-    if (g_ != w_)                                                                                  \
-      fe_t_fail(__FILE__, __LINE__, "%s == %s\n    got:  %lld\n    want: %lld", #got, #want, g_,   \
-                w_);                                                                               \
-    CU_ASSERT(g_ == w_);                                                                           \
-  } while (0)
-
-#define EXPECT_STR(got, want)                                                                      \
-  do {                                                                                             \
-    const char *g_ = (got), *w_ = (want);                                                          \
-    int ok_ = g_ && w_ ? strcmp(g_, w_) == 0 : g_ == w_;                                           \
-    if (!ok_)                                                                                      \
-      fe_t_fail(__FILE__, __LINE__, "%s == %s\n    got:  %s\n    want: %s", #got, #want,           \
-                g_ ? g_ : "(null)", w_ ? w_ : "(null)");                                           \
-    CU_ASSERT(ok_);                                                                                \
-  } while (0)
-
-/* `hay` contains every one of the NULL-terminated needles. */
-#define EXPECT_HAS(hay, ...)                                                                       \
-  do {                                                                                             \
-    const char *nd_[] = {__VA_ARGS__, NULL};                                                       \
-    const char *h_ = (hay);                                                                        \
-    for (int i_ = 0; nd_[i_]; i_++) {                                                              \
-      int ok_ = h_ && strstr(h_, nd_[i_]) != NULL;                                                 \
-      if (!ok_)                                                                                    \
-        fe_t_fail(__FILE__, __LINE__, "%s contains \"%s\"\n    got: %s", #hay, nd_[i_],            \
-                  h_ ? h_ : "(null)");                                                             \
-      CU_ASSERT(ok_);                                                                              \
-    }                                                                                              \
-  } while (0)
-
-#define EXPECT_LACKS(hay, needle)                                                                  \
-  do {                                                                                             \
-    const char *h_ = (hay), *n_ = (needle);                                                        \
-    int ok_ = !h_ || strstr(h_, n_) == NULL;                                                       \
-    if (!ok_)                                                                                      \
-      fe_t_fail(__FILE__, __LINE__, "%s does not contain \"%s\"\n    got: %s", #hay, n_, h_);      \
-    CU_ASSERT(ok_);                                                                                \
-  } while (0)
+/* ---- checks of a resolution (tests/cunit_check.h has the rest) -------------- */
 
 /* Resolution of `file` failed, and its messages contain every needle. */
-#define EXPECT_FAILS(t, ...)                                                                       \
+#define CHECK_FAILS(t, ...)                                                                        \
   do {                                                                                             \
-    if ((t)->tree) fe_t_fail(__FILE__, __LINE__, "resolution was expected to fail");               \
-    CU_ASSERT((t)->tree == NULL);                                                                  \
-    EXPECT_HAS((t)->msgs, __VA_ARGS__);                                                            \
+    CHECK_MSG((t)->tree == NULL, "resolution was expected to fail");                               \
+    CHECK_HAS((t)->msgs, __VA_ARGS__);                                                             \
   } while (0)
 
-#define EXPECT_OK(t)                                                                               \
-  do {                                                                                             \
-    if (!(t)->tree) fe_t_fail(__FILE__, __LINE__, "resolution failed:\n%s", (t)->msgs);            \
-    CU_ASSERT_FATAL((t)->tree != NULL);                                                            \
-  } while (0)
+#define REQUIRE_RESOLVED(t) REQUIRE_MSG((t)->tree != NULL, "resolution failed:\n%.1800s", (t)->msgs)
 
 /* Integer / string value at a path of a resolved tree. */
 int64_t fe_t_int(json_object *root, const char *path);
@@ -132,13 +75,15 @@ double fe_t_float(json_object *root, const char *path);
 
 /* ---- running ------------------------------------------------------------ */
 
-typedef struct {
-  const char *name;
-  void (*fn)(void);
-} FeTCase;
+/* Around each case: a fresh scratch directory (fe_t_dir), removed after it unless
+ * AXLC_TEST_KEEP is set. */
+void fe_t_before_each(void);
+void fe_t_after_each(void);
 
-/* Registers `cases` as one suite, each with a fresh scratch dir, runs it
- * (only the tests named in argv[1..] if any) and returns the exit status. */
-int fe_t_main(int argc, char **argv, const char *suite, const FeTCase *cases, int n);
+/* test_main with a fresh scratch directory per case. */
+static inline int fe_t_main(int argc, char **argv, const char *suite, const TestCase *cases) {
+  static const TestHooks hooks = {.before_each = fe_t_before_each, .after_each = fe_t_after_each};
+  return test_main_with(argc, argv, suite, cases, &hooks);
+}
 
 #endif /* AXLC_TESTS_FE_TEST_H */

@@ -56,11 +56,11 @@ static void emit_all_on_failure(json_object *tree, FeBuild *b) {
   for (size_t i = 0; i < sizeof sites / sizeof sites[0]; i++) {
     json_object *node = fe_path_get(tree, sites[i].cfg);
     const FeKind *k = fe_kind_find(fe_node_kind(node));
-    EXPECT(k && k->emit);
+    CHECK(k && k->emit);
     if (!k || !k->emit) continue;
-    EXPECT_INT(k->emit(&e, node, sites[i].cfg, sites[i].prm, &in, IR_NONE), IR_NONE);
-    EXPECT_INT(fe_emit_node(&e, node, sites[i].cfg, sites[i].prm, &in, IR_NONE), IR_NONE);
-    EXPECT_STR(ir_graph_error(g), "injected failure");
+    CHECK_INT(k->emit(&e, node, sites[i].cfg, sites[i].prm, &in, IR_NONE), IR_NONE);
+    CHECK_INT(fe_emit_node(&e, node, sites[i].cfg, sites[i].prm, &in, IR_NONE), IR_NONE);
+    CHECK_STR(ir_graph_error(g), "injected failure");
   }
   free(vals);
   ir_graph_free(g);
@@ -87,9 +87,9 @@ static void test_emit_failure_propagates(void) {
     FeT t;
     FeBuild b;
     fe_t_resolve(&t, cfg, NULL, applies[c], sets[c]);
-    EXPECT_OK(&t);
+    REQUIRE_RESOLVED(&t);
     int64_t nparams = fe_t_params(&t, 0, &b);
-    EXPECT(nparams > 0);
+    CHECK(nparams > 0);
     emit_all_on_failure(t.tree, &b);
     fe_build_free(&b);
     fe_t_done(&t);
@@ -103,18 +103,18 @@ static void test_emit_failure_propagates(void) {
 static void compose_fails(FeT *t, const char *file, const char *target, const char *const *apply,
                           const char *const *sets) {
   fe_t_resolve(t, file, target, apply, sets);
-  EXPECT_OK(t);
+  REQUIRE_RESOLVED(t);
   FeBuild b;
   int64_t devices;
   CU_ASSERT_FATAL(fe_target_devices(&t->d, target, &devices) == 0);
   int64_t n = fe_t_params(t, devices, &b);
   CU_ASSERT_FATAL(n > 0);
   IrGraph *g = fe_compose(&t->d, file, t->tree, &b);
-  EXPECT(g == NULL);
+  CHECK(g == NULL);
   ir_graph_free(g);
   t->msgs[0] = 0;
   fe_t_collect(t);
-  EXPECT(b.step_error && strstr(t->msgs, b.step_error) != NULL);
+  CHECK(b.step_error && strstr(t->msgs, b.step_error) != NULL);
   fe_build_free(&b);
 }
 
@@ -140,7 +140,7 @@ static void test_step_too_large_seq(void) {
            " = 65536 x 4 x 16777216 x 16777216) would hold 7.379e+19 elements on each device, more"
            " than the limit of 281474976710656 in one tensor (expected a smaller seq_len)\n",
            cfg);
-  EXPECT_STR(t.msgs, want);
+  CHECK_STR(t.msgs, want);
   fe_t_done(&t);
 }
 
@@ -153,17 +153,17 @@ static void test_step_too_large_batch(void) {
   const char *sets[] = {"/input/seq_len=1024", "/model/pos_emb/max_len=1024",
                         "/input/global_batch_size=1073741824", NULL};
   compose_fails(&t, fe_t_path("tiny.json"), NULL, NULL, sets);
-  EXPECT_STR(t.msgs,
-             "--set: /input/global_batch_size: the attention scores (batch x heads x seq x"
-             " seq = 1073741824 x 4 x 1024 x 1024) would hold 4503599627370496 elements on each"
-             " device, more than the limit of 281474976710656 in one tensor (expected a smaller"
-             " global_batch_size, or more devices on the mesh's data, expert and fsdp axes)\n");
+  CHECK_STR(t.msgs,
+            "--set: /input/global_batch_size: the attention scores (batch x heads x seq x"
+            " seq = 1073741824 x 4 x 1024 x 1024) would hold 4503599627370496 elements on each"
+            " device, more than the limit of 281474976710656 in one tensor (expected a smaller"
+            " global_batch_size, or more devices on the mesh's data, expert and fsdp axes)\n");
   fe_t_done(&t);
   fe_t_resolve(&t, fe_t_path("tiny.json"), "cpu-64", NULL, sets);
-  EXPECT_OK(&t);
+  REQUIRE_RESOLVED(&t);
   FeBuild b;
-  EXPECT_INT(fe_t_params(&t, 64, &b), FE_T_TINY_PARAMS + (1024 - 128) * 64);
-  EXPECT(b.step_error == NULL);
+  CHECK_INT(fe_t_params(&t, 64, &b), FE_T_TINY_PARAMS + (1024 - 128) * 64);
+  CHECK(b.step_error == NULL);
   fe_build_free(&b);
   fe_t_done(&t);
 }
@@ -183,21 +183,20 @@ static void test_step_too_large_experts(void) {
                         "/model/decoder/layer/feed_forward/top_k=65536",
                         NULL};
   compose_fails(&t, fe_t_path("tiny.json"), NULL, apply, sets);
-  EXPECT_STR(t.msgs,
-             "--set: /model/decoder/layer/feed_forward/num_experts: the routing mask"
-             " (batch x seq x top_k x experts = 1 x 131072 x 65536 x 65536) would hold"
-             " 562949953421312 elements on each device, more than the limit of 281474976710656 in"
-             " one tensor (expected a smaller num_experts)\n");
+  CHECK_STR(t.msgs,
+            "--set: /model/decoder/layer/feed_forward/num_experts: the routing mask"
+            " (batch x seq x top_k x experts = 1 x 131072 x 65536 x 65536) would hold"
+            " 562949953421312 elements on each device, more than the limit of 281474976710656 in"
+            " one tensor (expected a smaller num_experts)\n");
   fe_t_done(&t);
 }
 
-static const FeTCase cases[] = {
+static const TestCase cases[] = {
     {"emit_failure_propagates", test_emit_failure_propagates},
     {"step_too_large_seq", test_step_too_large_seq},
     {"step_too_large_batch", test_step_too_large_batch},
     {"step_too_large_experts", test_step_too_large_experts},
+    {NULL, NULL},
 };
 
-int main(int argc, char **argv) {
-  return fe_t_main(argc, argv, "frontend_compose", cases, (int)(sizeof cases / sizeof cases[0]));
-}
+int main(int argc, char **argv) { return fe_t_main(argc, argv, "frontend_compose", cases); }

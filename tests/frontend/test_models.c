@@ -20,7 +20,7 @@ static const char *model(const char *name) {
 static int list_models(char names[][256], int max) {
   DIR *d = opendir(models_dir);
   if (!d) {
-    fe_t_fail(__FILE__, __LINE__, "cannot open %s", models_dir);
+    CHECK_MSG(false, "cannot open %.1500s", models_dir);
     CU_FAIL_FATAL("models dir");
   }
   int n = 0;
@@ -51,22 +51,22 @@ static int64_t count(const char *name, const char *const *apply) {
   FeT t;
   fe_t_resolve(&t, model(name), NULL, apply, NULL);
   if (!t.tree) {
-    fe_t_fail(__FILE__, __LINE__, "%s did not resolve:\n%s", name, t.msgs);
+    CHECK_MSG(false, "%.1500s did not resolve:\n%.1500s", name, t.msgs);
     fe_t_done(&t);
     return -1;
   }
   int64_t n = fe_t_params(&t, 0, NULL);
-  if (n < 0) fe_t_fail(__FILE__, __LINE__, "%s did not build:\n%s", name, t.msgs);
+  if (n < 0) CHECK_MSG(false, "%.1500s did not build:\n%.1500s", name, t.msgs);
   fe_t_done(&t);
   return n;
 }
 
 static void test_published_counts(void) {
-  EXPECT_INT(count("gpt2-124m.json", NULL), 124439808LL);
-  EXPECT_INT(count("llama2-7b.json", NULL), 6738415616LL);
-  EXPECT_INT(count("llama2-70b.json", NULL), 68976648192LL);
-  EXPECT_INT(count("mixtral-8x7b.json", NULL), 46702792704LL);
-  EXPECT_INT(count("tiny-lm.json", NULL), FE_T_TINY_PARAMS);
+  CHECK_INT(count("gpt2-124m.json", NULL), 124439808LL);
+  CHECK_INT(count("llama2-7b.json", NULL), 6738415616LL);
+  CHECK_INT(count("llama2-70b.json", NULL), 68976648192LL);
+  CHECK_INT(count("mixtral-8x7b.json", NULL), 46702792704LL);
+  CHECK_INT(count("tiny-lm.json", NULL), FE_T_TINY_PARAMS);
 }
 
 static void test_tiny_lm_with_moe(void) {
@@ -75,11 +75,11 @@ static void test_tiny_lm_with_moe(void) {
   /* moe.json: 8 experts, activation and hidden_dim_scale kept (gelu, 4 -> 256):
    * per layer the 2*64*256 MLP becomes 8 * 2*64*256 plus a (64, 8) router. */
   int64_t want = FE_T_TINY_PARAMS + 2 * (8 * 2 * 64 * 256 + 64 * 8 - 2 * 64 * 256);
-  EXPECT_INT(want, 583296);
-  EXPECT_INT(count("tiny-lm.json", mods_for(2, bufs, list)), want);
+  CHECK_INT(want, 583296);
+  CHECK_INT(count("tiny-lm.json", mods_for(2, bufs, list)), want);
   /* rope adds no parameters */
-  EXPECT_INT(count("tiny-lm.json", mods_for(1, bufs, list)), FE_T_TINY_PARAMS);
-  EXPECT_INT(count("tiny-lm.json", mods_for(3, bufs, list)), want);
+  CHECK_INT(count("tiny-lm.json", mods_for(1, bufs, list)), FE_T_TINY_PARAMS);
+  CHECK_INT(count("tiny-lm.json", mods_for(3, bufs, list)), want);
 }
 
 /* Counts nodes of `kind` in a tree. */
@@ -107,12 +107,11 @@ static void test_modifiers_on_every_model(void) {
   char names[64][256], bufs[2][4096];
   const char *list[3];
   int n = list_models(names, 64);
-  EXPECT(n >= 10);
+  CHECK(n >= 10);
   for (int i = 0; i < n; i++) {
     FeT t;
     fe_t_resolve(&t, model(names[i]), NULL, NULL, NULL);
-    if (!t.tree) fe_t_fail(__FILE__, __LINE__, "%s:\n%s", names[i], t.msgs);
-    CU_ASSERT_FATAL(t.tree != NULL);
+    REQUIRE_MSG(t.tree != NULL, "%.1500s:\n%.1500s", names[i], t.msgs);
     int dense_ffn = count_kind(t.tree, "feed_forward");
     /* the model's own rope theta, which rope.json keeps; 10000 (the default) without one */
     json_object *rope = fe_path_get(t.tree, "/model/decoder/layer/self_attention/rope");
@@ -123,7 +122,7 @@ static void test_modifiers_on_every_model(void) {
             layers = fe_t_int(t.tree, "/model/decoder/num_layers");
     FeBuild b;
     int64_t base = fe_t_params(&t, 0, &b);
-    EXPECT(base > 0);
+    CHECK(base > 0);
     int64_t mlp = 0; /* dense MLP parameters over all layers */
     for (int p = 0; p < b.nparams; p++)
       if (strstr(b.params[p].path, "/feed_forward/")) mlp += fe_param_numel(&b.params[p]);
@@ -132,33 +131,29 @@ static void test_modifiers_on_every_model(void) {
 
     for (int which = 1; which <= 3; which++) {
       fe_t_resolve(&t, model(names[i]), NULL, mods_for(which, bufs, list), NULL);
-      if (!t.tree)
-        fe_t_fail(__FILE__, __LINE__, "%s with modifiers %d:\n%s", names[i], which, t.msgs);
-      CU_ASSERT(t.tree != NULL);
+      CHECK_MSG(t.tree != NULL, "%.1500s with modifiers %d:\n%.1500s", names[i], which, t.msgs);
       if (!t.tree) {
         fe_t_done(&t);
         continue;
       }
       if (which & 1) { /* a model's own theta stays (mixtral 1e6, fuji-1b 5e5) */
         double got_theta = fe_t_float(t.tree, "/model/decoder/layer/self_attention/rope/theta");
-        if (got_theta != theta)
-          fe_t_fail(__FILE__, __LINE__, "%s: rope theta %g, expected %g", names[i], got_theta,
-                    theta);
+        CHECK_MSG(got_theta == theta, "%.1500s: rope theta %g, expected %g", names[i], got_theta,
+                  theta);
       }
       int64_t got = fe_t_params(&t, 0, NULL);
       if (which & 2) {
-        EXPECT_INT(count_kind(t.tree, "feed_forward"), 0);
-        EXPECT(count_kind(t.tree, "moe") >= 1);
+        CHECK_INT(count_kind(t.tree, "feed_forward"), 0);
+        CHECK(count_kind(t.tree, "moe") >= 1);
         if (dense_ffn) {
-          EXPECT_INT(fe_t_int(t.tree, "/model/decoder/layer/feed_forward/num_experts"), 8);
+          CHECK_INT(fe_t_int(t.tree, "/model/decoder/layer/feed_forward/num_experts"), 8);
           int64_t want = base + 7 * mlp + layers * dim * 8;
-          if (got != want) fe_t_fail(__FILE__, __LINE__, "model %s", names[i]);
-          EXPECT_INT(got, want);
+          CHECK_INT(got, want);
         } else {
-          EXPECT_INT(got, base); /* already a mixture of experts: untouched */
+          CHECK_INT(got, base); /* already a mixture of experts: untouched */
         }
       } else {
-        EXPECT_INT(got, base);
+        CHECK_INT(got, base);
       }
       fe_t_done(&t);
     }
@@ -171,24 +166,21 @@ static void test_modifiers_on_every_model(void) {
 static void round_trip(const char *file, const char *const *apply, const char *label) {
   FeT t;
   fe_t_resolve(&t, file, NULL, apply, NULL);
-  if (!t.tree) fe_t_fail(__FILE__, __LINE__, "%s:\n%s", label, t.msgs);
-  CU_ASSERT_FATAL(t.tree != NULL);
+  REQUIRE_MSG(t.tree != NULL, "%.1500s:\n%.1500s", label, t.msgs);
   char *first = fe_json_canonical(t.tree);
   fe_t_done(&t);
   char copy[4096];
   snprintf(copy, sizeof copy, "%s", fe_t_write("canonical.json", first));
   fe_t_resolve(&t, copy, NULL, NULL, NULL);
-  if (!t.tree) fe_t_fail(__FILE__, __LINE__, "%s, canonical text:\n%s", label, t.msgs);
-  CU_ASSERT_FATAL(t.tree != NULL);
+  REQUIRE_MSG(t.tree != NULL, "%.1500s, canonical text:\n%.1500s", label, t.msgs);
   char *second = fe_json_canonical(t.tree);
-  if (strcmp(first, second) != 0) fe_t_fail(__FILE__, __LINE__, "%s round trip differs", label);
-  EXPECT_STR(second, first);
+  CHECK_STR(second, first);
   /* and the library parses its own text to the same text */
   FeDiag d;
   fe_diag_init(&d);
   json_object *o = fe_json_parse(&d, first, strlen(first), "mem");
   char *third = o ? fe_json_canonical(o) : NULL;
-  EXPECT_STR(third, first);
+  CHECK_STR(third, first);
   free(third);
   json_object_put(o);
   fe_diag_free(&d);
@@ -201,7 +193,7 @@ static void test_round_trip_every_model(void) {
   char names[64][256], bufs[2][4096];
   const char *list[3];
   int n = list_models(names, 64);
-  EXPECT(n >= 10);
+  CHECK(n >= 10);
   for (int i = 0; i < n; i++) {
     round_trip(model(names[i]), NULL, names[i]);
     round_trip(model(names[i]), mods_for(3, bufs, list), names[i]);
@@ -220,11 +212,11 @@ static void test_step_fits_every_model(void) {
       FeT t;
       FeBuild b;
       fe_t_resolve(&t, model(names[i]), NULL, mods_for(which, bufs, list), NULL);
-      EXPECT_OK(&t);
+      REQUIRE_RESOLVED(&t);
       int64_t nparams = fe_t_params(&t, 0, &b);
-      EXPECT(nparams > 0);
-      if (b.step_error) fe_t_fail(__FILE__, __LINE__, "%s: %s", names[i], b.step_error);
-      CU_ASSERT(b.step_error == NULL);
+      CHECK(nparams > 0);
+      CHECK_MSG(b.step_error == NULL, "%.1500s: %.1500s", names[i],
+                b.step_error ? b.step_error : "");
       fe_build_free(&b);
       fe_t_done(&t);
     }
@@ -239,8 +231,8 @@ static void test_canonical_text(void) {
   json_object *o = fe_json_parse(&d, in, strlen(in), "mem");
   CU_ASSERT_FATAL(o != NULL);
   char *s = fe_json_canonical(o);
-  EXPECT_STR(s, "{\n  \"a\": [1, 2.5, 1e-08, 2.6666666666666665, 5e+05, \"x\\n\"],\n  \"b\": 4.0,\n"
-                "  \"c\": {},\n  \"d\": [],\n  \"e\": null\n}\n");
+  CHECK_STR(s, "{\n  \"a\": [1, 2.5, 1e-08, 2.6666666666666665, 5e+05, \"x\\n\"],\n  \"b\": 4.0,\n"
+               "  \"c\": {},\n  \"d\": [],\n  \"e\": null\n}\n");
   free(s);
   json_object_put(o);
   fe_diag_free(&d);
@@ -257,31 +249,31 @@ static void check_lora(const char *name, const char *lora) {
   fe_t_resolve(&t, model(name), NULL, apply, NULL);
   FeBuild b;
   if (!t.tree || fe_t_params(&t, 0, &b) < 0) {
-    fe_t_fail(__FILE__, __LINE__, "%s with lora.json:\n%s", name, t.msgs);
+    CHECK_MSG(false, "%.1500s with lora.json:\n%.1500s", name, t.msgs);
     CU_FAIL("lora");
     fe_t_done(&t);
     return;
   }
   int64_t layers = fe_t_int(t.tree, "/model/decoder/num_layers"), want = 0, got;
-  EXPECT_INT(b.lora.matched, 4 * layers);
+  CHECK_INT(b.lora.matched, 4 * layers);
   for (int i = 0; i < b.nparams; i++) {
     const FeParam *p = &b.params[i];
     if (!p->adapter) {
-      EXPECT(p->frozen);
+      CHECK(p->frozen);
       continue;
     }
-    EXPECT(!p->frozen);
+    CHECK(!p->frozen);
     const FeParam *w = &b.params[i - (strstr(p->path, "lora_a") ? 1 : 2)]; /* declared after W */
     bool a = strstr(p->path, "lora_a") != NULL;
-    EXPECT_INT(p->shape[a ? 0 : 1], w->shape[a ? 0 : 1]);
-    EXPECT_INT(p->shape[a ? 1 : 0], 4);
-    EXPECT_STR(p->spec[a ? 0 : 1], w->spec[a ? 0 : 1]);
-    EXPECT_STR(p->spec[a ? 1 : 0], "");
+    CHECK_INT(p->shape[a ? 0 : 1], w->shape[a ? 0 : 1]);
+    CHECK_INT(p->shape[a ? 1 : 0], 4);
+    CHECK_STR(p->spec[a ? 0 : 1], w->spec[a ? 0 : 1]);
+    CHECK_STR(p->spec[a ? 1 : 0], "");
     want += fe_param_numel(p);
   }
   fe_lora_trainable(&b, &got);
-  EXPECT_INT(got, want);
-  if (!strcmp(name, "llama2-7b.json")) EXPECT_INT(got, 32 * 4 * 4 * (4096 + 4096));
+  CHECK_INT(got, want);
+  if (!strcmp(name, "llama2-7b.json")) CHECK_INT(got, 32 * 4 * 4 * (4096 + 4096));
   fe_build_free(&b);
   fe_t_done(&t);
 }
@@ -290,11 +282,11 @@ static void test_lora_on_every_model(void) {
   char names[64][256], lora[4096];
   snprintf(lora, sizeof lora, "%s/modifiers/lora.json", models_dir);
   int n = list_models(names, 64);
-  EXPECT(n >= 10);
+  CHECK(n >= 10);
   for (int i = 0; i < n; i++) check_lora(names[i], lora);
 }
 
-static const FeTCase cases[] = {
+static const TestCase cases[] = {
     {"lora_on_every_model", test_lora_on_every_model},
     {"published_counts", test_published_counts},
     {"tiny_lm_with_moe", test_tiny_lm_with_moe},
@@ -302,6 +294,7 @@ static const FeTCase cases[] = {
     {"round_trip_every_model", test_round_trip_every_model},
     {"step_fits_every_model", test_step_fits_every_model},
     {"canonical_text", test_canonical_text},
+    {NULL, NULL},
 };
 
 int main(int argc, char **argv) {
@@ -310,5 +303,5 @@ int main(int argc, char **argv) {
     argv[2] = argv[0];
     argc -= 2, argv += 2;
   }
-  return fe_t_main(argc, argv, "frontend_models", cases, (int)(sizeof cases / sizeof cases[0]));
+  return fe_t_main(argc, argv, "frontend_models", cases);
 }

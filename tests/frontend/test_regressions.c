@@ -24,7 +24,7 @@ static void test_replace_config_kind_path(void) {
              " \"feed_forward\", \"config\": {\"kind\": \"mo\", \"num_experts\": 2}}]}");
   snprintf(cfg, sizeof cfg, "%s/cfg.json", fe_t_dir());
   fe_t_resolve(&t, cfg, NULL, NULL, NULL);
-  EXPECT_FAILS(&t, ": /modifiers/0/config/kind: unknown module kind \"mo\"");
+  CHECK_FAILS(&t, ": /modifiers/0/config/kind: unknown module kind \"mo\"");
   fe_t_done(&t);
 }
 
@@ -47,7 +47,7 @@ static void test_partition_unknown_param_origin(void) {
                       " \"specs\": {\"linear3\": [\"fsdp\", \"model\"]}}"));
   const char *apply[] = {part, NULL};
   fe_t_resolve(&t, cfg, NULL, apply, NULL);
-  EXPECT_FAILS(&t, part, ": /model/decoder/layer/feed_forward/param_partition_specs/linear3: ");
+  CHECK_FAILS(&t, part, ": /model/decoder/layer/feed_forward/param_partition_specs/linear3: ");
   fe_t_done(&t);
 }
 
@@ -65,11 +65,11 @@ static void test_set_array_trailing_slash(void) {
                                   " \"shape\": [1, -1, 1, 1, 1, 1]}}"));
   const char *sets[] = {"/mesh/shape/=7", NULL};
   fe_t_resolve(&t, cfg, NULL, NULL, sets);
-  EXPECT_FAILS(&t, "--set: /mesh/shape/: ");
+  CHECK_FAILS(&t, "--set: /mesh/shape/: ");
   fe_t_done(&t);
   const char *sets2[] = {"/mesh/shape/+1=2", NULL};
   fe_t_resolve(&t, cfg, NULL, NULL, sets2);
-  EXPECT_FAILS(&t, "--set: /mesh/shape/+1: ");
+  CHECK_FAILS(&t, "--set: /mesh/shape/+1: ");
   fe_t_done(&t);
 }
 
@@ -89,8 +89,8 @@ static void test_set_array_element_origin(void) {
                                   " \"shape\": [1, -1, 1, 1, 1, 1]}}"));
   const char *sets[] = {"/mesh/shape/3=3", NULL};
   fe_t_resolve(&t, cfg, "cpu-4", NULL, sets);
-  EXPECT_FAILS(&t,
-               "--set: /mesh/shape: the mesh needs a multiple of 3 devices, but the target has 4");
+  CHECK_FAILS(&t,
+              "--set: /mesh/shape: the mesh needs a multiple of 3 devices, but the target has 4");
   fe_t_done(&t);
 }
 
@@ -114,10 +114,10 @@ static void test_partition_keeps_default_specs(void) {
                       " \"specs\": {\"q_proj\": [\"fsdp\", null]}}"));
   const char *apply[] = {part, NULL};
   fe_t_resolve(&t, cfg, NULL, apply, NULL);
-  EXPECT_OK(&t);
+  REQUIRE_RESOLVED(&t);
   char *k =
       fe_t_canon_at(t.tree, "/model/decoder/layer/self_attention/param_partition_specs/k_proj");
-  EXPECT_STR(k, "[\"fsdp\", \"model\"]\n");
+  CHECK_STR(k, "[\"fsdp\", \"model\"]\n");
   free(k);
   fe_t_done(&t);
 }
@@ -136,13 +136,13 @@ static void test_missing_rules_file_leak(void) {
       cfg, sizeof cfg, "%s",
       fe_t_write("cfg.json", "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/absent.json\"}"));
   fe_t_resolve(&t, cfg, "cpu", NULL, NULL);
-  EXPECT_FAILS(&t, "/cfg.json: /mesh_rules: rules/absent.json: no such file (looked in ");
+  CHECK_FAILS(&t, "/cfg.json: /mesh_rules: rules/absent.json: no such file (looked in ");
   fe_t_done(&t);
   fe_t_write("rules/bad.json", "[{\"match\": \"cpu\",]");
   snprintf(cfg, sizeof cfg, "%s",
            fe_t_write("cfg.json", "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/bad.json\"}"));
   fe_t_resolve(&t, cfg, "cpu", NULL, NULL);
-  EXPECT_FAILS(&t, "/rules/bad.json:1:", "JSON syntax error");
+  CHECK_FAILS(&t, "/rules/bad.json:1:", "JSON syntax error");
   fe_t_done(&t);
 }
 
@@ -183,21 +183,21 @@ static void test_long_file_name_keeps_reason(void) {
                       " {\"kind\": \"causal_lm\", \"decoder\": {\"kind\": \"decoder\", \"layer\":"
                       " {\"kind\": \"transformer_layer\", \"self_attention\": {\"kind\":"
                       " \"attention\", \"num_heads\": 5}}}}}"));
-  EXPECT(strlen(cfg) > 3000);
+  CHECK(strlen(cfg) > 3000);
   fe_t_resolve(&t, cfg, "cpu", NULL, NULL);
   char want[4600];
   snprintf(want, sizeof want,
            "%s: /model/decoder/layer/self_attention/num_heads: num_heads 5 does "
            "not divide dim 64 (expected a divisor of 64)\n",
            cfg);
-  EXPECT_STR(t.msgs, want);
+  CHECK_STR(t.msgs, want);
   fe_t_done(&t);
   snprintf(sub, sizeof sub, "%s/ok.json", dir);
   snprintf(cfg, sizeof cfg, "%s",
            fe_t_write(sub, "{\"base\": \"tiny.json\", \"mesh_rules\": \"rules/r.json\"}"));
   fe_t_resolve(&t, cfg, "cpu", NULL, NULL);
-  EXPECT_OK(&t);
-  EXPECT_STR(t.rule, "cpu");
+  REQUIRE_RESOLVED(&t);
+  CHECK_STR(t.rule, "cpu");
   fe_t_done(&t);
 }
 
@@ -218,7 +218,7 @@ static void test_long_set_path_in_full(void) {
   fe_t_resolve(&t, fe_t_path("tiny.json"), NULL, NULL, sets);
   static char want[8400];
   snprintf(want, sizeof want, "--set: %s/b: the config has no object at %s\n", parent, parent);
-  EXPECT_STR(t.msgs, want);
+  CHECK_STR(t.msgs, want);
   fe_t_done(&t);
 }
 
@@ -230,14 +230,14 @@ static void test_diag_message_not_cut(void) {
   path[0] = '/';
   FeDiag d;
   fe_diag_init(&d);
-  EXPECT_INT(fe_error(&d, file, path, "the reason, at the end (%d)", 42), -1);
+  CHECK_INT(fe_error(&d, file, path, "the reason, at the end (%d)", 42), -1);
   snprintf(want, sizeof want, "%s: %s: the reason, at the end (42)", file, path);
-  EXPECT_INT(d.n, 1);
-  EXPECT_STR(d.msgs[0], want);
+  CHECK_INT(d.n, 1);
+  CHECK_STR(d.msgs[0], want);
   fe_diag_free(&d);
 }
 
-static const FeTCase cases[] = {
+static const TestCase cases[] = {
     {"replace_config_kind_path", test_replace_config_kind_path},
     {"partition_unknown_param_origin", test_partition_unknown_param_origin},
     {"set_array_trailing_slash", test_set_array_trailing_slash},
@@ -247,9 +247,7 @@ static const FeTCase cases[] = {
     {"long_file_name_keeps_reason", test_long_file_name_keeps_reason},
     {"long_set_path_in_full", test_long_set_path_in_full},
     {"diag_message_not_cut", test_diag_message_not_cut},
+    {NULL, NULL},
 };
 
-int main(int argc, char **argv) {
-  return fe_t_main(argc, argv, "frontend_regressions", cases,
-                   (int)(sizeof cases / sizeof cases[0]));
-}
+int main(int argc, char **argv) { return fe_t_main(argc, argv, "frontend_regressions", cases); }

@@ -5,10 +5,10 @@
 static void expect_shape(const IrGraph *g, int32_t v, IrDType dt, int32_t rank,
                          const int64_t *dims) {
   CU_ASSERT_FATAL(v >= 0);
-  EXPECT_INT(g->values[v].dtype, dt);
-  EXPECT_INT(g->values[v].shape.rank, rank);
+  CHECK_INT(g->values[v].dtype, dt);
+  CHECK_INT(g->values[v].shape.rank, rank);
   for (int32_t d = 0; d < rank && d < g->values[v].shape.rank; d++)
-    EXPECT_INT(g->values[v].shape.dims[d], dims[d]);
+    CHECK_INT(g->values[v].shape.dims[d], dims[d]);
 }
 
 static void test_result_types(void) {
@@ -51,9 +51,9 @@ static void expect_error(int32_t (*build)(IrGraph *g), const char *want) {
   IrGraph *g = ir_graph_new();
   ir_graph_set_origin(g, "/model/decoder/layer/self_attention");
   int32_t v = build(g);
-  EXPECT_INT(v, IR_NONE);
-  EXPECT_STR_HAS(ir_graph_error(g), want);
-  EXPECT_STR_HAS(ir_graph_error(g), "/model/decoder/layer/self_attention");
+  CHECK_INT(v, IR_NONE);
+  CHECK_HAS(ir_graph_error(g), want);
+  CHECK_HAS(ir_graph_error(g), "/model/decoder/layer/self_attention");
   ir_graph_free(g);
 }
 
@@ -145,11 +145,11 @@ static void test_first_error_kept(void) {
   int32_t bad = ir_add(g, ir_input(g, "a", DT_F32, 1, d4), ir_input(g, "b", DT_F32, 2, d23));
   ir_graph_set_origin(g, "/model/b");
   int32_t later = ir_exp(g, ir_neg(g, bad));
-  EXPECT_INT(later, IR_NONE);
+  CHECK_INT(later, IR_NONE);
   ir_matmul(g, ir_input(g, "c", DT_F32, 2, d23),
             ir_input(g, "d", DT_F32, 2, d23)); /* a second error */
-  EXPECT_STR_HAS(ir_graph_error(g), "%2 (add) at /model/a:");
-  EXPECT_INT(g->nvalues, 4); /* a, b, c, d: nothing half-built */
+  CHECK_HAS(ir_graph_error(g), "%2 (add) at /model/a:");
+  CHECK_INT(g->nvalues, 4); /* a, b, c, d: nothing half-built */
   ir_graph_clear_error(g);
   CU_ASSERT_PTR_NULL(ir_graph_error(g));
   ir_graph_free(g);
@@ -169,39 +169,38 @@ static void test_origin_and_tags(void) {
   CU_ASSERT_STRING_EQUAL(g->values[y].name, "");
   CU_ASSERT_EQUAL(ir_graph_add_output(g, "y", y), IR_OK);
   CU_ASSERT_EQUAL(ir_graph_add_output(g, "y", x), IR_ERR);
-  EXPECT_STR_HAS(ir_graph_error(g), "output 'y' defined twice");
-  EXPECT_INT(ir_graph_output(g, "y"), y);
-  EXPECT_INT(ir_graph_find(g, IR_INPUT, "x"), x);
+  CHECK_HAS(ir_graph_error(g), "output 'y' defined twice");
+  CHECK_INT(ir_graph_output(g, "y"), y);
+  CHECK_INT(ir_graph_find(g, IR_INPUT, "x"), x);
   ir_graph_free(g);
 }
 
 static void test_op_table(void) {
   IrOp op;
   CU_ASSERT_EQUAL(ir_op_lookup("dot_general", 11, &op), IR_OK);
-  EXPECT_INT(op, IR_DOT);
+  CHECK_INT(op, IR_DOT);
   CU_ASSERT_STRING_EQUAL(ir_op_name(IR_ALL_TO_ALL), "all_to_all");
-  EXPECT_INT(ir_op_arity(IR_CONCAT), -1);
+  CHECK_INT(ir_op_arity(IR_CONCAT), -1);
   CU_ASSERT(ir_op_flags(IR_REDUCE_MAX) & IR_REDUCTION);
   CU_ASSERT(ir_op_flags(IR_ALL_GATHER) & IR_COLLECTIVE);
   CU_ASSERT(!(ir_op_flags(IR_EQ) & IR_HAS_GRAD));
-  EXPECT_NEAR(ir_dtype_round(DT_BF16, 1.00390625), 1.0, 0);      /* tie to even */
-  EXPECT_NEAR(ir_dtype_round(DT_BF16, 1.01171875), 1.015625, 0); /* tie to even, up */
-  EXPECT_NEAR(ir_dtype_round(DT_F16, 65519), 65504, 0);
+  CHECK_NEAR(ir_dtype_round(DT_BF16, 1.00390625), 1.0, 0);      /* tie to even */
+  CHECK_NEAR(ir_dtype_round(DT_BF16, 1.01171875), 1.015625, 0); /* tie to even, up */
+  CHECK_NEAR(ir_dtype_round(DT_F16, 65519), 65504, 0);
   CU_ASSERT(isinf(ir_dtype_round(DT_F16, 65520)));
-  EXPECT_NEAR(ir_dtype_round(DT_F16, 1e-8), 0, 0); /* below half the smallest subnormal */
-  EXPECT_NEAR(ir_dtype_round(DT_F16, 6e-8), 5.9604644775390625e-08, 0); /* smallest subnormal */
-  EXPECT_NEAR(ir_dtype_round(DT_I32, -3.9), -3, 0);
+  CHECK_NEAR(ir_dtype_round(DT_F16, 1e-8), 0, 0); /* below half the smallest subnormal */
+  CHECK_NEAR(ir_dtype_round(DT_F16, 6e-8), 5.9604644775390625e-08, 0); /* smallest subnormal */
+  CHECK_NEAR(ir_dtype_round(DT_I32, -3.9), -3, 0);
 }
 
-int main(void) {
-  CU_TestInfo tests[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"result_types", test_result_types},
       {"errors", test_errors},
       {"first_error_kept", test_first_error_kept},
       {"origin_and_tags", test_origin_and_tags},
       {"op_table", test_op_table},
-      CU_TEST_INFO_NULL,
+      {NULL, NULL},
   };
-  CU_SuiteInfo suites[] = {{.pName = "build", .pTests = tests}, CU_SUITE_INFO_NULL};
-  return test_main(suites);
+  return test_main(argc, argv, "build", cases);
 }

@@ -15,7 +15,7 @@ static void check_unary(IrOp op, double x0, double x1, double x2, double w0, dou
   const double *data[] = {in};
   double *got = test_run(g, 1, names, data, "out");
   if (!got) fprintf(stderr, "op %s\n", ir_op_name(op));
-  EXPECT_ARRAY(got, want, 3, 1e-15);
+  CHECK_ARRAY(got, want, 3, 1e-15);
   free(got);
   ir_graph_free(g);
 }
@@ -44,7 +44,7 @@ static void check_binary(IrOp op, IrDType dt, const double *a, const double *b,
   const double *data[] = {a, b};
   double *got = test_run(g, 2, names, data, "out");
   if (!got) fprintf(stderr, "op %s\n", ir_op_name(op));
-  EXPECT_ARRAY(got, want, 3, 1e-15);
+  CHECK_ARRAY(got, want, 3, 1e-15);
   free(got);
   ir_graph_free(g);
 }
@@ -83,13 +83,13 @@ static void test_select_cast(void) {
   double *sel = test_run(g, 3, names, data, "sel"), *f32 = test_run(g, 3, names, data, "f32");
   double *bf16 = test_run(g, 3, names, data, "bf16"), *f16 = test_run(g, 3, names, data, "f16");
   double *i32 = test_run(g, 3, names, data, "i32");
-  EXPECT_ARRAY(sel, ((double[]){1.0 / 3, 20, 70000}), 3, 0);
-  EXPECT_ARRAY(f32, ((double[]){0.3333333432674408, -2.700000047683716, 70000}), 3, 0);
-  EXPECT_ARRAY(bf16, ((double[]){0.333984375, -2.703125, 70144}), 3, 0);
-  EXPECT_NEAR(f16[0], 0.333251953125, 0);
-  EXPECT_NEAR(f16[1], -2.69921875, 0);
+  CHECK_ARRAY(sel, ((double[]){1.0 / 3, 20, 70000}), 3, 0);
+  CHECK_ARRAY(f32, ((double[]){0.3333333432674408, -2.700000047683716, 70000}), 3, 0);
+  CHECK_ARRAY(bf16, ((double[]){0.333984375, -2.703125, 70144}), 3, 0);
+  CHECK_NEAR(f16[0], 0.333251953125, 0);
+  CHECK_NEAR(f16[1], -2.69921875, 0);
   CU_ASSERT(isinf(f16[2]));
-  EXPECT_ARRAY(i32, ((double[]){0, -2, 70000}), 3, 0);
+  CHECK_ARRAY(i32, ((double[]){0, -2, 70000}), 3, 0);
   free(sel), free(f32), free(bf16), free(f16), free(i32);
   ir_graph_free(g);
 }
@@ -145,7 +145,7 @@ static void test_data_movement(void) {
        0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 2);
 #undef CASE
   for (int i = 0; i < nc; i++) {
-    EXPECT_ARRAY(cases[i].got, cases[i].want, cases[i].n, 0);
+    CHECK_ARRAY(cases[i].got, cases[i].want, cases[i].n, 0);
     free(cases[i].got);
   }
 }
@@ -157,14 +157,14 @@ static void test_reduce(void) {
   ir_graph_add_output(g, "out", ir_reduce_sum(g, x, 2, (int32_t[]){0, 2}));
   double *sum = run_iota_input(g, x);
   /* sum over i, k of 12 i + 4 j + k = 8 * 4 j + 2*6 + 12*4 = 32 j + 60 */
-  EXPECT_ARRAY(sum, ((double[]){60, 92, 124}), 3, 0);
+  CHECK_ARRAY(sum, ((double[]){60, 92, 124}), 3, 0);
   free(sum);
   ir_graph_free(g);
   g = ir_graph_new();
   x = ir_input(g, "x", DT_F64, 3, d234);
   ir_graph_add_output(g, "out", ir_reduce_max(g, ir_neg(g, x), 1, (int32_t[]){1}));
   double *mx = run_iota_input(g, x);
-  EXPECT_ARRAY(mx, ((double[]){0, -1, -2, -3, -12, -13, -14, -15}), 8, 0);
+  CHECK_ARRAY(mx, ((double[]){0, -1, -2, -3, -12, -13, -14, -15}), 8, 0);
   free(mx);
   ir_graph_free(g);
 }
@@ -175,7 +175,7 @@ static void test_dot(void) {
   int32_t a = ir_input(g, "x", DT_F64, 2, d23), b = ir_iota(g, DT_F64, 2, d32, 0);
   ir_graph_add_output(g, "out", ir_matmul(g, a, b)); /* [[0,1,2],[3,4,5]] x [[0,0],[1,1],[2,2]] */
   double *mm = run_iota_input(g, a);
-  EXPECT_ARRAY(mm, ((double[]){5, 5, 14, 14}), 4, 0);
+  CHECK_ARRAY(mm, ((double[]){5, 5, 14, 14}), 4, 0);
   free(mm);
   ir_graph_free(g);
   /* batched, rhs transposed: out[b,i,j] = sum_k x[b,i,k] y[b,k,j] with y = x^T per batch + 1 */
@@ -188,9 +188,9 @@ static void test_dot(void) {
   double *bm = run_iota_input(g, a);
   /* batch 0: rows r0=[0,1,2], r1=[3,4,5]; out[i][j] = r_i . r_j + sum(r_i) */
   /* batch 1: rows [6,7,8], [9,10,11] */
-  EXPECT_ARRAY(
-      bm, ((double[]){5 + 3, 14 + 3, 14 + 12, 50 + 12, 149 + 21, 212 + 21, 212 + 30, 302 + 30}), 8,
-      0);
+  CHECK_ARRAY(bm,
+              ((double[]){5 + 3, 14 + 3, 14 + 12, 50 + 12, 149 + 21, 212 + 21, 212 + 30, 302 + 30}),
+              8, 0);
   free(bm);
   ir_graph_free(g);
 }
@@ -204,11 +204,11 @@ static void test_gather_scatter_topk(void) {
   ir_graph_add_output(g, "out", gat);
   ir_graph_add_output(g, "sc", ir_scatter_add(g, idx, gat, 4));
   double *got = run_iota_input(g, t);
-  EXPECT_ARRAY(got, ((double[]){4, 5, 0, 1, 4, 5, 2, 3}), 8, 0);
+  CHECK_ARRAY(got, ((double[]){4, 5, 0, 1, 4, 5, 2, 3}), 8, 0);
   free(got);
   double xs[6] = {0, 1, 2, 3, 4, 5};
   double *sc = test_run(g, 1, (const char *[]){"x"}, (const double *[]){xs}, "sc");
-  EXPECT_ARRAY(sc, ((double[]){0, 1, 2, 3, 8, 10, 0, 0}), 8, 0);
+  CHECK_ARRAY(sc, ((double[]){0, 1, 2, 3, 8, 10, 0, 0}), 8, 0);
   free(sc);
   ir_graph_free(g);
 
@@ -217,7 +217,7 @@ static void test_gather_scatter_topk(void) {
   ir_graph_add_output(g, "out", ir_top_k_indices(g, t, 3));
   double xv[] = {0.5, 3, -1, 3, 7, 1, 2, 0};
   double *tk = test_run(g, 1, (const char *[]){"x"}, (const double *[]){xv}, "out");
-  EXPECT_ARRAY(tk, ((double[]){1, 3, 0, 0, 2, 1}), 6, 0);
+  CHECK_ARRAY(tk, ((double[]){1, 3, 0, 0, 2, 1}), 6, 0);
   free(tk);
   ir_graph_free(g);
   (void)d4;
@@ -231,13 +231,13 @@ static void test_errors(void) {
                       ir_gather(g, t, ir_const_data(g, DT_I32, (double[]){1, 5}, 1, d22)));
   IrInterp *it = ir_interp_new(g, NULL);
   CU_ASSERT_EQUAL(ir_interp_run(it), IR_ERR); /* x unset */
-  EXPECT_STR_HAS(ir_interp_error(it), "input 'x' is not set");
+  CHECK_HAS(ir_interp_error(it), "input 'x' is not set");
   CU_ASSERT_EQUAL(ir_interp_set(it, -1, "x", 1, d3x, (double[]){1, 2, 3}), IR_ERR);
-  EXPECT_STR_HAS(ir_interp_error(it), "shape");
+  CHECK_HAS(ir_interp_error(it), "shape");
   CU_ASSERT_EQUAL(ir_interp_set(it, -1, "nope", 1, d2, (double[]){1, 2}), IR_ERR);
   CU_ASSERT_EQUAL(ir_interp_set(it, -1, "x", 1, d2, (double[]){1, 2}), IR_OK);
   CU_ASSERT_EQUAL(ir_interp_run(it), IR_ERR); /* index 5 out of range */
-  EXPECT_STR_HAS(ir_interp_error(it), "index 5");
+  CHECK_HAS(ir_interp_error(it), "index 5");
   CU_ASSERT_PTR_NULL(ir_interp_output(it, 0, "missing", NULL));
   ir_interp_free(it);
   ir_graph_free(g);
@@ -283,12 +283,12 @@ static void test_collectives_2(void) {
   CU_ASSERT_PTR_NULL_FATAL(ir_graph_error(g));
   IrInterp *it = ir_interp_new(g, NULL);
   run_mesh(it, g); /* dev0 x = [[0,1],[2,3]], dev1 x = [[10,11],[12,13]] */
-  EXPECT_ARRAY(ir_interp_output(it, 1, "ar", NULL), ((double[]){10, 12, 14, 16}), 4, 0);
-  EXPECT_ARRAY(ir_interp_output(it, 0, "ag", NULL), ((double[]){0, 1, 10, 11, 2, 3, 12, 13}), 8, 0);
-  EXPECT_ARRAY(ir_interp_output(it, 0, "rs", NULL), ((double[]){10, 12}), 2, 0);
-  EXPECT_ARRAY(ir_interp_output(it, 1, "rs", NULL), ((double[]){14, 16}), 2, 0);
-  EXPECT_ARRAY(ir_interp_output(it, 0, "a2a", NULL), ((double[]){0, 1, 10, 11}), 4, 0);
-  EXPECT_ARRAY(ir_interp_output(it, 1, "a2a", NULL), ((double[]){2, 3, 12, 13}), 4, 0);
+  CHECK_ARRAY(ir_interp_output(it, 1, "ar", NULL), ((double[]){10, 12, 14, 16}), 4, 0);
+  CHECK_ARRAY(ir_interp_output(it, 0, "ag", NULL), ((double[]){0, 1, 10, 11, 2, 3, 12, 13}), 8, 0);
+  CHECK_ARRAY(ir_interp_output(it, 0, "rs", NULL), ((double[]){10, 12}), 2, 0);
+  CHECK_ARRAY(ir_interp_output(it, 1, "rs", NULL), ((double[]){14, 16}), 2, 0);
+  CHECK_ARRAY(ir_interp_output(it, 0, "a2a", NULL), ((double[]){0, 1, 10, 11}), 4, 0);
+  CHECK_ARRAY(ir_interp_output(it, 1, "a2a", NULL), ((double[]){2, 3, 12, 13}), 4, 0);
   ir_interp_free(it);
   ir_graph_free(g);
 }
@@ -309,20 +309,19 @@ static void test_collectives_4(void) {
   ir_graph_add_output(g, "ls_both", ir_local_slice(g, x4, 2, both, 0));
   CU_ASSERT_PTR_NULL_FATAL(ir_graph_error(g));
   IrInterp *it = ir_interp_new(g, NULL);
-  EXPECT_INT(ir_interp_devices(it), 4);
+  CHECK_INT(ir_interp_devices(it), 4);
   run_mesh(it, g); /* device (d, m) = 2d + m holds [10 dev, 10 dev + 1] */
-  EXPECT_ARRAY(ir_interp_output(it, 1, "ar_data", NULL), ((double[]){40, 42}), 2,
-               0); /* dev 1 + 3 */
-  EXPECT_ARRAY(ir_interp_output(it, 2, "ar_model", NULL), ((double[]){50, 52}), 2, 0); /* 2 + 3 */
+  CHECK_ARRAY(ir_interp_output(it, 1, "ar_data", NULL), ((double[]){40, 42}), 2, 0); /* dev 1 + 3 */
+  CHECK_ARRAY(ir_interp_output(it, 2, "ar_model", NULL), ((double[]){50, 52}), 2, 0); /* 2 + 3 */
   /* group order: model major, data minor -> devices 0, 2, 1, 3 */
-  EXPECT_ARRAY(ir_interp_output(it, 3, "ag_both", NULL), ((double[]){0, 1, 20, 21, 10, 11, 30, 31}),
-               8, 0);
+  CHECK_ARRAY(ir_interp_output(it, 3, "ag_both", NULL), ((double[]){0, 1, 20, 21, 10, 11, 30, 31}),
+              8, 0);
   /* x4 on dev = [x0, x1, x0, x1]; a2a chunk r of each member; device 2 has group rank 1 */
-  EXPECT_ARRAY(ir_interp_output(it, 2, "a2a_both", NULL), ((double[]){1, 21, 11, 31}), 4, 0);
-  EXPECT_ARRAY(ir_interp_output(it, 1, "rs_both", NULL), ((double[]){60}), 1,
-               0); /* rank 2: x0 sum */
-  EXPECT_ARRAY(ir_interp_output(it, 1, "ls_both", NULL), ((double[]){10}), 1, 0); /* rank 2: x0 */
-  EXPECT_ARRAY(ir_interp_output(it, 2, "ls_both", NULL), ((double[]){21}), 1, 0); /* rank 1: x1 */
+  CHECK_ARRAY(ir_interp_output(it, 2, "a2a_both", NULL), ((double[]){1, 21, 11, 31}), 4, 0);
+  CHECK_ARRAY(ir_interp_output(it, 1, "rs_both", NULL), ((double[]){60}), 1,
+              0); /* rank 2: x0 sum */
+  CHECK_ARRAY(ir_interp_output(it, 1, "ls_both", NULL), ((double[]){10}), 1, 0); /* rank 2: x0 */
+  CHECK_ARRAY(ir_interp_output(it, 2, "ls_both", NULL), ((double[]){21}), 1, 0); /* rank 1: x1 */
   (void)d4;
   ir_interp_free(it);
   ir_graph_free(g);
@@ -337,7 +336,7 @@ static void test_mesh_mismatch(void) {
       g, "out", ir_all_reduce(g, ir_input(g, "x", DT_F32, 0, NULL), 1, (const char *[]){"data"}));
   IrInterp *it = ir_interp_new(g, &other);
   CU_ASSERT_EQUAL(ir_interp_run(it), IR_ERR);
-  EXPECT_STR_HAS(ir_interp_error(it), "mesh");
+  CHECK_HAS(ir_interp_error(it), "mesh");
   ir_interp_free(it);
   ir_graph_free(g);
 }
@@ -349,10 +348,10 @@ static void test_rounding(void) {
   IrInterp *it = ir_interp_new(g, NULL);
   ir_interp_set(it, -1, "x", 0, NULL, (double[]){1});
   CU_ASSERT_EQUAL_FATAL(ir_interp_run(it), IR_OK);
-  EXPECT_NEAR(ir_interp_output(it, 0, "out", NULL)[0], (double)(1.0f / 3.0f), 0);
+  CHECK_NEAR(ir_interp_output(it, 0, "out", NULL)[0], (double)(1.0f / 3.0f), 0);
   ir_interp_set_rounding(it, false);
   CU_ASSERT_EQUAL_FATAL(ir_interp_run(it), IR_OK);
-  EXPECT_NEAR(ir_interp_output(it, 0, "out", NULL)[0], 1.0 / 3.0, 0);
+  CHECK_NEAR(ir_interp_output(it, 0, "out", NULL)[0], 1.0 / 3.0, 0);
   ir_interp_free(it);
   ir_graph_free(g);
 }
@@ -379,8 +378,8 @@ static void test_release_dead_values(void) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(y);
   CU_ASSERT_PTR_NOT_NULL_FATAL(e);
   for (int i = 0; i < 3; i++) {
-    EXPECT_NEAR(y[i], (double)(float)-(float)exp(x[i]) + x[i], 1e-6);
-    EXPECT_NEAR(e[i], exp(x[i]), 1e-6);
+    CHECK_NEAR(y[i], (double)(float)-(float)exp(x[i]) + x[i], 1e-6);
+    CHECK_NEAR(e[i], exp(x[i]), 1e-6);
   }
   CU_ASSERT_PTR_NULL(ir_interp_value(it, 0, 2)); /* read by %3 only: freed */
   CU_ASSERT_PTR_NULL(ir_interp_value(it, 0, 0)); /* the input's copy too */
@@ -403,8 +402,8 @@ static void test_value_too_large(void) {
   IrInterp *it = ir_interp_new(g, NULL);
   CU_ASSERT_PTR_NOT_NULL_FATAL(it);
   CU_ASSERT_EQUAL(ir_interp_run(it), IR_ERR);
-  EXPECT_STR_HAS(ir_interp_error(it),
-                 "%0 (iota) at /model/huge: out of memory for 35184372088832 elements");
+  CHECK_HAS(ir_interp_error(it),
+            "%0 (iota) at /model/huge: out of memory for 35184372088832 elements");
   ir_interp_free(it);
   ir_graph_free(g);
 }
@@ -453,8 +452,8 @@ static void test_dot_tf32(void) {
   EXPECT_STR_HAS(msg, "expected matmul f32 or tf32");
 }
 
-int main(void) {
-  CU_TestInfo tests[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"release_dead_values", test_release_dead_values},
       {"unary", test_unary},
       {"binary_compare", test_binary},
@@ -470,8 +469,7 @@ int main(void) {
       {"mesh_mismatch", test_mesh_mismatch},
       {"rounding", test_rounding},
       {"value_too_large", test_value_too_large},
-      CU_TEST_INFO_NULL,
+      {NULL, NULL},
   };
-  CU_SuiteInfo suites[] = {{.pName = "interp", .pTests = tests}, CU_SUITE_INFO_NULL};
-  return test_main(suites);
+  return test_main(argc, argv, "interp", cases);
 }

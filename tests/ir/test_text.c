@@ -92,27 +92,26 @@ static void test_round_trip(void) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(h);
   char *t2 = ir_graph_to_string(h);
   CU_ASSERT_STRING_EQUAL(t1, t2);
-  EXPECT_INT(h->nvalues, g->nvalues);
-  EXPECT_INT(h->noutputs, g->noutputs);
-  EXPECT_INT(h->mesh.naxes, 2);
+  CHECK_INT(h->nvalues, g->nvalues);
+  CHECK_INT(h->noutputs, g->noutputs);
+  CHECK_INT(h->mesh.naxes, 2);
   for (int32_t i = 0; i < g->nvalues && i < h->nvalues; i++) {
     if (!values_equal(&g->values[i], &h->values[i])) fprintf(stderr, "value %%%d differs\n", i);
     CU_ASSERT(values_equal(&g->values[i], &h->values[i]));
   }
   for (int32_t k = 0; k < g->noutputs && k < h->noutputs; k++) {
     CU_ASSERT_STRING_EQUAL(g->outputs[k].name, h->outputs[k].name);
-    EXPECT_INT(g->outputs[k].value, h->outputs[k].value);
+    CHECK_INT(g->outputs[k].value, h->outputs[k].value);
   }
   /* spot checks of the syntax docs/ir.md describes */
-  EXPECT_STR_HAS(t1, "mesh data=2 model=1\n");
-  EXPECT_STR_HAS(t1, "= parameter \"wq\" : f32[8,8] @\"/model/decoder/layer/self_attention\"\n");
-  EXPECT_STR_HAS(
-      t1, "lhs_batch=[0,1] rhs_batch=[0,1] lhs_contract=[3] rhs_contract=[3] : f32[2,2,4,4]");
-  EXPECT_STR_HAS(t1, "#\"attention.probs\"");
-  EXPECT_STR_HAS(t1, "mesh_axes=[model] : f32[2,4,8] @\"/model/decoder/layer/self_attention\" "
-                     "#\"attention.o_proj\"");
-  EXPECT_STR_HAS(t1, "data=[0.1,-2.5e-300,1e+300,3] : f64[4]");
-  EXPECT_STR_HAS(t1, "value=-1e+30 : f32[2,2,4,4]");
+  CHECK_HAS(t1, "mesh data=2 model=1\n");
+  CHECK_HAS(t1, "= parameter \"wq\" : f32[8,8] @\"/model/decoder/layer/self_attention\"\n");
+  CHECK_HAS(t1, "lhs_batch=[0,1] rhs_batch=[0,1] lhs_contract=[3] rhs_contract=[3] : f32[2,2,4,4]");
+  CHECK_HAS(t1, "#\"attention.probs\"");
+  CHECK_HAS(t1, "mesh_axes=[model] : f32[2,4,8] @\"/model/decoder/layer/self_attention\" "
+                "#\"attention.o_proj\"");
+  CHECK_HAS(t1, "data=[0.1,-2.5e-300,1e+300,3] : f64[4]");
+  CHECK_HAS(t1, "value=-1e+30 : f32[2,2,4,4]");
   free(t1);
   free(t2);
   ir_graph_free(h);
@@ -134,12 +133,12 @@ static void test_split(void) {
   CU_ASSERT_STRING_EQUAL(t, text);
   free(t);
   const IrSplit *s = &g->values[0].split;
-  EXPECT_INT(ir_split_count(&g->mesh, s, 0), 4);
-  EXPECT_INT(ir_split_count(&g->mesh, s, 1), 1);
-  EXPECT_INT(ir_split_count(&g->mesh, s, 2), 2);
-  EXPECT_INT(ir_split_index(&g->mesh, s, 0, 5), 2); /* device 5 = (data 1, expert 0, model 1) */
-  EXPECT_INT(ir_split_index(&g->mesh, s, 2, 5), 1);
-  EXPECT_INT(ir_split_index(&g->mesh, s, 1, 5), 0);
+  CHECK_INT(ir_split_count(&g->mesh, s, 0), 4);
+  CHECK_INT(ir_split_count(&g->mesh, s, 1), 1);
+  CHECK_INT(ir_split_count(&g->mesh, s, 2), 2);
+  CHECK_INT(ir_split_index(&g->mesh, s, 0, 5), 2); /* device 5 = (data 1, expert 0, model 1) */
+  CHECK_INT(ir_split_index(&g->mesh, s, 2, 5), 1);
+  CHECK_INT(ir_split_index(&g->mesh, s, 1, 5), 0);
   ir_graph_free(g);
   static const char *bad[] = {
       "mesh data=2\n%0 = parameter \"w\" : f32[2] split=[fsdp]\n",
@@ -180,7 +179,7 @@ static void expect_parse_error(const char *text, const char *want) {
   char msg[IR_ERR_LEN] = "";
   IrGraph *g = ir_graph_parse(text, msg, sizeof msg);
   CU_ASSERT_PTR_NULL(g);
-  EXPECT_STR_HAS(msg, want);
+  CHECK_HAS(msg, want);
   ir_graph_free(g);
 }
 
@@ -213,25 +212,24 @@ static void test_dot_output(void) {
   FILE *f = open_memstream(&buf, &len);
   CU_ASSERT_EQUAL(ir_graph_print_dot(g, f), IR_OK);
   fclose(f);
-  EXPECT_STR_HAS(buf, "digraph ir {");
-  EXPECT_STR_HAS(buf, "label=\"/model/decoder/layer/self_attention\"");
-  EXPECT_STR_HAS(buf, "#attention.probs");
+  CHECK_HAS(buf, "digraph ir {");
+  CHECK_HAS(buf, "label=\"/model/decoder/layer/self_attention\"");
+  CHECK_HAS(buf, "#attention.probs");
   int edges = 0, nodes = 0, want_edges = 0;
   for (const char *p = buf; (p = strstr(p, " -> v")); p++) edges++;
   for (const char *p = buf; (p = strstr(p, " [label=\"%")); p++) nodes++;
   for (int32_t i = 0; i < g->nvalues; i++) want_edges += g->values[i].nops;
-  EXPECT_INT(edges, want_edges);
-  EXPECT_INT(nodes, g->nvalues);
+  CHECK_INT(edges, want_edges);
+  CHECK_INT(nodes, g->nvalues);
   free(buf);
   ir_graph_free(g);
 }
 
-int main(void) {
-  CU_TestInfo tests[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"round_trip_attention", test_round_trip}, {"split", test_split},
       {"parse_extras", test_parse_extras},       {"parse_errors", test_parse_errors},
-      {"dot_output", test_dot_output},           CU_TEST_INFO_NULL,
+      {"dot_output", test_dot_output},           {NULL, NULL},
   };
-  CU_SuiteInfo suites[] = {{.pName = "text", .pTests = tests}, CU_SUITE_INFO_NULL};
-  return test_main(suites);
+  return test_main(argc, argv, "text", cases);
 }

@@ -8,18 +8,12 @@
  * - The job's exit status comes back; no signal is reported.
  * Runs without LLVM or MPI: the jobs are sh.
  */
-#include <CUnit/Basic.h>
-#include <CUnit/CUnit.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "launch/launch.h"
 #include "tests/cunit_check.h"
-
-#define CHECK_EQ(a, b)                                                                             \
-  CHECK_MSG((long long)(a) == (long long)(b), "%s == %s: %lld, expected %lld", #a, #b,             \
-            (long long)(a), (long long)(b))
 
 typedef struct Got {
   int n;
@@ -45,7 +39,7 @@ static int run(const char *script, Got *g) {
   LaunchLines lines = {on_line, g};
   int signalled = -1;
   int rc = launch_job_lines(argv, NULL, &lines, &signalled);
-  CHECK_EQ(signalled, 0);
+  CHECK_INT(signalled, 0);
   return rc;
 }
 
@@ -67,7 +61,7 @@ static void test_lines(void) {
   int rc = run("printf 'a\\nb'; printf 'c\\n' >&2; printf 'x\\rstep 1/5 loss 2\\033[K'; sleep 1; "
                "printf '\\rstep 2/5\\033[K\\n'; printf 'd\\ne' >&2; printf 'tail'; exit 3",
                &g);
-  CHECK_EQ(rc, 3);
+  CHECK_INT(rc, 3);
   const char *out = lines_of(&g, 1), *want = "a|bx|step 1/5 loss 2\033[K|step 2/5\033[K|tail";
   CHECK_MSG(!strcmp(out, want), "stdout: '%s', expected '%s'", out, want);
   const char *err = lines_of(&g, 2);
@@ -89,20 +83,17 @@ static void test_progress_at_once(void) {
 
 static void test_long_line(void) {
   Got g;
-  CHECK_EQ(run("head -c 5000 /dev/zero | tr '\\0' x; echo", &g), 0);
-  CHECK_EQ(g.bytes[1], 5000);
+  CHECK_INT(run("head -c 5000 /dev/zero | tr '\\0' x; echo", &g), 0);
+  CHECK_INT(g.bytes[1], 5000);
   CHECK_MSG(g.n >= 2, "%d pieces", g.n);
 }
 
-int main(void) {
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("launch_spawn", NULL, NULL);
-  CU_add_test(s, "lines of stdout and stderr, \\r, the last one", test_lines);
-  CU_add_test(s, "a terminal's progress line counts at once", test_progress_at_once);
-  CU_add_test(s, "a line longer than the buffer", test_long_line);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  int fails = (int)CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return fails ? 1 : 0;
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"lines of stdout and stderr, \\r, the last one", test_lines},
+      {"a terminal's progress line counts at once", test_progress_at_once},
+      {"a line longer than the buffer", test_long_line},
+      {NULL, NULL},
+  };
+  return test_main(argc, argv, "launch_spawn", cases);
 }

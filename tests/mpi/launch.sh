@@ -22,6 +22,9 @@
 #              trainer's step times, not the stopped time
 #   accounting --restart-downtime out of range refused; --restart-step on a run that loaded no
 #              checkpoint loses no steps
+#   reworded   every trainer message reworded (AXLC_REWORD_MESSAGES=1): the supervisor still
+#              names each cause from the event lines: a non-finite loss (its step and tensor), a
+#              rank's silent data corruption (the rank), a rank stopped (the watchdog's rank)
 set -u
 AXLC=$1 SRC=$2 CASE=$3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -29,14 +32,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 scratch launch
 MODEL="$SRC/models/tiny-lm.json"
 # tokens below 32, as plain text would not give: an llm.c token file
-/usr/bin/python3 - "$T/tokens.bin" <<'PYEOF'
-import random, struct, sys
-r = random.Random(7); n = 20000; toks = []; t = 0
-for i in range(n):
-    t = (t * 7 + 5) % 32 if r.random() < 0.7 else r.randrange(32)
-    toks.append(t)
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PYEOF
+tokens "$T/tokens.bin" 20000
 DATA="$T/tokens.bin"
 
 # refused WHAT EXPECTED ARGS...: axlc launch ARGS exits 1 and says EXPECTED (grep -E)
@@ -321,6 +317,54 @@ m = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 print("lost %.3f s, productive %.3f s, downtime %.3f s" % (m["lost_s"], m["productive_s"], m["downtime_s"]))
 sys.exit(0 if m["lost_s"] == 0 and m["productive_s"] > 0 and m["downtime_s"] == 0.5 else 1)
 PYEOF
+  ;;
+reworded)
+  # the trainer's messages say none of what the supervisor once looked for; its event lines do
+  export AXLC_REWORD_MESSAGES=1
+  must "$AXLC" compile "$MODEL" --target cpu-2 --set /input/seq_len=16 -o "$T/t2"
+  must "$AXLC" compile "$MODEL" --target cpu-2 --set /input/seq_len=16 \
+    --set /learner/optimizer/learning_rate=1e30 -o "$T/nan"
+  # cause CASE EXPECTED: the report's one failure names EXPECTED (grep -E), and no trainer line
+  # reads as the English the supervisor once matched
+  cause() {
+    grep -qE "\"event\":\"failure\",\"launch\":1,\"cause\":\"$2" "$T/r.jsonl" ||
+      { fail "$1: cause"; cat "$T/r.jsonl" "$T/err" >&2; }
+    grep -q "REWORDED" "$T/err" || fail "$1: the trainer's message was not reworded"
+    ! grep -qE "not finite; training stopped|: silent data corruption: |no answer from rank" "$T/err" ||
+      fail "$1: a message kept its words"
+  }
+  "$AXLC" launch "$T/nan" -n 2 --max-restarts 0 --report "$T/r.jsonl" -- --data "$DATA" --steps 20 \
+    --threads 1 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 3 ] || fail "nonfinite: exit $rc, expected 3"
+  cause nonfinite 'a non-finite value \(step 2: loss\)","rank":-1,"status":3,"step":2'
+  AXLC_TEST_SDC_FLIP=3@1 "$AXLC" launch "$T/t2" -n 2 --max-restarts 0 --report "$T/r.jsonl" -- \
+    --data "$DATA" --steps 5 --threads 1 --sdc-check-every 3 > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 4 ] || fail "sdc: exit $rc, expected 4"
+  cause sdc 'rank 1: silent data corruption at step 3","rank":1,"status":4'
+  # rank 1 stopped (SIGSTOP) after its 20th step: the watchdog of rank 0 names it in 3 s
+  AXLC_COMM_TIMEOUT=3 "$AXLC" launch "$T/t2" -n 2 --max-restarts 0 --report "$T/r.jsonl" -- \
+    --data "$DATA" --steps 100000000 --threads 1 --metrics "$T/m.jsonl" > "$T/out" 2> "$T/err" &
+  axlc=$!
+  pid=
+  trap 'kill -9 $axlc $pid 2>/dev/null; rm -rf "$T"' EXIT
+  i=0
+  until [ "$(cat "$T/m.jsonl" 2> /dev/null | wc -l)" -ge 20 ] || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/exe")" = "$T/t2" ] && tr '\0' '\n' < "$p/environ" 2> /dev/null |
+      grep -qx "OMPI_COMM_WORLD_RANK=1" && pid=${p#/proc/}
+  done
+  [ -n "$pid" ] || fail "watchdog: rank 1 not found"
+  kill -STOP "$pid"
+  wait $axlc
+  rc=$?
+  kill -9 "$pid" 2> /dev/null
+  [ $rc -ne 0 ] || fail "watchdog: exit 0"
+  cause watchdog 'rank 1: stopped answering \(the watchdog\)","rank":1'
+  ;;
+*)
+  fail "unknown case $CASE"
   ;;
 esac
 [ "$fails" -eq 0 ] || exit 1

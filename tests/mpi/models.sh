@@ -13,6 +13,12 @@
 #   resume             tiny-lm: a data=2 x model=2 checkpoint of step 5 resumes under fsdp=4
 #                      and under one process on the same curve (1e-4), and under data=2 x
 #                      model=2 bit for bit (metrics and checkpoint files)
+#   ocl_MODEL_MESH     the same with an OpenCL trainer (--target opencl-N, one rank per device;
+#                      PoCL's one CPU device is shared by the ranks): within the CPU's tolerances
+#   ocl_run            axlc run --target opencl-2 starts mpirun on an OpenCL trainer itself
+#   ocl_handover       an OpenCL fsdp=2 run's step-5 checkpoint resumes on one CPU process, and a
+#                      CPU run's step 5 on OpenCL under fsdp=2, on the one-process curve (1e-4);
+#                      the latter's ranks without the launcher's local rank take MPI's
 # MODEL and MESH: tests/layouts.sh (tiny_lm, moe, fuji, tiny_moe, fuji_moe, the *_bf16 models;
 # data4, fsdp4, model2, data2model2, expert2, expert2fsdp2, fsdp2, fsdp2mb2, fsdp2mb4,
 # seq2, seq2model2, spmodel2, spseq2model2).
@@ -26,27 +32,35 @@ scratch mpi-models
 need_numpy
 mkdir -p "$W"
 STEPS=10
+# ocl_*: the same cases with OpenCL trainers (--target opencl-N) in place of the CPU's
+OCL=
+case $CASE in
+ocl_*) OCL=ocl- CASE=${CASE#ocl_} ;;
+esac
+# cpu CMD...: CMD with the CPU's trainers
+cpu() {
+  cpu_ocl=$OCL
+  OCL=
+  "$@"
+  cpu_rc=$?
+  OCL=$cpu_ocl
+  return $cpu_rc
+}
 # tokens below 32 (fuji-test's vocabulary), an llm.c token file
 DATA="$W/tokens.bin"
 if [ ! -f "$DATA" ]; then
-  "$PY" - "$T/tokens.bin" <<'PYEOF'
-import random, struct, sys
-r = random.Random(7); n = 20000; toks = []; t = 0
-for i in range(n):
-    t = (t * 7 + 5) % 32 if r.random() < 0.7 else r.randrange(32)
-    toks.append(t)
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PYEOF
+  tokens "$T/tokens.bin" 20000
   mv "$T/tokens.bin" "$DATA"
 fi
 
 # trainer MODEL MESH: the path of its compiled trainer (compiled once, kept in $W)
 trainer() {
-  exe="$W/$1-$2.trainer"
+  exe="$W/$OCL$1-$2.trainer"
   if [ ! -x "$exe" ]; then
     set -- "$1" "$2" $(mesh "$2")
     target=cpu
     [ "$3" -gt 1 ] && target=cpu-$3
+    [ -n "$OCL" ] && target=opencl-$3
     "$AXLC" compile "$(model_file "$1")" $(model_args "$1") --target $target --set "/mesh/shape=$4" --set /input/seq_len=16 \
       --set "/precision/compute=$(precision "$1")" ${5:+--set "$5"} -o "$T/exe" > "$T/compile.log" 2>&1 || { fail "compile $1 on $2"; cat "$T/compile.log" >&2; return 1; }
     mv "$T/exe" "$exe"
@@ -63,7 +77,7 @@ train() {
   if [ "$np" -eq 1 ]; then
     "$exe" --data "$DATA" --threads 1 --ckpt-dir "$dir/ck" --metrics "$dir/m.jsonl" "$@"
   else
-    "$MPIRUN" -np "$np" --oversubscribe "$exe" --data "$DATA" --threads 1 --ckpt-dir "$dir/ck" \
+    "$MPIRUN" -np "$np" --oversubscribe ${WRAP:-} "$exe" --data "$DATA" --threads 1 --ckpt-dir "$dir/ck" \
       --metrics "$dir/m.jsonl" "$@"
   fi
 }
@@ -73,7 +87,7 @@ reference() {
   [ "${2:-one}" = one ] || ref="$ref-$2"
   if [ ! -f "$ref/params.safetensors" ]; then
     rm -rf "$ref.tmp"
-    must train "$1" "${2:-one}" "$ref.tmp" --steps $STEPS
+    cpu must train "$1" "${2:-one}" "$ref.tmp" --steps $STEPS
     must "$DUMP" "$ref.tmp/ck" "$ref.tmp/params.safetensors"
     rm -rf "$ref" && mv "$ref.tmp" "$ref"
   fi
@@ -82,18 +96,21 @@ reference() {
 case $CASE in
 ref_*)
   # the fixture of every test of this model: trainers of an earlier build are stale
-  rm -rf "$W/ref-${CASE#ref_}" "$W/ref-${CASE#ref_}"-* "$W/${CASE#ref_}"-*.trainer
+  rm -rf "$W/ref-${CASE#ref_}" "$W/ref-${CASE#ref_}"-* "$W/${CASE#ref_}"-*.trainer "$W/ocl-${CASE#ref_}"-*.trainer
   reference "${CASE#ref_}"
   ;;
 run)
   # axlc run --target cpu-2 compiles a temporary trainer and starts mpirun itself
   reference tiny_lm
-  must "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+  tgt=cpu-2
+  [ -n "$OCL" ] && tgt=opencl-2 # ocl_run: the OpenCL trainer, one rank per device
+  must "$AXLC" run "$SRC/models/tiny-lm.json" --target $tgt --set "/mesh/shape=[1,1,1,1,1,2]" \
     --set /input/seq_len=16 --data "$DATA" --steps 3 --threads 1 --metrics "$T/run.jsonl"
+  [ -z "$OCL" ] || grep -q "OpenCL device" "$T/log" || fail "axlc run --target opencl-2: no OpenCL device used"
   head -3 "$W/ref-tiny_lm/m.jsonl" > "$T/ref3.jsonl"
   compare losses "$T/run.jsonl" "$T/ref3.jsonl" 1e-4
   # without mpirun on PATH: how to launch by hand, before anything is compiled
-  PATH=/nonexistent "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+  PATH=/nonexistent "$AXLC" run "$SRC/models/tiny-lm.json" --target $tgt --set "/mesh/shape=[1,1,1,1,1,2]" \
     --data "$DATA" > "$T/out" 2> "$T/err"
   [ $? -eq 1 ] && grep -q "mpirun was not found.*mpirun -np 2" "$T/err" || { fail "no mpirun: no advice"; cat "$T/err" >&2; }
   ;;
@@ -137,39 +154,53 @@ signal)
     --set /input/seq_len=16 --data "$DATA" --steps 1 --threads 1 --ckpt-dir "$T/ck" --resume
   grep -q "already reaches --steps" "$T/log" || fail "after SIGKILL: the checkpoint directory is not usable"  # SIGTERM while the ranks tokenize their text (their start, before any step): the job ends
   # within 3 s, 143, rank 0 alone says so, and the temporary directory goes
-  "$PY" - "$T" << 'EOF' || fail "writing the tokenizer"
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b)
-        cs.append(256 + n)
-        n += 1
-tok = {"added_tokens": [], "model": {"type": "BPE", "vocab": {chr(c): b for b, c in zip(bs, cs)}, "merges": []},
-       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}}
-json.dump(tok, open(sys.argv[1] + "/bytes.json", "w", encoding="utf-8"), ensure_ascii=False)
-EOF
+  byte_tokenizer "$T/bytes.json" || fail "writing the tokenizer"
   yes "the fortune of a large model, 5678 words" | head -c 100000000 > "$T/big.txt"
   rm -rf "$T/tmp" && mkdir "$T/tmp" # what SIGKILL left (mpirun's session directory too)
   TMPDIR="$T/tmp" "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
     --data "$T/big.txt" --tokenizer "$T/bytes.json" --steps 5 --threads 1 > "$T/out" 2> "$T/err" &
   axlc=$!
-  i=0
-  until grep -q "$T/big.txt" /proc/[0-9]*/maps 2> /dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
-  [ $i -lt 600 ] || fail "no rank mapped its data in 60 s"
+  wait_mapped "$T/big.txt" "[0-9]*" 60 || fail "no rank mapped its data in 60 s"
   sleep 0.3
-  t0=$(date +%s%N)
-  kill -TERM $axlc
-  wait $axlc
-  rc=$?
-  ms=$((($(date +%s%N) - t0) / 1000000))
+  term_timed $axlc
   echo "SIGTERM while the ranks tokenize: exit $rc after $ms ms"
   [ $rc -eq 143 ] && [ $ms -lt 3000 ] || { fail "SIGTERM in the start: exit $rc after $ms ms"; cat "$T/err" >&2; }
   [ "$(grep -c "SIGTERM before the first step: stopped at once" "$T/err")" -eq 1 ] ||
     { fail "SIGTERM in the start: not said once"; cat "$T/err" >&2; }
   gone "SIGTERM in the start"
   [ -z "$(ls "$T/tmp")" ] || fail "SIGTERM in the start: left $(ls "$T/tmp")"
+  ;;
+handover)
+  # OpenCL (fsdp=2, one rank per device) to the CPU trainer (one process) and back
+  [ -n "$OCL" ] || { fail "handover is an ocl_ case"; exit 1; }
+  reference tiny_lm
+  must train tiny_lm fsdp2 "$T/g" --steps $STEPS --ckpt-every 5 --keep 0
+  grep -q "OpenCL device" "$T/log" || fail "the fsdp2 trainer is not an OpenCL one"
+  compare losses "$T/g/m.jsonl" "$W/ref-tiny_lm/m.jsonl" 1e-4
+  mkdir -p "$T/c/ck"
+  cp -r "$T/g/ck/step_00000005" "$T/c/ck/"
+  head -5 "$T/g/m.jsonl" > "$T/c/m.jsonl"
+  cpu must train tiny_lm one "$T/c" --steps $STEPS --resume
+  grep -q "resumed from" "$T/log" || fail "the CPU trainer did not resume"
+  compare losses "$T/c/m.jsonl" "$T/g/m.jsonl" 1e-4
+  compare losses "$T/c/m.jsonl" "$W/ref-tiny_lm/m.jsonl" 1e-4
+  must "$DUMP" "$T/c/ck" "$T/c.safetensors"
+  must "$DUMP" "$T/g/ck" "$T/g.safetensors"
+  compare close "$T/c.safetensors" "$T/g.safetensors" 1e-4
+  # the other way: 5 CPU steps (one process), resumed by the OpenCL trainer on fsdp=2; its
+  # ranks without the launcher's local rank, which MPI then gives (MPI_COMM_TYPE_SHARED)
+  cpu must train tiny_lm one "$T/b" --steps 5
+  printf '#!/bin/sh\nunset OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID SLURM_LOCALID PMI_LOCAL_RANK\nexec "$@"\n' > "$T/nolocal"
+  chmod +x "$T/nolocal"
+  WRAP=$T/nolocal
+  must train tiny_lm fsdp2 "$T/b" --steps $STEPS --resume
+  WRAP=
+  grep -q "resumed from" "$T/log" || fail "the OpenCL trainer did not resume"
+  grep -q "local rank 1 of the 2 ranks on this node (MPI_COMM_TYPE_SHARED) shares OpenCL device" "$T/log" ||
+    fail "no local rank from MPI: $(cat "$T/log")"
+  compare losses "$T/b/m.jsonl" "$W/ref-tiny_lm/m.jsonl" 1e-4
+  must "$DUMP" "$T/b/ck" "$T/b.safetensors"
+  compare close "$T/b.safetensors" "$W/ref-tiny_lm/params.safetensors" 1e-4
   ;;
 resume)
   reference tiny_lm

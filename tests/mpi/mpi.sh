@@ -30,14 +30,7 @@ scratch mpi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 need_numpy
 # 4000 tokens of a noisy cycle over 16 symbols, as an llm.c token file
-"$PY" - "$T/tok.bin" <<'PYEOF'
-import random, struct, sys
-r = random.Random(5); n = 4000; toks = []; t = 0
-for i in range(n):
-    t = (t * 5 + 3) % 16 if r.random() < 0.8 else r.randrange(16)
-    toks.append(t)
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PYEOF
+tokens "$T/tok.bin" 4000 16 5 3 5 0.8
 # run MESH NP ARGS...: the trainer on mesh MESH ("D,M") with NP processes (1: no mpirun)
 run() {
   mesh=$1 np=$2

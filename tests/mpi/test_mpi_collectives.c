@@ -8,7 +8,6 @@
  * compares its outputs with the interpreter's for its device: collectives bit for bit, the
  * product within float rounding.
  */
-#include <CUnit/Basic.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
@@ -205,19 +204,14 @@ static void test_collectives(void) {
   ir_graph_free(g);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   rank = atoi(getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : "0");
   world = atoi(getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : "1");
   if (world != 4) {
     fprintf(stderr, "run me with mpirun -np 4 (world is %d)\n", world);
     return 1;
   }
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("mpi_collectives", NULL, NULL);
-  CU_add_test(s, "collectives against the interpreter", test_collectives);
-  CU_basic_set_mode(rank == 0 ? CU_BRM_VERBOSE : CU_BRM_SILENT);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  static const TestCase cases[] = {{"collectives against the interpreter", test_collectives},
+                                   {NULL, NULL}};
+  return test_main(argc, argv, "mpi_collectives", cases);
 }

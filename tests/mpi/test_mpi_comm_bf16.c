@@ -10,7 +10,7 @@
  * elements: a 4-byte stride would show as wrong neighbours. The bytes sent are the 2-byte
  * elements, as rt_comm_step_bytes counts them.
  */
-#include <CUnit/Basic.h>
+#include "tests/cunit_check.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,7 +205,7 @@ static void test_bf16_collectives(void) {
   rt_comm_free(comm); /* finalizes MPI */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   rank = atoi(getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : "0");
   world = atoi(getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : "1");
   if (world != 2 && world != 4) {
@@ -213,13 +213,8 @@ int main(void) {
     return 1;
   }
   mesh = (RtMesh){.naxes = world == 4 ? 2 : 1, .names = {"data", "model"}, .sizes = {2, 2}};
-  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
-  CU_pSuite s = CU_add_suite("mpi_comm_bf16", NULL, NULL);
-  CU_add_test(s, "bf16 collectives: one rounding of the exact sum, 2-byte moves",
-              test_bf16_collectives);
-  CU_basic_set_mode(rank == 0 ? CU_BRM_VERBOSE : CU_BRM_SILENT);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  static const TestCase cases[] = {
+      {"bf16 collectives: one rounding of the exact sum, 2-byte moves", test_bf16_collectives},
+      {NULL, NULL}};
+  return test_main(argc, argv, "mpi_comm_bf16", cases);
 }

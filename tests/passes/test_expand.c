@@ -147,19 +147,19 @@ static void check_case(const Case *c) {
   IrGraph *g = case_graph(c);
   char msg[IR_ERR_LEN] = "";
   CU_ASSERT_PTR_NULL_FATAL(ir_graph_error(g));
-  EXPECT_INT(count_op(g, c->grad ? IR_ATTENTION_GRAD : IR_ATTENTION), 1);
+  CHECK_INT(count_op(g, c->grad ? IR_ATTENTION_GRAD : IR_ATTENTION), 1);
   int64_t n0 = 0, n1 = 0;
   double *before = run_outputs(g, c, &n0);
   CU_ASSERT_EQUAL(pass_expand(g, NULL), IR_OK);
   if (ir_graph_error(g)) fprintf(stderr, "expand: %s\n", ir_graph_error(g));
-  EXPECT_INT(ir_graph_verify(g, msg, sizeof msg), IR_OK);
+  CHECK_INT(ir_graph_verify(g, msg, sizeof msg), IR_OK);
   if (msg[0]) fprintf(stderr, "verify: %s\n", msg);
-  EXPECT_INT(count_op(g, IR_ATTENTION) + count_op(g, IR_ATTENTION_GRAD), 0);
+  CHECK_INT(count_op(g, IR_ATTENTION) + count_op(g, IR_ATTENTION_GRAD), 0);
   check_provenance(g, c);
   double *after = run_outputs(g, c, &n1);
   CU_ASSERT_PTR_NOT_NULL_FATAL(before);
   CU_ASSERT_PTR_NOT_NULL_FATAL(after);
-  EXPECT_INT(n1, n0);
+  CHECK_INT(n1, n0);
   int bad = 0;
   for (int64_t i = 0; i < n0 && n1 == n0; i++)
     if (!(fabs(after[i] - before[i]) <= 1e-12 * fmax(1.0, fabs(before[i]))) && bad++ < 5)
@@ -167,7 +167,7 @@ static void check_case(const Case *c) {
               "rank %d T %lld causal %d grad %d ndev %d: [%lld] expanded %.17g, fused %.17g\n",
               c->rank, (long long)c->dims[c->rank - 2], c->causal, c->grad, c->ndev, (long long)i,
               after[i], before[i]);
-  EXPECT_INT(bad, 0);
+  CHECK_INT(bad, 0);
   /* the text form keeps the expansion (the causal mask's -inf included) */
   char *text = ir_graph_to_string(g);
   IrGraph *back = ir_graph_parse(text, msg, sizeof msg);
@@ -225,15 +225,14 @@ static void test_nothing_to_do(void) {
   ir_graph_free(g);
 }
 
-int main(void) {
-  CU_TestInfo tests[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"attention", test_attention},
       {"attention_grad", test_attention_grad},
       {"two_devices", test_mesh},
       {"large_scores", test_large_scores},
       {"nothing_to_do", test_nothing_to_do},
-      CU_TEST_INFO_NULL,
+      {NULL, NULL},
   };
-  CU_SuiteInfo suites[] = {{.pName = "expand", .pTests = tests}, CU_SUITE_INFO_NULL};
-  return test_main(suites);
+  return test_main(argc, argv, "expand", cases);
 }

@@ -94,13 +94,13 @@ static void test_fused_values_keep_operands_live(void) {
   bool mat[5] = {true, true, false, true, true};
   MemPlan p;
   CU_ASSERT_EQUAL_FATAL(pass_memplan_fused(g, mat, &p), IR_OK);
-  EXPECT_INT(p.bytes[2], 0);
+  CHECK_INT(p.bytes[2], 0);
   CU_ASSERT_NOT_EQUAL(p.offset[3], p.offset[1]); /* %1 is still live when %3 is computed */
-  EXPECT_INT(pass_memplan_conflicts(g, mat, &p), 0);
+  CHECK_INT(pass_memplan_conflicts(g, mat, &p), 0);
   pass_memplan_free(&p);
   /* without fusion %1 dies at %2, and %3 takes its place */
   CU_ASSERT_EQUAL_FATAL(pass_memplan(g, &p), IR_OK);
-  EXPECT_INT(p.offset[3], p.offset[1]);
+  CHECK_INT(p.offset[3], p.offset[1]);
   pass_memplan_free(&p);
   ir_graph_free(g);
 }
@@ -118,14 +118,14 @@ static void test_split(void) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(g);
   MemPlan p;
   CU_ASSERT_EQUAL_FATAL(pass_memplan_fused(g, NULL, &p), IR_OK);
-  EXPECT_INT(p.offset[1], 192); /* 160 bytes from 192: across 256 */
+  CHECK_INT(p.offset[1], 192); /* 160 bytes from 192: across 256 */
   pass_memplan_free(&p);
   CU_ASSERT_EQUAL_FATAL(pass_memplan_split(g, NULL, 256, &p), IR_OK);
-  EXPECT_INT(p.offset[0], 0);
-  EXPECT_INT(p.offset[1], 256); /* moved past the cut */
+  CHECK_INT(p.offset[0], 0);
+  CHECK_INT(p.offset[1], 256); /* moved past the cut */
   for (int32_t v = 0; v < g->nvalues; v++)
-    if (p.bytes[v] > 0) EXPECT_INT(p.offset[v] / 256, (p.offset[v] + p.bytes[v] - 1) / 256);
-  EXPECT_INT(pass_memplan_conflicts(g, NULL, &p), 0);
+    if (p.bytes[v] > 0) CHECK_INT(p.offset[v] / 256, (p.offset[v] + p.bytes[v] - 1) / 256);
+  CHECK_INT(pass_memplan_conflicts(g, NULL, &p), 0);
   pass_memplan_free(&p);
   ir_graph_free(g);
 }
@@ -153,20 +153,20 @@ static void test_over_another_plan(void) {
   CU_ASSERT_EQUAL_FATAL(pass_memplan(a, &pa), IR_OK);
   int64_t keep = pa.slab_bytes + 12; /* the first writes a little past its plan */
   CU_ASSERT_EQUAL_FATAL(pass_memplan_over(b, NULL, a, &pa, keep, &pb), IR_OK);
-  EXPECT_INT(pb.offset[1], pa.offset[0]); /* w: shared */
-  CU_ASSERT_TRUE(pb.offset[2] >= keep);   /* u: another shape, its own */
+  CHECK_INT(pb.offset[1], pa.offset[0]); /* w: shared */
+  CU_ASSERT_TRUE(pb.offset[2] >= keep);  /* u: another shape, its own */
   for (int32_t v = 0; v < b->nvalues; v++)
     if (v != 1) CU_ASSERT_TRUE(pb.offset[v] >= keep);
   CU_ASSERT_TRUE(pb.slab_bytes >= pb.offset[4] + 64);
-  EXPECT_INT(pass_memplan_conflicts(b, NULL, &pb), 0);
+  CHECK_INT(pass_memplan_conflicts(b, NULL, &pb), 0);
   pass_memplan_free(&pa);
   pass_memplan_free(&pb);
   ir_graph_free(a);
   ir_graph_free(b);
 }
 
-int main(void) {
-  CU_TestInfo tests[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"over_another_plan", test_over_another_plan},
       {"split", test_split},
       {"fixed_region_and_reuse", test_fixed_region_and_reuse},
@@ -174,8 +174,7 @@ int main(void) {
       {"refuses_read_after_update", test_refuses_read_after_update},
       {"refuses_non_elementwise_update", test_refuses_non_elementwise_update},
       {"fused_values_keep_operands_live", test_fused_values_keep_operands_live},
-      CU_TEST_INFO_NULL,
+      {NULL, NULL},
   };
-  CU_SuiteInfo suites[] = {{.pName = "memplan", .pTests = tests}, CU_SUITE_INFO_NULL};
-  return test_main(suites);
+  return test_main(argc, argv, "memplan", cases);
 }

@@ -125,7 +125,7 @@ static void test_each_device_its_rows(void) {
                       "%1 = reduce_sum %0 axes=[0,1] : f32[]\n"
                       "output \"loss\" = %1\n",
                       &opt, IR_ERR);
-  EXPECT_STR_HAS(err, "microbatch: input 'ids' has 3 rows per microbatch");
+  CHECK_HAS(err, "microbatch: input 'ids' has 3 rows per microbatch");
   free(err);
 }
 
@@ -183,20 +183,19 @@ static void test_values(void) {
     opt.microbatches = n;
     CU_ASSERT_EQUAL_FATAL(pass_microbatch(g, &opt), IR_OK);
     run(g, got);
-    for (int i = 0; i < 4; i++) EXPECT_NEAR(got[i], want[i], 1e-12 * fabs(want[i]));
+    for (int i = 0; i < 4; i++) CHECK_NEAR(got[i], want[i], 1e-12 * fabs(want[i]));
     ir_graph_free(g);
   }
   ir_graph_free(whole);
 }
 
-int main(void) {
-  CU_TestInfo tests[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"copies_in_sequence", test_copies_in_sequence},
       {"each_device_its_rows", test_each_device_its_rows},
       {"one_is_nothing", test_one_is_nothing},
       {"values", test_values},
-      CU_TEST_INFO_NULL,
+      {NULL, NULL},
   };
-  CU_SuiteInfo suites[] = {{.pName = "microbatch", .pTests = tests}, CU_SUITE_INFO_NULL};
-  return test_main(suites);
+  return test_main(argc, argv, "microbatch", cases);
 }

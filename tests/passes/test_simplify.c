@@ -107,8 +107,8 @@ static void test_fold_respects_limit_and_collectives(void) {
   IrGraph *g = ir_graph_parse(
       "%0 = constant value=1 : f32[8]\n%1 = neg %0 : f32[8]\noutput \"y\" = %1\n", NULL, 0);
   CU_ASSERT_EQUAL(pass_fold(g, &(PassOptions){.fold_limit = 4}), IR_OK);
-  EXPECT_INT(g->nvalues, 2);
-  EXPECT_INT(g->values[1].op, IR_NEG);
+  CHECK_INT(g->nvalues, 2);
+  CHECK_INT(g->values[1].op, IR_NEG);
   ir_graph_free(g);
 }
 
@@ -179,12 +179,12 @@ static void test_simplify_preserves_results(void) {
   CU_ASSERT_EQUAL(ir_graph_verify(g, msg, sizeof msg), IR_OK);
   CU_ASSERT(g->nvalues < before);
   double *l1 = test_run(g, 2, names, data, "loss"), *g1 = test_run(g, 2, names, data, "grad:w");
-  EXPECT_NEAR(l1[0], l0[0], 1e-15);
-  EXPECT_ARRAY(g1, g0, 12, 1e-15);
+  CHECK_NEAR(l1[0], l0[0], 1e-15);
+  CHECK_ARRAY(g1, g0, 12, 1e-15);
   /* the tanh(h * 1) became tanh(h) and merged with the second tanh: one tanh is left */
   int tanhs = 0;
   for (int32_t i = 0; i < g->nvalues; i++) tanhs += g->values[i].op == IR_TANH;
-  EXPECT_INT(tanhs, 1);
+  CHECK_INT(tanhs, 1);
   free(l0), free(g0), free(l1), free(g1);
   ir_graph_free(g);
 }
@@ -355,10 +355,10 @@ static void check_fold_case(const FoldCase *c) {
   CU_ASSERT_EQUAL(ir_graph_verify(g, msg, sizeof msg), IR_OK);
   double *y1 = run_leaves(g, "y"), *z1 = has_z ? run_leaves(g, "z") : NULL;
   if (count_op(g, IR_TRANSPOSE) != c->transposes) fprintf(stderr, "case: %s\n", c->name);
-  EXPECT_INT(count_op(g, IR_TRANSPOSE), c->transposes);
-  EXPECT_INT(count_op(g, IR_DOT), 1);
-  EXPECT_ARRAY(y1, y0, ny, 0);
-  if (has_z) EXPECT_ARRAY(z1, z0, ir_shape_numel(&g->values[ir_graph_output(g, "z")].shape), 0);
+  CHECK_INT(count_op(g, IR_TRANSPOSE), c->transposes);
+  CHECK_INT(count_op(g, IR_DOT), 1);
+  CHECK_ARRAY(y1, y0, ny, 0);
+  if (has_z) CHECK_ARRAY(z1, z0, ir_shape_numel(&g->values[ir_graph_output(g, "z")].shape), 0);
   free(y0), free(y1), free(z0), free(z1);
   ir_graph_free(g);
 }
@@ -412,9 +412,9 @@ static void test_simplify_folds_weight_gradient(void) {
   CU_ASSERT_EQUAL(pass_simplify(g, NULL), IR_OK);
   char msg[IR_ERR_LEN] = "";
   CU_ASSERT_EQUAL(ir_graph_verify(g, msg, sizeof msg), IR_OK);
-  EXPECT_INT(count_op(g, IR_TRANSPOSE), 0);
+  CHECK_INT(count_op(g, IR_TRANSPOSE), 0);
   double *g1 = run_leaves(g, "grad:w");
-  EXPECT_ARRAY(g1, g0, 20, 0);
+  CHECK_ARRAY(g1, g0, 20, 0);
   free(g0), free(g1);
   ir_graph_free(g);
 }
@@ -432,15 +432,15 @@ static void test_transpose_dot_waits_for_shard(void) {
   CU_ASSERT_EQUAL(pass_shard(g, &opt), IR_OK);
   char msg[IR_ERR_LEN] = "";
   CU_ASSERT_EQUAL(ir_graph_verify(g, msg, sizeof msg), IR_OK);
-  EXPECT_INT(count_op(g, IR_TRANSPOSE), 0);
+  CHECK_INT(count_op(g, IR_TRANSPOSE), 0);
   double *g1 = run_leaves(g, "grad:w");
-  EXPECT_ARRAY(g1, g0, 20, 0);
+  CHECK_ARRAY(g1, g0, 20, 0);
   free(g0), free(g1);
   ir_graph_free(g);
 }
 
-int main(void) {
-  CU_TestInfo tests[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"dce", test_dce},
       {"cse", test_cse},
       {"cse_keeps_distinct_attrs", test_cse_keeps_distinct_attrs},
@@ -453,8 +453,7 @@ int main(void) {
       {"transpose_dot_text", test_transpose_dot_text},
       {"simplify_folds_weight_gradient", test_simplify_folds_weight_gradient},
       {"transpose_dot_waits_for_shard", test_transpose_dot_waits_for_shard},
-      CU_TEST_INFO_NULL,
+      {NULL, NULL},
   };
-  CU_SuiteInfo suites[] = {{.pName = "simplify", .pTests = tests}, CU_SUITE_INFO_NULL};
-  return test_main(suites);
+  return test_main(argc, argv, "simplify", cases);
 }

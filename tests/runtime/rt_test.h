@@ -1,45 +1,23 @@
 /*
- * rt_test.h: what the runtime's CUnit programs share: assertions that print both values or
- * the runtime's error message, and scratch files in a private temporary directory.
+ * rt_test.h: what the runtime's CUnit programs share beyond tests/cunit_check.h: checks of
+ * calls that report into an RtError (printing its message), and scratch files in a private
+ * temporary directory.
  */
 #ifndef RT_TEST_H
 #define RT_TEST_H
 
-#include <CUnit/CUnit.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/axrt.h"
-
-#define RT_TEST_MSG 2048
-
-/* a == b as integers; prints both. */
-#define CHECK_INT(a, b)                                                                            \
-  do {                                                                                             \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                            \
-    char m_[RT_TEST_MSG];                                                                          \
-    snprintf(m_, sizeof m_, "%s == %s (%lld vs %lld)", #a, #b, a_, b_);                            \
-    CU_assertImplementation(a_ == b_, __LINE__, m_, __FILE__, "", CU_FALSE);                       \
-  } while (0)
-
-/* |a - b| <= tol; prints both. */
-#define CHECK_NEAR(a, b, tol)                                                                      \
-  do {                                                                                             \
-    double a_ = (a), b_ = (b);                                                                     \
-    char m_[RT_TEST_MSG];                                                                          \
-    snprintf(m_, sizeof m_, "%s ~= %s (%.9g vs %.9g, tol %g)", #a, #b, a_, b_, (double)(tol));     \
-    CU_assertImplementation(a_ - b_ <= (tol) && b_ - a_ <= (tol), __LINE__, m_, __FILE__, "",      \
-                            CU_FALSE);                                                             \
-  } while (0)
+#include "tests/cunit_check.h"
 
 /* `expr` (which reports into the RtError `err` in scope) succeeds; prints its message if not. */
 #define CHECK_OK(expr)                                                                             \
   do {                                                                                             \
     err.msg[0] = '\0';                                                                             \
     int rc_ = (expr);                                                                              \
-    char m_[RT_TEST_MSG];                                                                          \
-    snprintf(m_, sizeof m_, "%s -> %d: %.600s", #expr, rc_, err.msg);                              \
-    CU_assertImplementation(rc_ == 0, __LINE__, m_, __FILE__, "", CU_FALSE);                       \
+    CHECK_MSG(rc_ == 0, "%s -> %d: %.600s", #expr, rc_, err.msg);                                  \
   } while (0)
 
 /* `expr` fails with a message containing `part`; prints the message. */
@@ -47,20 +25,18 @@
   do {                                                                                             \
     err.msg[0] = '\0';                                                                             \
     int rc_ = (expr);                                                                              \
-    char m_[RT_TEST_MSG];                                                                          \
-    snprintf(m_, sizeof m_, "%s -> %d, message \"%.600s\" should contain \"%s\"", #expr, rc_,      \
-             err.msg, part);                                                                       \
-    CU_assertImplementation(rc_ == -1 && strstr(err.msg, part) != NULL, __LINE__, m_, __FILE__,    \
-                            "", CU_FALSE);                                                         \
+    CHECK_MSG(rc_ == -1 && strstr(err.msg, part) != NULL,                                          \
+              "%s -> %d, message \"%.600s\" should contain \"%s\"", #expr, rc_, err.msg, part);    \
   } while (0)
 
-typedef struct RtTestCase {
-  const char *name;
-  void (*fn)(void);
-} RtTestCase;
+/* Makes the scratch directory (rt_test_dir); 0 or -1. */
+int rt_test_scratch(void);
 
-/* Runs `cases` (ended by a {NULL, NULL} entry) as one suite; returns the exit status. */
-int rt_test_main(const char *suite, const RtTestCase *cases);
+/* Runs `cases` (ended by {NULL, NULL}) as one suite with a scratch directory: test_main. */
+static inline int rt_test_main(int argc, char **argv, const char *suite, const TestCase *cases) {
+  static const TestHooks hooks = {.before_all = rt_test_scratch};
+  return test_main_with(argc, argv, suite, cases, &hooks);
+}
 
 /* A fresh directory under $TMPDIR (or /tmp), removed with everything in it at exit. */
 const char *rt_test_dir(void);

@@ -94,18 +94,15 @@ static void check_close(const char *what, const float *got, const double *ref, i
     err = e > err || isnan(e) ? e : err;
     big = fmax(big, fabs(ref[i]));
   }
-  char m[RT_TEST_MSG];
-  snprintf(m, sizeof m, "%s (bn %lld, t %lld, h %lld, causal %d): max error %.3g, max |ref| %.3g",
-           what, (long long)bn, (long long)t, (long long)h, causal, err, big);
-  CU_assertImplementation(err <= tol * big, __LINE__, m, __FILE__, "", CU_FALSE);
+  CHECK_MSG(err <= tol * big,
+            "%s (bn %lld, t %lld, h %lld, causal %d): max error %.3g, max |ref| %.3g", what,
+            (long long)bn, (long long)t, (long long)h, causal, err, big);
 }
 
 static void check_same_bits(const char *what, const float *a, const float *b, int64_t n,
                             int threads) {
-  char m[RT_TEST_MSG];
-  snprintf(m, sizeof m, "%s: %d threads give the bits of one", what, threads);
-  CU_assertImplementation(memcmp(a, b, (size_t)n * sizeof(float)) == 0, __LINE__, m, __FILE__, "",
-                          CU_FALSE);
+  CHECK_MSG(memcmp(a, b, (size_t)n * sizeof(float)) == 0, "%s: %d threads give the bits of one",
+            what, threads);
 }
 
 /* ===== cases ========================================================================== */
@@ -234,13 +231,13 @@ static void test_bf16(void) {
   rt_pool_free(pool);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   openblas_set_num_threads(1); /* as rt_train_main: the pool, not OpenBLAS, runs the threads */
-  static const RtTestCase cases[] = {
+  static const TestCase cases[] = {
       {"against the double reference, 1-3 threads", test_shapes},
       {"large scores, negative scale", test_sharp},
       {"bf16 tensors: the f32 results rounded once, in groups, 1-2 threads", test_bf16},
       {NULL, NULL},
   };
-  return rt_test_main("runtime_attention", cases);
+  return rt_test_main(argc, argv, "runtime_attention", cases);
 }

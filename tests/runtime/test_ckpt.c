@@ -467,8 +467,8 @@ static void test_lock_links(void) {
   free(text);
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"round trip", test_round_trip},
       {"empty directory", test_empty_dir},
       {"keep last N", test_keep_last},
@@ -486,5 +486,5 @@ int main(void) {
       {"step links are not checkpoints", test_step_links},
       {NULL, NULL},
   };
-  return rt_test_main("runtime_ckpt", cases);
+  return rt_test_main(argc, argv, "runtime_ckpt", cases);
 }

@@ -3,7 +3,8 @@
  * bf16 operands are copied as 2-byte elements (an all_reduce of one member is its operand,
  * NaN included, -0 summed to +0 as the interpreter does), i32 and f32 as before, nothing is sent; a
  * table with a dtype the runtime does not move is refused with the dtypes it does. The sums over
- * several ranks are tested under mpirun (tests/mpi/test_mpi_comm_bf16.c).
+ * several ranks are tested under mpirun (tests/mpi/test_mpi_comm_bf16.c). The local rank and
+ * node size come from each launcher's variables (Open MPI, MPICH, srun's tasks-per-node list).
  */
 #include <stdlib.h>
 
@@ -83,11 +84,60 @@ static void test_bad_dtype(void) {
   CU_ASSERT_PTR_NULL(comm);
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+/* The local rank and node size from each launcher's environment (an OpenCL rank's device). */
+static void test_local_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
+                                     "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                     "MPI_LOCALRANKID",
+                                     "MPI_LOCALNRANKS",
+                                     "SLURM_LOCALID",
+                                     "SLURM_TASKS_PER_NODE",
+                                     "SLURM_STEP_TASKS_PER_NODE",
+                                     "SLURM_NODEID",
+                                     "PMI_LOCAL_RANK",
+                                     "PMI_LOCAL_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  int r = -1, n = -1;
+  const char *from = "x";
+  CHECK_INT(rt_comm_local_rank(&r, &n, &from), 0);
+  CHECK_INT(r, 0);
+  CHECK_INT(n, 1);
+  CU_ASSERT_PTR_NULL(from);
+  setenv("SLURM_LOCALID", "1", 1);
+  setenv("SLURM_TASKS_PER_NODE", "2(x3),1", 1);
+  setenv("SLURM_NODEID", "2", 1); /* the third node of three with 2 */
+  CHECK_INT(rt_comm_local_rank(&r, &n, &from), 1);
+  CHECK_INT(r, 1);
+  CHECK_INT(n, 2);
+  CU_ASSERT_STRING_EQUAL(from, "SLURM_LOCALID");
+  setenv("SLURM_NODEID", "3", 1); /* the last node has 1: the rank says more; size unknown */
+  CHECK_INT(rt_comm_local_rank(&r, &n, &from), 1);
+  CHECK_INT(n, 0);
+  setenv("SLURM_STEP_TASKS_PER_NODE", "4(x4)", 1); /* the step's count wins */
+  CHECK_INT(rt_comm_local_rank(&r, &n, &from), 1);
+  CHECK_INT(n, 4);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1); /* Open MPI's first */
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8", 1);
+  CHECK_INT(rt_comm_local_rank(&r, &n, &from), 1);
+  CHECK_INT(r, 3);
+  CHECK_INT(n, 8);
+  CU_ASSERT_STRING_EQUAL(from, "OMPI_COMM_WORLD_LOCAL_RANK");
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  setenv("MPI_LOCALRANKID", "2", 1);
+  setenv("MPI_LOCALNRANKS", "4", 1);
+  CHECK_INT(rt_comm_local_rank(&r, &n, &from), 1);
+  CHECK_INT(r, 2);
+  CHECK_INT(n, 4);
+  unsetenv("MPI_LOCALRANKID");
+  unsetenv("MPI_LOCALNRANKS");
+}
+
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
+      {"the local rank from the launcher's environment", test_local_rank},
       {"one member: bf16 collectives copy 2-byte elements", test_one_member_bf16},
       {"a collective dtype the runtime does not move is refused", test_bad_dtype},
       {NULL, NULL},
   };
-  return rt_test_main("comm", cases);
+  return rt_test_main(argc, argv, "comm", cases);
 }

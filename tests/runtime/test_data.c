@@ -311,8 +311,8 @@ static void test_skip(void) {
   rt_data_close(e);
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"text file", test_text_file},
       {"uint16 token file", test_u16_file},
       {"uint32 token file", test_u32_file},
@@ -327,5 +327,5 @@ int main(void) {
       {"skip: in constant time, as batches would, refused past the data", test_skip},
       {NULL, NULL},
   };
-  return rt_test_main("runtime_data", cases);
+  return rt_test_main(argc, argv, "runtime_data", cases);
 }

@@ -117,8 +117,8 @@ static void test_env_check(void) {
   }
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"a message that fits", test_fits},
       {"a long message keeps its reason", test_long_keeps_reason},
       {"rt_env_int", test_env_int},
@@ -126,5 +126,5 @@ int main(void) {
       {"rt_env_check", test_env_check},
       {NULL, NULL},
   };
-  return rt_test_main("runtime_error", cases);
+  return rt_test_main(argc, argv, "runtime_error", cases);
 }

@@ -214,11 +214,9 @@ static void open_fails(const char *path, const char *mode, const char *want) {
   alarm(5);
   FILE *f = rt_file_open(path, mode, &err);
   alarm(0);
-  char m[RT_TEST_MSG];
-  snprintf(m, sizeof m, "rt_file_open(%s, \"%s\"): \"%.600s\" should contain \"%s\"", path, mode,
-           err.msg, want);
-  CU_assertImplementation(f == NULL && strstr(err.msg, want) != NULL, __LINE__, m, __FILE__, "",
-                          CU_FALSE);
+  CHECK_MSG(f == NULL && strstr(err.msg, want) != NULL,
+            "rt_file_open(%s, \"%s\"): \"%.600s\" should contain \"%s\"", path, mode, err.msg,
+            want);
   if (f) fclose(f);
 }
 
@@ -278,8 +276,8 @@ static void test_user_open(void) {
   CHECK_FAIL(rt_file_check_user(dir, 0, &err), "not a regular file (a directory)");
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"the cache directory", test_cache_dir},
       {"cache entries", test_cache_entry},
       {"one file through links", test_same_file},
@@ -289,5 +287,5 @@ int main(void) {
       {"files a user names", test_user_open},
       {NULL, NULL},
   };
-  return rt_test_main("runtime_file", cases);
+  return rt_test_main(argc, argv, "runtime_file", cases);
 }

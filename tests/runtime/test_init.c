@@ -153,8 +153,8 @@ static void test_errors(void) {
   CHECK_OK(rt_init_fill(NULL, 0, 0, "model/w", 0, &ok, &err));
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"golden values", test_golden_values},
       {"deterministic", test_deterministic},
       {"sharding independent", test_sharding_independent},
@@ -165,5 +165,5 @@ int main(void) {
       {"errors", test_errors},
       {NULL, NULL},
   };
-  return rt_test_main("runtime_init", cases);
+  return rt_test_main(argc, argv, "runtime_init", cases);
 }

@@ -41,10 +41,7 @@ static void check_cover(RtPool *pool, int threads, int64_t n, int claimed) {
   int bad = -1;
   for (int64_t i = 0; i < n && bad < 0; i++)
     if (v.count[i] != 1) bad = (int)i;
-  char what[128];
-  snprintf(what, sizeof what, "threads %d n %lld: first index not visited once", threads,
-           (long long)n);
-  CU_assertImplementation(bad < 0, __LINE__, what, __FILE__, "", CU_FALSE);
+  CHECK_MSG(bad < 0, "threads %d n %lld: index %d not visited once", threads, (long long)n, bad);
   if (claimed && threads > 1 && n > 1) { /* one call per index */
     CHECK_INT(v.calls, (int)n);
     for (int c = 0; c < v.calls && c < 64; c++) CHECK_INT(v.hi[c] - v.lo[c], 1);
@@ -174,8 +171,8 @@ static void test_claimed_steals(void) {
   rt_pool_free(pool);
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"cover each index once", test_cover},
       {"NULL pool runs inline", test_null_pool},
       {"bad thread count", test_bad_size},
@@ -184,5 +181,5 @@ int main(void) {
       {"claimed items move to a free thread", test_claimed_steals},
       {NULL, NULL},
   };
-  return rt_test_main("runtime_pool", cases);
+  return rt_test_main(argc, argv, "runtime_pool", cases);
 }

@@ -358,8 +358,8 @@ static void test_random_damage(void) {
   free(buf);
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"round trip", test_round_trip},
       {"half precision", test_half_precision},
       {"read errors", test_read_errors},
@@ -372,5 +372,5 @@ int main(void) {
       {"dump as weights", test_dump_as_weights},
       {NULL, NULL},
   };
-  return rt_test_main("runtime_safetensors", cases);
+  return rt_test_main(argc, argv, "runtime_safetensors", cases);
 }

@@ -124,11 +124,11 @@ static void test_ties(void) {
   }
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"greedy and top-k 1", test_greedy}, {"top-k draws", test_top_k},
       {"top-p draws", test_top_p},         {"top-k and top-p draws", test_both},
       {"top-k ties", test_ties},           {NULL, NULL},
   };
-  return rt_test_main("runtime_sample", cases);
+  return rt_test_main(argc, argv, "runtime_sample", cases);
 }

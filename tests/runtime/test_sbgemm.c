@@ -176,7 +176,9 @@ enum { NSHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 
 static void check_path(int path, const char *name) {
   if (rt_sbgemm_path(path) != path) {
-    fprintf(stderr, "\n  (this CPU lacks %s: that path is not run)\n", name);
+    char why[200];
+    snprintf(why, sizeof why, "this CPU lacks %s: that path is not run", name);
+    test_skipped(why);
     rt_sbgemm_path(RT_SBGEMM_WIDEN);
     return;
   }
@@ -191,6 +193,10 @@ static void test_dot(void) { check_path(RT_SBGEMM_DOT, "AVX512_BF16 (the vdpbf16
  * reference cheap. */
 static void test_blocks(void) {
   static const Case big[] = {{1, 3100, 20, 5, 0}, {1, 7, 4100, 9, 1}};
+  if (!rt_sgemm_own_available()) {
+    test_skipped("this CPU lacks AVX2 or FMA: no kernels");
+    return;
+  }
   for (int path = RT_SBGEMM_WIDEN; path <= RT_SBGEMM_DOT; path++) {
     if (rt_sbgemm_path(path) != path) continue;
     for (size_t i = 0; i < 2; i++) check(&big[i]);
@@ -203,7 +209,7 @@ static void test_blocks(void) {
  * against the double reference with the same tolerance as the other paths.) */
 static void test_paths_agree(void) {
   if (rt_sbgemm_path(RT_SBGEMM_WIDEN) != RT_SBGEMM_WIDEN) {
-    fprintf(stderr, "\n  (this CPU lacks AVX2 or FMA: no widening path to compare)\n");
+    test_skipped("this CPU lacks AVX2 or FMA: no widening path to compare");
     return;
   }
   for (size_t i = 0; i < NSHAPES; i++) {
@@ -275,7 +281,7 @@ static void test_conversions(void) {
   CHECK_INT(bad, 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   openblas_set_num_threads(1); /* as rt_train_main: the pool, not OpenBLAS, runs the threads */
   RtError err;
   pools[0] = NULL;
@@ -283,7 +289,7 @@ int main(void) {
   fprintf(stderr, "(bf16 product paths on this CPU: widening f32 kernels %s, vdpbf16ps %s)\n",
           rt_sgemm_own_available() ? "yes" : "no (AVX2 or FMA missing)",
           rt_sbgemm_dot_available() ? "yes" : "no (AVX512_BF16 missing: skipped)");
-  static const RtTestCase cases[] = {
+  static const TestCase cases[] = {
       {"conversions: ties to even, NaN, inf, denormals", test_conversions},
       {"reference path: transposes, edges, batches, 1-3 threads", test_ref},
       {"widening path: transposes, edges, batches, 1-3 threads", test_widen},
@@ -292,7 +298,7 @@ int main(void) {
       {"widening path: rt_sgemm_own's bits on the widened operands", test_paths_agree},
       {NULL, NULL},
   };
-  int rc = rt_test_main("runtime_sbgemm", cases);
+  int rc = rt_test_main(argc, argv, "runtime_sbgemm", cases);
   rt_pool_free(pools[1]);
   rt_pool_free(pools[2]);
   return rc;

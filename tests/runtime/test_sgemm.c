@@ -178,18 +178,22 @@ static const Case SHAPES[] = {
     {5, 1, 2100, 9, 0},
 };
 
+/* The own product runs on this CPU; if not, the case is skipped (test_skipped). */
+static int own_or_skip(void) {
+  if (rt_sgemm_own_available()) return 1;
+  test_skipped("this CPU lacks AVX2 or FMA: the own product is not run");
+  return 0;
+}
+
 static void test_own(void) {
-  if (!rt_sgemm_own_available()) {
-    fprintf(stderr, "\n  (this CPU lacks AVX2 or FMA: the own product is not run)\n");
-    return;
-  }
+  if (!own_or_skip()) return;
   for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
     check(pools, &SHAPES[i], via_own, 1);
 }
 
 /* C = alpha op(A) op(B) + C, as the fused attention's tiles use it (on a NULL pool there). */
 static void test_own_alpha_add(void) {
-  if (!rt_sgemm_own_available()) return;
+  if (!own_or_skip()) return;
   alpha = -0.375f;
   add = 1;
   for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
@@ -209,7 +213,7 @@ static void test_rt_sgemm(void) {
 
 /* The fused attention's tiles: rt_gemm_panels, with alpha and accumulation too. */
 static void test_panels(void) {
-  if (!rt_sgemm_own_available()) return;
+  if (!own_or_skip()) return;
   for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
     check(pools, &SHAPES[i], via_panels, 1);
   alpha = -0.375f;
@@ -223,20 +227,20 @@ static void test_panels(void) {
 /* Blocks of rows (m > 3072) and of columns (n > 4096): short K keeps the reference cheap.
  * Then an op(A) of over CLAIM_A floats (13 x 161400), whose strips run in whole chunks. */
 static void test_blocks(void) {
-  if (!rt_sgemm_own_available()) return;
+  if (!own_or_skip()) return;
   static const Case big[] = {
       {1, 3100, 20, 5, 0}, {1, 7, 4100, 9, 1}, {1, 3075, 4113, 2, 0}, {1, 13, 70, 161400, 0}};
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) check(pools, &big[i], via_own, 1);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   openblas_set_num_threads(1); /* as rt_train_main: the pool, not OpenBLAS, runs the threads */
   RtError err;
   pools[0] = NULL;
   if (rt_pool_new(&pools[1], 2, &err) || rt_pool_new(&pools[2], 3, &err)) return 1;
   if (rt_sgemm_own_available() && !rt_sgemm_own_avx512(-1))
     fprintf(stderr, "(this CPU lacks AVX-512F: the own product's AVX2 kernels alone are run)\n");
-  static const RtTestCase cases[] = {
+  static const TestCase cases[] = {
       {"own product: reference, transposes, edges, 1-3 threads", test_own},
       {"own product: alpha, accumulating into C", test_own_alpha_add},
       {"rt_sgemm: both paths, batches", test_rt_sgemm},
@@ -244,7 +248,7 @@ int main(void) {
       {"tiles: packed panels, alpha, accumulating, 1-3 threads", test_panels},
       {NULL, NULL},
   };
-  int rc = rt_test_main("runtime_sgemm", cases);
+  int rc = rt_test_main(argc, argv, "runtime_sgemm", cases);
   rt_pool_free(pools[1]);
   rt_pool_free(pools[2]);
   return rc;

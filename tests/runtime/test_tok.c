@@ -319,8 +319,8 @@ static void test_nul_and_bom(void) {
   }
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"merges by rank, added tokens", test_merges_by_rank},
       {"every byte string decodes back", test_round_trip},
       {"a very long word", test_long_word},
@@ -331,5 +331,5 @@ int main(void) {
       {"a NUL in a key, a byte order mark", test_nul_and_bom},
       {NULL, NULL},
   };
-  return rt_test_main("runtime_tok", cases);
+  return rt_test_main(argc, argv, "runtime_tok", cases);
 }

@@ -118,11 +118,9 @@ static void test_same_messages(void) {
     for (int k = 0; k < 2; k++) {
       int rc;
       char *got = trainer_stderr(programs[k], argc, argv, &rc);
-      char m[RT_TEST_MSG];
-      snprintf(m, sizeof m, "case %zu, program %d: trainer printed \"%.400s\", expected \"%.400s\"",
-               i, k, got, want);
-      CU_assertImplementation(rc == 1 && strcmp(got, want) == 0, __LINE__, m, __FILE__, "",
-                              CU_FALSE);
+      CHECK_MSG(rc == 1 && strcmp(got, want) == 0,
+                "case %zu, program %d: trainer printed \"%.400s\", expected \"%.400s\"", i, k, got,
+                want);
       free(got);
     }
   }
@@ -167,10 +165,9 @@ static void test_bad_environment(void) {
     CHECK_FAIL(rt_train_check_args(argc, argv, &err), msg);
     CHECK_INT(strcmp(err.msg, msg), 0);
     char *got = trainer_stderr(&axlc_program, argc, argv, &rc);
-    char want[300], m[RT_TEST_MSG];
+    char want[300];
     snprintf(want, sizeof want, "trainer: %s\n", msg);
-    snprintf(m, sizeof m, "run %zu: trainer printed \"%.400s\"", i, got);
-    CU_assertImplementation(rc == 1 && strcmp(got, want) == 0, __LINE__, m, __FILE__, "", CU_FALSE);
+    CHECK_MSG(rc == 1 && strcmp(got, want) == 0, "run %zu: trainer printed \"%.400s\"", i, got);
     free(got);
   }
   unsetenv("AXLC_SGEMM");
@@ -179,7 +176,7 @@ static void test_bad_environment(void) {
 /* --metrics naming --data (through a symbolic link here) is refused by the check, so by
  * `axlc run` before it compiles, with the trainer's message; the data is left as it was. */
 static void test_metrics_is_data(void) {
-  char data[512], link_[512], msg[1100], want[RT_ERROR_MAX + 16], m[RT_TEST_MSG];
+  char data[512], link_[512], msg[1100], want[RT_ERROR_MAX + 16];
   rt_test_write(rt_test_path(data, sizeof data, "args-data.txt"), "some tokens here", 16);
   CHECK_INT(symlink(data, rt_test_path(link_, sizeof link_, "args-metrics.jsonl")), 0);
   const char *const args[] = {"--data", data, "--metrics", link_, NULL};
@@ -190,9 +187,7 @@ static void test_metrics_is_data(void) {
   CHECK_FAIL(rt_train_check_args(argc, argv, &err), msg);
   char *got = trainer_stderr(&axlc_program, argc, argv, &rc);
   snprintf(want, sizeof want, "trainer: %s", err.msg);
-  snprintf(m, sizeof m, "trainer printed \"%.400s\"", got);
-  CU_assertImplementation(rc == 1 && strncmp(got, want, strlen(want)) == 0, __LINE__, m, __FILE__,
-                          "", CU_FALSE);
+  CHECK_MSG(rc == 1 && strncmp(got, want, strlen(want)) == 0, "trainer printed \"%.400s\"", got);
   free(got);
   size_t n;
   unsigned char *text = rt_test_read(data, &n);
@@ -207,16 +202,13 @@ static void test_no_forward(void) {
   int argc = make_argv(argv, args), rc;
   char *got = trainer_stderr(&axlc_program, argc, argv, &rc);
   CHECK_INT(rc, 1);
-  char m[RT_TEST_MSG];
-  snprintf(m, sizeof m, "trainer printed \"%.400s\"", got);
-  CU_assertImplementation(strstr(got, "trainer: --sample: this trainer has no sampling forward") !=
-                              NULL,
-                          __LINE__, m, __FILE__, "", CU_FALSE);
+  CHECK_MSG(strstr(got, "trainer: --sample: this trainer has no sampling forward") != NULL,
+            "trainer printed \"%.400s\"", got);
   free(got);
 }
 
-int main(void) {
-  static const RtTestCase cases[] = {
+int main(int argc, char **argv) {
+  static const TestCase cases[] = {
       {"refused with the trainer's messages", test_same_messages},
       {"accepted without a program", test_accepts},
       {"--sample needs the program's forward", test_no_forward},
@@ -224,5 +216,5 @@ int main(void) {
       {"--metrics naming --data", test_metrics_is_data},
       {NULL, NULL},
   };
-  return rt_test_main("runtime_train_args", cases);
+  return rt_test_main(argc, argv, "runtime_train_args", cases);
 }

@@ -9,7 +9,7 @@ PY=${TORCH_PYTHON:-/usr/bin/python3}
 . "$SRC/tests/lib.sh"
 scratch remat
 need_numpy
-cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+cp "$CORPUS" "$T/text.txt"
 M=$SRC/models/tiny-lm.json
 SETS="--set /input/seq_len=32 --set /input/global_batch_size=4"
 

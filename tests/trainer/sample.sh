@@ -1,7 +1,7 @@
 #!/bin/sh
 # sample.sh AXLC SRCDIR CASE [SHARED]: `trainer --sample N` end to end.
 #   greedy   tiny-lm (seq_len 32, batch 4: the shared trainer of trainer_build, else compiled
-#            here) trained 30 steps on README.md + docs/*.md: the tokens for a short and for a
+#            here) trained 30 steps on tests/corpus/prose.txt: the tokens for a short and for a
 #            longer-than-seq_len prompt, greedy and drawn (temperature 1, seed 5), equal those of
 #            an independent forward of the checkpoint (sample_ref.py, plain Python, with the
 #            documented draws); the same from --init (a NaN in it refused); seeded draws repeat;
@@ -52,6 +52,39 @@ state() {
 }
 command -v "$PY" > /dev/null || { echo "SKIP: no $PY"; exit 77; }
 
+# fortunes_corpus: $T/corpus.txt, four files of the fortunes (the README's job's corpus); exits 77
+# (skipped) without them
+fortunes_corpus() {
+  F=/usr/share/games/fortunes
+  for f in fortunes literature wisdom science; do
+    [ -r "$F/$f" ] || { echo "SKIP: $F/$f missing (Debian: fortunes-min fortunes)"; exit 77; }
+  done
+  cat "$F/fortunes" "$F/literature" "$F/wisdom" "$F/science" > "$T/corpus.txt"
+}
+# word_shares MIN_TRAINED MIN_WORDS MAX_UNTRAINED: of the words (2+ letters) sampled into
+# $T/trained.txt, at least the share MIN_TRAINED, and MIN_WORDS, are in $T/corpus.txt; of those
+# in $T/untrained.txt at most the share MAX_UNTRAINED
+word_shares() {
+  "$PY" - "$T/corpus.txt" "$T/trained.txt" "$T/untrained.txt" "$@" <<'EOF' || fail "word shares"
+import sys
+def words(path):
+    out = []
+    for w in open(path, encoding="latin-1").read().split():
+        w = w.strip(".,;:!?\"'()[]{}-*_`<>|/\\#=+~").lower()
+        if len(w) >= 2:
+            out.append(w)
+    return out
+vocab = set(words(sys.argv[1]))
+share = {}
+for name, path in (("trained", sys.argv[2]), ("untrained", sys.argv[3])):
+    ws = words(path)
+    share[name] = sum(w in vocab for w in ws) / max(1, len(ws))
+    print(f"{name}: {share[name]:.3f} of {len(ws)} words are in the corpus")
+print("trained sample:", open(sys.argv[2], encoding="latin-1").read()[:300].replace("\n", " | "))
+lo, n, hi = float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+sys.exit(0 if share["trained"] >= lo and len(words(sys.argv[2])) >= n and share["untrained"] <= hi else 1)
+EOF
+}
 case $CASE in
 greedy)
   if [ -n "$SHARED" ] && [ -x "$SHARED/tiny" ]; then
@@ -61,7 +94,7 @@ greedy)
     must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$TR" \
       --set /input/seq_len=32 --set /input/global_batch_size=4
   fi
-  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+  cp "$CORPUS" "$T/text.txt"
   ck=$T/ck
   must "$TR" --data "$T/text.txt" --steps 30 --ckpt-every 15 --keep 0 --ckpt-dir "$ck"
   "$TR" --config > "$T/config.json" || fail "--config"
@@ -172,15 +205,8 @@ PY
     fail "axlc run --sample printed $(cat "$T/jit.out"), the trainer $(cat "$T/small.out")"
   ;;
 kv)
-  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
-  "$PY" - "$T/tokens.bin" <<'PYEOF'
-import random, struct, sys
-r = random.Random(7); n = 20000; toks = []; t = 0
-for i in range(n):
-    t = (t * 7 + 5) % 32 if r.random() < 0.7 else r.randrange(32)
-    toks.append(t)
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PYEOF
+  cp "$CORPUS" "$T/text.txt"
+  tokens "$T/tokens.bin" 20000
   # same NAME OPTS...: the text with the KV cache equals the text without; keeps it in $T/NAME
   same() {
     name=$1
@@ -246,11 +272,7 @@ PYEOF
   bad "--no-kv-cache takes no value" --sample 5 --ckpt-dir "$ck" --no-kv-cache=1
   ;;
 english)
-  F=/usr/share/games/fortunes
-  for f in fortunes literature wisdom science; do
-    [ -r "$F/$f" ] || { echo "SKIP: $F/$f missing (Debian: fortunes-min fortunes)"; exit 77; }
-  done
-  cat "$F/fortunes" "$F/literature" "$F/wisdom" "$F/science" > "$T/corpus.txt"
+  fortunes_corpus
   must "$AXLC" compile "$SRC/models/tiny-lm.json" --target cpu -o "$T/tiny"
   must "$T/tiny" --data "$T/corpus.txt" --steps 200 --ckpt-dir "$T/trained"
   must "$T/tiny" --data "$T/corpus.txt" --steps 0 --ckpt-dir "$T/untrained"
@@ -266,32 +288,11 @@ english)
     "$T/tiny" --sample 1500 --ckpt-dir "$T/$m" --prompt "The " --temperature 0.3 --seed 1 \
       > "$T/$m.txt" 2> "$T/err" || { fail "--sample ($m)"; cat "$T/err" >&2; }
   done
-  "$PY" - "$T/corpus.txt" "$T/trained.txt" "$T/untrained.txt" <<'EOF' || fail "word shares"
-import sys
-def words(path):
-    out = []
-    for w in open(path, encoding="latin-1").read().split():
-        w = w.strip(".,;:!?\"'()[]{}-*_`<>|/\\#=+~").lower()
-        if len(w) >= 2:
-            out.append(w)
-    return out
-vocab = set(words(sys.argv[1]))
-share = {}
-for name, path in (("trained", sys.argv[2]), ("untrained", sys.argv[3])):
-    ws = words(path)
-    share[name] = sum(w in vocab for w in ws) / max(1, len(ws))
-    print(f"{name}: {share[name]:.3f} of {len(ws)} words are in the corpus")
-print("trained sample:", open(sys.argv[2], encoding="latin-1").read()[:300].replace("\n", " | "))
-sys.exit(0 if share["trained"] >= 0.5 and share["untrained"] <= 0.1 else 1)
-EOF
+  word_shares 0.5 0 0.1
   ;;
 words)
-  F=/usr/share/games/fortunes
-  for f in fortunes literature wisdom science; do
-    [ -r "$F/$f" ] || { echo "SKIP: $F/$f missing (Debian: fortunes-min fortunes)"; exit 77; }
-  done
+  fortunes_corpus
   command -v spm_train > /dev/null || { echo "SKIP: spm_train not found (Debian: sentencepiece)"; exit 77; }
-  cat "$F/fortunes" "$F/literature" "$F/wisdom" "$F/science" > "$T/corpus.txt"
   # the tokenizer as tools/quickstart.sh trains it
   spm_train --input="$T/corpus.txt" --model_prefix="$T/tok" --vocab_size=4096 --model_type=unigram \
     --normalization_rule_name=identity --remove_extra_whitespaces=false --add_dummy_prefix=false \
@@ -308,24 +309,7 @@ words)
     "$T/words" --sample 1000 --ckpt-dir "$T/$m" --tokenizer "$T/tok.model" --prompt "The man who" \
       --temperature 0.5 --seed 1 > "$T/$m.txt" 2> "$T/err" || { fail "--sample ($m)"; cat "$T/err" >&2; }
   done
-  "$PY" - "$T/corpus.txt" "$T/trained.txt" "$T/untrained.txt" <<'EOF' || fail "word shares"
-import sys
-def words(path):
-    out = []
-    for w in open(path, encoding="latin-1").read().split():
-        w = w.strip(".,;:!?\"'()[]{}-*_`<>|/\\#=+~").lower()
-        if len(w) >= 2:
-            out.append(w)
-    return out
-vocab = set(words(sys.argv[1]))
-share = {}
-for name, path in (("trained", sys.argv[2]), ("untrained", sys.argv[3])):
-    ws = words(path)
-    share[name] = sum(w in vocab for w in ws) / max(1, len(ws))
-    print(f"{name}: {share[name]:.3f} of {len(ws)} words are in the corpus")
-print("trained sample:", open(sys.argv[2], encoding="latin-1").read()[:300].replace("\n", " | "))
-sys.exit(0 if share["trained"] >= 0.9 and len(words(sys.argv[2])) >= 100 and share["untrained"] <= 0.6 else 1)
-EOF
+  word_shares 0.9 100 0.6
   ;;
 prompt_bytes)
   F=/usr/share/games/fortunes/fortunes

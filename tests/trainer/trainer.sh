@@ -45,7 +45,7 @@ PY=${TORCH_PYTHON:-/usr/bin/python3}
 . "$SRC/tests/lib.sh"
 scratch trainer
 need_numpy
-cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text.txt"
+cp "$CORPUS" "$T/text.txt"
 TINY="--set /input/seq_len=32 --set /input/global_batch_size=4"
 
 # trainer NAME: TR= the shared trainer NAME (tiny, tiny1), compiled into $T without SHARED
@@ -487,7 +487,7 @@ no_clobber)
   # its own, so that a regression above does not hide this one)
   mkdir "$T/victim" "$T/lk" && echo precious > "$T/victim/a.txt" && echo kept > "$T/victim/b.txt"
   ln -s "$T/victim" "$T/lk/step_00000001"
-  cat "$SRC/README.md" "$SRC"/docs/*.md > "$T/text2.txt"
+  cp "$CORPUS" "$T/text2.txt"
   must "$T/trainer" --data "$T/text2.txt" --steps 3 --ckpt-dir "$T/lk" --ckpt-every 1 --keep 1
   [ -f "$T/victim/a.txt" ] && [ -f "$T/victim/b.txt" ] && [ -L "$T/lk/step_00000001" ] ||
     fail "pruning followed the link: victim holds $(ls "$T/victim" | tr '\n' ' ')"
@@ -676,21 +676,7 @@ f.seek(200); f.write(bytes([b[0] ^ 4]))' "$e2"
 setup_signal)
   trainer tiny
   # a byte-level BPE without merges: the 256 byte values, the vocabulary of tiny-lm
-  "$PY" - "$T" << 'EOF' || fail "writing the tokenizer"
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b)
-        cs.append(256 + n)
-        n += 1
-vocab = {chr(c): b for b, c in zip(bs, cs)}
-pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-tok = {"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": pre,
-       "model": {"type": "BPE", "dropout": None, "vocab": vocab, "merges": []}}
-json.dump(tok, open(sys.argv[1] + "/bytes.json", "w", encoding="utf-8"), ensure_ascii=False)
-EOF
+  byte_tokenizer "$T/bytes.json" || fail "writing the tokenizer"
   yes "the fortune of a small model, 1234 words" | head -c 100000 > "$T/small.txt"
   must "$TR" --data "$T/small.txt" --tokenizer "$T/bytes.json" --steps 2 --ckpt-dir "$T/ck"
   ls -l "$T/ck" > "$T/ck.before" && cksum "$T/ck"/step_00000002/* >> "$T/ck.before"
@@ -700,18 +686,9 @@ EOF
     > "$T/out" 2> "$T/err" &
   pid=$!
   # the text is mapped while it is tokenized: from then on the trainer is in its start
-  i=0
-  while ! grep -q "$T/big.txt" "/proc/$pid/maps" 2> /dev/null && [ $i -lt 200 ]; do
-    sleep 0.05
-    i=$((i + 1))
-  done
-  [ $i -lt 200 ] || fail "the trainer did not map its data within 10 s"
+  wait_mapped "$T/big.txt" $pid 10 || fail "the trainer did not map its data within 10 s"
   sleep 0.2
-  t0=$(date +%s%N)
-  kill -TERM $pid
-  wait $pid
-  rc=$?
-  ms=$((($(date +%s%N) - t0) / 1000000))
+  term_timed $pid
   echo "SIGTERM while tokenizing: exit $rc after $ms ms"
   [ "$rc" -eq 143 ] || fail "SIGTERM while tokenizing: exit $rc, expected 143"
   [ "$ms" -lt 3000 ] || fail "SIGTERM while tokenizing: the trainer took $ms ms to stop"
