@@ -176,6 +176,7 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
   FePrecision policy;
   fe_precision_facts(cfg, &policy);
   e.compute = policy.compute;
+  g->matmul = policy.matmul;
   for (int i = 0; i < b->nparams; i++) e.param_vals[i] = IR_NONE;
   compose_inputs(&e, m);
   FeDims in = {0};

@@ -396,6 +396,7 @@ typedef struct FePrecision {
   IrDType compute;   /* activations and matrix-product operands: f32 or bf16 */
   IrDType grads;     /* gradients as they are reduced across devices */
   IrDType optimizer; /* optimizer state: f32 */
+  IrMatmul matmul;   /* f32 products: f32 or TF32 operands */
 } FePrecision;
 
 /* The policy of a canonical trainer tree. */

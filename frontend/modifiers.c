@@ -40,7 +40,7 @@ static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath
 typedef struct {
   const char *kind;
   const char *required[3];
-  const char *optional[4];
+  const char *optional[5];
   int (*apply)(Ctx *c, json_object **root, json_object *mod, const char *mpath);
 } ModSchema;
 
@@ -55,11 +55,11 @@ static int check_mod_fields(Ctx *c, json_object *mod, const ModSchema *s, const 
   int rc = 0;
   json_object_object_foreach(mod, k, v) {
     (void)v;
-    if (strcmp(k, "kind") == 0 || listed(s->required, 3, k) || listed(s->optional, 4, k)) continue;
-    const char *names[7];
+    if (strcmp(k, "kind") == 0 || listed(s->required, 3, k) || listed(s->optional, 5, k)) continue;
+    const char *names[8];
     int n = 0;
     for (int i = 0; i < 3 && s->required[i]; i++) names[n++] = s->required[i];
-    for (int i = 0; i < 4 && s->optional[i]; i++) names[n++] = s->optional[i];
+    for (int i = 0; i < 5 && s->optional[i]; i++) names[n++] = s->optional[i];
     const char *near = fe_nearest(k, names, n);
     fe_path_join(p, sizeof p, mpath, k);
     rc = fe_error(c->d, c->file, p, "unknown field \"%s\" for modifier \"%s\"%s%s%s", k, s->kind,
@@ -454,7 +454,7 @@ static const ModSchema modifiers[] = {
     {"mesh", {"shape"}, {"axes"}, mod_mesh},
     {"remat", {"path", "policy"}, {0}, mod_remat},
     {"partition", {"path", "specs"}, {0}, mod_partition},
-    {"precision", {0}, {"params", "compute", "grads", "optimizer"}, mod_precision},
+    {"precision", {0}, {"params", "compute", "grads", "optimizer", "matmul"}, mod_precision},
     {"microbatch", {"microbatches"}, {0}, mod_microbatch},
     {"lora", {0}, {"rank", "alpha", "params", "init_std"}, mod_lora},
     {"chain", {"modifiers"}, {0}, mod_chain},

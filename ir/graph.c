@@ -312,6 +312,7 @@ int32_t ir_graph_find(const IrGraph *g, IrOp op, const char *name) {
 int ir_graph_copy_into(IrGraph *dst, const IrGraph *src) {
   if (dst->nvalues || dst->noutputs) return ir_graph_fail(dst, "copy: destination not empty");
   dst->mesh = src->mesh;
+  dst->matmul = src->matmul;
   for (int32_t i = 0; i < src->nvalues; i++)
     if (ir_graph_add(dst, &src->values[i]) != i) return IR_ERR;
   for (int32_t i = 0; i < src->noutputs; i++)

@@ -124,6 +124,7 @@ typedef struct EvalCtx {
   int64_t n; /* numel(v) */
   char *msg;
   size_t cap;
+  bool round; /* results rounded to their dtype (and products' operands to the matmul policy) */
 } EvalCtx;
 
 static const IrShape *arg_shape(const EvalCtx *c, int32_t i) {
@@ -286,6 +287,9 @@ static int eval_dot(EvalCtx *c) {
       ci[IR_MAX_RANK];
   shape_strides(as, ast);
   shape_strides(bs, bst);
+  /* the matmul policy: f32 operands rounded to TF32 (bf16 ones are TF32 values already) */
+  bool tf32 =
+      c->round && c->g->matmul == IR_MATMUL_TF32 && c->g->values[c->v->ops[0]].dtype == DT_F32;
   for (int64_t i = 0; i < c->n; i++) {
     index_unravel(i, &c->v->shape, idx);
     dot_split_index(c->v, as, bs, idx, ai, bi);
@@ -296,8 +300,9 @@ static int eval_dot(EvalCtx *c) {
         ai[a->lc.v[k]] = ci[k];
         bi[a->rc.v[k]] = ci[k];
       }
-      sum +=
-          c->args[0][index_ravel(ai, ast, as->rank)] * c->args[1][index_ravel(bi, bst, bs->rank)];
+      double x = c->args[0][index_ravel(ai, ast, as->rank)];
+      double y = c->args[1][index_ravel(bi, bst, bs->rank)];
+      sum += tf32 ? ir_tf32_round(x) * ir_tf32_round(y) : x * y;
     }
     c->out[i] = sum;
   }
@@ -431,7 +436,7 @@ static void eval_round(const IrValue *v, double *out, int64_t n, bool round) {
 int ir_eval_value(const IrGraph *g, int32_t vi, const double *const *args, double *out, bool round,
                   char *msg, size_t cap) {
   const IrValue *v = &g->values[vi];
-  EvalCtx c = {g, v, args, out, ir_shape_numel(&v->shape), msg, cap};
+  EvalCtx c = {g, v, args, out, ir_shape_numel(&v->shape), msg, cap, round};
   int st;
   switch (v->op) {
   case IR_CONSTANT: st = eval_constant(&c); break;

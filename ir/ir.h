@@ -94,6 +94,10 @@ bool ir_dtype_is_float(IrDType dt);
 size_t ir_dtype_size(IrDType dt);
 double ir_dtype_round(IrDType dt,
                       double x); /* nearest representable, ties to even; i32 truncates */
+/* x (an f32 value) rounded to TF32: 10 mantissa bits, to nearest with ties away from zero, as
+ * PTX's cvt.rna.tf32.f32 (the only TF32 rounding sm_80 has) and the OpenCL kernels' ax_tf32;
+ * NaN and the infinities pass, a value past TF32's largest becomes an infinity. */
+double ir_tf32_round(double x);
 
 /* ======================================================================== graph.c: graph, values
  */
@@ -154,6 +158,13 @@ typedef struct IrMesh { /* devices are numbered row-major over the axes */
   int64_t sizes[IR_MAX_MESH_AXES];
 } IrMesh;
 
+/* How f32 matrix products treat their operands: the precision policy's `matmul`
+ * (docs/precision.md). IR_MATMUL_TF32 rounds each f32 operand element of a dot_general to TF32
+ * (ir_tf32_round) before the multiply, as NVIDIA's tensor cores do; the sum stays f32 or wider.
+ * bf16 operands are TF32 values already. A fact of the whole graph, like its mesh: every pass
+ * that rebuilds a graph copies it. */
+typedef enum IrMatmul { IR_MATMUL_F32, IR_MATMUL_TF32 } IrMatmul;
+
 typedef struct IrArena IrArena;
 
 typedef struct IrGraph { /* read freely; change only through ir/ functions */
@@ -166,6 +177,7 @@ typedef struct IrGraph { /* read freely; change only through ir/ functions */
   int32_t *leafindex; /* (leafindex_cap) hash of parameter and input names: a value, or -1 */
   int32_t leafindex_cap, nleaves;
   IrMesh mesh;        /* naxes == 0: one device */
+  IrMatmul matmul;    /* f32 products: exact or TF32 operands */
   const char *origin; /* current origin for new values */
   const char *tag;    /* current remat tag for new values */
   IrArena *arena;

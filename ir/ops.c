@@ -84,6 +84,16 @@ static double round_float(const DTypeInfo *t, double x) {
   return r;
 }
 
+double ir_tf32_round(double x) {
+  float f = (float)x;
+  if (isnan(f) || isinf(f)) return x;
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  u = (u + 0x1000u) & 0xffffe000u; /* half the dropped 13 bits' unit, then drop them */
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 double ir_dtype_round(IrDType dt, double x) {
   if (dt == DT_F64) return x;
   if (dt == DT_F32) return (double)(float)x;

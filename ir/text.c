@@ -4,6 +4,7 @@
  * byte-for-byte the same (numbers use the shortest of %.15g/%.17g that reads back exactly):
  *
  *   mesh data=2 model=2
+ *   matmul tf32                 (the precision policy of f32 products; absent: f32)
  *   %0 = parameter "w" : f32[4,8] @"/model/linear" #"attention.q_proj"
  *   %2 = dot_general %1, %0 lhs_batch=[] rhs_batch=[] lhs_contract=[1] rhs_contract=[0] : f32[2,8]
  *   output "loss" = %5
@@ -179,6 +180,7 @@ char *ir_graph_to_string(const IrGraph *g) {
       buf_printf(&b, " %s=%lld", g->mesh.names[i], (long long)g->mesh.sizes[i]);
     buf_printf(&b, "\n");
   }
+  if (g->matmul == IR_MATMUL_TF32) buf_printf(&b, "matmul tf32\n");
   for (int32_t i = 0; i < g->nvalues; i++) print_value(&b, g, i);
   for (int32_t i = 0; i < g->noutputs; i++) {
     buf_printf(&b, "output ");
@@ -576,6 +578,21 @@ static int parse_mesh(Parser *ps) {
   return IR_OK;
 }
 
+/* `matmul f32|tf32`: the graph's IrMatmul. */
+static int parse_matmul(Parser *ps) {
+  skip_blank(ps);
+  const char *s;
+  size_t n = ident(ps, &s);
+  if (n == 3 && !memcmp(s, "f32", 3))
+    ps->g->matmul = IR_MATMUL_F32;
+  else if (n == 4 && !memcmp(s, "tf32", 4))
+    ps->g->matmul = IR_MATMUL_TF32;
+  else
+    return perr(ps, "expected matmul f32 or tf32");
+  if (ps->g->nvalues) return perr(ps, "matmul must come before the values");
+  return IR_OK;
+}
+
 static int parse_line(Parser *ps) {
   skip_blank(ps);
   if (!*ps->p || *ps->p == '\n') return IR_OK;
@@ -584,8 +601,9 @@ static int parse_line(Parser *ps) {
   size_t n = ident(ps, &s);
   if (n == 6 && memcmp(s, "output", 6) == 0) return parse_output(ps);
   if (n == 4 && memcmp(s, "mesh", 4) == 0) return parse_mesh(ps);
+  if (n == 6 && memcmp(s, "matmul", 6) == 0) return parse_matmul(ps);
   ps->p = s;
-  return perr(ps, "expected '%%N = ...', 'output' or 'mesh'");
+  return perr(ps, "expected '%%N = ...', 'output', 'mesh' or 'matmul'");
 }
 
 IrGraph *ir_graph_parse(const char *text, char *msg, size_t cap) {

@@ -171,6 +171,7 @@ int pass_expand(IrGraph *g, const PassOptions *opt) {
   IrGraph *ng = ir_graph_new();
   int32_t *map = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *map);
   ng->mesh = g->mesh;
+  ng->matmul = g->matmul;
   ir_graph_reserve(ng, g->nvalues + 32 * n); /* up to 32 values per attention_grad */
   int st = rebuild(ng, g, map);
   if (st == IR_OK) {

@@ -158,6 +158,7 @@ static void micro_init(Micro *m, IrGraph *g, int64_t n) {
     m->outs_of[g->outputs[o].value] = o;
   }
   m->ng->mesh = g->mesh;
+  m->ng->matmul = g->matmul;
   ir_graph_reserve(m->ng, (int32_t)(nv * (n < 8 ? n : 8)));
 }
 

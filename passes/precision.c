@@ -80,6 +80,7 @@ int pass_widen_grads(IrGraph *g, const PassOptions *opt) {
     for (int32_t k = 0; k < g->values[i].nops; k++) w.uses[g->values[i].ops[k]]++;
   for (int32_t k = 0; k < g->noutputs; k++) w.uses[g->outputs[k].value]++;
   w.ng->mesh = g->mesh;
+  w.ng->matmul = g->matmul;
   ir_graph_reserve(w.ng, g->nvalues);
   int st = IR_OK;
   for (int32_t i = 0; i < g->nvalues && st == IR_OK; i++) {

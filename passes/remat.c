@@ -269,6 +269,7 @@ int pass_remat(IrGraph *g, const PassOptions *opt) {
   if (!any) return IR_OK;
   Remat R = {.g = g, .ng = ir_graph_new()};
   R.ng->mesh = g->mesh;
+  R.ng->matmul = g->matmul;
   ir_graph_reserve(R.ng, g->nvalues + g->nvalues / 4); /* recomputed forward work */
   int st = remat_run(&R, in);
   if (st == IR_OK) {

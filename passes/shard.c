@@ -1068,6 +1068,7 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
   const PassShardLeaf *ids = leaf_find(o, "ids");
   if (ids) c.batch_axes = dim_axes(&ids->split, 0);
   c.h = ir_graph_new();
+  c.h->matmul = g->matmul;
   ir_graph_reserve(c.h, n + n / 4); /* collectives and reshards come on top */
   c.val = ir_xmalloc((size_t)(n + 1) * sizeof *c.val);
   c.sh = ir_xcalloc((size_t)n + 1, sizeof *c.sh);

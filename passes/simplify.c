@@ -26,6 +26,7 @@ static int graph_rebuild(IrGraph *g, const int32_t *repl, const bool *keep) {
   IrGraph *ng = ir_graph_new();
   int32_t *map = ir_xmalloc((size_t)(g->nvalues + 1) * sizeof *map);
   ng->mesh = g->mesh;
+  ng->matmul = g->matmul;
   ir_graph_reserve(ng, g->nvalues);
   int st = IR_OK;
   for (int32_t i = 0; i < g->nvalues && st == IR_OK; i++) {

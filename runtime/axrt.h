@@ -660,7 +660,12 @@ void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int3
  * `dims`-dimensional range of global[] work items in work-groups of local[] (0: the
  * driver's choice). Every kernel takes the slab buffer (`__global uchar *`) and then nargs
  * `long` byte offsets of its tensors in the slab, so that one kernel serves every launch that
- * differs only in where its tensors live. */
+ * differs only in where its tensors live.
+ *
+ * A matrix product may have a second body, on the tensor cores (backends/opencl/gemm.c): the
+ * runtime builds the source with -DAX_MMA=N (RtOclMma, N > 0) where the device's capabilities
+ * allow it (opencl.c's capability table), and then runs such a launch over mma_global[] in
+ * work-groups of mma_local[]. mma_local[0] == 0: the kernel has one body. */
 typedef struct RtOclLaunch {
     const char *kernel;
     int32_t dims; /* 1..3 */
@@ -672,7 +677,13 @@ typedef struct RtOclLaunch {
      * one device): the runtime reads its operand from the device, runs it through MPI on the
      * host (rt_comm_collective_io) and writes the result back, in the queue's order. */
     int32_t collective;
+    int64_t mma_global[3], mma_local[3]; /* ABI 7: the range of the tensor-core body */
 } RtOclLaunch;
+
+/* The product kernels' body, the value of AX_MMA the runtime builds with: none (the SIMT
+ * kernels), mma.sync through inline PTX (NVIDIA from compute capability 8.0), or its portable
+ * emulation with the same per-lane fragments (any device; AXLC_OPENCL_MMA=emulate, the tests). */
+typedef enum RtOclMma { RT_OCL_MMA_OFF = 0, RT_OCL_MMA_PTX = 1, RT_OCL_MMA_EMULATE = 2 } RtOclMma;
 
 /* ===== train.c: the compiled step and the training loop ================================= */
 
@@ -691,7 +702,7 @@ typedef struct RtOclLaunch {
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train_program.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION    6
+#define RT_ABI_VERSION    7
 #define RT_MAX_PARAM_RANK 4
 
 struct RtParamSlot {

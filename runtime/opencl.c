@@ -6,7 +6,10 @@
  * device (--device N or P:D; --list-devices lists them), builds the source for it, or loads
  * the binary built for the same device, driver and source from the cache, and then runs the
  * CPU trainer's loop (rt_train_main) with a step that enqueues the launches. So options,
- * metrics, checkpoints and signals are the CPU trainer's, by construction.
+ * metrics, checkpoints and signals are the CPU trainer's, by construction. Before building, the
+ * capability table (device queries: the vendor, NVIDIA's compute capability) picks the body of
+ * the matrix products, passed as -DAX_MMA=N: the tensor cores where a row says so, else the
+ * SIMT kernels (AXLC_OPENCL_MMA=emulate|off overrides it).
  *
  * Memory: the state lives on the device. Each host slab (the training slab, and the eval slab
  * with --eval-data) gets a device buffer of the same layout. A step sends the batch and the step
@@ -105,7 +108,8 @@ typedef struct Session {
     cl_mem stage_mem; /* NULL: stage is plain host memory */
     char *stage;
     int64_t stage_bytes;
-    char opts[1024]; /* the build options and the device's reduction variant (build_opts) */
+    RtOclMma mma;      /* the product kernels' body on this device (the capability table) */
+    char options[1024]; /* clBuildProgram's: the program's, -DAX_MMA=N and the reductions' variant */
 } Session;
 
 /* The session rt_train_main's steps run in (see the file comment). */
@@ -334,6 +338,92 @@ static int may_share(const DevInfo *d) {
     return !strcmp(d->type, "CPU");
 }
 
+/* ---- the capability table: what the kernels may use on a device ---- */
+
+/* What device queries say of a device, for the choice of kernel bodies. */
+typedef struct DevCaps {
+    char vendor[128]; /* CL_DEVICE_VENDOR */
+    int cc;           /* NVIDIA's compute capability, major * 10 + minor (cl_nv_device_attribute_query); 0: none */
+} DevCaps;
+
+/* The device kinds whose matrix products run on tensor cores: a device whose vendor holds
+ * `vendor` and whose compute capability is at least min_cc builds the products' tensor-core
+ * body (backends/opencl/gemm.c) as `mma`. Every other device keeps the SIMT kernels, the
+ * fastest there. Adding a kind is a row here, and a body in gemm.c if its instruction is new
+ * (docs/backends.md, "Adding a device kind"). */
+static const struct {
+    const char *vendor;
+    int min_cc;
+    RtOclMma mma;
+    const char *what;
+} mma_kinds[] = {
+    {"NVIDIA", 80, RT_OCL_MMA_PTX, "mma.sync through inline PTX (bf16 m16n8k16, tf32 m16n8k8)"},
+};
+
+#define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
+
+static void dev_caps(cl_device_id dev, DevCaps *c) {
+    memset(c, 0, sizeof *c);
+    dev_string(dev, CL_DEVICE_VENDOR, c->vendor, sizeof c->vendor);
+    char ext[8192];
+    dev_string(dev, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
+    cl_uint major = 0, minor = 0;
+    if (strstr(ext, "cl_nv_device_attribute_query") &&
+        clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major, NULL) == CL_SUCCESS &&
+        clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof minor, &minor, NULL) == CL_SUCCESS)
+        c->cc = (int)(major * 10 + minor);
+}
+
+/* The products' body on device d: the table's, or AXLC_OPENCL_MMA's (emulate: the portable
+ * emulation of the tensor-core body, which the tests run on PoCL; off: the SIMT kernels);
+ * -1 with err set for another value. `why` says where the choice came from. */
+static int pick_mma(const DevInfo *d, RtOclMma *out, char *why, size_t cap, RtError *err) {
+    const char *env = getenv("AXLC_OPENCL_MMA");
+    if (env && *env && strcmp(env, "auto") != 0) {
+        if (strcmp(env, "emulate") != 0 && strcmp(env, "off") != 0)
+            return rt_error_set(err, "AXLC_OPENCL_MMA: '%s' is not auto, emulate or off", env);
+        *out = !strcmp(env, "emulate") ? RT_OCL_MMA_EMULATE : RT_OCL_MMA_OFF;
+        snprintf(why, cap, "AXLC_OPENCL_MMA=%s", env);
+        return 0;
+    }
+    DevCaps c;
+    dev_caps(d->device, &c);
+    *out = RT_OCL_MMA_OFF;
+    snprintf(why, cap, "vendor %s%s", c.vendor, c.cc ? "" : ", no compute capability");
+    if (c.cc)
+        snprintf(why + strlen(why), cap - strlen(why), ", compute capability %d.%d", c.cc / 10, c.cc % 10);
+    for (size_t i = 0; i < sizeof mma_kinds / sizeof mma_kinds[0]; i++)
+        if (strstr(c.vendor, mma_kinds[i].vendor) && c.cc >= mma_kinds[i].min_cc) {
+            *out = mma_kinds[i].mma;
+            snprintf(why + strlen(why), cap - strlen(why), ": %s", mma_kinds[i].what);
+        }
+    return 0;
+}
+
+/* Chooses the products' body and the build options; says the choice when a product has a
+ * tensor-core body. */
+static int choose_bodies(Session *S, const DevInfo *d, RtError *err) {
+    char why[512];
+    if (pick_mma(d, &S->mma, why, sizeof why, err) != 0)
+        return -1;
+    const char *base = S->p->build_options ? S->p->build_options : "";
+    snprintf(S->options, sizeof S->options, "%s%s", base, *base && S->mma ? " " : "");
+    if (S->mma)
+        snprintf(S->options + strlen(S->options), sizeof S->options - strlen(S->options), "-DAX_MMA=%d", (int)S->mma);
+    int32_t n = 0;
+    for (int32_t i = 0; i < S->p->nlaunches; i++)
+        n += S->p->launches[i].mma_local[0] > 0;
+    if (n > 0)
+        fprintf(S->say ? S->say : stdout, "%s: OpenCL products: %d of %d launches have a tensor-core body; %s (%s)\n",
+                S->name, (int)n, (int)S->p->nlaunches,
+                S->mma == RT_OCL_MMA_PTX       ? "it runs on the tensor cores"
+                : S->mma == RT_OCL_MMA_EMULATE ? "it runs emulated"
+                                               : "they run their SIMT body",
+                why);
+    return 0;
+}
+
 /* ---- building, with the per-device binary cache ---- */
 
 static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
@@ -367,7 +457,7 @@ static void cache_path(const Session *S, const DevInfo *d, char *out, size_t cap
     /* the entries' format first: 2, a trailer with a checksum (older entries are never read) */
     static const char format[] = "axlc-ocl-cache 2";
     uint64_t h = fnv_bytes(0xcbf29ce484222325ull, format, sizeof format);
-    const char *parts[] = {d->platform_name, d->name, d->version, d->driver, S->opts, S->p->source};
+    const char *parts[] = {d->platform_name, d->name, d->version, d->driver, S->options, S->p->source};
     for (int i = 0; i < 6; i++)
         h = fnv_bytes(h, parts[i], strlen(parts[i]) + 1);
     snprintf(out, cap, "%s/ocl-%016llx.bin", dir, (unsigned long long)h);
@@ -406,7 +496,7 @@ static int build_from_binary(Session *S, const DevInfo *d, const char *path) {
         S->prog = NULL;
         return -1;
     }
-    if (clBuildProgram(S->prog, 1, &d->device, S->opts, NULL, NULL) != CL_SUCCESS) {
+    if (clBuildProgram(S->prog, 1, &d->device, S->options, NULL, NULL) != CL_SUCCESS) {
         clReleaseProgram(S->prog);
         S->prog = NULL;
         return -1;
@@ -439,17 +529,17 @@ static void cache_save(Session *S, const char *path) {
     free(bin);
 }
 
-/* The program's options, and the reductions' variant (emit.c): on NVIDIA's platform
+/* The reductions' variant (emit.c), after the options choose_bodies set: on NVIDIA's platform
  * AXLC_NV_SHFL, warp shuffles in inline PTX, which no other driver would compile; on a CPU
  * device AXLC_CPU_REDUCE, each run summed by one work item without the local-memory tree
  * (PoCL runs a work-group's items as loops around each barrier: the tree cost more than it
  * saved). */
 static void build_opts(Session *S, const DevInfo *d) {
-    const char *o = S->p->build_options ? S->p->build_options : "";
     const char *v = strstr(d->platform_name, "NVIDIA") ? "-DAXLC_NV_SHFL"
                     : !strcmp(d->type, "CPU")          ? "-DAXLC_CPU_REDUCE"
                                                        : "";
-    snprintf(S->opts, sizeof S->opts, "%s%s%s", o, *v && *o ? " " : "", v);
+    size_t n = strlen(S->options);
+    snprintf(S->options + n, sizeof S->options - n, "%s%s", *v && n ? " " : "", v);
 }
 
 static int build_program(Session *S, const DevInfo *d, RtError *err) {
@@ -467,7 +557,7 @@ static int build_program(Session *S, const DevInfo *d, RtError *err) {
         S->prog = clCreateProgramWithSource(S->ctx, 1, &src, NULL, &e);
         if (e != CL_SUCCESS)
             return rt_error_set(err, "clCreateProgramWithSource: %d (%s)", (int)e, cl_err_name(e));
-        e = clBuildProgram(S->prog, 1, &d->device, S->opts, NULL, NULL);
+        e = clBuildProgram(S->prog, 1, &d->device, S->options, NULL, NULL);
         if (e != CL_SUCCESS) {
             char log[4096];
             build_log(S->prog, d->device, log, sizeof log);
@@ -664,7 +754,8 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     S->q = clCreateCommandQueue(S->ctx, d->device, S->prof_ns ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
     if (e != CL_SUCCESS)
         return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
-    return check_memory(S, d, err) != 0 || build_program(S, d, err) != 0 || plan_split(S, d, err) != 0
+    return check_memory(S, d, err) != 0 || choose_bodies(S, d, err) != 0 || build_program(S, d, err) != 0 ||
+                   plan_split(S, d, err) != 0
                ? -1
                : make_kernels(S, err);
 }
@@ -953,11 +1044,11 @@ static int launch(Session *S, SlabBuf *b, int32_t i) {
     if (L->collective > 0)
         return collective(S, b, i);
     size_t g[3], l[3];
-    int has_local = 0;
+    int has_local = 0, mma = S->mma && L->mma_local[0] > 0; /* its tensor-core body */
     for (int d = 0; d < L->dims; d++) {
-        g[d] = (size_t)L->global[d];
-        l[d] = (size_t)L->local[d];
-        has_local |= L->local[d] > 0;
+        g[d] = (size_t)(mma ? L->mma_global[d] : L->global[d]);
+        l[d] = (size_t)(mma ? L->mma_local[d] : L->local[d]);
+        has_local |= l[d] > 0;
     }
     cl_int e = CL_SUCCESS;
     for (int32_t a = 0; S->bound != b && a < L->nargs && e == CL_SUCCESS; a++) /* another slab's buffers */
@@ -1111,7 +1202,7 @@ static int sampling_setup(Session *S, int w, int64_t bytes) {
         return step_fail(S, "clCreateProgramWithSource (sampling)", e);
     cl_device_id dev;
     clGetCommandQueueInfo(S->q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
-    e = clBuildProgram(S->sprog[w], 1, &dev, S->p->build_options, NULL, NULL);
+    e = clBuildProgram(S->sprog[w], 1, &dev, S->options, NULL, NULL);
     if (e != CL_SUCCESS)
         return step_fail(S, w ? "building the decode step's kernels" : "building the forward's kernels", e);
     S->skernels[w] = calloc((size_t)n + 1, sizeof *S->skernels[w]);

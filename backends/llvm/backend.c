@@ -81,6 +81,13 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
                          "the mesh has %lld devices, but the step graph was not "
                          "sharded for them (its mesh has %lld): the shard pass did not run",
                          (long long)devices, (long long)ir_mesh_devices(&j->graph->mesh));
+  /* TF32 is a tensor-core format: a CPU has no faster arithmetic for it, so the CPU rules keep
+   * f32 and a tf32 program is refused rather than computed otherwise than its oracle says */
+  if (j->graph->matmul == IR_MATMUL_TF32)
+    return backend_error(&j->diag, j->file, "/precision/matmul",
+                         "tf32 is for GPUs with tensor cores; the CPU (LLVM) backend computes "
+                         "products in f32: set /precision/matmul to f32 (--set "
+                         "/precision/matmul=f32), or compile for a GPU target");
   LlvmOptions lo = llvm_options_default();
   if (o) {
     if (o->cpu) lo.cpu = o->cpu;

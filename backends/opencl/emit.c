@@ -427,6 +427,14 @@ static void dot_elem(Ctx *C, int32_t v, Pos *p, char *out) {
   char ea[NAME], eb[NAME];
   elem_get(C, x->ops[0], &ap, ea);
   elem_get(C, x->ops[1], &bp, eb);
+  if (C->g->matmul == IR_MATMUL_TF32 && val(C, x->ops[0])->dtype == DT_F32) { /* the policy */
+    char ra[NAME], rb[NAME];
+    newvar(C, ra);
+    newvar(C, rb);
+    line(C, "float %s = ax_tf32(%s), %s = ax_tf32(%s);", ra, ea, rb, eb);
+    snprintf(ea, NAME, "%s", ra);
+    snprintf(eb, NAME, "%s", rb);
+  }
   if (x->dtype == DT_I32)
     line(C, "%s = (int)((uint)%s + (uint)%s * (uint)%s);", acc, acc, ea, eb);
   else
@@ -1512,7 +1520,7 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
   prelude(&all);
   bool bf16 = graph_has_bf16(g);
   if (bf16) prelude_bf16(&all);
-  ocl_gemm_prelude(&all, bf16);
+  ocl_gemm_prelude(&all, bf16, g->matmul == IR_MATMUL_TF32);
   if (C.consts.n) ocl_buf_printf(&all, "%s\n", C.consts.s);
   int32_t head = 0;
   for (size_t i = 0; i < all.n; i++) head += all.s[i] == '\n';

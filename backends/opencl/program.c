@@ -243,9 +243,11 @@ static void c_launches(FILE *f, const char *prefix, int32_t n, const RtOclLaunch
     c_string(f, L->kernel);
     fprintf(f,
             ", %d, {%" PRId64 ", %" PRId64 ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64
-            "}, %d, %sargs + %" PRId64 ", %sarg_bytes + %" PRId64 ", %d},\n",
+            "}, %d, %sargs + %" PRId64 ", %sarg_bytes + %" PRId64 ", %d, {%" PRId64 ", %" PRId64
+            ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64 "}},\n",
             L->dims, L->global[0], L->global[1], L->global[2], L->local[0], L->local[1],
-            L->local[2], L->nargs, prefix, nargs, prefix, nargs, L->collective);
+            L->local[2], L->nargs, prefix, nargs, prefix, nargs, L->collective, L->mma_global[0],
+            L->mma_global[1], L->mma_global[2], L->mma_local[0], L->mma_local[1], L->mma_local[2]);
     nargs += L->nargs;
   }
   fputs("};\n\n", f);
@@ -346,8 +348,8 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
       p->targets_offset, p->step_offset, p->loss_offset, p->grad_norm_offset, p->lr_offset,
       p->max_steps, p->seed, p->ckpt_every, p->ckpt_keep, (int)p->has_aux_loss, p->aux_loss_offset,
       p->step_flops, p->step_bf16_flops, p->peak_f32, p->peak_bf16, sampling ? "&forward" : "0",
-      p->ncollectives,
-      p->batch_split[0], p->batch_split[1], p->batch_split[2], p->batch_split[3], p->mesh.naxes);
+      p->ncollectives, p->batch_split[0], p->batch_split[1], p->batch_split[2], p->batch_split[3],
+      p->mesh.naxes);
   if (p->mesh.naxes == 0) fputs("0", f);
   for (int a = 0; a < p->mesh.naxes; a++) {
     fputs(a ? ", " : "", f);

@@ -13,6 +13,11 @@
  * devices: f32 keeps each weight gradient's f32 accumulator through the all-reduce; bf16
  * rounds it first, halving the traffic.
  *
+ * `matmul` is PyTorch's float32 matmul precision: tf32 lets f32 products round their operands to
+ * TF32 (10 mantissa bits) and run on NVIDIA's tensor cores. It is a fact of the step graph
+ * (IrGraph.matmul), so the interpreter rounds the same way and stays the oracle. The GPU mesh
+ * rules set it; the CPU backend refuses it (it has no TF32 arithmetic to gain from).
+ *
  * `compute: auto` is for mesh rules: bf16 where the target multiplies bf16 faster than f32
  * (a CPU with AMX-BF16: driver/precision.c), else f32. The precision modifier never lets auto
  * replace a dtype the config chose. fe_resolve settles it (FeOptions.bf16_dot), so the
@@ -30,6 +35,9 @@ static const FeField fields[] = {
            "bf16 dot instructions"),
     F_ENUM("grads", "\"f32\"", "f32|bf16", "dtype gradients are reduced across devices in"),
     F_ENUM("optimizer", "\"f32\"", "f32", "dtype of the optimizer state"),
+    F_ENUM("matmul", "\"f32\"", "f32|tf32",
+           "f32 matrix products: f32 operands, or tf32 (operands rounded to TF32, NVIDIA's "
+           "tensor cores; the GPU rules' choice)"),
 };
 
 const FeKind fe_kind_precision_policy = {
@@ -49,6 +57,7 @@ void fe_precision_facts(json_object *cfg, FePrecision *p) {
   p->compute = dtype_of(policy, "compute");
   p->grads = dtype_of(policy, "grads");
   p->optimizer = dtype_of(policy, "optimizer");
+  p->matmul = strcmp(fe_get_str(policy, "matmul"), "tf32") == 0 ? IR_MATMUL_TF32 : IR_MATMUL_F32;
 }
 
 int fe_precision_settle(FeDiag *d, json_object *cfg, bool bf16_dot, const char *why) {

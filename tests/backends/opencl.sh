@@ -51,6 +51,10 @@
 #                 reduction over more than 65,536 elements (reduce_sum, reduce_max, scatter_add)
 #                 launches at least 1,024 work items; the gradient norm's sum over the 38.6M
 #                 embedding runs in two stages (on main it ran on one work item)
+#   mma_interp    the tensor-core products' emulated body (AXLC_OPENCL_MMA=emulate) in whole
+#                 steps: tiny-lm (narrowed) under matmul tf32 and under bf16, 3 steps each against
+#                 the interpreter (which rounds the products' operands the same way); without the
+#                 switch PoCL keeps its SIMT kernels, and a bad value of the switch is refused
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -111,6 +115,39 @@ bf16_interp)
   paste "$T/o.txt" "$T/i.txt" | awk -F '\t' '{ split($1, a, " "); split($2, b, " ")
     d = a[4] - b[4]; if (d < 0) d = -d; print "step " a[2] ": opencl " a[4] ", interp " b[4]
     if (d > 5e-5 * b[4]) bad = 1 } END { exit bad }' || fail "the bf16 losses differ"
+  ;;
+mma_interp)
+  model="$SRC/models/tiny-lm.json"
+  narrow="--set /input/seq_len=32 --set /input/global_batch_size=4"
+  for policy in "--set /precision/matmul=tf32" "--apply bf16"; do
+    # shellcheck disable=SC2086
+    must "$AXLC" compile "$model" $narrow $policy --target opencl -o "$T/ocl"
+    # shellcheck disable=SC2086
+    must "$AXLC" compile "$model" $narrow $policy --target opencl --emit cl -o "$T/k.cl"
+    grep -q "^#if AX_MMA" "$T/k.cl" && grep -q "mma.sync.aligned" "$T/k.cl" ||
+      fail "$policy: the kernels have no tensor-core body"
+    needs_device "$T/ocl"
+    rm -rf "$T/e"
+    AXLC_OPENCL_MMA=emulate "$T/ocl" --data "$T/text.txt" --steps 3 --ckpt-dir "$T/e" > "$T/out" 2>&1 ||
+      fail "$policy: the emulated trainer: $(tail -5 "$T/out")"
+    grep -q "ocl: OpenCL products: [1-9][0-9]* of [0-9]* launches have a tensor-core body; it runs emulated (AXLC_OPENCL_MMA=emulate)" "$T/out" ||
+      fail "$policy: not emulated: $(grep -v '^step' "$T/out")"
+    grep "^step" "$T/out" > "$T/o.txt"
+    # shellcheck disable=SC2086
+    must "$AXLC" run "$model" $narrow $policy --target interp --data "$T/text.txt" --steps 3
+    grep "^step" "$T/log" > "$T/i.txt"
+    [ "$(wc -l < "$T/o.txt")" -eq 3 ] && [ "$(wc -l < "$T/i.txt")" -eq 3 ] || fail "not 3 steps each"
+    paste "$T/o.txt" "$T/i.txt" | awk -F '\t' '{ split($1, a, " "); split($2, b, " ")
+      d = a[4] - b[4]; if (d < 0) d = -d; print "step " a[2] ": opencl " a[4] ", interp " b[4]
+      if (d > 5e-5 * b[4]) bad = 1 } END { exit bad }' || fail "$policy: the losses differ"
+  done
+  # by default PoCL keeps the SIMT kernels, its fastest
+  must "$T/ocl" --data "$T/text.txt" --steps 1 --ckpt-dir "$T/d"
+  grep -q "ocl: OpenCL products: .* they run their SIMT body (vendor .*)" "$T/log" ||
+    fail "the default: $(grep -v '^step' "$T/log")"
+  AXLC_OPENCL_MMA=ptx "$T/ocl" --data "$T/text.txt" --steps 1 > "$T/out" 2>&1 && fail "ptx accepted"
+  grep -q "ocl: AXLC_OPENCL_MMA: 'ptx' is not auto, emulate or off" "$T/out" ||
+    fail "AXLC_OPENCL_MMA=ptx: $(cat "$T/out")"
   ;;
 handover)
   model="$SRC/models/tiny-lm.json"

@@ -32,6 +32,7 @@
   0.0078125 /* 2^-7 relative: one bf16 ulp at the bottom of a binade, two at the top */
 
 static cl_device_id dev;
+static int mma_launches; /* launches run with their tensor-core body */
 static cl_context ctx;
 static cl_command_queue queue;
 static const char *build_options = "-cl-std=CL1.2"; /* the runtime adds a device's variant */
@@ -113,13 +114,16 @@ static int cl_check(cl_int e, const char *what) {
   return -1;
 }
 
-/* Builds the kernels of k and runs its launches once over slab (slab_bytes). */
-static int run_kernels(const OclKernels *k, char *slab, int64_t slab_bytes) {
+/* Builds the kernels of k and runs its launches once over slab (slab_bytes); mma: with the
+ * products' emulated tensor-core body (-DAX_MMA=2, what AXLC_OPENCL_MMA=emulate builds). */
+static int run_kernels(const OclKernels *k, char *slab, int64_t slab_bytes, bool mma) {
   cl_int e;
   const char *src = k->source;
   cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &e);
   if (cl_check(e, "clCreateProgramWithSource")) return -1;
-  if (clBuildProgram(prog, 1, &dev, build_options, NULL, NULL) != CL_SUCCESS) {
+  char options[256];
+  snprintf(options, sizeof options, "%s%s", build_options, mma ? " -DAX_MMA=2" : "");
+  if (clBuildProgram(prog, 1, &dev, options, NULL, NULL) != CL_SUCCESS) {
     char log[8192] = "";
     clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
     fprintf(stderr, "build failed: %s\n", log);
@@ -140,12 +144,13 @@ static int run_kernels(const OclKernels *k, char *slab, int64_t slab_bytes) {
       clSetKernelArg(kern, (cl_uint)(2 * a + 1), sizeof off, &off);
     }
     size_t gl[3], lo[3];
-    bool local = false;
+    bool local = false, body = mma && L->mma_local[0] > 0; /* as runtime/opencl.c launches */
     for (int d = 0; d < L->dims; d++) {
-      gl[d] = (size_t)L->global[d];
-      lo[d] = (size_t)L->local[d];
-      local |= L->local[d] > 0;
+      gl[d] = (size_t)(body ? L->mma_global[d] : L->global[d]);
+      lo[d] = (size_t)(body ? L->mma_local[d] : L->local[d]);
+      local |= lo[d] > 0;
     }
+    mma_launches += body;
     rc = cl_check(clEnqueueNDRangeKernel(queue, kern, (cl_uint)L->dims, NULL, gl, local ? lo : NULL,
                                          0, NULL, NULL),
                   L->kernel);
@@ -182,7 +187,7 @@ static int compare(const IrGraph *g, const IrOutput *o, const char *at, const do
 
 /* One variant: plan (fused or not), print, check with libclang, run, compare every output. */
 static void check_with(IrGraph *g, double **leaf, const IrInterp *it, bool fuse, OclGemm gemm,
-                       const char *exact, double tol, const char *what) {
+                       bool mma, const char *exact, double tol, const char *what) {
   bool *mat = malloc((size_t)g->nvalues + 1);
   if (fuse) {
     CU_ASSERT_EQUAL_FATAL(pass_fusion_plan(g, mat), 0);
@@ -203,7 +208,7 @@ static void check_with(IrGraph *g, double **leaf, const IrInterp *it, bool fuse,
 #ifdef OCL_CHECK_ONLY
   if (ocl_check_source(&k, err, sizeof err)) fprintf(stderr, "%s: libclang: %s\n", what, err);
   CU_ASSERT_EQUAL(ocl_check_source(&k, err, sizeof err), 0);
-  (void)leaf, (void)it, (void)exact, (void)tol;
+  (void)leaf, (void)it, (void)exact, (void)tol, (void)mma;
   ocl_kernels_free(&k);
   pass_memplan_free(&mp);
   return;
@@ -213,7 +218,7 @@ static void check_with(IrGraph *g, double **leaf, const IrInterp *it, bool fuse,
   memset(slab, 0xff, (size_t)bytes);
   for (int32_t v = 0; v < g->nvalues; v++)
     if (leaf[v]) slab_put(&g->values[v], slab + mp.offset[v], leaf[v]);
-  if (run_kernels(&k, slab, bytes) == 0)
+  if (run_kernels(&k, slab, bytes, mma) == 0)
     for (int32_t i = 0; i < g->noutputs; i++) {
       const IrOutput *out = &g->outputs[i];
       bool ex = exact && strstr(exact, out->name) != NULL;
@@ -242,13 +247,15 @@ static void check(const char *text, const Bind *b, int nb, const char *exact, do
       CU_ASSERT_EQUAL(ir_interp_set(it, -1, g->values[v].name, s->rank, s->dims, leaf[v]), IR_OK);
     }
   if (ir_interp_run(it) != IR_OK) fprintf(stderr, "interp: %s\n", ir_interp_error(it));
-  check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, exact, tol, "fused, blocked GEMM");
-  check_with(g, leaf, it, false, OCL_GEMM_BLOCKED, exact, tol, "unfused, blocked GEMM");
+  check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, false, exact, tol, "fused, blocked GEMM");
+  check_with(g, leaf, it, false, OCL_GEMM_BLOCKED, false, exact, tol, "unfused, blocked GEMM");
   bool dot = false;
   for (int32_t v = 0; v < g->nvalues; v++) dot |= g->values[v].op == IR_DOT;
   if (dot) { /* the other product kernels */
-    check_with(g, leaf, it, true, OCL_GEMM_TILED, exact, tol, "fused, tiled GEMM");
-    check_with(g, leaf, it, true, OCL_GEMM_LOOP, exact, tol, "fused, loop-nest products");
+    check_with(g, leaf, it, true, OCL_GEMM_TILED, false, exact, tol, "fused, tiled GEMM");
+    check_with(g, leaf, it, true, OCL_GEMM_LOOP, false, exact, tol, "fused, loop-nest products");
+    check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, true, exact, tol,
+               "fused, emulated tensor-core products");
   }
   ir_interp_free(it);
   for (int32_t v = 0; v < g->nvalues; v++) free(leaf[v]);
@@ -506,6 +513,72 @@ static void test_dot(void) {
         NULL, 0, NULL, BF16_TOL);
 }
 
+/* The tensor-core body on shapes that are not multiples of its tiles (64 x 64 blocks, 32 of K
+ * per step, 16 x 8 x 16 warp steps): bf16 operands in every layout, bf16 and f32 results,
+ * batched; every variant of check(), the emulated mma among them, which must have run. */
+static void test_dot_mma_bf16(void) {
+  int before = mma_launches;
+  check("%0 = parameter \"a\" : bf16[70,45]\n"
+        "%1 = parameter \"b\" : bf16[45,37]\n"
+        "%2 = parameter \"at\" : bf16[45,70]\n"
+        "%3 = parameter \"bt\" : bf16[37,45]\n"
+        "%4 = parameter \"ba\" : bf16[3,19,33]\n"
+        "%5 = parameter \"bb\" : bf16[3,33,9]\n"
+        "%6 = dot_general %0, %1 lhs_contract=[1] rhs_contract=[0] : bf16[70,37]\n"
+        "%7 = dot_general %0, %1 lhs_contract=[1] rhs_contract=[0] : f32[70,37]\n"
+        "%8 = dot_general %2, %3 lhs_contract=[0] rhs_contract=[1] : f32[70,37]\n"
+        "%9 = dot_general %2, %1 lhs_contract=[0] rhs_contract=[0] : bf16[70,37]\n"
+        "%10 = dot_general %4, %5 lhs_batch=[0] rhs_batch=[0] lhs_contract=[2] "
+        "rhs_contract=[1] : f32[3,19,9]\n"
+        "output \"nn\" = %6\n"
+        "output \"nn_f32\" = %7\n"
+        "output \"tt_f32\" = %8\n"
+        "output \"tn\" = %9\n"
+        "output \"batched\" = %10\n",
+        NULL, 0, NULL, BF16_TOL);
+#ifndef OCL_CHECK_ONLY
+  CU_ASSERT_EQUAL(mma_launches - before, 5);
+#else
+  (void)before;
+#endif
+}
+
+/* f32 products under matmul tf32: every kernel (the emulated tensor-core body, the SIMT ones,
+ * the loop nest) rounds its operands to TF32 as the interpreter does, so they agree to f32
+ * rounding, where unrounded operands would be 1e-3 off. `ties`: 1 + 2^-11 and -1 - 2^-11 are
+ * ties that round away from zero (ties to even would give 1, -1), 1 + 2^-12 rounds down; the
+ * sums are exact, so the result is too. */
+static void test_dot_tf32(void) {
+  static const double t[3 * 4] = {1 + 0x1p-11, 1,           1, 1, -1 - 0x1p-11, 1, 1, 1,
+                                  1,           1 + 0x1p-12, 1, 1};
+  static const double ones[4 * 2] = {1, 1, 1, 1, 1, 1, 1, 1};
+  Bind b[] = {{"t", t}, {"ones", ones}};
+  int before = mma_launches;
+  check("matmul tf32\n"
+        "%0 = parameter \"a\" : f32[70,45]\n"
+        "%1 = parameter \"b\" : f32[45,37]\n"
+        "%2 = parameter \"at\" : f32[45,70]\n"
+        "%3 = parameter \"bt\" : f32[37,45]\n"
+        "%4 = parameter \"t\" : f32[3,4]\n"
+        "%5 = parameter \"ones\" : f32[4,2]\n"
+        "%6 = dot_general %0, %1 lhs_contract=[1] rhs_contract=[0] : f32[70,37]\n"
+        "%7 = dot_general %2, %3 lhs_contract=[0] rhs_contract=[1] : f32[70,37]\n"
+        "%8 = dot_general %4, %5 lhs_contract=[1] rhs_contract=[0] : f32[3,2]\n"
+        "%9 = parameter \"m2\" : f32[6,2,8]\n"
+        "%10 = parameter \"r2\" : f32[2,5]\n"
+        "%11 = dot_general %9, %10 lhs_contract=[1] rhs_contract=[0] : f32[6,8,5]\n"
+        "output \"nn\" = %6\n"
+        "output \"tt\" = %7\n"
+        "output \"ties\" = %8\n"
+        "output \"loop\" = %11\n",
+        b, 2, "ties", 1e-5);
+#ifndef OCL_CHECK_ONLY
+  CU_ASSERT_EQUAL(mma_launches - before, 3);
+#else
+  (void)before;
+#endif
+}
+
 /* gather of bf16 rows, scatter_add of bf16 updates (each
  * element the f32 sum of its updates, rounded once) with fewer and with more rows than
  * indices, and top_k_indices of bf16 with ties. */
@@ -665,6 +738,8 @@ int main(int argc, char **argv) {
       {"reductions_parallel_bf16", test_reductions_parallel_bf16},
       {"scatter_f32", test_scatter_f32},
       {"dot", test_dot},
+      {"dot_mma_bf16", test_dot_mma_bf16},
+      {"dot_tf32", test_dot_tf32},
       {"gather_scatter", test_gather_scatter},
       {"movement", test_movement},
       {"attention", test_attention},

@@ -168,9 +168,19 @@ precision_auto)
   run config "$MODELS/tiny-lm.json" --target opencl
   expect_in "$T/out" '"compute": "f32",'
   grep -q 'note: precision' "$T/err" && fail "opencl: a precision note"
-  # the GPU rules turn bf16 on
+  # the GPU rules turn bf16 on, and TF32 for f32 products; the CPU stays f32
   run config "$MODELS/llama2-7b.json" --target gpu-h100-256
   expect_in "$T/out" '"compute": "bf16",'
+  expect_in "$T/out" '"matmul": "tf32",'
+  run config "$MODELS/tiny-lm.json" --target gpu-h100-1
+  expect_in "$T/out" '"matmul": "tf32",'
+  run config "$MODELS/tiny-lm.json" --target cpu
+  expect_in "$T/out" '"matmul": "f32",'
+  # the CPU backend refuses tf32, naming the field
+  run compile "$MODELS/tiny-lm.json" --target cpu --set /precision/matmul=tf32 -o "$T/tf32"
+  expect_rc 1
+  expect_in "$T/err" '/precision/matmul: tf32 is for GPUs with tensor cores; the CPU (LLVM) backend computes products in f32'
+  [ -e "$T/tf32" ] && fail "a tf32 CPU trainer was written"
   ;;
 params_json)
   run params "$MODELS/gpt2-124m.json" --json

@@ -408,6 +408,50 @@ static void test_value_too_large(void) {
   ir_graph_free(g);
 }
 
+/* matmul tf32: a dot_general rounds its f32 operands to TF32 (10 mantissa bits, ties away
+ * from zero, as cvt.rna.tf32.f32) before it multiplies; the sum is not rounded to TF32. 1 + 2^-11
+ * is a tie: up to 1 + 2^-10 (ties to even would give 1), and -1 - 2^-11 to -1 - 2^-10. The text
+ * form keeps the policy; matmul f32 (the default) multiplies the f32 values. */
+static void test_dot_tf32(void) {
+  static const char *const text = "matmul tf32\n"
+                                  "%0 = parameter \"a\" : f32[1,4]\n"
+                                  "%1 = parameter \"b\" : f32[4,1]\n"
+                                  "%2 = dot_general %0, %1 lhs_contract=[1] rhs_contract=[0] : "
+                                  "f32[1,1]\n"
+                                  "output \"y\" = %2\n";
+  const double a[4] = {1 + 0x1p-11, -1 - 0x1p-11, 1 + 0x1p-12, 3 + 0x1p-9};
+  const double ones[4] = {1, 1, 1, 1}, t11 = 0x1p-11;
+  char msg[256];
+  for (int tf32 = 1; tf32 >= 0; tf32--) {
+    IrGraph *g = ir_graph_parse(tf32 ? text : text + strlen("matmul tf32\n"), msg, sizeof msg);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_EQUAL(g->matmul, tf32 ? IR_MATMUL_TF32 : IR_MATMUL_F32);
+    char *printed = ir_graph_to_string(g);
+    CU_ASSERT_EQUAL(strncmp(printed, "matmul tf32\n", 12) == 0, tf32);
+    free(printed);
+    IrInterp *it = ir_interp_new(g, NULL);
+    const int64_t d14[] = {1, 4}, d41[] = {4, 1};
+    ir_interp_set(it, -1, "a", 2, d14, a);
+    ir_interp_set(it, -1, "b", 2, d41, ones);
+    CU_ASSERT_EQUAL_FATAL(ir_interp_run(it), IR_OK);
+    IrShape s;
+    const double *y = ir_interp_output(it, 0, "y", &s);
+    /* tf32: (1 + 2^-10) + (-1 - 2^-10) + 1 + (3 + 2^-9): 1 + 2^-12 rounds down to 1 */
+    double want = tf32 ? 4 + 0x1p-9 : (double)(float)(4 + t11 * 0.5 + 0x1p-9);
+    CU_ASSERT_DOUBLE_EQUAL(y[0], want, 0);
+    ir_interp_free(it);
+    ir_graph_free(g);
+  }
+  CU_ASSERT_EQUAL(ir_tf32_round(1 + 0x1p-11), 1 + 0x1p-10);
+  CU_ASSERT_EQUAL(ir_tf32_round(-1 - 0x1p-11), -1 - 0x1p-10);
+  CU_ASSERT_EQUAL(ir_tf32_round(1 + 0x1p-11 - 0x1p-23), 1);
+  CU_ASSERT_EQUAL(ir_tf32_round(0x1.fffffep127), INFINITY); /* f32 max: past TF32's largest */
+  CU_ASSERT(isnan(ir_tf32_round(NAN)));
+  CU_ASSERT_EQUAL(ir_tf32_round(-INFINITY), -INFINITY);
+  CU_ASSERT_PTR_NULL(ir_graph_parse("matmul bf32\n", msg, sizeof msg));
+  CHECK_HAS(msg, "expected matmul f32 or tf32");
+}
+
 int main(int argc, char **argv) {
   static const TestCase cases[] = {
       {"release_dead_values", test_release_dead_values},
@@ -417,6 +461,7 @@ int main(int argc, char **argv) {
       {"data_movement", test_data_movement},
       {"reduce", test_reduce},
       {"dot", test_dot},
+      {"dot_tf32", test_dot_tf32},
       {"gather_scatter_topk", test_gather_scatter_topk},
       {"errors", test_errors},
       {"collectives_2", test_collectives_2},
