@@ -108,7 +108,7 @@ typedef struct Session {
     cl_mem stage_mem; /* NULL: stage is plain host memory */
     char *stage;
     int64_t stage_bytes;
-    RtOclMma mma;      /* the product kernels' body on this device (the capability table) */
+    RtOclMma mma;       /* the product kernels' body on this device (the capability table) */
     char options[1024]; /* clBuildProgram's: the program's, -DAX_MMA=N and the reductions' variant */
 } Session;
 
