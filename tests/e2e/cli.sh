@@ -816,6 +816,15 @@ EOF
   run config "$MODELS/llama2-70b.json" --target gpu-h100-8x8
   expect_rc 0
   expect_in "$T/err" 'note: target gpu-h100-8x8 matched mesh rule "gpu-(h100|h200|b200|a100-80gb)-(8|16|32|64|8x2|8x4|8x8)"'
+  # the gpt family's rule takes every GPU kind the other families do, not the H100 alone
+  for t in gpu-h200-8:fsdp=8:86.43 gpu-a100-80gb-16:data=2\ fsdp=8:61.58 \
+           gpu-b200-64:data=8\ fsdp=8:162.77; do
+    kind=${t%%:*} rest=${t#*:}
+    run memcheck "$MODELS/gpt2-124m.json" --target "$kind"
+    expect_rc 0
+    expect_in "$T/out" "mesh: ${rest%%:*}; fusion plan: opencl"
+    expect_in "$T/out" "verdict: fits, with ${rest#*:} GiB headroom"
+  done
   ;;
 memcheck_mpi_heap)
   # under MPI the plan counts the collectives' scratch (rounds of 1 MiB, whatever the tensor) and
