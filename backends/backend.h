@@ -217,6 +217,10 @@ void backend_cache_touch(const char *path);
  * "" or "0"), when none of those is set, or when the name does not fit. */
 bool backend_cache_dir_default(char *buf, size_t cap);
 
+/* The runtime's collective kind (RT_COLL_*) of a collective op of the IR: the one mapping the
+ * backends' collective tables share. */
+int32_t backend_coll_kind(IrOp op);
+
 /* ======================================================================== the backends */
 
 extern const Backend backend_interp; /* interp/interp.c */

@@ -147,3 +147,13 @@ int backend_link_trainer(const BackendLink *l, const BackendOptions *o, const Ba
   free(include);
   return rc ? link_failed(d, l->out, cc, log, in_bytes, link_needs(l)) : 0;
 }
+
+int32_t backend_coll_kind(IrOp op) {
+  switch (op) {
+  case IR_ALL_REDUCE: return RT_COLL_ALL_REDUCE;
+  case IR_ALL_GATHER: return RT_COLL_ALL_GATHER;
+  case IR_REDUCE_SCATTER: return RT_COLL_REDUCE_SCATTER;
+  case IR_ALL_TO_ALL: return RT_COLL_ALL_TO_ALL;
+  default: return RT_COLL_LOCAL_SLICE;
+  }
+}

@@ -8,6 +8,7 @@
  * trainer.
  */
 #define AXLC_LLVM_INTERNAL
+#include "backends/backend.h"
 #include "backends/llvm/llvm.h"
 
 #include <stddef.h>
@@ -250,16 +251,6 @@ static LLVMValueRef mesh_const(LlvmCtx *C, const ProgTypes *t) {
   return LLVMConstNamedStruct(t->mesh, f, 3);
 }
 
-static int32_t coll_kind(IrOp op) {
-  switch (op) {
-  case IR_ALL_REDUCE: return RT_COLL_ALL_REDUCE;
-  case IR_ALL_GATHER: return RT_COLL_ALL_GATHER;
-  case IR_REDUCE_SCATTER: return RT_COLL_REDUCE_SCATTER;
-  case IR_ALL_TO_ALL: return RT_COLL_ALL_TO_ALL;
-  default: return RT_COLL_LOCAL_SLICE;
-  }
-}
-
 static LLVMValueRef shape_const(LlvmCtx *C, const IrShape *s) {
   LLVMValueRef d[RT_MAX_DIMS];
   for (int i = 0; i < RT_MAX_DIMS; i++) d[i] = i64c(C, i < s->rank ? s->dims[i] : 0);
@@ -273,7 +264,7 @@ static LLVMValueRef coll_const(LlvmCtx *C, const ProgTypes *t, int32_t v) {
   for (int i = 0; i < RT_MAX_MESH_AXES; i++)
     axes[i] = i32c(C, i < x->attr.nmesh ? ir_mesh_axis(&C->g->mesh, x->attr.mesh[i]) : 0);
   bool a2a = x->op == IR_ALL_TO_ALL, reduce = x->op == IR_ALL_REDUCE;
-  LLVMValueRef f[] = {i32c(C, coll_kind(x->op)),
+  LLVMValueRef f[] = {i32c(C, backend_coll_kind(x->op)),
                       i32c(C, x->dtype == DT_I32    ? RT_DT_I32
                               : x->dtype == DT_BF16 ? RT_DT_BF16
                                                     : RT_DT_F32),

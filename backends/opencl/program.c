@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "backends/opencl/opencl.h"
 
 static int fail(char *err, size_t cap, const char *msg, const char *arg) {
@@ -59,16 +60,6 @@ static int make_slots(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
   return 0;
 }
 
-static int32_t coll_kind(IrOp op) {
-  switch (op) {
-  case IR_ALL_REDUCE: return RT_COLL_ALL_REDUCE;
-  case IR_ALL_GATHER: return RT_COLL_ALL_GATHER;
-  case IR_REDUCE_SCATTER: return RT_COLL_REDUCE_SCATTER;
-  case IR_ALL_TO_ALL: return RT_COLL_ALL_TO_ALL;
-  default: return RT_COLL_LOCAL_SLICE;
-  }
-}
-
 /* The mesh and the collective table of a mesh of several devices (the LLVM backend's, from
  * backends/llvm/program.c: the same numbering, the same fields). */
 static int make_mesh(const IrGraph *g, const MemPlan *mp, RtProgram *p, RtCollective **colls,
@@ -93,7 +84,7 @@ static int make_mesh(const IrGraph *g, const MemPlan *mp, RtProgram *p, RtCollec
       return fail(err, cap, "program: a collective with too many mesh axes or dims for the runtime",
                   NULL);
     RtCollective *c = &(*colls)[i++];
-    c->kind = coll_kind(x->op);
+    c->kind = backend_coll_kind(x->op);
     c->dtype = x->dtype == DT_I32 ? RT_DT_I32 : x->dtype == DT_BF16 ? RT_DT_BF16 : RT_DT_F32;
     c->naxes = x->attr.nmesh;
     for (int a = 0; a < x->attr.nmesh; a++) c->axes[a] = ir_mesh_axis(&g->mesh, x->attr.mesh[a]);
