@@ -1222,7 +1222,7 @@ static int sampling_setup(Session *S, int w, int64_t bytes) {
     return 0;
 }
 
-/* RtForward.run (w 0) or RtDecode.run (w 1) on the device: the sampling slab goes over whole,
+/* RtForward.run (w 0) or RtDecode.run (w 1) on the device: the graph's slab goes over whole,
  * the launches run, and it comes back whole (the sampler reads the logits and the prefill's
  * keys and values there, and writes the weights, tokens and cache rows between calls). A
  * failure is said once; the logits are then NaN, which the sampler reports. */
@@ -1232,12 +1232,15 @@ static void sample_run(int w, char *slab) {
     if (!f)
         return;
     const RtDecode *d = S->p->ndecode > 0 ? f->decode : NULL;
-    int64_t bytes = d ? d->slab_bytes : f->slab_bytes;
+    /* the buffer holds the larger slab (the decode step's lies over the forward's); a call
+     * moves only its own graph's: without the KV cache the sampler's slab is the forward's */
+    int64_t cap = d ? d->slab_bytes : f->slab_bytes;
+    int64_t bytes = w ? d->slab_bytes : f->slab_bytes;
     int64_t logits = w ? d->logits_offset : f->logits_offset;
     int64_t nlogits = w ? S->p->base.vocab : S->p->base.seq * S->p->base.vocab;
     int32_t n = w ? S->p->ndecode : S->p->nforward;
     const RtOclLaunch *L = w ? S->p->decode_launches : S->p->forward_launches;
-    cl_int e = S->failed || sampling_setup(S, w, bytes) != 0 ? CL_OUT_OF_RESOURCES : CL_SUCCESS;
+    cl_int e = S->failed || sampling_setup(S, w, cap) != 0 ? CL_OUT_OF_RESOURCES : CL_SUCCESS;
     if (e == CL_SUCCESS) {
         e = clEnqueueWriteBuffer(S->q, S->sbuf, CL_FALSE, 0, (size_t)bytes, slab, 0, NULL, NULL);
         if (e != CL_SUCCESS)
