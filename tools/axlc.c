@@ -1197,7 +1197,7 @@ static int cmd_plot(Args *a) {
   return plot_metrics_many(files, a->nlabels ? a->labels : NULL, n, a->output) ? 1 : 0;
 }
 
-/* The whole file at path, malloc'd, into *text and *n; prints the error. */
+/* The whole file at path, malloc'd and NUL-terminated, into *text and *n; prints the error. */
 static int read_text(const char *path, char **text, size_t *n) {
   RtError err;
   FILE *f = rt_file_open(path, "rb", &err);
@@ -1211,6 +1211,7 @@ static int read_text(const char *path, char **text, size_t *n) {
   *text = malloc((size_t)st.st_size + 1);
   *n = *text ? fread(*text, 1, (size_t)st.st_size, f) : 0;
   int bad = !*text || *n != (size_t)st.st_size || ferror(f);
+  if (*text) (*text)[*n] = 0; /* a C string too: the elastic plan parses it as JSON */
   fclose(f);
   if (bad) fprintf(stderr, "error: %s: cannot read %lld bytes\n", path, (long long)st.st_size);
   return bad ? -1 : 0;
