@@ -380,8 +380,6 @@ typedef struct FeTrainFacts {
   uint64_t seed;                 /* parameter init and data order */
   int64_t global_batch, seq_len; /* input: sequences per step over the mesh, tokens each */
   int64_t vocab;                 /* model vocab_size: token ids lie in [0, vocab) */
-  int64_t ckpt_every;            /* checkpointer: every N steps; 0: only at the end */
-  int32_t ckpt_keep;             /* complete checkpoints to keep */
   int64_t microbatches; /* learner: forward/backward passes per step (1: the whole batch) */
   FeLearnerFacts learner;
 } FeTrainFacts;
