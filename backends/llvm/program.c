@@ -79,6 +79,7 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
                         i64,
                         i64,
                         i64,
+                        i64,
                         t.mesh,
                         i32,
                         LLVMPointerType(t.coll, 0),
