@@ -151,14 +151,11 @@ static int backend_program(DrvJob *j, BackendProgram *p) {
   return 0;
 }
 
-/* The one place the trainer's program facts (runtime/axrt.h: RT_PROGRAM_FACTS) are filled; the
- * target's peaks are the CLI's to add (it knows the device table's entry), zero until then. */
+/* The trainer's program facts (runtime/axrt.h: RT_PROGRAM_FACTS): the config's as the frontend
+ * read them (fe_train_facts), the step's FLOPs from the graph. The target's peaks are the CLI's
+ * to add (it knows the device table's entry), zero until then. */
 void drv_program_facts(const DrvJob *j, RtFacts *f) {
-  json_object *ckpt = fe_get_child(j->cfg, "checkpointer");
-  *f = (RtFacts){.max_steps = j->facts.max_steps,
-                 .seed = j->facts.seed,
-                 .ckpt_every_n_steps = fe_get_int(ckpt, "every_n_steps"),
-                 .ckpt_keep = fe_get_int(ckpt, "keep_last")};
+  *f = j->facts.program;
   f->step_flops = drv_step_flops(j->graph, &f->step_bf16_flops);
 }
 

@@ -23,6 +23,7 @@
 #include <json-c/json.h>
 
 #include "ir/ir.h"
+#include "runtime/axrt.h"
 
 /* ---- diag.c: diagnostics ------------------------------------------------ */
 
@@ -376,8 +377,9 @@ typedef struct FeLearnerFacts {
 } FeLearnerFacts;
 
 typedef struct FeTrainFacts {
-  int64_t max_steps;
-  uint64_t seed;                 /* parameter init and data order */
+  /* the trainer's program facts (runtime/axrt.h: RT_PROGRAM_FACTS) the config holds: max_steps,
+   * seed, the checkpoint policy; the driver adds the rest (drv_program_facts) */
+  RtFacts program;
   int64_t global_batch, seq_len; /* input: sequences per step over the mesh, tokens each */
   int64_t vocab;                 /* model vocab_size: token ids lie in [0, vocab) */
   int64_t microbatches; /* learner: forward/backward passes per step (1: the whole batch) */
