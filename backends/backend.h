@@ -123,6 +123,10 @@ typedef struct Backend {
   /* Optional: its fusion plan. Sets materialized[v] (g->nvalues) for every
    * value that needs its own buffer (passes/passes.h: pass_memplan_fused). */
   int (*plan)(const IrGraph *g, bool *materialized);
+  /* Optional: bytes its kernels use past the planned slab under that plan (the OpenCL
+   * reductions' partial sums), which the trainer's slab holds after the plan's end rounded up
+   * to 64 bytes; memcheck counts them as compile does. */
+  int64_t (*scratch)(const IrGraph *g, const bool *materialized);
   /* Optional: writes the artifact `emit` (one of emits) to out (NULL: stdout,
    * for emits without needs_file). 0, or -1 with the reason reported to j->diag. */
   int (*compile)(const BackendJob *j, const BackendOptions *o, const char *emit, const char *out);

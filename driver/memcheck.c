@@ -269,6 +269,9 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   r->inputs = p.input_bytes;
   r->fixed = p.fixed_bytes;
   r->slab = p.slab_bytes;
+  /* the kernels' own scratch past the plan (OpenCL's two-stage reductions), as compile adds it */
+  int64_t scratch = b && b->scratch ? b->scratch(g, mat) : 0;
+  if (scratch > 0) r->slab = (p.slab_bytes + 63) / 64 * 64 + scratch;
   for (int32_t v = 0; v < n; v++)
     if (p.bytes[v] > r->largest) r->largest = p.bytes[v];
   /* live temporaries after each value: +bytes at its definition, -bytes after its last read */

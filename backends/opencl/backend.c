@@ -292,6 +292,7 @@ const Backend backend_opencl = {
     .standalone = true,
     .supports_op = ocl_backend_supports_op,
     .plan = pass_fusion_plan,
+    .scratch = ocl_scratch_bytes,
     .compile = ocl_backend_compile,
     .run_trainer = true,
     .check_run_args = ocl_backend_check_run_args,

@@ -1184,17 +1184,38 @@ static void red_launch(Ctx *C, Launches *L, OclBuf *body, int32_t v, const RedPl
   kernel_end(C, L, name, "", shape);
 }
 
-static void reduce_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
-  const IrValue *x = val(C, v);
-  const IrShape *xs = &val(C, x->ops[0])->shape;
+/* The first launch's plan of reduction v; false: a run this short stays one item per output. */
+static bool red_first(const IrGraph *g, int32_t v, RedPlan *k) {
+  const IrValue *x = &g->values[v];
+  const IrShape *xs = &g->values[x->ops[0]].shape;
   int64_t O = ir_shape_numel(&x->shape), all = ir_shape_numel(xs);
   int64_t R = O ? all / O : 0;
-  if (R <= RED_SMALL) {
+  if (R <= RED_SMALL) return false;
+  bool rows = xs->rank > 0 && has_axis(&x->attr.axes, xs->rank - 1);
+  *k = red_plan(O, R, rows, true);
+  return true;
+}
+
+int64_t ocl_scratch_bytes(const IrGraph *g, const bool *mat) {
+  int64_t most = 0;
+  for (int32_t v = 0; v < g->nvalues; v++) {
+    const IrValue *x = &g->values[v];
+    RedPlan k;
+    if (mat[v] && (x->op == IR_REDUCE_SUM || x->op == IR_REDUCE_MAX) &&
+        ir_shape_numel(&x->shape) > 0 && !ocl_is_collective(g, v) && red_first(g, v, &k) &&
+        k.P > 1 && k.O * k.P * 8 > most)
+      most = k.O * k.P * 8; /* red_launch's partials: 8 bytes each */
+  }
+  return most;
+}
+
+static void reduce_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  RedPlan k;
+  if (!red_first(C->g, v, &k)) {
     map_kernel(C, L, body, v);
     return;
   }
-  bool rows = xs->rank > 0 && has_axis(&x->attr.axes, xs->rank - 1);
-  RedPlan k = red_plan(O, R, rows, true);
+  int64_t O = k.O;
   if (k.P == 1) {
     red_launch(C, L, body, v, &k, 0, false);
     return;

@@ -71,6 +71,9 @@ OclOptions ocl_options_default(void);
  * are numbered in graph order, as the LLVM backend numbers them. */
 bool ocl_is_collective(const IrGraph *g, int32_t v);
 int32_t ocl_collective_index(const IrGraph *g, int32_t v);
+/* The bytes of partial sums the two-stage reductions of g (under the fusion plan mat) keep
+ * past the slab: the most any one needs, as they run one after another (0: none). */
+int64_t ocl_scratch_bytes(const IrGraph *g, const bool *mat);
 /* The kernel name of a collective's launch (RtOclLaunch.collective > 0): no kernel has it. */
 #define OCL_COLLECTIVE_NAME "axlc_collective"
 /* Prints every kernel of g under the plan mp (which used mat). */
