@@ -65,12 +65,8 @@ typedef struct BackendProgram {
   const BackendParam *params; /* (nparams), in the config's declaration order */
   int64_t devices;            /* the config's mesh: devices the job runs on */
   int64_t vocab;              /* token ids lie in [0, vocab) */
-  int64_t max_steps;
-  uint64_t seed;              /* parameter init and data order */
-  int64_t ckpt_every;         /* checkpoint every N steps; 0: only at the end */
-  int32_t ckpt_keep;          /* complete checkpoints to keep */
-  double flops, bf16_flops;   /* one step on one device (axlc memcheck's count), of them bf16 */
-  double peak_f32, peak_bf16; /* the target's FLOP/s per device (device table); 0: unknown */
+  RtFacts facts;              /* the trainer's program facts (runtime/axrt.h: RT_PROGRAM_FACTS),
+                                 filled by the driver, embedded whole in the trainer */
   const char *device_kind;    /* the target's kind in the device table ("gpu-h100"); NULL: none */
   const char *device_doc;     /* its doc ("NVIDIA H100 SXM5 80GB"); NULL: none */
   const char *device_match;   /* what its OpenCL device's name holds ("H100"); NULL or "": any */

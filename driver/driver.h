@@ -78,6 +78,10 @@ void drv_free(DrvJob *j);
  * and an error sink into j->diag. Every path from the driver to a backend's compile or run
  * comes through here. 0, or -1 with the reason in j->diag. */
 int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out);
+/* The trainer's program facts of j (runtime/axrt.h: RT_PROGRAM_FACTS): the config's, typed by
+ * the frontend (j->facts.program), and the step's FLOPs from j->graph; the peaks stay 0 (the
+ * CLI adds the device table's). drv_backend_job puts them in the program. */
+void drv_program_facts(const DrvJob *j, RtFacts *f);
 /* A backend's error sink that records into d, with the frontend's message format: what the
  * user reads is the same whichever layer found the mistake. */
 BackendDiag drv_backend_diag(FeDiag *d);

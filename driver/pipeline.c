@@ -146,12 +146,17 @@ static int backend_program(DrvJob *j, BackendProgram *p) {
                         .nparams = j->build.nparams,
                         .params = j->backend_params,
                         .devices = j->build.mesh.devices,
-                        .vocab = j->facts.vocab,
-                        .max_steps = j->facts.max_steps,
-                        .seed = j->facts.seed,
-                        .ckpt_every = j->facts.ckpt_every,
-                        .ckpt_keep = j->facts.ckpt_keep};
+                        .vocab = j->facts.vocab};
+  drv_program_facts(j, &p->facts);
   return 0;
+}
+
+/* The trainer's program facts (runtime/axrt.h: RT_PROGRAM_FACTS): the config's as the frontend
+ * read them (fe_train_facts), the step's FLOPs from the graph. The target's peaks are the CLI's
+ * to add (it knows the device table's entry), zero until then. */
+void drv_program_facts(const DrvJob *j, RtFacts *f) {
+  *f = j->facts.program;
+  f->step_flops = drv_step_flops(j->graph, &f->step_bf16_flops);
 }
 
 /* memcheck (memcheck.c) plans j->graph as drv_lower left it, not through here (axlc compile
@@ -164,7 +169,6 @@ int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out) {
                       .forward = j->forward,
                       .decode = j->decode};
   if (backend_program(j, &out->program)) return -1;
-  out->program.flops = drv_step_flops(j->graph, &out->program.bf16_flops);
   if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward") ||
       expand_for(j, j->decode, b, "decode"))
     return -1;

@@ -23,6 +23,7 @@
 #include <json-c/json.h>
 
 #include "ir/ir.h"
+#include "runtime/axrt.h"
 
 /* ---- diag.c: diagnostics ------------------------------------------------ */
 
@@ -376,12 +377,11 @@ typedef struct FeLearnerFacts {
 } FeLearnerFacts;
 
 typedef struct FeTrainFacts {
-  int64_t max_steps;
-  uint64_t seed;                 /* parameter init and data order */
+  /* the trainer's program facts (runtime/axrt.h: RT_PROGRAM_FACTS) the config holds: max_steps,
+   * seed, the checkpoint policy; the driver adds the rest (drv_program_facts) */
+  RtFacts program;
   int64_t global_batch, seq_len; /* input: sequences per step over the mesh, tokens each */
   int64_t vocab;                 /* model vocab_size: token ids lie in [0, vocab) */
-  int64_t ckpt_every;            /* checkpointer: every N steps; 0: only at the end */
-  int32_t ckpt_keep;             /* complete checkpoints to keep */
   int64_t microbatches; /* learner: forward/backward passes per step (1: the whole batch) */
   FeLearnerFacts learner;
 } FeTrainFacts;

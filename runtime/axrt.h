@@ -702,8 +702,35 @@ typedef enum RtOclMma { RT_OCL_MMA_OFF = 0, RT_OCL_MMA_PTX = 1, RT_OCL_MMA_EMULA
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train_program.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION    7
+#define RT_ABI_VERSION    8
 #define RT_MAX_PARAM_RANK 4
+
+/* The program's facts: what the compiler knows of the job that the graph does not hold, defined
+ * once here, one row each: X(name, C type, doc). The driver fills an RtFacts (driver/pipeline.c:
+ * drv_program_facts), the backends embed it in the trainer as the program table's `facts`
+ * without naming its fields (the LLVM backend's constant struct and the OpenCL backend's C are
+ * both generated from this list), and the runtime reads it. Every fact is 8 bytes: int64_t,
+ * uint64_t or double (RT_FACT_TYPES checks it). Adding one is a row here, its value in the
+ * driver and its reader in the runtime (docs/extending.md); the layout of RtProgram changes,
+ * so RT_ABI_VERSION goes up. */
+#define RT_PROGRAM_FACTS(X)                                                                                            \
+    X(max_steps, int64_t, "/max_steps: the default of --steps")                                                        \
+    X(seed, uint64_t, "/seed: parameter init and data order, the default of --seed")                                   \
+    X(ckpt_every_n_steps, int64_t,                                                                                     \
+      "/checkpointer/every_n_steps: the default of --ckpt-every; 0: save only at the end")                             \
+    X(ckpt_keep, int64_t, "/checkpointer/keep_last: the default of --keep, complete checkpoints kept")                 \
+    X(step_flops, double,                                                                                              \
+      "one step's FLOPs on one device as axlc memcheck counts them (2 per multiply-add of a product, "                 \
+      "1 per element of the rest): the trainer's MFU")                                                                 \
+    X(step_bf16_flops, double, "of step_flops, those in products with bf16 operands")                                  \
+    X(peak_f32, double, "the target's f32 FLOP/s per device (device table); 0: unknown, no MFU")                       \
+    X(peak_bf16, double, "its bf16 FLOP/s per device; 0: unknown")
+
+typedef struct RtFacts {
+#define RT_FACT_FIELD(name, type, doc) type name;
+    RT_PROGRAM_FACTS(RT_FACT_FIELD)
+#undef RT_FACT_FIELD
+} RtFacts;
 
 struct RtParamSlot {
     const char *path; /* "model/decoder/layer_0/self_attention/q_proj/weight" */
@@ -769,22 +796,14 @@ typedef struct RtProgram {
     int64_t ids_offset, targets_offset;               /* i32 (B, T) */
     int64_t step_offset;                              /* f32 scalar: the 1-based step number */
     int64_t loss_offset, grad_norm_offset, lr_offset; /* f32 scalars the step writes */
-    int64_t max_steps;                                /* the config's defaults for the trainer options */
-    uint64_t seed;
-    int64_t ckpt_every;
-    int32_t ckpt_keep;
-    RtMesh mesh; /* naxes 0: one device */
+    RtMesh mesh;                                      /* naxes 0: one device */
     int32_t ncollectives;
     const RtCollective *collectives; /* (ncollectives) the step calls rt_comm_collective(comm, i, slab) */
     void (*step)(char *slab, RtPool *pool, RtComm *comm);
     const RtForward *forward; /* ABI 3: the sampling forward; NULL: this trainer cannot sample */
     int32_t has_aux_loss;     /* ABI 4: 1 when the loss includes an auxiliary part (MoE) ... */
     int64_t aux_loss_offset;  /* ... an f32 scalar the step writes there: the metrics' aux_loss */
-    /* ABI 5: the step's cost on one device, as axlc memcheck counts it (2 FLOPs per multiply-add
-     * of a product, 1 per element of the rest), of which in products with bf16 operands; and the
-     * target's peak FLOP/s per device from the device table (0: unknown). The trainer's MFU. */
-    double step_flops, step_bf16_flops;
-    double peak_f32, peak_bf16;
+    RtFacts facts;            /* ABI 8: the program's facts (RT_PROGRAM_FACTS) */
 } RtProgram;
 
 /* An OpenCL trainer: the program table (its step is NULL: rt_ocl_main supplies it), the

@@ -329,10 +329,10 @@ static int64_t online_cpus(void) {
 
 void train_opts_default(TrainOpts *o, const RtProgram *p) {
     memset(o, 0, sizeof *o);
-    o->steps = p->max_steps;
-    o->seed = p->seed;
-    o->ckpt_every = p->ckpt_every > 0 ? p->ckpt_every : 0;
-    o->keep = p->ckpt_keep > 0 ? p->ckpt_keep : 0;
+    o->steps = p->facts.max_steps;
+    o->seed = p->facts.seed;
+    o->ckpt_every = p->facts.ckpt_every_n_steps > 0 ? p->facts.ckpt_every_n_steps : 0;
+    o->keep = p->facts.ckpt_keep > 0 ? p->facts.ckpt_keep : 0;
     o->eval_batches = 4;
     o->threads = online_cpus();
     o->log_every = 1;

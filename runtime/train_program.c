@@ -8,6 +8,13 @@
 
 #include "train_impl.h"
 
+/* Every program fact is 8 bytes (int64_t, uint64_t or double): the backends emit the table
+ * from RT_PROGRAM_FACTS alone, one 8-byte constant per row. */
+#define RT_FACT_SIZE(name, type, doc)                                                                                  \
+    _Static_assert(sizeof(type) == 8 && _Alignof(type) == 8, "program fact " #name " is not 8 bytes");
+RT_PROGRAM_FACTS(RT_FACT_SIZE)
+#undef RT_FACT_SIZE
+
 int64_t train_slot_numel(const RtParamSlot *s) {
     int64_t n = 1;
     for (int d = 0; d < s->rank; d++)

@@ -201,11 +201,11 @@ void train_report_stop(Trainer *t, const char *what, const char *tensor) {
 
 double train_ideal_s(const Trainer *t) {
     const RtProgram *p = t->p;
-    double f32 = t->o.peak_flops > 0 ? t->o.peak_flops : p->peak_f32;
-    double bf16 = t->o.peak_flops > 0 ? t->o.peak_flops : p->peak_bf16 > 0 ? p->peak_bf16 : f32;
-    if (p->step_flops <= 0 || f32 <= 0)
+    double f32 = t->o.peak_flops > 0 ? t->o.peak_flops : p->facts.peak_f32;
+    double bf16 = t->o.peak_flops > 0 ? t->o.peak_flops : p->facts.peak_bf16 > 0 ? p->facts.peak_bf16 : f32;
+    if (p->facts.step_flops <= 0 || f32 <= 0)
         return 0;
-    return (p->step_flops - p->step_bf16_flops) / f32 + p->step_bf16_flops / bf16;
+    return (p->facts.step_flops - p->facts.step_bf16_flops) / f32 + p->facts.step_bf16_flops / bf16;
 }
 
 void train_goodput(const Trainer *t, double now_ms, double *g) {
@@ -229,7 +229,7 @@ void train_goodput_print(const Trainer *t, double now_ms) {
            t->prog, g[GP_WALL] > 0 ? 100 * g[GP_STEPS] / g[GP_WALL] : 0.0, g[GP_WALL],
            t->gp.prior[GP_WALL] > 0 ? " (the job's, across restarts)" : "", g[GP_STEPS], g[GP_STARTUP], g[GP_CKPT],
            g[GP_LOST], g[GP_DOWN]);
-    double peak = t->o.peak_flops > 0 ? t->o.peak_flops : t->p->peak_f32;
+    double peak = t->o.peak_flops > 0 ? t->o.peak_flops : t->p->facts.peak_f32;
     if (t->gp.ideal_s > 0 && t->gp.steps_ms > 0)
         printf("; MFU %.1f%% (peak %.4g FLOP/s per device%s)", 100 * t->gp.ideal_s / (t->gp.steps_ms / 1e3), peak,
                t->o.peak_flops > 0 ? ", --peak-flops" : ", the device table's");

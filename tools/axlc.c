@@ -728,8 +728,8 @@ static int check_run_outputs(const Args *a, const FeDiag *d) {
 static void program_peak(const Args *a, BackendProgram *p) {
   static DrvDevice dev; /* p points into it */
   if (target_device(a, &dev) == 0) {
-    p->peak_f32 = dev.flops_f32;
-    p->peak_bf16 = dev.flops_bf16 > 0 ? dev.flops_bf16 : dev.flops_f32;
+    p->facts.peak_f32 = dev.flops_f32;
+    p->facts.peak_bf16 = dev.flops_bf16 > 0 ? dev.flops_bf16 : dev.flops_f32;
     p->device_kind = dev.name;
     p->device_doc = dev.doc;
     p->device_match = dev.opencl_device;

@@ -317,8 +317,8 @@ static int setup(Trainer *t, int64_t steps) {
 }
 
 static int train(const BackendJob *j, const InterpOptions *o) {
-  int64_t steps = o->steps > 0 ? o->steps : j->program.max_steps;
-  uint64_t seed = o->seed >= 0 ? (uint64_t)o->seed : j->program.seed;
+  int64_t steps = o->steps > 0 ? o->steps : j->program.facts.max_steps;
+  uint64_t seed = o->seed >= 0 ? (uint64_t)o->seed : j->program.facts.seed;
   Trainer t = {.j = j, .o = o};
   int rc = setup(&t, steps);
   if (rc == 0) rc = init_params(&t, seed);

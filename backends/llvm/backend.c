@@ -24,8 +24,6 @@ typedef struct Compiled {
   MemPlan fwd_plan; /* of the sampling forward, when the job has one */
   MemPlan dec_plan; /* of the decode step, in the forward's slab, when the job has one */
   LlvmModule *module;
-  LlvmProgramInfo info; /* what the trainer's program table holds */
-  LlvmParamInfo *params;
 } Compiled;
 
 static void compiled_free(Compiled *c) {
@@ -33,32 +31,7 @@ static void compiled_free(Compiled *c) {
   pass_memplan_free(&c->plan);
   pass_memplan_free(&c->fwd_plan);
   pass_memplan_free(&c->dec_plan);
-  free(c->params);
   memset(c, 0, sizeof *c);
-}
-
-/* The program table's facts that the graph does not hold. */
-static void program_info(const BackendJob *j, Compiled *c) {
-  const BackendProgram *p = &j->program;
-  c->params = ir_xcalloc((size_t)p->nparams + 1, sizeof *c->params);
-  for (int i = 0; i < p->nparams; i++) {
-    c->params[i].path = p->params[i].path;
-    c->params[i].init = p->params[i].init;
-  }
-  c->info = (LlvmProgramInfo){
-      .config = p->config,
-      .nparams = p->nparams,
-      .params = c->params,
-      .vocab = p->vocab,
-      .max_steps = p->max_steps,
-      .ckpt_every = p->ckpt_every,
-      .ckpt_keep = p->ckpt_keep,
-      .seed = p->seed,
-      .flops = p->flops,
-      .bf16_flops = p->bf16_flops,
-      .peak_f32 = p->peak_f32,
-      .peak_bf16 = p->peak_bf16,
-  };
 }
 
 /* Says what a compile that took more than two seconds did. */
@@ -116,8 +89,7 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
       return backend_error(&j->diag, j->file, NULL, "memory planning%s failed: %s", what[k],
                            ir_graph_error(g));
   }
-  program_info(j, c);
-  lo.program = &c->info;
+  lo.program = &j->program;
   if (j->forward) {
     lo.forward = j->forward;
     lo.forward_plan = &c->fwd_plan;

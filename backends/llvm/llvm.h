@@ -43,40 +43,26 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "backends/backend.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
 #include "runtime/axrt.h"
 
 /* ======================================================================== compile.c */
 
-/* What the driver knows and the graph does not: the config and the parameter table, for the
- * `axlc_program` global of a trainer (runtime/axrt.h: RtProgram). Offsets come from the plan:
- * parameter P is the graph's parameter named P, its moments "opt/m/P" and "opt/v/P"; the batch is
- * input "ids" (B, T) and "targets", the step input "step"; outputs "loss", "grad_norm", "lr". */
-typedef struct LlvmParamInfo {
-  const char *path; /* parameter name in the graph */
-  RtInit init;      /* how the runtime initializes it */
-} LlvmParamInfo;
-
-typedef struct LlvmProgramInfo {
-  const char *config; /* canonical JSON of the resolved config */
-  int32_t nparams;
-  const LlvmParamInfo *params; /* (nparams); rank and shape come from the graph */
-  int64_t vocab;
-  int64_t max_steps, ckpt_every;
-  int32_t ckpt_keep;
-  uint64_t seed;
-  double flops, bf16_flops, peak_f32, peak_bf16; /* RtProgram's step_flops, ... */
-} LlvmProgramInfo;
-
 typedef struct LlvmOptions {
-  int opt_level;                  /* 0: none, 1..2: default<On>, 3: kernel pipeline (unit.c) */
-  bool fuse;                      /* inline single-use elementwise values (pass_fusion_plan) */
-  bool blas;                      /* dot_general through cblas_sgemm where layouts allow */
-  bool threads;                   /* split large kernels with rt_parallel_for */
-  int64_t parallel_min;           /* elements below which a kernel stays on one thread */
-  const char *cpu, *features;     /* target; NULL: the host's */
-  const LlvmProgramInfo *program; /* NULL: no axlc_program global */
+  int opt_level;              /* 0: none, 1..2: default<On>, 3: kernel pipeline (unit.c) */
+  bool fuse;                  /* inline single-use elementwise values (pass_fusion_plan) */
+  bool blas;                  /* dot_general through cblas_sgemm where layouts allow */
+  bool threads;               /* split large kernels with rt_parallel_for */
+  int64_t parallel_min;       /* elements below which a kernel stays on one thread */
+  const char *cpu, *features; /* target; NULL: the host's */
+  /* What the driver knows and the graph does not (the config text, the parameter table, the
+   * program facts), for the `axlc_program` global of a trainer (runtime/axrt.h: RtProgram).
+   * Offsets come from the plan: parameter P is the graph's parameter named P, its moments
+   * "opt/m/P" and "opt/v/P"; the batch is input "ids" (B, T) and "targets", the step input
+   * "step"; outputs "loss", "grad_norm", "lr". NULL: no axlc_program global. */
+  const BackendProgram *program;
   /* The sampling forward (driver.h) and its plan: compiled into the same module as
    * axlc_forward, with the program's RtForward table (runtime/axrt.h). NULL: none. */
   const IrGraph *forward;

@@ -1,8 +1,9 @@
 /* program.c: the `axlc_program` global, the RtProgram (runtime/axrt.h) a trainer's main reads.
  *
- * The driver describes what only it knows (config text, parameter table, defaults) in an
- * LlvmProgramInfo; shapes come from the graph and every offset from the memory plan. The LLVM
- * struct types mirror RtParamSlot and RtProgram field by field (coupled with runtime/axrt.h);
+ * The driver describes what only it knows (config text, parameter table, program facts) in the
+ * job's BackendProgram; shapes come from the graph and every offset from the memory plan. The
+ * facts (RtFacts) are emitted from RT_PROGRAM_FACTS alone, so a new fact needs nothing here. The
+ * LLVM struct types mirror RtParamSlot and RtProgram field by field (coupled with runtime/axrt.h);
  * program_check compares their size and field offsets under the module's data layout with the
  * C compiler's, so a change to the ABI that is not made here too is an error, not a corrupt
  * trainer.
@@ -16,7 +17,7 @@
 #include <string.h>
 
 typedef struct ProgTypes {
-  LLVMTypeRef init, slot, mesh, coll, prog, split, fwd, kv, dec;
+  LLVMTypeRef init, slot, mesh, coll, prog, split, fwd, kv, dec, facts;
 } ProgTypes;
 
 /* Coupled with RtInit, RtParamSlot, RtMesh, RtCollective, RtKvCache, RtDecode, RtForward and
@@ -59,6 +60,11 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
   t.dec = LLVMStructTypeInContext(C->c, dec, 8, 0);
   LLVMTypeRef fwd[] = {i64, i64, i64, LLVMPointerType(i64, 0), step_ptr, LLVMPointerType(t.dec, 0)};
   t.fwd = LLVMStructTypeInContext(C->c, fwd, 6, 0);
+  /* RtFacts: one 8-byte field per row of RT_PROGRAM_FACTS, f64 for a double, else i64 */
+#define FACT_TYPE(name, type, doc) _Generic(((RtFacts *)0)->name, double : C->t_f64, default : i64),
+  LLVMTypeRef facts[] = {RT_PROGRAM_FACTS(FACT_TYPE)};
+#undef FACT_TYPE
+  t.facts = LLVMStructTypeInContext(C->c, facts, (unsigned)(sizeof facts / sizeof *facts), 0);
   LLVMTypeRef prog[] = {i32,
                         p,
                         i64,
@@ -74,10 +80,6 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
                         i64,
                         i64,
                         i64,
-                        i64,
-                        i64,
-                        i64,
-                        i32,
                         t.mesh,
                         i32,
                         LLVMPointerType(t.coll, 0),
@@ -85,11 +87,8 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
                         LLVMPointerType(t.fwd, 0),
                         i32,
                         i64,
-                        C->t_f64,
-                        C->t_f64,
-                        C->t_f64,
-                        C->t_f64};
-  t.prog = LLVMStructTypeInContext(C->c, prog, 30, 0);
+                        t.facts};
+  t.prog = LLVMStructTypeInContext(C->c, prog, 23, 0);
   return t;
 }
 
@@ -106,10 +105,10 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMABISizeOfType(dl, t->prog) == sizeof(RtProgram) &&
             LLVMOffsetOfElement(dl, t->prog, 5) == offsetof(RtProgram, batch) &&
             LLVMOffsetOfElement(dl, t->prog, 8) == offsetof(RtProgram, batch_split) &&
-            LLVMOffsetOfElement(dl, t->prog, 23) == offsetof(RtProgram, forward) &&
-            LLVMOffsetOfElement(dl, t->prog, 25) == offsetof(RtProgram, aux_loss_offset) &&
-            LLVMOffsetOfElement(dl, t->prog, 26) == offsetof(RtProgram, step_flops) &&
-            LLVMOffsetOfElement(dl, t->prog, 29) == offsetof(RtProgram, peak_bf16) &&
+            LLVMOffsetOfElement(dl, t->prog, 19) == offsetof(RtProgram, forward) &&
+            LLVMOffsetOfElement(dl, t->prog, 21) == offsetof(RtProgram, aux_loss_offset) &&
+            LLVMOffsetOfElement(dl, t->prog, 22) == offsetof(RtProgram, facts) &&
+            LLVMABISizeOfType(dl, t->facts) == sizeof(RtFacts) &&
             LLVMABISizeOfType(dl, t->fwd) == sizeof(RtForward) &&
             LLVMOffsetOfElement(dl, t->fwd, 3) == offsetof(RtForward, param_offsets) &&
             LLVMOffsetOfElement(dl, t->fwd, 4) == offsetof(RtForward, run) &&
@@ -121,10 +120,9 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMOffsetOfElement(dl, t->dec, 6) == offsetof(RtDecode, caches) &&
             LLVMOffsetOfElement(dl, t->dec, 7) == offsetof(RtDecode, run) &&
             LLVMOffsetOfElement(dl, t->prog, 9) == offsetof(RtProgram, ids_offset) &&
-            LLVMOffsetOfElement(dl, t->prog, 18) == offsetof(RtProgram, ckpt_keep) &&
-            LLVMOffsetOfElement(dl, t->prog, 19) == offsetof(RtProgram, mesh) &&
-            LLVMOffsetOfElement(dl, t->prog, 21) == offsetof(RtProgram, collectives) &&
-            LLVMOffsetOfElement(dl, t->prog, 22) == offsetof(RtProgram, step);
+            LLVMOffsetOfElement(dl, t->prog, 15) == offsetof(RtProgram, mesh) &&
+            LLVMOffsetOfElement(dl, t->prog, 17) == offsetof(RtProgram, collectives) &&
+            LLVMOffsetOfElement(dl, t->prog, 18) == offsetof(RtProgram, step);
   return ok ? 0 : llvm_fail(C, "internal: RtProgram in runtime/axrt.h changed; update program.c");
 }
 
@@ -171,7 +169,7 @@ static int64_t output_offset(LlvmCtx *C, const char *name) {
   return v == IR_NONE ? -1 : C->mp->offset[v];
 }
 
-static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const LlvmParamInfo *pi, int32_t v) {
+static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const BackendParam *pi, int32_t v) {
   const IrShape *s = &C->g->values[v].shape;
   const IrSplit *sp = &C->g->values[v].split;
   static const uint8_t none[IR_MAX_SPLIT_AXES];
@@ -205,7 +203,7 @@ static int program_not_bf16(LlvmCtx *C, const char *what, const char *name, int3
 }
 
 static LLVMValueRef slots_global(LlvmCtx *C, const ProgTypes *t) {
-  const LlvmProgramInfo *P = C->opt.program;
+  const BackendProgram *P = C->opt.program;
   LLVMValueRef *slots = ir_xcalloc((size_t)P->nparams + 1, sizeof *slots);
   for (int32_t i = 0; i < P->nparams; i++) {
     int32_t v = ir_graph_find(C->g, IR_PARAMETER, P->params[i].path);
@@ -341,7 +339,7 @@ int64_t llvm_forward_slab_bytes(const IrGraph *g, const MemPlan *mp) {
 /* A private constant global `name` holding the byte offsets of the program's parameters in
  * C->g's plan (-1: not read), as an i64*. */
 static LLVMValueRef param_offsets_global(LlvmCtx *C, const char *name) {
-  const LlvmProgramInfo *P = C->opt.program;
+  const BackendProgram *P = C->opt.program;
   LLVMValueRef *offs = ir_xcalloc((size_t)P->nparams + 1, sizeof *offs);
   for (int32_t i = 0; i < P->nparams; i++)
     offs[i] = i64c(C, named_offset(C, IR_PARAMETER, "", P->params[i].path));
@@ -357,7 +355,7 @@ static LLVMValueRef param_offsets_global(LlvmCtx *C, const char *name) {
 /* The RtForward of the forward function fn, while C->g and C->mp are the forward graph's; it
  * points at the RtDecode table when one was emitted. */
 int llvm_forward_emit(LlvmCtx *C, LLVMValueRef fn) {
-  const LlvmProgramInfo *P = C->opt.program;
+  const BackendProgram *P = C->opt.program;
   if (!P) return 0;
   ProgTypes t = prog_types(C, LLVMTypeOf(fn));
   int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids"), logits = ir_graph_output(C->g, "logits");
@@ -402,7 +400,7 @@ static int kv_const(LlvmCtx *C, const ProgTypes *t, int32_t v, LLVMValueRef *out
 }
 
 int llvm_decode_emit(LlvmCtx *C, LLVMValueRef fn) {
-  const LlvmProgramInfo *P = C->opt.program;
+  const BackendProgram *P = C->opt.program;
   if (!P) return 0;
   ProgTypes t = prog_types(C, LLVMTypeOf(fn));
   int32_t ids = ir_graph_find(C->g, IR_INPUT, "ids"), pos = ir_graph_find(C->g, IR_INPUT, "pos");
@@ -441,8 +439,19 @@ int llvm_decode_emit(LlvmCtx *C, LLVMValueRef fn) {
   return 0;
 }
 
+/* The RtFacts constant: each row of RT_PROGRAM_FACTS in order, as prog_types lays it out. */
+static LLVMValueRef facts_const(LlvmCtx *C, const ProgTypes *t, const RtFacts *F) {
+#define FACT_CONST(name, type, doc)                                                                \
+  _Generic(F->name, double                                                                         \
+           : LLVMConstReal(C->t_f64, (double)F->name), default                                     \
+           : LLVMConstInt(C->t_i64, (unsigned long long)F->name, 0)),
+  LLVMValueRef f[] = {RT_PROGRAM_FACTS(FACT_CONST)};
+#undef FACT_CONST
+  return LLVMConstNamedStruct(t->facts, f, (unsigned)(sizeof f / sizeof *f));
+}
+
 int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
-  const LlvmProgramInfo *P = C->opt.program;
+  const BackendProgram *P = C->opt.program;
   if (!P) return 0;
   ProgTypes t = prog_types(C, LLVMTypeOf(step));
   if (program_check(C, &t)) return -1;
@@ -470,10 +479,6 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
                       i64c(C, output_offset(C, "loss")),
                       i64c(C, output_offset(C, "grad_norm")),
                       i64c(C, output_offset(C, "lr")),
-                      i64c(C, P->max_steps),
-                      i64c(C, (int64_t)P->seed),
-                      i64c(C, P->ckpt_every),
-                      i32c(C, P->ckpt_keep),
                       mesh_const(C, &t),
                       i32c(C, C->ncoll),
                       colls,
@@ -481,12 +486,9 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
                       C->fwd_table ? C->fwd_table : LLVMConstNull(LLVMPointerType(t.fwd, 0)),
                       i32c(C, output_offset(C, "aux_loss") >= 0),
                       i64c(C, output_offset(C, "aux_loss")),
-                      LLVMConstReal(C->t_f64, P->flops),
-                      LLVMConstReal(C->t_f64, P->bf16_flops),
-                      LLVMConstReal(C->t_f64, P->peak_f32),
-                      LLVMConstReal(C->t_f64, P->peak_bf16)};
+                      facts_const(C, &t, &P->facts)};
   LLVMValueRef gl = LLVMAddGlobal(C->m, t.prog, "axlc_program");
-  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 30));
+  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 23));
   LLVMSetGlobalConstant(gl, 1);
   return 0;
 }

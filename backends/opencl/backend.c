@@ -23,8 +23,6 @@ typedef struct Compiled {
   RtOclProgram prog;
   RtParamSlot *slots;
   RtCollective *colls;
-  const char **paths; /* (nparams) */
-  RtInit *inits;      /* (nparams) */
   /* --sample: the forward and its decode step, each planned and printed on its own */
   MemPlan fwd_plan, dec_plan;
   OclKernels fwd_kernels, dec_kernels;
@@ -46,8 +44,6 @@ static void compiled_free(Compiled *c) {
   free(c->caches);
   free(c->slots);
   free(c->colls);
-  free(c->paths);
-  free(c->inits);
   memset(c, 0, sizeof *c);
 }
 
@@ -64,33 +60,9 @@ static OclOptions options(const BackendOptions *bo) {
 }
 
 static int program(const BackendJob *j, Compiled *c) {
-  const BackendProgram *p = &j->program;
-  int32_t n = p->nparams;
-  c->paths = ir_xcalloc((size_t)n + 1, sizeof *c->paths);
-  c->inits = ir_xcalloc((size_t)n + 1, sizeof *c->inits);
-  for (int32_t i = 0; i < n; i++) {
-    c->paths[i] = p->params[i].path;
-    c->inits[i] = p->params[i].init;
-  }
-  OclProgramInfo info = {.config = p->config,
-                         .nparams = n,
-                         .paths = c->paths,
-                         .inits = c->inits,
-                         .vocab = p->vocab,
-                         .max_steps = p->max_steps,
-                         .ckpt_every = p->ckpt_every,
-                         .ckpt_keep = p->ckpt_keep,
-                         .seed = p->seed,
-                         .flops = p->flops,
-                         .bf16_flops = p->bf16_flops,
-                         .peak_f32 = p->peak_f32,
-                         .peak_bf16 = p->peak_bf16,
-                         .device_kind = p->device_kind,
-                         .device_doc = p->device_doc,
-                         .device_match = p->device_match};
   char err[1024];
-  if (ocl_program_build(j->graph, &c->plan, &info, &c->kernels, &c->prog, &c->slots, &c->colls, err,
-                        sizeof err))
+  if (ocl_program_build(j->graph, &c->plan, &j->program, &c->kernels, &c->prog, &c->slots,
+                        &c->colls, err, sizeof err))
     return backend_error(&j->diag, j->file, NULL, "%s", err);
   return 0;
 }

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "backends/backend.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
 #include "runtime/axrt.h"
@@ -106,24 +107,11 @@ int ocl_check_source(const OclKernels *k, char *err, size_t cap);
 
 /* ======================================================================== program.c */
 
-/* The facts of the program table the graph does not hold (coupled with runtime/axrt.h). */
-typedef struct OclProgramInfo {
-  const char *config; /* canonical config text */
-  int32_t nparams;
-  const char *const *paths; /* (nparams) parameter names in the graph */
-  const RtInit *inits;      /* (nparams) */
-  int64_t vocab, max_steps, ckpt_every;
-  int32_t ckpt_keep;
-  uint64_t seed;
-  double flops, bf16_flops, peak_f32, peak_bf16;       /* RtProgram's step_flops, ... */
-  const char *device_kind, *device_doc, *device_match; /* RtOclProgram's; may be NULL */
-} OclProgramInfo;
-
 /* The RtOclProgram of g in memory (for `axlc run`); *slots and *colls (free them) back its
  * parameter and collective tables (a mesh of several devices: the per-device program, with
- * the mesh and its collectives as the LLVM backend's). Pointers into g, info and k stay
- * borrowed. */
-int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo *info,
+ * the mesh and its collectives as the LLVM backend's). Pointers into g, info (the job's program)
+ * and k stay borrowed. */
+int ocl_program_build(const IrGraph *g, const MemPlan *mp, const BackendProgram *info,
                       const OclKernels *k, RtOclProgram *out, RtParamSlot **slots,
                       RtCollective **colls, char *err, size_t cap);
 /* The same program as a C file whose main calls rt_ocl_main (for `axlc compile`). */

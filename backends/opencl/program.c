@@ -33,17 +33,17 @@ static int64_t output_offset(const IrGraph *g, const MemPlan *mp, const char *na
   return v == IR_NONE ? -1 : mp->offset[v];
 }
 
-static int make_slots(const IrGraph *g, const MemPlan *mp, const OclProgramInfo *info,
+static int make_slots(const IrGraph *g, const MemPlan *mp, const BackendProgram *info,
                       RtParamSlot *slots, char *err, size_t cap) {
   bool multi = ir_mesh_devices(&g->mesh) > 1;
   for (int32_t i = 0; i < info->nparams; i++) {
-    int32_t v = ir_graph_find(g, IR_PARAMETER, info->paths[i]);
+    const char *path = info->params[i].path;
+    int32_t v = ir_graph_find(g, IR_PARAMETER, path);
     if (v == IR_NONE || g->values[v].shape.rank > RT_MAX_PARAM_RANK)
-      return fail(err, cap,
-                  "program: parameter not in the graph or of rank above 4: ", info->paths[i]);
+      return fail(err, cap, "program: parameter not in the graph or of rank above 4: ", path);
     const IrShape *s = &g->values[v].shape;
     RtParamSlot *p = &slots[i];
-    p->path = info->paths[i];
+    p->path = path;
     p->rank = s->rank;
     const IrSplit *sp = &g->values[v].split;
     for (int32_t d = 0; d < RT_MAX_PARAM_RANK; d++) { /* this device's chunk, and the whole */
@@ -52,10 +52,10 @@ static int make_slots(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
       for (int k = 0; k < RT_MAX_SPLIT_AXES; k++)
         p->split[d][k] = d < s->rank && k < IR_MAX_SPLIT_AXES && multi ? sp->axes[d][k] : 0;
     }
-    p->init = info->inits[i];
+    p->init = info->params[i].init;
     p->offset = mp->offset[v];
-    p->m_offset = named_offset(g, mp, IR_PARAMETER, "opt/m/", info->paths[i]);
-    p->v_offset = named_offset(g, mp, IR_PARAMETER, "opt/v/", info->paths[i]);
+    p->m_offset = named_offset(g, mp, IR_PARAMETER, "opt/m/", path);
+    p->v_offset = named_offset(g, mp, IR_PARAMETER, "opt/v/", path);
   }
   return 0;
 }
@@ -103,7 +103,7 @@ static int make_mesh(const IrGraph *g, const MemPlan *mp, RtProgram *p, RtCollec
   return 0;
 }
 
-int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo *info,
+int ocl_program_build(const IrGraph *g, const MemPlan *mp, const BackendProgram *info,
                       const OclKernels *k, RtOclProgram *out, RtParamSlot **slots,
                       RtCollective **colls, char *err, size_t cap) {
   memset(out, 0, sizeof *out);
@@ -134,14 +134,7 @@ int ocl_program_build(const IrGraph *g, const MemPlan *mp, const OclProgramInfo 
   p->lr_offset = output_offset(g, mp, "lr");
   p->aux_loss_offset = output_offset(g, mp, "aux_loss");
   p->has_aux_loss = p->aux_loss_offset >= 0;
-  p->max_steps = info->max_steps;
-  p->seed = info->seed;
-  p->ckpt_every = info->ckpt_every;
-  p->ckpt_keep = info->ckpt_keep;
-  p->step_flops = info->flops;
-  p->step_bf16_flops = info->bf16_flops;
-  p->peak_f32 = info->peak_f32;
-  p->peak_bf16 = info->peak_bf16;
+  p->facts = info->facts;
   out->source = k->source;
   out->build_options = "-cl-std=CL1.2";
   out->nlaunches = k->nlaunches;
@@ -286,6 +279,23 @@ static void c_sampling(FILE *f, const RtOclProgram *P) {
           fw->slab_bytes, fw->ids_offset, fw->logits_offset, d && P->ndecode > 0 ? "&decode" : "0");
 }
 
+/* The program facts as a C initializer, from RT_PROGRAM_FACTS alone: a new fact needs nothing
+ * here. Doubles print with 17 digits, so they read back to the same bits. */
+static void fact_i64(FILE *f, int64_t v) { fprintf(f, "%" PRId64, v); }
+static void fact_u64(FILE *f, uint64_t v) { fprintf(f, "%" PRIu64 "u", v); }
+static void fact_f64(FILE *f, double v) { fprintf(f, "%.17g", v); }
+
+static void c_facts(FILE *f, const RtFacts *F) {
+  fputc('{', f);
+#define FACT_C(name, type, doc)                                                                    \
+  fputs(" ." #name " = ", f);                                                                      \
+  _Generic(F->name, double : fact_f64, uint64_t : fact_u64, default : fact_i64)(f, F->name);       \
+  fputc(',', f);
+  RT_PROGRAM_FACTS(FACT_C)
+#undef FACT_C
+  fputs(" }", f);
+}
+
 int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
   int sampling = P->base.forward && P->nforward > 0;
   int decoding = sampling && P->base.forward->decode && P->ndecode > 0;
@@ -328,19 +338,14 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
       ",\n"
       "           .loss_offset = %" PRId64 ", .grad_norm_offset = %" PRId64
       ", .lr_offset = %" PRId64 ",\n"
-      "           .max_steps = %" PRId64 ", .seed = %" PRIu64 "u, .ckpt_every = %" PRId64 ",\n"
-      "           .ckpt_keep = %d, .step = 0, .has_aux_loss = %d, .aux_loss_offset = %" PRId64 ",\n"
-      "           .step_flops = %.17g, .step_bf16_flops = %.17g, .peak_f32 = %.17g, .peak_bf16 = "
-      "%.17g, .forward = %s,\n"
+      "           .step = 0, .has_aux_loss = %d, .aux_loss_offset = %" PRId64 ", .forward = %s,\n"
       "           .ncollectives = %d, .collectives = collectives, .batch_split = {%d, %d, %d, "
       "%d},\n"
       "           .mesh = {.naxes = %d, .names = {",
       p->abi_version, p->slab_bytes, p->nparams, p->batch, p->seq, p->vocab, p->ids_offset,
       p->targets_offset, p->step_offset, p->loss_offset, p->grad_norm_offset, p->lr_offset,
-      p->max_steps, p->seed, p->ckpt_every, p->ckpt_keep, (int)p->has_aux_loss, p->aux_loss_offset,
-      p->step_flops, p->step_bf16_flops, p->peak_f32, p->peak_bf16, sampling ? "&forward" : "0",
-      p->ncollectives, p->batch_split[0], p->batch_split[1], p->batch_split[2], p->batch_split[3],
-      p->mesh.naxes);
+      (int)p->has_aux_loss, p->aux_loss_offset, sampling ? "&forward" : "0", p->ncollectives,
+      p->batch_split[0], p->batch_split[1], p->batch_split[2], p->batch_split[3], p->mesh.naxes);
   if (p->mesh.naxes == 0) fputs("0", f);
   for (int a = 0; a < p->mesh.naxes; a++) {
     fputs(a ? ", " : "", f);
@@ -348,7 +353,9 @@ int ocl_program_write_c(FILE *f, const RtOclProgram *P) {
   }
   fputs("}, .sizes = ", f);
   c_i64s(f, p->mesh.sizes, RT_MAX_MESH_AXES);
-  fputs("}},\n  .source = source,\n  .build_options = ", f);
+  fputs("},\n           .facts = ", f);
+  c_facts(f, &p->facts);
+  fputs("},\n  .source = source,\n  .build_options = ", f);
   c_string(f, P->build_options ? P->build_options : "");
   fprintf(f, ",\n  .nlaunches = %d,\n  .launches = launches,\n  .device_kind = ", P->nlaunches);
   c_string(f, P->device_kind ? P->device_kind : "");

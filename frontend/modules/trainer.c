@@ -124,13 +124,13 @@ static void learner_facts(json_object *learner, int64_t max_steps, FeLearnerFact
 void fe_train_facts(json_object *cfg, FeTrainFacts *f) {
   json_object *input = fe_get_child(cfg, "input"), *ckpt = fe_get_child(cfg, "checkpointer");
   memset(f, 0, sizeof *f);
-  f->max_steps = fe_get_int(cfg, "max_steps");
-  f->seed = (uint64_t)fe_get_int(cfg, "seed");
+  f->program.max_steps = fe_get_int(cfg, "max_steps");
+  f->program.seed = (uint64_t)fe_get_int(cfg, "seed");
+  f->program.ckpt_every_n_steps = fe_get_int(ckpt, "every_n_steps");
+  f->program.ckpt_keep = fe_get_int(ckpt, "keep_last");
   f->global_batch = fe_get_int(input, "global_batch_size");
   f->seq_len = fe_get_int(input, "seq_len");
   f->vocab = fe_get_int(fe_get_child(cfg, "model"), "vocab_size");
-  f->ckpt_every = fe_get_int(ckpt, "every_n_steps");
-  f->ckpt_keep = (int32_t)fe_get_int(ckpt, "keep_last");
   f->microbatches = fe_get_int(fe_get_child(cfg, "learner"), "microbatches");
-  learner_facts(fe_get_child(cfg, "learner"), f->max_steps, &f->learner);
+  learner_facts(fe_get_child(cfg, "learner"), f->program.max_steps, &f->learner);
 }

@@ -55,6 +55,10 @@
 #                 steps: tiny-lm (narrowed) under matmul tf32 and under bf16, 3 steps each against
 #                 the interpreter (which rounds the products' operands the same way); without the
 #                 switch PoCL keeps its SIMT kernels, and a bad value of the switch is refused
+#   facts         the program facts (runtime/axrt.h: RT_PROGRAM_FACTS) set in the config reach
+#                 both trainers' tables: the OpenCL trainer's C holds them (.facts), and the
+#                 CPU and OpenCL trainers' --help print the same defaults (--steps 17, --seed 5,
+#                 --ckpt-every 3, --keep 2)
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -475,6 +479,22 @@ f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 1]))' "$e" $((size / 3))
     one_step
     grep -q "kernels loaded from the cache in" "$T/log" && ! grep -q damaged "$T/log" ||
       fail "$damage: the entry was not stored whole again: $(cat "$T/log")"
+  done
+  ;;
+facts)
+  model="$SRC/models/tiny-lm.json"
+  set -- --set /input/seq_len=32 --set /input/global_batch_size=4 --set /max_steps=17 --set /seed=5 \
+    --set '/checkpointer={"kind": "checkpointer", "every_n_steps": 3, "keep_last": 2}'
+  must "$AXLC" compile "$model" "$@" --target opencl --emit c -o "$T/t.c"
+  grep -q '\.facts = { \.max_steps = 17, \.seed = 5u, \.ckpt_every_n_steps = 3, \.ckpt_keep = 2, \.step_flops = [1-9]' "$T/t.c" ||
+    fail "the OpenCL trainer's C: $(grep -o '\.facts = {[^}]*}' "$T/t.c")"
+  must "$AXLC" compile "$model" "$@" --target opencl -o "$T/ocl"
+  must "$AXLC" compile "$model" "$@" --target cpu -o "$T/cpu"
+  for t in cpu ocl; do
+    "$T/$t" --help > "$T/$t.help" 2>&1 || fail "$t --help: $(cat "$T/$t.help")"
+    for want in '--steps N .*\[17\]$' '--seed S .*\[5\]$' '--ckpt-every N .*\[3\]$' '--keep N .*\[2\]$'; do
+      grep -q -- "$want" "$T/$t.help" || fail "$t --help has no line $want: $(cat "$T/$t.help")"
+    done
   done
   ;;
 *) fail "unknown case $CASE" ;;

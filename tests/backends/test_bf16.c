@@ -147,7 +147,7 @@ static void test_fused_chain(void) {
 }
 
 /* The LLVM IR text of g compiled fused at O3 (optionally with a program table); "" on error. */
-static char *ir_text(IrGraph *g, const LlvmProgramInfo *prog, LlvmModule **keep) {
+static char *ir_text(IrGraph *g, const BackendProgram *prog, LlvmModule **keep) {
   MemPlan mp;
   bt_plan_simple(g, &mp);
   LlvmOptions o = llvm_options_default();
@@ -201,7 +201,7 @@ static void test_collective_dtype(void) {
   OUT(g, "h", ir_all_reduce(g, ir_param(g, "h", DT_BF16, 2, D35), 1, axes));
   OUT(g, "f", ir_all_reduce(g, ir_param(g, "f", DT_F32, 2, D35), 1, axes));
   OUT(g, "i", ir_all_gather(g, ids, 1, axes, 0));
-  LlvmProgramInfo prog = {.config = "{}", .vocab = 4, .max_steps = 1};
+  BackendProgram prog = {.config = "{}", .vocab = 4, .facts = {.max_steps = 1}};
   LlvmModule *m = NULL;
   free(ir_text(g, &prog, &m));
   LlvmJit *jit = NULL;
@@ -283,7 +283,7 @@ static void test_mlp_step(void) {
 }
 
 /* llvm_compile with a program table fails, naming what it must. */
-static void expect_program_error(IrGraph *g, const LlvmProgramInfo *prog, const char *needle) {
+static void expect_program_error(IrGraph *g, const BackendProgram *prog, const char *needle) {
   MemPlan mp;
   bt_plan_simple(g, &mp);
   LlvmOptions o = llvm_options_default();
@@ -302,8 +302,9 @@ static void expect_program_error(IrGraph *g, const LlvmProgramInfo *prog, const 
  * table is an error, not floats written over 2-byte elements. */
 static void test_program_errors(void) {
   const int64_t bt[] = {2, 3};
-  LlvmParamInfo pi = {.path = "w", .init = {.kind = RT_INIT_ZEROS}};
-  LlvmProgramInfo prog = {.config = "{}", .vocab = 4, .max_steps = 1, .nparams = 1, .params = &pi};
+  BackendParam pi = {.path = "w", .init = {.kind = RT_INIT_ZEROS}};
+  BackendProgram prog = {
+      .config = "{}", .vocab = 4, .facts = {.max_steps = 1}, .nparams = 1, .params = &pi};
   IrGraph *g = ir_graph_new();
   ir_input(g, "ids", DT_I32, 2, bt);
   OUT(g, "y", ir_exp(g, ir_param(g, "w", DT_BF16, 2, D35)));
@@ -334,8 +335,9 @@ static void test_forward_logits(void) {
   MemPlan mp, fmp;
   bt_plan_simple(g, &mp);
   bt_plan_simple(fw, &fmp);
-  LlvmParamInfo pi = {.path = "w", .init = {.kind = RT_INIT_ZEROS}};
-  LlvmProgramInfo prog = {.config = "{}", .vocab = 6, .max_steps = 1, .nparams = 1, .params = &pi};
+  BackendParam pi = {.path = "w", .init = {.kind = RT_INIT_ZEROS}};
+  BackendProgram prog = {
+      .config = "{}", .vocab = 6, .facts = {.max_steps = 1}, .nparams = 1, .params = &pi};
   LlvmOptions o = llvm_options_default();
   o.program = &prog;
   o.forward = fw;

@@ -101,13 +101,14 @@ static void test_interp_run_errors(void) {
     drv_free(&j);
     return;
   }
-  CU_ASSERT_EQUAL(j.facts.max_steps, 70);
-  CU_ASSERT_EQUAL(j.facts.seed, 11);
-  CU_ASSERT_EQUAL(j.facts.ckpt_keep, 5);
+  CU_ASSERT_EQUAL(j.facts.program.max_steps, 70);
+  CU_ASSERT_EQUAL(j.facts.program.seed, 11);
+  CU_ASSERT_EQUAL(j.facts.program.ckpt_keep, 5);
   CU_ASSERT_EQUAL(j.facts.vocab, 256);
   CU_ASSERT(j.facts.seq_len > 0 && j.facts.global_batch > 0);
   BackendJob bj;
   CU_ASSERT_EQUAL(drv_backend_job(&j, &backend_interp, &bj), 0);
+  CU_ASSERT_EQUAL(bj.program.facts.ckpt_keep, 5);
   BackendOptions o = {0};
   char *bogus[] = {"run", "--bogus", "1"};
   CU_ASSERT_EQUAL(backend_interp.run(&bj, &o, 3, bogus), 1);

@@ -68,20 +68,21 @@ static double **step_leaves(DrvJob *j) {
   return d;
 }
 
-static LlvmParamInfo *program_info(DrvJob *j, LlvmProgramInfo *P) {
-  LlvmParamInfo *pi = calloc((size_t)j->build.nparams + 1, sizeof *pi);
+static BackendParam *program_info(DrvJob *j, BackendProgram *P) {
+  BackendParam *pi = calloc((size_t)j->build.nparams + 1, sizeof *pi);
   for (int i = 0; i < j->build.nparams; i++) {
     pi[i].path = j->build.params[i].path;
     pi[i].init = param_init(&j->build.params[i]);
   }
-  *P = (LlvmProgramInfo){.config = "{}",
-                         .nparams = j->build.nparams,
-                         .params = pi,
-                         .vocab = 32,
-                         .max_steps = 200,
-                         .ckpt_every = 50,
-                         .ckpt_keep = 3,
-                         .seed = 7};
+  *P = (BackendProgram){.config = "{}",
+                        .nparams = j->build.nparams,
+                        .params = pi,
+                        .vocab = 32,
+                        .facts = {.max_steps = 200,
+                                  .ckpt_every_n_steps = 50,
+                                  .ckpt_keep = 3,
+                                  .seed = 7,
+                                  .step_flops = 1.5}};
   return pi;
 }
 
@@ -90,8 +91,11 @@ static void check_program(const DrvJob *j, const MemPlan *mp, const RtProgram *p
   CU_ASSERT_EQUAL(p->abi_version, RT_ABI_VERSION);
   CU_ASSERT_EQUAL(p->slab_bytes, mp->slab_bytes);
   CU_ASSERT_EQUAL(p->nparams, j->build.nparams);
-  CU_ASSERT_EQUAL(p->seed, 7);
-  CU_ASSERT_EQUAL(p->ckpt_keep, 3);
+  CU_ASSERT_EQUAL(p->facts.seed, 7);
+  CU_ASSERT_EQUAL(p->facts.ckpt_keep, 3);
+  CU_ASSERT_EQUAL(p->facts.ckpt_every_n_steps, 50);
+  CU_ASSERT_EQUAL(p->facts.max_steps, 200);
+  CU_ASSERT_EQUAL(p->facts.step_flops, 1.5);
   CU_ASSERT_EQUAL(p->loss_offset, mp->offset[ir_graph_output(j->graph, "loss")]);
   CU_ASSERT_EQUAL(p->step_offset, mp->offset[ir_graph_find(j->graph, IR_INPUT, "step")]);
   CU_ASSERT_STRING_EQUAL(p->config, "{}");
@@ -112,8 +116,8 @@ static void run_step(DrvJob *j, int reps, int plan, double rtol) {
   double t_interp = now() - t0;
   MemPlan mp;
   CU_ASSERT_EQUAL_FATAL(bt_plan(g, plan, &mp), 0);
-  LlvmProgramInfo P;
-  LlvmParamInfo *pi = program_info(j, &P);
+  BackendProgram P;
+  BackendParam *pi = program_info(j, &P);
   LlvmOptions o = llvm_options_default();
   o.program = &P;
   if (getenv("AXLC_BT_NOFUSE")) o.fuse = false;

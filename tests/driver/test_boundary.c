@@ -21,9 +21,11 @@
 static void test_backend_program(void) {
   DrvJob j;
   FeOptions opt = {0};
-  const char *sets[] = {"/max_steps=70", "/seed=11"};
+  const char *sets[] = {
+      "/max_steps=70", "/seed=11",
+      "/checkpointer={\"kind\": \"checkpointer\", \"every_n_steps\": 4, \"keep_last\": 2}"};
   opt.sets = sets;
-  opt.nsets = 2;
+  opt.nsets = 3;
   if (drv_load(&j, AXLC_MODELS "/tiny-lm.json", &opt) || drv_lower(&j, NULL)) {
     fe_diag_print(&j.diag, stderr);
     CU_FAIL("tiny-lm did not load");
@@ -51,11 +53,16 @@ static void test_backend_program(void) {
   char *text = fe_json_canonical(j.cfg);
   CU_ASSERT_STRING_EQUAL(p->config, text);
   free(text);
-  CU_ASSERT_EQUAL(p->max_steps, 70);
-  CU_ASSERT_EQUAL(p->seed, 11);
+  CU_ASSERT_EQUAL(p->facts.max_steps, 70);
+  CU_ASSERT_EQUAL(p->facts.seed, 11);
   CU_ASSERT_EQUAL(p->vocab, j.facts.vocab);
-  CU_ASSERT_EQUAL(p->ckpt_every, j.facts.ckpt_every);
-  CU_ASSERT_EQUAL(p->ckpt_keep, j.facts.ckpt_keep);
+  /* the program facts are the driver's one fill (drv_program_facts) */
+  RtFacts f;
+  drv_program_facts(&j, &f);
+  CU_ASSERT_EQUAL(memcmp(&p->facts, &f, sizeof f), 0);
+  CU_ASSERT_EQUAL(p->facts.ckpt_every_n_steps, 4);
+  CU_ASSERT_EQUAL(p->facts.ckpt_keep, 2);
+  CU_ASSERT(p->facts.step_flops > 0);
   CU_ASSERT_EQUAL(p->devices, j.build.mesh.devices);
   /* a second hand-over replaces the first's program, leaking nothing */
   CU_ASSERT_EQUAL(drv_backend_job(&j, &backend_interp, &bj), 0);

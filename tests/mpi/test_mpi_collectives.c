@@ -140,7 +140,7 @@ static void test_collectives(void) {
   IrInterp *it = interp_all(g, 4);
   MemPlan mp;
   bt_plan_simple(g, &mp);
-  LlvmProgramInfo P = {.config = "{}", .vocab = 8, .max_steps = 1};
+  BackendProgram P = {.config = "{}", .vocab = 8, .facts = {.max_steps = 1}};
   LlvmOptions o = llvm_options_default();
   o.program = &P;
   LlvmModule *m;

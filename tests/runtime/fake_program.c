@@ -164,9 +164,6 @@ const RtProgram axlc_program = {
     .loss_offset = OFF_LOSS,
     .grad_norm_offset = OFF_GN,
     .lr_offset = OFF_LR,
-    .max_steps = 30,
-    .seed = 1234,
-    .ckpt_every = 0,
-    .ckpt_keep = 3,
     .step = fake_step,
+    .facts = {.max_steps = 30, .seed = 1234, .ckpt_every_n_steps = 0, .ckpt_keep = 3},
 };

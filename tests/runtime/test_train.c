@@ -204,7 +204,7 @@ static void test_default_steps(void) {
       (const char *[]){"--data", train_file(), "--metrics", scratch(mp, "default.jsonl"), NULL});
   CHECK_RUN(r, 0);
   Metrics m = metrics_read(mp);
-  CHECK_INT(m.n, axlc_program.max_steps);
+  CHECK_INT(m.n, axlc_program.facts.max_steps);
   free(m.text);
   run_free(&r);
 }
@@ -245,7 +245,7 @@ static void test_ckpt_contents(void) {
     CHECK_INT(rt_st_find(st, "opt/m/model/bigram/weight") != NULL, 1);
     CHECK_INT(rt_st_find(st, "opt/v/model/bigram/bias") != NULL, 1);
     CHECK_INT(rt_ckpt_data_position(ck), 3 * FAKE_B * FAKE_T);
-    CHECK_INT(rt_ckpt_rng_state(ck), axlc_program.seed);
+    CHECK_INT(rt_ckpt_rng_state(ck), axlc_program.facts.seed);
     CHECK_INT(strcmp(rt_ckpt_config(ck), axlc_program.config), 0);
     rt_ckpt_close(ck);
   }

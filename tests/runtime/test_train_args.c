@@ -102,10 +102,10 @@ static const BadCase bad[] = {
  * that message, for programs whose defaults differ (the check has no program). */
 static void test_same_messages(void) {
   RtProgram other = axlc_program;
-  other.max_steps = 0;
-  other.seed = 7;
-  other.ckpt_every = 3;
-  other.ckpt_keep = 1;
+  other.facts.max_steps = 0;
+  other.facts.seed = 7;
+  other.facts.ckpt_every_n_steps = 3;
+  other.facts.ckpt_keep = 1;
   const RtProgram *programs[] = {&axlc_program, &other};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char *argv[MAX_ARGS + 2];
