@@ -56,6 +56,8 @@ static OclOptions options(const BackendOptions *bo) {
   if (gemm && !strcmp(gemm, "tiled")) o.gemm = OCL_GEMM_TILED;
   if (gemm && !strcmp(gemm, "blocked")) o.gemm = OCL_GEMM_BLOCKED;
   if (gemm && !strcmp(gemm, "loop")) o.gemm = OCL_GEMM_LOOP;
+  const char *multi = getenv("AXLC_OPENCL_MULTI"); /* 0: a launch per value, to compare */
+  if (multi && !strcmp(multi, "0")) o.multi = false;
   return o;
 }
 

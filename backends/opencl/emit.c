@@ -51,6 +51,7 @@ typedef struct Ctx {
   int64_t reduced;       /* elements the kernel being printed reduces (the launch list's) */
   int64_t scratch_at;    /* the two-stage reductions' partial sums: past the plan's slab */
   int64_t scratch_bytes; /* the most any reduction uses (they run one after another) */
+  int64_t multi_ch;      /* the chunk of the multi-tensor sums (multi_sum_plan) */
   char *err;
   size_t cap;
   bool failed;
@@ -1196,8 +1197,12 @@ static bool red_first(const IrGraph *g, int32_t v, RedPlan *k) {
   return true;
 }
 
+static void multi_sum_plan(const Ctx *C, int64_t *ch, int64_t *bytes);
+
 int64_t ocl_scratch_bytes(const IrGraph *g, const bool *mat) {
-  int64_t most = 0;
+  int64_t most = 0, ch;
+  Ctx C = {.g = g, .mat = mat};
+  multi_sum_plan(&C, &ch, &most);
   for (int32_t v = 0; v < g->nvalues; v++) {
     const IrValue *x = &g->values[v];
     RedPlan k;
@@ -1372,6 +1377,311 @@ static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   }
 }
 
+/* ---- multi-tensor kernels ----
+ *
+ * A run of consecutive elementwise values (in graph order, among those that launch a kernel)
+ * becomes one launch over the concatenation of their index spaces: consecutive values with as
+ * many elements form a segment, and work item gid computes, in graph order, element i of every
+ * value of the segment whose range [S, S + n) holds gid (i = gid - S). A value in a segment may
+ * read another of the same segment (at i: stored by the same item before), never one of an
+ * earlier segment. The optimizer's update is such a run: per parameter the clipped gradient and
+ * AdamW's m, v and parameter (optimizer.c) are one segment, and every parameter's segment shares
+ * one launch (a few, where the offset arguments would exceed MULTI_ARGS). Only where that is the
+ * kernels' sequential result: every buffer an item reads is read elementwise (element i, of the
+ * segment's size) or is a scalar, through elementwise ops, splats and splat constants only; no
+ * write overlaps the bytes of another segment; and within a segment a write overlaps another
+ * access only at the same offset and element size, elementwise (so item i touches element i).
+ * Otherwise the run ends there and the next value starts the next one. */
+/* 60 (pointer, offset) pairs: 960 bytes of arguments, within the 1024 that OpenCL 1.2 lets every
+ * device take (CL_DEVICE_MAX_PARAMETER_SIZE) */
+enum { MULTI_ARGS = 60, MULTI_LEAVES = 64 };
+
+typedef struct MultiExt {
+  int64_t lo, hi;
+  int32_t seg;
+  int32_t size;   /* element bytes */
+  bool write, ew; /* ew: read or written at element i (else: read whole by every item) */
+} MultiExt;
+
+static bool launches_nothing(const Ctx *C, int32_t v) {
+  const IrValue *x = val(C, v);
+  return !C->mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT || ir_shape_numel(&x->shape) == 0;
+}
+
+/* Whether u, read at an element of a value of shape sh, is a buffer read elementwise or as a
+ * scalar, or computed inline from such through elementwise ops, splats and splat constants;
+ * the buffers go to leaves. */
+static bool multi_tree(const Ctx *C, int32_t u, const IrShape *sh, int32_t *leaves, int32_t *nl) {
+  const IrValue *x = val(C, u);
+  if (C->mat[u]) {
+    if (ir_shape_numel(&x->shape) != 1 && !ir_shape_eq(&x->shape, sh)) return false;
+    if (*nl == MULTI_LEAVES) return false;
+    leaves[(*nl)++] = u;
+    return true;
+  }
+  if (x->op == IR_CONSTANT) return !x->attr.data;
+  if (x->op == IR_BROADCAST)
+    return ir_shape_numel(&val(C, x->ops[0])->shape) == 1 &&
+           multi_tree(C, x->ops[0], &val(C, x->ops[0])->shape, leaves, nl);
+  if (!(ir_op_flags(x->op) & IR_ELEMENTWISE) || !ir_shape_eq(&x->shape, sh)) return false;
+  for (int32_t k = 0; k < x->nops; k++)
+    if (!multi_tree(C, x->ops[k], sh, leaves, nl)) return false;
+  return true;
+}
+
+static bool multi_value(const Ctx *C, int32_t v, int32_t *leaves, int32_t *nl) {
+  const IrValue *x = val(C, v);
+  *nl = 0;
+  if (launches_nothing(C, v) || ocl_is_collective(C->g, v) ||
+      !(ir_op_flags(x->op) & IR_ELEMENTWISE))
+    return false;
+  for (int32_t k = 0; k < x->nops; k++)
+    if (!multi_tree(C, x->ops[k], &x->shape, leaves, nl)) return false;
+  return true;
+}
+
+/* The run from v0: its values (vals, nv) and their segments (seg); returns the value after. */
+static int32_t multi_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *seg, int32_t *nv,
+                         int32_t *run_seg) {
+  MultiExt *ext = NULL;
+  int32_t next = 0, cext = 0, cur = -1, w = v0;
+  int64_t curn = -1;
+  *nv = 0;
+  for (; w < C->g->nvalues; w++) {
+    if (launches_nothing(C, w)) continue;
+    int32_t leaves[MULTI_LEAVES], nl;
+    if (!multi_value(C, w, leaves, &nl)) break;
+    int64_t n = ir_shape_numel(&val(C, w)->shape);
+    int32_t s = *nv > 0 && n == curn ? cur : cur + 1;
+    MultiExt cand[MULTI_LEAVES + 1];
+    int32_t nc = 0;
+    bool ok = true;
+    for (int32_t i = 0; i <= nl && ok; i++) {
+      int32_t u = i < nl ? leaves[i] : w;
+      if (i < nl && run_seg[u] >= 0 && run_seg[u] != s) ok = false;
+      const IrValue *x = val(C, u);
+      int64_t un = ir_shape_numel(&x->shape);
+      int32_t size = (int32_t)ir_dtype_size(x->dtype);
+      cand[nc++] =
+          (MultiExt){C->mp->offset[u], C->mp->offset[u] + un * size, s, size, i == nl, un == n};
+    }
+    for (int32_t i = 0; i < nc && ok; i++)
+      for (int32_t j = 0; j < next && ok; j++) {
+        const MultiExt *a = &cand[i], *b = &ext[j];
+        if (a->lo >= b->hi || b->lo >= a->hi || (!a->write && !b->write)) continue;
+        if (b->seg != s || !a->ew || !b->ew || a->lo != b->lo || a->size != b->size) ok = false;
+      }
+    if (!ok) break;
+    grow((void **)&ext, sizeof *ext, &cext, next + nc);
+    memcpy(ext + next, cand, (size_t)nc * sizeof *cand);
+    next += nc;
+    run_seg[w] = s;
+    if (s != cur) cur = s, curn = n;
+    vals[*nv] = w;
+    seg[(*nv)++] = s;
+  }
+  for (int32_t i = 0; i < *nv; i++) run_seg[vals[i]] = -1;
+  free(ext);
+  return w;
+}
+
+/* Prints segment vals[0..n) over items [at, at + numel) of the kernel being printed. */
+static void multi_segment(Ctx *C, const int32_t *vals, int32_t n, int64_t at) {
+  int64_t numel = ir_shape_numel(&val(C, vals[0])->shape);
+  char i[NAME];
+  newvar(C, i);
+  line(C, "if (gid >= %lldL && gid < %lldL) {", (long long)at, (long long)(at + numel));
+  line(C, "long %s = gid - %lldL;", i, (long long)at);
+  for (int32_t k = 0; k < n; k++) {
+    char e[NAME], ref[NAME];
+    Pos p = pos_of_lin(i);
+    elem_compute(C, vals[k], &p, e);
+    buf_ref(C, vals[k], ref, sizeof ref);
+    if (val(C, vals[k])->dtype == DT_BF16)
+      line(C, "%s[%s] = ax_to_bf16(%s);", ref, i, e);
+    else
+      line(C, "%s[%s] = %s;", ref, i, e);
+  }
+  line(C, "}");
+}
+
+/* The launches of run vals[0..nv) (multi_run): each as many whole segments as MULTI_ARGS offset
+ * arguments allow (at least one). */
+static void multi_kernels(Ctx *C, Launches *L, OclBuf *body, const int32_t *vals,
+                          const int32_t *seg, int32_t nv) {
+  int64_t *bytes = NULL;
+  int32_t cbytes = 0, k = 0;
+  while (k < nv && !C->failed) {
+    char name[64];
+    kernel_name(C, vals[k], "multi", name);
+    kernel_begin(C, body);
+    line(C, "long gid = get_global_id(0);");
+    if (C->o.break_kernel == L->n + 1)
+      line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
+    int64_t total = 0;
+    int32_t nseg = 0;
+    while (k < nv) {
+      int32_t e = k;
+      while (e < nv && seg[e] == seg[k]) e++;
+      size_t at = body->n;
+      int32_t nargs = C->nargs, tmp = C->tmp;
+      grow((void **)&bytes, sizeof *bytes, &cbytes, nargs + 1);
+      memcpy(bytes, C->bytes, (size_t)nargs * sizeof *bytes);
+      multi_segment(C, vals + k, e - k, total);
+      if (nseg > 0 && C->nargs > MULTI_ARGS) { /* the next launch's */
+        body->n = at;
+        body->s[at] = 0;
+        C->nargs = nargs;
+        C->tmp = tmp;
+        memcpy(C->bytes, bytes, (size_t)nargs * sizeof *bytes);
+        break;
+      }
+      total += ir_shape_numel(&val(C, vals[k])->shape);
+      nseg++;
+      k = e;
+    }
+    kernel_end(C, L, name, "", items(total));
+  }
+  free(bytes);
+}
+
+/* Sums to a scalar (the gradient norm's per-parameter sums of squares, optimizer.c) in a run
+ * of consecutive ones: two launches for the run, not one or two each. The first splits each
+ * operand into chunks of CH elements (CH from the run's size, so that about MULTI_SUM_ITEMS
+ * items fill the device), an item a chunk summed in order in the f32 accumulator (double where
+ * the device has it), its partial result in the scratch area past the slab; the second sums
+ * each sum's chunks in order, an item per sum, and rounds once. As every sum runs at its own
+ * place, an operand read elementwise through elementwise ops (the square) stays inline. */
+enum { MULTI_SUM_ITEMS = 8192, MULTI_SUM_MIN = 16, MULTI_SUM_MAX = 4096 };
+
+static bool sum_value(const Ctx *C, int32_t v, int32_t *leaves, int32_t *nl) {
+  const IrValue *x = val(C, v);
+  *nl = 0;
+  if (launches_nothing(C, v) || x->op != IR_REDUCE_SUM || ir_shape_numel(&x->shape) != 1 ||
+      x->dtype == DT_I32 || ocl_is_collective(C->g, v))
+    return false;
+  const IrShape *xs = &val(C, x->ops[0])->shape;
+  return ir_shape_numel(xs) > 0 && multi_tree(C, x->ops[0], xs, leaves, nl);
+}
+
+/* The chunk of every multi-tensor sum of the graph, from all of them, and the scratch bytes any
+ * run of them may use: each chunk's partial result (8 bytes), reserved whether or not runs form,
+ * so that memcheck (ocl_scratch_bytes, without the memory plan) counts what the trainer has. */
+static void multi_sum_plan(const Ctx *C, int64_t *ch, int64_t *bytes) {
+  int64_t total = 0, nsums = 0, items = 0;
+  int32_t leaves[MULTI_LEAVES], nl;
+  for (int32_t v = 0; v < C->g->nvalues; v++)
+    if (sum_value(C, v, leaves, &nl))
+      total += ir_shape_numel(&val(C, val(C, v)->ops[0])->shape), nsums++;
+  int64_t c = total / MULTI_SUM_ITEMS;
+  *ch = c < MULTI_SUM_MIN ? MULTI_SUM_MIN : c > MULTI_SUM_MAX ? MULTI_SUM_MAX : c;
+  for (int32_t v = 0; v < C->g->nvalues && nsums > 1; v++)
+    if (sum_value(C, v, leaves, &nl))
+      items += ceil_div(ir_shape_numel(&val(C, val(C, v)->ops[0])->shape), *ch);
+  *bytes = items * 8;
+}
+
+/* The run of sums from v0 (at least the values that launch nothing before it); returns the
+ * value after it. Each launch has at most MULTI_ARGS arguments: the scratch, and the operands'
+ * buffers (the first) or the results (the second). */
+static int32_t sum_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *nv) {
+  MultiExt *ext = NULL;
+  int32_t next = 0, cext = 0, w = v0, nargs = 0;
+  *nv = 0;
+  for (; w < C->g->nvalues; w++) {
+    if (launches_nothing(C, w)) continue;
+    int32_t leaves[MULTI_LEAVES], nl;
+    if (!sum_value(C, w, leaves, &nl)) break;
+    int32_t fresh = 0; /* leaves at offsets not read before: the first launch's arguments */
+    for (int32_t i = 0; i < nl; i++) {
+      bool seen = false;
+      for (int32_t j = 0; j < next && !seen; j++)
+        seen = !ext[j].write && ext[j].lo == C->mp->offset[leaves[i]];
+      for (int32_t j = 0; j < i && !seen; j++)
+        seen = C->mp->offset[leaves[j]] == C->mp->offset[leaves[i]];
+      fresh += !seen;
+    }
+    if (nargs + fresh > MULTI_ARGS - 1 || *nv + 1 > MULTI_ARGS - 1) break;
+    MultiExt cand[MULTI_LEAVES + 1];
+    for (int32_t i = 0; i <= nl; i++) {
+      int32_t u = i < nl ? leaves[i] : w;
+      const IrValue *x = val(C, u);
+      int64_t bytes = ir_shape_numel(&x->shape) * (int64_t)ir_dtype_size(x->dtype);
+      cand[i] = (MultiExt){C->mp->offset[u], C->mp->offset[u] + bytes, 0, 0, i == nl, false};
+    }
+    bool ok = true; /* no write overlaps anything else of the run */
+    for (int32_t i = 0; i <= nl && ok; i++)
+      for (int32_t j = 0; j < next + nl + 1 && ok; j++) {
+        const MultiExt *a = &cand[i], *b = j < next ? &ext[j] : &cand[j - next];
+        if (a != b && a->lo < b->hi && b->lo < a->hi && (a->write || b->write)) ok = false;
+      }
+    if (!ok) break;
+    grow((void **)&ext, sizeof *ext, &cext, next + nl + 1);
+    memcpy(ext + next, cand, (size_t)(nl + 1) * sizeof *cand);
+    next += nl + 1;
+    nargs += fresh;
+    vals[(*nv)++] = w;
+  }
+  free(ext);
+  return w;
+}
+
+static void multi_sum_kernels(Ctx *C, Launches *L, OclBuf *body, const int32_t *vals, int32_t nv) {
+  int64_t total = 0, nitems = 0;
+  for (int32_t k = 0; k < nv; k++) total += ir_shape_numel(&val(C, val(C, vals[k])->ops[0])->shape);
+  int64_t ch = C->multi_ch;
+  for (int32_t k = 0; k < nv; k++)
+    nitems += ceil_div(ir_shape_numel(&val(C, val(C, vals[k])->ops[0])->shape), ch);
+  char name[64], sc[NAME];
+  for (int stage = 1; stage <= 2 && !C->failed; stage++) {
+    kernel_name(C, vals[0], stage == 1 ? "multi_sum_parts" : "multi_sum_final", name);
+    kernel_begin(C, body);
+    C->reduced = stage == 1 ? total : nitems;
+    line(C, "long gid = get_global_id(0);");
+    if (C->o.break_kernel == L->n + 1)
+      line(C, "axlc_broken_on_purpose = 1; /* AXLC_OPENCL_BREAK_KERNEL */");
+    int32_t a = arg_of(C, C->scratch_at, nitems * 8);
+    snprintf(sc, sizeof sc, "((__global axacc *)(s%d + a%d))", a, a);
+    /* within the reservation of ocl_emit (multi_sum_plan) */
+    int64_t c0 = 0;
+    for (int32_t k = 0; k < nv; k++) {
+      const IrValue *x = val(C, vals[k]);
+      int64_t R = ir_shape_numel(&val(C, x->ops[0])->shape), c1 = c0 + ceil_div(R, ch);
+      char acc[NAME], i[NAME], e[NAME];
+      if (stage == 1) {
+        line(C, "if (gid >= %lldL && gid < %lldL) {", (long long)c0, (long long)c1);
+        acc_begin(C, x->dtype, true, acc);
+        newvar(C, i);
+        line(C,
+             "for (long %s = (gid - %lldL) * %lldL; %s < min((gid - %lldL + 1) * %lldL, %lldL); "
+             "%s++) {",
+             i, (long long)c0, (long long)ch, i, (long long)c0, (long long)ch, (long long)R, i);
+        Pos p = pos_of_lin(i);
+        elem_get(C, x->ops[0], &p, e);
+        acc_step(C, x->dtype, true, acc, e);
+        line(C, "}");
+        line(C, "%s[gid] = %s;", sc, acc);
+      } else {
+        char ref[NAME];
+        line(C, "if (gid == %dL) {", k);
+        acc_begin(C, x->dtype, true, acc);
+        newvar(C, i);
+        line(C, "for (long %s = %lldL; %s < %lldL; %s++) %s += %s[%s];", i, (long long)c0, i,
+             (long long)c1, i, acc, sc, i);
+        acc_end(C, x->dtype, acc, e);
+        buf_ref(C, vals[k], ref, sizeof ref);
+        if (x->dtype == DT_BF16)
+          line(C, "%s[0] = ax_to_bf16(%s);", ref, e);
+        else
+          line(C, "%s[0] = %s;", ref, e);
+      }
+      line(C, "}");
+      c0 = c1;
+    }
+    kernel_end(C, L, name, "", items(stage == 1 ? nitems : nv));
+  }
+}
+
 static void launches_free(Launches *L, bool keep_launches) {
   for (int32_t i = 0; i < L->nuniq; i++) {
     free(L->bodies[i]);
@@ -1515,7 +1825,7 @@ static bool graph_has_bf16(const IrGraph *g) {
 }
 
 OclOptions ocl_options_default(void) {
-  return (OclOptions){.fuse = true, .gemm = OCL_GEMM_BLOCKED, .break_kernel = 0};
+  return (OclOptions){.fuse = true, .multi = true, .gemm = OCL_GEMM_BLOCKED, .break_kernel = 0};
 }
 
 int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOptions *o,
@@ -1533,8 +1843,32 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
   C.const_done = ir_xcalloc((size_t)g->nvalues + 1, sizeof *C.const_done);
   C.scratch_at = (mp->slab_bytes + 63) / 64 * 64;
   Launches L = {0};
+  multi_sum_plan(&C, &C.multi_ch, &C.scratch_bytes);
   if (check_graph(&C) == 0) {
-    for (int32_t v = 0; v < g->nvalues && !C.failed; v++) value_kernel(&C, &L, &body, v);
+    int32_t *vals = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *vals);
+    int32_t *seg = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *seg);
+    int32_t *run_seg = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *run_seg);
+    for (int32_t v = 0; v < g->nvalues; v++) run_seg[v] = -1;
+    for (int32_t v = 0; v < g->nvalues && !C.failed;) {
+      int32_t nv = 0, next = C.o.multi ? sum_run(&C, v, vals, &nv) : v;
+      if (nv > 1) {
+        multi_sum_kernels(&C, &L, &body, vals, nv);
+        v = next;
+        continue;
+      }
+      nv = 0;
+      next = C.o.multi ? multi_run(&C, v, vals, seg, &nv, run_seg) : v;
+      if (nv > 1) {
+        multi_kernels(&C, &L, &body, vals, seg, nv);
+        v = next;
+      } else if (next > v) /* values that launch nothing, and at most one elementwise */
+        for (; v < next && !C.failed; v++) value_kernel(&C, &L, &body, v);
+      else
+        value_kernel(&C, &L, &body, v++);
+    }
+    free(vals);
+    free(seg);
+    free(run_seg);
     if (!C.failed) copy_back(&C, &L, &body);
   }
   OclBuf all = {0};

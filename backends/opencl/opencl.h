@@ -61,6 +61,7 @@ typedef enum OclGemm {
 
 typedef struct OclOptions {
   bool fuse;        /* inline what the plan allows */
+  bool multi;       /* runs of elementwise kernels as multi-tensor launches (emit.c) */
   OclGemm gemm;     /* the kernel of matrix products whose layout allows a GEMM */
   int break_kernel; /* test hook: > 0 breaks the source of that kernel (1-based) */
 } OclOptions;

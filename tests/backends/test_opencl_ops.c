@@ -723,6 +723,91 @@ static void test_train_step(void) {
   free(full);
 }
 
+/* The optimizer's multi-tensor launches (emit.c): ten parameters of sizes that are no multiple of
+ * a work-group (3 to 1203 elements), the gradient norm's sums of squares and AdamW's update
+ * against the interpreter, and the launch count: the sums are one pair of launches and the
+ * update one launch for all ten, where a launch per value makes dozens. */
+static void test_optimizer_multi(void) {
+  enum { NP = 10 };
+  static const int sizes[NP] = {3, 37, 255, 257, 1203, 91, 5, 640, 129, 17};
+  char text[8192];
+  size_t n = 0;
+  for (int i = 0; i < NP; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n, "%%%d = parameter \"p%d\" : f32[%d]\n", i, i,
+                          sizes[i]);
+  int v = NP; /* loss = sum_i (i + 1) * sum(p_i * p_i) */
+  for (int i = 0; i < NP; i++) {
+    n += (size_t)snprintf(
+        text + n, sizeof text - n,
+        "%%%d = mul %%%d, %%%d : f32[%d]\n%%%d = reduce_sum %%%d axes=[0] : f32[]\n"
+        "%%%d = constant value=%d : f32[]\n%%%d = mul %%%d, %%%d : f32[]\n",
+        v, i, i, sizes[i], v + 1, v, v + 2, i + 1, v + 3, v + 1, v + 2);
+    if (i > 0)
+      n += (size_t)snprintf(text + n, sizeof text - n, "%%%d = add %%%d, %%%d : f32[]\n", v + 4,
+                            v + 3, i == 1 ? NP + 3 : v - 1);
+    v += i > 0 ? 5 : 4;
+  }
+  snprintf(text + n, sizeof text - n, "output \"loss\" = %%%d\n", v - 1);
+  char msg[1024] = "";
+  IrGraph *g = ir_graph_parse(text, msg, sizeof msg);
+  if (!g) fprintf(stderr, "parse: %s\n", msg);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  PassLearner learner = {.learning_rate = 0.01,
+                         .b1 = 0.9,
+                         .b2 = 0.99,
+                         .eps = 1e-8,
+                         .weight_decay = 0.1,
+                         .max_grad_norm = 1.0};
+  PassOptions po = {.learner = &learner};
+  CU_ASSERT_EQUAL_FATAL(pass_autodiff(g, &po), IR_OK);
+  CU_ASSERT_EQUAL_FATAL(pass_optimizer(g, &po), IR_OK);
+  int counts[2][3] = {{0}}; /* [multi][sums, updates, all] */
+  bool whole = false;
+  for (int multi = 0; multi < 2; multi++) {
+    bool *mat = malloc((size_t)g->nvalues + 1);
+    CU_ASSERT_EQUAL_FATAL(pass_fusion_plan(g, mat), 0);
+    MemPlan mp;
+    CU_ASSERT_EQUAL_FATAL(pass_memplan_fused(g, mat, &mp), IR_OK);
+    OclOptions o = ocl_options_default();
+    o.multi = multi;
+    OclKernels k;
+    char err[4096];
+    CU_ASSERT_EQUAL_FATAL(ocl_emit(g, &mp, mat, &o, &k, err, sizeof err), 0);
+    for (int32_t i = 0; i < k.nlaunches; i++) {
+      counts[multi][0] += strstr(k.launches[i].kernel, "_multi_sum_") != NULL;
+      counts[multi][1] += strstr(k.launches[i].kernel, "_multi_sum_") == NULL &&
+                          strstr(k.launches[i].kernel, "_multi") != NULL;
+      whole |= multi && k.launches[i].global[0] == 2637; /* every parameter's update */
+    }
+    counts[multi][2] = k.nlaunches;
+    ocl_kernels_free(&k);
+    pass_memplan_free(&mp);
+    free(mat);
+  }
+  printf(
+      "\n  launches: %d with a launch per value, %d multi-tensor (%d for the sums, %d updates)\n",
+      counts[0][2], counts[1][2], counts[1][0], counts[1][1]);
+  CU_ASSERT_EQUAL(counts[0][0] + counts[0][1], 0);
+  /* the loss's ten sums and the gradient norm's ten: each chunks, then each sum */
+  CU_ASSERT_EQUAL(counts[1][0], 4);
+  /* the loss's scalars, the step's (lr, clip), then every update in one */
+  CU_ASSERT_EQUAL(counts[1][1], 3);
+  CU_ASSERT(whole);
+  CU_ASSERT(counts[1][2] <= counts[0][2] - 3 * NP);
+  char *full = ir_graph_to_string(g);
+  ir_graph_free(g);
+  static double pos[1203], step[1] = {3};
+  for (int i = 0; i < 1203; i++) pos[i] = 0.01 + 0.001 * (i % 17);
+  Bind b[NP + 1] = {{"step", step}};
+  static char names[NP][32];
+  for (int i = 0; i < NP; i++) {
+    snprintf(names[i], sizeof names[i], "opt/v/p%d", i);
+    b[i + 1] = (Bind){names[i], pos};
+  }
+  check(full, b, NP + 1, NULL, 1e-6);
+  free(full);
+}
+
 int main(int argc, char **argv) {
 #ifndef OCL_CHECK_ONLY
   if (device_open() != 0) {
@@ -744,6 +829,7 @@ int main(int argc, char **argv) {
       {"movement", test_movement},
       {"attention", test_attention},
       {"train_step", test_train_step},
+      {"optimizer_multi", test_optimizer_multi},
       {NULL, NULL},
   };
   int rc = test_main(argc, argv, "opencl_ops", cases);
