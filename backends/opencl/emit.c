@@ -766,48 +766,6 @@ static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   kernel_end(C, L, name, "", items(rows));
 }
 
-/* scatter_add's body for bf16 updates: each output element is the f32 sum of its updates
- * rounded once, so a column cannot accumulate in the (bf16) output. Each row that an index names
- * is summed at once, over the indices in order: by rows when there are fewer rows than indices,
- * else at each row's first index (the earlier indices searched). Rows no index names are zero. */
-static void scatter_bf16(Ctx *C, int64_t rows, int64_t row, int64_t nidx, const char *ir,
-                         const char *ur, const char *outr) {
-  line(C, "__global ushort *o = %s;", outr);
-  if (rows < nidx) {
-    line(C, "for (int r = 0; r < %lld; r++) {", (long long)rows);
-  } else {
-    line(C, "for (long r = 0; r < %lldL; r++) o[r * %lldL + gid] = 0;", (long long)rows,
-         (long long)row);
-    line(C, "for (long i0 = 0; i0 < %lldL; i0++) {", (long long)nidx);
-    line(C, "  int r = %s[i0], seen = 0;", ir);
-    line(C, "  if (r < 0 || r >= %lld) continue;", (long long)rows);
-    line(C, "  for (long i = 0; i < i0 && !seen; i++) seen = %s[i] == r;", ir);
-    line(C, "  if (seen) continue;");
-  }
-  line(C, "  float acc = 0.0f;");
-  line(C, "  for (long i = 0; i < %lldL; i++)", (long long)nidx);
-  line(C, "    if (%s[i] == r) acc += ax_from_bf16(%s[i * %lldL + gid]);", ir, ur, (long long)row);
-  line(C, "  o[r * %lldL + gid] = ax_to_bf16(acc);", (long long)row);
-  line(C, "}");
-}
-
-/* bf16 scatter_add: one column j of the (rows, row) result per work item (scatter_bf16). */
-static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
-  const IrValue *x = val(C, v);
-  int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
-  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
-  char name[64], ir[NAME], ur[NAME], outr[NAME];
-  kernel_name(C, v, "scatter_add", name);
-  kernel_begin(C, body);
-  kernel_items(C, L, row);
-  buf_ref(C, x->ops[0], ir, sizeof ir);
-  buf_ref(C, x->ops[1], ur, sizeof ur);
-  buf_ref(C, v, outr, sizeof outr);
-  C->reduced = nidx * row;
-  scatter_bf16(C, rows, row, nidx, ir, ur, outr);
-  kernel_end(C, L, name, "", items(row));
-}
-
 /* ---- attention on bf16 ----
  *
  * attention and attention_grad on bf16 (..., T, H) tensors, f32 inside (the bf16 helpers'
@@ -1203,6 +1161,12 @@ int64_t ocl_scratch_bytes(const IrGraph *g, const bool *mat) {
   int64_t most = 0, ch;
   Ctx C = {.g = g, .mat = mat};
   multi_sum_plan(&C, &ch, &most);
+  for (int32_t v = 0; v < g->nvalues; v++) /* bf16 scatter_add's links: two ints an index */
+    if (mat[v] && g->values[v].op == IR_SCATTER_ADD && g->values[v].dtype == DT_BF16 &&
+        ir_shape_numel(&g->values[v].shape) > 0) {
+      int64_t links = ir_shape_numel(&g->values[g->values[v].ops[0]].shape) * 8;
+      most = links > most ? links : most;
+    }
   for (int32_t v = 0; v < g->nvalues; v++) {
     const IrValue *x = &g->values[v];
     RedPlan k;
@@ -1273,6 +1237,66 @@ static void scatter_rows_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
          (long long)row, (long long)row, ur, (long long)row);
   else
     line(C, "  o[r * %lldL + j] += %s[i * %lldL + j];", (long long)row, ur, (long long)row);
+  line(C, "}");
+  kernel_end(C, L, name, "", items(nb * row));
+}
+
+/* scatter_add of bf16 in three launches, in parallel as scatter_rows_kernels: each output element
+ * is the f32 sum of its updates in index order rounded once, so it cannot accumulate in the
+ * (bf16) output. The result is zeroed; then an item per index links it to the next index of the
+ * same row, and marks it if it is its row's first (a pair of ints in the scratch past the slab);
+ * then item (b, j) walks, for each first index whose row falls in its block b, the row's chain
+ * of updates in column j, and stores the rounded sum. */
+static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  const IrValue *x = val(C, v);
+  int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
+  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
+  int64_t nb = ceil_div(RED_TARGET / RED_PER_ITEM, row), scans = 4 * rows / (nidx ? nidx : 1);
+  nb = nb > scans ? scans : nb;
+  nb = nb > rows ? rows : nb < 1 ? 1 : nb;
+  int64_t blk = ceil_div(rows, nb);
+  nb = ceil_div(rows, blk);
+  char name[64], ir[NAME], ur[NAME], outr[NAME], lk[NAME];
+  kernel_name(C, v, "scatter_add_zero", name);
+  kernel_begin(C, body);
+  kernel_items(C, L, rows * row);
+  buf_ref(C, v, outr, sizeof outr);
+  line(C, "%s[gid] = 0;", outr);
+  kernel_end(C, L, name, "", items(rows * row));
+
+  kernel_name(C, v, "scatter_add_links", name);
+  kernel_begin(C, body);
+  kernel_items(C, L, nidx);
+  buf_ref(C, x->ops[0], ir, sizeof ir);
+  int32_t a = arg_of(C, C->scratch_at, nidx * 8);
+  if (nidx * 8 > C->scratch_bytes) C->scratch_bytes = nidx * 8;
+  snprintf(lk, sizeof lk, "((__global int *)(s%d + a%d))", a, a);
+  line(C, "int r = %s[gid], first = 1, nx = -1;", ir);
+  line(C, "for (long i = 0; i < gid && first; i++) first = %s[i] != r;", ir);
+  line(C, "for (long i = gid + 1; i < %lldL && nx < 0; i++) if (%s[i] == r) nx = (int)i;",
+       (long long)nidx, ir);
+  line(C, "%s[2 * gid] = first;", lk);
+  line(C, "%s[2 * gid + 1] = nx;", lk);
+  kernel_end(C, L, name, "", items(nidx));
+
+  kernel_name(C, v, "scatter_add", name);
+  kernel_begin(C, body);
+  kernel_items(C, L, nb * row);
+  C->reduced = nidx * row;
+  buf_ref(C, x->ops[0], ir, sizeof ir);
+  buf_ref(C, x->ops[1], ur, sizeof ur);
+  buf_ref(C, v, outr, sizeof outr);
+  a = arg_of(C, C->scratch_at, nidx * 8);
+  snprintf(lk, sizeof lk, "((__global int *)(s%d + a%d))", a, a);
+  line(C, "long b = gid / %lldL, j = gid %% %lldL;", (long long)row, (long long)row);
+  line(C, "int lo = (int)(b * %lld), hi = min(lo + %d, %d);", (long long)blk, (int)blk, (int)rows);
+  line(C, "for (long i = 0; i < %lldL; i++) {", (long long)nidx);
+  line(C, "  int r = %s[i];", ir);
+  line(C, "  if (r < lo || r >= hi || !%s[2 * i]) continue;", lk);
+  line(C, "  float acc = 0.0f;");
+  line(C, "  for (long k = i; k >= 0; k = %s[2 * k + 1]) acc += ax_from_bf16(%s[k * %lldL + j]);",
+       lk, ur, (long long)row);
+  line(C, "  %s[r * %lldL + j] = ax_to_bf16(acc);", outr, (long long)row);
   line(C, "}");
   kernel_end(C, L, name, "", items(nb * row));
 }
@@ -1547,12 +1571,13 @@ static void multi_kernels(Ctx *C, Launches *L, OclBuf *body, const int32_t *vals
 
 /* Sums to a scalar (the gradient norm's per-parameter sums of squares, optimizer.c) in a run
  * of consecutive ones: two launches for the run, not one or two each. The first splits each
- * operand into chunks of CH elements (CH from the run's size, so that about MULTI_SUM_ITEMS
- * items fill the device), an item a chunk summed in order in the f32 accumulator (double where
+ * operand into chunks of CH elements (CH from all such sums of the graph, so that at most about
+ * MULTI_SUM_ITEMS items fill the device, and their partial results take at most 256 KiB past
+ * the slab), an item a chunk summed in order in the f32 accumulator (double where
  * the device has it), its partial result in the scratch area past the slab; the second sums
  * each sum's chunks in order, an item per sum, and rounds once. As every sum runs at its own
  * place, an operand read elementwise through elementwise ops (the square) stays inline. */
-enum { MULTI_SUM_ITEMS = 8192, MULTI_SUM_MIN = 16, MULTI_SUM_MAX = 4096 };
+enum { MULTI_SUM_ITEMS = 32768, MULTI_SUM_MIN = 16 };
 
 static bool sum_value(const Ctx *C, int32_t v, int32_t *leaves, int32_t *nl) {
   const IrValue *x = val(C, v);
@@ -1574,7 +1599,7 @@ static void multi_sum_plan(const Ctx *C, int64_t *ch, int64_t *bytes) {
     if (sum_value(C, v, leaves, &nl))
       total += ir_shape_numel(&val(C, val(C, v)->ops[0])->shape), nsums++;
   int64_t c = total / MULTI_SUM_ITEMS;
-  *ch = c < MULTI_SUM_MIN ? MULTI_SUM_MIN : c > MULTI_SUM_MAX ? MULTI_SUM_MAX : c;
+  *ch = c < MULTI_SUM_MIN ? MULTI_SUM_MIN : c;
   for (int32_t v = 0; v < C->g->nvalues && nsums > 1; v++)
     if (sum_value(C, v, leaves, &nl))
       items += ceil_div(ir_shape_numel(&val(C, val(C, v)->ops[0])->shape), *ch);

@@ -26,7 +26,7 @@
 #                 tpu-v5p-1 has no backend; the target's mesh rule is memcheck's (gpt2-124m on
 #                 gpu-h100-1: bf16)
 #   device_state  the state stays on the device: tiny-lm moves less than 1 MiB between host and
-#                 device per step (AXLC_OPENCL_PROFILE's traffic line; the slab is 8.75 MiB), the
+#                 device per step (AXLC_OPENCL_PROFILE's traffic line; the slab is 8.80 MiB), the
 #                 slab crosses whole once to the device and back once per checkpoint; eval and
 #                 the CPU trainer agree; 5 steps + --resume 5 equal 10 straight, bit for bit
 #   split         a slab larger than the device's largest buffer: planned in 1 MiB pieces
@@ -431,7 +431,7 @@ print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/small.json"
   AXLC_OPENCL_MEM_SIZE=4194304 "$T/ocl" --data "$T/text.txt" --steps 2 --metrics "$T/m.jsonl" > "$T/out" 2>&1
   rc=$?
   [ $rc -eq 1 ] || fail "a trainer on a 4 MiB device: exit $rc"
-  grep -qF "ocl: the 8.75 MiB slab of this job does not fit the 4.00 MiB of memory of OpenCL device $dev (CL_DEVICE_GLOBAL_MEM_SIZE, or AXLC_OPENCL_MEM_SIZE); nothing was trained" "$T/out" ||
+  grep -qF "ocl: the 8.80 MiB slab of this job does not fit the 4.00 MiB of memory of OpenCL device $dev (CL_DEVICE_GLOBAL_MEM_SIZE, or AXLC_OPENCL_MEM_SIZE); nothing was trained" "$T/out" ||
     fail "the trainer's refusal: $(cat "$T/out")"
   [ -s "$T/m.jsonl" ] && fail "a step ran on a device too small"
   ;;

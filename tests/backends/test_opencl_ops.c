@@ -723,6 +723,42 @@ static void test_train_step(void) {
   free(full);
 }
 
+/* bf16 scatter_add in parallel (emit.c, scatter_kernel): 40 rows of 3 in 14 blocks of 3 rows,
+ * ten indices with repeats (row 5 three times: 256 + 0.75 + 0.75 is 258 rounded once, 256 if
+ * each addition rounded; 39 twice), and rows named by no index: bit for bit the interpreter's,
+ * on 14 x 3 work items (one column each when it ran serially). */
+static void test_scatter_bf16_blocks(void) {
+  static const double idx[10] = {5, 1, 39, 5, 38, 12, 5, 0, 39, 20};
+  static double u[10 * 3];
+  for (int i = 0; i < 30; i++) u[i] = 0.25 * (i % 7) - 0.5;
+  u[0] = 256, u[9] = 0.75, u[18] = 0.75;
+  Bind b[] = {{"idx", idx}, {"u", u}};
+  const char *text = "%0 = input \"idx\" : i32[10]\n"
+                     "%1 = parameter \"u\" : bf16[10,3]\n"
+                     "%2 = scatter_add %0, %1 rows=40 : bf16[40,3]\n"
+                     "output \"scatter\" = %2\n";
+  char msg[1024] = "";
+  IrGraph *g = ir_graph_parse(text, msg, sizeof msg);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  bool *mat = malloc((size_t)g->nvalues + 1);
+  CU_ASSERT_EQUAL_FATAL(pass_fusion_plan(g, mat), 0);
+  MemPlan mp;
+  CU_ASSERT_EQUAL_FATAL(pass_memplan_fused(g, mat, &mp), IR_OK);
+  OclOptions o = ocl_options_default();
+  OclKernels k;
+  char err[4096];
+  CU_ASSERT_EQUAL_FATAL(ocl_emit(g, &mp, mat, &o, &k, err, sizeof err), 0);
+  int64_t items = 0;
+  for (int32_t i = 0; i < k.nlaunches; i++)
+    if (!strcmp(strchr(k.launches[i].kernel, '_'), "_scatter_add")) items = k.launches[i].global[0];
+  CU_ASSERT_EQUAL(items, 42);
+  ocl_kernels_free(&k);
+  pass_memplan_free(&mp);
+  free(mat);
+  ir_graph_free(g);
+  check(text, b, 2, "scatter", BF16_TOL);
+}
+
 /* The optimizer's multi-tensor launches (emit.c): ten parameters of sizes that are no multiple of
  * a work-group (3 to 1203 elements), the gradient norm's sums of squares and AdamW's update
  * against the interpreter, and the launch count: the sums are one pair of launches and the
@@ -830,6 +866,7 @@ int main(int argc, char **argv) {
       {"attention", test_attention},
       {"train_step", test_train_step},
       {"optimizer_multi", test_optimizer_multi},
+      {"scatter_bf16_blocks", test_scatter_bf16_blocks},
       {NULL, NULL},
   };
   int rc = test_main(argc, argv, "opencl_ops", cases);
