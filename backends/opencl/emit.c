@@ -360,11 +360,13 @@ static void acc_step(Ctx *C, IrDType dt, bool sum, const char *acc, const char *
     line(C, "if (!isnan(%s) && (isnan(%s) || %s > %s)) %s = %s;", acc, x, x, acc, acc, x);
 }
 
-/* The result: a bf16 one is the f32 (or wider) accumulator rounded once. */
+/* The result: a bf16 one is the f32 (or wider) accumulator rounded once: a double one through
+ * an f32 rounded to odd (ax_acc_odd), as (float) would round twice where the interpreter rounds
+ * its double sum to bf16 once (1 + 2^-8 + 2^-40: 1 through f32, 1 + 2^-7 at once). */
 static void acc_end(Ctx *C, IrDType dt, const char *acc, char *out) {
   newvar(C, out);
   if (dt == DT_BF16)
-    line(C, "float %s = ax_bf16r((float)%s);", out, acc);
+    line(C, "float %s = ax_bf16r(ax_acc_odd(%s));", out, acc);
   else
     line(C, "%s %s = (%s)%s;", ctype(dt), out, ctype(dt), acc);
 }
@@ -1841,6 +1843,15 @@ static void prelude_bf16(OclBuf *b) {
          "H);\n"
          "  return D;\n"
          "}\n\n");
+  /* an accumulator as an f32 rounded to odd: rounding that to bf16 rounds it once (acc_end) */
+  ocl_buf_printf(b, "#ifdef cl_khr_fp64\n"
+                    "float ax_acc_odd(double d) {\n"
+                    "  float f = convert_float_rtz(d);\n"
+                    "  return (double)f == d || isnan(d) ? f : as_float(as_uint(f) | 1u);\n"
+                    "}\n"
+                    "#else\n"
+                    "float ax_acc_odd(float d) { return d; }\n"
+                    "#endif\n\n");
 }
 
 static bool graph_has_bf16(const IrGraph *g) {

@@ -759,6 +759,27 @@ static void test_scatter_bf16_blocks(void) {
   check(text, b, 2, "scatter", BF16_TOL);
 }
 
+/* bf16 sums rounded once from the double accumulator: 1 + 2^-8 + 2^-40 is 1 + 2^-7 in bf16, but 1
+ * through an f32 (1 + 2^-8, a tie, to even). The one-item, work-group and multi-tensor sums. */
+static void test_bf16_round_once(void) {
+  static double x[3 * 40];
+  for (int r = 0; r < 3; r++) x[r * 40] = 1, x[r * 40 + 1] = 0x1p-8, x[r * 40 + 2 + r] = 0x1p-40;
+  Bind b[] = {{"x", x}, {"y", x}, {"z", x + 40}};
+  check("%0 = parameter \"x\" : bf16[3,40]\n"
+        "%1 = reduce_sum %0 axes=[1] : bf16[3]\n"
+        "%2 = slice %0 start=[0,0] limit=[1,3] : bf16[1,3]\n"
+        "%3 = reduce_sum %2 axes=[0,1] : bf16[]\n"
+        "%4 = parameter \"y\" : bf16[40]\n"
+        "%5 = reduce_sum %4 axes=[0] : bf16[]\n"
+        "%6 = parameter \"z\" : bf16[40]\n"
+        "%7 = reduce_sum %6 axes=[0] : bf16[]\n"
+        "output \"rows\" = %1\n"
+        "output \"three\" = %3\n"
+        "output \"y\" = %5\n"
+        "output \"z\" = %7\n",
+        b, 3, "rows three y z", 0);
+}
+
 /* The optimizer's multi-tensor launches (emit.c): ten parameters of sizes that are no multiple of
  * a work-group (3 to 1203 elements), the gradient norm's sums of squares and AdamW's update
  * against the interpreter, and the launch count: the sums are one pair of launches and the
@@ -867,6 +888,7 @@ int main(int argc, char **argv) {
       {"train_step", test_train_step},
       {"optimizer_multi", test_optimizer_multi},
       {"scatter_bf16_blocks", test_scatter_bf16_blocks},
+      {"bf16_round_once", test_bf16_round_once},
       {NULL, NULL},
   };
   int rc = test_main(argc, argv, "opencl_ops", cases);
