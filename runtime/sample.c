@@ -121,10 +121,32 @@ typedef struct Sampler {
     RtPool *pool;
     int32_t *tokens; /* (ntokens) prompt, then the output */
     int64_t ntokens, nprompt;
-    int64_t cached; /* tokens whose keys and values the cache holds, from position 0 */
-    int32_t *order; /* (vocab) scratch of rt_sample_pick */
-    int bytes;      /* byte-level vocabulary: text in, text out */
+    int64_t cached;       /* tokens whose keys and values the cache holds, from position 0 */
+    int32_t *order;       /* (vocab) scratch of rt_sample_pick */
+    int bytes;            /* byte-level vocabulary: text in, text out */
+    const RtSampleIo *io; /* the slab lives elsewhere (RtSampleOpts.io), or NULL */
 } Sampler;
+
+/* The sampler wrote bytes [off, off + n) of its slab, which the next run takes. */
+static void io_wrote(const Sampler *s, int64_t off, int64_t n) {
+    if (s->io)
+        s->io->wrote(s->slab, off, n);
+}
+
+/* It reads bytes [off, off + n) of the run that just returned. */
+static const char *io_need(const Sampler *s, int64_t off, int64_t n) {
+    if (s->io)
+        s->io->need(s->slab, off, n);
+    return s->slab + off;
+}
+
+/* Bytes [src, src + n) of the slab to [dst, dst + n), where the slab lives. */
+static void io_copy(const Sampler *s, int64_t dst, int64_t src, int64_t n) {
+    if (s->io)
+        s->io->copy(s->slab, dst, src, n);
+    else
+        memcpy(s->slab + dst, s->slab + src, (size_t)n);
+}
 
 static float *param_data(const Sampler *s, int i) {
     return (float *)(void *)(s->slab + s->p->forward->param_offsets[i]);
@@ -490,13 +512,15 @@ static const float *run_forward(Sampler *s) {
     int64_t w = s->ntokens < p->seq ? s->ntokens : p->seq;
     memcpy(ids, s->tokens + s->ntokens - w, (size_t)w * sizeof *ids);
     memset(ids + w, 0, (size_t)(p->seq - w) * sizeof *ids);
+    io_wrote(s, f->ids_offset, p->seq * (int64_t)sizeof *ids);
     f->run(s->slab, s->pool, NULL);
     for (int i = 0; s->decode && i < s->decode->ncaches; i++) {
         const RtKvCache *c = &s->decode->caches[i];
-        memcpy(s->slab + c->cache_offset, s->slab + c->prefill_offset, (size_t)(c->heads * p->seq * c->row_bytes));
+        io_copy(s, c->cache_offset, c->prefill_offset, c->heads * p->seq * c->row_bytes);
     }
     s->cached = s->decode ? w : 0;
-    return (const float *)(const void *)(s->slab + f->logits_offset) + (w - 1) * p->vocab;
+    int64_t row = f->logits_offset + (w - 1) * p->vocab * 4;
+    return (const float *)(const void *)io_need(s, row, p->vocab * 4);
 }
 
 /* One decode step: the newest token at position s->cached, its keys and values written into
@@ -506,15 +530,17 @@ static const float *run_decode(Sampler *s) {
     int64_t pos = s->cached;
     *(int32_t *)(void *)(s->slab + d->ids_offset) = s->tokens[s->ntokens - 1];
     *(int32_t *)(void *)(s->slab + d->pos_offset) = (int32_t)pos;
+    io_wrote(s, d->ids_offset, 4);
+    io_wrote(s, d->pos_offset, 4);
     d->run(s->slab, s->pool, NULL);
     for (int i = 0; i < d->ncaches; i++) {
         const RtKvCache *c = &d->caches[i];
         for (int64_t h = 0; h < c->heads; h++)
-            memcpy(s->slab + c->cache_offset + (h * s->p->seq + pos) * c->row_bytes,
-                   s->slab + c->row_offset + h * c->row_bytes, (size_t)c->row_bytes);
+            io_copy(s, c->cache_offset + (h * s->p->seq + pos) * c->row_bytes, c->row_offset + h * c->row_bytes,
+                    c->row_bytes);
     }
     s->cached++;
-    return (const float *)(const void *)(s->slab + d->logits_offset);
+    return (const float *)(const void *)io_need(s, d->logits_offset, s->p->vocab * 4);
 }
 
 /* The logits after the tokens so far: a decode step while the newest token still fits the
@@ -585,7 +611,7 @@ int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError 
         return -1;
     if (rt_comm_launched())
         return rt_error_set(err, "--sample runs as one process with the whole model; start it without mpirun or srun");
-    Sampler s = {.p = p, .o = o, .bytes = p->vocab == 256};
+    Sampler s = {.p = p, .o = o, .bytes = p->vocab == 256, .io = o->io};
     int rc = sample_setup(&s, err);
     int64_t bytes = s.decode ? s.decode->slab_bytes : p->forward->slab_bytes;
     size_t size = ((size_t)bytes + 63) / 64 * 64;
@@ -599,6 +625,8 @@ int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError 
         rc = prompt_tokens(&s, err);
     if (rc == 0)
         rc = load_weights(&s, err);
+    if (rc == 0)
+        io_wrote(&s, 0, bytes); /* the weights, once */
     if (rc == 0 && s.nprompt > p->seq)
         fprintf(stderr, "%s: note: the prompt has %lld tokens; the context keeps its last %lld (seq_len)\n", o->prog,
                 (long long)s.nprompt, (long long)p->seq);

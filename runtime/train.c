@@ -109,6 +109,16 @@ void train_sync(const Trainer *t, char *slab, int dir) {
         t->sync(slab, dir);
 }
 
+/* Slab dst becomes a copy of slab src (an eval's or a replay's): where the state lives when the
+ * hooks copy there (an OpenCL device: device to device, nothing crosses), else on the host. */
+static void slab_copy(const Trainer *t, char *dst, char *src) {
+    if (t->copy && t->copy(dst, src) == 0)
+        return;
+    train_sync(t, src, RT_SYNC_TO_HOST);
+    memcpy(dst, src, (size_t)t->p->slab_bytes);
+    train_sync(t, dst, RT_SYNC_FROM_HOST);
+}
+
 float *train_slot_data(const Trainer *t, char *slab, int i, int k) {
     const RtParamSlot *s = &t->p->params[i];
     if (k > 0 && train_slot_frozen(s))
@@ -412,6 +422,20 @@ static int step_error(Trainer *t, int64_t number, RtError *err) {
     return -1;
 }
 
+/* The data and program of the step that runs now, for rt_train_batch_ahead (global for the
+ * same reason as step_failed); NULL between steps. */
+static RtData *step_data;
+static const RtProgram *step_prog;
+
+int rt_train_batch_ahead(int32_t *ids, int32_t *targets) {
+    if (!step_data || !step_prog)
+        return -1;
+    RtError err;
+    int64_t pos = rt_data_position(step_data);
+    int rc = rt_data_next_batch(step_data, (int)step_prog->batch, (int)step_prog->seq, ids, targets, &err);
+    return rt_data_seek(step_data, pos, &err) == 0 ? rc : -1;
+}
+
 static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *out, RtError *err) {
     const RtProgram *p = t->p;
     double t0 = train_now_ms();
@@ -420,7 +444,11 @@ static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *
         return -1;
     *slab_f32(slab, p->step_offset) = (float)number;
     int64_t sent = rt_comm_bytes_sent(t->comm);
+    step_data = d;
+    step_prog = p;
     p->step(slab, t->pool, t->comm);
+    step_data = NULL;
+    step_prog = NULL;
     if (step_failed[0])
         return step_error(t, number, err);
     train_mem_sample(t);
@@ -434,16 +462,15 @@ static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *
 }
 
 /* Mean loss over the first eval_batches batches of --eval-data, each on a fresh copy of the
- * training slab, so the parameters and moments of the run are untouched. */
+ * training slab, so the parameters and moments of the run are untouched (on the device where the
+ * state lives there: slab_copy). */
 static int run_eval(Trainer *t, double *mean, RtError *err) {
     double sum = 0;
     StepOut out;
     if (rt_data_seek(t->eval, 0, err) != 0)
         return -1;
-    train_sync(t, t->slab, RT_SYNC_TO_HOST);
     for (int64_t b = 0; b < t->o.eval_batches; b++) {
-        memcpy(t->eval_slab, t->slab, (size_t)t->p->slab_bytes);
-        train_sync(t, t->eval_slab, RT_SYNC_FROM_HOST);
+        slab_copy(t, t->eval_slab, t->slab);
         if (run_step(t, t->eval_slab, t->eval, t->step + 1, &out, err) != 0)
             return -1;
         sum += out.loss;
@@ -546,11 +573,8 @@ static RunEnd train_one(Trainer *t, RtError *err) {
     StepOut s;
     int replay = sdc_due(t);
     int64_t pos = rt_data_position(t->data);
-    if (replay) {
-        train_sync(t, t->slab, RT_SYNC_TO_HOST);
-        memcpy(t->eval_slab, t->slab, (size_t)t->p->slab_bytes);
-        train_sync(t, t->eval_slab, RT_SYNC_FROM_HOST);
-    }
+    if (replay)
+        slab_copy(t, t->eval_slab, t->slab);
     train_outlier_before(t);
     if (run_step(t, t->slab, t->data, t->step + 1, &s, err) != 0) {
         t->alone = 1;
@@ -858,8 +882,15 @@ int rt_train_main(const RtProgram *p, int argc, char **argv) {
 }
 
 int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv) {
+    RtTrainHooks h = {.sync = sync};
+    return rt_train_main_hooks(p, &h, argc, argv);
+}
+
+int rt_train_main_hooks(const RtProgram *p, const RtTrainHooks *h, int argc, char **argv) {
     Trainer t = {.p = p,
-                 .sync = sync,
+                 .sync = h ? h->sync : NULL,
+                 .copy = h ? h->copy : NULL,
+                 .sample_io = h ? h->sample : NULL,
                  .prog = prog_name(argc, argv),
                  .saved = -1,
                  .tty = train_progress_tty(),
@@ -895,7 +926,8 @@ int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), in
                            .ckpt_dir = t.o.ckpt_dir,
                            .init = t.o.init,
                            .init_allow_unused = t.o.init_allow_unused,
-                           .threads = t.o.threads};
+                           .threads = t.o.threads,
+                           .io = t.sample_io};
         openblas_set_num_threads(1); /* the pool runs the matrix products (rt_sgemm) */
         int rc = train_opts_check(&t.o, &err) == 0 && (!t.o.tokenizer || open_tokenizer(&t, &err) == 0) ? 0 : -1;
         so.tok = t.tok;

@@ -77,11 +77,13 @@ typedef struct Outliers {
 typedef struct Trainer {
     const RtProgram *p;
     TrainOpts o;
-    const char *prog;                  /* for messages */
-    char *slab;                        /* (slab_bytes) */
-    char *eval_slab;                   /* (slab_bytes), with --eval-data or --sdc-check-every */
-    void (*sync)(char *slab, int dir); /* rt_train_main_sync's; NULL: the slab is the state */
-    int64_t slab_mapped, eval_mapped;  /* their mappings' sizes (slab_new) */
+    const char *prog;                        /* for messages */
+    char *slab;                              /* (slab_bytes) */
+    char *eval_slab;                         /* (slab_bytes), with --eval-data or --sdc-check-every */
+    void (*sync)(char *slab, int dir);       /* rt_train_main_sync's; NULL: the slab is the state */
+    int (*copy)(char *dst, const char *src); /* RtTrainHooks.copy, or NULL */
+    const RtSampleIo *sample_io;             /* RtTrainHooks.sample, or NULL */
+    int64_t slab_mapped, eval_mapped;        /* their mappings' sizes (slab_new) */
     RtPool *pool;
     RtData *data, *eval;
     RtTok *tok;                       /* --tokenizer, or NULL */

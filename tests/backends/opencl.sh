@@ -317,9 +317,13 @@ device_state)
   [ -n "$most" ] && [ "$most" -gt 0 ] && [ "$most" -lt 1048576 ] ||
     fail "a step moved ${most:-?} B (expected under 1 MiB): $line"
   # the start sends the slab once; eval (steps 5 and 10, 2 batches each) copies it to the eval
-  # slab, sent whole for each batch; eval and the checkpoints (5, 10) read it back once a step
-  echo "$line" | grep -q "14 steps, .* sent 5 times .* read back 2 times" ||
+  # slab on the device; each checkpoint step (5, 10) reads it back once
+  echo "$line" | grep -q "14 steps, .* sent 1 times .* read back 2 times .* copied on the device 4 times" ||
     fail "whole-slab transfers: $line"
+  # the batch goes through the pinned staging buffer, sent ahead during the step before: all
+  # but the first step, the first eval batch of each eval and the step after it
+  grep -q "OpenCL batch: through a pinned staging buffer; 10 of 14 steps took the batch sent ahead" "$T/out" ||
+    fail "the batch sent ahead: $(grep "OpenCL batch" "$T/out")"
   must "$T/cpu" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/c" --metrics "$T/c.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
   compare losses "$T/a.jsonl" "$T/c.jsonl" 1e-4
@@ -345,9 +349,16 @@ sample)
     count=40; [ $n -eq 2 ] && count=120 # past the 64-token window: the cache is filled again
     for t in cpu ocl; do
       # shellcheck disable=SC2086
-      "$T/$t" --sample $count --ckpt-dir "$T/c" $opts > "$T/$t.txt" 2> "$T/$t.err" ||
+      AXLC_OPENCL_PROFILE=1 "$T/$t" --sample $count --ckpt-dir "$T/c" $opts > "$T/$t.txt" 2> "$T/$t.err" ||
         fail "$t --sample $opts: $(cat "$T/$t.err")"
     done
+    # a run moves what the sampler changed and reads: the weights once, then the tokens (8 B
+    # a decode step: token and position; 256 B a forward: the 64-token window) in, and the
+    # logits' row (256 x 4 B) back; the KV caches are filled on the device
+    line=$(grep "OpenCL sampling traffic:" "$T/ocl.err")
+    sent=$(echo "$line" | sed -n 's/.*then per run \([0-9]*\) B to the device and \([0-9]*\) B back$/\1 \2/p')
+    case $n in 1) want="8 1024" ;; 2) want="17 1024" ;; 3) want="256 1024" ;; esac
+    [ "$sent" = "$want" ] || fail "--sample $opts: per run ${sent:-?} B (expected $want): $line"
     cmp -s "$T/cpu.txt" "$T/ocl.txt" || fail "--sample $count $opts: the OpenCL trainer's text differs:
 $(cat "$T/ocl.txt")
 the CPU trainer's:
