@@ -848,6 +848,9 @@ int rt_train_main(const RtProgram *p, int argc, char **argv);
  * state at the start is the first step's to take anyway). sync NULL: rt_train_main. */
 #define RT_SYNC_TO_HOST   0
 #define RT_SYNC_FROM_HOST 1
+/* sync(slab, RT_SYNC_STATE_TO_HOST): only the parameters and moments (RtParamSlot.offset,
+ * m_offset, v_offset) need be current on the host: a checkpoint, a replay's comparison. */
+#define RT_SYNC_STATE_TO_HOST 2
 int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv);
 /* What --sample tells a sampling forward whose slab lives elsewhere (an OpenCL device's buffer),
  * so that a call moves only what the sampler changed and reads: wrote says it wrote bytes

@@ -12,13 +12,15 @@
  * SIMT kernels (AXLC_OPENCL_MMA=emulate|off overrides it).
  *
  * Memory: the state lives on the device. Each host slab (the training slab, and the eval slab
- * with --eval-data) gets a device buffer of the same layout. A step sends the batch and the step
- * number (the whole slab when the runtime wrote it whole: the start, --init, --resume, an eval
- * copy), runs every kernel in order on one in-order queue, and reads back the loss, gradient
- * norm, learning rate and auxiliary loss: about 4 KiB for tiny-lm. The runtime asks for the
- * rest through rt_train_main_sync's hook (ocl_sync): the whole slab is read back before a
- * checkpoint, an eval or replay copy and --skip-outliers' backup. AXLC_OPENCL_PROFILE prints
- * the bytes each way.
+ * with --eval-data) gets a device buffer of the same layout. A step takes its batch (sent ahead
+ * during the step before, through a pinned staging buffer on a second queue: batch_in,
+ * batch_ahead) and the step number (the whole slab when the runtime wrote it whole: the start,
+ * --init, --resume), runs every kernel in order on one in-order queue, sends the next step's
+ * batch, and reads back the loss, gradient norm, learning rate and auxiliary loss. The runtime
+ * asks for the rest through the hooks (rt_train_main_hooks): ocl_sync reads the parameters and
+ * moments back before a checkpoint, the whole slab only for --skip-outliers' backup; ocl_copy
+ * makes eval and replay copies on the device; sample_io moves only what --sample writes and
+ * reads. AXLC_OPENCL_PROFILE prints the bytes each way.
  *
  * A mesh of several devices runs one trainer per device under MPI: a rank takes its node's
  * device by its local rank (rank_device), and each collective of the step is a launch that
@@ -61,6 +63,7 @@ typedef struct SlabBuf {
     cl_mem *mem; /* (nbufs) the device's copy, split at Session.cut: the state, between steps too */
     int whole;   /* the host wrote the slab whole (the start, an eval copy): the next step sends it all */
     int stale;   /* the device is ahead of the host: a step ran since the last read-back */
+    int state;   /* ... but the host holds its parameters and moments (RT_SYNC_STATE_TO_HOST) */
 } SlabBuf;
 
 /* Bytes between host and device (AXLC_OPENCL_PROFILE reports them). */
@@ -69,7 +72,8 @@ typedef struct Traffic {
     int64_t to_dev, to_host;           /* by the steps, whole-slab sends left out */
     int64_t step_max;                  /* the most one step moved, both ways */
     int64_t sends, send_bytes;         /* whole-slab sends: the state at the start, eval copies */
-    int64_t reads, read_bytes;         /* whole-slab read-backs: checkpoints, eval, replays */
+    int64_t reads, read_bytes;         /* whole-slab read-backs: eval or replay copies on the host */
+    int64_t state_reads, state_bytes;  /* read-backs of the parameters and moments: checkpoints, replays */
     int64_t coll_to_dev, coll_to_host; /* by the collectives of a mesh (their operands and results) */
     double coll_s;                     /* seconds in collectives: copies and MPI */
     int64_t slices;                    /* local slices copied on the device */
@@ -796,11 +800,14 @@ static void profile_report(Session *S) {
         return;
     fprintf(stderr,
             "%s: OpenCL traffic: %lld steps, per step %.0f B to the device and %.0f B back (at most %lld B in "
-            "one step); the whole %.2f MiB slab sent %lld times (the start, host copies) and read back %lld times "
-            "(checkpoints, replays, --skip-outliers), copied on the device %lld times (eval, replays)\n",
+            "one step); the whole %.2f MiB slab sent %lld times (the start, host copies), read back %lld times "
+            "(host copies, --skip-outliers) and copied on the device %lld times (eval, replays); the state "
+            "(%.2f MiB of parameters and moments) read back %lld times (checkpoints, replays)\n",
             S->name, (long long)T->steps, T->steps ? (double)T->to_dev / (double)T->steps : 0.0,
             T->steps ? (double)T->to_host / (double)T->steps : 0.0, (long long)T->step_max,
-            (double)S->p->base.slab_bytes / 1048576.0, (long long)T->sends, (long long)T->reads, (long long)T->copies);
+            (double)S->p->base.slab_bytes / 1048576.0, (long long)T->sends, (long long)T->reads, (long long)T->copies,
+            T->state_reads ? (double)T->state_bytes / (double)T->state_reads / 1048576.0 : 0.0,
+            (long long)T->state_reads);
     fprintf(stderr,
             "%s: OpenCL batch: through %s staging buffer; %lld of %lld steps took the batch sent ahead during the "
             "step before (a second queue)\n",
@@ -1261,6 +1268,7 @@ static int run_launches(Session *S, char *slab) {
     S->bound = b;
     S->prof_steps++;
     b->stale = 1;
+    b->state = 0;
     cl_int e = clFlush(S->q);
     int64_t ahead = e == CL_SUCCESS ? batch_ahead(S) : step_fail(S, "clFlush", e);
     if (ahead < 0)
@@ -1285,6 +1293,41 @@ static int run_launches(Session *S, char *slab) {
  * whole, or the host's to the device at the next step after the runtime wrote it whole. A
  * read-back that fails leaves the host with an older state than the step count says: the first
  * parameter is made NaN there, so no checkpoint is saved from it (a non-finite state never is). */
+static int span_cmp(const void *a, const void *b) {
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* The parameters and moments of slab b to the host, spans that touch merged; the bytes, or -1. */
+static int64_t fetch_state(Session *S, SlabBuf *b) {
+    const RtProgram *p = &S->p->base;
+    int64_t(*span)[2] = malloc((size_t)(3 * p->nparams + 1) * sizeof *span), bytes = 0;
+    int n = 0;
+    if (!span)
+        return step_fail(S, "allocating the state's spans", CL_OUT_OF_HOST_MEMORY);
+    for (int i = 0; i < p->nparams; i++) {
+        const RtParamSlot *ps = &p->params[i];
+        int64_t len = 4;
+        for (int d = 0; d < ps->rank; d++)
+            len *= ps->shape[d];
+        const int64_t at[3] = {ps->offset, ps->m_offset, ps->v_offset};
+        for (int k = 0; k < 3; k++)
+            if (at[k] >= 0 && len > 0)
+                span[n][0] = at[k], span[n++][1] = at[k] + len;
+    }
+    qsort(span, (size_t)n, sizeof *span, span_cmp);
+    int rc = 0;
+    for (int i = 0, j; i < n && rc == 0; i = j) {
+        int64_t lo = span[i][0], hi = span[i][1];
+        for (j = i + 1; j < n && span[j][0] <= hi; j++)
+            hi = span[j][1] > hi ? span[j][1] : hi;
+        rc = fetch(S, b, lo, hi - lo, j == n ? CL_TRUE : CL_FALSE);
+        bytes += hi - lo;
+    }
+    free(span);
+    return rc != 0 ? -1 : bytes;
+}
+
 static void ocl_sync(char *slab, int dir) {
     Session *S = active;
     SlabBuf *b = NULL;
@@ -1298,14 +1341,22 @@ static void ocl_sync(char *slab, int dir) {
         b->stale = 0;
         return;
     }
-    if (!b->stale)
+    if (!b->stale || (dir == RT_SYNC_STATE_TO_HOST && b->state))
         return;
-    if (S->failed || fetch(S, b, 0, S->p->base.slab_bytes, CL_TRUE) != 0) {
+    int64_t state = 0;
+    if (S->failed || (dir == RT_SYNC_STATE_TO_HOST ? (state = fetch_state(S, b)) < 0
+                                                   : fetch(S, b, 0, S->p->base.slab_bytes, CL_TRUE) != 0)) {
         const RtProgram *p = &S->p->base;
         float nan = NAN;
         if (p->nparams > 0)
             memcpy(slab + p->params[0].offset, &nan, sizeof nan);
         memcpy(slab + p->loss_offset, &nan, sizeof nan);
+        return;
+    }
+    if (dir == RT_SYNC_STATE_TO_HOST) {
+        b->state = 1;
+        S->traffic.state_reads++;
+        S->traffic.state_bytes += state;
         return;
     }
     b->stale = 0;
@@ -1337,6 +1388,7 @@ static int ocl_copy(char *dst, const char *src) {
     }
     to->whole = 0;
     to->stale = 1;
+    to->state = 0;
     S->traffic.copies++;
     return 0;
 }

@@ -511,8 +511,8 @@ static int sdc_check(Trainer *t, int64_t pos, RtError *err) {
     StepOut out;
     if (rt_data_seek(t->data, pos, err) != 0 || run_step(t, t->eval_slab, t->data, t->step, &out, err) != 0)
         return -1;
-    train_sync(t, t->slab, RT_SYNC_TO_HOST);
-    train_sync(t, t->eval_slab, RT_SYNC_TO_HOST);
+    train_sync(t, t->slab, RT_SYNC_STATE_TO_HOST);
+    train_sync(t, t->eval_slab, RT_SYNC_STATE_TO_HOST);
     int n = t->p->nparams;
     if (t->step == t->sdc_flip_step && t->rank == t->sdc_flip_rank) {
         uint32_t *x = (uint32_t *)(void *)train_slot_data(t, t->eval_slab, n - 1, 0);

@@ -27,13 +27,13 @@
 #                 gpu-h100-1: bf16)
 #   device_state  the state stays on the device: tiny-lm moves less than 1 MiB between host and
 #                 device per step (AXLC_OPENCL_PROFILE's traffic line; the slab is 8.75 MiB), the
-#                 slab crosses whole once to the device and back once per checkpoint; eval and
+#                 slab crosses whole once to the device, the state back once per checkpoint; eval and
 #                 the CPU trainer agree; 5 steps + --resume 5 equal 10 straight, bit for bit
 #   traffic       per training step less than 1 MiB crosses between host and device outside
 #                 checkpoint steps, for tiny-lm (8.75 MiB slab) and small (tools/bench/small.json,
 #                 241 MiB): 4 steps with a checkpoint and an eval at steps 2 and 4; the slab is
-#                 sent once (the start), copied on the device for each eval, and read back once
-#                 per checkpoint step; the batch goes through the pinned staging buffer, sent
+#                 sent once (the start) and copied on the device for each eval, and the state
+#                 (parameters and moments) read back once per checkpoint step; the batch goes through the pinned staging buffer, sent
 #                 ahead during the step before (steps 2 and 4; an eval batch and the step after
 #                 it read other data than the step before); and the losses are the CPU trainer's
 #   split         a slab larger than the device's largest buffer: planned in 1 MiB pieces
@@ -324,8 +324,9 @@ device_state)
   [ -n "$most" ] && [ "$most" -gt 0 ] && [ "$most" -lt 1048576 ] ||
     fail "a step moved ${most:-?} B (expected under 1 MiB): $line"
   # the start sends the slab once; eval (steps 5 and 10, 2 batches each) copies it to the eval
-  # slab on the device; each checkpoint step (5, 10) reads it back once
-  echo "$line" | grep -q "14 steps, .* sent 1 times .* read back 2 times .* copied on the device 4 times" ||
+  # slab on the device; each checkpoint step (5, 10) reads the state back once (the parameters
+  # and moments: 123520 values x 3 x 4 B), never the whole slab
+  echo "$line" | grep -q "14 steps, .* sent 1 times .*, read back 0 times .* copied on the device 4 times .*; the state (1.41 MiB of parameters and moments) read back 2 times" ||
     fail "whole-slab transfers: $line"
   # the batch goes through the pinned staging buffer, sent ahead during the step before: all
   # but the first step, the first eval batch of each eval and the step after it
@@ -361,8 +362,10 @@ traffic)
     most=$(echo "$line" | sed -n 's/.*(at most \([0-9]*\) B in one step).*/\1/p')
     [ -n "$most" ] && [ "$most" -gt 0 ] && [ "$most" -lt 1048576 ] ||
       fail "$name: a step moved ${most:-?} B (expected under 1 MiB): $line"
-    # 4 steps and 2 eval batches; checkpoints at steps 2 and 4: one read-back each
-    echo "$line" | grep -q "6 steps, per step [0-9]* B to the device and 12 B back .* sent 1 times .* read back 2 times .* copied on the device 2 times" ||
+    # 4 steps and 2 eval batches; checkpoints at steps 2 and 4: one read-back of the state each
+    # (the parameters and moments, 3 x 4 B a value: tiny-lm 1.41 MiB, small 37.55 MiB)
+    state=1.41; [ $name = small ] && state=37.55
+    echo "$line" | grep -q "6 steps, per step [0-9]* B to the device and 12 B back .* sent 1 times .*, read back 0 times .* copied on the device 2 times .*; the state ($state MiB of parameters and moments) read back 2 times" ||
       fail "$name: whole-slab transfers: $line"
     grep -q "OpenCL batch: through a pinned staging buffer; 2 of 6 steps took the batch sent ahead" "$T/out" ||
       fail "$name: the batch sent ahead: $(grep "OpenCL batch" "$T/out")"
