@@ -122,7 +122,7 @@ static int by_path(const void *a, const void *b) {
 /* The parameters in path order: the composer looks up every one by path, and
  * a scan per lookup would be quadratic in the number of layers. */
 static void index_params(FeBuild *b) {
-  b->by_path = ir_xmalloc(((size_t)b->nparams + 1) * sizeof *b->by_path);
+  b->by_path = base_xmalloc(((size_t)b->nparams + 1) * sizeof *b->by_path);
   for (int i = 0; i < b->nparams; i++) b->by_path[i] = &b->params[i];
   qsort(b->by_path, (size_t)b->nparams, sizeof *b->by_path, by_path);
 }
@@ -243,7 +243,7 @@ int fe_build_child(FeBuild *b, json_object *node, const char *field, const char 
 static FeParam *param_new(FeBuild *b) {
   if (b->nparams == b->capparams) {
     b->capparams = b->capparams ? 2 * b->capparams : 64;
-    b->params = ir_xrealloc(b->params, (size_t)b->capparams * sizeof *b->params);
+    b->params = base_xrealloc(b->params, (size_t)b->capparams * sizeof *b->params);
   }
   FeParam *p = &b->params[b->nparams++];
   memset(p, 0, sizeof *p);
@@ -340,9 +340,9 @@ static int declare(FeBuild *b, json_object *node, const char *cfg, const char *p
                     prm, name, numel, FE_MAX_TENSOR_NUMEL, FE_MAX_TOTAL_NUMEL);
   FeParam *p = param_new(b);
   size_t len = strlen(prm) + strlen(name) + 2;
-  p->path = ir_xmalloc(len);
+  p->path = base_xmalloc(len);
   snprintf(p->path, len, "%s/%s", prm, name);
-  p->origin = ir_xstrdup(cfg);
+  p->origin = base_xstrdup(cfg);
   p->rank = rank;
   memcpy(p->shape, shape, (size_t)rank * sizeof *shape);
   p->dtype = in->dtype ? in->dtype : "f32";
