@@ -419,10 +419,9 @@ void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
   /* sequence parallelism on a model axis: no extra work, the layout of the activations outside
    * attention and feed-forward split over the sequence (docs/sharding.md) */
   const FeMesh *m = &j->build.mesh;
-  for (int i = 0; i < m->n; i++)
-    if (!strcmp(m->axes[i], "model") && m->shape[i] > 1 &&
-        !fe_get_bool(fe_get_child(j->cfg, "mesh"), "sequence_parallel"))
-      try_fix(file, opt, dev, "/mesh/sequence_parallel=true", out);
+  if (fe_role_split(m, FE_AXIS_TENSOR) > 1 &&
+      !fe_get_bool(fe_get_child(j->cfg, "mesh"), "sequence_parallel"))
+    try_fix(file, opt, dev, "/mesh/sequence_parallel=true", out);
   for (int i = 0; i < 3; i++) {
     snprintf(set, sizeof set, "/model/decoder/remat_policy=\"%s\"", presets[i]);
     try_fix(file, opt, dev, set, out);
@@ -438,13 +437,11 @@ void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
     if (out->n > before) break;
     tried++;
   }
-  /* mesh changes: every batch device on fsdp; twice the model axis, taken from data or fsdp */
-  int di = -1, fi = -1, mi = -1;
-  for (int i = 0; i < m->n; i++) {
-    if (!strcmp(m->axes[i], "data")) di = i;
-    if (!strcmp(m->axes[i], "fsdp")) fi = i;
-    if (!strcmp(m->axes[i], "model")) mi = i;
-  }
+  /* mesh changes: every batch device on the one that shards the parameters (fsdp); twice the
+   * tensor axis (model), taken from the plain batch axis (data) or that one */
+  int di = fe_mesh_axis(m, FE_AXIS_BATCH, FE_AXIS_PARAMS | FE_AXIS_EXPERTS),
+      fi = fe_mesh_axis(m, FE_AXIS_BATCH | FE_AXIS_PARAMS, FE_AXIS_EXPERTS),
+      mi = fe_mesh_axis(m, FE_AXIS_TENSOR, 0);
   for (int c = 0; c < 3 && di >= 0 && fi >= 0 && mi >= 0; c++) {
     int64_t shape[FE_MAX_MESH];
     memcpy(shape, m->shape, sizeof shape);
