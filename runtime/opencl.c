@@ -18,7 +18,7 @@
  * --init, --resume), runs every kernel in order on one in-order queue, sends the next step's
  * batch, and reads back the loss, gradient norm, learning rate and auxiliary loss. The runtime
  * asks for the rest through the hooks (rt_train_main_hooks): ocl_sync reads the parameters and
- * moments back before a checkpoint, the whole slab only for --skip-outliers' backup; ocl_copy
+ * moments back before a checkpoint, the whole slab only when --skip-outliers undoes an update; ocl_copy
  * makes eval and replay copies on the device; sample_io moves only what --sample writes and
  * reads. AXLC_OPENCL_PROFILE prints the bytes each way.
  *
@@ -801,8 +801,9 @@ static void profile_report(Session *S) {
     fprintf(stderr,
             "%s: OpenCL traffic: %lld steps, per step %.0f B to the device and %.0f B back (at most %lld B in "
             "one step); the whole %.2f MiB slab sent %lld times (the start, host copies), read back %lld times "
-            "(host copies, --skip-outliers) and copied on the device %lld times (eval, replays); the state "
-            "(%.2f MiB of parameters and moments) read back %lld times (checkpoints, replays)\n",
+            "(host copies, --skip-outliers undoing an update) and copied on the device %lld times (eval, replays); the "
+            "state "
+            "(%.2f MiB of parameters and moments) read back %lld times (checkpoints, replays, --skip-outliers)\n",
             S->name, (long long)T->steps, T->steps ? (double)T->to_dev / (double)T->steps : 0.0,
             T->steps ? (double)T->to_host / (double)T->steps : 0.0, (long long)T->step_max,
             (double)S->p->base.slab_bytes / 1048576.0, (long long)T->sends, (long long)T->reads, (long long)T->copies,

@@ -35,7 +35,9 @@
 #                 sent once (the start) and copied on the device for each eval, and the state
 #                 (parameters and moments) read back once per checkpoint step; the batch goes through the pinned staging buffer, sent
 #                 ahead during the step before (steps 2 and 4; an eval batch and the step after
-#                 it read other data than the step before); and the losses are the CPU trainer's
+#                 it read other data than the step before); and the losses are the CPU trainer's;
+#                 --skip-outliers (16 steps) skips the CPU trainer's updates, reading the state
+#                 back for its backup and the slab whole only for each update it undoes
 #   split         a slab larger than the device's largest buffer: planned in 1 MiB pieces
 #                 (AXLC_OPENCL_SPLIT) and run where a buffer holds 1 MiB (AXLC_OPENCL_MAX_ALLOC),
 #                 tiny-lm's 9.5 MiB slab is 10 buffers and trains bit for bit as one; a trainer
@@ -373,6 +375,20 @@ traffic)
     must "$T/$name-cpu" $run --ckpt-dir "$T/$name.cc" --metrics "$T/$name-cpu.jsonl"
     compare losses "$T/$name.jsonl" "$T/$name-cpu.jsonl" 1e-4
   done
+  # --skip-outliers backs the state up every step (the parameters and moments read back), and
+  # reads the slab whole only to undo an update: as many times as it skipped one
+  o="--data $T/text.txt --steps 16 --skip-outliers 0.5 --outlier-window 3"
+  # shellcheck disable=SC2086
+  AXLC_OPENCL_PROFILE=1 "$T/tiny-lm" $o --metrics "$T/o.jsonl" > "$T/out" 2>&1 ||
+    fail "--skip-outliers: the OpenCL trainer: $(tail -5 "$T/out")"
+  # shellcheck disable=SC2086
+  must "$T/tiny-lm-cpu" $o --metrics "$T/o-cpu.jsonl"
+  compare losses "$T/o.jsonl" "$T/o-cpu.jsonl" 1e-4
+  n=$(grep -c '"skipped": true' "$T/o.jsonl")
+  [ "$n" -ge 1 ] && [ "$n" -eq "$(grep -c '"skipped": true' "$T/o-cpu.jsonl")" ] ||
+    fail "--skip-outliers: $n updates skipped, the CPU trainer $(grep -c '"skipped": true' "$T/o-cpu.jsonl")"
+  grep "OpenCL traffic:" "$T/out" | grep -q "16 steps, .*, read back $n times (host copies, --skip-outliers undoing an update)" ||
+    fail "--skip-outliers ($n skipped): $(grep "OpenCL traffic:" "$T/out")"
   ;;
 sample)
   model="$SRC/models/tiny-lm.json"
