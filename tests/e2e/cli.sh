@@ -914,6 +914,33 @@ PY
   done
   python3 -c "import json,sys; a,b=(json.load(open(f))['peak_memory_in_bytes'] for f in sys.argv[1:]); assert b < a, (a, b)" \
     "$T/mem-none.json" "$T/mem-full.json" || fail "remat full does not lower the predicted peak"
+  # microbatches of 2 sequences, 2 and 8 of them: the prediction still holds, and the heap the
+  # trainer measures grows by the batch alone (16 rows of ids and targets, and their reshape:
+  # 8 KiB), not by a whole gradient per microbatch (0.24 MiB each: 6.17 MiB with 8 when every
+  # microbatch's gradient stayed alive to the step's end)
+  for n in 2 8; do
+    set -- --target cpu --set /input/seq_len=32 --set "/input/global_batch_size=$((2 * n))" \
+      --set "/learner/microbatches=$n"
+    run memcheck "$MODELS/tiny-lm.json" "$@" --json
+    expect_rc 0
+    cp "$T/out" "$T/mem-mb$n.json"
+    run run "$MODELS/tiny-lm.json" "$@" --data "$T/text.txt" --steps 2 --threads 1
+    expect_rc 0
+    grep "memory: predicted" "$T/out" > "$T/run-mb$n" || fail "no memory line with $n microbatches"
+  done
+  python3 - "$T" <<'PY' || fail "memcheck vs trainer with microbatches"
+import json, re, sys
+meas = {}
+for n in (2, 8):
+    r = json.load(open("%s/mem-mb%d.json" % (sys.argv[1], n)))
+    line = open("%s/run-mb%d" % (sys.argv[1], n)).read()
+    pred, meas[n] = (float(x) for x in re.search(r"predicted ([0-9.]+) MiB.*measured ([0-9.]+) MiB", line).groups())
+    want = r["peak_memory_in_bytes"] / 1048576
+    assert abs(pred - want) < 0.01, (n, pred, want)
+    assert abs(meas[n] - pred) <= 0.05 * pred, (n, meas[n], pred)
+    print("%d microbatches: memcheck %.2f MiB, trainer measured %.2f MiB" % (n, want, meas[n]))
+assert meas[8] - meas[2] <= 0.1, meas
+PY
   ;;
 compile_link_full_disk)
   # the linker's "No space left on device" is reported as a full disk, not as missing packages
