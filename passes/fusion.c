@@ -137,9 +137,9 @@ static bool reduction_takes(const IrGraph *g, const bool *mat, int32_t r, int32_
 int pass_fusion_plan(const IrGraph *g, bool *mat) {
   if (!g || !mat) return -1;
   int32_t n = g->nvalues;
-  int32_t *uses = ir_xcalloc((size_t)n + 1, sizeof *uses);
-  int32_t *reducer = ir_xmalloc(((size_t)n + 1) * sizeof *reducer); /* a reduction reading v */
-  bool *ok = ir_xmalloc((size_t)n + 1), *idx = ir_xcalloc((size_t)n + 1, sizeof *idx);
+  int32_t *uses = base_xcalloc((size_t)n + 1, sizeof *uses);
+  int32_t *reducer = base_xmalloc(((size_t)n + 1) * sizeof *reducer); /* a reduction reading v */
+  bool *ok = base_xmalloc((size_t)n + 1), *idx = base_xcalloc((size_t)n + 1, sizeof *idx);
   for (int32_t v = 0; v < n; v++) {
     ok[v] = inlinable(&g->values[v]);
     reducer[v] = -1;

@@ -141,12 +141,12 @@ static int check_inputs(Micro *m, const PassOptions *opt) {
 static void micro_init(Micro *m, IrGraph *g, int64_t n) {
   int32_t nv = g->nvalues, no = g->noutputs;
   *m = (Micro){.g = g, .ng = ir_graph_new(), .n = n};
-  m->dep = ir_xcalloc((size_t)nv + 1, sizeof *m->dep);
-  m->map = ir_xmalloc(((size_t)nv + 1) * sizeof *m->map);
-  m->whole = ir_xmalloc(((size_t)nv + 1) * sizeof *m->whole);
-  m->outs_of = ir_xmalloc(((size_t)nv + 1) * sizeof *m->outs_of);
-  m->acc = ir_xmalloc(((size_t)no + 1) * sizeof *m->acc);
-  m->next_out = ir_xmalloc(((size_t)no + 1) * sizeof *m->next_out);
+  m->dep = base_xcalloc((size_t)nv + 1, sizeof *m->dep);
+  m->map = base_xmalloc(((size_t)nv + 1) * sizeof *m->map);
+  m->whole = base_xmalloc(((size_t)nv + 1) * sizeof *m->whole);
+  m->outs_of = base_xmalloc(((size_t)nv + 1) * sizeof *m->outs_of);
+  m->acc = base_xmalloc(((size_t)no + 1) * sizeof *m->acc);
+  m->next_out = base_xmalloc(((size_t)no + 1) * sizeof *m->next_out);
   for (int32_t v = 0; v < nv; v++) {
     const IrValue *x = &g->values[v];
     m->dep[v] = x->op == IR_INPUT;

@@ -853,6 +853,20 @@ PY
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); b=r['breakdown_in_bytes']; assert b['communication_scratch']==0 and b['mpi_library']==0 and r['peak_memory_in_bytes']==r['slab_in_bytes'], r" "$T/out" \
     || fail "memcheck on one device counts MPI"
   ;;
+memcheck_mesh_fixes)
+  # tiny-lm on data=2 x model=2 over a device a little too small: among the fixes, the data
+  # axis's devices moved onto fsdp; the axes are found by their roles, so a mesh that lists
+  # them in another order gets the same fix in its own order
+  printf '{"cpu": {"doc": "small", "memory": 7654604, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-4 --devices "$T/dev.json" --set '/mesh/shape=[1,2,1,1,1,2]'
+  expect_rc 1
+  expect_in "$T/out" "--set '/mesh/sequence_parallel=true': peak"
+  expect_in "$T/out" "--set '/mesh/shape=[1,1,1,2,1,2]': peak 7.22 MiB"
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-4 --devices "$T/dev.json" \
+    --set '/mesh/axes=["model", "data", "fsdp", "pipeline", "expert", "seq"]' --set '/mesh/shape=[2,2,1,1,1,1]'
+  expect_rc 1
+  expect_in "$T/out" "--set '/mesh/shape=[2,1,2,1,1,1]': peak 7.22 MiB"
+  ;;
 memcheck_sequence_parallel)
   # a device whose memory lies between fuji-test's peak on model=2 and its peak under sequence
   # parallelism: the fix list offers it, and with it (the shipped modifier) the job fits
