@@ -191,14 +191,16 @@ static bool is_grad(const IrGraph *g, int32_t v, const bool *grad_out) {
 
 /* Under microbatches the gradients are also each microbatch's and their running sums: the
  * values tagged PASS_MICROBATCH_TAG after the forward (the loss's sums are in it) and what
- * they add. */
-static void mark_microbatch_grads(const IrGraph *g, const uint8_t *phase, bool *grad_out) {
+ * they add. mb[v]: v is one of these (a reduce-scattered microbatch gradient, which is the
+ * running sum until the next microbatch adds to it, is a gradient, not a buffer in flight). */
+static void mark_microbatch_grads(const IrGraph *g, const uint8_t *phase, bool *grad_out,
+                                  bool *mb) {
   for (int32_t v = 0; v < g->nvalues; v++) {
     const IrValue *x = &g->values[v];
     if (phase[v] == 0 || strcmp(x->tag, PASS_MICROBATCH_TAG) != 0) continue;
-    grad_out[v] = true;
+    grad_out[v] = mb[v] = true;
     for (int32_t k = 0; k < x->nops; k++)
-      if (phase[x->ops[k]] != 0) grad_out[x->ops[k]] = true;
+      if (phase[x->ops[k]] != 0) grad_out[x->ops[k]] = mb[x->ops[k]] = true;
   }
 }
 
@@ -238,6 +240,7 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   int32_t n = g->nvalues;
   bool *mat = base_xmalloc(((size_t)n + 1) * sizeof *mat);
   bool *grad_out = base_xcalloc((size_t)n + 1, sizeof *grad_out);
+  bool *mb_grad = base_xcalloc((size_t)n + 1, sizeof *mb_grad);
   r->phase = base_xmalloc((size_t)n + 1);
   r->timeline = base_xcalloc((size_t)n + 1, sizeof *r->timeline);
   /* the fusion plan of the backend that would compile it; without one, nothing fused. The graph
@@ -257,13 +260,14 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   if (pass_memplan_split(g, mat, split, &p) != IR_OK) {
     free(mat);
     free(grad_out);
+    free(mb_grad);
     return fe_error(&j->diag, j->file, NULL, "memory planning failed: %s", ir_graph_error(g));
   }
   r->nvalues = n;
   phases(g, r->phase);
   for (int32_t k = 0; k < g->noutputs; k++)
     if (!strncmp(g->outputs[k].name, "grad:", 5)) grad_out[g->outputs[k].value] = true;
-  mark_microbatch_grads(g, r->phase, grad_out);
+  mark_microbatch_grads(g, r->phase, grad_out, mb_grad);
   r->params = p.param_bytes;
   r->opt_state = p.opt_bytes;
   r->inputs = p.input_bytes;
@@ -305,7 +309,7 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
     /* a forward collective's result that the backward reads (a reduced projection that remat
      * saves) is a saved activation, not a buffer in flight */
     bool kept = r->phase[v] == 0 && last < n && r->phase[last] != 0;
-    if ((ir_op_flags(x->op) & IR_COLLECTIVE) && !kept)
+    if ((ir_op_flags(x->op) & IR_COLLECTIVE) && !kept && !mb_grad[v])
       it->kind = DRV_MEM_COMM, r->comm += it->bytes;
     else if (is_grad(g, v, grad_out))
       it->kind = DRV_MEM_GRAD, r->grads += it->bytes;
@@ -349,6 +353,7 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   r->peak = r->slab + r->comm_scratch + r->mpi_heap;
   free(mat);
   free(grad_out);
+  free(mb_grad);
   pass_memplan_free(&p);
   return 0;
 }

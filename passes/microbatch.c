@@ -27,7 +27,9 @@
  *     each copy's reshards (the gathers of fsdp weights) anew, so they do not stay alive
  *     from the first copy to the last.
  *   - Each output that depends on the inputs is accumulated in f32 right after each copy makes
- *     it (a gradient's summand dies at once), and divided by N after the last copy: the
+ *     it (a gradient's summand dies at once: pass_fusion_plan stores each running sum where it
+ *     is made rather than fuse the chain of sums into one loop at the end, which would keep
+ *     every copy's summand alive to the step's end), and divided by N after the last copy: the
  *     gradients are the mean of the microbatch gradients, the loss (and aux_loss) the mean of
  *     the microbatch losses. Each microbatch loss is a mean over its rows, so the mean of the
  *     N means is the whole batch's mean and the step equals the whole-batch step up to the
