@@ -30,7 +30,7 @@
 static const FeField fields[] = {
     F_INT("rank", "4", FE_RANGE(1, 65536), "rank r of each adapter (A: in x r, B: r x out)"),
     /* above 0 (0 leaves the adapters without effect), at most 65536 (1e308 overflows at the
-     * first step): checked in fe_lora_begin */
+     * first step): checked in lora_begin */
     F_FLOAT("alpha", "8.0", FE_ATLEAST(0), "scale: the update is (alpha / rank) x A B"),
     F_TYPED("params", FT_STRING, "\"(.+/)?[qkvo]_proj/weight\"",
             "regex (POSIX extended, matching the whole path) of the projection weights to adapt"),
