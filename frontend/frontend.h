@@ -138,6 +138,13 @@ typedef struct FeKind {
    * that are not on the forward path leave it NULL. */
   int32_t (*emit)(struct FeEmit *e, json_object *node, const char *cfg, const char *prm,
                   const struct FeDims *in, int32_t x);
+  /* A trainer policy: the trainer's child of this kind's name. A modifier of the same name
+   * sets the fields it gives on that child (created when missing); the kind's first five
+   * fields are the modifier's optional ones (modifiers.c). */
+  bool modifier;
+  /* A parameter transform this kind brings, or NULL (build.c and compose.c run every
+   * registered kind's; see FeTransform). */
+  const struct FeTransform *transform;
 } FeKind;
 
 const FeKind *fe_kind_find(const char *name);
@@ -250,8 +257,8 @@ typedef struct FeParam {
   char spec[FE_MAX_RANK][48];
   double weight_decay_scale;
   char *origin; /* config path of the declaring module */
-  bool frozen;  /* no gradient, no optimizer state, not checkpointed (a LoRA run's base) */
-  bool adapter; /* a LoRA adapter (lora_a, lora_b) of the weight beside it */
+  bool frozen;  /* no gradient, no optimizer state, not checkpointed (set by a transform) */
+  bool adapter; /* added by a transform beside a weight; a linear must read that weight */
 } FeParam;
 
 typedef struct FeMesh {
@@ -261,18 +268,29 @@ typedef struct FeMesh {
   int64_t devices;
 } FeMesh;
 
-/* The trainer's /lora policy as the walk applies it (modules/lora.c). */
-typedef struct FeLora {
-  json_object *node; /* the canonical /lora node; NULL: no adapters */
-  regex_t re;        /* /lora/params, anchored at both ends */
-  int64_t rank;
-  double scale;   /* alpha / rank */
-  int matched;    /* weights adapted */
-  bool declaring; /* fe_param is declaring an adapter */
-  /* what the module declaring a 2-D weight that no linear reads calls it ("an embedding
-   * table"): a match is refused when the parameters are declared, not at composing */
-  const char *not_linear;
-} FeLora;
+/* A parameter transform: a capability a module kind registers (FeKind.transform) to see each
+ * parameter the walk declares and each linear product composing emits, without the modules
+ * knowing. Every hook may be NULL. */
+typedef struct FeTransform {
+  /* Before the walk, on the canonical root: sets *state (its own, freed by `free`) to turn
+   * the transform on for this tree, leaves it NULL to stay off; -1 after an error. */
+  int (*begin)(struct FeBuild *b, json_object *root, void **state);
+  /* fe_param's hook, on the parameter it just declared (the table's last); it may declare
+   * more (fe_param calls the hooks on those too). */
+  int (*param)(struct FeBuild *b, void *state, json_object *node, const char *cfg, const char *prm,
+               const struct FeDims *in);
+  /* After the walk; -1 after an error. */
+  int (*end)(struct FeBuild *b, void *state);
+  void (*free)(void *state);
+  /* fe_emit_linear's hook: y = x prm/weight [+ bias] as emitted so far; returns the new y. */
+  int32_t (*linear)(struct FeEmit *e, const void *state, int32_t x, int32_t y, const char *pp);
+  /* After composing; an error recorded in the graph when something is wrong. */
+  int (*composed)(struct FeEmit *e, const void *state);
+  /* What it did, for the trainable line of fe_params_print ("adapters on 4 projections"). */
+  void (*describe)(const void *state, char *buf, size_t n);
+} FeTransform;
+
+enum { FE_MAX_TRANSFORMS = 4 };
 
 typedef struct FeBuild {
   FeDiag *diag;
@@ -287,7 +305,16 @@ typedef struct FeBuild {
    * elements (fe_step_tensor), as an error message; NULL if none. */
   double step_numel;
   char *step_error;
-  FeLora lora;
+  /* The parameter transforms on for this tree (fe_build), with their state. */
+  struct {
+    const FeTransform *t;
+    const FeKind *kind;
+    void *state;
+  } transforms[FE_MAX_TRANSFORMS];
+  int ntransforms;
+  /* What the module declaring a 2-D weight that no linear reads calls it ("an embedding
+   * table"), while it declares it, else NULL: a transform of linears refuses it at once. */
+  const char *not_linear;
 } FeBuild;
 
 /* Walks the canonical tree: checks what only makes sense with the parent's
@@ -434,19 +461,10 @@ void fe_precision_facts(json_object *cfg, FePrecision *p);
  * key's origin. */
 int fe_precision_settle(FeDiag *d, json_object *cfg, bool bf16_dot, const char *why);
 
-/* ---- modules/lora.c: low-rank adapters -------------------------------------- */
-
-/* Reads the trainer's /lora (if any) before the walk; -1 on a bad regex. */
-int fe_lora_begin(FeBuild *b, json_object *root);
-/* fe_param's hook, on the parameter it just declared (the table's last): frozen under /lora,
- * and given adapters lora_a (in, r) and lora_b (r, out) when /lora/params matches its path. */
-int fe_lora_param(FeBuild *b, json_object *node, const char *cfg, const char *prm,
-                  const FeDims *in);
-/* After the walk: -1 when /lora/params matched no parameter. */
-int fe_lora_end(FeBuild *b);
-void fe_lora_free(FeBuild *b);
-/* The parameters that train (all without /lora) and their elements. */
-int fe_lora_trainable(const FeBuild *b, int64_t *numel);
+/* The parameters that train (all but those a transform froze) and their elements. */
+int fe_trainable(const FeBuild *b, int64_t *numel);
+/* The state of kind k's transform in b, NULL when it is off. */
+void *fe_transform_state(const FeBuild *b, const FeKind *k);
 
 /* ---- compose.c: module tree -> forward IR -------------------------------- */
 
@@ -514,11 +532,6 @@ int32_t fe_emit_compute(FeEmit *e, int32_t x);
 int32_t fe_emit_like(FeEmit *e, int32_t x, double v);
 /* Broadcasts a lower-rank value to x's shape along trailing (or given) dims. */
 int32_t fe_emit_bcast(FeEmit *e, int32_t v, int32_t like, int32_t n, const int32_t *bdims);
-/* fe_emit_linear's hook: y + (alpha / r) (x A) B when the weight prm/weight has adapters,
- * else y (modules/lora.c). */
-int32_t fe_lora_emit(FeEmit *e, int32_t x, int32_t y, const char *pp);
-/* After composing: an error in the graph when an adapted weight was read by no linear. */
-int fe_lora_check_read(FeEmit *e);
 /* Softmax over the last axis, computed and returned in f32 (fe_emit_compute casts it back). */
 int32_t fe_emit_softmax(FeEmit *e, int32_t x);
 /* v's shape, a copy (the graph's value array moves as values are added).

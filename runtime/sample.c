@@ -162,6 +162,16 @@ static RtParamSlot *whole_params(const RtProgram *p) {
     return w;
 }
 
+/* Whether --init file st must set parameter i: every one, but in a LoRA program (one with
+ * frozen parameters, m_offset -1) an adapter the file lacks starts from its init, as training's
+ * --init does (train_state.c): B is zeros, so the text is the base model's. */
+static int init_wants(const RtProgram *p, const RtSt *st, int i) {
+    int frozen = 0;
+    for (int j = 0; j < p->nparams; j++)
+        frozen |= p->params[j].m_offset < 0;
+    return !frozen || p->params[i].m_offset < 0 || rt_st_find(st, p->params[i].path) != NULL;
+}
+
 static int load_init(Sampler *s, RtError *err) {
     const RtProgram *p = s->p;
     const char *path = s->o->init;
@@ -169,13 +179,18 @@ static int load_init(Sampler *s, RtError *err) {
     RtError why;
     if (rt_st_open(&st, path, &why) != 0)
         return rt_error_set(err, "--init: %s", why.msg);
+    rt_st_dump_as_weights(st); /* an interpreter's --dump: its new parameters, as training reads it */
     if (rt_init_refuse_shard(st, path, err) != 0) {
         rt_st_close(st);
         return -1;
     }
     RtParamSlot *whole = whole_params(p);
+    int *want = calloc((size_t)p->nparams + 1, sizeof *want), nwant = 0, fresh = 0;
+    for (int i = 0; whole && want && i < p->nparams; i++)
+        if ((want[i] = init_wants(p, st, i)) != 0)
+            whole[nwant++] = whole[i];
     RtInitCheck c = {0};
-    int rc = whole && rt_init_check(whole, p->nparams, st, s->o->init_allow_unused, &c) == 0
+    int rc = whole && want && rt_init_check(whole, nwant, st, s->o->init_allow_unused, &c) == 0
                  ? 0
                  : rt_error_set(err, "--init: %s: out of memory", path);
     int bad = rc == 0 && (c.missing || c.mismatched || (c.unused && !s->o->init_allow_unused));
@@ -189,15 +204,34 @@ static int load_init(Sampler *s, RtError *err) {
     if (bad)
         rc = rt_error_set(err, "--init: %s: %d of %d parameters missing, %d in another shape, %d tensors unused", path,
                           c.missing, p->nparams, c.mismatched, c.unused);
-    for (int i = 0; rc == 0 && i < p->nparams; i++)
-        if (p->forward->param_offsets[i] >= 0 &&
-            rt_st_read_f32(st, whole[i].path, whole[i].shape, whole[i].rank, param_data(s, i), &why) != 0)
-            rc = rt_error_set(err, "--init: %s", why.msg);
-        else if (p->forward->param_offsets[i] >= 0 && rt_st_check_finite(st, whole[i].path, &why) != 0)
-            rc = rt_error_set(err, "--init: %s; refusing to sample from weights that are not finite", why.msg);
     free(whole);
+    whole = whole_params(p); /* again in table order: the check kept only the wanted ones */
+    if (rc == 0 && !whole)
+        rc = rt_error_set(err, "--init: %s: out of memory", path);
+    for (int i = 0; rc == 0 && i < p->nparams; i++) {
+        if (p->forward->param_offsets[i] < 0)
+            continue;
+        if (!want[i]) { /* a LoRA adapter the base file lacks: its init */
+            int64_t n = 1;
+            for (int d = 0; d < whole[i].rank; d++)
+                n *= whole[i].shape[d];
+            if (rt_init_fill(param_data(s, i), n, 0, whole[i].path, s->o->seed, &whole[i].init, &why) != 0)
+                rc = rt_error_set(err, "--init: %s: %s", path, why.msg);
+            fresh++;
+        } else if (rt_st_read_f32(st, whole[i].path, whole[i].shape, whole[i].rank, param_data(s, i), &why) != 0)
+            rc = rt_error_set(err, "--init: %s", why.msg);
+        else if (rt_st_check_finite(st, whole[i].path, &why) != 0)
+            rc = rt_error_set(err, "--init: %s; refusing to sample from weights that are not finite", why.msg);
+    }
+    free(whole);
+    free(want);
     rt_st_close(st);
-    if (rc == 0)
+    if (rc == 0 && fresh)
+        fprintf(stderr,
+                "%s: sampling with the weights of --init %s; its %d LoRA adapters the file lacks start from their "
+                "init (B is zeros: the base model's text)\n",
+                s->o->prog, path, fresh);
+    else if (rc == 0)
         fprintf(stderr, "%s: sampling with the weights of --init %s\n", s->o->prog, path);
     return rc;
 }
@@ -212,6 +246,11 @@ static int load_frozen(Sampler *s, const RtCkpt *ck, const char *where, RtError 
     RtSt *st = NULL;
     RtError why;
     rt_base_record_parse(rec, file, sizeof file, &hash);
+    if (strcmp(rec, "seed") == 0 && s->o->init) /* refused as resume refuses it (train_state.c) */
+        return rt_error_set(err,
+                            "--sample: %s: its adapters were trained on the seeded base weights (the run had no "
+                            "--init); --init %s would put them on other weights (drop --init)",
+                            where, s->o->init);
     const char *from = s->o->init ? s->o->init : file;
     if (strcmp(rec, "seed") != 0 && !from[0])
         return rt_error_set(err, "--sample: %s records no base weights for its frozen parameters (pass --init BASE)",
