@@ -9,14 +9,19 @@
  * the graph does not hold (BackendProgram: the parameter table and its init
  * kinds, the training facts, the config as text), and either trains in this
  * process (run) or writes an artifact (compile): a trainer executable, an
- * object, or text. Members marked optional may be NULL.
+ * object, or text. A backend never starts a process: a job of several devices,
+ * or any job of a backend with run_trainer, is linked through compile and
+ * started by the driver's launch layer (launch/). Members marked optional may
+ * be NULL.
  *
  * Backends sit below the driver and know nothing of the config language:
  * they include ir/, passes/ and runtime/axrt.h, and nothing of the config
  * reader. They see a BackendJob, never a DrvJob, and report user errors into
  * the job's BackendDiag, which the driver turns into its own messages.
- * Adding one is its own folder, one line in registry.c and its
- * add_subdirectory (docs/backends.md).
+ * Adding one is its own folder (its CMakeLists.txt), its extern below and its
+ * line in registry.c's backend_table (both under #ifdef AXLC_HAVE_NAME), and its
+ * block in backends/CMakeLists.txt: add_subdirectory, and linking it into
+ * axlc_backends with AXLC_HAVE_NAME (docs/backends.md, "Adding a backend").
  */
 #ifndef AXLC_BACKENDS_BACKEND_H
 #define AXLC_BACKENDS_BACKEND_H

@@ -17,16 +17,11 @@
 
 /* ---- the mesh axes ------------------------------------------------------ */
 
-/* A new axis, or a new role of one, is a row or a flag here: the mesh checks, the batch
- * split, the shard pass's batch leaves and the refusal of unsupported axes read it. */
-const FeAxis fe_axes[] = {
-    {"pipeline", FE_AXIS_PIPELINE, "pipeline"},
-    {"data", FE_AXIS_BATCH | FE_AXIS_SUPPORTED, "data"},
-    {"expert", FE_AXIS_BATCH | FE_AXIS_EXPERTS | FE_AXIS_SUPPORTED, "expert"},
-    {"fsdp", FE_AXIS_BATCH | FE_AXIS_PARAMS | FE_AXIS_SUPPORTED, "fully sharded data"},
-    {"seq", FE_AXIS_SEQUENCE | FE_AXIS_SUPPORTED, "sequence (context)"},
-    {"model", FE_AXIS_PARAMS | FE_AXIS_SUPPORTED, "tensor (model)"},
-};
+/* A new axis, or a new role of one, is a row or a flag of FE_AXES (frontend.h): the mesh checks,
+ * the batch split, the shard pass's batch leaves and the refusal of unsupported axes read it. */
+#define FE_AXIS_ROW(name, roles, what, size) {name, roles, what},
+const FeAxis fe_axes[] = {FE_AXES(FE_AXIS_ROW, )};
+#undef FE_AXIS_ROW
 const int fe_naxes = (int)(sizeof fe_axes / sizeof fe_axes[0]);
 
 const FeAxis *fe_axis(const char *name) {
@@ -34,6 +29,42 @@ const FeAxis *fe_axis(const char *name) {
     if (strcmp(name, fe_axes[i].name) == 0) return &fe_axes[i];
   return NULL;
 }
+
+const FeAxis *fe_axis_with(unsigned roles) {
+  for (int i = 0; i < fe_naxes; i++)
+    if ((fe_axes[i].roles & roles) == roles) return &fe_axes[i];
+  return NULL;
+}
+
+const char *fe_axis_names(unsigned roles, const char *sep, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < fe_naxes; i++)
+    if ((fe_axes[i].roles & roles) == roles && len < cap)
+      len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? sep : "", fe_axes[i].name);
+  return buf;
+}
+
+int fe_mesh_axis(const FeMesh *m, unsigned has, unsigned lacks) {
+  for (int i = 0; i < m->n; i++) {
+    const FeAxis *a = fe_axis(m->axes[i]);
+    if (a && (a->roles & has) == has && !(a->roles & lacks)) return i;
+  }
+  return -1;
+}
+
+int64_t fe_role_split(const FeMesh *m, unsigned roles) {
+  int64_t split = 1;
+  for (int i = 0; i < m->n; i++) {
+    const FeAxis *a = fe_axis(m->axes[i]);
+    if (a && (a->roles & roles) == roles) split *= m->shape[i];
+  }
+  return split;
+}
+
+int64_t fe_batch_split(const FeMesh *m) { return fe_role_split(m, FE_AXIS_BATCH); }
+
+int64_t fe_seq_split(const FeMesh *m) { return fe_role_split(m, FE_AXIS_SEQUENCE); }
 
 /* ---- the mesh ----------------------------------------------------------- */
 
@@ -122,7 +153,7 @@ static int by_path(const void *a, const void *b) {
 /* The parameters in path order: the composer looks up every one by path, and
  * a scan per lookup would be quadratic in the number of layers. */
 static void index_params(FeBuild *b) {
-  b->by_path = ir_xmalloc(((size_t)b->nparams + 1) * sizeof *b->by_path);
+  b->by_path = base_xmalloc(((size_t)b->nparams + 1) * sizeof *b->by_path);
   for (int i = 0; i < b->nparams; i++) b->by_path[i] = &b->params[i];
   qsort(b->by_path, (size_t)b->nparams, sizeof *b->by_path, by_path);
 }
@@ -133,6 +164,40 @@ int fe_param_find(const FeBuild *b, const char *path) {
   const FeParam *kp = &key,
                 **hit = bsearch(&kp, b->by_path, (size_t)b->nparams, sizeof *b->by_path, by_path);
   return hit ? (int)(*hit - b->params) : -1;
+}
+
+/* Turns on the parameter transforms of the registered kinds whose begin says so for root. */
+static int transforms_begin(FeBuild *b, json_object *root) {
+  for (int i = 0; i < fe_kind_count(); i++) {
+    const FeKind *k = fe_kind_at(i);
+    if (!k->transform) continue;
+    void *state = NULL;
+    if (k->transform->begin && k->transform->begin(b, root, &state)) return -1;
+    if (!state) continue;
+    if (b->ntransforms == FE_MAX_TRANSFORMS) {
+      if (k->transform->free) k->transform->free(state);
+      return fe_error(b->diag, b->file, NULL, "more than %d parameter transforms are on",
+                      FE_MAX_TRANSFORMS);
+    }
+    b->transforms[b->ntransforms].t = k->transform;
+    b->transforms[b->ntransforms].kind = k;
+    b->transforms[b->ntransforms++].state = state;
+  }
+  return 0;
+}
+
+void *fe_transform_state(const FeBuild *b, const FeKind *k) {
+  for (int i = 0; i < b->ntransforms; i++)
+    if (b->transforms[i].kind == k) return b->transforms[i].state;
+  return NULL;
+}
+
+int fe_trainable(const FeBuild *b, int64_t *numel) {
+  int n = 0;
+  *numel = 0;
+  for (int i = 0; i < b->nparams; i++)
+    if (!b->params[i].frozen) n++, *numel += fe_param_numel(&b->params[i]);
+  return n;
 }
 
 int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root, int64_t devices) {
@@ -147,7 +212,9 @@ int fe_build(FeBuild *b, FeDiag *d, const char *file, json_object *root, int64_t
   if (mesh_shape(b, fe_get_child(mesh, "shape"), devices)) return -1;
   b->file = file;
   FeDims in = {0};
-  if (fe_lora_begin(b, root) || fe_build_node(b, root, "", "", &in) || fe_lora_end(b)) return -1;
+  if (transforms_begin(b, root) || fe_build_node(b, root, "", "", &in)) return -1;
+  for (int i = 0; i < b->ntransforms; i++)
+    if (b->transforms[i].t->end && b->transforms[i].t->end(b, b->transforms[i].state)) return -1;
   index_params(b);
   return 0;
 }
@@ -160,7 +227,9 @@ void fe_build_free(FeBuild *b) {
   free(b->params);
   free(b->by_path);
   free(b->step_error);
-  fe_lora_free(b);
+  for (int i = 0; i < b->ntransforms; i++)
+    if (b->transforms[i].t->free) b->transforms[i].t->free(b->transforms[i].state);
+  b->ntransforms = 0;
   b->params = NULL;
   b->by_path = NULL;
   b->step_error = NULL;
@@ -243,7 +312,7 @@ int fe_build_child(FeBuild *b, json_object *node, const char *field, const char 
 static FeParam *param_new(FeBuild *b) {
   if (b->nparams == b->capparams) {
     b->capparams = b->capparams ? 2 * b->capparams : 64;
-    b->params = ir_xrealloc(b->params, (size_t)b->capparams * sizeof *b->params);
+    b->params = base_xrealloc(b->params, (size_t)b->capparams * sizeof *b->params);
   }
   FeParam *p = &b->params[b->nparams++];
   memset(p, 0, sizeof *p);
@@ -340,9 +409,9 @@ static int declare(FeBuild *b, json_object *node, const char *cfg, const char *p
                     prm, name, numel, FE_MAX_TENSOR_NUMEL, FE_MAX_TOTAL_NUMEL);
   FeParam *p = param_new(b);
   size_t len = strlen(prm) + strlen(name) + 2;
-  p->path = ir_xmalloc(len);
+  p->path = base_xmalloc(len);
   snprintf(p->path, len, "%s/%s", prm, name);
-  p->origin = ir_xstrdup(cfg);
+  p->origin = base_xstrdup(cfg);
   p->rank = rank;
   memcpy(p->shape, shape, (size_t)rank * sizeof *shape);
   p->dtype = in->dtype ? in->dtype : "f32";
@@ -371,13 +440,17 @@ static int declare(FeBuild *b, json_object *node, const char *cfg, const char *p
   return check_divides(b, p, first, lead_path, epath);
 }
 
-/* Every parameter passes through fe_lora_param, the one hook LoRA has in the walk. */
+/* Every parameter passes through the param hook of each transform that is on. */
 int fe_param(FeBuild *b, json_object *node, const char *cfg, const char *prm, const char *name,
              int rank, const int64_t *shape, const char *init, double std, const char *spec_name,
              const char *lead_axis, double wd_scale, const FeDims *in) {
   if (declare(b, node, cfg, prm, name, rank, shape, init, std, spec_name, lead_axis, wd_scale, in))
     return -1;
-  return fe_lora_param(b, node, cfg, prm, in);
+  for (int i = 0; i < b->ntransforms; i++)
+    if (b->transforms[i].t->param &&
+        b->transforms[i].t->param(b, b->transforms[i].state, node, cfg, prm, in))
+      return -1;
+  return 0;
 }
 
 int fe_vocab_param(FeBuild *b, json_object *node, const char *cfg, const char *prm,
@@ -408,37 +481,20 @@ int fe_vocab_param(FeBuild *b, json_object *node, const char *cfg, const char *p
                       "the vocabulary (vocab_size %lld) does not divide over mesh axes %s (%lld "
                       "devices) of the vocabulary-parallel table %s/weight (expected a "
                       "vocab_size that is a multiple of %lld, e.g. %lld, or the model dim split "
-                      "instead: {\"weight\": [null, \"model\"]})",
+                      "instead: {\"weight\": [null, \"%s\"]})",
                       (long long)in->vocab_size, axes, (long long)n, prm, (long long)n,
-                      (long long)((in->vocab_size + n - 1) / n * n));
+                      (long long)((in->vocab_size + n - 1) / n * n),
+                      fe_axis_with(FE_AXIS_TENSOR)->name);
     }
   }
-  b->lora.not_linear = "the vocabulary table of an embedding or an output head";
+  b->not_linear = "the vocabulary table of an embedding or an output head";
   int rc = fe_param(b, node, cfg, prm, "weight", 2, shape, "normal", fe_get_float(node, "init_std"),
                     "weight", NULL, 1.0, in);
-  b->lora.not_linear = NULL;
+  b->not_linear = NULL;
   return rc;
 }
 
 /* ---- the training step's tensors ---------------------------------------- */
-
-int64_t fe_batch_split(const FeMesh *m) {
-  int64_t split = 1;
-  for (int i = 0; i < m->n; i++) {
-    const FeAxis *a = fe_axis(m->axes[i]);
-    if (a && (a->roles & FE_AXIS_BATCH)) split *= m->shape[i];
-  }
-  return split;
-}
-
-int64_t fe_seq_split(const FeMesh *m) {
-  int64_t split = 1;
-  for (int i = 0; i < m->n; i++) {
-    const FeAxis *a = fe_axis(m->axes[i]);
-    if (a && (a->roles & FE_AXIS_SEQUENCE)) split *= m->shape[i];
-  }
-  return split;
-}
 
 /* "65536 x 4 x 16777216 x 16777216" */
 static char *fmt_dims(int rank, const int64_t *dims) {
@@ -547,7 +603,7 @@ const char *fe_human_bytes(double v, char *out, size_t n) {
 
 /* Per device, the bytes of each kind the policy gives the parameters: the masters, the copy
  * a step reads in the compute dtype (none when that is f32), and for the parameters that
- * train (all but a LoRA run's frozen base) the gradients (accumulated in f32) and AdamW's two
+ * train (all but those a transform froze) the gradients (accumulated in f32) and AdamW's two
  * moments. */
 typedef struct {
   int64_t masters, compute, grads, optimizer;
@@ -559,7 +615,7 @@ static PolicyBytes policy_bytes(const FeBuild *b, const FePrecision *p) {
     int64_t n = param_shard_numel(b, &b->params[i]);
     r.masters += n * (int64_t)ir_dtype_size(p->params);
     if (p->compute != p->params) r.compute += n * (int64_t)ir_dtype_size(p->compute);
-    if (b->params[i].frozen) continue; /* LoRA's base: no gradient, no optimizer state */
+    if (b->params[i].frozen) continue; /* frozen: no gradient, no optimizer state */
     r.grads += n * (int64_t)ir_dtype_size(DT_F32);
     r.optimizer += 2 * n * (int64_t)ir_dtype_size(p->optimizer);
   }
@@ -611,13 +667,17 @@ void fe_params_print(const FeBuild *b, json_object *cfg, FILE *out) {
     fprintf(out, "%s%s=%lld", i ? ", " : "", b->mesh.axes[i], (long long)b->mesh.shape[i]);
   fprintf(out, ")\n");
   int64_t tn;
-  int nt = fe_lora_trainable(b, &tn);
+  int nt = fe_trainable(b, &tn);
   if (nt < b->nparams) {
     fmt_count(tn, cnt, sizeof cnt);
-    fprintf(out,
-            "trainable: %d tensors, %s parameters (LoRA adapters on %d projections); the "
-            "other %d tensors are frozen\n",
-            nt, cnt, b->lora.matched, b->nparams - nt);
+    fprintf(out, "trainable: %d tensors, %s parameters (", nt, cnt);
+    for (int i = 0; i < b->ntransforms; i++) {
+      char what[128] = "";
+      if (b->transforms[i].t->describe)
+        b->transforms[i].t->describe(b->transforms[i].state, what, sizeof what);
+      fprintf(out, "%s%s", i ? "; " : "", what);
+    }
+    fprintf(out, "); the other %d tensors are frozen\n", b->nparams - nt);
   }
   policy_print(b, cfg, out);
 }
@@ -655,7 +715,7 @@ char *fe_params_json(const FeBuild *b, json_object *cfg) {
   json_object_object_add(root, "total_params", json_object_new_int64(total));
   json_object_object_add(root, "total_bytes", json_object_new_int64(bytes));
   int64_t tn;
-  fe_lora_trainable(b, &tn);
+  fe_trainable(b, &tn);
   json_object_object_add(root, "trainable_params", json_object_new_int64(tn));
   json_object_object_add(root, "per_device_bytes", json_object_new_int64(dev_bytes));
   json_object_object_add(root, "devices", json_object_new_int64(b->mesh.devices));

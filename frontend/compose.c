@@ -113,7 +113,9 @@ int32_t fe_emit_linear(FeEmit *e, int32_t x, const char *prm, const char *name, 
     int32_t b = fe_emit_param(e, pp, "bias");
     y = ir_add(e->g, y, fe_emit_bcast(e, b, y, 1, NULL));
   }
-  y = fe_lora_emit(e, x, y, pp);
+  for (int i = 0; i < e->b->ntransforms; i++)
+    if (e->b->transforms[i].t->linear)
+      y = e->b->transforms[i].t->linear(e, e->b->transforms[i].state, x, y, pp);
   if (y != IR_NONE && tag) ir_value_set_tag(e->g, y, tag);
   return y;
 }
@@ -161,7 +163,7 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
   int64_t seq_len = fe_get_int(fe_get_child(cfg, "input"), "seq_len");
   FeEmit e = {.g = g,
               .b = b,
-              .param_vals = ir_xmalloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
+              .param_vals = base_xmalloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
               .batch = forward ? 1 : micro_batch(cfg),
               .seq = m == COMPOSE_DECODE ? 1 : seq_len,
               .ids = IR_NONE,
@@ -183,7 +185,8 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
   in.seq_len = seq_len;
   in.max_steps = fe_get_int(cfg, "max_steps");
   int32_t out = fe_emit_child(&e, cfg, "model", "", "", &in, IR_NONE);
-  if (out != IR_NONE) fe_lora_check_read(&e);
+  for (int i = 0; out != IR_NONE && i < b->ntransforms; i++)
+    if (b->transforms[i].t->composed) b->transforms[i].t->composed(&e, b->transforms[i].state);
   free(e.param_vals);
   const char *name = forward ? "logits" : "loss";
   /* the sampler reads the decode step's logits as f32 whatever the compute dtype */

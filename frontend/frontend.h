@@ -138,6 +138,13 @@ typedef struct FeKind {
    * that are not on the forward path leave it NULL. */
   int32_t (*emit)(struct FeEmit *e, json_object *node, const char *cfg, const char *prm,
                   const struct FeDims *in, int32_t x);
+  /* A trainer policy: the trainer's child of this kind's name. A modifier of the same name
+   * sets the fields it gives on that child (created when missing); the kind's first five
+   * fields are the modifier's optional ones (modifiers.c). */
+  bool modifier;
+  /* A parameter transform this kind brings, or NULL (build.c and compose.c run every
+   * registered kind's; see FeTransform). */
+  const struct FeTransform *transform;
 } FeKind;
 
 const FeKind *fe_kind_find(const char *name);
@@ -250,8 +257,8 @@ typedef struct FeParam {
   char spec[FE_MAX_RANK][48];
   double weight_decay_scale;
   char *origin; /* config path of the declaring module */
-  bool frozen;  /* no gradient, no optimizer state, not checkpointed (a LoRA run's base) */
-  bool adapter; /* a LoRA adapter (lora_a, lora_b) of the weight beside it */
+  bool frozen;  /* no gradient, no optimizer state, not checkpointed (set by a transform) */
+  bool adapter; /* added by a transform beside a weight; a linear must read that weight */
 } FeParam;
 
 typedef struct FeMesh {
@@ -261,18 +268,29 @@ typedef struct FeMesh {
   int64_t devices;
 } FeMesh;
 
-/* The trainer's /lora policy as the walk applies it (modules/lora.c). */
-typedef struct FeLora {
-  json_object *node; /* the canonical /lora node; NULL: no adapters */
-  regex_t re;        /* /lora/params, anchored at both ends */
-  int64_t rank;
-  double scale;   /* alpha / rank */
-  int matched;    /* weights adapted */
-  bool declaring; /* fe_param is declaring an adapter */
-  /* what the module declaring a 2-D weight that no linear reads calls it ("an embedding
-   * table"): a match is refused when the parameters are declared, not at composing */
-  const char *not_linear;
-} FeLora;
+/* A parameter transform: a capability a module kind registers (FeKind.transform) to see each
+ * parameter the walk declares and each linear product composing emits, without the modules
+ * knowing. Every hook may be NULL. */
+typedef struct FeTransform {
+  /* Before the walk, on the canonical root: sets *state (its own, freed by `free`) to turn
+   * the transform on for this tree, leaves it NULL to stay off; -1 after an error. */
+  int (*begin)(struct FeBuild *b, json_object *root, void **state);
+  /* fe_param's hook, on the parameter it just declared (the table's last); it may declare
+   * more (fe_param calls the hooks on those too). */
+  int (*param)(struct FeBuild *b, void *state, json_object *node, const char *cfg, const char *prm,
+               const struct FeDims *in);
+  /* After the walk; -1 after an error. */
+  int (*end)(struct FeBuild *b, void *state);
+  void (*free)(void *state);
+  /* fe_emit_linear's hook: y = x prm/weight [+ bias] as emitted so far; returns the new y. */
+  int32_t (*linear)(struct FeEmit *e, const void *state, int32_t x, int32_t y, const char *pp);
+  /* After composing; an error recorded in the graph when something is wrong. */
+  int (*composed)(struct FeEmit *e, const void *state);
+  /* What it did, for the trainable line of fe_params_print ("adapters on 4 projections"). */
+  void (*describe)(const void *state, char *buf, size_t n);
+} FeTransform;
+
+enum { FE_MAX_TRANSFORMS = 4 };
 
 typedef struct FeBuild {
   FeDiag *diag;
@@ -287,7 +305,16 @@ typedef struct FeBuild {
    * elements (fe_step_tensor), as an error message; NULL if none. */
   double step_numel;
   char *step_error;
-  FeLora lora;
+  /* The parameter transforms on for this tree (fe_build), with their state. */
+  struct {
+    const FeTransform *t;
+    const FeKind *kind;
+    void *state;
+  } transforms[FE_MAX_TRANSFORMS];
+  int ntransforms;
+  /* What the module declaring a 2-D weight that no linear reads calls it ("an embedding
+   * table"), while it declares it, else NULL: a transform of linears refuses it at once. */
+  const char *not_linear;
 } FeBuild;
 
 /* Walks the canonical tree: checks what only makes sense with the parent's
@@ -329,10 +356,10 @@ void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank, c
 /* -1 (the message recorded in `d`) if the training step would hold a
  * tensor too large; every command that builds a graph calls it first. */
 int fe_step_check(const FeBuild *b, FeDiag *d);
-/* The mesh axes and what each does: one row per axis name (frontend/build.c, fe_axes). The
- * config's mesh may name only these; the batch is split over the FE_AXIS_BATCH axes; a
- * parameter's partition spec may name any of them. An axis without FE_AXIS_SUPPORTED is
- * refused at a size above 1. */
+/* The mesh axes and what each does: the one place an axis is named. The config's mesh may
+ * name only these; the batch is split over the FE_AXIS_BATCH axes; a parameter's partition spec
+ * may name any of them. An axis without FE_AXIS_SUPPORTED is refused at a size above 1. Code
+ * finds an axis by its roles, never by its name. */
 enum {
   FE_AXIS_BATCH = 1 << 0,     /* splits the global batch (dim 0 of ids and targets) */
   FE_AXIS_PARAMS = 1 << 1,    /* the shipped rules split parameters over it (fsdp, model) */
@@ -340,7 +367,26 @@ enum {
   FE_AXIS_SEQUENCE = 1 << 3,  /* splits the sequence (dim 1 of ids and targets) */
   FE_AXIS_PIPELINE = 1 << 4,  /* carries pipeline stages */
   FE_AXIS_SUPPORTED = 1 << 5, /* the shard pass and the runtime can split over it */
+  FE_AXIS_TENSOR = 1 << 6,    /* splits within a layer; sequence parallelism splits over it */
 };
+/* The table: X(name, roles, what, size), one row per axis, outermost first, rows joined by SEP.
+ * `what` names the parallelism in messages; `size` is the axis's in the default mesh (-1: the
+ * devices left). fe_axes[] (build.c) and the default mesh (FE_AXES_JSON, FE_AXES_SIZES_JSON)
+ * are made from it. */
+/* clang-format off */
+#define FE_AXES(X, SEP)                                                                            \
+  X("pipeline", FE_AXIS_PIPELINE,                                    "pipeline",            1) SEP \
+  X("data",     FE_AXIS_BATCH | FE_AXIS_SUPPORTED,                   "data",               -1) SEP \
+  X("expert",   FE_AXIS_BATCH | FE_AXIS_EXPERTS | FE_AXIS_SUPPORTED, "expert",              1) SEP \
+  X("fsdp",     FE_AXIS_BATCH | FE_AXIS_PARAMS | FE_AXIS_SUPPORTED,  "fully sharded data",  1) SEP \
+  X("seq",      FE_AXIS_SEQUENCE | FE_AXIS_SUPPORTED,                "sequence (context)",  1) SEP \
+  X("model",    FE_AXIS_PARAMS | FE_AXIS_TENSOR | FE_AXIS_SUPPORTED, "tensor (model)",      1)
+/* clang-format on */
+#define FE_AXIS_JSON_NAME(name, roles, what, size) "\"" name "\""
+#define FE_AXIS_JSON_SIZE(name, roles, what, size) #size
+/* The default mesh as JSON text: ["pipeline", "data", ...] and [1, -1, ...]. */
+#define FE_AXES_JSON       "[" FE_AXES(FE_AXIS_JSON_NAME, ", ") "]"
+#define FE_AXES_SIZES_JSON "[" FE_AXES(FE_AXIS_JSON_SIZE, ", ") "]"
 typedef struct {
   const char *name;
   unsigned roles;   /* FE_AXIS_* */
@@ -350,6 +396,16 @@ extern const FeAxis fe_axes[];
 extern const int fe_naxes;
 /* The row of axis `name`; NULL if no axis has that name. */
 const FeAxis *fe_axis(const char *name);
+/* The first row (outermost) with every role of `roles`; NULL if none has them. */
+const FeAxis *fe_axis_with(unsigned roles);
+/* The names of the rows with every role of `roles`, outermost first, joined by `sep`
+ * ("data x expert x fsdp"); "" if none. Returns buf. */
+const char *fe_axis_names(unsigned roles, const char *sep, char *buf, size_t cap);
+/* The index in m of the first axis whose row has every role of `has` and none of `lacks`; -1 if
+ * m has none. */
+int fe_mesh_axis(const FeMesh *m, unsigned has, unsigned lacks);
+/* Devices the axes of m with every role of `roles` span (the product of their sizes; 1: none). */
+int64_t fe_role_split(const FeMesh *m, unsigned roles);
 /* Devices the global batch is split over: the product of the mesh's FE_AXIS_BATCH axes. */
 int64_t fe_batch_split(const FeMesh *m);
 /* Devices the sequence is split over: the product of the mesh's FE_AXIS_SEQUENCE axes. */
@@ -405,19 +461,10 @@ void fe_precision_facts(json_object *cfg, FePrecision *p);
  * key's origin. */
 int fe_precision_settle(FeDiag *d, json_object *cfg, bool bf16_dot, const char *why);
 
-/* ---- modules/lora.c: low-rank adapters -------------------------------------- */
-
-/* Reads the trainer's /lora (if any) before the walk; -1 on a bad regex. */
-int fe_lora_begin(FeBuild *b, json_object *root);
-/* fe_param's hook, on the parameter it just declared (the table's last): frozen under /lora,
- * and given adapters lora_a (in, r) and lora_b (r, out) when /lora/params matches its path. */
-int fe_lora_param(FeBuild *b, json_object *node, const char *cfg, const char *prm,
-                  const FeDims *in);
-/* After the walk: -1 when /lora/params matched no parameter. */
-int fe_lora_end(FeBuild *b);
-void fe_lora_free(FeBuild *b);
-/* The parameters that train (all without /lora) and their elements. */
-int fe_lora_trainable(const FeBuild *b, int64_t *numel);
+/* The parameters that train (all but those a transform froze) and their elements. */
+int fe_trainable(const FeBuild *b, int64_t *numel);
+/* The state of kind k's transform in b, NULL when it is off. */
+void *fe_transform_state(const FeBuild *b, const FeKind *k);
 
 /* ---- compose.c: module tree -> forward IR -------------------------------- */
 
@@ -485,11 +532,6 @@ int32_t fe_emit_compute(FeEmit *e, int32_t x);
 int32_t fe_emit_like(FeEmit *e, int32_t x, double v);
 /* Broadcasts a lower-rank value to x's shape along trailing (or given) dims. */
 int32_t fe_emit_bcast(FeEmit *e, int32_t v, int32_t like, int32_t n, const int32_t *bdims);
-/* fe_emit_linear's hook: y + (alpha / r) (x A) B when the weight prm/weight has adapters,
- * else y (modules/lora.c). */
-int32_t fe_lora_emit(FeEmit *e, int32_t x, int32_t y, const char *pp);
-/* After composing: an error in the graph when an adapted weight was read by no linear. */
-int fe_lora_check_read(FeEmit *e);
 /* Softmax over the last axis, computed and returned in f32 (fe_emit_compute casts it back). */
 int32_t fe_emit_softmax(FeEmit *e, int32_t x);
 /* v's shape, a copy (the graph's value array moves as values are added).

@@ -9,7 +9,7 @@
  *   {"kind": "partition", "path": "/model/.../feed_forward", "specs": {"linear1": [...]}}
  *   {"kind": "precision", "compute": "bf16", "grads": "f32"}           (each field optional)
  *   {"kind": "microbatch", "microbatches": 4}
- *   {"kind": "lora",      "rank": 8, "alpha": 16, "params": "regex"}   (each field optional)
+ *   {"kind": K, FIELD: V, ...}    a trainer policy kind K (FeKind.modifier), each field optional
  *   {"kind": "chain",     "modifiers": [MOD | "file.json", ...]}
  *
  * Modifiers act on the raw tree (before defaults are filled in), so
@@ -35,7 +35,7 @@ static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath
 
 /* ---- modifier field checks ---------------------------------------------- */
 
-/* A modifier kind: its fields and the function that applies it (the table, `modifiers[]`, is
+/* A modifier kind: its fields and the function that applies it (the table, `rows[]`, is
  * below the functions). The function may replace *root (replace does, at the top). */
 typedef struct {
   const char *kind;
@@ -398,16 +398,17 @@ static int mod_microbatch(Ctx *c, json_object **rootp, json_object *mod, const c
   return 0;
 }
 
-/* Turns on low-rank adapters: the trainer's /lora, with the fields the modifier names (rank,
- * alpha, params, init_std; the rest keep their defaults). Values are checked with the rest of
- * the tree, and the regex against the model's parameters (frontend/modules/lora.c). */
-static int mod_lora(Ctx *c, json_object **rootp, json_object *mod, const char *mpath) {
+/* Turns on a trainer policy kind (FeKind.modifier): the trainer's child of the kind's name,
+ * with the fields the modifier names (the rest keep their defaults). Values are checked with
+ * the rest of the tree, against the kind's schema. */
+static int mod_policy(Ctx *c, json_object **rootp, json_object *mod, const char *mpath) {
   (void)mpath;
-  json_object *lora = trainer_child(c, *rootp, "lora", "lora");
+  const char *kind = fe_node_kind(mod);
+  json_object *policy = trainer_child(c, *rootp, kind, kind);
   json_object_object_foreach(mod, k, v) {
     if (strcmp(k, "kind") == 0) continue;
-    json_object_object_add(lora, k, fe_json_copy(c->d, v));
-    fe_set_origin_key(c->d, lora, k, c->file);
+    json_object_object_add(policy, k, fe_json_copy(c->d, v));
+    fe_set_origin_key(c->d, policy, k, c->file);
   }
   return 0;
 }
@@ -447,8 +448,9 @@ static int apply_file(Ctx *c, json_object **root, const char *name, const char *
 /* ---- the modifier kinds ---------------------------------------------------- */
 
 /* A new modifier kind is one row here and its function above; the error messages and the
- * field checks read this table. */
-static const ModSchema modifiers[] = {
+ * field checks read this table. A trainer policy kind (FeKind.modifier) adds its own row
+ * before chain's, from the kind registry (table()). */
+static const ModSchema rows[] = {
     {"set", {"path", "value"}, {0}, mod_set},
     {"replace", {"target", "config"}, {0}, mod_replace},
     {"mesh", {"shape"}, {"axes"}, mod_mesh},
@@ -456,25 +458,41 @@ static const ModSchema modifiers[] = {
     {"partition", {"path", "specs"}, {0}, mod_partition},
     {"precision", {0}, {"params", "compute", "grads", "optimizer", "matmul"}, mod_precision},
     {"microbatch", {"microbatches"}, {0}, mod_microbatch},
-    {"lora", {0}, {"rank", "alpha", "params", "init_std"}, mod_lora},
-    {"chain", {"modifiers"}, {0}, mod_chain},
 };
-enum { NMODIFIERS = sizeof modifiers / sizeof modifiers[0] };
+static const ModSchema chain = {"chain", {"modifiers"}, {0}, mod_chain};
+enum { NROWS = sizeof rows / sizeof rows[0], MAX_MODIFIERS = 32 };
+
+/* The rows, then a row per trainer policy kind, then chain, into m; returns their number. */
+static int table(ModSchema *m) {
+  int n = 0;
+  for (int i = 0; i < NROWS; i++) m[n++] = rows[i];
+  for (int i = 0; i < fe_kind_count() && n + 1 < MAX_MODIFIERS; i++) {
+    const FeKind *k = fe_kind_at(i);
+    if (!k->modifier) continue;
+    ModSchema r = {k->name, {0}, {0}, mod_policy};
+    for (int f = 0; f < k->nfields && f < 5; f++) r.optional[f] = k->fields[f].name;
+    m[n++] = r;
+  }
+  m[n++] = chain;
+  return n;
+}
 
 /* "set, replace, ... or chain", from the table. */
-static const char *kind_list(char *buf, size_t cap) {
+static const char *kind_list(const ModSchema *m, int nm, char *buf, size_t cap) {
   size_t n = 0;
   buf[0] = 0;
-  for (int i = 0; i < NMODIFIERS && n < cap; i++)
+  for (int i = 0; i < nm && n < cap; i++)
     n += (size_t)snprintf(buf + n, cap - n, "%s%s",
-                          i == 0               ? ""
-                          : i + 1 < NMODIFIERS ? ", "
-                                               : " or ",
-                          modifiers[i].kind);
+                          i == 0       ? ""
+                          : i + 1 < nm ? ", "
+                                       : " or ",
+                          m[i].kind);
   return buf;
 }
 
 static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath) {
+  ModSchema modifiers[MAX_MODIFIERS];
+  int nmodifiers = table(modifiers);
   if (json_object_get_type(mod) == json_type_string)
     return apply_file(c, root, json_object_get_string(mod), mpath);
   const char *kind = fe_node_kind(mod);
@@ -482,20 +500,20 @@ static int apply(Ctx *c, json_object **root, json_object *mod, const char *mpath
   if (!kind)
     return fe_error(c->d, c->file, mpath,
                     "expected a modifier (an object with a \"kind\": %s) or a modifier file name",
-                    kind_list(kinds, sizeof kinds));
-  const char *names[NMODIFIERS];
-  for (int i = 0; i < NMODIFIERS; i++) {
+                    kind_list(modifiers, nmodifiers, kinds, sizeof kinds));
+  const char *names[MAX_MODIFIERS];
+  for (int i = 0; i < nmodifiers; i++) {
     names[i] = modifiers[i].kind;
     if (strcmp(kind, modifiers[i].kind)) continue;
     if (check_mod_fields(c, mod, &modifiers[i], mpath)) return -1;
     return modifiers[i].apply(c, root, mod, mpath);
   }
-  const char *near = fe_nearest(kind, names, NMODIFIERS);
+  const char *near = fe_nearest(kind, names, nmodifiers);
   char p[512];
   fe_path_join(p, sizeof p, mpath, "kind");
   return fe_error(c->d, c->file, p, "unknown modifier kind \"%s\" (expected %s)%s%s%s", kind,
-                  kind_list(kinds, sizeof kinds), near ? "; did you mean \"" : "", near ? near : "",
-                  near ? "\"?" : "");
+                  kind_list(modifiers, nmodifiers, kinds, sizeof kinds),
+                  near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
 }
 
 int fe_modifier_apply(FeDiag *d, json_object **root, json_object *mod, const char *file,

@@ -15,32 +15,8 @@
 
 #include "frontend/frontend.h"
 
-/* Coupled with the definitions in frontend/modules/. Order is the listing order. */
-/* clang-format off */
-#define FE_KINDS(X) \
-  X(trainer) \
-  X(causal_lm) \
-  X(embedding) \
-  X(learned_pos_emb) \
-  X(decoder) \
-  X(transformer_layer) \
-  X(attention) \
-  X(rope) \
-  X(feed_forward) \
-  X(moe) \
-  X(layer_norm) \
-  X(rms_norm) \
-  X(lm_head) \
-  X(learner) \
-  X(adamw) \
-  X(cosine_schedule) \
-  X(constant_schedule) \
-  X(lm_input) \
-  X(checkpointer) \
-  X(device_mesh) \
-  X(precision_policy) \
-  X(lora)
-/* clang-format on */
+/* FE_KINDS(X), the registered kinds, defined in frontend/modules/. */
+#include "frontend/modules/kinds.def"
 
 #define DECLARE(k) extern const FeKind fe_kind_##k;
 FE_KINDS(DECLARE)

@@ -258,7 +258,7 @@ int rt_base_record_parse(const char *rec, char *file, size_t cap, const char **h
 
 typedef struct RtMesh {
     int32_t naxes;
-    const char *names[RT_MAX_MESH_AXES]; /* "data", "fsdp", "model", ... */
+    const char *names[RT_MAX_MESH_AXES]; /* the program's axis names (the frontend's table) */
     int64_t sizes[RT_MAX_MESH_AXES];
 } RtMesh;
 
@@ -848,7 +848,35 @@ int rt_train_main(const RtProgram *p, int argc, char **argv);
  * state at the start is the first step's to take anyway). sync NULL: rt_train_main. */
 #define RT_SYNC_TO_HOST   0
 #define RT_SYNC_FROM_HOST 1
+/* sync(slab, RT_SYNC_STATE_TO_HOST): only the parameters and moments (RtParamSlot.offset,
+ * m_offset, v_offset) need be current on the host: a checkpoint, a replay's comparison. */
+#define RT_SYNC_STATE_TO_HOST 2
 int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), int argc, char **argv);
+/* What --sample tells a sampling forward whose slab lives elsewhere (an OpenCL device's buffer),
+ * so that a call moves only what the sampler changed and reads: wrote says it wrote bytes
+ * [off, off + bytes) of the host slab (the next run takes them; the weights once, then the
+ * tokens), need that it reads them after the run that just returned (the logits' row), copy
+ * that bytes [src, src + bytes) go to [dst, dst + bytes) (the KV caches' rows), there and not
+ * on the host. NULL hooks: the slab is the state (the CPU trainer). */
+typedef struct RtSampleIo {
+    void (*wrote)(char *slab, int64_t off, int64_t bytes);
+    void (*need)(char *slab, int64_t off, int64_t bytes);
+    void (*copy)(char *slab, int64_t dst, int64_t src, int64_t bytes);
+} RtSampleIo;
+/* rt_train_main_sync with every hook: sync as there; copy(dst, src) makes slab dst a copy of
+ * slab src where the state is (an eval or a replay: device to device), 0, or -1 when it cannot
+ * (the runtime then copies on the host, between the syncs); sample for --sample. */
+typedef struct RtTrainHooks {
+    void (*sync)(char *slab, int dir);
+    int (*copy)(char *dst, const char *src);
+    const RtSampleIo *sample;
+} RtTrainHooks;
+int rt_train_main_hooks(const RtProgram *p, const RtTrainHooks *h, int argc, char **argv);
+/* Called from inside RtProgram.step: the batch the next step on the same data reads, as
+ * rt_data_next_batch would give it (batch x seq ids and targets), without moving the data's
+ * position, so a step can send it to its device while its own kernels run. 0, or -1 outside a
+ * step. The next step is not bound to it: a step on other data (an eval) reads its own. */
+int rt_train_batch_ahead(int32_t *ids, int32_t *targets);
 /* Called from inside RtProgram.step by a step that could not run and cannot be retried (an OpenCL
  * device lost): msg names the device and the call. The loop then ends with an error (exit 1)
  * that names the step and the last good checkpoint, which is kept: nothing is saved after it. */

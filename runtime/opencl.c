@@ -12,13 +12,15 @@
  * SIMT kernels (AXLC_OPENCL_MMA=emulate|off overrides it).
  *
  * Memory: the state lives on the device. Each host slab (the training slab, and the eval slab
- * with --eval-data) gets a device buffer of the same layout. A step sends the batch and the step
- * number (the whole slab when the runtime wrote it whole: the start, --init, --resume, an eval
- * copy), runs every kernel in order on one in-order queue, and reads back the loss, gradient
- * norm, learning rate and auxiliary loss: about 4 KiB for tiny-lm. The runtime asks for the
- * rest through rt_train_main_sync's hook (ocl_sync): the whole slab is read back before a
- * checkpoint, an eval or replay copy and --skip-outliers' backup. AXLC_OPENCL_PROFILE prints
- * the bytes each way.
+ * with --eval-data) gets a device buffer of the same layout. A step takes its batch (sent ahead
+ * during the step before, through a pinned staging buffer on a second queue: batch_in,
+ * batch_ahead) and the step number (the whole slab when the runtime wrote it whole: the start,
+ * --init, --resume), runs every kernel in order on one in-order queue, sends the next step's
+ * batch, and reads back the loss, gradient norm, learning rate and auxiliary loss. The runtime
+ * asks for the rest through the hooks (rt_train_main_hooks): ocl_sync reads the parameters and
+ * moments back before a checkpoint, the whole slab only when --skip-outliers undoes an update; ocl_copy
+ * makes eval and replay copies on the device; sample_io moves only what --sample writes and
+ * reads. AXLC_OPENCL_PROFILE prints the bytes each way.
  *
  * A mesh of several devices runs one trainer per device under MPI: a rank takes its node's
  * device by its local rank (rank_device), and each collective of the step is a launch that
@@ -61,6 +63,7 @@ typedef struct SlabBuf {
     cl_mem *mem; /* (nbufs) the device's copy, split at Session.cut: the state, between steps too */
     int whole;   /* the host wrote the slab whole (the start, an eval copy): the next step sends it all */
     int stale;   /* the device is ahead of the host: a step ran since the last read-back */
+    int state;   /* ... but the host holds its parameters and moments (RT_SYNC_STATE_TO_HOST) */
 } SlabBuf;
 
 /* Bytes between host and device (AXLC_OPENCL_PROFILE reports them). */
@@ -69,11 +72,19 @@ typedef struct Traffic {
     int64_t to_dev, to_host;           /* by the steps, whole-slab sends left out */
     int64_t step_max;                  /* the most one step moved, both ways */
     int64_t sends, send_bytes;         /* whole-slab sends: the state at the start, eval copies */
-    int64_t reads, read_bytes;         /* whole-slab read-backs: checkpoints, eval, replays */
+    int64_t reads, read_bytes;         /* whole-slab read-backs: eval or replay copies on the host */
+    int64_t state_reads, state_bytes;  /* read-backs of the parameters and moments: checkpoints, replays */
     int64_t coll_to_dev, coll_to_host; /* by the collectives of a mesh (their operands and results) */
     double coll_s;                     /* seconds in collectives: copies and MPI */
     int64_t slices;                    /* local slices copied on the device */
+    int64_t copies;                    /* whole slabs copied on the device (eval, replays) */
+    int64_t ahead;                     /* steps whose batch was sent ahead, during the step before */
+    int64_t scalls, sfirst;            /* sampling: runs of the forward or decode step, the slab's first send */
+    int64_t s_to_dev, s_to_host;       /* sampling: the bytes of the runs after the first send */
 } Traffic;
+
+/* Byte ranges of the sampling slab the sampler wrote since the last run (RtSampleIo.wrote). */
+#define MAX_DIRTY 8
 
 typedef struct Session {
     const RtOclProgram *p;
@@ -101,7 +112,21 @@ typedef struct Session {
     cl_program sprog[2];
     cl_kernel *skernels[2];
     cl_mem sbuf;
+    int64_t dirty[MAX_DIRTY][2]; /* [lo, hi) the sampler wrote, to send before the next run */
+    int ndirty;
     FILE *say; /* where the device line goes: stdout, or stderr when sampling */
+    /* The batch: the next step's written through a pinned staging buffer (bstage: 2 slots of
+     * ids | targets | step number, CL_MEM_ALLOC_HOST_PTR, mapped once) to a device buffer of 2
+     * slots (ahead_mem) on a second queue (q2) while this step's kernels run; the next step
+     * copies it into its slab on the device when it is the batch the runtime gave it. */
+    cl_command_queue q2;
+    cl_mem bstage_mem; /* NULL: bstage is plain host memory */
+    char *bstage;
+    cl_mem ahead_mem;
+    int64_t slot_bytes;
+    int slot;          /* the slot of the batch sent ahead (and of this step's batch) */
+    int ahead_valid;   /* that slot holds a batch sent ahead ... */
+    cl_event ahead_ev; /* ... whose write is this event */
     /* A mesh of several devices: the collectives run through MPI on the host, from a staging
      * buffer that is pinned where the driver allows (CL_MEM_ALLOC_HOST_PTR, mapped once). */
     RtComm *comm;
@@ -763,16 +788,31 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
 /* AXLC_OPENCL_PROFILE: the bytes between host and device, and the launches that took the most
  * device time, on stderr. */
 static void profile_report(Session *S) {
+    const Traffic *T = &S->traffic;
+    if (S->prof_ns && T->scalls > 0)
+        fprintf(stderr,
+                "%s: OpenCL sampling traffic: %lld runs; the first sent %lld B (the weights), then per run %.0f B "
+                "to the device and %.0f B back\n",
+                S->name, (long long)T->scalls, (long long)T->sfirst,
+                T->scalls > 1 ? (double)T->s_to_dev / (double)(T->scalls - 1) : 0.0,
+                (double)T->s_to_host / (double)T->scalls);
     if (!S->prof_ns || S->prof_steps == 0)
         return;
-    const Traffic *T = &S->traffic;
     fprintf(stderr,
             "%s: OpenCL traffic: %lld steps, per step %.0f B to the device and %.0f B back (at most %lld B in "
-            "one step); the whole %.2f MiB slab sent %lld times (the start, eval copies) and read back %lld times "
-            "(checkpoints, eval, replays)\n",
+            "one step); the whole %.2f MiB slab sent %lld times (the start, host copies), read back %lld times "
+            "(host copies, --skip-outliers undoing an update) and copied on the device %lld times (eval, replays); the "
+            "state "
+            "(%.2f MiB of parameters and moments) read back %lld times (checkpoints, replays, --skip-outliers)\n",
             S->name, (long long)T->steps, T->steps ? (double)T->to_dev / (double)T->steps : 0.0,
             T->steps ? (double)T->to_host / (double)T->steps : 0.0, (long long)T->step_max,
-            (double)S->p->base.slab_bytes / 1048576.0, (long long)T->sends, (long long)T->reads);
+            (double)S->p->base.slab_bytes / 1048576.0, (long long)T->sends, (long long)T->reads, (long long)T->copies,
+            T->state_reads ? (double)T->state_bytes / (double)T->state_reads / 1048576.0 : 0.0,
+            (long long)T->state_reads);
+    fprintf(stderr,
+            "%s: OpenCL batch: through %s staging buffer; %lld of %lld steps took the batch sent ahead during the "
+            "step before (a second queue)\n",
+            S->name, S->bstage_mem ? "a pinned" : "a host", (long long)T->ahead, (long long)T->steps);
     if (S->p->base.ncollectives > 0)
         fprintf(stderr,
                 "%s: OpenCL collectives: per step %.0f B read back and %.0f B sent through the host for MPI, "
@@ -837,6 +877,22 @@ static void session_close(Session *S) {
     } else {
         free(S->stage);
     }
+    if (S->q2)
+        clFinish(S->q2);
+    if (S->ahead_ev)
+        clReleaseEvent(S->ahead_ev);
+    if (S->bstage_mem) {
+        if (S->bstage)
+            clEnqueueUnmapMemObject(S->q, S->bstage_mem, S->bstage, 0, NULL, NULL);
+        clFinish(S->q);
+        clReleaseMemObject(S->bstage_mem);
+    } else {
+        free(S->bstage);
+    }
+    if (S->ahead_mem)
+        clReleaseMemObject(S->ahead_mem);
+    if (S->q2)
+        clReleaseCommandQueue(S->q2);
     free(S->cut);
     free(S->arg_buf);
     free(S->arg_first);
@@ -975,6 +1031,102 @@ static int stage_make(Session *S) {
     return 0;
 }
 
+/* The batch's staging buffer, its device slots and the second queue, made at the first step:
+ * pinned where the driver gives a CL_MEM_ALLOC_HOST_PTR buffer and maps it, else plain host
+ * memory (then the driver copies from pageable memory, more slowly). */
+static int batch_make(Session *S) {
+    if (S->bstage)
+        return 0;
+    const RtProgram *p = &S->p->base;
+    int64_t batch = p->batch * p->seq * (int64_t)sizeof(int32_t);
+    S->slot_bytes = (2 * batch + 4 + 127) / 128 * 128;
+    cl_int e;
+    cl_device_id dev;
+    clGetCommandQueueInfo(S->q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+    S->q2 = clCreateCommandQueue(S->ctx, dev, 0, &e);
+    if (e != CL_SUCCESS)
+        return step_fail(S, "clCreateCommandQueue (the batch's queue)", e);
+    S->ahead_mem = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, (size_t)(2 * S->slot_bytes), NULL, &e);
+    if (e != CL_SUCCESS)
+        return step_fail(S, "clCreateBuffer (the batch's device slots)", e);
+    S->bstage_mem =
+        clCreateBuffer(S->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, (size_t)(2 * S->slot_bytes), NULL, &e);
+    if (S->bstage_mem && e == CL_SUCCESS)
+        S->bstage = clEnqueueMapBuffer(S->q, S->bstage_mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                                       (size_t)(2 * S->slot_bytes), 0, NULL, NULL, &e);
+    if (!S->bstage || e != CL_SUCCESS) {
+        if (S->bstage_mem)
+            clReleaseMemObject(S->bstage_mem);
+        S->bstage_mem = NULL;
+        S->bstage = aligned_alloc(64, (size_t)(2 * S->slot_bytes));
+        if (!S->bstage)
+            return step_fail(S, "allocating the batch's staging buffer", CL_OUT_OF_HOST_MEMORY);
+    }
+    memset(S->bstage, 0, (size_t)(2 * S->slot_bytes));
+    return 0;
+}
+
+/* Bytes [off, off + bytes) of the slab from ahead_mem at src, on the device, after `wait`. */
+static int copy_in(Session *S, SlabBuf *b, int64_t src, int64_t off, int64_t bytes, cl_event *wait) {
+    int32_t k = buf_of(S, off);
+    cl_int e = clEnqueueCopyBuffer(S->q, S->ahead_mem, b->mem[k], (size_t)src, (size_t)(off - S->cut[k]), (size_t)bytes,
+                                   wait ? 1 : 0, wait, NULL);
+    return e == CL_SUCCESS ? 0 : step_fail(S, "clEnqueueCopyBuffer (the batch)", e);
+}
+
+/* This step's batch and step number to the device: the batch sent ahead during the step before,
+ * copied on the device, where it is the one the runtime loaded (the same bytes); else the host's,
+ * through the staging slot. The step number goes from the slot. The bytes sent now. */
+static int64_t batch_in(Session *S, SlabBuf *b) {
+    const RtProgram *p = &S->p->base;
+    int64_t batch = p->batch * p->seq * (int64_t)sizeof(int32_t), at = S->slot * S->slot_bytes, sent = 4;
+    char *h = S->bstage + at;
+    const char *ids = b->host + p->ids_offset, *targets = b->host + p->targets_offset;
+    int hit = S->ahead_valid && !memcmp(h, ids, (size_t)batch) && !memcmp(h + batch, targets, (size_t)batch);
+    if (S->ahead_ev && !hit) { /* the slot is written again: its write must be done */
+        clWaitForEvents(1, &S->ahead_ev);
+    }
+    if (hit) {
+        if (copy_in(S, b, at, p->ids_offset, batch, &S->ahead_ev) != 0 ||
+            copy_in(S, b, at + batch, p->targets_offset, batch, NULL) != 0)
+            return -1;
+        S->traffic.ahead++;
+    } else {
+        memcpy(h, ids, (size_t)batch);
+        memcpy(h + batch, targets, (size_t)batch);
+        if (xfer_at(S, b, p->ids_offset, batch, 1, CL_FALSE, h) != 0 ||
+            xfer_at(S, b, p->targets_offset, batch, 1, CL_FALSE, h + batch) != 0)
+            return -1;
+        sent += 2 * batch;
+    }
+    if (S->ahead_ev)
+        clReleaseEvent(S->ahead_ev);
+    S->ahead_ev = NULL;
+    S->ahead_valid = 0;
+    memcpy(h + 2 * batch, b->host + p->step_offset, 4);
+    return xfer_at(S, b, p->step_offset, 4, 1, CL_FALSE, h + 2 * batch) != 0 ? -1 : sent;
+}
+
+/* The next step's batch (rt_train_batch_ahead) into the other staging slot and on to the device
+ * on the second queue, while this step's kernels run. The bytes sent. */
+static int64_t batch_ahead(Session *S) {
+    const RtProgram *p = &S->p->base;
+    int64_t batch = p->batch * p->seq * (int64_t)sizeof(int32_t);
+    int next = 1 - S->slot;
+    char *h = S->bstage + next * S->slot_bytes;
+    if (rt_train_batch_ahead((int32_t *)(void *)h, (int32_t *)(void *)(h + batch)) != 0)
+        return 0;
+    cl_int e = clEnqueueWriteBuffer(S->q2, S->ahead_mem, CL_FALSE, (size_t)(next * S->slot_bytes), (size_t)(2 * batch),
+                                    h, 0, NULL, &S->ahead_ev);
+    if (e == CL_SUCCESS)
+        e = clFlush(S->q2);
+    if (e != CL_SUCCESS)
+        return step_fail(S, "clEnqueueWriteBuffer (the next batch)", e);
+    S->slot = next;
+    S->ahead_valid = 1;
+    return 2 * batch;
+}
+
 /* A local_slice (this member's chunk of its own operand along an axis: no traffic) copied on the
  * device: a run of bytes per index of the dims before the axis, one rectangular copy between two
  * buffers, or a copy per run within one (OpenCL gives both sides of a rectangular copy within
@@ -1083,18 +1235,21 @@ static int run_launches(Session *S, char *slab) {
         return -1;
     const RtProgram *p = &S->p->base;
     Traffic *T = &S->traffic;
-    int64_t batch = p->batch * p->seq * (int64_t)sizeof(int32_t), to_dev = 0, to_host = 0;
+    int64_t to_dev = 0, to_host = 0;
+    if (batch_make(S) != 0)
+        return -1;
     if (b->whole) {
+        if (S->ahead_ev) /* a batch sent ahead goes unused: the slab carries this step's */
+            clWaitForEvents(1, &S->ahead_ev), clReleaseEvent(S->ahead_ev);
+        S->ahead_ev = NULL;
+        S->ahead_valid = 0;
         if (send(S, b, 0, p->slab_bytes) != 0)
             return -1;
         T->sends++;
         T->send_bytes += p->slab_bytes;
         b->whole = 0;
-    } else {
-        if (send(S, b, p->ids_offset, batch) != 0 || send(S, b, p->targets_offset, batch) != 0 ||
-            send(S, b, p->step_offset, 4) != 0)
-            return -1;
-        to_dev = 2 * batch + 4;
+    } else if ((to_dev = batch_in(S, b)) < 0) {
+        return -1;
     }
     float number = 0;
     memcpy(&number, b->host + p->step_offset, sizeof number);
@@ -1114,6 +1269,12 @@ static int run_launches(Session *S, char *slab) {
     S->bound = b;
     S->prof_steps++;
     b->stale = 1;
+    b->state = 0;
+    cl_int e = clFlush(S->q);
+    int64_t ahead = e == CL_SUCCESS ? batch_ahead(S) : step_fail(S, "clFlush", e);
+    if (ahead < 0)
+        return -1;
+    to_dev += ahead;
     const int64_t scalars[] = {p->grad_norm_offset, p->lr_offset, p->has_aux_loss ? p->aux_loss_offset : -1,
                                p->loss_offset};
     for (int k = 0; k < 4; k++) {
@@ -1133,6 +1294,41 @@ static int run_launches(Session *S, char *slab) {
  * whole, or the host's to the device at the next step after the runtime wrote it whole. A
  * read-back that fails leaves the host with an older state than the step count says: the first
  * parameter is made NaN there, so no checkpoint is saved from it (a non-finite state never is). */
+static int span_cmp(const void *a, const void *b) {
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* The parameters and moments of slab b to the host, spans that touch merged; the bytes, or -1. */
+static int64_t fetch_state(Session *S, SlabBuf *b) {
+    const RtProgram *p = &S->p->base;
+    int64_t(*span)[2] = malloc((size_t)(3 * p->nparams + 1) * sizeof *span), bytes = 0;
+    int n = 0;
+    if (!span)
+        return step_fail(S, "allocating the state's spans", CL_OUT_OF_HOST_MEMORY);
+    for (int i = 0; i < p->nparams; i++) {
+        const RtParamSlot *ps = &p->params[i];
+        int64_t len = 4;
+        for (int d = 0; d < ps->rank; d++)
+            len *= ps->shape[d];
+        const int64_t at[3] = {ps->offset, ps->m_offset, ps->v_offset};
+        for (int k = 0; k < 3; k++)
+            if (at[k] >= 0 && len > 0)
+                span[n][0] = at[k], span[n++][1] = at[k] + len;
+    }
+    qsort(span, (size_t)n, sizeof *span, span_cmp);
+    int rc = 0;
+    for (int i = 0, j; i < n && rc == 0; i = j) {
+        int64_t lo = span[i][0], hi = span[i][1];
+        for (j = i + 1; j < n && span[j][0] <= hi; j++)
+            hi = span[j][1] > hi ? span[j][1] : hi;
+        rc = fetch(S, b, lo, hi - lo, j == n ? CL_TRUE : CL_FALSE);
+        bytes += hi - lo;
+    }
+    free(span);
+    return rc != 0 ? -1 : bytes;
+}
+
 static void ocl_sync(char *slab, int dir) {
     Session *S = active;
     SlabBuf *b = NULL;
@@ -1146,9 +1342,11 @@ static void ocl_sync(char *slab, int dir) {
         b->stale = 0;
         return;
     }
-    if (!b->stale)
+    if (!b->stale || (dir == RT_SYNC_STATE_TO_HOST && b->state))
         return;
-    if (S->failed || fetch(S, b, 0, S->p->base.slab_bytes, CL_TRUE) != 0) {
+    int64_t state = 0;
+    if (S->failed || (dir == RT_SYNC_STATE_TO_HOST ? (state = fetch_state(S, b)) < 0
+                                                   : fetch(S, b, 0, S->p->base.slab_bytes, CL_TRUE) != 0)) {
         const RtProgram *p = &S->p->base;
         float nan = NAN;
         if (p->nparams > 0)
@@ -1156,9 +1354,44 @@ static void ocl_sync(char *slab, int dir) {
         memcpy(slab + p->loss_offset, &nan, sizeof nan);
         return;
     }
+    if (dir == RT_SYNC_STATE_TO_HOST) {
+        b->state = 1;
+        S->traffic.state_reads++;
+        S->traffic.state_bytes += state;
+        return;
+    }
     b->stale = 0;
     S->traffic.reads++;
     S->traffic.read_bytes += S->p->base.slab_bytes;
+}
+
+/* RtTrainHooks.copy: slab dst a copy of slab src on the device, buffer by buffer (an eval's or a
+ * replay's copy: nothing crosses to the host). -1 where the device does not hold src's state
+ * (no step ran on it, or the host wrote it whole since): the runtime copies on the host then. */
+static int ocl_copy(char *dst, const char *src) {
+    Session *S = active;
+    SlabBuf *from = NULL;
+    for (int i = 0; S && i < MAX_SLABS && !from; i++)
+        if (S->slabs[i].mem && S->slabs[i].host == src)
+            from = &S->slabs[i];
+    if (!from || from->whole || S->failed)
+        return -1;
+    SlabBuf *to = slab_buf(S, dst);
+    if (!to)
+        return -1;
+    for (int k = 0; k < S->nbufs; k++) {
+        cl_int e = clEnqueueCopyBuffer(S->q, from->mem[k], to->mem[k], 0, 0, (size_t)(S->cut[k + 1] - S->cut[k]), 0,
+                                       NULL, NULL);
+        if (e != CL_SUCCESS) {
+            step_fail(S, "clEnqueueCopyBuffer (a copy of the slab)", e);
+            return -1;
+        }
+    }
+    to->whole = 0;
+    to->stale = 1;
+    to->state = 0;
+    S->traffic.copies++;
+    return 0;
 }
 
 static void ocl_step(char *slab, RtPool *pool, RtComm *comm) {
@@ -1222,30 +1455,93 @@ static int sampling_setup(Session *S, int w, int64_t bytes) {
     return 0;
 }
 
-/* RtForward.run (w 0) or RtDecode.run (w 1) on the device: the graph's slab goes over whole,
- * the launches run, and it comes back whole (the sampler reads the logits and the prefill's
- * keys and values there, and writes the weights, tokens and cache rows between calls). A
- * failure is said once; the logits are then NaN, which the sampler reports. */
+/* RtSampleIo.wrote: the range goes to the device before the next run (ranges merged; more than
+ * MAX_DIRTY: their hull). */
+static void sio_wrote(char *slab, int64_t off, int64_t bytes) {
+    (void)slab;
+    Session *S = active;
+    if (!S || bytes <= 0)
+        return;
+    int64_t lo = off, hi = off + bytes;
+    for (int i = 0; i < S->ndirty; i++)
+        if (lo <= S->dirty[i][1] && S->dirty[i][0] <= hi) { /* touches: merge */
+            lo = lo < S->dirty[i][0] ? lo : S->dirty[i][0];
+            hi = hi > S->dirty[i][1] ? hi : S->dirty[i][1];
+            S->dirty[i][0] = S->dirty[--S->ndirty][0];
+            S->dirty[i][1] = S->dirty[S->ndirty][1];
+            i = -1; /* again: the merged range may touch others */
+        }
+    if (S->ndirty == MAX_DIRTY) {
+        for (int i = 0; i < S->ndirty; i++) {
+            lo = lo < S->dirty[i][0] ? lo : S->dirty[i][0];
+            hi = hi > S->dirty[i][1] ? hi : S->dirty[i][1];
+        }
+        S->ndirty = 0;
+    }
+    S->dirty[S->ndirty][0] = lo;
+    S->dirty[S->ndirty++][1] = hi;
+}
+
+/* RtSampleIo.need: the range read back from the run that returned (blocking); NaN where the
+ * device failed, which the sampler reports. */
+static void sio_need(char *slab, int64_t off, int64_t bytes) {
+    Session *S = active;
+    cl_int e = S && !S->failed && S->sbuf ? CL_SUCCESS : CL_OUT_OF_RESOURCES;
+    if (e == CL_SUCCESS) {
+        e = clEnqueueReadBuffer(S->q, S->sbuf, CL_TRUE, (size_t)off, (size_t)bytes, slab + off, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            step_fail(S, "clEnqueueReadBuffer (sampling)", e);
+        else
+            S->traffic.s_to_host += bytes;
+    }
+    if (e != CL_SUCCESS)
+        for (int64_t i = 0; i + 4 <= bytes; i += 4)
+            memcpy(slab + off + i, &(float){NAN}, 4);
+}
+
+/* RtSampleIo.copy: within the sampling buffer, on the device (the KV caches' rows). */
+static void sio_copy(char *slab, int64_t dst, int64_t src, int64_t bytes) {
+    (void)slab;
+    Session *S = active;
+    if (!S || S->failed || !S->sbuf || bytes <= 0)
+        return;
+    cl_int e = clEnqueueCopyBuffer(S->q, S->sbuf, S->sbuf, (size_t)src, (size_t)dst, (size_t)bytes, 0, NULL, NULL);
+    if (e != CL_SUCCESS)
+        step_fail(S, "clEnqueueCopyBuffer (sampling)", e);
+}
+
+static const RtSampleIo sample_io = {sio_wrote, sio_need, sio_copy};
+
+/* RtForward.run (w 0) or RtDecode.run (w 1) on the device. The sampling slab lives in one device
+ * buffer (the decode step's slab lies over the forward's), and the sampler says what crosses
+ * (sample_io): a run sends the ranges it wrote since the last (the weights once, then the
+ * tokens), runs the launches, and the sampler reads back the logits' row it samples from (need);
+ * the KV caches are filled on the device (copy). A failure is said once; the logits read
+ * after it are NaN, which the sampler reports. */
 static void sample_run(int w, char *slab) {
     Session *S = active;
     const RtForward *f = S ? S->p->base.forward : NULL;
     if (!f)
         return;
     const RtDecode *d = S->p->ndecode > 0 ? f->decode : NULL;
-    /* the buffer holds the larger slab (the decode step's lies over the forward's); a call
-     * moves only its own graph's: without the KV cache the sampler's slab is the forward's */
     int64_t cap = d ? d->slab_bytes : f->slab_bytes;
-    int64_t bytes = w ? d->slab_bytes : f->slab_bytes;
-    int64_t logits = w ? d->logits_offset : f->logits_offset;
-    int64_t nlogits = w ? S->p->base.vocab : S->p->base.seq * S->p->base.vocab;
     int32_t n = w ? S->p->ndecode : S->p->nforward;
     const RtOclLaunch *L = w ? S->p->decode_launches : S->p->forward_launches;
     cl_int e = S->failed || sampling_setup(S, w, cap) != 0 ? CL_OUT_OF_RESOURCES : CL_SUCCESS;
-    if (e == CL_SUCCESS) {
-        e = clEnqueueWriteBuffer(S->q, S->sbuf, CL_FALSE, 0, (size_t)bytes, slab, 0, NULL, NULL);
+    int first = S->traffic.scalls == 0;
+    for (int i = 0; e == CL_SUCCESS && i < S->ndirty; i++) {
+        int64_t lo = S->dirty[i][0], hi = S->dirty[i][1] < cap ? S->dirty[i][1] : cap;
+        if (hi <= lo)
+            continue;
+        e = clEnqueueWriteBuffer(S->q, S->sbuf, CL_FALSE, (size_t)lo, (size_t)(hi - lo), slab + lo, 0, NULL, NULL);
         if (e != CL_SUCCESS)
             step_fail(S, "clEnqueueWriteBuffer (sampling)", e);
+        else if (first)
+            S->traffic.sfirst += hi - lo;
+        else
+            S->traffic.s_to_dev += hi - lo;
     }
+    S->ndirty = 0;
     for (int32_t i = 0; e == CL_SUCCESS && i < n; i++) {
         size_t g[3], l[3];
         int has_local = 0;
@@ -1259,14 +1555,11 @@ static void sample_run(int w, char *slab) {
         if (e != CL_SUCCESS)
             step_fail(S, "clEnqueueNDRangeKernel (sampling)", e);
     }
-    if (e == CL_SUCCESS) {
-        e = clEnqueueReadBuffer(S->q, S->sbuf, CL_TRUE, 0, (size_t)bytes, slab, 0, NULL, NULL);
-        if (e != CL_SUCCESS)
-            step_fail(S, "clEnqueueReadBuffer (sampling)", e);
-    }
-    if (e != CL_SUCCESS)
-        for (int64_t i = 0; i < nlogits; i++)
-            ((float *)(void *)(slab + logits))[i] = NAN;
+    /* the sampler's need() next, a blocking read, waits for the writes above before it writes
+     * the host slab again */
+    if (e == CL_SUCCESS && (e = clFlush(S->q)) != CL_SUCCESS)
+        step_fail(S, "clFlush (sampling)", e);
+    S->traffic.scalls++;
 }
 
 static void ocl_forward_run(char *slab, RtPool *pool, RtComm *comm) {
@@ -1327,7 +1620,8 @@ static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const c
             prog.forward = &fwd;
         }
         active = &S;
-        rc = rt_train_main_sync(&prog, ocl_sync, o->argc, o->argv);
+        RtTrainHooks hooks = {.sync = ocl_sync, .copy = ocl_copy, .sample = prog.forward ? &sample_io : NULL};
+        rc = rt_train_main_hooks(&prog, &hooks, o->argc, o->argv);
         active = NULL;
     }
     session_close(&S);

@@ -146,7 +146,8 @@ typedef struct RtSampleOpts {
     const char *ckpt_dir, *init; /* the weights: the newest checkpoint, else --init */
     int init_allow_unused;
     int64_t threads;
-    const RtTok *tok; /* --tokenizer: the prompt is text, encoded, and the output decoded; NULL: none */
+    const RtTok *tok;     /* --tokenizer: the prompt is text, encoded, and the output decoded; NULL: none */
+    const RtSampleIo *io; /* the forward's slab lives elsewhere (an OpenCL device); NULL: here */
 } RtSampleOpts;
 
 /* Generates o->count tokens after the prompt and writes prompt and tokens to out (text for a

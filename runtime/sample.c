@@ -121,10 +121,32 @@ typedef struct Sampler {
     RtPool *pool;
     int32_t *tokens; /* (ntokens) prompt, then the output */
     int64_t ntokens, nprompt;
-    int64_t cached; /* tokens whose keys and values the cache holds, from position 0 */
-    int32_t *order; /* (vocab) scratch of rt_sample_pick */
-    int bytes;      /* byte-level vocabulary: text in, text out */
+    int64_t cached;       /* tokens whose keys and values the cache holds, from position 0 */
+    int32_t *order;       /* (vocab) scratch of rt_sample_pick */
+    int bytes;            /* byte-level vocabulary: text in, text out */
+    const RtSampleIo *io; /* the slab lives elsewhere (RtSampleOpts.io), or NULL */
 } Sampler;
+
+/* The sampler wrote bytes [off, off + n) of its slab, which the next run takes. */
+static void io_wrote(const Sampler *s, int64_t off, int64_t n) {
+    if (s->io)
+        s->io->wrote(s->slab, off, n);
+}
+
+/* It reads bytes [off, off + n) of the run that just returned. */
+static const char *io_need(const Sampler *s, int64_t off, int64_t n) {
+    if (s->io)
+        s->io->need(s->slab, off, n);
+    return s->slab + off;
+}
+
+/* Bytes [src, src + n) of the slab to [dst, dst + n), where the slab lives. */
+static void io_copy(const Sampler *s, int64_t dst, int64_t src, int64_t n) {
+    if (s->io)
+        s->io->copy(s->slab, dst, src, n);
+    else
+        memcpy(s->slab + dst, s->slab + src, (size_t)n);
+}
 
 static float *param_data(const Sampler *s, int i) {
     return (float *)(void *)(s->slab + s->p->forward->param_offsets[i]);
@@ -140,6 +162,16 @@ static RtParamSlot *whole_params(const RtProgram *p) {
     return w;
 }
 
+/* Whether --init file st must set parameter i: every one, but in a LoRA program (one with
+ * frozen parameters, m_offset -1) an adapter the file lacks starts from its init, as training's
+ * --init does (train_state.c): B is zeros, so the text is the base model's. */
+static int init_wants(const RtProgram *p, const RtSt *st, int i) {
+    int frozen = 0;
+    for (int j = 0; j < p->nparams; j++)
+        frozen |= p->params[j].m_offset < 0;
+    return !frozen || p->params[i].m_offset < 0 || rt_st_find(st, p->params[i].path) != NULL;
+}
+
 static int load_init(Sampler *s, RtError *err) {
     const RtProgram *p = s->p;
     const char *path = s->o->init;
@@ -147,13 +179,18 @@ static int load_init(Sampler *s, RtError *err) {
     RtError why;
     if (rt_st_open(&st, path, &why) != 0)
         return rt_error_set(err, "--init: %s", why.msg);
+    rt_st_dump_as_weights(st); /* an interpreter's --dump: its new parameters, as training reads it */
     if (rt_init_refuse_shard(st, path, err) != 0) {
         rt_st_close(st);
         return -1;
     }
     RtParamSlot *whole = whole_params(p);
+    int *want = calloc((size_t)p->nparams + 1, sizeof *want), nwant = 0, fresh = 0;
+    for (int i = 0; whole && want && i < p->nparams; i++)
+        if ((want[i] = init_wants(p, st, i)) != 0)
+            whole[nwant++] = whole[i];
     RtInitCheck c = {0};
-    int rc = whole && rt_init_check(whole, p->nparams, st, s->o->init_allow_unused, &c) == 0
+    int rc = whole && want && rt_init_check(whole, nwant, st, s->o->init_allow_unused, &c) == 0
                  ? 0
                  : rt_error_set(err, "--init: %s: out of memory", path);
     int bad = rc == 0 && (c.missing || c.mismatched || (c.unused && !s->o->init_allow_unused));
@@ -167,15 +204,34 @@ static int load_init(Sampler *s, RtError *err) {
     if (bad)
         rc = rt_error_set(err, "--init: %s: %d of %d parameters missing, %d in another shape, %d tensors unused", path,
                           c.missing, p->nparams, c.mismatched, c.unused);
-    for (int i = 0; rc == 0 && i < p->nparams; i++)
-        if (p->forward->param_offsets[i] >= 0 &&
-            rt_st_read_f32(st, whole[i].path, whole[i].shape, whole[i].rank, param_data(s, i), &why) != 0)
-            rc = rt_error_set(err, "--init: %s", why.msg);
-        else if (p->forward->param_offsets[i] >= 0 && rt_st_check_finite(st, whole[i].path, &why) != 0)
-            rc = rt_error_set(err, "--init: %s; refusing to sample from weights that are not finite", why.msg);
     free(whole);
+    whole = whole_params(p); /* again in table order: the check kept only the wanted ones */
+    if (rc == 0 && !whole)
+        rc = rt_error_set(err, "--init: %s: out of memory", path);
+    for (int i = 0; rc == 0 && i < p->nparams; i++) {
+        if (p->forward->param_offsets[i] < 0)
+            continue;
+        if (!want[i]) { /* a LoRA adapter the base file lacks: its init */
+            int64_t n = 1;
+            for (int d = 0; d < whole[i].rank; d++)
+                n *= whole[i].shape[d];
+            if (rt_init_fill(param_data(s, i), n, 0, whole[i].path, s->o->seed, &whole[i].init, &why) != 0)
+                rc = rt_error_set(err, "--init: %s: %s", path, why.msg);
+            fresh++;
+        } else if (rt_st_read_f32(st, whole[i].path, whole[i].shape, whole[i].rank, param_data(s, i), &why) != 0)
+            rc = rt_error_set(err, "--init: %s", why.msg);
+        else if (rt_st_check_finite(st, whole[i].path, &why) != 0)
+            rc = rt_error_set(err, "--init: %s; refusing to sample from weights that are not finite", why.msg);
+    }
+    free(whole);
+    free(want);
     rt_st_close(st);
-    if (rc == 0)
+    if (rc == 0 && fresh)
+        fprintf(stderr,
+                "%s: sampling with the weights of --init %s; its %d LoRA adapters the file lacks start from their "
+                "init (B is zeros: the base model's text)\n",
+                s->o->prog, path, fresh);
+    else if (rc == 0)
         fprintf(stderr, "%s: sampling with the weights of --init %s\n", s->o->prog, path);
     return rc;
 }
@@ -190,6 +246,11 @@ static int load_frozen(Sampler *s, const RtCkpt *ck, const char *where, RtError 
     RtSt *st = NULL;
     RtError why;
     rt_base_record_parse(rec, file, sizeof file, &hash);
+    if (strcmp(rec, "seed") == 0 && s->o->init) /* refused as resume refuses it (train_state.c) */
+        return rt_error_set(err,
+                            "--sample: %s: its adapters were trained on the seeded base weights (the run had no "
+                            "--init); --init %s would put them on other weights (drop --init)",
+                            where, s->o->init);
     const char *from = s->o->init ? s->o->init : file;
     if (strcmp(rec, "seed") != 0 && !from[0])
         return rt_error_set(err, "--sample: %s records no base weights for its frozen parameters (pass --init BASE)",
@@ -490,13 +551,15 @@ static const float *run_forward(Sampler *s) {
     int64_t w = s->ntokens < p->seq ? s->ntokens : p->seq;
     memcpy(ids, s->tokens + s->ntokens - w, (size_t)w * sizeof *ids);
     memset(ids + w, 0, (size_t)(p->seq - w) * sizeof *ids);
+    io_wrote(s, f->ids_offset, p->seq * (int64_t)sizeof *ids);
     f->run(s->slab, s->pool, NULL);
     for (int i = 0; s->decode && i < s->decode->ncaches; i++) {
         const RtKvCache *c = &s->decode->caches[i];
-        memcpy(s->slab + c->cache_offset, s->slab + c->prefill_offset, (size_t)(c->heads * p->seq * c->row_bytes));
+        io_copy(s, c->cache_offset, c->prefill_offset, c->heads * p->seq * c->row_bytes);
     }
     s->cached = s->decode ? w : 0;
-    return (const float *)(const void *)(s->slab + f->logits_offset) + (w - 1) * p->vocab;
+    int64_t row = f->logits_offset + (w - 1) * p->vocab * 4;
+    return (const float *)(const void *)io_need(s, row, p->vocab * 4);
 }
 
 /* One decode step: the newest token at position s->cached, its keys and values written into
@@ -506,15 +569,17 @@ static const float *run_decode(Sampler *s) {
     int64_t pos = s->cached;
     *(int32_t *)(void *)(s->slab + d->ids_offset) = s->tokens[s->ntokens - 1];
     *(int32_t *)(void *)(s->slab + d->pos_offset) = (int32_t)pos;
+    io_wrote(s, d->ids_offset, 4);
+    io_wrote(s, d->pos_offset, 4);
     d->run(s->slab, s->pool, NULL);
     for (int i = 0; i < d->ncaches; i++) {
         const RtKvCache *c = &d->caches[i];
         for (int64_t h = 0; h < c->heads; h++)
-            memcpy(s->slab + c->cache_offset + (h * s->p->seq + pos) * c->row_bytes,
-                   s->slab + c->row_offset + h * c->row_bytes, (size_t)c->row_bytes);
+            io_copy(s, c->cache_offset + (h * s->p->seq + pos) * c->row_bytes, c->row_offset + h * c->row_bytes,
+                    c->row_bytes);
     }
     s->cached++;
-    return (const float *)(const void *)(s->slab + d->logits_offset);
+    return (const float *)(const void *)io_need(s, d->logits_offset, s->p->vocab * 4);
 }
 
 /* The logits after the tokens so far: a decode step while the newest token still fits the
@@ -585,7 +650,7 @@ int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError 
         return -1;
     if (rt_comm_launched())
         return rt_error_set(err, "--sample runs as one process with the whole model; start it without mpirun or srun");
-    Sampler s = {.p = p, .o = o, .bytes = p->vocab == 256};
+    Sampler s = {.p = p, .o = o, .bytes = p->vocab == 256, .io = o->io};
     int rc = sample_setup(&s, err);
     int64_t bytes = s.decode ? s.decode->slab_bytes : p->forward->slab_bytes;
     size_t size = ((size_t)bytes + 63) / 64 * 64;
@@ -599,6 +664,8 @@ int rt_sample_run(const RtProgram *p, const RtSampleOpts *o, FILE *out, RtError 
         rc = prompt_tokens(&s, err);
     if (rc == 0)
         rc = load_weights(&s, err);
+    if (rc == 0)
+        io_wrote(&s, 0, bytes); /* the weights, once */
     if (rc == 0 && s.nprompt > p->seq)
         fprintf(stderr, "%s: note: the prompt has %lld tokens; the context keeps its last %lld (seq_len)\n", o->prog,
                 (long long)s.nprompt, (long long)p->seq);

@@ -52,7 +52,9 @@ void train_outlier_free(Trainer *t) {
 /* Copies the parameters and moments into the backup (back) or from it (back == 0). */
 static void state_copy(Trainer *t, int back) {
     char *at = t->outliers.backup;
-    train_sync(t, t->slab, RT_SYNC_TO_HOST); /* back too: the slab goes back to a device whole */
+    /* the backup takes the state alone; undoing an update sends the slab back to a device
+     * whole, so the host's is made current whole first */
+    train_sync(t, t->slab, back ? RT_SYNC_TO_HOST : RT_SYNC_STATE_TO_HOST);
     for (int j = 0; j < 3 * t->p->nparams; j++) {
         if (train_slot_frozen(&t->p->params[j % t->p->nparams]))
             continue;

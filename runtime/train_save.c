@@ -344,7 +344,7 @@ static int save_async(Trainer *t) {
 int train_ckpt_save_periodic(Trainer *t) {
     train_save_wait(t);
     double t0 = (rt_now_s() * 1e3);
-    train_sync(t, t->slab, RT_SYNC_TO_HOST); /* the state, read back from a device */
+    train_sync(t, t->slab, RT_SYNC_STATE_TO_HOST); /* the state, read back from a device */
     int rc;
     if (t->o.ckpt_sync) {
         RtError why;
@@ -367,7 +367,7 @@ int train_ckpt_save_final(Trainer *t, RtError *err) {
     if (!t->o.ckpt_dir || t->saved == t->step)
         return 0;
     double t0 = (rt_now_s() * 1e3);
-    train_sync(t, t->slab, RT_SYNC_TO_HOST);
+    train_sync(t, t->slab, RT_SYNC_STATE_TO_HOST);
     int rc = ckpt_save(t, &why);
     t->ckpt_ms += (rt_now_s() * 1e3) - t0;
     if (rc < 0)

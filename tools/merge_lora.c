@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "frontend/frontend.h"
+#include "frontend/modules/lora.h"
 #include "runtime/axrt.h"
 #include "tools/convert.h"
 
@@ -117,7 +117,7 @@ static float *merged(const FeBuild *b, const FeParam *p, const Weights *in, cons
   if (!w || ia < 0) return w;
   const FeParam *pa = &b->params[ia], *pb = &b->params[ib];
   float *a = weights_read(in, pa, ""), *bm = a ? weights_read(in, pb, "") : NULL;
-  if (bm) fold(w, a, bm, p->shape[0], pa->shape[1], p->shape[1], b->lora.scale);
+  if (bm) fold(w, a, bm, p->shape[0], pa->shape[1], p->shape[1], fe_lora(b)->scale);
   free(a);
   if (!bm) free(w);
   float *r = bm ? w : NULL;
@@ -199,15 +199,15 @@ static int check_lora(const FeBuild *b, const Weights *in) {
     if (!json_object_object_get_ex(l, keys[k], &v)) continue;
     bool same;
     if (k == 2) {
-      same = strcmp(json_object_get_string(v), fe_get_str(b->lora.node, "params")) == 0;
+      same = strcmp(json_object_get_string(v), fe_get_str(fe_lora(b)->node, "params")) == 0;
       if (!same)
         fprintf(stderr,
                 "error: --merge-lora: /lora/params is \"%s\", but the adapters of %s were trained "
                 "with \"%s\" (expected the run's --set /lora/params)\n",
-                fe_get_str(b->lora.node, "params"), where, json_object_get_string(v));
+                fe_get_str(fe_lora(b)->node, "params"), where, json_object_get_string(v));
     } else {
-      double a =
-          k == 0 ? (double)fe_get_int(b->lora.node, "rank") : fe_get_float(b->lora.node, "alpha");
+      double a = k == 0 ? (double)fe_get_int(fe_lora(b)->node, "rank")
+                        : fe_get_float(fe_lora(b)->node, "alpha");
       double c = json_object_get_double(v);
       same = a == c;
       snprintf(here, sizeof here, "%.17g", a);
@@ -215,7 +215,7 @@ static int check_lora(const FeBuild *b, const Weights *in) {
       char scale[96] = "";
       if (k == 1)
         snprintf(scale, sizeof scale, "the scale alpha/rank would be %g instead of %g; ",
-                 b->lora.scale, c / (double)fe_get_int(b->lora.node, "rank"));
+                 fe_lora(b)->scale, c / (double)fe_get_int(fe_lora(b)->node, "rank"));
       if (!same)
         fprintf(stderr,
                 "error: --merge-lora: /lora/%s is %s, but the adapters of %s were trained with %s "
@@ -252,7 +252,7 @@ static int write_merged(const FeBuild *b, const Weights *in, const Weights *base
 
 int merge_lora(const FeBuild *b, const char *model, const char *in, const char *base,
                bool force_base, const char *out) {
-  if (!b->lora.node) {
+  if (!fe_lora(b)) {
     fprintf(stderr,
             "error: --merge-lora: %s has no /lora (expected the config the adapters were "
             "trained with: add --apply lora and the run's --set /lora/...)\n",
@@ -270,8 +270,8 @@ int merge_lora(const FeBuild *b, const char *model, const char *in, const char *
   if (rc == 0) rc = check_base(b, &win, own_base ? &wbase : &win, force_base);
   if (rc == 0) rc = write_merged(b, &win, own_base ? &wbase : &win, out);
   if (rc == 0)
-    printf("merged the adapters of %d projections (scale %g) into %s\n", b->lora.matched,
-           b->lora.scale, out);
+    printf("merged the adapters of %d projections (scale %g) into %s\n", fe_lora(b)->matched,
+           fe_lora(b)->scale, out);
   if (own_base) weights_close(&wbase);
   weights_close(&win);
   return rc;

@@ -33,10 +33,10 @@ static int build_pos(FeBuild *b, json_object *node, const char *cfg, const char 
                           (long long)max_len, (long long)in->seq_len, (long long)in->seq_len);
   }
   int64_t shape[2] = {max_len, in->dim}; /* (P, D) */
-  b->lora.not_linear = "a position embedding table";
+  b->not_linear = "a position embedding table";
   int rc = fe_param(b, node, cfg, prm, "weight", 2, shape, "normal", fe_get_float(node, "init_std"),
                     "weight", NULL, 1.0, in);
-  b->lora.not_linear = NULL;
+  b->not_linear = NULL;
   return rc;
 }
 

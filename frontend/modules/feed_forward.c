@@ -134,10 +134,10 @@ static int build_moe(FeBuild *b, json_object *node, const char *cfg, const char 
   char pp[512];
   snprintf(pp, sizeof pp, "%s/gate", prm);
   int64_t g[2] = {in->dim, e}; /* (D, E) */
-  b->lora.not_linear = "the MoE router";
+  b->not_linear = "the MoE router";
   int grc = fe_param(b, node, cfg, pp, "weight", 2, g, "normal", fe_get_float(node, "init_std"),
                      "gate", NULL, 1.0, in);
-  b->lora.not_linear = NULL;
+  b->not_linear = NULL;
   if (grc) return -1;
   return mlp(b, node, cfg, prm, e, in);
 }

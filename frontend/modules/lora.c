@@ -16,38 +16,45 @@
  * (runtime/train_state.c). A takes W's partition of the input dim, B W's partition of the
  * output dim, so a mesh that splits W splits the adapters alike.
  *
- * The modules do not know about any of this: fe_param (build.c) hands each parameter it
- * declares to fe_lora_param, and fe_emit_linear (compose.c) hands each product to
- * fe_lora_emit. A matched weight that no linear reads (a table, a norm) is an error after
- * composing (fe_lora_check_read).
+ * Neither the modules nor the walk know about any of this: the kind registers a parameter
+ * transform (FeTransform, frontend.h). fe_param (build.c) hands each parameter it declares
+ * to lora_param, and fe_emit_linear (compose.c) hands each product to lora_linear. A matched
+ * weight that no linear reads (a table, a norm) is an error after composing (lora_composed).
  */
 #include <regex.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/frontend.h"
+#include "frontend/modules/lora.h"
 
 static const FeField fields[] = {
     F_INT("rank", "4", FE_RANGE(1, 65536), "rank r of each adapter (A: in x r, B: r x out)"),
     /* above 0 (0 leaves the adapters without effect), at most 65536 (1e308 overflows at the
-     * first step): checked in fe_lora_begin */
+     * first step): checked in lora_begin */
     F_FLOAT("alpha", "8.0", FE_ATLEAST(0), "scale: the update is (alpha / rank) x A B"),
     F_TYPED("params", FT_STRING, "\"(.+/)?[qkvo]_proj/weight\"",
             "regex (POSIX extended, matching the whole path) of the projection weights to adapt"),
     F_FLOAT("init_std", "0.02", FE_ATLEAST(0), "standard deviation of A's normal init"),
 };
 
+static const FeTransform transform;
+
 const FeKind fe_kind_lora = {
     .name = "lora",
     .doc = "low-rank adapters on the matching projections; the rest of the model frozen",
     .fields = fields,
     .nfields = FE_NFIELDS(fields),
+    .modifier = true,
+    .transform = &transform,
 };
 
-int fe_lora_begin(FeBuild *b, json_object *root) {
-  FeLora *l = &b->lora;
+const FeLora *fe_lora(const FeBuild *b) { return fe_transform_state(b, &fe_kind_lora); }
+
+static int lora_begin(FeBuild *b, json_object *root, void **state) {
   json_object *node = fe_get_child(root, "lora");
   if (!node) return 0;
+  FeLora *l = calloc(1, sizeof *l);
+  if (!l) return fe_error(b->diag, b->file, "/lora", "out of memory");
   const char *re = fe_get_str(node, "params");
   char *whole = fe_asprintf("^(%s)$", re);
   int rc = regcomp(&l->re, whole, REG_EXTENDED | REG_NOSUB);
@@ -55,12 +62,17 @@ int fe_lora_begin(FeBuild *b, json_object *root) {
   if (rc != 0) {
     char why[256];
     regerror(rc, &l->re, why, sizeof why);
+    free(l);
     return fe_field_error(b, node, "/lora", "params",
                           "\"%s\" is not a regular expression: %s (expected a POSIX extended "
                           "regex of parameter paths)",
                           re, why);
   }
   double alpha = fe_get_float(node, "alpha");
+  if (alpha <= 0 || alpha > 65536) {
+    regfree(&l->re);
+    free(l);
+  }
   if (alpha <= 0)
     return fe_field_error(b, node, "/lora", "alpha",
                           "alpha %g leaves the adapters without effect: the update (alpha / rank) "
@@ -76,19 +88,20 @@ int fe_lora_begin(FeBuild *b, json_object *root) {
   l->node = node;
   l->rank = fe_get_int(node, "rank");
   l->scale = fe_get_float(node, "alpha") / (double)l->rank;
+  *state = l;
   return 0;
 }
 
-void fe_lora_free(FeBuild *b) {
-  if (b->lora.node) regfree(&b->lora.re);
-  memset(&b->lora, 0, sizeof b->lora);
+static void lora_free(void *state) {
+  FeLora *l = state;
+  regfree(&l->re);
+  free(l);
 }
-
 /* Declares adapter `name` of base weight `base` (an index: declaring moves the table) with
  * dimension `keep` of its spec taken from the base's dimension `keep`. */
-static int adapter(FeBuild *b, int base, json_object *node, const char *cfg, const char *prm,
-                   const char *name, const int64_t *shape, int keep, const FeDims *in) {
-  FeLora *l = &b->lora;
+static int adapter(FeBuild *b, FeLora *l, int base, json_object *node, const char *cfg,
+                   const char *prm, const char *name, const int64_t *shape, int keep,
+                   const FeDims *in) {
   bool a = strcmp(name, "lora_a") == 0;
   l->declaring = true;
   int rc = fe_param(b, node, cfg, prm, name, 2, shape, a ? "normal" : "zeros",
@@ -101,10 +114,10 @@ static int adapter(FeBuild *b, int base, json_object *node, const char *cfg, con
   return 0;
 }
 
-int fe_lora_param(FeBuild *b, json_object *node, const char *cfg, const char *prm,
-                  const FeDims *in) {
-  FeLora *l = &b->lora;
-  if (!l->node || l->declaring) return 0;
+static int lora_param(FeBuild *b, void *state, json_object *node, const char *cfg, const char *prm,
+                      const FeDims *in) {
+  FeLora *l = state;
+  if (l->declaring) return 0;
   int i = b->nparams - 1;
   FeParam *p = &b->params[i];
   p->frozen = true;
@@ -114,11 +127,11 @@ int fe_lora_param(FeBuild *b, json_object *node, const char *cfg, const char *pr
                           "the regex matches %s, of rank %d (expected only the 2-D (in, out) "
                           "weights of linear projections)",
                           p->path, p->rank);
-  if (l->not_linear)
+  if (b->not_linear)
     return fe_field_error(b, l->node, "/lora", "params",
                           "the regex matches %s, which no linear projection reads (%s; expected "
                           "only the 2-D (in, out) weights of linear projections)",
-                          p->path, l->not_linear);
+                          p->path, b->not_linear);
   int64_t din = p->shape[0], dout = p->shape[1], lim = din < dout ? din : dout;
   if (l->rank > lim)
     return fe_field_error(b, l->node, "/lora", "rank",
@@ -128,13 +141,13 @@ int fe_lora_param(FeBuild *b, json_object *node, const char *cfg, const char *pr
                           (long long)lim);
   l->matched++;
   int64_t sa[2] = {din, l->rank}, sb[2] = {l->rank, dout};
-  if (adapter(b, i, node, cfg, prm, "lora_a", sa, 0, in)) return -1;
-  return adapter(b, i, node, cfg, prm, "lora_b", sb, 1, in);
+  if (adapter(b, l, i, node, cfg, prm, "lora_a", sa, 0, in)) return -1;
+  return adapter(b, l, i, node, cfg, prm, "lora_b", sb, 1, in);
 }
 
-int fe_lora_end(FeBuild *b) {
-  FeLora *l = &b->lora;
-  if (!l->node || l->matched) return 0;
+static int lora_end(FeBuild *b, void *state) {
+  FeLora *l = state;
+  if (l->matched) return 0;
   const char *example = "model/decoder/layer_0/self_attention/q_proj/weight";
   for (int i = 0; i < b->nparams; i++)
     if (b->params[i].rank == 2 && strstr(b->params[i].path, "_proj/")) {
@@ -147,24 +160,20 @@ int fe_lora_end(FeBuild *b) {
                         fe_get_str(l->node, "params"), b->nparams, example);
 }
 
-int fe_lora_trainable(const FeBuild *b, int64_t *numel) {
-  int n = 0;
-  *numel = 0;
-  for (int i = 0; i < b->nparams; i++)
-    if (!b->params[i].frozen) n++, *numel += fe_param_numel(&b->params[i]);
-  return n;
-}
-
 /* ---- composing -------------------------------------------------------------- */
 
-int32_t fe_lora_emit(FeEmit *e, int32_t x, int32_t y, const char *pp) {
+/* y + (alpha / r) (x A) B when the weight pp/weight has adapters, else y. */
+static int32_t lora_linear(FeEmit *e, const void *state, int32_t x, int32_t y, const char *pp) {
+  const FeLora *l = state;
   if (y == IR_NONE || !fe_has_param(e, pp, "lora_a")) return y;
   int32_t a = fe_emit_param(e, pp, "lora_a"), bb = fe_emit_param(e, pp, "lora_b");
   int32_t d = ir_matmul(e->g, ir_matmul(e->g, x, a), bb); /* (..., r) -> (..., out) */
-  return ir_add(e->g, y, ir_mul(e->g, d, fe_emit_like(e, d, e->b->lora.scale)));
+  return ir_add(e->g, y, ir_mul(e->g, d, fe_emit_like(e, d, l->scale)));
 }
 
-int fe_lora_check_read(FeEmit *e) {
+/* An error in the graph when an adapted weight was read by no linear. */
+static int lora_composed(FeEmit *e, const void *state) {
+  (void)state;
   for (int i = 0; i < e->b->nparams; i++)
     if (e->b->params[i].adapter && e->param_vals[i] == IR_NONE)
       return ir_graph_fail(e->g,
@@ -174,3 +183,18 @@ int fe_lora_check_read(FeEmit *e) {
                            e->b->params[i].path);
   return 0;
 }
+
+static void lora_describe(const void *state, char *buf, size_t n) {
+  const FeLora *l = state;
+  snprintf(buf, n, "LoRA adapters on %d projections", l->matched);
+}
+
+static const FeTransform transform = {
+    .begin = lora_begin,
+    .param = lora_param,
+    .end = lora_end,
+    .free = lora_free,
+    .linear = lora_linear,
+    .composed = lora_composed,
+    .describe = lora_describe,
+};

@@ -27,8 +27,17 @@
 #                 gpu-h100-1: bf16)
 #   device_state  the state stays on the device: tiny-lm moves less than 1 MiB between host and
 #                 device per step (AXLC_OPENCL_PROFILE's traffic line; the slab is 8.80 MiB), the
-#                 slab crosses whole once to the device and back once per checkpoint; eval and
+#                 slab crosses whole once to the device, the state back once per checkpoint; eval and
 #                 the CPU trainer agree; 5 steps + --resume 5 equal 10 straight, bit for bit
+#   traffic       per training step less than 1 MiB crosses between host and device outside
+#                 checkpoint steps, for tiny-lm (8.75 MiB slab) and small (tools/bench/small.json,
+#                 241 MiB): 4 steps with a checkpoint and an eval at steps 2 and 4; the slab is
+#                 sent once (the start) and copied on the device for each eval, and the state
+#                 (parameters and moments) read back once per checkpoint step; the batch goes through the pinned staging buffer, sent
+#                 ahead during the step before (steps 2 and 4; an eval batch and the step after
+#                 it read other data than the step before); and the losses are the CPU trainer's;
+#                 --skip-outliers (16 steps) skips the CPU trainer's updates, reading the state
+#                 back for its backup and the slab whole only for each update it undoes
 #   split         a slab larger than the device's largest buffer: planned in 1 MiB pieces
 #                 (AXLC_OPENCL_SPLIT) and run where a buffer holds 1 MiB (AXLC_OPENCL_MAX_ALLOC),
 #                 tiny-lm's 9.5 MiB slab is 10 buffers and trains bit for bit as one; a trainer
@@ -363,9 +372,14 @@ device_state)
   [ -n "$most" ] && [ "$most" -gt 0 ] && [ "$most" -lt 1048576 ] ||
     fail "a step moved ${most:-?} B (expected under 1 MiB): $line"
   # the start sends the slab once; eval (steps 5 and 10, 2 batches each) copies it to the eval
-  # slab, sent whole for each batch; eval and the checkpoints (5, 10) read it back once a step
-  echo "$line" | grep -q "14 steps, .* sent 5 times .* read back 2 times" ||
+  # slab on the device; each checkpoint step (5, 10) reads the state back once (the parameters
+  # and moments: 123520 values x 3 x 4 B), never the whole slab
+  echo "$line" | grep -q "14 steps, .* sent 1 times .*, read back 0 times .* copied on the device 4 times .*; the state (1.41 MiB of parameters and moments) read back 2 times" ||
     fail "whole-slab transfers: $line"
+  # the batch goes through the pinned staging buffer, sent ahead during the step before: all
+  # but the first step, the first eval batch of each eval and the step after it
+  grep -q "OpenCL batch: through a pinned staging buffer; 10 of 14 steps took the batch sent ahead" "$T/out" ||
+    fail "the batch sent ahead: $(grep "OpenCL batch" "$T/out")"
   must "$T/cpu" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/c" --metrics "$T/c.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
   compare losses "$T/a.jsonl" "$T/c.jsonl" 1e-4
@@ -377,6 +391,50 @@ device_state)
   must "$T/ocl" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/b" --resume --metrics "$T/b.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
   compare exact "$T/a/step_00000010/state.safetensors" "$T/b/step_00000010/state.safetensors"
+  ;;
+traffic)
+  head -c 200000 "$T/text.txt" > "$T/eval.txt"
+  for name in tiny-lm small; do
+    model="$SRC/models/$name.json"
+    [ $name = small ] && model="$SRC/tools/bench/small.json"
+    must "$AXLC" compile "$model" --target opencl -o "$T/$name"
+    needs_device "$T/$name"
+    must "$AXLC" compile "$model" --target cpu -o "$T/$name-cpu"
+    run="--data $T/text.txt --steps 4 --ckpt-every 2 --eval-data $T/eval.txt --eval-every 2 --eval-batches 1"
+    # shellcheck disable=SC2086
+    AXLC_OPENCL_PROFILE=1 "$T/$name" $run --ckpt-dir "$T/$name.ck" --metrics "$T/$name.jsonl" > "$T/out" 2>&1 ||
+      fail "$name: the OpenCL trainer: $(tail -5 "$T/out")"
+    line=$(grep "OpenCL traffic:" "$T/out")
+    echo "$line"
+    grep "OpenCL batch:" "$T/out"
+    most=$(echo "$line" | sed -n 's/.*(at most \([0-9]*\) B in one step).*/\1/p')
+    [ -n "$most" ] && [ "$most" -gt 0 ] && [ "$most" -lt 1048576 ] ||
+      fail "$name: a step moved ${most:-?} B (expected under 1 MiB): $line"
+    # 4 steps and 2 eval batches; checkpoints at steps 2 and 4: one read-back of the state each
+    # (the parameters and moments, 3 x 4 B a value: tiny-lm 1.41 MiB, small 37.55 MiB)
+    state=1.41; [ $name = small ] && state=37.55
+    echo "$line" | grep -q "6 steps, per step [0-9]* B to the device and 12 B back .* sent 1 times .*, read back 0 times .* copied on the device 2 times .*; the state ($state MiB of parameters and moments) read back 2 times" ||
+      fail "$name: whole-slab transfers: $line"
+    grep -q "OpenCL batch: through a pinned staging buffer; 2 of 6 steps took the batch sent ahead" "$T/out" ||
+      fail "$name: the batch sent ahead: $(grep "OpenCL batch" "$T/out")"
+    # shellcheck disable=SC2086
+    must "$T/$name-cpu" $run --ckpt-dir "$T/$name.cc" --metrics "$T/$name-cpu.jsonl"
+    compare losses "$T/$name.jsonl" "$T/$name-cpu.jsonl" 1e-4
+  done
+  # --skip-outliers backs the state up every step (the parameters and moments read back), and
+  # reads the slab whole only to undo an update: as many times as it skipped one
+  o="--data $T/text.txt --steps 16 --skip-outliers 0.5 --outlier-window 3"
+  # shellcheck disable=SC2086
+  AXLC_OPENCL_PROFILE=1 "$T/tiny-lm" $o --metrics "$T/o.jsonl" > "$T/out" 2>&1 ||
+    fail "--skip-outliers: the OpenCL trainer: $(tail -5 "$T/out")"
+  # shellcheck disable=SC2086
+  must "$T/tiny-lm-cpu" $o --metrics "$T/o-cpu.jsonl"
+  compare losses "$T/o.jsonl" "$T/o-cpu.jsonl" 1e-4
+  n=$(grep -c '"skipped": true' "$T/o.jsonl")
+  [ "$n" -ge 1 ] && [ "$n" -eq "$(grep -c '"skipped": true' "$T/o-cpu.jsonl")" ] ||
+    fail "--skip-outliers: $n updates skipped, the CPU trainer $(grep -c '"skipped": true' "$T/o-cpu.jsonl")"
+  grep "OpenCL traffic:" "$T/out" | grep -q "16 steps, .*, read back $n times (host copies, --skip-outliers undoing an update)" ||
+    fail "--skip-outliers ($n skipped): $(grep "OpenCL traffic:" "$T/out")"
   ;;
 sample)
   model="$SRC/models/tiny-lm.json"
@@ -391,9 +449,18 @@ sample)
     count=40; [ $n -eq 2 ] && count=120 # past the 64-token window: the cache is filled again
     for t in cpu ocl; do
       # shellcheck disable=SC2086
-      "$T/$t" --sample $count --ckpt-dir "$T/c" $opts > "$T/$t.txt" 2> "$T/$t.err" ||
+      AXLC_OPENCL_PROFILE=1 "$T/$t" --sample $count --ckpt-dir "$T/c" $opts > "$T/$t.txt" 2> "$T/$t.err" ||
         fail "$t --sample $opts: $(cat "$T/$t.err")"
     done
+    # a run moves what the sampler changed and reads: the weights once, then the tokens (8 B
+    # a decode step: token and position; 256 B a forward: the 64-token window) in, and the
+    # logits' row (256 x 4 B) back; the KV caches are filled on the device
+    line=$(grep "OpenCL sampling traffic:" "$T/ocl.err")
+    sent=$(echo "$line" | sed -n 's/.*then per run \([0-9]*\) B to the device and \([0-9]*\) B back$/\1 \2/p')
+    # (120 tokens after a 6-byte prompt: 58 decode steps fill the window, then 61 forwards:
+    # (58 x 8 + 61 x 256) / 119 = 135 B)
+    case $n in 1) want="8 1024" ;; 2) want="135 1024" ;; 3) want="256 1024" ;; esac
+    [ "$sent" = "$want" ] || fail "--sample $opts: per run ${sent:-?} B (expected $want): $line"
     cmp -s "$T/cpu.txt" "$T/ocl.txt" || fail "--sample $count $opts: the OpenCL trainer's text differs:
 $(cat "$T/ocl.txt")
 the CPU trainer's:

@@ -1,7 +1,8 @@
 #!/bin/sh
 # loc_complexity.sh AXLC SRCDIR: tools/loc-complexity applies every shipped modifier to every
 # shipped model (exit 0, a row of N/N each, LoRA's modules: 2 per model, the attention
-# projections' owner and the trainer); a modifier that fails on the models fails it (exit 1,
+# projections' owner and the trainer); with history, every commit of a feature counts (LoRA's
+# --merge-lora commit among them); a modifier that fails on the models fails it (exit 1,
 # naming the model and the error).
 set -u
 AXLC=$1 SRC=$2 CASE=loc_complexity
@@ -17,6 +18,18 @@ for m in "$SRC"/models/modifiers/*.json; do
 done
 grep -Eq "^lora +$n/$n +$((2 * n)) +6 " "$T/log" || fail "lora row: $(grep '^lora' "$T/log")"
 grep -q "AXLearn          0     0" "$T/log" || fail "the paper's table is missing"
+# Every commit of a feature counts, not only the founding one: LoRA's later commits (here
+# --merge-lora, 4fa30f8, 35 lines outside its files) are in its row, whose commits column is
+# the number of commits --verbose lists for it. A shallow clone has no history: n/a.
+if [ "$(git -C "$SRC" rev-parse --is-shallow-repository 2> /dev/null)" = false ] &&
+  git -C "$SRC" cat-file -e 4fa30f8 2> /dev/null; then
+  "$PY" "$SRC/tools/loc-complexity" --axlc "$AXLC" --verbose > "$T/verbose" 2>&1 || fail "--verbose failed"
+  grep -Eq "^  lora: +35 lines, +2 files: 4fa30f8 axlc convert --merge-lora" "$T/verbose" ||
+    fail "lora's --merge-lora commit is not counted: $(grep '^  lora:' "$T/verbose")"
+  k=$(grep -c '^  lora: ' "$T/verbose")
+  grep -Eq "^lora +$n/$n +$((2 * n)) +6 +[0-9]+ +[0-9]+ +$k +[0-9]+ " "$T/log" ||
+    fail "lora's commits column is not $k: $(grep '^lora' "$T/log")"
+fi
 echo '{"kind": "replace", "target": "attention", "config": {"kind": "attention", "num_heads": 7}}' > "$T/bad.json"
 "$PY" "$SRC/tools/loc-complexity" --axlc "$AXLC" --modifier "$T/bad.json" > "$T/out" 2>&1
 [ $? -eq 1 ] || fail "a modifier that does not apply: exit status not 1"

@@ -14,7 +14,8 @@
 #   records  what a LoRA checkpoint records is checked (fortunes text, one JIT step):
 #            --merge-lora refuses -o naming --base, a --base other than the run's (unless
 #            --force-base) and a /lora alpha, rank or params other than the run's; --sample
-#            refuses an --init other than the run's base
+#            refuses an --init other than the run's base, and any --init for adapters trained
+#            on the seeded base; --sample --init of base weights alone gives the base's text
 #   errors   a regex that matches nothing, rank 0, a rank above a projection, a weight no
 #            linear reads (at axlc params already), alpha 0 or 1e308, --merge-lora of weights without adapters or without /lora;
 #            axlc params shows the frozen base's saving
@@ -191,6 +192,26 @@ records)
   # shellcheck disable=SC2086
   "$AXLC" run "$M" --apply lora --target cpu $TINY --sample 4 --ckpt-dir "$T/ck" --init "$T/base.st" \
     > "$T/out.txt" 2> "$T/log" || fail "--sample on the run's base: $(cat "$T/log")"
+  # adapters trained on the seeded base (no --init): --sample --init is refused as resume
+  # refuses it, not ignored
+  # shellcheck disable=SC2086
+  must "$AXLC" run "$M" --apply lora --target cpu $TINY --data "$T/fortunes.txt" --steps 1 \
+    --ckpt-dir "$T/seeded"
+  # shellcheck disable=SC2086
+  expect_error "--sample: $(newest "$T/seeded"): its adapters were trained on the seeded base weights (the run had no --init); --init $T/base.st would put them on other weights (drop --init)" \
+    "$AXLC" run "$M" --apply lora --target cpu $TINY --sample 4 --ckpt-dir "$T/seeded" --init "$T/base.st"
+  # --sample --init of base weights (an interpreter's dump) without a checkpoint: the adapters
+  # the file lacks start from their init, as a run's --init does, so the text is the base's
+  # shellcheck disable=SC2086
+  "$AXLC" run "$M" --apply lora --target cpu $TINY --sample 16 --init "$T/base.st" --temperature 0 \
+    --prompt "The " > "$T/lora_init.txt" 2> "$T/log" || fail "LoRA --sample --init: $(cat "$T/log")"
+  grep -qF "sampling with the weights of --init $T/base.st; its 16 LoRA adapters the file lacks start from their init" "$T/log" ||
+    fail "LoRA --sample --init: $(cat "$T/log")"
+  # shellcheck disable=SC2086
+  "$AXLC" run "$M" --target cpu $TINY --sample 16 --init "$T/base.st" --temperature 0 --prompt "The " \
+    > "$T/base_init.txt" 2> "$T/log" || fail "base --sample --init: $(cat "$T/log")"
+  cmp -s "$T/lora_init.txt" "$T/base_init.txt" ||
+    fail "LoRA '$(cat "$T/lora_init.txt")' and base '$(cat "$T/base_init.txt")' texts differ"
   ;;
 mpi)
   # 4 processes (tests/mpi registers it: mpirun, the LLVM backend), the adapters split over

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <stdlib.h>
 
+#include "frontend/modules/lora.h"
 #include "tests/frontend/fe_test.h"
 
 static const char *models_dir = AXLC_MODELS_DIR;
@@ -255,7 +256,7 @@ static void check_lora(const char *name, const char *lora) {
     return;
   }
   int64_t layers = fe_t_int(t.tree, "/model/decoder/num_layers"), want = 0, got;
-  CHECK_INT(b.lora.matched, 4 * layers);
+  CHECK_INT(fe_lora(&b)->matched, 4 * layers);
   for (int i = 0; i < b.nparams; i++) {
     const FeParam *p = &b.params[i];
     if (!p->adapter) {
@@ -271,7 +272,7 @@ static void check_lora(const char *name, const char *lora) {
     CHECK_STR(p->spec[a ? 1 : 0], "");
     want += fe_param_numel(p);
   }
-  fe_lora_trainable(&b, &got);
+  fe_trainable(&b, &got);
   CHECK_INT(got, want);
   if (!strcmp(name, "llama2-7b.json")) CHECK_INT(got, 32 * 4 * 4 * (4096 + 4096));
   fe_build_free(&b);

@@ -5,6 +5,7 @@
  */
 #include <stdlib.h>
 
+#include "frontend/modules/lora.h"
 #include "tests/frontend/fe_test.h"
 
 /* Writes cfg.json = tiny.json plus `mods` (JSON list text) as its modifiers,
@@ -501,9 +502,9 @@ static void test_lora(void) {
   FeBuild b;
   CHECK_INT(fe_t_params(&t, 0, &b), FE_T_TINY_PARAMS + 2 * 4 * 2 * 64 * 4);
   int64_t trainable;
-  CHECK_INT(fe_lora_trainable(&b, &trainable), 16);
+  CHECK_INT(fe_trainable(&b, &trainable), 16);
   CHECK_INT(trainable, 2 * 4 * 2 * 64 * 4);
-  CHECK(b.lora.scale == 8.0 / 4);
+  CHECK(fe_lora(&b)->scale == 8.0 / 4);
   int a = fe_param_find(&b, "model/decoder/layer_1/self_attention/v_proj/lora_a");
   int w = fe_param_find(&b, "model/decoder/layer_1/self_attention/v_proj/weight");
   CHECK(a >= 0 && w >= 0 && !b.params[a].frozen && b.params[w].frozen);
@@ -514,7 +515,8 @@ static void test_lora(void) {
   /* without the modifier nothing is frozen */
   resolve_mods(&t, "[]", NULL, NULL);
   CHECK_INT(fe_t_params(&t, 0, &b), FE_T_TINY_PARAMS);
-  CHECK_INT(fe_lora_trainable(&b, &trainable), b.nparams);
+  CHECK_INT(fe_trainable(&b, &trainable), b.nparams);
+  CHECK(fe_lora(&b) == NULL);
   fe_build_free(&b);
   fe_t_done(&t);
 }
