@@ -1881,9 +1881,9 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
   Launches L = {0};
   multi_sum_plan(&C, &C.multi_ch, &C.scratch_bytes);
   if (check_graph(&C) == 0) {
-    int32_t *vals = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *vals);
-    int32_t *seg = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *seg);
-    int32_t *run_seg = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *run_seg);
+    int32_t *vals = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *vals);
+    int32_t *seg = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *seg);
+    int32_t *run_seg = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *run_seg);
     for (int32_t v = 0; v < g->nvalues; v++) run_seg[v] = -1;
     for (int32_t v = 0; v < g->nvalues && !C.failed;) {
       int32_t nv = 0, next = C.o.multi ? sum_run(&C, v, vals, &nv) : v;

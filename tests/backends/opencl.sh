@@ -30,7 +30,7 @@
 #                 slab crosses whole once to the device, the state back once per checkpoint; eval and
 #                 the CPU trainer agree; 5 steps + --resume 5 equal 10 straight, bit for bit
 #   traffic       per training step less than 1 MiB crosses between host and device outside
-#                 checkpoint steps, for tiny-lm (8.75 MiB slab) and small (tools/bench/small.json,
+#                 checkpoint steps, for tiny-lm (8.80 MiB slab) and small (tools/bench/small.json,
 #                 241 MiB): 4 steps with a checkpoint and an eval at steps 2 and 4; the slab is
 #                 sent once (the start) and copied on the device for each eval, and the state
 #                 (parameters and moments) read back once per checkpoint step; the batch goes through the pinned staging buffer, sent
