@@ -1412,7 +1412,8 @@ static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
  * read another of the same segment (at i: stored by the same item before), never one of an
  * earlier segment. The optimizer's update is such a run: per parameter the clipped gradient and
  * AdamW's m, v and parameter (optimizer.c) are one segment, and every parameter's segment shares
- * one launch (a few, where the offset arguments would exceed MULTI_ARGS). Only where that is the
+ * one launch (a few, where the offset arguments would exceed MULTI_ARGS; a segment holds at most
+ * MULTI_SEG values). Only where that is the
  * kernels' sequential result: every buffer an item reads is read elementwise (element i, of the
  * segment's size) or is a scalar, through elementwise ops, splats and splat constants only; no
  * write overlaps the bytes of another segment; and within a segment a write overlaps another
@@ -1420,7 +1421,7 @@ static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
  * Otherwise the run ends there and the next value starts the next one. */
 /* 60 (pointer, offset) pairs: 960 bytes of arguments, within the 1024 that OpenCL 1.2 lets every
  * device take (CL_DEVICE_MAX_PARAMETER_SIZE) */
-enum { MULTI_ARGS = 60, MULTI_LEAVES = 64 };
+enum { MULTI_ARGS = 60, MULTI_LEAVES = 64, MULTI_SEG = 12 };
 
 typedef struct MultiExt {
   int64_t lo, hi;
@@ -1470,7 +1471,7 @@ static bool multi_value(const Ctx *C, int32_t v, int32_t *leaves, int32_t *nl) {
 static int32_t multi_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *seg, int32_t *nv,
                          int32_t *run_seg) {
   MultiExt *ext = NULL;
-  int32_t next = 0, cext = 0, cur = -1, w = v0;
+  int32_t next = 0, cext = 0, cur = -1, w = v0, curlen = 0;
   int64_t curn = -1;
   *nv = 0;
   for (; w < C->g->nvalues; w++) {
@@ -1478,7 +1479,8 @@ static int32_t multi_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *seg, 
     int32_t leaves[MULTI_LEAVES], nl;
     if (!multi_value(C, w, leaves, &nl)) break;
     int64_t n = ir_shape_numel(&val(C, w)->shape);
-    int32_t s = *nv > 0 && n == curn ? cur : cur + 1;
+    /* a segment of at most MULTI_SEG values, so that one fits MULTI_ARGS arguments */
+    int32_t s = *nv > 0 && n == curn && curlen < MULTI_SEG ? cur : cur + 1;
     MultiExt cand[MULTI_LEAVES + 1];
     int32_t nc = 0;
     bool ok = true;
@@ -1502,7 +1504,8 @@ static int32_t multi_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *seg, 
     memcpy(ext + next, cand, (size_t)nc * sizeof *cand);
     next += nc;
     run_seg[w] = s;
-    if (s != cur) cur = s, curn = n;
+    if (s != cur) cur = s, curn = n, curlen = 0;
+    curlen++;
     vals[*nv] = w;
     seg[(*nv)++] = s;
   }
