@@ -296,7 +296,7 @@ static void pipe_opts(const DrvJob *j, const IrMesh *m, PipeOpts *o) {
   int32_t P = (int32_t)m->sizes[a], L = dec ? (int32_t)fe_get_int(dec, "num_layers") : 0;
   o->p.stages = P;
   o->p.schedule = strcmp(fe_get_str(mesh, "pipeline_schedule"), "1f1b") ? PASS_SCHEDULE_GPIPE
-                                                                       : PASS_SCHEDULE_1F1B;
+                                                                        : PASS_SCHEDULE_1F1B;
   o->p.microbatches = j->facts.microbatches;
   o->layer_stage = ir_xcalloc((size_t)L + 1, sizeof *o->layer_stage);
   json_object *cuts = json_object_object_get(mesh, "pipeline_cuts");

@@ -687,8 +687,8 @@ static int interp_p2p(IrInterp *it, int32_t vi) {
     int64_t src = v->op == IR_SEND ? d : stage_device(&it->mesh, d, v->attr.k);
     const double *x = *slot(it, it->vals, src, v->ops[0]);
     if (!x)
-      return interp_fail(it, "%%%d (%s) at %s on device %lld: stage %lld has not computed %%%d",
-                         vi, ir_op_name(v->op), *v->origin ? v->origin : "?", (long long)d,
+      return interp_fail(it, "%%%d (%s) at %s on device %lld: stage %lld has not computed %%%d", vi,
+                         ir_op_name(v->op), *v->origin ? v->origin : "?", (long long)d,
                          (long long)v->attr.k, v->ops[0]);
     double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
     if (!out) return interp_oom(it, vi, n);

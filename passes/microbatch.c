@@ -186,7 +186,7 @@ static int emit_copy(Micro *m, int64_t k) {
                            ir_graph_error(m->ng) ? ir_graph_error(m->ng) : "?");
     if (!m->dep[v]) continue;
     m->ng->values[m->map[v]].micro = (int16_t)k; /* the pipeline's schedule orders by it */
-    ir_graph_set_origin(m->ng, "/learner"); /* the sums are the learner's microbatches */
+    ir_graph_set_origin(m->ng, "/learner");      /* the sums are the learner's microbatches */
     for (int32_t o = m->outs_of[v]; o >= 0; o = m->next_out[o]) accumulate(m, o, k);
   }
   return ir_graph_error(m->ng) ? ir_graph_fail(g, "microbatch: %s", ir_graph_error(m->ng)) : IR_OK;

@@ -58,14 +58,14 @@ typedef struct PassRemat {
 typedef enum PassSchedule { PASS_SCHEDULE_GPIPE, PASS_SCHEDULE_1F1B } PassSchedule;
 
 typedef struct PassPipeline {
-  int32_t stages;              /* P; < 2: nothing to do */
-  PassSchedule schedule;       /* the order of each stage's forwards and backwards */
-  int64_t microbatches;        /* M (>= 1) */
-  int32_t nlayers;             /* decoder layers, in order */
-  const int32_t *layer_stage;  /* (nlayers) stage of each layer, non-decreasing */
-  int32_t nparams;             /* parameters in a layer */
-  const char *const *params;   /* (nparams) names */
-  const int32_t *param_layer;  /* (nparams) their layer */
+  int32_t stages;             /* P; < 2: nothing to do */
+  PassSchedule schedule;      /* the order of each stage's forwards and backwards */
+  int64_t microbatches;       /* M (>= 1) */
+  int32_t nlayers;            /* decoder layers, in order */
+  const int32_t *layer_stage; /* (nlayers) stage of each layer, non-decreasing */
+  int32_t nparams;            /* parameters in a layer */
+  const char *const *params;  /* (nparams) names */
+  const int32_t *param_layer; /* (nparams) their layer */
 } PassPipeline;
 
 typedef struct PassOptions {
@@ -170,8 +170,8 @@ int pass_stages(IrGraph *g, const PassOptions *opt);
  * recv on the pipeline axis. */
 int pass_pipeline(IrGraph *g, const PassOptions *opt);
 /* The position of microbatch k's forward (backward) in stage s's order under the schedule. */
-int64_t pass_pipeline_slot(PassSchedule sched, int32_t stages, int64_t micro, int32_t s,
-                           int64_t k, bool backward);
+int64_t pass_pipeline_slot(PassSchedule sched, int32_t stages, int64_t micro, int32_t s, int64_t k,
+                           bool backward);
 /* Prints the schedule as a timeline: one row per stage, one column per time unit (a forward or
  * a backward of one microbatch), and the bubble. */
 void pass_pipeline_timeline(PassSchedule sched, int32_t stages, int64_t micro, FILE *out);

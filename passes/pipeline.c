@@ -35,10 +35,12 @@
 
 #define LAYER_INPUT_TAG "transformer_layer.input"
 
-const char *pass_schedule_name(PassSchedule s) { return s == PASS_SCHEDULE_1F1B ? "1f1b" : "gpipe"; }
+const char *pass_schedule_name(PassSchedule s) {
+  return s == PASS_SCHEDULE_1F1B ? "1f1b" : "gpipe";
+}
 
-int64_t pass_pipeline_slot(PassSchedule sched, int32_t stages, int64_t micro, int32_t s,
-                           int64_t k, bool backward) {
+int64_t pass_pipeline_slot(PassSchedule sched, int32_t stages, int64_t micro, int32_t s, int64_t k,
+                           bool backward) {
   if (sched == PASS_SCHEDULE_GPIPE) return backward ? micro + k : k;
   /* 1F1B: w warm-up forwards, then one forward and one backward, then the last backwards */
   int64_t w = stages - 1 - s;
@@ -108,7 +110,8 @@ int pass_stages(IrGraph *g, const PassOptions *opt) {
   const PassPipeline *p = opt ? opt->pipeline : NULL;
   if (!p || p->stages < 2) return IR_OK;
   int32_t n = g->nvalues;
-  int32_t *st = malloc(((size_t)n + 1) * sizeof *st), *floor = malloc(((size_t)n + 1) * sizeof *floor);
+  int32_t *st = malloc(((size_t)n + 1) * sizeof *st),
+          *floor = malloc(((size_t)n + 1) * sizeof *floor);
   bool *fwd = calloc((size_t)n + 1, sizeof *fwd), *dep = calloc((size_t)n + 1, sizeof *dep);
   /* forward: what an output other than a gradient depends on */
   for (int32_t o = 0; o < g->noutputs; o++)
@@ -205,8 +208,7 @@ static void resolve(Pipe *q) {
         if (q->leafy[o] || q->follow[o] != (pass == 1)) continue;
         q->leafy[v] = false;
         int64_t e = ir_shape_numel(&g->values[o].shape);
-        if (e > big || (e == big && q->stage[o] > q->stage[v]))
-          big = e, q->stage[v] = q->stage[o];
+        if (e > big || (e == big && q->stage[o] > q->stage[v])) big = e, q->stage[v] = q->stage[o];
       }
     q->follow[v] = !q->leafy[v] && x->op == IR_BROADCAST;
     for (int32_t k = 0; k < x->nops; k++) {
@@ -217,7 +219,7 @@ static void resolve(Pipe *q) {
   }
   /* values of leaves alone: the one stage that reads them, at its first reader's unit */
   int32_t *reader = malloc(((size_t)n + 1) * sizeof *reader); /* -2 none, -1 several */
-  int64_t *rslot = malloc(((size_t)n + 1) * sizeof *rslot);    /* the first reader's unit */
+  int64_t *rslot = malloc(((size_t)n + 1) * sizeof *rslot);   /* the first reader's unit */
   for (int32_t v = 0; v < n; v++) reader[v] = -2;
   for (int32_t o = 0; o < g->noutputs; o++) reader[g->outputs[o].value] = -1;
   for (int32_t v = n - 1; v >= 0; v--) {
@@ -381,11 +383,11 @@ int pass_pipeline(IrGraph *g, const PassOptions *opt) {
   }
   for (int32_t s = 0; s < q.P && st == IR_OK; s++)
     if (head[s] < len[s])
-      st = ir_graph_fail(g,
-                         "pipeline: the %s schedule deadlocks: stage %d waits at %%%d (%s at %s)",
-                         pass_schedule_name(q.sched), s, order[start[s] + head[s]],
-                         ir_op_name(g->values[order[start[s] + head[s]]].op),
-                         g->values[order[start[s] + head[s]]].origin);
+      st =
+          ir_graph_fail(g, "pipeline: the %s schedule deadlocks: stage %d waits at %%%d (%s at %s)",
+                        pass_schedule_name(q.sched), s, order[start[s] + head[s]],
+                        ir_op_name(g->values[order[start[s] + head[s]]].op),
+                        g->values[order[start[s] + head[s]]].origin);
   if (st == IR_ERR && !ir_graph_error(g))
     ir_graph_fail(g, "pipeline: %s", ir_graph_error(q.ng) ? ir_graph_error(q.ng) : "?");
   for (int32_t o = 0; o < g->noutputs && st == IR_OK; o++) {

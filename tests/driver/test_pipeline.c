@@ -119,7 +119,8 @@ static void check_pipeline(const char *model, const char *target, const char **s
   double worst = 0;
   for (int step = 0; step < STEPS; step++) {
     if (ir_interp_run(gi) || ir_interp_run(si)) {
-      CHECK_MSG(0, "%s: step %d: %s %s", label, step, ir_interp_error(gi) ? ir_interp_error(gi) : "",
+      CHECK_MSG(0, "%s: step %d: %s %s", label, step,
+                ir_interp_error(gi) ? ir_interp_error(gi) : "",
                 ir_interp_error(si) ? ir_interp_error(si) : "");
       break;
     }
