@@ -1,7 +1,7 @@
 /*
  * pipeline.c: from a config file to a training-step graph, in one straight
- * list of passes (drv_passes: compose, autodiff, widen_grads, microbatch,
- * optimizer, simplify, shard, remat; each row says what its pass does).
+ * list of passes (drv_passes: compose, autodiff, widen_grads, stages, microbatch,
+ * optimizer, simplify, shard, remat, pipeline; each row says what its pass does).
  *
  * What a backend cannot compute is rewritten when the job is handed over
  * (drv_backend_job):
