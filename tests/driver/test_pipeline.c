@@ -105,10 +105,9 @@ static void check_pipeline(const char *model, const char *target, const char **s
             (long long)ir_mesh_devices(&s->mesh), ex.devices);
   check_p2p(s, label, ex.min_sends);
   /* each stage runs its microbatches' forwards and backwards in the schedule's order */
-  PassSchedule sched =
-      strcmp(fe_get_str(fe_get_child(S.cfg, "mesh"), "pipeline_schedule"), "1f1b")
-          ? PASS_SCHEDULE_GPIPE
-          : PASS_SCHEDULE_1F1B;
+  PassSchedule sched = strcmp(fe_get_str(fe_get_child(S.cfg, "mesh"), "pipeline_schedule"), "1f1b")
+                           ? PASS_SCHEDULE_GPIPE
+                           : PASS_SCHEDULE_1F1B;
   for (int st = 0; st < 2; st++) {
     int64_t last = -1;
     int units = 0;
@@ -118,12 +117,12 @@ static void check_pipeline(const char *model, const char *target, const char **s
       int64_t slot = pass_pipeline_slot(sched, 2, S.facts.microbatches, st, x->micro,
                                         x->phase == IR_PHASE_BACKWARD);
       units += slot != last;
-      CHECK_MSG(slot >= last, "%s: stage %d: %%%d (microbatch %d %s) after a later unit", label,
-                st, v, x->micro, x->phase == IR_PHASE_BACKWARD ? "backward" : "forward");
+      CHECK_MSG(slot >= last, "%s: stage %d: %%%d (microbatch %d %s) after a later unit", label, st,
+                v, x->micro, x->phase == IR_PHASE_BACKWARD ? "backward" : "forward");
       if (slot > last) last = slot;
     }
-    CHECK_MSG(units == 2 * S.facts.microbatches, "%s: stage %d runs %d units, expected %lld",
-              label, st, units, (long long)(2 * S.facts.microbatches));
+    CHECK_MSG(units == 2 * S.facts.microbatches, "%s: stage %d runs %d units, expected %lld", label,
+              st, units, (long long)(2 * S.facts.microbatches));
   }
   int64_t vocab = fe_get_int(fe_get_child(G.cfg, "model"), "vocab_size");
   IrInterp *gi = ir_interp_new(g, NULL), *si = ir_interp_new(s, NULL);
