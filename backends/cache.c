@@ -83,10 +83,10 @@ static bool is_temporary(const char *name) {
 static void add_file(CacheScan *s, const char *name, const struct stat *st) {
   if (s->n == s->cap) {
     s->cap = s->cap ? 2 * s->cap : 256;
-    s->files = ir_xrealloc(s->files, s->cap * sizeof *s->files);
+    s->files = base_xrealloc(s->files, s->cap * sizeof *s->files);
   }
   CacheFile *f = &s->files[s->n];
-  f->name = ir_xstrdup(name);
+  f->name = base_xstrdup(name);
   f->size = (int64_t)st->st_size;
   f->used = st->st_mtim;
   f->gone = false;

@@ -111,10 +111,10 @@ int backend_link_trainer(const BackendLink *l, const BackendOptions *o, const Ba
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   /* AXLC_TRAINER_TOK_LIBS: the SentencePiece flags libaxrt was built with, space-separated;
    * AXLC_TRAINER_MPI_LIBS: its MPI libraries, ';'-separated (CMake) */
-  char *tok = ir_xstrdup(AXLC_TRAINER_TOK_LIBS);
-  char *mpi = ir_xstrdup(AXLC_TRAINER_MPI_LIBS);
+  char *tok = base_xstrdup(AXLC_TRAINER_TOK_LIBS);
+  char *mpi = base_xstrdup(AXLC_TRAINER_MPI_LIBS);
   size_t cap = (size_t)l->nobjects + strlen(tok) + strlen(mpi) + 32;
-  char **argv = ir_xcalloc(cap, sizeof *argv);
+  char **argv = base_xcalloc(cap, sizeof *argv);
   size_t n = 0;
   argv[n++] = (char *)cc;
   /* AXLC_TRAINER_FUSE_LD: -fuse-ld=lld where CMake found that the compiler can use it */

@@ -167,7 +167,7 @@ double drv_step_flops(const IrGraph *g, double *bf16) {
 static void phases(const IrGraph *g, uint8_t *phase) {
   int32_t n = g->nvalues;
   for (int32_t v = 0; v < n; v++) phase[v] = 2;
-  uint8_t *mark = ir_xcalloc((size_t)n + 1, 1);
+  uint8_t *mark = base_xcalloc((size_t)n + 1, 1);
   for (int pass = 0; pass < 2; pass++) {
     memset(mark, 0, (size_t)n + 1);
     for (int32_t k = 0; k < g->noutputs; k++) {
@@ -191,14 +191,16 @@ static bool is_grad(const IrGraph *g, int32_t v, const bool *grad_out) {
 
 /* Under microbatches the gradients are also each microbatch's and their running sums: the
  * values tagged PASS_MICROBATCH_TAG after the forward (the loss's sums are in it) and what
- * they add. */
-static void mark_microbatch_grads(const IrGraph *g, const uint8_t *phase, bool *grad_out) {
+ * they add. mb[v]: v is one of these (a reduce-scattered microbatch gradient, which is the
+ * running sum until the next microbatch adds to it, is a gradient, not a buffer in flight). */
+static void mark_microbatch_grads(const IrGraph *g, const uint8_t *phase, bool *grad_out,
+                                  bool *mb) {
   for (int32_t v = 0; v < g->nvalues; v++) {
     const IrValue *x = &g->values[v];
     if (phase[v] == 0 || strcmp(x->tag, PASS_MICROBATCH_TAG) != 0) continue;
-    grad_out[v] = true;
+    grad_out[v] = mb[v] = true;
     for (int32_t k = 0; k < x->nops; k++)
-      if (phase[x->ops[k]] != 0) grad_out[x->ops[k]] = true;
+      if (phase[x->ops[k]] != 0) grad_out[x->ops[k]] = mb[x->ops[k]] = true;
   }
 }
 
@@ -236,10 +238,11 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   r->mesh = j->build.mesh;
   IrGraph *g = j->graph;
   int32_t n = g->nvalues;
-  bool *mat = ir_xmalloc(((size_t)n + 1) * sizeof *mat);
-  bool *grad_out = ir_xcalloc((size_t)n + 1, sizeof *grad_out);
-  r->phase = ir_xmalloc((size_t)n + 1);
-  r->timeline = ir_xcalloc((size_t)n + 1, sizeof *r->timeline);
+  bool *mat = base_xmalloc(((size_t)n + 1) * sizeof *mat);
+  bool *grad_out = base_xcalloc((size_t)n + 1, sizeof *grad_out);
+  bool *mb_grad = base_xcalloc((size_t)n + 1, sizeof *mb_grad);
+  r->phase = base_xmalloc((size_t)n + 1);
+  r->timeline = base_xcalloc((size_t)n + 1, sizeof *r->timeline);
   /* the fusion plan of the backend that would compile it; without one, nothing fused. The graph
    * keeps its fused attention ops even where that backend lacks them (drv_backend_job expands
    * them later): the report is for accelerators with a fused attention kernel, which never
@@ -257,13 +260,14 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   if (pass_memplan_split(g, mat, split, &p) != IR_OK) {
     free(mat);
     free(grad_out);
+    free(mb_grad);
     return fe_error(&j->diag, j->file, NULL, "memory planning failed: %s", ir_graph_error(g));
   }
   r->nvalues = n;
   phases(g, r->phase);
   for (int32_t k = 0; k < g->noutputs; k++)
     if (!strncmp(g->outputs[k].name, "grad:", 5)) grad_out[g->outputs[k].value] = true;
-  mark_microbatch_grads(g, r->phase, grad_out);
+  mark_microbatch_grads(g, r->phase, grad_out, mb_grad);
   r->params = p.param_bytes;
   r->opt_state = p.opt_bytes;
   r->inputs = p.input_bytes;
@@ -275,7 +279,7 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   for (int32_t v = 0; v < n; v++)
     if (p.bytes[v] > r->largest) r->largest = p.bytes[v];
   /* live temporaries after each value: +bytes at its definition, -bytes after its last read */
-  int64_t *delta = ir_xcalloc((size_t)n + 2, sizeof *delta);
+  int64_t *delta = base_xcalloc((size_t)n + 2, sizeof *delta);
   for (int32_t v = 0; v < n; v++) {
     const IrValue *x = &g->values[v];
     if (is_leaf(x) || !p.bytes[v] || p.offset[v] < p.fixed_bytes)
@@ -293,7 +297,7 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   free(delta);
   r->temp_peak = n ? r->timeline[r->peak_at] : 0;
   /* what is live at the peak */
-  r->items = ir_xcalloc((size_t)n + 1, sizeof *r->items);
+  r->items = base_xcalloc((size_t)n + 1, sizeof *r->items);
   for (int32_t v = 0; v < n; v++) {
     const IrValue *x = &g->values[v];
     if (is_leaf(x) || !p.bytes[v] || p.offset[v] < p.fixed_bytes) continue;
@@ -305,7 +309,7 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
     /* a forward collective's result that the backward reads (a reduced projection that remat
      * saves) is a saved activation, not a buffer in flight */
     bool kept = r->phase[v] == 0 && last < n && r->phase[last] != 0;
-    if ((ir_op_flags(x->op) & IR_COLLECTIVE) && !kept)
+    if ((ir_op_flags(x->op) & IR_COLLECTIVE) && !kept && !mb_grad[v])
       it->kind = DRV_MEM_COMM, r->comm += it->bytes;
     else if (is_grad(g, v, grad_out))
       it->kind = DRV_MEM_GRAD, r->grads += it->bytes;
@@ -349,6 +353,7 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   r->peak = r->slab + r->comm_scratch + r->mpi_heap;
   free(mat);
   free(grad_out);
+  free(mb_grad);
   pass_memplan_free(&p);
   return 0;
 }
@@ -379,7 +384,7 @@ bool drv_memreport_fits(const DrvMemReport *r, const DrvDevice *dev) {
 static int64_t peak_with(const char *file, const FeOptions *opt, const DrvDevice *dev,
                          const char *extra) {
   FeOptions o = *opt;
-  const char **sets = ir_xmalloc(((size_t)opt->nsets + 1) * sizeof *sets);
+  const char **sets = base_xmalloc(((size_t)opt->nsets + 1) * sizeof *sets);
   for (int i = 0; i < opt->nsets; i++) sets[i] = opt->sets[i];
   sets[opt->nsets] = extra;
   o.sets = sets;
@@ -419,10 +424,9 @@ void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
   /* sequence parallelism on a model axis: no extra work, the layout of the activations outside
    * attention and feed-forward split over the sequence (docs/sharding.md) */
   const FeMesh *m = &j->build.mesh;
-  for (int i = 0; i < m->n; i++)
-    if (!strcmp(m->axes[i], "model") && m->shape[i] > 1 &&
-        !fe_get_bool(fe_get_child(j->cfg, "mesh"), "sequence_parallel"))
-      try_fix(file, opt, dev, "/mesh/sequence_parallel=true", out);
+  if (fe_role_split(m, FE_AXIS_TENSOR) > 1 &&
+      !fe_get_bool(fe_get_child(j->cfg, "mesh"), "sequence_parallel"))
+    try_fix(file, opt, dev, "/mesh/sequence_parallel=true", out);
   for (int i = 0; i < 3; i++) {
     snprintf(set, sizeof set, "/model/decoder/remat_policy=\"%s\"", presets[i]);
     try_fix(file, opt, dev, set, out);
@@ -438,13 +442,11 @@ void drv_memcheck_fixes(const char *file, const FeOptions *opt, const DrvJob *j,
     if (out->n > before) break;
     tried++;
   }
-  /* mesh changes: every batch device on fsdp; twice the model axis, taken from data or fsdp */
-  int di = -1, fi = -1, mi = -1;
-  for (int i = 0; i < m->n; i++) {
-    if (!strcmp(m->axes[i], "data")) di = i;
-    if (!strcmp(m->axes[i], "fsdp")) fi = i;
-    if (!strcmp(m->axes[i], "model")) mi = i;
-  }
+  /* mesh changes: every batch device on the one that shards the parameters (fsdp); twice the
+   * tensor axis (model), taken from the plain batch axis (data) or that one */
+  int di = fe_mesh_axis(m, FE_AXIS_BATCH, FE_AXIS_PARAMS | FE_AXIS_EXPERTS),
+      fi = fe_mesh_axis(m, FE_AXIS_BATCH | FE_AXIS_PARAMS, FE_AXIS_EXPERTS),
+      mi = fe_mesh_axis(m, FE_AXIS_TENSOR, 0);
   for (int c = 0; c < 3 && di >= 0 && fi >= 0 && mi >= 0; c++) {
     int64_t shape[FE_MAX_MESH];
     memcpy(shape, m->shape, sizeof shape);

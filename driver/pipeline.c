@@ -135,7 +135,7 @@ static RtInit param_init(const FeParam *p) {
 static int backend_program(DrvJob *j, BackendProgram *p) {
   free(j->backend_params);
   free(j->config_text);
-  j->backend_params = ir_xcalloc((size_t)j->build.nparams + 1, sizeof *j->backend_params);
+  j->backend_params = base_xcalloc((size_t)j->build.nparams + 1, sizeof *j->backend_params);
   j->config_text = fe_json_canonical(j->cfg);
   for (int i = 0; i < j->build.nparams; i++) {
     const FeParam *fp = &j->build.params[i];
@@ -261,7 +261,7 @@ static void spec_axes(const IrMesh *m, const char *spec, uint8_t *axes) {
 /* The shard pass's leaves: every parameter by its partition spec, and ids and targets (B, T):
  * the batch over the axes that split it, the sequence over the seq axes. */
 static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n) {
-  PassShardLeaf *l = ir_xcalloc((size_t)j->build.nparams + 2, sizeof *l);
+  PassShardLeaf *l = base_xcalloc((size_t)j->build.nparams + 2, sizeof *l);
   for (int i = 0; i < j->build.nparams; i++) {
     const FeParam *p = &j->build.params[i];
     l[i].name = p->path;
@@ -345,11 +345,11 @@ typedef struct RematScopes {
 static void remat_scope_add(RematScopes *r, const char *path, json_object *pol) {
   if (r->n == r->cap) {
     r->cap = r->cap ? 2 * r->cap : 8;
-    r->s = ir_xrealloc(r->s, (size_t)r->cap * sizeof *r->s);
+    r->s = base_xrealloc(r->s, (size_t)r->cap * sizeof *r->s);
   }
   PassRematScope *sc = &r->s[r->n];
   memset(sc, 0, sizeof *sc);
-  sc->path = ir_xstrdup(path);
+  sc->path = base_xstrdup(path);
   r->n++;
   if (json_object_get_type(pol) == json_type_string) {
     sc->preset = json_object_get_string(pol);
@@ -360,7 +360,7 @@ static void remat_scope_add(RematScopes *r, const char *path, json_object *pol) 
   sc->noffload = off ? (int32_t)json_object_array_length(off) : 0;
   sc->nsave = save ? (int32_t)json_object_array_length(save) : 0;
   if (!sc->nsave) return;
-  const char **sv = ir_xmalloc((size_t)sc->nsave * sizeof *sv);
+  const char **sv = base_xmalloc((size_t)sc->nsave * sizeof *sv);
   for (int32_t i = 0; i < sc->nsave; i++)
     sv[i] = json_object_get_string(json_object_array_get_idx(save, (size_t)i));
   sc->save = sv;
@@ -441,14 +441,14 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   }
   j->graph = fe_compose(&j->diag, j->file, j->cfg, &j->build);
   if (!j->graph) return -1;
-  const char **names = ir_xmalloc(((size_t)j->build.nparams + 1) * sizeof *names);
-  double *scales = ir_xmalloc(((size_t)j->build.nparams + 1) * sizeof *scales);
+  const char **names = base_xmalloc(((size_t)j->build.nparams + 1) * sizeof *names);
+  double *scales = base_xmalloc(((size_t)j->build.nparams + 1) * sizeof *scales);
   PassLearner learner;
   learner_options(j, &learner, names, scales);
   PassOptions po = {0};
   po.learner = &learner;
   /* LoRA: gradients of the adapters alone; the frozen base gets none, so no optimizer state */
-  const char **wrt = ir_xmalloc(((size_t)j->build.nparams + 1) * sizeof *wrt);
+  const char **wrt = base_xmalloc(((size_t)j->build.nparams + 1) * sizeof *wrt);
   for (int i = 0; i < j->build.nparams; i++)
     if (!j->build.params[i].frozen) wrt[po.nwrt++] = j->build.params[i].path;
   if (po.nwrt == j->build.nparams) po.nwrt = 0; /* every parameter */

@@ -17,16 +17,11 @@
 
 /* ---- the mesh axes ------------------------------------------------------ */
 
-/* A new axis, or a new role of one, is a row or a flag here: the mesh checks, the batch
- * split, the shard pass's batch leaves and the refusal of unsupported axes read it. */
-const FeAxis fe_axes[] = {
-    {"pipeline", FE_AXIS_PIPELINE, "pipeline"},
-    {"data", FE_AXIS_BATCH | FE_AXIS_SUPPORTED, "data"},
-    {"expert", FE_AXIS_BATCH | FE_AXIS_EXPERTS | FE_AXIS_SUPPORTED, "expert"},
-    {"fsdp", FE_AXIS_BATCH | FE_AXIS_PARAMS | FE_AXIS_SUPPORTED, "fully sharded data"},
-    {"seq", FE_AXIS_SEQUENCE | FE_AXIS_SUPPORTED, "sequence (context)"},
-    {"model", FE_AXIS_PARAMS | FE_AXIS_SUPPORTED, "tensor (model)"},
-};
+/* A new axis, or a new role of one, is a row or a flag of FE_AXES (frontend.h): the mesh checks,
+ * the batch split, the shard pass's batch leaves and the refusal of unsupported axes read it. */
+#define FE_AXIS_ROW(name, roles, what, size) {name, roles, what},
+const FeAxis fe_axes[] = {FE_AXES(FE_AXIS_ROW, )};
+#undef FE_AXIS_ROW
 const int fe_naxes = (int)(sizeof fe_axes / sizeof fe_axes[0]);
 
 const FeAxis *fe_axis(const char *name) {
@@ -34,6 +29,42 @@ const FeAxis *fe_axis(const char *name) {
     if (strcmp(name, fe_axes[i].name) == 0) return &fe_axes[i];
   return NULL;
 }
+
+const FeAxis *fe_axis_with(unsigned roles) {
+  for (int i = 0; i < fe_naxes; i++)
+    if ((fe_axes[i].roles & roles) == roles) return &fe_axes[i];
+  return NULL;
+}
+
+const char *fe_axis_names(unsigned roles, const char *sep, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < fe_naxes; i++)
+    if ((fe_axes[i].roles & roles) == roles && len < cap)
+      len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? sep : "", fe_axes[i].name);
+  return buf;
+}
+
+int fe_mesh_axis(const FeMesh *m, unsigned has, unsigned lacks) {
+  for (int i = 0; i < m->n; i++) {
+    const FeAxis *a = fe_axis(m->axes[i]);
+    if (a && (a->roles & has) == has && !(a->roles & lacks)) return i;
+  }
+  return -1;
+}
+
+int64_t fe_role_split(const FeMesh *m, unsigned roles) {
+  int64_t split = 1;
+  for (int i = 0; i < m->n; i++) {
+    const FeAxis *a = fe_axis(m->axes[i]);
+    if (a && (a->roles & roles) == roles) split *= m->shape[i];
+  }
+  return split;
+}
+
+int64_t fe_batch_split(const FeMesh *m) { return fe_role_split(m, FE_AXIS_BATCH); }
+
+int64_t fe_seq_split(const FeMesh *m) { return fe_role_split(m, FE_AXIS_SEQUENCE); }
 
 /* ---- the mesh ----------------------------------------------------------- */
 
@@ -122,7 +153,7 @@ static int by_path(const void *a, const void *b) {
 /* The parameters in path order: the composer looks up every one by path, and
  * a scan per lookup would be quadratic in the number of layers. */
 static void index_params(FeBuild *b) {
-  b->by_path = ir_xmalloc(((size_t)b->nparams + 1) * sizeof *b->by_path);
+  b->by_path = base_xmalloc(((size_t)b->nparams + 1) * sizeof *b->by_path);
   for (int i = 0; i < b->nparams; i++) b->by_path[i] = &b->params[i];
   qsort(b->by_path, (size_t)b->nparams, sizeof *b->by_path, by_path);
 }
@@ -243,7 +274,7 @@ int fe_build_child(FeBuild *b, json_object *node, const char *field, const char 
 static FeParam *param_new(FeBuild *b) {
   if (b->nparams == b->capparams) {
     b->capparams = b->capparams ? 2 * b->capparams : 64;
-    b->params = ir_xrealloc(b->params, (size_t)b->capparams * sizeof *b->params);
+    b->params = base_xrealloc(b->params, (size_t)b->capparams * sizeof *b->params);
   }
   FeParam *p = &b->params[b->nparams++];
   memset(p, 0, sizeof *p);
@@ -340,9 +371,9 @@ static int declare(FeBuild *b, json_object *node, const char *cfg, const char *p
                     prm, name, numel, FE_MAX_TENSOR_NUMEL, FE_MAX_TOTAL_NUMEL);
   FeParam *p = param_new(b);
   size_t len = strlen(prm) + strlen(name) + 2;
-  p->path = ir_xmalloc(len);
+  p->path = base_xmalloc(len);
   snprintf(p->path, len, "%s/%s", prm, name);
-  p->origin = ir_xstrdup(cfg);
+  p->origin = base_xstrdup(cfg);
   p->rank = rank;
   memcpy(p->shape, shape, (size_t)rank * sizeof *shape);
   p->dtype = in->dtype ? in->dtype : "f32";
@@ -408,9 +439,10 @@ int fe_vocab_param(FeBuild *b, json_object *node, const char *cfg, const char *p
                       "the vocabulary (vocab_size %lld) does not divide over mesh axes %s (%lld "
                       "devices) of the vocabulary-parallel table %s/weight (expected a "
                       "vocab_size that is a multiple of %lld, e.g. %lld, or the model dim split "
-                      "instead: {\"weight\": [null, \"model\"]})",
+                      "instead: {\"weight\": [null, \"%s\"]})",
                       (long long)in->vocab_size, axes, (long long)n, prm, (long long)n,
-                      (long long)((in->vocab_size + n - 1) / n * n));
+                      (long long)((in->vocab_size + n - 1) / n * n),
+                      fe_axis_with(FE_AXIS_TENSOR)->name);
     }
   }
   b->lora.not_linear = "the vocabulary table of an embedding or an output head";
@@ -421,24 +453,6 @@ int fe_vocab_param(FeBuild *b, json_object *node, const char *cfg, const char *p
 }
 
 /* ---- the training step's tensors ---------------------------------------- */
-
-int64_t fe_batch_split(const FeMesh *m) {
-  int64_t split = 1;
-  for (int i = 0; i < m->n; i++) {
-    const FeAxis *a = fe_axis(m->axes[i]);
-    if (a && (a->roles & FE_AXIS_BATCH)) split *= m->shape[i];
-  }
-  return split;
-}
-
-int64_t fe_seq_split(const FeMesh *m) {
-  int64_t split = 1;
-  for (int i = 0; i < m->n; i++) {
-    const FeAxis *a = fe_axis(m->axes[i]);
-    if (a && (a->roles & FE_AXIS_SEQUENCE)) split *= m->shape[i];
-  }
-  return split;
-}
 
 /* "65536 x 4 x 16777216 x 16777216" */
 static char *fmt_dims(int rank, const int64_t *dims) {

@@ -161,7 +161,7 @@ static IrGraph *compose(FeDiag *d, const char *file, json_object *cfg, const FeB
   int64_t seq_len = fe_get_int(fe_get_child(cfg, "input"), "seq_len");
   FeEmit e = {.g = g,
               .b = b,
-              .param_vals = ir_xmalloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
+              .param_vals = base_xmalloc(((size_t)b->nparams + 1) * sizeof(int32_t)),
               .batch = forward ? 1 : micro_batch(cfg),
               .seq = m == COMPOSE_DECODE ? 1 : seq_len,
               .ids = IR_NONE,

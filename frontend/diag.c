@@ -27,7 +27,7 @@ char *fe_vasprintf(const char *fmt, va_list ap) {
   va_list again;
   va_copy(again, ap);
   int n = vsnprintf(NULL, 0, fmt, ap);
-  char *s = ir_xrealloc(NULL, n > 0 ? (size_t)n + 1 : 1);
+  char *s = base_xrealloc(NULL, n > 0 ? (size_t)n + 1 : 1);
   vsnprintf(s, n > 0 ? (size_t)n + 1 : 1, fmt, again);
   va_end(again);
   return s;
@@ -52,7 +52,7 @@ int fe_error(FeDiag *d, const char *file, const char *path, const char *fmt, ...
   free(body);
   if (d->n == d->cap) {
     d->cap = d->cap ? 2 * d->cap : 8;
-    d->msgs = ir_xrealloc(d->msgs, (size_t)d->cap * sizeof *d->msgs);
+    d->msgs = base_xrealloc(d->msgs, (size_t)d->cap * sizeof *d->msgs);
   }
   d->msgs[d->n++] = msg;
   return -1;
@@ -67,9 +67,9 @@ const char *fe_intern(FeDiag *d, const char *s) {
     if (strcmp(d->pool[i], s) == 0) return d->pool[i];
   if (d->npool == d->cappool) {
     d->cappool = d->cappool ? 2 * d->cappool : 8;
-    d->pool = ir_xrealloc(d->pool, (size_t)d->cappool * sizeof *d->pool);
+    d->pool = base_xrealloc(d->pool, (size_t)d->cappool * sizeof *d->pool);
   }
-  d->pool[d->npool] = ir_xstrdup(s);
+  d->pool[d->npool] = base_xstrdup(s);
   return d->pool[d->npool++];
 }
 

@@ -329,10 +329,10 @@ void fe_step_tensor(FeBuild *b, const char *what, const char *names, int rank, c
 /* -1 (the message recorded in `d`) if the training step would hold a
  * tensor too large; every command that builds a graph calls it first. */
 int fe_step_check(const FeBuild *b, FeDiag *d);
-/* The mesh axes and what each does: one row per axis name (frontend/build.c, fe_axes). The
- * config's mesh may name only these; the batch is split over the FE_AXIS_BATCH axes; a
- * parameter's partition spec may name any of them. An axis without FE_AXIS_SUPPORTED is
- * refused at a size above 1. */
+/* The mesh axes and what each does: the one place an axis is named. The config's mesh may
+ * name only these; the batch is split over the FE_AXIS_BATCH axes; a parameter's partition spec
+ * may name any of them. An axis without FE_AXIS_SUPPORTED is refused at a size above 1. Code
+ * finds an axis by its roles, never by its name. */
 enum {
   FE_AXIS_BATCH = 1 << 0,     /* splits the global batch (dim 0 of ids and targets) */
   FE_AXIS_PARAMS = 1 << 1,    /* the shipped rules split parameters over it (fsdp, model) */
@@ -340,7 +340,26 @@ enum {
   FE_AXIS_SEQUENCE = 1 << 3,  /* splits the sequence (dim 1 of ids and targets) */
   FE_AXIS_PIPELINE = 1 << 4,  /* carries pipeline stages */
   FE_AXIS_SUPPORTED = 1 << 5, /* the shard pass and the runtime can split over it */
+  FE_AXIS_TENSOR = 1 << 6,    /* splits within a layer; sequence parallelism splits over it */
 };
+/* The table: X(name, roles, what, size), one row per axis, outermost first, rows joined by SEP.
+ * `what` names the parallelism in messages; `size` is the axis's in the default mesh (-1: the
+ * devices left). fe_axes[] (build.c) and the default mesh (FE_AXES_JSON, FE_AXES_SIZES_JSON)
+ * are made from it. */
+/* clang-format off */
+#define FE_AXES(X, SEP)                                                                            \
+  X("pipeline", FE_AXIS_PIPELINE,                                    "pipeline",            1) SEP \
+  X("data",     FE_AXIS_BATCH | FE_AXIS_SUPPORTED,                   "data",               -1) SEP \
+  X("expert",   FE_AXIS_BATCH | FE_AXIS_EXPERTS | FE_AXIS_SUPPORTED, "expert",              1) SEP \
+  X("fsdp",     FE_AXIS_BATCH | FE_AXIS_PARAMS | FE_AXIS_SUPPORTED,  "fully sharded data",  1) SEP \
+  X("seq",      FE_AXIS_SEQUENCE | FE_AXIS_SUPPORTED,                "sequence (context)",  1) SEP \
+  X("model",    FE_AXIS_PARAMS | FE_AXIS_TENSOR | FE_AXIS_SUPPORTED, "tensor (model)",      1)
+/* clang-format on */
+#define FE_AXIS_JSON_NAME(name, roles, what, size) "\"" name "\""
+#define FE_AXIS_JSON_SIZE(name, roles, what, size) #size
+/* The default mesh as JSON text: ["pipeline", "data", ...] and [1, -1, ...]. */
+#define FE_AXES_JSON       "[" FE_AXES(FE_AXIS_JSON_NAME, ", ") "]"
+#define FE_AXES_SIZES_JSON "[" FE_AXES(FE_AXIS_JSON_SIZE, ", ") "]"
 typedef struct {
   const char *name;
   unsigned roles;   /* FE_AXIS_* */
@@ -350,6 +369,16 @@ extern const FeAxis fe_axes[];
 extern const int fe_naxes;
 /* The row of axis `name`; NULL if no axis has that name. */
 const FeAxis *fe_axis(const char *name);
+/* The first row (outermost) with every role of `roles`; NULL if none has them. */
+const FeAxis *fe_axis_with(unsigned roles);
+/* The names of the rows with every role of `roles`, outermost first, joined by `sep`
+ * ("data x expert x fsdp"); "" if none. Returns buf. */
+const char *fe_axis_names(unsigned roles, const char *sep, char *buf, size_t cap);
+/* The index in m of the first axis whose row has every role of `has` and none of `lacks`; -1 if
+ * m has none. */
+int fe_mesh_axis(const FeMesh *m, unsigned has, unsigned lacks);
+/* Devices the axes of m with every role of `roles` span (the product of their sizes; 1: none). */
+int64_t fe_role_split(const FeMesh *m, unsigned roles);
 /* Devices the global batch is split over: the product of the mesh's FE_AXIS_BATCH axes. */
 int64_t fe_batch_split(const FeMesh *m);
 /* Devices the sequence is split over: the product of the mesh's FE_AXIS_SEQUENCE axes. */

@@ -84,7 +84,7 @@ static void note_file(FeDiag *d, const char *file) {
     if (d->files[i] == file) return;
   if (d->nfiles == d->capfiles) {
     d->capfiles = d->capfiles ? 2 * d->capfiles : 8;
-    d->files = ir_xrealloc(d->files, (size_t)d->capfiles * sizeof *d->files);
+    d->files = base_xrealloc(d->files, (size_t)d->capfiles * sizeof *d->files);
   }
   d->files[d->nfiles++] = file;
 }
@@ -106,9 +106,9 @@ json_object *fe_json_load(FeDiag *d, const char *file) {
     return NULL;
   }
   size_t cap = 4096, len = 0;
-  char *buf = ir_xmalloc(cap);
+  char *buf = base_xmalloc(cap);
   for (;;) {
-    if (len == cap) buf = ir_xrealloc(buf, cap *= 2);
+    if (len == cap) buf = base_xrealloc(buf, cap *= 2);
     size_t got = fread(buf + len, 1, cap - len, f);
     len += got;
     if (got == 0 || len > FE_MAX_CONFIG_BYTES) break;
@@ -138,11 +138,11 @@ typedef struct FeOrigin {
 } FeOrigin;
 
 static FeOrigin *origin_new(FeDiag *d, const char *file) {
-  FeOrigin *o = ir_xcalloc(1, sizeof *o);
+  FeOrigin *o = base_xcalloc(1, sizeof *o);
   o->file = file;
   if (d->norigins == d->caporigins) {
     d->caporigins = d->caporigins ? 2 * d->caporigins : 16;
-    d->origins = ir_xrealloc(d->origins, (size_t)d->caporigins * sizeof *d->origins);
+    d->origins = base_xrealloc(d->origins, (size_t)d->caporigins * sizeof *d->origins);
   }
   d->origins[d->norigins++] = o;
   return o;
@@ -207,8 +207,8 @@ void fe_set_origin_key(FeDiag *d, json_object *o, const char *key, const char *f
     }
   if (r->n == r->cap) {
     r->cap = r->cap ? 2 * r->cap : 4;
-    r->keys = ir_xrealloc(r->keys, (size_t)r->cap * sizeof *r->keys);
-    r->files = ir_xrealloc(r->files, (size_t)r->cap * sizeof *r->files);
+    r->keys = base_xrealloc(r->keys, (size_t)r->cap * sizeof *r->keys);
+    r->files = base_xrealloc(r->files, (size_t)r->cap * sizeof *r->files);
   }
   r->keys[r->n] = key;
   r->files[r->n++] = file;
@@ -355,7 +355,7 @@ typedef struct {
 static void put(Buf *b, const char *s, size_t n) {
   if (b->n + n + 1 > b->cap) {
     while (b->n + n + 1 > b->cap) b->cap = b->cap ? 2 * b->cap : 256;
-    b->s = ir_xrealloc(b->s, b->cap);
+    b->s = base_xrealloc(b->s, b->cap);
   }
   memcpy(b->s + b->n, s, n);
   b->n += n;
@@ -422,7 +422,7 @@ static void put_object(Buf *b, json_object *o, int depth) {
     puts_(b, "{}");
     return;
   }
-  const char **keys = ir_xmalloc((size_t)n * sizeof *keys);
+  const char **keys = base_xmalloc((size_t)n * sizeof *keys);
   int i = 0;
   json_object_object_foreach(o, k, v) {
     (void)v;

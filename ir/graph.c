@@ -32,7 +32,7 @@ void *ir_graph_alloc(IrGraph *g, size_t size) {
   ArenaBlock *b = g->arena->head;
   if (!b || b->cap - b->used < size) {
     size_t cap = size > ARENA_BLOCK ? size : ARENA_BLOCK;
-    b = ir_xmalloc(sizeof *b + cap);
+    b = base_xmalloc(sizeof *b + cap);
     b->next = g->arena->head;
     b->used = 0;
     b->cap = cap;
@@ -59,8 +59,8 @@ const char *ir_graph_intern(IrGraph *g, const char *s) {
 /* ---- graph lifetime and errors ---- */
 
 IrGraph *ir_graph_new(void) {
-  IrGraph *g = ir_xcalloc(1, sizeof *g);
-  g->arena = ir_xcalloc(1, sizeof *g->arena);
+  IrGraph *g = base_xcalloc(1, sizeof *g);
+  g->arena = base_xcalloc(1, sizeof *g->arena);
   g->origin = "";
   g->tag = "";
   return g;
@@ -124,7 +124,7 @@ int ir_graph_set_mesh(IrGraph *g, const IrMesh *mesh) {
 
 void ir_graph_reserve(IrGraph *g, int32_t n) {
   if (n <= g->cap) return;
-  g->values = ir_xrealloc(g->values, (size_t)n * sizeof *g->values);
+  g->values = base_xrealloc(g->values, (size_t)n * sizeof *g->values);
   g->cap = n;
 }
 
@@ -223,7 +223,7 @@ static int32_t *out_slot(const IrGraph *g, const char *name) {
 static void out_index_reserve(IrGraph *g) {
   if (2 * ((int64_t)g->noutputs + 1) <= g->outindex_cap) return;
   int32_t cap = g->outindex_cap ? 2 * g->outindex_cap : 16;
-  int32_t *index = ir_xmalloc((size_t)cap * sizeof *index);
+  int32_t *index = base_xmalloc((size_t)cap * sizeof *index);
   for (int32_t i = 0; i < cap; i++) index[i] = -1;
   free(g->outindex);
   g->outindex = index;
@@ -234,7 +234,7 @@ static void out_index_reserve(IrGraph *g) {
 int32_t ir_graph_add_mapped(IrGraph *ng, const IrGraph *g, int32_t v, const int32_t *map) {
   IrValue x = g->values[v];
   int32_t small[64], *o = small, *big = NULL;
-  if (x.nops > 64) o = big = ir_xmalloc((size_t)x.nops * sizeof *big);
+  if (x.nops > 64) o = big = base_xmalloc((size_t)x.nops * sizeof *big);
   for (int32_t k = 0; k < x.nops; k++) o[k] = map[x.ops[k]];
   x.ops = o;
   int32_t r = ir_graph_add(ng, &x);
@@ -249,7 +249,7 @@ int ir_graph_add_output(IrGraph *g, const char *name, int32_t v) {
   if (*slot >= 0) return ir_graph_fail(g, "output '%s' defined twice", name);
   if (g->noutputs == g->outcap) {
     int32_t cap = g->outcap ? g->outcap * 2 : 8;
-    g->outputs = ir_xrealloc(g->outputs, (size_t)cap * sizeof *g->outputs);
+    g->outputs = base_xrealloc(g->outputs, (size_t)cap * sizeof *g->outputs);
     g->outcap = cap;
   }
   const char *s = ir_graph_intern(g, name);
@@ -282,7 +282,7 @@ static int32_t *leaf_slot(const IrGraph *g, IrOp op, const char *name) {
 static void leaf_index_add(IrGraph *g, int32_t v) {
   if (2 * ((int64_t)g->nleaves + 1) > g->leafindex_cap) {
     int32_t cap = g->leafindex_cap ? 2 * g->leafindex_cap : 64;
-    int32_t *index = ir_xmalloc((size_t)cap * sizeof *index);
+    int32_t *index = base_xmalloc((size_t)cap * sizeof *index);
     for (int32_t i = 0; i < cap; i++) index[i] = -1;
     int32_t *old = g->leafindex, oldcap = g->leafindex_cap;
     g->leafindex = index;

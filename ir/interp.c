@@ -496,7 +496,7 @@ static bool mesh_covers(const IrMesh *m, const IrMesh *gm) {
 }
 
 IrInterp *ir_interp_new(const IrGraph *g, const IrMesh *mesh) {
-  IrInterp *it = ir_xcalloc(1, sizeof *it);
+  IrInterp *it = base_xcalloc(1, sizeof *it);
   it->g = g;
   it->mesh = mesh ? *mesh : g->mesh;
   it->ndev = ir_mesh_devices(&it->mesh);
@@ -538,7 +538,7 @@ static double **slot(const IrInterp *it, double **slots, int64_t dev, int32_t v)
 
 /* last[v]: the last value reading v, or nvalues for outputs (they are kept). */
 static int32_t *last_reads(const IrGraph *g) {
-  int32_t *last = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *last);
+  int32_t *last = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *last);
   for (int32_t v = 0; v < g->nvalues; v++) last[v] = v;
   for (int32_t v = 0; v < g->nvalues; v++)
     for (int32_t k = 0; k < g->values[v].nops; k++) last[g->values[v].ops[k]] = v;
@@ -704,7 +704,7 @@ static int interp_collective(IrInterp *it, int32_t vi) {
   int64_t n = ir_shape_numel(&v->shape);
   if (ir_mesh_group_size(&it->mesh, &v->attr) > 4096)
     return interp_fail(it, "%%%d (%s): group too large", vi, ir_op_name(v->op));
-  Group *gr = ir_xmalloc(sizeof *gr);
+  Group *gr = base_xmalloc(sizeof *gr);
   for (int64_t d = 0; d < it->ndev; d++) {
     if (!ir_value_on_device(&it->mesh, v, d)) continue; /* another pipeline stage's */
     double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
@@ -741,7 +741,7 @@ static int interp_value(IrInterp *it, int64_t dev, int32_t vi) {
     return IR_OK;
   }
   const double *args[64];
-  const double **argv = v->nops <= 64 ? args : ir_xmalloc((size_t)v->nops * sizeof *argv);
+  const double **argv = v->nops <= 64 ? args : base_xmalloc((size_t)v->nops * sizeof *argv);
   for (int32_t i = 0; i < v->nops; i++) argv[i] = *slot(it, it->vals, dev, v->ops[i]);
   char msg[IR_ERR_LEN];
   int st = ir_eval_value(it->g, vi, argv, out, it->round, msg, sizeof msg);

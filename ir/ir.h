@@ -30,15 +30,6 @@
 
 enum { IR_OK = 0, IR_ERR = -1 };
 
-/* ======================================================================== allocation */
-
-/* The compiler's allocator is base/'s (base.h: it aborts rather than return NULL); the IR and
- * the layers above it call it by these names. */
-#define ir_xmalloc  base_xmalloc
-#define ir_xcalloc  base_xcalloc
-#define ir_xrealloc base_xrealloc
-#define ir_xstrdup  base_xstrdup
-
 /* ======================================================================== ops.c: op, dtype tables
  */
 

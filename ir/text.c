@@ -74,7 +74,7 @@ static void buf_printf(Buf *b, const char *fmt, ...) {
   if (n < 0) return;
   if (b->len + (size_t)n + 1 > b->cap) {
     size_t cap = (b->cap ? b->cap * 2 : 1024) + (size_t)n;
-    b->s = ir_xrealloc(b->s, cap);
+    b->s = base_xrealloc(b->s, cap);
     b->cap = cap;
   }
   va_start(ap, fmt);
@@ -346,11 +346,11 @@ static int parse_names(Parser *ps, IrAttrs *a, char (*names)[IR_MAX_AXIS_NAME]) 
 static int parse_data(Parser *ps, double **data, int64_t *n) {
   size_t cap = 16;
   *n = 0;
-  *data = ir_xmalloc(cap * sizeof **data);
+  *data = base_xmalloc(cap * sizeof **data);
   if (expect(ps, '[')) return IR_ERR;
   if (accept(ps, ']')) return IR_OK;
   do {
-    if ((size_t)*n == cap) *data = ir_xrealloc(*data, (cap *= 2) * sizeof **data);
+    if ((size_t)*n == cap) *data = base_xrealloc(*data, (cap *= 2) * sizeof **data);
     if (parse_double(ps, &(*data)[(*n)++])) return IR_ERR;
   } while (accept(ps, ','));
   return expect(ps, ']');
@@ -375,7 +375,7 @@ static void label_add(Parser *ps, int64_t label, int32_t value) {
     size_t cap = ps->nlabels_cap ? ps->nlabels_cap * 2 : 64;
     Label *old = ps->labels;
     size_t oldcap = ps->nlabels_cap;
-    ps->labels = ir_xmalloc(cap * sizeof *ps->labels);
+    ps->labels = base_xmalloc(cap * sizeof *ps->labels);
     for (size_t i = 0; i < cap; i++) ps->labels[i].value = IR_NONE;
     ps->nlabels_cap = cap;
     for (size_t i = 0; i < oldcap; i++)
@@ -555,7 +555,7 @@ static int parse_value(Parser *ps) {
   if (expect(ps, '=')) return IR_ERR;
   IrValue v;
   memset(&v, 0, sizeof v);
-  ValueText *t = ir_xcalloc(1, sizeof *t);
+  ValueText *t = base_xcalloc(1, sizeof *t);
   int st = parse_value_body(ps, &v, t);
   if (st == IR_OK) st = add_parsed(ps, &v, label, at);
   free(t->data);

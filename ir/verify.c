@@ -87,7 +87,7 @@ static int32_t first_repeat(Named *e, int32_t n, int32_t *earlier) {
 /* The first parameter or input whose name an earlier one of the same op has (-1 if none), and
  * that earlier one. */
 static int32_t repeated_value_name(const IrGraph *g, int32_t *earlier) {
-  Named *e = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *e);
+  Named *e = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *e);
   int32_t n = 0;
   for (int32_t i = 0; i < g->nvalues; i++)
     if ((g->values[i].op == IR_PARAMETER || g->values[i].op == IR_INPUT) && g->values[i].name)
@@ -107,7 +107,7 @@ static int verify_strings(const IrGraph *g, int32_t i, int32_t repeat, int32_t e
 }
 
 static int verify_outputs(const IrGraph *g, char *msg, size_t cap) {
-  Named *e = ir_xmalloc(((size_t)g->noutputs + 1) * sizeof *e);
+  Named *e = base_xmalloc(((size_t)g->noutputs + 1) * sizeof *e);
   for (int32_t k = 0; k < g->noutputs; k++) e[k] = (Named){0, k, g->outputs[k].name};
   int32_t earlier, repeat = first_repeat(e, g->noutputs, &earlier);
   free(e);

@@ -362,7 +362,7 @@ bool pass_autodiff_has_rule(IrOp op) { return op < IR_OP_COUNT && ad_rules[op] !
 /* need[x]: x depends on a wrt value, y depends on x, and x is a float. */
 static void ad_mark(AdCtx *c, int32_t y, int32_t nwrt, const int32_t *wrt) {
   const IrGraph *g = c->g;
-  bool *reach = ir_xcalloc((size_t)c->nfwd, sizeof *reach);
+  bool *reach = base_xcalloc((size_t)c->nfwd, sizeof *reach);
   for (int32_t i = 0; i < nwrt; i++) c->need[wrt[i]] = true;
   for (int32_t v = 0; v <= y; v++)
     for (int32_t k = 0; k < g->values[v].nops; k++) c->need[v] |= c->need[g->values[v].ops[k]];
@@ -402,8 +402,8 @@ static void ad_backward(AdCtx *c, int32_t y) {
 
 int pass_autodiff_values(IrGraph *g, int32_t y, int32_t nwrt, const int32_t *wrt, int32_t *grads) {
   if (ir_graph_error(g) || ad_check(g, y, nwrt, wrt)) return IR_ERR;
-  AdCtx c = {g, g->nvalues, ir_xcalloc((size_t)g->nvalues, sizeof(int32_t)),
-             ir_xcalloc((size_t)g->nvalues, sizeof(bool))};
+  AdCtx c = {g, g->nvalues, base_xcalloc((size_t)g->nvalues, sizeof(int32_t)),
+             base_xcalloc((size_t)g->nvalues, sizeof(bool))};
   for (int32_t i = 0; i < c.nfwd; i++) c.grad[i] = IR_NONE;
   ad_mark(&c, y, nwrt, wrt);
   ad_backward(&c, y);
@@ -417,7 +417,7 @@ int pass_autodiff_values(IrGraph *g, int32_t y, int32_t nwrt, const int32_t *wrt
 static int ad_output(IrGraph *g, int32_t p, int32_t grad) {
   const char *name = g->values[p].name;
   size_t n = strlen(name) + 6;
-  char *out = ir_xmalloc(n);
+  char *out = base_xmalloc(n);
   snprintf(out, n, "grad:%s", name);
   int st = ir_graph_add_output(g, out, grad);
   free(out);
@@ -428,7 +428,7 @@ int pass_autodiff(IrGraph *g, const PassOptions *opt) {
   const char *loss = opt && opt->loss ? opt->loss : "loss";
   int32_t y = ir_graph_output(g, loss);
   if (y == IR_NONE) return ir_graph_fail(g, "autodiff: no output named '%s'", loss);
-  int32_t n = 0, *wrt = ir_xmalloc((size_t)(g->nvalues + 1) * sizeof *wrt);
+  int32_t n = 0, *wrt = base_xmalloc((size_t)(g->nvalues + 1) * sizeof *wrt);
   for (int32_t i = 0; opt && i < opt->nwrt; i++) {
     wrt[n] = ir_graph_find(g, IR_PARAMETER, opt->wrt[i]);
     if (wrt[n++] == IR_NONE)
@@ -436,7 +436,7 @@ int pass_autodiff(IrGraph *g, const PassOptions *opt) {
   }
   for (int32_t i = 0; (!opt || !opt->nwrt) && i < g->nvalues; i++)
     if (g->values[i].op == IR_PARAMETER) wrt[n++] = i;
-  int32_t *grads = ir_xmalloc((size_t)(n + 1) * sizeof *grads);
+  int32_t *grads = base_xmalloc((size_t)(n + 1) * sizeof *grads);
   int st = pass_autodiff_values(g, y, n, wrt, grads);
   for (int32_t i = 0; st == IR_OK && i < n; i++) st = ad_output(g, wrt[i], grads[i]);
   free(wrt);

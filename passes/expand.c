@@ -169,7 +169,7 @@ int pass_expand(IrGraph *g, const PassOptions *opt) {
   for (int32_t i = 0; i < g->nvalues; i++) n += is_attention(g->values[i].op);
   if (n == 0) return IR_OK;
   IrGraph *ng = ir_graph_new();
-  int32_t *map = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *map);
+  int32_t *map = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *map);
   ng->mesh = g->mesh;
   ng->matmul = g->matmul;
   ir_graph_reserve(ng, g->nvalues + 32 * n); /* up to 32 values per attention_grad */

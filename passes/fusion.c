@@ -29,13 +29,26 @@
  * and read back. The code generators compute such a run a block of elements at a time into
  * registers and reduce the block as they would a stored one, so the sums are the same.
  *
+ * A running sum of microbatches (an add tagged PASS_MICROBATCH_TAG, pass_microbatch) is stored
+ * where it is made, after each microbatch. Its chain of adds is elementwise and single-use, so
+ * it would otherwise be one loop at the step's end, where the mean divides it: every
+ * microbatch's gradient (a device's chunk of every parameter's, under fsdp) would stay alive
+ * to that loop, M of them instead of the one running sum. The adds are the same, in the same
+ * order, so the sums are the same.
+ *
  * Parameters, inputs, outputs and every operand of any other value that is not elementwise
  * (reductions over leading axes, matrix products, gathers, ...) keep their buffers: those kernels
  * read their operands at other positions.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "passes/passes.h"
+
+/* A running sum of microbatches: stored after each one (see the top of the file). */
+static bool running_sum(const IrValue *x) {
+  return x->op == IR_ADD && x->tag && !strcmp(x->tag, PASS_MICROBATCH_TAG);
+}
 
 static bool inlinable(const IrValue *x) {
   if (x->op == IR_CONSTANT) return x->attr.data == NULL;
@@ -124,9 +137,9 @@ static bool reduction_takes(const IrGraph *g, const bool *mat, int32_t r, int32_
 int pass_fusion_plan(const IrGraph *g, bool *mat) {
   if (!g || !mat) return -1;
   int32_t n = g->nvalues;
-  int32_t *uses = ir_xcalloc((size_t)n + 1, sizeof *uses);
-  int32_t *reducer = ir_xmalloc(((size_t)n + 1) * sizeof *reducer); /* a reduction reading v */
-  bool *ok = ir_xmalloc((size_t)n + 1), *idx = ir_xcalloc((size_t)n + 1, sizeof *idx);
+  int32_t *uses = base_xcalloc((size_t)n + 1, sizeof *uses);
+  int32_t *reducer = base_xmalloc(((size_t)n + 1) * sizeof *reducer); /* a reduction reading v */
+  bool *ok = base_xmalloc((size_t)n + 1), *idx = base_xcalloc((size_t)n + 1, sizeof *idx);
   for (int32_t v = 0; v < n; v++) {
     ok[v] = inlinable(&g->values[v]);
     reducer[v] = -1;
@@ -144,6 +157,8 @@ int pass_fusion_plan(const IrGraph *g, bool *mat) {
     }
   }
   for (int32_t i = 0; i < g->noutputs; i++) ok[g->outputs[i].value] = false;
+  for (int32_t v = 0; v < n; v++)
+    if (running_sum(&g->values[v])) ok[v] = false;
   for (int32_t v = 0; v < n; v++) { /* in index order: operands are decided first */
     const IrValue *x = &g->values[v];
     idx[v] = index_only(g, x, idx);

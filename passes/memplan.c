@@ -82,7 +82,7 @@ static int64_t heap_alloc(Heap *h, int64_t len) {
 static void heap_free(Heap *h, int64_t off, int64_t len) {
   if (h->n == h->cap) {
     h->cap = h->cap ? 2 * h->cap : 64;
-    h->gaps = ir_xrealloc(h->gaps, (size_t)h->cap * sizeof *h->gaps);
+    h->gaps = base_xrealloc(h->gaps, (size_t)h->cap * sizeof *h->gaps);
   }
   int32_t i = 0;
   while (i < h->n && h->gaps[i].off < off) i++;
@@ -124,7 +124,7 @@ static void read_points(const IrGraph *g, const bool *mat, int32_t *at) {
 
 /* last[v]: the latest point at which v is read; outputs live to g->nvalues. */
 static void last_uses(const IrGraph *g, const bool *mat, int32_t *last) {
-  int32_t n = g->nvalues, *at = ir_xmalloc(((size_t)n + 1) * sizeof *at);
+  int32_t n = g->nvalues, *at = base_xmalloc(((size_t)n + 1) * sizeof *at);
   read_points(g, mat, at);
   for (int32_t v = 0; v < n; v++) last[v] = at[v];
   for (int32_t v = 0; v < n; v++)
@@ -138,7 +138,7 @@ static void last_uses(const IrGraph *g, const bool *mat, int32_t *last) {
 
 /* For each value, the parameter it updates in place (new:X over X), or IR_NONE. */
 static int in_place_targets(IrGraph *g, int32_t *target) {
-  int32_t n = g->nvalues, *reader = ir_xmalloc(((size_t)n + 1) * sizeof *reader);
+  int32_t n = g->nvalues, *reader = base_xmalloc(((size_t)n + 1) * sizeof *reader);
   for (int32_t v = 0; v < n; v++) target[v] = reader[v] = IR_NONE;
   for (int32_t u = 0; u < n; u++) /* the last value that reads each value */
     for (int32_t k = 0; k < g->values[u].nops; k++) reader[g->values[u].ops[k]] = u;
@@ -220,12 +220,12 @@ static int plan(IrGraph *g, const bool *mat, const Under *u, int64_t split, MemP
   memset(p, 0, sizeof *p);
   int32_t n = g->nvalues;
   p->nvalues = n;
-  p->offset = ir_xcalloc((size_t)n + 1, sizeof *p->offset);
-  p->bytes = ir_xcalloc((size_t)n + 1, sizeof *p->bytes);
-  int32_t *last = ir_xmalloc(((size_t)n + 1) * sizeof *last);
-  int32_t *target = ir_xmalloc(((size_t)n + 1) * sizeof *target);
-  int32_t **frees = ir_xcalloc((size_t)n + 2, sizeof *frees); /* values whose last use is i */
-  int32_t *nfree = ir_xcalloc((size_t)n + 2, sizeof *nfree);
+  p->offset = base_xcalloc((size_t)n + 1, sizeof *p->offset);
+  p->bytes = base_xcalloc((size_t)n + 1, sizeof *p->bytes);
+  int32_t *last = base_xmalloc(((size_t)n + 1) * sizeof *last);
+  int32_t *target = base_xmalloc(((size_t)n + 1) * sizeof *target);
+  int32_t **frees = base_xcalloc((size_t)n + 2, sizeof *frees); /* values whose last use is i */
+  int32_t *nfree = base_xcalloc((size_t)n + 2, sizeof *nfree);
   for (int32_t v = 0; v < n; v++)
     p->bytes[v] = !mat || mat[v] || is_fixed(&g->values[v]) ? value_bytes(&g->values[v]) : 0;
   last_uses(g, mat, last);
@@ -245,7 +245,7 @@ static int plan(IrGraph *g, const bool *mat, const Under *u, int64_t split, MemP
       live += align_up(p->bytes[v]);
       if (live > p->peak_temp_bytes) p->peak_temp_bytes = live;
       int32_t l = last[v];
-      frees[l] = ir_xrealloc(frees[l], ((size_t)nfree[l] + 1) * sizeof **frees);
+      frees[l] = base_xrealloc(frees[l], ((size_t)nfree[l] + 1) * sizeof **frees);
       frees[l][nfree[l]++] = v;
     }
     for (int32_t k = 0; k < nfree[v]; k++) { /* values last read by v die after v */
@@ -296,7 +296,7 @@ void pass_memplan_free(MemPlan *p) {
 /* ---- checking a plan ----------------------------------------------------------------------- */
 
 int64_t pass_memplan_conflicts(const IrGraph *g, const bool *mat, const MemPlan *p) {
-  int32_t n = g->nvalues, *last = ir_xmalloc(((size_t)n + 1) * sizeof *last);
+  int32_t n = g->nvalues, *last = base_xmalloc(((size_t)n + 1) * sizeof *last);
   last_uses(g, mat, last);
   int64_t conflicts = 0;
   for (int32_t a = 0; a < n; a++) {

@@ -27,7 +27,9 @@
  *     each copy's reshards (the gathers of fsdp weights) anew, so they do not stay alive
  *     from the first copy to the last.
  *   - Each output that depends on the inputs is accumulated in f32 right after each copy makes
- *     it (a gradient's summand dies at once), and divided by N after the last copy: the
+ *     it (a gradient's summand dies at once: pass_fusion_plan stores each running sum where it
+ *     is made rather than fuse the chain of sums into one loop at the end, which would keep
+ *     every copy's summand alive to the step's end), and divided by N after the last copy: the
  *     gradients are the mean of the microbatch gradients, the loss (and aux_loss) the mean of
  *     the microbatch losses. Each microbatch loss is a mean over its rows, so the mean of the
  *     N means is the whole batch's mean and the step equals the whole-batch step up to the
@@ -139,12 +141,12 @@ static int check_inputs(Micro *m, const PassOptions *opt) {
 static void micro_init(Micro *m, IrGraph *g, int64_t n) {
   int32_t nv = g->nvalues, no = g->noutputs;
   *m = (Micro){.g = g, .ng = ir_graph_new(), .n = n};
-  m->dep = ir_xcalloc((size_t)nv + 1, sizeof *m->dep);
-  m->map = ir_xmalloc(((size_t)nv + 1) * sizeof *m->map);
-  m->whole = ir_xmalloc(((size_t)nv + 1) * sizeof *m->whole);
-  m->outs_of = ir_xmalloc(((size_t)nv + 1) * sizeof *m->outs_of);
-  m->acc = ir_xmalloc(((size_t)no + 1) * sizeof *m->acc);
-  m->next_out = ir_xmalloc(((size_t)no + 1) * sizeof *m->next_out);
+  m->dep = base_xcalloc((size_t)nv + 1, sizeof *m->dep);
+  m->map = base_xmalloc(((size_t)nv + 1) * sizeof *m->map);
+  m->whole = base_xmalloc(((size_t)nv + 1) * sizeof *m->whole);
+  m->outs_of = base_xmalloc(((size_t)nv + 1) * sizeof *m->outs_of);
+  m->acc = base_xmalloc(((size_t)no + 1) * sizeof *m->acc);
+  m->next_out = base_xmalloc(((size_t)no + 1) * sizeof *m->next_out);
   for (int32_t v = 0; v < nv; v++) {
     const IrValue *x = &g->values[v];
     m->dep[v] = x->op == IR_INPUT;

@@ -116,7 +116,7 @@ static int by_name(const void *a, const void *b) {
  * are as many as the model's layers call for (no fixed limit), so they are looked up by name in
  * a sorted index: a search of the graph per gradient would be quadratic. */
 static int32_t trainable(IrGraph *g, int32_t *params, int32_t *grads) {
-  Named *index = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *index);
+  Named *index = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *index);
   size_t nindex = 0;
   for (int32_t v = 0; v < g->nvalues; v++)
     if (g->values[v].op == IR_PARAMETER) index[nindex++] = (Named){g->values[v].name, v};
@@ -139,8 +139,8 @@ static int32_t trainable(IrGraph *g, int32_t *params, int32_t *grads) {
  * given), found through a sorted index of the scales' names, as for the parameters. */
 static double *weight_decays(const IrGraph *g, const PassLearner *l, int32_t n,
                              const int32_t *params) {
-  Named *index = ir_xmalloc(((size_t)l->nscales + 1) * sizeof *index);
-  double *wd = ir_xmalloc(((size_t)n + 1) * sizeof *wd);
+  Named *index = base_xmalloc(((size_t)l->nscales + 1) * sizeof *index);
+  double *wd = base_xmalloc(((size_t)n + 1) * sizeof *wd);
   for (int32_t i = 0; i < l->nscales; i++) index[i] = (Named){l->scale_names[i], i};
   qsort(index, (size_t)l->nscales, sizeof *index, by_name);
   for (int32_t k = 0; k < n; k++) {
@@ -177,8 +177,8 @@ static int update(IrGraph *g, const PassLearner *l, int32_t n, const int32_t *pa
 
 int pass_optimizer(IrGraph *g, const PassOptions *opt) {
   if (!opt || !opt->learner) return ir_graph_fail(g, "optimizer: no learner configuration");
-  int32_t *params = ir_xmalloc(((size_t)g->noutputs + 1) * sizeof *params);
-  int32_t *grads = ir_xmalloc(((size_t)g->noutputs + 1) * sizeof *grads);
+  int32_t *params = base_xmalloc(((size_t)g->noutputs + 1) * sizeof *params);
+  int32_t *grads = base_xmalloc(((size_t)g->noutputs + 1) * sizeof *grads);
   int32_t n = trainable(g, params, grads);
   int rc = n < 0    ? IR_ERR
            : n == 0 ? ir_graph_fail(g, "optimizer: no gradients (run autodiff first)")

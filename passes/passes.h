@@ -129,7 +129,8 @@ int pass_widen_grads(IrGraph *g, const PassOptions *opt);
  * rest shared, and every input-dependent output the mean of its N copies, summed in f32. */
 int pass_microbatch(IrGraph *g, const PassOptions *opt);
 /* The remat tag of the sums and the division of a microbatch mean: pass_shard finds each
- * microbatch's gradient under them. */
+ * microbatch's gradient under them, and pass_fusion_plan stores each running sum (a tagged add)
+ * where it is made, so each microbatch's gradient dies into it. */
 #define PASS_MICROBATCH_TAG "microbatch.mean"
 /* The tag of the first value of each microbatch after the first: pass_shard makes that
  * microbatch's reshards again (gathers each fsdp weight in each microbatch), so no gathered

@@ -74,8 +74,8 @@ static int32_t widen(Widen *w, int32_t x) {
 
 int pass_widen_grads(IrGraph *g, const PassOptions *opt) {
   if (opt && opt->bf16_grads) return IR_OK;
-  Widen w = {g, ir_graph_new(), ir_xmalloc(((size_t)g->nvalues + 1) * sizeof(int32_t)),
-             ir_xcalloc((size_t)g->nvalues + 1, sizeof(int32_t)), 0};
+  Widen w = {g, ir_graph_new(), base_xmalloc(((size_t)g->nvalues + 1) * sizeof(int32_t)),
+             base_xcalloc((size_t)g->nvalues + 1, sizeof(int32_t)), 0};
   for (int32_t i = 0; i < g->nvalues; i++)
     for (int32_t k = 0; k < g->values[i].nops; k++) w.uses[g->values[i].ops[k]]++;
   for (int32_t k = 0; k < g->noutputs; k++) w.uses[g->outputs[k].value]++;

@@ -73,7 +73,7 @@ typedef struct Remat {
 
 static int scope_add_pattern(Remat *R, Scope *s, const char *pat) {
   size_t n = strlen(pat) + 5;
-  char *anchored = ir_xmalloc(n);
+  char *anchored = base_xmalloc(n);
   snprintf(anchored, n, "^(%s)$", pat);
   int rc = regcomp(&s->pat[s->npat], anchored, REG_EXTENDED | REG_NOSUB);
   free(anchored);
@@ -94,7 +94,7 @@ static int scope_init(Remat *R, Scope *s, const PassRematScope *in) {
                          "supported yet; use \"save\" patterns",
                          in->path);
   int32_t cap = in->preset ? 8 : in->nsave + 1;
-  s->pat = ir_xcalloc((size_t)cap, sizeof *s->pat);
+  s->pat = base_xcalloc((size_t)cap, sizeof *s->pat);
   if (!in->preset) {
     for (int32_t i = 0; i < in->nsave; i++)
       if (scope_add_pattern(R, s, in->save[i])) return IR_ERR;
@@ -162,7 +162,7 @@ static void mark_recompute(Remat *R, const bool *forward) {
 static int32_t add_mapped(Remat *R, int32_t v, bool use_clones) {
   IrValue x = R->g->values[v];
   int32_t small[64], *o = small, *big = NULL;
-  if (x.nops > 64) o = big = ir_xmalloc((size_t)x.nops * sizeof *big);
+  if (x.nops > 64) o = big = base_xmalloc((size_t)x.nops * sizeof *big);
   for (int32_t k = 0; k < x.nops; k++) {
     int32_t u = x.ops[k];
     o[k] = use_clones && R->recompute[u] ? R->clone[u] : R->map[u];
@@ -236,13 +236,13 @@ static void remat_free(Remat *R) {
 
 static int remat_run(Remat *R, const PassRemat *in) {
   int32_t n = R->g->nvalues;
-  R->scopes = ir_xcalloc((size_t)in->nscopes + 1, sizeof *R->scopes);
-  R->recompute = ir_xcalloc((size_t)n + 1, sizeof *R->recompute);
-  bool *forward = ir_xcalloc((size_t)n + 1, sizeof *forward);
-  R->map = ir_xmalloc(((size_t)n + 1) * sizeof *R->map);
-  R->clone = ir_xmalloc(((size_t)n + 1) * sizeof *R->clone);
-  R->stack = ir_xmalloc(((size_t)n + 1) * sizeof *R->stack);
-  R->list = ir_xmalloc(((size_t)n + 1) * sizeof *R->list);
+  R->scopes = base_xcalloc((size_t)in->nscopes + 1, sizeof *R->scopes);
+  R->recompute = base_xcalloc((size_t)n + 1, sizeof *R->recompute);
+  bool *forward = base_xcalloc((size_t)n + 1, sizeof *forward);
+  R->map = base_xmalloc(((size_t)n + 1) * sizeof *R->map);
+  R->clone = base_xmalloc(((size_t)n + 1) * sizeof *R->clone);
+  R->stack = base_xmalloc(((size_t)n + 1) * sizeof *R->stack);
+  R->list = base_xmalloc(((size_t)n + 1) * sizeof *R->list);
   int st = IR_OK;
   for (int32_t i = 0; i < in->nscopes && st == IR_OK; i++) {
     if (in->scopes[i].preset && !strcmp(in->scopes[i].preset, "none")) continue;

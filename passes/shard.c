@@ -222,7 +222,7 @@ static Alt *alt_find(Ctx *c, int32_t v, const Sh *want) {
 
 static int32_t alt_add(Ctx *c, int32_t v, const Sh *sh, int32_t h) {
   if (h == IR_NONE) return IR_NONE;
-  Alt *a = ir_xmalloc(sizeof *a);
+  Alt *a = base_xmalloc(sizeof *a);
   *a = (Alt){*sh, h, c->alts[v]};
   c->alts[v] = a;
   return h;
@@ -284,8 +284,8 @@ static Sh natural(const Ctx *c, int32_t v) {
 static bool same_chunks(const Ctx *c, const IrValue *x, const IrSplit *s) {
   IrShape l = local_shape(c, &x->shape, s);
   int64_t n = ir_shape_numel(&l), ndev = ir_mesh_devices(c->m);
-  double *a = ir_xmalloc((size_t)(n ? n : 1) * sizeof *a),
-         *b = ir_xmalloc((size_t)(n ? n : 1) * sizeof *b);
+  double *a = base_xmalloc((size_t)(n ? n : 1) * sizeof *a),
+         *b = base_xmalloc((size_t)(n ? n : 1) * sizeof *b);
   bool same = true;
   ir_split_copy(c->m, s, &x->shape, 0, (double *)x->attr.data, a, false);
   for (int64_t dev = 1; dev < ndev && same; dev++) {
@@ -336,7 +336,7 @@ static int32_t emit_deferred(Ctx *c, int32_t v, const Sh *want) {
   if (x->op == IR_CONSTANT && x->attr.data && same_chunks(c, x, &want->s)) {
     /* folded broadcasts: every device's chunk holds the same numbers, so it is a constant */
     double *d =
-        ir_xmalloc((size_t)(ir_shape_numel(&local) ? ir_shape_numel(&local) : 1) * sizeof *d);
+        base_xmalloc((size_t)(ir_shape_numel(&local) ? ir_shape_numel(&local) : 1) * sizeof *d);
     ir_split_copy(c->m, &want->s, &x->shape, 0, (double *)x->attr.data, d, false);
     p.attr.data = d;
     p.shape = local;
@@ -394,7 +394,7 @@ static int32_t emit_as(Ctx *c, int32_t v, const int32_t *ops, const Sh *out) {
 }
 
 static int32_t *op_buf(int32_t n, int32_t *small, int32_t cap) {
-  return n <= cap ? small : ir_xmalloc((size_t)n * sizeof *small);
+  return n <= cap ? small : base_xmalloc((size_t)n * sizeof *small);
 }
 
 /* The dim of a (..., T, D) activation of the given rank that the layers' layout splits over
@@ -723,7 +723,7 @@ static int32_t local_rows(Ctx *c, int32_t ix, const IrSplit *is, const IrShape *
   IrSplit rs = {0}, none = {0};
   memcpy(rs.axes[0], rows, (size_t)nrows_axes);
   int64_t n = ir_split_count(c->m, &rs, 0), per = nrows / n;
-  double *first = ir_xmalloc((size_t)n * sizeof *first);
+  double *first = base_xmalloc((size_t)n * sizeof *first);
   for (int64_t i = 0; i < n; i++) first[i] = (double)(i * per);
   int32_t f = mark(c, ir_const_data(c->h, DT_I32, first, 1, &n), &none);
   free(first);
@@ -1023,7 +1023,7 @@ static void hints(Ctx *c) {
 /* The summands of a microbatch mean (pass_microbatch tags the sums PASS_MICROBATCH_TAG): the
  * values the tagged values under gradient output v read, each one microbatch's gradient. */
 static void mark_summands(Ctx *c, int32_t v, const Sh *want) {
-  int32_t *stack = ir_xmalloc(((size_t)c->n + 1) * sizeof *stack), top = 0;
+  int32_t *stack = base_xmalloc(((size_t)c->n + 1) * sizeof *stack), top = 0;
   stack[top++] = v;
   while (top > 0) {
     const IrValue *x = &c->g->values[stack[--top]];
@@ -1070,14 +1070,14 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
   c.h = ir_graph_new();
   c.h->matmul = g->matmul;
   ir_graph_reserve(c.h, n + n / 4); /* collectives and reshards come on top */
-  c.val = ir_xmalloc((size_t)(n + 1) * sizeof *c.val);
-  c.sh = ir_xcalloc((size_t)n + 1, sizeof *c.sh);
-  c.deferred = ir_xcalloc((size_t)n + 1, sizeof *c.deferred);
-  c.alts = ir_xcalloc((size_t)n + 1, sizeof *c.alts);
-  c.want = ir_xcalloc((size_t)n + 1, sizeof *c.want);
-  c.hint = ir_xcalloc((size_t)n + 1, sizeof *c.hint);
-  c.scatter = ir_xcalloc((size_t)n + 1, sizeof *c.scatter);
-  c.wants = ir_xcalloc((size_t)g->noutputs + 1, sizeof *c.wants);
+  c.val = base_xmalloc((size_t)(n + 1) * sizeof *c.val);
+  c.sh = base_xcalloc((size_t)n + 1, sizeof *c.sh);
+  c.deferred = base_xcalloc((size_t)n + 1, sizeof *c.deferred);
+  c.alts = base_xcalloc((size_t)n + 1, sizeof *c.alts);
+  c.want = base_xcalloc((size_t)n + 1, sizeof *c.want);
+  c.hint = base_xcalloc((size_t)n + 1, sizeof *c.hint);
+  c.scatter = base_xcalloc((size_t)n + 1, sizeof *c.scatter);
+  c.wants = base_xcalloc((size_t)g->noutputs + 1, sizeof *c.wants);
   for (int32_t v = 0; v < n; v++) c.val[v] = IR_NONE;
   if (ir_graph_set_mesh(c.h, &o->mesh)) {
     ir_graph_fail(g, "%s", ir_graph_error(c.h));

@@ -24,7 +24,7 @@ static int32_t repl_find(const int32_t *repl, int32_t v) {
 /* Keeps values with keep[i] (and repl[i] == i), maps everything through repl, swaps into g. */
 static int graph_rebuild(IrGraph *g, const int32_t *repl, const bool *keep) {
   IrGraph *ng = ir_graph_new();
-  int32_t *map = ir_xmalloc((size_t)(g->nvalues + 1) * sizeof *map);
+  int32_t *map = base_xmalloc((size_t)(g->nvalues + 1) * sizeof *map);
   ng->mesh = g->mesh;
   ng->matmul = g->matmul;
   ir_graph_reserve(ng, g->nvalues);
@@ -56,8 +56,8 @@ typedef struct Work {
 } Work;
 
 static void work_init(const IrGraph *g, Work *w) {
-  w->repl = ir_xmalloc((size_t)(g->nvalues + 1) * sizeof *w->repl);
-  w->keep = ir_xmalloc((size_t)(g->nvalues + 1) * sizeof *w->keep);
+  w->repl = base_xmalloc((size_t)(g->nvalues + 1) * sizeof *w->repl);
+  w->keep = base_xmalloc((size_t)(g->nvalues + 1) * sizeof *w->keep);
   for (int32_t i = 0; i < g->nvalues; i++) {
     w->repl[i] = i;
     w->keep[i] = true;
@@ -137,7 +137,7 @@ static int cse_run(IrGraph *g) {
   work_init(g, &w);
   size_t cap = 64;
   while (cap < (size_t)g->nvalues * 2) cap *= 2;
-  int32_t *table = ir_xmalloc(cap * sizeof *table);
+  int32_t *table = base_xmalloc(cap * sizeof *table);
   memset(table, 0xff, cap * sizeof *table); /* IR_NONE */
   int changes = 0;
   for (int32_t i = 0; i < g->nvalues; i++) {
@@ -186,12 +186,13 @@ static int fold_value(IrGraph *g, int32_t i, int64_t limit) {
   if ((fl & (IR_LEAF | IR_COLLECTIVE)) || ir_shape_numel(&v->shape) > limit) return 0;
   for (int32_t k = 0; k < v->nops; k++)
     if (!is_const(g, v->ops[k]) || ir_shape_numel(&g->values[v->ops[k]].shape) > limit) return 0;
-  double *args[64] = {0}, *out = ir_xmalloc((size_t)(ir_shape_numel(&v->shape) + 1) * sizeof *out);
+  double *args[64] = {0},
+         *out = base_xmalloc((size_t)(ir_shape_numel(&v->shape) + 1) * sizeof *out);
   int st = v->nops <= 64 ? IR_OK : IR_ERR;
   char msg[IR_ERR_LEN];
   for (int32_t k = 0; k < v->nops && st == IR_OK; k++) {
     int32_t x = v->ops[k];
-    args[k] = ir_xmalloc((size_t)(ir_shape_numel(&g->values[x].shape) + 1) * sizeof *args[k]);
+    args[k] = base_xmalloc((size_t)(ir_shape_numel(&g->values[x].shape) + 1) * sizeof *args[k]);
     st = ir_eval_value(g, x, NULL, args[k], true, msg, sizeof msg);
   }
   if (st == IR_OK)
@@ -412,7 +413,7 @@ static int dot_fold_result(IrGraph *g, int32_t i, int32_t *uses) {
 }
 
 static int transpose_dot_run(IrGraph *g) {
-  int32_t *uses = ir_xcalloc((size_t)g->nvalues + 1, sizeof *uses);
+  int32_t *uses = base_xcalloc((size_t)g->nvalues + 1, sizeof *uses);
   for (int32_t i = 0; i < g->nvalues; i++)
     for (int32_t k = 0; k < g->values[i].nops; k++) uses[g->values[i].ops[k]]++;
   for (int32_t k = 0; k < g->noutputs; k++) uses[g->outputs[k].value]++;

@@ -258,7 +258,7 @@ int rt_base_record_parse(const char *rec, char *file, size_t cap, const char **h
 
 typedef struct RtMesh {
     int32_t naxes;
-    const char *names[RT_MAX_MESH_AXES]; /* "data", "fsdp", "model", ... */
+    const char *names[RT_MAX_MESH_AXES]; /* the program's axis names (the frontend's table) */
     int64_t sizes[RT_MAX_MESH_AXES];
 } RtMesh;
 

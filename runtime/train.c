@@ -1,9 +1,8 @@
 /*
- * train.c: the trainer every generated program runs: its lifecycle (the slab and the tables of
- * tensors, setup, the ranks' agreement on the start, the step loop, evaluation, signals) and
- * rt_train_main. Its parts live beside it: train_opts.c (options), train_program.c (the
- * program's tables checked), train_state.c (init, --init, checkpoints, resume) and
- * train_report.c (metrics, progress); train_impl.h holds what they share.
+ * train.c: the trainer every generated program runs: its lifecycle (the tables of tensors,
+ * setup, the ranks' agreement on the start, the step loop, evaluation, signals) and
+ * rt_train_main. Its parts live beside it, each listed in train_impl.h with what they share;
+ * the helpers they all call (memory, the slab, the clocks, warnings) are train_util.c's.
  *
  * The compiled step (RtProgram.step) owns the math; the trainer's files own everything around
  * it. All of the step's buffers live in one slab; before each step the loop writes the next
@@ -28,20 +27,14 @@
  * This is the trainer's main, so unlike the rest of libaxrt its files print: progress and results
  * on stdout, problems on stderr. It still never exits; it returns the exit status.
  */
-#define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
+#define _DEFAULT_SOURCE /* sigaction, nanosleep */
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include "train_impl.h"
 
@@ -53,137 +46,6 @@ extern void openblas_set_num_threads(int);
 /* Checkpoint tensor k*nparams + i: k = 0 the parameter (name = path), 1 "opt/m/<path>",
  * 2 "opt/v/<path>". Coupled with train_slot_data. */
 static const char *const TENSOR_PREFIX[3] = {"", "opt/m/", "opt/v/"};
-
-/* The process's heap in use, as the C library counts it (the slabs are mapped on their own,
- * and train_mem_sample adds them); 0 where the C library cannot say. */
-static int64_t heap_in_use(void) {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-    struct mallinfo2 mi = mallinfo2();
-    return (int64_t)(mi.uordblks + mi.hblkhd);
-#else
-    return 0;
-#endif
-}
-
-/* Sampled after start-up, after every step and after every checkpoint save: what the trainer
- * holds above the heap it began with is the measured side of `axlc memcheck`'s prediction. */
-void train_mem_sample(Trainer *t) {
-    int64_t heap = heap_in_use();
-    if (heap == 0) /* the C library cannot say */
-        return;
-    int64_t used = heap - t->heap_base + t->slab_mapped + t->eval_mapped;
-    if (used > t->heap_peak)
-        t->heap_peak = used;
-}
-
-/* Peak resident set of the process (code, libraries and stacks included), in bytes. */
-static int64_t peak_rss(void) {
-    struct rusage ru;
-    return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : 0;
-}
-
-/* Anonymous memory the process holds in transparent huge pages now, in bytes; -1 where the
- * kernel does not say. */
-static int64_t huge_resident(void) {
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    long long kib = -1;
-    while (kib < 0 && fgets(line, sizeof line, f))
-        if (sscanf(line, "AnonHugePages: %lld kB", &kib) != 1)
-            kib = -1;
-    fclose(f);
-    return kib < 0 ? -1 : (int64_t)kib * 1024;
-}
-
-static float *slab_f32(char *slab, int64_t off) {
-    return (float *)(void *)(slab + off);
-}
-static int32_t *slab_i32(char *slab, int64_t off) {
-    return (int32_t *)(void *)(slab + off);
-}
-
-void train_sync(const Trainer *t, char *slab, int dir) {
-    if (t->sync && slab)
-        t->sync(slab, dir);
-}
-
-float *train_slot_data(const Trainer *t, char *slab, int i, int k) {
-    const RtParamSlot *s = &t->p->params[i];
-    if (k > 0 && train_slot_frozen(s))
-        return NULL;
-    return slab_f32(slab, k == 0 ? s->offset : k == 1 ? s->m_offset : s->v_offset);
-}
-
-int train_slot_frozen(const RtParamSlot *s) {
-    return s->m_offset < 0;
-}
-
-double train_now_ms(void) {
-    return rt_now_s() * 1e3;
-}
-
-/* When this process started, on train_now_ms's clock: its age from /proc/self/stat (clock ticks
- * since boot, field 22) against the boot clock, so that start-up counts the exec, MPI's start and,
- * under `axlc run`, the compile. Where the kernel does not say: now. */
-static double process_start_ms(void) {
-    double now = train_now_ms();
-    FILE *f = fopen("/proc/self/stat", "r");
-    char buf[1024];
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f)
-        fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-    unsigned long long ticks = 0;
-    for (int field = 2; p && *p && field < 22; p++)
-        if (*p == ' ')
-            field++;
-    struct timespec boot;
-    long hz = sysconf(_SC_CLK_TCK);
-    if (!p || sscanf(p, "%llu", &ticks) != 1 || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0)
-        return now;
-    double age = boot.tv_sec * 1e3 + boot.tv_nsec / 1e6 - (double)ticks * 1e3 / (double)hz;
-    return age > 0 ? now - age : now;
-}
-
-/* A zeroed slab of `bytes`, mapped on its own (its size rounded up to a page is *mapped).
- * With huge set it starts on a 2 MiB boundary and is advised for transparent huge pages: a
- * step streams the parameters, their gradients and AdamW's moments (gpt2-124m: 2.3 GiB), and
- * with 4 KiB pages the misses in the translation caches cost it 1.5 to 6% of its step
- * (docs/bench.md, "Huge pages"). Advice only: where the kernel gives none (transparent_hugepage "never",
- * or no 2 MiB page free) the slab keeps 4 KiB pages. */
-static char *slab_new(int64_t bytes, int huge, int64_t *mapped) {
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE), big = (size_t)2 << 20;
-    size_t size = ((size_t)bytes + page - 1) / page * page, over = huge ? size + big : size;
-    char *m = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED)
-        return NULL;
-    char *s = m;
-    if (huge) { /* keep the aligned [s, s + size) of the larger mapping */
-        s = (char *)(((uintptr_t)m + big - 1) & ~(uintptr_t)(big - 1));
-        if (s > m)
-            munmap(m, (size_t)(s - m));
-        if (m + over > s + size)
-            munmap(s + size, (size_t)(m + over - (s + size)));
-#ifdef MADV_HUGEPAGE
-        (void)madvise(s, size, MADV_HUGEPAGE);
-#endif
-    }
-    /* The kernel's pages are zero already; writing them now, on one thread before the pool
-     * starts, takes the page faults here. Left to the first step they cost gpt2-124m 4 s
-     * more than this: a page first read maps the shared zero page, and its first write then
-     * replaces it on every thread's core. */
-    memset(s, 0, size);
-    *mapped = (int64_t)size;
-    return s;
-}
-
-static void slab_free(char *slab, int64_t mapped) {
-    if (slab)
-        munmap(slab, (size_t)mapped);
-}
 
 /* Where this rank's chunk of parameter s lies in the whole one. The chunk is written to a
  * checkpoint by the first device holding it: the one whose coordinates off the split's axes are
@@ -261,22 +123,8 @@ static void trainer_free(Trainer *t) {
     rt_tok_close(t->tok);
     rt_ckpt_unlock(t->lock);
     rt_pool_free(t->pool);
-    slab_free(t->eval_slab, t->eval_mapped);
-    slab_free(t->slab, t->slab_mapped);
-}
-
-void train_warn(const Trainer *t, const char *fmt, ...) {
-    char msg[2 * RT_ERROR_MAX], text[2 * RT_ERROR_MAX + 16];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fflush(stdout);
-    if (t->world > 1)
-        fprintf(stderr, "%s: rank %d: ", t->prog, t->rank);
-    else
-        fprintf(stderr, "%s: ", t->prog);
-    fprintf(stderr, "%s\n", rt_event_text(msg, text, sizeof text));
+    train_slab_free(t->eval_slab, t->eval_mapped);
+    train_slab_free(t->slab, t->slab_mapped);
 }
 
 /* ===== setup ========================================================================== */
@@ -371,9 +219,9 @@ static int setup(Trainer *t, RtError *err) {
     int64_t huge;
     if (rt_env_hugepages(&huge, err) != 0)
         return -1;
-    t->slab = slab_new(p->slab_bytes, (int)huge, &t->slab_mapped);
+    t->slab = train_slab_new(p->slab_bytes, (int)huge, &t->slab_mapped);
     int spare = t->o.eval_data || t->o.sdc_every > 0; /* a second slab: eval and replays run on it */
-    t->eval_slab = spare ? slab_new(p->slab_bytes, (int)huge, &t->eval_mapped) : NULL;
+    t->eval_slab = spare ? train_slab_new(p->slab_bytes, (int)huge, &t->eval_mapped) : NULL;
     if (!t->slab || (spare && !t->eval_slab))
         return rt_error_set(err, "cannot allocate the %lld-byte slab%s", (long long)p->slab_bytes,
                             spare ? " (twice, for eval or replays)" : "");
@@ -415,20 +263,20 @@ static int step_error(Trainer *t, int64_t number, RtError *err) {
 static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *out, RtError *err) {
     const RtProgram *p = t->p;
     double t0 = train_now_ms();
-    if (rt_data_next_batch(d, (int)p->batch, (int)p->seq, slab_i32(slab, p->ids_offset),
-                           slab_i32(slab, p->targets_offset), err) != 0)
+    if (rt_data_next_batch(d, (int)p->batch, (int)p->seq, train_slab_i32(slab, p->ids_offset),
+                           train_slab_i32(slab, p->targets_offset), err) != 0)
         return -1;
-    *slab_f32(slab, p->step_offset) = (float)number;
+    *train_slab_f32(slab, p->step_offset) = (float)number;
     int64_t sent = rt_comm_bytes_sent(t->comm);
     p->step(slab, t->pool, t->comm);
     if (step_failed[0])
         return step_error(t, number, err);
     train_mem_sample(t);
     out->comm_bytes = rt_comm_bytes_sent(t->comm) - sent;
-    out->loss = *slab_f32(slab, p->loss_offset);
-    out->grad_norm = *slab_f32(slab, p->grad_norm_offset);
-    out->lr = *slab_f32(slab, p->lr_offset);
-    out->aux_loss = p->has_aux_loss ? *slab_f32(slab, p->aux_loss_offset) : NAN;
+    out->loss = *train_slab_f32(slab, p->loss_offset);
+    out->grad_norm = *train_slab_f32(slab, p->grad_norm_offset);
+    out->lr = *train_slab_f32(slab, p->lr_offset);
+    out->aux_loss = p->has_aux_loss ? *train_slab_f32(slab, p->aux_loss_offset) : NAN;
     out->ms = train_now_ms() - t0;
     return 0;
 }
@@ -836,7 +684,7 @@ static RunEnd train(Trainer *t, RtError *err) {
         if (scratch + mpi > 0)
             snprintf(parts, sizeof parts, " %.2f MiB, collective scratch %.2f MiB, MPI library %.2f MiB;",
                      (double)slabs / 1048576, (double)scratch / 1048576, (double)mpi / 1048576);
-        int64_t huge = huge_resident();
+        int64_t huge = train_huge_resident();
         char huge_note[64] = "";
         if (huge >= 0)
             snprintf(huge_note, sizeof huge_note, "; %.2f MiB in huge pages", (double)huge / 1048576);
@@ -846,7 +694,7 @@ static RunEnd train(Trainer *t, RtError *err) {
                    "included)%s\n",
                    t->prog, (double)planned / 1048576, t->eval_slab ? "s of the step and eval" : "", parts,
                    (double)t->heap_peak / 1048576, 100.0 * ((double)t->heap_peak - (double)planned) / (double)planned,
-                   (double)peak_rss() / 1048576, huge_note);
+                   (double)train_peak_rss() / 1048576, huge_note);
     }
     if ((end == RUN_DONE || end == RUN_STOPPED) && t->rank == 0)
         train_goodput_print(t, train_now_ms()); /* the last line */
@@ -864,8 +712,8 @@ int rt_train_main_sync(const RtProgram *p, void (*sync)(char *slab, int dir), in
                  .saved = -1,
                  .tty = train_progress_tty(),
                  .world = 1,
-                 .heap_base = heap_in_use(),
-                 .gp = {.start_ms = process_start_ms()}};
+                 .heap_base = train_heap_in_use(),
+                 .gp = {.start_ms = train_process_start_ms()}};
     RtError err = {{0}};
     train_opts_default(&t.o, p);
     if (train_opts_parse(&t.o, argc, argv, &err) != 0) {

@@ -1,8 +1,14 @@
 /*
- * train_impl.h: the trainer's internals, shared by its files: train.c (the Trainer's
- * lifecycle), train_opts.c (options), train_program.c (checks of the generated program),
- * train_state.c (init, --init, checkpoints, resume) and train_report.c (metrics, progress,
- * messages). Private like rt_impl.h: generated trainers see only axrt.h.
+ * train_impl.h: the trainer's internals, shared by its files, one job each:
+ *   train.c          the Trainer's lifecycle: setup, the start, the step loop, eval, signals
+ *   train_util.c     the helpers the others call: memory samples, the slab, clocks, warnings
+ *   train_opts.c     the options (--steps, --data, ...) over the program's defaults
+ *   train_program.c  the generated program's tables checked before anything runs
+ *   train_state.c    the first state: init, --init, resume from a checkpoint
+ *   train_save.c     checkpoint saves, in the background or blocking
+ *   train_outlier.c  --skip-outliers: the loss window and undoing an outlier's update
+ *   train_report.c   metrics, progress, the banner, goodput
+ * Private like rt_impl.h: generated trainers see only axrt.h.
  */
 #ifndef TRAIN_IMPL_H
 #define TRAIN_IMPL_H
@@ -56,7 +62,7 @@ typedef struct AsyncSave {
  * plus what the run it resumes had counted (its --metrics line at the checkpoint's step). */
 enum { GP_WALL, GP_STEPS, GP_STARTUP, GP_CKPT, GP_LOST, GP_DOWN, GP_N };
 typedef struct Goodput {
-    double start_ms;    /* the process's start, on train.c's clock (now_ms) */
+    double start_ms;    /* the process's start, on train_util.c's clock (train_now_ms) */
     double prior[GP_N]; /* carried over from the run resumed */
     double startup_ms;  /* process start to the first step */
     double steps_ms;    /* in steps that count (productive) */
@@ -81,7 +87,7 @@ typedef struct Trainer {
     char *slab;                        /* (slab_bytes) */
     char *eval_slab;                   /* (slab_bytes), with --eval-data or --sdc-check-every */
     void (*sync)(char *slab, int dir); /* rt_train_main_sync's; NULL: the slab is the state */
-    int64_t slab_mapped, eval_mapped;  /* their mappings' sizes (slab_new) */
+    int64_t slab_mapped, eval_mapped;  /* their mappings' sizes (train_slab_new) */
     RtPool *pool;
     RtData *data, *eval;
     RtTok *tok;                       /* --tokenizer, or NULL */
@@ -144,16 +150,32 @@ int train_program_check(const RtProgram *p, RtError *err);
 int64_t train_slot_numel(const RtParamSlot *s);
 int64_t train_slot_global_numel(const RtParamSlot *s);
 
-/* ===== train.c ========================================================================== */
+/* ===== train_util.c ===================================================================== */
 
+/* The heap in use as the C library counts it (0 where it cannot say); train_mem_sample, after
+ * start-up, every step and every save, keeps the peak above the heap the trainer began with. */
+int64_t train_heap_in_use(void);
+void train_mem_sample(Trainer *t);
+/* Peak resident set in bytes; anonymous memory in transparent huge pages now (-1: unknown). */
+int64_t train_peak_rss(void);
+int64_t train_huge_resident(void);
+/* A zeroed slab of `bytes` mapped on its own (*mapped: its size), with huge 2 MiB-aligned and
+ * advised for huge pages; NULL when the mapping fails. */
+char *train_slab_new(int64_t bytes, int huge, int64_t *mapped);
+void train_slab_free(char *slab, int64_t mapped);
+float *train_slab_f32(char *slab, int64_t off);
+int32_t *train_slab_i32(char *slab, int64_t off);
+/* Parameter i's slot k in slab: 0 the value, 1 and 2 AdamW's moments (NULL for a frozen one). */
 float *train_slot_data(const Trainer *t, char *slab, int i, int k);
 /* RtProgram.sync, where the program has one: RT_SYNC_TO_HOST before the runtime reads a slab
  * whole, RT_SYNC_FROM_HOST after it wrote one whole. */
 void train_sync(const Trainer *t, char *slab, int dir);
-double train_now_ms(void);
 /* A frozen parameter (a LoRA run's base): no moments, no update, not checkpointed. */
 int train_slot_frozen(const RtParamSlot *s);
-void train_mem_sample(Trainer *t);
+double train_now_ms(void);
+/* When this process started, on train_now_ms's clock (exec, MPI's start, axlc run's compile). */
+double train_process_start_ms(void);
+/* A warning on stderr: "PROG: [rank R: ]MESSAGE", the event line kept out of the text. */
 void train_warn(const Trainer *t, const char *fmt, ...) RT_PRINTF(2, 3);
 
 /* ===== train_state.c ==================================================================== */

@@ -1,13 +1,18 @@
 # layouts.sh: the models and mesh layouts of the equivalence matrix (docs/testing.md), shared by
 # tests/mpi/models.sh (compiled trainers under mpirun) and tests/driver/mesh.sh (the
-# interpreter's simulated mesh). Each is run against one process of the same model.
+# interpreter's simulated mesh). Each is run against one process of the same model. Sourced with
+# $AXLC set: the mesh's axes are read from it.
 #   model_file MODEL   the config: tiny_lm, moe (moe-test), fuji (fuji-test: llama-style, GQA),
 #                      tiny_moe and fuji_moe (tiny-lm and fuji-test with models/modifiers/moe.json:
 #                      8 experts, top-2), and the *_bf16 models (the same under bf16 compute)
 #   model_args MODEL   the options that go with it (--apply moe)
 #   precision MODEL    its compute dtype
-#   mesh NAME          "DEVICES SHAPE [SET]", SHAPE over [pipeline, data, expert, fsdp, seq, model],
-#                      SET one more --set
+#   layout NAME        "AXES [SET]": AXES the mesh as named axes, e.g. fsdp=2,model=2 (- : every
+#                      axis 1, one device), SET one more --set
+#   mesh NAME          "DEVICES SHAPE [SET]": the layout's device count and its /mesh/shape
+#   mesh_shape AXES    AXES as a /mesh/shape value: a size for each axis of the default mesh, in
+#                      the order `$AXLC kinds device_mesh` prints them (the axis table's), 1
+#                      where AXES does not name the axis
 #   ref_mesh NAME      the one-device layout a layout is compared with: one, or onemb2 / onemb4
 #                      (one device with the same microbatches: a MoE's load-balance loss is
 #                      per microbatch, so N microbatches are not the whole batch's step there)
@@ -33,26 +38,58 @@ precision() {
   *) echo f32 ;;
   esac
 }
-mesh() {
+layout() {
   case $1 in
-  one) echo "1 [1,1,1,1,1,1]" ;;
-  data2) echo "2 [1,2,1,1,1,1]" ;;
-  data4) echo "4 [1,4,1,1,1,1]" ;;
-  fsdp4) echo "4 [1,1,1,4,1,1]" ;;
-  model2) echo "2 [1,1,1,1,1,2]" ;;
-  data2model2) echo "4 [1,2,1,1,1,2]" ;;
-  expert2) echo "2 [1,1,2,1,1,1]" ;;
-  expert2fsdp2) echo "4 [1,1,2,2,1,1]" ;;
-  fsdp2) echo "2 [1,1,1,2,1,1]" ;;
-  fsdp2mb2) echo "2 [1,1,1,2,1,1] /learner/microbatches=2" ;;
-  fsdp2mb4) echo "2 [1,1,1,2,1,1] /learner/microbatches=4" ;;
-  onemb2) echo "1 [1,1,1,1,1,1] /learner/microbatches=2" ;;
-  onemb4) echo "1 [1,1,1,1,1,1] /learner/microbatches=4" ;;
-  seq2) echo "2 [1,1,1,1,2,1]" ;;
-  seq2model2) echo "4 [1,1,1,1,2,2]" ;;
-  spmodel2) echo "2 [1,1,1,1,1,2] /mesh/sequence_parallel=true" ;;
-  spseq2model2) echo "4 [1,1,1,1,2,2] /mesh/sequence_parallel=true" ;;
+  one) echo "-" ;;
+  data2) echo "data=2" ;;
+  data4) echo "data=4" ;;
+  fsdp4) echo "fsdp=4" ;;
+  model2) echo "model=2" ;;
+  data2model2) echo "data=2,model=2" ;;
+  expert2) echo "expert=2" ;;
+  expert2fsdp2) echo "expert=2,fsdp=2" ;;
+  fsdp2) echo "fsdp=2" ;;
+  fsdp2mb2) echo "fsdp=2 /learner/microbatches=2" ;;
+  fsdp2mb4) echo "fsdp=2 /learner/microbatches=4" ;;
+  onemb2) echo "- /learner/microbatches=2" ;;
+  onemb4) echo "- /learner/microbatches=4" ;;
+  seq2) echo "seq=2" ;;
+  seq2model2) echo "seq=2,model=2" ;;
+  spmodel2) echo "model=2 /mesh/sequence_parallel=true" ;;
+  spseq2model2) echo "seq=2,model=2 /mesh/sequence_parallel=true" ;;
+  *) echo "layouts.sh: unknown layout $1" >&2 ;;
   esac
+}
+# The default mesh's axes, outermost first ("pipeline data ..."), as axlc's schema lists them.
+LAYOUT_AXES=$("$AXLC" kinds device_mesh | sed -n 's/^ *axes .* default \[\([^]]*\)\].*/\1/p' | tr -d '",')
+[ -n "$LAYOUT_AXES" ] || echo "layouts.sh: no axes in \`$AXLC kinds device_mesh\`" >&2
+mesh_shape() {
+  for kv in $(echo "$1" | tr , ' '); do
+    case " $LAYOUT_AXES " in
+    *" ${kv%%=*} "*) ;;
+    *)
+      echo "layouts.sh: $1: no mesh axis ${kv%%=*} (the axes: $LAYOUT_AXES)" >&2
+      return 1
+      ;;
+    esac
+  done
+  shape=
+  for a in $LAYOUT_AXES; do
+    n=1
+    for kv in $(echo "$1" | tr , ' '); do
+      [ "${kv%%=*}" = "$a" ] && n=${kv#*=}
+    done
+    shape="$shape${shape:+,}$n"
+  done
+  echo "[$shape]"
+}
+mesh() {
+  set -- $(layout "$1")
+  axes=$1
+  [ "$axes" = - ] && axes=
+  n=1
+  for kv in $(echo "$axes" | tr , ' '); do n=$((n * ${kv#*=})); done
+  echo "$n $(mesh_shape "$axes")${2:+ $2}"
 }
 ref_mesh() {
   case $1 in

@@ -960,7 +960,7 @@ static char *output_problem(const char *out) {
  * the device table) into d. */
 static RtPathArg *input_args(const Args *a, const FeDiag *d, int *count) {
   int nfiles = d ? d->nfiles : 0, n = 0;
-  RtPathArg *in = ir_xcalloc((size_t)(5 + a->fe.napply + a->nmore + nfiles), sizeof *in);
+  RtPathArg *in = base_xcalloc((size_t)(5 + a->fe.napply + a->nmore + nfiles), sizeof *in);
   bool plot = !strcmp(a->command, "plot");
   bool launch = !strcmp(a->command, "launch");
   in[n++] = (RtPathArg){plot     ? "the metrics file"

@@ -163,7 +163,7 @@ static int check_config(Conv *c) {
 static Link *link_new(Conv *c, LinkKind kind, const char *hf) {
   if (c->nlinks == c->cap) {
     c->cap = c->cap ? 2 * c->cap : 64;
-    c->links = ir_xrealloc(c->links, (size_t)c->cap * sizeof *c->links);
+    c->links = base_xrealloc(c->links, (size_t)c->cap * sizeof *c->links);
   }
   Link *l = &c->links[c->nlinks++];
   memset(l, 0, sizeof *l);
@@ -298,7 +298,7 @@ static int build_links(Conv *c) {
     links_gpt2(c, layers);
   else
     links_llama(c, layers, c->moe ? experts_of(c) : 0);
-  char *covered = ir_xcalloc((size_t)c->b->nparams + 1, 1);
+  char *covered = base_xcalloc((size_t)c->b->nparams + 1, 1);
   for (int i = 0; i < c->nlinks; i++)
     for (int k = 0; k < c->links[i].nparts; k++) covered[c->links[i].part[k]] = 1;
   int bad = 0;
@@ -599,7 +599,7 @@ static void unknown_tensors(Conv *c, const Src *st, const char *used, bool from_
 }
 
 static void from_hf(Conv *c, const Src *st, Out *o) {
-  char *used = ir_xcalloc((size_t)st->n + 1, 1);
+  char *used = base_xcalloc((size_t)st->n + 1, 1);
   for (int i = 0; i < c->nlinks; i++) {
     const Link *l = &c->links[i];
     const RtTensor *t = hf_find(c, st, l->hf);
@@ -694,7 +694,7 @@ static void to_hf_link(Conv *c, const Link *l, const Src *st, char *used, Out *o
 }
 
 static void to_hf(Conv *c, const Src *st, Out *o) {
-  char *used = ir_xcalloc((size_t)st->n + 1, 1);
+  char *used = base_xcalloc((size_t)st->n + 1, 1);
   for (int i = 0; i < c->nlinks; i++) to_hf_link(c, &c->links[i], st, used, o);
   unknown_tensors(c, st, used, false);
   free(used);
@@ -722,7 +722,7 @@ static int step_dir(const char *path, char *dir, size_t cap, int64_t *step) {
 /* Every tensor of a checkpoint, whole, from whichever rank files hold its parts. */
 static int src_from_ckpt(Src *s, const RtCkpt *ck, RtError *err) {
   s->owned = true;
-  s->t = ir_xcalloc((size_t)rt_ckpt_count(ck) + 1, sizeof *s->t);
+  s->t = base_xcalloc((size_t)rt_ckpt_count(ck) + 1, sizeof *s->t);
   for (int i = 0; i < rt_ckpt_count(ck); i++) {
     RtTensor *t = &s->t[s->n++];
     *t = *rt_ckpt_tensor(ck, i);
@@ -793,7 +793,7 @@ static int src_file(const char *in, bool to_hf_names, Src *s) {
   }
   if (to_hf_names && refuse_shard(in, s->st)) return -1;
   if (to_hf_names) rt_st_dump_as_weights(s->st); /* an interpreter dump: its new parameters */
-  s->t = ir_xcalloc((size_t)rt_st_count(s->st) + 1, sizeof *s->t);
+  s->t = base_xcalloc((size_t)rt_st_count(s->st) + 1, sizeof *s->t);
   for (int i = 0; i < rt_st_count(s->st); i++) s->t[s->n++] = *rt_st_tensor(s->st, i);
   return 0;
 }
@@ -829,7 +829,7 @@ static int src_open(const char *in, bool to_hf_names, Src *s) {
 
 /* --from hf: -o against the files of the weights (an index's shards). */
 static int check_output(const Src *s, const ConvertOpts *o) {
-  RtPathArg out = {"-o", o->out, NULL}, *in = ir_xcalloc((size_t)s->shards.nst + 1, sizeof *in);
+  RtPathArg out = {"-o", o->out, NULL}, *in = base_xcalloc((size_t)s->shards.nst + 1, sizeof *in);
   for (int i = 0; i < s->shards.nst; i++)
     in[i] = (RtPathArg){"a shard of the weights", rt_st_path(s->shards.st[i]), NULL};
   RtError err;
@@ -944,7 +944,7 @@ int convert_weights(const FeBuild *b, const char *model, const ConvertOpts *opts
     free(c.links);
     return -1;
   }
-  Out o = {ir_xcalloc((size_t)b->nparams + (size_t)c.nlinks + 1, sizeof *o.t), 0};
+  Out o = {base_xcalloc((size_t)b->nparams + (size_t)c.nlinks + 1, sizeof *o.t), 0};
   RtDtype dt = RT_DT_F32;
   if (opts->to_hf) {
     to_hf(&c, &src, &o);

@@ -93,13 +93,13 @@ static json_object *read_json(const char *path, const char *expected) {
   char *text = NULL;
   size_t len = 0, cap = 0, got;
   do {
-    if (len + 4096 > cap) text = ir_xrealloc(text, cap = 2 * cap + 4096);
+    if (len + 4096 > cap) text = base_xrealloc(text, cap = 2 * cap + 4096);
     got = fread(text + len, 1, cap - len - 1, f);
     len += got;
   } while (got > 0);
   bool failed = ferror(f);
   fclose(f);
-  text = ir_xrealloc(text, len + 1);
+  text = base_xrealloc(text, len + 1);
   text[len] = 0;
   enum json_tokener_error jerr = json_tokener_success;
   json_object *root = failed ? NULL : json_tokener_parse_verbose(text, &jerr);
@@ -144,7 +144,7 @@ static int open_shards(HfFiles *f, const char *index, json_object *map) {
       bad++;
       continue;
     }
-    f->st = ir_xrealloc(f->st, (size_t)(f->nst + 1) * sizeof *f->st);
+    f->st = base_xrealloc(f->st, (size_t)(f->nst + 1) * sizeof *f->st);
     f->st[f->nst++] = st;
   }
   json_object_put(seen);
@@ -210,7 +210,7 @@ int hf_index_open(HfFiles *f, const char *index) {
     return -1;
   }
   int bad = open_shards(f, index, map) ? 1 : 0;
-  f->t = ir_xcalloc((size_t)json_object_object_length(map) + 1, sizeof *f->t);
+  f->t = base_xcalloc((size_t)json_object_object_length(map) + 1, sizeof *f->t);
   json_object_object_foreach(map, name, v) {
     const char *shard = json_object_get_string(v);
     RtSt *st = bad ? NULL : shard_named(f, shard);
@@ -290,7 +290,7 @@ static void plan_free(Plan *p) {
 static void stale_add(Plan *p, const char *path) {
   for (int i = 0; i < p->nstale; i++)
     if (!strcmp(p->stale[i], path)) return;
-  p->stale = ir_xrealloc(p->stale, (size_t)(p->nstale + 1) * sizeof *p->stale);
+  p->stale = base_xrealloc(p->stale, (size_t)(p->nstale + 1) * sizeof *p->stale);
   p->stale[p->nstale++] = fe_asprintf("%s", path);
 }
 
@@ -365,7 +365,7 @@ static int64_t data_bytes(const RtTensor *t) {
 /* Tensors in order into files of at most max bytes, as transformers cuts them. */
 static void plan_make(Plan *p, const char *out, const RtTensor *t, int n, int64_t max) {
   memset(p, 0, sizeof *p);
-  p->shard_of = ir_xcalloc((size_t)n + 1, sizeof *p->shard_of);
+  p->shard_of = base_xcalloc((size_t)n + 1, sizeof *p->shard_of);
   int64_t used = 0;
   int shard = 0;
   for (int i = 0; i < n; i++) {
@@ -375,7 +375,7 @@ static void plan_make(Plan *p, const char *out, const RtTensor *t, int n, int64_
     p->shard_of[i] = shard;
   }
   p->nfiles = n ? shard + 1 : 1;
-  p->file = ir_xcalloc((size_t)p->nfiles, sizeof *p->file);
+  p->file = base_xcalloc((size_t)p->nfiles, sizeof *p->file);
   size_t len = strlen(out), ext = strlen(".safetensors");
   int stem = (int)(len > ext && !strcmp(out + len - ext, ".safetensors") ? len - ext : len);
   for (int i = 0; i < p->nfiles; i++)
@@ -409,7 +409,7 @@ static int plan_check(const Plan *p, const char *out, const RtPathArg *in, int n
   for (int i = 0; i < p->nfiles; i++)
     if (refuse_special(p->file[i])) return -1;
   (void)out;
-  RtPathArg *o = ir_xcalloc((size_t)(p->nfiles + p->nstale) + 2, sizeof *o);
+  RtPathArg *o = base_xcalloc((size_t)(p->nfiles + p->nstale) + 2, sizeof *o);
   int n = 0;
   for (int i = 0; i < p->nfiles; i++)
     o[n++] = (RtPathArg){p->nfiles == 1 ? "-o" : "a shard of -o", p->file[i], NULL};
@@ -446,7 +446,7 @@ static void unstage(const Plan *p, int from, int to) {
 
 /* Each weight file whole under its temporary name; on a failure none is left. */
 static int write_staged(const Plan *p, const RtTensor *t, int n, const RtMeta *meta, int nmeta) {
-  RtTensor *part = ir_xcalloc((size_t)n + 1, sizeof *part);
+  RtTensor *part = base_xcalloc((size_t)n + 1, sizeof *part);
   int written = 0;
   for (; written < p->nfiles; written++) {
     int k = 0;
@@ -490,7 +490,7 @@ static int commit_staged(const Plan *p, const char *out) {
 
 /* The index: the total size and every tensor's shard, by name. */
 static char *index_text(const Plan *p, const RtTensor *t, int n) {
-  const RtTensor **sorted = ir_xcalloc((size_t)n + 1, sizeof *sorted);
+  const RtTensor **sorted = base_xcalloc((size_t)n + 1, sizeof *sorted);
   int64_t total = 0;
   for (int i = 0; i < n; i++) sorted[i] = &t[i], total += data_bytes(&t[i]);
   for (int i = 1; i < n; i++) /* insertion sort: names, for a stable index */

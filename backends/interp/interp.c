@@ -264,7 +264,7 @@ static int dump_frozen(Trainer *t, RtTensor *ts, int *n) {
 
 static int dump(Trainer *t, int64_t steps) {
   const IrGraph *g = t->j->graph;
-  RtTensor *ts = ir_xcalloc((size_t)g->noutputs + (size_t)t->j->program.nparams + 1, sizeof *ts);
+  RtTensor *ts = base_xcalloc((size_t)g->noutputs + (size_t)t->j->program.nparams + 1, sizeof *ts);
   int n = 0, rc = 0;
   ts[n++] = (RtTensor){
       .name = "loss", .dtype = RT_DT_F32, .ndim = 1, .shape = {steps}, .data = t->losses};

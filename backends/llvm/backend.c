@@ -78,7 +78,7 @@ static int compile_module(const BackendJob *j, const BackendOptions *o, Compiled
   static const char *const what[3] = {"", " of the sampling forward", " of the decode step"};
   for (int k = 0; k < 3 && graphs[k]; k++) {
     IrGraph *g = graphs[k];
-    bool *mat = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *mat);
+    bool *mat = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *mat);
     if (lo.fuse) pass_fusion_plan(g, mat);
     /* the decode step shares the forward's slab: the same weights, its cache past the rest */
     int rc = k < 2 ? pass_memplan_fused(g, lo.fuse ? mat : NULL, plans[k])

@@ -137,16 +137,16 @@ static LLVMValueRef emit_entry(LlvmCtx *C, const char *name) {
 
 /* The per-graph state of C: which values get buffers, constants, collectives. */
 static int graph_begin(LlvmCtx *C) {
-  C->mat = ir_xmalloc((size_t)C->g->nvalues + 1);
-  C->cdata = ir_xcalloc((size_t)C->g->nvalues + 1, sizeof *C->cdata);
-  C->coll = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->coll);
-  C->cdata_unit = ir_xcalloc((size_t)C->g->nvalues + 1, sizeof *C->cdata_unit);
-  C->slot_of = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_of);
-  C->slot_val = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_val);
-  C->slot_ptr = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_ptr);
-  C->slot_users = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_users);
-  C->defer = ir_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->defer);
-  C->hosted = ir_xcalloc((size_t)C->g->nvalues + 1, sizeof *C->hosted);
+  C->mat = base_xmalloc((size_t)C->g->nvalues + 1);
+  C->cdata = base_xcalloc((size_t)C->g->nvalues + 1, sizeof *C->cdata);
+  C->coll = base_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->coll);
+  C->cdata_unit = base_xcalloc((size_t)C->g->nvalues + 1, sizeof *C->cdata_unit);
+  C->slot_of = base_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_of);
+  C->slot_val = base_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_val);
+  C->slot_ptr = base_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_ptr);
+  C->slot_users = base_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->slot_users);
+  C->defer = base_xmalloc(((size_t)C->g->nvalues + 1) * sizeof *C->defer);
+  C->hosted = base_xcalloc((size_t)C->g->nvalues + 1, sizeof *C->hosted);
   C->ncoll = 0;
   C->nslots = C->nslot_users = 0;
   for (int32_t v = 0; v < C->g->nvalues; v++) C->slot_of[v] = C->defer[v] = -1;
@@ -232,7 +232,7 @@ int llvm_compile(const IrGraph *g, const MemPlan *mp, const LlvmOptions *opt, Ll
                .err = err,
                .cap = cap};
   if (C.opt.parallel_min <= 0) C.opt.parallel_min = 1;
-  LlvmModule *M = ir_xcalloc(1, sizeof *M);
+  LlvmModule *M = base_xcalloc(1, sizeof *M);
   M->has_program = C.opt.program != NULL;
   C.M = M;
   int rc = llvm_units_begin(M, &C.opt, err, cap);

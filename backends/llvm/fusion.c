@@ -133,8 +133,8 @@ static bool defer_safe(const LlvmCtx *C, int32_t u, int32_t r) {
 int llvm_fusion_defer(LlvmCtx *C) {
   const IrGraph *g = C->g;
   int32_t n = g->nvalues;
-  int32_t *uses = ir_xcalloc((size_t)n + 1, sizeof *uses);
-  int32_t *reader = ir_xmalloc(((size_t)n + 1) * sizeof *reader), *hosted = C->hosted;
+  int32_t *uses = base_xcalloc((size_t)n + 1, sizeof *uses);
+  int32_t *reader = base_xmalloc(((size_t)n + 1) * sizeof *reader), *hosted = C->hosted;
   for (int32_t v = 0; v < n; v++) {
     C->defer[v] = -1;
     hosted[v] = 0;

@@ -113,7 +113,7 @@ static int jit_setup(LlvmJit *jit, LlvmModule *M, char *err, size_t cap) {
 int llvm_jit(LlvmModule *M, LlvmStepFn *step, LlvmJit **out, char *err, size_t cap) {
   *out = NULL;
   if (!M || !M->nunits) return fail_err(err, cap, "no module", NULL);
-  LlvmJit *jit = ir_xcalloc(1, sizeof *jit);
+  LlvmJit *jit = base_xcalloc(1, sizeof *jit);
   bool has_program = M->has_program;
   LLVMOrcJITTargetAddress a = 0, p = 0;
   if (jit_setup(jit, M, err, cap) || lookup(jit, "axlc_step", &a, err, cap) ||

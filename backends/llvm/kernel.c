@@ -27,7 +27,7 @@ static LLVMValueRef data_global(LlvmCtx *C, int32_t v) {
   if (C->cdata[v] && C->cdata_unit[v] == C->unit_seq) return C->cdata[v];
   const IrValue *x = val(C, v);
   int64_t n = ir_shape_numel(&x->shape);
-  LLVMValueRef *els = ir_xmalloc((size_t)(n ? n : 1) * sizeof *els);
+  LLVMValueRef *els = base_xmalloc((size_t)(n ? n : 1) * sizeof *els);
   for (int64_t i = 0; i < n; i++) els[i] = llvm_scalar_const(C, x->dtype, x->attr.data[i]);
   LLVMTypeRef et = llvm_type_of(C, x->dtype), at = LLVMArrayType(et, (unsigned)n);
   LLVMValueRef gl = LLVMAddGlobal(C->m, at, "const");

@@ -204,7 +204,7 @@ static int program_not_bf16(LlvmCtx *C, const char *what, const char *name, int3
 
 static LLVMValueRef slots_global(LlvmCtx *C, const ProgTypes *t) {
   const BackendProgram *P = C->opt.program;
-  LLVMValueRef *slots = ir_xcalloc((size_t)P->nparams + 1, sizeof *slots);
+  LLVMValueRef *slots = base_xcalloc((size_t)P->nparams + 1, sizeof *slots);
   for (int32_t i = 0; i < P->nparams; i++) {
     int32_t v = ir_graph_find(C->g, IR_PARAMETER, P->params[i].path);
     if (v == IR_NONE || C->g->values[v].shape.rank > RT_MAX_PARAM_RANK) {
@@ -280,7 +280,7 @@ static LLVMValueRef coll_const(LlvmCtx *C, const ProgTypes *t, int32_t v) {
 
 static LLVMValueRef colls_global(LlvmCtx *C, const ProgTypes *t) {
   if (C->ncoll == 0) return LLVMConstNull(LLVMPointerType(t->coll, 0));
-  LLVMValueRef *c = ir_xcalloc((size_t)C->ncoll, sizeof *c);
+  LLVMValueRef *c = base_xcalloc((size_t)C->ncoll, sizeof *c);
   for (int32_t v = 0; v < C->g->nvalues; v++)
     if (C->coll[v] >= 0) c[C->coll[v]] = coll_const(C, t, v);
   LLVMValueRef arr = LLVMConstArray(t->coll, c, (unsigned)C->ncoll);
@@ -340,7 +340,7 @@ int64_t llvm_forward_slab_bytes(const IrGraph *g, const MemPlan *mp) {
  * C->g's plan (-1: not read), as an i64*. */
 static LLVMValueRef param_offsets_global(LlvmCtx *C, const char *name) {
   const BackendProgram *P = C->opt.program;
-  LLVMValueRef *offs = ir_xcalloc((size_t)P->nparams + 1, sizeof *offs);
+  LLVMValueRef *offs = base_xcalloc((size_t)P->nparams + 1, sizeof *offs);
   for (int32_t i = 0; i < P->nparams; i++)
     offs[i] = i64c(C, named_offset(C, IR_PARAMETER, "", P->params[i].path));
   LLVMValueRef arr = LLVMConstArray(C->t_i64, offs, (unsigned)P->nparams);
@@ -407,7 +407,7 @@ int llvm_decode_emit(LlvmCtx *C, LLVMValueRef fn) {
   int32_t logits = ir_graph_output(C->g, "logits");
   if (ids == IR_NONE || pos == IR_NONE || logits == IR_NONE || C->g->values[logits].dtype != DT_F32)
     return llvm_fail(C, "program: the decode graph has no input ids or pos, or no f32 logits");
-  LLVMValueRef *kv = ir_xcalloc((size_t)C->g->nvalues + 1, sizeof *kv);
+  LLVMValueRef *kv = base_xcalloc((size_t)C->g->nvalues + 1, sizeof *kv);
   int32_t n = 0;
   for (int32_t v = 0; v < C->g->nvalues; v++) {
     const IrValue *in = &C->g->values[v];

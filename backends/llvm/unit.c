@@ -76,7 +76,7 @@ static void hash_key(const char *salt, const char *text, char out[33]) {
 static LlvmUnit *unit_add(LlvmModule *M) {
   if (M->nunits == M->cap) {
     M->cap = M->cap ? 2 * M->cap : 64;
-    M->units = ir_xrealloc(M->units, (size_t)M->cap * sizeof *M->units);
+    M->units = base_xrealloc(M->units, (size_t)M->cap * sizeof *M->units);
   }
   LlvmUnit *u = &M->units[M->nunits++];
   memset(u, 0, sizeof *u);
@@ -119,9 +119,9 @@ int llvm_units_begin(LlvmModule *M, const LlvmOptions *o, char *err, size_t cap)
     return fail(err, cap, "LLVM has no native target%s", NULL);
   char *triple = LLVMGetDefaultTargetTriple();
   char *hcpu = LLVMGetHostCPUName(), *hfeat = LLVMGetHostCPUFeatures();
-  M->triple = ir_xstrdup(triple);
-  M->cpu = ir_xstrdup(o->cpu ? o->cpu : hcpu);
-  M->features = ir_xstrdup(o->features ? o->features : hfeat);
+  M->triple = base_xstrdup(triple);
+  M->cpu = base_xstrdup(o->cpu ? o->cpu : hcpu);
+  M->features = base_xstrdup(o->features ? o->features : hfeat);
   LLVMDisposeMessage(triple);
   LLVMDisposeMessage(hcpu);
   LLVMDisposeMessage(hfeat);
@@ -201,7 +201,7 @@ LLVMValueRef llvm_unit_close(LlvmCtx *C) {
 
 /* mkdir -p; 0 when dir exists afterwards. */
 static int make_dirs(const char *dir) {
-  char *p = ir_xstrdup(dir);
+  char *p = base_xstrdup(dir);
   for (char *s = p + 1; *s; s++) {
     if (*s != '/') continue;
     *s = 0;
@@ -234,7 +234,7 @@ static const char *cache_dir(const LlvmOptions *o) {
 
 static char *cache_path(const char *dir, const char *key) {
   size_t n = strlen(dir) + strlen(key) + 16;
-  char *p = ir_xmalloc(n);
+  char *p = base_xmalloc(n);
   snprintf(p, n, "%s/llvm-%s.o", dir, key);
   return p;
 }
@@ -279,7 +279,7 @@ static int write_entry(const char *path, const void *data, size_t n) {
 static void cache_store(LlvmUnit *u, const char *dir) {
   char *path = cache_path(dir, u->key);
   size_t n = strlen(dir) + 64;
-  char *tmp = ir_xmalloc(n);
+  char *tmp = base_xmalloc(n);
   snprintf(tmp, n, "%s/.%s.%ld.%lx.tmp", dir, u->key, (long)getpid(),
            (unsigned long)pthread_self());
   if (write_entry(tmp, LLVMGetBufferStart(u->obj), LLVMGetBufferSize(u->obj)) == 0) {
@@ -381,7 +381,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
   if (LLVMVerifyModule(u->mod, LLVMReturnStatusAction, &msg)) {
     snprintf(buf, sizeof buf, "internal: unit %s does not verify: %.400s", u->name, msg);
     LLVMDisposeMessage(msg);
-    u->err = ir_xstrdup(buf);
+    u->err = base_xstrdup(buf);
     return;
   }
   LLVMDisposeMessage(msg);
@@ -406,7 +406,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
       char *em = LLVMGetErrorMessage(e);
       snprintf(buf, sizeof buf, "LLVM passes: %s", em);
       LLVMDisposeErrorMessage(em);
-      u->err = ir_xstrdup(buf);
+      u->err = base_xstrdup(buf);
       return;
     }
   }
@@ -414,7 +414,7 @@ static void compile_unit(Work *w, LLVMTargetMachineRef tm, LlvmUnit *u) {
   if (LLVMTargetMachineEmitToMemoryBuffer(tm, u->mod, LLVMObjectFile, &msg, &u->obj)) {
     snprintf(buf, sizeof buf, "LLVM code generation: %s", msg ? msg : "?");
     LLVMDisposeMessage(msg);
-    u->err = ir_xstrdup(buf);
+    u->err = base_xstrdup(buf);
     return;
   }
   if (w->profile)
@@ -444,7 +444,7 @@ static void *worker(void *arg) {
     LLVMTargetMachineRef use = is_main ? machine_at(w->M, LLVMCodeGenLevelNone) : tm;
     if (!use && !is_main) use = tm = machine(w->M);
     if (!use)
-      u->err = ir_xstrdup("LLVM: no target machine");
+      u->err = base_xstrdup("LLVM: no target machine");
     else
       compile_unit(w, use, u);
     if (is_main && use) LLVMDisposeTargetMachine(use);
@@ -476,7 +476,7 @@ int llvm_units_compile(LlvmModule *M, const LlvmOptions *o, char *err, size_t ca
             .t0 = t0,
             .tty = isatty(2),
             .profile = prof && *prof && strcmp(prof, "0") != 0};
-  w.todo = ir_xmalloc((size_t)M->nunits * sizeof *w.todo);
+  w.todo = base_xmalloc((size_t)M->nunits * sizeof *w.todo);
   for (int32_t i = 0; i < M->nunits; i++) {
     LlvmUnit *u = &M->units[i];
     char *path = dir ? cache_path(dir, u->key) : NULL;
@@ -525,14 +525,14 @@ void llvm_paths_free(char **paths) {
 int llvm_object_files(LlvmModule *M, const char *dir, char ***out, int *n, char *err, size_t cap) {
   *out = NULL;
   *n = 0;
-  char **paths = ir_xcalloc((size_t)M->nunits + 1, sizeof *paths);
+  char **paths = base_xcalloc((size_t)M->nunits + 1, sizeof *paths);
   for (int32_t i = 0; i < M->nunits; i++) {
     LlvmUnit *u = &M->units[i];
     if (u->file) {
-      paths[i] = ir_xstrdup(u->file);
+      paths[i] = base_xstrdup(u->file);
     } else if (u->obj) {
       size_t len = strlen(dir) + strlen(u->name) + 8;
-      paths[i] = ir_xmalloc(len);
+      paths[i] = base_xmalloc(len);
       snprintf(paths[i], len, "%s/%s.o", dir, u->name);
       if (write_file(paths[i], LLVMGetBufferStart(u->obj), LLVMGetBufferSize(u->obj))) {
         fail(err, cap, "%s: cannot write the object", paths[i]);
@@ -565,7 +565,7 @@ int llvm_emit_object(LlvmModule *M, const char *path, char *err, size_t cap) {
   int n, rc = llvm_object_files(M, dir, &objs, &n, err, cap);
   if (rc == 0) {
     const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-    char **argv = ir_xcalloc((size_t)n + 8, sizeof *argv);
+    char **argv = base_xcalloc((size_t)n + 8, sizeof *argv);
     int k = 0;
     argv[k++] = (char *)cc;
     argv[k++] = "-r";

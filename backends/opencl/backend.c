@@ -69,7 +69,7 @@ static int program(const BackendJob *j, Compiled *c) {
 
 /* The byte offsets of the program's parameters in a sampling graph's plan (-1: not read). */
 static int64_t *param_offsets(const BackendJob *j, const IrGraph *g, const MemPlan *mp) {
-  int64_t *o = ir_xcalloc((size_t)j->program.nparams + 1, sizeof *o);
+  int64_t *o = base_xcalloc((size_t)j->program.nparams + 1, sizeof *o);
   for (int32_t i = 0; i < j->program.nparams; i++) {
     int32_t v = ir_graph_find(g, IR_PARAMETER, j->program.params[i].path);
     o[i] = v == IR_NONE ? -1 : mp->offset[v];
@@ -81,7 +81,7 @@ static int64_t *param_offsets(const BackendJob *j, const IrGraph *g, const MemPl
  * slab), its kernels checked with libclang. */
 static int sample_graph(const BackendJob *j, const OclOptions *o, IrGraph *g, const MemPlan *under,
                         MemPlan *plan, OclKernels *k, const char *what) {
-  bool *mat = ir_xmalloc(((size_t)g->nvalues + 1) * sizeof *mat);
+  bool *mat = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *mat);
   if (o->fuse)
     pass_fusion_plan(g, mat);
   else
@@ -114,7 +114,7 @@ static int sample_graph(const BackendJob *j, const OclOptions *o, IrGraph *g, co
 /* The decode step's KV caches: each cache input, its row output and the forward's prefill. */
 static int kv_caches(const BackendJob *j, Compiled *c) {
   const IrGraph *g = j->decode, *fg = j->forward;
-  c->caches = ir_xcalloc((size_t)g->nvalues + 1, sizeof *c->caches);
+  c->caches = base_xcalloc((size_t)g->nvalues + 1, sizeof *c->caches);
   for (int32_t v = 0; v < g->nvalues; v++) {
     const IrValue *in = &g->values[v];
     if (in->op != IR_INPUT || strncmp(in->name, IR_KV_CACHE, strlen(IR_KV_CACHE))) continue;
@@ -182,7 +182,7 @@ static int compile_sampling(const BackendJob *j, const OclOptions *o, Compiled *
 static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *c) {
   memset(c, 0, sizeof *c);
   OclOptions o = options(bo);
-  bool *mat = ir_xmalloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
+  bool *mat = base_xmalloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
   if (o.fuse)
     pass_fusion_plan(j->graph, mat);
   else

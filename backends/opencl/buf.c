@@ -17,7 +17,7 @@ void ocl_buf_printf(OclBuf *b, const char *fmt, ...) {
     }
     size_t cap = b->cap ? b->cap : 4096;
     while (cap <= b->n + (size_t)w) cap *= 2;
-    char *s = ir_xrealloc(b->s, cap);
+    char *s = base_xrealloc(b->s, cap);
     if (!b->s) s[0] = 0;
     b->s = s;
     b->cap = cap;

@@ -163,8 +163,8 @@ static int32_t arg_of(Ctx *C, int64_t off, int64_t bytes) {
   if (a == C->nargs) {
     if (C->nargs == C->cargs) {
       int32_t n = C->cargs ? 2 * C->cargs : 16;
-      C->args = ir_xrealloc(C->args, (size_t)n * sizeof *C->args);
-      C->bytes = ir_xrealloc(C->bytes, (size_t)n * sizeof *C->bytes);
+      C->args = base_xrealloc(C->args, (size_t)n * sizeof *C->args);
+      C->bytes = base_xrealloc(C->bytes, (size_t)n * sizeof *C->bytes);
       C->cargs = n;
     }
     C->bytes[C->nargs] = 0;
@@ -642,7 +642,7 @@ static void kernel_begin(Ctx *C, OclBuf *body) {
 static void grow(void **p, size_t elem, int32_t *cap, int32_t need) {
   if (need <= *cap) return;
   int32_t n = *cap ? *cap * 2 : 64;
-  *p = ir_xrealloc(*p, (size_t)n * elem);
+  *p = base_xrealloc(*p, (size_t)n * elem);
   *cap = n;
 }
 
@@ -660,8 +660,8 @@ static int32_t kernel_unique(Launches *L, const char *text, const char *name) {
   grow((void **)&L->hashes, sizeof *L->hashes, &c, L->nuniq + 1);
   grow((void **)&L->uline, sizeof *L->uline, &L->cuniq, L->nuniq + 1);
   int32_t u = L->nuniq++;
-  L->bodies[u] = ir_xstrdup(text);
-  L->names[u] = ir_xstrdup(name);
+  L->bodies[u] = base_xstrdup(text);
+  L->names[u] = base_xstrdup(name);
   L->hashes[u] = h;
   L->uline[u] = L->lines + 1;
   const char *at = strstr(text, "@NAME@");
@@ -687,8 +687,8 @@ static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs,
   cap = L->cap;
   grow((void **)&L->reduced, sizeof *L->reduced, &cap, L->n + 1);
   grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
-  int64_t *args = ir_xmalloc(((size_t)C->nargs + 1) * sizeof *args);
-  int64_t *bytes = ir_xmalloc(((size_t)C->nargs + 1) * sizeof *bytes);
+  int64_t *args = base_xmalloc(((size_t)C->nargs + 1) * sizeof *args);
+  int64_t *bytes = base_xmalloc(((size_t)C->nargs + 1) * sizeof *bytes);
   memcpy(args, C->args, (size_t)C->nargs * sizeof *args);
   memcpy(bytes, C->bytes, (size_t)C->nargs * sizeof *bytes);
   shape.kernel = L->names[u];
@@ -1313,7 +1313,7 @@ static void collective_launch(Ctx *C, Launches *L, int32_t v) {
   grow((void **)&L->reduced, sizeof *L->reduced, &cap, L->n + 1);
   grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
   L->reduced[L->n] = 0; /* a collective: --emit launches shows no reduction */
-  int64_t *args = ir_xmalloc(2 * sizeof *args), *bytes = ir_xmalloc(2 * sizeof *bytes);
+  int64_t *args = base_xmalloc(2 * sizeof *args), *bytes = base_xmalloc(2 * sizeof *bytes);
   const int32_t t[2] = {in, v};
   for (int k = 0; k < 2; k++) {
     args[k] = C->mp->offset[t[k]];
@@ -1530,7 +1530,7 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
            .b = &body,
            .err = err,
            .cap = cap};
-  C.const_done = ir_xcalloc((size_t)g->nvalues + 1, sizeof *C.const_done);
+  C.const_done = base_xcalloc((size_t)g->nvalues + 1, sizeof *C.const_done);
   C.scratch_at = (mp->slab_bytes + 63) / 64 * 64;
   Launches L = {0};
   if (check_graph(&C) == 0) {

@@ -75,7 +75,7 @@ static int make_mesh(const IrGraph *g, const MemPlan *mp, RtProgram *p, RtCollec
   }
   int32_t n = 0;
   for (int32_t v = 0; v < g->nvalues; v++) n += ocl_is_collective(g, v);
-  *colls = ir_xcalloc((size_t)n + 1, sizeof **colls);
+  *colls = base_xcalloc((size_t)n + 1, sizeof **colls);
   for (int32_t v = 0, i = 0; v < g->nvalues; v++) {
     if (!ocl_is_collective(g, v)) continue;
     const IrValue *x = &g->values[v];
@@ -108,7 +108,7 @@ int ocl_program_build(const IrGraph *g, const MemPlan *mp, const BackendProgram 
                       RtCollective **colls, char *err, size_t cap) {
   memset(out, 0, sizeof *out);
   *colls = NULL;
-  *slots = ir_xcalloc((size_t)info->nparams + 1, sizeof **slots);
+  *slots = base_xcalloc((size_t)info->nparams + 1, sizeof **slots);
   if (make_slots(g, mp, info, *slots, err, cap)) return -1;
   if (make_mesh(g, mp, &out->base, colls, err, cap)) return -1;
   int32_t ids = ir_graph_find(g, IR_INPUT, "ids");

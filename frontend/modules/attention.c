@@ -95,7 +95,7 @@ static int32_t emit_rope(FeEmit *e, json_object *rope, int32_t x) {
   IrShape s = fe_shape(e, x);
   int64_t B = s.dims[0], T = s.dims[1], N = s.dims[2], H = s.dims[3], half = H / 2;
   double theta = fe_get_float(rope, "theta");
-  double *freq = ir_xmalloc((size_t)half * sizeof *freq);
+  double *freq = base_xmalloc((size_t)half * sizeof *freq);
   for (int64_t i = 0; i < half; i++) freq[i] = pow(theta, -2.0 * (double)i / (double)H);
   int64_t th[2] = {T, half};
   int32_t f1 = 1, f0 = 0;

@@ -17,10 +17,9 @@ static const FeField ckpt_fields[] = {
 };
 
 static const FeField mesh_fields[] = {
-    F_TYPED("axes", FT_STRING_LIST,
-            "[\"pipeline\", \"data\", \"expert\", \"fsdp\", \"seq\", \"model\"]",
-            "mesh axis names, outermost first"),
-    F_TYPED("shape", FT_INT_LIST, "[1, -1, 1, 1, 1, 1]",
+    /* the defaults come from the axis table (frontend.h: FE_AXES) */
+    F_TYPED("axes", FT_STRING_LIST, FE_AXES_JSON, "mesh axis names, outermost first"),
+    F_TYPED("shape", FT_INT_LIST, FE_AXES_SIZES_JSON,
             "devices along each axis; one -1 takes whatever is left"),
     F_BOOL("sequence_parallel", "false",
            "Megatron sequence parallelism: outside attention and feed-forward the activations "

@@ -25,25 +25,26 @@ static const FeField fields[] = {
     F_INT("seed", "0", FE_ATLEAST(0), "seed of parameter init and data order"),
 };
 
-/* The sequence splits over the seq axes (context parallelism) and, under sequence parallelism,
- * their chunks again over model. */
+/* The sequence splits over the sequence axes (context parallelism) and, under sequence
+ * parallelism, their chunks again over the tensor axis. */
 static int check_seq(FeBuild *b, json_object *node) {
   json_object *input = fe_get_child(node, "input"), *mesh = fe_get_child(node, "mesh");
-  int64_t T = fe_get_int(input, "seq_len"), seq = fe_seq_split(&b->mesh), model = 1;
+  int64_t T = fe_get_int(input, "seq_len"), seq = fe_seq_split(&b->mesh),
+          model = fe_role_split(&b->mesh, FE_AXIS_TENSOR);
+  const char *sname = fe_axis_with(FE_AXIS_SEQUENCE)->name,
+             *mname = fe_axis_with(FE_AXIS_TENSOR)->name;
   if (T % seq != 0)
     return fe_field_error(b, input, "/input", "seq_len",
-                          "seq_len %lld does not divide over the mesh's seq axis (%lld devices; "
+                          "seq_len %lld does not divide over the mesh's %s axis (%lld devices; "
                           "expected a multiple of %lld)",
-                          (long long)T, (long long)seq, (long long)seq);
-  for (int i = 0; i < b->mesh.n; i++)
-    if (!strcmp(b->mesh.axes[i], "model")) model = b->mesh.shape[i];
+                          (long long)T, sname, (long long)seq, (long long)seq);
   if (fe_get_bool(mesh, "sequence_parallel") && (T / seq) % model != 0)
     return fe_field_error(b, mesh, "/mesh", "sequence_parallel",
                           "sequence parallelism splits each device's %lld positions (seq_len "
-                          "%lld over seq = %lld) over model = %lld, which does not divide them "
+                          "%lld over %s = %lld) over %s = %lld, which does not divide them "
                           "(expected a seq_len that is a multiple of %lld)",
-                          (long long)(T / seq), (long long)T, (long long)seq, (long long)model,
-                          (long long)(seq * model));
+                          (long long)(T / seq), (long long)T, sname, (long long)seq, mname,
+                          (long long)model, (long long)(seq * model));
   return 0;
 }
 
@@ -97,11 +98,13 @@ static int check_batch(FeBuild *b, json_object *node) {
   int64_t split = fe_batch_split(&b->mesh);
   json_object *input = fe_get_child(node, "input");
   int64_t gbs = fe_get_int(input, "global_batch_size");
+  char axes[128]; /* "data x expert x fsdp" */
+  fe_axis_names(FE_AXIS_BATCH, " x ", axes, sizeof axes);
   if (split > 0 && gbs % split != 0)
     return fe_field_error(b, input, "/input", "global_batch_size",
                           "global batch size %lld does not divide over the mesh's batch axes "
-                          "(data x expert x fsdp = %lld devices; expected a multiple of %lld)",
-                          (long long)gbs, (long long)split, (long long)split);
+                          "(%s = %lld devices; expected a multiple of %lld)",
+                          (long long)gbs, axes, (long long)split, (long long)split);
   /* each device runs the microbatches over its own rows: they split its part of the batch */
   json_object *learner = fe_get_child(node, "learner");
   int64_t n = fe_get_int(learner, "microbatches");
@@ -115,10 +118,9 @@ static int check_batch(FeBuild *b, json_object *node) {
       snprintf(hint, sizeof hint, "; --set /learner/microbatches=%lld overrides it", (long long)k);
     return fe_field_error(b, learner, "/learner", "microbatches",
                           "%lld microbatches do not divide the per-device batch: global batch "
-                          "size %lld over the mesh's batch axes (data x expert x fsdp = %lld "
-                          "devices) leaves %lld sequences per device (expected a divisor of "
-                          "%lld%s)",
-                          (long long)n, (long long)gbs, (long long)split, (long long)per,
+                          "size %lld over the mesh's batch axes (%s = %lld devices) leaves "
+                          "%lld sequences per device (expected a divisor of %lld%s)",
+                          (long long)n, (long long)gbs, axes, (long long)split, (long long)per,
                           (long long)per, hint);
   }
   return check_seq(b, node);

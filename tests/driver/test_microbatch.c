@@ -14,6 +14,12 @@
  *   weight lives from the first microbatch to the last.
  * - Memory: memcheck's saved activations at the peak fall by about N (tiny-lm with 6 layers),
  *   because the copies run one after the other and each frees its activations.
+ * - Memory flat in N: fuji-test in microbatches of 8 sequences, 2, 4 and 8 of them (one device,
+ *   fsdp=2, data=2, model=2, fsdp=2 with full remat): what is live at the peak beyond the fixed
+ *   region grows by no more than the batch (the inputs reshaped to (b, N, T) once, held to the
+ *   last microbatch's slice) and 1 KiB. Each microbatch's gradient dies into the running sum;
+ *   when the fusion plan inlined the chain of sums into the final division, every summand (a
+ *   device's chunk of the whole gradient under fsdp) stayed alive to the step's end.
  */
 #include <math.h>
 #include <stdio.h>
@@ -254,10 +260,69 @@ static void test_memory(void) {
   drv_memreport_free(&r1), drv_memreport_free(&r2), drv_memreport_free(&r4);
 }
 
+/* fuji-test on `target` in n microbatches of 8 sequences, the plan of memcheck. */
+static int memcheck_fuji(const char *target, const char *mesh, const char *more, int n,
+                         DrvMemReport *r) {
+  char batch[64], mb[64];
+  snprintf(batch, sizeof batch, "/input/global_batch_size=%d", 8 * n);
+  snprintf(mb, sizeof mb, "/learner/microbatches=%d", n);
+  const char *sets[4] = {batch, mb, mesh, more};
+  DrvJob j;
+  int rc = test_lower(&j, "fuji-test.json", target, sets, more ? 4 : 3, NULL, false) ||
+           drv_memcheck(&j, r);
+  drv_free(&j);
+  return rc;
+}
+
+static void test_memory_flat(void) {
+  static const struct {
+    const char *name, *target, *mesh, *more;
+  } layouts[] = {
+      {"one device", "cpu", "/mesh/shape=[1,1,1,1,1,1]", NULL},
+      {"fsdp=2", "cpu-2", "/mesh/shape=[1,1,1,2,1,1]", NULL},
+      {"data=2", "cpu-2", "/mesh/shape=[1,2,1,1,1,1]", NULL},
+      {"model=2", "cpu-2", "/mesh/shape=[1,1,1,1,1,2]", NULL},
+      {"fsdp=2, full remat", "cpu-2", "/mesh/shape=[1,1,1,2,1,1]",
+       "/model/decoder/remat_policy=\"full\""},
+  };
+  for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+    DrvMemReport r[3];
+    int ns[3] = {2, 4, 8}, ok = 0;
+    for (; ok < 3; ok++)
+      if (memcheck_fuji(layouts[l].target, layouts[l].mesh, layouts[l].more, ns[ok], &r[ok])) break;
+    if (ok < 3) {
+      CHECK_MSG(false, "%s: memcheck of fuji-test in %d microbatches failed", layouts[l].name,
+                ns[ok]);
+    } else {
+      printf("\n  fuji-test %s, microbatches of 8 sequences:", layouts[l].name);
+      for (int i = 0; i < 3; i++)
+        printf(" %d: live %lld (comm %lld, grads %lld), batch %lld;", ns[i],
+               (long long)r[i].temp_peak, (long long)r[i].comm, (long long)r[i].grads,
+               (long long)r[i].inputs);
+      for (int i = 1; i < 3; i++) {
+        /* the gradients at the peak are the running sums (and the microbatch's own), whatever N */
+        CHECK_MSG(r[i].grads <= r[0].grads + 1024,
+                  "%s: gradients at the peak %lld bytes with %d microbatches, %lld with 2",
+                  layouts[l].name, (long long)r[i].grads, ns[i], (long long)r[0].grads);
+        int64_t grew = r[i].temp_peak - r[0].temp_peak, allowed = r[i].inputs + 1024;
+        CHECK_MSG(grew <= allowed,
+                  "%s: %d microbatches keep %lld bytes more live at the peak than 2 (at most the "
+                  "batch, %lld, and 1 KiB): communication %lld and gradients %lld, against %lld "
+                  "and %lld",
+                  layouts[l].name, ns[i], (long long)grew, (long long)r[i].inputs,
+                  (long long)r[i].comm, (long long)r[i].grads, (long long)r[0].comm,
+                  (long long)r[0].grads);
+      }
+    }
+    for (int i = 0; i < ok; i++) drv_memreport_free(&r[i]);
+  }
+}
+
 int main(int argc, char **argv) {
   static const TestCase cases[] = {{"same_training", test_same_training},
                                    {"collectives", test_collectives},
                                    {"memory", test_memory},
+                                   {"memory_flat", test_memory_flat},
                                    {NULL, NULL}};
   return test_main(argc, argv, "microbatch", cases);
 }

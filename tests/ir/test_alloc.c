@@ -10,18 +10,18 @@
 #include <unistd.h>
 
 static void test_small(void) {
-  char *s = ir_xstrdup("axlc");
+  char *s = base_xstrdup("axlc");
   CU_ASSERT_STRING_EQUAL(s, "axlc");
-  int *z = ir_xcalloc(4, sizeof *z);
+  int *z = base_xcalloc(4, sizeof *z);
   CU_ASSERT(z[0] == 0 && z[3] == 0);
-  z = ir_xrealloc(z, 1000 * sizeof *z);
+  z = base_xrealloc(z, 1000 * sizeof *z);
   CU_ASSERT(z[3] == 0);
-  free(ir_xmalloc(0)); /* a zero-size request is a valid pointer, never NULL */
+  free(base_xmalloc(0)); /* a zero-size request is a valid pointer, never NULL */
   free(z);
   free(s);
 }
 
-/* Runs ir_xmalloc(n) in a child with stderr in a pipe; returns its wait status, output in buf. */
+/* Runs base_xmalloc(n) in a child with stderr in a pipe; returns its wait status, output in buf. */
 static int child_status(size_t n, char *buf, size_t cap) {
   int fd[2];
   if (pipe(fd)) return -1;
@@ -30,7 +30,7 @@ static int child_status(size_t n, char *buf, size_t cap) {
     setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0}); /* the abort leaves no core file */
     dup2(fd[1], 2);
     close(fd[0]);
-    free(ir_xmalloc(n));
+    free(base_xmalloc(n));
     _exit(0);
   }
   close(fd[1]);

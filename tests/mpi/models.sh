@@ -104,13 +104,13 @@ run)
   reference tiny_lm
   tgt=cpu-2
   [ -n "$OCL" ] && tgt=opencl-2 # ocl_run: the OpenCL trainer, one rank per device
-  must "$AXLC" run "$SRC/models/tiny-lm.json" --target $tgt --set "/mesh/shape=[1,1,1,1,1,2]" \
+  must "$AXLC" run "$SRC/models/tiny-lm.json" --target $tgt --set "/mesh/shape=$(mesh_shape model=2)" \
     --set /input/seq_len=16 --data "$DATA" --steps 3 --threads 1 --metrics "$T/run.jsonl"
   [ -z "$OCL" ] || grep -q "OpenCL device" "$T/log" || fail "axlc run --target opencl-2: no OpenCL device used"
   head -3 "$W/ref-tiny_lm/m.jsonl" > "$T/ref3.jsonl"
   compare losses "$T/run.jsonl" "$T/ref3.jsonl" 1e-4
   # without mpirun on PATH: how to launch by hand, before anything is compiled
-  PATH=/nonexistent "$AXLC" run "$SRC/models/tiny-lm.json" --target $tgt --set "/mesh/shape=[1,1,1,1,1,2]" \
+  PATH=/nonexistent "$AXLC" run "$SRC/models/tiny-lm.json" --target $tgt --set "/mesh/shape=$(mesh_shape model=2)" \
     --data "$DATA" > "$T/out" 2> "$T/err"
   [ $? -eq 1 ] && grep -q "mpirun was not found.*mpirun -np 2" "$T/err" || { fail "no mpirun: no advice"; cat "$T/err" >&2; }
   ;;
@@ -119,7 +119,7 @@ signal)
   # axlc run in the background (one compile, then training for good); waits for its first step
   start() {
     rm -f "$T/out" "$T/err" # the job's redirections may come after the first look below
-    TMPDIR="$T/tmp" "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+    TMPDIR="$T/tmp" "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=$(mesh_shape model=2)" \
       --set /input/seq_len=16 --data "$DATA" --steps 100000000 --threads 1 --ckpt-dir "$T/ck" "$@" \
       > "$T/out" 2> "$T/err" &
     axlc=$!
@@ -150,14 +150,14 @@ signal)
   wait $axlc
   gone SIGKILL
   rm -rf "$T/tmp"/axlc-run-*
-  must "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+  must "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=$(mesh_shape model=2)" \
     --set /input/seq_len=16 --data "$DATA" --steps 1 --threads 1 --ckpt-dir "$T/ck" --resume
   grep -q "already reaches --steps" "$T/log" || fail "after SIGKILL: the checkpoint directory is not usable"  # SIGTERM while the ranks tokenize their text (their start, before any step): the job ends
   # within 3 s, 143, rank 0 alone says so, and the temporary directory goes
   byte_tokenizer "$T/bytes.json" || fail "writing the tokenizer"
   yes "the fortune of a large model, 5678 words" | head -c 100000000 > "$T/big.txt"
   rm -rf "$T/tmp" && mkdir "$T/tmp" # what SIGKILL left (mpirun's session directory too)
-  TMPDIR="$T/tmp" "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=[1,1,1,1,1,2]" \
+  TMPDIR="$T/tmp" "$AXLC" run "$SRC/models/tiny-lm.json" --target cpu-2 --set "/mesh/shape=$(mesh_shape model=2)" \
     --data "$T/big.txt" --tokenizer "$T/bytes.json" --steps 5 --threads 1 > "$T/out" 2> "$T/err" &
   axlc=$!
   wait_mapped "$T/big.txt" "[0-9]*" 60 || fail "no rank mapped its data in 60 s"
