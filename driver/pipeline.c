@@ -304,7 +304,7 @@ static void pipe_opts(const DrvJob *j, const IrMesh *m, PipeOpts *o) {
   o->p.schedule = strcmp(fe_get_str(mesh, "pipeline_schedule"), "1f1b") ? PASS_SCHEDULE_GPIPE
                                                                         : PASS_SCHEDULE_1F1B;
   o->p.microbatches = j->facts.microbatches;
-  o->layer_stage = ir_xcalloc((size_t)L + 1, sizeof *o->layer_stage);
+  o->layer_stage = base_xcalloc((size_t)L + 1, sizeof *o->layer_stage);
   json_object *cuts = json_object_object_get(mesh, "pipeline_cuts");
   size_t nc = cuts ? json_object_array_length(cuts) : 0;
   for (int32_t l = 0; l < L; l++) {
@@ -317,8 +317,8 @@ static void pipe_opts(const DrvJob *j, const IrMesh *m, PipeOpts *o) {
   }
   o->p.nlayers = L;
   o->p.layer_stage = o->layer_stage;
-  o->params = ir_xcalloc((size_t)j->build.nparams + 1, sizeof *o->params);
-  o->param_layer = ir_xcalloc((size_t)j->build.nparams + 1, sizeof *o->param_layer);
+  o->params = base_xcalloc((size_t)j->build.nparams + 1, sizeof *o->params);
+  o->param_layer = base_xcalloc((size_t)j->build.nparams + 1, sizeof *o->param_layer);
   for (int i = 0; i < j->build.nparams; i++) {
     int32_t l = param_layer(j->build.params[i].path);
     if (l < 0 || l >= L) continue;

@@ -53,7 +53,7 @@ int64_t pass_pipeline_slot(PassSchedule sched, int32_t stages, int64_t micro, in
 void pass_pipeline_timeline(PassSchedule sched, int32_t stages, int64_t micro, FILE *out) {
   /* each unit takes one time step; a forward waits for the previous stage's, a backward for the
    * next stage's (the last stage's for its own forward) */
-  int64_t n = 2 * micro, (*t)[2] = calloc((size_t)(stages * micro + 1), sizeof *t);
+  int64_t n = 2 * micro, (*t)[2] = base_xcalloc((size_t)(stages * micro + 1), sizeof *t);
   int64_t end = 0;
   for (bool changed = true; changed;) {
     changed = false;
@@ -110,9 +110,10 @@ int pass_stages(IrGraph *g, const PassOptions *opt) {
   const PassPipeline *p = opt ? opt->pipeline : NULL;
   if (!p || p->stages < 2) return IR_OK;
   int32_t n = g->nvalues;
-  int32_t *st = malloc(((size_t)n + 1) * sizeof *st),
-          *floor = malloc(((size_t)n + 1) * sizeof *floor);
-  bool *fwd = calloc((size_t)n + 1, sizeof *fwd), *dep = calloc((size_t)n + 1, sizeof *dep);
+  int32_t *st = base_xmalloc(((size_t)n + 1) * sizeof *st),
+          *floor = base_xmalloc(((size_t)n + 1) * sizeof *floor);
+  bool *fwd = base_xcalloc((size_t)n + 1, sizeof *fwd),
+       *dep = base_xcalloc((size_t)n + 1, sizeof *dep);
   /* forward: what an output other than a gradient depends on */
   for (int32_t o = 0; o < g->noutputs; o++)
     if (strncmp(g->outputs[o].name, "grad:", 5)) fwd[g->outputs[o].value] = true;
@@ -218,8 +219,8 @@ static void resolve(Pipe *q) {
     }
   }
   /* values of leaves alone: the one stage that reads them, at its first reader's unit */
-  int32_t *reader = malloc(((size_t)n + 1) * sizeof *reader); /* -2 none, -1 several */
-  int64_t *rslot = malloc(((size_t)n + 1) * sizeof *rslot);   /* the first reader's unit */
+  int32_t *reader = base_xmalloc(((size_t)n + 1) * sizeof *reader); /* -2 none, -1 several */
+  int64_t *rslot = base_xmalloc(((size_t)n + 1) * sizeof *rslot);   /* the first reader's unit */
   for (int32_t v = 0; v < n; v++) reader[v] = -2;
   for (int32_t o = 0; o < g->noutputs; o++) reader[g->outputs[o].value] = -1;
   for (int32_t v = n - 1; v >= 0; v--) {
@@ -315,15 +316,15 @@ int pass_pipeline(IrGraph *g, const PassOptions *opt) {
   q.M = p && p->microbatches > 1 ? p->microbatches : 1;
   q.sched = p ? p->schedule : PASS_SCHEDULE_GPIPE;
   int32_t n = g->nvalues;
-  q.stage = malloc(((size_t)n + 1) * sizeof *q.stage);
-  q.slot = malloc(((size_t)n + 1) * sizeof *q.slot);
-  q.leafy = calloc((size_t)n + 1, sizeof *q.leafy);
-  q.follow = calloc((size_t)n + 1, sizeof *q.follow);
-  q.map = malloc(((size_t)n + 1) * sizeof *q.map);
-  q.readers = calloc((size_t)n + 1, sizeof *q.readers);
-  q.recv = malloc(((size_t)n + 1) * sizeof *q.recv);
-  q.send = malloc(((size_t)n + 1) * sizeof *q.send);
-  int32_t *recv_store = malloc((2 * (size_t)n * (size_t)q.P + 1) * sizeof *recv_store);
+  q.stage = base_xmalloc(((size_t)n + 1) * sizeof *q.stage);
+  q.slot = base_xmalloc(((size_t)n + 1) * sizeof *q.slot);
+  q.leafy = base_xcalloc((size_t)n + 1, sizeof *q.leafy);
+  q.follow = base_xcalloc((size_t)n + 1, sizeof *q.follow);
+  q.map = base_xmalloc(((size_t)n + 1) * sizeof *q.map);
+  q.readers = base_xcalloc((size_t)n + 1, sizeof *q.readers);
+  q.recv = base_xmalloc(((size_t)n + 1) * sizeof *q.recv);
+  q.send = base_xmalloc(((size_t)n + 1) * sizeof *q.send);
+  int32_t *recv_store = base_xmalloc((2 * (size_t)n * (size_t)q.P + 1) * sizeof *recv_store);
   for (int32_t v = 0; v < n; v++) {
     q.map[v] = IR_NONE;
     q.recv[v] = recv_store + (size_t)v * (size_t)q.P;
@@ -339,8 +340,9 @@ int pass_pipeline(IrGraph *g, const PassOptions *opt) {
         q.readers[o] |= 1u << q.stage[v];
     }
   /* every device's values first, then the stages' queues in schedule order, interleaved */
-  int32_t *order = malloc(((size_t)n + 1) * sizeof *order), *head = calloc((size_t)q.P + 1, 4),
-          *len = calloc((size_t)q.P + 1, 4), *start = calloc((size_t)q.P + 1, 4);
+  int32_t *order = base_xmalloc(((size_t)n + 1) * sizeof *order),
+          *head = base_xcalloc((size_t)q.P + 1, 4), *len = base_xcalloc((size_t)q.P + 1, 4),
+          *start = base_xcalloc((size_t)q.P + 1, 4);
   int st = IR_OK;
   ir_graph_reserve(q.ng, n + n / 4);
   q.ng->mesh = g->mesh;
