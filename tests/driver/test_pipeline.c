@@ -219,6 +219,29 @@ static void test_llama_style(void) {
   check_pipeline("fuji-test.json", "cpu-2", cut, 6, (Expect){2, 8});
 }
 
+static int count_backward(const IrGraph *g) {
+  int n = 0;
+  for (int32_t v = 0; v < g->nvalues; v++) n += g->values[v].phase == IR_PHASE_BACKWARD;
+  return n;
+}
+
+/* remat under a pipeline: the recomputed forward values run in their microbatch's backward
+ * unit (more backward values than without remat), and the numbers stay */
+static void test_remat(void) {
+  const char *full[] = {SMALL, "/learner/microbatches=4", "/model/decoder/remat_policy=\"full\"",
+                        ONE_F_ONE_B, PIPE(2, 1, 1)};
+  check_pipeline("fuji-test.json", "cpu-2", full, 6, (Expect){2, 8});
+  DrvJob a, b;
+  const char *none[] = {SMALL, "/learner/microbatches=4", ONE_F_ONE_B, PIPE(2, 1, 1)};
+  CU_ASSERT_EQUAL_FATAL(test_lower(&a, "fuji-test.json", "cpu-2", none, 5, "pipeline", false), 0);
+  CU_ASSERT_EQUAL_FATAL(test_lower(&b, "fuji-test.json", "cpu-2", full, 6, "pipeline", false), 0);
+  CHECK_MSG(count_backward(b.graph) > count_backward(a.graph) + 100,
+            "%d backward values under remat full, %d without", count_backward(b.graph),
+            count_backward(a.graph));
+  drv_free(&a);
+  drv_free(&b);
+}
+
 /* every other axis still shards inside each stage */
 static void test_with_mesh(void) {
   const char *pd[] = {SMALL, "/learner/microbatches=2", ONE_F_ONE_B, PIPE(2, 2, 1)};
@@ -307,6 +330,7 @@ int main(int argc, char **argv) {
                                    {"tiny_lm_1f1b", test_tiny_lm_1f1b},
                                    {"llama_style", test_llama_style},
                                    {"with_mesh", test_with_mesh},
+                                   {"remat", test_remat},
                                    {NULL, NULL}};
   return test_main(argc, argv, "pipeline", cases);
 }
