@@ -50,7 +50,14 @@ void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, F
   for (int i = 0; i < m->n; i++)
     if (m->shape[i] > 1) fprintf(out, " %s=%lld", m->axes[i], (long long)m->shape[i]);
   if (m->devices <= 1) fprintf(out, " one device");
-  fprintf(out, "; fusion plan: %s\n\nper device:\n", r->fusion);
+  fprintf(out, "; fusion plan: %s\n", r->fusion);
+  for (int i = 0; i < m->n; i++) {
+    const FeAxis *ax = fe_axis(m->axes[i]);
+    if (ax && (ax->roles & FE_AXIS_PIPELINE) && m->shape[i] > 1)
+      fprintf(out, "note: one plan holds every pipeline stage's values (an upper bound; per-stage "
+                   "plans are not built yet, docs/pipeline.md)\n");
+  }
+  fprintf(out, "\nper device:\n");
   fprintf(out, "  parameters          %12s\n", human((double)r->params, a, sizeof a));
   fprintf(out, "  optimizer state     %12s\n", human((double)r->opt_state, a, sizeof a));
   fprintf(out, "  batch               %12s\n", human((double)r->inputs, a, sizeof a));

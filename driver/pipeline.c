@@ -1,7 +1,7 @@
 /*
  * pipeline.c: from a config file to a training-step graph, in one straight
- * list of passes (drv_passes: compose, autodiff, widen_grads, microbatch,
- * optimizer, simplify, shard, remat; each row says what its pass does).
+ * list of passes (drv_passes: compose, autodiff, widen_grads, stages, microbatch,
+ * optimizer, simplify, shard, remat, pipeline; each row says what its pass does).
  *
  * What a backend cannot compute is rewritten when the job is handed over
  * (drv_backend_job):
@@ -25,12 +25,14 @@ const DrvPass drv_passes[] = {
     {"compose", NULL, "module tree -> forward graph (runs before the list)"},
     {"autodiff", pass_autodiff, "+ the gradient of every parameter"},
     {"widen_grads", pass_widen_grads, "bf16 compute: weight gradients keep f32 accumulators"},
+    {"stages", pass_stages, "pipeline: each layer's forward and backward on its stage"},
     {"microbatch", pass_microbatch,
      "N microbatches: the forward and backward N times, mean gradients"},
     {"optimizer", pass_optimizer, "+ clipping, schedule, AdamW: the whole step"},
     {"simplify", pass_simplify, "folding, identities, CSE, dead code"},
     {"shard", pass_shard, "the global step -> the program of one device of the mesh"},
     {"remat", pass_remat, "values not saved are recomputed in the backward"},
+    {"pipeline", pass_pipeline, "pipeline: each stage's program in schedule order, send/recv"},
 };
 const int drv_npasses = (int)(sizeof drv_passes / sizeof drv_passes[0]);
 
@@ -168,6 +170,12 @@ int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out) {
                       .graph = j->graph,
                       .forward = j->forward,
                       .decode = j->decode};
+  int pa = j->graph ? ir_mesh_axis(&j->graph->mesh, IR_PIPELINE_AXIS) : -1;
+  if (pa >= 0 && j->graph->mesh.sizes[pa] > 1 && strcmp(b->name, "interp"))
+    return fe_error(&j->diag, j->file, "/mesh/shape",
+                    "pipeline = %lld stages run on the interpreter only so far (--backend "
+                    "interp); the %s backend has no send/recv yet",
+                    (long long)j->graph->mesh.sizes[pa], b->name);
   if (backend_program(j, &out->program)) return -1;
   if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward") ||
       expand_for(j, j->decode, b, "decode"))
@@ -211,7 +219,7 @@ static int shard_mesh(DrvJob *j, IrMesh *m) {
   for (int i = 0; i < fm->n; i++) {
     if (fm->shape[i] <= 1) continue;
     const FeAxis *a = fe_axis(fm->axes[i]);
-    if (a && !(a->roles & FE_AXIS_SUPPORTED))
+    if (a && !(a->roles & (FE_AXIS_SUPPORTED | FE_AXIS_PIPELINE)))
       return fe_error(&j->diag, j->file, "/mesh/shape",
                       "mesh axis %s has %lld devices: %s "
                       "parallelism is not supported yet (expected 1 on %s)",
@@ -266,6 +274,65 @@ static PassShardLeaf *shard_leaves(const DrvJob *j, const IrMesh *m, int32_t *n)
   l[j->build.nparams + 1] = (PassShardLeaf){"targets", batch};
   *n = j->build.nparams + 2;
   return l;
+}
+
+/* ---- pipeline stages: the decoder's layers over the pipeline axis ---- */
+
+typedef struct PipeOpts {
+  PassPipeline p;
+  int32_t *layer_stage, *param_layer;
+  const char **params;
+} PipeOpts;
+
+/* The layer index of a parameter path ".../decoder/layer_<i>/...", or -1. */
+static int32_t param_layer(const char *path) {
+  const char *s = strstr(path, "/layer_");
+  if (!s) return -1;
+  char *end;
+  long i = strtol(s + 7, &end, 10);
+  return end != s + 7 && *end == '/' ? (int32_t)i : -1;
+}
+
+static void pipe_opts(const DrvJob *j, const IrMesh *m, PipeOpts *o) {
+  memset(o, 0, sizeof *o);
+  int a = ir_mesh_axis(m, IR_PIPELINE_AXIS);
+  if (a < 0) return;
+  json_object *mesh = fe_get_child(j->cfg, "mesh");
+  json_object *dec = fe_get_child(fe_get_child(j->cfg, "model"), "decoder");
+  int32_t P = (int32_t)m->sizes[a], L = dec ? (int32_t)fe_get_int(dec, "num_layers") : 0;
+  o->p.stages = P;
+  o->p.schedule = strcmp(fe_get_str(mesh, "pipeline_schedule"), "1f1b") ? PASS_SCHEDULE_GPIPE
+                                                                        : PASS_SCHEDULE_1F1B;
+  o->p.microbatches = j->facts.microbatches;
+  o->layer_stage = base_xcalloc((size_t)L + 1, sizeof *o->layer_stage);
+  json_object *cuts = json_object_object_get(mesh, "pipeline_cuts");
+  size_t nc = cuts ? json_object_array_length(cuts) : 0;
+  for (int32_t l = 0; l < L; l++) {
+    int32_t s = 0;
+    if (nc)
+      while ((size_t)s < nc && l >= json_object_get_int(json_object_array_get_idx(cuts, s))) s++;
+    else
+      s = (int32_t)((int64_t)l * P / L);
+    o->layer_stage[l] = s;
+  }
+  o->p.nlayers = L;
+  o->p.layer_stage = o->layer_stage;
+  o->params = base_xcalloc((size_t)j->build.nparams + 1, sizeof *o->params);
+  o->param_layer = base_xcalloc((size_t)j->build.nparams + 1, sizeof *o->param_layer);
+  for (int i = 0; i < j->build.nparams; i++) {
+    int32_t l = param_layer(j->build.params[i].path);
+    if (l < 0 || l >= L) continue;
+    o->params[o->p.nparams] = j->build.params[i].path;
+    o->param_layer[o->p.nparams++] = l;
+  }
+  o->p.params = o->params;
+  o->p.param_layer = o->param_layer;
+}
+
+static void pipe_opts_free(PipeOpts *o) {
+  free(o->layer_stage);
+  free(o->param_layer);
+  free(o->params);
 }
 
 /* ---- remat scopes: every module of the config with a remat_policy ---- */
@@ -397,6 +464,9 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   shard.leaves = leaves;
   shard.sequence_parallel = fe_get_bool(fe_get_child(j->cfg, "mesh"), "sequence_parallel");
   po.shard = &shard;
+  PipeOpts pipe = {0};
+  if (rc == 0) pipe_opts(j, &shard.mesh, &pipe);
+  po.pipeline = &pipe.p;
   RematScopes scopes = {0};
   if (rc == 0) remat_scopes_walk(&scopes, j->cfg, "");
   PassRemat remat = {scopes.n, scopes.s};
@@ -411,6 +481,7 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   free(wrt);
   free(leaves);
   remat_scopes_free(&scopes);
+  pipe_opts_free(&pipe);
   if (rc == 0 && last == drv_npasses - 1) rc = lower_forward(j);
   return rc;
 }

@@ -301,3 +301,17 @@ int32_t ir_all_to_all(IrGraph *g, int32_t x, int32_t naxes, const char *const *a
                       int32_t split_axis, int32_t concat_axis) {
   return build_collective(g, IR_ALL_TO_ALL, x, naxes, axes, split_axis, concat_axis);
 }
+
+static int32_t build_p2p(IrGraph *g, IrOp op, int32_t x, const char *axis, int64_t peer) {
+  int32_t id = build_collective(g, op, x, 1, &axis, 0, 0);
+  if (id != IR_NONE) g->values[id].attr.k = peer;
+  return id;
+}
+
+int32_t ir_send(IrGraph *g, int32_t x, const char *axis, int64_t peer) {
+  return build_p2p(g, IR_SEND, x, axis, peer);
+}
+
+int32_t ir_recv(IrGraph *g, int32_t send, const char *axis, int64_t from) {
+  return build_p2p(g, IR_RECV, send, axis, from);
+}

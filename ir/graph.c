@@ -396,3 +396,12 @@ void ir_split_copy(const IrMesh *m, const IrSplit *s, const IrShape *global, int
     for (int32_t d = r - 1; d >= 0 && ++idx[d] == ld[d]; d--) idx[d] = 0;
   }
 }
+
+bool ir_value_on_device(const IrMesh *m, const IrValue *v, int64_t dev) {
+  if (v->stage <= 0) return true;
+  int a = ir_mesh_axis(m, IR_PIPELINE_AXIS);
+  if (a < 0) return v->stage == 1;
+  int64_t inner = 1;
+  for (int32_t i = a + 1; i < m->naxes; i++) inner *= m->sizes[i];
+  return (dev / inner) % m->sizes[a] == v->stage - 1;
+}

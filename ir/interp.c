@@ -669,13 +669,44 @@ static int collective_one(const IrInterp *it, int32_t vi, const Group *gr, doubl
   return IR_OK;
 }
 
+/* The device with dev's coordinates but stage `stage` on the pipeline axis. */
+static int64_t stage_device(const IrMesh *m, int64_t dev, int64_t stage) {
+  int64_t c[IR_MAX_MESH_AXES];
+  rt_mesh_coords(m->naxes, m->sizes, dev, c);
+  int a = ir_mesh_axis(m, IR_PIPELINE_AXIS);
+  if (a >= 0) c[a] = stage;
+  return rt_mesh_device(m->naxes, m->sizes, c);
+}
+
+/* send: the operand, kept for the receiver; recv: the send's data on the peer stage's device. */
+static int interp_p2p(IrInterp *it, int32_t vi) {
+  const IrValue *v = &it->g->values[vi];
+  int64_t n = ir_shape_numel(&v->shape);
+  for (int64_t d = 0; d < it->ndev; d++) {
+    if (!ir_value_on_device(&it->mesh, v, d)) continue;
+    int64_t src = v->op == IR_SEND ? d : stage_device(&it->mesh, d, v->attr.k);
+    const double *x = *slot(it, it->vals, src, v->ops[0]);
+    if (!x)
+      return interp_fail(it, "%%%d (%s) at %s on device %lld: stage %lld has not computed %%%d", vi,
+                         ir_op_name(v->op), *v->origin ? v->origin : "?", (long long)d,
+                         (long long)v->attr.k, v->ops[0]);
+    double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    if (!out) return interp_oom(it, vi, n);
+    if (n) memcpy(out, x, (size_t)n * sizeof *out);
+    *slot(it, it->vals, d, vi) = out;
+  }
+  return IR_OK;
+}
+
 static int interp_collective(IrInterp *it, int32_t vi) {
   const IrValue *v = &it->g->values[vi];
+  if (v->op == IR_SEND || v->op == IR_RECV) return interp_p2p(it, vi);
   int64_t n = ir_shape_numel(&v->shape);
   if (ir_mesh_group_size(&it->mesh, &v->attr) > 4096)
     return interp_fail(it, "%%%d (%s): group too large", vi, ir_op_name(v->op));
   Group *gr = base_xmalloc(sizeof *gr);
   for (int64_t d = 0; d < it->ndev; d++) {
+    if (!ir_value_on_device(&it->mesh, v, d)) continue; /* another pipeline stage's */
     double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
     if (!out) {
       free(gr);
@@ -734,7 +765,8 @@ int ir_interp_run(IrInterp *it) {
     if (ir_op_flags(it->g->values[v].op) & IR_COLLECTIVE) {
       st = interp_collective(it, v);
     } else {
-      for (int64_t d = 0; d < it->ndev && st == IR_OK; d++) st = interp_value(it, d, v);
+      for (int64_t d = 0; d < it->ndev && st == IR_OK; d++)
+        if (ir_value_on_device(&it->mesh, &it->g->values[v], d)) st = interp_value(it, d, v);
     }
     if (last) release_dead(it, last, v);
   }

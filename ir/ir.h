@@ -63,6 +63,7 @@ enum { /* attribute bits: which IrAttrs fields an op uses, and their text names 
        IR_A_CAT = 1u << 18,    /* attr.axis2 as concat axis              text: concat_axis=N */
        IR_A_CAUSAL = 1u << 19, /* attr.k as 1 (causal mask) or 0        text: causal=N */
        IR_A_SCALE = 1u << 20,  /* attr.value as a scale factor           text: scale=V */
+       IR_A_PEER = 1u << 21,   /* attr.k as the other pipeline stage     text: peer=N */
 };
 
 typedef enum IrOp {
@@ -136,7 +137,17 @@ typedef struct IrValue {
   const char *origin; /* config path of the emitting module, e.g. "/model/decoder/layer", or "" */
   const char *tag;    /* remat tag, e.g. "attention.q_proj", or "" */
   IrSplit split;      /* set by pass_shard: this value is one device's chunk (shape is local) */
+  /* Pipeline parallelism (passes/pipeline.c, docs/pipeline.md). stage: 0 on every device, else
+   * only the devices whose pipeline coordinate is stage - 1 compute the value. micro: the
+   * microbatch (pass_microbatch's copy) of an input-dependent value; phase: IR_PHASE_*. Copied
+   * with the value; values the builders make get 0. */
+  int16_t stage, micro;
+  uint8_t phase;
 } IrValue;
+
+enum { IR_PHASE_NONE, IR_PHASE_FORWARD, IR_PHASE_BACKWARD };
+/* The name of the mesh axis that carries pipeline stages (the frontend's axis table agrees). */
+#define IR_PIPELINE_AXIS "pipeline"
 
 typedef struct IrOutput {
   const char *name; /* "loss", "grad:/model/...", ... */
@@ -205,6 +216,9 @@ bool ir_shape_eq(const IrShape *a, const IrShape *b);
 IrShape ir_shape_make(int32_t rank, const int64_t *dims);
 int ir_mesh_axis(const IrMesh *m, const char *name); /* index or -1 */
 int64_t ir_mesh_devices(const IrMesh *m);
+/* Whether device dev (row-major over m) computes v: v->stage is 0 or the device's pipeline
+ * coordinate + 1. */
+bool ir_value_on_device(const IrMesh *m, const IrValue *v, int64_t dev);
 bool ir_split_any(const IrSplit *s);                                  /* some dim is split */
 int64_t ir_split_count(const IrMesh *m, const IrSplit *s, int32_t d); /* chunks along dim d */
 /* Which chunk of dim d device `dev` (row-major over the mesh) holds. */
@@ -312,6 +326,10 @@ int32_t ir_reduce_scatter(IrGraph *g, int32_t x, int32_t naxes, const char *cons
 int32_t ir_local_slice(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes, int32_t axis);
 int32_t ir_all_to_all(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes,
                       int32_t split_axis, int32_t concat_axis);
+/* Pipeline point-to-point: send x to stage `peer` over the mesh axis `axis`; recv of such a
+ * send on stage `peer`'s receiver is the send's data as the sending stage `from` computed it. */
+int32_t ir_send(IrGraph *g, int32_t x, const char *axis, int64_t peer);
+int32_t ir_recv(IrGraph *g, int32_t send, const char *axis, int64_t from);
 
 /* ======================================================================== verify.c: verifier */
 

@@ -55,6 +55,7 @@ static const AttrSpec attr_specs[] = {
     {IR_A_CAT, "concat_axis", AK_INT, offsetof(IrAttrs, axis2)},
     {IR_A_CAUSAL, "causal", AK_INT, offsetof(IrAttrs, k)},
     {IR_A_SCALE, "scale", AK_DOUBLE, offsetof(IrAttrs, value)},
+    {IR_A_PEER, "peer", AK_INT, offsetof(IrAttrs, k)},
 };
 enum { NATTR = sizeof attr_specs / sizeof attr_specs[0] };
 
@@ -160,6 +161,7 @@ static void print_value(Buf *b, const IrGraph *g, int32_t i) {
     }
     buf_printf(b, "]");
   }
+  if (v->stage > 0) buf_printf(b, " stage=%d", v->stage - 1);
   if (*v->origin) {
     buf_printf(b, " @");
     print_string(b, v->origin);
@@ -181,7 +183,15 @@ char *ir_graph_to_string(const IrGraph *g) {
     buf_printf(&b, "\n");
   }
   if (g->matmul == IR_MATMUL_TF32) buf_printf(&b, "matmul tf32\n");
-  for (int32_t i = 0; i < g->nvalues; i++) print_value(&b, g, i);
+  int32_t stages = 0; /* a pipeline's program: the values of every device, then each stage's */
+  for (int32_t i = 0; i < g->nvalues; i++)
+    if (g->values[i].stage > stages) stages = g->values[i].stage;
+  for (int32_t s = stages ? 0 : -1; s <= stages; s++) {
+    if (stages) buf_printf(&b, s ? "# stage %d\n" : "# every device\n", s - 1);
+    for (int32_t i = 0; i < g->nvalues; i++)
+      if (!stages || g->values[i].stage == s) print_value(&b, g, i);
+    if (!stages) break;
+  }
   for (int32_t i = 0; i < g->noutputs; i++) {
     buf_printf(&b, "output ");
     print_string(&b, g->outputs[i].name);

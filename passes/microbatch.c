@@ -187,7 +187,8 @@ static int emit_copy(Micro *m, int64_t k) {
       return ir_graph_fail(g, "microbatch: copy %lld of %%%d: %s", (long long)k, v,
                            ir_graph_error(m->ng) ? ir_graph_error(m->ng) : "?");
     if (!m->dep[v]) continue;
-    ir_graph_set_origin(m->ng, "/learner"); /* the sums are the learner's microbatches */
+    m->ng->values[m->map[v]].micro = (int16_t)k; /* the pipeline's schedule orders by it */
+    ir_graph_set_origin(m->ng, "/learner");      /* the sums are the learner's microbatches */
     for (int32_t o = m->outs_of[v]; o >= 0; o = m->next_out[o]) accumulate(m, o, k);
   }
   return ir_graph_error(m->ng) ? ir_graph_fail(g, "microbatch: %s", ir_graph_error(m->ng)) : IR_OK;

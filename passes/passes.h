@@ -53,6 +53,21 @@ typedef struct PassRemat {
   const PassRematScope *scopes; /* (nscopes) */
 } PassRemat;
 
+/* What the pipeline passes need (passes/pipeline.c, docs/pipeline.md): the stage of each
+ * decoder layer and which layer each parameter belongs to. */
+typedef enum PassSchedule { PASS_SCHEDULE_GPIPE, PASS_SCHEDULE_1F1B } PassSchedule;
+
+typedef struct PassPipeline {
+  int32_t stages;             /* P; < 2: nothing to do */
+  PassSchedule schedule;      /* the order of each stage's forwards and backwards */
+  int64_t microbatches;       /* M (>= 1) */
+  int32_t nlayers;            /* decoder layers, in order */
+  const int32_t *layer_stage; /* (nlayers) stage of each layer, non-decreasing */
+  int32_t nparams;            /* parameters in a layer */
+  const char *const *params;  /* (nparams) names */
+  const int32_t *param_layer; /* (nparams) their layer */
+} PassPipeline;
+
 typedef struct PassOptions {
   const char *loss;       /* autodiff: name of the scalar output to differentiate; NULL: "loss" */
   int32_t nwrt;           /* autodiff: number of parameter names in wrt; 0: every parameter */
@@ -63,6 +78,7 @@ typedef struct PassOptions {
   const PassRemat *remat;     /* remat; NULL or no policy but "none": nothing to do */
   bool bf16_grads;            /* widen_grads: the policy reduces gradients in bf16: nothing to do */
   int64_t microbatches;       /* microbatch: forward/backward passes per step; 0 or 1: one */
+  const PassPipeline *pipeline; /* stages, pipeline; NULL or one stage: nothing to do */
 } PassOptions;
 
 /* ======================================================================== autodiff.c */
@@ -141,6 +157,26 @@ int pass_shard(IrGraph *g, const PassOptions *opt);
  * (see remat.c), so they are not kept alive across the backward. The graph computes the same
  * numbers. Runs after shard: what it clones is the per-device program, collectives included. */
 int pass_remat(IrGraph *g, const PassOptions *opt);
+
+/* ======================================================================== pipeline.c */
+
+/* Stamps each input-dependent value of the one-microbatch step (after autodiff) with its
+ * pipeline stage (IrValue.stage) and phase (forward: what the loss depends on; backward: the
+ * rest), from the stages of the layers' parameters (see pipeline.c). */
+int pass_stages(IrGraph *g, const PassOptions *opt);
+/* The per-device program of a pipeline (after shard and remat): every value gets the stage
+ * that computes it (0: every device; leaves, and values of leaves alone needed by several
+ * stages), each stage's values are ordered by the schedule (units: one microbatch's forward or
+ * backward on one stage), and each value one stage needs from another crosses by a send and a
+ * recv on the pipeline axis. */
+int pass_pipeline(IrGraph *g, const PassOptions *opt);
+/* The position of microbatch k's forward (backward) in stage s's order under the schedule. */
+int64_t pass_pipeline_slot(PassSchedule sched, int32_t stages, int64_t micro, int32_t s, int64_t k,
+                           bool backward);
+/* Prints the schedule as a timeline: one row per stage, one column per time unit (a forward or
+ * a backward of one microbatch), and the bubble. */
+void pass_pipeline_timeline(PassSchedule sched, int32_t stages, int64_t micro, FILE *out);
+const char *pass_schedule_name(PassSchedule s);
 
 /* ======================================================================== expand.c */
 

@@ -198,7 +198,10 @@ static int clone_tree(Remat *R, int32_t root) {
   }
   qsort(R->list, (size_t)n, sizeof *R->list, cmp_i32);
   for (int32_t i = 0; i < n; i++) {
-    if ((R->clone[R->list[i]] = add_mapped(R, R->list[i], true)) == IR_NONE) return IR_ERR;
+    int32_t c = add_mapped(R, R->list[i], true);
+    if ((R->clone[R->list[i]] = c) == IR_NONE) return IR_ERR;
+    if (R->ng->values[c].phase == IR_PHASE_FORWARD) /* a pipeline stage runs it in its backward */
+      R->ng->values[c].phase = IR_PHASE_BACKWARD;
     R->nclones++;
   }
   return IR_OK;

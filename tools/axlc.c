@@ -574,8 +574,16 @@ static int cmd_ir(Args *a) {
   int rc = lower(&j, a, a->after) ? 1 : 0;
   if (rc == 0 && !strcmp(format, "dot"))
     ir_graph_print_dot(j.graph, stdout);
-  else if (rc == 0)
+  else if (rc == 0) {
+    int pa = ir_mesh_axis(&j.graph->mesh, IR_PIPELINE_AXIS);
+    if (pa >= 0 && j.last_pass && !strcmp(j.last_pass, "pipeline")) /* the schedule first */
+      pass_pipeline_timeline(
+          strcmp(fe_get_str(fe_get_child(j.cfg, "mesh"), "pipeline_schedule"), "1f1b")
+              ? PASS_SCHEDULE_GPIPE
+              : PASS_SCHEDULE_1F1B,
+          (int32_t)j.graph->mesh.sizes[pa], j.facts.microbatches, stdout);
     ir_graph_print(j.graph, stdout);
+  }
   drv_free(&j);
   return rc;
 }

@@ -122,6 +122,7 @@ static int gather(Trainer *t, const char *name, int32_t v, IrShape *s) {
   if (v == IR_NONE) return fail(t, "internal: an output is missing");
   *s = global_shape(g, v);
   for (int64_t dev = 0; dev < (g->mesh.naxes ? ir_mesh_devices(&g->mesh) : 1); dev++) {
+    if (!ir_value_on_device(&g->mesh, &g->values[v], dev)) continue; /* another stage's */
     const double *x =
         name ? ir_interp_output(t->it, dev, name, NULL) : ir_interp_value(t->it, dev, v);
     if (!x) return fail(t, ir_interp_error(t->it));
@@ -181,6 +182,11 @@ static int carry_state(Trainer *t) {
   for (int32_t i = 0; i < g->noutputs; i++) {
     const char *name = g->outputs[i].name;
     if (strncmp(name, "new:", 4) != 0) continue;
+    if (g->values[g->outputs[i].value].stage > 0) { /* one pipeline stage's: to every device */
+      IrShape s;
+      if (gather(t, name, IR_NONE, &s) || bind(t, name + 4, &s, t->buf)) return -1;
+      continue;
+    }
     for (int64_t dev = 0; dev < (g->mesh.naxes ? ir_mesh_devices(&g->mesh) : 1); dev++) {
       IrShape s;
       const double *v = ir_interp_output(t->it, dev, name, &s);
@@ -194,13 +200,22 @@ static int carry_state(Trainer *t) {
   return 0;
 }
 
+/* A device that computes output `name` (under a pipeline, one of its stage's). */
+static int64_t scalar_device(const Trainer *t, const char *name) {
+  const IrGraph *g = t->j->graph;
+  int32_t v = ir_graph_output(g, name);
+  for (int64_t dev = 0; v != IR_NONE && dev < ir_mesh_devices(&g->mesh); dev++)
+    if (ir_value_on_device(&g->mesh, &g->values[v], dev)) return dev;
+  return 0;
+}
+
 static int run_step(Trainer *t, int64_t step) {
   if (bind_batch(t, step)) return -1;
   if (ir_interp_run(t->it) != IR_OK) return fail(t, ir_interp_error(t->it));
   IrShape s;
-  const double *loss = ir_interp_output(t->it, 0, "loss", &s);
-  const double *lr = ir_interp_output(t->it, 0, "lr", &s);
-  const double *gn = ir_interp_output(t->it, 0, "grad_norm", &s);
+  const double *loss = ir_interp_output(t->it, scalar_device(t, "loss"), "loss", &s);
+  const double *lr = ir_interp_output(t->it, scalar_device(t, "lr"), "lr", &s);
+  const double *gn = ir_interp_output(t->it, scalar_device(t, "grad_norm"), "grad_norm", &s);
   if (!loss || !lr || !gn) return fail(t, ir_interp_error(t->it));
   t->losses[step - 1] = (float)*loss;
   if (t->o->log)

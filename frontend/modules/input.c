@@ -24,6 +24,12 @@ static const FeField mesh_fields[] = {
     F_BOOL("sequence_parallel", "false",
            "Megatron sequence parallelism: outside attention and feed-forward the activations "
            "split over the sequence on the model axis (else on the hidden dim)"),
+    F_ENUM("pipeline_schedule", "\"gpipe\"", "gpipe|1f1b",
+           "order of the microbatches' forwards and backwards on each pipeline stage: gpipe "
+           "(all forwards, then all backwards) or 1f1b (one forward, one backward)"),
+    F_TYPED("pipeline_cuts", FT_INT_LIST, "[]",
+            "the first decoder layer of each pipeline stage after the first (pipeline - 1 "
+            "increasing layer indices); []: equal stages"),
 };
 
 const FeKind fe_kind_lm_input = {

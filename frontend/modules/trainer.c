@@ -48,6 +48,52 @@ static int check_seq(FeBuild *b, json_object *node) {
   return 0;
 }
 
+/* Pipeline stages: the decoder's layers split into pipeline contiguous stages, each fed
+ * microbatch after microbatch (docs/pipeline.md). */
+static int check_pipeline(FeBuild *b, json_object *node) {
+  int64_t P = 1;
+  for (int i = 0; i < b->mesh.n; i++) {
+    const FeAxis *a = fe_axis(b->mesh.axes[i]);
+    if (a && (a->roles & FE_AXIS_PIPELINE)) P = b->mesh.shape[i];
+  }
+  if (P <= 1) return 0;
+  json_object *mesh = fe_get_child(node, "mesh"), *learner = fe_get_child(node, "learner");
+  json_object *dec = fe_get_child(fe_get_child(node, "model"), "decoder");
+  int64_t L = dec ? fe_get_int(dec, "num_layers") : 0;
+  if (L < P)
+    return fe_field_error(b, mesh, "/mesh", "shape",
+                          "pipeline = %lld stages need a decoder of at least %lld layers "
+                          "(/model/decoder/num_layers is %lld)",
+                          (long long)P, (long long)P, (long long)L);
+  json_object *cuts = json_object_object_get(mesh, "pipeline_cuts");
+  size_t nc = cuts ? json_object_array_length(cuts) : 0;
+  if (nc == 0 && L % P)
+    return fe_field_error(b, mesh, "/mesh", "shape",
+                          "pipeline = %lld stages do not divide /model/decoder/num_layers = %lld "
+                          "(expected a multiple of %lld, or /mesh/pipeline_cuts)",
+                          (long long)P, (long long)L, (long long)P);
+  if (nc && nc != (size_t)(P - 1))
+    return fe_field_error(b, mesh, "/mesh", "pipeline_cuts",
+                          "%zu cut points for pipeline = %lld stages (expected %lld)", nc,
+                          (long long)P, (long long)(P - 1));
+  for (size_t i = 0, prev = 0; i < nc; i++) {
+    int64_t c = json_object_get_int64(json_object_array_get_idx(cuts, i));
+    if (c <= (int64_t)prev || c >= L)
+      return fe_field_error(b, mesh, "/mesh", "pipeline_cuts",
+                            "cut point %lld: expected increasing layer indices in 1..%lld, "
+                            "each stage at least one layer",
+                            (long long)c, (long long)(L - 1));
+    prev = (size_t)c;
+  }
+  int64_t M = fe_get_int(learner, "microbatches");
+  if (M < P)
+    return fe_field_error(b, learner, "/learner", "microbatches",
+                          "pipeline = %lld stages need at least %lld microbatches to feed them "
+                          "(got %lld)",
+                          (long long)P, (long long)P, (long long)M);
+  return 0;
+}
+
 static int check_batch(FeBuild *b, json_object *node) {
   int64_t split = fe_batch_split(&b->mesh);
   json_object *input = fe_get_child(node, "input");
@@ -89,7 +135,7 @@ static int build(FeBuild *b, json_object *node, const char *cfg, const char *prm
             fe_batch_split(&b->mesh) / fe_get_int(fe_get_child(node, "learner"), "microbatches");
   d.max_steps = fe_get_int(node, "max_steps");
   d.dtype = fe_get_str(fe_get_child(node, "precision"), "params");
-  int rc = check_batch(b, node);
+  int rc = check_batch(b, node) || check_pipeline(b, node) ? -1 : 0;
   if (fe_build_child(b, node, "model", cfg, prm, &d)) rc = -1;
   if (fe_build_child(b, node, "learner", cfg, prm, &d)) rc = -1;
   return rc;

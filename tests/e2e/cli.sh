@@ -615,6 +615,36 @@ backend_interp_equals_target)
   run run "$MODELS/tiny-lm.json" --backend interp --bogus 1
   expect_user_error "--bogus is not an option of --backend interp"
   ;;
+pipeline)
+  # pipeline=2 x 1F1B: the timeline and each stage's program, then training on the simulated
+  # mesh equal to one process, and a compiling backend refused (docs/pipeline.md)
+  set -- --set /input/seq_len=16 --set /input/global_batch_size=8 --set /learner/microbatches=4 \
+    --set /mesh/pipeline_schedule=1f1b
+  run ir "$MODELS/tiny-lm.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' "$@" --after pipeline
+  expect_rc 0
+  expect_in "$T/out" "# schedule 1f1b: 2 stages, 4 microbatches, 10 time units; bubble 1/5"
+  expect_in "$T/out" "# stage 0 | F0  F1  .   B0  F2  B1  F3  B2  .   B3"
+  expect_in "$T/out" "# stage 1 | .   F0  B0  F1  B1  F2  B2  F3  B3  ."
+  expect_in "$T/out" "= send %"
+  expect_in "$T/out" "mesh_axes=[pipeline] peer=0 : f32[2,16,64] stage=1"
+  cp "$CORPUS" "$T/text.txt"
+  set -- "$@" --data "$T/text.txt" --steps 10
+  run run "$MODELS/tiny-lm.json" --backend interp --target cpu "$@"
+  expect_rc 0
+  cp "$T/out" "$T/one.txt"
+  run run "$MODELS/tiny-lm.json" --backend interp --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' "$@"
+  expect_rc 0
+  expect_in "$T/out" "step 10 loss"
+  # the losses of the 10 steps within 1e-4 of one process's (f32 rounding of other sum orders)
+  paste "$T/one.txt" "$T/out" | awk '{ d = $4 - $12; if (d < 0) d = -d; if ($2 != $10 || d > 1e-4) bad = 1; n++ }
+    END { exit bad || n != 10 }' || { fail "pipeline=2 trains differently from one process"; paste "$T/one.txt" "$T/out" >&2; }
+  run run "$MODELS/tiny-lm.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' "$@"
+  expect_user_error "/mesh/shape: pipeline = 2 stages run on the interpreter only so far"
+  # memcheck plans every stage's values at once for now, and says so
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' --set /learner/microbatches=2
+  expect_rc 0
+  expect_in "$T/out" "note: one plan holds every pipeline stage's values (an upper bound"
+  ;;
 backends)
   run backends
   expect_rc 0
@@ -778,15 +808,15 @@ fuji-1b 32 data=4,fsdp=8 27.58 fits
 fuji-1b 64 data=8,fsdp=8 27.58 fits
 llama2-70b 8 fsdp=8 495.96 over
 llama2-70b 16 fsdp=16 236.73 over
-llama2-70b 32 fsdp=32 119.39 over
+llama2-70b 32 fsdp=32 60.97 fits
 llama2-70b 64 fsdp=64 64.28 fits
 fuji-70b 8 fsdp=8 495.96 over
 fuji-70b 16 fsdp=16 222.17 over
-fuji-70b 32 fsdp=32 119.41 over
+fuji-70b 32 fsdp=32 61.11 fits
 fuji-70b 64 fsdp=64 62.99 fits
 mixtral-8x7b 8 expert=8 417.73 over
 mixtral-8x7b 16 expert=8,fsdp=2 206.10 over
-mixtral-8x7b 32 expert=8,fsdp=4 101.31 over
+mixtral-8x7b 32 expert=8,fsdp=4 69.16 fits
 mixtral-8x7b 64 expert=8,fsdp=8 52.03 fits
 gpt2-124m 8 fsdp=8 51.40 fits
 gpt2-124m 16 data=2,fsdp=8 18.41 fits
