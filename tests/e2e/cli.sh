@@ -822,8 +822,8 @@ gpt2-124m 8 fsdp=8 51.40 fits
 gpt2-124m 16 data=2,fsdp=8 18.41 fits
 gpt2-124m 32 data=4,fsdp=8 9.36 fits
 gpt2-124m 64 data=8,fsdp=8 4.86 fits
-tiny-lm 8 data=8 0.0062 fits
-words-lm 8 data=8 0.0205 fits
+tiny-lm 8 data=8 0.00627 fits
+words-lm 8 data=8 0.0207 fits
 words-lm 16 data=16 0.0277 fits
 fuji-test 8 error:models/rules/llama.json: /learner/microbatches: 8 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 8 devices) leaves 1 sequences per device (expected a divisor of 1; --set /learner/microbatches=1 overrides it)
 moe-test 8 error:models/rules/llama.json: /learner/microbatches: 8 microbatches do not divide the per-device batch: global batch size 8 over the mesh's batch axes (data x expert x fsdp = 8 devices) leaves 1 sequences per device (expected a divisor of 1; --set /learner/microbatches=1 overrides it)
