@@ -47,6 +47,9 @@
 #   sample        --sample on the OpenCL trainer (forward and KV-cache decode on the device) from
 #                 the CPU trainer's checkpoint: the CPU trainer's text byte for byte, greedy with
 #                 the cache, seeded with top-k past the window (re-prefills), and --no-kv-cache
+#   attention_launches  tiny-lm at seq 48 (`--emit launches`, no device): the fused attention
+#                 kernels (a forward and three backward launches per layer) and no launch over
+#                 or reducing the (B, H, T, T) = 8 x 4 x 48 x 48 = 73,728 scores
 #   reduce_launches  gpt2-124m at batch 8, seq 1024 (`--emit launches`, no device): every
 #                 reduction over more than 65,536 elements (reduce_sum, reduce_max, scatter_add)
 #                 launches at least 1,024 work items; the gradient norm's sum over the 38.6M
@@ -217,6 +220,15 @@ broken_kernel)
   "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl --emit cl > "$T/k.cl" 2>&1 ||
     fail "the unbroken kernels do not compile"
   grep -q "__kernel" "$T/k.cl" || fail "--emit cl wrote no kernels"
+  ;;
+attention_launches)
+  "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl --emit launches \
+    --set /input/seq_len=48 -o "$T/l" > "$T/out" 2>&1 || fail "--emit launches: $(cat "$T/out")"
+  n=$(grep -c "_attention " "$T/l")
+  s=$(grep -c "_attention_grad_stats \|_attention_grad_kv \|_attention_grad_q " "$T/l")
+  [ "$n" -eq 2 ] && [ "$s" -eq 6 ] || fail "attention launches: $n forward, $s backward: $(cat "$T/l")"
+  big=$(awk '$2 == 73728 || $4 == 73728' "$T/l")
+  [ -z "$big" ] || fail "launches over the (B, H, T, T) scores: $big"
   ;;
 reduce_launches)
   "$AXLC" compile "$SRC/models/gpt2-124m.json" --target opencl --emit launches \
