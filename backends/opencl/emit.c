@@ -890,6 +890,7 @@ static int att_begin(Ctx *C, OclBuf *body, int32_t v, const char *what, Att *a, 
 }
 
 static void att_end(Ctx *C, Launches *L, const Att *a, const char *name) {
+  ocl_buf_printf(C->b, "#undef KS\n#undef VS\n#undef QS\n#undef GS\n#undef LSE\n#undef DD\n");
   RtOclLaunch shape = {
       .dims = 1, .global = {a->nb * att_blocks(a) * ATT_ROWS, 1, 1}, .local = {ATT_ROWS, 1, 1}};
   kernel_end(C, L, name, "", shape);
@@ -904,10 +905,29 @@ static void att_row(Ctx *C, const Att *a, const char *x, const char *p) {
 }
 
 /* Stages rows j0 .. j0 + TILE of tensors p1 and p2 in local x1, x2 (zero past T), between
- * barriers: the group's items share the loads. */
+ * barriers: the group's items share the loads; with `stats`, the tile's LSE and D too. The
+ * kernel reads a tile through the macros X1(i), X2(i) (x1, x2 upper case; LSE, DD). On a CPU
+ * device (AXLC_CPU_REDUCE) they read the tensors themselves, with no staging and no barriers:
+ * PoCL runs a group's items as loops around each barrier, with whatever lives across one
+ * stored per item, which cost more than the copies saved (tiny-lm's step: docs/bench.md). */
 static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, const char *x2,
-                      const char *p2) {
-  char e1[2 * NAME + 64], e2[2 * NAME + 64];
+                      const char *p2, bool stats) {
+  char e1[2 * NAME + 64], e2[2 * NAME + 64], u1[8], u2[8];
+  for (int i = 0; i < 8; i++) {
+    u1[i] = (char)(x1[i] >= 'a' && x1[i] <= 'z' ? x1[i] - 32 : x1[i]);
+    u2[i] = (char)(x2[i] >= 'a' && x2[i] <= 'z' ? x2[i] - 32 : x2[i]);
+    if (!x1[i] || !x2[i]) break;
+  }
+  att_ld(a, p1, "base + j0 * H_ + (i)", e1);
+  att_ld(a, p2, "base + j0 * H_ + (i)", e2);
+  ocl_buf_printf(C->b, "#ifdef AXLC_CPU_REDUCE\n");
+  ocl_buf_printf(C->b, "#define %s(i) %s\n#define %s(i) %s\n", u1, e1, u2, e2);
+  if (stats)
+    ocl_buf_printf(C->b,
+                   "#define LSE(i) %s[(b * T_ + j0 + (i)) * 2]\n"
+                   "#define DD(i) %s[(b * T_ + j0 + (i)) * 2 + 1]\n",
+                   a->st, a->st);
+  ocl_buf_printf(C->b, "#else\n");
   att_ld(a, p1, "base + j0 * H_ + e", e1);
   att_ld(a, p2, "base + j0 * H_ + e", e2);
   line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
@@ -916,6 +936,17 @@ static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, cons
   line(C, "    %s[e] = in ? %s : 0.0f;", x1, e1);
   line(C, "    %s[e] = in ? %s : 0.0f;", x2, e2);
   line(C, "  }");
+  if (stats) {
+    line(C, "  for (int e = lid; e < TILE; e += %d) {", ATT_ROWS);
+    line(C, "    bool in = j0 + e < T_;");
+    line(C, "    lse[e] = in ? %s[(b * T_ + j0 + e) * 2] : INFINITY;", a->st);
+    line(C, "    dd[e] = in ? %s[(b * T_ + j0 + e) * 2 + 1] : 0.0f;", a->st);
+    line(C, "  }");
+  }
+  line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+  ocl_buf_printf(C->b, "#define %s(i) %s[i]\n#define %s(i) %s[i]\n", u1, x1, u2, x2);
+  if (stats) ocl_buf_printf(C->b, "#define LSE(i) lse[i]\n#define DD(i) dd[i]\n");
+  ocl_buf_printf(C->b, "#endif\n");
 }
 
 /* nk: the keys the block of query rows sees (causal: up to its last row). */
@@ -936,14 +967,13 @@ static void att_forward_rows(Ctx *C, const Att *a) {
   line(C, "for (int d = 0; d < H_; d++) acc[d] = 0.0f;");
   att_keys(C, a);
   line(C, "for (int j0 = 0; j0 < nk; j0 += TILE) {");
-  att_stage(C, a, "ks", a->k, "vs", a->v);
-  line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
-  line(C, "  int jn = min(TILE, %s - j0);", a->causal ? "r + 1" : "T_");
+  att_stage(C, a, "ks", a->k, "vs", a->v, false);
+  line(C, "  int jn = min(TILE, %s - j0);", a->causal ? "min(r + 1, nk)" : "T_");
   line(C, "  if (jn <= 0) continue;");
   line(C, "  float mt = m;");
   line(C, "  for (int jj = 0; jj < jn; jj++) {");
   line(C, "    float dot = 0.0f;");
-  line(C, "    for (int d = 0; d < H_; d++) dot += qr[d] * ks[jj * H_ + d];");
+  line(C, "    for (int d = 0; d < H_; d++) dot += qr[d] * KS(jj * H_ + d);");
   line(C, "    s[jj] = dot * %s;", a->scale);
   line(C, "    mt = fmax(mt, s[jj]);");
   line(C, "  }");
@@ -953,7 +983,7 @@ static void att_forward_rows(Ctx *C, const Att *a) {
   line(C, "  for (int jj = 0; jj < jn; jj++) {");
   line(C, "    float p = exp(s[jj] - mt);");
   line(C, "    l += p;");
-  line(C, "    for (int d = 0; d < H_; d++) acc[d] += p * vs[jj * H_ + d];");
+  line(C, "    for (int d = 0; d < H_; d++) acc[d] += p * VS(jj * H_ + d);");
   line(C, "  }");
   line(C, "  m = mt;");
   line(C, "}");
@@ -1006,24 +1036,18 @@ static void att_grad_kv(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "float dk[%lld], dv[%lld];", H, H);
   line(C, "for (int d = 0; d < H_; d++) dk[d] = dv[d] = 0.0f;");
   line(C, "for (int j0 = %s; j0 < T_; j0 += TILE) {", a.causal ? "r0" : "0");
-  att_stage(C, &a, "qs", a.q, "gs", a.g);
-  line(C, "  for (int e = lid; e < TILE; e += %d) {", ATT_ROWS);
-  line(C, "    bool in = j0 + e < T_;");
-  line(C, "    lse[e] = in ? %s[(b * T_ + j0 + e) * 2] : INFINITY;", a.st);
-  line(C, "    dd[e] = in ? %s[(b * T_ + j0 + e) * 2 + 1] : 0.0f;", a.st);
-  line(C, "  }");
-  line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+  att_stage(C, &a, "qs", a.q, "gs", a.g, true);
   line(C, "  for (int ii = %s; ii < min(TILE, T_ - j0); ii++) {",
        a.causal ? "max(0, r - j0)" : "0");
   line(C, "    float dot = 0.0f, dp = 0.0f;");
   line(C, "    for (int d = 0; d < H_; d++) {");
-  line(C, "      dot += qs[ii * H_ + d] * kr[d];");
-  line(C, "      dp += gs[ii * H_ + d] * vr[d];");
+  line(C, "      dot += QS(ii * H_ + d) * kr[d];");
+  line(C, "      dp += GS(ii * H_ + d) * vr[d];");
   line(C, "    }");
-  line(C, "    float p = exp(dot * %s - lse[ii]), ds = p * (dp - dd[ii]);", a.scale);
+  line(C, "    float p = exp(dot * %s - LSE(ii)), ds = p * (dp - DD(ii));", a.scale);
   line(C, "    for (int d = 0; d < H_; d++) {");
-  line(C, "      dk[d] += ds * qs[ii * H_ + d];");
-  line(C, "      dv[d] += p * gs[ii * H_ + d];");
+  line(C, "      dk[d] += ds * QS(ii * H_ + d);");
+  line(C, "      dv[d] += p * GS(ii * H_ + d);");
   line(C, "    }");
   line(C, "  }");
   line(C, "}");
@@ -1054,17 +1078,16 @@ static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "for (int d = 0; d < H_; d++) dq[d] = 0.0f;");
   att_keys(C, &a);
   line(C, "for (int j0 = 0; j0 < nk; j0 += TILE) {");
-  att_stage(C, &a, "ks", a.k, "vs", a.v);
-  line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
-  line(C, "  int jn = min(TILE, %s - j0);", a.causal ? "r + 1" : "T_");
+  att_stage(C, &a, "ks", a.k, "vs", a.v, false);
+  line(C, "  int jn = min(TILE, %s - j0);", a.causal ? "min(r + 1, nk)" : "T_");
   line(C, "  for (int jj = 0; jj < jn; jj++) {");
   line(C, "    float dot = 0.0f, dp = 0.0f;");
   line(C, "    for (int d = 0; d < H_; d++) {");
-  line(C, "      dot += qr[d] * ks[jj * H_ + d];");
-  line(C, "      dp += gr[d] * vs[jj * H_ + d];");
+  line(C, "      dot += qr[d] * KS(jj * H_ + d);");
+  line(C, "      dp += gr[d] * VS(jj * H_ + d);");
   line(C, "    }");
   line(C, "    float ds = exp(dot * %s - lse) * (dp - D);", a.scale);
-  line(C, "    for (int d = 0; d < H_; d++) dq[d] += ds * ks[jj * H_ + d];");
+  line(C, "    for (int d = 0; d < H_; d++) dq[d] += ds * KS(jj * H_ + d);");
   line(C, "  }");
   line(C, "}");
   line(C, "if (!live) return;");

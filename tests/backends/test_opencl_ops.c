@@ -260,8 +260,13 @@ static void check(const char *text, const Bind *b, int nb, const char *exact, do
   bool att = false; /* the fused attention kernels under the emulated tensor-core build too */
   for (int32_t v = 0; v < g->nvalues; v++)
     att |= g->values[v].op == IR_ATTENTION || g->values[v].op == IR_ATTENTION_GRAD;
-  if (att && !dot)
+  if (att && !dot) {
     check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, true, exact, tol, "fused, AX_MMA=2 build");
+    const char *was = build_options; /* as a CPU device runs them: no local tiles */
+    build_options = "-cl-std=CL1.2 -DAXLC_CPU_REDUCE";
+    check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, false, exact, tol, "fused, AXLC_CPU_REDUCE");
+    build_options = was;
+  }
   ir_interp_free(it);
   for (int32_t v = 0; v < g->nvalues; v++) free(leaf[v]);
   free(leaf);
