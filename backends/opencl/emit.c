@@ -909,7 +909,7 @@ static void att_row(Ctx *C, const Att *a, const char *x, const char *p) {
  * kernel reads a tile through the macros X1(i), X2(i) (x1, x2 upper case; LSE, DD). On a CPU
  * device (AXLC_CPU_REDUCE) they read the tensors themselves, with no staging and no barriers:
  * PoCL runs a group's items as loops around each barrier, with whatever lives across one
- * stored per item, which cost more than the copies saved (tiny-lm's step: docs/bench.md). */
+ * stored per item (docs/bench.md, "OpenCL fused attention on PoCL"). */
 static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, const char *x2,
                       const char *p2, bool stats) {
   char e1[2 * NAME + 64], e2[2 * NAME + 64], u1[8], u2[8];
