@@ -397,7 +397,7 @@ print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/small.json"
   AXLC_OPENCL_MEM_SIZE=4194304 "$T/ocl" --data "$T/text.txt" --steps 2 --metrics "$T/m.jsonl" > "$T/out" 2>&1
   rc=$?
   [ $rc -eq 1 ] || fail "a trainer on a 4 MiB device: exit $rc"
-  grep -qF "ocl: the 8.75 MiB slab of this job does not fit the 4.00 MiB of memory of OpenCL device $dev (CL_DEVICE_GLOBAL_MEM_SIZE, or AXLC_OPENCL_MEM_SIZE); nothing was trained" "$T/out" ||
+  grep -qF "ocl: the 8.76 MiB slab of this job does not fit the 4.00 MiB of memory of OpenCL device $dev (CL_DEVICE_GLOBAL_MEM_SIZE, or AXLC_OPENCL_MEM_SIZE); nothing was trained" "$T/out" ||
     fail "the trainer's refusal: $(cat "$T/out")"
   [ -s "$T/m.jsonl" ] && fail "a step ran on a device too small"
   ;;
