@@ -267,11 +267,11 @@ static int ocl_backend_check_run_args(int argc, char **argv, const BackendDiag *
 }
 
 /* Every op, in f32, bf16 (stored as ushort, computed in f32: emit.c) and i32; collectives only
- * over one device. The fused attention ops only in bf16, where their kernels keep the scores and
- * softmax in f32 (expanded, every primitive would round to bf16); in f32 the driver expands them
- * into primitives (passes/expand.c) before compile or run. */
+ * over one device. The fused attention ops have flash-style kernels in f32 and bf16 (emit.c,
+ * "fused attention"): the (T, T) scores are never stored, and in bf16 the softmax stays f32
+ * (expanded, every primitive would round to bf16). */
 static bool ocl_backend_supports_op(IrOp op, IrDType dt) {
-  if (op == IR_ATTENTION || op == IR_ATTENTION_GRAD) return dt == DT_BF16;
+  if (op == IR_ATTENTION || op == IR_ATTENTION_GRAD) return dt == DT_F32 || dt == DT_BF16;
   return (unsigned)op < IR_OP_COUNT && (dt == DT_F32 || dt == DT_BF16 || dt == DT_I32);
 }
 

@@ -768,20 +768,33 @@ static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   kernel_end(C, L, name, "", items(rows));
 }
 
-/* ---- attention on bf16 ----
+/* ---- fused attention ----
  *
- * attention and attention_grad on bf16 (..., T, H) tensors, f32 inside (the bf16 helpers'
- * ax_att_*: scores, the softmax max and sum, the products), each result element rounded once.
- * f32 attention never gets here: the driver expands it (backend.c). One work item per query row
- * (b, i) or key row (b, j) of the nb problems, with the row's H sums in a private array. */
+ * attention and attention_grad on f32 or bf16 (..., T, H) tensors: flash-style, the (T, T)
+ * scores never stored. Each of the nb = numel / (T H) problems is cut into blocks of ATT_ROWS
+ * rows, one work-group a block, one work item a row, the row's H-vectors in private arrays;
+ * the other side's rows come in tiles of `tile` rows staged in local memory (zero past T) for
+ * the whole group. All arithmetic is f32 (bf16 loads widen, each result rounds once).
+ * - attention: query rows. Per key tile, the row's scores, the tile's max, then one rescale of
+ *   the running sum l and output row acc (online softmax); o = acc / l. Causal: a block reads
+ *   the key tiles up to its last row only, and row i the keys j <= i in them.
+ * - attention_grad, three launches. _stats recomputes the forward per query row and saves
+ *   LSE = m + log l and D = dout . o (the softmax backward's row term) in a scratch area past
+ *   the slab (2 floats a row, shared with the reductions' scratch: the launches run in order);
+ *   _kv, key rows: over the query tiles that see the block (causal: from the block's first row
+ *   on), P = exp(scale q.k - LSE), dS = P (dout.v - D), dk += dS q, dv += P dout; _q, query
+ *   rows: dq += dS k over the key tiles, as the forward reads them.
+ * Work items depend on the shapes only, and each writes its own rows: no atomics, the same
+ * bits on every run. */
 
-enum { ATT_MAX_H = 1024 }; /* the private row arrays */
+enum { ATT_MAX_H = 1024, ATT_ROWS = 32, ATT_LOCAL = 24576 /* bytes of local tiles */ };
 
 typedef struct Att {
-  int64_t T, H, nb;
-  bool causal;
+  int64_t T, H, nb, tile; /* tile: other-side rows per local tile */
+  bool causal, bf16;
   char scale[NAME];
   char q[NAME], k[NAME], v[NAME], g[NAME], out[NAME]; /* slab references; g: dout */
+  char st[NAME];                                      /* attention_grad: LSE and D per row */
 } Att;
 
 static int att_setup(Ctx *C, int32_t v, Att *a) {
@@ -791,10 +804,11 @@ static int att_setup(Ctx *C, int32_t v, Att *a) {
   a->H = qs->dims[qs->rank - 1];
   a->nb = ir_shape_numel(qs) / (a->T * a->H);
   a->causal = x->attr.k != 0;
+  a->bf16 = val(C, x->ops[0])->dtype == DT_BF16;
+  int64_t per = (x->op == IR_ATTENTION_GRAD ? 2 * a->H + 2 : 2 * a->H) * 4; /* bytes a row */
+  a->tile = ATT_LOCAL / per < ATT_ROWS ? ATT_LOCAL / per : ATT_ROWS;
+  if (a->tile < 1) a->tile = 1;
   literal(DT_F32, x->attr.value, a->scale);
-  if (val(C, x->ops[0])->dtype != DT_BF16)
-    return fail(C, "%%%d (%s): only bf16 attention has a kernel (the driver expands f32)", v,
-                ir_op_name(x->op));
   if (a->H > ATT_MAX_H)
     return fail(C, "%%%d (%s): head size %lld is above the OpenCL kernel's %d", v,
                 ir_op_name(x->op), (long long)a->H, ATT_MAX_H);
@@ -803,111 +817,253 @@ static int att_setup(Ctx *C, int32_t v, Att *a) {
   buf_ref(C, x->ops[2], a->v, NAME);
   if (x->nops > 3) buf_ref(C, x->ops[3], a->g, NAME);
   buf_ref(C, v, a->out, NAME);
+  if (x->op == IR_ATTENTION_GRAD) {
+    int64_t bytes = a->nb * a->T * 8;
+    int32_t s = arg_of(C, C->scratch_at, bytes);
+    snprintf(a->st, NAME, "AXF(s%d, a%d)", s, s);
+    if (bytes > C->scratch_bytes) C->scratch_bytes = bytes;
+  }
   return 0;
 }
 
-/* Begins v's kernel `what` over its nb * T rows: the sizes T_ and H_, and for row gid its
- * problem b, its row r, the problem's tensors q, k, v (and g: dout) and n, the keys row r sees. */
-static int att_begin(Ctx *C, Launches *L, OclBuf *body, int32_t v, const char *what, Att *a,
-                     char *name) {
+static int64_t att_blocks(const Att *a) { return (a->T + ATT_ROWS - 1) / ATT_ROWS; }
+
+/* An element of tensor p at index e, as a float. */
+static void att_ld(const Att *a, const char *p, const char *e, char *out) {
+  snprintf(out, 2 * NAME + 64, a->bf16 ? "ax_from_bf16(%s[%s])" : "%s[%s]", p, e);
+}
+
+/* Begins v's kernel `what`: one work-group of ATT_ROWS items per block of rows; for item lid of
+ * group grp, the problem b, the block's first row r0, the item's row r (live: r < T) and the
+ * problem's base index. */
+static int att_begin(Ctx *C, OclBuf *body, int32_t v, const char *what, Att *a, char *name) {
   kernel_name(C, v, what, name);
   kernel_begin(C, body);
   if (att_setup(C, v, a)) return -1;
-  long long T = a->T, H = a->H;
-  kernel_items(C, L, a->nb * a->T);
-  line(C, "const int T_ = %lld, H_ = %lld;", T, H);
-  line(C, "long b = gid / %lldL, r = gid %% %lldL;", T, T);
-  line(C, "__global const ushort *q = %s + b * %lldL, *k = %s + b * %lldL, *v = %s + b * %lldL;",
-       a->q, T * H, a->k, T * H, a->v, T * H);
-  if (val(C, v)->op == IR_ATTENTION_GRAD)
-    line(C, "__global const ushort *g = %s + b * %lldL;", a->g, T * H);
-  line(C, "int n = %s;", a->causal ? "(int)r + 1" : "T_");
+  line(C, "const int T_ = %lld, H_ = %lld, TILE = %lld;", (long long)a->T, (long long)a->H,
+       (long long)a->tile);
+  line(C, "int lid = get_local_id(0);");
+  line(C, "long grp = get_group_id(0), b = grp / %lldL;", (long long)att_blocks(a));
+  line(C, "int r0 = (int)(grp %% %lldL) * %d, r = r0 + lid;", (long long)att_blocks(a), ATT_ROWS);
+  line(C, "bool live = r < T_;");
+  line(C, "long base = b * %lldL;", (long long)(a->T * a->H));
   return 0;
+}
+
+static void att_end(Ctx *C, Launches *L, const Att *a, const char *name) {
+  ocl_buf_printf(C->b, "#undef KS\n#undef VS\n#undef QS\n#undef GS\n#undef LSE\n#undef DD\n");
+  RtOclLaunch shape = {
+      .dims = 1, .global = {a->nb * att_blocks(a) * ATT_ROWS, 1, 1}, .local = {ATT_ROWS, 1, 1}};
+  kernel_end(C, L, name, "", shape);
+}
+
+/* Loads the item's own row of tensor p into private x[H] (zeros for a row past T). */
+static void att_row(Ctx *C, const Att *a, const char *x, const char *p) {
+  char e[2 * NAME + 64];
+  att_ld(a, p, "base + r * H_ + d", e);
+  line(C, "float %s[%lld];", x, (long long)a->H);
+  line(C, "for (int d = 0; d < H_; d++) %s[d] = live ? %s : 0.0f;", x, e);
+}
+
+/* Stages rows j0 .. j0 + TILE of tensors p1 and p2 in local x1, x2 (zero past T), between
+ * barriers: the group's items share the loads; with `stats`, the tile's LSE and D too. The
+ * kernel reads a tile through the macros X1(i), X2(i) (x1, x2 upper case; LSE, DD). On a CPU
+ * device (AXLC_CPU_REDUCE) they read the tensors themselves, with no staging and no barriers:
+ * PoCL runs a group's items as loops around each barrier, with whatever lives across one
+ * stored per item (docs/bench.md, "OpenCL fused attention on PoCL"). */
+static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, const char *x2,
+                      const char *p2, bool stats) {
+  char e1[2 * NAME + 64], e2[2 * NAME + 64], u1[8], u2[8];
+  for (int i = 0; i < 8; i++) {
+    u1[i] = (char)(x1[i] >= 'a' && x1[i] <= 'z' ? x1[i] - 32 : x1[i]);
+    u2[i] = (char)(x2[i] >= 'a' && x2[i] <= 'z' ? x2[i] - 32 : x2[i]);
+    if (!x1[i] || !x2[i]) break;
+  }
+  att_ld(a, p1, "base + j0 * H_ + (i)", e1);
+  att_ld(a, p2, "base + j0 * H_ + (i)", e2);
+  ocl_buf_printf(C->b, "#ifdef AXLC_CPU_REDUCE\n");
+  ocl_buf_printf(C->b, "#define %s(i) %s\n#define %s(i) %s\n", u1, e1, u2, e2);
+  if (stats)
+    ocl_buf_printf(C->b,
+                   "#define LSE(i) %s[(b * T_ + j0 + (i)) * 2]\n"
+                   "#define DD(i) %s[(b * T_ + j0 + (i)) * 2 + 1]\n",
+                   a->st, a->st);
+  ocl_buf_printf(C->b, "#else\n");
+  att_ld(a, p1, "base + j0 * H_ + e", e1);
+  att_ld(a, p2, "base + j0 * H_ + e", e2);
+  line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+  line(C, "  for (int e = lid; e < TILE * H_; e += %d) {", ATT_ROWS);
+  line(C, "    bool in = j0 + e / H_ < T_;");
+  line(C, "    %s[e] = in ? %s : 0.0f;", x1, e1);
+  line(C, "    %s[e] = in ? %s : 0.0f;", x2, e2);
+  line(C, "  }");
+  if (stats) {
+    line(C, "  for (int e = lid; e < TILE; e += %d) {", ATT_ROWS);
+    line(C, "    bool in = j0 + e < T_;");
+    line(C, "    lse[e] = in ? %s[(b * T_ + j0 + e) * 2] : INFINITY;", a->st);
+    line(C, "    dd[e] = in ? %s[(b * T_ + j0 + e) * 2 + 1] : 0.0f;", a->st);
+    line(C, "  }");
+  }
+  line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+  ocl_buf_printf(C->b, "#define %s(i) %s[i]\n#define %s(i) %s[i]\n", u1, x1, u2, x2);
+  if (stats) ocl_buf_printf(C->b, "#define LSE(i) lse[i]\n#define DD(i) dd[i]\n");
+  ocl_buf_printf(C->b, "#endif\n");
+}
+
+/* nk: the keys the block of query rows sees (causal: up to its last row). */
+static void att_keys(Ctx *C, const Att *a) {
+  if (a->causal)
+    line(C, "int nk = min(T_, r0 + %d);", ATT_ROWS);
+  else
+    line(C, "int nk = T_;");
+}
+
+/* The online softmax of the item's query row qr over the key tiles the block sees: m, l and
+ * the unnormalized output row acc[H] (attention and attention_grad_stats). */
+static void att_forward_rows(Ctx *C, const Att *a) {
+  long long H = a->H, TL = a->tile;
+  att_row(C, a, "qr", a->q);
+  line(C, "__local float ks[%lld], vs[%lld];", TL * H, TL * H);
+  line(C, "float m = -INFINITY, l = 0.0f, acc[%lld], s[%lld];", H, TL);
+  line(C, "for (int d = 0; d < H_; d++) acc[d] = 0.0f;");
+  att_keys(C, a);
+  line(C, "for (int j0 = 0; j0 < nk; j0 += TILE) {");
+  att_stage(C, a, "ks", a->k, "vs", a->v, false);
+  line(C, "  int jn = min(TILE, %s - j0);", a->causal ? "min(r + 1, nk)" : "T_");
+  line(C, "  if (jn <= 0) continue;");
+  line(C, "  float mt = m;");
+  line(C, "  for (int jj = 0; jj < jn; jj++) {");
+  line(C, "    float dot = 0.0f;");
+  line(C, "    for (int d = 0; d < H_; d++) dot += qr[d] * KS(jj * H_ + d);");
+  line(C, "    s[jj] = dot * %s;", a->scale);
+  line(C, "    mt = fmax(mt, s[jj]);");
+  line(C, "  }");
+  line(C, "  float c = exp(m - mt);");
+  line(C, "  l *= c;");
+  line(C, "  for (int d = 0; d < H_; d++) acc[d] *= c;");
+  line(C, "  for (int jj = 0; jj < jn; jj++) {");
+  line(C, "    float p = exp(s[jj] - mt);");
+  line(C, "    l += p;");
+  line(C, "    for (int d = 0; d < H_; d++) acc[d] += p * VS(jj * H_ + d);");
+  line(C, "  }");
+  line(C, "  m = mt;");
+  line(C, "}");
+}
+
+static void att_store(Ctx *C, const Att *a, const char *at, const char *x) {
+  if (a->bf16)
+    line(C, "%s[%s] = ax_to_bf16(%s);", a->out, at, x);
+  else
+    line(C, "%s[%s] = %s;", a->out, at, x);
 }
 
 static void attention_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64];
   Att a;
-  if (att_begin(C, L, body, v, "attention", &a, name)) return;
-  line(C, "float m, l, acc[%lld];", (long long)a.H);
-  line(C, "ax_att_stats(q + r * H_, k, n, H_, %s, &m, &l);", a.scale);
-  line(C, "for (int d = 0; d < H_; d++) acc[d] = 0.0f;");
-  line(C, "for (int j = 0; j < n; j++) {");
-  line(C, "  float p = exp(ax_att_dot(q + r * H_, k + j * H_, H_) * %s - m) / l;", a.scale);
-  line(C, "  for (int d = 0; d < H_; d++) acc[d] += p * ax_from_bf16(v[j * H_ + d]);");
+  if (att_begin(C, body, v, "attention", &a, name)) return;
+  att_forward_rows(C, &a);
+  line(C, "if (!live) return;");
+  line(C, "for (int d = 0; d < H_; d++) {");
+  line(C, "  float o = acc[d] / l;");
+  att_store(C, &a, "base + r * H_ + d", "o");
   line(C, "}");
-  line(C, "__global ushort *o = %s + gid * %lldL;", a.out, (long long)a.H);
-  line(C, "for (int d = 0; d < H_; d++) o[d] = ax_to_bf16(acc[d]);");
-  kernel_end(C, L, name, "", items(a.nb * a.T));
+  att_end(C, L, &a, name);
 }
 
-/* attention_grad: (dq, dk, dv) stacked on a new axis 0, in three launches. Where a row of dq
- * holds three floats (H >= 6), the first stores each query row's softmax max, sum and
- * D = rowsum(P * dP) there, so that the second, one key row j per work item (dk and dv: sums
- * over the query rows), reads them instead of computing them again for every key; the third
- * computes dq, each row's statistics again, over what the first stored. */
-static void attention_grad_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+/* attention_grad's first launch: LSE and D of every query row (see the section comment). */
+static void att_grad_stats(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  char name[64], e[2 * NAME + 64];
+  Att a;
+  if (att_begin(C, body, v, "attention_grad_stats", &a, name)) return;
+  att_forward_rows(C, &a);
+  line(C, "if (!live) return;");
+  att_ld(&a, a.g, "base + r * H_ + d", e);
+  line(C, "float D = 0.0f;");
+  line(C, "for (int d = 0; d < H_; d++) D += %s * (acc[d] / l);", e);
+  line(C, "%s[(b * T_ + r) * 2] = m + log(l);", a.st);
+  line(C, "%s[(b * T_ + r) * 2 + 1] = D;", a.st);
+  att_end(C, L, &a, name);
+}
+
+/* attention_grad's second launch: the item's key row r; dk and dv sum over the query rows. */
+static void att_grad_kv(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64];
   Att a;
-  const IrShape *s = &val(C, v)->shape;
-  bool stash = s->dims[s->rank - 1] >= 6;
-  if (stash) {
-    if (att_begin(C, L, body, v, "attention_grad_stats", &a, name)) return;
-    line(C, "float m, l;");
-    line(C, "ax_att_stats(q + r * H_, k, n, H_, %s, &m, &l);", a.scale);
-    line(C, "__global float *st = (__global float *)%s + gid * 3;", a.out);
-    line(C, "st[0] = m;");
-    line(C, "st[1] = l;");
-    line(C, "st[2] = ax_att_delta(q + r * H_, k, v, g + r * H_, n, H_, %s, m, l);", a.scale);
-    kernel_end(C, L, name, "", items(a.nb * a.T));
-  }
-
-  /* one key row j = r per work item: dk_j = scale sum_i dS_ij q_i, dv_j = sum_i P_ij g_i */
-  if (att_begin(C, L, body, v, "attention_grad_kv", &a, name)) return;
-  long long H = a.H, per = a.nb * a.T * a.H;
+  if (att_begin(C, body, v, "attention_grad_kv", &a, name)) return;
+  long long H = a.H, TL = a.tile, per = a.nb * a.T * a.H;
+  att_row(C, &a, "kr", a.k);
+  att_row(C, &a, "vr", a.v);
+  line(C, "__local float qs[%lld], gs[%lld], lse[%lld], dd[%lld];", TL * H, TL * H, TL, TL);
   line(C, "float dk[%lld], dv[%lld];", H, H);
   line(C, "for (int d = 0; d < H_; d++) dk[d] = dv[d] = 0.0f;");
-  line(C, "for (int i = %s; i < T_; i++) {", a.causal ? "(int)r" : "0");
-  line(C, "  __global const ushort *qi = q + i * H_, *gi = g + i * H_;");
-  line(C, "  float m, l, D;");
-  if (stash) {
-    line(C, "  __global const float *st = (__global const float *)%s + (b * T_ + i) * 3;", a.out);
-    line(C, "  m = st[0], l = st[1], D = st[2];");
-  } else {
-    line(C, "  ax_att_stats(qi, k, %s, H_, %s, &m, &l);", a.causal ? "i + 1" : "T_", a.scale);
-    line(C, "  D = ax_att_delta(qi, k, v, gi, %s, H_, %s, m, l);", a.causal ? "i + 1" : "T_",
-         a.scale);
-  }
-  line(C, "  float p = exp(ax_att_dot(qi, k + r * H_, H_) * %s - m) / l;", a.scale);
-  line(C, "  float ds = p * (ax_att_dot(gi, v + r * H_, H_) - D);");
-  line(C, "  for (int d = 0; d < H_; d++) {");
-  line(C, "    dk[d] += %s * ds * ax_from_bf16(qi[d]);", a.scale);
-  line(C, "    dv[d] += p * ax_from_bf16(gi[d]);");
+  line(C, "for (int j0 = %s; j0 < T_; j0 += TILE) {", a.causal ? "r0" : "0");
+  att_stage(C, &a, "qs", a.q, "gs", a.g, true);
+  line(C, "  for (int ii = %s; ii < min(TILE, T_ - j0); ii++) {",
+       a.causal ? "max(0, r - j0)" : "0");
+  line(C, "    float dot = 0.0f, dp = 0.0f;");
+  line(C, "    for (int d = 0; d < H_; d++) {");
+  line(C, "      dot += QS(ii * H_ + d) * kr[d];");
+  line(C, "      dp += GS(ii * H_ + d) * vr[d];");
+  line(C, "    }");
+  line(C, "    float p = exp(dot * %s - LSE(ii)), ds = p * (dp - DD(ii));", a.scale);
+  line(C, "    for (int d = 0; d < H_; d++) {");
+  line(C, "      dk[d] += ds * QS(ii * H_ + d);");
+  line(C, "      dv[d] += p * GS(ii * H_ + d);");
+  line(C, "    }");
   line(C, "  }");
   line(C, "}");
-  line(C, "__global ushort *ok = %s + %lldL + gid * %lldL, *ov = ok + %lldL;", a.out, per, H, per);
+  line(C, "if (!live) return;");
   line(C, "for (int d = 0; d < H_; d++) {");
-  line(C, "  ok[d] = ax_to_bf16(dk[d]);");
-  line(C, "  ov[d] = ax_to_bf16(dv[d]);");
+  line(C, "  float x = dk[d] * %s, y = dv[d];", a.scale);
+  char at[64];
+  snprintf(at, sizeof at, "%lldL + base + r * H_ + d", per);
+  att_store(C, &a, at, "x");
+  snprintf(at, sizeof at, "%lldL + base + r * H_ + d", 2 * per);
+  att_store(C, &a, at, "y");
   line(C, "}");
-  kernel_end(C, L, name, "", items(a.nb * a.T));
+  att_end(C, L, &a, name);
+}
 
-  /* one query row i = r per work item: dq_i = scale sum_j dS_ij k_j */
-  if (att_begin(C, L, body, v, "attention_grad_q", &a, name)) return;
-  line(C, "__global const ushort *qi = q + r * H_, *gi = g + r * H_;");
-  line(C, "float m, l, dq[%lld];", H);
-  line(C, "ax_att_stats(qi, k, n, H_, %s, &m, &l);", a.scale);
-  line(C, "float D = ax_att_delta(qi, k, v, gi, n, H_, %s, m, l);", a.scale);
+/* attention_grad's third launch: the item's query row r; dq sums over the keys it sees. */
+static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  char name[64];
+  Att a;
+  if (att_begin(C, body, v, "attention_grad_q", &a, name)) return;
+  long long H = a.H, TL = a.tile;
+  att_row(C, &a, "qr", a.q);
+  att_row(C, &a, "gr", a.g);
+  line(C, "float lse = live ? %s[(b * T_ + r) * 2] : 0.0f;", a.st);
+  line(C, "float D = live ? %s[(b * T_ + r) * 2 + 1] : 0.0f;", a.st);
+  line(C, "__local float ks[%lld], vs[%lld];", TL * H, TL * H);
+  line(C, "float dq[%lld];", H);
   line(C, "for (int d = 0; d < H_; d++) dq[d] = 0.0f;");
-  line(C, "for (int j = 0; j < n; j++) {");
-  line(C, "  float p = exp(ax_att_dot(qi, k + j * H_, H_) * %s - m) / l;", a.scale);
-  line(C, "  float ds = p * (ax_att_dot(gi, v + j * H_, H_) - D);");
-  line(C, "  for (int d = 0; d < H_; d++) dq[d] += %s * ds * ax_from_bf16(k[j * H_ + d]);",
-       a.scale);
+  att_keys(C, &a);
+  line(C, "for (int j0 = 0; j0 < nk; j0 += TILE) {");
+  att_stage(C, &a, "ks", a.k, "vs", a.v, false);
+  line(C, "  int jn = min(TILE, %s - j0);", a.causal ? "min(r + 1, nk)" : "T_");
+  line(C, "  for (int jj = 0; jj < jn; jj++) {");
+  line(C, "    float dot = 0.0f, dp = 0.0f;");
+  line(C, "    for (int d = 0; d < H_; d++) {");
+  line(C, "      dot += qr[d] * KS(jj * H_ + d);");
+  line(C, "      dp += gr[d] * VS(jj * H_ + d);");
+  line(C, "    }");
+  line(C, "    float ds = exp(dot * %s - lse) * (dp - D);", a.scale);
+  line(C, "    for (int d = 0; d < H_; d++) dq[d] += ds * KS(jj * H_ + d);");
+  line(C, "  }");
   line(C, "}");
-  line(C, "__global ushort *o = %s + gid * %lldL;", a.out, H);
-  line(C, "for (int d = 0; d < H_; d++) o[d] = ax_to_bf16(dq[d]);");
-  kernel_end(C, L, name, "", items(a.nb * a.T));
+  line(C, "if (!live) return;");
+  line(C, "for (int d = 0; d < H_; d++) {");
+  line(C, "  float x = dq[d] * %s;", a.scale);
+  att_store(C, &a, "base + r * H_ + d", "x");
+  line(C, "}");
+  att_end(C, L, &a, name);
+}
+
+/* attention_grad: (dq, dk, dv) stacked on a new axis 0, in three launches. */
+static void attention_grad_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
+  att_grad_stats(C, L, body, v);
+  att_grad_kv(C, L, body, v);
+  att_grad_q(C, L, body, v);
 }
 
 static void gemm_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
@@ -1172,6 +1328,11 @@ int64_t ocl_scratch_bytes(const IrGraph *g, const bool *mat) {
   for (int32_t v = 0; v < g->nvalues; v++) {
     const IrValue *x = &g->values[v];
     RedPlan k;
+    if (mat[v] && x->op == IR_ATTENTION_GRAD) { /* LSE and D: 2 floats a query row */
+      const IrShape *qs = &g->values[x->ops[0]].shape;
+      int64_t rows = qs->dims[qs->rank - 1] ? ir_shape_numel(qs) / qs->dims[qs->rank - 1] : 0;
+      if (rows * 8 > most) most = rows * 8;
+    }
     if (mat[v] && (x->op == IR_REDUCE_SUM || x->op == IR_REDUCE_MAX) &&
         ir_shape_numel(&x->shape) > 0 && !ocl_is_collective(g, v) && red_first(g, v, &k) &&
         k.P > 1 && k.O * k.P * 8 > most)
@@ -1818,33 +1979,6 @@ static void prelude_bf16(OclBuf *b) {
          "ushort4 ax_to_bf16x4(float4 c) {\n"
          "  return (ushort4)(ax_to_bf16(c.x), ax_to_bf16(c.y), ax_to_bf16(c.z), "
          "ax_to_bf16(c.w));\n"
-         "}\n"
-         "/* attention rows of bf16 (H) vectors: a . b in f32 */\n"
-         "float ax_att_dot(__global const ushort *a, __global const ushort *b, int H) {\n"
-         "  float s = 0.0f;\n"
-         "  for (int d = 0; d < H; d++) s += ax_from_bf16(a[d]) * ax_from_bf16(b[d]);\n"
-         "  return s;\n"
-         "}\n"
-         "/* query row qi's softmax over keys 0..n-1: max m and sum l of exp(score - m) */\n"
-         "void ax_att_stats(__global const ushort *qi, __global const ushort *k, int n, int H, "
-         "float scale,\n"
-         "                  float *m, float *l) {\n"
-         "  float mx = -INFINITY, sum = 0.0f;\n"
-         "  for (int j = 0; j < n; j++) mx = fmax(mx, ax_att_dot(qi, k + j * H, H) * scale);\n"
-         "  for (int j = 0; j < n; j++) sum += exp(ax_att_dot(qi, k + j * H, H) * scale - mx);\n"
-         "  *m = mx;\n"
-         "  *l = sum;\n"
-         "}\n"
-         "/* D = sum_j P_ij dP_ij, dP_ij = gi . v_j: the softmax backward's row term */\n"
-         "float ax_att_delta(__global const ushort *qi, __global const ushort *k,\n"
-         "                   __global const ushort *v, __global const ushort *gi, int n, int H, "
-         "float scale,\n"
-         "                   float m, float l) {\n"
-         "  float D = 0.0f;\n"
-         "  for (int j = 0; j < n; j++)\n"
-         "    D += exp(ax_att_dot(qi, k + j * H, H) * scale - m) / l * ax_att_dot(gi, v + j * H, "
-         "H);\n"
-         "  return D;\n"
          "}\n\n");
   /* an accumulator as an f32 rounded to odd: rounding that to bf16 rounds it once (acc_end) */
   ocl_buf_printf(b, "#ifdef cl_khr_fp64\n"

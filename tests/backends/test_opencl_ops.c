@@ -257,6 +257,16 @@ static void check(const char *text, const Bind *b, int nb, const char *exact, do
     check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, true, exact, tol,
                "fused, emulated tensor-core products");
   }
+  bool att = false; /* the fused attention kernels under the emulated tensor-core build too */
+  for (int32_t v = 0; v < g->nvalues; v++)
+    att |= g->values[v].op == IR_ATTENTION || g->values[v].op == IR_ATTENTION_GRAD;
+  if (att && !dot) {
+    check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, true, exact, tol, "fused, AX_MMA=2 build");
+    const char *was = build_options; /* as a CPU device runs them: no local tiles */
+    build_options = "-cl-std=CL1.2 -DAXLC_CPU_REDUCE";
+    check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, false, exact, tol, "fused, AXLC_CPU_REDUCE");
+    build_options = was;
+  }
   ir_interp_free(it);
   for (int32_t v = 0; v < g->nvalues; v++) free(leaf[v]);
   free(leaf);
@@ -631,8 +641,7 @@ static void test_movement(void) {
 }
 
 /* attention and attention_grad on bf16 (their kernels: f32 inside, each result rounded once),
- * causal and not, with a batch of problems; H = 4 computes every row's softmax statistics where
- * they are needed, H = 8 stores them first (emit.c). */
+ * causal and not, with a batch of problems, H = 4 and 8. */
 static void test_attention(void) {
   check("%0 = parameter \"q\" : bf16[2,5,4]\n"
         "%1 = parameter \"k\" : bf16[2,5,4]\n"
@@ -656,6 +665,72 @@ static void test_attention(void) {
         "bf16[3,2,3,7,8]\n"
         "%6 = attention_grad %0, %1, %2, %3 causal=0 scale=0.35355339059327373 : "
         "bf16[3,2,3,7,8]\n"
+        "output \"causal\" = %4\n"
+        "output \"grad_causal\" = %5\n"
+        "output \"grad_full\" = %6\n",
+        NULL, 0, NULL, BF16_TOL);
+}
+
+/* The flash-style attention kernels in f32 (emit.c, "fused attention") on shapes that are not
+ * multiples of their blocks (32 rows) or tiles: T = 37 (two blocks, the second of 5 rows), odd
+ * head sizes (5, 3), H = 100 (tiles of 30 keys, not aligned to the blocks), T = 70 (three
+ * blocks, causal blocks reading different key counts); causal and not; and grouped-query
+ * attention as the frontend feeds it: 1 key/value head broadcast to 3 query heads. */
+#define ATT_TOL 1e-4 /* f32 sums in another order than the interpreter's double: 3e-7 seen */
+static void test_attention_f32(void) {
+  check("%0 = parameter \"q\" : f32[2,3,37,5]\n"
+        "%1 = parameter \"k\" : f32[2,3,37,5]\n"
+        "%2 = parameter \"v\" : f32[2,3,37,5]\n"
+        "%3 = parameter \"g\" : f32[2,3,37,5]\n"
+        "%4 = attention %0, %1, %2 causal=1 scale=0.44721359549995793 : f32[2,3,37,5]\n"
+        "%5 = attention %0, %1, %2 causal=0 scale=0.44721359549995793 : f32[2,3,37,5]\n"
+        "%6 = attention_grad %0, %1, %2, %3 causal=1 scale=0.44721359549995793 : "
+        "f32[3,2,3,37,5]\n"
+        "%7 = attention_grad %0, %1, %2, %3 causal=0 scale=0.44721359549995793 : "
+        "f32[3,2,3,37,5]\n"
+        "output \"causal\" = %4\n"
+        "output \"full\" = %5\n"
+        "output \"grad_causal\" = %6\n"
+        "output \"grad_full\" = %7\n",
+        NULL, 0, NULL, ATT_TOL);
+  check("%0 = parameter \"q\" : f32[1,2,37,100]\n"
+        "%1 = parameter \"k\" : f32[1,2,37,100]\n"
+        "%2 = parameter \"v\" : f32[1,2,37,100]\n"
+        "%3 = parameter \"g\" : f32[1,2,37,100]\n"
+        "%4 = attention %0, %1, %2 causal=1 scale=0.1 : f32[1,2,37,100]\n"
+        "%5 = attention_grad %0, %1, %2, %3 causal=1 scale=0.1 : f32[3,1,2,37,100]\n"
+        "%6 = attention_grad %0, %1, %2, %3 causal=0 scale=0.1 : f32[3,1,2,37,100]\n"
+        "output \"causal\" = %4\n"
+        "output \"grad_causal\" = %5\n"
+        "output \"grad_full\" = %6\n",
+        NULL, 0, NULL, ATT_TOL);
+  check("%0 = parameter \"q\" : f32[2,3,70,3]\n"
+        "%1 = parameter \"k\" : f32[2,1,70,3]\n"
+        "%2 = parameter \"v\" : f32[2,1,70,3]\n"
+        "%3 = parameter \"g\" : f32[2,3,70,3]\n"
+        "%4 = broadcast_in_dim %1 bdims=[0,1,3,4] : f32[2,1,3,70,3]\n"
+        "%5 = reshape %4 : f32[2,3,70,3]\n"
+        "%6 = broadcast_in_dim %2 bdims=[0,1,3,4] : f32[2,1,3,70,3]\n"
+        "%7 = reshape %6 : f32[2,3,70,3]\n"
+        "%8 = attention %0, %5, %7 causal=1 scale=0.57735026918962584 : f32[2,3,70,3]\n"
+        "%9 = attention_grad %0, %5, %7, %3 causal=1 scale=0.57735026918962584 : "
+        "f32[3,2,3,70,3]\n"
+        "output \"gqa\" = %8\n"
+        "output \"grad_gqa\" = %9\n",
+        NULL, 0, NULL, ATT_TOL);
+}
+
+/* The same kernels in bf16 past one block: T = 37, an odd head size. */
+static void test_attention_bf16_blocks(void) {
+  check("%0 = parameter \"q\" : bf16[2,37,7]\n"
+        "%1 = parameter \"k\" : bf16[2,37,7]\n"
+        "%2 = parameter \"v\" : bf16[2,37,7]\n"
+        "%3 = parameter \"g\" : bf16[2,37,7]\n"
+        "%4 = attention %0, %1, %2 causal=1 scale=0.37796447300922725 : bf16[2,37,7]\n"
+        "%5 = attention_grad %0, %1, %2, %3 causal=1 scale=0.37796447300922725 : "
+        "bf16[3,2,37,7]\n"
+        "%6 = attention_grad %0, %1, %2, %3 causal=0 scale=0.37796447300922725 : "
+        "bf16[3,2,37,7]\n"
         "output \"causal\" = %4\n"
         "output \"grad_causal\" = %5\n"
         "output \"grad_full\" = %6\n",
@@ -885,6 +960,8 @@ int main(int argc, char **argv) {
       {"gather_scatter", test_gather_scatter},
       {"movement", test_movement},
       {"attention", test_attention},
+      {"attention_f32", test_attention_f32},
+      {"attention_bf16_blocks", test_attention_bf16_blocks},
       {"train_step", test_train_step},
       {"optimizer_multi", test_optimizer_multi},
       {"scatter_bf16_blocks", test_scatter_bf16_blocks},

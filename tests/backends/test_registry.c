@@ -169,17 +169,52 @@ static void test_handover_keeps_attention(void) {
 }
 
 #ifdef AXLC_HAVE_OPENCL
-/* OpenCL has no f32 attention kernel: the hand-over expands both graphs, and the backend's
- * compile (its OpenCL C checked with libclang) takes the expansion. */
+/* OpenCL has attention kernels in f32 and bf16 (emit.c, "fused attention"): the hand-over keeps
+ * the fused ops, and the backend's compile (its OpenCL C checked with libclang) prints them. */
 static void test_handover_opencl(void) {
-  CU_ASSERT(!backend_opencl.supports_op(IR_ATTENTION, DT_F32));
-  CU_ASSERT(!backend_opencl.supports_op(IR_ATTENTION_GRAD, DT_F32));
-  CU_ASSERT(backend_opencl.supports_op(IR_ATTENTION, DT_BF16)); /* kernels: f32 inside */
+  CU_ASSERT(backend_opencl.supports_op(IR_ATTENTION, DT_F32));
+  CU_ASSERT(backend_opencl.supports_op(IR_ATTENTION_GRAD, DT_F32));
+  CU_ASSERT(backend_opencl.supports_op(IR_ATTENTION, DT_BF16));
   CU_ASSERT(backend_opencl.supports_op(IR_ATTENTION_GRAD, DT_BF16));
+  CU_ASSERT(!backend_opencl.supports_op(IR_ATTENTION, DT_I32));
   DrvJob j;
   graph_job(&j);
   BackendJob bj;
   CU_ASSERT_EQUAL(drv_backend_job(&j, &backend_opencl, &bj), 0);
+  CU_ASSERT_EQUAL(count_attention(bj.graph), 2);
+  CU_ASSERT_EQUAL(count_attention(bj.forward), 1);
+  char path[] = "/tmp/axlc_handover_XXXXXX";
+  int fd = mkstemp(path);
+  CU_ASSERT_FATAL(fd >= 0);
+  close(fd);
+  BackendOptions o = {0};
+  int rc = backend_opencl.compile(&bj, &o, "cl", path);
+  CHECK_MSG(rc == 0, "opencl compile: %s", j.diag.n ? j.diag.msgs[0] : "(no message)");
+  FILE *f = fopen(path, "r");
+  char text[256];
+  int kernels = 0;
+  while (f && fgets(text, sizeof text, f))
+    kernels += strstr(text, "__kernel") &&
+               (strstr(text, "_attention_grad_kv(") != NULL || strstr(text, "_attention(") != NULL);
+  CU_ASSERT_EQUAL(kernels, 2);
+  if (f) fclose(f);
+  unlink(path);
+  drv_free(&j);
+}
+
+/* A backend like OpenCL whose supports_op says no to the attention ops (a device that could not
+ * run the kernels): the hand-over expands both graphs, and compile takes the expansion. */
+static bool no_attention(IrOp op, IrDType dt) {
+  return op != IR_ATTENTION && op != IR_ATTENTION_GRAD && backend_opencl.supports_op(op, dt);
+}
+
+static void test_handover_expands(void) {
+  Backend b = backend_opencl;
+  b.supports_op = no_attention;
+  DrvJob j;
+  graph_job(&j);
+  BackendJob bj;
+  CU_ASSERT_EQUAL(drv_backend_job(&j, &b, &bj), 0);
   CU_ASSERT_EQUAL(count_attention(bj.graph), 0);
   CU_ASSERT_EQUAL(count_attention(bj.forward), 0);
   char msg[512] = "";
@@ -189,7 +224,7 @@ static void test_handover_opencl(void) {
   CU_ASSERT_FATAL(fd >= 0);
   close(fd);
   BackendOptions o = {0};
-  int rc = backend_opencl.compile(&bj, &o, "cl", path);
+  int rc = b.compile(&bj, &o, "cl", path);
   CHECK_MSG(rc == 0, "opencl compile: %s", j.diag.n ? j.diag.msgs[0] : "(no message)");
   FILE *f = fopen(path, "r");
   char head[64] = "";
@@ -210,7 +245,8 @@ int main(int argc, char **argv) {
       {"interp run: option errors, training facts", test_interp_run_errors},
       {"hand-over keeps attention for interp", test_handover_keeps_attention},
 #ifdef AXLC_HAVE_OPENCL
-      {"hand-over expands attention for opencl", test_handover_opencl},
+      {"hand-over keeps attention for opencl", test_handover_opencl},
+      {"hand-over expands attention where supports_op says no", test_handover_expands},
 #endif
       {NULL, NULL},
   };
