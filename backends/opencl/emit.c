@@ -692,8 +692,10 @@ static void kernel_end(Ctx *C, Launches *L, const char *name, const char *attrs,
   grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
   int64_t *args = base_xmalloc(((size_t)C->nargs + 1) * sizeof *args);
   int64_t *bytes = base_xmalloc(((size_t)C->nargs + 1) * sizeof *bytes);
-  memcpy(args, C->args, (size_t)C->nargs * sizeof *args);
-  memcpy(bytes, C->bytes, (size_t)C->nargs * sizeof *bytes);
+  if (C->nargs > 0) { /* memcpy takes no null pointer, even for 0 bytes */
+    memcpy(args, C->args, (size_t)C->nargs * sizeof *args);
+    memcpy(bytes, C->bytes, (size_t)C->nargs * sizeof *bytes);
+  }
   shape.kernel = L->names[u];
   shape.nargs = C->nargs;
   shape.args = args;
@@ -1662,7 +1664,7 @@ static int32_t multi_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *seg, 
       }
     if (!ok) break;
     grow((void **)&ext, sizeof *ext, &cext, next + nc);
-    memcpy(ext + next, cand, (size_t)nc * sizeof *cand);
+    if (nc > 0) memcpy(ext + next, cand, (size_t)nc * sizeof *cand);
     next += nc;
     run_seg[w] = s;
     if (s != cur) cur = s, curn = n, curlen = 0;
@@ -1716,14 +1718,14 @@ static void multi_kernels(Ctx *C, Launches *L, OclBuf *body, const int32_t *vals
       size_t at = body->n;
       int32_t nargs = C->nargs, tmp = C->tmp;
       grow((void **)&bytes, sizeof *bytes, &cbytes, nargs + 1);
-      memcpy(bytes, C->bytes, (size_t)nargs * sizeof *bytes);
+      if (nargs > 0) memcpy(bytes, C->bytes, (size_t)nargs * sizeof *bytes);
       multi_segment(C, vals + k, e - k, total);
       if (nseg > 0 && C->nargs > MULTI_ARGS) { /* the next launch's */
         body->n = at;
         body->s[at] = 0;
         C->nargs = nargs;
         C->tmp = tmp;
-        memcpy(C->bytes, bytes, (size_t)nargs * sizeof *bytes);
+        if (nargs > 0) memcpy(C->bytes, bytes, (size_t)nargs * sizeof *bytes);
         break;
       }
       total += ir_shape_numel(&val(C, vals[k])->shape);
