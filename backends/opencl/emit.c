@@ -1360,6 +1360,28 @@ static void reduce_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   red_launch(C, L, body, v, &k2, 2, row2);
 }
 
+/* The zeroing before a scatter_add (f32, i32 or bf16): an item per element of its n. */
+static void scatter_zero_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v, int64_t n) {
+  char name[64], outr[NAME];
+  kernel_name(C, v, "scatter_add_zero", name);
+  kernel_begin(C, body);
+  kernel_items(C, L, n);
+  buf_ref(C, v, outr, sizeof outr);
+  line(C, "%s[gid] = 0;", outr);
+  kernel_end(C, L, name, "", items(n));
+}
+
+/* The blocks of rows a scatter_add's items take (nb of blk rows): enough blocks that a few
+ * thousand items share the work, but no more than make the scans of the nidx indices 4 times
+ * the zeroing's work. */
+static void scatter_blocks(int64_t rows, int64_t row, int64_t nidx, int64_t *nb, int64_t *blk) {
+  int64_t b = ceil_div(RED_TARGET / RED_PER_ITEM, row), scans = 4 * rows / (nidx ? nidx : 1);
+  b = b > scans ? scans : b; /* the scans cost at most 4 times the zeroing */
+  b = b > rows ? rows : b < 1 ? 1 : b;
+  *blk = ceil_div(rows, b);
+  *nb = ceil_div(rows, *blk);
+}
+
 /* scatter_add of f32 or i32 in two launches: the result zeroed, one element per work item; then
  * work item (b, j) adds, in index order, the updates of column j whose index falls in its block
  * b of `blk` rows: nb blocks, so that a few thousand items share the work, each scanning every
@@ -1369,20 +1391,11 @@ static void reduce_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
 static void scatter_rows_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
   int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
-  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
-  int64_t nb = ceil_div(RED_TARGET / RED_PER_ITEM, row), scans = 4 * rows / (nidx ? nidx : 1);
-  nb = nb > scans ? scans : nb; /* the scans cost at most 4 times the zeroing */
-  nb = nb > rows ? rows : nb < 1 ? 1 : nb;
-  int64_t blk = ceil_div(rows, nb);
-  nb = ceil_div(rows, blk);
+  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape), nb, blk;
+  scatter_blocks(rows, row, nidx, &nb, &blk);
   char name[64], ir[NAME], ur[NAME], outr[NAME];
   const char *t = ctype(x->dtype);
-  kernel_name(C, v, "scatter_add_zero", name);
-  kernel_begin(C, body);
-  kernel_items(C, L, rows * row);
-  buf_ref(C, v, outr, sizeof outr);
-  line(C, "%s[gid] = 0;", outr);
-  kernel_end(C, L, name, "", items(rows * row));
+  scatter_zero_kernel(C, L, body, v, rows * row);
 
   kernel_name(C, v, "scatter_add", name);
   kernel_begin(C, body);
@@ -1415,19 +1428,10 @@ static void scatter_rows_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
 static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
   int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
-  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
-  int64_t nb = ceil_div(RED_TARGET / RED_PER_ITEM, row), scans = 4 * rows / (nidx ? nidx : 1);
-  nb = nb > scans ? scans : nb;
-  nb = nb > rows ? rows : nb < 1 ? 1 : nb;
-  int64_t blk = ceil_div(rows, nb);
-  nb = ceil_div(rows, blk);
+  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape), nb, blk;
+  scatter_blocks(rows, row, nidx, &nb, &blk);
   char name[64], ir[NAME], ur[NAME], outr[NAME], lk[NAME];
-  kernel_name(C, v, "scatter_add_zero", name);
-  kernel_begin(C, body);
-  kernel_items(C, L, rows * row);
-  buf_ref(C, v, outr, sizeof outr);
-  line(C, "%s[gid] = 0;", outr);
-  kernel_end(C, L, name, "", items(rows * row));
+  scatter_zero_kernel(C, L, body, v, rows * row);
 
   kernel_name(C, v, "scatter_add_links", name);
   kernel_begin(C, body);
