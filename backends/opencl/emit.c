@@ -1610,16 +1610,17 @@ static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
  * read another of the same segment (at i: stored by the same item before), never one of an
  * earlier segment. The optimizer's update is such a run: per parameter the clipped gradient and
  * AdamW's m, v and parameter (optimizer.c) are one segment, and every parameter's segment shares
- * one launch (a few, where the offset arguments would exceed MULTI_ARGS; a segment holds at most
- * MULTI_SEG values). Only where that is the
+ * one launch (a few, where the offset arguments would exceed multi_args; a segment holds at most
+ * a fifth as many values). Only where that is the
  * kernels' sequential result: every buffer an item reads is read elementwise (element i, of the
  * segment's size) or is a scalar, through elementwise ops, splats and splat constants only; no
  * write overlaps the bytes of another segment; and within a segment a write overlaps another
  * access only at the same offset and element size, elementwise (so item i touches element i).
  * Otherwise the run ends there and the next value starts the next one. */
-/* 60 (pointer, offset) pairs: 960 bytes of arguments, within the 1024 that OpenCL 1.2 lets every
- * device take (CL_DEVICE_MAX_PARAMETER_SIZE) */
-enum { MULTI_ARGS = 60, MULTI_LEAVES = 64, MULTI_SEG = 12 };
+/* MULTI_ARGS (OclOptions.multi_args, at most this) (pointer, offset) pairs: 960 bytes of
+ * arguments, within the 1024 that OpenCL 1.2 lets every device take
+ * (CL_DEVICE_MAX_PARAMETER_SIZE); a segment holds at most a fifth as many values (12) */
+enum { MULTI_LEAVES = 64 };
 
 typedef struct MultiExt {
   int64_t lo, hi;
@@ -1677,8 +1678,8 @@ static int32_t multi_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *seg, 
     int32_t leaves[MULTI_LEAVES], nl;
     if (!multi_value(C, w, leaves, &nl)) break;
     int64_t n = ir_shape_numel(&val(C, w)->shape);
-    /* a segment of at most MULTI_SEG values, so that one fits MULTI_ARGS arguments */
-    int32_t s = *nv > 0 && n == curn && curlen < MULTI_SEG ? cur : cur + 1;
+    /* a segment of at most multi_args / 5 values, so that one fits multi_args arguments */
+    int32_t s = *nv > 0 && n == curn && curlen < C->o.multi_args / 5 ? cur : cur + 1;
     MultiExt cand[MULTI_LEAVES + 1];
     int32_t nc = 0;
     bool ok = true;
@@ -1732,7 +1733,7 @@ static void multi_segment(Ctx *C, const int32_t *vals, int32_t n, int64_t at) {
   line(C, "}");
 }
 
-/* The launches of run vals[0..nv) (multi_run): each as many whole segments as MULTI_ARGS offset
+/* The launches of run vals[0..nv) (multi_run): each as many whole segments as multi_args offset
  * arguments allow (at least one). */
 static void multi_kernels(Ctx *C, Launches *L, OclBuf *body, const int32_t *vals,
                           const int32_t *seg, int32_t nv) {
@@ -1755,7 +1756,7 @@ static void multi_kernels(Ctx *C, Launches *L, OclBuf *body, const int32_t *vals
       grow((void **)&bytes, sizeof *bytes, &cbytes, nargs + 1);
       if (nargs > 0) memcpy(bytes, C->bytes, (size_t)nargs * sizeof *bytes);
       multi_segment(C, vals + k, e - k, total);
-      if (nseg > 0 && C->nargs > MULTI_ARGS) { /* the next launch's */
+      if (nseg > 0 && C->nargs > C->o.multi_args) { /* the next launch's */
         body->n = at;
         body->s[at] = 0;
         C->nargs = nargs;
@@ -1810,7 +1811,7 @@ static void multi_sum_plan(const Ctx *C, int64_t *ch, int64_t *bytes) {
 }
 
 /* The run of sums from v0 (at least the values that launch nothing before it); returns the
- * value after it. Each launch has at most MULTI_ARGS arguments: the scratch, and the operands'
+ * value after it. Each launch has at most multi_args arguments: the scratch, and the operands'
  * buffers (the first) or the results (the second). */
 static int32_t sum_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *nv) {
   MultiExt *ext = NULL;
@@ -1829,7 +1830,7 @@ static int32_t sum_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *nv) {
         seen = C->mp->offset[leaves[j]] == C->mp->offset[leaves[i]];
       fresh += !seen;
     }
-    if (nargs + fresh > MULTI_ARGS - 1 || *nv + 1 > MULTI_ARGS - 1) break;
+    if (nargs + fresh > C->o.multi_args - 1 || *nv + 1 > C->o.multi_args - 1) break;
     MultiExt cand[MULTI_LEAVES + 1];
     for (int32_t i = 0; i <= nl; i++) {
       int32_t u = i < nl ? leaves[i] : w;
@@ -2034,8 +2035,87 @@ static bool graph_has_bf16(const IrGraph *g) {
   return false;
 }
 
+/* The buffers a kernel of v reads and writes: materialized values reached through the inlined
+ * ones (stamped with mark in seen), v itself counted by the caller. */
+static int32_t arg_leaves(const IrGraph *g, const bool *mat, int32_t v, int32_t *seen,
+                          int32_t mark) {
+  int32_t n = 0;
+  const IrValue *x = &g->values[v];
+  for (int32_t k = 0; k < x->nops; k++) {
+    int32_t u = x->ops[k];
+    if (u < 0 || seen[u] == mark) continue;
+    seen[u] = mark;
+    n += mat[u] ? 1 : arg_leaves(g, mat, u, seen, mark);
+  }
+  return n;
+}
+
+/* The values computed inline in v's kernel (reached from v through values not materialized),
+ * each once (stamped with mark in seen), into in[*n]. */
+static void inlined_under(const IrGraph *g, const bool *mat, int32_t v, int32_t *seen, int32_t mark,
+                          int32_t *in, int32_t *n) {
+  const IrValue *x = &g->values[v];
+  for (int32_t k = 0; k < x->nops; k++) {
+    int32_t w = x->ops[k];
+    if (w < 0 || mat[w] || seen[w] == mark) continue;
+    seen[w] = mark;
+    in[(*n)++] = w;
+    inlined_under(g, mat, w, seen, mark, in, n);
+  }
+}
+
+int ocl_max_args(void) {
+  const char *e = getenv("AXLC_OPENCL_MAX_ARGS");
+  return e && atoi(e) >= 4 && atoi(e) < MULTI_ARGS ? atoi(e) : MULTI_ARGS;
+}
+
+/* pass_fusion_plan, then no kernel with more than max_args argument pairs: the gradient norm's
+ * sqrt inlines the sum of every parameter's sum of squares (197 buffers, 3,152 bytes of
+ * arguments for gpt2-124m without multi-tensor sums, over OpenCL 1.2's least
+ * CL_DEVICE_MAX_PARAMETER_SIZE of 1,024). While a kernel would read more buffers (one pair is
+ * its result, one the scratch), the value inlined in it that reads the most buffers within the
+ * cap gets its own (a chain of 148 adds: 3 of them), and the plan is looked at again. */
+int ocl_fusion_plan(const IrGraph *g, bool *mat) {
+  if (pass_fusion_plan(g, mat)) return -1;
+  int32_t cap = ocl_max_args() - 2, mark = 0;
+  int32_t *seen = calloc((size_t)g->nvalues + 1, sizeof *seen);
+  int32_t *in = malloc(((size_t)g->nvalues + 1) * sizeof *in);
+  if (!seen || !in) {
+    free(seen);
+    free(in);
+    return -1;
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t v = 0; v < g->nvalues; v++) {
+      const IrValue *x = &g->values[v];
+      if (!mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT) continue;
+      while (arg_leaves(g, mat, v, seen, ++mark) > cap) {
+        /* the inlined value under v that reads the most buffers within the cap: a kernel of
+         * its own that fits, as few of them as a chain of adds needs */
+        int32_t best = -1, most = 0, nin = 0;
+        inlined_under(g, mat, v, seen, ++mark, in, &nin);
+        for (int32_t i = 0; i < nin; i++) {
+          int32_t n = arg_leaves(g, mat, in[i], seen, ++mark);
+          if (n <= cap && n > most) best = in[i], most = n;
+        }
+        if (best < 0) break; /* no operand to split off */
+        mat[best] = true;
+        changed = true;
+      }
+    }
+  }
+  free(seen);
+  free(in);
+  return 0;
+}
+
 OclOptions ocl_options_default(void) {
-  return (OclOptions){.fuse = true, .multi = true, .gemm = OCL_GEMM_BLOCKED, .break_kernel = 0};
+  return (OclOptions){.fuse = true,
+                      .multi = true,
+                      .multi_args = ocl_max_args(),
+                      .gemm = OCL_GEMM_BLOCKED,
+                      .break_kernel = 0};
 }
 
 int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOptions *o,
@@ -2128,7 +2208,7 @@ void ocl_kernels_free(OclKernels *k) {
 }
 
 int ocl_launches_write(FILE *f, const OclKernels *k) {
-  int rc = fprintf(f, "# kernel global local reduced\n") < 0;
+  int rc = fprintf(f, "# kernel global local reduced arg_bytes\n") < 0;
   for (int32_t i = 0; i < k->nlaunches && !rc; i++) {
     const RtOclLaunch *L = &k->launches[i];
     int64_t global = 1, local = 1;
@@ -2136,8 +2216,9 @@ int ocl_launches_write(FILE *f, const OclKernels *k) {
       global *= L->global[d];
       local *= L->local[d];
     }
-    rc = fprintf(f, "%s %lld %lld %lld\n", L->kernel, (long long)global, (long long)local,
-                 (long long)(k->reduced ? k->reduced[i] : 0)) < 0;
+    rc = fprintf(f, "%s %lld %lld %lld %lld\n", L->kernel, (long long)global, (long long)local,
+                 (long long)(k->reduced ? k->reduced[i] : 0),
+                 (long long)L->nargs * OCL_ARG_PAIR_BYTES) < 0;
   }
   return rc ? -1 : 0;
 }
