@@ -34,8 +34,9 @@
 #                 241 MiB): 4 steps with a checkpoint and an eval at steps 2 and 4; the slab is
 #                 sent once (the start) and copied on the device for each eval, and the state
 #                 (parameters and moments) read back once per checkpoint step; the batch goes through the pinned staging buffer, sent
-#                 ahead during the step before (steps 2 and 4; an eval batch and the step after
-#                 it read other data than the step before); and the losses are the CPU trainer's;
+#                 ahead during the step before (steps 2, 3 and 4: an eval's last batch sends the
+#                 next training batch ahead; an eval batch reads other data than the step
+#                 before); and the losses are the CPU trainer's;
 #                 --skip-outliers (16 steps) skips the CPU trainer's updates, reading the state
 #                 back for its backup and the slab whole only for each update it undoes
 #   split         a slab larger than the device's largest buffer: planned in 1 MiB pieces
@@ -425,8 +426,9 @@ device_state)
   echo "$line" | grep -q "14 steps, .* sent 1 times .*, read back 0 times .* copied on the device 4 times .*; the state (1.41 MiB of parameters and moments) read back 2 times" ||
     fail "whole-slab transfers: $line"
   # the batch goes through the pinned staging buffer, sent ahead during the step before: all
-  # but the first step, the first eval batch of each eval and the step after it
-  grep -q "OpenCL batch: through a pinned staging buffer; 10 of 14 steps took the batch sent ahead" "$T/out" ||
+  # but the first step and the first eval batch of each eval (the step after an eval takes the
+  # training batch its last batch sent ahead)
+  grep -q "OpenCL batch: through a pinned staging buffer; 11 of 14 steps took the batch sent ahead" "$T/out" ||
     fail "the batch sent ahead: $(grep "OpenCL batch" "$T/out")"
   must "$T/cpu" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/c" --metrics "$T/c.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
@@ -463,7 +465,8 @@ traffic)
     state=1.41; [ $name = small ] && state=37.55
     echo "$line" | grep -q "6 steps, per step [0-9]* B to the device and 12 B back .* sent 1 times .*, read back 0 times .* copied on the device 2 times .*; the state ($state MiB of parameters and moments) read back 2 times" ||
       fail "$name: whole-slab transfers: $line"
-    grep -q "OpenCL batch: through a pinned staging buffer; 2 of 6 steps took the batch sent ahead" "$T/out" ||
+    # steps 2, 3 (after the eval at 2) and 4; not step 1 nor the eval batches
+    grep -q "OpenCL batch: through a pinned staging buffer; 3 of 6 steps took the batch sent ahead" "$T/out" ||
       fail "$name: the batch sent ahead: $(grep "OpenCL batch" "$T/out")"
     # shellcheck disable=SC2086
     must "$T/$name-cpu" $run --ckpt-dir "$T/$name.cc" --metrics "$T/$name-cpu.jsonl"
