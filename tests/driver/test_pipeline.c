@@ -252,6 +252,10 @@ static void test_interleaved_more(void) {
   const char *tied[] = {SMALL, "/learner/microbatches=2", "/model/decoder/num_layers=4",
                         INTERLEAVED, PIPE(2, 1, 1)};
   check_pipeline("tiny-lm.json", "cpu-2", tied, 7, (Expect){2, 12});
+  /* uneven chunks by the cuts: 6 layers as 2, 1, 2, 1 */
+  const char *cut[] = {SMALL,       "/learner/microbatches=4",     "/model/decoder/num_layers=6",
+                       INTERLEAVED, "/mesh/pipeline_cuts=[2,3,5]", PIPE(2, 1, 1)};
+  check_pipeline("fuji-test.json", "cpu-2", cut, 8, (Expect){2, 24});
 }
 
 static int count_backward(const IrGraph *g) {
