@@ -188,7 +188,7 @@ const char *pass_schedule_name(PassSchedule s);
 /* The chunks per stage (V): p->virtual_stages under interleaved (at least 1), else 1. */
 int32_t pass_pipeline_virtual(const PassPipeline *p);
 /* The position of microbatch k's forward (backward) on chunk c in the order of stage
- * c mod P: 0 .. 2 * V * M - 1. */
+ * c mod P: 0 .. 2 * V * M - 1 (interleaved: for M a multiple of P, as the frontend checks). */
 int64_t pass_pipeline_unit(const PassPipeline *p, int32_t chunk, int64_t k, bool backward);
 /* The same for one chunk per stage (chunk = stage s; V = 1). */
 int64_t pass_pipeline_slot(PassSchedule sched, int32_t stages, int64_t micro, int32_t s, int64_t k,

@@ -119,7 +119,8 @@ int64_t pass_pipeline_run(const PassPipeline *p, int64_t *time) {
   int32_t P = p->stages > 1 ? p->stages : 1;
   int64_t V = pass_pipeline_virtual(p), M = p->microbatches > 1 ? p->microbatches : 1, C = P * V,
           n = 2 * V * M;
-  int64_t **order = base_xcalloc((size_t)P, sizeof *order), *head = base_xcalloc((size_t)P, 8),
+  int64_t **order = base_xcalloc((size_t)P, sizeof *order),
+          *head = base_xcalloc((size_t)P, sizeof(int64_t)),
           *t = base_xcalloc((size_t)(C * M * 2), sizeof *t), end = 0, left = (int64_t)P * n;
   for (int32_t s = 0; s < P; s++) order[s] = stage_order(p, s);
   /* each step, every stage runs its next unit if what it waits for ran in an earlier step */
