@@ -292,10 +292,12 @@ int drv_memreport_svg(const DrvMemReport *r, const DrvDevice *dev, FILE *out) {
           "font-family=\"sans-serif\" font-size=\"12\">\n",
           W, H);
   fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+  char stage[64] = ""; /* a pipeline's plot is its worst stage's */
+  if (r->stages > 1) snprintf(stage, sizeof stage, ", stage %d of %d", r->worst, r->stages);
   fprintf(out,
           "<text x=\"%.0f\" y=\"22\" font-size=\"15\">Live memory per device: %s on %s "
-          "(peak %s)</text>\n",
-          L, r->file, r->target, human(top, a, sizeof a));
+          "(peak %s%s)</text>\n",
+          L, r->file, r->target, human(top, a, sizeof a), stage);
   /* phase bands */
   static const char *const fill[] = {"#e8f0fe", "#fdecea", "#e6f4ea"};
   static const char *const label[] = {"forward", "backward", "update"};

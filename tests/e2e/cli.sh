@@ -950,6 +950,10 @@ memcheck_pipeline)
   expect_in "$T/out" "pipeline: 2 stages, 1f1b schedule, 8 microbatches"
   expect_in "$T/out" "  stage 0: peak 5.50 MiB, parameters 289.00 KiB, saved activations 660.50 KiB of 2 microbatches (the schedule keeps 2)  <- the largest, below"
   expect_in "$T/out" "  stage 1: peak 4.82 MiB, parameters 257.50 KiB, saved activations 291.06 KiB of 1 microbatch (the schedule keeps 1)"
+  # the plot is the worst stage's, and says which
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-2 $pp --set /mesh/pipeline_schedule=1f1b --plot "$T/p.svg"
+  expect_rc 0
+  expect_in "$T/p.svg" "(peak 2.10 MiB, stage 0 of 2)</text>"
   # the bound: the slowest stage's busy time x (M + P - 1) / M
   run memcheck "$MODELS/tiny-lm.json" --target cpu-2 $pp --json
   expect_rc 0
