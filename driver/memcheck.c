@@ -388,8 +388,10 @@ static IrGraph *stage_graph(const IrGraph *g, int32_t s, bool **standin, int32_t
   ir_graph_reserve(sub, n / 2 + 16);
   sub->mesh = g->mesh;
   sub->matmul = g->matmul;
-  *standin = base_xcalloc(2 * (size_t)n + 1, sizeof **standin);
-  *orig = base_xmalloc((2 * (size_t)n + 1) * sizeof **orig);
+  size_t cap = (size_t)n + 1; /* the values, and at most a stand-in per operand */
+  for (int32_t v = 0; v < n; v++) cap += (size_t)g->values[v].nops;
+  *standin = base_xcalloc(cap, sizeof **standin);
+  *orig = base_xmalloc(cap * sizeof **orig);
   for (int32_t v = 0; v < n; v++) {
     const IrValue *x = &g->values[v];
     map[v] = IR_NONE;
