@@ -154,6 +154,8 @@ int32_t backend_coll_kind(IrOp op) {
   case IR_ALL_GATHER: return RT_COLL_ALL_GATHER;
   case IR_REDUCE_SCATTER: return RT_COLL_REDUCE_SCATTER;
   case IR_ALL_TO_ALL: return RT_COLL_ALL_TO_ALL;
+  case IR_SEND: return RT_COLL_SEND;
+  case IR_RECV: return RT_COLL_RECV;
   default: return RT_COLL_LOCAL_SLICE;
   }
 }
