@@ -723,6 +723,8 @@ static RunEnd train(Trainer *t, RtError *err) {
                    (double)t->heap_peak / 1048576, 100.0 * ((double)t->heap_peak - (double)planned) / (double)planned,
                    (double)train_peak_rss() / 1048576, huge_note);
     }
+    if (end == RUN_DONE)
+        train_stages_print(t);
     if ((end == RUN_DONE || end == RUN_STOPPED) && t->rank == 0)
         train_goodput_print(t, train_now_ms()); /* the last line */
     return end;
