@@ -640,8 +640,8 @@ static int whole_operand(int32_t kind) {
 }
 
 int64_t rt_coll_scratch_bytes(int32_t kind, int64_t n_in, int elem_bytes, int64_t n) {
-    if (kind == RT_COLL_LOCAL_SLICE || n < 1 || elem_bytes < 1)
-        return 0;
+    if (kind == RT_COLL_LOCAL_SLICE || kind == RT_COLL_SEND || kind == RT_COLL_RECV || n < 1 || elem_bytes < 1)
+        return 0; /* no traffic, or point to point from and into the slab */
     int64_t bs = whole_operand(kind) ? n_in : n_in / n, per = RT_COMM_CHUNK_BYTES / elem_bytes;
     int64_t slot = (bs < per ? bs : per) * elem_bytes;
     return (whole_operand(kind) ? n : 2 * n) * slot;

@@ -92,6 +92,7 @@ static void test_p2p(void) {
   CHECK_INT(rt_comm_step_bytes(comm), stage == 0 ? 22 : 8);
   CHECK_INT(rt_comm_bytes_sent(comm), 3 * rt_comm_step_bytes(comm));
   CHECK(rt_comm_p2p_wait_s(comm) >= 0);
+  CHECK_INT(rt_comm_scratch_bytes(comm), 0); /* from and into the slab: no scratch */
   /* the share: stage 1's C_SEND bytes replace stage 0's */
   memset(slab + C_SEND, stage == 0 ? 0x55 : 0, 8);
   if (stage == 1)
