@@ -141,17 +141,12 @@ static void copy_back(LlvmCtx *C) {
     guard_end(C, at);
   }
   if (!C->stage_now) return;
-  static const char *const named[] = {"loss", "grad_norm", "lr", "aux_loss"};
-  for (int i = 0; i < 4; i++) {
-    int32_t v = ir_graph_output(C->g, named[i]);
-    if (v != IR_NONE) share(C, v, v);
-  }
-  for (int32_t i = 0; i < C->g->noutputs; i++) { /* a parameter several stages read */
-    const IrOutput *o = &C->g->outputs[i];
-    int32_t x =
-        strncmp(o->name, "new:", 4) ? IR_NONE : ir_graph_find(C->g, IR_PARAMETER, o->name + 4);
-    if (x != IR_NONE && C->g->values[x].stage <= 0) share(C, o->value, x);
-  }
+  int32_t *made = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *made);
+  int32_t *buffer = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *buffer);
+  int32_t n = backend_pipeline_shares(C->g, made, buffer);
+  for (int32_t k = 0; k < n; k++) share(C, made[k], buffer[k]);
+  free(made);
+  free(buffer);
 }
 
 /* A step of thousands of kernel calls as one function takes LLVM's code generator minutes
