@@ -231,6 +231,9 @@ int32_t backend_coll_kind(IrOp op);
  * buffer[k] on stage values[stage-1] of made[k] to the other stages. Fills made and buffer
  * (room for noutputs each) and returns how many; 0 without a pipeline. */
 int32_t backend_pipeline_shares(const IrGraph *g, int32_t *made, int32_t *buffer);
+/* RtParamSlot.stage of parameter `path`: 1 + the pipeline stage that computes its output
+ * "new:<path>" (IrValue.stage), or 0: every device (no pipeline, or a frozen parameter). */
+int64_t backend_update_stage(const IrGraph *g, const char *path);
 
 /* ======================================================================== the backends */
 

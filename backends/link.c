@@ -166,6 +166,14 @@ int32_t backend_pipeline_shares(const IrGraph *g, int32_t *made, int32_t *buffer
   return n;
 }
 
+int64_t backend_update_stage(const IrGraph *g, const char *path) {
+  char name[1024];
+  snprintf(name, sizeof name, "new:%s", path);
+  int32_t v = ir_graph_output(g, name);
+  int a = ir_mesh_axis(&g->mesh, IR_PIPELINE_AXIS);
+  return v == IR_NONE || a < 0 || g->mesh.sizes[a] < 2 ? 0 : g->values[v].stage;
+}
+
 int32_t backend_coll_kind(IrOp op) {
   switch (op) {
   case IR_ALL_REDUCE: return RT_COLL_ALL_REDUCE;

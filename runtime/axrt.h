@@ -298,6 +298,8 @@ typedef enum RtCollKind {
     RT_COLL_RECV,           /* pipeline, on the receiving stage: the result is what send `axis2`
                                (a collective index) of stage `axis` sent; on stage `axis` itself:
                                waits for that send to complete (its buffer is free again) */
+    RT_COLL_SHARE,          /* pipeline: the operand of stage `axis` (of axes[0]) on every stage,
+                               as rt_comm_stage_share (an OpenCL trainer's end of the step) */
     RT_COLL_KIND_COUNT
 } RtCollKind;
 
@@ -691,6 +693,8 @@ typedef struct RtOclLaunch {
      * host (rt_comm_collective_io) and writes the result back, in the queue's order. */
     int32_t collective;
     int64_t mma_global[3], mma_local[3]; /* ABI 7: the range of the tensor-core body */
+    int32_t stage;                       /* ABI 9: 1 + the pipeline stage whose devices run it (a recv's also runs on
+                                            its sending stage); 0: every device */
 } RtOclLaunch;
 
 /* The product kernels' body, the value of AX_MMA the runtime builds with: none (the SIMT

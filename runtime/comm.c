@@ -89,10 +89,14 @@ struct RtComm {
     double p2p_wait_s; /* seconds spent waiting in pipeline recvs and sends */
 #ifdef AXRT_HAVE_MPI
     MPI_Request *sends; /* (ncolls) the pipeline sends in flight, by collective index */
+    char **send_copy;   /* (ncolls) a send's own copy when its buffer is a staging one (OpenCL) */
     MPI_Comm watch;     /* a duplicate of the world for the watchdog's questions and answers */
     int watch_msg;      /* the (empty) content of a question or an answer */
 #endif
 };
+
+static const char *const KIND_NAME[RT_COLL_KIND_COUNT] = {"all_reduce",  "all_gather", "reduce_scatter", "all_to_all",
+                                                          "local_slice", "send",       "recv",           "share"};
 
 /* ===== the mesh ======================================================================= */
 
@@ -152,6 +156,8 @@ int64_t rt_comm_step_bytes(const RtComm *c) {
             bytes /= g;
         if (k->kind == RT_COLL_SEND) /* the sending stage's devices send it once */
             sum += c->coords[k->axes[0]] == k->axis2 ? bytes : 0;
+        else if (k->kind == RT_COLL_SHARE) /* from stage `axis` to the others */
+            sum += c->coords[k->axes[0]] == k->axis ? (c->mesh.sizes[k->axes[0]] - 1) * bytes : 0;
         else if (k->kind != RT_COLL_RECV)
             sum += k->kind == RT_COLL_LOCAL_SLICE ? 0 : (g - 1) * bytes;
     }
@@ -336,6 +342,8 @@ static int check_p2p(const RtComm *c, int32_t i, RtError *err) {
     int ok = stages > 1 && k->axis >= 0 && k->axis < stages && k->rank >= 0 && k->rank <= RT_MAX_DIMS;
     if (ok && k->kind == RT_COLL_SEND)
         ok = k->axis2 >= 0 && k->axis2 < stages && k->axis2 != k->axis;
+    else if (ok && k->kind == RT_COLL_SHARE)
+        ok = numel(k->in_shape, k->rank) == numel(k->out_shape, k->rank);
     else if (ok)
         ok = k->axis2 >= 0 && k->axis2 < c->ncolls && c->colls[k->axis2].kind == RT_COLL_SEND &&
              c->colls[k->axis2].axis2 == k->axis &&
@@ -344,12 +352,12 @@ static int check_p2p(const RtComm *c, int32_t i, RtError *err) {
               : rt_error_set(err,
                              "program: collective %d: a %s without one pipeline axis of 2 or more stages, or with "
                              "bad stages or send",
-                             i, k->kind == RT_COLL_SEND ? "send" : "recv");
+                             i, KIND_NAME[k->kind]);
 }
 
 static int check_coll(const RtComm *c, int32_t i, RtError *err) {
     const RtCollective *k = &c->colls[i];
-    if (k->kind == RT_COLL_SEND || k->kind == RT_COLL_RECV)
+    if (k->kind == RT_COLL_SEND || k->kind == RT_COLL_RECV || k->kind == RT_COLL_SHARE)
         return rt_coll_elem_bytes(k->dtype) ? check_p2p(c, i, err)
                                             : rt_error_set(err, "program: collective %d: dtype %d", i, (int)k->dtype);
     int axis_ok = k->kind == RT_COLL_ALL_REDUCE || (k->axis >= 0 && k->axis < k->rank);
@@ -476,9 +484,10 @@ int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int
 #ifdef AXRT_HAVE_MPI
     if (rc == 0) {
         c->sends = malloc(((size_t)c->ncolls + 1) * sizeof *c->sends);
+        c->send_copy = calloc((size_t)c->ncolls + 1, sizeof *c->send_copy);
         for (int32_t i = 0; c->sends && i <= c->ncolls; i++)
             c->sends[i] = MPI_REQUEST_NULL;
-        if (!c->sends)
+        if (!c->sends || !c->send_copy)
             rc = rt_error_set(err, "comm: out of memory");
     }
 #endif
@@ -511,6 +520,9 @@ void rt_comm_free(RtComm *c) {
     for (int32_t i = 0; c->sends && i < c->ncolls; i++)
         if (c->sends[i] != MPI_REQUEST_NULL)
             MPI_Request_free(&c->sends[i]);
+    for (int32_t i = 0; c->send_copy && i < c->ncolls; i++)
+        free(c->send_copy[i]);
+    free(c->send_copy);
     free(c->sends);
     if (c->watch != MPI_COMM_NULL)
         MPI_Comm_free(&c->watch);
@@ -640,7 +652,7 @@ static int whole_operand(int32_t kind) {
 }
 
 int64_t rt_coll_scratch_bytes(int32_t kind, int64_t n_in, int elem_bytes, int64_t n) {
-    if (kind == RT_COLL_LOCAL_SLICE || kind == RT_COLL_SEND || kind == RT_COLL_RECV || n < 1 || elem_bytes < 1)
+    if (kind == RT_COLL_LOCAL_SLICE || kind >= RT_COLL_SEND || n < 1 || elem_bytes < 1)
         return 0; /* no traffic, or point to point from and into the slab */
     int64_t bs = whole_operand(kind) ? n_in : n_in / n, per = RT_COMM_CHUNK_BYTES / elem_bytes;
     int64_t slot = (bs < per ? bs : per) * elem_bytes;
@@ -685,9 +697,6 @@ static void die(RtComm *c, const char *fmt, ...) {
     rt_comm_abort(c, 1);
     abort(); /* without MPI there is nobody to wait for; never reached */
 }
-
-static const char *const KIND_NAME[RT_COLL_KIND_COUNT] = {
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "local_slice", "send", "recv"};
 
 #ifdef AXRT_HAVE_MPI
 enum { WATCH_ASK = 1, WATCH_ANSWER = 2 };
@@ -835,13 +844,18 @@ static void exchange(RtComm *c, Group *g, int32_t index, const char *send, size_
 }
 
 /* The pipeline's point-to-point messages (see the top). On the sending stage a recv completes
- * its send; elsewhere it receives. */
-static void p2p(RtComm *c, int32_t index, const char *in, char *out) {
+ * its send; elsewhere it receives. A send's `out` is in the slab (in_slab), or a staging buffer
+ * the caller reuses at once (an OpenCL trainer's): then it is sent from a copy of its own. */
+static void p2p(RtComm *c, int32_t index, const char *in, char *out, int in_slab) {
     const RtCollective *k = &c->colls[index];
     Group *g = &c->groups[c->coll_group[index]];
     size_t bytes = (size_t)numel(k->out_shape, k->rank) * (size_t)rt_coll_elem_bytes(k->dtype);
-    if (k->kind == RT_COLL_SEND && out != in)
+    if ((k->kind == RT_COLL_SEND || k->kind == RT_COLL_SHARE) && out != in)
         memmove(out, in, bytes);
+    if (k->kind == RT_COLL_SHARE) {
+        rt_comm_stage_share(c, k->axes[0], k->axis, out, 0, (int64_t)bytes);
+        return;
+    }
     if (g->n == 1)
         return;
 #ifdef AXRT_HAVE_MPI
@@ -861,7 +875,13 @@ static void p2p(RtComm *c, int32_t index, const char *in, char *out) {
             reqs[0] = c->sends[index];
             wait_all(c, reqs, 2, peers, what, c->timeout_s);
         }
-        rc = MPI_Isend(out, (int)bytes, MPI_BYTE, peer, tag, g->comm, &c->sends[index]);
+        char *from = out;
+        if (!in_slab) {
+            if (!c->send_copy[index] && !(c->send_copy[index] = malloc(bytes + 1)))
+                die(c, "%s: out of memory", what);
+            from = memcpy(c->send_copy[index], out, bytes);
+        }
+        rc = MPI_Isend(from, (int)bytes, MPI_BYTE, peer, tag, g->comm, &c->sends[index]);
         c->bytes_sent += (int64_t)bytes;
     } else if (g->rank == peer) { /* the sender: its buffer is needed again from here on */
         reqs[0] = c->sends[send];
@@ -877,6 +897,7 @@ static void p2p(RtComm *c, int32_t index, const char *in, char *out) {
         die(c, "%s: MPI error %d posting a message; aborting the job", what, rc);
 #else
     (void)index;
+    (void)in_slab;
 #endif
 }
 
@@ -926,15 +947,21 @@ void rt_comm_stage_share(RtComm *c, int32_t axis, int64_t from, char *slab, int6
 #endif
 }
 
+static void collective_io(RtComm *c, int32_t index, const char *in, char *out, int in_slab);
+
 void rt_comm_collective(RtComm *c, int32_t index, char *slab) {
     const RtCollective *k = &c->colls[index];
-    rt_comm_collective_io(c, index, slab + k->in_offset, slab + k->out_offset);
+    collective_io(c, index, slab + k->in_offset, slab + k->out_offset, 1);
 }
 
 void rt_comm_collective_io(RtComm *c, int32_t index, const char *in, char *out) {
+    collective_io(c, index, in, out, 0);
+}
+
+static void collective_io(RtComm *c, int32_t index, const char *in, char *out, int in_slab) {
     const RtCollective *k = &c->colls[index];
-    if (k->kind == RT_COLL_SEND || k->kind == RT_COLL_RECV) {
-        p2p(c, index, in, out);
+    if (k->kind >= RT_COLL_SEND) {
+        p2p(c, index, in, out, in_slab);
         return;
     }
     Group *g = &c->groups[c->coll_group[index]];

@@ -176,15 +176,6 @@ static int64_t output_offset(LlvmCtx *C, const char *name) {
   return v == IR_NONE ? -1 : C->mp->offset[v];
 }
 
-/* 1 + the pipeline stage that computes output "new:<path>" (IrValue.stage), or 0: every device
- * (no pipeline, or a frozen parameter). */
-static int64_t update_stage(LlvmCtx *C, const char *path) {
-  char name[1024];
-  snprintf(name, sizeof name, "new:%s", path);
-  int32_t v = ir_graph_output(C->g, name);
-  return v == IR_NONE || llvm_pipeline_axis(C->g) < 0 ? 0 : C->g->values[v].stage;
-}
-
 static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const BackendParam *pi, int32_t v) {
   const IrShape *s = &C->g->values[v].shape;
   const IrSplit *sp = &C->g->values[v].split;
@@ -207,7 +198,7 @@ static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const BackendPara
                       i64c(C, C->mp->offset[v]),
                       i64c(C, named_offset(C, IR_PARAMETER, "opt/m/", pi->path)),
                       i64c(C, named_offset(C, IR_PARAMETER, "opt/v/", pi->path)),
-                      i64c(C, update_stage(C, pi->path))};
+                      i64c(C, backend_update_stage(C->g, pi->path))};
   return LLVMConstNamedStruct(t->slot, f, 10);
 }
 
