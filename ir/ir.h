@@ -138,7 +138,8 @@ typedef struct IrValue {
   const char *tag;    /* remat tag, e.g. "attention.q_proj", or "" */
   IrSplit split;      /* set by pass_shard: this value is one device's chunk (shape is local) */
   /* Pipeline parallelism (passes/pipeline.c, docs/pipeline.md). stage: 0 on every device, else
-   * only the devices whose pipeline coordinate is stage - 1 compute the value. micro: the
+   * only the devices whose pipeline coordinate is stage - 1 compute the value (before
+   * pass_pipeline, under the interleaved schedule: 1 + the chunk, on stage chunk mod P). micro: the
    * microbatch (pass_microbatch's copy) of an input-dependent value; phase: IR_PHASE_*. Copied
    * with the value; values the builders make get 0. */
   int16_t stage, micro;
@@ -195,6 +196,9 @@ void ir_graph_clear_error(IrGraph *g);
 int ir_graph_fail(IrGraph *g, const char *fmt, ...); /* records (if first) and returns IR_ERR */
 void ir_graph_set_origin(IrGraph *g, const char *path);
 void ir_graph_set_tag(IrGraph *g, const char *tag);
+/* A pass's rebuilt graph takes g's place: ng gets g's origin and tag, then the two swap, so g
+ * holds the new graph and ng the old one (for the caller to free). */
+void ir_graph_replace(IrGraph *g, IrGraph *ng);
 int ir_graph_set_mesh(IrGraph *g, const IrMesh *mesh);
 void ir_value_set_tag(IrGraph *g, int32_t v, const char *tag);
 void ir_value_set_origin(IrGraph *g, int32_t v, const char *path);

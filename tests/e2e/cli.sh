@@ -652,6 +652,33 @@ pipeline)
   expect_rc 0
   expect_in "$T/out" "note: one plan holds every pipeline stage's values (an upper bound"
   ;;
+pipeline_interleaved)
+  # interleaved 1F1B: fuji-test's 4 layers in 4 chunks over pipeline=2 (chunks 0 and 2 on
+  # stage 0), the timeline with each unit's chunk and the bubble the schedule gives; the ring
+  # back from stage 1 to stage 0; 10 interpreter steps equal to one process; M not a multiple
+  # of P refused (docs/pipeline.md)
+  set -- --set /input/seq_len=16 --set /input/global_batch_size=8 --set /learner/microbatches=4 \
+    --set /mesh/pipeline_schedule=interleaved --set /mesh/pipeline_virtual=2 --set /model/vocab_size=256
+  run ir "$MODELS/fuji-test.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' "$@" --after pipeline
+  expect_rc 0
+  expect_in "$T/out" "# schedule interleaved: 2 stages x 2 virtual (4 chunks), 4 microbatches, 18 time units; bubble 1/9"
+  expect_in "$T/out" "# stage 0 | F0.0  F1.0  F0.2  F1.2  F2.0  B0.2  F3.0  B1.2  F2.2  B0.0  F3.2  B1.0  .     B2.2  .     B3.2  B2.0  B3.0"
+  expect_in "$T/out" "# stage 1 | .     F0.1  F1.1  F0.3  B0.3  F1.3  B1.3  F2.1  B0.1  F3.1  B1.1  F2.3  B2.3  F3.3  B3.3  B2.1  B3.1  ."
+  expect_in "$T/out" "mesh_axes=[pipeline] peer=1 : f32[2,16,8] stage=0"
+  cp "$CORPUS" "$T/text.txt"
+  run run "$MODELS/fuji-test.json" --backend interp --target cpu "$@" --data "$T/text.txt" --steps 10
+  expect_rc 0
+  cp "$T/out" "$T/one.txt"
+  run run "$MODELS/fuji-test.json" --backend interp --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' "$@" \
+    --data "$T/text.txt" --steps 10
+  expect_rc 0
+  expect_in "$T/out" "step 10 loss"
+  paste "$T/one.txt" "$T/out" | awk '{ d = $4 - $12; if (d < 0) d = -d; if ($2 != $10 || d > 1e-4) bad = 1; n++ }
+    END { exit bad || n != 10 }' || { fail "interleaved trains differently from one process"; paste "$T/one.txt" "$T/out" >&2; }
+  run ir "$MODELS/fuji-test.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' "$@" \
+    --set /input/global_batch_size=6 --set /learner/microbatches=3 --after pipeline
+  expect_user_error "/learner/microbatches: the interleaved schedule runs microbatches in groups of pipeline = 2: 3 microbatches are not a multiple of 2"
+  ;;
 backends)
   run backends
   expect_rc 0
