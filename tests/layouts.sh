@@ -22,7 +22,8 @@
 # spmodel2 (Megatron sequence parallelism: /mesh/sequence_parallel on model=2), spseq2model2 (both);
 # pipelines (docs/pipeline.md): pp2gpipemb4, pp2gpipemb8, pp2f1bmb4, pp2f1bmb8 (pipeline=2, GPipe
 # or 1F1B, 4 or 8 microbatches), pp2data2mb4 (x data=2, 1F1B), pp2model2mb4 (x model=2, GPipe),
-# pp4f1bmb4 (pipeline=4, 1F1B: a stage per layer of fuji-test), pp2expert2mb4 (x expert=2).
+# pp4f1bmb4 (pipeline=4, 1F1B: a stage per layer of fuji-test), pp2expert2mb4 (x expert=2),
+# pp2intmb4 and pp2intdata2mb4 (interleaved 1F1B, 2 chunks per stage; x data=2).
 model_file() {
   case $1 in
   tiny_lm | tiny_bf16 | tiny_moe) echo "$SRC/models/tiny-lm.json" ;;
@@ -62,6 +63,8 @@ layout() {
   pp2f1bmb4) echo "pipeline=2 /learner/microbatches=4 /mesh/pipeline_schedule=1f1b" ;;
   pp2f1bmb8) echo "pipeline=2 /learner/microbatches=8 /mesh/pipeline_schedule=1f1b" ;;
   pp4f1bmb4) echo "pipeline=4 /learner/microbatches=4 /mesh/pipeline_schedule=1f1b" ;;
+  pp2intmb4) echo "pipeline=2 /learner/microbatches=4 /mesh/pipeline_schedule=interleaved" ;;
+  pp2intdata2mb4) echo "pipeline=2,data=2 /learner/microbatches=4 /mesh/pipeline_schedule=interleaved" ;;
   pp2data2mb4) echo "pipeline=2,data=2 /learner/microbatches=4 /mesh/pipeline_schedule=1f1b" ;;
   pp2model2mb4) echo "pipeline=2,model=2 /learner/microbatches=4 /mesh/pipeline_schedule=gpipe" ;;
   pp2expert2mb4) echo "pipeline=2,expert=2 /learner/microbatches=4 /mesh/pipeline_schedule=1f1b" ;;
