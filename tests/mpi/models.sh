@@ -85,15 +85,18 @@ train() {
       --metrics "$dir/m.jsonl" "$@"
   fi
 }
-# reference MODEL [MESH]: the one-process run (MESH: one, or onemb2 / onemb4), once
+# reference MODEL [MESH]: the one-process run (MESH: one, or onemb2 / onemb4 / onemb8), once.
+# Tests running at once may both make it: each in a directory of its own, the first renamed
+# into place, the others dropped (a rename onto a directory with files fails).
 reference() {
   ref="$W/ref-$1"
   [ "${2:-one}" = one ] || ref="$ref-$2"
   if [ ! -f "$ref/params.safetensors" ]; then
-    rm -rf "$ref.tmp"
-    cpu must train "$1" "${2:-one}" "$ref.tmp" --steps $STEPS
-    must "$DUMP" "$ref.tmp/ck" "$ref.tmp/params.safetensors"
-    rm -rf "$ref" && mv "$ref.tmp" "$ref"
+    tmp="$ref.tmp.$$"
+    rm -rf "$tmp"
+    cpu must train "$1" "${2:-one}" "$tmp" --steps $STEPS
+    must "$DUMP" "$tmp/ck" "$tmp/params.safetensors"
+    mv -T "$tmp" "$ref" 2> /dev/null || rm -rf "$tmp"
   fi
 }
 
