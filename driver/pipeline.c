@@ -171,10 +171,11 @@ int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out) {
                       .forward = j->forward,
                       .decode = j->decode};
   int pa = j->graph ? ir_mesh_axis(&j->graph->mesh, IR_PIPELINE_AXIS) : -1;
-  if (pa >= 0 && j->graph->mesh.sizes[pa] > 1 && strcmp(b->name, "interp"))
+  if (pa >= 0 && j->graph->mesh.sizes[pa] > 1 && strcmp(b->name, "interp") &&
+      strcmp(b->name, "llvm") && strcmp(b->name, "opencl"))
     return fe_error(&j->diag, j->file, "/mesh/shape",
-                    "pipeline = %lld stages run on the interpreter only so far (--backend "
-                    "interp); the %s backend has no send/recv yet",
+                    "pipeline = %lld stages run on the interpreter, llvm and opencl backends "
+                    "only; the %s backend has no send/recv",
                     (long long)j->graph->mesh.sizes[pa], b->name);
   if (backend_program(j, &out->program)) return -1;
   if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward") ||

@@ -1171,6 +1171,14 @@ static int local_slice(Session *S, SlabBuf *b, const RtOclLaunch *L, const RtCol
  * kernels before it), the exchange through MPI on the host, and its result back to the device
  * ahead of the kernels after it (the in-order queue orders them; the next read, blocking,
  * waits for this write before the staging buffer is used again). */
+/* This device's stage on the pipeline axis, or -1 without one. */
+static int64_t pipeline_coord(const Session *S) {
+    for (int a = 0; S->comm && a < S->p->base.mesh.naxes; a++)
+        if (S->p->base.mesh.names[a] && !strcmp(S->p->base.mesh.names[a], "pipeline"))
+            return rt_comm_coord(S->comm, a);
+    return -1;
+}
+
 static int collective(Session *S, SlabBuf *b, int32_t i) {
     const RtOclLaunch *L = &S->p->launches[i];
     if (!S->comm)
@@ -1184,10 +1192,24 @@ static int collective(Session *S, SlabBuf *b, int32_t i) {
         return -1;
     double t0 = now_s();
     int64_t in = L->arg_bytes[0], out = L->arg_bytes[1], at = (in + 63) / 64 * 64;
-    if (xfer_at(S, b, L->args[0], in, 0, CL_TRUE, S->stage) != 0)
+    if (k->kind == RT_COLL_RECV && pipeline_coord(S) == k->axis) {
+        rt_comm_collective_io(S->comm, L->collective - 1, NULL, NULL); /* the sender: completes it */
+        return 0;
+    }
+    /* a recv's operand is the other stage's send: nothing to read here, but the staging buffer
+     * is written at once, so the writes to the device from it before must be done */
+    if (k->kind == RT_COLL_RECV) {
+        cl_int e = clFinish(S->q);
+        if (e != CL_SUCCESS)
+            return step_fail(S, "clFinish (before a pipeline recv)", e);
+    } else if (xfer_at(S, b, L->args[0], in, 0, CL_TRUE, S->stage) != 0) {
         return -1;
+    }
     rt_comm_collective_io(S->comm, L->collective - 1, S->stage, S->stage + at);
-    if (xfer_at(S, b, L->args[1], out, 1, CL_FALSE, S->stage + at) != 0)
+    /* a send's result is its operand, which the device has (and the plan may put the two in
+     * the same bytes, which a write from the staging buffer, reused by the next recv at once,
+     * could spoil) */
+    if (k->kind != RT_COLL_SEND && xfer_at(S, b, L->args[1], out, 1, CL_FALSE, S->stage + at) != 0)
         return -1;
     S->traffic.coll_to_host += in;
     S->traffic.coll_to_dev += out;
@@ -1195,8 +1217,20 @@ static int collective(Session *S, SlabBuf *b, int32_t i) {
     return 0;
 }
 
+/* Whether launch L runs on this device: every launch but a pipeline's of another stage (a recv
+ * also runs on its sending stage, where it completes the send). */
+static int launch_here(const Session *S, const RtOclLaunch *L) {
+    if (L->stage <= 0 || !S->comm)
+        return 1;
+    const RtCollective *k = L->collective > 0 ? &S->p->base.collectives[L->collective - 1] : NULL;
+    int64_t me = pipeline_coord(S);
+    return me == L->stage - 1 || (k && k->kind == RT_COLL_RECV && me == k->axis);
+}
+
 static int launch(Session *S, SlabBuf *b, int32_t i) {
     const RtOclLaunch *L = &S->p->launches[i];
+    if (!launch_here(S, L))
+        return 0;
     if (L->collective > 0)
         return collective(S, b, i);
     size_t g[3], l[3];

@@ -49,7 +49,8 @@ static const char *const TENSOR_PREFIX[3] = {"", "opt/m/", "opt/v/"};
 
 /* Where this rank's chunk of parameter s lies in the whole one. The chunk is written to a
  * checkpoint by the first device holding it: the one whose coordinates off the split's axes are
- * all zero. */
+ * all zero, but on the pipeline axis that of the stage that updates it (s->stage): the other
+ * stages hold a copy they never update. */
 static void slot_region(const Trainer *t, const RtParamSlot *s, RtCkptRegion *r) {
     const RtMesh *m = &t->p->mesh;
     int used[RT_MAX_MESH_AXES] = {0};
@@ -61,9 +62,11 @@ static void slot_region(const Trainer *t, const RtParamSlot *s, RtCkptRegion *r)
             used[s->split[d][i] - 1] = 1;
     }
     r->owner = 1;
-    for (int a = 0; a < m->naxes; a++)
-        if (!used[a] && rt_comm_coord(t->comm, a) != 0)
+    for (int a = 0; a < m->naxes; a++) {
+        int staged = s->stage > 0 && m->names[a] && !strcmp(m->names[a], "pipeline");
+        if (!used[a] && rt_comm_coord(t->comm, a) != (staged ? s->stage - 1 : 0))
             r->owner = 0;
+    }
 }
 
 /* The checkpoint's share of the table: every tensor but the frozen parameters' (train_impl.h). */
@@ -729,6 +732,8 @@ static RunEnd train(Trainer *t, RtError *err) {
                    (double)t->heap_peak / 1048576, 100.0 * ((double)t->heap_peak - (double)planned) / (double)planned,
                    (double)train_peak_rss() / 1048576, huge_note);
     }
+    if (end == RUN_DONE)
+        train_stages_print(t);
     if ((end == RUN_DONE || end == RUN_STOPPED) && t->rank == 0)
         train_goodput_print(t, train_now_ms()); /* the last line */
     return end;

@@ -233,5 +233,8 @@ double train_ideal_s(const Trainer *t);
 /* The job's seconds so far, by kind (GP_*). */
 void train_goodput(const Trainer *t, double now_ms, double *secs);
 void train_goodput_print(const Trainer *t, double now_ms);
+/* A pipeline's stages (every rank calls it): rank 0 prints, for each stage, the time its first
+ * device waited in the stage's recvs against its time in steps (the bubble, measured). */
+void train_stages_print(const Trainer *t);
 
 #endif /* TRAIN_IMPL_H */

@@ -1466,6 +1466,19 @@ static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   kernel_end(C, L, name, "", items(nb * row));
 }
 
+/* A pipeline's launches run on their stage's devices only (RtOclLaunch.stage): launches
+ * [n0, L->n) are stage `stage`'s. */
+static void stamp(Launches *L, int32_t n0, int32_t stage) {
+  for (int32_t i = n0; i < L->n; i++) L->v[i].stage = stage;
+}
+
+/* Whether the values of a multi-value kernel are of one pipeline stage. */
+static bool one_stage(const IrGraph *g, const int32_t *vals, int32_t nv) {
+  for (int32_t i = 1; i < nv; i++)
+    if (g->values[vals[i]].stage != g->values[vals[0]].stage) return false;
+  return true;
+}
+
 /* "new:X" outputs the plan did not place over parameter X: copied onto X at the end. */
 static void copy_back(Ctx *C, Launches *L, OclBuf *body) {
   for (int32_t i = 0; i < C->g->noutputs; i++) {
@@ -1486,8 +1499,41 @@ static void copy_back(Ctx *C, Launches *L, OclBuf *body) {
     buf_ref(C, x, dst, sizeof dst);
     buf_ref(C, o->value, src, sizeof src);
     line(C, "%s[gid] = %s[gid];", dst, src);
+    int32_t n0 = L->n;
     kernel_end(C, L, name, "", items(n));
+    stamp(L, n0, val(C, o->value)->stage); /* on the stage that made it */
   }
+}
+
+/* A pipeline's shares (backend_pipeline_shares), last: launches of the entries program.c puts
+ * after the graph's collectives in the collective table (RT_COLL_SHARE), on every device. */
+static void share_launches(Ctx *C, Launches *L) {
+  int32_t *made = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *made);
+  int32_t *buffer = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *buffer);
+  int32_t n = backend_pipeline_shares(C->g, made, buffer);
+  int32_t first = ocl_collective_index(C->g, C->g->nvalues);
+  for (int32_t k = 0; k < n; k++) {
+    int32_t cap = L->cap;
+    grow((void **)&L->v, sizeof *L->v, &cap, L->n + 1);
+    cap = L->cap;
+    grow((void **)&L->reduced, sizeof *L->reduced, &cap, L->n + 1);
+    grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
+    L->reduced[L->n] = 0;
+    int64_t *args = base_xmalloc(2 * sizeof *args), *bytes = base_xmalloc(2 * sizeof *bytes);
+    const IrValue *x = val(C, buffer[k]);
+    args[0] = args[1] = C->mp->offset[buffer[k]];
+    bytes[0] = bytes[1] = ir_shape_numel(&x->shape) * (int64_t)ir_dtype_size(x->dtype);
+    L->line[L->n] = 0;
+    L->v[L->n++] = (RtOclLaunch){.kernel = OCL_COLLECTIVE_NAME,
+                                 .dims = 1,
+                                 .global = {1, 1, 1},
+                                 .nargs = 2,
+                                 .args = args,
+                                 .arg_bytes = bytes,
+                                 .collective = first + k + 1};
+  }
+  free(made);
+  free(buffer);
 }
 
 /* Collective v of a mesh of several devices: no kernel, but a launch that names its entry in
@@ -2025,26 +2071,36 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
     int32_t *run_seg = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *run_seg);
     for (int32_t v = 0; v < g->nvalues; v++) run_seg[v] = -1;
     for (int32_t v = 0; v < g->nvalues && !C.failed;) {
+      int32_t n0 = L.n, v0 = v; /* the launches of values v0..v-1, stamped with their stage */
       int32_t nv = 0, next = C.o.multi ? sum_run(&C, v, vals, &nv) : v;
-      if (nv > 1) {
+      if (nv > 1 && one_stage(g, vals, nv)) {
         multi_sum_kernels(&C, &L, &body, vals, nv);
         v = next;
+        stamp(&L, n0, g->values[vals[0]].stage);
         continue;
       }
       nv = 0;
       next = C.o.multi ? multi_run(&C, v, vals, seg, &nv, run_seg) : v;
-      if (nv > 1) {
+      if (nv > 1 && one_stage(g, vals, nv)) {
         multi_kernels(&C, &L, &body, vals, seg, nv);
         v = next;
-      } else if (next > v) /* values that launch nothing, and at most one elementwise */
-        for (; v < next && !C.failed; v++) value_kernel(&C, &L, &body, v);
-      else
+        stamp(&L, n0, g->values[vals[0]].stage);
+      } else if (next > v &&
+                 nv <= 1) { /* values that launch nothing, and at most one elementwise */
+        for (; v < next && !C.failed; v++, n0 = L.n) {
+          value_kernel(&C, &L, &body, v);
+          stamp(&L, n0, g->values[v].stage);
+        }
+      } else {
         value_kernel(&C, &L, &body, v++);
+        stamp(&L, n0, g->values[v0].stage);
+      }
     }
     free(vals);
     free(seg);
     free(run_seg);
     if (!C.failed) copy_back(&C, &L, &body);
+    if (!C.failed) share_launches(&C, &L);
   }
   OclBuf all = {0};
   prelude(&all);

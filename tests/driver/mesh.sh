@@ -29,7 +29,7 @@ train() {
     where="--backend interp --target cpu-$3"
   fi
   must "$AXLC" run "$(model_file "$CASE")" $(model_args "$CASE") $where --set "/mesh/shape=$4" \
-    --set /input/seq_len=16 --set "/precision/compute=$(precision "$CASE")" ${5:+--set "$5"} \
+    --set /input/seq_len=16 --set "/precision/compute=$(precision "$CASE")" $(shift 4; sets "$@") \
     --data "$T/tokens.bin" --steps $STEPS --dump "$2.safetensors"
   grep "^step " "$T/log" > "$2.txt"
   [ "$(wc -l < "$2.txt")" -eq $STEPS ] || fail "$1: $(wc -l < "$2.txt") steps, expected $STEPS"
