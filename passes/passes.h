@@ -239,6 +239,9 @@ typedef struct MemPlan {
                             * a non-leaf value placed below it is an in-place update */
   int32_t *last;           /* (nvalues) index of the last value that reads each value (its own
                             * index if none; g->nvalues for outputs): live from v to last[v] */
+  int32_t *region;         /* (nvalues) with pipeline stages, 1 + the stage of a value only that
+                            * stage's devices run (0: every device's, or an output), else NULL:
+                            * values of two stages may share bytes (pass_memplan_apart) */
 } MemPlan;
 
 /* materialized[v] (nvalues) is set when value v gets a buffer written by its own kernel; the
@@ -264,7 +267,11 @@ int pass_memplan_split(IrGraph *g, const bool *materialized, int64_t split, MemP
 int pass_memplan_over(IrGraph *g, const bool *materialized, const IrGraph *under,
                       const MemPlan *under_plan, int64_t under_bytes, MemPlan *plan);
 void pass_memplan_free(MemPlan *plan);
-/* Pairs of values whose buffers overlap while both are live (in-place updates aside): 0 for a
+/* Whether values a and b never live on one device (two pipeline stages' own), so their bytes
+ * may be shared whenever they live. */
+bool pass_memplan_apart(const MemPlan *plan, int32_t a, int32_t b);
+/* Pairs of values whose buffers overlap while both are live (in-place updates and values of two
+ * pipeline stages aside): 0 for a
  * correct plan. Quadratic; for tests and debugging. */
 int64_t pass_memplan_conflicts(const IrGraph *g, const bool *materialized, const MemPlan *plan);
 

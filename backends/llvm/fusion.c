@@ -24,7 +24,7 @@
 /* ---- the check against the plan ---- */
 
 static bool overlap(const MemPlan *mp, int32_t a, int32_t b) {
-  if (mp->bytes[a] == 0 || mp->bytes[b] == 0) return false;
+  if (mp->bytes[a] == 0 || mp->bytes[b] == 0 || pass_memplan_apart(mp, a, b)) return false;
   return mp->offset[a] < mp->offset[b] + mp->bytes[b] &&
          mp->offset[b] < mp->offset[a] + mp->bytes[a];
 }
