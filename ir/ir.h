@@ -195,6 +195,9 @@ void ir_graph_clear_error(IrGraph *g);
 int ir_graph_fail(IrGraph *g, const char *fmt, ...); /* records (if first) and returns IR_ERR */
 void ir_graph_set_origin(IrGraph *g, const char *path);
 void ir_graph_set_tag(IrGraph *g, const char *tag);
+/* A pass's rebuilt graph takes g's place: ng gets g's origin and tag, then the two swap, so g
+ * holds the new graph and ng the old one (for the caller to free). */
+void ir_graph_replace(IrGraph *g, IrGraph *ng);
 int ir_graph_set_mesh(IrGraph *g, const IrMesh *mesh);
 void ir_value_set_tag(IrGraph *g, int32_t v, const char *tag);
 void ir_value_set_origin(IrGraph *g, int32_t v, const char *path);

@@ -224,11 +224,7 @@ int pass_expand(IrGraph *g, const PassOptions *opt) {
   ir_graph_reserve(ng, g->nvalues + 32 * n); /* up to 32 values per attention_grad */
   int st = rebuild(ng, g, map);
   if (st == IR_OK) {
-    ir_graph_set_origin(ng, g->origin);
-    ir_graph_set_tag(ng, g->tag);
-    IrGraph tmp = *g;
-    *g = *ng;
-    *ng = tmp;
+    ir_graph_replace(g, ng);
   } else {
     ir_graph_fail(g, "expand: %s", ir_graph_error(ng) ? ir_graph_error(ng) : "failed");
   }

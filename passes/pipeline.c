@@ -396,13 +396,7 @@ int pass_pipeline(IrGraph *g, const PassOptions *opt) {
     int32_t v = g->outputs[o].value;
     st = ir_graph_add_output(q.ng, g->outputs[o].name, q.map[v]);
   }
-  if (st == IR_OK) {
-    ir_graph_set_origin(q.ng, g->origin);
-    ir_graph_set_tag(q.ng, g->tag);
-    IrGraph tmp = *g;
-    *g = *q.ng;
-    *q.ng = tmp;
-  }
+  if (st == IR_OK) ir_graph_replace(g, q.ng);
   ir_graph_free(q.ng);
   free(q.stage);
   free(q.slot);

@@ -1109,11 +1109,7 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
     ctx_free(&c);
     return IR_ERR;
   }
-  ir_graph_set_origin(c.h, g->origin);
-  ir_graph_set_tag(c.h, g->tag);
-  IrGraph tmp = *g;
-  *g = *c.h;
-  *c.h = tmp;
+  ir_graph_replace(g, c.h);
   ctx_free(&c);
   /* pass_simplify left the transposes that feed or take a product to this per-device program */
   if (pass_dce(g, opt) != IR_OK) return IR_ERR;

@@ -873,6 +873,10 @@ typedef struct RtTrainHooks {
     void (*sync)(char *slab, int dir);
     int (*copy)(char *dst, const char *src);
     const RtSampleIo *sample;
+    /* Bytes the trainer holds on its device (a GPU's memory), or NULL where the slab is host
+     * memory: then the trainer's memory line measures the device against the prediction and
+     * reports the host heap beside it. */
+    int64_t (*device_bytes)(void);
 } RtTrainHooks;
 int rt_train_main_hooks(const RtProgram *p, const RtTrainHooks *h, int argc, char **argv);
 /* Called from inside RtProgram.step: the batch the next step on the same data reads, as

@@ -130,7 +130,8 @@ typedef struct Session {
     /* A mesh of several devices: the collectives run through MPI on the host, from a staging
      * buffer that is pinned where the driver allows (CL_MEM_ALLOC_HOST_PTR, mapped once). */
     RtComm *comm;
-    cl_mem stage_mem; /* NULL: stage is plain host memory */
+    cl_mem stage_mem;     /* NULL: stage is plain host memory */
+    int64_t device_bytes; /* the device-only buffers made (slabs, batch slots, sampling): never freed mid-run */
     char *stage;
     int64_t stage_bytes;
     RtOclMma mma;       /* the product kernels' body on this device (the capability table) */
@@ -941,6 +942,8 @@ static SlabBuf *slab_buf(Session *S, char *slab) {
         for (int k = 0; k < S->nbufs && e == CL_SUCCESS; k++) {
             size_t bytes = (size_t)(S->cut[k + 1] - S->cut[k]);
             S->slabs[i].mem[k] = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &e);
+            if (e == CL_SUCCESS)
+                S->device_bytes += (int64_t)(bytes ? bytes : 4);
         }
         if (e != CL_SUCCESS) {
             step_fail(S, "clCreateBuffer for the slab", e);
@@ -1049,6 +1052,7 @@ static int batch_make(Session *S) {
     S->ahead_mem = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, (size_t)(2 * S->slot_bytes), NULL, &e);
     if (e != CL_SUCCESS)
         return step_fail(S, "clCreateBuffer (the batch's device slots)", e);
+    S->device_bytes += 2 * S->slot_bytes;
     S->bstage_mem =
         clCreateBuffer(S->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, (size_t)(2 * S->slot_bytes), NULL, &e);
     if (S->bstage_mem && e == CL_SUCCESS)
@@ -1365,6 +1369,12 @@ static void ocl_sync(char *slab, int dir) {
     S->traffic.read_bytes += S->p->base.slab_bytes;
 }
 
+/* RtTrainHooks.device_bytes: what the trainer holds on the device, the side of memcheck's
+ * prediction a GPU has (pinned staging buffers are host memory there, as PoCL's buffers all are). */
+static int64_t ocl_device_bytes(void) {
+    return active ? active->device_bytes : 0;
+}
+
 /* RtTrainHooks.copy: slab dst a copy of slab src on the device, buffer by buffer (an eval's or a
  * replay's copy: nothing crosses to the host). -1 where the device does not hold src's state
  * (no step ran on it, or the host wrote it whole since): the runtime copies on the host then. */
@@ -1424,6 +1434,7 @@ static int sampling_setup(Session *S, int w, int64_t bytes) {
         S->sbuf = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &e);
         if (e != CL_SUCCESS)
             return step_fail(S, "clCreateBuffer for the sampling slab", e);
+        S->device_bytes += bytes;
     }
     if (S->skernels[w])
         return 0;
@@ -1620,7 +1631,10 @@ static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const c
             prog.forward = &fwd;
         }
         active = &S;
-        RtTrainHooks hooks = {.sync = ocl_sync, .copy = ocl_copy, .sample = prog.forward ? &sample_io : NULL};
+        RtTrainHooks hooks = {.sync = ocl_sync,
+                              .copy = ocl_copy,
+                              .sample = prog.forward ? &sample_io : NULL,
+                              .device_bytes = ocl_device_bytes};
         rc = rt_train_main_hooks(&prog, &hooks, o->argc, o->argv);
         active = NULL;
     }

@@ -712,7 +712,16 @@ static RunEnd train(Trainer *t, RtError *err) {
         char huge_note[64] = "";
         if (huge >= 0)
             snprintf(huge_note, sizeof huge_note, "; %.2f MiB in huge pages", (double)huge / 1048576);
-        if (t->heap_peak > 0)
+        int64_t device = t->device_bytes ? t->device_bytes() : 0;
+        if (device > 0) /* the slabs are on a device: that is what memcheck plans */
+            printf("%s: memory: predicted %.2f MiB (the planned slab%s, as axlc memcheck reports it), measured "
+                   "%.2f MiB on the device (the buffers the trainer made, %+.1f%%); host heap %.2f MiB at its peak "
+                   "(the slab's host copy, staging%s; a CPU device's buffers too); peak RSS %.2f MiB\n",
+                   t->prog, (double)slabs / 1048576, t->eval_slab ? "s of the step and eval" : "",
+                   (double)device / 1048576, 100.0 * ((double)device - (double)slabs) / (double)slabs,
+                   (double)t->heap_peak / 1048576, scratch + mpi > 0 ? ", collective scratch, MPI" : "",
+                   (double)train_peak_rss() / 1048576);
+        else if (t->heap_peak > 0)
             printf("%s: memory: predicted %.2f MiB (the planned slab%s,%s as axlc memcheck reports it), measured "
                    "%.2f MiB (heap the trainer held at its peak, %+.1f%%); peak RSS %.2f MiB (code and libraries "
                    "included)%s\n",
@@ -739,6 +748,7 @@ int rt_train_main_hooks(const RtProgram *p, const RtTrainHooks *h, int argc, cha
                  .sync = h ? h->sync : NULL,
                  .copy = h ? h->copy : NULL,
                  .sample_io = h ? h->sample : NULL,
+                 .device_bytes = h ? h->device_bytes : NULL,
                  .prog = prog_name(argc, argv),
                  .saved = -1,
                  .tty = train_progress_tty(),

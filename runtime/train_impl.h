@@ -89,6 +89,7 @@ typedef struct Trainer {
     void (*sync)(char *slab, int dir);       /* rt_train_main_sync's; NULL: the slab is the state */
     int (*copy)(char *dst, const char *src); /* RtTrainHooks.copy, or NULL */
     const RtSampleIo *sample_io;             /* RtTrainHooks.sample, or NULL */
+    int64_t (*device_bytes)(void);           /* RtTrainHooks.device_bytes, or NULL */
     int64_t slab_mapped, eval_mapped;        /* their mappings' sizes (train_slab_new) */
     RtPool *pool;
     RtData *data, *eval;

@@ -525,6 +525,20 @@ print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/small.json"
   grep -qF "ocl: the 8.80 MiB slab of this job does not fit the 4.00 MiB of memory of OpenCL device $dev (CL_DEVICE_GLOBAL_MEM_SIZE, or AXLC_OPENCL_MEM_SIZE); nothing was trained" "$T/out" ||
     fail "the trainer's refusal: $(cat "$T/out")"
   [ -s "$T/m.jsonl" ] && fail "a step ran on a device too small"
+  # where it fits, the device holds what memcheck planned (5%), and the host heap is reported
+  # beside it: on PoCL it holds the device's buffers as well as the slab's host copy
+  "$AXLC" memcheck "$model" --target opencl --json > "$T/m.json" 2>/dev/null || fail "memcheck --target opencl"
+  "$T/ocl" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1 || fail "tiny-lm on the device: $(tail -3 "$T/out")"
+  "$PY" - "$T/m.json" "$T/out" <<'PY' || fail "the device's memory against memcheck: $(grep 'memory:' "$T/out")"
+import json, re, sys
+want = json.load(open(sys.argv[1]))["peak_memory_in_bytes"] / 1048576
+line = [l for l in open(sys.argv[2]) if "memory: predicted" in l][0]
+m = re.search(r"predicted ([0-9.]+) MiB.*measured ([0-9.]+) MiB on the device.*host heap ([0-9.]+) MiB", line)
+pred, dev, host = (float(x) for x in m.groups())
+assert abs(pred - want) < 0.01, (pred, want)
+assert abs(dev - pred) <= 0.05 * pred, (dev, pred)
+assert host >= pred, (host, pred)  # the slab's host copy at least
+PY
   ;;
 device_lost)
   must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"

@@ -7,6 +7,7 @@
  * - A count that does not hold the rows of a microbatch takes the next that divides the rows
  *   per device; one whose batch shards do not divide the global batch, a mesh with no batch
  *   axis to shrink, and a config without a mesh are refused with the reason.
+ * - A pipeline keeps its stages: the batch axes shrink inside each stage.
  * Runs without LLVM or MPI.
  */
 #include <stdio.h>
@@ -78,6 +79,16 @@ static void test_rounding(void) {
   plan_ok(config("[1,-1,1,1,1,1]", 12, 1), 4, 3, "[1,-1,1,1,1,1]", 2);
 }
 
+/* A pipeline keeps its stages: data gives up the ranks, each stage's microbatches rise (still
+ * at least the stages), and a pipeline alone cannot shrink. */
+static void test_pipeline(void) {
+  plan_ok(config("[2,2,1,1,1,1]", 8, 2), 4, 2, "[2,1,1,1,1,1]", 4);
+  plan_ok(config("[2,-1,1,1,1,1]", 16, 2), 8, 4, "[2,-1,1,1,1,1]", 4);
+  plan_ok(config("[2,2,1,2,1,1]", 8, 2), 8, 4, "[2,1,1,2,1,1]", 4);
+  plan_refused(config("[2,1,1,1,1,1]", 8, 2), 2, 1, "no mesh of 1 ranks");
+  plan_refused(config("[4,2,1,1,1,1]", 8, 4), 8, 2, "no mesh of 2 ranks");
+}
+
 static void test_bad_config(void) {
   plan_refused("{\"input\": {\"global_batch_size\": 8}}", 4, 2, "the config has no /mesh");
   plan_refused("not json", 4, 2, "the config has no /mesh");
@@ -89,6 +100,7 @@ int main(int argc, char **argv) {
       {"a -1 axis: the target sizes it", test_free_axis},
       {"fixed sizes: data, then fsdp, then expert", test_fixed_mesh},
       {"microbatches: the next count that divides", test_rounding},
+      {"a pipeline keeps its stages", test_pipeline},
       {"configs without what the plan needs", test_bad_config},
       {NULL, NULL},
   };
