@@ -26,6 +26,8 @@
  * and dS = P (dP - D), and from those dq for the block's rows and its terms of dk and dv for
  * the keys it sees. dk and dv of a problem are sums over its query blocks, so one work item
  * is one whole problem, whose blocks add into its dk and dv in a fixed order (last first).
+ * Grouped-query (group > 1: problem p reads the keys and values of key problem p / group), an
+ * item is a key problem: its group's query problems in order, each one's blocks last first.
  * Recomputing costs one product and one exp per score; saving P would cost t * t floats.
  *
  * Determinism. Work items depend only on (bn, t, h): the forward's are query blocks (all

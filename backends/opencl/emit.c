@@ -786,6 +786,10 @@ static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
  *   _kv, key rows: over the query tiles that see the block (causal: from the block's first row
  *   on), P = exp(scale q.k - LSE), dS = P (dout.v - D), dk += dS q, dv += P dout; _q, query
  *   rows: dq += dS k over the key tiles, as the forward reads them.
+ * Grouped-query (ir_attention_group: G query problems per key problem): the query-row kernels
+ * read key problem b / G; _kv runs over the key problems and loops over the group's query
+ * problems, so dk and dv are summed in registers; the result is laid out as
+ * ir_attention_grad_at says.
  * Work items depend on the shapes only, and each writes its own rows: no atomics, the same
  * bits on every run. */
 
