@@ -301,9 +301,13 @@ static void pipe_opts(const DrvJob *j, const IrMesh *m, PipeOpts *o) {
   json_object *dec = fe_get_child(fe_get_child(j->cfg, "model"), "decoder");
   int32_t P = (int32_t)m->sizes[a], L = dec ? (int32_t)fe_get_int(dec, "num_layers") : 0;
   o->p.stages = P;
-  o->p.schedule = strcmp(fe_get_str(mesh, "pipeline_schedule"), "1f1b") ? PASS_SCHEDULE_GPIPE
-                                                                        : PASS_SCHEDULE_1F1B;
+  o->p.schedule = pass_schedule_parse(fe_get_str(mesh, "pipeline_schedule"));
+  o->p.virtual_stages = o->p.schedule == PASS_SCHEDULE_INTERLEAVED
+                            ? (int32_t)fe_get_int(mesh, "pipeline_virtual")
+                            : 1;
   o->p.microbatches = j->facts.microbatches;
+  /* the layers in P * V chunks (V = 1 but interleaved), by the cuts or equal */
+  int64_t C = (int64_t)P * pass_pipeline_virtual(&o->p);
   o->layer_stage = base_xcalloc((size_t)L + 1, sizeof *o->layer_stage);
   json_object *cuts = json_object_object_get(mesh, "pipeline_cuts");
   size_t nc = cuts ? json_object_array_length(cuts) : 0;
@@ -312,7 +316,7 @@ static void pipe_opts(const DrvJob *j, const IrMesh *m, PipeOpts *o) {
     if (nc)
       while ((size_t)s < nc && l >= json_object_get_int(json_object_array_get_idx(cuts, s))) s++;
     else
-      s = (int32_t)((int64_t)l * P / L);
+      s = (int32_t)((int64_t)l * C / L);
     o->layer_stage[l] = s;
   }
   o->p.nlayers = L;

@@ -138,7 +138,8 @@ typedef struct IrValue {
   const char *tag;    /* remat tag, e.g. "attention.q_proj", or "" */
   IrSplit split;      /* set by pass_shard: this value is one device's chunk (shape is local) */
   /* Pipeline parallelism (passes/pipeline.c, docs/pipeline.md). stage: 0 on every device, else
-   * only the devices whose pipeline coordinate is stage - 1 compute the value. micro: the
+   * only the devices whose pipeline coordinate is stage - 1 compute the value (before
+   * pass_pipeline, under the interleaved schedule: 1 + the chunk, on stage chunk mod P). micro: the
    * microbatch (pass_microbatch's copy) of an input-dependent value; phase: IR_PHASE_*. Copied
    * with the value; values the builders make get 0. */
   int16_t stage, micro;

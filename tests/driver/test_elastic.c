@@ -27,6 +27,14 @@ static const char *config(const char *shape, int gb, int mb) {
   return buf;
 }
 
+/* cfg with /mesh/pipeline_schedule "interleaved" (cfg is config()'s buffer). */
+static const char *interleaved(const char *cfg) {
+  static char buf[600];
+  size_t n = strlen(cfg);
+  snprintf(buf, sizeof buf, "%.*s, \"pipeline_schedule\": \"interleaved\"}}", (int)(n - 2), cfg);
+  return buf;
+}
+
 /* The plan's shape as "[a,b,...]". */
 static const char *shape_of(const DrvElasticPlan *p) {
   static char buf[128];
@@ -86,6 +94,10 @@ static void test_pipeline(void) {
   plan_ok(config("[2,-1,1,1,1,1]", 16, 2), 8, 4, "[2,-1,1,1,1,1]", 4);
   plan_ok(config("[2,2,1,2,1,1]", 8, 2), 8, 4, "[2,1,1,2,1,1]", 4);
   plan_refused(config("[2,1,1,1,1,1]", 8, 2), 2, 1, "no mesh of 1 ranks");
+  /* 3 -> 2 ranks of a -1 data axis, 24 rows, 2 microbatches: 3 per device; 12 rows now hold 3, but
+   * the interleaved schedule takes groups of 2 stages: 4 */
+  plan_ok(config("[2,-1,1,1,1,1]", 24, 2), 6, 4, "[2,-1,1,1,1,1]", 3);
+  plan_ok(interleaved(config("[2,-1,1,1,1,1]", 24, 2)), 6, 4, "[2,-1,1,1,1,1]", 4);
   plan_refused(config("[4,2,1,1,1,1]", 8, 4), 8, 2, "no mesh of 2 ranks");
 }
 
