@@ -319,7 +319,24 @@ int32_t ir_scatter_add(IrGraph *g, int32_t idx, int32_t updates, int64_t rows);
 int32_t ir_top_k_indices(IrGraph *g, int32_t x, int64_t k);
 /* q, k, v (..., T, H), the same shape: softmax(scale * q k^T) v per leading index, masked to keys
  * j <= query i when causal. attention_grad gives (3, ..., T, H): dq, dk and dv of sum(out * dout).
+ * Grouped-query: k, v (..., K, T, H) against q (..., N, T, H), N = G K: query problem b (a
+ * leading index, flattened) reads key problem b / G, and attention_grad gives
+ * (..., K, G + 2, T, H): per key head its G query heads' dq, then its dk and dv (summed over the
+ * group). ir_attention_group gives G (0: the shapes do not fit).
  */
+int64_t ir_attention_group(const IrShape *q, const IrShape *k);
+/* Where attention_grad puts query problem b's dq, and its key problem's dk and dv, in problems
+ * (T H elements) from the start of the result; nb query problems, group G. */
+static inline void ir_attention_grad_at(int64_t nb, int64_t G, int64_t b, int64_t *dq, int64_t *dk,
+                                        int64_t *dv) {
+  if (G == 1) {
+    *dq = b, *dk = nb + b, *dv = 2 * nb + b;
+    return;
+  }
+  *dq = b / G * (G + 2) + b % G;
+  *dk = b / G * (G + 2) + G;
+  *dv = *dk + 1;
+}
 int32_t ir_attention(IrGraph *g, int32_t q, int32_t k, int32_t v, bool causal, double scale);
 int32_t ir_attention_grad(IrGraph *g, int32_t q, int32_t k, int32_t v, int32_t dout, bool causal,
                           double scale);

@@ -16,7 +16,7 @@
 #   ref_mesh NAME      the one-device layout a layout is compared with: one, or onemb2 / onemb4 /
 #                      onemb8 (one device with the same microbatches: a MoE's load-balance loss
 #                      is per microbatch, so N microbatches are not the whole batch's step there)
-# MESH: one, data2, data4, fsdp4, model2, data2model2, expert2, expert2fsdp2; fsdp2, fsdp2mb2, fsdp2mb4
+# MESH: one, data2, data4, fsdp4, model2, model4, data2model2, expert2, expert2fsdp2; fsdp2, fsdp2mb2, fsdp2mb4
 # (fsdp=2 with 1, 2, 4 microbatches: each rank steps over slices of its rows); onemb2, onemb4;
 # seq2 (context parallelism: each rank its half of every sequence, K and V gathered), seq2model2,
 # spmodel2 (Megatron sequence parallelism: /mesh/sequence_parallel on model=2), spseq2model2 (both);
@@ -49,6 +49,7 @@ layout() {
   data4) echo "data=4" ;;
   fsdp4) echo "fsdp=4" ;;
   model2) echo "model=2" ;;
+  model4) echo "model=4" ;;
   data2model2) echo "data=2,model=2" ;;
   expert2) echo "expert=2" ;;
   expert2fsdp2) echo "expert=2,fsdp=2" ;;

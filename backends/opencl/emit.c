@@ -786,6 +786,10 @@ static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
  *   _kv, key rows: over the query tiles that see the block (causal: from the block's first row
  *   on), P = exp(scale q.k - LSE), dS = P (dout.v - D), dk += dS q, dv += P dout; _q, query
  *   rows: dq += dS k over the key tiles, as the forward reads them.
+ * Grouped-query (ir_attention_group: G query problems per key problem): the query-row kernels
+ * read key problem b / G; _kv runs over the key problems and loops over the group's query
+ * problems, so dk and dv are summed in registers; the result is laid out as
+ * ir_attention_grad_at says.
  * Work items depend on the shapes only, and each writes its own rows: no atomics, the same
  * bits on every run. */
 
@@ -793,6 +797,7 @@ enum { ATT_MAX_H = 1024, ATT_ROWS = 32, ATT_LOCAL = 24576 /* bytes of local tile
 
 typedef struct Att {
   int64_t T, H, nb, tile; /* tile: other-side rows per local tile */
+  int64_t G;              /* grouped-query: query problems per key problem (ir_attention_group) */
   bool causal, bf16;
   char scale[NAME];
   char q[NAME], k[NAME], v[NAME], g[NAME], out[NAME]; /* slab references; g: dout */
@@ -805,6 +810,7 @@ static int att_setup(Ctx *C, int32_t v, Att *a) {
   a->T = qs->dims[qs->rank - 2];
   a->H = qs->dims[qs->rank - 1];
   a->nb = ir_shape_numel(qs) / (a->T * a->H);
+  a->G = ir_attention_group(qs, &val(C, x->ops[1])->shape);
   a->causal = x->attr.k != 0;
   a->bf16 = val(C, x->ops[0])->dtype == DT_BF16;
   int64_t per = (x->op == IR_ATTENTION_GRAD ? 2 * a->H + 2 : 2 * a->H) * 4; /* bytes a row */
@@ -836,33 +842,55 @@ static void att_ld(const Att *a, const char *p, const char *e, char *out) {
 }
 
 /* Begins v's kernel `what`: one work-group of ATT_ROWS items per block of rows; for item lid of
- * group grp, the problem b, the block's first row r0, the item's row r (live: r < T) and the
- * problem's base index. */
-static int att_begin(Ctx *C, OclBuf *body, int32_t v, const char *what, Att *a, char *name) {
+ * group grp, the block's first row r0, the item's row r (live: r < T). Query rows (kv false):
+ * the query problem b, its base index and its key problem's kbase. Key rows (kv true): the key
+ * problem kp and kbase; the kernel runs over the group's query problems (att_group_loop). */
+static int att_begin(Ctx *C, OclBuf *body, int32_t v, const char *what, Att *a, char *name,
+                     bool kv) {
   kernel_name(C, v, what, name);
   kernel_begin(C, body);
   if (att_setup(C, v, a)) return -1;
   line(C, "const int T_ = %lld, H_ = %lld, TILE = %lld;", (long long)a->T, (long long)a->H,
        (long long)a->tile);
+  line(C, "const long TH = %lldL, G_ = %lldL;", (long long)(a->T * a->H), (long long)a->G);
   line(C, "int lid = get_local_id(0);");
-  line(C, "long grp = get_group_id(0), b = grp / %lldL;", (long long)att_blocks(a));
+  line(C, "long grp = get_group_id(0), %s = grp / %lldL;", kv ? "kp" : "b",
+       (long long)att_blocks(a));
   line(C, "int r0 = (int)(grp %% %lldL) * %d, r = r0 + lid;", (long long)att_blocks(a), ATT_ROWS);
   line(C, "bool live = r < T_;");
-  line(C, "long base = b * %lldL;", (long long)(a->T * a->H));
+  if (kv)
+    line(C, "long kbase = kp * TH;");
+  else
+    line(C, "long base = b * TH, kbase = b / G_ * TH;");
   return 0;
 }
 
-static void att_end(Ctx *C, Launches *L, const Att *a, const char *name) {
+/* Where attention_grad stores query problem b's dq (problems of T H from the result's start),
+ * and key problem kp's dk and dv (ir_attention_grad_at). */
+static void att_grad_at(const Att *a, int which, char *out, size_t cap) {
+  long long nb = a->nb, G = a->G;
+  if (G == 1)
+    snprintf(out, cap, which == 0 ? "b" : "(%lldL + kp)", which == 2 ? 2 * nb : nb);
+  else if (which == 0)
+    snprintf(out, cap, "(b / %lldL * %lldL + b %% %lldL)", G, G + 2, G);
+  else
+    snprintf(out, cap, "(kp * %lldL + %lldL)", G + 2, G + which - 1);
+}
+
+static void att_end(Ctx *C, Launches *L, const Att *a, const char *name, bool kv) {
   ocl_buf_printf(C->b, "#undef KS\n#undef VS\n#undef QS\n#undef GS\n#undef LSE\n#undef DD\n");
+  int64_t probs = kv ? a->nb / a->G : a->nb;
   RtOclLaunch shape = {
-      .dims = 1, .global = {a->nb * att_blocks(a) * ATT_ROWS, 1, 1}, .local = {ATT_ROWS, 1, 1}};
+      .dims = 1, .global = {probs * att_blocks(a) * ATT_ROWS, 1, 1}, .local = {ATT_ROWS, 1, 1}};
   kernel_end(C, L, name, "", shape);
 }
 
-/* Loads the item's own row of tensor p into private x[H] (zeros for a row past T). */
-static void att_row(Ctx *C, const Att *a, const char *x, const char *p) {
-  char e[2 * NAME + 64];
-  att_ld(a, p, "base + r * H_ + d", e);
+/* Loads the item's own row of tensor p (problem at index `at`) into private x[H] (zeros for a
+ * row past T). */
+static void att_row(Ctx *C, const Att *a, const char *x, const char *p, const char *at) {
+  char e[2 * NAME + 64], i[64];
+  snprintf(i, sizeof i, "%s + r * H_ + d", at);
+  att_ld(a, p, i, e);
   line(C, "float %s[%lld];", x, (long long)a->H);
   line(C, "for (int d = 0; d < H_; d++) %s[d] = live ? %s : 0.0f;", x, e);
 }
@@ -874,15 +902,17 @@ static void att_row(Ctx *C, const Att *a, const char *x, const char *p) {
  * PoCL runs a group's items as loops around each barrier, with whatever lives across one
  * stored per item (docs/bench.md, "OpenCL fused attention on PoCL"). */
 static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, const char *x2,
-                      const char *p2, bool stats) {
-  char e1[2 * NAME + 64], e2[2 * NAME + 64], u1[8], u2[8];
+                      const char *p2, const char *at, bool stats) {
+  char e1[2 * NAME + 64], e2[2 * NAME + 64], u1[8], u2[8], i1[64], i2[64];
+  snprintf(i1, sizeof i1, "%s + j0 * H_ + (i)", at);
+  snprintf(i2, sizeof i2, "%s + j0 * H_ + e", at);
   for (int i = 0; i < 8; i++) {
     u1[i] = (char)(x1[i] >= 'a' && x1[i] <= 'z' ? x1[i] - 32 : x1[i]);
     u2[i] = (char)(x2[i] >= 'a' && x2[i] <= 'z' ? x2[i] - 32 : x2[i]);
     if (!x1[i] || !x2[i]) break;
   }
-  att_ld(a, p1, "base + j0 * H_ + (i)", e1);
-  att_ld(a, p2, "base + j0 * H_ + (i)", e2);
+  att_ld(a, p1, i1, e1);
+  att_ld(a, p2, i1, e2);
   ocl_buf_printf(C->b, "#ifdef AXLC_CPU_REDUCE\n");
   ocl_buf_printf(C->b, "#define %s(i) %s\n#define %s(i) %s\n", u1, e1, u2, e2);
   if (stats)
@@ -891,8 +921,8 @@ static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, cons
                    "#define DD(i) %s[(b * T_ + j0 + (i)) * 2 + 1]\n",
                    a->st, a->st);
   ocl_buf_printf(C->b, "#else\n");
-  att_ld(a, p1, "base + j0 * H_ + e", e1);
-  att_ld(a, p2, "base + j0 * H_ + e", e2);
+  att_ld(a, p1, i2, e1);
+  att_ld(a, p2, i2, e2);
   line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
   line(C, "  for (int e = lid; e < TILE * H_; e += %d) {", ATT_ROWS);
   line(C, "    bool in = j0 + e / H_ < T_;");
@@ -924,13 +954,13 @@ static void att_keys(Ctx *C, const Att *a) {
  * the unnormalized output row acc[H] (attention and attention_grad_stats). */
 static void att_forward_rows(Ctx *C, const Att *a) {
   long long H = a->H, TL = a->tile;
-  att_row(C, a, "qr", a->q);
+  att_row(C, a, "qr", a->q, "base");
   line(C, "__local float ks[%lld], vs[%lld];", TL * H, TL * H);
   line(C, "float m = -INFINITY, l = 0.0f, acc[%lld], s[%lld];", H, TL);
   line(C, "for (int d = 0; d < H_; d++) acc[d] = 0.0f;");
   att_keys(C, a);
   line(C, "for (int j0 = 0; j0 < nk; j0 += TILE) {");
-  att_stage(C, a, "ks", a->k, "vs", a->v, false);
+  att_stage(C, a, "ks", a->k, "vs", a->v, "kbase", false);
   line(C, "  int jn = min(TILE, %s - j0);", a->causal ? "min(r + 1, nk)" : "T_");
   line(C, "  if (jn <= 0) continue;");
   line(C, "  float mt = m;");
@@ -962,21 +992,21 @@ static void att_store(Ctx *C, const Att *a, const char *at, const char *x) {
 static void attention_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64];
   Att a;
-  if (att_begin(C, body, v, "attention", &a, name)) return;
+  if (att_begin(C, body, v, "attention", &a, name, false)) return;
   att_forward_rows(C, &a);
   line(C, "if (!live) return;");
   line(C, "for (int d = 0; d < H_; d++) {");
   line(C, "  float o = acc[d] / l;");
   att_store(C, &a, "base + r * H_ + d", "o");
   line(C, "}");
-  att_end(C, L, &a, name);
+  att_end(C, L, &a, name, false);
 }
 
 /* attention_grad's first launch: LSE and D of every query row (see the section comment). */
 static void att_grad_stats(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64], e[2 * NAME + 64];
   Att a;
-  if (att_begin(C, body, v, "attention_grad_stats", &a, name)) return;
+  if (att_begin(C, body, v, "attention_grad_stats", &a, name, false)) return;
   att_forward_rows(C, &a);
   line(C, "if (!live) return;");
   att_ld(&a, a.g, "base + r * H_ + d", e);
@@ -984,22 +1014,25 @@ static void att_grad_stats(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "for (int d = 0; d < H_; d++) D += %s * (acc[d] / l);", e);
   line(C, "%s[(b * T_ + r) * 2] = m + log(l);", a.st);
   line(C, "%s[(b * T_ + r) * 2 + 1] = D;", a.st);
-  att_end(C, L, &a, name);
+  att_end(C, L, &a, name, false);
 }
 
-/* attention_grad's second launch: the item's key row r; dk and dv sum over the query rows. */
+/* attention_grad's second launch: the item's key row r of key problem kp; dk and dv sum over
+ * the query rows of the group's G query problems. */
 static void att_grad_kv(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
-  char name[64];
+  char name[64], at[160], w[64];
   Att a;
-  if (att_begin(C, body, v, "attention_grad_kv", &a, name)) return;
-  long long H = a.H, TL = a.tile, per = a.nb * a.T * a.H;
-  att_row(C, &a, "kr", a.k);
-  att_row(C, &a, "vr", a.v);
+  if (att_begin(C, body, v, "attention_grad_kv", &a, name, true)) return;
+  long long H = a.H, TL = a.tile;
+  att_row(C, &a, "kr", a.k, "kbase");
+  att_row(C, &a, "vr", a.v, "kbase");
   line(C, "__local float qs[%lld], gs[%lld], lse[%lld], dd[%lld];", TL * H, TL * H, TL, TL);
   line(C, "float dk[%lld], dv[%lld];", H, H);
   line(C, "for (int d = 0; d < H_; d++) dk[d] = dv[d] = 0.0f;");
+  line(C, "for (long b = kp * G_; b < (kp + 1) * G_; b++) {");
+  line(C, "long base = b * TH;");
   line(C, "for (int j0 = %s; j0 < T_; j0 += TILE) {", a.causal ? "r0" : "0");
-  att_stage(C, &a, "qs", a.q, "gs", a.g, true);
+  att_stage(C, &a, "qs", a.q, "gs", a.g, "base", true);
   line(C, "  for (int ii = %s; ii < min(TILE, T_ - j0); ii++) {",
        a.causal ? "max(0, r - j0)" : "0");
   line(C, "    float dot = 0.0f, dp = 0.0f;");
@@ -1014,26 +1047,29 @@ static void att_grad_kv(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "    }");
   line(C, "  }");
   line(C, "}");
+  ocl_buf_printf(C->b, "#undef QS\n#undef GS\n#undef LSE\n#undef DD\n");
+  line(C, "}");
   line(C, "if (!live) return;");
   line(C, "for (int d = 0; d < H_; d++) {");
   line(C, "  float x = dk[d] * %s, y = dv[d];", a.scale);
-  char at[64];
-  snprintf(at, sizeof at, "%lldL + base + r * H_ + d", per);
+  att_grad_at(&a, 1, w, sizeof w);
+  snprintf(at, sizeof at, "%s * TH + r * H_ + d", w);
   att_store(C, &a, at, "x");
-  snprintf(at, sizeof at, "%lldL + base + r * H_ + d", 2 * per);
+  att_grad_at(&a, 2, w, sizeof w);
+  snprintf(at, sizeof at, "%s * TH + r * H_ + d", w);
   att_store(C, &a, at, "y");
   line(C, "}");
-  att_end(C, L, &a, name);
+  att_end(C, L, &a, name, true);
 }
 
 /* attention_grad's third launch: the item's query row r; dq sums over the keys it sees. */
 static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
-  char name[64];
+  char name[64], at[160], w[64];
   Att a;
-  if (att_begin(C, body, v, "attention_grad_q", &a, name)) return;
+  if (att_begin(C, body, v, "attention_grad_q", &a, name, false)) return;
   long long H = a.H, TL = a.tile;
-  att_row(C, &a, "qr", a.q);
-  att_row(C, &a, "gr", a.g);
+  att_row(C, &a, "qr", a.q, "base");
+  att_row(C, &a, "gr", a.g, "base");
   line(C, "float lse = live ? %s[(b * T_ + r) * 2] : 0.0f;", a.st);
   line(C, "float D = live ? %s[(b * T_ + r) * 2 + 1] : 0.0f;", a.st);
   line(C, "__local float ks[%lld], vs[%lld];", TL * H, TL * H);
@@ -1041,7 +1077,7 @@ static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "for (int d = 0; d < H_; d++) dq[d] = 0.0f;");
   att_keys(C, &a);
   line(C, "for (int j0 = 0; j0 < nk; j0 += TILE) {");
-  att_stage(C, &a, "ks", a.k, "vs", a.v, false);
+  att_stage(C, &a, "ks", a.k, "vs", a.v, "kbase", false);
   line(C, "  int jn = min(TILE, %s - j0);", a.causal ? "min(r + 1, nk)" : "T_");
   line(C, "  for (int jj = 0; jj < jn; jj++) {");
   line(C, "    float dot = 0.0f, dp = 0.0f;");
@@ -1056,9 +1092,11 @@ static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "if (!live) return;");
   line(C, "for (int d = 0; d < H_; d++) {");
   line(C, "  float x = dq[d] * %s;", a.scale);
-  att_store(C, &a, "base + r * H_ + d", "x");
+  att_grad_at(&a, 0, w, sizeof w);
+  snprintf(at, sizeof at, "%s * TH + r * H_ + d", w);
+  att_store(C, &a, at, "x");
   line(C, "}");
-  att_end(C, L, &a, name);
+  att_end(C, L, &a, name, false);
 }
 
 /* attention_grad: (dq, dk, dv) stacked on a new axis 0, in three launches. */

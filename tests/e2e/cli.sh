@@ -840,18 +840,18 @@ fuji-1b 8 fsdp=8 73.04 over
 fuji-1b 16 data=2,fsdp=8 55.13 fits
 fuji-1b 32 data=4,fsdp=8 27.58 fits
 fuji-1b 64 data=8,fsdp=8 27.58 fits
-llama2-70b 8 fsdp=8 495.96 over
-llama2-70b 16 fsdp=16 236.73 over
+llama2-70b 8 fsdp=8 483.47 over
+llama2-70b 16 fsdp=16 230.68 over
 llama2-70b 32 fsdp=32 60.97 fits
-llama2-70b 64 fsdp=64 64.28 fits
-fuji-70b 8 fsdp=8 495.96 over
-fuji-70b 16 fsdp=16 222.17 over
+llama2-70b 64 fsdp=64 56.51 fits
+fuji-70b 8 fsdp=8 476.47 over
+fuji-70b 16 fsdp=16 234.20 over
 fuji-70b 32 fsdp=32 61.11 fits
-fuji-70b 64 fsdp=64 62.99 fits
-mixtral-8x7b 8 expert=8 417.73 over
-mixtral-8x7b 16 expert=8,fsdp=2 206.10 over
-mixtral-8x7b 32 expert=8,fsdp=4 69.16 fits
-mixtral-8x7b 64 expert=8,fsdp=8 52.03 fits
+fuji-70b 64 fsdp=64 59.81 fits
+mixtral-8x7b 8 expert=8 385.63 over
+mixtral-8x7b 16 expert=8,fsdp=2 190.05 over
+mixtral-8x7b 32 expert=8,fsdp=4 65.93 fits
+mixtral-8x7b 64 expert=8,fsdp=8 49.09 fits
 gpt2-124m 8 fsdp=8 51.40 fits
 gpt2-124m 16 data=2,fsdp=8 18.41 fits
 gpt2-124m 32 data=4,fsdp=8 9.36 fits
@@ -875,7 +875,7 @@ EOF
   expect_rc 1
   expect_in "$T/out" "verdict: does not fit: a tensor of 32.00 GiB is larger than the device's largest buffer, 19.56 GiB (max_alloc in the device table)"
   expect_in "$T/out" "32.00 GiB  saved activation  f32[8,8192,131072] dot_general  /model  #lm_head.logits"
-  expect_in "$T/out" "--set '/learner/microbatches=16': peak 55.23 GiB"
+  expect_in "$T/out" "--set '/learner/microbatches=16': peak 55.22 GiB"
   # the node-style names take the same rules
   run config "$MODELS/llama2-70b.json" --target gpu-h100-8x8
   expect_rc 0
@@ -934,7 +934,7 @@ memcheck_mesh_fixes)
 memcheck_sequence_parallel)
   # a device whose memory lies between fuji-test's peak on model=2 and its peak under sequence
   # parallelism: the fix list offers it, and with it (the shipped modifier) the job fits
-  printf '{"cpu": {"doc": "small", "memory": 6150000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
+  printf '{"cpu": {"doc": "small", "memory": 6050000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
   set -- --target cpu-2 --devices "$T/dev.json" --set '/mesh/shape=[1,1,1,1,1,2]'
   run memcheck "$MODELS/fuji-test.json" "$@"
   expect_rc 1
@@ -1040,7 +1040,7 @@ r = json.load(open(sys.argv[1]))
 assert r["mesh"]["pipeline"] == 4 and r["mesh"]["data"] == 4 and r["mesh"]["model"] == 4, r["mesh"]
 assert not r["fits"], r["fits"]
 gib = (r["peak_memory_in_bytes"] + r["generated_code_size_in_bytes"]) / 2**30
-assert abs(gib - 90.18) < 0.9, gib
+assert abs(gib - 89.45) < 0.9, gib
 assert [s["schedule_live_microbatches"] for s in r["pipeline"]["per_stage"]] == [4, 3, 2, 1]
 PY
   # the replicas' optimizer shards, as NeMo's distributed optimizer keeps them: fsdp=4 fits
@@ -1048,8 +1048,8 @@ PY
   expect_rc 0
   expect_in "$T/out" "mesh: pipeline=4 fsdp=4 model=4; fusion plan: opencl"
   expect_in "$T/out" "pipeline: 4 stages, 1f1b schedule, 32 microbatches"
-  expect_in "$T/out" "  stage 0: peak 24.39 GiB, parameters 4.05 GiB, saved activations 3.28 GiB of 4 microbatches (the schedule keeps 4)  <- the largest, below"
-  expect_in "$T/out" "verdict: fits, with 55.37 GiB headroom of 80.00 GiB"
+  expect_in "$T/out" "  stage 0: peak 24.54 GiB, parameters 4.05 GiB, saved activations 3.28 GiB of 4 microbatches (the schedule keeps 4)  <- the largest, below"
+  expect_in "$T/out" "verdict: fits, with 55.24 GiB headroom of 80.00 GiB"
   expect_in "$T/out" "lower bound on the step time: 4.93 s"
   expect_in "$T/out" "(P-1)/(M+P-1) = 3/35 of the step, idle)"
   ;;
