@@ -473,9 +473,12 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
         row->live_micro = schedule_live(schedule ? schedule : "", P, s, j->facts.microbatches);
         uint64_t seen[8] = {0}; /* the microbatches of the saved activations at the peak */
         for (int32_t i = 0; i < t.nitems; i++) {
-          /* a forward tensor of a microbatch: not a recv or a leaf's value (no phase), not
-           * its loss (a scalar the step sums at the end) */
+          /* a forward tensor of a microbatch: not a leaf's value (no phase), not its loss (a
+           * scalar the step sums at the end); a received one (a stage's input, each chunk's
+           * under the interleaved schedule) by the stamps of what was sent */
           const IrValue *x = &g->values[orig[t.items[i].value]];
+          if (x->op == IR_RECV && g->values[x->ops[0]].op == IR_SEND)
+            x = &g->values[g->values[x->ops[0]].ops[0]];
           int m = x->micro;
           if (t.items[i].kind != DRV_MEM_SAVED || x->phase != IR_PHASE_FORWARD ||
               x->shape.rank == 0 || m < 0 || m >= 512)

@@ -1052,6 +1052,16 @@ PY
   expect_in "$T/out" "verdict: fits, with 55.24 GiB headroom of 80.00 GiB"
   expect_in "$T/out" "lower bound on the step time: 4.93 s"
   expect_in "$T/out" "(P-1)/(M+P-1) = 3/35 of the step, idle)"
+  # NeMo's own schedule: interleaved, 20 chunks of one layer per stage; about as much memory,
+  # the bubble 20 times smaller
+  run memcheck "$MODELS/llama2-70b.json" $nemo --set '/mesh/shape=[4,1,1,4,1,4]' \
+    --set /mesh/pipeline_schedule=interleaved --set /mesh/pipeline_virtual=20
+  expect_rc 0
+  expect_in "$T/out" "pipeline: 4 stages, interleaved schedule, 32 microbatches"
+  expect_in "$T/out" "  stage 0: peak 24.74 GiB, parameters 4.05 GiB, saved activations 3.33 GiB of 4 microbatches  <- the largest, below"
+  expect_in "$T/out" "verdict: fits, with 55.03 GiB headroom of 80.00 GiB"
+  expect_in "$T/out" "lower bound on the step time: 4.53 s"
+  expect_in "$T/out" "(P-1)/(VM+P-1) = 3/643 of the step, idle)"
   ;;
 memcheck_matches_trainer)
   # the prediction is the trainer's planned slab; what it measures is within 5%; remat lowers both
