@@ -716,19 +716,25 @@ static RunEnd train(Trainer *t, RtError *err) {
         if (huge >= 0)
             snprintf(huge_note, sizeof huge_note, "; %.2f MiB in huge pages", (double)huge / 1048576);
         int64_t device = t->device_bytes ? t->device_bytes() : 0;
+        /* a pipeline's slab still holds every stage's parameters and state; memcheck plans a
+         * stage's own (docs/pipeline.md, "Next") */
+        const char *as = " as axlc memcheck reports it";
+        for (int32_t i = 0; i < t->p->nparams; i++)
+            if (t->p->params[i].stage > 0)
+                as = " every stage's parameters and state: axlc memcheck plans a stage's own";
         if (device > 0) /* the slabs are on a device: that is what memcheck plans */
-            printf("%s: memory: predicted %.2f MiB (the planned slab%s, as axlc memcheck reports it), measured "
+            printf("%s: memory: predicted %.2f MiB (the planned slab%s,%s), measured "
                    "%.2f MiB on the device (the buffers the trainer made, %+.1f%%); host heap %.2f MiB at its peak "
                    "(the slab's host copy, staging%s; a CPU device's buffers too); peak RSS %.2f MiB\n",
-                   t->prog, (double)slabs / 1048576, t->eval_slab ? "s of the step and eval" : "",
+                   t->prog, (double)slabs / 1048576, t->eval_slab ? "s of the step and eval" : "", as,
                    (double)device / 1048576, 100.0 * ((double)device - (double)slabs) / (double)slabs,
                    (double)t->heap_peak / 1048576, scratch + mpi > 0 ? ", collective scratch, MPI" : "",
                    (double)train_peak_rss() / 1048576);
         else if (t->heap_peak > 0)
-            printf("%s: memory: predicted %.2f MiB (the planned slab%s,%s as axlc memcheck reports it), measured "
+            printf("%s: memory: predicted %.2f MiB (the planned slab%s,%s%s), measured "
                    "%.2f MiB (heap the trainer held at its peak, %+.1f%%); peak RSS %.2f MiB (code and libraries "
                    "included)%s\n",
-                   t->prog, (double)planned / 1048576, t->eval_slab ? "s of the step and eval" : "", parts,
+                   t->prog, (double)planned / 1048576, t->eval_slab ? "s of the step and eval" : "", parts, as,
                    (double)t->heap_peak / 1048576, 100.0 * ((double)t->heap_peak - (double)planned) / (double)planned,
                    (double)train_peak_rss() / 1048576, huge_note);
     }
