@@ -225,6 +225,15 @@ bool backend_cache_dir_default(char *buf, size_t cap);
 /* The runtime's collective kind (RT_COLL_*) of a collective op of the IR: the one mapping the
  * backends' collective tables share. */
 int32_t backend_coll_kind(IrOp op);
+/* A pipeline's shares at the end of the step (docs/pipeline.md, "Under MPI"): what one stage
+ * makes and every stage needs, the loss and the other scalar outputs, and each parameter that
+ * several stages read (a tied table) once its stage has updated it. Share k gives the bytes of
+ * buffer[k] on stage values[stage-1] of made[k] to the other stages. Fills made and buffer
+ * (room for noutputs each) and returns how many; 0 without a pipeline. */
+int32_t backend_pipeline_shares(const IrGraph *g, int32_t *made, int32_t *buffer);
+/* RtParamSlot.stage of parameter `path`: 1 + the pipeline stage that computes its output
+ * "new:<path>" (IrValue.stage), or 0: every device (no pipeline, or a frozen parameter). */
+int64_t backend_update_stage(const IrGraph *g, const char *path);
 
 /* ======================================================================== the backends */
 

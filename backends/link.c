@@ -148,12 +148,40 @@ int backend_link_trainer(const BackendLink *l, const BackendOptions *o, const Ba
   return rc ? link_failed(d, l->out, cc, log, in_bytes, link_needs(l)) : 0;
 }
 
+int32_t backend_pipeline_shares(const IrGraph *g, int32_t *made, int32_t *buffer) {
+  int a = ir_mesh_axis(&g->mesh, IR_PIPELINE_AXIS);
+  if (a < 0 || g->mesh.sizes[a] < 2) return 0;
+  int32_t n = 0;
+  static const char *const named[] = {"loss", "grad_norm", "lr", "aux_loss"};
+  for (int i = 0; i < 4; i++) {
+    int32_t v = ir_graph_output(g, named[i]);
+    if (v != IR_NONE && g->values[v].stage > 0) made[n] = buffer[n] = v, n++;
+  }
+  for (int32_t i = 0; i < g->noutputs; i++) {
+    const IrOutput *o = &g->outputs[i];
+    int32_t x = strncmp(o->name, "new:", 4) ? IR_NONE : ir_graph_find(g, IR_PARAMETER, o->name + 4);
+    if (x != IR_NONE && g->values[x].stage <= 0 && g->values[o->value].stage > 0)
+      made[n] = o->value, buffer[n] = x, n++;
+  }
+  return n;
+}
+
+int64_t backend_update_stage(const IrGraph *g, const char *path) {
+  char name[1024];
+  snprintf(name, sizeof name, "new:%s", path);
+  int32_t v = ir_graph_output(g, name);
+  int a = ir_mesh_axis(&g->mesh, IR_PIPELINE_AXIS);
+  return v == IR_NONE || a < 0 || g->mesh.sizes[a] < 2 ? 0 : g->values[v].stage;
+}
+
 int32_t backend_coll_kind(IrOp op) {
   switch (op) {
   case IR_ALL_REDUCE: return RT_COLL_ALL_REDUCE;
   case IR_ALL_GATHER: return RT_COLL_ALL_GATHER;
   case IR_REDUCE_SCATTER: return RT_COLL_REDUCE_SCATTER;
   case IR_ALL_TO_ALL: return RT_COLL_ALL_TO_ALL;
+  case IR_SEND: return RT_COLL_SEND;
+  case IR_RECV: return RT_COLL_RECV;
   default: return RT_COLL_LOCAL_SLICE;
   }
 }

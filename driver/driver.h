@@ -151,6 +151,15 @@ typedef struct DrvMemItem {
   char *origin, *tag; /* the value's config path and remat tag ("" for none) */
 } DrvMemItem;
 
+/* One pipeline stage's plan (DrvMemReport.per_stage). */
+typedef struct DrvMemStage {
+  int64_t peak, code, params, opt_state, saved; /* saved: activations live at its peak */
+  int64_t live_micro; /* the schedule's microbatches with saved activations at once (GPipe: M;
+                         1F1B: min(P - s, M)); 0 where the schedule has no such rule */
+  int64_t peak_micro; /* microbatches whose saved activations are live at the plan's peak */
+  double flops, bf16_flops, comm_bytes; /* per step on a device of the stage */
+} DrvMemStage;
+
 /* Per device, from the memory plan of the per-device program: what the analysis (drv_memcheck)
  * found, everything the renderers (memreport.c) print. */
 typedef struct DrvMemReport {
@@ -173,6 +182,16 @@ typedef struct DrvMemReport {
   double flops, matmul_flops, comm_bytes; /* per step; bytes sent by a ring algorithm */
   double bf16_flops; /* of flops: the products with bf16 operands (the device's bf16 rate) */
   int collectives;
+  /* A pipeline (stages > 1): each stage is planned on its own (the values its devices run,
+   * every device's included, and only the leaves they read), and the fields above are the
+   * worst stage's (the largest peak plus code). */
+  int32_t stages, worst;  /* P, and the stage the fields above describe */
+  int64_t microbatches;   /* M */
+  char schedule[32];      /* "gpipe", "1f1b", ... (the config's /mesh/pipeline_schedule) */
+  DrvMemStage *per_stage; /* (stages) */
+  /* the schedule run one unit a time step (pass_pipeline_run): its time steps, and the units
+   * each stage runs (2 V M); the stages idle (steps - units) / steps of the step */
+  int64_t sched_steps, sched_units;
 } DrvMemReport;
 
 /* j lowered through every pass, planned as the backend of device kind dev trains it: that
@@ -186,6 +205,13 @@ void drv_memreport_free(DrvMemReport *r);
 /* The lower bound on the compute time of a step: products with bf16 operands at the device's
  * bf16 rate, the rest at its f32 rate. */
 double drv_memreport_compute_s(const DrvMemReport *r, const DrvDevice *dev);
+/* A pipeline's slowest stage (*slowest) and its busy time per step: compute or communication,
+ * whichever is longer, for its M microbatches. */
+double drv_memreport_stage_s(const DrvMemReport *r, const DrvDevice *dev, int32_t *slowest);
+/* The lower bound on the step time: compute or communication, whichever is longer; under a
+ * pipeline the slowest stage's, stretched by the bubble: busy x (M + P - 1) / M, so the stages
+ * wait (P - 1) / (M + P - 1) of the step. */
+double drv_memreport_step_s(const DrvMemReport *r, const DrvDevice *dev);
 /* Whether the peak and the generated code fit the memory of one device of kind dev. */
 bool drv_memreport_fits(const DrvMemReport *r, const DrvDevice *dev);
 

@@ -91,6 +91,14 @@ int drv_elastic_plan(const char *config, int from, int to, DrvElasticPlan *plan,
   int64_t global = int_at(cfg, "input", "global_batch_size", 0);
   int64_t mb = int_at(cfg, "learner", "microbatches", 1);
   int bad = !cfg || mesh_read(cfg, &m) || global <= 0 || mb <= 0;
+  /* the interleaved pipeline schedule runs microbatches in groups of its stages */
+  int64_t group = 1;
+  json_object *mesh, *sched;
+  if (!bad && json_object_object_get_ex(cfg, "mesh", &mesh) &&
+      json_object_object_get_ex(mesh, "pipeline_schedule", &sched) &&
+      !strcmp(json_object_get_string(sched), "interleaved"))
+    for (int i = 0; i < m.n; i++)
+      if (m.axes[i] && !strcmp(m.axes[i]->name, "pipeline") && m.shape[i] > 1) group = m.shape[i];
   json_object_put(cfg);
   if (bad) {
     snprintf(why, cap,
@@ -106,9 +114,9 @@ int drv_elastic_plan(const char *config, int from, int to, DrvElasticPlan *plan,
     return -1;
   }
   /* rows per microbatch and device before: global / s_old / mb; keep it, or the next count
-   * above that divides the rows each device now holds */
+   * above that divides the rows each device now holds (and is a multiple of the group) */
   int64_t rows = global / s_new, k = (mb * s_old + s_new - 1) / s_new;
-  while (k <= rows && rows % k) k++;
+  while (k <= rows && (rows % k || k % group)) k++;
   if (k > rows) {
     snprintf(why, cap, "no microbatch count divides the %lld rows per device of %d ranks",
              (long long)rows, to);

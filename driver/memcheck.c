@@ -121,7 +121,8 @@ static double sent_bytes(const IrGraph *g, const IrValue *v) {
   case IR_ALL_GATHER: return (n - 1) * in;
   case IR_REDUCE_SCATTER:
   case IR_ALL_TO_ALL: return (n - 1) / n * in;
-  default: return 0; /* local_slice */
+  case IR_SEND: return in; /* to one stage; a recv sends nothing */
+  default: return 0;       /* local_slice, recv */
   }
 }
 
@@ -231,12 +232,12 @@ static const Backend *plan_backend(const DrvJob *j, const DrvDevice *dev) {
   return b && b->plan ? b : drv_plan_backend(j->target);
 }
 
-int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
-  memset(r, 0, sizeof *r);
-  r->file = fe_asprintf("%s", j->file);
-  r->target = fe_asprintf("%s", j->target ? j->target : "cpu");
-  r->mesh = j->build.mesh;
-  IrGraph *g = j->graph;
+/* Plans g (the per-device program, or one pipeline stage's part of it) into r: the fusion plan
+ * of b, the slab, what is live at the peak, the step's cost. phase: each value's phase (NULL:
+ * from g's outputs); standin: values that stand for another stage's (a recv's operand), which
+ * get no buffer. */
+static int memcheck_graph(DrvJob *j, IrGraph *g, const Backend *b, const DrvDevice *dev,
+                          const uint8_t *phase, const bool *standin, DrvMemReport *r) {
   int32_t n = g->nvalues;
   bool *mat = base_xmalloc(((size_t)n + 1) * sizeof *mat);
   bool *grad_out = base_xcalloc((size_t)n + 1, sizeof *grad_out);
@@ -247,12 +248,13 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
    * keeps its fused attention ops even where that backend lacks them (drv_backend_job expands
    * them later): the report is for accelerators with a fused attention kernel, which never
    * store the (T, T) scores */
-  const Backend *b = plan_backend(j, dev);
   r->fusion = b ? b->name : "none";
   if (b)
     b->plan(g, mat);
   else
     for (int32_t v = 0; v < n; v++) mat[v] = true;
+  for (int32_t v = 0; standin && v < n; v++)
+    if (standin[v]) mat[v] = false;
   /* the OpenCL backend plans a GPU kind's slab in pieces of max_alloc, as compile does */
   int64_t split =
       b && !strcmp(b->name, "opencl") && dev && dev->max_alloc > 0 ? (int64_t)dev->max_alloc : 0;
@@ -264,7 +266,10 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
     return fe_error(&j->diag, j->file, NULL, "memory planning failed: %s", ir_graph_error(g));
   }
   r->nvalues = n;
-  phases(g, r->phase);
+  if (phase)
+    memcpy(r->phase, phase, (size_t)n);
+  else
+    phases(g, r->phase);
   for (int32_t k = 0; k < g->noutputs; k++)
     if (!strncmp(g->outputs[k].name, "grad:", 5)) grad_out[g->outputs[k].value] = true;
   mark_microbatch_grads(g, r->phase, grad_out, mb_grad);
@@ -358,6 +363,167 @@ int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
   return 0;
 }
 
+/* The part of pipeline program g that a device of stage s runs: the values of that stage and
+ * the every-device values (stage 0) that they read, directly or through others (an
+ * every-device value no stage reads, on every stage), in g's order, which the pipeline pass
+ * made the schedule's. A leaf is there when one of those reads it: a layer's parameters and
+ * optimizer state are on its stage alone. An operand from another stage (a recv's send) is a
+ * stand-in constant (standin[v]) that gets no buffer. orig[v]: v's value in g. */
+static IrGraph *stage_graph(const IrGraph *g, int32_t s, bool **standin, int32_t **orig) {
+  int32_t n = g->nvalues;
+  uint8_t *keep = base_xcalloc((size_t)n + 1, 1), *any = base_xcalloc((size_t)n + 1, 1);
+  for (int32_t v = n - 1; v >= 0; v--) {
+    const IrValue *x = &g->values[v];
+    if (x->stage == s + 1) keep[v] = 1;
+    if (x->stage > 0) any[v] = 1;
+    for (int32_t k = 0; k < x->nops; k++) {
+      int32_t o = x->ops[k];
+      if (g->values[o].stage != 0) continue;
+      if (keep[v]) keep[o] = 1;
+      if (any[v]) any[o] = 1;
+    }
+  }
+  int32_t *map = base_xmalloc(((size_t)n + 1) * sizeof *map);
+  IrGraph *sub = ir_graph_new();
+  ir_graph_reserve(sub, n / 2 + 16);
+  sub->mesh = g->mesh;
+  sub->matmul = g->matmul;
+  size_t cap = (size_t)n + 1; /* the values, and at most a stand-in per operand */
+  for (int32_t v = 0; v < n; v++) cap += (size_t)g->values[v].nops;
+  *standin = base_xcalloc(cap, sizeof **standin);
+  *orig = base_xmalloc(cap * sizeof **orig);
+  for (int32_t v = 0; v < n; v++) {
+    const IrValue *x = &g->values[v];
+    map[v] = IR_NONE;
+    if (!keep[v] && !(x->stage == 0 && !any[v])) continue;
+    for (int32_t k = 0; k < x->nops; k++) {
+      int32_t o = x->ops[k];
+      if (map[o] != IR_NONE) continue;
+      const IrValue *y = &g->values[o];
+      map[o] = ir_const_scalar(sub, y->dtype, 0, y->shape.rank, y->shape.dims);
+      if (map[o] == IR_NONE) break;
+      (*standin)[map[o]] = true;
+      (*orig)[map[o]] = o;
+    }
+    int32_t h = ir_graph_add_mapped(sub, g, v, map);
+    for (int32_t k = 0; k < x->nops; k++) /* a stand-in serves its reader only */
+      if (map[x->ops[k]] != IR_NONE && (*standin)[map[x->ops[k]]]) map[x->ops[k]] = IR_NONE;
+    if (h == IR_NONE) break;
+    (*orig)[h] = v;
+    map[v] = h;
+  }
+  for (int32_t o = 0; o < g->noutputs && !ir_graph_error(sub); o++)
+    if (map[g->outputs[o].value] != IR_NONE)
+      ir_graph_add_output(sub, g->outputs[o].name, map[g->outputs[o].value]);
+  free(keep);
+  free(any);
+  free(map);
+  return sub;
+}
+
+/* The schedule's microbatches with saved activations at once on stage s of P (0: no rule in
+ * whole microbatches: the interleaved schedule keeps chunks of them, pass_pipeline_live). */
+static int64_t schedule_live(const char *schedule, int32_t P, int32_t s, int64_t M) {
+  if (!strcmp(schedule, "gpipe")) return M;
+  if (!strcmp(schedule, "1f1b")) return P - s < M ? P - s : M;
+  return 0;
+}
+
+int drv_memcheck_on(DrvJob *j, const DrvDevice *dev, DrvMemReport *r) {
+  memset(r, 0, sizeof *r);
+  r->file = fe_asprintf("%s", j->file);
+  r->target = fe_asprintf("%s", j->target ? j->target : "cpu");
+  r->mesh = j->build.mesh;
+  IrGraph *g = j->graph;
+  const Backend *b = plan_backend(j, dev);
+  int a = ir_mesh_axis(&g->mesh, IR_PIPELINE_AXIS);
+  int32_t P = a >= 0 ? (int32_t)g->mesh.sizes[a] : 1;
+  if (P < 2) return memcheck_graph(j, g, b, dev, NULL, NULL, r);
+  /* a pipeline: each stage's plan, the worst one reported */
+  uint8_t *phase = base_xmalloc((size_t)g->nvalues + 1);
+  phases(g, phase);
+  json_object *mesh = fe_get_child(j->cfg, "mesh");
+  const char *schedule = mesh ? fe_get_str(mesh, "pipeline_schedule") : NULL;
+  DrvMemStage *rows = base_xcalloc((size_t)P, sizeof *rows);
+  DrvMemReport worst = {0};
+  int rc = 0;
+  for (int32_t s = 0; s < P && rc == 0; s++) {
+    bool *standin = NULL;
+    int32_t *orig = NULL;
+    IrGraph *sub = stage_graph(g, s, &standin, &orig);
+    if (ir_graph_error(sub)) {
+      rc = fe_error(&j->diag, j->file, NULL, "memory planning of pipeline stage %d failed: %s", s,
+                    ir_graph_error(sub));
+    } else {
+      uint8_t *sub_phase = base_xmalloc((size_t)sub->nvalues + 1);
+      for (int32_t v = 0; v < sub->nvalues; v++) sub_phase[v] = phase[orig[v]];
+      DrvMemReport t = {0};
+      t.file = r->file;
+      t.target = r->target;
+      t.mesh = r->mesh;
+      rc = memcheck_graph(j, sub, b, dev, sub_phase, standin, &t);
+      free(sub_phase);
+      t.file = t.target = NULL;
+      if (rc) drv_memreport_free(&t);
+      if (rc == 0) {
+        DrvMemStage *row = &rows[s];
+        row->peak = t.peak, row->code = t.code, row->params = t.params;
+        row->opt_state = t.opt_state, row->saved = t.saved;
+        row->flops = t.flops, row->bf16_flops = t.bf16_flops, row->comm_bytes = t.comm_bytes;
+        row->live_micro = schedule_live(schedule ? schedule : "", P, s, j->facts.microbatches);
+        uint64_t seen[8] = {0}; /* the microbatches of the saved activations at the peak */
+        for (int32_t i = 0; i < t.nitems; i++) {
+          /* a forward tensor of a microbatch: not a leaf's value (no phase), not its loss (a
+           * scalar the step sums at the end); a received one (a stage's input, each chunk's
+           * under the interleaved schedule) by the stamps of what was sent */
+          const IrValue *x = &g->values[orig[t.items[i].value]];
+          if (x->op == IR_RECV && g->values[x->ops[0]].op == IR_SEND)
+            x = &g->values[g->values[x->ops[0]].ops[0]];
+          int m = x->micro;
+          if (t.items[i].kind != DRV_MEM_SAVED || x->phase != IR_PHASE_FORWARD ||
+              x->shape.rank == 0 || m < 0 || m >= 512)
+            continue;
+          if (!(seen[m / 64] >> (m % 64) & 1)) row->peak_micro++;
+          seen[m / 64] |= (uint64_t)1 << (m % 64);
+        }
+        if (s == 0 || t.peak + t.code > worst.peak + worst.code) {
+          drv_memreport_free(&worst);
+          worst = t;
+          worst.worst = s;
+        } else {
+          drv_memreport_free(&t);
+        }
+      }
+    }
+    free(standin);
+    free(orig);
+    ir_graph_free(sub);
+  }
+  free(phase);
+  if (rc) {
+    drv_memreport_free(&worst);
+    free(rows);
+    return rc;
+  }
+  char *file = r->file, *target = r->target;
+  *r = worst;
+  r->file = file, r->target = target, r->mesh = j->build.mesh;
+  r->stages = P;
+  r->microbatches = j->facts.microbatches;
+  snprintf(r->schedule, sizeof r->schedule, "%s", schedule ? schedule : "gpipe");
+  r->per_stage = rows;
+  PassPipeline pp = {.stages = P, .microbatches = j->facts.microbatches};
+  pp.schedule = pass_schedule_parse(r->schedule);
+  pp.virtual_stages = pp.schedule == PASS_SCHEDULE_INTERLEAVED && mesh
+                          ? (int32_t)fe_get_int(mesh, "pipeline_virtual")
+                          : 1;
+  r->sched_units = 2 * (int64_t)pass_pipeline_virtual(&pp) *
+                   (j->facts.microbatches > 0 ? j->facts.microbatches : 1);
+  r->sched_steps = pass_pipeline_run(&pp, NULL);
+  if (r->sched_steps < r->sched_units) r->sched_steps = r->sched_units; /* cannot deadlock here */
+  return 0;
+}
+
 void drv_memreport_free(DrvMemReport *r) {
   for (int32_t i = 0; r->items && i < r->nitems; i++) {
     free(r->items[i].origin);
@@ -368,6 +534,7 @@ void drv_memreport_free(DrvMemReport *r) {
   free(r->timeline);
   free(r->phase);
   free(r->items);
+  free(r->per_stage);
   memset(r, 0, sizeof *r);
 }
 

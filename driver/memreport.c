@@ -36,6 +36,27 @@ double drv_memreport_compute_s(const DrvMemReport *r, const DrvDevice *dev) {
   return (r->flops - r->bf16_flops) / dev->flops_f32 + r->bf16_flops / bf16_rate;
 }
 
+double drv_memreport_stage_s(const DrvMemReport *r, const DrvDevice *dev, int32_t *slowest) {
+  double bf16_rate = dev->flops_bf16 > 0 ? dev->flops_bf16 : dev->flops_f32, most = 0;
+  for (int32_t s = 0; s < r->stages; s++) {
+    const DrvMemStage *st = &r->per_stage[s];
+    double t = fmax((st->flops - st->bf16_flops) / dev->flops_f32 + st->bf16_flops / bf16_rate,
+                    st->comm_bytes / dev->link_bw);
+    if (s == 0 || t > most) most = t, *slowest = s;
+  }
+  return most;
+}
+
+double drv_memreport_step_s(const DrvMemReport *r, const DrvDevice *dev) {
+  if (r->stages < 2) return fmax(drv_memreport_compute_s(r, dev), r->comm_bytes / dev->link_bw);
+  /* each time step of the schedule takes the slowest stage's unit, busy / units: the stages
+   * idle (steps - units) / steps of the step ((P-1)/(M+P-1) for GPipe and 1F1B,
+   * (P-1)/(VM+P-1) interleaved) */
+  int32_t slow = 0;
+  double busy = drv_memreport_stage_s(r, dev, &slow);
+  return busy * (double)r->sched_steps / (double)r->sched_units;
+}
+
 void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, FILE *out) {
   char a[32], b[32], c[32];
   const FeMesh *m = &r->mesh;
@@ -51,13 +72,25 @@ void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, F
     if (m->shape[i] > 1) fprintf(out, " %s=%lld", m->axes[i], (long long)m->shape[i]);
   if (m->devices <= 1) fprintf(out, " one device");
   fprintf(out, "; fusion plan: %s\n", r->fusion);
-  for (int i = 0; i < m->n; i++) {
-    const FeAxis *ax = fe_axis(m->axes[i]);
-    if (ax && (ax->roles & FE_AXIS_PIPELINE) && m->shape[i] > 1)
-      fprintf(out, "note: one plan holds every pipeline stage's values (an upper bound; per-stage "
-                   "plans are not built yet, docs/pipeline.md)\n");
+  if (r->stages > 1) {
+    fprintf(out,
+            "pipeline: %d stages, %s schedule, %lld microbatches; each stage planned on its own "
+            "(its layers' parameters and state, every device's values)\n",
+            r->stages, r->schedule, (long long)r->microbatches);
+    for (int32_t s = 0; s < r->stages; s++) {
+      const DrvMemStage *st = &r->per_stage[s];
+      fprintf(out, "  stage %d: peak %s, parameters %s, saved activations %s of %lld microbatch%s",
+              s, human((double)st->peak, a, sizeof a), human((double)st->params, b, sizeof b),
+              human((double)st->saved, c, sizeof c), (long long)st->peak_micro,
+              st->peak_micro == 1 ? "" : "es");
+      if (st->live_micro > 0) fprintf(out, " (the schedule keeps %lld)", (long long)st->live_micro);
+      fprintf(out, "%s\n", s == r->worst ? "  <- the largest, below" : "");
+    }
   }
-  fprintf(out, "\nper device:\n");
+  if (r->stages > 1)
+    fprintf(out, "\nper device of stage %d:\n", r->worst);
+  else
+    fprintf(out, "\nper device:\n");
   fprintf(out, "  parameters          %12s\n", human((double)r->params, a, sizeof a));
   fprintf(out, "  optimizer state     %12s\n", human((double)r->opt_state, a, sizeof a));
   fprintf(out, "  batch               %12s\n", human((double)r->inputs, a, sizeof a));
@@ -115,9 +148,12 @@ void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, F
     }
   }
   double tc = drv_memreport_compute_s(r, dev), tm = r->comm_bytes / dev->link_bw;
+  char who[48] = "";
+  if (r->stages > 1) snprintf(who, sizeof who, " of stage %d", r->worst);
   fprintf(out,
-          "\nstep, per device: %.4g FLOPs (%.1f%% in matrix products), %s sent in %d collectives\n",
-          r->flops, r->flops > 0 ? 100 * r->matmul_flops / r->flops : 0.0,
+          "\nstep, per device%s: %.4g FLOPs (%.1f%% in matrix products), %s sent in %d "
+          "collectives\n",
+          who, r->flops, r->flops > 0 ? 100 * r->matmul_flops / r->flops : 0.0,
           human(r->comm_bytes, a, sizeof a), r->collectives);
   char rates[128];
   if (r->bf16_flops > 0)
@@ -126,6 +162,22 @@ void drv_memreport_print(const DrvMemReport *r, const DrvDevice *dev, int top, F
              dev->flops_f32);
   else
     snprintf(rates, sizeof rates, "at %.3g FLOP/s f32", dev->flops_f32);
+  if (r->stages > 1) {
+    int32_t slow = 0;
+    double busy = drv_memreport_stage_s(r, dev, &slow), step = drv_memreport_step_s(r, dev);
+    const DrvMemStage *st = &r->per_stage[slow];
+    double bf = st->bf16_flops, rate = dev->flops_bf16 > 0 ? dev->flops_bf16 : dev->flops_f32;
+    fprintf(out,
+            "lower bound on the step time: %s (the slowest stage, %d: compute %s, communication "
+            "%s; ",
+            seconds(step, a, sizeof a), slow,
+            seconds((st->flops - bf) / dev->flops_f32 + bf / rate, b, sizeof b),
+            seconds(st->comm_bytes / dev->link_bw, c, sizeof c));
+    fprintf(out, "busy %s, and the bubble, (P-1)/(%sM+P-1) = %lld/%lld of the step, idle)\n",
+            seconds(busy, a, sizeof a), strcmp(r->schedule, "interleaved") ? "" : "V",
+            (long long)(r->sched_steps - r->sched_units) / 2, (long long)r->sched_steps / 2);
+    return;
+  }
   fprintf(out, "lower bound on the step time: %s (compute %s, %s; communication %s at %.3g B/s)\n",
           seconds(fmax(tc, tm), a, sizeof a), seconds(tc, b, sizeof b), rates,
           seconds(tm, c, sizeof c), dev->link_bw);
@@ -173,8 +225,36 @@ char *drv_memreport_json(const DrvMemReport *r, const DrvDevice *dev, int top) {
   json_object_object_add(o, "matmul_flops", json_object_new_double(r->matmul_flops));
   json_object_object_add(o, "bf16_flops", json_object_new_double(r->bf16_flops));
   json_object_object_add(o, "bytes_sent", json_object_new_double(r->comm_bytes));
-  double tc = drv_memreport_compute_s(r, dev), tm = r->comm_bytes / dev->link_bw;
-  json_object_object_add(o, "step_time_lower_bound_s", json_object_new_double(fmax(tc, tm)));
+  json_object_object_add(o, "step_time_lower_bound_s",
+                         json_object_new_double(drv_memreport_step_s(r, dev)));
+  if (r->stages > 1) {
+    json_object *pp = json_object_new_object();
+    json_object_object_add(pp, "stages", json_object_new_int(r->stages));
+    json_object_object_add(pp, "schedule", json_object_new_string(r->schedule));
+    json_object_object_add(pp, "microbatches", json_object_new_int64(r->microbatches));
+    json_object_object_add(pp, "worst_stage", json_object_new_int(r->worst));
+    json_object_object_add(
+        pp, "bubble",
+        json_object_new_double((double)(r->sched_steps - r->sched_units) / (double)r->sched_steps));
+    json_object *rows = json_object_new_array();
+    for (int32_t s = 0; s < r->stages; s++) {
+      const DrvMemStage *st = &r->per_stage[s];
+      json_object *e = json_object_new_object();
+      json_object_object_add(e, "peak_memory_in_bytes", json_object_new_int64(st->peak));
+      json_object_object_add(e, "generated_code_size_in_bytes", json_object_new_int64(st->code));
+      json_object_object_add(e, "parameters", json_object_new_int64(st->params));
+      json_object_object_add(e, "optimizer_state", json_object_new_int64(st->opt_state));
+      json_object_object_add(e, "saved_activations", json_object_new_int64(st->saved));
+      json_object_object_add(e, "live_microbatches", json_object_new_int64(st->peak_micro));
+      json_object_object_add(e, "schedule_live_microbatches",
+                             json_object_new_int64(st->live_micro));
+      json_object_object_add(e, "flops", json_object_new_double(st->flops));
+      json_object_object_add(e, "bytes_sent", json_object_new_double(st->comm_bytes));
+      json_object_array_add(rows, e);
+    }
+    json_object_object_add(pp, "per_stage", rows);
+    json_object_object_add(o, "pipeline", pp);
+  }
   json_object *live = json_object_new_array();
   for (int i = 0; i < r->nitems && i < top; i++) {
     const DrvMemItem *x = &r->items[i];
@@ -212,10 +292,12 @@ int drv_memreport_svg(const DrvMemReport *r, const DrvDevice *dev, FILE *out) {
           "font-family=\"sans-serif\" font-size=\"12\">\n",
           W, H);
   fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+  char stage[64] = ""; /* a pipeline's plot is its worst stage's */
+  if (r->stages > 1) snprintf(stage, sizeof stage, ", stage %d of %d", r->worst, r->stages);
   fprintf(out,
           "<text x=\"%.0f\" y=\"22\" font-size=\"15\">Live memory per device: %s on %s "
-          "(peak %s)</text>\n",
-          L, r->file, r->target, human(top, a, sizeof a));
+          "(peak %s%s)</text>\n",
+          L, r->file, r->target, human(top, a, sizeof a), stage);
   /* phase bands */
   static const char *const fill[] = {"#e8f0fe", "#fdecea", "#e6f4ea"};
   static const char *const label[] = {"forward", "backward", "update"};

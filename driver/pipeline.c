@@ -171,10 +171,11 @@ int drv_backend_job(DrvJob *j, const Backend *b, BackendJob *out) {
                       .forward = j->forward,
                       .decode = j->decode};
   int pa = j->graph ? ir_mesh_axis(&j->graph->mesh, IR_PIPELINE_AXIS) : -1;
-  if (pa >= 0 && j->graph->mesh.sizes[pa] > 1 && strcmp(b->name, "interp"))
+  if (pa >= 0 && j->graph->mesh.sizes[pa] > 1 && strcmp(b->name, "interp") &&
+      strcmp(b->name, "llvm") && strcmp(b->name, "opencl"))
     return fe_error(&j->diag, j->file, "/mesh/shape",
-                    "pipeline = %lld stages run on the interpreter only so far (--backend "
-                    "interp); the %s backend has no send/recv yet",
+                    "pipeline = %lld stages run on the interpreter, llvm and opencl backends "
+                    "only; the %s backend has no send/recv",
                     (long long)j->graph->mesh.sizes[pa], b->name);
   if (backend_program(j, &out->program)) return -1;
   if (expand_for(j, j->graph, b, "step") || expand_for(j, j->forward, b, "forward") ||
@@ -301,9 +302,13 @@ static void pipe_opts(const DrvJob *j, const IrMesh *m, PipeOpts *o) {
   json_object *dec = fe_get_child(fe_get_child(j->cfg, "model"), "decoder");
   int32_t P = (int32_t)m->sizes[a], L = dec ? (int32_t)fe_get_int(dec, "num_layers") : 0;
   o->p.stages = P;
-  o->p.schedule = strcmp(fe_get_str(mesh, "pipeline_schedule"), "1f1b") ? PASS_SCHEDULE_GPIPE
-                                                                        : PASS_SCHEDULE_1F1B;
+  o->p.schedule = pass_schedule_parse(fe_get_str(mesh, "pipeline_schedule"));
+  o->p.virtual_stages = o->p.schedule == PASS_SCHEDULE_INTERLEAVED
+                            ? (int32_t)fe_get_int(mesh, "pipeline_virtual")
+                            : 1;
   o->p.microbatches = j->facts.microbatches;
+  /* the layers in P * V chunks (V = 1 but interleaved), by the cuts or equal */
+  int64_t C = (int64_t)P * pass_pipeline_virtual(&o->p);
   o->layer_stage = base_xcalloc((size_t)L + 1, sizeof *o->layer_stage);
   json_object *cuts = json_object_object_get(mesh, "pipeline_cuts");
   size_t nc = cuts ? json_object_array_length(cuts) : 0;
@@ -312,7 +317,7 @@ static void pipe_opts(const DrvJob *j, const IrMesh *m, PipeOpts *o) {
     if (nc)
       while ((size_t)s < nc && l >= json_object_get_int(json_object_array_get_idx(cuts, s))) s++;
     else
-      s = (int32_t)((int64_t)l * P / L);
+      s = (int32_t)((int64_t)l * C / L);
     o->layer_stage[l] = s;
   }
   o->p.nlayers = L;

@@ -4,7 +4,8 @@
  *
  *   {"kind": "set",       "path": "/a/b", "value": V}
  *   {"kind": "replace",   "target": "feed_forward", "config": {"kind": "moe", ...}}
- *   {"kind": "mesh",      "shape": [...], "axes": [...]}          (axes optional)
+ *   {"kind": "mesh",      "shape": [...], "axes": [...], "schedule": "1f1b"}
+ *                         (axes and the pipeline's schedule optional)
  *   {"kind": "remat",     "path": "/model/decoder", "policy": "save_qkvo"}
  *   {"kind": "partition", "path": "/model/.../feed_forward", "specs": {"linear1": [...]}}
  *   {"kind": "precision", "compute": "bf16", "grads": "f32"}           (each field optional)
@@ -293,6 +294,11 @@ static int mod_mesh(Ctx *c, json_object **rootp, json_object *mod, const char *m
     json_object_object_add(mesh, "axes", fe_json_copy(c->d, axes));
     fe_set_origin_key(c->d, mesh, "axes", c->file);
   }
+  json_object *schedule = NULL; /* the pipeline's, per target (docs/pipeline.md) */
+  if (json_object_object_get_ex(mod, "schedule", &schedule)) {
+    json_object_object_add(mesh, "pipeline_schedule", fe_json_copy(c->d, schedule));
+    fe_set_origin_key(c->d, mesh, "pipeline_schedule", c->file);
+  }
   return 0;
 }
 
@@ -453,7 +459,7 @@ static int apply_file(Ctx *c, json_object **root, const char *name, const char *
 static const ModSchema rows[] = {
     {"set", {"path", "value"}, {0}, mod_set},
     {"replace", {"target", "config"}, {0}, mod_replace},
-    {"mesh", {"shape"}, {"axes"}, mod_mesh},
+    {"mesh", {"shape"}, {"axes", "schedule"}, mod_mesh},
     {"remat", {"path", "policy"}, {0}, mod_remat},
     {"partition", {"path", "specs"}, {0}, mod_partition},
     {"precision", {0}, {"params", "compute", "grads", "optimizer", "matmul"}, mod_precision},

@@ -97,6 +97,14 @@ void ir_graph_set_origin(IrGraph *g, const char *path) { g->origin = ir_graph_in
 
 void ir_graph_set_tag(IrGraph *g, const char *tag) { g->tag = ir_graph_intern(g, tag); }
 
+void ir_graph_replace(IrGraph *g, IrGraph *ng) {
+  ir_graph_set_origin(ng, g->origin);
+  ir_graph_set_tag(ng, g->tag);
+  IrGraph tmp = *g;
+  *g = *ng;
+  *ng = tmp;
+}
+
 void ir_value_set_tag(IrGraph *g, int32_t v, const char *tag) {
   if (v < 0 || v >= g->nvalues) return;
   g->values[v].tag = ir_graph_intern(g, tag);

@@ -388,6 +388,7 @@ static int eval_attention(EvalCtx *c) {
   int64_t T = qs->dims[qs->rank - 2], H = qs->dims[qs->rank - 1];
   int64_t per = T * H, nb = T ? ir_shape_numel(qs) / per : 0;
   bool causal = c->v->attr.k != 0, grad = c->v->op == IR_ATTENTION_GRAD;
+  int64_t G = ir_attention_group(qs, arg_shape(c, 1));
   double scale = c->v->attr.value;
   double *P = malloc((size_t)(T * T * (grad ? 2 : 1) + 1) * sizeof *P), *dS = P + T * T;
   if (!P) /* sized by the model's sequence length: a user error, not a compiler bug */
@@ -395,7 +396,9 @@ static int eval_attention(EvalCtx *c) {
                 (long long)T);
   memset(c->out, 0, (size_t)c->n * sizeof *c->out);
   for (int64_t b = 0; b < nb; b++) {
-    const double *q = c->args[0] + b * per, *k = c->args[1] + b * per, *v = c->args[2] + b * per;
+    int64_t kb = b / G, at[3];
+    ir_attention_grad_at(nb, G, b, &at[0], &at[1], &at[2]);
+    const double *q = c->args[0] + b * per, *k = c->args[1] + kb * per, *v = c->args[2] + kb * per;
     attention_probs(q, k, T, H, causal, scale, P);
     if (!grad) {
       double *o = c->out + b * per;
@@ -405,7 +408,7 @@ static int eval_attention(EvalCtx *c) {
       continue;
     }
     const double *go = c->args[3] + b * per;
-    double *dq = c->out + b * per, *dk = dq + nb * per, *dv = dk + nb * per;
+    double *dq = c->out + at[0] * per, *dk = c->out + at[1] * per, *dv = c->out + at[2] * per;
     for (int64_t i = 0; i < T; i++) {
       double D = 0;
       for (int64_t j = 0; j < T; j++) {

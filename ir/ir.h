@@ -138,7 +138,8 @@ typedef struct IrValue {
   const char *tag;    /* remat tag, e.g. "attention.q_proj", or "" */
   IrSplit split;      /* set by pass_shard: this value is one device's chunk (shape is local) */
   /* Pipeline parallelism (passes/pipeline.c, docs/pipeline.md). stage: 0 on every device, else
-   * only the devices whose pipeline coordinate is stage - 1 compute the value. micro: the
+   * only the devices whose pipeline coordinate is stage - 1 compute the value (before
+   * pass_pipeline, under the interleaved schedule: 1 + the chunk, on stage chunk mod P). micro: the
    * microbatch (pass_microbatch's copy) of an input-dependent value; phase: IR_PHASE_*. Copied
    * with the value; values the builders make get 0. */
   int16_t stage, micro;
@@ -195,6 +196,9 @@ void ir_graph_clear_error(IrGraph *g);
 int ir_graph_fail(IrGraph *g, const char *fmt, ...); /* records (if first) and returns IR_ERR */
 void ir_graph_set_origin(IrGraph *g, const char *path);
 void ir_graph_set_tag(IrGraph *g, const char *tag);
+/* A pass's rebuilt graph takes g's place: ng gets g's origin and tag, then the two swap, so g
+ * holds the new graph and ng the old one (for the caller to free). */
+void ir_graph_replace(IrGraph *g, IrGraph *ng);
 int ir_graph_set_mesh(IrGraph *g, const IrMesh *mesh);
 void ir_value_set_tag(IrGraph *g, int32_t v, const char *tag);
 void ir_value_set_origin(IrGraph *g, int32_t v, const char *path);
@@ -315,7 +319,24 @@ int32_t ir_scatter_add(IrGraph *g, int32_t idx, int32_t updates, int64_t rows);
 int32_t ir_top_k_indices(IrGraph *g, int32_t x, int64_t k);
 /* q, k, v (..., T, H), the same shape: softmax(scale * q k^T) v per leading index, masked to keys
  * j <= query i when causal. attention_grad gives (3, ..., T, H): dq, dk and dv of sum(out * dout).
+ * Grouped-query: k, v (..., K, T, H) against q (..., N, T, H), N = G K: query problem b (a
+ * leading index, flattened) reads key problem b / G, and attention_grad gives
+ * (..., K, G + 2, T, H): per key head its G query heads' dq, then its dk and dv (summed over the
+ * group). ir_attention_group gives G (0: the shapes do not fit).
  */
+int64_t ir_attention_group(const IrShape *q, const IrShape *k);
+/* Where attention_grad puts query problem b's dq, and its key problem's dk and dv, in problems
+ * (T H elements) from the start of the result; nb query problems, group G. */
+static inline void ir_attention_grad_at(int64_t nb, int64_t G, int64_t b, int64_t *dq, int64_t *dk,
+                                        int64_t *dv) {
+  if (G == 1) {
+    *dq = b, *dk = nb + b, *dv = 2 * nb + b;
+    return;
+  }
+  *dq = b / G * (G + 2) + b % G;
+  *dk = b / G * (G + 2) + G;
+  *dv = *dk + 1;
+}
 int32_t ir_attention(IrGraph *g, int32_t q, int32_t k, int32_t v, bool causal, double scale);
 int32_t ir_attention_grad(IrGraph *g, int32_t q, int32_t k, int32_t v, int32_t dout, bool causal,
                           double scale);

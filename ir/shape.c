@@ -406,15 +406,33 @@ static int shape_top_k(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape 
 
 /* ---- fused attention ---- */
 
+/* Query problems per key problem: q (..., N, T, H) against k, v (..., K, T, H) whose other dims
+ * match, N a multiple of K (grouped-query attention: query head n reads key head n / G); 1 for
+ * k and v of the query's shape. 0 when the shapes do not fit. */
+int64_t ir_attention_group(const IrShape *q, const IrShape *k) {
+  if (ir_shape_eq(q, k)) return 1;
+  int32_t r = q->rank;
+  if (r < 3 || k->rank != r || k->dims[r - 3] <= 0 || q->dims[r - 3] % k->dims[r - 3]) return 0;
+  for (int32_t d = 0; d < r; d++)
+    if (d != r - 3 && q->dims[d] != k->dims[d]) return 0;
+  return q->dims[r - 3] / k->dims[r - 3];
+}
+
 static int attention_operands(const IrGraph *g, const IrValue *v, char *msg, size_t cap) {
-  const IrValue *q = operand(g, v, 0);
+  const IrValue *q = operand(g, v, 0), *k = operand(g, v, 1);
   if (!ir_dtype_is_float(q->dtype)) return fail(msg, cap, "operands must be floating point");
   if (q->shape.rank < 2) return fail(msg, cap, "operands must be (..., T, H), rank >= 2");
   for (int32_t i = 1; i < v->nops; i++) {
     const IrValue *x = operand(g, v, i);
-    if (x->dtype != q->dtype || !ir_shape_eq(&x->shape, &q->shape))
-      return fail(msg, cap, "operand %d must have the shape and dtype of the query", i);
+    const IrShape *want = i == 3 ? &q->shape : &k->shape;
+    if (x->dtype != q->dtype || !ir_shape_eq(&x->shape, want))
+      return fail(msg, cap, "operand %d must have the shape and dtype of the %s", i,
+                  i == 3 ? "query" : "keys");
   }
+  if (!ir_attention_group(&q->shape, &k->shape))
+    return fail(msg, cap,
+                "keys must have the query's shape, or (..., K, T, H) with the query's "
+                "(..., N, T, H) a multiple N of K heads");
   if (v->attr.k != 0 && v->attr.k != 1)
     return fail(msg, cap, "causal = %lld, expected 0 or 1", (long long)v->attr.k);
   if (!isfinite(v->attr.value)) return fail(msg, cap, "the scale must be finite");
@@ -429,14 +447,24 @@ static int shape_attention(const IrGraph *g, const IrValue *v, IrDType *dt, IrSh
   return IR_OK;
 }
 
+/* (3, ..., T, H): dq, dk, dv stacked; grouped (G > 1), (..., K, G + 2, T, H): per key head its
+ * G query heads' dq, then its dk and dv (ir_attention_grad_at). */
 static int shape_attention_grad(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape *s,
                                 char *msg, size_t cap) {
   if (attention_operands(g, v, msg, cap)) return IR_ERR;
-  const IrShape *q = &operand(g, v, 0)->shape;
+  const IrShape *q = &operand(g, v, 0)->shape, *k = &operand(g, v, 1)->shape;
   if (q->rank + 1 > IR_MAX_RANK) return fail(msg, cap, "result rank too big");
+  int64_t G = ir_attention_group(q, k);
   s->rank = q->rank + 1;
-  s->dims[0] = 3;
-  for (int32_t d = 0; d < q->rank; d++) s->dims[d + 1] = q->dims[d];
+  if (G == 1) {
+    s->dims[0] = 3;
+    for (int32_t d = 0; d < q->rank; d++) s->dims[d + 1] = q->dims[d];
+  } else {
+    for (int32_t d = 0, o = 0; d < q->rank; d++) {
+      s->dims[o++] = k->dims[d];
+      if (d == q->rank - 3) s->dims[o++] = G + 2;
+    }
+  }
   *dt = operand(g, v, 0)->dtype;
   return IR_OK;
 }

@@ -303,20 +303,26 @@ static void ad_scatter_add(AdCtx *c, int32_t y, int32_t gy) {
   ad_acc(c, arg(c, y, 1), ir_gather(c->g, gy, arg(c, y, 0)));
 }
 
-/* The three gradients in one attention_grad (3, ..., T, H), sliced apart. */
+/* The three gradients in one attention_grad, sliced apart: (3, ..., T, H), or grouped
+ * (..., K, G + 2, T, H) sliced on the group axis (ir_attention_grad_at). */
 static void ad_attention(AdCtx *c, int32_t y, int32_t gy) {
   const IrValue *x = &c->g->values[y];
-  IrShape s = x->shape;
-  int32_t G =
+  IrShape s = x->shape, ks = c->g->values[x->ops[1]].shape;
+  int64_t G = ir_attention_group(&s, &ks);
+  int32_t R =
       ir_attention_grad(c->g, x->ops[0], x->ops[1], x->ops[2], gy, x->attr.k != 0, x->attr.value);
+  if (R == IR_NONE) return; /* the graph holds the reason */
   int64_t lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK] = {0};
-  for (int32_t d = 0; d < s.rank; d++) hi[d + 1] = s.dims[d];
+  const IrShape *rs = &c->g->values[R].shape;
+  for (int32_t d = 0; d < rs->rank; d++) hi[d] = rs->dims[d];
+  int32_t ax = G == 1 ? 0 : s.rank - 2; /* the stacking axis */
   for (int32_t i = 0; i < 3; i++) {
     int32_t op = c->g->values[y].ops[i];
     if (!need(c, op)) continue;
-    lo[0] = i;
-    hi[0] = i + 1;
-    ad_acc(c, op, ir_reshape(c->g, ir_slice(c->g, G, lo, hi), s.rank, s.dims));
+    lo[ax] = G == 1 ? i : i == 0 ? 0 : G + i - 1;
+    hi[ax] = G == 1 ? i + 1 : i == 0 ? G : G + i;
+    const IrShape *to = i == 0 ? &s : &ks;
+    ad_acc(c, op, ir_reshape(c->g, ir_slice(c->g, R, lo, hi), to->rank, to->dims));
   }
 }
 

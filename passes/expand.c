@@ -42,6 +42,7 @@ typedef struct Att {
   int32_t axes[IR_MAX_RANK]; /* 0, 1, ..., rank - 1: batch dims and bdims */
   bool causal;
   double scale;
+  int64_t G; /* query heads per key head (ir_attention_group) */
 } Att;
 
 /* A constant x of the scores' shape (..., T, T). */
@@ -85,7 +86,43 @@ static int32_t expand_attention(const Att *a) {
   return att_dot(a, attention_probs(a), a->v, a->rank - 1, a->rank - 2);
 }
 
-/* (3, ..., T, H): dq, dk, dv (see the top of the file). */
+/* Grouped: key tensor x (..., K, T, H) as the query's (..., N, T, H), key head n / G for query
+ * head n, or (to_q false) a query-shaped x summed over each group to (..., K, T, H). */
+static int32_t att_group(const Att *a, int32_t x, bool to_q) {
+  IrGraph *g = a->g;
+  const IrShape *qs = &g->values[a->q].shape;
+  int32_t r = qs->rank, bd[IR_MAX_RANK];
+  int64_t kg[IR_MAX_RANK], k[IR_MAX_RANK];
+  for (int32_t d = 0, o = 0; d < r; d++) {
+    k[d] = d == r - 3 ? qs->dims[d] / a->G : qs->dims[d];
+    bd[d] = o;
+    kg[o++] = k[d];
+    if (d == r - 3) kg[o++] = a->G;
+  }
+  for (int32_t d = r - 2; d < r; d++) bd[d] = d + 1;
+  if (to_q) return ir_reshape(g, ir_broadcast(g, x, r + 1, kg, bd), r, qs->dims);
+  int32_t ax = r - 2;
+  return ir_reshape(g, ir_reduce_sum(g, ir_reshape(g, x, r + 1, kg), 1, &ax), r, k);
+}
+
+/* Grouped attention_grad's (..., K, G + 2, T, H) from the query-shaped dq and the summed dk,
+ * dv (..., K, T, H). */
+static int32_t att_stack_grouped(const Att *a, const int32_t *grads) {
+  IrGraph *g = a->g;
+  const IrShape *qs = &g->values[a->q].shape;
+  int32_t r = qs->rank, parts[3];
+  int64_t kg[IR_MAX_RANK];
+  for (int32_t i = 0; i < 3; i++) {
+    for (int32_t d = 0, o = 0; d < r; d++) {
+      kg[o++] = d == r - 3 ? qs->dims[d] / a->G : qs->dims[d];
+      if (d == r - 3) kg[o++] = i == 0 ? a->G : 1;
+    }
+    parts[i] = ir_reshape(g, grads[i], r + 1, kg);
+  }
+  return ir_concat(g, 3, parts, r - 2);
+}
+
+/* (3, ..., T, H): dq, dk, dv (see the top of the file); grouped, (..., K, G + 2, T, H). */
 static int32_t expand_attention_grad(const Att *a) {
   IrGraph *g = a->g;
   int32_t t = a->rank - 2, h = a->rank - 1; /* the query (or key) axis, the head axis */
@@ -95,6 +132,11 @@ static int32_t expand_attention_grad(const Att *a) {
   int32_t ds = ir_mul(g, ir_mul(g, p, ir_sub(g, dp, d)), att_splat(a, a->scale));
   int32_t grads[3] = {att_dot(a, ds, a->k, h, t), att_dot(a, ds, a->q, t, t),
                       att_dot(a, p, a->dout, t, t)};
+  if (a->G > 1) {
+    grads[1] = att_group(a, grads[1], false);
+    grads[2] = att_group(a, grads[2], false);
+    return att_stack_grouped(a, grads);
+  }
   const IrShape *qs = &g->values[a->q].shape;
   int64_t one[IR_MAX_RANK] = {1}; /* (1, ..., T, H) */
   memcpy(one + 1, qs->dims, (size_t)qs->rank * sizeof *one);
@@ -108,9 +150,11 @@ static void expand_splits(IrGraph *ng, const IrGraph *g, int32_t x, int32_t firs
   const IrValue *old = &g->values[x];
   const IrSplit *lead = &g->values[old->ops[0]].split;
   int32_t rank = g->values[old->ops[0]].shape.rank;
+  bool grouped = /* its (..., K, G, T, H) values keep the leading splits in place */
+      !ir_shape_eq(&g->values[old->ops[0]].shape, &g->values[old->ops[1]].shape);
   for (int32_t i = first; i < r; i++) {
     IrValue *y = &ng->values[i];
-    int32_t off = y->shape.rank == rank + 1; /* (1 or 3, ..., T, H) */
+    int32_t off = y->shape.rank == rank + 1 && !grouped; /* (1 or 3, ..., T, H) */
     memset(&y->split, 0, sizeof y->split);
     for (int32_t d = 0; d < rank - 2 && d + off < y->shape.rank; d++)
       memcpy(y->split.axes[d + off], lead->axes[d], sizeof lead->axes[d]);
@@ -130,7 +174,8 @@ static int32_t expand_value(IrGraph *ng, const IrGraph *g, int32_t x, const int3
            .dt = old->dtype,
            .rank = qs->rank,
            .causal = old->attr.k != 0,
-           .scale = old->attr.value};
+           .scale = old->attr.value,
+           .G = ir_attention_group(qs, &g->values[old->ops[1]].shape)};
   for (int32_t d = 0; d < qs->rank; d++) {
     a.dims[d] = qs->dims[d];
     a.axes[d] = d;
@@ -140,6 +185,10 @@ static int32_t expand_value(IrGraph *ng, const IrGraph *g, int32_t x, const int3
   ir_graph_set_origin(ng, old->origin);
   ir_graph_set_tag(ng, old->tag);
   int32_t first = ng->nvalues;
+  if (a.G > 1) { /* the keys and values broadcast to the query's heads */
+    a.k = att_group(&a, a.k, true);
+    a.v = att_group(&a, a.v, true);
+  }
   int32_t r = old->op == IR_ATTENTION ? expand_attention(&a) : expand_attention_grad(&a);
   ir_graph_set_origin(ng, origin);
   ir_graph_set_tag(ng, tag);
@@ -175,11 +224,7 @@ int pass_expand(IrGraph *g, const PassOptions *opt) {
   ir_graph_reserve(ng, g->nvalues + 32 * n); /* up to 32 values per attention_grad */
   int st = rebuild(ng, g, map);
   if (st == IR_OK) {
-    ir_graph_set_origin(ng, g->origin);
-    ir_graph_set_tag(ng, g->tag);
-    IrGraph tmp = *g;
-    *g = *ng;
-    *ng = tmp;
+    ir_graph_replace(g, ng);
   } else {
     ir_graph_fail(g, "expand: %s", ir_graph_error(ng) ? ir_graph_error(ng) : "failed");
   }

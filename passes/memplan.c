@@ -15,8 +15,15 @@
  * Fusion: a value the backend computes inside its consumer's loop (materialized[v] false) gets
  * no buffer, and its operands stay live until that consumer runs.
  *
+ * Pipeline stages: a device runs only its own stage's values (IrValue.stage) and those of
+ * every device (stage 0), so values of two stages may share bytes whatever their live ranges.
+ * When the graph holds values of two stages or more, the every-device values (and every output,
+ * which the end of the step may copy from its stage to the others) are planned first, above the
+ * fixed region; each stage's values are then planned on their own above those, from the same
+ * offset: the slab is the fixed region, the every-device values and the largest stage.
+ *
  * Invariants: every offset is 64-byte aligned; two values share bytes only if their live
- * ranges do not overlap, or one is an in-place "new:X" over X.
+ * ranges do not overlap, or one is an in-place "new:X" over X, or they are of two stages.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +223,26 @@ static int64_t place_fixed(const IrGraph *g, const Under *u, MemPlan *p, int64_t
 
 int pass_memplan(IrGraph *g, MemPlan *p) { return pass_memplan_fused(g, NULL, p); }
 
+/* region[v]: 0 for values every device runs (and outputs), 1 + ... for one stage's; returns
+ * the regions (1: no two stages, everything in region 0). */
+static int32_t stage_regions(const IrGraph *g, int32_t *region) {
+  int32_t most = 0, first = 0;
+  bool two = false;
+  for (int32_t v = 0; v < g->nvalues; v++) {
+    int32_t st = g->values[v].stage;
+    region[v] = st > 0 ? st : 0;
+    if (st > 0 && first && st != first) two = true;
+    if (st > 0 && !first) first = st;
+    if (st > most) most = st;
+  }
+  for (int32_t o = 0; o < g->noutputs; o++) region[g->outputs[o].value] = 0;
+  if (!two) {
+    memset(region, 0, (size_t)g->nvalues * sizeof *region);
+    return 1;
+  }
+  return most + 1;
+}
+
 static int plan(IrGraph *g, const bool *mat, const Under *u, int64_t split, MemPlan *p) {
   memset(p, 0, sizeof *p);
   int32_t n = g->nvalues;
@@ -230,36 +257,57 @@ static int plan(IrGraph *g, const bool *mat, const Under *u, int64_t split, MemP
     p->bytes[v] = !mat || mat[v] || is_fixed(&g->values[v]) ? value_bytes(&g->values[v]) : 0;
   last_uses(g, mat, last);
   int rc = in_place_targets(g, target);
+  int32_t *region = base_xmalloc(((size_t)n + 1) * sizeof *region);
+  int32_t nregions = stage_regions(g, region);
   Heap h = {.split = split > 0 ? split / ALIGN * ALIGN : 0};
   h.top = place_fixed(g, u, p, h.split);
-  int64_t base = h.top, live = 0;
+  int64_t base = h.top, top = base, shared_peak = 0, stage_peak = 0;
   p->fixed_bytes = base;
-  for (int32_t v = 0; v < n && rc == IR_OK; v++) {
-    if (is_fixed(&g->values[v])) continue;
-    if (target[v] != IR_NONE) {
-      p->offset[v] = p->offset[target[v]];
-    } else if (p->bytes[v] == 0) {
-      p->offset[v] = 0; /* fused into its consumer: no buffer */
-    } else {
-      p->offset[v] = heap_alloc(&h, align_up(p->bytes[v]));
-      live += align_up(p->bytes[v]);
-      if (live > p->peak_temp_bytes) p->peak_temp_bytes = live;
-      int32_t l = last[v];
-      frees[l] = base_xrealloc(frees[l], ((size_t)nfree[l] + 1) * sizeof **frees);
-      frees[l][nfree[l]++] = v;
+  /* region 0 from the fixed region's end; each stage's from region 0's highest top */
+  for (int32_t r = 0; r < nregions && rc == IR_OK; r++) {
+    int64_t live = 0, most = 0;
+    if (r == 1) base = top;
+    free(h.gaps);
+    h = (Heap){.split = h.split, .top = base};
+    for (int32_t i = 0; i <= n + 1; i++) nfree[i] = 0;
+    for (int32_t v = 0; v < n; v++) {
+      if (is_fixed(&g->values[v]) || region[v] != r) {
+      } else if (target[v] != IR_NONE) {
+        p->offset[v] = p->offset[target[v]];
+      } else if (p->bytes[v] == 0) {
+        p->offset[v] = 0; /* fused into its consumer: no buffer */
+      } else {
+        p->offset[v] = heap_alloc(&h, align_up(p->bytes[v]));
+        live += align_up(p->bytes[v]);
+        if (live > most) most = live;
+        if (h.top > top) top = h.top;
+        int32_t l = last[v];
+        frees[l] = base_xrealloc(frees[l], ((size_t)nfree[l] + 1) * sizeof **frees);
+        frees[l][nfree[l]++] = v;
+      }
+      for (int32_t k = 0; k < nfree[v]; k++) { /* values last read by v die after v */
+        int32_t d = frees[v][k];
+        if (d == v) continue; /* computed and never read: dies right away, below */
+        heap_free(&h, p->offset[d], align_up(p->bytes[d]));
+        live -= align_up(p->bytes[d]);
+      }
+      if (region[v] == r && last[v] == v && p->bytes[v] && target[v] == IR_NONE &&
+          !is_fixed(&g->values[v])) {
+        heap_free(&h, p->offset[v], align_up(p->bytes[v]));
+        live -= align_up(p->bytes[v]);
+      }
     }
-    for (int32_t k = 0; k < nfree[v]; k++) { /* values last read by v die after v */
-      int32_t d = frees[v][k];
-      if (d == v) continue; /* computed and never read: dies right away, below */
-      heap_free(&h, p->offset[d], align_up(p->bytes[d]));
-      live -= align_up(p->bytes[d]);
-    }
-    if (last[v] == v && p->bytes[v] && target[v] == IR_NONE) {
-      heap_free(&h, p->offset[v], align_up(p->bytes[v]));
-      live -= align_up(p->bytes[v]);
-    }
+    if (r == 0)
+      shared_peak = most;
+    else if (most > stage_peak)
+      stage_peak = most;
   }
-  p->slab_bytes = h.top > base ? h.top : base;
+  if (nregions > 1)
+    p->region = region;
+  else
+    free(region);
+  p->peak_temp_bytes = shared_peak + stage_peak; /* a bound where there are stages */
+  p->slab_bytes = top > base ? top : base;
   /* The top only shrinks when gaps reach it; the slab is the most it ever reached. */
   for (int32_t v = 0; v < n; v++)
     if (p->offset[v] + align_up(p->bytes[v]) > p->slab_bytes)
@@ -286,7 +334,12 @@ int pass_memplan_over(IrGraph *g, const bool *mat, const IrGraph *under, const M
   return plan(g, mat, &u, 0, p);
 }
 
+bool pass_memplan_apart(const MemPlan *p, int32_t a, int32_t b) {
+  return p->region && p->region[a] && p->region[b] && p->region[a] != p->region[b];
+}
+
 void pass_memplan_free(MemPlan *p) {
+  free(p->region);
   free(p->offset);
   free(p->bytes);
   free(p->last);
@@ -303,6 +356,7 @@ int64_t pass_memplan_conflicts(const IrGraph *g, const bool *mat, const MemPlan 
     bool fixed_a = is_fixed(&g->values[a]);
     for (int32_t b = a + 1; b < n; b++) {
       if (!p->bytes[a] || !p->bytes[b]) continue;
+      if (pass_memplan_apart(p, a, b)) continue; /* never on one device */
       bool bytes =
           p->offset[a] < p->offset[b] + p->bytes[b] && p->offset[b] < p->offset[a] + p->bytes[a];
       bool time = fixed_a || b <= last[a];

@@ -205,13 +205,7 @@ int pass_microbatch(IrGraph *g, const PassOptions *opt) {
     int32_t v = g->outputs[o].value;
     st = ir_graph_add_output(m.ng, g->outputs[o].name, m.dep[v] ? m.acc[o] : m.map[v]);
   }
-  if (st == IR_OK) {
-    ir_graph_set_origin(m.ng, g->origin);
-    ir_graph_set_tag(m.ng, g->tag);
-    IrGraph tmp = *g;
-    *g = *m.ng;
-    *m.ng = tmp;
-  }
+  if (st == IR_OK) ir_graph_replace(g, m.ng);
   micro_free(&m);
   return st;
 }

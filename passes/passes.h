@@ -53,16 +53,23 @@ typedef struct PassRemat {
   const PassRematScope *scopes; /* (nscopes) */
 } PassRemat;
 
-/* What the pipeline passes need (passes/pipeline.c, docs/pipeline.md): the stage of each
- * decoder layer and which layer each parameter belongs to. */
-typedef enum PassSchedule { PASS_SCHEDULE_GPIPE, PASS_SCHEDULE_1F1B } PassSchedule;
+/* What the pipeline passes need (passes/pipeline.c, docs/pipeline.md): the chunk of each
+ * decoder layer and which layer each parameter belongs to. The layers are cut into
+ * stages * virtual_stages chunks; chunk c runs on stage c mod stages (one chunk per stage but
+ * under the interleaved schedule). */
+typedef enum PassSchedule {
+  PASS_SCHEDULE_GPIPE,
+  PASS_SCHEDULE_1F1B,
+  PASS_SCHEDULE_INTERLEAVED
+} PassSchedule;
 
 typedef struct PassPipeline {
   int32_t stages;             /* P; < 2: nothing to do */
   PassSchedule schedule;      /* the order of each stage's forwards and backwards */
+  int32_t virtual_stages;     /* V, chunks per stage: interleaved only; < 1: 1 */
   int64_t microbatches;       /* M (>= 1) */
   int32_t nlayers;            /* decoder layers, in order */
-  const int32_t *layer_stage; /* (nlayers) stage of each layer, non-decreasing */
+  const int32_t *layer_stage; /* (nlayers) chunk of each layer (0 .. P * V - 1), non-decreasing */
   int32_t nparams;            /* parameters in a layer */
   const char *const *params;  /* (nparams) names */
   const int32_t *param_layer; /* (nparams) their layer */
@@ -161,22 +168,45 @@ int pass_remat(IrGraph *g, const PassOptions *opt);
 /* ======================================================================== pipeline.c */
 
 /* Stamps each input-dependent value of the one-microbatch step (after autodiff) with its
- * pipeline stage (IrValue.stage) and phase (forward: what the loss depends on; backward: the
- * rest), from the stages of the layers' parameters (see pipeline.c). */
+ * pipeline chunk (IrValue.stage: 1 + the chunk, which is the stage but under the interleaved
+ * schedule) and phase (forward: what the loss depends on; backward: the rest), from the chunks
+ * of the layers' parameters (see pipeline.c). */
 int pass_stages(IrGraph *g, const PassOptions *opt);
 /* The per-device program of a pipeline (after shard and remat): every value gets the stage
  * that computes it (0: every device; leaves, and values of leaves alone needed by several
  * stages), each stage's values are ordered by the schedule (units: one microbatch's forward or
- * backward on one stage), and each value one stage needs from another crosses by a send and a
+ * backward on one chunk), and each value one stage needs from another crosses by a send and a
  * recv on the pipeline axis. */
 int pass_pipeline(IrGraph *g, const PassOptions *opt);
-/* The position of microbatch k's forward (backward) in stage s's order under the schedule. */
+
+/* The schedules. A unit is one microbatch's forward or backward on one chunk; each stage runs
+ * its units one after another in the schedule's order. Only p's stages, schedule,
+ * virtual_stages and microbatches are read. */
+/* "1f1b", "interleaved", else gpipe. */
+PassSchedule pass_schedule_parse(const char *name);
+const char *pass_schedule_name(PassSchedule s);
+/* The chunks per stage (V): p->virtual_stages under interleaved (at least 1), else 1. */
+int32_t pass_pipeline_virtual(const PassPipeline *p);
+/* The position of microbatch k's forward (backward) on chunk c in the order of stage
+ * c mod P: 0 .. 2 * V * M - 1 (interleaved: for M a multiple of P, as the frontend checks). */
+int64_t pass_pipeline_unit(const PassPipeline *p, int32_t chunk, int64_t k, bool backward);
+/* The same for one chunk per stage (chunk = stage s; V = 1). */
 int64_t pass_pipeline_slot(PassSchedule sched, int32_t stages, int64_t micro, int32_t s, int64_t k,
                            bool backward);
-/* Prints the schedule as a timeline: one row per stage, one column per time unit (a forward or
- * a backward of one microbatch), and the bubble. */
-void pass_pipeline_timeline(PassSchedule sched, int32_t stages, int64_t micro, FILE *out);
-const char *pass_schedule_name(PassSchedule s);
+/* The most units whose forward stage s has run and whose backward it has not, at any point of
+ * its order: the microbatches of live activations, each of one of the stage's V chunks (so about
+ * V times the whole stage's microbatches under interleaved: divide by V for those). GPipe: M;
+ * 1F1B: min(P - s, M). */
+int64_t pass_pipeline_live(const PassPipeline *p, int32_t s);
+/* Runs the schedule, one time step per unit: a forward waits for the previous chunk's, a
+ * backward for the next chunk's (the last chunk's for its own forward). Fills time (P * V * M * 2,
+ * may be NULL: [(c * M + k) * 2 + backward], 1-based) and returns the steps of the whole step;
+ * -1 when it deadlocks. */
+int64_t pass_pipeline_run(const PassPipeline *p, int64_t *time);
+/* Prints the schedule as a timeline: one row per stage, one column per time step (F3: forward of
+ * microbatch 3; F3.2 under interleaved: of microbatch 3 on chunk 2), and the bubble: the share
+ * of the step a stage idles, from the timeline. */
+void pass_pipeline_timeline(const PassPipeline *p, FILE *out);
 
 /* ======================================================================== expand.c */
 
@@ -209,6 +239,9 @@ typedef struct MemPlan {
                             * a non-leaf value placed below it is an in-place update */
   int32_t *last;           /* (nvalues) index of the last value that reads each value (its own
                             * index if none; g->nvalues for outputs): live from v to last[v] */
+  int32_t *region;         /* (nvalues) with pipeline stages, 1 + the stage of a value only that
+                            * stage's devices run (0: every device's, or an output), else NULL:
+                            * values of two stages may share bytes (pass_memplan_apart) */
 } MemPlan;
 
 /* materialized[v] (nvalues) is set when value v gets a buffer written by its own kernel; the
@@ -234,7 +267,11 @@ int pass_memplan_split(IrGraph *g, const bool *materialized, int64_t split, MemP
 int pass_memplan_over(IrGraph *g, const bool *materialized, const IrGraph *under,
                       const MemPlan *under_plan, int64_t under_bytes, MemPlan *plan);
 void pass_memplan_free(MemPlan *plan);
-/* Pairs of values whose buffers overlap while both are live (in-place updates aside): 0 for a
+/* Whether values a and b never live on one device (two pipeline stages' own), so their bytes
+ * may be shared whenever they live. */
+bool pass_memplan_apart(const MemPlan *plan, int32_t a, int32_t b);
+/* Pairs of values whose buffers overlap while both are live (in-place updates and values of two
+ * pipeline stages aside): 0 for a
  * correct plan. Quadratic; for tests and debugging. */
 int64_t pass_memplan_conflicts(const IrGraph *g, const bool *materialized, const MemPlan *plan);
 

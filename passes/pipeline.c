@@ -2,9 +2,12 @@
  * pipeline.c: pipeline parallelism over the mesh's pipeline axis (docs/pipeline.md).
  *
  * Two passes. pass_stages runs on the one-microbatch step right after autodiff and says which
- * stage computes each input-dependent value, and whether it is forward or backward:
+ * chunk computes each input-dependent value, and whether it is forward or backward. The layers
+ * are cut into P * V chunks (V = 1 but under the interleaved schedule); chunk c runs on stage
+ * c mod P, so under interleaved the activations go around the ring of stages V times. Below,
+ * "stage" in pass_stages is the chunk:
  *
- *   - A layer's parameters are its stage's (PassPipeline). The value tagged
+ *   - A layer's parameters are its chunk's (PassPipeline). The value tagged
  *     "transformer_layer.input" (the residual stream entering a layer, in forward order) starts
  *     the next layer: its readers are at least that layer's stage.
  *   - Forward (what the loss depends on): the latest stage of the operands, so the embedding's
@@ -22,8 +25,9 @@
  *     weight), run on the one stage that reads them, or on every device when several do.
  *   - A value without a stamp (a reduction shard made, a gradient's running sum, the
  *     optimizer) takes the stage of its largest staged operand and the latest unit of that
- *     stage among its operands.
- *   - Each stage's values are ordered by the schedule's units (pass_pipeline_slot), in graph
+ *     stage among its operands; after every unit when an operand is another stage's (the
+ *     gradient norm summed over the stages, the clip factor sent back and what reads it).
+ *   - Each stage's values are ordered by the schedule's units (pass_pipeline_unit), in graph
  *     order within a unit; the stages are interleaved into one graph order (the simulated mesh
  *     runs it in lockstep). A value read by another stage is sent right after it is made and
  *     received right before its first reader there.
@@ -35,66 +39,168 @@
 
 #define LAYER_INPUT_TAG "transformer_layer.input"
 
+PassSchedule pass_schedule_parse(const char *name) {
+  if (name && !strcmp(name, "1f1b")) return PASS_SCHEDULE_1F1B;
+  if (name && !strcmp(name, "interleaved")) return PASS_SCHEDULE_INTERLEAVED;
+  return PASS_SCHEDULE_GPIPE;
+}
+
 const char *pass_schedule_name(PassSchedule s) {
-  return s == PASS_SCHEDULE_1F1B ? "1f1b" : "gpipe";
+  return s == PASS_SCHEDULE_1F1B          ? "1f1b"
+         : s == PASS_SCHEDULE_INTERLEAVED ? "interleaved"
+                                          : "gpipe";
+}
+
+int32_t pass_pipeline_virtual(const PassPipeline *p) {
+  return p->schedule == PASS_SCHEDULE_INTERLEAVED && p->virtual_stages > 1 ? p->virtual_stages : 1;
+}
+
+/* A stage's order: w warm-up forwards, then one forward and one backward, then the last w
+ * backwards; forward i and backward i are the stage's i-th of each (n of each). */
+static int64_t one_f_one_b(int64_t n, int64_t w, int64_t i, bool backward) {
+  if (w > n) w = n;
+  if (!backward) return i < w ? i : w + 2 * (i - w);
+  return i < n - w ? w + 2 * i + 1 : n + i;
+}
+
+int64_t pass_pipeline_unit(const PassPipeline *p, int32_t chunk, int64_t k, bool backward) {
+  int64_t P = p->stages > 1 ? p->stages : 1, V = pass_pipeline_virtual(p),
+          M = p->microbatches > 1 ? p->microbatches : 1, s = chunk % P, v = chunk / P;
+  switch (p->schedule) {
+  case PASS_SCHEDULE_1F1B: return one_f_one_b(M, P - 1 - s, k, backward);
+  case PASS_SCHEDULE_INTERLEAVED: {
+    /* the units go by groups of P microbatches: the group's forwards on the stage's first
+     * chunk, then on its second, ...; its backwards from the last chunk down. Warm-up: the
+     * other stages' share of a round trip (2 (P - 1 - s)) and one round of the first V - 1
+     * chunks, all forwards when M = P (the usual interleaved 1F1B) */
+    int64_t n = V * M, w = M == P ? n : 2 * (P - 1 - s) + (V - 1) * P;
+    int64_t i = k / P * P * V + (backward ? V - 1 - v : v) * P + k % P;
+    return one_f_one_b(n, w, i, backward);
+  }
+  case PASS_SCHEDULE_GPIPE:
+  default: return backward ? M + k : k;
+  }
 }
 
 int64_t pass_pipeline_slot(PassSchedule sched, int32_t stages, int64_t micro, int32_t s, int64_t k,
                            bool backward) {
-  if (sched == PASS_SCHEDULE_GPIPE) return backward ? micro + k : k;
-  /* 1F1B: w warm-up forwards, then one forward and one backward, then the last backwards */
-  int64_t w = stages - 1 - s;
-  if (w > micro) w = micro;
-  if (!backward) return k < w ? k : w + 2 * (k - w);
-  if (k < micro - w) return w + 2 * k + 1;
-  return 2 * micro - (micro - k);
+  PassPipeline p = {
+      .stages = stages, .schedule = sched, .virtual_stages = 1, .microbatches = micro};
+  return pass_pipeline_unit(&p, s, k, backward);
 }
 
-void pass_pipeline_timeline(PassSchedule sched, int32_t stages, int64_t micro, FILE *out) {
-  /* each unit takes one time step; a forward waits for the previous stage's, a backward for the
-   * next stage's (the last stage's for its own forward) */
-  int64_t n = 2 * micro, (*t)[2] = base_xcalloc((size_t)(stages * micro + 1), sizeof *t);
-  int64_t end = 0;
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int32_t s = 0; s < stages; s++) {
-      int64_t prev = 0;
-      for (int64_t slot = 0; slot < n; slot++) {
-        int64_t k = -1;
-        bool b = false;
-        for (int64_t q = 0; q < micro && k < 0; q++)
-          for (int ph = 0; ph < 2 && k < 0; ph++)
-            if (pass_pipeline_slot(sched, stages, micro, s, q, ph) == slot) k = q, b = ph;
-        if (k < 0) continue;
-        int64_t start = prev;
-        if (!b && s > 0 && t[(s - 1) * micro + k][0] > start) start = t[(s - 1) * micro + k][0];
-        if (b && s + 1 < stages && t[(s + 1) * micro + k][1] > start)
-          start = t[(s + 1) * micro + k][1];
-        if (b && t[s * micro + k][0] > start) start = t[s * micro + k][0];
-        if (t[s * micro + k][b] != start + 1) t[s * micro + k][b] = start + 1, changed = true;
-        prev = start + 1;
-        if (prev > end) end = prev;
+/* Stage s's units in order: (chunk * M + k) * 2 + backward, 2 V M of them. */
+static int64_t *stage_order(const PassPipeline *p, int32_t s) {
+  int64_t P = p->stages > 1 ? p->stages : 1, V = pass_pipeline_virtual(p),
+          M = p->microbatches > 1 ? p->microbatches : 1, n = 2 * V * M;
+  int64_t *u = base_xmalloc((size_t)(n + 1) * sizeof *u);
+  for (int64_t i = 0; i < n; i++) u[i] = -1;
+  for (int64_t v = 0; v < V; v++)
+    for (int64_t k = 0; k < M; k++)
+      for (int b = 0; b < 2; b++) {
+        int64_t c = v * P + s, slot = pass_pipeline_unit(p, (int32_t)c, k, b);
+        if (slot >= 0 && slot < n) u[slot] = (c * M + k) * 2 + b;
       }
+  return u;
+}
+
+int64_t pass_pipeline_live(const PassPipeline *p, int32_t s) {
+  int64_t n = 2 * pass_pipeline_virtual(p) * (p->microbatches > 1 ? p->microbatches : 1);
+  int64_t *u = stage_order(p, s), live = 0, most = 0;
+  for (int64_t i = 0; i < n; i++) {
+    live += u[i] < 0 ? 0 : u[i] % 2 ? -1 : 1;
+    if (live > most) most = live;
+  }
+  free(u);
+  return most;
+}
+
+int64_t pass_pipeline_run(const PassPipeline *p, int64_t *time) {
+  int32_t P = p->stages > 1 ? p->stages : 1;
+  int64_t V = pass_pipeline_virtual(p), M = p->microbatches > 1 ? p->microbatches : 1, C = P * V,
+          n = 2 * V * M;
+  int64_t **order = base_xcalloc((size_t)P, sizeof *order),
+          *head = base_xcalloc((size_t)P, sizeof(int64_t)),
+          *t = base_xcalloc((size_t)(C * M * 2), sizeof *t), end = 0, left = (int64_t)P * n;
+  for (int32_t s = 0; s < P; s++) order[s] = stage_order(p, s);
+  /* each step, every stage runs its next unit if what it waits for ran in an earlier step */
+  for (int64_t step = 1; left > 0; step++) {
+    bool ran = false;
+    for (int32_t s = 0; s < P; s++) {
+      if (head[s] == n) continue;
+      int64_t u = order[s][head[s]], c = u / 2 / M, k = u / 2 % M;
+      bool b = u % 2, ready = u >= 0;
+      if (ready && !b && c > 0) ready = t[((c - 1) * M + k) * 2] && t[((c - 1) * M + k) * 2] < step;
+      if (ready && b && c + 1 < C)
+        ready = t[((c + 1) * M + k) * 2 + 1] && t[((c + 1) * M + k) * 2 + 1] < step;
+      if (ready && b) ready = t[(c * M + k) * 2] && t[(c * M + k) * 2] < step;
+      if (!ready) continue;
+      t[u] = step;
+      head[s]++;
+      left--;
+      ran = true;
+      end = step;
+    }
+    if (!ran) {
+      end = -1;
+      break;
     }
   }
-  fprintf(out, "# schedule %s: %d stages, %lld microbatches, %lld time units; bubble %d/%lld\n",
-          pass_schedule_name(sched), stages, (long long)micro, (long long)end, stages - 1,
-          (long long)(micro + stages - 1));
-  for (int32_t s = 0; s < stages; s++) {
+  if (time) memcpy(time, t, (size_t)(C * M * 2) * sizeof *t);
+  for (int32_t s = 0; s < P; s++) free(order[s]);
+  free(order);
+  free(head);
+  free(t);
+  return end;
+}
+
+static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
+
+void pass_pipeline_timeline(const PassPipeline *p, FILE *out) {
+  int32_t P = p->stages > 1 ? p->stages : 1;
+  int64_t V = pass_pipeline_virtual(p), M = p->microbatches > 1 ? p->microbatches : 1, C = P * V,
+          n = 2 * V * M;
+  int64_t *t = base_xcalloc((size_t)(C * M * 2), sizeof *t), end = pass_pipeline_run(p, t);
+  bool inter = p->schedule == PASS_SCHEDULE_INTERLEAVED;
+  fprintf(out, "# schedule %s: %d stages", pass_schedule_name(p->schedule), P);
+  if (inter) fprintf(out, " x %lld virtual (%lld chunks)", (long long)V, (long long)C);
+  fprintf(out, ", %lld microbatches", (long long)M);
+  if (end < 0) {
+    fprintf(out, "; deadlocks\n");
+    free(t);
+    return;
+  }
+  /* a stage runs its n units in `end` steps: it idles the rest */
+  int64_t idle = end - n, d = idle ? gcd(idle, end) : 1;
+  fprintf(out, ", %lld time units; bubble %lld/%lld\n", (long long)end, (long long)(idle / d),
+          (long long)(idle ? end / d : 1));
+  char label[48];
+  int width = 3; /* "F0" and a space */
+  for (int64_t c = 0; c < C; c++) {
+    int w = inter ? snprintf(label, sizeof label, "F%lld.%lld", (long long)(M - 1), (long long)c)
+                  : snprintf(label, sizeof label, "F%lld", (long long)(M - 1));
+    if (w + 1 > width) width = w + 1;
+  }
+  int64_t *at = base_xmalloc((size_t)(end + 1) * sizeof *at);
+  for (int32_t s = 0; s < P; s++) {
+    for (int64_t i = 0; i <= end; i++) at[i] = -1;
+    for (int64_t u = 0; u < C * M * 2; u++)
+      if (u / 2 / M % P == s && t[u] > 0) at[t[u]] = u;
     fprintf(out, "# stage %d |", s);
-    for (int64_t c = 1; c <= end; c++) {
-      const char *u = NULL;
-      int64_t k = 0;
-      for (int64_t q = 0; q < micro && !u; q++)
-        for (int ph = 0; ph < 2 && !u; ph++)
-          if (t[s * micro + q][ph] == c) u = ph ? "B" : "F", k = q;
-      if (u)
-        fprintf(out, " %s%-2lld", u, (long long)k);
+    for (int64_t i = 1; i <= end; i++) {
+      int64_t u = at[i];
+      if (u < 0)
+        snprintf(label, sizeof label, ".");
+      else if (inter)
+        snprintf(label, sizeof label, "%c%lld.%lld", u % 2 ? 'B' : 'F', (long long)(u / 2 % M),
+                 (long long)(u / 2 / M));
       else
-        fprintf(out, " .  ");
+        snprintf(label, sizeof label, "%c%lld", u % 2 ? 'B' : 'F', (long long)(u / 2 % M));
+      fprintf(out, " %-*s", width, label);
     }
     fprintf(out, "\n");
   }
+  free(at);
   free(t);
 }
 
@@ -156,7 +262,7 @@ int pass_stages(IrGraph *g, const PassOptions *opt) {
   }
   for (int32_t v = 0; v < n; v++) {
     if (!dep[v]) continue;
-    int32_t s = st[v] >= 0 ? st[v] : p->stages - 1;
+    int32_t s = st[v] >= 0 ? st[v] : p->stages * pass_pipeline_virtual(p) - 1;
     g->values[v].stage = (int16_t)(s + 1);
     g->values[v].phase = fwd[v] ? IR_PHASE_FORWARD : IR_PHASE_BACKWARD;
   }
@@ -172,8 +278,7 @@ int pass_stages(IrGraph *g, const PassOptions *opt) {
 typedef struct Pipe {
   IrGraph *g, *ng;
   int32_t P;
-  int64_t M;
-  PassSchedule sched;
+  PassPipeline sp;  /* the schedule: stages, schedule, virtual_stages, microbatches */
   int32_t *stage;   /* (nvalues) -1: every device */
   int64_t *slot;    /* (nvalues) position in its stage's order */
   bool *leafy;      /* (nvalues) computed from leaves alone */
@@ -184,21 +289,27 @@ typedef struct Pipe {
   int32_t *readers; /* (nvalues) bit set of the other stages that read v */
 } Pipe;
 
-static int64_t unit_slot(const Pipe *q, int32_t s, const IrValue *x) {
-  if (x->phase == IR_PHASE_NONE) return 2 * q->M;
-  return pass_pipeline_slot(q->sched, q->P, q->M, s, x->micro, x->phase == IR_PHASE_BACKWARD);
+/* The unit of a stamped value (x->stage: 1 + its chunk) in its stage's order; after them all
+ * (2 V M) for values of no phase. */
+static int64_t unit_slot(const Pipe *q, const IrValue *x) {
+  if (x->phase == IR_PHASE_NONE) return 2 * pass_pipeline_virtual(&q->sp) * q->sp.microbatches;
+  return pass_pipeline_unit(&q->sp, x->stage - 1, x->micro, x->phase == IR_PHASE_BACKWARD);
 }
 
 static void resolve(Pipe *q) {
   IrGraph *g = q->g;
   int32_t n = g->nvalues;
+  /* the units' end: values of no unit that wait on another stage (the gradient norm's sum
+   * over the stages, the clip factor sent back, the updates that read it) run after the
+   * stage's units, as under interleaved a stage's last backward need not be its chunk's */
+  int64_t end = 2 * pass_pipeline_virtual(&q->sp) * q->sp.microbatches;
   for (int32_t v = 0; v < n; v++) {
     const IrValue *x = &g->values[v];
     q->stage[v] = -1;
     q->slot[v] = 0;
     if (x->stage > 0) {
-      q->stage[v] = x->stage - 1;
-      q->slot[v] = unit_slot(q, q->stage[v], x);
+      q->stage[v] = (x->stage - 1) % q->P; /* chunk c runs on stage c mod P */
+      q->slot[v] = unit_slot(q, x);
       continue;
     }
     q->leafy[v] = true;
@@ -212,10 +323,10 @@ static void resolve(Pipe *q) {
         if (e > big || (e == big && q->stage[o] > q->stage[v])) big = e, q->stage[v] = q->stage[o];
       }
     q->follow[v] = !q->leafy[v] && x->op == IR_BROADCAST;
-    for (int32_t k = 0; k < x->nops; k++) {
+    for (int32_t k = 0; k < x->nops; k++) { /* another stage's operand: after every unit */
       int32_t o = x->ops[k];
-      if (!q->leafy[o] && q->stage[o] == q->stage[v] && q->slot[o] > q->slot[v])
-        q->slot[v] = q->slot[o];
+      int64_t at = q->stage[o] == q->stage[v] ? q->slot[o] : end;
+      if (!q->leafy[o] && at > q->slot[v]) q->slot[v] = at;
     }
   }
   /* values of leaves alone: the one stage that reads them, at its first reader's unit */
@@ -312,10 +423,21 @@ int pass_pipeline(IrGraph *g, const PassOptions *opt) {
   if (a < 0 || g->mesh.sizes[a] < 2) return IR_OK;
   const PassPipeline *p = opt ? opt->pipeline : NULL;
   Pipe q = {.g = g, .ng = ir_graph_new(), .P = (int32_t)g->mesh.sizes[a]};
-  if (q.P > 32) return ir_graph_fail(g, "pipeline: %d stages (at most 32)", q.P);
-  q.M = p && p->microbatches > 1 ? p->microbatches : 1;
-  q.sched = p ? p->schedule : PASS_SCHEDULE_GPIPE;
-  int32_t n = g->nvalues;
+  if (q.P > 32) {
+    ir_graph_free(q.ng);
+    return ir_graph_fail(g, "pipeline: %d stages (at most 32)", q.P);
+  }
+  q.sp = (PassPipeline){.stages = q.P,
+                        .schedule = p ? p->schedule : PASS_SCHEDULE_GPIPE,
+                        .virtual_stages = p ? p->virtual_stages : 1,
+                        .microbatches = p && p->microbatches > 1 ? p->microbatches : 1};
+  int32_t n = g->nvalues, chunks = q.P * pass_pipeline_virtual(&q.sp);
+  for (int32_t v = 0; v < n; v++)
+    if (g->values[v].stage > chunks) {
+      ir_graph_free(q.ng);
+      return ir_graph_fail(g, "pipeline: %%%d is on chunk %d of %d", v, g->values[v].stage - 1,
+                           chunks);
+    }
   q.stage = base_xmalloc(((size_t)n + 1) * sizeof *q.stage);
   q.slot = base_xmalloc(((size_t)n + 1) * sizeof *q.slot);
   q.leafy = base_xcalloc((size_t)n + 1, sizeof *q.leafy);
@@ -387,7 +509,7 @@ int pass_pipeline(IrGraph *g, const PassOptions *opt) {
     if (head[s] < len[s])
       st =
           ir_graph_fail(g, "pipeline: the %s schedule deadlocks: stage %d waits at %%%d (%s at %s)",
-                        pass_schedule_name(q.sched), s, order[start[s] + head[s]],
+                        pass_schedule_name(q.sp.schedule), s, order[start[s] + head[s]],
                         ir_op_name(g->values[order[start[s] + head[s]]].op),
                         g->values[order[start[s] + head[s]]].origin);
   if (st == IR_ERR && !ir_graph_error(g))
@@ -396,13 +518,7 @@ int pass_pipeline(IrGraph *g, const PassOptions *opt) {
     int32_t v = g->outputs[o].value;
     st = ir_graph_add_output(q.ng, g->outputs[o].name, q.map[v]);
   }
-  if (st == IR_OK) {
-    ir_graph_set_origin(q.ng, g->origin);
-    ir_graph_set_tag(q.ng, g->tag);
-    IrGraph tmp = *g;
-    *g = *q.ng;
-    *q.ng = tmp;
-  }
+  if (st == IR_OK) ir_graph_replace(g, q.ng);
   ir_graph_free(q.ng);
   free(q.stage);
   free(q.slot);

@@ -94,13 +94,7 @@ int pass_widen_grads(IrGraph *g, const PassOptions *opt) {
   }
   for (int32_t k = 0; k < g->noutputs && st == IR_OK; k++)
     st = ir_graph_add_output(w.ng, g->outputs[k].name, w.map[g->outputs[k].value]);
-  if (st == IR_OK && w.changes) {
-    ir_graph_set_origin(w.ng, g->origin);
-    ir_graph_set_tag(w.ng, g->tag);
-    IrGraph tmp = *g;
-    *g = *w.ng;
-    *w.ng = tmp;
-  }
+  if (st == IR_OK && w.changes) ir_graph_replace(g, w.ng);
   ir_graph_free(w.ng);
   free(w.map);
   free(w.uses);

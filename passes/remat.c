@@ -276,11 +276,7 @@ int pass_remat(IrGraph *g, const PassOptions *opt) {
   ir_graph_reserve(R.ng, g->nvalues + g->nvalues / 4); /* recomputed forward work */
   int st = remat_run(&R, in);
   if (st == IR_OK) {
-    ir_graph_set_origin(R.ng, g->origin);
-    ir_graph_set_tag(R.ng, g->tag);
-    IrGraph tmp = *g;
-    *g = *R.ng;
-    *R.ng = tmp;
+    ir_graph_replace(g, R.ng);
   } else {
     ir_graph_fail(g, "%s", ir_graph_error(R.ng) ? ir_graph_error(R.ng) : "remat failed");
   }

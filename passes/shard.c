@@ -854,7 +854,8 @@ static int top_k(Ctx *c, int32_t v, Sh *out) {
   return IR_OK;
 }
 
-/* attention (q, k, v (..., T, H)) and attention_grad (also dout; result (3, ..., T, H)): the
+/* attention (q, k, v (..., T, H); grouped, k and v with fewer heads) and attention_grad (also
+ * dout; result (3, ..., T, H), grouped (..., K, G + 2, T, H)): the
  * leading dims are independent problems and keep the query's splits (the first operand's that
  * has some); T and H whole. Every operand takes that sharding. */
 static int attention(Ctx *c, int32_t v, Sh *out) {
@@ -870,8 +871,12 @@ static int attention(Ctx *c, int32_t v, Sh *out) {
   for (int32_t k = 0; k < x->nops; k++) ops[k] = get(c, x->ops[k], &in);
   *out = in;
   if (x->op == IR_ATTENTION_GRAD) {
+    bool grouped = !ir_shape_eq(&c->g->values[x->ops[0]].shape, &c->g->values[x->ops[1]].shape);
     memset(out, 0, sizeof *out);
-    memcpy(out->s.axes[1], in.s.axes[0], (size_t)rank * sizeof in.s.axes[0]);
+    if (grouped) /* (..., K, G + 2, T, H): the leading dims in place */
+      memcpy(out->s.axes[0], in.s.axes[0], (size_t)(rank - 2) * sizeof in.s.axes[0]);
+    else
+      memcpy(out->s.axes[1], in.s.axes[0], (size_t)rank * sizeof in.s.axes[0]);
   }
   c->val[v] = emit_as(c, v, ops, out);
   return IR_OK;
@@ -1104,11 +1109,7 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
     ctx_free(&c);
     return IR_ERR;
   }
-  ir_graph_set_origin(c.h, g->origin);
-  ir_graph_set_tag(c.h, g->tag);
-  IrGraph tmp = *g;
-  *g = *c.h;
-  *c.h = tmp;
+  ir_graph_replace(g, c.h);
   ctx_free(&c);
   /* pass_simplify left the transposes that feed or take a product to this per-device program */
   if (pass_dce(g, opt) != IR_OK) return IR_ERR;

@@ -38,13 +38,7 @@ static int graph_rebuild(IrGraph *g, const int32_t *repl, const bool *keep) {
   }
   for (int32_t k = 0; k < g->noutputs && st == IR_OK; k++)
     st = ir_graph_add_output(ng, g->outputs[k].name, map[repl_find(repl, g->outputs[k].value)]);
-  if (st == IR_OK) {
-    ir_graph_set_origin(ng, g->origin);
-    ir_graph_set_tag(ng, g->tag);
-    IrGraph tmp = *g;
-    *g = *ng;
-    *ng = tmp;
-  }
+  if (st == IR_OK) ir_graph_replace(g, ng);
   free(map);
   ir_graph_free(ng);
   return st;

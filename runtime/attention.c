@@ -26,6 +26,8 @@
  * and dS = P (dP - D), and from those dq for the block's rows and its terms of dk and dv for
  * the keys it sees. dk and dv of a problem are sums over its query blocks, so one work item
  * is one whole problem, whose blocks add into its dk and dv in a fixed order (last first).
+ * Grouped-query (group > 1: problem p reads the keys and values of key problem p / group), an
+ * item is a key problem: its group's query problems in order, each one's blocks last first.
  * Recomputing costs one product and one exp per score; saving P would cost t * t floats.
  *
  * Determinism. Work items depend only on (bn, t, h): the forward's are query blocks (all
@@ -50,10 +52,11 @@
 
 typedef struct {
     int64_t bn, t, h, nblk; /* nblk: query blocks per problem */
+    int64_t group;          /* query problems per key problem: problem p reads k, v of p / group */
     int causal;
     float scale;
-    const float *q, *k, *v, *dout; /* (bn, t, h) each; dout backward only */
-    float *o;                      /* forward: (bn, t, h); backward: dq, dk, dv (3, bn, t, h) */
+    const float *q, *k, *v, *dout; /* (bn, t, h) each, k and v (bn / group, t, h); dout backward only */
+    float *o;                      /* forward: (bn, t, h); backward: dq, dk, dv at ir_attention_grad_at's places */
     int own;                       /* the tiles on rt_gemm_panels (rt_sgemm_use_own), else OpenBLAS */
 } Att;
 
@@ -307,25 +310,26 @@ static void forward_items(void *ctx, int64_t lo, int64_t hi) {
         int64_t p, b, i0, rows, lim;
         item_block(a, it, &p, &b);
         block_span(a, b, &i0, &rows, &lim);
-        pack_problem(a, &sc, p, 0);
-        block_probs(a, &sc, a->q + p * th, a->k + p * th, i0, rows, lim, sc.s, sc.sums);
+        int64_t kp = p / a->group;
+        pack_problem(a, &sc, kp, 0);
+        block_probs(a, &sc, a->q + p * th, a->k + kp * th, i0, rows, lim, sc.s, sc.sums);
         float *o = a->o + p * th + i0 * h;
         if (a->own)
             rt_gemm_panels(0, rows, h, lim, sc.s, lim, sc.vn, a->t, 0, o, h);
         else
-            gemm(0, 0, rows, h, lim, 1.0f, sc.s, a->v + p * th, 0, o);
+            gemm(0, 0, rows, h, lim, 1.0f, sc.s, a->v + kp * th, 0, o);
         for (int64_t r = 0; r < rows; r++)
             scale_row(o + r * h, h, 1.0f / sc.sums[r]);
     }
     free(sc.s);
 }
 
-void rt_attention(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
-                  const float *k, const float *v, float *o) {
-    if (bn <= 0 || t <= 0 || h <= 0)
+void rt_attention(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
+                  const float *q, const float *k, const float *v, float *o) {
+    if (bn <= 0 || t <= 0 || h <= 0 || group <= 0)
         return;
     int64_t br = block_rows(t);
-    Att a = {bn, t, h, (t + br - 1) / br, causal != 0, scale, q, k, v, NULL, o, rt_sgemm_use_own()};
+    Att a = {bn, t, h, (t + br - 1) / br, group, causal != 0, scale, q, k, v, NULL, o, rt_sgemm_use_own()};
     rt_parallel_for(pool, bn * a.nblk, forward_items, &a);
 }
 
@@ -354,14 +358,28 @@ ROW_KERNEL static void grad_row(float *p, float *dp, int64_t lim, float sum) {
     }
 }
 
+/* Where the backward puts problem prob's dq and its key problem's dk and dv (ir/ir.h,
+ * ir_attention_grad_at): (3, bn, t, h), or grouped per key problem its group's dq, dk, dv. */
+static void grad_at(const Att *a, int64_t prob, int64_t *dq, int64_t *dk, int64_t *dv) {
+    int64_t G = a->group, kp = prob / G;
+    if (G == 1) {
+        *dq = prob, *dk = a->bn + prob, *dv = 2 * a->bn + prob;
+        return;
+    }
+    *dq = kp * (G + 2) + prob % G;
+    *dk = kp * (G + 2) + G;
+    *dv = *dk + 1;
+}
+
 /* Query block b of problem `prob`: its dq rows, and its terms of dk and dv, which it adds to
- * theirs or, the first block of the problem (`first`), stores. */
+ * theirs or, the first block of the key problem (`first`), stores. */
 static void grad_block(const Att *a, Scratch *sc, int64_t prob, int64_t b, int first) {
-    int64_t h = a->h, th = a->t * h, all = a->bn * th, i0, rows, lim;
+    int64_t h = a->h, th = a->t * h, i0, rows, lim, kp = prob / a->group, at[3];
     block_span(a, b, &i0, &rows, &lim);
-    const float *q = a->q + prob * th, *k = a->k + prob * th, *v = a->v + prob * th;
+    grad_at(a, prob, &at[0], &at[1], &at[2]);
+    const float *q = a->q + prob * th, *k = a->k + kp * th, *v = a->v + kp * th;
     const float *dout = a->dout + prob * th + i0 * h;
-    float *dq = a->o + prob * th, *dk = dq + all, *dv = dq + 2 * all, *s = sc->s, *ds = sc->ds;
+    float *dq = a->o + at[0] * th, *dk = a->o + at[1] * th, *dv = a->o + at[2] * th, *s = sc->s, *ds = sc->ds;
     block_probs(a, sc, q, k, i0, rows, lim, s, sc->sums);
     if (a->own)
         rt_gemm_panels(0, rows, lim, h, dout, h, sc->vt, h, 0, ds, lim);
@@ -382,26 +400,28 @@ static void grad_block(const Att *a, Scratch *sc, int64_t prob, int64_t b, int f
     gemm(1, 0, lim, h, rows, a->scale, ds, q + i0 * h, !first, dk);
 }
 
-/* One problem per item. Its blocks go last to first: the last block sees every key (with
- * causal or without), so it stores dk and dv whole and the others add to them. */
+/* One key problem per item: its group's query problems in order, each one's blocks last to
+ * first: the last block sees every key (with causal or without), so the group's first problem's
+ * stores dk and dv whole and the others add to them. */
 static void backward_items(void *ctx, int64_t lo, int64_t hi) {
     const Att *a = ctx;
     Scratch sc = scratch_make(a, 1);
-    for (int64_t prob = lo; prob < hi; prob++) {
-        pack_problem(a, &sc, prob, 1);
-        for (int64_t b = a->nblk - 1; b >= 0; b--)
-            grad_block(a, &sc, prob, b, b == a->nblk - 1);
+    for (int64_t kp = lo; kp < hi; kp++) {
+        pack_problem(a, &sc, kp, 1);
+        for (int64_t prob = kp * a->group; prob < (kp + 1) * a->group; prob++)
+            for (int64_t b = a->nblk - 1; b >= 0; b--)
+                grad_block(a, &sc, prob, b, prob == kp * a->group && b == a->nblk - 1);
     }
     free(sc.s);
 }
 
-void rt_attention_grad(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
-                       const float *k, const float *v, const float *dout, float *dqkv) {
-    if (bn <= 0 || t <= 0 || h <= 0)
+void rt_attention_grad(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
+                       const float *q, const float *k, const float *v, const float *dout, float *dqkv) {
+    if (bn <= 0 || t <= 0 || h <= 0 || group <= 0)
         return;
     int64_t br = block_rows(t);
-    Att a = {bn, t, h, (t + br - 1) / br, causal != 0, scale, q, k, v, dout, dqkv, rt_sgemm_use_own()};
-    rt_parallel_for(pool, bn, backward_items, &a);
+    Att a = {bn, t, h, (t + br - 1) / br, group, causal != 0, scale, q, k, v, dout, dqkv, rt_sgemm_use_own()};
+    rt_parallel_for(pool, bn / group, backward_items, &a);
 }
 
 /* ===== bf16 tensors ======================================================================= */
@@ -417,66 +437,84 @@ enum { BF16_GROUP_FLOATS = 1 << 21 }; /* 8 MiB of f32 copies per group */
 typedef struct {
     const uint16_t *src[4]; /* the group's inputs: q, k, v (and dout) */
     int nsrc;
-    float *w;              /* their f32 copies, each `count` floats, then the results */
-    uint16_t *dst;         /* where the group's results go: `nout` tensors, `n` apart */
-    int64_t count, per, n; /* floats per tensor of the group, per problem (t * h), per tensor */
+    float *w; /* their f32 copies, src[i] at w + off[i] (len[i] floats), then the results */
+    int64_t off[4], len[4];
+    uint16_t *dst;              /* where the group's results go: `nout` runs of `olen` floats, `ostep` apart */
+    int64_t olen, ostep, parts; /* parts: the items the work is cut in */
     int nout;
 } Bf16Group;
 
-/* Problems [lo, hi) of the group: inputs widened. */
+/* Parts [lo, hi) of the group: inputs widened. */
 static void widen_items(void *ctx, int64_t lo, int64_t hi) {
     const Bf16Group *g = ctx;
-    for (int i = 0; i < g->nsrc; i++)
-        for (int64_t j = lo * g->per; j < hi * g->per; j++)
-            g->w[i * g->count + j] = rt_bf16_to_f32(g->src[i][j]);
+    for (int i = 0; i < g->nsrc; i++) {
+        int64_t per = g->len[i] / g->parts;
+        for (int64_t j = lo * per; j < hi * per; j++)
+            g->w[g->off[i] + j] = rt_bf16_to_f32(g->src[i][j]);
+    }
 }
 
-/* Problems [lo, hi) of the group: results rounded into their bf16 places. */
+/* Parts [lo, hi) of the group: results rounded into their bf16 places. */
 static void narrow_items(void *ctx, int64_t lo, int64_t hi) {
     const Bf16Group *g = ctx;
-    const float *res = g->w + g->nsrc * g->count;
+    const float *res = g->w + g->off[g->nsrc - 1] + g->len[g->nsrc - 1];
+    int64_t per = g->olen / g->parts;
     for (int i = 0; i < g->nout; i++)
-        for (int64_t j = lo * g->per; j < hi * g->per; j++)
-            g->dst[i * g->n + j] = rt_bf16_from_f32(res[i * g->count + j]);
+        for (int64_t j = lo * per; j < hi * per; j++)
+            g->dst[i * g->ostep + j] = rt_bf16_from_f32(res[i * g->olen + j]);
 }
 
-/* The f32 attention (grad: its gradient) on problems [0, bn) in groups; ins: q, k, v (and
- * dout); out: o (dqkv, three tensors of bn * t * h). */
-static void attention_bf16_groups(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale,
-                                  const uint16_t *const *ins, uint16_t *out, int grad) {
+/* The f32 attention (grad: its gradient) on problems [0, bn) in groups of whole key problems
+ * (`kg` query problems each); ins: q, k, v (and dout); out: o (dqkv: three tensors of
+ * bn * t * h, or grouped (bn / kg) (kg + 2) t h, ir_attention_grad_at). */
+static void attention_bf16_groups(RtPool *pool, int64_t bn, int64_t kg, int64_t t, int64_t h, int32_t causal,
+                                  float scale, const uint16_t *const *ins, uint16_t *out, int grad) {
     int nsrc = grad ? 4 : 3, nout = grad ? 3 : 1;
-    int64_t per = t * h, n = bn * per, group = BF16_GROUP_FLOATS / ((nsrc + nout) * per);
-    group = group < 1 ? 1 : group > bn ? bn : group;
-    float *w = scratch_new((nsrc + nout) * group * per);
-    for (int64_t b0 = 0; b0 < bn; b0 += group) {
-        int64_t gb = bn - b0 < group ? bn - b0 : group, count = gb * per;
-        Bf16Group g = {.nsrc = nsrc, .w = w, .dst = out + b0 * per, .count = count, .per = per, .n = n, .nout = nout};
-        for (int i = 0; i < nsrc; i++)
-            g.src[i] = ins[i] + b0 * per;
-        rt_parallel_for(pool, gb, widen_items, &g);
-        float *f = w + nsrc * count; /* the group's results */
+    int64_t per = t * h, n = bn * per, kn = bn / kg;               /* key problems */
+    int64_t floats = per * (2 * kg + 2 + (grad ? 2 * kg + 2 : 0)); /* one key problem's */
+    int64_t group = BF16_GROUP_FLOATS / floats;
+    group = group < 1 ? 1 : group > kn ? kn : group; /* in key problems */
+    float *w = scratch_new(group * floats);
+    for (int64_t k0 = 0; k0 < kn; k0 += group) {
+        int64_t gk = kn - k0 < group ? kn - k0 : group, gq = gk * kg, b0 = k0 * kg;
+        Bf16Group g = {.nsrc = nsrc, .w = w, .parts = gk, .nout = nout};
+        int64_t at = 0;
+        for (int i = 0; i < nsrc; i++) {
+            int kv = i == 1 || i == 2;
+            g.src[i] = ins[i] + (kv ? k0 : b0) * per;
+            g.off[i] = at;
+            g.len[i] = (kv ? gk : gq) * per;
+            at += g.len[i];
+        }
+        float *f = w + at, *wq = w, *wk = w + g.off[1], *wv = w + g.off[2];
+        if (!grad || kg == 1) { /* o, or (3, bn, t, h): nout runs of the group's problems */
+            g.dst = out + b0 * per, g.olen = gq * per, g.ostep = n;
+        } else { /* grouped: the group's key problems' (kg + 2) t h, one run */
+            g.dst = out + k0 * (kg + 2) * per, g.olen = gk * (kg + 2) * per, g.ostep = 0, g.nout = 1;
+        }
+        rt_parallel_for(pool, gk, widen_items, &g);
         if (grad)
-            rt_attention_grad(pool, gb, t, h, causal, scale, w, w + count, w + 2 * count, w + 3 * count, f);
+            rt_attention_grad(pool, gq, kg, t, h, causal, scale, wq, wk, wv, w + g.off[3], f);
         else
-            rt_attention(pool, gb, t, h, causal, scale, w, w + count, w + 2 * count, f);
-        rt_parallel_for(pool, gb, narrow_items, &g);
+            rt_attention(pool, gq, kg, t, h, causal, scale, wq, wk, wv, f);
+        rt_parallel_for(pool, gk, narrow_items, &g);
     }
     free(w);
 }
 
-void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const uint16_t *q,
-                       const uint16_t *k, const uint16_t *v, uint16_t *o) {
-    if (bn <= 0 || t <= 0 || h <= 0)
+void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
+                       const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *o) {
+    if (bn <= 0 || t <= 0 || h <= 0 || group <= 0)
         return;
     const uint16_t *in[3] = {q, k, v};
-    attention_bf16_groups(pool, bn, t, h, causal, scale, in, o, 0);
+    attention_bf16_groups(pool, bn, group, t, h, causal, scale, in, o, 0);
 }
 
-void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale,
+void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
                             const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
                             uint16_t *dqkv) {
-    if (bn <= 0 || t <= 0 || h <= 0)
+    if (bn <= 0 || t <= 0 || h <= 0 || group <= 0)
         return;
     const uint16_t *in[4] = {q, k, v, dout};
-    attention_bf16_groups(pool, bn, t, h, causal, scale, in, dqkv, 1);
+    attention_bf16_groups(pool, bn, group, t, h, causal, scale, in, dqkv, 1);
 }

@@ -292,6 +292,14 @@ typedef enum RtCollKind {
     RT_COLL_REDUCE_SCATTER, /* sum, then member r keeps chunk r of axis */
     RT_COLL_ALL_TO_ALL,     /* chunk j of axis to member j; received chunks joined along axis2 */
     RT_COLL_LOCAL_SLICE,    /* member r keeps chunk r of axis of its own operand; no traffic */
+    RT_COLL_SEND,           /* pipeline: the operand, copied to the result and sent (MPI_Isend) to
+                               the device with this one's coordinates on stage `axis` of axes[0];
+                               axis2: the sending stage. Its buffer is in flight until the recv */
+    RT_COLL_RECV,           /* pipeline, on the receiving stage: the result is what send `axis2`
+                               (a collective index) of stage `axis` sent; on stage `axis` itself:
+                               waits for that send to complete (its buffer is free again) */
+    RT_COLL_SHARE,          /* pipeline: the operand of stage `axis` (of axes[0]) on every stage,
+                               as rt_comm_stage_share (an OpenCL trainer's end of the step) */
     RT_COLL_KIND_COUNT
 } RtCollKind;
 
@@ -303,7 +311,8 @@ typedef struct RtCollective {
     int32_t dtype; /* RT_DT_F32, RT_DT_BF16 (2-byte elements) or RT_DT_I32 */
     int32_t naxes;
     int32_t axes[RT_MAX_MESH_AXES]; /* mesh axis indices, group order */
-    int32_t axis, axis2;            /* axis: gather/scatter/slice/split axis; axis2: concat */
+    int32_t axis, axis2;            /* axis: gather/scatter/slice/split axis; axis2: concat
+                                       (send, recv: the stages, above) */
     int32_t rank;                   /* of both operand and result */
     int64_t in_shape[RT_MAX_DIMS];  /* the operand (local) */
     int64_t out_shape[RT_MAX_DIMS]; /* the result (local) */
@@ -394,6 +403,12 @@ void rt_comm_collective(RtComm *c, int32_t index, char *slab);
 /* rt_comm_collective with the operand at `in` and the result at `out` (separate buffers, the
  * collective's in_shape and out_shape): an OpenCL trainer's host staging buffer. */
 void rt_comm_collective_io(RtComm *c, int32_t index, const char *in, char *out);
+/* The pipeline (mesh axis `axis`): the `bytes` at slab + offset of the device with this one's
+ * coordinates on stage `from` replace this device's (a scalar output, or a parameter that
+ * several stages read, made on one). Called by the generated step at its end. */
+void rt_comm_stage_share(RtComm *c, int32_t axis, int64_t from, char *slab, int64_t offset, int64_t bytes);
+/* Seconds this device has waited in the pipeline's recvs (and for its sends) so far. */
+double rt_comm_p2p_wait_s(const RtComm *c);
 /* This process's rank among those on its node, and their count, as the launcher's environment
  * says (OMPI_COMM_WORLD_LOCAL_RANK and _SIZE, MPI_LOCALRANKID and MPI_LOCALNRANKS, SLURM_LOCALID
  * and SLURM_TASKS_PER_NODE, PMI_LOCAL_RANK and PMI_LOCAL_SIZE); *size 0 when only the rank is
@@ -638,19 +653,22 @@ void rt_sbgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n
  * go through a scratch of B * (t + 1) floats per thread, malloc'd and freed in the call. Split
  * over the pool in items that depend only on the shapes, so the bits do not depend on the
  * thread count. Out of memory for the scratch prints a message and aborts. */
-void rt_attention(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
-                  const float *k, const float *v, float *o);
+void rt_attention(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
+                  const float *q, const float *k, const float *v, float *o);
 /* The gradients of sum(o * dout) for the same problems: dq at dqkv, dk at dqkv + bn*t*h, dv at
  * dqkv + 2*bn*t*h (a (3, bn, t, h) tensor). The softmax statistics are recomputed, not saved;
- * one item per problem, scratch B * (2t + 1) floats per thread. */
-void rt_attention_grad(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const float *q,
-                       const float *k, const float *v, const float *dout, float *dqkv);
+ * one item per problem, scratch B * (2t + 1) floats per thread. Grouped-query (group > 1):
+ * problem p reads k and v of key problem p / group ((bn / group, t, h) each), and dqkv is per
+ * key problem its group's dq, then its dk and dv (ir/ir.h, ir_attention_grad_at); one item per
+ * key problem. */
+void rt_attention_grad(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
+                       const float *q, const float *k, const float *v, const float *dout, float *dqkv);
 
 /* The same on bf16 tensors (bit patterns, see rt_bf16_to_f32): the arithmetic, the softmax
  * statistics included, is f32; each output element is rounded once to bf16. */
-void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale, const uint16_t *q,
-                       const uint16_t *k, const uint16_t *v, uint16_t *o);
-void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t t, int64_t h, int32_t causal, float scale,
+void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
+                       const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *o);
+void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
                             const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
                             uint16_t *dqkv);
 
@@ -678,6 +696,8 @@ typedef struct RtOclLaunch {
      * host (rt_comm_collective_io) and writes the result back, in the queue's order. */
     int32_t collective;
     int64_t mma_global[3], mma_local[3]; /* ABI 7: the range of the tensor-core body */
+    int32_t stage;                       /* ABI 9: 1 + the pipeline stage whose devices run it (a recv's also runs on
+                                            its sending stage); 0: every device */
 } RtOclLaunch;
 
 /* The product kernels' body, the value of AX_MMA the runtime builds with: none (the SIMT
@@ -702,7 +722,7 @@ typedef enum RtOclMma { RT_OCL_MMA_OFF = 0, RT_OCL_MMA_PTX = 1, RT_OCL_MMA_EMULA
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train_program.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION    8
+#define RT_ABI_VERSION    9
 #define RT_MAX_PARAM_RANK 4
 
 /* The program's facts: what the compiler knows of the job that the graph does not hold, defined
@@ -741,6 +761,8 @@ struct RtParamSlot {
     RtInit init;                                         /* deterministic init from (seed, path) */
     int64_t offset;                                      /* f32 parameter */
     int64_t m_offset, v_offset; /* f32 AdamW moments, same shape; both -1: frozen (LoRA's base) */
+    int64_t stage;              /* ABI 9: 1 + the pipeline stage that updates it (its devices write it to a
+                                   checkpoint); 0: every device (no pipeline) */
 };
 
 /* One attention's keys or values in the KV cache of the decode step: `heads` rows of
@@ -870,6 +892,10 @@ typedef struct RtTrainHooks {
     void (*sync)(char *slab, int dir);
     int (*copy)(char *dst, const char *src);
     const RtSampleIo *sample;
+    /* Bytes the trainer holds on its device (a GPU's memory), or NULL where the slab is host
+     * memory: then the trainer's memory line measures the device against the prediction and
+     * reports the host heap beside it. */
+    int64_t (*device_bytes)(void);
 } RtTrainHooks;
 int rt_train_main_hooks(const RtProgram *p, const RtTrainHooks *h, int argc, char **argv);
 /* Called from inside RtProgram.step: the batch the next step on the same data reads, as

@@ -33,6 +33,14 @@
  * rank, on a communicator of its own, and names those that do not answer within a short grace;
  * a waiting rank answers from its polling loop, a stopped or hung one cannot.
  *
+ * Pipeline stages exchange activations point to point (RT_COLL_SEND, RT_COLL_RECV), on the
+ * communicator of the pipeline axis: a send copies its operand into its own buffer and posts an
+ * MPI_Isend from there; the matching recv, later in the step's order, receives on the other
+ * stage (MPI_Irecv, waited for against the deadline) and, on the sending stage, waits for the
+ * send to complete, so the send's buffer is free from the recv's position on, as the memory
+ * plan assumes. Every blocking call of every rank comes in the step's one order, so no two
+ * stages wait for each other. A message's tag is its send's collective index.
+ *
  * Built without MPI (AXRT_HAVE_MPI undefined), or run as one process, the world is rank 0 of 1
  * and every group has one member: collectives are copies.
  */
@@ -77,12 +85,18 @@ struct RtComm {
     int64_t bytes_sent;
     char *buf; /* (cap) send and receive blocks */
     size_t cap;
-    int *pending; /* (2 * size) scratch for the watchdog */
+    int *pending;      /* (2 * size) scratch for the watchdog */
+    double p2p_wait_s; /* seconds spent waiting in pipeline recvs and sends */
 #ifdef AXRT_HAVE_MPI
-    MPI_Comm watch; /* a duplicate of the world for the watchdog's questions and answers */
-    int watch_msg;  /* the (empty) content of a question or an answer */
+    MPI_Request *sends; /* (ncolls) the pipeline sends in flight, by collective index */
+    char **send_copy;   /* (ncolls) a send's own copy when its buffer is a staging one (OpenCL) */
+    MPI_Comm watch;     /* a duplicate of the world for the watchdog's questions and answers */
+    int watch_msg;      /* the (empty) content of a question or an answer */
 #endif
 };
+
+static const char *const KIND_NAME[RT_COLL_KIND_COUNT] = {"all_reduce",  "all_gather", "reduce_scatter", "all_to_all",
+                                                          "local_slice", "send",       "recv",           "share"};
 
 /* ===== the mesh ======================================================================= */
 
@@ -140,7 +154,12 @@ int64_t rt_comm_step_bytes(const RtComm *c) {
         int64_t g = c->groups[c->coll_group[i]].n, bytes = numel(k->in_shape, k->rank) * rt_coll_elem_bytes(k->dtype);
         if (k->kind == RT_COLL_REDUCE_SCATTER || k->kind == RT_COLL_ALL_TO_ALL)
             bytes /= g;
-        sum += k->kind == RT_COLL_LOCAL_SLICE ? 0 : (g - 1) * bytes;
+        if (k->kind == RT_COLL_SEND) /* the sending stage's devices send it once */
+            sum += c->coords[k->axes[0]] == k->axis2 ? bytes : 0;
+        else if (k->kind == RT_COLL_SHARE) /* from stage `axis` to the others */
+            sum += c->coords[k->axes[0]] == k->axis ? (c->mesh.sizes[k->axes[0]] - 1) * bytes : 0;
+        else if (k->kind != RT_COLL_RECV)
+            sum += k->kind == RT_COLL_LOCAL_SLICE ? 0 : (g - 1) * bytes;
     }
     return sum;
 }
@@ -316,8 +335,31 @@ static int group_split(RtComm *c, Group *g, RtError *err) {
 }
 #endif
 
+/* A send or recv: one mesh axis, stages on it, a recv naming a send. */
+static int check_p2p(const RtComm *c, int32_t i, RtError *err) {
+    const RtCollective *k = &c->colls[i];
+    int64_t stages = k->naxes == 1 && k->axes[0] >= 0 && k->axes[0] < c->mesh.naxes ? c->mesh.sizes[k->axes[0]] : 0;
+    int ok = stages > 1 && k->axis >= 0 && k->axis < stages && k->rank >= 0 && k->rank <= RT_MAX_DIMS;
+    if (ok && k->kind == RT_COLL_SEND)
+        ok = k->axis2 >= 0 && k->axis2 < stages && k->axis2 != k->axis;
+    else if (ok && k->kind == RT_COLL_SHARE)
+        ok = numel(k->in_shape, k->rank) == numel(k->out_shape, k->rank);
+    else if (ok)
+        ok = k->axis2 >= 0 && k->axis2 < c->ncolls && c->colls[k->axis2].kind == RT_COLL_SEND &&
+             c->colls[k->axis2].axis2 == k->axis &&
+             numel(c->colls[k->axis2].out_shape, k->rank) == numel(k->out_shape, k->rank);
+    return ok ? 0
+              : rt_error_set(err,
+                             "program: collective %d: a %s without one pipeline axis of 2 or more stages, or with "
+                             "bad stages or send",
+                             i, KIND_NAME[k->kind]);
+}
+
 static int check_coll(const RtComm *c, int32_t i, RtError *err) {
     const RtCollective *k = &c->colls[i];
+    if (k->kind == RT_COLL_SEND || k->kind == RT_COLL_RECV || k->kind == RT_COLL_SHARE)
+        return rt_coll_elem_bytes(k->dtype) ? check_p2p(c, i, err)
+                                            : rt_error_set(err, "program: collective %d: dtype %d", i, (int)k->dtype);
     int axis_ok = k->kind == RT_COLL_ALL_REDUCE || (k->axis >= 0 && k->axis < k->rank);
     int axis2_ok = k->kind != RT_COLL_ALL_TO_ALL || (k->axis2 >= 0 && k->axis2 < k->rank);
     if (!rt_coll_elem_bytes(k->dtype))
@@ -440,6 +482,16 @@ int rt_comm_new(RtComm **out, const RtMesh *mesh, const RtCollective *colls, int
         rc = c->pending ? groups_make(c, err) : rt_error_set(err, "comm: out of memory");
     }
 #ifdef AXRT_HAVE_MPI
+    if (rc == 0) {
+        c->sends = malloc(((size_t)c->ncolls + 1) * sizeof *c->sends);
+        c->send_copy = calloc((size_t)c->ncolls + 1, sizeof *c->send_copy);
+        for (int32_t i = 0; c->sends && i <= c->ncolls; i++)
+            c->sends[i] = MPI_REQUEST_NULL;
+        if (!c->sends || !c->send_copy)
+            rc = rt_error_set(err, "comm: out of memory");
+    }
+#endif
+#ifdef AXRT_HAVE_MPI
     if (rc == 0 && c->mpi && c->size > 1) {
         int dup = MPI_Comm_dup(MPI_COMM_WORLD, &c->watch);
         if (dup != MPI_SUCCESS)
@@ -465,6 +517,13 @@ void rt_comm_free(RtComm *c) {
         free(c->groups[g].members);
     }
 #ifdef AXRT_HAVE_MPI
+    for (int32_t i = 0; c->sends && i < c->ncolls; i++)
+        if (c->sends[i] != MPI_REQUEST_NULL)
+            MPI_Request_free(&c->sends[i]);
+    for (int32_t i = 0; c->send_copy && i < c->ncolls; i++)
+        free(c->send_copy[i]);
+    free(c->send_copy);
+    free(c->sends);
     if (c->watch != MPI_COMM_NULL)
         MPI_Comm_free(&c->watch);
     if (c->finalize)
@@ -593,8 +652,8 @@ static int whole_operand(int32_t kind) {
 }
 
 int64_t rt_coll_scratch_bytes(int32_t kind, int64_t n_in, int elem_bytes, int64_t n) {
-    if (kind == RT_COLL_LOCAL_SLICE || n < 1 || elem_bytes < 1)
-        return 0;
+    if (kind == RT_COLL_LOCAL_SLICE || kind >= RT_COLL_SEND || n < 1 || elem_bytes < 1)
+        return 0; /* no traffic, or point to point from and into the slab */
     int64_t bs = whole_operand(kind) ? n_in : n_in / n, per = RT_COMM_CHUNK_BYTES / elem_bytes;
     int64_t slot = (bs < per ? bs : per) * elem_bytes;
     return (whole_operand(kind) ? n : 2 * n) * slot;
@@ -638,9 +697,6 @@ static void die(RtComm *c, const char *fmt, ...) {
     rt_comm_abort(c, 1);
     abort(); /* without MPI there is nobody to wait for; never reached */
 }
-
-static const char *const KIND_NAME[RT_COLL_KIND_COUNT] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                                          "local_slice"};
 
 #ifdef AXRT_HAVE_MPI
 enum { WATCH_ASK = 1, WATCH_ANSWER = 2 };
@@ -787,13 +843,127 @@ static void exchange(RtComm *c, Group *g, int32_t index, const char *send, size_
 #endif
 }
 
+/* The pipeline's point-to-point messages (see the top). On the sending stage a recv completes
+ * its send; elsewhere it receives. A send's `out` is in the slab (in_slab), or a staging buffer
+ * the caller reuses at once (an OpenCL trainer's): then it is sent from a copy of its own. */
+static void p2p(RtComm *c, int32_t index, const char *in, char *out, int in_slab) {
+    const RtCollective *k = &c->colls[index];
+    Group *g = &c->groups[c->coll_group[index]];
+    size_t bytes = (size_t)numel(k->out_shape, k->rank) * (size_t)rt_coll_elem_bytes(k->dtype);
+    if ((k->kind == RT_COLL_SEND || k->kind == RT_COLL_SHARE) && out != in)
+        memmove(out, in, bytes);
+    if (k->kind == RT_COLL_SHARE) {
+        rt_comm_stage_share(c, k->axes[0], k->axis, out, 0, (int64_t)bytes);
+        return;
+    }
+    if (g->n == 1)
+        return;
+#ifdef AXRT_HAVE_MPI
+    int32_t send = k->kind == RT_COLL_SEND ? index : k->axis2;
+    int peer = k->axis, tag = send % 32000, rc = MPI_SUCCESS;
+    if (bytes > (size_t)INT32_MAX)
+        die(c, "collective %d: a message over 2 GiB", index);
+    MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int peers[1] = {g->members[peer]};
+    char what[160];
+    snprintf(what, sizeof what, "collective %d (%s %s stage %d over [%s])", index, KIND_NAME[k->kind],
+             k->kind == RT_COLL_SEND ? "to" : "from", peer,
+             c->mesh.names[k->axes[0]] ? c->mesh.names[k->axes[0]] : "?");
+    double t0 = rt_now_s();
+    if (k->kind == RT_COLL_SEND) {
+        if (c->sends[index] != MPI_REQUEST_NULL) { /* last step's, never completed by its recv */
+            reqs[0] = c->sends[index];
+            wait_all(c, reqs, 2, peers, what, c->timeout_s);
+        }
+        char *from = out;
+        if (!in_slab) {
+            if (!c->send_copy[index] && !(c->send_copy[index] = malloc(bytes + 1)))
+                die(c, "%s: out of memory", what);
+            from = memcpy(c->send_copy[index], out, bytes);
+        }
+        rc = MPI_Isend(from, (int)bytes, MPI_BYTE, peer, tag, g->comm, &c->sends[index]);
+        c->bytes_sent += (int64_t)bytes;
+    } else if (g->rank == peer) { /* the sender: its buffer is needed again from here on */
+        reqs[0] = c->sends[send];
+        c->sends[send] = MPI_REQUEST_NULL;
+        wait_all(c, reqs, 2, peers, what, c->timeout_s);
+    } else {
+        rc = MPI_Irecv(out, (int)bytes, MPI_BYTE, peer, tag, g->comm, &reqs[0]);
+        if (rc == MPI_SUCCESS)
+            wait_all(c, reqs, 2, peers, what, c->timeout_s);
+    }
+    c->p2p_wait_s += rt_now_s() - t0;
+    if (rc != MPI_SUCCESS)
+        die(c, "%s: MPI error %d posting a message; aborting the job", what, rc);
+#else
+    (void)index;
+    (void)in_slab;
+#endif
+}
+
+double rt_comm_p2p_wait_s(const RtComm *c) {
+    return c ? c->p2p_wait_s : 0;
+}
+
+void rt_comm_stage_share(RtComm *c, int32_t axis, int64_t from, char *slab, int64_t offset, int64_t bytes) {
+    if (!c || axis < 0 || axis >= c->mesh.naxes || c->mesh.sizes[axis] < 2 || bytes <= 0)
+        return;
+#ifdef AXRT_HAVE_MPI
+    if (!c->mpi || bytes > INT32_MAX)
+        die(c, "sharing %lld bytes across the pipeline stages: %s", (long long)bytes, c->mpi ? "over 2 GiB" : "no MPI");
+    int64_t co[RT_MAX_MESH_AXES];
+    memcpy(co, c->coords, sizeof co);
+    int n = (int)c->mesh.sizes[axis], me = (int)c->coords[axis], nr = 0, rc = MPI_SUCCESS;
+    MPI_Request *reqs = malloc(2 * (size_t)n * sizeof *reqs);
+    int *peers = malloc((size_t)n * sizeof *peers);
+    if (!reqs || !peers)
+        die(c, "sharing across the pipeline stages: out of memory");
+    for (int j = 0; j < n && rc == MPI_SUCCESS; j++) {
+        if (j == me || (me != from && j != from))
+            continue;
+        co[axis] = j;
+        int peer = peers[nr / 2] = (int)mesh_device(&c->mesh, co);
+        reqs[nr] = reqs[nr + 1] = MPI_REQUEST_NULL;
+        if (me == from) {
+            rc = MPI_Isend(slab + offset, (int)bytes, MPI_BYTE, peer, 32002, MPI_COMM_WORLD, &reqs[nr + 1]);
+            c->bytes_sent += bytes;
+        } else {
+            rc = MPI_Irecv(slab + offset, (int)bytes, MPI_BYTE, peer, 32002, MPI_COMM_WORLD, &reqs[nr]);
+        }
+        nr += 2;
+    }
+    if (rc != MPI_SUCCESS)
+        die(c, "sharing across the pipeline stages: MPI error %d; aborting the job", rc);
+    char what[96];
+    snprintf(what, sizeof what, "sharing %lld bytes of stage %lld with the other stages", (long long)bytes,
+             (long long)from);
+    wait_all(c, reqs, nr, peers, what, c->timeout_s);
+    free(reqs);
+    free(peers);
+#else
+    (void)from;
+    (void)slab;
+    (void)offset;
+#endif
+}
+
+static void collective_io(RtComm *c, int32_t index, const char *in, char *out, int in_slab);
+
 void rt_comm_collective(RtComm *c, int32_t index, char *slab) {
     const RtCollective *k = &c->colls[index];
-    rt_comm_collective_io(c, index, slab + k->in_offset, slab + k->out_offset);
+    collective_io(c, index, slab + k->in_offset, slab + k->out_offset, 1);
 }
 
 void rt_comm_collective_io(RtComm *c, int32_t index, const char *in, char *out) {
+    collective_io(c, index, in, out, 0);
+}
+
+static void collective_io(RtComm *c, int32_t index, const char *in, char *out, int in_slab) {
     const RtCollective *k = &c->colls[index];
+    if (k->kind >= RT_COLL_SEND) {
+        p2p(c, index, in, out, in_slab);
+        return;
+    }
     Group *g = &c->groups[c->coll_group[index]];
     int64_t n_in = numel(k->in_shape, k->rank), n = g->n;
     int es = rt_coll_elem_bytes(k->dtype);

@@ -404,3 +404,25 @@ int rt_cache_entry_verify(const char *path, char *why, size_t cap) {
     rt_file_unmap(&m);
     return rc;
 }
+
+int rt_json_nul_string(const char *text, size_t len, size_t *start, size_t *end) {
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str) {
+            in_str = text[i] == '"';
+            *start = i;
+        } else if (text[i] == '"') {
+            in_str = 0;
+        } else if (text[i] == '\\' && i + 1 < len) {
+            if (len - i >= 6 && memcmp(text + i + 1, "u0000", 5) == 0) {
+                size_t e = i + 6;
+                while (e < len && text[e] != '"')
+                    e += text[e] == '\\' ? 2 : 1;
+                *end = e < len ? e : len - 1;
+                return 1;
+            }
+            i++; /* the escaped character: \" does not end the string */
+        }
+    }
+    return 0;
+}

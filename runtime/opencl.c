@@ -130,7 +130,8 @@ typedef struct Session {
     /* A mesh of several devices: the collectives run through MPI on the host, from a staging
      * buffer that is pinned where the driver allows (CL_MEM_ALLOC_HOST_PTR, mapped once). */
     RtComm *comm;
-    cl_mem stage_mem; /* NULL: stage is plain host memory */
+    cl_mem stage_mem;     /* NULL: stage is plain host memory */
+    int64_t device_bytes; /* the device-only buffers made (slabs, batch slots, sampling): never freed mid-run */
     char *stage;
     int64_t stage_bytes;
     RtOclMma mma;       /* the product kernels' body on this device (the capability table) */
@@ -968,6 +969,8 @@ static SlabBuf *slab_buf(Session *S, char *slab) {
         for (int k = 0; k < S->nbufs && e == CL_SUCCESS; k++) {
             size_t bytes = (size_t)(S->cut[k + 1] - S->cut[k]);
             S->slabs[i].mem[k] = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &e);
+            if (e == CL_SUCCESS)
+                S->device_bytes += (int64_t)(bytes ? bytes : 4);
         }
         if (e != CL_SUCCESS) {
             step_fail(S, "clCreateBuffer for the slab", e);
@@ -1076,6 +1079,7 @@ static int batch_make(Session *S) {
     S->ahead_mem = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, (size_t)(2 * S->slot_bytes), NULL, &e);
     if (e != CL_SUCCESS)
         return step_fail(S, "clCreateBuffer (the batch's device slots)", e);
+    S->device_bytes += 2 * S->slot_bytes;
     S->bstage_mem =
         clCreateBuffer(S->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, (size_t)(2 * S->slot_bytes), NULL, &e);
     if (S->bstage_mem && e == CL_SUCCESS)
@@ -1194,6 +1198,14 @@ static int local_slice(Session *S, SlabBuf *b, const RtOclLaunch *L, const RtCol
  * kernels before it), the exchange through MPI on the host, and its result back to the device
  * ahead of the kernels after it (the in-order queue orders them; the next read, blocking,
  * waits for this write before the staging buffer is used again). */
+/* This device's stage on the pipeline axis, or -1 without one. */
+static int64_t pipeline_coord(const Session *S) {
+    for (int a = 0; S->comm && a < S->p->base.mesh.naxes; a++)
+        if (S->p->base.mesh.names[a] && !strcmp(S->p->base.mesh.names[a], "pipeline"))
+            return rt_comm_coord(S->comm, a);
+    return -1;
+}
+
 static int collective(Session *S, SlabBuf *b, int32_t i) {
     const RtOclLaunch *L = &S->p->launches[i];
     if (!S->comm)
@@ -1207,10 +1219,24 @@ static int collective(Session *S, SlabBuf *b, int32_t i) {
         return -1;
     double t0 = now_s();
     int64_t in = L->arg_bytes[0], out = L->arg_bytes[1], at = (in + 63) / 64 * 64;
-    if (xfer_at(S, b, L->args[0], in, 0, CL_TRUE, S->stage) != 0)
+    if (k->kind == RT_COLL_RECV && pipeline_coord(S) == k->axis) {
+        rt_comm_collective_io(S->comm, L->collective - 1, NULL, NULL); /* the sender: completes it */
+        return 0;
+    }
+    /* a recv's operand is the other stage's send: nothing to read here, but the staging buffer
+     * is written at once, so the writes to the device from it before must be done */
+    if (k->kind == RT_COLL_RECV) {
+        cl_int e = clFinish(S->q);
+        if (e != CL_SUCCESS)
+            return step_fail(S, "clFinish (before a pipeline recv)", e);
+    } else if (xfer_at(S, b, L->args[0], in, 0, CL_TRUE, S->stage) != 0) {
         return -1;
+    }
     rt_comm_collective_io(S->comm, L->collective - 1, S->stage, S->stage + at);
-    if (xfer_at(S, b, L->args[1], out, 1, CL_FALSE, S->stage + at) != 0)
+    /* a send's result is its operand, which the device has (and the plan may put the two in
+     * the same bytes, which a write from the staging buffer, reused by the next recv at once,
+     * could spoil) */
+    if (k->kind != RT_COLL_SEND && xfer_at(S, b, L->args[1], out, 1, CL_FALSE, S->stage + at) != 0)
         return -1;
     S->traffic.coll_to_host += in;
     S->traffic.coll_to_dev += out;
@@ -1218,8 +1244,20 @@ static int collective(Session *S, SlabBuf *b, int32_t i) {
     return 0;
 }
 
+/* Whether launch L runs on this device: every launch but a pipeline's of another stage (a recv
+ * also runs on its sending stage, where it completes the send). */
+static int launch_here(const Session *S, const RtOclLaunch *L) {
+    if (L->stage <= 0 || !S->comm)
+        return 1;
+    const RtCollective *k = L->collective > 0 ? &S->p->base.collectives[L->collective - 1] : NULL;
+    int64_t me = pipeline_coord(S);
+    return me == L->stage - 1 || (k && k->kind == RT_COLL_RECV && me == k->axis);
+}
+
 static int launch(Session *S, SlabBuf *b, int32_t i) {
     const RtOclLaunch *L = &S->p->launches[i];
+    if (!launch_here(S, L))
+        return 0;
     if (L->collective > 0)
         return collective(S, b, i);
     size_t g[3], l[3];
@@ -1392,6 +1430,12 @@ static void ocl_sync(char *slab, int dir) {
     S->traffic.read_bytes += S->p->base.slab_bytes;
 }
 
+/* RtTrainHooks.device_bytes: what the trainer holds on the device, the side of memcheck's
+ * prediction a GPU has (pinned staging buffers are host memory there, as PoCL's buffers all are). */
+static int64_t ocl_device_bytes(void) {
+    return active ? active->device_bytes : 0;
+}
+
 /* RtTrainHooks.copy: slab dst a copy of slab src on the device, buffer by buffer (an eval's or a
  * replay's copy: nothing crosses to the host). -1 where the device does not hold src's state
  * (no step ran on it, or the host wrote it whole since): the runtime copies on the host then. */
@@ -1451,6 +1495,7 @@ static int sampling_setup(Session *S, int w, int64_t bytes) {
         S->sbuf = clCreateBuffer(S->ctx, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &e);
         if (e != CL_SUCCESS)
             return step_fail(S, "clCreateBuffer for the sampling slab", e);
+        S->device_bytes += bytes;
     }
     if (S->skernels[w])
         return 0;
@@ -1647,7 +1692,10 @@ static int train_on(const RtOclProgram *p, const DevInfo *d, OclOpts *o, const c
             prog.forward = &fwd;
         }
         active = &S;
-        RtTrainHooks hooks = {.sync = ocl_sync, .copy = ocl_copy, .sample = prog.forward ? &sample_io : NULL};
+        RtTrainHooks hooks = {.sync = ocl_sync,
+                              .copy = ocl_copy,
+                              .sample = prog.forward ? &sample_io : NULL,
+                              .device_bytes = ocl_device_bytes};
         rc = rt_train_main_hooks(&prog, &hooks, o->argc, o->argv);
         active = NULL;
     }

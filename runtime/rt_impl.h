@@ -35,6 +35,12 @@ int rt_wfile_write(RtWfile *w, const void *buf, size_t n, RtError *err);
 int rt_wfile_commit(RtWfile *w, RtError *err);
 void rt_wfile_abort(RtWfile *w);
 
+/* A JSON text's first string that spells NUL as \u0000 (json-c would cut a key or value there,
+ * C strings being what it gives): 1 with [*start, *end] the string, quotes included (*end the
+ * text's last byte when the string is cut off), else 0. safetensors.c and tok_bpe.c refuse
+ * such a file, quoting it. */
+int rt_json_nul_string(const char *text, size_t len, size_t *start, size_t *end);
+
 /* ===== blas.c ========================================================================= */
 
 /* One single-threaded product, row-major: C (m, n) = alpha op(A) op(B), plus C when `add`;

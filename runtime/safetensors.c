@@ -227,30 +227,14 @@ static int parse_tensors(RtSt *st, json_object *root, const unsigned char *data,
 /* A JSON string may spell NUL as \u0000, but names and metadata are C strings here: "a\u0000b"
  * would be read as "a", another tensor's name perhaps. Refused, quoting the string. */
 static int check_no_nul(const RtSt *st, const char *text, size_t len, RtError *err) {
-    size_t start = 0;
-    int in_str = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (!in_str) {
-            in_str = text[i] == '"';
-            start = i;
-        } else if (text[i] == '"') {
-            in_str = 0;
-        } else if (text[i] == '\\' && i + 1 < len) {
-            if (len - i >= 6 && memcmp(text + i + 1, "u0000", 5) == 0) {
-                size_t end = i + 6;
-                while (end < len && text[end] != '"')
-                    end += text[end] == '\\' ? 2 : 1;
-                end = end < len ? end : len - 1;
-                int shown = (int)(end - start + 1 < 200 ? end - start + 1 : 200);
-                return rt_error_set(err,
-                                    "%s: JSON header: the string %.*s%s holds a NUL (\\u0000); a tensor name or "
-                                    "metadata cannot contain one",
-                                    st->path, shown, text + start, shown == 200 ? "..." : "");
-            }
-            i++; /* the escaped character: \" does not end the string */
-        }
-    }
-    return 0;
+    size_t start, end;
+    if (!rt_json_nul_string(text, len, &start, &end))
+        return 0;
+    int shown = (int)(end - start + 1 < 200 ? end - start + 1 : 200);
+    return rt_error_set(err,
+                        "%s: JSON header: the string %.*s%s holds a NUL (\\u0000); a tensor name or "
+                        "metadata cannot contain one",
+                        st->path, shown, text + start, shown == 200 ? "..." : "");
 }
 
 /* Parses exactly `len` bytes as one JSON object followed only by whitespace. */

@@ -449,30 +449,14 @@ static int trailing(const char *json, size_t end, size_t n) {
  * strings: "a\u0000b" would be read as "a", another token perhaps. Refused, quoting the string
  * and its byte. */
 static int check_no_nul(const char *text, size_t len, RtError *err) {
-    size_t start = 0;
-    int in_str = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (!in_str) {
-            in_str = text[i] == '"';
-            start = i;
-        } else if (text[i] == '"') {
-            in_str = 0;
-        } else if (text[i] == '\\' && i + 1 < len) {
-            if (len - i >= 6 && memcmp(text + i + 1, "u0000", 5) == 0) {
-                size_t end = i + 6;
-                while (end < len && text[end] != '"')
-                    end += text[end] == '\\' ? 2 : 1;
-                end = end < len ? end : len - 1;
-                int shown = (int)(end - start + 1 < 100 ? end - start + 1 : 100);
-                return rt_error_set(err,
-                                    "the string %.*s%s at byte %zu holds a NUL (\\u0000); a token or key of a "
-                                    "tokenizer.json cannot contain one",
-                                    shown, text + start, shown == 100 ? "..." : "", start);
-            }
-            i++; /* the escaped character: \" does not end the string */
-        }
-    }
-    return 0;
+    size_t start, end;
+    if (!rt_json_nul_string(text, len, &start, &end))
+        return 0;
+    int shown = (int)(end - start + 1 < 100 ? end - start + 1 : 100);
+    return rt_error_set(err,
+                        "the string %.*s%s at byte %zu holds a NUL (\\u0000); a token or key of a "
+                        "tokenizer.json cannot contain one",
+                        shown, text + start, shown == 100 ? "..." : "", start);
 }
 
 int rt_bpe_load(void **impl, const char *json, size_t n, RtError *err) {

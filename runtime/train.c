@@ -49,7 +49,8 @@ static const char *const TENSOR_PREFIX[3] = {"", "opt/m/", "opt/v/"};
 
 /* Where this rank's chunk of parameter s lies in the whole one. The chunk is written to a
  * checkpoint by the first device holding it: the one whose coordinates off the split's axes are
- * all zero. */
+ * all zero, but on the pipeline axis that of the stage that updates it (s->stage): the other
+ * stages hold a copy they never update. */
 static void slot_region(const Trainer *t, const RtParamSlot *s, RtCkptRegion *r) {
     const RtMesh *m = &t->p->mesh;
     int used[RT_MAX_MESH_AXES] = {0};
@@ -61,9 +62,11 @@ static void slot_region(const Trainer *t, const RtParamSlot *s, RtCkptRegion *r)
             used[s->split[d][i] - 1] = 1;
     }
     r->owner = 1;
-    for (int a = 0; a < m->naxes; a++)
-        if (!used[a] && rt_comm_coord(t->comm, a) != 0)
+    for (int a = 0; a < m->naxes; a++) {
+        int staged = s->stage > 0 && m->names[a] && !strcmp(m->names[a], "pipeline");
+        if (!used[a] && rt_comm_coord(t->comm, a) != (staged ? s->stage - 1 : 0))
             r->owner = 0;
+    }
 }
 
 /* The checkpoint's share of the table: every tensor but the frozen parameters' (train_impl.h). */
@@ -719,14 +722,31 @@ static RunEnd train(Trainer *t, RtError *err) {
         char huge_note[64] = "";
         if (huge >= 0)
             snprintf(huge_note, sizeof huge_note, "; %.2f MiB in huge pages", (double)huge / 1048576);
-        if (t->heap_peak > 0)
-            printf("%s: memory: predicted %.2f MiB (the planned slab%s,%s as axlc memcheck reports it), measured "
+        int64_t device = t->device_bytes ? t->device_bytes() : 0;
+        /* a pipeline's slab still holds every stage's parameters and state; memcheck plans a
+         * stage's own (docs/pipeline.md, "Next") */
+        const char *as = " as axlc memcheck reports it";
+        for (int32_t i = 0; i < t->p->nparams; i++)
+            if (t->p->params[i].stage > 0)
+                as = " every stage's parameters and state: axlc memcheck plans a stage's own";
+        if (device > 0) /* the slabs are on a device: that is what memcheck plans */
+            printf("%s: memory: predicted %.2f MiB (the planned slab%s,%s), measured "
+                   "%.2f MiB on the device (the buffers the trainer made, %+.1f%%); host heap %.2f MiB at its peak "
+                   "(the slab's host copy, staging%s; a CPU device's buffers too); peak RSS %.2f MiB\n",
+                   t->prog, (double)slabs / 1048576, t->eval_slab ? "s of the step and eval" : "", as,
+                   (double)device / 1048576, 100.0 * ((double)device - (double)slabs) / (double)slabs,
+                   (double)t->heap_peak / 1048576, scratch + mpi > 0 ? ", collective scratch, MPI" : "",
+                   (double)train_peak_rss() / 1048576);
+        else if (t->heap_peak > 0)
+            printf("%s: memory: predicted %.2f MiB (the planned slab%s,%s%s), measured "
                    "%.2f MiB (heap the trainer held at its peak, %+.1f%%); peak RSS %.2f MiB (code and libraries "
                    "included)%s\n",
-                   t->prog, (double)planned / 1048576, t->eval_slab ? "s of the step and eval" : "", parts,
+                   t->prog, (double)planned / 1048576, t->eval_slab ? "s of the step and eval" : "", parts, as,
                    (double)t->heap_peak / 1048576, 100.0 * ((double)t->heap_peak - (double)planned) / (double)planned,
                    (double)train_peak_rss() / 1048576, huge_note);
     }
+    if (end == RUN_DONE)
+        train_stages_print(t);
     if ((end == RUN_DONE || end == RUN_STOPPED) && t->rank == 0)
         train_goodput_print(t, train_now_ms()); /* the last line */
     return end;
@@ -746,6 +766,7 @@ int rt_train_main_hooks(const RtProgram *p, const RtTrainHooks *h, int argc, cha
                  .sync = h ? h->sync : NULL,
                  .copy = h ? h->copy : NULL,
                  .sample_io = h ? h->sample : NULL,
+                 .device_bytes = h ? h->device_bytes : NULL,
                  .prog = prog_name(argc, argv),
                  .saved = -1,
                  .tty = train_progress_tty(),

@@ -89,6 +89,7 @@ typedef struct Trainer {
     void (*sync)(char *slab, int dir);       /* rt_train_main_sync's; NULL: the slab is the state */
     int (*copy)(char *dst, const char *src); /* RtTrainHooks.copy, or NULL */
     const RtSampleIo *sample_io;             /* RtTrainHooks.sample, or NULL */
+    int64_t (*device_bytes)(void);           /* RtTrainHooks.device_bytes, or NULL */
     int64_t slab_mapped, eval_mapped;        /* their mappings' sizes (train_slab_new) */
     RtPool *pool;
     RtData *data, *eval;
@@ -232,5 +233,8 @@ double train_ideal_s(const Trainer *t);
 /* The job's seconds so far, by kind (GP_*). */
 void train_goodput(const Trainer *t, double now_ms, double *secs);
 void train_goodput_print(const Trainer *t, double now_ms);
+/* A pipeline's stages (every rank calls it): rank 0 prints, for each stage, the time its first
+ * device waited in the stage's recvs against its time in steps (the bubble, measured). */
+void train_stages_print(const Trainer *t);
 
 #endif /* TRAIN_IMPL_H */

@@ -220,6 +220,34 @@ void train_goodput(const Trainer *t, double now_ms, double *g) {
         g[k] = gp->prior[k] + run[k];
 }
 
+void train_stages_print(const Trainer *t) {
+    const RtMesh *m = &t->p->mesh;
+    int a = -1;
+    for (int i = 0; i < m->naxes; i++)
+        if (m->names[i] && !strcmp(m->names[i], "pipeline") && m->sizes[i] > 1 && m->sizes[i] <= 64)
+            a = i;
+    if (a < 0)
+        return;
+    int n = (int)m->sizes[a], first = 1;
+    int64_t v[128] = {0}; /* per stage: microseconds waited, microseconds in steps */
+    for (int i = 0; i < m->naxes; i++)
+        if (i != a && rt_comm_coord(t->comm, i) != 0)
+            first = 0;
+    int64_t s = rt_comm_coord(t->comm, a);
+    if (first) {
+        v[s] = (int64_t)(rt_comm_p2p_wait_s(t->comm) * 1e6);
+        v[n + s] = (int64_t)(t->gp.steps_ms * 1e3);
+    }
+    RtError err;
+    if (rt_comm_sum_i64(t->comm, v, 2 * n, &err) != 0 || t->rank != 0)
+        return;
+    for (int k = 0; k < n; k++)
+        printf("%s: pipeline stage %d: waited %.3f s for the other stages of %.3f s in steps (%.1f%%)\n", t->prog, k,
+               (double)v[k] / 1e6, (double)v[n + k] / 1e6,
+               v[n + k] > 0 ? 100.0 * (double)v[k] / (double)v[n + k] : 0.0);
+    fflush(stdout);
+}
+
 /* The run's last line: "goodput 91.3% of 12.4 s (steps 11.3 s, ...); MFU 21.0% ...". */
 void train_goodput_print(const Trainer *t, double now_ms) {
     double g[GP_N];

@@ -576,12 +576,14 @@ static int cmd_ir(Args *a) {
     ir_graph_print_dot(j.graph, stdout);
   else if (rc == 0) {
     int pa = ir_mesh_axis(&j.graph->mesh, IR_PIPELINE_AXIS);
-    if (pa >= 0 && j.last_pass && !strcmp(j.last_pass, "pipeline")) /* the schedule first */
-      pass_pipeline_timeline(
-          strcmp(fe_get_str(fe_get_child(j.cfg, "mesh"), "pipeline_schedule"), "1f1b")
-              ? PASS_SCHEDULE_GPIPE
-              : PASS_SCHEDULE_1F1B,
-          (int32_t)j.graph->mesh.sizes[pa], j.facts.microbatches, stdout);
+    if (pa >= 0 && j.last_pass && !strcmp(j.last_pass, "pipeline")) { /* the schedule first */
+      json_object *mesh = fe_get_child(j.cfg, "mesh");
+      PassPipeline p = {.stages = (int32_t)j.graph->mesh.sizes[pa],
+                        .schedule = pass_schedule_parse(fe_get_str(mesh, "pipeline_schedule")),
+                        .virtual_stages = (int32_t)fe_get_int(mesh, "pipeline_virtual"),
+                        .microbatches = j.facts.microbatches};
+      pass_pipeline_timeline(&p, stdout);
+    }
     ir_graph_print(j.graph, stdout);
   }
   drv_free(&j);

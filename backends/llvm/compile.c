@@ -8,6 +8,14 @@
  * optimized with the new pass manager (default<O3>) and turned into objects on several
  * threads, for the host unless the options name a CPU, through the object cache if the options
  * name one.
+ *
+ * A pipeline (docs/pipeline.md) is one program for every stage, in the pipeline pass's order:
+ * each device runs the values of its own stage (IrValue.stage) and those of every device, each
+ * staged kernel call behind a test of the device's stage (rt_comm_coord). A recv also runs on
+ * its sending stage, where it completes the send (runtime/comm.c). At the end the loss and the
+ * other scalar outputs, and each parameter that several stages read, go from the stage that
+ * made them to the others (rt_comm_stage_share), so every device reports the same numbers and
+ * reads the same weights next step.
  */
 #define AXLC_LLVM_INTERNAL
 #include "backends/llvm/llvm.h"
@@ -61,7 +69,62 @@ static int check_graph(LlvmCtx *C) {
 
 /* ---- axlc_step ---- */
 
-/* Copies each "new:X" output that the plan did not place over parameter X onto X. */
+/* ---- the pipeline's stages ---- */
+
+/* this device's stage, read at the current position: rt_comm_coord(comm, pipeline axis) */
+static void read_stage(LlvmCtx *C) {
+  int a = llvm_pipeline_axis(C->g);
+  C->stage_now = NULL;
+  if (a < 0) return;
+  LLVMTypeRef p[] = {C->t_i8p, C->t_i32};
+  LLVMValueRef fn = llvm_fn_get(C, "rt_comm_coord", C->t_i64, p, 2);
+  LLVMValueRef args[] = {C->comm, LLVMConstInt(C->t_i32, (unsigned)a, 0)};
+  C->stage_now = LLVMBuildCall2(C->b, LLVMGlobalGetValueType(fn), fn, args, 2, "stage");
+}
+
+/* Opens `if (this device's stage is value v's)` (for a recv: or its sender's) around what is
+ * emitted until guard_end; *at is the block to close from, NULL when v runs on every device. */
+static void guard_begin(LlvmCtx *C, int32_t v, LLVMBasicBlockRef *at) {
+  const IrValue *x = &C->g->values[v];
+  *at = NULL;
+  if (!C->stage_now || x->stage <= 0) return;
+  LLVMValueRef on = LLVMBuildICmp(C->b, LLVMIntEQ, C->stage_now, llvm_i64(C, x->stage - 1), "");
+  if (x->op == IR_RECV)
+    on = LLVMBuildOr(C->b, on,
+                     LLVMBuildICmp(C->b, LLVMIntEQ, C->stage_now, llvm_i64(C, x->attr.k), ""), "");
+  *at = LLVMGetInsertBlock(C->b);
+  C->guard_on = on;
+  LLVMPositionBuilderAtEnd(C->b, LLVMAppendBasicBlockInContext(C->c, C->fn, "stage"));
+  C->guard_then = LLVMGetInsertBlock(C->b);
+}
+
+static void guard_end(LlvmCtx *C, LLVMBasicBlockRef at) {
+  if (!at) return;
+  LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(C->c, C->fn, "staged");
+  LLVMBuildBr(C->b, join);
+  LLVMPositionBuilderAtEnd(C->b, at);
+  LLVMBuildCondBr(C->b, C->guard_on, C->guard_then, join);
+  LLVMPositionBuilderAtEnd(C->b, join);
+}
+
+/* rt_comm_stage_share of v's buffer from v's stage, where v is staged. */
+static void share(LlvmCtx *C, int32_t v, int32_t buffer) {
+  int a = llvm_pipeline_axis(C->g);
+  if (a < 0 || C->g->values[v].stage <= 0) return;
+  const IrValue *x = &C->g->values[buffer];
+  LLVMTypeRef p[] = {C->t_i8p, C->t_i32, C->t_i64, C->t_i8p, C->t_i64, C->t_i64};
+  LLVMValueRef fn = llvm_fn_get(C, "rt_comm_stage_share", C->t_void, p, 6);
+  LLVMValueRef args[] = {C->comm,
+                         LLVMConstInt(C->t_i32, (unsigned)a, 0),
+                         llvm_i64(C, C->g->values[v].stage - 1),
+                         C->slab,
+                         llvm_i64(C, C->mp->offset[buffer]),
+                         llvm_i64(C, ir_shape_numel(&x->shape) * (int64_t)ir_dtype_size(x->dtype))};
+  LLVMBuildCall2(C->b, LLVMGlobalGetValueType(fn), fn, args, 6, "");
+}
+
+/* Copies each "new:X" output that the plan did not place over parameter X onto X, on the stage
+ * that made it; then the pipeline's shares (top of the file). */
 static void copy_back(LlvmCtx *C) {
   for (int32_t i = 0; i < C->g->noutputs; i++) {
     const IrOutput *o = &C->g->outputs[i];
@@ -70,10 +133,20 @@ static void copy_back(LlvmCtx *C) {
     if (x == IR_NONE || C->mp->offset[x] == C->mp->offset[o->value]) continue;
     int64_t n =
         ir_shape_numel(&C->g->values[x].shape) * (int64_t)ir_dtype_size(C->g->values[x].dtype);
+    LLVMBasicBlockRef at;
+    guard_begin(C, o->value, &at);
     LLVMValueRef dst = LLVMBuildBitCast(C->b, llvm_buffer_ptr(C, x), C->t_i8p, "");
     LLVMValueRef src = LLVMBuildBitCast(C->b, llvm_buffer_ptr(C, o->value), C->t_i8p, "");
     LLVMBuildMemMove(C->b, dst, 4, src, 4, llvm_i64(C, n));
+    guard_end(C, at);
   }
+  if (!C->stage_now) return;
+  int32_t *made = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *made);
+  int32_t *buffer = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *buffer);
+  int32_t n = backend_pipeline_shares(C->g, made, buffer);
+  for (int32_t k = 0; k < n; k++) share(C, made[k], buffer[k]);
+  free(made);
+  free(buffer);
 }
 
 /* A step of thousands of kernel calls as one function takes LLVM's code generator minutes
@@ -120,8 +193,13 @@ static LLVMValueRef emit_entry(LlvmCtx *C, const char *name) {
     LLVMPositionBuilderAtEnd(C->b, top_bb);
     LLVMBuildCall2(C->b, LLVMGlobalGetValueType(f), f, top_args, 3, "");
     LLVMPositionBuilderAtEnd(C->b, at);
-    for (int32_t v = v0; v < C->g->nvalues && v < v0 + PART_VALUES; v++)
+    read_stage(C);
+    for (int32_t v = v0; v < C->g->nvalues && v < v0 + PART_VALUES; v++) {
+      LLVMBasicBlockRef g0;
+      guard_begin(C, v, &g0);
       if (llvm_kernel_emit(C, v)) return NULL;
+      guard_end(C, g0);
+    }
     end_fn(C);
   }
   C->step = C->fn = top;
@@ -129,6 +207,7 @@ static LLVMValueRef emit_entry(LlvmCtx *C, const char *name) {
   C->pool = top_args[1];
   C->comm = top_args[2];
   LLVMPositionBuilderAtEnd(C->b, top_bb);
+  read_stage(C);
   copy_back(C);
   if (C->g == C->opt.forward) llvm_forward_widen(C);
   end_fn(C);

@@ -24,7 +24,7 @@
 /* ---- the check against the plan ---- */
 
 static bool overlap(const MemPlan *mp, int32_t a, int32_t b) {
-  if (mp->bytes[a] == 0 || mp->bytes[b] == 0) return false;
+  if (mp->bytes[a] == 0 || mp->bytes[b] == 0 || pass_memplan_apart(mp, a, b)) return false;
   return mp->offset[a] < mp->offset[b] + mp->bytes[b] &&
          mp->offset[b] < mp->offset[a] + mp->bytes[a];
 }
@@ -147,7 +147,10 @@ int llvm_fusion_defer(LlvmCtx *C) {
     const IrValue *x = &g->values[u];
     if (!C->mat[u] || !elementwise(x) || C->coll[u] >= 0 || hosted[u]) continue;
     int32_t r = defer_host(C, uses, reader, u);
-    if (r < 0 || hosted[r] >= LLVM_MAX_DEFERRED || !defer_safe(C, u, r)) continue;
+    /* a pipeline's stages run their own kernels: u stays where its stage runs it */
+    if (r < 0 || g->values[r].stage != x->stage || hosted[r] >= LLVM_MAX_DEFERRED ||
+        !defer_safe(C, u, r))
+      continue;
     C->defer[u] = r; /* r, itself not deferred: it hosts u (hosted[r] > 0) */
     hosted[r]++;
   }

@@ -184,9 +184,12 @@ typedef struct LlvmCtx {
   LLVMValueRef fn;                          /* function being emitted */
   LLVMValueRef slab;                        /* its slab argument (i8*) */
   LLVMValueRef step, step_slab, pool, comm; /* axlc_step (or axlc_forward) and its arguments */
-  LLVMValueRef fwd_table;                   /* the RtForward global, once emitted */
-  LLVMValueRef dec_table;                   /* the RtDecode global, once emitted */
-  int32_t *coll; /* (nvalues) index in the program's collective table, or -1 */
+  LLVMValueRef stage_now; /* pipeline: this device's stage (i64), read at the function's entry */
+  LLVMValueRef guard_on;  /* the open stage test (compile.c: guard_begin) and its block */
+  LLVMBasicBlockRef guard_then;
+  LLVMValueRef fwd_table; /* the RtForward global, once emitted */
+  LLVMValueRef dec_table; /* the RtDecode global, once emitted */
+  int32_t *coll;          /* (nvalues) index in the program's collective table, or -1 */
   int32_t ncoll;
   int32_t kout; /* value whose kernel is being emitted, or -1 */
   /* Every buffer the open kernel stores: kout, then the values deferred into it. */
@@ -328,6 +331,8 @@ int llvm_decode_emit(LlvmCtx *C, LLVMValueRef fn);
 void llvm_forward_widen(LlvmCtx *C);
 /* Whether the graph's collectives go through the runtime (a mesh of more than one device). */
 bool llvm_multi_device(const IrGraph *g);
+/* The index of the graph's pipeline mesh axis when it has 2 or more stages, else -1. */
+int llvm_pipeline_axis(const IrGraph *g);
 /* Emits the call of collective v (C->coll[v] >= 0) from axlc_step. */
 int llvm_collective_emit(LlvmCtx *C, int32_t v);
 

@@ -36,8 +36,9 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
                         t.init,
                         i64,
                         i64,
+                        i64,
                         i64};
-  t.slot = LLVMStructTypeInContext(C->c, slot, 9, 0);
+  t.slot = LLVMStructTypeInContext(C->c, slot, 10, 0);
   LLVMTypeRef mesh[] = {i32, LLVMArrayType(p, RT_MAX_MESH_AXES),
                         LLVMArrayType(i64, RT_MAX_MESH_AXES)};
   t.mesh = LLVMStructTypeInContext(C->c, mesh, 3, 0);
@@ -98,6 +99,7 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMOffsetOfElement(dl, t->slot, 4) == offsetof(RtParamSlot, split) &&
             LLVMOffsetOfElement(dl, t->slot, 5) == offsetof(RtParamSlot, init) &&
             LLVMOffsetOfElement(dl, t->slot, 8) == offsetof(RtParamSlot, v_offset) &&
+            LLVMOffsetOfElement(dl, t->slot, 9) == offsetof(RtParamSlot, stage) &&
             LLVMABISizeOfType(dl, t->mesh) == sizeof(RtMesh) &&
             LLVMABISizeOfType(dl, t->coll) == sizeof(RtCollective) &&
             LLVMOffsetOfElement(dl, t->coll, 7) == offsetof(RtCollective, in_shape) &&
@@ -127,6 +129,11 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
 }
 
 bool llvm_multi_device(const IrGraph *g) { return ir_mesh_devices(&g->mesh) > 1; }
+
+int llvm_pipeline_axis(const IrGraph *g) {
+  int a = ir_mesh_axis(&g->mesh, IR_PIPELINE_AXIS);
+  return a >= 0 && g->mesh.sizes[a] > 1 ? a : -1;
+}
 
 static LLVMValueRef i8c(LlvmCtx *C, int64_t v) {
   return LLVMConstInt(C->t_i8, (unsigned long long)v, 0);
@@ -190,8 +197,9 @@ static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const BackendPara
                       LLVMConstNamedStruct(t->init, init, 6),
                       i64c(C, C->mp->offset[v]),
                       i64c(C, named_offset(C, IR_PARAMETER, "opt/m/", pi->path)),
-                      i64c(C, named_offset(C, IR_PARAMETER, "opt/v/", pi->path))};
-  return LLVMConstNamedStruct(t->slot, f, 9);
+                      i64c(C, named_offset(C, IR_PARAMETER, "opt/v/", pi->path)),
+                      i64c(C, backend_update_stage(C->g, pi->path))};
+  return LLVMConstNamedStruct(t->slot, f, 10);
 }
 
 /* The runtime reads and writes parameters, their moments and the named outputs as f32: a bf16
@@ -262,14 +270,19 @@ static LLVMValueRef coll_const(LlvmCtx *C, const ProgTypes *t, int32_t v) {
   for (int i = 0; i < RT_MAX_MESH_AXES; i++)
     axes[i] = i32c(C, i < x->attr.nmesh ? ir_mesh_axis(&C->g->mesh, x->attr.mesh[i]) : 0);
   bool a2a = x->op == IR_ALL_TO_ALL, reduce = x->op == IR_ALL_REDUCE;
+  int64_t axis = reduce ? 0 : x->attr.axis, axis2 = a2a ? x->attr.axis2 : 0;
+  if (x->op == IR_SEND || x->op == IR_RECV) { /* runtime/axrt.h: RT_COLL_SEND, RT_COLL_RECV */
+    axis = x->attr.k;
+    axis2 = x->op == IR_SEND ? x->stage - 1 : C->coll[x->ops[0]];
+  }
   LLVMValueRef f[] = {i32c(C, backend_coll_kind(x->op)),
                       i32c(C, x->dtype == DT_I32    ? RT_DT_I32
                               : x->dtype == DT_BF16 ? RT_DT_BF16
                                                     : RT_DT_F32),
                       i32c(C, x->attr.nmesh),
                       LLVMConstArray(C->t_i32, axes, RT_MAX_MESH_AXES),
-                      i32c(C, reduce ? 0 : x->attr.axis),
-                      i32c(C, a2a ? x->attr.axis2 : 0),
+                      i32c(C, axis),
+                      i32c(C, axis2),
                       i32c(C, x->shape.rank),
                       shape_const(C, &C->g->values[x->ops[0]].shape),
                       shape_const(C, &x->shape),

@@ -817,6 +817,10 @@ static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
  *   _kv, key rows: over the query tiles that see the block (causal: from the block's first row
  *   on), P = exp(scale q.k - LSE), dS = P (dout.v - D), dk += dS q, dv += P dout; _q, query
  *   rows: dq += dS k over the key tiles, as the forward reads them.
+ * Grouped-query (ir_attention_group: G query problems per key problem): the query-row kernels
+ * read key problem b / G; _kv runs over the key problems and loops over the group's query
+ * problems, so dk and dv are summed in registers; the result is laid out as
+ * ir_attention_grad_at says.
  * Work items depend on the shapes only, and each writes its own rows: no atomics, the same
  * bits on every run. */
 
@@ -824,6 +828,7 @@ enum { ATT_MAX_H = 1024, ATT_ROWS = 32, ATT_LOCAL = 24576 /* bytes of local tile
 
 typedef struct Att {
   int64_t T, H, nb, tile; /* tile: other-side rows per local tile */
+  int64_t G;              /* grouped-query: query problems per key problem (ir_attention_group) */
   bool causal, bf16;
   char scale[NAME];
   char q[NAME], k[NAME], v[NAME], g[NAME], out[NAME]; /* slab references; g: dout */
@@ -836,6 +841,7 @@ static int att_setup(Ctx *C, int32_t v, Att *a) {
   a->T = qs->dims[qs->rank - 2];
   a->H = qs->dims[qs->rank - 1];
   a->nb = ir_shape_numel(qs) / (a->T * a->H);
+  a->G = ir_attention_group(qs, &val(C, x->ops[1])->shape);
   a->causal = x->attr.k != 0;
   a->bf16 = val(C, x->ops[0])->dtype == DT_BF16;
   int64_t per = (x->op == IR_ATTENTION_GRAD ? 2 * a->H + 2 : 2 * a->H) * 4; /* bytes a row */
@@ -867,33 +873,55 @@ static void att_ld(const Att *a, const char *p, const char *e, char *out) {
 }
 
 /* Begins v's kernel `what`: one work-group of ATT_ROWS items per block of rows; for item lid of
- * group grp, the problem b, the block's first row r0, the item's row r (live: r < T) and the
- * problem's base index. */
-static int att_begin(Ctx *C, OclBuf *body, int32_t v, const char *what, Att *a, char *name) {
+ * group grp, the block's first row r0, the item's row r (live: r < T). Query rows (kv false):
+ * the query problem b, its base index and its key problem's kbase. Key rows (kv true): the key
+ * problem kp and kbase; the kernel runs over the group's query problems (att_group_loop). */
+static int att_begin(Ctx *C, OclBuf *body, int32_t v, const char *what, Att *a, char *name,
+                     bool kv) {
   kernel_name(C, v, what, name);
   kernel_begin(C, body);
   if (att_setup(C, v, a)) return -1;
   line(C, "const int T_ = %lld, H_ = %lld, TILE = %lld;", (long long)a->T, (long long)a->H,
        (long long)a->tile);
+  line(C, "const long TH = %lldL, G_ = %lldL;", (long long)(a->T * a->H), (long long)a->G);
   line(C, "int lid = get_local_id(0);");
-  line(C, "long grp = get_group_id(0), b = grp / %lldL;", (long long)att_blocks(a));
+  line(C, "long grp = get_group_id(0), %s = grp / %lldL;", kv ? "kp" : "b",
+       (long long)att_blocks(a));
   line(C, "int r0 = (int)(grp %% %lldL) * %d, r = r0 + lid;", (long long)att_blocks(a), ATT_ROWS);
   line(C, "bool live = r < T_;");
-  line(C, "long base = b * %lldL;", (long long)(a->T * a->H));
+  if (kv)
+    line(C, "long kbase = kp * TH;");
+  else
+    line(C, "long base = b * TH, kbase = b / G_ * TH;");
   return 0;
 }
 
-static void att_end(Ctx *C, Launches *L, const Att *a, const char *name) {
+/* Where attention_grad stores query problem b's dq (problems of T H from the result's start),
+ * and key problem kp's dk and dv (ir_attention_grad_at). */
+static void att_grad_at(const Att *a, int which, char *out, size_t cap) {
+  long long nb = a->nb, G = a->G;
+  if (G == 1)
+    snprintf(out, cap, which == 0 ? "b" : "(%lldL + kp)", which == 2 ? 2 * nb : nb);
+  else if (which == 0)
+    snprintf(out, cap, "(b / %lldL * %lldL + b %% %lldL)", G, G + 2, G);
+  else
+    snprintf(out, cap, "(kp * %lldL + %lldL)", G + 2, G + which - 1);
+}
+
+static void att_end(Ctx *C, Launches *L, const Att *a, const char *name, bool kv) {
   ocl_buf_printf(C->b, "#undef KS\n#undef VS\n#undef QS\n#undef GS\n#undef LSE\n#undef DD\n");
+  int64_t probs = kv ? a->nb / a->G : a->nb;
   RtOclLaunch shape = {
-      .dims = 1, .global = {a->nb * att_blocks(a) * ATT_ROWS, 1, 1}, .local = {ATT_ROWS, 1, 1}};
+      .dims = 1, .global = {probs * att_blocks(a) * ATT_ROWS, 1, 1}, .local = {ATT_ROWS, 1, 1}};
   kernel_end(C, L, name, "", shape);
 }
 
-/* Loads the item's own row of tensor p into private x[H] (zeros for a row past T). */
-static void att_row(Ctx *C, const Att *a, const char *x, const char *p) {
-  char e[2 * NAME + 64];
-  att_ld(a, p, "base + r * H_ + d", e);
+/* Loads the item's own row of tensor p (problem at index `at`) into private x[H] (zeros for a
+ * row past T). */
+static void att_row(Ctx *C, const Att *a, const char *x, const char *p, const char *at) {
+  char e[2 * NAME + 64], i[64];
+  snprintf(i, sizeof i, "%s + r * H_ + d", at);
+  att_ld(a, p, i, e);
   line(C, "float %s[%lld];", x, (long long)a->H);
   line(C, "for (int d = 0; d < H_; d++) %s[d] = live ? %s : 0.0f;", x, e);
 }
@@ -905,15 +933,17 @@ static void att_row(Ctx *C, const Att *a, const char *x, const char *p) {
  * PoCL runs a group's items as loops around each barrier, with whatever lives across one
  * stored per item (docs/bench.md, "OpenCL fused attention on PoCL"). */
 static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, const char *x2,
-                      const char *p2, bool stats) {
-  char e1[2 * NAME + 64], e2[2 * NAME + 64], u1[8], u2[8];
+                      const char *p2, const char *at, bool stats) {
+  char e1[2 * NAME + 64], e2[2 * NAME + 64], u1[8], u2[8], i1[64], i2[64];
+  snprintf(i1, sizeof i1, "%s + j0 * H_ + (i)", at);
+  snprintf(i2, sizeof i2, "%s + j0 * H_ + e", at);
   for (int i = 0; i < 8; i++) {
     u1[i] = (char)(x1[i] >= 'a' && x1[i] <= 'z' ? x1[i] - 32 : x1[i]);
     u2[i] = (char)(x2[i] >= 'a' && x2[i] <= 'z' ? x2[i] - 32 : x2[i]);
     if (!x1[i] || !x2[i]) break;
   }
-  att_ld(a, p1, "base + j0 * H_ + (i)", e1);
-  att_ld(a, p2, "base + j0 * H_ + (i)", e2);
+  att_ld(a, p1, i1, e1);
+  att_ld(a, p2, i1, e2);
   ocl_buf_printf(C->b, "#ifdef AXLC_CPU_REDUCE\n");
   ocl_buf_printf(C->b, "#define %s(i) %s\n#define %s(i) %s\n", u1, e1, u2, e2);
   if (stats)
@@ -922,8 +952,8 @@ static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, cons
                    "#define DD(i) %s[(b * T_ + j0 + (i)) * 2 + 1]\n",
                    a->st, a->st);
   ocl_buf_printf(C->b, "#else\n");
-  att_ld(a, p1, "base + j0 * H_ + e", e1);
-  att_ld(a, p2, "base + j0 * H_ + e", e2);
+  att_ld(a, p1, i2, e1);
+  att_ld(a, p2, i2, e2);
   line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
   line(C, "  for (int e = lid; e < TILE * H_; e += %d) {", ATT_ROWS);
   line(C, "    bool in = j0 + e / H_ < T_;");
@@ -955,13 +985,13 @@ static void att_keys(Ctx *C, const Att *a) {
  * the unnormalized output row acc[H] (attention and attention_grad_stats). */
 static void att_forward_rows(Ctx *C, const Att *a) {
   long long H = a->H, TL = a->tile;
-  att_row(C, a, "qr", a->q);
+  att_row(C, a, "qr", a->q, "base");
   line(C, "__local float ks[%lld], vs[%lld];", TL * H, TL * H);
   line(C, "float m = -INFINITY, l = 0.0f, acc[%lld], s[%lld];", H, TL);
   line(C, "for (int d = 0; d < H_; d++) acc[d] = 0.0f;");
   att_keys(C, a);
   line(C, "for (int j0 = 0; j0 < nk; j0 += TILE) {");
-  att_stage(C, a, "ks", a->k, "vs", a->v, false);
+  att_stage(C, a, "ks", a->k, "vs", a->v, "kbase", false);
   line(C, "  int jn = min(TILE, %s - j0);", a->causal ? "min(r + 1, nk)" : "T_");
   line(C, "  if (jn <= 0) continue;");
   line(C, "  float mt = m;");
@@ -993,21 +1023,21 @@ static void att_store(Ctx *C, const Att *a, const char *at, const char *x) {
 static void attention_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64];
   Att a;
-  if (att_begin(C, body, v, "attention", &a, name)) return;
+  if (att_begin(C, body, v, "attention", &a, name, false)) return;
   att_forward_rows(C, &a);
   line(C, "if (!live) return;");
   line(C, "for (int d = 0; d < H_; d++) {");
   line(C, "  float o = acc[d] / l;");
   att_store(C, &a, "base + r * H_ + d", "o");
   line(C, "}");
-  att_end(C, L, &a, name);
+  att_end(C, L, &a, name, false);
 }
 
 /* attention_grad's first launch: LSE and D of every query row (see the section comment). */
 static void att_grad_stats(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64], e[2 * NAME + 64];
   Att a;
-  if (att_begin(C, body, v, "attention_grad_stats", &a, name)) return;
+  if (att_begin(C, body, v, "attention_grad_stats", &a, name, false)) return;
   att_forward_rows(C, &a);
   line(C, "if (!live) return;");
   att_ld(&a, a.g, "base + r * H_ + d", e);
@@ -1015,22 +1045,25 @@ static void att_grad_stats(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "for (int d = 0; d < H_; d++) D += %s * (acc[d] / l);", e);
   line(C, "%s[(b * T_ + r) * 2] = m + log(l);", a.st);
   line(C, "%s[(b * T_ + r) * 2 + 1] = D;", a.st);
-  att_end(C, L, &a, name);
+  att_end(C, L, &a, name, false);
 }
 
-/* attention_grad's second launch: the item's key row r; dk and dv sum over the query rows. */
+/* attention_grad's second launch: the item's key row r of key problem kp; dk and dv sum over
+ * the query rows of the group's G query problems. */
 static void att_grad_kv(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
-  char name[64];
+  char name[64], at[160], w[64];
   Att a;
-  if (att_begin(C, body, v, "attention_grad_kv", &a, name)) return;
-  long long H = a.H, TL = a.tile, per = a.nb * a.T * a.H;
-  att_row(C, &a, "kr", a.k);
-  att_row(C, &a, "vr", a.v);
+  if (att_begin(C, body, v, "attention_grad_kv", &a, name, true)) return;
+  long long H = a.H, TL = a.tile;
+  att_row(C, &a, "kr", a.k, "kbase");
+  att_row(C, &a, "vr", a.v, "kbase");
   line(C, "__local float qs[%lld], gs[%lld], lse[%lld], dd[%lld];", TL * H, TL * H, TL, TL);
   line(C, "float dk[%lld], dv[%lld];", H, H);
   line(C, "for (int d = 0; d < H_; d++) dk[d] = dv[d] = 0.0f;");
+  line(C, "for (long b = kp * G_; b < (kp + 1) * G_; b++) {");
+  line(C, "long base = b * TH;");
   line(C, "for (int j0 = %s; j0 < T_; j0 += TILE) {", a.causal ? "r0" : "0");
-  att_stage(C, &a, "qs", a.q, "gs", a.g, true);
+  att_stage(C, &a, "qs", a.q, "gs", a.g, "base", true);
   line(C, "  for (int ii = %s; ii < min(TILE, T_ - j0); ii++) {",
        a.causal ? "max(0, r - j0)" : "0");
   line(C, "    float dot = 0.0f, dp = 0.0f;");
@@ -1045,26 +1078,29 @@ static void att_grad_kv(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "    }");
   line(C, "  }");
   line(C, "}");
+  ocl_buf_printf(C->b, "#undef QS\n#undef GS\n#undef LSE\n#undef DD\n");
+  line(C, "}");
   line(C, "if (!live) return;");
   line(C, "for (int d = 0; d < H_; d++) {");
   line(C, "  float x = dk[d] * %s, y = dv[d];", a.scale);
-  char at[64];
-  snprintf(at, sizeof at, "%lldL + base + r * H_ + d", per);
+  att_grad_at(&a, 1, w, sizeof w);
+  snprintf(at, sizeof at, "%s * TH + r * H_ + d", w);
   att_store(C, &a, at, "x");
-  snprintf(at, sizeof at, "%lldL + base + r * H_ + d", 2 * per);
+  att_grad_at(&a, 2, w, sizeof w);
+  snprintf(at, sizeof at, "%s * TH + r * H_ + d", w);
   att_store(C, &a, at, "y");
   line(C, "}");
-  att_end(C, L, &a, name);
+  att_end(C, L, &a, name, true);
 }
 
 /* attention_grad's third launch: the item's query row r; dq sums over the keys it sees. */
 static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
-  char name[64];
+  char name[64], at[160], w[64];
   Att a;
-  if (att_begin(C, body, v, "attention_grad_q", &a, name)) return;
+  if (att_begin(C, body, v, "attention_grad_q", &a, name, false)) return;
   long long H = a.H, TL = a.tile;
-  att_row(C, &a, "qr", a.q);
-  att_row(C, &a, "gr", a.g);
+  att_row(C, &a, "qr", a.q, "base");
+  att_row(C, &a, "gr", a.g, "base");
   line(C, "float lse = live ? %s[(b * T_ + r) * 2] : 0.0f;", a.st);
   line(C, "float D = live ? %s[(b * T_ + r) * 2 + 1] : 0.0f;", a.st);
   line(C, "__local float ks[%lld], vs[%lld];", TL * H, TL * H);
@@ -1072,7 +1108,7 @@ static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "for (int d = 0; d < H_; d++) dq[d] = 0.0f;");
   att_keys(C, &a);
   line(C, "for (int j0 = 0; j0 < nk; j0 += TILE) {");
-  att_stage(C, &a, "ks", a.k, "vs", a.v, false);
+  att_stage(C, &a, "ks", a.k, "vs", a.v, "kbase", false);
   line(C, "  int jn = min(TILE, %s - j0);", a.causal ? "min(r + 1, nk)" : "T_");
   line(C, "  for (int jj = 0; jj < jn; jj++) {");
   line(C, "    float dot = 0.0f, dp = 0.0f;");
@@ -1087,9 +1123,11 @@ static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "if (!live) return;");
   line(C, "for (int d = 0; d < H_; d++) {");
   line(C, "  float x = dq[d] * %s;", a.scale);
-  att_store(C, &a, "base + r * H_ + d", "x");
+  att_grad_at(&a, 0, w, sizeof w);
+  snprintf(at, sizeof at, "%s * TH + r * H_ + d", w);
+  att_store(C, &a, at, "x");
   line(C, "}");
-  att_end(C, L, &a, name);
+  att_end(C, L, &a, name, false);
 }
 
 /* attention_grad: (dq, dk, dv) stacked on a new axis 0, in three launches. */
@@ -1501,6 +1539,19 @@ static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   kernel_end(C, L, name, "", items(nb * row));
 }
 
+/* A pipeline's launches run on their stage's devices only (RtOclLaunch.stage): launches
+ * [n0, L->n) are stage `stage`'s. */
+static void stamp(Launches *L, int32_t n0, int32_t stage) {
+  for (int32_t i = n0; i < L->n; i++) L->v[i].stage = stage;
+}
+
+/* Whether the values of a multi-value kernel are of one pipeline stage. */
+static bool one_stage(const IrGraph *g, const int32_t *vals, int32_t nv) {
+  for (int32_t i = 1; i < nv; i++)
+    if (g->values[vals[i]].stage != g->values[vals[0]].stage) return false;
+  return true;
+}
+
 /* "new:X" outputs the plan did not place over parameter X: copied onto X at the end. */
 static void copy_back(Ctx *C, Launches *L, OclBuf *body) {
   for (int32_t i = 0; i < C->g->noutputs; i++) {
@@ -1521,8 +1572,41 @@ static void copy_back(Ctx *C, Launches *L, OclBuf *body) {
     buf_ref(C, x, dst, sizeof dst);
     buf_ref(C, o->value, src, sizeof src);
     line(C, "%s[gid] = %s[gid];", dst, src);
+    int32_t n0 = L->n;
     kernel_end(C, L, name, "", items(n));
+    stamp(L, n0, val(C, o->value)->stage); /* on the stage that made it */
   }
+}
+
+/* A pipeline's shares (backend_pipeline_shares), last: launches of the entries program.c puts
+ * after the graph's collectives in the collective table (RT_COLL_SHARE), on every device. */
+static void share_launches(Ctx *C, Launches *L) {
+  int32_t *made = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *made);
+  int32_t *buffer = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *buffer);
+  int32_t n = backend_pipeline_shares(C->g, made, buffer);
+  int32_t first = ocl_collective_index(C->g, C->g->nvalues);
+  for (int32_t k = 0; k < n; k++) {
+    int32_t cap = L->cap;
+    grow((void **)&L->v, sizeof *L->v, &cap, L->n + 1);
+    cap = L->cap;
+    grow((void **)&L->reduced, sizeof *L->reduced, &cap, L->n + 1);
+    grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
+    L->reduced[L->n] = 0;
+    int64_t *args = base_xmalloc(2 * sizeof *args), *bytes = base_xmalloc(2 * sizeof *bytes);
+    const IrValue *x = val(C, buffer[k]);
+    args[0] = args[1] = C->mp->offset[buffer[k]];
+    bytes[0] = bytes[1] = ir_shape_numel(&x->shape) * (int64_t)ir_dtype_size(x->dtype);
+    L->line[L->n] = 0;
+    L->v[L->n++] = (RtOclLaunch){.kernel = OCL_COLLECTIVE_NAME,
+                                 .dims = 1,
+                                 .global = {1, 1, 1},
+                                 .nargs = 2,
+                                 .args = args,
+                                 .arg_bytes = bytes,
+                                 .collective = first + k + 1};
+  }
+  free(made);
+  free(buffer);
 }
 
 /* Collective v of a mesh of several devices: no kernel, but a launch that names its entry in
@@ -2140,26 +2224,36 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
     int32_t *run_seg = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *run_seg);
     for (int32_t v = 0; v < g->nvalues; v++) run_seg[v] = -1;
     for (int32_t v = 0; v < g->nvalues && !C.failed;) {
+      int32_t n0 = L.n, v0 = v; /* the launches of values v0..v-1, stamped with their stage */
       int32_t nv = 0, next = C.o.multi ? sum_run(&C, v, vals, &nv) : v;
-      if (nv > 1) {
+      if (nv > 1 && one_stage(g, vals, nv)) {
         multi_sum_kernels(&C, &L, &body, vals, nv);
         v = next;
+        stamp(&L, n0, g->values[vals[0]].stage);
         continue;
       }
       nv = 0;
       next = C.o.multi ? multi_run(&C, v, vals, seg, &nv, run_seg) : v;
-      if (nv > 1) {
+      if (nv > 1 && one_stage(g, vals, nv)) {
         multi_kernels(&C, &L, &body, vals, seg, nv);
         v = next;
-      } else if (next > v) /* values that launch nothing, and at most one elementwise */
-        for (; v < next && !C.failed; v++) value_kernel(&C, &L, &body, v);
-      else
+        stamp(&L, n0, g->values[vals[0]].stage);
+      } else if (next > v &&
+                 nv <= 1) { /* values that launch nothing, and at most one elementwise */
+        for (; v < next && !C.failed; v++, n0 = L.n) {
+          value_kernel(&C, &L, &body, v);
+          stamp(&L, n0, g->values[v].stage);
+        }
+      } else {
         value_kernel(&C, &L, &body, v++);
+        stamp(&L, n0, g->values[v0].stage);
+      }
     }
     free(vals);
     free(seg);
     free(run_seg);
     if (!C.failed) copy_back(&C, &L, &body);
+    if (!C.failed) share_launches(&C, &L);
   }
   OclBuf all = {0};
   prelude(&all);

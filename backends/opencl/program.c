@@ -56,6 +56,7 @@ static int make_slots(const IrGraph *g, const MemPlan *mp, const BackendProgram 
     p->offset = mp->offset[v];
     p->m_offset = named_offset(g, mp, IR_PARAMETER, "opt/m/", path);
     p->v_offset = named_offset(g, mp, IR_PARAMETER, "opt/v/", path);
+    p->stage = backend_update_stage(g, path);
   }
   return 0;
 }
@@ -75,7 +76,25 @@ static int make_mesh(const IrGraph *g, const MemPlan *mp, RtProgram *p, RtCollec
   }
   int32_t n = 0;
   for (int32_t v = 0; v < g->nvalues; v++) n += ocl_is_collective(g, v);
-  *colls = base_xcalloc((size_t)n + 1, sizeof **colls);
+  /* then a pipeline's shares at the end of the step (emit.c: share_launches) */
+  int32_t *made = base_xmalloc(((size_t)g->noutputs + 4) * sizeof *made);
+  int32_t *buffer = base_xmalloc(((size_t)g->noutputs + 4) * sizeof *buffer);
+  int32_t nshare = backend_pipeline_shares(g, made, buffer);
+  *colls = base_xcalloc((size_t)(n + nshare) + 1, sizeof **colls);
+  for (int32_t k = 0; k < nshare; k++) {
+    const IrValue *x = &g->values[buffer[k]];
+    RtCollective *c = &(*colls)[n + k];
+    c->kind = RT_COLL_SHARE;
+    c->dtype = x->dtype == DT_I32 ? RT_DT_I32 : x->dtype == DT_BF16 ? RT_DT_BF16 : RT_DT_F32;
+    c->naxes = 1;
+    c->axes[0] = ir_mesh_axis(&g->mesh, IR_PIPELINE_AXIS);
+    c->axis = g->values[made[k]].stage - 1;
+    c->rank = x->shape.rank;
+    for (int d = 0; d < x->shape.rank; d++) c->in_shape[d] = c->out_shape[d] = x->shape.dims[d];
+    c->in_offset = c->out_offset = mp->offset[buffer[k]];
+  }
+  free(made);
+  free(buffer);
   for (int32_t v = 0, i = 0; v < g->nvalues; v++) {
     if (!ocl_is_collective(g, v)) continue;
     const IrValue *x = &g->values[v];
@@ -90,6 +109,10 @@ static int make_mesh(const IrGraph *g, const MemPlan *mp, RtProgram *p, RtCollec
     for (int a = 0; a < x->attr.nmesh; a++) c->axes[a] = ir_mesh_axis(&g->mesh, x->attr.mesh[a]);
     c->axis = x->op == IR_ALL_REDUCE ? 0 : x->attr.axis;
     c->axis2 = x->op == IR_ALL_TO_ALL ? x->attr.axis2 : 0;
+    if (x->op == IR_SEND || x->op == IR_RECV) { /* runtime/axrt.h: RT_COLL_SEND, RT_COLL_RECV */
+      c->axis = (int32_t)x->attr.k;
+      c->axis2 = x->op == IR_SEND ? x->stage - 1 : ocl_collective_index(g, x->ops[0]);
+    }
     c->rank = x->shape.rank;
     for (int d = 0; d < x->shape.rank; d++) {
       c->in_shape[d] = in->dims[d];
@@ -98,7 +121,7 @@ static int make_mesh(const IrGraph *g, const MemPlan *mp, RtProgram *p, RtCollec
     c->in_offset = mp->offset[x->ops[0]];
     c->out_offset = mp->offset[v];
   }
-  p->ncollectives = n;
+  p->ncollectives = n + nshare;
   p->collectives = *colls;
   return 0;
 }
@@ -201,8 +224,10 @@ static void c_slot(FILE *f, const RtParamSlot *p) {
     for (int k = 0; k < RT_MAX_SPLIT_AXES; k++) fprintf(f, "%s%d", k ? ", " : "", p->split[d][k]);
     fputc('}', f);
   }
-  fprintf(f, "}, .offset = %" PRId64 ", .m_offset = %" PRId64 ", .v_offset = %" PRId64 "},\n",
-          p->offset, p->m_offset, p->v_offset);
+  fprintf(f,
+          "}, .offset = %" PRId64 ", .m_offset = %" PRId64 ", .v_offset = %" PRId64
+          ", .stage = %" PRId64 "},\n",
+          p->offset, p->m_offset, p->v_offset, p->stage);
 }
 
 /* The launch list `n` launches as C: PREFIXargs, PREFIXarg_bytes and PREFIXlaunches. */
@@ -228,10 +253,11 @@ static void c_launches(FILE *f, const char *prefix, int32_t n, const RtOclLaunch
     fprintf(f,
             ", %d, {%" PRId64 ", %" PRId64 ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64
             "}, %d, %sargs + %" PRId64 ", %sarg_bytes + %" PRId64 ", %d, {%" PRId64 ", %" PRId64
-            ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64 "}},\n",
+            ", %" PRId64 "}, {%" PRId64 ", %" PRId64 ", %" PRId64 "}, %d},\n",
             L->dims, L->global[0], L->global[1], L->global[2], L->local[0], L->local[1],
             L->local[2], L->nargs, prefix, nargs, prefix, nargs, L->collective, L->mma_global[0],
-            L->mma_global[1], L->mma_global[2], L->mma_local[0], L->mma_local[1], L->mma_local[2]);
+            L->mma_global[1], L->mma_global[2], L->mma_local[0], L->mma_local[1], L->mma_local[2],
+            L->stage);
     nargs += L->nargs;
   }
   fputs("};\n\n", f);

@@ -238,11 +238,15 @@ static int32_t emit(FeEmit *e, json_object *node, const char *cfg, const char *p
       e, split_heads(e, fe_emit_linear(e, x, prm, "q_proj", "attention.q_proj"), N, H, rope), N, N,
       H);
   int32_t k = split_heads(e, fe_emit_linear(e, x, prm, "k_proj", "attention.k_proj"), K, H, rope);
+  /* the fused kernel reads the K key heads itself (grouped-query): no broadcast copy, unless
+   * tensor parallelism splits the heads over more devices than K divides over */
+  int64_t tp = fe_role_split(&e->b->mesh, FE_AXIS_TENSOR);
+  int64_t KN = strcmp(fe_get_str(node, "kernel"), "fused") == 0 && K % tp == 0 ? K : N;
   if (e->kv) kv_prefill(e, prm, "k", k);
-  k = heads_first(e, k, K, N, H);
+  k = heads_first(e, k, K, KN, H);
   int32_t v = split_heads(e, fe_emit_linear(e, x, prm, "v_proj", "attention.v_proj"), K, H, NULL);
   if (e->kv) kv_prefill(e, prm, "v", v);
-  v = heads_first(e, v, K, N, H);
+  v = heads_first(e, v, K, KN, H);
   int32_t ctx = full_attention(e, node, N, q, k, v, scale); /* (B, N, T, H) */
   if (ctx != IR_NONE) ir_value_set_tag(g, ctx, "attention.context");
   int32_t perm[4] = {0, 2, 1, 3};

@@ -24,12 +24,17 @@ static const FeField mesh_fields[] = {
     F_BOOL("sequence_parallel", "false",
            "Megatron sequence parallelism: outside attention and feed-forward the activations "
            "split over the sequence on the model axis (else on the hidden dim)"),
-    F_ENUM("pipeline_schedule", "\"gpipe\"", "gpipe|1f1b",
+    F_ENUM("pipeline_schedule", "\"gpipe\"", "gpipe|1f1b|interleaved",
            "order of the microbatches' forwards and backwards on each pipeline stage: gpipe "
-           "(all forwards, then all backwards) or 1f1b (one forward, one backward)"),
+           "(all forwards, then all backwards), 1f1b (one forward, one backward) or "
+           "interleaved (1f1b over pipeline_virtual chunks of layers per stage)"),
+    F_INT("pipeline_virtual", "2", FE_RANGE(1, 64),
+          "interleaved schedule: chunks of layers per pipeline stage (virtual stages); chunk c "
+          "runs on stage c mod pipeline"),
     F_TYPED("pipeline_cuts", FT_INT_LIST, "[]",
             "the first decoder layer of each pipeline stage after the first (pipeline - 1 "
-            "increasing layer indices); []: equal stages"),
+            "increasing layer indices; interleaved: of each chunk, pipeline x pipeline_virtual "
+            "- 1); []: equal stages"),
 };
 
 const FeKind fe_kind_lm_input = {

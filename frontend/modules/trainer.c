@@ -49,7 +49,8 @@ static int check_seq(FeBuild *b, json_object *node) {
 }
 
 /* Pipeline stages: the decoder's layers split into pipeline contiguous stages, each fed
- * microbatch after microbatch (docs/pipeline.md). */
+ * microbatch after microbatch; under the interleaved schedule into pipeline x pipeline_virtual
+ * chunks, chunk c on stage c mod pipeline (docs/pipeline.md). */
 static int check_pipeline(FeBuild *b, json_object *node) {
   int64_t P = 1;
   for (int i = 0; i < b->mesh.n; i++) {
@@ -60,29 +61,38 @@ static int check_pipeline(FeBuild *b, json_object *node) {
   json_object *mesh = fe_get_child(node, "mesh"), *learner = fe_get_child(node, "learner");
   json_object *dec = fe_get_child(fe_get_child(node, "model"), "decoder");
   int64_t L = dec ? fe_get_int(dec, "num_layers") : 0;
-  if (L < P)
-    return fe_field_error(b, mesh, "/mesh", "shape",
-                          "pipeline = %lld stages need a decoder of at least %lld layers "
+  bool inter = !strcmp(fe_get_str(mesh, "pipeline_schedule"), "interleaved");
+  int64_t V = inter ? fe_get_int(mesh, "pipeline_virtual") : 1, C = P * V;
+  /* what the cut points cut: "stages" or "chunks" */
+  char what[96];
+  if (inter)
+    snprintf(what, sizeof what, "pipeline = %lld stages x pipeline_virtual = %lld = %lld chunks",
+             (long long)P, (long long)V, (long long)C);
+  else
+    snprintf(what, sizeof what, "pipeline = %lld stages", (long long)P);
+  const char *field = inter ? "pipeline_virtual" : "shape";
+  if (L < C)
+    return fe_field_error(b, mesh, "/mesh", field,
+                          "%s need a decoder of at least %lld layers "
                           "(/model/decoder/num_layers is %lld)",
-                          (long long)P, (long long)P, (long long)L);
+                          what, (long long)C, (long long)L);
   json_object *cuts = json_object_object_get(mesh, "pipeline_cuts");
   size_t nc = cuts ? json_object_array_length(cuts) : 0;
-  if (nc == 0 && L % P)
-    return fe_field_error(b, mesh, "/mesh", "shape",
-                          "pipeline = %lld stages do not divide /model/decoder/num_layers = %lld "
+  if (nc == 0 && L % C)
+    return fe_field_error(b, mesh, "/mesh", field,
+                          "%s do not divide /model/decoder/num_layers = %lld "
                           "(expected a multiple of %lld, or /mesh/pipeline_cuts)",
-                          (long long)P, (long long)L, (long long)P);
-  if (nc && nc != (size_t)(P - 1))
+                          what, (long long)L, (long long)C);
+  if (nc && nc != (size_t)(C - 1))
     return fe_field_error(b, mesh, "/mesh", "pipeline_cuts",
-                          "%zu cut points for pipeline = %lld stages (expected %lld)", nc,
-                          (long long)P, (long long)(P - 1));
+                          "%zu cut points for %s (expected %lld)", nc, what, (long long)(C - 1));
   for (size_t i = 0, prev = 0; i < nc; i++) {
     int64_t c = json_object_get_int64(json_object_array_get_idx(cuts, i));
     if (c <= (int64_t)prev || c >= L)
       return fe_field_error(b, mesh, "/mesh", "pipeline_cuts",
                             "cut point %lld: expected increasing layer indices in 1..%lld, "
-                            "each stage at least one layer",
-                            (long long)c, (long long)(L - 1));
+                            "each %s at least one layer",
+                            (long long)c, (long long)(L - 1), inter ? "chunk" : "stage");
     prev = (size_t)c;
   }
   int64_t M = fe_get_int(learner, "microbatches");
@@ -91,6 +101,11 @@ static int check_pipeline(FeBuild *b, json_object *node) {
                           "pipeline = %lld stages need at least %lld microbatches to feed them "
                           "(got %lld)",
                           (long long)P, (long long)P, (long long)M);
+  if (inter && M % P)
+    return fe_field_error(b, learner, "/learner", "microbatches",
+                          "the interleaved schedule runs microbatches in groups of pipeline = "
+                          "%lld: %lld microbatches are not a multiple of %lld",
+                          (long long)P, (long long)M, (long long)P);
   return 0;
 }
 

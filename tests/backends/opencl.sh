@@ -59,7 +59,8 @@
 #                 the cache, seeded with top-k past the window (re-prefills), and --no-kv-cache
 #   attention_launches  tiny-lm at seq 48 (`--emit launches`, no device): the fused attention
 #                 kernels (a forward and three backward launches per layer) and no launch over
-#                 or reducing the (B, H, T, T) = 8 x 4 x 48 x 48 = 73,728 scores
+#                 or reducing the (B, H, T, T) = 8 x 4 x 48 x 48 = 73,728 scores; fuji-test
+#                 (grouped-query, 2 key heads for 4): dk and dv over the 2 key heads' rows
 #   reduce_launches  gpt2-124m at batch 8, seq 1024 (`--emit launches`, no device): every
 #                 reduction over more than 65,536 elements (reduce_sum, reduce_max, scatter_add)
 #                 launches at least 1,024 work items; the gradient norm's sum over the 38.6M
@@ -309,6 +310,14 @@ attention_launches)
   [ "$n" -eq 2 ] && [ "$s" -eq 6 ] || fail "attention launches: $n forward, $s backward: $(cat "$T/l")"
   big=$(awk '$2 == 73728 || $4 == 73728' "$T/l")
   [ -z "$big" ] || fail "launches over the (B, H, T, T) scores: $big"
+  # grouped-query (fuji-test: 4 query heads, 2 key heads, batch 8, seq 64, blocks of 32 rows):
+  # the backward's key-row launch runs over the 2 key heads, 8 x 2 x 2 blocks x 32 = 1,024
+  # items (2,048 over broadcast copies of k and v), the others over the 4 query heads
+  "$AXLC" compile "$SRC/models/fuji-test.json" --target opencl --emit launches -o "$T/g" \
+    > "$T/out" 2>&1 || fail "--emit launches (fuji-test): $(cat "$T/out")"
+  kv=$(awk '/_attention_grad_kv / {print $2}' "$T/g" | sort -u)
+  q=$(awk '/_attention_grad_q / || /_attention / {print $2}' "$T/g" | sort -u)
+  [ "$kv" = 1024 ] && [ "$q" = 2048 ] || fail "grouped-query launches: kv $kv, q $q: $(cat "$T/g")"
   ;;
 reduce_launches)
   "$AXLC" compile "$SRC/models/gpt2-124m.json" --target opencl --emit launches \
@@ -552,6 +561,20 @@ print(json.dumps(d))' "$SRC/models/rules/devices.json" > "$T/small.json"
   grep -qF "ocl: the 8.80 MiB slab of this job does not fit the 4.00 MiB of memory of OpenCL device $dev (CL_DEVICE_GLOBAL_MEM_SIZE, or AXLC_OPENCL_MEM_SIZE); nothing was trained" "$T/out" ||
     fail "the trainer's refusal: $(cat "$T/out")"
   [ -s "$T/m.jsonl" ] && fail "a step ran on a device too small"
+  # where it fits, the device holds what memcheck planned (5%), and the host heap is reported
+  # beside it: on PoCL it holds the device's buffers as well as the slab's host copy
+  "$AXLC" memcheck "$model" --target opencl --json > "$T/m.json" 2>/dev/null || fail "memcheck --target opencl"
+  "$T/ocl" --data "$T/text.txt" --steps 2 > "$T/out" 2>&1 || fail "tiny-lm on the device: $(tail -3 "$T/out")"
+  "$PY" - "$T/m.json" "$T/out" <<'PY' || fail "the device's memory against memcheck: $(grep 'memory:' "$T/out")"
+import json, re, sys
+want = json.load(open(sys.argv[1]))["peak_memory_in_bytes"] / 1048576
+line = [l for l in open(sys.argv[2]) if "memory: predicted" in l][0]
+m = re.search(r"predicted ([0-9.]+) MiB.*measured ([0-9.]+) MiB on the device.*host heap ([0-9.]+) MiB", line)
+pred, dev, host = (float(x) for x in m.groups())
+assert abs(pred - want) < 0.01, (pred, want)
+assert abs(dev - pred) <= 0.05 * pred, (dev, pred)
+assert host >= pred, (host, pred)  # the slab's host copy at least
+PY
   ;;
 device_lost)
   must "$AXLC" compile "$SRC/models/tiny-lm.json" --target opencl -o "$T/ocl"

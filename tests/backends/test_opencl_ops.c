@@ -641,101 +641,78 @@ static void test_movement(void) {
         NULL, 0, "broadcast transpose slice pad concat reshape iota", 0);
 }
 
+/* One attention case: q and dout `dt`[dims] (rank 3 or 4, (..., N, T, H)), k and v with `kv`
+ * heads on axis rank - 3 (0: the query's shape; else grouped-query, N a multiple of kv); the
+ * forward causal and not, attention_grad causal and not, against the interpreter. */
+static void check_attention(const char *dt, int rank, const int64_t *dims, int64_t kv, double tol) {
+  char qs[96], ks[96], gs[96], text[2048];
+  int64_t kd[4], gd[5], N = rank >= 3 ? dims[rank - 3] : 1, G = kv ? N / kv : 1;
+  int gr = rank + 1;
+  for (int d = 0; d < rank; d++) kd[d] = d == rank - 3 && kv ? kv : dims[d];
+  if (G == 1) {
+    gd[0] = 3;
+    for (int d = 0; d < rank; d++) gd[d + 1] = dims[d];
+  } else {
+    for (int d = 0, o = 0; d < rank; d++) {
+      gd[o++] = kd[d];
+      if (d == rank - 3) gd[o++] = G + 2;
+    }
+  }
+  const struct {
+    char *s;
+    const int64_t *x;
+    int n;
+  } shp[3] = {{qs, dims, rank}, {ks, kd, rank}, {gs, gd, gr}};
+  for (int i = 0; i < 3; i++) {
+    int n = snprintf(shp[i].s, 96, "%s[", dt);
+    for (int d = 0; d < shp[i].n; d++)
+      n += snprintf(shp[i].s + n, (size_t)(96 - n), "%s%lld", d ? "," : "", (long long)shp[i].x[d]);
+    snprintf(shp[i].s + n, (size_t)(96 - n), "]");
+  }
+  double scale = 1.0 / sqrt((double)dims[rank - 1]);
+  snprintf(text, sizeof text,
+           "%%0 = parameter \"q\" : %s\n"
+           "%%1 = parameter \"k\" : %s\n"
+           "%%2 = parameter \"v\" : %s\n"
+           "%%3 = parameter \"g\" : %s\n"
+           "%%4 = attention %%0, %%1, %%2 causal=1 scale=%.17g : %s\n"
+           "%%5 = attention %%0, %%1, %%2 causal=0 scale=%.17g : %s\n"
+           "%%6 = attention_grad %%0, %%1, %%2, %%3 causal=1 scale=%.17g : %s\n"
+           "%%7 = attention_grad %%0, %%1, %%2, %%3 causal=0 scale=%.17g : %s\n"
+           "output \"causal\" = %%4\n"
+           "output \"full\" = %%5\n"
+           "output \"grad_causal\" = %%6\n"
+           "output \"grad_full\" = %%7\n",
+           qs, ks, ks, qs, scale, qs, scale, qs, scale, gs, scale, gs);
+  check(text, NULL, 0, NULL, tol);
+}
+
 /* attention and attention_grad on bf16 (their kernels: f32 inside, each result rounded once),
  * causal and not, with a batch of problems, H = 4 and 8. */
 static void test_attention(void) {
-  check("%0 = parameter \"q\" : bf16[2,5,4]\n"
-        "%1 = parameter \"k\" : bf16[2,5,4]\n"
-        "%2 = parameter \"v\" : bf16[2,5,4]\n"
-        "%3 = parameter \"g\" : bf16[2,5,4]\n"
-        "%4 = attention %0, %1, %2 causal=1 scale=0.5 : bf16[2,5,4]\n"
-        "%5 = attention %0, %1, %2 causal=0 scale=0.5 : bf16[2,5,4]\n"
-        "%6 = attention_grad %0, %1, %2, %3 causal=1 scale=0.5 : bf16[3,2,5,4]\n"
-        "%7 = attention_grad %0, %1, %2, %3 causal=0 scale=0.5 : bf16[3,2,5,4]\n"
-        "output \"causal\" = %4\n"
-        "output \"full\" = %5\n"
-        "output \"grad_causal\" = %6\n"
-        "output \"grad_full\" = %7\n",
-        NULL, 0, NULL, BF16_TOL);
-  check("%0 = parameter \"q\" : bf16[2,3,7,8]\n"
-        "%1 = parameter \"k\" : bf16[2,3,7,8]\n"
-        "%2 = parameter \"v\" : bf16[2,3,7,8]\n"
-        "%3 = parameter \"g\" : bf16[2,3,7,8]\n"
-        "%4 = attention %0, %1, %2 causal=1 scale=0.35355339059327373 : bf16[2,3,7,8]\n"
-        "%5 = attention_grad %0, %1, %2, %3 causal=1 scale=0.35355339059327373 : "
-        "bf16[3,2,3,7,8]\n"
-        "%6 = attention_grad %0, %1, %2, %3 causal=0 scale=0.35355339059327373 : "
-        "bf16[3,2,3,7,8]\n"
-        "output \"causal\" = %4\n"
-        "output \"grad_causal\" = %5\n"
-        "output \"grad_full\" = %6\n",
-        NULL, 0, NULL, BF16_TOL);
+  check_attention("bf16", 3, (int64_t[]){2, 5, 4}, 0, BF16_TOL);
+  check_attention("bf16", 4, (int64_t[]){2, 3, 7, 8}, 0, BF16_TOL);
 }
 
 /* The flash-style attention kernels in f32 (emit.c, "fused attention") on shapes that are not
  * multiples of their blocks (32 rows) or tiles: T = 37 (two blocks, the second of 5 rows), odd
  * head sizes (5, 3), H = 100 (tiles of 30 keys, not aligned to the blocks), T = 70 (three
  * blocks, causal blocks reading different key counts); causal and not; and grouped-query
- * attention as the frontend feeds it: 1 key/value head broadcast to 3 query heads. */
+ * attention reading the key heads themselves: 1 key/value head for 3 query heads, and 2 for 6
+ * (the backward's dk and dv summed over each group of 3 query heads). */
 #define ATT_TOL 1e-4 /* f32 sums in another order than the interpreter's double: 3e-7 seen */
 static void test_attention_f32(void) {
-  check("%0 = parameter \"q\" : f32[2,3,37,5]\n"
-        "%1 = parameter \"k\" : f32[2,3,37,5]\n"
-        "%2 = parameter \"v\" : f32[2,3,37,5]\n"
-        "%3 = parameter \"g\" : f32[2,3,37,5]\n"
-        "%4 = attention %0, %1, %2 causal=1 scale=0.44721359549995793 : f32[2,3,37,5]\n"
-        "%5 = attention %0, %1, %2 causal=0 scale=0.44721359549995793 : f32[2,3,37,5]\n"
-        "%6 = attention_grad %0, %1, %2, %3 causal=1 scale=0.44721359549995793 : "
-        "f32[3,2,3,37,5]\n"
-        "%7 = attention_grad %0, %1, %2, %3 causal=0 scale=0.44721359549995793 : "
-        "f32[3,2,3,37,5]\n"
-        "output \"causal\" = %4\n"
-        "output \"full\" = %5\n"
-        "output \"grad_causal\" = %6\n"
-        "output \"grad_full\" = %7\n",
-        NULL, 0, NULL, ATT_TOL);
-  check("%0 = parameter \"q\" : f32[1,2,37,100]\n"
-        "%1 = parameter \"k\" : f32[1,2,37,100]\n"
-        "%2 = parameter \"v\" : f32[1,2,37,100]\n"
-        "%3 = parameter \"g\" : f32[1,2,37,100]\n"
-        "%4 = attention %0, %1, %2 causal=1 scale=0.1 : f32[1,2,37,100]\n"
-        "%5 = attention_grad %0, %1, %2, %3 causal=1 scale=0.1 : f32[3,1,2,37,100]\n"
-        "%6 = attention_grad %0, %1, %2, %3 causal=0 scale=0.1 : f32[3,1,2,37,100]\n"
-        "output \"causal\" = %4\n"
-        "output \"grad_causal\" = %5\n"
-        "output \"grad_full\" = %6\n",
-        NULL, 0, NULL, ATT_TOL);
-  check("%0 = parameter \"q\" : f32[2,3,70,3]\n"
-        "%1 = parameter \"k\" : f32[2,1,70,3]\n"
-        "%2 = parameter \"v\" : f32[2,1,70,3]\n"
-        "%3 = parameter \"g\" : f32[2,3,70,3]\n"
-        "%4 = broadcast_in_dim %1 bdims=[0,1,3,4] : f32[2,1,3,70,3]\n"
-        "%5 = reshape %4 : f32[2,3,70,3]\n"
-        "%6 = broadcast_in_dim %2 bdims=[0,1,3,4] : f32[2,1,3,70,3]\n"
-        "%7 = reshape %6 : f32[2,3,70,3]\n"
-        "%8 = attention %0, %5, %7 causal=1 scale=0.57735026918962584 : f32[2,3,70,3]\n"
-        "%9 = attention_grad %0, %5, %7, %3 causal=1 scale=0.57735026918962584 : "
-        "f32[3,2,3,70,3]\n"
-        "output \"gqa\" = %8\n"
-        "output \"grad_gqa\" = %9\n",
-        NULL, 0, NULL, ATT_TOL);
+  check_attention("f32", 4, (int64_t[]){2, 3, 37, 5}, 0, ATT_TOL);
+  check_attention("f32", 4, (int64_t[]){1, 2, 37, 100}, 0, ATT_TOL);
+  check_attention("f32", 4, (int64_t[]){2, 3, 70, 3}, 1, ATT_TOL);
+  check_attention("f32", 4, (int64_t[]){1, 6, 37, 5}, 2, ATT_TOL);
 }
 
-/* The same kernels in bf16 past one block: T = 37, an odd head size. */
+/* The same kernels in bf16 past one block: T = 37, an odd head size; grouped-query, 2 key
+ * heads for 4 query heads. */
 static void test_attention_bf16_blocks(void) {
-  check("%0 = parameter \"q\" : bf16[2,37,7]\n"
-        "%1 = parameter \"k\" : bf16[2,37,7]\n"
-        "%2 = parameter \"v\" : bf16[2,37,7]\n"
-        "%3 = parameter \"g\" : bf16[2,37,7]\n"
-        "%4 = attention %0, %1, %2 causal=1 scale=0.37796447300922725 : bf16[2,37,7]\n"
-        "%5 = attention_grad %0, %1, %2, %3 causal=1 scale=0.37796447300922725 : "
-        "bf16[3,2,37,7]\n"
-        "%6 = attention_grad %0, %1, %2, %3 causal=0 scale=0.37796447300922725 : "
-        "bf16[3,2,37,7]\n"
-        "output \"causal\" = %4\n"
-        "output \"grad_causal\" = %5\n"
-        "output \"grad_full\" = %6\n",
-        NULL, 0, NULL, BF16_TOL);
+  check_attention("bf16", 3, (int64_t[]){2, 37, 7}, 0, BF16_TOL);
+  check_attention("bf16", 4, (int64_t[]){1, 4, 37, 7}, 2, BF16_TOL);
 }
 
 /* A whole training step in bf16 with f32 masters: the parameters cast to bf16 where the

@@ -7,6 +7,7 @@
  * - A count that does not hold the rows of a microbatch takes the next that divides the rows
  *   per device; one whose batch shards do not divide the global batch, a mesh with no batch
  *   axis to shrink, and a config without a mesh are refused with the reason.
+ * - A pipeline keeps its stages: the batch axes shrink inside each stage.
  * Runs without LLVM or MPI.
  */
 #include <stdio.h>
@@ -23,6 +24,14 @@ static const char *config(const char *shape, int gb, int mb) {
            "{\"microbatches\": %d}, \"mesh\": {\"axes\": [\"pipeline\", \"data\", \"expert\", "
            "\"fsdp\", \"seq\", \"model\"], \"kind\": \"device_mesh\", \"shape\": %s}}",
            gb, mb, shape);
+  return buf;
+}
+
+/* cfg with /mesh/pipeline_schedule "interleaved" (cfg is config()'s buffer). */
+static const char *interleaved(const char *cfg) {
+  static char buf[600];
+  size_t n = strlen(cfg);
+  snprintf(buf, sizeof buf, "%.*s, \"pipeline_schedule\": \"interleaved\"}}", (int)(n - 2), cfg);
   return buf;
 }
 
@@ -78,6 +87,20 @@ static void test_rounding(void) {
   plan_ok(config("[1,-1,1,1,1,1]", 12, 1), 4, 3, "[1,-1,1,1,1,1]", 2);
 }
 
+/* A pipeline keeps its stages: data gives up the ranks, each stage's microbatches rise (still
+ * at least the stages), and a pipeline alone cannot shrink. */
+static void test_pipeline(void) {
+  plan_ok(config("[2,2,1,1,1,1]", 8, 2), 4, 2, "[2,1,1,1,1,1]", 4);
+  plan_ok(config("[2,-1,1,1,1,1]", 16, 2), 8, 4, "[2,-1,1,1,1,1]", 4);
+  plan_ok(config("[2,2,1,2,1,1]", 8, 2), 8, 4, "[2,1,1,2,1,1]", 4);
+  plan_refused(config("[2,1,1,1,1,1]", 8, 2), 2, 1, "no mesh of 1 ranks");
+  /* 3 -> 2 ranks of a -1 data axis, 24 rows, 2 microbatches: 3 per device; 12 rows now hold 3, but
+   * the interleaved schedule takes groups of 2 stages: 4 */
+  plan_ok(config("[2,-1,1,1,1,1]", 24, 2), 6, 4, "[2,-1,1,1,1,1]", 3);
+  plan_ok(interleaved(config("[2,-1,1,1,1,1]", 24, 2)), 6, 4, "[2,-1,1,1,1,1]", 4);
+  plan_refused(config("[4,2,1,1,1,1]", 8, 4), 8, 2, "no mesh of 2 ranks");
+}
+
 static void test_bad_config(void) {
   plan_refused("{\"input\": {\"global_batch_size\": 8}}", 4, 2, "the config has no /mesh");
   plan_refused("not json", 4, 2, "the config has no /mesh");
@@ -89,6 +112,7 @@ int main(int argc, char **argv) {
       {"a -1 axis: the target sizes it", test_free_axis},
       {"fixed sizes: data, then fsdp, then expert", test_fixed_mesh},
       {"microbatches: the next count that divides", test_rounding},
+      {"a pipeline keeps its stages", test_pipeline},
       {"configs without what the plan needs", test_bad_config},
       {NULL, NULL},
   };

@@ -104,26 +104,40 @@ static void check_pipeline(const char *model, const char *target, const char **s
   CHECK_MSG(ir_mesh_devices(&s->mesh) == ex.devices, "%s: %lld devices, expected %d", label,
             (long long)ir_mesh_devices(&s->mesh), ex.devices);
   check_p2p(s, label, ex.min_sends);
-  /* each stage runs its microbatches' forwards and backwards in the schedule's order */
-  PassSchedule sched = strcmp(fe_get_str(fe_get_child(S.cfg, "mesh"), "pipeline_schedule"), "1f1b")
-                           ? PASS_SCHEDULE_GPIPE
-                           : PASS_SCHEDULE_1F1B;
+  /* each stage runs its microbatches' forwards and backwards in the schedule's order: its
+   * values of a phase grouped by unit, the units (microbatch and phase; two in a row always
+   * differ in one) in the order pass_pipeline_unit gives its chunks' units */
+  json_object *mesh = fe_get_child(S.cfg, "mesh");
+  PassPipeline sp = {.stages = 2,
+                     .schedule = pass_schedule_parse(fe_get_str(mesh, "pipeline_schedule")),
+                     .virtual_stages = (int32_t)fe_get_int(mesh, "pipeline_virtual"),
+                     .microbatches = S.facts.microbatches};
+  int64_t V = pass_pipeline_virtual(&sp), n = 2 * V * sp.microbatches;
+  int64_t *want = calloc((size_t)n, sizeof *want);
   for (int st = 0; st < 2; st++) {
-    int64_t last = -1;
-    int units = 0;
+    for (int32_t c = st; c < 2 * V; c += 2)
+      for (int64_t k = 0; k < sp.microbatches; k++)
+        for (int b = 0; b < 2; b++) want[pass_pipeline_unit(&sp, c, k, b)] = 2 * k + b;
+    int64_t last = -1, units = 0;
     for (int32_t v = 0; v < s->nvalues; v++) {
       const IrValue *x = &s->values[v];
       if (x->stage != st + 1 || x->phase == IR_PHASE_NONE) continue;
-      int64_t slot = pass_pipeline_slot(sched, 2, S.facts.microbatches, st, x->micro,
-                                        x->phase == IR_PHASE_BACKWARD);
-      units += slot != last;
-      CHECK_MSG(slot >= last, "%s: stage %d: %%%d (microbatch %d %s) after a later unit", label, st,
-                v, x->micro, x->phase == IR_PHASE_BACKWARD ? "backward" : "forward");
-      if (slot > last) last = slot;
+      int64_t u = 2 * x->micro + (x->phase == IR_PHASE_BACKWARD);
+      if (u == last) continue;
+      if (units >= n || want[units] != u) {
+        CHECK_MSG(0, "%s: stage %d: %%%d (microbatch %d %s) is unit %lld, expected %s%lld", label,
+                  st, v, x->micro, x->phase == IR_PHASE_BACKWARD ? "backward" : "forward",
+                  (long long)units, units < n ? (want[units] % 2 ? "B" : "F") : "none: ",
+                  units < n ? (long long)(want[units] / 2) : -1LL);
+        break;
+      }
+      units++;
+      last = u;
     }
-    CHECK_MSG(units == 2 * S.facts.microbatches, "%s: stage %d runs %d units, expected %lld", label,
-              st, units, (long long)(2 * S.facts.microbatches));
+    CHECK_MSG(units == n, "%s: stage %d runs %lld units, expected %lld", label, st,
+              (long long)units, (long long)n);
   }
+  free(want);
   int64_t vocab = fe_get_int(fe_get_child(G.cfg, "model"), "vocab_size");
   IrInterp *gi = ir_interp_new(g, NULL), *si = ir_interp_new(s, NULL);
   ir_interp_set_rounding(gi, false);
@@ -219,6 +233,31 @@ static void test_llama_style(void) {
   check_pipeline("fuji-test.json", "cpu-2", cut, 6, (Expect){2, 8});
 }
 
+/* interleaved: fuji-test's 4 layers in 4 chunks of one layer, chunks 0 and 2 on stage 0, 1 and
+ * 3 on stage 1: each microbatch goes around the ring twice (3 sends forward, 3 back) */
+#define INTERLEAVED "/mesh/pipeline_schedule=interleaved", "/mesh/pipeline_virtual=2"
+
+static void test_interleaved(void) {
+  const char *m4[] = {SMALL, "/learner/microbatches=4", INTERLEAVED, PIPE(2, 1, 1)};
+  check_pipeline("fuji-test.json", "cpu-2", m4, 6, (Expect){2, 24});
+}
+
+static void test_interleaved_more(void) {
+  const char *m8[] = {SMALL, "/learner/microbatches=8", INTERLEAVED, PIPE(2, 1, 1)};
+  check_pipeline("fuji-test.json", "cpu-2", m8, 6, (Expect){2, 48});
+  /* data = 2 inside the stages; M = P: every forward before the first backward */
+  const char *pd[] = {SMALL, "/learner/microbatches=2", INTERLEAVED, PIPE(2, 2, 1)};
+  check_pipeline("fuji-test.json", "cpu-4", pd, 6, (Expect){4, 12});
+  /* tiny-lm's tied head: 2 layers in 2 chunks of one stage, the head's gradient to stage 0 */
+  const char *tied[] = {SMALL, "/learner/microbatches=2", "/model/decoder/num_layers=4",
+                        INTERLEAVED, PIPE(2, 1, 1)};
+  check_pipeline("tiny-lm.json", "cpu-2", tied, 7, (Expect){2, 12});
+  /* uneven chunks by the cuts: 6 layers as 2, 1, 2, 1 */
+  const char *cut[] = {SMALL,       "/learner/microbatches=4",     "/model/decoder/num_layers=6",
+                       INTERLEAVED, "/mesh/pipeline_cuts=[2,3,5]", PIPE(2, 1, 1)};
+  check_pipeline("fuji-test.json", "cpu-2", cut, 8, (Expect){2, 24});
+}
+
 static int count_backward(const IrGraph *g) {
   int n = 0;
   for (int32_t v = 0; v < g->nvalues; v++) n += g->values[v].phase == IR_PHASE_BACKWARD;
@@ -270,13 +309,73 @@ static void test_schedule(void) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
-  pass_pipeline_timeline(PASS_SCHEDULE_1F1B, 2, 4, f);
+  pass_pipeline_timeline(
+      &(PassPipeline){.stages = 2, .schedule = PASS_SCHEDULE_1F1B, .microbatches = 4}, f);
   fclose(f);
   CU_ASSERT_STRING_EQUAL(text, "# schedule 1f1b: 2 stages, 4 microbatches, 10 time units; bubble "
                                "1/5\n"
                                "# stage 0 | F0  F1  .   B0  F2  B1  F3  B2  .   B3 \n"
                                "# stage 1 | .   F0  B0  F1  B1  F2  B2  F3  B3  .  \n");
   free(text);
+}
+
+/* Interleaved, P = 2, V = 2, M = 4: stage 0 runs chunks 0 and 2, stage 1 chunks 1 and 3; the
+ * microbatches go in groups of P = 2, a group's forwards on the first chunk then the second,
+ * its backwards from the last chunk down; warm-up 2 (P - 1 - s) + (V - 1) P forwards. */
+static void test_schedule_interleaved(void) {
+  PassPipeline p = {
+      .stages = 2, .schedule = PASS_SCHEDULE_INTERLEAVED, .virtual_stages = 2, .microbatches = 4};
+  static const char *want[] = {
+      "F0.0 F1.0 F0.2 F1.2 F2.0 B0.2 F3.0 B1.2 F2.2 B0.0 F3.2 B1.0 B2.2 B3.2 B2.0 B3.0 ",
+      "F0.1 F1.1 F0.3 B0.3 F1.3 B1.3 F2.1 B0.1 F3.1 B1.1 F2.3 B2.3 F3.3 B3.3 B2.1 B3.1 "};
+  for (int s = 0; s < 2; s++) {
+    char got[128] = "";
+    for (int64_t slot = 0; slot < 16; slot++)
+      for (int32_t c = s; c < 4; c += 2)
+        for (int64_t k = 0; k < 4; k++)
+          for (int b = 0; b < 2; b++)
+            if (pass_pipeline_unit(&p, c, k, b) == slot)
+              snprintf(got + strlen(got), sizeof got - strlen(got), "%c%lld.%d ", b ? 'B' : 'F',
+                       (long long)k, c);
+    CU_ASSERT_STRING_EQUAL(got, want[s]);
+  }
+  /* live: stage 0 holds 5 chunk-microbatches (F0.0 F1.0 F0.2 F1.2 F2.0), stage 1 3 */
+  CU_ASSERT_EQUAL(pass_pipeline_live(&p, 0), 5);
+  CU_ASSERT_EQUAL(pass_pipeline_live(&p, 1), 3);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  pass_pipeline_timeline(&p, f);
+  fclose(f);
+  CU_ASSERT_STRING_EQUAL(
+      text, "# schedule interleaved: 2 stages x 2 virtual (4 chunks), 4 microbatches, 18 time "
+            "units; bubble 1/9\n"
+            "# stage 0 | F0.0  F1.0  F0.2  F1.2  F2.0  B0.2  F3.0  B1.2  F2.2  B0.0  F3.2  B1.0  "
+            ".     B2.2  .     B3.2  B2.0  B3.0 \n"
+            "# stage 1 | .     F0.1  F1.1  F0.3  B0.3  F1.3  B1.3  F2.1  B0.1  F3.1  B1.1  F2.3  "
+            "B2.3  F3.3  B3.3  B2.1  B3.1  .    \n");
+  free(text);
+  /* every shape runs without a deadlock in 2 V M + 2 (P - 1) steps: the bubble is
+   * (P - 1) / (V M + P - 1); 1F1B's live microbatches are min(P - s, M), GPipe's M */
+  for (int32_t P = 2; P <= 4; P++)
+    for (int32_t V = 1; V <= 3; V++)
+      for (int64_t M = P; M <= 4 * P; M += P) {
+        p = (PassPipeline){.stages = P,
+                           .schedule = PASS_SCHEDULE_INTERLEAVED,
+                           .virtual_stages = V,
+                           .microbatches = M};
+        int64_t steps = pass_pipeline_run(&p, NULL);
+        CHECK_MSG(steps == 2 * V * M + 2 * (P - 1),
+                  "interleaved P=%d V=%d M=%lld: %lld steps, expected %lld", P, V, (long long)M,
+                  (long long)steps, (long long)(2 * V * M + 2 * (P - 1)));
+        for (int32_t s = 0; s < P; s++) {
+          p.schedule = PASS_SCHEDULE_1F1B;
+          CU_ASSERT_EQUAL(pass_pipeline_live(&p, s), M < P - s ? M : P - s);
+          p.schedule = PASS_SCHEDULE_GPIPE;
+          CU_ASSERT_EQUAL(pass_pipeline_live(&p, s), M);
+          p.schedule = PASS_SCHEDULE_INTERLEAVED;
+        }
+      }
 }
 
 /* The message of a config that does not lower. */
@@ -321,6 +420,31 @@ static void test_errors(void) {
   const char *sched[] = {SMALL, "/learner/microbatches=4", "/mesh/pipeline_schedule=zigzag",
                          PIPE(2, 1, 1)};
   expect_error("tiny-lm.json", sched, 5, "/mesh/pipeline_schedule", "zigzag");
+  /* interleaved: P x V chunks of at least one layer, M a multiple of P */
+  const char *few_layers[] = {SMALL, "/learner/microbatches=4", INTERLEAVED,
+                              "/mesh/pipeline_virtual=3", PIPE(2, 1, 1)};
+  expect_error("fuji-test.json", few_layers, 7, "/mesh/pipeline_virtual",
+               "pipeline = 2 stages x pipeline_virtual = 3 = 6 chunks need a decoder of at least "
+               "6 layers (/model/decoder/num_layers is 4)");
+  const char *chunks[] = {SMALL, "/learner/microbatches=4", "/model/decoder/num_layers=6",
+                          INTERLEAVED, PIPE(2, 1, 1)};
+  expect_error("fuji-test.json", chunks, 7, "/mesh/pipeline_virtual",
+               "pipeline = 2 stages x pipeline_virtual = 2 = 4 chunks do not divide "
+               "/model/decoder/num_layers = 6 (expected a multiple of 4, or /mesh/pipeline_cuts)");
+  const char *ncuts[] = {SMALL, "/learner/microbatches=4", "/mesh/pipeline_cuts=[2]", INTERLEAVED,
+                         PIPE(2, 1, 1)};
+  expect_error("fuji-test.json", ncuts, 7, "/mesh/pipeline_cuts",
+               "1 cut points for pipeline = 2 stages x pipeline_virtual = 2 = 4 chunks "
+               "(expected 3)");
+  const char *odd_m[] = {SMALL, "/input/global_batch_size=6", "/learner/microbatches=3",
+                         INTERLEAVED, PIPE(2, 1, 1)};
+  expect_error("fuji-test.json", odd_m, 7, "/learner/microbatches",
+               "the interleaved schedule runs microbatches in groups of pipeline = 2: 3 "
+               "microbatches are not a multiple of 2");
+  const char *zero_v[] = {SMALL, "/learner/microbatches=4", INTERLEAVED, "/mesh/pipeline_virtual=0",
+                          PIPE(2, 1, 1)};
+  expect_error("fuji-test.json", zero_v, 7, "/mesh/pipeline_virtual",
+               "value 0 is out of range (expected 1 to 64)");
 }
 
 int main(int argc, char **argv) {
@@ -331,6 +455,9 @@ int main(int argc, char **argv) {
                                    {"llama_style", test_llama_style},
                                    {"with_mesh", test_with_mesh},
                                    {"remat", test_remat},
+                                   {"schedule_interleaved", test_schedule_interleaved},
+                                   {"interleaved_m4", test_interleaved},
+                                   {"interleaved_layouts", test_interleaved_more},
                                    {NULL, NULL}};
   return test_main(argc, argv, "pipeline", cases);
 }

@@ -638,12 +638,46 @@ pipeline)
   # the losses of the 10 steps within 1e-4 of one process's (f32 rounding of other sum orders)
   paste "$T/one.txt" "$T/out" | awk '{ d = $4 - $12; if (d < 0) d = -d; if ($2 != $10 || d > 1e-4) bad = 1; n++ }
     END { exit bad || n != 10 }' || { fail "pipeline=2 trains differently from one process"; paste "$T/one.txt" "$T/out" >&2; }
-  run run "$MODELS/tiny-lm.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' "$@"
-  expect_user_error "/mesh/shape: pipeline = 2 stages run on the interpreter only so far"
-  # memcheck plans every stage's values at once for now, and says so
+  # compiled trainers run pipelines under mpirun (tests/mpi/models.sh *_pp*): the OpenCL one's
+  # table has each parameter's stage (stage 1's layer_1, the tied table's share from stage 0)
+  if "$AXLC" backends | grep -q "^opencl "; then
+    run compile "$MODELS/tiny-lm.json" --target opencl-2 --set '/mesh/shape=[2,1,1,1,1,1]' \
+      --set /learner/microbatches=2 --emit c -o "$T/ocl.c"
+    expect_rc 0
+    grep -q 'layer_1/attn_norm/bias", .*\.stage = 2}' "$T/ocl.c" || fail "opencl: no stage 1 for layer_1's parameters"
+    grep -q '\.kind = 7, .*\.axis = 0, \.axis2 = 0, \.rank = 2' "$T/ocl.c" || fail "opencl: no share of the tied table"
+  fi
+  # memcheck plans each stage (memcheck_pipeline has the details)
   run memcheck "$MODELS/tiny-lm.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' --set /learner/microbatches=2
   expect_rc 0
-  expect_in "$T/out" "note: one plan holds every pipeline stage's values (an upper bound"
+  expect_in "$T/out" "  stage 1: peak 8.19 MiB, parameters 257.50 KiB, saved activations 2.95 MiB of 2 microbatches (the schedule keeps 2)  <- the largest, below"
+  ;;
+pipeline_interleaved)
+  # interleaved 1F1B: fuji-test's 4 layers in 4 chunks over pipeline=2 (chunks 0 and 2 on
+  # stage 0), the timeline with each unit's chunk and the bubble the schedule gives; the ring
+  # back from stage 1 to stage 0; 10 interpreter steps equal to one process; M not a multiple
+  # of P refused (docs/pipeline.md)
+  set -- --set /input/seq_len=16 --set /input/global_batch_size=8 --set /learner/microbatches=4 \
+    --set /mesh/pipeline_schedule=interleaved --set /mesh/pipeline_virtual=2 --set /model/vocab_size=256
+  run ir "$MODELS/fuji-test.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' "$@" --after pipeline
+  expect_rc 0
+  expect_in "$T/out" "# schedule interleaved: 2 stages x 2 virtual (4 chunks), 4 microbatches, 18 time units; bubble 1/9"
+  expect_in "$T/out" "# stage 0 | F0.0  F1.0  F0.2  F1.2  F2.0  B0.2  F3.0  B1.2  F2.2  B0.0  F3.2  B1.0  .     B2.2  .     B3.2  B2.0  B3.0"
+  expect_in "$T/out" "# stage 1 | .     F0.1  F1.1  F0.3  B0.3  F1.3  B1.3  F2.1  B0.1  F3.1  B1.1  F2.3  B2.3  F3.3  B3.3  B2.1  B3.1  ."
+  expect_in "$T/out" "mesh_axes=[pipeline] peer=1 : f32[2,16,8] stage=0"
+  cp "$CORPUS" "$T/text.txt"
+  run run "$MODELS/fuji-test.json" --backend interp --target cpu "$@" --data "$T/text.txt" --steps 10
+  expect_rc 0
+  cp "$T/out" "$T/one.txt"
+  run run "$MODELS/fuji-test.json" --backend interp --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' "$@" \
+    --data "$T/text.txt" --steps 10
+  expect_rc 0
+  expect_in "$T/out" "step 10 loss"
+  paste "$T/one.txt" "$T/out" | awk '{ d = $4 - $12; if (d < 0) d = -d; if ($2 != $10 || d > 1e-4) bad = 1; n++ }
+    END { exit bad || n != 10 }' || { fail "interleaved trains differently from one process"; paste "$T/one.txt" "$T/out" >&2; }
+  run ir "$MODELS/fuji-test.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' "$@" \
+    --set /input/global_batch_size=6 --set /learner/microbatches=3 --after pipeline
+  expect_user_error "/learner/microbatches: the interleaved schedule runs microbatches in groups of pipeline = 2: 3 microbatches are not a multiple of 2"
   ;;
 backends)
   run backends
@@ -806,18 +840,18 @@ fuji-1b 8 fsdp=8 73.04 over
 fuji-1b 16 data=2,fsdp=8 55.13 fits
 fuji-1b 32 data=4,fsdp=8 27.58 fits
 fuji-1b 64 data=8,fsdp=8 27.58 fits
-llama2-70b 8 fsdp=8 495.96 over
-llama2-70b 16 fsdp=16 236.73 over
+llama2-70b 8 fsdp=8 483.47 over
+llama2-70b 16 fsdp=16 230.68 over
 llama2-70b 32 fsdp=32 60.97 fits
-llama2-70b 64 fsdp=64 64.28 fits
-fuji-70b 8 fsdp=8 495.96 over
-fuji-70b 16 fsdp=16 222.17 over
+llama2-70b 64 fsdp=64 56.51 fits
+fuji-70b 8 fsdp=8 476.47 over
+fuji-70b 16 fsdp=16 234.20 over
 fuji-70b 32 fsdp=32 61.11 fits
-fuji-70b 64 fsdp=64 62.99 fits
-mixtral-8x7b 8 expert=8 417.73 over
-mixtral-8x7b 16 expert=8,fsdp=2 206.10 over
-mixtral-8x7b 32 expert=8,fsdp=4 69.16 fits
-mixtral-8x7b 64 expert=8,fsdp=8 52.03 fits
+fuji-70b 64 fsdp=64 59.81 fits
+mixtral-8x7b 8 expert=8 385.63 over
+mixtral-8x7b 16 expert=8,fsdp=2 190.05 over
+mixtral-8x7b 32 expert=8,fsdp=4 65.93 fits
+mixtral-8x7b 64 expert=8,fsdp=8 49.09 fits
 gpt2-124m 8 fsdp=8 51.40 fits
 gpt2-124m 16 data=2,fsdp=8 18.41 fits
 gpt2-124m 32 data=4,fsdp=8 9.36 fits
@@ -841,7 +875,7 @@ EOF
   expect_rc 1
   expect_in "$T/out" "verdict: does not fit: a tensor of 32.00 GiB is larger than the device's largest buffer, 19.56 GiB (max_alloc in the device table)"
   expect_in "$T/out" "32.00 GiB  saved activation  f32[8,8192,131072] dot_general  /model  #lm_head.logits"
-  expect_in "$T/out" "--set '/learner/microbatches=16': peak 55.23 GiB"
+  expect_in "$T/out" "--set '/learner/microbatches=16': peak 55.22 GiB"
   # the node-style names take the same rules
   run config "$MODELS/llama2-70b.json" --target gpu-h100-8x8
   expect_rc 0
@@ -900,7 +934,7 @@ memcheck_mesh_fixes)
 memcheck_sequence_parallel)
   # a device whose memory lies between fuji-test's peak on model=2 and its peak under sequence
   # parallelism: the fix list offers it, and with it (the shipped modifier) the job fits
-  printf '{"cpu": {"doc": "small", "memory": 6150000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
+  printf '{"cpu": {"doc": "small", "memory": 6050000, "flops": {"f32": 1e11, "bf16": 1e11}, "memory_bandwidth": 1e10, "link_bandwidth": 1e10}}' > "$T/dev.json"
   set -- --target cpu-2 --devices "$T/dev.json" --set '/mesh/shape=[1,1,1,1,1,2]'
   run memcheck "$MODELS/fuji-test.json" "$@"
   expect_rc 1
@@ -932,6 +966,102 @@ memcheck_errors)
   run memcheck "$MODELS/tiny-lm.json" --target cpu --devices "$T/missing.json"
   expect_rc 1
   expect_in "$T/err" "missing.json"
+  ;;
+memcheck_pipeline)
+  # a pipeline: each stage planned on its own in the schedule's order, the worst one reported,
+  # the schedule's live microbatches, the bubble in the step-time bound (docs/pipeline.md)
+  pp='--set /mesh/shape=[2,1,1,1,1,1] --set /learner/microbatches=8'
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-2 $pp --set /mesh/pipeline_schedule=gpipe
+  expect_rc 0
+  expect_in "$T/out" "pipeline: 2 stages, gpipe schedule, 8 microbatches; each stage planned on its own"
+  expect_in "$T/out" "  stage 0: peak 7.31 MiB, parameters 289.00 KiB, saved activations 2.70 MiB of 8 microbatches (the schedule keeps 8)"
+  expect_in "$T/out" "  stage 1: peak 7.83 MiB, parameters 257.50 KiB, saved activations 3.47 MiB of 8 microbatches (the schedule keeps 8)  <- the largest, below"
+  expect_in "$T/out" "per device of stage 1:"
+  expect_in "$T/out" "(P-1)/(M+P-1) = 1/9 of the step, idle)"
+  ! grep -q "an upper bound" "$T/out" || fail "the note of one plan for every stage is back"
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-2 $pp --set /mesh/pipeline_schedule=1f1b
+  expect_rc 0
+  expect_in "$T/out" "pipeline: 2 stages, 1f1b schedule, 8 microbatches"
+  expect_in "$T/out" "  stage 0: peak 5.50 MiB, parameters 289.00 KiB, saved activations 660.50 KiB of 2 microbatches (the schedule keeps 2)  <- the largest, below"
+  expect_in "$T/out" "  stage 1: peak 4.82 MiB, parameters 257.50 KiB, saved activations 291.06 KiB of 1 microbatch (the schedule keeps 1)"
+  # the plot is the worst stage's, and says which
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-2 $pp --set /mesh/pipeline_schedule=1f1b --plot "$T/p.svg"
+  expect_rc 0
+  expect_in "$T/p.svg" "(peak 2.10 MiB, stage 0 of 2)</text>"
+  # the bound: the slowest stage's busy time x (M + P - 1) / M
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-2 $pp --json
+  expect_rc 0
+  python3 - "$T/out" <<'PY' || fail "memcheck --json of a pipeline"
+import json, sys
+r = json.load(open(sys.argv[1]))
+p = r["pipeline"]
+assert (p["stages"], p["schedule"], p["microbatches"], p["worst_stage"]) == (2, "gpipe", 8, 1), p
+assert abs(p["bubble"] - 1 / 9) < 1e-12, p["bubble"]
+busy = max(max(s["flops"] / 1.45e11, s["bytes_sent"] / 1e10) for s in p["per_stage"])
+assert abs(r["step_time_lower_bound_s"] - busy * 9 / 8) < 1e-9 * busy, (r["step_time_lower_bound_s"], busy)
+assert [s["live_microbatches"] for s in p["per_stage"]] == [8, 8], p["per_stage"]
+assert r["peak_memory_in_bytes"] == p["per_stage"][1]["peak_memory_in_bytes"]
+PY
+  # a mesh rule sets the pipeline and its schedule per target
+  cat > "$T/pp.json" <<EOF
+{"base": "$MODELS/tiny-lm.json",
+ "mesh_rules": [
+   {"match": "cpu-2", "modifiers": [{"kind": "mesh", "shape": [2, 1, 1, 1, 1, 1], "schedule": "1f1b"},
+                                    {"kind": "microbatch", "microbatches": 8}]},
+   {"match": "cpu-4", "modifiers": [{"kind": "mesh", "shape": [2, 2, 1, 1, 1, 1]},
+                                    {"kind": "microbatch", "microbatches": 1}]}]}
+EOF
+  run memcheck "$T/pp.json" --target cpu-2
+  expect_rc 0
+  expect_in "$T/out" "mesh: pipeline=2; fusion plan: llvm"
+  expect_in "$T/out" "pipeline: 2 stages, 1f1b schedule, 8 microbatches"
+  # the config errors of a pipeline stop memcheck too, naming the path and the numbers
+  run memcheck "$T/pp.json" --target cpu-4
+  expect_user_error "pp.json: /learner/microbatches: pipeline = 2 stages need at least 2 microbatches to feed them (got 1)"
+  run memcheck "$MODELS/fuji-test.json" --target cpu-3 --set '/mesh/shape=[3,1,1,1,1,1]' \
+    --set /learner/microbatches=4
+  expect_user_error "/mesh/shape: pipeline = 3 stages do not divide /model/decoder/num_layers = 4 (expected a multiple of 3, or /mesh/pipeline_cuts)"
+  run memcheck "$MODELS/tiny-lm.json" --target cpu-4 --set '/mesh/shape=[4,1,1,1,1,1]' \
+    --set /learner/microbatches=4
+  expect_user_error "/mesh/shape: pipeline = 4 stages need a decoder of at least 4 layers (/model/decoder/num_layers is 2)"
+  ;;
+memcheck_pipeline_recipe)
+  # NeMo's Llama2-70B on 64 H100 (docs/memcheck.md, "Published recipes"): TP4 x PP4 x DP4,
+  # 128 sequences of 4096, 1 a microbatch (32 a data replica), sequence parallelism, 1F1B
+  nemo="--target gpu-h100-64 --set /input/global_batch_size=128 --set /learner/microbatches=32
+    --set /mesh/pipeline_schedule=1f1b --set /precision/compute=bf16 --set /mesh/sequence_parallel=true
+    --set /model/decoder/remat_policy=full"
+  # the data axis keeps every replica's f32 masters and AdamW moments: over
+  run memcheck "$MODELS/llama2-70b.json" $nemo --set '/mesh/shape=[4,4,1,1,1,4]' --json
+  expect_rc 1
+  python3 - "$T/out" <<'PY' || fail "NeMo Llama2-70B, data=4"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["mesh"]["pipeline"] == 4 and r["mesh"]["data"] == 4 and r["mesh"]["model"] == 4, r["mesh"]
+assert not r["fits"], r["fits"]
+gib = (r["peak_memory_in_bytes"] + r["generated_code_size_in_bytes"]) / 2**30
+assert abs(gib - 89.45) < 0.9, gib
+assert [s["schedule_live_microbatches"] for s in r["pipeline"]["per_stage"]] == [4, 3, 2, 1]
+PY
+  # the replicas' optimizer shards, as NeMo's distributed optimizer keeps them: fsdp=4 fits
+  run memcheck "$MODELS/llama2-70b.json" $nemo --set '/mesh/shape=[4,1,1,4,1,4]'
+  expect_rc 0
+  expect_in "$T/out" "mesh: pipeline=4 fsdp=4 model=4; fusion plan: opencl"
+  expect_in "$T/out" "pipeline: 4 stages, 1f1b schedule, 32 microbatches"
+  expect_in "$T/out" "  stage 0: peak 24.54 GiB, parameters 4.05 GiB, saved activations 3.28 GiB of 4 microbatches (the schedule keeps 4)  <- the largest, below"
+  expect_in "$T/out" "verdict: fits, with 55.24 GiB headroom of 80.00 GiB"
+  expect_in "$T/out" "lower bound on the step time: 4.93 s"
+  expect_in "$T/out" "(P-1)/(M+P-1) = 3/35 of the step, idle)"
+  # NeMo's own schedule: interleaved, 20 chunks of one layer per stage; about as much memory,
+  # the bubble 20 times smaller
+  run memcheck "$MODELS/llama2-70b.json" $nemo --set '/mesh/shape=[4,1,1,4,1,4]' \
+    --set /mesh/pipeline_schedule=interleaved --set /mesh/pipeline_virtual=20
+  expect_rc 0
+  expect_in "$T/out" "pipeline: 4 stages, interleaved schedule, 32 microbatches"
+  expect_in "$T/out" "  stage 0: peak 24.74 GiB, parameters 4.05 GiB, saved activations 3.33 GiB of 4 microbatches  <- the largest, below"
+  expect_in "$T/out" "verdict: fits, with 55.03 GiB headroom of 80.00 GiB"
+  expect_in "$T/out" "lower bound on the step time: 4.53 s"
+  expect_in "$T/out" "(P-1)/(VM+P-1) = 3/643 of the step, idle)"
   ;;
 memcheck_matches_trainer)
   # the prediction is the trainer's planned slab; what it measures is within 5%; remat lowers both

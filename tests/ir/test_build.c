@@ -35,6 +35,14 @@ static void test_result_types(void) {
   expect_shape(g, ir_lt(g, x, x), DT_BF16, 3, (int64_t[]){2, 3, 4});
   expect_shape(g, ir_cast(g, x, DT_F32), DT_F32, 3, (int64_t[]){2, 3, 4});
   expect_shape(g, ir_iota(g, DT_I32, 2, (int64_t[]){3, 3}, 1), DT_I32, 2, (int64_t[]){3, 3});
+  /* grouped-query attention: 6 query heads, 2 key heads; the gradient per key head */
+  int32_t q = ir_param(g, "q", DT_BF16, 4, (int64_t[]){2, 6, 5, 4});
+  int32_t kv = ir_param(g, "kv", DT_BF16, 4, (int64_t[]){2, 2, 5, 4});
+  expect_shape(g, ir_attention(g, q, kv, kv, true, 0.5), DT_BF16, 4, (int64_t[]){2, 6, 5, 4});
+  expect_shape(g, ir_attention_grad(g, q, kv, kv, q, true, 0.5), DT_BF16, 5,
+               (int64_t[]){2, 2, 5, 5, 4});
+  expect_shape(g, ir_attention_grad(g, q, q, q, q, false, 0.5), DT_BF16, 5,
+               (int64_t[]){3, 2, 6, 5, 4});
   IrMesh m = {.naxes = 2, .names = {"data", "model"}, .sizes = {2, 4}};
   CU_ASSERT_EQUAL(ir_graph_set_mesh(g, &m), IR_OK);
   const char *model[] = {"model"}, *both[] = {"data", "model"};
@@ -116,6 +124,16 @@ static int32_t e_select(IrGraph *g) {
 static int32_t e_scatter(IrGraph *g) {
   return ir_scatter_add(g, ir_input(g, "i", DT_I32, 1, d4), ir_input(g, "u", DT_F32, 2, d23), 5);
 }
+static int32_t e_gqa(IrGraph *g) { /* 4 key heads for 6 query heads */
+  int32_t q = ir_input(g, "q", DT_F32, 4, (int64_t[]){1, 6, 5, 4});
+  int32_t k = ir_input(g, "k", DT_F32, 4, (int64_t[]){1, 4, 5, 4});
+  return ir_attention(g, q, k, k, true, 0.5);
+}
+static int32_t e_gqa_v(IrGraph *g) { /* v's heads differ from k's */
+  int32_t q = ir_input(g, "q", DT_F32, 4, (int64_t[]){1, 6, 5, 4});
+  int32_t k = ir_input(g, "k", DT_F32, 4, (int64_t[]){1, 2, 5, 4});
+  return ir_attention(g, q, k, q, true, 0.5);
+}
 
 static void test_errors(void) {
   expect_error(e_add, "operand shapes differ: [2,3] vs [3,2]");
@@ -137,6 +155,9 @@ static void test_errors(void) {
   expect_error(e_divisible, "not divisible by 3 devices");
   expect_error(e_select, "predicate shape [3,2] differs from [2,3]");
   expect_error(e_scatter, "updates dim 0 is 2, indices have 4");
+  expect_error(e_gqa, "keys must have the query's shape, or (..., K, T, H) with the query's "
+                      "(..., N, T, H) a multiple N of K heads");
+  expect_error(e_gqa_v, "operand 2 must have the shape and dtype of the keys");
 }
 
 static void test_first_error_kept(void) {

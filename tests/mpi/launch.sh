@@ -10,6 +10,8 @@
 #   run        axlc run --target cpu-2 --max-restarts 2: a killed rank, a restart, a finished
 #              run on the uninterrupted run's losses (both started past 3 batches); its goodput
 #              counts the restart's downtime
+#   pipeline   the same for a pipeline job (pipeline=2, 1F1B): a stage's rank killed, the job
+#              restarted from the checkpoint its stages wrote, on the uninterrupted run's losses
 #   sdc        a bit flipped on rank 1 (AXLC_TEST_SDC_FLIP): restarted, then rank 1 removed
 #   nockpt     a job without --ckpt-dir that fails (missing or empty --data under axlc run
 #              --target cpu-2, a trainer of 2 ranks launched on 3): the trainer's reason, exit 1,
@@ -141,6 +143,34 @@ sys.exit(0 if ok else 1)
 PYEOF
   grep -q "goodput [0-9.]*% of .*restart downtime 0\.[1-9]\|goodput [0-9.]*% of .*restart downtime [1-9]" "$T/out" ||
     { fail "run: no downtime in the final line"; tail -2 "$T/out" >&2; }
+  ;;
+pipeline)
+  # a pipeline job (tiny-lm's 2 layers on 2 stages, 1F1B) supervised as any other: a stage's
+  # rank killed at step 8 or later, the job restarted from its checkpoint (written by stage),
+  # and the losses those of the uninterrupted run, step by step
+  set -- --set /input/seq_len=16 --set '/mesh/shape=[2,1,1,1,1,1]' --set /learner/microbatches=2 \
+    --set /mesh/pipeline_schedule=1f1b
+  must "$AXLC" compile "$MODEL" --target cpu-2 "$@" -o "$T/p2"
+  must "$AXLC" launch "$T/p2" -n 2 -- --data "$DATA" --steps 150 --ckpt-dir "$T/ref" --threads 1 --metrics "$T/ref.jsonl"
+  mkdir "$T/tmp"
+  TMPDIR="$T/tmp" "$AXLC" run "$MODEL" --target cpu-2 "$@" --max-restarts 2 --backoff 0.1 \
+    --data "$DATA" --steps 150 --ckpt-dir "$T/ck" --ckpt-every 5 --threads 1 --metrics "$T/m.jsonl" > "$T/out" 2> "$T/err" &
+  axlc=$!
+  i=0
+  until [ "$(cat "$T/m.jsonl" 2> /dev/null | wc -l)" -ge 8 ] || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+  rank=$(for p in /proc/[0-9]*; do
+    case $(readlink "$p/exe") in "$T"/tmp/axlc-run-*/trainer) echo "${p#/proc/}" ;; esac
+  done | tail -1)
+  [ -n "$rank" ] && kill -KILL "$rank" || fail "pipeline: no rank to kill"
+  wait $axlc
+  rc=$?
+  [ $rc -eq 0 ] || { fail "pipeline: axlc run exited $rc"; tail -20 "$T/err" >&2; }
+  grep -q "axlc run: the job failed at step [0-9]*: rank [01] died of signal 9" "$T/err" || { fail "pipeline: no cause"; cat "$T/err" >&2; }
+  grep -q "axlc run: recovered: step" "$T/err" || fail "pipeline: no recovery"
+  cut -d, -f1-2 "$T/ref.jsonl" > "$T/a"
+  cut -d, -f1-2 "$T/m.jsonl" > "$T/b"
+  [ "$(wc -l < "$T/a")" -eq 150 ] || fail "pipeline: $(wc -l < "$T/a") steps in the uninterrupted run"
+  cmp -s "$T/a" "$T/b" || { fail "pipeline: the losses differ from the uninterrupted run's"; diff "$T/a" "$T/b" | head >&2; }
   ;;
 sdc)
   # a bit flipped on rank 1 in the replay of step 3, every time that rank runs it: a failure of

@@ -13,6 +13,10 @@
 #   resume             tiny-lm: a data=2 x model=2 checkpoint of step 5 resumes under fsdp=4
 #                      and under one process on the same curve (1e-4), and under data=2 x
 #                      model=2 bit for bit (metrics and checkpoint files)
+#   ppresume           fuji-test: a pipeline=2 x data=2 checkpoint of step 5 (each parameter
+#                      written by the stage that updates it) resumes on one process, on
+#                      pipeline=4 and on fsdp=4 on the same curve (1e-4), and a one-process
+#                      checkpoint on pipeline=2 x data=2
 #   ocl_MODEL_MESH     the same with an OpenCL trainer (--target opencl-N, one rank per device;
 #                      PoCL's one CPU device is shared by the ranks): within the CPU's tolerances
 #   ocl_run            axlc run --target opencl-2 starts mpirun on an OpenCL trainer itself
@@ -62,7 +66,7 @@ trainer() {
     [ "$3" -gt 1 ] && target=cpu-$3
     [ -n "$OCL" ] && target=opencl-$3
     "$AXLC" compile "$(model_file "$1")" $(model_args "$1") --target $target --set "/mesh/shape=$4" --set /input/seq_len=16 \
-      --set "/precision/compute=$(precision "$1")" ${5:+--set "$5"} -o "$T/exe" > "$T/compile.log" 2>&1 || { fail "compile $1 on $2"; cat "$T/compile.log" >&2; return 1; }
+      --set "/precision/compute=$(precision "$1")" $(shift 4; sets "$@") -o "$T/exe" > "$T/compile.log" 2>&1 || { fail "compile $1 on $2"; cat "$T/compile.log" >&2; return 1; }
     mv "$T/exe" "$exe"
   fi
   echo "$exe"
@@ -81,15 +85,18 @@ train() {
       --metrics "$dir/m.jsonl" "$@"
   fi
 }
-# reference MODEL [MESH]: the one-process run (MESH: one, or onemb2 / onemb4), once
+# reference MODEL [MESH]: the one-process run (MESH: one, or onemb2 / onemb4 / onemb8), once.
+# Tests running at once may both make it: each in a directory of its own, the first renamed
+# into place, the others dropped (a rename onto a directory with files fails).
 reference() {
   ref="$W/ref-$1"
   [ "${2:-one}" = one ] || ref="$ref-$2"
   if [ ! -f "$ref/params.safetensors" ]; then
-    rm -rf "$ref.tmp"
-    cpu must train "$1" "${2:-one}" "$ref.tmp" --steps $STEPS
-    must "$DUMP" "$ref.tmp/ck" "$ref.tmp/params.safetensors"
-    rm -rf "$ref" && mv "$ref.tmp" "$ref"
+    tmp="$ref.tmp.$$"
+    rm -rf "$tmp"
+    cpu must train "$1" "${2:-one}" "$tmp" --steps $STEPS
+    must "$DUMP" "$tmp/ck" "$tmp/params.safetensors"
+    mv -T "$tmp" "$ref" 2> /dev/null || rm -rf "$tmp"
   fi
 }
 
@@ -201,6 +208,30 @@ handover)
   compare losses "$T/b/m.jsonl" "$W/ref-tiny_lm/m.jsonl" 1e-4
   must "$DUMP" "$T/b/ck" "$T/b.safetensors"
   compare close "$T/b.safetensors" "$W/ref-tiny_lm/params.safetensors" 1e-4
+  ;;
+ppresume)
+  reference fuji onemb4
+  must train fuji pp2data2mb4 "$T/a" --steps $STEPS --ckpt-every 5 --keep 0
+  compare losses "$T/a/m.jsonl" "$W/ref-fuji-onemb4/m.jsonl" 1e-4
+  must "$DUMP" "$T/a/ck" "$T/a.safetensors"
+  for m in onemb4 pp4f1bmb4 fsdp4; do
+    mkdir -p "$T/$m/ck"
+    cp -r "$T/a/ck/step_00000005" "$T/$m/ck/"
+    head -5 "$T/a/m.jsonl" > "$T/$m/m.jsonl"
+    must train fuji $m "$T/$m" --steps $STEPS --resume
+    grep -q "resumed from" "$T/log" || fail "$m: did not resume"
+    compare losses "$T/$m/m.jsonl" "$T/a/m.jsonl" 1e-4
+    must "$DUMP" "$T/$m/ck" "$T/$m.safetensors"
+    compare close "$T/$m.safetensors" "$T/a.safetensors" 1e-4
+  done
+  # the other way: the one-process run's step 5 on pipeline=2 x data=2
+  mkdir -p "$T/b/ck"
+  cp -r "$T/onemb4/ck/step_00000005" "$T/b/ck/"
+  head -5 "$T/a/m.jsonl" > "$T/b/m.jsonl"
+  must train fuji pp2data2mb4 "$T/b" --steps $STEPS --resume
+  compare losses "$T/b/m.jsonl" "$T/a/m.jsonl" 1e-4
+  must "$DUMP" "$T/b/ck" "$T/b.safetensors"
+  compare close "$T/b.safetensors" "$T/a.safetensors" 1e-4
   ;;
 resume)
   reference tiny_lm

@@ -17,7 +17,14 @@ typedef struct Case {
   bool grad;    /* loss = sum(attention * w), differentiated: attention_grad */
   int ndev;     /* 1, or 2 on mesh axis "x" splitting the leading dim */
   double scale; /* 0: 0.6 causal, 1.3 not */
+  int64_t kv;   /* grouped-query: k and v with kv heads on dim rank - 3; 0: q's shape */
 } Case;
+
+/* Operand i's dims: q's, or k's and v's with kv heads. */
+static void op_dims(const Case *c, int i, int64_t *dims) {
+  for (int32_t d = 0; d < c->rank; d++) dims[d] = c->dims[d];
+  if (i > 0 && c->kv) dims[c->rank - 3] = c->kv;
+}
 
 static int64_t case_numel(const Case *c) {
   int64_t n = 1;
@@ -49,7 +56,9 @@ static IrGraph *case_graph(const Case *c) {
   }
   int32_t p[NOPS];
   for (int i = 0; i < NOPS; i++) {
-    p[i] = ir_param(g, names[i], DT_F64, c->rank, c->dims);
+    int64_t dims[4];
+    op_dims(c, i, dims);
+    p[i] = ir_param(g, names[i], DT_F64, c->rank, dims);
     if (c->ndev == 2 && p[i] != IR_NONE) g->values[p[i]].split.axes[0][0] = 1;
   }
   ir_graph_set_origin(g, "/model/attn");
@@ -93,7 +102,9 @@ static double *run_outputs(const IrGraph *g, const Case *c, int64_t *total) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         x[e] = -1.5 + 3.0 * (double)(seed >> 11) / 9007199254740992.0;
       }
-      ir_interp_set(it, d, names[i], c->rank, c->dims, x);
+      int64_t dims[4];
+      op_dims(c, i, dims);
+      ir_interp_set(it, d, names[i], c->rank, dims, x);
     }
   if (ir_interp_run(it) == IR_OK) {
     *total = 0;
@@ -199,6 +210,19 @@ static void check_all(bool grad, int ndev, double scale) {
 }
 
 static void test_attention(void) { check_all(false, 1, 0); }
+/* Grouped-query: (2, 6, T, 3) queries against 2 and 1 key heads (groups of 3 and 6), causal or
+ * not, T = 1 and 5, the forward and attention_grad's (2, K, G + 2, T, 3): the expansion
+ * broadcasts k and v to the query heads and sums dk and dv over each group. */
+static void test_grouped(void) {
+  for (int grad = 0; grad < 2; grad++)
+    for (int causal = 0; causal < 2; causal++)
+      for (int64_t kv = 1; kv <= 2; kv++)
+        for (int64_t t = 1; t <= 5; t += 4) {
+          Case c = {
+              .rank = 4, .dims = {2, 6, t, 3}, .causal = causal, .grad = grad, .ndev = 1, .kv = kv};
+          check_case(&c);
+        }
+}
 static void test_attention_grad(void) { check_all(true, 1, 0); }
 static void test_mesh(void) {
   check_all(false, 2, 0);
@@ -228,6 +252,7 @@ static void test_nothing_to_do(void) {
 int main(int argc, char **argv) {
   static const TestCase cases[] = {
       {"attention", test_attention},
+      {"grouped-query attention", test_grouped},
       {"attention_grad", test_attention_grad},
       {"two_devices", test_mesh},
       {"large_scores", test_large_scores},

@@ -1,6 +1,6 @@
 /* test_memplan.c: the memory planner on IR text: fixed region, reuse by liveness, in-place
- * parameter updates, refusal of unsafe in-place updates; every plan is checked for overlapping
- * live buffers (pass_memplan_conflicts). */
+ * parameter updates, refusal of unsafe in-place updates, pipeline stages sharing bytes; every
+ * plan is checked for overlapping live buffers (pass_memplan_conflicts). */
 #include "passes/passes.h"
 #include "tests/ir/ir_test.h"
 
@@ -165,10 +165,47 @@ static void test_over_another_plan(void) {
   ir_graph_free(b);
 }
 
+/* Pipeline stages: a device runs its own stage's values and every device's, so two stages'
+ * values share bytes while both live; outputs (which the step's end may copy from their stage to
+ * the others) and every device's values stay apart from both. */
+static void test_stages_share(void) {
+  const char *text = "%0 = parameter \"w\" : f32[16]\n"
+                     "%1 = input \"x\" : f32[16]\n"
+                     "%2 = mul %0, %1 : f32[16]\n" /* stage 0, live to %5 */
+                     "%3 = exp %0 : f32[16]\n"     /* stage 1, live to %4 */
+                     "%4 = exp %3 : f32[16]\n"     /* stage 1, an output */
+                     "%5 = exp %2 : f32[16]\n"     /* stage 0, an output */
+                     "output \"a\" = %5\n"
+                     "output \"b\" = %4\n";
+  for (int staged = 0; staged < 2; staged++) {
+    IrGraph *g = parse(text);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    if (staged)
+      g->values[2].stage = g->values[5].stage = 1, g->values[3].stage = g->values[4].stage = 2;
+    MemPlan p;
+    CU_ASSERT_EQUAL_FATAL(pass_memplan(g, &p), IR_OK);
+    if (staged) {
+      CHECK_MSG(p.offset[2] == p.offset[3], "two stages' values at %lld and %lld",
+                (long long)p.offset[2], (long long)p.offset[3]);
+      CU_ASSERT(pass_memplan_apart(&p, 2, 3));
+      CU_ASSERT(!pass_memplan_apart(&p, 2, 4)); /* an output */
+      CU_ASSERT(!pass_memplan_apart(&p, 0, 3)); /* a parameter */
+      CHECK_INT(p.slab_bytes, 128 + 128 + 64);  /* fixed, the two outputs, the largest stage */
+    } else {
+      CU_ASSERT(p.offset[2] != p.offset[3]);
+      CU_ASSERT(!pass_memplan_apart(&p, 2, 3));
+    }
+    CHECK_INT(pass_memplan_conflicts(g, NULL, &p), 0);
+    pass_memplan_free(&p);
+    ir_graph_free(g);
+  }
+}
+
 int main(int argc, char **argv) {
   static const TestCase cases[] = {
       {"over_another_plan", test_over_another_plan},
       {"split", test_split},
+      {"stages_share", test_stages_share},
       {"fixed_region_and_reuse", test_fixed_region_and_reuse},
       {"in_place_update", test_in_place_update},
       {"refuses_read_after_update", test_refuses_read_after_update},

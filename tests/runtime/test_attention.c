@@ -133,8 +133,8 @@ static void check_case(const Case *cs, int causal, uint64_t seed) {
   }
 
   float *got = nan_buffer(n), *grad = nan_buffer(3 * n);
-  rt_attention(NULL, bn, t, h, causal, scale, q, k, v, got);
-  rt_attention_grad(NULL, bn, t, h, causal, scale, q, k, v, dout, grad);
+  rt_attention(NULL, bn, 1, t, h, causal, scale, q, k, v, got);
+  rt_attention_grad(NULL, bn, 1, t, h, causal, scale, q, k, v, dout, grad);
   check_close("o", got, o, n, TOL, bn, t, h, causal);
   check_close("dq", grad, dq, n, TOL, bn, t, h, causal);
   check_close("dk", grad + n, dk, n, TOL, bn, t, h, causal);
@@ -147,8 +147,8 @@ static void check_case(const Case *cs, int causal, uint64_t seed) {
     RtPool *pool;
     CHECK_OK(rt_pool_new(&pool, threads, &err));
     float *got2 = nan_buffer(n), *grad2 = nan_buffer(3 * n);
-    rt_attention(pool, bn, t, h, causal, scale, q, k, v, got2);
-    rt_attention_grad(pool, bn, t, h, causal, scale, q, k, v, dout, grad2);
+    rt_attention(pool, bn, 1, t, h, causal, scale, q, k, v, got2);
+    rt_attention_grad(pool, bn, 1, t, h, causal, scale, q, k, v, dout, grad2);
     check_same_bits("rt_attention", got, got2, n, threads);
     check_same_bits("rt_attention_grad", grad, grad2, 3 * n, threads);
     free(got2);
@@ -205,19 +205,21 @@ static void test_bf16(void) {
         in[x] = rt_bf16_from_f32((float)((seed >> 40) % 2001) / 1000.0f - 1.0f);
         w[x] = rt_bf16_to_f32(in[x]);
       }
-      rt_attention(pool, bn, t, h, causal, scale, w, w + n, w + 2 * n, w + 4 * n);
+      rt_attention(pool, bn, 1, t, h, causal, scale, w, w + n, w + 2 * n, w + 4 * n);
       for (RtPool *p = NULL;; p = pool) {
         for (int64_t x = 0; x < 4 * n; x++) got[x] = 0x7fc0;
-        rt_attention_bf16(p, bn, t, h, causal, scale, in, in + n, in + 2 * n, got);
+        rt_attention_bf16(p, bn, 1, t, h, causal, scale, in, in + n, in + 2 * n, got);
         int bad = 0;
         for (int64_t x = 0; x < n; x++) bad += got[x] != rt_bf16_from_f32(w[4 * n + x]);
         CHECK_INT(bad, 0);
         if (p) break;
       }
-      rt_attention_grad(pool, bn, t, h, causal, scale, w, w + n, w + 2 * n, w + 3 * n, w + 4 * n);
+      rt_attention_grad(pool, bn, 1, t, h, causal, scale, w, w + n, w + 2 * n, w + 3 * n,
+                        w + 4 * n);
       for (RtPool *p = NULL;; p = pool) {
         for (int64_t x = 0; x < 4 * n; x++) got[x] = 0x7fc0;
-        rt_attention_grad_bf16(p, bn, t, h, causal, scale, in, in + n, in + 2 * n, in + 3 * n, got);
+        rt_attention_grad_bf16(p, bn, 1, t, h, causal, scale, in, in + n, in + 2 * n, in + 3 * n,
+                               got);
         int bad = 0;
         for (int64_t x = 0; x < 3 * n; x++) bad += got[x] != rt_bf16_from_f32(w[4 * n + x]);
         CHECK_INT(bad, 0);
@@ -231,12 +233,99 @@ static void test_bf16(void) {
   rt_pool_free(pool);
 }
 
+/* Grouped-query (group 3): problem p reads key problem p / 3. Against the ungrouped kernels
+ * on keys and values broadcast to every problem: the forward and dq bit for bit, dk and dv the
+ * group's sums (1e-5); in the grouped layout (per key problem 3 dq, dk, dv) with nothing
+ * written past it. Then the bf16 versions: the grouped f32 results rounded once, bit for bit,
+ * 48 problems of (256, 64) in several groups, which hold whole key problems. */
+static void test_grouped(void) {
+  enum { G = 3 };
+  RtPool *pool;
+  RtError err;
+  CHECK_OK(rt_pool_new(&pool, 2, &err));
+  for (int c = 0; c < 2; c++)
+    for (int causal = 0; causal <= 1; causal++) {
+      int64_t bn = c ? 48 : 6, t = c ? 256 : 37, h = c ? 64 : 5, per = t * h, n = bn * per,
+              nk = n / G;
+      float scale = 1.0f / sqrtf((float)h);
+      float *q = malloc(sizeof(float) * (size_t)(2 * n)), *dout = q + n;
+      float *kv = malloc(sizeof(float) * (size_t)(2 * nk)), *kk = kv, *vv = kv + nk;
+      float *kb = malloc(sizeof(float) * (size_t)(2 * n)), *vb = kb + n;
+      float *o1 = nan_buffer(n), *o2 = nan_buffer(n), *g1 = nan_buffer(3 * n);
+      float *g2 = nan_buffer(n + 2 * nk + 1);
+      uint64_t seed = 7 + (uint64_t)c;
+      fill_normal(q, 2 * n, &seed);
+      fill_normal(kv, 2 * nk, &seed);
+      for (int64_t b = 0; b < bn; b++)
+        for (int64_t x = 0; x < per; x++) {
+          kb[b * per + x] = kk[b / G * per + x];
+          vb[b * per + x] = vv[b / G * per + x];
+        }
+      rt_attention(pool, bn, 1, t, h, causal, scale, q, kb, vb, o1);
+      rt_attention(pool, bn, G, t, h, causal, scale, q, kk, vv, o2);
+      check_same_bits("grouped forward", o1, o2, n, 2);
+      rt_attention_grad(pool, bn, 1, t, h, causal, scale, q, kb, vb, dout, g1);
+      rt_attention_grad(pool, bn, G, t, h, causal, scale, q, kk, vv, dout, g2);
+      int bad = 0;
+      double *ref = calloc((size_t)(2 * per), sizeof(double));
+      float *got = malloc(sizeof(float) * (size_t)(2 * per));
+      for (int64_t kp = 0; kp < bn / G; kp++) {
+        const float *at = g2 + kp * (G + 2) * per;
+        bad += memcmp(at, g1 + kp * G * per, sizeof(float) * (size_t)(G * per)) != 0;
+        for (int64_t x = 0; x < 2 * per; x++) ref[x] = 0;
+        for (int64_t b = kp * G; b < (kp + 1) * G; b++)
+          for (int64_t x = 0; x < per; x++) {
+            ref[x] += g1[n + b * per + x];
+            ref[per + x] += g1[2 * n + b * per + x];
+          }
+        memcpy(got, at + G * per, sizeof(float) * (size_t)(2 * per));
+        check_close("grouped dk, dv", got, ref, 2 * per, TOL, bn, t, h, causal);
+      }
+      CHECK_INT(bad, 0);
+      CU_ASSERT(isnan(g2[n + 2 * nk])); /* nothing past the gradients */
+      uint16_t *in = malloc(sizeof(uint16_t) * (size_t)(2 * n + 2 * nk + n + 2 * nk + 1));
+      uint16_t *bq = in, *bk = in + n, *bv = bk + nk, *bd = bv + nk, *bo = bd + n;
+      float *w = malloc(sizeof(float) * (size_t)(2 * n + 2 * nk));
+      for (int64_t x = 0; x < n; x++) {
+        bq[x] = rt_bf16_from_f32(q[x]), bd[x] = rt_bf16_from_f32(dout[x]);
+        w[x] = rt_bf16_to_f32(bq[x]), w[n + 2 * nk + x] = rt_bf16_to_f32(bd[x]);
+      }
+      for (int64_t x = 0; x < nk; x++) {
+        bk[x] = rt_bf16_from_f32(kk[x]), bv[x] = rt_bf16_from_f32(vv[x]);
+        w[n + x] = rt_bf16_to_f32(bk[x]), w[n + nk + x] = rt_bf16_to_f32(bv[x]);
+      }
+      rt_attention(pool, bn, G, t, h, causal, scale, w, w + n, w + n + nk, o2);
+      rt_attention_bf16(pool, bn, G, t, h, causal, scale, bq, bk, bv, bo);
+      bad = 0;
+      for (int64_t x = 0; x < n; x++) bad += bo[x] != rt_bf16_from_f32(o2[x]);
+      rt_attention_grad(pool, bn, G, t, h, causal, scale, w, w + n, w + n + nk, w + n + 2 * nk, g2);
+      bo[n + 2 * nk] = 0x7fc0;
+      rt_attention_grad_bf16(pool, bn, G, t, h, causal, scale, bq, bk, bv, bd, bo);
+      for (int64_t x = 0; x < n + 2 * nk; x++) bad += bo[x] != rt_bf16_from_f32(g2[x]);
+      CHECK_INT(bad, 0);
+      CHECK_INT(bo[n + 2 * nk], 0x7fc0);
+      free(w);
+      free(in);
+      free(ref);
+      free(got);
+      free(q);
+      free(kv);
+      free(kb);
+      free(o1);
+      free(o2);
+      free(g1);
+      free(g2);
+    }
+  rt_pool_free(pool);
+}
+
 int main(int argc, char **argv) {
   openblas_set_num_threads(1); /* as rt_train_main: the pool, not OpenBLAS, runs the threads */
   static const TestCase cases[] = {
       {"against the double reference, 1-3 threads", test_shapes},
       {"large scores, negative scale", test_sharp},
       {"bf16 tensors: the f32 results rounded once, in groups, 1-2 threads", test_bf16},
+      {"grouped-query: key problem p / group, dk and dv summed over the group", test_grouped},
       {NULL, NULL},
   };
   return rt_test_main(argc, argv, "runtime_attention", cases);
