@@ -744,6 +744,33 @@ static int check_memory(const Session *S, const DevInfo *d, RtError *err) {
                         S->p->device_kind && *S->p->device_kind ? "-1" : " (this device's kind)");
 }
 
+/* Every kernel's arguments (a __global pointer and a long offset per buffer) against the
+ * device's CL_DEVICE_MAX_PARAMETER_SIZE (or the smaller AXLC_OPENCL_PARAM_SIZE, a test hook).
+ * axlc keeps each kernel within OpenCL 1.2's least, 1,024 bytes (backends/opencl: 60 pairs at
+ * most); a device that takes less is refused here, naming the kernel, not in clEnqueue. */
+static int check_params(const Session *S, const DevInfo *d, RtError *err) {
+    size_t most = 0;
+    cl_uint bits = 64;
+    clGetDeviceInfo(d->device, CL_DEVICE_MAX_PARAMETER_SIZE, sizeof most, &most, NULL);
+    clGetDeviceInfo(d->device, CL_DEVICE_ADDRESS_BITS, sizeof bits, &bits, NULL);
+    const char *env = getenv("AXLC_OPENCL_PARAM_SIZE");
+    if (env && *env && atoll(env) > 0 && (most == 0 || (size_t)atoll(env) < most))
+        most = (size_t)atoll(env);
+    if (most == 0)
+        return 0;
+    for (int32_t i = 0; i < S->p->nlaunches; i++) {
+        const RtOclLaunch *L = &S->p->launches[i];
+        size_t bytes = (size_t)L->nargs * (bits / 8 + sizeof(cl_long));
+        if (L->collective == 0 && bytes > most)
+            return rt_error_set(err,
+                                "kernel %s takes %d buffers (%zu bytes of arguments), over the %zu bytes of "
+                                "OpenCL device %s (CL_DEVICE_MAX_PARAMETER_SIZE%s); nothing was trained",
+                                L->kernel, (int)L->nargs, bytes, most, d->name,
+                                env && *env ? ", or AXLC_OPENCL_PARAM_SIZE" : "");
+    }
+    return 0;
+}
+
 static int make_kernels(Session *S, RtError *err) {
     S->kernels = calloc((size_t)S->p->nlaunches + 1, sizeof *S->kernels);
     if (!S->kernels)
@@ -780,8 +807,8 @@ static int session_open(Session *S, const DevInfo *d, RtError *err) {
     S->q = clCreateCommandQueue(S->ctx, d->device, S->prof_ns ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
     if (e != CL_SUCCESS)
         return rt_error_set(err, "%s: clCreateCommandQueue: %d (%s)", d->name, (int)e, cl_err_name(e));
-    return check_memory(S, d, err) != 0 || choose_bodies(S, d, err) != 0 || build_program(S, d, err) != 0 ||
-                   plan_split(S, d, err) != 0
+    return check_memory(S, d, err) != 0 || check_params(S, d, err) != 0 || choose_bodies(S, d, err) != 0 ||
+                   build_program(S, d, err) != 0 || plan_split(S, d, err) != 0
                ? -1
                : make_kernels(S, err);
 }

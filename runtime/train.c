@@ -277,14 +277,18 @@ static void slab_copy(const Trainer *t, char *dst, char *src) {
  * same reason as step_failed); NULL between steps. */
 static RtData *step_data;
 static const RtProgram *step_prog;
+/* The data the next step reads where it is not the running step's: the training data during
+ * an eval's last batch (run_eval), so that the step after an eval finds its batch sent ahead. */
+static RtData *next_data;
 
 int rt_train_batch_ahead(int32_t *ids, int32_t *targets) {
-    if (!step_data || !step_prog)
+    RtData *d = next_data ? next_data : step_data;
+    if (!d || !step_prog)
         return -1;
     RtError err;
-    int64_t pos = rt_data_position(step_data);
-    int rc = rt_data_next_batch(step_data, (int)step_prog->batch, (int)step_prog->seq, ids, targets, &err);
-    return rt_data_seek(step_data, pos, &err) == 0 ? rc : -1;
+    int64_t pos = rt_data_position(d);
+    int rc = rt_data_next_batch(d, (int)step_prog->batch, (int)step_prog->seq, ids, targets, &err);
+    return rt_data_seek(d, pos, &err) == 0 ? rc : -1;
 }
 
 static int run_step(Trainer *t, char *slab, RtData *d, int64_t number, StepOut *out, RtError *err) {
@@ -322,7 +326,10 @@ static int run_eval(Trainer *t, double *mean, RtError *err) {
         return -1;
     for (int64_t b = 0; b < t->o.eval_batches; b++) {
         slab_copy(t, t->eval_slab, t->slab);
-        if (run_step(t, t->eval_slab, t->eval, t->step + 1, &out, err) != 0)
+        next_data = b + 1 == t->o.eval_batches ? t->data : NULL; /* training goes on after it */
+        int rc = run_step(t, t->eval_slab, t->eval, t->step + 1, &out, err);
+        next_data = NULL;
+        if (rc != 0)
             return -1;
         sum += out.loss;
     }

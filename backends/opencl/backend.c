@@ -85,7 +85,7 @@ static int sample_graph(const BackendJob *j, const OclOptions *o, IrGraph *g, co
                         MemPlan *plan, OclKernels *k, const char *what) {
   bool *mat = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *mat);
   if (o->fuse)
-    pass_fusion_plan(g, mat);
+    ocl_fusion_plan(g, mat);
   else
     memset(mat, 1, (size_t)g->nvalues * sizeof *mat);
   int rc = under ? pass_memplan_over(g, mat, j->forward, under, under->slab_bytes, plan)
@@ -186,7 +186,7 @@ static int compile_all(const BackendJob *j, const BackendOptions *bo, Compiled *
   OclOptions o = options(bo);
   bool *mat = base_xmalloc(((size_t)j->graph->nvalues + 1) * sizeof *mat);
   if (o.fuse)
-    pass_fusion_plan(j->graph, mat);
+    ocl_fusion_plan(j->graph, mat);
   else
     memset(mat, 1, (size_t)j->graph->nvalues * sizeof *mat);
   /* the slab in pieces of the device's largest buffer: no tensor crosses a multiple of it
@@ -293,7 +293,7 @@ const Backend backend_opencl = {
     .emits = emits,
     .standalone = true,
     .supports_op = ocl_backend_supports_op,
-    .plan = pass_fusion_plan,
+    .plan = ocl_fusion_plan,
     .scratch = ocl_scratch_bytes,
     .compile = ocl_backend_compile,
     .run_trainer = true,

@@ -531,6 +531,27 @@ static void binary(IrOp op, IrDType dt, const char *a, const char *b, char *e, s
   }
 }
 
+/* The bf16 ops whose f32 result may sit on a bf16 tie that the exact one does not (log,
+ * logistic: a correctly rounded f32 does; exp, sin, cos and the rest within their OpenCL error
+ * bounds; div and sqrt of bf16 operands cannot, but an f32 within 2.5-3 ulps is not correctly
+ * rounded everywhere): computed in double, rounded once. */
+static bool rounds_once(IrOp op) {
+  switch (op) {
+  case IR_EXP:
+  case IR_LOG:
+  case IR_TANH:
+  case IR_SQRT:
+  case IR_RSQRT:
+  case IR_SIN:
+  case IR_COS:
+  case IR_ERF:
+  case IR_LOGISTIC:
+  case IR_DIV:
+  case IR_POW: return true;
+  default: return false;
+  }
+}
+
 static void elementwise_elem(Ctx *C, int32_t v, Pos *p, char *out) {
   const IrValue *x = val(C, v);
   char a[3][NAME], e[1024];
@@ -544,7 +565,17 @@ static void elementwise_elem(Ctx *C, int32_t v, Pos *p, char *out) {
     snprintf(e, sizeof e, "ax_i2f_odd(%s)", a[0]); /* rounded to bf16 below */
   else if (x->op == IR_CAST)
     snprintf(e, sizeof e, x->dtype == DT_I32 ? "convert_int_sat(%s)" : "(float)%s", a[0]);
-  else if (x->nops == 1)
+  else if (x->dtype == DT_BF16 && rounds_once(x->op)) {
+    /* in double where the device has it, rounded to odd in an f32: ax_bf16r then rounds the
+     * double once, as the interpreter (a correctly rounded f32 on a bf16 tie would round twice) */
+    char d[2][NAME * 4], f[sizeof e - 16];
+    for (int32_t k = 0; k < x->nops && k < 2; k++) snprintf(d[k], sizeof d[k], "((axacc)%s)", a[k]);
+    if (x->nops == 1)
+      unary(C, x->op, adt, d[0], f, sizeof f);
+    else
+      binary(x->op, adt, d[0], d[1], f, sizeof f);
+    snprintf(e, sizeof e, "ax_acc_odd(%s)", f);
+  } else if (x->nops == 1)
     unary(C, x->op, adt, a[0], e, sizeof e);
   else
     binary(x->op, adt, a[0], a[1], e, sizeof e);
@@ -1398,6 +1429,28 @@ static void reduce_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   red_launch(C, L, body, v, &k2, 2, row2);
 }
 
+/* The zeroing before a scatter_add (f32, i32 or bf16): an item per element of its n. */
+static void scatter_zero_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v, int64_t n) {
+  char name[64], outr[NAME];
+  kernel_name(C, v, "scatter_add_zero", name);
+  kernel_begin(C, body);
+  kernel_items(C, L, n);
+  buf_ref(C, v, outr, sizeof outr);
+  line(C, "%s[gid] = 0;", outr);
+  kernel_end(C, L, name, "", items(n));
+}
+
+/* The blocks of rows a scatter_add's items take (nb of blk rows): enough blocks that a few
+ * thousand items share the work, but no more than make the scans of the nidx indices 4 times
+ * the zeroing's work. */
+static void scatter_blocks(int64_t rows, int64_t row, int64_t nidx, int64_t *nb, int64_t *blk) {
+  int64_t b = ceil_div(RED_TARGET / RED_PER_ITEM, row), scans = 4 * rows / (nidx ? nidx : 1);
+  b = b > scans ? scans : b; /* the scans cost at most 4 times the zeroing */
+  b = b > rows ? rows : b < 1 ? 1 : b;
+  *blk = ceil_div(rows, b);
+  *nb = ceil_div(rows, *blk);
+}
+
 /* scatter_add of f32 or i32 in two launches: the result zeroed, one element per work item; then
  * work item (b, j) adds, in index order, the updates of column j whose index falls in its block
  * b of `blk` rows: nb blocks, so that a few thousand items share the work, each scanning every
@@ -1407,20 +1460,11 @@ static void reduce_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
 static void scatter_rows_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
   int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
-  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
-  int64_t nb = ceil_div(RED_TARGET / RED_PER_ITEM, row), scans = 4 * rows / (nidx ? nidx : 1);
-  nb = nb > scans ? scans : nb; /* the scans cost at most 4 times the zeroing */
-  nb = nb > rows ? rows : nb < 1 ? 1 : nb;
-  int64_t blk = ceil_div(rows, nb);
-  nb = ceil_div(rows, blk);
+  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape), nb, blk;
+  scatter_blocks(rows, row, nidx, &nb, &blk);
   char name[64], ir[NAME], ur[NAME], outr[NAME];
   const char *t = ctype(x->dtype);
-  kernel_name(C, v, "scatter_add_zero", name);
-  kernel_begin(C, body);
-  kernel_items(C, L, rows * row);
-  buf_ref(C, v, outr, sizeof outr);
-  line(C, "%s[gid] = 0;", outr);
-  kernel_end(C, L, name, "", items(rows * row));
+  scatter_zero_kernel(C, L, body, v, rows * row);
 
   kernel_name(C, v, "scatter_add", name);
   kernel_begin(C, body);
@@ -1453,19 +1497,10 @@ static void scatter_rows_kernels(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
 static void scatter_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   const IrValue *x = val(C, v);
   int64_t rows = x->attr.k, row = ir_shape_numel(&x->shape) / (rows ? rows : 1);
-  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape);
-  int64_t nb = ceil_div(RED_TARGET / RED_PER_ITEM, row), scans = 4 * rows / (nidx ? nidx : 1);
-  nb = nb > scans ? scans : nb;
-  nb = nb > rows ? rows : nb < 1 ? 1 : nb;
-  int64_t blk = ceil_div(rows, nb);
-  nb = ceil_div(rows, blk);
+  int64_t nidx = ir_shape_numel(&val(C, x->ops[0])->shape), nb, blk;
+  scatter_blocks(rows, row, nidx, &nb, &blk);
   char name[64], ir[NAME], ur[NAME], outr[NAME], lk[NAME];
-  kernel_name(C, v, "scatter_add_zero", name);
-  kernel_begin(C, body);
-  kernel_items(C, L, rows * row);
-  buf_ref(C, v, outr, sizeof outr);
-  line(C, "%s[gid] = 0;", outr);
-  kernel_end(C, L, name, "", items(rows * row));
+  scatter_zero_kernel(C, L, body, v, rows * row);
 
   kernel_name(C, v, "scatter_add_links", name);
   kernel_begin(C, body);
@@ -1659,16 +1694,17 @@ static void value_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
  * read another of the same segment (at i: stored by the same item before), never one of an
  * earlier segment. The optimizer's update is such a run: per parameter the clipped gradient and
  * AdamW's m, v and parameter (optimizer.c) are one segment, and every parameter's segment shares
- * one launch (a few, where the offset arguments would exceed MULTI_ARGS; a segment holds at most
- * MULTI_SEG values). Only where that is the
+ * one launch (a few, where the offset arguments would exceed multi_args; a segment holds at most
+ * a fifth as many values). Only where that is the
  * kernels' sequential result: every buffer an item reads is read elementwise (element i, of the
  * segment's size) or is a scalar, through elementwise ops, splats and splat constants only; no
  * write overlaps the bytes of another segment; and within a segment a write overlaps another
  * access only at the same offset and element size, elementwise (so item i touches element i).
  * Otherwise the run ends there and the next value starts the next one. */
-/* 60 (pointer, offset) pairs: 960 bytes of arguments, within the 1024 that OpenCL 1.2 lets every
- * device take (CL_DEVICE_MAX_PARAMETER_SIZE) */
-enum { MULTI_ARGS = 60, MULTI_LEAVES = 64, MULTI_SEG = 12 };
+/* MULTI_ARGS (OclOptions.multi_args, at most this) (pointer, offset) pairs: 960 bytes of
+ * arguments, within the 1024 that OpenCL 1.2 lets every device take
+ * (CL_DEVICE_MAX_PARAMETER_SIZE); a segment holds at most a fifth as many values (12) */
+enum { MULTI_LEAVES = 64 };
 
 typedef struct MultiExt {
   int64_t lo, hi;
@@ -1726,8 +1762,8 @@ static int32_t multi_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *seg, 
     int32_t leaves[MULTI_LEAVES], nl;
     if (!multi_value(C, w, leaves, &nl)) break;
     int64_t n = ir_shape_numel(&val(C, w)->shape);
-    /* a segment of at most MULTI_SEG values, so that one fits MULTI_ARGS arguments */
-    int32_t s = *nv > 0 && n == curn && curlen < MULTI_SEG ? cur : cur + 1;
+    /* a segment of at most multi_args / 5 values, so that one fits multi_args arguments */
+    int32_t s = *nv > 0 && n == curn && curlen < C->o.multi_args / 5 ? cur : cur + 1;
     MultiExt cand[MULTI_LEAVES + 1];
     int32_t nc = 0;
     bool ok = true;
@@ -1781,7 +1817,7 @@ static void multi_segment(Ctx *C, const int32_t *vals, int32_t n, int64_t at) {
   line(C, "}");
 }
 
-/* The launches of run vals[0..nv) (multi_run): each as many whole segments as MULTI_ARGS offset
+/* The launches of run vals[0..nv) (multi_run): each as many whole segments as multi_args offset
  * arguments allow (at least one). */
 static void multi_kernels(Ctx *C, Launches *L, OclBuf *body, const int32_t *vals,
                           const int32_t *seg, int32_t nv) {
@@ -1804,7 +1840,7 @@ static void multi_kernels(Ctx *C, Launches *L, OclBuf *body, const int32_t *vals
       grow((void **)&bytes, sizeof *bytes, &cbytes, nargs + 1);
       if (nargs > 0) memcpy(bytes, C->bytes, (size_t)nargs * sizeof *bytes);
       multi_segment(C, vals + k, e - k, total);
-      if (nseg > 0 && C->nargs > MULTI_ARGS) { /* the next launch's */
+      if (nseg > 0 && C->nargs > C->o.multi_args) { /* the next launch's */
         body->n = at;
         body->s[at] = 0;
         C->nargs = nargs;
@@ -1859,7 +1895,7 @@ static void multi_sum_plan(const Ctx *C, int64_t *ch, int64_t *bytes) {
 }
 
 /* The run of sums from v0 (at least the values that launch nothing before it); returns the
- * value after it. Each launch has at most MULTI_ARGS arguments: the scratch, and the operands'
+ * value after it. Each launch has at most multi_args arguments: the scratch, and the operands'
  * buffers (the first) or the results (the second). */
 static int32_t sum_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *nv) {
   MultiExt *ext = NULL;
@@ -1878,7 +1914,7 @@ static int32_t sum_run(const Ctx *C, int32_t v0, int32_t *vals, int32_t *nv) {
         seen = C->mp->offset[leaves[j]] == C->mp->offset[leaves[i]];
       fresh += !seen;
     }
-    if (nargs + fresh > MULTI_ARGS - 1 || *nv + 1 > MULTI_ARGS - 1) break;
+    if (nargs + fresh > C->o.multi_args - 1 || *nv + 1 > C->o.multi_args - 1) break;
     MultiExt cand[MULTI_LEAVES + 1];
     for (int32_t i = 0; i <= nl; i++) {
       int32_t u = i < nl ? leaves[i] : w;
@@ -2083,8 +2119,87 @@ static bool graph_has_bf16(const IrGraph *g) {
   return false;
 }
 
+/* The buffers a kernel of v reads and writes: materialized values reached through the inlined
+ * ones (stamped with mark in seen), v itself counted by the caller. */
+static int32_t arg_leaves(const IrGraph *g, const bool *mat, int32_t v, int32_t *seen,
+                          int32_t mark) {
+  int32_t n = 0;
+  const IrValue *x = &g->values[v];
+  for (int32_t k = 0; k < x->nops; k++) {
+    int32_t u = x->ops[k];
+    if (u < 0 || seen[u] == mark) continue;
+    seen[u] = mark;
+    n += mat[u] ? 1 : arg_leaves(g, mat, u, seen, mark);
+  }
+  return n;
+}
+
+/* The values computed inline in v's kernel (reached from v through values not materialized),
+ * each once (stamped with mark in seen), into in[*n]. */
+static void inlined_under(const IrGraph *g, const bool *mat, int32_t v, int32_t *seen, int32_t mark,
+                          int32_t *in, int32_t *n) {
+  const IrValue *x = &g->values[v];
+  for (int32_t k = 0; k < x->nops; k++) {
+    int32_t w = x->ops[k];
+    if (w < 0 || mat[w] || seen[w] == mark) continue;
+    seen[w] = mark;
+    in[(*n)++] = w;
+    inlined_under(g, mat, w, seen, mark, in, n);
+  }
+}
+
+int ocl_max_args(void) {
+  const char *e = getenv("AXLC_OPENCL_MAX_ARGS");
+  return e && atoi(e) >= 4 && atoi(e) < MULTI_ARGS ? atoi(e) : MULTI_ARGS;
+}
+
+/* pass_fusion_plan, then no kernel with more than max_args argument pairs: the gradient norm's
+ * sqrt inlines the sum of every parameter's sum of squares (197 buffers, 3,152 bytes of
+ * arguments for gpt2-124m without multi-tensor sums, over OpenCL 1.2's least
+ * CL_DEVICE_MAX_PARAMETER_SIZE of 1,024). While a kernel would read more buffers (one pair is
+ * its result, one the scratch), the value inlined in it that reads the most buffers within the
+ * cap gets its own (a chain of 148 adds: 3 of them), and the plan is looked at again. */
+int ocl_fusion_plan(const IrGraph *g, bool *mat) {
+  if (pass_fusion_plan(g, mat)) return -1;
+  int32_t cap = ocl_max_args() - 2, mark = 0;
+  int32_t *seen = calloc((size_t)g->nvalues + 1, sizeof *seen);
+  int32_t *in = malloc(((size_t)g->nvalues + 1) * sizeof *in);
+  if (!seen || !in) {
+    free(seen);
+    free(in);
+    return -1;
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t v = 0; v < g->nvalues; v++) {
+      const IrValue *x = &g->values[v];
+      if (!mat[v] || x->op == IR_PARAMETER || x->op == IR_INPUT) continue;
+      while (arg_leaves(g, mat, v, seen, ++mark) > cap) {
+        /* the inlined value under v that reads the most buffers within the cap: a kernel of
+         * its own that fits, as few of them as a chain of adds needs */
+        int32_t best = -1, most = 0, nin = 0;
+        inlined_under(g, mat, v, seen, ++mark, in, &nin);
+        for (int32_t i = 0; i < nin; i++) {
+          int32_t n = arg_leaves(g, mat, in[i], seen, ++mark);
+          if (n <= cap && n > most) best = in[i], most = n;
+        }
+        if (best < 0) break; /* no operand to split off */
+        mat[best] = true;
+        changed = true;
+      }
+    }
+  }
+  free(seen);
+  free(in);
+  return 0;
+}
+
 OclOptions ocl_options_default(void) {
-  return (OclOptions){.fuse = true, .multi = true, .gemm = OCL_GEMM_BLOCKED, .break_kernel = 0};
+  return (OclOptions){.fuse = true,
+                      .multi = true,
+                      .multi_args = ocl_max_args(),
+                      .gemm = OCL_GEMM_BLOCKED,
+                      .break_kernel = 0};
 }
 
 int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOptions *o,
@@ -2187,7 +2302,7 @@ void ocl_kernels_free(OclKernels *k) {
 }
 
 int ocl_launches_write(FILE *f, const OclKernels *k) {
-  int rc = fprintf(f, "# kernel global local reduced\n") < 0;
+  int rc = fprintf(f, "# kernel global local reduced arg_bytes\n") < 0;
   for (int32_t i = 0; i < k->nlaunches && !rc; i++) {
     const RtOclLaunch *L = &k->launches[i];
     int64_t global = 1, local = 1;
@@ -2195,8 +2310,9 @@ int ocl_launches_write(FILE *f, const OclKernels *k) {
       global *= L->global[d];
       local *= L->local[d];
     }
-    rc = fprintf(f, "%s %lld %lld %lld\n", L->kernel, (long long)global, (long long)local,
-                 (long long)(k->reduced ? k->reduced[i] : 0)) < 0;
+    rc = fprintf(f, "%s %lld %lld %lld %lld\n", L->kernel, (long long)global, (long long)local,
+                 (long long)(k->reduced ? k->reduced[i] : 0),
+                 (long long)L->nargs * OCL_ARG_PAIR_BYTES) < 0;
   }
   return rc ? -1 : 0;
 }

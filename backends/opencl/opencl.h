@@ -59,14 +59,25 @@ typedef enum OclGemm {
   OCL_GEMM_TILED,   /* local-memory tiles (gemm.c) */
 } OclGemm;
 
+/* A kernel argument pair: a __global pointer (8 bytes on a 64-bit device) and a long offset.
+ * MULTI_ARGS pairs (960 bytes) fit OpenCL 1.2's least CL_DEVICE_MAX_PARAMETER_SIZE, 1024. */
+enum { OCL_ARG_PAIR_BYTES = 16, MULTI_ARGS = 60 };
+
 typedef struct OclOptions {
   bool fuse;        /* inline what the plan allows */
   bool multi;       /* runs of elementwise kernels as multi-tensor launches (emit.c) */
+  int multi_args;   /* the most argument pairs of a multi-tensor launch (ocl_max_args) */
   OclGemm gemm;     /* the kernel of matrix products whose layout allows a GEMM */
   int break_kernel; /* test hook: > 0 breaks the source of that kernel (1-based) */
 } OclOptions;
 
 OclOptions ocl_options_default(void);
+/* The most argument pairs a kernel takes: MULTI_ARGS, or fewer under AXLC_OPENCL_MAX_ARGS=N
+ * (a test hook, 4..59: more and smaller launches, the same results). */
+int ocl_max_args(void);
+/* The OpenCL fusion plan: pass_fusion_plan, with operands materialized where a kernel would
+ * otherwise take more than ocl_max_args() argument pairs. */
+int ocl_fusion_plan(const IrGraph *g, bool *materialized);
 /* Whether v is a collective that the runtime runs (the graph's mesh has several devices: one
  * trainer per device under MPI), and its index in the program's collective table: collectives
  * are numbered in graph order, as the LLVM backend numbers them. */

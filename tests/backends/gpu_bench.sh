@@ -17,9 +17,10 @@ if ! "$P/bin/axlc" backends | grep -q '^opencl '; then
   echo "SKIP: this axlc has no opencl backend"
   exit 77
 fi
-sh "$SRC/tools/bench/gpu-pack.sh" --axlc "$P/bin/axlc" --tiny --steps 3 "$T/packed" > "$T/pack.log" 2>&1 ||
+[ -x "$B/tools/bench/ocl_gemm" ] || { fail "no $B/tools/bench/ocl_gemm to pack"; exit 1; }
+OCL_GEMM=$B/tools/bench/ocl_gemm sh "$SRC/tools/bench/gpu-pack.sh" --axlc "$P/bin/axlc" --tiny --steps 3 "$T/packed" > "$T/pack.log" 2>&1 ||
   { fail "gpu-pack.sh"; cat "$T/pack.log" >&2; exit 1; }
-for f in bin/tiny-lm-f32 bin/tiny-lm-bf16 lib/libOpenCL.so.1 data/tiny-lm.bin ref/tiny-lm-f32.txt \
+for f in bin/tiny-lm-f32 bin/tiny-lm-tf32 bin/tiny-lm-bf16 bin/ocl_gemm gemm.txt lib/libOpenCL.so.1 data/tiny-lm.bin ref/tiny-lm-f32.txt \
          ref/tiny-lm-bf16.txt configs/tiny-lm.json gpu.sh tests/torch/reference.py tools/bench/torch_bench.py; do
   [ -e "$T/packed/$f" ] || fail "not in the bundle: $f"
 done
@@ -51,6 +52,9 @@ gpu hide "$T/res" > "$T/out" 2>&1; rc=$?
 cat "$T/out"
 row() { grep -qE "$1" "$T/res/table.md" || fail "table.md lacks a row like: $1"; }
 row '^\| tiny-lm \| axlc OpenCL f32 \| [0-9.]+ \| [0-9]+ \| ok: 2 steps, max relative difference [0-9.e+-]+ \|$'
+row '^\| tiny-lm \| axlc OpenCL tf32 \| [0-9.]+ \| [0-9]+ \| ok: 2 steps, max relative difference [0-9.e+-]+ \|$'
+grep -q '^ocl_gemm 96^3 (GFLOP/s):' "$T/res/table.md" || fail "no ocl_gemm in table.md"
+grep -qE '^    .*bf16.* [0-9.]+' "$T/res/table.md" || fail "no bf16 product in table.md"
 row '^\| tiny-lm \| axlc OpenCL bf16 \| [0-9.]+ \| [0-9]+ \| ok: 2 steps, max relative difference [0-9.e+-]+ \|$'
 grep -q '^OpenCL: ' "$T/res/table.md" || fail "table.md does not name the OpenCL device"
 grep -q '^tiny-lm-f32: the kernels that took the most device time' "$T/res/table.md" || fail "no profile in table.md"

@@ -34,8 +34,9 @@
 #                 241 MiB): 4 steps with a checkpoint and an eval at steps 2 and 4; the slab is
 #                 sent once (the start) and copied on the device for each eval, and the state
 #                 (parameters and moments) read back once per checkpoint step; the batch goes through the pinned staging buffer, sent
-#                 ahead during the step before (steps 2 and 4; an eval batch and the step after
-#                 it read other data than the step before); and the losses are the CPU trainer's;
+#                 ahead during the step before (steps 2, 3 and 4: an eval's last batch sends the
+#                 next training batch ahead; an eval batch reads other data than the step
+#                 before); and the losses are the CPU trainer's;
 #                 --skip-outliers (16 steps) skips the CPU trainer's updates, reading the state
 #                 back for its backup and the slab whole only for each update it undoes
 #   split         a slab larger than the device's largest buffer: planned in 1 MiB pieces
@@ -64,7 +65,10 @@
 #                 reduction over more than 65,536 elements (reduce_sum, reduce_max, scatter_add)
 #                 launches at least 1,024 work items; the gradient norm's sum over the 38.6M
 #                 embedding runs in two stages (once on one work item), with the other sums of
-#                 squares (multi-tensor launches)
+#                 squares (multi-tensor launches); every kernel's arguments (a pointer and a
+#                 long per buffer, the list's arg_bytes) fit 1,024 bytes, OpenCL 1.2's least
+#                 CL_DEVICE_MAX_PARAMETER_SIZE, with multi-tensor launches and without
+#                 (AXLC_OPENCL_MULTI=0: the gradient norm's sqrt read 197 buffers, 3,152 bytes)
 #   mma_interp    the tensor-core products' emulated body (AXLC_OPENCL_MMA=emulate) in whole
 #                 steps: tiny-lm (narrowed) under matmul tf32 and under bf16, 3 steps each against
 #                 the interpreter (which rounds the products' operands the same way); without the
@@ -78,7 +82,10 @@
 #                 with AXLC_OPENCL_MULTI=0, a launch per value) and gpt2-124m (148) at most 32
 #                 (862); then a narrowed tiny-lm whose parameters (36, 1332, 5184 elements, ...)
 #                 are not multiples of a work-group trains 5 steps bit for bit as with a launch per
-#                 value, and the losses of the CPU trainer within 1e-4
+#                 value, and the losses of the CPU trainer within 1e-4; and bit for bit under
+#                 AXLC_OPENCL_MAX_ARGS=8 (no kernel over 8 argument pairs: more, smaller
+#                 launches, operands materialized) on a device limited to 128 bytes of
+#                 arguments (AXLC_OPENCL_PARAM_SIZE=128), which refuses the default trainer
 # The cases that train skip (77) when no OpenCL device is found.
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -269,11 +276,29 @@ multi_update)
   # shellcheck disable=SC2086
   must "$AXLC" compile "$tl" $narrow --target cpu -o "$T/cpu"
   needs_device "$T/ocl"
+  # shellcheck disable=SC2086
+  AXLC_OPENCL_MAX_ARGS=8 "$AXLC" compile "$tl" $narrow --target opencl -o "$T/ocl8" > "$T/log" \
+    2>&1 || fail "AXLC_OPENCL_MAX_ARGS=8 compile: $(cat "$T/log")"
+  # shellcheck disable=SC2086
+  AXLC_OPENCL_MAX_ARGS=8 "$AXLC" compile "$tl" $narrow --target opencl --emit launches \
+    -o "$T/l8" || fail "AXLC_OPENCL_MAX_ARGS=8 --emit launches"
+  awk 'NR > 1 && $5 > 8 * 16' "$T/l8" > "$T/wide"
+  [ -s "$T/wide" ] && fail "AXLC_OPENCL_MAX_ARGS=8: kernels over 8 pairs: $(head "$T/wide")"
   for t in ocl ocl0 cpu; do
     must "$T/$t" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/c$t" --metrics "$T/$t.jsonl"
   done
+  # a device that takes 128 bytes of arguments (8 pairs): the default trainer is refused,
+  # naming a kernel, the AXLC_OPENCL_MAX_ARGS=8 one trains
+  AXLC_OPENCL_PARAM_SIZE=128 "$T/ocl" --data "$T/text.txt" --steps 1 --ckpt-dir "$T/cw" \
+    > "$T/log" 2>&1 && fail "a 128-byte parameter limit was not refused"
+  grep -q "^ocl: kernel k[0-9]*_[a-z_0-9]* takes [0-9]* buffers ([0-9]* bytes of arguments), over the 128 bytes of OpenCL device .*(CL_DEVICE_MAX_PARAMETER_SIZE, or AXLC_OPENCL_PARAM_SIZE); nothing was trained" "$T/log" ||
+    fail "the parameter limit's message: $(cat "$T/log")"
+  AXLC_OPENCL_PARAM_SIZE=128 must "$T/ocl8" --data "$T/text.txt" --steps 5 --ckpt-dir "$T/cocl8" \
+    --metrics "$T/ocl8.jsonl"
   cmp "$T/cocl/step_00000005/state.safetensors" "$T/cocl0/step_00000005/state.safetensors" ||
     fail "the multi-tensor update differs from a launch per value"
+  cmp "$T/cocl/step_00000005/state.safetensors" "$T/cocl8/step_00000005/state.safetensors" ||
+    fail "the update under AXLC_OPENCL_MAX_ARGS=8 differs"
   compare losses "$T/ocl.jsonl" "$T/cpu.jsonl" 1e-4
   compare close "$T/cocl/step_00000005/state.safetensors" "$T/ccpu/step_00000005/state.safetensors" 1e-3
   ;;
@@ -298,7 +323,16 @@ reduce_launches)
   "$AXLC" compile "$SRC/models/gpt2-124m.json" --target opencl --emit launches \
     --set /input/global_batch_size=8 --set /input/seq_len=1024 -o "$T/l" > "$T/out" 2>&1 ||
     fail "--emit launches: $(cat "$T/out")"
-  [ "$(head -1 "$T/l")" = "# kernel global local reduced" ] || fail "header: $(head -1 "$T/l")"
+  [ "$(head -1 "$T/l")" = "# kernel global local reduced arg_bytes" ] ||
+    fail "header: $(head -1 "$T/l")"
+  AXLC_OPENCL_MULTI=0 "$AXLC" compile "$SRC/models/gpt2-124m.json" --target opencl \
+    --emit launches --set /input/global_batch_size=8 --set /input/seq_len=1024 -o "$T/l0" \
+    > "$T/out" 2>&1 || fail "AXLC_OPENCL_MULTI=0 --emit launches: $(cat "$T/out")"
+  for l in l l0; do
+    echo "$l: the most argument bytes: $(sort -k5 -n "$T/$l" | tail -1)"
+    awk 'NR > 1 && $5 > 1024' "$T/$l" > "$T/wide"
+    [ -s "$T/wide" ] && fail "kernels over 1,024 bytes of arguments ($l): $(head "$T/wide")"
+  done
   big=$(awk '$4 > 65536' "$T/l" | wc -l)
   # (the fused attention's launches reduce no (B, H, T, T) scores: 232 with it)
   [ "$big" -ge 200 ] || fail "only $big reductions over 65,536 elements: $(cat "$T/l")"
@@ -308,7 +342,7 @@ reduce_launches)
   # partial sums (multi-tensor launches)
   awk '/_multi_sum_parts / && $2 >= 8192 && $4 >= 38597376' "$T/l" | grep -q . ||
     fail "no multi-tensor sum over the embedding"
-  grep -q '_scatter_add [0-9]* 0 6291456$' "$T/l" || fail "no scatter_add of 8192 x 768 updates"
+  grep -q '_scatter_add [0-9]* 0 6291456 ' "$T/l" || fail "no scatter_add of 8192 x 768 updates"
   ;;
 gpu_target)
   model="$SRC/models/tiny-lm.json"
@@ -401,8 +435,9 @@ device_state)
   echo "$line" | grep -q "14 steps, .* sent 1 times .*, read back 0 times .* copied on the device 4 times .*; the state (1.41 MiB of parameters and moments) read back 2 times" ||
     fail "whole-slab transfers: $line"
   # the batch goes through the pinned staging buffer, sent ahead during the step before: all
-  # but the first step, the first eval batch of each eval and the step after it
-  grep -q "OpenCL batch: through a pinned staging buffer; 10 of 14 steps took the batch sent ahead" "$T/out" ||
+  # but the first step and the first eval batch of each eval (the step after an eval takes the
+  # training batch its last batch sent ahead)
+  grep -q "OpenCL batch: through a pinned staging buffer; 11 of 14 steps took the batch sent ahead" "$T/out" ||
     fail "the batch sent ahead: $(grep "OpenCL batch" "$T/out")"
   must "$T/cpu" --data "$T/text.txt" --steps 10 --ckpt-dir "$T/c" --metrics "$T/c.jsonl" \
     --eval-data "$T/eval.txt" --eval-every 5 --eval-batches 2
@@ -439,7 +474,8 @@ traffic)
     state=1.41; [ $name = small ] && state=37.55
     echo "$line" | grep -q "6 steps, per step [0-9]* B to the device and 12 B back .* sent 1 times .*, read back 0 times .* copied on the device 2 times .*; the state ($state MiB of parameters and moments) read back 2 times" ||
       fail "$name: whole-slab transfers: $line"
-    grep -q "OpenCL batch: through a pinned staging buffer; 2 of 6 steps took the batch sent ahead" "$T/out" ||
+    # steps 2, 3 (after the eval at 2) and 4; not step 1 nor the eval batches
+    grep -q "OpenCL batch: through a pinned staging buffer; 3 of 6 steps took the batch sent ahead" "$T/out" ||
       fail "$name: the batch sent ahead: $(grep "OpenCL batch" "$T/out")"
     # shellcheck disable=SC2086
     must "$T/$name-cpu" $run --ckpt-dir "$T/$name.cc" --metrics "$T/$name-cpu.jsonl"

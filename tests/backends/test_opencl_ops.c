@@ -7,7 +7,8 @@
  * kernel that reads what nothing wrote shows. Every case runs fused (the fusion plan: elementwise
  * chains inlined, each bf16 op still rounded) and unfused (every value its own kernel), with the
  * register-blocked GEMM, and where it has products once with the tiled one and once with the
- * loop nest. The kernels compute bf16 in f32 where the interpreter computes in double, so a
+ * loop nest. The kernels compute most bf16 ops in f32 where the interpreter computes in double
+ * (the transcendental ones, div and pow in double where the device has it), so a
  * result may differ by a rounding of the f32 value: cases that cannot differ (casts, data
  * movement, max, compares) are compared exactly, the rest within a bf16 ulp or two.
  *
@@ -832,6 +833,42 @@ static void test_bf16_round_once(void) {
         b, 3, "rows three y z", 0);
 }
 
+/* bf16 ops rounded once from double, as the interpreter: pow(2.84375, 0.291015625) is just
+ * below a bf16 tie, and a correctly rounded f32 is the tie, which rounds to even, up; logistic
+ * of -89 and -90.5 in f32 overflows exp(89) and gives 0, not the bf16 subnormals 2.2e-39 and
+ * 4.6e-40. The others are within an f32 ulp or two of a tie (log, logistic, exp): an f32 a little
+ * less accurate than the device's rounds them the wrong way. Bit for bit, fused and not. */
+static void test_bf16_round_once_ops(void) {
+  static const double x[8] = {2.0469737016526324e-16, /* log: -36.124999028571 */
+                              0.0078125,              /* logistic: 0.501953115065953 */
+                              0.2275390625,           /* logistic: 0.556640600249925 */
+                              -89,                    /* logistic: 2.2e-39 */
+                              -90.5,                  /* logistic: 4.6e-40 */
+                              6.84375,                /* exp: 938.000047832163 */
+                              2.84375,                /* pow(x, y): 1.3515625 */
+                              -0.224609375};          /* exp: 0.798828200087216 */
+  static const double y[8] = {3, 7, 1.5, 9, 11, 13, 0.291015625, 0.1};
+  Bind b[] = {{"x", x}, {"y", y}};
+  check("%0 = parameter \"x\" : bf16[8]\n"
+        "%1 = parameter \"y\" : bf16[8]\n"
+        "%2 = abs %0 : bf16[8]\n"
+        "%3 = log %2 : bf16[8]\n"
+        "%4 = logistic %0 : bf16[8]\n"
+        "%5 = exp %0 : bf16[8]\n"
+        "%6 = div %0, %1 : bf16[8]\n"
+        "%7 = sqrt %2 : bf16[8]\n"
+        "%8 = exp %6 : bf16[8]\n"
+        "%9 = pow %2, %1 : bf16[8]\n"
+        "output \"pow\" = %9\n"
+        "output \"log\" = %3\n"
+        "output \"logistic\" = %4\n"
+        "output \"exp\" = %5\n"
+        "output \"div\" = %6\n"
+        "output \"sqrt\" = %7\n"
+        "output \"exp_div\" = %8\n",
+        b, 2, "log logistic exp div sqrt exp_div pow", 0);
+}
+
 /* The optimizer's multi-tensor launches (emit.c): ten parameters of sizes that are no multiple of
  * a work-group (3 to 1203 elements), the gradient norm's sums of squares and AdamW's update
  * against the interpreter, and the launch count: the sums are one pair of launches and the
@@ -943,6 +980,7 @@ int main(int argc, char **argv) {
       {"optimizer_multi", test_optimizer_multi},
       {"scatter_bf16_blocks", test_scatter_bf16_blocks},
       {"bf16_round_once", test_bf16_round_once},
+      {"bf16_round_once_ops", test_bf16_round_once_ops},
       {NULL, NULL},
   };
   int rc = test_main(argc, argv, "opencl_ops", cases);

@@ -3,11 +3,15 @@
 # has no axlc, no package access and maybe no compiler (docs/bench.md, "GPU benchmark").
 #
 # OUT (a new directory) receives:
-#   bin/NAME-PREC       OpenCL trainers (--target opencl), f32 and bf16, of every benchmark
+#   bin/NAME-PREC       OpenCL trainers (--target opencl), f32, tf32 (/precision/matmul=tf32)
+#                       and bf16, of every benchmark
+#   bin/ocl_gemm        the products' benchmark (OCL_GEMM=PATH, or the build's), and gemm.txt:
+#                       its size (4096; 96 with --tiny)
 #   lib/                their shared libraries: the ldd closure without glibc (libc, libm, ld.so,
 #                       libpthread, libdl, librt), the OpenCL ICD loader among them
 #   data/NAME.bin       random tokens (llm.c format) for steps + 1 batches
 #   ref/NAME-PREC.txt   the CPU trainer's losses of the first --ref-steps steps on that data
+#                       (tf32: f32's, the CPU has no tf32)
 #   configs/NAME.json   the resolved config, for PyTorch (tests/torch/reference.py builds it)
 #   tests/torch/{reference.py,stio.py}, tools/bench/torch_bench.py, gpu.sh, bench.txt (the
 #   list: name precision batch seq vocab)
@@ -84,14 +88,19 @@ with open(path, "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(struct.pack("<%dH" % n, *(rnd.randrange(vocab) for _ in range(n))))
 EOF
-  for prec in f32 bf16; do
+  for prec in f32 tf32 bf16; do
     p=; [ "$prec" = bf16 ] && p="/precision/compute=bf16"
+    [ "$prec" = tf32 ] && p="/precision/matmul=tf32"
     echo "gpu-pack.sh: $name $prec: compiling" >&2
     # shellcheck disable=SC2046
     "$axlc" compile "$cfg" --target opencl $(sets_args "$sets $p") -o "$out/bin/$name-$prec" \
       > "$work/log" 2>&1 || { cat "$work/log" >&2; die "$name $prec: axlc compile failed"; }
     echo "$name $prec $B $S $V" >> "$out/bench.txt"
     [ "$refsteps" -gt 0 ] || continue
+    if [ "$prec" = tf32 ]; then # the CPU computes products in f32 only: f32's losses
+      cp "$out/ref/$name-f32.txt" "$out/ref/$name-tf32.txt"
+      continue
+    fi
     echo "gpu-pack.sh: $name $prec: the CPU trainer's first $refsteps steps" >&2
     # shellcheck disable=SC2046
     "$axlc" compile "$cfg" --target cpu $(sets_args "$sets $refsets $p") -o "$work/cpu" \
@@ -103,6 +112,19 @@ EOF
     [ "$(wc -l < "$out/ref/$name-$prec.txt")" -eq "$refsteps" ] || die "$name $prec: no losses in the CPU trainer's metrics"
   done
 done
+
+# ocl_gemm (the products' GFLOP/s), beside the compiler's build when there is one
+gemm=${OCL_GEMM:-}
+[ -n "$gemm" ] || for g in "$(dirname "$axlc")/bench/ocl_gemm" "$top/build/tools/bench/ocl_gemm"; do
+  [ -x "$g" ] && { gemm=$g; break; }
+done
+if [ -n "$gemm" ]; then
+  cp "$gemm" "$out/bin/ocl_gemm"
+  gn=4096; [ "$tiny" -eq 1 ] && gn=96
+  echo "$gn" > "$out/gemm.txt"
+else
+  echo "gpu-pack.sh: no ocl_gemm (build/tools/bench/ocl_gemm or OCL_GEMM=PATH): gpu.sh times no products" >&2
+fi
 
 # the libraries: every trainer's ldd closure, glibc's own left out (the machine has its own)
 for t in "$out"/bin/*; do ldd "$t"; done | awk '/=> \//{print $1, $3}' | sort -u | while read -r soname path; do

@@ -4,26 +4,28 @@
 # trainers, their libraries and the ICD loader come with the bundle, and the ICD file is written
 # here, naming the vendor library found on this machine.
 #
-# For every trainer of the bundle (bench.txt: gpt2-124m and small, f32 and bf16) it trains
+# For every trainer of the bundle (bench.txt: gpt2-124m and small, f32, tf32 and bf16) it trains
 # --steps steps on the bundle's data, checks the first steps' losses against the CPU trainer's
 # (ref/), and runs 2 more steps with AXLC_OPENCL_PROFILE=1 for the kernels that took the most
 # device time and the bytes each way. Where python3 imports a PyTorch that sees CUDA, it trains
 # the same models with tests/torch/reference.py's model (tools/bench/torch_bench.py) in f32,
 # TF32, bf16 autocast, and bf16 with scaled_dot_product_attention and fused AdamW. It prints one
-# table of ms/step (the median of steps 2..N) and tokens/s, then the top kernels.
+# table of ms/step (the median of steps 2..N) and tokens/s, then the products' GFLOP/s
+# (bin/ocl_gemm at gemm.txt's size; --no-gemm skips it) and the top kernels.
 #
 # RESULTS (created) receives table.md, results.tsv, devices.txt, and per run its log, metrics
 # and profile. Exit status 0 when every run trained and every loss check passed, else 1.
 #
-#   usage: gpu.sh RESULTS [--steps N] [--only NAME] [--no-torch] [--no-profile] [--device N]
+#   usage: gpu.sh RESULTS [--steps N] [--only NAME] [--no-torch] [--no-profile] [--no-gemm] [--device N]
 #   environment: AXLC_OPENCL_VENDOR  the vendor's OpenCL library (default: NVIDIA's in
 #                                    /usr/local/nvidia/lib64 or the system's, else the first
 #                                    /etc/OpenCL/vendors entry)
-#                GPU_BENCH_TOL_F32, GPU_BENCH_TOL_BF16  the loss check's relative tolerance
-#                                    (default 1e-4 and 1e-2)
+#                GPU_BENCH_TOL_F32, GPU_BENCH_TOL_TF32, GPU_BENCH_TOL_BF16  the loss check's
+#                                    relative tolerance (default 1e-4, 1e-2 (against the
+#                                    CPU's f32) and 1e-2)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-res= steps= only= torch=1 profile=1 device=
+res= steps= only= torch=1 profile=1 device= gemm=1
 die() { echo "gpu.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -31,6 +33,7 @@ while [ $# -gt 0 ]; do
     --only) [ $# -ge 2 ] || die "--only needs a name"; only=$2; shift ;;
     --no-torch) torch=0 ;;
     --no-profile) profile=0 ;;
+    --no-gemm) gemm=0 ;;
     --device) [ $# -ge 2 ] || die "--device needs a value"; device=$2; shift ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (--help lists them)" ;;
@@ -38,7 +41,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ -n "$res" ] || die "usage: gpu.sh RESULTS [--steps N] [--only NAME] [--no-torch] [--no-profile] [--device N]"
+[ -n "$res" ] || die "usage: gpu.sh RESULTS [--steps N] [--only NAME] [--no-torch] [--no-profile] [--no-gemm] [--device N]"
 [ -f "$here/bench.txt" ] || die "$here/bench.txt: not a bundle of tools/bench/gpu-pack.sh"
 read -r packed refsteps < "$here/steps.txt"
 steps=${steps:-$packed}
@@ -49,6 +52,7 @@ mkdir -p "$res/icd" "$res/run" || die "cannot create $res"
 res=$(cd "$res" && pwd)
 tol_f32=${GPU_BENCH_TOL_F32:-1e-4}
 tol_bf16=${GPU_BENCH_TOL_BF16:-1e-2}
+tol_tf32=${GPU_BENCH_TOL_TF32:-1e-2}
 
 # the vendor's OpenCL library, named by an ICD file of our own (the bundle's loader reads it)
 vendor=${AXLC_OPENCL_VENDOR:-}
@@ -119,7 +123,7 @@ while read -r name prec B S V; do
     fails=$((fails + 1))
     continue
   fi
-  tol=$tol_f32; [ "$prec" = bf16 ] && tol=$tol_bf16
+  tol=$tol_f32; [ "$prec" = bf16 ] && tol=$tol_bf16; [ "$prec" = tf32 ] && tol=$tol_tf32
   check=$(loss_check "$res/$tag.jsonl" "$here/ref/$tag.txt" "$tol") || fails=$((fails + 1))
   row "$name" "axlc OpenCL $prec" "$ms" "$(awk -v t=$((B * S)) -v ms="$ms" 'BEGIN {printf "%.0f", t * 1000 / ms}')" "$check"
   if [ "$profile" -eq 1 ]; then
@@ -131,6 +135,15 @@ done < "$here/bench.txt"
 
 # PyTorch on the same models, where it sees a CUDA device
 py=$(command -v python3 || true)
+# the products: ocl_gemm at gemm.txt's size (f32, tf32 and bf16, SIMT and tensor-core bodies)
+if [ "$gemm" -eq 1 ] && [ -x "$here/bin/ocl_gemm" ]; then
+  read -r gn < "$here/gemm.txt"
+  echo "gpu.sh: ocl_gemm $gn x $gn x $gn"
+  # shellcheck disable=SC2086
+  (cd "$res/run" && "$here/bin/ocl_gemm" "$gn" "$gn" "$gn" $devarg < /dev/null) > "$res/ocl_gemm.txt" 2>&1 ||
+    { tail -n 5 "$res/ocl_gemm.txt" >&2; echo "gpu.sh: ocl_gemm failed (see $res/ocl_gemm.txt)" >&2; fails=$((fails + 1)); }
+fi
+
 if [ "$torch" -eq 1 ] && [ -n "$py" ] && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   for name in $(awk '{print $1}' "$here/bench.txt" | uniq); do
     [ -z "$only" ] || [ "$only" = "$name" ] || continue
@@ -161,6 +174,11 @@ fi
   echo
   echo "$torchline"
   echo "OpenCL: $(sed -n 's/^ *0 ([0-9:]*) *//p' "$res/devices.txt" | head -n 1)"
+  if [ -s "$res/ocl_gemm.txt" ]; then
+    echo
+    echo "ocl_gemm $(cat "$here/gemm.txt")^3 (GFLOP/s):"
+    sed 's/^/    /' "$res/ocl_gemm.txt"
+  fi
   for p in "$res"/*.profile; do
     [ -e "$p" ] || continue
     echo
