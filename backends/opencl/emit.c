@@ -1578,48 +1578,10 @@ static void copy_back(Ctx *C, Launches *L, OclBuf *body) {
   }
 }
 
-/* A pipeline's shares (backend_pipeline_shares), last: launches of the entries program.c puts
- * after the graph's collectives in the collective table (RT_COLL_SHARE), on every device. */
-static void share_launches(Ctx *C, Launches *L) {
-  int32_t *made = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *made);
-  int32_t *buffer = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *buffer);
-  int32_t n = backend_pipeline_shares(C->g, made, buffer);
-  int32_t first = ocl_collective_index(C->g, C->g->nvalues);
-  for (int32_t k = 0; k < n; k++) {
-    int32_t cap = L->cap;
-    grow((void **)&L->v, sizeof *L->v, &cap, L->n + 1);
-    cap = L->cap;
-    grow((void **)&L->reduced, sizeof *L->reduced, &cap, L->n + 1);
-    grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
-    L->reduced[L->n] = 0;
-    int64_t *args = base_xmalloc(2 * sizeof *args), *bytes = base_xmalloc(2 * sizeof *bytes);
-    const IrValue *x = val(C, buffer[k]);
-    args[0] = args[1] = C->mp->offset[buffer[k]];
-    bytes[0] = bytes[1] = ir_shape_numel(&x->shape) * (int64_t)ir_dtype_size(x->dtype);
-    L->line[L->n] = 0;
-    L->v[L->n++] = (RtOclLaunch){.kernel = OCL_COLLECTIVE_NAME,
-                                 .dims = 1,
-                                 .global = {1, 1, 1},
-                                 .nargs = 2,
-                                 .args = args,
-                                 .arg_bytes = bytes,
-                                 .collective = first + k + 1};
-  }
-  free(made);
-  free(buffer);
-}
-
-/* Collective v of a mesh of several devices: no kernel, but a launch that names its entry in
- * the program's collective table (ocl_collective_index), which the runtime runs through MPI
- * on the host between the kernels before and after it. Its two arguments are the operand's and
- * the result's spans, so the runtime's buffer split keeps each whole. */
-static void collective_launch(Ctx *C, Launches *L, int32_t v) {
-  const IrValue *x = val(C, v);
-  int32_t in = x->ops[0];
-  if (!C->mat[in] || C->mp->offset[in] < 0 || C->mp->offset[v] < 0) {
-    fail(C, "%%%d (%s): its operand has no buffer of its own", v, ir_op_name(x->op));
-    return;
-  }
+/* A launch of entry `index` of the program's collective table: no kernel, the runtime runs
+ * it through MPI on the host between the kernels before and after it. Its two arguments are
+ * the spans of values in and out, so the runtime's buffer split keeps each whole. */
+static void push_collective(Ctx *C, Launches *L, int32_t in, int32_t out, int32_t index) {
   int32_t cap = L->cap;
   grow((void **)&L->v, sizeof *L->v, &cap, L->n + 1);
   cap = L->cap;
@@ -1627,7 +1589,7 @@ static void collective_launch(Ctx *C, Launches *L, int32_t v) {
   grow((void **)&L->line, sizeof *L->line, &L->cap, L->n + 1);
   L->reduced[L->n] = 0; /* a collective: --emit launches shows no reduction */
   int64_t *args = base_xmalloc(2 * sizeof *args), *bytes = base_xmalloc(2 * sizeof *bytes);
-  const int32_t t[2] = {in, v};
+  const int32_t t[2] = {in, out};
   for (int k = 0; k < 2; k++) {
     args[k] = C->mp->offset[t[k]];
     bytes[k] = ir_shape_numel(&val(C, t[k])->shape) * (int64_t)ir_dtype_size(val(C, t[k])->dtype);
@@ -1639,7 +1601,32 @@ static void collective_launch(Ctx *C, Launches *L, int32_t v) {
                                .nargs = 2,
                                .args = args,
                                .arg_bytes = bytes,
-                               .collective = ocl_collective_index(C->g, v) + 1};
+                               .collective = index + 1};
+}
+
+/* A pipeline's shares (backend_pipeline_shares), last: launches of the entries program.c puts
+ * after the graph's collectives in the collective table (RT_COLL_SHARE), on every device; a
+ * share reads and writes its one buffer. */
+static void share_launches(Ctx *C, Launches *L) {
+  int32_t *made = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *made);
+  int32_t *buffer = base_xmalloc(((size_t)C->g->noutputs + 4) * sizeof *buffer);
+  int32_t n = backend_pipeline_shares(C->g, made, buffer);
+  int32_t first = ocl_collective_index(C->g, C->g->nvalues);
+  for (int32_t k = 0; k < n; k++) push_collective(C, L, buffer[k], buffer[k], first + k);
+  free(made);
+  free(buffer);
+}
+
+/* Collective v of a mesh of several devices: a launch that names its entry in the program's
+ * collective table (ocl_collective_index), over the operand's and the result's spans. */
+static void collective_launch(Ctx *C, Launches *L, int32_t v) {
+  const IrValue *x = val(C, v);
+  int32_t in = x->ops[0];
+  if (!C->mat[in] || C->mp->offset[in] < 0 || C->mp->offset[v] < 0) {
+    fail(C, "%%%d (%s): its operand has no buffer of its own", v, ir_op_name(x->op));
+    return;
+  }
+  push_collective(C, L, in, v, ocl_collective_index(C->g, v));
 }
 
 bool ocl_is_collective(const IrGraph *g, int32_t v) {
