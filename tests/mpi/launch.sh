@@ -48,6 +48,24 @@ refused() {
   [ ! -e "$T/ck" ] || fail "$what: something ran"
 }
 
+# kill_and_recover CASE PID: once $T/m.jsonl has 8 steps, kills the last rank of the job that
+# axlc run (PID, trainers under $T/tmp) supervises; axlc run must then exit 0, naming the
+# signal as the cause and saying it recovered
+kill_and_recover() {
+  what=$1 axlc=$2
+  i=0
+  until [ "$(cat "$T/m.jsonl" 2> /dev/null | wc -l)" -ge 8 ] || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+  rank=$(for p in /proc/[0-9]*; do
+    case $(readlink "$p/exe") in "$T"/tmp/axlc-run-*/trainer) echo "${p#/proc/}" ;; esac
+  done | tail -1)
+  [ -n "$rank" ] && kill -KILL "$rank" || fail "$what: no rank to kill"
+  wait "$axlc"
+  rc=$?
+  [ $rc -eq 0 ] || { fail "$what: axlc run exited $rc"; tail -20 "$T/err" >&2; }
+  grep -q "axlc run: the job failed at step [0-9]*: rank [01] died of signal 9" "$T/err" || { fail "$what: no cause"; cat "$T/err" >&2; }
+  grep -q "axlc run: recovered: step" "$T/err" || fail "$what: no recovery"
+}
+
 case $CASE in
 errors)
   must "$AXLC" compile "$MODEL" --target cpu-2 --set /input/seq_len=16 -o "$T/t2"
@@ -112,18 +130,7 @@ run)
   TMPDIR="$T/tmp" "$AXLC" run "$MODEL" --target cpu-2 --set /input/seq_len=16 --max-restarts 2 --backoff 0.1 \
     --report "$T/r.jsonl" --data "$DATA" --steps 60 --ckpt-dir "$T/ck" --ckpt-every 5 --threads 1 \
     --metrics "$T/m.jsonl" --skip-batches 3 > "$T/out" 2> "$T/err" &
-  axlc=$!
-  i=0
-  until [ "$(cat "$T/m.jsonl" 2> /dev/null | wc -l)" -ge 8 ] || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
-  rank=$(for p in /proc/[0-9]*; do
-    case $(readlink "$p/exe") in "$T"/tmp/axlc-run-*/trainer) echo "${p#/proc/}" ;; esac
-  done | tail -1)
-  [ -n "$rank" ] && kill -KILL "$rank" || fail "run: no rank to kill"
-  wait $axlc
-  rc=$?
-  [ $rc -eq 0 ] || { fail "run: axlc run exited $rc"; tail -20 "$T/err" >&2; }
-  grep -q "axlc run: the job failed at step [0-9]*: rank [01] died of signal 9" "$T/err" || { fail "run: no cause"; cat "$T/err" >&2; }
-  grep -q "axlc run: recovered: step" "$T/err" || fail "run: no recovery"
+  kill_and_recover run $!
   grep -q '"event":"end","status":0,"restarts":1' "$T/r.jsonl" || { fail "run: report"; cat "$T/r.jsonl" >&2; }
   # the losses of the run, resumed, are the uninterrupted run's, step by step (cut back on resume)
   cut -d, -f1-2 "$T/ref.jsonl" > "$T/a"
@@ -155,18 +162,7 @@ pipeline)
   mkdir "$T/tmp"
   TMPDIR="$T/tmp" "$AXLC" run "$MODEL" --target cpu-2 "$@" --max-restarts 2 --backoff 0.1 \
     --data "$DATA" --steps 150 --ckpt-dir "$T/ck" --ckpt-every 5 --threads 1 --metrics "$T/m.jsonl" > "$T/out" 2> "$T/err" &
-  axlc=$!
-  i=0
-  until [ "$(cat "$T/m.jsonl" 2> /dev/null | wc -l)" -ge 8 ] || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
-  rank=$(for p in /proc/[0-9]*; do
-    case $(readlink "$p/exe") in "$T"/tmp/axlc-run-*/trainer) echo "${p#/proc/}" ;; esac
-  done | tail -1)
-  [ -n "$rank" ] && kill -KILL "$rank" || fail "pipeline: no rank to kill"
-  wait $axlc
-  rc=$?
-  [ $rc -eq 0 ] || { fail "pipeline: axlc run exited $rc"; tail -20 "$T/err" >&2; }
-  grep -q "axlc run: the job failed at step [0-9]*: rank [01] died of signal 9" "$T/err" || { fail "pipeline: no cause"; cat "$T/err" >&2; }
-  grep -q "axlc run: recovered: step" "$T/err" || fail "pipeline: no recovery"
+  kill_and_recover pipeline $!
   cut -d, -f1-2 "$T/ref.jsonl" > "$T/a"
   cut -d, -f1-2 "$T/m.jsonl" > "$T/b"
   [ "$(wc -l < "$T/a")" -eq 150 ] || fail "pipeline: $(wc -l < "$T/a") steps in the uninterrupted run"
