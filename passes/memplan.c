@@ -4,8 +4,11 @@
  * parameter (model parameters, then the optimizer's opt/... state, in graph order) and every
  * input, each at its own offset for the whole run, since the runtime fills them before a step
  * and reads them after. The rest of the slab holds the other values, each from the step that
- * computes it to its last use (outputs: to the end), placed first-fit in the gaps that values
- * no longer live have left.
+ * computes it to its last use (outputs: to the end), placed in the gaps that values no longer
+ * live have left. The step is planned twice, placing each value in the first gap it fits and
+ * in the smallest, and the smaller slab is kept: neither wins everywhere. The slab is at least
+ * the most bytes live at once; first fit alone left fuji-70b on 16 H100s 20% above that (234.2
+ * against 195.2 GiB), the better of the two leaves 4% (202.6 GiB).
  *
  * In-place updates: an output "new:X", X a parameter, is written over X's buffer. That is safe
  * when the value is elementwise (element i reads only element i of its operands) and nothing
@@ -49,6 +52,7 @@ typedef struct {
   int32_t n, cap;
   int64_t top;   /* end of the slab so far */
   int64_t split; /* no value crosses a multiple of this (a device's buffer cap); 0: none */
+  bool best;     /* place a value in the smallest gap it fits (best fit), else the first */
 } Heap;
 
 /* Where a value of len bytes may start at or after off: off, or the next multiple of
@@ -61,8 +65,19 @@ static int64_t fit_at(const Heap *h, int64_t off, int64_t len) {
 
 static void heap_free(Heap *h, int64_t off, int64_t len);
 
+/* Whether a value of len bytes fits in gap i. */
+static bool gap_fits(const Heap *h, int32_t i, int64_t len) {
+  return fit_at(h, h->gaps[i].off, len) + len <= h->gaps[i].off + h->gaps[i].len;
+}
+
 static int64_t heap_alloc(Heap *h, int64_t len) {
-  for (int32_t i = 0; i < h->n; i++) {
+  int32_t from = 0;
+  if (h->best) { /* the smallest gap that fits, else none (the loop below then finds none) */
+    from = h->n;
+    for (int32_t i = 0; i < h->n; i++)
+      if (gap_fits(h, i, len) && (from == h->n || h->gaps[i].len < h->gaps[from].len)) from = i;
+  }
+  for (int32_t i = from; i < h->n; i++) {
     int64_t off = fit_at(h, h->gaps[i].off, len);
     Gap g = h->gaps[i];
     if (off + len > g.off + g.len) continue;
@@ -243,7 +258,8 @@ static int32_t stage_regions(const IrGraph *g, int32_t *region) {
   return most + 1;
 }
 
-static int plan(IrGraph *g, const bool *mat, const Under *u, int64_t split, MemPlan *p) {
+static int plan_fit(IrGraph *g, const bool *mat, const Under *u, int64_t split, bool best,
+                    MemPlan *p) {
   memset(p, 0, sizeof *p);
   int32_t n = g->nvalues;
   p->nvalues = n;
@@ -259,7 +275,7 @@ static int plan(IrGraph *g, const bool *mat, const Under *u, int64_t split, MemP
   int rc = in_place_targets(g, target);
   int32_t *region = base_xmalloc(((size_t)n + 1) * sizeof *region);
   int32_t nregions = stage_regions(g, region);
-  Heap h = {.split = split > 0 ? split / ALIGN * ALIGN : 0};
+  Heap h = {.split = split > 0 ? split / ALIGN * ALIGN : 0, .best = best};
   h.top = place_fixed(g, u, p, h.split);
   int64_t base = h.top, top = base, shared_peak = 0, stage_peak = 0;
   p->fixed_bytes = base;
@@ -268,7 +284,7 @@ static int plan(IrGraph *g, const bool *mat, const Under *u, int64_t split, MemP
     int64_t live = 0, most = 0;
     if (r == 1) base = top;
     free(h.gaps);
-    h = (Heap){.split = h.split, .top = base};
+    h = (Heap){.split = h.split, .top = base, .best = best};
     for (int32_t i = 0; i <= n + 1; i++) nfree[i] = 0;
     for (int32_t v = 0; v < n; v++) {
       if (is_fixed(&g->values[v]) || region[v] != r) {
@@ -320,6 +336,21 @@ static int plan(IrGraph *g, const bool *mat, const Under *u, int64_t split, MemP
   p->last = last;
   if (rc != IR_OK) pass_memplan_free(p);
   return rc;
+}
+
+/* The better of first fit and best fit (the file's comment). */
+static int plan(IrGraph *g, const bool *mat, const Under *u, int64_t split, MemPlan *p) {
+  int rc = plan_fit(g, mat, u, split, false, p);
+  if (rc != IR_OK) return rc;
+  MemPlan q;
+  if (plan_fit(g, mat, u, split, true, &q) != IR_OK) return IR_OK; /* first fit stands */
+  if (q.slab_bytes < p->slab_bytes) {
+    pass_memplan_free(p);
+    *p = q;
+  } else {
+    pass_memplan_free(&q);
+  }
+  return IR_OK;
 }
 
 int pass_memplan_fused(IrGraph *g, const bool *mat, MemPlan *p) { return plan(g, mat, NULL, 0, p); }
