@@ -201,11 +201,37 @@ static void test_stages_share(void) {
   }
 }
 
+/* Placement: first fit puts %6 (one unit of 64 bytes) in the two-unit gap %2 left, so %8 (two
+ * units) goes to the top: 9 units past the fixed region; best fit puts %6 in %4's one-unit gap
+ * and %8 where %2 was: 7 units. The plan keeps the smaller. */
+static void test_better_fit(void) {
+  IrGraph *g = parse("%0 = input \"p\" : f32[32]\n"
+                     "%1 = input \"q\" : f32[16]\n"
+                     "%2 = exp %0 : f32[32]\n"
+                     "%3 = exp %0 : f32[32]\n"
+                     "%4 = exp %1 : f32[16]\n"
+                     "%5 = exp %2 : f32[32]\n"
+                     "%6 = exp %4 : f32[16]\n"
+                     "%7 = exp %1 : f32[16]\n"
+                     "%8 = exp %3 : f32[32]\n"
+                     "output \"a\" = %5\n"
+                     "output \"b\" = %7\n");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  MemPlan p;
+  CU_ASSERT_EQUAL_FATAL(pass_memplan(g, &p), IR_OK);
+  CHECK_INT(p.fixed_bytes, 192);
+  CHECK_INT(p.slab_bytes, 192 + 7 * 64);
+  CHECK_INT(pass_memplan_conflicts(g, NULL, &p), 0);
+  pass_memplan_free(&p);
+  ir_graph_free(g);
+}
+
 int main(int argc, char **argv) {
   static const TestCase cases[] = {
       {"over_another_plan", test_over_another_plan},
       {"split", test_split},
       {"stages_share", test_stages_share},
+      {"better_fit", test_better_fit},
       {"fixed_region_and_reuse", test_fixed_region_and_reuse},
       {"in_place_update", test_in_place_update},
       {"refuses_read_after_update", test_refuses_read_after_update},
