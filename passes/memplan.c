@@ -23,7 +23,10 @@
  * When the graph holds values of two stages or more, the every-device values (and every output,
  * which the end of the step may copy from its stage to the others) are planned first, above the
  * fixed region; each stage's values are then planned on their own above those, from the same
- * offset: the slab is the fixed region, the every-device values and the largest stage.
+ * offset: the slab is the fixed region, the every-device values and the largest stage. The
+ * fixed region is laid out the same way: the parameters and AdamW moments a stage's devices
+ * alone hold (staged_leaves) lie past the every-device leaves, each stage's from the same
+ * offset.
  *
  * Invariants: every offset is 64-byte aligned; two values share bytes only if their live
  * ranges do not overlap, or one is an in-place "new:X" over X, or they are of two stages.
@@ -129,6 +132,70 @@ static void heap_free(Heap *h, int64_t off, int64_t len) {
   }
 }
 
+/* Takes [off, off + len), free in h (inside a gap, or at or past the top). */
+static void heap_take(Heap *h, int64_t off, int64_t len) {
+  if (off >= h->top) {
+    int64_t old = h->top;
+    h->top = off + len;
+    if (off > old) heap_free(h, old, off - old); /* below the top: stays a gap */
+    return;
+  }
+  for (int32_t i = 0; i < h->n; i++) {
+    Gap g = h->gaps[i];
+    if (off < g.off || off + len > g.off + g.len) continue;
+    memmove(&h->gaps[i], &h->gaps[i + 1], (size_t)(h->n - i - 1) * sizeof *h->gaps);
+    h->n--;
+    if (off > g.off) heap_free(h, g.off, off - g.off);
+    if (g.off + g.len > off + len) heap_free(h, off + len, g.off + g.len - (off + len));
+    return;
+  }
+}
+
+/* Where len bytes are free in every one of the nh heaps (a value every device runs, beside
+ * each stage's own): the first such place, or with best fit the tightest, taken in all. The
+ * free space of a heap is its gaps and everything from its top. */
+static int64_t heaps_alloc(Heap *hs, int32_t nh, int64_t len) {
+  if (nh == 1) return heap_alloc(&hs[0], len);
+  Gap *cur = NULL, *next = NULL; /* the free space common to the heaps so far, sorted */
+  int32_t ncur = 0, nnext = 0;
+  for (int32_t k = 0; k < nh; k++) {
+    const Heap *h = &hs[k];
+    Gap *mine = base_xmalloc(((size_t)h->n + 1) * sizeof *mine);
+    memcpy(mine, h->gaps, (size_t)h->n * sizeof *mine);
+    mine[h->n] = (Gap){h->top, INT64_MAX - h->top};
+    if (k == 0) {
+      cur = mine, ncur = h->n + 1;
+      continue;
+    }
+    next = base_xmalloc(((size_t)ncur + h->n + 1) * sizeof *next);
+    nnext = 0;
+    for (int32_t i = 0, j = 0; i < ncur && j < h->n + 1;) {
+      int64_t a = cur[i].off > mine[j].off ? cur[i].off : mine[j].off;
+      int64_t ei = cur[i].off + cur[i].len, ej = mine[j].off + mine[j].len;
+      int64_t b = ei < ej ? ei : ej;
+      if (a < b) next[nnext++] = (Gap){a, b - a};
+      if (ei < ej)
+        i++;
+      else
+        j++;
+    }
+    free(cur);
+    free(mine);
+    cur = next, ncur = nnext;
+  }
+  int64_t at = -1, tight = INT64_MAX;
+  for (int32_t i = 0; i < ncur; i++) {
+    int64_t off = fit_at(&hs[0], cur[i].off, len);
+    if (off + len > cur[i].off + cur[i].len) continue;
+    bool open = cur[i].len >= INT64_MAX / 2; /* past every top */
+    if (at < 0 || (hs[0].best && !open && cur[i].len < tight)) at = off, tight = open ? INT64_MAX : cur[i].len;
+    if (!hs[0].best) break;
+  }
+  free(cur);
+  for (int32_t k = 0; k < nh; k++) heap_take(&hs[k], at, len);
+  return at;
+}
+
 /* ---- liveness ------------------------------------------------------------------------------ */
 
 /* at[v]: where v's operands are read. A materialized value reads them at its own index; a
@@ -212,28 +279,83 @@ static int64_t shared_param(const Under *u, const IrValue *val) {
   return u->plan->offset[w];
 }
 
-/* Parameters and inputs at the start of the slab (or of what `under` leaves), in graph order;
- * a parameter `under` has stays where it has it. */
-static int64_t place_fixed(const IrGraph *g, const Under *u, MemPlan *p, int64_t split) {
-  int64_t top = u ? align_up(u->bytes) : 0;
-  Heap h = {.split = split};
-  for (int32_t v = 0; v < g->nvalues; v++) {
-    const IrValue *val = &g->values[v];
-    if (!is_fixed(val)) continue;
-    int64_t at = shared_param(u, val);
-    if (at < 0) {
-      at = fit_at(&h, top, align_up(p->bytes[v])); /* the bytes skipped stay unused */
-      top = at + align_up(p->bytes[v]);
+/* readers[v]: 1 + the stage of every value that reads v; -1 when two stages read it or an
+ * every-device value does; 0 when nothing reads it. */
+static void reader_stages(const IrGraph *g, int32_t *readers) {
+  for (int32_t v = 0; v < g->nvalues; v++) readers[v] = 0;
+  for (int32_t u = 0; u < g->nvalues; u++) {
+    const IrValue *x = &g->values[u];
+    int32_t st = x->stage > 0 ? x->stage : -1;
+    for (int32_t k = 0; k < x->nops; k++) {
+      int32_t o = x->ops[k];
+      readers[o] = readers[o] == 0 || readers[o] == st ? st : -1;
     }
-    p->offset[v] = at;
-    if (val->op == IR_INPUT)
-      p->input_bytes += p->bytes[v];
-    else if (strncmp(val->name, "opt/", 4) == 0)
-      p->opt_bytes += p->bytes[v];
-    else
-      p->param_bytes += p->bytes[v];
   }
-  return top;
+}
+
+/* Whether leaf v is of stage st (1 + s) and only values of stage st read it. */
+static bool stage_only(const IrGraph *g, const int32_t *readers, int32_t v, int32_t st) {
+  return v != IR_NONE && g->values[v].stage == st && readers[v] == st;
+}
+
+/* staged[v] (in: reader_stages; out): 1 + s for a parameter and its AdamW moments ("opt/m/P",
+ * "opt/v/P") when all three are of stage s and only values of stage s read them, else 0 (a
+ * tied table that two stages read, the inputs, which every device writes, every other value).
+ * The program says so per parameter (RtParamSlot.apart), the runtime fills them on stage s's
+ * devices only, and the other stages' may take their bytes. */
+static void staged_leaves(const IrGraph *g, int32_t *staged) {
+  int32_t n = g->nvalues;
+  int32_t *readers = base_xmalloc(((size_t)n + 1) * sizeof *readers);
+  memcpy(readers, staged, (size_t)n * sizeof *readers);
+  for (int32_t v = 0; v < n; v++) staged[v] = 0;
+  char name[1024];
+  for (int32_t v = 0; v < n; v++) {
+    const IrValue *x = &g->values[v];
+    int32_t st = x->stage;
+    if (x->op != IR_PARAMETER || st <= 0 || strncmp(x->name, "opt/", 4) == 0 || !stage_only(g, readers, v, st))
+      continue;
+    snprintf(name, sizeof name, "opt/m/%s", x->name);
+    int32_t m = ir_graph_find(g, IR_PARAMETER, name);
+    snprintf(name, sizeof name, "opt/v/%s", x->name);
+    int32_t w = ir_graph_find(g, IR_PARAMETER, name);
+    if ((m == IR_NONE) != (w == IR_NONE)) continue;
+    if (m != IR_NONE && (!stage_only(g, readers, m, st) || !stage_only(g, readers, w, st))) continue;
+    staged[v] = st;
+    if (m != IR_NONE) staged[m] = staged[w] = st;
+  }
+  free(readers);
+}
+
+/* Parameters and inputs at the start of the slab (or of what `under` leaves), in graph order;
+ * a parameter `under` has stays where it has it. With stages (state: staged_leaves, or
+ * NULL), the every-device ones come first, then each stage's own from the same offset; the
+ * region ends at the largest. */
+static int64_t place_fixed(const IrGraph *g, const Under *u, const int32_t *state, int32_t nregions,
+                           MemPlan *p, int64_t split) {
+  int64_t top = u ? align_up(u->bytes) : 0, base = top, end = top;
+  Heap h = {.split = split};
+  for (int32_t r = 0; r < (state ? nregions : 1); r++) {
+    if (r == 1) base = top; /* the stages' state from the every-device leaves' end */
+    if (r > 0) top = base;
+    for (int32_t v = 0; v < g->nvalues; v++) {
+      const IrValue *val = &g->values[v];
+      if (!is_fixed(val) || (state ? state[v] : 0) != r) continue;
+      int64_t at = shared_param(u, val);
+      if (at < 0) {
+        at = fit_at(&h, top, align_up(p->bytes[v])); /* the bytes skipped stay unused */
+        top = at + align_up(p->bytes[v]);
+      }
+      p->offset[v] = at;
+      if (val->op == IR_INPUT)
+        p->input_bytes += p->bytes[v];
+      else if (strncmp(val->name, "opt/", 4) == 0)
+        p->opt_bytes += p->bytes[v];
+      else
+        p->param_bytes += p->bytes[v];
+    }
+    if (top > end) end = top;
+  }
+  return end;
 }
 
 int pass_memplan(IrGraph *g, MemPlan *p) { return pass_memplan_fused(g, NULL, p); }
@@ -258,6 +380,15 @@ static int32_t stage_regions(const IrGraph *g, int32_t *region) {
   return most + 1;
 }
 
+/* A dead value's bytes back to its stage's heap, or to every heap (region 0). */
+static void release(Heap *hs, int32_t nh, int32_t region, int64_t off, int64_t len, int64_t *live) {
+  if (region > 0)
+    heap_free(&hs[region - 1], off, len);
+  else
+    for (int32_t k = 0; k < nh; k++) heap_free(&hs[k], off, len);
+  live[region] -= len;
+}
+
 static int plan_fit(IrGraph *g, const bool *mat, const Under *u, int64_t split, bool best,
                     MemPlan *p) {
   memset(p, 0, sizeof *p);
@@ -275,63 +406,69 @@ static int plan_fit(IrGraph *g, const bool *mat, const Under *u, int64_t split, 
   int rc = in_place_targets(g, target);
   int32_t *region = base_xmalloc(((size_t)n + 1) * sizeof *region);
   int32_t nregions = stage_regions(g, region);
-  Heap h = {.split = split > 0 ? split / ALIGN * ALIGN : 0, .best = best};
-  h.top = place_fixed(g, u, p, h.split);
-  int64_t base = h.top, top = base, shared_peak = 0, stage_peak = 0;
-  p->fixed_bytes = base;
-  /* region 0 from the fixed region's end; each stage's from region 0's highest top */
-  for (int32_t r = 0; r < nregions && rc == IR_OK; r++) {
-    int64_t live = 0, most = 0;
-    if (r == 1) base = top;
-    free(h.gaps);
-    h = (Heap){.split = h.split, .top = base, .best = best};
-    for (int32_t i = 0; i <= n + 1; i++) nfree[i] = 0;
-    for (int32_t v = 0; v < n; v++) {
-      if (is_fixed(&g->values[v]) || region[v] != r) {
-      } else if (target[v] != IR_NONE) {
-        p->offset[v] = p->offset[target[v]];
-      } else if (p->bytes[v] == 0) {
-        p->offset[v] = 0; /* fused into its consumer: no buffer */
-      } else {
-        p->offset[v] = heap_alloc(&h, align_up(p->bytes[v]));
-        live += align_up(p->bytes[v]);
-        if (live > most) most = live;
-        if (h.top > top) top = h.top;
-        int32_t l = last[v];
-        frees[l] = base_xrealloc(frees[l], ((size_t)nfree[l] + 1) * sizeof **frees);
-        frees[l][nfree[l]++] = v;
-      }
-      for (int32_t k = 0; k < nfree[v]; k++) { /* values last read by v die after v */
-        int32_t d = frees[v][k];
-        if (d == v) continue; /* computed and never read: dies right away, below */
-        heap_free(&h, p->offset[d], align_up(p->bytes[d]));
-        live -= align_up(p->bytes[d]);
-      }
-      if (region[v] == r && last[v] == v && p->bytes[v] && target[v] == IR_NONE &&
-          !is_fixed(&g->values[v])) {
-        heap_free(&h, p->offset[v], align_up(p->bytes[v]));
-        live -= align_up(p->bytes[v]);
-      }
+  int32_t *state = NULL; /* with stages: staged_leaves */
+  if (nregions > 1 && rc == IR_OK) {
+    state = base_xcalloc((size_t)n + 1, sizeof *state);
+    reader_stages(g, state);
+    staged_leaves(g, state);
+    for (int32_t v = 0; v < n; v++) { /* a leaf is apart only as staged state, and so is its update */
+      if (is_fixed(&g->values[v])) region[v] = state[v];
+      if (target[v] != IR_NONE && state[target[v]]) region[v] = state[target[v]];
     }
-    if (r == 0)
-      shared_peak = most;
-    else if (most > stage_peak)
-      stage_peak = most;
+  }
+  int64_t cap = split > 0 ? split / ALIGN * ALIGN : 0;
+  int64_t base = place_fixed(g, u, state, nregions, p, cap), most = 0;
+  free(state);
+  p->fixed_bytes = base;
+  /* One heap per stage (one in all without stages), from the fixed region's end: a stage's
+   * value takes bytes in its stage's heap, an every-device value the same bytes in every heap.
+   * A device of stage s so sees the plan of its own values and the every-device ones. */
+  int32_t nh = nregions > 1 ? nregions - 1 : 1;
+  Heap *hs = base_xcalloc((size_t)nh, sizeof *hs);
+  int64_t *live = base_xcalloc((size_t)nh + 1, sizeof *live); /* live[0]: every device's */
+  for (int32_t k = 0; k < nh; k++) hs[k] = (Heap){.split = cap, .top = base, .best = best};
+  for (int32_t v = 0; v < n && rc == IR_OK; v++) {
+    int32_t r = region[v];
+    if (is_fixed(&g->values[v])) {
+    } else if (target[v] != IR_NONE) {
+      p->offset[v] = p->offset[target[v]];
+    } else if (p->bytes[v] == 0) {
+      p->offset[v] = 0; /* fused into its consumer: no buffer */
+    } else {
+      int64_t len = align_up(p->bytes[v]);
+      p->offset[v] = r ? heap_alloc(&hs[r - 1], len) : heaps_alloc(hs, nh, len);
+      live[r] += len;
+      int64_t now = live[0], worst = 0; /* the device whose stage holds the most */
+      for (int32_t k = 1; nregions > 1 && k <= nh; k++) worst = live[k] > worst ? live[k] : worst;
+      if (now + worst > most) most = now + worst;
+      int32_t l = last[v];
+      frees[l] = base_xrealloc(frees[l], ((size_t)nfree[l] + 1) * sizeof **frees);
+      frees[l][nfree[l]++] = v;
+    }
+    for (int32_t k = 0; k < nfree[v]; k++) { /* values last read by v die after v */
+      int32_t d = frees[v][k];
+      if (d == v) continue; /* computed and never read: dies right away, below */
+      release(hs, nh, region[d], p->offset[d], align_up(p->bytes[d]), live);
+    }
+    if (last[v] == v && p->bytes[v] && target[v] == IR_NONE && !is_fixed(&g->values[v]))
+      release(hs, nh, r, p->offset[v], align_up(p->bytes[v]), live);
   }
   if (nregions > 1)
     p->region = region;
   else
     free(region);
-  p->peak_temp_bytes = shared_peak + stage_peak; /* a bound where there are stages */
-  p->slab_bytes = top > base ? top : base;
+  p->peak_temp_bytes = most; /* on one device: its stage's and every device's values */
+  p->slab_bytes = base;
   /* The top only shrinks when gaps reach it; the slab is the most it ever reached. */
   for (int32_t v = 0; v < n; v++)
     if (p->offset[v] + align_up(p->bytes[v]) > p->slab_bytes)
       p->slab_bytes = p->offset[v] + align_up(p->bytes[v]);
+  for (int32_t k = 0; k < nh; k++) free(hs[k].gaps);
+  free(hs);
+  free(live);
   for (int32_t i = 0; i <= n + 1; i++) free(frees[i]);
   free(frees);
   free(nfree);
-  free(h.gaps);
   free(target);
   p->last = last;
   if (rc != IR_OK) pass_memplan_free(p);

@@ -722,7 +722,7 @@ typedef enum RtOclMma { RT_OCL_MMA_OFF = 0, RT_OCL_MMA_PTX = 1, RT_OCL_MMA_EMULA
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train_program.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION    9
+#define RT_ABI_VERSION    10
 #define RT_MAX_PARAM_RANK 4
 
 /* The program's facts: what the compiler knows of the job that the graph does not hold, defined
@@ -763,6 +763,9 @@ struct RtParamSlot {
     int64_t m_offset, v_offset; /* f32 AdamW moments, same shape; both -1: frozen (LoRA's base) */
     int64_t stage;              /* ABI 9: 1 + the pipeline stage that updates it (its devices write it to a
                                    checkpoint); 0: every device (no pipeline) */
+    int64_t apart;              /* ABI 10: 1 + the pipeline stage whose devices alone hold it and its moments:
+                                   on the others their bytes are other stages' (passes/memplan.c), so the
+                                   runtime fills them there only; 0: every device holds them */
 };
 
 /* One attention's keys or values in the KV cache of the decode step: `heads` rows of

@@ -723,12 +723,9 @@ static RunEnd train(Trainer *t, RtError *err) {
         if (huge >= 0)
             snprintf(huge_note, sizeof huge_note, "; %.2f MiB in huge pages", (double)huge / 1048576);
         int64_t device = t->device_bytes ? t->device_bytes() : 0;
-        /* a pipeline's slab still holds every stage's parameters and state; memcheck plans a
-         * stage's own (docs/pipeline.md, "Next") */
+        /* under a pipeline, every rank's slab is planned for the worst stage, whose peak
+         * memcheck reports (docs/pipeline.md, "The slab") */
         const char *as = " as axlc memcheck reports it";
-        for (int32_t i = 0; i < t->p->nparams; i++)
-            if (t->p->params[i].stage > 0)
-                as = " every stage's parameters and state: axlc memcheck plans a stage's own";
         if (device > 0) /* the slabs are on a device: that is what memcheck plans */
             printf("%s: memory: predicted %.2f MiB (the planned slab%s,%s), measured "
                    "%.2f MiB on the device (the buffers the trainer made, %+.1f%%); host heap %.2f MiB at its peak "

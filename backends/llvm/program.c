@@ -37,8 +37,9 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
                         i64,
                         i64,
                         i64,
+                        i64,
                         i64};
-  t.slot = LLVMStructTypeInContext(C->c, slot, 10, 0);
+  t.slot = LLVMStructTypeInContext(C->c, slot, 11, 0);
   LLVMTypeRef mesh[] = {i32, LLVMArrayType(p, RT_MAX_MESH_AXES),
                         LLVMArrayType(i64, RT_MAX_MESH_AXES)};
   t.mesh = LLVMStructTypeInContext(C->c, mesh, 3, 0);
@@ -100,6 +101,7 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMOffsetOfElement(dl, t->slot, 5) == offsetof(RtParamSlot, init) &&
             LLVMOffsetOfElement(dl, t->slot, 8) == offsetof(RtParamSlot, v_offset) &&
             LLVMOffsetOfElement(dl, t->slot, 9) == offsetof(RtParamSlot, stage) &&
+            LLVMOffsetOfElement(dl, t->slot, 10) == offsetof(RtParamSlot, apart) &&
             LLVMABISizeOfType(dl, t->mesh) == sizeof(RtMesh) &&
             LLVMABISizeOfType(dl, t->coll) == sizeof(RtCollective) &&
             LLVMOffsetOfElement(dl, t->coll, 7) == offsetof(RtCollective, in_shape) &&
@@ -198,8 +200,9 @@ static LLVMValueRef slot_const(LlvmCtx *C, const ProgTypes *t, const BackendPara
                       i64c(C, C->mp->offset[v]),
                       i64c(C, named_offset(C, IR_PARAMETER, "opt/m/", pi->path)),
                       i64c(C, named_offset(C, IR_PARAMETER, "opt/v/", pi->path)),
-                      i64c(C, backend_update_stage(C->g, pi->path))};
-  return LLVMConstNamedStruct(t->slot, f, 10);
+                      i64c(C, backend_update_stage(C->g, pi->path)),
+                      i64c(C, C->mp->region ? C->mp->region[v] : 0)};
+  return LLVMConstNamedStruct(t->slot, f, 11);
 }
 
 /* The runtime reads and writes parameters, their moments and the named outputs as f32: a bf16

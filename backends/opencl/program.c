@@ -57,6 +57,7 @@ static int make_slots(const IrGraph *g, const MemPlan *mp, const BackendProgram 
     p->m_offset = named_offset(g, mp, IR_PARAMETER, "opt/m/", path);
     p->v_offset = named_offset(g, mp, IR_PARAMETER, "opt/v/", path);
     p->stage = backend_update_stage(g, path);
+    p->apart = mp->region ? mp->region[v] : 0;
   }
   return 0;
 }
@@ -226,8 +227,8 @@ static void c_slot(FILE *f, const RtParamSlot *p) {
   }
   fprintf(f,
           "}, .offset = %" PRId64 ", .m_offset = %" PRId64 ", .v_offset = %" PRId64
-          ", .stage = %" PRId64 "},\n",
-          p->offset, p->m_offset, p->v_offset, p->stage);
+          ", .stage = %" PRId64 ", .apart = %" PRId64 "},\n",
+          p->offset, p->m_offset, p->v_offset, p->stage, p->apart);
 }
 
 /* The launch list `n` launches as C: PREFIXargs, PREFIXarg_bytes and PREFIXlaunches. */

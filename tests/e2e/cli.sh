@@ -639,12 +639,14 @@ pipeline)
   paste "$T/one.txt" "$T/out" | awk '{ d = $4 - $12; if (d < 0) d = -d; if ($2 != $10 || d > 1e-4) bad = 1; n++ }
     END { exit bad || n != 10 }' || { fail "pipeline=2 trains differently from one process"; paste "$T/one.txt" "$T/out" >&2; }
   # compiled trainers run pipelines under mpirun (tests/mpi/models.sh *_pp*): the OpenCL one's
-  # table has each parameter's stage (stage 1's layer_1, the tied table's share from stage 0)
+  # table has each parameter's stage (stage 1's layer_1, held by its devices alone; the tied
+  # table, which both stages read, on every device, shared from stage 0)
   if "$AXLC" backends | grep -q "^opencl "; then
     run compile "$MODELS/tiny-lm.json" --target opencl-2 --set '/mesh/shape=[2,1,1,1,1,1]' \
       --set /learner/microbatches=2 --emit c -o "$T/ocl.c"
     expect_rc 0
-    grep -q 'layer_1/attn_norm/bias", .*\.stage = 2}' "$T/ocl.c" || fail "opencl: no stage 1 for layer_1's parameters"
+    grep -q 'layer_1/attn_norm/bias", .*\.stage = 2, \.apart = 2}' "$T/ocl.c" || fail "opencl: no stage 1 for layer_1's parameters"
+    grep -q 'model/emb/weight", .*\.stage = 1, \.apart = 0}' "$T/ocl.c" || fail "opencl: the tied table not on every device"
     grep -q '\.kind = 7, .*\.axis = 0, \.axis2 = 0, \.rank = 2' "$T/ocl.c" || fail "opencl: no share of the tied table"
   fi
   # memcheck plans each stage (memcheck_pipeline has the details)

@@ -17,6 +17,8 @@
 #                      written by the stage that updates it) resumes on one process, on
 #                      pipeline=4 and on fsdp=4 on the same curve (1e-4), and a one-process
 #                      checkpoint on pipeline=2 x data=2
+#   ppmemory           tiny-lm on pipeline=2, GPipe and 1F1B: a rank's measured heap within 5%
+#                      of memcheck's worst stage, its slab within 10% of that stage's
 #   ocl_MODEL_MESH     the same with an OpenCL trainer (--target opencl-N, one rank per device;
 #                      PoCL's one CPU device is shared by the ranks): within the CPU's tolerances
 #   ocl_run            axlc run --target opencl-2 starts mpirun on an OpenCL trainer itself
@@ -101,6 +103,36 @@ reference() {
 }
 
 case $CASE in
+ppmemory)
+  # a pipeline rank's memory against memcheck's worst stage (docs/pipeline.md, "The slab"):
+  # tiny-lm on pipeline=2 at 8 microbatches of 2 sequences, GPipe and 1F1B. The ranks run one
+  # program, so every rank's slab is the largest stage's; its heap at the peak (the slab, the
+  # collectives' scratch, the MPI library) is within 5% of memcheck's peak of that stage
+  for sched in gpipe 1f1b; do
+    set -- "$SRC/models/tiny-lm.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' \
+      --set /learner/microbatches=8 --set /input/global_batch_size=16 --set /mesh/pipeline_schedule=$sched
+    "$AXLC" memcheck "$@" --json > "$T/mc.json" 2> "$T/err" || { fail "$sched: memcheck"; cat "$T/err" >&2; }
+    must "$AXLC" compile "$@" -o "$T/pp-$sched"
+    "$MPIRUN" -np 2 --oversubscribe "$T/pp-$sched" --data "$DATA" --steps 3 --threads 1 > "$T/out" 2>&1 ||
+      { fail "$sched: the trainer"; tail -5 "$T/out" >&2; }
+    "$PY" - "$T/mc.json" "$T/out" "$sched" <<'PY' || fail "$sched: a rank's memory against memcheck's worst stage"
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+out = open(sys.argv[2]).read()
+worst = max(s["peak_memory_in_bytes"] for s in r["pipeline"]["per_stage"]) / 2**20
+assert r["peak_memory_in_bytes"] / 2**20 == worst, (r["peak_memory_in_bytes"], worst)
+slab = float(re.search(r"slab ([0-9.]+) MiB", out).group(1))
+# the slab: the worst stage's, every device's values and leaves beside it (within 10%)
+plan = r["slab_in_bytes"] / 2**20
+assert abs(slab - plan) <= 0.10 * plan, f"{sys.argv[3]}: trainer slab {slab:.3f} MiB, memcheck's {plan:.3f}"
+m = re.search(r"measured ([0-9.]+) MiB \(heap", out)
+if m:  # the host heap is not measured under the sanitizers
+    heap = float(m.group(1))
+    assert abs(heap - worst) <= 0.05 * worst, f"{sys.argv[3]}: measured {heap:.2f} MiB, memcheck's worst stage {worst:.2f}"
+    print(f"{sys.argv[3]}: measured {heap:.2f} MiB, memcheck's worst stage {worst:.2f} MiB ({100 * (heap - worst) / worst:+.1f}%)")
+PY
+  done
+  ;;
 ref_*)
   # the fixture of every test of this model: trainers of an earlier build are stale
   rm -rf "$W/ref-${CASE#ref_}" "$W/ref-${CASE#ref_}"-* "$W/${CASE#ref_}"-*.trainer "$W/ocl-${CASE#ref_}"-*.trainer

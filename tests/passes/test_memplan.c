@@ -201,6 +201,52 @@ static void test_stages_share(void) {
   }
 }
 
+/* Pipeline leaves: a stage's parameters and moments share bytes with the other stage's; a table
+ * both stages read and the inputs, which every device writes, stay every device's. */
+static void test_stage_leaves(void) {
+  IrGraph *g = parse("%0 = parameter \"a\" : f32[16]\n"
+                     "%1 = parameter \"opt/m/a\" : f32[16]\n"
+                     "%2 = parameter \"opt/v/a\" : f32[16]\n"
+                     "%3 = parameter \"b\" : f32[32]\n"
+                     "%4 = parameter \"opt/m/b\" : f32[32]\n"
+                     "%5 = parameter \"opt/v/b\" : f32[32]\n"
+                     "%6 = parameter \"t\" : f32[16]\n"
+                     "%7 = input \"x\" : f32[16]\n"
+                     "%8 = mul %0, %7 : f32[16]\n"  /* stage 1 */
+                     "%9 = add %1, %2 : f32[16]\n"  /* stage 1 */
+                     "%10 = mul %8, %6 : f32[16]\n" /* stage 1 */
+                     "%11 = add %4, %5 : f32[32]\n" /* stage 2 */
+                     "%12 = mul %11, %3 : f32[32]\n" /* stage 2 */
+                     "%13 = mul %6, %6 : f32[16]\n" /* stage 2 */
+                     "output \"p\" = %9\n"
+                     "output \"q\" = %10\n"
+                     "output \"r\" = %12\n"
+                     "output \"s\" = %13\n");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+  const int16_t stage[14] = {1, 1, 1, 2, 2, 2, 0, 1, 1, 1, 1, 2, 2, 2};
+  for (int32_t v = 0; v < 14; v++) g->values[v].stage = stage[v];
+  MemPlan p;
+  CU_ASSERT_EQUAL_FATAL(pass_memplan(g, &p), IR_OK);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p.region);
+  /* t and x first; then stage 1's a, m, v and stage 2's b, m, v from the same offset */
+  CHECK_INT(p.offset[6], 0);
+  CHECK_INT(p.offset[7], 64);
+  CHECK_INT(p.offset[0], 128);
+  CHECK_INT(p.offset[3], 128);
+  CHECK_INT(p.offset[1], 192);
+  CHECK_INT(p.offset[4], 256);
+  CHECK_INT(p.fixed_bytes, 128 + 3 * 128);
+  CHECK_INT(p.region[0], 1);
+  CHECK_INT(p.region[5], 2);
+  CHECK_INT(p.region[6], 0); /* read by both stages */
+  CHECK_INT(p.region[7], 0); /* an input */
+  CU_ASSERT(pass_memplan_apart(&p, 0, 3));
+  CU_ASSERT(!pass_memplan_apart(&p, 6, 3));
+  CHECK_INT(pass_memplan_conflicts(g, NULL, &p), 0);
+  pass_memplan_free(&p);
+  ir_graph_free(g);
+}
+
 /* Placement: first fit puts %6 (one unit of 64 bytes) in the two-unit gap %2 left, so %8 (two
  * units) goes to the top: 9 units past the fixed region; best fit puts %6 in %4's one-unit gap
  * and %8 where %2 was: 7 units. The plan keeps the smaller. */
@@ -232,6 +278,7 @@ int main(int argc, char **argv) {
       {"split", test_split},
       {"stages_share", test_stages_share},
       {"better_fit", test_better_fit},
+      {"stage_leaves", test_stage_leaves},
       {"fixed_region_and_reuse", test_fixed_region_and_reuse},
       {"in_place_update", test_in_place_update},
       {"refuses_read_after_update", test_refuses_read_after_update},
