@@ -188,7 +188,8 @@ static int64_t heaps_alloc(Heap *hs, int32_t nh, int64_t len) {
     int64_t off = fit_at(&hs[0], cur[i].off, len);
     if (off + len > cur[i].off + cur[i].len) continue;
     bool open = cur[i].len >= INT64_MAX / 2; /* past every top */
-    if (at < 0 || (hs[0].best && !open && cur[i].len < tight)) at = off, tight = open ? INT64_MAX : cur[i].len;
+    if (at < 0 || (hs[0].best && !open && cur[i].len < tight))
+      at = off, tight = open ? INT64_MAX : cur[i].len;
     if (!hs[0].best) break;
   }
   free(cur);
@@ -312,14 +313,16 @@ static void staged_leaves(const IrGraph *g, int32_t *staged) {
   for (int32_t v = 0; v < n; v++) {
     const IrValue *x = &g->values[v];
     int32_t st = x->stage;
-    if (x->op != IR_PARAMETER || st <= 0 || strncmp(x->name, "opt/", 4) == 0 || !stage_only(g, readers, v, st))
+    if (x->op != IR_PARAMETER || st <= 0 || strncmp(x->name, "opt/", 4) == 0 ||
+        !stage_only(g, readers, v, st))
       continue;
     snprintf(name, sizeof name, "opt/m/%s", x->name);
     int32_t m = ir_graph_find(g, IR_PARAMETER, name);
     snprintf(name, sizeof name, "opt/v/%s", x->name);
     int32_t w = ir_graph_find(g, IR_PARAMETER, name);
     if ((m == IR_NONE) != (w == IR_NONE)) continue;
-    if (m != IR_NONE && (!stage_only(g, readers, m, st) || !stage_only(g, readers, w, st))) continue;
+    if (m != IR_NONE && (!stage_only(g, readers, m, st) || !stage_only(g, readers, w, st)))
+      continue;
     staged[v] = st;
     if (m != IR_NONE) staged[m] = staged[w] = st;
   }
@@ -411,7 +414,8 @@ static int plan_fit(IrGraph *g, const bool *mat, const Under *u, int64_t split, 
     state = base_xcalloc((size_t)n + 1, sizeof *state);
     reader_stages(g, state);
     staged_leaves(g, state);
-    for (int32_t v = 0; v < n; v++) { /* a leaf is apart only as staged state, and so is its update */
+    for (int32_t v = 0; v < n;
+         v++) { /* a leaf is apart only as staged state, and so is its update */
       if (is_fixed(&g->values[v])) region[v] = state[v];
       if (target[v] != IR_NONE && state[target[v]]) region[v] = state[target[v]];
     }

@@ -212,12 +212,12 @@ static void test_stage_leaves(void) {
                      "%5 = parameter \"opt/v/b\" : f32[32]\n"
                      "%6 = parameter \"t\" : f32[16]\n"
                      "%7 = input \"x\" : f32[16]\n"
-                     "%8 = mul %0, %7 : f32[16]\n"  /* stage 1 */
-                     "%9 = add %1, %2 : f32[16]\n"  /* stage 1 */
-                     "%10 = mul %8, %6 : f32[16]\n" /* stage 1 */
-                     "%11 = add %4, %5 : f32[32]\n" /* stage 2 */
+                     "%8 = mul %0, %7 : f32[16]\n"   /* stage 1 */
+                     "%9 = add %1, %2 : f32[16]\n"   /* stage 1 */
+                     "%10 = mul %8, %6 : f32[16]\n"  /* stage 1 */
+                     "%11 = add %4, %5 : f32[32]\n"  /* stage 2 */
                      "%12 = mul %11, %3 : f32[32]\n" /* stage 2 */
-                     "%13 = mul %6, %6 : f32[16]\n" /* stage 2 */
+                     "%13 = mul %6, %6 : f32[16]\n"  /* stage 2 */
                      "output \"p\" = %9\n"
                      "output \"q\" = %10\n"
                      "output \"r\" = %12\n"
