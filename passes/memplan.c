@@ -161,7 +161,7 @@ static int64_t heaps_alloc(Heap *hs, int32_t nh, int64_t len) {
   for (int32_t k = 0; k < nh; k++) {
     const Heap *h = &hs[k];
     Gap *mine = base_xmalloc(((size_t)h->n + 1) * sizeof *mine);
-    memcpy(mine, h->gaps, (size_t)h->n * sizeof *mine);
+    if (h->n) memcpy(mine, h->gaps, (size_t)h->n * sizeof *mine); /* gaps is NULL while none */
     mine[h->n] = (Gap){h->top, INT64_MAX - h->top};
     if (k == 0) {
       cur = mine, ncur = h->n + 1;
@@ -457,10 +457,20 @@ static int plan_fit(IrGraph *g, const bool *mat, const Under *u, int64_t split, 
     if (last[v] == v && p->bytes[v] && target[v] == IR_NONE && !is_fixed(&g->values[v]))
       release(hs, nh, r, p->offset[v], align_up(p->bytes[v]), live);
   }
-  if (nregions > 1)
+  if (nregions > 1) {
     p->region = region;
-  else
+    p->nstages = nregions - 1;
+    p->stage_slab = base_xcalloc((size_t)p->nstages, sizeof *p->stage_slab);
+    for (int32_t s = 0; s < p->nstages; s++) p->stage_slab[s] = base;
+    for (int32_t v = 0; v < n; v++) {
+      int64_t end = p->offset[v] + align_up(p->bytes[v]);
+      for (int32_t s = 0; s < p->nstages; s++)
+        if ((region[v] == 0 || region[v] == s + 1) && end > p->stage_slab[s])
+          p->stage_slab[s] = end;
+    }
+  } else {
     free(region);
+  }
   p->peak_temp_bytes = most; /* on one device: its stage's and every device's values */
   p->slab_bytes = base;
   /* The top only shrinks when gaps reach it; the slab is the most it ever reached. */
@@ -512,6 +522,7 @@ bool pass_memplan_apart(const MemPlan *p, int32_t a, int32_t b) {
 
 void pass_memplan_free(MemPlan *p) {
   free(p->region);
+  free(p->stage_slab);
   free(p->offset);
   free(p->bytes);
   free(p->last);

@@ -242,6 +242,9 @@ typedef struct MemPlan {
   int32_t *region;         /* (nvalues) with pipeline stages, 1 + the stage of a value only that
                             * stage's devices run (0: every device's, or an output), else NULL:
                             * values of two stages may share bytes (pass_memplan_apart) */
+  int32_t nstages;         /* with pipeline stages, their number, else 0 */
+  int64_t *stage_slab;     /* (nstages) the bytes a device of each stage uses: the fixed region,
+                            * and the end of the last of its stage's and every device's values */
 } MemPlan;
 
 /* materialized[v] (nvalues) is set when value v gets a buffer written by its own kernel; the

@@ -722,7 +722,7 @@ typedef enum RtOclMma { RT_OCL_MMA_OFF = 0, RT_OCL_MMA_PTX = 1, RT_OCL_MMA_EMULA
  * slab in gives the same bytes out, whatever the pool's size (bit-exact resume relies on
  * this). train_program.c checks every offset against slab_bytes and 4-byte alignment before the
  * first step; docs/runtime.md has the whole contract. */
-#define RT_ABI_VERSION    10
+#define RT_ABI_VERSION    11
 #define RT_MAX_PARAM_RANK 4
 
 /* The program's facts: what the compiler knows of the job that the graph does not hold, defined
@@ -825,10 +825,13 @@ typedef struct RtProgram {
     int32_t ncollectives;
     const RtCollective *collectives; /* (ncollectives) the step calls rt_comm_collective(comm, i, slab) */
     void (*step)(char *slab, RtPool *pool, RtComm *comm);
-    const RtForward *forward; /* ABI 3: the sampling forward; NULL: this trainer cannot sample */
-    int32_t has_aux_loss;     /* ABI 4: 1 when the loss includes an auxiliary part (MoE) ... */
-    int64_t aux_loss_offset;  /* ... an f32 scalar the step writes there: the metrics' aux_loss */
-    RtFacts facts;            /* ABI 8: the program's facts (RT_PROGRAM_FACTS) */
+    const RtForward *forward;        /* ABI 3: the sampling forward; NULL: this trainer cannot sample */
+    int32_t has_aux_loss;            /* ABI 4: 1 when the loss includes an auxiliary part (MoE) ... */
+    int64_t aux_loss_offset;         /* ... an f32 scalar the step writes there: the metrics' aux_loss */
+    RtFacts facts;                   /* ABI 8: the program's facts (RT_PROGRAM_FACTS) */
+    const int64_t *stage_slab_bytes; /* ABI 11: (the pipeline axis's size) the slab a device of each
+                                        stage allocates, at most slab_bytes: its kernels, and the
+                                        leaves, touch no byte past it; NULL: slab_bytes everywhere */
 } RtProgram;
 
 /* An OpenCL trainer: the program table (its step is NULL: rt_ocl_main supplies it), the

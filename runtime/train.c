@@ -201,6 +201,11 @@ static int join_mesh(Trainer *t, RtError *err) {
     t->batch_index = rt_mesh_chunk(&p->mesh, p->batch_split, t->rank, &t->batch_count);
     if (t->rank != 0)
         t->tty = 0;
+    t->slab_bytes = p->slab_bytes; /* under a pipeline, its stage's part (never past the whole) */
+    for (int a = 0; p->stage_slab_bytes && a < p->mesh.naxes; a++)
+        if (p->mesh.names[a] && !strcmp(p->mesh.names[a], "pipeline")) {
+            t->slab_bytes = p->stage_slab_bytes[rt_comm_coord(t->comm, a)]; /* checked: 1..slab_bytes */
+        }
     return 0;
 }
 
@@ -222,11 +227,11 @@ static int setup(Trainer *t, RtError *err) {
     int64_t huge;
     if (rt_env_hugepages(&huge, err) != 0)
         return -1;
-    t->slab = train_slab_new(p->slab_bytes, (int)huge, &t->slab_mapped);
+    t->slab = train_slab_new(t->slab_bytes, (int)huge, &t->slab_mapped);
     int spare = t->o.eval_data || t->o.sdc_every > 0; /* a second slab: eval and replays run on it */
-    t->eval_slab = spare ? train_slab_new(p->slab_bytes, (int)huge, &t->eval_mapped) : NULL;
+    t->eval_slab = spare ? train_slab_new(t->slab_bytes, (int)huge, &t->eval_mapped) : NULL;
     if (!t->slab || (spare && !t->eval_slab))
-        return rt_error_set(err, "cannot allocate the %lld-byte slab%s", (long long)p->slab_bytes,
+        return rt_error_set(err, "cannot allocate the %lld-byte slab%s", (long long)t->slab_bytes,
                             spare ? " (twice, for eval or replays)" : "");
     if (sdc_fault_parse(t, err) != 0)
         return -1;
@@ -269,7 +274,7 @@ static void slab_copy(const Trainer *t, char *dst, char *src) {
     if (t->copy && t->copy(dst, src) == 0)
         return;
     train_sync(t, src, RT_SYNC_TO_HOST);
-    memcpy(dst, src, (size_t)t->p->slab_bytes);
+    memcpy(dst, src, (size_t)t->slab_bytes);
     train_sync(t, dst, RT_SYNC_FROM_HOST);
 }
 
@@ -712,7 +717,7 @@ static RunEnd train(Trainer *t, RtError *err) {
     if (end == RUN_DONE && t->rank == 0) {
         printf("%s: done at step %lld%s%s\n", t->prog, (long long)t->step, t->o.ckpt_dir ? ", checkpoint in " : "",
                t->o.ckpt_dir ? t->o.ckpt_dir : "");
-        int64_t slabs = t->p->slab_bytes * (t->eval_slab ? 2 : 1), scratch = rt_comm_scratch_bytes(t->comm);
+        int64_t slabs = t->slab_bytes * (t->eval_slab ? 2 : 1), scratch = rt_comm_scratch_bytes(t->comm);
         int64_t mpi = rt_comm_size(t->comm) > 1 ? RT_MPI_HEAP_BYTES : 0, planned = slabs + scratch + mpi;
         char parts[160] = "";
         if (scratch + mpi > 0)

@@ -86,6 +86,7 @@ typedef struct Trainer {
     const char *prog;                        /* for messages */
     char *slab;                              /* (slab_bytes) */
     char *eval_slab;                         /* (slab_bytes), with --eval-data or --sdc-check-every */
+    int64_t slab_bytes;                      /* this device's: its pipeline stage's (RtProgram.stage_slab_bytes) */
     void (*sync)(char *slab, int dir);       /* rt_train_main_sync's; NULL: the slab is the state */
     int (*copy)(char *dst, const char *src); /* RtTrainHooks.copy, or NULL */
     const RtSampleIo *sample_io;             /* RtTrainHooks.sample, or NULL */

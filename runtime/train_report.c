@@ -168,7 +168,7 @@ void train_banner_print(const Trainer *t) {
         elems += train_slot_global_numel(&t->p->params[i]);
     printf("%s: %d parameters (%lld values), slab %.3f MiB, %lld x %lld tokens per step, %lld threads, "
            "steps %lld..%lld",
-           t->prog, (int)t->p->nparams, (long long)elems, (double)t->p->slab_bytes / (1 << 20),
+           t->prog, (int)t->p->nparams, (long long)elems, (double)t->slab_bytes / (1 << 20),
            (long long)(t->batch_count * t->p->batch), (long long)t->p->seq, (long long)t->o.threads,
            (long long)t->step + 1, (long long)t->o.steps);
     if (t->world > 1) {

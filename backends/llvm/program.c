@@ -89,8 +89,9 @@ static ProgTypes prog_types(LlvmCtx *C, LLVMTypeRef step_ptr) {
                         LLVMPointerType(t.fwd, 0),
                         i32,
                         i64,
-                        t.facts};
-  t.prog = LLVMStructTypeInContext(C->c, prog, 23, 0);
+                        t.facts,
+                        LLVMPointerType(i64, 0)};
+  t.prog = LLVMStructTypeInContext(C->c, prog, 24, 0);
   return t;
 }
 
@@ -112,6 +113,7 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMOffsetOfElement(dl, t->prog, 19) == offsetof(RtProgram, forward) &&
             LLVMOffsetOfElement(dl, t->prog, 21) == offsetof(RtProgram, aux_loss_offset) &&
             LLVMOffsetOfElement(dl, t->prog, 22) == offsetof(RtProgram, facts) &&
+            LLVMOffsetOfElement(dl, t->prog, 23) == offsetof(RtProgram, stage_slab_bytes) &&
             LLVMABISizeOfType(dl, t->facts) == sizeof(RtFacts) &&
             LLVMABISizeOfType(dl, t->fwd) == sizeof(RtForward) &&
             LLVMOffsetOfElement(dl, t->fwd, 3) == offsetof(RtForward, param_offsets) &&
@@ -128,6 +130,25 @@ static int program_check(LlvmCtx *C, const ProgTypes *t) {
             LLVMOffsetOfElement(dl, t->prog, 17) == offsetof(RtProgram, collectives) &&
             LLVMOffsetOfElement(dl, t->prog, 18) == offsetof(RtProgram, step);
   return ok ? 0 : llvm_fail(C, "internal: RtProgram in runtime/axrt.h changed; update program.c");
+}
+
+/* RtProgram.stage_slab_bytes: under a pipeline, the bytes a device of each stage uses (MemPlan's
+ * stage_slab), so that each allocates its own; else NULL. */
+static LLVMValueRef stage_slabs_global(LlvmCtx *C) {
+  int a = llvm_pipeline_axis(C->g);
+  LLVMTypeRef p64 = LLVMPointerType(C->t_i64, 0);
+  if (a < 0 || !C->mp->stage_slab || C->mp->nstages != C->g->mesh.sizes[a])
+    return LLVMConstNull(p64);
+  int32_t n = C->mp->nstages;
+  LLVMValueRef *v = base_xmalloc((size_t)n * sizeof *v);
+  for (int32_t s = 0; s < n; s++) v[s] = llvm_i64(C, C->mp->stage_slab[s]);
+  LLVMValueRef arr = LLVMConstArray(C->t_i64, v, (unsigned)n);
+  free(v);
+  LLVMValueRef gl = LLVMAddGlobal(C->m, LLVMTypeOf(arr), "axlc_stage_slabs");
+  LLVMSetInitializer(gl, arr);
+  LLVMSetGlobalConstant(gl, 1);
+  LLVMSetLinkage(gl, LLVMPrivateLinkage);
+  return LLVMConstBitCast(gl, p64);
 }
 
 bool llvm_multi_device(const IrGraph *g) { return ir_mesh_devices(&g->mesh) > 1; }
@@ -502,9 +523,10 @@ int llvm_program_emit(LlvmCtx *C, LLVMValueRef step) {
                       C->fwd_table ? C->fwd_table : LLVMConstNull(LLVMPointerType(t.fwd, 0)),
                       i32c(C, output_offset(C, "aux_loss") >= 0),
                       i64c(C, output_offset(C, "aux_loss")),
-                      facts_const(C, &t, &P->facts)};
+                      facts_const(C, &t, &P->facts),
+                      stage_slabs_global(C)};
   LLVMValueRef gl = LLVMAddGlobal(C->m, t.prog, "axlc_program");
-  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 23));
+  LLVMSetInitializer(gl, LLVMConstNamedStruct(t.prog, f, 24));
   LLVMSetGlobalConstant(gl, 1);
   return 0;
 }

@@ -17,8 +17,8 @@
 #                      written by the stage that updates it) resumes on one process, on
 #                      pipeline=4 and on fsdp=4 on the same curve (1e-4), and a one-process
 #                      checkpoint on pipeline=2 x data=2
-#   ppmemory           tiny-lm on pipeline=2, GPipe and 1F1B: a rank's measured heap within 5%
-#                      of memcheck's worst stage, its slab within 10% of that stage's
+#   ppmemory           tiny-lm on pipeline=2, GPipe and 1F1B: stage 0's rank allocates its
+#                      stage's slab, its measured heap within 5% of memcheck's stage 0
 #   ocl_MODEL_MESH     the same with an OpenCL trainer (--target opencl-N, one rank per device;
 #                      PoCL's one CPU device is shared by the ranks): within the CPU's tolerances
 #   ocl_run            axlc run --target opencl-2 starts mpirun on an OpenCL trainer itself
@@ -104,10 +104,11 @@ reference() {
 
 case $CASE in
 ppmemory)
-  # a pipeline rank's memory against memcheck's worst stage (docs/pipeline.md, "The slab"):
-  # tiny-lm on pipeline=2 at 8 microbatches of 2 sequences, GPipe and 1F1B. The ranks run one
-  # program, so every rank's slab is the largest stage's; its heap at the peak (the slab, the
-  # collectives' scratch, the MPI library) is within 5% of memcheck's peak of that stage
+  # a pipeline rank's memory against memcheck's plan of its stage (docs/pipeline.md, "The
+  # slab"): tiny-lm on pipeline=2 at 8 microbatches of 2 sequences, GPipe (stage 0 the lighter)
+  # and 1F1B (stage 0 the heavier). Rank 0, of stage 0, allocates its stage's slab; its heap at
+  # the peak (the slab, the collectives' scratch, the MPI library) is within 5% of memcheck's
+  # peak of stage 0
   for sched in gpipe 1f1b; do
     set -- "$SRC/models/tiny-lm.json" --target cpu-2 --set '/mesh/shape=[2,1,1,1,1,1]' \
       --set /learner/microbatches=8 --set /input/global_batch_size=16 --set /mesh/pipeline_schedule=$sched
@@ -115,21 +116,22 @@ ppmemory)
     must "$AXLC" compile "$@" -o "$T/pp-$sched"
     "$MPIRUN" -np 2 --oversubscribe "$T/pp-$sched" --data "$DATA" --steps 3 --threads 1 > "$T/out" 2>&1 ||
       { fail "$sched: the trainer"; tail -5 "$T/out" >&2; }
-    "$PY" - "$T/mc.json" "$T/out" "$sched" <<'PY' || fail "$sched: a rank's memory against memcheck's worst stage"
+    "$PY" - "$T/mc.json" "$T/out" "$sched" <<'PY' || fail "$sched: stage 0's memory against memcheck's"
 import json, re, sys
 r = json.load(open(sys.argv[1]))
-out = open(sys.argv[2]).read()
-worst = max(s["peak_memory_in_bytes"] for s in r["pipeline"]["per_stage"]) / 2**20
-assert r["peak_memory_in_bytes"] / 2**20 == worst, (r["peak_memory_in_bytes"], worst)
-slab = float(re.search(r"slab ([0-9.]+) MiB", out).group(1))
-# the slab: the worst stage's, every device's values and leaves beside it (within 10%)
-plan = r["slab_in_bytes"] / 2**20
-assert abs(slab - plan) <= 0.10 * plan, f"{sys.argv[3]}: trainer slab {slab:.3f} MiB, memcheck's {plan:.3f}"
+out, sched = open(sys.argv[2]).read(), sys.argv[3]
+stages = [s["peak_memory_in_bytes"] / 2**20 for s in r["pipeline"]["per_stage"]]
+assert r["peak_memory_in_bytes"] / 2**20 == max(stages), (r["peak_memory_in_bytes"], stages)
+# the slab of stage 0's rank: at most the worst stage's and everything every device holds
+slab, plan = float(re.search(r"slab ([0-9.]+) MiB", out).group(1)), r["slab_in_bytes"] / 2**20
+assert slab <= 1.10 * plan, f"{sched}: stage 0's slab {slab:.3f} MiB, memcheck's worst stage's {plan:.3f}"
+if sched == "gpipe":  # stage 0 is the lighter: it allocates less than the whole program's slab
+    assert stages[0] < stages[1] and slab < plan, (stages, slab, plan)
 m = re.search(r"measured ([0-9.]+) MiB \(heap", out)
 if m:  # the host heap is not measured under the sanitizers
     heap = float(m.group(1))
-    assert abs(heap - worst) <= 0.05 * worst, f"{sys.argv[3]}: measured {heap:.2f} MiB, memcheck's worst stage {worst:.2f}"
-    print(f"{sys.argv[3]}: measured {heap:.2f} MiB, memcheck's worst stage {worst:.2f} MiB ({100 * (heap - worst) / worst:+.1f}%)")
+    assert abs(heap - stages[0]) <= 0.05 * stages[0], f"{sched}: measured {heap:.2f} MiB, memcheck's stage 0 {stages[0]:.2f}"
+    print(f"{sched}: stage 0 measured {heap:.2f} MiB, memcheck {stages[0]:.2f} MiB ({100 * (heap - stages[0]) / stages[0]:+.1f}%)")
 PY
   done
   ;;

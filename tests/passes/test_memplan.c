@@ -242,6 +242,16 @@ static void test_stage_leaves(void) {
   CHECK_INT(p.region[7], 0); /* an input */
   CU_ASSERT(pass_memplan_apart(&p, 0, 3));
   CU_ASSERT(!pass_memplan_apart(&p, 6, 3));
+  /* each stage's device allocates the leaves and its stage's and every device's values */
+  CHECK_INT(p.nstages, 2);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p.stage_slab);
+  for (int32_t s = 0; s < 2; s++)
+    CU_ASSERT(p.stage_slab[s] >= p.fixed_bytes && p.stage_slab[s] <= p.slab_bytes);
+  CHECK_INT(p.stage_slab[0] > p.stage_slab[1] ? p.stage_slab[0] : p.stage_slab[1], p.slab_bytes);
+  for (int32_t v = 0; v < 14; v++)
+    for (int32_t s = 0; s < 2; s++)
+      if (p.region[v] == 0 || p.region[v] == s + 1)
+        CU_ASSERT(p.offset[v] + p.bytes[v] <= p.stage_slab[s]);
   CHECK_INT(pass_memplan_conflicts(g, NULL, &p), 0);
   pass_memplan_free(&p);
   ir_graph_free(g);
