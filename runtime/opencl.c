@@ -1254,6 +1254,18 @@ static int launch_here(const Session *S, const RtOclLaunch *L) {
     return me == L->stage - 1 || (k && k->kind == RT_COLL_RECV && me == k->axis);
 }
 
+/* The range of launch L as this session's build runs it: its tensor-core body's where the
+ * kernels were built with one (-DAX_MMA) and L has one; 1 where it sets a work-group size. */
+static int launch_range(const Session *S, const RtOclLaunch *L, size_t g[3], size_t l[3]) {
+    int has_local = 0, mma = S->mma && L->mma_local[0] > 0;
+    for (int d = 0; d < L->dims; d++) {
+        g[d] = (size_t)(mma ? L->mma_global[d] : L->global[d]);
+        l[d] = (size_t)(mma ? L->mma_local[d] : L->local[d]);
+        has_local |= l[d] > 0;
+    }
+    return has_local;
+}
+
 static int launch(Session *S, SlabBuf *b, int32_t i) {
     const RtOclLaunch *L = &S->p->launches[i];
     if (!launch_here(S, L))
@@ -1261,12 +1273,7 @@ static int launch(Session *S, SlabBuf *b, int32_t i) {
     if (L->collective > 0)
         return collective(S, b, i);
     size_t g[3], l[3];
-    int has_local = 0, mma = S->mma && L->mma_local[0] > 0; /* its tensor-core body */
-    for (int d = 0; d < L->dims; d++) {
-        g[d] = (size_t)(mma ? L->mma_global[d] : L->global[d]);
-        l[d] = (size_t)(mma ? L->mma_local[d] : L->local[d]);
-        has_local |= l[d] > 0;
-    }
+    int has_local = launch_range(S, L, g, l);
     cl_int e = CL_SUCCESS;
     for (int32_t a = 0; S->bound != b && a < L->nargs && e == CL_SUCCESS; a++) /* another slab's buffers */
         e = clSetKernelArg(S->kernels[i], (cl_uint)(2 * a), sizeof(cl_mem), &b->mem[S->arg_buf[S->arg_first[i] + a]]);
@@ -1616,12 +1623,7 @@ static void sample_run(int w, char *slab) {
     S->ndirty = 0;
     for (int32_t i = 0; e == CL_SUCCESS && i < n; i++) {
         size_t g[3], l[3];
-        int has_local = 0;
-        for (int k = 0; k < L[i].dims; k++) {
-            g[k] = (size_t)L[i].global[k];
-            l[k] = (size_t)L[i].local[k];
-            has_local |= L[i].local[k] > 0;
-        }
+        int has_local = launch_range(S, &L[i], g, l); /* built with S->options, as the step's */
         e = clEnqueueNDRangeKernel(S->q, S->skernels[w][i], (cl_uint)L[i].dims, NULL, g, has_local ? l : NULL, 0, NULL,
                                    NULL);
         if (e != CL_SUCCESS)

@@ -825,11 +825,15 @@ static void top_k_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
  * bits on every run. */
 
 enum { ATT_MAX_H = 1024, ATT_ROWS = 32, ATT_LOCAL = 24576 /* bytes of local tiles */ };
+/* The tensor-core body (att_mma_body): blocks of 64 rows, 16 a warp; the other side's rows in
+ * tiles of 32; heads of up to 128 (padded to a multiple of 16 with zeros). */
+enum { ATT_MMA_ROWS = 64, ATT_MMA_TILE = 32, ATT_MMA_MAX_H = 128 };
 
 typedef struct Att {
   int64_t T, H, nb, tile; /* tile: other-side rows per local tile */
   int64_t G;              /* grouped-query: query problems per key problem (ir_attention_group) */
   bool causal, bf16;
+  bool mma; /* the kernel has a tensor-core body too (att_mma_ok) */
   char scale[NAME];
   char q[NAME], k[NAME], v[NAME], g[NAME], out[NAME]; /* slab references; g: dout */
   char st[NAME];                                      /* attention_grad: LSE and D per row */
@@ -848,6 +852,7 @@ static int att_setup(Ctx *C, int32_t v, Att *a) {
   a->tile = ATT_LOCAL / per < ATT_ROWS ? ATT_LOCAL / per : ATT_ROWS;
   if (a->tile < 1) a->tile = 1;
   literal(DT_F32, x->attr.value, a->scale);
+  a->mma = a->bf16 && a->H <= ATT_MMA_MAX_H;
   if (a->H > ATT_MAX_H)
     return fail(C, "%%%d (%s): head size %lld is above the OpenCL kernel's %d", v,
                 ir_op_name(x->op), (long long)a->H, ATT_MAX_H);
@@ -872,15 +877,28 @@ static void att_ld(const Att *a, const char *p, const char *e, char *out) {
   snprintf(out, 2 * NAME + 64, a->bf16 ? "ax_from_bf16(%s[%s])" : "%s[%s]", p, e);
 }
 
+/* The four attention kernels (the section comment). */
+typedef enum { ATT_FWD, ATT_STATS, ATT_KV, ATT_Q } AttKind;
+
+static void att_mma_body(Ctx *C, const Att *a, AttKind kind);
+
 /* Begins v's kernel `what`: one work-group of ATT_ROWS items per block of rows; for item lid of
- * group grp, the block's first row r0, the item's row r (live: r < T). Query rows (kv false):
- * the query problem b, its base index and its key problem's kbase. Key rows (kv true): the key
- * problem kp and kbase; the kernel runs over the group's query problems (att_group_loop). */
+ * group grp, the block's first row r0, the item's row r (live: r < T). Query rows: the query
+ * problem b, its base index and its key problem's kbase. Key rows (ATT_KV): the key problem kp
+ * and kbase; the kernel runs over the group's query problems. Where the kernel has a
+ * tensor-core body (att_mma_ok), that comes first, under #if AX_MMA, and this SIMT body
+ * after #else (att_end closes it). */
 static int att_begin(Ctx *C, OclBuf *body, int32_t v, const char *what, Att *a, char *name,
-                     bool kv) {
+                     AttKind kind) {
+  bool kv = kind == ATT_KV;
   kernel_name(C, v, what, name);
   kernel_begin(C, body);
   if (att_setup(C, v, a)) return -1;
+  if (a->mma) {
+    ocl_buf_printf(C->b, "#if AX_MMA\n");
+    att_mma_body(C, a, kind);
+    ocl_buf_printf(C->b, "#else\n");
+  }
   line(C, "const int T_ = %lld, H_ = %lld, TILE = %lld;", (long long)a->T, (long long)a->H,
        (long long)a->tile);
   line(C, "const long TH = %lldL, G_ = %lldL;", (long long)(a->T * a->H), (long long)a->G);
@@ -910,9 +928,20 @@ static void att_grad_at(const Att *a, int which, char *out, size_t cap) {
 
 static void att_end(Ctx *C, Launches *L, const Att *a, const char *name, bool kv) {
   ocl_buf_printf(C->b, "#undef KS\n#undef VS\n#undef QS\n#undef GS\n#undef LSE\n#undef DD\n");
+  if (a->mma) ocl_buf_printf(C->b, "#endif\n");
   int64_t probs = kv ? a->nb / a->G : a->nb;
   RtOclLaunch shape = {
       .dims = 1, .global = {probs * att_blocks(a) * ATT_ROWS, 1, 1}, .local = {ATT_ROWS, 1, 1}};
+  if (a->mma) { /* 4 warps a work-group, one block of ATT_MMA_ROWS rows; 2 dims for both */
+    shape.dims = 2;
+    shape.global[1] = shape.local[1] = 1;
+    shape.mma_global[0] = probs * ((a->T + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS) * 32;
+    shape.mma_global[1] = 4;
+    shape.mma_global[2] = 1;
+    shape.mma_local[0] = 32;
+    shape.mma_local[1] = 4;
+    shape.mma_local[2] = 1;
+  }
   kernel_end(C, L, name, "", shape);
 }
 
@@ -1020,10 +1049,294 @@ static void att_store(Ctx *C, const Att *a, const char *at, const char *x) {
     line(C, "%s[%s] = %s;", a->out, at, x);
 }
 
+/* ---- fused attention on the tensor cores ----
+ *
+ * The bf16 kernels' second body (built where the runtime defines AX_MMA, as the products'):
+ * work-groups of 4 warps (32 x 4 items), each warp 16 rows of its block of ATT_MMA_ROWS, the
+ * other side's rows staged in local memory ATT_MMA_TILE at a time (zero past T and H), every
+ * product a run of the warp-level steps ax_mma_bf16 (gemm.c: PTX's mma.sync, or its emulation
+ * on PoCL). A lane holds the row fragments of its warp's rows (g and g + 8, with g = lane / 4)
+ * in registers: a product's C fragment (rows g, g + 8, columns 2t, 2t + 1 of each 8-column
+ * tile) is the A fragment of the next product over the same columns, so P and dS go from one
+ * product to the next without leaving the registers. A row's max and sums over its columns
+ * combine the 4 lanes of a quad (ax_quad_max, ax_quad_sum: shuffles on NVIDIA).
+ *
+ * The interpreter's arithmetic is f32 throughout, and q, k, v and dout are bf16, so the
+ * products of two of them are exact in the f32 accumulator. P and dS are f32: each enters a
+ * product as two bf16 operands, hi + lo (ax_split2), whose sum keeps 16 of its 24 bits; a
+ * result then differs from the interpreter's by about 2^-17 of its terms, below the one
+ * rounding to bf16 it gets. The kernels:
+ * - ATT_FWD, ATT_STATS (query rows): S = Q K^T over the key tiles the block sees, the online
+ *   softmax on the C fragments, O += P V; _stats stores LSE and D = dout . o instead of o.
+ * - ATT_KV (key rows): per query tile of the group's query problems (causal: from the block's
+ *   first row), S^T = K Q^T and dP^T = V dout^T, P^T = exp(scale S^T - LSE), dS^T =
+ *   P^T (dP^T - D), dV += P^T dout, dK += dS^T Q.
+ * - ATT_Q (query rows): S = Q K^T, dP = dout V^T, dS as above, dQ += dS K.
+ * A tile read as a B operand along the head dimension is staged row by row (X[row][d]); one
+ * read along its rows is staged transposed (Xt[d][row]), so every fragment is one aligned
+ * 32-bit load of two neighbouring elements. */
+
+/* Stages rows j0 .. j0 + ATT_MMA_TILE of tensor p (problem at `at`) in local memory: `rows`
+ * (X[j][d], may be NULL) and `cols` (Xt[d][j], may be NULL), zero past T and H. */
+static void att_mma_stage(Ctx *C, const char *p, const char *at, const char *rows,
+                          const char *cols) {
+  line(C, "  for (int i = tid; i < %d * HP; i += 128) {", ATT_MMA_TILE);
+  line(C, "    int j = i / HP, d = i %% HP;");
+  line(C, "    ushort e = j0 + j < T_ && d < H_ ? %s[%s + (j0 + j) * H_ + d] : (ushort)0;", p, at);
+  if (rows) line(C, "    %s[j * LDA + d] = e;", rows);
+  if (cols) line(C, "    %s[d * LDT + j] = e;", cols);
+  line(C, "  }");
+}
+
+/* Loads rows ra and rb of tensor p (problem at `at`) as A fragments x[NKS][4]. */
+static void att_mma_rows(Ctx *C, const char *x, const char *p, const char *at) {
+  line(C, "uint %s[%s][4];", x, "NKS_");
+  line(C, "for (int ks = 0; ks < NKS; ks++) {");
+  line(C, "  int d = ks * 16 + 2 * t;");
+  line(C, "  %s[ks][0] = AX_LD2(%s, %s, ra, d);", x, p, at);
+  line(C, "  %s[ks][1] = AX_LD2(%s, %s, rb, d);", x, p, at);
+  line(C, "  %s[ks][2] = AX_LD2(%s, %s, ra, d + 8);", x, p, at);
+  line(C, "  %s[ks][3] = AX_LD2(%s, %s, rb, d + 8);", x, p, at);
+  line(C, "}");
+}
+
+/* c[n][4] (n < 4, the tile's 32 columns) += rows . X[col][..] over the head dimension, X a
+ * row-staged tile. */
+static void att_mma_qk(Ctx *C, const char *c, const char *a, const char *X) {
+  line(C, "  for (int n = 0; n < 4; n++)");
+  line(C, "    for (int ks = 0; ks < NKS; ks++) {");
+  line(C, "      __local const ushort *p = %s + (n * 8 + g) * LDA + ks * 16 + 2 * t;", X);
+  line(C, "      uint bb[2] = {*(__local const uint *)p, *(__local const uint *)(p + 8)};");
+  line(C, "      ax_mma_bf16(%s[n], %s[ks], bb, x);", c, a);
+  line(C, "    }");
+}
+
+/* acc[NT][4] += c (the tile's 32 columns, as hi + lo A fragments) . Xt over the tile's rows,
+ * Xt a transposed tile. */
+static void att_mma_pv(Ctx *C, const char *acc, const char *c, const char *Xt) {
+  line(C, "  for (int u = 0; u < 2; u++) {");
+  line(C, "    uint h[4], o[4];");
+  line(C, "    ax_split2(%s[2 * u][0], %s[2 * u][1], &h[0], &o[0]);", c, c);
+  line(C, "    ax_split2(%s[2 * u][2], %s[2 * u][3], &h[1], &o[1]);", c, c);
+  line(C, "    ax_split2(%s[2 * u + 1][0], %s[2 * u + 1][1], &h[2], &o[2]);", c, c);
+  line(C, "    ax_split2(%s[2 * u + 1][2], %s[2 * u + 1][3], &h[3], &o[3]);", c, c);
+  line(C, "    for (int nt = 0; nt < NT; nt++) {");
+  line(C, "      __local const ushort *p = %s + (nt * 8 + g) * LDT + u * 16 + 2 * t;", Xt);
+  line(C, "      uint bb[2] = {*(__local const uint *)p, *(__local const uint *)(p + 8)};");
+  line(C, "      ax_mma_bf16(%s[nt], h, bb, x);", acc);
+  line(C, "      ax_mma_bf16(%s[nt], o, bb, x);", acc);
+  line(C, "    }");
+  line(C, "  }");
+}
+
+/* Stores acc[NT][4] (times `mul`, may be empty) at rows ra, rb < T, columns < H, of the
+ * problem at `at`. */
+static void att_mma_store(Ctx *C, const Att *a, const char *acc, const char *mul, const char *at) {
+  char to[160], e[64];
+  line(C, "for (int nt = 0; nt < NT; nt++)");
+  line(C, "  for (int e = 0; e < 4; e++) {");
+  line(C, "    int r = e < 2 ? ra : rb, d = nt * 8 + 2 * t + (e & 1);");
+  line(C, "    if (r >= T_ || d >= H_) continue;");
+  snprintf(to, sizeof to, "%s + r * H_ + d", at);
+  snprintf(e, sizeof e, "%s[nt][e]%s", acc, mul);
+  ocl_buf_printf(C->b, "  ");
+  att_store(C, a, to, e);
+  line(C, "  }");
+}
+
+static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
+  int64_t HP = (a->H + 15) / 16 * 16, LDA = HP + 8, LDT = ATT_MMA_TILE + 8;
+  int64_t nblk = (a->T + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS;
+  bool kv = kind == ATT_KV, q = kind == ATT_Q;
+  ocl_buf_printf(C->b, "#define NKS_ %lld\n#define NT_ %lld\n", (long long)HP / 16,
+                 (long long)HP / 8);
+  ocl_buf_printf(C->b,
+                 "#define AX_LD2(p, at, r, d) ((r) < T_ ? (uint)((d) < H_ ? p[(at) + (r) * H_ + "
+                 "(d)] : 0) | (uint)((d) + 1 < H_ ? p[(at) + (r) * H_ + (d) + 1] : 0) << 16 : "
+                 "0u)\n");
+  line(C, "const int T_ = %lld, H_ = %lld, HP = %lld, LDA = %lld, LDT = %lld;", (long long)a->T,
+       (long long)a->H, (long long)HP, (long long)LDA, (long long)LDT);
+  line(C, "const int NKS = NKS_, NT = NT_;");
+  line(C, "const long TH = %lldL, G_ = %lldL;", (long long)(a->T * a->H), (long long)a->G);
+  line(C, "int lane = get_local_id(0), warp = get_local_id(1), tid = warp * 32 + lane;");
+  line(C, "int g = lane >> 2, t = lane & 3;");
+  line(C, "__local uint Xs[AX_MMA_X];");
+  line(C, "__local uint *x = Xs + warp * AX_MMA_XW;");
+  line(C, "long grp = get_group_id(0), %s = grp / %lldL;", kv ? "kp" : "b", (long long)nblk);
+  line(C, "int r0 = (int)(grp %% %lldL) * %d, ra = r0 + warp * 16 + g, rb = ra + 8;",
+       (long long)nblk, ATT_MMA_ROWS);
+  /* uint arrays, so that pairs of bf16 load as aligned words */
+  int64_t rw = ATT_MMA_TILE * LDA / 2, cw = HP * LDT / 2;
+  if (kind == ATT_FWD || kind == ATT_STATS) {
+    line(C, "long base = b * TH, kbase = b / G_ * TH;");
+    line(C, "__local uint Kw[%lld], Vw[%lld];", (long long)rw, (long long)cw);
+    line(C, "__local ushort *Ks = (__local ushort *)Kw, *Vt = (__local ushort *)Vw;");
+    att_mma_rows(C, "qa", a->q, "base");
+    line(C, "float acc[NT_][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;");
+    line(C, "for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] "
+            "= 0.0f;");
+    line(C, "int nk = %s;", a->causal ? "min(T_, r0 + 64)" : "T_");
+    line(C, "for (int j0 = 0; j0 < nk; j0 += %d) {", ATT_MMA_TILE);
+    line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+    line(C, "  for (int i = tid; i < %d * HP; i += 128) {", ATT_MMA_TILE);
+    line(C, "    int j = i / HP, d = i %% HP;");
+    line(C, "    bool in = j0 + j < T_ && d < H_;");
+    line(C, "    Ks[j * LDA + d] = in ? %s[kbase + (j0 + j) * H_ + d] : (ushort)0;", a->k);
+    line(C, "    Vt[d * LDT + j] = in ? %s[kbase + (j0 + j) * H_ + d] : (ushort)0;", a->v);
+    line(C, "  }");
+    line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+    line(C, "  float s[4][4] = {{0.0f}};");
+    att_mma_qk(C, "s", "qa", "Ks");
+    line(C, "  float mx0 = m0, mx1 = m1;");
+    line(C, "  for (int n = 0; n < 4; n++)");
+    line(C, "    for (int e = 0; e < 4; e++) {");
+    line(C, "      int j = j0 + n * 8 + 2 * t + (e & 1), r = e < 2 ? ra : rb;");
+    line(C, "      s[n][e] = j < T_%s ? s[n][e] * %s : -INFINITY;", a->causal ? " && j <= r" : "",
+         a->scale);
+    line(C, "      if (e < 2) mx0 = fmax(mx0, s[n][e]); else mx1 = fmax(mx1, s[n][e]);");
+    line(C, "    }");
+    line(C, "  mx0 = ax_quad_max(mx0, x);");
+    line(C, "  mx1 = ax_quad_max(mx1, x);");
+    line(C, "  float c0 = mx0 == -INFINITY ? 1.0f : exp(m0 - mx0);");
+    line(C, "  float c1 = mx1 == -INFINITY ? 1.0f : exp(m1 - mx1);");
+    line(C, "  l0 *= c0;");
+    line(C, "  l1 *= c1;");
+    line(C, "  for (int nt = 0; nt < NT; nt++) {");
+    line(C, "    acc[nt][0] *= c0; acc[nt][1] *= c0; acc[nt][2] *= c1; acc[nt][3] *= c1;");
+    line(C, "  }");
+    line(C, "  for (int n = 0; n < 4; n++)");
+    line(C, "    for (int e = 0; e < 4; e++) {");
+    line(C, "      float mx = e < 2 ? mx0 : mx1;");
+    line(C, "      float p = s[n][e] == -INFINITY ? 0.0f : exp(s[n][e] - mx);");
+    line(C, "      s[n][e] = p;");
+    line(C, "      if (e < 2) l0 += p; else l1 += p;");
+    line(C, "    }");
+    line(C, "  m0 = mx0;");
+    line(C, "  m1 = mx1;");
+    att_mma_pv(C, "acc", "s", "Vt");
+    line(C, "}");
+    line(C, "l0 = ax_quad_sum(l0, x);");
+    line(C, "l1 = ax_quad_sum(l1, x);");
+    line(C, "for (int nt = 0; nt < NT; nt++) {");
+    line(C, "  acc[nt][0] /= l0; acc[nt][1] /= l0; acc[nt][2] /= l1; acc[nt][3] /= l1;");
+    line(C, "}");
+    if (kind == ATT_FWD)
+      att_mma_store(C, a, "acc", "", "base");
+    else {
+      line(C, "float D0 = 0.0f, D1 = 0.0f;");
+      line(C, "for (int nt = 0; nt < NT; nt++)");
+      line(C, "  for (int e = 0; e < 4; e++) {");
+      line(C, "    int r = e < 2 ? ra : rb, d = nt * 8 + 2 * t + (e & 1);");
+      line(C, "    float gd = r < T_ && d < H_ ? ax_from_bf16(%s[base + r * H_ + d]) : 0.0f;",
+           a->g);
+      line(C, "    if (e < 2) D0 += gd * acc[nt][e]; else D1 += gd * acc[nt][e];");
+      line(C, "  }");
+      line(C, "D0 = ax_quad_sum(D0, x);");
+      line(C, "D1 = ax_quad_sum(D1, x);");
+      line(C, "if (t == 0 && ra < T_) {");
+      line(C, "  %s[(b * T_ + ra) * 2] = m0 + log(l0);", a->st);
+      line(C, "  %s[(b * T_ + ra) * 2 + 1] = D0;", a->st);
+      line(C, "}");
+      line(C, "if (t == 0 && rb < T_) {");
+      line(C, "  %s[(b * T_ + rb) * 2] = m1 + log(l1);", a->st);
+      line(C, "  %s[(b * T_ + rb) * 2 + 1] = D1;", a->st);
+      line(C, "}");
+    }
+  } else if (kv) {
+    char w[64], at[128], mul[NAME + 8];
+    line(C, "long kbase = kp * TH;");
+    line(C, "__local uint Qw[%lld], Gw[%lld], Qtw[%lld], Gtw[%lld];", (long long)rw, (long long)rw,
+         (long long)cw, (long long)cw);
+    line(C, "__local ushort *Qs = (__local ushort *)Qw, *Gs = (__local ushort *)Gw;");
+    line(C, "__local ushort *Qt = (__local ushort *)Qtw, *Gt = (__local ushort *)Gtw;");
+    line(C, "__local float lse[%d], dd[%d];", ATT_MMA_TILE, ATT_MMA_TILE);
+    att_mma_rows(C, "ka", a->k, "kbase");
+    att_mma_rows(C, "va", a->v, "kbase");
+    line(C, "float dk[NT_][4], dv[NT_][4];");
+    line(C, "for (int nt = 0; nt < NT; nt++)");
+    line(C, "  for (int e = 0; e < 4; e++) dk[nt][e] = dv[nt][e] = 0.0f;");
+    line(C, "for (long b = kp * G_; b < (kp + 1) * G_; b++) {");
+    line(C, "long base = b * TH;");
+    line(C, "for (int j0 = %s; j0 < T_; j0 += %d) {", a->causal ? "r0" : "0", ATT_MMA_TILE);
+    line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+    att_mma_stage(C, a->q, "base", "Qs", "Qt");
+    att_mma_stage(C, a->g, "base", "Gs", "Gt");
+    line(C, "  for (int i = tid; i < %d; i += 128) {", ATT_MMA_TILE);
+    line(C, "    bool in = j0 + i < T_;");
+    line(C, "    lse[i] = in ? %s[(b * T_ + j0 + i) * 2] : INFINITY;", a->st);
+    line(C, "    dd[i] = in ? %s[(b * T_ + j0 + i) * 2 + 1] : 0.0f;", a->st);
+    line(C, "  }");
+    line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+    line(C, "  float s[4][4] = {{0.0f}}, dp[4][4] = {{0.0f}};");
+    att_mma_qk(C, "s", "ka", "Qs");
+    att_mma_qk(C, "dp", "va", "Gs");
+    line(C, "  for (int n = 0; n < 4; n++)");
+    line(C, "    for (int e = 0; e < 4; e++) {");
+    line(C, "      int jj = n * 8 + 2 * t + (e & 1), i = j0 + jj, r = e < 2 ? ra : rb;");
+    line(C, "      float p = i < T_ && r < T_%s ? exp(s[n][e] * %s - lse[jj]) : 0.0f;",
+         a->causal ? " && r <= i" : "", a->scale);
+    line(C, "      s[n][e] = p;");
+    line(C, "      dp[n][e] = p * (dp[n][e] - dd[jj]);");
+    line(C, "    }");
+    att_mma_pv(C, "dv", "s", "Gt");
+    att_mma_pv(C, "dk", "dp", "Qt");
+    line(C, "}");
+    line(C, "}");
+    att_grad_at(a, 1, w, sizeof w);
+    snprintf(at, sizeof at, "%s * TH", w);
+    snprintf(mul, sizeof mul, " * %s", a->scale);
+    att_mma_store(C, a, "dk", mul, at);
+    att_grad_at(a, 2, w, sizeof w);
+    snprintf(at, sizeof at, "%s * TH", w);
+    att_mma_store(C, a, "dv", "", at);
+  } else if (q) {
+    char w[64], at[128], mul[NAME + 8];
+    line(C, "long base = b * TH, kbase = b / G_ * TH;");
+    line(C, "__local uint Kw[%lld], Vw[%lld], Ktw[%lld];", (long long)rw, (long long)rw,
+         (long long)cw);
+    line(C, "__local ushort *Ks = (__local ushort *)Kw, *Vs = (__local ushort *)Vw;");
+    line(C, "__local ushort *Kt = (__local ushort *)Ktw;");
+    att_mma_rows(C, "qa", a->q, "base");
+    att_mma_rows(C, "ga", a->g, "base");
+    line(C, "float lse0 = ra < T_ ? %s[(b * T_ + ra) * 2] : 0.0f;", a->st);
+    line(C, "float lse1 = rb < T_ ? %s[(b * T_ + rb) * 2] : 0.0f;", a->st);
+    line(C, "float D0 = ra < T_ ? %s[(b * T_ + ra) * 2 + 1] : 0.0f;", a->st);
+    line(C, "float D1 = rb < T_ ? %s[(b * T_ + rb) * 2 + 1] : 0.0f;", a->st);
+    line(C, "float dq[NT_][4];");
+    line(C, "for (int nt = 0; nt < NT; nt++) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = "
+            "0.0f;");
+    line(C, "int nk = %s;", a->causal ? "min(T_, r0 + 64)" : "T_");
+    line(C, "for (int j0 = 0; j0 < nk; j0 += %d) {", ATT_MMA_TILE);
+    line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+    att_mma_stage(C, a->k, "kbase", "Ks", "Kt");
+    att_mma_stage(C, a->v, "kbase", "Vs", NULL);
+    line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+    line(C, "  float s[4][4] = {{0.0f}}, dp[4][4] = {{0.0f}};");
+    att_mma_qk(C, "s", "qa", "Ks");
+    att_mma_qk(C, "dp", "ga", "Vs");
+    line(C, "  for (int n = 0; n < 4; n++)");
+    line(C, "    for (int e = 0; e < 4; e++) {");
+    line(C, "      int j = j0 + n * 8 + 2 * t + (e & 1), r = e < 2 ? ra : rb;");
+    line(C,
+         "      float p = j < T_ && r < T_%s ? exp(s[n][e] * %s - (e < 2 ? lse0 : lse1)) : "
+         "0.0f;",
+         a->causal ? " && j <= r" : "", a->scale);
+    line(C, "      dp[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1));");
+    line(C, "    }");
+    att_mma_pv(C, "dq", "dp", "Kt");
+    line(C, "}");
+    att_grad_at(a, 0, w, sizeof w);
+    snprintf(at, sizeof at, "%s * TH", w);
+    snprintf(mul, sizeof mul, " * %s", a->scale);
+    att_mma_store(C, a, "dq", mul, at);
+  }
+  ocl_buf_printf(C->b, "#undef AX_LD2\n#undef NKS_\n#undef NT_\n");
+}
+
 static void attention_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64];
   Att a;
-  if (att_begin(C, body, v, "attention", &a, name, false)) return;
+  if (att_begin(C, body, v, "attention", &a, name, ATT_FWD)) return;
   att_forward_rows(C, &a);
   line(C, "if (!live) return;");
   line(C, "for (int d = 0; d < H_; d++) {");
@@ -1037,7 +1350,7 @@ static void attention_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
 static void att_grad_stats(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64], e[2 * NAME + 64];
   Att a;
-  if (att_begin(C, body, v, "attention_grad_stats", &a, name, false)) return;
+  if (att_begin(C, body, v, "attention_grad_stats", &a, name, ATT_STATS)) return;
   att_forward_rows(C, &a);
   line(C, "if (!live) return;");
   att_ld(&a, a.g, "base + r * H_ + d", e);
@@ -1053,7 +1366,7 @@ static void att_grad_stats(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
 static void att_grad_kv(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64], at[160], w[64];
   Att a;
-  if (att_begin(C, body, v, "attention_grad_kv", &a, name, true)) return;
+  if (att_begin(C, body, v, "attention_grad_kv", &a, name, ATT_KV)) return;
   long long H = a.H, TL = a.tile;
   att_row(C, &a, "kr", a.k, "kbase");
   att_row(C, &a, "vr", a.v, "kbase");
@@ -1097,7 +1410,7 @@ static void att_grad_kv(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
 static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   char name[64], at[160], w[64];
   Att a;
-  if (att_begin(C, body, v, "attention_grad_q", &a, name, false)) return;
+  if (att_begin(C, body, v, "attention_grad_q", &a, name, ATT_Q)) return;
   long long H = a.H, TL = a.tile;
   att_row(C, &a, "qr", a.q, "base");
   att_row(C, &a, "gr", a.g, "base");

@@ -148,6 +148,21 @@ static const char mma_steps[] =
     "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), "
     "\"r\"(b[1]));\n"
     "}\n"
+    "/* a row's max and sum over the 4 lanes of a quad (the lanes of one C fragment row) */\n"
+    "float ax_quad_shfl(float v, int m) {\n"
+    "  int r;\n"
+    "  asm volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=r\"(r) : "
+    "\"r\"(as_int(v)), \"r\"(m));\n"
+    "  return as_float(r);\n"
+    "}\n"
+    "float ax_quad_max(float v, __local uint *x) {\n"
+    "  v = fmax(v, ax_quad_shfl(v, 1));\n"
+    "  return fmax(v, ax_quad_shfl(v, 2));\n"
+    "}\n"
+    "float ax_quad_sum(float v, __local uint *x) {\n"
+    "  v += ax_quad_shfl(v, 1);\n"
+    "  return v + ax_quad_shfl(v, 2); /* (v0 + v1) + (v2 + v3) on every lane */\n"
+    "}\n"
     "#else\n"
     "/* the emulation: each lane leaves its 4 A and 2 B registers in x (the warp's 32 x 6 words)\n"
     " * and computes its 4 results from all 32 lanes' fragments, found through the PTX layout */\n"
@@ -196,7 +211,36 @@ static const char mma_steps[] =
     "  }\n"
     "  barrier(CLK_LOCAL_MEM_FENCE);\n"
     "}\n"
+    "/* the quad's 4 values through the warp's words, combined as the shuffles combine them */\n"
+    "float ax_quad_max(float v, __local uint *x) {\n"
+    "  int l = get_local_id(0), q = l & ~3;\n"
+    "  x[l] = as_uint(v);\n"
+    "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "  float r = fmax(fmax(as_float(x[q]), as_float(x[q + 1])), fmax(as_float(x[q + 2]), "
+    "as_float(x[q + 3])));\n"
+    "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "  return r;\n"
+    "}\n"
+    "float ax_quad_sum(float v, __local uint *x) {\n"
+    "  int l = get_local_id(0), q = l & ~3;\n"
+    "  x[l] = as_uint(v);\n"
+    "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "  float r = (as_float(x[q]) + as_float(x[q + 1])) + (as_float(x[q + 2]) + as_float(x[q + "
+    "3]));\n"
+    "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "  return r;\n"
+    "}\n"
     "#endif\n";
+
+/* bf16 products of an f32 operand (the fused attention's P and dS, emit.c): x as hi + lo, two
+ * bf16 each, packed in pairs as the fragments hold them. */
+static const char split_bf16[] =
+    "void ax_split2(float x0, float x1, uint *hi, uint *lo) {\n"
+    "  ushort h0 = ax_to_bf16(x0), h1 = ax_to_bf16(x1);\n"
+    "  *hi = (uint)h0 | (uint)h1 << 16;\n"
+    "  *lo = (uint)ax_to_bf16(x0 - ax_from_bf16(h0)) | (uint)ax_to_bf16(x1 - ax_from_bf16(h1)) "
+    "<< 16;\n"
+    "}\n";
 
 /* One tensor-core GEMM routine (the file comment): `name` over A and B of storage type `in`
  * (ushort: bf16; float: f32 rounded to TF32) and C of type `out`, whose elements `store`
@@ -309,6 +353,7 @@ void ocl_gemm_prelude(OclBuf *b, bool bf16, bool tf32) {
   if (!bf16 && !tf32) return;
   ocl_buf_printf(b, "%s", mma_steps);
   if (bf16) {
+    ocl_buf_printf(b, "%s", split_bf16);
     mma_routine(b, "ax_mmag_hf", true, "float", "");
     mma_routine(b, "ax_mmag_hh", true, "ushort", "ax_to_bf16(");
   }

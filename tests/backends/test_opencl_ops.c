@@ -266,6 +266,9 @@ static void check(const char *text, const Bind *b, int nb, const char *exact, do
     const char *was = build_options; /* as a CPU device runs them: no local tiles */
     build_options = "-cl-std=CL1.2 -DAXLC_CPU_REDUCE";
     check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, false, exact, tol, "fused, AXLC_CPU_REDUCE");
+    /* what AXLC_OPENCL_MMA=emulate builds on a CPU device */
+    check_with(g, leaf, it, true, OCL_GEMM_BLOCKED, true, exact, tol,
+               "fused, AX_MMA=2 AXLC_CPU_REDUCE");
     build_options = was;
   }
   ir_interp_free(it);
@@ -715,6 +718,36 @@ static void test_attention_bf16_blocks(void) {
   check_attention("bf16", 4, (int64_t[]){1, 4, 37, 7}, 2, BF16_TOL);
 }
 
+/* The bf16 kernels' tensor-core body (emit.c, "fused attention on the tensor cores"), which
+ * the AX_MMA=2 build runs through the emulated mma step, on shapes that are not multiples of
+ * its blocks (64 rows, 16 a warp), tiles (32 rows) or k-steps (16 of the head): T = 70 (two
+ * blocks, the second of 6 rows; three tiles, the last of 6), heads of 20 (padded to 32: two
+ * k-steps, four column tiles), 64 and 128 (the largest it takes); grouped-query with two key
+ * heads for four query heads; and tiny-lm's shape (T = 32, a block of 64 mostly past T, heads
+ * of 16). Each case's kernels (two forward, two attention_grad of three launches each) must
+ * have run their tensor-core body in both AX_MMA=2 builds, as a GPU and as a CPU device build
+ * it. */
+static void test_attention_mma_bf16(void) {
+  static const struct {
+    int rank;
+    int64_t dims[4], kv;
+  } cases[] = {
+      {4, {4, 4, 32, 16}, 0},
+      {4, {1, 2, 70, 20}, 0},
+      {4, {1, 4, 70, 64}, 2},
+      {3, {1, 67, 128}, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int before = mma_launches;
+    check_attention("bf16", cases[i].rank, cases[i].dims, cases[i].kv, BF16_TOL);
+#ifndef OCL_CHECK_ONLY
+    CU_ASSERT_EQUAL(mma_launches - before, 2 * 8);
+#else
+    (void)before;
+#endif
+  }
+}
+
 /* A whole training step in bf16 with f32 masters: the parameters cast to bf16 where the
  * forward reads them (an embedding gather, a projection, causal attention, a residual add, the
  * output projection keeping its f32 accumulator), an f32 cross-entropy; then autodiff (the
@@ -976,6 +1009,7 @@ int main(int argc, char **argv) {
       {"attention", test_attention},
       {"attention_f32", test_attention_f32},
       {"attention_bf16_blocks", test_attention_bf16_blocks},
+      {"attention_mma_bf16", test_attention_mma_bf16},
       {"train_step", test_train_step},
       {"optimizer_multi", test_optimizer_multi},
       {"scatter_bf16_blocks", test_scatter_bf16_blocks},
