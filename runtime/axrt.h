@@ -397,6 +397,8 @@ int64_t rt_comm_coord(const RtComm *c, int a);
 /* Which chunk of a tensor split by `axes` (mesh axis index + 1, 0 ends) device `dev` holds,
  * and how many chunks there are. */
 int64_t rt_mesh_chunk(const RtMesh *m, const uint8_t axes[RT_MAX_SPLIT_AXES], int64_t dev, int64_t *count);
+/* The index of the mesh axis called `name` ("pipeline", ...), or -1 where m has none. */
+int rt_mesh_axis(const RtMesh *m, const char *name);
 /* Collective `index` of the table on the slab; called by the generated step. Aborts the job
  * (MPI_Abort, with a message naming the silent ranks) when a member does not answer in time. */
 void rt_comm_collective(RtComm *c, int32_t index, char *slab);

@@ -128,6 +128,13 @@ int64_t rt_mesh_chunk(const RtMesh *m, const uint8_t axes[RT_MAX_SPLIT_AXES], in
     return k;
 }
 
+int rt_mesh_axis(const RtMesh *m, const char *name) {
+    for (int a = 0; a < m->naxes; a++)
+        if (m->names[a] && !strcmp(m->names[a], name))
+            return a;
+    return -1;
+}
+
 int rt_comm_rank(const RtComm *c) {
     return c ? c->rank : 0;
 }

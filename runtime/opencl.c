@@ -1200,10 +1200,8 @@ static int local_slice(Session *S, SlabBuf *b, const RtOclLaunch *L, const RtCol
  * waits for this write before the staging buffer is used again). */
 /* This device's stage on the pipeline axis, or -1 without one. */
 static int64_t pipeline_coord(const Session *S) {
-    for (int a = 0; S->comm && a < S->p->base.mesh.naxes; a++)
-        if (S->p->base.mesh.names[a] && !strcmp(S->p->base.mesh.names[a], "pipeline"))
-            return rt_comm_coord(S->comm, a);
-    return -1;
+    int a = rt_mesh_axis(&S->p->base.mesh, "pipeline");
+    return S->comm && a >= 0 ? rt_comm_coord(S->comm, a) : -1;
 }
 
 static int collective(Session *S, SlabBuf *b, int32_t i) {

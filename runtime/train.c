@@ -62,8 +62,9 @@ static void slot_region(const Trainer *t, const RtParamSlot *s, RtCkptRegion *r)
             used[s->split[d][i] - 1] = 1;
     }
     r->owner = 1;
+    int pipe = rt_mesh_axis(m, "pipeline");
     for (int a = 0; a < m->naxes; a++) {
-        int staged = s->stage > 0 && m->names[a] && !strcmp(m->names[a], "pipeline");
+        int staged = s->stage > 0 && a == pipe;
         if (!used[a] && rt_comm_coord(t->comm, a) != (staged ? s->stage - 1 : 0))
             r->owner = 0;
     }
@@ -202,10 +203,9 @@ static int join_mesh(Trainer *t, RtError *err) {
     if (t->rank != 0)
         t->tty = 0;
     t->slab_bytes = p->slab_bytes; /* under a pipeline, its stage's part (never past the whole) */
-    for (int a = 0; p->stage_slab_bytes && a < p->mesh.naxes; a++)
-        if (p->mesh.names[a] && !strcmp(p->mesh.names[a], "pipeline")) {
-            t->slab_bytes = p->stage_slab_bytes[rt_comm_coord(t->comm, a)]; /* checked: 1..slab_bytes */
-        }
+    int pipe = rt_mesh_axis(&p->mesh, "pipeline");
+    if (p->stage_slab_bytes && pipe >= 0)
+        t->slab_bytes = p->stage_slab_bytes[rt_comm_coord(t->comm, pipe)]; /* checked: 1..slab_bytes */
     return 0;
 }
 

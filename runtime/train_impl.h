@@ -176,10 +176,10 @@ float *train_slot_data(const Trainer *t, char *slab, int i, int k);
 void train_sync(const Trainer *t, char *slab, int dir);
 /* A frozen parameter (a LoRA run's base): no moments, no update, not checkpointed. */
 int train_slot_frozen(const RtParamSlot *s);
-/* Whether this device holds parameter i's slot k (0 the value, 1 and 2 its moments): under a
- * pipeline a stage's own parameters and moments (RtParamSlot.apart) lie in bytes the other
- * stages' use on their devices (passes/memplan.c), so they are filled on that stage alone. */
-int train_slot_held(const Trainer *t, int i, int k);
+/* Whether this device holds parameter i and its moments (held together): under a pipeline a
+ * stage's own parameters and moments (RtParamSlot.apart) lie in bytes the other stages' use on
+ * their devices (passes/memplan.c), so they are filled on that stage alone. */
+int train_slot_held(const Trainer *t, int i);
 double train_now_ms(void);
 /* When this process started, on train_now_ms's clock (exec, MPI's start, axlc run's compile). */
 double train_process_start_ms(void);

@@ -133,9 +133,9 @@ int train_program_check(const RtProgram *p, RtError *err) {
                             (long long)p->batch, (long long)p->seq, (long long)p->vocab);
     if (check_mesh(p, err) != 0)
         return -1;
-    for (int a = 0; p->stage_slab_bytes && a < p->mesh.naxes; a++)
-        if (p->mesh.names[a] && !strcmp(p->mesh.names[a], "pipeline"))
-            for (int64_t s = 0; s < p->mesh.sizes[a]; s++)
+    int pipe = rt_mesh_axis(&p->mesh, "pipeline");
+    if (p->stage_slab_bytes && pipe >= 0)
+        for (int64_t s = 0; s < p->mesh.sizes[pipe]; s++)
                 if (p->stage_slab_bytes[s] <= 0 || p->stage_slab_bytes[s] > p->slab_bytes)
                     return rt_error_set(err, "program: stage %lld's slab of %lld bytes, outside 1..%lld", (long long)s,
                                         (long long)p->stage_slab_bytes[s], (long long)p->slab_bytes);

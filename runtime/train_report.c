@@ -222,11 +222,8 @@ void train_goodput(const Trainer *t, double now_ms, double *g) {
 
 void train_stages_print(const Trainer *t) {
     const RtMesh *m = &t->p->mesh;
-    int a = -1;
-    for (int i = 0; i < m->naxes; i++)
-        if (m->names[i] && !strcmp(m->names[i], "pipeline") && m->sizes[i] > 1 && m->sizes[i] <= 64)
-            a = i;
-    if (a < 0)
+    int a = rt_mesh_axis(m, "pipeline");
+    if (a < 0 || m->sizes[a] < 2 || m->sizes[a] > 64)
         return;
     int n = (int)m->sizes[a], first = 1;
     int64_t v[128] = {0}; /* per stage: microseconds waited, microseconds in steps */

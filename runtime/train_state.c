@@ -52,7 +52,7 @@ static int seed_run(void *ctx, int64_t local, int64_t global, int64_t n, RtError
 static int params_seed(Trainer *t, int trainable_only, RtError *err) {
     for (int i = 0; i < t->p->nparams; i++) {
         const RtParamSlot *s = &t->p->params[i];
-        if ((trainable_only && train_slot_frozen(s)) || !train_slot_held(t, i, 0))
+        if ((trainable_only && train_slot_frozen(s)) || !train_slot_held(t, i))
             continue;
         SeedRun r = {train_slot_data(t, t->slab, i, 0), s, t->o.seed};
         if (for_runs(s->rank, s->global_shape, t->regions[i].start, s->shape, seed_run, &r, err) != 0)
@@ -101,7 +101,7 @@ static int tensors_read_ckpt(Trainer *t, const RtCkpt *ck, int count, RtError *e
         const RtTensor *ts = &t->tensors[j];
         if (train_slot_frozen(&t->p->params[j % n])) /* not saved: the base came before */
             continue;
-        if (!train_slot_held(t, j % n, j / n)) /* another stage's moments */
+        if (!train_slot_held(t, j % n)) /* another stage's moments */
             continue;
         if (rt_ckpt_read_f32(ck, ts->name, t->regions[j].shape, ts->ndim, t->regions[j].start, ts->shape,
                              train_slot_data(t, t->slab, j % n, j / n), err) != 0)
@@ -177,7 +177,7 @@ static int params_load(Trainer *t, RtError *err) {
     if (rc == 0 && t->frozen) /* the adapters the file lacks: their init */
         rc = params_seed(t, 1, err);
     for (int i = 0; rc == 0 && i < t->p->nparams; i++)
-        if (init_wants(t, st, i) && train_slot_held(t, i, 0) && tensor_read_st(t, st, i, &why) != 0)
+        if (init_wants(t, st, i) && train_slot_held(t, i) && tensor_read_st(t, st, i, &why) != 0)
             rc = rt_error_set(err, "--init: %s", why.msg);
     if (rc == 0 && t->frozen)
         base_record(t, st);
@@ -285,7 +285,7 @@ static int tensors_read_partial(Trainer *t, const RtCkpt *ck, const char *where,
     if (params_seed(t, t->frozen > 0, err) != 0) /* a frozen base was restored already */
         return -1;
     for (int j = 0; j < 3 * n; j++) {
-        if (train_slot_frozen(&t->p->params[j % n]) || !train_slot_held(t, j % n, j / n))
+        if (train_slot_frozen(&t->p->params[j % n]) || !train_slot_held(t, j % n))
             continue;
         const RtTensor *want = &t->tensors[j], *have = rt_ckpt_find(ck, want->name);
         const RtCkptRegion *rg = &t->regions[j];

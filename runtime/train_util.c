@@ -122,16 +122,12 @@ float *train_slot_data(const Trainer *t, char *slab, int i, int k) {
     return train_slab_f32(slab, k == 0 ? s->offset : k == 1 ? s->m_offset : s->v_offset);
 }
 
-int train_slot_held(const Trainer *t, int i, int k) {
+int train_slot_held(const Trainer *t, int i) {
     const RtParamSlot *s = &t->p->params[i];
-    (void)k; /* a parameter and its moments are held together */
-    if (s->apart <= 0 || !t->comm)
+    int pipe = rt_mesh_axis(&t->p->mesh, "pipeline");
+    if (s->apart <= 0 || !t->comm || pipe < 0)
         return 1;
-    const RtMesh *m = &t->p->mesh;
-    for (int a = 0; a < m->naxes; a++)
-        if (m->names[a] && !strcmp(m->names[a], "pipeline"))
-            return rt_comm_coord(t->comm, a) == s->apart - 1;
-    return 1;
+    return rt_comm_coord(t->comm, pipe) == s->apart - 1;
 }
 
 int train_slot_frozen(const RtParamSlot *s) {
