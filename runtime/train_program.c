@@ -136,9 +136,9 @@ int train_program_check(const RtProgram *p, RtError *err) {
     int pipe = rt_mesh_axis(&p->mesh, "pipeline");
     if (p->stage_slab_bytes && pipe >= 0)
         for (int64_t s = 0; s < p->mesh.sizes[pipe]; s++)
-                if (p->stage_slab_bytes[s] <= 0 || p->stage_slab_bytes[s] > p->slab_bytes)
-                    return rt_error_set(err, "program: stage %lld's slab of %lld bytes, outside 1..%lld", (long long)s,
-                                        (long long)p->stage_slab_bytes[s], (long long)p->slab_bytes);
+            if (p->stage_slab_bytes[s] <= 0 || p->stage_slab_bytes[s] > p->slab_bytes)
+                return rt_error_set(err, "program: stage %lld's slab of %lld bytes, outside 1..%lld", (long long)s,
+                                    (long long)p->stage_slab_bytes[s], (long long)p->slab_bytes);
     int64_t bt = p->batch * p->seq * 4;
     if (check_region(p, "ids", NULL, p->ids_offset, bt, err) != 0 ||
         check_region(p, "targets", NULL, p->targets_offset, bt, err) != 0 ||
