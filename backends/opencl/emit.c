@@ -852,7 +852,7 @@ static int att_setup(Ctx *C, int32_t v, Att *a) {
   a->tile = ATT_LOCAL / per < ATT_ROWS ? ATT_LOCAL / per : ATT_ROWS;
   if (a->tile < 1) a->tile = 1;
   literal(DT_F32, x->attr.value, a->scale);
-  a->mma = a->bf16 && a->H <= ATT_MMA_MAX_H;
+  a->mma = a->H <= ATT_MMA_MAX_H;
   if (a->H > ATT_MAX_H)
     return fail(C, "%%%d (%s): head size %lld is above the OpenCL kernel's %d", v,
                 ir_op_name(x->op), (long long)a->H, ATT_MAX_H);
@@ -955,6 +955,16 @@ static void att_row(Ctx *C, const Att *a, const char *x, const char *p, const ch
   line(C, "for (int d = 0; d < H_; d++) %s[d] = live ? %s : 0.0f;", x, e);
 }
 
+/* Stages the LSE and D of query rows j0 .. j0 + n in local lse[] and dd[] (past T: LSE infinite,
+ * so P is 0), item `first` and every `step`-th after it. */
+static void att_stage_stats(Ctx *C, const Att *a, const char *first, const char *n, int step) {
+  line(C, "  for (int e = %s; e < %s; e += %d) {", first, n, step);
+  line(C, "    bool in = j0 + e < T_;");
+  line(C, "    lse[e] = in ? %s[(b * T_ + j0 + e) * 2] : INFINITY;", a->st);
+  line(C, "    dd[e] = in ? %s[(b * T_ + j0 + e) * 2 + 1] : 0.0f;", a->st);
+  line(C, "  }");
+}
+
 /* Stages rows j0 .. j0 + TILE of tensors p1 and p2 in local x1, x2 (zero past T), between
  * barriers: the group's items share the loads; with `stats`, the tile's LSE and D too. The
  * kernel reads a tile through the macros X1(i), X2(i) (x1, x2 upper case; LSE, DD). On a CPU
@@ -989,13 +999,7 @@ static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, cons
   line(C, "    %s[e] = in ? %s : 0.0f;", x1, e1);
   line(C, "    %s[e] = in ? %s : 0.0f;", x2, e2);
   line(C, "  }");
-  if (stats) {
-    line(C, "  for (int e = lid; e < TILE; e += %d) {", ATT_ROWS);
-    line(C, "    bool in = j0 + e < T_;");
-    line(C, "    lse[e] = in ? %s[(b * T_ + j0 + e) * 2] : INFINITY;", a->st);
-    line(C, "    dd[e] = in ? %s[(b * T_ + j0 + e) * 2 + 1] : 0.0f;", a->st);
-    line(C, "  }");
-  }
+  if (stats) att_stage_stats(C, a, "lid", "TILE", ATT_ROWS);
   line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
   ocl_buf_printf(C->b, "#define %s(i) %s[i]\n#define %s(i) %s[i]\n", u1, x1, u2, x2);
   if (stats) ocl_buf_printf(C->b, "#define LSE(i) lse[i]\n#define DD(i) dd[i]\n");
@@ -1076,55 +1080,106 @@ static void att_store(Ctx *C, const Att *a, const char *at, const char *x) {
  * read along its rows is staged transposed (Xt[d][row]), so every fragment is one aligned
  * 32-bit load of two neighbouring elements. */
 
+/* The element type of the tiles and the zero of an element past T or H. */
+static const char *att_mma_elem(const Att *a) { return a->bf16 ? "ushort" : "float"; }
+static const char *att_mma_zero(const Att *a) { return a->bf16 ? "(ushort)0" : "0.0f"; }
+
 /* Stages rows j0 .. j0 + ATT_MMA_TILE of tensor p (problem at `at`) in local memory: `rows`
- * (X[j][d], may be NULL) and `cols` (Xt[d][j], may be NULL), zero past T and H. */
-static void att_mma_stage(Ctx *C, const char *p, const char *at, const char *rows,
+ * (X[j][d], may be NULL) and `cols` (Xt[d][j], bf16 only, may be NULL), zero past T and H. */
+static void att_mma_stage(Ctx *C, const Att *a, const char *p, const char *at, const char *rows,
                           const char *cols) {
   line(C, "  for (int i = tid; i < %d * HP; i += 128) {", ATT_MMA_TILE);
   line(C, "    int j = i / HP, d = i %% HP;");
-  line(C, "    ushort e = j0 + j < T_ && d < H_ ? %s[%s + (j0 + j) * H_ + d] : (ushort)0;", p, at);
+  line(C, "    %s e = j0 + j < T_ && d < H_ ? %s[%s + (j0 + j) * H_ + d] : %s;", att_mma_elem(a), p,
+       at, att_mma_zero(a));
   if (rows) line(C, "    %s[j * LDA + d] = e;", rows);
   if (cols) line(C, "    %s[d * LDT + j] = e;", cols);
   line(C, "  }");
 }
 
-/* Loads rows ra and rb of tensor p (problem at `at`) as A fragments x[NKS][4]. */
-static void att_mma_rows(Ctx *C, const char *x, const char *p, const char *at) {
-  line(C, "uint %s[%s][4];", x, "NKS_");
+/* Loads rows ra and rb of tensor p (problem at `at`) as A fragments: bf16, pairs in x[NKS][4];
+ * f32, single elements as TF32 hi + lo in xh[NKS][4] and xl[NKS][4]. */
+static void att_mma_rows(Ctx *C, const Att *a, const char *x, const char *p, const char *at) {
+  if (a->bf16) {
+    line(C, "uint %s[NKS_][4];", x);
+    line(C, "for (int ks = 0; ks < NKS; ks++) {");
+    line(C, "  int d = ks * 16 + 2 * t;");
+    line(C, "  %s[ks][0] = AX_LD2(%s, %s, ra, d);", x, p, at);
+    line(C, "  %s[ks][1] = AX_LD2(%s, %s, rb, d);", x, p, at);
+    line(C, "  %s[ks][2] = AX_LD2(%s, %s, ra, d + 8);", x, p, at);
+    line(C, "  %s[ks][3] = AX_LD2(%s, %s, rb, d + 8);", x, p, at);
+    line(C, "}");
+    return;
+  }
+  line(C, "uint %sh[NKS_][4], %sl[NKS_][4];", x, x);
   line(C, "for (int ks = 0; ks < NKS; ks++) {");
-  line(C, "  int d = ks * 16 + 2 * t;");
-  line(C, "  %s[ks][0] = AX_LD2(%s, %s, ra, d);", x, p, at);
-  line(C, "  %s[ks][1] = AX_LD2(%s, %s, rb, d);", x, p, at);
-  line(C, "  %s[ks][2] = AX_LD2(%s, %s, ra, d + 8);", x, p, at);
-  line(C, "  %s[ks][3] = AX_LD2(%s, %s, rb, d + 8);", x, p, at);
+  line(C, "  int d = ks * 8 + t;");
+  line(C, "  ax_split_tf32(AX_LD1(%s, %s, ra, d), &%sh[ks][0], &%sl[ks][0]);", p, at, x, x);
+  line(C, "  ax_split_tf32(AX_LD1(%s, %s, rb, d), &%sh[ks][1], &%sl[ks][1]);", p, at, x, x);
+  line(C, "  ax_split_tf32(AX_LD1(%s, %s, ra, d + 4), &%sh[ks][2], &%sl[ks][2]);", p, at, x, x);
+  line(C, "  ax_split_tf32(AX_LD1(%s, %s, rb, d + 4), &%sh[ks][3], &%sl[ks][3]);", p, at, x, x);
   line(C, "}");
 }
 
 /* c[n][4] (n < 4, the tile's 32 columns) += rows . X[col][..] over the head dimension, X a
- * row-staged tile. */
-static void att_mma_qk(Ctx *C, const char *c, const char *a, const char *X) {
+ * row-staged tile, the rows the A fragments `x` (att_mma_rows). */
+static void att_mma_qk(Ctx *C, const Att *a, const char *c, const char *x, const char *X) {
   line(C, "  for (int n = 0; n < 4; n++)");
   line(C, "    for (int ks = 0; ks < NKS; ks++) {");
-  line(C, "      __local const ushort *p = %s + (n * 8 + g) * LDA + ks * 16 + 2 * t;", X);
-  line(C, "      uint bb[2] = {*(__local const uint *)p, *(__local const uint *)(p + 8)};");
-  line(C, "      ax_mma_bf16(%s[n], %s[ks], bb, x);", c, a);
+  if (a->bf16) {
+    line(C, "      __local const ushort *p = %s + (n * 8 + g) * LDA + ks * 16 + 2 * t;", X);
+    line(C, "      uint bb[2] = {*(__local const uint *)p, *(__local const uint *)(p + 8)};");
+    line(C, "      ax_mma_bf16(%s[n], %s[ks], bb, x);", c, x);
+  } else {
+    line(C, "      __local const float *p = %s + (n * 8 + g) * LDA + ks * 8 + t;", X);
+    line(C, "      uint bh[2], bl[2];");
+    line(C, "      ax_split_tf32(p[0], &bh[0], &bl[0]);");
+    line(C, "      ax_split_tf32(p[4], &bh[1], &bl[1]);");
+    line(C, "      ax_mma_3tf32(%s[n], %sh[ks], %sl[ks], bh, bl, x);", c, x, x);
+  }
   line(C, "    }");
 }
 
-/* acc[NT][4] += c (the tile's 32 columns, as hi + lo A fragments) . Xt over the tile's rows,
- * Xt a transposed tile. */
-static void att_mma_pv(Ctx *C, const char *acc, const char *c, const char *Xt) {
-  line(C, "  for (int u = 0; u < 2; u++) {");
-  line(C, "    uint h[4], o[4];");
-  line(C, "    ax_split2(%s[2 * u][0], %s[2 * u][1], &h[0], &o[0]);", c, c);
-  line(C, "    ax_split2(%s[2 * u][2], %s[2 * u][3], &h[1], &o[1]);", c, c);
-  line(C, "    ax_split2(%s[2 * u + 1][0], %s[2 * u + 1][1], &h[2], &o[2]);", c, c);
-  line(C, "    ax_split2(%s[2 * u + 1][2], %s[2 * u + 1][3], &h[3], &o[3]);", c, c);
+/* acc[NT][4] += c (the tile's 32 columns) . X over the tile's rows. bf16: c's C fragments are
+ * the A fragments, as hi + lo, and X a transposed tile (Xt[d][j]). f32: c goes through the
+ * warp's 16 rows of Ps (the TF32 A fragment holds other columns than the C fragment), X a
+ * row-staged tile (a TF32 B fragment is one element: either layout loads it). */
+static void att_mma_pv(Ctx *C, const Att *a, const char *acc, const char *c, const char *X) {
+  if (a->bf16) {
+    line(C, "  for (int u = 0; u < 2; u++) {");
+    line(C, "    uint h[4], o[4];");
+    line(C, "    ax_split2(%s[2 * u][0], %s[2 * u][1], &h[0], &o[0]);", c, c);
+    line(C, "    ax_split2(%s[2 * u][2], %s[2 * u][3], &h[1], &o[1]);", c, c);
+    line(C, "    ax_split2(%s[2 * u + 1][0], %s[2 * u + 1][1], &h[2], &o[2]);", c, c);
+    line(C, "    ax_split2(%s[2 * u + 1][2], %s[2 * u + 1][3], &h[3], &o[3]);", c, c);
+    line(C, "    for (int nt = 0; nt < NT; nt++) {");
+    line(C, "      __local const ushort *p = %s + (nt * 8 + g) * LDT + u * 16 + 2 * t;", X);
+    line(C, "      uint bb[2] = {*(__local const uint *)p, *(__local const uint *)(p + 8)};");
+    line(C, "      ax_mma_bf16(%s[nt], h, bb, x);", acc);
+    line(C, "      ax_mma_bf16(%s[nt], o, bb, x);", acc);
+    line(C, "    }");
+    line(C, "  }");
+    return;
+  }
+  line(C, "  barrier(CLK_LOCAL_MEM_FENCE); /* the warp's rows of Ps are read */");
+  line(C, "  for (int n = 0; n < 4; n++)");
+  line(C,
+       "    for (int e = 0; e < 4; e++) P[((e >> 1) * 8 + g) * LDP + n * 8 + 2 * t + (e & 1)] = "
+       "%s[n][e];",
+       c);
+  line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+  line(C, "  for (int u = 0; u < 4; u++) {");
+  line(C, "    uint ah[4], al[4];");
+  line(C, "    ax_split_tf32(P[g * LDP + u * 8 + t], &ah[0], &al[0]);");
+  line(C, "    ax_split_tf32(P[(g + 8) * LDP + u * 8 + t], &ah[1], &al[1]);");
+  line(C, "    ax_split_tf32(P[g * LDP + u * 8 + t + 4], &ah[2], &al[2]);");
+  line(C, "    ax_split_tf32(P[(g + 8) * LDP + u * 8 + t + 4], &ah[3], &al[3]);");
   line(C, "    for (int nt = 0; nt < NT; nt++) {");
-  line(C, "      __local const ushort *p = %s + (nt * 8 + g) * LDT + u * 16 + 2 * t;", Xt);
-  line(C, "      uint bb[2] = {*(__local const uint *)p, *(__local const uint *)(p + 8)};");
-  line(C, "      ax_mma_bf16(%s[nt], h, bb, x);", acc);
-  line(C, "      ax_mma_bf16(%s[nt], o, bb, x);", acc);
+  line(C, "      __local const float *p = %s + (u * 8 + t) * LDA + nt * 8 + g;", X);
+  line(C, "      uint bh[2], bl[2];");
+  line(C, "      ax_split_tf32(p[0], &bh[0], &bl[0]);");
+  line(C, "      ax_split_tf32(p[4 * LDA], &bh[1], &bl[1]);");
+  line(C, "      ax_mma_3tf32(%s[nt], ah, al, bh, bl, x);", acc);
   line(C, "    }");
   line(C, "  }");
 }
@@ -1144,18 +1199,80 @@ static void att_mma_store(Ctx *C, const Att *a, const char *acc, const char *mul
   line(C, "  }");
 }
 
+/* Declares local tiles: `nr` row-staged ones named rows[i] and, for bf16, `nc` transposed
+ * ones named cols[i] (uint words, so that pairs of bf16 load as aligned words). */
+static void att_mma_tiles(Ctx *C, const Att *a, int64_t HP, int64_t LDA, int64_t LDT,
+                          const char *const *rows, int nr, const char *const *cols, int nc) {
+  for (int i = 0; i < nr; i++)
+    if (a->bf16) {
+      line(C, "__local uint %s_w[%lld];", rows[i], (long long)(ATT_MMA_TILE * LDA / 2));
+      line(C, "__local ushort *%s = (__local ushort *)%s_w;", rows[i], rows[i]);
+    } else
+      line(C, "__local float %s[%lld];", rows[i], (long long)(ATT_MMA_TILE * LDA));
+  for (int i = 0; a->bf16 && i < nc; i++) {
+    line(C, "__local uint %s_w[%lld];", cols[i], (long long)(HP * LDT / 2));
+    line(C, "__local ushort *%s = (__local ushort *)%s_w;", cols[i], cols[i]);
+  }
+  if (!a->bf16) { /* f32: each warp's 16 rows of P or dS, on their way to A fragments */
+    line(C, "__local float Ps[4 * 16 * LDP];");
+    line(C, "__local float *P = Ps + warp * 16 * LDP;");
+  }
+}
+
+/* Query rows: a zeroed accumulator acc[NT][4], then the loop over the key tiles the block sees
+ * (causal: up to its last row), opened up to its first barrier. */
+static void att_mma_key_tiles(Ctx *C, const Att *a, const char *acc) {
+  line(C, "float %s[NT_][4];", acc);
+  line(C, "for (int nt = 0; nt < NT; nt++)");
+  line(C, "  for (int e = 0; e < 4; e++) %s[nt][e] = 0.0f;", acc);
+  line(C, "int nk = %s;", a->causal ? "min(T_, r0 + 64)" : "T_");
+  line(C, "for (int j0 = 0; j0 < nk; j0 += %d) {", ATT_MMA_TILE);
+  line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+}
+
+/* After the tiles' staging (the barrier here ends it), the backward's s = rows . X1 and
+ * dp = rows2 . X2 (rows1 and rows2 A fragments, X1 and X2 row-staged tiles); then P =
+ * exp(scale s - LSE) into s and dS = P (dp - D) into dp, on the C fragments of the tile's 32
+ * columns: keys (ATT_Q: the rows' LSE and D in lse0, lse1, D0, D1) or, with `key_rows`
+ * (ATT_KV), queries (theirs staged in lse[], dd[]). */
+static void att_mma_ds(Ctx *C, const Att *a, bool key_rows, const char *rows1, const char *X1,
+                       const char *rows2, const char *X2) {
+  line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
+  line(C, "  float s[4][4] = {{0.0f}}, dp[4][4] = {{0.0f}};");
+  att_mma_qk(C, a, "s", rows1, X1);
+  att_mma_qk(C, a, "dp", rows2, X2);
+  line(C, "  for (int n = 0; n < 4; n++)");
+  line(C, "    for (int e = 0; e < 4; e++) {");
+  line(C, "      int jj = n * 8 + 2 * t + (e & 1), c = j0 + jj, r = e < 2 ? ra : rb;");
+  line(C, "      float p = c < T_ && r < T_%s ? exp(s[n][e] * %s - %s) : 0.0f;",
+       !a->causal ? ""
+       : key_rows ? " && r <= c"
+                  : " && c <= r",
+       a->scale, key_rows ? "lse[jj]" : "(e < 2 ? lse0 : lse1)");
+  line(C, "      s[n][e] = p;");
+  line(C, "      dp[n][e] = p * (dp[n][e] - %s);", key_rows ? "dd[jj]" : "(e < 2 ? D0 : D1)");
+  line(C, "    }");
+}
+
 static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
-  int64_t HP = (a->H + 15) / 16 * 16, LDA = HP + 8, LDT = ATT_MMA_TILE + 8;
+  int64_t kstep = a->bf16 ? 16 : 8; /* the head dimension per mma step */
+  int64_t HP = (a->H + kstep - 1) / kstep * kstep, LDT = ATT_MMA_TILE + 8;
+  int64_t LDA = HP + (a->bf16 ? 8 : 4), LDP = ATT_MMA_TILE + 4;
   int64_t nblk = (a->T + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS;
-  bool kv = kind == ATT_KV, q = kind == ATT_Q;
-  ocl_buf_printf(C->b, "#define NKS_ %lld\n#define NT_ %lld\n", (long long)HP / 16,
+  bool kv = kind == ATT_KV, q = kind == ATT_Q, bf = a->bf16;
+  ocl_buf_printf(C->b, "#define NKS_ %lld\n#define NT_ %lld\n", (long long)(HP / kstep),
                  (long long)HP / 8);
-  ocl_buf_printf(C->b,
-                 "#define AX_LD2(p, at, r, d) ((r) < T_ ? (uint)((d) < H_ ? p[(at) + (r) * H_ + "
-                 "(d)] : 0) | (uint)((d) + 1 < H_ ? p[(at) + (r) * H_ + (d) + 1] : 0) << 16 : "
-                 "0u)\n");
-  line(C, "const int T_ = %lld, H_ = %lld, HP = %lld, LDA = %lld, LDT = %lld;", (long long)a->T,
-       (long long)a->H, (long long)HP, (long long)LDA, (long long)LDT);
+  if (bf)
+    ocl_buf_printf(C->b,
+                   "#define AX_LD2(p, at, r, d) ((r) < T_ ? (uint)((d) < H_ ? p[(at) + (r) * H_ + "
+                   "(d)] : 0) | (uint)((d) + 1 < H_ ? p[(at) + (r) * H_ + (d) + 1] : 0) << 16 : "
+                   "0u)\n");
+  else
+    ocl_buf_printf(C->b, "#define AX_LD1(p, at, r, d) ((r) < T_ && (d) < H_ ? p[(at) + (r) * H_ "
+                         "+ (d)] : 0.0f)\n");
+  line(C, "const int T_ = %lld, H_ = %lld, HP = %lld, LDA = %lld, LDT = %lld, LDP = %lld;",
+       (long long)a->T, (long long)a->H, (long long)HP, (long long)LDA, (long long)LDT,
+       (long long)LDP);
   line(C, "const int NKS = NKS_, NT = NT_;");
   line(C, "const long TH = %lldL, G_ = %lldL;", (long long)(a->T * a->H), (long long)a->G);
   line(C, "int lane = get_local_id(0), warp = get_local_id(1), tid = warp * 32 + lane;");
@@ -1165,28 +1282,18 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
   line(C, "long grp = get_group_id(0), %s = grp / %lldL;", kv ? "kp" : "b", (long long)nblk);
   line(C, "int r0 = (int)(grp %% %lldL) * %d, ra = r0 + warp * 16 + g, rb = ra + 8;",
        (long long)nblk, ATT_MMA_ROWS);
-  /* uint arrays, so that pairs of bf16 load as aligned words */
-  int64_t rw = ATT_MMA_TILE * LDA / 2, cw = HP * LDT / 2;
   if (kind == ATT_FWD || kind == ATT_STATS) {
     line(C, "long base = b * TH, kbase = b / G_ * TH;");
-    line(C, "__local uint Kw[%lld], Vw[%lld];", (long long)rw, (long long)cw);
-    line(C, "__local ushort *Ks = (__local ushort *)Kw, *Vt = (__local ushort *)Vw;");
-    att_mma_rows(C, "qa", a->q, "base");
-    line(C, "float acc[NT_][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;");
-    line(C, "for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] "
-            "= 0.0f;");
-    line(C, "int nk = %s;", a->causal ? "min(T_, r0 + 64)" : "T_");
-    line(C, "for (int j0 = 0; j0 < nk; j0 += %d) {", ATT_MMA_TILE);
-    line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
-    line(C, "  for (int i = tid; i < %d * HP; i += 128) {", ATT_MMA_TILE);
-    line(C, "    int j = i / HP, d = i %% HP;");
-    line(C, "    bool in = j0 + j < T_ && d < H_;");
-    line(C, "    Ks[j * LDA + d] = in ? %s[kbase + (j0 + j) * H_ + d] : (ushort)0;", a->k);
-    line(C, "    Vt[d * LDT + j] = in ? %s[kbase + (j0 + j) * H_ + d] : (ushort)0;", a->v);
-    line(C, "  }");
+    att_mma_tiles(C, a, HP, LDA, LDT, (const char *[]){"Ks", "Vs"}, bf ? 1 : 2,
+                  (const char *[]){"Vt"}, 1);
+    att_mma_rows(C, a, "qa", a->q, "base");
+    line(C, "float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;");
+    att_mma_key_tiles(C, a, "acc");
+    att_mma_stage(C, a, a->k, "kbase", "Ks", NULL);
+    att_mma_stage(C, a, a->v, "kbase", bf ? NULL : "Vs", bf ? "Vt" : NULL);
     line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
     line(C, "  float s[4][4] = {{0.0f}};");
-    att_mma_qk(C, "s", "qa", "Ks");
+    att_mma_qk(C, a, "s", "qa", "Ks");
     line(C, "  float mx0 = m0, mx1 = m1;");
     line(C, "  for (int n = 0; n < 4; n++)");
     line(C, "    for (int e = 0; e < 4; e++) {");
@@ -1213,7 +1320,7 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
     line(C, "    }");
     line(C, "  m0 = mx0;");
     line(C, "  m1 = mx1;");
-    att_mma_pv(C, "acc", "s", "Vt");
+    att_mma_pv(C, a, "acc", "s", bf ? "Vt" : "Vs");
     line(C, "}");
     line(C, "l0 = ax_quad_sum(l0, x);");
     line(C, "l1 = ax_quad_sum(l1, x);");
@@ -1223,12 +1330,13 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
     if (kind == ATT_FWD)
       att_mma_store(C, a, "acc", "", "base");
     else {
+      char e[2 * NAME + 64];
+      att_ld(a, a->g, "base + r * H_ + d", e);
       line(C, "float D0 = 0.0f, D1 = 0.0f;");
       line(C, "for (int nt = 0; nt < NT; nt++)");
       line(C, "  for (int e = 0; e < 4; e++) {");
       line(C, "    int r = e < 2 ? ra : rb, d = nt * 8 + 2 * t + (e & 1);");
-      line(C, "    float gd = r < T_ && d < H_ ? ax_from_bf16(%s[base + r * H_ + d]) : 0.0f;",
-           a->g);
+      line(C, "    float gd = r < T_ && d < H_ ? %s : 0.0f;", e);
       line(C, "    if (e < 2) D0 += gd * acc[nt][e]; else D1 += gd * acc[nt][e];");
       line(C, "  }");
       line(C, "D0 = ax_quad_sum(D0, x);");
@@ -1245,13 +1353,11 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
   } else if (kv) {
     char w[64], at[128], mul[NAME + 8];
     line(C, "long kbase = kp * TH;");
-    line(C, "__local uint Qw[%lld], Gw[%lld], Qtw[%lld], Gtw[%lld];", (long long)rw, (long long)rw,
-         (long long)cw, (long long)cw);
-    line(C, "__local ushort *Qs = (__local ushort *)Qw, *Gs = (__local ushort *)Gw;");
-    line(C, "__local ushort *Qt = (__local ushort *)Qtw, *Gt = (__local ushort *)Gtw;");
+    att_mma_tiles(C, a, HP, LDA, LDT, (const char *[]){"Qs", "Gs"}, 2, (const char *[]){"Qt", "Gt"},
+                  2);
     line(C, "__local float lse[%d], dd[%d];", ATT_MMA_TILE, ATT_MMA_TILE);
-    att_mma_rows(C, "ka", a->k, "kbase");
-    att_mma_rows(C, "va", a->v, "kbase");
+    att_mma_rows(C, a, "ka", a->k, "kbase");
+    att_mma_rows(C, a, "va", a->v, "kbase");
     line(C, "float dk[NT_][4], dv[NT_][4];");
     line(C, "for (int nt = 0; nt < NT; nt++)");
     line(C, "  for (int e = 0; e < 4; e++) dk[nt][e] = dv[nt][e] = 0.0f;");
@@ -1259,27 +1365,14 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
     line(C, "long base = b * TH;");
     line(C, "for (int j0 = %s; j0 < T_; j0 += %d) {", a->causal ? "r0" : "0", ATT_MMA_TILE);
     line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
-    att_mma_stage(C, a->q, "base", "Qs", "Qt");
-    att_mma_stage(C, a->g, "base", "Gs", "Gt");
-    line(C, "  for (int i = tid; i < %d; i += 128) {", ATT_MMA_TILE);
-    line(C, "    bool in = j0 + i < T_;");
-    line(C, "    lse[i] = in ? %s[(b * T_ + j0 + i) * 2] : INFINITY;", a->st);
-    line(C, "    dd[i] = in ? %s[(b * T_ + j0 + i) * 2 + 1] : 0.0f;", a->st);
-    line(C, "  }");
-    line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
-    line(C, "  float s[4][4] = {{0.0f}}, dp[4][4] = {{0.0f}};");
-    att_mma_qk(C, "s", "ka", "Qs");
-    att_mma_qk(C, "dp", "va", "Gs");
-    line(C, "  for (int n = 0; n < 4; n++)");
-    line(C, "    for (int e = 0; e < 4; e++) {");
-    line(C, "      int jj = n * 8 + 2 * t + (e & 1), i = j0 + jj, r = e < 2 ? ra : rb;");
-    line(C, "      float p = i < T_ && r < T_%s ? exp(s[n][e] * %s - lse[jj]) : 0.0f;",
-         a->causal ? " && r <= i" : "", a->scale);
-    line(C, "      s[n][e] = p;");
-    line(C, "      dp[n][e] = p * (dp[n][e] - dd[jj]);");
-    line(C, "    }");
-    att_mma_pv(C, "dv", "s", "Gt");
-    att_mma_pv(C, "dk", "dp", "Qt");
+    att_mma_stage(C, a, a->q, "base", "Qs", bf ? "Qt" : NULL);
+    att_mma_stage(C, a, a->g, "base", "Gs", bf ? "Gt" : NULL);
+    char tile[16];
+    snprintf(tile, sizeof tile, "%d", ATT_MMA_TILE);
+    att_stage_stats(C, a, "tid", tile, 128);
+    att_mma_ds(C, a, true, "ka", "Qs", "va", "Gs");
+    att_mma_pv(C, a, "dv", "s", bf ? "Gt" : "Gs");
+    att_mma_pv(C, a, "dk", "dp", bf ? "Qt" : "Qs");
     line(C, "}");
     line(C, "}");
     att_grad_at(a, 1, w, sizeof w);
@@ -1292,45 +1385,25 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
   } else if (q) {
     char w[64], at[128], mul[NAME + 8];
     line(C, "long base = b * TH, kbase = b / G_ * TH;");
-    line(C, "__local uint Kw[%lld], Vw[%lld], Ktw[%lld];", (long long)rw, (long long)rw,
-         (long long)cw);
-    line(C, "__local ushort *Ks = (__local ushort *)Kw, *Vs = (__local ushort *)Vw;");
-    line(C, "__local ushort *Kt = (__local ushort *)Ktw;");
-    att_mma_rows(C, "qa", a->q, "base");
-    att_mma_rows(C, "ga", a->g, "base");
+    att_mma_tiles(C, a, HP, LDA, LDT, (const char *[]){"Ks", "Vs"}, 2, (const char *[]){"Kt"}, 1);
+    att_mma_rows(C, a, "qa", a->q, "base");
+    att_mma_rows(C, a, "ga", a->g, "base");
     line(C, "float lse0 = ra < T_ ? %s[(b * T_ + ra) * 2] : 0.0f;", a->st);
     line(C, "float lse1 = rb < T_ ? %s[(b * T_ + rb) * 2] : 0.0f;", a->st);
     line(C, "float D0 = ra < T_ ? %s[(b * T_ + ra) * 2 + 1] : 0.0f;", a->st);
     line(C, "float D1 = rb < T_ ? %s[(b * T_ + rb) * 2 + 1] : 0.0f;", a->st);
-    line(C, "float dq[NT_][4];");
-    line(C, "for (int nt = 0; nt < NT; nt++) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = "
-            "0.0f;");
-    line(C, "int nk = %s;", a->causal ? "min(T_, r0 + 64)" : "T_");
-    line(C, "for (int j0 = 0; j0 < nk; j0 += %d) {", ATT_MMA_TILE);
-    line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
-    att_mma_stage(C, a->k, "kbase", "Ks", "Kt");
-    att_mma_stage(C, a->v, "kbase", "Vs", NULL);
-    line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
-    line(C, "  float s[4][4] = {{0.0f}}, dp[4][4] = {{0.0f}};");
-    att_mma_qk(C, "s", "qa", "Ks");
-    att_mma_qk(C, "dp", "ga", "Vs");
-    line(C, "  for (int n = 0; n < 4; n++)");
-    line(C, "    for (int e = 0; e < 4; e++) {");
-    line(C, "      int j = j0 + n * 8 + 2 * t + (e & 1), r = e < 2 ? ra : rb;");
-    line(C,
-         "      float p = j < T_ && r < T_%s ? exp(s[n][e] * %s - (e < 2 ? lse0 : lse1)) : "
-         "0.0f;",
-         a->causal ? " && j <= r" : "", a->scale);
-    line(C, "      dp[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1));");
-    line(C, "    }");
-    att_mma_pv(C, "dq", "dp", "Kt");
+    att_mma_key_tiles(C, a, "dq");
+    att_mma_stage(C, a, a->k, "kbase", "Ks", bf ? "Kt" : NULL);
+    att_mma_stage(C, a, a->v, "kbase", "Vs", NULL);
+    att_mma_ds(C, a, false, "qa", "Ks", "ga", "Vs");
+    att_mma_pv(C, a, "dq", "dp", bf ? "Kt" : "Ks");
     line(C, "}");
     att_grad_at(a, 0, w, sizeof w);
     snprintf(at, sizeof at, "%s * TH", w);
     snprintf(mul, sizeof mul, " * %s", a->scale);
     att_mma_store(C, a, "dq", mul, at);
   }
-  ocl_buf_printf(C->b, "#undef AX_LD2\n#undef NKS_\n#undef NT_\n");
+  ocl_buf_printf(C->b, "#undef %s\n#undef NKS_\n#undef NT_\n", bf ? "AX_LD2" : "AX_LD1");
 }
 
 static void attention_kernel(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
@@ -2559,7 +2632,11 @@ int ocl_emit(const IrGraph *g, const MemPlan *mp, const bool *mat, const OclOpti
   prelude(&all);
   bool bf16 = graph_has_bf16(g);
   if (bf16) prelude_bf16(&all);
-  ocl_gemm_prelude(&all, bf16, g->matmul == IR_MATMUL_TF32);
+  bool att_f32 = false; /* f32 fused attention: its tensor-core body's helpers */
+  for (int32_t v = 0; v < g->nvalues; v++)
+    att_f32 |= (g->values[v].op == IR_ATTENTION || g->values[v].op == IR_ATTENTION_GRAD) &&
+               g->values[g->values[v].ops[0]].dtype == DT_F32;
+  ocl_gemm_prelude(&all, bf16, g->matmul == IR_MATMUL_TF32, att_f32);
   if (C.consts.n) ocl_buf_printf(&all, "%s\n", C.consts.s);
   int32_t head = 0;
   for (size_t i = 0; i < all.n; i++) head += all.s[i] == '\n';

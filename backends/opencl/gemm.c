@@ -334,7 +334,23 @@ static void mma_routine(OclBuf *b, const char *name, bool bf16, const char *out,
       store, *store ? ")" : "");
 }
 
-void ocl_gemm_prelude(OclBuf *b, bool bf16, bool tf32) {
+/* f32 products of the fused attention (emit.c): each f32 operand as two TF32 values, hi + lo,
+ * and a product as three mma steps (lo hi, hi lo, hi hi: all but lo lo), which keeps about 22
+ * of f32's 24 bits, so the tensor cores compute what the interpreter's f32 does. */
+static const char split_tf32[] =
+    "void ax_split_tf32(float v, uint *hi, uint *lo) {\n"
+    "  float h = ax_tf32(v);\n"
+    "  *hi = as_uint(h);\n"
+    "  *lo = as_uint(ax_tf32(v - h));\n"
+    "}\n"
+    "void ax_mma_3tf32(float *c, const uint *ah, const uint *al, const uint *bh, const uint *bl,\n"
+    "                  __local uint *x) {\n"
+    "  ax_mma_tf32(c, al, bh, x);\n"
+    "  ax_mma_tf32(c, ah, bl, x);\n"
+    "  ax_mma_tf32(c, ah, bh, x);\n"
+    "}\n";
+
+void ocl_gemm_prelude(OclBuf *b, bool bf16, bool tf32, bool att_f32) {
   ocl_buf_printf(
       b,
       "#define AX_TS %d\n"
@@ -342,16 +358,17 @@ void ocl_gemm_prelude(OclBuf *b, bool bf16, bool tf32) {
       " * per work item, TS x TS tiles of A and B staged in local memory. */\n",
       TS);
   gemm_routine(b, "ax_gemm", "float", "float", "", "");
+  if (tf32 || att_f32) ocl_buf_printf(b, "%s", tf32_helpers);
   if (tf32) {
-    ocl_buf_printf(b, "%s", tf32_helpers);
     gemm_routine(b, "ax_gemm_tf", "float", "float", "ax_tf32(", "");
   }
   if (bf16) { /* bf16 operands: C f32 (the accumulator) or bf16 (rounded once) */
     gemm_routine(b, "ax_gemm_hf", "ushort", "float", "ax_from_bf16(", "");
     gemm_routine(b, "ax_gemm_hh", "ushort", "ushort", "ax_from_bf16(", "ax_to_bf16(");
   }
-  if (!bf16 && !tf32) return;
+  if (!bf16 && !tf32 && !att_f32) return;
   ocl_buf_printf(b, "%s", mma_steps);
+  if (att_f32) ocl_buf_printf(b, "%s", split_tf32);
   if (bf16) {
     ocl_buf_printf(b, "%s", split_bf16);
     mma_routine(b, "ax_mmag_hf", true, "float", "");

@@ -102,8 +102,10 @@ int ocl_launches_write(FILE *f, const OclKernels *k);
 /* Whether dot_general v is a (batched) row-major product the GEMM kernel computes. */
 bool ocl_gemm_ok(const IrGraph *g, int32_t v);
 /* The shared GEMM routines, printed once before the kernels (with bf16: their bf16 forms; with
- * tf32: the TF32 rounding; with either: the tensor-core routines, under #if AX_MMA). */
-void ocl_gemm_prelude(OclBuf *b, bool bf16, bool tf32);
+ * tf32: the TF32 rounding; with either: the tensor-core routines, under #if AX_MMA). att_f32:
+ * the program has f32 fused attention, whose tensor-core body takes the warp-level TF32 step
+ * and the hi + lo split (emit.c). */
+void ocl_gemm_prelude(OclBuf *b, bool bf16, bool tf32, bool att_f32);
 /* Prints the body of v's GEMM kernel (tiled: local-memory tiles; else register-blocked), whose
  * operands and result are refs[0..2] (pointer expressions), and sets its launch's range and
  * the kernel's attributes; with a tensor-core body, that too (under #if AX_MMA) and its range
