@@ -262,6 +262,15 @@ int32_t ir_attention_grad(IrGraph *g, int32_t q, int32_t k, int32_t v, int32_t d
   return build_attention(g, IR_ATTENTION_GRAD, 4, ops, causal, scale);
 }
 
+int32_t ir_attention_at(IrGraph *g, int32_t q, int32_t k, int32_t v, int32_t dout, int32_t pos,
+                        bool causal, double scale) {
+  int32_t ops[5] = {q, k, v}, n = 3;
+  if (dout != IR_NONE) ops[n++] = dout;
+  if (pos != IR_NONE) ops[n++] = pos;
+  return build_attention(g, dout != IR_NONE ? IR_ATTENTION_GRAD : IR_ATTENTION, n, ops, causal,
+                         scale);
+}
+
 /* ---- collectives ---- */
 
 static int32_t build_collective(IrGraph *g, IrOp op, int32_t x, int32_t naxes,

@@ -362,69 +362,74 @@ static int eval_top_k(EvalCtx *c) {
   return IR_OK;
 }
 
-/* Attention probabilities of one problem, P (T, T): softmax(scale * q k^T) per row, masked
- * entries exactly 0. */
-static void attention_probs(const double *q, const double *k, int64_t T, int64_t H, bool causal,
-                            double scale, double *P) {
-  for (int64_t i = 0; i < T; i++) {
-    int64_t n = causal ? i + 1 : T;
+/* Attention probabilities of one problem, P (Tq, Tk): softmax(scale * q k^T) per row, masked
+ * entries exactly 0; with causal, row i sees keys j <= pos[i] (pos NULL: i), clamped to the
+ * keys there are. */
+static void attention_probs(const double *q, const double *k, int64_t Tq, int64_t Tk, int64_t H,
+                            bool causal, const double *pos, double scale, double *P) {
+  for (int64_t i = 0; i < Tq; i++) {
+    double at = pos ? pos[i] : (double)i;
+    int64_t n = !causal ? Tk : at < 0 ? 1 : at >= (double)Tk ? Tk : (int64_t)at + 1;
     double m = -INFINITY, l = 0;
     for (int64_t j = 0; j < n; j++) {
       double sij = 0;
       for (int64_t d = 0; d < H; d++) sij += q[i * H + d] * k[j * H + d];
-      P[i * T + j] = scale * sij;
-      m = fmax(m, P[i * T + j]);
+      P[i * Tk + j] = scale * sij;
+      m = fmax(m, P[i * Tk + j]);
     }
-    for (int64_t j = 0; j < n; j++) l += P[i * T + j] = exp(P[i * T + j] - m);
-    for (int64_t j = 0; j < T; j++) P[i * T + j] = j < n ? P[i * T + j] / l : 0;
+    for (int64_t j = 0; j < n; j++) l += P[i * Tk + j] = exp(P[i * Tk + j] - m);
+    for (int64_t j = 0; j < Tk; j++) P[i * Tk + j] = j < n ? P[i * Tk + j] / l : 0;
   }
 }
 
-/* out (..., T, H) = P v, or with dout a fourth operand the (3, ..., T, H) gradients:
+/* out (..., Tq, H) = P v, or with dout a fourth operand the (3, ..., Tk, H) gradients:
  * dv = P^T dout, dS = P (dP - rowsum(P dP)) with dP = dout v^T, dq = scale dS k,
- * dk = scale dS^T q. */
+ * dk = scale dS^T q; dq in the first Tq rows of its slot. */
 static int eval_attention(EvalCtx *c) {
-  const IrShape *qs = arg_shape(c, 0);
-  int64_t T = qs->dims[qs->rank - 2], H = qs->dims[qs->rank - 1];
-  int64_t per = T * H, nb = T ? ir_shape_numel(qs) / per : 0;
+  const IrShape *qs = arg_shape(c, 0), *ks = arg_shape(c, 1);
+  int64_t Tq = qs->dims[qs->rank - 2], Tk = ks->dims[ks->rank - 2], H = qs->dims[qs->rank - 1];
+  int64_t per = Tq * H, kper = Tk * H, nb = per ? ir_shape_numel(qs) / per : 0;
   bool causal = c->v->attr.k != 0, grad = c->v->op == IR_ATTENTION_GRAD;
-  int64_t G = ir_attention_group(qs, arg_shape(c, 1));
+  int32_t base = grad ? 4 : 3;
+  const double *pos = c->v->nops > base ? c->args[base] : NULL;
+  int64_t G = ir_attention_group(qs, ks);
   double scale = c->v->attr.value;
-  double *P = malloc((size_t)(T * T * (grad ? 2 : 1) + 1) * sizeof *P), *dS = P + T * T;
+  double *P = malloc((size_t)(Tq * Tk * (grad ? 2 : 1) + 1) * sizeof *P), *dS = P + Tq * Tk;
   if (!P) /* sized by the model's sequence length: a user error, not a compiler bug */
-    return fail(c->msg, c->cap, "out of memory for the %lld x %lld attention scores", (long long)T,
-                (long long)T);
+    return fail(c->msg, c->cap, "out of memory for the %lld x %lld attention scores", (long long)Tq,
+                (long long)Tk);
   memset(c->out, 0, (size_t)c->n * sizeof *c->out);
   for (int64_t b = 0; b < nb; b++) {
     int64_t kb = b / G, at[3];
     ir_attention_grad_at(nb, G, b, &at[0], &at[1], &at[2]);
-    const double *q = c->args[0] + b * per, *k = c->args[1] + kb * per, *v = c->args[2] + kb * per;
-    attention_probs(q, k, T, H, causal, scale, P);
+    const double *q = c->args[0] + b * per, *k = c->args[1] + kb * kper,
+                 *v = c->args[2] + kb * kper;
+    attention_probs(q, k, Tq, Tk, H, causal, pos, scale, P);
     if (!grad) {
       double *o = c->out + b * per;
-      for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < T; j++)
-          for (int64_t d = 0; d < H; d++) o[i * H + d] += P[i * T + j] * v[j * H + d];
+      for (int64_t i = 0; i < Tq; i++)
+        for (int64_t j = 0; j < Tk; j++)
+          for (int64_t d = 0; d < H; d++) o[i * H + d] += P[i * Tk + j] * v[j * H + d];
       continue;
     }
     const double *go = c->args[3] + b * per;
-    double *dq = c->out + at[0] * per, *dk = c->out + at[1] * per, *dv = c->out + at[2] * per;
-    for (int64_t i = 0; i < T; i++) {
+    double *dq = c->out + at[0] * kper, *dk = c->out + at[1] * kper, *dv = c->out + at[2] * kper;
+    for (int64_t i = 0; i < Tq; i++) {
       double D = 0;
-      for (int64_t j = 0; j < T; j++) {
+      for (int64_t j = 0; j < Tk; j++) {
         double dp = 0;
         for (int64_t d = 0; d < H; d++) dp += go[i * H + d] * v[j * H + d];
-        dS[i * T + j] = dp;
-        D += P[i * T + j] * dp;
+        dS[i * Tk + j] = dp;
+        D += P[i * Tk + j] * dp;
       }
-      for (int64_t j = 0; j < T; j++) dS[i * T + j] = P[i * T + j] * (dS[i * T + j] - D);
+      for (int64_t j = 0; j < Tk; j++) dS[i * Tk + j] = P[i * Tk + j] * (dS[i * Tk + j] - D);
     }
-    for (int64_t i = 0; i < T; i++)
-      for (int64_t j = 0; j < T; j++)
+    for (int64_t i = 0; i < Tq; i++)
+      for (int64_t j = 0; j < Tk; j++)
         for (int64_t d = 0; d < H; d++) {
-          dq[i * H + d] += scale * dS[i * T + j] * k[j * H + d];
-          dk[j * H + d] += scale * dS[i * T + j] * q[i * H + d];
-          dv[j * H + d] += P[i * T + j] * go[i * H + d];
+          dq[i * H + d] += scale * dS[i * Tk + j] * k[j * H + d];
+          dk[j * H + d] += scale * dS[i * Tk + j] * q[i * H + d];
+          dv[j * H + d] += P[i * Tk + j] * go[i * H + d];
         }
   }
   free(P);

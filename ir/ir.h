@@ -323,10 +323,15 @@ int32_t ir_top_k_indices(IrGraph *g, int32_t x, int64_t k);
  * leading index, flattened) reads key problem b / G, and attention_grad gives
  * (..., K, G + 2, T, H): per key head its G query heads' dq, then its dk and dv (summed over the
  * group). ir_attention_group gives G (0: the shapes do not fit).
+ * Query positions (a last operand, i32 (Tq), non-decreasing, each in [0, Tk)): q and dout have
+ * Tq <= Tk rows, k and v Tk, and with causal query row i sees keys j <= pos[i] (a device's chunk
+ * of a split sequence: its rows' places in the whole one). attention_grad's result keeps Tk rows
+ * a slot: dq fills rows [0, Tq) of its slot and zeros the rest. Without them pos[i] = i and
+ * Tq = Tk.
  */
 int64_t ir_attention_group(const IrShape *q, const IrShape *k);
 /* Where attention_grad puts query problem b's dq, and its key problem's dk and dv, in problems
- * (T H elements) from the start of the result; nb query problems, group G. */
+ * (Tk H elements) from the start of the result; nb query problems, group G. */
 static inline void ir_attention_grad_at(int64_t nb, int64_t G, int64_t b, int64_t *dq, int64_t *dk,
                                         int64_t *dv) {
   if (G == 1) {
@@ -337,9 +342,17 @@ static inline void ir_attention_grad_at(int64_t nb, int64_t G, int64_t b, int64_
   *dk = b / G * (G + 2) + G;
   *dv = *dk + 1;
 }
+/* The query positions operand of attention value v (attention or attention_grad), or IR_NONE. */
+static inline int32_t ir_attention_positions(const IrValue *v) {
+  int32_t base = v->op == IR_ATTENTION ? 3 : 4;
+  return v->nops > base ? v->ops[base] : IR_NONE;
+}
 int32_t ir_attention(IrGraph *g, int32_t q, int32_t k, int32_t v, bool causal, double scale);
 int32_t ir_attention_grad(IrGraph *g, int32_t q, int32_t k, int32_t v, int32_t dout, bool causal,
                           double scale);
+/* Either op with the query positions pos (IR_NONE: none); dout IR_NONE builds attention. */
+int32_t ir_attention_at(IrGraph *g, int32_t q, int32_t k, int32_t v, int32_t dout, int32_t pos,
+                        bool causal, double scale);
 int32_t ir_all_reduce(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes);
 int32_t ir_all_gather(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes, int32_t axis);
 int32_t ir_reduce_scatter(IrGraph *g, int32_t x, int32_t naxes, const char *const *axes,

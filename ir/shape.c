@@ -406,23 +406,29 @@ static int shape_top_k(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape 
 
 /* ---- fused attention ---- */
 
-/* Query problems per key problem: q (..., N, T, H) against k, v (..., K, T, H) whose other dims
- * match, N a multiple of K (grouped-query attention: query head n reads key head n / G); 1 for
- * k and v of the query's shape. 0 when the shapes do not fit. */
+/* Query problems per key problem: q (..., N, Tq, H) against k, v (..., K, Tk, H) whose other
+ * dims match, N a multiple of K (grouped-query attention: query head n reads key head n / G); 1
+ * for k and v with the query's heads. 0 when the shapes do not fit. Tq and Tk are checked by the
+ * shape rule (equal, or Tq <= Tk with query positions). */
 int64_t ir_attention_group(const IrShape *q, const IrShape *k) {
-  if (ir_shape_eq(q, k)) return 1;
   int32_t r = q->rank;
-  if (r < 3 || k->rank != r || k->dims[r - 3] <= 0 || q->dims[r - 3] % k->dims[r - 3]) return 0;
+  if (r < 2 || k->rank != r) return 0;
   for (int32_t d = 0; d < r; d++)
-    if (d != r - 3 && q->dims[d] != k->dims[d]) return 0;
+    if (d != r - 3 && d != r - 2 && q->dims[d] != k->dims[d]) return 0;
+  if (r == 2) return 1;
+  if (k->dims[r - 3] <= 0 || q->dims[r - 3] % k->dims[r - 3]) return 0;
   return q->dims[r - 3] / k->dims[r - 3];
 }
 
 static int attention_operands(const IrGraph *g, const IrValue *v, char *msg, size_t cap) {
+  int32_t base = v->op == IR_ATTENTION ? 3 : 4;
+  if (v->nops != base && v->nops != base + 1)
+    return fail(msg, cap, "%d operands, expected %d, or %d with the query positions", v->nops, base,
+                base + 1);
   const IrValue *q = operand(g, v, 0), *k = operand(g, v, 1);
   if (!ir_dtype_is_float(q->dtype)) return fail(msg, cap, "operands must be floating point");
   if (q->shape.rank < 2) return fail(msg, cap, "operands must be (..., T, H), rank >= 2");
-  for (int32_t i = 1; i < v->nops; i++) {
+  for (int32_t i = 1; i < base; i++) {
     const IrValue *x = operand(g, v, i);
     const IrShape *want = i == 3 ? &q->shape : &k->shape;
     if (x->dtype != q->dtype || !ir_shape_eq(&x->shape, want))
@@ -433,6 +439,21 @@ static int attention_operands(const IrGraph *g, const IrValue *v, char *msg, siz
     return fail(msg, cap,
                 "keys must have the query's shape, or (..., K, T, H) with the query's "
                 "(..., N, T, H) a multiple N of K heads");
+  int32_t r = q->shape.rank;
+  int64_t tq = q->shape.dims[r - 2], tk = k->shape.dims[r - 2];
+  if (v->nops == base) {
+    if (tq != tk)
+      return fail(msg, cap, "%lld query rows against %lld keys need the query positions",
+                  (long long)tq, (long long)tk);
+  } else {
+    const IrValue *p = operand(g, v, base);
+    if (p->dtype != DT_I32 || p->shape.rank != 1 || p->shape.dims[0] != tq)
+      return fail(msg, cap, "operand %d (the query positions) must be i32 (%lld)", base,
+                  (long long)tq);
+    if (tq > tk)
+      return fail(msg, cap, "%lld query rows against %lld keys: at most one a key", (long long)tq,
+                  (long long)tk);
+  }
   if (v->attr.k != 0 && v->attr.k != 1)
     return fail(msg, cap, "causal = %lld, expected 0 or 1", (long long)v->attr.k);
   if (!isfinite(v->attr.value)) return fail(msg, cap, "the scale must be finite");
@@ -447,8 +468,9 @@ static int shape_attention(const IrGraph *g, const IrValue *v, IrDType *dt, IrSh
   return IR_OK;
 }
 
-/* (3, ..., T, H): dq, dk, dv stacked; grouped (G > 1), (..., K, G + 2, T, H): per key head its
- * G query heads' dq, then its dk and dv (ir_attention_grad_at). */
+/* (3, ..., Tk, H): dq, dk, dv stacked; grouped (G > 1), (..., K, G + 2, Tk, H): per key head
+ * its G query heads' dq, then its dk and dv (ir_attention_grad_at). dq fills rows [0, Tq) of
+ * its slot, zeros the rest. */
 static int shape_attention_grad(const IrGraph *g, const IrValue *v, IrDType *dt, IrShape *s,
                                 char *msg, size_t cap) {
   if (attention_operands(g, v, msg, cap)) return IR_ERR;
@@ -458,7 +480,7 @@ static int shape_attention_grad(const IrGraph *g, const IrValue *v, IrDType *dt,
   s->rank = q->rank + 1;
   if (G == 1) {
     s->dims[0] = 3;
-    for (int32_t d = 0; d < q->rank; d++) s->dims[d + 1] = q->dims[d];
+    for (int32_t d = 0; d < q->rank; d++) s->dims[d + 1] = k->dims[d];
   } else {
     for (int32_t d = 0, o = 0; d < q->rank; d++) {
       s->dims[o++] = k->dims[d];

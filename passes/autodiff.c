@@ -303,24 +303,26 @@ static void ad_scatter_add(AdCtx *c, int32_t y, int32_t gy) {
   ad_acc(c, arg(c, y, 1), ir_gather(c->g, gy, arg(c, y, 0)));
 }
 
-/* The three gradients in one attention_grad, sliced apart: (3, ..., T, H), or grouped
- * (..., K, G + 2, T, H) sliced on the group axis (ir_attention_grad_at). */
+/* The three gradients in one attention_grad, sliced apart: (3, ..., Tk, H), or grouped
+ * (..., K, G + 2, Tk, H) sliced on the group axis (ir_attention_grad_at); dq from the first Tq
+ * rows. The query positions have no gradient. */
 static void ad_attention(AdCtx *c, int32_t y, int32_t gy) {
   const IrValue *x = &c->g->values[y];
   IrShape s = x->shape, ks = c->g->values[x->ops[1]].shape;
   int64_t G = ir_attention_group(&s, &ks);
-  int32_t R =
-      ir_attention_grad(c->g, x->ops[0], x->ops[1], x->ops[2], gy, x->attr.k != 0, x->attr.value);
+  int32_t R = ir_attention_at(c->g, x->ops[0], x->ops[1], x->ops[2], gy, ir_attention_positions(x),
+                              x->attr.k != 0, x->attr.value);
   if (R == IR_NONE) return; /* the graph holds the reason */
   int64_t lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK] = {0};
   const IrShape *rs = &c->g->values[R].shape;
   for (int32_t d = 0; d < rs->rank; d++) hi[d] = rs->dims[d];
-  int32_t ax = G == 1 ? 0 : s.rank - 2; /* the stacking axis */
+  int32_t ax = G == 1 ? 0 : s.rank - 2, rows = rs->rank - 2; /* the stacking axis, the rows */
   for (int32_t i = 0; i < 3; i++) {
     int32_t op = c->g->values[y].ops[i];
     if (!need(c, op)) continue;
     lo[ax] = G == 1 ? i : i == 0 ? 0 : G + i - 1;
     hi[ax] = G == 1 ? i + 1 : i == 0 ? G : G + i;
+    hi[rows] = i == 0 ? s.dims[s.rank - 2] : rs->dims[rows];
     const IrShape *to = i == 0 ? &s : &ks;
     ad_acc(c, op, ir_reshape(c->g, ir_slice(c->g, R, lo, hi), to->rank, to->dims));
   }

@@ -7,13 +7,15 @@
  * nothing about the mesh changes, and there is no autodiff after it (so the row max needs no
  * stop_gradient).
  *
- * The math, per leading index, with q, k, v, dout (T, H) and L = rank - 2 batch dims:
- *   S  = scale * q k^T                              (T, T)
- *   causal: S[i, j] = -inf for keys j > query i     (their exp is exactly 0, as in the reference)
+ * The math, per leading index, with q, dout (Tq, H), k, v (Tk, H) and L = rank - 2 batch dims:
+ *   S  = scale * q k^T                              (Tq, Tk)
+ *   causal: S[i, j] = -inf for keys j > pos[i]      (their exp is exactly 0, as in the reference;
+ *                                                    pos the query positions, or the row iota)
  *   P  = exp(S - rowmax S) / rowsum                 softmax along the keys
  *   out = P v
  *   dP = dout v^T,  D = rowsum(P * dP),  dS = scale * P * (dP - D)
  *   dq = dS k,  dk = dS^T q,  dv = P^T dout         attention_grad: concat along a new axis 0
+ *                                                    (dq padded with zero rows to Tk)
  * Both ops build P the same way (attention_probs below). Every dot_general is one sgemm per batch
  * element (ir_dot_sgemm): batch dims first, contracting dims at the end or right after the batch.
  * The causal mask is a compare of two iotas read by one select, so the fusion plan computes it
@@ -36,16 +38,18 @@
 typedef struct Att {
   IrGraph *g;                /* the new graph */
   int32_t q, k, v, dout;     /* (..., T, H); dout IR_NONE for attention */
+  int32_t pos;               /* the query positions (Tq), or IR_NONE */
+  int64_t tk;                /* key rows */
   IrDType dt;                /* of q */
   int32_t rank;              /* of q, >= 2 */
-  int64_t dims[IR_MAX_RANK]; /* (..., T, T): the scores' shape */
+  int64_t dims[IR_MAX_RANK]; /* (..., Tq, Tk): the scores' shape */
   int32_t axes[IR_MAX_RANK]; /* 0, 1, ..., rank - 1: batch dims and bdims */
   bool causal;
   double scale;
   int64_t G; /* query heads per key head (ir_attention_group) */
 } Att;
 
-/* A constant x of the scores' shape (..., T, T). */
+/* A constant x of the scores' shape (..., Tq, Tk). */
 static int32_t att_splat(const Att *a, double x) {
   return ir_const_scalar(a->g, a->dt, x, a->rank, a->dims);
 }
@@ -56,25 +60,27 @@ static int32_t att_dot(const Att *a, int32_t lhs, int32_t rhs, int32_t ca, int32
   return ir_dot(a->g, lhs, rhs, a->rank - 2, a->axes, a->axes, 1, &ca, &cb);
 }
 
-/* A row statistic (..., T) broadcast along the keys to (..., T, T). */
+/* A row statistic (..., Tq) broadcast along the keys to (..., Tq, Tk). */
 static int32_t att_rows(const Att *a, int32_t x) {
   return ir_broadcast(a->g, x, a->rank, a->dims, a->axes);
 }
 
-/* Sum or max over the keys: (..., T, T) -> (..., T). */
+/* Sum or max over the keys: (..., Tq, Tk) -> (..., Tq). */
 static int32_t att_reduce(const Att *a, IrOp op, int32_t x) {
   int32_t last = a->rank - 1;
   return op == IR_REDUCE_MAX ? ir_reduce_max(a->g, x, 1, &last) : ir_reduce_sum(a->g, x, 1, &last);
 }
 
-/* P (..., T, T): softmax(scale * q k^T) along the keys, masked keys exactly 0. The row max is
- * over the unmasked keys (the diagonal always is), so exp(S - max) <= 1 and no row sums to 0. */
+/* P (..., Tq, Tk): softmax(scale * q k^T) along the keys, masked keys exactly 0. The row max is
+ * over the unmasked keys (key pos[i] always is), so exp(S - max) <= 1 and no row sums to 0. */
 static int32_t attention_probs(const Att *a) {
   IrGraph *g = a->g;
   int32_t s = ir_mul(g, att_dot(a, a->q, a->k, a->rank - 1, a->rank - 1), att_splat(a, a->scale));
   if (a->causal) {
-    int32_t key_ok = ir_ge(g, ir_iota(g, DT_I32, a->rank, a->dims, a->rank - 2),
-                           ir_iota(g, DT_I32, a->rank, a->dims, a->rank - 1));
+    int32_t row = a->rank - 2;
+    int32_t at = a->pos == IR_NONE ? ir_iota(g, DT_I32, a->rank, a->dims, row)
+                                   : ir_broadcast(g, a->pos, a->rank, a->dims, &row);
+    int32_t key_ok = ir_ge(g, at, ir_iota(g, DT_I32, a->rank, a->dims, a->rank - 1));
     s = ir_select(g, key_ok, s, att_splat(a, -INFINITY));
   }
   int32_t z = ir_exp(g, ir_sub(g, s, att_rows(a, att_reduce(a, IR_REDUCE_MAX, s))));
@@ -94,19 +100,22 @@ static int32_t att_group(const Att *a, int32_t x, bool to_q) {
   int32_t r = qs->rank, bd[IR_MAX_RANK];
   int64_t kg[IR_MAX_RANK], k[IR_MAX_RANK];
   for (int32_t d = 0, o = 0; d < r; d++) {
-    k[d] = d == r - 3 ? qs->dims[d] / a->G : qs->dims[d];
+    k[d] = d == r - 3 ? qs->dims[d] / a->G : d == r - 2 ? a->tk : qs->dims[d];
     bd[d] = o;
     kg[o++] = k[d];
     if (d == r - 3) kg[o++] = a->G;
   }
   for (int32_t d = r - 2; d < r; d++) bd[d] = d + 1;
-  if (to_q) return ir_reshape(g, ir_broadcast(g, x, r + 1, kg, bd), r, qs->dims);
+  int64_t q[IR_MAX_RANK]; /* the query's heads, the keys' rows */
+  memcpy(q, qs->dims, sizeof q);
+  q[r - 2] = a->tk;
+  if (to_q) return ir_reshape(g, ir_broadcast(g, x, r + 1, kg, bd), r, q);
   int32_t ax = r - 2;
   return ir_reshape(g, ir_reduce_sum(g, ir_reshape(g, x, r + 1, kg), 1, &ax), r, k);
 }
 
-/* Grouped attention_grad's (..., K, G + 2, T, H) from the query-shaped dq and the summed dk,
- * dv (..., K, T, H). */
+/* Grouped attention_grad's (..., K, G + 2, Tk, H) from the query-shaped dq (rows padded to Tk)
+ * and the summed dk, dv (..., K, Tk, H). */
 static int32_t att_stack_grouped(const Att *a, const int32_t *grads) {
   IrGraph *g = a->g;
   const IrShape *qs = &g->values[a->q].shape;
@@ -114,7 +123,7 @@ static int32_t att_stack_grouped(const Att *a, const int32_t *grads) {
   int64_t kg[IR_MAX_RANK];
   for (int32_t i = 0; i < 3; i++) {
     for (int32_t d = 0, o = 0; d < r; d++) {
-      kg[o++] = d == r - 3 ? qs->dims[d] / a->G : qs->dims[d];
+      kg[o++] = d == r - 3 ? qs->dims[d] / a->G : d == r - 2 ? a->tk : qs->dims[d];
       if (d == r - 3) kg[o++] = i == 0 ? a->G : 1;
     }
     parts[i] = ir_reshape(g, grads[i], r + 1, kg);
@@ -122,24 +131,29 @@ static int32_t att_stack_grouped(const Att *a, const int32_t *grads) {
   return ir_concat(g, 3, parts, r - 2);
 }
 
-/* (3, ..., T, H): dq, dk, dv (see the top of the file); grouped, (..., K, G + 2, T, H). */
+/* (3, ..., Tk, H): dq, dk, dv (see the top of the file); grouped, (..., K, G + 2, Tk, H). */
 static int32_t expand_attention_grad(const Att *a) {
   IrGraph *g = a->g;
   int32_t t = a->rank - 2, h = a->rank - 1; /* the query (or key) axis, the head axis */
   int32_t p = attention_probs(a);
-  int32_t dp = att_dot(a, a->dout, a->v, h, h); /* (..., T, T) */
+  int32_t dp = att_dot(a, a->dout, a->v, h, h); /* (..., Tq, Tk) */
   int32_t d = att_rows(a, att_reduce(a, IR_REDUCE_SUM, ir_mul(g, p, dp)));
   int32_t ds = ir_mul(g, ir_mul(g, p, ir_sub(g, dp, d)), att_splat(a, a->scale));
   int32_t grads[3] = {att_dot(a, ds, a->k, h, t), att_dot(a, ds, a->q, t, t),
                       att_dot(a, p, a->dout, t, t)};
+  const IrShape *qs = &g->values[a->q].shape;
+  if (qs->dims[t] < a->tk) { /* dq's rows [Tq, Tk) are zeros */
+    int64_t lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK] = {0};
+    hi[t] = a->tk - qs->dims[t];
+    grads[0] = ir_pad(g, grads[0], lo, hi, 0.0);
+  }
   if (a->G > 1) {
     grads[1] = att_group(a, grads[1], false);
     grads[2] = att_group(a, grads[2], false);
     return att_stack_grouped(a, grads);
   }
-  const IrShape *qs = &g->values[a->q].shape;
-  int64_t one[IR_MAX_RANK] = {1}; /* (1, ..., T, H) */
-  memcpy(one + 1, qs->dims, (size_t)qs->rank * sizeof *one);
+  int64_t one[IR_MAX_RANK] = {1}; /* (1, ..., Tk, H) */
+  memcpy(one + 1, g->values[grads[0]].shape.dims, (size_t)qs->rank * sizeof *one);
   for (int32_t i = 0; i < 3; i++) grads[i] = ir_reshape(g, grads[i], qs->rank + 1, one);
   return ir_concat(g, 3, grads, 0);
 }
@@ -151,7 +165,7 @@ static void expand_splits(IrGraph *ng, const IrGraph *g, int32_t x, int32_t firs
   const IrSplit *lead = &g->values[old->ops[0]].split;
   int32_t rank = g->values[old->ops[0]].shape.rank;
   bool grouped = /* its (..., K, G, T, H) values keep the leading splits in place */
-      !ir_shape_eq(&g->values[old->ops[0]].shape, &g->values[old->ops[1]].shape);
+      ir_attention_group(&g->values[old->ops[0]].shape, &g->values[old->ops[1]].shape) > 1;
   for (int32_t i = first; i < r; i++) {
     IrValue *y = &ng->values[i];
     int32_t off = y->shape.rank == rank + 1 && !grouped; /* (1 or 3, ..., T, H) */
@@ -165,22 +179,25 @@ static void expand_splits(IrGraph *ng, const IrGraph *g, int32_t x, int32_t firs
 /* Appends the expansion of attention value x of g to ng; its operands are map[...]. */
 static int32_t expand_value(IrGraph *ng, const IrGraph *g, int32_t x, const int32_t *map) {
   const IrValue *old = &g->values[x];
-  const IrShape *qs = &g->values[old->ops[0]].shape;
+  const IrShape *qs = &g->values[old->ops[0]].shape, *ks = &g->values[old->ops[1]].shape;
+  int32_t pos = ir_attention_positions(old);
   Att a = {.g = ng,
            .q = map[old->ops[0]],
            .k = map[old->ops[1]],
            .v = map[old->ops[2]],
            .dout = old->op == IR_ATTENTION_GRAD ? map[old->ops[3]] : IR_NONE,
+           .pos = pos == IR_NONE ? IR_NONE : map[pos],
+           .tk = ks->dims[ks->rank - 2],
            .dt = old->dtype,
            .rank = qs->rank,
            .causal = old->attr.k != 0,
            .scale = old->attr.value,
-           .G = ir_attention_group(qs, &g->values[old->ops[1]].shape)};
+           .G = ir_attention_group(qs, ks)};
   for (int32_t d = 0; d < qs->rank; d++) {
     a.dims[d] = qs->dims[d];
     a.axes[d] = d;
   }
-  a.dims[qs->rank - 1] = qs->dims[qs->rank - 2];
+  a.dims[qs->rank - 1] = a.tk;
   const char *origin = ng->origin, *tag = ng->tag; /* ng's own strings */
   ir_graph_set_origin(ng, old->origin);
   ir_graph_set_tag(ng, old->tag);

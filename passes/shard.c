@@ -8,8 +8,8 @@
  *   - Leaves get their sharding from the options: parameters from their partition specs, the
  *     AdamW moments like their parameter, ids and targets split over the batch axes and, under
  *     a seq axis (context parallelism), on their sequence: bound as whole rows, the program
- *     keeps its chunk of the columns. A split sequence first has the fused attention expanded
- *     (seq_split), so the products' rules gather K and V and keep the query chunk.
+ *     keeps its chunk of the columns. Over a split sequence the fused attention runs on each
+ *     device's chunk of the queries against the gathered keys (attention_seq).
  *   - Under sequence parallelism (PassShard.sequence_parallel) the activations between the
  *     layers split over the sequence on model instead of the hidden dim (act_dim,
  *     lookup_layout), and a column-parallel weight keeps its split where the activation's
@@ -855,9 +855,11 @@ static int top_k(Ctx *c, int32_t v, Sh *out) {
 }
 
 /* attention (q, k, v (..., T, H); grouped, k and v with fewer heads) and attention_grad (also
- * dout; result (3, ..., T, H), grouped (..., K, G + 2, T, H)): the
- * leading dims are independent problems and keep the query's splits (the first operand's that
- * has some); T and H whole. Every operand takes that sharding. */
+ * dout; result (3, ..., T, H), grouped (..., K, G + 2, T, H)): the leading dims are independent
+ * problems and keep the query's splits (the first operand's that has some); H whole. T stays
+ * whole too, unless the query is split on it (context parallelism: attention_seq). */
+static int attention_seq(Ctx *c, int32_t v, const Sh *in, const uint8_t *taxes, Sh *out);
+
 static int attention(Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v];
   int32_t rank = c->g->values[x->ops[0]].shape.rank, ops[4];
@@ -868,10 +870,17 @@ static int attention(Ctx *c, int32_t v, Sh *out) {
     in.partial = 0;
     memset(in.s.axes[rank - 2], 0, 2 * sizeof in.s.axes[0]);
   }
+  Sh qs = c->deferred[x->ops[0]] ? natural(c, x->ops[0]) : resolved(c, x->ops[0]);
+  uint32_t tbits = dim_axes(&qs.s, rank - 2);
+  int64_t T = c->g->values[x->ops[0]].shape.dims[rank - 2];
+  if (tbits && !(tbits & used_axes(&in.s, rank)) && ir_attention_positions(x) == IR_NONE &&
+      T % count(c, &qs.s, rank - 2) == 0)
+    return attention_seq(c, v, &in, qs.s.axes[rank - 2], out);
   for (int32_t k = 0; k < x->nops; k++) ops[k] = get(c, x->ops[k], &in);
   *out = in;
   if (x->op == IR_ATTENTION_GRAD) {
-    bool grouped = !ir_shape_eq(&c->g->values[x->ops[0]].shape, &c->g->values[x->ops[1]].shape);
+    bool grouped =
+        ir_attention_group(&c->g->values[x->ops[0]].shape, &c->g->values[x->ops[1]].shape) > 1;
     memset(out, 0, sizeof *out);
     if (grouped) /* (..., K, G + 2, T, H): the leading dims in place */
       memcpy(out->s.axes[0], in.s.axes[0], (size_t)(rank - 2) * sizeof in.s.axes[0]);
@@ -882,24 +891,76 @@ static int attention(Ctx *c, int32_t v, Sh *out) {
   return IR_OK;
 }
 
+/* Attention over a sequence split on `taxes` (the query's T; the leading dims as *in): each
+ * device runs the fused op on its chunk of the queries against all the keys. k and v are
+ * gathered along T; the query positions, which carry the causal mask, are this device's chunk
+ * of an iota over T. The forward's result is split as the query. The gradient's local stack
+ * (3, ..., T, H) holds dq in rows [0, T / S) and the device's summands of dk and dv over all of
+ * T: dq is sliced out, dk and dv reduce_scattered along T, and the three concatenated again as
+ * the stack split on T. */
+static int attention_seq(Ctx *c, int32_t v, const Sh *in, const uint8_t *taxes, Sh *out) {
+  const IrValue *x = &c->g->values[v];
+  const IrShape *gq = &c->g->values[x->ops[0]].shape;
+  int32_t rank = gq->rank, ops[5], n = 0;
+  bool grad = x->op == IR_ATTENTION_GRAD;
+  Sh qin = *in, whole = {0}, chunk = {0};
+  memcpy(qin.s.axes[rank - 2], taxes, IR_MAX_SPLIT_AXES);
+  ops[n++] = get(c, x->ops[0], &qin);
+  ops[n++] = get(c, x->ops[1], in);
+  ops[n++] = get(c, x->ops[2], in);
+  if (grad) ops[n++] = get(c, x->ops[3], &qin);
+  IrShape ts = {.rank = 1, .dims = {gq->dims[rank - 2]}};
+  memcpy(chunk.s.axes[0], taxes, IR_MAX_SPLIT_AXES);
+  int32_t pos = mark(c, ir_iota(c->h, DT_I32, 1, ts.dims, 0), &whole.s);
+  ops[n++] = reshard(c, pos, whole, &chunk, &ts);
+  IrValue p = *x;
+  p.ops = ops;
+  p.nops = n;
+  if (!grad) {
+    *out = qin;
+    p.split = qin.s;
+    c->val[v] = ir_graph_add(c->h, &p);
+    return IR_OK;
+  }
+  /* the stack: the leading splits where attention() puts them, T (dim rank - 1) whole */
+  bool grouped = ir_attention_group(gq, &c->g->values[x->ops[1]].shape) > 1;
+  Sh st = {0};
+  if (grouped)
+    memcpy(st.s.axes[0], in->s.axes[0], (size_t)(rank - 2) * sizeof in->s.axes[0]);
+  else
+    memcpy(st.s.axes[1], in->s.axes[0], (size_t)rank * sizeof in->s.axes[0]);
+  p.split = st.s;
+  int32_t R = ir_graph_add(c->h, &p);
+  if (R == IR_NONE) return IR_ERR;
+  const IrShape *rs = &c->h->values[R].shape;
+  int64_t G = ir_attention_group(gq, &c->g->values[x->ops[1]].shape), lo[IR_MAX_RANK] = {0},
+          hi[IR_MAX_RANK];
+  int32_t sax = grouped ? rank - 2 : 0, rows = rank - 1; /* the stack's axis, its rows */
+  memcpy(hi, rs->dims, sizeof hi);
+  *out = st;
+  memcpy(out->s.axes[rows], taxes, IR_MAX_SPLIT_AXES);
+  hi[sax] = grouped ? G : 1;
+  hi[rows] = c->h->values[ops[0]].shape.dims[rank - 2];
+  int32_t parts[2];
+  parts[0] = mark(c, ir_slice(c->h, R, lo, hi), &out->s); /* dq: the local queries */
+  lo[sax] = hi[sax];
+  hi[sax] += 2;
+  hi[rows] = rs->dims[rows];
+  Sh sum = st;
+  sum.partial = dim_axes(&out->s, rows);
+  IrShape gs = x->shape; /* dk and dv's global shape */
+  gs.dims[sax] = 2;
+  parts[1] = reshard(c, mark(c, ir_slice(c->h, R, lo, hi), &st.s), sum, out, &gs);
+  c->val[v] = mark(c, ir_concat(c->h, 2, parts, sax), &out->s);
+  return c->val[v] == IR_NONE ? IR_ERR : IR_OK;
+}
+
 /* ---- leaves -------------------------------------------------------------------------- */
 
 static const PassShardLeaf *leaf_find(const PassShard *o, const char *name) {
   for (int32_t i = 0; i < o->nleaves; i++)
     if (strcmp(o->leaves[i].name, name) == 0) return &o->leaves[i];
   return NULL;
-}
-
-/* Whether an input is split on its sequence (a dim past the batch): context parallelism. The
- * fused attention ops take a whole sequence per problem, so the pass first expands them into
- * their products and softmax (pass_expand), whose rules then gather K and V along the sequence
- * (the rhs's free dim of q k^T, and the contracting dim of P v) and keep the query chunk: its
- * causal mask compares iotas along a split dim, each device's chunk of the global positions. */
-static bool seq_split(const PassShard *o) {
-  const PassShardLeaf *ids = leaf_find(o, "ids");
-  for (int32_t d = 1; ids && d < IR_MAX_RANK; d++)
-    if (ids->split.axes[d][0]) return true;
-  return false;
 }
 
 static int leaf(Ctx *c, int32_t v, Sh *out) {
@@ -1067,7 +1128,6 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
       return ir_graph_fail(g, "shard: mesh axis %s has size %lld (leave axes of size 1 out)",
                            o->mesh.names[a], (long long)o->mesh.sizes[a]);
   if (g->mesh.naxes) return ir_graph_fail(g, "shard: the graph is already per-device");
-  if (seq_split(o) && pass_expand(g, opt) != IR_OK) return IR_ERR;
   int32_t n = g->nvalues;
   Ctx c = {.g = g, .m = &o->mesh, .opt = o, .n = n};
   const PassShardLeaf *ids = leaf_find(o, "ids");

@@ -51,13 +51,14 @@
 /* ===== blocks and scratch ============================================================= */
 
 typedef struct {
-    int64_t bn, t, h, nblk; /* nblk: query blocks per problem */
-    int64_t group;          /* query problems per key problem: problem p reads k, v of p / group */
+    int64_t bn, tq, tk, h, nblk; /* tq query rows, tk key rows; nblk: query blocks per problem */
+    int64_t group;               /* query problems per key problem: problem p reads k, v of p / group */
     int causal;
     float scale;
-    const float *q, *k, *v, *dout; /* (bn, t, h) each, k and v (bn / group, t, h); dout backward only */
-    float *o;                      /* forward: (bn, t, h); backward: dq, dk, dv at ir_attention_grad_at's places */
-    int own;                       /* the tiles on rt_gemm_panels (rt_sgemm_use_own), else OpenBLAS */
+    const float *q, *k, *v, *dout; /* q, dout (bn, tq, h), k and v (bn / group, tk, h); dout backward only */
+    const int32_t *pos;            /* the query rows' positions (tq), or NULL: row i is at i */
+    float *o; /* forward: (bn, tq, h); backward: dq, dk, dv at ir_attention_grad_at's places, tk h each */
+    int own;  /* the tiles on rt_gemm_panels (rt_sgemm_use_own), else OpenBLAS */
 } Att;
 
 /* A chunk's scratch: the block's scores and their gradient, and with `own` the panels of the
@@ -94,7 +95,7 @@ static float *scratch_new(int64_t floats) {
 /* A chunk's scratch (Scratch): the scores of a block, and with backward their gradient; the
  * panels when a->own. */
 static Scratch scratch_make(const Att *a, int backward) {
-    int64_t br = block_rows(a->t), t = a->t, h = a->h, tiles = (backward ? 2 : 1) * br * t;
+    int64_t br = block_rows(a->tq), t = a->tk, h = a->h, tiles = (backward ? 2 : 1) * br * t;
     int64_t over_keys = rt_panels_floats(h, t), over_h = rt_panels_floats(t, h), rows_h = rt_panels_floats(br, h);
     int64_t panels = !a->own ? 0 : backward ? 2 * over_keys + over_h + 2 * rows_h : over_keys + over_h;
     Scratch sc = {.packed = -1};
@@ -114,7 +115,7 @@ static Scratch scratch_make(const Att *a, int backward) {
 
 /* Packs problem p's keys and values, once for all the blocks a chunk runs of it. */
 static void pack_problem(const Att *a, Scratch *sc, int64_t p, int backward) {
-    int64_t t = a->t, h = a->h;
+    int64_t t = a->tk, h = a->h;
     const float *k = a->k + p * t * h, *v = a->v + p * t * h;
     if (!a->own || sc->packed == p)
         return;
@@ -227,17 +228,24 @@ ROW_KERNEL static void scale_row(float *x, int64_t n, float c) {
         x[j] *= c;
 }
 
-/* Query block b: rows [i0, i0 + rows), and the keys [0, lim) its rows see between them. */
+/* With causal, the keys [0, n) query row i sees: to its position, within the keys there are. */
+static int64_t causal_keys(const Att *a, int64_t i) {
+    int64_t at = a->pos ? a->pos[i] : i;
+    return at < 0 ? 1 : at >= a->tk ? a->tk : at + 1;
+}
+
+/* Query block b: rows [i0, i0 + rows), and the keys [0, lim) its rows see between them (the
+ * positions do not decrease: its last row's). */
 static void block_span(const Att *a, int64_t b, int64_t *i0, int64_t *rows, int64_t *lim) {
-    int64_t br = block_rows(a->t);
+    int64_t br = block_rows(a->tq);
     *i0 = b * br;
-    *rows = a->t - *i0 < br ? a->t - *i0 : br;
-    *lim = a->causal ? *i0 + *rows : a->t;
+    *rows = a->tq - *i0 < br ? a->tq - *i0 : br;
+    *lim = a->causal ? causal_keys(a, *i0 + *rows - 1) : a->tk;
 }
 
 /* Query row i (of a block's tile) sees keys [0, seen). */
 static int64_t keys_seen(const Att *a, int64_t i, int64_t lim) {
-    return a->causal ? i + 1 : lim;
+    return a->causal ? causal_keys(a, i) : lim;
 }
 
 /* The largest of scale s[0:n), n >= 1. */
@@ -304,7 +312,7 @@ static void item_block(const Att *a, int64_t it, int64_t *p, int64_t *b) {
 
 static void forward_items(void *ctx, int64_t lo, int64_t hi) {
     const Att *a = ctx;
-    int64_t h = a->h, th = a->t * a->h;
+    int64_t h = a->h, qth = a->tq * a->h, kth = a->tk * a->h;
     Scratch sc = scratch_make(a, 0);
     for (int64_t it = lo; it < hi; it++) {
         int64_t p, b, i0, rows, lim;
@@ -312,24 +320,24 @@ static void forward_items(void *ctx, int64_t lo, int64_t hi) {
         block_span(a, b, &i0, &rows, &lim);
         int64_t kp = p / a->group;
         pack_problem(a, &sc, kp, 0);
-        block_probs(a, &sc, a->q + p * th, a->k + kp * th, i0, rows, lim, sc.s, sc.sums);
-        float *o = a->o + p * th + i0 * h;
+        block_probs(a, &sc, a->q + p * qth, a->k + kp * kth, i0, rows, lim, sc.s, sc.sums);
+        float *o = a->o + p * qth + i0 * h;
         if (a->own)
-            rt_gemm_panels(0, rows, h, lim, sc.s, lim, sc.vn, a->t, 0, o, h);
+            rt_gemm_panels(0, rows, h, lim, sc.s, lim, sc.vn, a->tk, 0, o, h);
         else
-            gemm(0, 0, rows, h, lim, 1.0f, sc.s, a->v + kp * th, 0, o);
+            gemm(0, 0, rows, h, lim, 1.0f, sc.s, a->v + kp * kth, 0, o);
         for (int64_t r = 0; r < rows; r++)
             scale_row(o + r * h, h, 1.0f / sc.sums[r]);
     }
     free(sc.s);
 }
 
-void rt_attention(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
-                  const float *q, const float *k, const float *v, float *o) {
-    if (bn <= 0 || t <= 0 || h <= 0 || group <= 0)
+void rt_attention(RtPool *pool, int64_t bn, int64_t group, int64_t tq, int64_t tk, int64_t h, int32_t causal,
+                  float scale, const float *q, const float *k, const float *v, const int32_t *pos, float *o) {
+    if (bn <= 0 || tq <= 0 || tk < tq || h <= 0 || group <= 0)
         return;
-    int64_t br = block_rows(t);
-    Att a = {bn, t, h, (t + br - 1) / br, group, causal != 0, scale, q, k, v, NULL, o, rt_sgemm_use_own()};
+    int64_t br = block_rows(tq);
+    Att a = {bn, tq, tk, h, (tq + br - 1) / br, group, causal != 0, scale, q, k, v, NULL, pos, o, rt_sgemm_use_own()};
     rt_parallel_for(pool, bn * a.nblk, forward_items, &a);
 }
 
@@ -372,14 +380,21 @@ static void grad_at(const Att *a, int64_t prob, int64_t *dq, int64_t *dk, int64_
 }
 
 /* Query block b of problem `prob`: its dq rows, and its terms of dk and dv, which it adds to
- * theirs or, the first block of the key problem (`first`), stores. */
+ * theirs or, the first block of the key problem (`first`), stores, with zeros for the keys
+ * past the block's (no other block sees them); the last block also zeros dq's rows [tq, tk). */
 static void grad_block(const Att *a, Scratch *sc, int64_t prob, int64_t b, int first) {
-    int64_t h = a->h, th = a->t * h, i0, rows, lim, kp = prob / a->group, at[3];
+    int64_t h = a->h, qth = a->tq * h, th = a->tk * h, i0, rows, lim, kp = prob / a->group, at[3];
     block_span(a, b, &i0, &rows, &lim);
     grad_at(a, prob, &at[0], &at[1], &at[2]);
-    const float *q = a->q + prob * th, *k = a->k + kp * th, *v = a->v + kp * th;
-    const float *dout = a->dout + prob * th + i0 * h;
+    const float *q = a->q + prob * qth, *k = a->k + kp * th, *v = a->v + kp * th;
+    const float *dout = a->dout + prob * qth + i0 * h;
     float *dq = a->o + at[0] * th, *dk = a->o + at[1] * th, *dv = a->o + at[2] * th, *s = sc->s, *ds = sc->ds;
+    if (first && lim < a->tk) {
+        memset(dk + lim * h, 0, (size_t)((a->tk - lim) * h) * sizeof(float));
+        memset(dv + lim * h, 0, (size_t)((a->tk - lim) * h) * sizeof(float));
+    }
+    if (b == a->nblk - 1 && a->tq < a->tk)
+        memset(dq + qth, 0, (size_t)(th - qth) * sizeof(float));
     block_probs(a, sc, q, k, i0, rows, lim, s, sc->sums);
     if (a->own)
         rt_gemm_panels(0, rows, lim, h, dout, h, sc->vt, h, 0, ds, lim);
@@ -391,7 +406,7 @@ static void grad_block(const Att *a, Scratch *sc, int64_t prob, int64_t b, int f
         rt_pack_panels(0, rows, h, 1.0f, dout, h, sc->dn);
         rt_pack_panels(0, rows, h, a->scale, q + i0 * h, h, sc->qn);
         rt_gemm_panels(1, lim, h, rows, s, lim, sc->dn, rows, !first, dv, h);
-        rt_gemm_panels(0, rows, h, lim, ds, lim, sc->kn, a->t, 0, dq + i0 * h, h);
+        rt_gemm_panels(0, rows, h, lim, ds, lim, sc->kn, a->tk, 0, dq + i0 * h, h);
         rt_gemm_panels(1, lim, h, rows, ds, lim, sc->qn, rows, !first, dk, h);
         return;
     }
@@ -415,12 +430,14 @@ static void backward_items(void *ctx, int64_t lo, int64_t hi) {
     free(sc.s);
 }
 
-void rt_attention_grad(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
-                       const float *q, const float *k, const float *v, const float *dout, float *dqkv) {
-    if (bn <= 0 || t <= 0 || h <= 0 || group <= 0)
+void rt_attention_grad(RtPool *pool, int64_t bn, int64_t group, int64_t tq, int64_t tk, int64_t h, int32_t causal,
+                       float scale, const float *q, const float *k, const float *v, const float *dout,
+                       const int32_t *pos, float *dqkv) {
+    if (bn <= 0 || tq <= 0 || tk < tq || h <= 0 || group <= 0)
         return;
-    int64_t br = block_rows(t);
-    Att a = {bn, t, h, (t + br - 1) / br, group, causal != 0, scale, q, k, v, dout, dqkv, rt_sgemm_use_own()};
+    int64_t br = block_rows(tq);
+    Att a = {bn, tq,   tk,  h,    (tq + br - 1) / br, group, causal != 0, scale, q, k,
+             v,  dout, pos, dqkv, rt_sgemm_use_own()};
     rt_parallel_for(pool, bn / group, backward_items, &a);
 }
 
@@ -466,12 +483,15 @@ static void narrow_items(void *ctx, int64_t lo, int64_t hi) {
 
 /* The f32 attention (grad: its gradient) on problems [0, bn) in groups of whole key problems
  * (`kg` query problems each); ins: q, k, v (and dout); out: o (dqkv: three tensors of
- * bn * t * h, or grouped (bn / kg) (kg + 2) t h, ir_attention_grad_at). */
-static void attention_bf16_groups(RtPool *pool, int64_t bn, int64_t kg, int64_t t, int64_t h, int32_t causal,
-                                  float scale, const uint16_t *const *ins, uint16_t *out, int grad) {
+ * bn * tk * h, or grouped (bn / kg) (kg + 2) tk h, ir_attention_grad_at). */
+static void attention_bf16_groups(RtPool *pool, int64_t bn, int64_t kg, int64_t tq, int64_t tk, int64_t h,
+                                  int32_t causal, float scale, const uint16_t *const *ins, const int32_t *pos,
+                                  uint16_t *out, int grad) {
     int nsrc = grad ? 4 : 3, nout = grad ? 3 : 1;
-    int64_t per = t * h, n = bn * per, kn = bn / kg;               /* key problems */
-    int64_t floats = per * (2 * kg + 2 + (grad ? 2 * kg + 2 : 0)); /* one key problem's */
+    int64_t qper = tq * h, kper = tk * h, kn = bn / kg; /* key problems */
+    int64_t oper = grad ? kper : qper, n = bn * oper;   /* a result problem's, all results' */
+    /* one key problem's floats: q, k, v (and dout), then its results */
+    int64_t floats = kg * qper + 2 * kper + (grad ? kg * qper + (kg + 2) * kper : kg * qper);
     int64_t group = BF16_GROUP_FLOATS / floats;
     group = group < 1 ? 1 : group > kn ? kn : group; /* in key problems */
     float *w = scratch_new(group * floats);
@@ -481,40 +501,41 @@ static void attention_bf16_groups(RtPool *pool, int64_t bn, int64_t kg, int64_t 
         int64_t at = 0;
         for (int i = 0; i < nsrc; i++) {
             int kv = i == 1 || i == 2;
-            g.src[i] = ins[i] + (kv ? k0 : b0) * per;
+            g.src[i] = ins[i] + (kv ? k0 * kper : b0 * qper);
             g.off[i] = at;
-            g.len[i] = (kv ? gk : gq) * per;
+            g.len[i] = kv ? gk * kper : gq * qper;
             at += g.len[i];
         }
         float *f = w + at, *wq = w, *wk = w + g.off[1], *wv = w + g.off[2];
-        if (!grad || kg == 1) { /* o, or (3, bn, t, h): nout runs of the group's problems */
-            g.dst = out + b0 * per, g.olen = gq * per, g.ostep = n;
-        } else { /* grouped: the group's key problems' (kg + 2) t h, one run */
-            g.dst = out + k0 * (kg + 2) * per, g.olen = gk * (kg + 2) * per, g.ostep = 0, g.nout = 1;
+        if (!grad || kg == 1) { /* o, or (3, bn, tk, h): nout runs of the group's problems */
+            g.dst = out + b0 * oper, g.olen = gq * oper, g.ostep = n;
+        } else { /* grouped: the group's key problems' (kg + 2) tk h, one run */
+            g.dst = out + k0 * (kg + 2) * kper, g.olen = gk * (kg + 2) * kper, g.ostep = 0, g.nout = 1;
         }
         rt_parallel_for(pool, gk, widen_items, &g);
         if (grad)
-            rt_attention_grad(pool, gq, kg, t, h, causal, scale, wq, wk, wv, w + g.off[3], f);
+            rt_attention_grad(pool, gq, kg, tq, tk, h, causal, scale, wq, wk, wv, w + g.off[3], pos, f);
         else
-            rt_attention(pool, gq, kg, t, h, causal, scale, wq, wk, wv, f);
+            rt_attention(pool, gq, kg, tq, tk, h, causal, scale, wq, wk, wv, pos, f);
         rt_parallel_for(pool, gk, narrow_items, &g);
     }
     free(w);
 }
 
-void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
-                       const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *o) {
-    if (bn <= 0 || t <= 0 || h <= 0 || group <= 0)
+void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t tq, int64_t tk, int64_t h, int32_t causal,
+                       float scale, const uint16_t *q, const uint16_t *k, const uint16_t *v, const int32_t *pos,
+                       uint16_t *o) {
+    if (bn <= 0 || tq <= 0 || tk < tq || h <= 0 || group <= 0)
         return;
     const uint16_t *in[3] = {q, k, v};
-    attention_bf16_groups(pool, bn, group, t, h, causal, scale, in, o, 0);
+    attention_bf16_groups(pool, bn, group, tq, tk, h, causal, scale, in, pos, o, 0);
 }
 
-void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
-                            const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
-                            uint16_t *dqkv) {
-    if (bn <= 0 || t <= 0 || h <= 0 || group <= 0)
+void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t tq, int64_t tk, int64_t h, int32_t causal,
+                            float scale, const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
+                            const int32_t *pos, uint16_t *dqkv) {
+    if (bn <= 0 || tq <= 0 || tk < tq || h <= 0 || group <= 0)
         return;
     const uint16_t *in[4] = {q, k, v, dout};
-    attention_bf16_groups(pool, bn, group, t, h, causal, scale, in, dqkv, 1);
+    attention_bf16_groups(pool, bn, group, tq, tk, h, causal, scale, in, pos, dqkv, 1);
 }

@@ -648,31 +648,35 @@ void rt_sbgemm(RtPool *pool, int64_t batch, int ta, int tb, int64_t m, int64_t n
 
 /* ===== attention.c: fused attention for generated code =================================== */
 
-/* Attention over bn independent problems (batch x heads), each q, k, v, o of shape (t, h),
- * row-major and contiguous (problem i at X + i * t * h):
- *   o = softmax(scale * q k^T, masked to keys j <= i when causal) v          (t, h)
- * The (t, t) scores are never stored: query blocks of B rows (B = 32 for t <= 128, else 64)
- * go through a scratch of B * (t + 1) floats per thread, malloc'd and freed in the call. Split
+/* Attention over bn independent problems (batch x heads), each q, o of shape (tq, h) and k, v of
+ * (tk, h), row-major and contiguous (problem i at X + i * t * h):
+ *   o = softmax(scale * q k^T, masked to keys j <= pos[i] when causal) v          (tq, h)
+ * pos: the query rows' positions (tq, non-decreasing, in [0, tk)), or NULL for pos[i] = i with
+ * tq = tk (a device's chunk of a split sequence has tq < tk: its rows' places in the whole).
+ * The (tq, tk) scores are never stored: query blocks of B rows (B = 32 for tq <= 128, else 64)
+ * go through a scratch of B * (tk + 1) floats per thread, malloc'd and freed in the call. Split
  * over the pool in items that depend only on the shapes, so the bits do not depend on the
  * thread count. Out of memory for the scratch prints a message and aborts. */
-void rt_attention(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
-                  const float *q, const float *k, const float *v, float *o);
-/* The gradients of sum(o * dout) for the same problems: dq at dqkv, dk at dqkv + bn*t*h, dv at
- * dqkv + 2*bn*t*h (a (3, bn, t, h) tensor). The softmax statistics are recomputed, not saved;
- * one item per problem, scratch B * (2t + 1) floats per thread. Grouped-query (group > 1):
- * problem p reads k and v of key problem p / group ((bn / group, t, h) each), and dqkv is per
- * key problem its group's dq, then its dk and dv (ir/ir.h, ir_attention_grad_at); one item per
- * key problem. */
-void rt_attention_grad(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
-                       const float *q, const float *k, const float *v, const float *dout, float *dqkv);
+void rt_attention(RtPool *pool, int64_t bn, int64_t group, int64_t tq, int64_t tk, int64_t h, int32_t causal,
+                  float scale, const float *q, const float *k, const float *v, const int32_t *pos, float *o);
+/* The gradients of sum(o * dout) for the same problems: dq at dqkv, dk at dqkv + bn*tk*h, dv at
+ * dqkv + 2*bn*tk*h (a (3, bn, tk, h) tensor; dq in rows [0, tq) of its problems, zeros after).
+ * The softmax statistics are recomputed, not saved; one item per problem, scratch B * (2tk + 1)
+ * floats per thread. Grouped-query (group > 1): problem p reads k and v of key problem p / group
+ * ((bn / group, tk, h) each), and dqkv is per key problem its group's dq, then its dk and dv
+ * (ir/ir.h, ir_attention_grad_at); one item per key problem. */
+void rt_attention_grad(RtPool *pool, int64_t bn, int64_t group, int64_t tq, int64_t tk, int64_t h, int32_t causal,
+                       float scale, const float *q, const float *k, const float *v, const float *dout,
+                       const int32_t *pos, float *dqkv);
 
 /* The same on bf16 tensors (bit patterns, see rt_bf16_to_f32): the arithmetic, the softmax
  * statistics included, is f32; each output element is rounded once to bf16. */
-void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
-                       const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *o);
-void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t t, int64_t h, int32_t causal, float scale,
-                            const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
-                            uint16_t *dqkv);
+void rt_attention_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t tq, int64_t tk, int64_t h, int32_t causal,
+                       float scale, const uint16_t *q, const uint16_t *k, const uint16_t *v, const int32_t *pos,
+                       uint16_t *o);
+void rt_attention_grad_bf16(RtPool *pool, int64_t bn, int64_t group, int64_t tq, int64_t tk, int64_t h, int32_t causal,
+                            float scale, const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *dout,
+                            const int32_t *pos, uint16_t *dqkv);
 
 /* ===== opencl.c: OpenCL trainers (library axrt_opencl, linked with the OpenCL loader) ===== */
 

@@ -98,27 +98,34 @@ int llvm_dot_blas_emit(LlvmCtx *C, int32_t v) {
   return 0;
 }
 
-/* void rt_attention(RtPool*, i64 bn, i64 group, i64 t, i64 h, i32 causal, float scale, float *q,
- * *k, *v, float *out) void rt_attention_grad(..., float *q, *k, *v, *dout, float *dqkv) and
- * rt_attention_bf16, rt_attention_grad_bf16: the same on uint16_t tensors. */
+/* void rt_attention(RtPool*, i64 bn, i64 group, i64 tq, i64 tk, i64 h, i32 causal, float scale,
+ * float *q, *k, *v, i32 *pos, float *out), void rt_attention_grad(..., float *q, *k, *v, *dout,
+ * i32 *pos, float *dqkv) and rt_attention_bf16, rt_attention_grad_bf16: the same on uint16_t
+ * tensors. pos is null without the query positions. */
 int llvm_attention_emit(LlvmCtx *C, int32_t v) {
   const IrValue *x = &C->g->values[v];
-  const IrShape *q = &C->g->values[x->ops[0]].shape;
-  int64_t t = q->dims[q->rank - 2], h = q->dims[q->rank - 1];
+  const IrShape *q = &C->g->values[x->ops[0]].shape, *ks = &C->g->values[x->ops[1]].shape;
+  int64_t t = q->dims[q->rank - 2], tk = ks->dims[ks->rank - 2], h = q->dims[q->rank - 1];
   int64_t bn = t > 0 && h > 0 ? ir_shape_numel(q) / (t * h) : 0;
   bool grad = x->op == IR_ATTENTION_GRAD, bf16 = x->dtype == DT_BF16;
   LLVMTypeRef fp = LLVMPointerType(llvm_storage_type(C, x->dtype), 0), l = C->t_i64;
-  int64_t group = ir_attention_group(q, &C->g->values[x->ops[1]].shape);
-  LLVMTypeRef p[] = {C->t_i8p, l, l, l, l, C->t_i32, C->t_f32, fp, fp, fp, fp, fp};
-  LLVMValueRef args[12] = {LLVMBuildBitCast(C->b, C->pool, C->t_i8p, ""),
+  LLVMTypeRef ip = LLVMPointerType(C->t_i32, 0);
+  int64_t group = ir_attention_group(q, ks);
+  int32_t pos = ir_attention_positions(x), nin = grad ? 4 : 3;
+  LLVMTypeRef p[] = {C->t_i8p, l, l, l, l, l, C->t_i32, C->t_f32, fp, fp, fp, fp, fp, fp};
+  LLVMValueRef args[14] = {LLVMBuildBitCast(C->b, C->pool, C->t_i8p, ""),
                            llvm_i64(C, bn),
                            llvm_i64(C, group),
                            llvm_i64(C, t),
+                           llvm_i64(C, tk),
                            llvm_i64(C, h),
                            i32c(C, x->attr.k != 0),
                            LLVMConstReal(C->t_f32, x->attr.value)};
-  int n = 7;
-  for (int32_t k = 0; k < x->nops; k++) args[n++] = buf(C, x->ops[k]);
+  int n = 8;
+  for (int32_t k = 0; k < nin; k++) args[n++] = buf(C, x->ops[k]);
+  p[n] = ip;
+  args[n++] =
+      pos == IR_NONE ? LLVMConstPointerNull(ip) : LLVMBuildBitCast(C->b, buf(C, pos), ip, "");
   args[n++] = buf(C, v);
   const char *fname = grad ? (bf16 ? "rt_attention_grad_bf16" : "rt_attention_grad")
                            : (bf16 ? "rt_attention_bf16" : "rt_attention");

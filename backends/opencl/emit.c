@@ -830,21 +830,24 @@ enum { ATT_MAX_H = 1024, ATT_ROWS = 32, ATT_LOCAL = 24576 /* bytes of local tile
 enum { ATT_MMA_ROWS = 64, ATT_MMA_TILE = 32, ATT_MMA_MAX_H = 128 };
 
 typedef struct Att {
-  int64_t T, H, nb, tile; /* tile: other-side rows per local tile */
-  int64_t G;              /* grouped-query: query problems per key problem (ir_attention_group) */
+  int64_t Tq, Tk, H, nb, tile; /* query and key rows; tile: other-side rows per local tile */
+  int64_t G; /* grouped-query: query problems per key problem (ir_attention_group) */
   bool causal, bf16;
   bool mma; /* the kernel has a tensor-core body too (att_mma_ok) */
   char scale[NAME];
   char q[NAME], k[NAME], v[NAME], g[NAME], out[NAME]; /* slab references; g: dout */
+  char pos[NAME];                                     /* the query positions, or "" (row i at i) */
   char st[NAME];                                      /* attention_grad: LSE and D per row */
 } Att;
 
 static int att_setup(Ctx *C, int32_t v, Att *a) {
   const IrValue *x = val(C, v);
   const IrShape *qs = &val(C, x->ops[0])->shape;
-  a->T = qs->dims[qs->rank - 2];
+  const IrShape *ks = &val(C, x->ops[1])->shape;
+  a->Tq = qs->dims[qs->rank - 2];
+  a->Tk = ks->dims[ks->rank - 2];
   a->H = qs->dims[qs->rank - 1];
-  a->nb = ir_shape_numel(qs) / (a->T * a->H);
+  a->nb = ir_shape_numel(qs) / (a->Tq * a->H);
   a->G = ir_attention_group(qs, &val(C, x->ops[1])->shape);
   a->causal = x->attr.k != 0;
   a->bf16 = val(C, x->ops[0])->dtype == DT_BF16;
@@ -859,10 +862,13 @@ static int att_setup(Ctx *C, int32_t v, Att *a) {
   buf_ref(C, x->ops[0], a->q, NAME);
   buf_ref(C, x->ops[1], a->k, NAME);
   buf_ref(C, x->ops[2], a->v, NAME);
-  if (x->nops > 3) buf_ref(C, x->ops[3], a->g, NAME);
+  if (x->op == IR_ATTENTION_GRAD) buf_ref(C, x->ops[3], a->g, NAME);
+  int32_t pos = ir_attention_positions(x);
+  a->pos[0] = 0;
+  if (pos != IR_NONE) buf_ref(C, pos, a->pos, NAME);
   buf_ref(C, v, a->out, NAME);
   if (x->op == IR_ATTENTION_GRAD) {
-    int64_t bytes = a->nb * a->T * 8;
+    int64_t bytes = a->nb * a->Tq * 8;
     int32_t s = arg_of(C, C->scratch_at, bytes);
     snprintf(a->st, NAME, "AXF(s%d, a%d)", s, s);
     if (bytes > C->scratch_bytes) C->scratch_bytes = bytes;
@@ -870,7 +876,10 @@ static int att_setup(Ctx *C, int32_t v, Att *a) {
   return 0;
 }
 
-static int64_t att_blocks(const Att *a) { return (a->T + ATT_ROWS - 1) / ATT_ROWS; }
+/* The blocks of ATT_ROWS of a problem's own rows: keys (kv) or queries. */
+static int64_t att_blocks(const Att *a, bool kv) {
+  return ((kv ? a->Tk : a->Tq) + ATT_ROWS - 1) / ATT_ROWS;
+}
 
 /* An element of tensor p at index e, as a float. */
 static void att_ld(const Att *a, const char *p, const char *e, char *out) {
@@ -894,27 +903,34 @@ static int att_begin(Ctx *C, OclBuf *body, int32_t v, const char *what, Att *a, 
   kernel_name(C, v, what, name);
   kernel_begin(C, body);
   if (att_setup(C, v, a)) return -1;
+  /* POS(i): query row i's position, within the keys there are (used where i < TQ_) */
+  if (a->pos[0])
+    ocl_buf_printf(C->b, "#define POS(i) clamp(%s[i], 0, TK_ - 1)\n", a->pos);
+  else
+    ocl_buf_printf(C->b, "#define POS(i) (i)\n");
   if (a->mma) {
     ocl_buf_printf(C->b, "#if AX_MMA\n");
     att_mma_body(C, a, kind);
     ocl_buf_printf(C->b, "#else\n");
   }
-  line(C, "const int T_ = %lld, H_ = %lld, TILE = %lld;", (long long)a->T, (long long)a->H,
-       (long long)a->tile);
-  line(C, "const long TH = %lldL, G_ = %lldL;", (long long)(a->T * a->H), (long long)a->G);
+  line(C, "const int TQ_ = %lld, TK_ = %lld, H_ = %lld, TILE = %lld;", (long long)a->Tq,
+       (long long)a->Tk, (long long)a->H, (long long)a->tile);
+  line(C, "const long QH = %lldL, KH = %lldL, G_ = %lldL;", (long long)(a->Tq * a->H),
+       (long long)(a->Tk * a->H), (long long)a->G);
   line(C, "int lid = get_local_id(0);");
   line(C, "long grp = get_group_id(0), %s = grp / %lldL;", kv ? "kp" : "b",
-       (long long)att_blocks(a));
-  line(C, "int r0 = (int)(grp %% %lldL) * %d, r = r0 + lid;", (long long)att_blocks(a), ATT_ROWS);
-  line(C, "bool live = r < T_;");
+       (long long)att_blocks(a, kv));
+  line(C, "int r0 = (int)(grp %% %lldL) * %d, r = r0 + lid;", (long long)att_blocks(a, kv),
+       ATT_ROWS);
+  line(C, "bool live = r < %s;", kv ? "TK_" : "TQ_");
   if (kv)
-    line(C, "long kbase = kp * TH;");
+    line(C, "long kbase = kp * KH;");
   else
-    line(C, "long base = b * TH, kbase = b / G_ * TH;");
+    line(C, "long base = b * QH, kbase = b / G_ * KH;");
   return 0;
 }
 
-/* Where attention_grad stores query problem b's dq (problems of T H from the result's start),
+/* Where attention_grad stores query problem b's dq (problems of Tk H from the result's start),
  * and key problem kp's dk and dv (ir_attention_grad_at). */
 static void att_grad_at(const Att *a, int which, char *out, size_t cap) {
   long long nb = a->nb, G = a->G;
@@ -929,13 +945,14 @@ static void att_grad_at(const Att *a, int which, char *out, size_t cap) {
 static void att_end(Ctx *C, Launches *L, const Att *a, const char *name, bool kv) {
   ocl_buf_printf(C->b, "#undef KS\n#undef VS\n#undef QS\n#undef GS\n#undef LSE\n#undef DD\n");
   if (a->mma) ocl_buf_printf(C->b, "#endif\n");
+  ocl_buf_printf(C->b, "#undef POS\n");
   int64_t probs = kv ? a->nb / a->G : a->nb;
   RtOclLaunch shape = {
-      .dims = 1, .global = {probs * att_blocks(a) * ATT_ROWS, 1, 1}, .local = {ATT_ROWS, 1, 1}};
+      .dims = 1, .global = {probs * att_blocks(a, kv) * ATT_ROWS, 1, 1}, .local = {ATT_ROWS, 1, 1}};
   if (a->mma) { /* 4 warps a work-group, one block of ATT_MMA_ROWS rows; 2 dims for both */
     shape.dims = 2;
     shape.global[1] = shape.local[1] = 1;
-    shape.mma_global[0] = probs * ((a->T + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS) * 32;
+    shape.mma_global[0] = probs * (((kv ? a->Tk : a->Tq) + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS) * 32;
     shape.mma_global[1] = 4;
     shape.mma_global[2] = 1;
     shape.mma_local[0] = 32;
@@ -955,24 +972,25 @@ static void att_row(Ctx *C, const Att *a, const char *x, const char *p, const ch
   line(C, "for (int d = 0; d < H_; d++) %s[d] = live ? %s : 0.0f;", x, e);
 }
 
-/* Stages the LSE and D of query rows j0 .. j0 + n in local lse[] and dd[] (past T: LSE infinite,
- * so P is 0), item `first` and every `step`-th after it. */
+/* Stages the LSE and D of query rows j0 .. j0 + n in local lse[] and dd[] (past Tq: LSE
+ * infinite, so P is 0), item `first` and every `step`-th after it. */
 static void att_stage_stats(Ctx *C, const Att *a, const char *first, const char *n, int step) {
   line(C, "  for (int e = %s; e < %s; e += %d) {", first, n, step);
-  line(C, "    bool in = j0 + e < T_;");
-  line(C, "    lse[e] = in ? %s[(b * T_ + j0 + e) * 2] : INFINITY;", a->st);
-  line(C, "    dd[e] = in ? %s[(b * T_ + j0 + e) * 2 + 1] : 0.0f;", a->st);
+  line(C, "    bool in = j0 + e < TQ_;");
+  line(C, "    lse[e] = in ? %s[(b * TQ_ + j0 + e) * 2] : INFINITY;", a->st);
+  line(C, "    dd[e] = in ? %s[(b * TQ_ + j0 + e) * 2 + 1] : 0.0f;", a->st);
   line(C, "  }");
 }
 
-/* Stages rows j0 .. j0 + TILE of tensors p1 and p2 in local x1, x2 (zero past T), between
- * barriers: the group's items share the loads; with `stats`, the tile's LSE and D too. The
+/* Stages rows j0 .. j0 + TILE of tensors p1 and p2 in local x1, x2 (zero past their rows, n:
+ * TQ_ or TK_), between barriers: the group's items share the loads; with `stats`, the tile's LSE
+ * and D too. The
  * kernel reads a tile through the macros X1(i), X2(i) (x1, x2 upper case; LSE, DD). On a CPU
  * device (AXLC_CPU_REDUCE) they read the tensors themselves, with no staging and no barriers:
  * PoCL runs a group's items as loops around each barrier, with whatever lives across one
  * stored per item (docs/bench.md, "OpenCL fused attention on PoCL"). */
 static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, const char *x2,
-                      const char *p2, const char *at, bool stats) {
+                      const char *p2, const char *at, const char *n, bool stats) {
   char e1[2 * NAME + 64], e2[2 * NAME + 64], u1[8], u2[8], i1[64], i2[64];
   snprintf(i1, sizeof i1, "%s + j0 * H_ + (i)", at);
   snprintf(i2, sizeof i2, "%s + j0 * H_ + e", at);
@@ -987,15 +1005,15 @@ static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, cons
   ocl_buf_printf(C->b, "#define %s(i) %s\n#define %s(i) %s\n", u1, e1, u2, e2);
   if (stats)
     ocl_buf_printf(C->b,
-                   "#define LSE(i) %s[(b * T_ + j0 + (i)) * 2]\n"
-                   "#define DD(i) %s[(b * T_ + j0 + (i)) * 2 + 1]\n",
+                   "#define LSE(i) %s[(b * TQ_ + j0 + (i)) * 2]\n"
+                   "#define DD(i) %s[(b * TQ_ + j0 + (i)) * 2 + 1]\n",
                    a->st, a->st);
   ocl_buf_printf(C->b, "#else\n");
   att_ld(a, p1, i2, e1);
   att_ld(a, p2, i2, e2);
   line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
   line(C, "  for (int e = lid; e < TILE * H_; e += %d) {", ATT_ROWS);
-  line(C, "    bool in = j0 + e / H_ < T_;");
+  line(C, "    bool in = j0 + e / H_ < %s;", n);
   line(C, "    %s[e] = in ? %s : 0.0f;", x1, e1);
   line(C, "    %s[e] = in ? %s : 0.0f;", x2, e2);
   line(C, "  }");
@@ -1006,12 +1024,25 @@ static void att_stage(Ctx *C, const Att *a, const char *x1, const char *p1, cons
   ocl_buf_printf(C->b, "#endif\n");
 }
 
-/* nk: the keys the block of query rows sees (causal: up to its last row). */
-static void att_keys(Ctx *C, const Att *a) {
-  if (a->causal)
-    line(C, "int nk = min(T_, r0 + %d);", ATT_ROWS);
-  else
-    line(C, "int nk = T_;");
+/* nk: the keys the block of query rows from r0 sees (causal: up to its last row's position);
+ * with causal, pr: the keys [0, pr] the item's row sees. */
+static void att_keys(Ctx *C, const Att *a, int rows) {
+  if (a->causal) {
+    line(C, "int nk = min(TK_, POS(min(r0 + %d, TQ_) - 1) + 1);", rows);
+    line(C, "int pr = POS(min(r, TQ_ - 1));");
+  } else
+    line(C, "int nk = TK_;");
+}
+
+/* Key rows (ATT_KV): opens the loop over the query tiles of `tile` rows (-1: TILE) that see
+ * the block of keys from r0: causal, from the tile of query r0 without positions, else from
+ * the first tile whose last row's position reaches r0 (the same for every item of the group,
+ * so the tiles it skips skip no barrier). */
+static void att_query_tiles(Ctx *C, const Att *a, int tile) {
+  char t[16];
+  snprintf(t, sizeof t, tile < 0 ? "TILE" : "%d", tile);
+  line(C, "for (int j0 = %s; j0 < TQ_; j0 += %s) {", a->causal && !a->pos[0] ? "r0" : "0", t);
+  if (a->causal && a->pos[0]) line(C, "  if (POS(min(j0 + %s, TQ_) - 1) < r0) continue;", t);
 }
 
 /* The online softmax of the item's query row qr over the key tiles the block sees: m, l and
@@ -1022,10 +1053,10 @@ static void att_forward_rows(Ctx *C, const Att *a) {
   line(C, "__local float ks[%lld], vs[%lld];", TL * H, TL * H);
   line(C, "float m = -INFINITY, l = 0.0f, acc[%lld], s[%lld];", H, TL);
   line(C, "for (int d = 0; d < H_; d++) acc[d] = 0.0f;");
-  att_keys(C, a);
+  att_keys(C, a, ATT_ROWS);
   line(C, "for (int j0 = 0; j0 < nk; j0 += TILE) {");
-  att_stage(C, a, "ks", a->k, "vs", a->v, "kbase", false);
-  line(C, "  int jn = min(TILE, %s - j0);", a->causal ? "min(r + 1, nk)" : "T_");
+  att_stage(C, a, "ks", a->k, "vs", a->v, "kbase", "TK_", false);
+  line(C, "  int jn = min(TILE, %s - j0);", a->causal ? "min(pr + 1, nk)" : "TK_");
   line(C, "  if (jn <= 0) continue;");
   line(C, "  float mt = m;");
   line(C, "  for (int jj = 0; jj < jn; jj++) {");
@@ -1088,10 +1119,11 @@ static const char *att_mma_zero(const Att *a) { return a->bf16 ? "(ushort)0" : "
  * (X[j][d], may be NULL) and `cols` (Xt[d][j], bf16 only, may be NULL), zero past T and H. */
 static void att_mma_stage(Ctx *C, const Att *a, const char *p, const char *at, const char *rows,
                           const char *cols) {
+  const char *n = p == a->k || p == a->v ? "TK_" : "TQ_";
   line(C, "  for (int i = tid; i < %d * HP; i += 128) {", ATT_MMA_TILE);
   line(C, "    int j = i / HP, d = i %% HP;");
-  line(C, "    %s e = j0 + j < T_ && d < H_ ? %s[%s + (j0 + j) * H_ + d] : %s;", att_mma_elem(a), p,
-       at, att_mma_zero(a));
+  line(C, "    %s e = j0 + j < %s && d < H_ ? %s[%s + (j0 + j) * H_ + d] : %s;", att_mma_elem(a), n,
+       p, at, att_mma_zero(a));
   if (rows) line(C, "    %s[j * LDA + d] = e;", rows);
   if (cols) line(C, "    %s[d * LDT + j] = e;", cols);
   line(C, "  }");
@@ -1100,24 +1132,27 @@ static void att_mma_stage(Ctx *C, const Att *a, const char *p, const char *at, c
 /* Loads rows ra and rb of tensor p (problem at `at`) as A fragments: bf16, pairs in x[NKS][4];
  * f32, single elements as TF32 hi + lo in xh[NKS][4] and xl[NKS][4]. */
 static void att_mma_rows(Ctx *C, const Att *a, const char *x, const char *p, const char *at) {
+  const char *n = p == a->k || p == a->v ? "TK_" : "TQ_";
   if (a->bf16) {
     line(C, "uint %s[NKS_][4];", x);
     line(C, "for (int ks = 0; ks < NKS; ks++) {");
     line(C, "  int d = ks * 16 + 2 * t;");
-    line(C, "  %s[ks][0] = AX_LD2(%s, %s, ra, d);", x, p, at);
-    line(C, "  %s[ks][1] = AX_LD2(%s, %s, rb, d);", x, p, at);
-    line(C, "  %s[ks][2] = AX_LD2(%s, %s, ra, d + 8);", x, p, at);
-    line(C, "  %s[ks][3] = AX_LD2(%s, %s, rb, d + 8);", x, p, at);
+    line(C, "  %s[ks][0] = AX_LD2(%s, %s, ra, d, %s);", x, p, at, n);
+    line(C, "  %s[ks][1] = AX_LD2(%s, %s, rb, d, %s);", x, p, at, n);
+    line(C, "  %s[ks][2] = AX_LD2(%s, %s, ra, d + 8, %s);", x, p, at, n);
+    line(C, "  %s[ks][3] = AX_LD2(%s, %s, rb, d + 8, %s);", x, p, at, n);
     line(C, "}");
     return;
   }
   line(C, "uint %sh[NKS_][4], %sl[NKS_][4];", x, x);
   line(C, "for (int ks = 0; ks < NKS; ks++) {");
   line(C, "  int d = ks * 8 + t;");
-  line(C, "  ax_split_tf32(AX_LD1(%s, %s, ra, d), &%sh[ks][0], &%sl[ks][0]);", p, at, x, x);
-  line(C, "  ax_split_tf32(AX_LD1(%s, %s, rb, d), &%sh[ks][1], &%sl[ks][1]);", p, at, x, x);
-  line(C, "  ax_split_tf32(AX_LD1(%s, %s, ra, d + 4), &%sh[ks][2], &%sl[ks][2]);", p, at, x, x);
-  line(C, "  ax_split_tf32(AX_LD1(%s, %s, rb, d + 4), &%sh[ks][3], &%sl[ks][3]);", p, at, x, x);
+  line(C, "  ax_split_tf32(AX_LD1(%s, %s, ra, d, %s), &%sh[ks][0], &%sl[ks][0]);", p, at, n, x, x);
+  line(C, "  ax_split_tf32(AX_LD1(%s, %s, rb, d, %s), &%sh[ks][1], &%sl[ks][1]);", p, at, n, x, x);
+  line(C, "  ax_split_tf32(AX_LD1(%s, %s, ra, d + 4, %s), &%sh[ks][2], &%sl[ks][2]);", p, at, n, x,
+       x);
+  line(C, "  ax_split_tf32(AX_LD1(%s, %s, rb, d + 4, %s), &%sh[ks][3], &%sl[ks][3]);", p, at, n, x,
+       x);
   line(C, "}");
 }
 
@@ -1184,14 +1219,15 @@ static void att_mma_pv(Ctx *C, const Att *a, const char *acc, const char *c, con
   line(C, "  }");
 }
 
-/* Stores acc[NT][4] (times `mul`, may be empty) at rows ra, rb < T, columns < H, of the
- * problem at `at`. */
-static void att_mma_store(Ctx *C, const Att *a, const char *acc, const char *mul, const char *at) {
+/* Stores acc[NT][4] (times `mul`, may be empty) at rows ra, rb < n (TQ_ or TK_), columns < H,
+ * of the problem at `at`. */
+static void att_mma_store(Ctx *C, const Att *a, const char *acc, const char *mul, const char *at,
+                          const char *n) {
   char to[160], e[64];
   line(C, "for (int nt = 0; nt < NT; nt++)");
   line(C, "  for (int e = 0; e < 4; e++) {");
   line(C, "    int r = e < 2 ? ra : rb, d = nt * 8 + 2 * t + (e & 1);");
-  line(C, "    if (r >= T_ || d >= H_) continue;");
+  line(C, "    if (r >= %s || d >= H_) continue;", n);
   snprintf(to, sizeof to, "%s + r * H_ + d", at);
   snprintf(e, sizeof e, "%s[nt][e]%s", acc, mul);
   ocl_buf_printf(C->b, "  ");
@@ -1225,7 +1261,7 @@ static void att_mma_key_tiles(Ctx *C, const Att *a, const char *acc) {
   line(C, "float %s[NT_][4];", acc);
   line(C, "for (int nt = 0; nt < NT; nt++)");
   line(C, "  for (int e = 0; e < 4; e++) %s[nt][e] = 0.0f;", acc);
-  line(C, "int nk = %s;", a->causal ? "min(T_, r0 + 64)" : "T_");
+  line(C, "int nk = %s;", a->causal ? "min(TK_, POS(min(r0 + 64, TQ_) - 1) + 1)" : "TK_");
   line(C, "for (int j0 = 0; j0 < nk; j0 += %d) {", ATT_MMA_TILE);
   line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
 }
@@ -1244,10 +1280,11 @@ static void att_mma_ds(Ctx *C, const Att *a, bool key_rows, const char *rows1, c
   line(C, "  for (int n = 0; n < 4; n++)");
   line(C, "    for (int e = 0; e < 4; e++) {");
   line(C, "      int jj = n * 8 + 2 * t + (e & 1), c = j0 + jj, r = e < 2 ? ra : rb;");
-  line(C, "      float p = c < T_ && r < T_%s ? exp(s[n][e] * %s - %s) : 0.0f;",
+  line(C, "      float p = %s%s ? exp(s[n][e] * %s - %s) : 0.0f;",
+       key_rows ? "c < TQ_ && r < TK_" : "c < TK_ && r < TQ_",
        !a->causal ? ""
-       : key_rows ? " && r <= c"
-                  : " && c <= r",
+       : key_rows ? " && r <= POS(c)"
+                  : " && c <= POS(r)",
        a->scale, key_rows ? "lse[jj]" : "(e < 2 ? lse0 : lse1)");
   line(C, "      s[n][e] = p;");
   line(C, "      dp[n][e] = p * (dp[n][e] - %s);", key_rows ? "dd[jj]" : "(e < 2 ? D0 : D1)");
@@ -1258,23 +1295,26 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
   int64_t kstep = a->bf16 ? 16 : 8; /* the head dimension per mma step */
   int64_t HP = (a->H + kstep - 1) / kstep * kstep, LDT = ATT_MMA_TILE + 8;
   int64_t LDA = HP + (a->bf16 ? 8 : 4), LDP = ATT_MMA_TILE + 4;
-  int64_t nblk = (a->T + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS;
   bool kv = kind == ATT_KV, q = kind == ATT_Q, bf = a->bf16;
+  int64_t nblk = ((kv ? a->Tk : a->Tq) + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS;
   ocl_buf_printf(C->b, "#define NKS_ %lld\n#define NT_ %lld\n", (long long)(HP / kstep),
                  (long long)HP / 8);
   if (bf)
     ocl_buf_printf(C->b,
-                   "#define AX_LD2(p, at, r, d) ((r) < T_ ? (uint)((d) < H_ ? p[(at) + (r) * H_ + "
-                   "(d)] : 0) | (uint)((d) + 1 < H_ ? p[(at) + (r) * H_ + (d) + 1] : 0) << 16 : "
-                   "0u)\n");
+                   "#define AX_LD2(p, at, r, d, n) ((r) < (n) ? (uint)((d) < H_ ? p[(at) + (r) * "
+                   "H_ + (d)] : 0) | (uint)((d) + 1 < H_ ? p[(at) + (r) * H_ + (d) + 1] : 0) << 16 "
+                   ": 0u)\n");
   else
-    ocl_buf_printf(C->b, "#define AX_LD1(p, at, r, d) ((r) < T_ && (d) < H_ ? p[(at) + (r) * H_ "
-                         "+ (d)] : 0.0f)\n");
-  line(C, "const int T_ = %lld, H_ = %lld, HP = %lld, LDA = %lld, LDT = %lld, LDP = %lld;",
-       (long long)a->T, (long long)a->H, (long long)HP, (long long)LDA, (long long)LDT,
-       (long long)LDP);
+    ocl_buf_printf(C->b, "#define AX_LD1(p, at, r, d, n) ((r) < (n) && (d) < H_ ? p[(at) + (r) * "
+                         "H_ + (d)] : 0.0f)\n");
+  line(C,
+       "const int TQ_ = %lld, TK_ = %lld, H_ = %lld, HP = %lld, LDA = %lld, LDT = %lld, LDP = "
+       "%lld;",
+       (long long)a->Tq, (long long)a->Tk, (long long)a->H, (long long)HP, (long long)LDA,
+       (long long)LDT, (long long)LDP);
   line(C, "const int NKS = NKS_, NT = NT_;");
-  line(C, "const long TH = %lldL, G_ = %lldL;", (long long)(a->T * a->H), (long long)a->G);
+  line(C, "const long QH = %lldL, KH = %lldL, G_ = %lldL;", (long long)(a->Tq * a->H),
+       (long long)(a->Tk * a->H), (long long)a->G);
   line(C, "int lane = get_local_id(0), warp = get_local_id(1), tid = warp * 32 + lane;");
   line(C, "int g = lane >> 2, t = lane & 3;");
   line(C, "__local uint Xs[AX_MMA_X];");
@@ -1283,11 +1323,12 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
   line(C, "int r0 = (int)(grp %% %lldL) * %d, ra = r0 + warp * 16 + g, rb = ra + 8;",
        (long long)nblk, ATT_MMA_ROWS);
   if (kind == ATT_FWD || kind == ATT_STATS) {
-    line(C, "long base = b * TH, kbase = b / G_ * TH;");
+    line(C, "long base = b * QH, kbase = b / G_ * KH;");
     att_mma_tiles(C, a, HP, LDA, LDT, (const char *[]){"Ks", "Vs"}, bf ? 1 : 2,
                   (const char *[]){"Vt"}, 1);
     att_mma_rows(C, a, "qa", a->q, "base");
     line(C, "float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;");
+    if (a->causal) line(C, "int pa = POS(min(ra, TQ_ - 1)), pb = POS(min(rb, TQ_ - 1));");
     att_mma_key_tiles(C, a, "acc");
     att_mma_stage(C, a, a->k, "kbase", "Ks", NULL);
     att_mma_stage(C, a, a->v, "kbase", bf ? NULL : "Vs", bf ? "Vt" : NULL);
@@ -1298,8 +1339,8 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
     line(C, "  for (int n = 0; n < 4; n++)");
     line(C, "    for (int e = 0; e < 4; e++) {");
     line(C, "      int j = j0 + n * 8 + 2 * t + (e & 1), r = e < 2 ? ra : rb;");
-    line(C, "      s[n][e] = j < T_%s ? s[n][e] * %s : -INFINITY;", a->causal ? " && j <= r" : "",
-         a->scale);
+    line(C, "      s[n][e] = j < TK_%s ? s[n][e] * %s : -INFINITY;",
+         a->causal ? " && j <= (e < 2 ? pa : pb)" : "", a->scale);
     line(C, "      if (e < 2) mx0 = fmax(mx0, s[n][e]); else mx1 = fmax(mx1, s[n][e]);");
     line(C, "    }");
     line(C, "  mx0 = ax_quad_max(mx0, x);");
@@ -1328,7 +1369,7 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
     line(C, "  acc[nt][0] /= l0; acc[nt][1] /= l0; acc[nt][2] /= l1; acc[nt][3] /= l1;");
     line(C, "}");
     if (kind == ATT_FWD)
-      att_mma_store(C, a, "acc", "", "base");
+      att_mma_store(C, a, "acc", "", "base", "TQ_");
     else {
       char e[2 * NAME + 64];
       att_ld(a, a->g, "base + r * H_ + d", e);
@@ -1336,23 +1377,23 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
       line(C, "for (int nt = 0; nt < NT; nt++)");
       line(C, "  for (int e = 0; e < 4; e++) {");
       line(C, "    int r = e < 2 ? ra : rb, d = nt * 8 + 2 * t + (e & 1);");
-      line(C, "    float gd = r < T_ && d < H_ ? %s : 0.0f;", e);
+      line(C, "    float gd = r < TQ_ && d < H_ ? %s : 0.0f;", e);
       line(C, "    if (e < 2) D0 += gd * acc[nt][e]; else D1 += gd * acc[nt][e];");
       line(C, "  }");
       line(C, "D0 = ax_quad_sum(D0, x);");
       line(C, "D1 = ax_quad_sum(D1, x);");
-      line(C, "if (t == 0 && ra < T_) {");
-      line(C, "  %s[(b * T_ + ra) * 2] = m0 + log(l0);", a->st);
-      line(C, "  %s[(b * T_ + ra) * 2 + 1] = D0;", a->st);
+      line(C, "if (t == 0 && ra < TQ_) {");
+      line(C, "  %s[(b * TQ_ + ra) * 2] = m0 + log(l0);", a->st);
+      line(C, "  %s[(b * TQ_ + ra) * 2 + 1] = D0;", a->st);
       line(C, "}");
-      line(C, "if (t == 0 && rb < T_) {");
-      line(C, "  %s[(b * T_ + rb) * 2] = m1 + log(l1);", a->st);
-      line(C, "  %s[(b * T_ + rb) * 2 + 1] = D1;", a->st);
+      line(C, "if (t == 0 && rb < TQ_) {");
+      line(C, "  %s[(b * TQ_ + rb) * 2] = m1 + log(l1);", a->st);
+      line(C, "  %s[(b * TQ_ + rb) * 2 + 1] = D1;", a->st);
       line(C, "}");
     }
   } else if (kv) {
     char w[64], at[128], mul[NAME + 8];
-    line(C, "long kbase = kp * TH;");
+    line(C, "long kbase = kp * KH;");
     att_mma_tiles(C, a, HP, LDA, LDT, (const char *[]){"Qs", "Gs"}, 2, (const char *[]){"Qt", "Gt"},
                   2);
     line(C, "__local float lse[%d], dd[%d];", ATT_MMA_TILE, ATT_MMA_TILE);
@@ -1362,8 +1403,8 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
     line(C, "for (int nt = 0; nt < NT; nt++)");
     line(C, "  for (int e = 0; e < 4; e++) dk[nt][e] = dv[nt][e] = 0.0f;");
     line(C, "for (long b = kp * G_; b < (kp + 1) * G_; b++) {");
-    line(C, "long base = b * TH;");
-    line(C, "for (int j0 = %s; j0 < T_; j0 += %d) {", a->causal ? "r0" : "0", ATT_MMA_TILE);
+    line(C, "long base = b * QH;");
+    att_query_tiles(C, a, ATT_MMA_TILE);
     line(C, "  barrier(CLK_LOCAL_MEM_FENCE);");
     att_mma_stage(C, a, a->q, "base", "Qs", bf ? "Qt" : NULL);
     att_mma_stage(C, a, a->g, "base", "Gs", bf ? "Gt" : NULL);
@@ -1376,22 +1417,34 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
     line(C, "}");
     line(C, "}");
     att_grad_at(a, 1, w, sizeof w);
-    snprintf(at, sizeof at, "%s * TH", w);
+    snprintf(at, sizeof at, "%s * KH", w);
     snprintf(mul, sizeof mul, " * %s", a->scale);
-    att_mma_store(C, a, "dk", mul, at);
+    att_mma_store(C, a, "dk", mul, at, "TK_");
     att_grad_at(a, 2, w, sizeof w);
-    snprintf(at, sizeof at, "%s * TH", w);
-    att_mma_store(C, a, "dv", "", at);
+    snprintf(at, sizeof at, "%s * KH", w);
+    att_mma_store(C, a, "dv", "", at, "TK_");
+    if (a->Tq < a->Tk) { /* dq's rows past the queries */
+      att_grad_at(a, 0, w, sizeof w);
+      line(C, "for (long b = kp * G_; b < (kp + 1) * G_; b++)");
+      line(C, "  for (int nt = 0; nt < NT; nt++)");
+      line(C, "    for (int e = 0; e < 4; e++) {");
+      line(C, "      int r = e < 2 ? ra : rb, d = nt * 8 + 2 * t + (e & 1);");
+      line(C, "      if (r < TQ_ || r >= TK_ || d >= H_) continue;");
+      snprintf(at, sizeof at, "%s * KH + r * H_ + d", w);
+      ocl_buf_printf(C->b, "    ");
+      att_store(C, a, at, "0.0f");
+      line(C, "    }");
+    }
   } else if (q) {
     char w[64], at[128], mul[NAME + 8];
-    line(C, "long base = b * TH, kbase = b / G_ * TH;");
+    line(C, "long base = b * QH, kbase = b / G_ * KH;");
     att_mma_tiles(C, a, HP, LDA, LDT, (const char *[]){"Ks", "Vs"}, 2, (const char *[]){"Kt"}, 1);
     att_mma_rows(C, a, "qa", a->q, "base");
     att_mma_rows(C, a, "ga", a->g, "base");
-    line(C, "float lse0 = ra < T_ ? %s[(b * T_ + ra) * 2] : 0.0f;", a->st);
-    line(C, "float lse1 = rb < T_ ? %s[(b * T_ + rb) * 2] : 0.0f;", a->st);
-    line(C, "float D0 = ra < T_ ? %s[(b * T_ + ra) * 2 + 1] : 0.0f;", a->st);
-    line(C, "float D1 = rb < T_ ? %s[(b * T_ + rb) * 2 + 1] : 0.0f;", a->st);
+    line(C, "float lse0 = ra < TQ_ ? %s[(b * TQ_ + ra) * 2] : 0.0f;", a->st);
+    line(C, "float lse1 = rb < TQ_ ? %s[(b * TQ_ + rb) * 2] : 0.0f;", a->st);
+    line(C, "float D0 = ra < TQ_ ? %s[(b * TQ_ + ra) * 2 + 1] : 0.0f;", a->st);
+    line(C, "float D1 = rb < TQ_ ? %s[(b * TQ_ + rb) * 2 + 1] : 0.0f;", a->st);
     att_mma_key_tiles(C, a, "dq");
     att_mma_stage(C, a, a->k, "kbase", "Ks", bf ? "Kt" : NULL);
     att_mma_stage(C, a, a->v, "kbase", "Vs", NULL);
@@ -1399,9 +1452,9 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
     att_mma_pv(C, a, "dq", "dp", bf ? "Kt" : "Ks");
     line(C, "}");
     att_grad_at(a, 0, w, sizeof w);
-    snprintf(at, sizeof at, "%s * TH", w);
+    snprintf(at, sizeof at, "%s * KH", w);
     snprintf(mul, sizeof mul, " * %s", a->scale);
-    att_mma_store(C, a, "dq", mul, at);
+    att_mma_store(C, a, "dq", mul, at, "TQ_");
   }
   ocl_buf_printf(C->b, "#undef %s\n#undef NKS_\n#undef NT_\n", bf ? "AX_LD2" : "AX_LD1");
 }
@@ -1429,8 +1482,8 @@ static void att_grad_stats(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   att_ld(&a, a.g, "base + r * H_ + d", e);
   line(C, "float D = 0.0f;");
   line(C, "for (int d = 0; d < H_; d++) D += %s * (acc[d] / l);", e);
-  line(C, "%s[(b * T_ + r) * 2] = m + log(l);", a.st);
-  line(C, "%s[(b * T_ + r) * 2 + 1] = D;", a.st);
+  line(C, "%s[(b * TQ_ + r) * 2] = m + log(l);", a.st);
+  line(C, "%s[(b * TQ_ + r) * 2 + 1] = D;", a.st);
   att_end(C, L, &a, name, false);
 }
 
@@ -1447,11 +1500,12 @@ static void att_grad_kv(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "float dk[%lld], dv[%lld];", H, H);
   line(C, "for (int d = 0; d < H_; d++) dk[d] = dv[d] = 0.0f;");
   line(C, "for (long b = kp * G_; b < (kp + 1) * G_; b++) {");
-  line(C, "long base = b * TH;");
-  line(C, "for (int j0 = %s; j0 < T_; j0 += TILE) {", a.causal ? "r0" : "0");
-  att_stage(C, &a, "qs", a.q, "gs", a.g, "base", true);
-  line(C, "  for (int ii = %s; ii < min(TILE, T_ - j0); ii++) {",
-       a.causal ? "max(0, r - j0)" : "0");
+  line(C, "long base = b * QH;");
+  att_query_tiles(C, &a, -1);
+  att_stage(C, &a, "qs", a.q, "gs", a.g, "base", "TQ_", true);
+  line(C, "  for (int ii = %s; ii < min(TILE, TQ_ - j0); ii++) {",
+       a.causal && !a.pos[0] ? "max(0, r - j0)" : "0");
+  if (a.causal && a.pos[0]) line(C, "    if (r > POS(j0 + ii)) continue;");
   line(C, "    float dot = 0.0f, dp = 0.0f;");
   line(C, "    for (int d = 0; d < H_; d++) {");
   line(C, "      dot += QS(ii * H_ + d) * kr[d];");
@@ -1470,12 +1524,22 @@ static void att_grad_kv(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "for (int d = 0; d < H_; d++) {");
   line(C, "  float x = dk[d] * %s, y = dv[d];", a.scale);
   att_grad_at(&a, 1, w, sizeof w);
-  snprintf(at, sizeof at, "%s * TH + r * H_ + d", w);
+  snprintf(at, sizeof at, "%s * KH + r * H_ + d", w);
   att_store(C, &a, at, "x");
   att_grad_at(&a, 2, w, sizeof w);
-  snprintf(at, sizeof at, "%s * TH + r * H_ + d", w);
+  snprintf(at, sizeof at, "%s * KH + r * H_ + d", w);
   att_store(C, &a, at, "y");
   line(C, "}");
+  if (a.Tq < a.Tk) { /* dq's rows past the queries */
+    att_grad_at(&a, 0, w, sizeof w);
+    line(C, "if (r >= TQ_)");
+    line(C, "  for (long b = kp * G_; b < (kp + 1) * G_; b++)");
+    line(C, "    for (int d = 0; d < H_; d++) {");
+    snprintf(at, sizeof at, "%s * KH + r * H_ + d", w);
+    ocl_buf_printf(C->b, "    ");
+    att_store(C, &a, at, "0.0f");
+    line(C, "    }");
+  }
   att_end(C, L, &a, name, true);
 }
 
@@ -1487,15 +1551,15 @@ static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   long long H = a.H, TL = a.tile;
   att_row(C, &a, "qr", a.q, "base");
   att_row(C, &a, "gr", a.g, "base");
-  line(C, "float lse = live ? %s[(b * T_ + r) * 2] : 0.0f;", a.st);
-  line(C, "float D = live ? %s[(b * T_ + r) * 2 + 1] : 0.0f;", a.st);
+  line(C, "float lse = live ? %s[(b * TQ_ + r) * 2] : 0.0f;", a.st);
+  line(C, "float D = live ? %s[(b * TQ_ + r) * 2 + 1] : 0.0f;", a.st);
   line(C, "__local float ks[%lld], vs[%lld];", TL * H, TL * H);
   line(C, "float dq[%lld];", H);
   line(C, "for (int d = 0; d < H_; d++) dq[d] = 0.0f;");
-  att_keys(C, &a);
+  att_keys(C, &a, ATT_ROWS);
   line(C, "for (int j0 = 0; j0 < nk; j0 += TILE) {");
-  att_stage(C, &a, "ks", a.k, "vs", a.v, "kbase", false);
-  line(C, "  int jn = min(TILE, %s - j0);", a.causal ? "min(r + 1, nk)" : "T_");
+  att_stage(C, &a, "ks", a.k, "vs", a.v, "kbase", "TK_", false);
+  line(C, "  int jn = min(TILE, %s - j0);", a.causal ? "min(pr + 1, nk)" : "TK_");
   line(C, "  for (int jj = 0; jj < jn; jj++) {");
   line(C, "    float dot = 0.0f, dp = 0.0f;");
   line(C, "    for (int d = 0; d < H_; d++) {");
@@ -1510,7 +1574,7 @@ static void att_grad_q(Ctx *C, Launches *L, OclBuf *body, int32_t v) {
   line(C, "for (int d = 0; d < H_; d++) {");
   line(C, "  float x = dq[d] * %s;", a.scale);
   att_grad_at(&a, 0, w, sizeof w);
-  snprintf(at, sizeof at, "%s * TH + r * H_ + d", w);
+  snprintf(at, sizeof at, "%s * KH + r * H_ + d", w);
   att_store(C, &a, at, "x");
   line(C, "}");
   att_end(C, L, &a, name, false);

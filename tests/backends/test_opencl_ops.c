@@ -645,15 +645,28 @@ static void test_movement(void) {
 
 /* One attention case: q and dout `dt`[dims] (rank 3 or 4, (..., N, T, H)), k and v with `kv`
  * heads on axis rank - 3 (0: the query's shape; else grouped-query, N a multiple of kv); the
- * forward causal and not, attention_grad causal and not, against the interpreter. */
-static void check_attention(const char *dt, int rank, const int64_t *dims, int64_t kv, double tol) {
-  char qs[96], ks[96], gs[96], text[2048];
+ * forward causal and not, attention_grad causal and not, against the interpreter. With tk > 0,
+ * k and v have tk rows and the queries the positions off, off + 1, ... (a chunk of a split
+ * sequence: query positions). */
+static void check_attention_at(const char *dt, int rank, const int64_t *dims, int64_t kv,
+                               int64_t tk, int64_t off, double tol) {
+  char qs[96], ks[96], gs[96], text[2048], pos[160] = "", arg[8] = "";
   int64_t kd[4], gd[5], N = rank >= 3 ? dims[rank - 3] : 1, G = kv ? N / kv : 1;
-  int gr = rank + 1;
+  int gr = rank + 1, a = 4; /* the first attention value */
   for (int d = 0; d < rank; d++) kd[d] = d == rank - 3 && kv ? kv : dims[d];
+  if (tk) {
+    long long tq = (long long)dims[rank - 2];
+    kd[rank - 2] = tk;
+    snprintf(pos, sizeof pos,
+             "%%4 = iota axis=0 : i32[%lld]\n%%5 = constant value=%lld : i32[%lld]\n"
+             "%%6 = add %%4, %%5 : i32[%lld]\n",
+             tq, (long long)off, tq, tq);
+    snprintf(arg, sizeof arg, ", %%6");
+    a = 7;
+  }
   if (G == 1) {
     gd[0] = 3;
-    for (int d = 0; d < rank; d++) gd[d + 1] = dims[d];
+    for (int d = 0; d < rank; d++) gd[d + 1] = kd[d];
   } else {
     for (int d = 0, o = 0; d < rank; d++) {
       gd[o++] = kd[d];
@@ -677,16 +690,22 @@ static void check_attention(const char *dt, int rank, const int64_t *dims, int64
            "%%1 = parameter \"k\" : %s\n"
            "%%2 = parameter \"v\" : %s\n"
            "%%3 = parameter \"g\" : %s\n"
-           "%%4 = attention %%0, %%1, %%2 causal=1 scale=%.17g : %s\n"
-           "%%5 = attention %%0, %%1, %%2 causal=0 scale=%.17g : %s\n"
-           "%%6 = attention_grad %%0, %%1, %%2, %%3 causal=1 scale=%.17g : %s\n"
-           "%%7 = attention_grad %%0, %%1, %%2, %%3 causal=0 scale=%.17g : %s\n"
-           "output \"causal\" = %%4\n"
-           "output \"full\" = %%5\n"
-           "output \"grad_causal\" = %%6\n"
-           "output \"grad_full\" = %%7\n",
-           qs, ks, ks, qs, scale, qs, scale, qs, scale, gs, scale, gs);
+           "%s"
+           "%%%d = attention %%0, %%1, %%2%s causal=1 scale=%.17g : %s\n"
+           "%%%d = attention %%0, %%1, %%2%s causal=0 scale=%.17g : %s\n"
+           "%%%d = attention_grad %%0, %%1, %%2, %%3%s causal=1 scale=%.17g : %s\n"
+           "%%%d = attention_grad %%0, %%1, %%2, %%3%s causal=0 scale=%.17g : %s\n"
+           "output \"causal\" = %%%d\n"
+           "output \"full\" = %%%d\n"
+           "output \"grad_causal\" = %%%d\n"
+           "output \"grad_full\" = %%%d\n",
+           qs, ks, ks, qs, pos, a, arg, scale, qs, a + 1, arg, scale, qs, a + 2, arg, scale, gs,
+           a + 3, arg, scale, gs, a, a + 1, a + 2, a + 3);
   check(text, NULL, 0, NULL, tol);
+}
+
+static void check_attention(const char *dt, int rank, const int64_t *dims, int64_t kv, double tol) {
+  check_attention_at(dt, rank, dims, kv, 0, 0, tol);
 }
 
 /* attention and attention_grad on bf16 (their kernels: f32 inside, each result rounded once),
@@ -755,6 +774,25 @@ static void test_attention_mma_bf16(void) {
     (void)before;
 #endif
   }
+}
+
+/* Query positions (a device's chunk of a split sequence): q and dout with fewer rows than k and
+ * v, the causal mask at the queries' positions, dq's rows past the queries zero. f32: 30
+ * queries at 20..49 of 70 keys (the middle chunk: keys past 49 seen by none, so dk and dv are 0
+ * there), and grouped-query, 23 at 47..69 (the last); bf16 with heads of 20, 35 at 35..69, and
+ * grouped-query, 24 at 0..23 of 48 (the first). The SIMT, AXLC_CPU_REDUCE and emulated
+ * tensor-core bodies, each launch of the four ops on the tensor-core body. */
+static void test_attention_positions(void) {
+  int before = mma_launches;
+  check_attention_at("f32", 4, (int64_t[]){1, 2, 30, 5}, 0, 70, 20, ATT_TOL);
+  check_attention_at("f32", 4, (int64_t[]){1, 4, 23, 3}, 2, 70, 47, ATT_TOL);
+  check_attention_at("bf16", 4, (int64_t[]){1, 2, 35, 20}, 0, 70, 35, BF16_TOL);
+  check_attention_at("bf16", 4, (int64_t[]){2, 4, 24, 16}, 2, 48, 0, BF16_TOL);
+#ifndef OCL_CHECK_ONLY
+  CU_ASSERT_EQUAL(mma_launches - before, 4 * 8);
+#else
+  (void)before;
+#endif
 }
 
 /* A whole training step in bf16 with f32 masters: the parameters cast to bf16 where the
@@ -1019,6 +1057,7 @@ int main(int argc, char **argv) {
       {"attention_f32", test_attention_f32},
       {"attention_bf16_blocks", test_attention_bf16_blocks},
       {"attention_mma_bf16", test_attention_mma_bf16},
+      {"attention_positions", test_attention_positions},
       {"train_step", test_train_step},
       {"optimizer_multi", test_optimizer_multi},
       {"scatter_bf16_blocks", test_scatter_bf16_blocks},

@@ -2,7 +2,8 @@
  * rounding off: attention (causal or not, ranks 3 and 4, T = 1 and 5) and the attention_grad that
  * autodiff makes of it compute the same numbers before and after the expansion, to 1e-12
  * relative; no fused op remains; the graph verifies and survives its text form; the new values
- * keep the replaced value's origin, tag and, on a 2-device mesh, its split. */
+ * keep the replaced value's origin, tag and, on a 2-device mesh, its split; with query positions
+ * (fewer queries than keys, the causal mask at the positions, dq padded to the keys' rows). */
 #include "passes/passes.h"
 #include "tests/ir/ir_test.h"
 
@@ -18,17 +19,22 @@ typedef struct Case {
   int ndev;     /* 1, or 2 on mesh axis "x" splitting the leading dim */
   double scale; /* 0: 0.6 causal, 1.3 not */
   int64_t kv;   /* grouped-query: k and v with kv heads on dim rank - 3; 0: q's shape */
+  int64_t tk;   /* k and v rows, with the query positions off, off + 1, ...; 0: q's rows */
+  int64_t off;
 } Case;
 
 /* Operand i's dims: q's, or k's and v's with kv heads. */
 static void op_dims(const Case *c, int i, int64_t *dims) {
   for (int32_t d = 0; d < c->rank; d++) dims[d] = c->dims[d];
   if (i > 0 && c->kv) dims[c->rank - 3] = c->kv;
+  if (i > 0 && c->tk) dims[c->rank - 2] = c->tk;
 }
 
+/* The elements of the largest operand. */
 static int64_t case_numel(const Case *c) {
   int64_t n = 1;
-  for (int32_t d = 0; d < c->rank; d++) n *= c->dims[d];
+  for (int32_t d = 0; d < c->rank; d++)
+    n *= d == c->rank - 2 && c->tk > c->dims[d] ? c->tk : c->dims[d];
   return n;
 }
 
@@ -61,10 +67,16 @@ static IrGraph *case_graph(const Case *c) {
     p[i] = ir_param(g, names[i], DT_F64, c->rank, dims);
     if (c->ndev == 2 && p[i] != IR_NONE) g->values[p[i]].split.axes[0][0] = 1;
   }
+  int32_t pos = IR_NONE;
+  if (c->tk) {
+    int64_t tq = c->dims[c->rank - 2];
+    pos = ir_add(g, ir_iota(g, DT_I32, 1, &tq, 0),
+                 ir_const_scalar(g, DT_I32, (double)c->off, 1, &tq));
+  }
   ir_graph_set_origin(g, "/model/attn");
   ir_graph_set_tag(g, "attention.context");
   double scale = c->scale ? c->scale : c->causal ? 0.6 : 1.3;
-  int32_t y = ir_attention(g, p[0], p[1], p[2], c->causal, scale);
+  int32_t y = ir_attention_at(g, p[0], p[1], p[2], IR_NONE, pos, c->causal, scale);
   if (c->ndev == 2 && y != IR_NONE) g->values[y].split.axes[0][0] = 1;
   ir_graph_set_origin(g, "");
   ir_graph_set_tag(g, "");
@@ -104,7 +116,7 @@ static double *run_outputs(const IrGraph *g, const Case *c, int64_t *total) {
       }
       int64_t dims[4];
       op_dims(c, i, dims);
-      ir_interp_set(it, d, names[i], c->rank, dims, x);
+      ir_interp_set(it, d, names[i], c->rank, dims, x); /* the first numel of x */
     }
   if (ir_interp_run(it) == IR_OK) {
     *total = 0;
@@ -224,6 +236,26 @@ static void test_grouped(void) {
         }
 }
 static void test_attention_grad(void) { check_all(true, 1, 0); }
+/* Query positions: 3 queries at 0, 1, 2 (the first chunk: keys 3 and 4 seen by none), and at
+ * 2, 3, 4 (the last), of 5 keys; 1 query at 3 (the mask's edge); grouped and not, causal and
+ * not, forward and gradient. */
+static void test_positions(void) {
+  static const int64_t tq[3] = {3, 3, 1}, off[3] = {0, 2, 3};
+  for (int grad = 0; grad < 2; grad++)
+    for (int causal = 0; causal < 2; causal++)
+      for (int64_t kv = 0; kv <= 2; kv += 2)
+        for (int i = 0; i < 3; i++) {
+          Case c = {.rank = 4,
+                    .dims = {2, 4, tq[i], 3},
+                    .causal = causal,
+                    .grad = grad,
+                    .ndev = 1,
+                    .kv = kv,
+                    .tk = 5,
+                    .off = off[i]};
+          check_case(&c);
+        }
+}
 static void test_mesh(void) {
   check_all(false, 2, 0);
   check_all(true, 2, 0);
@@ -251,13 +283,10 @@ static void test_nothing_to_do(void) {
 
 int main(int argc, char **argv) {
   static const TestCase cases[] = {
-      {"attention", test_attention},
-      {"grouped-query attention", test_grouped},
-      {"attention_grad", test_attention_grad},
-      {"two_devices", test_mesh},
-      {"large_scores", test_large_scores},
-      {"nothing_to_do", test_nothing_to_do},
-      {NULL, NULL},
+      {"attention", test_attention},           {"grouped-query attention", test_grouped},
+      {"attention_grad", test_attention_grad}, {"two_devices", test_mesh},
+      {"query_positions", test_positions},     {"large_scores", test_large_scores},
+      {"nothing_to_do", test_nothing_to_do},   {NULL, NULL},
   };
   return test_main(argc, argv, "expand", cases);
 }

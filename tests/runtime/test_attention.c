@@ -133,8 +133,8 @@ static void check_case(const Case *cs, int causal, uint64_t seed) {
   }
 
   float *got = nan_buffer(n), *grad = nan_buffer(3 * n);
-  rt_attention(NULL, bn, 1, t, h, causal, scale, q, k, v, got);
-  rt_attention_grad(NULL, bn, 1, t, h, causal, scale, q, k, v, dout, grad);
+  rt_attention(NULL, bn, 1, t, t, h, causal, scale, q, k, v, NULL, got);
+  rt_attention_grad(NULL, bn, 1, t, t, h, causal, scale, q, k, v, dout, NULL, grad);
   check_close("o", got, o, n, TOL, bn, t, h, causal);
   check_close("dq", grad, dq, n, TOL, bn, t, h, causal);
   check_close("dk", grad + n, dk, n, TOL, bn, t, h, causal);
@@ -147,8 +147,8 @@ static void check_case(const Case *cs, int causal, uint64_t seed) {
     RtPool *pool;
     CHECK_OK(rt_pool_new(&pool, threads, &err));
     float *got2 = nan_buffer(n), *grad2 = nan_buffer(3 * n);
-    rt_attention(pool, bn, 1, t, h, causal, scale, q, k, v, got2);
-    rt_attention_grad(pool, bn, 1, t, h, causal, scale, q, k, v, dout, grad2);
+    rt_attention(pool, bn, 1, t, t, h, causal, scale, q, k, v, NULL, got2);
+    rt_attention_grad(pool, bn, 1, t, t, h, causal, scale, q, k, v, dout, NULL, grad2);
     check_same_bits("rt_attention", got, got2, n, threads);
     check_same_bits("rt_attention_grad", grad, grad2, 3 * n, threads);
     free(got2);
@@ -205,21 +205,21 @@ static void test_bf16(void) {
         in[x] = rt_bf16_from_f32((float)((seed >> 40) % 2001) / 1000.0f - 1.0f);
         w[x] = rt_bf16_to_f32(in[x]);
       }
-      rt_attention(pool, bn, 1, t, h, causal, scale, w, w + n, w + 2 * n, w + 4 * n);
+      rt_attention(pool, bn, 1, t, t, h, causal, scale, w, w + n, w + 2 * n, NULL, w + 4 * n);
       for (RtPool *p = NULL;; p = pool) {
         for (int64_t x = 0; x < 4 * n; x++) got[x] = 0x7fc0;
-        rt_attention_bf16(p, bn, 1, t, h, causal, scale, in, in + n, in + 2 * n, got);
+        rt_attention_bf16(p, bn, 1, t, t, h, causal, scale, in, in + n, in + 2 * n, NULL, got);
         int bad = 0;
         for (int64_t x = 0; x < n; x++) bad += got[x] != rt_bf16_from_f32(w[4 * n + x]);
         CHECK_INT(bad, 0);
         if (p) break;
       }
-      rt_attention_grad(pool, bn, 1, t, h, causal, scale, w, w + n, w + 2 * n, w + 3 * n,
+      rt_attention_grad(pool, bn, 1, t, t, h, causal, scale, w, w + n, w + 2 * n, w + 3 * n, NULL,
                         w + 4 * n);
       for (RtPool *p = NULL;; p = pool) {
         for (int64_t x = 0; x < 4 * n; x++) got[x] = 0x7fc0;
-        rt_attention_grad_bf16(p, bn, 1, t, h, causal, scale, in, in + n, in + 2 * n, in + 3 * n,
-                               got);
+        rt_attention_grad_bf16(p, bn, 1, t, t, h, causal, scale, in, in + n, in + 2 * n, in + 3 * n,
+                               NULL, got);
         int bad = 0;
         for (int64_t x = 0; x < 3 * n; x++) bad += got[x] != rt_bf16_from_f32(w[4 * n + x]);
         CHECK_INT(bad, 0);
@@ -261,11 +261,11 @@ static void test_grouped(void) {
           kb[b * per + x] = kk[b / G * per + x];
           vb[b * per + x] = vv[b / G * per + x];
         }
-      rt_attention(pool, bn, 1, t, h, causal, scale, q, kb, vb, o1);
-      rt_attention(pool, bn, G, t, h, causal, scale, q, kk, vv, o2);
+      rt_attention(pool, bn, 1, t, t, h, causal, scale, q, kb, vb, NULL, o1);
+      rt_attention(pool, bn, G, t, t, h, causal, scale, q, kk, vv, NULL, o2);
       check_same_bits("grouped forward", o1, o2, n, 2);
-      rt_attention_grad(pool, bn, 1, t, h, causal, scale, q, kb, vb, dout, g1);
-      rt_attention_grad(pool, bn, G, t, h, causal, scale, q, kk, vv, dout, g2);
+      rt_attention_grad(pool, bn, 1, t, t, h, causal, scale, q, kb, vb, dout, NULL, g1);
+      rt_attention_grad(pool, bn, G, t, t, h, causal, scale, q, kk, vv, dout, NULL, g2);
       int bad = 0;
       double *ref = calloc((size_t)(2 * per), sizeof(double));
       float *got = malloc(sizeof(float) * (size_t)(2 * per));
@@ -294,13 +294,14 @@ static void test_grouped(void) {
         bk[x] = rt_bf16_from_f32(kk[x]), bv[x] = rt_bf16_from_f32(vv[x]);
         w[n + x] = rt_bf16_to_f32(bk[x]), w[n + nk + x] = rt_bf16_to_f32(bv[x]);
       }
-      rt_attention(pool, bn, G, t, h, causal, scale, w, w + n, w + n + nk, o2);
-      rt_attention_bf16(pool, bn, G, t, h, causal, scale, bq, bk, bv, bo);
+      rt_attention(pool, bn, G, t, t, h, causal, scale, w, w + n, w + n + nk, NULL, o2);
+      rt_attention_bf16(pool, bn, G, t, t, h, causal, scale, bq, bk, bv, NULL, bo);
       bad = 0;
       for (int64_t x = 0; x < n; x++) bad += bo[x] != rt_bf16_from_f32(o2[x]);
-      rt_attention_grad(pool, bn, G, t, h, causal, scale, w, w + n, w + n + nk, w + n + 2 * nk, g2);
+      rt_attention_grad(pool, bn, G, t, t, h, causal, scale, w, w + n, w + n + nk, w + n + 2 * nk,
+                        NULL, g2);
       bo[n + 2 * nk] = 0x7fc0;
-      rt_attention_grad_bf16(pool, bn, G, t, h, causal, scale, bq, bk, bv, bd, bo);
+      rt_attention_grad_bf16(pool, bn, G, t, t, h, causal, scale, bq, bk, bv, bd, NULL, bo);
       for (int64_t x = 0; x < n + 2 * nk; x++) bad += bo[x] != rt_bf16_from_f32(g2[x]);
       CHECK_INT(bad, 0);
       CHECK_INT(bo[n + 2 * nk], 0x7fc0);
@@ -319,6 +320,102 @@ static void test_grouped(void) {
   rt_pool_free(pool);
 }
 
+/* Where the gradient's problem `slot` of a query problem b (0 dq, 1 dk, 2 dv) starts, in
+ * problems (ir_attention_grad_at). */
+static int64_t grad_slot(int64_t bn, int64_t G, int64_t b, int which) {
+  if (G == 1) return which * bn + b;
+  return which == 0 ? b / G * (G + 2) + b % G : b / G * (G + 2) + G + which - 1;
+}
+
+/* Query positions: the sequence's rows cut in three chunks (23, 24 and 23 of 70), each chunk's
+ * queries against all the keys with its rows' places as the positions, as a device of a split
+ * sequence runs it. The chunks' outputs and dq are the whole sequence's rows (1e-5), their dk
+ * and dv sum to the whole's, and dq's rows past the chunk are exactly zero; grouped (2 query
+ * problems a key problem) and not, causal and not. The bf16 kernels with positions give the f32
+ * results on the widened values rounded once, bit for bit. */
+static void test_positions(void) {
+  RtPool *pool;
+  RtError err;
+  CHECK_OK(rt_pool_new(&pool, 2, &err));
+  const int64_t t = 70, h = 5, bn = 4, cut[4] = {0, 23, 47, 70};
+  for (int64_t G = 1; G <= 2; G++)
+    for (int causal = 0; causal <= 1; causal++) {
+      int64_t per = t * h, n = bn * per, nk = n / G, ng = (G == 1 ? 3 * n : n + 2 * nk);
+      float scale = 1.0f / sqrtf((float)h);
+      float *q = malloc(sizeof(float) * (size_t)(2 * n + 2 * nk)), *dout = q + n, *k = q + 2 * n,
+            *v = k + nk;
+      uint64_t seed = 11 + (uint64_t)(G * 2 + causal);
+      fill_normal(q, 2 * n + 2 * nk, &seed);
+      float *o = nan_buffer(n), *g = nan_buffer(ng), *oc = nan_buffer(n), *gc = nan_buffer(ng);
+      float *qc = malloc(sizeof(float) * (size_t)(2 * n)), *dc = qc + n;
+      double *ref = calloc((size_t)(n + ng), sizeof(double)), *acc = ref + n;
+      int32_t pos[70];
+      rt_attention(pool, bn, G, t, t, h, causal, scale, q, k, v, NULL, o);
+      rt_attention_grad(pool, bn, G, t, t, h, causal, scale, q, k, v, dout, NULL, g);
+      int zeros = 0;
+      for (int c = 0; c < 3; c++) {
+        int64_t c0 = cut[c], tq = cut[c + 1] - c0;
+        for (int64_t i = 0; i < tq; i++) pos[i] = (int32_t)(c0 + i);
+        for (int64_t b = 0; b < bn; b++) {
+          memcpy(qc + b * tq * h, q + b * per + c0 * h, sizeof(float) * (size_t)(tq * h));
+          memcpy(dc + b * tq * h, dout + b * per + c0 * h, sizeof(float) * (size_t)(tq * h));
+        }
+        rt_attention(pool, bn, G, tq, t, h, causal, scale, qc, k, v, pos, oc);
+        rt_attention_grad(pool, bn, G, tq, t, h, causal, scale, qc, k, v, dc, pos, gc);
+        for (int64_t b = 0; b < bn; b++) {
+          for (int64_t x = 0; x < tq * h; x++) ref[b * per + c0 * h + x] = oc[b * tq * h + x];
+          const float *dq = gc + grad_slot(bn, G, b, 0) * per;
+          for (int64_t x = 0; x < tq * h; x++)
+            acc[grad_slot(bn, G, b, 0) * per + c0 * h + x] = dq[x];
+          for (int64_t x = tq * h; x < per; x++) zeros += dq[x] != 0.0f;
+          if (b % G) continue;
+          for (int w = 1; w <= 2; w++)
+            for (int64_t x = 0; x < per; x++)
+              acc[grad_slot(bn, G, b, w) * per + x] += gc[grad_slot(bn, G, b, w) * per + x];
+        }
+      }
+      check_close("positions: forward", o, ref, n, TOL, bn, t, h, causal);
+      float *gf = malloc(sizeof(float) * (size_t)ng);
+      memcpy(gf, g, sizeof(float) * (size_t)ng);
+      check_close("positions: dq, dk, dv", gf, acc, ng, TOL, bn, t, h, causal);
+      CHECK_INT(zeros, 0);
+      /* bf16: the middle chunk */
+      int64_t c0 = cut[1], tq = cut[2] - c0;
+      for (int64_t i = 0; i < tq; i++) pos[i] = (int32_t)(c0 + i);
+      int64_t nq = bn * tq * h;
+      uint16_t *bin = malloc(sizeof(uint16_t) * (size_t)(2 * nq + 2 * nk + ng));
+      uint16_t *bq = bin, *bd = bq + nq, *bk = bd + nq, *bv = bk + nk, *bo = bv + nk;
+      float *w = malloc(sizeof(float) * (size_t)(2 * nq + 2 * nk));
+      for (int64_t b = 0; b < bn; b++)
+        for (int64_t x = 0; x < tq * h; x++) {
+          bq[b * tq * h + x] = rt_bf16_from_f32(q[b * per + c0 * h + x]);
+          bd[b * tq * h + x] = rt_bf16_from_f32(dout[b * per + c0 * h + x]);
+        }
+      for (int64_t x = 0; x < 2 * nk; x++) bk[x] = rt_bf16_from_f32(k[x]);
+      for (int64_t x = 0; x < 2 * nq + 2 * nk; x++) w[x] = rt_bf16_to_f32(bin[x]);
+      int bad = 0;
+      rt_attention(pool, bn, G, tq, t, h, causal, scale, w, w + 2 * nq, w + 2 * nq + nk, pos, oc);
+      rt_attention_bf16(pool, bn, G, tq, t, h, causal, scale, bq, bk, bv, pos, bo);
+      for (int64_t x = 0; x < nq; x++) bad += bo[x] != rt_bf16_from_f32(oc[x]);
+      rt_attention_grad(pool, bn, G, tq, t, h, causal, scale, w, w + 2 * nq, w + 2 * nq + nk,
+                        w + nq, pos, gc);
+      rt_attention_grad_bf16(pool, bn, G, tq, t, h, causal, scale, bq, bk, bv, bd, pos, bo);
+      for (int64_t x = 0; x < ng; x++) bad += bo[x] != rt_bf16_from_f32(gc[x]);
+      CHECK_INT(bad, 0);
+      free(w);
+      free(bin);
+      free(gf);
+      free(q);
+      free(o);
+      free(g);
+      free(oc);
+      free(gc);
+      free(qc);
+      free(ref);
+    }
+  rt_pool_free(pool);
+}
+
 int main(int argc, char **argv) {
   openblas_set_num_threads(1); /* as rt_train_main: the pool, not OpenBLAS, runs the threads */
   static const TestCase cases[] = {
@@ -326,6 +423,7 @@ int main(int argc, char **argv) {
       {"large scores, negative scale", test_sharp},
       {"bf16 tensors: the f32 results rounded once, in groups, 1-2 threads", test_bf16},
       {"grouped-query: key problem p / group, dk and dv summed over the group", test_grouped},
+      {"query positions: a split sequence's chunks against all the keys", test_positions},
       {NULL, NULL},
   };
   return rt_test_main(argc, argv, "runtime_attention", cases);

@@ -104,12 +104,12 @@ static void unfused_backward(Bench *b) {
 /* ===== fused ========================================================================== */
 
 static void fused_forward(Bench *b) {
-  rt_attention(b->pool, b->bn, 1, b->t, b->h, 1, b->scale, b->q, b->k, b->v, b->fo);
+  rt_attention(b->pool, b->bn, 1, b->t, b->t, b->h, 1, b->scale, b->q, b->k, b->v, NULL, b->fo);
 }
 
 static void fused_backward(Bench *b) {
-  rt_attention_grad(b->pool, b->bn, 1, b->t, b->h, 1, b->scale, b->q, b->k, b->v, b->dout,
-                    b->fgrad);
+  rt_attention_grad(b->pool, b->bn, 1, b->t, b->t, b->h, 1, b->scale, b->q, b->k, b->v, b->dout,
+                    NULL, b->fgrad);
 }
 
 /* ===== timing ========================================================================= */
