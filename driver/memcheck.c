@@ -142,11 +142,14 @@ static double value_flops(const IrGraph *g, const IrValue *v, double *matmul, do
   if (v->op == IR_ATTENTION || v->op == IR_ATTENTION_GRAD) {
     /* the products of a fused kernel: scores and context (2 of Tq x Tk x H), and in the
      * gradient the scores again, dP, dQ, dK and dV (5); a causal one computes only the keys up
-     * to each query (about half of them, as a device's chunk of a split sequence sees on
-     * average over the devices) */
+     * to each query: (T + 1) / 2 a query on average, and for a chunk of Tq queries of a split
+     * sequence (query positions) those of the last chunk, the slowest device's, which sees
+     * Tk - Tq keys more */
     const IrShape *q = &g->values[v->ops[0]].shape, *k = &g->values[v->ops[1]].shape;
-    double t = (double)k->dims[k->rank - 2], h = (double)q->dims[q->rank - 1];
-    double keys = v->attr.k ? (t + 1) / 2 : t, n = h > 0 ? (double)ir_shape_numel(q) / h : 0;
+    double tq = (double)q->dims[q->rank - 2], tk = (double)k->dims[k->rank - 2];
+    double h = (double)q->dims[q->rank - 1];
+    double keys = v->attr.k ? tk - tq + (tq + 1) / 2 : tk;
+    double n = h > 0 ? (double)ir_shape_numel(q) / h : 0;
     double f = 2 * (v->op == IR_ATTENTION ? 2 : 5) * n * keys * h;
     *matmul += f;
     if (low) *bf16 += f;

@@ -862,9 +862,10 @@ static int attention_seq(Ctx *c, int32_t v, const Sh *in, const uint8_t *taxes, 
 
 static int attention(Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v];
-  int32_t rank = c->g->values[x->ops[0]].shape.rank, ops[4];
-  Sh in = {0};
-  for (int32_t k = 0; k < x->nops && !used_axes(&in.s, rank); k++) {
+  int32_t rank = c->g->values[x->ops[0]].shape.rank, ops[5];
+  int32_t pos = ir_attention_positions(x), nt = x->nops - (pos != IR_NONE); /* the tensors */
+  Sh in = {0}, whole = {0};
+  for (int32_t k = 0; k < nt && !used_axes(&in.s, rank); k++) {
     int32_t a = x->ops[k];
     in = c->deferred[a] ? natural(c, a) : resolved(c, a);
     in.partial = 0;
@@ -873,10 +874,11 @@ static int attention(Ctx *c, int32_t v, Sh *out) {
   Sh qs = c->deferred[x->ops[0]] ? natural(c, x->ops[0]) : resolved(c, x->ops[0]);
   uint32_t tbits = dim_axes(&qs.s, rank - 2);
   int64_t T = c->g->values[x->ops[0]].shape.dims[rank - 2];
-  if (tbits && !(tbits & used_axes(&in.s, rank)) && ir_attention_positions(x) == IR_NONE &&
+  if (tbits && !(tbits & used_axes(&in.s, rank)) && pos == IR_NONE &&
       T % count(c, &qs.s, rank - 2) == 0)
     return attention_seq(c, v, &in, qs.s.axes[rank - 2], out);
-  for (int32_t k = 0; k < x->nops; k++) ops[k] = get(c, x->ops[k], &in);
+  for (int32_t k = 0; k < nt; k++) ops[k] = get(c, x->ops[k], &in);
+  if (pos != IR_NONE) ops[nt] = get(c, pos, &whole); /* the positions of the whole sequence */
   *out = in;
   if (x->op == IR_ATTENTION_GRAD) {
     bool grouped =

@@ -10,6 +10,11 @@
  * diagonal square has entries to mask. The row work is loops over 8-float vectors with an
  * exp of our own (see "row work"), which fix the order of every sum.
  *
+ * Query positions. A device's chunk of a split sequence has tq query rows against tk >= tq
+ * keys, row i at position pos[i] (non-decreasing): with causal it sees keys 0..pos[i], a
+ * block the keys up to its last row's position. The backward's slots keep tk rows: dq fills
+ * the first tq, zeros after, and the keys no query sees get zero dk and dv.
+ *
  * The tiles' products. Where rt_sgemm runs the own product (AVX2 and FMA, AXLC_SGEMM not
  * openblas) they run on its micro-kernel (sgemm.c, rt_gemm_panels), with a problem's keys and
  * values packed once for all the query blocks a chunk runs of it: K^T for the scores and V
