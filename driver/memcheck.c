@@ -128,6 +128,16 @@ static double sent_bytes(const IrGraph *g, const IrValue *v) {
 
 /* FLOPs of value v: 2 per multiply-add of a product, 1 per element of the rest. The products
  * also count into *matmul, and into *bf16 when their operands are bf16. */
+/* Whether attention v's query positions are in the balanced order of the seq axis (a
+ * local_slice of an iota whose chunks a concat reordered: passes/shard.c, zig_order). Device c
+ * then holds chunks c and 2S - 1 - c, whose queries see (Tk + 1) / 2 keys on average, the
+ * same on every device. */
+static bool balanced_positions(const IrGraph *g, const IrValue *v) {
+  int32_t p = ir_attention_positions(v);
+  return p != IR_NONE && g->values[p].op == IR_LOCAL_SLICE &&
+         g->values[g->values[p].ops[0]].op == IR_CONCAT;
+}
+
 static double value_flops(const IrGraph *g, const IrValue *v, double *matmul, double *bf16) {
   bool low = v->nops > 0 && g->values[v->ops[0]].dtype == DT_BF16;
   double out = (double)ir_shape_numel(&v->shape);
@@ -143,12 +153,14 @@ static double value_flops(const IrGraph *g, const IrValue *v, double *matmul, do
     /* the products of a fused kernel: scores and context (2 of Tq x Tk x H), and in the
      * gradient the scores again, dP, dQ, dK and dV (5); a causal one computes only the keys up
      * to each query: (T + 1) / 2 a query on average, and for a chunk of Tq queries of a split
-     * sequence (query positions) those of the last chunk, the slowest device's, which sees
-     * Tk - Tq keys more */
+     * sequence (query positions) in the contiguous order those of the last chunk, the slowest
+     * device's, which sees Tk - Tq keys more; in the balanced order (Tk + 1) / 2 */
     const IrShape *q = &g->values[v->ops[0]].shape, *k = &g->values[v->ops[1]].shape;
     double tq = (double)q->dims[q->rank - 2], tk = (double)k->dims[k->rank - 2];
     double h = (double)q->dims[q->rank - 1];
-    double keys = v->attr.k ? tk - tq + (tq + 1) / 2 : tk;
+    double keys = !v->attr.k                 ? tk
+                  : balanced_positions(g, v) ? (tk + 1) / 2
+                                             : tk - tq + (tq + 1) / 2;
     double n = h > 0 ? (double)ir_shape_numel(q) / h : 0;
     double f = 2 * (v->op == IR_ATTENTION ? 2 : 5) * n * keys * h;
     *matmul += f;

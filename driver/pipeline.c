@@ -467,7 +467,10 @@ int drv_lower(DrvJob *j, const char *stop_after) {
   int rc = shard_mesh(j, &shard.mesh);
   if (rc == 0) leaves = shard_leaves(j, &shard.mesh, &shard.nleaves);
   shard.leaves = leaves;
-  shard.sequence_parallel = fe_get_bool(fe_get_child(j->cfg, "mesh"), "sequence_parallel");
+  json_object *mesh = fe_get_child(j->cfg, "mesh");
+  const char *order = mesh ? fe_get_str(mesh, "seq_order") : NULL;
+  shard.sequence_parallel = fe_get_bool(mesh, "sequence_parallel");
+  shard.seq_balanced = order && !strcmp(order, "balanced");
   po.shard = &shard;
   PipeOpts pipe = {0};
   if (rc == 0) pipe_opts(j, &shard.mesh, &pipe);

@@ -36,6 +36,8 @@ typedef struct PassShard {
                                   there and sliced by the program */
   bool sequence_parallel;      /* the activations between the layers split over the sequence on
                                   model (Megatron), not over the hidden dim */
+  bool seq_balanced;           /* a dim split on the seq axis is in the balanced order: device c
+                                  of S holds chunks c and 2S - 1 - c of 2S (seq_order) */
 } PassShard;
 
 /* What the remat pass needs: the modules with a remat policy, by config path. preset is a preset

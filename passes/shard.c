@@ -72,6 +72,7 @@ typedef struct Ctx {
   const Sh **hint; /* (g->nvalues) a parameter gradient's sharding, back through elementwise ops */
   int32_t n;       /* g->nvalues when the walk began */
   uint32_t batch_axes; /* the axes that split the batch (dim 0 of the input ids) */
+  uint8_t zig; /* seq_balanced: the axis (1 + its index) whose splits are in the balanced order */
 } Ctx;
 
 static int nax(const IrSplit *s, int32_t d) {
@@ -143,6 +144,58 @@ static int32_t mark(Ctx *c, int32_t x, const IrSplit *s) {
 
 /* ---- resharding ---------------------------------------------------------------------- */
 
+/* The balanced order (PassShard.seq_balanced). A dim split on the zig axis (of S devices) is cut
+ * in 2S chunks, device c holding chunks c and 2S - 1 - c: under a causal mask every device's
+ * queries then see about as many keys. Within a device the order is ascending, so a chunk's
+ * positions (an iota through the same reshard) do not decrease. The collectives move
+ * contiguous chunks, so the reshards permute around them: x in the natural order becomes the
+ * devices' order (chunks 0, 2S - 1, 1, 2S - 2, ...: zig_order) before a local_slice,
+ * reduce_scatter or the all_to_all that splits it, and a dim gathered in the devices' order
+ * goes back (zig_order inverse). */
+static int32_t zig_order(Ctx *c, int32_t x, int32_t d, bool inverse) {
+  if (x == IR_NONE) return IR_NONE;
+  int64_t S = c->m->sizes[c->zig - 1], n = c->h->values[x].shape.dims[d], h = n / (2 * S);
+  if (n % (2 * S)) {
+    ir_graph_fail(c->h,
+                  "shard: seq_order balanced: dim %d (size %lld) does not cut in 2 x %lld "
+                  "chunks",
+                  d, (long long)n, (long long)S);
+    return IR_NONE;
+  }
+  int32_t *parts = base_xmalloc((size_t)(2 * S) * sizeof *parts);
+  IrSplit split = c->h->values[x].split;
+  for (int64_t k = 0; k < 2 * S; k++) {
+    /* the devices' order: place p holds chunk p / 2 (p even) or 2S - 1 - p / 2 (p odd); so
+     * chunk k is at place 2k (k < S) or 2 (2S - 1 - k) + 1 */
+    int64_t from = !inverse ? (k % 2 == 0 ? k / 2 : 2 * S - 1 - k / 2)
+                   : k < S  ? 2 * k
+                            : 2 * (2 * S - 1 - k) + 1;
+    int64_t lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK];
+    memcpy(hi, c->h->values[x].shape.dims, sizeof hi);
+    lo[d] = from * h;
+    hi[d] = (from + 1) * h;
+    parts[k] = mark(c, ir_slice(c->h, x, lo, hi), &split);
+  }
+  int32_t r = mark(c, ir_concat(c->h, (int32_t)(2 * S), parts, d), &split);
+  free(parts);
+  return r;
+}
+
+/* Whether the zig axis is among axes[0..n). */
+static bool zig_touch(const Ctx *c, const uint8_t *axes, int n) {
+  for (int k = 0; k < n; k++)
+    if (c->zig && axes[k] == c->zig) return true;
+  return false;
+}
+
+/* A reshard of dim d that the balanced order does not cover: the zig axis with others on the
+ * same dim. */
+static int32_t zig_fail(Ctx *c, int32_t d) {
+  ir_graph_fail(c->h, "shard: seq_order balanced: dim %d split on %s together with other axes", d,
+                c->m->names[c->zig - 1]);
+  return IR_NONE;
+}
+
 /* x (in h, sharded as *from, of global shape gs) in sharding *to (to->partial must be 0). */
 static int32_t reshard(Ctx *c, int32_t x, Sh from, const Sh *to, const IrShape *gs) {
   const char *names[IR_MAX_MESH_AXES];
@@ -154,6 +207,10 @@ static int32_t reshard(Ctx *c, int32_t x, Sh from, const Sh *to, const IrShape *
     if (nt <= nf || memcmp(from.s.axes[d], to->s.axes[d], (size_t)nf)) continue;
     uint32_t want = dim_axes(&to->s, d) & ~dim_axes(&from.s, d); /* the axes after from's */
     if ((want & ~from.partial) || gs->dims[d] % count(c, &to->s, d)) continue;
+    if (zig_touch(c, to->s.axes[d] + nf, nt - nf)) {
+      if (nf || nt != 1) return zig_fail(c, d);
+      x = zig_order(c, x, d, false);
+    }
     x = ir_reduce_scatter(c->h, x, split_names(c, to->s.axes[d] + nf, nt - nf, names), names, d);
     memcpy(from.s.axes[d], to->s.axes[d], sizeof from.s.axes[d]);
     from.partial &= ~want;
@@ -185,16 +242,23 @@ static int32_t reshard(Ctx *c, int32_t x, Sh from, const Sh *to, const IrShape *
       }
       if (j >= 0) {
         const char *an = c->m->names[a - 1];
+        bool z = c->zig && a == c->zig; /* j takes the balanced order, d leaves it */
+        if (z && (nf != 1 || nax(&from.s, j))) return zig_fail(c, nf != 1 ? d : j);
+        if (z) x = zig_order(c, x, j, false);
         x = ir_all_to_all(c->h, x, 1, &an, j, d);
         from.s.axes[d][cp] = 0;
         from.s.axes[j][nax(&from.s, j)] = a;
         mark(c, x, &from.s);
+        if (z) x = zig_order(c, x, d, true);
         continue;
       }
     }
+    bool z = zig_touch(c, from.s.axes[d] + cp, nf - cp);
+    if (z && nf != 1) return zig_fail(c, d);
     x = ir_all_gather(c->h, x, split_names(c, from.s.axes[d] + cp, nf - cp, names), names, d);
     memset(from.s.axes[d] + cp, 0, (size_t)(IR_MAX_SPLIT_AXES - cp));
     mark(c, x, &from.s);
+    if (z) x = zig_order(c, x, d, true);
   }
   /* 3. add the target's extra axes: every device keeps its chunk */
   for (int32_t d = 0; d < rank; d++) {
@@ -204,6 +268,10 @@ static int32_t reshard(Ctx *c, int32_t x, Sh from, const Sh *to, const IrShape *
       ir_graph_fail(c->h, "shard: dim %d (size %lld) does not divide over %lld devices", d,
                     (long long)gs->dims[d], (long long)count(c, &to->s, d));
       return IR_NONE;
+    }
+    if (zig_touch(c, to->s.axes[d] + nf, nt - nf)) {
+      if (nf || nt != 1) return zig_fail(c, d);
+      x = zig_order(c, x, d, false);
     }
     x = ir_local_slice(c->h, x, split_names(c, to->s.axes[d] + nf, nt - nf, names), names, d);
     memcpy(from.s.axes[d], to->s.axes[d], sizeof from.s.axes[d]);
@@ -280,8 +348,12 @@ static Sh natural(const Ctx *c, int32_t v) {
   return s;
 }
 
-/* Whether every device's chunk of constant x under s holds the same numbers. */
+/* Whether every device's chunk of constant x under s holds the same numbers (ir_split_copy's
+ * chunks are contiguous: under the balanced order a split on its axis is never taken as the
+ * same, and the global value is built and sliced through reshard). */
 static bool same_chunks(const Ctx *c, const IrValue *x, const IrSplit *s) {
+  for (int32_t d = 0; c->zig && d < x->shape.rank; d++)
+    if (zig_touch(c, s->axes[d], nax(s, d))) return false;
   IrShape l = local_shape(c, &x->shape, s);
   int64_t n = ir_shape_numel(&l), ndev = ir_mesh_devices(c->m);
   double *a = base_xmalloc((size_t)(n ? n : 1) * sizeof *a),
@@ -1134,6 +1206,7 @@ int pass_shard(IrGraph *g, const PassOptions *opt) {
   Ctx c = {.g = g, .m = &o->mesh, .opt = o, .n = n};
   const PassShardLeaf *ids = leaf_find(o, "ids");
   if (ids) c.batch_axes = dim_axes(&ids->split, 0);
+  if (o->seq_balanced && ids && nax(&ids->split, 1) == 1) c.zig = ids->split.axes[1][0];
   c.h = ir_graph_new();
   c.h->matmul = g->matmul;
   ir_graph_reserve(c.h, n + n / 4); /* collectives and reshards come on top */

@@ -19,6 +19,7 @@
 # MESH: one, data2, data4, fsdp4, model2, model4, data2model2, expert2, expert2fsdp2; fsdp2, fsdp2mb2, fsdp2mb4
 # (fsdp=2 with 1, 2, 4 microbatches: each rank steps over slices of its rows); onemb2, onemb4;
 # seq2 (context parallelism: each rank its half of every sequence, K and V gathered), seq2model2,
+# seq2bal, seq4bal, seq2balmodel2 (the balanced order: rank c the chunks c and 2S - 1 - c of 2S),
 # spmodel2 (Megatron sequence parallelism: /mesh/sequence_parallel on model=2), spseq2model2 (both);
 # pipelines (docs/pipeline.md): pp2gpipemb4, pp2gpipemb8, pp2f1bmb4, pp2f1bmb8 (pipeline=2, GPipe
 # or 1F1B, 4 or 8 microbatches), pp2data2mb4 (x data=2, 1F1B), pp2model2mb4 (x model=2, GPipe),
@@ -70,6 +71,9 @@ layout() {
   pp2model2mb4) echo "pipeline=2,model=2 /learner/microbatches=4 /mesh/pipeline_schedule=gpipe" ;;
   pp2expert2mb4) echo "pipeline=2,expert=2 /learner/microbatches=4 /mesh/pipeline_schedule=1f1b" ;;
   seq2) echo "seq=2" ;;
+  seq2bal) echo "seq=2 /mesh/seq_order=balanced" ;;
+  seq4bal) echo "seq=4 /mesh/seq_order=balanced" ;;
+  seq2balmodel2) echo "seq=2,model=2 /mesh/seq_order=balanced" ;;
   seq2model2) echo "seq=2,model=2" ;;
   spmodel2) echo "model=2 /mesh/sequence_parallel=true" ;;
   spseq2model2) echo "seq=2,model=2 /mesh/sequence_parallel=true" ;;

@@ -24,6 +24,11 @@ static const FeField mesh_fields[] = {
     F_BOOL("sequence_parallel", "false",
            "Megatron sequence parallelism: outside attention and feed-forward the activations "
            "split over the sequence on the model axis (else on the hidden dim)"),
+    F_ENUM("seq_order", "\"contiguous\"", "contiguous|balanced",
+           "context parallelism (the seq axis): contiguous gives device c of S the positions "
+           "[c T/S, (c + 1) T/S); balanced cuts the sequence in 2 S chunks and gives device c "
+           "chunks c and 2 S - 1 - c, so every device's queries see about as many keys under "
+           "a causal mask"),
     F_ENUM("pipeline_schedule", "\"gpipe\"", "gpipe|1f1b|interleaved",
            "order of the microbatches' forwards and backwards on each pipeline stage: gpipe "
            "(all forwards, then all backwards), 1f1b (one forward, one backward) or "

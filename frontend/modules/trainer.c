@@ -38,6 +38,20 @@ static int check_seq(FeBuild *b, json_object *node) {
                           "seq_len %lld does not divide over the mesh's %s axis (%lld devices; "
                           "expected a multiple of %lld)",
                           (long long)T, sname, (long long)seq, (long long)seq);
+  const char *order = fe_get_str(mesh, "seq_order");
+  if (seq > 1 && order && !strcmp(order, "balanced")) {
+    if (T % (2 * seq) != 0)
+      return fe_field_error(b, input, "/input", "seq_len",
+                            "seq_order balanced cuts seq_len %lld into 2 x %lld chunks, which "
+                            "does not divide it (expected a multiple of %lld)",
+                            (long long)T, (long long)seq, (long long)(2 * seq));
+    if (fe_get_bool(mesh, "sequence_parallel"))
+      return fe_field_error(b, mesh, "/mesh", "seq_order",
+                            "seq_order balanced with sequence_parallel is not supported (the "
+                            "sequence would split over %s inside %s's chunks; expected "
+                            "\"contiguous\")",
+                            mname, sname);
+  }
   if (fe_get_bool(mesh, "sequence_parallel") && (T / seq) % model != 0)
     return fe_field_error(b, mesh, "/mesh", "sequence_parallel",
                           "sequence parallelism splits each device's %lld positions (seq_len "

@@ -9,6 +9,7 @@
 #                        data2model2 (vocabulary-parallel), spmodel2 (sequence parallelism),
 #                        seq2 and seq2model2 (the seq axis); moe also expert2fsdp2; fuji
 #                        also model4 (4 query heads, 2 key heads: broadcast for the split)
+#                        and seq4bal (the balanced order over 4 devices)
 #   tiny_moe, fuji_moe   expert2fsdp2
 set -u
 AXLC=$1 SRC=$2 CASE=$3
@@ -39,7 +40,7 @@ case $CASE in
 tiny_moe | fuji_moe) layouts=expert2fsdp2 ;;
 # fuji: model4 splits its 4 query heads over more devices than its 2 key heads divide over, so
 # the frontend broadcasts the key heads there (grouped-query attention reads them unbroadcast)
-fuji) layouts="fsdp2 fsdp2mb2 fsdp2mb4 model2 model4 data2model2 spmodel2 seq2 seq2model2" ;;
+fuji) layouts="fsdp2 fsdp2mb2 fsdp2mb4 model2 model4 data2model2 spmodel2 seq2 seq2model2 seq4bal" ;;
 moe) layouts="fsdp2 fsdp2mb2 fsdp2mb4 model2 data2model2 expert2fsdp2 spmodel2 seq2 seq2model2" ;;
 *) layouts="fsdp2 fsdp2mb2 fsdp2mb4 model2 data2model2 spmodel2 seq2 seq2model2" ;;
 esac

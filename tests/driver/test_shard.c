@@ -149,6 +149,7 @@ static void check_layout(const char *model, const char *target, const char **set
 #define MESH(d, e, f, m) "/mesh/shape=[1," #d "," #e "," #f ",1," #m "]"
 #define SEQ(d, s, m)     "/mesh/shape=[1," #d ",1,1," #s "," #m "]"
 #define SP               "/mesh/sequence_parallel=true"
+#define BAL              "/mesh/seq_order=balanced"
 
 static void test_tiny_lm(void) {
   const char *data[] = {SMALL, MESH(4, 1, 1, 1)};
@@ -436,6 +437,30 @@ static void test_seq(void) {
   check_layout("fuji-test.json", "cpu-4", bf, 5, (Expect){4, 1, 2, 2, 0, false});
 }
 
+/* The balanced order of the seq axis (/mesh/seq_order): rank c holds chunks c and 2S - 1 - c of
+ * 2S, through the inputs' slices, the positions (RoPE's, the learned table's, the attention's
+ * query positions), the gathered K and V and their gradients' reduce_scatters. The three
+ * models on seq=2 and seq=4, seq=2 x model=2 and data=2 x seq=2; fuji-test with the reference
+ * attention (the causal mask from iotas) and with microbatches. */
+static void test_seq_balanced(void) {
+  const char *models[] = {"tiny-lm.json", "fuji-test.json", "moe-test.json"};
+  for (int m = 0; m < 3; m++) {
+    const char *s2[] = {SMALL, SEQ(1, 2, 1), BAL};
+    check_layout(models[m], "cpu-2", s2, 4, (Expect){2, 2, 2, 2, 0, false});
+    const char *s4[] = {SMALL, SEQ(1, 4, 1), BAL};
+    check_layout(models[m], "cpu-4", s4, 4, (Expect){4, 2, 2, 2, 0, false});
+    const char *sm[] = {SMALL, SEQ(1, 2, 2), BAL};
+    check_layout(models[m], "cpu-4", sm, 4, (Expect){4, 2, 2, 2, 0, false});
+    const char *ds[] = {SMALL, SEQ(2, 2, 1), BAL};
+    check_layout(models[m], "cpu-4", ds, 4, (Expect){4, 2, 2, 2, 0, false});
+  }
+  const char *ref[] = {SMALL, SEQ(1, 4, 1), BAL,
+                       "/model/decoder/layer/self_attention/kernel=reference"};
+  check_layout("fuji-test.json", "cpu-4", ref, 5, (Expect){4, 2, 2, 2, 0, false});
+  const char *mb[] = {SMALL, SEQ(2, 2, 1), BAL, "/learner/microbatches=2"};
+  check_layout("fuji-test.json", "cpu-4", mb, 5, (Expect){4, 2, 2, 2, 0, false});
+}
+
 /* One device: the pass leaves the graph alone. */
 static void test_one_device(void) {
   DrvJob a, b;
@@ -485,6 +510,7 @@ int main(int argc, char **argv) {
                                    {"vocab_chunks", test_vocab_chunks},
                                    {"microbatch", test_microbatch},
                                    {"seq", test_seq},
+                                   {"seq_balanced", test_seq_balanced},
                                    {"moe_capacity", test_moe_capacity},
                                    {"moe_fsdp", test_moe_fsdp},
                                    {NULL, NULL}};

@@ -951,6 +951,25 @@ memcheck_sequence_parallel)
   run memcheck "$MODELS/fuji-test.json" --target cpu-4 --set '/mesh/shape=[1,1,1,1,2,2]' \
     --set /input/seq_len=6 --set /mesh/sequence_parallel=true
   expect_user_error "/mesh/sequence_parallel: sequence parallelism splits each device's 3 positions (seq_len 6 over seq = 2) over model = 2, which does not divide them (expected a seq_len that is a multiple of 4)"
+  # the balanced order cuts the sequence in 2 x seq chunks, and does not take sequence_parallel
+  run memcheck "$MODELS/fuji-test.json" --target cpu-2 --set '/mesh/shape=[1,1,1,1,2,1]' \
+    --set /input/seq_len=6 --set /mesh/seq_order=balanced
+  expect_user_error "/input/seq_len: seq_order balanced cuts seq_len 6 into 2 x 2 chunks, which does not divide it (expected a multiple of 4)"
+  run memcheck "$MODELS/fuji-test.json" --target cpu-4 --set '/mesh/shape=[1,1,1,1,2,2]' \
+    --set /mesh/seq_order=balanced --set /mesh/sequence_parallel=true
+  expect_user_error "/mesh/seq_order: seq_order balanced with sequence_parallel is not supported (the sequence would split over model inside seq's chunks; expected \"contiguous\")"
+  run memcheck "$MODELS/fuji-test.json" --target cpu-2 --set '/mesh/shape=[1,1,1,1,2,1]' \
+    --set /mesh/seq_order=zigzag
+  expect_rc 1
+  expect_in "$T/err" "/mesh/seq_order"
+  # the balanced order's bound: every device's queries see as many keys
+  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-256 --set '/mesh/shape=[1,1,1,32,8,1]'
+  expect_rc 0
+  expect_in "$T/out" "lower bound on the step time: 907.79 ms"
+  run memcheck "$MODELS/llama2-7b.json" --target gpu-h100-256 --set '/mesh/shape=[1,1,1,32,8,1]' \
+    --set /mesh/seq_order=balanced
+  expect_rc 0
+  expect_in "$T/out" "lower bound on the step time: 837.75 ms"
   ;;
 memcheck_errors)
   run memcheck "$MODELS/tiny-lm.json"
