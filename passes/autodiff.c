@@ -314,15 +314,15 @@ static void ad_attention(AdCtx *c, int32_t y, int32_t gy) {
                               x->attr.k != 0, x->attr.value);
   if (R == IR_NONE) return; /* the graph holds the reason */
   int64_t lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK] = {0};
-  const IrShape *rs = &c->g->values[R].shape;
-  for (int32_t d = 0; d < rs->rank; d++) hi[d] = rs->dims[d];
-  int32_t ax = G == 1 ? 0 : s.rank - 2, rows = rs->rank - 2; /* the stacking axis, the rows */
+  const IrShape rs = c->g->values[R].shape; /* a copy: the slices below grow the graph */
+  for (int32_t d = 0; d < rs.rank; d++) hi[d] = rs.dims[d];
+  int32_t ax = G == 1 ? 0 : s.rank - 2, rows = rs.rank - 2; /* the stacking axis, the rows */
   for (int32_t i = 0; i < 3; i++) {
     int32_t op = c->g->values[y].ops[i];
     if (!need(c, op)) continue;
     lo[ax] = G == 1 ? i : i == 0 ? 0 : G + i - 1;
     hi[ax] = G == 1 ? i + 1 : i == 0 ? G : G + i;
-    hi[rows] = i == 0 ? s.dims[s.rank - 2] : rs->dims[rows];
+    hi[rows] = i == 0 ? s.dims[s.rank - 2] : rs.dims[rows];
     const IrShape *to = i == 0 ? &s : &ks;
     ad_acc(c, op, ir_reshape(c->g, ir_slice(c->g, R, lo, hi), to->rank, to->dims));
   }

@@ -96,7 +96,7 @@ static int32_t expand_attention(const Att *a) {
  * head n, or (to_q false) a query-shaped x summed over each group to (..., K, T, H). */
 static int32_t att_group(const Att *a, int32_t x, bool to_q) {
   IrGraph *g = a->g;
-  const IrShape *qs = &g->values[a->q].shape;
+  const IrShape *qs = &g->values[a->q].shape; /* read before the graph grows */
   int32_t r = qs->rank, bd[IR_MAX_RANK];
   int64_t kg[IR_MAX_RANK], k[IR_MAX_RANK];
   for (int32_t d = 0, o = 0; d < r; d++) {
@@ -118,12 +118,12 @@ static int32_t att_group(const Att *a, int32_t x, bool to_q) {
  * and the summed dk, dv (..., K, Tk, H). */
 static int32_t att_stack_grouped(const Att *a, const int32_t *grads) {
   IrGraph *g = a->g;
-  const IrShape *qs = &g->values[a->q].shape;
-  int32_t r = qs->rank, parts[3];
+  const IrShape qs = g->values[a->q].shape; /* a copy: the reshapes grow the graph */
+  int32_t r = qs.rank, parts[3];
   int64_t kg[IR_MAX_RANK];
   for (int32_t i = 0; i < 3; i++) {
     for (int32_t d = 0, o = 0; d < r; d++) {
-      kg[o++] = d == r - 3 ? qs->dims[d] / a->G : d == r - 2 ? a->tk : qs->dims[d];
+      kg[o++] = d == r - 3 ? qs.dims[d] / a->G : d == r - 2 ? a->tk : qs.dims[d];
       if (d == r - 3) kg[o++] = i == 0 ? a->G : 1;
     }
     parts[i] = ir_reshape(g, grads[i], r + 1, kg);
@@ -141,10 +141,10 @@ static int32_t expand_attention_grad(const Att *a) {
   int32_t ds = ir_mul(g, ir_mul(g, p, ir_sub(g, dp, d)), att_splat(a, a->scale));
   int32_t grads[3] = {att_dot(a, ds, a->k, h, t), att_dot(a, ds, a->q, t, t),
                       att_dot(a, p, a->dout, t, t)};
-  const IrShape *qs = &g->values[a->q].shape;
-  if (qs->dims[t] < a->tk) { /* dq's rows [Tq, Tk) are zeros */
+  const IrShape qs = g->values[a->q].shape; /* a copy: the graph grows below */
+  if (qs.dims[t] < a->tk) {                 /* dq's rows [Tq, Tk) are zeros */
     int64_t lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK] = {0};
-    hi[t] = a->tk - qs->dims[t];
+    hi[t] = a->tk - qs.dims[t];
     grads[0] = ir_pad(g, grads[0], lo, hi, 0.0);
   }
   if (a->G > 1) {
@@ -153,8 +153,8 @@ static int32_t expand_attention_grad(const Att *a) {
     return att_stack_grouped(a, grads);
   }
   int64_t one[IR_MAX_RANK] = {1}; /* (1, ..., Tk, H) */
-  memcpy(one + 1, g->values[grads[0]].shape.dims, (size_t)qs->rank * sizeof *one);
-  for (int32_t i = 0; i < 3; i++) grads[i] = ir_reshape(g, grads[i], qs->rank + 1, one);
+  memcpy(one + 1, g->values[grads[0]].shape.dims, (size_t)qs.rank * sizeof *one);
+  for (int32_t i = 0; i < 3; i++) grads[i] = ir_reshape(g, grads[i], qs.rank + 1, one);
   return ir_concat(g, 3, grads, 0);
 }
 
@@ -238,7 +238,7 @@ int pass_expand(IrGraph *g, const PassOptions *opt) {
   int32_t *map = base_xmalloc(((size_t)g->nvalues + 1) * sizeof *map);
   ng->mesh = g->mesh;
   ng->matmul = g->matmul;
-  ir_graph_reserve(ng, g->nvalues + 32 * n); /* up to 32 values per attention_grad */
+  ir_graph_reserve(ng, g->nvalues + 64 * n); /* about 50 values per grouped attention_grad */
   int st = rebuild(ng, g, map);
   if (st == IR_OK) {
     ir_graph_replace(g, ng);

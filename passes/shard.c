@@ -1006,11 +1006,11 @@ static int attention_seq(Ctx *c, int32_t v, const Sh *in, const uint8_t *taxes, 
   p.split = st.s;
   int32_t R = ir_graph_add(c->h, &p);
   if (R == IR_NONE) return IR_ERR;
-  const IrShape *rs = &c->h->values[R].shape;
+  const IrShape rs = c->h->values[R].shape; /* a copy: the slices below grow h */
   int64_t G = ir_attention_group(gq, &c->g->values[x->ops[1]].shape), lo[IR_MAX_RANK] = {0},
           hi[IR_MAX_RANK];
   int32_t sax = grouped ? rank - 2 : 0, rows = rank - 1; /* the stack's axis, its rows */
-  memcpy(hi, rs->dims, sizeof hi);
+  memcpy(hi, rs.dims, sizeof hi);
   *out = st;
   memcpy(out->s.axes[rows], taxes, IR_MAX_SPLIT_AXES);
   hi[sax] = grouped ? G : 1;
@@ -1019,7 +1019,7 @@ static int attention_seq(Ctx *c, int32_t v, const Sh *in, const uint8_t *taxes, 
   parts[0] = mark(c, ir_slice(c->h, R, lo, hi), &out->s); /* dq: the local queries */
   lo[sax] = hi[sax];
   hi[sax] += 2;
-  hi[rows] = rs->dims[rows];
+  hi[rows] = rs.dims[rows];
   Sh sum = st;
   sum.partial = dim_axes(&out->s, rows);
   IrShape gs = x->shape; /* dk and dv's global shape */
