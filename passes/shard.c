@@ -932,6 +932,17 @@ static int top_k(Ctx *c, int32_t v, Sh *out) {
  * whole too, unless the query is split on it (context parallelism: attention_seq). */
 static int attention_seq(Ctx *c, int32_t v, const Sh *in, const uint8_t *taxes, Sh *out);
 
+/* attention_grad's stack with the leading dims of its operands sharded as `in` (rank: q's), T
+ * and H whole: grouped, (..., K, G + 2, T, H) keeps them in place, else (3, ..., T, H) one on. */
+static Sh attention_stack(const Sh *in, int32_t rank, bool grouped) {
+  Sh st = {0};
+  if (grouped)
+    memcpy(st.s.axes[0], in->s.axes[0], (size_t)(rank - 2) * sizeof in->s.axes[0]);
+  else
+    memcpy(st.s.axes[1], in->s.axes[0], (size_t)rank * sizeof in->s.axes[0]);
+  return st;
+}
+
 static int attention(Ctx *c, int32_t v, Sh *out) {
   const IrValue *x = &c->g->values[v];
   int32_t rank = c->g->values[x->ops[0]].shape.rank, ops[5];
@@ -952,15 +963,10 @@ static int attention(Ctx *c, int32_t v, Sh *out) {
   for (int32_t k = 0; k < nt; k++) ops[k] = get(c, x->ops[k], &in);
   if (pos != IR_NONE) ops[nt] = get(c, pos, &whole); /* the positions of the whole sequence */
   *out = in;
-  if (x->op == IR_ATTENTION_GRAD) {
-    bool grouped =
-        ir_attention_group(&c->g->values[x->ops[0]].shape, &c->g->values[x->ops[1]].shape) > 1;
-    memset(out, 0, sizeof *out);
-    if (grouped) /* (..., K, G + 2, T, H): the leading dims in place */
-      memcpy(out->s.axes[0], in.s.axes[0], (size_t)(rank - 2) * sizeof in.s.axes[0]);
-    else
-      memcpy(out->s.axes[1], in.s.axes[0], (size_t)rank * sizeof in.s.axes[0]);
-  }
+  if (x->op == IR_ATTENTION_GRAD)
+    *out = attention_stack(
+        &in, rank,
+        ir_attention_group(&c->g->values[x->ops[0]].shape, &c->g->values[x->ops[1]].shape) > 1);
   c->val[v] = emit_as(c, v, ops, out);
   return IR_OK;
 }
@@ -996,19 +1002,14 @@ static int attention_seq(Ctx *c, int32_t v, const Sh *in, const uint8_t *taxes, 
     c->val[v] = ir_graph_add(c->h, &p);
     return IR_OK;
   }
-  /* the stack: the leading splits where attention() puts them, T (dim rank - 1) whole */
-  bool grouped = ir_attention_group(gq, &c->g->values[x->ops[1]].shape) > 1;
-  Sh st = {0};
-  if (grouped)
-    memcpy(st.s.axes[0], in->s.axes[0], (size_t)(rank - 2) * sizeof in->s.axes[0]);
-  else
-    memcpy(st.s.axes[1], in->s.axes[0], (size_t)rank * sizeof in->s.axes[0]);
+  int64_t G = ir_attention_group(gq, &c->g->values[x->ops[1]].shape);
+  bool grouped = G > 1;
+  Sh st = attention_stack(in, rank, grouped); /* T (dim rank - 1) whole */
   p.split = st.s;
   int32_t R = ir_graph_add(c->h, &p);
   if (R == IR_NONE) return IR_ERR;
   const IrShape rs = c->h->values[R].shape; /* a copy: the slices below grow h */
-  int64_t G = ir_attention_group(gq, &c->g->values[x->ops[1]].shape), lo[IR_MAX_RANK] = {0},
-          hi[IR_MAX_RANK];
+  int64_t lo[IR_MAX_RANK] = {0}, hi[IR_MAX_RANK];
   int32_t sax = grouped ? rank - 2 : 0, rows = rank - 1; /* the stack's axis, its rows */
   memcpy(hi, rs.dims, sizeof hi);
   *out = st;

@@ -848,7 +848,7 @@ static int att_setup(Ctx *C, int32_t v, Att *a) {
   a->Tk = ks->dims[ks->rank - 2];
   a->H = qs->dims[qs->rank - 1];
   a->nb = ir_shape_numel(qs) / (a->Tq * a->H);
-  a->G = ir_attention_group(qs, &val(C, x->ops[1])->shape);
+  a->G = ir_attention_group(qs, ks);
   a->causal = x->attr.k != 0;
   a->bf16 = val(C, x->ops[0])->dtype == DT_BF16;
   int64_t per = (x->op == IR_ATTENTION_GRAD ? 2 * a->H + 2 : 2 * a->H) * 4; /* bytes a row */
@@ -876,9 +876,17 @@ static int att_setup(Ctx *C, int32_t v, Att *a) {
   return 0;
 }
 
-/* The blocks of ATT_ROWS of a problem's own rows: keys (kv) or queries. */
+/* A problem's own rows: keys (kv) or queries. */
+static int64_t att_own(const Att *a, bool kv) { return kv ? a->Tk : a->Tq; }
+
+/* The blocks of ATT_ROWS of a problem's own rows. */
 static int64_t att_blocks(const Att *a, bool kv) {
-  return ((kv ? a->Tk : a->Tq) + ATT_ROWS - 1) / ATT_ROWS;
+  return (att_own(a, kv) + ATT_ROWS - 1) / ATT_ROWS;
+}
+
+/* The kernel's row count of tensor p: TK_ for the keys and values, TQ_ for q and dout. */
+static const char *att_rows_of(const Att *a, const char *p) {
+  return p == a->k || p == a->v ? "TK_" : "TQ_";
 }
 
 /* An element of tensor p at index e, as a float. */
@@ -952,7 +960,7 @@ static void att_end(Ctx *C, Launches *L, const Att *a, const char *name, bool kv
   if (a->mma) { /* 4 warps a work-group, one block of ATT_MMA_ROWS rows; 2 dims for both */
     shape.dims = 2;
     shape.global[1] = shape.local[1] = 1;
-    shape.mma_global[0] = probs * (((kv ? a->Tk : a->Tq) + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS) * 32;
+    shape.mma_global[0] = probs * ((att_own(a, kv) + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS) * 32;
     shape.mma_global[1] = 4;
     shape.mma_global[2] = 1;
     shape.mma_local[0] = 32;
@@ -1119,7 +1127,7 @@ static const char *att_mma_zero(const Att *a) { return a->bf16 ? "(ushort)0" : "
  * (X[j][d], may be NULL) and `cols` (Xt[d][j], bf16 only, may be NULL), zero past T and H. */
 static void att_mma_stage(Ctx *C, const Att *a, const char *p, const char *at, const char *rows,
                           const char *cols) {
-  const char *n = p == a->k || p == a->v ? "TK_" : "TQ_";
+  const char *n = att_rows_of(a, p);
   line(C, "  for (int i = tid; i < %d * HP; i += 128) {", ATT_MMA_TILE);
   line(C, "    int j = i / HP, d = i %% HP;");
   line(C, "    %s e = j0 + j < %s && d < H_ ? %s[%s + (j0 + j) * H_ + d] : %s;", att_mma_elem(a), n,
@@ -1132,7 +1140,7 @@ static void att_mma_stage(Ctx *C, const Att *a, const char *p, const char *at, c
 /* Loads rows ra and rb of tensor p (problem at `at`) as A fragments: bf16, pairs in x[NKS][4];
  * f32, single elements as TF32 hi + lo in xh[NKS][4] and xl[NKS][4]. */
 static void att_mma_rows(Ctx *C, const Att *a, const char *x, const char *p, const char *at) {
-  const char *n = p == a->k || p == a->v ? "TK_" : "TQ_";
+  const char *n = att_rows_of(a, p);
   if (a->bf16) {
     line(C, "uint %s[NKS_][4];", x);
     line(C, "for (int ks = 0; ks < NKS; ks++) {");
@@ -1296,7 +1304,7 @@ static void att_mma_body(Ctx *C, const Att *a, AttKind kind) {
   int64_t HP = (a->H + kstep - 1) / kstep * kstep, LDT = ATT_MMA_TILE + 8;
   int64_t LDA = HP + (a->bf16 ? 8 : 4), LDP = ATT_MMA_TILE + 4;
   bool kv = kind == ATT_KV, q = kind == ATT_Q, bf = a->bf16;
-  int64_t nblk = ((kv ? a->Tk : a->Tq) + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS;
+  int64_t nblk = (att_own(a, kv) + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS;
   ocl_buf_printf(C->b, "#define NKS_ %lld\n#define NT_ %lld\n", (long long)(HP / kstep),
                  (long long)HP / 8);
   if (bf)
